@@ -1,0 +1,11 @@
+"""The platform's domain model, split by topic (see DESIGN.md section 4)."""
+from .cluster import Domain, Gpu, Node
+from .events import ClusterSample, Event, QueueSample, SchedulerCycle
+from .queues import Quota, Queue
+from .tenancy import Membership, Team
+from .workloads import Allocation, Job, JobRole, Task
+
+__all__ = [
+    "Allocation", "ClusterSample", "Domain", "Event", "Gpu", "Job", "JobRole", "Membership", "Node",
+    "Queue", "QueueSample", "Quota", "SchedulerCycle", "Task", "Team",
+]

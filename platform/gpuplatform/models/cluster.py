@@ -1,0 +1,66 @@
+from django.db import models
+from django.db.models import Q
+
+__all__ = ["Domain", "Node", "Gpu"]
+
+
+class Domain(models.Model):
+    """A network performance domain (Volcano HyperNode): tier 1 = scale-up / NVLink domain, 2 = leaf, 3 = spine."""
+
+    name = models.CharField(max_length=200, unique=True)
+    tier = models.PositiveSmallIntegerField()
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+
+    class Meta:
+        ordering = ["tier", "name"]
+        constraints = [models.CheckConstraint(condition=Q(tier__gte=1), name="domain_tier_ge_1")]
+
+    def __str__(self) -> str:
+        return f"{self.name} (tier {self.tier})"
+
+
+class Node(models.Model):
+    """A GPU server. `domain` is its lowest-tier domain. Only `ready` nodes take new work."""
+
+    class State(models.TextChoices):
+        READY = "ready", "ready"
+        CORDONED = "cordoned", "cordoned"
+        DRAINING = "draining", "draining"
+        NOT_READY = "not_ready", "not ready"
+
+    name = models.CharField(max_length=200, unique=True)
+    flavor = models.CharField(max_length=64, help_text="GPU model, e.g. H100")
+    gpu_count = models.PositiveIntegerField()
+    cpu_milli = models.PositiveBigIntegerField(default=0, help_text="CPU capacity in millicores (0 = unconstrained)")
+    memory_mib = models.PositiveBigIntegerField(default=0, help_text="RAM in MiB (0 = unconstrained)")
+    domain = models.ForeignKey(Domain, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.READY)
+    labels = models.JSONField(default=dict, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["state"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Gpu(models.Model):
+    class Health(models.TextChoices):
+        HEALTHY = "healthy", "healthy"
+        UNHEALTHY = "unhealthy", "unhealthy"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=80, blank=True)
+    numa_node = models.SmallIntegerField(null=True, blank=True)
+    health = models.CharField(max_length=16, choices=Health.choices, default=Health.HEALTHY)
+    health_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["node_id", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_node_index")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"

@@ -1,0 +1,76 @@
+from django.conf import settings
+from django.db import models
+
+__all__ = ["Event", "SchedulerCycle", "ClusterSample", "QueueSample"]
+
+
+class Event(models.Model):
+    """Append-only audit log: submissions, admissions, preemptions, quota changes, node transitions."""
+
+    time = models.DateTimeField(db_index=True)
+    kind = models.CharField(max_length=40, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    job = models.ForeignKey("gpuplatform.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    queue = models.ForeignKey("gpuplatform.Queue", null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    cycle = models.PositiveIntegerField(null=True, blank=True)
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-time", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.kind}: {self.message}"
+
+
+class SchedulerCycle(models.Model):
+    """One scheduling cycle: when (wall and cluster clock), how long each phase took, what it decided."""
+
+    number = models.PositiveIntegerField(unique=True)
+    started_at = models.DateTimeField()
+    clock = models.DateTimeField(help_text="the cluster clock the cycle ran at (simulated in the demo)")
+    duration_ms = models.FloatField(default=0)
+    timings = models.JSONField(default=dict, blank=True)
+    binds = models.PositiveIntegerField(default=0)
+    evictions = models.PositiveIntegerField(default=0)
+    pending = models.PositiveIntegerField(default=0)
+    stale_skipped = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-number"]
+
+
+class ClusterSample(models.Model):
+    """Per-cycle cluster metrics (DESIGN section 6) for the dashboards."""
+
+    time = models.DateTimeField(db_index=True)
+    cycle = models.PositiveIntegerField(null=True, blank=True)
+    schedulable_gpus = models.PositiveIntegerField()
+    allocated_gpus = models.PositiveIntegerField()
+    free_gpus = models.PositiveIntegerField()
+    allocation_rate = models.FloatField()
+    fragmentation_rate = models.FloatField()
+    largest_runnable = models.JSONField(default=dict, help_text="tier -> GPUs")
+    domain_completeness = models.FloatField()
+    pending_jobs = models.PositiveIntegerField(default=0)
+    running_jobs = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-time"]
+
+
+class QueueSample(models.Model):
+    """Per-cycle queue watermark: used vs guarantee / quota / limit and pending demand, in GPUs."""
+
+    time = models.DateTimeField(db_index=True)
+    queue = models.ForeignKey("gpuplatform.Queue", on_delete=models.CASCADE, related_name="samples")
+    used = models.PositiveIntegerField()
+    guarantee = models.PositiveIntegerField()
+    quota = models.PositiveIntegerField()
+    limit = models.PositiveIntegerField(null=True, blank=True)
+    pending_demand = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["-time"]

@@ -1,0 +1,62 @@
+from django.db import models
+from django.db.models import F, Q
+
+__all__ = ["Queue", "Quota"]
+
+
+class Queue(models.Model):
+    """A node of the hierarchical queue tree (Volcano Queue / Kueue ClusterQueue+Cohort).
+
+    Leaf queues belong to a team; inner queues belong to the platform. `weight` shares idle capacity
+    among queues above their quota. `preemption_grace_seconds` is the checkpoint window a victim gets.
+    """
+
+    class State(models.TextChoices):
+        OPEN = "open", "open"
+        CLOSED = "closed", "closed"  # no new jobs; running ones continue
+        DRAINING = "draining", "draining"  # no new jobs; pending ones still scheduled
+
+    name = models.CharField(max_length=100, unique=True)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    team = models.ForeignKey("gpuplatform.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="queues")
+    weight = models.FloatField(default=1.0)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.OPEN)
+    preemption_grace_seconds = models.PositiveIntegerField(default=30)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(weight__gt=0), name="queue_weight_positive"),
+            models.CheckConstraint(condition=~Q(parent=F("id")), name="queue_not_own_parent"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Quota(models.Model):
+    """Per queue and GPU flavor (GPU model): guarantee <= quota <= limit, in GPUs.
+
+    guarantee: never reclaimed below. quota: the deserved (nominal) share. limit: the hard cap including
+    borrowing; null means "the parent's limit" (no cap of its own).
+    """
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quotas")
+    flavor = models.CharField(max_length=64)
+    guarantee = models.PositiveIntegerField(default=0)
+    quota = models.PositiveIntegerField(default=0)
+    limit = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["queue__name", "flavor"]
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "flavor"], name="quota_unique_queue_flavor"),
+            models.CheckConstraint(condition=Q(guarantee__lte=F("quota")), name="quota_guarantee_le_quota"),
+            models.CheckConstraint(condition=Q(limit__isnull=True) | Q(quota__lte=F("limit")), name="quota_quota_le_limit"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.flavor}: {self.guarantee}/{self.quota}/{self.limit}"

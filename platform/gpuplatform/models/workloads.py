@@ -1,0 +1,140 @@
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+__all__ = ["Job", "JobRole", "Task", "Allocation"]
+
+
+class Job(models.Model):
+    """A gang of one or more roles. The gang is satisfied when every role reaches its own min_available.
+
+    `submitted_at` is the original submission time and survives requeues (ordering stays fair);
+    `duration_seconds` is how long the workload runs once started, known only for replayed trace jobs
+    (the demo's simulated workload); `time_limit_seconds` is the user's bound, used by backfill.
+    """
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        ADMITTED = "admitted", "admitted"
+        RUNNING = "running", "running"
+        PREEMPTING = "preempting", "preempting"
+        SUCCEEDED = "succeeded", "succeeded"
+        FAILED = "failed", "failed"
+        CANCELLED = "cancelled", "cancelled"
+
+    class TopologyMode(models.TextChoices):
+        NONE = "none", "none"
+        SOFT = "soft", "soft (prefer)"
+        HARD = "hard", "hard (require)"
+
+    LIVE_STATES = (State.ADMITTED, State.RUNNING, State.PREEMPTING)
+    FINAL_STATES = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+
+    team = models.ForeignKey("gpuplatform.Team", on_delete=models.PROTECT, related_name="jobs")
+    queue = models.ForeignKey("gpuplatform.Queue", on_delete=models.PROTECT, related_name="jobs")
+    submitter = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    name = models.CharField(max_length=200)
+    external_id = models.CharField(max_length=100, blank=True, help_text="id in an imported trace")
+    priority = models.IntegerField(default=0)
+    preemptible = models.BooleanField(default=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    topology_mode = models.CharField(max_length=8, choices=TopologyMode.choices, default=TopologyMode.NONE)
+    highest_tier = models.PositiveSmallIntegerField(null=True, blank=True)
+    preferred_tier = models.PositiveSmallIntegerField(null=True, blank=True)
+    time_limit_seconds = models.PositiveIntegerField(null=True, blank=True)
+    duration_seconds = models.FloatField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    pending_reason = models.CharField(max_length=500, blank=True)
+    never_fits = models.BooleanField(default=False)
+    placement_domain = models.CharField(max_length=200, blank=True)
+    placement_tier = models.PositiveSmallIntegerField(null=True, blank=True)
+    submitted_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [models.Index(fields=["state", "queue"]), models.Index(fields=["team", "state"])]
+        constraints = [
+            models.CheckConstraint(condition=Q(duration_seconds__isnull=True) | Q(duration_seconds__gte=0),
+                                   name="job_duration_non_negative"),
+            models.CheckConstraint(
+                condition=Q(highest_tier__isnull=True) | Q(preferred_tier__isnull=True) | Q(preferred_tier__lte=F("highest_tier")),
+                name="job_preferred_tier_le_highest_tier"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def gpus_requested(self) -> int:
+        return sum(r.tasks * r.gpus_per_task for r in self.roles.all())
+
+
+class JobRole(models.Model):
+    """A task group of a job (Volcano task / Kueue pod set). Units: GPUs, millicores, MiB."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="roles")
+    name = models.CharField(max_length=64, default="worker")
+    tasks = models.PositiveIntegerField()
+    gpus_per_task = models.PositiveIntegerField(default=1)
+    cpu_milli = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveIntegerField(default=0)
+    min_available = models.PositiveIntegerField()
+    flavor = models.CharField(max_length=200, blank=True, help_text="allowed GPU models separated by '|'; blank = any")
+
+    class Meta:
+        ordering = ["job_id", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "name"], name="jobrole_unique_name"),
+            models.CheckConstraint(condition=Q(tasks__gte=1), name="jobrole_tasks_ge_1"),
+            models.CheckConstraint(condition=Q(min_available__gte=1) & Q(min_available__lte=F("tasks")),
+                                   name="jobrole_min_available_le_tasks"),
+            models.CheckConstraint(condition=Q(gpus_per_task__gt=0) | Q(cpu_milli__gt=0),
+                                   name="jobrole_requests_something"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job}/{self.name}"
+
+    @property
+    def flavors(self) -> tuple[str, ...]:
+        return tuple(f for f in self.flavor.split("|") if f)
+
+
+class Task(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        BOUND = "bound", "bound"
+        RUNNING = "running", "running"
+        SUCCEEDED = "succeeded", "succeeded"
+        FAILED = "failed", "failed"
+        RELEASED = "released", "released"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tasks")
+    role = models.ForeignKey(JobRole, on_delete=models.CASCADE, related_name="task_set")
+    index = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+
+    class Meta:
+        ordering = ["job_id", "role_id", "index"]
+        constraints = [models.UniqueConstraint(fields=["role", "index"], name="task_unique_role_index")]
+
+
+class Allocation(models.Model):
+    """One GPU bound to one task. The partial unique index makes the database refuse a double binding."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="allocations")
+    gpu = models.ForeignKey("gpuplatform.Gpu", on_delete=models.PROTECT, related_name="allocations")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
+    created_at = models.DateTimeField()
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["gpu"], condition=Q(released_at__isnull=True),
+                                    name="allocation_one_live_per_gpu"),
+        ]
+        indexes = [models.Index(fields=["job", "released_at"])]

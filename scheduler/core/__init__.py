@@ -1,0 +1,20 @@
+"""The scheduling engine: pure Python, no Django, Celery or I/O.
+
+Entry point: `run_cycle(snapshot, config) -> CycleResult` (cycle.py). Inputs are the frozen dataclasses
+of snapshot.py; test worlds are built with testing.py.
+"""
+from .snapshot import (
+    Binding, CycleConfig, CycleResult, DomainInfo, JobInfo, NodeInfo, PendingReason, QueueInfo,
+    QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
+)
+
+__all__ = [
+    "Binding", "CycleConfig", "CycleResult", "DomainInfo", "JobInfo", "NodeInfo", "PendingReason",
+    "QueueInfo", "QuotaInfo", "RoleInfo", "Snapshot", "TaskPlacement", "run_cycle",
+]
+
+
+def run_cycle(snapshot, config=None):  # noqa: D103 - re-exported, documented in cycle.py
+    from .cycle import run_cycle as _run
+
+    return _run(snapshot, config)

@@ -1,0 +1,171 @@
+"""Frozen inputs and outputs of one scheduling cycle.
+
+Units everywhere: GPUs (whole devices), CPU in millicores, memory in MiB, time in seconds of the
+cluster clock (simulated in replays). Identifiers are plain strings or ints chosen by the caller
+(store.py uses database ids, the simulator trace ids).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Literal, Mapping
+
+JobId = Hashable
+TopologyMode = Literal["none", "soft", "hard"]
+NodeState = Literal["ready", "cordoned", "draining", "not_ready"]
+
+
+@dataclass(frozen=True, slots=True)
+class DomainInfo:
+    """A network performance domain (HyperNode). tier 1 = NVLink / scale-up, 2 = leaf, 3 = spine..."""
+
+    name: str
+    tier: int
+    parent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One GPU server as the engine sees it.
+
+    gpu_numa[i] is GPU i's NUMA node (or NVLink group); `unhealthy` lists GPU indices that take no work;
+    `used` lists GPU indices held by live allocations at snapshot time. cpu_milli / memory_mib of 0 mean
+    "not constrained". Only nodes in state "ready" take new work.
+    """
+
+    name: str
+    flavor: str
+    gpus: int
+    domain: str | None = None
+    gpu_numa: tuple[int, ...] = ()
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    state: NodeState = "ready"
+    unhealthy: frozenset[int] = frozenset()
+    used: frozenset[int] = frozenset()
+    cpu_used: int = 0
+    memory_used: int = 0
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state == "ready"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaInfo:
+    """Per flavor, in GPUs: guarantee <= quota <= limit (limit None = no cap of its own)."""
+
+    guarantee: int = 0
+    quota: int = 0
+    limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    name: str
+    parent: str | None = None
+    weight: float = 1.0
+    quotas: Mapping[str, QuotaInfo] = field(default_factory=dict)
+    state: Literal["open", "closed", "draining"] = "open"
+
+
+@dataclass(frozen=True, slots=True)
+class RoleInfo:
+    """A task group. `tasks` is how many tasks of the role still want to run; the gang needs
+    min(min_available, tasks) of them placed at once. `flavors` empty = any GPU model."""
+
+    name: str
+    tasks: int
+    gpus_per_task: int
+    min_available: int
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    flavors: tuple[str, ...] = ()
+
+    @property
+    def effective_min(self) -> int:
+        return min(self.min_available, self.tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPlacement:
+    role: str
+    index: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A job as the engine sees it. Pending jobs have no placement; running ones carry theirs."""
+
+    id: JobId
+    queue: str
+    roles: tuple[RoleInfo, ...]
+    priority: int = 0
+    submit_time: float = 0.0
+    preemptible: bool = True
+    topology_mode: TopologyMode = "none"
+    highest_tier: int | None = None
+    preferred_tier: int | None = None
+    time_limit: float | None = None
+    state: Literal["pending", "running", "preempting"] = "pending"
+    placement: tuple[TaskPlacement, ...] = ()
+    start_time: float | None = None
+    name: str = ""
+
+    @property
+    def gpus_requested(self) -> int:
+        return sum(r.tasks * r.gpus_per_task for r in self.roles)
+
+    @property
+    def gpus_min(self) -> int:
+        return sum(r.effective_min * r.gpus_per_task for r in self.roles)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    nodes: tuple[NodeInfo, ...]
+    domains: tuple[DomainInfo, ...] = ()
+    queues: tuple[QueueInfo, ...] = ()
+    jobs: tuple[JobInfo, ...] = ()
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CycleConfig:
+    """Knobs of one cycle. `binpack` off spreads (least-allocated first, like kube-scheduler's default);
+    `topology` off ignores the domain tree (every job may span the cluster); `gang` off places task by task."""
+
+    binpack: bool = True
+    topology: bool = True
+    gang: bool = True
+    max_jobs_considered: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    """Why a job did not start. `code` is stable for programs; `message` is for people.
+    `terminal` means waiting cannot help (it can never fit this cluster or its queue's limit)."""
+
+    code: str
+    message: str
+    terminal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A decision to start a job: every placed task with its node and GPU indices, and the domain
+    (name, tier) the gang was placed in."""
+
+    job_id: JobId
+    tasks: tuple[TaskPlacement, ...]
+    domain: str
+    tier: int
+
+
+@dataclass(slots=True)
+class CycleResult:
+    bindings: list[Binding] = field(default_factory=list)
+    pending: dict[JobId, PendingReason] = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
