@@ -1,0 +1,78 @@
+"""Plain descriptions of a cluster and a workload trace, as read by the importers.
+
+The simulator replays them directly; the platform loads them into the database through services.
+Units: GPUs, millicores, MiB, seconds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class DomainSpec:
+    name: str
+    tier: int
+    parent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    flavor: str
+    gpus: int
+    domain: str | None = None  # lowest-tier domain holding the node
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu_numa: tuple[int, ...] = ()
+    labels: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """A queue; quotas maps flavor -> (guarantee, quota, limit or None). team: the owning team's name."""
+
+    name: str
+    parent: str | None = None
+    team: str | None = None
+    weight: float = 1.0
+    quotas: dict[str, tuple[int, int, int | None]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    name: str
+    nodes: tuple[NodeSpec, ...]
+    domains: tuple[DomainSpec, ...] = ()
+    queues: tuple[QueueSpec, ...] = ()
+    notes: tuple[str, ...] = ()  # how the cluster was derived (scale, topology rule, ...)
+
+    @property
+    def gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a trace. submit and duration in seconds from the trace start; one role of `tasks`
+    tasks x `gpus_per_task` GPUs, all required at once (min_available = tasks) unless stated."""
+
+    id: str
+    queue: str
+    submit: float
+    duration: float
+    tasks: int
+    gpus_per_task: int
+    min_available: int | None = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    flavors: tuple[str, ...] = ()
+    priority: int = 0
+    gpu_milli: int = 1000  # requested share of one GPU before rounding up (openb GPU sharing)
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    name: str
+    jobs: tuple[TraceJob, ...]
+    notes: tuple[str, ...] = ()
+    stats: dict = field(default_factory=dict)  # e.g. {"rounded_up_fractional": 3078}
