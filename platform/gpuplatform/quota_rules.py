@@ -1,0 +1,89 @@
+"""Validation rules for the queue tree and its quotas (read-only queries; services.py does the writes).
+
+Units: GPUs. Every check returns a dict field -> message (empty when valid) so a service can report all
+broken rules of one call at once; services raise `ValidationError` with it.
+"""
+from __future__ import annotations
+
+from django.db.models import Sum
+
+from .models import Queue, Quota
+
+Triple = tuple[int, int, "int | None"]
+
+
+def check_triple(prefix: str, guarantee, quota, limit) -> dict[str, str]:
+    """guarantee, quota, limit: non-negative integers, guarantee <= quota <= limit (limit None = no cap)."""
+    errors: dict[str, str] = {}
+    for name, value in (("guarantee", guarantee), ("quota", quota), ("limit", limit)):
+        if value is None and name == "limit":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            errors[f"{prefix}{name}"] = f"{name} must be a whole number of GPUs"
+        elif value < 0:
+            errors[f"{prefix}{name}"] = f"{name} must not be negative"
+    if errors:
+        return errors
+    if guarantee > quota:
+        errors[f"{prefix}guarantee"] = f"guarantee ({guarantee}) must not exceed quota ({quota})"
+    if limit is not None and quota > limit:
+        errors[f"{prefix}quota"] = f"quota ({quota}) must not exceed limit ({limit})"
+    return errors
+
+
+def effective_limit(queue_id: int | None, flavor: str) -> int | None:
+    """The nearest non-null limit for `flavor` on the path from `queue_id` to the root (None = no cap).
+    One query per ancestor; queue trees are shallow."""
+    seen: set[int] = set()
+    while queue_id is not None and queue_id not in seen:
+        seen.add(queue_id)
+        limit = Quota.objects.filter(queue_id=queue_id, flavor=flavor).values_list("limit", flat=True).first()
+        if limit is not None:
+            return limit
+        queue_id = Queue.objects.filter(pk=queue_id).values_list("parent_id", flat=True).first()
+    return None
+
+
+def check_against_tree(queue_id: int | None, parent_id: int | None, flavor: str, quota: int,
+                       limit: int | None, prefix: str = "") -> dict[str, str]:
+    """Rules linking one queue's (flavor) quota to its parent and children.
+
+    - the child's limit must not be above the parent's (effective) limit;
+    - the children's quotas (siblings + this one) must not sum above the parent's quota, when the parent
+      has a quota for this flavor;
+    - for an existing queue: its children's quotas must not sum above its new quota, and no child's limit
+      may be above its new limit.
+    """
+    errors: dict[str, str] = {}
+    if parent_id is not None:
+        parent_limit = effective_limit(parent_id, flavor)
+        if parent_limit is not None and limit is not None and limit > parent_limit:
+            errors[f"{prefix}limit"] = f"limit ({limit}) is above the parent queue's limit ({parent_limit})"
+        parent_quota = Quota.objects.filter(queue_id=parent_id, flavor=flavor).values_list("quota", flat=True).first()
+        if parent_quota is not None:
+            siblings = Quota.objects.filter(queue__parent_id=parent_id, flavor=flavor)
+            if queue_id is not None:
+                siblings = siblings.exclude(queue_id=queue_id)
+            total = (siblings.aggregate(s=Sum("quota"))["s"] or 0) + quota
+            if total > parent_quota:
+                errors[f"{prefix}quota"] = (f"children's quotas would sum to {total}, above the parent queue's "
+                                            f"quota ({parent_quota}) for {flavor}")
+    if queue_id is not None:
+        children = Quota.objects.filter(queue__parent_id=queue_id, flavor=flavor)
+        child_sum = children.aggregate(s=Sum("quota"))["s"] or 0
+        if child_sum > quota:
+            errors[f"{prefix}quota"] = f"quota ({quota}) is below the sum of the children's quotas ({child_sum})"
+        if limit is not None and children.filter(limit__gt=limit).exists():
+            errors[f"{prefix}limit"] = f"limit ({limit}) is below a child queue's limit"
+    return errors
+
+
+def makes_cycle(queue_id: int, new_parent_id: int | None) -> bool:
+    """True when making `new_parent_id` the parent of `queue_id` would close a loop in the queue tree."""
+    node, seen = new_parent_id, set()
+    while node is not None and node not in seen:
+        if node == queue_id:
+            return True
+        seen.add(node)
+        node = Queue.objects.filter(pk=node).values_list("parent_id", flat=True).first()
+    return node is not None

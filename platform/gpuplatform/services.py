@@ -1,0 +1,297 @@
+"""Every write of the platform (Zulip-style actions): plain functions, one transaction each, audited.
+
+Each function validates first and raises `ValidationError` (a dict field -> rule broken) before writing
+anything; any exception rolls the whole call back. Each writes one or more `Event` rows; side effects
+(asking for a scheduling cycle) run only after commit. Views, the API, the admin, importers and tasks call
+these and never `.save()` models themselves. Units: GPUs, millicores, MiB, seconds.
+
+Cluster loading lives in `cluster_loader.py` and is re-exported here as `load_cluster_spec`.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from . import quota_rules
+from .job_rules import check_job
+from .models import Allocation, Domain, Event, Job, JobRole, Membership, Node, Queue, Quota, Task, Team
+
+
+class ValidationError(Exception):
+    """Invalid input. `errors` maps the offending field (e.g. "roles[0].min_available") to the rule."""
+
+    def __init__(self, errors: dict[str, str] | str, field: str = "__all__"):
+        self.errors = dict(errors) if isinstance(errors, dict) else {field: errors}
+        super().__init__("; ".join(f"{k}: {v}" for k, v in self.errors.items()))
+
+
+def _raise_if(errors: dict[str, str]) -> None:
+    if errors:
+        raise ValidationError(errors)
+
+
+def record_event(kind: str, message: str, *, actor=None, job=None, queue=None, node=None, data=None,
+                 time: datetime | None = None, cycle: int | None = None) -> Event:
+    """Append one audit row. Call inside the caller's transaction."""
+    return Event.objects.create(kind=kind, message=message, actor=actor, job=job, queue=queue, node=node,
+                                data=data or {}, time=time or timezone.now(), cycle=cycle)
+
+
+def _request_cycle_on_commit() -> None:
+    def _go() -> None:
+        from scheduler.tasks import request_cycle
+
+        request_cycle()
+
+    transaction.on_commit(_go)
+
+
+# --- teams --------------------------------------------------------------------------------------------
+
+@transaction.atomic
+def create_team(name: str, *, slug: str | None = None, description: str = "", actor=None) -> Team:
+    """Create a team. Raises ValidationError: name empty or taken, slug taken."""
+    slug = slug or slugify(name)
+    errors = {}
+    if not name.strip():
+        errors["name"] = "name must not be empty"
+    elif Team.objects.filter(name=name).exists():
+        errors["name"] = f"a team named {name!r} already exists"
+    if not slug or Team.objects.filter(slug=slug).exists():
+        errors["slug"] = f"slug {slug!r} is empty or taken"
+    _raise_if(errors)
+    team = Team.objects.create(name=name, slug=slug, description=description)
+    record_event("team_created", f"team {name} created", actor=actor, data={"team": name})
+    return team
+
+
+@transaction.atomic
+def add_member(team: Team, user, role: str = "member", *, actor=None) -> Membership:
+    """Add `user` to `team` with `role` (member | admin | viewer), or change the role of an existing member."""
+    _raise_if({} if role in Membership.Role.values else {"role": f"role must be one of {Membership.Role.values}"})
+    membership, _ = Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
+    record_event("member_added", f"{user} is {role} of {team.name}", actor=actor,
+                 data={"team": team.name, "user": str(user), "role": role})
+    return membership
+
+
+# --- queues and quotas --------------------------------------------------------------------------------
+
+def _resolve_queue(value, field: str) -> Queue | None:
+    if value is None or isinstance(value, Queue):
+        return value
+    found = Queue.objects.filter(name=value).first() if isinstance(value, str) else Queue.objects.filter(pk=value).first()
+    if found is None:
+        raise ValidationError({field: f"unknown queue {value!r}"})
+    return found
+
+
+@transaction.atomic
+def create_queue(name: str, parent=None, team: Team | None = None, weight: float = 1, quotas=None, *,
+                 state: str = "open", actor=None) -> Queue:
+    """Create a queue under `parent` (Queue, name or id; None = a root) with quotas
+    {flavor: (guarantee, quota, limit or None)} in GPUs.
+
+    Raises ValidationError: name empty/taken ("name"), unknown parent ("parent"), weight <= 0 ("weight"),
+    bad state, quota rules per flavor ("quotas[<flavor>].<guarantee|quota|limit>"): negative,
+    guarantee > quota, quota > limit, limit above the parent's limit, children's quotas above the parent's.
+    """
+    parent = _resolve_queue(parent, "parent")
+    errors: dict[str, str] = {}
+    if not name or not name.strip():
+        errors["name"] = "name must not be empty"
+    elif Queue.objects.filter(name=name).exists():
+        errors["name"] = f"a queue named {name!r} already exists"
+    if not isinstance(weight, (int, float)) or weight <= 0:
+        errors["weight"] = "weight must be a positive number"
+    if state not in Queue.State.values:
+        errors["state"] = f"state must be one of {Queue.State.values}"
+    for flavor, triple in (quotas or {}).items():
+        prefix = f"quotas[{flavor}]."
+        if not isinstance(triple, (tuple, list)) or len(triple) != 3:
+            errors[f"quotas[{flavor}]"] = "expected (guarantee, quota, limit)"
+            continue
+        bad = quota_rules.check_triple(prefix, *triple)
+        if not bad:
+            bad = quota_rules.check_against_tree(None, parent.pk if parent else None, flavor, triple[1], triple[2], prefix)
+        errors.update(bad)
+    _raise_if(errors)
+    queue = Queue.objects.create(name=name, parent=parent, team=team, weight=weight, state=state)
+    Quota.objects.bulk_create([Quota(queue=queue, flavor=f, guarantee=g, quota=q, limit=lim)
+                               for f, (g, q, lim) in (quotas or {}).items()])
+    record_event("queue_created", f"queue {name} created", actor=actor, queue=queue,
+                 data={"parent": parent.name if parent else None, "team": team.name if team else None,
+                       "weight": weight, "quotas": {f: list(t) for f, t in (quotas or {}).items()}})
+    return queue
+
+
+@transaction.atomic
+def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state: str | None = None,
+                 actor=None) -> Queue:
+    """Change a queue's parent (`...` = keep; None = make it a root), weight or state (open | closed | draining).
+    Raises ValidationError: unknown parent, a parent change that makes a cycle ("parent"), weight <= 0,
+    unknown state."""
+    errors: dict[str, str] = {}
+    changes: dict = {}
+    if parent is not ...:
+        parent = _resolve_queue(parent, "parent")
+        if parent is not None and quota_rules.makes_cycle(queue.pk, parent.pk):
+            errors["parent"] = f"making {parent.name} the parent of {queue.name} would create a cycle"
+        changes["parent"] = parent.name if parent else None
+    if weight is not None:
+        if weight <= 0:
+            errors["weight"] = "weight must be a positive number"
+        changes["weight"] = weight
+    if state is not None:
+        if state not in Queue.State.values:
+            errors["state"] = f"state must be one of {Queue.State.values}"
+        changes["state"] = state
+    _raise_if(errors)
+    if parent is not ...:
+        queue.parent = parent
+    if weight is not None:
+        queue.weight = weight
+    if state is not None:
+        queue.state = state
+    queue.save()
+    record_event("queue_updated", f"queue {queue.name} updated", actor=actor, queue=queue, data=changes)
+    return queue
+
+
+@transaction.atomic
+def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int | None, actor=None) -> Quota:
+    """Create or change `queue`'s quota for GPU `flavor` (GPUs). Raises ValidationError naming
+    guarantee / quota / limit: negative, guarantee > quota, quota > limit, limit above the parent's,
+    siblings' quotas summing above the parent's, quota below the children's sum, limit below a child's."""
+    errors = {} if flavor else {"flavor": "flavor must not be empty"}
+    errors.update(quota_rules.check_triple("", guarantee, quota, limit))
+    if not errors:
+        errors.update(quota_rules.check_against_tree(queue.pk, queue.parent_id, flavor, quota, limit))
+    _raise_if(errors)
+    old = Quota.objects.filter(queue=queue, flavor=flavor).values_list("guarantee", "quota", "limit").first()
+    row, _ = Quota.objects.update_or_create(queue=queue, flavor=flavor,
+                                            defaults={"guarantee": guarantee, "quota": quota, "limit": limit})
+    record_event("quota_changed", f"quota of {queue.name}/{flavor}: {guarantee}/{quota}/{limit}", actor=actor,
+                 queue=queue, data={"flavor": flavor, "old": list(old) if old else None,
+                                    "new": [guarantee, quota, limit]})
+    _request_cycle_on_commit()
+    return row
+
+
+# --- jobs ---------------------------------------------------------------------------------------------
+
+@transaction.atomic
+def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int = 0, preemptible: bool = True,
+               topology_mode: str = "none", highest_tier: int | None = None, preferred_tier: int | None = None,
+               time_limit_seconds: int | None = None, duration_seconds: float | None = None, submitter=None,
+               submitted_at: datetime | None = None, external_id: str = "") -> Job:
+    """Create a pending Job with its JobRoles and Task rows and ask for a scheduling cycle after commit.
+
+    roles: [{name, tasks, gpus_per_task, cpu_milli, memory_mib, min_available (default tasks), flavor}];
+    flavor is "H100" or "H100|A100" (blank = any). Raises ValidationError naming the field: unknown,
+    closed or draining queue, not a leaf queue, queue of another team; tasks < 1; gpus_per_task < 0;
+    no GPU and no CPU request; min_available outside 1..tasks; duplicate role names; bad topology_mode;
+    preferred_tier above highest_tier; a tier no domain of this cluster has ("no such tier in this cluster").
+    A job that can never fit is accepted; the cycle marks it never_fits.
+    """
+    queue = _resolve_queue(queue, "queue")
+    if queue is None:
+        raise ValidationError({"queue": "queue is required"})
+    tiers = set(Domain.objects.values_list("tier", flat=True).distinct())
+    has_children = Queue.objects.filter(parent=queue).exists()
+    roles = check_job(team=team, queue=queue, queue_has_children=has_children, name=name, roles=roles,
+                      priority=priority, topology_mode=topology_mode, highest_tier=highest_tier,
+                      preferred_tier=preferred_tier, time_limit_seconds=time_limit_seconds,
+                      duration_seconds=duration_seconds, tiers=tiers, error_class=ValidationError)
+    now = submitted_at or timezone.now()
+    job = Job.objects.create(team=team, queue=queue, submitter=submitter, name=name, external_id=external_id,
+                             priority=priority, preemptible=preemptible, topology_mode=topology_mode,
+                             highest_tier=highest_tier, preferred_tier=preferred_tier,
+                             time_limit_seconds=time_limit_seconds, duration_seconds=duration_seconds,
+                             submitted_at=now, pending_reason="waiting for the next scheduling cycle")
+    role_rows = JobRole.objects.bulk_create([JobRole(job=job, **r) for r in roles])
+    if any(r.pk is None for r in role_rows):  # backends without RETURNING
+        role_rows = list(JobRole.objects.filter(job=job).order_by("id"))
+    Task.objects.bulk_create([Task(job=job, role=r, index=i) for r in role_rows for i in range(r.tasks)])
+    gpus = sum(r["tasks"] * r["gpus_per_task"] for r in roles)
+    record_event("submitted", f"{name} submitted to {queue.name}: {gpus} GPUs", actor=submitter, job=job,
+                 queue=queue, time=now, data={"roles": roles, "priority": priority, "gpus": gpus,
+                                               "topology": [topology_mode, highest_tier, preferred_tier]})
+    _request_cycle_on_commit()
+    return job
+
+
+def _end_job(job: Job, state: str, at: datetime, actor, kind: str, message: str, task_state: str) -> Job:
+    live_or_pending = (Job.State.PENDING, *Job.LIVE_STATES)
+    updated = Job.objects.filter(pk=job.pk, state__in=live_or_pending).update(
+        state=state, finished_at=at, pending_reason="", updated_at=timezone.now())
+    if not updated:
+        current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
+        raise ValidationError({"state": f"job is {current}, not pending or running"})
+    released = Allocation.objects.filter(job=job, released_at__isnull=True).update(released_at=at)
+    Task.objects.filter(job=job, state__in=(Task.State.PENDING, Task.State.BOUND, Task.State.RUNNING)).update(
+        state=task_state)
+    record_event(kind, message, actor=actor, job=job, queue=job.queue, time=at,
+                 data={"state": state, "released_gpus": released})
+    job.refresh_from_db()
+    _request_cycle_on_commit()
+    return job
+
+
+@transaction.atomic
+def cancel_job(job: Job, *, actor=None, reason: str = "", at: datetime | None = None) -> Job:
+    """Cancel a pending or running job; its GPUs are released at `at` (default now).
+    Raises ValidationError("state") if the job already finished."""
+    return _end_job(job, Job.State.CANCELLED, at or timezone.now(), actor, "cancelled",
+                    f"{job.name} cancelled" + (f": {reason}" if reason else ""), Task.State.RELEASED)
+
+
+@transaction.atomic
+def finish_job(job: Job, state: str = "succeeded", at: datetime | None = None, *, actor=None) -> Job:
+    """Mark a job succeeded or failed at `at` (default now) and release its GPUs (Allocation.released_at).
+    Raises ValidationError: state not succeeded|failed ("state"), job not pending/running ("state")."""
+    if state not in (Job.State.SUCCEEDED, Job.State.FAILED):
+        raise ValidationError({"state": "state must be succeeded or failed"})
+    task_state = Task.State.SUCCEEDED if state == Job.State.SUCCEEDED else Task.State.FAILED
+    return _end_job(job, state, at or timezone.now(), actor, state, f"{job.name} {state}", task_state)
+
+
+# --- nodes --------------------------------------------------------------------------------------------
+
+def _set_node_state(node: Node, state: str, allowed_from: tuple[str, ...], kind: str, actor, reason: str) -> Node:
+    old = Node.objects.filter(pk=node.pk).values_list("state", flat=True).first()
+    if old not in allowed_from:
+        raise ValidationError({"state": f"node {node.name} is {old}; cannot {kind}"})
+    Node.objects.filter(pk=node.pk).update(state=state)
+    node.state = state
+    record_event(kind, f"{node.name}: {old} -> {state}" + (f" ({reason})" if reason else ""), actor=actor,
+                 node=node, data={"from": old, "to": state, "reason": reason})
+    _request_cycle_on_commit()
+    return node
+
+
+@transaction.atomic
+def cordon_node(node: Node, *, actor=None, reason: str = "") -> Node:
+    """Stop new work landing on a ready node; running work continues. Raises ValidationError("state")."""
+    return _set_node_state(node, Node.State.CORDONED, (Node.State.READY,), "cordoned", actor, reason)
+
+
+@transaction.atomic
+def drain_node(node: Node, *, actor=None, reason: str = "") -> Node:
+    """Cordon and mark for draining (running gangs will be requeued by a later cycle; not yet).
+    Raises ValidationError("state") for a not_ready node."""
+    return _set_node_state(node, Node.State.DRAINING, (Node.State.READY, Node.State.CORDONED), "drained",
+                           actor, reason)
+
+
+@transaction.atomic
+def uncordon_node(node: Node, *, actor=None, reason: str = "") -> Node:
+    """Return a cordoned or draining node to ready. Raises ValidationError("state") otherwise."""
+    return _set_node_state(node, Node.State.READY, (Node.State.CORDONED, Node.State.DRAINING), "uncordoned",
+                           actor, reason)
+
+
+from .cluster_loader import load_cluster_spec  # noqa: E402,F401  (re-export)

@@ -1,0 +1,263 @@
+"""The database side of a scheduling cycle: ORM -> Snapshot in one read, CycleResult -> ORM in one write.
+
+- `build_snapshot(now)` reads the cluster with a handful of flat `values_list` queries (no ORM objects,
+  no per-row queries). Times are float epoch seconds of the cluster clock.
+- `apply_result(result, clock=, cycle_number=)` writes every decision in ONE transaction. Each job start is
+  a compare-and-set on the job's state (still pending) inside its own savepoint; a stale decision (job no
+  longer pending, a node no longer ready, a GPU unhealthy or already bound by a racing cycle, which the
+  database's unique index refuses) is dropped and counted, never forced.
+- `run_cycle_once(clock=, config=)` = single-flight lock -> snapshot -> engine -> apply. See its docstring
+  for what a crash does.
+"""
+from __future__ import annotations
+
+import logging
+import time as _time
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from gpuplatform.models import Allocation, Domain, Event, Gpu, Job, JobRole, Node, Queue, Quota, SchedulerCycle, Task
+from scheduler import samples
+from scheduler.core.snapshot import (
+    CycleResult, DomainInfo, JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
+)
+from scheduler.locks import single_flight
+
+log = logging.getLogger("scheduler.store")
+LIVE = ("admitted", "running", "preempting")
+HELD_TASK_STATES = ("bound", "running")
+
+
+@dataclass
+class SnapshotIndex:
+    """Database ids behind the snapshot's names: node name -> id, job id -> queue name."""
+
+    node_ids: dict[str, int] = field(default_factory=dict)
+    job_queue: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class ApplyStats:
+    binds: int = 0
+    stale_skipped: int = 0
+    pending_updated: int = 0
+    stale: list[tuple[object, str]] = field(default_factory=list)  # (job id, why)
+
+
+def _ts(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
+    """Read the cluster into a Snapshot (9 queries). `now`: epoch seconds (default: wall clock).
+    Pending jobs' RoleInfo.tasks counts the role's tasks still pending; running ones carry placements."""
+    now = _time.time() if now is None else now
+    with transaction.atomic():
+        if connection.vendor == "postgresql":  # one consistent view across the queries below
+            connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        nodes = list(Node.objects.values_list("id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib",
+                                              "domain__name", "state"))
+        gpus = list(Gpu.objects.values_list("node_id", "index", "numa_node", "health"))
+        held = list(Task.objects.filter(job__state__in=LIVE, state__in=HELD_TASK_STATES, node__isnull=False)
+                    .values_list("id", "job_id", "role__name", "index", "node__name", "node_id",
+                                 "role__cpu_milli", "role__memory_mib"))
+        allocs = list(Allocation.objects.filter(released_at__isnull=True).values_list("task_id", "gpu__node_id", "gpu__index"))
+        domains = [DomainInfo(n, t, p) for n, t, p in Domain.objects.values_list("name", "tier", "parent__name")]
+        queues = list(Queue.objects.values_list("id", "name", "parent__name", "weight", "state"))
+        quotas = list(Quota.objects.values_list("queue_id", "flavor", "guarantee", "quota", "limit"))
+        jobs = list(Job.objects.filter(state__in=("pending", *LIVE)).values_list(
+            "id", "queue__name", "priority", "submitted_at", "preemptible", "topology_mode", "highest_tier",
+            "preferred_tier", "time_limit_seconds", "state", "started_at", "name"))
+        roles = list(JobRole.objects.filter(job__state__in=("pending", *LIVE)).values_list(
+            "id", "job_id", "name", "tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "flavor"))
+        pending_tasks = list(Task.objects.filter(job__state="pending", state="pending").values_list("role_id", flat=True))
+
+    numa: dict[int, dict[int, int]] = defaultdict(dict)
+    unhealthy: dict[int, set[int]] = defaultdict(set)
+    for node_id, idx, numa_node, health in gpus:
+        numa[node_id][idx] = numa_node if numa_node is not None else 0
+        if health != "healthy":
+            unhealthy[node_id].add(idx)
+    used: dict[int, set[int]] = defaultdict(set)
+    task_gpus: dict[int, list[int]] = defaultdict(list)
+    for task_id, node_id, idx in allocs:
+        used[node_id].add(idx)
+        task_gpus[task_id].append(idx)
+    cpu_used: dict[int, int] = defaultdict(int)
+    mem_used: dict[int, int] = defaultdict(int)
+    placements: dict[int, list[TaskPlacement]] = defaultdict(list)
+    placed_per_role: dict[tuple[int, str], int] = defaultdict(int)
+    for task_id, job_id, role, idx, node_name, node_id, cpu, mem in held:
+        cpu_used[node_id] += cpu
+        mem_used[node_id] += mem
+        placements[job_id].append(TaskPlacement(role, idx, node_name, tuple(sorted(task_gpus.get(task_id, ())))))
+        placed_per_role[(job_id, role)] += 1
+
+    node_infos = tuple(
+        NodeInfo(name=name, flavor=flavor, gpus=count, domain=domain,
+                 gpu_numa=tuple(numa[nid].get(i, 0) for i in range(count)) if numa.get(nid) else (),
+                 cpu_milli=cpu, memory_mib=mem, state=state, unhealthy=frozenset(unhealthy.get(nid, ())),
+                 used=frozenset(used.get(nid, ())), cpu_used=cpu_used.get(nid, 0), memory_used=mem_used.get(nid, 0))
+        for nid, name, flavor, count, cpu, mem, domain, state in nodes)
+
+    quota_map: dict[int, dict[str, QuotaInfo]] = defaultdict(dict)
+    for qid, flavor, g, q, lim in quotas:
+        quota_map[qid][flavor] = QuotaInfo(g, q, lim)
+    queue_infos = tuple(QueueInfo(name, parent, weight, quota_map.get(qid, {}), state)
+                        for qid, name, parent, weight, state in queues)
+
+    pending_count: dict[int, int] = defaultdict(int)
+    for role_id in pending_tasks:
+        pending_count[role_id] += 1
+    job_roles: dict[int, list[RoleInfo]] = defaultdict(list)
+    job_state = {j[0]: j[9] for j in jobs}
+    for rid, job_id, name, tasks, gpt, min_av, cpu, mem, flavor in roles:
+        wanted = pending_count.get(rid, 0) if job_state.get(job_id) == "pending" else placed_per_role.get((job_id, name), 0)
+        if wanted > 0:
+            job_roles[job_id].append(RoleInfo(name, wanted, gpt, min_av, cpu, mem, tuple(f for f in flavor.split("|") if f)))
+
+    index = SnapshotIndex(node_ids={n[1]: n[0] for n in nodes})
+    job_infos = []
+    for jid, queue, prio, submitted, preemptible, mode, hi, pref, tlimit, state, started, name in jobs:
+        if not job_roles.get(jid):
+            continue
+        index.job_queue[jid] = queue
+        job_infos.append(JobInfo(
+            id=jid, queue=queue, roles=tuple(job_roles[jid]), priority=prio, submit_time=_ts(submitted),
+            preemptible=preemptible, topology_mode=mode, highest_tier=hi, preferred_tier=pref,
+            time_limit=float(tlimit) if tlimit is not None else None,
+            state="running" if state == "admitted" else state,
+            placement=tuple(sorted(placements.get(jid, ()), key=lambda p: (p.role, p.index))),
+            start_time=_ts(started), name=name))
+    snap = Snapshot(nodes=node_infos, domains=tuple(domains), queues=queue_infos, jobs=tuple(job_infos), now=now)
+    return snap, index
+
+
+class _Stale(Exception):
+    pass
+
+
+def _bind(binding, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int) -> Event:
+    """Start one job inside the caller's savepoint. Raises _Stale (the savepoint rolls back) or IntegrityError."""
+    started = Job.objects.filter(pk=binding.job_id, state="pending").update(
+        state="running", started_at=clock, placement_domain=binding.domain or "", placement_tier=binding.tier,
+        pending_reason="", never_fits=False, updated_at=timezone.now())
+    if not started:
+        raise _Stale("job is no longer pending")
+    allocations, by_node = [], defaultdict(list)
+    for p in binding.tasks:
+        free = tasks_by_role.get((binding.job_id, p.role), [])
+        if p.index >= len(free):
+            raise _Stale(f"no pending task {p.role}[{p.index}]")
+        task_id = free[p.index]
+        node = gpu_ids.get(p.node)
+        if node is None:
+            raise _Stale(f"node {p.node} is not ready")
+        for g in p.gpus:
+            gpu = node["gpus"].get(g)
+            if gpu is None:
+                raise _Stale(f"GPU {p.node}/{g} is unhealthy or unknown")
+            allocations.append(Allocation(task_id=task_id, gpu_id=gpu, job_id=binding.job_id, created_at=clock))
+        by_node[node["id"]].append(task_id)
+    Allocation.objects.bulk_create(allocations)  # IntegrityError: a GPU already has a live allocation
+    for node_id, ids in by_node.items():
+        if Task.objects.filter(pk__in=ids, state="pending").update(state="running", node_id=node_id) != len(ids):
+            raise _Stale("a task is no longer pending")
+    return Event(time=clock, kind="admitted", job_id=binding.job_id, cycle=cycle_number,
+                 message=f"admitted into {binding.domain or 'the cluster'} (tier {binding.tier}) on "
+                         f"{len(by_node)} node(s), {len(allocations)} GPUs",
+                 data={"domain": binding.domain, "tier": binding.tier,
+                       "placement": [[p.role, p.index, p.node, list(p.gpus)] for p in binding.tasks]})
+
+
+def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, started_at: datetime | None = None,
+                 duration_ms: float = 0.0) -> ApplyStats:
+    """Write one cycle's decisions, its SchedulerCycle row and its samples, in one transaction.
+    Stale bindings are skipped (ApplyStats.stale_skipped, logged at INFO) and the rest commits."""
+    stats = ApplyStats()
+    job_ids = [b.job_id for b in result.bindings]
+    node_names = {p.node for b in result.bindings for p in b.tasks}
+    with transaction.atomic():
+        tasks_by_role: dict[tuple, list[int]] = defaultdict(list)
+        for tid, jid, role in (Task.objects.filter(job_id__in=job_ids, state="pending").order_by("role_id", "index")
+                               .values_list("id", "job_id", "role__name")):
+            tasks_by_role[(jid, role)].append(tid)
+        gpu_ids: dict[str, dict] = {}
+        for gid, idx, nid, nname in (Gpu.objects.filter(node__name__in=node_names, node__state="ready", health="healthy")
+                                     .values_list("id", "index", "node_id", "node__name")):
+            gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["gpus"][idx] = gid
+        for nid, nname in Node.objects.filter(name__in=node_names, state="ready").values_list("id", "name"):
+            gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})  # CPU-only placements on ready nodes
+        events = []
+        for binding in result.bindings:
+            try:
+                with transaction.atomic():
+                    events.append(_bind(binding, clock, tasks_by_role, gpu_ids, cycle_number))
+                stats.binds += 1
+            except (_Stale, IntegrityError) as exc:
+                why = str(exc) if isinstance(exc, _Stale) else "a GPU is already bound (racing cycle)"
+                stats.stale_skipped += 1
+                stats.stale.append((binding.job_id, why))
+                log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, binding.job_id, why)
+        Event.objects.bulk_create(events)
+        stats.pending_updated = _update_pending(result)
+        SchedulerCycle.objects.create(
+            number=cycle_number, started_at=started_at or timezone.now(), clock=clock, duration_ms=duration_ms,
+            timings=dict(result.timings), binds=stats.binds, evictions=0, pending=len(result.pending),
+            stale_skipped=stats.stale_skipped)
+        samples.write_samples(result.metrics, clock=clock, cycle_number=cycle_number, pending=len(result.pending))
+    return stats
+
+
+def _update_pending(result: CycleResult) -> int:
+    groups: dict[tuple[str, bool], list] = defaultdict(list)
+    for job_id, reason in result.pending.items():
+        groups[(reason.message[:500], bool(reason.terminal))].append(job_id)
+    updated = 0
+    for (message, terminal), ids in groups.items():
+        for i in range(0, len(ids), 500):
+            updated += Job.objects.filter(pk__in=ids[i:i + 500], state="pending").update(
+                pending_reason=message, never_fits=terminal)
+    return updated
+
+
+def run_cycle_once(*, clock: datetime | None = None, config=None) -> SchedulerCycle | None:
+    """One single-flight scheduling cycle at cluster time `clock` (default now). Returns the
+    SchedulerCycle row, or None when another cycle holds the lock (logged).
+
+    A crash (engine or apply) leaves jobs, tasks and allocations as they were (the apply transaction
+    rolls back), records a SchedulerCycle with `error` in its own transaction, then RE-RAISES the
+    exception (Celery marks the task failed; `scheduler.tasks.run_loop` logs and continues)."""
+    from scheduler.core import run_cycle
+
+    clock = clock or timezone.now()
+    with single_flight() as acquired:
+        if not acquired:
+            log.info("scheduling cycle skipped: another cycle is running")
+            return None
+        number = (SchedulerCycle.objects.aggregate(n=Max("number"))["n"] or 0) + 1
+        wall, t0 = timezone.now(), _time.perf_counter()
+        try:
+            snapshot, _ = build_snapshot(clock.timestamp())
+            t1 = _time.perf_counter()
+            result = run_cycle(snapshot, config)
+            result.timings.setdefault("snapshot_ms", (t1 - t0) * 1000)
+            apply_result(result, clock=clock, cycle_number=number, started_at=wall,
+                         duration_ms=(_time.perf_counter() - t0) * 1000)
+        except Exception:
+            log.exception("scheduling cycle %s failed", number)
+            with transaction.atomic():
+                SchedulerCycle.objects.create(number=number, started_at=wall, clock=clock,
+                                              duration_ms=(_time.perf_counter() - t0) * 1000,
+                                              error=traceback.format_exc()[-4000:])
+            raise
+        cycle = SchedulerCycle.objects.get(number=number)
+        log.info("cycle %s: %s binds, %s pending, %s stale, %.1f ms", number, cycle.binds, cycle.pending,
+                 cycle.stale_skipped, cycle.duration_ms)
+        return cycle

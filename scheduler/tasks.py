@@ -1,0 +1,72 @@
+"""Celery tasks and the in-process loop: thin shells around `scheduler.store.run_cycle_once`.
+
+- `run_scheduling_cycle`: the Celery task (beat runs it every SCHEDULER_CYCLE_SECONDS; submissions ask
+  for one through `request_cycle`). Single-flight: a second concurrent run returns {"skipped": True}.
+- `request_cycle()`: enqueue a cycle when a broker (REDIS_URL) is configured, else do nothing (the
+  embedded loop will pick the work up on its next tick).
+- `run_loop(...)`: the embedded default's scheduling loop, run in a thread of the web process.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime
+from typing import Callable
+
+from celery import shared_task
+from django.conf import settings
+from django.db import close_old_connections
+
+log = logging.getLogger("scheduler.tasks")
+
+
+def _summary(cycle) -> dict:
+    if cycle is None:
+        return {"skipped": True}
+    return {"skipped": False, "number": cycle.number, "binds": cycle.binds, "pending": cycle.pending,
+            "stale_skipped": cycle.stale_skipped, "duration_ms": cycle.duration_ms}
+
+
+@shared_task(name="scheduler.tasks.run_scheduling_cycle", ignore_result=False)
+def run_scheduling_cycle() -> dict:
+    """Run one cycle now (cluster clock = wall clock). Returns {"skipped", "number", "binds", "pending",
+    "stale_skipped", "duration_ms"}; raises what the cycle raised (the failure is recorded first)."""
+    from scheduler.store import run_cycle_once
+
+    return _summary(run_cycle_once())
+
+
+def request_cycle() -> bool:
+    """Ask for a scheduling cycle soon. Returns True if a task was enqueued. Never raises: a broker
+    outage is logged and the periodic beat cycle catches up."""
+    if not getattr(settings, "REDIS_URL", ""):
+        return False
+    try:
+        run_scheduling_cycle.apply_async(expires=max(settings.SCHEDULER_CYCLE_SECONDS * 2, 10))
+        return True
+    except Exception:  # noqa: BLE001 - a submission must not fail because the broker is down
+        log.warning("could not enqueue a scheduling cycle", exc_info=True)
+        return False
+
+
+def run_loop(*, interval_seconds: float, clock_fn: Callable[[], datetime], stop_event: threading.Event,
+             config=None, on_cycle: Callable | None = None) -> int:
+    """Run cycles every `interval_seconds` (wall time) until `stop_event` is set; each cycle runs at
+    cluster time `clock_fn()`. A failing cycle is logged (and recorded by run_cycle_once) and the loop
+    goes on. `on_cycle(cycle_or_None)` is called after each attempt. Returns the number of cycles run."""
+    from scheduler.store import run_cycle_once
+
+    count = 0
+    while not stop_event.is_set():
+        cycle = None
+        try:
+            cycle = run_cycle_once(clock=clock_fn(), config=config)
+            count += cycle is not None
+        except Exception:  # noqa: BLE001 - keep the loop alive; the error is in SchedulerCycle.error
+            log.exception("scheduling loop: cycle failed")
+        finally:
+            close_old_connections()
+        if on_cycle is not None:
+            on_cycle(cycle)
+        stop_event.wait(interval_seconds)
+    return count
