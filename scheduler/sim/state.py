@@ -1,0 +1,148 @@
+"""Incremental cluster state of a replay: which GPUs of which node are held by which job.
+
+The state is kept in plain dicts and sets and turned into a frozen `Snapshot` each cycle. Only nodes
+whose allocation changed since the previous snapshot get a new `NodeInfo`; job records are built once
+(at submit, and again at start), so a snapshot costs O(nodes + live jobs) tuple copies, not object
+construction. Binding a GPU that is already used, or a gang below its `min_available`, raises
+AssertionError: the replay is a safety net for the engine, not a place to paper over its bugs.
+
+Units: GPUs, millicores, MiB, seconds of simulated time.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduler.core.snapshot import (
+    Binding, DomainInfo, JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot,
+)
+from scheduler.sim.spec import ClusterSpec, TraceJob
+
+ROLE = "worker"  # trace jobs have one role
+
+
+def job_info(job: TraceJob) -> JobInfo:
+    """The pending JobInfo of a trace job (one role, min_available = tasks unless stated)."""
+    min_available = job.tasks if job.min_available is None else job.min_available
+    role = RoleInfo(
+        name=ROLE, tasks=job.tasks, gpus_per_task=job.gpus_per_task, min_available=min_available,
+        cpu_milli=job.cpu_milli, memory_mib=job.memory_mib, flavors=tuple(job.flavors),
+    )
+    return JobInfo(
+        id=job.id, queue=job.queue, roles=(role,), priority=job.priority, submit_time=job.submit,
+        name=job.id,
+    )
+
+
+def queue_infos(cluster: ClusterSpec, extra: set[str] = frozenset()) -> tuple[QueueInfo, ...]:
+    """Queues of the cluster as QueueInfo; `extra` names used by the trace but absent from the
+    cluster are added without quotas (the report notes them)."""
+    out = [
+        QueueInfo(
+            name=q.name, parent=q.parent, weight=q.weight,
+            quotas={f: QuotaInfo(guarantee=g, quota=d, limit=lim) for f, (g, d, lim) in q.quotas.items()},
+        )
+        for q in cluster.queues
+    ]
+    out.extend(QueueInfo(name=name) for name in sorted(extra))
+    return tuple(out)
+
+
+class ClusterState:
+    """GPUs in use per node, live jobs, and the snapshot built from them."""
+
+    def __init__(self, cluster: ClusterSpec, queues: tuple[QueueInfo, ...]):
+        self.domains = tuple(DomainInfo(d.name, d.tier, d.parent) for d in cluster.domains)
+        self.queues = queues
+        self._base = {
+            n.name: NodeInfo(
+                name=n.name, flavor=n.flavor, gpus=n.gpus, domain=n.domain, gpu_numa=tuple(n.gpu_numa),
+                cpu_milli=n.cpu_milli, memory_mib=n.memory_mib,
+            )
+            for n in cluster.nodes
+        }
+        self._order = {name: i for i, name in enumerate(self._base)}
+        self._nodes = list(self._base.values())  # current NodeInfo per node, in cluster order
+        self._used: dict[str, set[int]] = {name: set() for name in self._base}
+        self._cpu: dict[str, int] = dict.fromkeys(self._base, 0)
+        self._mem: dict[str, int] = dict.fromkeys(self._base, 0)
+        self._dirty: set[str] = set()
+        self.capacity = sum(n.gpus for n in self._nodes)  # schedulable GPUs (all nodes ready, healthy)
+        self.used_gpus = 0
+        self.pending: dict = {}  # job id -> JobInfo, in submit order
+        self.running: dict = {}  # job id -> JobInfo (state running, with placement)
+
+    # -- jobs -------------------------------------------------------------------------------------
+    def submit(self, info: JobInfo) -> None:
+        assert info.id not in self.pending and info.id not in self.running, f"duplicate job id {info.id!r}"
+        self.pending[info.id] = info
+
+    def snapshot(self, now: float) -> Snapshot:
+        """A frozen view of the current state at simulated time `now` (seconds)."""
+        for name in self._dirty:
+            self._nodes[self._order[name]] = replace(
+                self._base[name], used=frozenset(self._used[name]),
+                cpu_used=self._cpu[name], memory_used=self._mem[name],
+            )
+        self._dirty.clear()
+        jobs = (*self.running.values(), *self.pending.values())
+        return Snapshot(nodes=tuple(self._nodes), domains=self.domains, queues=self.queues, jobs=jobs, now=now)
+
+    def bind(self, binding: Binding, now: float, *, gang: bool = True) -> JobInfo:
+        """Start a pending job on the binding's GPUs at `now`. Checks every GPU first, then applies."""
+        job = self.pending.get(binding.job_id)
+        assert job is not None, f"engine bound job {binding.job_id!r}, which is not pending"
+        roles = {r.name: r for r in job.roles}
+        seen_tasks: set[tuple[str, int]] = set()
+        taken: set[tuple[str, int]] = set()
+        per_role = dict.fromkeys(roles, 0)
+        for t in binding.tasks:
+            role = roles.get(t.role)
+            assert role is not None, f"job {job.id!r}: unknown role {t.role!r}"
+            assert 0 <= t.index < role.tasks and (t.role, t.index) not in seen_tasks, (
+                f"job {job.id!r}: bad or repeated task {t.role}[{t.index}]")
+            seen_tasks.add((t.role, t.index))
+            assert len(t.gpus) == role.gpus_per_task, (
+                f"job {job.id!r}: task {t.role}[{t.index}] got {len(t.gpus)} GPUs, wants {role.gpus_per_task}")
+            node = self._base.get(t.node)
+            assert node is not None, f"job {job.id!r}: unknown node {t.node!r}"
+            assert not role.flavors or node.flavor in role.flavors, (
+                f"job {job.id!r}: node {t.node} flavor {node.flavor} not in {role.flavors}")
+            for g in t.gpus:
+                assert 0 <= g < node.gpus, f"job {job.id!r}: GPU {t.node}/{g} does not exist"
+                assert g not in self._used[t.node] and (t.node, g) not in taken, (
+                    f"job {job.id!r}: GPU {t.node}/{g} is already bound")
+                taken.add((t.node, g))
+            per_role[t.role] += 1
+        if gang:
+            for name, role in roles.items():
+                assert per_role[name] >= role.effective_min, (
+                    f"job {job.id!r}: partial gang, role {name} got {per_role[name]} tasks, "
+                    f"min_available {role.effective_min}")
+        for t in binding.tasks:
+            role = roles[t.role]
+            self._used[t.node].update(t.gpus)
+            self._cpu[t.node] += role.cpu_milli
+            self._mem[t.node] += role.memory_mib
+            self._dirty.add(t.node)
+        self.used_gpus += len(taken)
+        del self.pending[job.id]
+        started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now)
+        self.running[job.id] = started
+        return started
+
+    def release(self, job_id) -> JobInfo:
+        """Free every GPU of a running job (completion or eviction) and forget it."""
+        job = self.running.pop(job_id)
+        roles = {r.name: r for r in job.roles}
+        for t in job.placement:
+            used = self._used[t.node]
+            used.difference_update(t.gpus)
+            self._cpu[t.node] -= roles[t.role].cpu_milli
+            self._mem[t.node] -= roles[t.role].memory_mib
+            self._dirty.add(t.node)
+            self.used_gpus -= len(t.gpus)
+        return job
+
+    def drop(self, job_id) -> JobInfo:
+        """Remove a pending job for good (rejected by the engine)."""
+        return self.pending.pop(job_id)
