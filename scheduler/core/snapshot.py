@@ -134,12 +134,10 @@ class Snapshot:
 @dataclass(frozen=True, slots=True)
 class CycleConfig:
     """Knobs of one cycle. `binpack` off spreads (least-allocated first, like kube-scheduler's default);
-    `topology` off ignores the domain tree (every job may span the cluster); `gang` off places task by task."""
+    `topology` off ignores the domain tree (every job may span the whole cluster)."""
 
     binpack: bool = True
     topology: bool = True
-    gang: bool = True
-    max_jobs_considered: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,64 @@
+"""Cluster metrics of DESIGN section 6, computed from free capacity in one pass over the nodes.
+
+- allocation_rate = allocated GPUs / schedulable GPUs (healthy GPUs of ready nodes).
+- largest_runnable[t] = the most GPUs one job could get right now inside one domain of tier <= t: the
+  GPUs of whole free nodes of one flavor for multi-node shapes, or the largest free block on one node,
+  whichever is larger.
+- fragmentation_rate = 1 - largest_runnable[top tier] / free GPUs (0 when nothing is free); also given
+  per tier as fragmentation_by_tier.
+- domain_completeness = share of lowest-tier domains whose healthy GPUs are all free or all used.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .state import ClusterState
+
+
+def cluster_metrics(state: ClusterState) -> dict:
+    tree = state.tree
+    n_dom = len(tree.names)
+    whole: list[dict[str, int]] = [defaultdict(int) for _ in range(n_dom)]
+    block = [0] * n_dom
+    dom_free = [0] * n_dom
+    dom_healthy = [0] * n_dom
+    schedulable = free_total = 0
+    for k, node in enumerate(state.nodes):
+        healthy = state.healthy_gpus[k]
+        f = len(state.free[k])
+        schedulable += healthy
+        free_total += f
+        is_whole = healthy > 0 and f == healthy
+        for d in tree.node_chain[k]:
+            dom_free[d] += f
+            dom_healthy[d] += healthy
+            if f > block[d]:
+                block[d] = f
+            if is_whole:
+                whole[d][node.flavor] += f
+    best_at_tier: dict[int, int] = {}
+    for d in range(n_dom):
+        value = max(block[d], max(whole[d].values(), default=0))
+        t = tree.tiers[d]
+        best_at_tier[t] = max(best_at_tier.get(t, 0), value)
+    largest: dict[int, int] = {}
+    running_max = 0
+    for t in tree.tier_levels:
+        running_max = max(running_max, best_at_tier.get(t, 0))
+        largest[t] = running_max
+    frag_by_tier = {t: (1 - v / free_total if free_total else 0.0) for t, v in largest.items()}
+    lowest = tree.by_tier[tree.tier_levels[0]]
+    counted = [d for d in lowest if dom_healthy[d] > 0]
+    complete = sum(1 for d in counted if dom_free[d] in (0, dom_healthy[d]))
+    allocated = schedulable - free_total
+    return {
+        "schedulable_gpus": schedulable,
+        "allocated_gpus": allocated,
+        "free_gpus": free_total,
+        "allocation_rate": allocated / schedulable if schedulable else 0.0,
+        "largest_runnable": largest,
+        "fragmentation_rate": frag_by_tier[tree.top_tier],
+        "fragmentation_by_tier": frag_by_tier,
+        "domain_completeness": complete / len(counted) if counted else 1.0,
+        "top_tier": tree.top_tier,
+    }

@@ -1,0 +1,70 @@
+"""Static feasibility: can a gang EVER fit this cluster, whatever else runs? (kube-scheduler's
+"UnschedulableAndUnresolvable": waiting or preempting cannot help, so the job must not block others.)
+
+Capacity counts every node of the flavor in any state (a cordoned node may come back). A job never fits
+when a role's task is bigger than every node, or no domain of tier <= its cap holds its minimum by per-node
+packing at full capacity (sum over nodes of floor(node GPUs / GPUs per task) >= the role's minimum).
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from ..snapshot import JobInfo, PendingReason
+from ..state import ClusterState
+
+
+class Capacity:
+    def __init__(self, state: ClusterState):
+        self.state = state
+        tree = state.tree
+        # per domain and flavor: Counter {node GPU count: number of nodes}
+        self.sizes: list[dict[str, Counter]] = [defaultdict(Counter) for _ in tree.names]
+        self.max_node: dict[str, int] = defaultdict(int)
+        for k, node in enumerate(state.nodes):
+            self.max_node[node.flavor] = max(self.max_node[node.flavor], node.gpus)
+            for d in tree.node_chain[k]:
+                self.sizes[d][node.flavor][node.gpus] += 1
+        self._cache: dict[tuple, PendingReason | None] = {}
+
+    def _maximal_domains(self, cap: int | None) -> list[int]:
+        tree = self.state.tree
+        if cap is None:
+            return [tree.root]
+        return [d for d, t in enumerate(tree.tiers)
+                if t <= cap and (tree.parent[d] < 0 or tree.tiers[tree.parent[d]] > cap)]
+
+    def never_fits(self, job: JobInfo, flavor: str, cap: int | None) -> PendingReason | None:
+        key = (flavor, cap, tuple((r.name, r.gpus_per_task, r.effective_min) for r in job.roles))
+        if key in self._cache:
+            return self._cache[key]
+        self._cache[key] = reason = self._check(job, flavor, cap)
+        return reason
+
+    def _check(self, job: JobInfo, flavor: str, cap: int | None) -> PendingReason | None:
+        biggest = self.max_node.get(flavor, 0)
+        for role in job.roles:
+            if role.gpus_per_task > biggest:
+                return PendingReason(
+                    "never_fits_node", f"role {role.name}: {role.gpus_per_task} GPUs per task exceeds every {flavor} "
+                    f"node (largest has {biggest})", terminal=True)
+        domains = self._maximal_domains(cap)
+        if not domains:
+            return PendingReason("never_fits_tier", f"this cluster has no domain of tier <= {cap}", terminal=True)
+        need = job.gpus_min
+        largest = 0
+        for d in domains:
+            sizes = self.sizes[d].get(flavor)
+            if not sizes:
+                continue
+            total = sum(g * n for g, n in sizes.items())
+            largest = max(largest, total)
+            if total >= need and all(
+                role.gpus_per_task == 0 or sum((g // role.gpus_per_task) * n for g, n in sizes.items()) >= role.effective_min
+                for role in job.roles
+            ):
+                return None
+        where = "this cluster" if cap is None or len(domains) == 1 and domains[0] == self.state.tree.root \
+            else f"every tier-{cap} domain"
+        return PendingReason(
+            "never_fits_domain", f"can never fit: needs {need} {flavor} GPUs in one domain, exceeds {where} "
+            f"(largest holds {largest})", terminal=True)

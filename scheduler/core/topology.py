@@ -1,0 +1,107 @@
+"""The domain tree (HyperNodes) as index arrays, built once per cycle from a Snapshot.
+
+Nodes hang off their lowest-tier domain. When the snapshot's domains do not form a single tree over
+every node (no domains at all, several roots, or nodes without a domain), a synthetic root named
+`ROOT_NAME` is added one tier above the highest tier, so every node is inside exactly one chain
+node -> lowest domain -> ... -> root.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .snapshot import Snapshot
+
+ROOT_NAME = "cluster"
+
+
+class TopologyError(ValueError):
+    """The domain tree is inconsistent (unknown parent, cycle, unknown node domain)."""
+
+
+@dataclass(slots=True)
+class DomainTree:
+    names: list[str]  # domain index -> name
+    tiers: list[int]
+    parent: list[int]  # -1 for the root
+    children: list[list[int]]
+    direct_nodes: list[list[int]]  # node indices hanging directly off the domain
+    nodes_under: list[list[int]]  # every node index below the domain
+    node_chain: list[tuple[int, ...]]  # node index -> domain indices, lowest first, root last
+    root: int
+    tier_levels: list[int]  # distinct tiers, ascending
+    by_tier: dict[int, list[int]]  # tier -> domain indices of exactly that tier
+    index: dict[str, int]
+
+    @property
+    def top_tier(self) -> int:
+        return self.tiers[self.root]
+
+
+def build_tree(snapshot: Snapshot) -> DomainTree:
+    """Index the snapshot's domains. Raises TopologyError on an unknown parent or node domain, or a cycle."""
+    names = [d.name for d in snapshot.domains]
+    index = {n: i for i, n in enumerate(names)}
+    if len(index) != len(names):
+        raise TopologyError("duplicate domain name")
+    tiers = [d.tier for d in snapshot.domains]
+    parent = []
+    for d in snapshot.domains:
+        if d.parent is not None and d.parent not in index:
+            raise TopologyError(f"domain {d.name}: unknown parent {d.parent!r}")
+        parent.append(index[d.parent] if d.parent is not None else -1)
+    roots = [i for i, p in enumerate(parent) if p == -1]
+    orphans = any(n.domain is None for n in snapshot.nodes)
+    if len(roots) == 1 and not orphans:
+        root = roots[0]
+    else:
+        root = len(names)
+        names.append(ROOT_NAME if ROOT_NAME not in index else f"{ROOT_NAME}-root")
+        tiers.append(max(tiers, default=0) + 1)
+        parent.append(-1)
+        for r in roots:
+            parent[r] = root
+        index[names[root]] = root
+    n_dom = len(names)
+    children: list[list[int]] = [[] for _ in range(n_dom)]
+    for i, p in enumerate(parent):
+        if p >= 0:
+            children[p].append(i)
+    # cycle check: every domain must reach the root
+    for i in range(n_dom):
+        seen, j = 0, i
+        while parent[j] != -1:
+            j = parent[j]
+            seen += 1
+            if seen > n_dom:
+                raise TopologyError(f"domain {names[i]}: parent chain forms a cycle")
+        if j != root:
+            raise TopologyError(f"domain {names[i]}: not under the root")
+    direct_nodes: list[list[int]] = [[] for _ in range(n_dom)]
+    node_chain: list[tuple[int, ...]] = []
+    chains: dict[int, tuple[int, ...]] = {}
+    for k, node in enumerate(snapshot.nodes):
+        if node.domain is None:
+            d = root
+        elif node.domain in index:
+            d = index[node.domain]
+        else:
+            raise TopologyError(f"node {node.name}: unknown domain {node.domain!r}")
+        direct_nodes[d].append(k)
+        chain = chains.get(d)
+        if chain is None:
+            c, j = [d], d
+            while parent[j] != -1:
+                j = parent[j]
+                c.append(j)
+            chain = chains[d] = tuple(c)
+        node_chain.append(chain)
+    nodes_under: list[list[int]] = [[] for _ in range(n_dom)]
+    for k, chain in enumerate(node_chain):
+        for d in chain:
+            nodes_under[d].append(k)
+    by_tier: dict[int, list[int]] = {}
+    for i, t in enumerate(tiers):
+        by_tier.setdefault(t, []).append(i)
+    return DomainTree(names=names, tiers=tiers, parent=parent, children=children, direct_nodes=direct_nodes,
+                      nodes_under=nodes_under, node_chain=node_chain, root=root,
+                      tier_levels=sorted(by_tier), by_tier=by_tier, index=index)
