@@ -129,7 +129,7 @@ def replay(
         result = engine(snapshot, config)
         t2 = time.perf_counter()
         for binding in result.bindings:
-            state.bind(binding, now, gang=config.gang)
+            state.bind(binding, now)
             job = by_id[binding.job_id]
             seq += 1
             heapq.heappush(completions, (now + job.duration, seq, job.id))

@@ -87,7 +87,7 @@ class ClusterState:
         jobs = (*self.running.values(), *self.pending.values())
         return Snapshot(nodes=tuple(self._nodes), domains=self.domains, queues=self.queues, jobs=jobs, now=now)
 
-    def bind(self, binding: Binding, now: float, *, gang: bool = True) -> JobInfo:
+    def bind(self, binding: Binding, now: float) -> JobInfo:
         """Start a pending job on the binding's GPUs at `now`. Checks every GPU first, then applies."""
         job = self.pending.get(binding.job_id)
         assert job is not None, f"engine bound job {binding.job_id!r}, which is not pending"
@@ -113,11 +113,10 @@ class ClusterState:
                     f"job {job.id!r}: GPU {t.node}/{g} is already bound")
                 taken.add((t.node, g))
             per_role[t.role] += 1
-        if gang:
-            for name, role in roles.items():
-                assert per_role[name] >= role.effective_min, (
-                    f"job {job.id!r}: partial gang, role {name} got {per_role[name]} tasks, "
-                    f"min_available {role.effective_min}")
+        for name, role in roles.items():
+            assert per_role[name] >= role.effective_min, (
+                f"job {job.id!r}: partial gang, role {name} got {per_role[name]} tasks, "
+                f"min_available {role.effective_min}")
         for t in binding.tasks:
             role = roles[t.role]
             self._used[t.node].update(t.gpus)

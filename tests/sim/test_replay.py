@@ -209,3 +209,15 @@ def test_helpers():
     assert [size_bucket(g) for g in (0, 1, 2, 4, 5, 8, 9, 32, 33, 128, 129)] == [
         "0", "1", "2-4", "2-4", "5-8", "5-8", "9-32", "9-32", "33-128", "33-128", ">128"]
     assert percentile([], 50) is None and percentile([1.0, 3.0], 50) == 2.0
+
+
+def test_production_engine_drives_the_replay():
+    """The default engine is scheduler.core.run_cycle: same timeline as the stand-in on this trace, the
+    oversized job rejected as terminal, the 4 x 1-GPU gang kept on one node."""
+    trace = Trace("t", (job("a", 0, 100, gpus=4), job("b", 10, 50, tasks=2, gpus=4), job("c", 500, 30),
+                        job("huge", 600, 10, tasks=4, gpus=4), job("d", 700, 10, tasks=4, gpus=1)))
+    report = replay(cluster(), trace, cycle_interval=60)
+    assert (report.jobs_started, report.jobs_finished, report.jobs_rejected) == (4, 4, 1)
+    assert report.queueing_by_size["5-8"]["p50"] == 110
+    assert (report.multi_node_jobs, report.topology_alignment) == (1, 1.0)
+    assert report.mean_fragmentation_rate is not None
