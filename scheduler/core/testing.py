@@ -1,0 +1,267 @@
+"""Fluent, keyword-only builders for test worlds (kube-scheduler's MakePod().Obj(), Kueue's wrappers).
+
+    world = (World()
+             .nodes(count=4, gpus=8, flavor="H100")
+             .queue(name="q", quota={"H100": 32})
+             .job(name="big", queue="q", tasks=3, gpus_per_task=4, submit=0))
+    result = world.cycle()
+
+A World yields a frozen Snapshot for one cycle (`snapshot`, `cycle`), and the pieces a multi-cycle
+scenario runner needs (`scheduler.sim.scenario.ScenarioRunner`): nodes, domains, queues, jobs with their
+durations. Units: GPUs, millicores, MiB, seconds.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable, Mapping
+
+from .cycle import run_cycle
+from .snapshot import (
+    CycleConfig, CycleResult, DomainInfo, JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot,
+    TaskPlacement,
+)
+
+
+def role(*, name: str = "worker", tasks: int = 1, gpus_per_task: int = 1, min_available: int | None = None,
+         cpu_milli: int = 0, memory_mib: int = 0, flavors: Iterable[str] = ()) -> RoleInfo:
+    return RoleInfo(name=name, tasks=tasks, gpus_per_task=gpus_per_task,
+                    min_available=tasks if min_available is None else min_available,
+                    cpu_milli=cpu_milli, memory_mib=memory_mib, flavors=tuple(flavors))
+
+
+class World:
+    def __init__(self) -> None:
+        self._nodes: dict[str, NodeInfo] = {}
+        self._domains: dict[str, DomainInfo] = {}
+        self._queues: dict[str, QueueInfo] = {}
+        self._jobs: dict[str, JobInfo] = {}
+        self.durations: dict[str, float] = {}
+
+    # -- cluster ----------------------------------------------------------------------------------------
+    def node(self, *, name: str, gpus: int, flavor: str = "H100", domain: str | None = None, used: int = 0,
+             numa: Iterable[int] = (), cpu_milli: int = 0, memory_mib: int = 0, state: str = "ready",
+             unhealthy: Iterable[int] = ()) -> World:
+        """One node; `used` marks its first GPUs as held by something outside the scheduler's queues."""
+        self._nodes[name] = NodeInfo(name=name, flavor=flavor, gpus=gpus, domain=domain, gpu_numa=tuple(numa),
+                                     cpu_milli=cpu_milli, memory_mib=memory_mib, state=state,
+                                     unhealthy=frozenset(unhealthy), used=frozenset(range(used)))
+        return self
+
+    def nodes(self, *, gpus: int, count: int | None = None, names: Iterable[str] | None = None,
+              flavor: str = "H100", prefix: str = "n", domain: str | None = None, start: int = 1,
+              **node_kwargs) -> World:
+        names = list(names) if names is not None else [f"{prefix}{i}" for i in range(start, start + (count or 0))]
+        for n in names:
+            self.node(name=n, gpus=gpus, flavor=flavor, domain=domain, **node_kwargs)
+        return self
+
+    def domain(self, *, name: str, tier: int, parent: str | None = None, nodes: Iterable[str] = (),
+               children: Iterable[str] = ()) -> World:
+        """A domain; `nodes` are (re)attached to it, `children` get it as parent."""
+        self._domains[name] = DomainInfo(name=name, tier=tier, parent=parent)
+        for n in nodes:
+            self._nodes[n] = replace(self._nodes[n], domain=name)
+        for c in children:
+            self._domains[c] = replace(self._domains[c], parent=name)
+        return self
+
+    def racks(self, *, count: int, nodes_per_rack: int, gpus: int, flavor: str = "H100", tier: int = 1,
+              prefix: str = "rack", spine: str | None = "spine", spine_tier: int | None = None) -> World:
+        """`count` scale-up domains of `nodes_per_rack` nodes (named rack{r}-n{i}), under one spine."""
+        rack_names = []
+        for r in range(1, count + 1):
+            rack = f"{prefix}{r}"
+            self.nodes(count=nodes_per_rack, gpus=gpus, flavor=flavor, prefix=f"{rack}-n")
+            self.domain(name=rack, tier=tier, nodes=[f"{rack}-n{i}" for i in range(1, nodes_per_rack + 1)])
+            rack_names.append(rack)
+        if spine:
+            self.domain(name=spine, tier=spine_tier or tier + 1, children=rack_names)
+        return self
+
+    # -- queues -----------------------------------------------------------------------------------------
+    def queue(self, *, name: str, quota: Mapping[str, int] | None = None, guarantee: Mapping[str, int] | None = None,
+              limit: Mapping[str, int] | None = None, parent: str | None = None, weight: float = 1.0,
+              state: str = "open") -> World:
+        flavors = set(quota or {}) | set(guarantee or {}) | set(limit or {})
+        quotas = {f: QuotaInfo(guarantee=(guarantee or {}).get(f, 0), quota=(quota or {}).get(f, 0),
+                               limit=(limit or {}).get(f)) for f in flavors}
+        self._queues[name] = QueueInfo(name=name, parent=parent, weight=weight, quotas=quotas, state=state)
+        return self
+
+    # -- jobs -------------------------------------------------------------------------------------------
+    def job(self, *, name: str, queue: str = "q", tasks: int = 1, gpus_per_task: int = 1,
+            min_available: int | None = None, roles: Iterable[RoleInfo] | None = None, priority: int = 0,
+            submit: float = 0.0, preemptible: bool = True, topology_mode: str = "none",
+            highest_tier: int | None = None, preferred_tier: int | None = None, time_limit: float | None = None,
+            flavors: Iterable[str] = (), cpu_milli: int = 0, memory_mib: int = 0,
+            duration: float | None = None) -> World:
+        """A pending job: one role from tasks / gpus_per_task / min_available, or explicit `roles`."""
+        roles = tuple(roles) if roles is not None else (
+            role(tasks=tasks, gpus_per_task=gpus_per_task, min_available=min_available, cpu_milli=cpu_milli,
+                 memory_mib=memory_mib, flavors=flavors),)
+        self._jobs[name] = JobInfo(id=name, name=name, queue=queue, roles=roles, priority=priority,
+                                   submit_time=submit, preemptible=preemptible, topology_mode=topology_mode,
+                                   highest_tier=highest_tier, preferred_tier=preferred_tier, time_limit=time_limit)
+        if duration is not None:
+            self.durations[name] = duration
+        return self
+
+    def running(self, *, name: str, queue: str = "q", nodes: Iterable[str], gpus_per_task: int,
+                min_available: int | None = None, started: float = 0.0, priority: int = 0,
+                preemptible: bool = True, time_limit: float | None = None, duration: float | None = None) -> World:
+        """A job already running with one task on each of `nodes` (a node may repeat), on the lowest free GPUs."""
+        placements = []
+        taken: dict[str, set[int]] = {}
+        for i, n in enumerate(nodes):
+            node = self._nodes[n]
+            busy = set(node.used) | taken.setdefault(n, set())
+            gpus = tuple(g for g in range(node.gpus) if g not in busy)[:gpus_per_task]
+            assert len(gpus) == gpus_per_task, f"node {n} has no room for task {i}"
+            taken[n].update(gpus)
+            placements.append(TaskPlacement(role="worker", index=i, node=n, gpus=gpus))
+        for n, gpus in taken.items():
+            self._nodes[n] = replace(self._nodes[n], used=self._nodes[n].used | gpus)
+        count = len(placements)
+        self._jobs[name] = JobInfo(
+            id=name, name=name, queue=queue, roles=(role(tasks=count, gpus_per_task=gpus_per_task,
+                                                         min_available=min_available),),
+            priority=priority, submit_time=started, preemptible=preemptible, time_limit=time_limit,
+            state="running", placement=tuple(placements), start_time=started)
+        if duration is not None:
+            self.durations[name] = duration
+        return self
+
+    # -- outputs ----------------------------------------------------------------------------------------
+    @property
+    def node_infos(self) -> tuple[NodeInfo, ...]:
+        return tuple(self._nodes.values())
+
+    @property
+    def domain_infos(self) -> tuple[DomainInfo, ...]:
+        return tuple(self._domains.values())
+
+    @property
+    def queue_infos(self) -> tuple[QueueInfo, ...]:
+        return tuple(self._queues.values())
+
+    @property
+    def jobs(self) -> tuple[JobInfo, ...]:
+        return tuple(self._jobs.values())
+
+    def snapshot(self, *, now: float = 0.0, submitted_by: float | None = None) -> Snapshot:
+        """All jobs (or only those submitted by `submitted_by`) in one frozen snapshot."""
+        jobs = tuple(j for j in self._jobs.values()
+                     if j.state != "pending" or submitted_by is None or j.submit_time <= submitted_by)
+        return Snapshot(nodes=self.node_infos, domains=self.domain_infos, queues=self.queue_infos, jobs=jobs, now=now)
+
+    def cycle(self, *, now: float = 0.0, config: CycleConfig | None = None) -> CycleResult:
+        return run_cycle(self.snapshot(now=now), config)
+
+
+# -- invariants ---------------------------------------------------------------------------------------------
+def check_result(snapshot: Snapshot, result: CycleResult) -> None:
+    """Assert the cycle's safety invariants; raises AssertionError naming the first violation.
+
+    No GPU bound twice (against the snapshot and within the result), no GPU on a node that is not ready or
+    on an unhealthy GPU, every gang at or above each role's min_available and at most its tasks, no node
+    over its CPU / memory capacity, no hard topology constraint crossed, every job bound at most once.
+    """
+    from .topology import build_tree
+
+    tree = build_tree(snapshot)
+    nodes = {n.name: n for n in snapshot.nodes}
+    jobs = {j.id: j for j in snapshot.jobs}
+    taken: dict[str, set[int]] = {n: set(info.used) for n, info in nodes.items()}
+    cpu = {n: info.cpu_used for n, info in nodes.items()}
+    mem = {n: info.memory_used for n, info in nodes.items()}
+    bound: set = set()
+    for b in result.bindings:
+        job = jobs[b.job_id]
+        assert job.state == "pending", f"{b.job_id}: bound but not pending"
+        assert b.job_id not in bound, f"{b.job_id}: bound twice"
+        bound.add(b.job_id)
+        roles = {r.name: r for r in job.roles}
+        counts = dict.fromkeys(roles, 0)
+        for t in b.tasks:
+            node = nodes[t.node]
+            role_info = roles[t.role]
+            counts[t.role] += 1
+            assert node.schedulable, f"{b.job_id}: task on {node.state} node {t.node}"
+            assert len(t.gpus) == role_info.gpus_per_task, f"{b.job_id}: wrong GPU count on {t.node}"
+            for g in t.gpus:
+                assert 0 <= g < node.gpus and g not in node.unhealthy, f"{b.job_id}: bad GPU {t.node}/{g}"
+                assert g not in taken[t.node], f"GPU {t.node}/{g} bound twice ({b.job_id})"
+                taken[t.node].add(g)
+            cpu[t.node] += role_info.cpu_milli
+            mem[t.node] += role_info.memory_mib
+            assert not node.cpu_milli or cpu[t.node] <= node.cpu_milli, f"node {t.node} over CPU"
+            assert not node.memory_mib or mem[t.node] <= node.memory_mib, f"node {t.node} over memory"
+            if role_info.gpus_per_task and role_info.flavors:
+                assert node.flavor in role_info.flavors, f"{b.job_id}: flavor {node.flavor} not allowed"
+            if job.topology_mode == "hard" and job.highest_tier is not None:
+                d = tree.index[b.domain]
+                assert tree.tiers[d] <= job.highest_tier, f"{b.job_id}: placed in tier {tree.tiers[d]}"
+                k = next(i for i, n in enumerate(snapshot.nodes) if n.name == t.node)
+                assert d in tree.node_chain[k], f"{b.job_id}: task on {t.node} outside domain {b.domain}"
+        for name, r in roles.items():
+            assert r.effective_min <= counts[name] <= r.tasks, (
+                f"{b.job_id}: role {name} got {counts[name]} tasks, needs {r.effective_min}..{r.tasks}")
+
+
+class ScenarioRunner:
+    """Runs cycles over a World in simulated time: submits jobs at their submit time, completes jobs
+    with a duration, and checks `check_result` after every cycle. Pure and deterministic.
+
+    history[i] = (now, CycleResult); started[job] = start time; finished[job] = end time.
+    """
+
+    def __init__(self, world: World, *, config: CycleConfig | None = None):
+        self.world, self.config = world, config
+        self.base = {n.name: n for n in world.node_infos}
+        self.running: dict[str, JobInfo] = {j.id: j for j in world.jobs if j.state != "pending"}
+        self.pending: dict[str, JobInfo] = {}
+        self.future = sorted((j for j in world.jobs if j.state == "pending"), key=lambda j: (j.submit_time, j.id))
+        self.started: dict[str, float] = {j.id: j.start_time or 0.0 for j in self.running.values()}
+        self.finished: dict[str, float] = {}
+        self.history: list[tuple[float, CycleResult]] = []
+        for j in self.running.values():  # world.running() folded their GPUs into node.used; count them once
+            for t in j.placement:
+                self.base[t.node] = replace(self.base[t.node], used=self.base[t.node].used - set(t.gpus))
+
+    def snapshot(self, now: float) -> Snapshot:
+        used = {n: set(info.used) for n, info in self.base.items()}
+        for j in self.running.values():
+            for t in j.placement:
+                used[t.node].update(t.gpus)
+        nodes = tuple(replace(info, used=frozenset(used[n])) for n, info in self.base.items())
+        jobs = (*self.running.values(), *self.pending.values())
+        return Snapshot(nodes=nodes, domains=self.world.domain_infos, queues=self.world.queue_infos, jobs=jobs, now=now)
+
+    def finish(self, job_id: str, now: float) -> None:
+        self.running.pop(job_id)
+        self.finished[job_id] = now
+
+    def step(self, now: float) -> CycleResult:
+        for job_id, job in list(self.running.items()):
+            duration = self.world.durations.get(job_id)
+            if duration is not None and self.started[job_id] + duration <= now:
+                self.finish(job_id, now)
+        while self.future and self.future[0].submit_time <= now:
+            job = self.future.pop(0)
+            self.pending[job.id] = job
+        snap = self.snapshot(now)
+        result = run_cycle(snap, self.config)
+        check_result(snap, result)
+        for b in result.bindings:
+            job = self.pending.pop(b.job_id)
+            self.running[b.job_id] = replace(job, state="running", placement=b.tasks, start_time=now)
+            self.started[b.job_id] = now
+        self.history.append((now, result))
+        return result
+
+    def run(self, *, until: float, every: float = 1.0, start: float = 0.0) -> ScenarioRunner:
+        now = start
+        while now <= until:
+            self.step(now)
+            now += every
+        return self
