@@ -1,5 +1,156 @@
-from django.http import HttpResponse
+"""Server-rendered pages: the cluster dashboard, the job list and a job's detail; plus health and metrics JSON.
+
+Reads come from gpuplatform.queries, figures from frontend.figures; views only glue them together.
+"""
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db import connection
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from gpuplatform import queries
+from gpuplatform.models import Job
+
+from . import figures
+from .states import STATE_COLORS
+
+JOBS_PER_PAGE = 50
+SERIES_POINTS = 600
 
 
-def home(request):
-    return HttpResponse("GPU platform")
+def _pct(x):
+    return None if x is None else round(100 * x, 1)
+
+
+def _numbers(sample, totals: dict) -> dict:
+    """The headline numbers, formatted once for both the page and metrics.json."""
+    return {
+        "allocation_rate": _pct(sample.allocation_rate) if sample else None,
+        "fragmentation_rate": _pct(sample.fragmentation_rate) if sample else None,
+        "domain_completeness": _pct(sample.domain_completeness) if sample else None,
+        "free_gpus": sample.free_gpus if sample else None,
+        "allocated_gpus": sample.allocated_gpus if sample else None,
+        "schedulable_gpus": sample.schedulable_gpus if sample else None,
+        **{f"jobs_{k}": v for k, v in totals.items()},
+    }
+
+
+def _cluster_context(request) -> dict:
+    team_ids = queries.visible_team_ids(request.user)
+    sample = queries.latest_cluster_sample()
+    series = queries.cluster_series(limit=SERIES_POINTS)
+    since = series[0]["time"] if series else None
+    # Team counts and queue usage are shown for every team: contention is the point of the page, and
+    # the numbers carry no job details. The job list is what visibility restricts.
+    counts = queries.job_counts_by_team()
+    usage = queries.queue_usage()
+    largest = {}
+    if sample is not None:
+        largest = {int(k): v for k, v in (sample.largest_runnable or {}).items()}
+    totals = {
+        "pending": sum(c.pending for c in counts),
+        "running": sum(c.running for c in counts),
+        "finished": sum(c.finished for c in counts),
+    }
+    return {
+        "sample": sample,
+        "numbers": _numbers(sample, totals),
+        "largest_runnable": sorted(largest.items()),
+        "team_counts": counts,
+        "totals": totals,
+        "queue_usage": usage,
+        "my_team_ids": team_ids,
+        "cycle": queries.latest_cycle(),
+        "figures": {
+            "rates": figures.rates_figure(series),
+            "queues": figures.queue_usage_figure(queries.queue_series(since=since)),
+            "teams": figures.team_jobs_figure([c for c in counts if c.pending or c.running]),
+        },
+    }
+
+
+@login_required
+def cluster(request):
+    return render(request, "frontend/cluster.html", _cluster_context(request))
+
+
+
+
+@never_cache
+@login_required
+@require_GET
+def cluster_metrics(request):
+    """What the cluster page polls: the numbers, two table fragments and the figure dicts."""
+    ctx = _cluster_context(request)
+    cycle = ctx["cycle"]
+    payload = {
+        "clock": cycle.clock.isoformat() if cycle else None,
+        "cycle": cycle.number if cycle else None,
+        "cycle_ms": round(cycle.duration_ms, 1) if cycle else None,
+        "numbers": ctx["numbers"],
+        "largest_runnable": {str(t): g for t, g in ctx["largest_runnable"]},
+        "html": {
+            "largest": render_to_string("frontend/_largest_runnable.html", ctx, request=request),
+            "teams": render_to_string("frontend/_team_counts.html", ctx, request=request),
+            "queues": render_to_string("frontend/_queue_usage.html", ctx, request=request),
+        },
+        "figures": ctx["figures"],
+    }
+    return JsonResponse(payload)
+
+
+@login_required
+def job_list(request):
+    team = request.GET.get("team") or None
+    state = request.GET.get("state") or None
+    queue = request.GET.get("queue") or None
+    qs = queries.job_list(request.user, team=team, state=state, queue=queue)
+    page = Paginator(qs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    rows = [{"job": j, "shape": queries.shape(j), "nodes": queries.node_names(j)} for j in page.object_list]
+    params = request.GET.copy()
+    params.pop("page", None)
+    return render(request, "frontend/job_list.html", {
+        "page": page,
+        "rows": rows,
+        "filters": {"team": team or "", "state": state or "", "queue": queue or ""},
+        "teams": queries.visible_teams(request.user).values_list("name", flat=True),
+        "queues": queries.visible_queues(request.user).values_list("name", flat=True),
+        "states": [*Job.State.values, "live", "finished"],
+        "query_string": params.urlencode(),
+    })
+
+
+@login_required
+def job_detail(request, pk: int):
+    job = queries.job_detail(request.user, pk)
+    if job is None:
+        raise Http404("No such job, or not one of your teams' jobs.")
+    allocations = list(job.allocations.all())
+    return render(request, "frontend/job_detail.html", {
+        "job": job,
+        "roles": list(job.roles.all()),
+        "tasks": list(job.tasks.all()),
+        "allocations": allocations,
+        "live_allocations": sum(1 for a in allocations if a.released_at is None),
+        "nodes": queries.node_names(job),
+        "events": queries.job_events(job),
+        "state_colors": STATE_COLORS,
+    })
+
+
+@never_cache
+def healthz(request):
+    """200 when the database answers (the web container's health check); no login."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception as exc:  # noqa: BLE001 - any failure means unhealthy
+        return HttpResponse(f"database unavailable: {exc.__class__.__name__}\n", status=503,
+                            content_type="text/plain")
+    return HttpResponse("ok\n", content_type="text/plain")

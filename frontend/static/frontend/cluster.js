@@ -1,0 +1,59 @@
+// Cluster page: draw the figures built in Python (frontend/figures.py), then poll metrics.json and
+// update numbers, tables and charts in place with Plotly.react. No reload, no framework.
+(function () {
+  "use strict";
+  var script = document.currentScript;
+  var url = script.dataset.metricsUrl;
+  var interval = parseInt(script.dataset.intervalMs || "3000", 10);
+  var config = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+  var figIds = { rates: "fig-rates", queues: "fig-queues", teams: "fig-teams" };
+
+  function draw(figs) {
+    if (typeof Plotly === "undefined") return;
+    Object.keys(figIds).forEach(function (key) {
+      var el = document.getElementById(figIds[key]);
+      if (el && figs[key]) Plotly.react(el, figs[key].data, figs[key].layout, config);
+    });
+  }
+
+  function setText(sel, value) {
+    document.querySelectorAll(sel).forEach(function (el) {
+      el.textContent = value === null || value === undefined ? "—" : value;
+    });
+  }
+
+  function formatClock(iso) {
+    if (!iso) return "no cycle yet";
+    return iso.slice(0, 16).replace("T", " ") + " UTC";
+  }
+
+  function update(payload) {
+    Object.keys(payload.numbers).forEach(function (k) {
+      setText('[data-metric="' + k + '"]', payload.numbers[k]);
+    });
+    var clock = document.getElementById("cluster-clock");
+    if (clock) { clock.textContent = formatClock(payload.clock); clock.setAttribute("datetime", payload.clock || ""); }
+    var info = document.getElementById("cycle-info");
+    if (info && payload.cycle !== null) info.textContent = "cycle " + payload.cycle + " · " + Math.round(payload.cycle_ms) + " ms";
+    [["largest-runnable", "largest"], ["team-counts", "teams"], ["queue-usage", "queues"]].forEach(function (p) {
+      var el = document.getElementById(p[0]);
+      if (el && payload.html[p[1]] !== undefined) el.innerHTML = payload.html[p[1]];
+    });
+    draw(payload.figures);
+  }
+
+  var initial = document.getElementById("initial-figures");
+  if (initial) draw(JSON.parse(initial.textContent));
+
+  var busy = false;
+  function poll() {
+    if (busy || document.hidden) return;
+    busy = true;
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
+      .then(update)
+      .catch(function () { /* keep the last good view; try again next tick */ })
+      .then(function () { busy = false; });
+  }
+  setInterval(poll, interval);
+})();

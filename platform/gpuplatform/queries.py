@@ -1,0 +1,245 @@
+"""The reads the pages and the API need: visibility rules, job lists, cluster summaries, time series.
+
+Every function returns plain values or lazy querysets; none writes. Visibility lives here, once:
+platform admins (staff) see every team, anyone else sees the teams they are a member of.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
+
+from .models import (
+    Allocation, ClusterSample, Event, Job, JobRole, Membership, Queue, QueueSample, Quota, SchedulerCycle,
+    Task, Team,
+)
+
+FINISHED_STATES = tuple(str(s) for s in Job.FINAL_STATES)
+LIVE_STATES = tuple(str(s) for s in Job.LIVE_STATES)
+
+
+# --- visibility -------------------------------------------------------------------------------------
+
+def sees_all(user) -> bool:
+    return bool(user.is_authenticated and (user.is_staff or user.is_superuser))
+
+
+def visible_teams(user) -> QuerySet[Team]:
+    if sees_all(user):
+        return Team.objects.all()
+    if not user.is_authenticated:
+        return Team.objects.none()
+    return Team.objects.filter(memberships__user=user).distinct()
+
+
+def visible_team_ids(user) -> set[int] | None:
+    """None means 'every team' (staff)."""
+    if sees_all(user):
+        return None
+    if not user.is_authenticated:
+        return set()
+    return set(Membership.objects.filter(user=user).values_list("team_id", flat=True))
+
+
+def visible_jobs(user) -> QuerySet[Job]:
+    team_ids = visible_team_ids(user)
+    qs = Job.objects.all()
+    return qs if team_ids is None else qs.filter(team_id__in=team_ids)
+
+
+def visible_queues(user) -> QuerySet[Queue]:
+    team_ids = visible_team_ids(user)
+    qs = Queue.objects.filter(team__isnull=False)
+    return qs if team_ids is None else qs.filter(team_id__in=team_ids)
+
+
+# --- jobs -------------------------------------------------------------------------------------------
+
+def job_list(user, *, team: str | None = None, state: str | None = None, queue: str | None = None) -> QuerySet[Job]:
+    """Jobs the user may see, newest first, filtered by team (name or slug), state and queue (name).
+
+    State "finished" stands for every final state, "live" for admitted/running/preempting.
+    Roles and the nodes of the tasks are prefetched, so a page of jobs costs a fixed number of queries.
+    """
+    qs = visible_jobs(user)
+    if team:
+        qs = qs.filter(Q(team__name=team) | Q(team__slug=team))
+    if state == "finished":
+        qs = qs.filter(state__in=FINISHED_STATES)
+    elif state == "live":
+        qs = qs.filter(state__in=LIVE_STATES)
+    elif state:
+        qs = qs.filter(state=state)
+    if queue:
+        qs = qs.filter(queue__name=queue)
+    return (
+        qs.select_related("team", "queue")
+        .annotate(gpus=Sum(F("roles__tasks") * F("roles__gpus_per_task")))
+        .prefetch_related(
+            Prefetch("roles", queryset=JobRole.objects.order_by("id")),
+            Prefetch("tasks", queryset=Task.objects.select_related("node").only("id", "job_id", "node__name", "state")),
+        )
+        .order_by("-submitted_at", "-id")
+    )
+
+
+def node_names(job: Job) -> list[str]:
+    """Distinct node names of a job's tasks (prefetched by job_list), in first-seen order."""
+    seen: dict[str, None] = {}
+    for task in job.tasks.all():
+        if task.node_id is not None:
+            seen.setdefault(task.node.name, None)
+    return list(seen)
+
+
+def shape(job: Job) -> str:
+    """'4 x 8' per role, joined: tasks x GPUs per task."""
+    return ", ".join(f"{r.tasks} x {r.gpus_per_task}" for r in job.roles.all())
+
+
+def job_detail(user, pk: int) -> Job | None:
+    job = (
+        visible_jobs(user)
+        .select_related("team", "queue", "submitter")
+        .prefetch_related(
+            Prefetch("roles", queryset=JobRole.objects.order_by("id")),
+            Prefetch("tasks", queryset=Task.objects.select_related("node", "role").order_by("role_id", "index")),
+            Prefetch("allocations", queryset=Allocation.objects.select_related("gpu__node", "task__role")
+                     .order_by("released_at", "gpu__node__name", "gpu__index")),
+        )
+        .filter(pk=pk)
+        .first()
+    )
+    return job
+
+
+def job_events(job: Job, limit: int = 200) -> QuerySet[Event]:
+    return Event.objects.filter(job=job).select_related("actor", "node").order_by("-time", "-id")[:limit]
+
+
+# --- the cluster ------------------------------------------------------------------------------------
+
+def latest_cycle() -> SchedulerCycle | None:
+    return SchedulerCycle.objects.order_by("-number").first()
+
+
+def cluster_clock() -> datetime | None:
+    """The cluster clock of the latest scheduling cycle (simulated in the demo)."""
+    return SchedulerCycle.objects.order_by("-number").values_list("clock", flat=True).first()
+
+
+def latest_cluster_sample() -> ClusterSample | None:
+    return ClusterSample.objects.order_by("-time", "-id").first()
+
+
+@dataclass
+class TeamCounts:
+    team: str
+    pending: int = 0
+    running: int = 0  # admitted + running + preempting
+    finished: int = 0
+    by_state: dict[str, int] = field(default_factory=dict)
+
+
+def job_counts_by_team(team_ids: set[int] | None = None) -> list[TeamCounts]:
+    """Pending / running / finished jobs per team (every team that has a queue or a job)."""
+    qs = Job.objects.all() if team_ids is None else Job.objects.filter(team_id__in=team_ids)
+    rows = qs.values("team__name", "state").annotate(n=Count("id")).order_by()
+    teams_qs = Team.objects.all() if team_ids is None else Team.objects.filter(id__in=team_ids)
+    out: dict[str, TeamCounts] = {name: TeamCounts(name) for name in teams_qs.values_list("name", flat=True)}
+    for row in rows:
+        tc = out.setdefault(row["team__name"], TeamCounts(row["team__name"]))
+        tc.by_state[row["state"]] = row["n"]
+        if row["state"] == Job.State.PENDING:
+            tc.pending += row["n"]
+        elif row["state"] in LIVE_STATES:
+            tc.running += row["n"]
+        elif row["state"] in FINISHED_STATES:
+            tc.finished += row["n"]
+    return sorted(out.values(), key=lambda t: (-(t.pending + t.running), t.team))
+
+
+@dataclass
+class QueueUsage:
+    queue: str
+    team: str | None
+    used: int
+    guarantee: int
+    quota: int
+    limit: int | None
+    pending_demand: int
+    pending_jobs: int
+    running_jobs: int
+
+    @property
+    def share_of_quota(self) -> float | None:
+        return self.used / self.quota if self.quota else None
+
+
+def queue_usage(team_ids: set[int] | None = None) -> list[QueueUsage]:
+    """Live per-queue usage (GPUs allocated now) against quota, summed over GPU flavors.
+
+    Computed from the live allocations and quotas, so it is right even before the first sample.
+    """
+    queues = Queue.objects.select_related("team").order_by("name")
+    if team_ids is not None:
+        queues = queues.filter(team_id__in=team_ids)
+    used = dict(
+        Allocation.objects.filter(released_at__isnull=True).values("job__queue_id")
+        .annotate(n=Count("id")).order_by().values_list("job__queue_id", "n")
+    )
+    quotas: dict[int, list] = defaultdict(lambda: [0, 0, 0, False])  # guarantee, quota, limit, unlimited
+    for qid, g, q, lim in Quota.objects.values_list("queue_id", "guarantee", "quota", "limit"):
+        acc = quotas[qid]
+        acc[0] += g
+        acc[1] += q
+        if lim is None:
+            acc[3] = True
+        else:
+            acc[2] += lim
+    demand = dict(
+        JobRole.objects.filter(job__state=Job.State.PENDING).values("job__queue_id")
+        .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).order_by().values_list("job__queue_id", "n")
+    )
+    counts: dict[int, dict[str, int]] = defaultdict(dict)
+    for qid, state, n in (Job.objects.filter(state__in=(Job.State.PENDING, *LIVE_STATES))
+                          .values("queue_id", "state").annotate(n=Count("id")).order_by()
+                          .values_list("queue_id", "state", "n")):
+        counts[qid][state] = n
+    out = []
+    for q in queues:
+        g, quota, lim, unlimited = quotas.get(q.id, [0, 0, 0, True])
+        c = counts.get(q.id, {})
+        out.append(QueueUsage(
+            queue=q.name, team=q.team.name if q.team else None, used=used.get(q.id, 0),
+            guarantee=g, quota=quota, limit=None if unlimited else lim,
+            pending_demand=demand.get(q.id) or 0,
+            pending_jobs=c.get(Job.State.PENDING, 0),
+            running_jobs=sum(c.get(s, 0) for s in LIVE_STATES),
+        ))
+    # Only queues that matter on a dashboard: with a quota, usage or work.
+    return [u for u in out if u.quota or u.used or u.pending_demand or u.team]
+
+
+def cluster_series(limit: int = 600) -> list[dict]:
+    """The latest `limit` cluster samples, oldest first, as dicts (time, rates, counts)."""
+    rows = list(
+        ClusterSample.objects.order_by("-time", "-id").values(
+            "time", "allocation_rate", "fragmentation_rate", "free_gpus", "allocated_gpus",
+            "schedulable_gpus", "pending_jobs", "running_jobs", "domain_completeness",
+        )[:limit]
+    )
+    rows.reverse()
+    return rows
+
+
+def queue_series(since: datetime | None = None, team_ids: set[int] | None = None) -> list[dict]:
+    """Queue samples (time, queue name, used, quota, pending demand) since a time, oldest first."""
+    qs = QueueSample.objects.all()
+    if since is not None:
+        qs = qs.filter(time__gte=since)
+    if team_ids is not None:
+        qs = qs.filter(queue__team_id__in=team_ids)
+    return list(qs.order_by("time", "queue__name").values("time", "queue__name", "used", "quota", "pending_demand"))

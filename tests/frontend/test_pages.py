@@ -1,0 +1,166 @@
+"""Pages: login required, the job list (state, placement, visibility, filters), job detail, cluster page."""
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+pytestmark = pytest.mark.django_db
+
+PAGES = ["/", "/cluster/", "/cluster/metrics.json", "/jobs/"]
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_pages_require_login(client, world, url):
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_job_detail_requires_login(client, world):
+    job = world["jobs"]["red-running"]
+    assert client.get(f"/jobs/{job.pk}/").status_code == 302
+
+
+def test_login_page_renders_and_logs_in(client, world):
+    page = client.get(reverse("login"))
+    assert page.status_code == 200 and b'name="password"' in page.content
+    response = client.post(reverse("login"), {"username": "alice", "password": "pw-alice-123"})
+    assert response.status_code == 302
+    assert client.get("/jobs/").status_code == 200
+
+
+def test_logout_is_a_post(client, world):
+    client.force_login(world["alice"])
+    assert client.post(reverse("logout")).status_code in (200, 302)
+    assert client.get("/jobs/").status_code == 302
+
+
+def test_healthz_needs_no_login(client, db):
+    response = client.get("/healthz")
+    assert response.status_code == 200 and response.content == b"ok\n"
+
+
+def test_job_list_shows_state_and_placement(client, world):
+    client.force_login(world["admin"])
+    html = client.get("/jobs/").content.decode()
+    for name in ("red-running", "red-pending", "blue-done", "blue-pending"):
+        assert name in html
+    assert 'class="badge badge-running"' in html and 'class="badge badge-pending"' in html
+    assert "nvl-0" in html and "tier 1" in html  # placement domain and tier
+    assert "node-a" in html                      # node names
+    assert "2 x 2" in html                       # tasks x GPUs per task
+    assert "largest free block is 4" in html     # pending reason
+
+
+def test_member_sees_only_their_teams_jobs(client, world):
+    client.force_login(world["alice"])
+    html = client.get("/jobs/").content.decode()
+    assert "red-running" in html and "red-pending" in html
+    assert "blue-done" not in html and "blue-pending" not in html
+    blue_job = world["jobs"]["blue-done"]
+    assert client.get(f"/jobs/{blue_job.pk}/").status_code == 404
+
+
+def test_staff_see_all_jobs(client, world):
+    client.force_login(world["admin"])
+    html = client.get("/jobs/").content.decode()
+    assert "blue-done" in html and "red-running" in html
+
+
+@pytest.mark.parametrize("query, present, absent", [
+    ("state=pending", ["red-pending", "blue-pending"], ["red-running", "blue-done"]),
+    ("state=finished", ["blue-done"], ["red-pending", "red-running"]),
+    ("state=live", ["red-running"], ["blue-done", "red-pending"]),
+    ("team=blue", ["blue-done", "blue-pending"], ["red-running"]),
+    ("queue=red&state=running", ["red-running"], ["red-pending", "blue-done"]),
+])
+def test_job_list_filters(client, world, query, present, absent):
+    client.force_login(world["admin"])
+    html = client.get(f"/jobs/?{query}").content.decode()
+    for name in present:
+        assert f">{name}<" in html
+    for name in absent:
+        assert f">{name}<" not in html
+
+
+def test_job_list_paginates(client, world, make_job):
+    from gpuplatform.models import Job
+
+    for i in range(60):
+        make_job(world["red"], world["queues"]["red"], f"bulk-{i:02d}", Job.State.PENDING)
+    client.force_login(world["admin"])
+    first = client.get("/jobs/").content.decode()
+    assert "page 1 of 2" in first
+    second = client.get("/jobs/?page=2").content.decode()
+    assert "page 2 of 2" in second
+
+
+def test_job_list_query_count_is_bounded(client, world, make_job, django_assert_max_num_queries):
+    from gpuplatform.models import Job
+
+    for i in range(30):
+        make_job(world["red"], world["queues"]["red"], f"bulk-{i:02d}", Job.State.RUNNING,
+                 node=world["node"], tasks=2)
+    client.force_login(world["admin"])
+    with django_assert_max_num_queries(15):
+        assert client.get("/jobs/").status_code == 200
+
+
+def test_job_detail_shows_roles_tasks_allocations(client, world):
+    client.force_login(world["alice"])
+    job = world["jobs"]["red-running"]
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Roles" in html and "worker-0" in html and "worker-1" in html
+    assert "node-a" in html
+    assert "(4 live)" in html
+
+
+def test_cluster_page_shows_sample_numbers(client, world):
+    client.force_login(world["alice"])
+    html = client.get("/cluster/").content.decode()
+    assert '<span data-metric="allocation_rate">50.0</span>%' in html
+    assert '<span data-metric="fragmentation_rate">50.0</span>%' in html   # the latest sample
+    assert "tier 2" in html                                                    # largest runnable per tier
+    assert "vendor/plotly.min.js" in html
+    assert 'id="initial-figures"' in html
+    # per-team counts and per-queue usage vs quota
+    assert ">red<" in html and ">blue<" in html
+    assert "100%" in html  # red uses 4 of a quota of 4
+    # the header shows the cluster clock of the latest cycle
+    assert "2017-10-09 08:20 UTC" in html
+
+
+def test_metrics_json(client, world):
+    client.force_login(world["alice"])
+    data = client.get("/cluster/metrics.json").json()
+    assert data["clock"].startswith("2017-10-09T08:20")
+    assert data["numbers"]["allocation_rate"] == 50.0
+    assert data["numbers"]["free_gpus"] == 4
+    assert data["numbers"]["jobs_pending"] == 2 and data["numbers"]["jobs_running"] == 1
+    assert data["numbers"]["jobs_finished"] == 1
+    assert data["largest_runnable"] == {"1": 4, "2": 4, "3": 4}
+    rates = data["figures"]["rates"]["data"]
+    assert [len(t["y"]) for t in rates] == [3, 3]
+    assert rates[1]["y"] == [0.0, 25.0, 50.0]
+    queues = {t["name"]: t["y"] for t in data["figures"]["queues"]["data"]}
+    assert queues == {"blue": [0, 1, 0], "red": [4, 4, 4]}
+    assert "<table" in data["html"]["queues"] and "<table" in data["html"]["teams"]
+
+
+def test_plotly_js_is_served_from_own_static_files(client, db):
+    from django.contrib.staticfiles import finders
+
+    path = finders.find("vendor/plotly.min.js")
+    assert path and path.endswith("plotly.min.js")
+    response = client.get("/static/vendor/plotly.min.js")
+    assert response.status_code == 200
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    assert b"plotly" in body[:2000].lower() and len(body) > 1_000_000
+
+
+def test_state_colors_defined_once_and_used_by_badges(client, world):
+    from frontend.states import STATE_COLORS
+
+    client.force_login(world["alice"])
+    html = client.get("/jobs/").content.decode()
+    assert f".badge-running {{ background: {STATE_COLORS['running']}; }}" in html
