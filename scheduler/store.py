@@ -58,8 +58,9 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
     """Read the cluster into a Snapshot (9 queries). `now`: epoch seconds (default: wall clock).
     Pending jobs' RoleInfo.tasks counts the role's tasks still pending; running ones carry placements."""
     now = _time.time() if now is None else now
+    outermost = not connection.in_atomic_block
     with transaction.atomic():
-        if connection.vendor == "postgresql":  # one consistent view across the queries below
+        if connection.vendor == "postgresql" and outermost:  # one consistent view across the queries below
             connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         nodes = list(Node.objects.values_list("id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib",
                                               "domain__name", "state"))

@@ -1,0 +1,171 @@
+"""store.py: snapshot from the database, apply a CycleResult, stale decisions dropped, crashes harmless."""
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone as tz
+
+import pytest
+
+from gpuplatform import services
+from gpuplatform.models import (
+    Allocation, ClusterSample, Event, Gpu, Job, Node, QueueSample, SchedulerCycle, Task,
+)
+from scheduler import store
+from scheduler.core.snapshot import Binding, CycleResult, PendingReason, TaskPlacement
+from scheduler.locks import single_flight
+from tests.platform.helpers_platform import first_fit
+
+CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
+
+
+def db_state():
+    return (list(Job.objects.order_by("id").values_list("id", "state", "pending_reason", "never_fits")),
+            list(Task.objects.order_by("id").values_list("id", "state", "node_id")),
+            list(Allocation.objects.order_by("id").values_list("id", "gpu_id", "released_at")),
+            Event.objects.count(), ClusterSample.objects.count(), QueueSample.objects.count())
+
+
+def bind(job, *placements, domain="nvl-a1", tier=1):
+    return Binding(job.pk, tuple(TaskPlacement("worker", i, node, gpus) for i, (node, gpus) in enumerate(placements)),
+                   domain, tier)
+
+
+def test_snapshot_of_a_small_cluster(submit):
+    running = submit("running", tasks=1, gpus=2)
+    store.apply_result(CycleResult(bindings=[bind(running, ("n1", (0, 1)))]), clock=CLOCK, cycle_number=1)
+    pending = submit("pending", tasks=3, gpus=4, topology_mode="soft", highest_tier=2, time_limit_seconds=600)
+    Gpu.objects.filter(node__name="n2", index=5).update(health="unhealthy")
+    Node.objects.filter(name="n3").update(state="not_ready")
+
+    snap, index = store.build_snapshot(now=CLOCK.timestamp())
+    assert snap.now == CLOCK.timestamp()
+    nodes = {n.name: n for n in snap.nodes}
+    assert set(nodes) == {"n0", "n1", "n2", "n3"} and nodes["n3"].state == "not_ready"
+    assert nodes["n0"].gpu_numa == (0, 0, 0, 0, 1, 1, 1, 1) and nodes["n0"].domain == "nvl-a1"
+    assert nodes["n1"].used == frozenset({0, 1}) and nodes["n2"].unhealthy == frozenset({5})
+    assert {(d.name, d.tier, d.parent) for d in snap.domains} == {
+        ("leaf-a", 2, None), ("nvl-a1", 1, "leaf-a"), ("nvl-a2", 1, "leaf-a")}
+    queues = {q.name: q for q in snap.queues}
+    assert queues["alpha"].parent == "root" and queues["alpha"].quotas["H100"].guarantee == 4
+    assert queues["beta"].weight == 2 and queues["beta"].quotas["H100"].limit is None
+    jobs = {j.id: j for j in snap.jobs}
+    p = jobs[pending.pk]
+    assert p.state == "pending" and p.roles[0].tasks == 3 and p.roles[0].gpus_per_task == 4
+    assert p.topology_mode == "soft" and p.highest_tier == 2 and p.time_limit == 600.0
+    r = jobs[running.pk]
+    assert r.state == "running" and r.placement == (TaskPlacement("worker", 0, "n1", (0, 1)),)
+    assert r.start_time == CLOCK.timestamp()
+    assert index.node_ids["n0"] == Node.objects.get(name="n0").pk and index.job_queue[pending.pk] == "alpha"
+
+
+def test_apply_binds_gpus_and_records_the_cycle(submit):
+    job = submit("gang", tasks=2, gpus=4)
+    waiting = submit("big", tasks=1, gpus=64)
+    result = CycleResult(bindings=[bind(job, ("n0", (0, 1, 2, 3)), ("n0", (4, 5, 6, 7)))],
+                         pending={waiting.pk: PendingReason("never_fits", "needs 64 GPUs in one node", terminal=True)},
+                         metrics={"allocation_rate": 0.25, "free_gpus": 24, "allocated_gpus": 8,
+                                  "schedulable_gpus": 32, "largest_runnable": {1: 16, 2: 24}},
+                         timings={"allocate_ms": 1.5})
+    stats = store.apply_result(result, clock=CLOCK, cycle_number=7)
+    assert (stats.binds, stats.stale_skipped, stats.pending_updated) == (1, 0, 1)
+    job.refresh_from_db()
+    assert (job.state, job.started_at, job.placement_domain, job.placement_tier) == ("running", CLOCK, "nvl-a1", 1)
+    assert sorted(Allocation.objects.filter(job=job).values_list("gpu__node__name", "gpu__index")) == \
+        [("n0", i) for i in range(8)]
+    assert set(Task.objects.filter(job=job).values_list("state", "node__name")) == {("running", "n0")}
+    waiting.refresh_from_db()
+    assert waiting.never_fits and waiting.pending_reason == "needs 64 GPUs in one node"
+    admitted = Event.objects.get(kind="admitted")
+    assert admitted.job_id == job.pk and admitted.cycle == 7 and admitted.data["domain"] == "nvl-a1"
+    cycle = SchedulerCycle.objects.get(number=7)
+    assert (cycle.binds, cycle.pending, cycle.timings) == (1, 1, {"allocate_ms": 1.5})
+    sample = ClusterSample.objects.get(cycle=7)
+    assert (sample.allocation_rate, sample.free_gpus, sample.largest_runnable) == (0.25, 24, {"1": 16, "2": 24})
+    assert sample.running_jobs == 1 and sample.fragmentation_rate == 0.0
+    used = dict(QueueSample.objects.values_list("queue__name", "used"))
+    demand = dict(QueueSample.objects.values_list("queue__name", "pending_demand"))
+    assert used == {"alpha": 8, "beta": 0, "root": 8} and demand == {"alpha": 64, "beta": 0, "root": 64}
+
+
+def test_stale_bindings_are_skipped_not_forced(submit):
+    holder, cancelled, racer, fine = (submit(n, tasks=1, gpus=2) for n in ("holder", "cancelled", "racer", "fine"))
+    store.apply_result(CycleResult(bindings=[bind(holder, ("n0", (0, 1)))]), clock=CLOCK, cycle_number=1)
+    services.cancel_job(cancelled)
+    Node.objects.filter(name="n3").update(state="cordoned")
+    cordoned = submit("cordoned", tasks=1, gpus=1)
+    result = CycleResult(bindings=[bind(cancelled, ("n1", (0, 1))),
+                                   bind(racer, ("n0", (1, 2))),  # GPU n0/1 is bound to holder
+                                   bind(cordoned, ("n3", (0,))),
+                                   bind(fine, ("n2", (0, 1)))])
+    stats = store.apply_result(result, clock=CLOCK, cycle_number=2)
+    assert (stats.binds, stats.stale_skipped) == (1, 3)
+    assert {j for j, _ in stats.stale} == {cancelled.pk, racer.pk, cordoned.pk}
+    assert Job.objects.get(pk=racer.pk).state == "pending" and not Allocation.objects.filter(job=racer).exists()
+    assert set(Task.objects.filter(job=racer).values_list("state", flat=True)) == {"pending"}
+    assert Job.objects.get(pk=cancelled.pk).state == "cancelled"
+    assert Job.objects.get(pk=fine.pk).state == "running"
+    assert Allocation.objects.filter(released_at__isnull=True).count() == 4
+    assert SchedulerCycle.objects.get(number=2).stale_skipped == 3
+
+
+def test_crashed_cycle_leaves_the_database_unchanged(submit, monkeypatch):
+    submit("a", tasks=2, gpus=4)
+
+    def boom(snapshot, config=None):
+        raise RuntimeError("engine bug")
+
+    monkeypatch.setattr("scheduler.core.run_cycle", boom)
+    before = db_state()
+    with pytest.raises(RuntimeError, match="engine bug"):
+        store.run_cycle_once(clock=CLOCK)
+    assert db_state() == before
+    cycle = SchedulerCycle.objects.get()
+    assert "engine bug" in cycle.error and cycle.binds == 0
+
+
+def test_crash_while_applying_rolls_back_every_binding(submit, monkeypatch):
+    submit("a", tasks=1, gpus=1)
+    monkeypatch.setattr("scheduler.core.run_cycle", first_fit)
+    monkeypatch.setattr("scheduler.samples.write_samples", lambda *a, **k: 1 / 0)
+    before = db_state()
+    with pytest.raises(ZeroDivisionError):
+        store.run_cycle_once(clock=CLOCK)
+    assert db_state() == before
+    assert SchedulerCycle.objects.get().error
+
+
+def test_run_cycle_once_with_a_stand_in_engine(submit, monkeypatch):
+    monkeypatch.setattr("scheduler.core.run_cycle", first_fit)
+    jobs = [submit(f"j{i}", tasks=2, gpus=4) for i in range(5)]  # 40 GPUs asked, 32 exist
+    first = store.run_cycle_once(clock=CLOCK)
+    assert (first.number, first.binds, first.pending) == (1, 4, 1)
+    services.finish_job(jobs[0], at=CLOCK)
+    second = store.run_cycle_once(clock=CLOCK)
+    assert (second.number, second.binds, second.pending) == (2, 1, 0)
+    assert Job.objects.filter(state="running").count() == 4
+
+
+def test_single_flight_skips_a_concurrent_cycle(cluster, monkeypatch):
+    monkeypatch.setattr("scheduler.core.run_cycle", first_fit)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        from django.db import connection
+
+        try:
+            with single_flight() as acquired:
+                assert acquired
+                held.set()
+                release.wait(5)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    held.wait(5)
+    try:
+        assert store.run_cycle_once(clock=CLOCK) is None
+    finally:
+        release.set()
+        thread.join()
+    assert store.run_cycle_once(clock=CLOCK) is not None
