@@ -1,0 +1,237 @@
+"""Django admin for platform staff. Every write goes through `gpuplatform.services` (audited, validated):
+
+- Queue and Quota: add/change call create_queue / update_queue / set_quota; a ValidationError is shown on
+  the form. Deleting is disabled (queues hold jobs; a quota is set to 0 instead).
+- Job, Task, Allocation, Event, samples, cycles: read-only (jobs are submitted over REST or the pages);
+  jobs have a "cancel" action, nodes "cordon / drain / uncordon" actions, all through services.
+- Team, Membership, Domain, Node, Gpu: plain admin for inventory fixes (no scheduling rules depend on
+  their admin edits beyond what the database constraints enforce).
+"""
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+
+from . import quota_rules, services
+from .models import (
+    Allocation, ClusterSample, Domain, Event, Gpu, Job, JobRole, Membership, Node, Queue, QueueSample, Quota,
+    SchedulerCycle, Task, Team,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+def _service_action(func, label: str):
+    def action(modeladmin, request, queryset):
+        done = 0
+        for obj in queryset:
+            try:
+                func(obj, actor=request.user)
+                done += 1
+            except services.ValidationError as exc:
+                modeladmin.message_user(request, f"{obj}: {exc}", messages.WARNING)
+        modeladmin.message_user(request, f"{label}: {done} done")
+
+    action.__name__ = f"action_{func.__name__}"
+    action.short_description = label
+    return action
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "created_at")
+    search_fields = ("name", "slug")
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("user", "team", "role")
+    list_filter = ("role", "team")
+
+
+class QueueForm(forms.ModelForm):
+    """Runs the service's tree rule on the form so a refused change shows as a form error."""
+
+    class Meta:
+        model = Queue
+        fields = "__all__"
+
+    def clean(self):
+        data = super().clean()
+        parent = data.get("parent")
+        if self.instance.pk and parent is not None and quota_rules.makes_cycle(self.instance.pk, parent.pk):
+            self.add_error("parent", "this parent would create a cycle in the queue tree")
+        return data
+
+
+class QuotaForm(forms.ModelForm):
+    """Runs the quota rules of services.set_quota on the form (the service checks again when saving)."""
+
+    class Meta:
+        model = Quota
+        fields = ("queue", "flavor", "guarantee", "quota", "limit")
+
+    def clean(self):
+        data = super().clean()
+        queue = data.get("queue") or (self.instance.queue if self.instance.queue_id else None)
+        flavor = data.get("flavor") or self.instance.flavor
+        g, q, lim = data.get("guarantee"), data.get("quota"), data.get("limit")
+        if queue is None or not flavor or g is None or q is None:
+            return data
+        errors = quota_rules.check_triple("", g, q, lim) or quota_rules.check_against_tree(
+            queue.pk, queue.parent_id, flavor, q, lim)
+        for field, message in errors.items():
+            self.add_error(field if field in self.fields else None, message)
+        return data
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    list_display = ("name", "parent", "team", "weight", "state")
+    list_filter = ("state", "team")
+    search_fields = ("name",)
+    form = QueueForm
+    fields = ("name", "parent", "team", "weight", "state", "preemption_grace_seconds")
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("name", "team", "preemption_grace_seconds") if obj else ("preemption_grace_seconds",)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        try:
+            if change:
+                saved = services.update_queue(obj, parent=obj.parent, weight=obj.weight, state=obj.state,
+                                              actor=request.user)
+            else:
+                saved = services.create_queue(obj.name, parent=obj.parent, team=obj.team, weight=obj.weight,
+                                              state=obj.state, actor=request.user)
+            obj.pk = saved.pk
+        except services.ValidationError as exc:  # a race after the form's check: nothing was stored
+            messages.error(request, f"not saved: {exc}")
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = ("queue", "flavor", "guarantee", "quota", "limit", "updated_at")
+    list_filter = ("flavor",)
+    search_fields = ("queue__name",)
+    form = QuotaForm
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("queue", "flavor") if obj else ()
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        try:
+            saved = services.set_quota(obj.queue, obj.flavor, obj.guarantee, obj.quota, obj.limit, actor=request.user)
+            obj.pk = saved.pk
+        except services.ValidationError as exc:  # a race after the form's check: nothing was stored
+            messages.error(request, f"not saved: {exc}")
+
+
+@admin.register(Domain)
+class DomainAdmin(admin.ModelAdmin):
+    list_display = ("name", "tier", "parent")
+    list_filter = ("tier",)
+    search_fields = ("name",)
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    fields = ("index", "uuid", "numa_node", "health", "health_reason")
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ("name", "flavor", "gpu_count", "domain", "state", "last_heartbeat")
+    list_filter = ("state", "flavor", "domain__tier")
+    search_fields = ("name",)
+    readonly_fields = ("state",)  # changed through the actions, which audit the transition
+    inlines = [GpuInline]
+    actions = [_service_action(services.cordon_node, "Cordon selected nodes"),
+               _service_action(services.drain_node, "Drain selected nodes"),
+               _service_action(services.uncordon_node, "Uncordon selected nodes")]
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = ("__str__", "node", "index", "numa_node", "health")
+    list_filter = ("health", "node__flavor")
+    search_fields = ("node__name", "uuid")
+
+
+class JobRoleInline(admin.TabularInline):
+    model = JobRole
+    extra = 0
+    can_delete = False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Job)
+class JobAdmin(ReadOnlyAdmin):
+    list_display = ("name", "team", "queue", "state", "priority", "never_fits", "placement_domain", "submitted_at")
+    list_filter = ("state", "never_fits", "queue", "team", "topology_mode")
+    search_fields = ("name", "external_id")
+    date_hierarchy = "submitted_at"
+    inlines = [JobRoleInline]
+    actions = [_service_action(services.cancel_job, "Cancel selected jobs")]
+
+
+@admin.register(Task)
+class TaskAdmin(ReadOnlyAdmin):
+    list_display = ("job", "role", "index", "state", "node")
+    list_filter = ("state",)
+
+
+@admin.register(Allocation)
+class AllocationAdmin(ReadOnlyAdmin):
+    list_display = ("job", "task", "gpu", "created_at", "released_at")
+    list_filter = ("released_at",)
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ("time", "kind", "message", "actor", "job", "queue", "node", "cycle")
+    list_filter = ("kind",)
+    search_fields = ("message",)
+
+
+@admin.register(SchedulerCycle)
+class SchedulerCycleAdmin(ReadOnlyAdmin):
+    list_display = ("number", "started_at", "clock", "duration_ms", "binds", "pending", "stale_skipped", "error")
+
+
+@admin.register(ClusterSample)
+class ClusterSampleAdmin(ReadOnlyAdmin):
+    list_display = ("time", "cycle", "allocation_rate", "fragmentation_rate", "free_gpus", "pending_jobs")
+
+
+@admin.register(QueueSample)
+class QueueSampleAdmin(ReadOnlyAdmin):
+    list_display = ("time", "queue", "used", "guarantee", "quota", "limit", "pending_demand")
+    list_filter = ("queue",)
