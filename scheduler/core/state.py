@@ -8,6 +8,7 @@ is rejected without looking at its nodes.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import defaultdict
 
 from .snapshot import NodeInfo, Snapshot
@@ -20,7 +21,7 @@ class DoubleBindError(AssertionError):
 
 class ClusterState:
     __slots__ = ("nodes", "tree", "free", "cpu_free", "mem_free", "dom_free", "flavors", "node_index",
-                 "capacity_gpus", "healthy_gpus")
+                 "healthy_gpus", "buckets", "bucket_keys")
 
     def __init__(self, snapshot: Snapshot, tree: DomainTree):
         self.nodes: tuple[NodeInfo, ...] = snapshot.nodes
@@ -43,6 +44,45 @@ class ClusterState:
             if free:
                 for d in tree.node_chain[k]:
                     self.dom_free[d][n.flavor] += len(free)
+        # per (tier, flavor): free GPUs -> domains with exactly that many free, and the sorted free values,
+        # so the best-fit domain for a request is found without scanning every domain of the tier
+        self.buckets: dict[tuple[int, str], dict[int, set[int]]] = defaultdict(dict)
+        self.bucket_keys: dict[tuple[int, str], list[int]] = defaultdict(list)
+        for d, per_flavor in enumerate(self.dom_free):
+            for flavor, free in per_flavor.items():
+                self._bucket_add((tree.tiers[d], flavor), free, d)
+
+    def _bucket_add(self, key: tuple[int, str], free: int, d: int) -> None:
+        buckets = self.buckets[key]
+        members = buckets.get(free)
+        if members is None:
+            buckets[free] = {d}
+            insort(self.bucket_keys[key], free)
+        else:
+            members.add(d)
+
+    def _bucket_move(self, d: int, flavor: str, old: int, new: int) -> None:
+        key = (self.tree.tiers[d], flavor)
+        members = self.buckets[key][old]
+        members.discard(d)
+        if not members:
+            del self.buckets[key][old]
+            keys = self.bucket_keys[key]
+            del keys[bisect_left(keys, old)]
+        self._bucket_add(key, new, d)
+
+    def domains_with_free(self, tier: int, flavor: str, need: int):
+        """Yield (free, domain set) for domains of `tier` with at least `need` free GPUs of `flavor`,
+        least free first (best fit). The sets are live: copy before mutating the state."""
+        key = (tier, flavor)
+        keys = self.bucket_keys.get(key)
+        if not keys:
+            return
+        buckets = self.buckets[key]
+        for free in keys[bisect_left(keys, need):]:
+            members = buckets.get(free)
+            if members:
+                yield free, members
 
     def domain_free(self, d: int, flavor: str) -> int:
         return self.dom_free[d].get(flavor, 0)
@@ -89,9 +129,7 @@ class ClusterState:
         if self.mem_free[k] is not None:
             self.mem_free[k] -= mem
         if gpus:
-            flavor = self.nodes[k].flavor
-            for d in self.tree.node_chain[k]:
-                self.dom_free[d][flavor] -= len(gpus)
+            self._shift(k, -len(gpus))
 
     def give(self, k: int, gpus: tuple[int, ...], cpu: int, mem: int) -> None:
         self.free[k].extend(gpus)
@@ -100,6 +138,12 @@ class ClusterState:
         if self.mem_free[k] is not None:
             self.mem_free[k] += mem
         if gpus:
-            flavor = self.nodes[k].flavor
-            for d in self.tree.node_chain[k]:
-                self.dom_free[d][flavor] += len(gpus)
+            self._shift(k, len(gpus))
+
+    def _shift(self, k: int, delta: int) -> None:
+        flavor = self.nodes[k].flavor
+        dom_free = self.dom_free
+        for d in self.tree.node_chain[k]:
+            old = dom_free[d][flavor]
+            dom_free[d][flavor] = old + delta
+            self._bucket_move(d, flavor, old, old + delta)

@@ -12,18 +12,15 @@ from ..state import ClusterState
 from ..topology import DomainTree
 
 
-def candidate_domains(state: ClusterState, tier: int, flavor: str, need: int) -> list[int]:
-    """Domains of exactly `tier` with at least `need` free GPUs of `flavor`, best fit first."""
+def candidate_domains(state: ClusterState, tier: int, flavor: str, need: int):
+    """Yield domains of exactly `tier` with at least `need` free GPUs of `flavor`, best fit first: least
+    free, then the fullest parent, then the name. Lazy: a search that succeeds on the first candidate
+    costs O(log domains), not a sort of the tier."""
     tree, dom_free = state.tree, state.dom_free
-    out = []
-    for d in tree.by_tier.get(tier, ()):
-        free = dom_free[d].get(flavor, 0)
-        if free >= need:
-            p = tree.parent[d]
-            parent_free = dom_free[p].get(flavor, 0) if p >= 0 else 0
-            out.append((free - need, parent_free, tree.names[d], d))
-    out.sort()
-    return [d for *_, d in out]
+    for _, members in state.domains_with_free(tier, flavor, need):
+        ranked = sorted(members, key=lambda d: (dom_free[tree.parent[d]].get(flavor, 0) if tree.parent[d] >= 0 else 0,
+                                                tree.names[d]))
+        yield from ranked
 
 
 def node_order(state: ClusterState, d: int, flavor: str, need: int, *, binpack: bool = True) -> list[int]:
