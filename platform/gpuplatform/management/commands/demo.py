@@ -1,0 +1,283 @@
+"""The whole product on a laptop, on real data: `python manage.py demo` (what `make demo` runs).
+
+1. migrate the database (SQLite by default; WAL mode so the pages read while the loop writes);
+2. load the Philly cluster through the importer registry and services.load_cluster_spec, unless loaded;
+3. create the platform admin and one user per team (username = team name), print how to log in;
+4. clear the previous demo's workload (jobs, events, samples, cycles; the cluster and users stay);
+5. serve the pages on 127.0.0.1:8000 in a thread (Django's WSGI server, threaded, no autoreload);
+6. replay the Philly trace on a simulated clock: every tick the TraceFeeder submits the jobs that have
+   arrived and finishes the ones whose trace duration has elapsed, then one scheduling cycle runs at
+   the simulated time (scheduler.store.run_cycle_once). Until Ctrl-C, or --duration-seconds.
+
+Options: --port, --speed (simulated seconds per wall second; default 600 = 10 minutes a second),
+--start-day (replay day to start at), --scale / --compress (passed to the importers), --no-server,
+--duration-seconds, --tick (wall seconds between cycles), --password.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import signal
+import sys
+import threading
+import time
+from datetime import datetime
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections, connection, transaction
+
+log = logging.getLogger("gpuplatform.demo")
+
+DEFAULT_SPEED = 600.0  # simulated seconds per wall second: 10 minutes of trace a second
+# Replay day (after the importer's arrival compression) where the Philly trace is busy: the first ~16
+# replay days see a handful of arrivals; from day 16 on, most of the 15 teams submit and the default
+# 624-GPU cluster is contended within the first simulated hours.
+DEFAULT_START_DAY = 16.0
+DEFAULT_TICK = 0.5  # wall seconds between two scheduling cycles (at least)
+MAX_STEP = 1800.0  # a tick never advances the cluster clock by more than 30 simulated minutes
+
+
+def _reset_workload() -> dict:
+    """Forget the previous demo run's workload; the cluster, teams, queues and users stay.
+
+    Housekeeping of the demo's own replayed data, not a platform action, so it is not a service."""
+    from gpuplatform.models import Allocation, ClusterSample, Event, Job, QueueSample, SchedulerCycle
+
+    with transaction.atomic():
+        counts = {"jobs": Job.objects.count()}
+        Allocation.objects.all().delete()
+        Event.objects.all().delete()
+        Job.objects.all().delete()  # cascades to roles and tasks
+        QueueSample.objects.all().delete()
+        ClusterSample.objects.all().delete()
+        SchedulerCycle.objects.all().delete()
+    return counts
+
+
+class _QuietHandler:
+    """Request handler factory that logs only errors and page loads, not the dashboard's polling."""
+
+    @staticmethod
+    def make():
+        from django.core.servers.basehttp import WSGIRequestHandler
+
+        class Handler(WSGIRequestHandler):
+            def log_message(self, format, *args):  # noqa: A002 - signature from BaseHTTPRequestHandler
+                path = getattr(self, "path", "")
+                if "metrics.json" in path or path.startswith("/static/"):
+                    return
+                super().log_message(format, *args)
+
+        return Handler
+
+
+def start_server(host: str, port: int):
+    """Serve the WSGI app in a daemon thread; returns the server (call .shutdown() to stop)."""
+    from django.core.servers.basehttp import ThreadedWSGIServer, get_internal_wsgi_application
+
+    httpd = ThreadedWSGIServer((host, port), _QuietHandler.make(), allow_reuse_address=True)
+    httpd.daemon_threads = True
+    httpd.set_app(get_internal_wsgi_application())
+    thread = threading.Thread(target=httpd.serve_forever, name="demo-web", daemon=True)
+    thread.start()
+    return httpd
+
+
+class Command(BaseCommand):
+    help = "Run the demo: migrate, load the Philly cluster, create users, serve the pages, replay the trace."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--speed", type=float, default=DEFAULT_SPEED,
+                            help=f"simulated seconds per wall second (default {DEFAULT_SPEED:g} = 10 min/s)")
+        parser.add_argument("--start-day", type=float, default=DEFAULT_START_DAY,
+                            help=f"replay day of the trace to start at (default {DEFAULT_START_DAY:g})")
+        parser.add_argument("--cluster", default="philly", help="cluster name in the importer registry")
+        parser.add_argument("--trace", default="philly", help="trace name in the importer registry")
+        parser.add_argument("--scale", type=float, default=None, help="cluster scale (importer default if unset)")
+        parser.add_argument("--compress", type=float, default=None,
+                            help="trace arrival compression (importer default if unset)")
+        parser.add_argument("--tick", type=float, default=DEFAULT_TICK, help="wall seconds between cycles")
+        parser.add_argument("--no-server", action="store_true", help="do not start the web server (tests)")
+        parser.add_argument("--duration-seconds", type=float, default=None,
+                            help="stop after this many wall seconds (default: run until Ctrl-C)")
+        parser.add_argument("--password", default=None,
+                            help="password for every demo user (default: a random one, printed)")
+        parser.add_argument("--keep", action="store_true",
+                            help="keep the previous run's jobs and samples instead of starting clean")
+
+    # -- set-up ------------------------------------------------------------------------------------
+
+    def _migrate(self):
+        t0 = time.monotonic()
+        call_command("migrate", interactive=False, verbosity=0)
+        if connection.vendor == "sqlite" and not connection.in_atomic_block:
+            with connection.cursor() as cursor:  # readers do not wait for the loop's writes
+                cursor.execute("PRAGMA journal_mode=WAL")
+        self._say(f"database migrated ({connection.vendor}) in {time.monotonic() - t0:.1f}s")
+
+    def _load_cluster(self, opts):
+        from gpuplatform import services
+        from gpuplatform.importers import load_cluster
+        from gpuplatform.models import Node
+
+        if Node.objects.exists():
+            self._say(f"cluster already loaded: {Node.objects.count()} nodes")
+            return
+        t0 = time.monotonic()
+        kwargs = {} if opts["scale"] is None else {"scale": opts["scale"]}
+        spec = load_cluster(opts["cluster"], **kwargs)
+        counts = services.load_cluster_spec(spec)
+        self._say(f"cluster {spec.name} loaded in {time.monotonic() - t0:.1f}s: {counts.get('nodes')} nodes, "
+                  f"{spec.gpus} GPUs, {counts.get('domains')} domains, {counts.get('queues')} queues")
+        for note in spec.notes:
+            self._say(f"  {note}")
+
+    def _users(self, password: str | None) -> list[tuple[str, str, str]]:
+        """Create or reset the admin and one member per team; returns (username, password, role) rows."""
+        from gpuplatform import services
+        from gpuplatform.models import Membership, Team
+
+        User = get_user_model()
+        admin_pw = password or secrets.token_urlsafe(9)
+        team_pw = password or secrets.token_urlsafe(9)
+        admin, _ = User.objects.get_or_create(username="admin", defaults={"email": "admin@example.invalid"})
+        admin.is_staff = admin.is_superuser = True
+        admin.set_password(admin_pw)
+        admin.save()
+        rows = [("admin", admin_pw, "platform admin (sees every team)")]
+        for team in Team.objects.order_by("name"):
+            user, _ = User.objects.get_or_create(username=team.name)
+            user.set_password(team_pw)
+            user.save()
+            if not Membership.objects.filter(user=user, team=team).exists():
+                services.add_member(team, user, "member")
+            rows.append((team.name, team_pw, f"member of team {team.name}"))
+        return rows
+
+    def _say(self, message: str):
+        self.stdout.write(message)
+        self.stdout.flush()
+
+    # -- the run -----------------------------------------------------------------------------------
+
+    def handle(self, *args, **opts):
+        from gpuplatform.importers import load_trace
+        from gpuplatform.trace_feeder import SimClock, TraceFeeder, trace_epoch
+
+        t_start = time.monotonic()
+        self._migrate()
+        self._load_cluster(opts)
+        if not opts["keep"]:
+            cleared = _reset_workload()
+            if cleared["jobs"]:
+                self._say(f"previous demo workload cleared ({cleared['jobs']} jobs)")
+        users = self._users(opts["password"])
+
+        t0 = time.monotonic()
+        trace_kwargs = {} if opts["compress"] is None else {"compress": opts["compress"]}
+        try:
+            trace = load_trace(opts["trace"], **trace_kwargs)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CommandError(f"cannot load trace {opts['trace']!r}: {exc}") from exc
+        epoch = trace_epoch(trace)
+        feeder = TraceFeeder(trace, epoch=epoch, start_seconds=opts["start_day"] * 86400.0)
+        if feeder.start is None:
+            raise CommandError(f"trace {trace.name} has no job after replay day {opts['start_day']:g}")
+        self._say(f"trace {trace.name} read in {time.monotonic() - t0:.1f}s: {len(trace.jobs)} jobs, "
+                  f"{feeder.remaining} from replay day {opts['start_day']:g} on")
+
+        server = None
+        if not opts["no_server"]:
+            try:
+                server = start_server(opts["host"], opts["port"])
+            except OSError as exc:
+                raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc} "
+                                   f"(another demo running? use --port)") from exc
+        self._banner(opts, users, server is not None, feeder, time.monotonic() - t_start)
+
+        if not settings.DEBUG:
+            logging.getLogger("scheduler.store").setLevel(logging.WARNING)  # a line per cycle is too much
+        clock = SimClock(feeder.start, speed=opts["speed"], max_step=MAX_STEP)
+        stop = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            self.loop(feeder, clock, stop, tick=opts["tick"], duration=opts["duration_seconds"])
+        except KeyboardInterrupt:
+            self._say("\nstopping (Ctrl-C)")
+        finally:
+            stop.set()
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+            s = feeder.stats
+            self._say(f"demo stopped at cluster time {clock.now:%Y-%m-%d %H:%M}: {s.submitted} jobs submitted, "
+                      f"{s.finished} finished, {feeder.remaining} still to come in the trace")
+
+    def loop(self, feeder, clock, stop: threading.Event, *, tick: float, duration: float | None) -> int:
+        """Feed and schedule until `stop` is set or `duration` wall seconds passed. Returns cycles run."""
+        from scheduler.store import run_cycle_once
+
+        began = time.monotonic()
+        cycles = 0
+        last_report = began
+        while not stop.is_set():
+            t0 = time.monotonic()
+            if duration is not None and t0 - began >= duration:
+                break
+            now = clock.tick()
+            try:
+                finished, submitted = feeder.advance(now)
+                cycle = run_cycle_once(clock=now)
+                cycles += cycle is not None
+            except KeyboardInterrupt:
+                raise
+            except Exception:  # noqa: BLE001 - the demo goes on; the cycle's error is recorded
+                log.exception("demo tick failed at %s", now)
+            finally:
+                close_old_connections()
+            if t0 - last_report >= 10:
+                last_report = t0
+                self._progress(now)
+            stop.wait(max(0.0, tick - (time.monotonic() - t0)))
+        return cycles
+
+    def _progress(self, now: datetime):
+        from django.db.models import Count
+
+        from gpuplatform.models import ClusterSample, Job
+
+        counts = dict(Job.objects.values("state").annotate(n=Count("id")).order_by().values_list("state", "n"))
+        sample = ClusterSample.objects.order_by("-time", "-id").first()
+        alloc = f"{100 * sample.allocation_rate:.0f}%" if sample else "-"
+        frag = f"{100 * sample.fragmentation_rate:.0f}%" if sample else "-"
+        finished = sum(counts.get(s, 0) for s in ("succeeded", "failed", "cancelled"))
+        self._say(f"[{now:%Y-%m-%d %H:%M}] pending {counts.get('pending', 0)}, running {counts.get('running', 0)}, "
+                  f"finished {finished}; allocation {alloc}, fragmentation {frag}")
+
+    def _banner(self, opts, users, serving: bool, feeder, setup_seconds: float):
+        url = f"http://{opts['host']}:{opts['port']}/"
+        lines = ["", "=" * 72]
+        if serving:
+            lines.append(f"GPU platform demo: open {url}  (set-up took {setup_seconds:.0f}s)")
+        lines += [
+            f"Replaying trace {feeder.trace.name} from {feeder.start:%Y-%m-%d %H:%M} (cluster clock) at "
+            f"{opts['speed'] / 60:g} simulated minutes per second. Ctrl-C stops.",
+            "",
+            "Log in as:",
+        ]
+        width = max(len(u) for u, _, _ in users)
+        lines.append(f"  {users[0][0]:<{width}}  password {users[0][1]:<14}  {users[0][2]}")
+        team_rows = users[1:]
+        if team_rows:
+            lines.append(f"  one user per team, username = team name, password {team_rows[0][1]}:")
+            names = [u for u, _, _ in team_rows]
+            for i in range(0, len(names), 8):
+                lines.append("    " + "  ".join(names[i:i + 8]))
+        lines += ["=" * 72, ""]
+        self._say("\n".join(lines))

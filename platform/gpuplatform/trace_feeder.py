@@ -1,0 +1,157 @@
+"""Drive the platform from a replayed trace on a simulated clock (the demo's workload).
+
+`TraceFeeder.advance(now)` does what the teams and their jobs would do up to cluster time `now`:
+submits every trace job whose submit time has passed (services.submit_job, submitted_at on the
+simulated clock, duration_seconds from the trace), and finishes every running job whose trace duration
+has elapsed since it started (services.finish_job at its exact end time). The scheduling cycle itself is
+not here: the caller runs `scheduler.store.run_cycle_once(clock=now)` after each advance.
+
+`SimClock` maps wall time to cluster time: `speed` simulated seconds per wall second, never jumping more
+than `max_step` simulated seconds at once (a slow cycle slows the replay instead of skipping it).
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from django.db import transaction
+
+from . import services
+from .models import Job, Queue
+
+log = logging.getLogger("gpuplatform.trace_feeder")
+
+# When a trace does not say where its clock starts, the simulated clock starts here.
+DEFAULT_EPOCH = datetime(2017, 9, 4, tzinfo=timezone.utc)
+
+
+def trace_epoch(trace) -> datetime:
+    """The calendar time of the trace's t = 0: stats["origin"] if the importer gives it, else an
+    "origin YYYY-MM-DD HH:MM:SS" in its notes, else DEFAULT_EPOCH. Always timezone-aware (UTC)."""
+    origin = (getattr(trace, "stats", None) or {}).get("origin")
+    if isinstance(origin, datetime):
+        return origin if origin.tzinfo else origin.replace(tzinfo=timezone.utc)
+    for note in getattr(trace, "notes", ()) or ():
+        m = re.search(r"origin (\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)", note)
+        if m:
+            return datetime.fromisoformat(m.group(1).replace(" ", "T")).replace(tzinfo=timezone.utc)
+    return DEFAULT_EPOCH
+
+
+@dataclass
+class FeedStats:
+    submitted: int = 0
+    finished: int = 0
+    rejected: int = 0
+
+
+class TraceFeeder:
+    """Submits a trace's jobs and completes them, on the simulated clock. Not thread-safe; one per loop."""
+
+    def __init__(self, trace, *, epoch: datetime, start_seconds: float = 0.0, name_prefix: str | None = None,
+                 batch: int = 200):
+        self.trace = trace
+        self.epoch = epoch
+        self.name_prefix = name_prefix if name_prefix is not None else f"{trace.name}-"
+        self.batch = batch
+        jobs = sorted((j for j in trace.jobs if j.submit >= start_seconds), key=lambda j: j.submit)
+        self._jobs = jobs
+        self._next = 0
+        self._queues: dict[str, Queue | None] = {}
+        self.stats = FeedStats()
+
+    @property
+    def start(self) -> datetime | None:
+        """Cluster time of the first job to submit (None when the trace is empty)."""
+        return self.at(self._jobs[0].submit) if self._jobs else None
+
+    @property
+    def remaining(self) -> int:
+        return len(self._jobs) - self._next
+
+    def at(self, seconds: float) -> datetime:
+        return self.epoch + timedelta(seconds=seconds)
+
+    def _queue(self, name: str) -> Queue | None:
+        if name not in self._queues:
+            self._queues[name] = Queue.objects.select_related("team").filter(name=name).first()
+        return self._queues[name]
+
+    def submit_due(self, now: datetime, *, limit: int | None = None) -> int:
+        """Submit the jobs whose submit time is <= now (at most `limit`); returns how many were submitted."""
+        count = 0
+        while self._next < len(self._jobs) and (limit is None or count < limit):
+            tj = self._jobs[self._next]
+            submitted_at = self.at(tj.submit)
+            if submitted_at > now:
+                break
+            self._next += 1
+            queue = self._queue(tj.queue)
+            if queue is None or queue.team is None:
+                self.stats.rejected += 1
+                log.warning("trace job %s: no team queue %r; skipped", tj.id, tj.queue)
+                continue
+            role = {"name": "worker", "tasks": tj.tasks, "gpus_per_task": tj.gpus_per_task,
+                    "min_available": tj.min_available or tj.tasks, "cpu_milli": tj.cpu_milli,
+                    "memory_mib": tj.memory_mib, "flavor": "|".join(tj.flavors)}
+            try:
+                services.submit_job(team=queue.team, queue=queue, name=f"{self.name_prefix}{tj.id}",
+                                    roles=[role], priority=tj.priority, duration_seconds=tj.duration,
+                                    submitted_at=submitted_at, external_id=str(tj.id))
+            except services.ValidationError as exc:
+                self.stats.rejected += 1
+                log.warning("trace job %s rejected: %s", tj.id, exc)
+                continue
+            count += 1
+        self.stats.submitted += count
+        return count
+
+    def finish_due(self, now: datetime) -> int:
+        """Finish every running trace job whose duration has elapsed by `now`, at its exact end time."""
+        rows = (Job.objects.filter(state__in=(Job.State.ADMITTED, Job.State.RUNNING), duration_seconds__isnull=False,
+                                   started_at__isnull=False)
+                .values_list("id", "started_at", "duration_seconds"))
+        due = sorted((started + timedelta(seconds=duration), pk) for pk, started, duration in rows
+                     if started + timedelta(seconds=duration) <= now)
+        finished = 0
+        for i in range(0, len(due), self.batch):
+            with transaction.atomic():
+                for end, pk in due[i:i + self.batch]:
+                    try:
+                        services.finish_job(Job.objects.get(pk=pk), "succeeded", end)
+                        finished += 1
+                    except services.ValidationError:  # finished or requeued meanwhile
+                        pass
+        self.stats.finished += finished
+        return finished
+
+    def advance(self, now: datetime) -> tuple[int, int]:
+        """Finish what has ended, then submit what has arrived, up to `now`. Returns (finished, submitted)."""
+        finished = self.finish_due(now)
+        submitted = self.submit_due(now)
+        return finished, submitted
+
+
+class SimClock:
+    """Cluster time = start + speed x wall seconds elapsed, each tick advancing at most max_step."""
+
+    def __init__(self, start: datetime, *, speed: float, max_step: float | None = None, wall=time.monotonic):
+        if speed <= 0:
+            raise ValueError("speed must be > 0")
+        self.now = start
+        self.speed = speed
+        self.max_step = max_step
+        self._wall = wall
+        self._last = wall()
+
+    def tick(self) -> datetime:
+        wall = self._wall()
+        step = (wall - self._last) * self.speed
+        if self.max_step is not None:
+            step = min(step, self.max_step)
+        self._last = wall
+        self.now = self.now + timedelta(seconds=step)
+        return self.now

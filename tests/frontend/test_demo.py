@@ -1,0 +1,103 @@
+"""`manage.py demo --no-server --duration-seconds N` on a tiny cluster and trace: jobs pend, run and finish."""
+from __future__ import annotations
+
+import io
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from gpuplatform import importers
+from gpuplatform.models import ClusterSample, Job, Membership, SchedulerCycle
+from gpuplatform.trace_feeder import SimClock, TraceFeeder, trace_epoch
+from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
+
+FLAVOR = "gpu"
+
+
+def tiny_cluster(**_opts) -> ClusterSpec:
+    """Two 8-GPU nodes, each its own NVLink domain, under one leaf and one spine; two teams."""
+    domains = (DomainSpec("spine", 3), DomainSpec("leaf-0", 2, "spine"),
+               DomainSpec("nvl-a", 1, "leaf-0"), DomainSpec("nvl-b", 1, "leaf-0"))
+    nodes = (NodeSpec("node-a", FLAVOR, 8, domain="nvl-a"), NodeSpec("node-b", FLAVOR, 8, domain="nvl-b"))
+    queues = (QueueSpec("root", quotas={FLAVOR: (0, 16, 16)}),
+              QueueSpec("red", "root", "red", quotas={FLAVOR: (0, 8, None)}),
+              QueueSpec("blue", "root", "blue", quotas={FLAVOR: (0, 8, None)}))
+    return ClusterSpec("tiny", nodes, domains, queues, ("a tiny test cluster",))
+
+
+def tiny_trace(**_opts) -> Trace:
+    """More demand than 16 GPUs at first (so some pend), short jobs that finish within minutes."""
+    jobs = []
+    for i in range(3):  # 3 x 6 GPUs for an hour: two run (one a node), one pends
+        jobs.append(TraceJob(f"big{i}", "red" if i % 2 else "blue", submit=0.0, duration=3600.0,
+                             tasks=1, gpus_per_task=6))
+    for i in range(6):  # short one-GPU jobs, arriving over the first 10 minutes
+        jobs.append(TraceJob(f"small{i}", "red" if i % 2 else "blue", submit=60.0 * i, duration=120.0,
+                             tasks=1, gpus_per_task=1))
+    return Trace("tiny", tuple(jobs), ("origin 2017-10-03 00:00:00",))
+
+
+@pytest.fixture
+def tiny_importers(monkeypatch):
+    monkeypatch.setattr(importers, "load_cluster", lambda name, **o: tiny_cluster(**o), raising=False)
+    monkeypatch.setattr(importers, "load_trace", lambda name, **o: tiny_trace(**o), raising=False)
+
+
+def test_trace_epoch_from_notes_and_default():
+    assert trace_epoch(tiny_trace()) == datetime(2017, 10, 3, tzinfo=timezone.utc)
+    assert trace_epoch(Trace("x", ())).year == 2017
+
+
+def test_sim_clock_runs_fast_and_caps_steps():
+    walls = iter([0.0, 1.0, 101.0])
+    clock = SimClock(datetime(2017, 1, 1, tzinfo=timezone.utc), speed=600, max_step=1800, wall=lambda: next(walls))
+    assert clock.tick() - datetime(2017, 1, 1, tzinfo=timezone.utc) == timedelta(minutes=10)
+    assert clock.tick() - datetime(2017, 1, 1, tzinfo=timezone.utc) == timedelta(minutes=40)  # capped at 30 min
+
+
+@pytest.mark.django_db
+def test_feeder_submits_on_the_simulated_clock_and_finishes_elapsed_jobs(tiny_importers):
+    from gpuplatform import services
+    from scheduler.store import run_cycle_once
+
+    services.load_cluster_spec(tiny_cluster())
+    epoch = datetime(2017, 10, 3, tzinfo=timezone.utc)
+    feeder = TraceFeeder(tiny_trace(), epoch=epoch)
+    assert feeder.advance(epoch) == (0, 4)  # the three big jobs and small0 arrive at t = 0
+    job = Job.objects.get(external_id="small0")
+    assert job.submitted_at == epoch and job.duration_seconds == 120.0 and job.team.name == "blue"
+    run_cycle_once(clock=epoch)
+    assert Job.objects.get(external_id="small0").state == "running"
+    assert Job.objects.filter(state="running").count() == 3
+    assert Job.objects.filter(state="pending").count() == 1
+    later = epoch + timedelta(minutes=5)
+    finished, submitted = feeder.advance(later)
+    assert finished == 1 and submitted == 5  # small0 ended at minute 2; small1..small5 arrive by minute 5
+    done = Job.objects.get(external_id="small0")
+    assert done.state == "succeeded" and done.finished_at == done.started_at + timedelta(seconds=120)
+
+
+@pytest.mark.django_db
+def test_demo_command_runs_the_replay(tiny_importers):
+    out = io.StringIO()
+    call_command("demo", "--no-server", "--duration-seconds", "4", "--start-day", "0", "--speed", "600",
+                 "--tick", "0.2", "--password", "pw-demo-123", stdout=out)
+    text = out.getvalue()
+    assert "Log in as:" in text and "admin" in text and "pw-demo-123" in text
+    assert "username = team name" in text
+    User = get_user_model()
+    assert User.objects.get(username="admin").is_staff
+    assert Membership.objects.filter(user__username="red", team__name="red").exists()
+    assert User.objects.get(username="blue").check_password("pw-demo-123")
+    states = set(Job.objects.values_list("state", flat=True))
+    assert {"running", "succeeded"} <= states, states
+    assert SchedulerCycle.objects.count() >= 3
+    assert ClusterSample.objects.exists()
+    teams = set(Job.objects.filter(state="succeeded").values_list("team__name", flat=True))
+    assert teams == {"red", "blue"}
+    # a second run starts clean and reuses the loaded cluster and the users
+    call_command("demo", "--no-server", "--duration-seconds", "1", "--start-day", "0", "--tick", "0.2",
+                 "--password", "pw-demo-123", stdout=io.StringIO())
+    assert Job.objects.filter(external_id="big0").count() == 1
