@@ -44,6 +44,7 @@ class SnapshotIndex:
 
 @dataclass
 class ApplyStats:
+    cycle_number: int = 0  # the number the cycle was recorded under (see reserve_cycle)
     binds: int = 0
     stale_skipped: int = 0
     pending_updated: int = 0
@@ -177,14 +178,29 @@ def _bind(binding, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int) -
                        "placement": [[p.role, p.index, p.node, list(p.gpus)] for p in binding.tasks]})
 
 
+def reserve_cycle(number: int, **fields) -> SchedulerCycle:
+    """Insert the SchedulerCycle row under `number`, or the next free number if a concurrent cycle took
+    it (only possible when two cycles bypass the single-flight lock). Savepoint per attempt."""
+    for _ in range(20):
+        try:
+            with transaction.atomic():
+                return SchedulerCycle.objects.create(number=number, **fields)
+        except IntegrityError:
+            number = max(number, SchedulerCycle.objects.aggregate(n=Max("number"))["n"] or 0) + 1
+    raise RuntimeError("could not reserve a scheduling cycle number")
+
+
 def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, started_at: datetime | None = None,
                  duration_ms: float = 0.0) -> ApplyStats:
     """Write one cycle's decisions, its SchedulerCycle row and its samples, in one transaction.
-    Stale bindings are skipped (ApplyStats.stale_skipped, logged at INFO) and the rest commits."""
+    Stale bindings are skipped (ApplyStats.stale_skipped, logged at INFO) and the rest commits.
+    `clock`: cluster time of the cycle; `started_at`: wall time it began; `duration_ms`: wall time so far."""
     stats = ApplyStats()
     job_ids = [b.job_id for b in result.bindings]
     node_names = {p.node for b in result.bindings for p in b.tasks}
     with transaction.atomic():
+        row = reserve_cycle(cycle_number, started_at=started_at or timezone.now(), clock=clock)
+        cycle_number = stats.cycle_number = row.number
         tasks_by_role: dict[tuple, list[int]] = defaultdict(list)
         for tid, jid, role in (Task.objects.filter(job_id__in=job_ids, state="pending").order_by("role_id", "index")
                                .values_list("id", "job_id", "role__name")):
@@ -208,10 +224,9 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
                 log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, binding.job_id, why)
         Event.objects.bulk_create(events)
         stats.pending_updated = _update_pending(result)
-        SchedulerCycle.objects.create(
-            number=cycle_number, started_at=started_at or timezone.now(), clock=clock, duration_ms=duration_ms,
-            timings=dict(result.timings), binds=stats.binds, evictions=0, pending=len(result.pending),
-            stale_skipped=stats.stale_skipped)
+        SchedulerCycle.objects.filter(pk=row.pk).update(
+            duration_ms=duration_ms, timings=dict(result.timings), binds=stats.binds, evictions=0,
+            pending=len(result.pending), stale_skipped=stats.stale_skipped)
         samples.write_samples(result.metrics, clock=clock, cycle_number=cycle_number, pending=len(result.pending))
     return stats
 
@@ -249,16 +264,15 @@ def run_cycle_once(*, clock: datetime | None = None, config=None) -> SchedulerCy
             t1 = _time.perf_counter()
             result = run_cycle(snapshot, config)
             result.timings.setdefault("snapshot_ms", (t1 - t0) * 1000)
-            apply_result(result, clock=clock, cycle_number=number, started_at=wall,
-                         duration_ms=(_time.perf_counter() - t0) * 1000)
+            stats = apply_result(result, clock=clock, cycle_number=number, started_at=wall,
+                                 duration_ms=(_time.perf_counter() - t0) * 1000)
         except Exception:
             log.exception("scheduling cycle %s failed", number)
             with transaction.atomic():
-                SchedulerCycle.objects.create(number=number, started_at=wall, clock=clock,
-                                              duration_ms=(_time.perf_counter() - t0) * 1000,
-                                              error=traceback.format_exc()[-4000:])
+                reserve_cycle(number, started_at=wall, clock=clock, duration_ms=(_time.perf_counter() - t0) * 1000,
+                              error=traceback.format_exc()[-4000:])
             raise
-        cycle = SchedulerCycle.objects.get(number=number)
+        cycle = SchedulerCycle.objects.get(number=stats.cycle_number)
         log.info("cycle %s: %s binds, %s pending, %s stale, %.1f ms", number, cycle.binds, cycle.pending,
                  cycle.stale_skipped, cycle.duration_ms)
         return cycle

@@ -1,0 +1,104 @@
+"""Integration fixtures: PostgreSQL + Redis + a real Celery worker subprocess.
+
+Tests marked `services` are skipped when PostgreSQL (DATABASE_URL must point at it) or Redis is
+unreachable, UNLESS the environment variable CI is set: then they fail, so CI can never go green by
+skipping them. Redis: INTEGRATION_REDIS_URL, else REDIS_URL, else redis://127.0.0.1:6379/13. The worker
+consumes a queue private to this test session, so no other worker on the same Redis can steal its tasks.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+REDIS_URL = os.environ.get("INTEGRATION_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/13"
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _services_problem() -> str | None:
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if "postgresql" not in db["ENGINE"]:
+        return "DATABASE_URL does not point at PostgreSQL"
+    if not _reachable(db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 5432)):
+        return "PostgreSQL is unreachable"
+    redis = urlparse(REDIS_URL)
+    if not _reachable(redis.hostname or "127.0.0.1", redis.port or 6379):
+        return f"Redis is unreachable at {REDIS_URL}"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _require_services(request):
+    if request.node.get_closest_marker("services") is None:
+        return
+    problem = _services_problem()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and the integration services are missing: {problem}")
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def celery_queue() -> str:
+    return f"itest-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, celery_queue, tmp_path_factory):
+    """Start `celery -A gpuplatform worker --pool=solo` against the pytest-django test database and this
+    session's private queue; point this process's Celery app at the same broker and queue. Stopped (and
+    its DB connection closed) before the test database is dropped."""
+    problem = _services_problem()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and the integration services are missing: {problem}")
+        pytest.skip(problem)
+    from django.db import connection
+
+    from gpuplatform.celery import app
+
+    db = connection.settings_dict
+    db_url = (f"postgres://{db['USER'] or 'postgres'}" + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+              + f"@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}")
+    env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": REDIS_URL,
+           "DJANGO_SETTINGS_MODULE": "gpuplatform.settings",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "platform"), os.environ.get("PYTHONPATH", "")])}
+    log_path = tmp_path_factory.mktemp("celery") / "worker.log"
+    name = f"{celery_queue}@%h"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "gpuplatform", "worker", "--pool=solo", "-l", "info",
+             "-Q", celery_queue, "-n", name, "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    app.conf.update(broker_url=REDIS_URL, result_backend=REDIS_URL, task_default_queue=celery_queue)
+    try:
+        deadline = time.monotonic() + 60
+        while b" ready." not in log_path.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"celery worker did not start:\n{log_path.read_text()[-4000:]}")
+            time.sleep(0.2)
+        yield {"queue": celery_queue, "log": log_path, "process": proc}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
