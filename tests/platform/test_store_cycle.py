@@ -169,3 +169,21 @@ def test_single_flight_skips_a_concurrent_cycle(cluster, monkeypatch):
         release.set()
         thread.join()
     assert store.run_cycle_once(clock=CLOCK) is not None
+
+
+def test_run_cycle_once_with_the_real_engine(submit):
+    """The production path: snapshot -> scheduler.core.run_cycle -> apply, on the small cluster."""
+    gang = submit("gang", tasks=2, gpus=8, topology_mode="hard", highest_tier=1)
+    small = submit("small", tasks=1, gpus=2)
+    huge = submit("huge", tasks=1, gpus=16)  # no node has 16 GPUs
+    cycle = store.run_cycle_once(clock=CLOCK)
+    assert cycle.error == "" and cycle.binds == 2
+    gang.refresh_from_db()
+    assert gang.state == "running" and gang.placement_tier == 1
+    nodes = set(Task.objects.filter(job=gang).values_list("node__domain__name", flat=True))
+    assert len(nodes) == 1  # the whole gang inside one NVLink domain
+    assert Job.objects.get(pk=small.pk).state == "running"
+    huge.refresh_from_db()
+    assert huge.state == "pending" and huge.never_fits and huge.pending_reason
+    sample = ClusterSample.objects.get(cycle=cycle.number)
+    assert sample.allocated_gpus == 18 and sample.schedulable_gpus == 32
