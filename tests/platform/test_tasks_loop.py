@@ -1,0 +1,60 @@
+"""scheduler.tasks: request_cycle is a no-op without a broker; run_loop runs cycles until stopped."""
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone as tz
+
+from gpuplatform.models import Job, SchedulerCycle
+from scheduler import tasks
+from tests.platform.helpers_platform import first_fit
+
+
+def test_request_cycle_without_broker_does_nothing(settings, monkeypatch):
+    settings.REDIS_URL = ""
+    monkeypatch.setattr(tasks.run_scheduling_cycle, "apply_async", lambda *a, **k: 1 / 0)
+    assert tasks.request_cycle() is False
+
+
+def test_request_cycle_with_broker_enqueues_and_never_raises(settings, monkeypatch):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    sent = []
+    monkeypatch.setattr(tasks.run_scheduling_cycle, "apply_async", lambda *a, **k: sent.append(k))
+    assert tasks.request_cycle() is True and sent and "expires" in sent[0]
+    monkeypatch.setattr(tasks.run_scheduling_cycle, "apply_async", lambda *a, **k: 1 / 0)
+    assert tasks.request_cycle() is False
+
+
+def test_celery_task_eager(submit, monkeypatch):
+    monkeypatch.setattr("scheduler.core.run_cycle", first_fit)
+    submit("j", tasks=1, gpus=1)
+    summary = tasks.run_scheduling_cycle.apply().get()
+    assert summary["skipped"] is False and summary["binds"] == 1
+
+
+def test_run_loop_runs_cycles_on_the_given_clock_and_survives_errors(submit, monkeypatch):
+    calls = {"n": 0}
+
+    def engine(snapshot, config=None):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("first cycle crashes")
+        return first_fit(snapshot, config)
+
+    monkeypatch.setattr("scheduler.core.run_cycle", engine)
+    submit("j", tasks=1, gpus=1)
+    stop = threading.Event()
+    start = datetime(2024, 1, 1, tzinfo=tz.utc)
+    ticks = iter(start + timedelta(minutes=i) for i in range(100))
+    seen = []
+
+    def on_cycle(cycle):
+        seen.append(cycle)
+        if len(seen) == 3:
+            stop.set()
+
+    count = tasks.run_loop(interval_seconds=0, clock_fn=lambda: next(ticks), stop_event=stop, on_cycle=on_cycle)
+    assert count == 2 and seen[0] is None
+    assert list(SchedulerCycle.objects.order_by("number").values_list("clock", flat=True)) == \
+        [start, start + timedelta(minutes=1), start + timedelta(minutes=2)]
+    assert SchedulerCycle.objects.get(number=1).error
+    assert Job.objects.get().state == "running"
