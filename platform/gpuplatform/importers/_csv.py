@@ -1,0 +1,117 @@
+"""Strict CSV reading shared by the importers (standard library csv only).
+
+`read_rows(path, required)` yields `Row` objects carrying their physical line number; the typed
+getters on `Row` raise `ImportFormatError` naming file, line and column. Header names are stripped
+of surrounding spaces (the Philly machine list writes `machineId, number of GPUs, ...`), as are cell
+values. Blank lines are skipped. A row with a different number of fields than the header is an error.
+`apportion` is the shared largest-remainder rule the importers use to split quotas.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+from datetime import datetime
+from typing import Iterator, Sequence
+
+from .errors import ImportFormatError
+
+
+class Row:
+    __slots__ = ("path", "line", "_cells")
+
+    def __init__(self, path, line: int, cells: dict[str, str]):
+        self.path = path
+        self.line = line
+        self._cells = cells
+
+    def get(self, column: str, default: str = "") -> str:
+        """The cell of an optional column, or `default` when the file has no such column."""
+        return self._cells.get(column, default)
+
+    def error(self, column: str | None, rule: str) -> ImportFormatError:
+        return ImportFormatError(self.path, self.line, column, rule)
+
+    def text(self, column: str, *, allow_empty: bool = False) -> str:
+        value = self._cells[column]
+        if not value and not allow_empty:
+            raise self.error(column, "expected a non-empty value, got ''")
+        return value
+
+    def integer(self, column: str, *, minimum: int | None = None, empty: int | None = None) -> int:
+        """An integer >= minimum. `empty` (if not None) is returned for an empty cell."""
+        value = self._cells[column]
+        if value == "" and empty is not None:
+            return empty
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if number is None or (minimum is not None and number < minimum):
+            kind = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}.get(
+                minimum, f"an integer >= {minimum}")
+            raise self.error(column, f"expected {kind}, got {value!r}")
+        return number
+
+    def number(self, column: str, *, minimum: float | None = None) -> float:
+        """A finite number >= minimum."""
+        value = self._cells[column]
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number) or (minimum is not None and number < minimum):
+            kind = "a non-negative number" if minimum == 0 else "a number"
+            if minimum not in (None, 0):
+                kind = f"a number >= {minimum}"
+            raise self.error(column, f"expected {kind}, got {value!r}")
+        return number
+
+    def timestamp(self, column: str) -> datetime:
+        """A naive 'YYYY-MM-DD HH:MM:SS' timestamp."""
+        value = self._cells[column]
+        try:
+            if len(value) != 19 or value[10] != " ":
+                raise ValueError(value)
+            return datetime.fromisoformat(value)
+        except ValueError:
+            raise self.error(column, f"expected a timestamp like 2017-10-09 07:01:55, got {value!r}") from None
+
+
+def read_rows(path, required: Sequence[str]) -> Iterator[Row]:
+    """Yield the data rows of a CSV file whose header holds every column in `required`."""
+    name = os.path.basename(os.fspath(path))
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        while header is not None and not any(cell.strip() for cell in header):
+            header = next(reader, None)  # leading blank lines
+        if header is None:
+            raise ImportFormatError(name, 1, None, f"empty file: expected a header with columns {', '.join(required)}")
+        header = [cell.strip() for cell in header]
+        missing = [column for column in required if column not in header]
+        if missing:
+            raise ImportFormatError(
+                name, reader.line_num, None,
+                f"missing required column(s) {', '.join(missing)} (header has: {', '.join(header)})")
+        width = len(header)
+        for cells in reader:
+            if not cells or (len(cells) == 1 and not cells[0].strip()):
+                continue
+            if len(cells) != width:
+                raise ImportFormatError(name, reader.line_num, None,
+                                        f"expected {width} fields like the header, got {len(cells)}")
+            yield Row(name, reader.line_num, {k: v.strip() for k, v in zip(header, cells)})
+
+
+def apportion(total: int, weights: dict[str, int]) -> dict[str, int]:
+    """Split `total` in proportion to `weights` (largest remainder, ties by name); sums to total."""
+    weight_sum = sum(weights.values())
+    if weight_sum == 0:
+        return {key: 0 for key in weights}
+    exact = {key: total * w / weight_sum for key, w in weights.items()}
+    shares = {key: int(value) for key, value in exact.items()}
+    left = total - sum(shares.values())
+    for key in sorted(exact, key=lambda k: (-(exact[k] - shares[k]), k))[:left]:
+        shares[key] += 1
+    return shares
