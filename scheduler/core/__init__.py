@@ -4,12 +4,12 @@ Entry point: `run_cycle(snapshot, config) -> CycleResult` (cycle.py). Inputs are
 of snapshot.py; test worlds are built with testing.py.
 """
 from .snapshot import (
-    Binding, CycleConfig, CycleResult, DomainInfo, JobInfo, NodeInfo, PendingReason, QueueInfo,
-    QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
+    Binding, CycleConfig, CycleResult, DomainInfo, Eviction, JobInfo, Nomination, NodeInfo, PendingReason,
+    QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
 )
 
 __all__ = [
-    "Binding", "CycleConfig", "CycleResult", "DomainInfo", "JobInfo", "NodeInfo", "PendingReason",
+    "Binding", "CycleConfig", "CycleResult", "DomainInfo", "Eviction", "JobInfo", "Nomination", "NodeInfo", "PendingReason",
     "QueueInfo", "QuotaInfo", "RoleInfo", "Snapshot", "TaskPlacement", "run_cycle",
 ]
 

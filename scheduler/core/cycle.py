@@ -1,27 +1,35 @@
-"""One scheduling cycle over a frozen snapshot (DESIGN section 5).
+"""One scheduling cycle over a frozen snapshot (DESIGN section 5; Volcano's action pipeline).
 
     run_cycle(snapshot, config) -> CycleResult
 
 Phases, each timed in CycleResult.timings (seconds):
-  1. open: index the domain tree, free capacity and queue usage from the snapshot;
-  2. allocate: pending jobs in fair-share order, gang + topology + binpack placement (actions/allocate.py);
-  3. metrics: allocation rate, largest runnable job per tier, fragmentation rate, domain completeness.
+  1. open: index the domain tree, free capacity and queue usage; water-fill every queue's fair share;
+  2. allocate: nominated beneficiaries start on their held GPUs; pending jobs in fair-share order get
+     gang + topology + binpack placement; the first job that cannot start gets a backfill reservation
+     (actions/allocate.py, actions/backfill.py);
+  3. preempt / reclaim: jobs still waiting may evict lower-priority gangs of their queue, or take back
+     GPUs other queues borrowed; the freed GPUs are held for them (actions/preempt.py);
+  4. metrics: allocation rate, largest runnable job per tier, fragmentation rate, domain completeness.
 The snapshot is never mutated; the same input gives the same result.
 """
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 
 from .actions.allocate import Allocator
+from .actions.preempt import run_evictions
 from .metrics import cluster_metrics
+from .plugins.fairshare import fair_shares
 from .plugins.quota import QueueTree
-from .snapshot import CycleConfig, CycleResult, Snapshot
+from .snapshot import CycleConfig, CycleResult, Nomination, Snapshot
 from .state import ClusterState
 from .topology import build_tree
 
 
 def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None) -> CycleResult:
-    """Decide which pending jobs start and where. Raises TopologyError on an inconsistent domain tree."""
+    """Decide which pending jobs start and where, and whom to evict for whom.
+    Raises TopologyError on an inconsistent domain tree."""
     config = config or CycleConfig()
     result = CycleResult()
     t0 = time.perf_counter()
@@ -29,13 +37,40 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None) -> CycleRes
     state = ClusterState(snapshot, tree)
     queues = QueueTree(snapshot)
     pending = [j for j in snapshot.jobs if j.state == "pending"]
+    if config.fair_share and snapshot.queues:
+        result.fair_share = fair_shares(queues, _capacity(state), _pending_demand(pending, state.flavors))
+    allocator = Allocator(state, queues, config, snapshot=snapshot, shares=result.fair_share)
+    preempting = {(t.node, g) for j in snapshot.jobs if j.state == "preempting" for t in j.placement for g in t.gpus}
     t1 = time.perf_counter()
-    result.bindings, result.pending = Allocator(state, queues, config).run(pending)
+    result.bindings, result.pending = allocator.run(pending, preempting)
     t2 = time.perf_counter()
+    result.evictions, result.decisions = run_evictions(allocator, result.pending)
+    result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in allocator.nominated.items()]
+    result.estimated_start = allocator.estimated_start
+    t3 = time.perf_counter()
     result.metrics = cluster_metrics(state)
     result.metrics["pending_jobs"] = len(result.pending)
     result.metrics["running_jobs"] = sum(1 for j in snapshot.jobs if j.state != "pending") + len(result.bindings)
     result.metrics["queue_usage"] = {q: dict(u) for q, u in queues.usage.items()}
-    t3 = time.perf_counter()
-    result.timings = {"open": t1 - t0, "allocate": t2 - t1, "metrics": t3 - t2, "total": t3 - t0}
+    t4 = time.perf_counter()
+    result.timings = {"open": t1 - t0, "allocate": t2 - t1, "preempt": t3 - t2, "metrics": t4 - t3, "total": t4 - t0}
     return result
+
+
+def _capacity(state: ClusterState) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for k, node in enumerate(state.nodes):
+        out[node.flavor] += state.healthy_gpus[k]
+    return dict(out)
+
+
+def _pending_demand(pending, flavors) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for job in pending:
+        allowed = set(flavors)
+        for r in job.roles:
+            if r.flavors and r.gpus_per_task:
+                allowed &= set(r.flavors)
+        for f in allowed:
+            out[job.queue][f] += job.gpus_requested
+    return out

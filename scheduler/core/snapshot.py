@@ -112,6 +112,9 @@ class JobInfo:
     placement: tuple[TaskPlacement, ...] = ()
     start_time: float | None = None
     name: str = ""
+    reserved: tuple[TaskPlacement, ...] = ()  # GPUs held for this job (an eviction's beneficiary) until it starts
+    not_before: float | None = None  # requeue backoff: not considered before this time
+    attempts: int = 0
 
     @property
     def gpus_requested(self) -> int:
@@ -138,6 +141,11 @@ class CycleConfig:
 
     binpack: bool = True
     topology: bool = True
+    fair_share: bool = True  # order queues by water-filled fair share; off = plain FIFO across queues
+    backfill: bool = True  # reserve for the first job that cannot start; later jobs must not delay it
+    preemption: bool = True  # priority preemption inside a queue
+    reclaim: bool = True  # take borrowed GPUs back for queues below their quota
+    max_preemptors: int = 8  # pending jobs that may evict per cycle (bounds the cycle's cost)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +169,39 @@ class Binding:
     tier: int
 
 
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """A running job (or some of its tasks) to evict gracefully for `beneficiary`.
+
+    tasks: the (role, index) pairs to evict; empty = the whole gang. rule: "reclaim" (across queues,
+    from a queue above its quota) or "preempt" (inside a queue, lower priority). gpus: GPUs freed."""
+
+    job_id: JobId
+    tasks: tuple[tuple[str, int], ...]
+    gpus: int
+    rule: str
+    beneficiary: JobId
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Nomination:
+    """GPUs held for a pending job until it starts on them (the beneficiary of evictions). Held GPUs
+    are out of everyone else's pool; the holder starts there as soon as the victims release them."""
+
+    job_id: JobId
+    tasks: tuple[TaskPlacement, ...]
+    rule: str
+
+
 @dataclass(slots=True)
 class CycleResult:
     bindings: list[Binding] = field(default_factory=list)
     pending: dict[JobId, PendingReason] = field(default_factory=dict)
+    evictions: list[Eviction] = field(default_factory=list)
+    nominations: list[Nomination] = field(default_factory=list)  # every hold in force after this cycle
+    estimated_start: dict[JobId, float] = field(default_factory=dict)  # from the backfill reservation
+    decisions: list[dict] = field(default_factory=list)  # audit: rule, beneficiary, victims, shares before/after
+    fair_share: dict[str, dict[str, float]] = field(default_factory=dict)  # queue -> flavor -> GPUs
     metrics: dict = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)

@@ -41,9 +41,8 @@ class ClusterState:
             self.cpu_free.append(n.cpu_milli - n.cpu_used if n.cpu_milli else None)
             self.mem_free.append(n.memory_mib - n.memory_used if n.memory_mib else None)
             self.flavors.add(n.flavor)
-            if free:
-                for d in tree.node_chain[k]:
-                    self.dom_free[d][n.flavor] += len(free)
+            for d in tree.node_chain[k]:  # every (domain, flavor) below it gets an entry, 0 included
+                self.dom_free[d][n.flavor] += len(free)
         # per (tier, flavor): free GPUs -> domains with exactly that many free, and the sorted free values,
         # so the best-fit domain for a request is found without scanning every domain of the tier
         self.buckets: dict[tuple[int, str], dict[int, set[int]]] = defaultdict(dict)

@@ -210,19 +210,25 @@ def check_result(snapshot: Snapshot, result: CycleResult) -> None:
 
 class ScenarioRunner:
     """Runs cycles over a World in simulated time: submits jobs at their submit time, completes jobs
-    with a duration, and checks `check_result` after every cycle. Pure and deterministic.
+    with a duration, evicts victims gracefully (state "preempting" for `grace` seconds, then requeued with
+    their original submit time and one more attempt), keeps nominations as the holders' `reserved` GPUs,
+    and checks `check_result` after every cycle. Pure and deterministic.
 
-    history[i] = (now, CycleResult); started[job] = start time; finished[job] = end time.
+    history[i] = (now, CycleResult); started[job] = last start time; finished[job] = end time;
+    evictions = every Eviction made, in order.
     """
 
-    def __init__(self, world: World, *, config: CycleConfig | None = None):
-        self.world, self.config = world, config
+    def __init__(self, world: World, *, config: CycleConfig | None = None, grace: float = 0.0):
+        self.world, self.config, self.grace = world, config, grace
         self.base = {n.name: n for n in world.node_infos}
-        self.running: dict[str, JobInfo] = {j.id: j for j in world.jobs if j.state != "pending"}
-        self.pending: dict[str, JobInfo] = {}
+        self.running: dict = {j.id: j for j in world.jobs if j.state != "pending"}
+        self.pending: dict = {}
+        self.releasing: dict = {}  # id -> (JobInfo in state preempting, release time, job to requeue or None)
         self.future = sorted((j for j in world.jobs if j.state == "pending"), key=lambda j: (j.submit_time, j.id))
-        self.started: dict[str, float] = {j.id: j.start_time or 0.0 for j in self.running.values()}
-        self.finished: dict[str, float] = {}
+        self.started: dict = {j.id: j.start_time or 0.0 for j in self.running.values()}
+        self.finished: dict = {}
+        self.evictions: list = []
+        self.placements: dict = {j.id: j.placement for j in self.running.values()}  # last placement per job
         self.history: list[tuple[float, CycleResult]] = []
         for j in self.running.values():  # world.running() folded their GPUs into node.used; count them once
             for t in j.placement:
@@ -230,22 +236,42 @@ class ScenarioRunner:
 
     def snapshot(self, now: float) -> Snapshot:
         used = {n: set(info.used) for n, info in self.base.items()}
-        for j in self.running.values():
+        live = [*self.running.values(), *(r[0] for r in self.releasing.values())]
+        for j in live:
             for t in j.placement:
                 used[t.node].update(t.gpus)
         nodes = tuple(replace(info, used=frozenset(used[n])) for n, info in self.base.items())
-        jobs = (*self.running.values(), *self.pending.values())
+        jobs = (*live, *self.pending.values())
         return Snapshot(nodes=nodes, domains=self.world.domain_infos, queues=self.world.queue_infos, jobs=jobs, now=now)
 
-    def finish(self, job_id: str, now: float) -> None:
+    def finish(self, job_id, now: float) -> None:
         self.running.pop(job_id)
         self.finished[job_id] = now
 
+    def _evict(self, ev, now: float) -> None:
+        job = self.running.pop(ev.job_id)
+        self.evictions.append(ev)
+        if not ev.tasks:
+            gone = replace(job, state="preempting")
+            requeue = replace(job, state="pending", placement=(), start_time=None, attempts=job.attempts + 1)
+            self.releasing[(job.id, "gang")] = (gone, now + self.grace, requeue)
+            return
+        out = tuple(t for t in job.placement if (t.role, t.index) in ev.tasks)
+        keep = tuple(t for t in job.placement if (t.role, t.index) not in ev.tasks)
+        self.running[job.id] = replace(job, placement=keep)
+        key = (job.id, "tasks", len(self.evictions))
+        self.releasing[key] = (replace(job, id=key, state="preempting", placement=out), now + self.grace, None)
+
     def step(self, now: float) -> CycleResult:
-        for job_id, job in list(self.running.items()):
+        for job_id in list(self.running):
             duration = self.world.durations.get(job_id)
             if duration is not None and self.started[job_id] + duration <= now:
                 self.finish(job_id, now)
+        for key, (_, release_at, requeue) in list(self.releasing.items()):
+            if release_at <= now:
+                del self.releasing[key]
+                if requeue is not None:
+                    self.pending[requeue.id] = requeue
         while self.future and self.future[0].submit_time <= now:
             job = self.future.pop(0)
             self.pending[job.id] = job
@@ -254,8 +280,15 @@ class ScenarioRunner:
         check_result(snap, result)
         for b in result.bindings:
             job = self.pending.pop(b.job_id)
-            self.running[b.job_id] = replace(job, state="running", placement=b.tasks, start_time=now)
+            self.running[b.job_id] = replace(job, state="running", placement=b.tasks, start_time=now, reserved=())
             self.started[b.job_id] = now
+            self.placements[b.job_id] = b.tasks
+        for ev in result.evictions:
+            self._evict(ev, now)
+        held = {n.job_id: n.tasks for n in result.nominations}
+        for job_id, job in self.pending.items():
+            if job.reserved != held.get(job_id, ()):
+                self.pending[job_id] = replace(job, reserved=held.get(job_id, ()))
         self.history.append((now, result))
         return result
 

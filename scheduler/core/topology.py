@@ -105,3 +105,13 @@ def build_tree(snapshot: Snapshot) -> DomainTree:
     return DomainTree(names=names, tiers=tiers, parent=parent, children=children, direct_nodes=direct_nodes,
                       nodes_under=nodes_under, node_chain=node_chain, root=root,
                       tier_levels=sorted(by_tier), by_tier=by_tier, index=index)
+
+
+def common_domain(tree: DomainTree, nodes: list[int]) -> int:
+    """The lowest domain holding every node index in `nodes` (the root when `nodes` is empty)."""
+    if not nodes:
+        return tree.root
+    common = set(tree.node_chain[nodes[0]])
+    for k in nodes[1:]:
+        common.intersection_update(tree.node_chain[k])
+    return min(common, key=lambda d: (tree.tiers[d], tree.names[d]))

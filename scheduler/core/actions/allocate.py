@@ -1,61 +1,152 @@
 """The allocate action: walk pending jobs in fair-share order and place each gang, or say why not.
 
-Order: the queue with the lowest dominant share goes next (re-evaluated after every admission), and
-inside a queue higher priority, then earlier submission. A job that cannot start does not block the
-jobs behind it (no head-of-line blocking); its failed attempt is rolled back first. Once a shape
-(flavor, roles, topology cap) fails for lack of room, later jobs of the same shape fail without a
-search: the cluster only gets fuller during the action.
+Order: jobs holding a nomination (the beneficiaries of earlier evictions) first; then the queue with the
+lowest dominant share of its water-filled fair share goes next (re-evaluated after every admission), and
+inside a queue higher priority, then earlier submission. A job that cannot start does not block the jobs
+behind it; its failed attempt is rolled back first. The first job that cannot start for lack of room gets
+a backfill reservation (actions/backfill.py). Once a shape (flavor, roles, topology cap) fails for lack
+of room, later jobs of the same shape fail without a search: the cluster only gets fuller here.
 """
 from __future__ import annotations
 
 import heapq
 from collections import defaultdict
 
+from ..plugins.fairshare import dominant_share
+from ..plugins.feasibility import Capacity
 from ..plugins.gang import PackFailure, pack_gang
 from ..plugins.quota import INF, QueueTree, job_order_key
 from ..plugins.topology import candidate_domains, node_order
-from ..snapshot import Binding, CycleConfig, JobInfo, PendingReason
+from ..snapshot import Binding, CycleConfig, JobInfo, PendingReason, Snapshot
 from ..state import ClusterState
-from ..plugins.feasibility import Capacity
+from ..topology import common_domain
+from ..trial import Holds
+from .backfill import shadow_reservation
+
+ROOM_CODES = {"insufficient_gpus", "no_domain", "no_packing"}  # waiting for GPUs may help
+BACKFILL = "backfill"
 
 
 class Allocator:
-    def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig):
+    def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig, *, snapshot: Snapshot,
+                 shares: dict | None = None):
         self.state, self.queues, self.config = state, queues, config
+        self.snapshot, self.now = snapshot, snapshot.now
         self.tree = state.tree
         self.capacity = Capacity(state)
+        self.shares = shares or {}
+        self.holds = Holds(state)
         self.failed_shapes: dict[tuple, PendingReason] = {}
+        self.backfill_until: float | None = None
+        self.estimated_start: dict = {}
+        self.failed_order: list[JobInfo] = []  # jobs that could not start, in the order they were tried
+        self.nominated: dict = {}  # job id -> tasks held for it after this cycle
 
     # -- the loop -------------------------------------------------------------------------------------
-    def run(self, pending: list[JobInfo]) -> tuple[list[Binding], dict]:
+    def run(self, pending: list[JobInfo], preempting_gpus: set[tuple[str, int]]) -> tuple[list[Binding], dict]:
+        bindings: list[Binding] = []
+        reasons: dict = {}
+        rest = []
+        for job in sorted(pending, key=job_order_key):
+            if job.not_before is not None and job.not_before > self.now:
+                reasons[job.id] = PendingReason("backoff", f"requeued after attempt {job.attempts}; "
+                                                           f"retries at t={job.not_before:.0f}s")
+            elif job.reserved and self._serve_nomination(job, preempting_gpus, bindings, reasons):
+                continue
+            else:
+                rest.append(job)
         by_queue: dict[str, list[JobInfo]] = defaultdict(list)
-        for job in pending:
+        for job in rest:
             by_queue[job.queue].append(job)
         heap = []
         for q, jobs in by_queue.items():
-            jobs.sort(key=job_order_key, reverse=True)  # pop() from the end = next job
-            heap.append((self._queue_key(q), q))
+            jobs.sort(key=self._job_key, reverse=True)  # pop() from the end = next job
+            heap.append((self._queue_key(q, jobs[-1]), q))
         heapq.heapify(heap)
-        bindings: list[Binding] = []
-        reasons: dict = {}
         while heap:
             _, q = heapq.heappop(heap)
             job = by_queue[q].pop()
-            outcome = self.place(job)
+            outcome = self._attempt(job)
             if isinstance(outcome, Binding):
                 bindings.append(outcome)
             else:
                 reasons[job.id] = outcome
+                self.failed_order.append(job)
+                if outcome.code in ROOM_CODES and self.backfill_until is None and self.config.backfill:
+                    self._reserve(job, reasons)
             if by_queue[q]:
-                heapq.heappush(heap, (self._queue_key(q), q))
+                heapq.heappush(heap, (self._queue_key(q, by_queue[q][-1]), q))
         return bindings, reasons
 
-    def _queue_key(self, q: str) -> tuple:
+    def _job_key(self, job: JobInfo) -> tuple:
+        return job_order_key(job) if self.config.fair_share else (job.submit_time, str(job.id))
+
+    def _queue_key(self, q: str, head: JobInfo) -> tuple:
+        if not self.config.fair_share:  # plain FIFO across queues
+            return (head.submit_time, str(head.id), q)
+        if self.shares:
+            return (dominant_share(self.queues, self.shares, q), q)
         share = self.queues.share(q)
         return (share >= 1.0, share / self.queues.weight(q), q)
 
+    def _attempt(self, job: JobInfo) -> Binding | PendingReason:
+        if self.backfill_until is None or BACKFILL not in self.holds.held:
+            return self.place(job)
+        ends = self.now + job.time_limit if job.time_limit is not None else INF
+        if ends > self.backfill_until:
+            return self.place(job, backfill_open=False)
+        self.holds.release(BACKFILL)
+        try:
+            return self.place(job, backfill_open=True)
+        finally:
+            self.holds.retake(BACKFILL)
+
+    def _reserve(self, job: JobInfo, reasons: dict) -> None:
+        flavors = self._flavors(job)
+        found = shadow_reservation(self, job, flavors[0], self.snapshot) if flavors else None
+        if found is None:
+            return
+        start, placement = found
+        self.backfill_until = start
+        self.estimated_start[job.id] = start
+        self.holds.hold(BACKFILL, placement.tasks)
+        r = reasons[job.id]
+        reasons[job.id] = PendingReason(r.code, f"{r.message}; reserved, estimated start t={start:.0f}s")
+
+    def _serve_nomination(self, job: JobInfo, preempting_gpus: set, bindings: list, reasons: dict) -> bool:
+        """Start a beneficiary on the GPUs held for it, or keep holding them while victims release.
+        Returns False when the hold is no longer valid (node gone or not ready, GPU unhealthy or taken)."""
+        state = self.state
+        waiting = 0
+        for t in job.reserved:
+            k = state.node_index.get(t.node)
+            if k is None or not state.nodes[k].schedulable:
+                return False
+            free = set(state.free[k])
+            for g in t.gpus:
+                if g in state.nodes[k].unhealthy or (g not in free and (t.node, g) not in preempting_gpus):
+                    return False
+                waiting += g not in free
+        if waiting:
+            self.holds.hold(job.id, job.reserved)
+            reasons[job.id] = PendingReason("nominated", f"waiting for {waiting} GPUs held for it to be released by "
+                                                         f"preempted jobs (grace period)")
+            self.nominated[job.id] = job.reserved
+            return True
+        roles = {r.name: r for r in job.roles}
+        ks = []
+        for t in job.reserved:
+            k = state.node_index[t.node]
+            state.take(k, t.gpus, roles[t.role].cpu_milli, roles[t.role].memory_mib)
+            ks.append(k)
+            if t.gpus:
+                self.queues.charge(job.queue, state.nodes[k].flavor, len(t.gpus))
+        d = common_domain(self.tree, ks)
+        bindings.append(Binding(job_id=job.id, tasks=job.reserved, domain=self.tree.names[d], tier=self.tree.tiers[d]))
+        return True
+
     # -- one job --------------------------------------------------------------------------------------
-    def place(self, job: JobInfo) -> Binding | PendingReason:
+    def place(self, job: JobInfo, *, backfill_open: bool | None = None) -> Binding | PendingReason:
         if not self.queues.known(job.queue):
             return PendingReason("unknown_queue", f"queue {job.queue} does not exist", terminal=True)
         if not job.roles:
@@ -67,7 +158,7 @@ class Allocator:
                                  terminal=True)
         reasons: list[PendingReason] = []
         for flavor in flavors:
-            outcome = self._place_flavor(job, flavor)
+            outcome = self._place_flavor(job, flavor, backfill_open)
             if isinstance(outcome, Binding):
                 return outcome
             reasons.append(outcome)
@@ -84,13 +175,11 @@ class Allocator:
 
     def _cap_tier(self, job: JobInfo) -> int:
         top = self.tree.top_tier
-        if not self.config.topology:
-            return top
-        if job.topology_mode == "hard" and job.highest_tier is not None:
+        if self.config.topology and job.topology_mode == "hard" and job.highest_tier is not None:
             return min(job.highest_tier, top)
         return top
 
-    def _place_flavor(self, job: JobInfo, flavor: str) -> Binding | PendingReason:
+    def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None) -> Binding | PendingReason:
         need = job.gpus_min
         limit, limiter = self.queues.static_limit(job.queue, flavor)
         if need > limit:
@@ -105,18 +194,27 @@ class Allocator:
             used = self.queues.usage[limiter][flavor]
             return PendingReason("queue_limit", f"queue {limiter} limit: uses {used} of {int(used + room)} "
                                  f"{flavor} GPUs, job needs {need}")
-        shape = (flavor, cap, tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib) for r in job.roles))
+        shape = (flavor, cap, backfill_open,
+                 tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib) for r in job.roles))
         cached = self.failed_shapes.get(shape)
         if cached is not None:
             return cached
         outcome = self._search(job, flavor, cap, need, room)
         if isinstance(outcome, PendingReason):
+            if backfill_open is False and self.backfill_until is not None:
+                outcome = PendingReason(outcome.code, f"{outcome.message} outside GPUs reserved until "
+                                                      f"t={self.backfill_until:.0f}s (no time limit ending before)")
             self.failed_shapes[shape] = outcome
         else:
             for t in outcome.tasks:
                 if t.gpus:
                     self.queues.charge(job.queue, flavor, len(t.gpus))
         return outcome
+
+    def try_place(self, job: JobInfo, flavor: str, *, target: float) -> Binding | PendingReason:
+        """A what-if placement for evictions and reservations: no quota check, no usage charged, no
+        shape cache; on success the state holds the placement and the caller must release it."""
+        return self._search(job, flavor, self._cap_tier(job), job.gpus_min, max(target, job.gpus_min))
 
     def _search(self, job: JobInfo, flavor: str, cap: int, need: int, room: float) -> Binding | PendingReason:
         state, tree = self.state, self.tree

@@ -1,0 +1,78 @@
+"""Find the fewest victims whose eviction lets a pending job start (shared by preempt and reclaim).
+
+Victim units are added in least-work-lost order (plugins/victims.py) until the job can be placed with
+`target` GPUs (or, failing that, at least its minimum), then every victim that turns out unneeded is
+given back (Kueue's fill-back). Everything runs on a Trial and is undone: the state the caller sees is
+unchanged, and the returned placement is what the job will start on once the victims have released
+their GPUs. No eviction is ever proposed for a job that would not start on the freed GPUs.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..plugins.victims import Unit
+from ..snapshot import Binding, JobInfo
+from ..trial import Trial, release_binding, unfree_tasks
+
+MAX_VICTIM_UNITS = 256  # bounds the search's cost per preemptor
+
+
+def _gpus(binding: Binding) -> int:
+    return sum(len(t.gpus) for t in binding.tasks)
+
+
+def find_victims(allocator, job: JobInfo, flavor: str, *, target: int, units: list[Unit],
+                 allows: Callable[[Unit], bool], take: Callable[[Unit], None],
+                 give_back: Callable[[Unit], None]) -> tuple[Binding, list[Unit]] | None:
+    state = allocator.state
+    root = allocator.tree.root
+    need = job.gpus_min
+    trial = Trial(state)
+    chosen: list[Unit] = []
+    taken: dict[object, set] = {}
+    best: Binding | None = None
+    for unit in units[:MAX_VICTIM_UNITS]:
+        done = taken.setdefault(unit.job.id, set())
+        tasks = tuple(t for t in unit.tasks if (t.role, t.index) not in done)
+        if not tasks:
+            continue
+        unit = Unit(unit.job, tasks, whole=unit.whole)
+        if not allows(unit):
+            continue
+        trial.free_tasks(unit.job, unit.tasks)
+        take(unit)
+        done.update((t.role, t.index) for t in unit.tasks)
+        chosen.append(unit)
+        if state.domain_free(root, flavor) < need:
+            continue
+        placed = allocator.try_place(job, flavor, target=target)
+        if isinstance(placed, Binding):
+            release_binding(state, job, placed)
+            best = placed
+            if _gpus(placed) >= target:
+                break
+    if best is None:
+        trial.undo()
+        for unit in chosen:
+            give_back(unit)
+        return None
+    size = _gpus(best)
+    kept: list[Unit] = []
+    for unit in reversed(chosen):  # fill-back: drop victims the placement does not need
+        unfree_tasks(trial, unit.job, unit.tasks)
+        placed = allocator.try_place(job, flavor, target=target)
+        if isinstance(placed, Binding) and _gpus(placed) >= size:
+            release_binding(state, job, placed)
+            give_back(unit)
+            best = placed
+            continue
+        if isinstance(placed, Binding):
+            release_binding(state, job, placed)
+        trial.free_tasks(unit.job, unit.tasks)
+        kept.append(unit)
+    final = allocator.try_place(job, flavor, target=target)
+    assert isinstance(final, Binding), "fill-back left a victim set that no longer fits"
+    release_binding(state, job, final)
+    trial.undo()
+    kept.reverse()
+    return final, kept

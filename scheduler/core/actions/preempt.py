@@ -1,0 +1,137 @@
+"""The preempt action (inside a queue) and the reclaim action (across queues).
+
+preempt: a pending job may evict preemptible gangs of strictly lower priority in its own queue, when and
+only when that lets it start; the queue's limit still applies (victims' GPUs count as released).
+reclaim: a job of a queue below its quota, which it is entitled to fill (usage + request <= quota at
+every level of its queue chain below the top), takes back GPUs that other queues borrowed above their
+quota, never taking a victim queue below its quota or any level below its guarantee. It aims at
+min(the job's full request, its entitlement), so an elastic job gets its whole quota back in one go.
+"""
+from __future__ import annotations
+
+from ..plugins.victims import ReclaimLedger, Unit
+from ..snapshot import Eviction, JobInfo, PendingReason
+from .evict import find_victims
+
+
+def _evictions(units: list[Unit], rule: str, job: JobInfo) -> list[Eviction]:
+    out = []
+    for u in units:
+        tasks = () if u.whole and len(u.tasks) == len(u.job.placement) else tuple((t.role, t.index) for t in u.tasks)
+        what = "gang" if not tasks else f"{len(tasks)} surplus task(s)"
+        out.append(Eviction(job_id=u.job.id, tasks=tasks, gpus=u.gpus, rule=rule, beneficiary=job.id,
+                            message=f"{rule}: {what} of {u.job.name or u.job.id} (queue {u.job.queue}, priority "
+                                    f"{u.job.priority}) evicted for {job.name or job.id} (queue {job.queue})"))
+    return out
+
+
+def preempt(allocator, job: JobInfo, flavor: str, units: list[Unit]):
+    candidates = [u for u in units if u.job.queue == job.queue and u.job.priority < job.priority]
+    if not candidates:
+        return None
+    room, _ = allocator.queues.headroom(job.queue, flavor)
+    freeable = sum(u.gpus for u in candidates)
+    if job.gpus_min > room + freeable:
+        return None
+    target = int(min(job.gpus_requested, room + freeable))
+    found = find_victims(allocator, job, flavor, target=max(target, job.gpus_min), units=candidates,
+                         allows=lambda u: True, take=lambda u: None, give_back=lambda u: None)
+    if found is None:
+        return None
+    placement, victims = found
+    return placement, _evictions(victims, "preempt", job)
+
+
+def entitlement(queues, job: JobInfo, flavor: str) -> float:
+    """GPUs of `flavor` the job's queue may still fill within its quota, at every level but the top."""
+    chain = queues.chain(job.queue)
+    levels = chain[:-1] if len(chain) > 1 else chain
+    room = float("inf")
+    for q in levels:
+        info = queues.queues.get(q)
+        quota = info.quotas.get(flavor) if info else None
+        if quota is None:
+            return 0.0
+        room = min(room, quota.quota - queues.usage[q][flavor])
+    return room
+
+
+def reclaim(allocator, job: JobInfo, flavor: str, units: list[Unit], flavor_of: dict[str, str]):
+    room = entitlement(allocator.queues, job, flavor)
+    if room < job.gpus_min:
+        return None
+    target = int(min(job.gpus_requested, room))
+    ledger = ReclaimLedger(allocator.queues, job.queue, flavor_of)
+    candidates = [u for u in units if u.job.queue != job.queue]
+    found = find_victims(allocator, job, flavor, target=target, units=candidates,
+                         allows=lambda u: ledger.allows(u.job, u.tasks), take=lambda u: ledger.take(u.job, u.tasks),
+                         give_back=lambda u: ledger.give_back(u.job, u.tasks))
+    if found is None:
+        return None
+    placement, victims = found
+    return placement, _evictions(victims, "reclaim", job)
+
+
+EVICT_CODES = {"insufficient_gpus", "no_domain", "no_packing", "queue_limit"}
+
+
+def run_evictions(allocator, reasons: dict) -> tuple[list[Eviction], list[dict]]:
+    """Try preempt, then reclaim, for the jobs that could not start, in the order they were tried, at
+    most config.max_preemptors of them. Each success evicts victims, holds the beneficiary's GPUs
+    (nomination) and records an audit decision with the queues' usage before and after."""
+    from ..plugins.victims import victim_units
+
+    config, queues, state = allocator.config, allocator.queues, allocator.state
+    if not (config.preemption or config.reclaim):
+        return [], []
+    flavor_of = {n.name: n.flavor for n in state.nodes}
+    queue_of = {j.id: j.queue for j in allocator.snapshot.jobs}
+    units = victim_units([j for j in allocator.snapshot.jobs if j.state == "running"])
+    evictions: list[Eviction] = []
+    decisions: list[dict] = []
+    evicted: set[tuple] = set()
+    tries = 0
+    for job in allocator.failed_order:
+        reason = reasons.get(job.id)
+        if reason is None or reason.code not in EVICT_CODES or tries >= config.max_preemptors:
+            continue
+        tries += 1
+        units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
+        found = None
+        for flavor in allocator._flavors(job):
+            if config.preemption:
+                found = preempt(allocator, job, flavor, units)
+            if found is None and config.reclaim and reason.code != "queue_limit":
+                found = reclaim(allocator, job, flavor, units, flavor_of)
+            if found is not None:
+                break
+        if found is None:
+            continue
+        placement, evs = found
+        involved = {job.queue} | {queue_of[e.job_id] for e in evs}
+        before = _usage(queues, involved)
+        for ev in evs:
+            victim = next(u.job for u in units if u.job.id == ev.job_id)
+            tasks = victim.placement if not ev.tasks else [t for t in victim.placement if (t.role, t.index) in ev.tasks]
+            for t in tasks:
+                evicted.add((victim.id, t.role, t.index))
+                if t.gpus:
+                    queues.charge(victim.queue, flavor_of[t.node], -len(t.gpus))
+        for t in placement.tasks:
+            if t.gpus:
+                queues.charge(job.queue, flavor_of[t.node], len(t.gpus))
+        allocator.holds.hold(job.id, placement.tasks)
+        allocator.nominated[job.id] = placement.tasks
+        evictions.extend(evs)
+        rule = evs[0].rule
+        gpus = sum(e.gpus for e in evs)
+        reasons[job.id] = PendingReason("nominated", f"{rule}: {len(evs)} victim(s) releasing {gpus} GPUs for it "
+                                                     f"(grace period); it starts on them next")
+        decisions.append({"rule": rule, "beneficiary": job.id, "queue": job.queue,
+                          "victims": [{"job": e.job_id, "tasks": list(e.tasks), "gpus": e.gpus} for e in evs],
+                          "usage_before": before, "usage_after": _usage(queues, involved)})
+    return evictions, decisions
+
+
+def _usage(queues, names: set[str]) -> dict:
+    return {q: dict(queues.usage.get(q, {})) for q in sorted(names)}

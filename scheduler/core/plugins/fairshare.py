@@ -1,0 +1,98 @@
+"""Fair share by hierarchical water-filling, per GPU flavor.
+
+At every level of the queue tree, the parent's amount A (the cluster's schedulable GPUs of the flavor at
+the top) is split among its children:
+  1. each child first gets min(quota, demand), scaled down proportionally if those exceed A;
+  2. the rest is poured by weight into the children still below min(limit, demand), repeatedly, until it
+     is used up or every child is capped (water-filling);
+then each child's amount is split among its own children the same way. demand = GPUs in use + GPUs
+requested by pending jobs, summed over the subtree.
+
+Sources: Volcano's proportion plugin (deserved = min(quota-like share, request), remainder by weight,
+capped by capability) and Kueue's fair sharing (weighted share of borrowable capacity); the dominant
+share used to order queues follows DRF (Ghodsi et al., "Dominant Resource Fairness", NSDI 2011).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .quota import QueueTree
+
+EPS = 1e-9
+
+
+def water_fill(amount: float, children: list[tuple[str, float, float, float, float]]) -> dict[str, float]:
+    """Split `amount` among children given as (name, quota, cap, weight, demand); cap = min(limit, demand).
+    Returns name -> share. Pure; exposed for tests."""
+    share = {name: 0.0 for name, *_ in children}
+    first = {name: min(quota, cap) for name, quota, cap, _, _ in children}
+    total = sum(first.values())
+    scale = min(1.0, amount / total) if total > EPS else 0.0
+    for name, value in first.items():
+        share[name] = value * scale
+    remaining = amount - sum(share.values())
+    active = [(name, cap, weight) for name, _, cap, weight, _ in children if share[name] < cap - EPS and weight > 0]
+    while remaining > EPS and active:
+        weights = sum(w for _, _, w in active)
+        poured = 0.0
+        still = []
+        for name, cap, weight in active:
+            give = min(remaining * weight / weights, cap - share[name])
+            share[name] += give
+            poured += give
+            if share[name] < cap - EPS:
+                still.append((name, cap, weight))
+        remaining -= poured
+        if poured <= EPS:
+            break
+        active = still
+    return share
+
+
+def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dict[str, dict[str, int]]
+                ) -> dict[str, dict[str, float]]:
+    """queue -> flavor -> fair share in GPUs. capacity: schedulable GPUs per flavor; pending_demand:
+    leaf queue -> flavor -> GPUs requested by its pending jobs (a job that may take several flavors counts
+    on each)."""
+    children: dict[str | None, list[str]] = defaultdict(list)
+    for name, info in queues.queues.items():
+        parent = info.parent if info.parent in queues.queues else None
+        children[parent].append(name)
+    demand: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for q, per_flavor in pending_demand.items():
+        for flavor, gpus in per_flavor.items():
+            for chain_q in queues.chain(q):
+                demand[chain_q][flavor] += gpus
+    for q, per_flavor in queues.usage.items():  # usage is already charged up the chain
+        for flavor, gpus in per_flavor.items():
+            demand[q][flavor] += gpus
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+
+    def split(parent: str | None, flavor: str, amount: float) -> None:
+        kids = children.get(parent, [])
+        if not kids:
+            return
+        rows = []
+        for q in kids:
+            quota = queues.queues[q].quotas.get(flavor)
+            d = demand[q].get(flavor, 0.0)
+            limit = quota.limit if quota and quota.limit is not None else float("inf")
+            rows.append((q, quota.quota if quota else 0, min(limit, d), queues.weight(q), d))
+        for q, value in water_fill(amount, rows).items():
+            out[q][flavor] = value
+            split(q, flavor, value)
+
+    for flavor, amount in capacity.items():
+        split(None, flavor, float(amount))
+    return dict(out)
+
+
+def dominant_share(queues: QueueTree, shares: dict[str, dict[str, float]], queue: str) -> float:
+    """max over flavors of usage / fair share; usage above a zero share counts as 1e6 + usage."""
+    best = 0.0
+    fair = shares.get(queue, {})
+    for flavor, used in queues.usage.get(queue, {}).items():
+        if used:
+            f = fair.get(flavor, 0.0)
+            best = max(best, used / f if f > EPS else 1e6 + used)
+    return best

@@ -1,0 +1,119 @@
+"""What-if changes to ClusterState that are always undone (Kueue's SimulateWorkloadRemoval).
+
+A Trial frees running tasks (victims, or jobs that will have ended by a reservation's time) and can
+place a job tentatively; `undo` restores the state exactly, in reverse order."""
+from __future__ import annotations
+
+from .snapshot import Binding, JobInfo, TaskPlacement
+from .state import ClusterState
+
+
+class Trial:
+    __slots__ = ("state", "ops")
+
+    def __init__(self, state: ClusterState):
+        self.state = state
+        self.ops: list[tuple[str, int, tuple[int, ...], int, int]] = []
+
+    def _usable(self, t: TaskPlacement) -> tuple[int, tuple[int, ...]] | None:
+        k = self.state.node_index.get(t.node)
+        if k is None or not self.state.nodes[k].schedulable:
+            return None
+        bad = self.state.nodes[k].unhealthy
+        return k, tuple(g for g in t.gpus if g not in bad)
+
+    def free_tasks(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> int:
+        """Make the tasks' GPUs (on ready nodes, healthy) free; returns the GPUs freed."""
+        roles = {r.name: r for r in job.roles}
+        freed = 0
+        for t in tasks:
+            usable = self._usable(t)
+            if usable is None:
+                continue
+            k, gpus = usable
+            role = roles.get(t.role)
+            cpu, mem = (role.cpu_milli, role.memory_mib) if role else (0, 0)
+            self.state.give(k, gpus, cpu, mem)
+            self.ops.append(("give", k, gpus, cpu, mem))
+            freed += len(gpus)
+        return freed
+
+    def place(self, job: JobInfo, binding: Binding) -> None:
+        """Record a tentative placement (already applied to the state by the search) so undo frees it."""
+        roles = {r.name: r for r in job.roles}
+        for t in binding.tasks:
+            k = self.state.node_index[t.node]
+            role = roles[t.role]
+            self.ops.append(("take", k, t.gpus, role.cpu_milli, role.memory_mib))
+
+    def mark(self) -> int:
+        return len(self.ops)
+
+    def undo(self, to: int = 0) -> None:
+        while len(self.ops) > to:
+            op, k, gpus, cpu, mem = self.ops.pop()
+            if op == "give":
+                self.state.take(k, gpus, cpu, mem)
+            else:
+                self.state.give(k, gpus, cpu, mem)
+
+
+def release_binding(state: ClusterState, job: JobInfo, binding: Binding) -> None:
+    """Undo a committed placement made by the search (used when a placement was only a what-if)."""
+    roles = {r.name: r for r in job.roles}
+    for t in binding.tasks:
+        role = roles[t.role]
+        state.give(state.node_index[t.node], t.gpus, role.cpu_milli, role.memory_mib)
+
+
+def unfree_tasks(trial: Trial, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> None:
+    """Take back GPUs that `trial.free_tasks` freed (used when a victim turns out not to be needed)."""
+    roles = {r.name: r for r in job.roles}
+    for t in tasks:
+        usable = trial._usable(t)
+        if usable is None:
+            continue
+        k, gpus = usable
+        role = roles.get(t.role)
+        cpu, mem = (role.cpu_milli, role.memory_mib) if role else (0, 0)
+        trial.state.take(k, gpus, cpu, mem)
+        trial.ops.append(("take", k, gpus, cpu, mem))
+
+
+class Holds:
+    """GPUs held out of everyone's pool for one job (a nomination, or the backfill reservation).
+    Only GPUs free at hold time are taken; `release` / `retake` open and close the hold around the
+    holder's own attempt (or a backfill job that ends before the reservation)."""
+
+    def __init__(self, state: ClusterState):
+        self.state = state
+        self.held: dict[object, list[tuple[int, tuple[int, ...]]]] = {}
+        self.wanted: dict[object, list[tuple[int, tuple[int, ...]]]] = {}
+
+    def hold(self, key, tasks: tuple[TaskPlacement, ...]) -> int:
+        wanted = []
+        for t in tasks:
+            k = self.state.node_index.get(t.node)
+            if k is not None:
+                wanted.append((k, tuple(t.gpus)))
+        self.wanted[key] = wanted
+        return self.retake(key)
+
+    def retake(self, key) -> int:
+        held = []
+        for k, gpus in self.wanted.get(key, ()):
+            free = set(self.state.free[k])
+            mine = tuple(g for g in gpus if g in free)
+            if mine:
+                self.state.take(k, mine, 0, 0)
+                held.append((k, mine))
+        self.held[key] = held
+        return sum(len(g) for _, g in held)
+
+    def release(self, key) -> None:
+        for k, gpus in self.held.pop(key, ()):
+            self.state.give(k, gpus, 0, 0)
+
+    def drop(self, key) -> None:
+        self.release(key)
+        self.wanted.pop(key, None)
