@@ -1,10 +1,18 @@
-# First Makefile (store/CI engineer): replace freely. Targets: venv install test demo bench.
+# Set-up on a fresh machine needs only python3:  make demo  (the product on real data)  and  make test.
+# Targets: venv install test test-fast demo bench help.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv install test test-fast demo bench
+.PHONY: help venv install test test-fast demo bench
+
+help:
+	@echo "make demo   - venv + install, migrate a SQLite DB, load the Philly cluster, users per team,"
+	@echo "              serve http://127.0.0.1:8000 and replay the Philly trace fast (Ctrl-C stops)"
+	@echo "make test   - venv + install, run the test suite (pytest)"
+	@echo "make bench  - benchmarks/run.py --quick if present, else a 1-day Philly replay"
+	@echo "Variables: DEMO_ARGS='--speed 1200 --port 8001', DEMO_DB=sqlite:///path.sqlite3"
 
 venv: $(PY)
 $(PY):
@@ -21,8 +29,17 @@ test: install
 test-fast: install
 	$(PY) -m pytest -m "not services and not slow"
 
+# The demo is the embedded default: SQLite (DEMO_DB) and the in-process loop (no broker, REDIS_URL empty),
+# whatever DATABASE_URL / REDIS_URL the shell has. Options: $(PY) manage.py demo --help.
+DEMO_DB ?= sqlite:///$(CURDIR)/db.sqlite3
+DEMO_ARGS ?=
 demo: install
-	$(PY) manage.py demo
+	DATABASE_URL='$(DEMO_DB)' REDIS_URL= $(PY) manage.py demo $(DEMO_ARGS)
 
 bench: install
-	@echo "bench: no benchmarks yet (benchmarks/)"
+	@if [ -f benchmarks/run.py ]; then \
+		$(PY) benchmarks/run.py --quick; \
+	else \
+		echo "benchmarks/run.py not there yet: replaying 1 simulated day of Philly instead"; \
+		$(PY) manage.py replay --cluster philly --trace philly --until 1; \
+	fi

@@ -51,13 +51,19 @@ class FeedStats:
 class TraceFeeder:
     """Submits a trace's jobs and completes them, on the simulated clock. Not thread-safe; one per loop."""
 
-    def __init__(self, trace, *, epoch: datetime, start_seconds: float = 0.0, name_prefix: str | None = None,
-                 batch: int = 200):
+    def __init__(self, trace, *, epoch: datetime, start_seconds: float = 0.0, warm_start: bool = False,
+                 name_prefix: str | None = None, batch: int = 200):
         self.trace = trace
         self.epoch = epoch
+        self.start_seconds = start_seconds
         self.name_prefix = name_prefix if name_prefix is not None else f"{trace.name}-"
         self.batch = batch
         jobs = sorted((j for j in trace.jobs if j.submit >= start_seconds), key=lambda j: j.submit)
+        # Warm start: the jobs submitted before the start that the trace still has running at the start
+        # come in at once, with their own submit time and their REMAINING run time, so the replay
+        # begins on a cluster as busy as the trace's instead of an empty one.
+        self._warm = sorted((j for j in trace.jobs if j.submit < start_seconds < j.submit + j.duration),
+                            key=lambda j: j.submit) if warm_start else []
         self._jobs = jobs
         self._next = 0
         self._queues: dict[str, Queue | None] = {}
@@ -65,8 +71,15 @@ class TraceFeeder:
 
     @property
     def start(self) -> datetime | None:
-        """Cluster time of the first job to submit (None when the trace is empty)."""
+        """Cluster time the replay starts at: start_seconds with a warm start, else the first job's submit
+        time (None when there is nothing to replay)."""
+        if self._warm:
+            return self.at(self.start_seconds)
         return self.at(self._jobs[0].submit) if self._jobs else None
+
+    @property
+    def warm_jobs(self) -> int:
+        return len(self._warm)
 
     @property
     def remaining(self) -> int:
@@ -80,32 +93,42 @@ class TraceFeeder:
             self._queues[name] = Queue.objects.select_related("team").filter(name=name).first()
         return self._queues[name]
 
+    def _submit(self, tj, duration: float) -> bool:
+        queue = self._queue(tj.queue)
+        if queue is None or queue.team is None:
+            self.stats.rejected += 1
+            log.warning("trace job %s: no team queue %r; skipped", tj.id, tj.queue)
+            return False
+        role = {"name": "worker", "tasks": tj.tasks, "gpus_per_task": tj.gpus_per_task,
+                "min_available": tj.min_available or tj.tasks, "cpu_milli": tj.cpu_milli,
+                "memory_mib": tj.memory_mib, "flavor": "|".join(tj.flavors)}
+        try:
+            services.submit_job(team=queue.team, queue=queue, name=f"{self.name_prefix}{tj.id}",
+                                roles=[role], priority=tj.priority, duration_seconds=duration,
+                                submitted_at=self.at(tj.submit), external_id=str(tj.id))
+        except services.ValidationError as exc:
+            self.stats.rejected += 1
+            log.warning("trace job %s rejected: %s", tj.id, exc)
+            return False
+        return True
+
     def submit_due(self, now: datetime, *, limit: int | None = None) -> int:
-        """Submit the jobs whose submit time is <= now (at most `limit`); returns how many were submitted."""
+        """Submit the warm-start jobs (first call), then the jobs whose submit time is <= now (at most
+        `limit` of those); returns how many were submitted."""
         count = 0
-        while self._next < len(self._jobs) and (limit is None or count < limit):
+        if self._warm:
+            warm, self._warm = self._warm, []
+            with transaction.atomic():
+                for tj in warm:
+                    count += self._submit(tj, tj.submit + tj.duration - self.start_seconds)
+        arrived = 0
+        while self._next < len(self._jobs) and (limit is None or arrived < limit):
             tj = self._jobs[self._next]
-            submitted_at = self.at(tj.submit)
-            if submitted_at > now:
+            if self.at(tj.submit) > now:
                 break
             self._next += 1
-            queue = self._queue(tj.queue)
-            if queue is None or queue.team is None:
-                self.stats.rejected += 1
-                log.warning("trace job %s: no team queue %r; skipped", tj.id, tj.queue)
-                continue
-            role = {"name": "worker", "tasks": tj.tasks, "gpus_per_task": tj.gpus_per_task,
-                    "min_available": tj.min_available or tj.tasks, "cpu_milli": tj.cpu_milli,
-                    "memory_mib": tj.memory_mib, "flavor": "|".join(tj.flavors)}
-            try:
-                services.submit_job(team=queue.team, queue=queue, name=f"{self.name_prefix}{tj.id}",
-                                    roles=[role], priority=tj.priority, duration_seconds=tj.duration,
-                                    submitted_at=submitted_at, external_id=str(tj.id))
-            except services.ValidationError as exc:
-                self.stats.rejected += 1
-                log.warning("trace job %s rejected: %s", tj.id, exc)
-                continue
-            count += 1
+            arrived += self._submit(tj, tj.duration)
+        count += arrived
         self.stats.submitted += count
         return count
 

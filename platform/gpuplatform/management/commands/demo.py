@@ -11,7 +11,7 @@
 
 Options: --port, --speed (simulated seconds per wall second; default 600 = 10 minutes a second),
 --start-day (replay day to start at), --scale / --compress (passed to the importers), --no-server,
---duration-seconds, --tick (wall seconds between cycles), --password.
+--duration-seconds, --tick (wall seconds between cycles), --password, --cold-start, --keep.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connection, transaction
@@ -33,9 +34,10 @@ log = logging.getLogger("gpuplatform.demo")
 
 DEFAULT_SPEED = 600.0  # simulated seconds per wall second: 10 minutes of trace a second
 # Replay day (after the importer's arrival compression) where the Philly trace is busy: the first ~16
-# replay days see a handful of arrivals; from day 16 on, most of the 15 teams submit and the default
-# 624-GPU cluster is contended within the first simulated hours.
-DEFAULT_START_DAY = 16.0
+# replay days see a handful of arrivals; at day 17 the jobs running in the trace (the warm start) already
+# ask for about as many GPUs as the default 624-GPU cluster has, and arrivals from ten teams keep it
+# contended for the following days.
+DEFAULT_START_DAY = 17.0
 DEFAULT_TICK = 0.5  # wall seconds between two scheduling cycles (at least)
 MAX_STEP = 1800.0  # a tick never advances the cluster clock by more than 30 simulated minutes
 
@@ -107,6 +109,9 @@ class Command(BaseCommand):
                             help="stop after this many wall seconds (default: run until Ctrl-C)")
         parser.add_argument("--password", default=None,
                             help="password for every demo user (default: a random one, printed)")
+        parser.add_argument("--cold-start", action="store_true",
+                            help="start on an empty cluster (default: the jobs the trace has running at the "
+                                 "start day are submitted at once, with their remaining run time)")
         parser.add_argument("--keep", action="store_true",
                             help="keep the previous run's jobs and samples instead of starting clean")
 
@@ -150,10 +155,11 @@ class Command(BaseCommand):
         admin.set_password(admin_pw)
         admin.save()
         rows = [("admin", admin_pw, "platform admin (sees every team)")]
+        team_hash = make_password(team_pw)  # hashing is slow on purpose: once for every team user
         for team in Team.objects.order_by("name"):
             user, _ = User.objects.get_or_create(username=team.name)
-            user.set_password(team_pw)
-            user.save()
+            user.password = team_hash
+            user.save(update_fields=["password"])
             if not Membership.objects.filter(user=user, team=team).exists():
                 services.add_member(team, user, "member")
             rows.append((team.name, team_pw, f"member of team {team.name}"))
@@ -185,11 +191,15 @@ class Command(BaseCommand):
         except (KeyError, TypeError, ValueError) as exc:
             raise CommandError(f"cannot load trace {opts['trace']!r}: {exc}") from exc
         epoch = trace_epoch(trace)
-        feeder = TraceFeeder(trace, epoch=epoch, start_seconds=opts["start_day"] * 86400.0)
+        feeder = TraceFeeder(trace, epoch=epoch, start_seconds=opts["start_day"] * 86400.0,
+                             warm_start=not opts["cold_start"])
         if feeder.start is None:
             raise CommandError(f"trace {trace.name} has no job after replay day {opts['start_day']:g}")
-        self._say(f"trace {trace.name} read in {time.monotonic() - t0:.1f}s: {len(trace.jobs)} jobs, "
-                  f"{feeder.remaining} from replay day {opts['start_day']:g} on")
+        self._say(f"trace {trace.name} read in {time.monotonic() - t0:.1f}s: {len(trace.jobs)} jobs; "
+                  f"{feeder.warm_jobs} running at replay day {opts['start_day']:g} (warm start), "
+                  f"{feeder.remaining} submitted from then on")
+        for note in trace.notes:
+            self._say(f"  {note}")
 
         server = None
         if not opts["no_server"]:
