@@ -38,6 +38,7 @@ class Allocator:
         self.holds = Holds(state)
         self.failed_shapes: dict[tuple, PendingReason] = {}
         self.backfill_until: float | None = None
+        self.reservation_tried = False
         self.estimated_start: dict = {}
         self.failed_order: list[JobInfo] = []  # jobs that could not start, in the order they were tried
         self.nominated: dict = {}  # job id -> tasks held for it after this cycle
@@ -72,7 +73,8 @@ class Allocator:
             else:
                 reasons[job.id] = outcome
                 self.failed_order.append(job)
-                if outcome.code in ROOM_CODES and self.backfill_until is None and self.config.backfill:
+                if outcome.code in ROOM_CODES and not self.reservation_tried and self.config.backfill:
+                    self.reservation_tried = True  # one reservation per cycle: the first job that cannot start
                     self._reserve(job, reasons)
             if by_queue[q]:
                 heapq.heappush(heap, (self._queue_key(q, by_queue[q][-1]), q))
