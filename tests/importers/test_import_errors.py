@@ -1,0 +1,138 @@
+"""Malformed input: ImportFormatError names the file, the line and the column; nothing is returned."""
+from __future__ import annotations
+
+import pytest
+
+from gpuplatform.importers import DATA_DIR, ImportFormatError, load_cluster, load_trace
+from gpuplatform.importers.openb import load_openb_cluster, load_openb_trace
+from gpuplatform.importers.philly import load_philly_cluster, load_philly_trace
+
+JOBS = DATA_DIR / "philly" / "philly_jobs_pollux.csv"
+MACHINES = DATA_DIR / "philly" / "philly_cluster_machine_list.csv"
+VCS = DATA_DIR / "philly" / "philly_vc_nodes.csv"
+PODS = DATA_DIR / "alibaba-openb-fgd" / "pods" / "openb_pod_list_default.csv"
+NODES = DATA_DIR / "alibaba-openb-fgd" / "nodes" / "openb_node_list_gpu_node.csv"
+
+
+def slice_with(src, dst, rows: int, replace_line: int | None = None, transform=None):
+    """First `rows` data lines of src; the physical line `replace_line` (1-based) goes through transform."""
+    with open(src, newline="") as handle:
+        lines = handle.readlines()[: rows + 1]
+    if replace_line is not None:
+        lines[replace_line - 1] = transform(lines[replace_line - 1])
+    dst.write_text("".join(lines))
+    return dst
+
+
+def test_philly_bad_num_gpus(tmp_path):
+    def bad(line):
+        cells = line.split(",")
+        cells[2] = "x"
+        return ",".join(cells)
+    path = slice_with(JOBS, tmp_path / "philly_jobs_pollux.csv", 50, replace_line=17, transform=bad)
+    with pytest.raises(ImportFormatError) as info:
+        load_philly_trace(path)
+    assert str(info.value) == "philly_jobs_pollux.csv line 17, column num_gpus: expected a positive integer, got 'x'"
+    assert (info.value.file, info.value.line, info.value.column) == ("philly_jobs_pollux.csv", 17, "num_gpus")
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("value, column", [("0", "num_gpus"), ("-5.0", "duration"), ("nan", "duration"),
+                                           ("2017-13-01 00:00:00", "timestamp")])
+def test_philly_rule_violations(tmp_path, value, column):
+    index = ["timestamp", "duration", "num_gpus", "gpu_time", "cluster"].index(column)
+
+    def bad(line):
+        cells = line.split(",")
+        cells[index] = value
+        return ",".join(cells)
+    path = slice_with(JOBS, tmp_path / "jobs.csv", 10, replace_line=4, transform=bad)
+    with pytest.raises(ImportFormatError, match=rf"^jobs\.csv line 4, column {column}: "):
+        load_philly_trace(path)
+
+
+def test_philly_missing_column(tmp_path):
+    path = slice_with(JOBS, tmp_path / "jobs.csv", 5, replace_line=1,
+                      transform=lambda line: line.replace("num_gpus", "gpus"))
+    with pytest.raises(ImportFormatError, match=r"^jobs\.csv line 1: missing required column\(s\) num_gpus"):
+        load_philly_trace(path)
+
+
+def test_empty_files(tmp_path):
+    for loader, name in [(load_philly_trace, "philly_jobs_pollux.csv"), (load_openb_trace, "pods.csv"),
+                         (load_openb_cluster, "nodes.csv")]:
+        path = tmp_path / name
+        path.write_text("")
+        with pytest.raises(ImportFormatError, match=rf"^{name} line 1: empty file: expected a header"):
+            loader(path)
+
+
+def test_machine_list_bad_gpu_count_and_duplicate(tmp_path):
+    path = slice_with(MACHINES, tmp_path / "philly_cluster_machine_list.csv", 20, replace_line=5,
+                      transform=lambda line: line.replace(",2,", ",two,"))
+    with pytest.raises(ImportFormatError) as info:
+        load_philly_cluster(path, VCS)
+    assert str(info.value).startswith(
+        "philly_cluster_machine_list.csv line 5, column number of GPUs: expected a positive integer, got 'two'")
+    dup = slice_with(MACHINES, tmp_path / "m.csv", 20, replace_line=6, transform=lambda line: "m0,2, 12GB\n")
+    with pytest.raises(ImportFormatError, match=r"^m\.csv line 6, column machineId: duplicate"):
+        load_philly_cluster(dup, VCS)
+
+
+def test_vc_nodes_bad_count(tmp_path):
+    path = slice_with(VCS, tmp_path / "philly_vc_nodes.csv", 11, replace_line=3,
+                      transform=lambda line: line.split(",")[0] + ",many\n")
+    with pytest.raises(ImportFormatError, match=r"^philly_vc_nodes\.csv line 3, column node num: expected a non-negative"):
+        load_philly_cluster(MACHINES, path)
+
+
+def test_wrong_field_count(tmp_path):
+    path = slice_with(JOBS, tmp_path / "jobs.csv", 10, replace_line=8, transform=lambda line: "2017-10-09 07:01:55,1\n")
+    with pytest.raises(ImportFormatError, match=r"^jobs\.csv line 8: expected 5 fields"):
+        load_philly_trace(path)
+
+
+def test_openb_bad_values(tmp_path):
+    header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+    cases = [
+        ("p,1,1,1,0,,LS,Running,0,5,0\n", "gpu_milli", "expected 1..1000 for a GPU pod"),
+        ("p,1,1,1,1000,,Gold,Running,0,5,0\n", "qos", "expected one of LS, BE, Burstable, Guaranteed"),
+        ("p,1,1,1,1000,A||B,LS,Running,0,5,0\n", "gpu_spec", "expected GPU models"),
+        ("p,1,1,1,1000,,LS,Running,9,5,0\n", "deletion_time", "expected >= creation_time 9"),
+        ("p,1,1,1.5,1000,,LS,Running,0,5,0\n", "num_gpu", "expected a non-negative integer, got '1.5'"),
+    ]
+    for line, column, rule in cases:
+        path = tmp_path / "pods.csv"
+        path.write_text(header + "ok,1,1,1,1000,,LS,Running,0,5,0\n" + line)
+        with pytest.raises(ImportFormatError) as info:
+            load_openb_trace(path)
+        assert str(info.value).startswith(f"pods.csv line 3, column {column}: {rule}")
+
+
+def test_openb_node_missing_columns(tmp_path):
+    path = tmp_path / "nodes.csv"
+    path.write_text("sn,gpu\nn1,2\n")
+    with pytest.raises(ImportFormatError) as info:
+        load_openb_cluster(path)
+    assert "cpu_milli, memory_mib, model" in str(info.value) and info.value.line == 1
+
+
+def test_registry_unknown_names():
+    with pytest.raises(ValueError, match="unknown cluster"):
+        load_cluster("nope")
+    with pytest.raises(ValueError, match="unknown trace"):
+        load_trace("nope")
+
+
+def test_importers_are_pure_parsers():
+    """No Django (or Celery) import anywhere in the format modules: they are plain parsers."""
+    import ast
+    from pathlib import Path
+
+    import gpuplatform.importers as package
+
+    for path in Path(package.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] in ("django", "celery", "rest_framework") for n in names), path.name
