@@ -45,12 +45,19 @@ def replay(
     engine: Engine = run_cycle,
     cycle_interval: float = 60.0,
     until: float | None = None,
+    grace_period: float = 30.0,
+    time_limit_factor: float | None = None,
     progress: Callable[[Progress], None] | None = None,
 ) -> ReplayReport:
     """Replay `trace` on `cluster` with `engine` and return what was measured.
 
     until: stop at this many seconds of trace time (jobs submitted later are never seen).
     cycle_interval: the least simulated time between two cycles, in seconds.
+    grace_period: seconds an evicted job keeps its GPUs (state "preempting") before they are freed; a
+        whole-gang victim is then requeued with its original submit time and resumes with the work it
+        had left when evicted (it checkpointed in the grace period).
+    time_limit_factor: None = jobs declare no time limit (backfill cannot reserve); x = every job
+        declares x times its trace duration (1.0 = exact estimates).
     """
     wall0 = time.perf_counter()
     config = config or CycleConfig()
@@ -73,13 +80,17 @@ def replay(
                             f"{sorted(missing)}")
 
     start = jobs[0].submit if jobs else 0.0
-    last_event = start  # time of the latest arrival or completion processed
+    last_event = start  # time of the latest arrival, completion or release processed
     clock = start  # time up to which the GPU-seconds integral has been taken
     gpu_seconds = 0.0
     frag_integral, frag_span, frag_now, frag_since = 0.0, 0.0, None, start
     waits: dict[str, list[float]] = {}
     team_seconds: dict[str, float] = {}
-    completions: list[tuple[float, int, str]] = []  # (end time, seq, job id)
+    # (time, seq, job id, tasks): a completion when tasks is None, else the end of a grace period
+    # (tasks = () for the whole gang). A completion is stale unless seq == live[job id].
+    events: list[tuple[float, int, str, tuple | None]] = []
+    live: dict[str, int] = {}
+    left: dict[str, float] = {}  # job id -> seconds of work still to do when (re)started
     seq = 0
     arrival = 0
     last_cycle = -math.inf
@@ -94,16 +105,37 @@ def replay(
             gpu_seconds += state.used_gpus * (to - clock)
             clock = to
 
-    def finish(job_id: str, end: float) -> None:
-        info = state.release(job_id)
-        gpus = sum(len(t.gpus) for t in info.placement)
+    def account(info, gpus: int, end: float) -> None:
         team = team_of.get(info.queue, info.queue)
         team_seconds[team] = team_seconds.get(team, 0.0) + gpus * (end - info.start_time)
+
+    def finish(job_id: str, end: float) -> None:
+        info = state.release(job_id)
+        live.pop(job_id, None)
+        account(info, sum(len(t.gpus) for t in info.placement), end)
+
+    def handle(when: float, job_id: str, tasks: tuple | None) -> None:
+        if tasks is None:  # completion
+            finish(job_id, when)
+            report.jobs_finished += 1
+            return
+        info = state.running.get(job_id)
+        if info is None:
+            return  # it completed during its grace period
+        whole = not tasks or {(t.role, t.index) for t in info.placement} <= set(tasks)
+        if whole:
+            left[job_id] = max(0.0, left[job_id] - (when - grace_period - info.start_time))
+            finish(job_id, when)
+            state.requeue(info)
+            report.jobs_requeued += 1
+        else:
+            _, freed = state.shrink(job_id, set(tasks))
+            account(info, freed, when)
 
     while True:
         next_event = min(
             jobs[arrival].submit if arrival < len(jobs) else math.inf,
-            completions[0][0] if completions else math.inf,
+            events[0][0] if events else math.inf,
             last_cycle + cycle_interval if rerun else math.inf,
         )
         if next_event == math.inf:
@@ -111,15 +143,19 @@ def replay(
         now = max(next_event, last_cycle + cycle_interval)
         if until is not None and now > until:
             break
-        while completions and completions[0][0] <= now:
-            end, _, job_id = heapq.heappop(completions)
-            advance(end)
-            finish(job_id, end)
-            report.jobs_finished += 1
-            last_event = max(last_event, end)
+        while events and events[0][0] <= now:
+            when, s, job_id, tasks = heapq.heappop(events)
+            if tasks is None and live.get(job_id) != s:
+                continue  # the completion of a job evicted since
+            advance(when)
+            handle(when, job_id, tasks)
+            last_event = max(last_event, when)
         while arrival < len(jobs) and jobs[arrival].submit <= now:
-            state.submit(job_info(jobs[arrival]))
-            last_event = max(last_event, jobs[arrival].submit)
+            job = jobs[arrival]
+            limit = None if time_limit_factor is None else job.duration * time_limit_factor
+            state.submit(job_info(job, limit))
+            left[job.id] = job.duration
+            last_event = max(last_event, job.submit)
             arrival += 1
         advance(now)
 
@@ -132,7 +168,12 @@ def replay(
             state.bind(binding, now)
             job = by_id[binding.job_id]
             seq += 1
-            heapq.heappush(completions, (now + job.duration, seq, job.id))
+            live[job.id] = seq
+            heapq.heappush(events, (now + left[job.id], seq, job.id, None))
+            if state.running[job.id].attempts:
+                report.restarts += 1
+                continue
+            report.jobs_started += 1
             waits.setdefault(size_bucket(job.tasks * job.gpus_per_task), []).append(now - job.submit)
             nodes = {t.node for t in binding.tasks}
             if len(nodes) > 1:
@@ -142,6 +183,19 @@ def replay(
                     report.multi_node_beyond_largest_domain += 1
                 elif binding.tier == lowest:
                     report.multi_node_aligned += 1
+        for ev in getattr(result, "evictions", ()):
+            info = state.running.get(ev.job_id)
+            assert info is not None, f"engine evicted job {ev.job_id!r}, which is not running"
+            if info.state == "preempting":
+                continue
+            state.mark_preempting(ev.job_id)
+            whole = not ev.tasks or {(t.role, t.index) for t in info.placement} <= set(ev.tasks)
+            if whole and left[ev.job_id] - (now - info.start_time) > grace_period:
+                live.pop(ev.job_id, None)  # it will not complete; it is requeued after the grace period
+            seq += 1
+            heapq.heappush(events, (now + grace_period, seq, ev.job_id, tuple(ev.tasks)))
+            report.evictions_by_rule[ev.rule] = report.evictions_by_rule.get(ev.rule, 0) + 1
+        state.set_holds({n.job_id: n.tasks for n in getattr(result, "nominations", ())})
         for job_id, reason in result.pending.items():
             if reason.terminal and job_id in state.pending:
                 state.drop(job_id)
@@ -156,7 +210,6 @@ def replay(
             frag_integral += frag_now * (now - frag_since)
             frag_span += now - frag_since
         frag_now, frag_since = result.metrics.get("fragmentation_rate"), now
-        report.jobs_started += len(result.bindings)
         report.cycles += 1
         last_cycle = now
         rerun = bool(result.bindings) and bool(state.pending)
@@ -167,12 +220,14 @@ def replay(
 
     # Close the books at `until`, or at the last arrival or completion.
     end = last_event if until is None else max(until, clock)
-    while completions and completions[0][0] <= end:
-        done, _, job_id = heapq.heappop(completions)
-        advance(done)
-        finish(job_id, done)
-        report.jobs_finished += 1
+    while events and events[0][0] <= end:
+        when, s, job_id, tasks = heapq.heappop(events)
+        if tasks is None and live.get(job_id) != s:
+            continue
+        advance(when)
+        handle(when, job_id, tasks)
     advance(end)
+    report.jobs_running_at_end = len(state.running)
     for job_id in list(state.running):
         finish(job_id, end)
     if frag_now is not None and end > frag_since:
@@ -182,7 +237,6 @@ def replay(
     span = end - start
     report.jobs_submitted = arrival
     report.jobs_pending_at_end = len(state.pending)
-    report.jobs_running_at_end = report.jobs_started - report.jobs_finished
     if report.cycles:
         for job_id in state.pending:
             reason = last_pending.get(job_id)

@@ -71,8 +71,10 @@ def lowest_feasible_tier(capacity: dict[int, int], gpus: int) -> int | None:
 
 @dataclass
 class ReplayReport:
-    """Figures of one replay. `queueing` and `queueing_by_size` are queueing_summary dicts (seconds);
-    `team_gpu_hours` is GPU-hours used per team (queue name when the queue has no team) over the span."""
+    """Figures of one replay. `queueing` and `queueing_by_size` are queueing_summary dicts (seconds) of
+    each job's first start; `team_gpu_hours` is GPU-hours used per team (queue name when the queue has
+    no team) over the span. jobs_started counts jobs (first starts); `restarts` counts later starts of
+    requeued (evicted) jobs; `evictions_by_rule` counts evictions by the engine's rule."""
 
     cluster: str
     trace: str
@@ -87,6 +89,9 @@ class ReplayReport:
     jobs_rejected: int = 0
     jobs_pending_at_end: int = 0
     jobs_running_at_end: int = 0
+    jobs_requeued: int = 0
+    restarts: int = 0
+    evictions_by_rule: dict = field(default_factory=dict)
     rejected_by_code: dict = field(default_factory=dict)
     pending_by_code: dict = field(default_factory=dict)
     mean_allocation_rate: float = 0.0

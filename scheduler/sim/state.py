@@ -20,8 +20,9 @@ from scheduler.sim.spec import ClusterSpec, TraceJob
 ROLE = "worker"  # trace jobs have one role
 
 
-def job_info(job: TraceJob) -> JobInfo:
-    """The pending JobInfo of a trace job (one role, min_available = tasks unless stated)."""
+def job_info(job: TraceJob, time_limit: float | None = None) -> JobInfo:
+    """The pending JobInfo of a trace job (one role, min_available = tasks unless stated);
+    time_limit in seconds, as the user would declare it (None = none declared)."""
     min_available = job.tasks if job.min_available is None else job.min_available
     role = RoleInfo(
         name=ROLE, tasks=job.tasks, gpus_per_task=job.gpus_per_task, min_available=min_available,
@@ -29,7 +30,7 @@ def job_info(job: TraceJob) -> JobInfo:
     )
     return JobInfo(
         id=job.id, queue=job.queue, roles=(role,), priority=job.priority, submit_time=job.submit,
-        name=job.id,
+        name=job.id, time_limit=time_limit,
     )
 
 
@@ -69,7 +70,8 @@ class ClusterState:
         self.capacity = sum(n.gpus for n in self._nodes)  # schedulable GPUs (all nodes ready, healthy)
         self.used_gpus = 0
         self.pending: dict = {}  # job id -> JobInfo, in submit order
-        self.running: dict = {}  # job id -> JobInfo (state running, with placement)
+        self.running: dict = {}  # job id -> JobInfo (state running or preempting, with placement)
+        self._held: set = set()  # pending job ids with GPUs held for them
 
     # -- jobs -------------------------------------------------------------------------------------
     def submit(self, info: JobInfo) -> None:
@@ -141,6 +143,49 @@ class ClusterState:
             self._dirty.add(t.node)
             self.used_gpus -= len(t.gpus)
         return job
+
+    def mark_preempting(self, job_id) -> JobInfo:
+        """A running job starts its grace period: it keeps its GPUs, and the engine sees them as
+        being released (so it may hold them for the eviction's beneficiary)."""
+        job = replace(self.running[job_id], state="preempting")
+        self.running[job_id] = job
+        return job
+
+    def shrink(self, job_id, tasks: set[tuple[str, int]]) -> tuple[JobInfo, int]:
+        """Free the given (role, index) tasks of a live job, which runs on with the rest.
+        Returns the job and the GPUs freed."""
+        job = self.running[job_id]
+        roles = {r.name: r for r in job.roles}
+        keep, freed = [], 0
+        for t in job.placement:
+            if (t.role, t.index) not in tasks:
+                keep.append(t)
+                continue
+            self._used[t.node].difference_update(t.gpus)
+            self._cpu[t.node] -= roles[t.role].cpu_milli
+            self._mem[t.node] -= roles[t.role].memory_mib
+            self._dirty.add(t.node)
+            freed += len(t.gpus)
+        self.used_gpus -= freed
+        job = replace(job, state="running", placement=tuple(keep))
+        self.running[job_id] = job
+        return job, freed
+
+    def requeue(self, job: JobInfo) -> None:
+        """Put an evicted (already released) job back in the pending set, keeping its submit time."""
+        self.pending[job.id] = replace(job, state="pending", placement=(), start_time=None, reserved=(),
+                                       attempts=job.attempts + 1)
+
+    def set_holds(self, holds: dict) -> None:
+        """GPUs held for pending jobs (the engine's nominations in force): job id -> placements."""
+        for job_id in self._held - holds.keys():
+            if job_id in self.pending:
+                self.pending[job_id] = replace(self.pending[job_id], reserved=())
+        for job_id, tasks in holds.items():
+            job = self.pending.get(job_id)
+            if job is not None and job.reserved != tuple(tasks):
+                self.pending[job_id] = replace(job, reserved=tuple(tasks))
+        self._held = set(holds)
 
     def drop(self, job_id) -> JobInfo:
         """Remove a pending job for good (rejected by the engine)."""

@@ -221,3 +221,56 @@ def test_production_engine_drives_the_replay():
     assert report.queueing_by_size["5-8"]["p50"] == 110
     assert (report.multi_node_jobs, report.topology_alignment) == (1, 1.0)
     assert report.mean_fragmentation_rate is not None
+
+
+def test_eviction_grace_period_hold_and_requeue():
+    """low is evicted for high at t=100 with a 90 s grace period: it keeps its GPUs (state preempting)
+    while they are held for high, high starts on them after the release, and low is requeued with its
+    original submit time and resumes with the 900 s of work it had left."""
+    from scheduler.core.snapshot import Eviction, Nomination
+
+    seen = {}
+
+    def preempting_engine(snapshot, config):
+        jobs = {j.id: j for j in snapshot.jobs}
+        seen[snapshot.now] = {j.id: (j.state, bool(j.reserved)) for j in snapshot.jobs}
+        high, low = jobs.get("high"), jobs.get("low")
+        result = CycleResult()
+        if high is not None and high.state == "pending":
+            if high.reserved:
+                used = {(n.name, g) for n in snapshot.nodes for g in n.used}
+                if any((t.node, g) in used for t in high.reserved for g in t.gpus):
+                    result.nominations.append(Nomination("high", high.reserved, "hold"))
+                else:
+                    result.bindings.append(Binding("high", high.reserved, "nv0", 1))
+                return result
+            result.evictions.append(Eviction("low", (), 4, "preempt", "high", "for high"))
+            result.nominations.append(Nomination("high", low.placement, "hold"))
+            return result
+        return first_fit(snapshot, config)
+
+    trace = Trace("t", (job("low", 0, 1000, gpus=4), job("filler", 0, 10000, gpus=4),
+                        job("high", 100, 50, gpus=4, priority=1), job("other", 150, 10, gpus=4, queue="qb")))
+    rec = Recorder(preempting_engine)
+    report = replay(cluster(), trace, engine=rec, grace_period=90)
+    # 160: other's arrival; low still holds its GPUs, held for high. 190: released, low requeued.
+    # 220: high starts (ends 270). 280: other starts (ends 290). 340: low resumes (900 s left).
+    assert seen[160]["low"] == ("preempting", False) and seen[160]["high"] == ("pending", True)
+    assert seen[220]["low"] == ("pending", False)
+    assert rec.starts == {"low": 340, "filler": 0, "high": 220, "other": 280}
+    assert report.evictions_by_rule == {"preempt": 1}
+    assert (report.jobs_requeued, report.restarts, report.jobs_started, report.jobs_finished) == (1, 1, 4, 4)
+    assert report.queueing_by_size["2-4"]["count"] == 4  # first starts only
+    assert report.sim_end == 10000
+    assert report.team_gpu_hours["alpha"] == pytest.approx(4 * (190 + 900 + 50 + 10000) / 3600)
+
+
+def test_time_limit_factor_declares_limits():
+    declared = []
+
+    def spy(snapshot, config):
+        declared.extend(j.time_limit for j in snapshot.jobs if j.state == "pending")
+        return first_fit(snapshot, config)
+
+    replay(cluster(), Trace("t", (job("a", 0, 100),)), engine=spy, time_limit_factor=1.5)
+    assert declared == [150]

@@ -33,6 +33,11 @@ class Command(BaseCommand):
                             help="arrival-time compression, passed to the trace importer")
         parser.add_argument("--cycle-interval", type=float, default=60.0,
                             help="least simulated seconds between two scheduling cycles (default 60)")
+        parser.add_argument("--grace-period", type=float, default=30.0,
+                            help="seconds an evicted job keeps its GPUs before they are freed (default 30)")
+        parser.add_argument("--time-limit-factor", type=float, default=None,
+                            help="jobs declare this many times their duration as time limit (enables backfill "
+                                 "reservations); default: no time limits")
 
     def handle(self, *args, **opts):
         from gpuplatform.importers import load_cluster, load_trace
@@ -50,13 +55,16 @@ class Command(BaseCommand):
 
         bar, progress = self._progress(trace, until)
         try:
-            report = replay(cluster, trace, until=until, cycle_interval=opts["cycle_interval"], progress=progress)
+            report = replay(cluster, trace, until=until, cycle_interval=opts["cycle_interval"],
+                            grace_period=opts["grace_period"], time_limit_factor=opts["time_limit_factor"],
+                            progress=progress)
         finally:
             if bar is not None:
                 bar.close()
 
         data = report.to_dict()
-        data["options"] = {k: opts[k] for k in ("cluster", "trace", "until", "scale", "compress", "cycle_interval")}
+        data["options"] = {k: opts[k] for k in ("cluster", "trace", "until", "scale", "compress", "cycle_interval",
+                                                "grace_period", "time_limit_factor")}
         data["cluster_notes"], data["trace_notes"] = list(cluster.notes), list(trace.notes)
         data["trace_stats"] = dict(trace.stats)
         self.stdout.write(summary(data))
@@ -109,6 +117,7 @@ def summary(d: dict) -> str:
         ("jobs started / finished", f"{d['jobs_started']:,} / {d['jobs_finished']:,}"),
         ("jobs rejected", f"{d['jobs_rejected']:,} {d['rejected_by_code'] or ''}"),
         ("pending / running at end", f"{d['jobs_pending_at_end']:,} / {d['jobs_running_at_end']:,}"),
+        ("evictions / requeued", f"{d['evictions_by_rule'] or 0} / {d['jobs_requeued']:,}"),
         ("mean allocation rate", _pct(d["mean_allocation_rate"])),
         ("mean fragmentation rate", _pct(d["mean_fragmentation_rate"])),
         ("topology alignment", f"{_pct(d['topology_alignment'])} of {d['multi_node_jobs']:,} multi-node jobs"),
