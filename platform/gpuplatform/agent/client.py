@@ -1,0 +1,122 @@
+"""The node agent: read the GPUs, register the node, send heartbeats over the REST API (urllib only).
+
+Endpoints (the API is built separately; header `Authorization: Token <TOKEN>`, JSON bodies):
+
+    POST {api}/api/v1/nodes/register/
+    {"name": "gpu-node-01", "flavor": "H200", "cpu_milli": 16000, "memory_mib": 257000,
+     "labels": {"nvidia.com/gpu.product": "NVIDIA-H200", "nvidia.com/gpu.count": "1",
+                "nvidia.com/gpu.memory": "143771"},
+     "gpus": [{"index": 0, "uuid": "GPU-...", "model": "NVIDIA H200", "memory_mib": 143771,
+               "pci_bus_id": "00000000:00:06.0", "numa_node": 0, "mig_mode": "disabled",
+               "ecc_uncorrected_volatile": 0, "ecc_uncorrected_aggregate": 0, "retired_pages_dbe": null,
+               "row_remap_failure": false, "nvlink_peers": [], "xids": [],
+               "health": "healthy", "health_reason": ""}]}
+
+    POST {api}/api/v1/nodes/{name}/heartbeat/
+    {"time": "2026-01-01T12:00:00+00:00",
+     "gpus": [{"index": 0, "health": "healthy", "health_reason": "", "ecc_uncorrected_volatile": 0}]}
+
+memory in MiB, cpu in millicores, time ISO 8601 UTC. The register body maps onto
+node_services.register_node(name, flavor=..., gpus=..., cpu_milli=..., memory_mib=..., labels=...), the
+heartbeat onto node_services.record_heartbeat(name, gpus=..., at=time). A non-2xx answer or a network
+error raises `AgentError`; `run_agent` logs it and retries at the next interval.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import datetime, timezone
+from typing import Callable
+
+from .inventory import GpuInventory, flavor_of
+
+__all__ = ["AgentError", "register_body", "heartbeat_body", "post_json", "run_agent", "host_resources"]
+
+log = logging.getLogger("gpuplatform.agent")
+
+
+class AgentError(RuntimeError):
+    """The API refused a request or could not be reached. `status` is the HTTP status or None."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+def host_resources(meminfo: str = "/proc/meminfo") -> tuple[int, int]:
+    """(cpu millicores, memory MiB) of this host; memory 0 when /proc/meminfo is unreadable."""
+    cpu = (os.cpu_count() or 0) * 1000
+    try:
+        with open(meminfo) as fh:
+            kib = next(int(line.split()[1]) for line in fh if line.startswith("MemTotal:"))
+        return cpu, kib // 1024
+    except (OSError, StopIteration, ValueError):
+        return cpu, 0
+
+
+def register_body(name: str, gpus: list[GpuInventory], *, cpu_milli: int = 0, memory_mib: int = 0) -> dict:
+    model = gpus[0].model if gpus else ""
+    labels = {"nvidia.com/gpu.count": str(len(gpus))}
+    if gpus:
+        labels["nvidia.com/gpu.product"] = model.replace(" ", "-")
+        labels["nvidia.com/gpu.memory"] = str(gpus[0].memory_mib)
+    return {"name": name, "flavor": flavor_of(model) if model else "", "cpu_milli": cpu_milli,
+            "memory_mib": memory_mib, "labels": labels, "gpus": [g.to_dict() for g in gpus]}
+
+
+def heartbeat_body(gpus: list[GpuInventory], at: datetime | None = None) -> dict:
+    at = at or datetime.now(timezone.utc)
+    return {"time": at.isoformat(), "gpus": [{"index": g.index, "health": g.health, "health_reason": g.health_reason,
+                                              "ecc_uncorrected_volatile": g.ecc_uncorrected_volatile} for g in gpus]}
+
+
+def post_json(url: str, token: str, body: dict, *, timeout: float = 10.0) -> dict:
+    """POST `body` as JSON; return the decoded JSON answer ({} when empty). Raises AgentError."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "Accept": "application/json",
+                                          "Authorization": f"Token {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read()[:300].decode(errors="replace")
+        raise AgentError(f"POST {url}: HTTP {exc.code} {detail}", exc.code) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise AgentError(f"POST {url}: {exc}") from None
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return {}
+
+
+def run_agent(api: str, token: str, node_name: str, read: Callable[[], list[GpuInventory]], *,
+              once: bool = False, interval: float = 30.0, max_beats: int | None = None,
+              sleep: Callable[[float], None] = time.sleep, resources: tuple[int, int] | None = None) -> int:
+    """Register, then heartbeat every `interval` seconds. once: register + one heartbeat, errors raise.
+    Returns the number of heartbeats sent. `read` returns the current inventory (health included)."""
+    base = api.rstrip("/")
+    cpu, mem = resources if resources is not None else host_resources()
+    reg_url = f"{base}/api/v1/nodes/register/"
+    beat_url = f"{base}/api/v1/nodes/{urllib.parse.quote(node_name, safe='')}/heartbeat/"
+    registered, beats = False, 0
+    while True:
+        try:
+            gpus = read()
+            if not registered:
+                post_json(reg_url, token, register_body(node_name, gpus, cpu_milli=cpu, memory_mib=mem))
+                registered = True
+                log.info("registered %s with %d GPU(s)", node_name, len(gpus))
+            post_json(beat_url, token, heartbeat_body(gpus))
+            beats += 1
+        except AgentError as exc:
+            if once:
+                raise
+            log.warning("agent: %s", exc)
+        if once or (max_beats is not None and beats >= max_beats):
+            return beats
+        sleep(interval)
