@@ -27,9 +27,9 @@ def _layout(title: str, *, yaxis: dict | None = None, **extra) -> dict:
         "height": 280,
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "#ffffff",
-        "xaxis": {"type": "date", "gridcolor": "#edf2f7", "title": {"text": "cluster clock"}},
+        "xaxis": {"type": "date", "gridcolor": "#edf2f7"},
         "yaxis": {"gridcolor": "#edf2f7", "rangemode": "tozero", **(yaxis or {})},
-        "legend": {"orientation": "h", "y": -0.25},
+        "legend": {"orientation": "h", "y": -0.18, "yanchor": "top"},
         "uirevision": "keep",  # Plotly.react keeps the user's zoom between updates
     }
     layout.update(extra)

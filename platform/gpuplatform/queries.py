@@ -179,7 +179,9 @@ class QueueUsage:
 
 
 def queue_usage(team_ids: set[int] | None = None) -> list[QueueUsage]:
-    """Live per-queue usage (GPUs allocated now) against quota, summed over GPU flavors.
+    """Live per-queue usage (GPUs allocated now) against quota, summed over GPU flavors; an inner
+    queue's used, demand and job counts are those of its whole subtree. Team queues first, then inner
+    (platform) queues.
 
     Computed from the live allocations and quotas, so it is right even before the first sample.
     """
@@ -208,19 +210,28 @@ def queue_usage(team_ids: set[int] | None = None) -> list[QueueUsage]:
                           .values("queue_id", "state").annotate(n=Count("id")).order_by()
                           .values_list("queue_id", "state", "n")):
         counts[qid][state] = n
+    # Roll every queue's own numbers up to its ancestors.
+    parent = dict(Queue.objects.values_list("id", "parent_id"))
+    totals: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # used, demand, pending, running
+    for qid in parent:
+        own = (used.get(qid, 0), demand.get(qid) or 0, counts.get(qid, {}).get(Job.State.PENDING, 0),
+               sum(counts.get(qid, {}).get(s, 0) for s in LIVE_STATES))
+        node, seen = qid, set()
+        while node is not None and node not in seen:
+            seen.add(node)
+            acc = totals[node]
+            for i, v in enumerate(own):
+                acc[i] += v
+            node = parent.get(node)
     out = []
     for q in queues:
         g, quota, lim, unlimited = quotas.get(q.id, [0, 0, 0, True])
-        c = counts.get(q.id, {})
-        out.append(QueueUsage(
-            queue=q.name, team=q.team.name if q.team else None, used=used.get(q.id, 0),
-            guarantee=g, quota=quota, limit=None if unlimited else lim,
-            pending_demand=demand.get(q.id) or 0,
-            pending_jobs=c.get(Job.State.PENDING, 0),
-            running_jobs=sum(c.get(s, 0) for s in LIVE_STATES),
-        ))
-    # Only queues that matter on a dashboard: with a quota, usage or work.
-    return [u for u in out if u.quota or u.used or u.pending_demand or u.team]
+        u, d, p, r = totals.get(q.id, [0, 0, 0, 0])
+        out.append(QueueUsage(queue=q.name, team=q.team.name if q.team else None, used=u, guarantee=g,
+                              quota=quota, limit=None if unlimited else lim, pending_demand=d,
+                              pending_jobs=p, running_jobs=r))
+    out.sort(key=lambda x: (x.team is None, x.queue))
+    return out
 
 
 def cluster_series(limit: int = 600) -> list[dict]:
@@ -236,8 +247,9 @@ def cluster_series(limit: int = 600) -> list[dict]:
 
 
 def queue_series(since: datetime | None = None, team_ids: set[int] | None = None) -> list[dict]:
-    """Queue samples (time, queue name, used, quota, pending demand) since a time, oldest first."""
-    qs = QueueSample.objects.all()
+    """Team (leaf) queue samples (time, queue name, used, quota, pending demand) since a time, oldest
+    first. Inner queues' samples are sums of their subtree, so they are left out (no double counting)."""
+    qs = QueueSample.objects.filter(queue__team__isnull=False)
     if since is not None:
         qs = qs.filter(time__gte=since)
     if team_ids is not None:

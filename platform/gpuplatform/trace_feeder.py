@@ -41,6 +41,30 @@ def trace_epoch(trace) -> datetime:
     return DEFAULT_EPOCH
 
 
+def busy_start_seconds(trace, capacity_gpus: int, *, fraction: float = 0.9, step: float = 3600.0) -> float | None:
+    """The first trace time (a multiple of `step` seconds) at which the jobs the trace has running ask
+    for at least `fraction` x `capacity_gpus` GPUs; None if that never happens. One sweep over the jobs."""
+    events = []
+    for j in trace.jobs:
+        gpus = j.tasks * j.gpus_per_task
+        events.append((j.submit, gpus))
+        events.append((j.submit + j.duration, -gpus))
+    if not events:
+        return None
+    events.sort()
+    target = fraction * capacity_gpus
+    live, i, t = 0, 0, 0.0
+    end = events[-1][0]
+    while t <= end:
+        while i < len(events) and events[i][0] <= t:
+            live += events[i][1]
+            i += 1
+        if live >= target:
+            return t
+        t += step
+    return None
+
+
 @dataclass
 class FeedStats:
     submitted: int = 0

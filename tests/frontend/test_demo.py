@@ -101,3 +101,29 @@ def test_demo_command_runs_the_replay(tiny_importers):
     call_command("demo", "--no-server", "--duration-seconds", "1", "--start-day", "0", "--tick", "0.2",
                  "--password", "pw-demo-123", stdout=io.StringIO())
     assert Job.objects.filter(external_id="big0").count() == 1
+
+
+def test_busy_start_is_the_first_hour_the_running_jobs_fill_the_cluster():
+    from gpuplatform.trace_feeder import busy_start_seconds
+
+    trace = Trace("t", (
+        TraceJob("a", "red", submit=100.0, duration=10_000.0, tasks=1, gpus_per_task=8),
+        TraceJob("b", "red", submit=4000.0, duration=10_000.0, tasks=1, gpus_per_task=8),
+    ))
+    assert busy_start_seconds(trace, 16, fraction=0.5) == 3600.0
+    assert busy_start_seconds(trace, 16, fraction=1.0) == 7200.0
+    assert busy_start_seconds(trace, 64) is None
+
+
+@pytest.mark.django_db
+def test_warm_start_submits_the_running_jobs_with_their_remaining_time(tiny_importers):
+    from gpuplatform import services
+
+    services.load_cluster_spec(tiny_cluster())
+    epoch = datetime(2017, 10, 3, tzinfo=timezone.utc)
+    feeder = TraceFeeder(tiny_trace(), epoch=epoch, start_seconds=1800.0, warm_start=True)
+    assert feeder.warm_jobs == 3 and feeder.start == epoch + timedelta(seconds=1800)
+    feeder.advance(feeder.start)
+    big = Job.objects.get(external_id="big0")
+    assert big.submitted_at == epoch and big.duration_seconds == 1800.0  # 3600 s job, half done at the start
+    assert not Job.objects.filter(external_id="small0").exists()  # ended before the start

@@ -164,3 +164,15 @@ def test_state_colors_defined_once_and_used_by_badges(client, world):
     client.force_login(world["alice"])
     html = client.get("/jobs/").content.decode()
     assert f".badge-running {{ background: {STATE_COLORS['running']}; }}" in html
+
+
+def test_queue_usage_rolls_subtrees_up_and_series_skip_inner_queues(world):
+    from gpuplatform import queries
+
+    usage = {u.queue: u for u in queries.queue_usage()}
+    assert usage["red"].used == 4 and usage["blue"].used == 0
+    assert usage["red"].pending_demand == 32 and usage["red"].running_jobs == 1
+    assert usage["root"].used == 4 and usage["root"].pending_demand == 34 and usage["root"].pending_jobs == 2
+    assert list(usage)[-1] == "root"  # team queues first
+    names = {r["queue__name"] for r in queries.queue_series()}
+    assert names == {"red", "blue"}

@@ -5,9 +5,11 @@
 3. create the platform admin and one user per team (username = team name), print how to log in;
 4. clear the previous demo's workload (jobs, events, samples, cycles; the cluster and users stay);
 5. serve the pages on 127.0.0.1:8000 in a thread (Django's WSGI server, threaded, no autoreload);
-6. replay the Philly trace on a simulated clock: every tick the TraceFeeder submits the jobs that have
-   arrived and finishes the ones whose trace duration has elapsed, then one scheduling cycle runs at
-   the simulated time (scheduler.store.run_cycle_once). Until Ctrl-C, or --duration-seconds.
+6. replay the Philly trace on a simulated clock from a busy point of the trace (warm start: the jobs
+   the trace has running there come in at once with their remaining run time): every tick the
+   TraceFeeder submits the jobs that have arrived and finishes the ones whose trace duration has
+   elapsed, then one scheduling cycle runs at the simulated time (scheduler.store.run_cycle_once).
+   Until Ctrl-C (or SIGTERM), or --duration-seconds.
 
 Options: --port, --speed (simulated seconds per wall second; default 600 = 10 minutes a second),
 --start-day (replay day to start at), --scale / --compress (passed to the importers), --no-server,
@@ -33,11 +35,11 @@ from django.db import close_old_connections, connection, transaction
 log = logging.getLogger("gpuplatform.demo")
 
 DEFAULT_SPEED = 600.0  # simulated seconds per wall second: 10 minutes of trace a second
-# Replay day (after the importer's arrival compression) where the Philly trace is busy: the first ~16
-# replay days see a handful of arrivals; at day 17 the jobs running in the trace (the warm start) already
-# ask for about as many GPUs as the default 624-GPU cluster has, and arrivals from ten teams keep it
-# contended for the following days.
-DEFAULT_START_DAY = 17.0
+# Where the replay starts, unless --start-day says: the first hour at which the jobs the trace has running
+# ask for BUSY_FRACTION of the cluster's GPUs. The Philly trace's first ~19 days see a handful of
+# arrivals; on the default 624-GPU cluster this picks replay day ~21 (late September 2017), where ten
+# teams submit and the running jobs already fill the cluster, so jobs pend from the first cycle on.
+BUSY_FRACTION = 1.0
 DEFAULT_TICK = 0.5  # wall seconds between two scheduling cycles (at least)
 MAX_STEP = 1800.0  # a tick never advances the cluster clock by more than 30 simulated minutes
 
@@ -96,8 +98,9 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--speed", type=float, default=DEFAULT_SPEED,
                             help=f"simulated seconds per wall second (default {DEFAULT_SPEED:g} = 10 min/s)")
-        parser.add_argument("--start-day", type=float, default=DEFAULT_START_DAY,
-                            help=f"replay day of the trace to start at (default {DEFAULT_START_DAY:g})")
+        parser.add_argument("--start-day", type=float, default=None,
+                            help="replay day of the trace to start at (default: the first hour at which the "
+                                 "trace's running jobs ask for the whole cluster)")
         parser.add_argument("--cluster", default="philly", help="cluster name in the importer registry")
         parser.add_argument("--trace", default="philly", help="trace name in the importer registry")
         parser.add_argument("--scale", type=float, default=None, help="cluster scale (importer default if unset)")
@@ -173,7 +176,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         from gpuplatform.importers import load_trace
-        from gpuplatform.trace_feeder import SimClock, TraceFeeder, trace_epoch
+        from gpuplatform.models import Gpu
+        from gpuplatform.trace_feeder import SimClock, TraceFeeder, busy_start_seconds, trace_epoch
 
         t_start = time.monotonic()
         self._migrate()
@@ -191,13 +195,17 @@ class Command(BaseCommand):
         except (KeyError, TypeError, ValueError) as exc:
             raise CommandError(f"cannot load trace {opts['trace']!r}: {exc}") from exc
         epoch = trace_epoch(trace)
-        feeder = TraceFeeder(trace, epoch=epoch, start_seconds=opts["start_day"] * 86400.0,
+        start_day = opts["start_day"]
+        if start_day is None:
+            busy = busy_start_seconds(trace, Gpu.objects.count(), fraction=BUSY_FRACTION)
+            start_day = (busy or 0.0) / 86400.0
+        feeder = TraceFeeder(trace, epoch=epoch, start_seconds=start_day * 86400.0,
                              warm_start=not opts["cold_start"])
         if feeder.start is None:
-            raise CommandError(f"trace {trace.name} has no job after replay day {opts['start_day']:g}")
-        self._say(f"trace {trace.name} read in {time.monotonic() - t0:.1f}s: {len(trace.jobs)} jobs; "
-                  f"{feeder.warm_jobs} running at replay day {opts['start_day']:g} (warm start), "
-                  f"{feeder.remaining} submitted from then on")
+            raise CommandError(f"trace {trace.name} has no job after replay day {start_day:g}")
+        warm = "cold start" if opts["cold_start"] else f"{feeder.warm_jobs} running then (warm start)"
+        self._say(f"trace {trace.name} read in {time.monotonic() - t0:.1f}s: {len(trace.jobs)} jobs; replay from "
+                  f"day {start_day:.2f}: {warm}, {feeder.remaining} submitted from then on")
         for note in trace.notes:
             self._say(f"  {note}")
 
@@ -215,7 +223,14 @@ class Command(BaseCommand):
         clock = SimClock(feeder.start, speed=opts["speed"], max_step=MAX_STEP)
         stop = threading.Event()
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            def _stop(signum, _frame):
+                if stop.is_set() and signum == signal.SIGINT:
+                    raise KeyboardInterrupt  # a second Ctrl-C: stop now, even inside a cycle
+                self._say("\nstopping after this tick (Ctrl-C again to stop at once)")
+                stop.set()
+
+            signal.signal(signal.SIGTERM, _stop)
+            signal.signal(signal.SIGINT, _stop)
         try:
             self.loop(feeder, clock, stop, tick=opts["tick"], duration=opts["duration_seconds"])
         except KeyboardInterrupt:
