@@ -67,6 +67,20 @@ def celery_queue() -> str:
     return f"itest-{uuid.uuid4().hex[:10]}"
 
 
+def _point_app_at(app, **conf) -> None:
+    """Reconfigure this process's Celery app, dropping what it cached from the old settings (an earlier
+    test may have used it eagerly with the memory broker and no result backend)."""
+    app.conf.update(**conf)
+    app._backend_cache = None
+    app._local.__dict__.pop("backend", None)
+    if app._pool is not None:
+        app._pool.force_close_all()
+    app._pool = None
+    app.amqp._producer_pool = None
+    for cached in ("queues", "router", "_rtable"):
+        app.amqp.__dict__.pop(cached, None)
+
+
 @pytest.fixture(scope="session")
 def celery_worker(django_db_setup, django_db_blocker, celery_queue, tmp_path_factory):
     """Start `celery -A gpuplatform worker --pool=solo` against the pytest-django test database and this
@@ -81,6 +95,7 @@ def celery_worker(django_db_setup, django_db_blocker, celery_queue, tmp_path_fac
 
     from gpuplatform.celery import app
 
+    saved = {k: app.conf[k] for k in ("broker_url", "result_backend", "task_default_queue")}
     db = connection.settings_dict
     db_url = (f"postgres://{db['USER'] or 'postgres'}" + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
               + f"@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}")
@@ -94,8 +109,8 @@ def celery_worker(django_db_setup, django_db_blocker, celery_queue, tmp_path_fac
             [sys.executable, "-m", "celery", "-A", "gpuplatform", "worker", "--pool=solo", "-l", "info",
              "-Q", celery_queue, "-n", name, "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    app.conf.update(broker_url=REDIS_URL, result_backend=REDIS_URL, task_default_queue=celery_queue)
     try:
+        _point_app_at(app, broker_url=REDIS_URL, result_backend=REDIS_URL, task_default_queue=celery_queue)
         deadline = time.monotonic() + 60
         while b" ready." not in log_path.read_bytes():
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -103,6 +118,7 @@ def celery_worker(django_db_setup, django_db_blocker, celery_queue, tmp_path_fac
             time.sleep(0.2)
         yield {"queue": celery_queue, "log": log_path, "process": proc}
     finally:
+        _point_app_at(app, **saved)
         proc.terminate()
         try:
             proc.wait(timeout=20)

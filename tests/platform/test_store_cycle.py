@@ -187,3 +187,17 @@ def test_run_cycle_once_with_the_real_engine(submit):
     assert huge.state == "pending" and huge.never_fits and huge.pending_reason
     sample = ClusterSample.objects.get(cycle=cycle.number)
     assert sample.allocated_gpus == 18 and sample.schedulable_gpus == 32
+
+
+def test_snapshot_query_count_does_not_grow_with_jobs(submit, django_assert_max_num_queries):
+    for i in range(30):
+        submit(f"j{i}", roles=[{"name": "w", "tasks": 2, "gpus_per_task": 1}, {"name": "ps", "tasks": 1, "gpus_per_task": 1}])
+    j0 = Job.objects.get(name="j0")
+    placement = (TaskPlacement("w", 0, "n0", (0,)), TaskPlacement("w", 1, "n0", (1,)), TaskPlacement("ps", 0, "n1", (0,)))
+    assert store.apply_result(CycleResult(bindings=[Binding(j0.pk, placement, "nvl-a1", 1)]),
+                              clock=CLOCK, cycle_number=1).binds == 1
+    with django_assert_max_num_queries(14):  # 10 reads + transaction/savepoint statements
+        snap, _ = store.build_snapshot(CLOCK.timestamp())
+    assert len(snap.jobs) == 30
+    running = next(j for j in snap.jobs if j.id == j0.pk)
+    assert running.state == "running" and {(r.name, r.tasks) for r in running.roles} == {("w", 2), ("ps", 1)}
