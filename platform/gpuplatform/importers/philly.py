@@ -44,14 +44,15 @@ DEFAULT_SCALE = 0.25 keeps 80 x 2-GPU + 58 x 8-GPU machines = 624 GPUs (the 128-
 the 58 8-GPU machines). Offered load / capacity = 374 / 624 = 0.60 on average, 445 / 624 = 0.71 over
 the busy part, daily peaks 833 / 624 = 1.33. DEFAULT_COMPRESS = 1.0: time is not compressed.
 Why these, checked with an idealised replay (GPU counts per node, best-fit, no topology or quota
-limits, every job that fits starts: a lower bound on queueing), mean / p90 wait and share of jobs
-that wait:
+limits, every job that fits starts at once: an optimistic estimate of queueing), mean / p90 wait and
+share of jobs that wait:
     scale 0.40, compress 1    : 0.01 h / 0 h,    3 %   (no contention)
-    scale 0.30, compress 1    : 0.9 h / 1.6 h,  29 %   (Philly's published mean queue time is 1.04 h)
+    scale 0.30, compress 1    : 0.9 h / 1.6 h,  29 %   (Philly's own mean GPU-job queue time: 1.04 h,
+                                                   acmetrace cluster_summary.csv)
     scale 0.25, compress 1    : 6.2 h / 20 h,   47 %   <- default: teams contend in busy weeks
     scale 0.25, compress 1.25 : 23 h / 51 h,    62 %   (p99 11 days: backlog of weeks)
     scale 0.25, compress 2    : 97 h / 176 h,   84 %   (offered 1.20 x capacity: queues never drain)
-A real cycle (gangs in one domain, quotas, reservations) queues more than this bound, so a higher
+A real cycle (gangs in one domain, quotas, reservations) queues more than this estimate, so a higher
 compress would mostly measure an ever-growing backlog.
 """
 from __future__ import annotations
