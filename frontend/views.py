@@ -23,6 +23,23 @@ JOBS_PER_PAGE = 50
 SERIES_POINTS = 600
 
 
+def human_seconds(seconds: float | None) -> str:
+    """3725 -> '1h 2m'; 443841 -> '5d 3h 17m'; None -> '—'."""
+    if seconds is None:
+        return "—"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    parts = [f"{days}d"] if days else []
+    if hours or days:
+        parts.append(f"{hours}h")
+    parts.append(f"{minutes}m")
+    return " ".join(parts)
+
+
 def _pct(x):
     return None if x is None else round(100 * x, 1)
 
@@ -138,6 +155,8 @@ def job_detail(request, pk: int):
         "allocations": allocations,
         "live_allocations": sum(1 for a in allocations if a.released_at is None),
         "nodes": queries.node_names(job),
+        "run_time": human_seconds(job.duration_seconds),
+        "time_limit": human_seconds(job.time_limit_seconds),
         "events": queries.job_events(job),
         "state_colors": STATE_COLORS,
     })

@@ -74,3 +74,12 @@ def test_team_jobs_figure_uses_state_colors():
     assert by_name["running"]["x"] == [1, 4] and by_name["pending"]["x"] == [2, 0]
     assert by_name["running"]["marker"]["color"] == STATE_COLORS["running"]
     assert by_name["pending"]["marker"]["color"] == STATE_COLORS["pending"]
+
+
+def test_human_seconds():
+    from frontend.views import human_seconds
+
+    assert human_seconds(None) == "—"
+    assert human_seconds(42) == "42s"
+    assert human_seconds(3725) == "1h 2m"
+    assert human_seconds(443841) == "5d 3h 17m"
