@@ -23,8 +23,14 @@ def _gpus(binding: Binding) -> int:
 
 def find_victims(allocator, job: JobInfo, flavor: str, *, target: int, units: list[Unit],
                  allows: Callable[[Unit], bool], take: Callable[[Unit], None],
-                 give_back: Callable[[Unit], None]) -> tuple[Binding, list[Unit]] | None:
+                 give_back: Callable[[Unit], None], room: float = float("inf")) -> tuple[Binding, list[Unit]] | None:
+    """room: the queue headroom before evictions when victims come from the job's own queue (preempt):
+    a placement counts only if it fits room + the victims' GPUs. Returns (placement, victims) or None."""
     state = allocator.state
+
+    def fits(placed, victims: list[Unit]) -> bool:
+        return isinstance(placed, Binding) and _gpus(placed) <= room + sum(u.gpus for u in victims)
+
     root = allocator.tree.root
     need = job.gpus_min
     trial = Trial(state)
@@ -45,34 +51,35 @@ def find_victims(allocator, job: JobInfo, flavor: str, *, target: int, units: li
         chosen.append(unit)
         if state.domain_free(root, flavor) < need:
             continue
-        placed = allocator.try_place(job, flavor, target=target)
+        placed = allocator.try_place(job, flavor, target=min(target, room + sum(u.gpus for u in chosen)))
         if isinstance(placed, Binding):
             release_binding(state, job, placed)
-            best = placed
-            if _gpus(placed) >= target:
-                break
+            if fits(placed, chosen):
+                best = placed
+                if _gpus(placed) >= target:
+                    break
     if best is None:
         trial.undo()
         for unit in chosen:
             give_back(unit)
         return None
     size = _gpus(best)
-    kept: list[Unit] = []
+    kept = list(chosen)
     for unit in reversed(chosen):  # fill-back: drop victims the placement does not need
         unfree_tasks(trial, unit.job, unit.tasks)
-        placed = allocator.try_place(job, flavor, target=target)
-        if isinstance(placed, Binding) and _gpus(placed) >= size:
-            release_binding(state, job, placed)
-            give_back(unit)
-            best = placed
-            continue
+        rest = [u for u in kept if u is not unit]
+        placed = allocator.try_place(job, flavor, target=size)
         if isinstance(placed, Binding):
             release_binding(state, job, placed)
+        if fits(placed, rest) and _gpus(placed) >= size:
+            give_back(unit)
+            kept = rest
+            continue
         trial.free_tasks(unit.job, unit.tasks)
-        kept.append(unit)
-    final = allocator.try_place(job, flavor, target=target)
-    assert isinstance(final, Binding), "fill-back left a victim set that no longer fits"
+    final = allocator.try_place(job, flavor, target=size)
+    assert fits(final, kept), "fill-back left a victim set that no longer fits"
     release_binding(state, job, final)
     trial.undo()
-    kept.reverse()
+    if not kept:  # it fits without evicting anyone: nothing to do here
+        return None
     return final, kept

@@ -35,7 +35,7 @@ def preempt(allocator, job: JobInfo, flavor: str, units: list[Unit]):
         return None
     target = int(min(job.gpus_requested, room + freeable))
     found = find_victims(allocator, job, flavor, target=max(target, job.gpus_min), units=candidates,
-                         allows=lambda u: True, take=lambda u: None, give_back=lambda u: None)
+                         allows=lambda u: True, take=lambda u: None, give_back=lambda u: None, room=room)
     if found is None:
         return None
     placement, victims = found
