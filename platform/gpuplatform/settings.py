@@ -26,6 +26,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
     "gpuplatform.apps.GpuPlatformConfig",
     "frontend",
 ]
@@ -102,9 +105,25 @@ if os.environ.get("DJANGO_PRODUCTION"):
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",  # scripts, CI, the node agent (first: 401 + WWW-Authenticate)
+        "rest_framework.authentication.SessionAuthentication",  # the browser (CSRF enforced)
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend", "rest_framework.filters.OrderingFilter"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_THROTTLE_RATES": {"job-submit": os.environ.get("JOB_SUBMIT_THROTTLE", "120/min")},  # per user
+    "EXCEPTION_HANDLER": "gpuplatform.api.exceptions.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "GPU platform control plane API",
+    "DESCRIPTION": "Teams, queues and quotas, nodes and topology, jobs, audit events, cluster metrics and "
+                   "scheduler cycles. Authenticate with `Authorization: Token <key>`; quota and queue "
+                   "updates need `If-Match: <ETag>`. Units: GPUs, millicores, MiB, seconds.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 # --- Celery and the scheduling loop -------------------------------------------------------------------
