@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -122,6 +123,8 @@ class Command(BaseCommand):
 
     def _migrate(self):
         t0 = time.monotonic()
+        # WhiteNoise warns at start-up when STATIC_ROOT is missing (it serves from the finders here).
+        Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
         if connection.vendor == "sqlite" and not connection.in_atomic_block:
             with connection.cursor() as cursor:  # readers do not wait for the loop's writes
