@@ -295,3 +295,31 @@ def uncordon_node(node: Node, *, actor=None, reason: str = "") -> Node:
 
 
 from .cluster_loader import load_cluster_spec  # noqa: E402,F401  (re-export)
+
+
+# --- API additions: membership removal and job priority -----------------------------------------------
+
+@transaction.atomic
+def remove_member(membership: Membership, *, actor=None) -> None:
+    """Remove a user from a team. Their jobs stay (they belong to the team)."""
+    team, user, role = membership.team, membership.user, membership.role
+    Membership.objects.filter(pk=membership.pk).delete()
+    record_event("member_removed", f"{user} is no longer {role} of {team.name}", actor=actor,
+                 data={"team": team.name, "user": str(user), "role": role})
+
+
+@transaction.atomic
+def set_job_priority(job: Job, priority: int, *, actor=None) -> Job:
+    """Change a pending or live job's priority (the order inside its queue; preemption uses it).
+    Raises ValidationError: priority not a whole number ("priority"), job finished ("state")."""
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ValidationError({"priority": "priority must be a whole number"})
+    old = job.priority
+    if not Job.objects.filter(pk=job.pk).exclude(state__in=Job.FINAL_STATES).update(
+            priority=priority, updated_at=timezone.now()):
+        raise ValidationError({"state": f"job is {job.state}; a finished job's priority cannot change"})
+    record_event("priority_changed", f"{job.name}: priority {old} -> {priority}", actor=actor, job=job,
+                 queue=job.queue, data={"old": old, "new": priority})
+    job.refresh_from_db()
+    _request_cycle_on_commit()
+    return job
