@@ -1,0 +1,157 @@
+"""A throw-away PostgreSQL database for the end-to-end benchmarks, and bulk loading of a world into it.
+
+    with bench_database("bench_cycle") as ok:     # creates, migrates, yields; drops on exit
+        if ok: load_world(snapshot)
+
+The server is taken from BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/postgres); the
+benchmark database name is fixed per script and dropped before and after use. Django is configured
+for it through DATABASE_URL before django.setup(), so this must run before anything imports models.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone as dt_tz
+from urllib.parse import urlparse
+
+import _common  # noqa: F401  (import path)
+
+SERVER_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+EPOCH = datetime(2026, 1, 1, tzinfo=dt_tz.utc)
+
+
+def postgres_available() -> str | None:
+    """None when the server answers, else why not."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return "psycopg is not installed"
+    u = urlparse(SERVER_URL)
+    try:
+        with socket.create_connection((u.hostname or "127.0.0.1", u.port or 5432), timeout=1):
+            pass
+    except OSError as exc:
+        return f"PostgreSQL unreachable at {u.hostname}:{u.port}: {exc}"
+    return None
+
+
+def _admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(SERVER_URL, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+@contextmanager
+def bench_database(name: str):
+    """Create database `name` on the server, point Django at it, migrate, yield; drop it afterwards."""
+    problem = postgres_available()
+    if problem:
+        raise RuntimeError(problem)
+    _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _admin(f'CREATE DATABASE "{name}"')
+    u = urlparse(SERVER_URL)
+    os.environ["DATABASE_URL"] = f"{u.scheme}://{u.netloc}/{name}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplatform.settings")
+    os.environ["REDIS_URL"] = ""  # no broker: submissions must not enqueue cycles
+    import django
+    from django.conf import settings
+
+    if not settings.configured or not getattr(bench_database, "_setup", False):
+        django.setup()
+        bench_database._setup = True
+    from django.db import connections
+
+    settings.DATABASES["default"]["NAME"] = name  # in case settings were read before (smoke test)
+    connections["default"].close()
+    from django.core.management import call_command
+
+    try:
+        call_command("migrate", verbosity=0)
+        yield True
+    finally:
+        connections.close_all()
+        _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def load_world(snapshot) -> dict:
+    """Load a core Snapshot into the database: the cluster through services.load_cluster_spec, then
+    jobs, roles, tasks and (for running jobs) GPU allocations with bulk inserts. Returns
+    {"pending_ids": [...], "seconds": {...}}."""
+    import time
+
+    from gpuplatform import services
+    from gpuplatform.models import Allocation, Gpu, Job, JobRole, Node, Queue, Task
+    from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
+
+    t0 = time.perf_counter()
+    spec = ClusterSpec(
+        name="bench",
+        nodes=tuple(NodeSpec(n.name, n.flavor, n.gpus, n.domain, gpu_numa=tuple(n.gpu_numa)) for n in snapshot.nodes),
+        domains=tuple(DomainSpec(d.name, d.tier, d.parent) for d in snapshot.domains),
+        queues=tuple(QueueSpec(q.name, q.parent, q.name, q.weight,
+                               {f: (v.guarantee, v.quota, v.limit) for f, v in q.quotas.items()})
+                     for q in snapshot.queues),
+    )
+    services.load_cluster_spec(spec)
+    t1 = time.perf_counter()
+    queues = {q.name: (q.id, q.team_id) for q in Queue.objects.all()}
+    jobs = []
+    for j in snapshot.jobs:
+        qid, tid = queues[j.queue]
+        state = "pending" if j.state == "pending" else "running"
+        jobs.append(Job(team_id=tid, queue_id=qid, name=str(j.name or j.id), priority=j.priority, state=state,
+                        topology_mode=j.topology_mode, highest_tier=j.highest_tier,
+                        submitted_at=EPOCH + timedelta(seconds=j.submit_time),
+                        started_at=EPOCH if state == "running" else None))
+    Job.objects.bulk_create(jobs, batch_size=2000)
+    roles = []
+    for j, row in zip(snapshot.jobs, jobs):
+        for r in j.roles:
+            roles.append(JobRole(job_id=row.id, name=r.name, tasks=r.tasks, gpus_per_task=r.gpus_per_task,
+                                 min_available=r.min_available, flavor="|".join(r.flavors)))
+    JobRole.objects.bulk_create(roles, batch_size=2000)
+    role_of = {(r.job_id, r.name): r.id for r in roles}
+    node_ids = dict(Node.objects.values_list("name", "id"))
+    tasks, task_gpus = [], []
+    for j, row in zip(snapshot.jobs, jobs):
+        if j.state == "pending":
+            for r in j.roles:
+                tasks += [Task(job_id=row.id, role_id=role_of[(row.id, r.name)], index=i) for i in range(r.tasks)]
+        else:
+            for p in j.placement:
+                tasks.append(Task(job_id=row.id, role_id=role_of[(row.id, p.role)], index=p.index, state="running",
+                                  node_id=node_ids[p.node]))
+                task_gpus.append((len(tasks) - 1, row.id, p.node, p.gpus))
+    Task.objects.bulk_create(tasks, batch_size=5000)
+    gpu_id = {(n, i): g for g, n, i in Gpu.objects.values_list("id", "node__name", "index")}
+    allocs = [Allocation(task_id=tasks[ti].id, gpu_id=gpu_id[(node, g)], job_id=jid, created_at=EPOCH)
+              for ti, jid, node, gpus in task_gpus for g in gpus]
+    Allocation.objects.bulk_create(allocs, batch_size=5000)
+    t2 = time.perf_counter()
+    pending_ids = [row.id for j, row in zip(snapshot.jobs, jobs) if j.state == "pending"]
+    return {"pending_ids": pending_ids, "seconds": {"cluster": t1 - t0, "jobs": t2 - t1},
+            "rows": {"jobs": len(jobs), "tasks": len(tasks), "allocations": len(allocs)}}
+
+
+def reset_pending(pending_ids: list[int]) -> None:
+    """Undo a cycle's starts for the given jobs (delete their allocations and admission events, tasks
+    and jobs back to pending), so the same cycle can be timed again on the same database."""
+    from django.db import transaction
+
+    from gpuplatform.models import Allocation, Event, Job, SchedulerCycle, Task
+
+    with transaction.atomic():
+        for i in range(0, len(pending_ids), 20000):
+            ids = pending_ids[i:i + 20000]
+            Allocation.objects.filter(job_id__in=ids).delete()
+            Task.objects.filter(job_id__in=ids).update(state="pending", node=None)
+            Job.objects.filter(id__in=ids).update(state="pending", started_at=None, placement_domain="",
+                                                  placement_tier=None)
+        Event.objects.filter(kind="admitted").delete()
+        SchedulerCycle.objects.all().delete()
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("VACUUM ANALYZE")
