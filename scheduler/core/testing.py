@@ -12,6 +12,7 @@ durations. Units: GPUs, millicores, MiB, seconds.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import replace
 from typing import Iterable, Mapping
 
@@ -131,6 +132,10 @@ class World:
             self.durations[name] = duration
         return self
 
+    def __repr__(self) -> str:  # hypothesis prints failing worlds with this
+        return (f"World(nodes={list(self._nodes.values())!r}, domains={list(self._domains.values())!r}, "
+                f"queues={list(self._queues.values())!r}, jobs={list(self._jobs.values())!r})")
+
     # -- outputs ----------------------------------------------------------------------------------------
     @property
     def node_infos(self) -> tuple[NodeInfo, ...]:
@@ -206,6 +211,21 @@ def check_result(snapshot: Snapshot, result: CycleResult) -> None:
         for name, r in roles.items():
             assert r.effective_min <= counts[name] <= r.tasks, (
                 f"{b.job_id}: role {name} got {counts[name]} tasks, needs {r.effective_min}..{r.tasks}")
+    held = {n.job_id for n in result.nominations}
+    for e in result.evictions:
+        victim = jobs[e.job_id]
+        assert victim.state == "running" and victim.preemptible, f"{e.job_id}: not an evictable job"
+        assert e.job_id not in bound, f"{e.job_id}: bound and evicted"
+        placed = {(t.role, t.index) for t in victim.placement}
+        assert set(e.tasks) <= placed, f"{e.job_id}: evicts tasks it does not run"
+        assert jobs[e.beneficiary].state == "pending" and e.beneficiary in held, f"{e.beneficiary}: no hold"
+        if e.tasks:  # a partial eviction keeps every role at or above its minimum
+            left = defaultdict(int)
+            for t in victim.placement:
+                if (t.role, t.index) not in e.tasks:
+                    left[t.role] += 1
+            for r in victim.roles:
+                assert left[r.name] >= r.min_available, f"{e.job_id}: partial eviction breaks the gang"
 
 
 class ScenarioRunner:

@@ -39,6 +39,13 @@ def worlds(draw):
     for q in ("qa", "qb"):
         world.queue(name=q, parent="root", quota={"H100": draw(st.integers(0, 32))},
                     limit={"H100": draw(st.integers(0, 48))} if draw(st.booleans()) else None)
+    for r in range(draw(st.integers(0, 4))):  # running jobs that preempt / reclaim may evict
+        free_nodes = [n.name for n in world.node_infos if n.gpus - len(n.used) >= 1 and n.state == "ready"]
+        if not free_nodes:
+            break
+        node = draw(st.sampled_from(free_nodes))
+        world.running(name=f"run{r}", queue=draw(st.sampled_from(["qa", "qb"])), nodes=[node], gpus_per_task=1,
+                      priority=draw(st.integers(0, 3)), preemptible=draw(st.booleans()), started=float(r))
     for j in range(draw(st.integers(1, 25))):
         roles = [role(name=f"r{i}", tasks=(t := draw(st.integers(1, 5))), gpus_per_task=draw(st.sampled_from([0, 1, 2, 4, 8])),
                       min_available=draw(st.integers(1, t)), cpu_milli=draw(st.sampled_from([0, 1000, 20000])) or 500,

@@ -66,6 +66,8 @@ def find_victims(allocator, job: JobInfo, flavor: str, *, target: int, units: li
     size = _gpus(best)
     kept = list(chosen)
     for unit in reversed(chosen):  # fill-back: drop victims the placement does not need
+        if not unit.whole and any(u.whole and u.job.id == unit.job.id for u in kept):
+            continue  # the rest of that gang goes anyway; keeping part of it would break the gang
         unfree_tasks(trial, unit.job, unit.tasks)
         rest = [u for u in kept if u is not unit]
         placed = allocator.try_place(job, flavor, target=size)

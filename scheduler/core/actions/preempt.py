@@ -15,13 +15,25 @@ from .evict import find_victims
 
 
 def _evictions(units: list[Unit], rule: str, job: JobInfo) -> list[Eviction]:
-    out = []
+    """One Eviction per victim job: its chosen units merged; all of its tasks = the whole gang."""
+    by_job: dict = {}
     for u in units:
-        tasks = () if u.whole and len(u.tasks) == len(u.job.placement) else tuple((t.role, t.index) for t in u.tasks)
-        what = "gang" if not tasks else f"{len(tasks)} surplus task(s)"
-        out.append(Eviction(job_id=u.job.id, tasks=tasks, gpus=u.gpus, rule=rule, beneficiary=job.id,
-                            message=f"{rule}: {what} of {u.job.name or u.job.id} (queue {u.job.queue}, priority "
-                                    f"{u.job.priority}) evicted for {job.name or job.id} (queue {job.queue})"))
+        victim, tasks = by_job.get(u.job.id, (u.job, ()))
+        by_job[u.job.id] = (victim, tasks + u.tasks)
+    out = []
+    for victim, tasks in by_job.values():
+        gone = {(t.role, t.index) for t in tasks}
+        left = {r.name: sum(1 for t in victim.placement if t.role == r.name and (t.role, t.index) not in gone)
+                for r in victim.roles}
+        if any(0 < left[r.name] < r.min_available for r in victim.roles):
+            tasks = victim.placement  # never leave a gang below its minimum: evict it whole
+        whole = len(tasks) == len(victim.placement)
+        keys = () if whole else tuple(sorted((t.role, t.index) for t in tasks))
+        what = "gang" if whole else f"{len(keys)} surplus task(s)"
+        out.append(Eviction(job_id=victim.id, tasks=keys, gpus=sum(len(t.gpus) for t in tasks), rule=rule,
+                            beneficiary=job.id,
+                            message=f"{rule}: {what} of {victim.name or victim.id} (queue {victim.queue}, priority "
+                                    f"{victim.priority}) evicted for {job.name or job.id} (queue {job.queue})"))
     return out
 
 
