@@ -1,0 +1,109 @@
+"""django-filter FilterSets, one per resource (query parameters of the list endpoints)."""
+import django_filters as df
+
+from ..models import ClusterSample, Domain, Event, Job, Membership, Node, Queue, Quota, SchedulerCycle, Team
+
+
+class CharInFilter(df.BaseInFilter, df.CharFilter):
+    """`?kind__in=a,b`"""
+
+
+class TeamFilterSet(df.FilterSet):
+    name = df.CharFilter(lookup_expr="icontains")
+
+    class Meta:
+        model = Team
+        fields = ["slug", "name"]
+
+
+class MembershipFilterSet(df.FilterSet):
+    team = df.CharFilter(field_name="team__slug", help_text="team slug")
+    user = df.CharFilter(field_name="user__username", help_text="username")
+
+    class Meta:
+        model = Membership
+        fields = ["team", "user", "role"]
+
+
+class QueueFilterSet(df.FilterSet):
+    parent = df.CharFilter(field_name="parent__name", help_text="parent queue name")
+    team = df.CharFilter(field_name="team__slug", help_text="team slug")
+    root = df.BooleanFilter(field_name="parent", lookup_expr="isnull", help_text="only root queues")
+
+    class Meta:
+        model = Queue
+        fields = ["name", "parent", "team", "state", "root"]
+
+
+class QuotaFilterSet(df.FilterSet):
+    queue = df.CharFilter(field_name="queue__name", help_text="queue name")
+
+    class Meta:
+        model = Quota
+        fields = ["queue", "flavor"]
+
+
+class DomainFilterSet(df.FilterSet):
+    parent = df.CharFilter(field_name="parent__name", help_text="parent domain name")
+
+    class Meta:
+        model = Domain
+        fields = ["name", "tier", "parent"]
+
+
+class NodeFilterSet(df.FilterSet):
+    domain = df.CharFilter(field_name="domain__name", help_text="lowest-tier domain name")
+
+    class Meta:
+        model = Node
+        fields = ["name", "flavor", "state", "domain"]
+
+
+class JobFilterSet(df.FilterSet):
+    team = df.CharFilter(field_name="team__slug", help_text="team slug")
+    queue = df.CharFilter(field_name="queue__name", help_text="queue name")
+    submitter = df.CharFilter(field_name="submitter__username", help_text="username")
+    state = df.MultipleChoiceFilter(choices=Job.State.choices, help_text="repeat for several states")
+    submitted_after = df.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
+    submitted_before = df.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
+    name = df.CharFilter(lookup_expr="icontains")
+
+    class Meta:
+        model = Job
+        fields = ["team", "queue", "submitter", "state", "never_fits", "name"]
+
+
+class EventFilterSet(df.FilterSet):
+    kind = df.CharFilter(help_text="event kind, e.g. submitted, admitted, quota_changed, cordoned")
+    kind__in = CharInFilter(field_name="kind", help_text="several kinds, comma separated")
+    actor = df.CharFilter(field_name="actor__username", help_text="username")
+    queue = df.CharFilter(field_name="queue__name", help_text="queue name")
+    node = df.CharFilter(field_name="node__name", help_text="node name")
+    since = df.IsoDateTimeFilter(field_name="time", lookup_expr="gte")
+    until = df.IsoDateTimeFilter(field_name="time", lookup_expr="lt")
+
+    class Meta:
+        model = Event
+        fields = ["kind", "kind__in", "job", "queue", "node", "actor", "cycle", "since", "until"]
+
+
+class SchedulerCycleFilterSet(df.FilterSet):
+    since = df.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
+    until = df.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
+    failed = df.BooleanFilter(method="filter_failed", help_text="only cycles that raised (true) or not (false)")
+
+    class Meta:
+        model = SchedulerCycle
+        fields = ["since", "until", "failed"]
+
+    def filter_failed(self, qs, name, value):
+        return qs.exclude(error="") if value else qs.filter(error="")
+
+
+class ClusterSampleFilterSet(df.FilterSet):
+    since = df.IsoDateTimeFilter(field_name="time", lookup_expr="gte")
+    until = df.IsoDateTimeFilter(field_name="time", lookup_expr="lt")
+
+    class Meta:
+        model = ClusterSample
+        fields = ["since", "until", "cycle"]

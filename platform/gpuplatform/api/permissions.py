@@ -1,0 +1,97 @@
+"""Who may do what over the API. One table, enforced here and by the viewsets' querysets:
+
+| role                      | read                                  | write                                          |
+| ------------------------- | ------------------------------------- | ---------------------------------------------- |
+| platform admin (is_staff) | everything                            | everything: teams, queues, quotas, nodes, jobs |
+| team admin (Membership)   | its teams' jobs, members, queues      | its team's members; its team's jobs (submit,   |
+|                           | + the shared tree (inner queues,      | cancel, priority)                              |
+|                           | domains, nodes, metrics, cycles)      |                                                |
+| team member               | same as team admin                    | its team's jobs: submit and cancel             |
+| viewer                    | same as team admin                    | nothing                                        |
+| node agent (group)        | same as a user with no team           | nodes/register, nodes/{name}/heartbeat         |
+| anonymous                 | nothing (401)                         | nothing                                        |
+
+Another team's objects are outside the querysets, so reading or touching them answers 404 (their
+existence is not revealed); a visible object the user may not change answers 403.
+"""
+from __future__ import annotations
+
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+
+from ..models import Membership
+
+NODE_AGENT_GROUP = "node-agents"
+SUBMIT_ROLES = (Membership.Role.MEMBER, Membership.Role.ADMIN)
+
+
+def is_platform_admin(user) -> bool:
+    return bool(user and user.is_authenticated and (user.is_staff or user.is_superuser))
+
+
+def team_role(user, team_id: int | None) -> str | None:
+    """The user's role in the team (member | admin | viewer), or None."""
+    if team_id is None or not user.is_authenticated:
+        return None
+    return Membership.objects.filter(user=user, team_id=team_id).values_list("role", flat=True).first()
+
+
+def can_submit(user, team_id: int | None) -> bool:
+    return is_platform_admin(user) or team_role(user, team_id) in SUBMIT_ROLES
+
+
+def can_manage_team(user, team_id: int | None) -> bool:
+    return is_platform_admin(user) or team_role(user, team_id) == Membership.Role.ADMIN
+
+
+def is_node_agent(user) -> bool:
+    return is_platform_admin(user) or bool(
+        user and user.is_authenticated and user.groups.filter(name=NODE_AGENT_GROUP).exists())
+
+
+class IsPlatformAdminOrReadOnly(BasePermission):
+    """Authenticated users read; only platform admins write (teams, queues, quotas, nodes, domains)."""
+
+    message = "only platform admins may change this"
+
+    def has_permission(self, request, view) -> bool:
+        if not (request.user and request.user.is_authenticated):
+            return False
+        return request.method in SAFE_METHODS or is_platform_admin(request.user)
+
+
+class IsNodeAgent(BasePermission):
+    """Platform admins, and users in the `node-agents` group (the node agent's dedicated token)."""
+
+    message = "only platform admins and node agents may report nodes"
+
+    def has_permission(self, request, view) -> bool:
+        return is_node_agent(request.user)
+
+
+class JobPermission(BasePermission):
+    """Read: the queryset limits jobs to the user's teams. Submit / cancel: member or admin of the job's
+    team. Priority change: team admin. Platform admins: everything."""
+
+    message = "you may not change jobs of this team"
+
+    def has_permission(self, request, view) -> bool:
+        return bool(request.user and request.user.is_authenticated)  # submit: checked against the body's team
+
+    def has_object_permission(self, request, view, obj) -> bool:
+        if request.method in SAFE_METHODS:
+            return True
+        if view.action in ("update", "partial_update"):
+            return can_manage_team(request.user, obj.team_id)
+        return can_submit(request.user, obj.team_id)
+
+
+class MembershipPermission(BasePermission):
+    """Read: memberships of the user's teams. Write: platform admins and the team's admins."""
+
+    message = "only platform admins and the team's admins may manage its members"
+
+    def has_permission(self, request, view) -> bool:
+        return bool(request.user and request.user.is_authenticated)
+
+    def has_object_permission(self, request, view, obj) -> bool:
+        return request.method in SAFE_METHODS or can_manage_team(request.user, obj.team_id)

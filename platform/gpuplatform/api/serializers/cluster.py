@@ -1,0 +1,70 @@
+from rest_framework import serializers
+
+from ...models import Domain, Gpu, Node
+from .fields import count_field
+
+
+class DomainSerializer(serializers.ModelSerializer):
+    parent = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    node_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Domain
+        fields = ["id", "name", "tier", "parent", "node_count"]
+        read_only_fields = fields
+
+
+class DomainTreeSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    tier = serializers.IntegerField()
+    nodes = serializers.ListField(child=serializers.CharField())
+    children = serializers.ListField(child=serializers.DictField(), help_text="the same shape, recursively")
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Gpu
+        fields = ["index", "uuid", "numa_node", "health", "health_reason"]
+        read_only_fields = fields
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    domain = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpus = GpuSerializer(many=True, read_only=True)
+    allocated_gpus = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Node
+        fields = ["id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib", "domain", "state", "labels",
+                  "last_heartbeat", "allocated_gpus", "gpus"]
+        read_only_fields = fields
+
+
+class NodeActionSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+
+
+class GpuReportSerializer(serializers.Serializer):
+    """One GPU as the node agent reports it (extra inventory keys are accepted and ignored)."""
+
+    index = count_field(min_value=0, max_value=32767)
+    uuid = serializers.CharField(max_length=80, required=False, default="", allow_blank=True)
+    numa_node = count_field(min_value=-32768, max_value=32767, required=False, allow_null=True, default=None)
+    health = serializers.CharField(max_length=16, required=False, default="healthy")
+    health_reason = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
+
+
+class NodeRegisterSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    flavor = serializers.CharField(max_length=64, allow_blank=True)
+    cpu_milli = count_field(default=0)
+    memory_mib = count_field(default=0)
+    labels = serializers.DictField(child=serializers.CharField(max_length=500, allow_blank=True), required=False,
+                                   default=dict)
+    gpus = GpuReportSerializer(many=True, max_length=1024)
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    time = serializers.DateTimeField(required=False, allow_null=True, default=None,
+                                     help_text="when the node measured (ISO 8601); default: now")
+    gpus = GpuReportSerializer(many=True, required=False, default=list, max_length=1024)

@@ -1,0 +1,74 @@
+from rest_framework import serializers
+
+from ... import queries
+from ...models import Job, JobRole, Team
+from .fields import INT32_MAX, count_field
+
+
+class JobRoleSerializer(serializers.ModelSerializer):
+    """A task group: `tasks` replicas of `gpus_per_task` GPUs; the gang needs `min_available` of them
+    (default: all). `flavor`: allowed GPU models separated by '|' (blank = any)."""
+
+    name = serializers.CharField(max_length=64, required=False)
+    tasks = count_field(required=False, default=1)
+    gpus_per_task = count_field(required=False, default=1)
+    cpu_milli = count_field(required=False, default=0)
+    memory_mib = count_field(required=False, default=0)
+    min_available = count_field(required=False, allow_null=True)
+    flavor = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+    class Meta:
+        model = JobRole
+        fields = ["name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    submitter = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    roles = JobRoleSerializer(many=True, read_only=True)
+    gpus = serializers.SerializerMethodField(help_text="GPUs requested (sum over roles of tasks x gpus_per_task)")
+    nodes = serializers.SerializerMethodField(help_text="nodes the job's tasks run on")
+    position = serializers.IntegerField(read_only=True, allow_null=True,
+                                        help_text="1-based place among its queue's pending jobs (priority, then "
+                                                  "submit time); null unless pending")
+    estimated_start = serializers.DateTimeField(read_only=True, allow_null=True,
+                                                help_text="from the latest cycle's backfill reservation; null if "
+                                                          "unknown")
+
+    class Meta:
+        model = Job
+        fields = ["id", "name", "team", "queue", "submitter", "state", "priority", "preemptible", "topology_mode",
+                  "highest_tier", "preferred_tier", "time_limit_seconds", "attempts", "gpus", "roles",
+                  "pending_reason", "never_fits", "position", "estimated_start", "placement_domain",
+                  "placement_tier", "nodes", "submitted_at", "started_at", "finished_at"]
+        read_only_fields = fields
+
+    def get_gpus(self, job) -> int:
+        return sum(r.tasks * r.gpus_per_task for r in job.roles.all())
+
+    def get_nodes(self, job) -> list[str]:
+        return queries.node_names(job)
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    queue = serializers.CharField(max_length=100, help_text="leaf queue name")
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all(), required=False,
+                                        allow_null=True, default=None,
+                                        help_text="team slug; default: the queue's team, or your only team")
+    priority = serializers.IntegerField(default=0, min_value=-INT32_MAX, max_value=INT32_MAX)
+    preemptible = serializers.BooleanField(default=True)
+    topology_mode = serializers.CharField(default="none", max_length=8, help_text="none | soft | hard")
+    highest_tier = count_field(required=False, allow_null=True, default=None, min_value=-32768, max_value=32767)
+    preferred_tier = count_field(required=False, allow_null=True, default=None, min_value=-32768, max_value=32767)
+    time_limit_seconds = count_field(required=False, allow_null=True, default=None)
+    roles = JobRoleSerializer(many=True, max_length=64)
+
+
+class JobUpdateSerializer(serializers.Serializer):
+    priority = serializers.IntegerField(min_value=-INT32_MAX, max_value=INT32_MAX)
+
+
+class JobCancelSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)

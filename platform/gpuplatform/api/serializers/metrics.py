@@ -1,0 +1,54 @@
+from rest_framework import serializers
+
+from ...models import ClusterSample, Event, SchedulerCycle
+
+
+class EventSerializer(serializers.ModelSerializer):
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Event
+        fields = ["id", "time", "kind", "actor", "job", "queue", "node", "cycle", "message", "data"]
+        read_only_fields = fields
+
+
+class SchedulerCycleSerializer(serializers.ModelSerializer):
+    timings = serializers.DictField(child=serializers.FloatField(), read_only=True,
+                                    help_text="phase -> milliseconds (snapshot, enqueue, allocate, backfill, ...)")
+
+    class Meta:
+        model = SchedulerCycle
+        fields = ["number", "started_at", "clock", "duration_ms", "timings", "binds", "evictions", "pending",
+                  "stale_skipped", "error"]
+        read_only_fields = fields
+
+
+class ClusterSampleSerializer(serializers.ModelSerializer):
+    largest_runnable = serializers.DictField(child=serializers.IntegerField(), read_only=True,
+                                             help_text="tier -> most GPUs one job could get inside one domain")
+
+    class Meta:
+        model = ClusterSample
+        fields = ["time", "cycle", "schedulable_gpus", "allocated_gpus", "free_gpus", "allocation_rate",
+                  "fragmentation_rate", "largest_runnable", "domain_completeness", "pending_jobs", "running_jobs"]
+        read_only_fields = fields
+
+
+class QueueUsageSerializer(serializers.Serializer):
+    queue = serializers.CharField()
+    team = serializers.CharField(allow_null=True)
+    used = serializers.IntegerField(help_text="GPUs allocated now (subtree)")
+    guarantee = serializers.IntegerField()
+    quota = serializers.IntegerField()
+    limit = serializers.IntegerField(allow_null=True)
+    pending_demand = serializers.IntegerField(help_text="GPUs requested by pending jobs (subtree)")
+    pending_jobs = serializers.IntegerField()
+    running_jobs = serializers.IntegerField()
+
+
+class ClusterMetricsSerializer(serializers.Serializer):
+    sample = ClusterSampleSerializer(allow_null=True, help_text="the latest cycle's cluster sample")
+    cycle = SchedulerCycleSerializer(allow_null=True, help_text="the latest scheduling cycle")
+    queues = QueueUsageSerializer(many=True, help_text="live usage of the queues you may see")

@@ -1,0 +1,73 @@
+from rest_framework import serializers
+
+from ...models import Queue, Quota, Team
+from .fields import count_field
+
+
+class QuotaSerializer(serializers.ModelSerializer):
+    """One queue's quota for one GPU flavor, in GPUs: guarantee <= quota <= limit (limit null = the parent's)."""
+
+    queue = serializers.SlugRelatedField(slug_field="name", queryset=Queue.objects.all())
+    flavor = serializers.CharField(max_length=64)
+    guarantee = count_field(default=0)
+    quota = count_field(default=0)
+    limit = count_field(allow_null=True, required=False, default=None)
+
+    class Meta:
+        model = Quota
+        fields = ["id", "queue", "flavor", "guarantee", "quota", "limit", "updated_at"]
+        read_only_fields = ["id", "updated_at"]
+        validators = []  # (queue, flavor) uniqueness is checked by the view with a clear message
+
+
+class QuotaUpdateSerializer(serializers.Serializer):
+    guarantee = count_field()
+    quota = count_field()
+    limit = count_field(allow_null=True)
+
+
+class QuotaTripleSerializer(serializers.Serializer):
+    flavor = serializers.CharField(max_length=64)
+    guarantee = count_field(default=0)
+    quota = count_field(default=0)
+    limit = count_field(allow_null=True, required=False, default=None)
+
+
+class QueueSerializer(serializers.ModelSerializer):
+    parent = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    quotas = QuotaTripleSerializer(many=True, read_only=True)
+    children = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+
+    class Meta:
+        model = Queue
+        fields = ["id", "name", "parent", "team", "weight", "state", "preemption_grace_seconds", "quotas",
+                  "children", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class QueueCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    parent = serializers.CharField(max_length=100, allow_null=True, required=False, default=None,
+                                   help_text="parent queue name; null = a root queue")
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all(), allow_null=True,
+                                        required=False, default=None, help_text="owning team (leaf queues)")
+    weight = serializers.FloatField(default=1.0, min_value=-1e12, max_value=1e12)
+    state = serializers.CharField(default="open", max_length=16)
+    quotas = QuotaTripleSerializer(many=True, required=False, default=list)
+
+
+class QueueUpdateSerializer(serializers.Serializer):
+    parent = serializers.CharField(max_length=100, allow_null=True, required=False,
+                                   help_text="new parent queue name; null = make it a root")
+    weight = serializers.FloatField(required=False, min_value=-1e12, max_value=1e12)
+    state = serializers.CharField(required=False, max_length=16)
+
+
+class QueueTreeSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    team = serializers.CharField(allow_null=True)
+    weight = serializers.FloatField()
+    state = serializers.CharField()
+    quotas = QuotaTripleSerializer(many=True)
+    children = serializers.ListField(child=serializers.DictField(), help_text="the same shape, recursively")

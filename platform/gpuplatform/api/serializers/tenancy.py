@@ -1,0 +1,25 @@
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from ...models import Membership, Team
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    slug = serializers.SlugField(max_length=100, required=False, help_text="default: derived from the name")
+
+    class Meta:
+        model = Team
+        fields = ["id", "name", "slug", "description", "created_at"]
+        read_only_fields = ["id", "created_at"]
+        extra_kwargs = {"name": {"validators": []}}  # uniqueness is the service's rule (one message shape)
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    user = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all())
+
+    class Meta:
+        model = Membership
+        fields = ["id", "team", "user", "role"]
+        read_only_fields = ["id"]
+        validators = []  # (user, team) uniqueness: add_member updates the role instead

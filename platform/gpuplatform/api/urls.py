@@ -1,0 +1,26 @@
+"""API routes: one DefaultRouter, kebab-case plural resource names under /api/v1/ (NetBox style)."""
+from django.urls import path
+from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.routers import DefaultRouter
+
+from . import views
+
+app_name = "api"
+
+router = DefaultRouter()
+router.register("teams", views.TeamViewSet, basename="team")
+router.register("memberships", views.MembershipViewSet, basename="membership")
+router.register("queues", views.QueueViewSet, basename="queue")
+router.register("quotas", views.QuotaViewSet, basename="quota")
+router.register("domains", views.DomainViewSet, basename="domain")
+router.register("nodes", views.NodeViewSet, basename="node")
+router.register("jobs", views.JobViewSet, basename="job")
+router.register("events", views.EventViewSet, basename="event")
+router.register("cluster-metrics", views.ClusterMetricsViewSet, basename="cluster-metrics")
+router.register("scheduler-cycles", views.SchedulerCycleViewSet, basename="scheduler-cycle")
+
+urlpatterns = [
+    path("me/", views.MeView.as_view(), name="me"),
+    path("auth-token/", obtain_auth_token, name="auth-token"),
+    *router.urls,
+]

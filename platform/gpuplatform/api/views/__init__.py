@@ -1,0 +1,11 @@
+"""API viewsets split by topic; each is queryset + serializer + filterset, writes go through services."""
+from .cluster import DomainViewSet, NodeViewSet
+from .jobs import JobViewSet
+from .metrics import ClusterMetricsViewSet, EventViewSet, SchedulerCycleViewSet
+from .queues import QueueViewSet, QuotaViewSet
+from .tenancy import MembershipViewSet, MeView, TeamViewSet
+
+__all__ = [
+    "ClusterMetricsViewSet", "DomainViewSet", "EventViewSet", "JobViewSet", "MeView", "MembershipViewSet",
+    "NodeViewSet", "QueueViewSet", "QuotaViewSet", "SchedulerCycleViewSet", "TeamViewSet",
+]

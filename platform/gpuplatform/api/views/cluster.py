@@ -1,0 +1,121 @@
+from django.db.models import Count, Q
+from drf_spectacular.utils import extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+
+from ... import node_services, services
+from ...models import Domain, Node
+from ..filters import DomainFilterSet, NodeFilterSet
+from ..permissions import IsNodeAgent, IsPlatformAdminOrReadOnly
+from ..serializers import (
+    DomainSerializer, DomainTreeSerializer, HeartbeatSerializer, NodeActionSerializer, NodeRegisterSerializer,
+    NodeSerializer,
+)
+
+
+class DomainViewSet(viewsets.ReadOnlyModelViewSet):
+    """Network performance domains (HyperNodes): tier 1 = NVLink / scale-up, 2 = leaf, 3 = spine.
+    Readable by every authenticated user; the tree is loaded with `manage.py import_topology`."""
+
+    serializer_class = DomainSerializer
+    permission_classes = [IsAuthenticated]
+    filterset_class = DomainFilterSet
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    ordering_fields = ["tier", "name"]
+
+    def get_queryset(self):
+        return Domain.objects.select_related("parent").annotate(node_count=Count("nodes")).order_by("tier", "name")
+
+    @extend_schema(responses={200: DomainTreeSerializer(many=True)})
+    @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
+    def tree(self, request):
+        """The whole domain tree, nested from the top tier, with the nodes hanging off each lowest domain."""
+        doms = list(Domain.objects.values_list("id", "name", "tier", "parent_id"))
+        nodes: dict = {}
+        for dom_id, name in Node.objects.filter(domain__isnull=False).values_list("domain_id", "name").order_by("name"):
+            nodes.setdefault(dom_id, []).append(name)
+        kids: dict = {}
+        for d in sorted(doms, key=lambda d: d[1]):
+            kids.setdefault(d[3], []).append(d)
+        ids = {d[0] for d in doms}
+
+        def build(d, seen):
+            return {"name": d[1], "tier": d[2], "nodes": nodes.get(d[0], []),
+                    "children": [build(c, seen | {d[0]}) for c in kids.get(d[0], []) if c[0] not in seen]}
+
+        roots = [d for d in doms if d[3] is None or d[3] not in ids]
+        return Response([build(d, frozenset()) for d in sorted(roots, key=lambda d: (-d[2], d[1]))])
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    """GPU servers, by name. Platform admins cordon / drain / uncordon; the node agent (platform admins or
+    the `node-agents` group) registers nodes and sends heartbeats."""
+
+    serializer_class = NodeSerializer
+    permission_classes = [IsPlatformAdminOrReadOnly]
+    filterset_class = NodeFilterSet
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    ordering_fields = ["name", "flavor", "state", "last_heartbeat"]
+
+    def get_permissions(self):
+        if self.action in ("register", "heartbeat"):
+            return [IsNodeAgent()]
+        return super().get_permissions()
+
+    def get_queryset(self):
+        return (Node.objects.select_related("domain").prefetch_related("gpus")
+                .annotate(allocated_gpus=Count("gpus__allocations", filter=Q(gpus__allocations__released_at__isnull=True)))
+                .order_by("name"))
+
+    def _transition(self, request, service):
+        node = self.get_object()
+        body = NodeActionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        service(node, actor=request.user, reason=body.validated_data["reason"])
+        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+
+    @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def cordon(self, request, name=None):
+        """ready -> cordoned: no new work lands on the node; running work continues."""
+        return self._transition(request, services.cordon_node)
+
+    @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def drain(self, request, name=None):
+        """ready | cordoned -> draining: no new work; running gangs are requeued."""
+        return self._transition(request, services.drain_node)
+
+    @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def uncordon(self, request, name=None):
+        """cordoned | draining -> ready."""
+        return self._transition(request, services.uncordon_node)
+
+    @extend_schema(request=NodeRegisterSerializer, responses={201: NodeSerializer})
+    @action(detail=False, methods=["post"], filterset_class=None, pagination_class=None)
+    def register(self, request):
+        """The node agent's inventory: create or update the node and its GPUs (see agent/client.py)."""
+        body = NodeRegisterSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        node = node_services.register_node(d["name"], flavor=d["flavor"], gpus=[dict(g) for g in d["gpus"]],
+                                           cpu_milli=d["cpu_milli"], memory_mib=d["memory_mib"], labels=d["labels"],
+                                           actor=request.user)
+        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=HeartbeatSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def heartbeat(self, request, name=None):
+        """The node agent's heartbeat: last_heartbeat and each GPU's health; a not_ready node comes back."""
+        node = self.get_object()
+        body = HeartbeatSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        gpus = [{"index": g["index"], "health": g["health"], "health_reason": g["health_reason"]} for g in d["gpus"]]
+        node_services.record_heartbeat(node.name, gpus=gpus, at=d["time"], actor=request.user)
+        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)

@@ -1,0 +1,116 @@
+from django.db.models import Case, Count, IntegerField, OuterRef, Prefetch, Q, Subquery, Value, When
+from django.db.models.functions import Coalesce
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
+
+from ... import fit_check, queries, services
+from ...job_rules import TOPOLOGY_MODES, check_roles
+from ...models import Job, JobRole, Membership, Queue, Task
+from ..filters import JobFilterSet
+from ..permissions import SUBMIT_ROLES, JobPermission, can_manage_team, can_submit
+from ..serializers import JobCancelSerializer, JobSerializer, JobSubmitSerializer, JobUpdateSerializer
+from .base import atomic
+
+
+class JobSubmitThrottle(UserRateThrottle):
+    """Job submissions per user (rate: REST_FRAMEWORK DEFAULT_THROTTLE_RATES["job-submit"])."""
+
+    scope = "job-submit"
+
+
+def _position():
+    """1-based place among the pending jobs of the same queue in the engine's in-queue order
+    (priority desc, then original submit time, then id); null for jobs that are not pending."""
+    ahead = (Job.objects.filter(queue_id=OuterRef("queue_id"), state=Job.State.PENDING)
+             .filter(Q(priority__gt=OuterRef("priority"))
+                     | Q(priority=OuterRef("priority"), submitted_at__lt=OuterRef("submitted_at"))
+                     | Q(priority=OuterRef("priority"), submitted_at=OuterRef("submitted_at"), id__lt=OuterRef("id")))
+             .order_by().values("queue_id").annotate(n=Count("id")).values("n"))
+    return Case(When(state=Job.State.PENDING, then=Coalesce(Subquery(ahead, output_field=IntegerField()), Value(0)) + 1),
+                default=None, output_field=IntegerField())
+
+
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Jobs (gangs of one or more roles). You see your teams' jobs only (platform admins: all). Members and
+    team admins submit and cancel their team's jobs; team admins change priorities. A pending job shows why
+    it waits (`pending_reason`), its `position` in its queue and, when known, an `estimated_start`."""
+
+    serializer_class = JobSerializer
+    permission_classes = [JobPermission]
+    filterset_class = JobFilterSet
+    ordering_fields = ["submitted_at", "priority", "state", "name", "id"]
+
+    def get_throttles(self):
+        return [JobSubmitThrottle()] if self.action == "create" else super().get_throttles()
+
+    def get_queryset(self):
+        return (queries.visible_jobs(self.request.user)
+                .select_related("team", "queue", "submitter")
+                .prefetch_related(Prefetch("roles", queryset=JobRole.objects.order_by("id")),
+                                  Prefetch("tasks", queryset=Task.objects.select_related("node")
+                                           .only("id", "job_id", "node__name", "state")))
+                .annotate(position=_position())
+                .order_by("-submitted_at", "-id"))
+
+    def _team_for(self, user, team, queue_name: str):
+        """The team a submission is for: the body's, else the queue's, else the user's only submit-team."""
+        if team is not None:
+            return team
+        queue = Queue.objects.filter(name=queue_name).select_related("team").first()
+        if queue is None:
+            raise services.ValidationError({"queue": f"unknown queue {queue_name!r}"})
+        if queue.team is not None:
+            return queue.team
+        mine = list(Membership.objects.filter(user=user, role__in=SUBMIT_ROLES).select_related("team")[:2])
+        if len(mine) == 1:
+            return mine[0].team
+        raise services.ValidationError({"team": "name the team (slug) this job is for"})
+
+    @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})
+    def create(self, request):
+        """Submit a job. Refused with 400 naming the field: unknown / closed / non-leaf / other team's
+        queue, bad role shape (tasks < 1, min_available above tasks, no GPU and no CPU), unknown tier,
+        or a job that can never fit this cluster."""
+        body = JobSubmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        team = self._team_for(request.user, d["team"], d["queue"])
+        if not can_submit(request.user, team.pk):
+            raise PermissionDenied("only members and admins of the team (or platform admins) may submit its jobs")
+        roles = [{k: v for k, v in r.items() if v is not None or k != "min_available"} for r in d["roles"]]
+        with atomic():
+            job = services.submit_job(team=team, queue=d["queue"], name=d["name"], roles=roles, priority=d["priority"],
+                                      preemptible=d["preemptible"], topology_mode=d["topology_mode"],
+                                      highest_tier=d["highest_tier"], preferred_tier=d["preferred_tier"],
+                                      time_limit_seconds=d["time_limit_seconds"], submitter=request.user)
+            normalised, _ = check_roles(roles)
+            mode = d["topology_mode"] if d["topology_mode"] in TOPOLOGY_MODES else "none"
+            why = fit_check.never_fits(normalised, topology_mode=mode, highest_tier=d["highest_tier"])
+            if why:
+                raise services.ValidationError({"roles": f"can never fit this cluster: {why}"})
+        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=JobUpdateSerializer, responses={200: JobSerializer})
+    def partial_update(self, request, pk=None):
+        """Change the job's priority (team admins and platform admins)."""
+        job = self.get_object()
+        if not can_manage_team(request.user, job.team_id):
+            raise PermissionDenied("only the team's admins (or platform admins) may change job priorities")
+        body = JobUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.set_job_priority(job, body.validated_data["priority"], actor=request.user)
+        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+
+    @extend_schema(request=JobCancelSerializer, responses={200: JobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel a pending or running job; its GPUs are released. 400 (field `state`) if it already ended."""
+        job = self.get_object()
+        body = JobCancelSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.cancel_job(job, actor=request.user, reason=body.validated_data["reason"])
+        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)

@@ -1,0 +1,69 @@
+from django.db.models import Q
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+
+from ... import queries
+from ...models import ClusterSample, Event, SchedulerCycle
+from ..filters import ClusterSampleFilterSet, EventFilterSet, SchedulerCycleFilterSet
+from ..serializers import ClusterMetricsSerializer, ClusterSampleSerializer, EventSerializer, SchedulerCycleSerializer
+from ..serializers.metrics import QueueUsageSerializer
+
+
+class EventViewSet(viewsets.ReadOnlyModelViewSet):
+    """The append-only audit log, newest first: submissions, admissions with placement, preemptions and
+    reclaims, quota changes with their actor, node transitions. Platform admins see every event; others
+    the events of their teams' jobs and queues, of the platform's inner queues and of nodes."""
+
+    serializer_class = EventSerializer
+    permission_classes = [IsAuthenticated]
+    filterset_class = EventFilterSet
+    ordering_fields = ["time", "id", "kind"]
+
+    def get_queryset(self):
+        qs = Event.objects.select_related("actor", "queue", "node").order_by("-time", "-id")
+        team_ids = queries.visible_team_ids(self.request.user)
+        if team_ids is None:
+            return qs
+        mine_job = Q(job__team_id__in=team_ids)
+        queue_ok = Q(queue__team__isnull=True) | Q(queue__team_id__in=team_ids)
+        return qs.filter(mine_job | (Q(job__isnull=True) & Q(queue__isnull=False) & queue_ok)
+                         | (Q(job__isnull=True) & Q(queue__isnull=True) & Q(node__isnull=False)))
+
+
+class SchedulerCycleViewSet(viewsets.ReadOnlyModelViewSet):
+    """Scheduling cycles, newest first, by number: wall and cluster time, duration and per-phase timings
+    (ms), binds, evictions, pending count, stale decisions dropped, and the error if the cycle raised."""
+
+    serializer_class = SchedulerCycleSerializer
+    permission_classes = [IsAuthenticated]
+    filterset_class = SchedulerCycleFilterSet
+    lookup_field = "number"
+    lookup_value_regex = "[0-9]+"
+    ordering_fields = ["number", "duration_ms", "started_at"]
+    queryset = SchedulerCycle.objects.order_by("-number")
+
+
+class ClusterMetricsViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Cluster metrics (DESIGN section 6). The list is the time series of per-cycle samples, newest first
+    (`?since=&until=`, `?ordering=time` for oldest first); `current/` is the latest sample, the latest
+    cycle and the live usage of the queues you may see."""
+
+    serializer_class = ClusterSampleSerializer
+    permission_classes = [IsAuthenticated]
+    filterset_class = ClusterSampleFilterSet
+    ordering_fields = ["time"]
+    queryset = ClusterSample.objects.order_by("-time", "-id")
+
+    @extend_schema(responses={200: ClusterMetricsSerializer})
+    @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
+    def current(self, request):
+        usage = queries.queue_usage(queries.visible_team_ids(request.user))
+        sample, cycle = queries.latest_cluster_sample(), queries.latest_cycle()
+        return Response({
+            "sample": ClusterSampleSerializer(sample).data if sample else None,
+            "cycle": SchedulerCycleSerializer(cycle).data if cycle else None,
+            "queues": QueueUsageSerializer(usage, many=True).data,
+        })

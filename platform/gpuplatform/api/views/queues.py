@@ -1,0 +1,130 @@
+from django.db.models import Q
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from ... import queries, services
+from ...models import Queue, Quota
+from ..filters import QueueFilterSet, QuotaFilterSet
+from ..permissions import IsPlatformAdminOrReadOnly
+from ..serializers import QueueCreateSerializer, QueueSerializer, QueueTreeSerializer, QueueUpdateSerializer, QuotaSerializer
+from ..serializers.queues import QuotaUpdateSerializer
+from .base import IF_MATCH, ETagMixin, atomic
+
+
+def visible_queue_q(user) -> Q | None:
+    """Platform admins see every queue; others the platform's inner queues and their teams' queues."""
+    team_ids = queries.visible_team_ids(user)
+    return None if team_ids is None else Q(team__isnull=True) | Q(team_id__in=team_ids)
+
+
+class QueueViewSet(ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """The hierarchical queue tree (Volcano Queue / Kueue ClusterQueue + Cohort), by name. Only platform
+    admins create or change queues; updates need `If-Match`. Quotas are edited at /quotas/."""
+
+    serializer_class = QueueSerializer
+    permission_classes = [IsPlatformAdminOrReadOnly]
+    filterset_class = QueueFilterSet
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    ordering_fields = ["name", "weight", "created_at"]
+
+    def get_queryset(self):
+        qs = Queue.objects.select_related("parent", "team").prefetch_related("quotas", "children").order_by("name")
+        where = visible_queue_q(self.request.user)
+        return qs if where is None else qs.filter(where)
+
+    @extend_schema(request=QueueCreateSerializer, responses={201: QueueSerializer})
+    def create(self, request):
+        body = QueueCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        quotas = {}
+        for i, q in enumerate(d["quotas"]):
+            if q["flavor"] in quotas:
+                raise services.ValidationError({f"quotas[{i}].flavor": f"flavor {q['flavor']} listed twice"})
+            quotas[q["flavor"]] = (q["guarantee"], q["quota"], q["limit"])
+        queue = services.create_queue(d["name"], parent=d["parent"], team=d["team"], weight=d["weight"],
+                                      quotas=quotas, state=d["state"], actor=request.user)
+        queue = self.get_queryset().get(pk=queue.pk)
+        return self.with_etag(Response(QueueSerializer(queue).data, status=status.HTTP_201_CREATED), queue)
+
+    @extend_schema(request=QueueUpdateSerializer, responses={200: QueueSerializer}, parameters=[IF_MATCH])
+    def partial_update(self, request, name=None):
+        body = QueueUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        with atomic():
+            queue = self.locked_object()
+            services.update_queue(queue, parent=d["parent"] if "parent" in d else ..., weight=d.get("weight"),
+                                  state=d.get("state"), actor=request.user)
+        queue = self.get_queryset().get(pk=queue.pk)
+        return self.with_etag(Response(QueueSerializer(queue).data), queue)
+
+    @extend_schema(request=QueueUpdateSerializer, responses={200: QueueSerializer}, parameters=[IF_MATCH])
+    def update(self, request, name=None):
+        return self.partial_update(request, name=name)
+
+    @extend_schema(responses={200: QueueTreeSerializer(many=True)})
+    @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
+    def tree(self, request):
+        """The queue tree you may see, nested from the roots, with each queue's quotas."""
+        queues = list(self.get_queryset())
+        by_parent: dict = {}
+        for q in queues:
+            by_parent.setdefault(q.parent_id, []).append(q)
+        visible = {q.pk for q in queues}
+
+        def node(q, seen):
+            return {"name": q.name, "team": q.team.slug if q.team else None, "weight": q.weight, "state": q.state,
+                    "quotas": [{"flavor": x.flavor, "guarantee": x.guarantee, "quota": x.quota, "limit": x.limit}
+                               for x in q.quotas.all()],
+                    "children": [node(c, seen | {q.pk}) for c in by_parent.get(q.pk, []) if c.pk not in seen]}
+
+        roots = [q for q in queues if q.parent_id is None or q.parent_id not in visible]
+        return Response([node(q, frozenset()) for q in roots])
+
+
+class QuotaViewSet(ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Per queue and GPU flavor: guarantee <= quota <= limit, in GPUs. Only platform admins set quotas;
+    changing one needs `If-Match` with the ETag of your last GET (two admins never overwrite silently)."""
+
+    serializer_class = QuotaSerializer
+    permission_classes = [IsPlatformAdminOrReadOnly]
+    filterset_class = QuotaFilterSet
+    ordering_fields = ["queue__name", "flavor", "quota"]
+
+    def get_queryset(self):
+        qs = Quota.objects.select_related("queue").order_by("queue__name", "flavor")
+        team_ids = queries.visible_team_ids(self.request.user)
+        return qs if team_ids is None else qs.filter(Q(queue__team__isnull=True) | Q(queue__team_id__in=team_ids))
+
+    @extend_schema(request=QuotaSerializer, responses={201: QuotaSerializer})
+    def create(self, request):
+        body = QuotaSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        if Quota.objects.filter(queue=d["queue"], flavor=d["flavor"]).exists():
+            raise services.ValidationError({"flavor": f"queue {d['queue'].name} already has a {d['flavor']} quota; "
+                                                      "change it with PUT/PATCH and If-Match"})
+        row = services.set_quota(d["queue"], d["flavor"], d["guarantee"], d["quota"], d["limit"], actor=request.user)
+        return self.with_etag(Response(QuotaSerializer(row).data, status=status.HTTP_201_CREATED), row)
+
+    @extend_schema(request=QuotaUpdateSerializer, responses={200: QuotaSerializer}, parameters=[IF_MATCH])
+    def update(self, request, pk=None):
+        return self._update(request, partial=False)
+
+    @extend_schema(request=QuotaUpdateSerializer, responses={200: QuotaSerializer}, parameters=[IF_MATCH])
+    def partial_update(self, request, pk=None):
+        return self._update(request, partial=True)
+
+    def _update(self, request, *, partial: bool):
+        body = QuotaUpdateSerializer(data=request.data, partial=partial)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        with atomic():
+            row = self.locked_object()
+            row = services.set_quota(row.queue, row.flavor, d.get("guarantee", row.guarantee), d.get("quota", row.quota),
+                                     d["limit"] if "limit" in d else row.limit, actor=request.user)
+        return self.with_etag(Response(QuotaSerializer(row).data), row)

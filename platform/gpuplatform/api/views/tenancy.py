@@ -1,0 +1,87 @@
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ... import queries, services
+from ...models import Membership
+from ..filters import MembershipFilterSet, TeamFilterSet
+from ..permissions import IsPlatformAdminOrReadOnly, MembershipPermission, can_manage_team, is_platform_admin
+from ..serializers import MembershipSerializer, TeamSerializer
+
+
+class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
+    """Teams (tenants). Everyone sees the teams they belong to, platform admins all; only platform admins
+    create teams."""
+
+    serializer_class = TeamSerializer
+    permission_classes = [IsPlatformAdminOrReadOnly]
+    filterset_class = TeamFilterSet
+    lookup_field = "slug"
+    ordering_fields = ["name", "created_at"]
+
+    def get_queryset(self):
+        return queries.visible_teams(self.request.user).order_by("name")
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.create_team(data["name"], slug=data.get("slug"),
+                                                   description=data.get("description", ""), actor=self.request.user)
+
+
+class MembershipViewSet(viewsets.ModelViewSet):
+    """Who is in which team with which role (member | admin | viewer). Team admins manage their own
+    team's members; platform admins any team's. Changing `role` is the only update."""
+
+    serializer_class = MembershipSerializer
+    permission_classes = [MembershipPermission]
+    filterset_class = MembershipFilterSet
+    ordering_fields = ["team__name", "user__username", "role"]
+
+    def get_queryset(self):
+        qs = Membership.objects.select_related("team", "user").order_by("team__name", "user__username")
+        team_ids = queries.visible_team_ids(self.request.user)
+        return qs if team_ids is None else qs.filter(team_id__in=team_ids)
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        if not can_manage_team(self.request.user, data["team"].pk):
+            raise PermissionDenied(MembershipPermission.message)
+        serializer.instance = services.add_member(data["team"], data["user"], data["role"], actor=self.request.user)
+
+    def perform_update(self, serializer):
+        current = serializer.instance
+        data = serializer.validated_data
+        team, user = data.get("team", current.team), data.get("user", current.user)
+        if (team.pk, user.pk) != (current.team_id, current.user_id):
+            raise services.ValidationError({"team": "team and user of a membership cannot change; "
+                                                    "remove it and add a new one"})
+        serializer.instance = services.add_member(team, user, data.get("role", current.role), actor=self.request.user)
+
+    def perform_destroy(self, instance):
+        services.remove_member(instance, actor=self.request.user)
+
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        self.perform_create(serializer)
+        return Response(self.get_serializer(serializer.instance).data, status=status.HTTP_201_CREATED)
+
+
+class MeView(APIView):
+    """The authenticated user: name, platform-admin flag and team roles (what `gpuctl` shows first)."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(responses={200: {"type": "object", "properties": {
+        "username": {"type": "string"}, "platform_admin": {"type": "boolean"},
+        "teams": {"type": "array", "items": {"type": "object", "properties": {
+            "team": {"type": "string"}, "role": {"type": "string"}}}}}}})
+    def get(self, request):
+        teams = [{"team": slug, "role": role} for slug, role in
+                 Membership.objects.filter(user=request.user).values_list("team__slug", "role").order_by("team__slug")]
+        return Response({"username": request.user.get_username(), "platform_admin": is_platform_admin(request.user),
+                         "teams": teams})
+
