@@ -96,19 +96,35 @@ def run_evictions(allocator, reasons: dict) -> tuple[list[Eviction], list[dict]]
     config, queues, state = allocator.config, allocator.queues, allocator.state
     if not (config.preemption or config.reclaim):
         return [], []
+    running = [j for j in allocator.snapshot.jobs if j.state == "running"]
+    lowest_priority: dict[str, int] = {}
+    for j in running:
+        if j.preemptible:
+            lowest_priority[j.queue] = min(lowest_priority.get(j.queue, j.priority), j.priority)
+    borrowing = config.reclaim and _anyone_borrowing(queues)
+    preemptors = []
+    for job in allocator.failed_order:  # cheap screening before any victim search
+        reason = reasons.get(job.id)
+        if reason is None or reason.code not in EVICT_CODES:
+            continue
+        may_preempt = config.preemption and lowest_priority.get(job.queue, job.priority) < job.priority
+        may_reclaim = borrowing and reason.code != "queue_limit" and any(
+            entitlement(queues, job, f) >= job.gpus_min for f in allocator._flavors(job))
+        if may_preempt or may_reclaim:
+            preemptors.append(job)
+            if len(preemptors) >= config.max_preemptors:
+                break
+    if not preemptors:
+        return [], []
     flavor_of = {n.name: n.flavor for n in state.nodes}
     queue_of = {j.id: j.queue for j in allocator.snapshot.jobs}
-    units = victim_units([j for j in allocator.snapshot.jobs if j.state == "running"])
+    units = victim_units(running)
+    victims_by_id = {j.id: j for j in running}
     evictions: list[Eviction] = []
     decisions: list[dict] = []
     evicted: set[tuple] = set()
-    tries = 0
-    for job in allocator.failed_order:
-        reason = reasons.get(job.id)
-        if reason is None or reason.code not in EVICT_CODES or tries >= config.max_preemptors:
-            continue
-        tries += 1
-        units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
+    for job in preemptors:
+        reason = reasons[job.id]
         found = None
         for flavor in allocator._flavors(job):
             if config.preemption:
@@ -120,15 +136,15 @@ def run_evictions(allocator, reasons: dict) -> tuple[list[Eviction], list[dict]]
         if found is None:
             continue
         placement, evs = found
+        for ev in evs:
+            evicted.update((ev.job_id, t.role, t.index) for t in placement_of(victims_by_id, ev))
+        units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
         involved = {job.queue} | {queue_of[e.job_id] for e in evs}
         before = _usage(queues, involved)
         for ev in evs:
-            victim = next(u.job for u in units if u.job.id == ev.job_id)
-            tasks = victim.placement if not ev.tasks else [t for t in victim.placement if (t.role, t.index) in ev.tasks]
-            for t in tasks:
-                evicted.add((victim.id, t.role, t.index))
+            for t in placement_of(victims_by_id, ev):
                 if t.gpus:
-                    queues.charge(victim.queue, flavor_of[t.node], -len(t.gpus))
+                    queues.charge(queue_of[ev.job_id], flavor_of[t.node], -len(t.gpus))
         for t in placement.tasks:
             if t.gpus:
                 queues.charge(job.queue, flavor_of[t.node], len(t.gpus))
@@ -143,6 +159,22 @@ def run_evictions(allocator, reasons: dict) -> tuple[list[Eviction], list[dict]]
                           "victims": [{"job": e.job_id, "tasks": list(e.tasks), "gpus": e.gpus} for e in evs],
                           "usage_before": before, "usage_after": _usage(queues, involved)})
     return evictions, decisions
+
+
+def placement_of(jobs: dict, ev: Eviction):
+    """The evicted tasks' placements; `jobs`: job id -> JobInfo."""
+    victim = jobs[ev.job_id]
+    return victim.placement if not ev.tasks else [t for t in victim.placement if (t.role, t.index) in ev.tasks]
+
+
+def _anyone_borrowing(queues) -> bool:
+    for q, per_flavor in queues.usage.items():
+        info = queues.queues.get(q)
+        for flavor, used in per_flavor.items():
+            quota = info.quotas.get(flavor) if info else None
+            if used > (quota.quota if quota else 0):
+                return True
+    return False
 
 
 def _usage(queues, names: set[str]) -> dict:
