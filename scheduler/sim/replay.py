@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from dataclasses import replace
 from typing import Callable, NamedTuple
 
 from scheduler.core import run_cycle
@@ -61,6 +62,7 @@ def replay(
     """
     wall0 = time.perf_counter()
     config = config or CycleConfig()
+    gang = getattr(engine, "gang", True)  # False: the engine may bind part of a job (ClusterState.bind)
     jobs = sorted(trace.jobs, key=lambda j: (j.submit, j.id))
     if until is not None:
         jobs = [j for j in jobs if j.submit <= until]
@@ -165,7 +167,10 @@ def replay(
         result = engine(snapshot, config)
         t2 = time.perf_counter()
         for binding in result.bindings:
-            state.bind(binding, now)
+            if state.bind(binding, now, gang=gang) is None:
+                continue  # some tasks bound, holding their GPUs; the job starts when all are
+            if not gang:  # the whole placement, earlier partial bindings included
+                binding = replace(binding, tasks=state.running[binding.job_id].placement)
             job = by_id[binding.job_id]
             seq += 1
             live[job.id] = seq

@@ -89,12 +89,17 @@ class ClusterState:
         jobs = (*self.running.values(), *self.pending.values())
         return Snapshot(nodes=tuple(self._nodes), domains=self.domains, queues=self.queues, jobs=jobs, now=now)
 
-    def bind(self, binding: Binding, now: float) -> JobInfo:
-        """Start a pending job on the binding's GPUs at `now`. Checks every GPU first, then applies."""
+    def bind(self, binding: Binding, now: float, *, gang: bool = True) -> JobInfo | None:
+        """Start a pending job on the binding's GPUs at `now`. Checks every GPU first, then applies.
+
+        gang=False (engines without gang scheduling, e.g. core.baselines.run_cycle_kube): the binding may
+        hold only some tasks; they are added to the pending job's `placement` (their GPUs held at once)
+        and the job starts when every task of every role is placed. Returns the started JobInfo, or None
+        while the job is still partial."""
         job = self.pending.get(binding.job_id)
         assert job is not None, f"engine bound job {binding.job_id!r}, which is not pending"
         roles = {r.name: r for r in job.roles}
-        seen_tasks: set[tuple[str, int]] = set()
+        seen_tasks: set[tuple[str, int]] = {(t.role, t.index) for t in job.placement}
         taken: set[tuple[str, int]] = set()
         per_role = dict.fromkeys(roles, 0)
         for t in binding.tasks:
@@ -115,10 +120,14 @@ class ClusterState:
                     f"job {job.id!r}: GPU {t.node}/{g} is already bound")
                 taken.add((t.node, g))
             per_role[t.role] += 1
-        for name, role in roles.items():
-            assert per_role[name] >= role.effective_min, (
-                f"job {job.id!r}: partial gang, role {name} got {per_role[name]} tasks, "
-                f"min_available {role.effective_min}")
+        for t in job.placement:  # tasks bound by earlier partial bindings (gang=False only)
+            per_role[t.role] += 1
+        complete = all(per_role[name] >= role.tasks for name, role in roles.items())
+        if gang:
+            for name, role in roles.items():
+                assert per_role[name] >= role.effective_min, (
+                    f"job {job.id!r}: partial gang, role {name} got {per_role[name]} tasks, "
+                    f"min_available {role.effective_min}")
         for t in binding.tasks:
             role = roles[t.role]
             self._used[t.node].update(t.gpus)
@@ -126,6 +135,12 @@ class ClusterState:
             self._mem[t.node] += role.memory_mib
             self._dirty.add(t.node)
         self.used_gpus += len(taken)
+        if not gang:
+            placement = (*job.placement, *binding.tasks)
+            if not complete:
+                self.pending[job.id] = replace(job, placement=placement)
+                return None
+            binding = replace(binding, tasks=placement)
         del self.pending[job.id]
         started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now)
         self.running[job.id] = started
@@ -188,5 +203,10 @@ class ClusterState:
         self._held = set(holds)
 
     def drop(self, job_id) -> JobInfo:
-        """Remove a pending job for good (rejected by the engine)."""
-        return self.pending.pop(job_id)
+        """Remove a pending job for good (rejected by the engine), freeing GPUs its partially bound
+        tasks hold (gang=False engines)."""
+        job = self.pending.pop(job_id)
+        if job.placement:
+            self.running[job_id] = job
+            self.release(job_id)
+        return job
