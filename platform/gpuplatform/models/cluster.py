@@ -36,7 +36,9 @@ class Node(models.Model):
     domain = models.ForeignKey(Domain, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
     state = models.CharField(max_length=16, choices=State.choices, default=State.READY)
     labels = models.JSONField(default=dict, blank=True)
-    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)  # null = never reported: not monitored
+    resume_state = models.CharField(max_length=16, blank=True,
+                                    help_text="state to return to when a not_ready node's heartbeat resumes")
 
     class Meta:
         ordering = ["name"]

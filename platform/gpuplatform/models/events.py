@@ -71,6 +71,7 @@ class QueueSample(models.Model):
     quota = models.PositiveIntegerField()
     limit = models.PositiveIntegerField(null=True, blank=True)
     pending_demand = models.PositiveIntegerField()
+    fair_share = models.FloatField(null=True, blank=True, help_text="the engine's water-filled fair share, GPUs")
 
     class Meta:
         ordering = ["-time"]

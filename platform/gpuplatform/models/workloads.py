@@ -11,6 +11,13 @@ class Job(models.Model):
     `submitted_at` is the original submission time and survives requeues (ordering stays fair);
     `duration_seconds` is how long the workload runs once started, known only for replayed trace jobs
     (the demo's simulated workload); `time_limit_seconds` is the user's bound, used by backfill.
+
+    Scheduling state written by the cycle (scheduler/store.py, scheduler/store_evict.py):
+    `reserved` = GPUs held for this pending job (the beneficiary of evictions) as [[role, index, node,
+    [gpu indices]], ...], null = nothing held; `preempt_deadline` = when a preempting job's GPUs are
+    released (grace period for a checkpoint); `not_before` = requeue backoff; `estimated_start` = the
+    backfill reservation's estimate; `bound_at` = when the gang was bound (the gang-start timeout runs
+    from it); `started_at` = when every task reported running.
     """
 
     class State(models.TextChoices):
@@ -44,6 +51,11 @@ class Job(models.Model):
     time_limit_seconds = models.PositiveIntegerField(null=True, blank=True)
     duration_seconds = models.FloatField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    reserved = models.JSONField(null=True, blank=True, default=None)
+    preempt_deadline = models.DateTimeField(null=True, blank=True)
+    not_before = models.DateTimeField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    bound_at = models.DateTimeField(null=True, blank=True)
     pending_reason = models.CharField(max_length=500, blank=True)
     never_fits = models.BooleanField(default=False)
     placement_domain = models.CharField(max_length=200, blank=True)
@@ -104,10 +116,14 @@ class JobRole(models.Model):
 
 
 class Task(models.Model):
+    """One replica of a role. bound = placed, not yet reported running by its node; releasing = a surplus
+    task evicted gracefully (keeps its GPUs until `release_deadline`) while the job keeps running."""
+
     class State(models.TextChoices):
         PENDING = "pending", "pending"
         BOUND = "bound", "bound"
         RUNNING = "running", "running"
+        RELEASING = "releasing", "releasing"
         SUCCEEDED = "succeeded", "succeeded"
         FAILED = "failed", "failed"
         RELEASED = "released", "released"
@@ -117,6 +133,7 @@ class Task(models.Model):
     index = models.PositiveIntegerField()
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+    release_deadline = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["job_id", "role_id", "index"]
