@@ -61,11 +61,15 @@ class QuotaInfo:
 
 @dataclass(frozen=True, slots=True)
 class QueueInfo:
+    """recent_usage: the queue's decayed average usage per flavor in GPUs (plugins.fairshare.decay_usage),
+    kept by the caller across cycles; used to order queues when CycleConfig.usage_half_life is set."""
+
     name: str
     parent: str | None = None
     weight: float = 1.0
     quotas: Mapping[str, QuotaInfo] = field(default_factory=dict)
     state: Literal["open", "closed", "draining"] = "open"
+    recent_usage: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +150,7 @@ class CycleConfig:
     preemption: bool = True  # priority preemption inside a queue
     reclaim: bool = True  # take borrowed GPUs back for queues below their quota
     max_preemptors: int = 8  # pending jobs that may evict per cycle (bounds the cycle's cost)
+    usage_half_life: float | None = None  # seconds; set = order queues by decayed usage (QueueInfo.recent_usage)
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,3 +111,22 @@ def test_core_imports_no_framework():
                 names = [node.module or ""]
             for name in names:
                 assert name.split(".")[0] not in banned, f"{path.name} imports {name}"
+
+
+def test_decayed_usage_lets_yesterdays_heavy_user_yield():
+    from scheduler.core.plugins.fairshare import decay_usage
+
+    assert decay_usage({"H100": 8.0}, {"H100": 0.0}, 3600, 3600) == {"H100": 4.0}
+    assert decay_usage({}, {"H100": 8.0}, 3600, 3600) == {"H100": 4.0}
+
+    def world():
+        w = World().nodes(count=1, gpus=2)
+        w.queue(name="burner", quota={"H100": 2})._queues["burner"] = w._queues["burner"].__class__(
+            name="burner", quotas=w._queues["burner"].quotas, recent_usage={"H100": 2.0})
+        return (w.queue(name="fresh", quota={"H100": 2})
+                .job(name="b", queue="burner", gpus_per_task=2, submit=0)
+                .job(name="f", queue="fresh", gpus_per_task=2, submit=5))
+    # without decay both queues use nothing now: tie broken by name, "burner" first
+    assert [b.job_id for b in world().cycle().bindings] == ["b"]
+    decayed = world().cycle(config=CycleConfig(usage_half_life=3600))
+    assert [b.job_id for b in decayed.bindings] == ["f"]

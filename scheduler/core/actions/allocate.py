@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 
-from ..plugins.fairshare import dominant_share
+from ..plugins.fairshare import dominant_share, usage_offset
 from ..plugins.feasibility import Capacity
 from ..plugins.gang import PackFailure, pack_gang
 from ..plugins.quota import INF, QueueTree, job_order_key
@@ -35,6 +35,7 @@ class Allocator:
         self.tree = state.tree
         self.capacity = Capacity(state)
         self.shares = shares or {}
+        self.offset = usage_offset(queues) if config.usage_half_life else None
         self.holds = Holds(state)
         self.failed_shapes: dict[tuple, PendingReason] = {}
         self.backfill_until: float | None = None
@@ -87,7 +88,7 @@ class Allocator:
         if not self.config.fair_share:  # plain FIFO across queues
             return (head.submit_time, str(head.id), q)
         if self.shares:
-            return (dominant_share(self.queues, self.shares, q), q)
+            return (dominant_share(self.queues, self.shares, q, self.offset), q)
         share = self.queues.share(q)
         return (share >= 1.0, share / self.queues.weight(q), q)
 

@@ -87,12 +87,38 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
     return dict(out)
 
 
-def dominant_share(queues: QueueTree, shares: dict[str, dict[str, float]], queue: str) -> float:
-    """max over flavors of usage / fair share; usage above a zero share counts as 1e6 + usage."""
+def dominant_share(queues: QueueTree, shares: dict[str, dict[str, float]], queue: str,
+                   offset: dict[str, dict[str, float]] | None = None) -> float:
+    """max over flavors of usage / fair share; usage above a zero share counts as 1e6 + usage.
+    offset: per queue and flavor, added to the live usage (decayed history minus usage at snapshot)."""
     best = 0.0
     fair = shares.get(queue, {})
-    for flavor, used in queues.usage.get(queue, {}).items():
-        if used:
+    used_by_flavor = dict(queues.usage.get(queue, {}))
+    for flavor, extra in (offset or {}).get(queue, {}).items():
+        used_by_flavor[flavor] = used_by_flavor.get(flavor, 0) + extra
+    for flavor, used in used_by_flavor.items():
+        if used > EPS:
             f = fair.get(flavor, 0.0)
             best = max(best, used / f if f > EPS else 1e6 + used)
     return best
+
+
+def decay_usage(recent: dict[str, float], current: dict[str, float], elapsed: float, half_life: float
+                ) -> dict[str, float]:
+    """Exponentially decayed average usage, per flavor, in GPUs: r' = r * 2^(-dt/h) + c * (1 - 2^(-dt/h)).
+    Slurm's fair-share factor decays historical usage with PriorityDecayHalfLife the same way; a queue that
+    used the cluster heavily `half_life` seconds ago weighs half as much as one using it now."""
+    keep = 0.5 ** (max(elapsed, 0.0) / half_life) if half_life > 0 else 0.0
+    flavors = set(recent) | set(current)
+    return {f: recent.get(f, 0.0) * keep + current.get(f, 0.0) * (1 - keep) for f in flavors}
+
+
+def usage_offset(queues: QueueTree) -> dict[str, dict[str, float]]:
+    """recent_usage - usage at snapshot, per queue and flavor, so ordering by usage + offset orders by the
+    decayed history while admissions made during the cycle still count."""
+    out: dict[str, dict[str, float]] = {}
+    for name, info in queues.queues.items():
+        if info.recent_usage:
+            now = queues.usage.get(name, {})
+            out[name] = {f: info.recent_usage.get(f, 0.0) - now.get(f, 0) for f in set(info.recent_usage) | set(now)}
+    return out
