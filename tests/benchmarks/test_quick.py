@@ -1,0 +1,57 @@
+"""Smoke test of the benchmark scripts (benchmarks/*.py): each main() in its tiniest setting, so they do
+not rot. Seconds, no PostgreSQL unless DATABASE_URL points at it (then bind_throughput runs in a
+subprocess against a throw-away database); optimum_gap only when OR-Tools is installed (bench extra).
+Also checks the simulator's partial bindings for the no-gang baseline engine."""
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+
+def _main(name: str, *args: str) -> dict:
+    return importlib.import_module(name).main(["--tiny", *args])
+
+
+def test_benchmark_scripts_run_in_their_tiniest_setting():
+    r = _main("cycle_scale", "--no-db")
+    assert r["headline"]["binds"] > 0 and r["curve_gpus"] and r["curve_pending"]
+    r = _main("replay_speed")
+    assert r["report"]["jobs_submitted"] >= 1
+    r = _main("baselines")
+    assert set(r["results"]) == {"a_kube_like", "b_gang_binpack_no_topology", "c_full"}
+    r = _main("openb_fgd")
+    assert r["results"]["full"]["curve"][0]["arrived"] == 0.1
+    try:
+        import ortools  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        r = _main("optimum_gap")
+        assert r["gap_full"]["worst"] >= 0.0
+    if os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        out = subprocess.run([sys.executable, str(BENCH / "bind_throughput.py"), "--tiny"], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "tasks/s" in out.stdout
+
+
+def test_kube_like_engine_holds_partial_gangs_in_the_replay():
+    from scheduler.core.baselines import run_cycle_kube
+    from scheduler.sim.replay import replay
+    from scheduler.sim.spec import ClusterSpec, NodeSpec, Trace, TraceJob
+
+    cluster = ClusterSpec("two", (NodeSpec("n1", "H100", 4), NodeSpec("n2", "H100", 4)))
+    trace = Trace("t", (TraceJob("x", "q", 0.0, 100.0, 1, 4), TraceJob("y", "q", 1.0, 10.0, 2, 4)))
+    rep = replay(cluster, trace, engine=run_cycle_kube, cycle_interval=1.0)
+    assert rep.jobs_started == 2 and rep.jobs_finished == 2
+    # y bound one pod at t=1 and held its node until x ended at t=100: 8 GPUs busy over [1, 100)
+    assert rep.queueing["p99"] == pytest.approx(99.0, abs=1.5)
+    assert rep.mean_allocation_rate > 0.9
