@@ -82,11 +82,12 @@ class World:
     # -- queues -----------------------------------------------------------------------------------------
     def queue(self, *, name: str, quota: Mapping[str, int] | None = None, guarantee: Mapping[str, int] | None = None,
               limit: Mapping[str, int] | None = None, parent: str | None = None, weight: float = 1.0,
-              state: str = "open") -> World:
+              state: str = "open", recent_usage: Mapping[str, float] | None = None) -> World:
         flavors = set(quota or {}) | set(guarantee or {}) | set(limit or {})
         quotas = {f: QuotaInfo(guarantee=(guarantee or {}).get(f, 0), quota=(quota or {}).get(f, 0),
                                limit=(limit or {}).get(f)) for f in flavors}
-        self._queues[name] = QueueInfo(name=name, parent=parent, weight=weight, quotas=quotas, state=state)
+        self._queues[name] = QueueInfo(name=name, parent=parent, weight=weight, quotas=quotas, state=state,
+                                       recent_usage=dict(recent_usage or {}))
         return self
 
     # -- jobs -------------------------------------------------------------------------------------------

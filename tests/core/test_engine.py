@@ -120,10 +120,9 @@ def test_decayed_usage_lets_yesterdays_heavy_user_yield():
     assert decay_usage({}, {"H100": 8.0}, 3600, 3600) == {"H100": 4.0}
 
     def world():
-        w = World().nodes(count=1, gpus=2)
-        w.queue(name="burner", quota={"H100": 2})._queues["burner"] = w._queues["burner"].__class__(
-            name="burner", quotas=w._queues["burner"].quotas, recent_usage={"H100": 2.0})
-        return (w.queue(name="fresh", quota={"H100": 2})
+        return (World().nodes(count=1, gpus=2)
+                .queue(name="burner", quota={"H100": 2}, recent_usage={"H100": 2.0})
+                .queue(name="fresh", quota={"H100": 2})
                 .job(name="b", queue="burner", gpus_per_task=2, submit=0)
                 .job(name="f", queue="fresh", gpus_per_task=2, submit=5))
     # without decay both queues use nothing now: tie broken by name, "burner" first
