@@ -5,7 +5,7 @@ from .fields import count_field
 
 
 class DomainSerializer(serializers.ModelSerializer):
-    parent = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    parent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     node_count = serializers.IntegerField(read_only=True)
 
     class Meta:
@@ -29,7 +29,7 @@ class GpuSerializer(serializers.ModelSerializer):
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    domain = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    domain = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     gpus = GpuSerializer(many=True, read_only=True)
     allocated_gpus = serializers.IntegerField(read_only=True)
 

@@ -25,7 +25,7 @@ class JobRoleSerializer(serializers.ModelSerializer):
 class JobSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    submitter = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    submitter = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     roles = JobRoleSerializer(many=True, read_only=True)
     gpus = serializers.SerializerMethodField(help_text="GPUs requested (sum over roles of tasks x gpus_per_task)")
     nodes = serializers.SerializerMethodField(help_text="nodes the job's tasks run on")

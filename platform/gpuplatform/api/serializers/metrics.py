@@ -4,9 +4,9 @@ from ...models import ClusterSample, Event, SchedulerCycle
 
 
 class EventSerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    queue = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = Event

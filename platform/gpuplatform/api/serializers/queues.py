@@ -34,8 +34,8 @@ class QuotaTripleSerializer(serializers.Serializer):
 
 
 class QueueSerializer(serializers.ModelSerializer):
-    parent = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    parent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     quotas = QuotaTripleSerializer(many=True, read_only=True)
     children = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
 
