@@ -74,7 +74,13 @@ class ReplayReport:
     """Figures of one replay. `queueing` and `queueing_by_size` are queueing_summary dicts (seconds) of
     each job's first start; `team_gpu_hours` is GPU-hours used per team (queue name when the queue has
     no team) over the span. jobs_started counts jobs (first starts); `restarts` counts later starts of
-    requeued (evicted) jobs; `evictions_by_rule` counts evictions by the engine's rule."""
+    requeued (evicted or failed) jobs; `evictions_by_rule` counts evictions by the engine's rule and
+    `evictions_per_started_job` = all evictions / jobs_started. `config` is the engine's CycleConfig as
+    a dict. `fairness`: scheduler.sim.fairness.FairnessMeter.summary() (Jain's index of usage / fair
+    share over time, per-team figures). Goodput = useful / allocated GPU-hours (replay module
+    docstring); `waste_gpu_hours` splits the rest: work lost to failures since the last checkpoint,
+    GPUs held by failed jobs until detection, checkpoint stalls, eviction grace periods, other (partial
+    holds of non-gang engines). `failures`: replay.failure_summary(), empty without failure injection."""
 
     cluster: str
     trace: str
@@ -114,6 +120,16 @@ class ReplayReport:
     engine_max_ms: float = 0.0
     snapshot_mean_ms: float = 0.0
     apply_mean_ms: float = 0.0
+    config: dict = field(default_factory=dict)
+    evictions: int = 0
+    evictions_per_started_job: float | None = None
+    fairness: dict = field(default_factory=dict)
+    allocated_gpu_hours: float = 0.0
+    useful_gpu_hours: float = 0.0
+    goodput: float | None = None
+    waste_gpu_hours: dict = field(default_factory=dict)
+    checkpoint: dict = field(default_factory=dict)
+    failures: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:

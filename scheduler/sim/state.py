@@ -67,8 +67,11 @@ class ClusterState:
         self._cpu: dict[str, int] = dict.fromkeys(self._base, 0)
         self._mem: dict[str, int] = dict.fromkeys(self._base, 0)
         self._dirty: set[str] = set()
-        self.capacity = sum(n.gpus for n in self._nodes)  # schedulable GPUs (all nodes ready, healthy)
+        self._state: dict[str, str] = dict.fromkeys(self._base, "ready")
+        self.capacity = sum(n.gpus for n in self._nodes)  # GPUs of the cluster (all nodes, up or down)
+        self.down_gpus = 0  # GPUs of nodes not ready (failed, under repair)
         self.used_gpus = 0
+        self.queue_used: dict[str, int] = {}  # queue -> GPUs held by its jobs (running, preempting, partial)
         self.pending: dict = {}  # job id -> JobInfo, in submit order
         self.running: dict = {}  # job id -> JobInfo (state running or preempting, with placement)
         self._held: set = set()  # pending job ids with GPUs held for them
@@ -83,7 +86,7 @@ class ClusterState:
         for name in self._dirty:
             self._nodes[self._order[name]] = replace(
                 self._base[name], used=frozenset(self._used[name]),
-                cpu_used=self._cpu[name], memory_used=self._mem[name],
+                cpu_used=self._cpu[name], memory_used=self._mem[name], state=self._state[name],
             )
         self._dirty.clear()
         jobs = (*self.running.values(), *self.pending.values())
@@ -135,6 +138,7 @@ class ClusterState:
             self._mem[t.node] += role.memory_mib
             self._dirty.add(t.node)
         self.used_gpus += len(taken)
+        self.queue_used[job.queue] = self.queue_used.get(job.queue, 0) + len(taken)
         if not gang:
             placement = (*job.placement, *binding.tasks)
             if not complete:
@@ -157,6 +161,7 @@ class ClusterState:
             self._mem[t.node] -= roles[t.role].memory_mib
             self._dirty.add(t.node)
             self.used_gpus -= len(t.gpus)
+            self.queue_used[job.queue] -= len(t.gpus)
         return job
 
     def mark_preempting(self, job_id) -> JobInfo:
@@ -182,6 +187,7 @@ class ClusterState:
             self._dirty.add(t.node)
             freed += len(t.gpus)
         self.used_gpus -= freed
+        self.queue_used[job.queue] -= freed
         job = replace(job, state="running", placement=tuple(keep))
         self.running[job_id] = job
         return job, freed
@@ -210,3 +216,19 @@ class ClusterState:
             self.running[job_id] = job
             self.release(job_id)
         return job
+
+    # -- nodes ------------------------------------------------------------------------------------
+    def set_node_state(self, name: str, state: str) -> None:
+        """Mark a node "ready" or down ("not_ready": failed or under repair). A down node takes no new
+        work; the jobs on it keep their GPUs until the replay releases them."""
+        was = self._state[name]
+        if was == state:
+            return
+        self._state[name] = state
+        self._dirty.add(name)
+        gpus = self._base[name].gpus
+        self.down_gpus += (state != "ready") * gpus - (was != "ready") * gpus
+
+    def jobs_on(self, name: str) -> list:
+        """Ids of running or preempting jobs with a task on node `name`, in start order."""
+        return [job_id for job_id, job in self.running.items() if any(t.node == name for t in job.placement)]

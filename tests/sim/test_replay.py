@@ -31,9 +31,9 @@ def job(id, submit, duration, tasks=1, gpus=1, queue="qa", **kw) -> TraceJob:
 
 
 def first_fit(snapshot, config=None) -> CycleResult:
-    """Stand-in engine: pending jobs in order, each task on the first node with room, whole gang or
-    nothing; a job larger than the cluster is rejected as terminal."""
-    free = {n.name: [g for g in range(n.gpus) if g not in n.used] for n in snapshot.nodes}
+    """Stand-in engine: pending jobs in order, each task on the first ready node with room, whole gang
+    or nothing; a job larger than the cluster is rejected as terminal."""
+    free = {n.name: [g for g in range(n.gpus) if g not in n.used] for n in snapshot.nodes if n.schedulable}
     total = sum(n.gpus for n in snapshot.nodes)
     domain = {n.name: n.domain for n in snapshot.nodes}
     result = CycleResult()
