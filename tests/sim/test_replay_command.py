@@ -59,3 +59,45 @@ def test_replay_command_prints_a_summary_and_writes_json(registry, tmp_path):
     # until 0.1 day = 8640 s: arrivals at 0, 1h, 2h (3h > 2.4h is not seen).
     assert data["jobs_submitted"] == 3 and data["jobs_finished"] == 3
     assert data["options"]["cycle_interval"] == 30 and data["team_gpu_hours"] == {"t": pytest.approx(0.5)}
+
+
+def test_philly_starts_at_day_20_by_default_and_start_overrides(registry):
+    call_command("replay", "--cluster", "c", "--trace", "philly", stdout=io.StringIO())
+    assert registry["trace"] == ("philly", {"start_days": 20.0})
+    call_command("replay", "--cluster", "c", "--trace", "philly", "--start", "0", stdout=io.StringIO())
+    assert registry["trace"] == ("philly", {})
+
+
+def test_start_shifts_other_traces_in_the_command(registry, tmp_path):
+    path = tmp_path / "r.json"
+    # arrivals every hour; from 2h (1/12 day): 3 jobs, re-based to 0, 1h, 2h.
+    call_command("replay", "--cluster", "c", "--trace", "tr", "--start", str(2 / 24), "--json", str(path),
+                 stdout=io.StringIO())
+    data = json.loads(path.read_text())
+    assert registry["trace"] == ("tr", {}) and data["jobs_submitted"] == 3
+    assert data["options"]["start"] == pytest.approx(2 / 24)
+
+
+def test_compare_runs_both_policies_and_failure_options_reach_the_report(registry, tmp_path):
+    out = io.StringIO()
+    path = tmp_path / "r.json"
+    call_command("replay", "--cluster", "c", "--trace", "tr", "--compare", "--json", str(path),
+                 "--failure-rate", "50000", "--checkpoint-interval", "120", "--detection-timeout", "30",
+                 "--seed", "3", stdout=out)
+    text = out.getvalue()
+    assert "evictions per started job" in text and "Jain's index, contended" in text
+    data = json.loads(path.read_text())
+    assert set(data) == {"full", "fifo"}
+    assert data["fifo"]["config"]["fair_share"] is False and data["full"]["config"]["fair_share"] is True
+    f = data["full"]["failures"]
+    assert (f["rate"], f["detection_timeout"], f["seed"]) == (50000, 30, 3)
+    assert data["full"]["checkpoint"] == {"interval": 120, "cost": 0.0}
+    assert data["full"]["options"]["policy"] == "full"
+
+
+def test_single_policy_summary_shows_failures(registry):
+    out = io.StringIO()
+    call_command("replay", "--cluster", "c", "--trace", "tr", "--policy", "fifo", "--failure-rate", "50000",
+                 stdout=out)
+    text = out.getvalue()
+    assert "policy" in text and "fifo" in text and "time to restart" in text and "goodput" in text

@@ -1,36 +1,71 @@
 """Replay a real trace on a real cluster in simulated time, with the production engine.
 
     python manage.py replay --cluster philly --trace philly --until 7 --json /tmp/philly7.json
+    python manage.py replay --cluster philly --trace philly --until 14 --compare        # full vs FIFO
+    python manage.py replay --cluster philly --trace philly --until 14 --failure-rate 10 \\
+        --checkpoint-interval 3600 --detection-timeout 300 --seed 1                      # issue #6
 
 Loads both through the importer registry (gpuplatform.importers), runs scheduler.sim.replay and prints
-a summary; --json writes the full report. Touches no database, so it works before `migrate`.
+a summary; --json writes the full report (with --compare: {"full": ..., "fifo": ...}). Touches no
+database, so it works before `migrate`.
+
+Start: the Philly file has ~70 arrivals in its first 19.5 days, so a Philly replay starts at day 20
+(DEFAULT_START_DAYS["philly"]), where the busy part begins; --start 0 replays from the first arrival.
+--until counts days from the start.
 """
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from scheduler.core.snapshot import CycleConfig
+from scheduler.sim.failures import REFERENCE_RATE, Checkpointing, FailureModel
 from scheduler.sim.replay import Progress, replay
 
 DAY = 86400.0
+DEFAULT_START_DAYS = {"philly": 20.0}  # first day of the trace's busy part; other traces start at 0
+POLICIES = {
+    "full": CycleConfig(),
+    "fifo": CycleConfig(fair_share=False, backfill=False, preemption=False, reclaim=False),
+}
+
+
+def shift_trace(trace, start_days: float):
+    """The trace's jobs submitted at or after `start_days`, re-based on it (traces whose importer has no
+    start_days option)."""
+    start = start_days * DAY
+    jobs = tuple(replace(j, submit=j.submit - start) for j in trace.jobs if j.submit >= start)
+    return replace(trace, jobs=jobs, notes=(*trace.notes, f"window from day {start_days} (re-based)"))
 
 
 class Command(BaseCommand):
-    help = "Replay a workload trace on a cluster in simulated time and report allocation, queueing, topology."
+    help = ("Replay a workload trace on a cluster in simulated time and report allocation, queueing, topology, "
+            "per-team fairness and, with injected failures, recovery times and goodput. A Philly replay starts at "
+            "day 20 of the trace (the busy part) unless --start says otherwise.")
     requires_system_checks: list = []
     requires_migrations_checks = False
 
     def add_arguments(self, parser):
         parser.add_argument("--cluster", required=True, help="cluster name in the importer registry (philly, openb)")
         parser.add_argument("--trace", required=True, help="trace name in the importer registry (philly, openb)")
-        parser.add_argument("--until", type=float, default=None, help="stop after this many days of trace time")
+        parser.add_argument("--start", type=float, default=None,
+                            help="start at this trace day, re-based to 0 (default: 20 for philly, where its busy "
+                                 "part begins after ~70 arrivals in 19.5 days; 0 otherwise)")
+        parser.add_argument("--until", type=float, default=None,
+                            help="stop after this many days of trace time from the start")
         parser.add_argument("--json", dest="json_path", default=None, help="write the full report to this file")
         parser.add_argument("--scale", type=float, default=None, help="cluster scale, passed to the cluster importer")
         parser.add_argument("--compress", type=float, default=None,
                             help="arrival-time compression, passed to the trace importer")
+        parser.add_argument("--policy", choices=sorted(POLICIES), default="full",
+                            help="full = fair share, backfill, preemption, reclaim (default); fifo = plain FIFO in "
+                                 "global submit order, no backfill, no preemption or reclaim")
+        parser.add_argument("--compare", action="store_true",
+                            help="run both policies on the same input and print them side by side")
         parser.add_argument("--cycle-interval", type=float, default=60.0,
                             help="least simulated seconds between two scheduling cycles (default 60)")
         parser.add_argument("--grace-period", type=float, default=30.0,
@@ -38,41 +73,83 @@ class Command(BaseCommand):
         parser.add_argument("--time-limit-factor", type=float, default=None,
                             help="jobs declare this many times their duration as time limit (enables backfill "
                                  "reservations); default: no time limits")
+        parser.add_argument("--failure-rate", type=float, default=0.0,
+                            help=f"inject node failures: per GPU, failures per 1,000 GPU-days (a failure takes the "
+                                 f"node down). Llama 3 405B pre-training: {REFERENCE_RATE:.2f}. Default 0: none")
+        parser.add_argument("--checkpoint-interval", type=float, default=None,
+                            help="jobs checkpoint after every this many seconds of work (default: never)")
+        parser.add_argument("--checkpoint-cost", type=float, default=0.0,
+                            help="seconds a checkpoint stalls a job (default 0)")
+        parser.add_argument("--detection-timeout", type=float, default=300.0,
+                            help="seconds from a node failure until it is detected and its jobs released (default 300)")
+        parser.add_argument("--repair-time", type=float, default=4 * 3600.0,
+                            help="seconds a failed node stays down (default 14400)")
+        parser.add_argument("--seed", type=int, default=0, help="seed of the failure streams (default 0)")
+        parser.add_argument("--no-fairness", action="store_true",
+                            help="skip the per-cycle fairness measurement (saves a fair-share computation per cycle "
+                                 "under --policy fifo)")
 
     def handle(self, *args, **opts):
         from gpuplatform.importers import load_cluster, load_trace
 
+        start = opts["start"] if opts["start"] is not None else DEFAULT_START_DAYS.get(opts["trace"], 0.0)
+        opts["start"] = start
         cluster_opts = {} if opts["scale"] is None else {"scale": opts["scale"]}
         trace_opts = {} if opts["compress"] is None else {"compress": opts["compress"]}
+        native_start = opts["trace"] == "philly"
+        if native_start and start:
+            trace_opts["start_days"] = start
         try:
             cluster = load_cluster(opts["cluster"], **cluster_opts)
             trace = load_trace(opts["trace"], **trace_opts)
         except (KeyError, TypeError, ValueError) as exc:
             raise CommandError(f"cannot load cluster/trace: {exc}") from exc
+        if start and not native_start:
+            trace = shift_trace(trace, start)
         until = None if opts["until"] is None else opts["until"] * DAY
-        self.stdout.write(f"cluster {cluster.name}: {len(cluster.nodes)} nodes, {cluster.gpus} GPUs; "
-                          f"trace {trace.name}: {len(trace.jobs)} jobs")
-
-        bar, progress = self._progress(trace, until)
         try:
-            report = replay(cluster, trace, until=until, cycle_interval=opts["cycle_interval"],
-                            grace_period=opts["grace_period"], time_limit_factor=opts["time_limit_factor"],
-                            progress=progress)
-        finally:
-            if bar is not None:
-                bar.close()
+            failures = None
+            if opts["failure_rate"]:
+                failures = FailureModel(opts["failure_rate"], opts["detection_timeout"], opts["repair_time"],
+                                        opts["seed"])
+            checkpoint = Checkpointing(opts["checkpoint_interval"], opts["checkpoint_cost"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"cluster {cluster.name}: {len(cluster.nodes)} nodes, {cluster.gpus} GPUs; "
+                          f"trace {trace.name}: {len(trace.jobs)} jobs from day {start:g}")
 
-        data = report.to_dict()
-        data["options"] = {k: opts[k] for k in ("cluster", "trace", "until", "scale", "compress", "cycle_interval",
-                                                "grace_period", "time_limit_factor")}
-        data["cluster_notes"], data["trace_notes"] = list(cluster.notes), list(trace.notes)
-        data["trace_stats"] = dict(trace.stats)
-        self.stdout.write(summary(data))
+        policies = ["full", "fifo"] if opts["compare"] else [opts["policy"]]
+        out = {}
+        for policy in policies:
+            bar, progress = self._progress(trace, until, policy)
+            try:
+                report = replay(cluster, trace, config=POLICIES[policy], until=until,
+                                cycle_interval=opts["cycle_interval"], grace_period=opts["grace_period"],
+                                time_limit_factor=opts["time_limit_factor"], failures=failures,
+                                checkpoint=checkpoint, fairness=not opts["no_fairness"], progress=progress)
+            finally:
+                if bar is not None:
+                    bar.close()
+            data = report.to_dict()
+            data["policy"] = policy
+            data["options"] = {k: opts[k] for k in (
+                "cluster", "trace", "start", "until", "scale", "compress", "cycle_interval", "grace_period",
+                "time_limit_factor", "failure_rate", "checkpoint_interval", "checkpoint_cost", "detection_timeout",
+                "repair_time", "seed")}
+            data["options"]["policy"] = policy
+            data["cluster_notes"], data["trace_notes"] = list(cluster.notes), list(trace.notes)
+            data["trace_stats"] = dict(trace.stats)
+            out[policy] = data
+            if not opts["compare"]:
+                self.stdout.write(summary(data))
+        if opts["compare"]:
+            self.stdout.write(compare(out))
         if opts["json_path"]:
-            Path(opts["json_path"]).write_text(json.dumps(data, indent=2, allow_nan=False, default=str))
+            body = out if opts["compare"] else out[policies[0]]
+            Path(opts["json_path"]).write_text(json.dumps(body, indent=2, allow_nan=False, default=str))
             self.stdout.write(f"report written to {opts['json_path']}")
 
-    def _progress(self, trace, until):
+    def _progress(self, trace, until, policy):
         """A tqdm bar in simulated days, only when stdout is a terminal."""
         out = getattr(self.stdout, "_out", sys.stdout)
         if not (hasattr(out, "isatty") and out.isatty()) or not trace.jobs:
@@ -82,7 +159,7 @@ class Command(BaseCommand):
         first = min(j.submit for j in trace.jobs)
         last = max(j.submit + j.duration for j in trace.jobs)
         total = ((until if until is not None else last) - first) / DAY
-        bar = tqdm(total=round(total, 2), unit="day", file=out, dynamic_ncols=True,
+        bar = tqdm(total=round(total, 2), unit="day", file=out, dynamic_ncols=True, desc=policy,
                    bar_format="{l_bar}{bar}| day {n:.1f}/{total:.1f} [{elapsed}<{remaining}] {postfix}")
 
         def progress(p: Progress) -> None:
@@ -108,18 +185,29 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _num(x, fmt=".3f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
 def summary(d: dict) -> str:
-    """A readable table of a report dict (ReplayReport.to_dict())."""
+    """A readable table of a report dict (ReplayReport.to_dict() plus policy/options)."""
+    fair = d.get("fairness") or {}
     rows = [
         ("cluster / trace", f"{d['cluster']} ({d['cluster_gpus']:,} GPUs, {d['cluster_nodes']:,} nodes) / {d['trace']}"),
+        ("policy", d.get("policy", "-")),
         ("simulated span", f"{d['span_days']:.2f} days ({d['span_seconds']:,.0f} s)"),
         ("jobs submitted", f"{d['jobs_submitted']:,} of {d['jobs_in_trace']:,} in the trace"),
         ("jobs started / finished", f"{d['jobs_started']:,} / {d['jobs_finished']:,}"),
         ("jobs rejected", f"{d['jobs_rejected']:,} {d['rejected_by_code'] or ''}"),
         ("pending / running at end", f"{d['jobs_pending_at_end']:,} / {d['jobs_running_at_end']:,}"),
         ("evictions / requeued", f"{d['evictions_by_rule'] or 0} / {d['jobs_requeued']:,}"),
+        ("evictions per started job", _num(d.get("evictions_per_started_job"), ".4f")),
+        ("restarts", f"{d['restarts']:,}"),
         ("mean allocation rate", _pct(d["mean_allocation_rate"])),
         ("mean fragmentation rate", _pct(d["mean_fragmentation_rate"])),
+        ("Jain's index (all / contended)", f"{_num(fair.get('jain_mean'))} / {_num(fair.get('jain_contended_mean'))} "
+                                           f"(contended {fair.get('hours_contended', 0):.0f} h)" if fair else "-"),
+        ("goodput", f"{_pct(d.get('goodput'))} of {d.get('allocated_gpu_hours', 0):,.0f} allocated GPU-hours"),
         ("topology alignment", f"{_pct(d['topology_alignment'])} of {d['multi_node_jobs']:,} multi-node jobs"),
         ("cycles", f"{d['cycles']:,} (every >= {d['cycle_interval']:.0f}s simulated)"),
         ("engine ms / cycle", f"mean {d['engine_mean_ms']:.2f}, max {d['engine_max_ms']:.1f}"),
@@ -133,8 +221,68 @@ def summary(d: dict) -> str:
     for label, q in [("all", d["queueing"]), *d["queueing_by_size"].items()]:
         lines.append(f"{label:<24}{q['count']:>8,}{_fmt_seconds(q['p50']):>9}{_fmt_seconds(q['p90']):>9}"
                      f"{_fmt_seconds(q['p99']):>9}")
+    if fair.get("teams"):
+        lines.append("")
+        lines.append(f"{'team':<12}{'usage/fair':>11}{'h demand':>10}{'GPU-h used':>12}{'GPU-h fair':>12}")
+        for team, t in fair["teams"].items():
+            lines.append(f"{team:<12}{_num(t['mean_usage_over_fair_share'], '.2f'):>11}{t['hours_with_demand']:>10.0f}"
+                         f"{t['gpu_hours_used']:>12,.0f}{t['fair_share_gpu_hours']:>12,.0f}")
+    f = d.get("failures") or {}
+    if f:
+        lines.append("")
+        lines.append(f"failures: rate {f['rate']:g} per 1,000 GPU-days, detection {f['detection_timeout']:g}s, repair "
+                     f"{f['repair_time']:g}s, seed {f['seed']}; checkpoint every "
+                     f"{_fmt_seconds(d['checkpoint']['interval']) if d['checkpoint']['interval'] else 'never'}"
+                     f" (cost {d['checkpoint']['cost']:g}s)")
+        lines.append(f"node failures {f['node_failures']:,} ({f['node_failures_hitting_jobs']:,} hit jobs), job "
+                     f"interruptions {f['job_interruptions']:,}, restarted {f['restarted']:,}")
+        lines.append(f"{'per interruption':<24}{'count':>8}{'mean':>9}{'p50':>9}{'p90':>9}")
+        for key in ("time_to_detect", "time_to_requeue", "time_to_restart"):
+            q = f[key]
+            lines.append(f"{key.replace('_', ' '):<24}{q['count']:>8,}{_fmt_seconds(q['mean']):>9}"
+                         f"{_fmt_seconds(q['p50']):>9}{_fmt_seconds(q['p90']):>9}")
+        w = d["waste_gpu_hours"]
+        lines.append("GPU-hours not useful: " + ", ".join(f"{k} {v:,.1f}" for k, v in w.items()))
     if d["pending_by_code"]:
         lines.append(f"still pending, by reason: {d['pending_by_code']}")
     for note in d.get("notes", []):
         lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def compare(reports: dict) -> str:
+    """Policies side by side (issue #3): queueing by size, evictions, fairness per team."""
+    names = list(reports)
+    w = 16
+    lines = [f"{'':<30}" + "".join(f"{n:>{w}}" for n in names)]
+
+    def row(label, values):
+        lines.append(f"{label:<30}" + "".join(f"{v:>{w}}" for v in values))
+
+    ds = [reports[n] for n in names]
+    row("jobs started / finished", [f"{d['jobs_started']:,}/{d['jobs_finished']:,}" for d in ds])
+    row("pending / running at end", [f"{d['jobs_pending_at_end']:,}/{d['jobs_running_at_end']:,}" for d in ds])
+    row("mean allocation rate", [_pct(d["mean_allocation_rate"]) for d in ds])
+    row("evictions", [f"{d['evictions']:,}" for d in ds])
+    row("evictions per started job", [_num(d["evictions_per_started_job"], ".4f") for d in ds])
+    row("restarts", [f"{d['restarts']:,}" for d in ds])
+    row("Jain's index, all time", [_num((d.get("fairness") or {}).get("jain_mean")) for d in ds])
+    row("Jain's index, contended", [_num((d.get("fairness") or {}).get("jain_contended_mean")) for d in ds])
+    row("goodput", [_pct(d.get("goodput")) for d in ds])
+    buckets = [label for label in ("all", *ds[0]["queueing_by_size"])]
+    for label in buckets:
+        for p in ("p50", "p99"):
+            vals = []
+            for d in ds:
+                q = d["queueing"] if label == "all" else d["queueing_by_size"].get(label)
+                vals.append(_fmt_seconds(q[p]) if q else "-")
+            row(f"queueing {p}, {label} GPUs", vals)
+    teams = sorted({t for d in ds for t in (d.get("fairness") or {}).get("teams", {})})
+    for team in teams:
+        vals = []
+        for d in ds:
+            t = (d.get("fairness") or {}).get("teams", {}).get(team)
+            vals.append(_num(t["mean_usage_over_fair_share"], ".2f") if t else "-")
+        row(f"usage/fair share, {team}", vals)
+    row("wall time", [f"{d['wall_seconds']:.1f}s" for d in ds])
     return "\n".join(lines)
