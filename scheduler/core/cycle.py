@@ -40,9 +40,8 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None) -> CycleRes
     if config.fair_share and snapshot.queues:
         result.fair_share = fair_shares(queues, _capacity(state), _pending_demand(pending, state.flavors))
     allocator = Allocator(state, queues, config, snapshot=snapshot, shares=result.fair_share)
-    preempting = {(t.node, g) for j in snapshot.jobs if j.state == "preempting" for t in j.placement for g in t.gpus}
     t1 = time.perf_counter()
-    result.bindings, result.pending = allocator.run(pending, preempting)
+    result.bindings, result.pending = allocator.run(pending)
     t2 = time.perf_counter()
     result.evictions, result.decisions = run_evictions(allocator, result.pending)
     result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in allocator.nominated.items()]

@@ -151,6 +151,8 @@ class CycleConfig:
     reclaim: bool = True  # take borrowed GPUs back for queues below their quota
     max_preemptors: int = 8  # pending jobs that may evict per cycle (bounds the cycle's cost)
     usage_half_life: float | None = None  # seconds; set = order queues by decayed usage (QueueInfo.recent_usage)
+    starvation_seconds: float = 1800.0  # a job waiting this long gets a drain reservation (when backfill is on)
+    max_reservations: int = 4  # jobs holding reservations at once (eviction beneficiaries and drains)
 
 
 @dataclass(frozen=True, slots=True)

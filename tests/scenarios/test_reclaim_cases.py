@@ -1,6 +1,7 @@
 """Reclaim, preemption and backfill cases of ../shared/cases/, restated with the test builders."""
 from collections import Counter
 
+from scheduler.core import CycleConfig
 from scheduler.core.testing import ScenarioRunner, World
 
 
@@ -126,3 +127,20 @@ def test_priority_preemption_only_when_it_lets_the_job_start():
     assert [(e.job_id, e.rule, e.beneficiary) for e in result.evictions] == [("low", "preempt", "urgent")]
     assert "too-big" not in {e.beneficiary for e in result.evictions}
     assert Counter(n.job_id for n in result.nominations) == {"urgent": 1}
+
+
+def test_starving_gang_gets_a_drain_reservation_without_time_limits():
+    """No job declares a time limit, so no backfill shadow can be computed; a stream of 1-GPU jobs
+    keeps both 8-GPU nodes partly busy. After starvation_seconds the 8-GPU job gets a persistent
+    reservation on the node quickest to drain and starts once its jobs end."""
+    def world():
+        w = World().nodes(count=2, gpus=8).queue(name="q", quota={"H100": 16})
+        w.job(name="wide", tasks=1, gpus_per_task=8, submit=1200, duration=600)
+        for i in range(400):
+            w.job(name=f"s{i}", tasks=1, gpus_per_task=1, submit=30 * i, duration=600)
+        return w
+    runner = ScenarioRunner(world()).run(until=6000, every=30)
+    assert "wide" in runner.started and runner.started["wide"] >= 1200 + 1800
+    assert runner.started["wide"] <= 1200 + 1800 + 600 + 60  # threshold + one small job's run + a cycle
+    off = ScenarioRunner(world(), config=CycleConfig(starvation_seconds=10 ** 9)).run(until=6000, every=30)
+    assert "wide" not in off.started  # the stream starves it without the reservation

@@ -21,7 +21,7 @@ from ..snapshot import Binding, CycleConfig, JobInfo, PendingReason, Snapshot
 from ..state import ClusterState
 from ..topology import common_domain
 from ..trial import Holds
-from .backfill import shadow_reservation
+from .backfill import drain_reservation, shadow_reservation
 
 ROOM_CODES = {"insufficient_gpus", "no_domain", "no_packing"}  # waiting for GPUs may help
 BACKFILL = "backfill"
@@ -40,20 +40,23 @@ class Allocator:
         self.failed_shapes: dict[tuple, PendingReason] = {}
         self.backfill_until: float | None = None
         self.reservation_tried = False
+        self.drain_made = False  # at most one new drain reservation per cycle
+        self.reservations = 0  # jobs holding a reservation (eviction beneficiaries and drains)
         self.estimated_start: dict = {}
         self.failed_order: list[JobInfo] = []  # jobs that could not start, in the order they were tried
         self.nominated: dict = {}  # job id -> tasks held for it after this cycle
 
     # -- the loop -------------------------------------------------------------------------------------
-    def run(self, pending: list[JobInfo], preempting_gpus: set[tuple[str, int]]) -> tuple[list[Binding], dict]:
+    def run(self, pending: list[JobInfo]) -> tuple[list[Binding], dict]:
         bindings: list[Binding] = []
         reasons: dict = {}
         rest = []
+        self.reservations = sum(1 for j in pending if j.reserved)
         for job in sorted(pending, key=job_order_key):
             if job.not_before is not None and job.not_before > self.now:
                 reasons[job.id] = PendingReason("backoff", f"requeued after attempt {job.attempts}; "
                                                            f"retries at t={job.not_before:.0f}s")
-            elif job.reserved and self._serve_nomination(job, preempting_gpus, bindings, reasons):
+            elif job.reserved and self._serve_nomination(job, bindings, reasons):
                 continue
             else:
                 rest.append(job)
@@ -74,9 +77,12 @@ class Allocator:
             else:
                 reasons[job.id] = outcome
                 self.failed_order.append(job)
-                if outcome.code in ROOM_CODES and not self.reservation_tried and self.config.backfill:
-                    self.reservation_tried = True  # one reservation per cycle: the first job that cannot start
-                    self._reserve(job, reasons)
+                if outcome.code in ROOM_CODES and self.config.backfill:
+                    if not self.reservation_tried:
+                        self.reservation_tried = True  # one EASY reservation per cycle: the first job that waits
+                        self._reserve(job, reasons)
+                    if self.backfill_until is None and self._starving(job):  # no EASY shadow this cycle
+                        self._drain_for(job, reasons)
             if by_queue[q]:
                 heapq.heappush(heap, (self._queue_key(q, by_queue[q][-1]), q))
         return bindings, reasons
@@ -116,9 +122,32 @@ class Allocator:
         r = reasons[job.id]
         reasons[job.id] = PendingReason(r.code, f"{r.message}; reserved, estimated start t={start:.0f}s")
 
-    def _serve_nomination(self, job: JobInfo, preempting_gpus: set, bindings: list, reasons: dict) -> bool:
-        """Start a beneficiary on the GPUs held for it, or keep holding them while victims release.
-        Returns False when the hold is no longer valid (node gone or not ready, GPU unhealthy or taken)."""
+    def _starving(self, job: JobInfo) -> bool:
+        return (not self.drain_made and self.reservations < self.config.max_reservations
+                and self.now - job.submit_time >= self.config.starvation_seconds)
+
+    def _drain_for(self, job: JobInfo, reasons: dict) -> None:
+        """A persistent reservation for a job that has waited starvation_seconds: the GPUs it will get in
+        the domain quickest to drain are held for it from now on (Nomination), so smaller jobs stop
+        taking them as they free up. Needed when running jobs declare no time limit (no EASY shadow)."""
+        for flavor in self._flavors(job):
+            placement = drain_reservation(self, job, flavor)
+            if placement is not None:
+                self.drain_made = True
+                self.reservations += 1
+                self.holds.hold(job.id, placement.tasks)
+                self.nominated[job.id] = placement.tasks
+                r = reasons[job.id]
+                waited = (self.now - job.submit_time) / 3600
+                reasons[job.id] = PendingReason(r.code, f"{r.message}; waited {waited:.1f} h: GPUs in "
+                                                        f"{placement.domain} reserved, draining for it")
+                return
+
+    def _serve_nomination(self, job: JobInfo, bindings: list, reasons: dict) -> bool:
+        """Start a job on the GPUs reserved for it (an eviction's beneficiary, or a starving job's drain
+        reservation) once they are all free; meanwhile it may start anywhere else that fits, and the
+        reserved GPUs that are free are held for it. Returns False when the reservation is no longer
+        valid (node gone or not ready, GPU unhealthy): the job is then scheduled like any other."""
         state = self.state
         waiting = 0
         for t in job.reserved:
@@ -127,26 +156,33 @@ class Allocator:
                 return False
             free = set(state.free[k])
             for g in t.gpus:
-                if g in state.nodes[k].unhealthy or (g not in free and (t.node, g) not in preempting_gpus):
+                if g in state.nodes[k].unhealthy:
                     return False
                 waiting += g not in free
-        if waiting:
-            self.holds.hold(job.id, job.reserved)
-            reasons[job.id] = PendingReason("nominated", f"waiting for {waiting} GPUs held for it to be released by "
-                                                         f"preempted jobs (grace period)")
-            self.nominated[job.id] = job.reserved
+        if not waiting:
+            bindings.append(self._bind_exactly(job, job.reserved))
             return True
-        roles = {r.name: r for r in job.roles}
+        outcome = self.place(job)
+        if isinstance(outcome, Binding):
+            bindings.append(outcome)
+            return True
+        self.holds.hold(job.id, job.reserved)
+        reasons[job.id] = PendingReason("nominated", f"{outcome.message}; {waiting} GPUs reserved for it are "
+                                                     f"still in use (evicted jobs releasing, or jobs draining)")
+        self.nominated[job.id] = job.reserved
+        return True
+
+    def _bind_exactly(self, job: JobInfo, tasks) -> Binding:
+        state, roles = self.state, {r.name: r for r in job.roles}
         ks = []
-        for t in job.reserved:
+        for t in tasks:
             k = state.node_index[t.node]
             state.take(k, t.gpus, roles[t.role].cpu_milli, roles[t.role].memory_mib)
             ks.append(k)
             if t.gpus:
                 self.queues.charge(job.queue, state.nodes[k].flavor, len(t.gpus))
         d = common_domain(self.tree, ks)
-        bindings.append(Binding(job_id=job.id, tasks=job.reserved, domain=self.tree.names[d], tier=self.tree.tiers[d]))
-        return True
+        return Binding(job_id=job.id, tasks=tuple(tasks), domain=self.tree.names[d], tier=self.tree.tiers[d])
 
     # -- one job --------------------------------------------------------------------------------------
     def place(self, job: JobInfo, *, backfill_open: bool | None = None) -> Binding | PendingReason:
@@ -214,18 +250,26 @@ class Allocator:
                     self.queues.charge(job.queue, flavor, len(t.gpus))
         return outcome
 
-    def try_place(self, job: JobInfo, flavor: str, *, target: float) -> Binding | PendingReason:
+    def try_place(self, job: JobInfo, flavor: str, *, target: float, within: int | None = None
+                  ) -> Binding | PendingReason:
         """A what-if placement for evictions and reservations: no quota check, no usage charged, no
-        shape cache; on success the state holds the placement and the caller must release it."""
-        return self._search(job, flavor, self._cap_tier(job), job.gpus_min, max(target, job.gpus_min))
+        shape cache; on success the state holds the placement and the caller must release it.
+        within: only inside this domain."""
+        return self._search(job, flavor, self._cap_tier(job), job.gpus_min, max(target, job.gpus_min), within)
 
-    def _search(self, job: JobInfo, flavor: str, cap: int, need: int, room: float) -> Binding | PendingReason:
+    def _search(self, job: JobInfo, flavor: str, cap: int, need: int, room: float, within: int | None = None
+                ) -> Binding | PendingReason:
         state, tree = self.state, self.tree
         levels = [t for t in tree.tier_levels if t <= cap] if self.config.topology else [tree.top_tier]
+        if within is not None:
+            levels = [tree.tiers[within]]
         extra = (room - need) if room != INF else INF
         packing_failure: tuple[int, PackFailure] | None = None
         for tier in levels:
-            domains = candidate_domains(state, tier, flavor, need) if self.config.topology else [tree.root]
+            if within is not None:
+                domains = [within]
+            else:
+                domains = candidate_domains(state, tier, flavor, need) if self.config.topology else [tree.root]
             for d in domains:
                 if state.domain_free(d, flavor) < need:
                     continue

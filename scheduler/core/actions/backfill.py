@@ -34,3 +34,39 @@ def shadow_reservation(allocator, job: JobInfo, flavor: str, snapshot: Snapshot)
             break
     trial.undo()
     return found
+
+
+DRAIN_CANDIDATES = 4  # domains tried per drain reservation
+
+
+def drain_reservation(allocator, job: JobInfo, flavor: str) -> Binding | None:
+    """Where a starving job should wait: in the lowest tier whose domains could hold it once emptied,
+    the domains with the most free GPUs (least to drain) are tried in turn; in each, every running task
+    is released on a Trial and the job placed. Returns that placement (the state is left unchanged)."""
+    state, tree, capacity = allocator.state, allocator.tree, allocator.capacity
+    cap = allocator._cap_tier(job)
+    levels = [t for t in tree.tier_levels if t <= cap] if allocator.config.topology else [tree.top_tier]
+    by_node: dict[str, list] = {}
+    for running in allocator.snapshot.jobs:
+        if running.state != "pending":
+            for t in running.placement:
+                by_node.setdefault(t.node, []).append((running, t))
+    for tier in levels:
+        domains = [d for d in (tree.by_tier[tier] if allocator.config.topology else [tree.root])
+                   if capacity.domain_fits(job, flavor, d)]
+        if not domains:
+            continue
+        domains.sort(key=lambda d: (-state.domain_free(d, flavor), tree.names[d]))
+        for d in domains[:DRAIN_CANDIDATES]:
+            trial = Trial(state)
+            for k in tree.nodes_under[d]:
+                for running, t in by_node.get(state.nodes[k].name, ()):
+                    trial.free_tasks(running, (t,))
+            placed = allocator.try_place(job, flavor, target=job.gpus_min, within=d)
+            if isinstance(placed, Binding):
+                release_binding(state, job, placed)
+            trial.undo()
+            if isinstance(placed, Binding):
+                return placed
+        return None
+    return None

@@ -33,6 +33,14 @@ class Capacity:
         return [d for d, t in enumerate(tree.tiers)
                 if t <= cap and (tree.parent[d] < 0 or tree.tiers[tree.parent[d]] > cap)]
 
+    def domain_fits(self, job: JobInfo, flavor: str, d: int) -> bool:
+        """Whether domain d, emptied, could hold the job's minimum (per-node packing at full capacity)."""
+        sizes = self.sizes[d].get(flavor)
+        if not sizes or sum(g * n for g, n in sizes.items()) < job.gpus_min:
+            return False
+        return all(role.gpus_per_task == 0 or sum((g // role.gpus_per_task) * n for g, n in sizes.items())
+                   >= role.effective_min for role in job.roles)
+
     def never_fits(self, job: JobInfo, flavor: str, cap: int | None) -> PendingReason | None:
         key = (flavor, cap, tuple((r.name, r.gpus_per_task, r.effective_min) for r in job.roles))
         if key in self._cache:
@@ -56,12 +64,8 @@ class Capacity:
             sizes = self.sizes[d].get(flavor)
             if not sizes:
                 continue
-            total = sum(g * n for g, n in sizes.items())
-            largest = max(largest, total)
-            if total >= need and all(
-                role.gpus_per_task == 0 or sum((g // role.gpus_per_task) * n for g, n in sizes.items()) >= role.effective_min
-                for role in job.roles
-            ):
+            largest = max(largest, sum(g * n for g, n in sizes.items()))
+            if self.domain_fits(job, flavor, d):
                 return None
         where = "this cluster" if cap is None or len(domains) == 1 and domains[0] == self.state.tree.root \
             else f"every tier-{cap} domain"
