@@ -81,7 +81,9 @@ def _cluster_context(request) -> dict:
         "team_counts": counts,
         "totals": totals,
         "queue_usage": usage,
-        "my_team_ids": team_ids,
+        # The viewer's own teams are marked in the tables (None: a platform admin, every team is theirs).
+        "my_teams": None if team_ids is None else set(
+            queries.visible_teams(request.user).values_list("name", flat=True)),
         "cycle": queries.latest_cycle(),
         "figures": {
             "rates": figures.rates_figure(series),

@@ -176,3 +176,11 @@ def test_queue_usage_rolls_subtrees_up_and_series_skip_inner_queues(world):
     assert list(usage)[-1] == "root"  # team queues first
     names = {r["queue__name"] for r in queries.queue_series()}
     assert names == {"red", "blue"}
+
+
+def test_cluster_page_marks_the_members_own_team(client, world):
+    client.force_login(world["alice"])
+    html = client.get("/cluster/").content.decode()
+    assert html.count("your team") == 1  # red only
+    client.force_login(world["admin"])
+    assert "your team" not in client.get("/cluster/").content.decode()
