@@ -13,10 +13,13 @@ from django.db.models import Count, F, Sum
 from gpuplatform.models import Allocation, ClusterSample, Job, JobRole, Queue, QueueSample, Quota
 
 
-def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending: int) -> None:
+def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending: int,
+                  fair_share: dict | None = None) -> None:
     """Insert the ClusterSample from the engine's `metrics` (missing keys default to 0 / {}) and the
     QueueSamples (5 queries). Parents' numbers are the sums of their subtree's usage and demand; quota,
-    guarantee and limit are the queue's own, summed over flavors (limit None when no flavor has one)."""
+    guarantee and limit are the queue's own, summed over flavors (limit None when no flavor has one).
+    `fair_share`: the engine's {queue name: {flavor: GPUs}}; QueueSample.fair_share = its sum over flavors
+    (None for a queue the engine gave no share)."""
     m = metrics or {}
     running = Job.objects.filter(state__in=Job.LIVE_STATES).count()
     ClusterSample.objects.create(
@@ -28,9 +31,11 @@ def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending:
         domain_completeness=float(m.get("domain_completeness", 0.0) or 0.0),
         pending_jobs=pending, running_jobs=running)
 
-    queues = list(Queue.objects.values_list("id", "parent_id"))
-    if not queues:
+    rows = list(Queue.objects.values_list("id", "parent_id", "name"))
+    if not rows:
         return
+    queues = [(qid, parent) for qid, parent, _ in rows]
+    share = {qid: float(sum((fair_share or {})[name].values())) for qid, _, name in rows if name in (fair_share or {})}
     used = dict(Allocation.objects.filter(released_at__isnull=True).values("job__queue_id")
                 .annotate(n=Count("id")).values_list("job__queue_id", "n"))
     demand = dict(JobRole.objects.filter(job__state="pending").values("job__queue_id")
@@ -52,5 +57,5 @@ def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending:
     QueueSample.objects.bulk_create([
         QueueSample(time=clock, queue_id=qid, used=used_total[qid], guarantee=limits.get(qid, (0, 0, None))[0],
                     quota=limits.get(qid, (0, 0, None))[1], limit=limits.get(qid, (0, 0, None))[2],
-                    pending_demand=demand_total[qid])
+                    pending_demand=demand_total[qid], fair_share=share.get(qid))
         for qid, _ in queues])

@@ -6,8 +6,9 @@
   a compare-and-set on the job's state (still pending) inside its own savepoint; a stale decision (job no
   longer pending, a node no longer ready, a GPU unhealthy or already bound by a racing cycle, which the
   database's unique index refuses) is dropped and counted, never forced.
-- `run_cycle_once(clock=, config=)` = single-flight lock -> snapshot -> engine -> apply. See its docstring
-  for what a crash does.
+- `run_cycle_once(clock=, config=)` = single-flight lock -> release step (store_release: grace periods
+  and gang-start timeouts that expired) -> snapshot -> engine -> apply. See its docstring for a crash.
+- Evictions, holds, backfill estimates and audit decisions are written by store_evict.py.
 """
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from gpuplatform.models import Allocation, Domain, Event, Gpu, Job, JobRole, Node, Queue, Quota, SchedulerCycle, Task
-from scheduler import samples
+from scheduler import samples, store_evict, store_release
+from scheduler.store_evict import decode_reserved, releasing_job
 from scheduler.core.snapshot import (
     CycleResult, DomainInfo, JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
 )
@@ -46,6 +49,7 @@ class SnapshotIndex:
 class ApplyStats:
     cycle_number: int = 0  # the number the cycle was recorded under (see reserve_cycle)
     binds: int = 0
+    evictions: int = 0
     stale_skipped: int = 0
     pending_updated: int = 0
     stale: list[tuple[object, str]] = field(default_factory=list)  # (job id, why)
@@ -66,16 +70,18 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
         nodes = list(Node.objects.values_list("id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib",
                                               "domain__name", "state"))
         gpus = list(Gpu.objects.values_list("node_id", "index", "numa_node", "health"))
-        held = list(Task.objects.filter(job__state__in=LIVE, state__in=HELD_TASK_STATES, node__isnull=False)
+        held = list(Task.objects.filter(job__state__in=LIVE, state__in=(*HELD_TASK_STATES, "releasing"),
+                                        node__isnull=False)
                     .values_list("id", "job_id", "role__name", "index", "node__name", "node_id",
-                                 "role__cpu_milli", "role__memory_mib"))
+                                 "role__cpu_milli", "role__memory_mib", "state"))
         allocs = list(Allocation.objects.filter(released_at__isnull=True).values_list("task_id", "gpu__node_id", "gpu__index"))
         domains = [DomainInfo(n, t, p) for n, t, p in Domain.objects.values_list("name", "tier", "parent__name")]
         queues = list(Queue.objects.values_list("id", "name", "parent__name", "weight", "state"))
         quotas = list(Quota.objects.values_list("queue_id", "flavor", "guarantee", "quota", "limit"))
         jobs = list(Job.objects.filter(state__in=("pending", *LIVE)).values_list(
             "id", "queue__name", "priority", "submitted_at", "preemptible", "topology_mode", "highest_tier",
-            "preferred_tier", "time_limit_seconds", "state", "started_at", "name"))
+            "preferred_tier", "time_limit_seconds", "state", "started_at", "name", "reserved", "not_before",
+            "attempts", "bound_at"))
         roles = list(JobRole.objects.filter(job__state__in=("pending", *LIVE)).values_list(
             "id", "job_id", "name", "tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "flavor"))
         pending_tasks = list(Task.objects.filter(job__state="pending", state="pending").values_list("role_id", flat=True))
@@ -94,12 +100,17 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
     cpu_used: dict[int, int] = defaultdict(int)
     mem_used: dict[int, int] = defaultdict(int)
     placements: dict[int, list[TaskPlacement]] = defaultdict(list)
+    releasing: dict[int, list[TaskPlacement]] = defaultdict(list)  # surplus tasks evicted, still holding GPUs
     placed_per_role: dict[tuple[int, str], int] = defaultdict(int)
-    for task_id, job_id, role, idx, node_name, node_id, cpu, mem in held:
+    for task_id, job_id, role, idx, node_name, node_id, cpu, mem, task_state in held:
         cpu_used[node_id] += cpu
         mem_used[node_id] += mem
-        placements[job_id].append(TaskPlacement(role, idx, node_name, tuple(sorted(task_gpus.get(task_id, ())))))
-        placed_per_role[(job_id, role)] += 1
+        placement = TaskPlacement(role, idx, node_name, tuple(sorted(task_gpus.get(task_id, ()))))
+        if task_state == "releasing":
+            releasing[job_id].append(placement)
+        else:
+            placements[job_id].append(placement)
+            placed_per_role[(job_id, role)] += 1
 
     node_infos = tuple(
         NodeInfo(name=name, flavor=flavor, gpus=count, domain=domain,
@@ -118,15 +129,20 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
     for role_id in pending_tasks:
         pending_count[role_id] += 1
     job_roles: dict[int, list[RoleInfo]] = defaultdict(list)
+    role_specs: dict[tuple[int, str], tuple] = {}
     job_state = {j[0]: j[9] for j in jobs}
     for rid, job_id, name, tasks, gpt, min_av, cpu, mem, flavor in roles:
+        role_specs[(job_id, name)] = (gpt, cpu, mem, tuple(f for f in flavor.split("|") if f))
         wanted = pending_count.get(rid, 0) if job_state.get(job_id) == "pending" else placed_per_role.get((job_id, name), 0)
         if wanted > 0:
-            job_roles[job_id].append(RoleInfo(name, wanted, gpt, min_av, cpu, mem, tuple(f for f in flavor.split("|") if f)))
+            job_roles[job_id].append(RoleInfo(name, wanted, gpt, min_av, cpu, mem, role_specs[(job_id, name)][3]))
 
     index = SnapshotIndex(node_ids={n[1]: n[0] for n in nodes})
     job_infos = []
-    for jid, queue, prio, submitted, preemptible, mode, hi, pref, tlimit, state, started, name in jobs:
+    for (jid, queue, prio, submitted, preemptible, mode, hi, pref, tlimit, state, started, name, reserved,
+         not_before, attempts, bound_at) in jobs:
+        if jid in releasing:
+            job_infos.append(releasing_job(jid, queue, name, releasing[jid], role_specs))
         if not job_roles.get(jid):
             continue
         index.job_queue[jid] = queue
@@ -136,7 +152,9 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
             time_limit=float(tlimit) if tlimit is not None else None,
             state="running" if state == "admitted" else state,
             placement=tuple(sorted(placements.get(jid, ()), key=lambda p: (p.role, p.index))),
-            start_time=_ts(started), name=name))
+            start_time=_ts(started or bound_at), name=name,
+            reserved=decode_reserved(reserved) if state == "pending" else (),
+            not_before=_ts(not_before) if state == "pending" else None, attempts=attempts))
     snap = Snapshot(nodes=node_infos, domains=tuple(domains), queues=queue_infos, jobs=tuple(job_infos), now=now)
     return snap, index
 
@@ -147,9 +165,11 @@ class _Stale(Exception):
 
 def _bind(binding, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int) -> Event:
     """Start one job inside the caller's savepoint. Raises _Stale (the savepoint rolls back) or IntegrityError."""
+    immediate = getattr(settings, "TASKS_START_IMMEDIATELY", True)
     started = Job.objects.filter(pk=binding.job_id, state="pending").update(
-        state="running", started_at=clock, placement_domain=binding.domain or "", placement_tier=binding.tier,
-        pending_reason="", never_fits=False, updated_at=timezone.now())
+        state="running" if immediate else "admitted", started_at=clock if immediate else None, bound_at=clock,
+        placement_domain=binding.domain or "", placement_tier=binding.tier, pending_reason="", never_fits=False,
+        reserved=None, estimated_start=None, not_before=None, updated_at=timezone.now())
     if not started:
         raise _Stale("job is no longer pending")
     allocations, by_node = [], defaultdict(list)
@@ -169,7 +189,8 @@ def _bind(binding, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int) -
         by_node[node["id"]].append(task_id)
     Allocation.objects.bulk_create(allocations)  # IntegrityError: a GPU already has a live allocation
     for node_id, ids in by_node.items():
-        if Task.objects.filter(pk__in=ids, state="pending").update(state="running", node_id=node_id) != len(ids):
+        if Task.objects.filter(pk__in=ids, state="pending").update(state="running" if immediate else "bound",
+                                                                   node_id=node_id) != len(ids):
             raise _Stale("a task is no longer pending")
     return Event(time=clock, kind="admitted", job_id=binding.job_id, cycle=cycle_number,
                  message=f"admitted into {binding.domain or 'the cluster'} (tier {binding.tier}) on "
@@ -223,11 +244,14 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
                 stats.stale.append((binding.job_id, why))
                 log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, binding.job_id, why)
         Event.objects.bulk_create(events)
+        stale = store_evict.apply_evictions(result, clock=clock, cycle_number=cycle_number, stats=stats)
+        store_evict.apply_holds(result, clock=clock, cycle_number=cycle_number, stale=stale)
         stats.pending_updated = _update_pending(result)
         SchedulerCycle.objects.filter(pk=row.pk).update(
-            duration_ms=duration_ms, timings=dict(result.timings), binds=stats.binds, evictions=0,
+            duration_ms=duration_ms, timings=dict(result.timings), binds=stats.binds, evictions=stats.evictions,
             pending=len(result.pending), stale_skipped=stats.stale_skipped)
-        samples.write_samples(result.metrics, clock=clock, cycle_number=cycle_number, pending=len(result.pending))
+        samples.write_samples(result.metrics, clock=clock, cycle_number=cycle_number, pending=len(result.pending),
+                              fair_share=result.fair_share)
     return stats
 
 
@@ -260,6 +284,7 @@ def run_cycle_once(*, clock: datetime | None = None, config=None) -> SchedulerCy
         number = (SchedulerCycle.objects.aggregate(n=Max("number"))["n"] or 0) + 1
         wall, t0 = timezone.now(), _time.perf_counter()
         try:
+            store_release.release_expired(clock, cycle_number=number)
             snapshot, _ = build_snapshot(clock.timestamp())
             t1 = _time.perf_counter()
             result = run_cycle(snapshot, config)

@@ -4,7 +4,9 @@
   for one through `request_cycle`). Single-flight: a second concurrent run returns {"skipped": True}.
 - `request_cycle()`: enqueue a cycle when a broker (REDIS_URL) is configured, else do nothing (the
   embedded loop will pick the work up on its next tick).
-- `run_loop(...)`: the embedded default's scheduling loop, run in a thread of the web process.
+- `detect_node_failures`: periodic failure detection (beat, every FAILURE_CHECK_SECONDS).
+- `run_loop(...)`: the embedded default's scheduling loop, run in a thread of the web process; it runs
+  failure detection before every cycle.
 """
 from __future__ import annotations
 
@@ -36,6 +38,24 @@ def run_scheduling_cycle() -> dict:
     return _summary(run_cycle_once())
 
 
+@shared_task(name="scheduler.tasks.detect_node_failures", ignore_result=False)
+def detect_node_failures() -> dict:
+    """Periodic failure detection (scheduler/failures.py) at wall-clock time, under the cycle's
+    single-flight lock so it never interleaves with a cycle's apply. Returns what changed, or
+    {"skipped": True} when a cycle holds the lock (the next beat tries again)."""
+    from django.utils import timezone
+
+    from scheduler.failures import detect_failures
+    from scheduler.locks import single_flight
+
+    with single_flight() as acquired:
+        if not acquired:
+            return {"skipped": True}
+        report = detect_failures(timezone.now())
+    return {"skipped": False, "not_ready": report.not_ready, "failed_nodes": report.failed_nodes,
+            "requeued": report.requeued, "drained": report.drained}
+
+
 def request_cycle() -> bool:
     """Ask for a scheduling cycle soon. Returns True if a task was enqueued. Never raises: a broker
     outage is logged and the periodic beat cycle catches up."""
@@ -52,15 +72,18 @@ def request_cycle() -> bool:
 def run_loop(*, interval_seconds: float, clock_fn: Callable[[], datetime], stop_event: threading.Event,
              config=None, on_cycle: Callable | None = None) -> int:
     """Run cycles every `interval_seconds` (wall time) until `stop_event` is set; each cycle runs at
-    cluster time `clock_fn()`. A failing cycle is logged (and recorded by run_cycle_once) and the loop
+    cluster time `clock_fn()`, after failure detection at that time. A failing cycle is logged (and recorded by run_cycle_once) and the loop
     goes on. `on_cycle(cycle_or_None)` is called after each attempt. Returns the number of cycles run."""
+    from scheduler.failures import detect_failures
     from scheduler.store import run_cycle_once
 
     count = 0
     while not stop_event.is_set():
         cycle = None
         try:
-            cycle = run_cycle_once(clock=clock_fn(), config=config)
+            now = clock_fn()
+            detect_failures(now)
+            cycle = run_cycle_once(clock=now, config=config)
             count += cycle is not None
         except Exception:  # noqa: BLE001 - keep the loop alive; the error is in SchedulerCycle.error
             log.exception("scheduling loop: cycle failed")

@@ -184,16 +184,17 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
             Gpu.objects.filter(pk=row.pk).update(health=health, health_reason=reason)
     update = {"last_heartbeat": at or timezone.now()}
     back = node.state == Node.State.NOT_READY
-    if back:
-        update["state"] = Node.State.READY
+    if back:  # the state it had before it went silent (scheduler/failures.py keeps it): a cordoned node stays cordoned
+        update["state"] = node.resume_state or Node.State.READY
+        update["resume_state"] = ""
     Node.objects.filter(pk=node.pk).update(**update)
     if changes:
         record_event("gpu_health", f"{name}: " + "; ".join(f"gpu{c['index']} {c['from']} -> {c['to']}"
                                                          + (f" ({c['reason']})" if c["reason"] else "") for c in changes),
                      actor=actor, node=node, data={"changes": changes})
     if back:
-        record_event("node_ready", f"{name}: not_ready -> ready (heartbeat)", actor=actor, node=node,
-                     data={"from": "not_ready", "to": "ready"})
+        record_event("node_ready", f"{name}: not_ready -> {update['state']} (heartbeat)", actor=actor, node=node,
+                     data={"from": "not_ready", "to": update["state"]})
     node.refresh_from_db()
     return node
 

@@ -232,8 +232,9 @@ def _end_job(job: Job, state: str, at: datetime, actor, kind: str, message: str,
         current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
         raise ValidationError({"state": f"job is {current}, not pending or running"})
     released = Allocation.objects.filter(job=job, released_at__isnull=True).update(released_at=at)
-    Task.objects.filter(job=job, state__in=(Task.State.PENDING, Task.State.BOUND, Task.State.RUNNING)).update(
-        state=task_state)
+    Task.objects.filter(job=job, state__in=(Task.State.PENDING, Task.State.BOUND, Task.State.RUNNING,
+                                            Task.State.RELEASING)).update(state=task_state, release_deadline=None)
+    Job.objects.filter(pk=job.pk).update(reserved=None, preempt_deadline=None, estimated_start=None)
     record_event(kind, message, actor=actor, job=job, queue=job.queue, time=at,
                  data={"state": state, "released_gpus": released})
     job.refresh_from_db()
@@ -280,11 +281,17 @@ def cordon_node(node: Node, *, actor=None, reason: str = "") -> Node:
 
 
 @transaction.atomic
-def drain_node(node: Node, *, actor=None, reason: str = "") -> Node:
-    """Cordon and mark for draining (running gangs will be requeued by a later cycle; not yet).
-    Raises ValidationError("state") for a not_ready node."""
-    return _set_node_state(node, Node.State.DRAINING, (Node.State.READY, Node.State.CORDONED), "drained",
+def drain_node(node: Node, *, actor=None, reason: str = "", at: datetime | None = None) -> Node:
+    """Mark a node draining (no new work) and evict every running gang with a task on it gracefully: it
+    goes preempting with its queue's grace, then is requeued whole (lifecycle.py). The node stays
+    unschedulable until uncordoned. Raises ValidationError("state") for a not_ready node."""
+    from .lifecycle import evict_jobs_on_nodes
+
+    node = _set_node_state(node, Node.State.DRAINING, (Node.State.READY, Node.State.CORDONED), "drained",
                            actor, reason)
+    evict_jobs_on_nodes([node.pk], at=at or timezone.now(), kind="drained", actor=actor,
+                        reason=f"node {node.name} is draining" + (f" ({reason})" if reason else ""))
+    return node
 
 
 @transaction.atomic
@@ -323,3 +330,34 @@ def set_job_priority(job: Job, priority: int, *, actor=None) -> Job:
     job.refresh_from_db()
     _request_cycle_on_commit()
     return job
+
+
+# --- queue deletion and task reports ----------------------------------------------------------------------
+
+@transaction.atomic
+def delete_queue(queue: Queue, *, actor=None) -> None:
+    """Delete an empty leaf queue and its quotas. Raises ValidationError naming the rule: the queue has
+    child queues ("children"), or jobs ("jobs": live or pending ones must finish or be cancelled first;
+    finished ones keep the queue for the record: close it instead)."""
+    errors: dict[str, str] = {}
+    children = list(Queue.objects.filter(parent=queue).values_list("name", flat=True)[:5])
+    if children:
+        errors["children"] = f"queue {queue.name} has child queues ({', '.join(children)}); delete or move them first"
+    live = Job.objects.filter(queue=queue).exclude(state__in=Job.FINAL_STATES).count()
+    done = Job.objects.filter(queue=queue, state__in=Job.FINAL_STATES).count()
+    if live:
+        errors["jobs"] = (f"queue {queue.name} has {live} pending or running job(s); cancel them or let them "
+                          f"finish first (close the queue to stop new submissions)")
+    elif done:
+        errors["jobs"] = (f"queue {queue.name} has {done} finished job(s) whose history refers to it; "
+                          f"close the queue instead of deleting it")
+    _raise_if(errors)
+    name = queue.name
+    record_event("queue_deleted", f"queue {name} deleted", actor=actor,
+                 data={"queue": name, "parent": queue.parent.name if queue.parent_id else None})
+    Quota.objects.filter(queue=queue).delete()
+    queue.delete()
+    _request_cycle_on_commit()
+
+
+from .lifecycle import report_task_running  # noqa: E402,F401  (re-export: a node reports a task running)

@@ -141,8 +141,20 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 60
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 SCHEDULER_CYCLE_SECONDS = float(os.environ.get("SCHEDULER_CYCLE_SECONDS", "5"))
+# Job lifecycle and fault recovery (scheduler/store_release.py, scheduler/failures.py, gpuplatform/lifecycle.py).
+# TASKS_START_IMMEDIATELY: a bound task counts as running at once (no node agent confirms yet: the embedded
+# default and the demo); off = tasks stay "bound" until report_task_running, and a gang not all running
+# GANG_START_TIMEOUT_SECONDS after binding is requeued with backoff.
+TASKS_START_IMMEDIATELY = os.environ.get("TASKS_START_IMMEDIATELY", "1").lower() in {"1", "true", "yes"}
+GANG_START_TIMEOUT_SECONDS = float(os.environ.get("GANG_START_TIMEOUT_SECONDS", "300"))
+HEARTBEAT_TIMEOUT_SECONDS = float(os.environ.get("HEARTBEAT_TIMEOUT_SECONDS", "60"))  # silent longer -> not_ready
+NODE_FAILURE_GRACE_SECONDS = float(os.environ.get("NODE_FAILURE_GRACE_SECONDS", "120"))  # not_ready longer -> tasks fail
+REQUEUE_BACKOFF_SECONDS = float(os.environ.get("REQUEUE_BACKOFF_SECONDS", "60"))  # doubles per attempt
+REQUEUE_BACKOFF_CAP_SECONDS = float(os.environ.get("REQUEUE_BACKOFF_CAP_SECONDS", "3600"))
+FAILURE_CHECK_SECONDS = float(os.environ.get("FAILURE_CHECK_SECONDS", "15"))
 CELERY_BEAT_SCHEDULE = {
     "scheduling-cycle": {"task": "scheduler.tasks.run_scheduling_cycle", "schedule": SCHEDULER_CYCLE_SECONDS},
+    "failure-detection": {"task": "scheduler.tasks.detect_node_failures", "schedule": FAILURE_CHECK_SECONDS},
 }
 
 LOGGING = {

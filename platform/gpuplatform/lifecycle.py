@@ -1,0 +1,126 @@
+"""Job lifecycle writes shared by the scheduling cycle, failure detection and the services: graceful
+eviction, requeue of a whole gang, release of surplus tasks, a task's "running" report.
+
+Same style as services.py: plain functions, each a compare-and-set on the row's state so a stale call
+changes nothing (and returns False / 0), and an `Event` per transition. Call them inside the caller's
+transaction (they do not open one of their own, except `report_task_running`). Units: seconds, GPUs.
+
+Requeue semantics (DESIGN section 5 and the fault-recovery capability): the gang goes back to pending
+whole, every live allocation is released at once (the same `released_at`), every task back to pending
+with no node, `submitted_at` untouched (the job keeps its place in the order), `attempts` + 1. A requeue
+after a failure (node lost, GPU failed, gang did not start in time) adds a backoff: `not_before` = now +
+min(REQUEUE_BACKOFF_SECONDS * 2**(attempts-1), REQUEUE_BACKOFF_CAP_SECONDS). A requeue at the end of a
+preemption grace period (preempt, reclaim, drain) has none: the job did nothing wrong.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .models import Allocation, Event, Job, Task
+
+LIVE_TASK_STATES = (Task.State.BOUND, Task.State.RUNNING)
+EVICTABLE_JOB_STATES = (Job.State.ADMITTED, Job.State.RUNNING)
+
+
+def backoff_seconds(attempts: int) -> float:
+    """Backoff after the `attempts`-th failed attempt: base * 2**(attempts-1), capped."""
+    base = float(getattr(settings, "REQUEUE_BACKOFF_SECONDS", 60))
+    cap = float(getattr(settings, "REQUEUE_BACKOFF_CAP_SECONDS", 3600))
+    return min(base * 2 ** max(attempts - 1, 0), cap)
+
+
+def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
+                from_states=(Job.State.ADMITTED, Job.State.RUNNING, Job.State.PREEMPTING),
+                data: dict | None = None, cycle: int | None = None, node=None, actor=None) -> bool:
+    """Send a live gang back to pending whole (see the module docstring). Returns False, changing
+    nothing, when the job is no longer in one of `from_states` (a stale request)."""
+    row = Job.objects.filter(pk=job_id, state__in=from_states).values_list("attempts", "state", "queue_id", "name").first()
+    if row is None:
+        return False
+    attempts, old_state, queue_id, name = row
+    attempts += 1
+    not_before = at + timedelta(seconds=backoff_seconds(attempts)) if backoff else None
+    updated = Job.objects.filter(pk=job_id, state=old_state, attempts=attempts - 1).update(
+        state=Job.State.PENDING, attempts=attempts, not_before=not_before, started_at=None, bound_at=None,
+        preempt_deadline=None, reserved=None, estimated_start=None, placement_domain="", placement_tier=None,
+        pending_reason=reason[:500], updated_at=timezone.now())
+    if not updated:
+        return False
+    released = Allocation.objects.filter(job_id=job_id, released_at__isnull=True).update(released_at=at)
+    Task.objects.filter(job_id=job_id).update(state=Task.State.PENDING, node=None, release_deadline=None)
+    Event.objects.create(
+        time=at, kind=kind, job_id=job_id, queue_id=queue_id, node=node, actor=actor, cycle=cycle,
+        message=f"{name} requeued whole ({reason}); attempt {attempts}, {released} GPUs released"
+                + (f", retries after {not_before:%H:%M:%S}" if not_before else ""),
+        data={"from": old_state, "attempts": attempts, "released_gpus": released, "reason": reason,
+              "not_before": not_before.isoformat() if not_before else None, **(data or {})})
+    return True
+
+
+def evict_job(job_id, *, at: datetime, grace_seconds: float, kind: str, reason: str, data: dict | None = None,
+              cycle: int | None = None, node=None, actor=None, event: bool = True) -> datetime | None:
+    """Running (or admitted) gang -> preempting until at + grace; its GPUs stay held until then.
+    Returns the deadline, or None when the job is no longer running (stale)."""
+    deadline = at + timedelta(seconds=grace_seconds)
+    if not Job.objects.filter(pk=job_id, state__in=EVICTABLE_JOB_STATES).update(
+            state=Job.State.PREEMPTING, preempt_deadline=deadline, updated_at=timezone.now()):
+        return None
+    if event:
+        name, queue_id = Job.objects.filter(pk=job_id).values_list("name", "queue_id").first()
+        Event.objects.create(time=at, kind=kind, job_id=job_id, queue_id=queue_id, node=node, actor=actor,
+                             cycle=cycle, message=f"{name} preempting until {deadline:%H:%M:%S}: {reason}",
+                             data={"reason": reason, "deadline": deadline.isoformat(), **(data or {})})
+    return deadline
+
+
+def release_tasks(task_ids, *, at: datetime) -> int:
+    """Free the GPUs of surplus tasks (releasing -> pending, no node). Returns how many tasks moved."""
+    ids = list(Task.objects.filter(pk__in=list(task_ids), state=Task.State.RELEASING).values_list("id", flat=True))
+    if not ids:
+        return 0
+    Allocation.objects.filter(task_id__in=ids, released_at__isnull=True).update(released_at=at)
+    return Task.objects.filter(pk__in=ids, state=Task.State.RELEASING).update(
+        state=Task.State.PENDING, node=None, release_deadline=None)
+
+
+def evict_jobs_on_nodes(node_ids, *, at: datetime, kind: str, reason: str, actor=None, cycle=None) -> list:
+    """Gracefully evict every running gang with a task on `node_ids` (each with its queue's grace);
+    surplus tasks already releasing there keep their own deadline. Returns the evicted job ids."""
+    jobs = dict(Job.objects.filter(state__in=EVICTABLE_JOB_STATES, tasks__node_id__in=list(node_ids),
+                                   tasks__state__in=LIVE_TASK_STATES)
+                .values_list("id", "queue__preemption_grace_seconds").distinct())
+    done = []
+    for job_id, grace in sorted(jobs.items()):
+        if evict_job(job_id, at=at, grace_seconds=grace, kind=kind, reason=reason, actor=actor, cycle=cycle):
+            done.append(job_id)
+    return done
+
+
+@transaction.atomic
+def report_task_running(task: Task, *, at: datetime | None = None, actor=None) -> bool:
+    """A node reports that `task` runs: bound -> running. When no task of its gang is still bound, the job
+    goes admitted -> running (started_at = `at`) with an Event. Idempotent for a task already running;
+    returns True when something changed. Raises services.ValidationError("state") for a task that is
+    neither bound nor running (e.g. its gang was requeued meanwhile)."""
+    from .services import ValidationError
+
+    at = at or timezone.now()
+    if not Task.objects.filter(pk=task.pk, state=Task.State.BOUND).update(state=Task.State.RUNNING):
+        state = Task.objects.filter(pk=task.pk).values_list("state", flat=True).first()
+        if state == Task.State.RUNNING:
+            return False
+        raise ValidationError({"state": f"task is {state}, not bound"})
+    job_id = task.job_id
+    if Task.objects.filter(job_id=job_id, state=Task.State.BOUND).exists():
+        return True
+    if Job.objects.filter(pk=job_id, state=Job.State.ADMITTED).update(
+            state=Job.State.RUNNING, started_at=at, updated_at=timezone.now()):
+        name, queue_id = Job.objects.filter(pk=job_id).values_list("name", "queue_id").first()
+        n = Task.objects.filter(job_id=job_id, state=Task.State.RUNNING).count()
+        Event.objects.create(time=at, kind="running", job_id=job_id, queue_id=queue_id, actor=actor,
+                             message=f"{name}: all {n} tasks running", data={"tasks": n})
+    return True

@@ -1,0 +1,116 @@
+"""Node and GPU failure handling (DESIGN: fault recovery), run periodically by `scheduler.tasks` and by the
+embedded loop before each cycle: `detect_failures(now)`.
+
+1. A node whose last heartbeat is older than HEARTBEAT_TIMEOUT_SECONDS becomes not_ready (Event
+   "node_not_ready"; the state it had is kept in `resume_state`, so a cordoned node comes back cordoned).
+   Its tasks keep their GPUs and their recorded placement: a short gap moves nothing. A heartbeat
+   (node_services.record_heartbeat) brings it back.
+2. A node still not_ready NODE_FAILURE_GRACE_SECONDS after it went silent (last_heartbeat + timeout +
+   grace) has failed: the tasks on it fail and each of their gangs is requeued whole at once (all its
+   GPUs released, original submit time, attempts + 1, backoff). Event "node_failed" on the node, one
+   "requeued_after_failure" per job.
+3. A GPU reported unhealthy (uncorrectable ECC, fatal XID: see agent/inventory.py) under a live task
+   fails that task the same way.
+4. A draining node's running gangs are evicted gracefully (preempting with their queue's grace, then
+   requeued whole by the release step); services.drain_node does the same at once, this catches races.
+
+Nodes that never sent a heartbeat (last_heartbeat null: imported inventories, the demo) are not
+monitored: the timeout never fails them. Returns a FailureReport of what changed.
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from gpuplatform.lifecycle import LIVE_TASK_STATES, evict_jobs_on_nodes, release_tasks, requeue_job
+from gpuplatform.models import Allocation, Event, Job, Node, Task
+
+log = logging.getLogger("scheduler.failures")
+MONITORED_STATES = (Node.State.READY, Node.State.CORDONED, Node.State.DRAINING)
+
+
+@dataclass
+class FailureReport:
+    not_ready: list[str] = field(default_factory=list)
+    failed_nodes: list[str] = field(default_factory=list)
+    requeued: list = field(default_factory=list)
+    drained: list = field(default_factory=list)
+
+
+def _seconds(name: str, default: float) -> timedelta:
+    return timedelta(seconds=float(getattr(settings, name, default)))
+
+
+def detect_failures(now: datetime) -> FailureReport:
+    report = FailureReport()
+    timeout, grace = _seconds("HEARTBEAT_TIMEOUT_SECONDS", 60), _seconds("NODE_FAILURE_GRACE_SECONDS", 120)
+    with transaction.atomic():
+        silent = Node.objects.filter(state__in=MONITORED_STATES, last_heartbeat__isnull=False,
+                                     last_heartbeat__lt=now - timeout)
+        for node_id, name, state, last in silent.values_list("id", "name", "state", "last_heartbeat"):
+            if Node.objects.filter(pk=node_id, state=state, last_heartbeat=last).update(
+                    state=Node.State.NOT_READY, resume_state=state):
+                report.not_ready.append(name)
+                Event.objects.create(time=now, kind="node_not_ready", node_id=node_id,
+                                     message=f"{name}: {state} -> not_ready (no heartbeat since {last:%H:%M:%S})",
+                                     data={"from": state, "to": "not_ready", "last_heartbeat": last.isoformat()})
+
+        failed = dict(Node.objects.filter(state=Node.State.NOT_READY, last_heartbeat__isnull=False,
+                                          last_heartbeat__lte=now - timeout - grace).values_list("id", "name"))
+        on_failed = _live_tasks(node_id__in=list(failed))
+        for node_id, name in sorted(failed.items()):
+            jobs = sorted(jid for jid, tasks in on_failed.items() if any(t[3] == node_id for t in tasks))
+            if jobs:
+                report.failed_nodes.append(name)
+                Event.objects.create(time=now, kind="node_failed", node_id=node_id,
+                                     message=f"{name}: not_ready beyond the {grace.total_seconds():.0f} s grace; "
+                                             f"tasks of {len(jobs)} job(s) on it failed",
+                                     data={"jobs": jobs})
+        _fail(on_failed, now, report, "node lost")
+
+        bad_gpu_tasks = set(Allocation.objects.filter(released_at__isnull=True, gpu__health="unhealthy")
+                            .values_list("task_id", flat=True))
+        _fail(_live_tasks(pk__in=list(bad_gpu_tasks)), now, report, "GPU failed (ECC / XID)")
+
+        draining = list(Node.objects.filter(state=Node.State.DRAINING).values_list("id", flat=True))
+        if draining:
+            report.drained = evict_jobs_on_nodes(draining, at=now, kind="drained",
+                                                 reason="its node is draining; requeued whole after the grace period")
+    if report.not_ready or report.requeued or report.drained:
+        log.info("failure detection: not_ready %s, failed %s, requeued %s, drained %s", report.not_ready,
+                 report.failed_nodes, report.requeued, report.drained)
+    return report
+
+
+def _live_tasks(**where) -> dict[int, list[tuple]]:
+    """Live tasks (bound, running, releasing) of live jobs matching `where`, by job id:
+    (task id, role, index, node id, node name, state)."""
+    out: dict[int, list[tuple]] = defaultdict(list)
+    rows = (Task.objects.filter(job__state__in=Job.LIVE_STATES, state__in=(*LIVE_TASK_STATES, Task.State.RELEASING),
+                                **where)
+            .values_list("job_id", "id", "role__name", "index", "node_id", "node__name", "state"))
+    for jid, tid, role, index, node_id, node_name, state in rows:
+        out[jid].append((tid, role, index, node_id, node_name, state))
+    return out
+
+
+def _fail(tasks_by_job: dict, now: datetime, report: FailureReport, cause: str) -> None:
+    """Requeue each job whole; a job whose only affected tasks were already being released (evicted
+    surplus) just loses those tasks now, the rest of its gang is unaffected."""
+    for job_id, tasks in sorted(tasks_by_job.items()):
+        if all(t[5] == Task.State.RELEASING for t in tasks):
+            if release_tasks([t[0] for t in tasks], at=now):
+                Event.objects.create(time=now, kind="tasks_released", job_id=job_id,
+                                     message=f"{len(tasks)} releasing task(s) lost ({cause}); GPUs released now",
+                                     data={"tasks": [[t[1], t[2], t[4]] for t in tasks], "cause": cause})
+            continue
+        failed = [[role, index, node] for _, role, index, _, node, _ in tasks]
+        if requeue_job(job_id, at=now, kind="requeued_after_failure", backoff=True,
+                       reason=f"{cause}: {len(tasks)} task(s) failed on {', '.join(sorted({t[2] for t in failed}))}",
+                       data={"failed_tasks": failed, "cause": cause}):
+            report.requeued.append(job_id)
