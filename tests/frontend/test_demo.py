@@ -101,6 +101,9 @@ def test_demo_command_runs_the_replay(tiny_importers):
     call_command("demo", "--no-server", "--duration-seconds", "1", "--start-day", "0", "--tick", "0.2",
                  "--password", "pw-demo-123", stdout=io.StringIO())
     assert Job.objects.filter(external_id="big0").count() == 1
+    from gpuplatform.models import Event
+
+    assert Event.objects.filter(kind="member_added").exists()  # the audit of set-up survives the reset
 
 
 def test_busy_start_is_the_first_hour_the_running_jobs_fill_the_cluster():

@@ -51,10 +51,13 @@ def _reset_workload() -> dict:
     Housekeeping of the demo's own replayed data, not a platform action, so it is not a service."""
     from gpuplatform.models import Allocation, ClusterSample, Event, Job, QueueSample, SchedulerCycle
 
+    from django.db.models import Q
+
     with transaction.atomic():
         counts = {"jobs": Job.objects.count()}
         Allocation.objects.all().delete()
-        Event.objects.all().delete()
+        # The jobs' and the cycles' events go; the audit of teams, queues, quotas and users stays.
+        Event.objects.filter(Q(job__isnull=False) | Q(cycle__isnull=False)).delete()
         Job.objects.all().delete()  # cascades to roles and tasks
         QueueSample.objects.all().delete()
         ClusterSample.objects.all().delete()
