@@ -182,7 +182,8 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
         if (row.health, row.health_reason) != (health, reason):
             changes.append({"index": row.index, "from": row.health, "to": health, "reason": reason})
             Gpu.objects.filter(pk=row.pk).update(health=health, health_reason=reason)
-    update = {"last_heartbeat": at or timezone.now()}
+    at = at or timezone.now()
+    update = {"last_heartbeat": at}
     back = node.state == Node.State.NOT_READY
     if back:  # the state it had before it went silent (scheduler/failures.py keeps it): a cordoned node stays cordoned
         update["state"] = node.resume_state or Node.State.READY
@@ -191,10 +192,10 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
     if changes:
         record_event("gpu_health", f"{name}: " + "; ".join(f"gpu{c['index']} {c['from']} -> {c['to']}"
                                                          + (f" ({c['reason']})" if c["reason"] else "") for c in changes),
-                     actor=actor, node=node, data={"changes": changes})
+                     actor=actor, node=node, data={"changes": changes}, time=at)
     if back:
         record_event("node_ready", f"{name}: not_ready -> {update['state']} (heartbeat)", actor=actor, node=node,
-                     data={"from": "not_ready", "to": update["state"]})
+                     data={"from": "not_ready", "to": update["state"]}, time=at)
     node.refresh_from_db()
     return node
 
