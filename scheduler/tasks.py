@@ -29,20 +29,25 @@ def _summary(cycle) -> dict:
             "stale_skipped": cycle.stale_skipped, "duration_ms": cycle.duration_ms}
 
 
+def _clock(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
 @shared_task(name="scheduler.tasks.run_scheduling_cycle", ignore_result=False)
-def run_scheduling_cycle() -> dict:
-    """Run one cycle now (cluster clock = wall clock). Returns {"skipped", "number", "binds", "pending",
-    "stale_skipped", "duration_ms"}; raises what the cycle raised (the failure is recorded first)."""
+def run_scheduling_cycle(clock: str | None = None) -> dict:
+    """Run one cycle now (cluster clock = wall clock, or `clock`, an ISO 8601 time with its zone, for
+    replays and tests). Returns {"skipped", "number", "binds", "pending", "stale_skipped", "duration_ms"};
+    raises what the cycle raised (the failure is recorded first)."""
     from scheduler.store import run_cycle_once
 
-    return _summary(run_cycle_once())
+    return _summary(run_cycle_once(clock=_clock(clock)))
 
 
 @shared_task(name="scheduler.tasks.detect_node_failures", ignore_result=False)
-def detect_node_failures() -> dict:
-    """Periodic failure detection (scheduler/failures.py) at wall-clock time, under the cycle's
-    single-flight lock so it never interleaves with a cycle's apply. Returns what changed, or
-    {"skipped": True} when a cycle holds the lock (the next beat tries again)."""
+def detect_node_failures(now: str | None = None) -> dict:
+    """Periodic failure detection (scheduler/failures.py) at wall-clock time (or `now`, ISO 8601), under
+    the cycle's single-flight lock so it never interleaves with a cycle's apply. Returns what changed,
+    or {"skipped": True} when a cycle holds the lock (the next beat tries again)."""
     from django.utils import timezone
 
     from scheduler.failures import detect_failures
@@ -51,7 +56,7 @@ def detect_node_failures() -> dict:
     with single_flight() as acquired:
         if not acquired:
             return {"skipped": True}
-        report = detect_failures(timezone.now())
+        report = detect_failures(_clock(now) or timezone.now())
     return {"skipped": False, "not_ready": report.not_ready, "failed_nodes": report.failed_nodes,
             "requeued": report.requeued, "drained": report.drained}
 

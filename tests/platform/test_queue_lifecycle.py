@@ -1,0 +1,53 @@
+"""Queue lifecycle: closed and draining queues take no new jobs but keep scheduling and running theirs;
+a queue with jobs or children cannot be deleted (a clear ValidationError, nothing changed)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone as tz
+
+import pytest
+
+from gpuplatform import services
+from gpuplatform.models import Event, Job, Queue, Quota, Team
+from gpuplatform.services import ValidationError
+from scheduler import store
+
+CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
+
+
+@pytest.mark.parametrize("state", ["closed", "draining"])
+def test_closed_or_draining_queue_refuses_submissions_but_schedules_its_jobs(submit, alpha, state):
+    team, queue = alpha
+    running = submit("running", tasks=1, gpus=8)
+    store.run_cycle_once(clock=CLOCK)
+    waiting = submit("waiting", tasks=1, gpus=8)
+    services.update_queue(queue, state=state)
+    with pytest.raises(ValidationError) as exc:
+        submit("new", tasks=1, gpus=1)
+    assert f"is {state} and accepts no new jobs" in exc.value.errors["queue"]
+    store.run_cycle_once(clock=CLOCK)
+    assert dict(Job.objects.values_list("name", "state")) == {"running": "running", "waiting": "running"}
+    assert Job.objects.get(pk=running.pk).started_at == CLOCK
+
+
+def test_delete_queue_with_jobs_or_children_is_refused(submit, alpha, cluster):
+    team, queue = alpha
+    job = submit("j", tasks=1, gpus=1)
+    with pytest.raises(ValidationError) as exc:
+        services.delete_queue(queue)
+    assert "1 pending or running job(s)" in exc.value.errors["jobs"]
+    services.cancel_job(job)
+    with pytest.raises(ValidationError) as exc:
+        services.delete_queue(queue)
+    assert "close the queue instead" in exc.value.errors["jobs"]
+    with pytest.raises(ValidationError) as exc:
+        services.delete_queue(Queue.objects.get(name="root"))
+    assert "child queues" in exc.value.errors["children"]
+    assert Queue.objects.filter(name__in=("alpha", "root")).count() == 2
+
+
+def test_delete_empty_queue(cluster):
+    empty = services.create_queue("spare", parent="root", team=Team.objects.get(name="beta"),
+                                  quotas={"H100": (0, 0, 4)})
+    services.delete_queue(empty)
+    assert not Queue.objects.filter(name="spare").exists() and not Quota.objects.filter(queue_id=empty.pk).exists()
+    assert Event.objects.get(kind="queue_deleted").data["queue"] == "spare"
