@@ -331,3 +331,15 @@ def test_metrics_bearer_token(cluster, settings):
     settings.METRICS_TOKEN = "s3cret"
     assert APIClient().get("/metrics").status_code == 401
     assert APIClient().get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+# --- regressions found by the schema fuzzer ---------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["1371-06-12T06:46:53.30-23:25", "0001-01-01T00:00:00+23:00", "2026-01-01T00:00:00Z"])
+def test_odd_utc_offsets_are_a_400_or_a_result_never_a_500(admin, value):
+    """PostgreSQL refuses UTC offsets beyond +-15:59; date-times are normalised to UTC first."""
+    for url in ("/api/v1/scheduler-cycles/", "/api/v1/cluster-metrics/", "/api/v1/events/"):
+        assert admin.get(url, {"since": value}).status_code in (200, 400)
+    assert admin.get("/api/v1/jobs/", {"submitted_after": value}).status_code in (200, 400)
+    beat = admin.post("/api/v1/nodes/n0/heartbeat/", {"time": value, "gpus": []}, format="json")
+    assert beat.status_code in (200, 400), beat.content

@@ -29,7 +29,21 @@ schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
 
 
 @pytest.fixture
-def admin_token(cluster, jobs, users):
+def wsgi_keeps_connection():
+    """Calls go straight into the WSGI app, whose request signals would close the database connection
+    in the middle of the test's transaction (PostgreSQL); Django's own test client detaches them too."""
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def admin_token(wsgi_keeps_connection, cluster, jobs, users):
     from rest_framework.authtoken.models import Token
 
     from scheduler import store

@@ -1,7 +1,23 @@
 """django-filter FilterSets, one per resource (query parameters of the list endpoints)."""
+from datetime import timezone as dt_timezone
+
 import django_filters as df
+from rest_framework.exceptions import ValidationError
 
 from ..models import ClusterSample, Domain, Event, Job, Membership, Node, Queue, Quota, SchedulerCycle, Team
+
+
+class UtcDateTimeFilter(df.IsoDateTimeFilter):
+    """ISO 8601 date-time, compared in UTC: PostgreSQL refuses UTC offsets beyond +-15:59, which ISO 8601
+    (and Python) allow, so the value is normalised before it reaches the database."""
+
+    def filter(self, qs, value):
+        if value is not None:
+            try:
+                value = value.astimezone(dt_timezone.utc)
+            except (OverflowError, ValueError):
+                raise ValidationError({self.field_name: ["date-time out of range"]}) from None
+        return super().filter(qs, value)
 
 
 class CharInFilter(df.BaseInFilter, df.CharFilter):
@@ -64,8 +80,8 @@ class JobFilterSet(df.FilterSet):
     queue = df.CharFilter(field_name="queue__name", help_text="queue name")
     submitter = df.CharFilter(field_name="submitter__username", help_text="username")
     state = df.MultipleChoiceFilter(choices=Job.State.choices, help_text="repeat for several states")
-    submitted_after = df.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
-    submitted_before = df.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
+    submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
+    submitted_before = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
     name = df.CharFilter(lookup_expr="icontains")
 
     class Meta:
@@ -79,8 +95,8 @@ class EventFilterSet(df.FilterSet):
     actor = df.CharFilter(field_name="actor__username", help_text="username")
     queue = df.CharFilter(field_name="queue__name", help_text="queue name")
     node = df.CharFilter(field_name="node__name", help_text="node name")
-    since = df.IsoDateTimeFilter(field_name="time", lookup_expr="gte")
-    until = df.IsoDateTimeFilter(field_name="time", lookup_expr="lt")
+    since = UtcDateTimeFilter(field_name="time", lookup_expr="gte")
+    until = UtcDateTimeFilter(field_name="time", lookup_expr="lt")
 
     class Meta:
         model = Event
@@ -88,8 +104,8 @@ class EventFilterSet(df.FilterSet):
 
 
 class SchedulerCycleFilterSet(df.FilterSet):
-    since = df.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
-    until = df.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
+    since = UtcDateTimeFilter(field_name="started_at", lookup_expr="gte")
+    until = UtcDateTimeFilter(field_name="started_at", lookup_expr="lt")
     failed = df.BooleanFilter(method="filter_failed", help_text="only cycles that raised (true) or not (false)")
 
     class Meta:
@@ -101,8 +117,8 @@ class SchedulerCycleFilterSet(df.FilterSet):
 
 
 class ClusterSampleFilterSet(df.FilterSet):
-    since = df.IsoDateTimeFilter(field_name="time", lookup_expr="gte")
-    until = df.IsoDateTimeFilter(field_name="time", lookup_expr="lt")
+    since = UtcDateTimeFilter(field_name="time", lookup_expr="gte")
+    until = UtcDateTimeFilter(field_name="time", lookup_expr="lt")
 
     class Meta:
         model = ClusterSample

@@ -1,3 +1,5 @@
+from datetime import timezone as dt_timezone
+
 from rest_framework import serializers
 
 from ...models import Domain, Gpu, Node
@@ -68,3 +70,12 @@ class HeartbeatSerializer(serializers.Serializer):
     time = serializers.DateTimeField(required=False, allow_null=True, default=None,
                                      help_text="when the node measured (ISO 8601); default: now")
     gpus = GpuReportSerializer(many=True, required=False, default=list, max_length=1024)
+
+    def validate_time(self, value):
+        """Stored in UTC (PostgreSQL refuses UTC offsets beyond +-15:59)."""
+        if value is None:
+            return value
+        try:
+            return value.astimezone(dt_timezone.utc)
+        except (OverflowError, ValueError):
+            raise serializers.ValidationError("date-time out of range") from None
