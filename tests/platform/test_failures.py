@@ -1,0 +1,63 @@
+"""scheduler/failures.py and the failure-detection task: monitored vs unmonitored nodes, a cordoned node
+that goes silent comes back cordoned, draining nodes' stragglers are evicted, the beat schedule."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone as tz
+
+from django.conf import settings as django_settings
+
+from gpuplatform import node_services, services
+from gpuplatform.models import Event, Job, Node
+from scheduler import store
+from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
+from scheduler.failures import detect_failures
+from scheduler.locks import single_flight
+from scheduler.tasks import detect_node_failures
+
+CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
+
+
+def at(seconds: float) -> datetime:
+    return CLOCK + timedelta(seconds=seconds)
+
+
+def test_nodes_that_never_reported_are_not_monitored(cluster):
+    report = detect_failures(at(10_000))
+    assert report.not_ready == [] and set(Node.objects.values_list("state", flat=True)) == {"ready"}
+
+
+def test_cordoned_node_that_goes_silent_comes_back_cordoned(cluster):
+    node = Node.objects.get(name="n0")
+    node_services.record_heartbeat("n0", gpus=[], at=at(0))
+    services.cordon_node(node)
+    assert detect_failures(at(61)).not_ready == ["n0"]
+    assert Node.objects.get(name="n0").state == "not_ready"
+    assert detect_failures(at(62)).not_ready == []  # one transition, one Event
+    node_services.record_heartbeat("n0", gpus=[], at=at(70))
+    assert Node.objects.get(name="n0").state == "cordoned"
+    assert list(Event.objects.filter(node=node).order_by("id").values_list("kind", flat=True)) == \
+        ["cordoned", "node_not_ready", "node_ready"]
+
+
+def test_a_gang_bound_on_a_draining_node_is_evicted_gracefully(submit):
+    job = submit("late", tasks=1, gpus=8)
+    Node.objects.filter(name="n2").update(state="draining")  # drained while a cycle was binding there
+    store.apply_result(CycleResult(bindings=[Binding(job.pk, (TaskPlacement("worker", 0, "n2", tuple(range(8))),),
+                                                     "nvl-a2", 1)]), clock=at(0), cycle_number=1)
+    # the apply refuses a node that is no longer ready: nothing bound
+    assert Job.objects.get(pk=job.pk).state == "pending"
+    Node.objects.filter(name="n2").update(state="ready")
+    store.apply_result(CycleResult(bindings=[Binding(job.pk, (TaskPlacement("worker", 0, "n2", tuple(range(8))),),
+                                                     "nvl-a2", 1)]), clock=at(0), cycle_number=2)
+    Node.objects.filter(name="n2").update(state="draining")
+    report = detect_failures(at(5))
+    job.refresh_from_db()
+    assert report.drained == [job.pk] and job.state == "preempting" and job.preempt_deadline == at(35)
+    assert detect_failures(at(6)).drained == []  # already preempting: not evicted twice
+
+
+def test_failure_detection_task_is_scheduled_and_single_flight(cluster):
+    assert django_settings.CELERY_BEAT_SCHEDULE["failure-detection"]["task"] == "scheduler.tasks.detect_node_failures"
+    with single_flight():
+        assert detect_node_failures(now=at(0).isoformat()) == {"skipped": True}
+    assert detect_node_failures(now=at(0).isoformat())["skipped"] is False
