@@ -79,7 +79,7 @@ def detect_failures(now: datetime) -> FailureReport:
 
         draining = list(Node.objects.filter(state=Node.State.DRAINING).values_list("id", flat=True))
         if draining:
-            report.drained = evict_jobs_on_nodes(draining, at=now, kind="drained",
+            report.drained = evict_jobs_on_nodes(draining, at=now, kind="evicted",
                                                  reason="its node is draining; requeued whole after the grace period")
     if report.not_ready or report.requeued or report.drained:
         log.info("failure detection: not_ready %s, failed %s, requeued %s, drained %s", report.not_ready,

@@ -10,7 +10,7 @@ estimates and audit decisions -> ORM, inside apply_result's transaction.
   cleared for pending jobs no longer held.
 - `Job.estimated_start` is set from the backfill reservation and cleared for every other pending job.
 - One Event per decision (kind "reclaim" | "preempt", on the beneficiary: victims, GPUs, usage before and
-  after) and one "evicted" Event per victim (rule, beneficiary, tasks, deadline).
+  after) and one "preempted" | "reclaimed" Event per victim (rule, beneficiary, tasks, deadline).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from gpuplatform.models import Event, Job, Task
 from scheduler.core.snapshot import CycleResult, JobInfo, RoleInfo, TaskPlacement
 
 log = logging.getLogger("scheduler.store")
+VICTIM_KINDS = {"preempt": "preempted", "reclaim": "reclaimed"}  # the victims' Event kinds (prometheus counts them)
 
 
 def releasing_id(job_id) -> str:
@@ -109,7 +110,7 @@ def _evict(ev, info: dict, clock: datetime, cycle_number: int) -> Event:
         if moved != len(ev.tasks):
             raise StaleDecision(f"{len(ev.tasks) - moved} task(s) of {name} no longer running")
     what = "whole gang" if not ev.tasks else f"{len(ev.tasks)} surplus task(s)"
-    return Event(time=clock, kind="evicted", job_id=ev.job_id, queue_id=queue_id, cycle=cycle_number,
+    return Event(time=clock, kind=VICTIM_KINDS.get(ev.rule, "evicted"), job_id=ev.job_id, queue_id=queue_id, cycle=cycle_number,
                  message=f"{ev.rule}: {what} of {name} releases {ev.gpus} GPUs at {deadline:%H:%M:%S} "
                          f"for {info.get(ev.beneficiary, (ev.beneficiary,))[0]}",
                  data={"rule": ev.rule, "beneficiary": ev.beneficiary, "tasks": [list(t) for t in ev.tasks],

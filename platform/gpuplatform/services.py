@@ -289,7 +289,7 @@ def drain_node(node: Node, *, actor=None, reason: str = "", at: datetime | None 
 
     node = _set_node_state(node, Node.State.DRAINING, (Node.State.READY, Node.State.CORDONED), "drained",
                            actor, reason)
-    evict_jobs_on_nodes([node.pk], at=at or timezone.now(), kind="drained", actor=actor,
+    evict_jobs_on_nodes([node.pk], at=at or timezone.now(), kind="evicted", actor=actor,
                         reason=f"node {node.name} is draining" + (f" ({reason})" if reason else ""))
     return node
 

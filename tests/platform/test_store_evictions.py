@@ -72,7 +72,7 @@ def test_whole_and_partial_evictions_holds_and_decision_events(submit):
     assert ev.job_id == ben.pk and ev.cycle == 10
     assert [v["name"] for v in ev.data["victims"]] == ["whole", "part"]
     assert ev.data["usage_before"] == {"alpha": {"H100": 16}} and ev.data["usage_after"] == {"alpha": {"H100": 8}}
-    assert set(Event.objects.filter(kind="evicted").values_list("job_id", flat=True)) == {whole.pk, part.pk}
+    assert set(Event.objects.filter(kind="reclaimed").values_list("job_id", flat=True)) == {whole.pk, part.pk}
     assert SchedulerCycle.objects.get(number=10).evictions == 2
     shares = dict(QueueSample.objects.filter(time=at(10)).values_list("queue__name", "fair_share"))
     assert shares == {"alpha": 12.5, "root": 32.0, "beta": None}
@@ -138,7 +138,7 @@ def test_stale_eviction_decision_is_skipped_and_logged(submit, caplog):
     assert (stats.evictions, stats.stale_skipped) == (0, 1)
     assert Job.objects.get(pk=victim.pk).state == "succeeded"
     assert Job.objects.get(pk=ben.pk).reserved is None  # no hold without its evictions
-    assert not Event.objects.filter(kind__in=("preempt", "evicted")).exists()
+    assert not Event.objects.filter(kind__in=("preempt", "preempted")).exists()
     assert "stale eviction decision" in caplog.text
 
 

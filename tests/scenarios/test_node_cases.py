@@ -173,7 +173,7 @@ def test_node_drain_requeues_the_stranded_gang_whole():
     assert j.state == "running" and j.started_at == at(200)
     assert {n for n, _ in live(j)} == {"n1", "n2", "n3", "n4"}
     kinds = list(Event.objects.filter(job=j).order_by("time", "id").values_list("kind", flat=True))
-    assert kinds[-3:] == ["drained", "requeued", "admitted"]
+    assert kinds[-3:] == ["evicted", "requeued", "admitted"]
     assert list(Event.objects.filter(node__name="n3").values_list("kind", flat=True).order_by("id")) == \
         ["drained", "uncordoned"]
 
@@ -207,5 +207,5 @@ def test_reclaim_needs_several_victims_through_the_database():
     assert decision.job_id == big.pk and sorted(v["name"] for v in decision.data["victims"]) == \
         ["b-1", "b-2", "b-3", "b-4"]
     assert decision.data["usage_before"]["b"]["H100"] == 8 and decision.data["usage_after"]["b"]["H100"] == 0
-    assert Event.objects.filter(kind="evicted").count() == 4 and Event.objects.filter(kind="requeued").count() == 4
+    assert Event.objects.filter(kind="reclaimed").count() == 4 and Event.objects.filter(kind="requeued").count() == 4
     assert Queue.objects.get(name="b").preemption_grace_seconds == 30
