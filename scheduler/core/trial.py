@@ -24,8 +24,15 @@ class Trial:
 
     def free_tasks(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> int:
         """Make the tasks' GPUs (on ready nodes, healthy) free; returns the GPUs freed."""
+        return self._move(job, tasks, "give")
+
+    def unfree_tasks(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> int:
+        """Take back GPUs that free_tasks freed (a victim that turned out not to be needed)."""
+        return self._move(job, tasks, "take")
+
+    def _move(self, job: JobInfo, tasks: tuple[TaskPlacement, ...], op: str) -> int:
         roles = {r.name: r for r in job.roles}
-        freed = 0
+        moved = 0
         for t in tasks:
             usable = self._usable(t)
             if usable is None:
@@ -33,10 +40,10 @@ class Trial:
             k, gpus = usable
             role = roles.get(t.role)
             cpu, mem = (role.cpu_milli, role.memory_mib) if role else (0, 0)
-            self.state.give(k, gpus, cpu, mem)
-            self.ops.append(("give", k, gpus, cpu, mem))
-            freed += len(gpus)
-        return freed
+            (self.state.give if op == "give" else self.state.take)(k, gpus, cpu, mem)
+            self.ops.append((op, k, gpus, cpu, mem))
+            moved += len(gpus)
+        return moved
 
     def place(self, job: JobInfo, binding: Binding) -> None:
         """Record a tentative placement (already applied to the state by the search) so undo frees it."""
@@ -65,19 +72,6 @@ def release_binding(state: ClusterState, job: JobInfo, binding: Binding) -> None
         role = roles[t.role]
         state.give(state.node_index[t.node], t.gpus, role.cpu_milli, role.memory_mib)
 
-
-def unfree_tasks(trial: Trial, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> None:
-    """Take back GPUs that `trial.free_tasks` freed (used when a victim turns out not to be needed)."""
-    roles = {r.name: r for r in job.roles}
-    for t in tasks:
-        usable = trial._usable(t)
-        if usable is None:
-            continue
-        k, gpus = usable
-        role = roles.get(t.role)
-        cpu, mem = (role.cpu_milli, role.memory_mib) if role else (0, 0)
-        trial.state.take(k, gpus, cpu, mem)
-        trial.ops.append(("take", k, gpus, cpu, mem))
 
 
 class Holds:

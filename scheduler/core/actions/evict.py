@@ -12,7 +12,7 @@ from typing import Callable
 
 from ..plugins.victims import Unit
 from ..snapshot import Binding, JobInfo
-from ..trial import Trial, release_binding, unfree_tasks
+from ..trial import Trial, release_binding
 
 MAX_VICTIM_UNITS = 256  # bounds the search's cost per preemptor
 
@@ -68,7 +68,7 @@ def find_victims(allocator, job: JobInfo, flavor: str, *, target: int, units: li
     for unit in reversed(chosen):  # fill-back: drop victims the placement does not need
         if not unit.whole and any(u.whole and u.job.id == unit.job.id for u in kept):
             continue  # the rest of that gang goes anyway; keeping part of it would break the gang
-        unfree_tasks(trial, unit.job, unit.tasks)
+        trial.unfree_tasks(unit.job, unit.tasks)
         rest = [u for u in kept if u is not unit]
         placed = allocator.try_place(job, flavor, target=size)
         if isinstance(placed, Binding):
