@@ -271,8 +271,8 @@ class Allocator:
             else:
                 domains = candidate_domains(state, tier, flavor, need) if self.config.topology else [tree.root]
             for d in domains:
-                if state.domain_free(d, flavor) < need:
-                    continue
+                if state.domain_free(d, flavor) < need or not self.capacity.domain_fits(job, flavor, d):
+                    continue  # not enough free now, or nodes too small for its tasks even when empty
                 order = node_order(state, d, flavor, need, binpack=self.config.binpack)
                 cpu_nodes = self._cpu_nodes(d, order) if any(not r.gpus_per_task for r in job.roles) else []
                 placed = pack_gang(state, job, order, cpu_nodes, extra_budget=extra)
