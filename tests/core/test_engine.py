@@ -129,3 +129,12 @@ def test_decayed_usage_lets_yesterdays_heavy_user_yield():
     assert [b.job_id for b in world().cycle().bindings] == ["b"]
     decayed = world().cycle(config=CycleConfig(usage_half_life=3600))
     assert [b.job_id for b in decayed.bindings] == ["f"]
+
+
+def test_non_preemptible_jobs_run_only_within_quota():
+    world = (World().nodes(count=1, gpus=8).queue(name="small", quota={"H100": 2}).queue(name="other", quota={"H100": 6})
+             .job(name="pinned", queue="small", gpus_per_task=4, preemptible=False)
+             .job(name="borrower", queue="small", gpus_per_task=4, submit=1))
+    result = world.cycle()
+    assert [b.job_id for b in result.bindings] == ["borrower"]
+    assert "non-preemptible jobs run only within quota" in result.pending["pinned"].message

@@ -233,6 +233,13 @@ class Allocator:
             used = self.queues.usage[limiter][flavor]
             return PendingReason("queue_limit", f"queue {limiter} limit: uses {used} of {int(used + room)} "
                                  f"{flavor} GPUs, job needs {need}")
+        if not job.preemptible:  # it could never be reclaimed, so it may not borrow
+            within, level = self.queues.quota_room(job.queue, flavor)
+            if need > within:
+                used = self.queues.usage[level][flavor]
+                return PendingReason("queue_limit", f"non-preemptible jobs run only within quota: queue {level} "
+                                     f"uses {used} of its quota of {int(used + within)} {flavor} GPUs, job needs {need}")
+            room = min(room, within)
         shape = (flavor, cap, backfill_open,
                  tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib) for r in job.roles))
         cached = self.failed_shapes.get(shape)

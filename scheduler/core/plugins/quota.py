@@ -59,6 +59,20 @@ class QueueTree:
                     best, who = room, q
         return best, who
 
+    def quota_room(self, queue: str, flavor: str) -> tuple[float, str | None]:
+        """(GPUs of `flavor` the queue may take without borrowing, the level that binds): min over the
+        chain's levels that set quotas of quota - usage (a flavor a level does not list counts as 0)."""
+        best, who = INF, None
+        for q in self.chain(queue):
+            info = self.queues.get(q)
+            if not info or not info.quotas:
+                continue
+            quota = info.quotas.get(flavor)
+            room = (quota.quota if quota else 0) - self.usage[q][flavor]
+            if room < best:
+                best, who = room, q
+        return best, who
+
     def static_limit(self, queue: str, flavor: str) -> tuple[float, str | None]:
         """The smallest limit on the chain for `flavor`: a job needing more can never run in this queue."""
         best, who = INF, None
