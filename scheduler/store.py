@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from gpuplatform.models import Allocation, Domain, Event, Gpu, Job, JobRole, Node, Queue, Quota, SchedulerCycle, Task
 from scheduler import samples, store_evict, store_release
-from scheduler.store_evict import decode_reserved, releasing_job
+from scheduler.store_evict import decode_reserved, encode_reserved, releasing_id, releasing_job  # noqa: F401 (re-exported)
 from scheduler.core.snapshot import (
     CycleResult, DomainInfo, JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
 )

@@ -2,6 +2,7 @@
 that goes silent comes back cordoned, draining nodes' stragglers are evicted, the beat schedule."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone as tz
 
 from django.conf import settings as django_settings
@@ -11,7 +12,6 @@ from gpuplatform.models import Event, Job, Node
 from scheduler import store
 from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
 from scheduler.failures import detect_failures
-from scheduler.locks import single_flight
 from scheduler.tasks import detect_node_failures
 
 CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
@@ -56,8 +56,13 @@ def test_a_gang_bound_on_a_draining_node_is_evicted_gracefully(submit):
     assert detect_failures(at(6)).drained == []  # already preempting: not evicted twice
 
 
-def test_failure_detection_task_is_scheduled_and_single_flight(cluster):
+def test_failure_detection_task_is_scheduled_and_single_flight(cluster, monkeypatch):
     assert django_settings.CELERY_BEAT_SCHEDULE["failure-detection"]["task"] == "scheduler.tasks.detect_node_failures"
-    with single_flight():
-        assert detect_node_failures(now=at(0).isoformat()) == {"skipped": True}
     assert detect_node_failures(now=at(0).isoformat())["skipped"] is False
+
+    @contextmanager
+    def held_elsewhere(*args, **kwargs):  # a cycle in another process holds the lock
+        yield False
+
+    monkeypatch.setattr("scheduler.locks.single_flight", held_elsewhere)
+    assert detect_node_failures(now=at(0).isoformat()) == {"skipped": True}
