@@ -167,13 +167,18 @@ class PendingReason:
 
 @dataclass(frozen=True, slots=True)
 class Binding:
-    """A decision to start a job: every placed task with its node and GPU indices, and the domain
-    (name, tier) the gang was placed in."""
+    """A decision to start a job: every placed task with its node and GPU indices, the domain (name,
+    tier) the gang was placed in, and for the audit the rule that admitted it ("allocate", "backfill":
+    on GPUs reserved for another job it will leave before, "reservation": on GPUs held for it) and its
+    queue's dominant share before and after."""
 
     job_id: JobId
     tasks: tuple[TaskPlacement, ...]
     domain: str
     tier: int
+    rule: str = "allocate"
+    share_before: float = 0.0
+    share_after: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from dataclasses import replace
 
 from ..plugins.fairshare import dominant_share, usage_offset
 from ..plugins.feasibility import Capacity
@@ -71,9 +72,10 @@ class Allocator:
         while heap:
             _, q = heapq.heappop(heap)
             job = by_queue[q].pop()
+            before = self._share(q)
             outcome = self._attempt(job)
             if isinstance(outcome, Binding):
-                bindings.append(outcome)
+                bindings.append(replace(outcome, share_before=before, share_after=self._share(q)))
             else:
                 reasons[job.id] = outcome
                 self.failed_order.append(job)
@@ -89,6 +91,9 @@ class Allocator:
 
     def _job_key(self, job: JobInfo) -> tuple:
         return job_order_key(job) if self.config.fair_share else (job.submit_time, str(job.id))
+
+    def _share(self, q: str) -> float:
+        return dominant_share(self.queues, self.shares, q, self.offset) if self.shares else self.queues.share(q)
 
     def _queue_key(self, q: str, head: JobInfo) -> tuple:
         if not self.config.fair_share:  # plain FIFO across queues
@@ -106,9 +111,10 @@ class Allocator:
             return self.place(job, backfill_open=False)
         self.holds.release(BACKFILL)
         try:
-            return self.place(job, backfill_open=True)
+            outcome = self.place(job, backfill_open=True)
         finally:
             self.holds.retake(BACKFILL)
+        return replace(outcome, rule="backfill") if isinstance(outcome, Binding) else outcome
 
     def _reserve(self, job: JobInfo, reasons: dict) -> None:
         flavors = self._flavors(job)
@@ -159,12 +165,11 @@ class Allocator:
                 if g in state.nodes[k].unhealthy:
                     return False
                 waiting += g not in free
-        if not waiting:
-            bindings.append(self._bind_exactly(job, job.reserved))
-            return True
-        outcome = self.place(job)
+        before = self._share(job.queue)
+        outcome = self._bind_exactly(job, job.reserved) if not waiting else self.place(job)
         if isinstance(outcome, Binding):
-            bindings.append(outcome)
+            bindings.append(replace(outcome, rule="reservation" if not waiting else "allocate",
+                                    share_before=before, share_after=self._share(job.queue)))
             return True
         self.holds.hold(job.id, job.reserved)
         reasons[job.id] = PendingReason("nominated", f"{outcome.message}; {waiting} GPUs reserved for it are "
