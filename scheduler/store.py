@@ -193,9 +193,11 @@ def _bind(binding, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int) -
                                                                    node_id=node_id) != len(ids):
             raise _Stale("a task is no longer pending")
     return Event(time=clock, kind="admitted", job_id=binding.job_id, cycle=cycle_number,
-                 message=f"admitted into {binding.domain or 'the cluster'} (tier {binding.tier}) on "
+                 message=f"admitted ({binding.rule}) into {binding.domain or 'the cluster'} (tier {binding.tier}) on "
                          f"{len(by_node)} node(s), {len(allocations)} GPUs",
-                 data={"domain": binding.domain, "tier": binding.tier,
+                 data={"domain": binding.domain, "tier": binding.tier, "rule": binding.rule,
+                       "queue_share_before": round(binding.share_before, 4),
+                       "queue_share_after": round(binding.share_after, 4),
                        "placement": [[p.role, p.index, p.node, list(p.gpus)] for p in binding.tasks]})
 
 

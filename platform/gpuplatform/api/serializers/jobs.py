@@ -35,13 +35,22 @@ class JobSerializer(serializers.ModelSerializer):
     estimated_start = serializers.DateTimeField(read_only=True, allow_null=True,
                                                 help_text="from the latest cycle's backfill reservation; null if "
                                                           "unknown")
+    reserved = serializers.JSONField(read_only=True, allow_null=True,
+                                     help_text="GPUs held for this pending job until it starts: [[role, index, node, "
+                                               "[gpu indices]], ...] (an eviction's beneficiary, or a starving job's "
+                                               "drain reservation); null when none")
+    not_before = serializers.DateTimeField(read_only=True, allow_null=True,
+                                           help_text="requeue backoff after a failure: not scheduled before this time")
+    preempt_deadline = serializers.DateTimeField(read_only=True, allow_null=True,
+                                                 help_text="when a preempting job's GPUs are released (grace period)")
 
     class Meta:
         model = Job
         fields = ["id", "name", "team", "queue", "submitter", "state", "priority", "preemptible", "topology_mode",
                   "highest_tier", "preferred_tier", "time_limit_seconds", "attempts", "gpus", "roles",
-                  "pending_reason", "never_fits", "position", "estimated_start", "placement_domain",
-                  "placement_tier", "nodes", "submitted_at", "started_at", "finished_at"]
+                  "pending_reason", "never_fits", "position", "estimated_start", "reserved", "not_before",
+                  "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
+                  "finished_at"]
         read_only_fields = fields
 
     def get_gpus(self, job) -> int:
