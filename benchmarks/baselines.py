@@ -11,8 +11,9 @@ Policies, all through `scheduler.sim.replay.replay` (same trace, same cluster, s
   (c) the full policy: run_cycle with CycleConfig().
 
 Slice: the Philly file has ~70 arrivals in its first 19.5 days, so the default slice is the busy
-window from day 20 (start_days=20) for 14 days (quick: 4 days), importer defaults otherwise
-(scale 0.25 = 624 GPUs, compress 1). Figures: time-weighted allocation rate and fragmentation rate,
+window from day 20 (start_days=20) for 14 days (quick: 2 days), importer defaults otherwise
+(scale 0.25 = 624 GPUs, compress 1). The replay stops at the end of the slice (`until`), so every
+figure covers the slice only (queueing: jobs that started in it; `pending at end` counts the rest). Figures: time-weighted allocation rate and fragmentation rate,
 largest runnable job over time (time-weighted mean and a daily series, tier 2 = one leaf switch and the
 top tier), queueing p50 / p99 by job size, and the share of multi-node jobs placed inside one tier-1 /
 tier-2 domain (Philly's tier-1 domains are single machines, so multi-node jobs are never inside one).
@@ -47,7 +48,26 @@ class Recorder:
         self.tasks: dict = {}  # job id -> tasks bound so far
         self.final: dict = {}  # job id -> (tier of the common domain, distinct nodes) once complete
 
+        self.chains: dict = {}  # node name -> its domains, lowest first (from the first snapshot)
+        self.tier: dict = {}
+
+    def common_tier(self, nodes) -> int:
+        """Tier of the lowest domain holding every node (where the tasks landed, whatever the engine
+        searched), or one above the top tier when no domain holds them all."""
+        chains = [self.chains.get(n, ()) for n in nodes]
+        common = set(chains[0]).intersection(*chains[1:]) if chains else set()
+        return min((self.tier[d] for d in common), default=max(self.tier.values(), default=0) + 1)
+
     def __call__(self, snapshot, config):
+        if not self.chains:
+            parent = {d.name: d.parent for d in snapshot.domains}
+            self.tier = {d.name: d.tier for d in snapshot.domains}
+            for n in snapshot.nodes:
+                chain, d = [], n.domain
+                while d is not None and d not in chain:
+                    chain.append(d)
+                    d = parent.get(d)
+                self.chains[n.name] = tuple(chain)
         result = self.engine(snapshot, config)
         m = result.metrics
         self.series.append((snapshot.now, {"alloc": m.get("allocation_rate", 0.0), "frag": m.get("fragmentation_rate", 0.0),
@@ -58,7 +78,7 @@ class Recorder:
             nodes.update(t.node for t in b.tasks)
             self.tasks[b.job_id] = self.tasks.get(b.job_id, 0) + len(b.tasks)
             if self.tasks[b.job_id] >= want.get(b.job_id, 0):
-                self.final[b.job_id] = (b.tier, len(nodes))
+                self.final[b.job_id] = (self.common_tier(nodes), len(nodes))
                 self.nodes.pop(b.job_id, None)
                 self.tasks.pop(b.job_id, None)
         return result
@@ -89,12 +109,12 @@ def daily(series, start: float, end: float, key) -> list:
     return out
 
 
-def run_policy(name, engine, config, cluster, trace) -> dict:
+def run_policy(name, engine, config, cluster, trace, until: float | None = None) -> dict:
     rec = Recorder(engine)
     t0 = time.perf_counter()
     from scheduler.sim.replay import replay
 
-    rep = replay(cluster, trace, config=config, engine=rec)
+    rep = replay(cluster, trace, config=config, engine=rec, until=until)
     wall = time.perf_counter() - t0
     top = max((t for _, m in rec.series for t in m["largest"]), default=3)
     end = rep.sim_end
@@ -158,12 +178,12 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     from gpuplatform.importers import load_cluster, load_trace
 
-    days = args.days or (0.5 if args.tiny else 4.0 if args.quick else 14.0)
+    days = args.days or (0.5 if args.tiny else 2.0 if args.quick else 14.0)
     cluster = load_cluster("philly")
     trace = load_trace("philly", start_days=args.start, until_days=args.start + days)
     results = {}
     for name, engine, config in POLICIES:
-        results[name] = run_policy(name, engine, config, cluster, trace)
+        results[name] = run_policy(name, engine, config, cluster, trace, until=days * 86400.0)
         r = results[name]
         print(f"{name}: {r['wall_seconds']:.1f} s wall, alloc {r['allocation_rate']:.1%}, frag "
               f"{r['fragmentation_rate']:.1%}, started {r['jobs_started']}, pending {r['jobs_pending_at_end']}", flush=True)

@@ -8,7 +8,7 @@ reach 130 % of the cluster's GPU capacity; the GPU allocation ratio is recorded 
 load. Here: the openb default pod list (load_trace("openb"), 7,064 GPU pods, CPU-only pods skipped) on
 its 1,213-node / 6,212-GPU cluster (load_cluster("openb")), pods in trace order; the trace holds only
 ~92 % of the capacity in (fractional) requests, so it is replayed again from its start (new pod ids)
-until 130 % have arrived. One engine cycle per `batch` arrivals (default 10; quick 100); pods a cycle
+until 130 % have arrived. One engine cycle per `batch` arrivals (default 25; quick 400, full policy only); pods a cycle
 could not place are dropped as failed. Policies: the full policy (run_cycle, CycleConfig()) and, for
 reference, the kube-like spread (core.baselines.run_cycle_kube).
 
@@ -93,12 +93,12 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     from gpuplatform.importers import load_cluster, load_trace
 
-    batch = args.batch or (200 if args.tiny else 100 if args.quick else 10)
+    batch = args.batch or (200 if args.tiny else 400 if args.quick else 25)
     cluster = load_cluster("openb")
     trace = load_trace("openb")
     stop = 0.3 if args.tiny else 1.3
     policies = [("full", run_cycle, CycleConfig())]
-    if not args.no_kube and not args.tiny:
+    if not args.no_kube and not args.tiny and not args.quick:
         policies.append(("kube_like", run_cycle_kube, KUBE))
     results = {}
     for name, engine, config in policies:

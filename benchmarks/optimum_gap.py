@@ -99,8 +99,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--time-limit", type=float, default=None, help="CP-SAT seconds per snapshot")
     ap.add_argument("--seed", type=int, default=11)
     args = ap.parse_args(argv)
-    n = args.snapshots or (1 if args.tiny else 4 if args.quick else 30)
-    limit = args.time_limit or (2.0 if args.tiny else 10.0 if args.quick else 30.0)
+    n = args.snapshots or (1 if args.tiny else 4 if args.quick else 20)
+    limit = args.time_limit or (2.0 if args.tiny else 10.0 if args.quick else 20.0)
     try:
         import ortools  # noqa: F401
     except ImportError:
