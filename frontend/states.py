@@ -38,3 +38,21 @@ PALETTE: tuple[str, ...] = (
 
 def state_color(state: str) -> str:
     return STATE_COLORS.get(state, "#718096")
+
+# What one GPU is doing, on the topology map (frontend/topology.py defines how a GPU gets its state).
+GPU_STATE_COLORS: dict[str, str] = {
+    "free": "#90cdf4",                          # light blue: healthy, on a ready node, unallocated
+    "running": STATE_COLORS["running"],         # held by a job within its queue's quota
+    "borrowed": "#805ad5",                      # purple: held by a job above its queue's quota
+    "preempting": STATE_COLORS["preempting"],   # held by a job in its eviction grace period
+    "unhealthy": STATE_COLORS["failed"],        # GPU unhealthy (XID/ECC) or node not ready
+    "cordoned": "#4a5568",                      # free GPU on a cordoned or draining node
+}
+
+# Series of the watermark and fragmentation charts.
+SERIES_COLORS.update({
+    "borrowed": GPU_STATE_COLORS["borrowed"],
+    "fair_share": "#2b6cb0",
+    "free_gpus": GPU_STATE_COLORS["free"],
+    "domain_completeness": "#2f855a",
+})

@@ -18,6 +18,7 @@ from gpuplatform.models import Job
 
 from . import figures
 from .states import STATE_COLORS
+from .views_jobs import can_act
 
 JOBS_PER_PAGE = 50
 SERIES_POINTS = 600
@@ -144,12 +145,34 @@ def job_list(request):
     })
 
 
+# Event kinds that change a job's state, and the state they lead to (the job page's state history).
+HISTORY_KINDS = {
+    "submitted": "pending", "admitted": "admitted", "running": "running", "preempted": "preempting",
+    "reclaimed": "preempting", "evicted": "preempting", "requeued": "pending", "requeued_after_failure": "pending",
+    "gang_start_timeout": "pending", "cancelled": "cancelled", "succeeded": "succeeded", "failed": "failed",
+}
+
+
+def state_history(job, events) -> list[dict]:
+    """The job's states over time, oldest first, from its events (its timestamps when events are missing)."""
+    out = [{"state": HISTORY_KINDS[e.kind], "time": e.time, "note": e.message}
+           for e in sorted(events, key=lambda e: (e.time, e.id)) if e.kind in HISTORY_KINDS]
+    if not out or out[0]["state"] != "pending":
+        out.insert(0, {"state": "pending", "time": job.submitted_at, "note": "submitted"})
+    if job.started_at and not any(h["state"] in ("admitted", "running") for h in out):
+        out.append({"state": "running", "time": job.started_at, "note": "started"})
+    if job.finished_at and out[-1]["state"] != job.state:
+        out.append({"state": job.state, "time": job.finished_at, "note": ""})
+    return out
+
+
 @login_required
 def job_detail(request, pk: int):
     job = queries.job_detail(request.user, pk)
     if job is None:
         raise Http404("No such job, or not one of your teams' jobs.")
     allocations = list(job.allocations.all())
+    events = list(queries.job_events(job))
     return render(request, "frontend/job_detail.html", {
         "job": job,
         "roles": list(job.roles.all()),
@@ -159,7 +182,11 @@ def job_detail(request, pk: int):
         "nodes": queries.node_names(job),
         "run_time": human_seconds(job.duration_seconds),
         "time_limit": human_seconds(job.time_limit_seconds),
-        "events": queries.job_events(job),
+        "events": events,
+        "history": state_history(job, events),
+        "can_cancel": job.state not in queries.FINISHED_STATES and can_act(request.user, job),
+        "show_map": bool(job.placement_domain) and job.state in queries.LIVE_STATES,
+        "map_zoom": job.placement_domain,
         "state_colors": STATE_COLORS,
     })
 

@@ -1,7 +1,8 @@
 """The reads the pages and the API need: visibility rules, job lists, cluster summaries, time series.
 
 Every function returns plain values or lazy querysets; none writes. Visibility lives here, once:
-platform admins (staff) see every team, anyone else sees the teams they are a member of.
+platform admins (staff) and ops (the `gpuplatform.view_job` permission) see every team, anyone else sees
+the teams they are a member of.
 """
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ LIVE_STATES = tuple(str(s) for s in Job.LIVE_STATES)
 # --- visibility -------------------------------------------------------------------------------------
 
 def sees_all(user) -> bool:
-    return bool(user.is_authenticated and (user.is_staff or user.is_superuser))
+    """Platform admins (staff), and ops: a user granted the `gpuplatform.view_job` permission (e.g. through
+    an "ops" group) reads every team's jobs. Reading only: writes still need a team role or staff
+    (api.permissions.can_submit)."""
+    return bool(user.is_authenticated and (user.is_staff or user.is_superuser or user.has_perm("gpuplatform.view_job")))
 
 
 def visible_teams(user) -> QuerySet[Team]:

@@ -1,0 +1,133 @@
+"""Figures of the dashboards (queue watermarks, fragmentation, queueing) and the pending order: pure
+functions from rows (dashboard_queries) to plotly figure dicts and plain lists. Re-exported by figures.py.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Mapping, Sequence
+
+from .figures import _iso, _layout
+from .states import PALETTE, SERIES_COLORS, STATE_COLORS
+
+SIZE_BUCKETS = ((1, 1, "1 GPU"), (2, 4, "2-4"), (5, 8, "5-8"), (9, 32, "9-32"), (33, 128, "33-128"),
+                (129, 10**9, "129+"))
+
+
+def _line(name, x, y, color, **extra) -> dict:
+    return {"type": "scatter", "mode": "lines", "name": name, "x": x, "y": y,
+            "line": {"color": color, "width": 1.5, **extra.pop("line", {})},
+            "hovertemplate": "%{y}<extra>" + name + "</extra>", **extra}
+
+
+def watermark_figure(queue: str, samples: Sequence[Mapping], *, height: int = 240) -> dict:
+    """One queue over time: used GPUs split into within-quota and borrowed (above quota, stacked), against
+    guarantee, quota, limit, pending demand and the engine's fair share."""
+    x = [_iso(s["time"]) for s in samples]
+    used = [int(s["used"]) for s in samples]
+    quota = [int(s["quota"]) for s in samples]
+    data = [
+        _line("used within quota", x, [min(u, q) for u, q in zip(used, quota)], STATE_COLORS["running"],
+              stackgroup="used", line={"width": 0.5}),
+        _line("borrowed (above quota)", x, [max(0, u - q) for u, q in zip(used, quota)], SERIES_COLORS["borrowed"],
+              stackgroup="used", line={"width": 0.5}),
+        _line("guarantee", x, [s["guarantee"] for s in samples], SERIES_COLORS["guarantee"], line={"dash": "dot"}),
+        _line("quota", x, quota, SERIES_COLORS["quota"]),
+        _line("limit", x, [s["limit"] for s in samples], SERIES_COLORS["limit"], line={"dash": "dash"}),
+        _line("pending demand", x, [s["pending_demand"] for s in samples], SERIES_COLORS["pending_demand"],
+              line={"dash": "dashdot"}),
+    ]
+    if any(s.get("fair_share") is not None for s in samples):
+        data.append(_line("fair share", x, [None if s.get("fair_share") is None else round(s["fair_share"], 2)
+                                            for s in samples], SERIES_COLORS["fair_share"], line={"dash": "dot"}))
+    layout = _layout(queue, yaxis={"title": {"text": "GPUs"}}, height=height)
+    layout["margin"] = {"l": 44, "r": 8, "t": 30, "b": 28}
+    layout["showlegend"] = False
+    layout["hovermode"] = "x unified"
+    return {"data": data, "layout": layout}
+
+
+def fragmentation_figures(samples: Sequence[Mapping]) -> dict:
+    """Two figures over time: 'rates' (fragmentation rate and domain completeness, percent) and 'gpus'
+    (free GPUs and the largest runnable job per tier, GPUs)."""
+    x = [_iso(s["time"]) for s in samples]
+    rates = {"data": [
+        _line("fragmentation rate", x, [round(100 * s["fragmentation_rate"], 2) for s in samples],
+              SERIES_COLORS["fragmentation_rate"], line={"width": 2}),
+        _line("domain completeness", x, [round(100 * s["domain_completeness"], 2) for s in samples],
+              SERIES_COLORS["domain_completeness"], line={"width": 2}),
+    ], "layout": _layout("Fragmentation rate and domain completeness",
+                         yaxis={"range": [0, 100], "ticksuffix": "%", "rangemode": "normal"})}
+    tiers = sorted({int(t) for s in samples for t in (s.get("largest_runnable") or {})})
+    gpu_data = [_line("free GPUs", x, [s["free_gpus"] for s in samples], SERIES_COLORS["free_gpus"],
+                      fill="tozeroy", line={"width": 1})]
+    for i, t in enumerate(tiers):
+        gpu_data.append(_line(f"largest runnable, tier ≤ {t}", x,
+                              [(s.get("largest_runnable") or {}).get(str(t), (s.get("largest_runnable") or {}).get(t))
+                               for s in samples], PALETTE[i % len(PALETTE)], line={"width": 2}))
+    gpus = {"data": gpu_data, "layout": _layout("Free GPUs and the largest runnable job per tier",
+                                                yaxis={"title": {"text": "GPUs"}})}
+    return {"rates": rates, "gpus": gpus}
+
+
+def size_bucket(gpus: int) -> str:
+    for lo, hi, label in SIZE_BUCKETS:
+        if lo <= gpus <= hi:
+            return label
+    return "0 GPU"
+
+
+def wait_figures(rows: Sequence[Mapping], *, max_teams: int = 20) -> dict:
+    """Wait-time distributions (hours, box plots): 'by_size' (job size buckets) and 'by_team'."""
+    by_size, by_team = defaultdict(list), defaultdict(list)
+    for r in rows:
+        hours = round(r["wait_seconds"] / 3600, 4)
+        by_size[size_bucket(r["gpus"])].append(hours)
+        by_team[r["team"]].append(hours)
+    labels = [b[2] for b in SIZE_BUCKETS if b[2] in by_size] + (["0 GPU"] if "0 GPU" in by_size else [])
+    size_data = [{"type": "box", "name": f"{b} ({len(by_size[b])})", "y": by_size[b], "boxpoints": False,
+                  "marker": {"color": PALETTE[i % len(PALETTE)]}, "hoverinfo": "y+name"}
+                 for i, b in enumerate(labels)]
+    teams = sorted(by_team, key=lambda t: -len(by_team[t]))[:max_teams]
+    team_data = [{"type": "box", "name": f"{t} ({len(by_team[t])})", "y": by_team[t], "boxpoints": False,
+                  "marker": {"color": PALETTE[i % len(PALETTE)]}, "hoverinfo": "y+name"}
+                 for i, t in enumerate(sorted(teams))]
+    out = {}
+    for key, data, title in (("by_size", size_data, "Wait time by job size (GPUs)"),
+                             ("by_team", team_data, "Wait time by team")):
+        layout = _layout(title, yaxis={"title": {"text": "hours"}, "type": "log" if data else "linear"})
+        layout["xaxis"] = {"type": "category", "gridcolor": "#edf2f7"}
+        layout["showlegend"] = False
+        out[key] = {"data": data, "layout": layout}
+    return out
+
+
+def wait_summary(rows: Sequence[Mapping]) -> list[dict]:
+    """p50 / p90 / p99 wait (seconds) and job count per size bucket, for the table and the CSV."""
+    by_size = defaultdict(list)
+    for r in rows:
+        by_size[size_bucket(r["gpus"])].append(r["wait_seconds"])
+
+    def pct(vals, p):
+        vals = sorted(vals)
+        return vals[min(len(vals) - 1, int(round(p / 100 * (len(vals) - 1))))] if vals else None
+    return [{"size": b[2], "jobs": len(by_size[b[2]]), "p50_s": pct(by_size[b[2]], 50),
+             "p90_s": pct(by_size[b[2]], 90), "p99_s": pct(by_size[b[2]], 99)}
+            for b in SIZE_BUCKETS if by_size.get(b[2])]
+
+
+def pending_order(pending: Sequence[dict], used: Mapping[int, int], quotas: Mapping[int, int],
+                  weights: Mapping[int, float]) -> list[dict]:
+    """Pending jobs in the order the next cycle considers them (DESIGN section 5): queues under their
+    quota first (by usage / quota), then over-quota queues by usage / weight; inside a queue, higher
+    priority first, then earlier submission. Adds `position` (overall) and `queue_position`."""
+    def queue_key(qid):
+        u, q = used.get(qid, 0), quotas.get(qid, 0) or 0
+        return (0, u / q) if u < q else (1, u / (weights.get(qid) or 1.0))
+
+    ordered = sorted(pending, key=lambda j: (queue_key(j["queue_id"]), -j["priority"], j["submitted_at"], j["id"]))
+    per_queue: dict[int, int] = defaultdict(int)
+    out = []
+    for i, j in enumerate(ordered, start=1):
+        per_queue[j["queue_id"]] += 1
+        out.append({**j, "position": i, "queue_position": per_queue[j["queue_id"]]})
+    return out

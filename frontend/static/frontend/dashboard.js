@@ -1,0 +1,47 @@
+// Dashboards (queues, fragmentation, queueing): draw the figures built in Python, then poll the page's
+// data URL and update every chart (Plotly.react, the user's zoom kept) and HTML fragment in place.
+// Figure "key" goes to the element #fig-<key>; html fragment "id" replaces the inside of #<id>.
+(function () {
+  "use strict";
+  var script = document.currentScript;
+  var url = script.dataset.url;
+  var interval = parseInt(script.dataset.intervalMs || "5000", 10);
+  var config = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+
+  function draw(figs) {
+    if (typeof Plotly === "undefined" || !figs) return;
+    Object.keys(figs).forEach(function (key) {
+      var el = document.getElementById("fig-" + key);
+      if (el) {
+        Plotly.react(el, figs[key].data, figs[key].layout, config);
+        el.dataset.points = figs[key].data.reduce(function (n, t) { return n + ((t.x || t.y || []).length); }, 0);
+      }
+    });
+  }
+
+  function update(payload) {
+    draw(payload.figures);
+    Object.keys(payload.html || {}).forEach(function (id) {
+      var el = document.getElementById(id);
+      if (el) el.innerHTML = payload.html[id];
+    });
+    document.querySelectorAll("[data-latest]").forEach(function (el) {
+      var v = payload.latest && payload.latest[el.dataset.latest];
+      if (v !== undefined && v !== null) el.textContent = el.dataset.pct ? (Math.round(v * 1000) / 10) + "%" : v;
+    });
+  }
+
+  var initial = document.getElementById("initial-figures");
+  if (initial) draw(JSON.parse(initial.textContent));
+
+  var busy = false;
+  setInterval(function () {
+    if (busy || document.hidden) return;
+    busy = true;
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
+      .then(update)
+      .catch(function () { /* keep the last good view; try again next tick */ })
+      .then(function () { busy = false; });
+  }, interval);
+})();

@@ -1,0 +1,58 @@
+// Submission form: add / remove roles (a Django formset), keep the queue list to the chosen team, and
+// check in the browser what HTML5 attributes cannot say (min available <= tasks), with clear messages.
+// The server checks everything again (services.submit_job).
+(function () {
+  "use strict";
+  var form = document.getElementById("job-form");
+  if (!form) return;
+  var total = form.querySelector('input[name="roles-TOTAL_FORMS"]');
+  var maxForms = parseInt((form.querySelector('input[name="roles-MAX_NUM_FORMS"]') || {}).value || "16", 10);
+  var roles = document.getElementById("roles");
+  var template = document.getElementById("role-template");
+  var queueTeams = JSON.parse(document.getElementById("queue-teams").textContent);
+
+  function checkRole(role) {
+    var tasks = role.querySelector('input[name$="-tasks"]'), min = role.querySelector('input[name$="-min_available"]');
+    if (!tasks || !min) return;
+    var t = parseInt(tasks.value, 10), m = parseInt(min.value, 10);
+    min.setCustomValidity(!isNaN(t) && !isNaN(m) && m > t ? "Min available (" + m + ") must not exceed tasks (" + t + ")." : "");
+  }
+
+  document.getElementById("add-role").addEventListener("click", function () {
+    var n = parseInt(total.value, 10);
+    if (n >= maxForms) return;
+    var html = template.innerHTML.replace(/__prefix__/g, String(n));
+    roles.insertAdjacentHTML("beforeend", html);
+    var added = roles.lastElementChild;
+    var name = added.querySelector('input[name$="-name"]');
+    if (name) { name.value = "role" + n; name.focus(); }
+    total.value = String(n + 1);
+  });
+  document.getElementById("remove-role").addEventListener("click", function () {
+    var n = parseInt(total.value, 10);
+    if (n <= 1) return;
+    roles.removeChild(roles.lastElementChild);
+    total.value = String(n - 1);
+  });
+  roles.addEventListener("input", function (ev) {
+    var role = ev.target.closest("[data-role]");
+    if (role) checkRole(role);
+  });
+
+  var team = form.elements.team, queue = form.elements.queue;
+  function filterQueues() {
+    Array.prototype.forEach.call(queue.options, function (o) {
+      o.hidden = !!(o.value && team.value && queueTeams[o.value] !== team.value);
+    });
+    if (queue.value && queueTeams[queue.value] !== team.value) {
+      var first = Array.prototype.find.call(queue.options, function (o) { return o.value && !o.hidden; });
+      queue.value = first ? first.value : "";
+    }
+  }
+  if (team && queue) { team.addEventListener("change", filterQueues); filterQueues(); }
+
+  form.addEventListener("submit", function (ev) {
+    roles.querySelectorAll("[data-role]").forEach(checkRole);
+    if (!form.checkValidity()) { ev.preventDefault(); form.reportValidity(); }
+  });
+})();

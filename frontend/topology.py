@@ -1,0 +1,257 @@
+"""The topology map: a pure function from flat rows (domains, GPUs, live allocations, live jobs, quotas) to
+the JSON payload of /topology.json (a plotly figure plus the numbers behind it).
+
+Two levels, so the map stays light at 20,000 GPUs:
+- "domains": one cell per lowest-tier (NVLink) domain, a small stacked column of its GPUs per state,
+  grouped by parent domain (leaf switch); a wholly free domain is one full light-blue column. Bar traces.
+- "gpus": one square per GPU (scattergl, WebGL), grouped by domain, a row per node; used when zoomed into
+  a domain holding at most GPU_CELL_LIMIT GPUs.
+
+A GPU's state, first match wins: unhealthy (GPU unhealthy or node not ready) > preempting (its job is in
+its grace period) > borrowed (its job runs above its queue's quota, see borrowed_jobs) > running (held by
+any other job) > cordoned (free, node cordoned or draining) > free.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+
+from .states import GPU_STATE_COLORS
+
+GPU_STATES = tuple(GPU_STATE_COLORS)
+GPU_CELL_LIMIT = 2400     # zoomed views up to this many GPUs draw one square per GPU
+WRAP = 48                 # columns before a row of blocks wraps
+UNIT_PX = 22              # pixels per row unit
+BORROWED_DEFINITION = (
+    "Borrowed: GPUs of a queue's jobs above the queue's quota (all flavors summed). A queue's live jobs are "
+    "counted in start order; the jobs that take its usage past its quota are borrowing, whole gangs at a "
+    "time. Borrowed GPUs are the ones reclaim takes back first.")
+
+
+def natural_key(name: str):
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name or "")]
+
+
+def borrowed_jobs(jobs, quotas: dict[int, int]) -> set[int]:
+    """Ids of the jobs that borrow: per queue, live jobs in start order; those past the quota borrow."""
+    by_queue = defaultdict(list)
+    for j in jobs:
+        by_queue[j["queue_id"]].append(j)
+    out: set[int] = set()
+    for qid, js in by_queue.items():
+        quota = quotas.get(qid, 0) or 0
+        js.sort(key=lambda j: ((j.get("started_at") or j.get("bound_at")) is None,
+                               j.get("started_at") or j.get("bound_at") or 0, j["id"]))
+        used = 0
+        for j in js:
+            used += j["gpus"]
+            if used > quota:
+                out.add(j["id"])
+    return out
+
+
+def gpu_state(health: str, node_state: str, job: dict | None, borrowed: set[int]) -> str:
+    if health != "healthy" or node_state == "not_ready":
+        return "unhealthy"
+    if job is not None:
+        if job["state"] == "preempting":
+            return "preempting"
+        return "borrowed" if job["id"] in borrowed else "running"
+    return "cordoned" if node_state in ("cordoned", "draining") else "free"
+
+
+def _flow(blocks: list[tuple[int, int]], wrap: int = WRAP) -> tuple[list[tuple[int, float]], float, int]:
+    """Place blocks of (cols, lines) left to right, wrapping; returns each block's (x0, y0) where y0 is
+    the label line, the total height in units and the total width in columns."""
+    pos, x, y, row_h, width = [], 0, 0.0, 0, 0
+    for cols, lines in blocks:
+        if x and x + cols > wrap:
+            y += 0.6 + row_h + 0.3
+            x, row_h = 0, 0
+        pos.append((x, y))
+        x += cols + 1
+        width = max(width, x - 1)
+        row_h = max(row_h, lines)
+    return pos, (y + 0.6 + row_h + 0.3) if blocks else 1.0, max(width, 1)
+
+
+def _layout(height_units: float, width_cols: int, annotations: list[dict]) -> dict:
+    return {
+        "margin": {"l": 8, "r": 8, "t": 8, "b": 8},
+        "height": int(max(220, height_units * UNIT_PX + 40)),
+        "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "#ffffff",
+        "xaxis": {"visible": False, "range": [-0.7, width_cols - 0.3], "fixedrange": False},
+        "yaxis": {"visible": False, "range": [height_units, -0.3], "fixedrange": False},
+        "showlegend": True, "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
+        "hovermode": "closest", "annotations": annotations, "uirevision": "topology",
+        "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
+        "bargap": 0, "barmode": "overlay",
+    }
+
+
+def _label(name: str, x: float, y: float) -> dict:
+    return {"text": name, "name": name, "x": x - 0.45, "y": y + 0.25, "xanchor": "left", "yanchor": "middle",
+            "showarrow": False, "captureevents": True, "font": {"size": 11, "color": "#2c5282"}}
+
+
+def _job_label(job: dict | None, visible) -> str:
+    if job is None:
+        return ""
+    if visible is None or job["team_id"] in visible:
+        return f"{job['name']} · team {job['team_name']} · queue {job['queue_name']}"
+    return f"a job of team {job['team_name']} · queue {job['queue_name']}"
+
+
+def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas: dict[int, int],
+                     zoom: str | None = None, team: str | None = None, job: int | None = None,
+                     visible_team_ids: set[int] | None = None, gpu_cell_limit: int = GPU_CELL_LIMIT) -> dict:
+    """domains: (id, name, tier, parent_id); gpus: (gpu_id, index, health, node_id, node, node_state,
+    flavor, domain_id) — already filtered by flavor; allocations {gpu_id: job_id}; jobs: live job dicts
+    (dashboard_queries.live_jobs); quotas {queue_id: GPUs}. zoom: a domain name (None = the cluster).
+    team / job: GPUs not held by that team's / job's jobs are dimmed. Unknown zoom raises KeyError."""
+    by_id = {d[0]: d for d in domains}
+    children = defaultdict(list)
+    for d in domains:
+        children[d[3]].append(d[0])
+    zoom_row = None
+    if zoom:
+        zoom_row = next((d for d in domains if d[1] == zoom), None)
+        if zoom_row is None:
+            raise KeyError(zoom)
+        scope, stack = set(), [zoom_row[0]]
+        while stack:
+            did = stack.pop()
+            scope.add(did)
+            stack.extend(children.get(did, ()))
+        gpus = [g for g in gpus if g[7] in scope]
+    jobs_by_id = {j["id"]: j for j in jobs}
+    borrowed = borrowed_jobs(jobs, quotas)
+    filtering = bool(team or job)
+
+    def matches(j):
+        return j is not None and (not team or j["team_name"] == team) and (not job or j["id"] == job)
+
+    cells = []  # (gpu row, state, job or None, match)
+    for g in gpus:
+        j = jobs_by_id.get(allocations.get(g[0]))
+        cells.append((g, gpu_state(g[2], g[5], j, borrowed), j, matches(j)))
+    totals = {s: 0 for s in GPU_STATES}
+    for c in cells:
+        totals[c[1]] += 1
+    level = "gpus" if zoom_row is not None and len(cells) <= gpu_cell_limit else "domains"
+    build = _gpu_level if level == "gpus" else _domain_level
+    figure, rows = build(cells, by_id, visible_team_ids, filtering)
+    path = []
+    node = zoom_row
+    while node is not None:
+        path.insert(0, {"name": node[1], "tier": node[2]})
+        node = by_id.get(node[3])
+    return {"level": level, "zoom": path[-1] if path else None, "path": path, "totals": totals,
+            "gpus": len(cells), "filters": {"team": team or "", "job": job or ""},
+            "borrowed_definition": BORROWED_DEFINITION, "figure": figure, "rows": rows}
+
+
+def _domain_level(cells, by_id, visible, filtering):
+    per = defaultdict(lambda: {"states": defaultdict(int), "jobs": defaultdict(int), "match": 0, "gpus": 0})
+    job_info = {}
+    for g, state, j, match in cells:
+        c = per[g[7]]
+        c["gpus"] += 1
+        c["states"][state] += 1
+        c["match"] += match
+        if j is not None:
+            c["jobs"][j["id"]] += 1
+            job_info[j["id"]] = j
+    groups = defaultdict(list)
+    for did in per:
+        parent = by_id[did][3] if did in by_id else None
+        groups[parent].append(did)
+
+    def dname(did):
+        return by_id[did][1] if did in by_id else "(no domain)"
+
+    order = sorted(groups, key=lambda p: natural_key(dname(p) if p is not None else "~"))
+    for p in order:
+        groups[p].sort(key=lambda d: natural_key(dname(d)))
+    cols = min(max((len(v) for v in groups.values()), default=1), WRAP)
+    pos, height, width = _flow([(cols, math.ceil(len(groups[p]) / cols)) for p in order])
+    traces = {s: {"x": [], "base": [], "y": [], "hovertext": [], "customdata": [], "opacity": []} for s in GPU_STATES}
+    annotations, rows = [], []
+    for (x0, y0), p in zip(pos, order):
+        annotations.append(_label(dname(p) if p is not None else "(no leaf)", x0, y0))
+        for i, did in enumerate(groups[p]):
+            c = per[did]
+            x, top = x0 + i % cols, y0 + 0.6 + i // cols
+            top_jobs = sorted(c["jobs"].items(), key=lambda kv: -kv[1])[:3]
+            lines = [f"<b>{dname(did)}</b> · {dname(p) if p is not None else ''} · {c['gpus']} GPUs",
+                     ", ".join(f"{n} {s}" for s, n in sorted(c["states"].items(), key=lambda kv: -kv[1]))]
+            lines += [f"{n} GPUs: {_job_label(job_info[jid], visible)}" for jid, n in top_jobs]
+            if len(c["jobs"]) > 3:
+                lines.append(f"+{len(c['jobs']) - 3} more jobs")
+            text = "<br>".join(lines)
+            bottom = top + 0.9
+            for s in GPU_STATES:
+                n = c["states"].get(s, 0)
+                if not n:
+                    continue
+                h = 0.85 * n / c["gpus"]
+                t = traces[s]
+                t["x"].append(x)
+                t["base"].append(round(bottom, 4))
+                t["y"].append(round(-h, 4))
+                t["hovertext"].append(text)
+                t["customdata"].append(dname(did))
+                t["opacity"].append(1.0 if not filtering or c["match"] else 0.25)
+                bottom -= h
+            rows.append({"domain": dname(did), "parent": dname(p) if p is not None else "", "gpus": c["gpus"],
+                         **{s: c["states"].get(s, 0) for s in GPU_STATES}, "jobs": len(c["jobs"]),
+                         "matching_gpus": c["match"]})
+    data = []
+    for s in GPU_STATES:
+        t = traces[s]
+        data.append({"type": "bar", "name": f"{s} ({sum(r[s] for r in rows)})", "x": t["x"], "y": t["y"],
+                     "base": t["base"], "width": 0.86, "hovertext": t["hovertext"], "hoverinfo": "text",
+                     "customdata": t["customdata"], "legendgroup": s,
+                     "marker": {"color": GPU_STATE_COLORS[s], "opacity": t["opacity"], "line": {"width": 0}}})
+    return {"data": data, "layout": _layout(height, width, annotations)}, rows
+
+
+def _gpu_level(cells, by_id, visible, filtering):
+    by_domain = defaultdict(lambda: defaultdict(list))
+    for cell in cells:
+        by_domain[cell[0][7]][cell[0][4]].append(cell)
+
+    def dname(did):
+        return by_id[did][1] if did in by_id else "(no domain)"
+
+    order = sorted(by_domain, key=lambda d: natural_key(dname(d)))
+    per_node = max((len(v) for nodes in by_domain.values() for v in nodes.values()), default=1)
+    blocks = [(per_node, len(by_domain[d])) for d in order]
+    pos, height, width = _flow(blocks)
+    traces = {s: {"x": [], "y": [], "hovertext": [], "customdata": [], "opacity": []} for s in GPU_STATES}
+    annotations, rows = [], []
+    for (x0, y0), did in zip(pos, order):
+        annotations.append(_label(dname(did), x0, y0))
+        for line, node in enumerate(sorted(by_domain[did], key=natural_key)):
+            for g, state, j, match in sorted(by_domain[did][node], key=lambda c: c[0][1]):
+                t = traces[state]
+                t["x"].append(x0 + g[1] % per_node)
+                t["y"].append(round(y0 + 0.6 + line + 0.45, 3))
+                who = _job_label(j, visible)
+                t["hovertext"].append(f"<b>{node}</b> GPU {g[1]} · {g[6]} · {state}" + (f"<br>{who}" if who else ""))
+                shown = j is not None and (visible is None or j["team_id"] in visible)
+                t["customdata"].append([j["id"] if shown else None, dname(did)])
+                t["opacity"].append(1.0 if not filtering or match else 0.25)
+                rows.append({"domain": dname(did), "node": node, "gpu": g[1], "flavor": g[6], "state": state,
+                             "job": (j["name"] if shown else "(other team)") if j else "",
+                             "team": j["team_name"] if j else "", "queue": j["queue_name"] if j else ""})
+    data = []
+    for s in GPU_STATES:
+        t = traces[s]
+        data.append({"type": "scattergl", "mode": "markers", "name": f"{s} ({len(t['x'])})", "x": t["x"],
+                     "y": t["y"], "hovertext": t["hovertext"], "hoverinfo": "text", "customdata": t["customdata"],
+                     "legendgroup": s,
+                     "marker": {"symbol": "square", "size": 15, "color": GPU_STATE_COLORS[s], "opacity": t["opacity"],
+                                "line": {"width": 0}}})
+    return {"data": data, "layout": _layout(height, width, annotations)}, rows

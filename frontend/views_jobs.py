@@ -1,0 +1,96 @@
+"""Job writes from the browser: the submission form and the cancel button. Both go through the same
+services as the REST API (services.submit_job, services.cancel_job) and the same permission rule
+(api.permissions.can_submit: a member or admin of the job's team, or a platform admin)."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from gpuplatform import dashboard_queries, queries, services
+from gpuplatform.api.permissions import SUBMIT_ROLES, is_platform_admin
+from gpuplatform.models import Domain, Membership, Queue, Team
+
+from .forms import JobForm, RoleFormSet, apply_service_errors
+
+
+def submit_teams(user):
+    """Teams the user may submit for: every team for a platform admin, else those where the user is a
+    member or admin (never a viewer) — the rule of api.permissions.can_submit."""
+    if is_platform_admin(user):
+        return Team.objects.order_by("name")
+    ids = Membership.objects.filter(user=user, role__in=SUBMIT_ROLES).values_list("team_id", flat=True)
+    return Team.objects.filter(pk__in=ids).order_by("name")
+
+
+def _form_kwargs(user) -> dict:
+    teams = list(submit_teams(user))
+    parents = set(Queue.objects.filter(parent__isnull=False).values_list("parent_id", flat=True))
+    # Closed and draining queues stay in the list: the service answers why they take no jobs.
+    queues = [(q.name, q.team.name) for q in Queue.objects.filter(team__in=teams)
+              .select_related("team").order_by("name") if q.pk not in parents]
+    tiers = sorted(set(Domain.objects.values_list("tier", flat=True)))
+    return {"teams": [t.name for t in teams], "queues": queues, "tiers": tiers}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_new(request):
+    kwargs = _form_kwargs(request.user)
+    flavors = dashboard_queries.flavors()
+    if not kwargs["teams"]:
+        raise PermissionDenied("You are not a member of any team, so you cannot submit jobs.")
+    if request.method == "POST":
+        form = JobForm(request.POST, **kwargs)
+        roles = RoleFormSet(request.POST, prefix="roles", form_kwargs={"flavors": flavors})
+        if form.is_valid() and roles.is_valid():
+            data = form.cleaned_data
+            team = Team.objects.get(name=data["team"])
+            minutes = data.get("time_limit_minutes")
+            try:
+                job = services.submit_job(
+                    team=team, queue=data["queue"], name=data["name"], roles=[f.role() for f in roles.forms],
+                    priority=data["priority"], preemptible=data["preemptible"], topology_mode=data["topology_mode"],
+                    highest_tier=data.get("highest_tier"), preferred_tier=data.get("preferred_tier"),
+                    time_limit_seconds=minutes * 60 if minutes else None, submitter=request.user)
+            except services.ValidationError as exc:
+                apply_service_errors(exc.errors, form, roles)
+            else:
+                messages.success(request, f"Job {job.name} submitted to queue {job.queue.name}.")
+                return redirect("frontend:job-detail", pk=job.pk)
+        status = 400
+    else:
+        team = kwargs["teams"][0] if len(kwargs["teams"]) == 1 else ""
+        queue = next((q for q, t in kwargs["queues"] if t == team), "")
+        form = JobForm(initial={"team": team, "queue": queue}, **kwargs)
+        roles = RoleFormSet(prefix="roles", form_kwargs={"flavors": flavors})
+        status = 200
+    return render(request, "frontend/job_form.html", {
+        "form": form, "roles": roles, "queue_teams": dict(kwargs["queues"]),
+    }, status=status)
+
+
+@login_required
+@require_POST
+def job_cancel(request, pk: int):
+    job = queries.job_detail(request.user, pk)
+    if job is None:
+        raise Http404("No such job, or not one of your teams' jobs.")
+    if not can_act(request.user, job):
+        raise PermissionDenied("Only members and admins of the job's team may cancel it.")
+    try:
+        services.cancel_job(job, actor=request.user, reason=f"cancelled in the browser by {request.user}")
+    except services.ValidationError as exc:
+        messages.error(request, "; ".join(exc.errors.values()))
+    else:
+        messages.success(request, f"Job {job.name} cancelled.")
+    return redirect("frontend:job-detail", pk=job.pk)
+
+
+def can_act(user, job) -> bool:
+    from gpuplatform.api.permissions import can_submit
+
+    return can_submit(user, job.team_id)

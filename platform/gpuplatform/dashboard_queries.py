@@ -1,0 +1,138 @@
+"""Reads behind the dashboards (topology map, queue watermarks, fragmentation, queueing): flat
+`values_list` queries returning plain rows; the figure builders in `frontend/` turn them into charts.
+
+Visibility stays in `queries` (who sees which jobs); these functions return numbers for every team and
+the views decide which job names to show.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import Count, F, Sum
+
+from .models import Allocation, ClusterSample, Domain, Gpu, Job, JobRole, Queue, QueueSample, Quota
+from .queries import LIVE_STATES
+
+
+# --- topology ---------------------------------------------------------------------------------------
+
+def domains() -> list[tuple[int, str, int, int | None]]:
+    """Every domain as (id, name, tier, parent_id)."""
+    return list(Domain.objects.values_list("id", "name", "tier", "parent_id"))
+
+
+def topology_gpus(domain_ids: set[int] | None = None, flavor: str | None = None) -> list[tuple]:
+    """GPUs as (gpu_id, index, health, node_id, node_name, node_state, flavor, domain_id), optionally only
+    those whose node sits in one of `domain_ids` (tier-1 ids) and of one GPU flavor."""
+    qs = Gpu.objects.all()
+    if domain_ids is not None:
+        qs = qs.filter(node__domain_id__in=domain_ids)
+    if flavor:
+        qs = qs.filter(node__flavor=flavor)
+    return list(qs.order_by().values_list("id", "index", "health", "node_id", "node__name", "node__state",
+                                          "node__flavor", "node__domain_id"))
+
+
+def live_allocations() -> dict[int, int]:
+    """{gpu_id: job_id} of every live allocation (released_at null)."""
+    return dict(Allocation.objects.filter(released_at__isnull=True).order_by().values_list("gpu_id", "job_id"))
+
+
+def live_jobs() -> list[dict]:
+    """Jobs holding GPUs now, with their GPU count: id, name, state, started_at, team_id, team, queue_id,
+    queue, gpus."""
+    gpus = dict(Allocation.objects.filter(released_at__isnull=True).values("job_id").annotate(n=Count("id"))
+                .order_by().values_list("job_id", "n"))
+    rows = list(Job.objects.filter(pk__in=list(gpus)).order_by().values(
+        "id", "name", "state", "started_at", "bound_at", "team_id", "queue_id",
+        team_name=F("team__name"), queue_name=F("queue__name")))
+    for r in rows:
+        r["gpus"] = gpus.get(r["id"], 0)
+    return rows
+
+
+def queue_quotas() -> dict[int, int]:
+    """{queue_id: quota in GPUs summed over flavors}."""
+    return dict(Quota.objects.values("queue_id").annotate(q=Sum("quota")).order_by().values_list("queue_id", "q"))
+
+
+def flavors() -> list[str]:
+    from .models import Node
+
+    return sorted(set(Node.objects.values_list("flavor", flat=True).distinct()))
+
+
+# --- queue watermarks -------------------------------------------------------------------------------
+
+def queue_tree() -> list[dict]:
+    """Every queue: id, name, parent_id, team, weight, state, and its latest sample's numbers."""
+    latest: dict[int, dict] = {}
+    last_time = QueueSample.objects.order_by("-time").values_list("time", flat=True).first()
+    if last_time is not None:
+        for s in QueueSample.objects.filter(time=last_time).values(
+                "queue_id", "used", "guarantee", "quota", "limit", "pending_demand", "fair_share"):
+            latest[s["queue_id"]] = s
+    out = []
+    for q in Queue.objects.order_by("name").values("id", "name", "parent_id", "weight", "state",
+                                                   team_name=F("team__name")):
+        out.append({**q, "sample": latest.get(q["id"])})
+    return out
+
+
+def watermark_series(queue_id: int, since: datetime | None = None, limit: int = 2000) -> list[dict]:
+    """One queue's samples, oldest first: time, used, guarantee, quota, limit, pending_demand, fair_share."""
+    qs = QueueSample.objects.filter(queue_id=queue_id)
+    if since is not None:
+        qs = qs.filter(time__gte=since)
+    rows = list(qs.order_by("-time").values("time", "used", "guarantee", "quota", "limit", "pending_demand",
+                                            "fair_share")[:limit])
+    rows.reverse()
+    return rows
+
+
+# --- fragmentation ----------------------------------------------------------------------------------
+
+def fragmentation_series(limit: int = 2000) -> list[dict]:
+    """Cluster samples, oldest first: time, fragmentation_rate, free_gpus, largest_runnable {tier: GPUs},
+    domain_completeness, allocation_rate."""
+    rows = list(ClusterSample.objects.order_by("-time", "-id").values(
+        "time", "fragmentation_rate", "free_gpus", "largest_runnable", "domain_completeness",
+        "allocation_rate", "schedulable_gpus")[:limit])
+    rows.reverse()
+    return rows
+
+
+# --- queueing ---------------------------------------------------------------------------------------
+
+def wait_times(limit: int = 5000) -> list[dict]:
+    """The latest `limit` started jobs: gpus, team, wait seconds (started - submitted)."""
+    jobs = list(Job.objects.filter(started_at__isnull=False).order_by("-started_at")
+                .values("id", "submitted_at", "started_at", team_name=F("team__name"))[:limit])
+    gpus = dict(JobRole.objects.filter(job_id__in=[j["id"] for j in jobs]).values("job_id")
+                .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).order_by().values_list("job_id", "n"))
+    return [{"team": j["team_name"], "gpus": gpus.get(j["id"]) or 0,
+             "wait_seconds": max(0.0, (j["started_at"] - j["submitted_at"]).total_seconds())} for j in jobs]
+
+
+def pending_jobs() -> list[dict]:
+    """Every pending job with what the queue order needs: id, name, team, queue, priority, submitted_at,
+    pending_reason, estimated_start, never_fits, gpus."""
+    rows = list(Job.objects.filter(state=Job.State.PENDING).order_by().values(
+        "id", "name", "team_id", "queue_id", "priority", "submitted_at", "pending_reason", "estimated_start",
+        "never_fits", "reserved", team_name=F("team__name"), queue_name=F("queue__name")))
+    gpus = dict(JobRole.objects.filter(job__state=Job.State.PENDING).values("job_id")
+                .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).order_by().values_list("job_id", "n"))
+    for r in rows:
+        r["gpus"] = gpus.get(r["id"]) or 0
+    return rows
+
+
+def queue_used() -> dict[int, int]:
+    """{queue_id: GPUs held now by its live jobs}."""
+    return dict(Allocation.objects.filter(released_at__isnull=True, job__state__in=LIVE_STATES)
+                .values("job__queue_id").annotate(n=Count("id")).order_by().values_list("job__queue_id", "n"))
+
+
+def queue_weights() -> dict[int, float]:
+    return dict(Queue.objects.values_list("id", "weight"))
+

@@ -1,0 +1,159 @@
+"""Dashboards (topology, queues, fragmentation, queueing) and the job forms, through Django's test client."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+
+from gpuplatform.models import Job, Membership
+
+pytestmark = pytest.mark.django_db
+
+PAGES = ["/topology/", "/queues/", "/fragmentation/", "/queueing/", "/jobs/new/"]
+DATA = ["/topology.json", "/queues/data.json", "/fragmentation/data.json", "/queueing/data.json"]
+
+
+@pytest.mark.parametrize("url", PAGES + DATA)
+def test_login_required(client, world, url):
+    assert client.get(url).status_code == 302
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_pages_render(client, world, url):
+    client.force_login(world["admin"])
+    assert client.get(url).status_code == 200
+
+
+@pytest.mark.parametrize("url", DATA)
+def test_data_as_json_and_csv(client, world, url):
+    client.force_login(world["admin"])
+    payload = client.get(url).json()
+    assert payload.get("figures") or payload.get("figure")
+    csv = client.get(url + "?format=csv")
+    assert csv["Content-Type"].startswith("text/csv") and len(csv.content.decode().splitlines()) >= 2
+
+
+def test_topology_cluster_level_aggregates_per_domain(client, world):
+    client.force_login(world["admin"])
+    p = client.get("/topology.json").json()
+    assert p["level"] == "domains" and p["gpus"] == 8
+    assert p["totals"]["running"] + p["totals"]["borrowed"] == 4 and p["totals"]["free"] == 4
+    assert p["rows"] == [{"domain": "nvl-0", "parent": "leaf-0", "gpus": 8, "free": 4, "running": 4, "borrowed": 0,
+                          "preempting": 0, "unhealthy": 0, "cordoned": 0, "jobs": 1, "matching_gpus": 4}]
+
+
+def test_topology_zoom_shows_gpus_and_hides_other_teams_job_names(client, world):
+    client.force_login(world["alice"])  # red member; blue's jobs are not hers
+    p = client.get("/topology.json?zoom=nvl-0").json()
+    assert p["level"] == "gpus" and [d["name"] for d in p["path"]] == ["spine", "leaf-0", "nvl-0"]
+    assert {r["job"] for r in p["rows"]} == {"red-running", ""}
+    assert client.get("/topology.json?zoom=nope").status_code == 404
+    blue = world["jobs"]["blue-done"]
+    assert client.get(f"/topology.json?job={blue.pk}").status_code == 404
+
+
+def test_queues_page_has_a_figure_per_team_queue(client, world):
+    client.force_login(world["alice"])
+    figs = client.get("/queues/data.json").json()["figures"]
+    assert len(figs) == 2
+    names = [t["name"] for t in next(iter(figs.values()))["data"]]
+    assert {"used within quota", "borrowed (above quota)", "guarantee", "quota", "limit", "pending demand"} <= set(names)
+
+
+def test_queueing_lists_only_visible_pending_jobs_with_positions(client, world):
+    client.force_login(world["alice"])
+    html = client.get("/queueing/").content.decode()
+    assert "red-pending" in html and "blue-pending" not in html
+    assert "2 pending jobs in the cluster" in html
+
+
+def roles_post(**over):
+    data = {"name": "train-1", "team": "red", "queue": "red", "priority": "0", "preemptible": "on",
+            "topology_mode": "none", "highest_tier": "", "preferred_tier": "", "time_limit_minutes": "",
+            "roles-TOTAL_FORMS": "1", "roles-INITIAL_FORMS": "0", "roles-MIN_NUM_FORMS": "1",
+            "roles-MAX_NUM_FORMS": "16", "roles-0-name": "worker", "roles-0-tasks": "2",
+            "roles-0-gpus_per_task": "2", "roles-0-cpu_milli": "0", "roles-0-memory_mib": "0",
+            "roles-0-min_available": "", "roles-0-flavor": ""}
+    data.update(over)
+    return data
+
+
+def test_submit_form_creates_the_job_through_the_service(client, world):
+    client.force_login(world["alice"])
+    response = client.post("/jobs/new/", roles_post())
+    job = Job.objects.get(name="train-1")
+    assert response.status_code == 302 and response["Location"] == f"/jobs/{job.pk}/"
+    assert job.submitter == world["alice"] and job.events.filter(kind="submitted").exists()
+    assert [(r.tasks, r.gpus_per_task, r.min_available) for r in job.roles.all()] == [(2, 2, 2)]
+
+
+@pytest.mark.parametrize("over, field, message", [
+    ({"roles-0-min_available": "3"}, "min_available", "must not exceed tasks"),
+    ({"roles-0-tasks": "0"}, "tasks", "greater than or equal to 1"),
+    ({"queue": "blue"}, "queue", "Select a valid choice"),
+    ({"highest_tier": "7"}, "highest_tier", "Select a valid choice"),
+    ({"name": "bad name!"}, "name", "Use letters"),
+])
+def test_submit_form_shows_field_errors(client, world, over, field, message):
+    client.force_login(world["alice"])
+    response = client.post("/jobs/new/", roles_post(**over))
+    assert response.status_code == 400 and message in response.content.decode()
+    assert not Job.objects.filter(name="train-1").exists()
+
+
+def test_admin_gets_the_queue_team_mismatch_on_the_queue_field(client, world):
+    client.force_login(world["admin"])
+    response = client.post("/jobs/new/", roles_post(queue="blue"))
+    assert response.status_code == 400 and "queue blue belongs to team blue, not red" in response.content.decode()
+
+
+def test_service_errors_land_on_the_field(client, world):
+    client.force_login(world["alice"])
+    world["queues"]["red"].state = "closed"
+    world["queues"]["red"].save()
+    response = client.post("/jobs/new/", roles_post())
+    assert response.status_code == 400 and "accepts no new jobs" in response.content.decode()
+
+
+def test_cancel_needs_post_csrf_and_a_team_role(client, world):
+    job = world["jobs"]["red-pending"]
+    client.force_login(world["alice"])
+    assert client.get(f"/jobs/{job.pk}/cancel/").status_code == 405
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="cancel-job"' in page and "csrfmiddlewaretoken" in page
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 302
+    job.refresh_from_db()
+    assert job.state == "cancelled"
+
+
+def test_viewer_reads_but_cannot_cancel_or_submit(client, world):
+    viewer = get_user_model().objects.create_user("vic", password="pw-vic-12345")
+    Membership.objects.create(user=viewer, team=world["red"], role="viewer")
+    client.force_login(viewer)
+    job = world["jobs"]["red-pending"]
+    assert 'id="cancel-job"' not in client.get(f"/jobs/{job.pk}/").content.decode()
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 403
+    assert client.get("/jobs/new/").status_code == 403
+
+
+def test_ops_with_view_permission_see_every_team_read_only(client, world):
+    ops = get_user_model().objects.create_user("ops", password="pw-ops-12345")
+    ops.user_permissions.add(Permission.objects.get(codename="view_job", content_type__app_label="gpuplatform"))
+    client.force_login(ops)
+    html = client.get("/jobs/").content.decode()
+    assert "red-running" in html and "blue-pending" in html
+    job = world["jobs"]["blue-pending"]
+    assert 'id="cancel-job"' not in client.get(f"/jobs/{job.pk}/").content.decode()
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 403
+    rows = client.get("/topology.json?zoom=nvl-0").json()["rows"]
+    assert "red-running" in {r["job"] for r in rows}
+
+
+def test_job_page_shows_history_and_the_map_for_a_running_job(client, world):
+    client.force_login(world["alice"])
+    job = world["jobs"]["red-running"]
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "State history" in html and 'data-job="%d"' % job.pk in html and 'data-zoom="nvl-0"' in html
+    json.loads(client.get(f"/topology.json?zoom=nvl-0&job={job.pk}").content)
