@@ -25,7 +25,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from gpuplatform.models import Allocation, Domain, Event, Gpu, Job, JobRole, Node, Queue, Quota, SchedulerCycle, Task
-from scheduler import samples, store_evict, store_release
+from scheduler import samples, usage_decay, store_evict, store_release
 from scheduler.store_evict import decode_reserved, encode_reserved, releasing_id, releasing_job  # noqa: F401 (re-exported)
 from scheduler.core.snapshot import (
     CycleResult, DomainInfo, JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
@@ -76,7 +76,7 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
                                  "role__cpu_milli", "role__memory_mib", "state"))
         allocs = list(Allocation.objects.filter(released_at__isnull=True).values_list("task_id", "gpu__node_id", "gpu__index"))
         domains = [DomainInfo(n, t, p) for n, t, p in Domain.objects.values_list("name", "tier", "parent__name")]
-        queues = list(Queue.objects.values_list("id", "name", "parent__name", "weight", "state"))
+        queues = list(Queue.objects.values_list("id", "name", "parent__name", "weight", "state", "recent_usage"))
         quotas = list(Quota.objects.values_list("queue_id", "flavor", "guarantee", "quota", "limit"))
         jobs = list(Job.objects.filter(state__in=("pending", *LIVE)).values_list(
             "id", "queue__name", "priority", "submitted_at", "preemptible", "topology_mode", "highest_tier",
@@ -122,8 +122,8 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
     quota_map: dict[int, dict[str, QuotaInfo]] = defaultdict(dict)
     for qid, flavor, g, q, lim in quotas:
         quota_map[qid][flavor] = QuotaInfo(g, q, lim)
-    queue_infos = tuple(QueueInfo(name, parent, weight, quota_map.get(qid, {}), state)
-                        for qid, name, parent, weight, state in queues)
+    queue_infos = tuple(QueueInfo(name, parent, weight, quota_map.get(qid, {}), state, recent or {})
+                        for qid, name, parent, weight, state, recent in queues)
 
     pending_count: dict[int, int] = defaultdict(int)
     for role_id in pending_tasks:
@@ -279,6 +279,7 @@ def run_cycle_once(*, clock: datetime | None = None, config=None) -> SchedulerCy
     from scheduler.core import run_cycle
 
     clock = clock or timezone.now()
+    config = config or usage_decay.default_config()
     with single_flight() as acquired:
         if not acquired:
             log.info("scheduling cycle skipped: another cycle is running")
@@ -293,6 +294,7 @@ def run_cycle_once(*, clock: datetime | None = None, config=None) -> SchedulerCy
             result.timings.setdefault("snapshot_ms", (t1 - t0) * 1000)
             stats = apply_result(result, clock=clock, cycle_number=number, started_at=wall,
                                  duration_ms=(_time.perf_counter() - t0) * 1000)
+            usage_decay.record(result.metrics.get("queue_usage", {}), clock, config)
         except Exception:
             log.exception("scheduling cycle %s failed", number)
             with transaction.atomic():

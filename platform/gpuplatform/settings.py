@@ -141,6 +141,10 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 60
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 SCHEDULER_CYCLE_SECONDS = float(os.environ.get("SCHEDULER_CYCLE_SECONDS", "5"))
+# Fair-share memory: queues are ordered by usage decayed with this half-life (Slurm's
+# PriorityDecayHalfLife), so a team that burned the cluster yesterday yields today. Unset = off.
+SCHEDULER_USAGE_HALF_LIFE_SECONDS = float(os.environ["SCHEDULER_USAGE_HALF_LIFE_SECONDS"]) \
+    if os.environ.get("SCHEDULER_USAGE_HALF_LIFE_SECONDS") else None
 # Job lifecycle and fault recovery (scheduler/store_release.py, scheduler/failures.py, gpuplatform/lifecycle.py).
 # TASKS_START_IMMEDIATELY: a bound task counts as running at once (no node agent confirms yet: the embedded
 # default and the demo); off = tasks stay "bound" until report_task_running, and a gang not all running

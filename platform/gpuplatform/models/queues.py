@@ -22,6 +22,9 @@ class Queue(models.Model):
     weight = models.FloatField(default=1.0)
     state = models.CharField(max_length=16, choices=State.choices, default=State.OPEN)
     preemption_grace_seconds = models.PositiveIntegerField(default=30)
+    recent_usage = models.JSONField(default=dict, blank=True,
+                                    help_text="decayed average GPUs per flavor (SCHEDULER_USAGE_HALF_LIFE_SECONDS)")
+    recent_usage_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

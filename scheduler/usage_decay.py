@@ -1,0 +1,40 @@
+"""Decayed queue usage kept in the database (Queue.recent_usage), for fair-share ordering with memory.
+
+Off unless settings.SCHEDULER_USAGE_HALF_LIFE_SECONDS is set. After each cycle every queue's recent usage
+becomes decay_usage(previous, usage now, seconds since the last update, half-life) (the engine's formula,
+scheduler.core.plugins.fairshare.decay_usage); the next snapshot passes it to the engine as
+QueueInfo.recent_usage and the engine orders queues by it.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+
+from gpuplatform.models import Queue
+from scheduler.core import CycleConfig
+from scheduler.core.plugins.fairshare import decay_usage
+
+
+def default_config() -> CycleConfig:
+    return CycleConfig(usage_half_life=getattr(settings, "SCHEDULER_USAGE_HALF_LIFE_SECONDS", None))
+
+
+@transaction.atomic
+def record(queue_usage: dict[str, dict[str, float]], clock: datetime, config: CycleConfig) -> int:
+    """Fold this cycle's usage (queue -> flavor -> GPUs, after the cycle's admissions) into every queue's
+    decayed usage. Returns the number of queues updated; 0 when the half-life is off."""
+    half_life = config.usage_half_life
+    if not half_life:
+        return 0
+    updated = []
+    for queue in Queue.objects.select_for_update().only("id", "name", "recent_usage", "recent_usage_at"):
+        elapsed = (clock - queue.recent_usage_at).total_seconds() if queue.recent_usage_at else half_life * 50
+        queue.recent_usage = {f: round(v, 4) for f, v in decay_usage(queue.recent_usage or {},
+                                                                     queue_usage.get(queue.name, {}),
+                                                                     elapsed, half_life).items()}
+        queue.recent_usage_at = clock
+        updated.append(queue)
+    Queue.objects.bulk_update(updated, ["recent_usage", "recent_usage_at"])
+    return len(updated)

@@ -1,0 +1,58 @@
+"""Decayed usage through the database: recorded after each cycle, read back by the next snapshot, and
+used to order queues when SCHEDULER_USAGE_HALF_LIFE_SECONDS is set."""
+from datetime import timedelta
+
+from django.utils import timezone
+
+from scheduler.sim.spec import ClusterSpec, NodeSpec, QueueSpec
+
+
+def _cluster():
+    from gpuplatform import services
+    from gpuplatform.models import Queue, Team
+
+    services.load_cluster_spec(ClusterSpec(
+        name="one", nodes=(NodeSpec(name="n1", flavor="H100", gpus=2),),
+        queues=(QueueSpec(name="burner", team="burner", quotas={"H100": (0, 2, None)}),
+                QueueSpec(name="fresh", team="fresh", quotas={"H100": (0, 2, None)}))))
+    return {q.name: q for q in Queue.objects.all()}, {t.name: t for t in Team.objects.all()}
+
+
+def _submit(queues, teams, name, queue, at):
+    from gpuplatform import services
+
+    return services.submit_job(team=teams[queue], queue=queues[queue], name=name, submitted_at=at,
+                               roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 2}])
+
+
+def test_yesterdays_heavy_user_yields_today(db, settings):
+    from gpuplatform import services
+    from gpuplatform.models import Queue
+    from scheduler.store import run_cycle_once
+
+    settings.SCHEDULER_USAGE_HALF_LIFE_SECONDS = 6 * 3600
+    queues, teams = _cluster()
+    t0 = timezone.now()
+    burn = _submit(queues, teams, "burn", "burner", t0)
+    run_cycle_once(clock=t0)
+    run_cycle_once(clock=t0 + timedelta(hours=12))  # 12 h at 2 GPUs
+    burner = Queue.objects.get(name="burner")
+    assert burner.recent_usage["H100"] > 1.4  # 2 * (1 - 2^-2) = 1.5
+    services.finish_job(burn, at=t0 + timedelta(hours=12))
+    later = t0 + timedelta(hours=12, minutes=1)
+    _submit(queues, teams, "b2", "burner", later - timedelta(hours=11))  # older, same priority
+    fresh = _submit(queues, teams, "f1", "fresh", later)
+    run_cycle_once(clock=later)
+    fresh.refresh_from_db()
+    assert fresh.state == "running"
+
+
+def test_off_by_default_orders_by_current_usage(db, settings):
+    from gpuplatform.models import Queue
+    from scheduler.store import run_cycle_once
+
+    settings.SCHEDULER_USAGE_HALF_LIFE_SECONDS = None
+    queues, teams = _cluster()
+    _submit(queues, teams, "burn", "burner", timezone.now())
+    run_cycle_once()
+    assert Queue.objects.get(name="burner").recent_usage == {}
