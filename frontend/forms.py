@@ -14,8 +14,8 @@ TOPOLOGY_CHOICES = [("none", "none: anywhere"), ("soft", "soft: prefer the lowes
 FORM_FIELD = {"time_limit_seconds": "time_limit_minutes", "duration_seconds": "time_limit_minutes"}
 
 
-def _number(min_value=None, required=True, initial=None, help_text=""):
-    return forms.IntegerField(min_value=min_value, required=required, initial=initial, help_text=help_text,
+def _number(min_value=None, required=True, initial=None, help_text="", label=None):
+    return forms.IntegerField(min_value=min_value, required=required, initial=initial, help_text=help_text, label=label,
                               widget=forms.NumberInput(attrs={"inputmode": "numeric"}))
 
 
@@ -29,7 +29,7 @@ class JobForm(forms.Form):
     priority = _number(initial=0, help_text="higher runs first inside the queue; may preempt lower ones")
     preemptible = forms.BooleanField(required=False, initial=True,
                                      help_text="may be evicted (after a grace period) for higher-priority work")
-    time_limit_minutes = _number(min_value=1, required=False,
+    time_limit_minutes = _number(min_value=1, required=False, label="Time limit (minutes)",
                                  help_text="optional; lets the scheduler backfill around this job")
     topology_mode = forms.ChoiceField(choices=TOPOLOGY_CHOICES, initial="none")
     highest_tier = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
@@ -55,16 +55,17 @@ class JobForm(forms.Form):
 
 
 class RoleForm(forms.Form):
-    name = forms.CharField(max_length=64, initial="worker",
+    name = forms.CharField(max_length=64, initial="worker", label="Role name",
                            validators=[RegexValidator(f"^{NAME_PATTERN}$", f"Use {NAME_HELP}.")],
                            widget=forms.TextInput(attrs={"pattern": NAME_PATTERN, "title": f"Use {NAME_HELP}.",
                                                          "size": 10}))
     tasks = _number(min_value=1, initial=1)
-    gpus_per_task = _number(min_value=0, initial=1)
-    cpu_milli = _number(min_value=0, initial=0, required=False)
-    memory_mib = _number(min_value=0, initial=0, required=False)
-    min_available = _number(min_value=1, required=False, help_text="blank = all tasks (a strict gang)")
-    flavor = forms.ChoiceField(required=False)
+    gpus_per_task = _number(min_value=0, initial=1, label="GPUs per task")
+    cpu_milli = _number(min_value=0, initial=0, required=False, label="CPU per task (millicores)")
+    memory_mib = _number(min_value=0, initial=0, required=False, label="Memory per task (MiB)")
+    min_available = _number(min_value=1, required=False, label="Min available",
+                            help_text="blank = all tasks (a strict gang)")
+    flavor = forms.ChoiceField(required=False, label="GPU flavor")
 
     def __init__(self, *args, flavors=(), **kwargs):
         super().__init__(*args, **kwargs)

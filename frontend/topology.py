@@ -22,7 +22,7 @@ from .states import GPU_STATE_COLORS
 GPU_STATES = tuple(GPU_STATE_COLORS)
 GPU_CELL_LIMIT = 2400     # zoomed views up to this many GPUs draw one square per GPU
 WRAP = 48                 # columns before a row of blocks wraps
-UNIT_PX = 22              # pixels per row unit
+UNIT_PX = 24              # pixels per row unit
 BORROWED_DEFINITION = (
     "Borrowed: GPUs of a queue's jobs above the queue's quota (all flavors summed). A queue's live jobs are "
     "counted in start order; the jobs that take its usage past its quota are borrowing, whole gangs at a "
@@ -78,11 +78,13 @@ def _flow(blocks: list[tuple[int, int]], wrap: int = WRAP) -> tuple[list[tuple[i
 
 def _layout(height_units: float, width_cols: int, annotations: list[dict]) -> dict:
     return {
-        "margin": {"l": 8, "r": 8, "t": 8, "b": 8},
-        "height": int(max(220, height_units * UNIT_PX + 40)),
+        "margin": {"l": 8, "r": 8, "t": 30, "b": 8},
+        "height": int(max(160, height_units * UNIT_PX + 60)),
         "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "#ffffff",
-        "xaxis": {"visible": False, "range": [-0.7, width_cols - 0.3], "fixedrange": False},
-        "yaxis": {"visible": False, "range": [height_units, -0.3], "fixedrange": False},
+        # One unit is as wide as it is tall (square GPUs); the plot keeps to the left of the card.
+        "xaxis": {"visible": False, "range": [-0.7, width_cols - 0.3], "constrain": "domain",
+                  "constraintoward": "left", "scaleanchor": "y", "scaleratio": 1},
+        "yaxis": {"visible": False, "range": [height_units, -0.3], "constrain": "domain"},
         "showlegend": True, "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
         "hovermode": "closest", "annotations": annotations, "uirevision": "topology",
         "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
@@ -252,6 +254,6 @@ def _gpu_level(cells, by_id, visible, filtering):
         data.append({"type": "scattergl", "mode": "markers", "name": f"{s} ({len(t['x'])})", "x": t["x"],
                      "y": t["y"], "hovertext": t["hovertext"], "hoverinfo": "text", "customdata": t["customdata"],
                      "legendgroup": s,
-                     "marker": {"symbol": "square", "size": 15, "color": GPU_STATE_COLORS[s], "opacity": t["opacity"],
+                     "marker": {"symbol": "square", "size": 17, "color": GPU_STATE_COLORS[s], "opacity": t["opacity"],
                                 "line": {"width": 0}}})
     return {"data": data, "layout": _layout(height, width, annotations)}, rows

@@ -157,6 +157,10 @@ def state_history(job, events) -> list[dict]:
     """The job's states over time, oldest first, from its events (its timestamps when events are missing)."""
     out = [{"state": HISTORY_KINDS[e.kind], "time": e.time, "note": e.message}
            for e in sorted(events, key=lambda e: (e.time, e.id)) if e.kind in HISTORY_KINDS]
+    for h in out:  # tasks that start at binding (TASKS_START_IMMEDIATELY) report no separate "running"
+        if h["state"] == "admitted" and job.started_at and job.bound_at and job.started_at <= h["time"] \
+                and not any(x["state"] == "running" for x in out):
+            h["state"] = "running"
     if not out or out[0]["state"] != "pending":
         out.insert(0, {"state": "pending", "time": job.submitted_at, "note": "submitted"})
     if job.started_at and not any(h["state"] in ("admitted", "running") for h in out):

@@ -61,16 +61,14 @@ def job_new(request):
             else:
                 messages.success(request, f"Job {job.name} submitted to queue {job.queue.name}.")
                 return redirect("frontend:job-detail", pk=job.pk)
-        status = 400
     else:
         team = kwargs["teams"][0] if len(kwargs["teams"]) == 1 else ""
         queue = next((q for q, t in kwargs["queues"] if t == team), "")
         form = JobForm(initial={"team": team, "queue": queue}, **kwargs)
         roles = RoleFormSet(prefix="roles", form_kwargs={"flavors": flavors})
-        status = 200
     return render(request, "frontend/job_form.html", {
         "form": form, "roles": roles, "queue_teams": dict(kwargs["queues"]),
-    }, status=status)
+    })  # an invalid form comes back with 200, like Django's FormView (a 400 page is a console error)
 
 
 @login_required

@@ -1,0 +1,236 @@
+"""Browser tests: Playwright driving Debian's Chromium (headless) against pytest-django's live server.
+
+Skipped on a laptop without /usr/bin/chromium or without the playwright package; under CI=1 they FAIL
+instead (the convention of tests/integration/conftest.py). `playwright install` is never run: the browser
+is the system's. Screenshots of every dashboard go to test-artifacts/ (gitignored).
+"""
+from __future__ import annotations
+
+import os
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _problem() -> str | None:
+    if not os.path.exists(CHROMIUM):
+        return f"{CHROMIUM} is missing (apt-get install chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed (pip install -e '.[dev]')"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    problem = _problem()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and the browser tests cannot run: {problem}")
+        pytest.skip(problem)
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an asyncio loop in this thread; the ORM calls of the tests themselves
+    # are synchronous and safe, so Django's async guard is lifted while the browser is up.
+    old = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            yield b
+            b.close()
+    finally:
+        if old is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = old
+
+
+class Page:
+    """A page plus the console errors and uncaught exceptions seen on it."""
+
+    def __init__(self, browser, base_url: str):
+        self.base = base_url
+        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(15_000)
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text} @ {self.page.url}")
+                     if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e} @ {self.page.url}"))
+        self.page.on("dialog", lambda d: d.accept())
+
+    def go(self, path: str):
+        self.page.goto(self.base + path)
+        self.page.wait_for_load_state("networkidle")
+        self.assert_clean()
+        return self.page
+
+    def shot(self, name: str) -> None:
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+    def assert_clean(self) -> None:
+        assert self.errors == [], "\n".join(self.errors)
+
+
+@pytest.fixture
+def cluster(settings):
+    """16 nodes of 8 GPUs: 2 leaves x 4 NVLink domains x 2 nodes; teams red (alice) and blue, a running
+    blue job and a few cycles of samples."""
+    from gpuplatform import services
+    from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
+    from scheduler.store import run_cycle_once
+
+    settings.REDIS_URL = ""  # no broker: the test runs the cycles itself
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    domains = [DomainSpec("spine", 3)] + [DomainSpec(f"leaf{l}", 2, "spine") for l in range(2)]
+    domains += [DomainSpec(f"nvl{l}{d}", 1, f"leaf{l}") for l in range(2) for d in range(4)]
+    nodes = [NodeSpec(f"n{l}{d}{n}", "H100", 8, domain=f"nvl{l}{d}") for l in range(2) for d in range(4) for n in range(2)]
+    queues = [QueueSpec("root", quotas={"H100": (0, 128, None)}),
+              QueueSpec("red", parent="root", team="red", quotas={"H100": (8, 48, 128)}),
+              QueueSpec("blue", parent="root", team="blue", quotas={"H100": (0, 32, 128)})]
+    services.load_cluster_spec(ClusterSpec("browser", tuple(nodes), tuple(domains), tuple(queues)))
+    from gpuplatform.models import Team
+    alice = get_user_model().objects.create_user("alice", password="pw-alice-123")
+    services.add_member(Team.objects.get(name="red"), alice, "member")
+    blue = Team.objects.get(name="blue")
+    t0 = timezone.now() - timedelta(minutes=30)
+    services.submit_job(team=blue, queue="blue", name="blue-big", submitted_at=t0,
+                        roles=[{"name": "worker", "tasks": 5, "gpus_per_task": 8}])
+    services.submit_job(team=blue, queue="blue", name="blue-small", submitted_at=t0,
+                        roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 2}])
+    for minutes in (20, 10, 1):
+        run_cycle_once(clock=timezone.now() - timedelta(minutes=minutes))
+    return {"run_cycle": run_cycle_once}
+
+
+def login(p: Page, username="alice", password="pw-alice-123"):
+    page = p.go("/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r"/$"))
+    p.assert_clean()
+
+
+def fill_role(page, i, **values):
+    for field, value in values.items():
+        page.fill(f"#id_roles-{i}-{field}", str(value))
+
+
+def test_gang_job_from_submission_to_cancel(browser, live_server, cluster):
+    from gpuplatform.models import Job
+
+    p = Page(browser, live_server.url)
+    login(p)
+    p.shot("cluster")
+
+    # A bad submission: the browser refuses min_available > tasks with a clear message ...
+    page = p.go("/jobs/new/")
+    page.fill("#id_name", "gang-1")
+    fill_role(page, 0, name="worker", tasks=2, gpus_per_task=4, min_available=3)
+    page.click("#submit-job")
+    message = page.eval_on_selector("#id_roles-0-min_available", "el => el.validationMessage")
+    assert "must not exceed tasks" in message and page.url.endswith("/jobs/new/")
+    # ... and the server answers the same field error when the browser's checks are bypassed.
+    with page.expect_navigation():
+        page.eval_on_selector("#job-form", "f => f.submit()")  # no submit event, no browser checks
+    page.wait_for_load_state("networkidle")
+    error = page.locator(".has-error .field-error").first
+    assert "must not exceed tasks (2)" in error.inner_text()
+    assert page.locator(".has-error #id_roles-0-min_available").count() == 1
+    p.shot("job-form-error")
+
+    # The gang: 2 x 4 GPU workers + 1 x 2 GPU evaluator, all inside one NVLink domain.
+    page = p.go("/jobs/new/")
+    page.fill("#id_name", "gang-1")
+    fill_role(page, 0, name="worker", tasks=2, gpus_per_task=4, min_available="")
+    page.click("#add-role")
+    fill_role(page, 1, name="eval", tasks=1, gpus_per_task=2)
+    page.select_option("#id_topology_mode", "hard")
+    page.select_option("#id_highest_tier", "1")
+    page.fill("#id_time_limit_minutes", "90")
+    p.shot("job-form")
+    page.click("#submit-job")
+    page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+    p.assert_clean()
+    job = Job.objects.get(name="gang-1")
+    assert page.locator("h1 .badge").inner_text() == "pending"
+    assert [(r.name, r.tasks, r.gpus_per_task, r.min_available) for r in job.roles.order_by("id")] == [
+        ("worker", 2, 4, 2), ("eval", 1, 2, 1)]
+
+    cluster["run_cycle"]()
+    page = p.go(f"/jobs/{job.pk}/")
+    assert page.locator("h1 .badge").inner_text() == "running"
+    page.wait_for_selector("#topology[data-level=gpus] .main-svg")
+    assert page.locator("ol.history li").count() >= 2
+    job.refresh_from_db()
+    p.shot("job-running")
+
+    # On the topology map: the job's domain, zoomed, filtered to this job.
+    page = p.go(f"/topology/?zoom={job.placement_domain}&job={job.pk}")
+    page.wait_for_selector("#topology[data-level=gpus] .main-svg")
+    totals = page.locator("#topology-totals").inner_text()
+    assert "16 GPUs shown" in totals and "10 running" in totals, totals
+    p.shot("topology-job")
+
+    # The whole cluster, then a click on a domain zooms in.
+    page = p.go("/topology/")
+    page.wait_for_selector("#topology[data-level=domains] .main-svg")
+    assert page.locator("#topology .barlayer .point").count() >= 8
+    p.shot("topology")
+    page.locator("#topology .barlayer .point path").first.click(force=True)
+    page.wait_for_selector("#topology[data-level=gpus]")
+    assert "nvl" in page.locator("#topology-path").inner_text()
+    p.shot("topology-zoomed")
+
+    for path, shot in (("/queues/", "queues"), ("/fragmentation/", "fragmentation"), ("/queueing/", "queueing")):
+        page = p.go(path)
+        page.wait_for_selector(".fig[data-points] .main-svg")
+        points = page.eval_on_selector_all(".fig[data-points]", "els => els.map(e => +e.dataset.points)")
+        assert points and max(points) > 0, (path, points)
+        p.shot(shot)
+    assert page.locator("#pending-list").inner_text()
+
+    page = p.go("/jobs/")
+    assert "gang-1" in page.inner_text("table.jobs")
+    p.shot("jobs")
+
+    # Cancel (confirm dialog accepted): the job ends, its GPUs are released.
+    page = p.go(f"/jobs/{job.pk}/")
+    page.click("#cancel-job")
+    page.wait_for_load_state("networkidle")
+    assert page.locator("h1 .badge").inner_text() == "cancelled"
+    assert "cancelled" in page.locator(".messages").inner_text()
+    job.refresh_from_db()
+    assert job.state == "cancelled" and not job.allocations.filter(released_at__isnull=True).exists()
+    p.shot("job-cancelled")
+    p.assert_clean()
+    p.context.close()
+
+
+def test_charts_update_live_without_a_reload(browser, live_server, cluster):
+    p = Page(browser, live_server.url)
+    login(p)
+    page = p.go("/fragmentation/")
+    page.wait_for_selector("#fig-rates[data-points] .main-svg")
+    before = int(page.get_attribute("#fig-rates", "data-points"))
+    page.evaluate("window.__marker = 1")
+    cluster["run_cycle"]()
+    page.wait_for_function(f"+document.getElementById('fig-rates').dataset.points > {before}", timeout=15_000)
+    assert page.evaluate("window.__marker") == 1  # same document: updated in place
+    p.assert_clean()
+    p.context.close()
