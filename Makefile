@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv install test test-fast demo bench bench-full
+.PHONY: help venv install test test-fast demo bench bench-full browser
 
 help:
 	@echo "make demo   - venv + install, migrate a SQLite DB, load the Philly cluster, users per team,"
@@ -13,6 +13,7 @@ help:
 	@echo "make test   - venv + install, run the test suite (pytest)"
 	@echo "make bench  - every benchmark in quick mode (benchmarks/run.py --quick, under 3 minutes)"
 	@echo "make bench-full - every benchmark with the settings of benchmarks/RESULTS.md (long)"
+	@echo "make browser - Debian's Chromium for the browser tests (apt-get, only when /usr/bin/chromium is missing)"
 	@echo "Variables: DEMO_ARGS='--speed 1200 --port 8001', DEMO_DB=sqlite:///path.sqlite3"
 
 venv: $(PY)
@@ -49,3 +50,9 @@ bench: install $(BENCH_STAMP)
 
 bench-full: install $(BENCH_STAMP)
 	$(PY) benchmarks/run.py --full
+
+# Browser tests (tests/frontend/test_browser.py, marker `browser`) drive the system's Chromium through
+# Playwright's Python package (the dev extra); `playwright install` is never used. .ci/run calls this.
+browser:
+	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	@/usr/bin/chromium --version 2>/dev/null | head -1

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from .states import GPU_STATE_COLORS
 
@@ -34,20 +34,14 @@ def natural_key(name: str):
 
 
 def borrowed_jobs(jobs, quotas: dict[int, int]) -> set[int]:
-    """Ids of the jobs that borrow: per queue, live jobs in start order; those past the quota borrow."""
-    by_queue = defaultdict(list)
-    for j in jobs:
-        by_queue[j["queue_id"]].append(j)
+    """Ids of the jobs that borrow. `jobs` (with queue_id and gpus) are in start order: per queue, the
+    jobs whose GPUs take the queue's running total past its quota borrow."""
+    used: dict[int, int] = defaultdict(int)
     out: set[int] = set()
-    for qid, js in by_queue.items():
-        quota = quotas.get(qid, 0) or 0
-        js.sort(key=lambda j: ((j.get("started_at") or j.get("bound_at")) is None,
-                               j.get("started_at") or j.get("bound_at") or 0, j["id"]))
-        used = 0
-        for j in js:
-            used += j["gpus"]
-            if used > quota:
-                out.add(j["id"])
+    for j in jobs:
+        used[j["queue_id"]] += j["gpus"]
+        if used[j["queue_id"]] > (quotas.get(j["queue_id"], 0) or 0):
+            out.add(j["id"])
     return out
 
 
@@ -109,8 +103,8 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
                      zoom: str | None = None, team: str | None = None, job: int | None = None,
                      visible_team_ids: set[int] | None = None, gpu_cell_limit: int = GPU_CELL_LIMIT) -> dict:
     """domains: (id, name, tier, parent_id); gpus: (gpu_id, index, health, node_id, node, node_state,
-    flavor, domain_id) — already filtered by flavor; allocations {gpu_id: job_id}; jobs: live job dicts
-    (dashboard_queries.live_jobs); quotas {queue_id: GPUs}. zoom: a domain name (None = the cluster).
+    flavor, domain_id) — already filtered by flavor; allocations {gpu_id: job_id} (all live ones: a job's
+    GPU count comes from them); jobs: live job dicts (dashboard_queries.live_jobs); quotas {queue_id: GPUs}. zoom: a domain name (None = the cluster).
     team / job: GPUs not held by that team's / job's jobs are dimmed. Unknown zoom raises KeyError."""
     by_id = {d[0]: d for d in domains}
     children = defaultdict(list)
@@ -127,6 +121,8 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
             scope.add(did)
             stack.extend(children.get(did, ()))
         gpus = [g for g in gpus if g[7] in scope]
+    held = Counter(allocations.values())
+    jobs = [{**j, "gpus": held[j["id"]]} for j in jobs if held.get(j["id"])]
     jobs_by_id = {j["id"]: j for j in jobs}
     borrowed = borrowed_jobs(jobs, quotas)
     filtering = bool(team or job)
