@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from kombu import pools as kombu_pools
 
 REPO = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("INTEGRATION_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/13"
@@ -73,8 +74,10 @@ def _point_app_at(app, **conf) -> None:
     app.conf.update(**conf)
     app._backend_cache = None
     app._local.__dict__.pop("backend", None)
-    if app._pool is not None:
-        app._pool.force_close_all()
+    # kombu keeps connection and producer pools in process-wide registries keyed by broker URL: closing
+    # only the app's pool leaves a closed pool registered under the same URL ("Acquire on closed pool"
+    # when an earlier test already used this broker), so close and forget them all.
+    kombu_pools.reset()
     app._pool = None
     app.amqp._producer_pool = None
     for cached in ("queues", "router", "_rtable"):
