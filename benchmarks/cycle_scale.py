@@ -10,7 +10,7 @@ random (first fit from a random node of a random rack), pending jobs over 8 queu
 Measured:
   1. the headline: 20,160 GPUs (280 racks), 10,000 pending, 5,000 running: `run_cycle` N times,
      median / p90 of the total and of each phase (CycleResult.timings), peak RSS;
-  1b. saturated: the same cluster with 15,000 running jobs (~97 % of the GPUs busy) and 10,000 pending,
+  1b. saturated: the same cluster with 15,000 running jobs (~90 % of the GPUs busy) and 10,000 pending,
      so most pending jobs are rejected (in the headline world every pending job fits);
   2. the curve over cluster sizes (~1k, 5k, 20k, 40k GPUs; running jobs scaled with the cluster,
      10,000 pending) and over pending counts (1k..50k on 20,160 GPUs, 5,000 running);
@@ -139,7 +139,8 @@ def main(argv=None) -> dict:
         print(f"  gpus {gpus:>6}: median {r['wall']['median']:.3f} s  {({k: round(v, 3) for k, v in r['phases'].items()})}",
               flush=True)
         del w
-    curve_gpus.append({"world": h["world"], "wall": h["wall"], "phases": h["phases"], "binds": h["binds"]})
+    if head["racks"] not in sizes:
+        curve_gpus.append({"world": h["world"], "wall": h["wall"], "phases": h["phases"], "binds": h["binds"]})
     curve_gpus.sort(key=lambda c: c["world"]["gpus"])
     report["curve_gpus"] = curve_gpus
 
