@@ -1,5 +1,5 @@
 # Set-up on a fresh machine needs only python3:  make demo  (the product on real data)  and  make test.
-# Targets: venv install test test-fast demo bench help.
+# Targets: venv install test test-fast demo bench bench-full help.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
