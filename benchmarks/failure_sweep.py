@@ -1,12 +1,13 @@
 """Goodput against checkpoint interval and detection timeout (issue #6), one Philly slice, one process.
 
-    python benchmarks/failure_sweep.py [--quick] [--start DAYS] [--days DAYS] [--rate R] [--seed S]
+    python benchmarks/failure_sweep.py [--quick | --tiny] [--start DAYS] [--days DAYS] [--rate R] [--seed S]
                                        [--cost SECONDS]
 
 Slice: Philly from day 20 (the busy part; the first 19.5 days have ~70 arrivals) for 14 days (quick:
-1 day), importer defaults otherwise (scale 0.25 = 624 GPUs, compress 1), the full policy. Failures:
-`rate` per 1,000 GPU-days (default 10, about 21x the Llama 3 405B figure of 0.47, so that a 14-day
-slice on 624 GPUs sees ~90 node failures instead of ~4), repair 4 h, seed 1; every run sees the same
+1 day; tiny: 0.2 day, one interval and one timeout), importer defaults otherwise (scale 0.25 = 624
+GPUs, compress 1), the full policy. Failures: `rate` per 1,000 GPU-days (default 10, about 21x the
+Llama 3 405B figure of 0.47, so that a 14-day slice on 624 GPUs sees ~86 node failures instead of ~4),
+repair 4 h, seed 1; every run sees the same
 failure times (per-node streams). Sweeps: checkpoint interval 10 min, 30 min, 1 h, 3 h, none at
 detection timeout 5 min; detection timeout 30 s, 5 min, 15 min at checkpoint interval 1 h; each with
 checkpoint stall `cost` (default 0 s) and, for the interval sweep, also 60 s. Plus one run without
@@ -53,6 +54,7 @@ def _label(interval) -> str:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--tiny", action="store_true", help="smoke test: 0.2 day, 3 replays")
     ap.add_argument("--start", type=float, default=20.0)
     ap.add_argument("--days", type=float, default=None)
     ap.add_argument("--rate", type=float, default=10.0)
@@ -60,21 +62,22 @@ def main(argv=None) -> dict:
     ap.add_argument("--repair", type=float, default=4 * 3600.0)
     ap.add_argument("--cost", type=float, default=0.0)
     args = ap.parse_args(argv)
-    days = args.days if args.days is not None else (1.0 if args.quick else 14.0)
+    days = args.days if args.days is not None else (0.2 if args.tiny else 1.0 if args.quick else 14.0)
+    intervals, timeouts = ((3600.0, None), (30.0,)) if args.tiny else (INTERVALS, TIMEOUTS)
     wall0 = time.perf_counter()
     cluster = load_cluster("philly")
     trace = load_trace("philly", start_days=args.start, until_days=args.start + days)
     until = days * DAY
     model = lambda timeout: FailureModel(args.rate, timeout, args.repair, args.seed)  # noqa: E731
     runs = {"baseline_no_failures": run_one(cluster, trace, until, None, Checkpointing())}
-    costs = (args.cost,) if args.quick else tuple(dict.fromkeys((args.cost, 60.0)))
+    costs = (args.cost,) if args.quick or args.tiny else tuple(dict.fromkeys((args.cost, 60.0)))
     for cost in costs:
-        for interval in INTERVALS:
+        for interval in intervals:
             if interval is None and cost != args.cost:
                 continue  # no checkpoints: the stall cost does not apply
             runs[f"interval {_label(interval)} cost {cost:g}s timeout 5 min"] = run_one(
                 cluster, trace, until, model(300.0), Checkpointing(interval, cost if interval else 0.0))
-    for timeout in TIMEOUTS:
+    for timeout in timeouts:
         key = f"interval 1 h cost {args.cost:g}s timeout {timeout:g}s"
         if timeout == 300.0:
             continue  # in the interval sweep
@@ -84,7 +87,8 @@ def main(argv=None) -> dict:
         "failures": {"rate_per_1000_gpu_days": args.rate, "repair_time": args.repair, "seed": args.seed},
         "runs": runs, "wall_seconds": time.perf_counter() - wall0,
     }
-    C.save("failure_sweep_quick" if args.quick else "failure_sweep", out)
+    if not args.tiny:
+        C.save("failure_sweep_quick" if args.quick else "failure_sweep", out)
     print(f"{'run':<44}{'goodput':>9}{'lost':>9}{'undet.':>8}{'ckpt':>8}{'interr.':>8}{'restart p50':>12}{'wall':>7}")
     for key, r in runs.items():
         w = r["waste_gpu_hours"]

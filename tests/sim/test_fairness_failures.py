@@ -193,3 +193,17 @@ def test_failures_with_the_production_engine_and_an_idle_tail_terminate():
     rep = replay(tiny_cluster(), trace, failures=model, checkpoint=Checkpointing(300.0), cycle_interval=30)
     assert rep.jobs_finished == 10 and rep.failures["job_interruptions"] >= 1
     assert 0 < rep.goodput < 1
+
+
+def test_failure_sweep_benchmark_runs_in_its_tiny_setting():
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    import failure_sweep
+
+    out = failure_sweep.main(["--tiny", "--rate", "200"])
+    runs = out["runs"]
+    assert len(runs) == 4 and runs["baseline_no_failures"]["goodput"] == pytest.approx(1.0, abs=1e-3)
+    assert all(r["goodput"] <= 1.0 for r in runs.values())
