@@ -3,15 +3,15 @@
     python benchmarks/failure_sweep.py [--quick | --tiny] [--start DAYS] [--days DAYS] [--rate R] [--seed S]
                                        [--cost SECONDS]
 
-Slice: Philly from day 20 (the busy part; the first 19.5 days have ~70 arrivals) for 14 days (quick:
-1 day; tiny: 0.2 day, one interval and one timeout), importer defaults otherwise (scale 0.25 = 624
-GPUs, compress 1), the full policy. Failures: `rate` per 1,000 GPU-days (default 10, about 21x the
-Llama 3 405B figure of 0.47, so that a 14-day slice on 624 GPUs sees ~86 node failures instead of ~4),
-repair 4 h, seed 1; every run sees the same
-failure times (per-node streams). Sweeps: checkpoint interval 10 min, 30 min, 1 h, 3 h, none at
-detection timeout 5 min; detection timeout 30 s, 5 min, 15 min at checkpoint interval 1 h; each with
-checkpoint stall `cost` (default 0 s) and, for the interval sweep, also 60 s. Plus one run without
-failures as the baseline. Writes benchmarks/results/failure_sweep[_quick].json and prints a table.
+Slice: Philly from day 20 (the busy part; the first 19.5 days have ~70 arrivals) for 14 days (quick: 1
+day; tiny: 0.2 day, one interval and one timeout), importer defaults otherwise (scale 0.25 = 624 GPUs,
+compress 1), the full policy. Failures: `rate` per 1,000 GPU-days (default 10, about 21x the Llama 3 405B
+figure of 0.47, so that a 14-day slice on 624 GPUs sees ~86 node failures instead of ~4), repair 4 h,
+seed 1; every run sees the same failure times (per-node streams). Sweeps: checkpoint interval 10 min, 30
+min, 1 h, 3 h, none at detection timeout 5 min; detection timeout 30 s, 5 min, 15 min at checkpoint
+interval 1 h; each with checkpoint stall `cost` (default 0 s) and, for the interval sweep, also 60 s.
+Plus one run without failures as the baseline. Writes benchmarks/results/failure_sweep[_quick].json and
+prints a table.
 """
 from __future__ import annotations
 
