@@ -1,6 +1,8 @@
 """Reclaim, preemption and backfill cases of ../shared/cases/, restated with the test builders."""
 from collections import Counter
 
+import pytest
+
 from scheduler.core import CycleConfig
 from scheduler.core.testing import ScenarioRunner, World
 
@@ -39,10 +41,13 @@ def test_reclaim_ping_pong_settles():
     assert len(runner.evictions) == evictions
 
 
-def test_reclaim_when_cluster_full():
-    """reclaim-when-cluster-full.yaml: one b-load task (8 GPUs) is reclaimed; a2-load is untouched."""
+@pytest.mark.parametrize("root_limit", [None, 320])
+def test_reclaim_when_cluster_full(root_limit):
+    """reclaim-when-cluster-full.yaml: one b-load task (8 GPUs) is reclaimed; a2-load is untouched. Also
+    with the root's limit set to the cluster's size, which a full cluster reaches (then the root's limit
+    binds, and only victims below the root can make room under it)."""
     world = (World().nodes(count=40, gpus=8)
-             .queue(name="root", quota={"H100": 320})
+             .queue(name="root", quota={"H100": 320}, limit={"H100": root_limit} if root_limit else None)
              .queue(name="a", parent="root", quota={"H100": 160})
              .queue(name="a1", parent="a", quota={"H100": 80})
              .queue(name="a2", parent="a", quota={"H100": 80})

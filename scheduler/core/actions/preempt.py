@@ -69,19 +69,35 @@ def entitlement(queues, job: JobInfo, flavor: str) -> float:
 
 
 def reclaim(allocator, job: JobInfo, flavor: str, units: list[Unit], flavor_of: dict[str, str]):
-    room = entitlement(allocator.queues, job, flavor)
+    queues = allocator.queues
+    room = entitlement(queues, job, flavor)
     if room < job.gpus_min:
         return None
     target = int(min(job.gpus_requested, room))
-    ledger = ReclaimLedger(allocator.queues, job.queue, flavor_of)
+    limit_room, limiter = queues.headroom(job.queue, flavor)
     candidates = [u for u in units if u.job.queue != job.queue]
+    if limit_room < target:
+        # a limit binds (e.g. the root's, set to the cluster's size, when the cluster is full): only victims
+        # below the binding level make room under it, and only their GPUs count
+        if limiter == job.queue:
+            return None
+        candidates = [u for u in candidates if limiter in queues.chain(u.job.queue)]
+    ledger = ReclaimLedger(queues, job.queue, flavor_of)
     found = find_victims(allocator, job, flavor, target=target, units=candidates,
                          allows=lambda u: ledger.allows(u.job, u.tasks), take=lambda u: ledger.take(u.job, u.tasks),
-                         give_back=lambda u: ledger.give_back(u.job, u.tasks))
+                         give_back=lambda u: ledger.give_back(u.job, u.tasks), room=limit_room)
     if found is None:
         return None
     placement, victims = found
     return placement, _evictions(victims, "reclaim", job)
+
+
+def _reclaim_may_help(queues, job: JobInfo, flavor: str) -> bool:
+    """Cheap screen: the job is entitled to its request within quota, and no limit of its own queue binds."""
+    if entitlement(queues, job, flavor) < job.gpus_min:
+        return False
+    room, limiter = queues.headroom(job.queue, flavor)
+    return room >= job.gpus_min or limiter != job.queue
 
 
 EVICT_CODES = {"insufficient_gpus", "no_domain", "no_packing", "queue_limit"}
@@ -108,8 +124,7 @@ def run_evictions(allocator, reasons: dict) -> tuple[list[Eviction], list[dict]]
         if reason is None or reason.code not in EVICT_CODES:
             continue
         may_preempt = config.preemption and lowest_priority.get(job.queue, job.priority) < job.priority
-        may_reclaim = borrowing and reason.code != "queue_limit" and any(
-            entitlement(queues, job, f) >= job.gpus_min for f in allocator._flavors(job))
+        may_reclaim = borrowing and any(_reclaim_may_help(queues, job, f) for f in allocator._flavors(job))
         if may_preempt or may_reclaim:
             preemptors.append(job)
             if len(preemptors) >= config.max_preemptors:
@@ -129,7 +144,7 @@ def run_evictions(allocator, reasons: dict) -> tuple[list[Eviction], list[dict]]
         for flavor in allocator._flavors(job):
             if config.preemption:
                 found = preempt(allocator, job, flavor, units)
-            if found is None and config.reclaim and reason.code != "queue_limit":
+            if found is None and config.reclaim and _reclaim_may_help(queues, job, flavor):
                 found = reclaim(allocator, job, flavor, units, flavor_of)
             if found is not None:
                 break
