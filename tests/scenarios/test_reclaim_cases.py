@@ -41,13 +41,15 @@ def test_reclaim_ping_pong_settles():
     assert len(runner.evictions) == evictions
 
 
-@pytest.mark.parametrize("root_limit", [None, 320])
-def test_reclaim_when_cluster_full(root_limit):
+@pytest.mark.parametrize("root_limit, spare", [(None, False), (320, False), (320, True)])
+def test_reclaim_when_cluster_full(root_limit, spare):
     """reclaim-when-cluster-full.yaml: one b-load task (8 GPUs) is reclaimed; a2-load is untouched. Also
-    with the root's limit set to the cluster's size, which a full cluster reaches (then the root's limit
-    binds, and only victims below the root can make room under it)."""
-    world = (World().nodes(count=40, gpus=8)
-             .queue(name="root", quota={"H100": 320}, limit={"H100": root_limit} if root_limit else None)
+    with the root limited to the cluster's size (such a limit is no cap), and with a cordoned spare node
+    so that the root's limit (320 of 328 GPUs) really binds: only victims below the root make room."""
+    world = World().nodes(count=40, gpus=8)
+    if spare:
+        world.node(name="spare", gpus=8, state="cordoned")
+    (world.queue(name="root", quota={"H100": 320}, limit={"H100": root_limit} if root_limit else None)
              .queue(name="a", parent="root", quota={"H100": 160})
              .queue(name="a1", parent="a", quota={"H100": 80})
              .queue(name="a2", parent="a", quota={"H100": 80})

@@ -21,6 +21,11 @@ class QueueTree:
         self.usage: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._chains: dict[str, tuple[str, ...]] = {}
         node_flavor = {n.name: n.flavor for n in snapshot.nodes}
+        # a limit at or above the cluster's whole capacity of a flavor can only bind when the cluster is
+        # full, which says "no free GPUs", not "over the limit": such limits are treated as no cap
+        self.capacity: dict[str, int] = defaultdict(int)
+        for n in snapshot.nodes:
+            self.capacity[n.flavor] += n.gpus
         for job in snapshot.jobs:
             if job.state == "pending" or not self.known(job.queue):
                 continue
@@ -53,7 +58,7 @@ class QueueTree:
         for q in self.chain(queue):
             info = self.queues.get(q)
             quota = info.quotas.get(flavor) if info else None
-            if quota is not None and quota.limit is not None:
+            if quota is not None and quota.limit is not None and quota.limit < self.capacity[flavor]:
                 room = quota.limit - self.usage[q][flavor]
                 if room < best:
                     best, who = room, q
