@@ -152,7 +152,7 @@ class CycleConfig:
     max_preemptors: int = 8  # pending jobs that may evict per cycle (bounds the cycle's cost)
     usage_half_life: float | None = None  # seconds; set = order queues by decayed usage (QueueInfo.recent_usage)
     starvation_seconds: float = 1800.0  # a job waiting this long gets a drain reservation (when backfill is on)
-    max_reservations: int = 4  # jobs holding reservations at once (eviction beneficiaries and drains)
+    max_reservations: int = 8  # jobs holding reservations at once (eviction beneficiaries and drains)
 
 
 @dataclass(frozen=True, slots=True)
