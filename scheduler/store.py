@@ -164,7 +164,8 @@ class _Stale(Exception):
 
 
 def _bind(binding, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int) -> Event:
-    """Start one job inside the caller's savepoint. Raises _Stale (the savepoint rolls back) or IntegrityError."""
+    """Start one job inside the caller's savepoint (the slow path, after a race). Raises _Stale (the
+    savepoint rolls back) or IntegrityError."""
     immediate = getattr(settings, "TASKS_START_IMMEDIATELY", True)
     started = Job.objects.filter(pk=binding.job_id, state="pending").update(
         state="running" if immediate else "admitted", started_at=clock if immediate else None, bound_at=clock,
@@ -172,12 +173,65 @@ def _bind(binding, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int) -
         reserved=None, estimated_start=None, not_before=None, updated_at=timezone.now())
     if not started:
         raise _Stale("job is no longer pending")
-    allocations, by_node = [], defaultdict(list)
+    allocations, tasks = _rows_for(binding, clock, tasks_by_role, gpu_ids)
+    Allocation.objects.bulk_create(allocations)  # IntegrityError: a GPU already has a live allocation
+    by_node = defaultdict(list)
+    for task_id, node_id in tasks:
+        by_node[node_id].append(task_id)
+    for node_id, ids in by_node.items():
+        if Task.objects.filter(pk__in=ids, state="pending").update(state="running" if immediate else "bound",
+                                                                   node_id=node_id) != len(ids):
+            raise _Stale("a task is no longer pending")
+    return _admitted_event(binding, clock, cycle_number, len(by_node), len(allocations))
+
+
+def _bind_all(bindings, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int):
+    """Start every job of the cycle with a handful of bulk statements (the fast path): lock the jobs still
+    pending, check each decision against the rows, then one INSERT of all allocations, bulk task and job
+    updates. Returns (events, [(job id, why stale)]), or None when the INSERT hits the one-live-allocation
+    index (a racing cycle bound a GPU): the savepoint rolls back and the caller goes job by job."""
+    immediate = getattr(settings, "TASKS_START_IMMEDIATELY", True)
+    ids = [b.job_id for b in bindings]
+    pending = set()
+    for i in range(0, len(ids), 1000):
+        pending.update(Job.objects.select_for_update().filter(pk__in=ids[i:i + 1000], state="pending")
+                       .values_list("id", flat=True))
+    stale, jobs, tasks, allocations, events = [], [], [], [], []
+    for b in bindings:
+        if b.job_id not in pending:
+            stale.append((b.job_id, "job is no longer pending"))
+            continue
+        try:
+            rows = _rows_for(b, clock, tasks_by_role, gpu_ids)
+        except _Stale as exc:
+            stale.append((b.job_id, str(exc)))
+            continue
+        job_allocs, job_tasks = rows
+        allocations += job_allocs
+        tasks += [Task(pk=tid, node_id=nid, state="running" if immediate else "bound") for tid, nid in job_tasks]
+        jobs.append(Job(pk=b.job_id, state="running" if immediate else "admitted", started_at=clock if immediate else None,
+                        bound_at=clock, placement_domain=b.domain or "", placement_tier=b.tier, pending_reason="",
+                        never_fits=False, reserved=None, estimated_start=None, not_before=None, updated_at=clock))
+        events.append(_admitted_event(b, clock, cycle_number, len({n for _, n in job_tasks}), len(job_allocs)))
+    try:
+        with transaction.atomic():
+            Allocation.objects.bulk_create(allocations, batch_size=2000)
+    except IntegrityError:
+        return None
+    Task.objects.bulk_update(tasks, ["state", "node_id"], batch_size=1000)
+    Job.objects.bulk_update(jobs, ["state", "started_at", "bound_at", "placement_domain", "placement_tier",
+                                   "pending_reason", "never_fits", "reserved", "estimated_start", "not_before",
+                                   "updated_at"], batch_size=1000)
+    return events, stale
+
+
+def _rows_for(binding, clock: datetime, tasks_by_role, gpu_ids):
+    """(Allocation rows, [(task id, node id)]) for one binding; raises _Stale if a row no longer matches."""
+    allocations, tasks = [], []
     for p in binding.tasks:
         free = tasks_by_role.get((binding.job_id, p.role), [])
         if p.index >= len(free):
             raise _Stale(f"no pending task {p.role}[{p.index}]")
-        task_id = free[p.index]
         node = gpu_ids.get(p.node)
         if node is None:
             raise _Stale(f"node {p.node} is not ready")
@@ -185,16 +239,15 @@ def _bind(binding, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int) -
             gpu = node["gpus"].get(g)
             if gpu is None:
                 raise _Stale(f"GPU {p.node}/{g} is unhealthy or unknown")
-            allocations.append(Allocation(task_id=task_id, gpu_id=gpu, job_id=binding.job_id, created_at=clock))
-        by_node[node["id"]].append(task_id)
-    Allocation.objects.bulk_create(allocations)  # IntegrityError: a GPU already has a live allocation
-    for node_id, ids in by_node.items():
-        if Task.objects.filter(pk__in=ids, state="pending").update(state="running" if immediate else "bound",
-                                                                   node_id=node_id) != len(ids):
-            raise _Stale("a task is no longer pending")
+            allocations.append(Allocation(task_id=free[p.index], gpu_id=gpu, job_id=binding.job_id, created_at=clock))
+        tasks.append((free[p.index], node["id"]))
+    return allocations, tasks
+
+
+def _admitted_event(binding, clock: datetime, cycle_number: int, nodes: int, gpus: int) -> Event:
     return Event(time=clock, kind="admitted", job_id=binding.job_id, cycle=cycle_number,
                  message=f"admitted ({binding.rule}) into {binding.domain or 'the cluster'} (tier {binding.tier}) on "
-                         f"{len(by_node)} node(s), {len(allocations)} GPUs",
+                         f"{nodes} node(s), {gpus} GPUs",
                  data={"domain": binding.domain, "tier": binding.tier, "rule": binding.rule,
                        "queue_share_before": round(binding.share_before, 4),
                        "queue_share_after": round(binding.share_after, 4),
@@ -234,17 +287,24 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
             gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["gpus"][idx] = gid
         for nid, nname in Node.objects.filter(name__in=node_names, state="ready").values_list("id", "name"):
             gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})  # CPU-only placements on ready nodes
-        events = []
-        for binding in result.bindings:
-            try:
-                with transaction.atomic():
-                    events.append(_bind(binding, clock, tasks_by_role, gpu_ids, cycle_number))
-                stats.binds += 1
-            except (_Stale, IntegrityError) as exc:
-                why = str(exc) if isinstance(exc, _Stale) else "a GPU is already bound (racing cycle)"
-                stats.stale_skipped += 1
-                stats.stale.append((binding.job_id, why))
-                log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, binding.job_id, why)
+        events = _bind_all(result.bindings, clock, tasks_by_role, gpu_ids, cycle_number)
+        if events is None:  # a racing cycle bound one of these GPUs: job by job, each in its own savepoint
+            events = []
+            for binding in result.bindings:
+                try:
+                    with transaction.atomic():
+                        events.append(_bind(binding, clock, tasks_by_role, gpu_ids, cycle_number))
+                except (_Stale, IntegrityError) as exc:
+                    why = str(exc) if isinstance(exc, _Stale) else "a GPU is already bound (racing cycle)"
+                    stats.stale.append((binding.job_id, why))
+                    log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, binding.job_id, why)
+        else:
+            events, stale = events
+            for job_id, why in stale:
+                stats.stale.append((job_id, why))
+                log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, job_id, why)
+        stats.binds = len(events)
+        stats.stale_skipped = len(stats.stale)
         Event.objects.bulk_create(events)
         stale = store_evict.apply_evictions(result, clock=clock, cycle_number=cycle_number, stats=stats)
         store_evict.apply_holds(result, clock=clock, cycle_number=cycle_number, stale=stale)
