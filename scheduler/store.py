@@ -218,11 +218,46 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, gpu_ids, cycle_number: i
             Allocation.objects.bulk_create(allocations, batch_size=2000)
     except IntegrityError:
         return None
-    Task.objects.bulk_update(tasks, ["state", "node_id"], batch_size=1000)
-    Job.objects.bulk_update(jobs, ["state", "started_at", "bound_at", "placement_domain", "placement_tier",
-                                   "pending_reason", "never_fits", "reserved", "estimated_start", "not_before",
-                                   "updated_at"], batch_size=1000)
+    task_state = "running" if immediate else "bound"
+    _update_rows(Task, [(t.pk, t.node_id) for t in tasks], ["node_id"], {"state": task_state})
+    _update_rows(Job, [(j.pk, j.placement_domain, j.placement_tier) for j in jobs], ["placement_domain", "placement_tier"],
+                 {"state": "running" if immediate else "admitted", "started_at": clock if immediate else None,
+                  "bound_at": clock, "pending_reason": "", "never_fits": False, "reserved": None,
+                  "estimated_start": None, "not_before": None, "updated_at": clock})
     return events, stale
+
+
+def _update_rows(model, rows: list[tuple], columns: list[str], constants: dict, chunk: int = 5000) -> None:
+    """UPDATE many rows: per row `columns` from rows = [(pk, *values)], `constants` for all. On PostgreSQL one
+    UPDATE ... FROM (VALUES ...) per chunk (Django's bulk_update builds CASE WHEN per row: 47 s for 10k jobs
+    and 20k tasks); elsewhere (SQLite, the embedded default) one update() per distinct row of values."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        groups: dict[tuple, list] = defaultdict(list)
+        for pk, *values in rows:
+            groups[tuple(values)].append(pk)
+        for values, pks in groups.items():
+            for i in range(0, len(pks), 500):
+                model.objects.filter(pk__in=pks[i:i + 500]).update(**dict(zip(columns, values)), **constants)
+        return
+    meta = model._meta
+    table = connection.ops.quote_name(meta.db_table)
+    cols = [meta.get_field(c.removesuffix("_id") if c.endswith("_id") and c != "id" else c) for c in columns]
+    const_fields = [(meta.get_field(k), v) for k, v in constants.items()]
+    sets = [f"{connection.ops.quote_name(f.column)} = v.c{i}" for i, f in enumerate(cols)]
+    sets += [f"{connection.ops.quote_name(f.column)} = %s" for f, _ in const_fields]
+    const_params = [f.get_db_prep_save(v, connection) for f, v in const_fields]
+    casts = ["bigint"] + [f.db_type(connection).split("(")[0] if f.db_type(connection) else "text" for f in cols]
+    casts = [c.replace("serial", "integer").replace("bigserial", "bigint") for c in casts]
+    for i in range(0, len(rows), chunk):
+        part = rows[i:i + chunk]
+        values = ", ".join("(" + ", ".join(f"%s::{casts[k]}" for k in range(len(columns) + 1)) + ")" for _ in part)
+        params = [p for row in part for p in row]
+        with connection.cursor() as cur:
+            cur.execute(f"UPDATE {table} AS t SET {', '.join(sets)} FROM (VALUES {values}) AS v(id, "
+                        f"{', '.join(f'c{k}' for k in range(len(columns)))}) WHERE t.id = v.id",
+                        const_params + params)
 
 
 def _rows_for(binding, clock: datetime, tasks_by_role, gpu_ids):
