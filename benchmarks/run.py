@@ -19,7 +19,8 @@ import traceback
 
 import _common as C
 
-ORDER = ("cycle_scale", "bind_throughput", "replay_speed", "baselines", "optimum_gap", "openb_fgd")
+ORDER = ("cycle_scale", "bind_throughput", "replay_speed", "baselines", "optimum_gap", "openb_fgd",
+         "topology_payload", "failure_sweep", "starvation_sweep")
 
 
 def summary_line(name: str, r: dict) -> str:

@@ -28,20 +28,25 @@ SETTINGS = [
 ]
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description="drain reservation sweep")
     parser.add_argument("--days", type=float, default=14.0)
+    parser.add_argument("--quick", action="store_true", help="CI: 2 days, two settings")
     args = parser.parse_args(argv)
+    days, settings = (2.0, SETTINGS[:2]) if args.quick else (args.days, SETTINGS)
     cluster = load_cluster("philly")
-    trace = load_trace("philly", start_days=20, until_days=20 + args.days)
+    trace = load_trace("philly", start_days=20, until_days=20 + days)
     print("| setting | mean allocation | 5-8 GPUs p50 / p99 | 9-32 GPUs p50 / p99 | 1 GPU p99 |")
     print("|---|---|---|---|---|")
-    for label, config in SETTINGS:
+    out = {"days": days, "results": {}}
+    for label, config in settings:
         r = replay(cluster, trace, config=config).to_dict()
         q = r["queueing_by_size"]
+        out["results"][label] = {"mean_allocation_rate": r["mean_allocation_rate"], "queueing_by_size": q}
         h = lambda s: f"{s / 3600:.1f} h" if s is not None else "-"  # noqa: E731
         print(f"| {label} | {r['mean_allocation_rate']:.1%} | {h(q['5-8']['p50'])} / {h(q['5-8']['p99'])} | "
-              f"{h(q['9-32']['p50'])} / {h(q['9-32']['p99'])} | {h(q['1']['p99'])} |")
+              f"{h(q['9-32']['p50'])} / {h(q['9-32']['p99'])} | {h(q['1']['p99'])} |", flush=True)
+    return out
 
 
 if __name__ == "__main__":
