@@ -21,7 +21,7 @@ class DoubleBindError(AssertionError):
 
 class ClusterState:
     __slots__ = ("nodes", "tree", "free", "cpu_free", "mem_free", "dom_free", "flavors", "node_index",
-                 "healthy_gpus", "buckets", "bucket_keys")
+                 "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width")
 
     def __init__(self, snapshot: Snapshot, tree: DomainTree):
         self.nodes: tuple[NodeInfo, ...] = snapshot.nodes
@@ -33,6 +33,10 @@ class ClusterState:
         self.healthy_gpus: list[int] = []
         self.dom_free: list[dict[str, int]] = [defaultdict(int) for _ in tree.names]
         self.flavors: set[str] = set()
+        # per domain and flavor: how many nodes below it have exactly f free GPUs (list indexed by f), so
+        # how many tasks of g GPUs its nodes could take at most (pack_slots) is known without a node scan
+        width = self.hist_width = max((n.gpus for n in snapshot.nodes), default=0) + 1
+        self.free_hist: list[dict[str, list[int]]] = [{} for _ in tree.names]
         for k, n in enumerate(snapshot.nodes):
             healthy = [g for g in range(n.gpus) if g not in n.unhealthy]
             self.healthy_gpus.append(len(healthy) if n.schedulable else 0)
@@ -43,6 +47,10 @@ class ClusterState:
             self.flavors.add(n.flavor)
             for d in tree.node_chain[k]:  # every (domain, flavor) below it gets an entry, 0 included
                 self.dom_free[d][n.flavor] += len(free)
+                hist = self.free_hist[d].get(n.flavor)
+                if hist is None:
+                    hist = self.free_hist[d][n.flavor] = [0] * width
+                hist[len(free)] += 1
         # per (tier, flavor): free GPUs -> domains with exactly that many free, and the sorted free values,
         # so the best-fit domain for a request is found without scanning every domain of the tier
         self.buckets: dict[tuple[int, str], dict[int, set[int]]] = defaultdict(dict)
@@ -82,6 +90,14 @@ class ClusterState:
             members = buckets.get(free)
             if members:
                 yield free, members
+
+    def pack_slots(self, d: int, flavor: str, gpus_per_task: int) -> int:
+        """Upper bound on the tasks of `gpus_per_task` (> 0) GPUs that the `flavor` nodes below domain d
+        could take now: sum over nodes of free GPUs // gpus_per_task (CPU and memory not counted)."""
+        hist = self.free_hist[d].get(flavor)
+        if not hist:
+            return 0
+        return sum(count * (f // gpus_per_task) for f, count in enumerate(hist) if count and f >= gpus_per_task)
 
     def domain_free(self, d: int, flavor: str) -> int:
         return self.dom_free[d].get(flavor, 0)
@@ -139,10 +155,24 @@ class ClusterState:
         if gpus:
             self._shift(k, len(gpus))
 
+    def _widen(self, width: int) -> None:
+        for per_flavor in self.free_hist:
+            for hist in per_flavor.values():
+                hist.extend([0] * (width - len(hist)))
+        self.hist_width = width
+
     def _shift(self, k: int, delta: int) -> None:
+        """Node k's free GPUs changed by delta (already applied to self.free[k])."""
         flavor = self.nodes[k].flavor
-        dom_free = self.dom_free
+        dom_free, free_hist = self.dom_free, self.free_hist
+        now = len(self.free[k])
+        was = now - delta
+        if now >= self.hist_width:  # only if a snapshot lists more free GPUs than the node has
+            self._widen(now + 1)
         for d in self.tree.node_chain[k]:
             old = dom_free[d][flavor]
             dom_free[d][flavor] = old + delta
             self._bucket_move(d, flavor, old, old + delta)
+            hist = free_hist[d][flavor]
+            hist[was] -= 1
+            hist[now] += 1

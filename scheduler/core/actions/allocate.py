@@ -18,7 +18,7 @@ from ..plugins.feasibility import Capacity
 from ..plugins.gang import PackFailure, pack_gang
 from ..plugins.quota import INF, QueueTree, job_order_key
 from ..plugins.topology import candidate_domains, node_order
-from ..snapshot import Binding, CycleConfig, JobInfo, PendingReason, Snapshot
+from ..snapshot import Binding, CycleConfig, JobInfo, PendingReason, RoleInfo, Snapshot
 from ..state import ClusterState
 from ..topology import common_domain
 from ..trial import Holds
@@ -276,7 +276,9 @@ class Allocator:
         if within is not None:
             levels = [tree.tiers[within]]
         extra = (room - need) if room != INF else INF
-        packing_failure: tuple[int, PackFailure] | None = None
+        packing_failure: tuple[int, RoleInfo] | None = None  # the first domain whose packing failed, and the role
+        gpu_roles = sorted((r for r in job.roles if r.gpus_per_task and r.effective_min),
+                           key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))  # pack_gang's order
         for tier in levels:
             if within is not None:
                 domains = [within]
@@ -285,16 +287,25 @@ class Allocator:
             for d in domains:
                 if state.domain_free(d, flavor) < need or not self.capacity.domain_fits(job, flavor, d):
                     continue  # not enough free now, or nodes too small for its tasks even when empty
+                # cheap necessary condition: each GPU role's minimum fits the nodes' free GPUs taken whole
+                # tasks at a time (no node scan); when it fails, pack_gang would fail too
+                short = next((r for r in gpu_roles if state.pack_slots(d, flavor, r.gpus_per_task) < r.effective_min),
+                             None)
+                if short is not None and (packing_failure is not None or short is gpu_roles[0]):
+                    # pack_gang places roles in gpu_roles' order from an empty statement: the first role short of
+                    # slots is the one it reports; for a later role it could report an earlier one, so unless a
+                    # failure is already recorded, fall through and let it name the role
+                    packing_failure = packing_failure or (d, short)
+                    continue
                 order = node_order(state, d, flavor, need, binpack=self.config.binpack)
                 cpu_nodes = self._cpu_nodes(d, order) if any(not r.gpus_per_task for r in job.roles) else []
                 placed = pack_gang(state, job, order, cpu_nodes, extra_budget=extra)
                 if isinstance(placed, PackFailure):
-                    packing_failure = packing_failure or (d, placed)
+                    packing_failure = packing_failure or (d, placed.role)
                     continue
                 return Binding(job_id=job.id, tasks=placed, domain=tree.names[d], tier=tree.tiers[d])
         if packing_failure is not None:
-            d, failure = packing_failure
-            role = failure.role
+            d, role = packing_failure
             return PendingReason(
                 "no_packing",
                 f"no node packing fits: {state.domain_free(d, flavor)} free {flavor} GPUs in {tree.names[d]} but no "

@@ -28,13 +28,14 @@ def find_victims(allocator, job: JobInfo, flavor: str, *, target: int, units: li
     a placement counts only if it fits room + the victims' GPUs. Returns (placement, victims) or None."""
     state = allocator.state
 
-    def fits(placed, victims: list[Unit]) -> bool:
-        return isinstance(placed, Binding) and _gpus(placed) <= room + sum(u.gpus for u in victims)
+    def fits(placed, freed: int) -> bool:  # freed: the victims' GPUs
+        return isinstance(placed, Binding) and _gpus(placed) <= room + freed
 
     root = allocator.tree.root
     need = job.gpus_min
     trial = Trial(state)
     chosen: list[Unit] = []
+    chosen_gpus = 0
     taken: dict[object, set] = {}
     best: Binding | None = None
     for unit in units[:MAX_VICTIM_UNITS]:
@@ -49,12 +50,13 @@ def find_victims(allocator, job: JobInfo, flavor: str, *, target: int, units: li
         take(unit)
         done.update((t.role, t.index) for t in unit.tasks)
         chosen.append(unit)
+        chosen_gpus += unit.gpus
         if state.domain_free(root, flavor) < need:
             continue
-        placed = allocator.try_place(job, flavor, target=min(target, room + sum(u.gpus for u in chosen)))
+        placed = allocator.try_place(job, flavor, target=min(target, room + chosen_gpus))
         if isinstance(placed, Binding):
             release_binding(state, job, placed)
-            if fits(placed, chosen):
+            if fits(placed, chosen_gpus):
                 best = placed
                 if _gpus(placed) >= target:
                     break
@@ -65,6 +67,7 @@ def find_victims(allocator, job: JobInfo, flavor: str, *, target: int, units: li
         return None
     size = _gpus(best)
     kept = list(chosen)
+    kept_gpus = chosen_gpus
     for unit in reversed(chosen):  # fill-back: drop victims the placement does not need
         if not unit.whole and any(u.whole and u.job.id == unit.job.id for u in kept):
             continue  # the rest of that gang goes anyway; keeping part of it would break the gang
@@ -73,13 +76,14 @@ def find_victims(allocator, job: JobInfo, flavor: str, *, target: int, units: li
         placed = allocator.try_place(job, flavor, target=size)
         if isinstance(placed, Binding):
             release_binding(state, job, placed)
-        if fits(placed, rest) and _gpus(placed) >= size:
+        if fits(placed, kept_gpus - unit.gpus) and _gpus(placed) >= size:
             give_back(unit)
             kept = rest
+            kept_gpus -= unit.gpus
             continue
         trial.free_tasks(unit.job, unit.tasks)
     final = allocator.try_place(job, flavor, target=size)
-    assert fits(final, kept), "fill-back left a victim set that no longer fits"
+    assert fits(final, kept_gpus), "fill-back left a victim set that no longer fits"
     release_binding(state, job, final)
     trial.undo()
     if not kept:  # it fits without evicting anyone: nothing to do here

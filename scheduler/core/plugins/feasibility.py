@@ -25,6 +25,7 @@ class Capacity:
             for d in tree.node_chain[k]:
                 self.sizes[d][node.flavor][node.gpus] += 1
         self._cache: dict[tuple, PendingReason | None] = {}
+        self._fits_cache: dict[tuple, bool] = {}  # static: node sizes never change within a cycle
 
     def _maximal_domains(self, cap: int | None) -> list[int]:
         tree = self.state.tree
@@ -35,6 +36,13 @@ class Capacity:
 
     def domain_fits(self, job: JobInfo, flavor: str, d: int) -> bool:
         """Whether domain d, emptied, could hold the job's minimum (per-node packing at full capacity)."""
+        key = (d, flavor, tuple((r.gpus_per_task, r.effective_min) for r in job.roles))
+        fits = self._fits_cache.get(key)
+        if fits is None:
+            fits = self._fits_cache[key] = self._domain_fits(job, flavor, d)
+        return fits
+
+    def _domain_fits(self, job: JobInfo, flavor: str, d: int) -> bool:
         sizes = self.sizes[d].get(flavor)
         if not sizes or sum(g * n for g, n in sizes.items()) < job.gpus_min:
             return False
