@@ -7,6 +7,8 @@ from __future__ import annotations
 from django import forms
 from django.core.validators import RegexValidator
 
+from gpuplatform import job_rules as rules
+
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._\-]*"
 NAME_HELP = "letters, digits, '.', '_' and '-', starting with a letter or digit"
 TOPOLOGY_CHOICES = [("none", "none: anywhere"), ("soft", "soft: prefer the lowest tier"),
@@ -14,9 +16,9 @@ TOPOLOGY_CHOICES = [("none", "none: anywhere"), ("soft", "soft: prefer the lowes
 FORM_FIELD = {"time_limit_seconds": "time_limit_minutes", "duration_seconds": "time_limit_minutes"}
 
 
-def _number(min_value=None, required=True, initial=None, help_text="", label=None):
-    return forms.IntegerField(min_value=min_value, required=required, initial=initial, help_text=help_text, label=label,
-                              widget=forms.NumberInput(attrs={"inputmode": "numeric"}))
+def _number(min_value=None, required=True, initial=None, help_text="", label=None, max_value=None):
+    return forms.IntegerField(min_value=min_value, max_value=max_value, required=required, initial=initial,
+                              help_text=help_text, label=label, widget=forms.NumberInput(attrs={"inputmode": "numeric"}))
 
 
 class JobForm(forms.Form):
@@ -26,10 +28,12 @@ class JobForm(forms.Form):
                                                          "autocomplete": "off"}))
     team = forms.ChoiceField()
     queue = forms.ChoiceField(help_text="a leaf queue of the team")
-    priority = _number(initial=0, help_text="higher runs first inside the queue; may preempt lower ones")
+    priority = _number(initial=0, min_value=-rules.MAX_PRIORITY, max_value=rules.MAX_PRIORITY,
+                       help_text="higher runs first inside the queue; may preempt lower ones")
     preemptible = forms.BooleanField(required=False, initial=True,
                                      help_text="may be evicted (after a grace period) for higher-priority work")
-    time_limit_minutes = _number(min_value=1, required=False, label="Time limit (minutes)",
+    time_limit_minutes = _number(min_value=1, max_value=rules.MAX_TIME_LIMIT_SECONDS // 60, required=False,
+                                 label="Time limit (minutes)",
                                  help_text="optional; lets the scheduler backfill around this job")
     topology_mode = forms.ChoiceField(choices=TOPOLOGY_CHOICES, initial="none")
     highest_tier = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
@@ -59,11 +63,13 @@ class RoleForm(forms.Form):
                            validators=[RegexValidator(f"^{NAME_PATTERN}$", f"Use {NAME_HELP}.")],
                            widget=forms.TextInput(attrs={"pattern": NAME_PATTERN, "title": f"Use {NAME_HELP}.",
                                                          "size": 10}))
-    tasks = _number(min_value=1, initial=1)
-    gpus_per_task = _number(min_value=0, initial=1, label="GPUs per task")
-    cpu_milli = _number(min_value=0, initial=0, required=False, label="CPU per task (millicores)")
-    memory_mib = _number(min_value=0, initial=0, required=False, label="Memory per task (MiB)")
-    min_available = _number(min_value=1, required=False, label="Min available",
+    tasks = _number(min_value=1, max_value=rules.MAX_TASKS_PER_JOB, initial=1)
+    gpus_per_task = _number(min_value=0, max_value=rules.MAX_GPUS_PER_TASK, initial=1, label="GPUs per task")
+    cpu_milli = _number(min_value=0, max_value=rules.MAX_CPU_MILLI, initial=0, required=False,
+                        label="CPU per task (millicores)")
+    memory_mib = _number(min_value=0, max_value=rules.MAX_MEMORY_MIB, initial=0, required=False,
+                         label="Memory per task (MiB)")
+    min_available = _number(min_value=1, max_value=rules.MAX_TASKS_PER_JOB, required=False, label="Min available",
                             help_text="blank = all tasks (a strict gang)")
     flavor = forms.ChoiceField(required=False, label="GPU flavor")
 
@@ -79,6 +85,9 @@ class RoleForm(forms.Form):
         if tasks and min_av and min_av > tasks:
             self.add_error("min_available", f"min available ({min_av}) must not exceed tasks ({tasks})")
         return data
+
+    def has_changed(self) -> bool:
+        return True  # a role left at its defaults (1 task x 1 GPU) is a real role, not an empty extra form
 
     def role(self) -> dict:
         d = self.cleaned_data

@@ -8,6 +8,15 @@ from __future__ import annotations
 
 ROLE_FIELDS = ("name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor")
 TOPOLOGY_MODES = ("none", "soft", "hard")
+# Bounds that keep one submission from hurting everyone (a 2**31-task role would stall the cycle and fill
+# memory), and keep every number inside the database's integer columns.
+MAX_TASKS_PER_JOB = 4096
+MAX_GPUS_PER_TASK = 64
+MAX_CPU_MILLI = 2**31 - 1
+MAX_MEMORY_MIB = 2**31 - 1
+MAX_PRIORITY = 2**31 - 1
+MAX_TIME_LIMIT_SECONDS = 366 * 24 * 3600
+MAX_TIER = 32767
 
 
 def _is_int(value) -> bool:
@@ -42,13 +51,19 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
             continue
         if role["tasks"] < 1:
             errors[f + "tasks"] = "tasks must be at least 1"
+        elif role["tasks"] > MAX_TASKS_PER_JOB:
+            errors[f + "tasks"] = f"tasks must be at most {MAX_TASKS_PER_JOB}"
         if role["gpus_per_task"] < 0:
             errors[f + "gpus_per_task"] = "gpus_per_task must not be negative"
+        elif role["gpus_per_task"] > MAX_GPUS_PER_TASK:
+            errors[f + "gpus_per_task"] = f"gpus_per_task must be at most {MAX_GPUS_PER_TASK}"
         elif role["gpus_per_task"] == 0 and role["cpu_milli"] <= 0:
             errors[f + "gpus_per_task"] = "a task with no GPU must request CPU (cpu_milli > 0)"
-        for key in ("cpu_milli", "memory_mib"):
+        for key, top in (("cpu_milli", MAX_CPU_MILLI), ("memory_mib", MAX_MEMORY_MIB)):
             if role[key] < 0:
                 errors[f + key] = f"{key} must not be negative"
+            elif role[key] > top:
+                errors[f + key] = f"{key} must be at most {top}"
         if role["min_available"] < 1:
             errors[f + "min_available"] = "min_available must be at least 1"
         elif role["tasks"] >= 1 and role["min_available"] > role["tasks"]:
@@ -57,6 +72,8 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
         if not isinstance(role["flavor"], str) or len(role["flavor"]) > 200:
             errors[f + "flavor"] = "flavor must be GPU model names separated by '|'"
         out.append(role)
+    if not errors and sum(r["tasks"] for r in out) > MAX_TASKS_PER_JOB:
+        errors["roles"] = f"a job may have at most {MAX_TASKS_PER_JOB} tasks in all its roles"
     return out, errors
 
 
@@ -76,22 +93,27 @@ def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, t
         errors["queue"] = f"queue {queue.name} belongs to another team"
     if not _is_int(priority):
         errors["priority"] = "priority must be a whole number"
+    elif abs(priority) > MAX_PRIORITY:
+        errors["priority"] = f"priority must be between -{MAX_PRIORITY} and {MAX_PRIORITY}"
     if topology_mode not in TOPOLOGY_MODES:
         errors["topology_mode"] = f"topology_mode must be one of {TOPOLOGY_MODES}"
     for key, tier in (("highest_tier", highest_tier), ("preferred_tier", preferred_tier)):
         if tier is None:
             continue
-        if not _is_int(tier) or tier < 1:
-            errors[key] = f"{key} must be a tier number >= 1"
+        if not _is_int(tier) or tier < 1 or tier > MAX_TIER:
+            errors[key] = f"{key} must be a tier number from 1 to {MAX_TIER}"
         elif tier not in tiers:
             errors[key] = f"no such tier in this cluster: {tier} (tiers: {sorted(tiers) or 'none'})"
     if (key := "preferred_tier") not in errors and "highest_tier" not in errors and highest_tier is not None \
             and preferred_tier is not None and preferred_tier > highest_tier:
         errors[key] = f"preferred_tier ({preferred_tier}) must not be above highest_tier ({highest_tier})"
-    if time_limit_seconds is not None and (not _is_int(time_limit_seconds) or time_limit_seconds <= 0):
-        errors["time_limit_seconds"] = "time_limit_seconds must be a positive whole number of seconds"
-    if duration_seconds is not None and (not isinstance(duration_seconds, (int, float)) or duration_seconds < 0):
-        errors["duration_seconds"] = "duration_seconds must not be negative"
+    if time_limit_seconds is not None and (not _is_int(time_limit_seconds) or time_limit_seconds <= 0
+                                           or time_limit_seconds > MAX_TIME_LIMIT_SECONDS):
+        errors["time_limit_seconds"] = (f"time_limit_seconds must be a whole number of seconds from 1 to "
+                                        f"{MAX_TIME_LIMIT_SECONDS} (366 days)")
+    if duration_seconds is not None and (not isinstance(duration_seconds, (int, float)) or duration_seconds < 0
+                                         or duration_seconds > 10 * MAX_TIME_LIMIT_SECONDS):
+        errors["duration_seconds"] = "duration_seconds must be between 0 and ten years"
     if errors:
         raise error_class(errors)
     return out

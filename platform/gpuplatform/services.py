@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from . import quota_rules
+from . import fit_check, quota_rules
 from .job_rules import check_job
 from .models import Allocation, Domain, Event, Job, JobRole, Membership, Node, Queue, Quota, Task, Team
 
@@ -195,7 +195,9 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     closed or draining queue, not a leaf queue, queue of another team; tasks < 1; gpus_per_task < 0;
     no GPU and no CPU request; min_available outside 1..tasks; duplicate role names; bad topology_mode;
     preferred_tier above highest_tier; a tier no domain of this cluster has ("no such tier in this cluster").
-    A job that can never fit is accepted; the cycle marks it never_fits.
+    A job that can never fit this cluster (the engine's own Capacity rule, fit_check.py) is refused
+    ("roles"); one that fits the cluster but not its queue's limit is accepted and marked never_fits
+    by the cycle. Bounds (job_rules.py): at most 4,096 tasks, 64 GPUs per task, priority within int32.
     """
     queue = _resolve_queue(queue, "queue")
     if queue is None:
@@ -206,6 +208,9 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                       priority=priority, topology_mode=topology_mode, highest_tier=highest_tier,
                       preferred_tier=preferred_tier, time_limit_seconds=time_limit_seconds,
                       duration_seconds=duration_seconds, tiers=tiers, error_class=ValidationError)
+    why = fit_check.never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier)
+    if why:
+        raise ValidationError({"roles": why if why.startswith("can never fit") else f"can never fit this cluster: {why}"})
     now = submitted_at or timezone.now()
     job = Job.objects.create(team=team, queue=queue, submitter=submitter, name=name, external_id=external_id,
                              priority=priority, preemptible=preemptible, topology_mode=topology_mode,

@@ -60,7 +60,7 @@ def test_snapshot_of_a_small_cluster(submit):
 
 def test_apply_binds_gpus_and_records_the_cycle(submit):
     job = submit("gang", tasks=2, gpus=4)
-    waiting = submit("big", tasks=1, gpus=64)
+    waiting = submit("big", tasks=4, gpus=8)  # fits the cluster; the hand-made result calls it terminal
     result = CycleResult(bindings=[bind(job, ("n0", (0, 1, 2, 3)), ("n0", (4, 5, 6, 7)))],
                          pending={waiting.pk: PendingReason("never_fits", "needs 64 GPUs in one node", terminal=True)},
                          metrics={"allocation_rate": 0.25, "free_gpus": 24, "allocated_gpus": 8,
@@ -84,7 +84,7 @@ def test_apply_binds_gpus_and_records_the_cycle(submit):
     assert sample.running_jobs == 1 and sample.fragmentation_rate == 0.0
     used = dict(QueueSample.objects.values_list("queue__name", "used"))
     demand = dict(QueueSample.objects.values_list("queue__name", "pending_demand"))
-    assert used == {"alpha": 8, "beta": 0, "root": 8} and demand == {"alpha": 64, "beta": 0, "root": 64}
+    assert used == {"alpha": 8, "beta": 0, "root": 8} and demand == {"alpha": 32, "beta": 0, "root": 32}
 
 
 def test_stale_bindings_are_skipped_not_forced(submit):
@@ -175,7 +175,11 @@ def test_run_cycle_once_with_the_real_engine(submit):
     """The production path: snapshot -> scheduler.core.run_cycle -> apply, on the small cluster."""
     gang = submit("gang", tasks=2, gpus=8, topology_mode="hard", highest_tier=1)
     small = submit("small", tasks=1, gpus=2)
-    huge = submit("huge", tasks=1, gpus=16)  # no node has 16 GPUs
+    from gpuplatform import services
+    from gpuplatform.models import Queue
+
+    services.set_quota(Queue.objects.get(name="alpha"), "H100", 4, 16, 20)
+    huge = submit("huge", tasks=3, gpus=8)  # fits the cluster, never alpha's limit of 20
     cycle = store.run_cycle_once(clock=CLOCK)
     assert cycle.error == "" and cycle.binds == 2
     gang.refresh_from_db()

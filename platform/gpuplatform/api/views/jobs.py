@@ -7,8 +7,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 
-from ... import fit_check, queries, services
-from ...job_rules import TOPOLOGY_MODES, check_roles
+from ... import queries, services
 from ...models import Job, JobRole, Membership, Queue, Task
 from ..filters import JobFilterSet
 from ..permissions import SUBMIT_ROLES, JobPermission, can_manage_team, can_submit
@@ -87,11 +86,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                                       preemptible=d["preemptible"], topology_mode=d["topology_mode"],
                                       highest_tier=d["highest_tier"], preferred_tier=d["preferred_tier"],
                                       time_limit_seconds=d["time_limit_seconds"], submitter=request.user)
-            normalised, _ = check_roles(roles)
-            mode = d["topology_mode"] if d["topology_mode"] in TOPOLOGY_MODES else "none"
-            why = fit_check.never_fits(normalised, topology_mode=mode, highest_tier=d["highest_tier"])
-            if why:
-                raise services.ValidationError({"roles": f"can never fit this cluster: {why}"})
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=JobUpdateSerializer, responses={200: JobSerializer})
