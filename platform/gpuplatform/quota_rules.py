@@ -60,6 +60,8 @@ def check_against_tree(queue_id: int | None, parent_id: int | None, flavor: str,
         if parent_limit is not None and limit is not None and limit > parent_limit:
             errors[f"{prefix}limit"] = f"limit ({limit}) is above the parent queue's limit ({parent_limit})"
         parent_quota = Quota.objects.filter(queue_id=parent_id, flavor=flavor).values_list("quota", flat=True).first()
+        if parent_quota is None and Quota.objects.filter(queue_id=parent_id).exists():
+            parent_quota = 0  # a parent with quotas, none for this flavor, deserves none of it to hand down
         if parent_quota is not None:
             siblings = Quota.objects.filter(queue__parent_id=parent_id, flavor=flavor)
             if queue_id is not None:
@@ -68,6 +70,8 @@ def check_against_tree(queue_id: int | None, parent_id: int | None, flavor: str,
             if total > parent_quota:
                 errors[f"{prefix}quota"] = (f"children's quotas would sum to {total}, above the parent queue's "
                                             f"quota ({parent_quota}) for {flavor}")
+    else:
+        errors.update(check_root_capacity(queue_id, flavor, quota, prefix))
     if queue_id is not None:
         children = Quota.objects.filter(queue__parent_id=queue_id, flavor=flavor)
         child_sum = children.aggregate(s=Sum("quota"))["s"] or 0
@@ -76,6 +80,24 @@ def check_against_tree(queue_id: int | None, parent_id: int | None, flavor: str,
         if limit is not None and children.filter(limit__gt=limit).exists():
             errors[f"{prefix}limit"] = f"limit ({limit}) is below a child queue's limit"
     return errors
+
+
+def check_root_capacity(queue_id: int | None, flavor: str, quota: int, prefix: str = "") -> dict[str, str]:
+    """Root queues share the cluster: their quotas for a flavor must not sum above the GPUs of that flavor
+    (checked once nodes are registered; a cluster being set up has none yet)."""
+    from .models import Node
+
+    if not Node.objects.exists():
+        return {}
+    capacity = Node.objects.filter(flavor=flavor).aggregate(s=Sum("gpu_count"))["s"] or 0
+    roots = Quota.objects.filter(queue__parent__isnull=True, flavor=flavor)
+    if queue_id is not None:
+        roots = roots.exclude(queue_id=queue_id)
+    total = (roots.aggregate(s=Sum("quota"))["s"] or 0) + quota
+    if total > capacity:
+        what = f"the cluster's {capacity} {flavor} GPUs" if capacity else f"the cluster, which has no {flavor} GPUs"
+        return {f"{prefix}quota": f"root queues' quotas would sum to {total}, above {what}"}
+    return {}
 
 
 def makes_cycle(queue_id: int, new_parent_id: int | None) -> bool:

@@ -109,6 +109,9 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
         errors["weight"] = "weight must be a positive number"
     if state not in Queue.State.values:
         errors["state"] = f"state must be one of {Queue.State.values}"
+    if parent is not None and Job.objects.filter(queue=parent).exists():
+        errors["parent"] = (f"queue {parent.name} has jobs: a queue that runs jobs cannot get child queues "
+                            f"(its jobs would sit on an inner queue)")
     for flavor, triple in (quotas or {}).items():
         prefix = f"quotas[{flavor}]."
         if not isinstance(triple, (tuple, list)) or len(triple) != 3:
@@ -140,6 +143,8 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
         parent = _resolve_queue(parent, "parent")
         if parent is not None and quota_rules.makes_cycle(queue.pk, parent.pk):
             errors["parent"] = f"making {parent.name} the parent of {queue.name} would create a cycle"
+        elif parent is not None and Job.objects.filter(queue=parent).exists():
+            errors["parent"] = f"queue {parent.name} has jobs: a queue that runs jobs cannot get child queues"
         changes["parent"] = parent.name if parent else None
     if weight is not None:
         if weight <= 0:

@@ -49,8 +49,8 @@ def test_refusals_name_the_field(gpuctl):
 def test_set_quota_creates_then_updates(gpuctl):
     from gpuplatform.models import Quota
 
-    code, out, _ = gpuctl("staff", "set-quota", "alpha", "A100", "--quota", "4")
-    assert code == 0 and "alpha/A100: guarantee 0, quota 4, limit none" in out
+    code, out, _ = gpuctl("staff", "set-quota", "alpha", "A100", "--quota", "0", "--limit", "4")
+    assert code == 0 and "alpha/A100: guarantee 0, quota 0, limit 4" in out
     code, out, _ = gpuctl("staff", "set-quota", "alpha", "H100", "--guarantee", "2", "--quota", "12", "--limit", "24")
     assert code == 0
     assert Quota.objects.filter(queue__name="alpha", flavor="H100").values_list("guarantee", "quota", "limit").get() \

@@ -110,7 +110,9 @@ def test_two_admins_cannot_overwrite_each_others_quota(client_for, users):
 
 
 def test_quota_create_and_filters(admin):
-    r = admin.post("/api/v1/quotas/", {"queue": "alpha", "flavor": "A100", "guarantee": 0, "quota": 2}, format="json")
+    above = admin.post("/api/v1/quotas/", {"queue": "alpha", "flavor": "A100", "guarantee": 0, "quota": 2}, format="json")
+    assert above.status_code == 400 and "parent queue's quota (0) for A100" in above.json()["quota"][0]
+    r = admin.post("/api/v1/quotas/", {"queue": "alpha", "flavor": "A100", "guarantee": 0, "quota": 0}, format="json")
     assert r.status_code == 201, r.content
     assert r.json()["limit"] is None
     again = admin.post("/api/v1/quotas/", {"queue": "alpha", "flavor": "A100", "quota": 3}, format="json")

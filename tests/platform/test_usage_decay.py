@@ -13,8 +13,8 @@ def _cluster():
 
     services.load_cluster_spec(ClusterSpec(
         name="one", nodes=(NodeSpec(name="n1", flavor="H100", gpus=2),),
-        queues=(QueueSpec(name="burner", team="burner", quotas={"H100": (0, 2, None)}),
-                QueueSpec(name="fresh", team="fresh", quotas={"H100": (0, 2, None)}))))
+        queues=(QueueSpec(name="burner", team="burner", quotas={"H100": (0, 1, None)}),
+                QueueSpec(name="fresh", team="fresh", quotas={"H100": (0, 1, None)}))))
     return {q.name: q for q in Queue.objects.all()}, {t.name: t for t in Team.objects.all()}
 
 
