@@ -77,8 +77,13 @@ JOB_HEADER = ["ID", "NAME", "TEAM", "QUEUE", "STATE", "GPUS", "PRIO", "NODES / P
 
 def cmd_submit(client: Client, a) -> object:
     if a.file:
-        with open(a.file) as fh:
-            body = json.load(fh)
+        try:
+            with open(a.file) as fh:
+                body = json.load(fh)
+        except OSError as exc:
+            raise SystemExit(f"gpuctl submit: cannot read {a.file}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise SystemExit(f"gpuctl submit: {a.file} is not valid JSON: {exc}") from None
     else:
         if not (a.queue and a.name):
             raise SystemExit("gpuctl submit: --queue and --name are required (or --file)")
@@ -194,6 +199,10 @@ COMMANDS = {"submit": cmd_submit, "list": cmd_list, "get": cmd_get, "cancel": cm
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    if not a.api.startswith(("http://", "https://")):
+        print(f"gpuctl: the API address must start with http:// or https:// (got {a.api!r}; set GPUCTL_API)",
+              file=sys.stderr)
+        return 2
     client = Client(a.api, a.token)
     try:
         result = COMMANDS[a.command](client, a)

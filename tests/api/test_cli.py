@@ -65,3 +65,21 @@ def test_unreachable_api_exits_2(capsys):
     from gpuplatform.cli import main
 
     assert main(["--api", "http://127.0.0.1:9", "list"]) == 2
+
+
+def test_bad_file_and_bad_address_are_clear_errors(tmp_path, capsys):
+    from gpuplatform.cli import main
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for argv, expected in ((["--api", "http://127.0.0.1:9", "submit", "--file", str(bad)], "not valid JSON"),
+                           (["--api", "http://127.0.0.1:9", "submit", "--file", str(tmp_path / "none.json")],
+                            "cannot read")):
+        try:
+            main(argv)
+        except SystemExit as exc:
+            assert expected in str(exc)
+        else:
+            raise AssertionError("expected SystemExit")
+    assert main(["--api", "not-a-url", "list"]) == 2
+    assert "must start with http" in capsys.readouterr().err
