@@ -303,13 +303,16 @@ class Command(BaseCommand):
             "",
             "Log in as:",
         ]
+        api = f"http://127.0.0.1:{opts.get('port') or 8000}"
         width = max(len(u) for u, _, _ in users)
         lines.append(f"  {users[0][0]:<{width}}  password {users[0][1]:<14}  {users[0][2]}")
         team_rows = users[1:]
         if team_rows:
-            lines.append(f"  one user per team, username = team name, password {team_rows[0][1]}:")
+            lines.append(f"  one user per team (username = team name), password {team_rows[0][1]}")
+            lines.append("  teams:")
             names = [u for u, _, _ in team_rows]
             for i in range(0, len(names), 8):
                 lines.append("    " + "  ".join(names[i:i + 8]))
-        lines += ["=" * 72, ""]
+        lines += ["", f"REST API: {api}/api/docs/ (token: POST {api}/api/v1/auth-token/; CLI: gpuctl --help)",
+                  "=" * 72, ""]
         self._say("\n".join(lines))
