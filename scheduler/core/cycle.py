@@ -24,7 +24,7 @@ from .plugins.fairshare import fair_shares
 from .plugins.quota import QueueTree
 from .snapshot import CycleConfig, CycleResult, Nomination, Snapshot
 from .state import ClusterState
-from .topology import build_tree
+from .topology import cluster_static
 
 
 def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None) -> CycleResult:
@@ -33,9 +33,9 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None) -> CycleRes
     config = config or CycleConfig()
     result = CycleResult()
     t0 = time.perf_counter()
-    tree = build_tree(snapshot)
-    state = ClusterState(snapshot, tree)
-    queues = QueueTree(snapshot)
+    static = cluster_static(snapshot)  # the tree and shape indexes, reused while the cluster is unchanged
+    state = ClusterState(snapshot, static.tree, static)
+    queues = QueueTree(snapshot, static)
     pending = [j for j in snapshot.jobs if j.state == "pending"]
     if config.fair_share and snapshot.queues:
         result.fair_share = fair_shares(queues, _capacity(state), _pending_demand(pending, state.flavors))

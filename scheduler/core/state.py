@@ -12,7 +12,7 @@ from bisect import bisect_left, insort
 from collections import defaultdict
 
 from .snapshot import NodeInfo, Snapshot
-from .topology import DomainTree
+from .topology import ClusterStatic, DomainTree
 
 
 class DoubleBindError(AssertionError):
@@ -21,43 +21,66 @@ class DoubleBindError(AssertionError):
 
 class ClusterState:
     __slots__ = ("nodes", "tree", "free", "cpu_free", "mem_free", "dom_free", "flavors", "node_index",
-                 "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width")
+                 "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width", "static")
 
-    def __init__(self, snapshot: Snapshot, tree: DomainTree):
-        self.nodes: tuple[NodeInfo, ...] = snapshot.nodes
+    def __init__(self, snapshot: Snapshot, tree: DomainTree, static: ClusterStatic | None = None):
+        if static is None or static.tree is not tree:
+            static = ClusterStatic(snapshot, tree)
+        self.static = static
+        nodes = self.nodes = snapshot.nodes
         self.tree = tree
-        self.node_index = {n.name: i for i, n in enumerate(snapshot.nodes)}
-        self.free: list[list[int]] = []
+        self.node_index = static.node_index
+        self.flavors: set[str] = set(static.flavors)
+        free_lists: list[list[int]] = []
+        self.free = free_lists
         self.cpu_free: list[int | None] = []
         self.mem_free: list[int | None] = []
         self.healthy_gpus: list[int] = []
-        self.dom_free: list[dict[str, int]] = [defaultdict(int) for _ in tree.names]
-        self.flavors: set[str] = set()
         # per domain and flavor: how many nodes below it have exactly f free GPUs (list indexed by f), so
         # how many tasks of g GPUs its nodes could take at most (pack_slots) is known without a node scan
-        width = self.hist_width = max((n.gpus for n in snapshot.nodes), default=0) + 1
-        self.free_hist: list[dict[str, list[int]]] = [{} for _ in tree.names]
-        for k, n in enumerate(snapshot.nodes):
-            healthy = [g for g in range(n.gpus) if g not in n.unhealthy]
-            self.healthy_gpus.append(len(healthy) if n.schedulable else 0)
-            free = [g for g in healthy if g not in n.used] if n.schedulable else []
-            self.free.append(free)
-            self.cpu_free.append(n.cpu_milli - n.cpu_used if n.cpu_milli else None)
-            self.mem_free.append(n.memory_mib - n.memory_used if n.memory_mib else None)
-            self.flavors.add(n.flavor)
-            for d in tree.node_chain[k]:  # every (domain, flavor) below it gets an entry, 0 included
-                self.dom_free[d][n.flavor] += len(free)
-                hist = self.free_hist[d].get(n.flavor)
-                if hist is None:
-                    hist = self.free_hist[d][n.flavor] = [0] * width
-                hist[len(free)] += 1
+        width = self.hist_width = max((n.gpus for n in nodes), default=0) + 1
+        # every (domain, flavor) below a node of that flavor gets an entry, 0 included
+        dom_free: list[dict[str, int]] = []
+        free_hist: list[dict[str, list[int]]] = []
+        for flavors in static.dom_flavors:
+            dom_free.append(defaultdict(int, dict.fromkeys(flavors, 0)))
+            free_hist.append({f: [0] * width for f in flavors})
+        self.dom_free, self.free_hist = dom_free, free_hist
+        healthy_append, free_append = self.healthy_gpus.append, free_lists.append
+        cpu_append, mem_append = self.cpu_free.append, self.mem_free.append
+        chains = tree.node_chain
+        for k, n in enumerate(nodes):
+            if n.schedulable:
+                bad, used = n.unhealthy, n.used
+                healthy = [g for g in range(n.gpus) if g not in bad] if bad else list(range(n.gpus))
+                healthy_append(len(healthy))
+                free = [g for g in healthy if g not in used] if used else healthy
+            else:
+                healthy_append(0)
+                free = []
+            free_append(free)
+            cpu_append(n.cpu_milli - n.cpu_used if n.cpu_milli else None)
+            mem_append(n.memory_mib - n.memory_used if n.memory_mib else None)
+            f, flavor = len(free), n.flavor
+            for d in chains[k]:
+                if f:
+                    dom_free[d][flavor] += f
+                free_hist[d][flavor][f] += 1
         # per (tier, flavor): free GPUs -> domains with exactly that many free, and the sorted free values,
         # so the best-fit domain for a request is found without scanning every domain of the tier
         self.buckets: dict[tuple[int, str], dict[int, set[int]]] = defaultdict(dict)
         self.bucket_keys: dict[tuple[int, str], list[int]] = defaultdict(list)
-        for d, per_flavor in enumerate(self.dom_free):
+        tiers, buckets = tree.tiers, self.buckets
+        for d, per_flavor in enumerate(dom_free):
+            tier = tiers[d]
             for flavor, free in per_flavor.items():
-                self._bucket_add((tree.tiers[d], flavor), free, d)
+                members = buckets[(tier, flavor)].get(free)
+                if members is None:
+                    buckets[(tier, flavor)][free] = {d}
+                else:
+                    members.add(d)
+        for key, per_free in buckets.items():
+            self.bucket_keys[key] = sorted(per_free)
 
     def _bucket_add(self, key: tuple[int, str], free: int, d: int) -> None:
         buckets = self.buckets[key]

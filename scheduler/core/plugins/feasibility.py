@@ -17,15 +17,19 @@ class Capacity:
     def __init__(self, state: ClusterState):
         self.state = state
         tree = state.tree
-        # per domain and flavor: Counter {node GPU count: number of nodes}
-        self.sizes: list[dict[str, Counter]] = [defaultdict(Counter) for _ in tree.names]
-        self.max_node: dict[str, int] = defaultdict(int)
-        for k, node in enumerate(state.nodes):
-            self.max_node[node.flavor] = max(self.max_node[node.flavor], node.gpus)
-            for d in tree.node_chain[k]:
-                self.sizes[d][node.flavor][node.gpus] += 1
-        self._cache: dict[tuple, PendingReason | None] = {}
-        self._fits_cache: dict[tuple, bool] = {}  # static: node sizes never change within a cycle
+        # all of it depends only on the cluster's shape (node flavors, sizes, domains): built once per
+        # ClusterStatic and shared by the cycles of an unchanged cluster, caches included
+        static = state.static
+        if static.capacity is None:
+            # per domain and flavor: Counter {node GPU count: number of nodes}
+            sizes: list[dict[str, Counter]] = [defaultdict(Counter) for _ in tree.names]
+            max_node: dict[str, int] = defaultdict(int)
+            for k, node in enumerate(state.nodes):
+                max_node[node.flavor] = max(max_node[node.flavor], node.gpus)
+                for d in tree.node_chain[k]:
+                    sizes[d][node.flavor][node.gpus] += 1
+            static.capacity = (sizes, max_node, {}, {})
+        self.sizes, self.max_node, self._cache, self._fits_cache = static.capacity
 
     def _maximal_domains(self, cap: int | None) -> list[int]:
         tree = self.state.tree

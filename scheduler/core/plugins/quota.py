@@ -15,17 +15,22 @@ INF = math.inf
 
 
 class QueueTree:
-    def __init__(self, snapshot: Snapshot):
+    def __init__(self, snapshot: Snapshot, static=None):
+        """static: the snapshot's topology.ClusterStatic, when the caller has it (saves two node scans)."""
         self.queues: dict[str, QueueInfo] = {q.name: q for q in snapshot.queues}
         self.open_world = not self.queues  # no queues defined: every job's queue is accepted, no caps
         self.usage: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._chains: dict[str, tuple[str, ...]] = {}
-        node_flavor = {n.name: n.flavor for n in snapshot.nodes}
         # a limit at or above the cluster's whole capacity of a flavor can only bind when the cluster is
         # full, which says "no free GPUs", not "over the limit": such limits are treated as no cap
         self.capacity: dict[str, int] = defaultdict(int)
-        for n in snapshot.nodes:
-            self.capacity[n.flavor] += n.gpus
+        if static is not None:
+            node_flavor = static.node_flavor
+            self.capacity.update(static.flavor_gpus)
+        else:
+            node_flavor = {n.name: n.flavor for n in snapshot.nodes}
+            for n in snapshot.nodes:
+                self.capacity[n.flavor] += n.gpus
         for job in snapshot.jobs:
             if job.state == "pending" or not self.known(job.queue):
                 continue

@@ -25,32 +25,53 @@ def candidate_domains(state: ClusterState, tier: int, flavor: str, need: int):
 
 def node_order(state: ClusterState, d: int, flavor: str, need: int, *, binpack: bool = True) -> list[int]:
     """Node indices below domain d with free GPUs of `flavor`, in the order tasks should try them."""
-    tree, dom_free, free = state.tree, state.dom_free, state.free
-    nodes = state.nodes
-    items = [(dom_free[c].get(flavor, 0), 0, c) for c in tree.children[d] if dom_free[c].get(flavor, 0) > 0]
-    items += [(len(free[k]), 1, k) for k in tree.direct_nodes[d] if free[k] and nodes[k].flavor == flavor]
-    if not items:
-        return []
-    if binpack:
-        fitting = [it for it in items if it[0] >= need]
-        if fitting:
-            first = min(fitting, key=lambda it: (it[0], _name(tree, state, it)))
-            rest = sorted((it for it in items if it is not first), key=lambda it: (-it[0], _name(tree, state, it)))
-            items = [first, *rest]
-        else:
-            items.sort(key=lambda it: (-it[0], _name(tree, state, it)))
-    else:  # spread: least allocated first (kube-scheduler's default scoring)
-        items.sort(key=lambda it: (-it[0], _name(tree, state, it)))
     out: list[int] = []
-    remaining = need
-    for amount, is_node, idx in items:
-        if is_node:
-            out.append(idx)
-        else:
-            out.extend(node_order(state, idx, flavor, max(1, min(remaining, amount)), binpack=binpack))
-        remaining -= amount
+    _node_order(state.tree.children, state.tree.names, state.static.direct_by_flavor, state.static.node_names,
+                state.dom_free, state.free, d, flavor, need, binpack, out)
     return out
 
 
-def _name(tree: DomainTree, state: ClusterState, item: tuple) -> str:
-    return state.nodes[item[2]].name if item[1] else tree.names[item[2]]
+def _node_order(children, dom_names, direct_by_flavor, node_names, dom_free, free, d: int, flavor: str, need: int,
+                binpack: bool, out: list[int]) -> None:
+    """Append to `out` the order of domain d. Items are (-free GPUs, name, is_node, index): the child
+    domains of d with free GPUs of `flavor` (in tree order), then its own nodes of `flavor` with free
+    GPUs (in node order); sorting the tuples equals the stable sort on (-free, name) of that list, and
+    the min of (free, name, is_node, index) is its first minimum on (free, name)."""
+    kids = children[d]
+    direct = direct_by_flavor[d].get(flavor, ())
+    if not kids:  # a leaf domain: nodes only
+        if len(direct) == 1:
+            k = direct[0]
+            if free[k]:
+                out.append(k)
+            return
+        items = [(-len(free[k]), node_names[k], 1, k) for k in direct if free[k]]
+    else:
+        items = []
+        for c in kids:
+            amount = dom_free[c].get(flavor, 0)
+            if amount > 0:
+                items.append((-amount, dom_names[c], 0, c))
+        for k in direct:
+            if free[k]:
+                items.append((-len(free[k]), node_names[k], 1, k))
+    if not items:
+        return
+    items.sort()
+    if binpack and -items[0][0] >= need:  # some item can hold the whole request: the best fit goes first
+        first = None
+        for it in items:
+            if -it[0] < need:
+                break
+            if first is None or (-it[0], it[1], it[2], it[3]) < (-first[0], first[1], first[2], first[3]):
+                first = it
+        items.remove(first)
+        items.insert(0, first)
+    remaining = need
+    for neg, _, is_node, idx in items:
+        if is_node:
+            out.append(idx)
+        else:
+            _node_order(children, dom_names, direct_by_flavor, node_names, dom_free, free, idx, flavor,
+                        max(1, min(remaining, -neg)), binpack, out)
+        remaining += neg
