@@ -138,3 +138,18 @@ def test_non_preemptible_jobs_run_only_within_quota():
     result = world.cycle()
     assert [b.job_id for b in result.bindings] == ["borrower"]
     assert "non-preemptible jobs run only within quota" in result.pending["pinned"].message
+
+
+def test_a_holder_trying_elsewhere_never_takes_another_holders_gpus():
+    """Found in the demo: a reclaim's beneficiary never started because another job holding a reservation,
+    served first, started on its freed GPUs. Every hold is taken before any holder tries elsewhere."""
+    from scheduler.core.snapshot import TaskPlacement
+
+    world = (World().node(name="n1", gpus=8)
+             .running(name="x", nodes=["n1"], gpus_per_task=4)
+             .job(name="a", gpus_per_task=4, priority=5, reserved=[TaskPlacement("worker", 0, "n1", (0, 1, 2, 3))])
+             .job(name="b", gpus_per_task=4, reserved=[TaskPlacement("worker", 0, "n1", (4, 5, 6, 7))]))
+    result = world.cycle()
+    assert [(b.job_id, b.rule, b.tasks[0].gpus) for b in result.bindings] == [("b", "reservation", (4, 5, 6, 7))]
+    assert result.pending["a"].code == "nominated"
+    assert [n.job_id for n in result.nominations] == ["a"]

@@ -51,16 +51,20 @@ class Allocator:
     def run(self, pending: list[JobInfo]) -> tuple[list[Binding], dict]:
         bindings: list[Binding] = []
         reasons: dict = {}
-        rest = []
+        rest, holders = [], []
         self.reservations = sum(1 for j in pending if j.reserved)
         for job in sorted(pending, key=job_order_key):
             if job.not_before is not None and job.not_before > self.now:
                 reasons[job.id] = PendingReason("backoff", f"requeued after attempt {job.attempts}; "
                                                            f"retries at t={job.not_before:.0f}s")
-            elif job.reserved and self._serve_nomination(job, bindings, reasons):
-                continue
+            elif job.reserved and self._reservation_valid(job):
+                holders.append(job)
             else:
                 rest.append(job)
+        for job in holders:  # every hold first, so no holder's attempt elsewhere takes another's GPUs
+            self.holds.hold(job.id, job.reserved)
+        for job in holders:
+            self._serve_nomination(job, bindings, reasons)
         by_queue: dict[str, list[JobInfo]] = defaultdict(list)
         for job in rest:
             by_queue[job.queue].append(job)
@@ -149,33 +153,35 @@ class Allocator:
                                                         f"{placement.domain} reserved, draining for it")
                 return
 
-    def _serve_nomination(self, job: JobInfo, bindings: list, reasons: dict) -> bool:
-        """Start a job on the GPUs reserved for it (an eviction's beneficiary, or a starving job's drain
-        reservation) once they are all free; meanwhile it may start anywhere else that fits, and the
-        reserved GPUs that are free are held for it. Returns False when the reservation is no longer
-        valid (node gone or not ready, GPU unhealthy): the job is then scheduled like any other."""
-        state = self.state
-        waiting = 0
+    def _reservation_valid(self, job: JobInfo) -> bool:
+        """False when a reserved GPU's node is gone or not ready, or the GPU is unhealthy: the job is then
+        scheduled like any other."""
         for t in job.reserved:
-            k = state.node_index.get(t.node)
-            if k is None or not state.nodes[k].schedulable:
+            k = self.state.node_index.get(t.node)
+            if k is None or not self.state.nodes[k].schedulable:
                 return False
-            free = set(state.free[k])
-            for g in t.gpus:
-                if g in state.nodes[k].unhealthy:
-                    return False
-                waiting += g not in free
+            if any(g in self.state.nodes[k].unhealthy for g in t.gpus):
+                return False
+        return True
+
+    def _serve_nomination(self, job: JobInfo, bindings: list, reasons: dict) -> None:
+        """Start a job on the GPUs reserved for it (an eviction's beneficiary, or a starving job's drain
+        reservation) once they are all free (held for it); meanwhile it may start anywhere else that fits,
+        and the reserved GPUs that are free stay held for it."""
+        total = sum(len(t.gpus) for t in job.reserved)
+        waiting = total - sum(len(g) for _, g in self.holds.held.get(job.id, ()))
+        self.holds.release(job.id)
         before = self._share(job.queue)
         outcome = self._bind_exactly(job, job.reserved) if not waiting else self.place(job)
         if isinstance(outcome, Binding):
+            self.holds.drop(job.id)
             bindings.append(replace(outcome, rule="reservation" if not waiting else "allocate",
                                     share_before=before, share_after=self._share(job.queue)))
-            return True
+            return
         self.holds.hold(job.id, job.reserved)
         reasons[job.id] = PendingReason("nominated", f"{outcome.message}; {waiting} GPUs reserved for it are "
                                                      f"still in use (evicted jobs releasing, or jobs draining)")
         self.nominated[job.id] = job.reserved
-        return True
 
     def _bind_exactly(self, job: JobInfo, tasks) -> Binding:
         state, roles = self.state, {r.name: r for r in job.roles}
