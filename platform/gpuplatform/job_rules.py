@@ -40,7 +40,7 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
                 "tasks": raw.get("tasks", 1), "gpus_per_task": raw.get("gpus_per_task", 1),
                 "cpu_milli": raw.get("cpu_milli", 0) or 0, "memory_mib": raw.get("memory_mib", 0) or 0,
                 "flavor": raw.get("flavor") or ""}
-        role["min_available"] = raw.get("min_available") or role["tasks"]
+        role["min_available"] = role["tasks"] if raw.get("min_available") is None else raw["min_available"]
         if role["name"] in names:
             errors[f + "name"] = f"duplicate role name {role['name']!r}"
         names.add(role["name"])
@@ -97,6 +97,8 @@ def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, t
         errors["priority"] = f"priority must be between -{MAX_PRIORITY} and {MAX_PRIORITY}"
     if topology_mode not in TOPOLOGY_MODES:
         errors["topology_mode"] = f"topology_mode must be one of {TOPOLOGY_MODES}"
+    elif topology_mode == "hard" and highest_tier is None:
+        errors["highest_tier"] = "a hard topology constraint needs highest_tier (the highest tier it may span)"
     for key, tier in (("highest_tier", highest_tier), ("preferred_tier", preferred_tier)):
         if tier is None:
             continue

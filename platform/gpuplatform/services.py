@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from . import fit_check, quota_rules
+from . import clock, fit_check, quota_rules
 from .job_rules import check_job
 from .models import Allocation, Domain, Event, Job, JobRole, Membership, Node, Queue, Quota, Task, Team
 
@@ -37,7 +37,7 @@ def record_event(kind: str, message: str, *, actor=None, job=None, queue=None, n
                  time: datetime | None = None, cycle: int | None = None) -> Event:
     """Append one audit row. Call inside the caller's transaction."""
     return Event.objects.create(kind=kind, message=message, actor=actor, job=job, queue=queue, node=node,
-                                data=data or {}, time=time or timezone.now(), cycle=cycle)
+                                data=data or {}, time=time or clock.now(), cycle=cycle)
 
 
 def _request_cycle_on_commit() -> None:
@@ -216,7 +216,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     why = fit_check.never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier)
     if why:
         raise ValidationError({"roles": why if why.startswith("can never fit") else f"can never fit this cluster: {why}"})
-    now = submitted_at or timezone.now()
+    now = submitted_at or clock.now()
     job = Job.objects.create(team=team, queue=queue, submitter=submitter, name=name, external_id=external_id,
                              priority=priority, preemptible=preemptible, topology_mode=topology_mode,
                              highest_tier=highest_tier, preferred_tier=preferred_tier,
@@ -256,7 +256,7 @@ def _end_job(job: Job, state: str, at: datetime, actor, kind: str, message: str,
 def cancel_job(job: Job, *, actor=None, reason: str = "", at: datetime | None = None) -> Job:
     """Cancel a pending or running job; its GPUs are released at `at` (default now).
     Raises ValidationError("state") if the job already finished."""
-    return _end_job(job, Job.State.CANCELLED, at or timezone.now(), actor, "cancelled",
+    return _end_job(job, Job.State.CANCELLED, at or clock.now(), actor, "cancelled",
                     f"{job.name} cancelled" + (f": {reason}" if reason else ""), Task.State.RELEASED)
 
 
@@ -267,7 +267,7 @@ def finish_job(job: Job, state: str = "succeeded", at: datetime | None = None, *
     if state not in (Job.State.SUCCEEDED, Job.State.FAILED):
         raise ValidationError({"state": "state must be succeeded or failed"})
     task_state = Task.State.SUCCEEDED if state == Job.State.SUCCEEDED else Task.State.FAILED
-    return _end_job(job, state, at or timezone.now(), actor, state, f"{job.name} {state}", task_state)
+    return _end_job(job, state, at or clock.now(), actor, state, f"{job.name} {state}", task_state)
 
 
 # --- nodes --------------------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ def drain_node(node: Node, *, actor=None, reason: str = "", at: datetime | None 
 
     node = _set_node_state(node, Node.State.DRAINING, (Node.State.READY, Node.State.CORDONED), "drained",
                            actor, reason)
-    evict_jobs_on_nodes([node.pk], at=at or timezone.now(), kind="evicted", actor=actor,
+    evict_jobs_on_nodes([node.pk], at=at or clock.now(), kind="evicted", actor=actor,
                         reason=f"node {node.name} is draining" + (f" ({reason})" if reason else ""))
     return node
 

@@ -150,8 +150,8 @@ class TraceFeeder:
             tj = self._jobs[self._next]
             if self.at(tj.submit) > now:
                 break
+            arrived += self._submit(tj, tj.duration)  # a failure (database locked) raises: retried next tick
             self._next += 1
-            arrived += self._submit(tj, tj.duration)
         count += arrived
         self.stats.submitted += count
         return count

@@ -172,3 +172,30 @@ def test_node_state_rules(cluster):
     assert Node.objects.get(name="n0").state == "ready"
     assert list(Event.objects.filter(node=node).order_by("id").values_list("kind", flat=True)) == \
         ["cordoned", "drained", "uncordoned"]
+
+
+def test_bounds_and_explicit_values_a_fresh_user_tried(submit):
+    """Found by a fresh user: a 2**31-task role stalled everyone, min_available 0 silently became 'all
+    tasks', 'hard' without a tier was accepted. Each is now refused naming the field; nothing stored."""
+    from gpuplatform import services
+    from gpuplatform.models import Job
+
+    before = Job.objects.count()
+    cases = [
+        ({"roles": [{"name": "w", "tasks": 2**31, "gpus_per_task": 1}]}, "roles[0].tasks", "at most"),
+        ({"roles": [{"name": "w", "tasks": 4, "gpus_per_task": 1, "min_available": 0}]}, "roles[0].min_available",
+         "at least 1"),
+        ({"topology_mode": "hard"}, "highest_tier", "needs highest_tier"),
+        ({"priority": 2**40}, "priority", "between"),
+        ({"time_limit_seconds": 2**63}, "time_limit_seconds", "366 days"),
+        ({"roles": [{"name": "w", "tasks": 1, "gpus_per_task": 1, "cpu_milli": 2**63}]}, "roles[0].cpu_milli", "at most"),
+        ({"roles": [{"name": "w", "tasks": 13, "gpus_per_task": 8}]}, "roles", "can never fit"),
+    ]
+    for kwargs, field, rule in cases:
+        try:
+            submit("bad", **kwargs)
+        except services.ValidationError as exc:
+            assert field in exc.errors and rule in exc.errors[field], (kwargs, exc.errors)
+        else:
+            raise AssertionError(f"accepted: {kwargs}")
+    assert Job.objects.count() == before

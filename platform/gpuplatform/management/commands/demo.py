@@ -183,6 +183,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         from gpuplatform.importers import load_trace
         from gpuplatform.models import Gpu
+        from gpuplatform import clock as cluster_clock
         from gpuplatform.trace_feeder import SimClock, TraceFeeder, busy_start_seconds, trace_epoch
 
         t_start = time.monotonic()
@@ -227,6 +228,7 @@ class Command(BaseCommand):
         if not settings.DEBUG:
             logging.getLogger("scheduler.store").setLevel(logging.WARNING)  # a line per cycle is too much
         clock = SimClock(feeder.start, speed=opts["speed"], max_step=MAX_STEP)
+        cluster_clock.use(lambda: clock.now)  # jobs submitted from the pages or the API get the simulated time
         stop = threading.Event()
         if threading.current_thread() is threading.main_thread():
             def _stop(signum, _frame):
@@ -243,6 +245,7 @@ class Command(BaseCommand):
             self._say("\nstopping (Ctrl-C)")
         finally:
             stop.set()
+            cluster_clock.use(None)
             if server is not None:
                 server.shutdown()
                 server.server_close()
