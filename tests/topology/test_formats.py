@@ -276,3 +276,18 @@ def test_yaml_syntax_error_names_the_line():
         parse_hypernode("kind: HyperNode\nmetadata:\n  name: [a\n")
     with pytest.raises(ImportFormatError):
         parse_topograph_model("- a\n")
+
+
+def test_empty_file_and_absurd_tier_are_refused(tmp_path):
+    from gpuplatform.importers.errors import ImportFormatError
+    from gpuplatform.importers.topology import parse_topology_file
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("  \n")
+    with pytest.raises(ImportFormatError, match="empty"):
+        parse_topology_file(empty, "hypernode")
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("apiVersion: topology.volcano.sh/v1alpha1\nkind: HyperNode\nmetadata: {name: s0}\nspec:\n"
+                    "  tier: 9223372036854775808\n  members:\n  - type: Node\n    selector: {exactMatch: {name: n0}}\n")
+    with pytest.raises(ImportFormatError, match="tier must be an integer from 1 to 32767"):
+        parse_topology_file(huge, "hypernode")

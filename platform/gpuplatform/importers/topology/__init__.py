@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 
+from ..errors import ImportFormatError
+
 from .hostlist import compress_hostlist, expand_hostlist
 from .hypernode import parse_hypernode, to_hypernode_yaml
 from .ibnetdiscover import parse_ibnetdiscover
@@ -52,6 +54,12 @@ def parse_topology_file(path, fmt: str, *, inventory=None, **options) -> Topolog
     """Read `path` (UTF-8) as `fmt` (a key of FORMATS). Raises KeyError for an unknown format and
     ImportFormatError for bad content."""
     parser = FORMATS[fmt]
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    return parser(text, file=os.path.basename(os.fspath(path)), inventory=inventory, **options)
+    name = os.path.basename(os.fspath(path))
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as exc:
+        raise ImportFormatError(name, None, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not text.strip():
+        raise ImportFormatError(name, None, None, "the file is empty")
+    return parser(text, file=name, inventory=inventory, **options)

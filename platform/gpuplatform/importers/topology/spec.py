@@ -112,8 +112,8 @@ class TreeBuilder:
         """Declare a domain. Raises on an empty name, a tier < 1 or a name declared before."""
         if not name:
             raise self.error(line, "empty domain name")
-        if not isinstance(tier, int) or isinstance(tier, bool) or tier < 1:
-            raise self.error(line, f"domain {name!r}: tier must be an integer >= 1, got {tier!r}")
+        if not isinstance(tier, int) or isinstance(tier, bool) or not 1 <= tier <= 32767:
+            raise self.error(line, f"domain {name!r}: tier must be an integer from 1 to 32767, got {tier!r}")
         if name in self._domains:
             first = self._domains[name][2]
             raise self.error(line, f"duplicate domain {name!r}" + (f" (first declared on line {first})" if first else ""))
