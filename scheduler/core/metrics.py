@@ -10,15 +10,13 @@
 """
 from __future__ import annotations
 
-from collections import defaultdict
-
 from .state import ClusterState
 
 
 def cluster_metrics(state: ClusterState) -> dict:
     tree = state.tree
     n_dom = len(tree.names)
-    whole: list[dict[str, int]] = [defaultdict(int) for _ in range(n_dom)]
+    whole: dict[tuple[int, str], int] = {}  # (domain, flavor) -> free GPUs of wholly free nodes below it
     block = [0] * n_dom
     dom_free = [0] * n_dom
     dom_healthy = [0] * n_dom
@@ -35,10 +33,15 @@ def cluster_metrics(state: ClusterState) -> dict:
             if f > block[d]:
                 block[d] = f
             if is_whole:
-                whole[d][node.flavor] += f
+                key = (d, node.flavor)
+                whole[key] = whole.get(key, 0) + f
+    best_whole = [0] * n_dom
+    for (d, _), v in whole.items():
+        if v > best_whole[d]:
+            best_whole[d] = v
     best_at_tier: dict[int, int] = {}
     for d in range(n_dom):
-        value = max(block[d], max(whole[d].values(), default=0))
+        value = max(block[d], best_whole[d])
         t = tree.tiers[d]
         best_at_tier[t] = max(best_at_tier.get(t, 0), value)
     largest: dict[int, int] = {}
