@@ -39,6 +39,7 @@ class Allocator:
         self.offset = usage_offset(queues) if config.usage_half_life else None
         self.holds = Holds(state)
         self.failed_shapes: dict[tuple, PendingReason] = {}
+        self._static_limits: dict[tuple, tuple] = {}
         self.backfill_until: float | None = None
         self.reservation_tried = False
         self.drain_made = False  # at most one new drain reservation per cycle
@@ -216,7 +217,14 @@ class Allocator:
         return live[0] if live else reasons[0]
 
     def _flavors(self, job: JobInfo) -> list[str]:
-        allowed = set(self.state.flavors)
+        flavors = self.state.flavors
+        if len(flavors) == 1:  # the common one-flavor cluster: no set algebra, nothing to order
+            for only in flavors:
+                for role in job.roles:
+                    if role.flavors and role.gpus_per_task and only not in role.flavors:
+                        return []
+                return [only]
+        allowed = set(flavors)
         for role in job.roles:
             if role.flavors and role.gpus_per_task:
                 allowed &= set(role.flavors)
@@ -231,7 +239,10 @@ class Allocator:
 
     def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None) -> Binding | PendingReason:
         need = job.gpus_min
-        limit, limiter = self.queues.static_limit(job.queue, flavor)
+        limits = self._static_limits.get((job.queue, flavor))
+        if limits is None:  # the queues' limits do not change within a cycle
+            limits = self._static_limits[(job.queue, flavor)] = self.queues.static_limit(job.queue, flavor)
+        limit, limiter = limits
         if need > limit:
             return PendingReason("never_fits_queue_limit",
                                  f"needs {need} {flavor} GPUs, above queue {limiter} limit of {int(limit)}", terminal=True)

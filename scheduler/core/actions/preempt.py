@@ -119,12 +119,23 @@ def run_evictions(allocator, reasons: dict) -> tuple[list[Eviction], list[dict]]
             lowest_priority[j.queue] = min(lowest_priority.get(j.queue, j.priority), j.priority)
     borrowing = config.reclaim and _anyone_borrowing(queues)
     preemptors = []
+    helps: dict[tuple, bool] = {}  # (queue, flavor, GPUs needed) -> _reclaim_may_help; usage is fixed here
     for job in allocator.failed_order:  # cheap screening before any victim search
         reason = reasons.get(job.id)
         if reason is None or reason.code not in EVICT_CODES:
             continue
         may_preempt = config.preemption and lowest_priority.get(job.queue, job.priority) < job.priority
-        may_reclaim = borrowing and any(_reclaim_may_help(queues, job, f) for f in allocator._flavors(job))
+        may_reclaim = False
+        if borrowing:
+            need = job.gpus_min
+            for f in allocator._flavors(job):
+                key = (job.queue, f, need)
+                helps_f = helps.get(key)
+                if helps_f is None:
+                    helps_f = helps[key] = _reclaim_may_help(queues, job, f)
+                if helps_f:
+                    may_reclaim = True
+                    break
         if may_preempt or may_reclaim:
             preemptors.append(job)
             if len(preemptors) >= config.max_preemptors:
