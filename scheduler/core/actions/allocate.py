@@ -40,6 +40,7 @@ class Allocator:
         self.holds = Holds(state)
         self.failed_shapes: dict[tuple, PendingReason] = {}
         self._static_limits: dict[tuple, tuple] = {}
+        self._shares_at: dict[str, tuple[int, float]] = {}  # queue -> (QueueTree.version, share)
         self.backfill_until: float | None = None
         self.reservation_tried = False
         self.drain_made = False  # at most one new drain reservation per cycle
@@ -98,14 +99,22 @@ class Allocator:
         return job_order_key(job) if self.config.fair_share else (job.submit_time, str(job.id))
 
     def _share(self, q: str) -> float:
-        return dominant_share(self.queues, self.shares, q, self.offset) if self.shares else self.queues.share(q)
+        """The queue's dominant share (of its fair share, or of its quota without shares), recomputed only
+        after usage changed (QueueTree.version): most attempts in a busy cycle charge nothing."""
+        version = self.queues.version
+        cached = self._shares_at.get(q)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        value = dominant_share(self.queues, self.shares, q, self.offset) if self.shares else self.queues.share(q)
+        self._shares_at[q] = (version, value)
+        return value
 
     def _queue_key(self, q: str, head: JobInfo) -> tuple:
         if not self.config.fair_share:  # plain FIFO across queues
             return (head.submit_time, str(head.id), q)
         if self.shares:
-            return (dominant_share(self.queues, self.shares, q, self.offset), q)
-        share = self.queues.share(q)
+            return (self._share(q), q)
+        share = self._share(q)
         return (share >= 1.0, share / self.queues.weight(q), q)
 
     def _attempt(self, job: JobInfo) -> Binding | PendingReason:

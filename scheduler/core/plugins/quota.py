@@ -21,6 +21,7 @@ class QueueTree:
         self.open_world = not self.queues  # no queues defined: every job's queue is accepted, no caps
         self.usage: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._chains: dict[str, tuple[str, ...]] = {}
+        self.version = 0  # bumped by every charge, the only writer of usage
         # a limit at or above the cluster's whole capacity of a flavor can only bind when the cluster is
         # full, which says "no free GPUs", not "over the limit": such limits are treated as no cap
         self.capacity: dict[str, int] = defaultdict(int)
@@ -54,6 +55,7 @@ class QueueTree:
         return chain
 
     def charge(self, queue: str, flavor: str, gpus: int) -> None:
+        self.version += 1  # usage changed: values derived from it (e.g. shares) are stale
         for q in self.chain(queue):
             self.usage[q][flavor] += gpus
 
