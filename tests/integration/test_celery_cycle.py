@@ -18,9 +18,11 @@ from tests.platform.helpers_platform import small_spec
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 
-def _load_and_submit(shapes):
+def _load_and_submit(shapes, alpha_limit=None):
     services.load_cluster_spec(small_spec())
     team, queue = Team.objects.get(name="alpha"), Queue.objects.get(name="alpha")
+    if alpha_limit is not None:
+        services.set_quota(queue, "H100", 4, 16, alpha_limit)
     return [services.submit_job(team=team, queue=queue, name=f"job{i}",
                                 roles=[{"name": "worker", "tasks": tasks, "gpus_per_task": gpus}])
             for i, (tasks, gpus) in enumerate(shapes)]
@@ -39,7 +41,7 @@ def assert_consistent():
 
 
 def test_celery_task_binds_submitted_jobs(celery_worker):
-    jobs = _load_and_submit([(2, 8), (1, 4), (4, 2), (1, 64)])
+    jobs = _load_and_submit([(2, 8), (1, 4), (4, 2), (4, 8)], alpha_limit=30)
     summary = run_scheduling_cycle.delay().get(timeout=60)
     if summary["skipped"]:  # a cycle requested by a submission held the lock; ask again
         time.sleep(1)
@@ -47,7 +49,7 @@ def test_celery_task_binds_submitted_jobs(celery_worker):
     assert summary["number"] >= 1
     states = dict(Job.objects.values_list("name", "state"))
     assert states == {"job0": "running", "job1": "running", "job2": "running", "job3": "pending"}
-    assert Job.objects.get(pk=jobs[3].pk).never_fits  # 64 GPUs on one 8-GPU node: never fits
+    assert Job.objects.get(pk=jobs[3].pk).never_fits  # 32 GPUs fit the cluster, never alpha's limit of 30
     assert Allocation.objects.filter(released_at__isnull=True).count() == 16 + 4 + 8
     assert_consistent()
     assert SchedulerCycle.objects.filter(error="").exists()
