@@ -1,22 +1,33 @@
-"""Quota cases of ../shared/cases/ that the foundation's admission already decides."""
-from scheduler.core.testing import World
+"""Quota cases of ../shared/cases/ that admission decides."""
+from scheduler.core.testing import ScenarioRunner, World
+
+
+def hierarchy_world() -> World:
+    """hierarchy-children-exceed-parent.yaml: p limited to 2 GPUs, s0 and s1 with a quota of 1 each."""
+    return (World().nodes(count=2, gpus=8)
+            .queue(name="p", quota={"H100": 2}, limit={"H100": 2})
+            .queue(name="s0", parent="p", quota={"H100": 1})
+            .queue(name="s1", parent="p", quota={"H100": 1})
+            .job(name="j1", queue="s0", tasks=1, gpus_per_task=2, submit=0)
+            .job(name="j2", queue="s1", tasks=1, gpus_per_task=2, submit=1))
 
 
 def test_hierarchy_children_exceed_parent():
-    """hierarchy-children-exceed-parent.yaml: p's limit binds s0 and s1 although 14 GPUs are free."""
-    world = (World().nodes(count=2, gpus=8)
-             .queue(name="p", quota={"H100": 2}, limit={"H100": 2})
-             .queue(name="s0", parent="p", quota={"H100": 1})
-             .queue(name="s1", parent="p", quota={"H100": 1})
-             .job(name="j1", queue="s0", tasks=1, gpus_per_task=2, submit=0)
-             .job(name="j2", queue="s1", tasks=1, gpus_per_task=2, submit=1))
-    result = world.cycle(now=1)
+    """p's limit binds s0 and s1 although 14 GPUs are free."""
+    result = hierarchy_world().cycle(now=1)
     assert [b.job_id for b in result.bindings] == ["j1"]
     reason = result.pending["j2"]
     assert reason.code == "queue_limit" and "queue p limit" in reason.message
     usage = result.metrics["queue_usage"]
     assert usage["p"]["H100"] == usage["s0"]["H100"] + usage.get("s1", {}).get("H100", 0) == 2
     assert result.metrics["free_gpus"] == 14
+
+
+def test_hierarchy_no_reclaim_when_not_entitled():
+    """j2 alone would take s1 above its quota: it is not entitled to reclaim from s0."""
+    runner = ScenarioRunner(hierarchy_world()).run(until=20, every=1)
+    assert runner.evictions == [] and set(runner.running) == {"j1"}
+    assert "queue p limit" in runner.history[-1][1].pending["j2"].message
 
 
 def test_job_above_queue_limit_is_terminal_and_never_blocks():

@@ -85,19 +85,6 @@ def test_reclaim_blocked_by_never_fits():
     assert runner.history[-1][1].pending["w4"].terminal
 
 
-def test_hierarchy_no_reclaim_when_not_entitled():
-    """hierarchy-children-exceed-parent.yaml: j2 alone would take s1 above its quota: no eviction."""
-    world = (World().nodes(count=2, gpus=8)
-             .queue(name="p", quota={"H100": 2}, limit={"H100": 2})
-             .queue(name="s0", parent="p", quota={"H100": 1})
-             .queue(name="s1", parent="p", quota={"H100": 1})
-             .job(name="j1", queue="s0", tasks=1, gpus_per_task=2, submit=0)
-             .job(name="j2", queue="s1", tasks=1, gpus_per_task=2, submit=1))
-    runner = ScenarioRunner(world).run(until=20, every=1)
-    assert runner.evictions == [] and set(runner.running) == {"j1"}
-    assert "queue p limit" in runner.history[-1][1].pending["j2"].message
-
-
 def test_backfill_does_not_starve_big_job():
     """backfill-starves-big-job.yaml: l1 starts by l0's time limit plus one cycle, and small jobs
     only run before that where they end before l1's reserved start."""
