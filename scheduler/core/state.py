@@ -21,57 +21,35 @@ class DoubleBindError(AssertionError):
 
 class ClusterState:
     __slots__ = ("nodes", "tree", "free", "cpu_free", "mem_free", "dom_free", "flavors", "node_index",
-                 "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width", "static")
+                 "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width", "hist_off", "static")
 
     def __init__(self, snapshot: Snapshot, tree: DomainTree, static: ClusterStatic | None = None):
         if static is None or static.tree is not tree:
             static = ClusterStatic(snapshot, tree)
         self.static = static
-        nodes = self.nodes = snapshot.nodes
+        self.nodes = snapshot.nodes
         self.tree = tree
         self.node_index = static.node_index
         self.flavors: set[str] = set(static.flavors)
-        free_lists: list[list[int]] = []
-        self.free = free_lists
-        self.cpu_free: list[int | None] = []
-        self.mem_free: list[int | None] = []
-        self.healthy_gpus: list[int] = []
-        # per domain and flavor: how many nodes below it have exactly f free GPUs (list indexed by f), so
-        # how many tasks of g GPUs its nodes could take at most (pack_slots) is known without a node scan
-        width = self.hist_width = max((n.gpus for n in nodes), default=0) + 1
-        # every (domain, flavor) below a node of that flavor gets an entry, 0 included
-        dom_free: list[dict[str, int]] = []
-        free_hist: list[dict[str, list[int]]] = []
-        for flavors in static.dom_flavors:
-            dom_free.append(defaultdict(int, dict.fromkeys(flavors, 0)))
-            free_hist.append({f: [0] * width for f in flavors})
-        self.dom_free, self.free_hist = dom_free, free_hist
-        healthy_append, free_append = self.healthy_gpus.append, free_lists.append
-        cpu_append, mem_append = self.cpu_free.append, self.mem_free.append
-        chains = tree.node_chain
-        for k, n in enumerate(nodes):
-            if n.schedulable:
-                bad, used = n.unhealthy, n.used
-                healthy = [g for g in range(n.gpus) if g not in bad] if bad else list(range(n.gpus))
-                healthy_append(len(healthy))
-                free = [g for g in healthy if g not in used] if used else healthy
-            else:
-                healthy_append(0)
-                free = []
-            free_append(free)
-            cpu_append(n.cpu_milli - n.cpu_used if n.cpu_milli else None)
-            mem_append(n.memory_mib - n.memory_used if n.memory_mib else None)
-            f, flavor = len(free), n.flavor
-            for d in chains[k]:
-                if f:
-                    dom_free[d][flavor] += f
-                free_hist[d][flavor][f] += 1
+        # per (domain, flavor): how many nodes below it have exactly f free GPUs, in one flat list at
+        # hist_off[d][flavor] + f, so how many tasks of g GPUs its nodes could take at most (pack_slots) is
+        # known without a node scan
+        self.hist_width, self.hist_off = static.hist_width, static.hist_off
+        with static.lock:  # the free capacity at snapshot time: kept up to date from the previous snapshot
+            start = _snapshot_capacity(static, snapshot.nodes)
+            self.free: list[list[int]] = list(map(list.copy, start.free))
+            self.cpu_free: list[int | None] = start.cpu[:]
+            self.mem_free: list[int | None] = start.mem[:]
+            self.healthy_gpus: list[int] = start.healthy[:]
+            # every (domain, flavor) below a node of that flavor has an entry, 0 included
+            self.dom_free: list[dict[str, int]] = list(map(defaultdict.copy, start.dom_free))
+            self.free_hist: list[int] = start.hist[:]
         # per (tier, flavor): free GPUs -> domains with exactly that many free, and the sorted free values,
         # so the best-fit domain for a request is found without scanning every domain of the tier
         self.buckets: dict[tuple[int, str], dict[int, set[int]]] = defaultdict(dict)
         self.bucket_keys: dict[tuple[int, str], list[int]] = defaultdict(list)
         tiers, buckets = tree.tiers, self.buckets
-        for d, per_flavor in enumerate(dom_free):
+        for d, per_flavor in enumerate(self.dom_free):
             tier = tiers[d]
             for flavor, free in per_flavor.items():
                 members = buckets[(tier, flavor)].get(free)
@@ -117,10 +95,11 @@ class ClusterState:
     def pack_slots(self, d: int, flavor: str, gpus_per_task: int) -> int:
         """Upper bound on the tasks of `gpus_per_task` (> 0) GPUs that the `flavor` nodes below domain d
         could take now: sum over nodes of free GPUs // gpus_per_task (CPU and memory not counted)."""
-        hist = self.free_hist[d].get(flavor)
-        if not hist:
+        off = self.hist_off[d].get(flavor)
+        if off is None:
             return 0
-        return sum(count * (f // gpus_per_task) for f, count in enumerate(hist) if count and f >= gpus_per_task)
+        hist = self.free_hist
+        return sum(hist[off + f] * (f // gpus_per_task) for f in range(gpus_per_task, self.hist_width))
 
     def domain_free(self, d: int, flavor: str) -> int:
         return self.dom_free[d].get(flavor, 0)
@@ -179,23 +158,94 @@ class ClusterState:
             self._shift(k, len(gpus))
 
     def _widen(self, width: int) -> None:
-        for per_flavor in self.free_hist:
-            for hist in per_flavor.values():
-                hist.extend([0] * (width - len(hist)))
-        self.hist_width = width
+        """Re-lay the histogram with room for `width` - 1 free GPUs per node (only for a snapshot that
+        lists more free GPUs on a node than it has)."""
+        old, old_width = self.free_hist, self.hist_width
+        hist = [0] * (len(old) // old_width * width) if old_width else []
+        offs = []
+        for per_flavor in self.hist_off:
+            moved = {}
+            for flavor, off in per_flavor.items():
+                new_off = off // old_width * width
+                hist[new_off:new_off + old_width] = old[off:off + old_width]
+                moved[flavor] = new_off
+            offs.append(moved)
+        self.free_hist, self.hist_off, self.hist_width = hist, offs, width
 
     def _shift(self, k: int, delta: int) -> None:
         """Node k's free GPUs changed by delta (already applied to self.free[k])."""
         flavor = self.nodes[k].flavor
-        dom_free, free_hist = self.dom_free, self.free_hist
+        dom_free = self.dom_free
         now = len(self.free[k])
         was = now - delta
-        if now >= self.hist_width:  # only if a snapshot lists more free GPUs than the node has
+        if now >= self.hist_width:
             self._widen(now + 1)
+        hist, hist_off = self.free_hist, self.hist_off
         for d in self.tree.node_chain[k]:
             old = dom_free[d][flavor]
             dom_free[d][flavor] = old + delta
             self._bucket_move(d, flavor, old, old + delta)
-            hist = free_hist[d][flavor]
-            hist[was] -= 1
-            hist[now] += 1
+            off = hist_off[d][flavor]
+            hist[off + was] -= 1
+            hist[off + now] += 1
+
+
+class _Start:
+    """Free capacity at snapshot time (before any decision), kept per ClusterStatic and brought up to date
+    from one snapshot to the next by recomputing only the nodes whose NodeInfo object changed."""
+
+    __slots__ = ("nodes", "free", "cpu", "mem", "healthy", "dom_free", "hist")
+
+
+def _node_capacity(n: NodeInfo) -> tuple[list[int], int, int | None, int | None]:
+    """(free healthy GPU indices, healthy GPUs counted, free CPU, free memory) of one node at snapshot time."""
+    if n.schedulable:
+        bad, used = n.unhealthy, n.used
+        healthy = [g for g in range(n.gpus) if g not in bad] if bad else list(range(n.gpus))
+        free = [g for g in healthy if g not in used] if used else healthy
+        count = len(healthy)
+    else:
+        free, count = [], 0
+    return (free, count, n.cpu_milli - n.cpu_used if n.cpu_milli else None,
+            n.memory_mib - n.memory_used if n.memory_mib else None)
+
+
+def _snapshot_capacity(static: ClusterStatic, nodes) -> _Start:
+    """The _Start of `nodes` (which have static's shape). Caller holds static.lock."""
+    start = static.start
+    static.start = None  # left unset if anything below fails half-way
+    chains, offs = static.tree.node_chain, static.hist_off
+    if start is None or len(start.nodes) != len(nodes):
+        start = _Start()
+        start.free, start.healthy, start.cpu, start.mem = [], [], [], []
+        start.dom_free = [defaultdict(int, dict.fromkeys(flavors, 0)) for flavors in static.dom_flavors]
+        start.hist = [0] * static.hist_size
+        dom_free, hist = start.dom_free, start.hist
+        for k, n in enumerate(nodes):
+            free, count, cpu, mem = _node_capacity(n)
+            start.free.append(free)
+            start.healthy.append(count)
+            start.cpu.append(cpu)
+            start.mem.append(mem)
+            f, flavor = len(free), n.flavor
+            for d in chains[k]:
+                if f:
+                    dom_free[d][flavor] += f
+                hist[offs[d][flavor] + f] += 1
+    else:
+        dom_free, hist, seen = start.dom_free, start.hist, start.nodes
+        for k, n in enumerate(nodes):
+            if n is seen[k]:
+                continue
+            free, count, cpu, mem = _node_capacity(n)
+            was, now, flavor = len(start.free[k]), len(free), n.flavor  # flavor: same shape, same flavor
+            start.free[k], start.healthy[k], start.cpu[k], start.mem[k] = free, count, cpu, mem
+            if now != was:
+                for d in chains[k]:
+                    dom_free[d][flavor] += now - was
+                    off = offs[d][flavor]
+                    hist[off + was] -= 1
+                    hist[off + now] += 1
+    start.nodes = tuple(nodes)
+    static.start = start
+    return start

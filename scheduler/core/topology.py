@@ -7,6 +7,7 @@ node -> lowest domain -> ... -> root.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from .snapshot import Snapshot
@@ -124,7 +125,7 @@ class ClusterStatic:
     ever gain entries that are functions of that shape."""
 
     __slots__ = ("tree", "node_index", "flavors", "node_names", "node_flavor", "flavor_gpus", "direct_by_flavor",
-                 "dom_flavors", "capacity")
+                 "dom_flavors", "hist_width", "hist_off", "hist_size", "capacity", "start", "lock")
 
     def __init__(self, snapshot: Snapshot, tree: DomainTree | None = None):
         nodes = snapshot.nodes
@@ -150,6 +151,16 @@ class ClusterStatic:
             for d in tree.node_chain[k]:
                 dom_flavors[d].setdefault(n.flavor)
         self.dom_flavors = [tuple(f) for f in dom_flavors]
+        # ClusterState's free-count histogram: one slot of hist_width counters per (domain, flavor)
+        self.hist_width = width = max((n.gpus for n in nodes), default=0) + 1
+        self.hist_off: list[dict[str, int]] = []
+        slot = 0
+        for flavors in self.dom_flavors:
+            self.hist_off.append({f: (slot + i) * width for i, f in enumerate(flavors)})
+            slot += len(flavors)
+        self.hist_size = slot * width
+        self.start = None  # state.ClusterState's capacity at the last snapshot seen (under lock)
+        self.lock = threading.Lock()
         self.capacity = None  # plugins.feasibility.CapacityStatic, built on first use
 
 
