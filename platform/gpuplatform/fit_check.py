@@ -11,6 +11,7 @@ An empty cluster (no nodes registered yet) refuses nothing: it is being set up, 
 from __future__ import annotations
 
 from scheduler.core.plugins.feasibility import Capacity
+from scheduler.core.plugins.predicates import allowed_flavors
 from scheduler.core.snapshot import DomainInfo, JobInfo, NodeInfo, RoleInfo, Snapshot
 from scheduler.core.state import ClusterState
 from scheduler.core.topology import TopologyError, build_tree
@@ -43,10 +44,7 @@ def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: 
                            r.get("memory_mib", 0), tuple(f for f in (r.get("flavor") or "").split("|") if f))
                   for r in roles)
     job = JobInfo(id="submission", queue="", roles=infos, topology_mode=topology_mode, highest_tier=highest_tier)
-    flavors = set(capacity.state.flavors)  # same rule as Allocator._flavors
-    for role in infos:
-        if role.flavors and role.gpus_per_task:
-            flavors &= set(role.flavors)
+    flavors = allowed_flavors(infos, capacity.state.flavors)  # the allocator's own rule
     if not flavors:
         wanted = sorted({f for r in infos for f in r.flavors})
         return f"no node of flavor {'|'.join(wanted)} in this cluster"

@@ -15,12 +15,11 @@ The snapshot is never mutated; the same input gives the same result.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 
 from .actions.allocate import Allocator
 from .actions.preempt import run_evictions
 from .metrics import cluster_metrics
-from .plugins.fairshare import fair_shares
+from .plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
 from .plugins.quota import QueueTree
 from .snapshot import CycleConfig, CycleResult, Nomination, Snapshot
 from .state import ClusterState
@@ -38,7 +37,7 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None) -> CycleRes
     queues = QueueTree(snapshot, static)
     pending = [j for j in snapshot.jobs if j.state == "pending"]
     if config.fair_share and snapshot.queues:
-        result.fair_share = fair_shares(queues, _capacity(state), _pending_demand(pending, state.flavors))
+        result.fair_share = fair_shares(queues, schedulable_gpus(snapshot.nodes), pending_demand(pending, state.flavors))
     allocator = Allocator(state, queues, config, snapshot=snapshot, shares=result.fair_share)
     t1 = time.perf_counter()
     result.bindings, result.pending = allocator.run(pending)
@@ -54,22 +53,3 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None) -> CycleRes
     t4 = time.perf_counter()
     result.timings = {"open": t1 - t0, "allocate": t2 - t1, "preempt": t3 - t2, "metrics": t4 - t3, "total": t4 - t0}
     return result
-
-
-def _capacity(state: ClusterState) -> dict[str, int]:
-    out: dict[str, int] = defaultdict(int)
-    for k, node in enumerate(state.nodes):
-        out[node.flavor] += state.healthy_gpus[k]
-    return dict(out)
-
-
-def _pending_demand(pending, flavors) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for job in pending:
-        allowed = set(flavors)
-        for r in job.roles:
-            if r.flavors and r.gpus_per_task:
-                allowed &= set(r.flavors)
-        for f in allowed:
-            out[job.queue][f] += job.gpus_requested
-    return out

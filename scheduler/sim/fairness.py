@@ -26,8 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from scheduler.core.cycle import _pending_demand  # the engine's own demand rule, so the yardsticks agree
-from scheduler.core.plugins.fairshare import fair_shares
+from scheduler.core.plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
 from scheduler.core.plugins.quota import QueueTree
 from scheduler.core.snapshot import Snapshot
 
@@ -47,13 +46,9 @@ def jain_index(values) -> float | None:
 def snapshot_fair_share(snapshot: Snapshot) -> dict[str, dict[str, float]]:
     """queue -> flavor -> water-filled fair share (GPUs) of a snapshot, computed as run_cycle does with
     fair_share on; for policies whose engine does not compute it (plain FIFO)."""
-    queues = QueueTree(snapshot)
-    capacity: dict[str, int] = defaultdict(int)
-    for n in snapshot.nodes:
-        capacity[n.flavor] += (n.gpus - len(n.unhealthy)) if n.schedulable else 0
     pending = [j for j in snapshot.jobs if j.state == "pending"]
     flavors = {n.flavor for n in snapshot.nodes}
-    return fair_shares(queues, dict(capacity), _pending_demand(pending, flavors))
+    return fair_shares(QueueTree(snapshot), schedulable_gpus(snapshot.nodes), pending_demand(pending, flavors))
 
 
 class FairnessMeter:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from ..plugins.fairshare import dominant_share, usage_offset
 from ..plugins.feasibility import Capacity
 from ..plugins.gang import PackFailure, pack_gang
+from ..plugins.predicates import allowed_flavors
 from ..plugins.quota import INF, QueueTree, job_order_key
 from ..plugins.topology import candidate_domains, node_order
 from ..snapshot import Binding, CycleConfig, JobInfo, PendingReason, RoleInfo, Snapshot
@@ -233,10 +234,7 @@ class Allocator:
                     if role.flavors and role.gpus_per_task and only not in role.flavors:
                         return []
                 return [only]
-        allowed = set(flavors)
-        for role in job.roles:
-            if role.flavors and role.gpus_per_task:
-                allowed &= set(role.flavors)
+        allowed = allowed_flavors(job.roles, flavors)
         root = self.tree.root
         return sorted(allowed, key=lambda f: (-self.state.domain_free(root, f), f))
 

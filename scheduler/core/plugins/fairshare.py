@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from .predicates import allowed_flavors
 from .quota import QueueTree
 
 EPS = 1e-9
@@ -121,4 +122,23 @@ def usage_offset(queues: QueueTree) -> dict[str, dict[str, float]]:
         if info.recent_usage:
             now = queues.usage.get(name, {})
             out[name] = {f: info.recent_usage.get(f, 0.0) - now.get(f, 0) for f in set(info.recent_usage) | set(now)}
+    return out
+
+
+def schedulable_gpus(nodes) -> dict[str, int]:
+    """flavor -> healthy GPUs of ready nodes (the capacity fair shares split)."""
+    out: dict[str, int] = defaultdict(int)
+    for n in nodes:
+        if n.schedulable:
+            out[n.flavor] += n.gpus - len(n.unhealthy)
+    return dict(out)
+
+
+def pending_demand(pending, flavors) -> dict[str, dict[str, int]]:
+    """queue -> flavor -> GPUs requested by its pending jobs; a job that may take several flavors counts
+    on each (fair_shares' `pending_demand`)."""
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for job in pending:
+        for f in allowed_flavors(job.roles, flavors):
+            out[job.queue][f] += job.gpus_requested
     return out
