@@ -45,15 +45,5 @@
   var initial = document.getElementById("initial-figures");
   if (initial) draw(JSON.parse(initial.textContent));
 
-  var busy = false;
-  function poll() {
-    if (busy || document.hidden) return;
-    busy = true;
-    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
-      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
-      .then(update)
-      .catch(function () { /* keep the last good view; try again next tick */ })
-      .then(function () { busy = false; });
-  }
-  setInterval(poll, interval);
+  window.gpuplatformPoll(url, interval, update);
 })();
