@@ -155,3 +155,23 @@ def reset_pending(pending_ids: list[int]) -> None:
 
     with connection.cursor() as cur:
         cur.execute("VACUUM ANALYZE")
+
+
+def timed_cycle() -> dict:
+    """One `store.run_cycle_once` on the bench database, timed (seconds): total wall, snapshot read, engine
+    and apply (the rest: writes and commit), with the cycle's binds and pending count."""
+    import gc
+    import time
+
+    from django.utils import timezone
+
+    from scheduler import store
+
+    gc.collect()
+    t0 = time.perf_counter()
+    cycle = store.run_cycle_once(clock=timezone.now())
+    total = time.perf_counter() - t0
+    snapshot = cycle.timings.get("snapshot_ms", 0.0) / 1000
+    engine = cycle.timings.get("total", 0.0)
+    return {"total": total, "snapshot": snapshot, "engine": engine, "apply": total - snapshot - engine,
+            "binds": cycle.binds, "pending": cycle.pending}

@@ -12,7 +12,6 @@ at 5,000 nodes, Slurm 500 jobs/s).
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 import time
 
@@ -50,25 +49,16 @@ def main(argv=None) -> dict:
         return {**report, "skipped": problem}
     snap = world(racks, jobs, args.tasks_per_job)
     with _db.bench_database("bench_bind_throughput"):
-        from django.utils import timezone
-
         from gpuplatform.models import Job
-        from scheduler import store
 
         t0 = time.perf_counter()
         loaded = _db.load_world(snap)
         load_s = time.perf_counter() - t0
         cycles = []
         while True:
-            gc.collect()
-            t0 = time.perf_counter()
-            cycle = store.run_cycle_once(clock=timezone.now())
-            wall = time.perf_counter() - t0
-            snap_s = cycle.timings.get("snapshot_ms", 0.0) / 1000
-            engine_s = cycle.timings.get("total", 0.0)
-            cycles.append({"wall": wall, "snapshot": snap_s, "engine": engine_s, "apply": wall - snap_s - engine_s,
-                           "binds": cycle.binds, "pending": cycle.pending})
-            if not cycle.binds or not cycle.pending:
+            cycle = _db.timed_cycle()
+            cycles.append({**cycle, "wall": cycle["total"]})
+            if not cycle["binds"] or not cycle["pending"]:
                 break
         tasks_bound = sum(r.tasks for r in Job.objects.filter(state="running").prefetch_related("roles")
                           for r in r.roles.all()) if jobs <= 2000 else None

@@ -61,10 +61,6 @@ def end_to_end(snapshot, repeats: int) -> dict:
 
     out: dict = {}
     with _db.bench_database("bench_cycle_scale"):
-        from django.utils import timezone
-
-        from scheduler import store
-
         loaded = _db.load_world(snapshot)
         out["load_seconds"] = loaded["seconds"]
         out["rows"] = loaded["rows"]
@@ -72,14 +68,7 @@ def end_to_end(snapshot, repeats: int) -> dict:
         for i in range(repeats):
             if i:
                 _db.reset_pending(loaded["pending_ids"])
-            gc.collect()
-            t0 = time.perf_counter()
-            cycle = store.run_cycle_once(clock=timezone.now())
-            wall = time.perf_counter() - t0
-            snap_s = cycle.timings.get("snapshot_ms", 0.0) / 1000
-            engine_s = cycle.timings.get("total", 0.0)
-            runs.append({"total": wall, "snapshot": snap_s, "engine": engine_s,
-                         "apply": wall - snap_s - engine_s, "binds": cycle.binds, "pending": cycle.pending})
+            runs.append(_db.timed_cycle())
         out["runs"] = runs
         out["median"] = {k: C.stats([r[k] for r in runs])["median"] for k in ("total", "snapshot", "engine", "apply")}
     return out
