@@ -3,9 +3,9 @@ from .cluster import Domain, Gpu, Node
 from .events import ClusterSample, Event, QueueSample, SchedulerCycle
 from .queues import Quota, Queue
 from .tenancy import Membership, Team
-from .workloads import Allocation, Job, JobRole, Task
+from .workloads import Allocation, Job, JobRole, Task, TaskLog
 
 __all__ = [
     "Allocation", "ClusterSample", "Domain", "Event", "Gpu", "Job", "JobRole", "Membership", "Node",
-    "Queue", "QueueSample", "Quota", "SchedulerCycle", "Task", "Team",
+    "Queue", "QueueSample", "Quota", "SchedulerCycle", "Task", "TaskLog", "Team",
 ]

@@ -40,6 +40,18 @@ class Node(models.Model):
     resume_state = models.CharField(max_length=16, blank=True,
                                     help_text="state to return to when a not_ready node's heartbeat resumes")
 
+    class Executor(models.TextChoices):
+        SIMULATED = "simulated", "simulated (a bound task counts as running; nothing is started)"
+        AGENT = "agent", "node agent (starts, watches and stops each task's processes)"
+
+    executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.SIMULATED,
+                                help_text="who runs the tasks bound here; a registering node agent sets 'agent'")
+    address = models.CharField(max_length=200, blank=True,
+                               help_text="address other nodes reach this one at (MASTER_ADDR); blank = its name")
+    container_runtime = models.CharField(max_length=16, blank=True, help_text="docker | podman | blank (none)")
+    clock_offset_seconds = models.FloatField(null=True, blank=True,
+                                             help_text="node clock minus server clock at the last heartbeat")
+
     class Meta:
         ordering = ["name"]
         indexes = [models.Index(fields=["state"])]

@@ -2,7 +2,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
-__all__ = ["Job", "JobRole", "Task", "Allocation"]
+__all__ = ["Job", "JobRole", "Task", "Allocation", "TaskLog"]
 
 
 class Job(models.Model):
@@ -60,6 +60,19 @@ class Job(models.Model):
     never_fits = models.BooleanField(default=False)
     placement_domain = models.CharField(max_length=200, blank=True)
     placement_tier = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Execution (docs/execution.md). simulated: no command, runs on the simulated clock for duration_seconds.
+    simulated = models.BooleanField(default=False)
+    max_restarts = models.PositiveIntegerField(default=0)
+    restarts = models.PositiveIntegerField(default=0, help_text="restarts used after task failures")
+    completion_role = models.CharField(max_length=64, blank=True, help_text="blank = every role must succeed")
+    stop_target = models.CharField(max_length=16, blank=True,
+                                   help_text="while preempting: what the job ends as (requeue, restart, cancelled, "
+                                             "failed, succeeded); blank = requeue")
+    stop_reason = models.CharField(max_length=300, blank=True)
+    end_reason = models.CharField(max_length=300, blank=True, help_text="why the job ended (or was last restarted)")
+    failed_task = models.CharField(max_length=100, blank=True, help_text="role[index] of the first failing task")
+    exit_code = models.SmallIntegerField(null=True, blank=True)
+    exit_signal = models.SmallIntegerField(null=True, blank=True)
     submitted_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -95,6 +108,10 @@ class JobRole(models.Model):
     memory_mib = models.PositiveIntegerField(default=0)
     min_available = models.PositiveIntegerField()
     flavor = models.CharField(max_length=200, blank=True, help_text="allowed GPU models separated by '|'; blank = any")
+    command = models.JSONField(default=list, blank=True, help_text="argv; empty = simulated (trace jobs)")
+    env = models.JSONField(default=dict, blank=True, help_text="name -> value")
+    working_dir = models.CharField(max_length=500, blank=True)
+    image = models.CharField(max_length=300, blank=True, help_text="container image; blank = a plain process")
 
     class Meta:
         ordering = ["job_id", "id"]
@@ -134,6 +151,13 @@ class Task(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
     release_deadline = models.DateTimeField(null=True, blank=True)
+    # What the node agent reported for the job's current attempt (reset when the gang is requeued).
+    pid = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.SmallIntegerField(null=True, blank=True)
+    exit_signal = models.SmallIntegerField(null=True, blank=True)
+    end_message = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["job_id", "role_id", "index"]
@@ -155,3 +179,20 @@ class Allocation(models.Model):
                                     name="allocation_one_live_per_gpu"),
         ]
         indexes = [models.Index(fields=["job", "released_at"])]
+
+
+class TaskLog(models.Model):
+    """One chunk of a task attempt's combined stdout/stderr as the node agent sent it. `offset` is the byte
+    offset in the attempt's output where `data` starts, `size` its length in bytes (UTF-8). At most
+    TASK_LOG_MAX_BYTES are kept per (task, attempt): the oldest chunks go first."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="logs")
+    attempt = models.PositiveIntegerField()
+    offset = models.BigIntegerField()
+    size = models.PositiveIntegerField()
+    data = models.TextField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["task_id", "attempt", "offset"]
+        constraints = [models.UniqueConstraint(fields=["task", "attempt", "offset"], name="tasklog_unique_chunk")]
