@@ -166,32 +166,34 @@ class _Stale(Exception):
 def _bind(binding, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int) -> tuple:
     """Start one job inside the caller's savepoint (the slow path, after a race). Raises _Stale (the
     savepoint rolls back) or IntegrityError."""
-    immediate = getattr(settings, "TASKS_START_IMMEDIATELY", True)
+    rows, tasks = _rows_for(binding, clock, tasks_by_role, gpu_ids)
+    immediate = all(state == "running" for _, _, state in tasks)
     started = Job.objects.filter(pk=binding.job_id, state="pending").update(
         state="running" if immediate else "admitted", started_at=clock if immediate else None, bound_at=clock,
         placement_domain=binding.domain or "", placement_tier=binding.tier, pending_reason="", never_fits=False,
         reserved=None, estimated_start=None, not_before=None, updated_at=timezone.now())
     if not started:
         raise _Stale("job is no longer pending")
-    rows, tasks = _rows_for(binding, clock, tasks_by_role, gpu_ids)
     allocations = [Allocation(task_id=t, gpu_id=g, job_id=j, created_at=c) for t, g, j, c in rows]
     Allocation.objects.bulk_create(allocations)  # IntegrityError: a GPU already has a live allocation
     by_node = defaultdict(list)
-    for task_id, node_id in tasks:
-        by_node[node_id].append(task_id)
-    for node_id, ids in by_node.items():
-        if Task.objects.filter(pk__in=ids, state="pending").update(state="running" if immediate else "bound",
-                                                                   node_id=node_id) != len(ids):
+    for task_id, node_id, state in tasks:
+        by_node[(node_id, state)].append(task_id)
+    for (node_id, state), ids in by_node.items():
+        if Task.objects.filter(pk__in=ids, state="pending").update(state=state, node_id=node_id) != len(ids):
             raise _Stale("a task is no longer pending")
-    return _admitted_event(binding, clock, cycle_number, len(by_node), len(allocations))
+    return _admitted_event(binding, clock, cycle_number, len({n for n, _ in by_node}), len(allocations))
 
 
 def _bind_all(bindings, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int):
     """Start every job of the cycle with a handful of bulk statements (the fast path): lock the jobs still
     pending, check each decision against the rows, then one INSERT of all allocations, bulk task and job
     updates. Returns (events, [(job id, why stale)]), or None when the INSERT hits the one-live-allocation
-    index (a racing cycle bound a GPU): the savepoint rolls back and the caller goes job by job."""
-    immediate = getattr(settings, "TASKS_START_IMMEDIATELY", True)
+    index (a racing cycle bound a GPU): the savepoint rolls back and the caller goes job by job.
+
+    A task on a node whose executor is a node agent (and whose job has a command) is `bound` until the
+    agent reports its process started; any other task (simulated nodes, trace jobs) is `running` at once.
+    A job with every task running is running (started_at = clock), else admitted."""
     ids = [b.job_id for b in bindings]
     pending = set()
     for i in range(0, len(ids), 1000):
@@ -209,17 +211,18 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, gpu_ids, cycle_number: i
             continue
         allocations += job_allocs
         tasks += job_tasks
-        jobs.append((b.job_id, b.domain or "", b.tier))
-        events.append(_admitted_event(b, clock, cycle_number, len({n for _, n in job_tasks}), len(job_allocs)))
+        immediate = all(state == "running" for _, _, state in job_tasks)
+        jobs.append((b.job_id, b.domain or "", b.tier, "running" if immediate else "admitted",
+                     clock if immediate else None))
+        events.append(_admitted_event(b, clock, cycle_number, len({n for _, n, _ in job_tasks}), len(job_allocs)))
     try:
         with transaction.atomic():
             _insert_rows(Allocation, ["task_id", "gpu_id", "job_id", "created_at"], allocations)
     except IntegrityError:
         return None
-    _update_rows(Task, tasks, ["node_id"], {"state": "running" if immediate else "bound"})
-    _update_rows(Job, jobs, ["placement_domain", "placement_tier"],
-                 {"state": "running" if immediate else "admitted", "started_at": clock if immediate else None,
-                  "bound_at": clock, "pending_reason": "", "never_fits": False, "reserved": None,
+    _update_rows(Task, tasks, ["node_id", "state"], {})
+    _update_rows(Job, jobs, ["placement_domain", "placement_tier", "state", "started_at"],
+                 {"bound_at": clock, "pending_reason": "", "never_fits": False, "reserved": None,
                   "estimated_start": None, "not_before": None, "updated_at": clock})
     return events, stale
 
@@ -280,8 +283,9 @@ def _update_rows(model, rows: list[tuple], columns: list[str], constants: dict) 
 
 
 def _rows_for(binding, clock: datetime, tasks_by_role, gpu_ids):
-    """([(task id, gpu id, job id, created_at)], [(task id, node id)]) for one binding; raises _Stale if a
-    row no longer matches."""
+    """([(task id, gpu id, job id, created_at)], [(task id, node id, task state)]) for one binding; raises
+    _Stale if a row no longer matches. The state is "bound" on a node agent's node for a job with a
+    command (gpu_ids["<node>"]["agent"], tasks_by_role["simulated"]), else "running"."""
     allocations, tasks = [], []
     for p in binding.tasks:
         free = tasks_by_role.get((binding.job_id, p.role), [])
@@ -295,7 +299,8 @@ def _rows_for(binding, clock: datetime, tasks_by_role, gpu_ids):
             if gpu is None:
                 raise _Stale(f"GPU {p.node}/{g} is unhealthy or unknown")
             allocations.append((free[p.index], gpu, binding.job_id, clock))
-        tasks.append((free[p.index], node["id"]))
+        waits = node.get("agent") and binding.job_id not in tasks_by_role.get("simulated", ())
+        tasks.append((free[p.index], node["id"], "bound" if waits else "running"))
     return allocations, tasks
 
 
@@ -339,12 +344,14 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
         for tid, jid, role in (Task.objects.filter(job_id__in=job_ids, state="pending").order_by("role_id", "index")
                                .values_list("id", "job_id", "role__name")):
             tasks_by_role[(jid, role)].append(tid)
+        tasks_by_role["simulated"] = set(Job.objects.filter(pk__in=job_ids, simulated=True).values_list("id", flat=True))
         gpu_ids: dict[str, dict] = {}
         for gid, idx, nid, nname in (Gpu.objects.filter(node__name__in=node_names, node__state="ready", health="healthy")
                                      .values_list("id", "index", "node_id", "node__name")):
             gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["gpus"][idx] = gid
-        for nid, nname in Node.objects.filter(name__in=node_names, state="ready").values_list("id", "name"):
-            gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})  # CPU-only placements on ready nodes
+        for nid, nname, executor in (Node.objects.filter(name__in=node_names, state="ready")
+                                     .values_list("id", "name", "executor")):
+            gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["agent"] = executor == "agent"  # CPU-only too
         events = _bind_all(result.bindings, clock, tasks_by_role, gpu_ids, cycle_number)
         if events is None:  # a racing cycle bound one of these GPUs: job by job, each in its own savepoint
             events = []

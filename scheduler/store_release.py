@@ -1,12 +1,17 @@
 """The release step at the start of every scheduling cycle (store.run_cycle_once calls it before the
 snapshot, in a transaction of its own), at cluster time `clock`:
 
-1. preempting jobs whose `preempt_deadline` has passed release every GPU at once and go back to pending
-   whole (attempts + 1, original submit time, no backoff: the job was preempted, it did not fail);
+1. preempting jobs whose `preempt_deadline` has passed, or whose processes on node agents have all
+   exited, release every GPU at once and become what their stop says (gpuplatform.execution.stops):
+   pending whole (preempted: attempts + 1, original submit time, no backoff), restarted with backoff, or
+   ended (cancelled, failed, succeeded);
 2. releasing surplus tasks whose `release_deadline` has passed free their GPUs and go back to pending
    (the job keeps running with fewer tasks);
-3. gangs bound more than GANG_START_TIMEOUT_SECONDS ago whose tasks have not all reported running
-   (job state "admitted", only when TASKS_START_IMMEDIATELY is off) are requeued whole with backoff.
+3. gangs still starting (job state "admitted": some task on a node agent has not reported its process
+   started) with no start reported for GANG_START_TIMEOUT_SECONDS (since binding or the last task that
+   started: progress, not a fixed clock) are requeued whole with backoff;
+4. jobs that have run for their `time_limit_seconds` are stopped: SIGTERM now, SIGKILL after their
+   queue's grace, then failed with end_reason "time limit".
 
 Every transition is an Event. Each write is a compare-and-set (lifecycle.py), so a job that finished
 or was cancelled meanwhile is left alone.
@@ -20,8 +25,10 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 
+from django.db.models import Max
+
+from gpuplatform.execution import enforce_time_limits, expire_stops
 from gpuplatform.lifecycle import release_tasks, requeue_job
 from gpuplatform.models import Event, Job, Task
 
@@ -30,20 +37,16 @@ log = logging.getLogger("scheduler.store")
 
 @dataclass
 class ReleaseStats:
-    requeued: list = field(default_factory=list)  # job ids back to pending after their grace period
+    requeued: list = field(default_factory=list)  # job ids requeued or ended after their stop (grace over / exited)
     tasks_released: int = 0
     timed_out: list = field(default_factory=list)  # job ids requeued by the gang-start timeout
+    time_limited: list = field(default_factory=list)  # job ids stopped by their time limit
 
 
 def release_expired(clock: datetime, *, cycle_number: int | None = None) -> ReleaseStats:
     stats = ReleaseStats()
     with transaction.atomic():
-        expired = list(Job.objects.filter(Q(preempt_deadline__lte=clock) | Q(preempt_deadline__isnull=True),
-                                          state=Job.State.PREEMPTING).order_by("id").values_list("id", flat=True))
-        for job_id in expired:
-            if requeue_job(job_id, at=clock, kind="requeued", reason="preempted: grace period over",
-                           backoff=False, from_states=(Job.State.PREEMPTING,), cycle=cycle_number):
-                stats.requeued.append(job_id)
+        stats.requeued = expire_stops(clock, cycle=cycle_number)
 
         by_job: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
         for tid, jid, role, index in (Task.objects.filter(state=Task.State.RELEASING, release_deadline__lte=clock)
@@ -62,17 +65,26 @@ def release_expired(clock: datetime, *, cycle_number: int | None = None) -> Rele
         Event.objects.bulk_create(events)
 
         timeout = float(getattr(settings, "GANG_START_TIMEOUT_SECONDS", 300))
-        stuck = list(Job.objects.filter(state=Job.State.ADMITTED, bound_at__lte=clock - timedelta(seconds=timeout))
-                     .order_by("id").values_list("id", flat=True))
-        for job_id in stuck:
+        cutoff = clock - timedelta(seconds=timeout)
+        candidates = list(Job.objects.filter(state=Job.State.ADMITTED, bound_at__lte=cutoff)
+                          .order_by("id").values_list("id", flat=True))
+        progress = dict(Task.objects.filter(job_id__in=candidates, started_at__isnull=False).values("job_id")
+                        .annotate(last=Max("started_at")).values_list("job_id", "last"))
+        for job_id in candidates:
+            if progress.get(job_id) is not None and progress[job_id] > cutoff:
+                continue  # still coming up: a task reported its start within the timeout
             waiting = list(Task.objects.filter(job_id=job_id, state=Task.State.BOUND)
                            .values_list("role__name", "index", "node__name"))
+            started = Task.objects.filter(job_id=job_id, state=Task.State.RUNNING).count()
             if requeue_job(job_id, at=clock, kind="gang_start_timeout", backoff=True,
-                           reason=f"{len(waiting)} task(s) did not report running within {timeout:.0f} s",
+                           reason=f"{len(waiting)} task(s) did not report running and no task started for "
+                                  f"{timeout:.0f} s ({started} running)",
                            from_states=(Job.State.ADMITTED,), cycle=cycle_number,
-                           data={"not_running": [list(t) for t in waiting]}):
+                           data={"not_running": [list(t) for t in waiting], "running": started}):
                 stats.timed_out.append(job_id)
-    if stats.requeued or stats.tasks_released or stats.timed_out:
-        log.info("release step: %d job(s) requeued after grace, %d surplus task(s) released, %d gang(s) timed out",
-                 len(stats.requeued), stats.tasks_released, len(stats.timed_out))
+        stats.time_limited = enforce_time_limits(clock, cycle=cycle_number)
+    if stats.requeued or stats.tasks_released or stats.timed_out or stats.time_limited:
+        log.info("release step: %d job(s) finalized after their stop, %d surplus task(s) released, %d gang(s) "
+                 "timed out, %d job(s) hit their time limit", len(stats.requeued), stats.tasks_released,
+                 len(stats.timed_out), len(stats.time_limited))
     return stats

@@ -2,11 +2,18 @@
 
 `check_job` returns the normalised roles or raises `error_class` (services.ValidationError) with every
 broken rule, keyed by field: "queue", "name", "roles", "roles[i].<field>", "topology_mode",
-"highest_tier", "preferred_tier", "priority", "time_limit_seconds", "duration_seconds".
+"highest_tier", "preferred_tier", "priority", "time_limit_seconds", "duration_seconds", and for what the
+job runs (docs/execution.md) "command", "env", "working_dir", "image", "roles[i].command" ...,
+"max_restarts", "completion_role".
 """
 from __future__ import annotations
 
-ROLE_FIELDS = ("name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor")
+import re
+import shlex
+
+ROLE_FIELDS = ("name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor",
+               "command", "env", "working_dir", "image")
+EXEC_FIELDS = ("command", "env", "working_dir", "image")
 TOPOLOGY_MODES = ("none", "soft", "hard")
 # Bounds that keep one submission from hurting everyone (a 2**31-task role would stall the cycle and fill
 # memory), and keep every number inside the database's integer columns.
@@ -17,6 +24,20 @@ MAX_MEMORY_MIB = 2**31 - 1
 MAX_PRIORITY = 2**31 - 1
 MAX_TIME_LIMIT_SECONDS = 366 * 24 * 3600
 MAX_TIER = 32767
+# What a task runs: bounded so one submission cannot fill the database or an agent's command line.
+MAX_ARGV = 256
+MAX_COMMAND_CHARS = 16384
+MAX_ENV_VARS = 128
+MAX_ENV_VALUE_CHARS = 4096
+MAX_PATH_CHARS = 500
+MAX_IMAGE_CHARS = 300
+MAX_RESTARTS = 100
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
+# Set by the platform on every task (gpuplatform/execution/assignments.py); a job may not override them.
+PLATFORM_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
+                "RANK", "NODE_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+PLATFORM_ENV_PREFIX = "GPUPLATFORM_"
 
 
 def _is_int(value) -> bool:
@@ -41,6 +62,9 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
                 "cpu_milli": raw.get("cpu_milli", 0) or 0, "memory_mib": raw.get("memory_mib", 0) or 0,
                 "flavor": raw.get("flavor") or ""}
         role["min_available"] = role["tasks"] if raw.get("min_available") is None else raw["min_available"]
+        for key in EXEC_FIELDS:
+            if raw.get(key) not in (None, "", [], {}):
+                role[key] = raw[key]
         if role["name"] in names:
             errors[f + "name"] = f"duplicate role name {role['name']!r}"
         names.add(role["name"])
@@ -78,9 +102,16 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
 
 
 def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, topology_mode, highest_tier,
-              preferred_tier, time_limit_seconds, duration_seconds, tiers: set[int], error_class) -> list[dict]:
-    """All submission rules; `tiers` is the set of domain tiers present in the cluster."""
+              preferred_tier, time_limit_seconds, duration_seconds, tiers: set[int], error_class,
+              command=None, env=None, working_dir="", image="", max_restarts=0, completion_role="",
+              container_runtimes: set[str] = frozenset()) -> list[dict]:
+    """All submission rules; `tiers` is the set of domain tiers present in the cluster. Returns the roles
+    normalised, each with its resolved command, env, working_dir and image (check_execution)."""
     out, errors = check_roles(roles)
+    if not any(k.startswith("roles") for k in errors):
+        errors.update(check_execution(out, command=command, env=env, working_dir=working_dir, image=image,
+                                      max_restarts=max_restarts, completion_role=completion_role,
+                                      simulated=duration_seconds is not None, container_runtimes=container_runtimes))
     if not name or not str(name).strip():
         errors["name"] = "name must not be empty"
     elif len(name) > 200:
@@ -119,3 +150,118 @@ def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, t
     if errors:
         raise error_class(errors)
     return out
+
+
+def parse_command(value, field: str = "command") -> tuple[list[str], dict[str, str]]:
+    """argv from a list of strings, or a string split with shlex (POSIX rules). None / "" / [] -> [].
+    Returns (argv, errors)."""
+    if value is None or value == "" or value == []:
+        return [], {}
+    if isinstance(value, str):
+        if len(value) > MAX_COMMAND_CHARS:
+            return [], {field: f"command must be at most {MAX_COMMAND_CHARS} characters"}
+        try:
+            argv = shlex.split(value)
+        except ValueError as exc:
+            return [], {field: f"command is not a valid shell word list ({exc})"}
+    elif isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
+        argv = list(value)
+    else:
+        return [], {field: "command must be an argv list of strings or a string"}
+    if not argv or not argv[0].strip():
+        return [], {field: "command must name a program"}
+    if len(argv) > MAX_ARGV:
+        return [], {field: f"command may have at most {MAX_ARGV} arguments"}
+    if sum(len(a) for a in argv) > MAX_COMMAND_CHARS:
+        return [], {field: f"command must be at most {MAX_COMMAND_CHARS} characters"}
+    if any("\x00" in a for a in argv):
+        return [], {field: "command must not contain NUL characters"}
+    return argv, {}
+
+
+def check_env(value, field: str = "env") -> tuple[dict[str, str], dict[str, str]]:
+    """{name: value} with names like shell variables, not set by the platform (PLATFORM_ENV, GPUPLATFORM_*),
+    string values (numbers are turned into strings). Returns (env, errors)."""
+    if value is None or value == {}:
+        return {}, {}
+    if not isinstance(value, dict):
+        return {}, {field: "env must be an object of NAME: value"}
+    if len(value) > MAX_ENV_VARS:
+        return {}, {field: f"env may have at most {MAX_ENV_VARS} variables"}
+    out, errors = {}, {}
+    for name, val in value.items():
+        key = f"{field}.{name}"
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            errors[key] = "a variable name is letters, digits and _ and does not start with a digit"
+        elif name in PLATFORM_ENV or name.startswith(PLATFORM_ENV_PREFIX):
+            errors[key] = f"{name} is set by the platform for every task and cannot be overridden"
+        elif isinstance(val, bool) or not isinstance(val, (str, int, float)):
+            errors[key] = "a value must be a string"
+        elif len(str(val)) > MAX_ENV_VALUE_CHARS or "\x00" in str(val):
+            errors[key] = f"a value must be at most {MAX_ENV_VALUE_CHARS} characters, without NUL"
+        else:
+            out[name] = str(val)
+    return out, errors
+
+
+def _check_text(value, field: str, limit: int, pattern=None, rule: str = "") -> tuple[str, dict[str, str]]:
+    if value is None:
+        return "", {}
+    if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+        return "", {field: f"{field.split('.')[-1]} must be a string of at most {limit} characters"}
+    value = value.strip()
+    if value and pattern is not None and not pattern.match(value):
+        return "", {field: rule}
+    return value, {}
+
+
+def check_execution(roles: list[dict], *, command, env, working_dir, image, max_restarts, completion_role,
+                    simulated: bool, container_runtimes: set[str]) -> dict[str, str]:
+    """What each role runs (docs/execution.md). Fills every role's command / env / working_dir / image in
+    place, a role without its own inheriting the job's (env: the job's, then the role's over it).
+    `simulated`: a replayed trace job (duration_seconds given) may go without a command; every other job
+    needs one. `container_runtimes`: the runtimes node agents reported; an image needs one. Returns errors."""
+    errors: dict[str, str] = {}
+    job_argv, bad = parse_command(command, "command")
+    errors.update(bad)
+    job_env, bad = check_env(env, "env")
+    errors.update(bad)
+    job_dir, bad = _check_text(working_dir, "working_dir", MAX_PATH_CHARS)
+    errors.update(bad)
+    job_image, bad = _check_text(image, "image", MAX_IMAGE_CHARS, IMAGE_REF, "image must be an image reference "
+                                 "such as nvcr.io/nvidia/pytorch:24.05-py3")
+    errors.update(bad)
+    for i, role in enumerate(roles):
+        f = f"roles[{i}]."
+        argv, bad = parse_command(role.get("command"), f + "command")
+        errors.update(bad)
+        role_env, bad = check_env(role.get("env"), f + "env")
+        errors.update(bad)
+        role_dir, bad = _check_text(role.get("working_dir"), f + "working_dir", MAX_PATH_CHARS)
+        errors.update(bad)
+        role_image, bad = _check_text(role.get("image"), f + "image", MAX_IMAGE_CHARS, IMAGE_REF,
+                                      "image must be an image reference such as nvcr.io/nvidia/pytorch:24.05-py3")
+        errors.update(bad)
+        role["command"] = argv or list(job_argv)
+        role["env"] = {**job_env, **role_env}
+        role["working_dir"] = role_dir or job_dir
+        role["image"] = role_image or job_image
+        if role["image"] and not container_runtimes:
+            errors[f + "image" if role_image else "image"] = (
+                "no node agent of this cluster has a container runtime (docker or podman): submit without an "
+                "image, or start the agents with --runtime")
+    with_cmd = [r for r in roles if r["command"]]
+    if not with_cmd and not simulated and "command" not in errors and not any(k.endswith("command") for k in errors):
+        errors["command"] = ("a job needs a command: an argv list or a string, for the whole job or per role "
+                             "(only replayed trace jobs, which carry duration_seconds, run without one)")
+    elif with_cmd and len(with_cmd) < len(roles):
+        for i, r in enumerate(roles):
+            if not r["command"]:
+                errors[f"roles[{i}].command"] = (f"role {r['name']} has no command and the job has none for it "
+                                                 f"to inherit")
+    if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or not 0 <= max_restarts <= MAX_RESTARTS:
+        errors["max_restarts"] = f"max_restarts must be a whole number from 0 to {MAX_RESTARTS}"
+    if completion_role and completion_role not in {r["name"] for r in roles}:
+        errors["completion_role"] = (f"completion_role must be one of the job's roles "
+                                     f"({', '.join(r['name'] for r in roles)})")
+    return errors

@@ -23,6 +23,9 @@ from django.utils import timezone
 from .models import Allocation, Event, Job, Task
 
 LIVE_TASK_STATES = (Task.State.BOUND, Task.State.RUNNING)
+# What a node reported about a task's process in the attempt that ended (cleared when the gang is requeued).
+TASK_RUN_RESET = {"pid": None, "started_at": None, "ended_at": None, "exit_code": None, "exit_signal": None,
+                  "end_message": ""}
 EVICTABLE_JOB_STATES = (Job.State.ADMITTED, Job.State.RUNNING)
 
 
@@ -47,11 +50,12 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
     updated = Job.objects.filter(pk=job_id, state=old_state, attempts=attempts - 1).update(
         state=Job.State.PENDING, attempts=attempts, not_before=not_before, started_at=None, bound_at=None,
         preempt_deadline=None, reserved=None, estimated_start=None, placement_domain="", placement_tier=None,
-        pending_reason=reason[:500], updated_at=timezone.now())
+        stop_target="", stop_reason="", pending_reason=reason[:500], updated_at=timezone.now())
     if not updated:
         return False
     released = Allocation.objects.filter(job_id=job_id, released_at__isnull=True).update(released_at=at)
-    Task.objects.filter(job_id=job_id).update(state=Task.State.PENDING, node=None, release_deadline=None)
+    Task.objects.filter(job_id=job_id).update(state=Task.State.PENDING, node=None, release_deadline=None,
+                                              **TASK_RUN_RESET)
     Event.objects.create(
         time=at, kind=kind, job_id=job_id, queue_id=queue_id, node=node, actor=actor, cycle=cycle,
         message=f"{name} requeued whole ({reason}); attempt {attempts}, {released} GPUs released"
@@ -106,10 +110,10 @@ def report_task_running(task: Task, *, at: datetime | None = None, actor=None) -
     goes admitted -> running (started_at = `at`) with an Event. Idempotent for a task already running;
     returns True when something changed. Raises services.ValidationError("state") for a task that is
     neither bound nor running (e.g. its gang was requeued meanwhile)."""
-    from .services import ValidationError
+    from .errors import ValidationError
 
     at = at or timezone.now()
-    if not Task.objects.filter(pk=task.pk, state=Task.State.BOUND).update(state=Task.State.RUNNING):
+    if not Task.objects.filter(pk=task.pk, state=Task.State.BOUND).update(state=Task.State.RUNNING, started_at=at):
         state = Task.objects.filter(pk=task.pk).values_list("state", flat=True).first()
         if state == Task.State.RUNNING:
             return False
@@ -123,4 +127,27 @@ def report_task_running(task: Task, *, at: datetime | None = None, actor=None) -
         n = Task.objects.filter(job_id=job_id, state=Task.State.RUNNING).count()
         Event.objects.create(time=at, kind="running", job_id=job_id, queue_id=queue_id, actor=actor,
                              message=f"{name}: all {n} tasks running", data={"tasks": n})
+    return True
+
+
+def end_job(job_id, state: str, *, at: datetime, kind: str, message: str, reason: str = "",
+            task_state: str = Task.State.RELEASED, actor=None, cycle: int | None = None,
+            from_states=(Job.State.PENDING, *Job.LIVE_STATES), data: dict | None = None) -> bool:
+    """End a job: `state` (succeeded | failed | cancelled), finished_at = `at`, every live allocation
+    released, every task that has not ended yet -> `task_state`; `reason` is kept as end_reason. One
+    Event (`kind`, `message`). Returns False, changing nothing, when the job is no longer in `from_states`."""
+    row = Job.objects.filter(pk=job_id, state__in=from_states).values_list("state", "queue_id").first()
+    if row is None:
+        return False
+    old_state, queue_id = row
+    if not Job.objects.filter(pk=job_id, state=old_state).update(
+            state=state, finished_at=at, pending_reason="", end_reason=reason[:300], reserved=None,
+            preempt_deadline=None, estimated_start=None, stop_target="", stop_reason="", updated_at=timezone.now()):
+        return False
+    released = Allocation.objects.filter(job_id=job_id, released_at__isnull=True).update(released_at=at)
+    Task.objects.filter(job_id=job_id, state__in=(Task.State.PENDING, Task.State.BOUND, Task.State.RUNNING,
+                                                   Task.State.RELEASING)).update(state=task_state, release_deadline=None)
+    Event.objects.create(time=at, kind=kind, job_id=job_id, queue_id=queue_id, actor=actor, cycle=cycle,
+                         message=message, data={"state": state, "from": old_state, "released_gpus": released,
+                                                "reason": reason, **(data or {})})
     return True

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
-from django.utils import timezone
 
+from . import clock
+from .audit import record_event
+from .errors import ValidationError
 from .models import Domain, Gpu, Node
-from .services import ValidationError, record_event
 
 __all__ = ["TopologyPlan", "plan_topology", "apply_topology", "register_node", "record_heartbeat", "topology_from_db"]
 
@@ -128,10 +129,14 @@ def _check_gpus(gpus: list[dict]) -> dict[str, str]:
 
 @transaction.atomic
 def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 0, memory_mib: int = 0,
-                  labels: dict | None = None, actor=None) -> Node:
+                  labels: dict | None = None, actor=None, executor: str | None = None, address: str | None = None,
+                  runtime: str | None = None) -> Node:
     """Create or update node `name` and its GPUs. `gpus`: [{index, uuid, numa_node, health, health_reason}].
     GPUs the node no longer reports are removed. The domain and state of an existing node are kept.
-    Raises ValidationError: empty name or flavor, negative cpu/memory, bad GPU index or health."""
+    `executor` ("agent" when a node agent registers; None keeps the node's), `address` (where other
+    nodes reach it: MASTER_ADDR), `runtime` (its agent's container runtime: docker, podman or "").
+    Raises ValidationError: empty name or flavor, negative cpu/memory, bad GPU index or health, unknown
+    executor or runtime."""
     errors = {}
     if not name or not name.strip():
         errors["name"] = "name must not be empty"
@@ -142,13 +147,21 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     if not isinstance(memory_mib, int) or memory_mib < 0:
         errors["memory_mib"] = "memory_mib must be an integer >= 0"
     errors.update(_check_gpus(gpus))
+    if executor is not None and executor not in Node.Executor.values:
+        errors["executor"] = f"executor must be one of {Node.Executor.values}"
+    if runtime not in (None, "", "docker", "podman"):
+        errors["runtime"] = "runtime must be docker, podman or empty"
+    if address is not None and (not isinstance(address, str) or len(address) > 200):
+        errors["address"] = "address must be a host name or IP address of at most 200 characters"
     if errors:
         raise ValidationError(errors)
-    now = timezone.now()
+    now = clock.now()
     node, created = Node.objects.get_or_create(name=name, defaults={"flavor": flavor, "gpu_count": len(gpus)})
     merged = {**(node.labels or {}), **(labels or {})}
+    extra = {k: v for k, v in (("executor", executor), ("address", address), ("container_runtime", runtime))
+             if v is not None}
     Node.objects.filter(pk=node.pk).update(flavor=flavor, gpu_count=len(gpus), cpu_milli=cpu_milli,
-                                           memory_mib=memory_mib, labels=merged, last_heartbeat=now)
+                                           memory_mib=memory_mib, labels=merged, last_heartbeat=now, **extra)
     Gpu.objects.filter(node=node).exclude(index__in=[g["index"] for g in gpus]).delete()
     for g in gpus:
         Gpu.objects.update_or_create(node=node, index=g["index"], defaults={
@@ -161,10 +174,13 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
 
 
 @transaction.atomic
-def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None, actor=None) -> Node:
-    """Store a heartbeat: last_heartbeat = `at` (default now) and each reported GPU's health
-    ({index, health, health_reason}). A not_ready node becomes ready again. Raises ValidationError:
-    unknown node ("name": register first), bad GPU entries, a GPU index the node does not have."""
+def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None, node_time: datetime | None = None,
+                     actor=None) -> Node:
+    """Store a heartbeat: last_heartbeat = `at`, the time the SERVER received it (default: the cluster
+    clock; never the node's own clock, which drifts) and each reported GPU's health ({index, health,
+    health_reason}). `node_time`, the time the node put in it, is kept only as the node's clock offset
+    (Node.clock_offset_seconds). A not_ready node becomes ready again. Raises ValidationError: unknown
+    node ("name": register first), bad GPU entries, a GPU index the node does not have."""
     node = Node.objects.select_for_update().filter(name=name).first()
     if node is None:
         raise ValidationError({"name": f"unknown node {name!r}: register it first"})
@@ -182,8 +198,9 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
         if (row.health, row.health_reason) != (health, reason):
             changes.append({"index": row.index, "from": row.health, "to": health, "reason": reason})
             Gpu.objects.filter(pk=row.pk).update(health=health, health_reason=reason)
-    at = at or timezone.now()
-    update = {"last_heartbeat": at}
+    at = at or clock.now()
+    update = {"last_heartbeat": at,
+              "clock_offset_seconds": round((node_time - at).total_seconds(), 3) if node_time is not None else None}
     back = node.state == Node.State.NOT_READY
     if back:  # the state it had before it went silent (scheduler/failures.py keeps it): a cordoned node stays cordoned
         update["state"] = node.resume_state or Node.State.READY

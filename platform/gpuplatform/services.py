@@ -16,16 +16,10 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from . import clock, fit_check, quota_rules
+from .audit import record_event
+from .errors import ValidationError
 from .job_rules import check_job
 from .models import Allocation, Domain, Event, Job, JobRole, Membership, Node, Queue, Quota, Task, Team
-
-
-class ValidationError(Exception):
-    """Invalid input. `errors` maps the offending field (e.g. "roles[0].min_available") to the rule."""
-
-    def __init__(self, errors: dict[str, str] | str, field: str = "__all__"):
-        self.errors = dict(errors) if isinstance(errors, dict) else {field: errors}
-        super().__init__("; ".join(f"{k}: {v}" for k, v in self.errors.items()))
 
 
 def _raise_if(errors: dict[str, str]) -> None:
@@ -33,14 +27,8 @@ def _raise_if(errors: dict[str, str]) -> None:
         raise ValidationError(errors)
 
 
-def record_event(kind: str, message: str, *, actor=None, job=None, queue=None, node=None, data=None,
-                 time: datetime | None = None, cycle: int | None = None) -> Event:
-    """Append one audit row. Call inside the caller's transaction."""
-    return Event.objects.create(kind=kind, message=message, actor=actor, job=job, queue=queue, node=node,
-                                data=data or {}, time=time or clock.now(), cycle=cycle)
-
-
-def _request_cycle_on_commit() -> None:
+def request_cycle_on_commit() -> None:
+    """Ask for a scheduling cycle once the current transaction commits (never blocks or fails it)."""
     def _go() -> None:
         from scheduler.tasks import request_cycle
 
@@ -182,7 +170,7 @@ def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int 
     record_event("quota_changed", f"quota of {queue.name}/{flavor}: {guarantee}/{quota}/{limit}", actor=actor,
                  queue=queue, data={"flavor": flavor, "old": list(old) if old else None,
                                     "new": [guarantee, quota, limit]})
-    _request_cycle_on_commit()
+    request_cycle_on_commit()
     return row
 
 
@@ -192,11 +180,18 @@ def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int 
 def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int = 0, preemptible: bool = True,
                topology_mode: str = "none", highest_tier: int | None = None, preferred_tier: int | None = None,
                time_limit_seconds: int | None = None, duration_seconds: float | None = None, submitter=None,
-               submitted_at: datetime | None = None, external_id: str = "") -> Job:
+               submitted_at: datetime | None = None, external_id: str = "", command=None, env: dict | None = None,
+               working_dir: str = "", image: str = "", max_restarts: int = 0, completion_role: str = "") -> Job:
     """Create a pending Job with its JobRoles and Task rows and ask for a scheduling cycle after commit.
 
-    roles: [{name, tasks, gpus_per_task, cpu_milli, memory_mib, min_available (default tasks), flavor}];
-    flavor is "H100" or "H100|A100" (blank = any). Raises ValidationError naming the field: unknown,
+    roles: [{name, tasks, gpus_per_task, cpu_milli, memory_mib, min_available (default tasks), flavor,
+    command, env, working_dir, image}]; flavor is "H100" or "H100|A100" (blank = any). What the tasks run
+    (docs/execution.md): `command` (argv list, or a string split with shlex), `env` {NAME: value},
+    `working_dir` and `image` for the whole job, a role's own overriding them; `max_restarts` (restarts
+    after a task failure), `completion_role` (blank = every role must exit 0). A job needs a command unless
+    it is a replayed trace job (`duration_seconds` given): then it runs on the simulated clock and is
+    `simulated`. Raises ValidationError naming the field: no command ("command", "roles[i].command"), bad
+    env names or values ("env.NAME"), an image with no container runtime on any node ("image"), unknown,
     closed or draining queue, not a leaf queue, queue of another team; tasks < 1; gpus_per_task < 0;
     no GPU and no CPU request; min_available outside 1..tasks; duplicate role names; bad topology_mode;
     preferred_tier above highest_tier; a tier no domain of this cluster has ("no such tier in this cluster").
@@ -212,7 +207,11 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     roles = check_job(team=team, queue=queue, queue_has_children=has_children, name=name, roles=roles,
                       priority=priority, topology_mode=topology_mode, highest_tier=highest_tier,
                       preferred_tier=preferred_tier, time_limit_seconds=time_limit_seconds,
-                      duration_seconds=duration_seconds, tiers=tiers, error_class=ValidationError)
+                      duration_seconds=duration_seconds, tiers=tiers, error_class=ValidationError,
+                      command=command, env=env, working_dir=working_dir, image=image, max_restarts=max_restarts,
+                      completion_role=completion_role or "",
+                      container_runtimes=set(Node.objects.exclude(container_runtime="")
+                                             .values_list("container_runtime", flat=True).distinct()))
     why = fit_check.never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier)
     if why:
         raise ValidationError({"roles": why if why.startswith("can never fit") else f"can never fit this cluster: {why}"})
@@ -221,6 +220,8 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                              priority=priority, preemptible=preemptible, topology_mode=topology_mode,
                              highest_tier=highest_tier, preferred_tier=preferred_tier,
                              time_limit_seconds=time_limit_seconds, duration_seconds=duration_seconds,
+                             simulated=not any(r["command"] for r in roles), max_restarts=max_restarts,
+                             completion_role=completion_role or "",
                              submitted_at=now, pending_reason="waiting for the next scheduling cycle")
     role_rows = JobRole.objects.bulk_create([JobRole(job=job, **r) for r in roles])
     if any(r.pk is None for r in role_rows):  # backends without RETURNING
@@ -228,36 +229,47 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     Task.objects.bulk_create([Task(job=job, role=r, index=i) for r in role_rows for i in range(r.tasks)])
     gpus = sum(r["tasks"] * r["gpus_per_task"] for r in roles)
     record_event("submitted", f"{name} submitted to {queue.name}: {gpus} GPUs", actor=submitter, job=job,
-                 queue=queue, time=now, data={"roles": roles, "priority": priority, "gpus": gpus,
+                 queue=queue, time=now, data={"roles": [{k: v for k, v in r.items() if k != "env"} for r in roles],
+                                               "env_names": sorted({k for r in roles for k in r["env"]}),
+                                               "max_restarts": max_restarts, "priority": priority, "gpus": gpus,
                                                "topology": [topology_mode, highest_tier, preferred_tier]})
-    _request_cycle_on_commit()
+    request_cycle_on_commit()
     return job
 
 
-def _end_job(job: Job, state: str, at: datetime, actor, kind: str, message: str, task_state: str) -> Job:
-    live_or_pending = (Job.State.PENDING, *Job.LIVE_STATES)
-    updated = Job.objects.filter(pk=job.pk, state__in=live_or_pending).update(
-        state=state, finished_at=at, pending_reason="", updated_at=timezone.now())
-    if not updated:
+def _end_job(job: Job, state: str, at: datetime, actor, kind: str, message: str, task_state: str,
+             reason: str = "") -> Job:
+    from .lifecycle import end_job
+
+    if not end_job(job.pk, state, at=at, kind=kind, message=message, reason=reason or message,
+                   task_state=task_state, actor=actor):
         current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
         raise ValidationError({"state": f"job is {current}, not pending or running"})
-    released = Allocation.objects.filter(job=job, released_at__isnull=True).update(released_at=at)
-    Task.objects.filter(job=job, state__in=(Task.State.PENDING, Task.State.BOUND, Task.State.RUNNING,
-                                            Task.State.RELEASING)).update(state=task_state, release_deadline=None)
-    Job.objects.filter(pk=job.pk).update(reserved=None, preempt_deadline=None, estimated_start=None)
-    record_event(kind, message, actor=actor, job=job, queue=job.queue, time=at,
-                 data={"state": state, "released_gpus": released})
     job.refresh_from_db()
-    _request_cycle_on_commit()
+    request_cycle_on_commit()
     return job
 
 
 @transaction.atomic
 def cancel_job(job: Job, *, actor=None, reason: str = "", at: datetime | None = None) -> Job:
-    """Cancel a pending or running job; its GPUs are released at `at` (default now).
-    Raises ValidationError("state") if the job already finished."""
-    return _end_job(job, Job.State.CANCELLED, at or clock.now(), actor, "cancelled",
-                    f"{job.name} cancelled" + (f": {reason}" if reason else ""), Task.State.RELEASED)
+    """Cancel a pending or running job at `at` (default now). A job whose processes run on node agents is
+    stopped with a deadline (execution.stop_job): preempting until its processes have exited or its
+    queue's grace period is over, then cancelled with its GPUs released; any other job is cancelled and
+    its GPUs released at once. Raises ValidationError("state") if the job already finished or is
+    already ending."""
+    from .execution import stop_job
+
+    at = at or clock.now()
+    text = f"{job.name} cancelled" + (f": {reason}" if reason else "")
+    if job.state in (Job.State.ADMITTED, Job.State.RUNNING, Job.State.PREEMPTING) and not job.simulated:
+        if stop_job(job.pk, at=at, target="cancelled", reason=text, kind="cancelled", actor=actor):
+            job.refresh_from_db()
+            request_cycle_on_commit()
+            return job
+        job.refresh_from_db()
+        if job.state == Job.State.PREEMPTING:
+            raise ValidationError({"state": f"job is already stopping (it ends as {job.stop_target})"})
+    return _end_job(job, Job.State.CANCELLED, at, actor, "cancelled", text, Task.State.RELEASED)
 
 
 @transaction.atomic
@@ -280,7 +292,7 @@ def _set_node_state(node: Node, state: str, allowed_from: tuple[str, ...], kind:
     node.state = state
     record_event(kind, f"{node.name}: {old} -> {state}" + (f" ({reason})" if reason else ""), actor=actor,
                  node=node, data={"from": old, "to": state, "reason": reason})
-    _request_cycle_on_commit()
+    request_cycle_on_commit()
     return node
 
 
@@ -338,7 +350,7 @@ def set_job_priority(job: Job, priority: int, *, actor=None) -> Job:
     record_event("priority_changed", f"{job.name}: priority {old} -> {priority}", actor=actor, job=job,
                  queue=job.queue, data={"old": old, "new": priority})
     job.refresh_from_db()
-    _request_cycle_on_commit()
+    request_cycle_on_commit()
     return job
 
 
@@ -367,7 +379,7 @@ def delete_queue(queue: Queue, *, actor=None) -> None:
                  data={"queue": name, "parent": queue.parent.name if queue.parent_id else None})
     Quota.objects.filter(queue=queue).delete()
     queue.delete()
-    _request_cycle_on_commit()
+    request_cycle_on_commit()
 
 
 from .lifecycle import report_task_running  # noqa: E402,F401  (re-export: a node reports a task running)

@@ -146,16 +146,22 @@ SCHEDULER_CYCLE_SECONDS = float(os.environ.get("SCHEDULER_CYCLE_SECONDS", "5"))
 SCHEDULER_USAGE_HALF_LIFE_SECONDS = float(os.environ["SCHEDULER_USAGE_HALF_LIFE_SECONDS"]) \
     if os.environ.get("SCHEDULER_USAGE_HALF_LIFE_SECONDS") else None
 # Job lifecycle and fault recovery (scheduler/store_release.py, scheduler/failures.py, gpuplatform/lifecycle.py).
-# TASKS_START_IMMEDIATELY: a bound task counts as running at once (no node agent confirms yet: the embedded
-# default and the demo); off = tasks stay "bound" until report_task_running, and a gang not all running
-# GANG_START_TIMEOUT_SECONDS after binding is requeued with backoff.
-TASKS_START_IMMEDIATELY = os.environ.get("TASKS_START_IMMEDIATELY", "1").lower() in {"1", "true", "yes"}
+# A task bound on a node agent's node stays "bound" until the agent reports its process started; a gang
+# with no task start reported for GANG_START_TIMEOUT_SECONDS is requeued with backoff (docs/execution.md).
+# Tasks on simulated nodes (imported inventories, the trace demo) and trace jobs count as running at once.
 GANG_START_TIMEOUT_SECONDS = float(os.environ.get("GANG_START_TIMEOUT_SECONDS", "300"))
 HEARTBEAT_TIMEOUT_SECONDS = float(os.environ.get("HEARTBEAT_TIMEOUT_SECONDS", "60"))  # silent longer -> not_ready
 NODE_FAILURE_GRACE_SECONDS = float(os.environ.get("NODE_FAILURE_GRACE_SECONDS", "120"))  # not_ready longer -> tasks fail
 REQUEUE_BACKOFF_SECONDS = float(os.environ.get("REQUEUE_BACKOFF_SECONDS", "60"))  # doubles per attempt
 REQUEUE_BACKOFF_CAP_SECONDS = float(os.environ.get("REQUEUE_BACKOFF_CAP_SECONDS", "3600"))
 FAILURE_CHECK_SECONDS = float(os.environ.get("FAILURE_CHECK_SECONDS", "15"))
+# Execution (gpuplatform/execution, docs/execution.md): how often agents poll their assignments, the grace
+# an agent gives a task that is no longer assigned, and the task output kept per task attempt.
+AGENT_POLL_SECONDS = float(os.environ.get("AGENT_POLL_SECONDS", "2"))
+AGENT_STOP_GRACE_SECONDS = float(os.environ.get("AGENT_STOP_GRACE_SECONDS", "30"))
+TASK_LOG_MAX_BYTES = int(os.environ.get("TASK_LOG_MAX_BYTES", str(1 << 20)))
+TASK_LOG_CHUNK_MAX_BYTES = 65536
+TASK_LOG_READ_MAX_BYTES = 65536
 CELERY_BEAT_SCHEDULE = {
     "scheduling-cycle": {"task": "scheduler.tasks.run_scheduling_cycle", "schedule": SCHEDULER_CYCLE_SECONDS},
     "failure-detection": {"task": "scheduler.tasks.detect_node_failures", "schedule": FAILURE_CHECK_SECONDS},

@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from tests.platform.helpers_platform import small_spec
 
 ROLES = ("staff", "team_admin", "member", "viewer", "agent", "anonymous")
+SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is started)
 
 
 @pytest.fixture(autouse=True)
@@ -78,8 +79,8 @@ def jobs(users):
     from gpuplatform import services
     from gpuplatform.models import Queue
 
-    own = services.submit_job(team=Queue.objects.get(name="alpha").team, queue="alpha", name="alpha-job",
+    own = services.submit_job(command=SLEEP, team=Queue.objects.get(name="alpha").team, queue="alpha", name="alpha-job",
                               roles=[{"tasks": 1, "gpus_per_task": 2}], submitter=users["member"])
-    other = services.submit_job(team=Queue.objects.get(name="beta").team, queue="beta", name="beta-job",
+    other = services.submit_job(command=SLEEP, team=Queue.objects.get(name="beta").team, queue="beta", name="beta-job",
                                 roles=[{"tasks": 1, "gpus_per_task": 2}], submitter=users["other"])
     return {"own": own, "other": other}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 def job_body(name="job", queue="alpha", tasks=1, gpus=1, **extra) -> dict:
-    return {"name": name, "queue": queue, "roles": [{"name": "worker", "tasks": tasks, "gpus_per_task": gpus}], **extra}
+    return {"name": name, "queue": queue, "command": "sleep 3600", "roles": [{"name": "worker", "tasks": tasks, "gpus_per_task": gpus}], **extra}
 
 
 def table_counts() -> dict[str, int]:

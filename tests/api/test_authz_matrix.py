@@ -24,7 +24,7 @@ STAFF_ONLY = lambda ok: exp(ok, 403, 403, 403, 403)  # noqa: E731
 
 NEW_NODE = {"name": "n-new", "flavor": "H100", "cpu_milli": 1000, "memory_mib": 1000,
             "gpus": [{"index": 0, "uuid": "GPU-x", "health": "healthy"}]}
-JOB = {"name": "j", "roles": [{"tasks": 1, "gpus_per_task": 1}]}
+JOB = {"name": "j", "command": "sleep 3600", "roles": [{"tasks": 1, "gpus_per_task": 1}]}
 
 # (id, method, url template, body, etag?, expected status per role)
 MATRIX = [

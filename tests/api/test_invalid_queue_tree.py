@@ -40,7 +40,7 @@ def _world():
 
 def _job(name="bad", queue="root", **role):
     return {"name": name, "queue": queue, "team": "tenant",
-            "roles": [{"name": "worker", "tasks": 1, "gpus_per_task": 1, **role}]}
+            "command": "sleep 3600", "roles": [{"name": "worker", "tasks": 1, "gpus_per_task": 1, **role}]}
 
 
 def _child(name="child-a", quota=60):

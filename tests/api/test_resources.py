@@ -165,7 +165,11 @@ def test_agent_register_and_heartbeat_bodies(client_for):
     body["gpus"][0].update(health="unhealthy", health_reason="XID 79")
     beat = agent.post("/api/v1/nodes/gpu-node-01/heartbeat/", body, format="json")
     assert beat.status_code == 200, beat.content
-    assert beat.json()["last_heartbeat"].startswith("2026-01-01T12:00:00")
+    # health is judged by the server's receive time; the node's own clock (11 months behind) is only its offset
+    received = datetime.fromisoformat(beat.json()["last_heartbeat"])
+    assert abs((received - datetime.now(timezone.utc)).total_seconds()) < 60
+    assert beat.json()["clock_offset_seconds"] < -86400
+    assert (beat.json()["executor"], beat.json()["address"]) == ("agent", "")
     assert beat.json()["gpus"][0]["health"] == "unhealthy"
     assert agent.post("/api/v1/nodes/unknown/heartbeat/", body, format="json").status_code == 404
     wrong_gpu = agent.post("/api/v1/nodes/gpu-node-01/heartbeat/", {"gpus": [{"index": 5}]}, format="json")
@@ -190,7 +194,7 @@ def test_job_submit_position_list_detail(client_for):
     assert [r["name"] for r in listed["results"]] == ["first", "urgent"]
     assert member.get("/api/v1/jobs/?limit=1&offset=1").json()["results"][0]["name"] == "first"
     multi = member.post("/api/v1/jobs/", {"name": "two-roles", "queue": "alpha", "topology_mode": "hard", "highest_tier": 1,
-                                          "roles": [{"name": "ps", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 1000},
+                                          "command": "sleep 3600", "roles": [{"name": "ps", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 1000},
                                                     {"name": "worker", "tasks": 4, "gpus_per_task": 2, "min_available": 2}]},
                         format="json")
     assert multi.status_code == 201, multi.content

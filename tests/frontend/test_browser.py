@@ -21,6 +21,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is started)
 
 
 def _problem() -> str | None:
@@ -108,9 +109,9 @@ def cluster(settings):
     services.add_member(Team.objects.get(name="red"), alice, "member")
     blue = Team.objects.get(name="blue")
     t0 = timezone.now() - timedelta(minutes=30)
-    services.submit_job(team=blue, queue="blue", name="blue-big", submitted_at=t0,
+    services.submit_job(command=SLEEP, team=blue, queue="blue", name="blue-big", submitted_at=t0,
                         roles=[{"name": "worker", "tasks": 5, "gpus_per_task": 8}])
-    services.submit_job(team=blue, queue="blue", name="blue-small", submitted_at=t0,
+    services.submit_job(command=SLEEP, team=blue, queue="blue", name="blue-small", submitted_at=t0,
                         roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 2}])
     for minutes in (20, 10, 1):
         run_cycle_once(clock=timezone.now() - timedelta(minutes=minutes))
@@ -141,6 +142,7 @@ def test_gang_job_from_submission_to_cancel(browser, live_server, cluster):
     # A bad submission: the browser refuses min_available > tasks with a clear message ...
     page = p.go("/jobs/new/")
     page.fill("#id_name", "gang-1")
+    page.fill("#id_command", "python3 train.py --epochs 3")
     fill_role(page, 0, name="worker", tasks=2, gpus_per_task=4, min_available=3)
     page.click("#submit-job")
     message = page.eval_on_selector("#id_roles-0-min_available", "el => el.validationMessage")
@@ -157,6 +159,8 @@ def test_gang_job_from_submission_to_cancel(browser, live_server, cluster):
     # The gang: 2 x 4 GPU workers + 1 x 2 GPU evaluator, all inside one NVLink domain.
     page = p.go("/jobs/new/")
     page.fill("#id_name", "gang-1")
+    page.fill("#id_command", "python3 train.py --epochs 3")
+    page.fill("#id_env", "NCCL_DEBUG=INFO")
     fill_role(page, 0, name="worker", tasks=2, gpus_per_task=4, min_available="")
     page.click("#add-role")
     fill_role(page, 1, name="eval", tasks=1, gpus_per_task=2)
@@ -178,6 +182,9 @@ def test_gang_job_from_submission_to_cancel(browser, live_server, cluster):
     page.wait_for_selector("#topology[data-level=gpus] .main-svg")
     assert page.locator("ol.history li").count() >= 2
     job.refresh_from_db()
+    # The log view: one choice per task, and it has heard from the logs API (simulated nodes: no output).
+    assert page.locator("#log-task option").count() == 3
+    page.wait_for_function("document.getElementById('log-status').textContent.indexOf('attempt') >= 0")
     p.shot("job-running")
 
     # On the topology map: the job's domain, zoomed, filtered to this job.

@@ -16,6 +16,7 @@ from scheduler.tasks import run_scheduling_cycle
 from tests.platform.helpers_platform import small_spec
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is started)
 
 
 def _load_and_submit(shapes, alpha_limit=None):
@@ -23,7 +24,7 @@ def _load_and_submit(shapes, alpha_limit=None):
     team, queue = Team.objects.get(name="alpha"), Queue.objects.get(name="alpha")
     if alpha_limit is not None:
         services.set_quota(queue, "H100", 4, 16, alpha_limit)
-    return [services.submit_job(team=team, queue=queue, name=f"job{i}",
+    return [services.submit_job(command=SLEEP, team=team, queue=queue, name=f"job{i}",
                                 roles=[{"name": "worker", "tasks": tasks, "gpus_per_task": gpus}])
             for i, (tasks, gpus) in enumerate(shapes)]
 

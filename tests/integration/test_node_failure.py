@@ -16,6 +16,7 @@ from tests.platform.helpers_platform import small_spec
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 T = datetime(2024, 6, 1, 9, 0, tzinfo=tz.utc)
+SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is started)
 
 
 def at(seconds: float) -> str:
@@ -35,7 +36,7 @@ def nodes_of(job) -> set[str]:
 def test_gang_on_a_lost_node_is_requeued_whole_and_restarts_on_healthy_nodes(celery_worker):
     services.load_cluster_spec(small_spec())
     team, queue = Team.objects.get(name="alpha"), Queue.objects.get(name="alpha")
-    job = services.submit_job(team=team, queue=queue, name="gang", submitted_at=T,
+    job = services.submit_job(command=SLEEP, team=team, queue=queue, name="gang", submitted_at=T,
                               roles=[{"name": "worker", "tasks": 2, "gpus_per_task": 8}])
     names = list(Node.objects.values_list("name", flat=True))
     for n in names:

@@ -6,6 +6,7 @@ import pytest
 from tests.platform.helpers_platform import small_spec
 
 __all__ = ["small_spec"]
+SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is started)
 
 
 @pytest.fixture
@@ -32,6 +33,6 @@ def submit(alpha):
 
     def _submit(name="job", tasks=1, gpus=1, **kwargs):
         roles = kwargs.pop("roles", None) or [{"name": "worker", "tasks": tasks, "gpus_per_task": gpus}]
-        return services.submit_job(team=team, queue=queue, name=name, roles=roles, **kwargs)
+        return services.submit_job(command=SLEEP, team=team, queue=queue, name=name, roles=roles, **kwargs)
 
     return _submit

@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 
 from gpuplatform import services
 from gpuplatform.models import Allocation, Event, Gpu, Job, Membership, Queue, Quota, Task
+SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is started)
 
 
 def test_submit_creates_job_roles_tasks_and_event_and_requests_a_cycle(alpha, monkeypatch,
@@ -17,7 +18,7 @@ def test_submit_creates_job_roles_tasks_and_event_and_requests_a_cycle(alpha, mo
     team, queue = alpha
     at = datetime(2024, 1, 1, tzinfo=tz.utc)
     with django_capture_on_commit_callbacks(execute=True):
-        job = services.submit_job(team=team, queue="alpha", name="train", submitted_at=at, priority=3,
+        job = services.submit_job(command=SLEEP, team=team, queue="alpha", name="train", submitted_at=at, priority=3,
                                   topology_mode="hard", highest_tier=2, preferred_tier=1,
                                   roles=[{"name": "worker", "tasks": 4, "gpus_per_task": 8, "min_available": 2},
                                          {"name": "ps", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 4000}])

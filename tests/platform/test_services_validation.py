@@ -10,6 +10,7 @@ from gpuplatform.services import ValidationError
 from tests.platform.helpers_platform import small_spec
 
 MODELS = (Job, JobRole, Task, Event, Queue, Quota, Team, Node, Gpu, Domain, Allocation)
+SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is started)
 
 
 def counts():
@@ -48,7 +49,7 @@ def test_submit_job_refuses(alpha, label, override, field):
     kwargs = {"team": team, "queue": queue, "name": "bad", "roles": [role()], **override}
     before = counts()
     with pytest.raises(ValidationError) as exc:
-        services.submit_job(**kwargs)
+        services.submit_job(command=SLEEP, **kwargs)
     assert field in exc.value.errors, exc.value.errors
     assert counts() == before
 
@@ -59,14 +60,14 @@ def test_submit_to_closed_or_draining_queue_refused(alpha, state):
     services.update_queue(queue, state=state)
     before = counts()
     with pytest.raises(ValidationError) as exc:
-        services.submit_job(team=team, queue=queue, name="j", roles=[role()])
+        services.submit_job(command=SLEEP, team=team, queue=queue, name="j", roles=[role()])
     assert "queue" in exc.value.errors and state in exc.value.errors["queue"]
     assert counts() == before
 
 
 def test_submit_to_another_teams_queue_refused(cluster):
     with pytest.raises(ValidationError) as exc:
-        services.submit_job(team=Team.objects.get(name="beta"), queue="alpha", name="j", roles=[role()])
+        services.submit_job(command=SLEEP, team=Team.objects.get(name="beta"), queue="alpha", name="j", roles=[role()])
     assert "queue" in exc.value.errors
 
 

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone as tz
 import pytest
 
 from gpuplatform import services
-from gpuplatform.models import Allocation, Event, Job, Queue, QueueSample, SchedulerCycle, Task
+from gpuplatform.models import Allocation, Event, Job, Node, Queue, QueueSample, SchedulerCycle, Task
 from scheduler import store
 from scheduler.core.snapshot import (
     Binding, CycleResult, Eviction, Nomination, PendingReason, TaskPlacement,
@@ -173,7 +173,7 @@ def test_preemption_end_to_end_beneficiary_binds_on_its_held_gpus(submit):
 
 
 def test_gang_start_timeout_requeues_with_backoff_doubling_to_the_cap(submit, settings):
-    settings.TASKS_START_IMMEDIATELY = False
+    Node.objects.update(executor="agent")  # a node agent confirms each start
     settings.GANG_START_TIMEOUT_SECONDS = 300
     job = submit("gang", tasks=2, gpus=8, submitted_at=at(-10))
     waits, now = [], at(0)
@@ -199,7 +199,7 @@ def test_gang_start_timeout_requeues_with_backoff_doubling_to_the_cap(submit, se
 
 
 def test_report_task_running_starts_the_job_when_every_task_runs(submit, settings):
-    settings.TASKS_START_IMMEDIATELY = False
+    Node.objects.update(executor="agent")  # a node agent confirms each start
     job = submit("gang", tasks=2, gpus=4)
     store.run_cycle_once(clock=at(0))
     t0, t1 = Task.objects.filter(job=job).order_by("index")
@@ -212,7 +212,11 @@ def test_report_task_running_starts_the_job_when_every_task_runs(submit, setting
     assert Event.objects.filter(kind="running", job=job).exists()
     store.run_cycle_once(clock=at(1000))  # no timeout for a running gang
     assert Job.objects.get(pk=job.pk).state == "running"
-    services.cancel_job(job, at=at(1001))
+    services.cancel_job(job, at=at(1001))  # processes on node agents: SIGTERM now, SIGKILL at the deadline
+    job.refresh_from_db()
+    assert (job.state, job.stop_target, job.preempt_deadline) == ("preempting", "cancelled", at(1031))
+    store.run_cycle_once(clock=at(1031))
+    assert Job.objects.get(pk=job.pk).state == "cancelled"
     with pytest.raises(services.ValidationError):
         services.report_task_running(t0)
 

@@ -5,6 +5,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from scheduler.sim.spec import ClusterSpec, NodeSpec, QueueSpec
+SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is started)
 
 
 def _cluster():
@@ -21,7 +22,7 @@ def _cluster():
 def _submit(queues, teams, name, queue, at):
     from gpuplatform import services
 
-    return services.submit_job(team=teams[queue], queue=queues[queue], name=name, submitted_at=at,
+    return services.submit_job(command=SLEEP, team=teams[queue], queue=queues[queue], name=name, submitted_at=at,
                                roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 2}])
 
 

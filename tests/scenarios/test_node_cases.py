@@ -17,6 +17,7 @@ from scheduler.sim.spec import ClusterSpec, NodeSpec, QueueSpec
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2024, 5, 1, 8, 0, tzinfo=tz.utc)
+SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is started)
 
 
 def at(seconds: float) -> datetime:
@@ -30,7 +31,7 @@ def load(nodes: list[str], queues: list[QueueSpec], gpus: int = 8) -> None:
 
 def submit(name, queue, tasks=1, gpus=8, min_available=None, submit_at=0.0, **kw) -> Job:
     role = {"name": "worker", "tasks": tasks, "gpus_per_task": gpus, "min_available": min_available or tasks}
-    return services.submit_job(team=Team.objects.get(name=queue), queue=queue, name=name, roles=[role],
+    return services.submit_job(command=SLEEP, team=Team.objects.get(name=queue), queue=queue, name=name, roles=[role],
                                submitted_at=at(submit_at), **kw)
 
 

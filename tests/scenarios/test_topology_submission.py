@@ -5,6 +5,7 @@ import pytest
 from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
 
 RACKS = {"rack-1": ["r1n1", "r1n2", "r1n3", "r1n4"], "rack-2": ["r2n1", "r2n2", "r2n3", "r2n4"]}
+SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is started)
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def submit(racks, **topology):
     from gpuplatform import services
 
     team, queue = racks
-    return services.submit_job(team=team, queue=queue, name="g", roles=[
+    return services.submit_job(command=SLEEP, team=team, queue=queue, name="g", roles=[
         {"name": "worker", "tasks": 4, "gpus_per_task": 8, "min_available": 4}], **topology)
 
 

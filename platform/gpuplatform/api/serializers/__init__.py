@@ -2,9 +2,12 @@
 gang shape, queue state, ...) live in the services, whose ValidationError becomes a 400 naming the field."""
 from .cluster import (
     DomainSerializer, DomainTreeSerializer, GpuSerializer, HeartbeatSerializer, NodeActionSerializer,
-    NodeRegisterSerializer, NodeSerializer,
+    NodeRegisterSerializer, NodeReportsSerializer, NodeSerializer,
 )
-from .jobs import JobCancelSerializer, JobRoleSerializer, JobSerializer, JobSubmitSerializer, JobUpdateSerializer
+from .jobs import (
+    JobCancelSerializer, JobRoleSerializer, JobSerializer, JobSubmitSerializer, JobUpdateSerializer, LogQuerySerializer,
+    TaskSerializer,
+)
 from .metrics import (
     ClusterMetricsSerializer, ClusterSampleSerializer, EventSerializer, QueueUsageSerializer, SchedulerCycleSerializer,
 )
@@ -14,7 +17,7 @@ from .tenancy import MembershipSerializer, TeamSerializer
 __all__ = [
     "ClusterMetricsSerializer", "ClusterSampleSerializer", "DomainSerializer", "DomainTreeSerializer",
     "EventSerializer", "GpuSerializer", "HeartbeatSerializer", "JobCancelSerializer", "JobRoleSerializer",
-    "JobSerializer", "JobSubmitSerializer", "JobUpdateSerializer", "MembershipSerializer", "NodeActionSerializer",
-    "NodeRegisterSerializer", "NodeSerializer", "QueueCreateSerializer", "QueueSerializer", "QueueTreeSerializer",
+    "JobSerializer", "JobSubmitSerializer", "JobUpdateSerializer", "LogQuerySerializer", "TaskSerializer", "MembershipSerializer", "NodeActionSerializer",
+    "NodeRegisterSerializer", "NodeReportsSerializer", "NodeSerializer", "QueueCreateSerializer", "QueueSerializer", "QueueTreeSerializer",
     "QueueUpdateSerializer", "QueueUsageSerializer", "QuotaSerializer", "SchedulerCycleSerializer", "TeamSerializer",
 ]

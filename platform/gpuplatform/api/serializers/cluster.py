@@ -38,7 +38,8 @@ class NodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = ["id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib", "domain", "state", "labels",
-                  "last_heartbeat", "allocated_gpus", "gpus"]
+                  "executor", "address", "container_runtime", "last_heartbeat", "clock_offset_seconds",
+                  "allocated_gpus", "gpus"]
         read_only_fields = fields
 
 
@@ -64,11 +65,47 @@ class NodeRegisterSerializer(serializers.Serializer):
     labels = serializers.DictField(child=serializers.CharField(max_length=500, allow_blank=True), required=False,
                                    default=dict)
     gpus = GpuReportSerializer(many=True, max_length=1024)
+    address = serializers.CharField(max_length=200, required=False, default="", allow_blank=True,
+                                    help_text="where other nodes reach this one (MASTER_ADDR); blank = its name")
+    runtime = serializers.ChoiceField(choices=["", "docker", "podman"], required=False, default="",
+                                      help_text="the agent's container runtime, if any")
+    executor = serializers.ChoiceField(choices=["agent", "simulated"], required=False, default="agent",
+                                       help_text="agent (default): this agent runs the tasks bound here")
+
+
+class TaskReportSerializer(serializers.Serializer):
+    """One report of a task's process (docs/execution.md)."""
+
+    task = count_field(min_value=1)
+    attempt = count_field(min_value=0)
+    event = serializers.ChoiceField(choices=["started", "exited", "lost"])
+    pid = count_field(min_value=0, required=False, allow_null=True, default=None)
+    exit_code = count_field(min_value=0, max_value=255, required=False, allow_null=True, default=None)
+    signal = count_field(min_value=1, max_value=128, required=False, allow_null=True, default=None)
+    message = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+
+    def validate(self, attrs):
+        if attrs["event"] == "exited" and (attrs["exit_code"] is None) == (attrs["signal"] is None):
+            raise serializers.ValidationError({"exit_code": "an exited report has exactly one of exit_code and signal"})
+        return attrs
+
+
+class LogChunkSerializer(serializers.Serializer):
+    task = count_field(min_value=1)
+    attempt = count_field(min_value=0)
+    offset = serializers.IntegerField(min_value=0, max_value=2**62)
+    data = serializers.CharField(max_length=70000, allow_blank=True, trim_whitespace=False)
+
+
+class NodeReportsSerializer(serializers.Serializer):
+    tasks = TaskReportSerializer(many=True, required=False, default=list, max_length=4096)
+    logs = LogChunkSerializer(many=True, required=False, default=list, max_length=512)
 
 
 class HeartbeatSerializer(serializers.Serializer):
     time = serializers.DateTimeField(required=False, allow_null=True, default=None,
-                                     help_text="when the node measured (ISO 8601); default: now")
+                                     help_text="the node's clock when it sent this (ISO 8601); kept only as the "
+                                               "node's clock offset: health is judged by the server's receive time")
     gpus = GpuReportSerializer(many=True, required=False, default=list, max_length=1024)
 
     def validate_time(self, value):

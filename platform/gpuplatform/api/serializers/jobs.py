@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
 from ... import queries
-from ...models import Job, JobRole, Team
+from ...models import Job, JobRole, Task, Team
 from .fields import INT32_MAX, count_field
 
 
@@ -16,10 +16,35 @@ class JobRoleSerializer(serializers.ModelSerializer):
     memory_mib = count_field(required=False, default=0)
     min_available = count_field(required=False, allow_null=True)
     flavor = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    command = serializers.JSONField(required=False, default=None,
+                                    help_text="argv list, or a string split with shlex; default: the job's command")
+    env = serializers.JSONField(required=False, default=None, help_text="{NAME: value}, over the job's env")
+    working_dir = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    image = serializers.CharField(max_length=300, required=False, allow_blank=True, default="",
+                                  help_text="container image (needs a node agent with a container runtime)")
 
     class Meta:
         model = JobRole
-        fields = ["name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor"]
+        fields = ["name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor",
+                  "command", "env", "working_dir", "image"]
+
+
+class TaskSerializer(serializers.ModelSerializer):
+    """One task of the job's current attempt as its node agent reported it (pid, start, end, exit code or
+    signal); `name` is role-index, the `task` parameter of the logs endpoint takes it or the id."""
+
+    name = serializers.SerializerMethodField()
+    role = serializers.CharField(source="role.name", read_only=True)
+    node = serializers.CharField(source="node.name", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = Task
+        fields = ["id", "name", "role", "index", "state", "node", "pid", "started_at", "ended_at", "exit_code",
+                  "exit_signal", "end_message"]
+        read_only_fields = fields
+
+    def get_name(self, task) -> str:
+        return f"{task.role.name}-{task.index}"
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -43,6 +68,9 @@ class JobSerializer(serializers.ModelSerializer):
                                            help_text="requeue backoff after a failure: not scheduled before this time")
     preempt_deadline = serializers.DateTimeField(read_only=True, allow_null=True,
                                                  help_text="when a preempting job's GPUs are released (grace period)")
+    stop = serializers.SerializerMethodField(help_text="while preempting: {target: requeue | restart | cancelled | "
+                                                       "failed | succeeded, reason, deadline}; null otherwise")
+    tasks = TaskSerializer(many=True, read_only=True)
 
     class Meta:
         model = Job
@@ -50,8 +78,15 @@ class JobSerializer(serializers.ModelSerializer):
                   "highest_tier", "preferred_tier", "time_limit_seconds", "attempts", "gpus", "roles",
                   "pending_reason", "never_fits", "position", "estimated_start", "reserved", "not_before",
                   "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
-                  "finished_at"]
+                  "finished_at", "simulated", "max_restarts", "restarts", "completion_role", "stop", "end_reason",
+                  "failed_task", "exit_code", "exit_signal", "tasks"]
         read_only_fields = fields
+
+    def get_stop(self, job) -> dict | None:
+        if job.state != Job.State.PREEMPTING:
+            return None
+        return {"target": job.stop_target or "requeue", "reason": job.stop_reason,
+                "deadline": job.preempt_deadline.isoformat() if job.preempt_deadline else None}
 
     def get_gpus(self, job) -> int:
         return sum(r.tasks * r.gpus_per_task for r in job.roles.all())
@@ -72,7 +107,25 @@ class JobSubmitSerializer(serializers.Serializer):
     highest_tier = count_field(required=False, allow_null=True, default=None, min_value=-32768, max_value=32767)
     preferred_tier = count_field(required=False, allow_null=True, default=None, min_value=-32768, max_value=32767)
     time_limit_seconds = count_field(required=False, allow_null=True, default=None)
+    command = serializers.JSONField(required=False, default=None,
+                                    help_text="what every task runs: argv list, or a string split with shlex "
+                                              "(required unless every role has its own)")
+    env = serializers.JSONField(required=False, default=None, help_text="{NAME: value} for every task")
+    working_dir = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    image = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+    max_restarts = count_field(required=False, default=0, help_text="restarts of the whole gang after a task fails")
+    completion_role = serializers.CharField(max_length=64, required=False, allow_blank=True, default="",
+                                            help_text="the role whose tasks all exiting 0 ends the job succeeded "
+                                                      "(blank: every role)")
     roles = JobRoleSerializer(many=True, max_length=64)
+
+
+class LogQuerySerializer(serializers.Serializer):
+    task = serializers.CharField(max_length=80, required=False, default="",
+                                 help_text="task id or role-index (e.g. worker-0); default: the job's first task")
+    attempt = count_field(min_value=0, required=False, allow_null=True, default=None)
+    offset = serializers.IntegerField(min_value=0, max_value=2**62, required=False, default=0)
+    limit = serializers.IntegerField(min_value=1, max_value=65536, required=False, default=65536)
 
 
 class JobUpdateSerializer(serializers.Serializer):

@@ -1,17 +1,19 @@
 from django.db.models import Count, Q
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from ... import node_services, services
+from ... import execution, node_services, services
 from ...models import Domain, Node
 from ..filters import DomainFilterSet, NodeFilterSet
 from ..permissions import IsNodeAgent, IsPlatformAdminOrReadOnly
 from ..serializers import (
     DomainSerializer, DomainTreeSerializer, HeartbeatSerializer, NodeActionSerializer, NodeRegisterSerializer,
-    NodeSerializer,
+    NodeReportsSerializer, NodeSerializer,
 )
 
 
@@ -62,7 +64,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["name", "flavor", "state", "last_heartbeat"]
 
     def get_permissions(self):
-        if self.action in ("register", "heartbeat"):
+        if self.action in ("register", "heartbeat", "assignments", "reports"):
             return [IsNodeAgent()]
         return super().get_permissions()
 
@@ -105,7 +107,8 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         d = body.validated_data
         node = node_services.register_node(d["name"], flavor=d["flavor"], gpus=[dict(g) for g in d["gpus"]],
                                            cpu_milli=d["cpu_milli"], memory_mib=d["memory_mib"], labels=d["labels"],
-                                           actor=request.user)
+                                           actor=request.user, executor=d["executor"], address=d["address"],
+                                           runtime=d["runtime"])
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=HeartbeatSerializer, responses={200: NodeSerializer})
@@ -117,5 +120,40 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         body.is_valid(raise_exception=True)
         d = body.validated_data
         gpus = [{"index": g["index"], "health": g["health"], "health_reason": g["health_reason"]} for g in d["gpus"]]
-        node_services.record_heartbeat(node.name, gpus=gpus, at=d["time"], actor=request.user)
+        node_services.record_heartbeat(node.name, gpus=gpus, node_time=d["time"], actor=request.user)
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
+    def assignments(self, request, name=None):
+        """The node agent's work: each task to run (argv, environment with CUDA_VISIBLE_DEVICES and torchrun's
+        rendezvous variables, GPUs) or to stop (with its deadline), on the server's clock (docs/execution.md)."""
+        node = get_object_or_404(Node, name=name)
+        return Response(execution.node_assignments(node))
+
+    @extend_schema(request=NodeReportsSerializer, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"], filterset_class=None, pagination_class=None)
+    def reports(self, request, name=None):
+        """The node agent's reports: task processes started / exited / lost, and log chunks. Each item is
+        answered accepted or not (a stale attempt, a task not on this node, a repeat) and changes nothing
+        when refused. Logs are stored before the task events of the same call."""
+        node = get_object_or_404(Node, name=name)
+        body = NodeReportsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        logs = []
+        for c in d["logs"]:
+            ok, detail, next_offset = execution.append_log(node, task_id=c["task"], attempt=c["attempt"],
+                                                           offset=c["offset"], data=c["data"])
+            logs.append({"task": c["task"], "attempt": c["attempt"], "accepted": ok, "detail": detail,
+                         "next_offset": next_offset})
+        tasks = []
+        for r in d["tasks"]:
+            ok, detail = execution.report_task_event(node, task_id=r["task"], attempt=r["attempt"], event=r["event"],
+                                                     pid=r["pid"], exit_code=r["exit_code"], signal=r["signal"],
+                                                     message=r["message"], actor=request.user)
+            tasks.append({"task": r["task"], "attempt": r["attempt"], "event": r["event"], "accepted": ok,
+                          "detail": detail})
+        if any(t["accepted"] and t["event"] != "started" for t in tasks):
+            services.request_cycle_on_commit()  # GPUs may have been freed
+        return Response({"tasks": tasks, "logs": logs})

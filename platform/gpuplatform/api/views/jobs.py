@@ -1,5 +1,6 @@
 from django.db.models import Case, Count, IntegerField, OuterRef, Prefetch, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -7,11 +8,13 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 
-from ... import queries, services
+from ... import execution, queries, services
 from ...models import Job, JobRole, Membership, Queue, Task
 from ..filters import JobFilterSet
 from ..permissions import SUBMIT_ROLES, JobPermission, can_manage_team, can_submit
-from ..serializers import JobCancelSerializer, JobSerializer, JobSubmitSerializer, JobUpdateSerializer
+from ..serializers import (
+    JobCancelSerializer, JobSerializer, JobSubmitSerializer, JobUpdateSerializer, LogQuerySerializer,
+)
 from .base import atomic
 
 
@@ -50,8 +53,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return (queries.visible_jobs(self.request.user)
                 .select_related("team", "queue", "submitter")
                 .prefetch_related(Prefetch("roles", queryset=JobRole.objects.order_by("id")),
-                                  Prefetch("tasks", queryset=Task.objects.select_related("node")
-                                           .only("id", "job_id", "node__name", "state")))
+                                  Prefetch("tasks", queryset=Task.objects.select_related("node", "role")
+                                           .order_by("role_id", "index")
+                                           .only("id", "job_id", "node__name", "role__name", "index", "state", "pid",
+                                                 "started_at", "ended_at", "exit_code", "exit_signal",
+                                                 "end_message")))
                 .annotate(position=_position())
                 .order_by("-submitted_at", "-id"))
 
@@ -85,7 +91,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             job = services.submit_job(team=team, queue=d["queue"], name=d["name"], roles=roles, priority=d["priority"],
                                       preemptible=d["preemptible"], topology_mode=d["topology_mode"],
                                       highest_tier=d["highest_tier"], preferred_tier=d["preferred_tier"],
-                                      time_limit_seconds=d["time_limit_seconds"], submitter=request.user)
+                                      time_limit_seconds=d["time_limit_seconds"], submitter=request.user,
+                                      command=d["command"], env=d["env"], working_dir=d["working_dir"],
+                                      image=d["image"], max_restarts=d["max_restarts"],
+                                      completion_role=d["completion_role"])
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=JobUpdateSerializer, responses={200: JobSerializer})
@@ -108,3 +117,28 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body.is_valid(raise_exception=True)
         services.cancel_job(job, actor=request.user, reason=body.validated_data["reason"])
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+
+    @extend_schema(parameters=[LogQuerySerializer], responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
+    def logs(self, request, pk=None):
+        """A task's combined stdout/stderr as its node agent sent it: at most 64 KiB from byte `offset`
+        (`next_offset` continues), of `attempt` (default: the current one). Kept per task attempt: 1 MiB
+        (TASK_LOG_MAX_BYTES), oldest output trimmed first (`trimmed`). `complete` once the task has ended
+        and everything stored was served. 400 naming `task` for a task the job does not have."""
+        job = self.get_object()
+        q = LogQuerySerializer(data=request.query_params)
+        q.is_valid(raise_exception=True)
+        d = q.validated_data
+        tasks = Task.objects.filter(job=job).select_related("role").order_by("role_id", "index")
+        key = d["task"].strip()
+        if not key:
+            task = tasks.first()
+        elif key.isdigit():
+            task = tasks.filter(pk=int(key)).first()
+        else:
+            role, _, index = key.rpartition("-")
+            task = tasks.filter(role__name=role, index=int(index)).first() if index.isdigit() else None
+        if task is None:
+            raise services.ValidationError({"task": f"job {job.pk} has no task {key!r} (give its id or role-index, "
+                                                    f"e.g. worker-0)"})
+        return Response(execution.read_log(task, attempt=d["attempt"], offset=d["offset"], limit=d["limit"]))

@@ -1,0 +1,95 @@
+"""A node's assignments: what its agent must run and stop now (docs/execution.md).
+
+`node_assignments(node, now)` -> {"server_time", "poll_seconds", "stop_grace_seconds", "tasks": [...]}, each
+task {task, attempt, job, job_name, role, index, action ("run" | "stop"), stop_deadline, argv, env,
+working_dir, image, gpus: [{index, uuid}]}. Four queries whatever the number of tasks.
+
+The environment is computed here, once, for every executor: the role's own variables first, then the
+platform's over them:
+
+- CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES: the task's GPUs, by UUID where the node reported one,
+  else by index, in GPU index order;
+- torchrun's rendezvous variables (https://pytorch.org/docs/stable/elastic/run.html#environment-variables):
+  WORLD_SIZE = the tasks placed in this attempt, RANK = the task's place among them (roles in submission
+  order, then task index), NODE_RANK = the place of its node among the job's nodes (in rank order),
+  LOCAL_RANK / LOCAL_WORLD_SIZE = its place among / the number of the job's tasks on its node, MASTER_ADDR
+  = the address of rank 0's node as its agent registered it (else the node name), MASTER_PORT =
+  `master_port(job id, attempt)`;
+- GPUPLATFORM_JOB_ID, GPUPLATFORM_ROLE, GPUPLATFORM_TASK_INDEX, GPUPLATFORM_QUEUE, GPUPLATFORM_ATTEMPT.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+from django.conf import settings
+
+from .. import clock
+from ..models import Allocation, Job, Task
+from .stops import LIVE_ON_NODE
+
+__all__ = ["node_assignments", "master_port", "MASTER_PORT_BASE", "MASTER_PORT_SPAN"]
+
+# Below Linux's default ephemeral range (32768-60999), so a rendezvous port never collides with a
+# connection's local port on the same host.
+MASTER_PORT_BASE = 20000
+MASTER_PORT_SPAN = 12000
+
+
+def master_port(job_id: int, attempt: int) -> int:
+    """The job's rendezvous port: fixed for an attempt, different for the next one (a restarted gang does
+    not meet its predecessor's sockets in TIME_WAIT), spread over MASTER_PORT_SPAN ports."""
+    return MASTER_PORT_BASE + (job_id * 64 + attempt) % MASTER_PORT_SPAN
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def node_assignments(node, now: datetime | None = None) -> dict:
+    """The assignments answer for `node` (a Node) at server time `now` (default: the cluster clock)."""
+    now = now or clock.now()
+    rows = list(Task.objects.filter(node=node, state__in=LIVE_ON_NODE, job__simulated=False,
+                                    job__state__in=Job.LIVE_STATES)
+                .order_by("job_id", "role_id", "index")
+                .values("id", "job_id", "index", "state", "release_deadline", "job__attempts", "job__state",
+                        "job__preempt_deadline", "job__name", "job__queue__name", "role__name", "role__command",
+                        "role__env", "role__working_dir", "role__image"))
+    job_ids = {r["job_id"] for r in rows}
+    placed: dict[int, list[tuple]] = defaultdict(list)
+    for tid, jid, node_id, address, name in (Task.objects.filter(job_id__in=job_ids, node__isnull=False)
+                                             .order_by("job_id", "role_id", "index")
+                                             .values_list("id", "job_id", "node_id", "node__address", "node__name")):
+        placed[jid].append((tid, node_id, address or name))
+    gpus: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for tid, index, uuid in (Allocation.objects.filter(task_id__in=[r["id"] for r in rows], released_at__isnull=True)
+                             .order_by("gpu__index").values_list("task_id", "gpu__index", "gpu__uuid")):
+        gpus[tid].append((index, uuid))
+    tasks = []
+    for r in rows:
+        ranks = placed[r["job_id"]]
+        rank = next(i for i, t in enumerate(ranks) if t[0] == r["id"])
+        node_order = list(dict.fromkeys(t[1] for t in ranks))
+        local = [t[0] for t in ranks if t[1] == node.pk]
+        devices = ",".join(uuid or str(index) for index, uuid in gpus[r["id"]])
+        attempt = r["job__attempts"]
+        env = {**(r["role__env"] or {}),
+               "CUDA_VISIBLE_DEVICES": devices, "NVIDIA_VISIBLE_DEVICES": devices or "void",
+               "MASTER_ADDR": ranks[0][2], "MASTER_PORT": str(master_port(r["job_id"], attempt)),
+               "WORLD_SIZE": str(len(ranks)), "RANK": str(rank), "NODE_RANK": str(node_order.index(node.pk)),
+               "LOCAL_RANK": str(local.index(r["id"])), "LOCAL_WORLD_SIZE": str(len(local)),
+               "GPUPLATFORM_JOB_ID": str(r["job_id"]), "GPUPLATFORM_ROLE": r["role__name"],
+               "GPUPLATFORM_TASK_INDEX": str(r["index"]), "GPUPLATFORM_QUEUE": r["job__queue__name"],
+               "GPUPLATFORM_ATTEMPT": str(attempt)}
+        if r["state"] == Task.State.RELEASING:
+            action, deadline = "stop", r["release_deadline"] or now
+        elif r["job__state"] == Job.State.PREEMPTING:
+            action, deadline = "stop", r["job__preempt_deadline"] or now
+        else:
+            action, deadline = "run", None
+        tasks.append({"task": r["id"], "attempt": attempt, "job": r["job_id"], "job_name": r["job__name"],
+                      "role": r["role__name"], "index": r["index"], "action": action, "stop_deadline": _iso(deadline),
+                      "argv": list(r["role__command"] or []), "env": env, "working_dir": r["role__working_dir"],
+                      "image": r["role__image"], "gpus": [{"index": i, "uuid": u} for i, u in gpus[r["id"]]]})
+    return {"server_time": now.isoformat(), "poll_seconds": float(getattr(settings, "AGENT_POLL_SECONDS", 2.0)),
+            "stop_grace_seconds": float(getattr(settings, "AGENT_STOP_GRACE_SECONDS", 30.0)), "tasks": tasks}

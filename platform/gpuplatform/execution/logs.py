@@ -1,0 +1,117 @@
+"""Task output kept by the control plane: appended by node agents, read by the API and the job page.
+
+Limits (settings): a chunk holds at most TASK_LOG_CHUNK_MAX_BYTES (64 KiB) of UTF-8 text; a task attempt
+keeps at most TASK_LOG_MAX_BYTES (1 MiB): when a new chunk goes past it, the oldest chunks are deleted
+first (the reader is told `trimmed`). A read returns at most TASK_LOG_READ_MAX_BYTES (64 KiB).
+
+Offsets are byte offsets in the attempt's output as the agent counts them. A chunk whose offset is
+already stored is a retry and is dropped (idempotent); one that starts past the end (the agent skipped
+output) is kept, leaving a gap.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Max, Sum
+
+from .. import clock
+from ..models import Job, Task, TaskLog
+
+__all__ = ["append_log", "read_log", "log_limits"]
+
+
+def log_limits() -> dict[str, int]:
+    return {"chunk": int(getattr(settings, "TASK_LOG_CHUNK_MAX_BYTES", 65536)),
+            "task": int(getattr(settings, "TASK_LOG_MAX_BYTES", 1 << 20)),
+            "read": int(getattr(settings, "TASK_LOG_READ_MAX_BYTES", 65536))}
+
+
+def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
+               at: datetime | None = None) -> tuple[bool, str, int]:
+    """Store one chunk from `node`'s agent. Returns (accepted, detail, next_offset). Refused: unknown
+    task, an attempt the job has not reached, a chunk over the size limit, a negative offset. A chunk of
+    an attempt that has just ended (its last lines) is accepted from the node that ran it."""
+    limits = log_limits()
+    row = Task.objects.filter(pk=task_id).values_list("job__attempts", "node_id").first()
+    if row is None:
+        return False, f"unknown task {task_id}", offset
+    attempts, node_id = row
+    raw = data.encode("utf-8", errors="replace")
+    if attempt > attempts or attempt < 0:
+        return False, f"attempt {attempt} does not exist (the job is on attempt {attempts})", offset
+    if attempt == attempts and node_id is not None and node_id != node.pk:
+        return False, f"task {task_id} is not on node {node.name}", offset
+    if offset < 0:
+        return False, "offset must be >= 0", offset
+    if len(raw) > limits["chunk"]:
+        return False, f"a log chunk may hold at most {limits['chunk']} bytes", offset
+    if not raw:
+        return True, "", offset
+    try:
+        with transaction.atomic():
+            TaskLog.objects.create(task_id=task_id, attempt=attempt, offset=offset, size=len(raw), data=data,
+                                   created_at=at or clock.now())
+    except IntegrityError:
+        return True, "already stored", offset + len(raw)
+    _trim(task_id, attempt, limits["task"])
+    return True, "", offset + len(raw)
+
+
+def _trim(task_id: int, attempt: int, budget: int) -> None:
+    chunks = TaskLog.objects.filter(task_id=task_id, attempt=attempt)
+    total = chunks.aggregate(n=Sum("size"))["n"] or 0
+    if total <= budget:
+        return
+    doomed, freed = [], 0
+    for pk, size in chunks.order_by("offset").values_list("id", "size"):
+        if total - freed <= budget:
+            break
+        doomed.append(pk)
+        freed += size
+    TaskLog.objects.filter(pk__in=doomed).delete()
+
+
+def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: int | None = None) -> dict:
+    """Up to `limit` bytes (capped at the read limit) of `task`'s output from byte `offset`, of `attempt`
+    (default: the job's current one, or the last one that logged). Returns {task, name, attempt, offset
+    (where the returned data starts), next_offset, size (bytes stored so far), trimmed (output before
+    `offset` is gone), data, complete (the task attempt has ended and nothing more is stored)}."""
+    limits = log_limits()
+    limit = min(max(int(limit or limits["read"]), 1), limits["read"])
+    job_attempt = Job.objects.filter(pk=task.job_id).values_list("attempts", flat=True).first() or 0
+    if attempt is None:
+        attempt = job_attempt
+        if not TaskLog.objects.filter(task=task, attempt=attempt).exists():
+            attempt = TaskLog.objects.filter(task=task).aggregate(a=Max("attempt"))["a"] or job_attempt
+    chunks = TaskLog.objects.filter(task=task, attempt=attempt)
+    end = chunks.aggregate(e=Max("offset"))["e"]
+    size = 0
+    if end is not None:
+        last = chunks.filter(offset=end).values_list("size", flat=True).first() or 0
+        size = end + last
+    first = chunks.order_by("offset").values_list("offset", flat=True).first()
+    trimmed = first is not None and offset < first and first > 0
+    start = max(offset, first or 0)
+    parts, served, at = [], 0, start
+    for c_off, c_size, text in (chunks.filter(offset__gte=start - limits["chunk"]).order_by("offset")
+                                .values_list("offset", "size", "data")):
+        if c_off + c_size <= at:
+            continue
+        raw = text.encode("utf-8")
+        piece = raw[max(at - c_off, 0):]
+        if c_off > at:  # a gap the agent left: continue from this chunk
+            at = c_off
+        room = limit - served
+        if room <= 0:
+            break
+        piece = piece[:room]
+        parts.append(piece)
+        served += len(piece)
+        at += len(piece)
+    ended = attempt < job_attempt or task.state not in (Task.State.BOUND, Task.State.RUNNING, Task.State.RELEASING,
+                                                         Task.State.PENDING)
+    return {"task": task.pk, "name": f"{task.role.name}-{task.index}", "attempt": attempt, "offset": start,
+            "next_offset": at, "size": size, "trimmed": bool(trimmed),
+            "data": b"".join(parts).decode("utf-8", errors="replace"), "complete": bool(ended and at >= size)}

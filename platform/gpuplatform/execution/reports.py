@@ -1,0 +1,121 @@
+"""What a node agent reports about a task's process (docs/execution.md), applied to the job.
+
+`report_task_event(node, task_id=, attempt=, event=, ...)` -> (accepted, detail). Events:
+
+- "started": bound -> running (started_at, pid). The job goes admitted -> running when no task of its
+  gang is still bound (lifecycle.report_task_running does that part).
+- "exited" with exit_code (0-255) or signal: exit 0 -> the task succeeded; when every placed task of the
+  completion role (default: all roles) has succeeded the job is stopped toward `succeeded` (its other
+  roles get SIGTERM). Anything else -> the task failed, and a job not already stopping is stopped toward
+  `restart` (restarts < max_restarts: requeued whole with backoff) or `failed`, naming the task and its
+  exit code or signal (Job.failed_task / exit_code / exit_signal).
+- "lost": the agent cannot tell how the process ended: a failure.
+
+A stopping job whose last process on a node agent has ended is finalized at once (stops.finalize_stop),
+so its GPUs are free for the next cycle without waiting for the deadline.
+
+Every report carries the job's attempt: a report for another attempt, for a task not on this node, or a
+repeat of one already applied is refused (accepted False, with the reason) and changes nothing. Times are
+the server's (cluster) clock.
+"""
+from __future__ import annotations
+
+import signal as _signal
+from datetime import datetime
+
+from django.db import transaction
+
+from .. import clock
+from ..audit import record_event
+from ..lifecycle import release_tasks, report_task_running
+from ..models import Job, Task
+from .stops import LIVE_ON_NODE, _finalize_if_idle, stop_job
+
+__all__ = ["EVENTS", "report_task_event", "describe_exit"]
+
+EVENTS = ("started", "exited", "lost")
+
+
+def describe_exit(exit_code: int | None, signal: int | None, message: str = "") -> str:
+    """'exited with code 3', 'was killed by signal 9 (SIGKILL)', or 'was lost (<message>)'."""
+    if signal is not None:
+        try:
+            name = _signal.Signals(signal).name
+        except ValueError:
+            name = "unknown"
+        return f"was killed by signal {signal} ({name})"
+    if exit_code is not None:
+        return f"exited with code {exit_code}"
+    return "was lost" + (f" ({message})" if message else "")
+
+
+def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int | None = None,
+                      exit_code: int | None = None, signal: int | None = None, message: str = "",
+                      at: datetime | None = None, actor=None) -> tuple[bool, str]:
+    """Apply one report of `node`'s agent. Returns (accepted, detail); detail says why it was refused.
+    Raises ValueError for an unknown event (the API validates before calling)."""
+    if event not in EVENTS:
+        raise ValueError(f"unknown event {event!r}")
+    at = at or clock.now()
+    with transaction.atomic():
+        job_id = Task.objects.filter(pk=task_id).values_list("job_id", flat=True).first()
+        if job_id is None:
+            return False, f"unknown task {task_id}"
+        job = (Job.objects.select_for_update().filter(pk=job_id)
+               .values("state", "attempts", "name", "restarts", "max_restarts", "completion_role").first())
+        task = Task.objects.filter(pk=task_id).values("state", "node_id", "role__name", "index").first()
+        if job["attempts"] != attempt:
+            return False, f"attempt {attempt} is over: the job is on attempt {job['attempts']}"
+        if task["node_id"] != node.pk:
+            return False, f"task {task_id} is not on node {node.name} in attempt {attempt}"
+        label = f"{task['role__name']}[{task['index']}]"
+        if event == "started":
+            return _started(task_id, task, pid, at, actor)
+        if task["state"] not in LIVE_ON_NODE:
+            return False, f"task {label} already ended ({task['state']})"
+        failed = event == "lost" or signal is not None or exit_code != 0
+        how = describe_exit(exit_code, signal, message) if event == "exited" else describe_exit(None, None, message)
+        if task["state"] == Task.State.RELEASING:  # an evicted surplus task has gone: its GPUs are free now
+            release_tasks([task_id], at=at)
+            return True, ""
+        Task.objects.filter(pk=task_id).update(
+            state=Task.State.FAILED if failed else Task.State.SUCCEEDED, ended_at=at, exit_code=exit_code,
+            exit_signal=signal, end_message=(message or how)[:200])
+        if job["state"] in (Job.State.ADMITTED, Job.State.RUNNING):
+            if failed:
+                _fail_gang(job_id, job, label, how, exit_code, signal, at, actor)
+            else:
+                _maybe_succeed(job_id, job, at, actor)
+        _finalize_if_idle(job_id, at=at)
+    return True, ""
+
+
+def _started(task_id, task, pid, at, actor) -> tuple[bool, str]:
+    if task["state"] != Task.State.BOUND:
+        return False, f"task is {task['state']}, not bound"
+    report_task_running(Task.objects.get(pk=task_id), at=at, actor=actor)
+    Task.objects.filter(pk=task_id).update(pid=pid)
+    return True, ""
+
+
+def _fail_gang(job_id, job, label, how, exit_code, signal, at, actor) -> None:
+    restart = job["restarts"] < job["max_restarts"]
+    reason = f"task {label} {how}"
+    Job.objects.filter(pk=job_id).update(failed_task=label, exit_code=exit_code, exit_signal=signal)
+    record_event("task_failed", f"{job['name']}: {reason}; the gang is stopped"
+                 + (f" and restarted ({job['restarts'] + 1} of {job['max_restarts']})" if restart else ""),
+                 job_id=job_id, time=at, actor=actor,
+                 data={"task": label, "exit_code": exit_code, "signal": signal, "restart": restart})
+    stop_job(job_id, at=at, target="restart" if restart else "failed", kind="stopping", reason=reason, actor=actor,
+             data={"task": label, "exit_code": exit_code, "signal": signal})
+
+
+def _maybe_succeed(job_id, job, at, actor) -> None:
+    tasks = Task.objects.filter(job_id=job_id, node__isnull=False)
+    if job["completion_role"]:
+        tasks = tasks.filter(role__name=job["completion_role"])
+    states = list(tasks.values_list("state", flat=True))
+    if states and all(s == Task.State.SUCCEEDED for s in states):
+        which = f"role {job['completion_role']}" if job["completion_role"] else "the job"
+        stop_job(job_id, at=at, target="succeeded", kind="stopping", actor=actor,
+                 reason=f"every task of {which} exited 0")
