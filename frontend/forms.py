@@ -1,8 +1,14 @@
 """The job submission form: a job form plus a formset of roles. The browser validates first (HTML5 min /
 required / pattern, see job_form.js); the server validates the same rules in `services.submit_job`, whose
-ValidationError field names ("queue", "roles[1].min_available", ...) are put back on the form fields here.
+ValidationError field names ("queue", "roles[1].min_available", "env.NAME", ...) are put back on the form
+fields here.
+
+What the job runs (docs/execution.md): `command` is one line split with shlex into an argv list (a role may
+give its own, else it runs the job's); `env` is a textarea of NAME=value lines.
 """
 from __future__ import annotations
+
+import shlex
 
 from django import forms
 from django.core.validators import RegexValidator
@@ -14,6 +20,57 @@ NAME_HELP = "letters, digits, '.', '_' and '-', starting with a letter or digit"
 TOPOLOGY_CHOICES = [("none", "none: anywhere"), ("soft", "soft: prefer the lowest tier"),
                     ("hard", "hard: never cross the highest tier")]
 FORM_FIELD = {"time_limit_seconds": "time_limit_minutes", "duration_seconds": "time_limit_minutes"}
+COMMAND_EXAMPLE = "python3 train.py --epochs 3"
+ENV_EXAMPLE = "NCCL_DEBUG=INFO\nDATA_DIR=/data/imagenet"
+
+
+def split_command(value: str) -> list[str]:
+    """One command line -> argv with POSIX shell quoting (shlex.split); "" -> []. Raises
+    forms.ValidationError naming the quoting problem."""
+    if len(value) > rules.MAX_COMMAND_CHARS:
+        raise forms.ValidationError(f"The command must be at most {rules.MAX_COMMAND_CHARS} characters.")
+    try:
+        argv = shlex.split(value)
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise forms.ValidationError(f"The command is not a valid shell word list: {exc}.") from None
+    if len(argv) > rules.MAX_ARGV:
+        raise forms.ValidationError(f"The command may have at most {rules.MAX_ARGV} arguments.")
+    return argv
+
+
+def parse_env(text: str) -> tuple[dict[str, str], dict[str, int]]:
+    """NAME=value lines -> ({name: value}, {name: 1-based line number}). Lines are trimmed; blank lines and
+    lines starting with '#' are skipped; the value is everything after the first '=' (it may be empty or
+    contain '='). Raises forms.ValidationError listing every bad line by number: no '=', a name that is not
+    letters / digits / '_' (not starting with a digit), a name the platform sets, a name given twice."""
+    env: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    problems: list[str] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, eq, value = line.partition("=")
+        name = name.strip()
+        shown = line if len(line) <= 40 else line[:37] + "..."
+        if not eq:
+            problems.append(f"line {number}: expected NAME=value, got {shown!r}")
+        elif not rules.ENV_NAME.match(name):
+            problems.append(f"line {number}: {name!r} is not a variable name (letters, digits and _, "
+                            f"not starting with a digit)")
+        elif name in rules.PLATFORM_ENV or name.startswith(rules.PLATFORM_ENV_PREFIX):
+            problems.append(f"line {number}: {name} is set by the platform for every task and cannot be overridden")
+        elif name in lines:
+            problems.append(f"line {number}: {name} is already set on line {lines[name]}")
+        elif len(value) > rules.MAX_ENV_VALUE_CHARS:
+            problems.append(f"line {number}: the value of {name} is longer than {rules.MAX_ENV_VALUE_CHARS} characters")
+        else:
+            env[name], lines[name] = value, number
+    if not problems and len(env) > rules.MAX_ENV_VARS:
+        problems.append(f"at most {rules.MAX_ENV_VARS} variables")
+    if problems:
+        raise forms.ValidationError(problems)
+    return env, lines
 
 
 def _number(min_value=None, required=True, initial=None, help_text="", label=None, max_value=None):
@@ -34,7 +91,30 @@ class JobForm(forms.Form):
                                      help_text="may be evicted (after a grace period) for higher-priority work")
     time_limit_minutes = _number(min_value=1, max_value=rules.MAX_TIME_LIMIT_SECONDS // 60, required=False,
                                  label="Time limit (minutes)",
-                                 help_text="optional; lets the scheduler backfill around this job")
+                                 help_text="optional; the job is stopped when it runs longer (and the scheduler "
+                                           "can backfill around it)")
+    max_restarts = _number(min_value=0, max_value=rules.MAX_RESTARTS, initial=0, required=False,
+                           label="Max restarts",
+                           help_text="after a task fails, restart the whole gang up to this many times (0 = never)")
+    command = forms.CharField(max_length=rules.MAX_COMMAND_CHARS, strip=True,
+                              help_text="one line, split like a shell would (quotes work; no pipes or $VARS), "
+                                        "run by every task of a role without its own command",
+                              widget=forms.TextInput(attrs={"placeholder": COMMAND_EXAMPLE, "autocomplete": "off",
+                                                            "spellcheck": "false", "class": "wide"}))
+    env = forms.CharField(required=False, strip=False, label="Environment",
+                          help_text="one NAME=value per line; the platform sets CUDA_VISIBLE_DEVICES, RANK, "
+                                    "WORLD_SIZE, MASTER_ADDR, ... itself",
+                          widget=forms.Textarea(attrs={"rows": 3, "placeholder": ENV_EXAMPLE, "spellcheck": "false",
+                                                       "class": "wide"}))
+    working_dir = forms.CharField(required=False, max_length=rules.MAX_PATH_CHARS, label="Working directory",
+                                  help_text="blank = the task's own directory on the node; relative = under the "
+                                            "node agent's work directory",
+                                  widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}))
+    image = forms.CharField(required=False, max_length=rules.MAX_IMAGE_CHARS, label="Container image",
+                            help_text="optional, e.g. nvcr.io/nvidia/pytorch:24.05-py3; blank = a plain process",
+                            widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}))
+    completion_role = forms.CharField(required=False, max_length=64, label="Completion role",
+                                      help_text="the job succeeds when this role's tasks exit 0; blank = every role")
     topology_mode = forms.ChoiceField(choices=TOPOLOGY_CHOICES, initial="none")
     highest_tier = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
                                           help_text="1 = one NVLink domain, 2 = one leaf switch, ...")
@@ -49,6 +129,17 @@ class JobForm(forms.Form):
         tier_choices = [("", "—")] + [(str(t), f"tier {t}") for t in tiers]
         self.fields["highest_tier"].choices = tier_choices
         self.fields["preferred_tier"].choices = tier_choices
+        self.env_lines: dict[str, int] = {}  # env name -> its line in the textarea (for the service's errors)
+
+    def clean_command(self) -> list[str]:
+        argv = split_command(self.cleaned_data["command"])
+        if not argv:
+            raise forms.ValidationError(f"Give the program to run, e.g. {COMMAND_EXAMPLE}.")
+        return argv
+
+    def clean_env(self) -> dict[str, str]:
+        env, self.env_lines = parse_env(self.cleaned_data.get("env") or "")
+        return env
 
     def clean(self):
         data = super().clean()
@@ -72,6 +163,9 @@ class RoleForm(forms.Form):
     min_available = _number(min_value=1, max_value=rules.MAX_TASKS_PER_JOB, required=False, label="Min available",
                             help_text="blank = all tasks (a strict gang)")
     flavor = forms.ChoiceField(required=False, label="GPU flavor")
+    command = forms.CharField(required=False, max_length=rules.MAX_COMMAND_CHARS, label="Role command",
+                              help_text="blank = the job's command",
+                              widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}))
 
     def __init__(self, *args, flavors=(), **kwargs):
         super().__init__(*args, **kwargs)
@@ -86,6 +180,9 @@ class RoleForm(forms.Form):
             self.add_error("min_available", f"min available ({min_av}) must not exceed tasks ({tasks})")
         return data
 
+    def clean_command(self) -> list[str]:
+        return split_command(self.cleaned_data.get("command") or "")
+
     def has_changed(self) -> bool:
         return True  # a role left at its defaults (1 task x 1 GPU) is a real role, not an empty extra form
 
@@ -93,7 +190,8 @@ class RoleForm(forms.Form):
         d = self.cleaned_data
         return {"name": d["name"], "tasks": d["tasks"], "gpus_per_task": d["gpus_per_task"],
                 "cpu_milli": d.get("cpu_milli") or 0, "memory_mib": d.get("memory_mib") or 0,
-                "min_available": d.get("min_available") or d["tasks"], "flavor": d.get("flavor") or ""}
+                "min_available": d.get("min_available") or d["tasks"], "flavor": d.get("flavor") or "",
+                **({"command": d["command"]} if d.get("command") else {})}
 
 
 RoleFormSet = forms.formset_factory(RoleForm, extra=0, min_num=1, validate_min=True, max_num=16,
@@ -101,7 +199,9 @@ RoleFormSet = forms.formset_factory(RoleForm, extra=0, min_num=1, validate_min=T
 
 
 def apply_service_errors(errors: dict[str, str], form: JobForm, roles) -> None:
-    """Put services.ValidationError entries on the matching form or role field (else on the form)."""
+    """Put services.ValidationError entries on the matching form or role field (else on the form, or the
+    role's box). "env.NAME" lands on the Environment field naming the line NAME was on; a key the form has
+    no field for keeps its name in the message."""
     for key, message in errors.items():
         if key.startswith("roles[") and "]" in key:
             index, _, field = key[6:].partition("]")
@@ -111,9 +211,18 @@ def apply_service_errors(errors: dict[str, str], form: JobForm, roles) -> None:
             except (ValueError, IndexError):
                 form.add_error(None, f"{key}: {message}")
                 continue
-            role_form.add_error(field if field in role_form.fields else None, message)
+            base = field.split(".")[0]
+            if base in role_form.fields:
+                role_form.add_error(base, message)
+            else:
+                role_form.add_error(None, f"{field}: {message}" if field else message)
         elif key == "roles":
             form.add_error(None, message)
+        elif key.startswith("env."):
+            name = key[4:]
+            line = form.env_lines.get(name)
+            form.add_error("env", f"line {line}: {name}: {message}" if line else f"{name}: {message}")
         else:
             field = FORM_FIELD.get(key, key)
-            form.add_error(field if field in form.fields else None, message)
+            form.add_error(field if field in form.fields else None,
+                           message if field in form.fields else f"{key}: {message}")

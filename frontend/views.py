@@ -10,13 +10,14 @@ from django.db import connection
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from gpuplatform import queries
 from gpuplatform.models import Job
 
-from . import figures
+from . import figures, job_run
 from .states import STATE_COLORS
 from .views_jobs import can_act
 
@@ -177,10 +178,19 @@ def job_detail(request, pk: int):
         raise Http404("No such job, or not one of your teams' jobs.")
     allocations = list(job.allocations.all())
     events = list(queries.job_events(job))
+    roles = list(job.roles.all())
+    tasks = job_run.task_rows(job.tasks.all())
     return render(request, "frontend/job_detail.html", {
         "job": job,
-        "roles": list(job.roles.all()),
-        "tasks": list(job.tasks.all()),
+        "roles": roles,
+        "tasks": tasks,
+        "runs": job_run.run_groups(roles),
+        "stop_text": job_run.stop_text(job),
+        "job_exit": job_run.exit_text(job.exit_code, job.exit_signal),
+        "ended": job.state in queries.FINISHED_STATES,
+        # The log view polls GET /api/v1/jobs/{id}/logs/?task=&offset= (session auth); a simulated job has no output.
+        "logs_url": reverse("api:job-logs", args=[job.pk]),
+        "show_logs": bool(tasks) and not job.simulated,
         "allocations": allocations,
         "live_allocations": sum(1 for a in allocations if a.released_at is None),
         "nodes": queries.node_names(job),

@@ -55,7 +55,10 @@ def job_new(request):
                     team=team, queue=data["queue"], name=data["name"], roles=[f.role() for f in roles.forms],
                     priority=data["priority"], preemptible=data["preemptible"], topology_mode=data["topology_mode"],
                     highest_tier=data.get("highest_tier"), preferred_tier=data.get("preferred_tier"),
-                    time_limit_seconds=minutes * 60 if minutes else None, submitter=request.user)
+                    time_limit_seconds=minutes * 60 if minutes else None, submitter=request.user,
+                    command=data["command"], env=data["env"], working_dir=data.get("working_dir") or "",
+                    image=data.get("image") or "", max_restarts=data.get("max_restarts") or 0,
+                    completion_role=data.get("completion_role") or "")
             except services.ValidationError as exc:
                 apply_service_errors(exc.errors, form, roles)
             else:

@@ -75,7 +75,9 @@ def roles_post(**over):
             "roles-TOTAL_FORMS": "1", "roles-INITIAL_FORMS": "0", "roles-MIN_NUM_FORMS": "1",
             "roles-MAX_NUM_FORMS": "16", "roles-0-name": "worker", "roles-0-tasks": "2",
             "roles-0-gpus_per_task": "2", "roles-0-cpu_milli": "0", "roles-0-memory_mib": "0",
-            "roles-0-min_available": "", "roles-0-flavor": ""}
+            "roles-0-min_available": "", "roles-0-flavor": "", "roles-0-command": "",
+            "command": "python3 train.py --epochs 3", "env": "", "working_dir": "", "image": "",
+            "max_restarts": "0", "completion_role": ""}
     data.update(over)
     return data
 
@@ -87,6 +89,7 @@ def test_submit_form_creates_the_job_through_the_service(client, world):
     assert response.status_code == 302 and response["Location"] == f"/jobs/{job.pk}/"
     assert job.submitter == world["alice"] and job.events.filter(kind="submitted").exists()
     assert [(r.tasks, r.gpus_per_task, r.min_available) for r in job.roles.all()] == [(2, 2, 2)]
+    assert [r.command for r in job.roles.all()] == [["python3", "train.py", "--epochs", "3"]]
 
 
 @pytest.mark.parametrize("over, field, message", [
@@ -101,6 +104,82 @@ def test_submit_form_shows_field_errors(client, world, over, field, message):
     response = client.post("/jobs/new/", roles_post(**over))
     assert response.status_code == 200 and message in response.content.decode()
     assert not Job.objects.filter(name="train-1").exists()
+
+
+def test_submit_form_passes_what_the_job_runs(client, world):
+    client.force_login(world["alice"])
+    post = roles_post(command="""torchrun --nproc-per-node 2 train.py --name 'run one'""",
+                      env="# comment\r\nNCCL_DEBUG=INFO\r\n\r\n  DATA_DIR=/data/a=b  \r\nEMPTY=",
+                      working_dir="/srv/run", max_restarts="2", time_limit_minutes="90",
+                      **{"roles-TOTAL_FORMS": "2", "roles-1-name": "eval", "roles-1-tasks": "1",
+                         "roles-1-gpus_per_task": "1", "roles-1-cpu_milli": "0", "roles-1-memory_mib": "0",
+                         "roles-1-min_available": "", "roles-1-flavor": "", "roles-1-command": "python3 eval.py"})
+    response = client.post("/jobs/new/", post)
+    assert response.status_code == 302, response.content.decode()
+    job = Job.objects.get(name="train-1")
+    assert (job.max_restarts, job.restarts, job.time_limit_seconds, job.simulated) == (2, 0, 5400, False)
+    worker, evaluator = job.roles.order_by("id")
+    assert worker.command == ["torchrun", "--nproc-per-node", "2", "train.py", "--name", "run one"]
+    assert evaluator.command == ["python3", "eval.py"]
+    assert worker.env == evaluator.env == {"NCCL_DEBUG": "INFO", "DATA_DIR": "/data/a=b", "EMPTY": ""}
+    assert worker.working_dir == evaluator.working_dir == "/srv/run"
+
+
+@pytest.mark.parametrize("over, field, message", [
+    ({"command": ""}, "command", "This field is required."),
+    ({"command": "   "}, "command", "This field is required."),
+    ({"command": "python3 -c 'print(1)"}, "command", "not a valid shell word list: No closing quotation"),
+    ({"env": "GOOD=1\nno equals sign"}, "env", "line 2: expected NAME=value, got &#x27;no equals sign&#x27;"),
+    ({"env": "1BAD=x"}, "env", "line 1: &#x27;1BAD&#x27; is not a variable name"),
+    ({"env": "A=1\nA=2"}, "env", "line 2: A is already set on line 1"),
+    ({"env": "\nRANK=3"}, "env", "line 2: RANK is set by the platform"),
+    ({"env": "GPUPLATFORM_JOB_ID=3"}, "env", "line 1: GPUPLATFORM_JOB_ID is set by the platform"),
+    ({"max_restarts": "-1"}, "max_restarts", "greater than or equal to 0"),
+    ({"roles-0-command": "python3 'x"}, "roles-0-command", "No closing quotation"),
+])
+def test_submit_form_refuses_bad_commands_and_env_lines(client, world, over, field, message):
+    client.force_login(world["alice"])
+    response = client.post("/jobs/new/", roles_post(**over))
+    html = response.content.decode()
+    assert response.status_code == 200 and message in html, html
+    # ... on the field itself: the error follows that field's input inside its .has-error box.
+    box = html[html.index(f'id="id_{field}"'):]
+    assert message in box[:box.index("</div>")]
+    assert not Job.objects.filter(name="train-1").exists()
+
+
+def test_service_errors_on_what_the_job_runs_land_on_the_fields(client, world):
+    from frontend.forms import JobForm, RoleFormSet, apply_service_errors
+
+    client.force_login(world["alice"])
+    # No node agent with a container runtime: the service refuses an image, on the image field.
+    response = client.post("/jobs/new/", roles_post(image="nvcr.io/nvidia/pytorch:24.05-py3"))
+    html = response.content.decode()
+    assert response.status_code == 200 and "container runtime" in html
+    box = html[html.index('id="id_image"'):]
+    assert "container runtime" in box[:box.index("</div>")]
+    # Keys the service uses for env and role fields: env.NAME names the line, roles[i].env.X the role's box.
+    form = JobForm(roles_post(env="A=1\nB=2"), teams=["red"], queues=[("red", "red")])
+    assert form.is_valid(), form.errors
+    roles = RoleFormSet(roles_post(), prefix="roles", form_kwargs={"flavors": []})
+    assert roles.is_valid()
+    apply_service_errors({"env.B": "a value must be a string", "working_dir": "too long",
+                          "roles[0].command": "role worker has no command", "roles[0].env.X": "bad name",
+                          "max_restarts": "max_restarts must be a whole number from 0 to 100"}, form, roles)
+    assert form.errors["env"] == ["line 2: B: a value must be a string"]
+    assert form.errors["working_dir"] == ["too long"]
+    assert form.errors["max_restarts"] == ["max_restarts must be a whole number from 0 to 100"]
+    assert roles.forms[0].errors["command"] == ["role worker has no command"]
+    assert roles.forms[0].errors["__all__"] == ["env.X: bad name"]
+
+
+def test_submit_form_shows_the_run_fields(client, world):
+    client.force_login(world["alice"])
+    html = client.get("/jobs/new/").content.decode()
+    for name in ("command", "env", "working_dir", "image", "max_restarts", "time_limit_minutes", "roles-0-command"):
+        assert f'name="{name}"' in html, name
+    assert 'placeholder="python3 train.py --epochs 3"' in html
+    assert '<input type="text" name="command"' in html and "required" in html[html.index('name="command"'):][:400]
 
 
 def test_admin_gets_the_queue_team_mismatch_on_the_queue_field(client, world):

@@ -1,15 +1,23 @@
 // Live updates shared by the pages: fetch a JSON URL every `interval` ms while the page is visible, one
 // request at a time, and hand the payload to `onData`; on an error keep the last good view and try again.
-window.gpuplatformPoll = function (url, interval, onData) {
+// `url` is a string, or a function called before each request (to send, say, the next offset). Optional
+// `onError(error)` hears each failed request. Returns {stop: ends the loop, now: fetch at once (skipped
+// while a request is in flight)}.
+window.gpuplatformPoll = function (url, interval, onData, onError) {
   "use strict";
-  var busy = false;
-  setInterval(function () {
-    if (busy || document.hidden) return;
+  var busy = false, stopped = false;
+  function tick() {
+    if (busy || stopped || document.hidden) return;
     busy = true;
-    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
-      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
-      .then(onData)
-      .catch(function () { /* keep the last good view; try again next tick */ })
+    fetch(typeof url === "function" ? url() : url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
+      .then(function (payload) { if (!stopped) onData(payload); })
+      .catch(function (err) { if (!stopped && onError) onError(err); /* keep the last good view; try again next tick */ })
       .then(function () { busy = false; });
-  }, interval);
+  }
+  var timer = setInterval(tick, interval);
+  return {
+    stop: function () { stopped = true; clearInterval(timer); },
+    now: tick,
+  };
 };

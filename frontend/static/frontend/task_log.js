@@ -1,0 +1,88 @@
+// The job page's log view: one task's combined stdout/stderr from GET <data-url>?task=<id>&offset=<bytes>
+// &limit=<bytes> (answer: {task, name, attempt, offset, next_offset, size, trimmed, data, complete}; offsets
+// and sizes in bytes of the task attempt's output). It starts at the last TAIL bytes, then asks every
+// data-interval-ms for what came after `next_offset` and appends it as text (never parsed as HTML); it stops
+// once the task has ended and everything up to `size` is shown. A new attempt (a restarted gang) starts a
+// fresh view of that attempt. Polling is poll.js's.
+(function () {
+  "use strict";
+  var out = document.getElementById("log-output");
+  if (!out || !window.gpuplatformPoll) return;
+  var select = document.getElementById("log-task");
+  var status = document.getElementById("log-status");
+  var note = document.getElementById("log-trimmed");
+  var url = out.getAttribute("data-url");
+  var interval = parseInt(out.getAttribute("data-interval-ms") || "2000", 10);
+  var TAIL = 65536;             // bytes: where the view starts, and the most asked for per request
+  var MAX_CHARS = 2 * 1048576;  // the view drops its oldest text beyond this
+  var poller = null, task = null, offset = null, attempt = null, chars = 0, skipped = false, serverTrimmed = false;
+
+  function setStatus(text) { status.textContent = text; }
+  function showNote() {
+    var parts = [];
+    if (serverTrimmed) parts.push("(older output trimmed)");
+    if (skipped) parts.push("(showing the end of the output; earlier output: gpuctl logs)");
+    note.textContent = parts.join(" ");
+    note.hidden = parts.length === 0;
+  }
+  function clear() {
+    while (out.firstChild) out.removeChild(out.firstChild);
+    chars = 0; skipped = false; serverTrimmed = false; showNote();
+  }
+  function append(text) {
+    if (!text) return;
+    var atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+    out.appendChild(document.createTextNode(text));
+    chars += text.length;
+    while (chars > MAX_CHARS && out.firstChild) {
+      chars -= out.firstChild.nodeValue.length;
+      out.removeChild(out.firstChild);
+      skipped = true;
+    }
+    if (atBottom) out.scrollTop = out.scrollHeight;
+  }
+  function requestUrl() {
+    var q = "?task=" + encodeURIComponent(task) + "&limit=" + TAIL;
+    if (offset !== null) q += "&offset=" + offset;
+    return url + q;
+  }
+  function soon() { setTimeout(function () { if (poller) poller.now(); }, 50); }
+  function kib(bytes) { return bytes < 1024 ? bytes + " B" : (bytes / 1024).toFixed(1) + " KiB"; }
+
+  function onData(p) {
+    if (String(p.task) !== String(task)) return;  // an answer for a task no longer shown
+    if (attempt !== null && p.attempt !== attempt) {  // restarted: show the new attempt from its start
+      clear(); offset = null; attempt = p.attempt; soon(); return;
+    }
+    attempt = p.attempt;
+    if (p.trimmed) serverTrimmed = true;
+    if (offset === null && p.size - TAIL > p.next_offset) {  // first answer of a long log: jump to its last TAIL bytes
+      offset = p.size - TAIL; skipped = true; showNote(); soon(); return;
+    }
+    append(p.data);
+    var moved = offset === null || p.next_offset > offset;
+    offset = p.next_offset;
+    showNote();
+    var done = p.complete && p.next_offset >= p.size;
+    setStatus((p.name || "task") + " · attempt " + p.attempt + " · " + kib(p.size) +
+              (done ? " · ended, output complete" : p.complete ? " · ended, fetching the rest" : " · running, updating every " + interval / 1000 + " s"));
+    if (done) { poller.stop(); poller = null; return; }
+    if (moved && p.next_offset < p.size) soon();  // more is there already: catch up
+  }
+  function onError(err) { setStatus("log unavailable (" + err.message + "); retrying"); }
+
+  function show(id) {
+    if (poller) poller.stop();
+    task = id; offset = null; attempt = null;
+    clear();
+    setStatus("loading…");
+    poller = window.gpuplatformPoll(requestUrl, interval, onData, onError);
+    poller.now();
+  }
+
+  select.addEventListener("change", function () { show(select.value); });
+  document.querySelectorAll("[data-log-task]").forEach(function (a) {
+    a.addEventListener("click", function () { select.value = a.getAttribute("data-log-task"); show(select.value); });
+  });
+  if (select.value) show(select.value);
+})();
