@@ -1,27 +1,48 @@
-"""gpuctl: a small command-line client for the REST API (stdlib only: argparse + urllib).
+"""gpuctl: a small command-line client for the REST API (stdlib: argparse + urllib; PyYAML for YAML files).
 
     export GPUCTL_API=http://127.0.0.1:8000 GPUCTL_TOKEN=<token from /api/v1/auth-token/ or the admin>
-    gpuctl submit --queue alpha --name train-7b --tasks 4 --gpus 8 [--min-available 4] [--priority 5]
-                  [--flavor H100] [--topology hard --highest-tier 2] [--time-limit 3600] [--team alpha]
-    gpuctl submit --file job.json          # the POST /api/v1/jobs/ body as JSON
+    gpuctl submit --queue alpha --name train-7b --tasks 4 --gpus 8 --command "python3 train.py --epochs 3"
+                  [--env NCCL_DEBUG=INFO ...] [--workdir /srv/run] [--image nvcr.io/nvidia/pytorch:24.05-py3]
+                  [--max-restarts 2] [--time-limit 3600] [--min-available 4] [--priority 5] [--flavor H100]
+                  [--topology hard --highest-tier 2] [--team alpha]
+    gpuctl submit --queue alpha --name train-7b --gpus 8 -- python3 train.py --epochs 3   # argv after --
+    gpuctl submit --file job.json          # the POST /api/v1/jobs/ body as JSON (or .yaml / .yml)
     gpuctl list [--state pending] [--queue alpha] [--team alpha] [--limit 50]
     gpuctl get 42
+    gpuctl logs 42 [--task 17 | --task worker-1] [--attempt 0] [--follow]
     gpuctl cancel 42 [--reason "wrong data"]
     gpuctl set-quota alpha H100 --guarantee 8 --quota 32 [--limit 64 | --no-limit]
 
+What a job runs (docs/execution.md): `--command` is one line split like a shell would (shlex), or the argv
+is everything after `--`; `--env NAME=VALUE` may be repeated; `--time-limit` is in seconds. With `--file`,
+these flags, when given, override the file's fields. `logs` prints a task's combined stdout/stderr (the
+first task unless `--task`); `--follow` keeps polling every 2 s until the task has ended.
+
 `--json` prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
-are printed), 2 bad usage or the API unreachable. set-quota reads the quota's ETag and sends it back in
-If-Match, so it fails (412) rather than overwrite a change made since.
+are printed), 2 bad usage or the API unreachable, 130 interrupted. set-quota reads the quota's ETag and
+sends it back in If-Match, so it fails (412) rather than overwrite a change made since.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
+import shlex
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # job_rules.ENV_NAME; the server checks the rest
+LOG_POLL_SECONDS = 2.0
+LOG_LIMIT_BYTES = 65536  # the most the logs API serves per call
+_sleep = time.sleep  # the --follow wait (tests replace it)
+
+
+class UsageError(Exception):
+    """A bad flag or file: printed as "gpuctl <command>: <message>", exit status 2."""
 
 
 class ApiError(Exception):
@@ -75,30 +96,120 @@ def _job_line(j: dict) -> list:
 JOB_HEADER = ["ID", "NAME", "TEAM", "QUEUE", "STATE", "GPUS", "PRIO", "NODES / POSITION REASON"]
 
 
-def cmd_submit(client: Client, a) -> object:
-    if a.file:
+def read_body(path: str) -> dict:
+    """The POST /api/v1/jobs/ body from a JSON file, or YAML when the name ends in .yaml / .yml. Raises
+    UsageError: unreadable, not parseable, not an object."""
+    yaml_file = path.lower().endswith((".yaml", ".yml"))
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text") from None
+    if yaml_file:
+        import yaml  # PyYAML, a dependency of the platform
+
         try:
-            with open(a.file) as fh:
-                body = json.load(fh)
-        except OSError as exc:
-            raise SystemExit(f"gpuctl submit: cannot read {a.file}: {exc.strerror}") from None
-        except ValueError as exc:
-            raise SystemExit(f"gpuctl submit: {a.file} is not valid JSON: {exc}") from None
+            body = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise UsageError(f"{path} is not valid YAML: {exc}") from None
     else:
-        if not (a.queue and a.name):
-            raise SystemExit("gpuctl submit: --queue and --name are required (or --file)")
-        role = {"name": a.role, "tasks": a.tasks, "gpus_per_task": a.gpus, "flavor": a.flavor or ""}
-        if a.min_available is not None:
-            role["min_available"] = a.min_available
-        if a.cpu_milli:
-            role["cpu_milli"] = a.cpu_milli
-        body = {"name": a.name, "queue": a.queue, "priority": a.priority, "roles": [role],
-                "topology_mode": a.topology, "highest_tier": a.highest_tier, "time_limit_seconds": a.time_limit}
-        if a.team:
-            body["team"] = a.team
-        if a.no_preempt:
-            body["preemptible"] = False
-    job, _ = client.request("POST", "/api/v1/jobs/", body)
+        try:
+            body = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise UsageError(f"{path} must hold one object (the job), not {type(body).__name__}")
+    return body
+
+
+def parse_env(pairs: list[str] | None) -> dict[str, str]:
+    """["NAME=VALUE", ...] (repeated --env) -> {NAME: VALUE}; the value may be empty or contain '='.
+    Raises UsageError: no '=', a name that is not a variable name, a name given twice."""
+    env: dict[str, str] = {}
+    for pair in pairs or ():
+        name, eq, value = pair.partition("=")
+        if not eq:
+            raise UsageError(f"--env expects NAME=VALUE, got {pair!r}")
+        if not ENV_NAME.match(name):
+            raise UsageError(f"--env {pair!r}: {name!r} is not a variable name (letters, digits and _, "
+                             f"not starting with a digit)")
+        if name in env:
+            raise UsageError(f"--env {name} is given twice")
+        env[name] = value
+    return env
+
+
+def command_argv(command: str | None, argv: list[str] | None) -> list[str] | None:
+    """The job's argv from --command (split with shlex) or the words after `--`; None when neither is
+    given. Raises UsageError: both given, bad quoting, an empty command."""
+    if command is not None and argv:
+        raise UsageError("give the command either with --command or after --, not both")
+    if argv:
+        return list(argv)
+    if command is None:
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"--command is not a valid shell word list: {exc}") from None
+    if not words:
+        raise UsageError("--command is empty")
+    return words
+
+
+def exec_fields(a) -> dict:
+    """The submit flags about what the job runs, only those given: command, env, working_dir, image,
+    max_restarts, time_limit_seconds (seconds), completion_role."""
+    out: dict = {}
+    argv = command_argv(a.command_line, a.argv)
+    if argv is not None:
+        out["command"] = argv
+    if a.env:
+        out["env"] = parse_env(a.env)
+    if a.max_restarts is not None:
+        if a.max_restarts < 0:
+            raise UsageError(f"--max-restarts must be 0 or more, got {a.max_restarts}")
+        out["max_restarts"] = a.max_restarts
+    if a.time_limit is not None:
+        if a.time_limit <= 0:
+            raise UsageError(f"--time-limit is in seconds and must be positive, got {a.time_limit}")
+        out["time_limit_seconds"] = a.time_limit
+    for flag, key in (("workdir", "working_dir"), ("image", "image"), ("completion_role", "completion_role")):
+        if getattr(a, flag) is not None:
+            out[key] = getattr(a, flag)
+    return out
+
+
+def submit_body(a) -> dict:
+    """The POST /api/v1/jobs/ body from the submit flags (or --file, with the run flags given over it).
+    Raises UsageError for bad or missing flags."""
+    run = exec_fields(a)
+    if a.file:
+        body = read_body(a.file)
+        body.update(run)
+        return body
+    if not (a.queue and a.name):
+        raise UsageError("--queue and --name are required (or --file)")
+    if "command" not in run:
+        raise UsageError('a job needs a command: --command "python3 train.py" or -- python3 train.py')
+    role = {"name": a.role, "tasks": a.tasks, "gpus_per_task": a.gpus, "flavor": a.flavor or ""}
+    if a.min_available is not None:
+        role["min_available"] = a.min_available
+    if a.cpu_milli:
+        role["cpu_milli"] = a.cpu_milli
+    body = {"name": a.name, "queue": a.queue, "priority": a.priority, "roles": [role],
+            "topology_mode": a.topology, "highest_tier": a.highest_tier, "time_limit_seconds": None, **run}
+    if a.team:
+        body["team"] = a.team
+    if a.no_preempt:
+        body["preemptible"] = False
+    return body
+
+
+def cmd_submit(client: Client, a) -> object:
+    job, _ = client.request("POST", "/api/v1/jobs/", submit_body(a))
     return job
 
 
@@ -109,6 +220,64 @@ def cmd_list(client: Client, a) -> object:
 
 def cmd_get(client: Client, a) -> object:
     return client.get(f"/api/v1/jobs/{a.id}/")[0]
+
+
+def first_task(client: Client, job_id: int) -> str:
+    """The task `logs` shows without --task: the job's first task (its id when the job's answer lists
+    tasks, else "<first role>-0")."""
+    job, _ = client.request("GET", f"/api/v1/jobs/{job_id}/")
+    tasks = job.get("tasks") if isinstance(job, dict) else None
+    if tasks:
+        first = tasks[0]
+        return str(first.get("id") if isinstance(first, dict) else first)
+    roles = job.get("roles") if isinstance(job, dict) else None
+    if not roles:
+        raise UsageError(f"job {job_id} has no tasks")
+    return f"{roles[0]['name']}-0"
+
+
+def _write(stream, text: str) -> None:
+    """Write log text as it is; a terminal that cannot show a character gets a replacement, not an error."""
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        encoding = getattr(stream, "encoding", None) or "ascii"
+        stream.write(text.encode(encoding, errors="replace").decode(encoding))
+    stream.flush()
+
+
+def cmd_logs(client: Client, a, out=None, err=None) -> None:
+    """Print a task's combined stdout/stderr from GET /api/v1/jobs/{id}/logs/ ({task, name, attempt, offset,
+    next_offset, size, trimmed, data, complete}; offsets and sizes in bytes). Reads page after page (at most
+    LOG_LIMIT_BYTES each) up to `size`; with --follow, then asks every LOG_POLL_SECONDS for more until the
+    task has ended and everything is printed. Notes (older output trimmed, a new attempt) go to stderr.
+    With --json, each answer is printed as one JSON line instead of the text."""
+    out, err = out or sys.stdout, err or sys.stderr
+    task = a.task or first_task(client, a.id)
+    offset, seen = None, None  # seen: the attempt shown so far
+    while True:
+        page, _ = client.get(f"/api/v1/jobs/{a.id}/logs/", task=task, attempt=a.attempt, offset=offset,
+                             limit=LOG_LIMIT_BYTES)
+        if seen is not None and page["attempt"] != seen:
+            # The gang was restarted while we followed: show the new attempt from its start.
+            _write(err, f"--- {page.get('name') or task}: attempt {page['attempt']} ---\n")
+            offset, seen = None, page["attempt"]
+            continue
+        seen = page["attempt"]
+        if page.get("trimmed") and (offset is None or page["offset"] > offset):
+            _write(err, "(older output trimmed)\n")
+        if a.json:
+            _write(out, json.dumps(page) + "\n")
+        else:
+            _write(out, page["data"])
+        if page["next_offset"] <= (offset if offset is not None else -1) and page["next_offset"] < page["size"]:
+            raise UsageError(f"the logs API did not move past offset {offset}")  # never loop forever
+        offset = page["next_offset"]
+        if offset < page["size"]:
+            continue  # more is there already
+        if not a.follow or page.get("complete"):
+            return None
+        _sleep(LOG_POLL_SECONDS)
 
 
 def cmd_cancel(client: Client, a) -> object:
@@ -132,6 +301,8 @@ def cmd_set_quota(client: Client, a) -> object:
 
 
 def _print(result, a, command: str) -> None:
+    if command == "logs":
+        return  # printed as it arrived
     if a.json:
         print(json.dumps(result, indent=2))
     elif command == "list":
@@ -168,7 +339,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-preempt", action="store_true", help="not preemptible")
     s.add_argument("--topology", choices=["none", "soft", "hard"], default="none")
     s.add_argument("--highest-tier", type=int)
-    s.add_argument("--time-limit", type=int, help="seconds (lets backfill use the job)")
+    s.add_argument("--time-limit", type=int, help="seconds; the job is stopped when it runs longer "
+                                                  "(and backfill can use it)")
+    s.add_argument("--command", dest="command_line", metavar="COMMAND", help='what every task runs, one line split like a shell would: '
+                                     '"python3 train.py --epochs 3" (or give the argv after --)')
+    s.add_argument("--env", action="append", metavar="NAME=VALUE", help="an environment variable (repeatable)")
+    s.add_argument("--workdir", help="working directory (blank = the task's own directory on the node)")
+    s.add_argument("--image", help="container image (needs a node agent with docker or podman)")
+    s.add_argument("--max-restarts", type=int, help="restarts of the whole gang after a task fails (default 0)")
+    s.add_argument("--completion-role", help="the job succeeds when this role's tasks exit 0 (default: every role)")
+    s.add_argument("argv", nargs="*", metavar="-- ARGV", help="the command as separate words, after --")
 
     s = sub.add_parser("list", help="list jobs you may see")
     s.add_argument("--state")
@@ -178,6 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("get", help="one job")
     s.add_argument("id", type=int)
+
+    s = sub.add_parser("logs", help="print a task's output (stdout and stderr)")
+    s.add_argument("id", type=int, help="job id")
+    s.add_argument("--task", help="task id, or role-index such as worker-1 (default: the job's first task)")
+    s.add_argument("--attempt", type=int, help="an earlier attempt (default: the current one)")
+    s.add_argument("--follow", "-f", action="store_true", help="keep printing until the task has ended")
 
     s = sub.add_parser("cancel", help="cancel a job")
     s.add_argument("id", type=int)
@@ -194,11 +380,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"submit": cmd_submit, "list": cmd_list, "get": cmd_get, "cancel": cmd_cancel, "set-quota": cmd_set_quota}
+COMMANDS = {"submit": cmd_submit, "list": cmd_list, "get": cmd_get, "logs": cmd_logs, "cancel": cmd_cancel,
+            "set-quota": cmd_set_quota}
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+    """Run one gpuctl command; returns the exit status (0 ok, 1 refused by the API, 2 bad usage or the API
+    unreachable, 130 interrupted)."""
+    try:
+        a = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse printed the usage and the problem (or --help)
+        return exc.code if isinstance(exc.code, int) else 2
     if not a.api.startswith(("http://", "https://")):
         print(f"gpuctl: the API address must start with http:// or https:// (got {a.api!r}; set GPUCTL_API)",
               file=sys.stderr)
@@ -215,8 +407,23 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"  {exc.body}", file=sys.stderr)
         return 1
+    except UsageError as exc:
+        print(f"gpuctl {a.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # gpuctl logs 42 | head
+        try:  # Python flushes stdout at exit: point it at /dev/null so that does not fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
     except (urllib.error.URLError, OSError) as exc:
-        print(f"gpuctl: cannot reach {a.api}: {exc}", file=sys.stderr)
+        print(f"gpuctl: cannot reach {a.api}: {getattr(exc, 'reason', None) or exc}", file=sys.stderr)
+        return 2
+    except json.JSONDecodeError:
+        print(f"gpuctl: the answer from {a.api} is not JSON (is it the platform's API address?)", file=sys.stderr)
         return 2
     _print(result, a, a.command)
     return 0

@@ -1,0 +1,204 @@
+"""gpuctl without a server: what `submit` sends for the new run flags (--command / argv after --, --env,
+--workdir, --image, --max-restarts, --time-limit, --file JSON or YAML), the clear errors for bad flags
+(exit 2, never a traceback), and how `logs` pages, follows and reports trimming, against a scripted API."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuplatform import cli
+
+API = ["--api", "http://gpu.example:8000", "--token", "t"]
+
+
+class FakeApi:
+    """Stands in for cli.Client: records each call, answers from `answers` (a function of method, path,
+    params/body)."""
+
+    calls: list = []
+    answers = None
+
+    def __init__(self, base, token, timeout=30.0):
+        pass
+
+    def request(self, method, path, body=None, headers=None):
+        FakeApi.calls.append((method, path, body))
+        return FakeApi.answers(method, path, body), {}
+
+    def get(self, path, **params):
+        params = {k: v for k, v in params.items() if v is not None}
+        FakeApi.calls.append(("GET", path, params))
+        return FakeApi.answers("GET", path, params), {}
+
+
+@pytest.fixture
+def api(monkeypatch):
+    FakeApi.calls = []
+    FakeApi.answers = lambda method, path, body: {"id": 7, "name": "x", "team": "alpha", "queue": "alpha",
+                                                   "state": "pending", "gpus": 1, "priority": 0, "nodes": [],
+                                                   "position": 1, "pending_reason": "waiting"}
+    monkeypatch.setattr(cli, "Client", FakeApi)
+    return FakeApi
+
+
+def sent_body(api):
+    posts = [c for c in api.calls if c[0] == "POST"]
+    assert len(posts) == 1, api.calls
+    return posts[0][2]
+
+
+def test_submit_sends_command_env_workdir_image_restarts_and_time_limit(api, capsys):
+    code = cli.main([*API, "submit", "--queue", "alpha", "--name", "x",
+                     "--command", "python3 train.py --name 'run one'", "--env", "NCCL_DEBUG=INFO", "--env", "EQ=a=b", "--env", "EMPTY=", "--workdir", "/srv/run",
+                     "--image", "nvcr.io/nvidia/pytorch:24.05-py3", "--max-restarts", "2", "--time-limit", "3600",
+                     "--completion-role", "worker"])
+    assert code == 0, capsys.readouterr().err
+    body = sent_body(api)
+    assert body["command"] == ["python3", "train.py", "--name", "run one"]
+    assert body["env"] == {"NCCL_DEBUG": "INFO", "EQ": "a=b", "EMPTY": ""}
+    assert (body["working_dir"], body["image"], body["max_restarts"], body["time_limit_seconds"],
+            body["completion_role"]) == ("/srv/run", "nvcr.io/nvidia/pytorch:24.05-py3", 2, 3600, "worker")
+    assert body["roles"] == [{"name": "worker", "tasks": 1, "gpus_per_task": 1, "flavor": ""}]
+
+
+def test_submit_takes_the_argv_after_double_dash(api, capsys):
+    code = cli.main([*API, "submit", "--queue", "alpha", "--name", "x", "--gpus", "2", "--",
+                     "python3", "-c", "import sys; print(sys.argv)", "--epochs", "3"])
+    assert code == 0, capsys.readouterr().err
+    body = sent_body(api)
+    assert body["command"] == ["python3", "-c", "import sys; print(sys.argv)", "--epochs", "3"]
+    assert body["roles"][0]["gpus_per_task"] == 2 and "env" not in body and "max_restarts" not in body
+    assert body["time_limit_seconds"] is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--command", "python3 x.py", "--", "python3", "y.py"], "either with --command or after --, not both"),
+    (["--command", "python3 -c 'print(1)"], "--command is not a valid shell word list: No closing quotation"),
+    (["--command", "   "], "--command is empty"),
+    ([], "a job needs a command"),
+    (["--command", "x", "--env", "NOEQUALS"], "--env expects NAME=VALUE, got 'NOEQUALS'"),
+    (["--command", "x", "--env", "1BAD=x"], "'1BAD' is not a variable name"),
+    (["--command", "x", "--env", "A=1", "--env", "A=2"], "--env A is given twice"),
+    (["--command", "x", "--max-restarts", "-1"], "--max-restarts must be 0 or more, got -1"),
+    (["--command", "x", "--time-limit", "0"], "--time-limit is in seconds and must be positive"),
+])
+def test_submit_refuses_bad_run_flags_clearly(api, capsys, argv, message):
+    code = cli.main([*API, "submit", "--queue", "alpha", "--name", "x", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.startswith("gpuctl submit: ") and "Traceback" not in err
+    assert api.calls == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["submit", "--queue", "a", "--name", "x", "--command", "x", "--max-restarts", "two"],
+     "argument --max-restarts: invalid int value: 'two'"),
+    (["submit", "--queue", "a", "--name", "x", "--command", "x", "--time-limit", "1h"],
+     "argument --time-limit: invalid int value: '1h'"),
+    (["logs"], "the following arguments are required: id"),
+    (["logs", "seven"], "argument id: invalid int value: 'seven'"),
+    (["submit", "--command"], "argument --command: expected one argument"),
+])
+def test_bad_flags_are_usage_errors(api, capsys, argv, message):
+    assert cli.main([*API, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "usage: gpuctl" in err and "Traceback" not in err
+
+
+def test_file_bodies_pass_the_run_fields_through_and_flags_override(api, tmp_path, capsys):
+    job = {"name": "x", "queue": "alpha", "command": "python3 train.py", "env": {"A": "1"},
+           "working_dir": "/srv", "max_restarts": 1, "roles": [{"name": "worker", "tasks": 2},
+                                                              {"name": "eval", "command": ["python3", "eval.py"]}]}
+    as_json = tmp_path / "job.json"
+    as_json.write_text(json.dumps(job))
+    assert cli.main([*API, "submit", "--file", str(as_json)]) == 0
+    assert sent_body(api) == job
+    api.calls.clear()
+    as_yaml = tmp_path / "job.yaml"
+    as_yaml.write_text("name: x\nqueue: alpha\ncommand: [python3, train.py]\nenv:\n  A: '1'\nmax_restarts: 1\n"
+                       "roles:\n  - {name: worker, tasks: 2}\n  - {name: eval, command: python3 eval.py}\n")
+    assert cli.main([*API, "submit", "--file", str(as_yaml), "--max-restarts", "3", "--env", "B=2",
+                     "--", "python3", "other.py"]) == 0
+    body = sent_body(api)
+    assert body["command"] == ["python3", "other.py"] and body["env"] == {"B": "2"} and body["max_restarts"] == 3
+    assert body["roles"][1] == {"name": "eval", "command": "python3 eval.py"}
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("bad.json", "{not json", "is not valid JSON"),
+    ("bad.yml", "name: [unclosed", "is not valid YAML"),
+    ("list.json", "[1, 2]", "must hold one object (the job), not list"),
+    ("absent.json", None, "cannot read"),
+])
+def test_bad_files_are_clear_errors(api, tmp_path, capsys, name, text, message):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    assert cli.main([*API, "submit", "--file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("gpuctl submit: ") and "Traceback" not in err
+
+
+def log_api(pages_by_offset, job=None):
+    """answers: the job (GET /api/v1/jobs/7/), and log pages looked up by the offset asked for (None = none)."""
+    def answer(method, path, params):
+        if path == "/api/v1/jobs/7/":
+            return job or {"id": 7, "roles": [{"name": "worker"}],
+                           "tasks": [{"id": 31, "name": "worker-0"}, {"id": 32, "name": "worker-1"}]}
+        assert path == "/api/v1/jobs/7/logs/" and params["limit"] == cli.LOG_LIMIT_BYTES
+        page = pages_by_offset[params.get("offset")]
+        return page() if callable(page) else page
+    return answer
+
+
+def page(offset, data, size, *, attempt=0, trimmed=False, complete=False, task=31):
+    return {"task": task, "name": "worker-0", "attempt": attempt, "offset": offset,
+            "next_offset": offset + len(data.encode()), "size": size, "trimmed": trimmed, "data": data,
+            "complete": complete}
+
+
+def test_logs_prints_every_page_of_the_first_task(api, capsys):
+    api.answers = log_api({None: page(100, "ab\n", 106, trimmed=True), 103: page(103, "cd\n", 106)})
+    assert cli.main([*API, "logs", "7"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "ab\ncd\n" and out.err == "(older output trimmed)\n"
+    log_calls = [c[2] for c in api.calls if c[1].endswith("/logs/")]
+    assert log_calls == [{"task": "31", "limit": 65536}, {"task": "31", "offset": 103, "limit": 65536}]
+
+
+def test_logs_follow_polls_until_complete_and_restarts_on_a_new_attempt(api, capsys, monkeypatch):
+    waits = []
+    monkeypatch.setattr(cli, "_sleep", waits.append)
+    # After "one\n" the gang restarts (attempt 1): the view starts that attempt from its beginning.
+    pages = {None: [page(0, "", 0), page(0, "two\n", 4, attempt=1, complete=True)], 0: [page(0, "one\n", 4)],
+             4: [page(4, "", 0, attempt=1)]}
+    api.answers = log_api({k: (lambda k=k: pages[k].pop(0)) for k in pages})
+    assert cli.main([*API, "logs", "7", "--task", "worker-0", "--follow"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "one\ntwo\n" and "--- worker-0: attempt 1 ---" in out.err
+    assert waits == [cli.LOG_POLL_SECONDS, cli.LOG_POLL_SECONDS]
+    assert all(c[2]["task"] == "worker-0" for c in api.calls if c[1].endswith("/logs/"))
+    assert not [c for c in api.calls if c[1] == "/api/v1/jobs/7/"]  # --task given: no job lookup
+
+
+def test_logs_json_prints_each_answer(api, capsys):
+    api.answers = log_api({None: page(0, "x\n", 2, complete=True)})
+    assert cli.main([*API, "--json", "logs", "7", "--follow"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line)["data"] for line in lines] == ["x\n"]
+
+
+def test_logs_of_a_job_without_tasks_is_a_clear_error(api, capsys):
+    api.answers = log_api({}, job={"id": 7, "roles": [], "tasks": []})
+    assert cli.main([*API, "logs", "7"]) == 2
+    assert "gpuctl logs: job 7 has no tasks" in capsys.readouterr().err
+
+
+def test_interrupted_follow_exits_130_quietly(api, capsys, monkeypatch):
+    def interrupt(_):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_sleep", interrupt)
+    api.answers = log_api({None: page(0, "", 0)})
+    assert cli.main([*API, "logs", "7", "--follow"]) == 130
+    assert "Traceback" not in capsys.readouterr().err
