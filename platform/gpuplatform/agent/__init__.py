@@ -1,10 +1,15 @@
-"""Node agent: reads the node's GPUs (NVML or `nvidia-smi -q -x`), registers the node and sends
-heartbeats with GPU health to the control plane's REST API. See inventory.py and client.py."""
-from .client import AgentError, heartbeat_body, post_json, register_body, run_agent
-from .inventory import GpuInventory, InventoryError, apply_health, read_nvidia_smi_xml, read_nvml
+"""Node agent: reads the node's GPUs (NVML or `nvidia-smi -q -x`), registers the node, sends heartbeats
+with GPU health to the control plane's REST API and executes the node's tasks (docs/execution.md). See
+inventory.py, client.py, runner.py (the assignments/reports loop), executor.py (process groups, state
+directories) and supervise.py (the per-task supervisor, run by path). Standard library only."""
+from .client import AgentError, get_json, heartbeat_body, post_json, register_body, run_agent
+from .executor import ExecutorError, ProcessExecutor
+from .inventory import GpuInventory, InventoryError, apply_health, demo_copies, read_nvidia_smi_xml, read_nvml
+from .runner import AgentLoop
 
-__all__ = ["AgentError", "GpuInventory", "InventoryError", "apply_health", "heartbeat_body", "post_json",
-           "read_nvidia_smi_xml", "read_nvml", "register_body", "run_agent", "make_reader"]
+__all__ = ["AgentError", "AgentLoop", "ExecutorError", "GpuInventory", "InventoryError", "ProcessExecutor",
+           "apply_health", "demo_copies", "get_json", "heartbeat_body", "post_json", "read_nvidia_smi_xml",
+           "read_nvml", "register_body", "run_agent", "make_reader"]
 
 
 def make_reader(nvidia_smi_xml: str | None = None):

@@ -6,6 +6,7 @@ Endpoints (the API is built separately; header `Authorization: Token <TOKEN>`, J
     {"name": "gpu-node-01", "flavor": "H200", "cpu_milli": 16000, "memory_mib": 257000,
      "labels": {"nvidia.com/gpu.product": "NVIDIA-H200", "nvidia.com/gpu.count": "1",
                 "nvidia.com/gpu.memory": "143771"},
+     "address": "10.0.0.7", "runtime": "",
      "gpus": [{"index": 0, "uuid": "GPU-...", "model": "NVIDIA H200", "memory_mib": 143771,
                "pci_bus_id": "00000000:00:06.0", "numa_node": 0, "mig_mode": "disabled",
                "ecc_uncorrected_volatile": 0, "ecc_uncorrected_aggregate": 0, "retired_pages_dbe": null,
@@ -19,7 +20,12 @@ Endpoints (the API is built separately; header `Authorization: Token <TOKEN>`, J
 memory in MiB, cpu in millicores, time ISO 8601 UTC. The register body maps onto
 node_services.register_node(name, flavor=..., gpus=..., cpu_milli=..., memory_mib=..., labels=...), the
 heartbeat onto node_services.record_heartbeat(name, gpus=..., at=time). A non-2xx answer or a network
-error raises `AgentError`; `run_agent` logs it and retries at the next interval.
+error raises `AgentError`; `run_agent` logs it and retries at the next interval. "address" (where other
+nodes reach this one, e.g. MASTER_ADDR) and "runtime" ("" or "docker"/"podman") are sent by the
+gpu_agent command.
+
+Executing tasks (assignments and reports, docs/execution.md) is runner.AgentLoop's job, started by
+`run_agent(..., executor=ProcessExecutor(...))`.
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ from typing import Callable
 
 from .inventory import GpuInventory, flavor_of
 
-__all__ = ["AgentError", "register_body", "heartbeat_body", "post_json", "run_agent", "host_resources"]
+__all__ = ["AgentError", "register_body", "heartbeat_body", "post_json", "get_json", "run_agent", "host_resources"]
 
 log = logging.getLogger("gpuplatform.agent")
 
@@ -59,14 +65,22 @@ def host_resources(meminfo: str = "/proc/meminfo") -> tuple[int, int]:
         return cpu, 0
 
 
-def register_body(name: str, gpus: list[GpuInventory], *, cpu_milli: int = 0, memory_mib: int = 0) -> dict:
+def register_body(name: str, gpus: list[GpuInventory], *, cpu_milli: int = 0, memory_mib: int = 0,
+                  address: str | None = None, runtime: str | None = None) -> dict:
+    """The register call's JSON body. `address` (the IP or host name other nodes reach this one at) and
+    `runtime` ("" or "docker"/"podman") are included when given (not None)."""
     model = gpus[0].model if gpus else ""
     labels = {"nvidia.com/gpu.count": str(len(gpus))}
     if gpus:
         labels["nvidia.com/gpu.product"] = model.replace(" ", "-")
         labels["nvidia.com/gpu.memory"] = str(gpus[0].memory_mib)
-    return {"name": name, "flavor": flavor_of(model) if model else "", "cpu_milli": cpu_milli,
+    body = {"name": name, "flavor": flavor_of(model) if model else "", "cpu_milli": cpu_milli,
             "memory_mib": memory_mib, "labels": labels, "gpus": [g.to_dict() for g in gpus]}
+    if address is not None:
+        body["address"] = address
+    if runtime is not None:
+        body["runtime"] = runtime
+    return body
 
 
 def heartbeat_body(gpus: list[GpuInventory], at: datetime | None = None) -> dict:
@@ -75,30 +89,59 @@ def heartbeat_body(gpus: list[GpuInventory], at: datetime | None = None) -> dict
                                               "ecc_uncorrected_volatile": g.ecc_uncorrected_volatile} for g in gpus]}
 
 
-def post_json(url: str, token: str, body: dict, *, timeout: float = 10.0) -> dict:
-    """POST `body` as JSON; return the decoded JSON answer ({} when empty). Raises AgentError."""
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", "Accept": "application/json",
-                                          "Authorization": f"Token {token}"})
+def _request(method: str, url: str, token: str, body: dict | None, timeout: float) -> dict:
+    headers = {"Accept": "application/json", "Authorization": f"Token {token}"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:300].decode(errors="replace")
-        raise AgentError(f"POST {url}: HTTP {exc.code} {detail}", exc.code) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise AgentError(f"POST {url}: {exc}") from None
+        raise AgentError(f"{method} {url}: HTTP {exc.code} {detail}", exc.code) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: http.client.InvalidURL etc.
+        raise AgentError(f"{method} {url}: {exc}") from None
     try:
         return json.loads(raw) if raw.strip() else {}
     except ValueError:
         return {}
 
 
+def post_json(url: str, token: str, body: dict, *, timeout: float = 10.0) -> dict:
+    """POST `body` as JSON; return the decoded JSON answer ({} when empty or not JSON). Raises AgentError
+    (`status` = the HTTP status of a non-2xx answer, None for a network error)."""
+    return _request("POST", url, token, body, timeout)
+
+
+def get_json(url: str, token: str, *, timeout: float = 10.0) -> dict:
+    """GET `url`; return the decoded JSON answer ({} when empty or not JSON). Raises AgentError
+    (`status` = the HTTP status of a non-2xx answer, None for a network error)."""
+    return _request("GET", url, token, None, timeout)
+
+
 def run_agent(api: str, token: str, node_name: str, read: Callable[[], list[GpuInventory]], *,
               once: bool = False, interval: float = 30.0, max_beats: int | None = None,
-              sleep: Callable[[float], None] = time.sleep, resources: tuple[int, int] | None = None) -> int:
-    """Register, then heartbeat every `interval` seconds. once: register + one heartbeat, errors raise.
-    Returns the number of heartbeats sent. `read` returns the current inventory (health included)."""
+              sleep: Callable[[float], None] = time.sleep, resources: tuple[int, int] | None = None,
+              address: str | None = None, runtime: str | None = None, executor=None, poll: float = 2.0,
+              max_cycles: int | None = None, should_stop: Callable[[], bool] | None = None) -> int:
+    """Register, then heartbeat every `interval` seconds. once: register + one heartbeat, errors raise (no
+    execution even with an executor). Returns the number of heartbeats sent. `read` returns the current
+    inventory (health included). `address` / `runtime` go into the register body when not None.
+
+    With `executor` (an agent.executor.ProcessExecutor) and not `once`, the node also executes its tasks:
+    runner.AgentLoop polls the assignments every `poll` seconds (the server's poll_seconds once answered)
+    and posts the reports (docs/execution.md); it stops after `max_cycles` assignment rounds, `max_beats`
+    heartbeats or when `should_stop()` is true (else it runs forever)."""
+    if executor is not None and not once:
+        from .runner import AgentLoop
+
+        loop = AgentLoop(api, token, node_name, read, executor, address=address, runtime=runtime,
+                         interval=interval, poll=poll, resources=resources, sleep=sleep)
+        loop.run(max_cycles=max_cycles, max_beats=max_beats, should_stop=should_stop)
+        return loop.beats
     base = api.rstrip("/")
     cpu, mem = resources if resources is not None else host_resources()
     reg_url = f"{base}/api/v1/nodes/register/"
@@ -108,7 +151,8 @@ def run_agent(api: str, token: str, node_name: str, read: Callable[[], list[GpuI
         try:
             gpus = read()
             if not registered:
-                post_json(reg_url, token, register_body(node_name, gpus, cpu_milli=cpu, memory_mib=mem))
+                post_json(reg_url, token, register_body(node_name, gpus, cpu_milli=cpu, memory_mib=mem,
+                                                        address=address, runtime=runtime))
                 registered = True
                 log.info("registered %s with %d GPU(s)", node_name, len(gpus))
             post_json(beat_url, token, heartbeat_body(gpus))
@@ -117,6 +161,6 @@ def run_agent(api: str, token: str, node_name: str, read: Callable[[], list[GpuI
             if once:
                 raise
             log.warning("agent: %s", exc)
-        if once or (max_beats is not None and beats >= max_beats):
+        if once or (max_beats is not None and beats >= max_beats) or (should_stop is not None and should_stop()):
             return beats
         sleep(interval)

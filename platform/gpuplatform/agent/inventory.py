@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["GpuInventory", "InventoryError", "read_nvml", "read_nvidia_smi_xml", "apply_health", "FATAL_XIDS",
-           "flavor_of", "numa_from_sysfs"]
+           "flavor_of", "numa_from_sysfs", "demo_copies"]
 
 FATAL_XIDS = {48: "double-bit ECC error", 62: "internal micro-controller halt", 64: "ECC row-remapping failure",
               74: "NVLink error", 79: "GPU has fallen off the bus", 95: "uncontained ECC error",
@@ -195,3 +196,28 @@ def read_nvidia_smi_xml(text: str, *, sysfs_root: str | None = None,
             xids=list((xids or {}).get(index, [])))
         gpus.append(apply_health(gpu))
     return gpus
+
+
+def demo_copies(gpus: list[GpuInventory], count: int, node_name: str) -> list[GpuInventory]:
+    """For a local demo: `count` copies of the first GPU of `gpus`, indexes 0..count-1, each with its own
+    UUID derived deterministically from the original UUID, `node_name` and the index ("GPU-" + uuid5), its
+    own PCI bus id (bus number + index) and no NVLink peers. These are not real devices: a CUDA program
+    given their UUIDs finds no GPU. Raises InventoryError when `gpus` is empty or count < 1."""
+    if count < 1:
+        raise InventoryError("the number of demo GPU copies must be >= 1")
+    if not gpus:
+        raise InventoryError("no GPU in the inventory to copy for the demo")
+    first = gpus[0]
+    dom, _, rest = first.pci_bus_id.partition(":")
+    bus, _, devfn = rest.partition(":")
+    out = []
+    for i in range(count):
+        gid = uuid.uuid5(uuid.NAMESPACE_URL, f"gpuplatform-demo-gpu:{first.uuid}:{node_name}:{i}")
+        try:
+            pci = f"{dom}:{(int(bus, 16) + i) % 256:02X}:{devfn}"
+        except ValueError:
+            pci = f"{first.pci_bus_id}#{i}"
+        copy = GpuInventory(**{**first.to_dict(), "index": i, "uuid": f"GPU-{gid}", "pci_bus_id": pci,
+                               "nvlink_peers": [], "xids": list(first.xids)})
+        out.append(apply_health(copy))
+    return out

@@ -1,20 +1,26 @@
-"""Run the node agent: register this node and send heartbeats with GPU health.
+"""Run the node agent: register this node, send heartbeats with GPU health and execute its tasks.
 
     python manage.py gpu_agent --api https://control-plane --token TOKEN [--node-name NAME] [--once]
-                               [--interval 30] [--nvidia-smi-xml FILE]
+                               [--interval 30] [--nvidia-smi-xml FILE] [--no-exec] [--work-dir DIR]
+                               [--address IP] [--runtime docker|podman] [--poll 2] [--gpus K]
 
-Inventory from NVML (nvidia-ml-py) where present, else `nvidia-smi -q -x` (or the given XML file). The JSON
-bodies and endpoints are documented in gpuplatform/agent/client.py. Touches no database.
+Inventory from NVML (nvidia-ml-py) where present, else `nvidia-smi -q -x` (or the given XML file). Unless
+--no-exec or --once, the agent polls its assignments and launches, watches, stops and reports each task
+(docs/execution.md; gpuplatform/agent/runner.py and executor.py), keeping its state under --work-dir so a
+restarted agent adopts the tasks still running. The JSON bodies and endpoints are documented in
+gpuplatform/agent/client.py and runner.py. Touches no database.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 
 from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
-    help = "Node agent: register this node's GPUs and send heartbeats to the REST API."
+    help = "Node agent: register this node's GPUs, send heartbeats and run the node's tasks (REST API)."
     requires_system_checks: list = []
     requires_migrations_checks = False
 
@@ -22,19 +28,60 @@ class Command(BaseCommand):
         parser.add_argument("--api", required=True, help="base URL of the control plane, e.g. http://127.0.0.1:8000")
         parser.add_argument("--token", required=True, help="API token (sent as 'Authorization: Token ...')")
         parser.add_argument("--node-name", default=None, help="node name (default: this host's name)")
-        parser.add_argument("--once", action="store_true", help="register, send one heartbeat, exit")
+        parser.add_argument("--once", action="store_true",
+                            help="register, send one heartbeat, exit (runs no task)")
         parser.add_argument("--interval", type=float, default=30.0, help="seconds between heartbeats (default 30)")
         parser.add_argument("--nvidia-smi-xml", default=None, help="read `nvidia-smi -q -x` output from this file")
+        parser.add_argument("--no-exec", action="store_true",
+                            help="inventory and heartbeats only: never fetch assignments nor start a task")
+        parser.add_argument("--work-dir", default=None,
+                            help="the agent's state and task directories (default ~/.gpuplatform-agent/<node>)")
+        parser.add_argument("--address", default=None,
+                            help="address other nodes reach this one at, sent at registration "
+                                 "(default: this host's primary IP, else 127.0.0.1)")
+        parser.add_argument("--runtime", default="", choices=["", "docker", "podman"],
+                            help="container runtime for tasks with an image (default none: such tasks end "
+                                 "with exit code 125)")
+        parser.add_argument("--poll", type=float, default=2.0,
+                            help="seconds between assignment polls until the server sends poll_seconds (default 2)")
+        parser.add_argument("--gpus", type=int, default=None, metavar="K",
+                            help="LOCAL DEMO ONLY: report K copies of the first GPU of the inventory (indexes "
+                                 "0..K-1, distinct UUIDs derived from its UUID, the node name and the index); "
+                                 "they are not real devices")
 
     def handle(self, *args, **opts):
         from gpuplatform.agent import AgentError, InventoryError, make_reader, run_agent
+        from gpuplatform.agent.executor import ExecutorError, ProcessExecutor
+        from gpuplatform.agent.inventory import demo_copies
+        from gpuplatform.agent.runner import primary_address
 
         if opts["interval"] <= 0:
             raise CommandError("--interval must be > 0")
+        if opts["poll"] <= 0:
+            raise CommandError("--poll must be > 0")
+        if opts["gpus"] is not None and opts["gpus"] < 1:
+            raise CommandError("--gpus must be >= 1")
         name = opts["node_name"] or socket.gethostname()
+        runtime = opts["runtime"] or ""
+        if runtime and not shutil.which(runtime):
+            raise CommandError(f"--runtime {runtime}: no {runtime!r} on PATH")
+        address = opts["address"] or primary_address()
+        execute = not (opts["once"] or opts["no_exec"])
         try:
             reader = make_reader(opts["nvidia_smi_xml"])
-            beats = run_agent(opts["api"], opts["token"], name, reader, once=opts["once"], interval=opts["interval"])
-        except (AgentError, InventoryError, OSError) as exc:
+            if opts["gpus"] is not None:
+                real, count = reader, opts["gpus"]
+                reader = lambda: demo_copies(real(), count, name)  # noqa: E731
+            executor = None
+            if execute:
+                work_dir = opts["work_dir"] or os.path.join(os.path.expanduser("~"), ".gpuplatform-agent", name)
+                executor = ProcessExecutor(work_dir, runtime or None)
+                self.stdout.write(f"{name}: executing tasks, state in {executor.work_dir}")
+            beats = run_agent(opts["api"], opts["token"], name, reader, once=opts["once"], interval=opts["interval"],
+                              address=address, runtime=runtime, executor=executor, poll=opts["poll"])
+        except (AgentError, InventoryError, ExecutorError, OSError) as exc:
             raise CommandError(str(exc)) from exc
+        except KeyboardInterrupt:
+            self.stdout.write(f"{name}: agent stopped; its tasks keep running and are adopted at the next start")
+            return
         self.stdout.write(f"{name}: registered, {beats} heartbeat(s) sent")

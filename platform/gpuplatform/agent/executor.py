@@ -1,0 +1,643 @@
+"""Local task executor of the node agent: start, watch, stop and report task processes (docs/execution.md).
+
+Standard library only, Linux only (/proc). No Django imports.
+
+Each task attempt gets a state directory `work_dir/tasks/<task>-<attempt>/` holding
+
+    meta.json        the executor's record (below), written atomically on every change
+    output.log       the task's combined stdout + stderr (appended by the supervisor)
+    exit.json        {"exit_code": n} or {"signal": s}, written by the supervisor when the task ended
+    supervisor.json  {"pid", "start_time", "boot_id"} written by the supervisor as it starts
+    supervisor.log   the supervisor's own stderr (empty unless it crashed)
+
+meta.json: {"task", "attempt", "job", "role", "index", "gpus": [{"index", "uuid"}], "image", "container",
+"pid" (the supervisor, leader of its own process group and session; null until started), "start_time"
+(the supervisor's start time in clock ticks since boot, from /proc/<pid>/stat: guards against pid reuse),
+"boot_id", "started_at" (epoch s), "started_reported", "result" (null while running, else {"exit_code": n},
+{"signal": s} or {"lost": message}), "exited_reported", "log_offset" (bytes of output.log shipped),
+"stop" (null, or {"deadline": time.monotonic() value, "boot_id", "requested_at" (epoch s), "killed",
+"container_killed"}), "done"}. A meta.json that exists means the attempt was started: it is never started
+again, across agent restarts.
+
+Every task runs under `supervise.py` (a separate standard-library script, see there), which leads its own
+process group, is the subreaper of everything the task forks, and records the exit status in exit.json.
+
+Keys are `(task, attempt)` tuples of ints.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+__all__ = ["ProcessExecutor", "ExecutorError", "task_env", "container_argv", "container_name", "ProcStat",
+           "proc_stat", "scan_proc", "SUPERVISOR", "RUNTIMES", "SECRET_NAMES", "SECRET_PREFIXES"]
+
+log = logging.getLogger("gpuplatform.agent.executor")
+
+SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervise.py")
+RUNTIMES = ("docker", "podman")
+SECRET_NAMES = frozenset({"DATABASE_URL", "REDIS_URL", "SECRET_KEY"})
+SECRET_PREFIXES = ("DJANGO_", "GPUCTL_", "GPUPLATFORM_AGENT_")
+LOST_ON_RESTART = "agent restarted; process gone, no exit status"
+
+Key = tuple  # (task: int, attempt: int)
+
+
+class ExecutorError(RuntimeError):
+    """A bad argument to the executor (unknown runtime, malformed assignment)."""
+
+
+# --------------------------------------------------------------------------------------------- /proc helpers
+@dataclass(frozen=True)
+class ProcStat:
+    """One process from /proc/<pid>/stat. start_time: clock ticks since boot."""
+    pid: int
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+    start_time: int
+
+    @property
+    def dead(self) -> bool:
+        return self.state in ("Z", "X", "x")
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """The /proc/<pid>/stat record of `pid`, or None when no such process exists."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    rest = raw[raw.rfind(b")") + 2:].split()
+    try:
+        return ProcStat(pid, rest[0].decode(), int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]))
+    except (IndexError, ValueError):
+        return None
+
+
+def scan_proc() -> dict[int, ProcStat]:
+    """Every process visible in /proc: {pid: ProcStat}."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = proc_stat(int(name))
+            if st is not None:
+                out[st.pid] = st
+    return out
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _descendants(root: int, procs: dict[int, ProcStat]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for st in procs.values():
+        if not st.dead:
+            children.setdefault(st.ppid, []).append(st.pid)
+    out, todo = [], [root]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            out.append(pid)
+            todo.append(pid)
+    return out
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def _write_json(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# ------------------------------------------------------------------------------------ env and argv building
+def task_env(overlay: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:
+    """The task's environment: `base` (default os.environ) without the agent's secrets (names starting with
+    DJANGO_, GPUCTL_, GPUPLATFORM_AGENT_, and DATABASE_URL, REDIS_URL, SECRET_KEY), overlaid with `overlay`
+    (values converted with str)."""
+    base = os.environ if base is None else base
+    env = {k: v for k, v in base.items() if k not in SECRET_NAMES and not k.startswith(SECRET_PREFIXES)}
+    env.update({str(k): str(v) for k, v in (overlay or {}).items()})
+    return env
+
+
+def container_name(task: int, attempt: int) -> str:
+    """`gpuplatform-<task>-<attempt>`: the container's name, used by `runtime kill` at the deadline."""
+    return f"gpuplatform-{task}-{attempt}"
+
+
+def container_argv(runtime: str, *, task: int, attempt: int, image: str, argv: list[str], env_names: list[str],
+                   gpus: list[dict], workdir: str = "") -> list[str]:
+    """The command line that runs `argv` in `image` with `runtime` ("docker" or "podman"):
+
+        [runtime, "run", "--rm", "--name", "gpuplatform-<task>-<attempt>", "--network", "host", GPU flags,
+         "-e", NAME, ... (one per name; the value comes from the runtime's own environment, never the command
+         line), "-w", workdir (only when workdir is not ""), image, *argv]
+
+    GPU flags, from each GPU's "uuid" (its "index" when the uuid is empty): docker `--gpus "device=U1,U2"`
+    (the double quotes are part of the argument: docker parses the value as CSV, so a bare comma would split
+    the device list); podman (CDI) `--device nvidia.com/gpu=U` once per GPU. No GPUs: no GPU flag.
+    Raises ExecutorError for another runtime or an empty image."""
+    if runtime not in RUNTIMES:
+        raise ExecutorError(f"unknown container runtime {runtime!r} (expected one of {', '.join(RUNTIMES)})")
+    if not image:
+        raise ExecutorError("container_argv needs an image")
+    cmd = [runtime, "run", "--rm", "--name", container_name(task, attempt), "--network", "host"]
+    ids = [str(g.get("uuid") or g.get("index")) for g in gpus]
+    if ids and runtime == "docker":
+        cmd += ["--gpus", f'"device={",".join(ids)}"']
+    elif ids:
+        for gid in ids:
+            cmd += ["--device", f"nvidia.com/gpu={gid}"]
+    for name in env_names:
+        cmd += ["-e", name]
+    if workdir:
+        cmd += ["-w", workdir]
+    return cmd + [image, *argv]
+
+
+def _gpu_ids(gpus: list[dict]) -> set[str]:
+    return {str(g.get("uuid")) if g.get("uuid") else f"index:{g.get('index')}" for g in gpus or []}
+
+
+def _trim_utf8_tail(raw: bytes) -> bytes:
+    """`raw` without a trailing incomplete UTF-8 sequence (at most 3 bytes are dropped)."""
+    for back in range(1, min(4, len(raw)) + 1):
+        b = raw[-back]
+        if b & 0xC0 == 0x80:  # continuation byte: look further back for the lead byte
+            continue
+        need = 2 if b & 0xE0 == 0xC0 else 3 if b & 0xF0 == 0xE0 else 4 if b & 0xF8 == 0xF0 else 1
+        return raw[:-back] if need > back else raw
+    return raw
+
+
+# ------------------------------------------------------------------------------------------------ executor
+class ProcessExecutor:
+    """Runs task attempts as supervised process groups (or containers) under `work_dir/tasks/`.
+
+    work_dir: the agent's work directory (created). runtime: None/"" (no containers), "docker" or "podman"
+    (ExecutorError otherwise). supervisor_grace: seconds the supervisor waits between SIGTERM and SIGKILL for
+    processes left behind once the task's main process exited. python: the interpreter that runs supervise.py.
+
+    Drive it with: recover() once after construction (adopts what a previous agent left running), then
+    every cycle poll(), stop(...) / start(...) per the assignments, unreported() + mark_reported(...) and
+    log_chunk(...) + ack_logs(...) for the reports. Not thread-safe: call it from one thread."""
+
+    def __init__(self, work_dir: str, runtime: str | None = None, *, supervisor_grace: float = 2.0,
+                 python: str | None = None):
+        if runtime and runtime not in RUNTIMES:
+            raise ExecutorError(f"unknown container runtime {runtime!r} (expected one of {', '.join(RUNTIMES)})")
+        self.work_dir = os.path.abspath(os.path.expanduser(work_dir))
+        self.tasks_dir = os.path.join(self.work_dir, "tasks")
+        os.makedirs(self.tasks_dir, exist_ok=True)
+        self.runtime = runtime or ""
+        self.supervisor_grace = float(supervisor_grace)
+        self.python = python or sys.executable
+        self._boot = _boot_id()
+        self._meta: dict[Key, dict] = {}
+        self._procs: dict[Key, subprocess.Popen] = {}
+        self._waiting: set[Key] = set()
+
+    # ---------------------------------------------------------------------------------------- paths, state
+    @staticmethod
+    def key_of(assignment: dict) -> Key:
+        """(task, attempt) of an assignment dict. Raises ExecutorError when either is missing."""
+        try:
+            return int(assignment["task"]), int(assignment["attempt"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ExecutorError(f"assignment without a valid task/attempt: {exc}") from None
+
+    def task_dir(self, key: Key) -> str:
+        """Absolute path of the state directory of `key`."""
+        return os.path.join(self.tasks_dir, f"{int(key[0])}-{int(key[1])}")
+
+    def _path(self, key: Key, name: str) -> str:
+        return os.path.join(self.task_dir(key), name)
+
+    def _save(self, key: Key) -> None:
+        _write_json(self._path(key, "meta.json"), self._meta[key])
+
+    def meta(self, key: Key) -> dict | None:
+        """A copy of the in-memory meta.json of `key` (None when this executor does not track it)."""
+        m = self._meta.get(tuple(key))
+        return json.loads(json.dumps(m)) if m is not None else None
+
+    def live_keys(self) -> list[Key]:
+        """Keys of the tasks started and not yet seen ended (including adopted ones), sorted."""
+        return sorted(k for k, m in self._meta.items() if m.get("pid") and m.get("result") is None)
+
+    def known(self, key: Key) -> bool:
+        """True when (task, attempt) was ever started here (its meta.json exists)."""
+        key = tuple(key)
+        return key in self._meta or os.path.exists(self._path(key, "meta.json"))
+
+    def _supervisor_alive(self, m: dict, procs: dict[int, ProcStat] | None = None) -> bool:
+        pid = m.get("pid")
+        if not pid or m.get("boot_id") != self._boot:
+            return False
+        st = procs.get(pid) if procs is not None else proc_stat(pid)
+        return st is not None and not st.dead and st.start_time == m.get("start_time")
+
+    def _task_pids(self, m: dict, procs: dict[int, ProcStat]) -> tuple[bool, list[int]]:
+        """(supervisor alive, other live pids of the task: descendants of the supervisor + members of its
+        process group / session). When the supervisor's pid now names another process, its group is not ours."""
+        pid = m.get("pid")
+        if not pid or m.get("boot_id") != self._boot:
+            return False, []
+        alive = self._supervisor_alive(m, procs)
+        st = procs.get(pid)
+        if st is not None and st.start_time != m.get("start_time"):
+            return False, []  # pid reused: nothing of ours can hold that pgid / sid any more
+        pids = set(_descendants(pid, procs)) if alive else set()
+        pids |= {p.pid for p in procs.values() if not p.dead and p.pid != pid and (p.pgid == pid or p.sid == pid)}
+        return alive, sorted(pids)
+
+    def alive_pids(self, key: Key) -> list[int]:
+        """Sorted pids of the task's live processes: the supervisor (when alive), its descendants and the
+        members of its process group / session. [] when the task is unknown or everything is gone."""
+        m = self._meta.get(tuple(key)) or _read_json(self._path(tuple(key), "meta.json"))
+        if not m:
+            return []
+        procs = scan_proc()
+        alive, pids = self._task_pids(m, procs)
+        return sorted(set(pids) | ({m["pid"]} if alive else set()))
+
+    # ------------------------------------------------------------------------------------------------ start
+    def start(self, assignment: dict) -> str:
+        """Start the assignment `{"task", "attempt", "argv": [str], "env": {str: str}, "working_dir": str,
+        "image": str, "gpus": [{"index", "uuid"}], "job", "role", "index"}` (the assignments answer's task).
+
+        Returns "started" (supervisor launched), "exists" (this (task, attempt) was started before: never
+        twice), "waiting" (one of its GPUs is held by a local task still alive, typically being stopped:
+        call again later) or "ended" (it ended at once without a process: an image but no runtime -> exit
+        code 125, an empty argv -> 127, a supervisor that could not be launched -> lost; poll() will not
+        list it, unreported() reports it). Raises ExecutorError for an assignment without task/attempt."""
+        key = self.key_of(assignment)
+        if self.known(key):
+            return "exists"
+        gpus = [{"index": g.get("index"), "uuid": g.get("uuid") or ""} for g in assignment.get("gpus") or []]
+        want = _gpu_ids(gpus)
+        if want:
+            for other in self.live_keys():
+                if want & _gpu_ids(self._meta[other].get("gpus") or []):
+                    if key not in self._waiting:
+                        self._waiting.add(key)
+                        log.log(logging.INFO if self._meta[other].get("stop") else logging.WARNING,
+                                "task %s-%s waits for GPUs held by task %s-%s", *key, *other)
+                    return "waiting"
+        self._waiting.discard(key)
+        tdir = self.task_dir(key)
+        os.makedirs(tdir, exist_ok=True)
+        image = str(assignment.get("image") or "")
+        env_overlay = {str(k): str(v) for k, v in (assignment.get("env") or {}).items()}
+        wd = str(assignment.get("working_dir") or "")
+        cwd = os.path.join(self.work_dir, wd) if wd else tdir  # join keeps an absolute wd as is
+        m = {"task": key[0], "attempt": key[1], "job": assignment.get("job"), "role": assignment.get("role"),
+             "index": assignment.get("index"), "gpus": gpus, "image": image, "container": None,
+             "runtime": self.runtime if image else "", "pid": None, "start_time": None, "boot_id": self._boot,
+             "started_at": None, "started_reported": False, "result": None, "exited_reported": False,
+             "log_offset": 0, "stop": None, "done": False}
+        self._meta[key] = m
+        self._save(key)  # before anything runs: a crash from here on can never lead to a second start
+        argv = assignment.get("argv") or []
+        if isinstance(argv, str) or not all(isinstance(a, str) for a in argv):
+            argv = []
+        if not argv:
+            return self._end_now(key, 127, "the task has no command (empty argv)")
+        if image:
+            if not self.runtime:
+                return self._end_now(key, 125, f"the task needs image {image!r} but this agent has no container "
+                                               "runtime (start it with --runtime docker or --runtime podman)")
+            m["container"] = container_name(*key)
+            argv = container_argv(self.runtime, task=key[0], attempt=key[1], image=image, argv=list(argv),
+                                  env_names=list(env_overlay), gpus=gpus, workdir=cwd if wd else "")
+            cwd = tdir  # the runtime's CLI itself runs in the task directory
+        cmd = [self.python, "-I", SUPERVISOR, "--dir", tdir, "--cwd", cwd, "--grace", str(self.supervisor_grace),
+               "--", *argv]
+        try:
+            with open(os.path.join(tdir, "supervisor.log"), "ab") as sup_log:
+                proc = subprocess.Popen(cmd, cwd=tdir, env=task_env(env_overlay), stdin=subprocess.DEVNULL,
+                                        stdout=sup_log, stderr=subprocess.STDOUT, start_new_session=True,
+                                        close_fds=True)
+        except OSError as exc:
+            m["result"] = {"lost": f"cannot launch the task supervisor: {exc}"}
+            self._save(key)
+            return "ended"
+        st = proc_stat(proc.pid)  # our unreaped child: /proc/<pid> exists even if it exited already
+        m.update(pid=proc.pid, start_time=st.start_time if st else None, started_at=time.time())
+        self._procs[key] = proc
+        self._save(key)
+        log.info("started task %s-%s (supervisor pid %d): %s", *key, proc.pid, " ".join(argv)[:200])
+        return "started"
+
+    def _end_now(self, key: Key, code: int, why: str) -> str:
+        with open(self._path(key, "output.log"), "ab") as fh:
+            fh.write(f"[gpuplatform] {why}\n".encode())
+        _write_json(self._path(key, "exit.json"), {"exit_code": code})
+        self._meta[key]["result"] = {"exit_code": code}
+        self._save(key)
+        log.warning("task %s-%s ended at once (exit code %d): %s", *key, code, why)
+        return "ended"
+
+    # ------------------------------------------------------------------------------------------------- stop
+    def stop(self, key: Key, deadline_monotonic: float) -> bool:
+        """Stop the task: SIGTERM now to its process group and to every descendant of its supervisor, SIGKILL
+        to all of them once time.monotonic() >= deadline_monotonic (enforced here and by poll(); for a
+        container also `<runtime> kill <name>`). Idempotent: a second call only moves the deadline earlier.
+        Returns False when the task is not running here (unknown, not started or already ended)."""
+        key = tuple(key)
+        m = self._meta.get(key)
+        if m is None or not m.get("pid") or m.get("result") is not None:
+            return False
+        st = m.get("stop")
+        if st is None or st.get("boot_id") != self._boot:
+            m["stop"] = {"deadline": float(deadline_monotonic), "boot_id": self._boot, "requested_at": time.time(),
+                         "killed": False, "container_killed": False}
+            self._save(key)
+            self._signal(key, signal.SIGTERM)
+            log.info("stopping task %s-%s: SIGTERM, SIGKILL in %.1f s", *key, deadline_monotonic - time.monotonic())
+        elif deadline_monotonic < st["deadline"]:
+            st["deadline"] = float(deadline_monotonic)
+            self._save(key)
+        self._enforce(key, time.monotonic())
+        return True
+
+    def stopping(self, key: Key) -> bool:
+        """True while a stop was requested for a task that has not ended yet."""
+        m = self._meta.get(tuple(key))
+        return bool(m and m.get("stop") and m.get("result") is None)
+
+    def next_deadline(self) -> float | None:
+        """The earliest SIGKILL deadline (time.monotonic() scale) not yet enforced, or None."""
+        ds = [m["stop"]["deadline"] for m in self._meta.values()
+              if m.get("stop") and m.get("result") is None and not m["stop"].get("killed")]
+        return min(ds) if ds else None
+
+    def _signal(self, key: Key, sig: int) -> None:
+        m = self._meta[key]
+        if sig != signal.SIGKILL:
+            procs = scan_proc()
+            alive, pids = self._task_pids(m, procs)
+            if alive:
+                try:
+                    os.killpg(m["pid"], sig)
+                except OSError:
+                    pass
+            for pid in pids:
+                _kill(pid, sig)
+            return
+        # SIGKILL: the descendants first, while the supervisor (their subreaper) is alive to re-parent the
+        # orphans of a killed process, until none is left; then the supervisor and its group.
+        alive = False
+        for _ in range(50):
+            alive, pids = self._task_pids(m, scan_proc())
+            if not pids:
+                break
+            for pid in pids:
+                _kill(pid, signal.SIGKILL)
+        if alive:
+            try:
+                os.killpg(m["pid"], signal.SIGKILL)
+            except OSError:
+                pass
+            _kill(m["pid"], signal.SIGKILL)
+
+    def _enforce(self, key: Key, now: float) -> None:
+        m = self._meta[key]
+        st = m.get("stop")
+        if not st or now < st["deadline"] or m.get("result") is not None:
+            return
+        if not st.get("killed"):
+            log.info("task %s-%s: stop deadline passed, SIGKILL", *key)
+        self._signal(key, signal.SIGKILL)
+        if m.get("container") and not st.get("container_killed"):
+            try:
+                subprocess.run([m.get("runtime") or self.runtime, "kill", m["container"]], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
+            except (OSError, subprocess.SubprocessError) as exc:
+                log.warning("task %s-%s: %s kill %s failed: %s", *key, m.get("runtime"), m["container"], exc)
+            st["container_killed"] = True
+        if not st.get("killed"):
+            st["killed"] = True
+            self._save(key)
+
+    # ------------------------------------------------------------------------------------------------- poll
+    def poll(self) -> list[dict]:
+        """Enforce due SIGKILL deadlines and collect the tasks that ended since the last call.
+
+        Returns [{"task", "attempt", "exit_code": int | None, "signal": int | None, "lost": str | None}], each
+        task once. The result comes from exit.json (written by the supervisor); a supervisor that died
+        without writing it -> the signal it died of (9 when the executor SIGKILLed it), or "lost" with a
+        message when the cause is unknown. Processes left in the task's group are SIGKILLed."""
+        now = time.monotonic()
+        ended = []
+        for key in self.live_keys():
+            m = self._meta[key]
+            self._enforce(key, now)
+            proc = self._procs.get(key)
+            if proc is not None:
+                rc = proc.poll()
+                if rc is None:
+                    continue
+                del self._procs[key]
+            elif self._supervisor_alive(m):
+                continue
+            else:
+                rc = None
+            m["result"] = self._result_of(key, rc)
+            m["ended_at"] = time.time()
+            self._save(key)
+            self._signal(key, signal.SIGKILL)  # leftovers in its process group / session, if any
+            ended.append(self._ended_record(key))
+            log.info("task %s-%s ended: %s", *key, m["result"])
+        return ended
+
+    def _ended_record(self, key: Key) -> dict:
+        r = self._meta[key]["result"]
+        return {"task": key[0], "attempt": key[1], "exit_code": r.get("exit_code"), "signal": r.get("signal"),
+                "lost": r.get("lost")}
+
+    def _result_of(self, key: Key, rc: int | None) -> dict:
+        m = self._meta[key]
+        data = _read_json(self._path(key, "exit.json"))
+        if data is not None:
+            if isinstance(data.get("signal"), int):
+                return {"signal": data["signal"]}
+            if isinstance(data.get("exit_code"), int):
+                return {"exit_code": data["exit_code"] & 0xFF}
+        killed = bool(m.get("stop") and m["stop"].get("killed"))
+        if rc is not None and rc < 0:
+            return {"signal": -rc}
+        if rc is None and killed:
+            return {"signal": int(signal.SIGKILL)}
+        if rc is not None:
+            return {"lost": f"the task supervisor exited with status {rc} without an exit status "
+                            f"(see {self._path(key, 'supervisor.log')})"}
+        return {"lost": "the task supervisor disappeared without an exit status"}
+
+    # ---------------------------------------------------------------------------------------------- recover
+    def recover(self) -> list[dict]:
+        """Load the state directories of a previous agent: adopt every supervisor still alive (same pid, same
+        /proc start time, same boot), record the result of those that ended meanwhile (exit.json) and mark
+        the rest lost ("agent restarted; process gone, no exit status"), killing what is left of their
+        process groups. Returns the ended ones as poll() does; their reports come from unreported().
+        Tasks already tracked by this executor are left alone; corrupt meta.json files are skipped."""
+        ended = []
+        try:
+            names = sorted(os.listdir(self.tasks_dir))
+        except OSError:
+            return ended
+        for name in names:
+            m = _read_json(os.path.join(self.tasks_dir, name, "meta.json"))
+            if m is None or "task" not in m or "attempt" not in m:
+                continue
+            key = (int(m["task"]), int(m["attempt"]))
+            if key in self._meta or m.get("done"):
+                continue
+            self._meta[key] = m
+            if m.get("result") is not None:
+                continue  # ended before; its reports / logs may still be due
+            if not m.get("pid"):
+                sup = _read_json(self._path(key, "supervisor.json"))
+                if sup and sup.get("pid"):  # the previous agent died between launching it and saving its pid
+                    m.update(pid=sup["pid"], start_time=sup.get("start_time"), boot_id=sup.get("boot_id"))
+            if m.get("pid") and self._supervisor_alive(m):
+                if m.get("stop") and m["stop"].get("boot_id") != self._boot:
+                    m["stop"] = None
+                self._save(key)
+                log.info("adopted task %s-%s (supervisor pid %d)", *key, m["pid"])
+                continue
+            data = _read_json(self._path(key, "exit.json"))
+            if data is not None and (isinstance(data.get("signal"), int) or isinstance(data.get("exit_code"), int)):
+                m["result"] = self._result_of(key, None)
+            elif m.get("stop") and m["stop"].get("killed"):
+                m["result"] = {"signal": int(signal.SIGKILL)}
+            else:
+                m["result"] = {"lost": LOST_ON_RESTART}
+            m["ended_at"] = time.time()
+            self._save(key)
+            if m.get("pid"):
+                self._signal(key, signal.SIGKILL)
+            ended.append(self._ended_record(key))
+        return ended
+
+    # -------------------------------------------------------------------------------------------- reporting
+    def unreported(self) -> list[dict]:
+        """Report events not yet acknowledged, in order (a task's "started" before its end), in the shape of
+        the reports call's "tasks": {"task", "attempt", "event": "started", "pid"}, {..., "event": "exited",
+        "exit_code": int | None, "signal": int | None} or {..., "event": "lost", "message": str}."""
+        out = []
+        for key in sorted(self._meta):
+            m = self._meta[key]
+            base = {"task": key[0], "attempt": key[1]}
+            if m.get("pid") and not m.get("started_reported"):
+                out.append({**base, "event": "started", "pid": m["pid"]})
+            r = m.get("result")
+            if r is not None and not m.get("exited_reported"):
+                if "lost" in r:
+                    out.append({**base, "event": "lost", "message": r["lost"]})
+                else:
+                    out.append({**base, "event": "exited", "exit_code": r.get("exit_code"), "signal": r.get("signal")})
+        return out
+
+    def mark_reported(self, key: Key, event: str) -> None:
+        """Record that the server answered the `event` ("started", "exited" or "lost") of `key` (accepted or
+        not: either way it is not sent again). Unknown keys are ignored."""
+        key = tuple(key)
+        m = self._meta.get(key)
+        if m is None:
+            return
+        if event == "started":
+            m["started_reported"] = True
+        elif event in ("exited", "lost"):
+            m["exited_reported"] = True
+        self._save(key)
+        self._maybe_done(key)
+
+    def _log_size(self, key: Key) -> int:
+        try:
+            return os.path.getsize(self._path(key, "output.log"))
+        except OSError:
+            return 0
+
+    def _maybe_done(self, key: Key) -> None:
+        m = self._meta[key]
+        if (m.get("result") is not None and m.get("exited_reported") and (m.get("started_reported") or not m.get("pid"))
+                and m.get("log_offset", 0) >= self._log_size(key)):
+            m["done"] = True
+            self._save(key)
+            del self._meta[key]
+
+    def pending_logs(self) -> list[Key]:
+        """Keys whose output.log has bytes not yet shipped, sorted."""
+        return sorted(k for k, m in self._meta.items() if self._log_size(k) > m.get("log_offset", 0))
+
+    def log_chunk(self, key: Key, max_bytes: int = 65536) -> tuple[int, int, str]:
+        """(offset, end, text): the output.log bytes [offset, end) not shipped yet, at most `max_bytes`, decoded
+        as UTF-8 with replacement, with len(text.encode()) <= max_bytes. While the task runs, a trailing
+        incomplete UTF-8 sequence is held back for the next call. (offset, offset, "") when nothing is new.
+        Raises KeyError for a key this executor does not track."""
+        m = self._meta[tuple(key)]
+        off = int(m.get("log_offset", 0))
+        try:
+            with open(self._path(key, "output.log"), "rb") as fh:
+                fh.seek(off)
+                raw = fh.read(max_bytes)
+        except OSError:
+            return off, off, ""
+        if raw and m.get("result") is None:
+            raw = _trim_utf8_tail(raw)
+        elif len(raw) == max_bytes:
+            raw = _trim_utf8_tail(raw) or raw
+        text = raw.decode("utf-8", errors="replace")
+        while len(text.encode()) > max_bytes and len(raw) > 1:  # a replacement character takes 3 bytes
+            raw = raw[:max(1, len(raw) - (len(text.encode()) - max_bytes))]
+            text = raw.decode("utf-8", errors="replace")
+        return off, off + len(raw), text
+
+    def read_logs(self, key: Key, max_bytes: int = 65536) -> tuple[int, str]:
+        """(offset, text): the task's output not shipped yet (see log_chunk), starting at byte `offset` of its
+        output.log. Does not advance: ack_logs(key, end) does. Raises KeyError for an untracked key."""
+        off, _end, text = self.log_chunk(key, max_bytes)
+        return off, text
+
+    def ack_logs(self, key: Key, next_offset: int) -> None:
+        """Set the shipped byte offset of `key`'s output.log to `next_offset` (clamped to [0, file size]).
+        Unknown keys are ignored."""
+        key = tuple(key)
+        m = self._meta.get(key)
+        if m is None:
+            return
+        m["log_offset"] = max(0, min(int(next_offset), self._log_size(key)))
+        self._save(key)
+        self._maybe_done(key)

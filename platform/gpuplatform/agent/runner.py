@@ -1,0 +1,271 @@
+"""The node agent's execution loop (docs/execution.md): assignments in, processes started and stopped,
+reports out. Standard library only; no Django imports.
+
+    GET  {api}/api/v1/nodes/{name}/assignments/  -> {"server_time", "poll_seconds", "stop_grace_seconds",
+                                                    "tasks": [{"task", "attempt", "action": "run"|"stop",
+                                                               "stop_deadline", "argv", "env", ...}]}
+    POST {api}/api/v1/nodes/{name}/reports/      <- {"tasks": [started / exited / lost events],
+                                                     "logs": [{"task", "attempt", "offset", "data"}]}
+
+One round (`AgentLoop.sync`): GET the assignments; executor.poll() (ended tasks, SIGKILL deadlines); "stop"
+tasks are stopped with their deadline converted to the local monotonic clock
+(local_deadline = time.monotonic() + (stop_deadline - server_time)), live local tasks that are not listed
+are stopped with stop_grace_seconds, then "run" tasks not started yet are started; finally one reports call
+carries every unacknowledged event and up to 64 KiB of new output per task (more calls follow at once while
+a task has a full chunk pending, at most 8 per round).
+
+The outbox is the executor's state directory: an event stays unreported (and is sent again) until the
+server answered it, accepted or not (accepted: false is logged and dropped); a network error or a 5xx
+keeps everything for the next round; a 400/422 answer drops the call's events (they would fail again);
+a 404 makes the agent register again. The loop never stops on a network error.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import time
+import urllib.parse
+from datetime import datetime, timezone
+from typing import Callable
+
+from .client import AgentError, get_json, heartbeat_body, host_resources, post_json, register_body
+from .executor import ExecutorError, ProcessExecutor
+from .inventory import GpuInventory
+
+__all__ = ["AgentLoop", "primary_address", "parse_server_time", "LOG_CHUNK_BYTES"]
+
+log = logging.getLogger("gpuplatform.agent")
+
+LOG_CHUNK_BYTES = 65536
+MAX_REPORT_ROUNDS = 8
+
+
+def primary_address() -> str:
+    """This host's primary IPv4 address (the source address of its default route), "127.0.0.1" when there
+    is none. Sends no packet (a UDP socket is only connected)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def parse_server_time(value) -> datetime | None:
+    """An ISO 8601 time with zone ("Z" allowed) -> aware datetime; None when missing or malformed. A time
+    without zone is taken as UTC."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+class AgentLoop:
+    """Register, heartbeat every `interval` seconds and execute the node's tasks through `executor`.
+
+    api: base URL; token: API token; node_name: this node's name; read: () -> [GpuInventory] (the inventory,
+    re-read for every heartbeat); executor: a ProcessExecutor; address / runtime: sent in the register body
+    when not None; interval: seconds between heartbeats; poll: seconds between assignment rounds until the
+    server says otherwise (its poll_seconds, clamped to [0.05, 60]); resources: (cpu millicores, memory MiB),
+    default host_resources(); sleep: the sleep function; timeout: seconds per HTTP call.
+
+    Counters: `beats` (heartbeats sent), `cycles` (assignment rounds), `registered`."""
+
+    def __init__(self, api: str, token: str, node_name: str, read: Callable[[], list[GpuInventory]],
+                 executor: ProcessExecutor, *, address: str | None = None, runtime: str | None = None,
+                 interval: float = 30.0, poll: float = 2.0, resources: tuple[int, int] | None = None,
+                 sleep: Callable[[float], None] = time.sleep, timeout: float = 10.0,
+                 log_chunk_bytes: int = LOG_CHUNK_BYTES):
+        base = api.rstrip("/")
+        node = urllib.parse.quote(node_name, safe="")
+        self.token, self.node_name, self.read, self.executor = token, node_name, read, executor
+        self.address, self.runtime = address, runtime
+        self.interval, self.poll_seconds, self.default_poll = float(interval), float(poll), float(poll)
+        self.resources = resources if resources is not None else host_resources()
+        self.sleep, self.timeout, self.log_chunk_bytes = sleep, timeout, int(log_chunk_bytes)
+        self.stop_grace_seconds = 30.0
+        self.urls = {"register": f"{base}/api/v1/nodes/register/",
+                     "heartbeat": f"{base}/api/v1/nodes/{node}/heartbeat/",
+                     "assignments": f"{base}/api/v1/nodes/{node}/assignments/",
+                     "reports": f"{base}/api/v1/nodes/{node}/reports/"}
+        self.registered = False
+        self.beats = 0
+        self.cycles = 0
+        self._recovered = False
+
+    # ---------------------------------------------------------------------------------------------- calls
+    def register(self) -> None:
+        """POST the register body (inventory, address, runtime). Raises AgentError or InventoryError."""
+        cpu, mem = self.resources
+        post_json(self.urls["register"], self.token,
+                  register_body(self.node_name, self.read(), cpu_milli=cpu, memory_mib=mem, address=self.address,
+                                runtime=self.runtime), timeout=self.timeout)
+        self.registered = True
+        log.info("registered %s", self.node_name)
+
+    def heartbeat(self) -> None:
+        """POST one heartbeat (GPU health). Raises AgentError or InventoryError."""
+        post_json(self.urls["heartbeat"], self.token, heartbeat_body(self.read()), timeout=self.timeout)
+        self.beats += 1
+
+    def _call_failed(self, what: str, exc: Exception) -> None:
+        if isinstance(exc, AgentError) and exc.status == 404:
+            self.registered = False  # the control plane does not know this node (any more): register again
+        log.warning("agent %s: %s", what, exc)
+
+    # ---------------------------------------------------------------------------------------------- round
+    def sync(self) -> dict | None:
+        """One assignments round (see the module docstring). Returns the assignments answer, or None when it
+        could not be fetched (local polling and reporting still happen). Never raises AgentError."""
+        if not self._recovered:
+            for ended in self.executor.recover():
+                log.info("after restart: task %s-%s ended: %s", ended["task"], ended["attempt"], ended)
+            self._recovered = True
+        answer = None
+        if self.registered:
+            try:
+                answer = get_json(self.urls["assignments"], self.token, timeout=self.timeout)
+            except AgentError as exc:
+                self._call_failed("assignments", exc)
+        self.executor.poll()
+        if answer is not None:
+            self.apply(answer)
+        self.cycles += 1
+        if self.registered:
+            self.report()
+        return answer
+
+    def apply(self, answer: dict, *, now: float | None = None) -> None:
+        """Act on an assignments answer: stops first (listed "stop" tasks, then live local tasks not listed),
+        then starts. `now`: the time.monotonic() value the answer's server_time corresponds to (default:
+        now). Errors of one task are logged and do not stop the others."""
+        now = time.monotonic() if now is None else now
+        ex = self.executor
+        try:
+            self.poll_seconds = min(60.0, max(0.05, float(answer.get("poll_seconds") or self.default_poll)))
+        except (TypeError, ValueError):
+            self.poll_seconds = self.default_poll
+        try:
+            self.stop_grace_seconds = max(0.0, float(answer.get("stop_grace_seconds", self.stop_grace_seconds)))
+        except (TypeError, ValueError):
+            pass
+        server_time = parse_server_time(answer.get("server_time"))
+        tasks = [t for t in answer.get("tasks") or [] if isinstance(t, dict)]
+        listed, runs = set(), []
+        for t in tasks:
+            try:
+                key = ex.key_of(t)
+            except ExecutorError as exc:
+                log.warning("assignment ignored: %s", exc)
+                continue
+            listed.add(key)
+            if t.get("action") == "stop":
+                deadline = parse_server_time(t.get("stop_deadline"))
+                if deadline is not None and server_time is not None:
+                    local = now + (deadline - server_time).total_seconds()
+                else:
+                    local = now + self.stop_grace_seconds
+                ex.stop(key, local)
+            elif t.get("action", "run") == "run":
+                runs.append(t)
+        for key in ex.live_keys():
+            if key not in listed:
+                ex.stop(key, now + self.stop_grace_seconds)
+        for t in runs:
+            try:
+                ex.start(t)
+            except (ExecutorError, OSError) as exc:
+                log.error("task %s-%s could not be started: %s", t.get("task"), t.get("attempt"), exc)
+
+    def report(self) -> bool:
+        """POST the unacknowledged events and new log output (one call, more while a task has a full chunk
+        pending). Returns False when a call failed (everything unsent stays for the next round)."""
+        ex = self.executor
+        for _ in range(MAX_REPORT_ROUNDS):
+            events = ex.unreported()
+            logs, chunks, full = [], {}, False
+            for key in ex.pending_logs():
+                off, end, text = ex.log_chunk(key, self.log_chunk_bytes)
+                if end > off:
+                    logs.append({"task": key[0], "attempt": key[1], "offset": off, "data": text})
+                    chunks[key] = (off, end)
+                    full = full or end - off >= self.log_chunk_bytes - 3
+            if not events and not logs:
+                return True
+            try:
+                answer = post_json(self.urls["reports"], self.token, {"tasks": events, "logs": logs},
+                                   timeout=self.timeout)
+            except AgentError as exc:
+                if exc.status in (400, 422):
+                    log.error("reports refused as malformed, dropped (%d events, %d log chunks): %s",
+                              len(events), len(logs), exc)
+                    answer = {}
+                else:
+                    self._call_failed("reports", exc)
+                    return False
+            self._apply_report_answer(events, chunks, answer if isinstance(answer, dict) else {})
+            if not full:
+                return True
+        return True
+
+    def _apply_report_answer(self, events: list[dict], chunks: dict, answer: dict) -> None:
+        ex = self.executor
+        by_event = {}
+        for a in answer.get("tasks") or []:
+            if isinstance(a, dict):
+                by_event[(a.get("task"), a.get("attempt"), a.get("event"))] = a
+        for e in events:
+            a = by_event.get((e["task"], e["attempt"], e["event"]))
+            if a is not None and a.get("accepted") is False:
+                log.info("server did not accept %s of task %s-%s: %s", e["event"], e["task"], e["attempt"],
+                         a.get("detail", ""))
+            ex.mark_reported((e["task"], e["attempt"]), e["event"])
+        by_log = {}
+        for a in answer.get("logs") or []:
+            if isinstance(a, dict):
+                by_log[(a.get("task"), a.get("attempt"))] = a
+        for key, (off, end) in chunks.items():
+            a = by_log.get(key)
+            nxt = a.get("next_offset") if a else None
+            if a is not None and a.get("accepted") is False and isinstance(nxt, int) and nxt != off:
+                log.info("server wants the log of task %s-%s from offset %d (sent %d)", *key, nxt, off)
+                ex.ack_logs(key, nxt)
+            else:
+                ex.ack_logs(key, end)
+
+    # ----------------------------------------------------------------------------------------------- loop
+    def run(self, *, max_cycles: int | None = None, max_beats: int | None = None,
+            should_stop: Callable[[], bool] | None = None) -> int:
+        """Loop until `max_cycles` assignment rounds or `max_beats` heartbeats were done or `should_stop()`
+        is true (forever when all are None). Registration is retried every round until it succeeds.
+        Returns the number of assignment rounds."""
+        next_beat = next_sync = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if not self.registered:
+                try:
+                    self.register()
+                except Exception as exc:  # AgentError, InventoryError, OSError: keep going
+                    self._call_failed("register", exc)
+            if self.registered and now >= next_beat:
+                try:
+                    self.heartbeat()
+                except Exception as exc:
+                    self._call_failed("heartbeat", exc)
+                next_beat = now + self.interval
+            if now >= next_sync:
+                self.sync()
+                next_sync = time.monotonic() + self.poll_seconds
+            else:
+                self.executor.poll()  # SIGKILL deadlines between rounds
+            if ((max_cycles is not None and self.cycles >= max_cycles)
+                    or (max_beats is not None and self.beats >= max_beats)
+                    or (should_stop is not None and should_stop())):
+                return self.cycles
+            wake = min(next_sync, next_beat if self.registered else next_sync,
+                       self.executor.next_deadline() or math.inf)
+            self.sleep(max(0.0, min(wake - time.monotonic(), self.poll_seconds)))

@@ -1,0 +1,215 @@
+"""Task supervisor: one per task attempt, started by the node agent BY PATH (standard library only).
+
+    <python> -I /abs/path/supervise.py --dir TASKDIR [--cwd DIR] [--grace SECONDS] -- ARGV...
+
+It must not import anything from gpuplatform (fast start, no Django or Celery). What it does, in order:
+
+1. makes itself a child subreaper (prctl(PR_SET_CHILD_SUBREAPER=36, 1)) so that every orphaned descendant
+   of the task (double forks, setsid daemons) is re-parented to it rather than to init;
+2. records {"pid": n, "start_time": clock ticks since boot, "boot_id": "..."} in TASKDIR/supervisor.json
+   (atomically) so an agent that crashed between starting it and writing its own state can still adopt it;
+3. catches SIGTERM, SIGINT and SIGHUP with a no-op handler: the agent signals the whole process group and
+   every descendant itself; a caught (not ignored) signal is reset to its default in the child by exec;
+4. starts ARGV as its child: stdin /dev/null, stdout and stderr appended to TASKDIR/output.log, cwd = --cwd
+   (default: its own cwd), environment = its own (the agent built it);
+5. reaps every child until ARGV's process has exited, then terminates what is left of the tree: SIGTERM to
+   every descendant, up to --grace seconds (default 2) of waiting, SIGKILL to the rest, reaps them all;
+6. writes TASKDIR/exit.json atomically, {"exit_code": n} or {"signal": s}, and exits 0.
+
+A command that cannot be started writes one line "[gpuplatform] cannot start ...: <reason>" into
+output.log and exit.json {"exit_code": 127} (not found) or {"exit_code": 126} (permission denied, not
+executable, any other exec error). Bad arguments exit 1 without exit.json. Linux only (/proc, prctl).
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _set_subreaper() -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, start_time) of `pid` from /proc, or None when it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    rest = raw[raw.rfind(b")") + 2:].split()
+    try:
+        return rest[0].decode(), int(rest[1]), int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _descendants(root: int) -> list[int]:
+    """Live (non-zombie) descendants of `root`, found through the ppid chains in /proc."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        st = _stat(int(name))
+        if st is None or st[0] in ("Z", "X"):
+            continue
+        children.setdefault(st[1], []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            out.append(pid)
+            todo.append(pid)
+    return out
+
+
+def _reap_nohang() -> list[tuple[int, int]]:
+    """Reap every child that has exited; [(pid, status)]."""
+    done = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return done
+        if pid == 0:
+            return done
+        done.append((pid, status))
+
+
+def _write_json(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def _cleanup(grace: float) -> None:
+    """Terminate and reap every remaining descendant: SIGTERM, up to `grace` seconds, SIGKILL."""
+    me = os.getpid()
+    left = _descendants(me)
+    if left:
+        _signal_all(left, signal.SIGTERM)
+        end = time.monotonic() + grace
+        while time.monotonic() < end:
+            _reap_nohang()
+            left = _descendants(me)
+            if not left:
+                break
+            time.sleep(0.02)
+    for _ in range(100):  # a killed parent re-parents its children to us: repeat until nothing is left
+        left = _descendants(me)
+        if not left:
+            break
+        _signal_all(left, signal.SIGKILL)
+        time.sleep(0.01)
+        _reap_nohang()
+    while True:  # reap the zombies left, blocking: SIGKILLed processes die promptly
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+
+
+def _status_result(status: int) -> dict:
+    if os.WIFSIGNALED(status):
+        return {"signal": os.WTERMSIG(status)}
+    return {"exit_code": os.WEXITSTATUS(status) & 0xFF}
+
+
+def _log_line(log_fh, text: str) -> None:
+    log_fh.write(f"[gpuplatform] {text}\n".encode("utf-8", errors="replace"))
+    log_fh.flush()
+
+
+def _parse(argv: list[str]) -> tuple[str, str | None, float, list[str]]:
+    if "--" not in argv:
+        raise SystemExit("usage: supervise.py --dir TASKDIR [--cwd DIR] [--grace S] -- ARGV...")
+    sep = argv.index("--")
+    opts, command = argv[:sep], argv[sep + 1:]
+    task_dir, cwd, grace = None, None, 2.0
+    i = 0
+    while i < len(opts):
+        if opts[i] in ("--dir", "--cwd", "--grace") and i + 1 < len(opts):
+            if opts[i] == "--dir":
+                task_dir = opts[i + 1]
+            elif opts[i] == "--cwd":
+                cwd = opts[i + 1]
+            else:
+                grace = float(opts[i + 1])
+            i += 2
+        else:
+            raise SystemExit(f"supervise.py: unknown argument {opts[i]!r}")
+    if not task_dir or not command:
+        raise SystemExit("supervise.py: --dir and a command are required")
+    return task_dir, cwd, grace, command
+
+
+def main(argv: list[str] | None = None) -> int:
+    task_dir, cwd, grace, command = _parse(sys.argv[1:] if argv is None else argv)
+    _set_subreaper()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: None)
+    me = os.getpid()
+    st = _stat(me)
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            boot = fh.read().strip()
+    except OSError:
+        boot = ""
+    _write_json(os.path.join(task_dir, "supervisor.json"),
+                {"pid": me, "start_time": st[2] if st else None, "boot_id": boot})
+    exit_path = os.path.join(task_dir, "exit.json")
+    with open(os.path.join(task_dir, "output.log"), "ab", buffering=0) as log_fh:
+        try:
+            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_fh, stderr=subprocess.STDOUT,
+                                     cwd=cwd, close_fds=True)
+        except OSError as exc:
+            code = 127 if exc.errno == errno.ENOENT else 126
+            if cwd and exc.filename == cwd:
+                _log_line(log_fh, f"cannot start {command[0]!r}: working directory {cwd!r}: {exc.strerror or exc}")
+            else:
+                _log_line(log_fh, f"cannot start {command[0]!r}: {exc.strerror or exc}")
+            _write_json(exit_path, {"exit_code": code})
+            return 0
+        result = None
+        while result is None:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except InterruptedError:
+                continue
+            except ChildProcessError:  # cannot happen while the child is unreaped; be safe
+                result = {"exit_code": child.poll() if child.poll() is not None else 1}
+                break
+            if pid == child.pid:
+                child.returncode = 0  # reaped by us: keep Popen from waiting on it again
+                result = _status_result(status)
+        _cleanup(grace)
+    _write_json(exit_path, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
