@@ -349,3 +349,21 @@ def test_demo_copies_of_the_h200():
     assert all(g.model == gpus[0].model and g.memory_mib == gpus[0].memory_mib for g in copies)
     assert [g.uuid for g in demo_copies(gpus, 4, "demo-node")] == [g.uuid for g in copies]  # deterministic
     assert demo_copies(gpus, 1, "other-node")[0].uuid != copies[0].uuid
+
+
+def test_work_dir_lock_keeps_a_second_agent_out(tmp_path):
+    work = str(tmp_path / "agent")
+    code = ("import sys, time; sys.path.insert(0, %r); from gpuplatform.agent.executor import ProcessExecutor; "
+            "ex = ProcessExecutor(%r); ex.lock(); print('locked', flush=True); time.sleep(30)"
+            ) % (str(REPO / "platform"), work)
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"locked\n"
+        with pytest.raises(ExecutorError, match="another agent"):
+            ProcessExecutor(work).lock()
+    finally:
+        holder.kill()
+        holder.wait()
+    ex = ProcessExecutor(work)
+    ex.lock()
+    ex.lock()  # idempotent in the holder

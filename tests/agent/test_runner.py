@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -194,3 +198,30 @@ def test_gpu_agent_command_demo_gpus_once(control_plane):
     assert body["labels"]["nvidia.com/gpu.count"] == "3" and body["flavor"] == "H200"
     assert (body["address"], body["runtime"]) == ("127.0.0.1", "")
     assert cp.assignment_calls == 0  # --once runs nothing
+
+
+def test_gpu_agent_command_executes_a_task(control_plane, tmp_path):
+    """`manage.py gpu_agent` as a real process: registers with --address, runs its assignment under
+    --work-dir, reports it; SIGTERM ends the agent."""
+    url, cp = control_plane
+    cp.fail_next_reports = 0
+    cp.tasks = [assignment(7, "echo from-task-7; exit 0")]
+    repo = Path(__file__).resolve().parents[2]
+    work = tmp_path / "work"
+    agent = subprocess.Popen([sys.executable, str(repo / "manage.py"), "gpu_agent", "--api", url, "--token", "tok",
+                              "--node-name", "n1", "--work-dir", str(work), "--address", "127.0.0.1",
+                              "--poll", "0.1", "--interval", "1", "--nvidia-smi-xml", str(XML_PATH), "--gpus", "2"],
+                             cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        end = time.monotonic() + 8
+        while time.monotonic() < end and not (cp.event(7, "exited") and any(
+                c["task"] == 7 for body in cp.report_calls for c in body["logs"])):
+            time.sleep(0.05)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        out = agent.communicate(timeout=10)[0].decode(errors="replace")
+    assert cp.event(7, "started") and cp.event(7, "exited")["exit_code"] == 0, out
+    assert [c["data"] for body in cp.report_calls for c in body["logs"] if c["task"] == 7] == ["from-task-7\n"]
+    assert cp.registered[0]["address"] == "127.0.0.1" and len(cp.registered[0]["gpus"]) == 2
+    assert os.path.exists(work / "tasks" / "7-0" / "meta.json")
+    assert agent.returncode == 0 and "n1: agent stopped; its tasks keep running" in out, out

@@ -228,6 +228,26 @@ class ProcessExecutor:
         self._procs: dict[Key, subprocess.Popen] = {}
         self._waiting: set[Key] = set()
 
+    def lock(self) -> None:
+        """Take the work directory's lock (flock on work_dir/agent.lock, held as long as this executor object
+        lives, at most until its process exits) so that two agents never drive the same tasks. Idempotent.
+        Raises ExecutorError when another holder has it (another agent process)."""
+        import fcntl
+
+        if getattr(self, "_lock_fh", None) is not None:
+            return
+        fh = open(os.path.join(self.work_dir, "agent.lock"), "a+")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            raise ExecutorError(f"another agent is using {self.work_dir} (agent.lock is held)") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        self._lock_fh = fh
+
     # ---------------------------------------------------------------------------------------- paths, state
     @staticmethod
     def key_of(assignment: dict) -> Key:

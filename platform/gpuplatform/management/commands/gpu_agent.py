@@ -14,9 +14,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
+import threading
 
 from django.core.management.base import BaseCommand, CommandError
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 class Command(BaseCommand):
@@ -62,11 +68,11 @@ class Command(BaseCommand):
         if opts["gpus"] is not None and opts["gpus"] < 1:
             raise CommandError("--gpus must be >= 1")
         name = opts["node_name"] or socket.gethostname()
-        runtime = opts["runtime"] or ""
+        execute = not (opts["once"] or opts["no_exec"])
+        runtime = (opts["runtime"] or "") if execute else ""  # a node that runs nothing offers no runtime
         if runtime and not shutil.which(runtime):
             raise CommandError(f"--runtime {runtime}: no {runtime!r} on PATH")
         address = opts["address"] or primary_address()
-        execute = not (opts["once"] or opts["no_exec"])
         try:
             reader = make_reader(opts["nvidia_smi_xml"])
             if opts["gpus"] is not None:
@@ -76,7 +82,10 @@ class Command(BaseCommand):
             if execute:
                 work_dir = opts["work_dir"] or os.path.join(os.path.expanduser("~"), ".gpuplatform-agent", name)
                 executor = ProcessExecutor(work_dir, runtime or None)
+                executor.lock()
                 self.stdout.write(f"{name}: executing tasks, state in {executor.work_dir}")
+                if threading.current_thread() is threading.main_thread():
+                    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends the agent cleanly, not its tasks
             beats = run_agent(opts["api"], opts["token"], name, reader, once=opts["once"], interval=opts["interval"],
                               address=address, runtime=runtime, executor=executor, poll=opts["poll"])
         except (AgentError, InventoryError, ExecutorError, OSError) as exc:
