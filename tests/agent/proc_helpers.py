@@ -1,7 +1,6 @@
 """Helpers for the executor tests: real processes, checked through /proc."""
 from __future__ import annotations
 
-import os
 import time
 
 from gpuplatform.agent.executor import ProcessExecutor, proc_stat, scan_proc
@@ -58,7 +57,3 @@ def assignment(task: int, script: str, *, attempt: int = 0, env: dict | None = N
             "action": "run", "stop_deadline": None, "argv": ["sh", "-c", script], "env": dict(env or {}),
             "working_dir": "", "image": "", "gpus": gpus if gpus is not None else [{"index": 0, "uuid": f"GPU-{task}"}],
             **extra}
-
-
-def exists(path: str) -> bool:
-    return os.path.exists(path)
