@@ -5,11 +5,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv install test test-fast demo bench bench-full browser
+.PHONY: help venv install test test-fast demo demo-local bench bench-full browser
 
 help:
 	@echo "make demo   - venv + install, migrate a SQLite DB, load the Philly cluster, users per team,"
 	@echo "              serve http://127.0.0.1:8000 and replay the Philly trace fast (Ctrl-C stops)"
+	@echo "make demo-local - the product for real: web, cycle and LOCAL_AGENTS (2) node agents running the"
+	@echo "              jobs' commands on this machine (db-local.sqlite3); prints how to submit"
 	@echo "make test   - venv + install, run the test suite (pytest)"
 	@echo "make bench  - every benchmark in quick mode (benchmarks/run.py --quick, under 3 minutes)"
 	@echo "make bench-full - every benchmark with the settings of benchmarks/RESULTS.md (long)"
@@ -37,6 +39,13 @@ DEMO_DB ?= sqlite:///$(CURDIR)/db.sqlite3
 DEMO_ARGS ?=
 demo: install
 	DATABASE_URL='$(DEMO_DB)' REDIS_URL= $(PY) manage.py demo $(DEMO_ARGS)
+
+# Local mode: the product for real on this machine (web, cycle and LOCAL_AGENTS node agents that run the
+# jobs' commands as processes), on its own SQLite file. `make demo-local LOCAL_AGENTS=3`.
+DEMO_LOCAL_DB ?= sqlite:///$(CURDIR)/db-local.sqlite3
+LOCAL_AGENTS ?= 2
+demo-local: install
+	DATABASE_URL='$(DEMO_LOCAL_DB)' REDIS_URL= $(PY) manage.py demo --local-agents $(LOCAL_AGENTS) $(DEMO_ARGS)
 
 # Benchmarks (benchmarks/RESULTS.md): quick = CI settings, under 3 minutes; full = the recorded figures.
 # The optional `bench` extra brings OR-Tools (optimum_gap); PostgreSQL parts skip when no server answers.

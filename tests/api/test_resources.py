@@ -169,7 +169,7 @@ def test_agent_register_and_heartbeat_bodies(client_for):
     received = datetime.fromisoformat(beat.json()["last_heartbeat"])
     assert abs((received - datetime.now(timezone.utc)).total_seconds()) < 60
     assert beat.json()["clock_offset_seconds"] < -86400
-    assert (beat.json()["executor"], beat.json()["address"]) == ("agent", "")
+    assert (beat.json()["executor"], beat.json()["address"]) == ("simulated", "")  # inventory only: runs nothing
     assert beat.json()["gpus"][0]["health"] == "unhealthy"
     assert agent.post("/api/v1/nodes/unknown/heartbeat/", body, format="json").status_code == 404
     wrong_gpu = agent.post("/api/v1/nodes/gpu-node-01/heartbeat/", {"gpus": [{"index": 5}]}, format="json")

@@ -102,8 +102,8 @@ class AgentLoop:
         """POST the register body (inventory, address, runtime). Raises AgentError or InventoryError."""
         cpu, mem = self.resources
         post_json(self.urls["register"], self.token,
-                  register_body(self.node_name, self.read(), cpu_milli=cpu, memory_mib=mem, address=self.address,
-                                runtime=self.runtime), timeout=self.timeout)
+                  {**register_body(self.node_name, self.read(), cpu_milli=cpu, memory_mib=mem, address=self.address,
+                                   runtime=self.runtime), "executor": "agent"}, timeout=self.timeout)
         self.registered = True
         log.info("registered %s", self.node_name)
 

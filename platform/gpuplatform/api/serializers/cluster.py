@@ -69,8 +69,10 @@ class NodeRegisterSerializer(serializers.Serializer):
                                     help_text="where other nodes reach this one (MASTER_ADDR); blank = its name")
     runtime = serializers.ChoiceField(choices=["", "docker", "podman"], required=False, default="",
                                       help_text="the agent's container runtime, if any")
-    executor = serializers.ChoiceField(choices=["agent", "simulated"], required=False, default="agent",
-                                       help_text="agent (default): this agent runs the tasks bound here")
+    executor = serializers.ChoiceField(choices=["agent", "simulated"], required=False, allow_null=True, default=None,
+                                       help_text="agent: this agent runs the tasks bound here (an executing agent "
+                                                 "sends it); simulated: nothing runs; absent: keep the node's "
+                                                 "(a new node is simulated: an inventory-only agent)")
 
 
 class TaskReportSerializer(serializers.Serializer):

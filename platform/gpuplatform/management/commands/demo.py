@@ -11,6 +11,14 @@
    elapsed, then one scheduling cycle runs at the simulated time (scheduler.store.run_cycle_once).
    Until Ctrl-C (or SIGTERM), or --duration-seconds.
 
+Local mode, `python manage.py demo --local-agents N` (`make demo-local`): the product for real on this
+machine instead of the trace replay. Wall clock; the web server, the scheduling loop (in-process) and N
+node agents (real `gpu_agent` processes on loopback, each a node with --gpus-per-agent GPUs copied from the
+recorded H200 dump, or the real NVML with --real-gpus) that start, watch and stop the tasks the cycle
+binds; a team `demo` with a queue of that many GPUs; it prints how to submit the 2-task rendezvous example
+(examples/rendezvous.py). It refuses a database that holds a simulated cluster (use another DATABASE_URL:
+`make demo-local` uses db-local.sqlite3).
+
 Options: --port, --speed (simulated seconds per wall second; default 600 = 10 minutes a second),
 --start-day (replay day to start at), --scale / --compress (passed to the importers), --no-server,
 --duration-seconds, --tick (wall seconds between cycles), --password, --cold-start, --keep.
@@ -75,8 +83,10 @@ class _QuietHandler:
         class Handler(WSGIRequestHandler):
             def log_message(self, format, *args):  # noqa: A002 - signature from BaseHTTPRequestHandler
                 path = getattr(self, "path", "")
-                if "metrics.json" in path or path.startswith("/static/"):
-                    return
+                if "metrics.json" in path or path.startswith("/static/") or "/logs/" in path or (
+                        path.startswith("/api/v1/nodes/") and path.rstrip("/").rsplit("/", 1)[-1]
+                        in ("assignments", "heartbeat", "reports")):
+                    return  # polling: the dashboard, the log view and the node agents
                 super().log_message(format, *args)
 
         return Handler
@@ -121,6 +131,13 @@ class Command(BaseCommand):
                                  "start day are submitted at once, with their remaining run time)")
         parser.add_argument("--keep", action="store_true",
                             help="keep the previous run's jobs and samples instead of starting clean")
+        parser.add_argument("--local-agents", type=int, default=0, metavar="N",
+                            help="local mode: run N node agents on this machine that run the jobs for real "
+                                 "(no trace replay; see the module docstring)")
+        parser.add_argument("--gpus-per-agent", type=int, default=2, metavar="K",
+                            help="local mode: GPUs each agent reports, copies of the recorded H200 (default 2)")
+        parser.add_argument("--real-gpus", action="store_true",
+                            help="local mode: the agents read this machine's GPUs through NVML")
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -187,6 +204,10 @@ class Command(BaseCommand):
         from gpuplatform.trace_feeder import SimClock, TraceFeeder, busy_start_seconds, trace_epoch
 
         t_start = time.monotonic()
+        if opts["local_agents"] < 0 or opts["gpus_per_agent"] < 1 or opts["gpus_per_agent"] > 64:
+            raise CommandError("--local-agents must be >= 0 and --gpus-per-agent from 1 to 64")
+        if opts["local_agents"]:
+            return self.run_local(opts)
         self._migrate()
         self._load_cluster(opts)
         if not opts["keep"]:
@@ -319,3 +340,114 @@ class Command(BaseCommand):
         lines += ["", f"REST API: {api}/api/docs/ (token: POST {api}/api/v1/auth-token/; CLI: gpuctl --help)",
                   "=" * 72, ""]
         self._say("\n".join(lines))
+
+    # -- local mode: the product for real on this machine ---------------------------------------------
+
+    def _local_setup(self, opts) -> tuple[list[tuple[str, str, str]], str]:
+        """Team `demo`, its queue (quota = every local GPU), users admin and demo, the node-agents user and
+        its token. Returns (users, agent token)."""
+        from django.contrib.auth.models import Group
+        from rest_framework.authtoken.models import Token
+
+        from gpuplatform import services
+        from gpuplatform.api.permissions import NODE_AGENT_GROUP
+        from gpuplatform.models import Node, Queue, Team
+
+        simulated = Node.objects.exclude(executor=Node.Executor.AGENT).count()
+        if simulated:
+            raise CommandError(f"this database holds a simulated cluster ({simulated} nodes without an agent): run "
+                               f"the local mode on another database, e.g. `make demo-local` "
+                               f"(DATABASE_URL=sqlite:///db-local.sqlite3)")
+        User = get_user_model()
+        password = opts["password"] or secrets.token_urlsafe(9)
+        gpus = opts["local_agents"] * opts["gpus_per_agent"]
+        team = Team.objects.filter(name="demo").first() or services.create_team("demo")
+        queue = Queue.objects.filter(name="demo").first()
+        if queue is None:
+            services.create_queue("demo", team=team, quotas={"H200": (0, gpus, gpus)})
+        else:
+            services.set_quota(queue, "H200", 0, gpus, gpus)
+        admin, _ = User.objects.get_or_create(username="admin")
+        admin.is_staff = admin.is_superuser = True
+        admin.set_password(password)
+        admin.save()
+        member, _ = User.objects.get_or_create(username="demo")
+        member.set_password(password)
+        member.save()
+        services.add_member(team, member, "member")
+        agent, _ = User.objects.get_or_create(username="node-agent")
+        agent.set_unusable_password()
+        agent.save()
+        agent.groups.add(Group.objects.get_or_create(name=NODE_AGENT_GROUP)[0])
+        token, _ = Token.objects.get_or_create(user=agent)
+        return [("admin", password, "platform admin"), ("demo", password, "member of team demo")], token.key
+
+    def run_local(self, opts) -> None:
+        from django.utils import timezone
+
+        from gpuplatform.agent.local import start_agents, stop_agents
+        from gpuplatform.models import Job, Node
+        from scheduler.tasks import run_loop
+
+        self._migrate()
+        if not opts["keep"]:
+            _reset_workload()
+        users, token = self._local_setup(opts)
+        if not settings.DEBUG:
+            logging.getLogger("scheduler.store").setLevel(logging.WARNING)  # a line per cycle is too much
+        if opts["no_server"]:
+            raise CommandError("--local-agents needs the web server: the agents talk to it over REST")
+        try:
+            server = start_server(opts["host"], opts["port"])
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc} (use --port)") from exc
+        api = f"http://127.0.0.1:{opts['port']}"
+        root = Path(settings.BASE_DIR) / ".demo-agents"
+        agents = start_agents(api, token, opts["local_agents"], root=root, gpus=opts["gpus_per_agent"],
+                              poll=1.0, interval=5.0, real_gpus=opts["real_gpus"])
+        stop = threading.Event()
+        loop = threading.Thread(target=run_loop, name="demo-cycle", daemon=True,
+                                kwargs={"interval_seconds": 1.0, "clock_fn": timezone.now, "stop_event": stop})
+        loop.start()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
+        began = time.monotonic()
+        deadline = began + 30
+        while Node.objects.filter(executor=Node.Executor.AGENT, name__startswith="local-").count() < len(agents):
+            if time.monotonic() > deadline or stop.is_set():
+                break
+            stop.wait(0.3)
+        nodes = list(Node.objects.filter(executor=Node.Executor.AGENT).values_list("name", "gpu_count"))
+        example = Path(settings.BASE_DIR) / "examples" / "rendezvous.py"
+        lines = ["", "=" * 72, f"GPU platform, local mode: open http://{opts['host']}:{opts['port']}/",
+                 f"{len(nodes)} node(s) with agents: " + ", ".join(f"{n} ({g} GPUs)" for n, g in nodes),
+                 f"agent logs and task directories: {root}", "", "Log in as:"]
+        lines += [f"  {u:<6} password {p:<14} {r}" for u, p, r in users]
+        lines += ["", "Submit a 2-task gang that rendezvous over TCP (Jobs > Submit, or):",
+                  f"  export GPUCTL_API={api}",
+                  f"  export GPUCTL_TOKEN=$(curl -s -X POST {api}/api/v1/auth-token/ -d username=demo "
+                  f"-d password={users[1][1]} | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"token\"])')",
+                  f"  gpuctl submit --queue demo --name rendezvous --tasks 2 --gpus 1 "
+                  f"--command '{sys.executable} {example} --sleep 60'",
+                  "  gpuctl logs <job id> --follow       # its rank 0 output; gpuctl cancel <id> stops it",
+                  "Ctrl-C stops the server, the agents and every task they run.", "=" * 72, ""]
+        self._say("\n".join(lines))
+        try:
+            while not stop.is_set():
+                stop.wait(1.0)
+                if opts["duration_seconds"] is not None and time.monotonic() - began > opts["duration_seconds"]:
+                    break
+                dead = [a.name for a in agents if not a.alive()]
+                if dead:
+                    self._say(f"agent(s) exited: {', '.join(dead)} (see {root}/<name>.log)")
+                    agents = [a for a in agents if a.alive()]
+        finally:
+            stop.set()
+            self._say("stopping the agents and their tasks ...")
+            stop_agents(agents, stop_tasks=True)
+            loop.join(timeout=10)
+            server.shutdown()
+            server.server_close()
+            live = Job.objects.filter(state__in=Job.LIVE_STATES).count()
+            self._say(f"local demo stopped ({live} job(s) were still live; their processes are gone)")

@@ -1,0 +1,102 @@
+"""Node agents on this machine, for the local demo (`manage.py demo --local-agents N`) and the
+integration tests: each is a real `manage.py gpu_agent` process talking REST to the control plane on
+loopback, with its own work directory, reporting GPUs read from the recorded H200 `nvidia-smi -q -x` dump
+(data/nvidia-h200-node/, copied K times per node with derived UUIDs) or, with `real_gpus`, from NVML.
+
+No Django import: the agents are separate processes and touch no database.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["LocalAgent", "RECORDED_DUMP", "agent_argv", "start_agents", "stop_agents"]
+
+REPO = Path(__file__).resolve().parents[3]
+RECORDED_DUMP = REPO / "data" / "nvidia-h200-node" / "nvidia-smi-q.xml"
+# What an agent process must not inherit: it talks REST only.
+_DROP = ("DATABASE_URL", "REDIS_URL", "SECRET_KEY")
+
+
+@dataclass
+class LocalAgent:
+    name: str
+    work_dir: Path
+    log_path: Path
+    process: subprocess.Popen
+    argv: list[str] = field(default_factory=list)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def agent_argv(api: str, token: str, name: str, *, work_dir: Path, gpus: int = 2, poll: float = 1.0,
+               interval: float = 5.0, real_gpus: bool = False, address: str = "127.0.0.1") -> list[str]:
+    """The command line of one local agent (a `manage.py gpu_agent` process)."""
+    argv = [sys.executable, str(REPO / "manage.py"), "gpu_agent", "--api", api, "--token", token,
+            "--node-name", name, "--work-dir", str(work_dir), "--poll", str(poll), "--interval", str(interval),
+            "--address", address]
+    if not real_gpus:
+        argv += ["--nvidia-smi-xml", str(RECORDED_DUMP), "--gpus", str(gpus)]
+    return argv
+
+
+def start_agents(api: str, token: str, count: int, *, root: Path, gpus: int = 2, poll: float = 1.0,
+                 interval: float = 5.0, prefix: str = "local", real_gpus: bool = False,
+                 env: dict | None = None) -> list[LocalAgent]:
+    """Start `count` agents named <prefix>-0 .. <prefix>-<count-1>, each with work dir root/<name> and its
+    output in root/<name>.log. Returns at once (they register within a second or two)."""
+    root.mkdir(parents=True, exist_ok=True)
+    base = {k: v for k, v in os.environ.items() if k not in _DROP}
+    base.update(env or {})
+    base["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "platform"), base.get("PYTHONPATH", "")])
+    agents = []
+    for i in range(count):
+        name = f"{prefix}-{i}"
+        work = root / name
+        argv = agent_argv(api, token, name, work_dir=work, gpus=gpus, poll=poll, interval=interval,
+                          real_gpus=real_gpus)
+        log_path = root / f"{name}.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(argv, cwd=REPO, env=base, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        agents.append(LocalAgent(name, work, log_path, proc, argv))
+    return agents
+
+
+def stop_agents(agents: list[LocalAgent], *, stop_tasks: bool = True, grace: float = 5.0) -> None:
+    """Stop the agent processes (SIGTERM, then SIGKILL after `grace`). With `stop_tasks`, every task they
+    started is stopped too (SIGTERM, SIGKILL after `grace`): a real agent leaves its tasks running across
+    its own restarts, a demo that ends does not."""
+    for agent in agents:
+        if agent.alive():
+            agent.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for agent in agents:
+        try:
+            agent.process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            agent.process.kill()
+            agent.process.wait()
+    if not stop_tasks:
+        return
+    from .executor import ProcessExecutor
+
+    executors = []
+    for agent in agents:
+        if agent.work_dir.exists():
+            ex = ProcessExecutor(str(agent.work_dir))
+            ex.recover()
+            for key in ex.live_keys():
+                ex.stop(key, time.monotonic() + grace)
+            executors.append(ex)
+    end = time.monotonic() + grace + 5
+    while time.monotonic() < end and any(ex.live_keys() for ex in executors):
+        for ex in executors:
+            ex.poll()
+        time.sleep(0.1)
