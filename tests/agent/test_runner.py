@@ -135,7 +135,7 @@ def test_agent_loop_runs_stops_and_reports(control_plane, tmp_path):
     try:
         assert cp.registered == [{"name": "n1", "flavor": "", "cpu_milli": 2000, "memory_mib": 4096,
                                   "labels": {"nvidia.com/gpu.count": "0"}, "gpus": [], "address": "127.0.0.1",
-                                  "runtime": ""}]
+                                  "runtime": "", "executor": "agent"}]
         assert beats >= 1 and cp.beats == beats
         assert cp.failed_reports == 1  # the first reports call failed and was sent again
         ended_at = time.monotonic()
