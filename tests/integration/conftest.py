@@ -84,6 +84,45 @@ def _point_app_at(app, **conf) -> None:
         app.amqp.__dict__.pop(cached, None)
 
 
+def _db_url() -> str:
+    from django.db import connection
+
+    db = connection.settings_dict
+    return (f"postgres://{db['USER'] or 'postgres'}" + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+            + f"@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}")
+
+
+def start_worker(queue: str, log_path: Path, env_extra: dict | None = None) -> subprocess.Popen:
+    """Start `celery -A gpuplatform worker --pool=solo` on the pytest-django test database, consuming only
+    `queue`, with `env_extra` over the environment (settings such as HEARTBEAT_TIMEOUT_SECONDS); returns
+    once it is ready. Raises RuntimeError with its log when it does not come up within 60 s."""
+    env = {**os.environ, "DATABASE_URL": _db_url(), "REDIS_URL": REDIS_URL,
+           "DJANGO_SETTINGS_MODULE": "gpuplatform.settings",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "platform"), os.environ.get("PYTHONPATH", "")]),
+           **(env_extra or {})}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "gpuplatform", "worker", "--pool=solo", "-l", "info",
+             "-Q", queue, "-n", f"{queue}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while b" ready." not in log_path.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_worker(proc)
+            raise RuntimeError(f"celery worker did not start:\n{log_path.read_text()[-4000:]}")
+        time.sleep(0.2)
+    return proc
+
+
+def stop_worker(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.fixture(scope="session")
 def celery_worker(django_db_setup, django_db_blocker, celery_queue, tmp_path_factory):
     """Start `celery -A gpuplatform worker --pool=solo` against the pytest-django test database and this
@@ -94,37 +133,14 @@ def celery_worker(django_db_setup, django_db_blocker, celery_queue, tmp_path_fac
         if os.environ.get("CI"):
             pytest.fail(f"CI is set and the integration services are missing: {problem}")
         pytest.skip(problem)
-    from django.db import connection
-
     from gpuplatform.celery import app
 
     saved = {k: app.conf[k] for k in ("broker_url", "result_backend", "task_default_queue")}
-    db = connection.settings_dict
-    db_url = (f"postgres://{db['USER'] or 'postgres'}" + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-              + f"@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}")
-    env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": REDIS_URL,
-           "DJANGO_SETTINGS_MODULE": "gpuplatform.settings",
-           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "platform"), os.environ.get("PYTHONPATH", "")])}
     log_path = tmp_path_factory.mktemp("celery") / "worker.log"
-    name = f"{celery_queue}@%h"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "gpuplatform", "worker", "--pool=solo", "-l", "info",
-             "-Q", celery_queue, "-n", name, "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = start_worker(celery_queue, log_path)
     try:
         _point_app_at(app, broker_url=REDIS_URL, result_backend=REDIS_URL, task_default_queue=celery_queue)
-        deadline = time.monotonic() + 60
-        while b" ready." not in log_path.read_bytes():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"celery worker did not start:\n{log_path.read_text()[-4000:]}")
-            time.sleep(0.2)
         yield {"queue": celery_queue, "log": log_path, "process": proc}
     finally:
         _point_app_at(app, **saved)
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_worker(proc)
