@@ -8,7 +8,9 @@ embedded loop before each cycle: `detect_failures(now)`.
 2. A node still not_ready NODE_FAILURE_GRACE_SECONDS after it went silent (last_heartbeat + timeout +
    grace) has failed: the tasks on it fail and each of their gangs is requeued whole at once (all its
    GPUs released, original submit time, attempts + 1, backoff). Event "node_failed" on the node, one
-   "requeued_after_failure" per job.
+   "requeued_after_failure" per job. A gang already stopping toward an end or a restart (cancelled, a
+   failed task, its completion role done, its time limit: gpuplatform.execution.stops) is not requeued:
+   its stop is over, and it ends (or restarts) as the stop says (a cancelled job never runs again).
 3. A GPU reported unhealthy (uncorrectable ECC, fatal XID: see agent/inventory.py) under a live task
    fails that task the same way.
 4. A draining node's running gangs are evicted gracefully (preempting with their queue's grace, then
@@ -27,11 +29,13 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
+from gpuplatform.execution import finalize_stop
 from gpuplatform.lifecycle import LIVE_TASK_STATES, evict_jobs_on_nodes, release_tasks, requeue_job
 from gpuplatform.models import Allocation, Event, Job, Node, Task
 
 log = logging.getLogger("scheduler.failures")
 MONITORED_STATES = (Node.State.READY, Node.State.CORDONED, Node.State.DRAINING)
+ENDING_STOPS = ("restart", "cancelled", "failed", "succeeded")  # stop targets that are not a plain requeue
 
 
 @dataclass
@@ -40,6 +44,7 @@ class FailureReport:
     failed_nodes: list[str] = field(default_factory=list)
     requeued: list = field(default_factory=list)
     drained: list = field(default_factory=list)
+    ended: list = field(default_factory=list)  # stopping gangs that ended (or restarted) as their stop said
 
 
 def _seconds(name: str, default: float) -> timedelta:
@@ -81,9 +86,9 @@ def detect_failures(now: datetime) -> FailureReport:
         if draining:
             report.drained = evict_jobs_on_nodes(draining, at=now, kind="evicted",
                                                  reason="its node is draining; requeued whole after the grace period")
-    if report.not_ready or report.requeued or report.drained:
-        log.info("failure detection: not_ready %s, failed %s, requeued %s, drained %s", report.not_ready,
-                 report.failed_nodes, report.requeued, report.drained)
+    if report.not_ready or report.requeued or report.drained or report.ended:
+        log.info("failure detection: not_ready %s, failed %s, requeued %s, drained %s, stops ended %s",
+                 report.not_ready, report.failed_nodes, report.requeued, report.drained, report.ended)
     return report
 
 
@@ -108,6 +113,10 @@ def _fail(tasks_by_job: dict, now: datetime, report: FailureReport, cause: str) 
                 Event.objects.create(time=now, kind="tasks_released", job_id=job_id,
                                      message=f"{len(tasks)} releasing task(s) lost ({cause}); GPUs released now",
                                      data={"tasks": [[t[1], t[2], t[4]] for t in tasks], "cause": cause})
+            continue
+        if Job.objects.filter(pk=job_id, state=Job.State.PREEMPTING, stop_target__in=ENDING_STOPS).exists():
+            if finalize_stop(job_id, at=now):
+                report.ended.append(job_id)
             continue
         failed = [[role, index, node] for _, role, index, _, node, _ in tasks]
         if requeue_job(job_id, at=now, kind="requeued_after_failure", backoff=True,

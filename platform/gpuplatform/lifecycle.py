@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from . import clock
 from .models import Allocation, Event, Job, Task
 
 LIVE_TASK_STATES = (Task.State.BOUND, Task.State.RUNNING)
@@ -107,12 +108,13 @@ def evict_jobs_on_nodes(node_ids, *, at: datetime, kind: str, reason: str, actor
 @transaction.atomic
 def report_task_running(task: Task, *, at: datetime | None = None, actor=None) -> bool:
     """A node reports that `task` runs: bound -> running. When no task of its gang is still bound, the job
-    goes admitted -> running (started_at = `at`) with an Event. Idempotent for a task already running;
+    goes admitted -> running (started_at = `at`, default: the cluster clock, which the gang-start timeout
+    and the time limit compare it with) with an Event. Idempotent for a task already running;
     returns True when something changed. Raises services.ValidationError("state") for a task that is
     neither bound nor running (e.g. its gang was requeued meanwhile)."""
     from .errors import ValidationError
 
-    at = at or timezone.now()
+    at = at or clock.now()
     if not Task.objects.filter(pk=task.pk, state=Task.State.BOUND).update(state=Task.State.RUNNING, started_at=at):
         state = Task.objects.filter(pk=task.pk).values_list("state", flat=True).first()
         if state == Task.State.RUNNING:

@@ -256,12 +256,14 @@ def cancel_job(job: Job, *, actor=None, reason: str = "", at: datetime | None = 
     stopped with a deadline (execution.stop_job): preempting until its processes have exited or its
     queue's grace period is over, then cancelled with its GPUs released; any other job is cancelled and
     its GPUs released at once. Raises ValidationError("state") if the job already finished or is
-    already ending."""
+    already ending. The job's state is read from the database (locked), never taken from `job`, which may
+    be stale: a job that started since it was loaded must still get its stop."""
     from .execution import stop_job
 
     at = at or clock.now()
     text = f"{job.name} cancelled" + (f": {reason}" if reason else "")
-    if job.state in (Job.State.ADMITTED, Job.State.RUNNING, Job.State.PREEMPTING) and not job.simulated:
+    current = Job.objects.select_for_update().filter(pk=job.pk).values_list("state", flat=True).first()
+    if current in (Job.State.ADMITTED, Job.State.RUNNING, Job.State.PREEMPTING) and not job.simulated:
         if stop_job(job.pk, at=at, target="cancelled", reason=text, kind="cancelled", actor=actor):
             job.refresh_from_db()
             request_cycle_on_commit()

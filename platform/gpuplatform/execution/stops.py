@@ -53,7 +53,8 @@ def stop_job(job_id, *, at: datetime, target: str, reason: str, kind: str, grace
     """Stop a live gang so that it ends as `target` (STOP_TARGETS). admitted / running -> preempting until
     at + grace (queue's grace when None), or straight to the end when no process of it runs on a node agent.
     A job already preempting toward a requeue or restart is turned toward a final target (cancelled, failed,
-    succeeded) keeping the earlier deadline. Returns False when the job is in none of these states."""
+    succeeded) keeping the earlier deadline, and ended at once when none of its processes is left on a node
+    agent. Returns False when the job is in none of these states."""
     if target not in STOP_TARGETS:
         raise ValueError(f"unknown stop target {target!r}")
     row = (Job.objects.filter(pk=job_id).values_list("state", "stop_target", "preempt_deadline", "name",
@@ -72,7 +73,9 @@ def stop_job(job_id, *, at: datetime, target: str, reason: str, kind: str, grace
                                                          preempt_deadline=deadline, updated_at=timezone.now())
         record_event(kind, f"{name}: stopping, ends {target} ({reason})", actor=actor, job_id=job_id, time=at,
                      cycle=cycle, data={**payload, "deadline": deadline.isoformat(), "was": old_target or "requeue"})
-        return _finalize_if_idle(job_id, at=at, cycle=cycle) or True
+        if not live_agent_tasks(job_id).exists():  # no process left to wait for (simulated nodes, all exited)
+            finalize_stop(job_id, at=at, cycle=cycle)
+        return True
     if state not in (Job.State.ADMITTED, Job.State.RUNNING):
         return False
     if not live_agent_tasks(job_id).exists():
