@@ -2,7 +2,9 @@
 
 Limits (settings): a chunk holds at most TASK_LOG_CHUNK_MAX_BYTES (64 KiB) of UTF-8 text; a task attempt
 keeps at most TASK_LOG_MAX_BYTES (1 MiB): when a new chunk goes past it, the oldest chunks are deleted
-first (the reader is told `trimmed`). A read returns at most TASK_LOG_READ_MAX_BYTES (64 KiB).
+first (the reader is told `trimmed`). A read returns at most TASK_LOG_READ_MAX_BYTES (64 KiB), and at most
+`limit` bytes, always whole UTF-8 characters: it never starts or ends inside one (a `limit` smaller than
+the next character still returns that character, so paging always progresses).
 
 Offsets are byte offsets in the attempt's output as the agent counts them. A chunk whose offset is
 already stored is a retry and is dropped (idempotent); one that starts past the end (the agent skipped
@@ -32,16 +34,18 @@ def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
                at: datetime | None = None) -> tuple[bool, str, int]:
     """Store one chunk from `node`'s agent. Returns (accepted, detail, next_offset). Refused: unknown
     task, an attempt the job has not reached, a chunk over the size limit, a negative offset. A chunk of
-    an attempt that has just ended (its last lines) is accepted from the node that ran it."""
+    an attempt that has just ended (its last lines) is accepted from the node that ran it. NUL characters
+    are stored as "?" (one byte for one: offsets stay the agent's)."""
     limits = log_limits()
     row = Task.objects.filter(pk=task_id).values_list("job__attempts", "node_id").first()
     if row is None:
         return False, f"unknown task {task_id}", offset
     attempts, node_id = row
+    data = data.replace("\x00", "?")  # PostgreSQL text cannot hold NUL; one byte for one keeps the offsets
     raw = data.encode("utf-8", errors="replace")
     if attempt > attempts or attempt < 0:
         return False, f"attempt {attempt} does not exist (the job is on attempt {attempts})", offset
-    if attempt == attempts and node_id is not None and node_id != node.pk:
+    if attempt == attempts and node_id != node.pk:  # a task not placed in this attempt is on no node
         return False, f"task {task_id} is not on node {node.name}", offset
     if offset < 0:
         return False, "offset must be >= 0", offset
@@ -73,6 +77,32 @@ def _trim(task_id: int, attempt: int, budget: int) -> None:
     TaskLog.objects.filter(pk__in=doomed).delete()
 
 
+def _continues(byte: int) -> bool:
+    return byte & 0xC0 == 0x80  # a UTF-8 continuation byte (10xxxxxx)
+
+
+def _char_start(raw: bytes, i: int) -> int:
+    """`i`, moved forward past the rest of a character it points into (a read never starts mid-character)."""
+    while i < len(raw) and _continues(raw[i]):
+        i += 1
+    return i
+
+
+def _char_cut(raw: bytes, begin: int, end: int, *, whole: bool) -> int:
+    """The end of a slice of `raw` from `begin` of at most `end`, moved back to a character boundary; when
+    not even one character fits and `whole` (nothing served yet), that one character (so a read progresses)."""
+    if end >= len(raw):
+        return len(raw)
+    cut = end
+    while cut > begin and _continues(raw[cut]):
+        cut -= 1
+    if cut == begin and whole and begin < len(raw):
+        cut = begin + 1
+        while cut < len(raw) and _continues(raw[cut]):
+            cut += 1
+    return cut
+
+
 def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: int | None = None) -> dict:
     """Up to `limit` bytes (capped at the read limit) of `task`'s output from byte `offset`, of `attempt`
     (default: the job's current one, or the last one that logged). Returns {task, name, attempt, offset
@@ -84,7 +114,8 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
     if attempt is None:
         attempt = job_attempt
         if not TaskLog.objects.filter(task=task, attempt=attempt).exists():
-            attempt = TaskLog.objects.filter(task=task).aggregate(a=Max("attempt"))["a"] or job_attempt
+            logged = TaskLog.objects.filter(task=task).aggregate(a=Max("attempt"))["a"]
+            attempt = job_attempt if logged is None else logged  # attempt 0 is an attempt too
     chunks = TaskLog.objects.filter(task=task, attempt=attempt)
     end = chunks.aggregate(e=Max("offset"))["e"]
     size = 0
@@ -100,16 +131,21 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
         if c_off + c_size <= at:
             continue
         raw = text.encode("utf-8")
-        piece = raw[max(at - c_off, 0):]
         if c_off > at:  # a gap the agent left: continue from this chunk
             at = c_off
         room = limit - served
         if room <= 0:
             break
-        piece = piece[:room]
-        parts.append(piece)
-        served += len(piece)
-        at += len(piece)
+        begin = _char_start(raw, at - c_off)
+        if begin >= len(raw):  # `offset` pointed into this chunk's last character
+            at = c_off + len(raw)
+            continue
+        cut = _char_cut(raw, begin, begin + room, whole=not served)
+        if cut == begin:
+            break  # the next character does not fit: the next read starts with it
+        parts.append(raw[begin:cut])
+        served += cut - begin
+        at = c_off + cut
     ended = attempt < job_attempt or task.state not in (Task.State.BOUND, Task.State.RUNNING, Task.State.RELEASING,
                                                          Task.State.PENDING)
     return {"task": task.pk, "name": f"{task.role.name}-{task.index}", "attempt": attempt, "offset": start,

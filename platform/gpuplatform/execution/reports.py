@@ -57,6 +57,7 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}")
     at = at or clock.now()
+    message = (message or "").replace("\x00", "?")  # the agent's words, stored in text columns
     with transaction.atomic():
         job_id = Task.objects.filter(pk=task_id).values_list("job_id", flat=True).first()
         if job_id is None:

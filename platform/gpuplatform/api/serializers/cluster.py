@@ -1,5 +1,6 @@
 from datetime import timezone as dt_timezone
 
+from django.core.validators import ProhibitNullCharactersValidator
 from rest_framework import serializers
 
 from ...models import Domain, Gpu, Node
@@ -75,6 +76,22 @@ class NodeRegisterSerializer(serializers.Serializer):
                                                  "(a new node is simulated: an inventory-only agent)")
 
 
+class ProcessTextField(serializers.CharField):
+    """Text a task's process or its agent produced (output, a lost task's message): NUL characters are let
+    through for the service to replace (execution.append_log), and with `truncate` a longer text is cut
+    instead of refused. A node agent drops a whole report answered 400, its exit events with it, so what a
+    process printed must never make a report malformed."""
+
+    def __init__(self, *, truncate: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.truncate = truncate
+        self.validators = [v for v in self.validators if not isinstance(v, ProhibitNullCharactersValidator)]
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        return value[:self.truncate] if self.truncate is not None else value
+
+
 class TaskReportSerializer(serializers.Serializer):
     """One report of a task's process (docs/execution.md)."""
 
@@ -84,7 +101,8 @@ class TaskReportSerializer(serializers.Serializer):
     pid = count_field(min_value=0, required=False, allow_null=True, default=None)
     exit_code = count_field(min_value=0, max_value=255, required=False, allow_null=True, default=None)
     signal = count_field(min_value=1, max_value=128, required=False, allow_null=True, default=None)
-    message = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+    message = ProcessTextField(truncate=500, required=False, default="", allow_blank=True, trim_whitespace=False,
+                               help_text="why a task was lost (kept to its first 500 characters)")
 
     def validate(self, attrs):
         if attrs["event"] == "exited" and (attrs["exit_code"] is None) == (attrs["signal"] is None):
@@ -96,7 +114,8 @@ class LogChunkSerializer(serializers.Serializer):
     task = count_field(min_value=1)
     attempt = count_field(min_value=0)
     offset = serializers.IntegerField(min_value=0, max_value=2**62)
-    data = serializers.CharField(max_length=70000, allow_blank=True, trim_whitespace=False)
+    data = ProcessTextField(max_length=70000, allow_blank=True, trim_whitespace=False,
+                            help_text="the output from byte `offset`, UTF-8 text (at most 64 KiB of it is stored)")
 
 
 class NodeReportsSerializer(serializers.Serializer):
