@@ -64,7 +64,9 @@ class Page:
 
     def __init__(self, browser, base_url: str):
         self.base = base_url
-        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        # Tall enough for the whole submit form: a full-page shot of a page taller than the viewport
+        # resizes it for the capture, and headless Chromium then dropped the next click on the submit button.
+        self.context = browser.new_context(viewport={"width": 1400, "height": 1600})
         self.page = self.context.new_page()
         self.page.set_default_timeout(15_000)
         self.errors: list[str] = []
@@ -185,6 +187,18 @@ def test_gang_job_from_submission_to_cancel(browser, live_server, cluster):
     # The log view: one choice per task, and it has heard from the logs API (simulated nodes: no output).
     assert page.locator("#log-task option").count() == 3
     page.wait_for_function("document.getElementById('log-status').textContent.indexOf('attempt') >= 0")
+    # Logs reach the page: what a node agent sends for worker-0 shows up, and more output appears live.
+    from gpuplatform.execution import append_log
+    from gpuplatform.models import Task
+
+    first = Task.objects.select_related("node", "role").get(job=job, role__name="worker", index=0)
+    line1, line2 = "[rank 0] epoch 1 loss 2.31\n", "[rank 0] epoch 2 loss 1.87\n"
+    assert append_log(first.node, task_id=first.pk, attempt=0, offset=0, data=line1)[0]
+    page.wait_for_function("document.getElementById('log-output').textContent.indexOf('epoch 1 loss') >= 0")
+    assert append_log(first.node, task_id=first.pk, attempt=0, offset=len(line1), data=line2)[0]
+    page.wait_for_function("document.getElementById('log-output').textContent.indexOf('epoch 2 loss') >= 0",
+                           timeout=10000)
+    assert page.locator("#log-output").inner_text().count("epoch 1 loss") == 1  # appended, not repeated
     p.shot("job-running")
 
     # On the topology map: the job's domain, zoomed, filtered to this job.
