@@ -225,3 +225,21 @@ def test_gpu_agent_command_executes_a_task(control_plane, tmp_path):
     assert cp.registered[0]["address"] == "127.0.0.1" and len(cp.registered[0]["gpus"]) == 2
     assert os.path.exists(work / "tasks" / "7-0" / "meta.json")
     assert agent.returncode == 0 and "n1: agent stopped; its tasks keep running" in out, out
+
+
+def test_stop_of_a_task_never_started_here_is_reported_lost_once(control_plane, tmp_path):
+    """A gang stopped before this node started its task: the agent says so at once (the server then need
+    not wait for the deadline), never starts it, and does not say it twice."""
+    url, cp = control_plane
+    cp.fail_next_reports = 0
+    ex = ProcessExecutor(str(tmp_path / "agent"))
+    loop = AgentLoop(url, "tok", "n1", lambda: [], ex, poll=0.05, resources=(0, 0))
+    stop = dict(assignment(9, "echo must-not-run > ran.txt"), action="stop",
+                stop_deadline=(SERVER_TIME + timedelta(seconds=5)).isoformat())
+    loop.apply({"server_time": SERVER_TIME.isoformat(), "tasks": [stop]})
+    assert loop.report()
+    loop.apply({"server_time": SERVER_TIME.isoformat(), "tasks": [stop]})
+    assert loop.report()
+    lost = [e for e in cp.delivered() if e["task"] == 9]
+    assert [(e["event"], e["message"]) for e in lost] == [("lost", "stopped before it started on this node")]
+    assert not ex.known((9, 0)) and not (Path(ex.task_dir((9, 0))) / "ran.txt").exists()

@@ -35,6 +35,7 @@ from .inventory import GpuInventory
 
 __all__ = ["AgentLoop", "primary_address", "parse_server_time", "LOG_CHUNK_BYTES"]
 
+NEVER_STARTED = "stopped before it started on this node"
 log = logging.getLogger("gpuplatform.agent")
 
 LOG_CHUNK_BYTES = 65536
@@ -96,6 +97,8 @@ class AgentLoop:
         self.beats = 0
         self.cycles = 0
         self._recovered = False
+        self.never_started: set = set()  # (task, attempt) told to stop before this agent ever started it
+        self.told_never_started: set = set()  # ... and already reported as such
 
     # ---------------------------------------------------------------------------------------------- calls
     def register(self) -> None:
@@ -169,6 +172,8 @@ class AgentLoop:
                     local = now + (deadline - server_time).total_seconds()
                 else:
                     local = now + self.stop_grace_seconds
+                if not ex.known(key) and key not in self.told_never_started:
+                    self.never_started.add(key)  # never started here: say so, the server need not wait the deadline
                 ex.stop(key, local)
             elif t.get("action", "run") == "run":
                 runs.append(t)
@@ -187,6 +192,8 @@ class AgentLoop:
         ex = self.executor
         for _ in range(MAX_REPORT_ROUNDS):
             events = ex.unreported()
+            skipped = sorted(k for k in self.never_started if not ex.known(k))
+            events += [{"task": k[0], "attempt": k[1], "event": "lost", "message": NEVER_STARTED} for k in skipped]
             logs, chunks, full = [], {}, False
             for key in ex.pending_logs():
                 off, end, text = ex.log_chunk(key, self.log_chunk_bytes)
@@ -224,6 +231,9 @@ class AgentLoop:
                 log.info("server did not accept %s of task %s-%s: %s", e["event"], e["task"], e["attempt"],
                          a.get("detail", ""))
             ex.mark_reported((e["task"], e["attempt"]), e["event"])
+            if (e["task"], e["attempt"]) in self.never_started:
+                self.never_started.discard((e["task"], e["attempt"]))
+                self.told_never_started.add((e["task"], e["attempt"]))
         by_log = {}
         for a in answer.get("logs") or []:
             if isinstance(a, dict):
