@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from gpuplatform import queries
+from gpuplatform import access, queries
 from gpuplatform.models import Job
 
 from . import figures, job_run
@@ -60,7 +60,7 @@ def _numbers(sample, totals: dict) -> dict:
 
 
 def _cluster_context(request) -> dict:
-    team_ids = queries.visible_team_ids(request.user)
+    team_ids = access.visible_team_ids(request.user)
     sample = queries.latest_cluster_sample()
     series = queries.cluster_series(limit=SERIES_POINTS)
     since = series[0]["time"] if series else None
@@ -85,7 +85,7 @@ def _cluster_context(request) -> dict:
         "queue_usage": usage,
         # The viewer's own teams are marked in the tables (None: a platform admin, every team is theirs).
         "my_teams": None if team_ids is None else set(
-            queries.visible_teams(request.user).values_list("name", flat=True)),
+            access.visible_teams(request.user).values_list("name", flat=True)),
         "cycle": queries.latest_cycle(),
         "figures": {
             "rates": figures.rates_figure(series),
@@ -139,8 +139,9 @@ def job_list(request):
         "page": page,
         "rows": rows,
         "filters": {"team": team or "", "state": state or "", "queue": queue or ""},
-        "teams": queries.visible_teams(request.user).values_list("name", flat=True),
-        "queues": queries.visible_queues(request.user).values_list("name", flat=True),
+        "teams": access.visible_teams(request.user).order_by("name").values_list("name", flat=True),
+        "queues": access.visible_queues(request.user).filter(team__isnull=False).order_by("name")
+                  .values_list("name", flat=True),
         "states": [*Job.State.values, "live", "finished"],
         "query_string": params.urlencode(),
     })

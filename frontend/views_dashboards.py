@@ -15,7 +15,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from gpuplatform import dashboard_queries as dq
-from gpuplatform import queries
+from gpuplatform import access
 from gpuplatform.models import Team
 
 from . import dashboard_figures as dfig
@@ -49,7 +49,7 @@ def build_topology(user, *, zoom=None, team=None, flavor=None, job=None) -> dict
     """The /topology.json payload: flat queries, then the pure builder. Raises Http404 for an unknown
     domain or a job the user may not see."""
     domains = dq.domains()
-    if job is not None and not queries.visible_jobs(user).filter(pk=job).exists():
+    if job is not None and not access.visible_jobs(user).filter(pk=job).exists():
         raise Http404("No such job, or not one of your teams' jobs.")
     scope = None
     if zoom:
@@ -66,7 +66,7 @@ def build_topology(user, *, zoom=None, team=None, flavor=None, job=None) -> dict
             stack.extend(kids.get(did, ()))
     return topology_payload(domains=domains, gpus=dq.topology_gpus(scope, flavor), allocations=dq.live_allocations(),
                             jobs=dq.live_jobs(), quotas=dq.queue_quotas(), zoom=zoom, team=team, job=job,
-                            visible_team_ids=queries.visible_team_ids(user))
+                            visible_team_ids=access.visible_team_ids(user))
 
 
 def _topology_params(request) -> dict:
@@ -166,7 +166,7 @@ def fragmentation_page(request):
 def _queueing_payload(user) -> dict:
     waits = dq.wait_times()
     order = dfig.pending_order(dq.pending_jobs(), dq.queue_used(), dq.queue_quotas(), dq.queue_weights())
-    visible = queries.visible_team_ids(user)
+    visible = access.visible_team_ids(user)
     shown = [j for j in order if visible is None or j["team_id"] in visible][:200]
     return {"figures": dfig.wait_figures(waits), "summary": dfig.wait_summary(waits), "pending": shown,
             "pending_total": len(order), "rows": [{"team": w["team"], "gpus": w["gpus"],

@@ -1,6 +1,6 @@
 """Job writes from the browser: the submission form and the cancel button. Both go through the same
 services as the REST API (services.submit_job, services.cancel_job) and the same permission rule
-(api.permissions.can_submit: a member or admin of the job's team, or a platform admin)."""
+(access.can_submit: a member or admin of the job's team, or a platform admin)."""
 from __future__ import annotations
 
 from django.contrib import messages
@@ -10,30 +10,17 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from gpuplatform import dashboard_queries, queries, services
-from gpuplatform.api.permissions import SUBMIT_ROLES, is_platform_admin
-from gpuplatform.models import Domain, Membership, Queue, Team
+from gpuplatform import access, dashboard_queries, queries, services
+from gpuplatform.models import Domain, Team
 
 from .forms import JobForm, RoleFormSet, apply_service_errors
 
 
-def submit_teams(user):
-    """Teams the user may submit for: every team for a platform admin, else those where the user is a
-    member or admin (never a viewer) — the rule of api.permissions.can_submit."""
-    if is_platform_admin(user):
-        return Team.objects.order_by("name")
-    ids = Membership.objects.filter(user=user, role__in=SUBMIT_ROLES).values_list("team_id", flat=True)
-    return Team.objects.filter(pk__in=ids).order_by("name")
-
-
 def _form_kwargs(user) -> dict:
-    teams = list(submit_teams(user))
-    parents = set(Queue.objects.filter(parent__isnull=False).values_list("parent_id", flat=True))
     # Closed and draining queues stay in the list: the service answers why they take no jobs.
-    queues = [(q.name, q.team.name) for q in Queue.objects.filter(team__in=teams)
-              .select_related("team").order_by("name") if q.pk not in parents]
+    queues = [(q.name, q.team.name) for q in access.submit_queues(user)]
     tiers = sorted(set(Domain.objects.values_list("tier", flat=True)))
-    return {"teams": [t.name for t in teams], "queues": queues, "tiers": tiers}
+    return {"teams": list(access.submit_teams(user).values_list("name", flat=True)), "queues": queues, "tiers": tiers}
 
 
 @login_required
@@ -92,6 +79,4 @@ def job_cancel(request, pk: int):
 
 
 def can_act(user, job) -> bool:
-    from gpuplatform.api.permissions import can_submit
-
-    return can_submit(user, job.team_id)
+    return access.can_submit(user, job.team_id)

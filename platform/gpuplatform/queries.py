@@ -1,8 +1,7 @@
-"""The reads the pages and the API need: visibility rules, job lists, cluster summaries, time series.
+"""The reads the pages and the API need: job lists, cluster summaries, trees, time series.
 
-Every function returns plain values or lazy querysets; none writes. Visibility lives here, once:
-platform admins (staff) and ops (the `gpuplatform.view_job` permission) see every team, anyone else sees
-the teams they are a member of.
+Every function returns plain values or lazy querysets; none writes. Who sees what is access.py's
+(`visible_jobs`, `visible_team_ids`, ...), shared with the API's permissions.
 """
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from datetime import datetime
 
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
 
+from .access import visible_jobs
 from .models import (
     Allocation, ClusterSample, Event, Job, JobRole, Membership, Queue, QueueSample, Quota, SchedulerCycle,
     Task, Team,
@@ -19,44 +19,6 @@ from .models import (
 
 FINISHED_STATES = tuple(str(s) for s in Job.FINAL_STATES)
 LIVE_STATES = tuple(str(s) for s in Job.LIVE_STATES)
-
-
-# --- visibility -------------------------------------------------------------------------------------
-
-def sees_all(user) -> bool:
-    """Platform admins (staff), and ops: a user granted the `gpuplatform.view_job` permission (e.g. through
-    an "ops" group) reads every team's jobs. Reading only: writes still need a team role or staff
-    (api.permissions.can_submit)."""
-    return bool(user.is_authenticated and (user.is_staff or user.is_superuser or user.has_perm("gpuplatform.view_job")))
-
-
-def visible_teams(user) -> QuerySet[Team]:
-    if sees_all(user):
-        return Team.objects.all()
-    if not user.is_authenticated:
-        return Team.objects.none()
-    return Team.objects.filter(memberships__user=user).distinct()
-
-
-def visible_team_ids(user) -> set[int] | None:
-    """None means 'every team' (staff)."""
-    if sees_all(user):
-        return None
-    if not user.is_authenticated:
-        return set()
-    return set(Membership.objects.filter(user=user).values_list("team_id", flat=True))
-
-
-def visible_jobs(user) -> QuerySet[Job]:
-    team_ids = visible_team_ids(user)
-    qs = Job.objects.all()
-    return qs if team_ids is None else qs.filter(team_id__in=team_ids)
-
-
-def visible_queues(user) -> QuerySet[Queue]:
-    team_ids = visible_team_ids(user)
-    qs = Queue.objects.filter(team__isnull=False)
-    return qs if team_ids is None else qs.filter(team_id__in=team_ids)
 
 
 # --- jobs -------------------------------------------------------------------------------------------

@@ -12,35 +12,17 @@
 | anonymous                 | nothing (401)                         | nothing                                        |
 
 Another team's objects are outside the querysets, so reading or touching them answers 404 (their
-existence is not revealed); a visible object the user may not change answers 403.
+existence is not revealed); a visible object the user may not change answers 403. The predicates
+(who sees which teams and queues, who may submit, who manages a team) are gpuplatform/access.py's, the
+same the pages use.
 """
 from __future__ import annotations
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from ..models import Membership
+from ..access import can_manage_team, can_submit, is_platform_admin
 
 NODE_AGENT_GROUP = "node-agents"
-SUBMIT_ROLES = (Membership.Role.MEMBER, Membership.Role.ADMIN)
-
-
-def is_platform_admin(user) -> bool:
-    return bool(user and user.is_authenticated and (user.is_staff or user.is_superuser))
-
-
-def team_role(user, team_id: int | None) -> str | None:
-    """The user's role in the team (member | admin | viewer), or None."""
-    if team_id is None or not user.is_authenticated:
-        return None
-    return Membership.objects.filter(user=user, team_id=team_id).values_list("role", flat=True).first()
-
-
-def can_submit(user, team_id: int | None) -> bool:
-    return is_platform_admin(user) or team_role(user, team_id) in SUBMIT_ROLES
-
-
-def can_manage_team(user, team_id: int | None) -> bool:
-    return is_platform_admin(user) or team_role(user, team_id) == Membership.Role.ADMIN
 
 
 def is_node_agent(user) -> bool:

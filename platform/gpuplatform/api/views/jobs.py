@@ -8,10 +8,10 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 
-from ... import execution, queries, services
+from ... import access, execution, services
 from ...models import Job, JobRole, Membership, Queue, Task
 from ..filters import JobFilterSet
-from ..permissions import SUBMIT_ROLES, JobPermission, can_manage_team, can_submit
+from ..permissions import JobPermission
 from ..serializers import (
     JobCancelSerializer, JobSerializer, JobSubmitSerializer, JobUpdateSerializer, LogQuerySerializer,
 )
@@ -50,7 +50,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return [JobSubmitThrottle()] if self.action == "create" else super().get_throttles()
 
     def get_queryset(self):
-        return (queries.visible_jobs(self.request.user)
+        return (access.visible_jobs(self.request.user)
                 .select_related("team", "queue", "submitter")
                 .prefetch_related(Prefetch("roles", queryset=JobRole.objects.order_by("id")),
                                   Prefetch("tasks", queryset=Task.objects.select_related("node", "role")
@@ -70,7 +70,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             raise services.ValidationError({"queue": f"unknown queue {queue_name!r}"})
         if queue.team is not None:
             return queue.team
-        mine = list(Membership.objects.filter(user=user, role__in=SUBMIT_ROLES).select_related("team")[:2])
+        mine = list(Membership.objects.filter(user=user, role__in=access.SUBMIT_ROLES).select_related("team")[:2])
         if len(mine) == 1:
             return mine[0].team
         raise services.ValidationError({"team": "name the team (slug) this job is for"})
@@ -84,7 +84,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body.is_valid(raise_exception=True)
         d = body.validated_data
         team = self._team_for(request.user, d["team"], d["queue"])
-        if not can_submit(request.user, team.pk):
+        if not access.can_submit(request.user, team.pk):
             raise PermissionDenied("only members and admins of the team (or platform admins) may submit its jobs")
         roles = [{k: v for k, v in r.items() if v is not None or k != "min_available"} for r in d["roles"]]
         with atomic():
@@ -101,7 +101,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def partial_update(self, request, pk=None):
         """Change the job's priority (team admins and platform admins)."""
         job = self.get_object()
-        if not can_manage_team(request.user, job.team_id):
+        if not access.can_manage_team(request.user, job.team_id):
             raise PermissionDenied("only the team's admins (or platform admins) may change job priorities")
         body = JobUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)

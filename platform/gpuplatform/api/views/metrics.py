@@ -5,7 +5,7 @@ from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from ... import queries
+from ... import access, queries
 from ...models import ClusterSample, Event, SchedulerCycle
 from ..filters import ClusterSampleFilterSet, EventFilterSet, SchedulerCycleFilterSet
 from ..serializers import ClusterMetricsSerializer, ClusterSampleSerializer, EventSerializer, SchedulerCycleSerializer
@@ -24,11 +24,11 @@ class EventViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         qs = Event.objects.select_related("actor", "queue", "node").order_by("-time", "-id")
-        team_ids = queries.visible_team_ids(self.request.user)
+        team_ids = access.visible_team_ids(self.request.user)
         if team_ids is None:
             return qs
         mine_job = Q(job__team_id__in=team_ids)
-        queue_ok = Q(queue__team__isnull=True) | Q(queue__team_id__in=team_ids)
+        queue_ok = access.queue_visibility(self.request.user, prefix="queue__")
         return qs.filter(mine_job | (Q(job__isnull=True) & Q(queue__isnull=False) & queue_ok)
                          | (Q(job__isnull=True) & Q(queue__isnull=True) & Q(node__isnull=False)))
 
@@ -60,7 +60,7 @@ class ClusterMetricsViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     @extend_schema(responses={200: ClusterMetricsSerializer})
     @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
     def current(self, request):
-        usage = queries.queue_usage(queries.visible_team_ids(request.user))
+        usage = queries.queue_usage(access.visible_team_ids(request.user))
         sample, cycle = queries.latest_cluster_sample(), queries.latest_cycle()
         return Response({
             "sample": ClusterSampleSerializer(sample).data if sample else None,

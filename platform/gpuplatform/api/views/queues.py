@@ -1,22 +1,15 @@
-from django.db.models import Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from ... import queries, services
+from ... import access, services
 from ...models import Queue, Quota
 from ..filters import QueueFilterSet, QuotaFilterSet
 from ..permissions import IsPlatformAdminOrReadOnly
 from ..serializers import QueueCreateSerializer, QueueSerializer, QueueTreeSerializer, QueueUpdateSerializer, QuotaSerializer
 from ..serializers.queues import QuotaUpdateSerializer
 from .base import IF_MATCH, ETagMixin, atomic
-
-
-def visible_queue_q(user) -> Q | None:
-    """Platform admins see every queue; others the platform's inner queues and their teams' queues."""
-    team_ids = queries.visible_team_ids(user)
-    return None if team_ids is None else Q(team__isnull=True) | Q(team_id__in=team_ids)
 
 
 class QueueViewSet(ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -31,9 +24,8 @@ class QueueViewSet(ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
     ordering_fields = ["name", "weight", "created_at"]
 
     def get_queryset(self):
-        qs = Queue.objects.select_related("parent", "team").prefetch_related("quotas", "children").order_by("name")
-        where = visible_queue_q(self.request.user)
-        return qs if where is None else qs.filter(where)
+        return (access.visible_queues(self.request.user).select_related("parent", "team")
+                .prefetch_related("quotas", "children").order_by("name"))
 
     @extend_schema(request=QueueCreateSerializer, responses={201: QueueSerializer})
     def create(self, request):
@@ -97,8 +89,8 @@ class QuotaViewSet(ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
 
     def get_queryset(self):
         qs = Quota.objects.select_related("queue").order_by("queue__name", "flavor")
-        team_ids = queries.visible_team_ids(self.request.user)
-        return qs if team_ids is None else qs.filter(Q(queue__team__isnull=True) | Q(queue__team_id__in=team_ids))
+        where = access.queue_visibility(self.request.user, prefix="queue__")
+        return qs if where is None else qs.filter(where)
 
     @extend_schema(request=QuotaSerializer, responses={201: QuotaSerializer})
     def create(self, request):

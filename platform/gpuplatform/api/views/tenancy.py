@@ -5,10 +5,10 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ... import queries, services
+from ... import access, services
 from ...models import Membership
 from ..filters import MembershipFilterSet, TeamFilterSet
-from ..permissions import IsPlatformAdminOrReadOnly, MembershipPermission, can_manage_team, is_platform_admin
+from ..permissions import IsPlatformAdminOrReadOnly, MembershipPermission
 from ..serializers import MembershipSerializer, TeamSerializer
 
 
@@ -23,7 +23,7 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Creat
     ordering_fields = ["name", "created_at"]
 
     def get_queryset(self):
-        return queries.visible_teams(self.request.user).order_by("name")
+        return access.visible_teams(self.request.user).order_by("name")
 
     def perform_create(self, serializer):
         data = serializer.validated_data
@@ -42,12 +42,12 @@ class MembershipViewSet(viewsets.ModelViewSet):
 
     def get_queryset(self):
         qs = Membership.objects.select_related("team", "user").order_by("team__name", "user__username")
-        team_ids = queries.visible_team_ids(self.request.user)
+        team_ids = access.visible_team_ids(self.request.user)
         return qs if team_ids is None else qs.filter(team_id__in=team_ids)
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        if not can_manage_team(self.request.user, data["team"].pk):
+        if not access.can_manage_team(self.request.user, data["team"].pk):
             raise PermissionDenied(MembershipPermission.message)
         serializer.instance = services.add_member(data["team"], data["user"], data["role"], actor=self.request.user)
 
@@ -82,6 +82,6 @@ class MeView(APIView):
     def get(self, request):
         teams = [{"team": slug, "role": role} for slug, role in
                  Membership.objects.filter(user=request.user).values_list("team__slug", "role").order_by("team__slug")]
-        return Response({"username": request.user.get_username(), "platform_admin": is_platform_admin(request.user),
+        return Response({"username": request.user.get_username(), "platform_admin": access.is_platform_admin(request.user),
                          "teams": teams})
 
