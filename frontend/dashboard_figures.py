@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping, Sequence
 
+from scheduler.sim.report import SIZE_BUCKETS, size_bucket
+
 from .figures import _iso, _layout
 from .states import PALETTE, SERIES_COLORS, STATE_COLORS
-
-SIZE_BUCKETS = ((1, 1, "1 GPU"), (2, 4, "2-4"), (5, 8, "5-8"), (9, 32, "9-32"), (33, 128, "33-128"),
-                (129, 10**9, "129+"))
 
 
 def _line(name, x, y, color, **extra) -> dict:
@@ -69,21 +68,15 @@ def fragmentation_figures(samples: Sequence[Mapping]) -> dict:
     return {"rates": rates, "gpus": gpus}
 
 
-def size_bucket(gpus: int) -> str:
-    for lo, hi, label in SIZE_BUCKETS:
-        if lo <= gpus <= hi:
-            return label
-    return "0 GPU"
-
-
 def wait_figures(rows: Sequence[Mapping], *, max_teams: int = 20) -> dict:
-    """Wait-time distributions (hours, box plots): 'by_size' (job size buckets) and 'by_team'."""
+    """Wait-time distributions (hours, box plots): 'by_size' (the replay report's job size buckets,
+    scheduler.sim.report.SIZE_BUCKETS: "0" = CPU-only jobs) and 'by_team'."""
     by_size, by_team = defaultdict(list), defaultdict(list)
     for r in rows:
         hours = round(r["wait_seconds"] / 3600, 4)
         by_size[size_bucket(r["gpus"])].append(hours)
         by_team[r["team"]].append(hours)
-    labels = [b[2] for b in SIZE_BUCKETS if b[2] in by_size] + (["0 GPU"] if "0 GPU" in by_size else [])
+    labels = [label for label, _, _ in SIZE_BUCKETS if label in by_size]
     size_data = [{"type": "box", "name": f"{b} ({len(by_size[b])})", "y": by_size[b], "boxpoints": False,
                   "marker": {"color": PALETTE[i % len(PALETTE)]}, "hoverinfo": "y+name"}
                  for i, b in enumerate(labels)]
@@ -110,9 +103,9 @@ def wait_summary(rows: Sequence[Mapping]) -> list[dict]:
     def pct(vals, p):
         vals = sorted(vals)
         return vals[min(len(vals) - 1, int(round(p / 100 * (len(vals) - 1))))] if vals else None
-    return [{"size": b[2], "jobs": len(by_size[b[2]]), "p50_s": pct(by_size[b[2]], 50),
-             "p90_s": pct(by_size[b[2]], 90), "p99_s": pct(by_size[b[2]], 99)}
-            for b in SIZE_BUCKETS if by_size.get(b[2])]
+    return [{"size": label, "jobs": len(by_size[label]), "p50_s": pct(by_size[label], 50),
+             "p90_s": pct(by_size[label], 90), "p99_s": pct(by_size[label], 99)}
+            for label, _, _ in SIZE_BUCKETS if by_size.get(label)]
 
 
 def pending_order(pending: Sequence[dict], used: Mapping[int, int], quotas: Mapping[int, int],

@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
+from operator import itemgetter
+
+from gpuplatform.trees import Tree
 
 from .states import GPU_STATE_COLORS
 
@@ -106,20 +109,14 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
     flavor, domain_id) — already filtered by flavor; allocations {gpu_id: job_id} (all live ones: a job's
     GPU count comes from them); jobs: live job dicts (dashboard_queries.live_jobs); quotas {queue_id: GPUs}. zoom: a domain name (None = the cluster).
     team / job: GPUs not held by that team's / job's jobs are dimmed. Unknown zoom raises KeyError."""
-    by_id = {d[0]: d for d in domains}
-    children = defaultdict(list)
-    for d in domains:
-        children[d[3]].append(d[0])
+    tree = Tree(domains, key=itemgetter(0), parent=itemgetter(3))
+    by_id = tree.rows
     zoom_row = None
     if zoom:
         zoom_row = next((d for d in domains if d[1] == zoom), None)
         if zoom_row is None:
             raise KeyError(zoom)
-        scope, stack = set(), [zoom_row[0]]
-        while stack:
-            did = stack.pop()
-            scope.add(did)
-            stack.extend(children.get(did, ()))
+        scope = tree.subtree(zoom_row[0])
         gpus = [g for g in gpus if g[7] in scope]
     held = Counter(allocations.values())
     jobs = [{**j, "gpus": held[j["id"]]} for j in jobs if held.get(j["id"])]
@@ -140,11 +137,7 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
     level = "gpus" if zoom_row is not None and len(cells) <= gpu_cell_limit else "domains"
     build = _gpu_level if level == "gpus" else _domain_level
     figure, rows = build(cells, by_id, visible_team_ids, filtering)
-    path = []
-    node = zoom_row
-    while node is not None:
-        path.insert(0, {"name": node[1], "tier": node[2]})
-        node = by_id.get(node[3])
+    path = [{"name": by_id[d][1], "tier": by_id[d][2]} for d in reversed(tree.ancestors(zoom_row[0]))] if zoom_row else []
     return {"level": level, "zoom": path[-1] if path else None, "path": path, "totals": totals,
             "gpus": len(cells), "filters": {"team": team or "", "job": job or ""},
             "borrowed_definition": BORROWED_DEFINITION, "figure": figure, "rows": rows}

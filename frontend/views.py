@@ -188,7 +188,7 @@ def job_detail(request, pk: int):
         "runs": job_run.run_groups(roles),
         "stop_text": job_run.stop_text(job),
         "job_exit": job_run.exit_text(job.exit_code, job.exit_signal),
-        "ended": job.state in queries.FINISHED_STATES,
+        "ended": job.state in Job.FINAL_STATES,
         # The log view polls GET /api/v1/jobs/{id}/logs/?task=&offset= (session auth); a simulated job has no output.
         "logs_url": reverse("api:job-logs", args=[job.pk]),
         "show_logs": bool(tasks) and not job.simulated,
@@ -199,8 +199,8 @@ def job_detail(request, pk: int):
         "time_limit": human_seconds(job.time_limit_seconds),
         "events": events,
         "history": state_history(job, events),
-        "can_cancel": job.state not in queries.FINISHED_STATES and can_act(request.user, job),
-        "show_map": bool(job.placement_domain) and job.state in queries.LIVE_STATES,
+        "can_cancel": job.state not in Job.FINAL_STATES and can_act(request.user, job),
+        "show_map": bool(job.placement_domain) and job.state in Job.LIVE_STATES,
         "map_zoom": job.placement_domain,
         "state_colors": STATE_COLORS,
     })

@@ -15,7 +15,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from gpuplatform import dashboard_queries as dq
-from gpuplatform import access
+from gpuplatform import access, queries
 from gpuplatform.models import Team
 
 from . import dashboard_figures as dfig
@@ -53,17 +53,11 @@ def build_topology(user, *, zoom=None, team=None, flavor=None, job=None) -> dict
         raise Http404("No such job, or not one of your teams' jobs.")
     scope = None
     if zoom:
-        root = next((d for d in domains if d[1] == zoom), None)
+        tree = queries.domain_tree(domains)
+        root = next((k for k, d in tree.rows.items() if d[1] == zoom), None)
         if root is None:
             raise Http404(f"No domain named {zoom}.")
-        kids: dict = {}
-        for d in domains:
-            kids.setdefault(d[3], []).append(d[0])
-        scope, stack = set(), [root[0]]
-        while stack:
-            did = stack.pop()
-            scope.add(did)
-            stack.extend(kids.get(did, ()))
+        scope = tree.subtree(root)
     return topology_payload(domains=domains, gpus=dq.topology_gpus(scope, flavor), allocations=dq.live_allocations(),
                             jobs=dq.live_jobs(), quotas=dq.queue_quotas(), zoom=zoom, team=team, job=job,
                             visible_team_ids=access.visible_team_ids(user))
@@ -104,7 +98,7 @@ def topology(request):
 
 def _queues_payload() -> dict:
     tree = dq.queue_tree()
-    leaves = [q for q in tree if q["team_name"]]
+    leaves = [q for q in tree.rows.values() if q["team_name"]]
     figures, rows = {}, []
     since = None
     for q in leaves:
@@ -112,17 +106,11 @@ def _queues_payload() -> dict:
         figures[f"q{q['id']}"] = dfig.watermark_figure(q["name"], series)
         rows += [{"queue": q["name"], **s, "time": s["time"].isoformat()} for s in series]
         since = since or (series[0]["time"] if series else None)
-    by_parent: dict = {}
-    for q in tree:
-        by_parent.setdefault(q["parent_id"], []).append(q)
     ordered = []
-
-    def walk(parent, depth):
-        for q in by_parent.get(parent, []):
-            s = q["sample"]
-            ordered.append({**q, "depth": depth, "borrowed": max(0, s["used"] - s["quota"]) if s else 0})
-            walk(q["id"], depth + 1)
-    walk(None, 0)
+    for qid, depth in tree.walk():
+        q = tree.rows[qid]
+        s = q["sample"]
+        ordered.append({**q, "depth": depth, "borrowed": max(0, s["used"] - s["quota"]) if s else 0})
     return {"figures": figures, "tree": ordered, "rows": rows, "leaves": leaves}
 
 

@@ -11,15 +11,16 @@ from datetime import datetime
 from django.db.models import Count, F, Sum
 from django.db.models.functions import Coalesce
 
-from .models import Allocation, ClusterSample, Domain, Gpu, Job, JobRole, Queue, QueueSample, Quota, Team
-from .queries import LIVE_STATES
+from . import queries
+from .models import Allocation, ClusterSample, Gpu, Job, JobRole, Queue, QueueSample, Team
+from .trees import Tree
 
 
 # --- topology ---------------------------------------------------------------------------------------
 
 def domains() -> list[tuple[int, str, int, int | None]]:
-    """Every domain as (id, name, tier, parent_id)."""
-    return list(Domain.objects.values_list("id", "name", "tier", "parent_id"))
+    """Every domain as (id, name, tier, parent_id), by name (the rows of queries.domain_tree)."""
+    return list(queries.domain_tree().rows.values())
 
 
 def topology_gpus(domain_ids: set[int] | None = None, flavor: str | None = None) -> list[tuple]:
@@ -46,7 +47,7 @@ def live_jobs() -> list[dict]:
     teams = dict(Team.objects.values_list("id", "name"))
     queues = dict(Queue.objects.values_list("id", "name"))
     keys = ("id", "name", "state", "team_id", "queue_id")
-    rows = [dict(zip(keys, r)) for r in Job.objects.filter(state__in=LIVE_STATES)
+    rows = [dict(zip(keys, r)) for r in Job.objects.filter(state__in=Job.LIVE_STATES)
             .order_by(Coalesce("started_at", "bound_at").asc(nulls_last=True), "id").values_list(*keys)]
     for r in rows:
         r["team_name"] = teams.get(r["team_id"], "")
@@ -55,8 +56,8 @@ def live_jobs() -> list[dict]:
 
 
 def queue_quotas() -> dict[int, int]:
-    """{queue_id: quota in GPUs summed over flavors}."""
-    return dict(Quota.objects.values("queue_id").annotate(q=Sum("quota")).order_by().values_list("queue_id", "q"))
+    """{queue_id: quota in GPUs summed over flavors} (queries.queue_quotas)."""
+    return {qid: q.quota for qid, q in queries.queue_quotas().items()}
 
 
 def flavors() -> list[str]:
@@ -67,19 +68,19 @@ def flavors() -> list[str]:
 
 # --- queue watermarks -------------------------------------------------------------------------------
 
-def queue_tree() -> list[dict]:
-    """Every queue: id, name, parent_id, team, weight, state, and its latest sample's numbers."""
+def queue_tree() -> Tree:
+    """The queue tree (queries.queue_tree: id, name, parent_id, team_name, weight, state), each row with
+    its latest sample's numbers under "sample" (None before the first cycle)."""
     latest: dict[int, dict] = {}
     last_time = QueueSample.objects.order_by("-time").values_list("time", flat=True).first()
     if last_time is not None:
         for s in QueueSample.objects.filter(time=last_time).values(
                 "queue_id", "used", "guarantee", "quota", "limit", "pending_demand", "fair_share"):
             latest[s["queue_id"]] = s
-    out = []
-    for q in Queue.objects.order_by("name").values("id", "name", "parent_id", "weight", "state",
-                                                   team_name=F("team__name")):
-        out.append({**q, "sample": latest.get(q["id"])})
-    return out
+    tree = queries.queue_tree()
+    for q in tree.rows.values():
+        q["sample"] = latest.get(q["id"])
+    return tree
 
 
 def watermark_series(queue_id: int, since: datetime | None = None, limit: int = 2000) -> list[dict]:
@@ -132,7 +133,7 @@ def pending_jobs() -> list[dict]:
 
 def queue_used() -> dict[int, int]:
     """{queue_id: GPUs held now by its live jobs}."""
-    return dict(Allocation.objects.filter(released_at__isnull=True, job__state__in=LIVE_STATES)
+    return dict(Allocation.objects.filter(released_at__isnull=True, job__state__in=Job.LIVE_STATES)
                 .values("job__queue_id").annotate(n=Count("id")).order_by().values_list("job__queue_id", "n"))
 
 

@@ -8,17 +8,15 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter, itemgetter
 
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
 
 from .access import visible_jobs
 from .models import (
-    Allocation, ClusterSample, Event, Job, JobRole, Membership, Queue, QueueSample, Quota, SchedulerCycle,
-    Task, Team,
+    Allocation, ClusterSample, Domain, Event, Job, JobRole, Queue, QueueSample, Quota, SchedulerCycle, Task, Team,
 )
-
-FINISHED_STATES = tuple(str(s) for s in Job.FINAL_STATES)
-LIVE_STATES = tuple(str(s) for s in Job.LIVE_STATES)
+from .trees import Tree
 
 
 # --- jobs -------------------------------------------------------------------------------------------
@@ -33,9 +31,9 @@ def job_list(user, *, team: str | None = None, state: str | None = None, queue: 
     if team:
         qs = qs.filter(Q(team__name=team) | Q(team__slug=team))
     if state == "finished":
-        qs = qs.filter(state__in=FINISHED_STATES)
+        qs = qs.filter(state__in=Job.FINAL_STATES)
     elif state == "live":
-        qs = qs.filter(state__in=LIVE_STATES)
+        qs = qs.filter(state__in=Job.LIVE_STATES)
     elif state:
         qs = qs.filter(state=state)
     if queue:
@@ -120,9 +118,9 @@ def job_counts_by_team(team_ids: set[int] | None = None) -> list[TeamCounts]:
         tc.by_state[row["state"]] = row["n"]
         if row["state"] == Job.State.PENDING:
             tc.pending += row["n"]
-        elif row["state"] in LIVE_STATES:
+        elif row["state"] in Job.LIVE_STATES:
             tc.running += row["n"]
-        elif row["state"] in FINISHED_STATES:
+        elif row["state"] in Job.FINAL_STATES:
             tc.finished += row["n"]
     return sorted(out.values(), key=lambda t: (-(t.pending + t.running), t.team))
 
@@ -158,46 +156,75 @@ def queue_usage(team_ids: set[int] | None = None) -> list[QueueUsage]:
         Allocation.objects.filter(released_at__isnull=True).values("job__queue_id")
         .annotate(n=Count("id")).order_by().values_list("job__queue_id", "n")
     )
-    quotas: dict[int, list] = defaultdict(lambda: [0, 0, 0, False])  # guarantee, quota, limit, unlimited
-    for qid, g, q, lim in Quota.objects.values_list("queue_id", "guarantee", "quota", "limit"):
-        acc = quotas[qid]
-        acc[0] += g
-        acc[1] += q
-        if lim is None:
-            acc[3] = True
-        else:
-            acc[2] += lim
+    quotas = queue_quotas()
     demand = dict(
         JobRole.objects.filter(job__state=Job.State.PENDING).values("job__queue_id")
         .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).order_by().values_list("job__queue_id", "n")
     )
     counts: dict[int, dict[str, int]] = defaultdict(dict)
-    for qid, state, n in (Job.objects.filter(state__in=(Job.State.PENDING, *LIVE_STATES))
+    for qid, state, n in (Job.objects.filter(state__in=(Job.State.PENDING, *Job.LIVE_STATES))
                           .values("queue_id", "state").annotate(n=Count("id")).order_by()
                           .values_list("queue_id", "state", "n")):
         counts[qid][state] = n
-    # Roll every queue's own numbers up to its ancestors.
-    parent = dict(Queue.objects.values_list("id", "parent_id"))
-    totals: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # used, demand, pending, running
-    for qid in parent:
-        own = (used.get(qid, 0), demand.get(qid) or 0, counts.get(qid, {}).get(Job.State.PENDING, 0),
-               sum(counts.get(qid, {}).get(s, 0) for s in LIVE_STATES))
-        node, seen = qid, set()
-        while node is not None and node not in seen:
-            seen.add(node)
-            acc = totals[node]
-            for i, v in enumerate(own):
-                acc[i] += v
-            node = parent.get(node)
+    own = {qid: (used.get(qid, 0), demand.get(qid) or 0, c.get(Job.State.PENDING, 0),
+                 sum(c.get(s, 0) for s in Job.LIVE_STATES)) for qid, c in counts.items()}
+    for qid, n in used.items():
+        own.setdefault(qid, (n, demand.get(qid) or 0, 0, 0))
+    totals = queue_tree().rollup(own, 4)  # used, demand, pending, running of each queue's subtree
     out = []
     for q in queues:
-        g, quota, lim, unlimited = quotas.get(q.id, [0, 0, 0, True])
+        quota = quotas.get(q.id, NO_QUOTA)
         u, d, p, r = totals.get(q.id, [0, 0, 0, 0])
-        out.append(QueueUsage(queue=q.name, team=q.team.name if q.team else None, used=u, guarantee=g,
-                              quota=quota, limit=None if unlimited else lim, pending_demand=d,
-                              pending_jobs=p, running_jobs=r))
+        out.append(QueueUsage(queue=q.name, team=q.team.name if q.team else None, used=u, guarantee=quota.guarantee,
+                              quota=quota.quota, limit=quota.limit, pending_demand=d, pending_jobs=p, running_jobs=r))
     out.sort(key=lambda x: (x.team is None, x.queue))
     return out
+
+
+# --- trees and quotas -------------------------------------------------------------------------------
+
+def domain_tree(rows=None) -> Tree:
+    """The domain tree over (id, name, tier, parent_id) rows; default: every domain, children by name."""
+    if rows is None:
+        rows = Domain.objects.order_by("name").values_list("id", "name", "tier", "parent_id")
+    return Tree(rows, key=itemgetter(0), parent=itemgetter(3))
+
+
+def queue_tree(queues=None) -> Tree:
+    """The queue tree over `queues` (Queue objects, e.g. the ones a user sees); default: every queue as a
+    dict (id, name, parent_id, team_name, weight, state), children by name."""
+    if queues is None:
+        rows = Queue.objects.order_by("name").values("id", "name", "parent_id", "weight", "state",
+                                                      team_name=F("team__name"))
+        return Tree(rows, key=itemgetter("id"), parent=itemgetter("parent_id"))
+    return Tree(queues, key=attrgetter("pk"), parent=attrgetter("parent_id"))
+
+
+@dataclass(frozen=True)
+class QuotaTotals:
+    """A queue's own quota summed over GPU flavors, in GPUs. `limit` is None when a flavor of the queue
+    has no cap of its own (or the queue has no quota at all): then nothing caps the total."""
+
+    guarantee: int = 0
+    quota: int = 0
+    limit: int | None = None
+
+
+NO_QUOTA = QuotaTotals()
+
+
+def queue_quotas() -> dict[int, QuotaTotals]:
+    """{queue id: QuotaTotals} of every queue with a quota row; a queue without one has NO_QUOTA."""
+    acc: dict[int, list] = defaultdict(lambda: [0, 0, 0, False])  # guarantee, quota, limit, uncapped
+    for qid, g, q, lim in Quota.objects.values_list("queue_id", "guarantee", "quota", "limit"):
+        a = acc[qid]
+        a[0] += g
+        a[1] += q
+        if lim is None:
+            a[3] = True
+        else:
+            a[2] += lim
+    return {qid: QuotaTotals(g, q, None if uncapped else lim) for qid, (g, q, lim, uncapped) in acc.items()}
 
 
 def cluster_series(limit: int = 600) -> list[dict]:

@@ -7,7 +7,7 @@ from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from ... import execution, node_services, services
+from ... import execution, node_services, queries, services
 from ...models import Domain, Node
 from ..filters import DomainFilterSet, NodeFilterSet
 from ..permissions import IsNodeAgent, IsPlatformAdminOrReadOnly
@@ -35,21 +35,12 @@ class DomainViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
     def tree(self, request):
         """The whole domain tree, nested from the top tier, with the nodes hanging off each lowest domain."""
-        doms = list(Domain.objects.values_list("id", "name", "tier", "parent_id"))
+        tree = queries.domain_tree()
         nodes: dict = {}
         for dom_id, name in Node.objects.filter(domain__isnull=False).values_list("domain_id", "name").order_by("name"):
             nodes.setdefault(dom_id, []).append(name)
-        kids: dict = {}
-        for d in sorted(doms, key=lambda d: d[1]):
-            kids.setdefault(d[3], []).append(d)
-        ids = {d[0] for d in doms}
-
-        def build(d, seen):
-            return {"name": d[1], "tier": d[2], "nodes": nodes.get(d[0], []),
-                    "children": [build(c, seen | {d[0]}) for c in kids.get(d[0], []) if c[0] not in seen]}
-
-        roots = [d for d in doms if d[3] is None or d[3] not in ids]
-        return Response([build(d, frozenset()) for d in sorted(roots, key=lambda d: (-d[2], d[1]))])
+        roots = sorted(tree.roots(), key=lambda k: (-tree.rows[k][2], tree.rows[k][1]))
+        return Response(tree.nest(lambda d: {"name": d[1], "tier": d[2], "nodes": nodes.get(d[0], [])}, roots))
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):

@@ -3,7 +3,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from ... import access, services
+from ... import access, queries, services
 from ...models import Queue, Quota
 from ..filters import QueueFilterSet, QuotaFilterSet
 from ..permissions import IsPlatformAdminOrReadOnly
@@ -62,20 +62,11 @@ class QueueViewSet(ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
     @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
     def tree(self, request):
         """The queue tree you may see, nested from the roots, with each queue's quotas."""
-        queues = list(self.get_queryset())
-        by_parent: dict = {}
-        for q in queues:
-            by_parent.setdefault(q.parent_id, []).append(q)
-        visible = {q.pk for q in queues}
-
-        def node(q, seen):
-            return {"name": q.name, "team": q.team.slug if q.team else None, "weight": q.weight, "state": q.state,
-                    "quotas": [{"flavor": x.flavor, "guarantee": x.guarantee, "quota": x.quota, "limit": x.limit}
-                               for x in q.quotas.all()],
-                    "children": [node(c, seen | {q.pk}) for c in by_parent.get(q.pk, []) if c.pk not in seen]}
-
-        roots = [q for q in queues if q.parent_id is None or q.parent_id not in visible]
-        return Response([node(q, frozenset()) for q in roots])
+        tree = queries.queue_tree(self.get_queryset())
+        return Response(tree.nest(lambda q: {
+            "name": q.name, "team": q.team.slug if q.team else None, "weight": q.weight, "state": q.state,
+            "quotas": [{"flavor": x.flavor, "guarantee": x.guarantee, "quota": x.quota, "limit": x.limit}
+                       for x in q.quotas.all()]}))
 
 
 class QuotaViewSet(ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
