@@ -14,7 +14,7 @@ from scheduler.core.plugins.feasibility import Capacity
 from scheduler.core.plugins.predicates import allowed_flavors
 from scheduler.core.snapshot import DomainInfo, JobInfo, NodeInfo, RoleInfo, Snapshot
 from scheduler.core.state import ClusterState
-from scheduler.core.topology import TopologyError, build_tree
+from scheduler.core.domain_tree import TopologyError, build_tree
 
 from .models import Domain, Node
 

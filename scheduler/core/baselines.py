@@ -25,7 +25,7 @@ from .metrics import cluster_metrics
 from .plugins.quota import QueueTree
 from .snapshot import Binding, CycleConfig, CycleResult, PendingReason, Snapshot, TaskPlacement
 from .state import ClusterState
-from .topology import build_tree, common_domain
+from .domain_tree import build_tree, common_domain
 
 
 class _NodePicker:

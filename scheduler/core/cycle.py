@@ -23,7 +23,7 @@ from .plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
 from .plugins.quota import QueueTree
 from .snapshot import CycleConfig, CycleResult, Nomination, Snapshot
 from .state import ClusterState
-from .topology import cluster_static
+from .domain_tree import cluster_static
 
 
 def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None) -> CycleResult:

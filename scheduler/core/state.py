@@ -12,7 +12,7 @@ from bisect import bisect_left, insort
 from collections import defaultdict
 
 from .snapshot import NodeInfo, Snapshot
-from .topology import ClusterStatic, DomainTree
+from .domain_tree import ClusterStatic, DomainTree
 
 
 class DoubleBindError(AssertionError):

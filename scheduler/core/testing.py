@@ -174,7 +174,7 @@ def check_result(snapshot: Snapshot, result: CycleResult) -> None:
     on an unhealthy GPU, every gang at or above each role's min_available and at most its tasks, no node
     over its CPU / memory capacity, no hard topology constraint crossed, every job bound at most once.
     """
-    from .topology import build_tree
+    from .domain_tree import build_tree
 
     tree = build_tree(snapshot)
     nodes = {n.name: n for n in snapshot.nodes}

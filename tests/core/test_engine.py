@@ -6,7 +6,7 @@ import pytest
 
 from scheduler.core import CycleConfig
 from scheduler.core.testing import World, role
-from scheduler.core.topology import TopologyError
+from scheduler.core.domain_tree import TopologyError
 
 
 def test_fair_share_orders_queues_by_dominant_share():

@@ -18,10 +18,10 @@ from ..plugins.feasibility import Capacity
 from ..plugins.gang import PackFailure, pack_gang
 from ..plugins.predicates import allowed_flavors
 from ..plugins.quota import INF, QueueTree, job_order_key
-from ..plugins.topology import candidate_domains, node_order
+from ..plugins.topology_policy import candidate_domains, node_order
 from ..snapshot import Binding, CycleConfig, JobInfo, PendingReason, RoleInfo, Snapshot
 from ..state import ClusterState
-from ..topology import common_domain
+from ..domain_tree import common_domain
 from ..trial import Holds
 from .backfill import drain_reservation, shadow_reservation
 

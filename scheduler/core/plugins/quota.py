@@ -16,7 +16,7 @@ INF = math.inf
 
 class QueueTree:
     def __init__(self, snapshot: Snapshot, static=None):
-        """static: the snapshot's topology.ClusterStatic, when the caller has it (saves two node scans)."""
+        """static: the snapshot's domain_tree.ClusterStatic, when the caller has it (saves two node scans)."""
         self.queues: dict[str, QueueInfo] = {q.name: q for q in snapshot.queues}
         self.open_world = not self.queues  # no queues defined: every job's queue is accepted, no caps
         self.usage: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))

@@ -9,7 +9,7 @@ such child comes first; otherwise children with the most free GPUs come first.
 from __future__ import annotations
 
 from ..state import ClusterState
-from ..topology import DomainTree
+from ..domain_tree import DomainTree
 
 
 def candidate_domains(state: ClusterState, tier: int, flavor: str, need: int):
