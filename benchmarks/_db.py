@@ -165,7 +165,7 @@ def timed_cycle() -> dict:
 
     from django.utils import timezone
 
-    from scheduler import store
+    from gpuplatform.scheduling import store
 
     gc.collect()
     t0 = time.perf_counter()

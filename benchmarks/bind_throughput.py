@@ -4,7 +4,7 @@
 
 A fresh database holds the 20,160-GPU NVL72-style cluster (benchmarks/_common.scale_world, nothing
 running); N jobs of T one-GPU tasks are inserted in bulk (default 20,000 x 1), then
-`scheduler.store.run_cycle_once` runs until no job is left pending (or a cycle binds nothing).
+`gpuplatform.scheduling.store.run_cycle_once` runs until no job is left pending (or a cycle binds nothing).
 Throughput = tasks bound / the cycles' summed wall time (snapshot read + engine + apply + commit).
 Target: >= 5,000 tasks/s (anchors: kube-scheduler's throughput gate 400 pods/s, YuniKorn 833 pods/s
 at 5,000 nodes, Slurm 500 jobs/s).

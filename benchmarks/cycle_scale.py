@@ -15,7 +15,7 @@ Measured:
   2. the curve over cluster sizes (~1k, 5k, 20k, 40k GPUs; running jobs scaled with the cluster,
      10,000 pending) and over pending counts (1k..50k on 20,160 GPUs, 5,000 running);
   3. end to end with PostgreSQL (skipped with --no-db or when no server answers): the headline world
-     loaded into a fresh database, `scheduler.store.run_cycle_once` timed and split into snapshot read,
+     loaded into a fresh database, `gpuplatform.scheduling.store.run_cycle_once` timed and split into snapshot read,
      engine and apply (commit), then the cycle's starts undone and the cycle timed again.
 """
 from __future__ import annotations

@@ -45,7 +45,7 @@ def main(argv=None) -> dict:
     import _db
     from frontend import views_dashboards
     from gpuplatform.models import Allocation, Gpu, Job
-    from scheduler.store import run_cycle_once
+    from gpuplatform.scheduling.store import run_cycle_once
 
     try:
         call_command("migrate", verbosity=0)

@@ -1,4 +1,4 @@
-"""Celery application: broker from REDIS_URL; tasks live in scheduler/tasks.py."""
+"""Celery application: broker from REDIS_URL; tasks live in gpuplatform/scheduling/tasks.py."""
 import os
 
 from celery import Celery
@@ -7,4 +7,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplatform.settings")
 
 app = Celery("gpuplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["scheduler"])
+app.autodiscover_tasks(["gpuplatform.scheduling"])

@@ -202,7 +202,7 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
     update = {"last_heartbeat": at,
               "clock_offset_seconds": round((node_time - at).total_seconds(), 3) if node_time is not None else None}
     back = node.state == Node.State.NOT_READY
-    if back:  # the state it had before it went silent (scheduler/failures.py keeps it): a cordoned node stays cordoned
+    if back:  # the state it had before it went silent (scheduling/failures.py keeps it): a cordoned node stays cordoned
         update["state"] = node.resume_state or Node.State.READY
         update["resume_state"] = ""
     Node.objects.filter(pk=node.pk).update(**update)

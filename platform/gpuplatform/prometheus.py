@@ -2,7 +2,7 @@
 
 Nothing is kept in process memory, so every web replica answers the same numbers and a restart loses
 nothing: gauges come from the latest ClusterSample / QueueSample / SchedulerCycle the scheduling cycle
-wrote (scheduler/samples.py), counters and histograms are aggregates over Job, Event and SchedulerCycle
+wrote (gpuplatform/scheduling/samples.py), counters and histograms are aggregates over Job, Event and SchedulerCycle
 rows (monotonic as long as rows are not pruned). A scrape costs a fixed number of queries (about 8),
 whatever the cluster size. Units: GPUs, seconds; rates are 0..1.
 

@@ -30,7 +30,7 @@ def _raise_if(errors: dict[str, str]) -> None:
 def request_cycle_on_commit() -> None:
     """Ask for a scheduling cycle once the current transaction commits (never blocks or fails it)."""
     def _go() -> None:
-        from scheduler.tasks import request_cycle
+        from .scheduling.tasks import request_cycle
 
         request_cycle()
 

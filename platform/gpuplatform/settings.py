@@ -145,7 +145,7 @@ SCHEDULER_CYCLE_SECONDS = float(os.environ.get("SCHEDULER_CYCLE_SECONDS", "5"))
 # PriorityDecayHalfLife), so a team that burned the cluster yesterday yields today. Unset = off.
 SCHEDULER_USAGE_HALF_LIFE_SECONDS = float(os.environ["SCHEDULER_USAGE_HALF_LIFE_SECONDS"]) \
     if os.environ.get("SCHEDULER_USAGE_HALF_LIFE_SECONDS") else None
-# Job lifecycle and fault recovery (scheduler/store_release.py, scheduler/failures.py, gpuplatform/lifecycle.py).
+# Job lifecycle and fault recovery (gpuplatform/scheduling/release.py and failures.py, gpuplatform/lifecycle.py).
 # A task bound on a node agent's node stays "bound" until the agent reports its process started; a gang
 # with no task start reported for GANG_START_TIMEOUT_SECONDS is requeued with backoff (docs/execution.md).
 # Tasks on simulated nodes (imported inventories, the trace demo) and trace jobs count as running at once.
@@ -162,6 +162,8 @@ AGENT_STOP_GRACE_SECONDS = float(os.environ.get("AGENT_STOP_GRACE_SECONDS", "30"
 TASK_LOG_MAX_BYTES = int(os.environ.get("TASK_LOG_MAX_BYTES", str(1 << 20)))
 TASK_LOG_CHUNK_MAX_BYTES = 65536
 TASK_LOG_READ_MAX_BYTES = 65536
+# Task names, not import paths: the tasks live in gpuplatform/scheduling/tasks.py and keep the names they
+# were first registered under, which queued messages and beat schedules carry.
 CELERY_BEAT_SCHEDULE = {
     "scheduling-cycle": {"task": "scheduler.tasks.run_scheduling_cycle", "schedule": SCHEDULER_CYCLE_SECONDS},
     "failure-detection": {"task": "scheduler.tasks.detect_node_failures", "schedule": FAILURE_CHECK_SECONDS},

@@ -4,7 +4,7 @@
 submits every trace job whose submit time has passed (services.submit_job, submitted_at on the
 simulated clock, duration_seconds from the trace), and finishes every running job whose trace duration
 has elapsed since it started (services.finish_job at its exact end time). The scheduling cycle itself is
-not here: the caller runs `scheduler.store.run_cycle_once(clock=now)` after each advance.
+not here: the caller runs `gpuplatform.scheduling.store.run_cycle_once(clock=now)` after each advance.
 
 `SimClock` maps wall time to cluster time: `speed` simulated seconds per wall second, never jumping more
 than `max_step` simulated seconds at once (a slow cycle slows the replay instead of skipping it).

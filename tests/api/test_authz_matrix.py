@@ -107,7 +107,7 @@ def refs(users, jobs, admin):
 
     from gpuplatform import services
     from gpuplatform.models import Membership, Node, Quota, Team
-    from scheduler import store
+    from gpuplatform.scheduling import store
 
     alpha, beta = Team.objects.get(slug="alpha"), Team.objects.get(slug="beta")
     User = get_user_model()

@@ -120,7 +120,7 @@ def test_case_file_is_the_one_this_table_restates():
 @pytest.mark.parametrize("name", list(ROWS))
 def test_bad_request_refused_nothing_stored_and_scheduling_goes_on(name):
     from gpuplatform.models import Job, Quota
-    from scheduler import store
+    from gpuplatform.scheduling import store
 
     setup, method, url, body, field, rule = ROWS[name]
     client = _world()

@@ -202,7 +202,7 @@ def test_job_submit_position_list_detail(client_for):
 
 
 def test_job_runs_then_cancel_and_priority(client_for):
-    from scheduler import store
+    from gpuplatform.scheduling import store
 
     member, team_admin = client_for("member"), client_for("team_admin")
     job = member.post("/api/v1/jobs/", job_body("train", tasks=2, gpus=8), format="json").json()
@@ -242,7 +242,7 @@ def test_job_submit_team_resolution(client_for, users, admin):
 # --- events, cycles, cluster metrics ----------------------------------------------------------------
 
 def test_events_cycles_and_cluster_metrics(admin, jobs):
-    from scheduler import store
+    from gpuplatform.scheduling import store
 
     store.run_cycle_once()
     kinds = admin.get("/api/v1/events/?kind=admitted").json()
@@ -305,7 +305,7 @@ def test_schema_and_docs(admin):
 def test_metrics_exposition_parses_with_operator_names(jobs, client_for):
     from prometheus_client.parser import text_string_to_metric_families
 
-    from scheduler import store
+    from gpuplatform.scheduling import store
 
     store.run_cycle_once()
     r = APIClient().get("/metrics")

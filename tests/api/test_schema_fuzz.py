@@ -46,7 +46,7 @@ def wsgi_keeps_connection():
 def admin_token(wsgi_keeps_connection, cluster, jobs, users):
     from rest_framework.authtoken.models import Token
 
-    from scheduler import store
+    from gpuplatform.scheduling import store
 
     store.run_cycle_once()  # samples, a cycle, running jobs: the read endpoints have something to show
     return Token.objects.get_or_create(user=users["staff"])[0].key

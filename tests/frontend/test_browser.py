@@ -95,7 +95,7 @@ def cluster(settings):
     blue job and a few cycles of samples."""
     from gpuplatform import services
     from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
-    from scheduler.store import run_cycle_once
+    from gpuplatform.scheduling.store import run_cycle_once
 
     settings.REDIS_URL = ""  # no broker: the test runs the cycles itself
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

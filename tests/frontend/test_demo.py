@@ -60,7 +60,7 @@ def test_sim_clock_runs_fast_and_caps_steps():
 @pytest.mark.django_db
 def test_feeder_submits_on_the_simulated_clock_and_finishes_elapsed_jobs(tiny_importers):
     from gpuplatform import services
-    from scheduler.store import run_cycle_once
+    from gpuplatform.scheduling.store import run_cycle_once
 
     services.load_cluster_spec(tiny_cluster())
     epoch = datetime(2017, 10, 3, tzinfo=timezone.utc)

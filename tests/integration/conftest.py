@@ -60,7 +60,7 @@ def _require_services(request):
 def _no_cycle_on_commit(monkeypatch):
     """Submissions would enqueue extra cycles (when REDIS_URL is set) that race the test's own cycles and
     the teardown's TRUNCATE; each test asks for the cycles it checks explicitly."""
-    monkeypatch.setattr("scheduler.tasks.request_cycle", lambda: False)
+    monkeypatch.setattr("gpuplatform.scheduling.tasks.request_cycle", lambda: False)
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ from gpuplatform.agent.client import get_json, post_json
 from gpuplatform.agent.local import start_agents, stop_agents
 from gpuplatform.api.permissions import NODE_AGENT_GROUP
 from gpuplatform.models import Allocation, Event, Job, Node, Queue, Task
-from scheduler.tasks import detect_node_failures, run_scheduling_cycle
+from gpuplatform.scheduling.tasks import detect_node_failures, run_scheduling_cycle
 from tests.integration.conftest import start_worker, stop_worker
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]

@@ -11,8 +11,8 @@ from django.db.models import Count, F, Sum
 
 from gpuplatform import services
 from gpuplatform.models import Allocation, Job, JobRole, Queue, SchedulerCycle, Team
-from scheduler import store
-from scheduler.tasks import run_scheduling_cycle
+from gpuplatform.scheduling import store
+from gpuplatform.scheduling.tasks import run_scheduling_cycle
 from tests.platform.helpers_platform import small_spec
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]

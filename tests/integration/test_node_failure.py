@@ -10,7 +10,7 @@ import pytest
 
 from gpuplatform import node_services, services
 from gpuplatform.models import Allocation, Event, Job, Node, Queue, Team
-from scheduler.tasks import detect_node_failures, run_scheduling_cycle
+from gpuplatform.scheduling.tasks import detect_node_failures, run_scheduling_cycle
 from tests.integration.test_celery_cycle import assert_consistent
 from tests.platform.helpers_platform import small_spec
 

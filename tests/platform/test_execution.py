@@ -20,7 +20,7 @@ from gpuplatform.models import (
     Allocation, Event, Gpu, Job, JobRole, Node, Queue, SchedulerCycle, Task, TaskLog, Team,
 )
 from gpuplatform.services import ValidationError
-from scheduler import store
+from gpuplatform.scheduling import store
 from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
 
 CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
@@ -517,7 +517,7 @@ def test_a_node_lost_while_its_gang_is_stopping_ends_the_stop_as_it_says(submit,
     gone, so the stop is over. A cancelled job is cancelled, a failed one failed, a restart restarts; none is
     requeued as if nothing had happened (a cancelled job would run again)."""
     from gpuplatform import node_services
-    from scheduler.failures import detect_failures
+    from gpuplatform.scheduling.failures import detect_failures
 
     Queue.objects.filter(name="alpha").update(preemption_grace_seconds=900)
     job = submit("gang", tasks=2, gpus=8, max_restarts=1 if stop == "restart" else 0)
@@ -541,7 +541,7 @@ def test_a_node_lost_while_its_gang_is_stopping_ends_the_stop_as_it_says(submit,
 def test_a_node_lost_under_a_preempted_gang_still_requeues_it_with_backoff(submit, agents):
     from gpuplatform import node_services
     from gpuplatform.lifecycle import evict_job
-    from scheduler.failures import detect_failures
+    from gpuplatform.scheduling.failures import detect_failures
 
     job = submit("gang", tasks=1, gpus=8)
     bind(job, ("n0", EIGHT))

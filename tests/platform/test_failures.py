@@ -1,4 +1,4 @@
-"""scheduler/failures.py and the failure-detection task: monitored vs unmonitored nodes, a cordoned node
+"""gpuplatform/scheduling/failures.py and the failure-detection task: monitored vs unmonitored nodes, a cordoned node
 that goes silent comes back cordoned, draining nodes' stragglers are evicted, the beat schedule."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from django.conf import settings as django_settings
 
 from gpuplatform import node_services, services
 from gpuplatform.models import Event, Job, Node
-from scheduler import store
+from gpuplatform.scheduling import store
+from gpuplatform.scheduling.failures import detect_failures
+from gpuplatform.scheduling.tasks import detect_node_failures
 from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
-from scheduler.failures import detect_failures
-from scheduler.tasks import detect_node_failures
 
 CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
 
@@ -64,5 +64,5 @@ def test_failure_detection_task_is_scheduled_and_single_flight(cluster, monkeypa
     def held_elsewhere(*args, **kwargs):  # a cycle in another process holds the lock
         yield False
 
-    monkeypatch.setattr("scheduler.locks.single_flight", held_elsewhere)
+    monkeypatch.setattr("gpuplatform.scheduling.locks.single_flight", held_elsewhere)
     assert detect_node_failures(now=at(0).isoformat()) == {"skipped": True}

@@ -9,7 +9,7 @@ import pytest
 from gpuplatform import services
 from gpuplatform.models import Event, Job, Queue, Quota, Team
 from gpuplatform.services import ValidationError
-from scheduler import store
+from gpuplatform.scheduling import store
 
 CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
 

@@ -14,7 +14,7 @@ SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is sta
 def test_submit_creates_job_roles_tasks_and_event_and_requests_a_cycle(alpha, monkeypatch,
                                                                         django_capture_on_commit_callbacks):
     calls = []
-    monkeypatch.setattr("scheduler.tasks.request_cycle", lambda: calls.append(1))
+    monkeypatch.setattr("gpuplatform.scheduling.tasks.request_cycle", lambda: calls.append(1))
     team, queue = alpha
     at = datetime(2024, 1, 1, tzinfo=tz.utc)
     with django_capture_on_commit_callbacks(execute=True):

@@ -10,9 +10,9 @@ from gpuplatform import services
 from gpuplatform.models import (
     Allocation, ClusterSample, Event, Gpu, Job, Node, QueueSample, SchedulerCycle, Task,
 )
-from scheduler import store
+from gpuplatform.scheduling import store
+from gpuplatform.scheduling.locks import single_flight
 from scheduler.core.snapshot import Binding, CycleResult, PendingReason, TaskPlacement
-from scheduler.locks import single_flight
 from tests.platform.helpers_platform import first_fit
 
 CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
@@ -126,7 +126,7 @@ def test_crashed_cycle_leaves_the_database_unchanged(submit, monkeypatch):
 def test_crash_while_applying_rolls_back_every_binding(submit, monkeypatch):
     submit("a", tasks=1, gpus=1)
     monkeypatch.setattr("scheduler.core.run_cycle", first_fit)
-    monkeypatch.setattr("scheduler.samples.write_samples", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr("gpuplatform.scheduling.samples.write_samples", lambda *a, **k: 1 / 0)
     before = db_state()
     with pytest.raises(ZeroDivisionError):
         store.run_cycle_once(clock=CLOCK)

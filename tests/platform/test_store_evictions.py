@@ -7,11 +7,11 @@ import pytest
 
 from gpuplatform import services
 from gpuplatform.models import Allocation, Event, Job, Node, Queue, QueueSample, SchedulerCycle, Task
-from scheduler import store
+from gpuplatform.scheduling import store
+from gpuplatform.scheduling.release import release_expired
 from scheduler.core.snapshot import (
     Binding, CycleResult, Eviction, Nomination, PendingReason, TaskPlacement,
 )
-from scheduler.store_release import release_expired
 
 CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
 
@@ -130,7 +130,7 @@ def test_stale_eviction_decision_is_skipped_and_logged(submit, caplog):
     start(victim, ("n0", tuple(range(8))))
     ben = submit("ben", tasks=1, gpus=8)
     services.finish_job(victim, at=at(5))  # finished between the snapshot and the apply
-    caplog.set_level("INFO", logger="scheduler.store")
+    caplog.set_level("INFO", logger="gpuplatform.scheduling.store")
     stats = store.apply_result(CycleResult(
         evictions=[Eviction(victim.pk, (), 8, "preempt", ben.pk, "m")],
         nominations=[Nomination(ben.pk, (TaskPlacement("worker", 0, "n0", tuple(range(8))),), "hold")],

@@ -1,26 +1,31 @@
-"""scheduler.tasks: request_cycle is a no-op without a broker; run_loop runs cycles until stopped."""
+"""gpuplatform.scheduling.tasks: request_cycle is a no-op without a broker and sends the cycle task by name with
+one; run_loop runs cycles until stopped."""
 from __future__ import annotations
 
 import threading
 from datetime import datetime, timedelta, timezone as tz
 
+from gpuplatform.celery import app as celery_app
 from gpuplatform.models import Job, SchedulerCycle
-from scheduler import tasks
+from gpuplatform.scheduling import tasks
 from tests.platform.helpers_platform import first_fit
 
 
 def test_request_cycle_without_broker_does_nothing(settings, monkeypatch):
     settings.REDIS_URL = ""
-    monkeypatch.setattr(tasks.run_scheduling_cycle, "apply_async", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(celery_app, "send_task", lambda *a, **k: 1 / 0)
     assert tasks.request_cycle() is False
 
 
-def test_request_cycle_with_broker_enqueues_and_never_raises(settings, monkeypatch):
+def test_request_cycle_with_broker_enqueues_by_name_and_never_raises(settings, monkeypatch):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    settings.SCHEDULER_CYCLE_SECONDS = 30
     sent = []
-    monkeypatch.setattr(tasks.run_scheduling_cycle, "apply_async", lambda *a, **k: sent.append(k))
-    assert tasks.request_cycle() is True and sent and "expires" in sent[0]
-    monkeypatch.setattr(tasks.run_scheduling_cycle, "apply_async", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(celery_app, "send_task", lambda *a, **k: sent.append((a, k)))
+    assert tasks.request_cycle() is True
+    assert sent == [(("scheduler.tasks.run_scheduling_cycle",), {"expires": 60})]
+    assert tasks.run_scheduling_cycle.name == tasks.RUN_SCHEDULING_CYCLE == "scheduler.tasks.run_scheduling_cycle"
+    monkeypatch.setattr(celery_app, "send_task", lambda *a, **k: 1 / 0)
     assert tasks.request_cycle() is False
 
 

@@ -29,7 +29,7 @@ def _submit(queues, teams, name, queue, at):
 def test_yesterdays_heavy_user_yields_today(db, settings):
     from gpuplatform import services
     from gpuplatform.models import Queue
-    from scheduler.store import run_cycle_once
+    from gpuplatform.scheduling.store import run_cycle_once
 
     settings.SCHEDULER_USAGE_HALF_LIFE_SECONDS = 6 * 3600
     queues, teams = _cluster()
@@ -50,7 +50,7 @@ def test_yesterdays_heavy_user_yields_today(db, settings):
 
 def test_off_by_default_orders_by_current_usage(db, settings):
     from gpuplatform.models import Queue
-    from scheduler.store import run_cycle_once
+    from gpuplatform.scheduling.store import run_cycle_once
 
     settings.SCHEDULER_USAGE_HALF_LIFE_SECONDS = None
     queues, teams = _cluster()

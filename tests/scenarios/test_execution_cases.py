@@ -1,6 +1,6 @@
 """Execution cases of ../shared/cases/ at the database level: jobs on node agents (Node.executor "agent"),
 their reports applied with execution.report_task_event, heartbeats posted through the API while the cluster
-clock (gpuplatform.clock) is the test's, scheduler.failures.detect_failures and store.run_cycle_once at
+clock (gpuplatform.clock) is the test's, scheduling.failures.detect_failures and store.run_cycle_once at
 explicit clocks. Restated from job-time-limit-enforced.yaml, heartbeat-clock-skew.yaml and
 gang-start-progress.yaml, each with a variant the files do not have."""
 from __future__ import annotations
@@ -17,9 +17,9 @@ from rest_framework.test import APIClient
 from gpuplatform import clock, execution, services
 from gpuplatform.api.permissions import NODE_AGENT_GROUP
 from gpuplatform.models import Allocation, Event, Job, Node, Task, Team
-from scheduler import store
+from gpuplatform.scheduling import store
+from gpuplatform.scheduling.failures import detect_failures
 from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
-from scheduler.failures import detect_failures
 from scheduler.sim.spec import ClusterSpec, NodeSpec, QueueSpec
 
 pytestmark = pytest.mark.django_db

@@ -1,5 +1,5 @@
 """Fault and reclaim cases of ../shared/cases/ at the database level: services + node heartbeats +
-scheduler.failures.detect_failures + store.run_cycle_once with explicit clocks (restated from
+gpuplatform.scheduling.failures.detect_failures + store.run_cycle_once with explicit clocks (restated from
 node-notready-blip.yaml, node-drain-strands-gang.yaml, reclaim-needs-several-victims.yaml)."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from django.db.models import Count
 
 from gpuplatform import node_services, services
 from gpuplatform.models import Allocation, Event, Gpu, Job, Node, Queue, Team
-from scheduler import store
+from gpuplatform.scheduling import store
+from gpuplatform.scheduling.failures import detect_failures
 from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
-from scheduler.failures import detect_failures
 from scheduler.sim.spec import ClusterSpec, NodeSpec, QueueSpec
 
 pytestmark = pytest.mark.django_db

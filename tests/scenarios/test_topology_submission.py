@@ -54,7 +54,7 @@ def test_refused_at_submission(racks, topology, field, rule):
 ])
 def test_valid_rows_run_inside_one_rack(racks, topology):
     from gpuplatform.models import Allocation
-    from scheduler.store import run_cycle_once
+    from gpuplatform.scheduling.store import run_cycle_once
 
     job = submit(racks, **topology)
     run_cycle_once()

@@ -12,7 +12,7 @@ class Job(models.Model):
     `duration_seconds` is how long the workload runs once started, known only for replayed trace jobs
     (the demo's simulated workload); `time_limit_seconds` is the user's bound, used by backfill.
 
-    Scheduling state written by the cycle (scheduler/store.py, scheduler/store_evict.py):
+    Scheduling state written by the cycle (gpuplatform/scheduling/store.py and evict.py):
     `reserved` = GPUs held for this pending job (the beneficiary of evictions) as [[role, index, node,
     [gpu indices]], ...], null = nothing held; `preempt_deadline` = when a preempting job's GPUs are
     released (grace period for a checkpoint); `not_before` = requeue backoff; `estimated_start` = the

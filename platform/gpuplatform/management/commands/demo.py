@@ -8,7 +8,7 @@
 6. replay the Philly trace on a simulated clock from a busy point of the trace (warm start: the jobs
    the trace has running there come in at once with their remaining run time): every tick the
    TraceFeeder submits the jobs that have arrived and finishes the ones whose trace duration has
-   elapsed, then one scheduling cycle runs at the simulated time (scheduler.store.run_cycle_once).
+   elapsed, then one scheduling cycle runs at the simulated time (gpuplatform.scheduling.store.run_cycle_once).
    Until Ctrl-C (or SIGTERM), or --duration-seconds.
 
 Local mode, `python manage.py demo --local-agents N` (`make demo-local`): the product for real on this
@@ -247,7 +247,7 @@ class Command(BaseCommand):
         self._banner(opts, users, server is not None, feeder, time.monotonic() - t_start)
 
         if not settings.DEBUG:
-            logging.getLogger("scheduler.store").setLevel(logging.WARNING)  # a line per cycle is too much
+            logging.getLogger("gpuplatform.scheduling.store").setLevel(logging.WARNING)  # a line per cycle is too much
         clock = SimClock(feeder.start, speed=opts["speed"], max_step=MAX_STEP)
         cluster_clock.use(lambda: clock.now)  # jobs submitted from the pages or the API get the simulated time
         stop = threading.Event()
@@ -276,7 +276,7 @@ class Command(BaseCommand):
 
     def loop(self, feeder, clock, stop: threading.Event, *, tick: float, duration: float | None) -> int:
         """Feed and schedule until `stop` is set or `duration` wall seconds passed. Returns cycles run."""
-        from scheduler.store import run_cycle_once
+        from gpuplatform.scheduling.store import run_cycle_once
 
         began = time.monotonic()
         cycles = 0
@@ -387,14 +387,14 @@ class Command(BaseCommand):
 
         from gpuplatform.agent.local import start_agents, stop_agents
         from gpuplatform.models import Job, Node
-        from scheduler.tasks import run_loop
+        from gpuplatform.scheduling.tasks import run_loop
 
         self._migrate()
         if not opts["keep"]:
             _reset_workload()
         users, token = self._local_setup(opts)
         if not settings.DEBUG:
-            logging.getLogger("scheduler.store").setLevel(logging.WARNING)  # a line per cycle is too much
+            logging.getLogger("gpuplatform.scheduling.store").setLevel(logging.WARNING)  # a line per cycle is too much
         if opts["no_server"]:
             raise CommandError("--local-agents needs the web server: the agents talk to it over REST")
         try:

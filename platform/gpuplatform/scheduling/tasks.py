@@ -1,12 +1,16 @@
-"""Celery tasks and the in-process loop: thin shells around `scheduler.store.run_cycle_once`.
+"""Celery tasks and the in-process loop: thin shells around `gpuplatform.scheduling.store.run_cycle_once`.
 
 - `run_scheduling_cycle`: the Celery task (beat runs it every SCHEDULER_CYCLE_SECONDS; submissions ask
   for one through `request_cycle`). Single-flight: a second concurrent run returns {"skipped": True}.
-- `request_cycle()`: enqueue a cycle when a broker (REDIS_URL) is configured, else do nothing (the
-  embedded loop will pick the work up on its next tick).
+- `request_cycle()`: enqueue a cycle by task name when a broker (REDIS_URL) is configured, else do
+  nothing (the embedded loop will pick the work up on its next tick).
 - `detect_node_failures`: periodic failure detection (beat, every FAILURE_CHECK_SECONDS).
 - `run_loop(...)`: the embedded default's scheduling loop, run in a thread of the web process; it runs
   failure detection before every cycle.
+
+The task NAMES (RUN_SCHEDULING_CYCLE, DETECT_NODE_FAILURES) are what beat schedules
+(settings.CELERY_BEAT_SCHEDULE) and queued messages carry, so they keep the `scheduler.tasks.` prefix of
+the module these tasks lived in before the cycle's database side moved into the platform.
 """
 from __future__ import annotations
 
@@ -19,7 +23,10 @@ from celery import shared_task
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-log = logging.getLogger("scheduler.tasks")
+log = logging.getLogger("gpuplatform.scheduling.tasks")
+
+RUN_SCHEDULING_CYCLE = "scheduler.tasks.run_scheduling_cycle"
+DETECT_NODE_FAILURES = "scheduler.tasks.detect_node_failures"
 
 
 def _summary(cycle) -> dict:
@@ -33,25 +40,25 @@ def _clock(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
-@shared_task(name="scheduler.tasks.run_scheduling_cycle", ignore_result=False)
+@shared_task(name=RUN_SCHEDULING_CYCLE, ignore_result=False)
 def run_scheduling_cycle(clock: str | None = None) -> dict:
     """Run one cycle now (cluster clock = wall clock, or `clock`, an ISO 8601 time with its zone, for
     replays and tests). Returns {"skipped", "number", "binds", "pending", "stale_skipped", "duration_ms"};
     raises what the cycle raised (the failure is recorded first)."""
-    from scheduler.store import run_cycle_once
+    from gpuplatform.scheduling.store import run_cycle_once
 
     return _summary(run_cycle_once(clock=_clock(clock)))
 
 
-@shared_task(name="scheduler.tasks.detect_node_failures", ignore_result=False)
+@shared_task(name=DETECT_NODE_FAILURES, ignore_result=False)
 def detect_node_failures(now: str | None = None) -> dict:
-    """Periodic failure detection (scheduler/failures.py) at wall-clock time (or `now`, ISO 8601), under
+    """Periodic failure detection (failures.py) at wall-clock time (or `now`, ISO 8601), under
     the cycle's single-flight lock so it never interleaves with a cycle's apply. Returns what changed,
     or {"skipped": True} when a cycle holds the lock (the next beat tries again)."""
     from django.utils import timezone
 
-    from scheduler.failures import detect_failures
-    from scheduler.locks import single_flight
+    from gpuplatform.scheduling.failures import detect_failures
+    from gpuplatform.scheduling.locks import single_flight
 
     with single_flight() as acquired:
         if not acquired:
@@ -62,12 +69,15 @@ def detect_node_failures(now: str | None = None) -> dict:
 
 
 def request_cycle() -> bool:
-    """Ask for a scheduling cycle soon. Returns True if a task was enqueued. Never raises: a broker
-    outage is logged and the periodic beat cycle catches up."""
+    """Ask for a scheduling cycle soon: send RUN_SCHEDULING_CYCLE by name (it expires after two cycle
+    periods, at least 10 s). Returns True if a task was enqueued. Never raises: a broker outage is logged
+    and the periodic beat cycle catches up."""
     if not getattr(settings, "REDIS_URL", ""):
         return False
     try:
-        run_scheduling_cycle.apply_async(expires=max(settings.SCHEDULER_CYCLE_SECONDS * 2, 10))
+        from gpuplatform.celery import app
+
+        app.send_task(RUN_SCHEDULING_CYCLE, expires=max(settings.SCHEDULER_CYCLE_SECONDS * 2, 10))
         return True
     except Exception:  # noqa: BLE001 - a submission must not fail because the broker is down
         log.warning("could not enqueue a scheduling cycle", exc_info=True)
@@ -79,8 +89,8 @@ def run_loop(*, interval_seconds: float, clock_fn: Callable[[], datetime], stop_
     """Run cycles every `interval_seconds` (wall time) until `stop_event` is set; each cycle runs at
     cluster time `clock_fn()`, after failure detection at that time. A failing cycle is logged (and recorded by run_cycle_once) and the loop
     goes on. `on_cycle(cycle_or_None)` is called after each attempt. Returns the number of cycles run."""
-    from scheduler.failures import detect_failures
-    from scheduler.store import run_cycle_once
+    from gpuplatform.scheduling.failures import detect_failures
+    from gpuplatform.scheduling.store import run_cycle_once
 
     count = 0
     while not stop_event.is_set():

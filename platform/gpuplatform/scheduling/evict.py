@@ -27,7 +27,7 @@ from gpuplatform.lifecycle import EVICTABLE_JOB_STATES, LIVE_TASK_STATES, evict_
 from gpuplatform.models import Event, Job, Task
 from scheduler.core.snapshot import CycleResult, JobInfo, RoleInfo, TaskPlacement
 
-log = logging.getLogger("scheduler.store")
+log = logging.getLogger("gpuplatform.scheduling.store")
 VICTIM_KINDS = {"preempt": "preempted", "reclaim": "reclaimed"}  # the victims' Event kinds (prometheus counts them)
 
 

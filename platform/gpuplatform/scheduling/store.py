@@ -6,9 +6,9 @@
   a compare-and-set on the job's state (still pending) inside its own savepoint; a stale decision (job no
   longer pending, a node no longer ready, a GPU unhealthy or already bound by a racing cycle, which the
   database's unique index refuses) is dropped and counted, never forced.
-- `run_cycle_once(clock=, config=)` = single-flight lock -> release step (store_release: grace periods
+- `run_cycle_once(clock=, config=)` = single-flight lock -> release step (release.py: grace periods
   and gang-start timeouts that expired) -> snapshot -> engine -> apply. See its docstring for a crash.
-- Evictions, holds, backfill estimates and audit decisions are written by store_evict.py.
+- Evictions, holds, backfill estimates and audit decisions are written by evict.py.
 """
 from __future__ import annotations
 
@@ -25,14 +25,14 @@ from django.db.models import Max
 from django.utils import timezone
 
 from gpuplatform.models import Allocation, Domain, Event, Gpu, Job, JobRole, Node, Queue, Quota, SchedulerCycle, Task
-from scheduler import samples, usage_decay, store_evict, store_release
-from scheduler.store_evict import decode_reserved, encode_reserved, releasing_id, releasing_job  # noqa: F401 (re-exported)
+from gpuplatform.scheduling import evict, release, samples, usage_decay
+from gpuplatform.scheduling.evict import decode_reserved, encode_reserved, releasing_id, releasing_job  # noqa: F401 (re-exported)
 from scheduler.core.snapshot import (
     CycleResult, DomainInfo, JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
 )
-from scheduler.locks import single_flight
+from gpuplatform.scheduling.locks import single_flight
 
-log = logging.getLogger("scheduler.store")
+log = logging.getLogger("gpuplatform.scheduling.store")
 LIVE = ("admitted", "running", "preempting")
 HELD_TASK_STATES = ("bound", "running")
 
@@ -371,8 +371,8 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
         stats.binds = len(events)
         stats.stale_skipped = len(stats.stale)
         _insert_rows(Event, EVENT_COLUMNS, events)
-        stale = store_evict.apply_evictions(result, clock=clock, cycle_number=cycle_number, stats=stats)
-        store_evict.apply_holds(result, clock=clock, cycle_number=cycle_number, stale=stale)
+        stale = evict.apply_evictions(result, clock=clock, cycle_number=cycle_number, stats=stats)
+        evict.apply_holds(result, clock=clock, cycle_number=cycle_number, stale=stale)
         stats.pending_updated = _update_pending(result)
         SchedulerCycle.objects.filter(pk=row.pk).update(
             duration_ms=duration_ms, timings=dict(result.timings), binds=stats.binds, evictions=stats.evictions,
@@ -400,7 +400,7 @@ def run_cycle_once(*, clock: datetime | None = None, config=None) -> SchedulerCy
 
     A crash (engine or apply) leaves jobs, tasks and allocations as they were (the apply transaction
     rolls back), records a SchedulerCycle with `error` in its own transaction, then RE-RAISES the
-    exception (Celery marks the task failed; `scheduler.tasks.run_loop` logs and continues)."""
+    exception (Celery marks the task failed; `gpuplatform.scheduling.tasks.run_loop` logs and continues)."""
     from scheduler.core import run_cycle
 
     clock = clock or timezone.now()
@@ -412,7 +412,7 @@ def run_cycle_once(*, clock: datetime | None = None, config=None) -> SchedulerCy
         number = (SchedulerCycle.objects.aggregate(n=Max("number"))["n"] or 0) + 1
         wall, t0 = timezone.now(), _time.perf_counter()
         try:
-            store_release.release_expired(clock, cycle_number=number)
+            release.release_expired(clock, cycle_number=number)
             snapshot, _ = build_snapshot(clock.timestamp())
             t1 = _time.perf_counter()
             result = run_cycle(snapshot, config)

@@ -1,4 +1,4 @@
-"""Node and GPU failure handling (DESIGN: fault recovery), run periodically by `scheduler.tasks` and by the
+"""Node and GPU failure handling (DESIGN: fault recovery), run periodically by `gpuplatform.scheduling.tasks` and by the
 embedded loop before each cycle: `detect_failures(now)`.
 
 1. A node whose last heartbeat is older than HEARTBEAT_TIMEOUT_SECONDS becomes not_ready (Event
@@ -33,7 +33,7 @@ from gpuplatform.execution import finalize_stop
 from gpuplatform.lifecycle import LIVE_TASK_STATES, evict_jobs_on_nodes, release_tasks, requeue_job
 from gpuplatform.models import Allocation, Event, Job, Node, Task
 
-log = logging.getLogger("scheduler.failures")
+log = logging.getLogger("gpuplatform.scheduling.failures")
 MONITORED_STATES = (Node.State.READY, Node.State.CORDONED, Node.State.DRAINING)
 ENDING_STOPS = ("restart", "cancelled", "failed", "succeeded")  # stop targets that are not a plain requeue
 

@@ -32,7 +32,7 @@ from gpuplatform.execution import enforce_time_limits, expire_stops
 from gpuplatform.lifecycle import release_tasks, requeue_job
 from gpuplatform.models import Event, Job, Task
 
-log = logging.getLogger("scheduler.store")
+log = logging.getLogger("gpuplatform.scheduling.store")
 
 
 @dataclass
