@@ -1,9 +1,10 @@
 """Job lifecycle writes shared by the scheduling cycle, failure detection and the services: graceful
 eviction, requeue of a whole gang, release of surplus tasks, a task's "running" report.
 
-Same style as services.py: plain functions, each a compare-and-set on the row's state so a stale call
-changes nothing (and returns False / 0), and an `Event` per transition. Call them inside the caller's
-transaction (they do not open one of their own, except `report_task_running`). Units: seconds, GPUs.
+Same style as the services: plain functions, each a compare-and-set on the row's state so a stale call
+changes nothing (and returns False / 0), and an `Event` per transition (audit.record_event). Call them
+inside the caller's transaction (they do not open one of their own, except `report_task_running`).
+Units: seconds, GPUs.
 
 Requeue semantics (DESIGN section 5 and the fault-recovery capability): the gang goes back to pending
 whole, every live allocation is released at once (the same `released_at`), every task back to pending
@@ -21,7 +22,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import clock
-from .models import Allocation, Event, Job, Task
+from .audit import record_event
+from .models import Allocation, Job, Task
 
 LIVE_TASK_STATES = (Task.State.BOUND, Task.State.RUNNING)
 # What a node reported about a task's process in the attempt that ended (cleared when the gang is requeued).
@@ -57,10 +59,10 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
     released = Allocation.objects.filter(job_id=job_id, released_at__isnull=True).update(released_at=at)
     Task.objects.filter(job_id=job_id).update(state=Task.State.PENDING, node=None, release_deadline=None,
                                               **TASK_RUN_RESET)
-    Event.objects.create(
-        time=at, kind=kind, job_id=job_id, queue_id=queue_id, node=node, actor=actor, cycle=cycle,
-        message=f"{name} requeued whole ({reason}); attempt {attempts}, {released} GPUs released"
-                + (f", retries after {not_before:%H:%M:%S}" if not_before else ""),
+    record_event(
+        kind, f"{name} requeued whole ({reason}); attempt {attempts}, {released} GPUs released"
+              + (f", retries after {not_before:%H:%M:%S}" if not_before else ""),
+        time=at, job_id=job_id, queue_id=queue_id, node=node, actor=actor, cycle=cycle,
         data={"from": old_state, "attempts": attempts, "released_gpus": released, "reason": reason,
               "not_before": not_before.isoformat() if not_before else None, **(data or {})})
     return True
@@ -76,9 +78,9 @@ def evict_job(job_id, *, at: datetime, grace_seconds: float, kind: str, reason: 
         return None
     if event:
         name, queue_id = Job.objects.filter(pk=job_id).values_list("name", "queue_id").first()
-        Event.objects.create(time=at, kind=kind, job_id=job_id, queue_id=queue_id, node=node, actor=actor,
-                             cycle=cycle, message=f"{name} preempting until {deadline:%H:%M:%S}: {reason}",
-                             data={"reason": reason, "deadline": deadline.isoformat(), **(data or {})})
+        record_event(kind, f"{name} preempting until {deadline:%H:%M:%S}: {reason}", time=at, job_id=job_id,
+                     queue_id=queue_id, node=node, actor=actor, cycle=cycle,
+                     data={"reason": reason, "deadline": deadline.isoformat(), **(data or {})})
     return deadline
 
 
@@ -127,8 +129,8 @@ def report_task_running(task: Task, *, at: datetime | None = None, actor=None) -
             state=Job.State.RUNNING, started_at=at, updated_at=timezone.now()):
         name, queue_id = Job.objects.filter(pk=job_id).values_list("name", "queue_id").first()
         n = Task.objects.filter(job_id=job_id, state=Task.State.RUNNING).count()
-        Event.objects.create(time=at, kind="running", job_id=job_id, queue_id=queue_id, actor=actor,
-                             message=f"{name}: all {n} tasks running", data={"tasks": n})
+        record_event("running", f"{name}: all {n} tasks running", time=at, job_id=job_id, queue_id=queue_id,
+                     actor=actor, data={"tasks": n})
     return True
 
 
@@ -149,7 +151,6 @@ def end_job(job_id, state: str, *, at: datetime, kind: str, message: str, reason
     released = Allocation.objects.filter(job_id=job_id, released_at__isnull=True).update(released_at=at)
     Task.objects.filter(job_id=job_id, state__in=(Task.State.PENDING, Task.State.BOUND, Task.State.RUNNING,
                                                    Task.State.RELEASING)).update(state=task_state, release_deadline=None)
-    Event.objects.create(time=at, kind=kind, job_id=job_id, queue_id=queue_id, actor=actor, cycle=cycle,
-                         message=message, data={"state": state, "from": old_state, "released_gpus": released,
-                                                "reason": reason, **(data or {})})
+    record_event(kind, message, time=at, job_id=job_id, queue_id=queue_id, actor=actor, cycle=cycle,
+                 data={"state": state, "from": old_state, "released_gpus": released, "reason": reason, **(data or {})})
     return True

@@ -10,7 +10,8 @@ estimates and audit decisions -> ORM, inside apply_result's transaction.
   cleared for pending jobs no longer held.
 - `Job.estimated_start` is set from the backfill reservation and cleared for every other pending job.
 - One Event per decision (kind "reclaim" | "preempt", on the beneficiary: victims, GPUs, usage before and
-  after) and one "preempted" | "reclaimed" Event per victim (rule, beneficiary, tasks, deadline).
+  after) and one "preempted" | "reclaimed" Event per victim (rule, beneficiary, tasks, deadline), written
+  together by the audit writer's bulk form (audit.record_events).
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from gpuplatform.audit import record_events
 from gpuplatform.lifecycle import EVICTABLE_JOB_STATES, LIVE_TASK_STATES, evict_job
-from gpuplatform.models import Event, Job, Task
+from gpuplatform.models import Job, Task
 from scheduler.core.snapshot import CycleResult, JobInfo, RoleInfo, TaskPlacement
 
 log = logging.getLogger("gpuplatform.scheduling.store")
@@ -70,7 +72,7 @@ def apply_evictions(result: CycleResult, *, clock: datetime, cycle_number: int, 
         "id", "name", "queue_id", "queue__preemption_grace_seconds")}
     decisions = {d["beneficiary"]: d for d in result.decisions}
     stale: set = set()
-    events: list[Event] = []
+    events: list[dict] = []
     for beneficiary, evs in by_beneficiary.items():
         try:
             with transaction.atomic():
@@ -85,11 +87,11 @@ def apply_evictions(result: CycleResult, *, clock: datetime, cycle_number: int, 
         events.extend(victim_events)
         events.append(_decision_event(beneficiary, evs, decisions.get(beneficiary), info, victim_events, clock,
                                       cycle_number))
-    Event.objects.bulk_create(events)
+    record_events(events)
     return stale
 
 
-def _evict(ev, info: dict, clock: datetime, cycle_number: int) -> Event:
+def _evict(ev, info: dict, clock: datetime, cycle_number: int) -> dict:
     if ev.job_id not in info:
         raise StaleDecision(f"victim {ev.job_id} no longer exists")
     name, queue_id, grace = info[ev.job_id]
@@ -110,15 +112,15 @@ def _evict(ev, info: dict, clock: datetime, cycle_number: int) -> Event:
         if moved != len(ev.tasks):
             raise StaleDecision(f"{len(ev.tasks) - moved} task(s) of {name} no longer running")
     what = "whole gang" if not ev.tasks else f"{len(ev.tasks)} surplus task(s)"
-    return Event(time=clock, kind=VICTIM_KINDS.get(ev.rule, "evicted"), job_id=ev.job_id, queue_id=queue_id, cycle=cycle_number,
-                 message=f"{ev.rule}: {what} of {name} releases {ev.gpus} GPUs at {deadline:%H:%M:%S} "
-                         f"for {info.get(ev.beneficiary, (ev.beneficiary,))[0]}",
-                 data={"rule": ev.rule, "beneficiary": ev.beneficiary, "tasks": [list(t) for t in ev.tasks],
-                       "gpus": ev.gpus, "deadline": deadline.isoformat(), "grace_seconds": grace,
-                       "reason": ev.message})
+    return {"time": clock, "kind": VICTIM_KINDS.get(ev.rule, "evicted"), "job_id": ev.job_id, "queue_id": queue_id,
+            "cycle": cycle_number,
+            "message": f"{ev.rule}: {what} of {name} releases {ev.gpus} GPUs at {deadline:%H:%M:%S} "
+                       f"for {info.get(ev.beneficiary, (ev.beneficiary,))[0]}",
+            "data": {"rule": ev.rule, "beneficiary": ev.beneficiary, "tasks": [list(t) for t in ev.tasks],
+                     "gpus": ev.gpus, "deadline": deadline.isoformat(), "grace_seconds": grace, "reason": ev.message}}
 
 
-def _decision_event(beneficiary, evs, decision, info, victim_events, clock, cycle_number) -> Event:
+def _decision_event(beneficiary, evs, decision, info, victim_events, clock, cycle_number) -> dict:
     rule = evs[0].rule
     name, queue_id, _ = info.get(beneficiary, (str(beneficiary), None, 0))
     decision = dict(decision or {"rule": rule, "beneficiary": beneficiary,
@@ -126,13 +128,13 @@ def _decision_event(beneficiary, evs, decision, info, victim_events, clock, cycl
     for v in decision.get("victims", ()):
         v["name"] = info.get(v["job"], ("?",))[0]
         v["tasks"] = [list(t) for t in v.get("tasks", ())]
-    decision["deadlines"] = {str(e.job_id): ve.data["deadline"] for e, ve in zip(evs, victim_events)}
+    decision["deadlines"] = {str(e.job_id): ve["data"]["deadline"] for e, ve in zip(evs, victim_events)}
     gpus = sum(e.gpus for e in evs)
     victims = ", ".join(info[e.job_id][0] for e in evs)
-    return Event(time=clock, kind=rule, job_id=beneficiary, queue_id=queue_id, cycle=cycle_number,
-                 message=f"{rule} for {name}: {len(evs)} victim(s) ({victims}) release {gpus} GPUs after their "
-                         f"grace period; they are held for {name}",
-                 data=decision)
+    return {"time": clock, "kind": rule, "job_id": beneficiary, "queue_id": queue_id, "cycle": cycle_number,
+            "message": f"{rule} for {name}: {len(evs)} victim(s) ({victims}) release {gpus} GPUs after their "
+                       f"grace period; they are held for {name}",
+            "data": decision}
 
 
 def apply_holds(result: CycleResult, *, clock: datetime, cycle_number: int, stale: set) -> None:
@@ -145,10 +147,9 @@ def apply_holds(result: CycleResult, *, clock: datetime, cycle_number: int, stal
     dropped = [j for j in current if j not in held]
     if dropped:
         Job.objects.filter(pk__in=dropped, state="pending").update(reserved=None)
-        Event.objects.bulk_create([
-            Event(time=clock, kind="hold_dropped", job_id=j, cycle=cycle_number,
-                  message="GPUs held for this job were given up (a node or GPU they were on is gone, or taken)",
-                  data={"reserved": current[j]}) for j in dropped])
+        record_events({"time": clock, "kind": "hold_dropped", "job_id": j, "cycle": cycle_number,
+                       "message": "GPUs held for this job were given up (a node or GPU they were on is gone, or taken)",
+                       "data": {"reserved": current[j]}} for j in dropped)
     starts = {j: datetime.fromtimestamp(t, tz=dt_tz.utc) for j, t in result.estimated_start.items()
               if t is not None and math.isfinite(t)}
     Job.objects.filter(state="pending", estimated_start__isnull=False).exclude(pk__in=list(starts)).update(

@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
+from gpuplatform.audit import record_event
 from gpuplatform.execution import finalize_stop
 from gpuplatform.lifecycle import LIVE_TASK_STATES, evict_jobs_on_nodes, release_tasks, requeue_job
 from gpuplatform.models import Allocation, Event, Job, Node, Task
@@ -72,10 +73,9 @@ def detect_failures(now: datetime) -> FailureReport:
             jobs = sorted(jid for jid, tasks in on_failed.items() if any(t[3] == node_id for t in tasks))
             if jobs:
                 report.failed_nodes.append(name)
-                Event.objects.create(time=now, kind="node_failed", node_id=node_id,
-                                     message=f"{name}: not_ready beyond the {grace.total_seconds():.0f} s grace; "
-                                             f"tasks of {len(jobs)} job(s) on it failed",
-                                     data={"jobs": jobs})
+                record_event("node_failed", f"{name}: not_ready beyond the {grace.total_seconds():.0f} s grace; "
+                                            f"tasks of {len(jobs)} job(s) on it failed",
+                             time=now, node_id=node_id, data={"jobs": jobs})
         _fail(on_failed, now, report, "node lost")
 
         bad_gpu_tasks = set(Allocation.objects.filter(released_at__isnull=True, gpu__health="unhealthy")
@@ -110,9 +110,8 @@ def _fail(tasks_by_job: dict, now: datetime, report: FailureReport, cause: str) 
     for job_id, tasks in sorted(tasks_by_job.items()):
         if all(t[5] == Task.State.RELEASING for t in tasks):
             if release_tasks([t[0] for t in tasks], at=now):
-                Event.objects.create(time=now, kind="tasks_released", job_id=job_id,
-                                     message=f"{len(tasks)} releasing task(s) lost ({cause}); GPUs released now",
-                                     data={"tasks": [[t[1], t[2], t[4]] for t in tasks], "cause": cause})
+                record_event("tasks_released", f"{len(tasks)} releasing task(s) lost ({cause}); GPUs released now",
+                             time=now, job_id=job_id, data={"tasks": [[t[1], t[2], t[4]] for t in tasks], "cause": cause})
             continue
         if Job.objects.filter(pk=job_id, state=Job.State.PREEMPTING, stop_target__in=ENDING_STOPS).exists():
             if finalize_stop(job_id, at=now):

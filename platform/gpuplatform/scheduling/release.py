@@ -13,7 +13,7 @@ snapshot, in a transaction of its own), at cluster time `clock`:
 4. jobs that have run for their `time_limit_seconds` are stopped: SIGTERM now, SIGKILL after their
    queue's grace, then failed with end_reason "time limit".
 
-Every transition is an Event. Each write is a compare-and-set (lifecycle.py), so a job that finished
+Every transition is an Event (audit.py). Each write is a compare-and-set (lifecycle.py), so a job that finished
 or was cancelled meanwhile is left alone.
 """
 from __future__ import annotations
@@ -28,9 +28,10 @@ from django.db import transaction
 
 from django.db.models import Max
 
+from gpuplatform.audit import record_events
 from gpuplatform.execution import enforce_time_limits, expire_stops
 from gpuplatform.lifecycle import release_tasks, requeue_job
-from gpuplatform.models import Event, Job, Task
+from gpuplatform.models import Job, Task
 
 log = logging.getLogger("gpuplatform.scheduling.store")
 
@@ -58,11 +59,11 @@ def release_expired(clock: datetime, *, cycle_number: int | None = None) -> Rele
             moved = release_tasks([t[0] for t in tasks], at=clock)
             stats.tasks_released += moved
             if moved:
-                events.append(Event(time=clock, kind="tasks_released", job_id=jid, cycle=cycle_number,
-                                    message=f"{names.get(jid, jid)}: {moved} surplus task(s) released their GPUs "
-                                            f"after the grace period; the job keeps running with fewer tasks",
-                                    data={"tasks": [[r, i] for _, r, i in tasks]}))
-        Event.objects.bulk_create(events)
+                events.append({"time": clock, "kind": "tasks_released", "job_id": jid, "cycle": cycle_number,
+                               "message": f"{names.get(jid, jid)}: {moved} surplus task(s) released their GPUs "
+                                          f"after the grace period; the job keeps running with fewer tasks",
+                               "data": {"tasks": [[r, i] for _, r, i in tasks]}})
+        record_events(events)
 
         timeout = float(getattr(settings, "GANG_START_TIMEOUT_SECONDS", 300))
         cutoff = clock - timedelta(seconds=timeout)

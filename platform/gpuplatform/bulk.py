@@ -1,0 +1,78 @@
+"""Many rows in one statement: the scheduling cycle's allocations, task and job updates, and the audit
+writer's bulk form (audit.record_events). PostgreSQL gets COPY and UPDATE ... FROM unnest(...); other
+backends (SQLite, the embedded default) the ORM's bulk_create and grouped update()s. Call inside the
+caller's transaction.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from django.db import IntegrityError, connection
+
+__all__ = ["insert_rows", "update_rows"]
+
+
+def _field(meta, column: str):
+    return meta.get_field(column.removesuffix("_id") if column.endswith("_id") else column)
+
+
+def insert_rows(model, columns, rows: list[tuple]) -> None:
+    """INSERT many rows (tuples in `columns` order): COPY on PostgreSQL (about 5x faster than a multi-row
+    INSERT through the ORM for the cycle's allocations and admission events), bulk_create elsewhere. A
+    unique-index violation is raised as django.db.IntegrityError, inside the caller's savepoint."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create([model(**dict(zip(columns, row))) for row in rows], batch_size=2000)
+        return
+    from psycopg import errors as pg_errors
+    from psycopg.types.json import Jsonb
+
+    meta = model._meta
+    cols = ", ".join(connection.ops.quote_name(_field(meta, c).column) for c in columns)
+    connection.ensure_connection()
+    with connection.cursor() as cur:
+        try:
+            with cur.cursor.copy(f"COPY {connection.ops.quote_name(meta.db_table)} ({cols}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row([Jsonb(v) if isinstance(v, (dict, list)) else v for v in row])
+        except pg_errors.UniqueViolation as exc:
+            raise IntegrityError(str(exc)) from exc
+
+
+def update_rows(model, rows: list[tuple], columns: list[str], constants: dict, where: dict | None = None) -> int:
+    """UPDATE many rows: per row `columns` from rows = [(pk, *values)], `constants` for all, only rows that
+    also match `where` ({field: value}, e.g. a compare-and-set on the state). Returns the rows updated.
+    On PostgreSQL one UPDATE ... FROM unnest(array per column) (Django's bulk_update builds CASE WHEN per
+    row: 47 s for 10k jobs and 20k tasks; a VALUES list costs seconds in parameter handling); elsewhere
+    one update() per distinct row of values."""
+    if not rows:
+        return 0
+    where = where or {}
+    if connection.vendor != "postgresql":
+        groups: dict[tuple, list] = defaultdict(list)
+        for pk, *values in rows:
+            groups[tuple(values)].append(pk)
+        updated = 0
+        for values, pks in groups.items():
+            for i in range(0, len(pks), 500):
+                updated += model.objects.filter(pk__in=pks[i:i + 500], **where).update(
+                    **dict(zip(columns, values)), **constants)
+        return updated
+    meta = model._meta
+    quote = connection.ops.quote_name
+    fields = [_field(meta, c) for c in columns]
+    types = ["bigint"] + [f.db_type(connection).split("(")[0] for f in fields]
+    const_fields = [(_field(meta, k), v) for k, v in constants.items()]
+    where_fields = [(_field(meta, k), v) for k, v in where.items()]
+    sets = [f"{quote(f.column)} = v.c{i}" for i, f in enumerate(fields)]
+    sets += [f"{quote(f.column)} = %s" for f, _ in const_fields]
+    conditions = "".join(f" AND t.{quote(f.column)} = %s" for f, _ in where_fields)
+    arrays = ", ".join(f"%s::{t}[]" for t in types)
+    names = ", ".join(["id"] + [f"c{i}" for i in range(len(fields))])
+    params = ([f.get_db_prep_save(v, connection) for f, v in const_fields] + [list(col) for col in zip(*rows)]
+              + [f.get_db_prep_save(v, connection) for f, v in where_fields])
+    with connection.cursor() as cur:
+        cur.execute(f"UPDATE {quote(meta.db_table)} AS t SET {', '.join(sets)} FROM unnest({arrays}) AS v({names}) "
+                    f"WHERE t.id = v.id{conditions}", params)
+        return cur.rowcount
