@@ -249,9 +249,9 @@ def test_reclaim_sigterm_at_grace_start_sigkill_at_deadline(world, tmp_path):
     until(world.state(victim, "pending"), 30, "the borrower to be requeued after its grace")
     requeued = Event.objects.filter(job_id=victim, kind="requeued").first()
     assert requeued is not None and requeued.time >= deadline  # rank 1 held on until the deadline
+    assert requeued.data["released_gpus"] == 2 * GPUS_PER_NODE  # requeued whole: every GPU at once
     until(lambda: not job_processes(victim), 10, "rank 1 killed at the deadline")
     until(world.state(owner, "succeeded"), 60, "the owner to run in the reclaimed GPUs")
-    assert set(Task.objects.filter(job_id=victim).values_list("state", flat=True)) == {"pending"}  # requeued whole
 
 
 def test_time_limit_stops_and_fails_the_job(world):
