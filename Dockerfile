@@ -16,6 +16,7 @@ RUN useradd --create-home --uid 1000 app
 COPY pyproject.toml README.md ./
 COPY platform ./platform
 COPY scheduler ./scheduler
+COPY clusterspec ./clusterspec
 COPY frontend ./frontend
 RUN pip install .
 COPY . .

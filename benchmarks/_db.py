@@ -83,7 +83,7 @@ def load_world(snapshot) -> dict:
 
     from gpuplatform import services
     from gpuplatform.models import Allocation, Gpu, Job, JobRole, Node, Queue, Task
-    from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
+    from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
 
     t0 = time.perf_counter()
     spec = ClusterSpec(

@@ -176,7 +176,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--start", type=float, default=20.0, help="slice start, replay days")
     ap.add_argument("--days", type=float, default=None, help="slice length in days (default 14, quick 4)")
     args = ap.parse_args(argv)
-    from gpuplatform.importers import load_cluster, load_trace
+    from clusterspec.importers import load_cluster, load_trace
 
     days = args.days or (0.5 if args.tiny else 2.0 if args.quick else 14.0)
     cluster = load_cluster("philly")

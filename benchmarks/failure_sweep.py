@@ -19,7 +19,7 @@ import argparse
 import time
 
 import _common as C
-from gpuplatform.importers import load_cluster, load_trace
+from clusterspec.importers import load_cluster, load_trace
 from scheduler.sim.failures import Checkpointing, FailureModel
 from scheduler.sim.replay import replay
 

@@ -91,7 +91,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch", type=int, default=None, help="arrivals per engine cycle")
     ap.add_argument("--no-kube", action="store_true", help="skip the kube-like reference run")
     args = ap.parse_args(argv)
-    from gpuplatform.importers import load_cluster, load_trace
+    from clusterspec.importers import load_cluster, load_trace
 
     batch = args.batch or (200 if args.tiny else 400 if args.quick else 25)
     cluster = load_cluster("openb")

@@ -30,7 +30,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--until", type=float, default=None, help="replay days (default: the whole trace)")
     ap.add_argument("--profile", action="store_true", help="cProfile the replay, print the top 25 functions")
     args = ap.parse_args(argv)
-    from gpuplatform.importers import load_cluster, load_trace
+    from clusterspec.importers import load_cluster, load_trace
     from scheduler.sim.replay import replay
 
     until_days = args.until if args.until is not None else 0.5 if args.tiny else 3 if args.quick else None

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "platform")]
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplatform.settings")
 
-from gpuplatform.importers import load_cluster, load_trace  # noqa: E402
+from clusterspec.importers import load_cluster, load_trace  # noqa: E402
 from scheduler.core import CycleConfig  # noqa: E402
 from scheduler.sim.replay import replay  # noqa: E402
 

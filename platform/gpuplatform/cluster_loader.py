@@ -1,4 +1,4 @@
-"""Load a `scheduler.sim.spec.ClusterSpec` (from an importer) into the database in one transaction.
+"""Load a `clusterspec.spec.ClusterSpec` (from an importer) into the database in one transaction.
 
 Domains, nodes and GPUs are bulk-inserted; teams, queues and quotas go through the queue services so the
 quota rules hold. Re-exported as `services.load_cluster_spec`.

@@ -219,8 +219,8 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
 
 def topology_from_db():
     """The database's domain tree as a TopologySpec (read only), for the exporters."""
-    from .importers.topology import TopologySpec
-    from scheduler.sim.spec import DomainSpec
+    from clusterspec.importers.topology import TopologySpec
+    from clusterspec.spec import DomainSpec
 
     doms = sorted(((d.name, d.tier, d.parent.name if d.parent_id else None)
                    for d in Domain.objects.select_related("parent")), key=lambda t: (-t[1], t[0]))

@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, replace
 from typing import Callable, NamedTuple
 
+from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import run_cycle
 from scheduler.core.snapshot import CycleConfig, CycleResult, Snapshot
 from scheduler.sim.fairness import FairnessMeter, leaf_teams, snapshot_fair_share
@@ -34,7 +35,6 @@ from scheduler.sim.failures import Checkpointing, FailureModel
 from scheduler.sim.report import (
     SIZE_BUCKETS, ReplayReport, lowest_feasible_tier, queueing_summary, size_bucket, tier_capacity,
 )
-from scheduler.sim.spec import ClusterSpec, Trace
 from scheduler.sim.state import ClusterState, job_info, queue_infos
 
 Engine = Callable[[Snapshot, CycleConfig], CycleResult]

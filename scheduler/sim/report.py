@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from scheduler.sim.spec import ClusterSpec
+from clusterspec.spec import ClusterSpec
 
 # Job size buckets by requested GPUs: (label, lowest, highest) inclusive.
 SIZE_BUCKETS: tuple[tuple[str, int, float], ...] = (

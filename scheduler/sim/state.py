@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from clusterspec.spec import ClusterSpec, TraceJob
 from scheduler.core.snapshot import (
     Binding, DomainInfo, JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot,
 )
-from scheduler.sim.spec import ClusterSpec, TraceJob
 
 ROLE = "worker"  # trace jobs have one role
 

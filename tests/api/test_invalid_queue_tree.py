@@ -23,7 +23,7 @@ CASE = Path(__file__).resolve().parents[2].parent / "shared" / "cases" / "api-in
 
 def _world():
     from gpuplatform import services
-    from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec
+    from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec
 
     spec = ClusterSpec(
         name="api-invalid-queue-tree",

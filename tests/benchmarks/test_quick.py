@@ -46,7 +46,7 @@ def test_benchmark_scripts_run_in_their_tiniest_setting():
 def test_kube_like_engine_holds_partial_gangs_in_the_replay():
     from scheduler.core.baselines import run_cycle_kube
     from scheduler.sim.replay import replay
-    from scheduler.sim.spec import ClusterSpec, NodeSpec, Trace, TraceJob
+    from clusterspec.spec import ClusterSpec, NodeSpec, Trace, TraceJob
 
     cluster = ClusterSpec("two", (NodeSpec("n1", "H100", 4), NodeSpec("n2", "H100", 4)))
     trace = Trace("t", (TraceJob("x", "q", 0.0, 100.0, 1, 4), TraceJob("y", "q", 1.0, 10.0, 2, 4)))

@@ -94,7 +94,7 @@ def cluster(settings):
     """16 nodes of 8 GPUs: 2 leaves x 4 NVLink domains x 2 nodes; teams red (alice) and blue, a running
     blue job and a few cycles of samples."""
     from gpuplatform import services
-    from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
+    from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
     from gpuplatform.scheduling.store import run_cycle_once
 
     settings.REDIS_URL = ""  # no broker: the test runs the cycles itself

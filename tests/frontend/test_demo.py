@@ -8,10 +8,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from gpuplatform import importers
+from clusterspec import importers
+from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
 from gpuplatform.models import ClusterSample, Job, Membership, SchedulerCycle
 from gpuplatform.trace_feeder import SimClock, TraceFeeder, trace_epoch
-from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
 
 FLAVOR = "gpu"
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuplatform.importers import DATA_DIR, ImportFormatError, load_cluster, load_trace
-from gpuplatform.importers.openb import load_openb_cluster, load_openb_trace
-from gpuplatform.importers.philly import load_philly_cluster, load_philly_trace
+from clusterspec.importers import DATA_DIR, ImportFormatError, load_cluster, load_trace
+from clusterspec.importers.openb import load_openb_cluster, load_openb_trace
+from clusterspec.importers.philly import load_philly_cluster, load_philly_trace
 
 JOBS = DATA_DIR / "philly" / "philly_jobs_pollux.csv"
 MACHINES = DATA_DIR / "philly" / "philly_cluster_machine_list.csv"
@@ -129,7 +129,7 @@ def test_importers_are_pure_parsers():
     import ast
     from pathlib import Path
 
-    import gpuplatform.importers as package
+    import clusterspec.importers as package
 
     for path in Path(package.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

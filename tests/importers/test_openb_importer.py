@@ -5,8 +5,8 @@ import collections
 
 import pytest
 
-from gpuplatform.importers import DATA_DIR, load_cluster, load_trace
-from gpuplatform.importers.openb import QOS_CLASSES, ROOT_QUEUE, load_openb_cluster, load_openb_trace
+from clusterspec.importers import DATA_DIR, load_cluster, load_trace
+from clusterspec.importers.openb import QOS_CLASSES, ROOT_QUEUE, load_openb_cluster, load_openb_trace
 
 OPENB = DATA_DIR / "alibaba-openb-fgd"
 NODES = OPENB / "nodes" / "openb_node_list_gpu_node.csv"

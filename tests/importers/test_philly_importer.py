@@ -6,8 +6,8 @@ import csv
 
 import pytest
 
-from gpuplatform.importers import DATA_DIR, load_cluster, load_trace
-from gpuplatform.importers.philly import (
+from clusterspec.importers import DATA_DIR, load_cluster, load_trace
+from clusterspec.importers.philly import (
     DEFAULT_COMPRESS, DEFAULT_SCALE, FLAVOR, ROOT_QUEUE, SPINE, TRACE_ONLY_VCS, gang_shape,
     load_philly_cluster, load_philly_trace,
 )

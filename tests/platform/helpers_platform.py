@@ -3,11 +3,11 @@
 without depending on the real scheduler.core.cycle: first-fit, whole gang or nothing, no topology."""
 from __future__ import annotations
 
+from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
 from scheduler.core.snapshot import Binding, CycleResult, PendingReason, TaskPlacement
-from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
 
 
-def first_fit(snapshot, config=None) -> CycleResult:
+def first_fit(snapshot, config=None, *, cache=None) -> CycleResult:
     free = {n.name: [g for g in range(n.gpus) if g not in n.used and g not in n.unhealthy]
             for n in snapshot.nodes if n.state == "ready"}
     result = CycleResult(metrics={"schedulable_gpus": sum(len(v) for v in free.values())})

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from scheduler.sim.spec import ClusterSpec, NodeSpec, QueueSpec
+from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec
 SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is started)
 
 

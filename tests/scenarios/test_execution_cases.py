@@ -14,13 +14,13 @@ from django.db.models import Count
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec
 from gpuplatform import clock, execution, services
 from gpuplatform.api.permissions import NODE_AGENT_GROUP
 from gpuplatform.models import Allocation, Event, Job, Node, Task, Team
 from gpuplatform.scheduling import store
 from gpuplatform.scheduling.failures import detect_failures
 from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
-from scheduler.sim.spec import ClusterSpec, NodeSpec, QueueSpec
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2024, 5, 1, 8, 0, tzinfo=tz.utc)

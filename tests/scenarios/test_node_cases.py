@@ -8,12 +8,12 @@ from datetime import datetime, timedelta, timezone as tz
 import pytest
 from django.db.models import Count
 
+from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec
 from gpuplatform import node_services, services
 from gpuplatform.models import Allocation, Event, Gpu, Job, Node, Queue, Team
 from gpuplatform.scheduling import store
 from gpuplatform.scheduling.failures import detect_failures
 from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
-from scheduler.sim.spec import ClusterSpec, NodeSpec, QueueSpec
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2024, 5, 1, 8, 0, tzinfo=tz.utc)

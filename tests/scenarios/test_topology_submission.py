@@ -2,7 +2,7 @@
 pages and the API call, refused with the field and the rule, nothing stored; the valid rows run in one rack."""
 import pytest
 
-from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
+from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
 
 RACKS = {"rack-1": ["r1n1", "r1n2", "r1n3", "r1n4"], "rack-2": ["r2n1", "r2n2", "r2n3", "r2n4"]}
 SLEEP = ["sleep", "3600"]  # what the tasks run (simulated nodes: nothing is started)

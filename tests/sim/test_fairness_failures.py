@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec, Trace, TraceJob
 from scheduler.core.snapshot import CycleConfig
 from scheduler.sim.fairness import FairnessMeter, jain_index, leaf_teams
 from scheduler.sim.failures import Checkpointing, FailureModel
 from scheduler.sim.replay import replay
-from scheduler.sim.spec import ClusterSpec, NodeSpec, QueueSpec, Trace, TraceJob
 
 from test_replay import cluster as tiny_cluster
 from test_replay import first_fit, job

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
+from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
 from scheduler.core.snapshot import Binding, CycleResult, PendingReason, TaskPlacement
 from scheduler.sim.replay import replay
 from scheduler.sim.report import percentile, size_bucket, tier_capacity
-from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
 
 DAY = 86400.0
 

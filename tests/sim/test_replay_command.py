@@ -8,11 +8,11 @@ import json
 import pytest
 from django.core.management import call_command
 
-from gpuplatform import importers
+from clusterspec import importers
+from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec, Trace, TraceJob
 from gpuplatform.management.commands import replay as command
 from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
 from scheduler.sim.replay import replay
-from scheduler.sim.spec import ClusterSpec, NodeSpec, QueueSpec, Trace, TraceJob
 
 
 def one_by_one(snapshot, config):

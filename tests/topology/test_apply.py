@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from clusterspec.importers.topology import parse_hypernode, parse_slurm_conf
 from gpuplatform import node_services
-from gpuplatform.importers.topology import parse_hypernode, parse_slurm_conf
 from gpuplatform.models import Domain, Event, Node
 from gpuplatform.services import ValidationError
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuplatform.importers.errors import ImportFormatError
-from gpuplatform.importers.topology import (
+from clusterspec.importers.errors import ImportFormatError
+from clusterspec.importers.topology import (
     compress_hostlist, expand_hostlist, levels_from_volcano_config, parse_hypernode, parse_ibnetdiscover,
     parse_k8s_labels, parse_kueue, parse_slurm_conf, parse_slurm_yaml, parse_topograph_model, parse_topology_file,
 )
@@ -219,7 +219,7 @@ def test_k8s_labels_use_the_keys_of_the_label_table():
                    "topology.kubernetes.io/region", "topology.kubernetes.io/zone", "cloud.google.com/gce-topology-host"):
             continue
         if any(w in level for w in ("NVLink", "switch", "network", "rack", "ToR", "block", "domain", "reservation", "hyper")):
-            from gpuplatform.importers.topology.k8s_labels import KNOWN_TIERS
+            from clusterspec.importers.topology.k8s_labels import KNOWN_TIERS
             assert any(key in keys for keys in KNOWN_TIERS.values()), key
     rows[3][1]["volcano.sh/tor"] = "tor1"  # clique .0 now sits under two ToRs
     with pytest.raises(ImportFormatError, match="listed under both"):
@@ -279,8 +279,8 @@ def test_yaml_syntax_error_names_the_line():
 
 
 def test_empty_file_and_absurd_tier_are_refused(tmp_path):
-    from gpuplatform.importers.errors import ImportFormatError
-    from gpuplatform.importers.topology import parse_topology_file
+    from clusterspec.importers.errors import ImportFormatError
+    from clusterspec.importers.topology import parse_topology_file
 
     empty = tmp_path / "empty.yaml"
     empty.write_text("  \n")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuplatform.importers.topology import (
+from clusterspec.importers.topology import (
     parse_hypernode, parse_slurm_conf, parse_topology_file, to_hypernode_yaml, to_slurm_conf,
 )
 

@@ -153,7 +153,7 @@ class Command(BaseCommand):
 
     def _load_cluster(self, opts):
         from gpuplatform import services
-        from gpuplatform.importers import load_cluster
+        from clusterspec.importers import load_cluster
         from gpuplatform.models import Node
 
         if Node.objects.exists():
@@ -198,7 +198,7 @@ class Command(BaseCommand):
     # -- the run -----------------------------------------------------------------------------------
 
     def handle(self, *args, **opts):
-        from gpuplatform.importers import load_trace
+        from clusterspec.importers import load_trace
         from gpuplatform.models import Gpu
         from gpuplatform import clock as cluster_clock
         from gpuplatform.trace_feeder import SimClock, TraceFeeder, busy_start_seconds, trace_epoch

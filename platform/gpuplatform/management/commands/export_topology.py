@@ -20,7 +20,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         from gpuplatform import node_services
-        from gpuplatform.importers.topology import EXPORTERS
+        from clusterspec.importers.topology import EXPORTERS
 
         spec = node_services.topology_from_db()
         try:

@@ -3,7 +3,7 @@
     python manage.py import_topology data/topology/volcano/hypernodes_tree_s0-s6.yaml --format hypernode --dry-run
     python manage.py import_topology fabric.out --format ibnetdiscover --nodes-from-db
 
-Formats: gpuplatform.importers.topology.FORMATS (slurm-conf, slurm-yaml, hypernode, kueue, k8s-labels,
+Formats: clusterspec.importers.topology.FORMATS (slurm-conf, slurm-yaml, hypernode, kueue, k8s-labels,
 ibnetdiscover, topograph). --dry-run prints the tree (indented, tier and node count per domain) and what
 would change in the database (domains to create / re-tier / move / delete, nodes to re-attach, unknown
 nodes) and writes nothing. Without it the tree is applied through node_services.apply_topology in one
@@ -18,7 +18,7 @@ class Command(BaseCommand):
     help = "Import a topology file (Slurm, Volcano HyperNode, Kueue, k8s labels, ibnetdiscover) into the domain tree."
 
     def add_arguments(self, parser):
-        from gpuplatform.importers.topology import FORMATS
+        from clusterspec.importers.topology import FORMATS
 
         parser.add_argument("file")
         parser.add_argument("--format", required=True, choices=sorted(FORMATS))
@@ -34,8 +34,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         from gpuplatform import node_services
-        from gpuplatform.importers.errors import ImportFormatError
-        from gpuplatform.importers.topology import parse_topology_file, read_node_list
+        from clusterspec.importers.errors import ImportFormatError
+        from clusterspec.importers.topology import parse_topology_file, read_node_list
         from gpuplatform.models import Node
         from gpuplatform.services import ValidationError
 

@@ -5,7 +5,7 @@
     python manage.py replay --cluster philly --trace philly --until 14 --failure-rate 10 \\
         --checkpoint-interval 3600 --detection-timeout 300 --seed 1                      # issue #6
 
-Loads both through the importer registry (gpuplatform.importers), runs scheduler.sim.replay and prints
+Loads both through the importer registry (clusterspec.importers), runs scheduler.sim.replay and prints
 a summary; --json writes the full report (with --compare: {"full": ..., "fifo": ...}). Touches no
 database, so it works before `migrate`.
 
@@ -90,7 +90,7 @@ class Command(BaseCommand):
                                  "under --policy fifo)")
 
     def handle(self, *args, **opts):
-        from gpuplatform.importers import load_cluster, load_trace
+        from clusterspec.importers import load_cluster, load_trace
 
         start = opts["start"] if opts["start"] is not None else DEFAULT_START_DAYS.get(opts["trace"], 0.0)
         opts["start"] = start

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import os
 
-from scheduler.sim.spec import ClusterSpec, NodeSpec, QueueSpec, Trace, TraceJob
+from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec, Trace, TraceJob
 
 from ._csv import apportion, read_rows
 

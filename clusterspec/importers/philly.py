@@ -60,7 +60,7 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from scheduler.sim.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
+from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
 
 from ._csv import apportion, read_rows
 from .errors import ImportFormatError

@@ -1,6 +1,6 @@
 """The neutral topology tree every topology importer returns, and the checks every one of them runs.
 
-A `TopologySpec` is a forest of `DomainSpec`s (scheduler/sim/spec.py: name, tier, parent) plus the map
+A `TopologySpec` is a forest of `DomainSpec`s (clusterspec/spec.py: name, tier, parent) plus the map
 node name -> the node's lowest domain. Tier convention (DESIGN.md section 4): 1 = NVLink / scale-up
 domain, 2 = leaf switch, 3 = spine, higher above. Parsers collect domains and node attachments with the
 source line they came from in a `TreeBuilder`; `TreeBuilder.finish()` validates the whole tree and either
@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from scheduler.sim.spec import DomainSpec
+from clusterspec.spec import DomainSpec
 
 from ..errors import ImportFormatError
 

@@ -1,7 +1,7 @@
 """Importers of real cluster inventories and job traces (pure parsers: no Django, no DB writes).
 
 One module per format: `philly` (Microsoft Philly, ATC '19) and `openb` (Alibaba GPU trace v2023,
-ATC '23). They return the neutral dataclasses of `scheduler.sim.spec` and raise
+ATC '23). They return the neutral dataclasses of `clusterspec.spec` and raise
 `ImportFormatError` (file, line, column, rule) on malformed input.
 
 The registry below resolves the shipped files under DATA_DIR (the repository's `data/` folder, see
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .errors import ImportFormatError
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "data"
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 
 PHILLY_DIR = DATA_DIR / "philly"
 OPENB_DIR = DATA_DIR / "alibaba-openb-fgd"
