@@ -30,7 +30,7 @@ def _capacity() -> tuple[Capacity, int] | None:
         tree = build_tree(snapshot)
     except TopologyError:
         return None  # a broken tree is the cycle's problem to report, not a reason to refuse a job
-    return Capacity(ClusterState(snapshot, tree)), tree.top_tier
+    return Capacity(ClusterState(snapshot)), tree.top_tier
 
 
 def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None) -> str | None:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import time
 
+from .cache import ClusterStatic
+from .domain_tree import common_domain
 from .metrics import cluster_metrics
 from .plugins.quota import QueueTree
 from .snapshot import Binding, CycleConfig, CycleResult, PendingReason, Snapshot, TaskPlacement
 from .state import ClusterState
-from .domain_tree import build_tree, common_domain
 
 
 class _NodePicker:
@@ -79,8 +80,9 @@ def run_cycle_kube(snapshot: Snapshot, config: CycleConfig | None = None) -> Cyc
                                    preemption=False, reclaim=False)
     result = CycleResult()
     t0 = time.perf_counter()
-    tree = build_tree(snapshot)
-    state = ClusterState(snapshot, tree)
+    static = ClusterStatic(snapshot)
+    tree = static.tree
+    state = ClusterState(snapshot, static)
     queues = QueueTree(snapshot)
     flavor_of = {n.name: n.flavor for n in snapshot.nodes}
     pending = sorted((j for j in snapshot.jobs if j.state == "pending"), key=lambda j: (j.submit_time, str(j.id)))

@@ -1,6 +1,6 @@
 """One scheduling cycle over a frozen snapshot (DESIGN section 5; Volcano's action pipeline).
 
-    run_cycle(snapshot, config) -> CycleResult
+    run_cycle(snapshot, config, cache=None) -> CycleResult
 
 Phases, each timed in CycleResult.timings (seconds):
   1. open: index the domain tree, free capacity and queue usage; water-fill every queue's fair share;
@@ -10,7 +10,9 @@ Phases, each timed in CycleResult.timings (seconds):
   3. preempt / reclaim: jobs still waiting may evict lower-priority gangs of their queue, or take back
      GPUs other queues borrowed; the freed GPUs are held for them (actions/preempt.py);
   4. metrics: allocation rate, largest runnable job per tier, fragmentation rate, domain completeness.
-The snapshot is never mutated; the same input gives the same result.
+The snapshot is never mutated; the same input gives the same result, with or without a cache.
+`cache` (cache.EngineCache) is the caller's: what this engine reuses from its previous cycle while the
+cluster's shape is unchanged; None = nothing reused (a one-off or what-if run).
 """
 from __future__ import annotations
 
@@ -22,23 +24,26 @@ from .metrics import cluster_metrics
 from .plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
 from .plugins.quota import QueueTree
 from .snapshot import CycleConfig, CycleResult, Nomination, Snapshot
+from .cache import ClusterStatic, EngineCache
 from .state import ClusterState
-from .domain_tree import cluster_static
 
 
-def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None) -> CycleResult:
+def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: EngineCache | None = None
+              ) -> CycleResult:
     """Decide which pending jobs start and where, and whom to evict for whom.
+    cache: the caller's EngineCache (one per engine), or None to reuse nothing.
     Raises TopologyError on an inconsistent domain tree."""
     config = config or CycleConfig()
     result = CycleResult()
     t0 = time.perf_counter()
-    static = cluster_static(snapshot)  # the tree and shape indexes, reused while the cluster is unchanged
-    state = ClusterState(snapshot, static.tree, static)
+    # the tree and shape indexes: the cache's while the cluster is unchanged
+    static = cache.static_for(snapshot) if cache is not None else ClusterStatic(snapshot)
+    state = ClusterState(snapshot, static, cache=cache)
     queues = QueueTree(snapshot, static)
     pending = [j for j in snapshot.jobs if j.state == "pending"]
     if config.fair_share and snapshot.queues:
         result.fair_share = fair_shares(queues, schedulable_gpus(snapshot.nodes), pending_demand(pending, state.flavors))
-    allocator = Allocator(state, queues, config, snapshot=snapshot, shares=result.fair_share)
+    allocator = Allocator(state, queues, config, snapshot=snapshot, shares=result.fair_share, cache=cache)
     t1 = time.perf_counter()
     result.bindings, result.pending = allocator.run(pending)
     t2 = time.perf_counter()

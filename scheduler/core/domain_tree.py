@@ -1,4 +1,5 @@
-"""The domain tree (HyperNodes) as index arrays, built from a Snapshot (and reused while the cluster is unchanged).
+"""The domain tree (HyperNodes) as index arrays, built from a Snapshot (cache.ClusterStatic keeps it, with
+the other indexes of the cluster's shape, while the cluster is unchanged).
 
 Nodes hang off their lowest-tier domain. When the snapshot's domains do not form a single tree over
 every node (no domains at all, several roots, or nodes without a domain), a synthetic root named
@@ -7,7 +8,6 @@ node -> lowest domain -> ... -> root.
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 from .snapshot import Snapshot
@@ -116,78 +116,3 @@ def common_domain(tree: DomainTree, nodes: list[int]) -> int:
     for k in nodes[1:]:
         common.intersection_update(tree.node_chain[k])
     return min(common, key=lambda d: (tree.tiers[d], tree.names[d]))
-
-
-class ClusterStatic:
-    """What a cycle derives from the cluster's shape alone: the domain tree and per-node / per-domain
-    indexes that depend only on the domains and each node's (name, flavor, GPU count, domain). Shared,
-    read-only, by the cycles of an unchanged cluster (see `cluster_static`); the `capacity` caches only
-    ever gain entries that are functions of that shape."""
-
-    __slots__ = ("tree", "node_index", "flavors", "node_names", "node_flavor", "flavor_gpus", "direct_by_flavor",
-                 "dom_flavors", "hist_width", "hist_off", "hist_size", "capacity", "start", "lock")
-
-    def __init__(self, snapshot: Snapshot, tree: DomainTree | None = None):
-        nodes = snapshot.nodes
-        self.tree = tree = tree if tree is not None else build_tree(snapshot)
-        self.node_index = {n.name: i for i, n in enumerate(nodes)}
-        self.flavors = frozenset(n.flavor for n in nodes)
-        self.node_names = [n.name for n in nodes]
-        self.node_flavor = {n.name: n.flavor for n in nodes}
-        flavor_gpus: dict[str, int] = {}
-        for n in nodes:
-            flavor_gpus[n.flavor] = flavor_gpus.get(n.flavor, 0) + n.gpus
-        self.flavor_gpus = flavor_gpus  # every node's GPUs, any state, per flavor
-        # domain -> flavor -> node indices hanging directly off it (tree.direct_nodes order)
-        self.direct_by_flavor: list[dict[str, list[int]]] = []
-        for d in range(len(tree.names)):
-            per: dict[str, list[int]] = {}
-            for k in tree.direct_nodes[d]:
-                per.setdefault(nodes[k].flavor, []).append(k)
-            self.direct_by_flavor.append(per)
-        # domain -> the flavors of the nodes below it, in order of first appearance in the node list
-        dom_flavors: list[dict[str, None]] = [{} for _ in tree.names]
-        for k, n in enumerate(nodes):
-            for d in tree.node_chain[k]:
-                dom_flavors[d].setdefault(n.flavor)
-        self.dom_flavors = [tuple(f) for f in dom_flavors]
-        # ClusterState's free-count histogram: one slot of hist_width counters per (domain, flavor)
-        self.hist_width = width = max((n.gpus for n in nodes), default=0) + 1
-        self.hist_off: list[dict[str, int]] = []
-        slot = 0
-        for flavors in self.dom_flavors:
-            self.hist_off.append({f: (slot + i) * width for i, f in enumerate(flavors)})
-            slot += len(flavors)
-        self.hist_size = slot * width
-        self.start = None  # state.ClusterState's capacity at the last snapshot seen (under lock)
-        self.lock = threading.Lock()
-        self.capacity = None  # plugins.feasibility.CapacityStatic, built on first use
-
-
-_last_static: tuple | None = None  # (domains tuple, nodes tuple, ClusterStatic): the last cluster seen
-
-
-def _same_shape(nodes: tuple, seen: tuple) -> bool:
-    if nodes is seen:
-        return True
-    if len(nodes) != len(seen):
-        return False
-    for a, b in zip(nodes, seen):  # NodeInfo is frozen: an identical object has identical fields
-        if a is not b and (a.name != b.name or a.flavor != b.flavor or a.gpus != b.gpus or a.domain != b.domain):
-            return False
-    return True
-
-
-def cluster_static(snapshot: Snapshot) -> ClusterStatic:
-    """The ClusterStatic of the snapshot's cluster, reused from the previous call when its domains are equal
-    and every node has the same (name, flavor, gpus, domain) in the same order (identity is checked first,
-    full equality only for objects that differ): exact, never keyed on id(). Raises TopologyError."""
-    global _last_static
-    domains, nodes = tuple(snapshot.domains), tuple(snapshot.nodes)
-    last = _last_static
-    if last is not None and (domains is last[0] or domains == last[0]) and _same_shape(nodes, last[1]):
-        static = last[2]
-    else:
-        static = ClusterStatic(snapshot)
-    _last_static = (domains, nodes, static)
-    return static

@@ -4,15 +4,17 @@
 that are not ready), free CPU (millicores) and memory (MiB; None = unconstrained), and per (domain,
 flavor) the number of free GPUs below it. `take` and `give` move one task's resources and update the
 aggregates along the node's domain chain (depth = number of tiers), so a job that cannot fit a domain
-is rejected without looking at its nodes.
+is rejected without looking at its nodes. With an EngineCache, the free capacity at snapshot time is
+brought up to date from the cache's previous snapshot (only nodes whose NodeInfo changed are recomputed).
 """
 from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import defaultdict
+from contextlib import nullcontext
 
+from .cache import ClusterStatic, EngineCache
 from .snapshot import NodeInfo, Snapshot
-from .domain_tree import ClusterStatic, DomainTree
 
 
 class DoubleBindError(AssertionError):
@@ -23,20 +25,28 @@ class ClusterState:
     __slots__ = ("nodes", "tree", "free", "cpu_free", "mem_free", "dom_free", "flavors", "node_index",
                  "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width", "hist_off", "static")
 
-    def __init__(self, snapshot: Snapshot, tree: DomainTree, static: ClusterStatic | None = None):
-        if static is None or static.tree is not tree:
-            static = ClusterStatic(snapshot, tree)
+    def __init__(self, snapshot: Snapshot, static: ClusterStatic | None = None, *, cache: EngineCache | None = None):
+        """static: the snapshot's ClusterStatic (built here when None: from `cache` when given, else anew).
+        cache: the engine's EngineCache, whose capacity at its previous snapshot is reused and replaced
+        by this one's (only when `static` is the cache's); None = computed from the snapshot alone.
+        Raises TopologyError on an inconsistent domain tree (when it builds the ClusterStatic)."""
+        if static is None:
+            static = cache.static_for(snapshot) if cache is not None else ClusterStatic(snapshot)
         self.static = static
         self.nodes = snapshot.nodes
-        self.tree = tree
+        self.tree = tree = static.tree
         self.node_index = static.node_index
         self.flavors: set[str] = set(static.flavors)
         # per (domain, flavor): how many nodes below it have exactly f free GPUs, in one flat list at
         # hist_off[d][flavor] + f, so how many tasks of g GPUs its nodes could take at most (pack_slots) is
         # known without a node scan
         self.hist_width, self.hist_off = static.hist_width, static.hist_off
-        with static.lock:  # the free capacity at snapshot time: kept up to date from the previous snapshot
-            start = _snapshot_capacity(static, snapshot.nodes)
+        # the free capacity at snapshot time: with a cache, brought up to date from its previous snapshot and
+        # copied under its lock (another cycle sharing the cache updates it in place)
+        with cache.lock if cache is not None else nullcontext():
+            start = _snapshot_capacity(static, snapshot.nodes, cache.take_start(static) if cache is not None else None)
+            if cache is not None:
+                cache.keep_start(static, start)
             self.free: list[list[int]] = list(map(list.copy, start.free))
             self.cpu_free: list[int | None] = start.cpu[:]
             self.mem_free: list[int | None] = start.mem[:]
@@ -191,7 +201,7 @@ class ClusterState:
 
 
 class _Start:
-    """Free capacity at snapshot time (before any decision), kept per ClusterStatic and brought up to date
+    """Free capacity at snapshot time (before any decision), kept in an EngineCache and brought up to date
     from one snapshot to the next by recomputing only the nodes whose NodeInfo object changed."""
 
     __slots__ = ("nodes", "free", "cpu", "mem", "healthy", "dom_free", "hist")
@@ -210,10 +220,9 @@ def _node_capacity(n: NodeInfo) -> tuple[list[int], int, int | None, int | None]
             n.memory_mib - n.memory_used if n.memory_mib else None)
 
 
-def _snapshot_capacity(static: ClusterStatic, nodes) -> _Start:
-    """The _Start of `nodes` (which have static's shape). Caller holds static.lock."""
-    start = static.start
-    static.start = None  # left unset if anything below fails half-way
+def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None) -> _Start:
+    """The _Start of `nodes` (which have static's shape): `start`, the previous snapshot's (of the same
+    static), updated in place, or a new one when None."""
     chains, offs = static.tree.node_chain, static.hist_off
     if start is None or len(start.nodes) != len(nodes):
         start = _Start()
@@ -247,5 +256,4 @@ def _snapshot_capacity(static: ClusterStatic, nodes) -> _Start:
                     hist[off + was] -= 1
                     hist[off + now] += 1
     start.nodes = tuple(nodes)
-    static.start = start
     return start

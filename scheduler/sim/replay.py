@@ -25,10 +25,11 @@ import heapq
 import math
 import time
 from dataclasses import asdict, replace
+from functools import partial
 from typing import Callable, NamedTuple
 
 from clusterspec.spec import ClusterSpec, Trace
-from scheduler.core import run_cycle
+from scheduler.core import EngineCache, run_cycle
 from scheduler.core.snapshot import CycleConfig, CycleResult, Snapshot
 from scheduler.sim.fairness import FairnessMeter, leaf_teams, snapshot_fair_share
 from scheduler.sim.failures import Checkpointing, FailureModel
@@ -56,7 +57,7 @@ def replay(
     trace: Trace,
     *,
     config: CycleConfig | None = None,
-    engine: Engine = run_cycle,
+    engine: Engine | None = None,
     cycle_interval: float = 60.0,
     until: float | None = None,
     grace_period: float = 30.0,
@@ -68,6 +69,8 @@ def replay(
 ) -> ReplayReport:
     """Replay `trace` on `cluster` with `engine` and return what was measured.
 
+    engine: the scheduling engine, called as engine(snapshot, config) once per cycle; None = the real one
+        (run_cycle) with an EngineCache of this replay's own, so replays never share engine caches.
     until: stop at this many seconds of trace time (jobs submitted later are never seen).
     cycle_interval: the least simulated time between two cycles, in seconds.
     grace_period: seconds an evicted job keeps its GPUs (state "preempting") before they are freed; a
@@ -83,6 +86,8 @@ def replay(
     """
     wall0 = time.perf_counter()
     config = config or CycleConfig()
+    if engine is None or engine is run_cycle:
+        engine = partial(run_cycle, cache=EngineCache())
     ckpt = checkpoint or Checkpointing()
     gang = getattr(engine, "gang", True)  # False: the engine may bind part of a job (ClusterState.bind)
     jobs = sorted(trace.jobs, key=lambda j: (j.submit, j.id))

@@ -111,7 +111,7 @@ def test_stale_bindings_are_skipped_not_forced(submit):
 def test_crashed_cycle_leaves_the_database_unchanged(submit, monkeypatch):
     submit("a", tasks=2, gpus=4)
 
-    def boom(snapshot, config=None):
+    def boom(snapshot, config=None, *, cache=None):
         raise RuntimeError("engine bug")
 
     monkeypatch.setattr("scheduler.core.run_cycle", boom)

@@ -39,7 +39,7 @@ def test_celery_task_eager(submit, monkeypatch):
 def test_run_loop_runs_cycles_on_the_given_clock_and_survives_errors(submit, monkeypatch):
     calls = {"n": 0}
 
-    def engine(snapshot, config=None):
+    def engine(snapshot, config=None, *, cache=None):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("first cycle crashes")

@@ -27,12 +27,16 @@ from django.utils import timezone
 from gpuplatform.models import Allocation, Domain, Event, Gpu, Job, JobRole, Node, Queue, Quota, SchedulerCycle, Task
 from gpuplatform.scheduling import evict, release, samples, usage_decay
 from gpuplatform.scheduling.evict import decode_reserved, encode_reserved, releasing_id, releasing_job  # noqa: F401 (re-exported)
+from scheduler.core.cache import EngineCache
 from scheduler.core.snapshot import (
     CycleResult, DomainInfo, JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
 )
 from gpuplatform.scheduling.locks import single_flight
 
 log = logging.getLogger("gpuplatform.scheduling.store")
+# What this process's production engine reuses between cycles while the cluster's shape is unchanged
+# (scheduler.core.cache); replays and what-if runs keep their own, so they never evict it.
+ENGINE_CACHE = EngineCache()
 LIVE = ("admitted", "running", "preempting")
 HELD_TASK_STATES = ("bound", "running")
 
@@ -415,7 +419,7 @@ def run_cycle_once(*, clock: datetime | None = None, config=None) -> SchedulerCy
             release.release_expired(clock, cycle_number=number)
             snapshot, _ = build_snapshot(clock.timestamp())
             t1 = _time.perf_counter()
-            result = run_cycle(snapshot, config)
+            result = run_cycle(snapshot, config, cache=ENGINE_CACHE)
             result.timings.setdefault("snapshot_ms", (t1 - t0) * 1000)
             stats = apply_result(result, clock=clock, cycle_number=number, started_at=wall,
                                  duration_ms=(_time.perf_counter() - t0) * 1000)

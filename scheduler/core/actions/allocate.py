@@ -13,6 +13,7 @@ import heapq
 from collections import defaultdict
 from dataclasses import replace
 
+from ..cache import EngineCache
 from ..plugins.fairshare import dominant_share, usage_offset
 from ..plugins.feasibility import Capacity
 from ..plugins.gang import PackFailure, pack_gang
@@ -31,11 +32,11 @@ BACKFILL = "backfill"
 
 class Allocator:
     def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig, *, snapshot: Snapshot,
-                 shares: dict | None = None):
+                 shares: dict | None = None, cache: EngineCache | None = None):
         self.state, self.queues, self.config = state, queues, config
         self.snapshot, self.now = snapshot, snapshot.now
         self.tree = state.tree
-        self.capacity = Capacity(state)
+        self.capacity = Capacity(state, cache)
         self.shares = shares or {}
         self.offset = usage_offset(queues) if config.usage_half_life else None
         self.holds = Holds(state)

@@ -9,27 +9,33 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from ..cache import EngineCache
 from ..snapshot import JobInfo, PendingReason
 from ..state import ClusterState
 
 
 class Capacity:
-    def __init__(self, state: ClusterState):
+    """The static feasibility rule over one cycle's ClusterState. Its tables (per domain and flavor, how
+    many nodes of each GPU count; the largest node per flavor) and its answers depend only on the
+    cluster's shape: with an EngineCache they are built once per shape and shared by the cycles of an
+    unchanged cluster, memos included; without one (None) they are built for this cycle alone."""
+
+    def __init__(self, state: ClusterState, cache: EngineCache | None = None):
         self.state = state
-        tree = state.tree
-        # all of it depends only on the cluster's shape (node flavors, sizes, domains): built once per
-        # ClusterStatic and shared by the cycles of an unchanged cluster, caches included
-        static = state.static
-        if static.capacity is None:
-            # per domain and flavor: Counter {node GPU count: number of nodes}
-            sizes: list[dict[str, Counter]] = [defaultdict(Counter) for _ in tree.names]
-            max_node: dict[str, int] = defaultdict(int)
-            for k, node in enumerate(state.nodes):
-                max_node[node.flavor] = max(max_node[node.flavor], node.gpus)
-                for d in tree.node_chain[k]:
-                    sizes[d][node.flavor][node.gpus] += 1
-            static.capacity = (sizes, max_node, {}, {})
-        self.sizes, self.max_node, self._cache, self._fits_cache = static.capacity
+        tables = cache.feasibility(state.static, self._tables) if cache is not None else self._tables()
+        self.sizes, self.max_node, self._cache, self._fits_cache = tables
+
+    def _tables(self) -> tuple:
+        """(per domain: flavor -> Counter {node GPU count: nodes}, flavor -> largest node's GPUs, the
+        never_fits memo, the domain_fits memo)."""
+        state, tree = self.state, self.state.tree
+        sizes: list[dict[str, Counter]] = [defaultdict(Counter) for _ in tree.names]
+        max_node: dict[str, int] = defaultdict(int)
+        for k, node in enumerate(state.nodes):
+            max_node[node.flavor] = max(max_node[node.flavor], node.gpus)
+            for d in tree.node_chain[k]:
+                sizes[d][node.flavor][node.gpus] += 1
+        return sizes, max_node, {}, {}
 
     def _maximal_domains(self, cap: int | None) -> list[int]:
         tree = self.state.tree

@@ -1,0 +1,134 @@
+"""What the engine derives from the cluster's shape, and the cache its caller keeps between cycles.
+
+`ClusterStatic` holds the indexes that depend only on the cluster's shape: the domain tree and, per node
+and per domain, what follows from the domains and each node's (name, flavor, GPU count, domain). It is
+read-only once built.
+
+`EngineCache` is one engine's memory from one cycle to the next, owned and passed in by its caller
+(`run_cycle(snapshot, config, cache=...)`): the production cycle keeps one, each replay keeps its own,
+and a what-if run passes none (`None` = build everything from the snapshot, reuse nothing), so no run
+can evict another's entries and two engines can run side by side. It holds, for the last cluster shape
+it saw, the ClusterStatic, the free capacity at the last snapshot (`state.ClusterState` brings it up to
+date node by node) and the shape-derived tables of static feasibility (`plugins.feasibility`). A
+snapshot of another shape replaces all of them. Entries are exact: a shape is reused only when the
+domains are equal and every node has the same (name, flavor, gpus, domain) in the same order, never
+keyed on id(). One cache may be shared by threads (its lock serializes the capacity update), but two
+engines that alternate between clusters should each have their own, or they rebuild every cycle.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, TypeVar
+
+from .domain_tree import DomainTree, build_tree
+from .snapshot import Snapshot
+
+T = TypeVar("T")
+
+
+class ClusterStatic:
+    """What a cycle derives from the cluster's shape alone: the domain tree and per-node / per-domain
+    indexes that depend only on the domains and each node's (name, flavor, GPU count, domain). Read-only
+    once built; shared by the cycles of an unchanged cluster through an EngineCache.
+    Raises TopologyError (domain_tree.build_tree) on an inconsistent domain tree."""
+
+    __slots__ = ("tree", "node_index", "flavors", "node_names", "node_flavor", "flavor_gpus", "direct_by_flavor",
+                 "dom_flavors", "hist_width", "hist_off", "hist_size")
+
+    def __init__(self, snapshot: Snapshot, tree: DomainTree | None = None):
+        nodes = snapshot.nodes
+        self.tree = tree = tree if tree is not None else build_tree(snapshot)
+        self.node_index = {n.name: i for i, n in enumerate(nodes)}
+        self.flavors = frozenset(n.flavor for n in nodes)
+        self.node_names = [n.name for n in nodes]
+        self.node_flavor = {n.name: n.flavor for n in nodes}
+        flavor_gpus: dict[str, int] = {}
+        for n in nodes:
+            flavor_gpus[n.flavor] = flavor_gpus.get(n.flavor, 0) + n.gpus
+        self.flavor_gpus = flavor_gpus  # every node's GPUs, any state, per flavor
+        # domain -> flavor -> node indices hanging directly off it (tree.direct_nodes order)
+        self.direct_by_flavor: list[dict[str, list[int]]] = []
+        for d in range(len(tree.names)):
+            per: dict[str, list[int]] = {}
+            for k in tree.direct_nodes[d]:
+                per.setdefault(nodes[k].flavor, []).append(k)
+            self.direct_by_flavor.append(per)
+        # domain -> the flavors of the nodes below it, in order of first appearance in the node list
+        dom_flavors: list[dict[str, None]] = [{} for _ in tree.names]
+        for k, n in enumerate(nodes):
+            for d in tree.node_chain[k]:
+                dom_flavors[d].setdefault(n.flavor)
+        self.dom_flavors = [tuple(f) for f in dom_flavors]
+        # ClusterState's free-count histogram: one slot of hist_width counters per (domain, flavor)
+        self.hist_width = width = max((n.gpus for n in nodes), default=0) + 1
+        self.hist_off: list[dict[str, int]] = []
+        slot = 0
+        for flavors in self.dom_flavors:
+            self.hist_off.append({f: (slot + i) * width for i, f in enumerate(flavors)})
+            slot += len(flavors)
+        self.hist_size = slot * width
+
+
+def _same_shape(nodes: tuple, seen: tuple) -> bool:
+    if nodes is seen:
+        return True
+    if len(nodes) != len(seen):
+        return False
+    for a, b in zip(nodes, seen):  # NodeInfo is frozen: an identical object has identical fields
+        if a is not b and (a.name != b.name or a.flavor != b.flavor or a.gpus != b.gpus or a.domain != b.domain):
+            return False
+    return True
+
+
+class EngineCache:
+    """One engine's reusable state between cycles (module docstring). Create one per engine and pass it
+    to every `run_cycle` of that engine; `builds` counts the ClusterStatic objects it built (1 while the
+    cluster's shape never changes)."""
+
+    __slots__ = ("_domains", "_nodes", "_static", "_start", "_feasibility", "lock", "builds")
+
+    def __init__(self) -> None:
+        self._domains: tuple | None = None
+        self._nodes: tuple | None = None
+        self._static: ClusterStatic | None = None
+        self._start = None  # state._Start of the last snapshot seen, for _static
+        self._feasibility = None  # plugins.feasibility's tables, for _static
+        self.lock = threading.Lock()  # held by state.ClusterState while it takes and keeps the capacity
+        self.builds = 0
+
+    def static_for(self, snapshot: Snapshot) -> ClusterStatic:
+        """The ClusterStatic of the snapshot's cluster: the one kept when its shape is the last one seen
+        (domains equal, every node the same (name, flavor, gpus, domain) in the same order; identity is
+        checked first, full equality only for objects that differ), else a new one, which replaces the
+        kept one and the entries derived from it. Raises TopologyError on an inconsistent domain tree."""
+        domains, nodes = tuple(snapshot.domains), tuple(snapshot.nodes)
+        with self.lock:
+            static = self._static
+            if static is None or not (domains is self._domains or domains == self._domains) \
+                    or not _same_shape(nodes, self._nodes):
+                static = ClusterStatic(snapshot)
+                self.builds += 1
+                self._static, self._start, self._feasibility = static, None, None
+            self._domains, self._nodes = domains, nodes
+            return static
+
+    def take_start(self, static: ClusterStatic):
+        """The free capacity kept for `static` (state._Start, or None), handed over: the cache holds none
+        until `keep_start`, so a capacity update that fails half-way is never reused. Caller holds `lock`."""
+        start, self._start = (self._start, None) if static is self._static else (None, self._start)
+        return start
+
+    def keep_start(self, static: ClusterStatic, start) -> None:
+        """Keep `start` (state._Start) as the free capacity of `static`'s latest snapshot. Caller holds `lock`."""
+        if static is self._static:
+            self._start = start
+
+    def feasibility(self, static: ClusterStatic, build: Callable[[], T]) -> T:
+        """plugins.feasibility's tables for `static`: built once by `build()` and kept while the shape is
+        unchanged (a static that is not the kept one gets a fresh, unkept build)."""
+        if static is not self._static:
+            return build()
+        with self.lock:
+            if self._feasibility is None:
+                self._feasibility = build()
+            return self._feasibility
