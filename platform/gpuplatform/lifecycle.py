@@ -25,11 +25,9 @@ from . import clock
 from .audit import record_event
 from .models import Allocation, Job, Task
 
-LIVE_TASK_STATES = (Task.State.BOUND, Task.State.RUNNING)
 # What a node reported about a task's process in the attempt that ended (cleared when the gang is requeued).
 TASK_RUN_RESET = {"pid": None, "started_at": None, "ended_at": None, "exit_code": None, "exit_signal": None,
                   "end_message": ""}
-EVICTABLE_JOB_STATES = (Job.State.ADMITTED, Job.State.RUNNING)
 
 
 def backoff_seconds(attempts: int) -> float:
@@ -40,7 +38,7 @@ def backoff_seconds(attempts: int) -> float:
 
 
 def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
-                from_states=(Job.State.ADMITTED, Job.State.RUNNING, Job.State.PREEMPTING),
+                from_states=Job.LIVE_STATES,
                 data: dict | None = None, cycle: int | None = None, node=None, actor=None) -> bool:
     """Send a live gang back to pending whole (see the module docstring). Returns False, changing
     nothing, when the job is no longer in one of `from_states` (a stale request)."""
@@ -73,7 +71,7 @@ def evict_job(job_id, *, at: datetime, grace_seconds: float, kind: str, reason: 
     """Running (or admitted) gang -> preempting until at + grace; its GPUs stay held until then.
     Returns the deadline, or None when the job is no longer running (stale)."""
     deadline = at + timedelta(seconds=grace_seconds)
-    if not Job.objects.filter(pk=job_id, state__in=EVICTABLE_JOB_STATES).update(
+    if not Job.objects.filter(pk=job_id, state__in=Job.ACTIVE_STATES).update(
             state=Job.State.PREEMPTING, preempt_deadline=deadline, updated_at=timezone.now()):
         return None
     if event:
@@ -97,8 +95,8 @@ def release_tasks(task_ids, *, at: datetime) -> int:
 def evict_jobs_on_nodes(node_ids, *, at: datetime, kind: str, reason: str, actor=None, cycle=None) -> list:
     """Gracefully evict every running gang with a task on `node_ids` (each with its queue's grace);
     surplus tasks already releasing there keep their own deadline. Returns the evicted job ids."""
-    jobs = dict(Job.objects.filter(state__in=EVICTABLE_JOB_STATES, tasks__node_id__in=list(node_ids),
-                                   tasks__state__in=LIVE_TASK_STATES)
+    jobs = dict(Job.objects.filter(state__in=Job.ACTIVE_STATES, tasks__node_id__in=list(node_ids),
+                                   tasks__state__in=Task.HELD_STATES)
                 .values_list("id", "queue__preemption_grace_seconds").distinct())
     done = []
     for job_id, grace in sorted(jobs.items()):
@@ -145,12 +143,12 @@ def end_job(job_id, state: str, *, at: datetime, kind: str, message: str, reason
         return False
     old_state, queue_id = row
     if not Job.objects.filter(pk=job_id, state=old_state).update(
-            state=state, finished_at=at, pending_reason="", end_reason=reason[:300], reserved=None,
+            state=state, finished_at=at, pending_reason="", pending_position=None, queue_position=None,
+            end_reason=reason[:300], reserved=None,
             preempt_deadline=None, estimated_start=None, stop_target="", stop_reason="", updated_at=timezone.now()):
         return False
     released = Allocation.objects.filter(job_id=job_id, released_at__isnull=True).update(released_at=at)
-    Task.objects.filter(job_id=job_id, state__in=(Task.State.PENDING, Task.State.BOUND, Task.State.RUNNING,
-                                                   Task.State.RELEASING)).update(state=task_state, release_deadline=None)
+    Task.objects.filter(job_id=job_id, state__in=Task.OPEN_STATES).update(state=task_state, release_deadline=None)
     record_event(kind, message, time=at, job_id=job_id, queue_id=queue_id, actor=actor, cycle=cycle,
                  data={"state": state, "from": old_state, "released_gpus": released, "reason": reason, **(data or {})})
     return True

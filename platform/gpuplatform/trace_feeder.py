@@ -158,7 +158,7 @@ class TraceFeeder:
 
     def finish_due(self, now: datetime) -> int:
         """Finish every running trace job whose duration has elapsed by `now`, at its exact end time."""
-        rows = (Job.objects.filter(state__in=(Job.State.ADMITTED, Job.State.RUNNING), duration_seconds__isnull=False,
+        rows = (Job.objects.filter(state__in=Job.ACTIVE_STATES, duration_seconds__isnull=False,
                                    started_at__isnull=False)
                 .values_list("id", "started_at", "duration_seconds"))
         due = sorted((started + timedelta(seconds=duration), pk) for pk, started, duration in rows

@@ -26,7 +26,6 @@ from django.conf import settings
 
 from .. import clock
 from ..models import Allocation, Job, Task
-from .stops import LIVE_ON_NODE
 
 __all__ = ["node_assignments", "master_port", "MASTER_PORT_BASE", "MASTER_PORT_SPAN"]
 
@@ -49,7 +48,7 @@ def _iso(value: datetime | None) -> str | None:
 def node_assignments(node, now: datetime | None = None) -> dict:
     """The assignments answer for `node` (a Node) at server time `now` (default: the cluster clock)."""
     now = now or clock.now()
-    rows = list(Task.objects.filter(node=node, state__in=LIVE_ON_NODE, job__simulated=False,
+    rows = list(Task.objects.filter(node=node, state__in=Task.ON_NODE_STATES, job__simulated=False,
                                     job__state__in=Job.LIVE_STATES)
                 .order_by("job_id", "role_id", "index")
                 .values("id", "job_id", "index", "state", "release_deadline", "job__attempts", "job__state",

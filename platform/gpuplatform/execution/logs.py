@@ -146,8 +146,7 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
         parts.append(raw[begin:cut])
         served += cut - begin
         at = c_off + cut
-    ended = attempt < job_attempt or task.state not in (Task.State.BOUND, Task.State.RUNNING, Task.State.RELEASING,
-                                                         Task.State.PENDING)
+    ended = attempt < job_attempt or task.state not in Task.OPEN_STATES
     return {"task": task.pk, "name": f"{task.role.name}-{task.index}", "attempt": attempt, "offset": start,
             "next_offset": at, "size": size, "trimmed": bool(trimmed),
             "data": b"".join(parts).decode("utf-8", errors="replace"), "complete": bool(ended and at >= size)}

@@ -29,7 +29,7 @@ from .. import clock
 from ..audit import record_event
 from ..lifecycle import release_tasks, report_task_running
 from ..models import Job, Task
-from .stops import LIVE_ON_NODE, _finalize_if_idle, stop_job
+from .stops import _finalize_if_idle, stop_job
 
 __all__ = ["EVENTS", "report_task_event", "describe_exit"]
 
@@ -72,7 +72,7 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         label = f"{task['role__name']}[{task['index']}]"
         if event == "started":
             return _started(task_id, task, pid, at, actor)
-        if task["state"] not in LIVE_ON_NODE:
+        if task["state"] not in Task.ON_NODE_STATES:
             return False, f"task {label} already ended ({task['state']})"
         failed = event == "lost" or signal is not None or exit_code != 0
         how = describe_exit(exit_code, signal, message) if event == "exited" else describe_exit(None, None, message)
@@ -82,7 +82,7 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         Task.objects.filter(pk=task_id).update(
             state=Task.State.FAILED if failed else Task.State.SUCCEEDED, ended_at=at, exit_code=exit_code,
             exit_signal=signal, end_message=(message or how)[:200])
-        if job["state"] in (Job.State.ADMITTED, Job.State.RUNNING):
+        if job["state"] in Job.ACTIVE_STATES:
             if failed:
                 _fail_gang(job_id, job, label, how, exit_code, signal, at, actor)
             else:

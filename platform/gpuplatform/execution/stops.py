@@ -34,12 +34,11 @@ __all__ = ["STOP_TARGETS", "live_agent_tasks", "has_agent_tasks", "stop_job", "f
 
 STOP_TARGETS = ("requeue", "restart", "cancelled", "failed", "succeeded")
 FINAL_TARGETS = {"cancelled": Job.State.CANCELLED, "failed": Job.State.FAILED, "succeeded": Job.State.SUCCEEDED}
-LIVE_ON_NODE = (Task.State.BOUND, Task.State.RUNNING, Task.State.RELEASING)
 
 
 def live_agent_tasks(job_id):
     """Tasks of `job_id` whose processes may still exist on a node agent (bound, running, releasing)."""
-    return Task.objects.filter(job_id=job_id, state__in=LIVE_ON_NODE, node__executor=Node.Executor.AGENT,
+    return Task.objects.filter(job_id=job_id, state__in=Task.ON_NODE_STATES, node__executor=Node.Executor.AGENT,
                                job__simulated=False)
 
 
@@ -76,7 +75,7 @@ def stop_job(job_id, *, at: datetime, target: str, reason: str, kind: str, grace
         if not live_agent_tasks(job_id).exists():  # no process left to wait for (simulated nodes, all exited)
             finalize_stop(job_id, at=at, cycle=cycle)
         return True
-    if state not in (Job.State.ADMITTED, Job.State.RUNNING):
+    if state not in Job.ACTIVE_STATES:
         return False
     if not live_agent_tasks(job_id).exists():
         Job.objects.filter(pk=job_id, state=state).update(
@@ -136,7 +135,7 @@ def expire_stops(clock: datetime, *, cycle: int | None = None) -> list:
             done.append(job_id)
     on_agents = set(Task.objects.filter(job__state=Job.State.PREEMPTING, job__simulated=False,
                                         node__executor=Node.Executor.AGENT).values_list("job_id", flat=True))
-    still_live = set(Task.objects.filter(job_id__in=on_agents, state__in=LIVE_ON_NODE,
+    still_live = set(Task.objects.filter(job_id__in=on_agents, state__in=Task.ON_NODE_STATES,
                                          node__executor=Node.Executor.AGENT).values_list("job_id", flat=True))
     for job_id in sorted(on_agents - still_live):
         if finalize_stop(job_id, at=clock, cycle=cycle):
@@ -149,7 +148,7 @@ def enforce_time_limits(clock: datetime, *, cycle: int | None = None) -> list:
     or its binding while it is still starting): it ends `failed` with end_reason "time limit ..." after its
     queue's grace period (SIGTERM now, SIGKILL at the deadline). Returns the stopped job ids."""
     stopped = []
-    rows = (Job.objects.filter(state__in=(Job.State.ADMITTED, Job.State.RUNNING), time_limit_seconds__isnull=False)
+    rows = (Job.objects.filter(state__in=Job.ACTIVE_STATES, time_limit_seconds__isnull=False)
             .order_by("id").values_list("id", "time_limit_seconds", "started_at", "bound_at"))
     for job_id, limit, started, bound in rows:
         since = started or bound

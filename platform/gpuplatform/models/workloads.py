@@ -17,7 +17,9 @@ class Job(models.Model):
     [gpu indices]], ...], null = nothing held; `preempt_deadline` = when a preempting job's GPUs are
     released (grace period for a checkpoint); `not_before` = requeue backoff; `estimated_start` = the
     backfill reservation's estimate; `bound_at` = when the gang was bound (the gang-start timeout runs
-    from it); `started_at` = when every task reported running.
+    from it); `started_at` = when every task reported running; `pending_reason`, `pending_position` and
+    `queue_position` = why a pending job waits and where it stands in the engine's order (the API and
+    the pages read them, never recompute the order).
     """
 
     class State(models.TextChoices):
@@ -34,7 +36,10 @@ class Job(models.Model):
         SOFT = "soft", "soft (prefer)"
         HARD = "hard", "hard (require)"
 
+    # The job state sets, defined once: live = bound to GPUs (admitted, running, or preempting in a stop's
+    # grace period); active = live and not stopping (what eviction, a stop and the time limit act on).
     LIVE_STATES = (State.ADMITTED, State.RUNNING, State.PREEMPTING)
+    ACTIVE_STATES = (State.ADMITTED, State.RUNNING)
     FINAL_STATES = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
 
     team = models.ForeignKey("gpuplatform.Team", on_delete=models.PROTECT, related_name="jobs")
@@ -57,6 +62,11 @@ class Job(models.Model):
     estimated_start = models.DateTimeField(null=True, blank=True)
     bound_at = models.DateTimeField(null=True, blank=True)
     pending_reason = models.CharField(max_length=500, blank=True)
+    pending_position = models.PositiveIntegerField(
+        null=True, blank=True, help_text="1-based place among all pending jobs in the order the last scheduling "
+                                         "cycle considered them; null unless pending (and until a cycle ran)")
+    queue_position = models.PositiveIntegerField(
+        null=True, blank=True, help_text="1-based place among its queue's pending jobs in that order")
     never_fits = models.BooleanField(default=False)
     placement_domain = models.CharField(max_length=200, blank=True)
     placement_tier = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -144,6 +154,13 @@ class Task(models.Model):
         SUCCEEDED = "succeeded", "succeeded"
         FAILED = "failed", "failed"
         RELEASED = "released", "released"
+
+    # The task state sets, defined once: held = a live task of the gang on its node (its GPUs are its
+    # own); on_node = also a surplus task being released (it keeps its GPUs until its deadline);
+    # open = not ended yet.
+    HELD_STATES = (State.BOUND, State.RUNNING)
+    ON_NODE_STATES = (State.BOUND, State.RUNNING, State.RELEASING)
+    OPEN_STATES = (State.PENDING, State.BOUND, State.RUNNING, State.RELEASING)
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tasks")
     role = models.ForeignKey(JobRole, on_delete=models.CASCADE, related_name="task_set")

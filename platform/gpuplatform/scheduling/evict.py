@@ -25,7 +25,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from gpuplatform.audit import record_events
-from gpuplatform.lifecycle import EVICTABLE_JOB_STATES, LIVE_TASK_STATES, evict_job
+from gpuplatform.lifecycle import evict_job
 from gpuplatform.models import Job, Task
 from scheduler.core.snapshot import CycleResult, JobInfo, RoleInfo, TaskPlacement
 
@@ -102,12 +102,12 @@ def _evict(ev, info: dict, clock: datetime, cycle_number: int) -> dict:
             raise StaleDecision(f"victim {name} is no longer running")
     else:
         deadline = clock + timedelta(seconds=grace)
-        if not Job.objects.filter(pk=ev.job_id, state__in=EVICTABLE_JOB_STATES).exists():
+        if not Job.objects.filter(pk=ev.job_id, state__in=Job.ACTIVE_STATES).exists():
             raise StaleDecision(f"victim {name} is no longer running")
         which = Q()
         for role, index in ev.tasks:
             which |= Q(role__name=role, index=index)
-        moved = Task.objects.filter(which, job_id=ev.job_id, state__in=LIVE_TASK_STATES).update(
+        moved = Task.objects.filter(which, job_id=ev.job_id, state__in=Task.HELD_STATES).update(
             state=Task.State.RELEASING, release_deadline=deadline)
         if moved != len(ev.tasks):
             raise StaleDecision(f"{len(ev.tasks) - moved} task(s) of {name} no longer running")

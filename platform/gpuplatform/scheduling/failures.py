@@ -31,7 +31,7 @@ from django.db import transaction
 
 from gpuplatform.audit import record_event
 from gpuplatform.execution import finalize_stop
-from gpuplatform.lifecycle import LIVE_TASK_STATES, evict_jobs_on_nodes, release_tasks, requeue_job
+from gpuplatform.lifecycle import evict_jobs_on_nodes, release_tasks, requeue_job
 from gpuplatform.models import Allocation, Event, Job, Node, Task
 
 log = logging.getLogger("gpuplatform.scheduling.failures")
@@ -96,7 +96,7 @@ def _live_tasks(**where) -> dict[int, list[tuple]]:
     """Live tasks (bound, running, releasing) of live jobs matching `where`, by job id:
     (task id, role, index, node id, node name, state)."""
     out: dict[int, list[tuple]] = defaultdict(list)
-    rows = (Task.objects.filter(job__state__in=Job.LIVE_STATES, state__in=(*LIVE_TASK_STATES, Task.State.RELEASING),
+    rows = (Task.objects.filter(job__state__in=Job.LIVE_STATES, state__in=Task.ON_NODE_STATES,
                                 **where)
             .values_list("job_id", "id", "role__name", "index", "node_id", "node__name", "state"))
     for jid, tid, role, index, node_id, node_name, state in rows:
