@@ -4,11 +4,12 @@
 
 Phases, each timed in CycleResult.timings (seconds):
   1. open: index the domain tree, free capacity and queue usage; water-fill every queue's fair share;
+     open the cycle's Session (session.py: the state, holds and placement search the actions share);
   2. allocate: nominated beneficiaries start on their held GPUs; pending jobs in fair-share order get
      gang + topology + binpack placement; the first job that cannot start gets a backfill reservation
-     (actions/allocate.py, actions/backfill.py);
+     and a starving one a drain reservation (actions/allocate.py, actions/backfill.py: Reservations);
   3. preempt / reclaim: jobs still waiting may evict lower-priority gangs of their queue, or take back
-     GPUs other queues borrowed; the freed GPUs are held for them (actions/preempt.py);
+     GPUs other queues borrowed; the freed GPUs are held for them (actions/evict.py, preempt.py, reclaim.py);
   4. metrics: allocation rate, largest runnable job per tier, fragmentation rate, domain completeness.
 The snapshot is never mutated; the same input gives the same result, with or without a cache.
 `cache` (cache.EngineCache) is the caller's: what this engine reuses from its previous cycle while the
@@ -18,13 +19,15 @@ from __future__ import annotations
 
 import time
 
-from .actions.allocate import Allocator
-from .actions.preempt import run_evictions
+from .actions.allocate import allocate
+from .actions.backfill import Reservations
+from .actions.evict import run_evictions
+from .cache import ClusterStatic, EngineCache
 from .metrics import cluster_metrics
 from .plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
 from .plugins.quota import QueueTree
+from .session import Session
 from .snapshot import CycleConfig, CycleResult, Nomination, Snapshot
-from .cache import ClusterStatic, EngineCache
 from .state import ClusterState
 
 
@@ -43,13 +46,15 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     pending = [j for j in snapshot.jobs if j.state == "pending"]
     if config.fair_share and snapshot.queues:
         result.fair_share = fair_shares(queues, schedulable_gpus(snapshot.nodes), pending_demand(pending, state.flavors))
-    allocator = Allocator(state, queues, config, snapshot=snapshot, shares=result.fair_share, cache=cache)
+    session = Session(state, queues, config, snapshot, cache=cache)
+    reservations = Reservations(session, pending)
     t1 = time.perf_counter()
-    result.bindings, result.pending = allocator.run(pending)
+    allocation = allocate(session, pending, reservations, shares=result.fair_share)
+    result.bindings, result.pending = allocation.bindings, allocation.reasons
     t2 = time.perf_counter()
-    result.evictions, result.decisions = run_evictions(allocator, result.pending)
-    result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in allocator.nominated.items()]
-    result.estimated_start = allocator.estimated_start
+    result.evictions, result.decisions = run_evictions(session, allocation.failed_order, result.pending)
+    result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in session.nominated.items()]
+    result.estimated_start = reservations.estimated_start
     t3 = time.perf_counter()
     result.metrics = cluster_metrics(state)
     result.metrics["pending_jobs"] = len(result.pending)

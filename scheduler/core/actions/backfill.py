@@ -1,33 +1,133 @@
 """Backfill without starvation (Slurm's backfill scheduler, EASY backfilling: Lifka 1995; Mu'alem and
-Feitelson, IEEE TPDS 2001).
+Feitelson, IEEE TPDS 2001), and drain reservations for jobs that starve anyway.
 
-The first job in order that cannot start gets a reservation: running jobs are released, in order of
-their expected end (start + time_limit), on a Trial until the job fits; that time is its estimated start
-and that placement its reserved GPUs. The reserved GPUs that are free now are held out of the pool for
-the rest of the cycle; a later job may use them only if it declares a time limit that ends before the
-reservation starts. Jobs with no time limit never use reserved GPUs. Running jobs without a time limit
-have no known end, so a reservation behind them cannot be computed (no reservation is made).
+`Reservations` is the cycle's reservation book, used by the allocate action:
+
+- EASY shadow: the first job in order that cannot start for lack of room gets a reservation: running jobs
+  are released, in order of their expected end (start + time_limit), on a Trial until the job fits; that
+  time is its estimated start and that placement its reserved GPUs. The reserved GPUs that are free now
+  are held out of the pool for the rest of the cycle; a later job may use them only if it declares a time
+  limit that ends before the reservation starts (`attempt`). Jobs with no time limit never use reserved
+  GPUs. Running jobs without a time limit have no known end, so a reservation behind them cannot be
+  computed (no reservation is made).
+- Drain: a job that has waited `starvation_seconds` while no EASY shadow exists this cycle gets the GPUs
+  it will start on, in the domain quickest to drain, held for it from now on (a Nomination), so smaller
+  jobs stop taking them as they free up. At most one new drain per cycle, and at most
+  `max_reservations` jobs holding reservations at once (eviction beneficiaries and drains).
+
+Times are seconds of the cluster clock.
 """
 from __future__ import annotations
 
-from ..snapshot import Binding, JobInfo, Snapshot
+from dataclasses import replace
+from typing import Callable
+
+from ..plugins.quota import INF
+from ..session import Session
+from ..snapshot import Binding, JobInfo, PendingReason, Snapshot
 from ..trial import Trial, release_binding
 
+BACKFILL = "backfill"  # the hold key of the EASY reservation's GPUs
+ROOM_CODES = {"insufficient_gpus", "no_domain", "no_packing"}  # waiting for GPUs may help: worth a reservation
+DRAIN_CANDIDATES = 4  # domains tried per drain reservation
 
-def shadow_reservation(allocator, job: JobInfo, flavor: str, snapshot: Snapshot) -> tuple[float, Binding] | None:
-    """(estimated start in seconds of cluster time, the placement then), or None."""
+Place = Callable[..., "Binding | PendingReason"]  # Admission.place(job, backfill_open=...)
+
+
+class Reservations:
+    """The cycle's EASY reservation and drain reservations (module docstring).
+
+    until: the EASY reservation's start (seconds), None while none is in force; estimated_start: job id ->
+    estimated start of the job holding it; count: jobs holding a reservation (those of earlier cycles,
+    `JobInfo.reserved`, included)."""
+
+    def __init__(self, session: Session, pending: list[JobInfo]):
+        self.session = session
+        self.until: float | None = None
+        self.estimated_start: dict = {}
+        self.count = sum(1 for j in pending if j.reserved)
+        self._tried = False  # one EASY reservation per cycle: for the first job that waits
+        self._drained = False  # at most one new drain reservation per cycle
+
+    def attempt(self, job: JobInfo, place: Place) -> Binding | PendingReason:
+        """place(job) under the reservation in force: a job that ends before it starts may use its GPUs
+        (a success is then a "backfill" binding), any other job must fit outside them."""
+        holds, until = self.session.holds, self.until
+        if until is None or not holds.holding(BACKFILL):
+            return place(job)
+        ends = self.session.now + job.time_limit if job.time_limit is not None else INF
+        if ends > until:
+            return place(job, backfill_open=False)
+        holds.release(BACKFILL)
+        try:
+            outcome = place(job, backfill_open=True)
+        finally:
+            holds.retake(BACKFILL)
+        return replace(outcome, rule="backfill") if isinstance(outcome, Binding) else outcome
+
+    def waiting(self, job: JobInfo, reason: PendingReason) -> PendingReason:
+        """The job could not start (`reason`): reserve for it if it is the first to wait for room, or drain
+        for it if it starves with no EASY reservation this cycle. Returns the reason, its message extended
+        with the reservation made."""
+        if reason.code not in ROOM_CODES or not self.session.config.backfill:
+            return reason
+        if not self._tried:
+            self._tried = True
+            reason = self._reserve(job, reason)
+        if self.until is None and self._starving(job):
+            reason = self._drain_for(job, reason)
+        return reason
+
+    def _reserve(self, job: JobInfo, reason: PendingReason) -> PendingReason:
+        session = self.session
+        flavors = session.flavors(job)
+        found = shadow_reservation(session, job, flavors[0], session.snapshot) if flavors else None
+        if found is None:
+            return reason
+        start, placement = found
+        self.until = start
+        self.estimated_start[job.id] = start
+        session.holds.hold(BACKFILL, placement.tasks)
+        return PendingReason(reason.code, f"{reason.message}; reserved, estimated start t={start:.0f}s")
+
+    def _starving(self, job: JobInfo) -> bool:
+        config = self.session.config
+        return (not self._drained and self.count < config.max_reservations
+                and self.session.now - job.submit_time >= config.starvation_seconds)
+
+    def _drain_for(self, job: JobInfo, reason: PendingReason) -> PendingReason:
+        """A persistent reservation for a starving job: the GPUs it will get in the domain quickest to
+        drain are held for it from now on (Nomination). Needed when running jobs declare no time limit
+        (no EASY shadow)."""
+        session = self.session
+        for flavor in session.flavors(job):
+            placement = drain_reservation(session, job, flavor)
+            if placement is not None:
+                self._drained = True
+                self.count += 1
+                session.nominate(job.id, placement.tasks)
+                waited = (session.now - job.submit_time) / 3600
+                return PendingReason(reason.code, f"{reason.message}; waited {waited:.1f} h: GPUs in "
+                                                  f"{placement.domain} reserved, draining for it")
+        return reason
+
+
+def shadow_reservation(session: Session, job: JobInfo, flavor: str, snapshot: Snapshot
+                       ) -> tuple[float, Binding] | None:
+    """(estimated start in seconds of cluster time, the placement then), or None when the job fits no
+    time at which running jobs with a time limit have ended. The state is left unchanged."""
     ends = sorted((j.start_time + j.time_limit, str(j.id), j) for j in snapshot.jobs
                   if j.state != "pending" and j.start_time is not None and j.time_limit is not None)
     if not ends:
         return None
-    state, root = allocator.state, allocator.tree.root
+    state, root = session.state, session.tree.root
     trial = Trial(state)
     found = None
     for end, _, running in ends:
         trial.free_tasks(running, running.placement)
         if state.domain_free(root, flavor) < job.gpus_min:
             continue
-        placed = allocator.try_place(job, flavor, target=job.gpus_min)
+        placed = session.try_place(job, flavor, target=job.gpus_min)
         if isinstance(placed, Binding):
             release_binding(state, job, placed)
             found = (max(end, snapshot.now), placed)
@@ -36,23 +136,19 @@ def shadow_reservation(allocator, job: JobInfo, flavor: str, snapshot: Snapshot)
     return found
 
 
-DRAIN_CANDIDATES = 4  # domains tried per drain reservation
-
-
-def drain_reservation(allocator, job: JobInfo, flavor: str) -> Binding | None:
-    """Where a starving job should wait: in the lowest tier whose domains could hold it once emptied,
-    the domains with the most free GPUs (least to drain) are tried in turn; in each, every running task
-    is released on a Trial and the job placed. Returns that placement (the state is left unchanged)."""
-    state, tree, capacity = allocator.state, allocator.tree, allocator.capacity
-    cap = allocator._cap_tier(job)
-    levels = [t for t in tree.tier_levels if t <= cap] if allocator.config.topology else [tree.top_tier]
+def drain_reservation(session: Session, job: JobInfo, flavor: str) -> Binding | None:
+    """Where a starving job should wait: in the first of its tier levels (Session.tier_levels) whose
+    domains could hold it once emptied, the domains with the most free GPUs (least to drain) are tried in
+    turn; in each, every running task is released on a Trial and the job placed. Returns that placement,
+    or None (the state is left unchanged)."""
+    state, tree, capacity, topology = session.state, session.tree, session.capacity, session.config.topology
     by_node: dict[str, list] = {}
-    for running in allocator.snapshot.jobs:
+    for running in session.snapshot.jobs:
         if running.state != "pending":
             for t in running.placement:
                 by_node.setdefault(t.node, []).append((running, t))
-    for tier in levels:
-        domains = [d for d in (tree.by_tier[tier] if allocator.config.topology else [tree.root])
+    for tier in session.tier_levels(job):
+        domains = [d for d in (tree.by_tier[tier] if topology else [tree.root])
                    if capacity.domain_fits(job, flavor, d)]
         if not domains:
             continue
@@ -62,7 +158,7 @@ def drain_reservation(allocator, job: JobInfo, flavor: str) -> Binding | None:
             for k in tree.nodes_under[d]:
                 for running, t in by_node.get(state.nodes[k].name, ()):
                     trial.free_tasks(running, (t,))
-            placed = allocator.try_place(job, flavor, target=job.gpus_min, within=d)
+            placed = session.try_place(job, flavor, target=job.gpus_min, within=d)
             if isinstance(placed, Binding):
                 release_binding(state, job, placed)
             trial.undo()

@@ -1,91 +1,110 @@
-"""Find the fewest victims whose eviction lets a pending job start (shared by preempt and reclaim).
+"""The eviction phase: preempt, then reclaim, for the jobs that could not start (DESIGN section 5).
 
-Victim units are added in least-work-lost order (plugins/victims.py) until the job can be placed with
-`target` GPUs (or, failing that, at least its minimum), then every victim that turns out unneeded is
-given back (Kueue's fill-back). Everything runs on a Trial and is undone: the state the caller sees is
-unchanged, and the returned placement is what the job will start on once the victims have released
-their GPUs. No eviction is ever proposed for a job that would not start on the freed GPUs.
+    run_evictions(session, failed_order, reasons) -> (evictions, decisions)
+
+Jobs are taken in the order allocate tried them, at most `config.max_preemptors` of them, after a cheap
+screen (a lower-priority preemptible job runs in the queue, or someone borrows and the job is entitled
+to reclaim). For each, preempt (actions/preempt.py) and then reclaim (actions/reclaim.py) are tried per
+flavor; a success evicts its victims (never evicted twice in one cycle), charges the queues as if the
+victims were gone and the job placed, holds the job's GPUs for it (a Nomination: it starts on them once
+the victims have released them) and records an audit decision with the queues' usage before and after.
 """
 from __future__ import annotations
 
-from typing import Callable
+from ..plugins.victims import victim_units
+from ..session import Session
+from ..snapshot import Eviction, JobInfo, PendingReason
+from .preempt import preempt
+from .reclaim import anyone_borrowing, reclaim, reclaim_may_help
 
-from ..plugins.victims import Unit
-from ..snapshot import Binding, JobInfo
-from ..trial import Trial, release_binding
-
-MAX_VICTIM_UNITS = 256  # bounds the search's cost per preemptor
-
-
-def _gpus(binding: Binding) -> int:
-    return sum(len(t.gpus) for t in binding.tasks)
+EVICT_CODES = {"insufficient_gpus", "no_domain", "no_packing", "queue_limit"}  # reasons an eviction may cure
 
 
-def find_victims(allocator, job: JobInfo, flavor: str, *, target: int, units: list[Unit],
-                 allows: Callable[[Unit], bool], take: Callable[[Unit], None],
-                 give_back: Callable[[Unit], None], room: float = float("inf")) -> tuple[Binding, list[Unit]] | None:
-    """room: the queue headroom before evictions when victims come from the job's own queue (preempt):
-    a placement counts only if it fits room + the victims' GPUs. Returns (placement, victims) or None."""
-    state = allocator.state
-
-    def fits(placed, freed: int) -> bool:  # freed: the victims' GPUs
-        return isinstance(placed, Binding) and _gpus(placed) <= room + freed
-
-    root = allocator.tree.root
-    need = job.gpus_min
-    trial = Trial(state)
-    chosen: list[Unit] = []
-    chosen_gpus = 0
-    taken: dict[object, set] = {}
-    best: Binding | None = None
-    for unit in units[:MAX_VICTIM_UNITS]:
-        done = taken.setdefault(unit.job.id, set())
-        tasks = tuple(t for t in unit.tasks if (t.role, t.index) not in done)
-        if not tasks:
+def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict) -> tuple[list[Eviction], list[dict]]:
+    """Evictions made for the jobs of `failed_order` (module docstring), and one audit decision per
+    beneficiary: {rule, beneficiary, queue, victims: [{job, tasks, gpus}], usage_before, usage_after}.
+    reasons: job id -> PendingReason, updated in place for each beneficiary ("nominated")."""
+    config, queues, state = session.config, session.queues, session.state
+    if not (config.preemption or config.reclaim):
+        return [], []
+    running = [j for j in session.snapshot.jobs if j.state == "running"]
+    lowest_priority: dict[str, int] = {}
+    for j in running:
+        if j.preemptible:
+            lowest_priority[j.queue] = min(lowest_priority.get(j.queue, j.priority), j.priority)
+    borrowing = config.reclaim and anyone_borrowing(queues)
+    preemptors = []
+    helps: dict[tuple, bool] = {}  # (queue, flavor, GPUs needed) -> reclaim_may_help; usage is fixed here
+    for job in failed_order:  # cheap screening before any victim search
+        reason = reasons.get(job.id)
+        if reason is None or reason.code not in EVICT_CODES:
             continue
-        unit = Unit(unit.job, tasks, whole=unit.whole)
-        if not allows(unit):
-            continue
-        trial.free_tasks(unit.job, unit.tasks)
-        take(unit)
-        done.update((t.role, t.index) for t in unit.tasks)
-        chosen.append(unit)
-        chosen_gpus += unit.gpus
-        if state.domain_free(root, flavor) < need:
-            continue
-        placed = allocator.try_place(job, flavor, target=min(target, room + chosen_gpus))
-        if isinstance(placed, Binding):
-            release_binding(state, job, placed)
-            if fits(placed, chosen_gpus):
-                best = placed
-                if _gpus(placed) >= target:
+        may_preempt = config.preemption and lowest_priority.get(job.queue, job.priority) < job.priority
+        may_reclaim = False
+        if borrowing:
+            need = job.gpus_min
+            for f in session.flavors(job):
+                key = (job.queue, f, need)
+                helps_f = helps.get(key)
+                if helps_f is None:
+                    helps_f = helps[key] = reclaim_may_help(queues, job, f)
+                if helps_f:
+                    may_reclaim = True
                     break
-    if best is None:
-        trial.undo()
-        for unit in chosen:
-            give_back(unit)
-        return None
-    size = _gpus(best)
-    kept = list(chosen)
-    kept_gpus = chosen_gpus
-    for unit in reversed(chosen):  # fill-back: drop victims the placement does not need
-        if not unit.whole and any(u.whole and u.job.id == unit.job.id for u in kept):
-            continue  # the rest of that gang goes anyway; keeping part of it would break the gang
-        trial.unfree_tasks(unit.job, unit.tasks)
-        rest = [u for u in kept if u is not unit]
-        placed = allocator.try_place(job, flavor, target=size)
-        if isinstance(placed, Binding):
-            release_binding(state, job, placed)
-        if fits(placed, kept_gpus - unit.gpus) and _gpus(placed) >= size:
-            give_back(unit)
-            kept = rest
-            kept_gpus -= unit.gpus
+        if may_preempt or may_reclaim:
+            preemptors.append(job)
+            if len(preemptors) >= config.max_preemptors:
+                break
+    if not preemptors:
+        return [], []
+    flavor_of = {n.name: n.flavor for n in state.nodes}
+    queue_of = {j.id: j.queue for j in session.snapshot.jobs}
+    units = victim_units(running)
+    victims_by_id = {j.id: j for j in running}
+    evictions: list[Eviction] = []
+    decisions: list[dict] = []
+    evicted: set[tuple] = set()
+    for job in preemptors:
+        found = None
+        for flavor in session.flavors(job):
+            if config.preemption:
+                found = preempt(session, job, flavor, units)
+            if found is None and config.reclaim and reclaim_may_help(queues, job, flavor):
+                found = reclaim(session, job, flavor, units, flavor_of)
+            if found is not None:
+                break
+        if found is None:
             continue
-        trial.free_tasks(unit.job, unit.tasks)
-    final = allocator.try_place(job, flavor, target=size)
-    assert fits(final, kept_gpus), "fill-back left a victim set that no longer fits"
-    release_binding(state, job, final)
-    trial.undo()
-    if not kept:  # it fits without evicting anyone: nothing to do here
-        return None
-    return final, kept
+        placement, evs = found
+        for ev in evs:
+            evicted.update((ev.job_id, t.role, t.index) for t in placement_of(victims_by_id, ev))
+        units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
+        involved = {job.queue} | {queue_of[e.job_id] for e in evs}
+        before = _usage(queues, involved)
+        for ev in evs:
+            for t in placement_of(victims_by_id, ev):
+                if t.gpus:
+                    queues.charge(queue_of[ev.job_id], flavor_of[t.node], -len(t.gpus))
+        for t in placement.tasks:
+            if t.gpus:
+                queues.charge(job.queue, flavor_of[t.node], len(t.gpus))
+        session.nominate(job.id, placement.tasks)
+        evictions.extend(evs)
+        rule = evs[0].rule
+        gpus = sum(e.gpus for e in evs)
+        reasons[job.id] = PendingReason("nominated", f"{rule}: {len(evs)} victim(s) releasing {gpus} GPUs for it "
+                                                     f"(grace period); it starts on them next")
+        decisions.append({"rule": rule, "beneficiary": job.id, "queue": job.queue,
+                          "victims": [{"job": e.job_id, "tasks": list(e.tasks), "gpus": e.gpus} for e in evs],
+                          "usage_before": before, "usage_after": _usage(queues, involved)})
+    return evictions, decisions
+
+
+def placement_of(jobs: dict, ev: Eviction):
+    """The evicted tasks' placements; `jobs`: job id -> JobInfo."""
+    victim = jobs[ev.job_id]
+    return victim.placement if not ev.tasks else [t for t in victim.placement if (t.role, t.index) in ev.tasks]
+
+
+def _usage(queues, names: set[str]) -> dict:
+    return {q: dict(queues.usage.get(q, {})) for q in sorted(names)}

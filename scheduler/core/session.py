@@ -1,0 +1,199 @@
+"""One cycle's working context, shared by the actions (Volcano's Session, kept small).
+
+A `Session` holds the cycle's mutable state (ClusterState, QueueTree usage), its inputs (snapshot,
+config), the static feasibility rule, the GPUs held out of everyone's pool (`holds`) and the holds in
+force after the cycle (`nominated`). Its public API is what every action needs:
+
+- `flavors(job)`: the GPU flavors the job may run on, in the order to try them;
+- `tier_cap(job)` / `tier_levels(job)`: the highest tier the job may span, and the tiers searched in order;
+- `try_place(job, flavor, target=, within=)`: the gang + topology + binpack search, applied to the state;
+- `holds` (`Holds`) and `nominate(job_id, tasks)`: GPUs kept for a job, during and after the cycle.
+
+The actions are functions over it (actions/allocate.py, backfill.py, preempt.py, reclaim.py, evict.py);
+none keeps a reference to another action's internals. Units: GPUs, seconds of the cluster clock.
+"""
+from __future__ import annotations
+
+from .cache import EngineCache
+from .plugins.feasibility import Capacity
+from .plugins.gang import PackFailure, pack_gang
+from .plugins.predicates import allowed_flavors
+from .plugins.quota import INF, QueueTree
+from .plugins.topology_policy import candidate_domains, node_order
+from .snapshot import Binding, CycleConfig, JobInfo, PendingReason, RoleInfo, Snapshot, TaskPlacement
+from .state import ClusterState
+
+
+class Holds:
+    """GPUs held out of everyone's pool for one key (a job id for a nomination, or the backfill
+    reservation's key). Only GPUs free at hold time are taken; `release` / `retake` open and close the
+    hold around the holder's own attempt (or a backfill job that ends before the reservation)."""
+
+    def __init__(self, state: ClusterState):
+        self.state = state
+        self.held: dict[object, list[tuple[int, tuple[int, ...]]]] = {}  # key -> (node index, GPUs) taken now
+        self.wanted: dict[object, list[tuple[int, tuple[int, ...]]]] = {}  # key -> (node index, GPUs) to hold
+
+    def hold(self, key, tasks: tuple[TaskPlacement, ...]) -> int:
+        """Hold the tasks' GPUs for `key` (those free now; the rest on `retake`). Returns GPUs taken."""
+        wanted = []
+        for t in tasks:
+            k = self.state.node_index.get(t.node)
+            if k is not None:
+                wanted.append((k, tuple(t.gpus)))
+        self.wanted[key] = wanted
+        return self.retake(key)
+
+    def retake(self, key) -> int:
+        """Take again the GPUs wanted for `key` that are free now. Returns GPUs taken."""
+        held = []
+        for k, gpus in self.wanted.get(key, ()):
+            free = set(self.state.free[k])
+            mine = tuple(g for g in gpus if g in free)
+            if mine:
+                self.state.take(k, mine, 0, 0)
+                held.append((k, mine))
+        self.held[key] = held
+        return sum(len(g) for _, g in held)
+
+    def release(self, key) -> None:
+        """Give the GPUs held for `key` back to the pool (the hold is still wanted: `retake` restores it)."""
+        for k, gpus in self.held.pop(key, ()):
+            self.state.give(k, gpus, 0, 0)
+
+    def drop(self, key) -> None:
+        """Release the hold and forget it."""
+        self.release(key)
+        self.wanted.pop(key, None)
+
+    def holding(self, key) -> bool:
+        """Whether a hold for `key` is in force (taken, possibly of no GPU), not released or dropped."""
+        return key in self.held
+
+    def gpus_held(self, key) -> int:
+        """GPUs taken for `key` now."""
+        return sum(len(g) for _, g in self.held.get(key, ()))
+
+
+class Session:
+    """One cycle's context for the actions (module docstring). Built once per cycle by run_cycle."""
+
+    __slots__ = ("state", "queues", "config", "snapshot", "capacity", "holds", "nominated")
+
+    def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig, snapshot: Snapshot, *,
+                 cache: EngineCache | None = None):
+        """cache: the engine's EngineCache (its static-feasibility tables are reused), or None."""
+        self.state, self.queues, self.config, self.snapshot = state, queues, config, snapshot
+        self.capacity = Capacity(state, cache)
+        self.holds = Holds(state)
+        self.nominated: dict = {}  # job id -> tasks held for it after this cycle (CycleResult.nominations)
+
+    @property
+    def tree(self):
+        return self.state.tree
+
+    @property
+    def now(self) -> float:
+        return self.snapshot.now
+
+    def nominate(self, job_id, tasks: tuple[TaskPlacement, ...]) -> None:
+        """Hold the tasks' GPUs for the job from now on, and after this cycle (a Nomination)."""
+        self.holds.hold(job_id, tasks)
+        self.nominated[job_id] = tasks
+
+    # -- the job's shape ----------------------------------------------------------------------------
+    def flavors(self, job: JobInfo) -> list[str]:
+        """The flavors the job may run on (predicates.allowed_flavors), most free GPUs first, then by
+        name; [] when none of the cluster's flavors is allowed."""
+        flavors = self.state.flavors
+        if len(flavors) == 1:  # the common one-flavor cluster: no set algebra, nothing to order
+            for only in flavors:
+                for role in job.roles:
+                    if role.flavors and role.gpus_per_task and only not in role.flavors:
+                        return []
+                return [only]
+        allowed = allowed_flavors(job.roles, flavors)
+        root = self.tree.root
+        return sorted(allowed, key=lambda f: (-self.state.domain_free(root, f), f))
+
+    def tier_cap(self, job: JobInfo) -> int:
+        """The highest tier the job's gang may span: its `highest_tier` under a hard constraint (at most
+        the top tier), else the top tier (soft and no constraint may spread over the whole cluster)."""
+        top = self.tree.top_tier
+        if self.config.topology and job.topology_mode == "hard" and job.highest_tier is not None:
+            return min(job.highest_tier, top)
+        return top
+
+    def tier_levels(self, job: JobInfo) -> list[int]:
+        """The tiers whose domains are searched for the job, in order: every tier up to `tier_cap`, lowest
+        first (the most compact placement wins); with topology off, only the top tier (one domain)."""
+        tree = self.tree
+        if not self.config.topology:
+            return [tree.top_tier]
+        cap = self.tier_cap(job)
+        return [t for t in tree.tier_levels if t <= cap]
+
+    # -- placement ----------------------------------------------------------------------------------
+    def try_place(self, job: JobInfo, flavor: str, *, target: float, within: int | None = None
+                  ) -> Binding | PendingReason:
+        """Search a placement of the job on `flavor` GPUs: every role's minimum in one domain of the job's
+        tier levels (best fit, tiers in `tier_levels` order), then tasks above the minimum while the
+        placement stays within `target` GPUs (INF = no bound). No quota is checked and no usage charged.
+        within: a domain index: search only inside it. On success the placement is applied to the state
+        (the caller keeps it, or gives it back with trial.release_binding); otherwise the state is
+        unchanged and the PendingReason says why (no_packing, insufficient_gpus or no_domain)."""
+        need = job.gpus_min
+        return self._search(job, flavor, self.tier_cap(job), need, max(target, need), within)
+
+    def _search(self, job: JobInfo, flavor: str, cap: int, need: int, room: float, within: int | None = None
+                ) -> Binding | PendingReason:
+        state, tree, capacity, topology = self.state, self.tree, self.capacity, self.config.topology
+        levels = [tree.tiers[within]] if within is not None else self.tier_levels(job)
+        extra = (room - need) if room != INF else INF
+        packing_failure: tuple[int, RoleInfo] | None = None  # the first domain whose packing failed, and the role
+        gpu_roles = sorted((r for r in job.roles if r.gpus_per_task and r.effective_min),
+                           key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))  # pack_gang's order
+        for tier in levels:
+            if within is not None:
+                domains = [within]
+            else:
+                domains = candidate_domains(state, tier, flavor, need) if topology else [tree.root]
+            for d in domains:
+                if state.domain_free(d, flavor) < need or not capacity.domain_fits(job, flavor, d):
+                    continue  # not enough free now, or nodes too small for its tasks even when empty
+                # cheap necessary condition: each GPU role's minimum fits the nodes' free GPUs taken whole
+                # tasks at a time (no node scan); when it fails, pack_gang would fail too
+                short = next((r for r in gpu_roles if state.pack_slots(d, flavor, r.gpus_per_task) < r.effective_min),
+                             None)
+                if short is not None and (packing_failure is not None or short is gpu_roles[0]):
+                    # pack_gang places roles in gpu_roles' order from an empty statement: the first role short of
+                    # slots is the one it reports; for a later role it could report an earlier one, so unless a
+                    # failure is already recorded, fall through and let it name the role
+                    packing_failure = packing_failure or (d, short)
+                    continue
+                order = node_order(state, d, flavor, need, binpack=self.config.binpack)
+                cpu_nodes = self._cpu_nodes(d, order) if any(not r.gpus_per_task for r in job.roles) else []
+                placed = pack_gang(state, job, order, cpu_nodes, extra_budget=extra)
+                if isinstance(placed, PackFailure):
+                    packing_failure = packing_failure or (d, placed.role)
+                    continue
+                return Binding(job_id=job.id, tasks=placed, domain=tree.names[d], tier=tree.tiers[d])
+        if packing_failure is not None:
+            d, role = packing_failure
+            return PendingReason(
+                "no_packing",
+                f"no node packing fits: {state.domain_free(d, flavor)} free {flavor} GPUs in {tree.names[d]} but no "
+                f"node arrangement holds role {role.name}: {role.effective_min} tasks x {role.gpus_per_task} GPUs")
+        total_free = state.domain_free(tree.root, flavor)
+        if total_free < need:
+            return PendingReason("insufficient_gpus", f"needs {need} {flavor} GPUs at once; {total_free} free")
+        best = max(tree.by_tier.get(cap, ()), key=lambda d: state.domain_free(d, flavor), default=tree.root)
+        return PendingReason(
+            "no_domain", f"no tier-{cap} domain has {need} free {flavor} GPUs (most: "
+            f"{state.domain_free(best, flavor)} in {tree.names[best]})")
+
+    def _cpu_nodes(self, d: int, order: list[int]) -> list[int]:
+        """Nodes for roles with no GPUs: the GPU order first, then the domain's other ready nodes."""
+        seen = set(order)
+        rest = [k for k in self.tree.nodes_under[d] if k not in seen and self.state.nodes[k].schedulable]
+        return order + rest
