@@ -22,7 +22,8 @@ def load_cluster_spec(spec, *, actor=None) -> dict:
     Nothing is stored when it raises.
     """
     from . import services
-    from .services import ValidationError
+    from .audit import record_event
+    from .errors import ValidationError
 
     names = [n.name for n in spec.nodes]
     taken = list(Node.objects.filter(name__in=names).values_list("name", flat=True)[:5])
@@ -77,9 +78,8 @@ def load_cluster_spec(spec, *, actor=None) -> dict:
         queues += 1
     counts = {"domains": len(new_domains), "nodes": len(spec.nodes), "gpus": sum(n.gpus for n in spec.nodes),
               "teams": new_teams, "queues": queues}
-    services.record_event("cluster_loaded", f"cluster {spec.name} loaded: {counts['nodes']} nodes, "
-                          f"{counts['gpus']} GPUs", actor=actor, data={"cluster": spec.name, **counts,
-                                                                         "notes": list(spec.notes)})
+    record_event("cluster_loaded", f"cluster {spec.name} loaded: {counts['nodes']} nodes, {counts['gpus']} GPUs",
+                 actor=actor, data={"cluster": spec.name, **counts, "notes": list(spec.notes)})
     return counts
 
 

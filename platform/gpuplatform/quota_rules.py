@@ -1,4 +1,4 @@
-"""Validation rules for the queue tree and its quotas (read-only queries; services.py does the writes).
+"""Validation rules for the queue tree and its quotas (read-only queries; services/queues.py does the writes).
 
 Units: GPUs. Every check returns a dict field -> message (empty when valid) so a service can report all
 broken rules of one call at once; services raise `ValidationError` with it.

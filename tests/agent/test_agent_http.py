@@ -1,5 +1,5 @@
 """The agent against a tiny local HTTP server (127.0.0.1, random port) that records the requests, and the
-register/heartbeat bodies applied through node_services."""
+register/heartbeat bodies applied through services."""
 from __future__ import annotations
 
 import io
@@ -88,15 +88,15 @@ def test_gpu_agent_command_with_nvidia_smi_xml(server):
                      "--nvidia-smi-xml", str(XML_PATH), stdout=io.StringIO())
 
 
-def test_bodies_apply_through_node_services(db):
-    """The JSON the agent sends is what node_services.register_node / record_heartbeat take."""
-    from gpuplatform import node_services
+def test_bodies_apply_through_the_node_services(db):
+    """The JSON the agent sends is what services.register_node / record_heartbeat take."""
+    from gpuplatform import services
     from gpuplatform.agent import heartbeat_body, register_body
     from gpuplatform.models import Event, Gpu, Node
 
     gpus = read_nvidia_smi_xml(XML_PATH.read_text())
     reg = json.loads(json.dumps(register_body("h200-node", gpus, cpu_milli=16000, memory_mib=257000)))
-    node = node_services.register_node(reg["name"], flavor=reg["flavor"], gpus=reg["gpus"],
+    node = services.register_node(reg["name"], flavor=reg["flavor"], gpus=reg["gpus"],
                                        cpu_milli=reg["cpu_milli"], memory_mib=reg["memory_mib"], labels=reg["labels"])
     assert (node.flavor, node.gpu_count, node.labels["nvidia.com/gpu.count"]) == ("H200", 1, "1")
     assert Gpu.objects.get(node=node).uuid == "GPU-00000000-1111-2222-3333-444444444444"
@@ -105,26 +105,26 @@ def test_bodies_apply_through_node_services(db):
     from gpuplatform.agent import apply_health
     apply_health(gpus[0])
     beat = json.loads(json.dumps(heartbeat_body(gpus)))
-    node = node_services.record_heartbeat("h200-node", gpus=beat["gpus"])
+    node = services.record_heartbeat("h200-node", gpus=beat["gpus"])
     g = Gpu.objects.get(node=node)
     assert (g.health, g.health_reason) == ("unhealthy", "1 uncorrectable ECC error(s)")
     assert node.state == "ready" and node.last_heartbeat is not None
     assert set(Event.objects.values_list("kind", flat=True)) == {"node_registered", "gpu_health", "node_ready"}
-    node_services.record_heartbeat("h200-node", gpus=beat["gpus"])  # no change: no new event
+    services.record_heartbeat("h200-node", gpus=beat["gpus"])  # no change: no new event
     assert Event.objects.count() == 3
 
 
-def test_node_services_validation(db):
-    from gpuplatform import node_services
+def test_the_node_services_validation(db):
+    from gpuplatform import services
     from gpuplatform.models import Event, Node
     from gpuplatform.services import ValidationError
 
     with pytest.raises(ValidationError) as exc:
-        node_services.register_node("", flavor="", gpus=[{"index": 0}, {"index": 0}], cpu_milli=-1)
+        services.register_node("", flavor="", gpus=[{"index": 0}, {"index": 0}], cpu_milli=-1)
     assert set(exc.value.errors) == {"name", "flavor", "cpu_milli", "gpus[1].index"}
     with pytest.raises(ValidationError, match="register it first"):
-        node_services.record_heartbeat("ghost", gpus=[])
-    node_services.register_node("n", flavor="H100", gpus=[{"index": 0}])
+        services.record_heartbeat("ghost", gpus=[])
+    services.register_node("n", flavor="H100", gpus=[{"index": 0}])
     with pytest.raises(ValidationError, match="has no GPU 5"):
-        node_services.record_heartbeat("n", gpus=[{"index": 5}])
+        services.record_heartbeat("n", gpus=[{"index": 5}])
     assert Node.objects.count() == 1 and Event.objects.count() == 1

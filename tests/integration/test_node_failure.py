@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone as tz
 
 import pytest
 
-from gpuplatform import node_services, services
+from gpuplatform import services
 from gpuplatform.models import Allocation, Event, Job, Node, Queue, Team
 from gpuplatform.scheduling.tasks import detect_node_failures, run_scheduling_cycle
 from tests.integration.test_celery_cycle import assert_consistent
@@ -40,14 +40,14 @@ def test_gang_on_a_lost_node_is_requeued_whole_and_restarts_on_healthy_nodes(cel
                               roles=[{"name": "worker", "tasks": 2, "gpus_per_task": 8}])
     names = list(Node.objects.values_list("name", flat=True))
     for n in names:
-        node_services.record_heartbeat(n, gpus=[], at=T)
+        services.record_heartbeat(n, gpus=[], at=T)
     assert cycle(0)["binds"] == 1
     first = nodes_of(job)
     assert len(first) == 2
     lost = sorted(first)[0]
     for n in names:  # everyone but `lost` keeps reporting
         if n != lost:
-            node_services.record_heartbeat(n, gpus=[], at=T + timedelta(seconds=190))
+            services.record_heartbeat(n, gpus=[], at=T + timedelta(seconds=190))
     report = detect_node_failures.delay(now=at(200)).get(timeout=60)  # 200 s silent > 60 s timeout + 120 s grace
     assert report["not_ready"] == [lost] and report["failed_nodes"] == [lost] and report["requeued"] == [job.pk]
     job.refresh_from_db()

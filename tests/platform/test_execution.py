@@ -516,7 +516,6 @@ def test_a_node_lost_while_its_gang_is_stopping_ends_the_stop_as_it_says(submit,
     """A long grace (900 s) outlives the node failure detection (60 s + 120 s): the lost node's processes are
     gone, so the stop is over. A cancelled job is cancelled, a failed one failed, a restart restarts; none is
     requeued as if nothing had happened (a cancelled job would run again)."""
-    from gpuplatform import node_services
     from gpuplatform.scheduling.failures import detect_failures
 
     Queue.objects.filter(name="alpha").update(preemption_grace_seconds=900)
@@ -524,13 +523,13 @@ def test_a_node_lost_while_its_gang_is_stopping_ends_the_stop_as_it_says(submit,
     bind(job, ("n0", EIGHT), ("n1", EIGHT))
     start_all(job)
     for name in ("n0", "n1"):
-        node_services.record_heartbeat(name, gpus=[], at=at(0))
+        services.record_heartbeat(name, gpus=[], at=at(0))
     if stop == "cancel":
         services.cancel_job(job, at=at(10))
     else:
         report(tasks_of(job)[1], "exited", 10, exit_code=1)
     assert Job.objects.get(pk=job.pk).state == "preempting"
-    node_services.record_heartbeat("n1", gpus=[], at=at(150))  # n0 went silent at 0; n1 still beats
+    services.record_heartbeat("n1", gpus=[], at=at(150))  # n0 went silent at 0; n1 still beats
     failures = detect_failures(at(180))
     job.refresh_from_db()
     assert (job.state, job.attempts, job.restarts) == ends and live(job) == []
@@ -539,14 +538,13 @@ def test_a_node_lost_while_its_gang_is_stopping_ends_the_stop_as_it_says(submit,
 
 
 def test_a_node_lost_under_a_preempted_gang_still_requeues_it_with_backoff(submit, agents):
-    from gpuplatform import node_services
     from gpuplatform.lifecycle import evict_job
     from gpuplatform.scheduling.failures import detect_failures
 
     job = submit("gang", tasks=1, gpus=8)
     bind(job, ("n0", EIGHT))
     start_all(job)
-    node_services.record_heartbeat("n0", gpus=[], at=at(0))
+    services.record_heartbeat("n0", gpus=[], at=at(0))
     evict_job(job.pk, at=at(170), grace_seconds=900, kind="preempted", reason="reclaim")
     assert detect_failures(at(180)).requeued == [job.pk]
     job.refresh_from_db()

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone as tz
 
 from django.conf import settings as django_settings
 
-from gpuplatform import node_services, services
+from gpuplatform import services
 from gpuplatform.models import Event, Job, Node
 from gpuplatform.scheduling import store
 from gpuplatform.scheduling.failures import detect_failures
@@ -28,12 +28,12 @@ def test_nodes_that_never_reported_are_not_monitored(cluster):
 
 def test_cordoned_node_that_goes_silent_comes_back_cordoned(cluster):
     node = Node.objects.get(name="n0")
-    node_services.record_heartbeat("n0", gpus=[], at=at(0))
+    services.record_heartbeat("n0", gpus=[], at=at(0))
     services.cordon_node(node)
     assert detect_failures(at(61)).not_ready == ["n0"]
     assert Node.objects.get(name="n0").state == "not_ready"
     assert detect_failures(at(62)).not_ready == []  # one transition, one Event
-    node_services.record_heartbeat("n0", gpus=[], at=at(70))
+    services.record_heartbeat("n0", gpus=[], at=at(70))
     assert Node.objects.get(name="n0").state == "cordoned"
     assert list(Event.objects.filter(node=node).order_by("id").values_list("kind", flat=True)) == \
         ["cordoned", "node_not_ready", "node_ready"]

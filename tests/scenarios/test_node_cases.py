@@ -9,7 +9,7 @@ import pytest
 from django.db.models import Count
 
 from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec
-from gpuplatform import node_services, services
+from gpuplatform import services
 from gpuplatform.models import Allocation, Event, Gpu, Job, Node, Queue, Team
 from gpuplatform.scheduling import store
 from gpuplatform.scheduling.failures import detect_failures
@@ -46,7 +46,7 @@ def pin(job: Job, nodes: list, gpus: int = 8, clock: float = 0.0) -> None:
 
 
 def heartbeat(name: str, t: float) -> None:
-    node_services.record_heartbeat(name, gpus=[], at=at(t))
+    services.record_heartbeat(name, gpus=[], at=at(t))
 
 
 def live(job: Job) -> list[tuple[str, int]]:
@@ -127,7 +127,7 @@ def test_gpu_ecc_error_fails_its_task_and_requeues_the_gang():
     load(["n1", "n2"], [QueueSpec("q", team="q", quotas={"H100": (0, 16, None)})])
     j = submit("j", "q", tasks=2, gpus=4)
     pin(j, [("n1", (0, 1, 2, 3)), ("n1", (4, 5, 6, 7))])
-    node_services.record_heartbeat("n1", gpus=[{"index": 5, "health": "unhealthy",
+    services.record_heartbeat("n1", gpus=[{"index": 5, "health": "unhealthy",
                                                 "health_reason": "XID 79: GPU has fallen off the bus"}], at=at(10))
     report = detect_failures(at(11))
     assert report.requeued == [j.pk]

@@ -1,4 +1,4 @@
-"""node_services.apply_topology / plan_topology and the import_topology / export_topology commands."""
+"""services.apply_topology / plan_topology and the import_topology / export_topology commands."""
 from __future__ import annotations
 
 import io
@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from clusterspec.importers.topology import parse_hypernode, parse_slurm_conf
-from gpuplatform import node_services
+from gpuplatform import services
 from gpuplatform.models import Domain, Event, Node
 from gpuplatform.services import ValidationError
 
@@ -28,23 +28,23 @@ def tree():
 
 def test_apply_creates_tree_and_attaches_nodes(eight_nodes):
     spec = parse_hypernode(VOLCANO.read_text())
-    plan = node_services.apply_topology(spec)
+    plan = services.apply_topology(spec)
     assert len(plan.create) == 7 and len(plan.reattach) == 8
     assert tree()["s0"] == (1, "s4") and tree()["s6"] == (3, None)
     assert Node.objects.get(name="node-5").domain.name == "s2"
     assert Event.objects.filter(kind="topology_applied").count() == 1
-    assert node_services.plan_topology(spec).empty  # idempotent
-    assert node_services.topology_from_db().canonical() == spec.canonical()
+    assert services.plan_topology(spec).empty  # idempotent
+    assert services.topology_from_db().canonical() == spec.canonical()
 
 
 def test_apply_moves_and_deletes(eight_nodes):
-    node_services.apply_topology(parse_hypernode(VOLCANO.read_text()))
+    services.apply_topology(parse_hypernode(VOLCANO.read_text()))
     conf = "SwitchName=s0 Nodes=node-[0-3]\nSwitchName=s1 Nodes=node-[4-7]\nSwitchName=top Switches=s[0-1]\n"
     spec = parse_slurm_conf(conf)
-    plan = node_services.plan_topology(spec)
+    plan = services.plan_topology(spec)
     assert ("s0", "s4", "top") in plan.move and ("s0", 1, 2) in plan.retier
     assert ("node-2", "s1", "s0") in plan.reattach and set(plan.delete) == {"s2", "s3", "s4", "s5", "s6"}
-    node_services.apply_topology(spec, delete_missing=True)
+    services.apply_topology(spec, delete_missing=True)
     assert tree() == {"top": (3, None), "s0": (2, "top"), "s1": (2, "top")}
     assert Node.objects.filter(domain__name="s1").count() == 4
 
@@ -52,9 +52,9 @@ def test_apply_moves_and_deletes(eight_nodes):
 def test_apply_refuses_unknown_nodes_and_writes_nothing(db):
     Node.objects.create(name="node-0", flavor="H100", gpu_count=8)
     with pytest.raises(ValidationError, match="not in the database"):
-        node_services.apply_topology(parse_hypernode(VOLCANO.read_text()))
+        services.apply_topology(parse_hypernode(VOLCANO.read_text()))
     assert not Domain.objects.exists() and not Event.objects.exists()
-    node_services.apply_topology(parse_hypernode(VOLCANO.read_text()), skip_unknown_nodes=True)
+    services.apply_topology(parse_hypernode(VOLCANO.read_text()), skip_unknown_nodes=True)
     assert Domain.objects.count() == 7 and Node.objects.get().domain.name == "s0"
 
 
@@ -83,7 +83,7 @@ def test_import_command_refuses_bad_file_with_line(tmp_path, eight_nodes):
 
 def test_export_command_round_trips_through_import(tmp_path, eight_nodes):
     call_command("import_topology", str(VOLCANO), "--format", "hypernode", stdout=io.StringIO())
-    before = node_services.topology_from_db().canonical()
+    before = services.topology_from_db().canonical()
     for fmt in ("hypernode", "slurm-conf"):
         out = tmp_path / f"export.{fmt}"
         call_command("export_topology", "--format", fmt, "--output", str(out), stdout=io.StringIO())
@@ -91,4 +91,4 @@ def test_export_command_round_trips_through_import(tmp_path, eight_nodes):
         Domain.objects.update(parent=None)
         Domain.objects.all().delete()
         call_command("import_topology", str(out), "--format", fmt, "--nodes-from-db", stdout=io.StringIO())
-        assert node_services.topology_from_db().canonical() == before
+        assert services.topology_from_db().canonical() == before

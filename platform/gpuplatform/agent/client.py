@@ -18,8 +18,8 @@ Endpoints (the API is built separately; header `Authorization: Token <TOKEN>`, J
      "gpus": [{"index": 0, "health": "healthy", "health_reason": "", "ecc_uncorrected_volatile": 0}]}
 
 memory in MiB, cpu in millicores, time ISO 8601 UTC. The register body maps onto
-node_services.register_node(name, flavor=..., gpus=..., cpu_milli=..., memory_mib=..., labels=...), the
-heartbeat onto node_services.record_heartbeat(name, gpus=..., at=time). A non-2xx answer or a network
+services.register_node(name, flavor=..., gpus=..., cpu_milli=..., memory_mib=..., labels=...), the
+heartbeat onto services.record_heartbeat(name, gpus=..., at=time). A non-2xx answer or a network
 error raises `AgentError`; `run_agent` logs it and retries at the next interval. "address" (where other
 nodes reach this one, e.g. MASTER_ADDR) and "runtime" ("" or "docker"/"podman") are sent by the
 gpu_agent command.

@@ -2,9 +2,10 @@
 embedded loop before each cycle: `detect_failures(now)`.
 
 1. A node whose last heartbeat is older than HEARTBEAT_TIMEOUT_SECONDS becomes not_ready (Event
-   "node_not_ready"; the state it had is kept in `resume_state`, so a cordoned node comes back cordoned).
+   "node_not_ready"; the state it had is kept in `resume_state`, so a cordoned node comes back cordoned:
+   gpuplatform/services/node_states.py).
    Its tasks keep their GPUs and their recorded placement: a short gap moves nothing. A heartbeat
-   (node_services.record_heartbeat) brings it back.
+   (services.record_heartbeat) brings it back.
 2. A node still not_ready NODE_FAILURE_GRACE_SECONDS after it went silent (last_heartbeat + timeout +
    grace) has failed: the tasks on it fail and each of their gangs is requeued whole at once (all its
    GPUs released, original submit time, attempts + 1, backoff). Event "node_failed" on the node, one
@@ -30,9 +31,11 @@ from django.conf import settings
 from django.db import transaction
 
 from gpuplatform.audit import record_event
+from gpuplatform.errors import ValidationError
 from gpuplatform.execution import finalize_stop
 from gpuplatform.lifecycle import evict_jobs_on_nodes, release_tasks, requeue_job
-from gpuplatform.models import Allocation, Event, Job, Node, Task
+from gpuplatform.models import Allocation, Job, Node, Task
+from gpuplatform.services import node_states
 
 log = logging.getLogger("gpuplatform.scheduling.failures")
 MONITORED_STATES = (Node.State.READY, Node.State.CORDONED, Node.State.DRAINING)
@@ -58,13 +61,16 @@ def detect_failures(now: datetime) -> FailureReport:
     with transaction.atomic():
         silent = Node.objects.filter(state__in=MONITORED_STATES, last_heartbeat__isnull=False,
                                      last_heartbeat__lt=now - timeout)
-        for node_id, name, state, last in silent.values_list("id", "name", "state", "last_heartbeat"):
-            if Node.objects.filter(pk=node_id, state=state, last_heartbeat=last).update(
-                    state=Node.State.NOT_READY, resume_state=state):
-                report.not_ready.append(name)
-                Event.objects.create(time=now, kind="node_not_ready", node_id=node_id,
-                                     message=f"{name}: {state} -> not_ready (no heartbeat since {last:%H:%M:%S})",
-                                     data={"from": state, "to": "not_ready", "last_heartbeat": last.isoformat()})
+        for node in silent.only("id", "name", "state", "last_heartbeat"):
+            last = node.last_heartbeat
+            try:  # a compare-and-set on the heartbeat judged: one arriving meanwhile wins
+                gone = node_states.transition(node, Node.State.NOT_READY, at=now, only_if={"last_heartbeat": last},
+                                              reason=f"no heartbeat since {last:%H:%M:%S}",
+                                              data={"last_heartbeat": last.isoformat()})
+            except ValidationError:  # its state changed meanwhile (e.g. another detector was first)
+                gone = False
+            if gone:
+                report.not_ready.append(node.name)
 
         failed = dict(Node.objects.filter(state=Node.State.NOT_READY, last_heartbeat__isnull=False,
                                           last_heartbeat__lte=now - timeout - grace).values_list("id", "name"))

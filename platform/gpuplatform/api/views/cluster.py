@@ -7,7 +7,7 @@ from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from ... import execution, node_services, queries, services
+from ... import execution, queries, services
 from ...models import Domain, Node
 from ..filters import DomainFilterSet, NodeFilterSet
 from ..permissions import IsNodeAgent, IsPlatformAdminOrReadOnly
@@ -96,7 +96,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         body = NodeRegisterSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
-        node = node_services.register_node(d["name"], flavor=d["flavor"], gpus=[dict(g) for g in d["gpus"]],
+        node = services.register_node(d["name"], flavor=d["flavor"], gpus=[dict(g) for g in d["gpus"]],
                                            cpu_milli=d["cpu_milli"], memory_mib=d["memory_mib"], labels=d["labels"],
                                            actor=request.user, executor=d["executor"], address=d["address"],
                                            runtime=d["runtime"])
@@ -111,7 +111,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         body.is_valid(raise_exception=True)
         d = body.validated_data
         gpus = [{"index": g["index"], "health": g["health"], "health_reason": g["health_reason"]} for g in d["gpus"]]
-        node_services.record_heartbeat(node.name, gpus=gpus, node_time=d["time"], actor=request.user)
+        services.record_heartbeat(node.name, gpus=gpus, node_time=d["time"], actor=request.user)
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})

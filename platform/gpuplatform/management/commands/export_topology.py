@@ -19,10 +19,10 @@ class Command(BaseCommand):
         parser.add_argument("--output", default=None, help="write to this file instead of stdout")
 
     def handle(self, *args, **opts):
-        from gpuplatform import node_services
+        from gpuplatform import services
         from clusterspec.importers.topology import EXPORTERS
 
-        spec = node_services.topology_from_db()
+        spec = services.topology_from_db()
         try:
             text = EXPORTERS[opts["format"]](spec)
         except ValueError as exc:

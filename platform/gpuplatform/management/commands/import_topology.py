@@ -6,7 +6,7 @@
 Formats: clusterspec.importers.topology.FORMATS (slurm-conf, slurm-yaml, hypernode, kueue, k8s-labels,
 ibnetdiscover, topograph). --dry-run prints the tree (indented, tier and node count per domain) and what
 would change in the database (domains to create / re-tier / move / delete, nodes to re-attach, unknown
-nodes) and writes nothing. Without it the tree is applied through node_services.apply_topology in one
+nodes) and writes nothing. Without it the tree is applied through services.apply_topology in one
 transaction. A malformed or inconsistent file is refused with its line and reason; nothing is written.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Command(BaseCommand):
                             help="apply even if the file names nodes the database does not have (they are ignored)")
 
     def handle(self, *args, **opts):
-        from gpuplatform import node_services
+        from gpuplatform import services
         from clusterspec.importers.errors import ImportFormatError
         from clusterspec.importers.topology import parse_topology_file, read_node_list
         from gpuplatform.models import Node
@@ -67,13 +67,13 @@ class Command(BaseCommand):
             self.stdout.write(f"  note: {note}")
         if opts["dry_run"]:
             self.stdout.write(spec.render())
-            plan = node_services.plan_topology(spec)
+            plan = services.plan_topology(spec)
             self.stdout.write("changes (dry run, nothing written):")
             for line in plan.lines() or ["no change"]:
                 self.stdout.write(f"  {line}")
             return
         try:
-            plan = node_services.apply_topology(spec, delete_missing=opts["delete_missing"],
+            plan = services.apply_topology(spec, delete_missing=opts["delete_missing"],
                                                 skip_unknown_nodes=opts["skip_unknown_nodes"])
         except ValidationError as exc:
             raise CommandError(f"refused: {exc}") from exc

@@ -1,0 +1,43 @@
+"""Every write of the platform (Zulip-style actions): plain functions, one transaction each, audited.
+
+Each function validates first and raises `ValidationError` (a dict field -> rule broken) before writing
+anything; any exception rolls the whole call back. Each writes one or more `Event` rows through the
+audit writer (audit.py); side effects (asking for a scheduling cycle) run only after commit. Views, the
+API, the admin, importers and tasks call these and never `.save()` models themselves. Units: GPUs,
+millicores, MiB, seconds.
+
+The modules mirror models/, over a bottom layer every one of them may use and that uses none of them:
+
+    tenancy.py      teams and members                   (models/tenancy.py)
+    queues.py       the queue tree and its quotas       (models/queues.py)
+    jobs.py         submit, cancel, finish, priority    (models/workloads.py)
+    nodes.py        registration, heartbeats, cordon / drain / uncordon (models/cluster.py)
+    node_states.py  the node state machine: every node state change, with its transition table
+    topology.py     the domain tree from a topology file (models/cluster.py)
+    base.py         raise_if, resolve_queue, request_cycle_on_commit
+    ---------------------------------------------------------------------------------------------------
+    ../errors.py    ValidationError        ../audit.py   record_event, record_events (every Event row)
+
+Callers use the package: `from gpuplatform import services; services.submit_job(...)`; this module
+re-exports the public functions, `ValidationError`, `load_cluster_spec` (cluster_loader.py) and
+`report_task_running` (lifecycle.py: a node reports a task running).
+"""
+from ..cluster_loader import load_cluster_spec
+from ..errors import ValidationError
+from ..lifecycle import report_task_running
+from .base import request_cycle_on_commit
+from .jobs import cancel_job, finish_job, set_job_priority, submit_job
+from .nodes import cordon_node, drain_node, record_heartbeat, register_node, uncordon_node
+from .queues import create_queue, delete_queue, set_quota, update_queue
+from .tenancy import add_member, create_team, remove_member
+from .topology import TopologyPlan, apply_topology, plan_topology, topology_from_db
+
+__all__ = [
+    "ValidationError", "request_cycle_on_commit",
+    "create_team", "add_member", "remove_member",
+    "create_queue", "update_queue", "set_quota", "delete_queue",
+    "submit_job", "cancel_job", "finish_job", "set_job_priority", "report_task_running",
+    "register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node",
+    "TopologyPlan", "plan_topology", "apply_topology", "topology_from_db",
+    "load_cluster_spec",
+]

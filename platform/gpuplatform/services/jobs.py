@@ -1,0 +1,141 @@
+"""Jobs (models/workloads.py): submit, cancel, finish, change the priority. Binding, eviction and requeue
+are the scheduling cycle's (gpuplatform/scheduling/), the shared job transitions lifecycle.py's and the
+stops with a deadline execution/stops.py's."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from .. import clock, fit_check
+from ..audit import record_event
+from ..errors import ValidationError
+from ..execution import stop_job
+from ..job_rules import check_job
+from ..lifecycle import end_job
+from ..models import Domain, Job, JobRole, Node, Queue, Task, Team
+from .base import request_cycle_on_commit, resolve_queue
+
+__all__ = ["submit_job", "cancel_job", "finish_job", "set_job_priority"]
+
+
+@transaction.atomic
+def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int = 0, preemptible: bool = True,
+               topology_mode: str = "none", highest_tier: int | None = None, preferred_tier: int | None = None,
+               time_limit_seconds: int | None = None, duration_seconds: float | None = None, submitter=None,
+               submitted_at: datetime | None = None, external_id: str = "", command=None, env: dict | None = None,
+               working_dir: str = "", image: str = "", max_restarts: int = 0, completion_role: str = "") -> Job:
+    """Create a pending Job with its JobRoles and Task rows and ask for a scheduling cycle after commit.
+
+    roles: [{name, tasks, gpus_per_task, cpu_milli, memory_mib, min_available (default tasks), flavor,
+    command, env, working_dir, image}]; flavor is "H100" or "H100|A100" (blank = any). What the tasks run
+    (docs/execution.md): `command` (argv list, or a string split with shlex), `env` {NAME: value},
+    `working_dir` and `image` for the whole job, a role's own overriding them; `max_restarts` (restarts
+    after a task failure), `completion_role` (blank = every role must exit 0). A job needs a command unless
+    it is a replayed trace job (`duration_seconds` given): then it runs on the simulated clock and is
+    `simulated`. Raises ValidationError naming the field: no command ("command", "roles[i].command"), bad
+    env names or values ("env.NAME"), an image with no container runtime on any node ("image"), unknown,
+    closed or draining queue, not a leaf queue, queue of another team; tasks < 1; gpus_per_task < 0;
+    no GPU and no CPU request; min_available outside 1..tasks; duplicate role names; bad topology_mode;
+    preferred_tier above highest_tier; a tier no domain of this cluster has ("no such tier in this cluster").
+    A job that can never fit this cluster (the engine's own Capacity rule, fit_check.py) is refused
+    ("roles"); one that fits the cluster but not its queue's limit is accepted and marked never_fits
+    by the cycle. Bounds (job_rules.py): at most 4,096 tasks, 64 GPUs per task, priority within int32.
+    """
+    queue = resolve_queue(queue, "queue")
+    if queue is None:
+        raise ValidationError({"queue": "queue is required"})
+    tiers = set(Domain.objects.values_list("tier", flat=True).distinct())
+    has_children = Queue.objects.filter(parent=queue).exists()
+    roles = check_job(team=team, queue=queue, queue_has_children=has_children, name=name, roles=roles,
+                      priority=priority, topology_mode=topology_mode, highest_tier=highest_tier,
+                      preferred_tier=preferred_tier, time_limit_seconds=time_limit_seconds,
+                      duration_seconds=duration_seconds, tiers=tiers, error_class=ValidationError,
+                      command=command, env=env, working_dir=working_dir, image=image, max_restarts=max_restarts,
+                      completion_role=completion_role or "",
+                      container_runtimes=set(Node.objects.exclude(container_runtime="")
+                                             .values_list("container_runtime", flat=True).distinct()))
+    why = fit_check.never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier)
+    if why:
+        raise ValidationError({"roles": why if why.startswith("can never fit") else f"can never fit this cluster: {why}"})
+    now = submitted_at or clock.now()
+    job = Job.objects.create(team=team, queue=queue, submitter=submitter, name=name, external_id=external_id,
+                             priority=priority, preemptible=preemptible, topology_mode=topology_mode,
+                             highest_tier=highest_tier, preferred_tier=preferred_tier,
+                             time_limit_seconds=time_limit_seconds, duration_seconds=duration_seconds,
+                             simulated=not any(r["command"] for r in roles), max_restarts=max_restarts,
+                             completion_role=completion_role or "",
+                             submitted_at=now, pending_reason="waiting for the next scheduling cycle")
+    role_rows = JobRole.objects.bulk_create([JobRole(job=job, **r) for r in roles])
+    if any(r.pk is None for r in role_rows):  # backends without RETURNING
+        role_rows = list(JobRole.objects.filter(job=job).order_by("id"))
+    Task.objects.bulk_create([Task(job=job, role=r, index=i) for r in role_rows for i in range(r.tasks)])
+    gpus = sum(r["tasks"] * r["gpus_per_task"] for r in roles)
+    record_event("submitted", f"{name} submitted to {queue.name}: {gpus} GPUs", actor=submitter, job=job,
+                 queue=queue, time=now, data={"roles": [{k: v for k, v in r.items() if k != "env"} for r in roles],
+                                               "env_names": sorted({k for r in roles for k in r["env"]}),
+                                               "max_restarts": max_restarts, "priority": priority, "gpus": gpus,
+                                               "topology": [topology_mode, highest_tier, preferred_tier]})
+    request_cycle_on_commit()
+    return job
+
+
+def _end_job(job: Job, state: str, at: datetime, actor, kind: str, message: str, task_state: str,
+             reason: str = "") -> Job:
+    if not end_job(job.pk, state, at=at, kind=kind, message=message, reason=reason or message,
+                   task_state=task_state, actor=actor):
+        current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
+        raise ValidationError({"state": f"job is {current}, not pending or running"})
+    job.refresh_from_db()
+    request_cycle_on_commit()
+    return job
+
+
+@transaction.atomic
+def cancel_job(job: Job, *, actor=None, reason: str = "", at: datetime | None = None) -> Job:
+    """Cancel a pending or running job at `at` (default now). A job whose processes run on node agents is
+    stopped with a deadline (execution.stop_job): preempting until its processes have exited or its
+    queue's grace period is over, then cancelled with its GPUs released; any other job is cancelled and
+    its GPUs released at once. Raises ValidationError("state") if the job already finished or is
+    already ending. The job's state is read from the database (locked), never taken from `job`, which may
+    be stale: a job that started since it was loaded must still get its stop."""
+    at = at or clock.now()
+    text = f"{job.name} cancelled" + (f": {reason}" if reason else "")
+    current = Job.objects.select_for_update().filter(pk=job.pk).values_list("state", flat=True).first()
+    if current in Job.LIVE_STATES and not job.simulated:
+        if stop_job(job.pk, at=at, target="cancelled", reason=text, kind="cancelled", actor=actor):
+            job.refresh_from_db()
+            request_cycle_on_commit()
+            return job
+        job.refresh_from_db()
+        if job.state == Job.State.PREEMPTING:
+            raise ValidationError({"state": f"job is already stopping (it ends as {job.stop_target})"})
+    return _end_job(job, Job.State.CANCELLED, at, actor, "cancelled", text, Task.State.RELEASED)
+
+
+@transaction.atomic
+def finish_job(job: Job, state: str = "succeeded", at: datetime | None = None, *, actor=None) -> Job:
+    """Mark a job succeeded or failed at `at` (default now) and release its GPUs (Allocation.released_at).
+    Raises ValidationError: state not succeeded|failed ("state"), job not pending/running ("state")."""
+    if state not in (Job.State.SUCCEEDED, Job.State.FAILED):
+        raise ValidationError({"state": "state must be succeeded or failed"})
+    task_state = Task.State.SUCCEEDED if state == Job.State.SUCCEEDED else Task.State.FAILED
+    return _end_job(job, state, at or clock.now(), actor, state, f"{job.name} {state}", task_state)
+
+
+@transaction.atomic
+def set_job_priority(job: Job, priority: int, *, actor=None) -> Job:
+    """Change a pending or live job's priority (the order inside its queue; preemption uses it).
+    Raises ValidationError: priority not a whole number ("priority"), job finished ("state")."""
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ValidationError({"priority": "priority must be a whole number"})
+    old = job.priority
+    if not Job.objects.filter(pk=job.pk).exclude(state__in=Job.FINAL_STATES).update(
+            priority=priority, updated_at=timezone.now()):
+        raise ValidationError({"state": f"job is {job.state}; a finished job's priority cannot change"})
+    record_event("priority_changed", f"{job.name}: priority {old} -> {priority}", actor=actor, job=job,
+                 queue=job.queue, data={"old": old, "new": priority})
+    job.refresh_from_db()
+    request_cycle_on_commit()
+    return job

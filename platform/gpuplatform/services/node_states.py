@@ -1,0 +1,71 @@
+"""A node's state and the one place it changes (models/cluster.py Node.state).
+
+    ready      takes new work
+    cordoned   takes no new work; running work continues (cordon, by an admin)
+    draining   takes no new work; its running gangs are evicted gracefully, then requeued (drain)
+    not_ready  no heartbeat for HEARTBEAT_TIMEOUT_SECONDS (failure detection); `resume_state` keeps the
+               state it had, and its next heartbeat returns it there: a cordoned node comes back cordoned
+
+Every change is a row of TRANSITIONS, written by `transition` with its Event. The callers: the node
+services (cordon, drain, uncordon: nodes.py), a heartbeat (nodes.record_heartbeat) and failure detection
+(gpuplatform/scheduling/failures.py). Nothing else writes Node.state (tests/platform/test_layers.py).
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from ..audit import record_event
+from ..errors import ValidationError
+from ..models import Node
+
+__all__ = ["TRANSITIONS", "transition"]
+
+READY, CORDONED, DRAINING, NOT_READY = (Node.State.READY, Node.State.CORDONED, Node.State.DRAINING,
+                                        Node.State.NOT_READY)
+
+# (from, to) -> the Event kind that records it.
+TRANSITIONS: dict[tuple[str, str], str] = {
+    (READY, CORDONED): "cordoned",
+    (READY, DRAINING): "drained",
+    (CORDONED, DRAINING): "drained",
+    (CORDONED, READY): "uncordoned",
+    (DRAINING, READY): "uncordoned",
+    (READY, NOT_READY): "node_not_ready",
+    (CORDONED, NOT_READY): "node_not_ready",
+    (DRAINING, NOT_READY): "node_not_ready",
+    (NOT_READY, READY): "node_ready",  # to its resume_state only
+    (NOT_READY, CORDONED): "node_ready",
+    (NOT_READY, DRAINING): "node_ready",
+}
+
+VERBS = {CORDONED: "cordon", DRAINING: "drain", READY: "uncordon"}  # how a refusal names the move
+
+
+def transition(node: Node, to: str, *, reason: str = "", actor=None, at: datetime | None = None,
+               only_if: dict | None = None, data: dict | None = None) -> bool:
+    """Move `node` to state `to` with an Event (kind from TRANSITIONS; time `at`, default the cluster clock).
+
+    The state it leaves is read from the row, never taken from `node`, which may be stale. Raises
+    ValidationError("state") for a move the table does not allow (and for a not_ready node sent anywhere
+    but its resume_state). Going not_ready keeps the state left in `resume_state`; coming back clears it.
+    The write is a compare-and-set on the state read and on `only_if` ({field: value}, e.g. the heartbeat
+    the caller judged): returns False, writing nothing, when the row changed meanwhile. Sets `node.state`.
+    """
+    row = Node.objects.filter(pk=node.pk).values_list("state", "resume_state").first()
+    old, resume = row if row else (None, "")
+    kind = TRANSITIONS.get((old, to))
+    if kind is None or (old == NOT_READY and to != (resume or READY)):
+        raise ValidationError({"state": f"node {node.name} is {old}; cannot {VERBS.get(to, 'go ' + str(to))}"})
+    update = {"state": to}
+    if to == NOT_READY:
+        update["resume_state"] = old
+    elif old == NOT_READY:
+        update["resume_state"] = ""
+    if not Node.objects.filter(pk=node.pk, state=old, **(only_if or {})).update(**update):
+        return False
+    node.state = to
+    if "resume_state" in update:
+        node.resume_state = update["resume_state"]
+    record_event(kind, f"{node.name}: {old} -> {to}" + (f" ({reason})" if reason else ""), actor=actor, node=node,
+                 time=at, data={"from": old, "to": to, "reason": reason, **(data or {})})
+    return True

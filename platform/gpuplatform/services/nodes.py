@@ -1,0 +1,148 @@
+"""Nodes and their GPUs (models/cluster.py): registration and heartbeats from the node agents, and the
+admins' cordon / drain / uncordon. State changes are node_states.py's. Heartbeats arrive every few
+seconds, so an Event is written only when something changed (a GPU's health, a not_ready node back).
+Units: GPUs, millicores, MiB, seconds."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+
+from .. import clock
+from ..audit import record_event
+from ..errors import ValidationError
+from ..lifecycle import evict_jobs_on_nodes
+from ..models import Gpu, Node
+from . import node_states
+from .base import request_cycle_on_commit
+
+__all__ = ["register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node"]
+
+
+def _check_gpus(gpus: list[dict]) -> dict[str, str]:
+    errors = {}
+    seen = set()
+    for i, g in enumerate(gpus):
+        idx = g.get("index")
+        if not isinstance(idx, int) or idx < 0 or idx in seen:
+            errors[f"gpus[{i}].index"] = "index must be a distinct integer >= 0"
+        seen.add(idx)
+        if g.get("health", "healthy") not in Gpu.Health.values:
+            errors[f"gpus[{i}].health"] = f"health must be one of {Gpu.Health.values}"
+    return errors
+
+
+@transaction.atomic
+def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 0, memory_mib: int = 0,
+                  labels: dict | None = None, actor=None, executor: str | None = None, address: str | None = None,
+                  runtime: str | None = None) -> Node:
+    """Create or update node `name` and its GPUs. `gpus`: [{index, uuid, numa_node, health, health_reason}].
+    GPUs the node no longer reports are removed. The domain and state of an existing node are kept.
+    `executor` ("agent" when a node agent registers; None keeps the node's), `address` (where other
+    nodes reach it: MASTER_ADDR), `runtime` (its agent's container runtime: docker, podman or "").
+    Raises ValidationError: empty name or flavor, negative cpu/memory, bad GPU index or health, unknown
+    executor or runtime."""
+    errors = {}
+    if not name or not name.strip():
+        errors["name"] = "name must not be empty"
+    if not flavor:
+        errors["flavor"] = "flavor (GPU model) must not be empty"
+    if not isinstance(cpu_milli, int) or cpu_milli < 0:
+        errors["cpu_milli"] = "cpu_milli must be an integer >= 0"
+    if not isinstance(memory_mib, int) or memory_mib < 0:
+        errors["memory_mib"] = "memory_mib must be an integer >= 0"
+    errors.update(_check_gpus(gpus))
+    if executor is not None and executor not in Node.Executor.values:
+        errors["executor"] = f"executor must be one of {Node.Executor.values}"
+    if runtime not in (None, "", "docker", "podman"):
+        errors["runtime"] = "runtime must be docker, podman or empty"
+    if address is not None and (not isinstance(address, str) or len(address) > 200):
+        errors["address"] = "address must be a host name or IP address of at most 200 characters"
+    if errors:
+        raise ValidationError(errors)
+    now = clock.now()
+    node, created = Node.objects.get_or_create(name=name, defaults={"flavor": flavor, "gpu_count": len(gpus)})
+    merged = {**(node.labels or {}), **(labels or {})}
+    extra = {k: v for k, v in (("executor", executor), ("address", address), ("container_runtime", runtime))
+             if v is not None}
+    Node.objects.filter(pk=node.pk).update(flavor=flavor, gpu_count=len(gpus), cpu_milli=cpu_milli,
+                                           memory_mib=memory_mib, labels=merged, last_heartbeat=now, **extra)
+    Gpu.objects.filter(node=node).exclude(index__in=[g["index"] for g in gpus]).delete()
+    for g in gpus:
+        Gpu.objects.update_or_create(node=node, index=g["index"], defaults={
+            "uuid": g.get("uuid") or "", "numa_node": g.get("numa_node"),
+            "health": g.get("health", "healthy"), "health_reason": (g.get("health_reason") or "")[:200]})
+    node.refresh_from_db()
+    record_event("node_registered", f"{name} {'registered' if created else 're-registered'}: {len(gpus)} x {flavor}",
+                 actor=actor, node=node, data={"gpus": len(gpus), "flavor": flavor, "created": created})
+    return node
+
+
+@transaction.atomic
+def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None, node_time: datetime | None = None,
+                     actor=None) -> Node:
+    """Store a heartbeat: last_heartbeat = `at`, the time the SERVER received it (default: the cluster
+    clock; never the node's own clock, which drifts) and each reported GPU's health ({index, health,
+    health_reason}). `node_time`, the time the node put in it, is kept only as the node's clock offset
+    (Node.clock_offset_seconds). A not_ready node returns to the state it had (node_states.py). Raises ValidationError: unknown
+    node ("name": register first), bad GPU entries, a GPU index the node does not have."""
+    node = Node.objects.select_for_update().filter(name=name).first()
+    if node is None:
+        raise ValidationError({"name": f"unknown node {name!r}: register it first"})
+    errors = _check_gpus(gpus)
+    have = {g.index: g for g in Gpu.objects.filter(node=node)}
+    for i, g in enumerate(gpus):
+        if isinstance(g.get("index"), int) and g["index"] not in have:
+            errors[f"gpus[{i}].index"] = f"node {name} has no GPU {g['index']}"
+    if errors:
+        raise ValidationError(errors)
+    changes = []
+    for g in gpus:
+        row = have[g["index"]]
+        health, reason = g.get("health", "healthy"), (g.get("health_reason") or "")[:200]
+        if (row.health, row.health_reason) != (health, reason):
+            changes.append({"index": row.index, "from": row.health, "to": health, "reason": reason})
+            Gpu.objects.filter(pk=row.pk).update(health=health, health_reason=reason)
+    at = at or clock.now()
+    Node.objects.filter(pk=node.pk).update(
+        last_heartbeat=at,
+        clock_offset_seconds=round((node_time - at).total_seconds(), 3) if node_time is not None else None)
+    if changes:
+        record_event("gpu_health", f"{name}: " + "; ".join(f"gpu{c['index']} {c['from']} -> {c['to']}"
+                                                         + (f" ({c['reason']})" if c["reason"] else "") for c in changes),
+                     actor=actor, node=node, data={"changes": changes}, time=at)
+    if node.state == Node.State.NOT_READY:  # back to the state it had before it went silent: cordoned stays cordoned
+        node_states.transition(node, node.resume_state or Node.State.READY, reason="heartbeat", actor=actor, at=at)
+    node.refresh_from_db()
+    return node
+
+
+def _set_node_state(node: Node, state: str, actor, reason: str) -> Node:
+    if not node_states.transition(node, state, reason=reason, actor=actor):
+        current = Node.objects.filter(pk=node.pk).values_list("state", flat=True).first()
+        raise ValidationError({"state": f"node {node.name} changed meanwhile (it is {current}); try again"})
+    request_cycle_on_commit()
+    return node
+
+
+@transaction.atomic
+def cordon_node(node: Node, *, actor=None, reason: str = "") -> Node:
+    """Stop new work landing on a ready node; running work continues. Raises ValidationError("state")."""
+    return _set_node_state(node, Node.State.CORDONED, actor, reason)
+
+
+@transaction.atomic
+def drain_node(node: Node, *, actor=None, reason: str = "", at: datetime | None = None) -> Node:
+    """Mark a node draining (no new work) and evict every running gang with a task on it gracefully: it
+    goes preempting with its queue's grace, then is requeued whole (lifecycle.py). The node stays
+    unschedulable until uncordoned. Raises ValidationError("state") for a not_ready node."""
+    node = _set_node_state(node, Node.State.DRAINING, actor, reason)
+    evict_jobs_on_nodes([node.pk], at=at or clock.now(), kind="evicted", actor=actor,
+                        reason=f"node {node.name} is draining" + (f" ({reason})" if reason else ""))
+    return node
+
+
+@transaction.atomic
+def uncordon_node(node: Node, *, actor=None, reason: str = "") -> Node:
+    """Return a cordoned or draining node to ready. Raises ValidationError("state") otherwise."""
+    return _set_node_state(node, Node.State.READY, actor, reason)

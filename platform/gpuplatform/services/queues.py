@@ -1,0 +1,135 @@
+"""The queue tree and its quotas (models/queues.py). The rules are quota_rules.py's."""
+from __future__ import annotations
+
+from django.db import transaction
+
+from .. import quota_rules
+from ..audit import record_event
+from ..errors import ValidationError
+from ..models import Job, Queue, Quota, Team
+from .base import raise_if, request_cycle_on_commit, resolve_queue
+
+__all__ = ["create_queue", "update_queue", "set_quota", "delete_queue"]
+
+
+@transaction.atomic
+def create_queue(name: str, parent=None, team: Team | None = None, weight: float = 1, quotas=None, *,
+                 state: str = "open", actor=None) -> Queue:
+    """Create a queue under `parent` (Queue, name or id; None = a root) with quotas
+    {flavor: (guarantee, quota, limit or None)} in GPUs.
+
+    Raises ValidationError: name empty/taken ("name"), unknown parent ("parent"), weight <= 0 ("weight"),
+    bad state, quota rules per flavor ("quotas[<flavor>].<guarantee|quota|limit>"): negative,
+    guarantee > quota, quota > limit, limit above the parent's limit, children's quotas above the parent's.
+    """
+    parent = resolve_queue(parent, "parent")
+    errors: dict[str, str] = {}
+    if not name or not name.strip():
+        errors["name"] = "name must not be empty"
+    elif Queue.objects.filter(name=name).exists():
+        errors["name"] = f"a queue named {name!r} already exists"
+    if not isinstance(weight, (int, float)) or weight <= 0:
+        errors["weight"] = "weight must be a positive number"
+    if state not in Queue.State.values:
+        errors["state"] = f"state must be one of {Queue.State.values}"
+    if parent is not None and Job.objects.filter(queue=parent).exists():
+        errors["parent"] = (f"queue {parent.name} has jobs: a queue that runs jobs cannot get child queues "
+                            f"(its jobs would sit on an inner queue)")
+    for flavor, triple in (quotas or {}).items():
+        prefix = f"quotas[{flavor}]."
+        if not isinstance(triple, (tuple, list)) or len(triple) != 3:
+            errors[f"quotas[{flavor}]"] = "expected (guarantee, quota, limit)"
+            continue
+        bad = quota_rules.check_triple(prefix, *triple)
+        if not bad:
+            bad = quota_rules.check_against_tree(None, parent.pk if parent else None, flavor, triple[1], triple[2], prefix)
+        errors.update(bad)
+    raise_if(errors)
+    queue = Queue.objects.create(name=name, parent=parent, team=team, weight=weight, state=state)
+    Quota.objects.bulk_create([Quota(queue=queue, flavor=f, guarantee=g, quota=q, limit=lim)
+                               for f, (g, q, lim) in (quotas or {}).items()])
+    record_event("queue_created", f"queue {name} created", actor=actor, queue=queue,
+                 data={"parent": parent.name if parent else None, "team": team.name if team else None,
+                       "weight": weight, "quotas": {f: list(t) for f, t in (quotas or {}).items()}})
+    return queue
+
+
+@transaction.atomic
+def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state: str | None = None,
+                 actor=None) -> Queue:
+    """Change a queue's parent (`...` = keep; None = make it a root), weight or state (open | closed | draining).
+    Raises ValidationError: unknown parent, a parent change that makes a cycle ("parent"), weight <= 0,
+    unknown state."""
+    errors: dict[str, str] = {}
+    changes: dict = {}
+    if parent is not ...:
+        parent = resolve_queue(parent, "parent")
+        if parent is not None and quota_rules.makes_cycle(queue.pk, parent.pk):
+            errors["parent"] = f"making {parent.name} the parent of {queue.name} would create a cycle"
+        elif parent is not None and Job.objects.filter(queue=parent).exists():
+            errors["parent"] = f"queue {parent.name} has jobs: a queue that runs jobs cannot get child queues"
+        changes["parent"] = parent.name if parent else None
+    if weight is not None:
+        if weight <= 0:
+            errors["weight"] = "weight must be a positive number"
+        changes["weight"] = weight
+    if state is not None:
+        if state not in Queue.State.values:
+            errors["state"] = f"state must be one of {Queue.State.values}"
+        changes["state"] = state
+    raise_if(errors)
+    if parent is not ...:
+        queue.parent = parent
+    if weight is not None:
+        queue.weight = weight
+    if state is not None:
+        queue.state = state
+    queue.save()
+    record_event("queue_updated", f"queue {queue.name} updated", actor=actor, queue=queue, data=changes)
+    return queue
+
+
+@transaction.atomic
+def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int | None, actor=None) -> Quota:
+    """Create or change `queue`'s quota for GPU `flavor` (GPUs). Raises ValidationError naming
+    guarantee / quota / limit: negative, guarantee > quota, quota > limit, limit above the parent's,
+    siblings' quotas summing above the parent's, quota below the children's sum, limit below a child's."""
+    errors = {} if flavor else {"flavor": "flavor must not be empty"}
+    errors.update(quota_rules.check_triple("", guarantee, quota, limit))
+    if not errors:
+        errors.update(quota_rules.check_against_tree(queue.pk, queue.parent_id, flavor, quota, limit))
+    raise_if(errors)
+    old = Quota.objects.filter(queue=queue, flavor=flavor).values_list("guarantee", "quota", "limit").first()
+    row, _ = Quota.objects.update_or_create(queue=queue, flavor=flavor,
+                                            defaults={"guarantee": guarantee, "quota": quota, "limit": limit})
+    record_event("quota_changed", f"quota of {queue.name}/{flavor}: {guarantee}/{quota}/{limit}", actor=actor,
+                 queue=queue, data={"flavor": flavor, "old": list(old) if old else None,
+                                    "new": [guarantee, quota, limit]})
+    request_cycle_on_commit()
+    return row
+
+
+@transaction.atomic
+def delete_queue(queue: Queue, *, actor=None) -> None:
+    """Delete an empty leaf queue and its quotas. Raises ValidationError naming the rule: the queue has
+    child queues ("children"), or jobs ("jobs": live or pending ones must finish or be cancelled first;
+    finished ones keep the queue for the record: close it instead)."""
+    errors: dict[str, str] = {}
+    children = list(Queue.objects.filter(parent=queue).values_list("name", flat=True)[:5])
+    if children:
+        errors["children"] = f"queue {queue.name} has child queues ({', '.join(children)}); delete or move them first"
+    live = Job.objects.filter(queue=queue).exclude(state__in=Job.FINAL_STATES).count()
+    done = Job.objects.filter(queue=queue, state__in=Job.FINAL_STATES).count()
+    if live:
+        errors["jobs"] = (f"queue {queue.name} has {live} pending or running job(s); cancel them or let them "
+                          f"finish first (close the queue to stop new submissions)")
+    elif done:
+        errors["jobs"] = (f"queue {queue.name} has {done} finished job(s) whose history refers to it; "
+                          f"close the queue instead of deleting it")
+    raise_if(errors)
+    name = queue.name
+    record_event("queue_deleted", f"queue {name} deleted", actor=actor,
+                 data={"queue": name, "parent": queue.parent.name if queue.parent_id else None})
+    Quota.objects.filter(queue=queue).delete()
+    queue.delete()
+    request_cycle_on_commit()

@@ -1,0 +1,47 @@
+"""Teams and their members (models/tenancy.py)."""
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils.text import slugify
+
+from ..audit import record_event
+from ..models import Membership, Team
+from .base import raise_if
+
+__all__ = ["create_team", "add_member", "remove_member"]
+
+
+@transaction.atomic
+def create_team(name: str, *, slug: str | None = None, description: str = "", actor=None) -> Team:
+    """Create a team. Raises ValidationError: name empty or taken, slug taken."""
+    slug = slug or slugify(name)
+    errors = {}
+    if not name.strip():
+        errors["name"] = "name must not be empty"
+    elif Team.objects.filter(name=name).exists():
+        errors["name"] = f"a team named {name!r} already exists"
+    if not slug or Team.objects.filter(slug=slug).exists():
+        errors["slug"] = f"slug {slug!r} is empty or taken"
+    raise_if(errors)
+    team = Team.objects.create(name=name, slug=slug, description=description)
+    record_event("team_created", f"team {name} created", actor=actor, data={"team": name})
+    return team
+
+
+@transaction.atomic
+def add_member(team: Team, user, role: str = "member", *, actor=None) -> Membership:
+    """Add `user` to `team` with `role` (member | admin | viewer), or change the role of an existing member."""
+    raise_if({} if role in Membership.Role.values else {"role": f"role must be one of {Membership.Role.values}"})
+    membership, _ = Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
+    record_event("member_added", f"{user} is {role} of {team.name}", actor=actor,
+                 data={"team": team.name, "user": str(user), "role": role})
+    return membership
+
+
+@transaction.atomic
+def remove_member(membership: Membership, *, actor=None) -> None:
+    """Remove a user from a team. Their jobs stay (they belong to the team)."""
+    team, user, role = membership.team, membership.user, membership.role
+    Membership.objects.filter(pk=membership.pk).delete()
+    record_event("member_removed", f"{user} is no longer {role} of {team.name}", actor=actor,
+                 data={"team": team.name, "user": str(user), "role": role})
