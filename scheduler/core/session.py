@@ -19,7 +19,7 @@ from .plugins.feasibility import Capacity
 from .plugins.gang import PackFailure, pack_gang
 from .plugins.predicates import allowed_flavors
 from .plugins.quota import INF, QueueTree
-from .plugins.topology_policy import candidate_domains, node_order
+from .plugins.topology_policy import candidate_domains, node_order, tier_cap
 from .snapshot import Binding, CycleConfig, JobInfo, PendingReason, RoleInfo, Snapshot, TaskPlacement
 from .state import ClusterState
 
@@ -117,12 +117,8 @@ class Session:
         return sorted(allowed, key=lambda f: (-self.state.domain_free(root, f), f))
 
     def tier_cap(self, job: JobInfo) -> int:
-        """The highest tier the job's gang may span: its `highest_tier` under a hard constraint (at most
-        the top tier), else the top tier (soft and no constraint may spread over the whole cluster)."""
-        top = self.tree.top_tier
-        if self.config.topology and job.topology_mode == "hard" and job.highest_tier is not None:
-            return min(job.highest_tier, top)
-        return top
+        """The highest tier the job's gang may span (plugins.topology_policy.tier_cap)."""
+        return tier_cap(job, self.tree.top_tier, topology=self.config.topology)
 
     def tier_levels(self, job: JobInfo) -> list[int]:
         """The tiers whose domains are searched for the job, in order: every tier up to `tier_cap`, lowest

@@ -4,9 +4,8 @@ import pathlib
 
 import pytest
 
-from scheduler.core import CycleConfig
+from scheduler.core import CycleConfig, NodeInfo, TopologyError, never_fits
 from scheduler.core.testing import World, role
-from scheduler.core.domain_tree import TopologyError
 
 
 def test_fair_share_orders_queues_by_dominant_share():
@@ -68,6 +67,31 @@ def test_hard_gang_bigger_than_every_domain_of_its_tier_is_terminal():
     soft = World().racks(count=2, nodes_per_rack=2, gpus=4).job(name="j", tasks=3, gpus_per_task=4, topology_mode="soft",
                                                                  highest_tier=1)
     assert soft.cycle().bindings[0].tier == 2
+
+
+@pytest.mark.parametrize("job, code", [
+    (dict(gpus_per_task=16), "never_fits_node"),
+    (dict(tasks=3, gpus_per_task=4, topology_mode="hard", highest_tier=1), "never_fits_domain"),
+    (dict(flavors=["B200"]), "never_fits_flavor"),
+    (dict(tasks=3, gpus_per_task=4, topology_mode="soft", highest_tier=1), None),
+])
+def test_public_never_fits_gives_the_cycles_terminal_reason(job, code):
+    """scheduler.core.never_fits (the submission-time check) answers what the cycle would, before any
+    job runs: the same code and message, or None when the job may fit."""
+    world = World().racks(count=2, nodes_per_rack=2, gpus=4).job(name="j", **job)
+    (j,) = world.jobs
+    reason = never_fits(world.node_infos, world.domain_infos, j.roles, topology_mode=j.topology_mode,
+                        highest_tier=j.highest_tier)
+    if code is None:
+        assert reason is None and world.cycle().bindings
+        return
+    cycle = world.cycle().pending["j"]
+    assert (reason.code, reason.message, reason.terminal) == (code, cycle.message, True) == (cycle.code, cycle.message, True)
+
+
+def test_public_never_fits_raises_on_a_broken_tree():
+    with pytest.raises(TopologyError):
+        never_fits([NodeInfo(name="a", flavor="H100", gpus=1, domain="nowhere")], [], [role()])
 
 
 def test_extra_tasks_above_minimum_are_placed_when_they_fit():

@@ -4,14 +4,21 @@
 Capacity counts every node of the flavor in any state (a cordoned node may come back). A job never fits
 when a role's task is bigger than every node, or no domain of tier <= its cap holds its minimum by per-node
 packing at full capacity (sum over nodes of floor(node GPUs / GPUs per task) >= the role's minimum).
+
+`never_fits(nodes, domains, roles, ...)` asks the same rule for a job not yet submitted (the platform's
+submission-time check), with the allocator's flavor rule and tier cap.
 """
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from typing import Iterable
+
 from ..cache import EngineCache
-from ..snapshot import JobInfo, PendingReason
+from ..snapshot import DomainInfo, JobInfo, NodeInfo, PendingReason, RoleInfo, Snapshot
 from ..state import ClusterState
+from .predicates import allowed_flavors
+from .topology_policy import tier_cap
 
 
 class Capacity:
@@ -90,3 +97,26 @@ class Capacity:
         return PendingReason(
             "never_fits_domain", f"can never fit: needs {need} {flavor} GPUs in one domain, exceeds {where} "
             f"(largest holds {largest})", terminal=True)
+
+
+def never_fits(nodes: Iterable[NodeInfo], domains: Iterable[DomainInfo], roles: Iterable[RoleInfo], *,
+               topology_mode: str = "none", highest_tier: int | None = None) -> PendingReason | None:
+    """Why a job of these roles and topology constraint can never run on this cluster, whatever else runs
+    (a terminal PendingReason: never_fits_flavor, never_fits_node, never_fits_tier or never_fits_domain),
+    or None when it may fit. The allocator's own rules, with topology on: the flavors every GPU role
+    accepts (predicates.allowed_flavors), the tier cap (topology_policy.tier_cap), then
+    Capacity.never_fits per flavor; the job never fits only when no flavor may hold it (the reason given
+    is the first flavor's by name). Only the nodes' flavor, GPU count and domain and the domain tree count:
+    node state, used and unhealthy GPUs do not. Raises TopologyError on an inconsistent domain tree."""
+    snapshot = Snapshot(nodes=tuple(nodes), domains=tuple(domains))
+    state = ClusterState(snapshot)
+    job = JobInfo(id="submission", queue="", roles=tuple(roles), topology_mode=topology_mode,
+                  highest_tier=highest_tier)
+    flavors = allowed_flavors(job.roles, state.flavors)
+    if not flavors:
+        wanted = sorted({f for r in job.roles for f in r.flavors})
+        return PendingReason("never_fits_flavor", f"no node of flavor {'|'.join(wanted)} in this cluster",
+                             terminal=True)
+    capacity, cap = Capacity(state), tier_cap(job, state.tree.top_tier)
+    reasons = [capacity.never_fits(job, flavor, cap) for flavor in sorted(flavors)]
+    return reasons[0] if all(r is not None for r in reasons) else None

@@ -8,8 +8,17 @@ such child comes first; otherwise children with the most free GPUs come first.
 """
 from __future__ import annotations
 
+from ..snapshot import JobInfo
 from ..state import ClusterState
-from ..domain_tree import DomainTree
+
+
+def tier_cap(job: JobInfo, top_tier: int, *, topology: bool = True) -> int:
+    """The highest tier the job's gang may span: its `highest_tier` under a hard constraint (at most
+    `top_tier`), else `top_tier` (soft and no constraint may spread over the whole cluster; so may every
+    job with topology off)."""
+    if topology and job.topology_mode == "hard" and job.highest_tier is not None:
+        return min(job.highest_tier, top_tier)
+    return top_tier
 
 
 def candidate_domains(state: ClusterState, tier: int, flavor: str, need: int):
