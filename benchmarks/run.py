@@ -20,7 +20,7 @@ import traceback
 import _common as C
 
 ORDER = ("cycle_scale", "bind_throughput", "replay_speed", "baselines", "optimum_gap", "openb_fgd",
-         "topology_payload", "failure_sweep", "starvation_sweep")
+         "topology_payload", "failure_sweep", "starvation_sweep", "execution_latency")
 
 
 def summary_line(name: str, r: dict) -> str:
@@ -61,6 +61,21 @@ def summary_line(name: str, r: dict) -> str:
             parts.append(f"{k}: {c['requested']:.1%} requested / {c['occupied']:.1%} occupied at "
                          f"{c['arrived']:.0%} arrived")
         return "; ".join(parts)
+    if name == "execution_latency":
+        parts = []
+        for poll, v in r["latency"].items():
+            lat = ", ".join(f"{size}: {s['summary']['bind_to_process']['median']:.2f}/"
+                            f"{s['summary']['bind_to_process']['p99']:.2f}" for size, s in v["sizes"].items())
+            parts.append(f"poll {float(poll):g} s bind->process median/p99 by gang size {lat} s")
+        lat1 = r["latency"].get("1.0")
+        if lat1:
+            gone = [s["summary"]["stop_gone"]["median"] for s in lat1["sizes"].values()]
+            parts.append(f"poll 1 s stop (cancel -> no process) {min(gone):.2f}-{max(gone):.2f} s")
+        f = r["footprint"].get("8x8 poll 1")
+        if f:
+            parts.append(f"8 agents x 8 tasks: {f['agent_cpu_s_per_min_total']:.2f} agent CPU s/min, supervisor RSS "
+                         f"{f['supervisor_rss_mib']['median']:.1f} MiB/task")
+        return f"({r['database']}) " + "; ".join(parts)
     return "done"
 
 
