@@ -393,6 +393,8 @@ class Command(BaseCommand):
         if not opts["keep"]:
             _reset_workload()
         users, token = self._local_setup(opts)
+        # This process answers the agents' assignments calls: they poll at the interval it tells them.
+        settings.AGENT_POLL_SECONDS = 1.0
         if not settings.DEBUG:
             logging.getLogger("gpuplatform.scheduling.store").setLevel(logging.WARNING)  # a line per cycle is too much
         if opts["no_server"]:
