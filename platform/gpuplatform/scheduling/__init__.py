@@ -14,5 +14,5 @@ runs around a cycle:
 - `tasks`        the Celery tasks (beat and workers know them by name), `request_cycle`, the in-process loop
 
 Imports run one way: this package imports `scheduler.core`; nothing under `scheduler/` imports the
-platform (tests/test_layering.py checks it).
+platform (tests/test_one_way_imports.py checks it).
 """
