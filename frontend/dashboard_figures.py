@@ -1,5 +1,5 @@
-"""Figures of the dashboards (queue watermarks, fragmentation, queueing) and the pending order: pure
-functions from rows (dashboard_queries) to plotly figure dicts and plain lists. Re-exported by figures.py.
+"""Figures of the dashboards (queue watermarks, fragmentation, queueing): pure functions from rows
+(dashboard_queries) to plotly figure dicts and plain lists. The cluster page's figures are figures.py's.
 """
 from __future__ import annotations
 
@@ -106,21 +106,3 @@ def wait_summary(rows: Sequence[Mapping]) -> list[dict]:
     return [{"size": label, "jobs": len(by_size[label]), "p50_s": pct(by_size[label], 50),
              "p90_s": pct(by_size[label], 90), "p99_s": pct(by_size[label], 99)}
             for label, _, _ in SIZE_BUCKETS if by_size.get(label)]
-
-
-def pending_order(pending: Sequence[dict], used: Mapping[int, int], quotas: Mapping[int, int],
-                  weights: Mapping[int, float]) -> list[dict]:
-    """Pending jobs in the order the next cycle considers them (DESIGN section 5): queues under their
-    quota first (by usage / quota), then over-quota queues by usage / weight; inside a queue, higher
-    priority first, then earlier submission. Adds `position` (overall) and `queue_position`."""
-    def queue_key(qid):
-        u, q = used.get(qid, 0), quotas.get(qid, 0) or 0
-        return (0, u / q) if u < q else (1, u / (weights.get(qid) or 1.0))
-
-    ordered = sorted(pending, key=lambda j: (queue_key(j["queue_id"]), -j["priority"], j["submitted_at"], j["id"]))
-    per_queue: dict[int, int] = defaultdict(int)
-    out = []
-    for i, j in enumerate(ordered, start=1):
-        per_queue[j["queue_id"]] += 1
-        out.append({**j, "position": i, "queue_position": per_queue[j["queue_id"]]})
-    return out

@@ -153,7 +153,7 @@ def fragmentation_page(request):
 
 def _queueing_payload(user) -> dict:
     waits = dq.wait_times()
-    order = dfig.pending_order(dq.pending_jobs(), dq.queue_used(), dq.queue_quotas(), dq.queue_weights())
+    order = dq.pending_jobs()
     visible = access.visible_team_ids(user)
     shown = [j for j in order if visible is None or j["team_id"] in visible][:200]
     return {"figures": dfig.wait_figures(waits), "summary": dfig.wait_summary(waits), "pending": shown,

@@ -89,7 +89,8 @@ def _table(rows: list[list], header: list[str]) -> str:
 
 
 def _job_line(j: dict) -> list:
-    where = ",".join(j.get("nodes") or []) or (f"#{j['position']} {j['pending_reason']}" if j["state"] == "pending" else "")
+    place = f"#{j['position']} " if j.get("position") is not None else ""
+    where = ",".join(j.get("nodes") or []) or (f"{place}{j['pending_reason']}" if j["state"] == "pending" else "")
     return [j["id"], j["name"], j["team"], j["queue"], j["state"], j["gpus"], j["priority"], where[:60]]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Count, F, Sum
+from django.db.models import F, Sum
 from django.db.models.functions import Coalesce
 
 from . import queries
@@ -119,24 +119,17 @@ def wait_times(limit: int = 5000) -> list[dict]:
 
 
 def pending_jobs() -> list[dict]:
-    """Every pending job with what the queue order needs: id, name, team, queue, priority, submitted_at,
-    pending_reason, estimated_start, never_fits, gpus."""
-    rows = list(Job.objects.filter(state=Job.State.PENDING).order_by().values(
+    """Every pending job in the order the last scheduling cycle considered them (Job.pending_position,
+    written by the cycle; jobs submitted since come last, by submission): id, name, team, queue, priority,
+    submitted_at, pending_reason, estimated_start, never_fits, gpus, position (overall) and
+    queue_position (in its queue), both None until a cycle has seen the job."""
+    rows = list(Job.objects.filter(state=Job.State.PENDING)
+                .order_by(F("pending_position").asc(nulls_last=True), "submitted_at", "id").values(
         "id", "name", "team_id", "queue_id", "priority", "submitted_at", "pending_reason", "estimated_start",
-        "never_fits", "reserved", team_name=F("team__name"), queue_name=F("queue__name")))
+        "never_fits", "reserved", "queue_position", position=F("pending_position"), team_name=F("team__name"),
+        queue_name=F("queue__name")))
     gpus = dict(JobRole.objects.filter(job__state=Job.State.PENDING).values("job_id")
                 .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).order_by().values_list("job_id", "n"))
     for r in rows:
         r["gpus"] = gpus.get(r["id"]) or 0
     return rows
-
-
-def queue_used() -> dict[int, int]:
-    """{queue_id: GPUs held now by its live jobs}."""
-    return dict(Allocation.objects.filter(released_at__isnull=True, job__state__in=Job.LIVE_STATES)
-                .values("job__queue_id").annotate(n=Count("id")).order_by().values_list("job__queue_id", "n"))
-
-
-def queue_weights() -> dict[int, float]:
-    return dict(Queue.objects.values_list("id", "weight"))
-

@@ -181,14 +181,19 @@ def test_agent_register_and_heartbeat_bodies(client_for):
 # --- jobs -------------------------------------------------------------------------------------------
 
 def test_job_submit_position_list_detail(client_for):
+    from gpuplatform.models import Node
+    from gpuplatform.scheduling import store
+
     member = client_for("member")
     first = member.post("/api/v1/jobs/", job_body("first", tasks=2, gpus=8), format="json")
     assert first.status_code == 201, first.content
     j = first.json()
     assert (j["team"], j["queue"], j["submitter"], j["state"], j["gpus"], j["position"]) == \
-        ("alpha", "alpha", "mike", "pending", 16, 1)
+        ("alpha", "alpha", "mike", "pending", 16, None)  # no cycle has placed it in the order yet
     urgent = member.post("/api/v1/jobs/", job_body("urgent", priority=10), format="json").json()
-    assert urgent["position"] == 1
+    Node.objects.update(state="cordoned")  # nothing starts: the cycle only orders the pending jobs
+    store.run_cycle_once()
+    assert member.get(f"/api/v1/jobs/{urgent['id']}/").json()["position"] == 1
     assert member.get(f"/api/v1/jobs/{j['id']}/").json()["position"] == 2
     listed = member.get("/api/v1/jobs/?state=pending&queue=alpha&ordering=submitted_at").json()
     assert [r["name"] for r in listed["results"]] == ["first", "urgent"]

@@ -19,12 +19,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from gpuplatform.models import Allocation, Domain, Event, Gpu, Job, JobRole, Node, Queue, Quota, SchedulerCycle, Task
+from gpuplatform.audit import record_events
+from gpuplatform.bulk import insert_rows, update_rows
+from gpuplatform.models import Allocation, Domain, Gpu, Job, JobRole, Node, Queue, Quota, SchedulerCycle, Task
 from gpuplatform.scheduling import evict, release, samples, usage_decay
 from gpuplatform.scheduling.evict import decode_reserved, encode_reserved, releasing_id, releasing_job  # noqa: F401 (re-exported)
 from scheduler.core.cache import EngineCache
@@ -37,8 +38,14 @@ log = logging.getLogger("gpuplatform.scheduling.store")
 # What this process's production engine reuses between cycles while the cluster's shape is unchanged
 # (scheduler.core.cache); replays and what-if runs keep their own, so they never evict it.
 ENGINE_CACHE = EngineCache()
-LIVE = ("admitted", "running", "preempting")
-HELD_TASK_STATES = ("bound", "running")
+
+
+def bind_fields(clock: datetime) -> dict:
+    """What a bind sets on a job besides its state, started_at and placement (one definition for the fast
+    and the slow path): when it was bound, and every field only a pending job carries cleared."""
+    return {"bound_at": clock, "pending_reason": "", "pending_position": None, "queue_position": None,
+            "never_fits": False, "reserved": None, "estimated_start": None, "not_before": None,
+            "updated_at": timezone.now()}
 
 
 @dataclass
@@ -74,7 +81,7 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
         nodes = list(Node.objects.values_list("id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib",
                                               "domain__name", "state"))
         gpus = list(Gpu.objects.values_list("node_id", "index", "numa_node", "health"))
-        held = list(Task.objects.filter(job__state__in=LIVE, state__in=(*HELD_TASK_STATES, "releasing"),
+        held = list(Task.objects.filter(job__state__in=Job.LIVE_STATES, state__in=Task.ON_NODE_STATES,
                                         node__isnull=False)
                     .values_list("id", "job_id", "role__name", "index", "node__name", "node_id",
                                  "role__cpu_milli", "role__memory_mib", "state"))
@@ -82,11 +89,11 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
         domains = [DomainInfo(n, t, p) for n, t, p in Domain.objects.values_list("name", "tier", "parent__name")]
         queues = list(Queue.objects.values_list("id", "name", "parent__name", "weight", "state", "recent_usage"))
         quotas = list(Quota.objects.values_list("queue_id", "flavor", "guarantee", "quota", "limit"))
-        jobs = list(Job.objects.filter(state__in=("pending", *LIVE)).values_list(
+        jobs = list(Job.objects.filter(state__in=("pending", *Job.LIVE_STATES)).values_list(
             "id", "queue__name", "priority", "submitted_at", "preemptible", "topology_mode", "highest_tier",
             "preferred_tier", "time_limit_seconds", "state", "started_at", "name", "reserved", "not_before",
             "attempts", "bound_at"))
-        roles = list(JobRole.objects.filter(job__state__in=("pending", *LIVE)).values_list(
+        roles = list(JobRole.objects.filter(job__state__in=("pending", *Job.LIVE_STATES)).values_list(
             "id", "job_id", "name", "tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "flavor"))
         pending_tasks = list(Task.objects.filter(job__state="pending", state="pending").values_list("role_id", flat=True))
 
@@ -173,9 +180,8 @@ def _bind(binding, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int) -
     rows, tasks = _rows_for(binding, clock, tasks_by_role, gpu_ids)
     immediate = all(state == "running" for _, _, state in tasks)
     started = Job.objects.filter(pk=binding.job_id, state="pending").update(
-        state="running" if immediate else "admitted", started_at=clock if immediate else None, bound_at=clock,
-        placement_domain=binding.domain or "", placement_tier=binding.tier, pending_reason="", never_fits=False,
-        reserved=None, estimated_start=None, not_before=None, updated_at=timezone.now())
+        state="running" if immediate else "admitted", started_at=clock if immediate else None,
+        placement_domain=binding.domain or "", placement_tier=binding.tier, **bind_fields(clock))
     if not started:
         raise _Stale("job is no longer pending")
     allocations = [Allocation(task_id=t, gpu_id=g, job_id=j, created_at=c) for t, g, j, c in rows]
@@ -221,69 +227,12 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, gpu_ids, cycle_number: i
         events.append(_admitted_event(b, clock, cycle_number, len({n for _, n, _ in job_tasks}), len(job_allocs)))
     try:
         with transaction.atomic():
-            _insert_rows(Allocation, ["task_id", "gpu_id", "job_id", "created_at"], allocations)
+            insert_rows(Allocation, ["task_id", "gpu_id", "job_id", "created_at"], allocations)
     except IntegrityError:
         return None
-    _update_rows(Task, tasks, ["node_id", "state"], {})
-    _update_rows(Job, jobs, ["placement_domain", "placement_tier", "state", "started_at"],
-                 {"bound_at": clock, "pending_reason": "", "never_fits": False, "reserved": None,
-                  "estimated_start": None, "not_before": None, "updated_at": clock})
+    update_rows(Task, tasks, ["node_id", "state"], {})
+    update_rows(Job, jobs, ["placement_domain", "placement_tier", "state", "started_at"], bind_fields(clock))
     return events, stale
-
-
-def _insert_rows(model, columns: list[str], rows: list[tuple]) -> None:
-    """INSERT many rows: COPY on PostgreSQL (about 5x faster than a multi-row INSERT through the ORM for
-    the cycle's allocations and admission events), bulk_create elsewhere. A unique-index violation is
-    raised as django.db.IntegrityError, inside the caller's savepoint."""
-    if not rows:
-        return
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create([model(**dict(zip(columns, row))) for row in rows], batch_size=2000)
-        return
-    from psycopg import errors as pg_errors
-    from psycopg.types.json import Jsonb
-
-    meta = model._meta
-    cols = ", ".join(connection.ops.quote_name(meta.get_field(c.removesuffix("_id") if c.endswith("_id") else c).column)
-                     for c in columns)
-    connection.ensure_connection()
-    with connection.cursor() as cur:
-        try:
-            with cur.cursor.copy(f"COPY {connection.ops.quote_name(meta.db_table)} ({cols}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row([Jsonb(v) if isinstance(v, (dict, list)) else v for v in row])
-        except pg_errors.UniqueViolation as exc:
-            raise IntegrityError(str(exc)) from exc
-
-
-def _update_rows(model, rows: list[tuple], columns: list[str], constants: dict) -> None:
-    """UPDATE many rows: per row `columns` from rows = [(pk, *values)], `constants` for all. On PostgreSQL one
-    UPDATE ... FROM unnest(array per column) (Django's bulk_update builds CASE WHEN per row: 47 s for 10k jobs
-    and 20k tasks; a VALUES list costs seconds in parameter handling); elsewhere (SQLite, the embedded
-    default) one update() per distinct row of values."""
-    if not rows:
-        return
-    if connection.vendor != "postgresql":
-        groups: dict[tuple, list] = defaultdict(list)
-        for pk, *values in rows:
-            groups[tuple(values)].append(pk)
-        for values, pks in groups.items():
-            for i in range(0, len(pks), 500):
-                model.objects.filter(pk__in=pks[i:i + 500]).update(**dict(zip(columns, values)), **constants)
-        return
-    meta = model._meta
-    quote = connection.ops.quote_name
-    fields = [meta.get_field(c.removesuffix("_id") if c.endswith("_id") else c) for c in columns]
-    types = ["bigint"] + [f.db_type(connection).split("(")[0] for f in fields]
-    const_fields = [(meta.get_field(k), v) for k, v in constants.items()]
-    sets = [f"{quote(f.column)} = v.c{i}" for i, f in enumerate(fields)]
-    sets += [f"{quote(f.column)} = %s" for f, _ in const_fields]
-    arrays = ", ".join(f"%s::{t}[]" for t in types)
-    names = ", ".join(["id"] + [f"c{i}" for i in range(len(fields))])
-    params = [f.get_db_prep_save(v, connection) for f, v in const_fields] + [list(col) for col in zip(*rows)]
-    with connection.cursor() as cur:
-        cur.execute(f"UPDATE {quote(meta.db_table)} AS t SET {', '.join(sets)} FROM unnest({arrays}) AS v({names}) "
-                    f"WHERE t.id = v.id", params)
 
 
 def _rows_for(binding, clock: datetime, tasks_by_role, gpu_ids):
@@ -308,17 +257,15 @@ def _rows_for(binding, clock: datetime, tasks_by_role, gpu_ids):
     return allocations, tasks
 
 
-EVENT_COLUMNS = ["time", "kind", "job_id", "cycle", "message", "data"]
-
-
-def _admitted_event(binding, clock: datetime, cycle_number: int, nodes: int, gpus: int) -> tuple:
-    """The admission Event as a row of EVENT_COLUMNS."""
+def _admitted_event(binding, clock: datetime, cycle_number: int, nodes: int, gpus: int) -> dict:
+    """The admission Event, for audit.record_events."""
     message = (f"admitted ({binding.rule}) into {binding.domain or 'the cluster'} (tier {binding.tier}) on "
                f"{nodes} node(s), {gpus} GPUs")
     data = {"domain": binding.domain, "tier": binding.tier, "rule": binding.rule,
             "queue_share_before": round(binding.share_before, 4), "queue_share_after": round(binding.share_after, 4),
             "placement": [[p.role, p.index, p.node, list(p.gpus)] for p in binding.tasks]}
-    return (clock, "admitted", binding.job_id, cycle_number, message, data)
+    return {"time": clock, "kind": "admitted", "job_id": binding.job_id, "cycle": cycle_number, "message": message,
+            "data": data}
 
 
 def reserve_cycle(number: int, **fields) -> SchedulerCycle:
@@ -374,7 +321,7 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
                 log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, job_id, why)
         stats.binds = len(events)
         stats.stale_skipped = len(stats.stale)
-        _insert_rows(Event, EVENT_COLUMNS, events)
+        record_events(events)
         stale = evict.apply_evictions(result, clock=clock, cycle_number=cycle_number, stats=stats)
         evict.apply_holds(result, clock=clock, cycle_number=cycle_number, stale=stale)
         stats.pending_updated = _update_pending(result)
@@ -386,16 +333,34 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
     return stats
 
 
+def pending_order(result: CycleResult) -> list:
+    """The pending jobs in the order the engine considered them. CycleResult.pending lists every job that
+    did not start in that order (holders of GPUs freed for them first, then the fair-share walk over the
+    queues), after the jobs still in their requeue backoff, which the cycle did not consider: those go
+    last, in their in-queue order."""
+    considered = [j for j, r in result.pending.items() if r.code != "backoff"]
+    return considered + [j for j, r in result.pending.items() if r.code == "backoff"]
+
+
 def _update_pending(result: CycleResult) -> int:
-    groups: dict[tuple[str, bool], list] = defaultdict(list)
-    for job_id, reason in result.pending.items():
-        groups[(reason.message[:500], bool(reason.terminal))].append(job_id)
-    updated = 0
-    for (message, terminal), ids in groups.items():
-        for i in range(0, len(ids), 500):
-            updated += Job.objects.filter(pk__in=ids[i:i + 500], state="pending").update(
-                pending_reason=message, never_fits=terminal)
-    return updated
+    """Write, for every job still pending, why it waits (pending_reason, never_fits) and where it stands:
+    pending_position among all pending jobs and queue_position among its queue's, in the engine's order
+    (pending_order). The API and the pages read these; nothing recomputes the order. A compare-and-set on
+    the state: a job that left pending meanwhile is not touched. Returns the jobs updated."""
+    order = pending_order(result)
+    queue_of: dict = {}
+    for i in range(0, len(order), 2000):
+        queue_of.update(Job.objects.filter(pk__in=order[i:i + 2000]).values_list("id", "queue_id"))
+    per_queue: dict = defaultdict(int)
+    rows = []
+    for job_id in order:
+        if job_id not in queue_of:
+            continue  # gone meanwhile
+        per_queue[queue_of[job_id]] += 1
+        reason = result.pending[job_id]
+        rows.append((job_id, reason.message[:500], bool(reason.terminal), len(rows) + 1, per_queue[queue_of[job_id]]))
+    return update_rows(Job, rows, ["pending_reason", "never_fits", "pending_position", "queue_position"], {},
+                       where={"state": "pending"})
 
 
 def run_cycle_once(*, clock: datetime | None = None, config=None) -> SchedulerCycle | None:

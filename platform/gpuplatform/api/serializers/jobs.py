@@ -55,8 +55,9 @@ class JobSerializer(serializers.ModelSerializer):
     gpus = serializers.SerializerMethodField(help_text="GPUs requested (sum over roles of tasks x gpus_per_task)")
     nodes = serializers.SerializerMethodField(help_text="nodes the job's tasks run on")
     position = serializers.IntegerField(read_only=True, allow_null=True,
-                                        help_text="1-based place among its queue's pending jobs (priority, then "
-                                                  "submit time); null unless pending")
+                                        help_text="1-based place among its queue's pending jobs in the order the "
+                                                  "last scheduling cycle considered them; null unless pending, and "
+                                                  "until the first cycle after submission")
     estimated_start = serializers.DateTimeField(read_only=True, allow_null=True,
                                                 help_text="from the latest cycle's backfill reservation; null if "
                                                           "unknown")

@@ -1,5 +1,4 @@
-from django.db.models import Case, Count, IntegerField, OuterRef, Prefetch, Q, Subquery, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models import Case, F, IntegerField, Prefetch, When
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -25,15 +24,10 @@ class JobSubmitThrottle(UserRateThrottle):
 
 
 def _position():
-    """1-based place among the pending jobs of the same queue in the engine's in-queue order
-    (priority desc, then original submit time, then id); null for jobs that are not pending."""
-    ahead = (Job.objects.filter(queue_id=OuterRef("queue_id"), state=Job.State.PENDING)
-             .filter(Q(priority__gt=OuterRef("priority"))
-                     | Q(priority=OuterRef("priority"), submitted_at__lt=OuterRef("submitted_at"))
-                     | Q(priority=OuterRef("priority"), submitted_at=OuterRef("submitted_at"), id__lt=OuterRef("id")))
-             .order_by().values("queue_id").annotate(n=Count("id")).values("n"))
-    return Case(When(state=Job.State.PENDING, then=Coalesce(Subquery(ahead, output_field=IntegerField()), Value(0)) + 1),
-                default=None, output_field=IntegerField())
+    """1-based place among the pending jobs of the same queue in the order the last scheduling cycle
+    considered them (Job.queue_position, written by the cycle); null for jobs that are not pending and
+    for jobs submitted since the last cycle."""
+    return Case(When(state=Job.State.PENDING, then=F("queue_position")), default=None, output_field=IntegerField())
 
 
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
