@@ -5,19 +5,20 @@ includes this cycle's starts. Units: GPUs.
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime
 
 from django.db.models import Count, F, Sum
 
-from gpuplatform.models import Allocation, ClusterSample, Job, JobRole, Queue, QueueSample, Quota
+from gpuplatform import queries
+from gpuplatform.models import Allocation, ClusterSample, Job, JobRole, QueueSample
 
 
 def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending: int,
                   fair_share: dict | None = None) -> None:
     """Insert the ClusterSample from the engine's `metrics` (missing keys default to 0 / {}) and the
-    QueueSamples (5 queries). Parents' numbers are the sums of their subtree's usage and demand; quota,
-    guarantee and limit are the queue's own, summed over flavors (limit None when no flavor has one).
+    QueueSamples (5 queries). Parents' numbers are the sums of their subtree's usage and demand (the queue
+    tree: queries.queue_tree); quota, guarantee and limit are the queue's own, summed over flavors
+    (queries.queue_quotas: limit None when a flavor has no cap of its own).
     `fair_share`: the engine's {queue name: {flavor: GPUs}}; QueueSample.fair_share = its sum over flavors
     (None for a queue the engine gave no share)."""
     m = metrics or {}
@@ -31,31 +32,20 @@ def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending:
         domain_completeness=float(m.get("domain_completeness", 0.0) or 0.0),
         pending_jobs=pending, running_jobs=running)
 
-    rows = list(Queue.objects.values_list("id", "parent_id", "name"))
-    if not rows:
+    tree = queries.queue_tree()
+    if not tree.rows:
         return
-    queues = [(qid, parent) for qid, parent, _ in rows]
-    share = {qid: float(sum((fair_share or {})[name].values())) for qid, _, name in rows if name in (fair_share or {})}
+    share = {q["id"]: float(sum(fair_share[q["name"]].values())) for q in tree.rows.values()
+             if q["name"] in (fair_share or {})}
     used = dict(Allocation.objects.filter(released_at__isnull=True).values("job__queue_id")
                 .annotate(n=Count("id")).values_list("job__queue_id", "n"))
     demand = dict(JobRole.objects.filter(job__state="pending").values("job__queue_id")
                   .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).values_list("job__queue_id", "n"))
-    limits: dict[int, tuple[int, int, int | None]] = {}
-    for qid, g, q, lim in Quota.objects.values_list("queue_id", "guarantee", "quota", "limit"):
-        og, oq, ol = limits.get(qid, (0, 0, None))
-        limits[qid] = (og + g, oq + q, (ol or 0) + lim if lim is not None else ol)
-    parent = dict(queues)
-    used_total: dict[int, int] = defaultdict(int)
-    demand_total: dict[int, int] = defaultdict(int)
-    for qid, _ in queues:  # add each queue's own numbers to itself and every ancestor
-        node, seen = qid, set()
-        while node is not None and node not in seen:
-            seen.add(node)
-            used_total[node] += used.get(qid, 0)
-            demand_total[node] += demand.get(qid, 0) or 0
-            node = parent.get(node)
+    quotas = queries.queue_quotas()
+    own = {qid: (used.get(qid, 0), demand.get(qid) or 0) for qid in set(used) | set(demand)}
+    totals = tree.rollup(own, 2)  # used and pending demand of each queue's subtree
     QueueSample.objects.bulk_create([
-        QueueSample(time=clock, queue_id=qid, used=used_total[qid], guarantee=limits.get(qid, (0, 0, None))[0],
-                    quota=limits.get(qid, (0, 0, None))[1], limit=limits.get(qid, (0, 0, None))[2],
-                    pending_demand=demand_total[qid], fair_share=share.get(qid))
-        for qid, _ in queues])
+        QueueSample(time=clock, queue_id=qid, used=totals[qid][0], pending_demand=totals[qid][1],
+                    guarantee=quotas.get(qid, queries.NO_QUOTA).guarantee, quota=quotas.get(qid, queries.NO_QUOTA).quota,
+                    limit=quotas.get(qid, queries.NO_QUOTA).limit, fair_share=share.get(qid))
+        for qid in tree.rows])
