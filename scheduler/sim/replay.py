@@ -17,6 +17,11 @@ again); goodput = useful GPU-seconds / allocated GPU-seconds, where useful = wor
 completion (completed work, work kept through evictions and checkpoints, progress of jobs still running
 at the end) and allocated = GPU-seconds held by jobs (the allocation-rate integral).
 
+Structure: `Replay` holds the simulated cluster (scheduler.sim.state.ClusterState), the event queues and
+the per-job bookkeeping, and has one handler per event (arrival, completion, end of a grace period,
+failure detection, node failure, node repair, scheduling cycle); what is measured goes to its `Ledger`
+(scheduler.sim.ledger), which builds the report. `replay(...)` is `Replay(...).run()`.
+
 Pure: no Django, no I/O. Units: seconds of simulated time, GPUs; wall times in seconds / milliseconds.
 """
 from __future__ import annotations
@@ -33,9 +38,8 @@ from scheduler.core import EngineCache, run_cycle
 from scheduler.core.snapshot import CycleConfig, CycleResult, Snapshot
 from scheduler.sim.fairness import FairnessMeter, leaf_teams, snapshot_fair_share
 from scheduler.sim.failures import Checkpointing, FailureModel
-from scheduler.sim.report import (
-    SIZE_BUCKETS, ReplayReport, lowest_feasible_tier, queueing_summary, size_bucket, tier_capacity,
-)
+from scheduler.sim.ledger import Ledger
+from scheduler.sim.report import ReplayReport, queueing_summary, tier_capacity
 from scheduler.sim.state import ClusterState, job_info, queue_infos
 
 Engine = Callable[[Snapshot, CycleConfig], CycleResult]
@@ -83,173 +87,100 @@ def replay(
         whole attempt; without failures, checkpoints only cost their stalls).
     fairness: measure Jain's index of usage / fair share per cycle (costs a fair-share computation per
         cycle when the engine does not report one, e.g. plain FIFO).
+    Raises AssertionError when the engine binds a GPU twice, a job that is not pending or part of a gang
+    (scheduler.sim.state), or evicts a job that is not running.
     """
-    wall0 = time.perf_counter()
-    config = config or CycleConfig()
-    if engine is None or engine is run_cycle:
-        engine = partial(run_cycle, cache=EngineCache())
-    ckpt = checkpoint or Checkpointing()
-    gang = getattr(engine, "gang", True)  # False: the engine may bind part of a job (ClusterState.bind)
-    jobs = sorted(trace.jobs, key=lambda j: (j.submit, j.id))
-    if until is not None:
-        jobs = [j for j in jobs if j.submit <= until]
-    by_id = {j.id: j for j in jobs}
-    assert len(by_id) == len(jobs), "trace job ids must be unique"
-    known = {q.name for q in cluster.queues}
-    missing = {j.queue for j in jobs} - known
-    team_of = {q.name: (q.team or q.name) for q in cluster.queues}
-    state = ClusterState(cluster, queue_infos(cluster, missing))
-    capacity = tier_capacity(cluster)
-    report = ReplayReport(
-        cluster=cluster.name, trace=trace.name, cluster_gpus=state.capacity, cluster_nodes=len(cluster.nodes),
-        cycle_interval=cycle_interval, until=until, jobs_in_trace=len(trace.jobs), tier_capacity=capacity,
-        config=asdict(config),
-    )
-    if missing:
-        report.notes.append(f"queues used by the trace but absent from the cluster, added without quota: "
-                            f"{sorted(missing)}")
-    meter = None
-    if fairness:
-        teams = leaf_teams(cluster.queues)
-        teams.update({name: name for name in missing})
-        meter = FairnessMeter(teams)
+    return Replay(cluster, trace, config=config, engine=engine, cycle_interval=cycle_interval, until=until,
+                  grace_period=grace_period, time_limit_factor=time_limit_factor, failures=failures,
+                  checkpoint=checkpoint, fairness=fairness, progress=progress).run()
 
-    start = jobs[0].submit if jobs else 0.0
-    last_event = start  # time of the latest arrival, completion, release or detection processed
-    clock = start  # time up to which the GPU-seconds integral has been taken
-    gpu_seconds = 0.0
-    frag_integral, frag_span, frag_now, frag_since = 0.0, 0.0, None, start
-    waits: dict[str, list[float]] = {}
-    team_seconds: dict[str, float] = {}
-    # Job events (time, seq, kind, job id, payload): "done" (a completion, stale unless seq == live[job]),
-    # "grace" (end of a grace period; payload = evicted tasks, () = whole gang), "detect" (a failure is
-    # noticed; payload = the attempt that failed). Node events (time, seq, kind, node): "fail", "repair".
-    events: list[tuple] = []
-    node_events: list[tuple] = []
-    live: dict[str, int] = {}
-    left: dict[str, float] = {}  # job id -> seconds of work still to do when (re)started
-    attempt_no: dict[str, int] = {}  # job id -> number of its current (or last) attempt
-    evicted_at: dict[str, float] = {}  # job id -> time of its whole-gang eviction, during the grace period
-    failed: dict[str, dict] = {}  # job id -> interruption record, while the failure is undetected
-    awaiting_requeue: dict[str, dict] = {}  # released after a failure, not yet seen pending by a cycle
-    awaiting_restart: dict[str, dict] = {}  # requeued after a failure, not yet started again
-    interruptions: list[dict] = []
-    waste = {"lost_work": 0.0, "undetected": 0.0, "checkpoint": 0.0, "grace": 0.0}  # GPU-seconds
-    useful = 0.0  # GPU-seconds of work that counts towards completion
-    node_failures = node_failures_hitting_jobs = 0
-    seq = 0
-    arrival = 0
-    last_cycle = -math.inf
-    rerun = False
-    engine_ms: list[float] = []
-    snapshot_ms = apply_ms = 0.0
-    last_pending: dict = {}
 
-    streams = failures.streams(cluster.nodes) if failures is not None and failures.rate > 0 else {}
-    for node in cluster.nodes:
-        if node.name in streams:
-            seq += 1
-            heapq.heappush(node_events, (streams[node.name].next_failure(start), seq, "fail", node.name))
+class Replay:
+    """One replay (arguments as `replay`'s). `run()` plays every event and returns the report; each event
+    has its handler: `arrive`, `complete`, `end_grace`, `detect`, `fail_node`, `repair_node`, `cycle`.
 
-    def advance(to: float) -> None:
-        nonlocal clock, gpu_seconds
-        if to > clock:
-            gpu_seconds += state.used_gpus * (to - clock)
-            clock = to
+    Job events are (time, seq, kind, job id, payload): "done" (a completion, stale unless seq ==
+    live[job]), "grace" (end of a grace period; payload = evicted tasks, () = whole gang), "detect" (a
+    failure is noticed; payload = the attempt that failed). Node events are (time, seq, kind, node):
+    "fail", "repair". seq orders events of equal time by when they were scheduled."""
 
-    def gpus_of(info) -> int:
-        return sum(len(t.gpus) for t in info.placement)
+    def __init__(self, cluster: ClusterSpec, trace: Trace, *, config: CycleConfig | None = None,
+                 engine: Engine | None = None, cycle_interval: float = 60.0, until: float | None = None,
+                 grace_period: float = 30.0, time_limit_factor: float | None = None,
+                 failures: FailureModel | None = None, checkpoint: Checkpointing | None = None,
+                 fairness: bool = True, progress: Callable[[Progress], None] | None = None):
+        self.wall0 = time.perf_counter()
+        self.config = config = config or CycleConfig()
+        if engine is None or engine is run_cycle:
+            engine = partial(run_cycle, cache=EngineCache())
+        self.engine = engine
+        self.ckpt = checkpoint or Checkpointing()
+        self.gang = getattr(engine, "gang", True)  # False: the engine may bind part of a job (ClusterState.bind)
+        self.cycle_interval, self.until, self.grace_period = cycle_interval, until, grace_period
+        self.time_limit_factor, self.failures, self.progress = time_limit_factor, failures, progress
+        jobs = sorted(trace.jobs, key=lambda j: (j.submit, j.id))
+        if until is not None:
+            jobs = [j for j in jobs if j.submit <= until]
+        self.jobs = jobs
+        self.by_id = {j.id: j for j in jobs}
+        assert len(self.by_id) == len(jobs), "trace job ids must be unique"
+        known = {q.name for q in cluster.queues}
+        missing = {j.queue for j in jobs} - known
+        team_of = {q.name: (q.team or q.name) for q in cluster.queues}
+        self.state = state = ClusterState(cluster, queue_infos(cluster, missing))
+        capacity = tier_capacity(cluster)
+        report = ReplayReport(
+            cluster=cluster.name, trace=trace.name, cluster_gpus=state.capacity, cluster_nodes=len(cluster.nodes),
+            cycle_interval=cycle_interval, until=until, jobs_in_trace=len(trace.jobs), tier_capacity=capacity,
+            config=asdict(config),
+        )
+        if missing:
+            report.notes.append(f"queues used by the trace but absent from the cluster, added without quota: "
+                                f"{sorted(missing)}")
+        self.report = report
+        self.meter = None
+        if fairness:
+            teams = leaf_teams(cluster.queues)
+            teams.update({name: name for name in missing})
+            self.meter = FairnessMeter(teams)
+        self.start = start = jobs[0].submit if jobs else 0.0
+        self.ledger = Ledger(report, start=start, team_of=team_of, checkpoint=self.ckpt, tier_capacity=capacity)
+        self.last_event = start  # time of the latest arrival, completion, release or detection processed
+        self.events: list[tuple] = []
+        self.node_events: list[tuple] = []
+        self.seq = 0
+        self.live: dict[str, int] = {}  # job id -> seq of its pending completion event
+        self.left: dict[str, float] = {}  # job id -> seconds of work still to do when (re)started
+        self.attempt_no: dict[str, int] = {}  # job id -> number of its current (or last) attempt
+        self.evicted_at: dict[str, float] = {}  # job id -> time of its whole-gang eviction, during the grace period
+        self.failed: dict[str, dict] = {}  # job id -> interruption record, while the failure is undetected
+        self.awaiting_requeue: dict[str, dict] = {}  # released after a failure, not yet seen pending by a cycle
+        self.awaiting_restart: dict[str, dict] = {}  # requeued after a failure, not yet started again
+        self.arrival = 0  # index in jobs of the next arrival
+        self.last_cycle = -math.inf
+        self.rerun = False
+        self.last_pending: dict = {}
+        self.streams = failures.streams(cluster.nodes) if failures is not None and failures.rate > 0 else {}
+        for node in cluster.nodes:
+            if node.name in self.streams:
+                self._push_node(self.streams[node.name].next_failure(start), "fail", node.name)
 
-    def account(info, gpus: int, end: float) -> None:
-        team = team_of.get(info.queue, info.queue)
-        team_seconds[team] = team_seconds.get(team, 0.0) + gpus * (end - info.start_time)
+    # -- the event queues -------------------------------------------------------------------------
+    def _push(self, when: float, kind: str, job_id: str, payload) -> int:
+        self.seq += 1
+        heapq.heappush(self.events, (when, self.seq, kind, job_id, payload))
+        return self.seq
 
-    def finish(job_id: str, end: float) -> None:
-        info = state.release(job_id)
-        live.pop(job_id, None)
-        account(info, gpus_of(info), end)
+    def _push_node(self, when: float, kind: str, node: str) -> None:
+        self.seq += 1
+        heapq.heappush(self.node_events, (when, self.seq, kind, node))
 
-    def credit(info, gpus: int, work: float, elapsed: float) -> None:
-        """An attempt ended after `elapsed` s with `work` s of its work kept: useful GPU-seconds and
-        checkpoint stalls."""
-        nonlocal useful
-        useful += gpus * work
-        waste["checkpoint"] += gpus * ckpt.stall(elapsed)
+    def _advance(self, to: float) -> None:
+        self.ledger.advance(to, self.state.used_gpus)
 
-    def requeue_failed(job_id: str, when: float) -> None:
-        record = failed.pop(job_id)
-        info = state.running[job_id]
-        waste["undetected"] += gpus_of(info) * (when - record["failed"])
-        record["detected"] = when
-        finish(job_id, when)
-        state.requeue(info)
-        awaiting_requeue[job_id] = record
-
-    def handle(when: float, kind: str, job_id: str, payload) -> None:
-        nonlocal last_event
-        last_event = max(last_event, when)
-        info = state.running.get(job_id)
-        if kind == "done":
-            credit(info, gpus_of(info), left[job_id], when - info.start_time)
-            finish(job_id, when)
-            report.jobs_finished += 1
-            return
-        if kind == "detect":
-            if job_id in failed and info is not None and attempt_no[job_id] == payload:
-                requeue_failed(job_id, when)
-            return
-        # kind == "grace"
-        if info is None:
-            return  # it completed during its grace period
-        whole = not payload or {(t.role, t.index) for t in info.placement} <= set(payload)
-        if job_id in failed:  # its node failed during the grace period: it leaves now, without its work
-            if whole:
-                requeue_failed(job_id, when)
-            else:
-                state.shrink(job_id, set(payload))
-            return
-        if whole:
-            elapsed = evicted_at.pop(job_id, when - grace_period) - info.start_time
-            done = ckpt.progress(elapsed)
-            credit(info, gpus_of(info), done, elapsed)
-            waste["grace"] += gpus_of(info) * (when - info.start_time - elapsed)
-            left[job_id] = max(0.0, left[job_id] - done)
-            finish(job_id, when)
-            state.requeue(info)
-            report.jobs_requeued += 1
-        else:
-            _, freed = state.shrink(job_id, set(payload))
-            account(info, freed, when)
-            credit(info, freed, ckpt.progress(when - info.start_time), when - info.start_time)
-
-    def fail_node(when: float, node: str) -> None:
-        nonlocal seq, node_failures, node_failures_hitting_jobs
-        node_failures += 1
-        state.set_node_state(node, "not_ready")
-        hit = [j for j in state.jobs_on(node) if j not in failed]
-        node_failures_hitting_jobs += bool(hit)
-        for job_id in hit:
-            info = state.running[job_id]
-            gpus = gpus_of(info)
-            elapsed = (evicted_at[job_id] if job_id in evicted_at else when) - info.start_time
-            saved = ckpt.saved(elapsed)
-            credit(info, gpus, saved, elapsed)
-            waste["lost_work"] += gpus * (ckpt.progress(elapsed) - saved)
-            left[job_id] = max(0.0, left[job_id] - saved)
-            evicted_at.pop(job_id, None)
-            live.pop(job_id, None)  # it will not complete
-            record = {"job": job_id, "node": node, "failed": when, "gpus": gpus,
-                      "detected": None, "requeued": None, "restarted": None}
-            failed[job_id] = record
-            interruptions.append(record)
-            seq += 1
-            heapq.heappush(events, (when + failures.detection_timeout, seq, "detect", job_id, attempt_no[job_id]))
-        seq += 1
-        heapq.heappush(node_events, (when + failures.repair_time, seq, "repair", node))
-
-    def process_until(now: float) -> None:
+    def process_until(self, now: float) -> None:
         """Apply every job and node event up to `now`, in time order."""
-        nonlocal seq
+        events, node_events = self.events, self.node_events
         while True:
             t_job = events[0][0] if events else math.inf
             t_node = node_events[0][0] if node_events else math.inf
@@ -257,184 +188,247 @@ def replay(
                 return
             if t_node < t_job:
                 when, _, kind, node = heapq.heappop(node_events)
-                advance(when)
+                self._advance(when)
                 if kind == "fail":
-                    fail_node(when, node)
+                    self.fail_node(when, node)
                 else:
-                    state.set_node_state(node, "ready")
-                    seq += 1
-                    heapq.heappush(node_events, (streams[node].next_failure(when), seq, "fail", node))
+                    self.repair_node(when, node)
                 continue
             when, s, kind, job_id, payload = heapq.heappop(events)
-            if kind == "done" and live.get(job_id) != s:
+            if kind == "done" and self.live.get(job_id) != s:
                 continue  # the completion of a job evicted or failed since
-            advance(when)
-            handle(when, kind, job_id, payload)
+            self._advance(when)
+            self.last_event = max(self.last_event, when)
+            if kind == "done":
+                self.complete(when, job_id)
+            elif kind == "detect":
+                self.detect(when, job_id, payload)
+            else:
+                self.end_grace(when, job_id, payload)
 
-    while True:
-        next_job = min(
-            jobs[arrival].submit if arrival < len(jobs) else math.inf,
-            events[0][0] if events else math.inf,
-            last_cycle + cycle_interval if rerun else math.inf,
-        )
-        next_node = node_events[0][0] if node_events else math.inf
-        if next_job == math.inf and not state.running:
-            # Nothing left to run: node events matter only to pending jobs waiting for a repair, and
-            # only until every node down at the last job event is back.
-            if not (state.pending and state.down_gpus) or next_node > last_event + failures.repair_time:
-                next_node = math.inf
-        next_event = min(next_job, next_node)
-        if next_event == math.inf:
-            break
-        now = max(next_event, last_cycle + cycle_interval)
-        if until is not None and now > until:
-            break
-        process_until(now)
-        while arrival < len(jobs) and jobs[arrival].submit <= now:
-            job = jobs[arrival]
-            limit = None if time_limit_factor is None else job.duration * time_limit_factor
-            state.submit(job_info(job, limit))
-            left[job.id] = job.duration
-            last_event = max(last_event, job.submit)
-            arrival += 1
-        advance(now)
-        for job_id, record in awaiting_requeue.items():
+    # -- job events -------------------------------------------------------------------------------
+    def arrive(self, job) -> None:
+        """A trace job is submitted (TraceJob); it declares time_limit_factor x its duration, if set."""
+        limit = None if self.time_limit_factor is None else job.duration * self.time_limit_factor
+        self.state.submit(job_info(job, limit))
+        self.left[job.id] = job.duration
+        self.last_event = max(self.last_event, job.submit)
+
+    def complete(self, when: float, job_id: str) -> None:
+        """A running job's work is done: its GPUs are freed."""
+        info = self.state.running.get(job_id)
+        self.ledger.credit(_gpus(info), self.left[job_id], when - info.start_time)
+        self._finish(job_id, when)
+        self.ledger.finished()
+
+    def detect(self, when: float, job_id: str, attempt: int) -> None:
+        """A failure of attempt `attempt` is noticed: the job is released and requeued whole (unless it
+        was already, or has started again since)."""
+        info = self.state.running.get(job_id)
+        if job_id in self.failed and info is not None and self.attempt_no[job_id] == attempt:
+            self._requeue_failed(job_id, when)
+
+    def end_grace(self, when: float, job_id: str, tasks: tuple) -> None:
+        """An eviction's grace period ends: a whole gang is released and requeued with the work it had left
+        (it checkpointed in the grace period); evicted surplus tasks are released and the job runs on."""
+        state, ledger = self.state, self.ledger
+        info = state.running.get(job_id)
+        if info is None:
+            return  # it completed during its grace period
+        whole = not tasks or {(t.role, t.index) for t in info.placement} <= set(tasks)
+        if job_id in self.failed:  # its node failed during the grace period: it leaves now, without its work
+            if whole:
+                self._requeue_failed(job_id, when)
+            else:
+                state.shrink(job_id, set(tasks))
+            return
+        if whole:
+            elapsed = self.evicted_at.pop(job_id, when - self.grace_period) - info.start_time
+            done = self.ckpt.progress(elapsed)
+            ledger.credit(_gpus(info), done, elapsed)
+            ledger.lose("grace", _gpus(info) * (when - info.start_time - elapsed))
+            self.left[job_id] = max(0.0, self.left[job_id] - done)
+            self._finish(job_id, when)
+            state.requeue(info)
+            ledger.requeued()
+        else:
+            _, freed = state.shrink(job_id, set(tasks))
+            ledger.account(info, freed, when)
+            ledger.credit(freed, self.ckpt.progress(when - info.start_time), when - info.start_time)
+
+    def _finish(self, job_id: str, end: float) -> None:
+        info = self.state.release(job_id)
+        self.live.pop(job_id, None)
+        self.ledger.account(info, _gpus(info), end)
+
+    def _requeue_failed(self, job_id: str, when: float) -> None:
+        record = self.failed.pop(job_id)
+        info = self.state.running[job_id]
+        self.ledger.lose("undetected", _gpus(info) * (when - record["failed"]))
+        record["detected"] = when
+        self._finish(job_id, when)
+        self.state.requeue(info)
+        self.awaiting_requeue[job_id] = record
+
+    # -- node events ------------------------------------------------------------------------------
+    def fail_node(self, when: float, node: str) -> None:
+        """A node fails: its jobs lose the work since their last checkpoint and hold their GPUs until the
+        failure is detected `detection_timeout` s later; the node is repaired `repair_time` s later."""
+        state, ledger, ckpt = self.state, self.ledger, self.ckpt
+        state.set_node_state(node, "not_ready")
+        hit = [j for j in state.jobs_on(node) if j not in self.failed]
+        ledger.node_failed(bool(hit))
+        for job_id in hit:
+            info = state.running[job_id]
+            gpus = _gpus(info)
+            elapsed = (self.evicted_at[job_id] if job_id in self.evicted_at else when) - info.start_time
+            saved = ckpt.saved(elapsed)
+            ledger.credit(gpus, saved, elapsed)
+            ledger.lose("lost_work", gpus * (ckpt.progress(elapsed) - saved))
+            self.left[job_id] = max(0.0, self.left[job_id] - saved)
+            self.evicted_at.pop(job_id, None)
+            self.live.pop(job_id, None)  # it will not complete
+            self.failed[job_id] = ledger.interrupted({"job": job_id, "node": node, "failed": when, "gpus": gpus,
+                                                      "detected": None, "requeued": None, "restarted": None})
+            self._push(when + self.failures.detection_timeout, "detect", job_id, self.attempt_no[job_id])
+        self._push_node(when + self.failures.repair_time, "repair", node)
+
+    def repair_node(self, when: float, node: str) -> None:
+        """A failed node is back; its next failure is drawn from its stream."""
+        self.state.set_node_state(node, "ready")
+        self._push_node(self.streams[node].next_failure(when), "fail", node)
+
+    # -- cycles -----------------------------------------------------------------------------------
+    def cycle(self, now: float) -> CycleResult:
+        """Run the engine on the state at `now` and apply its result: starts, evictions, holds, rejections."""
+        state = self.state
+        for job_id, record in self.awaiting_requeue.items():
             record["requeued"] = now
-            awaiting_restart[job_id] = record
-        awaiting_requeue.clear()
-
+            self.awaiting_restart[job_id] = record
+        self.awaiting_requeue.clear()
         t0 = time.perf_counter()
         snapshot = state.snapshot(now)
         t1 = time.perf_counter()
-        result = engine(snapshot, config)
+        result = self.engine(snapshot, self.config)
         t2 = time.perf_counter()
         for binding in result.bindings:
-            if state.bind(binding, now, gang=gang) is None:
-                continue  # some tasks bound, holding their GPUs; the job starts when all are
-            if not gang:  # the whole placement, earlier partial bindings included
-                binding = replace(binding, tasks=state.running[binding.job_id].placement)
-            job = by_id[binding.job_id]
-            seq += 1
-            live[job.id] = seq
-            attempt_no[job.id] = attempt_no.get(job.id, 0) + 1
-            heapq.heappush(events, (now + ckpt.wall(left[job.id]), seq, "done", job.id, None))
-            if state.running[job.id].attempts:
-                report.restarts += 1
-                record = awaiting_restart.pop(job.id, None)
-                if record is not None:
-                    record["restarted"] = now
-                continue
-            report.jobs_started += 1
-            waits.setdefault(size_bucket(job.tasks * job.gpus_per_task), []).append(now - job.submit)
-            nodes = {t.node for t in binding.tasks}
-            if len(nodes) > 1:
-                report.multi_node_jobs += 1
-                lowest = lowest_feasible_tier(capacity, sum(len(t.gpus) for t in binding.tasks))
-                if lowest is None:
-                    report.multi_node_beyond_largest_domain += 1
-                elif binding.tier == lowest:
-                    report.multi_node_aligned += 1
+            self._start(binding, now)
         for ev in getattr(result, "evictions", ()):
-            info = state.running.get(ev.job_id)
-            assert info is not None, f"engine evicted job {ev.job_id!r}, which is not running"
-            if info.state == "preempting":
-                continue
-            state.mark_preempting(ev.job_id)
-            whole = not ev.tasks or {(t.role, t.index) for t in info.placement} <= set(ev.tasks)
-            if whole and ev.job_id not in failed:
-                evicted_at[ev.job_id] = now
-                if ckpt.wall(left[ev.job_id]) - (now - info.start_time) > grace_period:
-                    live.pop(ev.job_id, None)  # it will not complete; it is requeued after the grace period
-            seq += 1
-            heapq.heappush(events, (now + grace_period, seq, "grace", ev.job_id, tuple(ev.tasks)))
-            report.evictions_by_rule[ev.rule] = report.evictions_by_rule.get(ev.rule, 0) + 1
+            self._evict(ev, now)
         state.set_holds({n.job_id: n.tasks for n in getattr(result, "nominations", ())})
         for job_id, reason in result.pending.items():
             if reason.terminal and job_id in state.pending:
                 state.drop(job_id)
-                awaiting_restart.pop(job_id, None)
-                report.jobs_rejected += 1
-                report.rejected_by_code[reason.code] = report.rejected_by_code.get(reason.code, 0) + 1
+                self.awaiting_restart.pop(job_id, None)
+                self.ledger.rejected(reason.code)
         t3 = time.perf_counter()
-        if meter is not None:
+        if self.meter is not None:
             fair = result.fair_share or snapshot_fair_share(snapshot)
             demand = state.used_gpus + sum(j.gpus_requested for j in state.pending.values())
-            meter.observe(now, fair, state.queue_used, demand, state.capacity - state.down_gpus)
-        snapshot_ms += (t1 - t0) * 1e3
-        engine_ms.append((t2 - t1) * 1e3)
-        apply_ms += (t3 - t2) * 1e3
+            self.meter.observe(now, fair, state.queue_used, demand, state.capacity - state.down_gpus)
+        self.ledger.cycle(now, result.metrics.get("fragmentation_rate"), (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+                          (t3 - t2) * 1e3)
+        self.last_cycle = now
+        self.rerun = bool(result.bindings) and bool(state.pending)
+        self.last_pending = result.pending
+        return result
 
-        if frag_now is not None:
-            frag_integral += frag_now * (now - frag_since)
-            frag_span += now - frag_since
-        frag_now, frag_since = result.metrics.get("fragmentation_rate"), now
-        report.cycles += 1
-        last_cycle = now
-        rerun = bool(result.bindings) and bool(state.pending)
-        last_pending = result.pending
-        if progress is not None:
-            progress(Progress(now, arrival, report.jobs_started, report.jobs_finished, len(state.pending),
-                              report.cycles))
+    def _start(self, binding, now: float) -> None:
+        state = self.state
+        if state.bind(binding, now, gang=self.gang) is None:
+            return  # some tasks bound, holding their GPUs; the job starts when all are
+        if not self.gang:  # the whole placement, earlier partial bindings included
+            binding = replace(binding, tasks=state.running[binding.job_id].placement)
+        job = self.by_id[binding.job_id]
+        self.live[job.id] = self._push(now + self.ckpt.wall(self.left[job.id]), "done", job.id, None)
+        self.attempt_no[job.id] = self.attempt_no.get(job.id, 0) + 1
+        if state.running[job.id].attempts:
+            self.ledger.restarted()
+            record = self.awaiting_restart.pop(job.id, None)
+            if record is not None:
+                record["restarted"] = now
+            return
+        self.ledger.started(job.tasks * job.gpus_per_task, now - job.submit, binding.tasks, binding.tier)
 
-    # Close the books at `until`, or at the last arrival, completion, release or detection.
-    end = last_event if until is None else max(until, clock)
-    process_until(end)
-    advance(end)
-    if meter is not None:
-        meter.close(end)
-    report.jobs_running_at_end = len(state.running)
-    for job_id in list(state.running):
-        info = state.running[job_id]
-        if job_id in failed:  # failed, not yet detected: its saved work was counted at the failure
-            waste["undetected"] += gpus_of(info) * (end - failed[job_id]["failed"])
-        else:
-            elapsed = evicted_at.get(job_id, end) - info.start_time
-            credit(info, gpus_of(info), ckpt.progress(elapsed), elapsed)
-            waste["grace"] += gpus_of(info) * (end - info.start_time - elapsed)
-        finish(job_id, end)
-    if frag_now is not None and end > frag_since:
-        frag_integral += frag_now * (end - frag_since)
-        frag_span += end - frag_since
+    def _evict(self, ev, now: float) -> None:
+        state = self.state
+        info = state.running.get(ev.job_id)
+        assert info is not None, f"engine evicted job {ev.job_id!r}, which is not running"
+        if info.state == "preempting":
+            return
+        state.mark_preempting(ev.job_id)
+        whole = not ev.tasks or {(t.role, t.index) for t in info.placement} <= set(ev.tasks)
+        if whole and ev.job_id not in self.failed:
+            self.evicted_at[ev.job_id] = now
+            if self.ckpt.wall(self.left[ev.job_id]) - (now - info.start_time) > self.grace_period:
+                self.live.pop(ev.job_id, None)  # it will not complete; it is requeued after the grace period
+        self._push(now + self.grace_period, "grace", ev.job_id, tuple(ev.tasks))
+        self.ledger.evicted(ev.rule)
 
-    span = end - start
-    report.jobs_submitted = arrival
-    report.jobs_pending_at_end = len(state.pending)
-    if report.cycles:
-        for job_id in state.pending:
-            reason = last_pending.get(job_id)
-            code = reason.code if reason is not None else "not_seen_by_engine"
-            report.pending_by_code[code] = report.pending_by_code.get(code, 0) + 1
-    report.mean_allocation_rate = gpu_seconds / (state.capacity * span) if span > 0 and state.capacity else 0.0
-    if frag_span > 0:
-        report.mean_fragmentation_rate = frag_integral / frag_span
-    report.queueing = queueing_summary([w for ws in waits.values() for w in ws])
-    report.queueing_by_size = {
-        label: queueing_summary(waits[label]) for label, _, _ in SIZE_BUCKETS if label in waits
-    }
-    feasible = report.multi_node_jobs - report.multi_node_beyond_largest_domain
-    report.topology_alignment = report.multi_node_aligned / feasible if feasible else None
-    report.team_gpu_hours = {t: s / 3600.0 for t, s in sorted(team_seconds.items())}
-    report.evictions = sum(report.evictions_by_rule.values())
-    report.evictions_per_started_job = report.evictions / report.jobs_started if report.jobs_started else None
-    if meter is not None:
-        report.fairness = meter.summary()
-    report.allocated_gpu_hours = gpu_seconds / 3600.0
-    report.useful_gpu_hours = useful / 3600.0
-    report.goodput = useful / gpu_seconds if gpu_seconds > 0 else None
-    report.waste_gpu_hours = {k: v / 3600.0 for k, v in waste.items()}
-    report.waste_gpu_hours["other"] = (gpu_seconds - useful - sum(waste.values())) / 3600.0
-    report.checkpoint = asdict(ckpt)
-    if failures is not None:
-        report.failures = failure_summary(failures, interruptions, node_failures, node_failures_hitting_jobs)
-    report.sim_start, report.sim_end = start, end
-    report.span_seconds, report.span_days = span, span / 86400.0
-    if engine_ms:
-        report.engine_mean_ms = sum(engine_ms) / len(engine_ms)
-        report.engine_max_ms = max(engine_ms)
-        report.snapshot_mean_ms = snapshot_ms / len(engine_ms)
-        report.apply_mean_ms = apply_ms / len(engine_ms)
-    report.wall_seconds = time.perf_counter() - wall0
-    return report
+    # -- the run ----------------------------------------------------------------------------------
+    def run(self) -> ReplayReport:
+        """Play every event up to `until` (or until nothing is left to happen) and return the report."""
+        jobs, state, interval = self.jobs, self.state, self.cycle_interval
+        while True:
+            next_job = min(
+                jobs[self.arrival].submit if self.arrival < len(jobs) else math.inf,
+                self.events[0][0] if self.events else math.inf,
+                self.last_cycle + interval if self.rerun else math.inf,
+            )
+            next_node = self.node_events[0][0] if self.node_events else math.inf
+            if next_job == math.inf and not state.running:
+                # Nothing left to run: node events matter only to pending jobs waiting for a repair, and
+                # only until every node down at the last job event is back.
+                if not (state.pending and state.down_gpus) or next_node > self.last_event + self.failures.repair_time:
+                    next_node = math.inf
+            next_event = min(next_job, next_node)
+            if next_event == math.inf:
+                break
+            now = max(next_event, self.last_cycle + interval)
+            if self.until is not None and now > self.until:
+                break
+            self.process_until(now)
+            while self.arrival < len(jobs) and jobs[self.arrival].submit <= now:
+                self.arrive(jobs[self.arrival])
+                self.arrival += 1
+            self._advance(now)
+            self.cycle(now)
+            if self.progress is not None:
+                report = self.report
+                self.progress(Progress(now, self.arrival, report.jobs_started, report.jobs_finished,
+                                       len(state.pending), report.cycles))
+        return self._close()
+
+    def _close(self) -> ReplayReport:
+        """Close the books at `until`, or at the last arrival, completion, release or detection: jobs still
+        running are credited with their progress and released, then the ledger fills the report."""
+        state, ledger = self.state, self.ledger
+        end = self.last_event if self.until is None else max(self.until, ledger.clock)
+        self.process_until(end)
+        self._advance(end)
+        if self.meter is not None:
+            self.meter.close(end)
+        self.report.jobs_running_at_end = len(state.running)
+        for job_id in list(state.running):
+            info = state.running[job_id]
+            if job_id in self.failed:  # failed, not yet detected: its saved work was counted at the failure
+                ledger.lose("undetected", _gpus(info) * (end - self.failed[job_id]["failed"]))
+            else:
+                elapsed = self.evicted_at.get(job_id, end) - info.start_time
+                ledger.credit(_gpus(info), self.ckpt.progress(elapsed), elapsed)
+                ledger.lose("grace", _gpus(info) * (end - info.start_time - elapsed))
+            self._finish(job_id, end)
+        failures = None
+        if self.failures is not None:
+            failures = failure_summary(self.failures, ledger.interruptions, ledger.node_failures,
+                                       ledger.node_failures_hitting_jobs)
+        return ledger.close(end, submitted=self.arrival, pending=state.pending, last_pending=self.last_pending,
+                            capacity_gpus=state.capacity, fairness=self.meter.summary() if self.meter else None,
+                            failures=failures, wall_seconds=time.perf_counter() - self.wall0)
+
+
+def _gpus(info) -> int:
+    return sum(len(t.gpus) for t in info.placement)
 
 
 def failure_summary(model: FailureModel, interruptions: list[dict], node_failures: int, hitting: int) -> dict:
