@@ -5,10 +5,13 @@
              .queue(name="q", quota={"H100": 32})
              .job(name="big", queue="q", tasks=3, gpus_per_task=4, submit=0))
     result = world.cycle()
+    check_result(world.snapshot(), result)
 
 A World yields a frozen Snapshot for one cycle (`snapshot`, `cycle`), and the pieces a multi-cycle
-scenario runner needs (`scheduler.sim.scenario.ScenarioRunner`): nodes, domains, queues, jobs with their
-durations. Units: GPUs, millicores, MiB, seconds.
+scenario runner needs: nodes, domains, queues, jobs with their durations. The runner itself,
+`scheduler.sim.scenario.ScenarioRunner`, steps a World through simulated time on the simulator's state;
+it is re-exported here (`from scheduler.core.testing import ScenarioRunner`) and imported only when
+asked for. `check_result` asserts one cycle's safety invariants. Units: GPUs, millicores, MiB, seconds.
 """
 from __future__ import annotations
 
@@ -170,9 +173,13 @@ class World:
 def check_result(snapshot: Snapshot, result: CycleResult) -> None:
     """Assert the cycle's safety invariants; raises AssertionError naming the first violation.
 
-    No GPU bound twice (against the snapshot and within the result), no GPU on a node that is not ready or
-    on an unhealthy GPU, every gang at or above each role's min_available and at most its tasks, no node
-    over its CPU / memory capacity, no hard topology constraint crossed, every job bound at most once.
+    Bindings: only pending jobs, each at most once; no GPU bound twice (against the snapshot and within
+    the result), none on a node that is not ready, none unhealthy or out of range, each task with its
+    role's GPU count and on an allowed flavor; every gang at or above each role's min_available and at most
+    its tasks; no node over its CPU / memory capacity; no hard topology constraint crossed (the binding's
+    domain within highest_tier, every task inside it). Evictions: only running preemptible jobs, never
+    one bound in the same cycle, only tasks it runs, each for a pending beneficiary holding GPUs (a
+    Nomination), and a partial eviction leaves every role at or above its min_available.
     """
     from .domain_tree import build_tree
 
@@ -231,93 +238,11 @@ def check_result(snapshot: Snapshot, result: CycleResult) -> None:
                 assert left[r.name] >= r.min_available, f"{e.job_id}: partial eviction breaks the gang"
 
 
-class ScenarioRunner:
-    """Runs cycles over a World in simulated time: submits jobs at their submit time, completes jobs
-    with a duration, evicts victims gracefully (state "preempting" for `grace` seconds, then requeued with
-    their original submit time and one more attempt), keeps nominations as the holders' `reserved` GPUs,
-    and checks `check_result` after every cycle. Pure and deterministic.
+def __getattr__(name: str):
+    """ScenarioRunner lives in scheduler.sim.scenario (it runs on the simulator's state, and the engine must
+    not import its simulator at import time); it is still importable from here, where tests import it."""
+    if name == "ScenarioRunner":
+        from scheduler.sim.scenario import ScenarioRunner
 
-    history[i] = (now, CycleResult); started[job] = last start time; finished[job] = end time;
-    evictions = every Eviction made, in order.
-    """
-
-    def __init__(self, world: World, *, config: CycleConfig | None = None, grace: float = 0.0):
-        self.world, self.config, self.grace = world, config, grace
-        self.base = {n.name: n for n in world.node_infos}
-        self.running: dict = {j.id: j for j in world.jobs if j.state != "pending"}
-        self.pending: dict = {}
-        self.releasing: dict = {}  # id -> (JobInfo in state preempting, release time, job to requeue or None)
-        self.future = sorted((j for j in world.jobs if j.state == "pending"), key=lambda j: (j.submit_time, j.id))
-        self.started: dict = {j.id: j.start_time or 0.0 for j in self.running.values()}
-        self.finished: dict = {}
-        self.evictions: list = []
-        self.placements: dict = {j.id: j.placement for j in self.running.values()}  # last placement per job
-        self.history: list[tuple[float, CycleResult]] = []
-        for j in self.running.values():  # world.running() folded their GPUs into node.used; count them once
-            for t in j.placement:
-                self.base[t.node] = replace(self.base[t.node], used=self.base[t.node].used - set(t.gpus))
-
-    def snapshot(self, now: float) -> Snapshot:
-        used = {n: set(info.used) for n, info in self.base.items()}
-        live = [*self.running.values(), *(r[0] for r in self.releasing.values())]
-        for j in live:
-            for t in j.placement:
-                used[t.node].update(t.gpus)
-        nodes = tuple(replace(info, used=frozenset(used[n])) for n, info in self.base.items())
-        jobs = (*live, *self.pending.values())
-        return Snapshot(nodes=nodes, domains=self.world.domain_infos, queues=self.world.queue_infos, jobs=jobs, now=now)
-
-    def finish(self, job_id, now: float) -> None:
-        self.running.pop(job_id)
-        self.finished[job_id] = now
-
-    def _evict(self, ev, now: float) -> None:
-        job = self.running.pop(ev.job_id)
-        self.evictions.append(ev)
-        if not ev.tasks:
-            gone = replace(job, state="preempting")
-            requeue = replace(job, state="pending", placement=(), start_time=None, attempts=job.attempts + 1)
-            self.releasing[(job.id, "gang")] = (gone, now + self.grace, requeue)
-            return
-        out = tuple(t for t in job.placement if (t.role, t.index) in ev.tasks)
-        keep = tuple(t for t in job.placement if (t.role, t.index) not in ev.tasks)
-        self.running[job.id] = replace(job, placement=keep)
-        key = (job.id, "tasks", len(self.evictions))
-        self.releasing[key] = (replace(job, id=key, state="preempting", placement=out), now + self.grace, None)
-
-    def step(self, now: float) -> CycleResult:
-        for job_id in list(self.running):
-            duration = self.world.durations.get(job_id)
-            if duration is not None and self.started[job_id] + duration <= now:
-                self.finish(job_id, now)
-        for key, (_, release_at, requeue) in list(self.releasing.items()):
-            if release_at <= now:
-                del self.releasing[key]
-                if requeue is not None:
-                    self.pending[requeue.id] = requeue
-        while self.future and self.future[0].submit_time <= now:
-            job = self.future.pop(0)
-            self.pending[job.id] = job
-        snap = self.snapshot(now)
-        result = run_cycle(snap, self.config)
-        check_result(snap, result)
-        for b in result.bindings:
-            job = self.pending.pop(b.job_id)
-            self.running[b.job_id] = replace(job, state="running", placement=b.tasks, start_time=now, reserved=())
-            self.started[b.job_id] = now
-            self.placements[b.job_id] = b.tasks
-        for ev in result.evictions:
-            self._evict(ev, now)
-        held = {n.job_id: n.tasks for n in result.nominations}
-        for job_id, job in self.pending.items():
-            if job.reserved != held.get(job_id, ()):
-                self.pending[job_id] = replace(job, reserved=held.get(job_id, ()))
-        self.history.append((now, result))
-        return result
-
-    def run(self, *, until: float, every: float = 1.0, start: float = 0.0) -> ScenarioRunner:
-        now = start
-        while now <= until:
-            self.step(now)
-            now += every
-        return self
+        return ScenarioRunner
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

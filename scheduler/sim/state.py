@@ -52,24 +52,37 @@ class ClusterState:
     """GPUs in use per node, live jobs, and the snapshot built from them."""
 
     def __init__(self, cluster: ClusterSpec, queues: tuple[QueueInfo, ...]):
-        self.domains = tuple(DomainInfo(d.name, d.tier, d.parent) for d in cluster.domains)
-        self.queues = queues
-        self._base = {
-            n.name: NodeInfo(
+        nodes = tuple(
+            NodeInfo(
                 name=n.name, flavor=n.flavor, gpus=n.gpus, domain=n.domain, gpu_numa=tuple(n.gpu_numa),
                 cpu_milli=n.cpu_milli, memory_mib=n.memory_mib,
             )
             for n in cluster.nodes
-        }
+        )
+        self._setup(nodes, tuple(DomainInfo(d.name, d.tier, d.parent) for d in cluster.domains), queues)
+
+    @classmethod
+    def from_infos(cls, nodes: tuple[NodeInfo, ...], domains: tuple[DomainInfo, ...],
+                   queues: tuple[QueueInfo, ...]) -> ClusterState:
+        """A state over the engine's own types (test worlds, scheduler.sim.scenario): each node keeps its
+        state, unhealthy GPUs and `used` GPUs / CPU / memory (held by something outside the jobs here)."""
+        state = cls.__new__(cls)
+        state._setup(tuple(nodes), tuple(domains), queues)
+        return state
+
+    def _setup(self, nodes: tuple[NodeInfo, ...], domains: tuple[DomainInfo, ...], queues: tuple[QueueInfo, ...]):
+        self.domains = domains
+        self.queues = queues
+        self._base = {n.name: n for n in nodes}
         self._order = {name: i for i, name in enumerate(self._base)}
         self._nodes = list(self._base.values())  # current NodeInfo per node, in cluster order
-        self._used: dict[str, set[int]] = {name: set() for name in self._base}
-        self._cpu: dict[str, int] = dict.fromkeys(self._base, 0)
-        self._mem: dict[str, int] = dict.fromkeys(self._base, 0)
+        self._used: dict[str, set[int]] = {n.name: set(n.used) for n in nodes}
+        self._cpu: dict[str, int] = {n.name: n.cpu_used for n in nodes}
+        self._mem: dict[str, int] = {n.name: n.memory_used for n in nodes}
         self._dirty: set[str] = set()
-        self._state: dict[str, str] = dict.fromkeys(self._base, "ready")
+        self._state: dict[str, str] = {n.name: n.state for n in nodes}
         self.capacity = sum(n.gpus for n in self._nodes)  # GPUs of the cluster (all nodes, up or down)
-        self.down_gpus = 0  # GPUs of nodes not ready (failed, under repair)
+        self.down_gpus = sum(n.gpus for n in nodes if n.state != "ready")  # GPUs of nodes not ready
         self.used_gpus = 0
         self.queue_used: dict[str, int] = {}  # queue -> GPUs held by its jobs (running, preempting, partial)
         self.pending: dict = {}  # job id -> JobInfo, in submit order
@@ -78,8 +91,11 @@ class ClusterState:
 
     # -- jobs -------------------------------------------------------------------------------------
     def submit(self, info: JobInfo) -> None:
+        """A new pending job (it may already hold GPUs: `reserved`, kept until set_holds says otherwise)."""
         assert info.id not in self.pending and info.id not in self.running, f"duplicate job id {info.id!r}"
         self.pending[info.id] = info
+        if info.reserved:
+            self._held.add(info.id)
 
     def snapshot(self, now: float) -> Snapshot:
         """A frozen view of the current state at simulated time `now` (seconds)."""
@@ -191,6 +207,18 @@ class ClusterState:
         job = replace(job, state="running", placement=tuple(keep))
         self.running[job_id] = job
         return job, freed
+
+    def split_off(self, job_id, tasks: set[tuple[str, int]], releasing_id) -> JobInfo:
+        """Move the given (role, index) tasks of a running job into a job of their own, `releasing_id`, in
+        state "preempting": their GPUs stay used until `release(releasing_id)`, and the job runs on with the
+        rest (how the platform shows surplus tasks being released). Returns the releasing job."""
+        job = self.running[job_id]
+        out = tuple(t for t in job.placement if (t.role, t.index) in tasks)
+        keep = tuple(t for t in job.placement if (t.role, t.index) not in tasks)
+        self.running[job_id] = replace(job, placement=keep)
+        releasing = replace(job, id=releasing_id, state="preempting", placement=out)
+        self.running[releasing_id] = releasing
+        return releasing
 
     def requeue(self, job: JobInfo) -> None:
         """Put an evicted (already released) job back in the pending set, keeping its submit time."""

@@ -4,7 +4,8 @@ jobs (hypothesis, random clusters, queues and job streams)."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.testing import ScenarioRunner, World, role
+from scheduler.core.testing import World, role
+from scheduler.sim.scenario import ScenarioRunner
 
 
 @st.composite
