@@ -5,7 +5,8 @@ config), the static feasibility rule, the GPUs held out of everyone's pool (`hol
 force after the cycle (`nominated`). Its public API is what every action needs:
 
 - `flavors(job)`: the GPU flavors the job may run on, in the order to try them;
-- `tier_cap(job)` / `tier_levels(job)`: the highest tier the job may span, and the tiers searched in order;
+- `tier_cap(job)` / `tier_levels(job)`: the highest tier the job may span, and the tiers searched in order
+  (from its preferred tier upward when it has one);
 - `try_place(job, flavor, target=, within=)`: the gang + topology + binpack search, applied to the state;
 - `holds` (`Holds`) and `nominate(job_id, tasks)`: GPUs kept for a job, during and after the cycle.
 
@@ -122,12 +123,23 @@ class Session:
 
     def tier_levels(self, job: JobInfo) -> list[int]:
         """The tiers whose domains are searched for the job, in order: every tier up to `tier_cap`, lowest
-        first (the most compact placement wins); with topology off, only the top tier (one domain)."""
+        first (the most compact placement wins); with a `preferred_tier`, the search starts there and
+        falls back upward (soft topology: the job asks for that level, e.g. a leaf switch, and its gang
+        is best-fit among that tier's domains rather than squeezed into the tightest lower domain; tiers
+        below it are not tried on their own, though packing inside the chosen domain still fills its
+        fullest lower domains first). A preferred tier above every tier up to the cap is ignored. With
+        topology off, only the top tier (one domain)."""
         tree = self.tree
         if not self.config.topology:
             return [tree.top_tier]
         cap = self.tier_cap(job)
-        return [t for t in tree.tier_levels if t <= cap]
+        levels = [t for t in tree.tier_levels if t <= cap]
+        preferred = job.preferred_tier
+        if preferred is not None:
+            upward = [t for t in levels if t >= preferred]
+            if upward:
+                return upward
+        return levels
 
     # -- placement ----------------------------------------------------------------------------------
     def try_place(self, job: JobInfo, flavor: str, *, target: float, within: int | None = None

@@ -100,7 +100,13 @@ class TaskPlacement:
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:
-    """A job as the engine sees it. Pending jobs have no placement; running ones carry theirs."""
+    """A job as the engine sees it. Pending jobs have no placement; running ones carry theirs.
+
+    Topology: `topology_mode` "hard" keeps the gang inside one domain of tier <= `highest_tier` (or it
+    waits); "soft" and "none" prefer the lowest tier that fits and may spread up to the whole cluster.
+    `preferred_tier` (any mode; at most highest_tier under "hard") is where the domain search starts:
+    the gang is placed best-fit among the domains of that tier, falling back upward when none fits
+    (Session.tier_levels). Times are seconds of the cluster clock; time_limit None = none declared."""
 
     id: JobId
     queue: str
