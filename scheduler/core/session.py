@@ -7,7 +7,8 @@ force after the cycle (`nominated`). Its public API is what every action needs:
 - `flavors(job)`: the GPU flavors the job may run on, in the order to try them;
 - `tier_cap(job)` / `tier_levels(job)`: the highest tier the job may span, and the tiers searched in order
   (from its preferred tier upward when it has one);
-- `try_place(job, flavor, target=, within=)`: the gang + topology + binpack search, applied to the state;
+- `try_place(job, flavor, target=, within=)`: the gang + topology + binpack search, applied to the state
+  (`search` is the same with the tier cap, minimum and room the caller has already computed);
 - `holds` (`Holds`) and `nominate(job_id, tasks)`: GPUs kept for a job, during and after the cycle.
 
 The actions are functions over it (actions/allocate.py, backfill.py, preempt.py, reclaim.py, evict.py);
@@ -79,23 +80,18 @@ class Holds:
 class Session:
     """One cycle's context for the actions (module docstring). Built once per cycle by run_cycle."""
 
-    __slots__ = ("state", "queues", "config", "snapshot", "capacity", "holds", "nominated")
+    __slots__ = ("state", "queues", "config", "snapshot", "tree", "now", "capacity", "holds", "nominated", "_levels")
 
     def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig, snapshot: Snapshot, *,
                  cache: EngineCache | None = None):
         """cache: the engine's EngineCache (its static-feasibility tables are reused), or None."""
         self.state, self.queues, self.config, self.snapshot = state, queues, config, snapshot
+        self.tree = state.tree  # domain_tree.DomainTree
+        self.now = snapshot.now  # seconds of the cluster clock
         self.capacity = Capacity(state, cache)
         self.holds = Holds(state)
         self.nominated: dict = {}  # job id -> tasks held for it after this cycle (CycleResult.nominations)
-
-    @property
-    def tree(self):
-        return self.state.tree
-
-    @property
-    def now(self) -> float:
-        return self.snapshot.now
+        self._levels: dict[int, list[int]] = {}  # tier cap -> the tiers up to it, ascending
 
     def nominate(self, job_id, tasks: tuple[TaskPlacement, ...]) -> None:
         """Hold the tasks' GPUs for the job from now on, and after this cycle (a Nomination)."""
@@ -129,13 +125,17 @@ class Session:
         below it are not tried on their own, though packing inside the chosen domain still fills its
         fullest lower domains first). A preferred tier above every tier up to the cap is ignored. With
         topology off, only the top tier (one domain)."""
-        tree = self.tree
-        if not self.config.topology:
-            return [tree.top_tier]
-        cap = self.tier_cap(job)
-        levels = [t for t in tree.tier_levels if t <= cap]
+        return self._tier_levels(job, self.tier_cap(job))
+
+    def _tier_levels(self, job: JobInfo, cap: int) -> list[int]:
+        """tier_levels with the job's tier cap already known (the list may be shared: read only)."""
+        levels = self._levels.get(cap)
+        if levels is None:
+            tree = self.tree
+            levels = [t for t in tree.tier_levels if t <= cap] if self.config.topology else [tree.top_tier]
+            self._levels[cap] = levels
         preferred = job.preferred_tier
-        if preferred is not None:
+        if preferred is not None and self.config.topology:
             upward = [t for t in levels if t >= preferred]
             if upward:
                 return upward
@@ -151,12 +151,14 @@ class Session:
         (the caller keeps it, or gives it back with trial.release_binding); otherwise the state is
         unchanged and the PendingReason says why (no_packing, insufficient_gpus or no_domain)."""
         need = job.gpus_min
-        return self._search(job, flavor, self.tier_cap(job), need, max(target, need), within)
+        return self.search(job, flavor, cap=self.tier_cap(job), need=need, room=max(target, need), within=within)
 
-    def _search(self, job: JobInfo, flavor: str, cap: int, need: int, room: float, within: int | None = None
-                ) -> Binding | PendingReason:
+    def search(self, job: JobInfo, flavor: str, *, cap: int, need: int, room: float, within: int | None = None
+               ) -> Binding | PendingReason:
+        """try_place with what the caller already computed: cap = tier_cap(job), need = job.gpus_min,
+        room = the most GPUs the placement may take (>= need; INF = no bound)."""
         state, tree, capacity, topology = self.state, self.tree, self.capacity, self.config.topology
-        levels = [tree.tiers[within]] if within is not None else self.tier_levels(job)
+        levels = [tree.tiers[within]] if within is not None else self._tier_levels(job, cap)
         extra = (room - need) if room != INF else INF
         packing_failure: tuple[int, RoleInfo] | None = None  # the first domain whose packing failed, and the role
         gpu_roles = sorted((r for r in job.roles if r.gpus_per_task and r.effective_min),

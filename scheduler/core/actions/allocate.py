@@ -64,11 +64,12 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
         jobs.sort(key=order.job_key, reverse=True)  # pop() from the end = next job
         heap.append((order.queue_key(q, jobs[-1]), q))
     heapq.heapify(heap)
+    attempt, place = reservations.attempt, admission.place
     while heap:
         _, q = heapq.heappop(heap)
         job = by_queue[q].pop()
         before = order.share(q)
-        outcome = reservations.attempt(job, admission.place)
+        outcome = attempt(job, place)
         if isinstance(outcome, Binding):
             out.bindings.append(replace(outcome, share_before=before, share_after=order.share(q)))
         else:
@@ -171,13 +172,12 @@ class Admission:
                 return PendingReason("queue_limit", f"non-preemptible jobs run only within quota: queue {level} "
                                      f"uses {used} of its quota of {int(used + within)} {flavor} GPUs, job needs {need}")
             room = min(room, within)
-        levels = session.tier_levels(job)
-        shape = (flavor, cap, levels[0] if levels else None, backfill_open,
+        shape = (flavor, cap, job.preferred_tier, backfill_open,
                  tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib) for r in job.roles))
         cached = self.failed_shapes.get(shape)
         if cached is not None:
             return cached
-        outcome = session.try_place(job, flavor, target=room)  # room >= need here
+        outcome = session.search(job, flavor, cap=cap, need=need, room=room)  # room >= need here
         if isinstance(outcome, PendingReason):
             until = self.reservations.until
             if backfill_open is False and until is not None:
