@@ -5,7 +5,6 @@ from django.db import transaction
 
 from .. import quota_rules
 from ..audit import record_event
-from ..errors import ValidationError
 from ..models import Job, Queue, Quota, Team
 from .base import raise_if, request_cycle_on_commit, resolve_queue
 

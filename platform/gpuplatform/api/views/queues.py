@@ -4,7 +4,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from ... import access, queries, services
-from ...models import Queue, Quota
+from ...models import Quota
 from ..filters import QueueFilterSet, QuotaFilterSet
 from ..permissions import IsPlatformAdminOrReadOnly
 from ..serializers import QueueCreateSerializer, QueueSerializer, QueueTreeSerializer, QueueUpdateSerializer, QuotaSerializer
