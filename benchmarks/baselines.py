@@ -26,7 +26,9 @@ import sys
 import time
 
 import _common as C
-from scheduler.core import CycleConfig, run_cycle
+from functools import partial
+
+from scheduler.core import CycleConfig, EngineCache, run_cycle
 from scheduler.core.baselines import run_cycle_kube
 
 KUBE = CycleConfig(binpack=False, topology=False, fair_share=False, backfill=False, preemption=False, reclaim=False)
@@ -110,6 +112,8 @@ def daily(series, start: float, end: float, key) -> list:
 
 
 def run_policy(name, engine, config, cluster, trace, until: float | None = None) -> dict:
+    if engine is run_cycle:  # each run keeps its engine cache, as the production cycle and the replay do
+        engine = partial(run_cycle, cache=EngineCache())
     rec = Recorder(engine)
     t0 = time.perf_counter()
     from scheduler.sim.replay import replay

@@ -27,7 +27,9 @@ import time
 from dataclasses import replace
 
 import _common as C
-from scheduler.core import CycleConfig, run_cycle
+from functools import partial
+
+from scheduler.core import CycleConfig, EngineCache, run_cycle
 from scheduler.core.baselines import run_cycle_kube
 from scheduler.sim.state import ClusterState, job_info, queue_infos
 
@@ -97,7 +99,7 @@ def main(argv=None) -> dict:
     cluster = load_cluster("openb")
     trace = load_trace("openb")
     stop = 0.3 if args.tiny else 1.3
-    policies = [("full", run_cycle, CycleConfig())]
+    policies = [("full", partial(run_cycle, cache=EngineCache()), CycleConfig())]  # its own engine cache
     if not args.no_kube and not args.tiny and not args.quick:
         policies.append(("kube_like", run_cycle_kube, KUBE))
     results = {}

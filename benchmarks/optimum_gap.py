@@ -104,7 +104,7 @@ def optimum(snapshot: Snapshot, time_limit: float, workers: int = 1) -> tuple[in
 
 
 def ours(snapshot: Snapshot, config: CycleConfig) -> int:
-    result = run_cycle(snapshot, config)
+    result = run_cycle(snapshot, config)  # independent snapshots: nothing to reuse across them
     return sum(len(t.gpus) for b in result.bindings for t in b.tasks)
 
 
