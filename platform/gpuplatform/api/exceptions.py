@@ -7,6 +7,7 @@ case (the services validate before writing, inside one transaction).
 """
 from __future__ import annotations
 
+from django.db import DataError
 from django.db.models import ProtectedError
 from rest_framework import status
 from rest_framework.response import Response
@@ -25,4 +26,22 @@ def exception_handler(exc, context):
     if isinstance(exc, ProtectedError):
         return Response({"non_field_errors": ["still referenced by other objects; remove those first"]},
                         status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, DataError) and "NUL" in str(exc):
+        # A NUL in a name the view looked up (a path, a filter, a related name): PostgreSQL refuses it.
+        where = _nul_field(context)
+        return Response({where: ["NUL characters are not accepted"]}, status=status.HTTP_400_BAD_REQUEST)
     return drf_exception_handler(exc, context)
+
+
+def _nul_field(context) -> str:
+    """The first request field (body, then query string) whose value holds a NUL, else non_field_errors."""
+    request = context.get("request")
+    for source in (getattr(request, "data", None), getattr(request, "query_params", None)):
+        try:
+            items = list(source.items()) if source is not None else []
+        except AttributeError:
+            items = []
+        for key, value in items:
+            if "\x00" in str(key) or "\x00" in str(value):
+                return str(key).replace("\x00", "")
+    return "non_field_errors"

@@ -66,6 +66,14 @@ class NodeRegisterSerializer(serializers.Serializer):
     labels = serializers.DictField(child=serializers.CharField(max_length=500, allow_blank=True), required=False,
                                    default=dict)
     gpus = GpuReportSerializer(many=True, max_length=1024)
+
+    def validate_labels(self, value):
+        """Label names: 1-200 characters, no NUL (PostgreSQL's jsonb cannot hold one)."""
+        bad = [k for k in value if not k or len(k) > 200 or "\x00" in k]
+        if bad:
+            raise serializers.ValidationError(f"label names must be 1-200 characters without NUL: {bad[:3]!r}")
+        return value
+
     address = serializers.CharField(max_length=200, required=False, default="", allow_blank=True,
                                     help_text="where other nodes reach this one (MASTER_ADDR); blank = its name")
     runtime = serializers.ChoiceField(choices=["", "docker", "podman"], required=False, default="",
