@@ -55,6 +55,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import _common as C
+from gpuplatform.agent.executor import proc_stat, scan_proc
 
 SCRATCH_PG = "gpuplatform_bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -78,28 +79,19 @@ def boot_offset() -> float:
     return statistics.median(vals)
 
 
+def _fields(st) -> dict:
+    return {"state": st.state, "ppid": st.ppid, "pgid": st.pgid, "sid": st.sid, "utime": st.utime,
+            "stime": st.stime, "start": st.start_time}
+
+
 def stat(pid: int) -> dict | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    rest = raw[raw.rfind(b")") + 2:].split()
-    try:
-        return {"state": rest[0].decode(), "ppid": int(rest[1]), "pgid": int(rest[2]), "sid": int(rest[3]),
-                "utime": int(rest[11]), "stime": int(rest[12]), "start": int(rest[19])}
-    except (IndexError, ValueError):
-        return None
+    """One process as the agent's own /proc reader sees it (executor.proc_stat), as a dict."""
+    st = proc_stat(pid)
+    return None if st is None else _fields(st)
 
 
 def all_procs() -> dict[int, dict]:
-    out = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = stat(int(name))
-            if st is not None:
-                out[int(name)] = st
-    return out
+    return {pid: _fields(st) for pid, st in scan_proc().items()}
 
 
 def alive(pid: int, start: int) -> bool:

@@ -56,13 +56,15 @@ class ExecutorError(RuntimeError):
 # --------------------------------------------------------------------------------------------- /proc helpers
 @dataclass(frozen=True)
 class ProcStat:
-    """One process from /proc/<pid>/stat. start_time: clock ticks since boot."""
+    """One process from /proc/<pid>/stat. start_time: clock ticks since boot; utime / stime: CPU clock ticks."""
     pid: int
     state: str
     ppid: int
     pgid: int
     sid: int
     start_time: int
+    utime: int = 0
+    stime: int = 0
 
     @property
     def dead(self) -> bool:
@@ -78,7 +80,8 @@ def proc_stat(pid: int) -> ProcStat | None:
         return None
     rest = raw[raw.rfind(b")") + 2:].split()
     try:
-        return ProcStat(pid, rest[0].decode(), int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]))
+        return ProcStat(pid, rest[0].decode(), int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]),
+                        int(rest[11]), int(rest[12]))
     except (IndexError, ValueError):
         return None
 
