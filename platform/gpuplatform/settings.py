@@ -105,6 +105,9 @@ if os.environ.get("DJANGO_PRODUCTION"):
     CSRF_COOKIE_SECURE = True
 
 REST_FRAMEWORK = {
+    # JSON whose nesting overflows the parser's recursion is a 400 like any other malformed body (api/parsers.py)
+    "DEFAULT_PARSER_CLASSES": ["gpuplatform.api.parsers.JSONParser", "rest_framework.parsers.FormParser",
+                               "rest_framework.parsers.MultiPartParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",  # scripts, CI, the node agent (first: 401 + WWW-Authenticate)
         "rest_framework.authentication.SessionAuthentication",  # the browser (CSRF enforced)

@@ -1,4 +1,4 @@
-"""NUL characters anywhere in a request body are refused with a 400 naming the field (PostgreSQL's text and
+"""Malformed input the schema fuzz test and a fresh user found. NUL characters anywhere in a request body are refused with a 400 naming the field (PostgreSQL's text and
 jsonb cannot hold them: stored as they were, they answered 500). Found by the schema fuzz test."""
 from __future__ import annotations
 
@@ -29,3 +29,14 @@ def test_nul_in_a_looked_up_name_or_path_is_a_400_or_404(client_for):
     assert r.status_code == 400 and "queue" in r.json(), r.content[:300]
     assert admin.get("/api/v1/nodes/a%00b/").status_code in (400, 404)
     assert admin.get("/api/v1/jobs/?queue=a%00b").status_code in (200, 400)
+
+
+def test_json_nested_too_deeply_is_a_400(client_for):
+    body = "[" * 100_000 + "]" * 100_000
+    r = client_for("staff").generic("POST", "/api/v1/jobs/", body, content_type="application/json")
+    assert r.status_code == 400 and "nested too deeply" in r.json()["detail"]
+
+
+def test_logs_of_an_attempt_the_job_never_had_are_a_400(client_for, jobs):
+    r = client_for("staff").get(f"/api/v1/jobs/{jobs['own'].pk}/logs/?attempt=7")
+    assert r.status_code == 400 and "attempt" in r.json()

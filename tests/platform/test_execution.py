@@ -617,6 +617,16 @@ def test_log_chunks_append_dedupe_and_read_with_offset_and_limit(running):
     assert execution.read_log(t0, offset=13)["data"] == ""
     assert log(t0, 20, "after a gap") == (True, "", 31)
     assert execution.read_log(t0, offset=13)["data"] == "after a gap"
+    # A client that follows next_offset with a small limit gets everything, nothing skipped (a limit that ended
+    # inside a chunk used to jump next_offset to the next chunk)
+    pages, offset = [], 0
+    for _ in range(40):
+        page = execution.read_log(t0, offset=offset, limit=2)
+        if not page["data"]:
+            break
+        pages.append(page["data"])
+        offset = page["next_offset"]
+    assert "".join(pages) == "hello wörld\nafter a gap"
 
 
 def test_logs_are_trimmed_past_the_limit_oldest_first(running, settings):

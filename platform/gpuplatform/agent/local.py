@@ -8,6 +8,7 @@ No Django import: the agents are separate processes and touch no database.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LocalAgent", "RECORDED_DUMP", "agent_argv", "start_agents", "stop_agents"]
+__all__ = ["LocalAgent", "RECORDED_DUMP", "agent_argv", "start_agents", "stop_agents", "stop_tasks_in"]
 
 REPO = Path(__file__).resolve().parents[3]
 RECORDED_DUMP = REPO / "data" / "nvidia-h200-node" / "nvidia-smi-q.xml"
@@ -52,6 +53,13 @@ def start_agents(api: str, token: str, count: int, *, root: Path, gpus: int = 2,
     """Start `count` agents named <prefix>-0 .. <prefix>-<count-1>, each with work dir root/<name> and its
     output in root/<name>.log. Returns at once (they register within a second or two)."""
     root.mkdir(parents=True, exist_ok=True)
+    # Tasks a previous local run left behind (its process was killed hard) are stopped first, and its task
+    # records go: they belong to that run's jobs, and an agent never starts a (task, attempt) it has a
+    # record of, so a new database's task 1 would never start.
+    dirs = [root / f"{prefix}-{i}" for i in range(count)]
+    stop_tasks_in(dirs, grace=2.0)
+    for work in dirs:
+        shutil.rmtree(work / "tasks", ignore_errors=True)
     base = {k: v for k, v in os.environ.items() if k not in _DROP}
     base.update(env or {})
     base["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "platform"), base.get("PYTHONPATH", "")])
@@ -64,7 +72,7 @@ def start_agents(api: str, token: str, count: int, *, root: Path, gpus: int = 2,
         log_path = root / f"{name}.log"
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(argv, cwd=REPO, env=base, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=_exit_with_parent)
         agents.append(LocalAgent(name, work, log_path, proc, argv))
     return agents
 
@@ -83,14 +91,19 @@ def stop_agents(agents: list[LocalAgent], *, stop_tasks: bool = True, grace: flo
         except subprocess.TimeoutExpired:
             agent.process.kill()
             agent.process.wait()
-    if not stop_tasks:
-        return
+    if stop_tasks:
+        stop_tasks_in([agent.work_dir for agent in agents], grace=grace)
+
+
+def stop_tasks_in(work_dirs: list[Path], *, grace: float = 5.0) -> None:
+    """Stop every task an agent started under `work_dirs` (SIGTERM, SIGKILL after `grace`) and wait until
+    none is left (at most grace + 5 s). For agents that are no longer running."""
     from .executor import ProcessExecutor
 
     executors = []
-    for agent in agents:
-        if agent.work_dir.exists():
-            ex = ProcessExecutor(str(agent.work_dir))
+    for work_dir in work_dirs:
+        if Path(work_dir).exists():
+            ex = ProcessExecutor(str(work_dir))
             ex.recover()
             for key in ex.live_keys():
                 ex.stop(key, time.monotonic() + grace)
@@ -100,3 +113,14 @@ def stop_agents(agents: list[LocalAgent], *, stop_tasks: bool = True, grace: flo
         for ex in executors:
             ex.poll()
         time.sleep(0.1)
+
+
+def _exit_with_parent() -> None:
+    """In the agent's child process before exec: SIGTERM it when the process that started it dies (a local
+    demo killed with SIGKILL must not leave its agents serving the next run)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

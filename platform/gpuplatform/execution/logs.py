@@ -130,12 +130,12 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
                                 .values_list("offset", "size", "data")):
         if c_off + c_size <= at:
             continue
+        room = limit - served
+        if room <= 0:
+            break  # before any gap below is skipped: the next read starts exactly where this one stopped
         raw = text.encode("utf-8")
         if c_off > at:  # a gap the agent left: continue from this chunk
             at = c_off
-        room = limit - served
-        if room <= 0:
-            break
         begin = _char_start(raw, at - c_off)
         if begin >= len(raw):  # `offset` pointed into this chunk's last character
             at = c_off + len(raw)
@@ -146,6 +146,8 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
         parts.append(raw[begin:cut])
         served += cut - begin
         at = c_off + cut
+        if cut < len(raw):
+            break  # the limit ended inside this chunk: the next read continues here, not after it
     ended = attempt < job_attempt or task.state not in Task.OPEN_STATES
     return {"task": task.pk, "name": f"{task.role.name}-{task.index}", "attempt": attempt, "offset": start,
             "next_offset": at, "size": size, "trimmed": bool(trimmed),

@@ -135,4 +135,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         if task is None:
             raise services.ValidationError({"task": f"job {job.pk} has no task {key!r} (give its id or role-index, "
                                                     f"e.g. worker-0)"})
+        if d["attempt"] is not None and d["attempt"] > job.attempts:
+            raise services.ValidationError({"attempt": f"job {job.pk} has had attempts 0 to {job.attempts} only"})
         return Response(execution.read_log(task, attempt=d["attempt"], offset=d["offset"], limit=d["limit"]))
