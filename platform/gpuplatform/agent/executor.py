@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 
 __all__ = ["ProcessExecutor", "ExecutorError", "task_env", "container_argv", "container_name", "ProcStat",
-           "proc_stat", "scan_proc", "SUPERVISOR", "RUNTIMES", "SECRET_NAMES", "SECRET_PREFIXES"]
+           "proc_stat", "scan_proc", "descendants", "SUPERVISOR", "RUNTIMES", "SECRET_NAMES", "SECRET_PREFIXES"]
 
 log = logging.getLogger("gpuplatform.agent.executor")
 
@@ -105,7 +105,8 @@ def _boot_id() -> str:
         return ""
 
 
-def _descendants(root: int, procs: dict[int, ProcStat]) -> list[int]:
+def descendants(root: int, procs: dict[int, ProcStat]) -> list[int]:
+    """Pids of every live descendant of `root` in `procs` (scan_proc()), by the ppid chains."""
     children: dict[int, list[int]] = {}
     for st in procs.values():
         if not st.dead:
@@ -301,7 +302,7 @@ class ProcessExecutor:
         st = procs.get(pid)
         if st is not None and st.start_time != m.get("start_time"):
             return False, []  # pid reused: nothing of ours can hold that pgid / sid any more
-        pids = set(_descendants(pid, procs)) if alive else set()
+        pids = set(descendants(pid, procs)) if alive else set()
         pids |= {p.pid for p in procs.values() if not p.dead and p.pid != pid and (p.pgid == pid or p.sid == pid)}
         return alive, sorted(pids)
 

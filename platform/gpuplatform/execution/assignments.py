@@ -60,6 +60,10 @@ def node_assignments(node, now: datetime | None = None) -> dict:
                                              .order_by("job_id", "role_id", "index")
                                              .values_list("id", "job_id", "node_id", "node__address", "node__name")):
         placed[jid].append((tid, node_id, address or name))
+    # per job, once: task id -> RANK, this node's NODE_RANK, the job's task ids on this node (LOCAL_RANK order)
+    rank_of = {jid: {t[0]: i for i, t in enumerate(tasks)} for jid, tasks in placed.items()}
+    node_rank = {jid: list(dict.fromkeys(t[1] for t in tasks)).index(node.pk) for jid, tasks in placed.items()}
+    local_of = {jid: [t[0] for t in tasks if t[1] == node.pk] for jid, tasks in placed.items()}
     gpus: dict[int, list[tuple[int, str]]] = defaultdict(list)
     for tid, index, uuid in (Allocation.objects.filter(task_id__in=[r["id"] for r in rows], released_at__isnull=True)
                              .order_by("gpu__index").values_list("task_id", "gpu__index", "gpu__uuid")):
@@ -67,15 +71,14 @@ def node_assignments(node, now: datetime | None = None) -> dict:
     tasks = []
     for r in rows:
         ranks = placed[r["job_id"]]
-        rank = next(i for i, t in enumerate(ranks) if t[0] == r["id"])
-        node_order = list(dict.fromkeys(t[1] for t in ranks))
-        local = [t[0] for t in ranks if t[1] == node.pk]
+        rank = rank_of[r["job_id"]][r["id"]]
+        local = local_of[r["job_id"]]
         devices = ",".join(uuid or str(index) for index, uuid in gpus[r["id"]])
         attempt = r["job__attempts"]
         env = {**(r["role__env"] or {}),
                "CUDA_VISIBLE_DEVICES": devices, "NVIDIA_VISIBLE_DEVICES": devices or "void",
                "MASTER_ADDR": ranks[0][2], "MASTER_PORT": str(master_port(r["job_id"], attempt)),
-               "WORLD_SIZE": str(len(ranks)), "RANK": str(rank), "NODE_RANK": str(node_order.index(node.pk)),
+               "WORLD_SIZE": str(len(ranks)), "RANK": str(rank), "NODE_RANK": str(node_rank[r["job_id"]]),
                "LOCAL_RANK": str(local.index(r["id"])), "LOCAL_WORLD_SIZE": str(len(local)),
                "GPUPLATFORM_JOB_ID": str(r["job_id"]), "GPUPLATFORM_ROLE": r["role__name"],
                "GPUPLATFORM_TASK_INDEX": str(r["index"]), "GPUPLATFORM_QUEUE": r["job__queue__name"],

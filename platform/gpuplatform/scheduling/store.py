@@ -174,10 +174,10 @@ class _Stale(Exception):
     pass
 
 
-def _bind(binding, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int) -> tuple:
+def _bind(binding, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_number: int) -> tuple:
     """Start one job inside the caller's savepoint (the slow path, after a race). Raises _Stale (the
     savepoint rolls back) or IntegrityError."""
-    rows, tasks = _rows_for(binding, clock, tasks_by_role, gpu_ids)
+    rows, tasks = _rows_for(binding, clock, tasks_by_role, simulated, gpu_ids)
     immediate = all(state == "running" for _, _, state in tasks)
     started = Job.objects.filter(pk=binding.job_id, state="pending").update(
         state="running" if immediate else "admitted", started_at=clock if immediate else None,
@@ -195,7 +195,7 @@ def _bind(binding, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int) -
     return _admitted_event(binding, clock, cycle_number, len({n for n, _ in by_node}), len(allocations))
 
 
-def _bind_all(bindings, clock: datetime, tasks_by_role, gpu_ids, cycle_number: int):
+def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_number: int):
     """Start every job of the cycle with a handful of bulk statements (the fast path): lock the jobs still
     pending, check each decision against the rows, then one INSERT of all allocations, bulk task and job
     updates. Returns (events, [(job id, why stale)]), or None when the INSERT hits the one-live-allocation
@@ -215,7 +215,7 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, gpu_ids, cycle_number: i
             stale.append((b.job_id, "job is no longer pending"))
             continue
         try:
-            job_allocs, job_tasks = _rows_for(b, clock, tasks_by_role, gpu_ids)
+            job_allocs, job_tasks = _rows_for(b, clock, tasks_by_role, simulated, gpu_ids)
         except _Stale as exc:
             stale.append((b.job_id, str(exc)))
             continue
@@ -235,10 +235,10 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, gpu_ids, cycle_number: i
     return events, stale
 
 
-def _rows_for(binding, clock: datetime, tasks_by_role, gpu_ids):
+def _rows_for(binding, clock: datetime, tasks_by_role, simulated, gpu_ids):
     """([(task id, gpu id, job id, created_at)], [(task id, node id, task state)]) for one binding; raises
     _Stale if a row no longer matches. The state is "bound" on a node agent's node for a job with a
-    command (gpu_ids["<node>"]["agent"], tasks_by_role["simulated"]), else "running"."""
+    command (gpu_ids["<node>"]["agent"], job id not in `simulated`), else "running"."""
     allocations, tasks = [], []
     for p in binding.tasks:
         free = tasks_by_role.get((binding.job_id, p.role), [])
@@ -252,7 +252,7 @@ def _rows_for(binding, clock: datetime, tasks_by_role, gpu_ids):
             if gpu is None:
                 raise _Stale(f"GPU {p.node}/{g} is unhealthy or unknown")
             allocations.append((free[p.index], gpu, binding.job_id, clock))
-        waits = node.get("agent") and binding.job_id not in tasks_by_role.get("simulated", ())
+        waits = node.get("agent") and binding.job_id not in simulated
         tasks.append((free[p.index], node["id"], "bound" if waits else "running"))
     return allocations, tasks
 
@@ -292,10 +292,12 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
         row = reserve_cycle(cycle_number, started_at=started_at or timezone.now(), clock=clock)
         cycle_number = stats.cycle_number = row.number
         tasks_by_role: dict[tuple, list[int]] = defaultdict(list)
-        for tid, jid, role in (Task.objects.filter(job_id__in=job_ids, state="pending").order_by("role_id", "index")
-                               .values_list("id", "job_id", "role__name")):
+        simulated: set[int] = set()  # jobs without a command: their tasks run at once wherever they land
+        for tid, jid, role, sim in (Task.objects.filter(job_id__in=job_ids, state="pending").order_by("role_id", "index")
+                                    .values_list("id", "job_id", "role__name", "job__simulated")):
             tasks_by_role[(jid, role)].append(tid)
-        tasks_by_role["simulated"] = set(Job.objects.filter(pk__in=job_ids, simulated=True).values_list("id", flat=True))
+            if sim:
+                simulated.add(jid)
         gpu_ids: dict[str, dict] = {}
         for gid, idx, nid, nname in (Gpu.objects.filter(node__name__in=node_names, node__state="ready", health="healthy")
                                      .values_list("id", "index", "node_id", "node__name")):
@@ -303,13 +305,13 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
         for nid, nname, executor in (Node.objects.filter(name__in=node_names, state="ready")
                                      .values_list("id", "name", "executor")):
             gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["agent"] = executor == "agent"  # CPU-only too
-        events = _bind_all(result.bindings, clock, tasks_by_role, gpu_ids, cycle_number)
+        events = _bind_all(result.bindings, clock, tasks_by_role, simulated, gpu_ids, cycle_number)
         if events is None:  # a racing cycle bound one of these GPUs: job by job, each in its own savepoint
             events = []
             for binding in result.bindings:
                 try:
                     with transaction.atomic():
-                        events.append(_bind(binding, clock, tasks_by_role, gpu_ids, cycle_number))
+                        events.append(_bind(binding, clock, tasks_by_role, simulated, gpu_ids, cycle_number))
                 except (_Stale, IntegrityError) as exc:
                     why = str(exc) if isinstance(exc, _Stale) else "a GPU is already bound (racing cycle)"
                     stats.stale.append((binding.job_id, why))
