@@ -15,8 +15,7 @@ from django.core.validators import RegexValidator
 
 from gpuplatform import job_rules as rules
 
-NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._\-]*"
-NAME_HELP = "letters, digits, '.', '_' and '-', starting with a letter or digit"
+NAME_PATTERN, NAME_HELP = rules.NAME_PATTERN, rules.NAME_HELP  # the one name rule (the API checks it too)
 TOPOLOGY_CHOICES = [("none", "none: anywhere"), ("soft", "soft: prefer the lowest tier"),
                     ("hard", "hard: never cross the highest tier")]
 FORM_FIELD = {"time_limit_seconds": "time_limit_minutes", "duration_seconds": "time_limit_minutes"}

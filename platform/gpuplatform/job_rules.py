@@ -32,6 +32,13 @@ MAX_ENV_VALUE_CHARS = 4096
 MAX_PATH_CHARS = 500
 MAX_IMAGE_CHARS = 300
 MAX_RESTARTS = 100
+# One name rule for jobs and roles, the form's and the API's (the form also gives NAME_PATTERN to the
+# browser as the input's `pattern`): ASCII letters, digits, '.', '_' and '-', starting with a letter or digit.
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._\-]*"
+NAME_RE = re.compile(f"^{NAME_PATTERN}$")
+NAME_HELP = "letters, digits, '.', '_' and '-', starting with a letter or digit"
+MAX_JOB_NAME_CHARS = 200
+MAX_ROLE_NAME_CHARS = 64
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 # Set by the platform on every task (gpuplatform/execution/assignments.py); a job may not override them.
@@ -65,9 +72,14 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
         for key in EXEC_FIELDS:
             if raw.get(key) not in (None, "", [], {}):
                 role[key] = raw[key]
-        if role["name"] in names:
+        if not isinstance(role["name"], str) or not NAME_RE.match(role["name"]):
+            errors[f + "name"] = f"a role name uses {NAME_HELP}"
+        elif len(role["name"]) > MAX_ROLE_NAME_CHARS:
+            errors[f + "name"] = f"a role name must be at most {MAX_ROLE_NAME_CHARS} characters"
+        elif role["name"] in names:
             errors[f + "name"] = f"duplicate role name {role['name']!r}"
-        names.add(role["name"])
+        if isinstance(role["name"], str):
+            names.add(role["name"])
         for key in ("tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available"):
             if not _is_int(role[key]):
                 errors[f + key] = f"{key} must be a whole number"
@@ -114,8 +126,10 @@ def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, t
                                       simulated=duration_seconds is not None, container_runtimes=container_runtimes))
     if not name or not str(name).strip():
         errors["name"] = "name must not be empty"
-    elif len(name) > 200:
-        errors["name"] = "name must be at most 200 characters"
+    elif not isinstance(name, str) or not NAME_RE.match(name):
+        errors["name"] = f"a job name uses {NAME_HELP}"
+    elif len(name) > MAX_JOB_NAME_CHARS:
+        errors["name"] = f"name must be at most {MAX_JOB_NAME_CHARS} characters"
     if queue.state != "open":
         errors["queue"] = f"queue {queue.name} is {queue.state} and accepts no new jobs"
     elif queue_has_children:

@@ -113,9 +113,9 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",  # the browser (CSRF enforced)
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "gpuplatform.api.schema.AutoSchema",  # + Idempotency-Key, error shapes
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend", "rest_framework.filters.OrderingFilter"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",  # jobs, events: keyset
     "PAGE_SIZE": 50,
     "DEFAULT_THROTTLE_RATES": {"job-submit": os.environ.get("JOB_SUBMIT_THROTTLE", "120/min")},  # per user
     "EXCEPTION_HANDLER": "gpuplatform.api.exceptions.exception_handler",
@@ -131,7 +131,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "gpuplatform.api.schema.add_error_responses"],
 }
+# A creating POST's Idempotency-Key is remembered per user this long (api/idempotency.py)
+IDEMPOTENCY_KEY_TTL_SECONDS = int(os.environ.get("IDEMPOTENCY_KEY_TTL_SECONDS", "86400"))
 
 # --- Celery and the scheduling loop -------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")

@@ -197,7 +197,9 @@ def test_job_submit_position_list_detail(client_for):
     assert member.get(f"/api/v1/jobs/{j['id']}/").json()["position"] == 2
     listed = member.get("/api/v1/jobs/?state=pending&queue=alpha&ordering=submitted_at").json()
     assert [r["name"] for r in listed["results"]] == ["first", "urgent"]
-    assert member.get("/api/v1/jobs/?limit=1&offset=1").json()["results"][0]["name"] == "first"
+    first_page = member.get("/api/v1/jobs/?limit=1").json()
+    assert member.get(first_page["next"]).json()["results"][0]["name"] == "first"  # a keyset cursor link
+    assert member.get("/api/v1/jobs/?limit=1&offset=1").status_code == 400  # offsets shift under inserts
     multi = member.post("/api/v1/jobs/", {"name": "two-roles", "queue": "alpha", "topology_mode": "hard", "highest_tier": 1,
                                           "command": "sleep 3600", "roles": [{"name": "ps", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 1000},
                                                     {"name": "worker", "tasks": 4, "gpus_per_task": 2, "min_available": 2}]},

@@ -86,7 +86,7 @@ class JobFilterSet(df.FilterSet):
 
     class Meta:
         model = Job
-        fields = ["team", "queue", "submitter", "state", "never_fits", "name"]
+        fields = ["team", "queue", "submitter", "state", "never_fits", "name", "external_id"]
 
 
 class EventFilterSet(df.FilterSet):

@@ -4,10 +4,11 @@ from django.core.validators import ProhibitNullCharactersValidator
 from rest_framework import serializers
 
 from ...models import Domain, Gpu, Node
+from .base import ModelSerializer, Serializer
 from .fields import count_field
 
 
-class DomainSerializer(serializers.ModelSerializer):
+class DomainSerializer(ModelSerializer):
     parent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     node_count = serializers.IntegerField(read_only=True)
 
@@ -17,21 +18,21 @@ class DomainSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class DomainTreeSerializer(serializers.Serializer):
+class DomainTreeSerializer(Serializer):
     name = serializers.CharField()
     tier = serializers.IntegerField()
     nodes = serializers.ListField(child=serializers.CharField())
     children = serializers.ListField(child=serializers.DictField(), help_text="the same shape, recursively")
 
 
-class GpuSerializer(serializers.ModelSerializer):
+class GpuSerializer(ModelSerializer):
     class Meta:
         model = Gpu
         fields = ["index", "uuid", "numa_node", "health", "health_reason"]
         read_only_fields = fields
 
 
-class NodeSerializer(serializers.ModelSerializer):
+class NodeSerializer(ModelSerializer):
     domain = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     gpus = GpuSerializer(many=True, read_only=True)
     allocated_gpus = serializers.IntegerField(read_only=True)
@@ -44,12 +45,16 @@ class NodeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class NodeActionSerializer(serializers.Serializer):
+class NodeActionSerializer(Serializer):
     reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
 
 
-class GpuReportSerializer(serializers.Serializer):
-    """One GPU as the node agent reports it (extra inventory keys are accepted and ignored)."""
+class GpuReportSerializer(Serializer):
+    """One GPU as the node agent reports it. `ignored_fields`: inventory the agent sends (agent/inventory.py,
+    GpuInventory) that the platform does not store; any other key is refused like everywhere else."""
+
+    ignored_fields = ("model", "memory_mib", "pci_bus_id", "mig_mode", "ecc_uncorrected_volatile",
+                      "ecc_uncorrected_aggregate", "retired_pages_dbe", "row_remap_failure", "nvlink_peers", "xids")
 
     index = count_field(min_value=0, max_value=32767)
     uuid = serializers.CharField(max_length=80, required=False, default="", allow_blank=True)
@@ -58,7 +63,7 @@ class GpuReportSerializer(serializers.Serializer):
     health_reason = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
 
 
-class NodeRegisterSerializer(serializers.Serializer):
+class NodeRegisterSerializer(Serializer):
     name = serializers.CharField(max_length=200)
     flavor = serializers.CharField(max_length=64, allow_blank=True)
     cpu_milli = count_field(default=0)
@@ -100,7 +105,7 @@ class ProcessTextField(serializers.CharField):
         return value[:self.truncate] if self.truncate is not None else value
 
 
-class TaskReportSerializer(serializers.Serializer):
+class TaskReportSerializer(Serializer):
     """One report of a task's process (docs/execution.md)."""
 
     task = count_field(min_value=1)
@@ -118,7 +123,7 @@ class TaskReportSerializer(serializers.Serializer):
         return attrs
 
 
-class LogChunkSerializer(serializers.Serializer):
+class LogChunkSerializer(Serializer):
     task = count_field(min_value=1)
     attempt = count_field(min_value=0)
     offset = serializers.IntegerField(min_value=0, max_value=2**62)
@@ -126,12 +131,12 @@ class LogChunkSerializer(serializers.Serializer):
                             help_text="the output from byte `offset`, UTF-8 text (at most 64 KiB of it is stored)")
 
 
-class NodeReportsSerializer(serializers.Serializer):
+class NodeReportsSerializer(Serializer):
     tasks = TaskReportSerializer(many=True, required=False, default=list, max_length=4096)
     logs = LogChunkSerializer(many=True, required=False, default=list, max_length=512)
 
 
-class HeartbeatSerializer(serializers.Serializer):
+class HeartbeatSerializer(Serializer):
     time = serializers.DateTimeField(required=False, allow_null=True, default=None,
                                      help_text="the node's clock when it sent this (ISO 8601); kept only as the "
                                                "node's clock offset: health is judged by the server's receive time")

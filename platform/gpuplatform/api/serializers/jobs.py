@@ -2,10 +2,11 @@ from rest_framework import serializers
 
 from ... import queries
 from ...models import Job, JobRole, Task, Team
+from .base import ModelSerializer, Serializer
 from .fields import INT32_MAX, count_field
 
 
-class JobRoleSerializer(serializers.ModelSerializer):
+class JobRoleSerializer(ModelSerializer):
     """A task group: `tasks` replicas of `gpus_per_task` GPUs; the gang needs `min_available` of them
     (default: all). `flavor`: allowed GPU models separated by '|' (blank = any)."""
 
@@ -29,7 +30,7 @@ class JobRoleSerializer(serializers.ModelSerializer):
                   "command", "env", "working_dir", "image"]
 
 
-class TaskSerializer(serializers.ModelSerializer):
+class TaskSerializer(ModelSerializer):
     """One task of the job's current attempt as its node agent reported it (pid, start, end, exit code or
     signal); `name` is role-index, the `task` parameter of the logs endpoint takes it or the id."""
 
@@ -47,7 +48,7 @@ class TaskSerializer(serializers.ModelSerializer):
         return f"{task.role.name}-{task.index}"
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
     submitter = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
@@ -75,7 +76,7 @@ class JobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = ["id", "name", "team", "queue", "submitter", "state", "priority", "preemptible", "topology_mode",
+        fields = ["id", "name", "external_id", "team", "queue", "submitter", "state", "priority", "preemptible", "topology_mode",
                   "highest_tier", "preferred_tier", "time_limit_seconds", "attempts", "gpus", "roles",
                   "pending_reason", "never_fits", "position", "estimated_start", "reserved", "not_before",
                   "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
@@ -96,8 +97,12 @@ class JobSerializer(serializers.ModelSerializer):
         return queries.node_names(job)
 
 
-class JobSubmitSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
+class JobSubmitSerializer(Serializer):
+    name = serializers.CharField(max_length=200, help_text="letters, digits, '.', '_' and '-', starting with a "
+                                                           "letter or digit (the form's rule)")
+    external_id = serializers.CharField(max_length=100, required=False, allow_blank=True, default="",
+                                        help_text="your own id for this job (a CI run, a trace id); stored and "
+                                                  "returned, filter with ?external_id=")
     queue = serializers.CharField(max_length=100, help_text="leaf queue name")
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all(), required=False,
                                         allow_null=True, default=None,
@@ -121,7 +126,7 @@ class JobSubmitSerializer(serializers.Serializer):
     roles = JobRoleSerializer(many=True, max_length=64)
 
 
-class LogQuerySerializer(serializers.Serializer):
+class LogQuerySerializer(Serializer):
     task = serializers.CharField(max_length=80, required=False, default="",
                                  help_text="task id or role-index (e.g. worker-0); default: the job's first task")
     attempt = count_field(min_value=0, required=False, allow_null=True, default=None)
@@ -129,9 +134,9 @@ class LogQuerySerializer(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=65536, required=False, default=65536)
 
 
-class JobUpdateSerializer(serializers.Serializer):
+class JobUpdateSerializer(Serializer):
     priority = serializers.IntegerField(min_value=-INT32_MAX, max_value=INT32_MAX)
 
 
-class JobCancelSerializer(serializers.Serializer):
+class JobCancelSerializer(Serializer):
     reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)

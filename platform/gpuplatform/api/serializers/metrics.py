@@ -1,9 +1,10 @@
 from rest_framework import serializers
 
 from ...models import ClusterSample, Event, SchedulerCycle
+from .base import ModelSerializer, Serializer
 
 
-class EventSerializer(serializers.ModelSerializer):
+class EventSerializer(ModelSerializer):
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     queue = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     node = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
@@ -14,7 +15,7 @@ class EventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class SchedulerCycleSerializer(serializers.ModelSerializer):
+class SchedulerCycleSerializer(ModelSerializer):
     timings = serializers.DictField(child=serializers.FloatField(), read_only=True,
                                     help_text="phase -> milliseconds (snapshot, enqueue, allocate, backfill, ...)")
 
@@ -25,7 +26,7 @@ class SchedulerCycleSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ClusterSampleSerializer(serializers.ModelSerializer):
+class ClusterSampleSerializer(ModelSerializer):
     largest_runnable = serializers.DictField(child=serializers.IntegerField(), read_only=True,
                                              help_text="tier -> most GPUs one job could get inside one domain")
 
@@ -36,7 +37,7 @@ class ClusterSampleSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class QueueUsageSerializer(serializers.Serializer):
+class QueueUsageSerializer(Serializer):
     queue = serializers.CharField()
     team = serializers.CharField(allow_null=True)
     used = serializers.IntegerField(help_text="GPUs allocated now (subtree)")
@@ -48,7 +49,7 @@ class QueueUsageSerializer(serializers.Serializer):
     running_jobs = serializers.IntegerField()
 
 
-class ClusterMetricsSerializer(serializers.Serializer):
+class ClusterMetricsSerializer(Serializer):
     sample = ClusterSampleSerializer(allow_null=True, help_text="the latest cycle's cluster sample")
     cycle = SchedulerCycleSerializer(allow_null=True, help_text="the latest scheduling cycle")
     queues = QueueUsageSerializer(many=True, help_text="live usage of the queues you may see")

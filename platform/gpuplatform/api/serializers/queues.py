@@ -1,10 +1,11 @@
 from rest_framework import serializers
 
 from ...models import Queue, Quota, Team
+from .base import ModelSerializer, Serializer
 from .fields import count_field
 
 
-class QuotaSerializer(serializers.ModelSerializer):
+class QuotaSerializer(ModelSerializer):
     """One queue's quota for one GPU flavor, in GPUs: guarantee <= quota <= limit (limit null = the parent's)."""
 
     queue = serializers.SlugRelatedField(slug_field="name", queryset=Queue.objects.all())
@@ -20,20 +21,20 @@ class QuotaSerializer(serializers.ModelSerializer):
         validators = []  # (queue, flavor) uniqueness is checked by the view with a clear message
 
 
-class QuotaUpdateSerializer(serializers.Serializer):
+class QuotaUpdateSerializer(Serializer):
     guarantee = count_field()
     quota = count_field()
     limit = count_field(allow_null=True)
 
 
-class QuotaTripleSerializer(serializers.Serializer):
+class QuotaTripleSerializer(Serializer):
     flavor = serializers.CharField(max_length=64)
     guarantee = count_field(default=0)
     quota = count_field(default=0)
     limit = count_field(allow_null=True, required=False, default=None)
 
 
-class QueueSerializer(serializers.ModelSerializer):
+class QueueSerializer(ModelSerializer):
     parent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     quotas = QuotaTripleSerializer(many=True, read_only=True)
@@ -46,7 +47,7 @@ class QueueSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class QueueCreateSerializer(serializers.Serializer):
+class QueueCreateSerializer(Serializer):
     name = serializers.CharField(max_length=100)
     parent = serializers.CharField(max_length=100, allow_null=True, required=False, default=None,
                                    help_text="parent queue name; null = a root queue")
@@ -57,14 +58,14 @@ class QueueCreateSerializer(serializers.Serializer):
     quotas = QuotaTripleSerializer(many=True, required=False, default=list)
 
 
-class QueueUpdateSerializer(serializers.Serializer):
+class QueueUpdateSerializer(Serializer):
     parent = serializers.CharField(max_length=100, allow_null=True, required=False,
                                    help_text="new parent queue name; null = make it a root")
     weight = serializers.FloatField(required=False, min_value=-1e12, max_value=1e12)
     state = serializers.CharField(required=False, max_length=16)
 
 
-class QueueTreeSerializer(serializers.Serializer):
+class QueueTreeSerializer(Serializer):
     name = serializers.CharField()
     team = serializers.CharField(allow_null=True)
     weight = serializers.FloatField()

@@ -2,9 +2,10 @@ from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
 from ...models import Membership, Team
+from .base import ModelSerializer
 
 
-class TeamSerializer(serializers.ModelSerializer):
+class TeamSerializer(ModelSerializer):
     slug = serializers.SlugField(max_length=100, required=False, help_text="default: derived from the name")
 
     class Meta:
@@ -14,7 +15,7 @@ class TeamSerializer(serializers.ModelSerializer):
         extra_kwargs = {"name": {"validators": []}}  # uniqueness is the service's rule (one message shape)
 
 
-class MembershipSerializer(serializers.ModelSerializer):
+class MembershipSerializer(ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
     user = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all())
 

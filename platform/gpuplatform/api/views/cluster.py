@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from ... import execution, queries, services
 from ...models import Domain, Node
 from ..filters import DomainFilterSet, NodeFilterSet
+from ..idempotency import IdempotentCreateMixin
 from ..permissions import IsNodeAgent, IsPlatformAdminOrReadOnly
 from ..serializers import (
     DomainSerializer, DomainTreeSerializer, HeartbeatSerializer, NodeActionSerializer, NodeRegisterSerializer,
@@ -43,7 +44,7 @@ class DomainViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(tree.nest(lambda d: {"name": d[1], "tier": d[2], "nodes": nodes.get(d[0], [])}, roots))
 
 
-class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
     """GPU servers, by name. Platform admins cordon / drain / uncordon; the node agent (platform admins or
     the `node-agents` group) registers nodes and sends heartbeats."""
 
@@ -53,6 +54,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     ordering_fields = ["name", "flavor", "state", "last_heartbeat"]
+    idempotent_actions = ("register",)
 
     def get_permissions(self):
         if self.action in ("register", "heartbeat", "assignments", "reports"):

@@ -10,6 +10,8 @@ from rest_framework.throttling import UserRateThrottle
 from ... import access, execution, services
 from ...models import Job, JobRole, Membership, Queue, Task
 from ..filters import JobFilterSet
+from ..idempotency import IdempotentCreateMixin
+from ..pagination import KeysetPagination
 from ..permissions import JobPermission
 from ..serializers import (
     JobCancelSerializer, JobSerializer, JobSubmitSerializer, JobUpdateSerializer, LogQuerySerializer,
@@ -30,7 +32,7 @@ def _position():
     return Case(When(state=Job.State.PENDING, then=F("queue_position")), default=None, output_field=IntegerField())
 
 
-class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Jobs (gangs of one or more roles). You see your teams' jobs only (platform admins: all). Members and
     team admins submit and cancel their team's jobs; team admins change priorities. A pending job shows why
     it waits (`pending_reason`), its `position` in its queue and, when known, an `estimated_start`."""
@@ -39,6 +41,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     permission_classes = [JobPermission]
     filterset_class = JobFilterSet
     ordering_fields = ["submitted_at", "priority", "state", "name", "id"]
+    pagination_class = KeysetPagination  # cursor pages: each job once while jobs are submitted
+    keyset_ordering = ["-submitted_at", "-id"]
 
     def get_throttles(self):
         return [JobSubmitThrottle()] if self.action == "create" else super().get_throttles()
@@ -71,7 +75,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})
     def create(self, request):
-        """Submit a job. Refused with 400 naming the field: unknown / closed / non-leaf / other team's
+        """Submit a job (send `Idempotency-Key` to make a retry safe). Refused with 400 naming the field: unknown / closed / non-leaf / other team's
         queue, bad role shape (tasks < 1, min_available above tasks, no GPU and no CPU), unknown tier,
         or a job that can never fit this cluster."""
         body = JobSubmitSerializer(data=request.data)
@@ -88,7 +92,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                                       time_limit_seconds=d["time_limit_seconds"], submitter=request.user,
                                       command=d["command"], env=d["env"], working_dir=d["working_dir"],
                                       image=d["image"], max_restarts=d["max_restarts"],
-                                      completion_role=d["completion_role"])
+                                      completion_role=d["completion_role"], external_id=d["external_id"])
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=JobUpdateSerializer, responses={200: JobSerializer})

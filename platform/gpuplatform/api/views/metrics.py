@@ -8,6 +8,7 @@ from rest_framework.response import Response
 from ... import access, queries
 from ...models import ClusterSample, Event, SchedulerCycle
 from ..filters import ClusterSampleFilterSet, EventFilterSet, SchedulerCycleFilterSet
+from ..pagination import KeysetPagination
 from ..serializers import ClusterMetricsSerializer, ClusterSampleSerializer, EventSerializer, SchedulerCycleSerializer
 from ..serializers.metrics import QueueUsageSerializer
 
@@ -21,6 +22,8 @@ class EventViewSet(viewsets.ReadOnlyModelViewSet):
     permission_classes = [IsAuthenticated]
     filterset_class = EventFilterSet
     ordering_fields = ["time", "id", "kind"]
+    pagination_class = KeysetPagination  # a stable order while events are appended
+    keyset_ordering = ["-time", "-id"]
 
     def get_queryset(self):
         qs = Event.objects.select_related("actor", "queue", "node").order_by("-time", "-id")

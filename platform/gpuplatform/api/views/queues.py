@@ -6,13 +6,14 @@ from rest_framework.response import Response
 from ... import access, queries, services
 from ...models import Quota
 from ..filters import QueueFilterSet, QuotaFilterSet
+from ..idempotency import IdempotentCreateMixin
 from ..permissions import IsPlatformAdminOrReadOnly
 from ..serializers import QueueCreateSerializer, QueueSerializer, QueueTreeSerializer, QueueUpdateSerializer, QuotaSerializer
 from ..serializers.queues import QuotaUpdateSerializer
 from .base import IF_MATCH, ETagMixin, atomic
 
 
-class QueueViewSet(ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """The hierarchical queue tree (Volcano Queue / Kueue ClusterQueue + Cohort), by name. Only platform
     admins create or change queues; updates need `If-Match`. Quotas are edited at /quotas/."""
 
@@ -69,7 +70,7 @@ class QueueViewSet(ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
                        for x in q.quotas.all()]}))
 
 
-class QuotaViewSet(ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class QuotaViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Per queue and GPU flavor: guarantee <= quota <= limit, in GPUs. Only platform admins set quotas;
     changing one needs `If-Match` with the ETag of your last GET (two admins never overwrite silently)."""
 

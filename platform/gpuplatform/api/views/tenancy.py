@@ -9,10 +9,11 @@ from ... import access, services
 from ...models import Membership
 from ..filters import MembershipFilterSet, TeamFilterSet
 from ..permissions import IsPlatformAdminOrReadOnly, MembershipPermission
+from ..idempotency import IdempotentCreateMixin
 from ..serializers import MembershipSerializer, TeamSerializer
 
 
-class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
+class TeamViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
     """Teams (tenants). Everyone sees the teams they belong to, platform admins all; only platform admins
     create teams."""
 
@@ -31,7 +32,7 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Creat
                                                    description=data.get("description", ""), actor=self.request.user)
 
 
-class MembershipViewSet(viewsets.ModelViewSet):
+class MembershipViewSet(IdempotentCreateMixin, viewsets.ModelViewSet):
     """Who is in which team with which role (member | admin | viewer). Team admins manage their own
     team's members; platform admins any team's. Changing `role` is the only update."""
 

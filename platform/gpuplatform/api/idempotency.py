@@ -1,0 +1,144 @@
+"""`Idempotency-Key` on every creating POST: a retried submission never creates a second object.
+
+A client sends `Idempotency-Key: <1-200 visible ASCII characters>` with a POST that creates (a job, a queue,
+a quota, a team, a membership, a node registration). The key is remembered per user for
+IDEMPOTENCY_KEY_TTL_SECONDS (default 86,400 s = one day) together with the request's fingerprint (method,
+path, canonical JSON body) and the response:
+
+- the same key and the same request again -> the first response (same status and body, so the same id),
+  with the header `Idempotent-Replayed: true`; nothing new is stored;
+- the same key with a different request (another body or endpoint) -> 409 `{"Idempotency-Key": [...]}`;
+  nothing is stored;
+- a request that failed (any non-2xx answer) is not remembered: fix it and retry with the same key.
+
+The key row is written in the same transaction as the object it created; two concurrent requests with one
+key serialise on the (user, key) unique index, and the loser's object is rolled back and the winner's
+response is replayed. A POST without the header behaves as before.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework import status
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.response import Response
+
+from ..models import IdempotencyKey
+
+HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+MAX_KEY_CHARS = 200
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
+    description="optional, 1-200 visible ASCII characters: a retry with the same key and body answers with the "
+                "first response (header `Idempotent-Replayed: true`) instead of creating again; the same key with "
+                "another body is a 409. Remembered per user for IDEMPOTENCY_KEY_TTL_SECONDS (default one day); "
+                "failed requests are not remembered.")
+
+
+def ttl() -> timedelta:
+    return timedelta(seconds=getattr(settings, "IDEMPOTENCY_KEY_TTL_SECONDS", 86400))
+
+
+class IdempotencyConflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "idempotency_key_reused"
+
+
+class _Replay(Exception):
+    def __init__(self, response: Response):
+        self.response = response
+
+
+def fingerprint(request) -> str:
+    data = request.data
+    if hasattr(data, "lists"):  # a QueryDict (form post)
+        data = {k: v for k, v in data.lists() if k != "csrfmiddlewaretoken"}
+    body = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(f"{request.method} {request.path}\n{body}".encode()).hexdigest()
+
+
+def _replay(row: IdempotencyKey) -> Response:
+    response = Response(row.body, status=row.status)
+    response[REPLAYED_HEADER] = "true"
+    if row.etag:
+        response["ETag"] = row.etag
+    return response
+
+
+class IdempotentCreateMixin:
+    """For viewsets: the actions named in `idempotent_actions` (default: create) honour Idempotency-Key.
+    The lookup runs after authentication, permissions and throttles (`initial`); the handler and the key row
+    share one transaction (`dispatch`)."""
+
+    idempotent_actions: tuple[str, ...] = ("create",)
+
+    def _idempotency_key(self, request) -> str | None:
+        if request.method != "POST" or getattr(self, "action", None) not in self.idempotent_actions:
+            return None
+        key = request.headers.get(HEADER)
+        if key is None:
+            return None
+        if not key or len(key) > MAX_KEY_CHARS or not all(33 <= ord(c) <= 126 for c in key):
+            raise ValidationError({HEADER: [f"an idempotency key is 1-{MAX_KEY_CHARS} visible ASCII characters "
+                                            f"(no spaces)"]})
+        return key
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        self._idem = None
+        key = self._idempotency_key(request)
+        if key is None:
+            return
+        fp = fingerprint(request)
+        row = IdempotencyKey.objects.filter(user=request.user, key=key, created_at__gte=timezone.now() - ttl()).first()
+        if row is not None:
+            if row.fingerprint != fp:
+                raise IdempotencyConflict({HEADER: [
+                    f"key {key!r} was used for a different request ({row.method} {row.path} with another body) "
+                    f"in the last {int(ttl().total_seconds())} s; use a new key for a new request"]})
+            raise _Replay(_replay(row))
+        self._idem = (key, fp)
+
+    def handle_exception(self, exc):
+        if isinstance(exc, _Replay):
+            return exc.response
+        return super().handle_exception(exc)
+
+    def dispatch(self, request, *args, **kwargs):
+        if request.method != "POST" or HEADER.lower() not in {h.lower() for h in request.headers}:
+            return super().dispatch(request, *args, **kwargs)
+        with transaction.atomic():
+            response = super().dispatch(request, *args, **kwargs)
+            idem = getattr(self, "_idem", None)
+            if idem is None or not 200 <= response.status_code < 300:
+                return response
+            key, fp = idem
+            user = self.request.user
+            now = timezone.now()
+            IdempotencyKey.objects.filter(created_at__lt=now - ttl()).delete()  # forget expired keys
+            try:
+                with transaction.atomic():
+                    IdempotencyKey.objects.create(user=user, key=key, fingerprint=fp, method=request.method,
+                                                  path=request.path[:500], status=response.status_code,
+                                                  body=response.data, etag=response.get("ETag", ""),
+                                                  created_at=now)
+            except IntegrityError:
+                # A concurrent request with this key committed first: drop what this one created.
+                row = IdempotencyKey.objects.filter(user=user, key=key).first()
+                transaction.set_rollback(True)
+                if row is None or row.fingerprint != fp:
+                    response = Response({HEADER: [f"key {key!r} is in use by a concurrent request"]},
+                                        status=status.HTTP_409_CONFLICT)
+                else:
+                    response = _replay(row)
+                response = self.finalize_response(self.request, response, *args, **kwargs)
+            return response

@@ -1,0 +1,166 @@
+"""Keyset (cursor) pagination for lists that grow while they are read (jobs, events).
+
+Offset pages shift under inserts: with newest-first order, a job submitted between two page reads pushes
+the old rows down and the next offset page repeats one and skips another. A keyset page instead continues
+strictly after the last row the client saw: the `next` link carries an opaque cursor holding that row's
+values of the ordering columns, always ending in the primary key, so the order is total and stable and
+every row is listed exactly once however many rows are inserted meanwhile (new rows that sort before the
+cursor appear on no later page).
+
+Query parameters: `limit` (1-500, default PAGE_SIZE), `ordering` (one of the view's `ordering_fields`,
+`-` for descending; default the view's `keyset_ordering`), `cursor` (from a `next` / `previous` link).
+Response: {"count": rows matching the filters, "next": URL | null, "previous": URL | null, "results": [...]}.
+A malformed or foreign cursor is a 400 naming `cursor`.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections import OrderedDict
+
+from django.core.exceptions import FieldDoesNotExist
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Q
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import BasePagination
+from rest_framework.response import Response
+from rest_framework.settings import api_settings
+from rest_framework.utils.urls import remove_query_param, replace_query_param
+
+MAX_LIMIT = 500
+
+
+def keyset_filter(ordering: list[str], values: list) -> Q:
+    """Rows strictly after `values` in `ordering` (e.g. ["-submitted_at", "-id"]): the lexicographic
+    (a, b, ...) comparison with each column's own direction, as an OR of prefix-equal terms."""
+    clause = Q(pk__in=[])
+    for i, spec in enumerate(ordering):
+        field = spec.lstrip("-")
+        term = Q(**{f"{field}__{'lt' if spec.startswith('-') else 'gt'}": values[i]})
+        for prev, value in zip(ordering[:i], values[:i]):
+            term &= Q(**{prev.lstrip("-"): value})
+        clause |= term
+    return clause
+
+
+class KeysetPagination(BasePagination):
+    """See the module docstring. The view names its default order in `keyset_ordering` (a list, the
+    primary key last) and the columns a client may order by in `ordering_fields` (non-null columns only)."""
+
+    cursor_query_param = "cursor"
+    limit_query_param = "limit"
+    ordering_query_param = "ordering"
+
+    def _limit(self, request) -> int:
+        raw = request.query_params.get(self.limit_query_param)
+        if raw in (None, ""):
+            return api_settings.PAGE_SIZE or 50
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValidationError({self.limit_query_param: [f"a whole number from 1 to {MAX_LIMIT}"]}) from None
+        if not 1 <= value <= MAX_LIMIT:
+            raise ValidationError({self.limit_query_param: [f"a whole number from 1 to {MAX_LIMIT}"]})
+        return value
+
+    def _ordering(self, request, view) -> list[str]:
+        default = list(getattr(view, "keyset_ordering", ["-id"]))
+        raw = request.query_params.get(self.ordering_query_param, "").strip()
+        if not raw:
+            return default
+        allowed = set(getattr(view, "ordering_fields", ()))
+        specs = [s.strip() for s in raw.split(",") if s.strip()]
+        bad = [s for s in specs if s.lstrip("-") not in allowed]
+        if bad:
+            raise ValidationError({self.ordering_query_param: [
+                f"cannot order by {', '.join(bad)}; choose from {', '.join(sorted(allowed))} ('-' for descending)"]})
+        if not any(s.lstrip("-") in ("id", "pk") for s in specs):
+            specs.append("-id" if specs[-1].startswith("-") else "id")
+        return specs
+
+    def _decode(self, token: str, ordering: list[str], model):
+        try:
+            data = json.loads(base64.urlsafe_b64decode(token.encode() + b"=" * (-len(token) % 4)))
+            values, direction, order = data["v"], data["d"], data["o"]
+            if order != ordering or direction not in ("n", "p") or len(values) != len(ordering):
+                raise ValueError
+            fields = [model._meta.get_field("id" if s.lstrip("-") == "pk" else s.lstrip("-")) for s in ordering]
+            return [f.to_python(v) for f, v in zip(fields, values)], direction
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, DjangoValidationError,
+                FieldDoesNotExist):
+            raise ValidationError({self.cursor_query_param: [
+                "not a cursor of this list with this ordering; follow the `next` / `previous` links as given"]}) \
+                from None
+
+    def _encode(self, row, direction: str) -> str:
+        values = [getattr(row, s.lstrip("-")) for s in self.ordering]
+        values = [v.isoformat() if hasattr(v, "isoformat") else v for v in values]
+        raw = json.dumps({"v": values, "d": direction, "o": self.ordering}, separators=(",", ":"), default=str)
+        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+    def paginate_queryset(self, queryset, request, view=None):
+        self.request = request
+        if "offset" in request.query_params or "page" in request.query_params:
+            raise ValidationError({"offset" if "offset" in request.query_params else "page": [
+                "this list pages by cursor (offset pages shift under inserts): follow the `next` link"]})
+        self.limit = self._limit(request)
+        self.ordering = self._ordering(request, view)
+        self.count = queryset.count()
+        token = request.query_params.get(self.cursor_query_param)
+        direction = "n"
+        qs = queryset
+        if token:
+            values, direction = self._decode(token, self.ordering, queryset.model)
+            if direction == "n":
+                qs = qs.filter(keyset_filter(self.ordering, values))
+            else:
+                reverse = [s[1:] if s.startswith("-") else f"-{s}" for s in self.ordering]
+                qs = qs.filter(keyset_filter(reverse, values))
+        if direction == "n":
+            rows = list(qs.order_by(*self.ordering)[: self.limit + 1])
+            more = len(rows) > self.limit
+            rows = rows[: self.limit]
+            self.has_next, self.has_previous = more, bool(token)
+        else:
+            reverse = [s[1:] if s.startswith("-") else f"-{s}" for s in self.ordering]
+            rows = list(qs.order_by(*reverse)[: self.limit + 1])
+            more = len(rows) > self.limit
+            rows = list(reversed(rows[: self.limit]))
+            self.has_next, self.has_previous = True, more
+        self.rows = rows
+        return rows
+
+    def _link(self, row, direction: str) -> str:
+        url = self.request.build_absolute_uri()
+        return replace_query_param(url, self.cursor_query_param, self._encode(row, direction))
+
+    def get_next_link(self):
+        return self._link(self.rows[-1], "n") if self.has_next and self.rows else None
+
+    def get_previous_link(self):
+        if not self.has_previous:
+            return None
+        if not self.rows:
+            return remove_query_param(self.request.build_absolute_uri(), self.cursor_query_param)
+        return self._link(self.rows[0], "p")
+
+    def get_paginated_response(self, data):
+        return Response(OrderedDict([("count", self.count), ("next", self.get_next_link()),
+                                     ("previous", self.get_previous_link()), ("results", data)]))
+
+    def get_paginated_response_schema(self, schema):
+        return {"type": "object", "required": ["count", "results"], "properties": {
+            "count": {"type": "integer", "example": 123},
+            "next": {"type": "string", "nullable": True, "format": "uri",
+                     "description": "the next page (an opaque keyset cursor, stable under inserts)"},
+            "previous": {"type": "string", "nullable": True, "format": "uri"},
+            "results": schema}}
+
+    def get_schema_operation_parameters(self, view):
+        return [
+            {"name": self.cursor_query_param, "required": False, "in": "query",
+             "description": "opaque cursor from a `next` / `previous` link", "schema": {"type": "string"}},
+            {"name": self.limit_query_param, "required": False, "in": "query",
+             "description": f"rows per page, 1-{MAX_LIMIT}", "schema": {"type": "integer"}},
+        ]
