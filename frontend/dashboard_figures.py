@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping, Sequence
 
+from gpuplatform.borrowing import borrowed
 from scheduler.sim.report import SIZE_BUCKETS, size_bucket
 
 from .figures import _iso, _layout
@@ -27,7 +28,7 @@ def watermark_figure(queue: str, samples: Sequence[Mapping], *, height: int = 24
     data = [
         _line("used within quota", x, [min(u, q) for u, q in zip(used, quota)], STATE_COLORS["running"],
               stackgroup="used", line={"width": 0.5}),
-        _line("borrowed (above quota)", x, [max(0, u - q) for u, q in zip(used, quota)], SERIES_COLORS["borrowed"],
+        _line("borrowed (above quota)", x, [borrowed(u, q) for u, q in zip(used, quota)], SERIES_COLORS["borrowed"],
               stackgroup="used", line={"width": 0.5}),
         _line("guarantee", x, [s["guarantee"] for s in samples], SERIES_COLORS["guarantee"], line={"dash": "dot"}),
         _line("quota", x, quota, SERIES_COLORS["quota"]),

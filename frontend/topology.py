@@ -8,7 +8,7 @@ Two levels, so the map stays light at 20,000 GPUs:
   a domain holding at most GPU_CELL_LIMIT GPUs.
 
 A GPU's state, first match wins: unhealthy (GPU unhealthy or node not ready) > preempting (its job is in
-its grace period) > borrowed (its job runs above its queue's quota, see borrowed_jobs) > running (held by
+its grace period) > borrowed (above its queue's quota, gpuplatform/borrowing.py) > running (held by
 any other job) > cordoned (free, node cordoned or draining) > free.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ import re
 from collections import Counter, defaultdict
 from operator import itemgetter
 
+from gpuplatform.borrowing import BORROWED_DEFINITION, borrowed_gpu_ids
 from gpuplatform.trees import Tree
 
 from .states import GPU_STATE_COLORS
@@ -26,35 +27,20 @@ GPU_STATES = tuple(GPU_STATE_COLORS)
 GPU_CELL_LIMIT = 2400     # zoomed views up to this many GPUs draw one square per GPU
 WRAP = 48                 # columns before a row of blocks wraps
 UNIT_PX = 24              # pixels per row unit
-BORROWED_DEFINITION = (
-    "Borrowed: GPUs of a queue's jobs above the queue's quota (all flavors summed). A queue's live jobs are "
-    "counted in start order; the jobs that take its usage past its quota are borrowing, whole gangs at a "
-    "time. Borrowed GPUs are the ones reclaim takes back first.")
 
 
 def natural_key(name: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name or "")]
 
 
-def borrowed_jobs(jobs, quotas: dict[int, int]) -> set[int]:
-    """Ids of the jobs that borrow. `jobs` (with queue_id and gpus) are in start order: per queue, the
-    jobs whose GPUs take the queue's running total past its quota borrow."""
-    used: dict[int, int] = defaultdict(int)
-    out: set[int] = set()
-    for j in jobs:
-        used[j["queue_id"]] += j["gpus"]
-        if used[j["queue_id"]] > (quotas.get(j["queue_id"], 0) or 0):
-            out.add(j["id"])
-    return out
-
-
-def gpu_state(health: str, node_state: str, job: dict | None, borrowed: set[int]) -> str:
+def gpu_state(health: str, node_state: str, job: dict | None, borrowed: bool) -> str:
+    """borrowed: this GPU is one of its queue's borrowed GPUs (borrowing.borrowed_gpu_ids)."""
     if health != "healthy" or node_state == "not_ready":
         return "unhealthy"
     if job is not None:
         if job["state"] == "preempting":
             return "preempting"
-        return "borrowed" if job["id"] in borrowed else "running"
+        return "borrowed" if borrowed else "running"
     return "cordoned" if node_state in ("cordoned", "draining") else "free"
 
 
@@ -121,7 +107,7 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
     held = Counter(allocations.values())
     jobs = [{**j, "gpus": held[j["id"]]} for j in jobs if held.get(j["id"])]
     jobs_by_id = {j["id"]: j for j in jobs}
-    borrowed = borrowed_jobs(jobs, quotas)
+    borrowed = borrowed_gpu_ids(jobs, allocations, quotas)
     filtering = bool(team or job)
 
     def matches(j):
@@ -130,16 +116,20 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
     cells = []  # (gpu row, state, job or None, match)
     for g in gpus:
         j = jobs_by_id.get(allocations.get(g[0]))
-        cells.append((g, gpu_state(g[2], g[5], j, borrowed), j, matches(j)))
+        cells.append((g, gpu_state(g[2], g[5], j, g[0] in borrowed), j, matches(j)))
+    # The totals follow the team / job filter (what is highlighted), over the zoomed and flavor-filtered GPUs.
     totals = {s: 0 for s in GPU_STATES}
     for c in cells:
-        totals[c[1]] += 1
+        if not filtering or c[3]:
+            totals[c[1]] += 1
+    borrowed_total = sum(1 for c in cells if c[0][0] in borrowed and (not filtering or c[3]))
     level = "gpus" if zoom_row is not None and len(cells) <= gpu_cell_limit else "domains"
     build = _gpu_level if level == "gpus" else _domain_level
     figure, rows = build(cells, by_id, visible_team_ids, filtering)
     path = [{"name": by_id[d][1], "tier": by_id[d][2]} for d in reversed(tree.ancestors(zoom_row[0]))] if zoom_row else []
     return {"level": level, "zoom": path[-1] if path else None, "path": path, "totals": totals,
-            "gpus": len(cells), "filters": {"team": team or "", "job": job or ""},
+            "borrowed_gpus": borrowed_total, "gpus": len(cells),
+            "shown_gpus": sum(totals.values()), "filters": {"team": team or "", "job": job or ""},
             "borrowed_definition": BORROWED_DEFINITION, "figure": figure, "rows": rows}
 
 

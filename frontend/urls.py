@@ -19,5 +19,7 @@ urlpatterns = [
     path("jobs/new/", views_jobs.job_new, name="job-new"),
     path("jobs/<int:pk>/", views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", views_jobs.job_cancel, name="job-cancel"),
+    path("docs/", dash.doc_page, name="docs"),
+    path("docs/<slug:name>/", dash.doc_page, name="doc"),
     path("healthz", views.healthz, name="healthz"),
 ]

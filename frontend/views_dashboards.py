@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET
 
 from gpuplatform import dashboard_queries as dq
 from gpuplatform import access, queries
+from gpuplatform.borrowing import borrowed
 from gpuplatform.models import Team
 
 from . import dashboard_figures as dfig
@@ -110,7 +111,7 @@ def _queues_payload() -> dict:
     for qid, depth in tree.walk():
         q = tree.rows[qid]
         s = q["sample"]
-        ordered.append({**q, "depth": depth, "borrowed": max(0, s["used"] - s["quota"]) if s else 0})
+        ordered.append({**q, "depth": depth, "borrowed": borrowed(s["used"], s["quota"]) if s else 0})
     return {"figures": figures, "tree": ordered, "rows": rows, "leaves": leaves}
 
 
@@ -124,7 +125,8 @@ def queues_json(request):
 @login_required
 def queues_page(request):
     p = _queues_payload()
-    return render(request, "frontend/queues.html", {**p, "gpu_colors": GPU_STATE_COLORS})
+    return render(request, "frontend/queues.html", {**p, "gpu_colors": GPU_STATE_COLORS,
+                                                    "borrowed_definition": BORROWED_DEFINITION})
 
 
 # --- fragmentation ----------------------------------------------------------------------------------
@@ -177,3 +179,21 @@ def queueing_json(request):
 @login_required
 def queueing_page(request):
     return render(request, "frontend/queueing.html", _queueing_payload(request.user))
+
+
+# --- the project's documents ------------------------------------------------------------------------
+
+@login_required
+@require_GET
+def doc_page(request, name: str = "concepts"):
+    """docs/<name>.md as a page (frontend/docs.py); the pages link their definitions here."""
+    from . import docs
+
+    if name not in docs.DOCS:
+        raise Http404("No such document.")
+    path = docs.docs_dir() / f"{name}.md"
+    if not path.is_file():
+        raise Http404("No such document.")
+    html, toc = docs.render_markdown(path.read_text(encoding="utf-8"))
+    return render(request, "frontend/doc.html", {"doc_html": html, "toc": toc, "name": name,
+                                                 "docs": docs.DOCS, "title": docs.DOCS[name]})

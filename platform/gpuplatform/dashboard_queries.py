@@ -109,8 +109,9 @@ def fragmentation_series(limit: int = 2000) -> list[dict]:
 # --- queueing ---------------------------------------------------------------------------------------
 
 def wait_times(limit: int = 5000) -> list[dict]:
-    """The latest `limit` started jobs: gpus, team, wait seconds (started - submitted)."""
-    jobs = list(Job.objects.filter(started_at__isnull=False).order_by("-started_at")
+    """The latest `limit` started jobs: gpus, team, wait seconds (started - submitted). Warm-start jobs
+    (Job.warm_start: a replay's jobs already running at its start) are left out: their wait never happened."""
+    jobs = list(Job.objects.filter(started_at__isnull=False, warm_start=False).order_by("-started_at")
                 .values("id", "submitted_at", "started_at", team_name=F("team__name"))[:limit])
     gpus = dict(JobRole.objects.filter(job_id__in=[j["id"] for j in jobs]).values("job_id")
                 .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).order_by().values_list("job_id", "n"))

@@ -117,7 +117,7 @@ class TraceFeeder:
             self._queues[name] = Queue.objects.select_related("team").filter(name=name).first()
         return self._queues[name]
 
-    def _submit(self, tj, duration: float) -> bool:
+    def _submit(self, tj, duration: float, *, warm: bool = False) -> bool:
         queue = self._queue(tj.queue)
         if queue is None or queue.team is None:
             self.stats.rejected += 1
@@ -129,7 +129,7 @@ class TraceFeeder:
         try:
             services.submit_job(team=queue.team, queue=queue, name=f"{self.name_prefix}{tj.id}",
                                 roles=[role], priority=tj.priority, duration_seconds=duration,
-                                submitted_at=self.at(tj.submit), external_id=str(tj.id))
+                                submitted_at=self.at(tj.submit), external_id=str(tj.id), warm_start=warm)
         except services.ValidationError as exc:
             self.stats.rejected += 1
             log.warning("trace job %s rejected: %s", tj.id, exc)
@@ -144,7 +144,7 @@ class TraceFeeder:
             warm, self._warm = self._warm, []
             with transaction.atomic():
                 for tj in warm:
-                    count += self._submit(tj, tj.submit + tj.duration - self.start_seconds)
+                    count += self._submit(tj, tj.submit + tj.duration - self.start_seconds, warm=True)
         arrived = 0
         while self._next < len(self._jobs) and (limit is None or arrived < limit):
             tj = self._jobs[self._next]

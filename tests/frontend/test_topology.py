@@ -6,7 +6,8 @@ import json
 import plotly.graph_objects as go
 import pytest
 
-from frontend.topology import borrowed_jobs, gpu_state, topology_payload
+from frontend.topology import gpu_state, topology_payload
+from gpuplatform.borrowing import borrowed, borrowed_gpu_ids
 
 DOMAINS = [(1, "spine", 3, None), (2, "leaf0", 2, 1), (3, "nvl0", 1, 2), (4, "nvl1", 1, 2)]
 # (gpu_id, index, health, node_id, node, node_state, flavor, domain_id): nvl0 = n0 (ready), nvl1 = n1 (cordoned)
@@ -24,9 +25,14 @@ def build(**kw):
     return topology_payload(domains=DOMAINS, gpus=GPUS, allocations=ALLOC, jobs=JOBS, quotas={100: 2, 200: 8}, **kw)
 
 
-def test_borrowed_are_the_jobs_past_the_quota_in_start_order():
-    jobs = [{"id": 1, "queue_id": 1, "gpus": 2}, {"id": 2, "queue_id": 1, "gpus": 2}, {"id": 3, "queue_id": 2, "gpus": 9}]
-    assert borrowed_jobs(jobs, {1: 3, 2: 9}) == {2}
+def test_borrowed_are_the_gpus_past_the_quota_in_start_order():
+    """One definition: per queue the map marks exactly max(0, used - quota) GPUs borrowed (a gang that
+    crosses the quota is split), so the map and the queue tree count the same."""
+    jobs = [{"id": 1, "queue_id": 1}, {"id": 2, "queue_id": 1}, {"id": 3, "queue_id": 2}]
+    alloc = {10: 1, 11: 1, 12: 2, 13: 2, **{20 + i: 3 for i in range(9)}}
+    assert borrowed_gpu_ids(jobs, alloc, {1: 3, 2: 9}) == {13}
+    assert len(borrowed_gpu_ids(jobs, alloc, {1: 1, 2: 4})) == borrowed(4, 1) + borrowed(9, 4) == 8
+    assert borrowed(2, None) == 2 and borrowed(1, 5) == 0
 
 
 @pytest.mark.parametrize("health, node, job, expected", [
@@ -36,7 +42,7 @@ def test_borrowed_are_the_jobs_past_the_quota_in_start_order():
     ("healthy", "draining", None, "cordoned"), ("healthy", "ready", None, "free"),
 ])
 def test_gpu_state(health, node, job, expected):
-    assert gpu_state(health, node, job, borrowed={2}) == expected
+    assert gpu_state(health, node, job, borrowed=job is not None and job["id"] == 2) == expected
 
 
 def test_cluster_level_counts_per_domain_and_is_a_valid_figure():

@@ -49,7 +49,8 @@
     }
     var totals = document.getElementById("topology-totals");
     if (totals) {
-      totals.textContent = p.gpus + " GPUs shown · " + Object.keys(p.totals).map(function (s) { return p.totals[s] + " " + s; }).join(" · ");
+      var scope = (p.filters.team || p.filters.job) ? p.shown_gpus + " of " + p.gpus + " GPUs match the filter · " : p.gpus + " GPUs shown · ";
+      totals.textContent = scope + Object.keys(p.totals).map(function (s) { return p.totals[s] + " " + s; }).join(" · ");
     }
     if (!bound) {
       bound = true;

@@ -72,6 +72,9 @@ class Job(models.Model):
     placement_tier = models.PositiveSmallIntegerField(null=True, blank=True)
     # Execution (docs/execution.md). simulated: no command, runs on the simulated clock for duration_seconds.
     simulated = models.BooleanField(default=False)
+    warm_start = models.BooleanField(
+        default=False, help_text="a replayed trace job the trace already had running when the replay began: it keeps "
+                                 "its trace submit time but starts at the replay start, so wait figures leave it out")
     max_restarts = models.PositiveIntegerField(default=0)
     restarts = models.PositiveIntegerField(default=0, help_text="restarts used after task failures")
     completion_role = models.CharField(max_length=64, blank=True, help_text="blank = every role must succeed")

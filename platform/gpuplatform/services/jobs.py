@@ -25,7 +25,8 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                topology_mode: str = "none", highest_tier: int | None = None, preferred_tier: int | None = None,
                time_limit_seconds: int | None = None, duration_seconds: float | None = None, submitter=None,
                submitted_at: datetime | None = None, external_id: str = "", command=None, env: dict | None = None,
-               working_dir: str = "", image: str = "", max_restarts: int = 0, completion_role: str = "") -> Job:
+               working_dir: str = "", image: str = "", max_restarts: int = 0, completion_role: str = "",
+               warm_start: bool = False) -> Job:
     """Create a pending Job with its JobRoles and Task rows and ask for a scheduling cycle after commit.
 
     roles: [{name, tasks, gpus_per_task, cpu_milli, memory_mib, min_available (default tasks), flavor,
@@ -34,7 +35,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     `working_dir` and `image` for the whole job, a role's own overriding them; `max_restarts` (restarts
     after a task failure), `completion_role` (blank = every role must exit 0). A job needs a command unless
     it is a replayed trace job (`duration_seconds` given): then it runs on the simulated clock and is
-    `simulated`. Raises ValidationError naming the field: no command ("command", "roles[i].command"), bad
+    `simulated`; `warm_start` marks a trace job already running when a replay began (left out of waits). Raises ValidationError naming the field: no command ("command", "roles[i].command"), bad
     env names or values ("env.NAME"), an image with no container runtime on any node ("image"), unknown,
     closed or draining queue, not a leaf queue, queue of another team; tasks < 1; gpus_per_task < 0;
     no GPU and no CPU request; min_available outside 1..tasks; duplicate role names; bad topology_mode;
@@ -65,7 +66,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                              highest_tier=highest_tier, preferred_tier=preferred_tier,
                              time_limit_seconds=time_limit_seconds, duration_seconds=duration_seconds,
                              simulated=not any(r["command"] for r in roles), max_restarts=max_restarts,
-                             completion_role=completion_role or "",
+                             completion_role=completion_role or "", warm_start=bool(warm_start),
                              submitted_at=now, pending_reason="waiting for the next scheduling cycle")
     role_rows = JobRole.objects.bulk_create([JobRole(job=job, **r) for r in roles])
     if any(r.pk is None for r in role_rows):  # backends without RETURNING

@@ -1,0 +1,110 @@
+"""Numbers people can trust (issue 13): one definition of "borrowed" shared by the queue tree, the queue charts
+and the topology map (the two counts agree), warm-start jobs left out of wait figures (and the page says so),
+durations in human units on pages with raw seconds in JSON/CSV, and the project's own docs linked from the
+pages instead of a document users do not have."""
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from gpuplatform.models import Gpu, Job, QueueSample
+
+from tests.frontend.conftest import T0
+
+pytestmark = pytest.mark.django_db
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+
+
+def test_borrowed_counts_agree_between_queue_tree_and_map(client, world, make_job):
+    """red's quota is 4 and it holds 4 GPUs; a second 3-GPU gang takes it to 7: 3 borrowed. The old map
+    coloured whole gangs past the quota and the tree subtracted: now both count 3, and the definition is
+    shown on both pages."""
+    from gpuplatform.borrowing import BORROWED_DEFINITION
+
+    node = world["node"]
+    free = list(Gpu.objects.filter(node=node, index__in=[5, 6, 7]).order_by("index"))
+    make_job(world["red"], world["jobs"]["red-running"].queue, "red-more", Job.State.RUNNING, tasks=1, gpus=3,
+             node=node, gpus_on_node=free, at=T0 + timedelta(minutes=5))
+    QueueSample.objects.create(time=T0 + timedelta(hours=1), queue=world["jobs"]["red-running"].queue, used=7,
+                               guarantee=2, quota=4, limit=8, pending_demand=0)
+    client.force_login(world["admin"])
+    topo = client.get("/topology.json").json()
+    assert topo["totals"]["borrowed"] == topo["borrowed_gpus"] == 3
+    tree = client.get("/queues/data.json").json()["html"]["queue-tree"]
+    red_row = next(r for r in re.findall(r"<tr.*?</tr>", tree, re.S) if ">red<" in r)
+    assert re.search(r"</span>3</td>", red_row), red_row
+    page = client.get("/queues/").content.decode()
+    assert BORROWED_DEFINITION[:40] in page and "/docs/concepts/#borrowing" in page
+    assert BORROWED_DEFINITION[:40] in client.get("/topology/").content.decode()
+
+
+def test_topology_totals_follow_the_team_filter(client, world):
+    client.force_login(world["admin"])
+    everything = client.get("/topology.json").json()
+    red = client.get("/topology.json?team=red").json()
+    blue = client.get("/topology.json?team=blue").json()
+    assert everything["shown_gpus"] == 8 and red["shown_gpus"] == 4 and blue["shown_gpus"] == 0
+    assert red["totals"]["running"] + red["totals"]["borrowed"] == 4 and red["totals"]["free"] == 0
+
+
+def test_warm_start_jobs_are_left_out_of_waits(client, world, make_job):
+    """A warm-start job submitted 18 days before it started would make p99 18 days; it is not counted."""
+    from gpuplatform import dashboard_queries as dq
+
+    warm = make_job(world["blue"], world["jobs"]["blue-pending"].queue, "warm", Job.State.RUNNING,
+                    at=T0 - timedelta(days=18))
+    Job.objects.filter(pk=warm.pk).update(warm_start=True, started_at=T0)
+    waits = dq.wait_times()
+    assert waits and all(w["wait_seconds"] < 86400 for w in waits)
+    client.force_login(world["admin"])
+    page = client.get("/queueing/").content.decode()
+    assert "warm-start jobs left out" in page
+    rows = client.get("/queueing/data.json").json()
+    assert all(r["wait_seconds"] < 86400 for r in rows.get("rows", waits))
+
+
+def test_trace_feeder_marks_its_warm_start_jobs(db):
+    """The replay's own warm start sets the flag (so the demo's figures leave those jobs out)."""
+    from datetime import datetime, timezone
+
+    from clusterspec.spec import ClusterSpec, NodeSpec, Trace, TraceJob
+    from gpuplatform import services
+    from gpuplatform.trace_feeder import TraceFeeder
+
+    services.load_cluster_spec(ClusterSpec(name="w", nodes=(NodeSpec("n0", "H100", 8),)))
+    team = services.create_team("t")
+    services.create_queue("q", team=team, quotas={"H100": (0, 8, 8)})
+    trace = Trace(name="tr", jobs=(TraceJob(id="a", submit=0.0, duration=1000.0, queue="q", tasks=1, gpus_per_task=1),
+                                   TraceJob(id="b", submit=600.0, duration=10.0, queue="q", tasks=1, gpus_per_task=1)))
+    feeder = TraceFeeder(trace, epoch=datetime(2026, 1, 1, tzinfo=timezone.utc), start_seconds=500.0,
+                         warm_start=True)
+    feeder.submit_due(feeder.at(700.0))
+    assert dict(Job.objects.values_list("external_id", "warm_start")) == {"a": True, "b": False}
+
+
+def test_percentiles_in_human_units_with_raw_seconds_in_csv(client, world):
+    client.force_login(world["admin"])
+    html = client.get("/queueing/data.json").json()["html"]["pending-list"]
+    assert re.search(r">\d+(s|m|h [0-9]+m)<|>1m<", html), html  # e.g. "1m", never "60 s"
+    assert " s</td>" not in html
+    csv = client.get("/queueing/data.json?format=csv").content.decode()
+    assert "wait_seconds" in csv.splitlines()[0] and "60.0" in csv
+
+
+def test_docs_pages_render_and_pages_cite_them_not_design():
+    offenders = [p.name for p in TEMPLATES.rglob("*.html") if "DESIGN" in p.read_text()]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("name,anchor", [("concepts", "borrowing"), ("concepts", "fragmentation"),
+                                         ("operations", "backup"), ("api", "idempotency-key")])
+def test_docs_pages(client, world, name, anchor):
+    client.force_login(world["alice"])
+    r = client.get(f"/docs/{name}/")
+    assert r.status_code == 200 and f'id="{anchor}"' in r.content.decode()
+    assert client.get("/docs/nope/").status_code == 404
+    assert client.get("/docs/").status_code == 200
