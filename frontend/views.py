@@ -18,6 +18,7 @@ from gpuplatform import access, queries
 from gpuplatform.models import Job
 
 from . import figures, job_run
+from .conditional import conditional_json
 from .states import STATE_COLORS
 from .views_jobs import can_act
 
@@ -105,6 +106,7 @@ def cluster(request):
 @never_cache
 @login_required
 @require_GET
+@conditional_json
 def cluster_metrics(request):
     """What the cluster page polls: the numbers, two table fragments and the figure dicts."""
     ctx = _cluster_context(request)

@@ -20,6 +20,7 @@ from gpuplatform.borrowing import borrowed
 from gpuplatform.models import Team
 
 from . import dashboard_figures as dfig
+from .conditional import conditional_json
 from .states import GPU_STATE_COLORS
 from .topology import BORROWED_DEFINITION, topology_payload
 
@@ -41,7 +42,8 @@ def data_response(request, payload: dict, rows: list[dict], name: str):
 
 
 def _json_view(fn):
-    return never_cache(login_required(require_GET(fn)))
+    """A polled JSON view: login, GET only, never cached by proxies, ETag / 304 when unchanged."""
+    return never_cache(login_required(require_GET(conditional_json(fn))))
 
 
 # --- topology ---------------------------------------------------------------------------------------

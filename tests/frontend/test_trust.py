@@ -108,3 +108,22 @@ def test_docs_pages(client, world, name, anchor):
     assert r.status_code == 200 and f'id="{anchor}"' in r.content.decode()
     assert client.get("/docs/nope/").status_code == 404
     assert client.get("/docs/").status_code == 200
+
+
+@pytest.mark.parametrize("url", ["/cluster/metrics.json", "/queues/data.json", "/fragmentation/data.json",
+                                 "/queueing/data.json", "/topology.json"])
+def test_polled_json_answers_304_when_unchanged(client, world, url):
+    """A poll that sends back the ETag gets 304 with no body; after a change the ETag differs."""
+    client.force_login(world["admin"])
+    first = client.get(url)
+    tag = first["ETag"]
+    assert first.status_code == 200 and tag.startswith('"')
+    again = client.get(url, HTTP_IF_NONE_MATCH=tag)
+    assert again.status_code == 304 and again.content == b"" and again["ETag"] == tag
+    QueueSample.objects.create(time=T0 + timedelta(hours=2), queue=world["jobs"]["red-running"].queue, used=1,
+                               guarantee=2, quota=4, limit=8, pending_demand=0)
+    Job.objects.filter(pk=world["jobs"]["blue-pending"].pk).update(state=Job.State.CANCELLED)
+    Gpu.objects.filter(node=world["node"], index=7).update(health="unhealthy")
+    changed = client.get(url, HTTP_IF_NONE_MATCH=tag)
+    if url != "/fragmentation/data.json":  # its figures do not read queue samples or job states
+        assert changed.status_code == 200 and changed["ETag"] != tag

@@ -2,16 +2,26 @@
 // request at a time, and hand the payload to `onData`; on an error keep the last good view and try again.
 // `url` is a string, or a function called before each request (to send, say, the next offset). Optional
 // `onError(error)` hears each failed request. Returns {stop: ends the loop, now: fetch at once (skipped
-// while a request is in flight)}.
+// while a request is in flight)}. Each URL's last ETag is sent back as If-None-Match: a 304 (nothing changed)
+// costs no body and leaves the view as it is.
 window.gpuplatformPoll = function (url, interval, onData, onError) {
   "use strict";
-  var busy = false, stopped = false;
+  var busy = false, stopped = false, etags = {};
   function tick() {
     if (busy || stopped || document.hidden) return;
     busy = true;
-    fetch(typeof url === "function" ? url() : url, { credentials: "same-origin", headers: { Accept: "application/json" } })
-      .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
-      .then(function (payload) { if (!stopped) onData(payload); })
+    var target = typeof url === "function" ? url() : url;
+    var headers = { Accept: "application/json" };
+    if (etags[target]) headers["If-None-Match"] = etags[target];
+    fetch(target, { credentials: "same-origin", headers: headers, cache: "no-store" })
+      .then(function (r) {
+        if (r.status === 304) return null;  // unchanged since the last poll
+        if (!r.ok) throw new Error("HTTP " + r.status);
+        var tag = r.headers.get("ETag");
+        if (tag) etags[target] = tag;
+        return r.json();
+      })
+      .then(function (payload) { if (payload !== null && !stopped) onData(payload); })
       .catch(function (err) { if (!stopped && onError) onError(err); /* keep the last good view; try again next tick */ })
       .then(function () { busy = false; });
   }

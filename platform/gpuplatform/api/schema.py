@@ -44,7 +44,7 @@ def add_error_responses(result, generator, request, public):
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["FieldErrors"] = FIELD_ERRORS
     schemas["Error"] = ERROR
-    for path, item in result.get("paths", {}).items():
+    for item in result.get("paths", {}).values():
         for method, op in item.items():
             if not isinstance(op, dict) or "responses" not in op:
                 continue
@@ -53,8 +53,6 @@ def add_error_responses(result, generator, request, public):
                                          **_ref("FieldErrors")})
             responses.setdefault("401", {"description": "not authenticated", **_ref("Error")})
             responses.setdefault("403", {"description": "not allowed for this user", **_ref("Error")})
-            if "{" in path:
-                responses.setdefault("404", {"description": "no such object (or not visible to you)", **_ref("Error")})
             if any(p.get("name") == "Idempotency-Key" for p in op.get("parameters", [])):
                 responses.setdefault("409", {"description": "Idempotency-Key reused with a different request",
                                              **_ref("FieldErrors")})

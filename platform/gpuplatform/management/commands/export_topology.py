@@ -8,10 +8,12 @@ topology.conf tree form (SwitchName / Switches / Nodes). Read only.
 """
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
+
+from ..base import DatabaseCommand
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Export the domain tree as Volcano HyperNode YAML or a Slurm topology.conf."
 
     def add_arguments(self, parser):

@@ -11,10 +11,12 @@ transaction. A malformed or inconsistent file is refused with its line and reaso
 """
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
+
+from ..base import DatabaseCommand
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Import a topology file (Slurm, Volcano HyperNode, Kueue, k8s labels, ibnetdiscover) into the domain tree."
 
     def add_arguments(self, parser):

@@ -4,6 +4,7 @@
     python manage.py replay --cluster philly --trace philly --until 14 --compare        # full vs FIFO
     python manage.py replay --cluster philly --trace philly --until 14 --failure-rate 10 \\
         --checkpoint-interval 3600 --detection-timeout 300 --seed 1                      # issue #6
+    python manage.py replay --cluster philly --trace ./my_jobs.csv                       # one's own trace
 
 Loads both through the importer registry (clusterspec.importers), runs scheduler.sim.replay and prints
 a summary; --json writes the full report (with --compare: {"full": ..., "fifo": ...}). Touches no
@@ -51,7 +52,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--cluster", required=True, help="cluster name in the importer registry (philly, openb)")
-        parser.add_argument("--trace", required=True, help="trace name in the importer registry (philly, openb)")
+        parser.add_argument("--trace", required=True,
+                            help="trace name in the importer registry (philly, openb), or the path of one's own CSV "
+                                 "trace in Philly format (timestamp,duration,num_gpus,gpu_time,cluster: submit time, "
+                                 "run seconds, GPUs, GPU-seconds, queue) or openb pod-list format")
         parser.add_argument("--start", type=float, default=None,
                             help="start at this trace day, re-based to 0 (default: 20 for philly, where its busy "
                                  "part begins after ~70 arrivals in 19.5 days; 0 otherwise)")
@@ -90,18 +94,20 @@ class Command(BaseCommand):
                                  "under --policy fifo)")
 
     def handle(self, *args, **opts):
-        from clusterspec.importers import load_cluster, load_trace
+        from clusterspec.importers import load_cluster, load_trace, load_trace_file
 
+        as_file = opts["trace"] not in ("philly", "openb", "openb-default") and (
+            "/" in opts["trace"] or opts["trace"].endswith(".csv") or Path(opts["trace"]).exists())
         start = opts["start"] if opts["start"] is not None else DEFAULT_START_DAYS.get(opts["trace"], 0.0)
         opts["start"] = start
         cluster_opts = {} if opts["scale"] is None else {"scale": opts["scale"]}
         trace_opts = {} if opts["compress"] is None else {"compress": opts["compress"]}
-        native_start = opts["trace"] == "philly"
+        native_start = opts["trace"] == "philly" and not as_file
         if native_start and start:
             trace_opts["start_days"] = start
         try:
             cluster = load_cluster(opts["cluster"], **cluster_opts)
-            trace = load_trace(opts["trace"], **trace_opts)
+            trace = load_trace_file(opts["trace"], **trace_opts) if as_file else load_trace(opts["trace"], **trace_opts)
         except (KeyError, TypeError, ValueError) as exc:
             raise CommandError(f"cannot load cluster/trace: {exc}") from exc
         if start and not native_start:
