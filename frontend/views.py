@@ -4,8 +4,10 @@ Reads come from gpuplatform.queries, figures from frontend.figures; views only g
 """
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.db import connection
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -17,7 +19,7 @@ from django.views.decorators.http import require_GET
 from gpuplatform import access, queries
 from gpuplatform.models import Job
 
-from . import figures, job_run
+from . import figures, job_paging, job_run
 from .conditional import conditional_json
 from .states import STATE_COLORS
 from .views_jobs import can_act
@@ -127,25 +129,58 @@ def cluster_metrics(request):
     return JsonResponse(payload)
 
 
+JOB_COLUMNS = [  # (sort key, header, numeric)
+    ("name", "job", False), ("team", "team", False), ("queue", "queue", False), ("state", "state", False),
+    ("gpus", "GPUs", True), (None, "tasks × GPUs", False), ("submitted", "submitted", False),
+    ("started", "started", False), ("finished", "finished", False), ("duration", "duration", True),
+    (None, "placement", False), (None, "nodes", False), (None, "pending reason", False),
+]
+
+
 @login_required
 def job_list(request):
-    team = request.GET.get("team") or None
-    state = request.GET.get("state") or None
-    queue = request.GET.get("queue") or None
-    qs = queries.job_list(request.user, team=team, state=state, queue=queue)
-    page = Paginator(qs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
-    rows = [{"job": j, "shape": queries.shape(j), "nodes": queries.node_names(j)} for j in page.object_list]
-    params = request.GET.copy()
-    params.pop("page", None)
+    """The jobs page: search (id, name, external id), filters (team, state, queue, submitter), sort by any
+    sortable column (?sort=-duration), keyset pages (?cursor=, from the next / previous links). It updates
+    in place while open (live.js fetches it again every 5 s)."""
+    filters = {k: (request.GET.get(k) or "").strip() for k in ("q", "team", "state", "queue", "submitter")}
+    qs = queries.job_list(request.user, team=filters["team"] or None, state=filters["state"] or None,
+                          queue=filters["queue"] or None, submitter=filters["submitter"] or None,
+                          search=filters["q"] or None)
+    page = job_paging.keyset_page(qs, sort=request.GET.get("sort"), cursor=request.GET.get("cursor"),
+                                  limit=JOBS_PER_PAGE)
+    rows = []
+    for j in page.rows:
+        duration = (j.finished_at - j.started_at).total_seconds() if j.finished_at and j.started_at else None
+        rows.append({"job": j, "shape": queries.shape(j), "nodes": queries.node_names(j), "duration": duration})
+    base = {k: v for k, v in filters.items() if v}
+    sort_value = ("-" if page.descending else "") + page.sort
+    columns = []
+    for key, label, numeric in JOB_COLUMNS:
+        link = None
+        if key:
+            flip = key if (page.sort == key and page.descending) else f"-{key}"
+            link = "?" + urlencode({**base, "sort": flip})
+        columns.append({"key": key, "label": label, "numeric": numeric, "link": link,
+                        "active": page.sort == key, "descending": page.descending})
+    here = {**base, "sort": sort_value}
+    visible_teams = access.visible_teams(request.user).order_by("name").values_list("name", flat=True)
     return render(request, "frontend/job_list.html", {
         "page": page,
         "rows": rows,
-        "filters": {"team": team or "", "state": state or "", "queue": queue or ""},
-        "teams": access.visible_teams(request.user).order_by("name").values_list("name", flat=True),
+        "count": qs.count(),
+        "columns": columns,
+        "filters": filters,
+        "sort": sort_value,
+        "teams": visible_teams,
         "queues": access.visible_queues(request.user).filter(team__isnull=False).order_by("name")
                   .values_list("name", flat=True),
+        "submitters": get_user_model().objects.filter(job__in=access.visible_jobs(request.user)).distinct()
+                      .order_by("username").values_list("username", flat=True)[:500],
         "states": [*Job.State.values, "live", "finished"],
-        "query_string": params.urlencode(),
+        "next_url": "?" + urlencode({**here, "cursor": page.next_cursor}) if page.next_cursor else None,
+        "previous_url": "?" + urlencode({**here, "cursor": page.previous_cursor}) if page.previous_cursor else None,
+        "first_url": "?" + urlencode(here) if request.GET.get("cursor") else None,
+        "filtered": any(filters.values()),
     })
 
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter, itemgetter
 
-from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
+from django.db.models import Count, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
 
 from .access import visible_jobs
 from .models import (
@@ -21,11 +22,14 @@ from .trees import Tree
 
 # --- jobs -------------------------------------------------------------------------------------------
 
-def job_list(user, *, team: str | None = None, state: str | None = None, queue: str | None = None) -> QuerySet[Job]:
-    """Jobs the user may see, newest first, filtered by team (name or slug), state and queue (name).
+def job_list(user, *, team: str | None = None, state: str | None = None, queue: str | None = None,
+             submitter: str | None = None, search: str | None = None) -> QuerySet[Job]:
+    """Jobs the user may see, newest first, filtered by team (name or slug), state, queue (name), submitter
+    (username) and `search` (a job id, or text found in the name or the external id).
 
-    State "finished" stands for every final state, "live" for admitted/running/preempting.
-    Roles and the nodes of the tasks are prefetched, so a page of jobs costs a fixed number of queries.
+    State "finished" stands for every final state, "live" for admitted/running/preempting. `gpus` is
+    annotated (a subquery, so the rows stay one per job and can be ordered and paged by it). Roles and the
+    nodes of the tasks are prefetched, so a page of jobs costs a fixed number of queries.
     """
     qs = visible_jobs(user)
     if team:
@@ -38,9 +42,19 @@ def job_list(user, *, team: str | None = None, state: str | None = None, queue: 
         qs = qs.filter(state=state)
     if queue:
         qs = qs.filter(queue__name=queue)
+    if submitter:
+        qs = qs.filter(submitter__username=submitter)
+    if search and search.strip():
+        text = search.strip()
+        match = Q(name__icontains=text) | Q(external_id__icontains=text)
+        if text.lstrip("#").isdigit() and len(text) < 18:
+            match |= Q(pk=int(text.lstrip("#")))
+        qs = qs.filter(match)
+    gpus = (JobRole.objects.filter(job=OuterRef("pk")).order_by().values("job")
+            .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).values("n"))
     return (
-        qs.select_related("team", "queue")
-        .annotate(gpus=Sum(F("roles__tasks") * F("roles__gpus_per_task")))
+        qs.select_related("team", "queue", "submitter")
+        .annotate(gpus=Coalesce(Subquery(gpus, output_field=IntegerField()), 0))
         .prefetch_related(
             Prefetch("roles", queryset=JobRole.objects.order_by("id")),
             Prefetch("tasks", queryset=Task.objects.select_related("node").only("id", "job_id", "node__name", "state")),

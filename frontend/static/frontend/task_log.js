@@ -81,8 +81,10 @@
   }
 
   select.addEventListener("change", function () { show(select.value); });
-  document.querySelectorAll("[data-log-task]").forEach(function (a) {
-    a.addEventListener("click", function () { select.value = a.getAttribute("data-log-task"); show(select.value); });
+  // Delegated: the tasks table is replaced in place by live.js while the job runs.
+  document.addEventListener("click", function (ev) {
+    var a = ev.target.closest && ev.target.closest("[data-log-task]");
+    if (a) { select.value = a.getAttribute("data-log-task"); show(select.value); }
   });
   if (select.value) show(select.value);
 })();
