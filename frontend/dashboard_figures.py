@@ -41,9 +41,15 @@ def watermark_figure(queue: str, samples: Sequence[Mapping], *, height: int = 24
                                             for s in samples], SERIES_COLORS["fair_share"], line={"dash": "dot"}))
     layout = _layout(queue, yaxis={"title": {"text": "GPUs"}}, height=height)
     layout["margin"] = {"l": 44, "r": 8, "t": 30, "b": 28}
+    layout["xaxis"] = {**layout["xaxis"], "automargin": True}  # date labels are never clipped
+    layout["yaxis"] = {**layout["yaxis"], "automargin": True}
     layout["showlegend"] = False
     layout["hovermode"] = "x unified"
-    return {"data": data, "layout": layout}
+    figure = {"data": data, "layout": layout}
+    if not samples:  # an empty state instead of empty 0-1 axes (dashboard.js shows the message)
+        figure["empty"] = (f"No usage recorded for queue {queue} yet: its chart starts with the next scheduling "
+                           f"cycle that samples it.")
+    return figure
 
 
 def fragmentation_figures(samples: Sequence[Mapping]) -> dict:

@@ -158,7 +158,7 @@ def job_list(request):
     for key, label, numeric in JOB_COLUMNS:
         link = None
         if key:
-            flip = key if (page.sort == key and page.descending) else f"-{key}"
+            flip = f"-{key}" if (page.sort == key and not page.descending) else key  # first click: ascending
             link = "?" + urlencode({**base, "sort": flip})
         columns.append({"key": key, "label": label, "numeric": numeric, "link": link,
                         "active": page.sort == key, "descending": page.descending})

@@ -34,7 +34,7 @@ def test_nul_in_a_looked_up_name_or_path_is_a_400_or_404(client_for):
 def test_json_nested_too_deeply_is_a_400(client_for):
     body = "[" * 100_000 + "]" * 100_000
     r = client_for("staff").generic("POST", "/api/v1/jobs/", body, content_type="application/json")
-    assert r.status_code == 400 and "nested too deeply" in r.json()["detail"]
+    assert r.status_code == 400 and "nested too deeply" in r.json()["non_field_errors"][0]
 
 
 def test_logs_of_an_attempt_the_job_never_had_are_a_400(client_for, jobs):

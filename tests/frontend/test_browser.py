@@ -205,7 +205,7 @@ def test_gang_job_from_submission_to_cancel(browser, live_server, cluster):
     page = p.go(f"/topology/?zoom={job.placement_domain}&job={job.pk}")
     page.wait_for_selector("#topology[data-level=gpus] .main-svg")
     totals = page.locator("#topology-totals").inner_text()
-    assert "16 GPUs shown" in totals and "10 running" in totals, totals
+    assert "10 of 16 GPUs match the filter" in totals and "10 running" in totals, totals
     p.shot("topology-job")
 
     # The whole cluster, then a click on a domain zooms in.

@@ -12,7 +12,19 @@
     if (typeof Plotly === "undefined" || !figs) return;
     Object.keys(figs).forEach(function (key) {
       var el = document.getElementById("fig-" + key);
-      if (el) {
+      if (el && figs[key].empty) {  // no data yet: say so instead of drawing empty 0-1 axes
+        if (el.dataset.empty !== figs[key].empty) {
+          Plotly.purge(el);
+          el.innerHTML = "";
+          var p = document.createElement("p");
+          p.className = "empty-state muted";
+          p.textContent = figs[key].empty;
+          el.appendChild(p);
+          el.dataset.empty = figs[key].empty;
+          el.dataset.points = 0;
+        }
+      } else if (el) {
+        if (el.dataset.empty) { el.innerHTML = ""; delete el.dataset.empty; }
         Plotly.react(el, figs[key].data, figs[key].layout, config);
         el.dataset.points = figs[key].data.reduce(function (n, t) { return n + ((t.x || t.y || []).length); }, 0);
       }

@@ -7,8 +7,9 @@ The field path is flat, the same whether the rule lives in a serializer or in a 
 whole). DRF's nested serializer errors (`{"roles": [{}, {"tasks": [...]}]}`) are flattened to that path
 here, and the services' `gpuplatform.services.ValidationError` (field -> message) is turned into the same
 shape, so a script reads one format. Nothing is stored in either case (the services validate before
-writing, inside one transaction). Errors that are not about the body (401, 403, 404, 405, 409, 412, 428,
-429) keep DRF's `{"detail": "<message>"}` (schema `Error`).
+writing, inside one transaction). Every 400 has this shape (a malformed
+JSON body is `{"non_field_errors": ["JSON parse error - ..."]}`). Errors that are not about the body (401,
+403, 404, 405, 412, 428, 429) keep DRF's `{"detail": "<message>"}` (schema `Error`).
 """
 from __future__ import annotations
 
@@ -73,7 +74,12 @@ def exception_handler(exc, context):
         # A NUL in a name the view looked up (a path, a filter, a related name): PostgreSQL refuses it.
         where = _nul_field(context)
         return Response({where: ["NUL characters are not accepted"]}, status=status.HTTP_400_BAD_REQUEST)
-    return drf_exception_handler(exc, context)
+    response = drf_exception_handler(exc, context)
+    if response is not None and response.status_code == 400 and isinstance(response.data, dict) \
+            and set(response.data) == {"detail"}:
+        # A 400 that is not about one field (a malformed JSON body, ...): the same shape, the whole request.
+        response.data = {NON_FIELD: [str(response.data["detail"])]}
+    return response
 
 
 def _nul_field(context) -> str:
