@@ -139,13 +139,20 @@ def _fragmentation_payload() -> dict:
              "domain_completeness": s["domain_completeness"],
              **{f"largest_runnable_tier{t}": g for t, g in sorted((s["largest_runnable"] or {}).items())}}
             for s in series]
-    return {"figures": dfig.fragmentation_figures(series), "rows": rows, "latest": rows[-1] if rows else None}
+    groups = [{"group": name, **g} for name, g in sorted(((series[-1].get("by_group") or {}) if series else {}).items(),
+                                                             key=lambda kv: (kv[1]["flavor"], -kv[1]["node_gpus"]))]
+    return {"figures": dfig.fragmentation_figures(series), "rows": rows, "latest": rows[-1] if rows else None,
+            "groups": groups}
 
 
 @_json_view
 def fragmentation_json(request):
+    """?format=csv: the series; ?format=csv&table=groups: the latest per flavor and node size."""
     p = _fragmentation_payload()
-    return data_response(request, {"figures": p["figures"], "latest": p["latest"]}, p["rows"], "fragmentation")
+    html = render_to_string("frontend/_fragmentation_groups.html", p, request=request)
+    rows = p["groups"] if request.GET.get("table") == "groups" else p["rows"]
+    return data_response(request, {"figures": p["figures"], "latest": p["latest"], "groups": p["groups"],
+                                   "html": {"fragmentation-groups": html}}, rows, "fragmentation")
 
 
 @login_required

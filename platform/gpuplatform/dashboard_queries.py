@@ -101,7 +101,7 @@ def fragmentation_series(limit: int = 2000) -> list[dict]:
     domain_completeness, allocation_rate."""
     rows = list(ClusterSample.objects.order_by("-time", "-id").values(
         "time", "fragmentation_rate", "free_gpus", "largest_runnable", "domain_completeness",
-        "allocation_rate", "schedulable_gpus")[:limit])
+        "allocation_rate", "schedulable_gpus", "by_group")[:limit])
     rows.reverse()
     return rows
 

@@ -23,7 +23,7 @@ from .actions.allocate import allocate
 from .actions.backfill import Reservations
 from .actions.evict import run_evictions
 from .cache import ClusterStatic, EngineCache
-from .metrics import cluster_metrics
+from .metrics import cluster_metrics, metrics_by_group
 from .plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
 from .plugins.quota import QueueTree
 from .session import Session
@@ -57,6 +57,7 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     result.estimated_start = reservations.estimated_start
     t3 = time.perf_counter()
     result.metrics = cluster_metrics(state)
+    result.metrics["by_group"] = metrics_by_group(state)
     result.metrics["pending_jobs"] = len(result.pending)
     result.metrics["running_jobs"] = sum(1 for j in snapshot.jobs if j.state != "pending") + len(result.bindings)
     result.metrics["queue_usage"] = {q: dict(u) for q, u in queues.usage.items()}

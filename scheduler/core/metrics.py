@@ -7,13 +7,16 @@
 - fragmentation_rate = 1 - largest_runnable[top tier] / free GPUs (0 when nothing is free); also given
   per tier as fragmentation_by_tier.
 - domain_completeness = share of lowest-tier domains whose healthy GPUs are all free or all used.
+- by_group (metrics_by_group): the same figures over the nodes of one GPU flavor and one node size
+  ("H100 x8") alone, so free GPUs on small machines cannot hide that no big machine is free.
 """
 from __future__ import annotations
 
 from .state import ClusterState
 
 
-def cluster_metrics(state: ClusterState) -> dict:
+def cluster_metrics(state: ClusterState, include=None) -> dict:
+    """The metrics above; `include(node) -> bool` restricts them to some nodes (metrics_by_group)."""
     tree = state.tree
     n_dom = len(tree.names)
     whole: dict[tuple[int, str], int] = {}  # (domain, flavor) -> free GPUs of wholly free nodes below it
@@ -22,6 +25,8 @@ def cluster_metrics(state: ClusterState) -> dict:
     dom_healthy = [0] * n_dom
     schedulable = free_total = 0
     for k, node in enumerate(state.nodes):
+        if include is not None and not include(node):
+            continue
         healthy = state.healthy_gpus[k]
         f = len(state.free[k])
         schedulable += healthy
@@ -65,3 +70,22 @@ def cluster_metrics(state: ClusterState) -> dict:
         "domain_completeness": complete / len(counted) if counted else 1.0,
         "top_tier": tree.top_tier,
     }
+
+
+def metrics_by_group(state: ClusterState) -> dict[str, dict]:
+    """{"<flavor> x<GPUs per node>": {flavor, node_gpus, nodes, free_nodes, schedulable_gpus, free_gpus,
+    largest_runnable (top tier, GPUs), fragmentation_rate}} for each GPU flavor and node size present. A node
+    is free when all its healthy GPUs are free (and it has some)."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for k, node in enumerate(state.nodes):
+        groups.setdefault((node.flavor, node.gpus), []).append(k)
+    out: dict[str, dict] = {}
+    for (flavor, size), members in sorted(groups.items()):
+        m = cluster_metrics(state, include=lambda node, f=flavor, s=size: node.flavor == f and node.gpus == s)
+        free_nodes = sum(1 for k in members if state.healthy_gpus[k] > 0 and len(state.free[k]) == state.healthy_gpus[k])
+        out[f"{flavor} x{size}"] = {
+            "flavor": flavor, "node_gpus": size, "nodes": len(members), "free_nodes": free_nodes,
+            "schedulable_gpus": m["schedulable_gpus"], "free_gpus": m["free_gpus"],
+            "largest_runnable": m["largest_runnable"].get(m["top_tier"], 0),
+            "fragmentation_rate": m["fragmentation_rate"]}
+    return out

@@ -177,3 +177,21 @@ def test_a_holder_trying_elsewhere_never_takes_another_holders_gpus():
     assert [(b.job_id, b.rule, b.tasks[0].gpus) for b in result.bindings] == [("b", "reservation", (4, 5, 6, 7))]
     assert result.pending["a"].code == "nominated"
     assert [n.job_id for n in result.nominations] == ["a"]
+
+
+def test_metrics_by_flavor_and_node_size_expose_what_the_cluster_rate_hides():
+    """Issue 13: free GPUs on 2-GPU machines made the cluster's rate read low while no 8-GPU machine was
+    free. Per group: every 8-GPU machine is partly used (largest runnable 4, rate 0.5), while the 2-GPU
+    machines are whole (rate 0: a multi-node job can use all of them); a second flavor is its own group."""
+    world = (World().nodes(count=2, gpus=8, prefix="big", used=4).nodes(count=6, gpus=2, prefix="small")
+             .nodes(count=1, gpus=8, prefix="a100-", flavor="A100"))
+    m = world.cycle().metrics
+    groups = m["by_group"]
+    assert set(groups) == {"H100 x8", "H100 x2", "A100 x8"}
+    big, small, other = groups["H100 x8"], groups["H100 x2"], groups["A100 x8"]
+    assert (big["nodes"], big["free_nodes"], big["free_gpus"], big["largest_runnable"]) == (2, 0, 8, 4)
+    assert big["fragmentation_rate"] == pytest.approx(0.5)
+    assert (small["free_nodes"], small["free_gpus"], small["largest_runnable"]) == (6, 12, 12)  # 6 whole nodes
+    assert small["fragmentation_rate"] == 0.0
+    assert (other["free_nodes"], other["largest_runnable"], other["fragmentation_rate"]) == (1, 8, 0.0)
+    assert sum(g["free_gpus"] for g in groups.values()) == m["free_gpus"]

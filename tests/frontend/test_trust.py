@@ -127,3 +127,21 @@ def test_polled_json_answers_304_when_unchanged(client, world, url):
     changed = client.get(url, HTTP_IF_NONE_MATCH=tag)
     if url != "/fragmentation/data.json":  # its figures do not read queue samples or job states
         assert changed.status_code == 200 and changed["ETag"] != tag
+
+
+def test_fragmentation_page_shows_each_flavor_and_machine_size(client, world):
+    from gpuplatform.models import ClusterSample
+
+    ClusterSample.objects.filter(cycle=3).update(by_group={
+        "P100 x8": {"flavor": "P100", "node_gpus": 8, "nodes": 4, "free_nodes": 0, "schedulable_gpus": 32,
+                    "free_gpus": 6, "largest_runnable": 3, "fragmentation_rate": 0.5},
+        "P100 x2": {"flavor": "P100", "node_gpus": 2, "nodes": 10, "free_nodes": 9, "schedulable_gpus": 20,
+                    "free_gpus": 18, "largest_runnable": 18, "fragmentation_rate": 0.0}})
+    client.force_login(world["admin"])
+    html = client.get("/fragmentation/").content.decode()
+    rows = re.findall(r'<tr data-group="([^"]+)">(.*?)</tr>', html, re.S)
+    assert [r[0] for r in rows] == ["P100 x8", "P100 x2"] and ">50%<" in rows[0][1]
+    data = client.get("/fragmentation/data.json").json()
+    assert [g["group"] for g in data["groups"]] == ["P100 x8", "P100 x2"]
+    csv = client.get("/fragmentation/data.json?format=csv&table=groups").content.decode()
+    assert csv.splitlines()[0].startswith("group,") and "P100 x2" in csv

@@ -53,6 +53,10 @@ class ClusterSample(models.Model):
     allocation_rate = models.FloatField()
     fragmentation_rate = models.FloatField()
     largest_runnable = models.JSONField(default=dict, help_text="tier -> GPUs")
+    by_group = models.JSONField(
+        default=dict, blank=True,
+        help_text="per GPU flavor and node size ('H100 x8'): nodes, free_nodes, schedulable_gpus, free_gpus, "
+                  "largest_runnable (top tier), fragmentation_rate (scheduler.core.metrics.metrics_by_group)")
     domain_completeness = models.FloatField()
     pending_jobs = models.PositiveIntegerField(default=0)
     running_jobs = models.PositiveIntegerField(default=0)
