@@ -2,7 +2,8 @@
 the JSON payload of /topology.json (a plotly figure plus the numbers behind it).
 
 Two levels, so the map stays light at 20,000 GPUs:
-- "domains": one cell per lowest-tier (NVLink) domain, a small stacked column of its GPUs per state,
+- "domains": one cell per lowest-tier (NVLink) domain, a small stacked column of its GPUs per state (to
+  scale: the column's height is its GPU count over the largest domain's),
   grouped by parent domain (leaf switch); a wholly free domain is one full light-blue column. Bar traces.
 - "gpus": one square per GPU (scattergl, WebGL), grouped by domain, a row per node; used when zoomed into
   a domain holding at most GPU_CELL_LIMIT GPUs.
@@ -156,6 +157,9 @@ def _domain_level(cells, by_id, visible, filtering):
     for p in order:
         groups[p].sort(key=lambda d: natural_key(dname(d)))
     cols = min(max((len(v) for v in groups.values()), default=1), WRAP)
+    # To scale: a column's height is its GPU count over the largest domain's, so a domain of one 2-GPU machine
+    # is a quarter of one holding an 8-GPU machine (the same baseline; state shares stacked inside).
+    scale = max((c["gpus"] for c in per.values()), default=1) or 1
     pos, height, width = _flow([(cols, math.ceil(len(groups[p]) / cols)) for p in order])
     traces = {s: {"x": [], "base": [], "y": [], "hovertext": [], "customdata": [], "opacity": []} for s in GPU_STATES}
     annotations, rows = [], []
@@ -176,7 +180,7 @@ def _domain_level(cells, by_id, visible, filtering):
                 n = c["states"].get(s, 0)
                 if not n:
                     continue
-                h = 0.85 * n / c["gpus"]
+                h = 0.85 * n / scale
                 t = traces[s]
                 t["x"].append(x)
                 t["base"].append(round(bottom, 4))

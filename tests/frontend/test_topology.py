@@ -74,3 +74,19 @@ def test_a_big_zoom_stays_aggregated():
     assert build(zoom="leaf0", gpu_cell_limit=4)["level"] == "domains"
     with pytest.raises(KeyError):
         build(zoom="nope")
+
+
+def test_domain_columns_are_drawn_to_scale():
+    """A domain of 2 GPUs is a quarter of the height of one of 8 (issue 13: 2-GPU and 8-GPU machines)."""
+    domains = [(1, "spine", 2, None), (2, "small", 1, 1), (3, "big", 1, 1)]
+    gpus = [(i, i, "healthy", 0, "s0", "ready", "K80", 2) for i in range(2)]
+    gpus += [(10 + i, i, "healthy", 1, "b0", "ready", "K80", 3) for i in range(8)]
+    p = topology_payload(domains=domains, gpus=gpus, allocations={10: 99}, quotas={1: 8},
+                         jobs=[{"id": 99, "name": "j", "state": "running", "team_id": 1, "team_name": "t",
+                                "queue_id": 1, "queue_name": "t"}])
+    height = {}
+    for trace in p["figure"]["data"]:
+        for x, y in zip(trace["x"], trace["y"]):
+            height[x] = height.get(x, 0) + -y
+    small, big = sorted(height.values())
+    assert small == pytest.approx(big / 4, abs=0.002)
