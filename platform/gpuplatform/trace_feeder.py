@@ -127,7 +127,10 @@ class TraceFeeder:
                 "min_available": tj.min_available or tj.tasks, "cpu_milli": tj.cpu_milli,
                 "memory_mib": tj.memory_mib, "flavor": "|".join(tj.flavors)}
         try:
-            services.submit_job(team=queue.team, queue=queue, name=f"{self.name_prefix}{tj.id}",
+            # a job name follows the platform's name rule (job_rules.NAME_RE); the trace's own id is kept whole
+            # in external_id
+            name = re.sub(r"[^A-Za-z0-9._-]", "-", f"{self.name_prefix}{tj.id}")[:200].lstrip("._-") or "trace-job"
+            services.submit_job(team=queue.team, queue=queue, name=name,
                                 roles=[role], priority=tj.priority, duration_seconds=duration,
                                 submitted_at=self.at(tj.submit), external_id=str(tj.id), warm_start=warm)
         except services.ValidationError as exc:

@@ -79,11 +79,15 @@ def test_trace_feeder_marks_its_warm_start_jobs(db):
     team = services.create_team("t")
     services.create_queue("q", team=team, quotas={"H100": (0, 8, 8)})
     trace = Trace(name="tr", jobs=(TraceJob(id="a", submit=0.0, duration=1000.0, queue="q", tasks=1, gpus_per_task=1),
-                                   TraceJob(id="b", submit=600.0, duration=10.0, queue="q", tasks=1, gpus_per_task=1)))
+                                   TraceJob(id="b", submit=600.0, duration=10.0, queue="q", tasks=1, gpus_per_task=1),
+                                   TraceJob(id="pod 7/é", submit=650.0, duration=10.0, queue="q", tasks=1,
+                                            gpus_per_task=1)))
     feeder = TraceFeeder(trace, epoch=datetime(2026, 1, 1, tzinfo=timezone.utc), start_seconds=500.0,
                          warm_start=True)
     feeder.submit_due(feeder.at(700.0))
-    assert dict(Job.objects.values_list("external_id", "warm_start")) == {"a": True, "b": False}
+    assert dict(Job.objects.values_list("external_id", "warm_start")) == {"a": True, "b": False, "pod 7/é": False}
+    # one's own trace ids need not follow the name rule: the name is made to, the id is kept in external_id
+    assert Job.objects.get(external_id="pod 7/é").name == "tr-pod-7--"
 
 
 def test_percentiles_in_human_units_with_raw_seconds_in_csv(client, world):
