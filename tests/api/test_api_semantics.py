@@ -306,3 +306,13 @@ def test_schema_documents_error_shape_and_idempotency(admin):
     listing = doc["paths"]["/api/v1/jobs/"]["get"]
     assert any(p["name"] == "cursor" for p in listing["parameters"])
     assert not any(p["name"] == "offset" for p in listing["parameters"])
+
+
+def test_idempotency_key_with_a_database_error_is_a_400_not_a_500(client_for):
+    """A NUL in a looked-up name reaches PostgreSQL as a DataError (answered 400); with an Idempotency-Key
+    the request runs inside the key's transaction: still a 400, nothing remembered, the key reusable."""
+    r = client_for("member").post("/api/v1/jobs/", _body(queue="al\x00pha"), format="json",
+                                  HTTP_IDEMPOTENCY_KEY="nul-1")
+    assert r.status_code == 400
+    assert client_for("member").post("/api/v1/jobs/", _body(), format="json",
+                                     HTTP_IDEMPOTENCY_KEY="nul-1").status_code == 201

@@ -119,7 +119,12 @@ class IdempotentCreateMixin:
         with transaction.atomic():
             response = super().dispatch(request, *args, **kwargs)
             idem = getattr(self, "_idem", None)
-            if idem is None or not 200 <= response.status_code < 300:
+            if not 200 <= response.status_code < 300:
+                # A refused request stores nothing (and a database error the handler answered, e.g. a NUL in a
+                # looked-up name, must not leave an aborted transaction to commit).
+                transaction.set_rollback(True)
+                return response
+            if idem is None:
                 return response
             key, fp = idem
             user = self.request.user
