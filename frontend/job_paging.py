@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 from django.db.models import DurationField, ExpressionWrapper, F, Value
 from django.db.models.functions import Coalesce
 
-from gpuplatform.api.pagination import keyset_filter
+from gpuplatform.keyset import keyset_filter
 
 FAR_PAST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 NO_DURATION = timedelta(seconds=-1)

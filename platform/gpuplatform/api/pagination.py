@@ -21,27 +21,15 @@ from collections import OrderedDict
 
 from django.core.exceptions import FieldDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import Q
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import BasePagination
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
+from ..keyset import keyset_filter
+
 MAX_LIMIT = 500
-
-
-def keyset_filter(ordering: list[str], values: list) -> Q:
-    """Rows strictly after `values` in `ordering` (e.g. ["-submitted_at", "-id"]): the lexicographic
-    (a, b, ...) comparison with each column's own direction, as an OR of prefix-equal terms."""
-    clause = Q(pk__in=[])
-    for i, spec in enumerate(ordering):
-        field = spec.lstrip("-")
-        term = Q(**{f"{field}__{'lt' if spec.startswith('-') else 'gt'}": values[i]})
-        for prev, value in zip(ordering[:i], values[:i]):
-            term &= Q(**{prev.lstrip("-"): value})
-        clause |= term
-    return clause
 
 
 class KeysetPagination(BasePagination):
