@@ -1,0 +1,148 @@
+"""The database side of the forecast (issue #15): live snapshot -> scheduler.forecast -> Job rows.
+
+- `build_estimator()`: scheduler.forecast.RuntimeEstimator fed with the run times of the latest
+  FORECAST_HISTORY finished jobs (succeeded or failed; started_at -> finished_at), keyed by submitter
+  (the team for trace jobs without one), queue and GPU count.
+- `estimate_fn(snapshot, estimator)`: (median, p90) total run time per JobInfo (time limit when declared,
+  else the estimator), and each job's estimator source.
+- `run_forecast_once(clock=)`: single-flight on its own lock (never the cycle's: a forecast never delays a
+  cycle, nor waits for one), reads the snapshot the cycle would read, runs `forecast_start` (median and P90
+  passes, horizon FORECAST_HORIZON_SECONDS, at most FORECAST_MAX_CYCLES engine cycles) and writes
+  estimated_start / estimated_start_p90 / estimate_note / estimated_at of every job still pending (a
+  compare-and-set on the state). Returns a summary dict, or None when another forecast runs.
+- `forecast_due(clock)`: whether FORECAST_SECONDS have passed since the last forecast.
+"""
+from __future__ import annotations
+
+import logging
+import time as _time
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone as dt_tz
+
+from django.conf import settings
+from django.db.models import Max
+
+from gpuplatform.bulk import update_rows
+from gpuplatform.models import Job, JobRole
+from gpuplatform.scheduling import usage_decay
+from gpuplatform.scheduling.locks import single_flight
+from scheduler.forecast import RuntimeEstimator, forecast_start
+
+log = logging.getLogger("gpuplatform.scheduling.forecast")
+FORECAST_LOCK_KEY = 0x6770_7566_6363  # "gpufcc": the forecast's own advisory lock
+SOURCES = {"time_limit": "its time limit", "user_shape": "the submitter's recent jobs of this size",
+           "queue": "the queue's recent jobs", "cluster": "the cluster's recent jobs",
+           "default": "no history yet (1 h assumed)"}
+
+
+def setting(name: str, default: float) -> float:
+    return float(getattr(settings, name, default))
+
+
+def _gpus_by_job(job_ids) -> dict[int, int]:
+    gpus: dict[int, int] = defaultdict(int)
+    ids = list(job_ids)
+    for i in range(0, len(ids), 2000):
+        for job_id, tasks, per in JobRole.objects.filter(job_id__in=ids[i:i + 2000]).values_list(
+                "job_id", "tasks", "gpus_per_task"):
+            gpus[job_id] += tasks * per
+    return gpus
+
+
+def user_key(submitter_id, team_id) -> str:
+    return f"user:{submitter_id}" if submitter_id is not None else f"team:{team_id}"
+
+
+def build_estimator(limit: int | None = None) -> RuntimeEstimator:
+    """The estimator over the latest `limit` (FORECAST_HISTORY) finished jobs, oldest first."""
+    limit = int(limit or setting("FORECAST_HISTORY", 5000))
+    rows = list(Job.objects.filter(state__in=("succeeded", "failed"), started_at__isnull=False,
+                                   finished_at__isnull=False)
+                .order_by("-finished_at")[:limit]
+                .values_list("id", "submitter_id", "team_id", "queue__name", "started_at", "finished_at"))
+    gpus = _gpus_by_job(r[0] for r in rows)
+    est = RuntimeEstimator(default_seconds=setting("FORECAST_DEFAULT_RUNTIME_SECONDS", 3600))
+    est.observe_many((user_key(sub, team), queue, gpus.get(jid, 0), (end - start).total_seconds())
+                     for jid, sub, team, queue, start, end in reversed(rows))
+    return est
+
+
+def estimate_fn(snapshot, estimator: RuntimeEstimator):
+    """(estimate(job, elapsed) -> (median, p90), sources {job id: Estimate of its own run time})."""
+    ids = [j.id for j in snapshot.jobs if isinstance(j.id, int)]
+    owner = {}
+    for i in range(0, len(ids), 2000):
+        owner.update((jid, user_key(sub, team)) for jid, sub, team in
+                     Job.objects.filter(pk__in=ids[i:i + 2000]).values_list("id", "submitter_id", "team_id"))
+    sources = {}
+
+    def estimate(job, elapsed):
+        e = estimator.estimate(owner.get(job.id, job.queue), job.queue, job.gpus_requested, elapsed=elapsed,
+                               time_limit=job.time_limit)
+        if job.state == "pending" and elapsed == 0.0:
+            sources[job.id] = e
+        return e.median, e.p90
+
+    return estimate, sources
+
+
+def _dt(seconds: float | None) -> datetime | None:
+    return datetime.fromtimestamp(seconds, tz=dt_tz.utc) if seconds is not None else None
+
+
+def forecast_due(clock: datetime) -> bool:
+    last = Job.objects.filter(state="pending").aggregate(t=Max("estimated_at"))["t"]
+    return last is None or clock - last >= timedelta(seconds=setting("FORECAST_SECONDS", 60))
+
+
+def run_snapshot_forecast(snapshot, estimator: RuntimeEstimator | None = None, **kwargs):
+    """forecast_start on `snapshot` with the platform's estimator and settings. Returns (starts, info,
+    sources) as scheduler.forecast.forecast_start plus each pending job's run-time Estimate."""
+    estimator = estimator or build_estimator()
+    estimate, sources = estimate_fn(snapshot, estimator)
+    kwargs.setdefault("horizon", setting("FORECAST_HORIZON_SECONDS", 7 * 86400))
+    kwargs.setdefault("max_cycles", int(setting("FORECAST_MAX_CYCLES", 400)))
+    kwargs.setdefault("config", usage_decay.default_config())
+    starts, info = forecast_start(snapshot, estimate, **kwargs)
+    for job in snapshot.jobs:  # a job that never ran in the forecast still gets its own estimate's source
+        if job.state == "pending" and job.id not in sources:
+            estimate(job, 0.0)
+    return starts, info, sources
+
+
+def run_forecast_once(*, clock: datetime | None = None) -> dict | None:
+    """One single-flight forecast at cluster time `clock` (default: the cluster clock). Writes every
+    pending job's estimate; returns {"jobs", "estimated", "no_estimate", "cycles", "wall_s"} or None."""
+    from gpuplatform import clock as cluster_clock
+    from gpuplatform.scheduling.store import build_snapshot
+
+    clock = clock or cluster_clock.now()
+    with single_flight(FORECAST_LOCK_KEY) as acquired:
+        if not acquired:
+            log.info("forecast skipped: another forecast is running")
+            return None
+        t0 = _time.perf_counter()
+        snapshot, _ = build_snapshot(clock.timestamp())
+        starts, info, sources = run_snapshot_forecast(snapshot)
+        rows = []
+        for job in snapshot.jobs:
+            if job.state != "pending" or not isinstance(job.id, int):
+                continue
+            f = starts.get(job.id)
+            if f is None or f.start is None:
+                note = (f.reason if f is not None else "no estimate")[:300]
+                rows.append((job.id, None, None, note, clock))
+                continue
+            src = sources.get(job.id)
+            note = f"run time from {SOURCES.get(src.source, src.source)}" if src is not None else ""
+            if src is not None and src.samples:
+                note += f" ({src.samples} jobs)"
+            rows.append((job.id, _dt(f.start), _dt(f.start_p90), note[:300], clock))
+        update_rows(Job, rows, ["estimated_start", "estimated_start_p90", "estimate_note", "estimated_at"], {},
+                    where={"state": "pending"})
+        wall = _time.perf_counter() - t0
+    summary = {"jobs": len(rows), "estimated": sum(1 for r in rows if r[1] is not None),
+               "no_estimate": sum(1 for r in rows if r[1] is None), "cycles": info["cycles"] + info["cycles_p90"],
+               "wall_s": round(wall, 3)}
+    log.info("forecast: %s", summary)
+    return summary
