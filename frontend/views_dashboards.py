@@ -166,7 +166,8 @@ def queueing_json(request):
     p = _queueing_payload(request.user)
     if request.GET.get("table") == "pending":
         rows = [{k: j[k] for k in ("position", "queue_position", "name", "team_name", "queue_name", "gpus", "priority",
-                                   "submitted_at", "estimated_start", "pending_reason")} for j in p["pending"]]
+                                   "submitted_at", "estimated_start", "estimated_start_p90", "estimate_note",
+                                   "pending_reason")} for j in p["pending"]]
     else:
         rows = p["rows"]
     html = render_to_string("frontend/_pending.html", p, request=request)

@@ -1,0 +1,58 @@
+"""The forecast on the pages (issue #15): the job page, the jobs list and the queueing page show the
+same estimated start in words ("in about 2 h 10 m (90 %: 5 h)"), or "no estimate: <reason>"."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from frontend.templatetags.forecast import duration_words, estimate_words
+from gpuplatform import clock
+from gpuplatform.models import Job
+from tests.frontend.conftest import T0
+
+
+@pytest.fixture
+def at_t0():
+    clock.use(lambda: T0)
+    yield
+    clock.use(None)
+
+
+def test_duration_and_estimate_words():
+    assert duration_words(130 * 60) == "2 h 10 m"
+    assert duration_words(5 * 3600) == "5 h"
+    assert duration_words(45 * 60 + 20) == "45 m"
+    assert duration_words(3 * 86400 + 4 * 3600) == "3 d 4 h"
+    start, p90 = T0 + timedelta(hours=2, minutes=10), T0 + timedelta(hours=5)
+    assert estimate_words(start, p90, "", T0, T0) == "in about 2 h 10 m (90 %: 5 h)"
+    assert estimate_words(start, start, "", T0, T0) == "in about 2 h 10 m"
+    assert estimate_words(start, None, "", T0, T0) == "in about 2 h 10 m (90 %: beyond the horizon)"
+    assert estimate_words(T0, T0, "", T0, T0) == "at the next cycle"
+    assert estimate_words(None, None, "not started within the 168 h horizon", T0, T0) == \
+        "no estimate: not started within the 168 h horizon"
+    assert estimate_words(None, None, "", None, T0) == "not forecast yet"
+
+
+def test_pages_show_the_same_estimate(client, world, at_t0):
+    Job.objects.filter(name="blue-pending").update(
+        estimated_start=T0 + timedelta(hours=2, minutes=10), estimated_start_p90=T0 + timedelta(hours=5),
+        estimate_note="run time from the queue's recent jobs (12 jobs)", estimated_at=T0)
+    Job.objects.filter(name="red-pending").update(estimate_note="not started within the 168 h horizon",
+                                                  estimated_at=T0)
+    client.force_login(world["admin"])
+    text = "in about 2 h 10 m (90 %: 5 h)"
+    blue = world["jobs"]["blue-pending"]
+    detail = client.get(f"/jobs/{blue.pk}/").content.decode()
+    assert f"Estimated start: {text}" in detail and "queue&#x27;s recent jobs (12 jobs)" in detail
+    listing = client.get("/jobs/").content.decode()
+    assert f"estimated {text}" in listing
+    assert "estimated no estimate: not started within the 168 h horizon" in listing
+    queueing = client.get("/queueing/").content.decode()
+    assert text in queueing and "no estimate: not started within the 168 h horizon" in queueing
+    red = world["jobs"]["red-pending"]
+    assert "no estimate: not started within the 168 h horizon" in client.get(f"/jobs/{red.pk}/").content.decode()
+    api = client.get(f"/api/v1/jobs/{blue.pk}/").json()
+    assert api["estimated_start"].startswith("2017-10-09T10:10") and api["estimated_start_p90"].startswith(
+        "2017-10-09T13:00")
+    assert api["estimate_note"] == "run time from the queue's recent jobs (12 jobs)"
