@@ -117,7 +117,8 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend", "rest_framework.filters.OrderingFilter"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_THROTTLE_RATES": {"job-submit": os.environ.get("JOB_SUBMIT_THROTTLE", "120/min")},  # per user
+    "DEFAULT_THROTTLE_RATES": {"job-submit": os.environ.get("JOB_SUBMIT_THROTTLE", "120/min"),
+                               "what-if": os.environ.get("WHAT_IF_THROTTLE", "30/min")},  # per user
     "EXCEPTION_HANDLER": "gpuplatform.api.exceptions.exception_handler",
 }
 SPECTACULAR_SETTINGS = {

@@ -146,3 +146,89 @@ def run_forecast_once(*, clock: datetime | None = None) -> dict | None:
                "wall_s": round(wall, 3)}
     log.info("forecast: %s", summary)
     return summary
+
+
+# --- what-if (POST /api/v1/forecast/) -------------------------------------------------------------------
+
+ADMIN_KINDS = ("set_quota", "set_weight", "drain_nodes", "add_nodes")
+JOB_KINDS = ("set_priority", "cancel")
+
+
+class WhatIfDenied(Exception):
+    """A change the user may not ask about: `index`, and why."""
+
+    def __init__(self, index: int, message: str):
+        super().__init__(message)
+        self.index, self.message = index, message
+
+
+def check_what_if_access(user, changes: list[dict]) -> None:
+    """Team members may ask about their own teams' jobs (priority, cancel) and hypothetical submissions to
+    their teams' queues; quotas, limits, weights and nodes are for platform admins. Raises WhatIfDenied."""
+    from gpuplatform import access
+    from gpuplatform.models import Queue
+
+    admin = access.is_platform_admin(user)
+    for i, ch in enumerate(changes):
+        kind = ch.get("kind")
+        if kind in ADMIN_KINDS and not admin:
+            raise WhatIfDenied(i, f"{kind} is for platform admins")
+        if kind in JOB_KINDS and not admin:
+            team = Job.objects.filter(pk=ch.get("job")).values_list("team_id", flat=True).first()
+            if team is None or not access.can_submit(user, team):
+                raise WhatIfDenied(i, "you may ask about your own teams' jobs only")
+        if kind == "submit" and not admin:
+            team = Queue.objects.filter(name=ch.get("queue")).values_list("team_id", flat=True).first()
+            if team is None or not access.can_submit(user, team):
+                raise WhatIfDenied(i, "you may submit (hypothetically too) to your own teams' queues only")
+
+
+def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) -> dict:
+    """The what-if on the live cluster at cluster time `clock`: permissions (check_what_if_access), the
+    snapshot the cycle would read, scheduler.forecast.whatif.what_if with the platform's estimator. Reads
+    only: nothing is written. Returns the API's answer (api/views/forecast.py documents it). Raises
+    WhatIfDenied, scheduler.forecast.whatif.WhatIfError."""
+    from gpuplatform import access, clock as cluster_clock
+    from gpuplatform.models import Job as JobModel
+    from gpuplatform.scheduling.store import build_snapshot
+    from scheduler.forecast.whatif import what_if
+
+    check_what_if_access(user, changes)
+    clock = clock or cluster_clock.now()
+    snapshot, _ = build_snapshot(clock.timestamp())
+    estimate, _sources = estimate_fn(snapshot, build_estimator())
+    out = what_if(snapshot, changes, estimate, horizon=setting("FORECAST_HORIZON_SECONDS", 7 * 86400),
+                  max_cycles=int(setting("FORECAST_MAX_CYCLES", 400)), config=usage_decay.default_config())
+    visible = access.visible_team_ids(user)
+    ids = [j for j in set(out.before) | set(out.after) if isinstance(j, int)]
+    rows = {r[0]: r for r in JobModel.objects.filter(pk__in=ids).values_list("id", "name", "team_id", "queue__name")}
+    hyp_queue = {c.get("id") or f"hypothetical-{i + 1}": c.get("queue") for i, c in enumerate(changes)
+                 if c.get("kind") == "submit"}
+
+    def side(f) -> dict:
+        if f is None:
+            return {"estimated_start": None, "estimated_start_p90": None, "no_estimate": "not pending in this case"}
+        return {"estimated_start": _iso(f.start), "estimated_start_p90": _iso(f.start_p90),
+                "no_estimate": f.reason or None}
+
+    jobs = []
+    for jid in sorted(set(out.before) | set(out.after), key=str):
+        hyp = jid in out.hypothetical
+        if not hyp:
+            row = rows.get(jid)
+            if row is None or (visible is not None and row[2] not in visible):
+                continue
+        b, a = out.before.get(jid), out.after.get(jid)
+        change = (a.start - b.start) if (a and b and a.start is not None and b.start is not None) else None
+        jobs.append({"id": jid, "name": jid if hyp else rows[jid][1],
+                     "queue": hyp_queue[jid] if hyp else rows[jid][3], "hypothetical": hyp,
+                     "before": side(b), "after": side(a), "start_change_s": change})
+    evictions = [{"job": v, "rule": rule, "beneficiary": ben, "at": _iso(t)} for t, v, rule, ben in out.evictions
+                 if visible is None or (rows.get(v) and rows[v][2] in visible)]
+    return {"now": _iso(out.now), "jobs": jobs, "queues": [{"queue": q, **v} for q, v in out.queues.items()],
+            "evictions": evictions, "hidden_evictions": len(out.evictions) - len(evictions),
+            "cancelled": out.removed, "cost": out.info, "written": False}
+
+
+def _iso(seconds: float | None) -> str | None:
+    return _dt(seconds).isoformat() if seconds is not None else None
