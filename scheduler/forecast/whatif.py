@@ -5,6 +5,7 @@
 Changes (plain dicts, as the API takes them; `kind` says which):
   {"kind": "submit", "id", "queue", "tasks", "gpus_per_task", "priority"=0, "time_limit"=None,
    "topology_mode"="none", "highest_tier"=None, "flavors"=()}   a hypothetical job, submitted now
+   (or "roles": [{"name", "tasks", "gpus_per_task", "min_available", "flavors"}] for several roles)
   {"kind": "set_quota", "queue", "flavor", "guarantee"?, "quota"?, "limit"?}   (fields not given stay)
   {"kind": "set_weight", "queue", "weight"}
   {"kind": "drain_nodes", "nodes": [names]}   no new work; their running jobs are stopped and requeued
@@ -93,10 +94,14 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
             for f in ch.get("flavors") or ():
                 if f not in flavors:
                     raise WhatIfError(i, "flavors", f"no node has flavor {f!r}")
-            tasks, gpt = int(ch["tasks"]), int(ch["gpus_per_task"])
-            role = RoleInfo("worker", tasks, gpt, int(ch.get("min_available") or tasks),
-                            flavors=tuple(ch.get("flavors") or ()))
-            jobs[jid] = JobInfo(id=jid, queue=q.name, roles=(role,), priority=int(ch.get("priority") or 0),
+            specs = ch.get("roles") or [{"name": "worker", "tasks": ch["tasks"], "gpus_per_task": ch["gpus_per_task"],
+                                         "min_available": ch.get("min_available"), "flavors": ch.get("flavors")}]
+            roles = []
+            for k, r in enumerate(specs):
+                tasks, gpt = int(r["tasks"]), int(r["gpus_per_task"])
+                roles.append(RoleInfo(str(r.get("name") or f"role{k}"), tasks, gpt, int(r.get("min_available") or tasks),
+                                      flavors=tuple(r.get("flavors") or ())))
+            jobs[jid] = JobInfo(id=jid, queue=q.name, roles=tuple(roles), priority=int(ch.get("priority") or 0),
                                 submit_time=submit_at, time_limit=ch.get("time_limit"), name=str(jid),
                                 topology_mode=ch.get("topology_mode") or "none", highest_tier=ch.get("highest_tier"))
             hypothetical.append(jid)

@@ -2,7 +2,7 @@
 same estimated start in words ("in about 2 h 10 m (90 %: 5 h)"), or "no estimate: <reason>"."""
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -56,3 +56,30 @@ def test_pages_show_the_same_estimate(client, world, at_t0):
     assert api["estimated_start"].startswith("2017-10-09T10:10") and api["estimated_start_p90"].startswith(
         "2017-10-09T13:00")
     assert api["estimate_note"] == "run time from the queue's recent jobs (12 jobs)"
+
+
+def _form(queue="red", tasks="1", gpus="2", **extra):
+    data = {"queue": queue, "roles-TOTAL_FORMS": "1", "roles-0-name": "worker", "roles-0-tasks": tasks,
+            "roles-0-gpus_per_task": gpus, "priority": "0"}
+    data.update(extra)
+    return data
+
+
+def test_submit_form_estimate_before_submitting(client, world, at_t0):
+    """The form's "Estimate start": a hypothetical submission, answered in words; nothing is written."""
+    client.force_login(world["alice"])
+    jobs = Job.objects.count()
+    r = client.post("/jobs/new/estimate/", _form(gpus="2"))
+    assert r.status_code == 200 and r.json()["text"] == "would start at the next cycle"  # 4 GPUs are free
+    # 8 GPUs: after red-running (started T0 + 1 min, no history: 1 h assumed) ends at T0 + 61 min; the
+    # forecast's steps grow by 5 % of the lead time (forecast.resolution), so up to ~3 min later
+    r = client.post("/jobs/new/estimate/", _form(gpus="8"))
+    assert r.status_code == 200 and r.json()["text"].startswith("would start in about 1 h "), r.json()
+    start = datetime.fromisoformat(r.json()["estimated_start"])
+    assert T0 + timedelta(minutes=61) <= start <= T0 + timedelta(minutes=61 * 1.05)
+    assert Job.objects.count() == jobs
+    r = client.post("/jobs/new/estimate/", _form(tasks="", gpus="x"))
+    assert r.status_code == 400 and set(r.json()["errors"]) == {"roles-0-tasks", "roles-0-gpus_per_task"}
+    assert client.post("/jobs/new/estimate/", _form(queue="blue")).status_code == 403  # not alice's team
+    html = client.get("/jobs/new/").content.decode()
+    assert 'id="estimate-start"' in html and "/jobs/new/estimate/" in html
