@@ -124,7 +124,11 @@ def queues_json(request):
 @login_required
 def queues_page(request):
     p = _queues_payload()
-    return render(request, "frontend/queues.html", {**p, "gpu_colors": GPU_STATE_COLORS})
+    from gpuplatform import access
+
+    return render(request, "frontend/queues.html", {**p, "gpu_colors": GPU_STATE_COLORS,
+                                                    "can_try_quota": access.is_platform_admin(request.user),
+                                                    "flavors": dq.flavors()})
 
 
 # --- fragmentation ----------------------------------------------------------------------------------

@@ -83,3 +83,15 @@ def test_submit_form_estimate_before_submitting(client, world, at_t0):
     assert client.post("/jobs/new/estimate/", _form(queue="blue")).status_code == 403  # not alice's team
     html = client.get("/jobs/new/").content.decode()
     assert 'id="estimate-start"' in html and "/jobs/new/estimate/" in html
+
+
+def test_queues_page_offers_the_quota_what_if_to_admins_only(client, world):
+    client.force_login(world["admin"])
+    html = client.get("/queues/").content.decode()
+    assert 'id="quota-try-form"' in html and 'data-url="/api/v1/forecast/"' in html and "quota_try.js" in html
+    # what the page's script sends, the API answers with a row per pending team queue
+    r = client.post("/api/v1/forecast/", {"changes": [{"kind": "set_quota", "queue": "red", "flavor": "P100",
+                                                        "quota": 8}]}, content_type="application/json")
+    assert r.status_code == 200 and {q["queue"] for q in r.json()["queues"]} == {"red", "blue"}
+    client.force_login(world["alice"])
+    assert 'id="quota-try-form"' not in client.get("/queues/").content.decode()

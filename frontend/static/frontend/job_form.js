@@ -77,9 +77,14 @@
   }
   if (estimateButton) {
     estimateButton.addEventListener("click", estimate);
-    form.addEventListener("change", function () {  // refresh when the shape or queue changes
+    form.addEventListener("change", function () {  // refresh when the shape or queue changes, once readable
+      var fields = form.querySelectorAll('select[name="queue"], input[name$="-tasks"], input[name$="-gpus_per_task"], ' +
+                                         'input[name$="-min_available"], input[name="time_limit_minutes"]');
+      var ready = Array.prototype.every.call(fields, function (f) {
+        return f.checkValidity() && (f.value !== "" || !/queue|tasks|gpus_per_task$/.test(f.name) || /min_available/.test(f.name));
+      });
       clearTimeout(pending);
-      pending = setTimeout(estimate, 600);
+      if (ready) pending = setTimeout(estimate, 600);
     });
   }
 })();
