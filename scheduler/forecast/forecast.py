@@ -194,11 +194,20 @@ class JobForecast:
 def forecast_start(snapshot: Snapshot, estimate: Callable[[JobInfo, float], tuple[float, float]], **kwargs
                    ) -> tuple[dict[Hashable, JobForecast], dict]:
     """Two forward runs: median run times (the estimate) and P90 run times (the pessimistic one, whose
-    start is the "90 %" figure: later jobs end later, so starts come later). estimate(job, elapsed) ->
+    start is the "90 %" figure: later jobs end later, so starts come later; skipped when no run time the
+    first pass used has a spread, as it would be the same run). estimate(job, elapsed) ->
     (median, p90) total run time in seconds. kwargs go to `forecast`. Returns ({job id: JobForecast},
     {"cycles", "wall", "cycles_p90", "wall_p90", "truncated", "evictions"})."""
-    median = forecast(snapshot, lambda job, el: estimate(job, el)[0], **kwargs)
-    p90 = forecast(snapshot, lambda job, el: estimate(job, el)[1], **kwargs)
+    spread = [False]
+
+    def median_of(job, elapsed):
+        m, p = estimate(job, elapsed)
+        spread[0] = spread[0] or p != m
+        return m
+
+    median = forecast(snapshot, median_of, **kwargs)
+    # every run time the median pass used has no spread (time limits): the P90 pass would be the same run
+    p90 = forecast(snapshot, lambda job, el: estimate(job, el)[1], **kwargs) if spread[0] else median
     out = {}
     for job in snapshot.jobs:
         if job.state != "pending":
@@ -209,6 +218,8 @@ def forecast_start(snapshot: Snapshot, estimate: Callable[[JobInfo, float], tupl
             out[jid] = JobForecast(median.starts[jid], max(late, median.starts[jid]) if late is not None else None)
         elif jid in median.no_estimate:
             out[jid] = JobForecast(None, None, median.no_estimate[jid])
-    info = {"cycles": median.cycles, "wall": median.wall, "cycles_p90": p90.cycles, "wall_p90": p90.wall,
+    same = p90 is median
+    info = {"cycles": median.cycles, "wall": median.wall, "cycles_p90": 0 if same else p90.cycles,
+            "wall_p90": 0.0 if same else p90.wall,
             "truncated": median.truncated or p90.truncated, "evictions": median.evictions}
     return out, info
