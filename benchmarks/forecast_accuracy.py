@@ -8,7 +8,8 @@ Philly cluster and trace at the importer defaults (624 GPUs), trace days `start`
 history estimator, learnt from the jobs this replay completes) and WITH exact time limits (each job
 declares its trace duration). Figures per run: the forecast against "no estimate" and the backfill
 reservation's estimate (scheduler/forecast/accuracy.py says how each is counted). Saved to
-benchmarks/results/forecast_accuracy.json (read by the queueing page's plot).
+benchmarks/results/forecast_accuracy_full.json (read by the queueing page's plot; --quick:
+_quick.json).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def main(argv=None) -> dict:
         print(f"{name}: {out['runs'][name]['resolved']} predictions, median |err| {f['median_abs_error_s']} s, "
               f"p90 {f['p90_abs_error_s']} s, within 15 min {f['share_within_15min']}, within 25 % "
               f"{f['share_within_25pct_of_wait']} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    C.save("forecast_accuracy", out)
+    C.save("forecast_accuracy_quick" if args.quick else "forecast_accuracy_full", out)
     return out
 
 

@@ -61,7 +61,7 @@ def main(argv) -> dict:
            "pending": sum(1 for j in snap.jobs if j.state == "pending"), "runs": runs, "wall": C.stats(walls),
            "worst_case_budget": worst,
            "peak_rss_mib": C.peak_rss_mib()}
-    C.save("forecast_cost", out)
+    C.save("forecast_cost_quick" if quick else "forecast_cost_full", out)
     print(out)
     return out
 

@@ -155,12 +155,29 @@ def fragmentation_page(request):
 
 # --- queueing ---------------------------------------------------------------------------------------
 
+def _forecast_accuracy() -> tuple[dict, list[dict]]:
+    """The forecast-accuracy figure and rows from the committed benchmark result (or nothing)."""
+    import json
+    from pathlib import Path
+
+    from django.conf import settings
+
+    path = Path(settings.BASE_DIR) / "benchmarks" / "results" / "forecast_accuracy_full.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}, []
+    return dfig.forecast_accuracy(data)
+
+
 def _queueing_payload(user) -> dict:
     waits = dq.wait_times()
     order = dq.pending_jobs()
     visible = access.visible_team_ids(user)
     shown = [j for j in order if visible is None or j["team_id"] in visible][:200]
-    return {"figures": dfig.wait_figures(waits), "summary": dfig.wait_summary(waits), "pending": shown,
+    accuracy_fig, accuracy = _forecast_accuracy()
+    return {"figures": {**dfig.wait_figures(waits), **accuracy_fig}, "summary": dfig.wait_summary(waits),
+            "accuracy": accuracy, "pending": shown,
             "pending_total": len(order), "rows": [{"team": w["team"], "gpus": w["gpus"],
                                                    "wait_seconds": w["wait_seconds"]} for w in waits]}
 

@@ -95,3 +95,23 @@ def test_queues_page_offers_the_quota_what_if_to_admins_only(client, world):
     assert r.status_code == 200 and {q["queue"] for q in r.json()["queues"]} == {"red", "blue"}
     client.force_login(world["alice"])
     assert 'id="quota-try-form"' not in client.get("/queues/").content.decode()
+
+
+def test_queueing_page_plots_the_committed_accuracy_figures(client, world, settings, tmp_path):
+    import json
+
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    settings.BASE_DIR = tmp_path
+    client.force_login(world["admin"])
+    assert "No accuracy figures yet" in client.get("/queueing/").content.decode()
+    fig = {"predictions": 10, "with_estimate": 8, "median_abs_error_s": 600.0, "p90_abs_error_s": 5400.0,
+           "share_within_15min": 0.5, "share_within_25pct_of_wait": 0.4, "share_started_by_p90": 0.9,
+           "median_signed_error_s": 0.0}
+    run = {"resolved": 10, "points": [[1.0, 1.5], [2.0, 1.0]], "forecast": fig, "backfill_reservation": fig,
+           "no_estimate": fig}
+    (tmp_path / "benchmarks" / "results" / "forecast_accuracy_full.json").write_text(json.dumps(
+        {"start_day": 20, "days": 30, "runs": {"without_time_limits": run, "with_time_limits": run}}))
+    html = client.get("/queueing/").content.decode()
+    assert 'id="fig-forecast_accuracy"' in html and "5400 s" in html and "exact time limits" in html
+    figures = client.get("/queueing/data.json").json()["figures"]
+    assert figures["forecast_accuracy"]["data"][0]["x"] == [1.0, 2.0]  # the plot has data
