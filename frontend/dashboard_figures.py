@@ -134,7 +134,8 @@ def forecast_accuracy(data: Mapping | None) -> tuple[dict, list[dict]]:
             rows.append({"run": label, "estimate": name, "predictions": fig["predictions"],
                          "with_estimate": fig["with_estimate"], "median_abs_error_s": fig["median_abs_error_s"],
                          "p90_abs_error_s": fig["p90_abs_error_s"], "within_15min": fig["share_within_15min"],
-                         "within_25pct": fig["share_within_25pct_of_wait"], "started_by_p90": fig["share_started_by_p90"]})
+                         "within_25pct": fig["share_within_25pct_of_wait"],
+                         "started_by_p90": fig["share_started_by_p90"]})
     traces.append({"type": "scatter", "mode": "lines", "name": "forecast = actual", "x": [0, top], "y": [0, top],
                    "line": {"color": "#4a5568", "dash": "dot", "width": 1}, "hoverinfo": "skip"})
     layout = _layout(f"Forecast vs actual wait, Philly replay days {data.get('start_day', 0):g}-"

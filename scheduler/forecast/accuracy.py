@@ -127,7 +127,8 @@ def _figures(pairs: list[tuple[float | None, float, float, float | None]]) -> di
     return {"predictions": n, "with_estimate": len(errs),
             "median_abs_error_s": _pct(errs, 0.5), "p90_abs_error_s": _pct(errs, 0.9),
             "median_signed_error_s": _pct(late, 0.5),
-            "share_within_15min": within15 / n if n else None, "share_within_25pct_of_wait": within25 / n if n else None,
+            "share_within_15min": within15 / n if n else None,
+            "share_within_25pct_of_wait": within25 / n if n else None,
             "share_started_by_p90": covered / n if n else None}
 
 

@@ -56,7 +56,8 @@ def apply_variant(cluster: ClusterSpec, variant: dict, policies: dict[str, Cycle
                 g, d = int(g), int(d)
                 lim = None if lim is None else int(lim)
             except (TypeError, ValueError) as exc:
-                raise VariantError(f"{name}.quotas.{qname}.{flavor}: must be [guarantee, quota, limit or null]") from exc
+                raise VariantError(
+                    f"{name}.quotas.{qname}.{flavor}: must be [guarantee, quota, limit or null]") from exc
             if not 0 <= g <= d or (lim is not None and d > lim):
                 raise VariantError(f"{name}.quotas.{qname}.{flavor}: must hold 0 <= guarantee <= quota <= limit")
             quotas[flavor] = (g, d, lim)

@@ -99,8 +99,8 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
             roles = []
             for k, r in enumerate(specs):
                 tasks, gpt = int(r["tasks"]), int(r["gpus_per_task"])
-                roles.append(RoleInfo(str(r.get("name") or f"role{k}"), tasks, gpt, int(r.get("min_available") or tasks),
-                                      flavors=tuple(r.get("flavors") or ())))
+                roles.append(RoleInfo(str(r.get("name") or f"role{k}"), tasks, gpt,
+                                      int(r.get("min_available") or tasks), flavors=tuple(r.get("flavors") or ())))
             jobs[jid] = JobInfo(id=jid, queue=q.name, roles=tuple(roles), priority=int(ch.get("priority") or 0),
                                 submit_time=submit_at, time_limit=ch.get("time_limit"), name=str(jid),
                                 topology_mode=ch.get("topology_mode") or "none", highest_tier=ch.get("highest_tier"))
