@@ -114,3 +114,8 @@ def test_forecast_task_eager(submit):
     out = tasks.run_forecast.apply(kwargs={"clock": CLOCK.isoformat()}).get()
     assert out["skipped"] is False and out["estimated"] == 1
     assert Job.objects.get(name="p").estimated_start == CLOCK  # fits now: starts at the next cycle
+    # another worker's request seconds later: not due yet; FORECAST_SECONDS later it runs again
+    later = (CLOCK + timedelta(seconds=5)).isoformat()
+    assert tasks.run_forecast.apply(kwargs={"clock": later}).get() == {"skipped": True, "reason": "not due"}
+    due = (CLOCK + timedelta(seconds=61)).isoformat()
+    assert tasks.run_forecast.apply(kwargs={"clock": due}).get()["skipped"] is False

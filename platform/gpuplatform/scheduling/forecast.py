@@ -10,7 +10,8 @@
   passes, horizon FORECAST_HORIZON_SECONDS, at most FORECAST_MAX_CYCLES engine cycles) and writes
   estimated_start / estimated_start_p90 / estimate_note / estimated_at of every job still pending (a
   compare-and-set on the state). Returns a summary dict, or None when another forecast runs.
-- `forecast_due(clock)`: whether FORECAST_SECONDS have passed since the last forecast.
+- `forecast_due(clock)`: whether FORECAST_SECONDS have passed since the last forecast (the latest
+  `estimated_at` of a pending job); the Celery task checks it, as several workers may each ask for one.
 """
 from __future__ import annotations
 

@@ -62,10 +62,15 @@ def run_scheduling_cycle(clock: str | None = None) -> dict:
 @shared_task(name=RUN_FORECAST, ignore_result=False)
 def run_forecast(clock: str | None = None) -> dict:
     """Forecast every pending job's start at cluster time `clock` (ISO 8601; default the cluster clock).
-    Returns scheduling.forecast.run_forecast_once's summary, or {"skipped": True} when another runs."""
-    from gpuplatform.scheduling.forecast import run_forecast_once
+    Returns scheduling.forecast.run_forecast_once's summary, or {"skipped": True} when another runs or the
+    last forecast is less than FORECAST_SECONDS old (forecast_due)."""
+    from gpuplatform import clock as cluster_clock
+    from gpuplatform.scheduling.forecast import forecast_due, run_forecast_once
 
-    summary = run_forecast_once(clock=_clock(clock))
+    when = _clock(clock) or cluster_clock.now()
+    if not forecast_due(when):  # several cycle workers may each ask: one forecast per FORECAST_SECONDS
+        return {"skipped": True, "reason": "not due"}
+    summary = run_forecast_once(clock=when)
     return {"skipped": True} if summary is None else {"skipped": False, **summary}
 
 
