@@ -113,3 +113,40 @@ def wait_summary(rows: Sequence[Mapping]) -> list[dict]:
     return [{"size": label, "jobs": len(by_size[label]), "p50_s": pct(by_size[label], 50),
              "p90_s": pct(by_size[label], 90), "p99_s": pct(by_size[label], 99)}
             for label, _, _ in SIZE_BUCKETS if by_size.get(label)]
+
+
+FORECAST_RUNS = (("without_time_limits", "no time limits (history estimator)"),
+                 ("with_time_limits", "exact time limits"))
+
+
+def forecast_accuracy(data: Mapping | None) -> tuple[dict, list[dict]]:
+    """The forecast-accuracy plot and table from benchmarks/results/forecast_accuracy_full.json (written
+    by benchmarks/forecast_accuracy.py): ({"forecast_accuracy": figure} or {}, rows). Figure: forecast wait
+    vs actual wait (hours, each point one prediction, thinned) per run, with the y = x line; rows: per run,
+    the forecast's and the baselines' median / p90 absolute error (s) and shares within 15 min / 25 %."""
+    if not data or not data.get("runs"):
+        return {}, []
+    traces, rows, top = [], [], 1.0
+    for i, (key, label) in enumerate(FORECAST_RUNS):
+        run = data["runs"].get(key)
+        if not run:
+            continue
+        pts = run.get("points") or []
+        top = max([top] + [max(a, f) for a, f in pts])
+        traces.append({"type": "scattergl", "mode": "markers", "name": f"{label} ({run['resolved']:,} predictions)",
+                       "x": [a for a, _ in pts], "y": [f for _, f in pts],
+                       "marker": {"size": 4, "opacity": 0.45, "color": PALETTE[i % len(PALETTE)]}})
+        for name, fig in (("forecast", run["forecast"]), ("backfill reservation", run["backfill_reservation"]),
+                          ("no estimate", run["no_estimate"])):
+            rows.append({"run": label, "estimate": name, "predictions": fig["predictions"],
+                         "with_estimate": fig["with_estimate"], "median_abs_error_s": fig["median_abs_error_s"],
+                         "p90_abs_error_s": fig["p90_abs_error_s"], "within_15min": fig["share_within_15min"],
+                         "within_25pct": fig["share_within_25pct_of_wait"],
+                         "started_by_p90": fig["share_started_by_p90"]})
+    traces.append({"type": "scatter", "mode": "lines", "name": "forecast = actual", "x": [0, top], "y": [0, top],
+                   "line": {"color": "#4a5568", "dash": "dot", "width": 1}, "hoverinfo": "skip"})
+    layout = _layout(f"Forecast vs actual wait, Philly replay days {data.get('start_day', 0):g}-"
+                     f"{data.get('start_day', 0) + data.get('days', 0):g}",
+                     yaxis={"title": {"text": "forecast wait (h)"}})
+    layout["xaxis"] = {"title": {"text": "actual wait (h)"}, "gridcolor": "#edf2f7"}
+    return {"forecast_accuracy": {"data": traces, "layout": layout}}, rows

@@ -17,6 +17,7 @@ urlpatterns = [
     path("queueing/data.json", dash.queueing_json, name="queueing-json"),
     path("jobs/", views.job_list, name="job-list"),
     path("jobs/new/", views_jobs.job_new, name="job-new"),
+    path("jobs/new/estimate/", views_jobs.job_estimate, name="job-estimate"),
     path("jobs/<int:pk>/", views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", views_jobs.job_cancel, name="job-cancel"),
     path("docs/", dash.doc_page, name="docs"),

@@ -127,7 +127,11 @@ def queues_json(request):
 @login_required
 def queues_page(request):
     p = _queues_payload()
+    from gpuplatform import access
+
     return render(request, "frontend/queues.html", {**p, "gpu_colors": GPU_STATE_COLORS,
+                                                    "can_try_quota": access.is_platform_admin(request.user),
+                                                    "flavors": dq.flavors(),
                                                     "borrowed_definition": BORROWED_DEFINITION})
 
 
@@ -162,12 +166,29 @@ def fragmentation_page(request):
 
 # --- queueing ---------------------------------------------------------------------------------------
 
+def _forecast_accuracy() -> tuple[dict, list[dict]]:
+    """The forecast-accuracy figure and rows from the committed benchmark result (or nothing)."""
+    import json
+    from pathlib import Path
+
+    from django.conf import settings
+
+    path = Path(settings.BASE_DIR) / "benchmarks" / "results" / "forecast_accuracy_full.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}, []
+    return dfig.forecast_accuracy(data)
+
+
 def _queueing_payload(user) -> dict:
     waits = dq.wait_times()
     order = dq.pending_jobs()
     visible = access.visible_team_ids(user)
     shown = [j for j in order if visible is None or j["team_id"] in visible][:200]
-    return {"figures": dfig.wait_figures(waits), "summary": dfig.wait_summary(waits), "pending": shown,
+    accuracy_fig, accuracy = _forecast_accuracy()
+    return {"figures": {**dfig.wait_figures(waits), **accuracy_fig}, "summary": dfig.wait_summary(waits),
+            "accuracy": accuracy, "pending": shown,
             "pending_total": len(order), "rows": [{"team": w["team"], "gpus": w["gpus"],
                                                    "wait_seconds": w["wait_seconds"]} for w in waits]}
 
@@ -177,7 +198,8 @@ def queueing_json(request):
     p = _queueing_payload(request.user)
     if request.GET.get("table") == "pending":
         rows = [{k: j[k] for k in ("position", "queue_position", "name", "team_name", "queue_name", "gpus", "priority",
-                                   "submitted_at", "estimated_start", "pending_reason")} for j in p["pending"]]
+                                   "submitted_at", "estimated_start", "estimated_start_p90", "estimate_note",
+                                   "pending_reason")} for j in p["pending"]]
     else:
         rows = p["rows"]
     html = render_to_string("frontend/_pending.html", p, request=request)

@@ -3,6 +3,8 @@ services as the REST API (services.submit_job, services.cancel_job) and the same
 (access.can_submit: a member or admin of the job's team, or a platform admin)."""
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -80,3 +82,72 @@ def job_cancel(request, pk: int):
 
 def can_act(user, job) -> bool:
     return access.can_submit(user, job.team_id)
+
+
+@login_required
+@require_POST
+def job_estimate(request):
+    """The submit form's "would start in about ..." (issue #15): the job as filled in so far, as a
+    hypothetical submission to the live cluster's what-if (gpuplatform.scheduling.forecast.what_if_live).
+    Nothing is written. JSON {"text", "estimated_start", "estimated_start_p90", "no_estimate"}; a field that
+    cannot be read yet is a 400 {"errors": {field: message}}."""
+    from django.http import JsonResponse
+
+    from frontend.templatetags.forecast import estimate_words
+    from gpuplatform import clock
+    from gpuplatform.scheduling.forecast import WhatIfDenied, what_if_live
+    from scheduler.forecast.whatif import WhatIfError
+
+    post, errors = request.POST, {}
+
+    def number(name, lo, hi, required=True):
+        raw = (post.get(name) or "").strip()
+        if not raw:
+            if required:
+                errors[name] = "required"
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            errors[name] = "must be a whole number"
+            return None
+        if not lo <= value <= hi:
+            errors[name] = f"must be between {lo} and {hi}"
+        return value
+
+    queue = (post.get("queue") or "").strip()
+    if not queue:
+        errors["queue"] = "choose a queue"
+    try:
+        total = min(16, int(post.get("roles-TOTAL_FORMS") or 1))
+    except ValueError:
+        total = 1
+    roles = []
+    for i in range(total):
+        tasks = number(f"roles-{i}-tasks", 1, 4096)
+        gpus = number(f"roles-{i}-gpus_per_task", 0, 64)
+        min_av = number(f"roles-{i}-min_available", 1, 4096, required=False)
+        flavor = (post.get(f"roles-{i}-flavor") or "").strip()
+        roles.append({"name": post.get(f"roles-{i}-name") or f"role{i}", "tasks": tasks, "gpus_per_task": gpus,
+                      "min_available": min_av, "flavors": [f for f in flavor.split("|") if f]})
+    priority = number("priority", -2**31, 2**31 - 1, required=False) or 0
+    minutes = number("time_limit_minutes", 1, 10**6, required=False)
+    tier = number("highest_tier", 1, 16, required=False)
+    if errors:
+        return JsonResponse({"errors": errors}, status=400)
+    change = {"kind": "submit", "id": "this job", "queue": queue, "roles": roles, "priority": priority,
+              "time_limit": minutes * 60 if minutes else None, "topology_mode": post.get("topology_mode") or "none",
+              "highest_tier": tier}
+    try:
+        answer = what_if_live(request.user, [change])
+    except WhatIfDenied as exc:
+        return JsonResponse({"errors": {"queue": exc.message}}, status=403)
+    except WhatIfError as exc:
+        return JsonResponse({"errors": {exc.field: exc.message}}, status=400)
+    mine = next(j for j in answer["jobs"] if j["hypothetical"])["after"]
+    parse = datetime.fromisoformat
+    start = parse(mine["estimated_start"]) if mine["estimated_start"] else None
+    p90 = parse(mine["estimated_start_p90"]) if mine["estimated_start_p90"] else None
+    words = estimate_words(start, p90, mine["no_estimate"] or "", clock.now(), parse(answer["now"]))
+    text = words if start is None else f"would start {words}"
+    return JsonResponse({"text": text, **mine})

@@ -127,7 +127,7 @@ def pending_jobs() -> list[dict]:
     rows = list(Job.objects.filter(state=Job.State.PENDING)
                 .order_by(F("pending_position").asc(nulls_last=True), "submitted_at", "id").values(
         "id", "name", "team_id", "queue_id", "priority", "submitted_at", "pending_reason", "estimated_start",
-        "never_fits", "reserved", "queue_position", position=F("pending_position"), team_name=F("team__name"),
+        "estimated_start_p90", "estimate_note", "estimated_at", "never_fits", "reserved", "queue_position", position=F("pending_position"), team_name=F("team__name"),
         queue_name=F("queue__name")))
     gpus = dict(JobRole.objects.filter(job__state=Job.State.PENDING).values("job_id")
                 .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).order_by().values_list("job_id", "n"))

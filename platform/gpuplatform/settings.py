@@ -117,7 +117,8 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend", "rest_framework.filters.OrderingFilter"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",  # jobs, events: keyset
     "PAGE_SIZE": 50,
-    "DEFAULT_THROTTLE_RATES": {"job-submit": os.environ.get("JOB_SUBMIT_THROTTLE", "120/min")},  # per user
+    "DEFAULT_THROTTLE_RATES": {"job-submit": os.environ.get("JOB_SUBMIT_THROTTLE", "120/min"),
+                               "what-if": os.environ.get("WHAT_IF_THROTTLE", "30/min")},  # per user
     "EXCEPTION_HANDLER": "gpuplatform.api.exceptions.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
@@ -157,6 +158,11 @@ SCHEDULER_USAGE_HALF_LIFE_SECONDS = float(os.environ["SCHEDULER_USAGE_HALF_LIFE_
 # with no task start reported for GANG_START_TIMEOUT_SECONDS is requeued with backoff (docs/execution.md).
 # Tasks on simulated nodes (imported inventories, the trace demo) and trace jobs count as running at once.
 GANG_START_TIMEOUT_SECONDS = float(os.environ.get("GANG_START_TIMEOUT_SECONDS", "300"))
+# Forecast (issue #15, gpuplatform/scheduling/forecast.py): at most every FORECAST_SECONDS (0 = off), to a
+# horizon of FORECAST_HORIZON_SECONDS, at most FORECAST_MAX_CYCLES engine cycles per pass.
+FORECAST_SECONDS = float(os.environ.get("FORECAST_SECONDS", "60"))
+FORECAST_HORIZON_SECONDS = float(os.environ.get("FORECAST_HORIZON_SECONDS", str(7 * 86400)))
+FORECAST_MAX_CYCLES = int(os.environ.get("FORECAST_MAX_CYCLES", "400"))
 HEARTBEAT_TIMEOUT_SECONDS = float(os.environ.get("HEARTBEAT_TIMEOUT_SECONDS", "60"))  # silent longer -> not_ready
 NODE_FAILURE_GRACE_SECONDS = float(os.environ.get("NODE_FAILURE_GRACE_SECONDS", "120"))  # not_ready longer -> tasks fail
 REQUEUE_BACKOFF_SECONDS = float(os.environ.get("REQUEUE_BACKOFF_SECONDS", "60"))  # doubles per attempt

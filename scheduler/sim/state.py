@@ -97,6 +97,16 @@ class ClusterState:
         if info.reserved:
             self._held.add(info.id)
 
+    def adopt(self, info: JobInfo) -> None:
+        """A job already running (or preempting) whose GPUs, CPU and memory are already counted in its
+        nodes' `used` (a live snapshot's, scheduler.forecast): it is tracked from here on, and `release`
+        frees its GPUs as for a job this state bound itself."""
+        assert info.id not in self.pending and info.id not in self.running, f"duplicate job id {info.id!r}"
+        self.running[info.id] = info
+        gpus = sum(len(t.gpus) for t in info.placement)
+        self.used_gpus += gpus
+        self.queue_used[info.queue] = self.queue_used.get(info.queue, 0) + gpus
+
     def snapshot(self, now: float) -> Snapshot:
         """A frozen view of the current state at simulated time `now` (seconds)."""
         for name in self._dirty:

@@ -255,3 +255,34 @@ def test_charts_update_live_without_a_reload(browser, live_server, cluster):
     assert page.evaluate("window.__marker") == 1  # same document: updated in place
     p.assert_clean()
     p.context.close()
+
+
+def test_forecast_on_the_submit_form_and_the_quota_what_if(browser, live_server, cluster):
+    """Issue #15: the submit form shows "would start ..." before submitting; an admin tries a quota change
+    on the queues page and sees every team queue's wait before and after; nothing is saved."""
+    from gpuplatform.models import Event, Job, Quota
+
+    jobs, events, quotas = Job.objects.count(), Event.objects.count(), list(Quota.objects.values_list())
+    p = Page(browser, live_server.url)
+    login(p)
+    page = p.go("/jobs/new/")
+    fill_role(page, 0, name="worker", tasks=1, gpus_per_task=8)
+    page.click("#estimate-start")
+    page.wait_for_function("document.getElementById('start-estimate').textContent.startsWith('would start')")
+    assert re.match(r"would start (at the next cycle|in about .+)", page.inner_text("#start-estimate"))
+    p.shot("job-form-estimate")
+    p.assert_clean()
+
+    get_user_model().objects.create_user("boss", password="pw-boss-123", is_staff=True, is_superuser=True)
+    admin = Page(browser, live_server.url)
+    login(admin, "boss", "pw-boss-123")
+    page = admin.go("/queues/")
+    page.select_option("#qt-queue", "red")
+    page.fill("#qt-quota", "64")
+    page.click("#quota-try-run")
+    page.wait_for_selector("#quota-try-result:not([hidden])")
+    rows = page.locator("#quota-try-result tbody tr")
+    assert rows.count() >= 1 and "Nothing was saved" in page.inner_text("#quota-try-status")
+    admin.shot("queues-quota-try")
+    admin.assert_clean()
+    assert (Job.objects.count(), Event.objects.count(), list(Quota.objects.values_list())) == (jobs, events, quotas)

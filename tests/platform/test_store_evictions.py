@@ -66,7 +66,7 @@ def test_whole_and_partial_evictions_holds_and_decision_events(submit):
     assert sorted(Task.objects.filter(job=part).values_list("index", "state", "release_deadline")) == [
         (0, "running", None), (1, "releasing", at(55))]
     assert ben.reserved == [["worker", 0, "n0", list(range(8))]]
-    assert other.estimated_start == at(600) and ben.estimated_start is None
+    assert other.reservation_start == at(600) and ben.reservation_start is None
     assert live_gpus(whole) == [("n0", i) for i in range(8)]  # GPUs held until the grace period ends
     ev = Event.objects.get(kind="reclaim")
     assert ev.job_id == ben.pk and ev.cycle == 10
@@ -89,7 +89,7 @@ def test_whole_and_partial_evictions_holds_and_decision_events(submit):
     # the next cycle no longer holds anything for `ben`: the hold is cleared, with an Event
     store.apply_result(CycleResult(), clock=at(20), cycle_number=11)
     ben.refresh_from_db(), other.refresh_from_db()
-    assert ben.reserved is None and other.estimated_start is None
+    assert ben.reserved is None and other.reservation_start is None
     assert Event.objects.filter(kind="hold_dropped", job=ben).exists()
 
 

@@ -101,3 +101,34 @@ def test_single_policy_summary_shows_failures(registry):
                  stdout=out)
     text = out.getvalue()
     assert "policy" in text and "fifo" in text and "time to restart" in text and "goodput" in text
+
+
+def test_what_if_file_replays_each_variant_side_by_side(registry, tmp_path):
+    """Issue #15: --what-if FILE compares two quota sets / policies on the same trace."""
+    spec = tmp_path / "w.yaml"
+    spec.write_text("base: {}\nfifo-and-quota:\n  policy: fifo\n  quotas: {q: {X: [0, 1, 1]}}\n  weights: {q: 2}\n")
+    out, path = io.StringIO(), tmp_path / "r.json"
+    call_command("replay", "--cluster", "c", "--trace", "tr", "--what-if", str(spec), "--json", str(path), stdout=out)
+    data = json.loads(path.read_text())
+    assert set(data) == {"base", "fifo-and-quota"}
+    assert data["fifo-and-quota"]["config"]["fair_share"] is False and data["base"]["config"]["fair_share"] is True
+    assert "base" in out.getvalue() and "fifo-and-quota" in out.getvalue()
+    bad = tmp_path / "bad.yaml"
+    for body, needle in (("a: {}\nb: {quotas: {nope: {X: [0, 1, 1]}}}\n", "b.quotas.nope: no such queue"),
+                         ("a: {}\nb: {quotas: {q: {X: [2, 1, 1]}}}\n", "guarantee <= quota"),
+                         ("a: {}\nb: {policy: magic}\n", "b.policy"),
+                         ("a: {}\nb: {config: {warp: 9}}\n", "not a CycleConfig field"),
+                         ("only: {}\n", "at least two")):
+        bad.write_text(body)
+        with pytest.raises(command.CommandError, match=needle):
+            call_command("replay", "--cluster", "c", "--trace", "tr", "--what-if", str(bad), stdout=io.StringIO())
+
+
+def test_apply_variant_changes_quotas_weights_and_config():
+    from scheduler.forecast.variants import apply_variant
+
+    cluster = ClusterSpec("c", (NodeSpec("n0", "X", 2),), queues=(QueueSpec("q", team="t", quotas={"X": (0, 1, 2)}),))
+    changed, config = apply_variant(cluster, {"config": {"backfill": False}, "quotas": {"q": {"X": [1, 2, None]}},
+                                              "weights": {"q": 3}}, command.POLICIES)
+    assert changed.queues[0].quotas == {"X": (1, 2, None)} and changed.queues[0].weight == 3.0
+    assert config.backfill is False and cluster.queues[0].quotas == {"X": (0, 1, 2)}

@@ -55,4 +55,36 @@
     roles.querySelectorAll("[data-role]").forEach(checkRole);
     if (!form.checkValidity()) { ev.preventDefault(); form.reportValidity(); }
   });
+
+  // "would start in about 2 h 10 m (90 %: 5 h)": the job as filled in so far, as a what-if (nothing is written)
+  var estimateButton = document.getElementById("estimate-start");
+  var estimateOut = document.getElementById("start-estimate");
+  var pending = null;
+  function estimate() {
+    if (!estimateButton) return;
+    var body = new FormData(form);
+    estimateOut.textContent = "estimating…";
+    fetch(estimateButton.dataset.url, {method: "POST", body: body, credentials: "same-origin",
+                                      headers: {"X-CSRFToken": body.get("csrfmiddlewaretoken")}})
+      .then(function (r) { return r.json().then(function (d) { return {ok: r.ok, d: d}; }); })
+      .then(function (res) {
+        if (res.ok) { estimateOut.textContent = res.d.text; return; }
+        var errs = res.d.errors || {};
+        estimateOut.textContent = "cannot estimate yet: " + Object.keys(errs).map(function (k) {
+          return k.replace(/^roles-(\d+)-/, "role $1 ") + " " + errs[k]; }).join("; ");
+      })
+      .catch(function () { estimateOut.textContent = "no estimate (the server did not answer)"; });
+  }
+  if (estimateButton) {
+    estimateButton.addEventListener("click", estimate);
+    form.addEventListener("change", function () {  // refresh when the shape or queue changes, once readable
+      var fields = form.querySelectorAll('select[name="queue"], input[name$="-tasks"], input[name$="-gpus_per_task"], ' +
+                                         'input[name$="-min_available"], input[name="time_limit_minutes"]');
+      var ready = Array.prototype.every.call(fields, function (f) {
+        return f.checkValidity() && (f.value !== "" || !/queue|tasks|gpus_per_task$/.test(f.name) || /min_available/.test(f.name));
+      });
+      clearTimeout(pending);
+      if (ready) pending = setTimeout(estimate, 600);
+    });
+  }
 })();

@@ -4,6 +4,7 @@ from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from . import views
+from .views.forecast import WhatIfView
 
 app_name = "api"
 
@@ -21,6 +22,7 @@ router.register("scheduler-cycles", views.SchedulerCycleViewSet, basename="sched
 
 urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),
+    path("forecast/", WhatIfView.as_view(), name="forecast"),
     path("auth-token/", obtain_auth_token, name="auth-token"),
     *router.urls,
 ]

@@ -15,11 +15,16 @@ class Job(models.Model):
     Scheduling state written by the cycle (gpuplatform/scheduling/store.py and evict.py):
     `reserved` = GPUs held for this pending job (the beneficiary of evictions) as [[role, index, node,
     [gpu indices]], ...], null = nothing held; `preempt_deadline` = when a preempting job's GPUs are
-    released (grace period for a checkpoint); `not_before` = requeue backoff; `estimated_start` = the
-    backfill reservation's estimate; `bound_at` = when the gang was bound (the gang-start timeout runs
+    released (grace period for a checkpoint); `not_before` = requeue backoff; `reservation_start` = the
+    backfill reservation's estimate (the cycle's); `bound_at` = when the gang was bound (the gang-start timeout runs
     from it); `started_at` = when every task reported running; `pending_reason`, `pending_position` and
     `queue_position` = why a pending job waits and where it stands in the engine's order (the API and
     the pages read them, never recompute the order).
+
+    Written by the forecast (gpuplatform/scheduling/forecast.py, scheduler.forecast): `estimated_start` and
+    `estimated_start_p90` (every job running to its estimator's 90th percentile), `estimate_note` = the
+    run-time estimator used or, when both are null, why there is no estimate; `estimated_at` = the cluster
+    time of the snapshot the forecast started from.
     """
 
     class State(models.TextChoices):
@@ -60,6 +65,10 @@ class Job(models.Model):
     preempt_deadline = models.DateTimeField(null=True, blank=True)
     not_before = models.DateTimeField(null=True, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
+    estimated_start_p90 = models.DateTimeField(null=True, blank=True)
+    estimate_note = models.CharField(max_length=300, blank=True)
+    estimated_at = models.DateTimeField(null=True, blank=True)
+    reservation_start = models.DateTimeField(null=True, blank=True)
     bound_at = models.DateTimeField(null=True, blank=True)
     pending_reason = models.CharField(max_length=500, blank=True)
     pending_position = models.PositiveIntegerField(

@@ -8,7 +8,8 @@ estimates and audit decisions -> ORM, inside apply_result's transaction.
   skipped, logged and counted, and its beneficiary gets no hold: never forced.
 - Holds: `Job.reserved` is set for every nominated pending job (the engine reads it back next cycle) and
   cleared for pending jobs no longer held.
-- `Job.estimated_start` is set from the backfill reservation and cleared for every other pending job.
+- `Job.reservation_start` is set from the backfill reservation and cleared for every other pending job
+  (`estimated_start` is the forecast's: gpuplatform/scheduling/forecast.py).
 - One Event per decision (kind "reclaim" | "preempt", on the beneficiary: victims, GPUs, usage before and
   after) and one "preempted" | "reclaimed" Event per victim (rule, beneficiary, tasks, deadline), written
   together by the audit writer's bulk form (audit.record_events).
@@ -152,7 +153,7 @@ def apply_holds(result: CycleResult, *, clock: datetime, cycle_number: int, stal
                        "data": {"reserved": current[j]}} for j in dropped)
     starts = {j: datetime.fromtimestamp(t, tz=dt_tz.utc) for j, t in result.estimated_start.items()
               if t is not None and math.isfinite(t)}
-    Job.objects.filter(state="pending", estimated_start__isnull=False).exclude(pk__in=list(starts)).update(
-        estimated_start=None)
+    Job.objects.filter(state="pending", reservation_start__isnull=False).exclude(pk__in=list(starts)).update(
+        reservation_start=None)
     for job_id, when in starts.items():
-        Job.objects.filter(pk=job_id, state="pending").update(estimated_start=when)
+        Job.objects.filter(pk=job_id, state="pending").update(reservation_start=when)

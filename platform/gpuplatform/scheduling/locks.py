@@ -15,11 +15,12 @@ from django.db import connection
 
 CYCLE_LOCK_KEY = 0x6770_7573_6368  # "gpusch": the advisory lock id of the scheduling cycle
 _local_lock = threading.Lock()
+_local_locks: dict[int, threading.Lock] = {CYCLE_LOCK_KEY: _local_lock}  # one per key (the forecast has its own)
 
 
 @contextmanager
 def single_flight(key: int = CYCLE_LOCK_KEY) -> Iterator[bool]:
-    """Yield True when this caller holds the cycle lock, False when another cycle holds it."""
+    """Yield True when this caller holds the lock `key` (default: the cycle's), False when another holds it."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:
             cur.execute("SELECT pg_try_advisory_lock(%s)", [key])
@@ -31,9 +32,10 @@ def single_flight(key: int = CYCLE_LOCK_KEY) -> Iterator[bool]:
                 with connection.cursor() as cur:
                     cur.execute("SELECT pg_advisory_unlock(%s)", [key])
         return
-    acquired = _local_lock.acquire(blocking=False)
+    lock = _local_locks.setdefault(key, threading.Lock())
+    acquired = lock.acquire(blocking=False)
     try:
         yield acquired
     finally:
         if acquired:
-            _local_lock.release()
+            lock.release()

@@ -45,6 +45,7 @@ def bind_fields(clock: datetime) -> dict:
     and the slow path): when it was bound, and every field only a pending job carries cleared."""
     return {"bound_at": clock, "pending_reason": "", "pending_position": None, "queue_position": None,
             "never_fits": False, "reserved": None, "estimated_start": None, "not_before": None,
+            "estimated_start_p90": None, "estimate_note": "", "reservation_start": None,
             "updated_at": timezone.now()}
 
 

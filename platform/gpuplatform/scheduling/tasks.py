@@ -5,8 +5,11 @@
 - `request_cycle()`: enqueue a cycle by task name when a broker (REDIS_URL) is configured, else do
   nothing (the embedded loop will pick the work up on its next tick).
 - `detect_node_failures`: periodic failure detection (beat, every FAILURE_CHECK_SECONDS).
+- `run_forecast` (issue #15): the forecast of every pending job's start (scheduling/forecast.py), sent by
+  name after a cycle when FORECAST_SECONDS have passed since the last one (`request_forecast`); a separate
+  task on its own single-flight lock, so it never delays a cycle.
 - `run_loop(...)`: the embedded default's scheduling loop, run in a thread of the web process; it runs
-  failure detection before every cycle.
+  failure detection before every cycle, and the forecast in a thread of its own when due.
 
 The task NAMES (RUN_SCHEDULING_CYCLE, DETECT_NODE_FAILURES) are what beat schedules
 (settings.CELERY_BEAT_SCHEDULE) and queued messages carry, so they keep the `scheduler.tasks.` prefix of
@@ -27,6 +30,9 @@ log = logging.getLogger("gpuplatform.scheduling.tasks")
 
 RUN_SCHEDULING_CYCLE = "scheduler.tasks.run_scheduling_cycle"
 DETECT_NODE_FAILURES = "scheduler.tasks.detect_node_failures"
+RUN_FORECAST = "scheduler.tasks.run_forecast"
+_last_forecast_request = [0.0]  # monotonic time this process last asked for a forecast
+_forecast_thread: list[threading.Thread | None] = [None]
 
 
 def _summary(cycle) -> dict:
@@ -47,7 +53,79 @@ def run_scheduling_cycle(clock: str | None = None) -> dict:
     raises what the cycle raised (the failure is recorded first)."""
     from gpuplatform.scheduling.store import run_cycle_once
 
-    return _summary(run_cycle_once(clock=_clock(clock)))
+    summary = _summary(run_cycle_once(clock=_clock(clock)))
+    if not summary["skipped"]:
+        request_forecast()
+    return summary
+
+
+@shared_task(name=RUN_FORECAST, ignore_result=False)
+def run_forecast(clock: str | None = None) -> dict:
+    """Forecast every pending job's start at cluster time `clock` (ISO 8601; default the cluster clock).
+    Returns scheduling.forecast.run_forecast_once's summary, or {"skipped": True} when another runs or the
+    last forecast is less than FORECAST_SECONDS old (forecast_due)."""
+    from gpuplatform import clock as cluster_clock
+    from gpuplatform.scheduling.forecast import forecast_due, run_forecast_once
+
+    when = _clock(clock) or cluster_clock.now()
+    if not forecast_due(when):  # several cycle workers may each ask: one forecast per FORECAST_SECONDS
+        return {"skipped": True, "reason": "not due"}
+    summary = run_forecast_once(clock=when)
+    return {"skipped": True} if summary is None else {"skipped": False, **summary}
+
+
+def _forecast_period() -> float:
+    return float(getattr(settings, "FORECAST_SECONDS", 60))
+
+
+def request_forecast() -> bool:
+    """After a cycle: send RUN_FORECAST by name unless this process asked less than FORECAST_SECONDS ago
+    (FORECAST_SECONDS <= 0 turns the forecast off). Returns True if a task was enqueued; never raises."""
+    import time as _time
+
+    period = _forecast_period()
+    if period <= 0 or not getattr(settings, "REDIS_URL", ""):
+        return False
+    if _time.monotonic() - _last_forecast_request[0] < period:
+        return False
+    _last_forecast_request[0] = _time.monotonic()
+    try:
+        from gpuplatform.celery import app
+
+        app.send_task(RUN_FORECAST, expires=max(period * 2, 10))
+        return True
+    except Exception:  # noqa: BLE001 - the cycle must not fail because the broker is down
+        log.warning("could not enqueue a forecast", exc_info=True)
+        return False
+
+
+def forecast_in_thread(clock: datetime) -> threading.Thread | None:
+    """The embedded loop's forecast: run it in a daemon thread at cluster time `clock` when none runs and
+    FORECAST_SECONDS have passed since this process last started one. Returns the thread, or None."""
+    import time as _time
+
+    period = _forecast_period()
+    running = _forecast_thread[0]
+    if period <= 0 or (running is not None and running.is_alive()):
+        return None
+    if _time.monotonic() - _last_forecast_request[0] < period:
+        return None
+    _last_forecast_request[0] = _time.monotonic()
+
+    def work():
+        from gpuplatform.scheduling.forecast import run_forecast_once
+
+        try:
+            run_forecast_once(clock=clock)
+        except Exception:  # noqa: BLE001 - logged; the next period tries again
+            log.exception("forecast failed")
+        finally:
+            close_old_connections()
+
+    thread = threading.Thread(target=work, name="forecast", daemon=True)
+    _forecast_thread[0] = thread
+    thread.start()
+    return thread
 
 
 @shared_task(name=DETECT_NODE_FAILURES, ignore_result=False)
@@ -85,10 +163,11 @@ def request_cycle() -> bool:
 
 
 def run_loop(*, interval_seconds: float, clock_fn: Callable[[], datetime], stop_event: threading.Event,
-             config=None, on_cycle: Callable | None = None) -> int:
+             config=None, on_cycle: Callable | None = None, forecast: bool = False) -> int:
     """Run cycles every `interval_seconds` (wall time) until `stop_event` is set; each cycle runs at
     cluster time `clock_fn()`, after failure detection at that time. A failing cycle is logged (and recorded by run_cycle_once) and the loop
-    goes on. `on_cycle(cycle_or_None)` is called after each attempt. Returns the number of cycles run."""
+    goes on. `on_cycle(cycle_or_None)` is called after each attempt; `forecast` runs the forecast after a
+    cycle when due (forecast_in_thread). Returns the number of cycles run."""
     from gpuplatform.scheduling.failures import detect_failures
     from gpuplatform.scheduling.store import run_cycle_once
 
@@ -100,6 +179,8 @@ def run_loop(*, interval_seconds: float, clock_fn: Callable[[], datetime], stop_
             detect_failures(now)
             cycle = run_cycle_once(clock=now, config=config)
             count += cycle is not None
+            if cycle is not None and forecast:
+                forecast_in_thread(now)
         except Exception:  # noqa: BLE001 - keep the loop alive; the error is in SchedulerCycle.error
             log.exception("scheduling loop: cycle failed")
         finally:

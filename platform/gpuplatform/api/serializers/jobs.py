@@ -59,9 +59,19 @@ class JobSerializer(ModelSerializer):
                                         help_text="1-based place among its queue's pending jobs in the order the "
                                                   "last scheduling cycle considered them; null unless pending, and "
                                                   "until the first cycle after submission")
-    estimated_start = serializers.DateTimeField(read_only=True, allow_null=True,
-                                                help_text="from the latest cycle's backfill reservation; null if "
-                                                          "unknown")
+    estimated_start = serializers.DateTimeField(
+        read_only=True, allow_null=True,
+        help_text="pending jobs: when the forecast (the scheduling engine run forward from the live cluster, "
+                  "docs/forecast.md) starts it with median run times; null = no estimate (see estimate_note)")
+    estimated_start_p90 = serializers.DateTimeField(
+        read_only=True, allow_null=True,
+        help_text="the same when every job runs to its estimator's 90th percentile (a pessimistic start); "
+                  "null when that is past the horizon")
+    estimate_note = serializers.CharField(
+        read_only=True, help_text="which run-time estimator the job's own estimate came from, or, with no "
+                                  "estimate, why (horizon passed, can never start, ...)")
+    estimated_at = serializers.DateTimeField(read_only=True, allow_null=True,
+                                             help_text="cluster time of the snapshot the forecast ran from")
     reserved = serializers.JSONField(read_only=True, allow_null=True,
                                      help_text="GPUs held for this pending job until it starts: [[role, index, node, "
                                                "[gpu indices]], ...] (an eviction's beneficiary, or a starving job's "
@@ -78,7 +88,8 @@ class JobSerializer(ModelSerializer):
         model = Job
         fields = ["id", "name", "external_id", "team", "queue", "submitter", "state", "priority", "preemptible", "topology_mode",
                   "highest_tier", "preferred_tier", "time_limit_seconds", "attempts", "gpus", "roles",
-                  "pending_reason", "never_fits", "position", "estimated_start", "reserved", "not_before",
+                  "pending_reason", "never_fits", "position", "estimated_start", "estimated_start_p90",
+                  "estimate_note", "estimated_at", "reserved", "not_before",
                   "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
                   "finished_at", "simulated", "max_restarts", "restarts", "completion_role", "stop", "end_reason",
                   "failed_task", "exit_code", "exit_signal", "tasks"]

@@ -277,6 +277,7 @@ class Command(BaseCommand):
     def loop(self, feeder, clock, stop: threading.Event, *, tick: float, duration: float | None) -> int:
         """Feed and schedule until `stop` is set or `duration` wall seconds passed. Returns cycles run."""
         from gpuplatform.scheduling.store import run_cycle_once
+        from gpuplatform.scheduling.tasks import forecast_in_thread
 
         began = time.monotonic()
         cycles = 0
@@ -290,6 +291,8 @@ class Command(BaseCommand):
                 finished, submitted = feeder.advance(now)
                 cycle = run_cycle_once(clock=now)
                 cycles += cycle is not None
+                if cycle is not None:
+                    forecast_in_thread(now)  # estimated starts, in a thread of their own when due
             except KeyboardInterrupt:
                 raise
             except Exception:  # noqa: BLE001 - the demo goes on; the cycle's error is recorded
@@ -409,7 +412,8 @@ class Command(BaseCommand):
                               poll=1.0, interval=5.0, real_gpus=opts["real_gpus"])
         stop = threading.Event()
         loop = threading.Thread(target=run_loop, name="demo-cycle", daemon=True,
-                                kwargs={"interval_seconds": 1.0, "clock_fn": timezone.now, "stop_event": stop})
+                                kwargs={"interval_seconds": 1.0, "clock_fn": timezone.now, "stop_event": stop,
+                                        "forecast": True})
         loop.start()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: stop.set())

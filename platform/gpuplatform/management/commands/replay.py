@@ -2,13 +2,15 @@
 
     python manage.py replay --cluster philly --trace philly --until 7 --json /tmp/philly7.json
     python manage.py replay --cluster philly --trace philly --until 14 --compare        # full vs FIFO
+    python manage.py replay --cluster philly --trace philly --until 14 --what-if quotas.yaml   # issue #15
     python manage.py replay --cluster philly --trace philly --until 14 --failure-rate 10 \\
         --checkpoint-interval 3600 --detection-timeout 300 --seed 1                      # issue #6
     python manage.py replay --cluster philly --trace ./my_jobs.csv                       # one's own trace
 
 Loads both through the importer registry (clusterspec.importers), runs scheduler.sim.replay and prints
-a summary; --json writes the full report (with --compare: {"full": ..., "fifo": ...}). Touches no
-database, so it works before `migrate`.
+a summary; --json writes the full report (with --compare: {"full": ..., "fifo": ...}; with --what-if FILE:
+{variant: ...}, the variants of scheduler/forecast/variants.py: two policies or quota sets side by side on
+the same trace). Touches no database, so it works before `migrate`.
 
 Start: the Philly file has ~70 arrivals in its first 19.5 days, so a Philly replay starts at day 20
 (DEFAULT_START_DAYS["philly"]), where the busy part begins; --start 0 replays from the first arrival.
@@ -89,6 +91,9 @@ class Command(BaseCommand):
         parser.add_argument("--repair-time", type=float, default=4 * 3600.0,
                             help="seconds a failed node stays down (default 14400)")
         parser.add_argument("--seed", type=int, default=0, help="seed of the failure streams (default 0)")
+        parser.add_argument("--what-if", dest="what_if", default=None, metavar="FILE",
+                            help="YAML/JSON file of variants (name -> policy, config, quotas, weights; "
+                                 "scheduler/forecast/variants.py): replay each and compare them side by side")
         parser.add_argument("--no-fairness", action="store_true",
                             help="skip the per-cycle fairness measurement (saves a fair-share computation per cycle "
                                  "under --policy fifo)")
@@ -125,11 +130,17 @@ class Command(BaseCommand):
                           f"trace {trace.name}: {len(trace.jobs)} jobs from day {start:g}")
 
         policies = ["full", "fifo"] if opts["compare"] else [opts["policy"]]
+        runs = {p: (cluster, POLICIES[p]) for p in policies}
+        if opts["what_if"]:
+            runs = self._variants(opts["what_if"], cluster)
+            policies = list(runs)
+            opts["compare"] = True
         out = {}
         for policy in policies:
+            run_cluster, run_config = runs[policy]
             bar, progress = self._progress(trace, until, policy)
             try:
-                report = replay(cluster, trace, config=POLICIES[policy], until=until,
+                report = replay(run_cluster, trace, config=run_config, until=until,
                                 cycle_interval=opts["cycle_interval"], grace_period=opts["grace_period"],
                                 time_limit_factor=opts["time_limit_factor"], failures=failures,
                                 checkpoint=checkpoint, fairness=not opts["no_fairness"], progress=progress)
@@ -154,6 +165,23 @@ class Command(BaseCommand):
             body = out if opts["compare"] else out[policies[0]]
             Path(opts["json_path"]).write_text(json.dumps(body, indent=2, allow_nan=False, default=str))
             self.stdout.write(f"report written to {opts['json_path']}")
+
+    def _variants(self, path: str, cluster) -> dict:
+        """{name: (ClusterSpec, CycleConfig)} from a what-if file (YAML or JSON); CommandError if unreadable."""
+        import yaml
+
+        from scheduler.forecast.variants import VariantError, apply_variant
+
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise CommandError(f"--what-if {path}: cannot read it: {exc}") from exc
+        if not isinstance(data, dict) or len(data) < 2:
+            raise CommandError(f"--what-if {path}: must map at least two variant names to their changes")
+        try:
+            return {str(name): apply_variant(cluster, v or {}, POLICIES, str(name)) for name, v in data.items()}
+        except VariantError as exc:
+            raise CommandError(f"--what-if {path}: {exc}") from exc
 
     def _progress(self, trace, until, policy):
         """A tqdm bar in simulated days, only when stdout is a terminal."""

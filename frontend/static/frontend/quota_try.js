@@ -1,0 +1,57 @@
+// Queues page, admins: try a quota change before saving it. POSTs a what-if to /api/v1/forecast/ (nothing is
+// written) and shows, per team queue, the mean expected wait as things are and with the change.
+(function () {
+  "use strict";
+  var form = document.getElementById("quota-try-form");
+  if (!form) return;
+  var out = document.getElementById("quota-try-status");
+  var table = document.getElementById("quota-try-result");
+
+  function words(s) {
+    if (s === null || s === undefined) return "—";
+    var sign = s < 0 ? "−" : "", m = Math.round(Math.abs(s) / 60), h = Math.floor(m / 60), d = Math.floor(h / 24);
+    if (d) return sign + d + " d " + (h % 24) + " h";
+    if (h) return sign + h + " h " + (m % 60) + " m";
+    return sign + m + " m";
+  }
+
+  form.addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    var change = {kind: "set_quota", queue: form.queue.value, flavor: form.flavor.value};
+    ["guarantee", "quota", "limit"].forEach(function (k) {
+      if (form[k].value !== "") change[k] = parseInt(form[k].value, 10);
+    });
+    out.textContent = "forecasting…";
+    fetch(form.dataset.url, {method: "POST", credentials: "same-origin",
+                             headers: {"Content-Type": "application/json",
+                                       "X-CSRFToken": form.querySelector("[name=csrfmiddlewaretoken]").value},
+                             body: JSON.stringify({changes: [change]})})
+      .then(function (r) { return r.json().then(function (d) { return {ok: r.ok, d: d}; }); })
+      .then(function (res) {
+        if (!res.ok) {
+          out.textContent = "cannot try this: " + Object.keys(res.d).map(function (k) {
+            return k + ": " + [].concat(res.d[k]).join(" "); }).join("; ");
+          table.hidden = true;
+          return;
+        }
+        var body = table.querySelector("tbody");
+        body.textContent = "";
+        res.d.queues.forEach(function (q) {
+          var tr = document.createElement("tr");
+          [q.queue, String(q.jobs), words(q.mean_wait_before_s), words(q.mean_wait_after_s),
+           words(q.change_s)].forEach(function (v, i) {
+            var td = document.createElement(i ? "td" : "th");
+            if (i) td.className = "num"; else td.scope = "row";
+            td.textContent = v;
+            tr.appendChild(td);
+          });
+          body.appendChild(tr);
+        });
+        table.hidden = false;
+        var ev = res.d.evictions.length;
+        out.textContent = "Forecast from the cluster at " + res.d.now + ": " + ev + " eviction" + (ev === 1 ? "" : "s") +
+          " the change would cause. Nothing was saved.";
+      })
+      .catch(function () { out.textContent = "no answer from the server"; });
+  });
+})();

@@ -1,0 +1,52 @@
+"""{% estimate job %}: a pending job's forecast in words, the one wording of every page.
+
+"in about 2 h 10 m (90 %: 5 h)" from Job.estimated_start / estimated_start_p90 (a model or a values()
+dict) relative to the cluster clock; "starts at the next cycle" when due; "no estimate: <reason>" when
+the forecast has none (Job.estimate_note); "not forecast yet" before the first forecast ran.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django import template
+
+from gpuplatform import clock
+
+register = template.Library()
+
+
+def duration_words(seconds: float) -> str:
+    """2 h 10 m, 45 m, 3 d 4 h: two units at most, rounded to the minute."""
+    minutes = max(0, int(round(seconds / 60.0)))
+    days, rest = divmod(minutes, 1440)
+    hours, mins = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h" if hours else f"{days} d"
+    if hours:
+        return f"{hours} h {mins} m" if mins else f"{hours} h"
+    return f"{mins} m"
+
+
+def estimate_words(start: datetime | None, p90: datetime | None, note: str, estimated_at: datetime | None,
+                   now: datetime) -> str:
+    if start is None:
+        if estimated_at is None and not note:
+            return "not forecast yet"
+        return f"no estimate: {note}" if note else "no estimate"
+    lead = (start - now).total_seconds()
+    text = "at the next cycle" if lead < 60 else f"in about {duration_words(lead)}"
+    if p90 is not None and (p90 - start).total_seconds() >= 60:
+        text += f" (90 %: {duration_words((p90 - now).total_seconds())})"
+    elif p90 is None:
+        text += " (90 %: beyond the horizon)"
+    return text
+
+
+def _get(job, name):
+    return job.get(name) if isinstance(job, dict) else getattr(job, name, None)
+
+
+@register.simple_tag
+def estimate(job) -> str:
+    return estimate_words(_get(job, "estimated_start"), _get(job, "estimated_start_p90"),
+                          _get(job, "estimate_note") or "", _get(job, "estimated_at"), clock.now())

@@ -1,0 +1,125 @@
+"""POST /api/v1/forecast/: what if we changed something? (issue #15; scheduler/forecast/whatif.py)
+
+The live cluster is forecast as it is and with the listed changes applied, in memory; NOTHING is written
+(no job, quota, node or event changes: tests/api/test_forecast_api.py counts every table's rows).
+"""
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiExample, extend_schema
+from rest_framework import serializers, status
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
+from rest_framework.views import APIView
+
+from ...scheduling.forecast import WhatIfDenied, what_if_live
+
+REQUIRED = {
+    "submit": ("queue", "tasks", "gpus_per_task"),
+    "set_quota": ("queue", "flavor"),
+    "set_weight": ("queue", "weight"),
+    "drain_nodes": ("nodes",),
+    "add_nodes": ("count", "gpus"),
+    "set_priority": ("job", "priority"),
+    "cancel": ("job",),
+}
+
+
+class ChangeSerializer(serializers.Serializer):
+    """One change. `kind` says which; each kind needs its own fields (REQUIRED) and takes no others'."""
+
+    kind = serializers.ChoiceField(choices=list(REQUIRED))
+    id = serializers.CharField(required=False, max_length=100, help_text="submit: the hypothetical job's name")
+    queue = serializers.CharField(required=False, max_length=200)
+    tasks = serializers.IntegerField(required=False, min_value=1, max_value=4096)
+    gpus_per_task = serializers.IntegerField(required=False, min_value=0, max_value=64)
+    min_available = serializers.IntegerField(required=False, min_value=1, max_value=4096)
+    priority = serializers.IntegerField(required=False, min_value=-2**31, max_value=2**31 - 1)
+    time_limit = serializers.IntegerField(required=False, min_value=1, help_text="seconds")
+    topology_mode = serializers.ChoiceField(required=False, choices=["none", "soft", "hard"])
+    highest_tier = serializers.IntegerField(required=False, min_value=1, max_value=16)
+    flavors = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=16)
+    flavor = serializers.CharField(required=False, max_length=64)
+    guarantee = serializers.IntegerField(required=False, min_value=0, max_value=10**7)
+    quota = serializers.IntegerField(required=False, min_value=0, max_value=10**7)
+    limit = serializers.IntegerField(required=False, min_value=0, max_value=10**7, allow_null=True)
+    weight = serializers.FloatField(required=False, min_value=0.001, max_value=10**6)
+    nodes = serializers.ListField(child=serializers.CharField(max_length=200), required=False, min_length=1,
+                                  max_length=10000)
+    count = serializers.IntegerField(required=False, min_value=1, max_value=10000)
+    gpus = serializers.IntegerField(required=False, min_value=1, max_value=64)
+    domain = serializers.CharField(required=False, max_length=200)
+    job = serializers.IntegerField(required=False, min_value=1)
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
+        return super().to_internal_value(data)
+
+    def validate(self, attrs):
+        kind = attrs["kind"]
+        missing = [f for f in REQUIRED[kind] if f not in attrs]
+        if missing:
+            raise serializers.ValidationError({f: [f"required for kind {kind}"] for f in missing})
+        if kind == "set_quota" and not {"guarantee", "quota", "limit"} & set(attrs):
+            raise serializers.ValidationError({"quota": ["set_quota needs guarantee, quota or limit"]})
+        allowed = set(REQUIRED[kind]) | {"kind"} | {
+            "submit": {"id", "min_available", "priority", "time_limit", "topology_mode", "highest_tier", "flavors"},
+            "set_quota": {"guarantee", "quota", "limit"}, "add_nodes": {"flavor", "domain"}}.get(kind, set())
+        extra = sorted(set(attrs) - allowed)
+        if extra:
+            raise serializers.ValidationError({f: [f"not a field of kind {kind}"] for f in extra})
+        return attrs
+
+
+class WhatIfSerializer(serializers.Serializer):
+    changes = ChangeSerializer(many=True, allow_empty=True, max_length=50)
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - {"changes"})
+            if unknown:
+                raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
+        return super().to_internal_value(data)
+
+
+class WhatIfThrottle(UserRateThrottle):
+    """What-if runs per user (two forecasts each): rate REST_FRAMEWORK DEFAULT_THROTTLE_RATES["what-if"]."""
+
+    scope = "what-if"
+
+
+class WhatIfView(APIView):
+    """What if? Forecast every pending job's start before and after a list of changes; nothing is written.
+
+    Changes (`kind`): `submit` a hypothetical job (queue, tasks, gpus_per_task, ...); `set_quota` (queue,
+    flavor, guarantee / quota / limit); `set_weight` (queue, weight); `drain_nodes` (nodes); `add_nodes`
+    (count, gpus, flavor, domain); `set_priority` (job, priority); `cancel` (job). Team members may ask about
+    their own teams' jobs and hypothetical submissions to their queues; quotas, weights and nodes are for
+    platform admins (403 naming the change). Answer: per job you can see (and the hypothetical ones) the
+    estimated start and P90 before and after; per queue the mean wait before and after and its change (s);
+    the evictions the change would cause; `written` is always false.
+    """
+
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [WhatIfThrottle]
+
+    @extend_schema(request=WhatIfSerializer, responses={200: {"type": "object"}}, examples=[OpenApiExample(
+        "a hypothetical job and a quota change", value={"changes": [
+            {"kind": "submit", "queue": "vision", "tasks": 2, "gpus_per_task": 8},
+            {"kind": "set_quota", "queue": "vision", "flavor": "H100", "quota": 64}]}, request_only=True)])
+    def post(self, request):
+        from scheduler.forecast.whatif import WhatIfError
+
+        ser = WhatIfSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        changes = [dict(c) for c in ser.validated_data["changes"]]
+        try:
+            answer = what_if_live(request.user, changes)
+        except WhatIfDenied as exc:
+            return Response({"detail": f"changes[{exc.index}]: {exc.message}"}, status=status.HTTP_403_FORBIDDEN)
+        except WhatIfError as exc:
+            return Response({f"changes[{exc.index}].{exc.field}": [exc.message]}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(answer)

@@ -1,0 +1,235 @@
+"""The database side of the forecast (issue #15): live snapshot -> scheduler.forecast -> Job rows.
+
+- `build_estimator()`: scheduler.forecast.RuntimeEstimator fed with the run times of the latest
+  FORECAST_HISTORY finished jobs (succeeded or failed; started_at -> finished_at), keyed by submitter
+  (the team for trace jobs without one), queue and GPU count.
+- `estimate_fn(snapshot, estimator)`: (median, p90) total run time per JobInfo (time limit when declared,
+  else the estimator), and each job's estimator source.
+- `run_forecast_once(clock=)`: single-flight on its own lock (never the cycle's: a forecast never delays a
+  cycle, nor waits for one), reads the snapshot the cycle would read, runs `forecast_start` (median and P90
+  passes, horizon FORECAST_HORIZON_SECONDS, at most FORECAST_MAX_CYCLES engine cycles) and writes
+  estimated_start / estimated_start_p90 / estimate_note / estimated_at of every job still pending (a
+  compare-and-set on the state). Returns a summary dict, or None when another forecast runs.
+- `forecast_due(clock)`: whether FORECAST_SECONDS have passed since the last forecast (the latest
+  `estimated_at` of a pending job); the Celery task checks it, as several workers may each ask for one.
+"""
+from __future__ import annotations
+
+import logging
+import time as _time
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone as dt_tz
+
+from django.conf import settings
+from django.db.models import Max
+
+from gpuplatform.bulk import update_rows
+from gpuplatform.models import Job, JobRole
+from gpuplatform.scheduling import usage_decay
+from gpuplatform.scheduling.locks import single_flight
+from scheduler.forecast import RuntimeEstimator, forecast_start
+
+log = logging.getLogger("gpuplatform.scheduling.forecast")
+FORECAST_LOCK_KEY = 0x6770_7566_6363  # "gpufcc": the forecast's own advisory lock
+SOURCES = {"time_limit": "its time limit", "user_shape": "the submitter's recent jobs of this size",
+           "queue": "the queue's recent jobs", "cluster": "the cluster's recent jobs",
+           "default": "no history yet (1 h assumed)"}
+
+
+def setting(name: str, default: float) -> float:
+    return float(getattr(settings, name, default))
+
+
+def _gpus_by_job(job_ids) -> dict[int, int]:
+    gpus: dict[int, int] = defaultdict(int)
+    ids = list(job_ids)
+    for i in range(0, len(ids), 2000):
+        for job_id, tasks, per in JobRole.objects.filter(job_id__in=ids[i:i + 2000]).values_list(
+                "job_id", "tasks", "gpus_per_task"):
+            gpus[job_id] += tasks * per
+    return gpus
+
+
+def user_key(submitter_id, team_id) -> str:
+    return f"user:{submitter_id}" if submitter_id is not None else f"team:{team_id}"
+
+
+def build_estimator(limit: int | None = None) -> RuntimeEstimator:
+    """The estimator over the latest `limit` (FORECAST_HISTORY) finished jobs, oldest first."""
+    limit = int(limit or setting("FORECAST_HISTORY", 5000))
+    rows = list(Job.objects.filter(state__in=("succeeded", "failed"), started_at__isnull=False,
+                                   finished_at__isnull=False)
+                .order_by("-finished_at")[:limit]
+                .values_list("id", "submitter_id", "team_id", "queue__name", "started_at", "finished_at"))
+    gpus = _gpus_by_job(r[0] for r in rows)
+    est = RuntimeEstimator(default_seconds=setting("FORECAST_DEFAULT_RUNTIME_SECONDS", 3600))
+    est.observe_many((user_key(sub, team), queue, gpus.get(jid, 0), (end - start).total_seconds())
+                     for jid, sub, team, queue, start, end in reversed(rows))
+    return est
+
+
+def estimate_fn(snapshot, estimator: RuntimeEstimator):
+    """(estimate(job, elapsed) -> (median, p90), sources {job id: Estimate of its own run time})."""
+    ids = [j.id for j in snapshot.jobs if isinstance(j.id, int)]
+    owner = {}
+    for i in range(0, len(ids), 2000):
+        owner.update((jid, user_key(sub, team)) for jid, sub, team in
+                     Job.objects.filter(pk__in=ids[i:i + 2000]).values_list("id", "submitter_id", "team_id"))
+    sources = {}
+
+    def estimate(job, elapsed):
+        e = estimator.estimate(owner.get(job.id, job.queue), job.queue, job.gpus_requested, elapsed=elapsed,
+                               time_limit=job.time_limit)
+        if job.state == "pending" and elapsed == 0.0:
+            sources[job.id] = e
+        return e.median, e.p90
+
+    return estimate, sources
+
+
+def _dt(seconds: float | None) -> datetime | None:
+    return datetime.fromtimestamp(seconds, tz=dt_tz.utc) if seconds is not None else None
+
+
+def forecast_due(clock: datetime) -> bool:
+    last = Job.objects.filter(state="pending").aggregate(t=Max("estimated_at"))["t"]
+    return last is None or clock - last >= timedelta(seconds=setting("FORECAST_SECONDS", 60))
+
+
+def run_snapshot_forecast(snapshot, estimator: RuntimeEstimator | None = None, **kwargs):
+    """forecast_start on `snapshot` with the platform's estimator and settings. Returns (starts, info,
+    sources) as scheduler.forecast.forecast_start plus each pending job's run-time Estimate."""
+    estimator = estimator or build_estimator()
+    estimate, sources = estimate_fn(snapshot, estimator)
+    kwargs.setdefault("horizon", setting("FORECAST_HORIZON_SECONDS", 7 * 86400))
+    kwargs.setdefault("max_cycles", int(setting("FORECAST_MAX_CYCLES", 400)))
+    kwargs.setdefault("config", usage_decay.default_config())
+    starts, info = forecast_start(snapshot, estimate, **kwargs)
+    for job in snapshot.jobs:  # a job that never ran in the forecast still gets its own estimate's source
+        if job.state == "pending" and job.id not in sources:
+            estimate(job, 0.0)
+    return starts, info, sources
+
+
+def run_forecast_once(*, clock: datetime | None = None) -> dict | None:
+    """One single-flight forecast at cluster time `clock` (default: the cluster clock). Writes every
+    pending job's estimate; returns {"jobs", "estimated", "no_estimate", "cycles", "wall_s"} or None."""
+    from gpuplatform import clock as cluster_clock
+    from gpuplatform.scheduling.store import build_snapshot
+
+    clock = clock or cluster_clock.now()
+    with single_flight(FORECAST_LOCK_KEY) as acquired:
+        if not acquired:
+            log.info("forecast skipped: another forecast is running")
+            return None
+        t0 = _time.perf_counter()
+        snapshot, _ = build_snapshot(clock.timestamp())
+        starts, info, sources = run_snapshot_forecast(snapshot)
+        rows = []
+        for job in snapshot.jobs:
+            if job.state != "pending" or not isinstance(job.id, int):
+                continue
+            f = starts.get(job.id)
+            if f is None or f.start is None:
+                note = (f.reason if f is not None else "no estimate")[:300]
+                rows.append((job.id, None, None, note, clock))
+                continue
+            src = sources.get(job.id)
+            note = f"run time from {SOURCES.get(src.source, src.source)}" if src is not None else ""
+            if src is not None and src.samples:
+                note += f" ({src.samples} jobs)"
+            rows.append((job.id, _dt(f.start), _dt(f.start_p90), note[:300], clock))
+        update_rows(Job, rows, ["estimated_start", "estimated_start_p90", "estimate_note", "estimated_at"], {},
+                    where={"state": "pending"})
+        wall = _time.perf_counter() - t0
+    summary = {"jobs": len(rows), "estimated": sum(1 for r in rows if r[1] is not None),
+               "no_estimate": sum(1 for r in rows if r[1] is None), "cycles": info["cycles"] + info["cycles_p90"],
+               "wall_s": round(wall, 3)}
+    log.info("forecast: %s", summary)
+    return summary
+
+
+# --- what-if (POST /api/v1/forecast/) -------------------------------------------------------------------
+
+ADMIN_KINDS = ("set_quota", "set_weight", "drain_nodes", "add_nodes")
+JOB_KINDS = ("set_priority", "cancel")
+
+
+class WhatIfDenied(Exception):
+    """A change the user may not ask about: `index`, and why."""
+
+    def __init__(self, index: int, message: str):
+        super().__init__(message)
+        self.index, self.message = index, message
+
+
+def check_what_if_access(user, changes: list[dict]) -> None:
+    """Team members may ask about their own teams' jobs (priority, cancel) and hypothetical submissions to
+    their teams' queues; quotas, limits, weights and nodes are for platform admins. Raises WhatIfDenied."""
+    from gpuplatform import access
+    from gpuplatform.models import Queue
+
+    admin = access.is_platform_admin(user)
+    for i, ch in enumerate(changes):
+        kind = ch.get("kind")
+        if kind in ADMIN_KINDS and not admin:
+            raise WhatIfDenied(i, f"{kind} is for platform admins")
+        if kind in JOB_KINDS and not admin:
+            team = Job.objects.filter(pk=ch.get("job")).values_list("team_id", flat=True).first()
+            if team is None or not access.can_submit(user, team):
+                raise WhatIfDenied(i, "you may ask about your own teams' jobs only")
+        if kind == "submit" and not admin:
+            team = Queue.objects.filter(name=ch.get("queue")).values_list("team_id", flat=True).first()
+            if team is None or not access.can_submit(user, team):
+                raise WhatIfDenied(i, "you may submit (hypothetically too) to your own teams' queues only")
+
+
+def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) -> dict:
+    """The what-if on the live cluster at cluster time `clock`: permissions (check_what_if_access), the
+    snapshot the cycle would read, scheduler.forecast.whatif.what_if with the platform's estimator. Reads
+    only: nothing is written. Returns the API's answer (api/views/forecast.py documents it). Raises
+    WhatIfDenied, scheduler.forecast.whatif.WhatIfError."""
+    from gpuplatform import access, clock as cluster_clock
+    from gpuplatform.models import Job as JobModel
+    from gpuplatform.scheduling.store import build_snapshot
+    from scheduler.forecast.whatif import what_if
+
+    check_what_if_access(user, changes)
+    clock = clock or cluster_clock.now()
+    snapshot, _ = build_snapshot(clock.timestamp())
+    estimate, _sources = estimate_fn(snapshot, build_estimator())
+    out = what_if(snapshot, changes, estimate, horizon=setting("FORECAST_HORIZON_SECONDS", 7 * 86400),
+                  max_cycles=int(setting("FORECAST_MAX_CYCLES", 400)), config=usage_decay.default_config())
+    visible = access.visible_team_ids(user)
+    ids = [j for j in set(out.before) | set(out.after) if isinstance(j, int)]
+    rows = {r[0]: r for r in JobModel.objects.filter(pk__in=ids).values_list("id", "name", "team_id", "queue__name")}
+    hyp_queue = {c.get("id") or f"hypothetical-{i + 1}": c.get("queue") for i, c in enumerate(changes)
+                 if c.get("kind") == "submit"}
+
+    def side(f) -> dict:
+        if f is None:
+            return {"estimated_start": None, "estimated_start_p90": None, "no_estimate": "not pending in this case"}
+        return {"estimated_start": _iso(f.start), "estimated_start_p90": _iso(f.start_p90),
+                "no_estimate": f.reason or None}
+
+    jobs = []
+    for jid in sorted(set(out.before) | set(out.after), key=str):
+        hyp = jid in out.hypothetical
+        if not hyp:
+            row = rows.get(jid)
+            if row is None or (visible is not None and row[2] not in visible):
+                continue
+        b, a = out.before.get(jid), out.after.get(jid)
+        change = (a.start - b.start) if (a and b and a.start is not None and b.start is not None) else None
+        jobs.append({"id": jid, "name": jid if hyp else rows[jid][1],
+                     "queue": hyp_queue[jid] if hyp else rows[jid][3], "hypothetical": hyp,
+                     "before": side(b), "after": side(a), "start_change_s": change})
+    evictions = [{"job": v, "rule": rule, "beneficiary": ben, "at": _iso(t)} for t, v, rule, ben in out.evictions
+                 if visible is None or (rows.get(v) and rows[v][2] in visible)]
+    return {"now": _iso(out.now), "jobs": jobs, "queues": [{"queue": q, **v} for q, v in out.queues.items()],
+            "evictions": evictions, "hidden_evictions": len(out.evictions) - len(evictions),
+            "cancelled": out.removed, "cost": out.info, "written": False}
+
+
+def _iso(seconds: float | None) -> str | None:
+    return _dt(seconds).isoformat() if seconds is not None else None

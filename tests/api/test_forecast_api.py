@@ -1,0 +1,121 @@
+"""POST /api/v1/forecast/ (issue #15): the what-if answers before/after per job and per queue, with the
+evictions it would cause; permissions (members: own jobs and hypothetical submissions; admins: quotas and
+nodes); bad input is a 400 naming the field; NOTHING is written (every table's rows are compared)."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone as tz
+
+import pytest
+from django.apps import apps
+
+from gpuplatform import clock, services
+from gpuplatform.models import Job, Queue
+from gpuplatform.scheduling import store
+
+CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
+URL = "/api/v1/forecast/"
+SLEEP = ["sleep", "3600"]
+
+
+@pytest.fixture
+def busy(users):
+    """Four 8-GPU alpha jobs (1 h limits) fill the 32 GPUs; alpha and beta each have one 8-GPU job waiting."""
+    clock.use(lambda: CLOCK)
+    alpha, beta = Queue.objects.get(name="alpha"), Queue.objects.get(name="beta")
+    for i in range(4):
+        services.submit_job(command=SLEEP, team=alpha.team, queue=alpha, name=f"run{i}", time_limit_seconds=3600,
+                            roles=[{"tasks": 1, "gpus_per_task": 8}], submitter=users["member"],
+                            submitted_at=CLOCK - timedelta(minutes=10))
+    store.run_cycle_once(clock=CLOCK - timedelta(minutes=5))
+    own = services.submit_job(command=SLEEP, team=alpha.team, queue=alpha, name="alpha-wait", time_limit_seconds=600,
+                              roles=[{"tasks": 1, "gpus_per_task": 8}], submitter=users["member"],
+                              submitted_at=CLOCK - timedelta(minutes=2))
+    other = services.submit_job(command=SLEEP, team=beta.team, queue=beta, name="beta-wait", time_limit_seconds=600,
+                                roles=[{"tasks": 1, "gpus_per_task": 8}], submitter=users["other"],
+                                submitted_at=CLOCK - timedelta(minutes=1))
+    yield {"own": own, "other": other}
+    clock.use(None)
+
+
+def table_rows():
+    return {m._meta.label: sorted(m.objects.values_list(*[f.attname for f in m._meta.concrete_fields]))
+            for m in apps.get_app_config("gpuplatform").get_models()}
+
+
+def by_name(answer):
+    return {j["name"]: j for j in answer["jobs"]}
+
+
+def test_admin_what_if_cancel_and_quota_change_writes_nothing(busy, admin):
+    before = table_rows()
+    run0 = Job.objects.get(name="run0")
+    r = admin.post(URL, {"changes": [{"kind": "cancel", "job": run0.pk},
+                                     {"kind": "set_quota", "queue": "beta", "flavor": "H100", "limit": 32},
+                                     {"kind": "submit", "id": "probe", "queue": "beta", "tasks": 1,
+                                      "gpus_per_task": 8, "time_limit": 900}]}, format="json")
+    assert r.status_code == 200, r.content
+    answer = r.json()
+    assert answer["written"] is False
+    jobs = by_name(answer)
+    # today: every running job ends at CLOCK - 5 min + 1 h; the freed run0 lets the first waiting job go now
+    t_end = (CLOCK + timedelta(minutes=55)).isoformat()
+    assert jobs["alpha-wait"]["before"]["estimated_start"] == t_end
+    # beta is below its quota: its job takes run0's GPUs at once, and the probe reclaims one of alpha's
+    # borrowed 8-GPU jobs (evicted now, 30 s grace, next cycle a minute later)
+    assert jobs["beta-wait"]["after"]["estimated_start"] == CLOCK.isoformat()
+    assert jobs["probe"]["hypothetical"] and jobs["probe"]["before"]["no_estimate"] == "not pending in this case"
+    assert jobs["probe"]["after"]["estimated_start"] == (CLOCK + timedelta(minutes=1)).isoformat()
+    assert jobs["probe"]["queue"] == "beta"
+    run1 = Job.objects.get(name="run1").pk
+    assert [(e["job"], e["rule"], e["beneficiary"]) for e in answer["evictions"]] == [(run1, "reclaim", "probe")]
+    # alpha-wait: behind the requeued run1 (older), then on the probe's GPUs when it ends (12:01 + 15 min)
+    assert jobs["alpha-wait"]["after"]["estimated_start"] == (CLOCK + timedelta(minutes=16)).isoformat()
+    assert jobs["alpha-wait"]["start_change_s"] == -39 * 60
+    queues = {q["queue"]: q for q in answer["queues"]}
+    assert queues["alpha"]["change_s"] == -39 * 60 and queues["beta"]["change_s"] == -60
+    assert table_rows() == before  # nothing written, not even an event
+
+
+def test_drain_reports_the_evictions(busy, admin):
+    node = Job.objects.get(name="run0").tasks.get().node.name
+    r = admin.post(URL, {"changes": [{"kind": "drain_nodes", "nodes": [node]}]}, format="json")
+    assert r.status_code == 200, r.content
+    ev = r.json()["evictions"]
+    assert (ev[0]["job"], ev[0]["rule"]) == (Job.objects.get(name="run0").pk, "drain")
+    # the requeued run0 (older than both waiting jobs) changes who reclaims what later: listed too
+    assert all(e["rule"] in ("reclaim", "preempt") for e in ev[1:])
+
+
+def test_member_may_ask_about_own_jobs_and_hypothetical_submissions_only(busy, client_for):
+    member = client_for("member")
+    ok = member.post(URL, {"changes": [{"kind": "set_priority", "job": busy["own"].pk, "priority": 3},
+                                       {"kind": "submit", "queue": "alpha", "tasks": 1, "gpus_per_task": 8}]},
+                     format="json")
+    assert ok.status_code == 200, ok.content
+    names = set(by_name(ok.json()))
+    assert "alpha-wait" in names and "hypothetical-2" in names and "beta-wait" not in names  # only own teams
+    for change, why in (
+            ({"kind": "set_quota", "queue": "alpha", "flavor": "H100", "quota": 32}, "platform admins"),
+            ({"kind": "add_nodes", "count": 1, "gpus": 8}, "platform admins"),
+            ({"kind": "drain_nodes", "nodes": ["n0"]}, "platform admins"),
+            ({"kind": "cancel", "job": busy["other"].pk}, "own teams' jobs"),
+            ({"kind": "submit", "queue": "beta", "tasks": 1, "gpus_per_task": 1}, "own teams' queues")):
+        r = member.post(URL, {"changes": [change]}, format="json")
+        assert r.status_code == 403 and why in r.json()["detail"] and r.json()["detail"].startswith("changes[0]")
+    assert client_for("anonymous").post(URL, {"changes": []}, format="json").status_code in (401, 403)
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"changes": [{"kind": "explode"}]}, "changes"),
+    ({"changes": [{"kind": "submit", "queue": "alpha", "tasks": 0, "gpus_per_task": 8}]}, "changes"),
+    ({"changes": [{"kind": "submit", "queue": "alpha"}]}, "changes"),
+    ({"changes": [{"kind": "cancel", "job": 1, "bogus": 2}]}, "changes"),
+    ({"changes": [], "extra": 1}, "extra"),
+    ({"changes": [{"kind": "set_quota", "queue": "alpha", "flavor": "B200", "quota": 3}]}, "changes[0].flavor"),
+    ({"changes": [{"kind": "drain_nodes", "nodes": ["ghost"]}]}, "changes[0].nodes"),
+])
+def test_bad_changes_are_400_naming_the_field(busy, admin, body, field):
+    r = admin.post(URL, body, format="json")
+    # Error keys are field paths (docs/api.md): "changes" is named by "changes" or "changes[0].<field>".
+    assert r.status_code == 400 and any(k == field or k.startswith(field + "[") or k.startswith(field + ".")
+                                        for k in r.json()), r.content
