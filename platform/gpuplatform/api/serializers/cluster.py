@@ -56,6 +56,20 @@ class GpuReportSerializer(serializers.Serializer):
     numa_node = count_field(min_value=-32768, max_value=32767, required=False, allow_null=True, default=None)
     health = serializers.CharField(max_length=16, required=False, default="healthy")
     health_reason = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
+    # Health-rule signals and topology facts (docs/diagnosis.md); absent = not judged.
+    model = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    pci_bus_id = serializers.CharField(max_length=64, required=False, default="", allow_blank=True)
+    nvlink_peers = serializers.ListField(child=serializers.CharField(max_length=64), required=False, default=list,
+                                         max_length=64)
+    xids = serializers.ListField(child=count_field(min_value=0, max_value=100000), required=False, default=list,
+                                 max_length=256)
+    ecc_uncorrected_volatile = count_field(required=False, allow_null=True, default=None)
+    row_remap_failure = serializers.BooleanField(required=False, allow_null=True, default=None)
+    thermal_slowdown_seconds = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0,
+                                                      max_value=1e9)
+    power_slowdown_seconds = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0,
+                                                    max_value=1e9)
+    nvlink_down = count_field(required=False, allow_null=True, default=None, max_value=1024)
 
 
 class NodeRegisterSerializer(serializers.Serializer):

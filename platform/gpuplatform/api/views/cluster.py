@@ -110,8 +110,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         body = HeartbeatSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
-        gpus = [{"index": g["index"], "health": g["health"], "health_reason": g["health_reason"]} for g in d["gpus"]]
-        services.record_heartbeat(node.name, gpus=gpus, node_time=d["time"], actor=request.user)
+        services.record_heartbeat(node.name, gpus=[dict(g) for g in d["gpus"]], node_time=d["time"], actor=request.user)
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
