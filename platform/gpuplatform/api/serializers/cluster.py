@@ -40,12 +40,26 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = ["id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib", "domain", "state", "labels",
                   "executor", "address", "container_runtime", "last_heartbeat", "clock_offset_seconds",
-                  "allocated_gpus", "gpus"]
+                  "health_reason", "health_since", "validation", "topology_mismatches", "allocated_gpus", "gpus"]
         read_only_fields = fields
 
 
 class NodeActionSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+
+
+class NodeValidateSerializer(serializers.Serializer):
+    """Start validation (in_repair -> validating). `check_command`: an argv the operator's check runs on
+    the node; with one, the node stays validating until a result is posted to .../validation/; without,
+    its next heartbeat decides (every GPU visible and healthy, topology audit clean)."""
+
+    check_command = serializers.ListField(child=serializers.CharField(max_length=500), required=False,
+                                          default=list, max_length=64)
+
+
+class NodeValidationResultSerializer(serializers.Serializer):
+    passed = serializers.BooleanField()
+    detail = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
 
 
 class GpuReportSerializer(serializers.Serializer):
