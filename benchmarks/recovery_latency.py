@@ -95,14 +95,17 @@ def task_failures(bench, reps: int, tmp: Path) -> dict:
 def gpu_faults(bench, reps: int) -> dict:
     from gpuplatform import services
     from gpuplatform.agent.client import post_json
-    from gpuplatform.models import Allocation, Event, Job
+    from gpuplatform.models import Allocation, Event, Gpu, Job, Node
 
     latencies = []
     for i in range(reps):
         job = services.submit_job(team=bench.team, queue=bench.queue, name=f"victim-{i}", command=["sleep", "3600"],
                                   roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 1}])
         until(lambda: Job.objects.filter(pk=job.pk, state="running").exists(), 60,
-              lambda: f"the victim to run: {Job.objects.filter(pk=job.pk).values_list('state', 'pending_reason').get()}")
+              lambda: f"the victim to run: {Job.objects.filter(pk=job.pk).values_list('state', 'pending_reason').get()}; "
+                      f"nodes {list(Node.objects.values_list('name', 'state', 'health_reason'))}; live allocations "
+                      f"{list(Allocation.objects.filter(released_at__isnull=True).values_list('job__name', 'job__state'))}; "
+                      f"unhealthy {list(Gpu.objects.exclude(health='healthy').values_list('node__name', 'index'))}")
         node, index = Allocation.objects.filter(job=job, released_at__isnull=True).values_list(
             "gpu__node__name", "gpu__index").get()
         t = time.time()
@@ -110,12 +113,14 @@ def gpu_faults(bench, reps: int) -> dict:
                   {"gpus": [{"index": index, "health": "healthy", "xids": [79]}]})
         ev = until(lambda: Event.objects.filter(job=job, kind="requeued_after_failure").first(), 30, "the requeue")
         latencies.append(ev.time.timestamp() - t)
+        print(f"  GPU fault {i}: {latencies[-1]:.3f} s", flush=True)
         services.cancel_job(Job.objects.get(pk=job.pk))
         until(lambda: Job.objects.filter(pk=job.pk, state="cancelled").exists(), 30, "the victim cancelled")
         # the GPU comes back with the agent's next heartbeat (its inventory says healthy)
         until(lambda: not Allocation.objects.filter(job=job, released_at__isnull=True).exists(), 30, "GPUs free")
         post_json(f"{bench.api}/api/v1/nodes/{node}/heartbeat/", bench.token,
                   {"gpus": [{"index": index, "health": "healthy"}]})
+        services.uncordon_node(Node.objects.get(name=node), reason="benchmark: next repetition")  # (xid-node-reset)
     return {"fault_to_requeue_s": summary(latencies), "raw_fault_to_requeue_s": [round(x, 4) for x in latencies]}
 
 

@@ -181,8 +181,12 @@ def job_detail(request, pk: int):
     events = list(queries.job_events(job))
     roles = list(job.roles.all())
     tasks = job_run.task_rows(job.tasks.all())
+    diagnosis = job_run.diagnosis_view(job, job.tasks.all())
     return render(request, "frontend/job_detail.html", {
         "job": job,
+        "diagnosis": diagnosis,
+        "highlight": diagnosis["highlight"] if diagnosis else None,
+        "attempts": job_run.attempt_rows(job),
         "roles": roles,
         "tasks": tasks,
         "runs": job_run.run_groups(roles),

@@ -3,10 +3,10 @@
 - `judge_gpu_signals(node, gpus, at=)`: each reported GPU's signals ({"index", "xids", "ecc_uncorrected_volatile",
   "row_remap_failure", "thermal_slowdown_seconds", "power_slowdown_seconds", "nvlink_down"}) are judged by
   the health rules (tables.health_rules); every rule met writes a `health_rule` Event (once per rule,
-  GPU and value within HEALTH_RULE_REPEAT_SECONDS) and the strongest action acts: record (the Event
-  only), cordon (no new work), drain (its gangs stopped with grace, requeued whole), fail_tasks (the GPU
-  is marked unhealthy and the gangs with a task on it are requeued now, in this request: a fatal GPU
-  fault does not wait for failure detection). Called by services.record_heartbeat.
+  GPU and value within HEALTH_RULE_REPEAT_SECONDS) and each action fired acts: record (the Event
+  only), cordon (no new work), drain (its gangs stopped with grace, requeued whole; supersedes cordon),
+  fail_tasks (the GPU is marked unhealthy and the gangs with a task on it are requeued now, in this
+  request: a fatal GPU fault does not wait for failure detection). Called by services.record_heartbeat.
 - The repair path: `start_repair` (cordoned | draining -> in_repair), `start_validation` (in_repair ->
   validating), `record_validation` (validating -> ready when the check passed, else back to in_repair).
   Each step is a node_states transition, hence an Event.
@@ -75,14 +75,16 @@ def judge_gpu_signals(node: Node, gpus: list[dict], *, at: datetime | None = Non
                          data={"key": key, "rule": rule.id, "signal": rule.signal, "value": value,
                                "gpu": report.get("index"), "action": rule.action, "category": rule.category,
                                "source": rule.source})
-    action = engine.strongest(actions)
-    if action is None or action == "record":
+    acted = set(actions) - {"record"}
+    if not acted:
         return fired
     reason = "; ".join(f"gpu{f['gpu']} {f['rule']}" for f in fired if f["action"] != "record")[:300]
     if failed_gpus:
         fail_gpu_tasks(node, failed_gpus, at=at, reason=f"GPU failed ({reason})")
-    _take_out(node, "draining" if action == "drain" else "cordoned", at=at, reason=f"health rule: {reason}",
-              actor=actor)
+    if "drain" in acted:
+        _take_out(node, Node.State.DRAINING, at=at, reason=f"health rule: {reason}", actor=actor)
+    elif "cordon" in acted:
+        _take_out(node, Node.State.CORDONED, at=at, reason=f"health rule: {reason}", actor=actor)
     return fired
 
 
