@@ -109,7 +109,8 @@ def fail_gpu_tasks(node: Node, indices: list, *, at: datetime, reason: str) -> l
     from ..execution.stops import finalize_stop
     from ..lifecycle import requeue_job
 
-    Gpu.objects.filter(node=node, index__in=indices).update(health=Gpu.Health.UNHEALTHY, health_reason=reason[:200])
+    Gpu.objects.filter(node=node, index__in=indices, health=Gpu.Health.HEALTHY).update(  # keep the agent's reason
+        health=Gpu.Health.UNHEALTHY, health_reason=reason[:200])
     jobs = sorted(set(Task.objects.filter(node=node, state__in=Task.ON_NODE_STATES, job__state__in=Job.LIVE_STATES,
                                           allocations__gpu__index__in=indices, allocations__released_at__isnull=True)
                       .values_list("job_id", flat=True)))
