@@ -247,3 +247,36 @@ def test_topology_audit_flags_mismatches_and_cordons_a_contradicting_node(db):
     node3 = services.register_node("solo3", flavor="A100", gpus=ok)
     node3.refresh_from_db()
     assert [m["field"] for m in node3.topology_mismatches] == ["flavor"] and node3.state == "ready"
+
+
+def test_rules_over_rest(submit, agents, admin_client):
+    """Admins add rules over REST without code; a bad rule is a 400 naming the field; members read only."""
+    r = admin_client.post("/api/v1/diagnosis-rules/", {"name": "x", "category": "cuda_oom", "pattern": "(",
+                                                        "source": "ours"}, format="json")
+    assert r.status_code == 400 and "pattern" in r.json(), r.json()
+    r = admin_client.post("/api/v1/diagnosis-rules/", {"name": "x", "category": "oom", "pattern": "a",
+                                                        "source": "ours"}, format="json")
+    assert r.status_code == 400 and "category" in r.json()
+    r = admin_client.post("/api/v1/diagnosis-rules/", {"name": "gcs", "category": "storage", "source": "gcsfuse docs",
+                                                        "pattern": r"gcsfuse: .*(quota|rate) exceeded"}, format="json")
+    assert r.status_code == 201, r.json()
+    rule_id = r.json()["id"]
+    assert admin_client.patch(f"/api/v1/diagnosis-rules/{rule_id}/", {"action": "reboot"},
+                              format="json").status_code == 400
+    assert admin_client.patch(f"/api/v1/diagnosis-rules/{rule_id}/", {"action": "exclude_node"},
+                              format="json").json()["action"] == "exclude_node"
+    assert admin_client.get("/api/v1/diagnosis-rules/shipped/").json()["version"]
+    r = admin_client.post("/api/v1/health-rules/", {"name": "hot", "signal": "thermal_slowdown_seconds", "op": "gt",
+                                                     "value": 60, "action": "drain", "source": "our SLO"}, format="json")
+    assert r.status_code == 201, r.json()
+    assert admin_client.post("/api/v1/health-rules/", {"name": "bad", "signal": "fan_speed", "op": "gt", "value": 1,
+                                                        "action": "cordon", "source": "s"},
+                             format="json").status_code == 400
+    services.record_heartbeat("n1", gpus=[{"index": 0, "health": "healthy", "thermal_slowdown_seconds": 90}], at=at(1))
+    assert Node.objects.get(name="n1").state == "draining"  # the admin's rule acted on the next heartbeat
+    member = get_user_model().objects.create_user("bob")
+    client = APIClient()
+    client.force_authenticate(member)
+    assert client.get("/api/v1/diagnosis-rules/").status_code == 200
+    assert client.post("/api/v1/diagnosis-rules/", {"name": "y", "category": "storage", "pattern": "a",
+                                                     "source": "s"}, format="json").status_code == 403
