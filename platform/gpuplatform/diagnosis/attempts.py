@@ -141,7 +141,7 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
         signal=first_failed["exit_signal"] if first_failed else job["exit_signal"],
         category=diagnosis.category if diagnosis else "", diagnosis=diagnosis.to_dict() if diagnosis else None,
         fault_at=(fault_at or at) if failed else None)
-    if diagnosis is None:
+    if diagnosis is None or not failed:  # a preempted or cancelled attempt keeps its `platform` diagnosis quietly
         return attempt
     record_event("diagnosed", f"{job['name']} attempt {number}: {diagnosis.category} ({diagnosis.summary[:200]}); "
                               f"action {diagnosis.action}", time=at, job_id=job_id, queue_id=job["queue_id"],
