@@ -124,9 +124,12 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
         return None
     started = job["bound_at"] or job["started_at"]
     cause, failed = platform_cause(kind, outcome, reason)
-    tasks, health, nodes, fault_at, rows = _evidence(job_id, number, at, started)
     diagnosis = None
-    if outcome != "succeeded":
+    if outcome == "succeeded":  # nothing to diagnose: no log or health reads (the trace replay ends many)
+        rows = _task_rows(job_id)
+        tasks, health, nodes, fault_at = [], [], sorted({r["node__name"] for r in rows}), None
+    else:
+        tasks, health, nodes, fault_at, rows = _evidence(job_id, number, at, started)
         diagnosis = engine.diagnose(tasks, rules=tables.rule_set(), health=health, platform=cause)
         if cause is None and not any(t.failed for t in tasks) and diagnosis.category == "unknown" and not failed:
             diagnosis = None
