@@ -81,3 +81,29 @@ def task_rows(tasks) -> list[dict]:
     "worker-0", "exit": exit_text, "ended": bool}."""
     return [{"task": t, "label": f"{t.role.name}-{t.index}", "exit": exit_text(t.exit_code, t.exit_signal),
              "ended": t.ended_at is not None} for t in tasks]
+
+
+def attempt_rows(job) -> list[dict]:
+    """The job's ended attempts for the attempts table, newest first: {"a": Attempt, "exit", "nodes",
+    "recovery"} (recovery: human text of fault -> every task running again, "" if not recovered)."""
+    rows = []
+    for a in sorted(job.attempt_records.all(), key=lambda a: -a.number):
+        rows.append({"a": a, "exit": exit_text(a.exit_code, a.signal), "nodes": ", ".join(a.nodes or []),
+                     "recovery": f"{a.recovery_seconds:.1f} s" if a.recovery_seconds is not None else ""})
+    return rows
+
+
+def diagnosis_view(job, tasks) -> dict | None:
+    """The diagnosis shown at the top of the page: that of the last failed attempt (Attempt.diagnosis), with
+    each evidence line's task id (the log view highlights it): {"attempt", "d", "evidence": [{..., "task_id"}],
+    "highlight": {"attempt", "task", "lines": [{"task", "text"}]}}; None when no attempt failed."""
+    failed = [a for a in job.attempt_records.all() if a.failed and a.diagnosis]
+    if not failed:
+        return None
+    a = max(failed, key=lambda a: a.number)
+    ids = {f"{t.role.name}[{t.index}]": t.pk for t in tasks}
+    evidence = [{**e, "task_id": ids.get(e.get("task"))} for e in a.diagnosis.get("evidence", [])]
+    lines = [{"task": e["task_id"], "text": e["text"]} for e in evidence if e.get("source") == "log" and e["task_id"]]
+    first = lines[0]["task"] if lines else ids.get(a.diagnosis.get("task"))
+    return {"attempt": a, "d": a.diagnosis, "evidence": evidence,
+            "highlight": {"attempt": a.number, "task": first, "lines": lines}}

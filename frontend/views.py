@@ -218,8 +218,12 @@ def job_detail(request, pk: int):
     events = list(queries.job_events(job))
     roles = list(job.roles.all())
     tasks = job_run.task_rows(job.tasks.all())
+    diagnosis = job_run.diagnosis_view(job, job.tasks.all())
     return render(request, "frontend/job_detail.html", {
         "job": job,
+        "diagnosis": diagnosis,
+        "highlight": diagnosis["highlight"] if diagnosis else None,
+        "attempts": job_run.attempt_rows(job),
         "roles": roles,
         "tasks": tasks,
         "runs": job_run.run_groups(roles),
@@ -254,3 +258,35 @@ def healthz(request):
         return HttpResponse(f"database unavailable: {exc.__class__.__name__}\n", status=503,
                             content_type="text/plain")
     return HttpResponse("ok\n", content_type="text/plain")
+
+
+NODE_HEALTH_FILTERS = ("ready", "cordoned", "draining", "not_ready", "in_repair", "validating", "unhealthy",
+                       "mismatch")
+
+
+@login_required
+def node_list(request):
+    """The nodes with their health: state, why and since when it is out of service, unhealthy GPUs, topology
+    mismatches; filtered by `health` (a node state, "unhealthy": a GPU unhealthy or a health reason set,
+    "mismatch": the topology audit found something). Readable by every signed-in user, as /api/v1/nodes/ is."""
+    from django.db.models import Count, Q
+
+    from gpuplatform.models import Node
+
+    health = request.GET.get("health") or ""
+    if health and health not in NODE_HEALTH_FILTERS:
+        health = ""
+    qs = (Node.objects.select_related("domain").order_by("name")
+          .annotate(unhealthy_gpus=Count("gpus", filter=Q(gpus__health="unhealthy"))))
+    if health == "unhealthy":
+        qs = qs.filter(Q(unhealthy_gpus__gt=0) | ~Q(health_reason=""))
+    elif health == "mismatch":
+        qs = qs.exclude(topology_mismatches=[])
+    elif health:
+        qs = qs.filter(state=health)
+    counts = dict(Node.objects.values("state").annotate(n=Count("id")).values_list("state", "n"))
+    page = Paginator(qs, 200).get_page(request.GET.get("page"))
+    return render(request, "frontend/node_list.html", {
+        "page": page, "health": health, "filters": NODE_HEALTH_FILTERS, "counts": counts,
+        "mismatches": [n for n in Node.objects.exclude(topology_mismatches=[]).order_by("name")[:100]],
+    })

@@ -228,3 +228,49 @@ def doc_page(request, name: str = "concepts"):
     html, toc = docs.render_markdown(path.read_text(encoding="utf-8"))
     return render(request, "frontend/doc.html", {"doc_html": html, "toc": toc, "name": name,
                                                  "docs": docs.DOCS, "title": docs.DOCS[name]})
+
+
+# --- failures ---------------------------------------------------------------------------------------
+
+def _failures_payload(user) -> dict:
+    """Ended attempts the user may see (a team member: their teams' jobs; a platform admin: all), over the
+    last FAILURE_PAGE_DAYS (30) days. Node names are those the job API already shows the same users."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.db.models import Count
+
+    from gpuplatform import clock
+    from gpuplatform.models import Attempt, Node
+
+    from .failure_figures import failure_payload
+
+    now = clock.now()
+    since = now - timedelta(days=int(getattr(settings, "FAILURE_PAGE_DAYS", 30)))
+    qs = Attempt.objects.filter(ended_at__gte=since, job__in=access.visible_jobs(user))
+    rows = list(qs.values("job_id", "job__team__name", "ended_at", "failed", "category", "gpu_seconds", "diagnosis",
+                          "recovery_seconds"))
+    flavor = dict(Node.objects.values_list("name", "flavor"))
+    for r in rows:
+        r["team"] = r.pop("job__team__name")
+        node = (r.pop("diagnosis") or {}).get("node")
+        r["node"], r["node_flavor"] = node, flavor.get(node)
+    nodes_by_flavor = dict(Node.objects.values("flavor").annotate(n=Count("id")).values_list("flavor", "n"))
+    p = failure_payload(rows, nodes_by_flavor=nodes_by_flavor, now=now)
+    states = dict(Node.objects.filter(name__in=[n["node"] for n in p["nodes"]]).values_list("name", "state"))
+    for n in p["nodes"]:
+        n["state"] = states.get(n["node"], "")
+    return p
+
+
+@_json_view
+def failures_json(request):
+    p = _failures_payload(request.user)
+    html = render_to_string("frontend/_failure_tables.html", p, request=request)
+    return data_response(request, {"figures": p["figures"], "summary": p["summary"], "html": {"failure-tables": html}},
+                         p["rows"], "failures")
+
+
+@login_required
+def failures_page(request):
+    return render(request, "frontend/failures.html", _failures_payload(request.user))

@@ -14,7 +14,7 @@ from django.contrib import admin, messages
 
 from . import quota_rules, services
 from .models import (
-    Allocation, ClusterSample, Domain, Event, Gpu, Job, JobRole, Membership, Node, Queue, QueueSample, Quota,
+    Allocation, Attempt, ClusterSample, DiagnosisRule, HealthRule, Domain, Event, Gpu, Job, JobRole, Membership, Node, Queue, QueueSample, Quota,
     SchedulerCycle, Task, Team,
 )
 
@@ -163,14 +163,67 @@ class GpuInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ("name", "flavor", "gpu_count", "domain", "state", "last_heartbeat")
     list_filter = ("state", "flavor", "domain__tier")
     search_fields = ("name",)
     readonly_fields = ("state",)  # changed through the actions, which audit the transition
     inlines = [GpuInline]
+    list_display = ("name", "flavor", "gpu_count", "domain", "state", "health_reason", "health_since", "last_heartbeat")
     actions = [_service_action(services.cordon_node, "Cordon selected nodes"),
                _service_action(services.drain_node, "Drain selected nodes"),
-               _service_action(services.uncordon_node, "Uncordon selected nodes")]
+               _service_action(services.uncordon_node, "Uncordon selected nodes"),
+               _service_action(services.start_repair, "Start repair (cordoned / draining -> in repair)"),
+               _service_action(services.start_validation, "Validate (in repair -> validating)")]
+
+
+class _RuleAdmin(admin.ModelAdmin):
+    """Rules are saved through their service (validated by the same parser as the shipped table, audited)."""
+
+    service = None
+
+    def save_model(self, request, obj, form, change):
+        type(self).service(obj, actor=request.user)
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        service = type(self).service
+
+        class Checked(form):
+            def _post_clean(self):
+                super()._post_clean()
+                from .diagnosis import engine, tables
+
+                check = tables.check_rule if service is services.save_diagnosis_rule else tables.check_health_rule
+                try:
+                    check(self.instance.as_entry())
+                except engine.RuleError as exc:
+                    key = exc.field.split(".", 1)[1].split(".")[0] if "." in exc.field else None
+                    self.add_error(key if key in self.fields else None, exc.message)
+
+        return Checked
+
+
+@admin.register(DiagnosisRule)
+class DiagnosisRuleAdmin(_RuleAdmin):
+    """Diagnosis rules added after gpuplatform/diagnosis/rules.yaml (docs/diagnosis.md)."""
+
+    service = staticmethod(services.save_diagnosis_rule)
+    list_display = ("name", "category", "action", "pattern", "enabled", "source")
+    list_filter = ("category", "action", "enabled")
+
+
+@admin.register(HealthRule)
+class HealthRuleAdmin(_RuleAdmin):
+    """Node health rules added after gpuplatform/diagnosis/health_rules.yaml (docs/diagnosis.md)."""
+
+    service = staticmethod(services.save_health_rule)
+    list_display = ("name", "signal", "op", "value", "action", "enabled", "source")
+    list_filter = ("signal", "action", "enabled")
+
+
+@admin.register(Attempt)
+class AttemptAdmin(ReadOnlyAdmin):
+    list_display = ("job", "number", "outcome", "failed", "category", "ended_at", "recovery_seconds")
+    list_filter = ("failed", "category", "outcome")
 
 
 @admin.register(Gpu)

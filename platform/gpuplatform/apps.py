@@ -5,3 +5,8 @@ class GpuPlatformConfig(AppConfig):
     name = "gpuplatform"
     verbose_name = "GPU platform"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from .diagnosis.tables import load_shipped
+
+        load_shipped()  # the diagnosis and health rule tables are read (and checked) once, at start

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from . import clock
 from .audit import record_event
+from .diagnosis.attempts import close_attempt, mark_recovered
 from .models import Allocation, Job, Task
 
 # What a node reported about a task's process in the attempt that ended (cleared when the gang is requeued).
@@ -46,6 +47,8 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
     if row is None:
         return False
     attempts, old_state, queue_id, name = row
+    record = close_attempt(job_id, at=at, outcome="restarted" if kind == "restarted" else "requeued", kind=kind,
+                           reason=reason)
     attempts += 1
     not_before = at + timedelta(seconds=backoff_seconds(attempts)) if backoff else None
     updated = Job.objects.filter(pk=job_id, state=old_state, attempts=attempts - 1).update(
@@ -53,6 +56,8 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
         preempt_deadline=None, reserved=None, estimated_start=None, placement_domain="", placement_tier=None,
         stop_target="", stop_reason="", pending_reason=reason[:500], updated_at=timezone.now())
     if not updated:
+        if record is not None:
+            record.delete()
         return False
     released = Allocation.objects.filter(job_id=job_id, released_at__isnull=True).update(released_at=at)
     Task.objects.filter(job_id=job_id).update(state=Task.State.PENDING, node=None, release_deadline=None,
@@ -129,6 +134,7 @@ def report_task_running(task: Task, *, at: datetime | None = None, actor=None) -
         n = Task.objects.filter(job_id=job_id, state=Task.State.RUNNING).count()
         record_event("running", f"{name}: all {n} tasks running", time=at, job_id=job_id, queue_id=queue_id,
                      actor=actor, data={"tasks": n})
+        mark_recovered(job_id, at)
     return True
 
 
@@ -142,10 +148,13 @@ def end_job(job_id, state: str, *, at: datetime, kind: str, message: str, reason
     if row is None:
         return False
     old_state, queue_id = row
+    record = close_attempt(job_id, at=at, outcome=state, kind=kind, reason=reason)
     if not Job.objects.filter(pk=job_id, state=old_state).update(
             state=state, finished_at=at, pending_reason="", pending_position=None, queue_position=None,
             end_reason=reason[:300], reserved=None,
             preempt_deadline=None, estimated_start=None, stop_target="", stop_reason="", updated_at=timezone.now()):
+        if record is not None:
+            record.delete()
         return False
     released = Allocation.objects.filter(job_id=job_id, released_at__isnull=True).update(released_at=at)
     Task.objects.filter(job_id=job_id, state__in=Task.OPEN_STATES).update(state=task_state, release_deadline=None)

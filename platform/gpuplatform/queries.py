@@ -86,6 +86,7 @@ def job_detail(user, pk: int) -> Job | None:
             Prefetch("tasks", queryset=Task.objects.select_related("node", "role").order_by("role_id", "index")),
             Prefetch("allocations", queryset=Allocation.objects.select_related("gpu__node", "task__role")
                      .order_by("released_at", "gpu__node__name", "gpu__index")),
+            "attempt_records",
         )
         .filter(pk=pk)
         .first()

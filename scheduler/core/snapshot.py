@@ -125,6 +125,9 @@ class JobInfo:
     reserved: tuple[TaskPlacement, ...] = ()  # GPUs held for this job (an eviction's beneficiary) until it starts
     not_before: float | None = None  # requeue backoff: not considered before this time
     attempts: int = 0
+    # Nodes this job's earlier attempts failed on (an exclude_node diagnosis): placed elsewhere when
+    # anything else fits, on them only when nothing else does (actions.allocate.Admission.place).
+    avoid_nodes: frozenset[str] = frozenset()
 
     @property
     def gpus_requested(self) -> int:

@@ -99,16 +99,18 @@ class World:
             submit: float = 0.0, preemptible: bool = True, topology_mode: str = "none",
             highest_tier: int | None = None, preferred_tier: int | None = None, time_limit: float | None = None,
             flavors: Iterable[str] = (), cpu_milli: int = 0, memory_mib: int = 0,
-            duration: float | None = None, reserved: Iterable[TaskPlacement] = ()) -> World:
+            duration: float | None = None, reserved: Iterable[TaskPlacement] = (),
+            avoid_nodes: Iterable[str] = ()) -> World:
         """A pending job: one role from tasks / gpus_per_task / min_available, or explicit `roles`;
-        `reserved`: GPUs held for it by an earlier cycle (a nomination)."""
+        `reserved`: GPUs held for it by an earlier cycle (a nomination); `avoid_nodes`: nodes its earlier
+        attempts failed on (placed there only when nothing else fits)."""
         roles = tuple(roles) if roles is not None else (
             role(tasks=tasks, gpus_per_task=gpus_per_task, min_available=min_available, cpu_milli=cpu_milli,
                  memory_mib=memory_mib, flavors=flavors),)
         self._jobs[name] = JobInfo(id=name, name=name, queue=queue, roles=roles, priority=priority,
                                    submit_time=submit, preemptible=preemptible, topology_mode=topology_mode,
                                    highest_tier=highest_tier, preferred_tier=preferred_tier, time_limit=time_limit,
-                                   reserved=tuple(reserved))
+                                   reserved=tuple(reserved), avoid_nodes=frozenset(avoid_nodes))
         if duration is not None:
             self.durations[name] = duration
         return self

@@ -57,7 +57,9 @@ def test_agent_registers_then_heartbeats(server):
     assert reg["gpus"][0]["uuid"] == "GPU-00000000-1111-2222-3333-444444444444"
     assert reg["gpus"][0]["memory_mib"] == 143771 and reg["gpus"][0]["mig_mode"] == "disabled"
     assert seen[1]["body"]["gpus"] == [{"index": 0, "health": "healthy", "health_reason": "",
-                                       "ecc_uncorrected_volatile": 0}]
+                                       "ecc_uncorrected_volatile": 0, "xids": [], "row_remap_failure": False,
+                                       "model": "NVIDIA H200", "pci_bus_id": "00000000:00:06.0", "nvlink_peers": [],
+                                       "numa_node": None}]  # health-rule signals and topology facts (docs/diagnosis.md)
 
 
 def test_agent_once_raises_on_http_error_and_loop_retries(server):
@@ -109,9 +111,12 @@ def test_bodies_apply_through_the_node_services(db):
     g = Gpu.objects.get(node=node)
     assert (g.health, g.health_reason) == ("unhealthy", "1 uncorrectable ECC error(s)")
     assert node.state == "ready" and node.last_heartbeat is not None
-    assert set(Event.objects.values_list("kind", flat=True)) == {"node_registered", "gpu_health", "node_ready"}
+    # the ECC count is also a health-rule signal: the rule ecc-dbe-volatile fires once (docs/diagnosis.md)
+    assert set(Event.objects.values_list("kind", flat=True)) == {"node_registered", "gpu_health", "node_ready",
+                                                                 "health_rule"}
+    assert Event.objects.get(kind="health_rule").data["rule"] == "ecc-dbe-volatile"
     services.record_heartbeat("h200-node", gpus=beat["gpus"])  # no change: no new event
-    assert Event.objects.count() == 3
+    assert Event.objects.count() == 4
 
 
 def test_the_node_services_validation(db):

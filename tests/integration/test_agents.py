@@ -195,7 +195,7 @@ def test_max_restarts_1_reruns_the_gang_once(world):
     job_id = world.submit("flaky", ["sh", "-c", script], max_restarts=1)
     until(world.state(job_id, "succeeded", "failed"), 60, "the restarted job to finish")
     job = world.job(job_id)
-    assert (job["state"], job["restarts"], job["attempts"]) == ("succeeded", 1, 1), job
+    assert (job["state"], job["restarts"], job["attempt"]) == ("succeeded", 1, 1), job
     assert "attempt 1" in world.log(job_id, "worker-0")
     first = get_json(f"{world.api}/api/v1/jobs/{job_id}/logs/?task=worker-0&attempt=0", world.token)
     assert "attempt 0" in first["data"]
@@ -277,7 +277,7 @@ def test_agent_killed_node_fails_gang_requeued_runs_on_the_other_node(world):
     until(lambda: Node.objects.get(name=first).state == "not_ready", 30, "the silent node to be not_ready")
     until(world.state(job_id, "succeeded", "failed"), 60, "the requeued gang to finish")
     job = world.job(job_id)
-    assert job["state"] == "succeeded" and job["attempts"] == 1, job
+    assert job["state"] == "succeeded" and job["attempt"] == 1, job
     assert job["tasks"][0]["node"] != first
     assert Event.objects.filter(job_id=job_id, kind="requeued_after_failure").exists()
 

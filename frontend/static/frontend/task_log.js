@@ -4,6 +4,9 @@
 // data-interval-ms for what came after `next_offset` and appends it as text (never parsed as HTML); it stops
 // once the task has ended and everything up to `size` is shown. A new attempt (a restarted gang) starts a
 // fresh view of that attempt. Polling is poll.js's.
+// Diagnosis evidence (json_script #log-highlight: {attempt, task, lines: [{task, text}]}): the view opens on
+// the diagnosed task's attempt and wraps each evidence line in <mark class="evidence"> (as text nodes, never
+// HTML); a link with data-log-task and data-log-attempt shows that task's attempt.
 (function () {
   "use strict";
   var out = document.getElementById("log-output");
@@ -16,6 +19,9 @@
   var TAIL = 65536;             // bytes: where the view starts, and the most asked for per request
   var MAX_CHARS = 2 * 1048576;  // the view drops its oldest text beyond this
   var poller = null, task = null, offset = null, attempt = null, chars = 0, skipped = false, serverTrimmed = false;
+  var pinned = null;  // an attempt asked for explicitly (the diagnosis' evidence), else the latest
+  var hlNode = document.getElementById("log-highlight");
+  var highlight = hlNode ? JSON.parse(hlNode.textContent) : null;
 
   function setStatus(text) { status.textContent = text; }
   function showNote() {
@@ -29,20 +35,44 @@
     while (out.firstChild) out.removeChild(out.firstChild);
     chars = 0; skipped = false; serverTrimmed = false; showNote();
   }
+  function evidenceFor() {
+    if (!highlight || pinned === null || pinned !== highlight.attempt) return [];
+    return highlight.lines.filter(function (l) { return String(l.task) === String(task) && l.text; })
+      .map(function (l) { return l.text; });
+  }
+  function appendPieces(text) {  // text nodes, with the evidence lines inside <mark class="evidence">
+    var marks = evidenceFor(), rest = text;
+    while (rest) {
+      var best = -1, which = null;
+      marks.forEach(function (m) { var i = rest.indexOf(m); if (i >= 0 && (best < 0 || i < best)) { best = i; which = m; } });
+      if (best < 0) { out.appendChild(document.createTextNode(rest)); return; }
+      if (best > 0) out.appendChild(document.createTextNode(rest.slice(0, best)));
+      var mark = document.createElement("mark");
+      mark.className = "evidence";
+      mark.appendChild(document.createTextNode(which));
+      out.appendChild(mark);
+      rest = rest.slice(best + which.length);
+    }
+  }
   function append(text) {
     if (!text) return;
     var atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
-    out.appendChild(document.createTextNode(text));
+    appendPieces(text);
     chars += text.length;
     while (chars > MAX_CHARS && out.firstChild) {
-      chars -= out.firstChild.nodeValue.length;
+      chars -= out.firstChild.textContent.length;
       out.removeChild(out.firstChild);
       skipped = true;
     }
-    if (atBottom) out.scrollTop = out.scrollHeight;
+    var first = out.querySelector("mark.evidence");
+    if (first && !out.getAttribute("data-scrolled")) {  // bring the first evidence line into view, once
+      out.setAttribute("data-scrolled", "1");
+      out.scrollTop = Math.max(0, first.offsetTop - out.offsetTop - 40);
+    } else if (atBottom) out.scrollTop = out.scrollHeight;
   }
   function requestUrl() {
     var q = "?task=" + encodeURIComponent(task) + "&limit=" + TAIL;
+    if (pinned !== null) q += "&attempt=" + pinned;
     if (offset !== null) q += "&offset=" + offset;
     return url + q;
   }
@@ -51,7 +81,7 @@
 
   function onData(p) {
     if (String(p.task) !== String(task)) return;  // an answer for a task no longer shown
-    if (attempt !== null && p.attempt !== attempt) {  // restarted: show the new attempt from its start
+    if (pinned === null && attempt !== null && p.attempt !== attempt) {  // restarted: show the new attempt from its start
       clear(); offset = null; attempt = p.attempt; soon(); return;
     }
     attempt = p.attempt;
@@ -71,10 +101,11 @@
   }
   function onError(err) { setStatus("log unavailable (" + err.message + "); retrying"); }
 
-  function show(id) {
+  function show(id, pin) {
     if (poller) poller.stop();
-    task = id; offset = null; attempt = null;
+    task = id; offset = null; attempt = null; pinned = (pin === undefined || pin === null) ? null : pin;
     clear();
+    out.removeAttribute("data-scrolled");
     setStatus("loading…");
     poller = window.gpuplatformPoll(requestUrl, interval, onData, onError);
     poller.now();
@@ -84,7 +115,13 @@
   // Delegated: the tasks table is replaced in place by live.js while the job runs.
   document.addEventListener("click", function (ev) {
     var a = ev.target.closest && ev.target.closest("[data-log-task]");
-    if (a) { select.value = a.getAttribute("data-log-task"); show(select.value); }
+    if (!a) return;
+    select.value = a.getAttribute("data-log-task");
+    var pin = a.getAttribute("data-log-attempt");
+    show(select.value, pin === null ? null : parseInt(pin, 10));
   });
-  if (select.value) show(select.value);
+  if (highlight && highlight.task) {  // a failed attempt: open on its decisive task and line
+    select.value = String(highlight.task);
+    show(select.value, highlight.attempt);
+  } else if (select.value) show(select.value);
 })();

@@ -85,8 +85,14 @@ def register_body(name: str, gpus: list[GpuInventory], *, cpu_milli: int = 0, me
 
 def heartbeat_body(gpus: list[GpuInventory], at: datetime | None = None) -> dict:
     at = at or datetime.now(timezone.utc)
+    # Each GPU's health-rule signals (XIDs seen, volatile double-bit ECC, row-remap failure) and topology facts
+    # (model, PCI bus id, NVLink peers, NUMA node) for the server's health rules and topology audit.
     return {"time": at.isoformat(), "gpus": [{"index": g.index, "health": g.health, "health_reason": g.health_reason,
-                                              "ecc_uncorrected_volatile": g.ecc_uncorrected_volatile} for g in gpus]}
+                                              "ecc_uncorrected_volatile": g.ecc_uncorrected_volatile,
+                                              "xids": list(g.xids), "row_remap_failure": g.row_remap_failure,
+                                              "model": g.model, "pci_bus_id": g.pci_bus_id,
+                                              "nvlink_peers": list(g.nvlink_peers), "numa_node": g.numa_node}
+                                             for g in gpus]}
 
 
 def _request(method: str, url: str, token: str, body: dict | None, timeout: float) -> dict:

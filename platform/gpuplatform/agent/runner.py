@@ -194,13 +194,17 @@ class AgentLoop:
             events = ex.unreported()
             skipped = sorted(k for k in self.never_started if not ex.known(k))
             events += [{"task": k[0], "attempt": k[1], "event": "lost", "message": NEVER_STARTED} for k in skipped]
-            logs, chunks, full = [], {}, False
+            logs, chunks, full = [], {}, set()
             for key in ex.pending_logs():
                 off, end, text = ex.log_chunk(key, self.log_chunk_bytes)
                 if end > off:
                     logs.append({"task": key[0], "attempt": key[1], "offset": off, "data": text})
                     chunks[key] = (off, end)
-                    full = full or end - off >= self.log_chunk_bytes - 3
+                    if end - off >= self.log_chunk_bytes - 3:
+                        full.add(key)
+            # A task's end travels with (or after) its last output: the server diagnoses a failure from the log
+            # it holds when the exit arrives (docs/diagnosis.md), so an exit waits while its output has more chunks.
+            events = [e for e in events if e["event"] == "started" or (e["task"], e["attempt"]) not in full]
             if not events and not logs:
                 return True
             try:

@@ -17,6 +17,8 @@ router.register("domains", views.DomainViewSet, basename="domain")
 router.register("nodes", views.NodeViewSet, basename="node")
 router.register("jobs", views.JobViewSet, basename="job")
 router.register("events", views.EventViewSet, basename="event")
+router.register("diagnosis-rules", views.DiagnosisRuleViewSet, basename="diagnosis-rule")
+router.register("health-rules", views.HealthRuleViewSet, basename="health-rule")
 router.register("cluster-metrics", views.ClusterMetricsViewSet, basename="cluster-metrics")
 router.register("scheduler-cycles", views.SchedulerCycleViewSet, basename="scheduler-cycle")
 

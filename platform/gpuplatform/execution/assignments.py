@@ -70,6 +70,8 @@ def node_assignments(node, now: datetime | None = None) -> dict:
         gpus[tid].append((index, uuid))
     tasks = []
     for r in rows:
+        if r["id"] not in rank_of.get(r["job_id"], {}):
+            continue  # its gang was requeued between the two reads (a failure report): not this node's any more
         ranks = placed[r["job_id"]]
         rank = rank_of[r["job_id"]][r["id"]]
         local = local_of[r["job_id"]]

@@ -27,9 +27,10 @@ from django.db import transaction
 
 from .. import clock
 from ..audit import record_event
+from ..diagnosis.attempts import diagnose_now
 from ..lifecycle import release_tasks, report_task_running
 from ..models import Job, Task
-from .stops import _finalize_if_idle, stop_job
+from .stops import _finalize_if_idle, finalize_stop, stop_job
 
 __all__ = ["EVENTS", "report_task_event", "describe_exit"]
 
@@ -100,15 +101,31 @@ def _started(task_id, task, pid, at, actor) -> tuple[bool, str]:
 
 
 def _fail_gang(job_id, job, label, how, exit_code, signal, at, actor) -> None:
+    """A task failed: stop the gang and, with restarts left, requeue it whole in this same request
+    (docs/diagnosis.md, fast recovery): the gang's other processes are stopped by their agents, which
+    find their tasks no longer listed (SIGTERM now, SIGKILL after the stop grace), and a GPU still held
+    by such a process makes the next attempt's task on it wait (docs/execution.md). Without restarts the
+    job is stopped toward `failed` and keeps its GPUs until its last process exits or the deadline. A diagnosis whose
+    action is `cancel_retries` (a deterministic user error) ends the job now whatever restarts are left."""
     restart = job["restarts"] < job["max_restarts"]
     reason = f"task {label} {how}"
     Job.objects.filter(pk=job_id).update(failed_task=label, exit_code=exit_code, exit_signal=signal)
+    cancelled_retries = None
+    if restart:
+        preview = diagnose_now(job_id, at=at)
+        if preview.action == "cancel_retries":
+            restart, cancelled_retries = False, preview
+            reason = (f"{reason}; {preview.category}: retrying cannot help, restarts cancelled "
+                      f"({preview.summary[:150]})")
     record_event("task_failed", f"{job['name']}: {reason}; the gang is stopped"
                  + (f" and restarted ({job['restarts'] + 1} of {job['max_restarts']})" if restart else ""),
                  job_id=job_id, time=at, actor=actor,
-                 data={"task": label, "exit_code": exit_code, "signal": signal, "restart": restart})
+                 data={"task": label, "exit_code": exit_code, "signal": signal, "restart": restart,
+                       "cancel_retries": cancelled_retries.rule if cancelled_retries else None})
     stop_job(job_id, at=at, target="restart" if restart else "failed", kind="stopping", reason=reason, actor=actor,
              data={"task": label, "exit_code": exit_code, "signal": signal})
+    if restart:  # requeued now: the fault-to-requeue time is this request's (a failed job keeps its GPUs
+        finalize_stop(job_id, at=at)  # until its last process exits, as every stop does)
 
 
 def _maybe_succeed(job_id, job, at, actor) -> None:

@@ -1,12 +1,14 @@
 """The platform's domain model, split by topic (see DESIGN.md section 4)."""
 from .api import IdempotencyKey
 from .cluster import Domain, Gpu, Node
+from .diagnosis import Attempt, DiagnosisRule, HealthRule
 from .events import ClusterSample, Event, QueueSample, SchedulerCycle
 from .queues import Quota, Queue
 from .tenancy import Membership, Team
 from .workloads import Allocation, Job, JobRole, Task, TaskLog
 
 __all__ = [
-    "Allocation", "ClusterSample", "Domain", "Event", "Gpu", "IdempotencyKey", "Job", "JobRole", "Membership", "Node",
+    "Allocation", "Attempt", "ClusterSample", "DiagnosisRule", "Domain", "Event", "Gpu", "HealthRule", "IdempotencyKey",
+    "Job", "JobRole", "Membership", "Node",
     "Queue", "QueueSample", "Quota", "SchedulerCycle", "Task", "TaskLog", "Team",
 ]

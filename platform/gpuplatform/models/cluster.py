@@ -27,6 +27,8 @@ class Node(models.Model):
         CORDONED = "cordoned", "cordoned"
         DRAINING = "draining", "draining"
         NOT_READY = "not_ready", "not ready"
+        IN_REPAIR = "in_repair", "in repair"
+        VALIDATING = "validating", "validating"
 
     name = models.CharField(max_length=200, unique=True)
     flavor = models.CharField(max_length=64, help_text="GPU model, e.g. H100")
@@ -51,6 +53,15 @@ class Node(models.Model):
     container_runtime = models.CharField(max_length=16, blank=True, help_text="docker | podman | blank (none)")
     clock_offset_seconds = models.FloatField(null=True, blank=True,
                                              help_text="node clock minus server clock at the last heartbeat")
+    # Health (docs/diagnosis.md): why the node is out of service and since when (set by a health rule, the
+    # repeat-offender rule or an admin; cleared when it is ready again), what validation found, and the
+    # topology audit's mismatches between what the agent reports and what the platform holds.
+    health_reason = models.CharField(max_length=300, blank=True)
+    health_since = models.DateTimeField(null=True, blank=True)
+    validation = models.JSONField(default=dict, blank=True)
+    topology_mismatches = models.JSONField(default=list, blank=True)
+    inventory = models.JSONField(default=dict, blank=True,
+                                 help_text="what the agent last reported: GPU models, NVLink peers, NUMA nodes")
 
     class Meta:
         ordering = ["name"]

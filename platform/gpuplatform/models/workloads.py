@@ -95,6 +95,9 @@ class Job(models.Model):
     failed_task = models.CharField(max_length=100, blank=True, help_text="role[index] of the first failing task")
     exit_code = models.SmallIntegerField(null=True, blank=True)
     exit_signal = models.SmallIntegerField(null=True, blank=True)
+    excluded_nodes = models.JSONField(default=list, blank=True,
+                                      help_text="node names later attempts avoid (an exclude_node diagnosis) unless "
+                                                "nothing else fits")
     submitted_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

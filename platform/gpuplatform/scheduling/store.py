@@ -93,7 +93,7 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
         jobs = list(Job.objects.filter(state__in=("pending", *Job.LIVE_STATES)).values_list(
             "id", "queue__name", "priority", "submitted_at", "preemptible", "topology_mode", "highest_tier",
             "preferred_tier", "time_limit_seconds", "state", "started_at", "name", "reserved", "not_before",
-            "attempts", "bound_at"))
+            "attempts", "bound_at", "excluded_nodes"))
         roles = list(JobRole.objects.filter(job__state__in=("pending", *Job.LIVE_STATES)).values_list(
             "id", "job_id", "name", "tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "flavor"))
         pending_tasks = list(Task.objects.filter(job__state="pending", state="pending").values_list("role_id", flat=True))
@@ -152,7 +152,7 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
     index = SnapshotIndex(node_ids={n[1]: n[0] for n in nodes})
     job_infos = []
     for (jid, queue, prio, submitted, preemptible, mode, hi, pref, tlimit, state, started, name, reserved,
-         not_before, attempts, bound_at) in jobs:
+         not_before, attempts, bound_at, excluded) in jobs:
         if jid in releasing:
             job_infos.append(releasing_job(jid, queue, name, releasing[jid], role_specs))
         if not job_roles.get(jid):
@@ -166,7 +166,8 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
             placement=tuple(sorted(placements.get(jid, ()), key=lambda p: (p.role, p.index))),
             start_time=_ts(started or bound_at), name=name,
             reserved=decode_reserved(reserved) if state == "pending" else (),
-            not_before=_ts(not_before) if state == "pending" else None, attempts=attempts))
+            not_before=_ts(not_before) if state == "pending" else None, attempts=attempts,
+            avoid_nodes=frozenset(excluded or ()) if state == "pending" else frozenset()))
     snap = Snapshot(nodes=node_infos, domains=tuple(domains), queues=queue_infos, jobs=tuple(job_infos), now=now)
     return snap, index
 
@@ -269,6 +270,23 @@ def _admitted_event(binding, clock: datetime, cycle_number: int, nodes: int, gpu
             "data": data}
 
 
+def _excluded_node_events(bindings, bound: set, clock: datetime, cycle_number: int) -> list[dict]:
+    """An Event for each job bound onto a node its diagnosis excluded: the engine puts it there only when
+    nothing else fits (JobInfo.avoid_nodes), and the job says so."""
+    if not bound:
+        return []
+    excluded = {jid: set(nodes or ()) for jid, nodes in Job.objects.filter(pk__in=list(bound))
+                .values_list("id", "excluded_nodes") if nodes}
+    out = []
+    for b in bindings:
+        used = sorted(excluded.get(b.job_id, set()) & {p.node for p in b.tasks})
+        if used:
+            out.append({"time": clock, "kind": "excluded_node_used", "job_id": b.job_id, "cycle": cycle_number,
+                        "message": f"placed on excluded node(s) {', '.join(used)}: nothing else fits",
+                        "data": {"nodes": used}})
+    return out
+
+
 def reserve_cycle(number: int, **fields) -> SchedulerCycle:
     """Insert the SchedulerCycle row under `number`, or the next free number if a concurrent cycle took
     it (only possible when two cycles bypass the single-flight lock). Savepoint per attempt."""
@@ -324,6 +342,7 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
                 log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, job_id, why)
         stats.binds = len(events)
         stats.stale_skipped = len(stats.stale)
+        events += _excluded_node_events(result.bindings, {e["job_id"] for e in events}, clock, cycle_number)
         record_events(events)
         stale = evict.apply_evictions(result, clock=clock, cycle_number=cycle_number, stats=stats)
         evict.apply_holds(result, clock=clock, cycle_number=cycle_number, stale=stale)

@@ -14,6 +14,7 @@ The modules mirror models/, over a bottom layer every one of them may use and th
     nodes.py        registration, heartbeats, cordon / drain / uncordon (models/cluster.py)
     node_states.py  the node state machine: every node state change, with its transition table
     topology.py     the domain tree from a topology file (models/cluster.py)
+    rules.py        admins' diagnosis and health rules  (models/diagnosis.py)
     base.py         raise_if, resolve_queue, request_cycle_on_commit
     ---------------------------------------------------------------------------------------------------
     ../errors.py    ValidationError        ../audit.py   record_event, record_events (every Event row)
@@ -27,7 +28,9 @@ from ..errors import ValidationError
 from ..lifecycle import report_task_running
 from .base import request_cycle_on_commit
 from .jobs import cancel_job, finish_job, set_job_priority, submit_job
+from ..diagnosis.health import record_validation, start_repair, start_validation
 from .nodes import cordon_node, drain_node, record_heartbeat, register_node, uncordon_node
+from .rules import save_diagnosis_rule, save_health_rule
 from .queues import create_queue, delete_queue, set_quota, update_queue
 from .tenancy import add_member, create_team, remove_member
 from .topology import TopologyPlan, apply_topology, plan_topology, topology_from_db
@@ -38,6 +41,7 @@ __all__ = [
     "create_queue", "update_queue", "set_quota", "delete_queue",
     "submit_job", "cancel_job", "finish_job", "set_job_priority", "report_task_running",
     "register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node",
+    "start_repair", "start_validation", "record_validation", "save_diagnosis_rule", "save_health_rule",
     "TopologyPlan", "plan_topology", "apply_topology", "topology_from_db",
     "load_cluster_spec",
 ]

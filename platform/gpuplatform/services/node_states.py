@@ -5,6 +5,12 @@
     draining   takes no new work; its running gangs are evicted gracefully, then requeued (drain)
     not_ready  no heartbeat for HEARTBEAT_TIMEOUT_SECONDS (failure detection); `resume_state` keeps the
                state it had, and its next heartbeat returns it there: a cordoned node comes back cordoned
+    in_repair  taken out of service for repair by an admin (from cordoned or draining)
+    validating repaired; its agent runs the validation check (NVML sane, every GPU visible, optional
+               check command) and the topology audit; passing -> ready, failing -> in_repair
+
+The repair path (docs/diagnosis.md): cordoned -> in_repair -> validating -> ready, each step an Event
+(diagnosis/health.py: start_repair, start_validation, record_validation).
 
 Every change is a row of TRANSITIONS, written by `transition` with its Event. The callers: the node
 services (cordon, drain, uncordon: nodes.py), a heartbeat (nodes.record_heartbeat) and failure detection
@@ -22,6 +28,7 @@ __all__ = ["TRANSITIONS", "transition"]
 
 READY, CORDONED, DRAINING, NOT_READY = (Node.State.READY, Node.State.CORDONED, Node.State.DRAINING,
                                         Node.State.NOT_READY)
+IN_REPAIR, VALIDATING = Node.State.IN_REPAIR, Node.State.VALIDATING
 
 # (from, to) -> the Event kind that records it.
 TRANSITIONS: dict[tuple[str, str], str] = {
@@ -36,9 +43,15 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (NOT_READY, READY): "node_ready",  # to its resume_state only
     (NOT_READY, CORDONED): "node_ready",
     (NOT_READY, DRAINING): "node_ready",
+    (CORDONED, IN_REPAIR): "repair_started",
+    (DRAINING, IN_REPAIR): "repair_started",
+    (IN_REPAIR, VALIDATING): "validation_started",
+    (VALIDATING, READY): "validation_passed",
+    (VALIDATING, IN_REPAIR): "validation_failed",
 }
 
-VERBS = {CORDONED: "cordon", DRAINING: "drain", READY: "uncordon"}  # how a refusal names the move
+VERBS = {CORDONED: "cordon", DRAINING: "drain", READY: "uncordon", IN_REPAIR: "start a repair",
+         VALIDATING: "validate"}  # how a refusal names the move
 
 
 def transition(node: Node, to: str, *, reason: str = "", actor=None, at: datetime | None = None,

@@ -10,6 +10,7 @@ from django.db import transaction
 
 from .. import clock
 from ..audit import record_event
+from ..diagnosis.health import audit_topology, judge_gpu_signals, record_validation, validation_check
 from ..errors import ValidationError
 from ..lifecycle import evict_jobs_on_nodes
 from ..models import Gpu, Node
@@ -73,6 +74,9 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
             "uuid": g.get("uuid") or "", "numa_node": g.get("numa_node"),
             "health": g.get("health", "healthy"), "health_reason": (g.get("health_reason") or "")[:200]})
     node.refresh_from_db()
+    if any(g.get("model") or g.get("nvlink_peers") for g in gpus):
+        audit_topology(node, gpus, at=now, actor=actor)
+        Node.objects.filter(pk=node.pk).update(inventory={"audited_at": now.isoformat(), "gpus": len(gpus)})
     record_event("node_registered", f"{name} {'registered' if created else 're-registered'}: {len(gpus)} x {flavor}",
                  actor=actor, node=node, data={"gpus": len(gpus), "flavor": flavor, "created": created})
     return node
@@ -113,8 +117,31 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
                      actor=actor, node=node, data={"changes": changes}, time=at)
     if node.state == Node.State.NOT_READY:  # back to the state it had before it went silent: cordoned stays cordoned
         node_states.transition(node, node.resume_state or Node.State.READY, reason="heartbeat", actor=actor, at=at)
+    judge_gpu_signals(node, gpus, at=at, actor=actor)  # health rules (diagnosis/health.py)
+    _periodic_audit(node, gpus, at, actor)
     node.refresh_from_db()
+    if node.state == Node.State.VALIDATING and not (node.validation or {}).get("check_command"):
+        check = validation_check(node, gpus)
+        record_validation(node, passed=check["passed"], detail="; ".join(check["problems"]) or "every GPU visible and "
+                          "healthy, topology labels agree", actor=actor, at=at)
+        node.refresh_from_db()
     return node
+
+
+def _periodic_audit(node: Node, gpus: list[dict], at: datetime, actor) -> None:
+    """The topology audit from a heartbeat that carries the inventory, at most every TOPOLOGY_AUDIT_SECONDS
+    (and at every heartbeat of a validating node)."""
+    from django.conf import settings
+    from django.utils.dateparse import parse_datetime
+
+    if not any(g.get("model") or g.get("nvlink_peers") for g in gpus):
+        return
+    last = parse_datetime((node.inventory or {}).get("audited_at") or "")
+    every = float(getattr(settings, "TOPOLOGY_AUDIT_SECONDS", 600))
+    if node.state != Node.State.VALIDATING and last is not None and (at - last).total_seconds() < every:
+        return
+    audit_topology(node, gpus, at=at, actor=actor)
+    Node.objects.filter(pk=node.pk).update(inventory={**(node.inventory or {}), "audited_at": at.isoformat()})
 
 
 def _set_node_state(node: Node, state: str, actor, reason: str) -> Node:

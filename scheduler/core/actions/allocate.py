@@ -20,7 +20,7 @@ from ..domain_tree import common_domain
 from ..plugins.fairshare import dominant_share, usage_offset
 from ..plugins.quota import job_order_key
 from ..session import Session
-from ..snapshot import Binding, JobInfo, PendingReason
+from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement
 from .backfill import Reservations
 
 
@@ -136,6 +136,10 @@ class Admission:
             wanted = sorted({f for r in job.roles for f in r.flavors})
             return PendingReason("never_fits_flavor", f"no node of flavor {'|'.join(wanted)} in this cluster",
                                  terminal=True)
+        if job.avoid_nodes:
+            avoided = self._place_avoiding(job, flavors, backfill_open)
+            if avoided is not None:
+                return avoided
         reasons: list[PendingReason] = []
         for flavor in flavors:
             outcome = self._place_flavor(job, flavor, backfill_open)
@@ -144,6 +148,29 @@ class Admission:
             reasons.append(outcome)
         live = [r for r in reasons if not r.terminal]
         return live[0] if live else reasons[0]
+
+    def _place_avoiding(self, job: JobInfo, flavors, backfill_open: bool | None) -> Binding | None:
+        """Try the job with the free GPUs of its avoid_nodes held out of the pool (a hold of the session,
+        released afterwards); None when nothing fits that way (the caller then places it normally, on an
+        avoided node if that is the only fit). Failures here are not remembered as failed shapes."""
+        session, state = self.session, self.session.state
+        key = ("avoid", job.id)
+        out = []
+        for name in job.avoid_nodes:
+            k = state.node_index.get(name)
+            if k is not None and state.free[k]:
+                out.append(TaskPlacement("", 0, name, tuple(state.free[k])))
+        session.holds.hold(key, tuple(out))
+        saved, self.failed_shapes = self.failed_shapes, {}
+        try:
+            for flavor in flavors:
+                outcome = self._place_flavor(job, flavor, backfill_open)
+                if isinstance(outcome, Binding):
+                    return outcome
+            return None
+        finally:
+            self.failed_shapes = saved
+            session.holds.drop(key)
 
     def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None) -> Binding | PendingReason:
         session = self.session

@@ -41,7 +41,7 @@ class NodeSerializer(ModelSerializer):
         model = Node
         fields = ["id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib", "domain", "state", "labels",
                   "executor", "address", "container_runtime", "last_heartbeat", "clock_offset_seconds",
-                  "allocated_gpus", "gpus"]
+                  "health_reason", "health_since", "validation", "topology_mismatches", "allocated_gpus", "gpus"]
         read_only_fields = fields
 
 
@@ -49,18 +49,45 @@ class NodeActionSerializer(Serializer):
     reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
 
 
+class NodeValidateSerializer(Serializer):
+    """Start validation (in_repair -> validating). `check_command`: an argv the operator's check runs on
+    the node; with one, the node stays validating until a result is posted to .../validation/; without,
+    its next heartbeat decides (every GPU visible and healthy, topology audit clean)."""
+
+    check_command = serializers.ListField(child=serializers.CharField(max_length=500), required=False,
+                                          default=list, max_length=64)
+
+
+class NodeValidationResultSerializer(Serializer):
+    passed = serializers.BooleanField()
+    detail = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
+
+
 class GpuReportSerializer(Serializer):
     """One GPU as the node agent reports it. `ignored_fields`: inventory the agent sends (agent/inventory.py,
     GpuInventory) that the platform does not store; any other key is refused like everywhere else."""
 
-    ignored_fields = ("model", "memory_mib", "pci_bus_id", "mig_mode", "ecc_uncorrected_volatile",
-                      "ecc_uncorrected_aggregate", "retired_pages_dbe", "row_remap_failure", "nvlink_peers", "xids")
+    ignored_fields = ("memory_mib", "mig_mode", "ecc_uncorrected_aggregate", "retired_pages_dbe")
 
     index = count_field(min_value=0, max_value=32767)
     uuid = serializers.CharField(max_length=80, required=False, default="", allow_blank=True)
     numa_node = count_field(min_value=-32768, max_value=32767, required=False, allow_null=True, default=None)
     health = serializers.CharField(max_length=16, required=False, default="healthy")
     health_reason = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
+    # Health-rule signals and topology facts (docs/diagnosis.md); absent = not judged.
+    model = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    pci_bus_id = serializers.CharField(max_length=64, required=False, default="", allow_blank=True)
+    nvlink_peers = serializers.ListField(child=serializers.CharField(max_length=64), required=False, default=list,
+                                         max_length=64)
+    xids = serializers.ListField(child=count_field(min_value=0, max_value=100000), required=False, default=list,
+                                 max_length=256)
+    ecc_uncorrected_volatile = count_field(required=False, allow_null=True, default=None)
+    row_remap_failure = serializers.BooleanField(required=False, allow_null=True, default=None)
+    thermal_slowdown_seconds = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0,
+                                                      max_value=1e9)
+    power_slowdown_seconds = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0,
+                                                    max_value=1e9)
+    nvlink_down = count_field(required=False, allow_null=True, default=None, max_value=1024)
 
 
 class NodeRegisterSerializer(Serializer):

@@ -83,17 +83,39 @@ class JobSerializer(ModelSerializer):
     stop = serializers.SerializerMethodField(help_text="while preempting: {target: requeue | restart | cancelled | "
                                                        "failed | succeeded, reason, deadline}; null otherwise")
     tasks = TaskSerializer(many=True, read_only=True)
+    attempts = serializers.SerializerMethodField(
+        help_text="every ended attempt: [{number, started_at, ended_at, outcome, failed, nodes, gpus, exit_code, "
+                  "signal, failed_task, diagnosis, fault_at, recovered_at, recovery_seconds}] (docs/diagnosis.md); "
+                  "diagnosis = {category, summary, evidence: [{task, source, line, offset, text}], action, rule, "
+                  "node, task} or null")
+    attempt = serializers.IntegerField(source="attempts", read_only=True,
+                                       help_text="the current attempt's number (0-based; the agents' `attempt`)")
+    diagnosis = serializers.SerializerMethodField(help_text="the diagnosis of the last failed attempt, or null")
 
     class Meta:
         model = Job
         fields = ["id", "name", "external_id", "team", "queue", "submitter", "state", "priority", "preemptible", "topology_mode",
-                  "highest_tier", "preferred_tier", "time_limit_seconds", "attempts", "gpus", "roles",
+                  "highest_tier", "preferred_tier", "time_limit_seconds", "attempt", "attempts", "gpus", "roles",
                   "pending_reason", "never_fits", "position", "estimated_start", "estimated_start_p90",
                   "estimate_note", "estimated_at", "reserved", "not_before",
                   "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
                   "finished_at", "simulated", "max_restarts", "restarts", "completion_role", "stop", "end_reason",
-                  "failed_task", "exit_code", "exit_signal", "tasks"]
+                  "failed_task", "exit_code", "exit_signal", "tasks", "diagnosis", "excluded_nodes"]
         read_only_fields = fields
+
+    def _attempt_rows(self, job) -> list:
+        return sorted(job.attempt_records.all(), key=lambda a: a.number)
+
+    def get_attempts(self, job) -> list[dict]:
+        return [{"number": a.number, "started_at": a.started_at, "ended_at": a.ended_at, "outcome": a.outcome,
+                 "failed": a.failed, "nodes": a.nodes, "gpus": a.gpus, "exit_code": a.exit_code, "signal": a.signal,
+                 "failed_task": a.failed_task, "diagnosis": a.diagnosis, "fault_at": a.fault_at,
+                 "recovered_at": a.recovered_at, "recovery_seconds": a.recovery_seconds}
+                for a in self._attempt_rows(job)]
+
+    def get_diagnosis(self, job) -> dict | None:
+        failed = [a for a in self._attempt_rows(job) if a.failed and a.diagnosis]
+        return failed[-1].diagnosis if failed else None
 
     def get_stop(self, job) -> dict | None:
         if job.state != Job.State.PREEMPTING:

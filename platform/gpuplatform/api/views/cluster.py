@@ -14,7 +14,7 @@ from ..idempotency import IdempotentCreateMixin
 from ..permissions import IsNodeAgent, IsPlatformAdminOrReadOnly
 from ..serializers import (
     DomainSerializer, DomainTreeSerializer, HeartbeatSerializer, NodeActionSerializer, NodeRegisterSerializer,
-    NodeReportsSerializer, NodeSerializer,
+    NodeReportsSerializer, NodeSerializer, NodeValidateSerializer, NodeValidationResultSerializer,
 )
 
 
@@ -57,7 +57,7 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
     idempotent_actions = ("register",)
 
     def get_permissions(self):
-        if self.action in ("register", "heartbeat", "assignments", "reports"):
+        if self.action in ("register", "heartbeat", "assignments", "reports", "validation"):
             return [IsNodeAgent()]
         return super().get_permissions()
 
@@ -91,6 +91,34 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
         """cordoned | draining -> ready."""
         return self._transition(request, services.uncordon_node)
 
+    @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def repair(self, request, name=None):
+        """cordoned | draining -> in_repair (the repair path, docs/diagnosis.md)."""
+        return self._transition(request, services.start_repair)
+
+    @extend_schema(request=NodeValidateSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def validate(self, request, name=None):
+        """in_repair -> validating: the node's next heartbeat (or a posted check result) decides."""
+        node = self.get_object()
+        body = NodeValidateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.start_validation(node, actor=request.user, check_command=body.validated_data["check_command"])
+        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+
+    @extend_schema(request=NodeValidationResultSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def validation(self, request, name=None):
+        """The validation check's result (its agent or an operator): validating -> ready (passed) or
+        -> in_repair (failed)."""
+        node = self.get_object()
+        body = NodeValidationResultSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        services.record_validation(node, passed=d["passed"], detail=d["detail"], actor=request.user)
+        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+
     @extend_schema(request=NodeRegisterSerializer, responses={201: NodeSerializer})
     @action(detail=False, methods=["post"], filterset_class=None, pagination_class=None)
     def register(self, request):
@@ -112,8 +140,7 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
         body = HeartbeatSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
-        gpus = [{"index": g["index"], "health": g["health"], "health_reason": g["health_reason"]} for g in d["gpus"]]
-        services.record_heartbeat(node.name, gpus=gpus, node_time=d["time"], actor=request.user)
+        services.record_heartbeat(node.name, gpus=[dict(g) for g in d["gpus"]], node_time=d["time"], actor=request.user)
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})

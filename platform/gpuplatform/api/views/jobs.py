@@ -55,7 +55,8 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
                                            .order_by("role_id", "index")
                                            .only("id", "job_id", "node__name", "role__name", "index", "state", "pid",
                                                  "started_at", "ended_at", "exit_code", "exit_signal",
-                                                 "end_message")))
+                                                 "end_message")),
+                                  "attempt_records")
                 .annotate(position=_position())
                 .order_by("-submitted_at", "-id"))
 

@@ -1,0 +1,63 @@
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from ... import services
+from ...diagnosis import tables
+from ...models import DiagnosisRule, HealthRule
+from ..permissions import IsPlatformAdminOrReadOnly
+from ..serializers.rules import DiagnosisRuleSerializer, HealthRuleSerializer
+
+
+class _RuleViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Shared: platform admins add and change rules (through the service, which checks them with the
+    shipped table's parser and audits them); every signed-in user reads them. No delete: set enabled false."""
+
+    permission_classes = [IsPlatformAdminOrReadOnly]
+    filterset_fields = ["enabled"]
+    filterset_class = None
+    ordering_fields = ["id", "name"]
+    model = None
+    service = None
+
+    def get_queryset(self):
+        return self.model.objects.order_by("id")
+
+    def perform_create(self, serializer):
+        serializer.instance = type(self).service(self.model(**serializer.validated_data), actor=self.request.user)
+
+    def perform_update(self, serializer):
+        rule = serializer.instance
+        for k, v in serializer.validated_data.items():
+            setattr(rule, k, v)
+        serializer.instance = type(self).service(rule, actor=self.request.user)
+
+
+class DiagnosisRuleViewSet(_RuleViewSet):
+    """Admins' diagnosis rules, used after the shipped table (GET .../shipped/) from the next failure on."""
+
+    serializer_class = DiagnosisRuleSerializer
+    model = DiagnosisRule
+    service = staticmethod(services.save_diagnosis_rule)
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["get"], filterset_class=None, pagination_class=None)
+    def shipped(self, request):
+        """The shipped table (gpuplatform/diagnosis/rules.yaml): {version, rules}."""
+        return Response(tables.shipped_rules(), status=status.HTTP_200_OK)
+
+
+class HealthRuleViewSet(_RuleViewSet):
+    """Admins' node health rules, used after the shipped table (GET .../shipped/) from the next heartbeat on."""
+
+    serializer_class = HealthRuleSerializer
+    model = HealthRule
+    service = staticmethod(services.save_health_rule)
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["get"], filterset_class=None, pagination_class=None)
+    def shipped(self, request):
+        """The shipped table (gpuplatform/diagnosis/health_rules.yaml): {version, rules}."""
+        return Response(tables.shipped_health_rules(), status=status.HTTP_200_OK)

@@ -1,0 +1,196 @@
+"""An attempt's record when it ends, its diagnosis and what the diagnosis does (docs/diagnosis.md).
+
+`close_attempt(job_id, at=, outcome=, kind=, reason=)` is called by lifecycle.requeue_job and end_job
+inside their transaction, before the gang's tasks are reset: it reads what the attempt left (each placed
+task's exit and log tail, the health events of its nodes in the DIAGNOSIS_HEALTH_WINDOW_SECONDS before
+the end, the platform's own cause), diagnoses it (engine.diagnose), stores an Attempt row, and acts:
+`exclude_node` adds the node to Job.excluded_nodes; a hardware or network diagnosis counts toward the
+node's repeat-offender rule (REPEAT_OFFENDER_JOBS different jobs within REPEAT_OFFENDER_WINDOW_SECONDS:
+the node is cordoned). `diagnose_now(job_id)` is the same diagnosis before the attempt ends (the
+failing task's report decides `cancel_retries` with it). `mark_recovered(job_id, at)` closes the
+previous attempt's recovery time when every task of the next one runs.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from ..audit import record_event
+from ..models import Allocation, Attempt, Event, Job, Node, Task, TaskLog
+from . import engine, tables
+
+__all__ = ["close_attempt", "diagnose_now", "mark_recovered", "platform_cause", "HARDWARE_OR_NETWORK"]
+
+HARDWARE_OR_NETWORK = ("gpu_hardware", "nccl_network")
+LOG_TAIL_BYTES = 256 * 1024
+STOP_SIGNALS = (9, 15)
+
+
+def _setting(name: str, default: float) -> float:
+    return float(getattr(settings, name, default))
+
+
+def platform_cause(kind: str, outcome: str, reason: str) -> tuple[dict | None, bool]:
+    """(platform cause for engine.diagnose or None, whether the attempt ended by a fault) from how the
+    lifecycle ended it: kind of the requeue / end Event, the state it ends in, and its reason."""
+    reason = reason or ""
+    if outcome == "succeeded":
+        return None, False
+    if kind == "cancelled" or outcome == "cancelled":
+        return {"cause": "cancelled", "text": reason}, False
+    if kind == "requeued":
+        return {"cause": "preempted", "text": reason}, False
+    if kind == "gang_start_timeout":
+        return {"cause": "gang_start_timeout", "text": reason}, True
+    if kind == "requeued_after_failure":
+        if reason.startswith("node lost"):
+            return {"cause": "node_lost", "text": reason}, True
+        return None, True  # a GPU failed: the health events say which
+    if reason.startswith("time limit"):
+        return {"cause": "time_limit", "text": reason}, True
+    return None, True
+
+
+def _task_rows(job_id: int) -> list[dict]:
+    return list(Task.objects.filter(job_id=job_id, node__isnull=False).values(
+        "id", "role__name", "index", "node__name", "state", "ended_at", "exit_code", "exit_signal", "end_message"))
+
+
+def _log_tail(task_id: int, number: int) -> tuple[str, int]:
+    """(text, byte offset where it starts) of the last LOG_TAIL_BYTES kept for (task, attempt)."""
+    chunks, size = [], 0
+    for offset, data, n in (TaskLog.objects.filter(task_id=task_id, attempt=number).order_by("-offset")
+                            .values_list("offset", "data", "size")):
+        chunks.append((offset, data))
+        size += n
+        if size >= LOG_TAIL_BYTES:
+            break
+    if not chunks:
+        return "", 0
+    chunks.reverse()
+    return "".join(d for _, d in chunks), chunks[0][0]
+
+
+def _evidence(job_id: int, number: int, end: datetime, started: datetime | None):
+    rows = _task_rows(job_id)
+    failed_ends = [r["ended_at"] for r in rows if r["state"] == Task.State.FAILED and r["ended_at"]]
+    fault_at = min(failed_ends) if failed_ends else None
+    tasks = []
+    for r in rows:
+        text, off = _log_tail(r["id"], number)
+        if r["end_message"] and r["state"] == Task.State.FAILED and r["exit_code"] is None and r["exit_signal"] is None:
+            text += ("\n" if text else "") + r["end_message"]
+        own = (r["ended_at"] is not None and (fault_at is None or r["ended_at"] <= fault_at
+                                              or r["exit_signal"] not in STOP_SIGNALS))
+        tasks.append(engine.TaskEvidence(
+            task=f"{r['role__name']}[{r['index']}]", node=r["node__name"],
+            ended_at=r["ended_at"].timestamp() if r["ended_at"] else None, exit_code=r["exit_code"],
+            signal=r["exit_signal"], own_end=own, log=text, log_offset=off,
+            failed=r["state"] == Task.State.FAILED))
+    nodes = sorted({r["node__name"] for r in rows})
+    window = timedelta(seconds=_setting("DIAGNOSIS_HEALTH_WINDOW_SECONDS", 300))
+    since = min(started, end - window) if started else end - window
+    health = []
+    for name, message, data, time in (Event.objects.filter(node__name__in=nodes, kind__in=("gpu_health", "health_rule"),
+                                                           time__gte=since, time__lte=end + timedelta(seconds=1))
+                                      .order_by("time").values_list("node__name", "message", "data", "time")):
+        data = data or {}
+        category = data.get("category")
+        if category is None:  # a plain GPU health change: hardware when a GPU went unhealthy
+            category = "gpu_hardware" if any(c.get("to") == "unhealthy" for c in data.get("changes", [])) else ""
+        if category:
+            health.append(engine.HealthEvidence(node=name, text=message, time=time.timestamp(), category=category,
+                                                rule=data.get("rule", "")))
+    return tasks, health, nodes, fault_at, rows
+
+
+def diagnose_now(job_id: int, *, at: datetime) -> engine.Diagnosis:
+    """The diagnosis of the job's current attempt from what has been reported so far."""
+    number, started, bound = Job.objects.filter(pk=job_id).values_list("attempts", "started_at", "bound_at").first()
+    tasks, health, _, _, _ = _evidence(job_id, number, at, started or bound)
+    return engine.diagnose(tasks, rules=tables.rule_set(), health=health)
+
+
+def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason: str) -> Attempt | None:
+    """Record the attempt that ends now (module docstring). Returns the Attempt, or None when the job
+    never got bound in this attempt (a pending job cancelled) or it is already recorded."""
+    job = Job.objects.filter(pk=job_id).values("attempts", "started_at", "bound_at", "name", "queue_id",
+                                               "failed_task", "exit_code", "exit_signal", "excluded_nodes").first()
+    if job is None or (job["bound_at"] is None and job["started_at"] is None):
+        return None
+    number = job["attempts"]
+    if Attempt.objects.filter(job_id=job_id, number=number).exists():
+        return None
+    started = job["bound_at"] or job["started_at"]
+    cause, failed = platform_cause(kind, outcome, reason)
+    diagnosis = None
+    if outcome == "succeeded":  # nothing to diagnose: no log or health reads (the trace replay ends many)
+        rows = _task_rows(job_id)
+        tasks, health, nodes, fault_at = [], [], sorted({r["node__name"] for r in rows}), None
+    else:
+        tasks, health, nodes, fault_at, rows = _evidence(job_id, number, at, started)
+        diagnosis = engine.diagnose(tasks, rules=tables.rule_set(), health=health, platform=cause)
+        if cause is None and not any(t.failed for t in tasks) and diagnosis.category == "unknown" and not failed:
+            diagnosis = None
+    gpus = Allocation.objects.filter(job_id=job_id, released_at__isnull=True).count()
+    first_failed = next((r for r in sorted(rows, key=lambda r: (r["ended_at"] is None, r["ended_at"] or at))
+                         if r["state"] == Task.State.FAILED), None)
+    attempt = Attempt.objects.create(
+        job_id=job_id, number=number, started_at=started, ended_at=at, outcome=outcome, failed=failed,
+        nodes=nodes, gpus=gpus, gpu_seconds=round(gpus * max((at - started).total_seconds(), 0.0), 3),
+        failed_task=(f"{first_failed['role__name']}[{first_failed['index']}]" if first_failed else job["failed_task"]),
+        exit_code=first_failed["exit_code"] if first_failed else job["exit_code"],
+        signal=first_failed["exit_signal"] if first_failed else job["exit_signal"],
+        category=diagnosis.category if diagnosis else "", diagnosis=diagnosis.to_dict() if diagnosis else None,
+        fault_at=(fault_at or at) if failed else None)
+    if diagnosis is None or not failed:  # a preempted or cancelled attempt keeps its `platform` diagnosis quietly
+        return attempt
+    record_event("diagnosed", f"{job['name']} attempt {number}: {diagnosis.category} ({diagnosis.summary[:200]}); "
+                              f"action {diagnosis.action}", time=at, job_id=job_id, queue_id=job["queue_id"],
+                 data={"attempt": number, "category": diagnosis.category, "action": diagnosis.action,
+                       "rule": diagnosis.rule, "node": diagnosis.node, "task": diagnosis.task})
+    if (diagnosis.action == "exclude_node" and diagnosis.node and outcome in ("restarted", "requeued")
+            and diagnosis.node not in (job["excluded_nodes"] or [])):
+        Job.objects.filter(pk=job_id).update(excluded_nodes=[*(job["excluded_nodes"] or []), diagnosis.node])
+        record_event("node_excluded", f"{job['name']}: later attempts avoid {diagnosis.node} ({diagnosis.category}) "
+                                      "unless nothing else fits", time=at, job_id=job_id,
+                     data={"node": diagnosis.node, "category": diagnosis.category, "attempt": number})
+    if failed and diagnosis.category in HARDWARE_OR_NETWORK and diagnosis.node:
+        _repeat_offender(diagnosis.node, at)
+    return attempt
+
+
+def _repeat_offender(node_name: str, at: datetime) -> None:
+    """Cordon a ready node on which REPEAT_OFFENDER_JOBS different jobs had an attempt fail with a hardware
+    or network diagnosis within REPEAT_OFFENDER_WINDOW_SECONDS."""
+    from ..services import node_states
+
+    k = int(_setting("REPEAT_OFFENDER_JOBS", 3))
+    window = _setting("REPEAT_OFFENDER_WINDOW_SECONDS", 24 * 3600)
+    jobs = set(Attempt.objects.filter(failed=True, category__in=HARDWARE_OR_NETWORK, diagnosis__node=node_name,
+                                      ended_at__gte=at - timedelta(seconds=window)).values_list("job_id", flat=True))
+    if len(jobs) < k:
+        return
+    node = Node.objects.filter(name=node_name, state=Node.State.READY).first()
+    if node is None:
+        return
+    reason = (f"repeat offender: attempts of {len(jobs)} different jobs failed with a hardware or network "
+              f"diagnosis on it within {window / 3600:g} h")
+    if node_states.transition(node, Node.State.CORDONED, reason=reason, at=at,
+                              data={"rule": "repeat-offender", "jobs": sorted(jobs)}):
+        Node.objects.filter(pk=node.pk).update(health_reason=reason[:300], health_since=at)
+
+
+def mark_recovered(job_id: int, at: datetime) -> None:
+    """Every task of the job's current attempt runs: the previous attempt's interruption is over."""
+    number = Job.objects.filter(pk=job_id).values_list("attempts", flat=True).first()
+    if not number:
+        return
+    prev = (Attempt.objects.filter(job_id=job_id, number=number - 1, recovered_at__isnull=True,
+                                   outcome__in=("restarted", "requeued")).values("id", "fault_at", "ended_at").first())
+    if prev is None:
+        return
+    began = prev["fault_at"] or prev["ended_at"]
+    Attempt.objects.filter(pk=prev["id"]).update(recovered_at=at,
+                                                 recovery_seconds=round(max((at - began).total_seconds(), 0.0), 3))

@@ -1,0 +1,400 @@
+"""Failure diagnosis and node health rules: pure functions over plain data (no Django, no I/O).
+
+Two rule tables, both data (YAML shipped beside this module, extended by admins through the database,
+see docs/diagnosis.md):
+
+- **Diagnosis rules** map what a failed attempt left behind (log lines, an exit code or signal) to a
+  cause `category` (CATEGORIES) and an `action` on the retry (ACTIONS). A rule has either a `pattern`
+  (a Python regular expression searched in each log line; an optional named group `xid` plus `xids`
+  restricts it to those XID numbers) or a `when` condition on the task's end ({"signal": 9},
+  {"exit_code": [126, 127]}), which only applies to a task that ended on its own (not stopped by the
+  platform after the gang's first failure).
+- **Health rules** map a GPU's or node's signals ({"xid": [79], "ecc_dbe_volatile": 2, ...}) to a node
+  action (HEALTH_ACTIONS).
+
+`diagnose(tasks, health=, platform=, rules=)` -> Diagnosis. How the root cause is chosen:
+
+1. A platform cause (`platform`: cancelled, preempted, time limit, gang start timeout) names the
+   attempt's end: category `platform`. Node lost is `platform` too, unless (2) finds hardware.
+2. Hardware first: a `gpu_hardware` match anywhere (a health event of one of the attempt's nodes in the
+   window before the end, or a log line such as an NVRM Xid) is the root cause: a broken GPU makes every
+   rank fail in some other way afterwards.
+3. Otherwise the tasks are read in the order they ended (first task to end first). The first task with
+   a match of a ROOT category (cuda_oom, host_oom, cuda_error, storage, nan_loss, user_error) gives the
+   diagnosis: its highest category by PRECEDENCE, the earliest line of the first rule of that category.
+   CONSEQUENCE categories (nccl_network, nccl_timeout) are what the other ranks of a gang print when
+   one rank died or hung; they decide only when no task shows a root cause.
+4. Conditions on the end (a SIGKILL the platform did not send: the kernel's OOM killer) come after log
+   patterns, and `unknown` when nothing matched.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = [
+    "CATEGORIES", "ROOT_CATEGORIES", "CONSEQUENCE_CATEGORIES", "PRECEDENCE", "ACTIONS", "HEALTH_ACTIONS",
+    "HEALTH_SIGNALS", "RuleError", "Rule", "RuleSet", "TaskEvidence", "HealthEvidence", "Diagnosis",
+    "parse_rules", "diagnose", "HealthRule", "parse_health_rules", "evaluate_health",
+]
+
+CATEGORIES = ("cuda_oom", "nccl_timeout", "nccl_network", "gpu_hardware", "cuda_error", "nan_loss", "host_oom",
+              "user_error", "storage", "platform", "unknown")
+# Cause before consequence: the order in which categories win, within one task and across tasks.
+PRECEDENCE = ("gpu_hardware", "cuda_oom", "host_oom", "cuda_error", "storage", "nan_loss", "user_error",
+              "nccl_network", "nccl_timeout")
+ROOT_CATEGORIES = frozenset(("gpu_hardware", "cuda_oom", "host_oom", "cuda_error", "storage", "nan_loss",
+                             "user_error"))
+CONSEQUENCE_CATEGORIES = frozenset(("nccl_network", "nccl_timeout"))
+ACTIONS = ("retry", "exclude_node", "cancel_retries")
+HEALTH_ACTIONS = ("record", "cordon", "drain", "fail_tasks")
+# The signals a health rule may test (units: counts, seconds, booleans).
+HEALTH_SIGNALS = ("xid", "ecc_dbe_volatile", "row_remap_failure", "thermal_slowdown_seconds",
+                  "power_slowdown_seconds", "nvlink_down", "heartbeat_lost_seconds", "gpu_missing")
+MAX_LINE = 500  # evidence text is cut to this many characters
+
+
+class RuleError(ValueError):
+    """A rule table entry is malformed. `field` names the entry and key, e.g. 'rules[3].pattern'."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One diagnosis rule. Exactly one of `pattern` and `when` is set."""
+
+    id: str
+    category: str
+    action: str
+    source: str
+    pattern: re.Pattern | None = None
+    xids: frozenset[int] = frozenset()
+    when: Mapping[str, Any] = field(default_factory=dict)
+    order: int = 0  # position in the table: within a category, earlier rules are the more specific
+
+    def match_line(self, line: str) -> bool:
+        m = self.pattern.search(line) if self.pattern is not None else None
+        if m is None:
+            return False
+        if self.xids:
+            try:
+                return int(m.group("xid")) in self.xids
+            except (IndexError, TypeError, ValueError):
+                return False
+        return True
+
+    def match_end(self, exit_code: int | None, signal: int | None) -> bool:
+        if not self.when:
+            return False
+        for key, value in self.when.items():
+            got = exit_code if key == "exit_code" else signal
+            wanted = value if isinstance(value, (list, tuple)) else [value]
+            if got is None or got not in wanted:
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    version: str
+    rules: tuple[Rule, ...]
+
+    @property
+    def line_rules(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.pattern is not None)
+
+    @property
+    def end_rules(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.when)
+
+
+def _check_common(entry: Mapping, where: str, seen: set) -> tuple[str, str, str, str]:
+    if not isinstance(entry, Mapping):
+        raise RuleError(where, "each rule must be a mapping")
+    rid = entry.get("id")
+    if not isinstance(rid, str) or not rid.strip():
+        raise RuleError(f"{where}.id", "id must be a non-empty string")
+    if rid in seen:
+        raise RuleError(f"{where}.id", f"duplicate rule id {rid!r}")
+    seen.add(rid)
+    source = entry.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise RuleError(f"{where}.source", "every rule cites where its message comes from")
+    return rid, source, entry.get("category"), entry.get("action")
+
+
+def parse_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> RuleSet:
+    """A RuleSet from a table {"version": ..., "rules": [{id, category, action, source, pattern | when,
+    xids?}]} followed by `extra` entries of the same shape (admins' rules: they come after the shipped
+    ones, so within a category a shipped rule is preferred). Raises RuleError naming the entry and key:
+    unknown category or action, missing source, a pattern that does not compile, neither or both of
+    pattern and when, a when key other than exit_code / signal, a duplicate id."""
+    if not isinstance(table, Mapping) or not isinstance(table.get("rules"), list):
+        raise RuleError("rules", "the table must be a mapping with a 'rules' list")
+    rules, seen = [], set()
+    entries = [(f"rules[{i}]", e) for i, e in enumerate(table["rules"])]
+    entries += [(f"extra[{i}]", e) for i, e in enumerate(extra)]
+    for order, (where, entry) in enumerate(entries):
+        rid, source, category, action = _check_common(entry, where, seen)
+        if category not in CATEGORIES or category == "platform":
+            raise RuleError(f"{where}.category", f"category must be one of {[c for c in CATEGORIES if c != 'platform']}")
+        action = action or "retry"
+        if action not in ACTIONS:
+            raise RuleError(f"{where}.action", f"action must be one of {list(ACTIONS)}")
+        pattern, when = entry.get("pattern"), entry.get("when")
+        if bool(pattern) == bool(when):
+            raise RuleError(where, "a rule has exactly one of 'pattern' and 'when'")
+        compiled, xids = None, frozenset()
+        if pattern:
+            if not isinstance(pattern, str):
+                raise RuleError(f"{where}.pattern", "pattern must be a string")
+            try:
+                compiled = re.compile(pattern, re.IGNORECASE if entry.get("ignore_case") else 0)
+            except re.error as exc:
+                raise RuleError(f"{where}.pattern", f"not a valid regular expression: {exc}") from None
+            if entry.get("xids") is not None:
+                if "xid" not in compiled.groupindex:
+                    raise RuleError(f"{where}.xids", "xids needs a named group (?P<xid>...) in the pattern")
+                try:
+                    xids = frozenset(int(x) for x in entry["xids"])
+                except (TypeError, ValueError):
+                    raise RuleError(f"{where}.xids", "xids must be a list of integers") from None
+        else:
+            if not isinstance(when, Mapping) or not when or set(when) - {"exit_code", "signal"}:
+                raise RuleError(f"{where}.when", "when must be a mapping of exit_code and/or signal")
+            for k, v in when.items():
+                vals = v if isinstance(v, (list, tuple)) else [v]
+                if not vals or not all(isinstance(x, int) and not isinstance(x, bool) for x in vals):
+                    raise RuleError(f"{where}.when.{k}", "must be an integer or a list of integers")
+        rules.append(Rule(id=rid, category=category, action=action, source=source.strip(), pattern=compiled,
+                          xids=xids, when=dict(when or {}), order=order))
+    return RuleSet(version=str(table.get("version", "")), rules=tuple(rules))
+
+
+@dataclass(frozen=True)
+class TaskEvidence:
+    """One task of the attempt: `task` its label (role[index]), `node` its node name, `ended_at` when it
+    ended (epoch seconds; None = still running / unknown: read last), its exit, whether it ended on its
+    own (False: stopped by the platform after the gang's first failure), and its log tail as text."""
+
+    task: str
+    node: str | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    own_end: bool = True
+    log: str = ""
+    failed: bool = True
+    log_offset: int = 0  # byte offset in the attempt's output where `log` starts
+
+
+@dataclass(frozen=True)
+class HealthEvidence:
+    """A health event of one of the attempt's nodes: `category` is what the health rule named
+    (gpu_hardware for fatal XIDs, ECC, NVLink...), `text` its message, `time` epoch seconds."""
+
+    node: str
+    text: str
+    time: float
+    category: str = "gpu_hardware"
+    rule: str = ""
+
+
+@dataclass
+class Diagnosis:
+    category: str
+    summary: str
+    action: str = "retry"
+    evidence: list[dict] = field(default_factory=list)
+    rule: str = ""
+    node: str | None = None  # the node the cause points at (exclude_node acts on it)
+    task: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Match:
+    rule: Rule
+    task: TaskEvidence
+    line_no: int | None
+    text: str
+    offset: int | None = None
+
+    def key(self):
+        return (PRECEDENCE.index(self.rule.category), self.rule.order, self.line_no or 0)
+
+
+def _scan(task: TaskEvidence, rules: RuleSet) -> list[_Match]:
+    found = []
+    line_rules = rules.line_rules
+    offset = task.log_offset
+    for i, line in enumerate(task.log.split("\n"), start=1):
+        here, offset = offset, offset + len(line.encode("utf-8", "replace")) + 1
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
+        for rule in line_rules:
+            if rule.match_line(line):
+                found.append(_Match(rule, task, i, line.strip()[:MAX_LINE], here))
+    return found
+
+
+def _ev(m: _Match) -> dict:
+    return {"task": m.task.task, "source": "log", "line": m.line_no, "offset": m.offset, "text": m.text}
+
+
+def _exit_ev(t: TaskEvidence) -> dict:
+    from_exit = (f"killed by signal {t.signal}" if t.signal is not None else
+                 f"exited with code {t.exit_code}" if t.exit_code is not None else "lost (no exit status)")
+    return {"task": t.task, "source": "exit", "line": None, "text": from_exit}
+
+
+def diagnose(tasks: Sequence[TaskEvidence], *, rules: RuleSet, health: Sequence[HealthEvidence] = (),
+             platform: Mapping[str, str] | None = None) -> Diagnosis:
+    """The root cause of one failed attempt (module docstring). `platform`: {"cause": cancelled |
+    preempted | time_limit | gang_start_timeout | node_lost, "text": the platform's own message}, or
+    None when the attempt ended because a task failed."""
+    cause = (platform or {}).get("cause")
+    ptext = (platform or {}).get("text", "")
+    if cause and cause != "node_lost":
+        return Diagnosis("platform", f"{cause.replace('_', ' ')}: {ptext}" if ptext else cause.replace("_", " "),
+                         action="retry", evidence=[{"task": None, "source": "event", "line": None, "text": ptext or cause}],
+                         rule=f"platform:{cause}")
+    ordered = sorted(tasks, key=lambda t: (t.ended_at is None, t.ended_at or 0.0, t.task))
+    matches = {t.task: sorted(_scan(t, rules), key=_Match.key) for t in ordered}
+
+    hw_health = [h for h in health if h.category == "gpu_hardware"]
+    hw_logs = [m for t in ordered for m in matches[t.task][:1] if m.rule.category == "gpu_hardware"]
+    if hw_health or hw_logs:
+        evidence = [{"task": None, "source": "health", "line": None, "text": f"{h.node}: {h.text}"[:MAX_LINE]}
+                    for h in hw_health[:3]]
+        evidence += [_ev(m) for m in hw_logs[:3]]
+        if hw_logs:
+            first = hw_logs[0]
+            node, rule, action = first.task.node, first.rule.id, first.rule.action
+            summary = f"GPU hardware fault on {node or 'its node'} ({first.task.task}): {first.text[:160]}"
+        else:
+            node, rule, action = hw_health[0].node, hw_health[0].rule or "health", "exclude_node"
+            summary = f"GPU hardware fault on {node}: {hw_health[0].text[:160]}"
+        task = hw_logs[0].task.task if hw_logs else None
+        return Diagnosis("gpu_hardware", summary, action=action, evidence=evidence, rule=rule, node=node, task=task)
+    if cause == "node_lost":
+        return Diagnosis("platform", f"node lost: {ptext}" if ptext else "node lost", action="retry",
+                         evidence=[{"task": None, "source": "event", "line": None, "text": ptext or "node lost"}],
+                         rule="platform:node_lost")
+
+    for klass in (ROOT_CATEGORIES, CONSEQUENCE_CATEGORIES):
+        for t in ordered:
+            ms = [m for m in matches[t.task] if m.rule.category in klass]
+            if ms:
+                best = ms[0]  # sorted by precedence, rule order, line
+                same = [m for m in ms if m.rule.category == best.rule.category]
+                evidence = [_ev(best)] + [_ev(m) for m in same[1:3] if m.text != best.text]
+                evidence.append(_exit_ev(t))
+                others = [m for u in ordered if u.task != t.task for m in matches[u.task][:1]]
+                evidence += [_ev(m) for m in others[:2]]  # what the other ranks printed (consequences)
+                return Diagnosis(best.rule.category, f"{_label(best.rule.category)} in {t.task}"
+                                 + (f" on {t.node}" if t.node else "") + f": {best.text[:200]}",
+                                 action=best.rule.action, evidence=evidence, rule=best.rule.id, node=t.node,
+                                 task=t.task)
+    for t in ordered:
+        if not t.own_end or not t.failed:
+            continue
+        for rule in rules.end_rules:
+            if rule.match_end(t.exit_code, t.signal):
+                return Diagnosis(rule.category, f"{_label(rule.category)} in {t.task}: {_exit_ev(t)['text']} "
+                                 f"({rule.source.split(';')[0][:120]})", action=rule.action,
+                                 evidence=[_exit_ev(t)], rule=rule.id, node=t.node, task=t.task)
+    failed = [t for t in ordered if t.failed]
+    first = failed[0] if failed else (ordered[0] if ordered else None)
+    if first is None:
+        return Diagnosis("unknown", "no task evidence", action="retry")
+    return Diagnosis("unknown", f"no rule matched; first task to fail: {first.task} {_exit_ev(first)['text']}",
+                     action="retry", evidence=[_exit_ev(first)], node=first.node, task=first.task)
+
+
+LABELS = {"cuda_oom": "CUDA out of memory", "nccl_timeout": "NCCL collective timeout",
+          "nccl_network": "NCCL network error", "gpu_hardware": "GPU hardware fault", "cuda_error": "CUDA error",
+          "nan_loss": "loss became NaN/inf", "host_oom": "host out of memory", "user_error": "error in the job's code or configuration",
+          "storage": "storage error", "platform": "stopped by the platform", "unknown": "unknown cause"}
+
+
+def _label(category: str) -> str:
+    return LABELS.get(category, category)
+
+
+# ----------------------------------------------------------------------------------------- health rules
+_OPS = {
+    "any": lambda got, v: bool(got),
+    "gt": lambda got, v: got is not None and not isinstance(got, (list, tuple)) and got > v,
+    "ge": lambda got, v: got is not None and not isinstance(got, (list, tuple)) and got >= v,
+    "eq": lambda got, v: got == v,
+    "in": lambda got, v: bool(set(got if isinstance(got, (list, tuple, set)) else [got]) & set(v)),
+}
+
+
+@dataclass(frozen=True)
+class HealthRule:
+    """signal `op` value -> action. ops: any (truthy), gt, ge, eq, in (an XID list meets a set)."""
+
+    id: str
+    signal: str
+    op: str
+    value: Any
+    action: str
+    source: str
+    category: str = "gpu_hardware"
+    order: int = 0
+
+    def matches(self, signals: Mapping[str, Any]) -> bool:
+        if self.signal not in signals:
+            return False
+        return _OPS[self.op](signals[self.signal], self.value)
+
+
+def parse_health_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> tuple[str, tuple[HealthRule, ...]]:
+    """(version, rules) from {"version", "rules": [{id, signal, op, value, action, source, category?}]}
+    plus `extra` entries. Raises RuleError naming the entry and key."""
+    if not isinstance(table, Mapping) or not isinstance(table.get("rules"), list):
+        raise RuleError("rules", "the table must be a mapping with a 'rules' list")
+    out, seen = [], set()
+    entries = [(f"rules[{i}]", e) for i, e in enumerate(table["rules"])]
+    entries += [(f"extra[{i}]", e) for i, e in enumerate(extra)]
+    for order, (where, e) in enumerate(entries):
+        rid, source, category, action = _check_common(e, where, seen)
+        if e.get("signal") not in HEALTH_SIGNALS:
+            raise RuleError(f"{where}.signal", f"signal must be one of {list(HEALTH_SIGNALS)}")
+        if e.get("op") not in _OPS:
+            raise RuleError(f"{where}.op", f"op must be one of {list(_OPS)}")
+        if action not in HEALTH_ACTIONS:
+            raise RuleError(f"{where}.action", f"action must be one of {list(HEALTH_ACTIONS)}")
+        category = category or "gpu_hardware"
+        if category not in CATEGORIES:
+            raise RuleError(f"{where}.category", f"category must be one of {list(CATEGORIES)}")
+        value = e.get("value")
+        if e["op"] == "in" and not (isinstance(value, list) and all(isinstance(v, int) for v in value)):
+            raise RuleError(f"{where}.value", "op 'in' needs a list of integers")
+        if e["op"] in ("gt", "ge") and not isinstance(value, (int, float)):
+            raise RuleError(f"{where}.value", f"op {e['op']!r} needs a number")
+        out.append(HealthRule(rid, e["signal"], e["op"], value, action, source.strip(), category, order))
+    return str(table.get("version", "")), tuple(out)
+
+
+def evaluate_health(signals: Mapping[str, Any], rules: Sequence[HealthRule]) -> list[HealthRule]:
+    """The rules `signals` meets, in table order. Signals absent from the dict are not judged."""
+    return [r for r in rules if r.matches(signals)]
+
+
+ACTION_WEIGHT = {"record": 0, "cordon": 1, "drain": 2, "fail_tasks": 3}
+
+
+def strongest(actions: Iterable[str]) -> str | None:
+    """The strongest of several health actions (fail_tasks > drain > cordon > record), None if none."""
+    acts = list(actions)
+    return max(acts, key=ACTION_WEIGHT.__getitem__) if acts else None

@@ -1,0 +1,235 @@
+"""Node health rules acting on a node's signals, the repair path and the topology audit (docs/diagnosis.md).
+
+- `judge_gpu_signals(node, gpus, at=)`: each reported GPU's signals ({"index", "xids", "ecc_uncorrected_volatile",
+  "row_remap_failure", "thermal_slowdown_seconds", "power_slowdown_seconds", "nvlink_down"}) are judged by
+  the health rules (tables.health_rules); every rule met writes a `health_rule` Event (once per rule,
+  GPU and value within HEALTH_RULE_REPEAT_SECONDS) and each action fired acts: record (the Event
+  only), cordon (no new work), drain (its gangs stopped with grace, requeued whole; supersedes cordon),
+  fail_tasks (the GPU is marked unhealthy and the gangs with a task on it are requeued now, in this
+  request: a fatal GPU fault does not wait for failure detection). Called by services.record_heartbeat.
+- The repair path: `start_repair` (cordoned | draining -> in_repair), `start_validation` (in_repair ->
+  validating), `record_validation` (validating -> ready when the check passed, else back to in_repair).
+  Each step is a node_states transition, hence an Event.
+- `audit_topology(node, inventory)`: what the agent reports (GPU count and models, NVLink peers, NUMA nodes)
+  against what the platform holds (gpu_count, flavor, domain); the mismatches are kept on the node
+  (Node.topology_mismatches) and a node whose NVLink peers contradict its domain is cordoned.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from .. import clock
+from ..audit import record_event
+from ..errors import ValidationError
+from ..models import Event, Gpu, Job, Node, Task
+from . import engine, tables
+
+__all__ = ["gpu_signals", "judge_gpu_signals", "fail_gpu_tasks", "start_repair", "start_validation",
+           "record_validation", "audit_topology", "validation_check"]
+
+
+def gpu_signals(report: dict) -> dict:
+    """The health-rule signals in one GPU entry of a heartbeat (absent keys are not judged)."""
+    out = {}
+    if report.get("xids"):
+        out["xid"] = [int(x) for x in report["xids"] if isinstance(x, int)]
+    if isinstance(report.get("ecc_uncorrected_volatile"), int):
+        out["ecc_dbe_volatile"] = report["ecc_uncorrected_volatile"]
+    if report.get("row_remap_failure") is not None:
+        out["row_remap_failure"] = bool(report["row_remap_failure"])
+    for key in ("thermal_slowdown_seconds", "power_slowdown_seconds", "nvlink_down"):
+        if isinstance(report.get(key), (int, float)) and not isinstance(report.get(key), bool):
+            out[key] = report[key]
+    return out
+
+
+def _recent(node: Node, key: str, at: datetime) -> bool:
+    repeat = float(getattr(settings, "HEALTH_RULE_REPEAT_SECONDS", 600))
+    return Event.objects.filter(node=node, kind="health_rule", data__key=key,
+                                time__gte=at - timedelta(seconds=repeat)).exists()
+
+
+def judge_gpu_signals(node: Node, gpus: list[dict], *, at: datetime | None = None, actor=None) -> list[dict]:
+    """Judge and act (module docstring). Returns [{gpu, rule, action, category}] of the rules that fired."""
+    at = at or clock.now()
+    _, rules = tables.health_rules()
+    fired, actions, failed_gpus = [], [], []
+    for report in gpus:
+        signals = gpu_signals(report)
+        if not signals:
+            continue
+        for rule in engine.evaluate_health(signals, rules):
+            value = signals[rule.signal]
+            key = f"{rule.id}:{report.get('index')}:{value}"
+            if _recent(node, key, at):
+                continue
+            fired.append({"gpu": report.get("index"), "rule": rule.id, "action": rule.action, "category": rule.category})
+            actions.append(rule.action)
+            if rule.action == "fail_tasks":
+                failed_gpus.append(report.get("index"))
+            record_event("health_rule", f"{node.name}: gpu{report.get('index')} {rule.signal}={value}: rule "
+                                        f"{rule.id} -> {rule.action}", time=at, node=node, actor=actor,
+                         data={"key": key, "rule": rule.id, "signal": rule.signal, "value": value,
+                               "gpu": report.get("index"), "action": rule.action, "category": rule.category,
+                               "source": rule.source})
+    acted = set(actions) - {"record"}
+    if not acted:
+        return fired
+    reason = "; ".join(f"gpu{f['gpu']} {f['rule']}" for f in fired if f["action"] != "record")[:300]
+    if failed_gpus:
+        fail_gpu_tasks(node, failed_gpus, at=at, reason=f"GPU failed ({reason})")
+    if "drain" in acted:
+        _take_out(node, Node.State.DRAINING, at=at, reason=f"health rule: {reason}", actor=actor)
+    elif "cordon" in acted:
+        _take_out(node, Node.State.CORDONED, at=at, reason=f"health rule: {reason}", actor=actor)
+    return fired
+
+
+def _take_out(node: Node, to: str, *, at: datetime, reason: str, actor=None) -> bool:
+    from ..lifecycle import evict_jobs_on_nodes
+    from ..services import node_states
+
+    state = Node.objects.filter(pk=node.pk).values_list("state", flat=True).first()
+    if state not in (Node.State.READY, Node.State.CORDONED) or state == to:
+        return False
+    if not node_states.transition(node, to, reason=reason, actor=actor, at=at):
+        return False
+    Node.objects.filter(pk=node.pk).update(health_reason=reason[:300], health_since=at)
+    if to == Node.State.DRAINING:
+        evict_jobs_on_nodes([node.pk], at=at, kind="evicted", actor=actor, reason=f"node {node.name} drained: {reason}")
+    return True
+
+
+def fail_gpu_tasks(node: Node, indices: list, *, at: datetime, reason: str) -> list:
+    """Mark the GPUs unhealthy and requeue now every live gang with a task on them (whole, with backoff);
+    a gang already stopping toward an end or restart ends as its stop says. Returns the job ids."""
+    from ..execution.stops import finalize_stop
+    from ..lifecycle import requeue_job
+
+    Gpu.objects.filter(node=node, index__in=indices, health=Gpu.Health.HEALTHY).update(  # keep the agent's reason
+        health=Gpu.Health.UNHEALTHY, health_reason=reason[:200])
+    jobs = sorted(set(Task.objects.filter(node=node, state__in=Task.ON_NODE_STATES, job__state__in=Job.LIVE_STATES,
+                                          allocations__gpu__index__in=indices, allocations__released_at__isnull=True)
+                      .values_list("job_id", flat=True)))
+    done = []
+    for job_id in jobs:
+        if Job.objects.filter(pk=job_id, state=Job.State.PREEMPTING).exclude(stop_target__in=("", "requeue")).exists():
+            finalize_stop(job_id, at=at)
+        elif requeue_job(job_id, at=at, kind="requeued_after_failure", backoff=True, node=node,
+                         reason=f"{reason} on {node.name}", data={"cause": "gpu_failed", "gpus": indices}):
+            done.append(job_id)
+    return done
+
+
+# ----------------------------------------------------------------------------------------- repair path
+@transaction.atomic
+def start_repair(node: Node, *, actor=None, reason: str = "", at: datetime | None = None) -> Node:
+    """cordoned | draining -> in_repair. Raises ValidationError("state") from any other state."""
+    from ..services import node_states
+
+    at = at or clock.now()
+    if not node_states.transition(node, Node.State.IN_REPAIR, reason=reason or "repair started", actor=actor, at=at):
+        raise ValidationError({"state": f"node {node.name} changed meanwhile; try again"})
+    Node.objects.filter(pk=node.pk).update(health_since=at, **({"health_reason": reason[:300]} if reason else {}))
+    return node
+
+
+@transaction.atomic
+def start_validation(node: Node, *, actor=None, check_command: list | None = None, at: datetime | None = None) -> Node:
+    """in_repair -> validating: the node's next heartbeat is checked (validation_check) and, when an agent
+    or operator posts a check result, record_validation decides. Raises ValidationError("state")."""
+    from ..services import node_states
+
+    at = at or clock.now()
+    if check_command is not None and not (isinstance(check_command, list) and all(isinstance(a, str) for a in check_command)):
+        raise ValidationError({"check_command": "check_command must be a list of strings (argv)"})
+    if not node_states.transition(node, Node.State.VALIDATING, reason="validation started", actor=actor, at=at):
+        raise ValidationError({"state": f"node {node.name} changed meanwhile; try again"})
+    Node.objects.filter(pk=node.pk).update(validation={"requested_at": at.isoformat(),
+                                                       "check_command": check_command or []})
+    return node
+
+
+def validation_check(node: Node, gpus: list[dict]) -> dict:
+    """The platform's side of validation from a heartbeat's GPU list: every registered GPU reported,
+    every one healthy (NVML read them: sane), and the topology audit clean. {"passed", "problems"}."""
+    problems = []
+    have = set(Gpu.objects.filter(node=node).values_list("index", flat=True))
+    seen = {g.get("index") for g in gpus}
+    if len(have) < node.gpu_count:
+        problems.append(f"{len(have)} of {node.gpu_count} GPUs registered")
+    missing = sorted(have - seen)
+    if missing:
+        problems.append(f"GPUs not reported: {missing}")
+    bad = sorted(g.get("index") for g in gpus if g.get("health", "healthy") != "healthy")
+    if bad:
+        problems.append(f"unhealthy GPUs: {bad}")
+    problems += [m["message"] for m in (node.topology_mismatches or [])]
+    return {"passed": not problems, "problems": problems}
+
+
+@transaction.atomic
+def record_validation(node: Node, *, passed: bool, detail: str = "", actor=None, at: datetime | None = None) -> Node:
+    """validating -> ready (passed: health reason cleared, GPUs healthy again) or -> in_repair (failed).
+    Raises ValidationError("state") when the node is not validating."""
+    from ..services import node_states
+
+    at = at or clock.now()
+    state = Node.objects.filter(pk=node.pk).values_list("state", flat=True).first()
+    if state != Node.State.VALIDATING:
+        raise ValidationError({"state": f"node {node.name} is {state}, not validating"})
+    to = Node.State.READY if passed else Node.State.IN_REPAIR
+    if not node_states.transition(node, to, reason=detail[:200] or ("check passed" if passed else "check failed"),
+                                  actor=actor, at=at, data={"passed": passed}):
+        raise ValidationError({"state": f"node {node.name} changed meanwhile; try again"})
+    validation = {**(Node.objects.get(pk=node.pk).validation or {}), "passed": passed, "detail": detail[:1000],
+                  "at": at.isoformat()}
+    fields = {"validation": validation}
+    if passed:
+        fields.update(health_reason="", health_since=None)
+        Gpu.objects.filter(node=node).update(health=Gpu.Health.HEALTHY, health_reason="")
+    else:
+        fields.update(health_reason=f"validation failed: {detail}"[:300], health_since=at)
+    Node.objects.filter(pk=node.pk).update(**fields)
+    return node
+
+
+# ----------------------------------------------------------------------------------------- topology audit
+def audit_topology(node: Node, inventory: list[dict], *, at: datetime | None = None, actor=None) -> list[dict]:
+    """Compare the agent's inventory ([{index, model, nvlink_peers, numa_node, pci_bus_id}]) with the node's
+    row. Mismatches: gpu_count, flavor, NVLink peers outside the node (its tier-1 domain holds only this
+    node when the peers are local: a peer bus id that is none of its own GPUs contradicts a single-node
+    NVLink domain), NUMA nodes missing. Stores them on the node (an Event when they change); a
+    contradiction of the domain cordons a ready node until an admin decides. Returns the mismatches."""
+    from ..agent.inventory import flavor_of
+
+    at = at or clock.now()
+    node = Node.objects.select_related("domain").get(pk=node.pk)
+    found = []
+    if inventory:
+        if len(inventory) != node.gpu_count:
+            found.append({"field": "gpu_count", "message": f"agent reports {len(inventory)} GPUs, platform holds "
+                                                           f"{node.gpu_count}"})
+        models = sorted({flavor_of(g.get("model") or "") for g in inventory if g.get("model")})
+        if models and models != [node.flavor]:
+            found.append({"field": "flavor", "message": f"agent reports {', '.join(models)}, platform holds {node.flavor}"})
+        own = {(g.get("pci_bus_id") or "").lower() for g in inventory}
+        foreign = sorted({p.lower() for g in inventory for p in (g.get("nvlink_peers") or []) if p} - own)
+        domain_nodes = node.domain.nodes.count() if node.domain_id else 1
+        if foreign and domain_nodes <= 1:
+            found.append({"field": "nvlink_peers", "message": f"NVLink peers {foreign[:4]} are not GPUs of this node, "
+                                                              f"but its domain {node.domain.name if node.domain_id else '-'} "
+                                                              f"holds only this node", "cordon": True})
+        if any(g.get("numa_node") is None for g in inventory) and any(g.get("numa_node") is not None for g in inventory):
+            found.append({"field": "numa_node", "message": "some GPUs report no NUMA node"})
+    if found != (node.topology_mismatches or []):
+        Node.objects.filter(pk=node.pk).update(topology_mismatches=found)
+        record_event("topology_audit", f"{node.name}: " + ("; ".join(m["message"] for m in found) or "topology labels agree"),
+                     time=at, node=node, actor=actor, data={"mismatches": found})
+    if any(m.get("cordon") for m in found) and node.state == Node.State.READY:
+        _take_out(node, Node.State.CORDONED, at=at, actor=actor,
+                  reason="topology audit: NVLink peers contradict the node's domain (an admin decides)")
+    return found

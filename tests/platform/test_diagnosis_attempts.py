@@ -1,0 +1,282 @@
+"""Attempts, diagnosis and its actions, health rules, repair path and topology audit at the database level
+(docs/diagnosis.md). No agent process: reports and logs are applied with execution.report_task_event /
+append_log, heartbeats with services.record_heartbeat, cycles with store.run_cycle_once at explicit times."""
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from gpuplatform import execution, services
+from gpuplatform.models import Attempt, DiagnosisRule, Event, Gpu, Job, Node, Task
+from gpuplatform.scheduling import store
+from tests.platform.test_execution import EIGHT, agents, at, bind, live, report, start_all, tasks_of  # noqa: F401
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of "
+       "79.10 GiB of which 1.02 GiB is free.")
+WATCHDOG = ("[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 0] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600011 milliseconds before timing out.")
+
+
+def log(task: Task, text: str, attempt: int | None = None, offset: int = 0):
+    task = Task.objects.select_related("node").get(pk=task.pk)
+    attempt = Job.objects.get(pk=task.job_id).attempts if attempt is None else attempt
+    ok, detail, _ = execution.append_log(task.node, task_id=task.pk, attempt=attempt, offset=offset, data=text)
+    assert ok, detail
+
+
+@pytest.fixture
+def admin_client(db):
+    user = get_user_model().objects.create_superuser("root", password="pw-root-123")
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def test_oom_rank_is_the_root_cause_and_the_gang_is_requeued_in_the_same_request(submit, agents, admin_client):
+    job = submit("oom", tasks=2, gpus=8, max_restarts=1)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    start_all(job)
+    t0, t1 = tasks_of(job)
+    log(t1, "epoch 0 step 10\n" + OOM + "\n")
+    assert report(t1, "exited", 30, exit_code=1) == (True, "")
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.restarts) == ("pending", 1, 1) and live(job) == []  # requeued now
+    a = Attempt.objects.get(job=job, number=0)
+    assert (a.outcome, a.failed, a.category, a.nodes, a.gpus) == ("restarted", True, "cuda_oom", ["n0", "n1"], 16)
+    assert a.fault_at == at(30) and a.ended_at == at(30) and a.gpu_seconds == 16 * 30
+    d = a.diagnosis
+    assert (d["task"], d["node"], d["action"]) == ("worker[1]", "n1", "retry")
+    assert d["evidence"][0] == {"task": "worker[1]", "source": "log", "line": 2, "offset": 16, "text": OOM}
+    body = admin_client.get(f"/api/v1/jobs/{job.pk}/").json()
+    assert body["attempt"] == 1 and body["diagnosis"]["category"] == "cuda_oom"
+    assert [x["number"] for x in body["attempts"]] == [0] and body["attempts"][0]["nodes"] == ["n0", "n1"]
+    assert Event.objects.filter(job=job, kind="diagnosed").get().data["category"] == "cuda_oom"
+    # the next attempt runs: recovery time = fault -> every task running again
+    store.run_cycle_once(clock=at(95))
+    start_all(job, 97)
+    a.refresh_from_db()
+    assert (a.recovered_at, a.recovery_seconds) == (at(97), 67.0)
+    assert admin_client.get(f"/api/v1/jobs/{job.pk}/").json()["attempts"][0]["recovery_seconds"] == 67.0
+
+
+def test_multi_rank_watchdog_after_oom_is_diagnosed_cuda_oom_when_the_last_attempt_ends(submit, agents):
+    """No restarts: the gang is stopped toward failed, the timed-out rank ends later; cuda_oom on worker[1]."""
+    job = submit("oom", tasks=2, gpus=8)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    start_all(job)
+    t0, t1 = tasks_of(job)
+    log(t1, OOM)
+    report(t1, "exited", 30, exit_code=1)
+    log(t0, WATCHDOG)
+    report(t0, "exited", 33, signal=6)
+    job.refresh_from_db()
+    assert job.state == "failed"
+    a = Attempt.objects.get(job=job)
+    assert (a.category, a.diagnosis["task"], a.outcome, a.failed_task) == ("cuda_oom", "worker[1]", "failed", "worker[1]")
+    assert any(e["text"] == WATCHDOG for e in a.diagnosis["evidence"])  # the consequence is kept as evidence
+
+
+def test_user_error_cancels_the_remaining_restarts(submit, agents):
+    job = submit("typo", tasks=1, gpus=8, max_restarts=2)
+    bind(job, ("n0", EIGHT))
+    start_all(job)
+    (t0,) = tasks_of(job)
+    log(t0, "Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>\n"
+            "ModuleNotFoundError: No module named 'deepspeed'\n")
+    report(t0, "exited", 5, exit_code=1)
+    job.refresh_from_db()
+    assert (job.state, job.restarts, job.attempts) == ("failed", 0, 0)
+    assert "user_error: retrying cannot help" in job.end_reason
+    a = Attempt.objects.get(job=job)
+    assert (a.category, a.diagnosis["action"]) == ("user_error", "cancel_retries")
+    assert Event.objects.get(job=job, kind="task_failed").data["cancel_retries"] == "python-user-exception"
+
+
+def test_hardware_diagnosis_excludes_the_node_for_the_next_attempt_unless_nothing_else_fits(submit, agents):
+    job = submit("hw", tasks=1, gpus=8, max_restarts=2)
+    bind(job, ("n0", EIGHT))
+    start_all(job)
+    (t0,) = tasks_of(job)
+    log(t0, "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n")
+    report(t0, "exited", 5, signal=11)
+    job.refresh_from_db()
+    assert job.state == "pending" and job.excluded_nodes == ["n0"]
+    assert Attempt.objects.get(job=job).category == "gpu_hardware"
+    store.run_cycle_once(clock=at(200))
+    (t0,) = tasks_of(job)
+    assert t0.node.name != "n0"  # n0 was the engine's first choice (binpacking, name order) without the exclusion
+    start_all(job, 201)
+    log(t0, "NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=python, An uncorrectable double bit error (DBE)\n")
+    second = t0.node.name
+    report(t0, "exited", 210, exit_code=1)
+    job.refresh_from_db()
+    assert job.excluded_nodes == ["n0", second]
+    for name in {"n0", "n1", "n2", "n3"} - {"n0", second}:  # only the excluded nodes are left
+        services.cordon_node(Node.objects.get(name=name))
+    store.run_cycle_once(clock=at(600))
+    job.refresh_from_db()
+    assert job.state == "admitted" and tasks_of(job)[0].node.name in ("n0", second)
+    assert Event.objects.filter(job=job, kind="excluded_node_used").exists()
+
+
+def test_a_node_on_which_three_jobs_failed_with_hardware_is_cordoned(submit, agents):
+    for i in range(3):
+        job = submit(f"victim-{i}", tasks=1, gpus=8)
+        bind(job, ("n2", EIGHT), clock=at(i * 100))
+        start_all(job, i * 100)
+        (t,) = tasks_of(job)
+        log(t, "RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+        report(t, "exited", i * 100 + 10, exit_code=1)
+        state = Node.objects.get(name="n2").state
+        assert state == ("cordoned" if i == 2 else "ready"), (i, state)
+    node = Node.objects.get(name="n2")
+    assert "repeat offender" in node.health_reason and node.health_since == at(210)
+    assert Event.objects.filter(node=node, kind="cordoned").get().data["rule"] == "repeat-offender"
+
+
+def test_the_same_job_failing_three_times_on_a_node_is_not_a_repeat_offender(submit, agents):
+    job = submit("flaky", tasks=1, gpus=8, max_restarts=5)
+    Node.objects.exclude(name="n3").update(state="cordoned")
+    for i in range(3):
+        store.run_cycle_once(clock=at(i * 1000))
+        start_all(job, i * 1000 + 1)
+        (t,) = tasks_of(job)
+        assert t.node.name == "n3"  # nothing else fits: the excluded node is used
+        log(t, "RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+        report(t, "exited", i * 1000 + 10, exit_code=1)
+    assert Node.objects.get(name="n3").state == "ready"
+
+
+def test_fatal_xid_in_a_heartbeat_fails_the_gang_now_and_names_gpu_hardware(submit, agents):
+    job = submit("victim", tasks=2, gpus=8, max_restarts=1)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    start_all(job)
+    services.record_heartbeat("n1", gpus=[{"index": 3, "health": "healthy", "xids": [13]}], at=at(20))
+    assert Job.objects.get(pk=job.pk).state == "running"  # XID 13 is recorded only
+    assert Event.objects.filter(kind="health_rule", node__name="n1").get().data["rule"] == "xid-record"
+    services.record_heartbeat("n1", gpus=[{"index": 3, "health": "healthy", "xids": [13, 79]}], at=at(30))
+    job.refresh_from_db()
+    assert job.state == "pending" and live(job) == []  # requeued in the heartbeat's own request
+    assert Gpu.objects.get(node__name="n1", index=3).health == "unhealthy"
+    a = Attempt.objects.get(job=job)
+    assert (a.category, a.failed, a.diagnosis["node"]) == ("gpu_hardware", True, "n1")
+    assert a.diagnosis["evidence"][0]["source"] == "health" and "79" in a.diagnosis["evidence"][0]["text"]
+    # the same signal in the next heartbeats does not fire again
+    services.record_heartbeat("n1", gpus=[{"index": 3, "health": "unhealthy", "xids": [13, 79]}], at=at(35))
+    assert Event.objects.filter(kind="health_rule", node__name="n1", data__rule="xid-fatal").count() == 1
+
+
+def test_health_rule_actions_cordon_and_drain(submit, agents):
+    services.record_heartbeat("n2", gpus=[{"index": 0, "health": "healthy", "row_remap_failure": True}], at=at(1))
+    n2 = Node.objects.get(name="n2")
+    assert n2.state == "cordoned" and "row-remap-failure" in n2.health_reason and n2.health_since == at(1)
+    job = submit("on-n3", tasks=1, gpus=8)
+    bind(job, ("n3", EIGHT))
+    start_all(job)
+    services.record_heartbeat("n3", gpus=[{"index": 1, "health": "healthy", "nvlink_down": 2}], at=at(5))
+    assert Node.objects.get(name="n3").state == "draining"
+    assert Job.objects.get(pk=job.pk).state == "preempting"  # stopped with grace, then requeued whole
+
+
+def test_admin_rule_without_code(submit, agents, admin_client):
+    r = admin_client.post("/admin/gpuplatform/diagnosisrule/add/", {})  # the admin page exists (login forced)
+    assert r.status_code in (200, 302)
+    with pytest.raises(services.ValidationError) as err:
+        services.save_diagnosis_rule(DiagnosisRule(name="bad", category="cuda_oom", pattern="(", source="x"))
+    assert "pattern" in err.value.errors
+    services.save_diagnosis_rule(DiagnosisRule(name="lustre", category="storage", pattern=r"LustreError: .* evicted",
+                                               source="Lustre client log", action="retry"))
+    job = submit("fs", tasks=1, gpus=8)
+    bind(job, ("n0", EIGHT))
+    start_all(job)
+    (t,) = tasks_of(job)
+    log(t, "LustreError: 167-0: lustre-OST0001: This client was evicted by lustre-OST0001\n")
+    report(t, "exited", 3, exit_code=1)
+    report_again = Attempt.objects.get(job=job)
+    assert (report_again.category, report_again.diagnosis["rule"]) == ("storage", "admin:lustre")
+
+
+def test_repair_path_over_rest(agents, admin_client):
+    url = "/api/v1/nodes/n3/"
+    assert admin_client.post(url + "repair/", {}, format="json").status_code == 400  # ready: cordon first
+    assert admin_client.post(url + "cordon/", {"reason": "xid 79"}, format="json").status_code == 200
+    r = admin_client.post(url + "repair/", {"reason": "GPU 3 reseated"}, format="json")
+    assert r.status_code == 200 and r.json()["state"] == "in_repair" and r.json()["health_reason"] == "GPU 3 reseated"
+    assert admin_client.post(url + "validate/", {"check_command": "nvidia-smi"}, format="json").status_code == 400
+    r = admin_client.post(url + "validate/", {}, format="json")
+    assert r.json()["state"] == "validating"
+    # a heartbeat that misses a GPU fails validation: back to in_repair
+    services.record_heartbeat("n3", gpus=[{"index": i, "health": "healthy"} for i in range(7)], at=at(10))
+    node = Node.objects.get(name="n3")
+    assert node.state == "in_repair" and "GPUs not reported: [7]" in node.health_reason
+    admin_client.post(url + "validate/", {}, format="json")
+    services.record_heartbeat("n3", gpus=[{"index": i, "health": "healthy"} for i in range(8)], at=at(20))
+    node = Node.objects.get(name="n3")
+    assert (node.state, node.health_reason, node.validation["passed"]) == ("ready", "", True)
+    kinds = list(Event.objects.filter(node=node).order_by("id").values_list("kind", flat=True))
+    assert [k for k in kinds if k in ("cordoned", "repair_started", "validation_started", "validation_failed",
+                                      "validation_passed")] == ["cordoned", "repair_started", "validation_started",
+                                                                "validation_failed", "validation_started",
+                                                                "validation_passed"]
+    # with a check command the node waits for its result
+    for step in ("cordon/", "repair/"):
+        admin_client.post(url + step, {}, format="json")
+    admin_client.post(url + "validate/", {"check_command": ["/opt/check/dcgmi-diag.sh", "-r", "2"]}, format="json")
+    services.record_heartbeat("n3", gpus=[{"index": i, "health": "healthy"} for i in range(8)], at=at(30))
+    assert Node.objects.get(name="n3").state == "validating"
+    r = admin_client.post(url + "validation/", {"passed": False, "detail": "dcgmi diag -r 2: memory test failed"},
+                          format="json")
+    assert r.json()["state"] == "in_repair"
+    assert admin_client.post(url + "validation/", {"passed": True}, format="json").status_code == 400
+
+
+def test_topology_audit_flags_mismatches_and_cordons_a_contradicting_node(db):
+    gpus = [{"index": i, "uuid": f"GPU-s-{i}", "model": "NVIDIA H100 80GB HBM3", "pci_bus_id": f"0000:{i:02x}:00.0",
+             "nvlink_peers": ["0000:99:00.0"], "numa_node": 0} for i in range(4)]
+    node = services.register_node("solo", flavor="H100-80GB-HBM3", gpus=gpus)
+    node.refresh_from_db()
+    fields = {m["field"] for m in node.topology_mismatches}
+    assert "nvlink_peers" in fields and node.state == "cordoned" and "topology audit" in node.health_reason
+    assert Event.objects.filter(node=node, kind="topology_audit").exists()
+    # agreeing labels: no mismatch, stays ready
+    ok = [{**g, "nvlink_peers": [f"0000:{(i + 1) % 4:02x}:00.0"]} for i, g in enumerate(gpus)]
+    node2 = services.register_node("solo2", flavor="H100-80GB-HBM3", gpus=ok)
+    node2.refresh_from_db()
+    assert node2.topology_mismatches == [] and node2.state == "ready"
+    node3 = services.register_node("solo3", flavor="A100", gpus=ok)
+    node3.refresh_from_db()
+    assert [m["field"] for m in node3.topology_mismatches] == ["flavor"] and node3.state == "ready"
+
+
+def test_rules_over_rest(submit, agents, admin_client):
+    """Admins add rules over REST without code; a bad rule is a 400 naming the field; members read only."""
+    r = admin_client.post("/api/v1/diagnosis-rules/", {"name": "x", "category": "cuda_oom", "pattern": "(",
+                                                        "source": "ours"}, format="json")
+    assert r.status_code == 400 and "pattern" in r.json(), r.json()
+    r = admin_client.post("/api/v1/diagnosis-rules/", {"name": "x", "category": "oom", "pattern": "a",
+                                                        "source": "ours"}, format="json")
+    assert r.status_code == 400 and "category" in r.json()
+    r = admin_client.post("/api/v1/diagnosis-rules/", {"name": "gcs", "category": "storage", "source": "gcsfuse docs",
+                                                        "pattern": r"gcsfuse: .*(quota|rate) exceeded"}, format="json")
+    assert r.status_code == 201, r.json()
+    rule_id = r.json()["id"]
+    assert admin_client.patch(f"/api/v1/diagnosis-rules/{rule_id}/", {"action": "reboot"},
+                              format="json").status_code == 400
+    assert admin_client.patch(f"/api/v1/diagnosis-rules/{rule_id}/", {"action": "exclude_node"},
+                              format="json").json()["action"] == "exclude_node"
+    assert admin_client.get("/api/v1/diagnosis-rules/shipped/").json()["version"]
+    r = admin_client.post("/api/v1/health-rules/", {"name": "hot", "signal": "thermal_slowdown_seconds", "op": "gt",
+                                                     "value": 60, "action": "drain", "source": "our SLO"}, format="json")
+    assert r.status_code == 201, r.json()
+    assert admin_client.post("/api/v1/health-rules/", {"name": "bad", "signal": "fan_speed", "op": "gt", "value": 1,
+                                                        "action": "cordon", "source": "s"},
+                             format="json").status_code == 400
+    services.record_heartbeat("n1", gpus=[{"index": 0, "health": "healthy", "thermal_slowdown_seconds": 90}], at=at(1))
+    assert Node.objects.get(name="n1").state == "draining"  # the admin's rule acted on the next heartbeat
+    member = get_user_model().objects.create_user("bob")
+    client = APIClient()
+    client.force_authenticate(member)
+    assert client.get("/api/v1/diagnosis-rules/").status_code == 200
+    assert client.post("/api/v1/diagnosis-rules/", {"name": "y", "category": "storage", "pattern": "a",
+                                                     "source": "s"}, format="json").status_code == 403
