@@ -36,6 +36,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "gpuplatform.inputs.InputGuardMiddleware",  # 413 / 400 before any parsing (the one input normaliser)
+    "gpuplatform.inputs.DatabaseUnavailableMiddleware",  # database lost -> 503 JSON + Retry-After
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -68,8 +70,16 @@ DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
         conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "0")),
+        conn_health_checks=True,  # a persistent connection is checked before reuse (PostgreSQL restarted)
     )
 }
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # A stopped or unreachable server answers within seconds (-> 503), never after the OS's TCP timeout.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 3)
+# Request bodies: refused with 413 above this size before parsing (gpuplatform/inputs.py); Django's own
+# form-parsing cap agrees.
+REQUEST_BODY_MAX_BYTES = int(os.environ.get("REQUEST_BODY_MAX_BYTES", str(1 << 20)))
+DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_BODY_MAX_BYTES
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The embedded default: a web thread and the in-process loop share one file.
     DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})

@@ -14,3 +14,5 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),  # login, logout (POST), password change
     path("", include("frontend.urls")),
 ]
+
+handler500 = "gpuplatform.inputs.server_error"  # a lost database -> 503 JSON + Retry-After (inputs.py)
