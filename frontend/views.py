@@ -208,7 +208,8 @@ def job_detail(request, pk: int):
 
 @never_cache
 def healthz(request):
-    """200 when the database answers (the web container's health check); no login."""
+    """200 when the database answers (the web container's health check); no login. The database alone:
+    a broker outage does not make the web tier unhealthy (see `readyz` for every dependency)."""
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -217,3 +218,42 @@ def healthz(request):
         return HttpResponse(f"database unavailable: {exc.__class__.__name__}\n", status=503,
                             content_type="text/plain")
     return HttpResponse("ok\n", content_type="text/plain")
+
+
+def _check_database() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+    return "ok"
+
+
+def _check_redis() -> str:
+    from django.conf import settings
+
+    if not settings.REDIS_URL:
+        return "not configured (in-process scheduling loop)"
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=0.5, socket_timeout=0.5)
+    try:
+        client.ping()
+    finally:
+        client.close()
+    return "ok"
+
+
+@never_cache
+def readyz(request):
+    """Readiness, per dependency: {"database": "ok" | "unavailable: <error>", "redis": ..., "ready": bool};
+    200 when every configured dependency answers, else 503 (with Retry-After). No login; each check is
+    bounded (PostgreSQL connect_timeout, Redis 0.5 s)."""
+    checks, ready = {}, True
+    for name, check in (("database", _check_database), ("redis", _check_redis)):
+        try:
+            checks[name] = check()
+        except Exception as exc:  # noqa: BLE001 - any failure means not ready
+            checks[name], ready = f"unavailable: {exc.__class__.__name__}", False
+    response = JsonResponse({**checks, "ready": ready}, status=200 if ready else 503)
+    if not ready:
+        response["Retry-After"] = "5"
+    return response

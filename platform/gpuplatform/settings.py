@@ -146,7 +146,17 @@ SPECTACULAR_SETTINGS = {
 # --- Celery and the scheduling loop -------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
 CELERY_BROKER_URL = REDIS_URL or "memory://"
-CELERY_RESULT_BACKEND = REDIS_URL or None
+# The shared cache (throttles, login lock-outs) on the same Redis, failing open (gpuplatform/cache.py).
+CACHES = {"default": {
+    "BACKEND": "gpuplatform.cache.FailOpenRedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "gpuplatform",
+    "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+}} if REDIS_URL else {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# No result backend: nothing waits on a task's result in production, and a result backend's reconnects
+# were what blocked submissions during a Redis outage. Tests that .get() a result set this variable.
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
+# A stopped broker is noticed within about a second, never after minutes of reconnect attempts.
+CELERY_BROKER_CONNECTION_TIMEOUT = 1.0
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

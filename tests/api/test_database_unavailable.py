@@ -41,3 +41,19 @@ def test_other_errors_stay_500_not_503(client_for, cluster):
 
 def test_connection_health_checks_are_on():
     assert django_settings.DATABASES["default"]["CONN_HEALTH_CHECKS"] is True
+
+
+def test_submission_answers_from_what_was_committed(client_for, cluster):
+    """The job committed, then re-reading it failed: 201 with what was committed, not a 500 that would
+    make the client submit a duplicate."""
+    from gpuplatform.models import Job
+
+    api = client_for("member")
+    api.raise_request_exception = False
+    with mock.patch("gpuplatform.api.views.jobs.JobViewSet.get_queryset",
+                    side_effect=OperationalError("server closed the connection")):
+        r = api.post("/api/v1/jobs/", {"name": "kept", "queue": "alpha", "command": "sleep 1",
+                                        "roles": [{"tasks": 1, "gpus_per_task": 1}]}, format="json")
+    assert r.status_code == 201, r.content[:300]
+    assert Job.objects.filter(pk=r.json()["id"], name="kept").count() == 1
+    assert r.json()["state"] == "pending" and r.json()["queue"] == "alpha"

@@ -2,8 +2,9 @@
 
 - `run_scheduling_cycle`: the Celery task (beat runs it every SCHEDULER_CYCLE_SECONDS; submissions ask
   for one through `request_cycle`). Single-flight: a second concurrent run returns {"skipped": True}.
-- `request_cycle()`: enqueue a cycle by task name when a broker (REDIS_URL) is configured, else do
-  nothing (the embedded loop will pick the work up on its next tick).
+- `request_cycle()`: ask for a cycle by task name when a broker (REDIS_URL) is configured, fire-and-forget
+  (a sender thread publishes it; a broker outage never blocks or fails the caller), else do nothing (the
+  embedded loop will pick the work up on its next tick).
 - `detect_node_failures`: periodic failure detection (beat, every FAILURE_CHECK_SECONDS).
 - `run_loop(...)`: the embedded default's scheduling loop, run in a thread of the web process; it runs
   failure detection before every cycle.
@@ -15,7 +16,9 @@ the module these tasks lived in before the cycle's database side moved into the 
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from datetime import datetime
 from typing import Callable
 
@@ -68,20 +71,63 @@ def detect_node_failures(now: str | None = None) -> dict:
             "requeued": report.requeued, "drained": report.drained}
 
 
-def request_cycle() -> bool:
-    """Ask for a scheduling cycle soon: send RUN_SCHEDULING_CYCLE by name (it expires after two cycle
-    periods, at least 10 s). Returns True if a task was enqueued. Never raises: a broker outage is logged
-    and the periodic beat cycle catches up."""
-    if not getattr(settings, "REDIS_URL", ""):
+class _CycleRequester:
+    """Fire-and-forget cycle requests: `request()` only sets a flag; one daemon thread per process sends
+    RUN_SCHEDULING_CYCLE. Requests made while a send is under way coalesce into one more send, and after
+    a failed send (broker down) nothing is sent for BROKER_RETRY_SECONDS: the beat's periodic cycle (or a
+    later submission) catches up. A request never waits on the broker."""
+
+    def __init__(self) -> None:
+        self._wanted = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self.down_until = 0.0
+
+    def request(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+                self._pid = os.getpid()  # a forked worker (gunicorn) does not inherit the parent's thread
+                self._thread = threading.Thread(target=self._run, name="cycle-requester", daemon=True)
+                self._thread.start()
+        self._wanted.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            send_cycle_request()
+
+
+_requester = _CycleRequester()
+BROKER_RETRY_SECONDS = 5.0
+
+
+def send_cycle_request() -> bool:
+    """Send RUN_SCHEDULING_CYCLE by name now (it expires after two cycle periods, at least 10 s), with no
+    publish retries and the broker's short connect timeout (settings.CELERY_BROKER_TRANSPORT_OPTIONS).
+    Returns True if sent. Never raises: a failure is logged and further sends pause BROKER_RETRY_SECONDS."""
+    if time.monotonic() < _requester.down_until:
         return False
     try:
         from gpuplatform.celery import app
 
-        app.send_task(RUN_SCHEDULING_CYCLE, expires=max(settings.SCHEDULER_CYCLE_SECONDS * 2, 10))
+        app.send_task(RUN_SCHEDULING_CYCLE, expires=max(settings.SCHEDULER_CYCLE_SECONDS * 2, 10), retry=False)
         return True
     except Exception:  # noqa: BLE001 - a submission must not fail because the broker is down
-        log.warning("could not enqueue a scheduling cycle", exc_info=True)
+        _requester.down_until = time.monotonic() + BROKER_RETRY_SECONDS
+        log.warning("could not enqueue a scheduling cycle (beat catches up)", exc_info=True)
         return False
+
+
+def request_cycle() -> bool:
+    """Ask for a scheduling cycle soon, without waiting: returns True when a broker (REDIS_URL) is
+    configured and the request was handed to this process's sender thread (`send_cycle_request`), False
+    without a broker (the embedded loop picks the work up on its next tick). Never raises or blocks."""
+    if not getattr(settings, "REDIS_URL", ""):
+        return False
+    _requester.request()
+    return True
 
 
 def run_loop(*, interval_seconds: float, clock_fn: Callable[[], datetime], stop_event: threading.Event,
