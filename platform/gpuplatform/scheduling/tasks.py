@@ -45,19 +45,20 @@ def _clock(value: str | None) -> datetime | None:
 
 @shared_task(name=RUN_SCHEDULING_CYCLE, ignore_result=False)
 def run_scheduling_cycle(clock: str | None = None) -> dict:
-    """Run one cycle now (cluster clock = wall clock, or `clock`, an ISO 8601 time with its zone, for
-    replays and tests). Returns {"skipped", "number", "binds", "pending", "stale_skipped", "duration_ms"};
+    """Run failure detection and one cycle now, under one lock (cluster clock = wall clock, or `clock`, an
+    ISO 8601 time with its zone, for replays and tests). Returns {"skipped", "number", "binds", "pending", "stale_skipped", "duration_ms"};
     raises what the cycle raised (the failure is recorded first)."""
     from gpuplatform.scheduling.store import run_cycle_once
 
-    return _summary(run_cycle_once(clock=_clock(clock)))
+    return _summary(run_cycle_once(clock=_clock(clock), detect=True))
 
 
 @shared_task(name=DETECT_NODE_FAILURES, ignore_result=False)
 def detect_node_failures(now: str | None = None) -> dict:
     """Periodic failure detection (failures.py) at wall-clock time (or `now`, ISO 8601), under
     the cycle's single-flight lock so it never interleaves with a cycle's apply. Returns what changed,
-    or {"skipped": True} when a cycle holds the lock (the next beat tries again)."""
+    or {"skipped": True} when a cycle holds the lock: that cycle ran detection when it took the lock
+    (run_scheduling_cycle detects first), so detection never starves under load."""
     from django.utils import timezone
 
     from gpuplatform.scheduling.failures import detect_failures
@@ -135,7 +136,6 @@ def run_loop(*, interval_seconds: float, clock_fn: Callable[[], datetime], stop_
     """Run cycles every `interval_seconds` (wall time) until `stop_event` is set; each cycle runs at
     cluster time `clock_fn()`, after failure detection at that time. A failing cycle is logged (and recorded by run_cycle_once) and the loop
     goes on. `on_cycle(cycle_or_None)` is called after each attempt. Returns the number of cycles run."""
-    from gpuplatform.scheduling.failures import detect_failures
     from gpuplatform.scheduling.store import run_cycle_once
 
     count = 0
@@ -143,8 +143,7 @@ def run_loop(*, interval_seconds: float, clock_fn: Callable[[], datetime], stop_
         cycle = None
         try:
             now = clock_fn()
-            detect_failures(now)
-            cycle = run_cycle_once(clock=now, config=config)
+            cycle = run_cycle_once(clock=now, config=config, detect=True)
             count += cycle is not None
         except Exception:  # noqa: BLE001 - keep the loop alive; the error is in SchedulerCycle.error
             log.exception("scheduling loop: cycle failed")
