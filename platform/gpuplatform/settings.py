@@ -85,9 +85,16 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-AUTH_PASSWORD_VALIDATORS = [] if DEBUG else [
+AUTH_PASSWORD_VALIDATORS = [  # also with DEBUG on: a password set in development must pass too
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 8}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Brute-force lock-out of the token endpoint and the login page (gpuplatform/auth_throttle.py).
+AUTH_LOCKOUT_USER_FAILURES = int(os.environ.get("AUTH_LOCKOUT_USER_FAILURES", "10"))
+AUTH_LOCKOUT_ADDRESS_FAILURES = int(os.environ.get("AUTH_LOCKOUT_ADDRESS_FAILURES", "50"))
+AUTH_LOCKOUT_WINDOW_SECONDS = int(os.environ.get("AUTH_LOCKOUT_WINDOW_SECONDS", "900"))
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
