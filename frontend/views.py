@@ -15,6 +15,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from gpuplatform import access, queries
+from gpuplatform.event_visibility import redacted
 from gpuplatform.models import Job
 
 from . import figures, job_run
@@ -179,6 +180,9 @@ def job_detail(request, pk: int):
         raise Http404("No such job, or not one of your teams' jobs.")
     allocations = list(job.allocations.all())
     events = list(queries.job_events(job))
+    visible = access.visible_team_ids(request.user)
+    for e in events:  # other teams' jobs named in an event read "a job of team X" (event_visibility.py)
+        e.message, e.data = redacted(e.message, e.data, visible)
     roles = list(job.roles.all())
     tasks = job_run.task_rows(job.tasks.all())
     return render(request, "frontend/job_detail.html", {
