@@ -12,9 +12,10 @@ import dj_database_url
 BASE_DIR = Path(__file__).resolve().parent.parent.parent  # the repository root
 
 DEBUG = os.environ.get("DEBUG", "0").lower() in {"1", "true", "yes"}
-SECRET_KEY = os.environ.get("SECRET_KEY") or "dev-only-insecure-key-change-me"
-if not DEBUG and "SECRET_KEY" not in os.environ and os.environ.get("DJANGO_PRODUCTION"):
-    raise RuntimeError("SECRET_KEY must be set in production")
+PRODUCTION = bool(os.environ.get("DJANGO_PRODUCTION"))
+SECRET_KEY = os.environ.get("SECRET_KEY", "").strip() or "dev-only-insecure-key-change-me"
+if PRODUCTION and not os.environ.get("SECRET_KEY", "").strip():
+    raise RuntimeError("SECRET_KEY must be set (non-empty) when DJANGO_PRODUCTION=1")
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
@@ -30,6 +31,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI / Redoc served from our static files (no CDN)
+    "csp",
     "gpuplatform.apps.GpuPlatformConfig",
     "frontend",
 ]
@@ -38,6 +40,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "gpuplatform.inputs.InputGuardMiddleware",  # 413 / 400 before any parsing (the one input normaliser)
     "gpuplatform.inputs.DatabaseUnavailableMiddleware",  # database lost -> 503 JSON + Retry-After
+    "csp.middleware.CSPMiddleware",  # Content-Security-Policy (CONTENT_SECURITY_POLICY below)
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -117,9 +120,40 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
-if os.environ.get("DJANGO_PRODUCTION"):
+if PRODUCTION:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+# HTTPS: behind a TLS-terminating proxy set SECURE_SSL=1 (redirect to https, HSTS for a year with
+# subdomains and preload); the proxy must send X-Forwarded-Proto. `manage.py check --deploy` is clean with
+# DJANGO_PRODUCTION=1 SECURE_SSL=1 and a long SECRET_KEY.
+if os.environ.get("SECURE_SSL", "0").lower() in {"1", "true", "yes"}:
+    SECURE_SSL_REDIRECT = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]  # probes inside the cluster speak http
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+# /metrics needs `Authorization: Bearer <METRICS_TOKEN>` when set; with DJANGO_PRODUCTION=1 it is never
+# open: without a token it answers 403 (gpuplatform/prometheus.py).
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "").strip()
+# Content Security Policy (django-csp): scripts and styles from this site only. plotly.js needs inline
+# styles (it styles the SVG it draws) and `Function` for its WebGL traces (the topology zoom's scattergl).
+CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
+    "default-src": ["'self'"],
+    "script-src": ["'self'", "'unsafe-eval'"],
+    "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:", "blob:"],
+    "font-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "worker-src": ["'self'", "blob:"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}}
 
 REST_FRAMEWORK = {
     # JSON whose nesting overflows the parser's recursion is a 400 like any other malformed body (api/parsers.py)
