@@ -1,4 +1,5 @@
 """The platform's domain model, split by topic (see DESIGN.md section 4)."""
+from .agents import NodeAgentScope
 from .cluster import Domain, Gpu, Node
 from .events import ClusterSample, Event, QueueSample, SchedulerCycle
 from .queues import Quota, Queue
@@ -6,6 +7,6 @@ from .tenancy import Membership, Team
 from .workloads import Allocation, Job, JobRole, Task, TaskLog
 
 __all__ = [
-    "Allocation", "ClusterSample", "Domain", "Event", "Gpu", "Job", "JobRole", "Membership", "Node",
+    "Allocation", "ClusterSample", "Domain", "Event", "Gpu", "Job", "JobRole", "Membership", "Node", "NodeAgentScope",
     "Queue", "QueueSample", "Quota", "SchedulerCycle", "Task", "TaskLog", "Team",
 ]
