@@ -55,13 +55,15 @@ def check_text(field: str, value: str) -> None:
         raise InputError(field, INT_MESSAGE)
 
 
-def check_value(value, field: str = "", depth: int = 0) -> None:
-    """Walk parsed JSON iteratively-bounded: raise InputError for a NUL in a key or string, an int beyond
-    64 bits, a non-finite float, or nesting deeper than JSON_MAX_DEPTH. `field` is the dotted path."""
+def check_value(value, field: str = "", depth: int = 0, nul_tolerant: frozenset = frozenset()) -> None:
+    """Walk parsed JSON (depth-bounded): raise InputError for a NUL in a key or string, an int beyond
+    64 bits, a non-finite float, or nesting deeper than JSON_MAX_DEPTH. `field` is the dotted path.
+    `nul_tolerant`: top-level fields whose string VALUES may hold NUL (a task's output in an agent's
+    report: the view replaces them, one byte for one)."""
     if depth > JSON_MAX_DEPTH:
         raise InputError(field or "non_field_errors", f"nested deeper than {JSON_MAX_DEPTH} levels")
     if isinstance(value, str):
-        if "\x00" in value:
+        if "\x00" in value and top_field(field) not in nul_tolerant:
             raise InputError(field or "non_field_errors", NUL_MESSAGE)
     elif isinstance(value, bool) or value is None:
         return
@@ -77,10 +79,10 @@ def check_value(value, field: str = "", depth: int = 0) -> None:
             path = f"{field}.{name}" if field else name
             if "\x00" in str(key):
                 raise InputError(path or "non_field_errors", NUL_MESSAGE)
-            check_value(item, path, depth + 1)
+            check_value(item, path, depth + 1, nul_tolerant)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            check_value(item, f"{field}.{index}" if field else str(index), depth + 1)
+            check_value(item, f"{field}.{index}" if field else str(index), depth + 1, nul_tolerant)
 
 
 def top_field(field: str) -> str:

@@ -18,8 +18,10 @@ class JSONParser(parsers.JSONParser):
             data = super().parse(stream, media_type, parser_context)
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply") from None
+        view = (parser_context or {}).get("view")
+        tolerant = frozenset(getattr(view, "nul_tolerant_fields", {}).get(getattr(view, "action", None), ()))
         try:
-            check_value(data)
+            check_value(data, nul_tolerant=tolerant)
         except InputError as exc:
             raise ValidationError({top_field(exc.field): [exc.message]}) from None
         return data
