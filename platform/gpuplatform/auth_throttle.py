@@ -66,12 +66,13 @@ class ThrottledObtainAuthToken(ObtainAuthToken):
     locked out (see the module docstring)."""
 
     def post(self, request, *args, **kwargs):
-        username = str(request.data.get("username", ""))
+        data = request.data if hasattr(request.data, "get") else {}  # a JSON list or scalar: a 400 below
+        username = str(data.get("username", ""))
         wait = locked_out(request, username)
         if wait:
             return Response({"detail": LOCKED_MESSAGE}, status=status.HTTP_429_TOO_MANY_REQUESTS,
                             headers={"Retry-After": str(wait)})
-        serializer = self.get_serializer(data=request.data)
+        serializer = self.get_serializer(data=data)
         if not serializer.is_valid():
             record_failure(request, username)
             return Response(serializer.errors, status=status.HTTP_400_BAD_REQUEST)

@@ -72,3 +72,10 @@ def test_password_validators_refuse_weak_passwords(users, password):
 
 def test_password_validators_accept_a_strong_one(users):
     validate_password("correct horse battery staple 42", user=users["member"])
+
+
+@pytest.mark.parametrize("body", ["[null, null]", "42", '"x"', "null"])
+def test_token_endpoint_answers_400_to_a_body_that_is_not_an_object(users, body):
+    """Found by the schema fuzz test: a JSON list as the body was a 500."""
+    r = APIClient().generic("POST", "/api/v1/auth-token/", body, content_type="application/json")
+    assert r.status_code == 400, r.content[:200]
