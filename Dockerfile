@@ -26,4 +26,6 @@ RUN SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput -v 0 
 USER app
 
 EXPOSE 8000
-CMD ["gunicorn", "gpuplatform.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]
+# --max-requests recycles a worker after ~1000 requests (jitter spreads the restarts): memory a large
+# request grew never stays; --timeout bounds a stuck request.
+CMD ["gunicorn", "gpuplatform.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--max-requests", "1000", "--max-requests-jitter", "100", "--timeout", "30", "--access-logfile", "-"]

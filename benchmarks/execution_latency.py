@@ -279,6 +279,9 @@ class Bench:
         agent.set_unusable_password()
         agent.save()
         agent.groups.add(Group.objects.get_or_create(name=NODE_AGENT_GROUP)[0])
+        from gpuplatform.models import NodeAgentScope
+
+        NodeAgentScope.objects.update_or_create(user=agent, defaults={"nodes": ["*"]})  # the bench's own agents
         self.token = Token.objects.get_or_create(user=agent)[0].key
 
     def start_server(self):

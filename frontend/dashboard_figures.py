@@ -9,11 +9,12 @@ from typing import Mapping, Sequence
 from gpuplatform.borrowing import borrowed
 from scheduler.sim.report import SIZE_BUCKETS, size_bucket
 
-from .figures import _iso, _layout
+from .figures import _iso, _layout, plain
 from .states import PALETTE, SERIES_COLORS, STATE_COLORS
 
 
 def _line(name, x, y, color, **extra) -> dict:
+    name = plain(name)
     return {"type": "scatter", "mode": "lines", "name": name, "x": x, "y": y,
             "line": {"color": color, "width": 1.5, **extra.pop("line", {})},
             "hovertemplate": "%{y}<extra>" + name + "</extra>", **extra}
@@ -39,7 +40,7 @@ def watermark_figure(queue: str, samples: Sequence[Mapping], *, height: int = 24
     if any(s.get("fair_share") is not None for s in samples):
         data.append(_line("fair share", x, [None if s.get("fair_share") is None else round(s["fair_share"], 2)
                                             for s in samples], SERIES_COLORS["fair_share"], line={"dash": "dot"}))
-    layout = _layout(queue, yaxis={"title": {"text": "GPUs"}}, height=height)
+    layout = _layout(plain(queue), yaxis={"title": {"text": "GPUs"}}, height=height)
     layout["margin"] = {"l": 44, "r": 8, "t": 30, "b": 28}
     layout["xaxis"] = {**layout["xaxis"], "automargin": True}  # date labels are never clipped
     layout["yaxis"] = {**layout["yaxis"], "automargin": True}
@@ -88,7 +89,7 @@ def wait_figures(rows: Sequence[Mapping], *, max_teams: int = 20) -> dict:
                   "marker": {"color": PALETTE[i % len(PALETTE)]}, "hoverinfo": "y+name"}
                  for i, b in enumerate(labels)]
     teams = sorted(by_team, key=lambda t: -len(by_team[t]))[:max_teams]
-    team_data = [{"type": "box", "name": f"{t} ({len(by_team[t])})", "y": by_team[t], "boxpoints": False,
+    team_data = [{"type": "box", "name": f"{plain(t)} ({len(by_team[t])})", "y": by_team[t], "boxpoints": False,
                   "marker": {"color": PALETTE[i % len(PALETTE)]}, "hoverinfo": "y+name"}
                  for i, t in enumerate(sorted(teams))]
     out = {}

@@ -6,6 +6,7 @@ plotly figures (the tests check them with plotly.graph_objects.Figure).
 """
 from __future__ import annotations
 
+import html
 from collections import OrderedDict
 from datetime import datetime
 from typing import Iterable, Mapping, Sequence
@@ -13,6 +14,13 @@ from typing import Iterable, Mapping, Sequence
 from .states import PALETTE, SERIES_COLORS, STATE_COLORS
 
 FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12}
+
+
+def plain(value) -> str:
+    """A name from the database as plotly text: plotly.js renders `<b>`, `<br>`, `<span style>`, `<a>` in
+    trace names, hover text, annotations, titles and tick labels, so markup in a job / queue / team / node
+    / domain name is escaped (shown as typed). Every name placed in a figure's text goes through here."""
+    return html.escape(str(value), quote=False)
 
 
 def _iso(t) -> str:
@@ -94,9 +102,9 @@ def queue_usage_figure(rows: Iterable[Mapping], *, max_queues: int = 16) -> dict
     for i, name in enumerate(sorted(shown)):
         series = per_queue[name]
         data.append({
-            "type": "scatter", "mode": "lines", "name": name, "x": x, "y": [series.get(t, 0) for t in x],
+            "type": "scatter", "mode": "lines", "name": plain(name), "x": x, "y": [series.get(t, 0) for t in x],
             "stackgroup": "used", "line": {"width": 0.5, "color": PALETTE[i % len(PALETTE)]},
-            "hovertemplate": "%{y} GPUs<extra>" + name + "</extra>",
+            "hovertemplate": "%{y} GPUs<extra>" + plain(name) + "</extra>",
         })
     if rest:
         data.append({
@@ -115,7 +123,7 @@ def team_jobs_figure(counts: Sequence) -> dict:
     def get(c, k):
         return c[k] if isinstance(c, Mapping) else getattr(c, k)
 
-    teams = [get(c, "team") for c in counts]
+    teams = [plain(get(c, "team")) for c in counts]
     data = []
     for key, color_state in (("running", "running"), ("pending", "pending")):
         data.append({

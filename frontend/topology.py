@@ -22,6 +22,7 @@ from operator import itemgetter
 from gpuplatform.borrowing import BORROWED_DEFINITION, borrowed_gpu_ids
 from gpuplatform.trees import Tree
 
+from .figures import plain
 from .states import GPU_STATE_COLORS
 
 GPU_STATES = tuple(GPU_STATE_COLORS)
@@ -77,7 +78,7 @@ def _layout(height_units: float, width_cols: int, annotations: list[dict]) -> di
 
 
 def _label(name: str, x: float, y: float) -> dict:
-    return {"text": name, "name": name, "x": x - 0.45, "y": y + 0.25, "xanchor": "left", "yanchor": "middle",
+    return {"text": plain(name), "name": name, "x": x - 0.45, "y": y + 0.25, "xanchor": "left", "yanchor": "middle",
             "showarrow": False, "captureevents": True, "font": {"size": 11, "color": "#2c5282"}}
 
 
@@ -85,8 +86,8 @@ def _job_label(job: dict | None, visible) -> str:
     if job is None:
         return ""
     if visible is None or job["team_id"] in visible:
-        return f"{job['name']} · team {job['team_name']} · queue {job['queue_name']}"
-    return f"a job of team {job['team_name']} · queue {job['queue_name']}"
+        return f"{plain(job['name'])} · team {plain(job['team_name'])} · queue {plain(job['queue_name'])}"
+    return f"a job of team {plain(job['team_name'])} · queue {plain(job['queue_name'])}"
 
 
 def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas: dict[int, int],
@@ -169,7 +170,7 @@ def _domain_level(cells, by_id, visible, filtering):
             c = per[did]
             x, top = x0 + i % cols, y0 + 0.6 + i // cols
             top_jobs = sorted(c["jobs"].items(), key=lambda kv: -kv[1])[:3]
-            lines = [f"<b>{dname(did)}</b> · {dname(p) if p is not None else ''} · {c['gpus']} GPUs",
+            lines = [f"<b>{plain(dname(did))}</b> · {plain(dname(p)) if p is not None else ''} · {c['gpus']} GPUs",
                      ", ".join(f"{n} {s}" for s, n in sorted(c["states"].items(), key=lambda kv: -kv[1]))]
             lines += [f"{n} GPUs: {_job_label(job_info[jid], visible)}" for jid, n in top_jobs]
             if len(c["jobs"]) > 3:
@@ -224,7 +225,8 @@ def _gpu_level(cells, by_id, visible, filtering):
                 t["x"].append(x0 + g[1] % per_node)
                 t["y"].append(round(y0 + 0.6 + line + 0.45, 3))
                 who = _job_label(j, visible)
-                t["hovertext"].append(f"<b>{node}</b> GPU {g[1]} · {g[6]} · {state}" + (f"<br>{who}" if who else ""))
+                t["hovertext"].append(f"<b>{plain(node)}</b> GPU {g[1]} · {plain(g[6])} · {state}"
+                                      + (f"<br>{who}" if who else ""))
                 shown = j is not None and (visible is None or j["team_id"] in visible)
                 t["customdata"].append([j["id"] if shown else None, dname(did)])
                 t["opacity"].append(1.0 if not filtering or match else 0.25)

@@ -26,4 +26,5 @@ urlpatterns = [
     path("docs/", dash.doc_page, name="docs"),
     path("docs/<slug:name>/", dash.doc_page, name="doc"),
     path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
 ]

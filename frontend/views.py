@@ -17,6 +17,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from gpuplatform import access, queries
+from gpuplatform.event_visibility import redacted
 from gpuplatform.models import Job
 
 from . import figures, job_paging, job_run
@@ -216,6 +217,9 @@ def job_detail(request, pk: int):
         raise Http404("No such job, or not one of your teams' jobs.")
     allocations = list(job.allocations.all())
     events = list(queries.job_events(job))
+    visible = access.visible_team_ids(request.user)
+    for e in events:  # other teams' jobs named in an event read "a job of team X" (event_visibility.py)
+        e.message, e.data = redacted(e.message, e.data, visible)
     roles = list(job.roles.all())
     tasks = job_run.task_rows(job.tasks.all())
     diagnosis = job_run.diagnosis_view(job, job.tasks.all())
@@ -249,7 +253,8 @@ def job_detail(request, pk: int):
 
 @never_cache
 def healthz(request):
-    """200 when the database answers (the web container's health check); no login."""
+    """200 when the database answers (the web container's health check); no login. The database alone:
+    a broker outage does not make the web tier unhealthy (see `readyz` for every dependency)."""
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -290,3 +295,42 @@ def node_list(request):
         "page": page, "health": health, "filters": NODE_HEALTH_FILTERS, "counts": counts,
         "mismatches": [n for n in Node.objects.exclude(topology_mismatches=[]).order_by("name")[:100]],
     })
+
+
+def _check_database() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+    return "ok"
+
+
+def _check_redis() -> str:
+    from django.conf import settings
+
+    if not settings.REDIS_URL:
+        return "not configured (in-process scheduling loop)"
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=0.5, socket_timeout=0.5)
+    try:
+        client.ping()
+    finally:
+        client.close()
+    return "ok"
+
+
+@never_cache
+def readyz(request):
+    """Readiness, per dependency: {"database": "ok" | "unavailable: <error>", "redis": ..., "ready": bool};
+    200 when every configured dependency answers, else 503 (with Retry-After). No login; each check is
+    bounded (PostgreSQL connect_timeout, Redis 0.5 s)."""
+    checks, ready = {}, True
+    for name, check in (("database", _check_database), ("redis", _check_redis)):
+        try:
+            checks[name] = check()
+        except Exception as exc:  # noqa: BLE001 - any failure means not ready
+            checks[name], ready = f"unavailable: {exc.__class__.__name__}", False
+    response = JsonResponse({**checks, "ready": ready}, status=200 if ready else 503)
+    if not ready:
+        response["Retry-After"] = "5"
+    return response

@@ -198,9 +198,13 @@ REGISTRY.register(PlatformCollector())
 
 
 def metrics_view(request):
-    """GET /metrics. Open unless METRICS_TOKEN is set (settings or environment); then it needs
+    """GET /metrics. Closed (403) with DJANGO_PRODUCTION=1 and no METRICS_TOKEN. Open on a laptop unless
+    METRICS_TOKEN is set (settings or environment); then it needs
     `Authorization: Bearer <METRICS_TOKEN>` (Prometheus' `authorization` / `bearer_token` scrape option)."""
     token = getattr(settings, "METRICS_TOKEN", None) or os.environ.get("METRICS_TOKEN", "")
+    if not token and getattr(settings, "PRODUCTION", False):
+        return HttpResponse("metrics are closed: set METRICS_TOKEN (DJANGO_PRODUCTION=1 never serves them open)\n",
+                            status=403, content_type="text/plain")
     if token:
         sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(sent.encode(), token.encode()):

@@ -12,9 +12,10 @@ import dj_database_url
 BASE_DIR = Path(__file__).resolve().parent.parent.parent  # the repository root
 
 DEBUG = os.environ.get("DEBUG", "0").lower() in {"1", "true", "yes"}
-SECRET_KEY = os.environ.get("SECRET_KEY") or "dev-only-insecure-key-change-me"
-if not DEBUG and "SECRET_KEY" not in os.environ and os.environ.get("DJANGO_PRODUCTION"):
-    raise RuntimeError("SECRET_KEY must be set in production")
+PRODUCTION = bool(os.environ.get("DJANGO_PRODUCTION"))
+SECRET_KEY = os.environ.get("SECRET_KEY", "").strip() or "dev-only-insecure-key-change-me"
+if PRODUCTION and not os.environ.get("SECRET_KEY", "").strip():
+    raise RuntimeError("SECRET_KEY must be set (non-empty) when DJANGO_PRODUCTION=1")
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
@@ -30,12 +31,16 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI / Redoc served from our static files (no CDN)
+    "csp",
     "gpuplatform.apps.GpuPlatformConfig",
     "frontend",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "gpuplatform.inputs.InputGuardMiddleware",  # 413 / 400 before any parsing (the one input normaliser)
+    "gpuplatform.inputs.DatabaseUnavailableMiddleware",  # database lost -> 503 JSON + Retry-After
+    "csp.middleware.CSPMiddleware",  # Content-Security-Policy (CONTENT_SECURITY_POLICY below)
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -68,16 +73,31 @@ DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
         conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "0")),
+        conn_health_checks=True,  # a persistent connection is checked before reuse (PostgreSQL restarted)
     )
 }
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # A stopped or unreachable server answers within seconds (-> 503), never after the OS's TCP timeout.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 3)
+# Request bodies: refused with 413 above this size before parsing (gpuplatform/inputs.py); Django's own
+# form-parsing cap agrees.
+REQUEST_BODY_MAX_BYTES = int(os.environ.get("REQUEST_BODY_MAX_BYTES", str(1 << 20)))
+DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_BODY_MAX_BYTES
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The embedded default: a web thread and the in-process loop share one file.
     DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-AUTH_PASSWORD_VALIDATORS = [] if DEBUG else [
+AUTH_PASSWORD_VALIDATORS = [  # also with DEBUG on: a password set in development must pass too
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 8}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Brute-force lock-out of the token endpoint and the login page (gpuplatform/auth_throttle.py).
+AUTH_LOCKOUT_USER_FAILURES = int(os.environ.get("AUTH_LOCKOUT_USER_FAILURES", "10"))
+AUTH_LOCKOUT_ADDRESS_FAILURES = int(os.environ.get("AUTH_LOCKOUT_ADDRESS_FAILURES", "50"))
+AUTH_LOCKOUT_WINDOW_SECONDS = int(os.environ.get("AUTH_LOCKOUT_WINDOW_SECONDS", "900"))
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
@@ -100,9 +120,40 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
-if os.environ.get("DJANGO_PRODUCTION"):
+if PRODUCTION:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+# HTTPS: behind a TLS-terminating proxy set SECURE_SSL=1 (redirect to https, HSTS for a year with
+# subdomains and preload); the proxy must send X-Forwarded-Proto. `manage.py check --deploy` is clean with
+# DJANGO_PRODUCTION=1 SECURE_SSL=1 and a long SECRET_KEY.
+if os.environ.get("SECURE_SSL", "0").lower() in {"1", "true", "yes"}:
+    SECURE_SSL_REDIRECT = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]  # probes inside the cluster speak http
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+# /metrics needs `Authorization: Bearer <METRICS_TOKEN>` when set; with DJANGO_PRODUCTION=1 it is never
+# open: without a token it answers 403 (gpuplatform/prometheus.py).
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "").strip()
+# Content Security Policy (django-csp): scripts and styles from this site only. plotly.js needs inline
+# styles (it styles the SVG it draws) and `Function` for its WebGL traces (the topology zoom's scattergl).
+CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
+    "default-src": ["'self'"],
+    "script-src": ["'self'", "'unsafe-eval'"],
+    "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:", "blob:"],
+    "font-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "worker-src": ["'self'", "blob:"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}}
 
 REST_FRAMEWORK = {
     # JSON whose nesting overflows the parser's recursion is a 400 like any other malformed body (api/parsers.py)
@@ -141,7 +192,17 @@ IDEMPOTENCY_KEY_TTL_SECONDS = int(os.environ.get("IDEMPOTENCY_KEY_TTL_SECONDS", 
 # --- Celery and the scheduling loop -------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
 CELERY_BROKER_URL = REDIS_URL or "memory://"
-CELERY_RESULT_BACKEND = REDIS_URL or None
+# The shared cache (throttles, login lock-outs) on the same Redis, failing open (gpuplatform/cache.py).
+CACHES = {"default": {
+    "BACKEND": "gpuplatform.cache.FailOpenRedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "gpuplatform",
+    "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+}} if REDIS_URL else {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# No result backend: nothing waits on a task's result in production, and a result backend's reconnects
+# were what blocked submissions during a Redis outage. Tests that .get() a result set this variable.
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
+# A stopped broker is noticed within about a second, never after minutes of reconnect attempts.
+CELERY_BROKER_CONNECTION_TIMEOUT = 1.0
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

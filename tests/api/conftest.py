@@ -52,6 +52,9 @@ def users(cluster):
     services.add_member(beta, out["other_admin"], "admin")
     out["agent"] = User.objects.create_user("node-agent", password="pw")
     out["agent"].groups.add(Group.objects.get_or_create(name=NODE_AGENT_GROUP)[0])
+    from gpuplatform.models import NodeAgentScope
+
+    NodeAgentScope.objects.create(user=out["agent"], nodes=["*"])  # trusted for every node (scoped ones: test_agent_scope)
     out["anonymous"] = None
     return out
 

@@ -96,7 +96,7 @@ def start_worker(queue: str, log_path: Path, env_extra: dict | None = None) -> s
     """Start `celery -A gpuplatform worker --pool=solo` on the pytest-django test database, consuming only
     `queue`, with `env_extra` over the environment (settings such as HEARTBEAT_TIMEOUT_SECONDS); returns
     once it is ready. Raises RuntimeError with its log when it does not come up within 60 s."""
-    env = {**os.environ, "DATABASE_URL": _db_url(), "REDIS_URL": REDIS_URL,
+    env = {**os.environ, "DATABASE_URL": _db_url(), "REDIS_URL": REDIS_URL, "CELERY_RESULT_BACKEND": REDIS_URL,
            "DJANGO_SETTINGS_MODULE": "gpuplatform.settings",
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "platform"), os.environ.get("PYTHONPATH", "")]),
            **(env_extra or {})}

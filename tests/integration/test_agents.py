@@ -26,6 +26,7 @@ from gpuplatform import services
 from gpuplatform.agent.client import get_json, post_json
 from gpuplatform.agent.local import start_agents, stop_agents
 from gpuplatform.api.permissions import NODE_AGENT_GROUP
+from gpuplatform.models import NodeAgentScope
 from gpuplatform.models import Allocation, Event, Job, Node, Queue, Task
 from gpuplatform.scheduling.tasks import detect_node_failures, run_scheduling_cycle
 from tests.integration.conftest import start_worker, stop_worker
@@ -102,6 +103,8 @@ class World:
         User = get_user_model()
         agent_user = User.objects.create_user("node-agent")
         agent_user.groups.add(Group.objects.get_or_create(name=NODE_AGENT_GROUP)[0])
+        # A bootstrap token naming the nodes it may add: they join ready, as the local demo's do.
+        NodeAgentScope.objects.create(user=agent_user, nodes=["local-0", "local-1", "slow", "fast"])
         self.agent_token = Token.objects.create(user=agent_user).key
         member = User.objects.create_user("alice", password="pw-alice-123")
         self.team = services.create_team("team-a")

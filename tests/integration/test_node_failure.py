@@ -29,6 +29,12 @@ def cycle(seconds: float) -> dict:
     return summary
 
 
+def beat(names, lost, seconds: float) -> None:
+    for n in names:
+        if n != lost:
+            services.record_heartbeat(n, gpus=[], at=T + timedelta(seconds=seconds))
+
+
 def nodes_of(job) -> set[str]:
     return set(Allocation.objects.filter(job=job, released_at__isnull=True).values_list("gpu__node__name", flat=True))
 
@@ -54,7 +60,10 @@ def test_gang_on_a_lost_node_is_requeued_whole_and_restarts_on_healthy_nodes(cel
     assert job.state == "pending" and job.attempts == 1 and job.submitted_at == T
     assert nodes_of(job) == set() and job.not_before == T + timedelta(seconds=260)
     assert_consistent()
+    # Cycles run failure detection first (at their clock): the live nodes keep reporting meanwhile.
+    beat(names, lost, 225)
     assert cycle(230)["binds"] == 0  # backoff
+    beat(names, lost, 255)
     assert cycle(260)["binds"] == 1
     job.refresh_from_db()
     assert job.state == "running" and len(nodes_of(job)) == 2 and lost not in nodes_of(job)

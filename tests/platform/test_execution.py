@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 
 from gpuplatform import execution, services
 from gpuplatform.api.permissions import NODE_AGENT_GROUP
+from gpuplatform.models import NodeAgentScope
 from gpuplatform.execution.assignments import master_port
 from gpuplatform.models import (
     Allocation, Event, Gpu, Job, JobRole, Node, Queue, SchedulerCycle, Task, TaskLog, Team,
@@ -697,6 +698,7 @@ def clients(agents):
     User = get_user_model()
     agent = User.objects.create_user("node-agent", password="pw")
     agent.groups.add(Group.objects.get_or_create(name=NODE_AGENT_GROUP)[0])
+    NodeAgentScope.objects.create(user=agent, nodes=["*"])  # a trusted agent for every node of this world
     member = User.objects.create_user("mike", password="pw")
     services.add_member(Team.objects.get(name="alpha"), member, "member")
     other = User.objects.create_user("bob", password="pw")

@@ -66,3 +66,54 @@ def test_failure_detection_task_is_scheduled_and_single_flight(cluster, monkeypa
 
     monkeypatch.setattr("gpuplatform.scheduling.locks.single_flight", held_elsewhere)
     assert detect_node_failures(now=at(0).isoformat()) == {"skipped": True}
+
+
+def test_detection_runs_inside_back_to_back_cycles_when_the_beat_never_gets_the_lock(submit, monkeypatch):
+    """Issue #12: under load cycles hold the lock constantly and the periodic detection task skips every
+    time. Detection runs inside each cycle, so a dead node's gang is requeued within heartbeat timeout +
+    grace + one check period of its last heartbeat (60 + 120 + 10 s here), not whenever the beat wins."""
+    from gpuplatform.models import Task
+    from gpuplatform.scheduling.tasks import run_scheduling_cycle
+    from tests.platform.helpers_platform import first_fit
+
+    monkeypatch.setattr("scheduler.core.run_cycle", first_fit)
+    period = 10
+    job = submit("victim", tasks=1, gpus=8)
+    names = list(Node.objects.values_list("name", flat=True))
+    for name in names:
+        services.record_heartbeat(name, gpus=[], at=at(0))
+    assert run_scheduling_cycle(clock=at(0).isoformat())["binds"] == 1
+    dead = Task.objects.get(job=job).node.name
+
+    @contextmanager
+    def held_elsewhere(*args, **kwargs):  # the beat's detection always finds a cycle holding the lock
+        yield False
+
+    failed_at = None
+    for seconds in range(period, 400, period):
+        for name in names:
+            if name != dead:
+                services.record_heartbeat(name, gpus=[], at=at(seconds))
+        with monkeypatch.context() as m:
+            m.setattr("gpuplatform.scheduling.locks.single_flight", held_elsewhere)
+            assert detect_node_failures(now=at(seconds).isoformat()) == {"skipped": True}
+        run_scheduling_cycle(clock=at(seconds).isoformat())  # cycles back to back, as under load
+        if failed_at is None and Event.objects.filter(kind="node_failed", node__name=dead).exists():
+            failed_at = seconds
+    timeout, grace = django_settings.HEARTBEAT_TIMEOUT_SECONDS, django_settings.NODE_FAILURE_GRACE_SECONDS
+    assert failed_at is not None and failed_at <= timeout + grace + period, failed_at
+    assert Node.objects.get(name=dead).state == "not_ready"
+    assert Event.objects.filter(kind="node_failed", node__name=dead).count() == 1
+    first_try = Task.objects.filter(job=job).exclude(node__name=dead).exists() or \
+        Job.objects.get(pk=job.pk).state == "pending"
+    assert first_try  # requeued (pending with backoff) or already re-placed on a live node
+
+
+def test_a_detection_error_does_not_stop_the_cycle(submit, monkeypatch):
+    from gpuplatform.scheduling.tasks import run_scheduling_cycle
+    from tests.platform.helpers_platform import first_fit
+
+    monkeypatch.setattr("scheduler.core.run_cycle", first_fit)
+    monkeypatch.setattr("gpuplatform.scheduling.failures.detect_failures", lambda now: 1 / 0)
+    submit("j", tasks=1, gpus=1)
+    assert run_scheduling_cycle(clock=at(0).isoformat())["binds"] == 1

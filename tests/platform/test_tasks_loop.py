@@ -3,6 +3,7 @@ one; run_loop runs cycles until stopped."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timedelta, timezone as tz
 
 from gpuplatform.celery import app as celery_app
@@ -17,16 +18,55 @@ def test_request_cycle_without_broker_does_nothing(settings, monkeypatch):
     assert tasks.request_cycle() is False
 
 
-def test_request_cycle_with_broker_enqueues_by_name_and_never_raises(settings, monkeypatch):
+def test_send_cycle_request_enqueues_by_name_without_retries_and_never_raises(settings, monkeypatch):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     settings.SCHEDULER_CYCLE_SECONDS = 30
+    monkeypatch.setattr(tasks._requester, "down_until", 0.0)
     sent = []
     monkeypatch.setattr(celery_app, "send_task", lambda *a, **k: sent.append((a, k)))
-    assert tasks.request_cycle() is True
-    assert sent == [(("scheduler.tasks.run_scheduling_cycle",), {"expires": 60})]
+    assert tasks.send_cycle_request() is True
+    assert sent == [(("scheduler.tasks.run_scheduling_cycle",), {"expires": 60, "retry": False})]
     assert tasks.run_scheduling_cycle.name == tasks.RUN_SCHEDULING_CYCLE == "scheduler.tasks.run_scheduling_cycle"
     monkeypatch.setattr(celery_app, "send_task", lambda *a, **k: 1 / 0)
-    assert tasks.request_cycle() is False
+    assert tasks.send_cycle_request() is False
+    # After a failure the broker is left alone for a while: no send is even tried.
+    monkeypatch.setattr(celery_app, "send_task", lambda *a, **k: sent.append((a, k)))
+    assert tasks.send_cycle_request() is False and len(sent) == 1
+
+
+def test_request_cycle_never_waits_on_the_broker(settings, monkeypatch):
+    """A broker that hangs (Redis stopped: reconnects) costs the caller nothing: the send happens on the
+    sender thread, and requests made meanwhile coalesce into one more send."""
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    monkeypatch.setattr(tasks._requester, "down_until", 0.0)
+    release, sends = threading.Event(), []
+
+    def hanging_send(*a, **k):
+        sends.append(1)
+        release.wait(10)
+
+    monkeypatch.setattr(celery_app, "send_task", hanging_send)
+    started = time.monotonic()
+    assert all(tasks.request_cycle() is True for _ in range(50))
+    assert time.monotonic() - started < 0.5
+    deadline = time.monotonic() + 5
+    while not sends and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    deadline = time.monotonic() + 5
+    while len(sends) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert 1 <= len(sends) <= 2  # 50 requests: the one being sent, then at most one coalesced send
+
+
+def test_no_result_backend_by_default():
+    """Nothing waits on task results in production; a result backend's reconnects blocked submissions."""
+    from django.conf import settings as django_settings
+
+    if "CELERY_RESULT_BACKEND" not in __import__("os").environ:
+        assert django_settings.CELERY_RESULT_BACKEND is None
+    assert django_settings.CELERY_BROKER_TRANSPORT_OPTIONS["socket_connect_timeout"] <= 2
 
 
 def test_celery_task_eager(submit, monkeypatch):

@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec
 from gpuplatform import clock, execution, services
 from gpuplatform.api.permissions import NODE_AGENT_GROUP
+from gpuplatform.models import NodeAgentScope
 from gpuplatform.models import Allocation, Event, Job, Node, Task, Team
 from gpuplatform.scheduling import store
 from gpuplatform.scheduling.failures import detect_failures
@@ -158,6 +159,7 @@ def agent_api():
     User = get_user_model()
     user = User.objects.create_user("node-agent", password="pw")
     user.groups.add(Group.objects.get_or_create(name=NODE_AGENT_GROUP)[0])
+    NodeAgentScope.objects.create(user=user, nodes=["*"])  # a trusted agent for every node of this world
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
     api.now = 0.0

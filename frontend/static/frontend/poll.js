@@ -31,3 +31,10 @@ window.gpuplatformPoll = function (url, interval, onData, onError) {
     now: tick,
   };
 };
+
+// Forms marked data-confirm="question" ask before submitting (no inline handlers: the CSP forbids them).
+document.addEventListener("submit", function (event) {
+  "use strict";
+  var form = event.target;
+  if (form && form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) event.preventDefault();
+});

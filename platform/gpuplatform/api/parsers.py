@@ -1,14 +1,27 @@
 """Request body parsers. DRF's JSON parser turns a ValueError into a 400 (ParseError) but lets the
-RecursionError of a body nested thousands of levels deep escape as a 500; this one refuses it as malformed."""
+RecursionError of a body nested thousands of levels deep escape as a 500; this one refuses it as malformed,
+and passes every parsed body through the input normaliser (gpuplatform/inputs.py `check_value`): a NUL in
+a key or string, an integer beyond 64 bits, a non-finite number (`1e999`) or nesting deeper than
+JSON_MAX_DEPTH is a 400 naming the field."""
 from __future__ import annotations
 
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import ValidationError
+
+from ..inputs import InputError, check_value, top_field
 
 
 class JSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         try:
-            return super().parse(stream, media_type, parser_context)
+            data = super().parse(stream, media_type, parser_context)
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply") from None
+        view = (parser_context or {}).get("view")
+        tolerant = frozenset(getattr(view, "nul_tolerant_fields", {}).get(getattr(view, "action", None), ()))
+        try:
+            check_value(data, nul_tolerant=tolerant)
+        except InputError as exc:
+            raise ValidationError({top_field(exc.field): [exc.message]}) from None
+        return data

@@ -41,6 +41,17 @@ class IsPlatformAdminOrReadOnly(BasePermission):
         return request.method in SAFE_METHODS or is_platform_admin(request.user)
 
 
+def node_scope_allows(user, name: str) -> bool:
+    """May this user act for node `name` (heartbeat, assignments, reports, re-register)? Platform admins
+    always; node agents when their NodeAgentScope names the node (or "*")."""
+    if is_platform_admin(user):
+        return True
+    from ..models import NodeAgentScope
+
+    scope = NodeAgentScope.objects.filter(user=user).first()
+    return scope is not None and scope.covers(name)
+
+
 class IsNodeAgent(BasePermission):
     """Platform admins, and users in the `node-agents` group (the node agent's dedicated token)."""
 

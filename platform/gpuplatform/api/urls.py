@@ -1,10 +1,10 @@
 """API routes: one DefaultRouter, kebab-case plural resource names under /api/v1/ (NetBox style)."""
 from django.urls import path
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from . import views
 from .views.forecast import WhatIfView
+from ..auth_throttle import ThrottledObtainAuthToken
 
 app_name = "api"
 
@@ -25,6 +25,6 @@ router.register("scheduler-cycles", views.SchedulerCycleViewSet, basename="sched
 urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),
     path("forecast/", WhatIfView.as_view(), name="forecast"),
-    path("auth-token/", obtain_auth_token, name="auth-token"),
+    path("auth-token/", ThrottledObtainAuthToken.as_view(), name="auth-token"),
     *router.urls,
 ]

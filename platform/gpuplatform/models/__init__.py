@@ -1,5 +1,6 @@
 """The platform's domain model, split by topic (see DESIGN.md section 4)."""
 from .api import IdempotencyKey
+from .agents import NodeAgentScope
 from .cluster import Domain, Gpu, Node
 from .diagnosis import Attempt, DiagnosisRule, HealthRule
 from .events import ClusterSample, Event, QueueSample, SchedulerCycle
@@ -9,6 +10,6 @@ from .workloads import Allocation, Job, JobRole, Task, TaskLog
 
 __all__ = [
     "Allocation", "Attempt", "ClusterSample", "DiagnosisRule", "Domain", "Event", "Gpu", "HealthRule", "IdempotencyKey",
-    "Job", "JobRole", "Membership", "Node",
+    "Job", "JobRole", "Membership", "Node", "NodeAgentScope",
     "Queue", "QueueSample", "Quota", "SchedulerCycle", "Task", "TaskLog", "Team",
 ]

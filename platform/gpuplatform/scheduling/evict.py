@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from gpuplatform.audit import record_events
+from gpuplatform.event_visibility import render
 from gpuplatform.lifecycle import evict_job
 from gpuplatform.models import Job, Task
 from scheduler.core.snapshot import CycleResult, JobInfo, RoleInfo, TaskPlacement
@@ -69,8 +70,8 @@ def apply_evictions(result: CycleResult, *, clock: datetime, cycle_number: int, 
     for ev in result.evictions:
         by_beneficiary[ev.beneficiary].append(ev)
     ids = {ev.job_id for ev in result.evictions} | set(by_beneficiary)
-    info = {jid: (name, qid, grace) for jid, name, qid, grace in Job.objects.filter(pk__in=ids).values_list(
-        "id", "name", "queue_id", "queue__preemption_grace_seconds")}
+    info = {row[0]: row[1:] for row in Job.objects.filter(pk__in=ids).values_list(
+        "id", "name", "queue_id", "queue__preemption_grace_seconds", "team_id", "team__name")}
     decisions = {d["beneficiary"]: d for d in result.decisions}
     stale: set = set()
     events: list[dict] = []
@@ -95,7 +96,7 @@ def apply_evictions(result: CycleResult, *, clock: datetime, cycle_number: int, 
 def _evict(ev, info: dict, clock: datetime, cycle_number: int) -> dict:
     if ev.job_id not in info:
         raise StaleDecision(f"victim {ev.job_id} no longer exists")
-    name, queue_id, grace = info[ev.job_id]
+    name, queue_id, grace = info[ev.job_id][:3]
     if not ev.tasks:
         deadline = evict_job(ev.job_id, at=clock, grace_seconds=grace, kind=ev.rule, reason=ev.message,
                              cycle=cycle_number, event=False)
@@ -113,17 +114,24 @@ def _evict(ev, info: dict, clock: datetime, cycle_number: int) -> dict:
         if moved != len(ev.tasks):
             raise StaleDecision(f"{len(ev.tasks) - moved} task(s) of {name} no longer running")
     what = "whole gang" if not ev.tasks else f"{len(ev.tasks)} surplus task(s)"
+    template = (f"{ev.rule}: {what} of {{job:{ev.job_id}}} releases {ev.gpus} GPUs at {deadline:%H:%M:%S} "
+                f"for {{job:{ev.beneficiary}}}")
+    mentions = _mentions(info, ev.job_id, ev.beneficiary)
     return {"time": clock, "kind": VICTIM_KINDS.get(ev.rule, "evicted"), "job_id": ev.job_id, "queue_id": queue_id,
-            "cycle": cycle_number,
-            "message": f"{ev.rule}: {what} of {name} releases {ev.gpus} GPUs at {deadline:%H:%M:%S} "
-                       f"for {info.get(ev.beneficiary, (ev.beneficiary,))[0]}",
+            "cycle": cycle_number, "message": render(template, mentions, None),
             "data": {"rule": ev.rule, "beneficiary": ev.beneficiary, "tasks": [list(t) for t in ev.tasks],
-                     "gpus": ev.gpus, "deadline": deadline.isoformat(), "grace_seconds": grace, "reason": ev.message}}
+                     "gpus": ev.gpus, "deadline": deadline.isoformat(), "grace_seconds": grace, "reason": ev.message,
+                     "mentions": mentions, "message_template": template}}
+
+
+def _mentions(info: dict, *job_ids) -> dict:
+    """The jobs an event names, for event_visibility: {"<id>": {"name", "team_id", "team"}}."""
+    return {str(j): {"name": info[j][0], "team_id": info[j][3], "team": info[j][4]} for j in job_ids if j in info}
 
 
 def _decision_event(beneficiary, evs, decision, info, victim_events, clock, cycle_number) -> dict:
     rule = evs[0].rule
-    name, queue_id, _ = info.get(beneficiary, (str(beneficiary), None, 0))
+    queue_id = info.get(beneficiary, (str(beneficiary), None))[1]
     decision = dict(decision or {"rule": rule, "beneficiary": beneficiary,
                                  "victims": [{"job": e.job_id, "tasks": list(e.tasks), "gpus": e.gpus} for e in evs]})
     for v in decision.get("victims", ()):
@@ -131,11 +139,13 @@ def _decision_event(beneficiary, evs, decision, info, victim_events, clock, cycl
         v["tasks"] = [list(t) for t in v.get("tasks", ())]
     decision["deadlines"] = {str(e.job_id): ve["data"]["deadline"] for e, ve in zip(evs, victim_events)}
     gpus = sum(e.gpus for e in evs)
-    victims = ", ".join(info[e.job_id][0] for e in evs)
+    victims = ", ".join(f"{{job:{e.job_id}}}" for e in evs)
+    template = (f"{rule} for {{job:{beneficiary}}}: {len(evs)} victim(s) ({victims}) release {gpus} GPUs after "
+                f"their grace period; they are held for {{job:{beneficiary}}}")
+    decision["mentions"] = _mentions(info, beneficiary, *(e.job_id for e in evs))
+    decision["message_template"] = template
     return {"time": clock, "kind": rule, "job_id": beneficiary, "queue_id": queue_id, "cycle": cycle_number,
-            "message": f"{rule} for {name}: {len(evs)} victim(s) ({victims}) release {gpus} GPUs after their "
-                       f"grace period; they are held for {name}",
-            "data": decision}
+            "message": render(template, decision["mentions"], None), "data": decision}
 
 
 def apply_holds(result: CycleResult, *, clock: datetime, cycle_number: int, stale: set) -> None:

@@ -385,9 +385,15 @@ def _update_pending(result: CycleResult) -> int:
                        where={"state": "pending"})
 
 
-def run_cycle_once(*, clock: datetime | None = None, config=None) -> SchedulerCycle | None:
+def run_cycle_once(*, clock: datetime | None = None, config=None, detect: bool = False) -> SchedulerCycle | None:
     """One single-flight scheduling cycle at cluster time `clock` (default now). Returns the
     SchedulerCycle row, or None when another cycle holds the lock (logged).
+
+    `detect=True` (the Celery cycle, the in-process loop) first runs node-failure detection
+    (failures.detect_failures at `clock`) under the same lock: when cycles run back to back under load and
+    the periodic detection task finds the lock taken, the cycle holding it has detected at its start, so a
+    dead node is acted on within timeout + grace + one check period whatever the load. A detection error
+    is logged and the cycle goes on.
 
     A crash (engine or apply) leaves jobs, tasks and allocations as they were (the apply transaction
     rolls back), records a SchedulerCycle with `error` in its own transaction, then RE-RAISES the
@@ -400,6 +406,13 @@ def run_cycle_once(*, clock: datetime | None = None, config=None) -> SchedulerCy
         if not acquired:
             log.info("scheduling cycle skipped: another cycle is running")
             return None
+        if detect:
+            from .failures import detect_failures
+
+            try:
+                detect_failures(clock)
+            except Exception:  # noqa: BLE001 - detection has its own transaction; the cycle still runs
+                log.exception("failure detection before cycle failed")
         number = (SchedulerCycle.objects.aggregate(n=Max("number"))["n"] or 0) + 1
         wall, t0 = timezone.now(), _time.perf_counter()
         try:

@@ -2,8 +2,9 @@
 
 - `run_scheduling_cycle`: the Celery task (beat runs it every SCHEDULER_CYCLE_SECONDS; submissions ask
   for one through `request_cycle`). Single-flight: a second concurrent run returns {"skipped": True}.
-- `request_cycle()`: enqueue a cycle by task name when a broker (REDIS_URL) is configured, else do
-  nothing (the embedded loop will pick the work up on its next tick).
+- `request_cycle()`: ask for a cycle by task name when a broker (REDIS_URL) is configured, fire-and-forget
+  (a sender thread publishes it; a broker outage never blocks or fails the caller), else do nothing (the
+  embedded loop will pick the work up on its next tick).
 - `detect_node_failures`: periodic failure detection (beat, every FAILURE_CHECK_SECONDS).
 - `run_forecast` (issue #15): the forecast of every pending job's start (scheduling/forecast.py), sent by
   name after a cycle when FORECAST_SECONDS have passed since the last one (`request_forecast`); a separate
@@ -18,7 +19,9 @@ the module these tasks lived in before the cycle's database side moved into the 
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from datetime import datetime
 from typing import Callable
 
@@ -48,12 +51,12 @@ def _clock(value: str | None) -> datetime | None:
 
 @shared_task(name=RUN_SCHEDULING_CYCLE, ignore_result=False)
 def run_scheduling_cycle(clock: str | None = None) -> dict:
-    """Run one cycle now (cluster clock = wall clock, or `clock`, an ISO 8601 time with its zone, for
-    replays and tests). Returns {"skipped", "number", "binds", "pending", "stale_skipped", "duration_ms"};
+    """Run failure detection and one cycle now, under one lock (cluster clock = wall clock, or `clock`, an
+    ISO 8601 time with its zone, for replays and tests). Returns {"skipped", "number", "binds", "pending", "stale_skipped", "duration_ms"};
     raises what the cycle raised (the failure is recorded first)."""
     from gpuplatform.scheduling.store import run_cycle_once
 
-    summary = _summary(run_cycle_once(clock=_clock(clock)))
+    summary = _summary(run_cycle_once(clock=_clock(clock), detect=True))
     if not summary["skipped"]:
         request_forecast()
     return summary
@@ -132,7 +135,8 @@ def forecast_in_thread(clock: datetime) -> threading.Thread | None:
 def detect_node_failures(now: str | None = None) -> dict:
     """Periodic failure detection (failures.py) at wall-clock time (or `now`, ISO 8601), under
     the cycle's single-flight lock so it never interleaves with a cycle's apply. Returns what changed,
-    or {"skipped": True} when a cycle holds the lock (the next beat tries again)."""
+    or {"skipped": True} when a cycle holds the lock: that cycle ran detection when it took the lock
+    (run_scheduling_cycle detects first), so detection never starves under load."""
     from django.utils import timezone
 
     from gpuplatform.scheduling.failures import detect_failures
@@ -146,20 +150,63 @@ def detect_node_failures(now: str | None = None) -> dict:
             "requeued": report.requeued, "drained": report.drained}
 
 
-def request_cycle() -> bool:
-    """Ask for a scheduling cycle soon: send RUN_SCHEDULING_CYCLE by name (it expires after two cycle
-    periods, at least 10 s). Returns True if a task was enqueued. Never raises: a broker outage is logged
-    and the periodic beat cycle catches up."""
-    if not getattr(settings, "REDIS_URL", ""):
+class _CycleRequester:
+    """Fire-and-forget cycle requests: `request()` only sets a flag; one daemon thread per process sends
+    RUN_SCHEDULING_CYCLE. Requests made while a send is under way coalesce into one more send, and after
+    a failed send (broker down) nothing is sent for BROKER_RETRY_SECONDS: the beat's periodic cycle (or a
+    later submission) catches up. A request never waits on the broker."""
+
+    def __init__(self) -> None:
+        self._wanted = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self.down_until = 0.0
+
+    def request(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+                self._pid = os.getpid()  # a forked worker (gunicorn) does not inherit the parent's thread
+                self._thread = threading.Thread(target=self._run, name="cycle-requester", daemon=True)
+                self._thread.start()
+        self._wanted.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            send_cycle_request()
+
+
+_requester = _CycleRequester()
+BROKER_RETRY_SECONDS = 5.0
+
+
+def send_cycle_request() -> bool:
+    """Send RUN_SCHEDULING_CYCLE by name now (it expires after two cycle periods, at least 10 s), with no
+    publish retries and the broker's short connect timeout (settings.CELERY_BROKER_TRANSPORT_OPTIONS).
+    Returns True if sent. Never raises: a failure is logged and further sends pause BROKER_RETRY_SECONDS."""
+    if time.monotonic() < _requester.down_until:
         return False
     try:
         from gpuplatform.celery import app
 
-        app.send_task(RUN_SCHEDULING_CYCLE, expires=max(settings.SCHEDULER_CYCLE_SECONDS * 2, 10))
+        app.send_task(RUN_SCHEDULING_CYCLE, expires=max(settings.SCHEDULER_CYCLE_SECONDS * 2, 10), retry=False)
         return True
     except Exception:  # noqa: BLE001 - a submission must not fail because the broker is down
-        log.warning("could not enqueue a scheduling cycle", exc_info=True)
+        _requester.down_until = time.monotonic() + BROKER_RETRY_SECONDS
+        log.warning("could not enqueue a scheduling cycle (beat catches up)", exc_info=True)
         return False
+
+
+def request_cycle() -> bool:
+    """Ask for a scheduling cycle soon, without waiting: returns True when a broker (REDIS_URL) is
+    configured and the request was handed to this process's sender thread (`send_cycle_request`), False
+    without a broker (the embedded loop picks the work up on its next tick). Never raises or blocks."""
+    if not getattr(settings, "REDIS_URL", ""):
+        return False
+    _requester.request()
+    return True
 
 
 def run_loop(*, interval_seconds: float, clock_fn: Callable[[], datetime], stop_event: threading.Event,
@@ -168,7 +215,6 @@ def run_loop(*, interval_seconds: float, clock_fn: Callable[[], datetime], stop_
     cluster time `clock_fn()`, after failure detection at that time. A failing cycle is logged (and recorded by run_cycle_once) and the loop
     goes on. `on_cycle(cycle_or_None)` is called after each attempt; `forecast` runs the forecast after a
     cycle when due (forecast_in_thread). Returns the number of cycles run."""
-    from gpuplatform.scheduling.failures import detect_failures
     from gpuplatform.scheduling.store import run_cycle_once
 
     count = 0
@@ -176,8 +222,7 @@ def run_loop(*, interval_seconds: float, clock_fn: Callable[[], datetime], stop_
         cycle = None
         try:
             now = clock_fn()
-            detect_failures(now)
-            cycle = run_cycle_once(clock=now, config=config)
+            cycle = run_cycle_once(clock=now, config=config, detect=True)
             count += cycle is not None
             if cycle is not None and forecast:
                 forecast_in_thread(now)

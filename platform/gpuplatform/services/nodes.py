@@ -36,11 +36,13 @@ def _check_gpus(gpus: list[dict]) -> dict[str, str]:
 @transaction.atomic
 def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 0, memory_mib: int = 0,
                   labels: dict | None = None, actor=None, executor: str | None = None, address: str | None = None,
-                  runtime: str | None = None) -> Node:
+                  runtime: str | None = None, accept: bool = True) -> Node:
     """Create or update node `name` and its GPUs. `gpus`: [{index, uuid, numa_node, health, health_reason}].
     GPUs the node no longer reports are removed. The domain and state of an existing node are kept.
     `executor` ("agent" when a node agent registers; None keeps the node's), `address` (where other
     nodes reach it: MASTER_ADDR), `runtime` (its agent's container runtime: docker, podman or "").
+    `accept=False`: a node created by this call joins cordoned, awaiting an admin's acceptance
+    (uncordon_node); an existing node keeps its state either way.
     Raises ValidationError: empty name or flavor, negative cpu/memory, bad GPU index or health, unknown
     executor or runtime."""
     errors = {}
@@ -62,7 +64,8 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     if errors:
         raise ValidationError(errors)
     now = clock.now()
-    node, created = Node.objects.get_or_create(name=name, defaults={"flavor": flavor, "gpu_count": len(gpus)})
+    node, created = Node.objects.get_or_create(name=name, defaults={
+        "flavor": flavor, "gpu_count": len(gpus), **({} if accept else {"state": Node.State.CORDONED})})
     merged = {**(node.labels or {}), **(labels or {})}
     extra = {k: v for k, v in (("executor", executor), ("address", address), ("container_runtime", runtime))
              if v is not None}
@@ -79,7 +82,36 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
         Node.objects.filter(pk=node.pk).update(inventory={"audited_at": now.isoformat(), "gpus": len(gpus)})
     record_event("node_registered", f"{name} {'registered' if created else 're-registered'}: {len(gpus)} x {flavor}",
                  actor=actor, node=node, data={"gpus": len(gpus), "flavor": flavor, "created": created})
+    if created and not accept:
+        record_event("node_awaiting_acceptance", f"{name} joined cordoned: an admin accepts it by uncordoning it "
+                     f"(its agent's token does not name it)", actor=actor, node=node, data={})
     return node
+
+
+@transaction.atomic
+def issue_node_agent_token(nodes: list[str], *, actor=None, username: str | None = None) -> str:
+    """A node-agent API token scoped to `nodes` (node names; see models.NodeAgentScope): its user
+    (`username`, default "agent-<first node>") is created in the node-agents group if needed, its scope set
+    to `nodes`, and a fresh token replaces any it had. Returns the token key. Raises ValidationError
+    ("nodes") for an empty list or a blank name."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from rest_framework.authtoken.models import Token
+
+    from ..models import NodeAgentScope
+
+    if not nodes or any(not isinstance(n, str) or not n.strip() for n in nodes):
+        raise ValidationError({"nodes": "name at least one node (or \"*\" for every node)"})
+    user, _ = get_user_model().objects.get_or_create(username=username or f"agent-{nodes[0]}"[:150])
+    user.set_unusable_password()
+    user.save()
+    user.groups.add(Group.objects.get_or_create(name="node-agents")[0])
+    NodeAgentScope.objects.update_or_create(user=user, defaults={"nodes": list(nodes)})
+    Token.objects.filter(user=user).delete()
+    token = Token.objects.create(user=user)
+    record_event("agent_token_issued", f"node-agent token for {', '.join(nodes)} issued to {user.username}",
+                 actor=actor, data={"nodes": list(nodes), "user": user.username})
+    return token.key
 
 
 @transaction.atomic

@@ -1,6 +1,8 @@
 """The queue tree and its quotas (models/queues.py). The rules are quota_rules.py's."""
 from __future__ import annotations
 
+import math
+
 from django.db import transaction
 
 from .. import quota_rules
@@ -27,8 +29,8 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
         errors["name"] = "name must not be empty"
     elif Queue.objects.filter(name=name).exists():
         errors["name"] = f"a queue named {name!r} already exists"
-    if not isinstance(weight, (int, float)) or weight <= 0:
-        errors["weight"] = "weight must be a positive number"
+    if not _positive_number(weight):
+        errors["weight"] = "weight must be a positive finite number"
     if state not in Queue.State.values:
         errors["state"] = f"state must be one of {Queue.State.values}"
     if parent is not None and Job.objects.filter(queue=parent).exists():
@@ -69,8 +71,8 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
             errors["parent"] = f"queue {parent.name} has jobs: a queue that runs jobs cannot get child queues"
         changes["parent"] = parent.name if parent else None
     if weight is not None:
-        if weight <= 0:
-            errors["weight"] = "weight must be a positive number"
+        if not _positive_number(weight):
+            errors["weight"] = "weight must be a positive finite number"
         changes["weight"] = weight
     if state is not None:
         if state not in Queue.State.values:
@@ -132,3 +134,9 @@ def delete_queue(queue: Queue, *, actor=None) -> None:
     Quota.objects.filter(queue=queue).delete()
     queue.delete()
     request_cycle_on_commit()
+
+
+def _positive_number(value) -> bool:
+    """A weight: a real number > 0 and finite (NaN compares greater than every number in PostgreSQL, so
+    a NaN weight would pass the table's `weight > 0` check and break the fair-share order)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0

@@ -1,5 +1,7 @@
 from rest_framework import serializers
 
+from ... import access
+from ...event_visibility import redacted
 from ...models import ClusterSample, Event, SchedulerCycle
 from .base import ModelSerializer, Serializer
 
@@ -13,6 +15,17 @@ class EventSerializer(ModelSerializer):
         model = Event
         fields = ["id", "time", "kind", "actor", "job", "queue", "node", "cycle", "message", "data"]
         read_only_fields = fields
+
+    def to_representation(self, instance):
+        """Other teams' jobs named in the event read "a job of team X" (gpuplatform/event_visibility.py)."""
+        out = super().to_representation(instance)
+        visible = self.context.get("visible_team_ids", ...)
+        if visible is ...:
+            request = self.context.get("request")
+            visible = access.visible_team_ids(request.user) if request is not None else set()
+            self.context["visible_team_ids"] = visible  # once per response, not per event
+        out["message"], out["data"] = redacted(out["message"], out["data"], visible)
+        return out
 
 
 class SchedulerCycleSerializer(ModelSerializer):

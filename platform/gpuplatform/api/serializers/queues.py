@@ -2,7 +2,7 @@ from rest_framework import serializers
 
 from ...models import Queue, Quota, Team
 from .base import ModelSerializer, Serializer
-from .fields import count_field
+from .fields import FiniteFloatField, count_field
 
 
 class QuotaSerializer(ModelSerializer):
@@ -53,7 +53,7 @@ class QueueCreateSerializer(Serializer):
                                    help_text="parent queue name; null = a root queue")
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all(), allow_null=True,
                                         required=False, default=None, help_text="owning team (leaf queues)")
-    weight = serializers.FloatField(default=1.0, min_value=-1e12, max_value=1e12)
+    weight = FiniteFloatField(default=1.0, min_value=-1e12, max_value=1e12)
     state = serializers.CharField(default="open", max_length=16)
     quotas = QuotaTripleSerializer(many=True, required=False, default=list)
 
@@ -61,7 +61,7 @@ class QueueCreateSerializer(Serializer):
 class QueueUpdateSerializer(Serializer):
     parent = serializers.CharField(max_length=100, allow_null=True, required=False,
                                    help_text="new parent queue name; null = make it a root")
-    weight = serializers.FloatField(required=False, min_value=-1e12, max_value=1e12)
+    weight = FiniteFloatField(required=False, min_value=-1e12, max_value=1e12)
     state = serializers.CharField(required=False, max_length=16)
 
 

@@ -1,17 +1,19 @@
+from django.db import transaction
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from ... import execution, queries, services
-from ...models import Domain, Node
+from ...models import Domain, Node, NodeAgentScope
 from ..filters import DomainFilterSet, NodeFilterSet
 from ..idempotency import IdempotentCreateMixin
-from ..permissions import IsNodeAgent, IsPlatformAdminOrReadOnly
+from ..permissions import IsNodeAgent, IsPlatformAdminOrReadOnly, node_scope_allows
 from ..serializers import (
     DomainSerializer, DomainTreeSerializer, HeartbeatSerializer, NodeActionSerializer, NodeRegisterSerializer,
     NodeReportsSerializer, NodeSerializer, NodeValidateSerializer, NodeValidationResultSerializer,
@@ -56,6 +58,10 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["name", "flavor", "state", "last_heartbeat"]
     idempotent_actions = ("register",)
 
+    # The input normaliser (api/parsers.py) lets NUL through in what a task's process printed: the reports
+    # view replaces them one byte for one (a report answered 400 would cost the exit events sent with it).
+    nul_tolerant_fields = {"reports": ("logs", "tasks")}
+
     def get_permissions(self):
         if self.action in ("register", "heartbeat", "assignments", "reports", "validation"):
             return [IsNodeAgent()]
@@ -65,6 +71,12 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
         return (Node.objects.select_related("domain").prefetch_related("gpus")
                 .annotate(allocated_gpus=Count("gpus__allocations", filter=Q(gpus__allocations__released_at__isnull=True)))
                 .order_by("name"))
+
+    @staticmethod
+    def _require_scope(request, name: str) -> None:
+        """A node agent acts only for the nodes its token's scope names (models.NodeAgentScope)."""
+        if not node_scope_allows(request.user, name):
+            raise PermissionDenied(f"this agent token may not act for node {name}")
 
     def _transition(self, request, service):
         node = self.get_object()
@@ -126,16 +138,25 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
         body = NodeRegisterSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
-        node = services.register_node(d["name"], flavor=d["flavor"], gpus=[dict(g) for g in d["gpus"]],
-                                           cpu_milli=d["cpu_milli"], memory_mib=d["memory_mib"], labels=d["labels"],
-                                           actor=request.user, executor=d["executor"], address=d["address"],
-                                           runtime=d["runtime"])
+        allowed = node_scope_allows(request.user, d["name"])
+        if not allowed and Node.objects.filter(name=d["name"]).exists():
+            raise PermissionDenied(f"this agent token may not act for node {d['name']}")
+        with transaction.atomic():
+            node = services.register_node(d["name"], flavor=d["flavor"], gpus=[dict(g) for g in d["gpus"]],
+                                          cpu_milli=d["cpu_milli"], memory_mib=d["memory_mib"], labels=d["labels"],
+                                          actor=request.user, executor=d["executor"], address=d["address"],
+                                          runtime=d["runtime"], accept=allowed)
+            if not allowed:  # joined cordoned; its own agent keeps reporting for it
+                scope, _ = NodeAgentScope.objects.get_or_create(user=request.user)
+                scope.nodes = [*scope.nodes, d["name"]]
+                scope.save(update_fields=["nodes"])
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=HeartbeatSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
     def heartbeat(self, request, name=None):
         """The node agent's heartbeat: last_heartbeat and each GPU's health; a not_ready node comes back."""
+        self._require_scope(request, name)
         node = self.get_object()
         body = HeartbeatSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -148,6 +169,7 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
     def assignments(self, request, name=None):
         """The node agent's work: each task to run (argv, environment with CUDA_VISIBLE_DEVICES and torchrun's
         rendezvous variables, GPUs) or to stop (with its deadline), on the server's clock (docs/execution.md)."""
+        self._require_scope(request, name)
         node = get_object_or_404(Node, name=name)
         return Response(execution.node_assignments(node))
 
@@ -157,6 +179,7 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
         """The node agent's reports: task processes started / exited / lost, and log chunks. Each item is
         answered accepted or not (a stale attempt, a task not on this node, a repeat) and changes nothing
         when refused. Logs are stored before the task events of the same call."""
+        self._require_scope(request, name)
         node = get_object_or_404(Node, name=name)
         body = NodeReportsSerializer(data=request.data)
         body.is_valid(raise_exception=True)

@@ -1,3 +1,6 @@
+import logging
+
+from django.db import DatabaseError
 from django.db.models import Case, F, IntegerField, Prefetch, When
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
@@ -17,6 +20,8 @@ from ..serializers import (
     JobCancelSerializer, JobSerializer, JobSubmitSerializer, JobUpdateSerializer, LogQuerySerializer,
 )
 from .base import atomic
+
+log = logging.getLogger("gpuplatform.api.jobs")
 
 
 class JobSubmitThrottle(UserRateThrottle):
@@ -94,7 +99,15 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
                                       command=d["command"], env=d["env"], working_dir=d["working_dir"],
                                       image=d["image"], max_restarts=d["max_restarts"],
                                       completion_role=d["completion_role"], external_id=d["external_id"])
-        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=status.HTTP_201_CREATED)
+        try:
+            data = JobSerializer(self.get_queryset().get(pk=job.pk)).data
+        except DatabaseError:
+            # Committed, but re-reading it failed (the database went away just now): answer from what was
+            # committed rather than a 500 that would make the client submit it again.
+            log.warning("job %s committed; re-reading it failed", job.pk, exc_info=True)
+            data = {"id": job.pk, "name": job.name, "team": team.slug, "queue": d["queue"], "state": job.state,
+                    "submitted_at": job.submitted_at, "detail": "submitted; the full record is not readable right now"}
+        return Response(data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=JobUpdateSerializer, responses={200: JobSerializer})
     def partial_update(self, request, pk=None):

@@ -354,7 +354,7 @@ class Command(BaseCommand):
 
         from gpuplatform import services
         from gpuplatform.api.permissions import NODE_AGENT_GROUP
-        from gpuplatform.models import Node, Queue, Team
+        from gpuplatform.models import Node, NodeAgentScope, Queue, Team
 
         simulated = Node.objects.exclude(executor=Node.Executor.AGENT).count()
         if simulated:
@@ -382,6 +382,10 @@ class Command(BaseCommand):
         agent.set_unusable_password()
         agent.save()
         agent.groups.add(Group.objects.get_or_create(name=NODE_AGENT_GROUP)[0])
+        # The local agents' bootstrap token names the nodes it may add (local-0 ..): they join ready; any
+        # other node it registered would join cordoned until an admin accepts it (models.NodeAgentScope).
+        NodeAgentScope.objects.update_or_create(
+            user=agent, defaults={"nodes": [f"local-{i}" for i in range(opts["local_agents"])]})
         token, _ = Token.objects.get_or_create(user=agent)
         return [("admin", password, "platform admin"), ("demo", password, "member of team demo")], token.key
 

@@ -1,0 +1,102 @@
+"""Brute-force protection for the two places a password is checked: the API's token endpoint
+(`/api/v1/auth-token/`) and the login page (`/accounts/login/`).
+
+Failed attempts are counted in the shared cache (Redis when REDIS_URL is set: every gunicorn process
+counts together) per username and per client address, over a window of AUTH_LOCKOUT_WINDOW_SECONDS.
+Once a username has AUTH_LOCKOUT_USER_FAILURES failures, or an address AUTH_LOCKOUT_ADDRESS_FAILURES,
+further attempts are refused with 429 and `Retry-After` BEFORE the password is hashed (so a flood costs
+no CPU) until the window passes; a success clears the username's count. The right password is refused
+too while locked out: that is the point. The client address is REMOTE_ADDR (gunicorn sets it from
+X-Forwarded-For only for --forwarded-allow-ips proxies).
+"""
+from __future__ import annotations
+
+import hashlib
+
+from django.conf import settings
+from django.contrib.auth import views as auth_views
+from django.core.cache import cache
+from django.http import HttpResponse
+from rest_framework import status
+from rest_framework.authtoken.models import Token
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.response import Response
+
+
+def _limits() -> tuple[int, int, int]:
+    return (int(getattr(settings, "AUTH_LOCKOUT_USER_FAILURES", 10)),
+            int(getattr(settings, "AUTH_LOCKOUT_ADDRESS_FAILURES", 50)),
+            int(getattr(settings, "AUTH_LOCKOUT_WINDOW_SECONDS", 900)))
+
+
+def _keys(request, username: str) -> tuple[str, str]:
+    user = hashlib.sha256((username or "").strip().lower().encode()).hexdigest()[:32]
+    return f"auth-fail:user:{user}", f"auth-fail:addr:{request.META.get('REMOTE_ADDR', '')}"
+
+
+def locked_out(request, username: str) -> int:
+    """Seconds to wait (the window) when this username or address is locked out, else 0."""
+    per_user, per_address, window = _limits()
+    user_key, address_key = _keys(request, username)
+    counts = cache.get_many([user_key, address_key])
+    if counts.get(user_key, 0) >= per_user or counts.get(address_key, 0) >= per_address:
+        return window
+    return 0
+
+
+def record_failure(request, username: str) -> None:
+    window = _limits()[2]
+    for key in _keys(request, username):
+        if not cache.add(key, 1, window):
+            try:
+                cache.incr(key)
+            except ValueError:  # expired between add and incr
+                cache.add(key, 1, window)
+
+
+def record_success(request, username: str) -> None:
+    cache.delete(_keys(request, username)[0])
+
+
+LOCKED_MESSAGE = "too many failed sign-in attempts; try again later"
+
+
+class ThrottledObtainAuthToken(ObtainAuthToken):
+    """POST username + password -> {"token": ...}; 400 for wrong credentials, 429 + Retry-After once
+    locked out (see the module docstring)."""
+
+    def post(self, request, *args, **kwargs):
+        data = request.data if hasattr(request.data, "get") else {}  # a JSON list or scalar: a 400 below
+        username = str(data.get("username", ""))
+        wait = locked_out(request, username)
+        if wait:
+            return Response({"detail": LOCKED_MESSAGE}, status=status.HTTP_429_TOO_MANY_REQUESTS,
+                            headers={"Retry-After": str(wait)})
+        serializer = self.get_serializer(data=data)
+        if not serializer.is_valid():
+            record_failure(request, username)
+            return Response(serializer.errors, status=status.HTTP_400_BAD_REQUEST)
+        record_success(request, username)
+        token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
+        return Response({"token": token.key})
+
+
+class ThrottledLoginView(auth_views.LoginView):
+    """Django's login page with the same lock-out: a locked-out POST answers 429 with Retry-After."""
+
+    def post(self, request, *args, **kwargs):
+        username = request.POST.get("username", "")
+        wait = locked_out(request, username)
+        if wait:
+            response = HttpResponse(LOCKED_MESSAGE + "\n", status=429, content_type="text/plain")
+            response["Retry-After"] = str(wait)
+            return response
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form):
+        record_failure(self.request, self.request.POST.get("username", ""))
+        return super().form_invalid(form)
+
+    def form_valid(self, form):
+        record_success(self.request, self.request.POST.get("username", ""))
+        return super().form_valid(form)

@@ -1,0 +1,177 @@
+"""The one input normaliser: every request passes it before any view, parser or query sees it.
+
+`InputGuardMiddleware` refuses, before parsing, what no view can store or look up:
+
+- a body longer than settings.REQUEST_BODY_MAX_BYTES (Content-Length, or more bytes than announced) -> 413
+  `{"detail": "request body larger than N bytes"}` (the body is never read);
+- a NUL character in the path -> 400 `{"path": ["NUL characters are not accepted"]}`;
+- a query parameter whose name or value holds a NUL -> 400 `{"<param>": ["NUL characters are not accepted"]}`;
+- a query parameter that is a whole number outside the 64-bit range every id, limit and offset column
+  has -> 400 `{"<param>": ["must be a whole number between -9223372036854775808 and 9223372036854775807"]}`;
+- a form-encoded body (the admin, the browser forms, `curl -d`) with either of the two above -> 400 naming
+  the field.
+
+JSON bodies are checked by `check_value` after parsing (api/parsers.py): NUL characters, integers beyond
+64 bits, non-finite numbers (`1e999` parses as infinity) and nesting deeper than JSON_MAX_DEPTH.
+
+`DatabaseUnavailableMiddleware` answers a lost database (OperationalError / InterfaceError: PostgreSQL
+stopped, restarting, refusing connections) with 503 JSON and `Retry-After`, never Django's HTML 500.
+
+Errors: `InputError(field, message)` is what `check_value` raises; the API turns it into a 400.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from django.http import JsonResponse
+
+log = logging.getLogger("gpuplatform.inputs")
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+JSON_MAX_DEPTH = 64
+NUL_MESSAGE = "NUL characters are not accepted"
+INT_MESSAGE = f"must be a whole number between {INT64_MIN} and {INT64_MAX}"
+_WHOLE = re.compile(r"^\s*[+-]?\d+\s*$")
+DEFAULT_BODY_MAX_BYTES = 1 << 20  # 1 MiB: the largest legitimate body (a log chunk) is 64 KiB + JSON
+
+
+class InputError(ValueError):
+    """A value no endpoint accepts: `field` names where it was (dotted path for JSON), `message` the rule."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+def check_text(field: str, value: str) -> None:
+    """Raise InputError when a query / form value holds a NUL or is a whole number beyond 64 bits."""
+    if "\x00" in value:
+        raise InputError(field, NUL_MESSAGE)
+    if len(value) > 18 and _WHOLE.match(value) and not INT64_MIN <= int(value) <= INT64_MAX:
+        raise InputError(field, INT_MESSAGE)
+
+
+def check_value(value, field: str = "", depth: int = 0, nul_tolerant: frozenset = frozenset()) -> None:
+    """Walk parsed JSON (depth-bounded): raise InputError for a NUL in a key or string, an int beyond
+    64 bits, a non-finite float, or nesting deeper than JSON_MAX_DEPTH. `field` is the dotted path.
+    `nul_tolerant`: top-level fields whose string VALUES may hold NUL (a task's output in an agent's
+    report: the view replaces them, one byte for one)."""
+    if depth > JSON_MAX_DEPTH:
+        raise InputError(field or "non_field_errors", f"nested deeper than {JSON_MAX_DEPTH} levels")
+    if isinstance(value, str):
+        if "\x00" in value and top_field(field) not in nul_tolerant:
+            raise InputError(field or "non_field_errors", NUL_MESSAGE)
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise InputError(field or "non_field_errors", INT_MESSAGE)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError(field or "non_field_errors", "must be a finite number")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            name = str(key).replace("\x00", "")
+            path = f"{field}.{name}" if field else name
+            if "\x00" in str(key):
+                raise InputError(path or "non_field_errors", NUL_MESSAGE)
+            check_value(item, path, depth + 1, nul_tolerant)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            check_value(item, f"{field}.{index}" if field else str(index), depth + 1, nul_tolerant)
+
+
+def top_field(field: str) -> str:
+    """The request field an error belongs to: 'labels.a' -> 'labels' (the API's error shape is flat)."""
+    return field.split(".", 1)[0] or "non_field_errors"
+
+
+def body_max_bytes() -> int:
+    return int(getattr(settings, "REQUEST_BODY_MAX_BYTES", DEFAULT_BODY_MAX_BYTES))
+
+
+def _refuse(field: str, message: str, status: int = 400) -> JsonResponse:
+    return JsonResponse({field: [message]} if status == 400 else {"detail": message}, status=status)
+
+
+class InputGuardMiddleware:
+    """See the module docstring. Runs first (after SecurityMiddleware) so nothing reads a refused body."""
+
+    FORM_TYPES = ("application/x-www-form-urlencoded",)
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        refused = self.refuse(request)
+        return refused if refused is not None else self.get_response(request)
+
+    def refuse(self, request):
+        limit = body_max_bytes()
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            return _refuse("Content-Length", "must be a whole number of bytes")
+        if length > limit:
+            return _refuse("", f"request body larger than {limit} bytes", status=413)
+        if "\x00" in request.path:
+            return _refuse("path", NUL_MESSAGE)
+        try:
+            for key, values in request.GET.lists():
+                if "\x00" in key:
+                    return _refuse(key.replace("\x00", "") or "query", NUL_MESSAGE)
+                for value in values:
+                    check_text(key, value)
+            if request.method in ("POST", "PUT", "PATCH") and \
+                    request.content_type in self.FORM_TYPES and length:
+                for key, values in request.POST.lists():
+                    if "\x00" in key:
+                        return _refuse(key.replace("\x00", "") or "non_field_errors", NUL_MESSAGE)
+                    for value in values:
+                        check_text(key, value)
+        except InputError as exc:
+            return _refuse(exc.field, exc.message)
+        return None
+
+
+class DatabaseUnavailableMiddleware:
+    """503 JSON with Retry-After when the database cannot be reached (see the module docstring)."""
+
+    RETRY_AFTER_SECONDS = 5
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if isinstance(exception, (OperationalError, InterfaceError)):
+            log.warning("database unavailable: %s", exception.__class__.__name__)
+            return database_unavailable()
+        return None
+
+
+def database_unavailable() -> JsonResponse:
+    response = JsonResponse({"detail": "the database is unavailable; retry shortly"}, status=503)
+    response["Retry-After"] = str(DatabaseUnavailableMiddleware.RETRY_AFTER_SECONDS)
+    return response
+
+
+def server_error(request, *args, **kwargs):
+    """handler500: a database outage raised outside a view (session save, authentication middleware) is a
+    503 JSON with Retry-After too; any other uncaught error keeps Django's plain 500 page (JSON on /api/)."""
+    import sys
+
+    from django.views.defaults import server_error as django_server_error
+
+    exc = sys.exc_info()[1]
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return database_unavailable()
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "internal error"}, status=500)
+    return django_server_error(request, *args, **kwargs)

@@ -1,0 +1,20 @@
+"""`manage.py agent_token NODE [NODE ...] [--user NAME]`: print a node-agent API token scoped to the named
+nodes (one node per token is the rule; several = a bootstrap token for nodes still to join, which then
+join ready). "*" = every node (a fully trusted agent). Replaces the user's previous token."""
+from django.core.management.base import BaseCommand, CommandError
+
+from gpuplatform import services
+
+
+class Command(BaseCommand):
+    help = __doc__
+
+    def add_arguments(self, parser):
+        parser.add_argument("nodes", nargs="+", help="node names the token may act for")
+        parser.add_argument("--user", help="the agent user's name (default agent-<first node>)")
+
+    def handle(self, *args, **opts):
+        try:
+            self.stdout.write(services.issue_node_agent_token(opts["nodes"], username=opts["user"]))
+        except services.ValidationError as exc:
+            raise CommandError(str(exc.errors)) from None

@@ -1,0 +1,81 @@
+"""Issue #12, abuse: the token endpoint and the login page lock a username (and an address) out after
+repeated failures, before hashing the password; the right password is refused while locked out; the
+counts live in the shared cache; Django's password validators are on (also with DEBUG)."""
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from rest_framework.test import APIClient
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def limits(settings):
+    settings.AUTH_LOCKOUT_USER_FAILURES = 5
+    settings.AUTH_LOCKOUT_ADDRESS_FAILURES = 8
+    settings.AUTH_LOCKOUT_WINDOW_SECONDS = 60
+
+
+def test_token_endpoint_locks_a_user_out_after_repeated_failures(users, limits, monkeypatch):
+    api = APIClient()
+    for _ in range(5):
+        assert api.post("/api/v1/auth-token/", {"username": "mike", "password": "wrong"}).status_code == 400
+    hashed = []
+    monkeypatch.setattr("django.contrib.auth.backends.ModelBackend.authenticate",
+                        lambda *a, **k: hashed.append(1))
+    r = api.post("/api/v1/auth-token/", {"username": "mike", "password": "pw"})
+    assert r.status_code == 429 and int(r["Retry-After"]) == 60 and "too many" in r.json()["detail"]
+    assert hashed == []  # refused before any password check
+    # another user from another address is unaffected
+    other = APIClient(REMOTE_ADDR="10.0.0.9")
+    assert other.post("/api/v1/auth-token/", {"username": "vera", "password": "wrong"}).status_code == 400
+
+
+def test_token_endpoint_success_clears_the_count_and_answers_a_token(users, limits):
+    api = APIClient()
+    for _ in range(4):
+        api.post("/api/v1/auth-token/", {"username": "mike", "password": "wrong"})
+    r = api.post("/api/v1/auth-token/", {"username": "mike", "password": "pw"})
+    assert r.status_code == 200 and r.json()["token"]
+    for _ in range(4):  # the count started again
+        assert api.post("/api/v1/auth-token/", {"username": "mike", "password": "wrong"}).status_code == 400
+
+
+def test_one_address_spraying_many_usernames_is_locked_out(users, limits):
+    api = APIClient(REMOTE_ADDR="10.1.2.3")
+    for i in range(8):
+        assert api.post("/api/v1/auth-token/", {"username": f"user{i}", "password": "x"}).status_code == 400
+    assert api.post("/api/v1/auth-token/", {"username": "mike", "password": "pw"}).status_code == 429
+
+
+def test_login_page_locks_out_too(client, users, limits):
+    for _ in range(5):
+        r = client.post("/accounts/login/", {"username": "mike", "password": "wrong"})
+        assert r.status_code == 200  # the form again, with its error
+    r = client.post("/accounts/login/", {"username": "mike", "password": "pw"})
+    assert r.status_code == 429 and r["Retry-After"]
+    assert client.get("/accounts/login/").status_code == 200  # the page itself still shows
+
+
+def test_login_page_right_password_still_signs_in(client, users, limits):
+    r = client.post("/accounts/login/", {"username": "mike", "password": "pw"})
+    assert r.status_code == 302
+
+
+@pytest.mark.parametrize("password", ["password123", "12345678901", "short", "mikemike1"])
+def test_password_validators_refuse_weak_passwords(users, password):
+    with pytest.raises(ValidationError):
+        validate_password(password, user=users["member"])
+
+
+def test_password_validators_accept_a_strong_one(users):
+    validate_password("correct horse battery staple 42", user=users["member"])
+
+
+@pytest.mark.parametrize("body", ["[null, null]", "42", '"x"', "null"])
+def test_token_endpoint_answers_400_to_a_body_that_is_not_an_object(users, body):
+    """Found by the schema fuzz test: a JSON list as the body was a 500."""
+    r = APIClient().generic("POST", "/api/v1/auth-token/", body, content_type="application/json")
+    assert r.status_code == 400, r.content[:200]
