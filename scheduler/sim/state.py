@@ -88,6 +88,9 @@ class ClusterState:
         self.pending: dict = {}  # job id -> JobInfo, in submit order
         self.running: dict = {}  # job id -> JobInfo (state running or preempting, with placement)
         self._held: set = set()  # pending job ids with GPUs held for them
+        self.partial_gpus = 0  # GPUs bound to tasks of pending jobs whose gang is not complete (gang=False)
+        self.reserved_gpus = 0  # free GPUs nominated for pending jobs (set_holds)
+        self.down_nodes: set = {n.name for n in nodes if n.state != "ready"}
 
     # -- jobs -------------------------------------------------------------------------------------
     def submit(self, info: JobInfo) -> None:
@@ -158,8 +161,10 @@ class ClusterState:
         if not gang:
             placement = (*job.placement, *binding.tasks)
             if not complete:
+                self.partial_gpus += len(taken)
                 self.pending[job.id] = replace(job, placement=placement)
                 return None
+            self.partial_gpus -= sum(len(t.gpus) for t in job.placement)
             binding = replace(binding, tasks=placement)
         del self.pending[job.id]
         started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now)
@@ -235,12 +240,14 @@ class ClusterState:
             if job is not None and job.reserved != tuple(tasks):
                 self.pending[job_id] = replace(job, reserved=tuple(tasks))
         self._held = set(holds)
+        self.reserved_gpus = sum(len(t.gpus) for tasks in holds.values() for t in tasks)
 
     def drop(self, job_id) -> JobInfo:
         """Remove a pending job for good (rejected by the engine), freeing GPUs its partially bound
         tasks hold (gang=False engines)."""
         job = self.pending.pop(job_id)
         if job.placement:
+            self.partial_gpus -= sum(len(t.gpus) for t in job.placement)
             self.running[job_id] = job
             self.release(job_id)
         return job
@@ -256,6 +263,15 @@ class ClusterState:
         self._dirty.add(name)
         gpus = self._base[name].gpus
         self.down_gpus += (state != "ready") * gpus - (was != "ready") * gpus
+        if state != "ready":
+            self.down_nodes.add(name)
+        else:
+            self.down_nodes.discard(name)
+
+    def down_unallocated_gpus(self) -> int:
+        """GPUs of down nodes that no job holds (a failed job keeps its GPUs until it is released: those
+        count as its own, lost to the failure)."""
+        return sum(self._base[n].gpus - len(self._used[n]) for n in self.down_nodes)
 
     def jobs_on(self, name: str) -> list:
         """Ids of running or preempting jobs with a task on node `name`, in start order."""
