@@ -55,7 +55,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["name", "flavor", "state", "last_heartbeat"]
 
     def get_permissions(self):
-        if self.action in ("register", "heartbeat", "assignments", "reports"):
+        if self.action in ("register", "heartbeat", "assignments", "reports", "telemetry"):
             return [IsNodeAgent()]
         return super().get_permissions()
 
@@ -113,6 +113,16 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         gpus = [{"index": g["index"], "health": g["health"], "health_reason": g["health_reason"]} for g in d["gpus"]]
         services.record_heartbeat(node.name, gpus=gpus, node_time=d["time"], actor=request.user)
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"], filterset_class=None, pagination_class=None)
+    def telemetry(self, request, name=None):
+        """The node agent's GPU telemetry batch (wire format: agent/telemetry.py, docs/telemetry.md):
+        answers {"accepted", "dropped", "xids"}; a malformed body is a 400 naming the field."""
+        node = get_object_or_404(Node, name=name)
+        from ...telemetry import ingest_telemetry
+
+        return Response(ingest_telemetry(node, request.data, actor=request.user))
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
