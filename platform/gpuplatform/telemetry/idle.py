@@ -5,8 +5,8 @@ IDLE_MINUTES is marked idle.
 
 - marks it idle when it has been running at least IDLE_MINUTES, telemetry covers the whole window (its
   first sample in the window is within 2 sample periods of the window's start) and no sample of any of its
-  GPUs reached IDLE_SM_PERCENT: an IdleAllocation from the last sample that did (else its first sample in
-  the window), and a `job_idle` Event. A job without telemetry (simulated, a node without NVML) is never
+  GPUs reached IDLE_SM_PERCENT: an IdleAllocation from the last sample that did (else its first sample since
+  it started), and a `job_idle` Event. A job without telemetry (simulated, a node without NVML) is never
   marked: no telemetry is not idleness. With its queue's `idle_timeout_minutes` set, the owner is told at
   marking (`idle_timeout_warning` Event naming when it will be stopped);
 - ends the idle period when a sample reached the threshold since (`job_active_again` Event) or the job is
@@ -69,6 +69,9 @@ def detect_idle(now: datetime | None = None) -> dict:
                 continue
             last_busy = GpuSample.objects.filter(gpu_id__in=gpus, level__in=LEVELS, sm__gte=threshold,
                                                  time__gte=job.started_at).aggregate(t=Max("time"))["t"]
+            if last_busy is None:  # never busy: idle since its first sample
+                last_busy = GpuSample.objects.filter(gpu_id__in=gpus, level__in=LEVELS, time__gte=job.started_at,
+                                                     sm__isnull=False).aggregate(t=Min("time"))["t"]
             since = max(last_busy or agg["first"], job.started_at)
             IdleAllocation.objects.create(job=job, since=since, marked_at=now, gpus=len(gpus))
             record_event("job_idle", f"{job.name}: {len(gpus)} GPU(s) under {threshold:g} % SM for {minutes:g} min",
