@@ -29,6 +29,9 @@ Metric names, and what an operator of Kueue or Volcano knows them as:
 | domain_completeness                        |               | (ours) share of tier-1 domains all free or all used                |
 | cluster_gpus                               | state         | kube's allocatable / requested GPUs (schedulable, allocated, free) |
 
+GPU telemetry (DCGM_FI_DEV_* under dcgm-exporter's names and labels, gpuplatform_idle_allocated_gpus):
+gpuplatform/telemetry/exporter.py.
+
 `queue_fair_share_gpus` is exported only when the samples carry it (QueueSample.fair_share, if the
 schema has it); the other queue gauges come from the latest sample of each queue.
 """
@@ -67,6 +70,9 @@ class PlatformCollector:
         yield from self._admission_wait()
         yield from self._preemptions()
         yield from self._cycles()
+        from .telemetry.exporter import collect_dcgm  # GPU telemetry under dcgm-exporter's names
+
+        yield from collect_dcgm()
 
     # -- cluster ---------------------------------------------------------------------------------------
     def _cluster(self):

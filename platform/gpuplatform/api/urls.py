@@ -22,5 +22,6 @@ router.register("scheduler-cycles", views.SchedulerCycleViewSet, basename="sched
 urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),
     path("auth-token/", obtain_auth_token, name="auth-token"),
+    path("utilization/", views.UtilizationView.as_view(), name="utilization"),
     *router.urls,
 ]

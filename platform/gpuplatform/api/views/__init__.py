@@ -4,8 +4,9 @@ from .jobs import JobViewSet
 from .metrics import ClusterMetricsViewSet, EventViewSet, SchedulerCycleViewSet
 from .queues import QueueViewSet, QuotaViewSet
 from .tenancy import MembershipViewSet, MeView, TeamViewSet
+from .utilization import UtilizationView
 
 __all__ = [
     "ClusterMetricsViewSet", "DomainViewSet", "EventViewSet", "JobViewSet", "MeView", "MembershipViewSet",
-    "NodeViewSet", "QueueViewSet", "QuotaViewSet", "SchedulerCycleViewSet", "TeamViewSet",
+    "NodeViewSet", "QueueViewSet", "QuotaViewSet", "SchedulerCycleViewSet", "TeamViewSet", "UtilizationView",
 ]
