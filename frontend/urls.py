@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views, views_dashboards as dash, views_jobs
+from . import views, views_dashboards as dash, views_jobs, views_utilization
 
 app_name = "frontend"
 urlpatterns = [
@@ -15,6 +15,8 @@ urlpatterns = [
     path("fragmentation/data.json", dash.fragmentation_json, name="fragmentation-json"),
     path("queueing/", dash.queueing_page, name="queueing"),
     path("queueing/data.json", dash.queueing_json, name="queueing-json"),
+    path("utilization/", views_utilization.utilization_page, name="utilization"),
+    path("utilization/data.json", views_utilization.utilization_json, name="utilization-json"),
     path("jobs/", views.job_list, name="job-list"),
     path("jobs/new/", views_jobs.job_new, name="job-new"),
     path("jobs/<int:pk>/", views.job_detail, name="job-detail"),

@@ -36,9 +36,9 @@ class UtilizationView(APIView):
     `lost_to_failure`, `grace_and_startup`, `held`, `free_fragmented`, `free`, `down` (GPU-hours) and
     `effective_utilization` (0..1, null when nothing was up). `?scope=cluster|flavor|queue|team|job`
     (default cluster), `?since=&until=` (ISO 8601, default the last 24 h of the cluster clock, at most 100
-    days), filters `?flavor=&queue=&team=`, `?step=` seconds for a series (at most 2,000 bins). Platform
-    admins see every team; others see only their teams' jobs: every scope is then computed over their own
-    allocations (capacity = what they held). `telemetry` false: idle_allocated cannot be measured ("no
+    days), filters `?flavor=&queue=&team=`, `?step=` seconds for a series (at most 2,000 bins). Cluster and
+    flavor totals are the same for every user (aggregates); platform admins see every team, queue and job,
+    others only their teams' (queue / team / job scopes, the queue / team filters, the job lists). `telemetry` false: idle_allocated cannot be measured ("no
     telemetry"), never read its 0 as busy."""
 
     permission_classes = [IsAuthenticated]
@@ -70,7 +70,11 @@ class UtilizationView(APIView):
             if "\x00" in (q.get(name) or ""):
                 raise ValidationError({name: ["must not contain NUL characters"]})
         team_ids = access.visible_team_ids(request.user)
-        res = utilization(scope, since, until, team_ids=team_ids, flavor=q.get("flavor") or None,
+        # cluster / flavor totals are aggregates (no job, team or queue named): the same for everyone, as on
+        # the cluster page; queue / team / job scopes, the queue / team filters and the job lists are limited
+        # to the user's teams
+        limit = team_ids if scope in ("queue", "team", "job") or q.get("queue") or q.get("team") else None
+        res = utilization(scope, since, until, team_ids=limit, flavor=q.get("flavor") or None,
                           queue=q.get("queue") or None, team=q.get("team") or None, step=step)
         rows = [{scope: r.pop("key"), **r} for r in res["rows"]]
         idle = idle_allocations(team_ids, now=now, limit=10)
