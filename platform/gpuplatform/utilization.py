@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import Max, Q
 
 from scheduler.core import gpu_hours
 
@@ -69,8 +69,8 @@ def _node_spans(since: datetime, until: datetime, flavor: str | None) -> tuple[l
             start = since
         if start is not None:
             down.append(gpu_hours.Span.of(_ts(start), u, gpus, "down", flavor=fl, node=name))
-    last_health = dict(Event.objects.filter(node_id__in=info, kind="gpu_health").order_by("node_id", "-time")
-                       .distinct("node_id").values_list("node_id", "time"))
+    last_health = dict(Event.objects.filter(node_id__in=info, kind="gpu_health").values("node_id")
+                       .annotate(t=Max("time")).values_list("node_id", "t").order_by())
     for node_id, in Gpu.objects.filter(node_id__in=info).exclude(health=Gpu.Health.HEALTHY).values_list("node_id"):
         if info[node_id][4] == Node.State.NOT_READY:
             continue  # the whole node is down already

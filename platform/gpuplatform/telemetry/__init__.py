@@ -4,6 +4,7 @@ batches (ingest.py), retention and downsampling with per-task summaries (retenti
 from .idle import detect_idle, idle_allocations
 from .ingest import ingest_telemetry
 from .retention import downsample, task_summary
-from .signals import latest_gpu_signals
+from .signals import latest_gpu_signals, latest_xids
 
-__all__ = ["ingest_telemetry", "downsample", "task_summary", "detect_idle", "idle_allocations", "latest_gpu_signals"]
+__all__ = ["ingest_telemetry", "downsample", "task_summary", "detect_idle", "idle_allocations", "latest_gpu_signals",
+           "latest_xids"]

@@ -9,7 +9,8 @@ every minute; `manage.py telemetry_retention` by hand):
 
 Means are weighted by the raw samples each row holds and ignore fields the driver did not report (None);
 throttle reasons are OR-ed, ECC and NVLink-down counts take the maximum. A row stays per (GPU, period,
-job, task), so a job's series survives downsampling. PostgreSQL only (the platform's store).
+job, task), so a job's series survives downsampling. The rollups are PostgreSQL SQL (the platform's
+store); on SQLite (the local demo, which has no telemetry) rows only expire.
 
 `task_summary(tasks)`: per task, mean and p95 SM utilization and framebuffer used, from its histogram plus
 the raw samples not yet folded: complete at any time, and kept with the job after its end.
@@ -83,6 +84,9 @@ GROUP BY gpu_id, floor(extract(epoch FROM time) / %(width)s), job_id, task_id
 
 def _rollup(from_level: int, to_level: int, cutoff: datetime) -> tuple[int, int]:
     width = GpuSample.LEVEL_SECONDS[to_level]
+    if connection.vendor != "postgresql":  # SQLite (the local demo, no GPUs): expire without rolling up
+        gone, _ = GpuSample.objects.filter(level=from_level, time__lt=cutoff).delete()
+        return 0, gone
     with connection.cursor() as cur:
         cur.execute(ROLLUP_SQL.format(table=GpuSample._meta.db_table),
                     {"level": to_level, "width": width, "from_level": from_level, "cutoff": cutoff})
