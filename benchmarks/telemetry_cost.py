@@ -8,8 +8,8 @@ busy-looking values), one sample every TELEMETRY_SECONDS (10), one telemetry cal
 body as the agent sends it (json.dumps, UTF-8; HTTP headers not counted). Store: a throw-away PostgreSQL
 database (benchmarks/_db.py) with `nodes` x 8 GPUs, half of the nodes running one 8-GPU job each, and
 `minutes` of raw samples for every GPU (COPY, as ingestion does); bytes per row = the table's total
-relation size (heap + indexes) / rows. Scrape: prometheus_client's generate_latest over the platform's
-registry (every family, DCGM ones included), median of 5. Retention: one downsample() pass that folds all
+relation size (heap + indexes) / rows. Scrape: what /metrics answers (prometheus_client's generate_latest over
+the platform's registry + the DCGM exposition), median of 5. Retention: one downsample() pass that folds all
 those raw rows into 1-minute rows (raw window set to 0). Writes benchmarks/results/telemetry_cost.json.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def wire(minutes: int = 10) -> dict:
             "rows_per_call": 8 * 3, "sample_seconds": 10, "heartbeat_seconds": 30, "gpus": 8}
 
 
-def store(nodes: int, minutes: int) -> dict:
+def store(nodes: int, minutes: int, profile: bool = False) -> dict:
     with _db.bench_database("bench_telemetry"):
         from django.conf import settings
         from django.db import connection
@@ -70,6 +70,7 @@ def store(nodes: int, minutes: int) -> dict:
         from gpuplatform.models import Allocation, Gpu, GpuSample, Job, JobRole, Node, Queue, Task, Team
         from gpuplatform.prometheus import REGISTRY
         from gpuplatform.telemetry import downsample
+        from gpuplatform.telemetry.exporter import exposition
         from gpuplatform.telemetry.ingest import COLUMNS
 
         now = _db.EPOCH + timedelta(days=1)
@@ -112,8 +113,17 @@ def store(nodes: int, minutes: int) -> dict:
         text = b""
         for _ in range(5):
             t1 = time.perf_counter()
-            text = generate_latest(REGISTRY)
+            text = generate_latest(REGISTRY) + exposition().encode()  # what /metrics answers
             times.append(time.perf_counter() - t1)
+        if profile:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.enable()
+            generate_latest(REGISTRY) + exposition().encode()
+            prof.disable()
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
         dcgm_lines = sum(1 for line in text.decode().splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{"))
         settings.TELEMETRY_RAW_HOURS = 0
         t2 = time.perf_counter()
@@ -131,10 +141,11 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--minutes", type=int, default=30)
+    ap.add_argument("--profile", action="store_true", help="print a profile of one scrape")
     args = ap.parse_args(argv)
     out = {"machine": C.machine(), "wire": wire()}
     print("wire:", out["wire"], flush=True)
-    out["store"] = store(args.nodes, args.minutes)
+    out["store"] = store(args.nodes, args.minutes, args.profile)
     s = out["store"]
     gpus = 8
     per_day = {"raw_inserted": gpus * 86400 // 10, "raw_kept_6h": gpus * 6 * 360, "minute_kept_7d": gpus * 7 * 1440,

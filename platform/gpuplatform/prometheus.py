@@ -70,9 +70,6 @@ class PlatformCollector:
         yield from self._admission_wait()
         yield from self._preemptions()
         yield from self._cycles()
-        from .telemetry.exporter import collect_dcgm  # GPU telemetry under dcgm-exporter's names
-
-        yield from collect_dcgm()
 
     # -- cluster ---------------------------------------------------------------------------------------
     def _cluster(self):
@@ -212,4 +209,6 @@ def metrics_view(request):
         if not hmac.compare_digest(sent.encode(), token.encode()):
             return HttpResponse("metrics need a bearer token\n", status=401, content_type="text/plain",
                                 headers={"WWW-Authenticate": "Bearer"})
-    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+    from .telemetry.exporter import exposition  # GPU telemetry under dcgm-exporter's names
+
+    return HttpResponse(generate_latest(REGISTRY) + exposition().encode(), content_type=CONTENT_TYPE_LATEST)
