@@ -218,3 +218,19 @@ def test_queue_idle_timeout_warns_then_stops(jobs, at):
     _feed(job, gpus, T0 + timedelta(minutes=31), 30, 0)
     assert detect_idle(T0 + timedelta(minutes=61))["stopped"] == [job.pk]
     assert Job.objects.get(pk=job.pk).state in ("cancelled", "preempting")
+
+
+def test_the_maintenance_command_runs_both_passes(jobs, at):
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    bind(jobs["own"])
+    job = Job.objects.get(pk=jobs["own"].pk)
+    _feed(job, list(Gpu.objects.filter(node__name="n0", index__in=(0, 1))), T0, 31, 0)
+    at(31 * 60)
+    out = io.StringIO()
+    call_command("telemetry_maintain", stdout=out)
+    result = json.loads(out.getvalue())
+    assert result["idle"]["marked"] == [job.pk] and result["retention"]["raw_deleted"] == 0

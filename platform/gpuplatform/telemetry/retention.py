@@ -1,5 +1,5 @@
 """Retention and downsampling of GPU telemetry (docs/telemetry.md), run by `downsample()` (Celery beat,
-every minute; `manage.py telemetry_retention` by hand):
+every minute; `manage.py telemetry_maintain` by hand):
 
 1. raw samples older than TELEMETRY_RAW_HOURS (cut at a whole minute) are folded into their tasks'
    TaskUtilization histograms, then into 1-minute rows (level 1), then deleted;
