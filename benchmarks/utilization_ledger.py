@@ -14,6 +14,7 @@ no telemetry: idle_allocated is 0 there. Writes benchmarks/results/utilization_l
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from functools import partial
 
@@ -33,13 +34,18 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--start", type=float, default=20.0)
     ap.add_argument("--days", type=float, default=None)
+    ap.add_argument("--policies", default="full,fifo", help="comma-separated subset of full,fifo")
+    ap.add_argument("--rates", default="llama3,sweep_10", help="comma-separated subset of llama3,sweep_10")
+    ap.add_argument("--merge", action="store_true", help="update the runs of an existing results file")
     args = ap.parse_args(argv)
     days = args.days if args.days is not None else (1.0 if args.quick else 30.0)
     cluster = load_cluster("philly")
     trace = load_trace("philly", start_days=args.start, until_days=args.start + days)
     runs = {}
     for rate_name, rate in (("llama3", REFERENCE_RATE), ("sweep_10", 10.0)):
-        for policy in ("full", "fifo"):
+        if rate_name not in args.rates.split(","):
+            continue
+        for policy in args.policies.split(","):
             engine = partial(run_cycle, cache=EngineCache()) if policy == "full" else run_cycle_kube
             t0 = time.perf_counter()
             r = replay(cluster, trace, engine=engine, until=days * DAY, fairness=False,
@@ -54,7 +60,13 @@ def main(argv=None) -> dict:
     out = {"machine": C.machine(), "slice": {"start_days": args.start, "days": days, "jobs": len(trace.jobs)},
            "checkpoint_interval": 3600.0, "detection_timeout": 300.0, "repair_time": 4 * 3600.0, "seed": 1,
            "runs": runs}
-    C.save("utilization_ledger_quick" if args.quick else "utilization_ledger", out)
+    name = "utilization_ledger_quick" if args.quick else "utilization_ledger"
+    if args.merge:
+        path = C.RESULTS_DIR / f"{name}.json"
+        old = json.loads(path.read_text()) if path.exists() else {"runs": {}}
+        out["runs"] = {**old.get("runs", {}), **runs}
+        runs = out["runs"]
+    C.save(name, out)
     cols = ("capacity",) + BUCKETS
     print(f"{'run':<18}" + "".join(f"{c[:12]:>13}" for c in cols) + f"{'eff. util':>11}")
     for key, r in runs.items():

@@ -178,7 +178,7 @@ class Replay:
     def _advance(self, to: float) -> None:
         state = self.state
         self.ledger.advance(to, state.used_gpus, down=state.down_unallocated_gpus() if state.down_nodes else 0,
-                            held=state.partial_gpus + state.reserved_gpus, waiting=bool(state.pending))
+                            held=state.partial_gpus + state.reserved_gpus(), waiting=bool(state.pending))
 
     def process_until(self, now: float) -> None:
         """Apply every job and node event up to `now`, in time order."""

@@ -89,7 +89,9 @@ class ClusterState:
         self.running: dict = {}  # job id -> JobInfo (state running or preempting, with placement)
         self._held: set = set()  # pending job ids with GPUs held for them
         self.partial_gpus = 0  # GPUs bound to tasks of pending jobs whose gang is not complete (gang=False)
-        self.reserved_gpus = 0  # free GPUs nominated for pending jobs (set_holds)
+        self._hold_gpus: set = set()  # (node, gpu) nominated for pending jobs (set_holds)
+        self.version = 0  # bumped whenever GPUs are bound, released or nominated (reserved_gpus' cache key)
+        self._reserved = (-1, 0)
         self.down_nodes: set = {n.name for n in nodes if n.state != "ready"}
 
     # -- jobs -------------------------------------------------------------------------------------
@@ -157,6 +159,7 @@ class ClusterState:
             self._mem[t.node] += role.memory_mib
             self._dirty.add(t.node)
         self.used_gpus += len(taken)
+        self.version += 1
         self.queue_used[job.queue] = self.queue_used.get(job.queue, 0) + len(taken)
         if not gang:
             placement = (*job.placement, *binding.tasks)
@@ -183,6 +186,7 @@ class ClusterState:
             self._dirty.add(t.node)
             self.used_gpus -= len(t.gpus)
             self.queue_used[job.queue] -= len(t.gpus)
+        self.version += 1
         return job
 
     def mark_preempting(self, job_id) -> JobInfo:
@@ -208,6 +212,7 @@ class ClusterState:
             self._dirty.add(t.node)
             freed += len(t.gpus)
         self.used_gpus -= freed
+        self.version += 1
         self.queue_used[job.queue] -= freed
         job = replace(job, state="running", placement=tuple(keep))
         self.running[job_id] = job
@@ -240,7 +245,8 @@ class ClusterState:
             if job is not None and job.reserved != tuple(tasks):
                 self.pending[job_id] = replace(job, reserved=tuple(tasks))
         self._held = set(holds)
-        self.reserved_gpus = sum(len(t.gpus) for tasks in holds.values() for t in tasks)
+        self._hold_gpus = {(t.node, g) for tasks in holds.values() for t in tasks for g in t.gpus}
+        self.version += 1
 
     def drop(self, job_id) -> JobInfo:
         """Remove a pending job for good (rejected by the engine), freeing GPUs its partially bound
@@ -267,6 +273,14 @@ class ClusterState:
             self.down_nodes.add(name)
         else:
             self.down_nodes.discard(name)
+
+    def reserved_gpus(self) -> int:
+        """Nominated GPUs (held for pending jobs) that no job uses now: a nomination may cover GPUs its
+        victims or a draining job still hold; those count as theirs."""
+        if self._reserved[0] != self.version:
+            used = self._used
+            self._reserved = (self.version, sum(1 for n, g in self._hold_gpus if g not in used[n]))
+        return self._reserved[1]
 
     def down_unallocated_gpus(self) -> int:
         """GPUs of down nodes that no job holds (a failed job keeps its GPUs until it is released: those
