@@ -28,3 +28,21 @@ def test_replay_ledger_sums_to_capacity_and_agrees_with_the_goodput_books(seed, 
     assert g["down"] > 0 and g["lost_to_failure"] > 0
     assert g["idle_allocated"] == 0  # no telemetry in the replay
     assert g["effective_utilization"] == pytest.approx(g["useful"] / (g["capacity"] - g["down"]))
+
+
+def test_held_counts_only_nominated_gpus_no_job_uses():
+    """A nomination may cover GPUs a running job (a drain reservation's victim) still holds: those are the
+    running job's, only the free nominated GPUs are `held`; releasing the job makes them held."""
+    from scheduler.core.snapshot import Binding, TaskPlacement
+    from scheduler.sim.state import ClusterState, job_info, queue_infos
+    from test_replay import job
+
+    spec = tiny_cluster()
+    state = ClusterState(spec, queue_infos(spec, set()))
+    state.submit(job_info(job("run", 0, 100, gpus=2)))
+    state.bind(Binding("run", (TaskPlacement("worker", 0, "n0", (0, 1)),), "", 0), 0.0)
+    state.submit(job_info(job("big", 0, 100, gpus=4)))
+    state.set_holds({"big": (TaskPlacement("worker", 0, "n0", (0, 1, 2, 3)),)})
+    assert state.reserved_gpus() == 2  # GPUs 2, 3; 0 and 1 are the running job's
+    state.release("run")
+    assert state.reserved_gpus() == 4
