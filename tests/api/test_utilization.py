@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 from gpuplatform.models import Event, Gpu, GpuSample, GpuXid, IdleAllocation, Job
 from gpuplatform.audit import record_event
 from scheduler.core.gpu_hours import BUCKETS
-from tests.api.test_telemetry import T0, _feed, at, bind  # noqa: F401  (fixture)
+from tests.api.test_telemetry_api import T0, _feed, at, bind  # noqa: F401  (fixture)
 
 H = 3600.0
 

@@ -14,7 +14,7 @@ from gpuplatform.models import Event, Gpu, GpuSample, GpuXid, IdleAllocation, Jo
 from gpuplatform.scheduling import store
 from gpuplatform.telemetry import detect_idle, downsample, latest_gpu_signals, task_summary
 from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
-from tests.agent.test_telemetry import eight_gpu_nvml
+from tests.agent.test_agent_telemetry import eight_gpu_nvml
 
 T0 = datetime(2026, 12, 1, 0, 0, tzinfo=timezone.utc)
 
