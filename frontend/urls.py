@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views, views_dashboards as dash, views_jobs
+from . import views, views_dashboards as dash, views_jobs, views_utilization
 
 app_name = "frontend"
 urlpatterns = [
@@ -18,6 +18,8 @@ urlpatterns = [
     path("failures/", dash.failures_page, name="failures"),
     path("failures/data.json", dash.failures_json, name="failures-json"),
     path("nodes/", views.node_list, name="node-list"),
+    path("utilization/", views_utilization.utilization_page, name="utilization"),
+    path("utilization/data.json", views_utilization.utilization_json, name="utilization-json"),
     path("jobs/", views.job_list, name="job-list"),
     path("jobs/new/", views_jobs.job_new, name="job-new"),
     path("jobs/new/estimate/", views_jobs.job_estimate, name="job-estimate"),

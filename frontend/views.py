@@ -18,7 +18,8 @@ from django.views.decorators.http import require_GET
 
 from gpuplatform import access, queries
 from gpuplatform.event_visibility import redacted
-from gpuplatform.models import Job
+from gpuplatform.models import IdleAllocation, Job
+from gpuplatform.telemetry import task_summary
 
 from . import figures, job_paging, job_run
 from .conditional import conditional_json
@@ -50,6 +51,12 @@ def _pct(x):
     return None if x is None else round(100 * x, 1)
 
 
+def _effective_today():
+    from .views_utilization import effective_utilization_today
+
+    return effective_utilization_today()
+
+
 def _numbers(sample, totals: dict) -> dict:
     """The headline numbers, formatted once for both the page and metrics.json."""
     return {
@@ -59,6 +66,7 @@ def _numbers(sample, totals: dict) -> dict:
         "free_gpus": sample.free_gpus if sample else None,
         "allocated_gpus": sample.allocated_gpus if sample else None,
         "schedulable_gpus": sample.schedulable_gpus if sample else None,
+        "effective_utilization": _effective_today(),
         **{f"jobs_{k}": v for k, v in totals.items()},
     }
 
@@ -182,6 +190,8 @@ def job_list(request):
         "previous_url": "?" + urlencode({**here, "cursor": page.previous_cursor}) if page.previous_cursor else None,
         "first_url": "?" + urlencode(here) if request.GET.get("cursor") else None,
         "filtered": any(filters.values()),
+        "idle_ids": set(IdleAllocation.objects.filter(ended_at__isnull=True, job_id__in=[r["job"].pk for r in rows])
+                        .values_list("job_id", flat=True)),
     })
 
 
@@ -223,6 +233,9 @@ def job_detail(request, pk: int):
     roles = list(job.roles.all())
     tasks = job_run.task_rows(job.tasks.all())
     diagnosis = job_run.diagnosis_view(job, job.tasks.all())
+    use = task_summary([r["task"].pk for r in tasks])  # GPU use per task (telemetry; absent: "no telemetry")
+    for r in tasks:
+        r["gpu_use"] = use.get(r["task"].pk)
     return render(request, "frontend/job_detail.html", {
         "job": job,
         "diagnosis": diagnosis,
@@ -248,6 +261,7 @@ def job_detail(request, pk: int):
         "show_map": bool(job.placement_domain) and job.state in Job.LIVE_STATES,
         "map_zoom": job.placement_domain,
         "state_colors": STATE_COLORS,
+        "idle": IdleAllocation.objects.filter(job=job, ended_at__isnull=True).first(),
     })
 
 

@@ -29,6 +29,9 @@ Metric names, and what an operator of Kueue or Volcano knows them as:
 | domain_completeness                        |               | (ours) share of tier-1 domains all free or all used                |
 | cluster_gpus                               | state         | kube's allocatable / requested GPUs (schedulable, allocated, free) |
 
+GPU telemetry (DCGM_FI_DEV_* under dcgm-exporter's names and labels, gpuplatform_idle_allocated_gpus):
+gpuplatform/telemetry/exporter.py.
+
 `queue_fair_share_gpus` is exported only when the samples carry it (QueueSample.fair_share, if the
 schema has it); the other queue gauges come from the latest sample of each queue.
 """
@@ -210,4 +213,6 @@ def metrics_view(request):
         if not hmac.compare_digest(sent.encode(), token.encode()):
             return HttpResponse("metrics need a bearer token\n", status=401, content_type="text/plain",
                                 headers={"WWW-Authenticate": "Bearer"})
-    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+    from .telemetry.exporter import exposition  # GPU telemetry under dcgm-exporter's names
+
+    return HttpResponse(generate_latest(REGISTRY) + exposition().encode(), content_type=CONTENT_TYPE_LATEST)

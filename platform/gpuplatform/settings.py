@@ -233,6 +233,14 @@ FAILURE_CHECK_SECONDS = float(os.environ.get("FAILURE_CHECK_SECONDS", "15"))
 # an agent gives a task that is no longer assigned, and the task output kept per task attempt.
 AGENT_POLL_SECONDS = float(os.environ.get("AGENT_POLL_SECONDS", "2"))
 AGENT_STOP_GRACE_SECONDS = float(os.environ.get("AGENT_STOP_GRACE_SECONDS", "30"))
+# GPU telemetry and the GPU-hour ledger (docs/telemetry.md, DESIGN section 14)
+TELEMETRY_SECONDS = float(os.environ.get("TELEMETRY_SECONDS", "10"))  # agent sample period
+TELEMETRY_RAW_HOURS = float(os.environ.get("TELEMETRY_RAW_HOURS", "6"))  # raw samples kept this long
+TELEMETRY_MINUTE_DAYS = float(os.environ.get("TELEMETRY_MINUTE_DAYS", "7"))  # 1-minute means kept this long
+TELEMETRY_QUARTER_DAYS = float(os.environ.get("TELEMETRY_QUARTER_DAYS", "90"))  # 15-minute means kept this long
+TELEMETRY_MAX_ROWS_PER_CALL = int(os.environ.get("TELEMETRY_MAX_ROWS_PER_CALL", "2000"))
+IDLE_SM_PERCENT = float(os.environ.get("IDLE_SM_PERCENT", "5"))
+IDLE_MINUTES = float(os.environ.get("IDLE_MINUTES", "30"))
 TASK_LOG_MAX_BYTES = int(os.environ.get("TASK_LOG_MAX_BYTES", str(1 << 20)))
 TASK_LOG_CHUNK_MAX_BYTES = 65536
 TASK_LOG_READ_MAX_BYTES = 65536
@@ -241,6 +249,7 @@ TASK_LOG_READ_MAX_BYTES = 65536
 CELERY_BEAT_SCHEDULE = {
     "scheduling-cycle": {"task": "scheduler.tasks.run_scheduling_cycle", "schedule": SCHEDULER_CYCLE_SECONDS},
     "failure-detection": {"task": "scheduler.tasks.detect_node_failures", "schedule": FAILURE_CHECK_SECONDS},
+    "telemetry-maintenance": {"task": "telemetry.tasks.maintain", "schedule": 60.0},
 }
 
 LOGGING = {

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from scheduler.core import gpu_hours
 from scheduler.sim.failures import Checkpointing
 from scheduler.sim.report import SIZE_BUCKETS, ReplayReport, lowest_feasible_tier, queueing_summary, size_bucket
 
@@ -41,28 +42,59 @@ class Ledger:
         self.snapshot_ms = self.apply_ms = 0.0
         self.node_failures = self.node_failures_hitting_jobs = 0
         self.interruptions: list[dict] = []  # one record per job hit by a node failure (replay.failure_summary)
+        # the GPU-hour ledger's spans (scheduler.core.gpu_hours): attempts' use, and per-instant state
+        self.spans: list[gpu_hours.Span] = []
+        self._instant: dict[str, list] = {}  # bucket -> [since, gpus] of the open per-instant span
 
     # -- GPU-seconds ------------------------------------------------------------------------------
-    def advance(self, to: float, used_gpus: int) -> None:
-        """`used_gpus` GPUs were held from the last time counted until `to` (seconds)."""
+    def advance(self, to: float, used_gpus: int, *, down: float = 0, held: float = 0, waiting: bool = False) -> None:
+        """`used_gpus` GPUs were held from the last time counted until `to` (seconds); over that time `down`
+        GPUs of failed nodes were unallocated, `held` GPUs were held for pending gangs, and `waiting` says
+        whether a job was pending (spans of the GPU-hour ledger)."""
         if to > self.clock:
             self.gpu_seconds += used_gpus * (to - self.clock)
+            for bucket, value in (("down", down), ("held", held), ("waiting", 1 if waiting else 0)):
+                self._level(bucket, value, self.clock)
             self.clock = to
+
+    def _level(self, bucket: str, value: float, at: float) -> None:
+        """The per-instant `bucket` is `value` from `at` on (coalesced: a span closes when the value changes)."""
+        cur = self._instant.get(bucket)
+        if cur is not None and cur[1] == value:
+            return
+        if cur is not None and cur[1] and at > cur[0]:
+            self.spans.append(gpu_hours.Span(cur[0], at, cur[1], bucket))
+        self._instant[bucket] = [at, value]
+
+    def _span(self, start: float, end: float, gpus: float, bucket: str) -> None:
+        if end > start and gpus > 0:
+            self.spans.append(gpu_hours.Span(start, end, gpus, bucket))
 
     def account(self, job, gpus: int, end: float) -> None:
         """`gpus` GPUs of `job` (a JobInfo with start_time) are released at `end`: its team's GPU-seconds."""
         team = self.team_of.get(job.queue, job.queue)
         self.team_seconds[team] = self.team_seconds.get(team, 0.0) + gpus * (end - job.start_time)
 
-    def credit(self, gpus: int, work: float, elapsed: float) -> None:
-        """An attempt on `gpus` GPUs ended after `elapsed` s with `work` s of its work kept: useful
-        GPU-seconds, and the checkpoint stalls of `elapsed` s."""
+    def credit(self, gpus: int, work: float, elapsed: float, start: float | None = None) -> None:
+        """An attempt on `gpus` GPUs that started at `start` ended after `elapsed` s with `work` s of its work
+        kept: useful GPU-seconds, and the checkpoint stalls of `elapsed` s (useful first, then the stalls,
+        in the GPU-hour ledger's spans; no span when start is None)."""
+        stall = self.ckpt.stall(elapsed)
         self.useful += gpus * work
-        self.waste["checkpoint"] += gpus * self.ckpt.stall(elapsed)
+        self.waste["checkpoint"] += gpus * stall
+        if start is not None:
+            self._span(start, start + work, gpus, "useful")
+            self._span(start + work, start + work + stall, gpus, "grace_and_startup")
 
-    def lose(self, cause: str, gpu_seconds: float) -> None:
-        """GPU-seconds wasted for `cause`: "lost_work", "undetected" or "grace"."""
+    LOSS_BUCKET = {"lost_work": "lost_to_failure", "undetected": "lost_to_failure", "grace": "grace_and_startup"}
+
+    def lose(self, cause: str, gpu_seconds: float, gpus: int | None = None, end: float | None = None) -> None:
+        """GPU-seconds wasted for `cause`: "lost_work", "undetected" or "grace"; with `gpus` and `end`, also a
+        ledger span of `gpus` GPUs ending at `end` (lost_work and undetected: lost_to_failure; grace:
+        grace_and_startup)."""
         self.waste[cause] += gpu_seconds
+        if gpus and end is not None:
+            self._span(end - gpu_seconds / gpus, end, gpus, self.LOSS_BUCKET[cause])
 
     # -- jobs -------------------------------------------------------------------------------------
     def started(self, gpus_requested: int, wait: float, tasks, tier: int) -> None:
@@ -128,6 +160,16 @@ class Ledger:
         still pending (`pending`: job id -> JobInfo) by the code of their last reason (`last_pending`),
         rates, queueing, alignment, usage, goodput and waste, timings. Returns the report."""
         report = self.report
+        for bucket in list(self._instant):
+            self._level(bucket, 0, max(end, self._instant[bucket][0]))
+        capacity = [gpu_hours.Span(self.start, end, capacity_gpus, "capacity")]
+        use = [s for s in self.spans if s.bucket != "waiting"]
+        waiting = [s for s in self.spans if s.bucket == "waiting"]
+        books = gpu_hours.compute(capacity, use, waiting, since=self.start, until=end).totals.get("cluster")
+        if books is not None:
+            report.gpu_hours = books.hours()
+            classified = sum(s.gpus * (s.end - s.start) for s in use if s.bucket not in ("down", "held"))
+            report.gpu_hours["allocated_unclassified"] = max(0.0, self.gpu_seconds - classified) / 3600.0
         if self.frag_now is not None and end > self.frag_since:
             self.frag_integral += self.frag_now * (end - self.frag_since)
             self.frag_span += end - self.frag_since

@@ -176,7 +176,9 @@ class Replay:
         heapq.heappush(self.node_events, (when, self.seq, kind, node))
 
     def _advance(self, to: float) -> None:
-        self.ledger.advance(to, self.state.used_gpus)
+        state = self.state
+        self.ledger.advance(to, state.used_gpus, down=state.down_unallocated_gpus() if state.down_nodes else 0,
+                            held=state.partial_gpus + state.reserved_gpus(), waiting=bool(state.pending))
 
     def process_until(self, now: float) -> None:
         """Apply every job and node event up to `now`, in time order."""
@@ -217,7 +219,7 @@ class Replay:
     def complete(self, when: float, job_id: str) -> None:
         """A running job's work is done: its GPUs are freed."""
         info = self.state.running.get(job_id)
-        self.ledger.credit(_gpus(info), self.left[job_id], when - info.start_time)
+        self.ledger.credit(_gpus(info), self.left[job_id], when - info.start_time, info.start_time)
         self._finish(job_id, when)
         self.ledger.finished()
 
@@ -245,8 +247,8 @@ class Replay:
         if whole:
             elapsed = self.evicted_at.pop(job_id, when - self.grace_period) - info.start_time
             done = self.ckpt.progress(elapsed)
-            ledger.credit(_gpus(info), done, elapsed)
-            ledger.lose("grace", _gpus(info) * (when - info.start_time - elapsed))
+            ledger.credit(_gpus(info), done, elapsed, info.start_time)
+            ledger.lose("grace", _gpus(info) * (when - info.start_time - elapsed), _gpus(info), when)
             self.left[job_id] = max(0.0, self.left[job_id] - done)
             self._finish(job_id, when)
             state.requeue(info)
@@ -254,7 +256,7 @@ class Replay:
         else:
             _, freed = state.shrink(job_id, set(tasks))
             ledger.account(info, freed, when)
-            ledger.credit(freed, self.ckpt.progress(when - info.start_time), when - info.start_time)
+            ledger.credit(freed, self.ckpt.progress(when - info.start_time), when - info.start_time, info.start_time)
 
     def _finish(self, job_id: str, end: float) -> None:
         info = self.state.release(job_id)
@@ -264,7 +266,7 @@ class Replay:
     def _requeue_failed(self, job_id: str, when: float) -> None:
         record = self.failed.pop(job_id)
         info = self.state.running[job_id]
-        self.ledger.lose("undetected", _gpus(info) * (when - record["failed"]))
+        self.ledger.lose("undetected", _gpus(info) * (when - record["failed"]), _gpus(info), when)
         record["detected"] = when
         self._finish(job_id, when)
         self.state.requeue(info)
@@ -283,8 +285,8 @@ class Replay:
             gpus = _gpus(info)
             elapsed = (self.evicted_at[job_id] if job_id in self.evicted_at else when) - info.start_time
             saved = ckpt.saved(elapsed)
-            ledger.credit(gpus, saved, elapsed)
-            ledger.lose("lost_work", gpus * (ckpt.progress(elapsed) - saved))
+            ledger.credit(gpus, saved, elapsed, info.start_time)
+            ledger.lose("lost_work", gpus * (ckpt.progress(elapsed) - saved), gpus, info.start_time + elapsed)
             self.left[job_id] = max(0.0, self.left[job_id] - saved)
             self.evicted_at.pop(job_id, None)
             self.live.pop(job_id, None)  # it will not complete
@@ -412,11 +414,11 @@ class Replay:
         for job_id in list(state.running):
             info = state.running[job_id]
             if job_id in self.failed:  # failed, not yet detected: its saved work was counted at the failure
-                ledger.lose("undetected", _gpus(info) * (end - self.failed[job_id]["failed"]))
+                ledger.lose("undetected", _gpus(info) * (end - self.failed[job_id]["failed"]), _gpus(info), end)
             else:
                 elapsed = self.evicted_at.get(job_id, end) - info.start_time
-                ledger.credit(_gpus(info), self.ckpt.progress(elapsed), elapsed)
-                ledger.lose("grace", _gpus(info) * (end - info.start_time - elapsed))
+                ledger.credit(_gpus(info), self.ckpt.progress(elapsed), elapsed, info.start_time)
+                ledger.lose("grace", _gpus(info) * (end - info.start_time - elapsed), _gpus(info), end)
             self._finish(job_id, end)
         failures = None
         if self.failures is not None:

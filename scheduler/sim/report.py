@@ -130,6 +130,10 @@ class ReplayReport:
     waste_gpu_hours: dict = field(default_factory=dict)
     checkpoint: dict = field(default_factory=dict)
     failures: dict = field(default_factory=dict)
+    # the GPU-hour ledger (scheduler.core.gpu_hours): capacity and each bucket in GPU-hours, and the
+    # effective utilization; no telemetry in the replay, so idle_allocated is 0. allocated_unclassified: the
+    # allocated GPU-hours the replay credited to no attempt (e.g. a grace period cut short by a failure)
+    gpu_hours: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:

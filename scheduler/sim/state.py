@@ -88,6 +88,11 @@ class ClusterState:
         self.pending: dict = {}  # job id -> JobInfo, in submit order
         self.running: dict = {}  # job id -> JobInfo (state running or preempting, with placement)
         self._held: set = set()  # pending job ids with GPUs held for them
+        self.partial_gpus = 0  # GPUs bound to tasks of pending jobs whose gang is not complete (gang=False)
+        self._hold_gpus: set = set()  # (node, gpu) nominated for pending jobs (set_holds)
+        self.version = 0  # bumped whenever GPUs are bound, released or nominated (reserved_gpus' cache key)
+        self._reserved = (-1, 0)
+        self.down_nodes: set = {n.name for n in nodes if n.state != "ready"}
 
     # -- jobs -------------------------------------------------------------------------------------
     def submit(self, info: JobInfo) -> None:
@@ -164,12 +169,15 @@ class ClusterState:
             self._mem[t.node] += role.memory_mib
             self._dirty.add(t.node)
         self.used_gpus += len(taken)
+        self.version += 1
         self.queue_used[job.queue] = self.queue_used.get(job.queue, 0) + len(taken)
         if not gang:
             placement = (*job.placement, *binding.tasks)
             if not complete:
+                self.partial_gpus += len(taken)
                 self.pending[job.id] = replace(job, placement=placement)
                 return None
+            self.partial_gpus -= sum(len(t.gpus) for t in job.placement)
             binding = replace(binding, tasks=placement)
         del self.pending[job.id]
         started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now)
@@ -188,6 +196,7 @@ class ClusterState:
             self._dirty.add(t.node)
             self.used_gpus -= len(t.gpus)
             self.queue_used[job.queue] -= len(t.gpus)
+        self.version += 1
         return job
 
     def mark_preempting(self, job_id) -> JobInfo:
@@ -213,6 +222,7 @@ class ClusterState:
             self._dirty.add(t.node)
             freed += len(t.gpus)
         self.used_gpus -= freed
+        self.version += 1
         self.queue_used[job.queue] -= freed
         job = replace(job, state="running", placement=tuple(keep))
         self.running[job_id] = job
@@ -245,12 +255,15 @@ class ClusterState:
             if job is not None and job.reserved != tuple(tasks):
                 self.pending[job_id] = replace(job, reserved=tuple(tasks))
         self._held = set(holds)
+        self._hold_gpus = {(t.node, g) for tasks in holds.values() for t in tasks for g in t.gpus}
+        self.version += 1
 
     def drop(self, job_id) -> JobInfo:
         """Remove a pending job for good (rejected by the engine), freeing GPUs its partially bound
         tasks hold (gang=False engines)."""
         job = self.pending.pop(job_id)
         if job.placement:
+            self.partial_gpus -= sum(len(t.gpus) for t in job.placement)
             self.running[job_id] = job
             self.release(job_id)
         return job
@@ -266,6 +279,23 @@ class ClusterState:
         self._dirty.add(name)
         gpus = self._base[name].gpus
         self.down_gpus += (state != "ready") * gpus - (was != "ready") * gpus
+        if state != "ready":
+            self.down_nodes.add(name)
+        else:
+            self.down_nodes.discard(name)
+
+    def reserved_gpus(self) -> int:
+        """Nominated GPUs (held for pending jobs) that no job uses now: a nomination may cover GPUs its
+        victims or a draining job still hold; those count as theirs."""
+        if self._reserved[0] != self.version:
+            used = self._used
+            self._reserved = (self.version, sum(1 for n, g in self._hold_gpus if g not in used[n]))
+        return self._reserved[1]
+
+    def down_unallocated_gpus(self) -> int:
+        """GPUs of down nodes that no job holds (a failed job keeps its GPUs until it is released: those
+        count as its own, lost to the failure)."""
+        return sum(self._base[n].gpus - len(self._used[n]) for n in self.down_nodes)
 
     def jobs_on(self, name: str) -> list:
         """Ids of running or preempting jobs with a task on node `name`, in start order."""

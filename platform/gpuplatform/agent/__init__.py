@@ -9,7 +9,23 @@ from .runner import AgentLoop
 
 __all__ = ["AgentError", "AgentLoop", "ExecutorError", "GpuInventory", "InventoryError", "ProcessExecutor",
            "apply_health", "demo_copies", "get_json", "heartbeat_body", "post_json", "read_nvidia_smi_xml",
-           "read_nvml", "register_body", "run_agent", "make_reader"]
+           "read_nvml", "register_body", "run_agent", "make_reader", "make_telemetry"]
+
+
+def make_telemetry(dcgm_exporter_url: str | None = None):
+    """The node's telemetry sampler (agent/telemetry.py): a dcgm-exporter at `dcgm_exporter_url` when given,
+    else NVML through nvidia-ml-py when it imports and initialises, else None (no telemetry: the platform
+    shows "no telemetry" for these GPUs, never zeros)."""
+    from .telemetry import DcgmExporterSampler, NvmlSampler
+
+    if dcgm_exporter_url:
+        return DcgmExporterSampler(dcgm_exporter_url)
+    try:
+        import pynvml  # nvidia-ml-py
+    except ImportError:
+        return None
+    sampler = NvmlSampler(pynvml)
+    return sampler if sampler._init() else None
 
 
 def make_reader(nvidia_smi_xml: str | None = None):

@@ -132,7 +132,8 @@ def run_agent(api: str, token: str, node_name: str, read: Callable[[], list[GpuI
               once: bool = False, interval: float = 30.0, max_beats: int | None = None,
               sleep: Callable[[float], None] = time.sleep, resources: tuple[int, int] | None = None,
               address: str | None = None, runtime: str | None = None, executor=None, poll: float = 2.0,
-              max_cycles: int | None = None, should_stop: Callable[[], bool] | None = None) -> int:
+              max_cycles: int | None = None, should_stop: Callable[[], bool] | None = None,
+              telemetry=None, telemetry_seconds: float = 10.0) -> int:
     """Register, then heartbeat every `interval` seconds. once: register + one heartbeat, errors raise (no
     execution even with an executor). Returns the number of heartbeats sent. `read` returns the current
     inventory (health included). `address` / `runtime` go into the register body when not None.
@@ -140,12 +141,14 @@ def run_agent(api: str, token: str, node_name: str, read: Callable[[], list[GpuI
     With `executor` (an agent.executor.ProcessExecutor) and not `once`, the node also executes its tasks:
     runner.AgentLoop polls the assignments every `poll` seconds (the server's poll_seconds once answered)
     and posts the reports (docs/execution.md); it stops after `max_cycles` assignment rounds, `max_beats`
-    heartbeats or when `should_stop()` is true (else it runs forever)."""
+    heartbeats or when `should_stop()` is true (else it runs forever). `telemetry`: a sampler
+    (agent/telemetry.py) sampled every `telemetry_seconds` and sent with each heartbeat (executing agents)."""
     if executor is not None and not once:
         from .runner import AgentLoop
 
         loop = AgentLoop(api, token, node_name, read, executor, address=address, runtime=runtime,
-                         interval=interval, poll=poll, resources=resources, sleep=sleep)
+                         interval=interval, poll=poll, resources=resources, sleep=sleep, telemetry=telemetry,
+                         telemetry_seconds=telemetry_seconds)
         loop.run(max_cycles=max_cycles, max_beats=max_beats, should_stop=should_stop)
         return loop.beats
     base = api.rstrip("/")

@@ -80,7 +80,7 @@ class AgentLoop:
                  executor: ProcessExecutor, *, address: str | None = None, runtime: str | None = None,
                  interval: float = 30.0, poll: float = 2.0, resources: tuple[int, int] | None = None,
                  sleep: Callable[[float], None] = time.sleep, timeout: float = 10.0,
-                 log_chunk_bytes: int = LOG_CHUNK_BYTES):
+                 log_chunk_bytes: int = LOG_CHUNK_BYTES, telemetry=None, telemetry_seconds: float = 10.0):
         base = api.rstrip("/")
         node = urllib.parse.quote(node_name, safe="")
         self.token, self.node_name, self.read, self.executor = token, node_name, read, executor
@@ -88,11 +88,23 @@ class AgentLoop:
         self.interval, self.poll_seconds, self.default_poll = float(interval), float(poll), float(poll)
         self.resources = resources if resources is not None else host_resources()
         self.sleep, self.timeout, self.log_chunk_bytes = sleep, timeout, int(log_chunk_bytes)
+        # telemetry (agent/telemetry.py): a sampler with .sample() -> (rows, xids), sampled every
+        # telemetry_seconds, sent with each heartbeat in its own call
+        self.telemetry = telemetry
+        self.telemetry_seconds = float(telemetry_seconds)
+        self.telemetry_buffer = None
+        if telemetry is not None:
+            from .telemetry import TelemetryBuffer
+
+            self.telemetry_buffer = TelemetryBuffer(self.telemetry_seconds)
+        self.samples = 0  # telemetry samples taken
+        self.telemetry_bytes = 0  # bytes of telemetry bodies the server took
         self.stop_grace_seconds = 30.0
         self.urls = {"register": f"{base}/api/v1/nodes/register/",
                      "heartbeat": f"{base}/api/v1/nodes/{node}/heartbeat/",
                      "assignments": f"{base}/api/v1/nodes/{node}/assignments/",
-                     "reports": f"{base}/api/v1/nodes/{node}/reports/"}
+                     "reports": f"{base}/api/v1/nodes/{node}/reports/",
+                     "telemetry": f"{base}/api/v1/nodes/{node}/telemetry/"}
         self.registered = False
         self.beats = 0
         self.cycles = 0
@@ -114,6 +126,39 @@ class AgentLoop:
         """POST one heartbeat (GPU health). Raises AgentError or InventoryError."""
         post_json(self.urls["heartbeat"], self.token, heartbeat_body(self.read()), timeout=self.timeout)
         self.beats += 1
+
+    def sample_telemetry(self) -> None:
+        """Take one telemetry sample into the buffer (no-op without a sampler; never raises)."""
+        if self.telemetry is None:
+            return
+        try:
+            rows, xids = self.telemetry.sample()
+        except Exception as exc:  # a sampler bug must not stop the agent
+            log.warning("telemetry sample failed: %s", exc)
+            return
+        self.telemetry_buffer.add(rows, xids)
+        self.samples += 1
+
+    def send_telemetry(self) -> bool:
+        """POST the buffered telemetry (one bounded batch). Returns False when the call failed (kept for the
+        next try; a 400 drops the batch: it would fail again)."""
+        if self.telemetry_buffer is None:
+            return True
+        body = self.telemetry_buffer.batch()
+        if body is None:
+            return True
+        try:
+            post_json(self.urls["telemetry"], self.token, body, timeout=self.timeout)
+        except AgentError as exc:
+            if exc.status in (400, 422):
+                log.error("telemetry refused as malformed, dropped: %s", exc)
+                self.telemetry_buffer.ack(body)
+                return False
+            self._call_failed("telemetry", exc)
+            return False
+        self.telemetry_bytes += self.telemetry_buffer.wire_bytes(body)
+        self.telemetry_buffer.ack(body)
+        return True
 
     def _call_failed(self, what: str, exc: Exception) -> None:
         if isinstance(exc, AgentError) and exc.status == 404:
@@ -257,7 +302,7 @@ class AgentLoop:
         """Loop until `max_cycles` assignment rounds or `max_beats` heartbeats were done or `should_stop()`
         is true (forever when all are None). Registration is retried every round until it succeeds.
         Returns the number of assignment rounds."""
-        next_beat = next_sync = time.monotonic()
+        next_beat = next_sync = next_sample = time.monotonic()
         while True:
             now = time.monotonic()
             if not self.registered:
@@ -270,7 +315,11 @@ class AgentLoop:
                     self.heartbeat()
                 except Exception as exc:
                     self._call_failed("heartbeat", exc)
+                self.send_telemetry()
                 next_beat = now + self.interval
+            if self.telemetry is not None and now >= next_sample:
+                self.sample_telemetry()
+                next_sample = now + self.telemetry_seconds
             if now >= next_sync:
                 self.sync()
                 next_sync = time.monotonic() + self.poll_seconds
@@ -281,5 +330,6 @@ class AgentLoop:
                     or (should_stop is not None and should_stop())):
                 return self.cycles
             wake = min(next_sync, next_beat if self.registered else next_sync,
+                       next_sample if self.telemetry is not None else math.inf,
                        self.executor.next_deadline() or math.inf)
             self.sleep(max(0.0, min(wake - time.monotonic(), self.poll_seconds)))

@@ -26,5 +26,6 @@ urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),
     path("forecast/", WhatIfView.as_view(), name="forecast"),
     path("auth-token/", ThrottledObtainAuthToken.as_view(), name="auth-token"),
+    path("utilization/", views.UtilizationView.as_view(), name="utilization"),
     *router.urls,
 ]

@@ -5,11 +5,12 @@ from .cluster import Domain, Gpu, Node
 from .diagnosis import Attempt, DiagnosisRule, HealthRule
 from .events import ClusterSample, Event, QueueSample, SchedulerCycle
 from .queues import Quota, Queue
+from .telemetry import GpuSample, GpuXid, IdleAllocation, TaskUtilization
 from .tenancy import Membership, Team
 from .workloads import Allocation, Job, JobRole, Task, TaskLog
 
 __all__ = [
-    "Allocation", "Attempt", "ClusterSample", "DiagnosisRule", "Domain", "Event", "Gpu", "HealthRule", "IdempotencyKey",
-    "Job", "JobRole", "Membership", "Node", "NodeAgentScope",
-    "Queue", "QueueSample", "Quota", "SchedulerCycle", "Task", "TaskLog", "Team",
+    "Allocation", "Attempt", "ClusterSample", "DiagnosisRule", "Domain", "Event", "Gpu", "GpuSample", "GpuXid",
+    "HealthRule", "IdempotencyKey", "IdleAllocation", "Job", "JobRole", "Membership", "Node", "NodeAgentScope",
+    "Queue", "QueueSample", "Quota", "SchedulerCycle", "Task", "TaskLog", "TaskUtilization", "Team",
 ]

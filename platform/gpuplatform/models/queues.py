@@ -22,6 +22,8 @@ class Queue(models.Model):
     weight = models.FloatField(default=1.0)
     state = models.CharField(max_length=16, choices=State.choices, default=State.OPEN)
     preemption_grace_seconds = models.PositiveIntegerField(default=30)
+    idle_timeout_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="stop a job idle this long (its owner is told at marking); blank = never")
     recent_usage = models.JSONField(default=dict, blank=True,
                                     help_text="decayed average GPUs per flavor (SCHEDULER_USAGE_HALF_LIFE_SECONDS)")
     recent_usage_at = models.DateTimeField(null=True, blank=True)

@@ -5,8 +5,9 @@ from .metrics import ClusterMetricsViewSet, EventViewSet, SchedulerCycleViewSet
 from .queues import QueueViewSet, QuotaViewSet
 from .rules import DiagnosisRuleViewSet, HealthRuleViewSet
 from .tenancy import MembershipViewSet, MeView, TeamViewSet
+from .utilization import UtilizationView
 
 __all__ = [
     "ClusterMetricsViewSet", "DiagnosisRuleViewSet", "DomainViewSet", "HealthRuleViewSet", "EventViewSet", "JobViewSet", "MeView", "MembershipViewSet",
-    "NodeViewSet", "QueueViewSet", "QuotaViewSet", "SchedulerCycleViewSet", "TeamViewSet",
+    "NodeViewSet", "QueueViewSet", "QuotaViewSet", "SchedulerCycleViewSet", "TeamViewSet", "UtilizationView",
 ]

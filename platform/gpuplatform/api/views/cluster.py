@@ -63,7 +63,7 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
     nul_tolerant_fields = {"reports": ("logs", "tasks")}
 
     def get_permissions(self):
-        if self.action in ("register", "heartbeat", "assignments", "reports", "validation"):
+        if self.action in ("register", "heartbeat", "assignments", "reports", "validation", "telemetry"):
             return [IsNodeAgent()]
         return super().get_permissions()
 
@@ -124,6 +124,7 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
     def validation(self, request, name=None):
         """The validation check's result (its agent or an operator): validating -> ready (passed) or
         -> in_repair (failed)."""
+        self._require_scope(request, name)
         node = self.get_object()
         body = NodeValidationResultSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -163,6 +164,17 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
         d = body.validated_data
         services.record_heartbeat(node.name, gpus=[dict(g) for g in d["gpus"]], node_time=d["time"], actor=request.user)
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"], filterset_class=None, pagination_class=None)
+    def telemetry(self, request, name=None):
+        """The node agent's GPU telemetry batch (wire format: agent/telemetry.py, docs/telemetry.md):
+        answers {"accepted", "dropped", "xids"}; a malformed body is a 400 naming the field."""
+        self._require_scope(request, name)
+        node = get_object_or_404(Node, name=name)
+        from ...telemetry import ingest_telemetry
+
+        return Response(ingest_telemetry(node, request.data, actor=request.user))
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)

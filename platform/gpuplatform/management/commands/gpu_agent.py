@@ -50,13 +50,20 @@ class Command(BaseCommand):
                                  "with exit code 125)")
         parser.add_argument("--poll", type=float, default=2.0,
                             help="seconds between assignment polls until the server sends poll_seconds (default 2)")
+        parser.add_argument("--telemetry-seconds", type=float, default=None,
+                            help="seconds between GPU telemetry samples (default settings.TELEMETRY_SECONDS, 10; "
+                                 "0 = no telemetry)")
+        parser.add_argument("--dcgm-exporter", default=None, metavar="URL",
+                            help="read telemetry from this dcgm-exporter /metrics URL instead of NVML")
         parser.add_argument("--gpus", type=int, default=None, metavar="K",
                             help="LOCAL DEMO ONLY: report K copies of the first GPU of the inventory (indexes "
                                  "0..K-1, distinct UUIDs derived from its UUID, the node name and the index); "
                                  "they are not real devices")
 
     def handle(self, *args, **opts):
-        from gpuplatform.agent import AgentError, InventoryError, make_reader, run_agent
+        from django.conf import settings
+
+        from gpuplatform.agent import AgentError, InventoryError, make_reader, make_telemetry, run_agent
         from gpuplatform.agent.executor import ExecutorError, ProcessExecutor
         from gpuplatform.agent.inventory import demo_copies
         from gpuplatform.agent.runner import primary_address
@@ -86,8 +93,14 @@ class Command(BaseCommand):
                 self.stdout.write(f"{name}: executing tasks, state in {executor.work_dir}")
                 if threading.current_thread() is threading.main_thread():
                     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends the agent cleanly, not its tasks
+            seconds = opts["telemetry_seconds"]
+            seconds = settings.TELEMETRY_SECONDS if seconds is None else seconds
+            telemetry = None
+            if seconds > 0 and opts["gpus"] is None:  # demo copies are not real devices: no telemetry for them
+                telemetry = make_telemetry(opts["dcgm_exporter"])
             beats = run_agent(opts["api"], opts["token"], name, reader, once=opts["once"], interval=opts["interval"],
-                              address=address, runtime=runtime, executor=executor, poll=opts["poll"])
+                              address=address, runtime=runtime, executor=executor, poll=opts["poll"],
+                              telemetry=telemetry, telemetry_seconds=seconds or 10.0)
         except (AgentError, InventoryError, ExecutorError, OSError) as exc:
             raise CommandError(str(exc)) from exc
         except KeyboardInterrupt:

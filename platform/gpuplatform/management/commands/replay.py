@@ -242,6 +242,7 @@ def summary(d: dict) -> str:
         ("Jain's index (all / contended)", f"{_num(fair.get('jain_mean'))} / {_num(fair.get('jain_contended_mean'))} "
                                            f"(contended {fair.get('hours_contended', 0):.0f} h)" if fair else "-"),
         ("goodput", f"{_pct(d.get('goodput'))} of {d.get('allocated_gpu_hours', 0):,.0f} allocated GPU-hours"),
+        ("effective utilization", _ledger_text(d.get("gpu_hours") or {})),
         ("topology alignment", f"{_pct(d['topology_alignment'])} of {d['multi_node_jobs']:,} multi-node jobs"),
         ("cycles", f"{d['cycles']:,} (every >= {d['cycle_interval']:.0f}s simulated)"),
         ("engine ms / cycle", f"mean {d['engine_mean_ms']:.2f}, max {d['engine_max_ms']:.1f}"),
@@ -303,6 +304,7 @@ def compare(reports: dict) -> str:
     row("Jain's index, all time", [_num((d.get("fairness") or {}).get("jain_mean")) for d in ds])
     row("Jain's index, contended", [_num((d.get("fairness") or {}).get("jain_contended_mean")) for d in ds])
     row("goodput", [_pct(d.get("goodput")) for d in ds])
+    row("effective utilization", [_pct((d.get("gpu_hours") or {}).get("effective_utilization")) for d in ds])
     buckets = [label for label in ("all", *ds[0]["queueing_by_size"])]
     for label in buckets:
         for p in ("p50", "p99"):
@@ -320,3 +322,13 @@ def compare(reports: dict) -> str:
         row(f"usage/fair share, {team}", vals)
     row("wall time", [f"{d['wall_seconds']:.1f}s" for d in ds])
     return "\n".join(lines)
+
+
+def _ledger_text(g: dict) -> str:
+    """The GPU-hour ledger line: effective utilization and each bucket in GPU-hours (docs/telemetry.md)."""
+    if not g:
+        return "-"
+    parts = ", ".join(f"{k.replace('_', ' ')} {g.get(k, 0):,.0f}" for k in (
+        "useful", "lost_to_failure", "grace_and_startup", "held", "free_fragmented", "free", "down"))
+    return (f"{_pct(g.get('effective_utilization'))} = useful / (capacity - down); GPU-hours: {parts} "
+            f"(idle allocated: no telemetry in the replay)")

@@ -1,0 +1,132 @@
+"""The Utilization page: where the cluster's GPU-hours went (the GPU-hour ledger, DESIGN section 14), as a
+stacked area of the buckets over time with the effective-utilization line, the totals, the top idle
+allocations and the top jobs by GPU-hours lost to failure; filters by flavor, queue and team. It reads
+gpuplatform.utilization (the same function GET /api/v1/utilization/ answers from) and polls data.json."""
+from __future__ import annotations
+
+from datetime import timedelta, timezone
+
+from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
+from django.shortcuts import render
+from django.template.loader import render_to_string
+
+from gpuplatform import access, clock
+from gpuplatform.models import Node, Queue, Team
+from gpuplatform.telemetry import idle_allocations
+from gpuplatform.utilization import top_jobs_lost_to_failure, utilization
+from scheduler.core.gpu_hours import BUCKETS
+
+from .figures import _layout
+from .views_dashboards import _json_view, data_response
+
+WINDOWS = {"6h": timedelta(hours=6), "24h": timedelta(days=1), "7d": timedelta(days=7)}
+BINS = 48
+BUCKET_LABELS = {
+    "useful": ("useful", "#2ca02c", "allocated to a running task whose work was kept"),
+    "idle_allocated": ("idle allocated", "#bcbd22", "running, but the GPUs sat under the idle threshold "
+                       "(IDLE_SM_PERCENT for IDLE_MINUTES); needs telemetry"),
+    "lost_to_failure": ("lost to failure", "#d62728", "a failed attempt's run (the platform does not know "
+                        "checkpoints: its work was not kept), and held GPUs until the failure was handled"),
+    "grace_and_startup": ("grace and startup", "#ff7f0e", "from binding to the first progress, and stop grace periods"),
+    "held": ("held", "#9467bd", "reserved for a gang or a reservation (not measured yet: 0)"),
+    "free_fragmented": ("free but fragmented", "#8c564b", "free while a pending job waited (it did not fit)"),
+    "free": ("free", "#c7d0d9", "free while nothing waited"),
+    "down": ("down", "#7f7f7f", "node not ready / failed, or GPU unhealthy"),
+}
+EFFECTIVE = "useful / (capacity − down)"
+ALLOCATION = "allocated GPUs / schedulable GPUs (latest cycle)"
+
+
+def _filters(request, user) -> dict:
+    team_ids = access.visible_team_ids(user)
+    queues = Queue.objects.filter(team__isnull=False)
+    teams = Team.objects.all()
+    if team_ids is not None:
+        queues, teams = queues.filter(team_id__in=team_ids), teams.filter(pk__in=team_ids)
+    window = request.GET.get("window") if request.GET.get("window") in WINDOWS else "24h"
+    return {
+        "flavor": request.GET.get("flavor") or "", "queue": request.GET.get("queue") or "",
+        "team": request.GET.get("team") or "", "window": window,
+        "flavors": sorted(set(Node.objects.values_list("flavor", flat=True))),
+        "queues": sorted(queues.values_list("name", flat=True)), "teams": sorted(teams.values_list("name", flat=True)),
+        "windows": list(WINDOWS),
+    }
+
+
+def utilization_figure(series: list[dict], step: float) -> dict:
+    """Stacked area of the buckets (mean GPUs in each bin = GPU-hours / bin hours) and the effective
+    utilization line (right axis, percent)."""
+    x = [s["time"] for s in series]
+    hours = step / 3600.0
+    data = []
+    for b in ("down",) + tuple(b for b in BUCKETS if b != "down"):
+        label, color, _ = BUCKET_LABELS[b]
+        data.append({"type": "scatter", "mode": "lines", "name": label, "x": x, "stackgroup": "gpus",
+                     "y": [round(s[b] / hours, 3) for s in series], "line": {"width": 0.5, "color": color},
+                     "fillcolor": color, "hovertemplate": "%{y:.1f} GPUs<extra>" + label + "</extra>"})
+    eff = [None if s["capacity"] - s["down"] <= 1e-9 else round(100 * s["useful"] / (s["capacity"] - s["down"]), 2)
+           for s in series]
+    data.append({"type": "scatter", "mode": "lines", "name": "effective utilization", "x": x, "y": eff,
+                 "yaxis": "y2", "line": {"width": 2.5, "color": "#111"},
+                 "hovertemplate": "%{y:.1f}%<extra>effective utilization</extra>"})
+    layout = _layout("Where the GPU-hours went", yaxis={"title": {"text": "GPUs (mean per bin)"}}, height=380)
+    layout["yaxis2"] = {"overlaying": "y", "side": "right", "range": [0, 100], "ticksuffix": "%", "showgrid": False}
+    layout["hovermode"] = "x unified"
+    layout["margin"] = {"l": 50, "r": 44, "t": 36, "b": 36}
+    return {"data": data, "layout": layout}
+
+
+def _payload(request) -> dict:
+    f = _filters(request, request.user)
+    now = clock.now()
+    since = now - WINDOWS[f["window"]]
+    step = WINDOWS[f["window"]].total_seconds() / BINS
+    team_ids = access.visible_team_ids(request.user)
+    limit = team_ids if f["queue"] or f["team"] else None
+    res = utilization("cluster", since, now, team_ids=limit, flavor=f["flavor"] or None, queue=f["queue"] or None,
+                      team=f["team"] or None, step=step)
+    total = res["rows"][0] if res["rows"] else None
+    series = res["series"].get("cluster", [])
+    buckets = [{"key": b, "label": BUCKET_LABELS[b][0], "color": BUCKET_LABELS[b][1], "definition": BUCKET_LABELS[b][2],
+                "gpu_hours": None if total is None else round(total[b], 2),
+                "share": None if not total or not total["capacity"] else round(100 * total[b] / total["capacity"], 1)}
+               for b in BUCKETS]
+    eff = None if total is None or total["effective_utilization"] is None else round(100 * total["effective_utilization"], 1)
+    return {**f, "figures": {"ledger": utilization_figure(series, step)}, "buckets": buckets, "total": total,
+            "effective_utilization": eff, "telemetry": res["telemetry"], "since": since, "until": res["until"],
+            "idle": idle_allocations(team_ids, now=now, limit=10),
+            "lost": top_jobs_lost_to_failure(since, now, team_ids=team_ids), "effective_definition": EFFECTIVE,
+            "rows": [{"time": s["time"], **{b: round(s[b], 4) for b in BUCKETS}, "capacity": round(s["capacity"], 4)}
+                     for s in series]}
+
+
+@_json_view
+def utilization_json(request):
+    p = _payload(request)
+    html = render_to_string("frontend/_utilization_tables.html", p, request=request)
+    return data_response(request, {"figures": p["figures"], "latest": {"effective_utilization": p["effective_utilization"]},
+                                   "html": {"utilization-tables": html}}, p["rows"], "utilization")
+
+
+@login_required
+def utilization_page(request):
+    return render(request, "frontend/utilization.html", _payload(request))
+
+
+def effective_utilization_today() -> float | None:
+    """Cluster-wide effective utilization since 00:00 UTC of the cluster clock, percent (one decimal), or
+    None before anything was up; cached for 60 s (the cluster page polls every few seconds)."""
+    now = clock.now()
+    midnight = now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    if now <= midnight:
+        return None
+    key = f"effective-utilization-today:{midnight:%Y%m%d}:{int(now.timestamp() // 60)}"
+
+    def compute():
+        res = utilization("cluster", midnight, now)
+        e = res["rows"][0]["effective_utilization"] if res["rows"] else None
+        return "none" if e is None else round(100 * e, 1)
+    value = cache.get_or_set(key, compute, 60)
+    return None if value == "none" else value
+

@@ -1,0 +1,86 @@
+"""GET /api/v1/utilization/: the GPU-hour ledger (gpuplatform/utilization.py, DESIGN section 14)."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ... import access, clock
+from ...telemetry import idle_allocations
+from ...utilization import SCOPES, top_jobs_lost_to_failure, utilization
+
+MAX_WINDOW = timedelta(days=100)
+MAX_BINS = 2000
+DEFINITION = ("effective utilization = useful / (capacity - down) GPU-hours; useful = allocated to a running task "
+              "whose work was kept and not idle")
+
+
+def _time(request, name: str, default: datetime) -> datetime:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        t = datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+"))
+    except ValueError:
+        raise ValidationError({name: ["must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z"]}) from None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+class UtilizationView(APIView):
+    """Where the GPU-hours went, per scope value: `capacity`, the buckets `useful`, `idle_allocated`,
+    `lost_to_failure`, `grace_and_startup`, `held`, `free_fragmented`, `free`, `down` (GPU-hours) and
+    `effective_utilization` (0..1, null when nothing was up). `?scope=cluster|flavor|queue|team|job`
+    (default cluster), `?since=&until=` (ISO 8601, default the last 24 h of the cluster clock, at most 100
+    days), filters `?flavor=&queue=&team=`, `?step=` seconds for a series (at most 2,000 bins). Cluster and
+    flavor totals are the same for every user (aggregates); platform admins see every team, queue and job,
+    others only their teams' (queue / team / job scopes, the queue / team filters, the job lists). `telemetry` false: idle_allocated cannot be measured ("no
+    telemetry"), never read its 0 as busy."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(parameters=[OpenApiParameter(p, str, required=False) for p in
+                               ("scope", "since", "until", "flavor", "queue", "team", "step")],
+                   responses={200: OpenApiTypes.OBJECT})
+    def get(self, request):
+        q = request.query_params
+        scope = q.get("scope") or "cluster"
+        if scope not in SCOPES:
+            raise ValidationError({"scope": [f"must be one of {', '.join(SCOPES)}"]})
+        now = clock.now()
+        until = _time(request, "until", now)
+        since = _time(request, "since", until - timedelta(days=1))
+        if until <= since:
+            raise ValidationError({"until": ["must be after since"]})
+        if until - since > MAX_WINDOW:
+            raise ValidationError({"since": [f"the window may span at most {MAX_WINDOW.days} days"]})
+        step = None
+        if q.get("step"):
+            try:
+                step = float(q["step"])
+            except ValueError:
+                raise ValidationError({"step": ["must be a number of seconds"]}) from None
+            if not step >= 60 or (until - since).total_seconds() / step > MAX_BINS:
+                raise ValidationError({"step": [f"must be >= 60 seconds and give at most {MAX_BINS} bins"]})
+        for name in ("flavor", "queue", "team"):
+            if "\x00" in (q.get(name) or ""):
+                raise ValidationError({name: ["must not contain NUL characters"]})
+        team_ids = access.visible_team_ids(request.user)
+        # cluster / flavor totals are aggregates (no job, team or queue named): the same for everyone, as on
+        # the cluster page; queue / team / job scopes, the queue / team filters and the job lists are limited
+        # to the user's teams
+        limit = team_ids if scope in ("queue", "team", "job") or q.get("queue") or q.get("team") else None
+        res = utilization(scope, since, until, team_ids=limit, flavor=q.get("flavor") or None,
+                          queue=q.get("queue") or None, team=q.get("team") or None, step=step)
+        rows = [{scope: r.pop("key"), **r} for r in res["rows"]]
+        idle = idle_allocations(team_ids, now=now, limit=10)
+        return Response({
+            "scope": scope, "since": res["since"], "until": res["until"], "telemetry": res["telemetry"],
+            "definition": DEFINITION, "results": rows, "series": res["series"],
+            "top_idle_allocations": idle,
+            "top_lost_to_failure": top_jobs_lost_to_failure(since, until, team_ids=team_ids),
+        })

@@ -1,0 +1,126 @@
+"""GET /api/v1/utilization/ (the live GPU-hour ledger) and GPU telemetry in /metrics (dcgm-exporter names and
+labels): buckets sum to capacity, failures and idle land in their buckets, teams see only their own jobs,
+bad parameters are 400s naming the field."""
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from rest_framework.test import APIClient
+
+from gpuplatform.models import Event, Gpu, GpuSample, GpuXid, IdleAllocation, Job
+from gpuplatform.audit import record_event
+from scheduler.core.gpu_hours import BUCKETS
+from tests.api.test_telemetry_api import T0, _feed, at, bind  # noqa: F401  (fixture)
+
+H = 3600.0
+
+
+def get(client, **params):
+    r = client.get("/api/v1/utilization/", params)
+    assert r.status_code == 200, r.content
+    return r.json()
+
+
+@pytest.fixture
+def history(jobs, at):  # noqa: F811
+    """alpha's job holds 2 GPUs of n0 from T0 (useful, idle from T0+1h); beta's job holds 2 GPUs of n1
+    from T0 and fails at T0+30min, released at T0+40min. The clock is T0+2h; 32 GPUs in all."""
+    bind(jobs["own"], "n0", (0, 1), T0)
+    bind(jobs["other"], "n1", (0, 1), T0)
+    IdleAllocation.objects.create(job=jobs["own"], since=T0 + timedelta(hours=1), marked_at=T0 + timedelta(hours=1),
+                                  gpus=2)
+    other = Job.objects.get(pk=jobs["other"].pk)
+    record_event("task_failed", "beta-job: worker[0] exit 1", job=other, time=T0 + timedelta(minutes=30))
+    from gpuplatform.models import Allocation
+    Allocation.objects.filter(job=other).update(released_at=T0 + timedelta(minutes=40))
+    at(2 * H)
+    return jobs
+
+
+def test_cluster_buckets_sum_to_capacity_and_land_where_they_should(admin, history):
+    out = get(admin, since=T0.isoformat(), until=(T0 + timedelta(hours=2)).isoformat())
+    (row,) = out["results"]
+    assert row["cluster"] == "cluster" and row["capacity"] == pytest.approx(32 * 2)
+    assert math.isclose(sum(row[b] for b in BUCKETS), row["capacity"], rel_tol=1e-9)
+    assert row["useful"] == pytest.approx(2 * 1.0)  # alpha's first hour
+    assert row["idle_allocated"] == pytest.approx(2 * 1.0)  # alpha's second hour
+    assert row["lost_to_failure"] == pytest.approx(2 * 40 / 60)  # beta's whole attempt: its work was not kept
+    assert row["effective_utilization"] == pytest.approx(row["useful"] / (row["capacity"] - row["down"]))
+    assert out["telemetry"] is False  # no sample in the window
+    assert [j["job"] for j in out["top_lost_to_failure"]] == [history["other"].pk]
+    assert [j["job"] for j in out["top_idle_allocations"]] == [history["own"].pk]
+
+
+def test_team_and_queue_scopes_and_filters_change_the_answer(admin, history):
+    by_team = {r["team"]: r for r in get(admin, scope="team", since=T0.isoformat())["results"]}
+    assert set(by_team) == {"alpha", "beta"}
+    assert by_team["alpha"]["capacity"] == pytest.approx(4.0) and by_team["alpha"]["free"] == 0
+    assert by_team["beta"]["lost_to_failure"] == pytest.approx(by_team["beta"]["capacity"])
+    only = get(admin, scope="cluster", team="alpha", since=T0.isoformat())["results"][0]
+    assert only["capacity"] == pytest.approx(4.0) and only["lost_to_failure"] == 0
+    series = get(admin, since=T0.isoformat(), step=1800)["series"]["cluster"]
+    assert len(series) == 4 and series[0]["useful"] == pytest.approx(1.0)
+    assert series[3]["idle_allocated"] == pytest.approx(1.0)
+
+
+def test_a_team_never_sees_another_teams_jobs(client_for, history):
+    member = client_for("member")  # alpha
+    for scope in ("cluster", "team", "queue", "job"):
+        out = get(member, scope=scope, since=T0.isoformat())
+        keys = {r[scope] for r in out["results"]}
+        assert str(history["other"].pk) not in keys and "beta" not in keys
+        assert all(j["team"] == "alpha" for j in out["top_idle_allocations"] + out["top_lost_to_failure"])
+    # the cluster aggregate names no job: the same for everyone (as the cluster page shows it)
+    assert get(member, since=T0.isoformat())["results"] == get(client_for("staff"), since=T0.isoformat())["results"]
+    # filtering by another team's name shows nothing of it
+    assert get(member, team="beta", since=T0.isoformat())["results"] == []
+
+
+@pytest.mark.parametrize("params,field", [
+    ({"scope": "planet"}, "scope"), ({"since": "yesterday"}, "since"), ({"since": "2026-12-02T00:00:00Z", "until": "2026-12-01T00:00:00Z"}, "until"),
+    ({"step": "x"}, "step"), ({"step": "1"}, "step"), ({"since": "2020-01-01T00:00:00Z"}, "since"),
+    ({"team": "a\x00b"}, "team"),
+])
+def test_bad_parameters_are_400s_naming_the_field(admin, history, params, field):
+    r = admin.get("/api/v1/utilization/", params)
+    assert r.status_code == 400 and field in r.json(), r.content
+
+
+def test_anonymous_is_refused(history):
+    assert APIClient().get("/api/v1/utilization/").status_code in (401, 403)
+
+
+def _families(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_metrics_export_dcgm_names_and_labels_only_for_gpus_with_telemetry(history, at):  # noqa: F811
+    own = Job.objects.get(pk=history["own"].pk)
+    g0 = Gpu.objects.get(node__name="n0", index=0)
+    g5 = Gpu.objects.get(node__name="n0", index=5)
+    Gpu.objects.filter(pk=g0.pk).update(uuid="GPU-aaa")
+    t = T0 + timedelta(hours=2) - timedelta(seconds=10)
+    GpuSample.objects.create(gpu=g0, time=t, period=10, sm=93, fb_used=1000, fb_free=80000, power=500.5, temp=60,
+                             ecc_dbe=0, job=own, task=own.tasks.first())
+    GpuSample.objects.create(gpu=g5, time=t, period=10, sm=0, fb_used=None, power=None, temp=31)
+    GpuXid.objects.create(gpu=g5, time=t, xid=79)
+    fams = _families(APIClient().get("/metrics").content.decode())
+    util = {s.labels["gpu"] + s.labels["Hostname"]: s for s in fams["DCGM_FI_DEV_GPU_UTIL"].samples}
+    assert set(util) == {"0n0", "5n0"}  # GPUs without telemetry are absent, not 0
+    s0 = util["0n0"]
+    assert s0.value == 93 and s0.labels == {"gpu": "0", "UUID": "GPU-aaa", "device": "nvidia0", "modelName": "NVIDIA H100",
+                                            "Hostname": "n0", "job": str(own.pk), "team": "alpha", "queue": "alpha"}
+    assert util["5n0"].labels["job"] == "" and util["5n0"].value == 0  # a real 0 from a free GPU
+    assert {s.labels["gpu"] for s in fams["DCGM_FI_DEV_POWER_USAGE"].samples} == {"0"}  # power unknown on gpu 5
+    assert {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_XID_ERRORS"].samples} == {"0": 0, "5": 79}
+    for name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"):
+        assert fams[name].samples, name
+    idle = fams["gpuplatform_idle_allocated_gpus"].samples
+    assert [(s.labels["queue"], s.value) for s in idle] == [("alpha", 2)]
+    # a stale sample (older than the staleness window) is not exported
+    at(2 * H + 3600)
+    fams = _families(APIClient().get("/metrics").content.decode())
+    assert not fams.get("DCGM_FI_DEV_GPU_UTIL") or not fams["DCGM_FI_DEV_GPU_UTIL"].samples
