@@ -187,7 +187,9 @@ def what_if(snapshot: Snapshot, changes: list[dict], estimate: Callable[[JobInfo
         w = waits.setdefault(queue_of[jid], ([], []))
         w[0].append(b.start - snapshot.now)
         w[1].append(a.start - snapshot.now)
-    for q in sorted({j.queue for j in snapshot.jobs if j.state == "pending"} | set(waits)):
+    # Every queue of the cluster (an admin trying a quota sees each team, also those with nothing waiting).
+    for q in sorted({q.name for q in snapshot.queues} | {j.queue for j in snapshot.jobs if j.state == "pending"}
+                    | set(waits)):
         b, a = waits.get(q, ([], []))
         mb, ma = _mean(b), _mean(a)
         out.queues[q] = {"jobs": len(b), "mean_wait_before_s": mb, "mean_wait_after_s": ma,

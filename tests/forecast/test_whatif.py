@@ -29,7 +29,8 @@ def test_nothing_changed_means_the_same_forecast_and_the_snapshot_is_untouched()
     snap = _world().snapshot()
     out = what_if(snap, [], est, resolution=0.0)
     assert out.before == out.after and out.before["pa"].start == 3600.0
-    assert out.evictions == [] and all(q["change_s"] == 0 for q in out.queues.values())
+    assert out.evictions == [] and all(q["change_s"] == 0 if q["jobs"] else q["change_s"] is None
+                                                  for q in out.queues.values())
     assert snap == _world().snapshot()
 
 
