@@ -288,6 +288,7 @@ def node_list(request):
     """The nodes with their health: state, why and since when it is out of service, unhealthy GPUs, topology
     mismatches; filtered by `health` (a node state, "unhealthy": a GPU unhealthy or a health reason set,
     "mismatch": the topology audit found something). Readable by every signed-in user, as /api/v1/nodes/ is."""
+    from django.core.paginator import Paginator
     from django.db.models import Count, Q
 
     from gpuplatform.models import Node

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -113,14 +114,19 @@ def _queues_payload() -> dict:
     for qid, depth in tree.walk():
         q = tree.rows[qid]
         s = q["sample"]
-        ordered.append({**q, "depth": depth, "borrowed": borrowed(s["used"], s["quota"]) if s else 0})
-    return {"figures": figures, "tree": ordered, "rows": rows, "leaves": leaves}
+        recent = q.get("recent_usage") or {}
+        ordered.append({**q, "depth": depth, "borrowed": borrowed(s["used"], s["quota"]) if s else 0,
+                        "decayed": round(sum(recent.values()), 1) if recent else None,
+                        "decayed_by_flavor": ", ".join(f"{f}: {v:.1f}" for f, v in sorted(recent.items()))})
+    return {"figures": figures, "tree": ordered, "rows": rows, "leaves": leaves,
+            "half_life_days": (settings.SCHEDULER_USAGE_HALF_LIFE_SECONDS or 0) / 86400}
 
 
 @_json_view
 def queues_json(request):
     p = _queues_payload()
-    html = render_to_string("frontend/_queue_tree.html", {"tree": p["tree"]}, request=request)
+    html = render_to_string("frontend/_queue_tree.html", {"tree": p["tree"], "half_life_days": p["half_life_days"]},
+                            request=request)
     return data_response(request, {"figures": p["figures"], "html": {"queue-tree": html}}, p["rows"], "queue-watermarks")
 
 

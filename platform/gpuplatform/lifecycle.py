@@ -77,7 +77,7 @@ def evict_job(job_id, *, at: datetime, grace_seconds: float, kind: str, reason: 
     Returns the deadline, or None when the job is no longer running (stale)."""
     deadline = at + timedelta(seconds=grace_seconds)
     if not Job.objects.filter(pk=job_id, state__in=Job.ACTIVE_STATES).update(
-            state=Job.State.PREEMPTING, preempt_deadline=deadline, updated_at=timezone.now()):
+            state=Job.State.PREEMPTING, preempt_deadline=deadline, evicted_for=None, updated_at=timezone.now()):
         return None
     if event:
         name, queue_id = Job.objects.filter(pk=job_id).values_list("name", "queue_id").first()
@@ -94,7 +94,7 @@ def release_tasks(task_ids, *, at: datetime) -> int:
         return 0
     Allocation.objects.filter(task_id__in=ids, released_at__isnull=True).update(released_at=at)
     return Task.objects.filter(pk__in=ids, state=Task.State.RELEASING).update(
-        state=Task.State.PENDING, node=None, release_deadline=None)
+        state=Task.State.PENDING, node=None, release_deadline=None, release_for=None)
 
 
 def evict_jobs_on_nodes(node_ids, *, at: datetime, kind: str, reason: str, actor=None, cycle=None) -> list:

@@ -207,9 +207,10 @@ def domain_tree(rows=None) -> Tree:
 
 def queue_tree(queues=None) -> Tree:
     """The queue tree over `queues` (Queue objects, e.g. the ones a user sees); default: every queue as a
-    dict (id, name, parent_id, team_name, weight, state), children by name."""
+    dict (id, name, parent_id, team_name, weight, state, recent_usage: decayed GPUs per flavor), children by
+    name."""
     if queues is None:
-        rows = Queue.objects.order_by("name").values("id", "name", "parent_id", "weight", "state",
+        rows = Queue.objects.order_by("name").values("id", "name", "parent_id", "weight", "state", "recent_usage",
                                                       team_name=F("team__name"))
         return Tree(rows, key=itemgetter("id"), parent=itemgetter("parent_id"))
     return Tree(queues, key=attrgetter("pk"), parent=attrgetter("parent_id"))

@@ -212,8 +212,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 SCHEDULER_CYCLE_SECONDS = float(os.environ.get("SCHEDULER_CYCLE_SECONDS", "5"))
 # Fair-share memory: queues are ordered by usage decayed with this half-life (Slurm's
 # PriorityDecayHalfLife), so a team that burned the cluster yesterday yields today. Unset = off.
-SCHEDULER_USAGE_HALF_LIFE_SECONDS = float(os.environ["SCHEDULER_USAGE_HALF_LIFE_SECONDS"]) \
-    if os.environ.get("SCHEDULER_USAGE_HALF_LIFE_SECONDS") else None
+# decayed queue usage for fair share with memory, on by default with Slurm's PriorityDecayHalfLife default of
+# 7 days; SCHEDULER_USAGE_HALF_LIFE_SECONDS=0 turns it off (queues ordered by live usage only)
+SCHEDULER_USAGE_HALF_LIFE_SECONDS = (float(os.environ["SCHEDULER_USAGE_HALF_LIFE_SECONDS"]) or None) \
+    if os.environ.get("SCHEDULER_USAGE_HALF_LIFE_SECONDS") else 7 * 24 * 3600.0
 # Job lifecycle and fault recovery (gpuplatform/scheduling/release.py and failures.py, gpuplatform/lifecycle.py).
 # A task bound on a node agent's node stays "bound" until the agent reports its process started; a gang
 # with no task start reported for GANG_START_TIMEOUT_SECONDS is requeued with backoff (docs/execution.md).

@@ -10,12 +10,12 @@ from .cache import EngineCache
 from .domain_tree import TopologyError
 from .snapshot import (
     Binding, CycleConfig, CycleResult, DomainInfo, Eviction, JobInfo, Nomination, NodeInfo, PendingReason,
-    QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
+    QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement, Withdrawal,
 )
 
 __all__ = [
     "Binding", "CycleConfig", "CycleResult", "DomainInfo", "EngineCache", "Eviction", "JobInfo", "Nomination", "NodeInfo",
-    "PendingReason", "QueueInfo", "QuotaInfo", "RoleInfo", "Snapshot", "TaskPlacement", "TopologyError", "never_fits",
+    "PendingReason", "QueueInfo", "QuotaInfo", "RoleInfo", "Snapshot", "TaskPlacement", "TopologyError", "Withdrawal", "never_fits",
     "run_cycle",
 ]
 

@@ -9,7 +9,12 @@ Phases, each timed in CycleResult.timings (seconds):
      gang + topology + binpack placement; the first job that cannot start gets a backfill reservation
      and a starving one a drain reservation (actions/allocate.py, actions/backfill.py: Reservations);
   3. preempt / reclaim: jobs still waiting may evict lower-priority gangs of their queue, or take back
-     GPUs other queues borrowed; the freed GPUs are held for them (actions/evict.py, preempt.py, reclaim.py);
+     GPUs other queues borrowed; the freed GPUs are held for them (actions/evict.py, preempt.py, reclaim.py).
+     The jobs within their queue's entitlement that could not start do so before the first job that would
+     borrow is tried (allocate's `before_borrowers`), the rest after allocate;
+     then running elastic jobs grow into what is left (actions/grow.py), and evictions still in their
+     grace period whose beneficiary no longer holds the victim's GPUs (it left, started elsewhere, or its
+     hold moved) are withdrawn (`withdrawals`);
   4. metrics: allocation rate, largest runnable job per tier, fragmentation rate, domain completeness.
 The snapshot is never mutated; the same input gives the same result, with or without a cache.
 `cache` (cache.EngineCache) is the caller's: what this engine reuses from its previous cycle while the
@@ -21,7 +26,8 @@ import time
 
 from .actions.allocate import allocate
 from .actions.backfill import Reservations
-from .actions.evict import run_evictions
+from .actions.evict import run_evictions, withdrawals
+from .actions.grow import grow
 from .cache import ClusterStatic, EngineCache
 from .metrics import cluster_metrics, metrics_by_group
 from .plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
@@ -49,17 +55,33 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     session = Session(state, queues, config, snapshot, cache=cache)
     reservations = Reservations(session, pending)
     t1 = time.perf_counter()
-    allocation = allocate(session, pending, reservations, shares=result.fair_share)
+    taken: set = set()  # tasks evicted this cycle
+    early: list = []  # (evictions, decisions, jobs tried) of the phase run before the first borrower
+
+    def before_borrowers(so_far) -> None:
+        tried = list(so_far.failed_order)
+        early.append((*run_evictions(session, tried, so_far.reasons, taken=taken), {j.id for j in tried}))
+
+    allocation = allocate(session, pending, reservations, shares=result.fair_share, before_borrowers=before_borrowers)
     result.bindings, result.pending = allocation.bindings, allocation.reasons
     t2 = time.perf_counter()
-    result.evictions, result.decisions = run_evictions(session, allocation.failed_order, result.pending)
+    evictions, decisions, tried = early[0] if early else ([], [], set())
+    rest = [j for j in allocation.failed_order if j.id not in tried]
+    more, more_decisions = run_evictions(session, rest, result.pending, taken=taken,
+                                         limit=config.max_preemptors - len(decisions))
+    result.evictions, result.decisions = evictions + more, decisions + more_decisions
+    nominated = set(session.nominated)
+    waiting = [j for j in allocation.failed_order if j.id not in nominated]
+    result.growths = grow(session, waiting)
     result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in session.nominated.items()]
+    result.withdrawals = withdrawals(snapshot, session.nominated)
     result.estimated_start = reservations.estimated_start
     t3 = time.perf_counter()
     result.metrics = cluster_metrics(state)
     result.metrics["by_group"] = metrics_by_group(state)
     result.metrics["pending_jobs"] = len(result.pending)
     result.metrics["running_jobs"] = sum(1 for j in snapshot.jobs if j.state != "pending") + len(result.bindings)
+    result.metrics["grown_tasks"] = sum(len(b.tasks) for b in result.growths)
     result.metrics["queue_usage"] = {q: dict(u) for q, u in queues.usage.items()}
     t4 = time.perf_counter()
     result.timings = {"open": t1 - t0, "allocate": t2 - t1, "preempt": t3 - t2, "metrics": t4 - t3, "total": t4 - t0}

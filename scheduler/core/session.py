@@ -9,7 +9,9 @@ force after the cycle (`nominated`). Its public API is what every action needs:
   (from its preferred tier upward when it has one);
 - `try_place(job, flavor, target=, within=)`: the gang + topology + binpack search, applied to the state
   (`search` is the same with the tier cap, minimum and room the caller has already computed);
-- `holds` (`Holds`) and `nominate(job_id, tasks)`: GPUs kept for a job, during and after the cycle.
+- `holds` (`Holds`) and `nominate(job, tasks)`: GPUs kept for a job, during and after the cycle;
+- `add_tasks(job, flavor, have, domain, cap=, budget=)`: an elastic job's tasks above what it has, from a
+  domain outward up to its tier cap (at start, and for running jobs: actions/grow.py).
 
 The actions are functions over it (actions/allocate.py, backfill.py, preempt.py, reclaim.py, evict.py);
 none keeps a reference to another action's internals. Units: GPUs, seconds of the cluster clock.
@@ -24,6 +26,7 @@ from .plugins.quota import INF, QueueTree
 from .plugins.topology_policy import candidate_domains, node_order, tier_cap
 from .snapshot import Binding, CycleConfig, JobInfo, PendingReason, RoleInfo, Snapshot, TaskPlacement
 from .state import ClusterState
+from .statement import Statement
 
 
 class Holds:
@@ -93,10 +96,12 @@ class Session:
         self.nominated: dict = {}  # job id -> tasks held for it after this cycle (CycleResult.nominations)
         self._levels: dict[int, list[int]] = {}  # tier cap -> the tiers up to it, ascending
 
-    def nominate(self, job_id, tasks: tuple[TaskPlacement, ...]) -> None:
-        """Hold the tasks' GPUs for the job from now on, and after this cycle (a Nomination)."""
-        self.holds.hold(job_id, tasks)
-        self.nominated[job_id] = tasks
+    def nominate(self, job: JobInfo, tasks: tuple[TaskPlacement, ...], *, all_gpus: bool = False) -> None:
+        """Hold the tasks' GPUs for the job from now on, and after this cycle (a Nomination), charged to
+        its queue (QueueTree.charge_hold; all_gpus: also those its victims still occupy)."""
+        self.holds.hold(job.id, tasks)
+        self.nominated[job.id] = tasks
+        self.queues.charge_hold(job.id, job.queue, tasks, all_gpus=all_gpus)
 
     # -- the job's shape ----------------------------------------------------------------------------
     def flavors(self, job: JobInfo) -> list[str]:
@@ -187,6 +192,14 @@ class Session:
                 if isinstance(placed, PackFailure):
                     packing_failure = packing_failure or (d, placed.role)
                     continue
+                if within is None and topology:
+                    # tasks above the minimum that did not fit the minimum's domain go to the wider domains
+                    # the job's topology allows (up to its tier cap): at start a job takes every task that fits
+                    used = sum(len(t.gpus) for t in placed)
+                    wider = self.add_tasks(job, flavor, placed, d, cap=cap, budget=room - used if room != INF else INF)
+                    if wider:
+                        placed = placed + wider
+                        d = self.enclosing(d, [state.node_index[t.node] for t in wider])
                 return Binding(job_id=job.id, tasks=placed, domain=tree.names[d], tier=tree.tiers[d])
         if packing_failure is not None:
             d, role = packing_failure
@@ -201,6 +214,48 @@ class Session:
         return PendingReason(
             "no_domain", f"no tier-{cap} domain has {need} free {flavor} GPUs (most: "
             f"{state.domain_free(best, flavor)} in {tree.names[best]})")
+
+    def enclosing(self, d: int, nodes: list[int]) -> int:
+        """The lowest domain at or above domain d that holds every node index in `nodes`."""
+        chains = [self.tree.node_chain[k] for k in nodes]
+        while not all(d in chain for chain in chains):
+            d = self.tree.parent[d]
+        return d
+
+    def add_tasks(self, job: JobInfo, flavor: str, have, d: int, *, cap: int, budget: float
+                  ) -> tuple[TaskPlacement, ...]:
+        """Place tasks of the job's GPU roles that `have` (its TaskPlacements) lacks, on `flavor` nodes,
+        while they fit and take at most `budget` GPUs: first inside domain d, then in each wider domain
+        up to tier `cap` (the tier cap: a hard topology keeps them inside it). Binpack node order. The
+        placements are applied to the state; returns them (possibly none). Elastic tasks only: the gang's
+        minimum is already placed."""
+        placed = {(t.role, t.index) for t in have}
+        missing = [r for r in job.roles if r.gpus_per_task and sum(1 for t in have if t.role == r.name) < r.tasks]
+        if not missing or budget < min(r.gpus_per_task for r in missing):
+            return ()
+        state, tree = self.state, self.tree
+        stmt = Statement(state)
+        roles = sorted(missing, key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))
+        while d >= 0 and tree.tiers[d] <= cap:
+            for role in roles:
+                order = node_order(state, d, flavor, role.gpus_per_task, binpack=self.config.binpack)
+                cursor = 0
+                for index in range(role.tasks):
+                    if (role.name, index) in placed:
+                        continue
+                    if role.gpus_per_task > budget:
+                        break
+                    while cursor < len(order) and not state.fits(order[cursor], role.gpus_per_task, role.cpu_milli,
+                                                                 role.memory_mib):
+                        cursor += 1
+                    if cursor >= len(order):
+                        break
+                    stmt.allocate(order[cursor], role=role.name, index=index, gpus=role.gpus_per_task,
+                                  cpu=role.cpu_milli, mem=role.memory_mib)
+                    placed.add((role.name, index))
+                    budget -= role.gpus_per_task
+            d = tree.parent[d]
+        return stmt.commit()
 
     def _cpu_nodes(self, d: int, order: list[int]) -> list[int]:
         """Nodes for roles with no GPUs: the GPU order first, then the domain's other ready nodes."""

@@ -74,8 +74,9 @@ class QueueInfo:
 
 @dataclass(frozen=True, slots=True)
 class RoleInfo:
-    """A task group. `tasks` is how many tasks of the role still want to run; the gang needs
-    min(min_available, tasks) of them placed at once. `flavors` empty = any GPU model."""
+    """A task group. `tasks` is how many tasks of the role still want to run (of a running job: those placed,
+    being released and waiting to be placed again, indices 0..tasks-1); the gang needs min(min_available,
+    tasks) of them placed at once. `flavors` empty = any GPU model."""
 
     name: str
     tasks: int
@@ -128,6 +129,8 @@ class JobInfo:
     # Nodes this job's earlier attempts failed on (an exclude_node diagnosis): placed elsewhere when
     # anything else fits, on them only when nothing else does (actions.allocate.Admission.place).
     avoid_nodes: frozenset[str] = frozenset()
+    evicted_for: JobId | None = None  # state "preempting": the beneficiary its eviction is for (None: none)
+    part_of: JobId | None = None  # a "preempting" entry of surplus tasks being released: the running job they are of
 
     @property
     def gpus_requested(self) -> int:
@@ -147,6 +150,9 @@ class Snapshot:
     now: float = 0.0
 
 
+DEFAULT_USAGE_HALF_LIFE = 7 * 24 * 3600.0  # seconds (Slurm's PriorityDecayHalfLife default)
+
+
 @dataclass(frozen=True, slots=True)
 class CycleConfig:
     """Knobs of one cycle. `binpack` off spreads (least-allocated first, like kube-scheduler's default);
@@ -159,7 +165,9 @@ class CycleConfig:
     preemption: bool = True  # priority preemption inside a queue
     reclaim: bool = True  # take borrowed GPUs back for queues below their quota
     max_preemptors: int = 8  # pending jobs that may evict per cycle (bounds the cycle's cost)
-    usage_half_life: float | None = None  # seconds; set = order queues by decayed usage (QueueInfo.recent_usage)
+    # seconds; order queues by decayed usage (QueueInfo.recent_usage, where the caller keeps it: the platform
+    # and the replay do); 7 days = Slurm's PriorityDecayHalfLife default; None = by live usage only
+    usage_half_life: float | None = DEFAULT_USAGE_HALF_LIFE
     starvation_seconds: float = 1800.0  # a job waiting this long gets a drain reservation (when backfill is on)
     max_reservations: int = 8  # jobs holding reservations at once (eviction beneficiaries and drains)
 
@@ -215,9 +223,27 @@ class Nomination:
     rule: str
 
 
+@dataclass(frozen=True, slots=True)
+class Withdrawal:
+    """An eviction still in its grace period taken back: its beneficiary left (cancelled, started
+    elsewhere, or no longer holds the victim's GPUs), so the victim keeps running, without a restart.
+    job_id: the job being evicted (a whole gang), or with `tasks` the (role, index) pairs of its tasks
+    being released; beneficiary: the job the eviction was for; message: why, for the audit."""
+
+    job_id: JobId
+    tasks: tuple[tuple[str, int], ...]
+    beneficiary: JobId
+    message: str
+
+
 @dataclass(slots=True)
 class CycleResult:
+    """bindings: pending jobs started; growths: new tasks of running elastic jobs (rule "grow", only the
+    new tasks); withdrawals: evictions taken back (Withdrawal)."""
+
     bindings: list[Binding] = field(default_factory=list)
+    growths: list[Binding] = field(default_factory=list)
+    withdrawals: list[Withdrawal] = field(default_factory=list)
     pending: dict[JobId, PendingReason] = field(default_factory=dict)
     evictions: list[Eviction] = field(default_factory=list)
     nominations: list[Nomination] = field(default_factory=list)  # every hold in force after this cycle

@@ -181,7 +181,9 @@ def check_result(snapshot: Snapshot, result: CycleResult) -> None:
     its tasks; no node over its CPU / memory capacity; no hard topology constraint crossed (the binding's
     domain within highest_tier, every task inside it). Evictions: only running preemptible jobs, never
     one bound in the same cycle, only tasks it runs, each for a pending beneficiary holding GPUs (a
-    Nomination), and a partial eviction leaves every role at or above its min_available.
+    Nomination), and a partial eviction leaves every role at or above its min_available. Growths: only
+    running jobs, tasks they do not run, on free GPUs, inside a hard topology. Withdrawals: only jobs being
+    evicted for that beneficiary.
     """
     from .domain_tree import build_tree
 
@@ -223,6 +225,26 @@ def check_result(snapshot: Snapshot, result: CycleResult) -> None:
         for name, r in roles.items():
             assert r.effective_min <= counts[name] <= r.tasks, (
                 f"{b.job_id}: role {name} got {counts[name]} tasks, needs {r.effective_min}..{r.tasks}")
+    for b in result.growths:  # new tasks of running elastic jobs: free GPUs, tasks it does not run yet
+        job = jobs[b.job_id]
+        assert job.state == "running", f"{b.job_id}: grown but not running"
+        assert b.job_id not in bound, f"{b.job_id}: grown twice"
+        bound.add(b.job_id)
+        roles = {r.name: r for r in job.roles}
+        have = {(t.role, t.index) for t in job.placement}
+        for t in b.tasks:
+            r = roles[t.role]
+            assert 0 <= t.index < r.tasks and (t.role, t.index) not in have, f"{b.job_id}: bad new task {t}"
+            have.add((t.role, t.index))
+            assert nodes[t.node].schedulable and len(t.gpus) == r.gpus_per_task, f"{b.job_id}: bad new task {t}"
+            for g in t.gpus:
+                assert g not in taken[t.node] and g not in nodes[t.node].unhealthy, f"GPU {t.node}/{g} bound twice"
+                taken[t.node].add(g)
+            if job.topology_mode == "hard" and job.highest_tier is not None:
+                assert tree.tiers[tree.index[b.domain]] <= job.highest_tier, f"{b.job_id}: grew past its tier"
+    for w in result.withdrawals:
+        assert jobs[w.job_id].state == "preempting" and jobs[w.job_id].evicted_for == w.beneficiary, (
+            f"{w.job_id}: withdrawn but not being evicted for {w.beneficiary}")
     held = {n.job_id for n in result.nominations}
     for e in result.evictions:
         victim = jobs[e.job_id]

@@ -124,6 +124,12 @@ class Ledger:
         by_rule = self.report.evictions_by_rule
         by_rule[rule] = by_rule.get(rule, 0) + 1
 
+    def withdrawn(self, rule: str) -> None:
+        """An eviction counted by `evicted` was taken back in its grace period: it is no eviction."""
+        by_rule = self.report.evictions_by_rule
+        by_rule[rule] = by_rule.get(rule, 0) - 1
+        self.report.evictions_withdrawn += 1
+
     def rejected(self, code: str) -> None:
         report = self.report
         report.jobs_rejected += 1

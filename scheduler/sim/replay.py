@@ -35,6 +35,7 @@ from typing import Callable, NamedTuple
 
 from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import EngineCache, run_cycle
+from scheduler.core.plugins.fairshare import decay_usage
 from scheduler.core.snapshot import CycleConfig, CycleResult, Snapshot
 from scheduler.sim.fairness import FairnessMeter, leaf_teams, snapshot_fair_share
 from scheduler.sim.failures import Checkpointing, FailureModel
@@ -152,6 +153,9 @@ class Replay:
         self.live: dict[str, int] = {}  # job id -> seq of its pending completion event
         self.left: dict[str, float] = {}  # job id -> seconds of work still to do when (re)started
         self.attempt_no: dict[str, int] = {}  # job id -> number of its current (or last) attempt
+        self.decayed_at: float | None = None  # when recent_usage was last folded (seconds)
+        self.grace_seq: dict[str, int] = {}  # job id -> seq of its pending "grace" event (the eviction in force)
+        self.evict_rule: dict[str, str] = {}  # job id -> rule of the eviction in its grace period
         self.evicted_at: dict[str, float] = {}  # job id -> time of its whole-gang eviction, during the grace period
         self.failed: dict[str, dict] = {}  # job id -> interruption record, while the failure is undetected
         self.awaiting_requeue: dict[str, dict] = {}  # released after a failure, not yet seen pending by a cycle
@@ -205,7 +209,8 @@ class Replay:
                 self.complete(when, job_id)
             elif kind == "detect":
                 self.detect(when, job_id, payload)
-            else:
+            elif self.grace_seq.get(job_id) == s:  # else the eviction was withdrawn (or made again since)
+                del self.grace_seq[job_id]
                 self.end_grace(when, job_id, payload)
 
     # -- job events -------------------------------------------------------------------------------
@@ -315,14 +320,19 @@ class Replay:
         t2 = time.perf_counter()
         for binding in result.bindings:
             self._start(binding, now)
+        for binding in getattr(result, "growths", ()):
+            self._grow(binding, now)
         for ev in getattr(result, "evictions", ()):
             self._evict(ev, now)
+        for w in getattr(result, "withdrawals", ()):
+            self._withdraw(w, now)
         state.set_holds({n.job_id: n.tasks for n in getattr(result, "nominations", ())})
         for job_id, reason in result.pending.items():
             if reason.terminal and job_id in state.pending:
                 state.drop(job_id)
                 self.awaiting_restart.pop(job_id, None)
                 self.ledger.rejected(reason.code)
+        self._decay(now, result)
         t3 = time.perf_counter()
         if self.meter is not None:
             fair = result.fair_share or snapshot_fair_share(snapshot)
@@ -334,6 +344,20 @@ class Replay:
         self.rerun = bool(result.bindings) and bool(state.pending)
         self.last_pending = result.pending
         return result
+
+    def _decay(self, now: float, result: CycleResult) -> None:
+        """Keep every queue's decayed usage (QueueInfo.recent_usage) as the platform does after each cycle
+        (gpuplatform.scheduling.usage_decay), so the next snapshot orders queues by it; off when the config's
+        usage_half_life is None."""
+        half_life = self.config.usage_half_life
+        if not half_life:
+            return
+        usage = result.metrics.get("queue_usage", {})
+        elapsed = now - self.decayed_at if self.decayed_at is not None else half_life * 50
+        self.decayed_at = now
+        state = self.state
+        state.queues = tuple(replace(q, recent_usage=decay_usage(dict(q.recent_usage), usage.get(q.name, {}), elapsed,
+                                                                 half_life)) for q in state.queues)
 
     def _start(self, binding, now: float) -> None:
         state = self.state
@@ -358,14 +382,35 @@ class Replay:
         assert info is not None, f"engine evicted job {ev.job_id!r}, which is not running"
         if info.state == "preempting":
             return
-        state.mark_preempting(ev.job_id)
+        state.mark_preempting(ev.job_id, ev.beneficiary)
+        self.evict_rule[ev.job_id] = ev.rule
         whole = not ev.tasks or {(t.role, t.index) for t in info.placement} <= set(ev.tasks)
         if whole and ev.job_id not in self.failed:
             self.evicted_at[ev.job_id] = now
             if self.ckpt.wall(self.left[ev.job_id]) - (now - info.start_time) > self.grace_period:
                 self.live.pop(ev.job_id, None)  # it will not complete; it is requeued after the grace period
-        self._push(now + self.grace_period, "grace", ev.job_id, tuple(ev.tasks))
+        self.grace_seq[ev.job_id] = self._push(now + self.grace_period, "grace", ev.job_id, tuple(ev.tasks))
         self.ledger.evicted(ev.rule)
+
+    def _withdraw(self, w, now: float) -> None:
+        """An eviction in its grace period is taken back (its beneficiary left): the job runs on, its
+        completion is due again when its work is done, and the eviction is not counted."""
+        state = self.state
+        info = state.running.get(w.job_id)
+        if info is None or info.state != "preempting":
+            return
+        state.withdraw(w.job_id)
+        self.grace_seq.pop(w.job_id, None)
+        self.evicted_at.pop(w.job_id, None)
+        if w.job_id not in self.live and w.job_id not in self.failed:
+            due = max(now, info.start_time + self.ckpt.wall(self.left[w.job_id]))
+            self.live[w.job_id] = self._push(due, "done", w.job_id, None)
+        self.ledger.withdrawn(self.evict_rule.pop(w.job_id, "reclaim"))
+
+    def _grow(self, binding, now: float) -> None:
+        """New tasks of a running elastic job (the engine's growths): their GPU-seconds count from now."""
+        info = self.state.grow(binding)
+        self.ledger.account(info, -sum(len(t.gpus) for t in binding.tasks), now)
 
     # -- the run ----------------------------------------------------------------------------------
     def run(self) -> ReplayReport:

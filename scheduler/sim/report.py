@@ -98,6 +98,7 @@ class ReplayReport:
     jobs_requeued: int = 0
     restarts: int = 0
     evictions_by_rule: dict = field(default_factory=dict)
+    evictions_withdrawn: int = 0  # evictions taken back in their grace period (their beneficiary left); not counted above
     rejected_by_code: dict = field(default_factory=dict)
     pending_by_code: dict = field(default_factory=dict)
     mean_allocation_rate: float = 0.0

@@ -28,7 +28,9 @@ class ScenarioRunner:
 
     history[i] = (now, CycleResult); started[job] = last start time; finished[job] = end time;
     evictions = every Eviction made, in order; placements[job] = its last placement. `running` and
-    `pending` are the jobs running (not preempting) and pending now, by id.
+    `pending` are the jobs running (not preempting) and pending now, by id. Elastic jobs grow by the
+    engine's `growths`; withdrawn evictions (`withdrawals`, (time, Withdrawal)) put their victims back to
+    running; `cancel(job, now)` is the user's cancel.
     """
 
     def __init__(self, world: World, *, config: CycleConfig | None = None, grace: float = 0.0):
@@ -54,6 +56,8 @@ class ScenarioRunner:
         self.placements: dict = {j.id: j.placement for j in running}  # last placement per job
         self.history: list[tuple[float, CycleResult]] = []
         self.releasing: dict = {}  # id in state.running -> (release time, whole gang: requeue it)
+        self.withdrawals: list = []  # (time, Withdrawal) in order
+        self.cancelled: dict = {}  # job id -> time the user cancelled it
 
     @property
     def running(self) -> dict:
@@ -74,12 +78,31 @@ class ScenarioRunner:
     def _evict(self, ev, now: float) -> None:
         self.evictions.append(ev)
         if not ev.tasks:
-            self.state.mark_preempting(ev.job_id)
+            self.state.mark_preempting(ev.job_id, ev.beneficiary)
             self.releasing[ev.job_id] = (now + self.grace, True)
             return
         key = (ev.job_id, "tasks", len(self.evictions))
-        self.state.split_off(ev.job_id, set(ev.tasks), key)
+        self.state.split_off(ev.job_id, set(ev.tasks), key, ev.beneficiary)
         self.releasing[key] = (now + self.grace, False)
+
+    def _withdraw(self, w, now: float) -> None:
+        self.withdrawals.append((now, w))
+        del self.releasing[w.job_id]
+        if isinstance(w.job_id, tuple) and w.job_id[1:2] == ("tasks",):
+            self.state.merge_back(w.job_id, w.job_id[0])
+        else:
+            self.state.withdraw(w.job_id)
+
+    def cancel(self, job_id, now: float) -> None:
+        """The user cancels a job at `now`: pending, it is dropped (its holds go with it); running, its GPUs
+        are freed."""
+        if job_id in self.state.pending:
+            self.state.drop(job_id)
+        elif job_id in self.state.running:
+            self.state.release(job_id)
+        else:
+            self.future = [j for j in self.future if j.id != job_id]
+        self.cancelled[job_id] = now
 
     def step(self, now: float) -> CycleResult:
         """One cycle at `now` (seconds), after the completions, releases and arrivals due by then."""
@@ -103,8 +126,12 @@ class ScenarioRunner:
             state.bind(b, now)
             self.started[b.job_id] = now
             self.placements[b.job_id] = b.tasks
+        for b in result.growths:
+            self.placements[b.job_id] = state.grow(b).placement
         for ev in result.evictions:
             self._evict(ev, now)
+        for w in result.withdrawals:
+            self._withdraw(w, now)
         state.set_holds({n.job_id: n.tasks for n in result.nominations})
         self.history.append((now, result))
         return result

@@ -199,11 +199,54 @@ class ClusterState:
         self.version += 1
         return job
 
-    def mark_preempting(self, job_id) -> JobInfo:
+    def mark_preempting(self, job_id, beneficiary=None) -> JobInfo:
         """A running job starts its grace period: it keeps its GPUs, and the engine sees them as
-        being released (so it may hold them for the eviction's beneficiary)."""
-        job = replace(self.running[job_id], state="preempting")
+        being released (so it may hold them for the eviction's `beneficiary`)."""
+        job = replace(self.running[job_id], state="preempting", evicted_for=beneficiary)
         self.running[job_id] = job
+        return job
+
+    def withdraw(self, job_id) -> JobInfo:
+        """An eviction is taken back during its grace period: the job runs on (no restart)."""
+        job = replace(self.running[job_id], state="running", evicted_for=None)
+        self.running[job_id] = job
+        return job
+
+    def merge_back(self, releasing_id, job_id) -> JobInfo:
+        """Tasks split off for release (`split_off`) return to their job, which runs on with them."""
+        releasing = self.running.pop(releasing_id)
+        job = self.running[job_id]
+        placement = tuple(sorted((*job.placement, *releasing.placement), key=lambda t: (t.role, t.index)))
+        job = replace(job, placement=placement)
+        self.running[job_id] = job
+        return job
+
+    def grow(self, binding: Binding) -> JobInfo:
+        """Add new tasks to a running job (the engine's `growths`): checked like a bind, then applied."""
+        job = self.running.get(binding.job_id)
+        assert job is not None and job.state == "running", f"grow of {binding.job_id!r}, which is not running"
+        roles = {r.name: r for r in job.roles}
+        have = {(t.role, t.index) for t in job.placement}
+        seen: set = set()
+        for t in binding.tasks:
+            role = roles.get(t.role)
+            assert role is not None and 0 <= t.index < role.tasks, f"job {job.id!r}: bad task {t.role}[{t.index}]"
+            assert (t.role, t.index) not in have, f"job {job.id!r}: task {t.role}[{t.index}] already runs"
+            assert len(t.gpus) == role.gpus_per_task, f"job {job.id!r}: wrong GPU count for {t.role}[{t.index}]"
+            for g in t.gpus:
+                assert g not in self._used[t.node] and (t.node, g) not in seen, f"GPU {t.node}/{g} is already bound"
+                seen.add((t.node, g))
+            have.add((t.role, t.index))
+        for t in binding.tasks:
+            role = roles[t.role]
+            self._used[t.node].update(t.gpus)
+            self._cpu[t.node] += role.cpu_milli
+            self._mem[t.node] += role.memory_mib
+            self._dirty.add(t.node)
+        self.used_gpus += len(seen)
+        self.queue_used[job.queue] = self.queue_used.get(job.queue, 0) + len(seen)
+        job = replace(job, placement=tuple(sorted((*job.placement, *binding.tasks), key=lambda t: (t.role, t.index))))
+        self.running[job.id] = job
         return job
 
     def shrink(self, job_id, tasks: set[tuple[str, int]]) -> tuple[JobInfo, int]:
@@ -228,7 +271,7 @@ class ClusterState:
         self.running[job_id] = job
         return job, freed
 
-    def split_off(self, job_id, tasks: set[tuple[str, int]], releasing_id) -> JobInfo:
+    def split_off(self, job_id, tasks: set[tuple[str, int]], releasing_id, beneficiary=None) -> JobInfo:
         """Move the given (role, index) tasks of a running job into a job of their own, `releasing_id`, in
         state "preempting": their GPUs stay used until `release(releasing_id)`, and the job runs on with the
         rest (how the platform shows surplus tasks being released). Returns the releasing job."""
@@ -236,14 +279,15 @@ class ClusterState:
         out = tuple(t for t in job.placement if (t.role, t.index) in tasks)
         keep = tuple(t for t in job.placement if (t.role, t.index) not in tasks)
         self.running[job_id] = replace(job, placement=keep)
-        releasing = replace(job, id=releasing_id, state="preempting", placement=out)
+        releasing = replace(job, id=releasing_id, state="preempting", placement=out, evicted_for=beneficiary,
+                            part_of=job_id)
         self.running[releasing_id] = releasing
         return releasing
 
     def requeue(self, job: JobInfo) -> None:
         """Put an evicted (already released) job back in the pending set, keeping its submit time."""
         self.pending[job.id] = replace(job, state="pending", placement=(), start_time=None, reserved=(),
-                                       attempts=job.attempts + 1)
+                                       attempts=job.attempts + 1, evicted_for=None)
 
     def set_holds(self, holds: dict) -> None:
         """GPUs held for pending jobs (the engine's nominations in force): job id -> placements."""

@@ -150,9 +150,12 @@ def test_decayed_usage_lets_yesterdays_heavy_user_yield():
                 .job(name="b", queue="burner", gpus_per_task=2, submit=0)
                 .job(name="f", queue="fresh", gpus_per_task=2, submit=5))
     # without decay both queues use nothing now: tie broken by name, "burner" first
-    assert [b.job_id for b in world().cycle().bindings] == ["b"]
+    assert [b.job_id for b in world().cycle(config=CycleConfig(usage_half_life=None)).bindings] == ["b"]
     decayed = world().cycle(config=CycleConfig(usage_half_life=3600))
     assert [b.job_id for b in decayed.bindings] == ["f"]
+    # on by default (7 days, Slurm's PriorityDecayHalfLife default)
+    assert CycleConfig().usage_half_life == 7 * 24 * 3600
+    assert [b.job_id for b in world().cycle().bindings] == ["f"]
 
 
 def test_non_preemptible_jobs_run_only_within_quota():

@@ -62,6 +62,20 @@ def test_queues_page_has_a_figure_per_team_queue(client, world):
     assert {"used within quota", "borrowed (above quota)", "guarantee", "quota", "limit", "pending demand"} <= set(names)
 
 
+def test_queues_page_shows_decayed_usage(client, world):
+    """The queue table shows each queue's decayed usage (Queue.recent_usage, summed over flavors; per flavor
+    in the cell's title) and the half-life in force (7 days by default)."""
+    from gpuplatform.models import Queue
+
+    client.force_login(world["admin"])
+    Queue.objects.filter(name="red").update(recent_usage={"H100": 3.25, "A100": 1.0})
+    html = client.get("/queues/").content.decode()
+    assert "decayed usage" in html and "half-life 7 days" in html
+    assert 'title="A100: 1.0, H100: 3.2">4.2</td>' in html or 'title="A100: 1.0, H100: 3.2">4.3</td>' in html
+    fragment = client.get("/queues/data.json").json()["html"]["queue-tree"]
+    assert "decayed usage" in fragment and ">4." in fragment
+
+
 def test_queueing_lists_only_visible_pending_jobs_with_positions(client, world):
     client.force_login(world["alice"])
     html = client.get("/queueing/").content.decode()

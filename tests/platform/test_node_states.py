@@ -14,7 +14,9 @@ T = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
 
 
 def test_the_table_lets_a_silent_node_go_not_ready_from_every_state_that_takes_heartbeats():
-    states = set(Node.State.values)
+    # A node in repair or being validated is out of service by an admin's decision (docs/diagnosis.md): its
+    # silence is expected there (powered off for repair) and must not overwrite the repair state.
+    states = set(Node.State.values) - {"in_repair", "validating"}
     assert {(a, b) for a, b in TRANSITIONS if b == "not_ready"} == {(s, "not_ready") for s in states - {"not_ready"}}
     assert all(a != b for a, b in TRANSITIONS)
 

@@ -81,7 +81,7 @@ def test_whole_and_partial_evictions_holds_and_decision_events(submit):
     jobs = {j.id: j for j in snap.jobs}
     assert jobs[whole.pk].state == "preempting" and len(jobs[whole.pk].placement) == 1
     assert jobs[part.pk].state == "running" and [t.index for t in jobs[part.pk].placement] == [0]
-    assert jobs[part.pk].roles[0].tasks == 1
+    assert jobs[part.pk].roles[0].tasks == 2  # placed + being released (RoleInfo.tasks of a running job)
     releasing = jobs[store.releasing_id(part.pk)]
     assert releasing.state == "preempting" and releasing.placement == (TaskPlacement("worker", 1, "n1", (4, 5, 6, 7)),)
     assert jobs[ben.pk].reserved == held
@@ -122,7 +122,8 @@ def test_release_after_grace_requeues_whole_with_original_submit_time(submit):
     snap, _ = store.build_snapshot(at(31).timestamp())
     jobs = {j.id: j for j in snap.jobs}
     assert jobs[victim.pk].attempts == 1 and jobs[victim.pk].submit_time == at(-100).timestamp()
-    assert store.releasing_id(part.pk) not in jobs and jobs[part.pk].roles[0].tasks == 1
+    # the released task waits to be placed again (the job may grow back into it: issue 11)
+    assert store.releasing_id(part.pk) not in jobs and jobs[part.pk].roles[0].tasks == 2
 
 
 def test_stale_eviction_decision_is_skipped_and_logged(submit, caplog):

@@ -1,5 +1,5 @@
 """Decayed usage through the database: recorded after each cycle, read back by the next snapshot, and
-used to order queues when SCHEDULER_USAGE_HALF_LIFE_SECONDS is set."""
+used to order queues (SCHEDULER_USAGE_HALF_LIFE_SECONDS, 7 days by default; 0 turns it off)."""
 from datetime import timedelta
 
 from django.utils import timezone
@@ -48,7 +48,18 @@ def test_yesterdays_heavy_user_yields_today(db, settings):
     assert fresh.state == "running"
 
 
-def test_off_by_default_orders_by_current_usage(db, settings):
+def test_on_by_default_with_a_seven_day_half_life():
+    """Decayed usage is on unless turned off: 7 days, Slurm's PriorityDecayHalfLife default."""
+    from django.conf import settings as live
+
+    from gpuplatform.scheduling.usage_decay import default_config
+
+    if "SCHEDULER_USAGE_HALF_LIFE_SECONDS" not in __import__("os").environ:
+        assert live.SCHEDULER_USAGE_HALF_LIFE_SECONDS == 7 * 24 * 3600
+    assert default_config().usage_half_life == live.SCHEDULER_USAGE_HALF_LIFE_SECONDS
+
+
+def test_off_orders_by_current_usage(db, settings):
     from gpuplatform.models import Queue
     from gpuplatform.scheduling.store import run_cycle_once
 

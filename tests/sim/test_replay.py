@@ -274,3 +274,22 @@ def test_time_limit_factor_declares_limits():
 
     replay(cluster(), Trace("t", (job("a", 0, 100),)), engine=spy, time_limit_factor=1.5)
     assert declared == [150]
+
+
+def test_replay_keeps_decayed_usage_like_the_platform():
+    """With a half-life set, the replay folds each cycle's queue usage into QueueInfo.recent_usage (the
+    engine's decay_usage), so the next snapshot orders queues by it; with none, recent_usage stays empty."""
+    from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec, Trace, TraceJob
+    from scheduler.core import CycleConfig
+    from scheduler.sim.replay import Replay
+
+    cluster = ClusterSpec(name="c", nodes=(NodeSpec("n0", "H100", 8),),
+                          queues=(QueueSpec("a", quotas={"H100": (0, 4, None)}), QueueSpec("b", quotas={"H100": (0, 4, None)})))
+    trace = Trace(name="t", jobs=(TraceJob(id="j1", queue="a", submit=0.0, duration=7200.0, tasks=1, gpus_per_task=8),))
+    run = Replay(cluster, trace, config=CycleConfig(usage_half_life=3600.0))
+    run.run()
+    recent = {q.name: dict(q.recent_usage) for q in run.state.queues}
+    assert 0 < recent["a"]["H100"] < 8 and recent["b"].get("H100", 0) == 0
+    off = Replay(cluster, trace, config=CycleConfig(usage_half_life=None))
+    off.run()
+    assert all(not q.recent_usage for q in off.state.queues)

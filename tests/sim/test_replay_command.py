@@ -132,3 +132,16 @@ def test_apply_variant_changes_quotas_weights_and_config():
                                               "weights": {"q": 3}}, command.POLICIES)
     assert changed.queues[0].quotas == {"X": (1, 2, None)} and changed.queues[0].weight == 3.0
     assert config.backfill is False and cluster.queues[0].quotas == {"X": (0, 1, 2)}
+
+
+def test_half_life_option_sets_the_decayed_usage_order(registry, tmp_path):
+    """--half-life DAYS sets CycleConfig.usage_half_life (default 7 days; 0 = live usage only), recorded in the
+    report's config; the replay keeps every queue's decayed usage as the platform does."""
+    for days, expect in (("0", None), ("2", 2 * 86400.0)):
+        path = tmp_path / f"r{days}.json"
+        call_command("replay", "--cluster", "c", "--trace", "tr", "--half-life", days, "--json", str(path),
+                     stdout=io.StringIO())
+        assert json.loads(path.read_text())["config"]["usage_half_life"] == expect
+    path = tmp_path / "default.json"
+    call_command("replay", "--cluster", "c", "--trace", "tr", "--json", str(path), stdout=io.StringIO())
+    assert json.loads(path.read_text())["config"]["usage_half_life"] == 7 * 86400.0

@@ -38,3 +38,10 @@ document.addEventListener("submit", function (event) {
   var form = event.target;
   if (form && form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) event.preventDefault();
 });
+
+// A <select data-autosubmit> submits its form when changed (no inline handlers: the Content Security Policy
+// refuses them; without JavaScript the form's <noscript> button does it).
+document.addEventListener("change", function (ev) {
+  var el = ev.target;
+  if (el && el.matches && el.matches("select[data-autosubmit]") && el.form) el.form.submit();
+});

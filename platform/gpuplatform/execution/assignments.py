@@ -1,7 +1,8 @@
 """A node's assignments: what its agent must run and stop now (docs/execution.md).
 
 `node_assignments(node, now)` -> {"server_time", "poll_seconds", "stop_grace_seconds", "tasks": [...]}, each
-task {task, attempt, job, job_name, role, index, action ("run" | "stop"), stop_deadline, argv, env,
+task {task, attempt, job, job_name, role, index, action ("run" | "stop"), stop_deadline (for "run": the deadline
+of an eviction still only planned, see scheduling.evict.signal_at), argv, env,
 working_dir, image, gpus: [{index, uuid}]}. Four queries whatever the number of tasks.
 
 The environment is computed here, once, for every executor: the role's own variables first, then the
@@ -26,6 +27,7 @@ from django.conf import settings
 
 from .. import clock
 from ..models import Allocation, Job, Task
+from ..scheduling.evict import signal_at
 
 __all__ = ["node_assignments", "master_port", "MASTER_PORT_BASE", "MASTER_PORT_SPAN"]
 
@@ -51,8 +53,8 @@ def node_assignments(node, now: datetime | None = None) -> dict:
     rows = list(Task.objects.filter(node=node, state__in=Task.ON_NODE_STATES, job__simulated=False,
                                     job__state__in=Job.LIVE_STATES)
                 .order_by("job_id", "role_id", "index")
-                .values("id", "job_id", "index", "state", "release_deadline", "job__attempts", "job__state",
-                        "job__preempt_deadline", "job__name", "job__queue__name", "role__name", "role__command",
+                .values("id", "job_id", "index", "state", "release_deadline", "release_for", "job__attempts",
+                        "job__state", "job__preempt_deadline", "job__evicted_for", "job__stop_target", "job__name", "job__queue__name", "role__name", "role__command",
                         "role__env", "role__working_dir", "role__image"))
     job_ids = {r["job_id"] for r in rows}
     placed: dict[int, list[tuple]] = defaultdict(list)
@@ -87,10 +89,16 @@ def node_assignments(node, now: datetime | None = None) -> dict:
                "GPUPLATFORM_ATTEMPT": str(attempt)}
         if r["state"] == Task.State.RELEASING:
             action, deadline = "stop", r["release_deadline"] or now
+            planned = r["release_for"] is not None
         elif r["job__state"] == Job.State.PREEMPTING:
             action, deadline = "stop", r["job__preempt_deadline"] or now
+            planned = r["job__evicted_for"] is not None and r["job__stop_target"] in ("", "requeue")
         else:
-            action, deadline = "run", None
+            action, deadline, planned = "run", None, False
+        if planned and now < signal_at(deadline):
+            # an eviction for a beneficiary is a plan until its last AGENT_STOP_GRACE_SECONDS: it may still be
+            # withdrawn (scheduling.evict.apply_withdrawals), so the processes run on untouched until then
+            action = "run"
         tasks.append({"task": r["id"], "attempt": attempt, "job": r["job_id"], "job_name": r["job__name"],
                       "role": r["role__name"], "index": r["index"], "action": action, "stop_deadline": _iso(deadline),
                       "argv": list(r["role__command"] or []), "env": env, "working_dir": r["role__working_dir"],

@@ -63,6 +63,9 @@ class Job(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     reserved = models.JSONField(null=True, blank=True, default=None)
     preempt_deadline = models.DateTimeField(null=True, blank=True)
+    evicted_for = models.BigIntegerField(
+        null=True, blank=True, help_text="while preempting for an eviction (preempt / reclaim): the id of the job the "
+                                         "GPUs go to; the eviction is withdrawn if that job leaves first")
     not_before = models.DateTimeField(null=True, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
     estimated_start_p90 = models.DateTimeField(null=True, blank=True)
@@ -183,6 +186,8 @@ class Task(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
     release_deadline = models.DateTimeField(null=True, blank=True)
+    release_for = models.BigIntegerField(
+        null=True, blank=True, help_text="while releasing for an eviction: the id of the job its GPUs go to")
     # What the node agent reported for the job's current attempt (reset when the gang is requeued).
     pid = models.IntegerField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -21,6 +21,7 @@ import math
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone as dt_tz
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -41,13 +42,64 @@ def releasing_id(job_id) -> str:
     return f"{job_id}:releasing"
 
 
-def releasing_job(jid, queue, name, tasks, role_specs) -> JobInfo:
+def releasing_job(jid, queue, name, tasks, role_specs, beneficiary=None) -> JobInfo:
     counts: dict[str, int] = defaultdict(int)
     for t in tasks:
         counts[t.role] += 1
     roles = tuple(RoleInfo(r, n, role_specs[(jid, r)][0], n, *role_specs[(jid, r)][1:]) for r, n in sorted(counts.items()))
     return JobInfo(id=releasing_id(jid), queue=queue, roles=roles, state="preempting", name=f"{name} (releasing)",
-                   placement=tuple(sorted(tasks, key=lambda p: (p.role, p.index))))
+                   placement=tuple(sorted(tasks, key=lambda p: (p.role, p.index))), evicted_for=beneficiary,
+                   part_of=jid)
+
+
+def signal_at(deadline: datetime) -> datetime:
+    """When node agents are told to stop a job (or tasks) being evicted for a beneficiary: AGENT_STOP_GRACE_SECONDS
+    before its deadline (at once when the grace period is shorter). Until then the eviction is a plan: it may
+    be withdrawn and the processes never notice."""
+    return deadline - timedelta(seconds=float(getattr(settings, "AGENT_STOP_GRACE_SECONDS", 30.0)))
+
+
+def apply_withdrawals(result: CycleResult, *, clock: datetime, cycle_number: int) -> int:
+    """Take back the evictions the engine withdrew (their beneficiary left): a whole gang goes preempting ->
+    running (admitted if it had not started), its deadline and owner cleared; released surplus tasks go back
+    to running (bound if not started). Each is a compare-and-set on the eviction still being the same plan
+    (same beneficiary, still a requeue) and not yet signalled to a node agent (`signal_at`); one
+    "eviction_withdrawn" Event per victim. Returns the victims restored."""
+    events = []
+    for w in result.withdrawals:
+        if isinstance(w.job_id, str) and w.job_id.endswith(":releasing"):
+            jid = int(w.job_id.split(":")[0])
+            tasks = Task.objects.filter(job_id=jid, state=Task.State.RELEASING, release_for=w.beneficiary,
+                                        job__state__in=Job.ACTIVE_STATES)
+            deadlines = [d for d in tasks.values_list("release_deadline", flat=True) if d is not None]
+            if not deadlines or (min(signal_at(d) for d in deadlines) <= clock and _on_agents(jid)):
+                continue
+            moved = tasks.filter(started_at__isnull=False).update(state=Task.State.RUNNING, release_deadline=None,
+                                                                   release_for=None)
+            moved += tasks.update(state=Task.State.BOUND, release_deadline=None, release_for=None)
+            what, job_id = f"{moved} surplus task(s)", jid
+        else:
+            row = Job.objects.filter(pk=w.job_id, state=Job.State.PREEMPTING, evicted_for=w.beneficiary,
+                                     stop_target__in=("", "requeue")).values_list("preempt_deadline", "started_at").first()
+            if row is None or (row[0] is not None and signal_at(row[0]) <= clock and _on_agents(w.job_id)):
+                continue
+            if not Job.objects.filter(pk=w.job_id, state=Job.State.PREEMPTING, evicted_for=w.beneficiary).update(
+                    state=Job.State.RUNNING if row[1] is not None else Job.State.ADMITTED, preempt_deadline=None,
+                    evicted_for=None, stop_reason="", updated_at=timezone.now()):
+                continue
+            what, job_id = "whole gang", w.job_id
+        queue_id = Job.objects.filter(pk=job_id).values_list("queue_id", flat=True).first()
+        events.append({"time": clock, "kind": "eviction_withdrawn", "job_id": job_id, "queue_id": queue_id,
+                       "cycle": cycle_number, "message": w.message,
+                       "data": {"beneficiary": w.beneficiary, "what": what, "tasks": [list(t) for t in w.tasks]}})
+    record_events(events)
+    return len(events)
+
+
+def _on_agents(job_id) -> bool:
+    from gpuplatform.execution.stops import live_agent_tasks
+
+    return live_agent_tasks(job_id).exists()
 
 
 def encode_reserved(tasks) -> list:
@@ -102,6 +154,7 @@ def _evict(ev, info: dict, clock: datetime, cycle_number: int) -> dict:
                              cycle=cycle_number, event=False)
         if deadline is None:
             raise StaleDecision(f"victim {name} is no longer running")
+        Job.objects.filter(pk=ev.job_id).update(evicted_for=ev.beneficiary)  # the plan's owner
     else:
         deadline = clock + timedelta(seconds=grace)
         if not Job.objects.filter(pk=ev.job_id, state__in=Job.ACTIVE_STATES).exists():
@@ -110,7 +163,7 @@ def _evict(ev, info: dict, clock: datetime, cycle_number: int) -> dict:
         for role, index in ev.tasks:
             which |= Q(role__name=role, index=index)
         moved = Task.objects.filter(which, job_id=ev.job_id, state__in=Task.HELD_STATES).update(
-            state=Task.State.RELEASING, release_deadline=deadline)
+            state=Task.State.RELEASING, release_deadline=deadline, release_for=ev.beneficiary)
         if moved != len(ev.tasks):
             raise StaleDecision(f"{len(ev.tasks) - moved} task(s) of {name} no longer running")
     what = "whole gang" if not ev.tasks else f"{len(ev.tasks)} surplus task(s)"

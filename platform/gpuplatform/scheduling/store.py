@@ -85,7 +85,7 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
         held = list(Task.objects.filter(job__state__in=Job.LIVE_STATES, state__in=Task.ON_NODE_STATES,
                                         node__isnull=False)
                     .values_list("id", "job_id", "role__name", "index", "node__name", "node_id",
-                                 "role__cpu_milli", "role__memory_mib", "state"))
+                                 "role__cpu_milli", "role__memory_mib", "state", "release_for"))
         allocs = list(Allocation.objects.filter(released_at__isnull=True).values_list("task_id", "gpu__node_id", "gpu__index"))
         domains = [DomainInfo(n, t, p) for n, t, p in Domain.objects.values_list("name", "tier", "parent__name")]
         queues = list(Queue.objects.values_list("id", "name", "parent__name", "weight", "state", "recent_usage"))
@@ -93,10 +93,11 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
         jobs = list(Job.objects.filter(state__in=("pending", *Job.LIVE_STATES)).values_list(
             "id", "queue__name", "priority", "submitted_at", "preemptible", "topology_mode", "highest_tier",
             "preferred_tier", "time_limit_seconds", "state", "started_at", "name", "reserved", "not_before",
-            "attempts", "bound_at", "excluded_nodes"))
+            "attempts", "bound_at", "excluded_nodes", "evicted_for", "stop_target"))
         roles = list(JobRole.objects.filter(job__state__in=("pending", *Job.LIVE_STATES)).values_list(
             "id", "job_id", "name", "tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "flavor"))
-        pending_tasks = list(Task.objects.filter(job__state="pending", state="pending").values_list("role_id", flat=True))
+        pending_tasks = list(Task.objects.filter(job__state__in=("pending", *Job.LIVE_STATES), state="pending")
+                             .values_list("role_id", flat=True))
 
     numa: dict[int, dict[int, int]] = defaultdict(dict)
     unhealthy: dict[int, set[int]] = defaultdict(set)
@@ -113,16 +114,19 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
     mem_used: dict[int, int] = defaultdict(int)
     placements: dict[int, list[TaskPlacement]] = defaultdict(list)
     releasing: dict[int, list[TaskPlacement]] = defaultdict(list)  # surplus tasks evicted, still holding GPUs
-    placed_per_role: dict[tuple[int, str], int] = defaultdict(int)
-    for task_id, job_id, role, idx, node_name, node_id, cpu, mem, task_state in held:
+    placed_per_role: dict[tuple[int, str], int] = defaultdict(int)  # placed or being released
+    release_for: dict[int, int] = {}  # job id -> the beneficiary its releasing tasks are evicted for
+    for task_id, job_id, role, idx, node_name, node_id, cpu, mem, task_state, beneficiary in held:
         cpu_used[node_id] += cpu
         mem_used[node_id] += mem
         placement = TaskPlacement(role, idx, node_name, tuple(sorted(task_gpus.get(task_id, ()))))
+        placed_per_role[(job_id, role)] += 1
         if task_state == "releasing":
             releasing[job_id].append(placement)
+            if beneficiary is not None:
+                release_for.setdefault(job_id, beneficiary)
         else:
             placements[job_id].append(placement)
-            placed_per_role[(job_id, role)] += 1
 
     node_infos = tuple(
         NodeInfo(name=name, flavor=flavor, gpus=count, domain=domain,
@@ -145,16 +149,19 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
     job_state = {j[0]: j[9] for j in jobs}
     for rid, job_id, name, tasks, gpt, min_av, cpu, mem, flavor in roles:
         role_specs[(job_id, name)] = (gpt, cpu, mem, tuple(f for f in flavor.split("|") if f))
-        wanted = pending_count.get(rid, 0) if job_state.get(job_id) == "pending" else placed_per_role.get((job_id, name), 0)
+        # a running job's role: its tasks placed, being released, and waiting to be placed again (elastic
+        # tasks above min_available that were reclaimed or did not fit: the engine grows the job into them)
+        wanted = pending_count.get(rid, 0) + (placed_per_role.get((job_id, name), 0)
+                                              if job_state.get(job_id) != "pending" else 0)
         if wanted > 0:
             job_roles[job_id].append(RoleInfo(name, wanted, gpt, min_av, cpu, mem, role_specs[(job_id, name)][3]))
 
     index = SnapshotIndex(node_ids={n[1]: n[0] for n in nodes})
     job_infos = []
     for (jid, queue, prio, submitted, preemptible, mode, hi, pref, tlimit, state, started, name, reserved,
-         not_before, attempts, bound_at, excluded) in jobs:
+         not_before, attempts, bound_at, excluded, evicted_for, stop_target) in jobs:
         if jid in releasing:
-            job_infos.append(releasing_job(jid, queue, name, releasing[jid], role_specs))
+            job_infos.append(releasing_job(jid, queue, name, releasing[jid], role_specs, release_for.get(jid)))
         if not job_roles.get(jid):
             continue
         index.job_queue[jid] = queue
@@ -167,7 +174,8 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
             start_time=_ts(started or bound_at), name=name,
             reserved=decode_reserved(reserved) if state == "pending" else (),
             not_before=_ts(not_before) if state == "pending" else None, attempts=attempts,
-            avoid_nodes=frozenset(excluded or ()) if state == "pending" else frozenset()))
+            avoid_nodes=frozenset(excluded or ()) if state == "pending" else frozenset(),
+            evicted_for=evicted_for if state == "preempting" and stop_target in ("", "requeue") else None))
     snap = Snapshot(nodes=node_infos, domains=tuple(domains), queues=queue_infos, jobs=tuple(job_infos), now=now)
     return snap, index
 
@@ -259,6 +267,46 @@ def _rows_for(binding, clock: datetime, tasks_by_role, simulated, gpu_ids):
     return allocations, tasks
 
 
+def _apply_growths(growths, *, clock: datetime, cycle_number: int, stats: ApplyStats) -> None:
+    """New tasks of running elastic jobs (the engine's growths): each task row (job, role, index), still
+    pending, gets its GPUs and goes running (bound on a node agent's node, for a job with a command). One
+    savepoint per job: a stale growth (job no longer running, task or GPU taken) is skipped and counted.
+    One "grown" Event per job."""
+    events = []
+    for g in growths:
+        try:
+            with transaction.atomic():
+                if not Job.objects.select_for_update().filter(pk=g.job_id, state__in=Job.ACTIVE_STATES).exists():
+                    raise _Stale("job is no longer running")
+                rows = []
+                for p in g.tasks:
+                    task = (Task.objects.filter(job_id=g.job_id, role__name=p.role, index=p.index, state="pending")
+                            .values_list("id", "job__simulated").first())
+                    node = Node.objects.filter(name=p.node, state="ready").values_list("id", "executor").first()
+                    if task is None or node is None:
+                        raise _Stale(f"task {p.role}[{p.index}] or node {p.node} no longer available")
+                    gpus = dict(Gpu.objects.filter(node_id=node[0], index__in=p.gpus, health="healthy")
+                                .values_list("index", "id"))
+                    if len(gpus) != len(p.gpus):
+                        raise _Stale(f"a GPU of {p.node} is unhealthy or unknown")
+                    state = "bound" if node[1] == "agent" and not task[1] else "running"
+                    Allocation.objects.bulk_create([Allocation(task_id=task[0], gpu_id=gpus[i], job_id=g.job_id,
+                                                               created_at=clock) for i in p.gpus])
+                    if not Task.objects.filter(pk=task[0], state="pending").update(state=state, node_id=node[0]):
+                        raise _Stale(f"task {p.role}[{p.index}] is no longer pending")
+                    rows.append([p.role, p.index, p.node, list(p.gpus)])
+        except (_Stale, IntegrityError) as exc:
+            why = str(exc) if isinstance(exc, _Stale) else "a GPU is already bound (racing cycle)"
+            stats.stale.append((g.job_id, f"grow: {why}"))
+            stats.stale_skipped += 1
+            log.info("cycle %s: stale growth of job %s skipped: %s", cycle_number, g.job_id, why)
+            continue
+        events.append({"time": clock, "kind": "grown", "job_id": g.job_id, "cycle": cycle_number,
+                       "message": f"{len(rows)} more task(s) placed (elastic job growing back, {g.domain or 'cluster'})",
+                       "data": {"domain": g.domain, "tier": g.tier, "placement": rows}})
+    record_events(events)
+
+
 def _admitted_event(binding, clock: datetime, cycle_number: int, nodes: int, gpus: int) -> dict:
     """The admission Event, for audit.record_events."""
     message = (f"admitted ({binding.rule}) into {binding.domain or 'the cluster'} (tier {binding.tier}) on "
@@ -346,6 +394,8 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
         record_events(events)
         stale = evict.apply_evictions(result, clock=clock, cycle_number=cycle_number, stats=stats)
         evict.apply_holds(result, clock=clock, cycle_number=cycle_number, stale=stale)
+        evict.apply_withdrawals(result, clock=clock, cycle_number=cycle_number)
+        _apply_growths(result.growths, clock=clock, cycle_number=cycle_number, stats=stats)
         stats.pending_updated = _update_pending(result)
         SchedulerCycle.objects.filter(pk=row.pk).update(
             duration_ms=duration_ms, timings=dict(result.timings), binds=stats.binds, evictions=stats.evictions,

@@ -1,6 +1,7 @@
 """Decayed queue usage kept in the database (Queue.recent_usage), for fair-share ordering with memory.
 
-Off unless settings.SCHEDULER_USAGE_HALF_LIFE_SECONDS is set. After each cycle every queue's recent usage
+On by default (settings.SCHEDULER_USAGE_HALF_LIFE_SECONDS, 7 days like Slurm's PriorityDecayHalfLife;
+0 in the environment turns it off). After each cycle every queue's recent usage
 becomes decay_usage(previous, usage now, seconds since the last update, half-life) (the engine's formula,
 scheduler.core.plugins.fairshare.decay_usage); the next snapshot passes it to the engine as
 QueueInfo.recent_usage and the engine orders queues by it.
@@ -14,11 +15,12 @@ from django.db import transaction
 
 from gpuplatform.models import Queue
 from scheduler.core import CycleConfig
+from scheduler.core.snapshot import DEFAULT_USAGE_HALF_LIFE
 from scheduler.core.plugins.fairshare import decay_usage
 
 
 def default_config() -> CycleConfig:
-    return CycleConfig(usage_half_life=getattr(settings, "SCHEDULER_USAGE_HALF_LIFE_SECONDS", None))
+    return CycleConfig(usage_half_life=getattr(settings, "SCHEDULER_USAGE_HALF_LIFE_SECONDS", DEFAULT_USAGE_HALF_LIFE))
 
 
 @transaction.atomic

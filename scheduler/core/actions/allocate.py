@@ -3,8 +3,12 @@
     allocate(session, pending, reservations, shares=) -> Allocation
 
 Order: jobs holding a nomination (the beneficiaries of earlier evictions, or starving jobs with a drain
-reservation) first; then the queue with the lowest dominant share of its water-filled fair share goes
-next (re-evaluated after every admission), and inside a queue higher priority, then earlier submission.
+reservation) first; then, across queues, a queue whose next job fits inside its entitlement for the
+flavor it asks for (it would not borrow: QueueTree.within_entitlement) before any whose next job would
+borrow, and among those the lowest share of that flavor (usage, decayed when usage_half_life is set, over
+its water-filled fair share; the flavor the job asks for, not the maximum over flavors, so a queue's heavy
+use of one GPU model does not push its job for another model back), re-evaluated after every admission;
+inside a queue higher priority, then earlier submission.
 A job that cannot start does not block the jobs behind it; its failed attempt is rolled back first. The
 first job that cannot start for lack of room gets a backfill reservation (actions/backfill.py,
 `Reservations`). Once a shape (flavor, roles, topology) fails for lack of room, later jobs of the same
@@ -17,8 +21,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from ..domain_tree import common_domain
-from ..plugins.fairshare import dominant_share, usage_offset
-from ..plugins.quota import job_order_key
+from ..plugins.fairshare import EPS, dominant_share, usage_offset
+from ..plugins.quota import INF, job_order_key
 from ..session import Session
 from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement
 from .backfill import Reservations
@@ -36,21 +40,26 @@ class Allocation:
 
 
 def allocate(session: Session, pending: list[JobInfo], reservations: Reservations, *,
-             shares: dict | None = None) -> Allocation:
+             shares: dict | None = None, before_borrowers=None) -> Allocation:
     """Start what fits of `pending` (the snapshot's pending jobs) on the session's state, charging their
     queues. shares: queue -> flavor -> fair share in GPUs (plugins.fairshare.fair_shares), or None to
-    order queues by their quota share."""
+    order queues by their quota share. before_borrowers(allocation): called once, when every job within
+    its queue's entitlement has been tried and the first job that would borrow comes next (the eviction
+    phase runs there for the jobs that failed so far, so a borrower never takes the GPUs a within-quota
+    job could reclaim into: no start-then-preempt)."""
     out = Allocation()
     order = _QueueOrder(session, shares)
     admission = Admission(session, reservations)
     rest, holders = [], []
     for job in sorted(pending, key=job_order_key):
         if job.not_before is not None and job.not_before > session.now:
+            session.queues.drop_hold(job.id)
             out.reasons[job.id] = PendingReason("backoff", f"requeued after attempt {job.attempts}; "
                                                            f"retries at t={job.not_before:.0f}s")
         elif job.reserved and _reservation_valid(session, job):
             holders.append(job)
         else:
+            session.queues.drop_hold(job.id)  # charged at snapshot time (QueueTree); the hold is not kept
             rest.append(job)
     for job in holders:  # every hold first, so no holder's attempt elsewhere takes another's GPUs
         session.holds.hold(job.id, job.reserved)
@@ -66,7 +75,13 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     heapq.heapify(heap)
     attempt, place = reservations.attempt, admission.place
     while heap:
-        _, q = heapq.heappop(heap)
+        key, q = heapq.heappop(heap)
+        if before_borrowers is not None and key[0] is True:  # (borrows?, share, queue): the borrowers begin
+            before_borrowers(out)
+            before_borrowers = None
+            if by_queue[q] and order.queue_key(q, by_queue[q][-1]) != key:  # the evictions moved usage
+                heapq.heappush(heap, (order.queue_key(q, by_queue[q][-1]), q))
+                continue
         job = by_queue[q].pop()
         before = order.share(q)
         outcome = attempt(job, place)
@@ -81,20 +96,23 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
 
 
 class _QueueOrder:
-    """The order of queues and of jobs inside a queue, for one cycle."""
+    """The order of queues and of jobs inside a queue, for one cycle (module docstring)."""
 
     def __init__(self, session: Session, shares: dict | None):
+        self.session = session
         self.queues, self.config = session.queues, session.config
         self.shares = shares or {}
         self.offset = usage_offset(self.queues) if self.config.usage_half_life else None
         self._shares_at: dict[str, tuple[int, float]] = {}  # queue -> (QueueTree.version, share)
+        self._flavors: dict = {}  # job id -> the flavors it may run on
 
     def job_key(self, job: JobInfo) -> tuple:
         return job_order_key(job) if self.config.fair_share else (job.submit_time, str(job.id))
 
     def share(self, q: str) -> float:
         """The queue's dominant share (of its fair share, or of its quota without shares), recomputed only
-        after usage changed (QueueTree.version): most attempts in a busy cycle charge nothing."""
+        after usage changed (QueueTree.version): most attempts in a busy cycle charge nothing. Recorded on
+        bindings (share_before / share_after)."""
         version = self.queues.version
         cached = self._shares_at.get(q)
         if cached is not None and cached[0] == version:
@@ -103,13 +121,34 @@ class _QueueOrder:
         self._shares_at[q] = (version, value)
         return value
 
+    def flavor_share(self, q: str, flavor: str) -> float:
+        """The queue's share of one flavor: (usage + decayed-history offset) / fair share, or usage /
+        entitlement without fair shares; usage above a zero share counts as 1e6 + usage."""
+        if not self.shares:
+            return self.queues.flavor_share(q, flavor)
+        used = self.queues.usage.get(q, {}).get(flavor, 0)
+        if self.offset:
+            used += self.offset.get(q, {}).get(flavor, 0.0)
+        if used <= EPS:
+            return 0.0
+        fair = self.shares.get(q, {}).get(flavor, 0.0)
+        return used / fair if fair > EPS else 1e6 + used
+
     def queue_key(self, q: str, head: JobInfo) -> tuple:
+        """(whether the head job would borrow, its flavor's share, the queue); plain FIFO: (submit, id, queue)."""
         if not self.config.fair_share:  # plain FIFO across queues
             return (head.submit_time, str(head.id), q)
+        flavors = self._flavors.get(head.id)
+        if flavors is None:
+            flavors = self._flavors[head.id] = self.session.flavors(head)
+        if not flavors:
+            return (True, INF, q)
+        queues, need = self.queues, head.gpus_min
+        within = any(queues.within_entitlement(q, f, need) for f in flavors)
+        share = min(self.flavor_share(q, f) for f in flavors)
         if self.shares:
-            return (self.share(q), q)
-        share = self.share(q)
-        return (share >= 1.0, share / self.queues.weight(q), q)
+            return (not within, share, q)
+        return (not within, share / queues.weight(q), q)
 
 
 class Admission:
@@ -193,11 +232,12 @@ class Admission:
             return PendingReason("queue_limit", f"queue {limiter} limit: uses {used} of {int(used + room)} "
                                  f"{flavor} GPUs, job needs {need}")
         if not job.preemptible:  # it could never be reclaimed, so it may not borrow
-            within, level = queues.quota_room(job.queue, flavor)
+            within, level = queues.entitlement_room(job.queue, flavor)
             if need > within:
                 used = queues.usage[level][flavor]
                 return PendingReason("queue_limit", f"non-preemptible jobs run only within quota: queue {level} "
-                                     f"uses {used} of its quota of {int(used + within)} {flavor} GPUs, job needs {need}")
+                                     f"uses {used} of its quota of {int(used + within)} {flavor} GPUs (its "
+                                     f"entitlement, docs/quotas.md), job needs {need}")
             room = min(room, within)
         shape = (flavor, cap, job.preferred_tier, backfill_open,
                  tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib) for r in job.roles))
@@ -240,6 +280,7 @@ def _serve_nomination(session: Session, admission: Admission, order: _QueueOrder
     total = sum(len(t.gpus) for t in job.reserved)
     waiting = total - holds.gpus_held(job.id)
     holds.release(job.id)
+    session.queues.drop_hold(job.id)  # its placement is charged instead, or the hold again
     before = order.share(job.queue)
     outcome = _bind_exactly(session, job) if not waiting else admission.place(job)
     if isinstance(outcome, Binding):
@@ -247,7 +288,7 @@ def _serve_nomination(session: Session, admission: Admission, order: _QueueOrder
         out.bindings.append(replace(outcome, rule="reservation" if not waiting else "allocate",
                                     share_before=before, share_after=order.share(job.queue)))
         return
-    session.nominate(job.id, job.reserved)
+    session.nominate(job, job.reserved)
     out.reasons[job.id] = PendingReason("nominated", f"{outcome.message}; {waiting} GPUs reserved for it are "
                                                      f"still in use (evicted jobs releasing, or jobs draining)")
 

@@ -105,7 +105,7 @@ class Reservations:
             if placement is not None:
                 self._drained = True
                 self.count += 1
-                session.nominate(job.id, placement.tasks)
+                session.nominate(job, placement.tasks)
                 waited = (session.now - job.submit_time) / 3600
                 return PendingReason(reason.code, f"{reason.message}; waited {waited:.1f} h: GPUs in "
                                                   f"{placement.domain} reserved, draining for it")

@@ -13,19 +13,25 @@ from __future__ import annotations
 
 from ..plugins.victims import victim_units
 from ..session import Session
-from ..snapshot import Eviction, JobInfo, PendingReason
+from ..snapshot import Eviction, JobInfo, PendingReason, Snapshot, Withdrawal
 from .preempt import preempt
 from .reclaim import anyone_borrowing, reclaim, reclaim_may_help
 
 EVICT_CODES = {"insufficient_gpus", "no_domain", "no_packing", "queue_limit"}  # reasons an eviction may cure
 
 
-def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict) -> tuple[list[Eviction], list[dict]]:
+def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, *, taken: set | None = None,
+                  limit: int | None = None) -> tuple[list[Eviction], list[dict]]:
     """Evictions made for the jobs of `failed_order` (module docstring), and one audit decision per
     beneficiary: {rule, beneficiary, queue, victims: [{job, tasks, gpus}], usage_before, usage_after}.
-    reasons: job id -> PendingReason, updated in place for each beneficiary ("nominated")."""
+    reasons: job id -> PendingReason, updated in place for each beneficiary ("nominated"). taken: the
+    (job id, role, index) of tasks already evicted this cycle (by an earlier call), updated in place; limit:
+    how many jobs may evict (default config.max_preemptors)."""
     config, queues, state = session.config, session.queues, session.state
     if not (config.preemption or config.reclaim):
+        return [], []
+    limit = config.max_preemptors if limit is None else limit
+    if limit <= 0:
         return [], []
     running = [j for j in session.snapshot.jobs if j.state == "running"]
     lowest_priority: dict[str, int] = {}
@@ -53,7 +59,7 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict) 
                     break
         if may_preempt or may_reclaim:
             preemptors.append(job)
-            if len(preemptors) >= config.max_preemptors:
+            if len(preemptors) >= limit:
                 break
     if not preemptors:
         return [], []
@@ -63,7 +69,9 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict) 
     victims_by_id = {j.id: j for j in running}
     evictions: list[Eviction] = []
     decisions: list[dict] = []
-    evicted: set[tuple] = set()
+    evicted: set[tuple] = taken if taken is not None else set()
+    if evicted:
+        units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
     for job in preemptors:
         found = None
         for flavor in session.flavors(job):
@@ -85,10 +93,7 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict) 
             for t in placement_of(victims_by_id, ev):
                 if t.gpus:
                     queues.charge(queue_of[ev.job_id], flavor_of[t.node], -len(t.gpus))
-        for t in placement.tasks:
-            if t.gpus:
-                queues.charge(job.queue, flavor_of[t.node], len(t.gpus))
-        session.nominate(job.id, placement.tasks)
+        session.nominate(job, placement.tasks, all_gpus=True)  # charged to the holder's queue
         evictions.extend(evs)
         rule = evs[0].rule
         gpus = sum(e.gpus for e in evs)
@@ -108,3 +113,32 @@ def placement_of(jobs: dict, ev: Eviction):
 
 def _usage(queues, names: set[str]) -> dict:
     return {q: dict(queues.usage.get(q, {})) for q in sorted(names)}
+
+
+def withdrawals(snapshot: Snapshot, nominated: dict) -> list[Withdrawal]:
+    """Evictions to take back: every job (or released tasks) still in its grace period ("preempting", with
+    `evicted_for`) whose GPUs are none of those held for its beneficiary after this cycle (`nominated`: job
+    id -> TaskPlacements): the beneficiary was cancelled or ended, started elsewhere, or no longer needs
+    them. Killing a job for nobody is pure loss; the victim keeps running without a restart."""
+    jobs = {j.id: j for j in snapshot.jobs}
+    out = []
+    for job in snapshot.jobs:
+        if job.state != "preempting" or job.evicted_for is None:
+            continue
+        held = nominated.get(job.evicted_for, ())
+        mine = {(t.node, g) for t in job.placement for g in t.gpus}
+        if any((t.node, g) in mine for t in held for g in t.gpus):
+            continue
+        owner = jobs.get(job.evicted_for)
+        if owner is None or owner.state != "pending":
+            why = "left (cancelled, finished or started)"
+        elif job.evicted_for in nominated:
+            why = "holds other GPUs now"
+        else:
+            why = "no longer holds GPUs (it started elsewhere or its hold was given up)"
+        name = owner.name or owner.id if owner is not None else job.evicted_for
+        out.append(Withdrawal(job_id=job.id, tasks=tuple(sorted((t.role, t.index) for t in job.placement)),
+                              beneficiary=job.evicted_for,
+                              message=f"eviction of {job.name or job.id} withdrawn: its beneficiary {name} {why}; "
+                                      f"it keeps running"))
+    return out

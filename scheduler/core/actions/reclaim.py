@@ -1,10 +1,21 @@
 """The reclaim action (across queues; Volcano's reclaim action, Kueue's reclaim within a cohort).
 
-A job of a queue below its quota, which it is entitled to fill (usage + request <= quota at every level
-of its queue chain below the top), takes back GPUs that other queues borrowed above their quota, never
-taking a victim queue below its quota or any level below its guarantee (plugins.victims.ReclaimLedger).
-It aims at min(the job's full request, its entitlement), so an elastic job gets its whole quota back in
-one go. Called by the eviction phase (actions/evict.py), which applies the result. Units: GPUs.
+A job takes back GPUs that other queues borrowed above their entitlement (plugins.quota.QueueTree
+.entitlement; docs/quotas.md), so that its own queue gets what it deserves:
+
+- beneficiary side: for a victim queue V, only the levels of the job's chain below the lowest ancestor it
+  shares with V are checked (a move between siblings leaves every shared ancestor's usage unchanged): at
+  each of them usage + the GPUs claimed <= entitlement. GPUs already held for the queue's jobs count as
+  its usage, so a second job cannot claim past the entitlement while the first one's victims drain;
+- victim side (plugins.victims.ReclaimLedger): a unit may be taken while some level of V's chain below the
+  shared ancestor is still above its entitlement (the unit that crosses the line may take it below: a
+  queue is protected while it is within its entitlement, not by a gang that reaches past it), never below
+  a level's guarantee.
+
+Victims are searched from the closest branch outward: first siblings (the deepest shared ancestor), then
+cousins, and so on, each time with the claim bounded by the levels that move. It aims at min(the job's full
+request, that bound), so an elastic job gets its whole entitlement back in one go. Called by the eviction
+phase (actions/evict.py), which applies the result. Units: GPUs.
 """
 from __future__ import annotations
 
@@ -15,36 +26,24 @@ from ..snapshot import Binding, Eviction, JobInfo
 from .victim_search import eviction_records, find_victims
 
 
-def entitlement(queues: QueueTree, job: JobInfo, flavor: str) -> float:
-    """GPUs of `flavor` the job's queue may still fill within its quota, at every level but the top
-    (0 when a level sets no quota for the flavor)."""
-    chain = queues.chain(job.queue)
-    levels = chain[:-1] if len(chain) > 1 else chain
-    room = float("inf")
-    for q in levels:
-        info = queues.queues.get(q)
-        quota = info.quotas.get(flavor) if info else None
-        if quota is None:
-            return 0.0
-        room = min(room, quota.quota - queues.usage[q][flavor])
-    return room
-
-
 def reclaim_may_help(queues: QueueTree, job: JobInfo, flavor: str) -> bool:
-    """Cheap screen: the job is entitled to its minimum within quota, and no limit of its own queue binds."""
-    if entitlement(queues, job, flavor) < job.gpus_min:
+    """Cheap screen: the job's own queue is entitled to its minimum (the leaf is below the shared ancestor
+    with any victim queue), and no limit of its own queue binds."""
+    if job.queue not in queues.queues:
+        return False
+    if queues.claim_room((job.queue,), flavor) < job.gpus_min:
         return False
     room, limiter = queues.headroom(job.queue, flavor)
     return room >= job.gpus_min or limiter != job.queue
 
 
 def anyone_borrowing(queues: QueueTree) -> bool:
-    """Whether some queue uses more of some flavor than its quota (else there is nothing to reclaim)."""
+    """Whether some queue uses more of some flavor than its entitlement (else there is nothing to reclaim)."""
     for q, per_flavor in queues.usage.items():
-        info = queues.queues.get(q)
+        if q not in queues.queues:
+            continue
         for flavor, used in per_flavor.items():
-            quota = info.quotas.get(flavor) if info else None
-            if used > (quota.quota if quota else 0):
+            if used > queues.entitlement(q, flavor):
                 return True
     return False
 
@@ -55,23 +54,33 @@ def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flav
     GPUs; units: the evictable units of the running jobs, least work lost first (plugins.victims);
     flavor_of: node name -> flavor."""
     queues = session.queues
-    room = entitlement(queues, job, flavor)
-    if room < job.gpus_min:
+    chain = queues.chain(job.queue)
+    others = [u for u in units if u.job.queue != job.queue and queues.known(u.job.queue)]
+    if not others:
         return None
-    target = int(min(job.gpus_requested, room))
     limit_room, limiter = queues.headroom(job.queue, flavor)
-    candidates = [u for u in units if u.job.queue != job.queue]
-    if limit_room < target:
-        # a limit binds (e.g. the root's, set to the cluster's size, when the cluster is full): only victims
-        # below the binding level make room under it, and only their GPUs count
-        if limiter == job.queue:
-            return None
-        candidates = [u for u in candidates if limiter in queues.chain(u.job.queue)]
-    ledger = ReclaimLedger(queues, job.queue, flavor_of)
-    found = find_victims(session, job, flavor, target=target, units=candidates,
-                         allows=lambda u: ledger.allows(u.job, u.tasks), take=lambda u: ledger.take(u.job, u.tasks),
-                         give_back=lambda u: ledger.give_back(u.job, u.tasks), room=limit_room)
-    if found is None:
-        return None
-    placement, victims = found
-    return placement, eviction_records(victims, "reclaim", job)
+    # depth = how many levels of the job's chain lie below the ancestor shared with the victim's queue
+    depth_of: dict[str, int] = {}
+    for u in others:
+        if u.job.queue not in depth_of:
+            depth_of[u.job.queue] = len(queues.below_common(job.queue, u.job.queue))
+    for depth in sorted(set(depth_of.values())):
+        room = queues.claim_room(chain[:depth], flavor)
+        if room < job.gpus_min:
+            break  # a wider circle adds levels: the room only shrinks
+        target = int(min(job.gpus_requested, room))
+        candidates = [u for u in others if depth_of[u.job.queue] <= depth]
+        if limit_room < target:
+            # a limit binds (e.g. the root's, when the cluster is full): only victims below the binding
+            # level make room under it, and only their GPUs count
+            if limiter == job.queue:
+                return None
+            candidates = [u for u in candidates if limiter in queues.chain(u.job.queue)]
+        ledger = ReclaimLedger(queues, job.queue, flavor_of)
+        found = find_victims(session, job, flavor, target=target, units=candidates,
+                             allows=lambda u: ledger.allows(u.job, u.tasks), take=lambda u: ledger.take(u.job, u.tasks),
+                             give_back=lambda u: ledger.give_back(u.job, u.tasks), room=limit_room)
+        if found is not None:
+            placement, victims = found
+            return placement, eviction_records(victims, "reclaim", job)
+    return None

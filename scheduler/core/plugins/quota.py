@@ -1,8 +1,19 @@
-"""Hierarchical queue usage and limits, per GPU flavor.
+"""Hierarchical queue usage, limits and entitlement, per GPU flavor (docs/quotas.md).
 
-A queue's usage is its own jobs' GPUs plus its children's (charged up the chain). A job may start only
-if, at every level from its queue up to the root, usage + request <= limit for the flavor it lands on
-(a limit of None means the level sets no cap of its own). Units: GPUs.
+A queue's usage is its own jobs' GPUs plus its children's (charged up the chain): the GPUs of its running
+jobs, and the GPUs held for its pending jobs (eviction beneficiaries, drain reservations) that no running
+job occupies. A job being evicted (state "preempting") counts for nobody: its GPUs are already promised to
+the holder. A job may start only if, at every level from its queue up to the root, usage + request <=
+limit for the flavor it lands on (a limit of None means the level sets no cap of its own).
+
+Entitlement (`entitlement`, the one definition the actions use): what a queue deserves of a flavor and
+may defend against reclaim or take back by reclaim. A top-level queue is entitled to its quota. A child is
+entitled to its own quota plus the part of its parent's entitlement that no child's quota claims (so a
+child without a quota of its own lives on its parent's). A queue that sets no quota for any flavor is a
+grouping node: it deserves what its children's quotas add up to, plus what its parent leaves unassigned.
+Reclaim between two queues checks only the levels below the ancestor they share (`claim_room`): a move
+between siblings leaves every shared ancestor's usage unchanged, so it cannot be blocked by them.
+Units: GPUs.
 """
 from __future__ import annotations
 
@@ -32,12 +43,46 @@ class QueueTree:
             node_flavor = {n.name: n.flavor for n in snapshot.nodes}
             for n in snapshot.nodes:
                 self.capacity[n.flavor] += n.gpus
+        self._node_flavor = node_flavor
+        self._entitled: dict[tuple[str, str], float] = {}
+        self._kids: dict[str | None, list[str]] | None = None
+        self.held: dict = {}  # pending job id -> (queue, flavor -> GPUs) charged for its hold
+        running: set[tuple[str, int]] = set()
         for job in snapshot.jobs:
             if job.state == "pending" or not self.known(job.queue):
                 continue
+            if job.state != "running":
+                continue  # being evicted: its GPUs are promised to the holder (charged below)
             for t in job.placement:
+                running.update((t.node, g) for g in t.gpus)
                 if t.gpus:
                     self.charge(job.queue, node_flavor.get(t.node, ""), len(t.gpus))
+        self._running_gpus = running
+        for job in snapshot.jobs:
+            if job.state == "pending" and job.reserved and self.known(job.queue):
+                self.charge_hold(job.id, job.queue, job.reserved)
+
+    def charge_hold(self, job_id, queue: str, tasks, *, all_gpus: bool = False) -> None:
+        """Charge GPUs held for a pending job to its queue: those of `tasks` (TaskPlacements) that no job
+        running at snapshot time occupies (a drain reservation's GPUs still running their own job count
+        once, there), or all of them (`all_gpus`: the eviction phase has uncharged the victims already).
+        Replaces any hold charged for the job before."""
+        self.drop_hold(job_id)
+        per_flavor: dict[str, int] = defaultdict(int)
+        running = () if all_gpus else self._running_gpus
+        for t in tasks:
+            free = sum(1 for g in t.gpus if (t.node, g) not in running)
+            if free:
+                per_flavor[self._node_flavor.get(t.node, "")] += free
+        for flavor, gpus in per_flavor.items():
+            self.charge(queue, flavor, gpus)
+        self.held[job_id] = (queue, dict(per_flavor))
+
+    def drop_hold(self, job_id) -> None:
+        """Uncharge the hold charged for a pending job (it starts, or its hold is given up)."""
+        queue, per_flavor = self.held.pop(job_id, (None, {}))
+        for flavor, gpus in per_flavor.items():
+            self.charge(queue, flavor, -gpus)
 
     def known(self, name: str) -> bool:
         return self.open_world or name in self.queues
@@ -71,19 +116,89 @@ class QueueTree:
                     best, who = room, q
         return best, who
 
-    def quota_room(self, queue: str, flavor: str) -> tuple[float, str | None]:
-        """(GPUs of `flavor` the queue may take without borrowing, the level that binds): min over the
-        chain's levels that set quotas of quota - usage (a flavor a level does not list counts as 0)."""
+    def _quota(self, name: str, flavor: str) -> int | None:
+        """The queue's quota of `flavor`; None for a grouping node (a queue with no quota for any flavor)."""
+        info = self.queues.get(name)
+        if info is None or not info.quotas:
+            return None
+        quota = info.quotas.get(flavor)
+        return quota.quota if quota else 0
+
+    def _children(self, name: str | None) -> list[str]:
+        kids = self._kids
+        if kids is None:
+            kids = self._kids = defaultdict(list)
+            for q, info in self.queues.items():
+                kids[info.parent if info.parent in self.queues else None].append(q)
+        return kids.get(name, [])
+
+    def _claimed(self, name: str, flavor: str) -> float:
+        """What a queue's quota claims of its parent's entitlement (a grouping node: its children's)."""
+        own = self._quota(name, flavor)
+        if own is not None:
+            return own
+        return sum(self._claimed(c, flavor) for c in self._children(name))
+
+    def entitlement(self, queue: str, flavor: str) -> float:
+        """GPUs of `flavor` the queue deserves (module docstring): a top-level queue its quota (a grouping
+        node its children's quotas); a child its quota (a grouping node its children's) plus its parent's
+        entitlement that no child's quota claims. Static within a cycle (quotas only)."""
+        key = (queue, flavor)
+        value = self._entitled.get(key)
+        if value is None:
+            value = self._claimed(queue, flavor)
+            parent = self.queues[queue].parent if queue in self.queues else None
+            if parent in self.queues:
+                unassigned = self.entitlement(parent, flavor) - sum(
+                    self._claimed(c, flavor) for c in self._children(parent))
+                value += max(0.0, unassigned)
+            self._entitled[key] = value
+        return value
+
+    def below_common(self, queue: str, other: str) -> tuple[str, ...]:
+        """The levels of `queue`'s chain strictly below the lowest ancestor it shares with `other`'s chain
+        (its whole chain when they share none), leaf first."""
+        theirs = set(self.chain(other))
+        out = []
+        for q in self.chain(queue):
+            if q in theirs:
+                break
+            out.append(q)
+        return tuple(out)
+
+    def claim_room(self, levels, flavor: str) -> float:
+        """GPUs of `flavor` a claim may add at every one of `levels` staying within its entitlement:
+        min over them of entitlement - usage (INF for no level)."""
+        room = INF
+        for q in levels:
+            room = min(room, self.entitlement(q, flavor) - self.usage[q][flavor])
+        return room
+
+    def entitlement_room(self, queue: str, flavor: str) -> tuple[float, str | None]:
+        """(GPUs of `flavor` the queue may still take without borrowing, the level of its chain that binds):
+        min over the chain of entitlement - usage; (INF, None) for a queue outside the tree."""
+        if self.open_world or queue not in self.queues:
+            return INF, None
         best, who = INF, None
         for q in self.chain(queue):
-            info = self.queues.get(q)
-            if not info or not info.quotas:
-                continue
-            quota = info.quotas.get(flavor)
-            room = (quota.quota if quota else 0) - self.usage[q][flavor]
+            room = self.entitlement(q, flavor) - self.usage[q][flavor]
             if room < best:
                 best, who = room, q
         return best, who
+
+    def within_entitlement(self, queue: str, flavor: str, gpus: int) -> bool:
+        """Whether `gpus` more of `flavor` keep the queue and every ancestor within its entitlement (the
+        job would not borrow). Always True with no queues defined."""
+        return self.entitlement_room(queue, flavor)[0] >= gpus
+
+    def flavor_share(self, queue: str, flavor: str) -> float:
+        """usage / entitlement of one flavor (borrowed usage above a zero entitlement counts as 1e6 +
+        usage, after every queue within its entitlement)."""
+        used = self.usage.get(queue, {}).get(flavor, 0)
+        if not used:
+            return 0.0
+        deserved = self.entitlement(queue, flavor) if queue in self.queues else 0
+        return used / deserved if deserved > 0 else 1e6 + used
 
     def static_limit(self, queue: str, flavor: str) -> tuple[float, str | None]:
         """The smallest limit on the chain for `flavor`: a job needing more can never run in this queue."""

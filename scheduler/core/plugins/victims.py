@@ -7,8 +7,9 @@ fewest GPUs. A preempting job is never a victim again; a non-preemptible job is 
 Rules (Volcano's preempt / reclaim actions, Kueue's classical preemption):
 - preempt: same leaf queue, strictly lower priority.
 - reclaim: another queue that is borrowing: some level of the victim's queue chain that the
-  beneficiary's chain does not share stays at or above its quota after the eviction, and no such level
-  drops below its guarantee.
+  beneficiary's chain does not share is above its entitlement before the unit is taken (QueueTree
+  .entitlement; the unit that crosses the line may take it below: a gang reaching past its queue's
+  entitlement does not protect it), and no such level drops below its guarantee.
 """
 from __future__ import annotations
 
@@ -80,12 +81,11 @@ class ReclaimLedger:
             for q in levels:
                 info = self.queues.queues.get(q)
                 quota = info.quotas.get(flavor) if info else None
-                deserved = quota.quota if quota else 0
                 guarantee = quota.guarantee if quota else 0
-                after = self.queues.usage[q][flavor] - self.delta[(q, flavor)] - gpus
-                if after < guarantee:
+                now = self.queues.usage[q][flavor] - self.delta[(q, flavor)]
+                if now - gpus < guarantee:
                     return False
-                if after >= deserved:
+                if now > self.queues.entitlement(q, flavor):
                     borrowing = True
             if not borrowing:
                 return False

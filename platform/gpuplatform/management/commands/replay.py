@@ -94,6 +94,9 @@ class Command(BaseCommand):
         parser.add_argument("--what-if", dest="what_if", default=None, metavar="FILE",
                             help="YAML/JSON file of variants (name -> policy, config, quotas, weights; "
                                  "scheduler/forecast/variants.py): replay each and compare them side by side")
+        parser.add_argument("--half-life", type=float, default=None,
+                            help="decayed-usage half-life in days for queue order (default 7, Slurm's "
+                                 "PriorityDecayHalfLife; 0 = order by live usage only)")
         parser.add_argument("--no-fairness", action="store_true",
                             help="skip the per-cycle fairness measurement (saves a fair-share computation per cycle "
                                  "under --policy fifo)")
@@ -140,6 +143,8 @@ class Command(BaseCommand):
             run_cluster, run_config = runs[policy]
             bar, progress = self._progress(trace, until, policy)
             try:
+                if opts.get("half_life") is not None:
+                    run_config = replace(run_config, usage_half_life=opts["half_life"] * 86400.0 or None)
                 report = replay(run_cluster, trace, config=run_config, until=until,
                                 cycle_interval=opts["cycle_interval"], grace_period=opts["grace_period"],
                                 time_limit_factor=opts["time_limit_factor"], failures=failures,

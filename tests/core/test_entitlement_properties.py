@@ -1,0 +1,156 @@
+"""Property tests of the entitlement rules (docs/quotas.md) on random queue trees, flavors and loads:
+
+- after any cycle, no queue is above its entitlement because of a reclaim: for every reclaim, each level of
+  the beneficiary's chain below the ancestor it shares with a victim's queue ends the cycle within its
+  entitlement (running jobs not evicted + jobs started + GPUs held);
+- a job within its queue's entitlement for its flavor never waits while a borrower of that flavor starts:
+  keeping the borrowers that started out of the cycle would not let it start (or get a hold) either;
+- reclaim never takes a victim's level below its guarantee.
+(No eviction in a settled world and guarantees over many cycles: tests/core/test_stability.py.)"""
+from collections import defaultdict
+from dataclasses import replace
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from scheduler.core import run_cycle
+from scheduler.core.plugins.quota import QueueTree
+from scheduler.core.snapshot import Snapshot
+from scheduler.core.testing import World, check_result
+
+FLAVORS = ["H100", "A10"]
+
+
+@st.composite
+def trees(draw):
+    """Two or three top-level queues, some with children (quota 0, none, or their own), two flavors, a cluster
+    partly full of running jobs (some borrowing), and pending jobs of one flavor each."""
+    world = World()
+    for f in FLAVORS:
+        world.nodes(count=draw(st.integers(1, 3)), gpus=draw(st.sampled_from([4, 8])), flavor=f, prefix=f"{f}-")
+    capacity = {f: sum(n.gpus for n in world.node_infos if n.flavor == f) for f in FLAVORS}
+    leaves = []
+    for t in range(draw(st.integers(2, 3))):
+        top = f"t{t}"
+        quota = {f: draw(st.integers(0, capacity[f])) for f in FLAVORS if draw(st.sampled_from([True, True, True, False]))}
+        guarantee = {f: draw(st.integers(0, q)) for f, q in quota.items()}
+        world.queue(name=top, quota=quota or None, guarantee=guarantee or None)
+        kids = draw(st.integers(0, 2))
+        if not kids:
+            leaves.append(top)
+        for k in range(kids):
+            name = f"{top}c{k}"
+            kind = draw(st.sampled_from(["zero", "none", "own"]))
+            if kind == "own":
+                q = {f: draw(st.integers(0, max(0, quota.get(f, 0)))) for f in FLAVORS}
+                world.queue(name=name, parent=top, quota=q, guarantee={f: draw(st.integers(0, v)) for f, v in q.items()})
+            elif kind == "zero":
+                world.queue(name=name, parent=top, quota={f: 0 for f in FLAVORS})
+            else:
+                world.queue(name=name, parent=top)
+            leaves.append(name)
+    r = 0
+    for node in world.node_infos:  # running jobs, whole nodes or halves
+        for _ in range(draw(st.sampled_from([0, 1, 2, 2, 2]))):
+            free = node.gpus - len(world._nodes[node.name].used)
+            if free < node.gpus // 2:
+                break
+            world.running(name=f"run{r}", queue=draw(st.sampled_from(leaves)), nodes=[node.name],
+                          gpus_per_task=node.gpus // 2, started=float(r))
+            r += 1
+    for j in range(draw(st.integers(1, 10))):
+        f = draw(st.sampled_from(FLAVORS))
+        tasks = draw(st.integers(1, 3))
+        world.job(name=f"j{j}", queue=draw(st.sampled_from(leaves)), tasks=tasks,
+                  gpus_per_task=draw(st.sampled_from([1, 2, 4, 8])),
+                  min_available=draw(st.integers(1, tasks)), flavors=[f], submit=float(j))
+    return world
+
+
+def _after(snapshot: Snapshot, result) -> QueueTree:
+    """Queue usage at the end of the cycle, growths aside: jobs still running (not evicted), jobs started, and
+    GPUs held (every GPU of a hold made this cycle)."""
+    evicted = {e.job_id for e in result.evictions if not e.tasks}
+    gone = {(e.job_id, t) for e in result.evictions for t in e.tasks}
+    jobs = []
+    for j in snapshot.jobs:
+        if j.state == "running" and j.id not in evicted:
+            jobs.append(replace(j, placement=tuple(t for t in j.placement if (j.id, (t.role, t.index)) not in gone)))
+    by_id = {j.id: j for j in snapshot.jobs}
+    for b in result.bindings:
+        jobs.append(replace(by_id[b.job_id], state="running", placement=b.tasks))
+    for n in result.nominations:
+        jobs.append(replace(by_id[n.job_id], state="running", placement=n.tasks))
+    return QueueTree(replace(snapshot, jobs=tuple(jobs)))
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees())
+def test_no_queue_above_its_entitlement_because_of_a_reclaim(world):
+    snapshot = world.snapshot()
+    result = run_cycle(snapshot)
+    check_result(snapshot, result)
+    after = _after(snapshot, result)
+    before = QueueTree(snapshot)
+    queue_of = {j.id: j.queue for j in snapshot.jobs}
+    flavor_of = {n.name: n.flavor for n in snapshot.nodes}
+    jobs = {j.id: j for j in snapshot.jobs}
+    for e in result.evictions:
+        if e.rule != "reclaim":
+            continue
+        event("a reclaim")
+        beneficiary, victim = queue_of[e.beneficiary], queue_of[e.job_id]
+        flavors = {flavor_of[t.node] for t in jobs[e.job_id].placement}
+        for f in flavors:
+            for level in after.below_common(beneficiary, victim):
+                assert after.usage[level][f] <= after.entitlement(level, f), (
+                    f"{level} ends at {after.usage[level][f]} {f} over its entitlement {after.entitlement(level, f)} "
+                    f"after a reclaim for {e.beneficiary}")
+            for level in after.below_common(victim, beneficiary):  # reclaim never below a guarantee
+                info = {q.name: q for q in snapshot.queues}[level]
+                quota = info.quotas.get(f)
+                if quota is not None and before.usage[level][f] >= quota.guarantee:
+                    assert after.usage[level][f] >= quota.guarantee, f"{level} taken below its guarantee"
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees())
+def test_a_job_within_quota_never_waits_while_a_borrower_of_its_flavor_starts(world):
+    snapshot = world.snapshot()
+    result = run_cycle(snapshot)
+    flavor_of = {n.name: n.flavor for n in snapshot.nodes}
+    jobs = {j.id: j for j in snapshot.jobs}
+    # which bindings borrowed: charged in the order they were made, on top of the snapshot's usage
+    tree = QueueTree(snapshot)
+    borrowers = defaultdict(set)  # flavor -> queues that started a borrower
+    borrower_jobs = set()
+    for b in result.bindings:
+        job = jobs[b.job_id]
+        per_flavor = defaultdict(int)
+        for t in b.tasks:
+            per_flavor[flavor_of[t.node]] += len(t.gpus)
+        for f, gpus in per_flavor.items():
+            if not tree.within_entitlement(job.queue, f, gpus):
+                borrowers[f].add(job.queue)
+                borrower_jobs.add(b.job_id)
+            tree.charge(job.queue, f, gpus)
+    if not borrower_jobs:
+        return
+    start = QueueTree(snapshot)
+    heads = {}
+    for j in sorted((j for j in snapshot.jobs if j.state == "pending"), key=lambda j: (j.submit_time, j.id)):
+        heads.setdefault(j.queue, j)
+    bound = {b.job_id for b in result.bindings}
+    held = {n.job_id for n in result.nominations}
+    waiting = [j for j in heads.values() if j.id not in bound and j.id not in held and not result.pending[j.id].terminal
+               and start.within_entitlement(j.queue, j.roles[0].flavors[0], j.gpus_min)
+               and borrowers[j.roles[0].flavors[0]] - {j.queue}]
+    if not waiting:
+        return
+    event("a within-quota job waits while a borrower starts")
+    # the same cycle with the borrowers kept out (backed off: still pending, so the fair shares do not move)
+    held_back = tuple(replace(j, not_before=snapshot.now + 1) if j.id in borrower_jobs else j for j in snapshot.jobs)
+    again = run_cycle(replace(snapshot, jobs=held_back))
+    for j in waiting:
+        started = j.id in {b.job_id for b in again.bindings} or j.id in {n.job_id for n in again.nominations}
+        assert not started, f"{j.id} (within its queue's entitlement) waits while a borrower of its flavor starts"
