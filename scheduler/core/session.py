@@ -167,7 +167,7 @@ class Session:
             if within is not None:
                 domains = [within]
             else:
-                domains = candidate_domains(state, tier, flavor, need) if topology else [tree.root]
+                domains = candidate_domains(state, tier, flavor, need, binpack=self.config.binpack) if topology else [tree.root]
             for d in domains:
                 if state.domain_free(d, flavor) < need or not capacity.domain_fits(job, flavor, d):
                     continue  # not enough free now, or nodes too small for its tasks even when empty

@@ -89,15 +89,16 @@ class ClusterState:
             del keys[bisect_left(keys, old)]
         self._bucket_add(key, new, d)
 
-    def domains_with_free(self, tier: int, flavor: str, need: int):
+    def domains_with_free(self, tier: int, flavor: str, need: int, *, most_free_first: bool = False):
         """Yield (free, domain set) for domains of `tier` with at least `need` free GPUs of `flavor`,
-        least free first (best fit). The sets are live: copy before mutating the state."""
+        least free first (best fit), or most free first. The sets are live: copy before mutating the state."""
         key = (tier, flavor)
         keys = self.bucket_keys.get(key)
         if not keys:
             return
         buckets = self.buckets[key]
-        for free in keys[bisect_left(keys, need):]:
+        fitting = keys[bisect_left(keys, need):]
+        for free in (reversed(fitting) if most_free_first else fitting):
             members = buckets.get(free)
             if members:
                 yield free, members
