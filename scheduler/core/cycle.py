@@ -56,7 +56,8 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in session.nominated.items()]
     result.estimated_start = reservations.estimated_start
     t3 = time.perf_counter()
-    result.metrics = cluster_metrics(state)
+    holds = session.holds
+    result.metrics = cluster_metrics(state, held=sum(holds.gpus_held(key) for key in list(holds.held)))
     result.metrics["pending_jobs"] = len(result.pending)
     result.metrics["running_jobs"] = sum(1 for j in snapshot.jobs if j.state != "pending") + len(result.bindings)
     result.metrics["queue_usage"] = {q: dict(u) for q, u in queues.usage.items()}

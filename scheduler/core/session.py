@@ -80,7 +80,8 @@ class Holds:
 class Session:
     """One cycle's context for the actions (module docstring). Built once per cycle by run_cycle."""
 
-    __slots__ = ("state", "queues", "config", "snapshot", "tree", "now", "capacity", "holds", "nominated", "_levels")
+    __slots__ = ("state", "queues", "config", "snapshot", "tree", "now", "capacity", "holds", "nominated", "_levels",
+                 "_numa_known")
 
     def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig, snapshot: Snapshot, *,
                  cache: EngineCache | None = None):
@@ -92,6 +93,7 @@ class Session:
         self.holds = Holds(state)
         self.nominated: dict = {}  # job id -> tasks held for it after this cycle (CycleResult.nominations)
         self._levels: dict[int, list[int]] = {}  # tier cap -> the tiers up to it, ascending
+        self._numa_known: bool | None = None  # whether any node reports its GPUs' NUMA layout (computed once)
 
     def nominate(self, job_id, tasks: tuple[TaskPlacement, ...]) -> None:
         """Hold the tasks' GPUs for the job from now on, and after this cycle (a Nomination)."""
@@ -156,44 +158,53 @@ class Session:
     def search(self, job: JobInfo, flavor: str, *, cap: int, need: int, room: float, within: int | None = None
                ) -> Binding | PendingReason:
         """try_place with what the caller already computed: cap = tier_cap(job), need = job.gpus_min,
-        room = the most GPUs the placement may take (>= need; INF = no bound)."""
+        room = the most GPUs the placement may take (>= need; INF = no bound).
+
+        Per tier, the domains are tried in passes from the strictest rule to the loosest the job allows:
+        first with every task inside one NUMA node and every sub-group whole, then (numa "prefer", soft
+        groups) without; a hard rule (numa "single", a hard group) is never relaxed. A job that needs none
+        of this (the common case) makes one pass."""
         state, tree, capacity, topology = self.state, self.tree, self.capacity, self.config.topology
         levels = [tree.tiers[within]] if within is not None else self._tier_levels(job, cap)
         extra = (room - need) if room != INF else INF
-        packing_failure: tuple[int, RoleInfo] | None = None  # the first domain whose packing failed, and the role
+        packing_failure: tuple[int, RoleInfo, str] | None = None  # the first failed domain, its role, the pass
         gpu_roles = sorted((r for r in job.roles if r.gpus_per_task and r.effective_min),
                            key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))  # pack_gang's order
+        flavor_of = {r.name: flavor for r in gpu_roles}
+        passes = self._passes(job)
         for tier in levels:
-            if within is not None:
-                domains = [within]
-            else:
-                domains = candidate_domains(state, tier, flavor, need, binpack=self.config.binpack) if topology else [tree.root]
-            for d in domains:
-                if state.domain_free(d, flavor) < need or not capacity.domain_fits(job, flavor, d):
-                    continue  # not enough free now, or nodes too small for its tasks even when empty
-                # cheap necessary condition: each GPU role's minimum fits the nodes' free GPUs taken whole
-                # tasks at a time (no node scan); when it fails, pack_gang would fail too
-                short = next((r for r in gpu_roles if state.pack_slots(d, flavor, r.gpus_per_task) < r.effective_min),
-                             None)
-                if short is not None and (packing_failure is not None or short is gpu_roles[0]):
-                    # pack_gang places roles in gpu_roles' order from an empty statement: the first role short of
-                    # slots is the one it reports; for a later role it could report an earlier one, so unless a
-                    # failure is already recorded, fall through and let it name the role
-                    packing_failure = packing_failure or (d, short)
-                    continue
-                order = node_order(state, d, flavor, need, binpack=self.config.binpack)
-                cpu_nodes = self._cpu_nodes(d, order) if any(not r.gpus_per_task for r in job.roles) else []
-                placed = pack_gang(state, job, order, cpu_nodes, extra_budget=extra)
-                if isinstance(placed, PackFailure):
-                    packing_failure = packing_failure or (d, placed.role)
-                    continue
-                return Binding(job_id=job.id, tasks=placed, domain=tree.names[d], tier=tree.tiers[d])
+            for numa, grouped in passes:
+                if within is not None:
+                    domains = [within]
+                else:
+                    domains = candidate_domains(state, tier, flavor, need, binpack=self.config.binpack) if topology \
+                        else [tree.root]
+                for d in domains:
+                    if state.domain_free(d, flavor) < need or not capacity.domain_fits(job, flavor, d):
+                        continue  # not enough free now, or nodes too small for its tasks even when empty
+                    # cheap necessary condition: each GPU role's minimum fits the nodes' free GPUs taken whole
+                    # tasks at a time (no node scan); when it fails, pack_gang would fail too
+                    short = next((r for r in gpu_roles
+                                  if state.pack_slots(d, flavor, r.gpus_per_task) < r.effective_min), None)
+                    if short is not None and (packing_failure is not None or short is gpu_roles[0]):
+                        # pack_gang places roles in gpu_roles' order from an empty statement: the first role short
+                        # of slots is the one it reports; for a later role it could report an earlier one, so
+                        # unless a failure is already recorded, fall through and let it name the role
+                        packing_failure = packing_failure or (d, short, "")
+                        continue
+                    placed = self._pack_in(job, d, flavor_of, {flavor: need}, numa, grouped, extra)
+                    if isinstance(placed, PackFailure):
+                        packing_failure = packing_failure or (d, placed.role, self._rule_text(job, placed.role, numa,
+                                                                                               grouped))
+                        continue
+                    return Binding(job_id=job.id, tasks=placed, domain=tree.names[d], tier=tree.tiers[d])
         if packing_failure is not None:
-            d, role = packing_failure
+            d, role, rule = packing_failure
             return PendingReason(
                 "no_packing",
                 f"no node packing fits: {state.domain_free(d, flavor)} free {flavor} GPUs in {tree.names[d]} but no "
-                f"node arrangement holds role {role.name}: {role.effective_min} tasks x {role.gpus_per_task} GPUs")
+                f"node arrangement holds role {role.name}: {role.effective_min} tasks x {role.gpus_per_task} GPUs"
+                f"{rule}")
         total_free = state.domain_free(tree.root, flavor)
         if total_free < need:
             return PendingReason("insufficient_gpus", f"needs {need} {flavor} GPUs at once; {total_free} free")
@@ -201,6 +212,110 @@ class Session:
         return PendingReason(
             "no_domain", f"no tier-{cap} domain has {need} free {flavor} GPUs (most: "
             f"{state.domain_free(best, flavor)} in {tree.names[best]})")
+
+    def search_mixed(self, job: JobInfo, flavor_of: dict[str, str], *, cap: int, room: float
+                     ) -> Binding | PendingReason:
+        """The search for a heterogeneous job: GPU role name -> the flavor it runs on (roles on different
+        flavors). Every role's minimum is placed in one domain of the job's tier levels at once (the gang
+        rule across roles); the domain needs each flavor's minimum free. Domains of a tier are tried best
+        fit on their total free GPUs of the job's flavors. Applied to the state on success, like search."""
+        state, tree, topology = self.state, self.tree, self.config.topology
+        need_by: dict[str, int] = {}
+        for r in job.roles:
+            if r.gpus_per_task and r.name in flavor_of:
+                need_by[flavor_of[r.name]] = need_by.get(flavor_of[r.name], 0) + r.effective_min * r.gpus_per_task
+        need = job.gpus_min
+        extra = (room - need) if room != INF else INF
+        failure: tuple[int, RoleInfo, str] | None = None
+        passes = self._passes(job)
+        for tier in self._tier_levels(job, cap):
+            domains = sorted((d for d in (tree.by_tier.get(tier, ()) if topology else [tree.root])
+                              if all(state.domain_free(d, f) >= n for f, n in need_by.items())),
+                             key=lambda d: (sum(state.domain_free(d, f) for f in need_by), tree.names[d]),
+                             reverse=not self.config.binpack)
+            for numa, grouped in passes:
+                for d in domains:
+                    placed = self._pack_in(job, d, flavor_of, need_by, numa, grouped, extra)
+                    if isinstance(placed, PackFailure):
+                        failure = failure or (d, placed.role, self._rule_text(job, placed.role, numa, grouped))
+                        continue
+                    return Binding(job_id=job.id, tasks=placed, domain=tree.names[d], tier=tree.tiers[d])
+        wants = ", ".join(f"{n} {f}" for f, n in sorted(need_by.items()))
+        if failure is not None:
+            d, role, rule = failure
+            return PendingReason("no_packing", f"no node packing fits in {tree.names[d]}: role {role.name} "
+                                               f"({role.effective_min} tasks x {role.gpus_per_task} "
+                                               f"{flavor_of[role.name]} GPUs){rule}")
+        short = [f"{state.domain_free(tree.root, f)} of {n} {f}" for f, n in sorted(need_by.items())
+                 if state.domain_free(tree.root, f) < n]
+        if short:
+            return PendingReason("insufficient_gpus", f"needs {wants} GPUs at once; free: {', '.join(short)}")
+        return PendingReason("no_domain", f"no tier-{cap} domain has {wants} free GPUs at once")
+
+    def _passes(self, job: JobInfo) -> list[tuple[str, frozenset]]:
+        """The (numa mode, grouped role names) passes of the search, strictest first (search docstring)."""
+        if self._numa_known is None:
+            self._numa_known = any(n.gpu_numa for n in self.snapshot.nodes)
+        if any(r.gpus_per_task > 1 for r in job.roles) and (self._numa_known or job.numa == "single"):
+            numa_modes = ["strict"] if job.numa == "single" else ["strict", "prefer"]
+        else:
+            numa_modes = ["off"]
+        hard = frozenset(r.name for r in job.roles if r.grouped and r.group_mode == "hard" and self.config.topology)
+        soft = frozenset(r.name for r in job.roles if r.grouped and r.group_mode != "hard" and self.config.topology)
+        group_sets = [hard | soft, hard] if soft else [hard]
+        return [(n, g) for n in numa_modes for g in group_sets]
+
+    @staticmethod
+    def _rule_text(job: JobInfo, role: RoleInfo, numa: str, grouped: frozenset) -> str:
+        parts = []
+        if role.name in grouped:
+            parts.append(f"in groups of {role.group_size} tasks inside one tier-{role.group_highest_tier} domain")
+        if numa == "strict" and role.gpus_per_task > 1:
+            parts.append("with each task's GPUs inside one NUMA node" + (" (numa: single)" if job.numa == "single"
+                                                                          else ""))
+        return (" " + " and ".join(parts)) if parts else ""
+
+    def _pack_in(self, job: JobInfo, d: int, flavor_of: dict[str, str], need_by: dict[str, int], numa: str,
+                 grouped: frozenset, extra: float):
+        """pack_gang inside domain d: each GPU role on the node order of its flavor, the grouped roles' groups
+        inside the units below d (when d itself is above their group tier)."""
+        state, binpack = self.state, self.config.binpack
+        orders_by_flavor = {f: node_order(state, d, f, n, binpack=binpack) for f, n in need_by.items()}
+        first = next(iter(orders_by_flavor.values()), [])
+        orders = {r: orders_by_flavor[f] for r, f in flavor_of.items()} if len(orders_by_flavor) > 1 else None
+        if any(not r.gpus_per_task for r in job.roles):
+            merged = [k for o in orders_by_flavor.values() for k in o]
+            cpu_nodes = self._cpu_nodes(d, merged)
+        else:
+            cpu_nodes = []
+        units = None
+        if grouped:
+            tier = self.tree.tiers[d]
+            units = {r.name: self._units(d, flavor_of[r.name], r) for r in job.roles
+                     if r.name in grouped and r.name in flavor_of and tier > r.group_highest_tier}
+        return pack_gang(state, job, first, cpu_nodes, extra_budget=extra, numa=numa, units=units, orders=orders)
+
+    def _units(self, d: int, flavor: str, role: RoleInfo) -> list[list[int]]:
+        """The units a group of `role` must fit in below domain d: the node order of each highest domain of
+        tier <= its group tier, and each node below d outside any such domain on its own."""
+        tree, state, static = self.tree, self.state, self.state.static
+        top, binpack = role.group_highest_tier, self.config.binpack
+        need = role.group_size * role.gpus_per_task
+        out: list[list[int]] = []
+        stack = [d]
+        while stack:
+            e = stack.pop()
+            for c in tree.children[e]:
+                if state.domain_free(c, flavor) <= 0:
+                    continue
+                if tree.tiers[c] <= top:
+                    out.append(node_order(state, c, flavor, need, binpack=binpack))
+                else:
+                    stack.append(c)
+            for k in static.direct_by_flavor[e].get(flavor, ()):
+                if state.free[k]:
+                    out.append([k])
+        return out
 
     def _cpu_nodes(self, d: int, order: list[int]) -> list[int]:
         """Nodes for roles with no GPUs: the GPU order first, then the domain's other ready nodes."""

@@ -122,6 +122,19 @@ class ClusterState:
         c, m = self.cpu_free[k], self.mem_free[k]
         return (c is None or c >= cpu) and (m is None or m >= mem)
 
+    def numa_room(self, k: int) -> int:
+        """The most free GPUs of node k inside one NUMA node (all its free GPUs when it reports no NUMA
+        layout: it counts as one NUMA node)."""
+        free = self.free[k]
+        numa = self.nodes[k].gpu_numa
+        if not numa or not free:
+            return len(free)
+        counts: dict[int, int] = {}
+        for g in free:
+            z = numa[g] if g < len(numa) else -1  # GPUs the layout does not cover: one zone (as pick_gpus)
+            counts[z] = counts.get(z, 0) + 1
+        return max(counts.values())
+
     def pick_gpus(self, k: int, count: int) -> tuple[int, ...]:
         """Choose `count` free GPUs on node k, inside one NUMA node when one has enough (the fullest such
         NUMA node, best fit), else from the NUMA nodes with most free GPUs first."""
