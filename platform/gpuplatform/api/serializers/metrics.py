@@ -31,7 +31,7 @@ class ClusterSampleSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ClusterSample
-        fields = ["time", "cycle", "schedulable_gpus", "allocated_gpus", "free_gpus", "allocation_rate",
+        fields = ["time", "cycle", "schedulable_gpus", "allocated_gpus", "held_gpus", "free_gpus", "allocation_rate",
                   "fragmentation_rate", "largest_runnable", "domain_completeness", "pending_jobs", "running_jobs"]
         read_only_fields = fields
 
