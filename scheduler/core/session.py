@@ -26,6 +26,13 @@ from .snapshot import Binding, CycleConfig, JobInfo, PendingReason, RoleInfo, Sn
 from .state import ClusterState
 
 
+_OFF = ("off",)
+_STRICT = ("strict",)
+_STRICT_THEN_PREFER = ("strict", "prefer")
+_NONE: frozenset = frozenset()
+_PLAIN = [("off", _NONE)]
+
+
 class Holds:
     """GPUs held out of everyone's pool for one key (a job id for a nomination, or the backfill
     reservation's key). Only GPUs free at hold time are taken; `release` / `retake` open and close the
@@ -171,7 +178,7 @@ class Session:
         gpu_roles = sorted((r for r in job.roles if r.gpus_per_task and r.effective_min),
                            key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))  # pack_gang's order
         flavor_of = {r.name: flavor for r in gpu_roles}
-        passes = self._passes(job)
+        passes = self._passes(job, (flavor,))
         for tier in levels:
             for numa, grouped in passes:
                 if within is not None:
@@ -227,7 +234,7 @@ class Session:
         need = job.gpus_min
         extra = (room - need) if room != INF else INF
         failure: tuple[int, RoleInfo, str] | None = None
-        passes = self._passes(job)
+        passes = self._passes(job, tuple(need_by))
         for tier in self._tier_levels(job, cap):
             domains = sorted((d for d in (tree.by_tier.get(tier, ()) if topology else [tree.root])
                               if all(state.domain_free(d, f) >= n for f, n in need_by.items())),
@@ -252,16 +259,30 @@ class Session:
             return PendingReason("insufficient_gpus", f"needs {wants} GPUs at once; free: {', '.join(short)}")
         return PendingReason("no_domain", f"no tier-{cap} domain has {wants} free GPUs at once")
 
-    def _passes(self, job: JobInfo) -> list[tuple[str, frozenset]]:
-        """The (numa mode, grouped role names) passes of the search, strictest first (search docstring)."""
+    def _passes(self, job: JobInfo, flavors: tuple[str, ...]) -> list[tuple[str, frozenset]]:
+        """The (numa mode, grouped role names) passes of the search, strictest first (search docstring).
+        NUMA counts only for a task of more than one GPU that some NUMA node of its flavors could hold
+        (a task larger than every NUMA node, e.g. a whole node's GPUs, is never aligned: no pass for it)."""
         if self._numa_known is None:
             self._numa_known = any(n.gpu_numa for n in self.snapshot.nodes)
-        if any(r.gpus_per_task > 1 for r in job.roles) and (self._numa_known or job.numa == "single"):
-            numa_modes = ["strict"] if job.numa == "single" else ["strict", "prefer"]
-        else:
-            numa_modes = ["off"]
-        hard = frozenset(r.name for r in job.roles if r.grouped and r.group_mode == "hard" and self.config.topology)
-        soft = frozenset(r.name for r in job.roles if r.grouped and r.group_mode != "hard" and self.config.topology)
+        numa_modes = _OFF
+        if self._numa_known or job.numa == "single":
+            max_zone = self.capacity.max_zone
+            zone = max_zone.get(flavors[0], 0) if len(flavors) == 1 else max((max_zone.get(f, 0) for f in flavors),
+                                                                             default=0)
+            for r in job.roles:
+                if 1 < r.gpus_per_task <= zone:
+                    numa_modes = _STRICT if job.numa == "single" else _STRICT_THEN_PREFER
+                    break
+        hard = soft = _NONE
+        for r in job.roles:
+            if r.group_size and r.group_highest_tier is not None and self.config.topology:
+                if r.group_mode == "hard":
+                    hard = hard | {r.name}
+                else:
+                    soft = soft | {r.name}
+        if numa_modes is _OFF and not hard and not soft:
+            return _PLAIN
         group_sets = [hard | soft, hard] if soft else [hard]
         return [(n, g) for n in numa_modes for g in group_sets]
 
@@ -280,6 +301,11 @@ class Session:
         """pack_gang inside domain d: each GPU role on the node order of its flavor, the grouped roles' groups
         inside the units below d (when d itself is above their group tier)."""
         state, binpack = self.state, self.config.binpack
+        if len(need_by) == 1 and numa == "off" and not grouped:  # the common job: one flavor, no extra rule
+            for flavor, need in need_by.items():
+                order = node_order(state, d, flavor, need, binpack=binpack)
+                cpu_nodes = self._cpu_nodes(d, order) if any(not r.gpus_per_task for r in job.roles) else []
+                return pack_gang(state, job, order, cpu_nodes, extra_budget=extra)
         orders_by_flavor = {f: node_order(state, d, f, n, binpack=binpack) for f, n in need_by.items()}
         first = next(iter(orders_by_flavor.values()), [])
         orders = {r: orders_by_flavor[f] for r, f in flavor_of.items()} if len(orders_by_flavor) > 1 else None
@@ -293,7 +319,9 @@ class Session:
             tier = self.tree.tiers[d]
             units = {r.name: self._units(d, flavor_of[r.name], r) for r in job.roles
                      if r.name in grouped and r.name in flavor_of and tier > r.group_highest_tier}
-        return pack_gang(state, job, first, cpu_nodes, extra_budget=extra, numa=numa, units=units, orders=orders)
+        zone = max((self.capacity.max_zone.get(f, 0) for f in need_by), default=0)
+        return pack_gang(state, job, first, cpu_nodes, extra_budget=extra, numa=numa, units=units, orders=orders,
+                         numa_cap=zone)
 
     def _units(self, d: int, flavor: str, role: RoleInfo) -> list[list[int]]:
         """The units a group of `role` must fit in below domain d: the node order of each highest domain of

@@ -24,9 +24,14 @@ from .topology_policy import tier_cap
 
 def largest_numa_node(node: NodeInfo) -> int:
     """GPUs in the node's largest NUMA node (all of them when it reports no layout)."""
-    if not node.gpu_numa:
+    numa = node.gpu_numa
+    if not numa:
         return node.gpus
-    counts = Counter(node.gpu_numa[g] if g < len(node.gpu_numa) else -1 for g in range(node.gpus))
+    counts: dict[int, int] = {}
+    for z in numa[:node.gpus]:
+        counts[z] = counts.get(z, 0) + 1
+    if node.gpus > len(numa):  # GPUs the layout does not cover: one NUMA node (as ClusterState.pick_gpus)
+        counts[-1] = counts.get(-1, 0) + node.gpus - len(numa)
     return max(counts.values(), default=0)
 
 

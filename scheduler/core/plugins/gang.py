@@ -51,10 +51,13 @@ def _numa_fit(state: ClusterState, order: list[int], start: int, role: RoleInfo)
     return -1
 
 
-def _pick(state: ClusterState, nodes: list[int], cursor: int, role: RoleInfo, numa: NumaMode) -> tuple[int, int]:
-    """(index in `nodes` of the node for the next task or -1, the new first-fit cursor)."""
+def _pick(state: ClusterState, nodes: list[int], cursor: int, role: RoleInfo, numa: NumaMode,
+          numa_cap: int = 0) -> tuple[int, int]:
+    """(index in `nodes` of the node for the next task or -1, the new first-fit cursor). numa_cap: the
+    largest NUMA node of the flavor: a task larger than it is placed with the NUMA rule off."""
     cursor = _first_fit(state, nodes, cursor, role)
-    if cursor < 0 or numa == "off" or role.gpus_per_task <= 1 or state.numa_room(nodes[cursor]) >= role.gpus_per_task:
+    if cursor < 0 or numa == "off" or not 1 < role.gpus_per_task <= numa_cap \
+            or state.numa_room(nodes[cursor]) >= role.gpus_per_task:
         return cursor, cursor
     aligned = _numa_fit(state, nodes, cursor + 1, role)
     if aligned >= 0:
@@ -63,7 +66,7 @@ def _pick(state: ClusterState, nodes: list[int], cursor: int, role: RoleInfo, nu
 
 
 def _place_group(stmt: Statement, state: ClusterState, role: RoleInfo, first: int, count: int,
-                 units: list[list[int]], numa: NumaMode) -> bool:
+                 units: list[list[int]], numa: NumaMode, numa_cap: int) -> bool:
     """Place tasks first..first+count-1 of `role` inside one unit (best fit first); False if no unit holds them."""
     need = count * role.gpus_per_task
     free = state.free
@@ -74,7 +77,7 @@ def _place_group(stmt: Statement, state: ClusterState, role: RoleInfo, first: in
         mark = len(stmt.ops)
         cursor, ok = 0, True
         for index in range(first, first + count):
-            pick, cursor = _pick(state, units[i], cursor, role, numa)
+            pick, cursor = _pick(state, units[i], cursor, role, numa, numa_cap)
             if pick < 0:
                 ok = False
                 break
@@ -89,18 +92,22 @@ def _place_group(stmt: Statement, state: ClusterState, role: RoleInfo, first: in
 def pack_gang(state: ClusterState, job: JobInfo, order: list[int], cpu_only_nodes: list[int],
               *, extra_budget: float, numa: NumaMode = "off",
               units: Mapping[str, list[list[int]]] | None = None,
-              orders: Mapping[str, list[int]] | None = None) -> tuple[TaskPlacement, ...] | PackFailure:
+              orders: Mapping[str, list[int]] | None = None, numa_cap: int = 0
+              ) -> tuple[TaskPlacement, ...] | PackFailure:
     """Place `job` on the nodes of `order` (GPU roles) / `cpu_only_nodes` (roles with no GPUs).
 
     extra_budget: GPUs the job may take above its minimum (queue headroom). numa: the NUMA rule (module
     docstring). units: role name -> the units its groups must each fit in (roles absent: no grouping).
     orders: role name -> that role's own node order (a heterogeneous job's roles on different flavors);
-    roles absent use `order`. Returns the committed placements or a PackFailure naming the role that
+    roles absent use `order`. numa_cap: the largest NUMA node's GPUs (Capacity.max_zone): larger tasks
+    are placed with the NUMA rule off. Returns the committed placements or a PackFailure naming the role that
     could not reach its minimum.
     """
     stmt = Statement(state)
-    units = units or {}
     roles = sorted(job.roles, key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))
+    if not units and not orders and numa == "off":
+        return _pack_plain(stmt, state, roles, order, cpu_only_nodes, extra_budget)
+    units = units or {}
 
     def nodes_of(role: RoleInfo) -> list[int]:
         if not role.gpus_per_task:
@@ -113,13 +120,14 @@ def pack_gang(state: ClusterState, job: JobInfo, order: list[int], cpu_only_node
         if grouped is not None:
             size = role.group_size
             for first in range(0, role.effective_min, size):
-                if not _place_group(stmt, state, role, first, min(size, role.effective_min - first), grouped, numa):
+                if not _place_group(stmt, state, role, first, min(size, role.effective_min - first), grouped, numa,
+                                    numa_cap):
                     stmt.discard()
                     return PackFailure(role=role, placed=first)
             continue
         cursor = 0
         for index in range(role.effective_min):
-            pick, cursor = _pick(state, nodes, cursor, role, numa)
+            pick, cursor = _pick(state, nodes, cursor, role, numa, numa_cap)
             if pick < 0:
                 stmt.discard()
                 return PackFailure(role=role, placed=index)
@@ -134,7 +142,7 @@ def pack_gang(state: ClusterState, job: JobInfo, order: list[int], cpu_only_node
             while index < role.tasks:
                 count = min(size - index % size, role.tasks - index)
                 if count * role.gpus_per_task > extra_budget \
-                        or not _place_group(stmt, state, role, index, count, grouped, numa):
+                        or not _place_group(stmt, state, role, index, count, grouped, numa, numa_cap):
                     break
                 extra_budget -= count * role.gpus_per_task
                 index += count
@@ -143,10 +151,38 @@ def pack_gang(state: ClusterState, job: JobInfo, order: list[int], cpu_only_node
         for index in range(role.effective_min, role.tasks):
             if role.gpus_per_task > extra_budget:
                 break
-            pick, cursor = _pick(state, nodes, cursor, role, numa)
+            pick, cursor = _pick(state, nodes, cursor, role, numa, numa_cap)
             if pick < 0:
                 break
             stmt.allocate(nodes[pick], role=role.name, index=index, gpus=role.gpus_per_task,
+                          cpu=role.cpu_milli, mem=role.memory_mib)
+            extra_budget -= role.gpus_per_task
+    return stmt.commit()
+
+
+def _pack_plain(stmt: Statement, state: ClusterState, roles: list[RoleInfo], order: list[int],
+                cpu_only_nodes: list[int], extra_budget: float) -> tuple[TaskPlacement, ...] | PackFailure:
+    """pack_gang for the common job (one node order, no NUMA rule, no sub-group): first fit per task."""
+    for role in roles:
+        nodes = order if role.gpus_per_task else cpu_only_nodes
+        cursor = 0
+        for index in range(role.effective_min):
+            cursor = _first_fit(state, nodes, cursor, role)
+            if cursor < 0:
+                stmt.discard()
+                return PackFailure(role=role, placed=index)
+            stmt.allocate(nodes[cursor], role=role.name, index=index, gpus=role.gpus_per_task,
+                          cpu=role.cpu_milli, mem=role.memory_mib)
+    for role in roles:
+        nodes = order if role.gpus_per_task else cpu_only_nodes
+        cursor = 0
+        for index in range(role.effective_min, role.tasks):
+            if role.gpus_per_task > extra_budget:
+                break
+            cursor = _first_fit(state, nodes, cursor, role)
+            if cursor < 0:
+                break
+            stmt.allocate(nodes[cursor], role=role.name, index=index, gpus=role.gpus_per_task,
                           cpu=role.cpu_milli, mem=role.memory_mib)
             extra_budget -= role.gpus_per_task
     return stmt.commit()
