@@ -73,3 +73,25 @@ def test_topology_map_shows_domainless_nodes(held_world):
     assert zoomed.status_code == 200 and zoomed.json()["zoom"] == {"name": "node:n1", "tier": 1}
     assert zoomed.json()["gpus"] == 8
     assert client.get("/topology.json", {"zoom": "node:nope"}).status_code == 404
+
+
+def test_api_shows_domainless_nodes_as_their_own_domain(db, django_user_model):
+    """topology-nodes-without-domain.yaml (API): in a cluster with a rack, the nodes without a domain are
+    listed in the domain tree as tier-1 domains node:<name>, and each node says where the scheduler places."""
+    from clusterspec.spec import DomainSpec
+
+    from gpuplatform import services
+
+    services.load_cluster_spec(ClusterSpec(
+        name="mixed", domains=(DomainSpec("r1", 1),),
+        nodes=(NodeSpec("n1", "H100", 8, domain="r1"), NodeSpec("n2", "H100", 8, domain="r1"),
+               NodeSpec("n3", "H100", 8), NodeSpec("n4", "H100", 8)),
+        queues=(QueueSpec("q", team="alpha", quotas={"H100": (0, 32, 32)}),)))
+    client = APIClient()
+    client.force_login(django_user_model.objects.create_user("ops", password="pw", is_staff=True))
+    tree = client.get("/api/v1/domains/tree/").json()
+    assert [(d["name"], d["tier"], d["nodes"]) for d in tree] == [
+        ("r1", 1, ["n1", "n2"]), ("node:n3", 1, ["n3"]), ("node:n4", 1, ["n4"])]
+    nodes = {n["name"]: n for n in client.get("/api/v1/nodes/").json()["results"]}
+    assert (nodes["n3"]["domain"], nodes["n3"]["scheduling_domain"]) == (None, "node:n3")
+    assert nodes["n1"]["scheduling_domain"] == "r1"
