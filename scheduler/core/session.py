@@ -177,8 +177,8 @@ class Session:
         packing_failure: tuple[int, RoleInfo, str] | None = None  # the first failed domain, its role, the pass
         gpu_roles = sorted((r for r in job.roles if r.gpus_per_task and r.effective_min),
                            key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))  # pack_gang's order
-        flavor_of = {r.name: flavor for r in gpu_roles}
         passes = self._passes(job, (flavor,))
+        binpack = self.config.binpack
         for tier in levels:
             for numa, grouped in passes:
                 if within is not None:
@@ -199,7 +199,13 @@ class Session:
                         # unless a failure is already recorded, fall through and let it name the role
                         packing_failure = packing_failure or (d, short, "")
                         continue
-                    placed = self._pack_in(job, d, flavor_of, {flavor: need}, numa, grouped, extra)
+                    if numa == "off" and not grouped:  # the common job: one node order, first fit
+                        order = node_order(state, d, flavor, need, binpack=binpack)
+                        cpu_nodes = self._cpu_nodes(d, order) if any(not r.gpus_per_task for r in job.roles) else []
+                        placed = pack_gang(state, job, order, cpu_nodes, extra_budget=extra)
+                    else:
+                        placed = self._pack_in(job, d, {r.name: flavor for r in gpu_roles}, {flavor: need}, numa,
+                                               grouped, extra)
                     if isinstance(placed, PackFailure):
                         packing_failure = packing_failure or (d, placed.role, self._rule_text(job, placed.role, numa,
                                                                                                grouped))
@@ -301,11 +307,6 @@ class Session:
         """pack_gang inside domain d: each GPU role on the node order of its flavor, the grouped roles' groups
         inside the units below d (when d itself is above their group tier)."""
         state, binpack = self.state, self.config.binpack
-        if len(need_by) == 1 and numa == "off" and not grouped:  # the common job: one flavor, no extra rule
-            for flavor, need in need_by.items():
-                order = node_order(state, d, flavor, need, binpack=binpack)
-                cpu_nodes = self._cpu_nodes(d, order) if any(not r.gpus_per_task for r in job.roles) else []
-                return pack_gang(state, job, order, cpu_nodes, extra_budget=extra)
         orders_by_flavor = {f: node_order(state, d, f, n, binpack=binpack) for f, n in need_by.items()}
         first = next(iter(orders_by_flavor.values()), [])
         orders = {r: orders_by_flavor[f] for r, f in flavor_of.items()} if len(orders_by_flavor) > 1 else None
