@@ -115,3 +115,32 @@ def test_api_job_level_tier_name_and_numa(staff_client):
     assert response.status_code == 201, response.json()
     assert (response.json()["highest_tier"], response.json()["numa"]) == (1, "single")
     assert submit(staff_client, "bad-numa", [{"tasks": 1}], numa="spread").status_code == 400
+
+
+def test_api_heterogeneous_job_runs_each_role_on_its_flavor(db, django_user_model):
+    """An RL job over REST: trainer on H100, rollout on A100, both flavors in the cluster. It is accepted
+    (the first round refused it: "no node of flavor A100|H100 in this cluster") and the cycle starts both
+    roles at once, each on its own flavor; a role naming a flavor the cluster lacks is refused naming it."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    from gpuplatform import services
+    from gpuplatform.models import Job, Task
+
+    services.load_cluster_spec(ClusterSpec(
+        name="two-flavors", nodes=(NodeSpec("h1", "H100", 8), NodeSpec("a1", "A100", 8), NodeSpec("a2", "A100", 8)),
+        queues=(QueueSpec("q", team="alpha", quotas={"H100": (0, 8, 8), "A100": (0, 16, 16)}),)))
+    user = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    roles = [{"name": "trainer", "tasks": 1, "gpus_per_task": 8, "flavor": "H100"},
+             {"name": "rollout", "tasks": 4, "gpus_per_task": 4, "flavor": "A100"}]
+    response = submit(client, "rl", roles)
+    assert response.status_code == 201, response.json()
+    run_cycle()
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.state in ("admitted", "running"), job.pending_reason
+    flavors = {(t.role.name, t.node.flavor) for t in Task.objects.filter(job=job).select_related("role", "node")}
+    assert flavors == {("trainer", "H100"), ("rollout", "A100")}
+    bad = submit(client, "rl-bad", [roles[0], {**roles[1], "flavor": "B200"}])
+    assert bad.status_code == 400 and "rollout" in str(bad.json()) and "B200" in str(bad.json())
