@@ -1,3 +1,4 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ... import queries
@@ -5,6 +6,8 @@ from ...models import Job, JobRole, Task, Team
 from .fields import INT32_MAX, count_field
 
 
+@extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1, "maximum": 32767},
+                               {"type": "string", "maxLength": 32}], "nullable": True})
 class TierField(serializers.Field):
     """A tier: a number (1 = scale-up / NVLink, 2 = leaf, 3 = spine, ...) or a name ("tier-2", "nvlink",
     "leaf", "spine"); names are resolved, and unknown ones refused naming the field, by the services
