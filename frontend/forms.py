@@ -118,6 +118,11 @@ class JobForm(forms.Form):
     highest_tier = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
                                           help_text="1 = one NVLink domain, 2 = one leaf switch, ...")
     preferred_tier = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+    numa = forms.ChoiceField(choices=[("prefer", "prefer one NUMA node per task"),
+                                      ("single", "single NUMA node per task, or wait")],
+                             initial="prefer", required=False, label="NUMA",
+                             help_text="single: a task whose GPUs no NUMA node of a node holds waits (kubelet's "
+                                       "single-numa-node policy)")
 
     def __init__(self, *args, teams=(), queues=(), tiers=(), **kwargs):
         """teams: names the user may submit for; queues: (name, team name) of open leaf queues."""
@@ -161,14 +166,20 @@ class RoleForm(forms.Form):
                          label="Memory per task (MiB)")
     min_available = _number(min_value=1, max_value=rules.MAX_TASKS_PER_JOB, required=False, label="Min available",
                             help_text="blank = all tasks (a strict gang)")
-    flavor = forms.ChoiceField(required=False, label="GPU flavor")
+    flavor = forms.ChoiceField(required=False, label="GPU flavor",
+                               help_text="roles may run on different flavors (e.g. trainer and rollout workers)")
+    group_size = _number(min_value=1, max_value=rules.MAX_TASKS_PER_JOB, required=False, label="Group size",
+                         help_text="sub-group: every this many tasks inside one domain of the group tier (blank = none)")
+    group_highest_tier = forms.TypedChoiceField(coerce=int, required=False, empty_value=None, label="Group tier",
+                                                help_text="e.g. tier 1 = a tensor-parallel group in one NVLink domain")
     command = forms.CharField(required=False, max_length=rules.MAX_COMMAND_CHARS, label="Role command",
                               help_text="blank = the job's command",
                               widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}))
 
-    def __init__(self, *args, flavors=(), **kwargs):
+    def __init__(self, *args, flavors=(), tiers=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["flavor"].choices = [("", "any")] + [(f, f) for f in flavors]
+        self.fields["group_highest_tier"].choices = [("", "—")] + [(str(t), f"tier {t}") for t in tiers]
         for f in self.fields.values():
             f.widget.attrs.setdefault("class", "role-input")
 
@@ -190,7 +201,9 @@ class RoleForm(forms.Form):
         return {"name": d["name"], "tasks": d["tasks"], "gpus_per_task": d["gpus_per_task"],
                 "cpu_milli": d.get("cpu_milli") or 0, "memory_mib": d.get("memory_mib") or 0,
                 "min_available": d.get("min_available") or d["tasks"], "flavor": d.get("flavor") or "",
-                **({"command": d["command"]} if d.get("command") else {})}
+                **({"command": d["command"]} if d.get("command") else {}),
+                **({"group_size": d.get("group_size"), "group_highest_tier": d.get("group_highest_tier")}
+                   if d.get("group_size") or d.get("group_highest_tier") is not None else {})}
 
 
 RoleFormSet = forms.formset_factory(RoleForm, extra=0, min_num=1, validate_min=True, max_num=16,

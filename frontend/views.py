@@ -65,6 +65,7 @@ def _numbers(sample, totals: dict) -> dict:
         "domain_completeness": _pct(sample.domain_completeness) if sample else None,
         "free_gpus": sample.free_gpus if sample else None,
         "allocated_gpus": sample.allocated_gpus if sample else None,
+        "held_gpus": sample.held_gpus if sample else None,
         "schedulable_gpus": sample.schedulable_gpus if sample else None,
         "effective_utilization": _effective_today(),
         **{f"jobs_{k}": v for k, v in totals.items()},
@@ -72,6 +73,13 @@ def _numbers(sample, totals: dict) -> dict:
 
 
 def _cluster_context(request) -> dict:
+    """Every number of the cluster page (and of metrics.json) read from one database snapshot, so a number
+    shown twice agrees (queries.one_snapshot)."""
+    with queries.one_snapshot():
+        return _cluster_numbers(request)
+
+
+def _cluster_numbers(request) -> dict:
     team_ids = access.visible_team_ids(request.user)
     sample = queries.latest_cluster_sample()
     series = queries.cluster_series(limit=SERIES_POINTS)

@@ -10,6 +10,8 @@ import io
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, JsonResponse
+
+from scheduler.core.domain_tree import is_node_domain, node_domain
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.cache import never_cache
@@ -51,18 +53,33 @@ def _json_view(fn):
 
 def build_topology(user, *, zoom=None, team=None, flavor=None, job=None) -> dict:
     """The /topology.json payload: flat queries, then the pure builder. Raises Http404 for an unknown
-    domain or a job the user may not see."""
+    domain or a job the user may not see. A node without a domain is shown as the tier-1 domain it is for
+    placement, named as the engine names it (scheduler.core.domain_tree.node_domain: "node:<name>"), and
+    can be zoomed into like any domain."""
     domains = dq.domains()
     if job is not None and not access.visible_jobs(user).filter(pk=job).exists():
         raise Http404("No such job, or not one of your teams' jobs.")
-    scope = None
-    if zoom:
-        tree = queries.domain_tree(domains)
-        root = next((k for k, d in tree.rows.items() if d[1] == zoom), None)
-        if root is None:
+    if zoom and is_node_domain(zoom):
+        gpus = [g for g in dq.topology_gpus(None, flavor) if g[7] is None and node_domain(g[4]) == zoom]
+        if not gpus and not dq.domainless_node_exists(zoom[len(node_domain("")):]):
             raise Http404(f"No domain named {zoom}.")
-        scope = tree.subtree(root)
-    return topology_payload(domains=domains, gpus=dq.topology_gpus(scope, flavor), allocations=dq.live_allocations(),
+    else:
+        scope = None
+        if zoom:
+            tree = queries.domain_tree(domains)
+            root = next((k for k, d in tree.rows.items() if d[1] == zoom), None)
+            if root is None:
+                raise Http404(f"No domain named {zoom}.")
+            scope = tree.subtree(root)
+        gpus = dq.topology_gpus(scope, flavor)
+    own = {}  # node name -> its own domain row, for the GPUs of nodes without a domain
+    for g in gpus:
+        if g[7] is None and g[4] not in own:
+            own[g[4]] = (node_domain(g[4]), node_domain(g[4]), 1, None)
+    if own:
+        gpus = [g if g[7] is not None else (*g[:7], own[g[4]][0]) for g in gpus]
+        domains = [*domains, *own.values()]
+    return topology_payload(domains=domains, gpus=gpus, allocations=dq.live_allocations(),
                             jobs=dq.live_jobs(), quotas=dq.queue_quotas(), zoom=zoom, team=team, job=job,
                             visible_team_ids=access.visible_team_ids(user))
 

@@ -34,7 +34,7 @@ def job_new(request):
         raise PermissionDenied("You are not a member of any team, so you cannot submit jobs.")
     if request.method == "POST":
         form = JobForm(request.POST, **kwargs)
-        roles = RoleFormSet(request.POST, prefix="roles", form_kwargs={"flavors": flavors})
+        roles = RoleFormSet(request.POST, prefix="roles", form_kwargs={"flavors": flavors, "tiers": kwargs.get("tiers", ())})
         if form.is_valid() and roles.is_valid():
             data = form.cleaned_data
             team = Team.objects.get(name=data["team"])
@@ -47,7 +47,7 @@ def job_new(request):
                     time_limit_seconds=minutes * 60 if minutes else None, submitter=request.user,
                     command=data["command"], env=data["env"], working_dir=data.get("working_dir") or "",
                     image=data.get("image") or "", max_restarts=data.get("max_restarts") or 0,
-                    completion_role=data.get("completion_role") or "")
+                    completion_role=data.get("completion_role") or "", numa=data.get("numa") or "prefer")
             except services.ValidationError as exc:
                 apply_service_errors(exc.errors, form, roles)
             else:
@@ -57,7 +57,7 @@ def job_new(request):
         team = kwargs["teams"][0] if len(kwargs["teams"]) == 1 else ""
         queue = next((q for q, t in kwargs["queues"] if t == team), "")
         form = JobForm(initial={"team": team, "queue": queue}, **kwargs)
-        roles = RoleFormSet(prefix="roles", form_kwargs={"flavors": flavors})
+        roles = RoleFormSet(prefix="roles", form_kwargs={"flavors": flavors, "tiers": kwargs.get("tiers", ())})
     return render(request, "frontend/job_form.html", {
         "form": form, "roles": roles, "queue_teams": dict(kwargs["queues"]),
     })  # an invalid form comes back with 200, like Django's FormView (a 400 page is a console error)

@@ -183,6 +183,14 @@ def exec_fields(a) -> dict:
     return out
 
 
+def _tier_arg(value: str | None):
+    """A tier flag: a number stays a number, a name ("tier-1", "nvlink", "leaf") is sent as given (the
+    server resolves it, or answers 400 naming it)."""
+    if value is None:
+        return None
+    return int(value) if value.isdigit() else value
+
+
 def submit_body(a) -> dict:
     """The POST /api/v1/jobs/ body from the submit flags (or --file, with the run flags given over it).
     Raises UsageError for bad or missing flags."""
@@ -200,8 +208,13 @@ def submit_body(a) -> dict:
         role["min_available"] = a.min_available
     if a.cpu_milli:
         role["cpu_milli"] = a.cpu_milli
+    if a.group_size is not None or a.group_tier is not None:
+        role.update(group_size=a.group_size, group_highest_tier=_tier_arg(a.group_tier))
     body = {"name": a.name, "queue": a.queue, "priority": a.priority, "roles": [role],
-            "topology_mode": a.topology, "highest_tier": a.highest_tier, "time_limit_seconds": None, **run}
+            "topology_mode": a.topology, "highest_tier": _tier_arg(a.highest_tier), "time_limit_seconds": None,
+            **run}
+    if a.numa:
+        body["numa"] = a.numa
     if a.team:
         body["team"] = a.team
     if a.no_preempt:
@@ -339,7 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--priority", type=int, default=0)
     s.add_argument("--no-preempt", action="store_true", help="not preemptible")
     s.add_argument("--topology", choices=["none", "soft", "hard"], default="none")
-    s.add_argument("--highest-tier", type=int)
+    s.add_argument("--highest-tier", help="tier number or name (tier-1, nvlink, leaf, spine)")
+    s.add_argument("--group-size", type=int, help="sub-group: every this many tasks inside one domain of --group-tier")
+    s.add_argument("--group-tier", help="the sub-group's highest tier (number or name)")
+    s.add_argument("--numa", choices=["prefer", "single"], help="single: each task's GPUs in one NUMA node, or wait")
     s.add_argument("--time-limit", type=int, help="seconds; the job is stopped when it runs longer "
                                                   "(and backfill can use it)")
     s.add_argument("--command", dest="command_line", metavar="COMMAND", help='what every task runs, one line split like a shell would: '

@@ -12,7 +12,7 @@ from django.db.models import F, Sum
 from django.db.models.functions import Coalesce
 
 from . import queries
-from .models import Allocation, ClusterSample, Gpu, Job, JobRole, Queue, QueueSample, Team
+from .models import Allocation, ClusterSample, Gpu, Job, JobRole, Node, Queue, QueueSample, Team
 from .trees import Tree
 
 
@@ -33,6 +33,11 @@ def topology_gpus(domain_ids: set[int] | None = None, flavor: str | None = None)
         qs = qs.filter(node__flavor=flavor)
     return list(qs.order_by().values_list("id", "index", "health", "node_id", "node__name", "node__state",
                                           "node__flavor", "node__domain_id"))
+
+
+def domainless_node_exists(name: str) -> bool:
+    """Whether a node of that name exists and has no domain."""
+    return Node.objects.filter(name=name, domain__isnull=True).exists()
 
 
 def live_allocations() -> dict[int, int]:

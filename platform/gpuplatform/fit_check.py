@@ -14,22 +14,33 @@ from __future__ import annotations
 from scheduler.core import DomainInfo, NodeInfo, RoleInfo, TopologyError
 from scheduler.core import never_fits as engine_never_fits
 
-from .models import Domain, Node
+from .models import Domain, Gpu, Node
 
 
-def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None) -> str | None:
+def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None,
+               numa: str = "prefer") -> str | None:
     """Why the job can never fit this cluster (the engine's message), or None when it may fit.
-    `roles` are normalised role dicts (job_rules.check_roles): tasks, gpus_per_task, min_available, flavor."""
-    nodes = tuple(NodeInfo(name=name, flavor=flavor, gpus=gpus, domain=domain)
-                  for name, flavor, gpus, domain in Node.objects.values_list("name", "flavor", "gpu_count", "domain__name"))
+    `roles` are normalised role dicts (job_rules.check_roles): tasks, gpus_per_task, min_available, flavor,
+    group_size, group_highest_tier, group_mode. numa "single" also reads the GPUs' NUMA nodes."""
+    layout: dict[int, dict[int, int]] = {}
+    if numa == "single":
+        for node_id, index, zone in Gpu.objects.values_list("node_id", "index", "numa_node"):
+            layout.setdefault(node_id, {})[index] = zone if zone is not None else 0
+    nodes = tuple(NodeInfo(name=name, flavor=flavor, gpus=gpus, domain=domain,
+                           gpu_numa=tuple(layout[nid].get(i, 0) for i in range(gpus)) if nid in layout else ())
+                  for nid, name, flavor, gpus, domain in Node.objects.values_list("id", "name", "flavor", "gpu_count",
+                                                                                  "domain__name"))
     if not nodes:
         return None
     domains = tuple(DomainInfo(n, t, p) for n, t, p in Domain.objects.values_list("name", "tier", "parent__name"))
     infos = tuple(RoleInfo(r["name"], r["tasks"], r["gpus_per_task"], r["min_available"], r.get("cpu_milli", 0),
-                           r.get("memory_mib", 0), tuple(f for f in (r.get("flavor") or "").split("|") if f))
+                           r.get("memory_mib", 0), tuple(f for f in (r.get("flavor") or "").split("|") if f),
+                           group_size=r.get("group_size") or 0, group_highest_tier=r.get("group_highest_tier"),
+                           group_mode=r.get("group_mode") or "hard")
                   for r in roles)
     try:
-        reason = engine_never_fits(nodes, domains, infos, topology_mode=topology_mode, highest_tier=highest_tier)
+        reason = engine_never_fits(nodes, domains, infos, topology_mode=topology_mode, highest_tier=highest_tier,
+                                   numa=numa)
     except TopologyError:
         return None  # a broken tree is the cycle's problem to report, not a reason to refuse a job
     return reason.message if reason is not None else None

@@ -12,7 +12,17 @@ import re
 import shlex
 
 ROLE_FIELDS = ("name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor",
-               "command", "env", "working_dir", "image")
+               "command", "env", "working_dir", "image", "group_size", "group_highest_tier", "topology_mode",
+               "highest_tier")
+# a role's sub-group constraint (DESIGN section 4), stored on JobRole; "topology_mode" / "highest_tier" on a
+# role are its shorthand for one group of all the role's tasks (mode hard unless "soft")
+GROUP_FIELDS = ("group_size", "group_highest_tier", "group_mode")
+SUBGROUP_FIELDS = ("role", "group_size", "group_highest_tier", "topology_mode")
+NUMA_POLICIES = ("prefer", "single")
+# Tier names accepted wherever a tier number is: "tier-N" (or "tierN", "N") and the field's names for the
+# usual three levels of a GPU fabric (DESIGN section 4: 1 = scale-up / NVLink, 2 = leaf, 3 = spine).
+TIER_NAMES = {"nvlink": 1, "scale-up": 1, "scaleup": 1, "leaf": 2, "spine": 3}
+TIER_NAME = re.compile(r"^tier[-_ ]?(\d{1,5})$")
 EXEC_FIELDS = ("command", "env", "working_dir", "image")
 TOPOLOGY_MODES = ("none", "soft", "hard")
 # Bounds that keep one submission from hurting everyone (a 2**31-task role would stall the cycle and fill
@@ -49,6 +59,82 @@ PLATFORM_ENV_PREFIX = "GPUPLATFORM_"
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def resolve_tier(value, field: str) -> tuple[object, dict[str, str]]:
+    """A tier given by number or by name (TIER_NAMES, "tier-N") -> (its number, or the value unchanged when
+    it is neither a number nor a string, for the number rules to refuse; errors: an unknown name, naming
+    it and the names known)."""
+    if not isinstance(value, str):
+        return value, {}
+    text = value.strip().lower()
+    if text.isdigit() and len(text) <= 5:
+        return int(text), {}
+    match = TIER_NAME.match(text)
+    if match:
+        return int(match.group(1)), {}
+    if text in TIER_NAMES:
+        return TIER_NAMES[text], {}
+    return value, {field: f"unknown tier name {value!r}: give a tier number or one of "
+                          f"{sorted(TIER_NAMES)} or 'tier-N'"}
+
+
+def merge_subgroups(roles, subgroups) -> tuple[list, dict[str, str]]:
+    """Fold the job-level `subgroups` list ([{role, group_size, group_highest_tier, topology_mode}]) into
+    the role dicts they name (a copy). Errors keyed "subgroups[i]..." for unknown keys or roles."""
+    if subgroups in (None, []):
+        return roles, {}
+    if not isinstance(subgroups, (list, tuple)) or not isinstance(roles, (list, tuple)):
+        return roles, {"subgroups": "subgroups must be a list of {role, group_size, group_highest_tier}"}
+    errors: dict[str, str] = {}
+    out = [dict(r) if isinstance(r, dict) else r for r in roles]
+    by_name = {}
+    for i, r in enumerate(out):
+        if isinstance(r, dict):
+            by_name[r.get("name") or ("worker" if len(out) == 1 else f"role{i}")] = r
+    for i, sub in enumerate(subgroups):
+        key = f"subgroups[{i}]"
+        if not isinstance(sub, dict):
+            errors[key] = "a sub-group is an object {role, group_size, group_highest_tier}"
+            continue
+        unknown = set(sub) - set(SUBGROUP_FIELDS)
+        if unknown:
+            errors[key] = f"unknown fields {sorted(unknown)}"
+            continue
+        name = sub.get("role", "worker" if len(out) == 1 else None)
+        if name not in by_name:
+            errors[key + ".role"] = f"no role named {name!r} in this job"
+            continue
+        for f in ("group_size", "group_highest_tier", "topology_mode"):
+            if f in sub:
+                by_name[name][f] = sub[f]
+    return out, errors
+
+
+def _check_group(raw: dict, role: dict, f: str, errors: dict[str, str]) -> None:
+    """Set role's group_size / group_highest_tier / group_mode from the raw role's keys (rules in ROLE_FIELDS)."""
+    mode = raw.get("topology_mode")
+    if mode is not None and mode not in TOPOLOGY_MODES:
+        errors[f + "topology_mode"] = f"topology_mode must be one of {TOPOLOGY_MODES}"
+        return
+    given = "group_highest_tier" if raw.get("group_highest_tier") is not None else "highest_tier"
+    tier, errs = resolve_tier(raw.get(given), f + given)
+    errors.update(errs)
+    size = raw.get("group_size")
+    if size is None and raw.get("highest_tier") is not None:
+        size = role["tasks"]  # a tier limit on the role: all its tasks are one group
+    if size is None and tier is None or mode == "none":
+        role.update(group_size=None, group_highest_tier=None, group_mode="hard")
+        return
+    if size is None:
+        errors[f + "group_size"] = "a sub-group needs group_size (tasks per group)"
+    elif not _is_int(size) or size < 1 or size > MAX_TASKS_PER_JOB:
+        errors[f + "group_size"] = f"group_size must be a whole number from 1 to {MAX_TASKS_PER_JOB}"
+    if tier is None:
+        errors[f + "group_highest_tier"] = "a sub-group needs group_highest_tier (the tier each group stays inside)"
+    elif not errs and (not _is_int(tier) or tier < 1 or tier > MAX_TIER):
+        errors[f + "group_highest_tier"] = f"group_highest_tier must be a tier number from 1 to {MAX_TIER} or a tier name"
+    role.update(group_size=size, group_highest_tier=tier, group_mode="soft" if mode == "soft" else "hard")
 
 
 def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
@@ -107,6 +193,7 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
                                            f"tasks ({role['tasks']})")
         if not isinstance(role["flavor"], str) or len(role["flavor"]) > 200:
             errors[f + "flavor"] = "flavor must be GPU model names separated by '|'"
+        _check_group(raw, role, f, errors)
         out.append(role)
     if not errors and sum(r["tasks"] for r in out) > MAX_TASKS_PER_JOB:
         errors["roles"] = f"a job may have at most {MAX_TASKS_PER_JOB} tasks in all its roles"
@@ -116,10 +203,21 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
 def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, topology_mode, highest_tier,
               preferred_tier, time_limit_seconds, duration_seconds, tiers: set[int], error_class,
               command=None, env=None, working_dir="", image="", max_restarts=0, completion_role="",
-              container_runtimes: set[str] = frozenset()) -> list[dict]:
+              container_runtimes: set[str] = frozenset(), numa="prefer", subgroups=None) -> list[dict]:
     """All submission rules; `tiers` is the set of domain tiers present in the cluster. Returns the roles
-    normalised, each with its resolved command, env, working_dir and image (check_execution)."""
-    out, errors = check_roles(roles)
+    normalised, each with its resolved command, env, working_dir and image (check_execution) and its
+    sub-group (group_size, group_highest_tier, group_mode; from the role's keys or the job's `subgroups`).
+    Tiers are numbers or names (resolve_tier); the caller resolves the job-level ones first."""
+    roles, errors = merge_subgroups(roles, subgroups)
+    out, role_errors = check_roles(roles)
+    errors.update(role_errors)
+    if numa not in NUMA_POLICIES:
+        errors["numa"] = f"numa must be one of {NUMA_POLICIES}"
+    for i, role in enumerate(out):
+        tier = role.get("group_highest_tier")
+        key = f"roles[{i}].group_highest_tier"
+        if _is_int(tier) and key not in errors and tier not in tiers:
+            errors[key] = f"no such tier in this cluster: {tier} (tiers: {sorted(tiers) or 'none'})"
     if not any(k.startswith("roles") for k in errors):
         errors.update(check_execution(out, command=command, env=env, working_dir=working_dir, image=image,
                                       max_restarts=max_restarts, completion_role=completion_role,

@@ -160,4 +160,25 @@ def end_job(job_id, state: str, *, at: datetime, kind: str, message: str, reason
     Task.objects.filter(job_id=job_id, state__in=Task.OPEN_STATES).update(state=task_state, release_deadline=None)
     record_event(kind, message, time=at, job_id=job_id, queue_id=queue_id, actor=actor, cycle=cycle,
                  data={"state": state, "from": old_state, "released_gpus": released, "reason": reason, **(data or {})})
+    close_idle_queues([queue_id], at=at, actor=actor)
     return True
+
+
+def close_idle_queues(queue_ids=None, *, at: datetime | None = None, actor=None) -> list[str]:
+    """Close every `closing` queue (of `queue_ids`, or all when None) that has no pending or live job
+    left: state -> closed, one `queue_closed` Event each. Returns the names of the queues closed."""
+    from .models import Queue  # the queue models sit beside the workload ones; imported here to keep the top small
+
+    candidates = Queue.objects.filter(state=Queue.State.CLOSING)
+    if queue_ids is not None:
+        candidates = candidates.filter(pk__in=list(queue_ids))
+    busy = Job.objects.filter(state__in=(Job.State.PENDING, *Job.LIVE_STATES)).values("queue_id")
+    idle = list(candidates.exclude(pk__in=busy).values_list("id", "name"))
+    if not idle:
+        return []
+    Queue.objects.filter(pk__in=[q for q, _ in idle], state=Queue.State.CLOSING).update(
+        state=Queue.State.CLOSED, updated_at=timezone.now())
+    for qid, name in idle:
+        record_event("queue_closed", f"queue {name} closed: its last job ended", time=at, queue_id=qid, actor=actor,
+                     data={"queue": name, "from": "closing"})
+    return [name for _, name in idle]

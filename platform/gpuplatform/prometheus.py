@@ -81,7 +81,9 @@ class PlatformCollector:
                                      "Share of tier-1 domains whose GPUs are all free or all used.")
         largest = GaugeMetricFamily(_name("largest_runnable_job_gpus"),
                                     "Most GPUs one job could get now inside one domain of tier <= tier.", labels=["tier"])
-        gpus = GaugeMetricFamily(_name("cluster_gpus"), "Cluster GPUs by state (latest cycle).", labels=["state"])
+        gpus = GaugeMetricFamily(_name("cluster_gpus"), "Cluster GPUs by state (latest cycle): schedulable = allocated "
+                                 "+ held (for jobs not started: reservations, eviction beneficiaries) + free.",
+                                 labels=["state"])
         if sample is not None:
             alloc.add_metric([], sample.allocation_rate)
             frag.add_metric([], sample.fragmentation_rate)
@@ -89,7 +91,7 @@ class PlatformCollector:
             for tier, value in sorted((sample.largest_runnable or {}).items(), key=lambda kv: str(kv[0])):
                 largest.add_metric([str(tier)], float(value or 0))
             for state, value in (("schedulable", sample.schedulable_gpus), ("allocated", sample.allocated_gpus),
-                                 ("free", sample.free_gpus)):
+                                 ("held", sample.held_gpus), ("free", sample.free_gpus)):
                 gpus.add_metric([state], value)
         yield from (alloc, frag, complete, largest, gpus)
 

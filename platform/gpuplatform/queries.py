@@ -6,10 +6,12 @@ Every function returns plain values or lazy querysets; none writes. Who sees wha
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter, itemgetter
 
+from django.db import connection, transaction
 from django.db.models import Count, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 
@@ -107,6 +109,19 @@ def latest_cycle() -> SchedulerCycle | None:
 def cluster_clock() -> datetime | None:
     """The cluster clock of the latest scheduling cycle (simulated in the demo)."""
     return SchedulerCycle.objects.order_by("-number").values_list("clock", flat=True).first()
+
+
+@contextmanager
+def one_snapshot():
+    """Run the reads inside in one database snapshot, so the numbers of one page or one API answer come
+    from the same moment (a cycle committing in between cannot make a count shown twice disagree). On
+    PostgreSQL: a REPEATABLE READ READ ONLY transaction when none is open (inside one, e.g. in tests, the
+    reads share it already); elsewhere a plain transaction (SQLite reads in one transaction see one state)."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        yield
 
 
 def latest_cluster_sample() -> ClusterSample | None:

@@ -26,7 +26,7 @@ def run_cycle(snapshot, config=None, *, cache=None):  # noqa: D103 - re-exported
     return _run(snapshot, config, cache=cache)
 
 
-def never_fits(nodes, domains, roles, *, topology_mode="none", highest_tier=None):  # noqa: D103 - documented in plugins/feasibility.py
+def never_fits(nodes, domains, roles, *, topology_mode="none", highest_tier=None, numa="prefer"):  # noqa: D103 - documented in plugins/feasibility.py
     from .plugins.feasibility import never_fits as _never_fits
 
-    return _never_fits(nodes, domains, roles, topology_mode=topology_mode, highest_tier=highest_tier)
+    return _never_fits(nodes, domains, roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa)

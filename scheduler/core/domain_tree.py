@@ -1,10 +1,15 @@
 """The domain tree (HyperNodes) as index arrays, built from a Snapshot (cache.ClusterStatic keeps it, with
 the other indexes of the cluster's shape, while the cluster is unchanged).
 
-Nodes hang off their lowest-tier domain. When the snapshot's domains do not form a single tree over
-every node (no domains at all, several roots, or nodes without a domain), a synthetic root named
-`ROOT_NAME` is added one tier above the highest tier, so every node is inside exactly one chain
-node -> lowest domain -> ... -> root.
+Nodes hang off their lowest-tier domain. In a cluster with a topology, a node without a domain (a rack
+not yet labelled) is a tier-1 domain of its own, named `node_domain(name)` ("node:<name>"): its GPUs are
+one scale-up unit, so an unconstrained job that fits one node is placed best-fit among them and the
+labelled domains alike (and need not break up the only domain a hard gang can use), while no gang spans
+two of them under a tier-1 limit. A cluster with no domains at all (the local mode's) is one tier-1
+domain, the synthetic root. When the snapshot's domains do not form a
+single tree over every node (no domains at all, several roots, or nodes without a domain), a synthetic
+root named `ROOT_NAME` is added one tier above the highest tier, so every node is inside exactly one
+chain node -> lowest domain -> ... -> root.
 """
 from __future__ import annotations
 
@@ -13,6 +18,17 @@ from dataclasses import dataclass
 from .snapshot import Snapshot
 
 ROOT_NAME = "cluster"
+NODE_DOMAIN_PREFIX = "node:"
+
+
+def node_domain(node_name: str) -> str:
+    """The name of the tier-1 domain a node without a domain forms on its own."""
+    return NODE_DOMAIN_PREFIX + node_name
+
+
+def is_node_domain(name: str) -> bool:
+    """Whether a domain name is a domainless node's own (node_domain), not a domain of the topology."""
+    return name.startswith(NODE_DOMAIN_PREFIX)
 
 
 class TopologyError(ValueError):
@@ -50,6 +66,17 @@ def build_tree(snapshot: Snapshot) -> DomainTree:
         if d.parent is not None and d.parent not in index:
             raise TopologyError(f"domain {d.name}: unknown parent {d.parent!r}")
         parent.append(index[d.parent] if d.parent is not None else -1)
+    top = max(tiers, default=0)
+    own: dict[int, int] = {}  # node index -> the tier-1 domain of a node without a domain
+    for k, node in enumerate(snapshot.nodes):
+        if node.domain is None and snapshot.domains:
+            name = node_domain(node.name)
+            if name in index:
+                raise TopologyError(f"domain {name}: the name is kept for node {node.name}, which has no domain")
+            own[k] = index[name] = len(names)
+            names.append(name)
+            tiers.append(1)
+            parent.append(-1)
     roots = [i for i, p in enumerate(parent) if p == -1]
     orphans = any(n.domain is None for n in snapshot.nodes)
     if len(roots) == 1 and not orphans:
@@ -57,7 +84,7 @@ def build_tree(snapshot: Snapshot) -> DomainTree:
     else:
         root = len(names)
         names.append(ROOT_NAME if ROOT_NAME not in index else f"{ROOT_NAME}-root")
-        tiers.append(max(tiers, default=0) + 1)
+        tiers.append(max(top, 1) + 1)
         parent.append(-1)
         for r in roots:
             parent[r] = root
@@ -82,7 +109,7 @@ def build_tree(snapshot: Snapshot) -> DomainTree:
     chains: dict[int, tuple[int, ...]] = {}
     for k, node in enumerate(snapshot.nodes):
         if node.domain is None:
-            d = root
+            d = own.get(k, root)
         elif node.domain in index:
             d = index[node.domain]
         else:

@@ -1,6 +1,9 @@
 """Cluster metrics of DESIGN section 6, computed from free capacity in one pass over the nodes.
 
-- allocation_rate = allocated GPUs / schedulable GPUs (healthy GPUs of ready nodes).
+- allocation_rate = allocated GPUs / schedulable GPUs (healthy GPUs of ready nodes). Allocated GPUs are
+  those bound to a job (running, starting or stopping); GPUs held for a job that has not started (a
+  backfill or drain reservation, an eviction beneficiary's hold) do no work and are counted apart as
+  held_gpus, never as allocated nor as free: schedulable = allocated + held + free.
 - largest_runnable[t] = the most GPUs one job could get right now inside one domain of tier <= t: the
   GPUs of whole free nodes of one flavor for multi-node shapes, or the largest free block on one node,
   whichever is larger.
@@ -15,8 +18,11 @@ from __future__ import annotations
 from .state import ClusterState
 
 
-def cluster_metrics(state: ClusterState, include=None) -> dict:
-    """The metrics above; `include(node) -> bool` restricts them to some nodes (metrics_by_group)."""
+def cluster_metrics(state: ClusterState, include=None, *, held: int = 0) -> dict:
+    """The metrics of the state's free capacity. held: GPUs of the state taken by holds (Session.holds),
+    not by jobs: counted as held_gpus, not allocated. Keys: schedulable_gpus, allocated_gpus, held_gpus,
+    free_gpus, allocation_rate, largest_runnable {tier: GPUs}, fragmentation_rate, fragmentation_by_tier,
+    domain_completeness, top_tier. `include(node) -> bool` restricts them to some nodes (metrics_by_group)."""
     tree = state.tree
     n_dom = len(tree.names)
     whole: dict[tuple[int, str], int] = {}  # (domain, flavor) -> free GPUs of wholly free nodes below it
@@ -58,10 +64,11 @@ def cluster_metrics(state: ClusterState, include=None) -> dict:
     lowest = tree.by_tier[tree.tier_levels[0]]
     counted = [d for d in lowest if dom_healthy[d] > 0]
     complete = sum(1 for d in counted if dom_free[d] in (0, dom_healthy[d]))
-    allocated = schedulable - free_total
+    allocated = schedulable - free_total - held
     return {
         "schedulable_gpus": schedulable,
         "allocated_gpus": allocated,
+        "held_gpus": held,
         "free_gpus": free_total,
         "allocation_rate": allocated / schedulable if schedulable else 0.0,
         "largest_runnable": largest,

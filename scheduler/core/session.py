@@ -29,6 +29,13 @@ from .state import ClusterState
 from .statement import Statement
 
 
+_OFF = ("off",)
+_STRICT = ("strict",)
+_STRICT_THEN_PREFER = ("strict", "prefer")
+_NONE: frozenset = frozenset()
+_PLAIN = [("off", _NONE)]
+
+
 class Holds:
     """GPUs held out of everyone's pool for one key (a job id for a nomination, or the backfill
     reservation's key). Only GPUs free at hold time are taken; `release` / `retake` open and close the
@@ -83,7 +90,8 @@ class Holds:
 class Session:
     """One cycle's context for the actions (module docstring). Built once per cycle by run_cycle."""
 
-    __slots__ = ("state", "queues", "config", "snapshot", "tree", "now", "capacity", "holds", "nominated", "_levels")
+    __slots__ = ("state", "queues", "config", "snapshot", "tree", "now", "capacity", "holds", "nominated", "_levels",
+                 "_numa_known")
 
     def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig, snapshot: Snapshot, *,
                  cache: EngineCache | None = None):
@@ -95,6 +103,7 @@ class Session:
         self.holds = Holds(state)
         self.nominated: dict = {}  # job id -> tasks held for it after this cycle (CycleResult.nominations)
         self._levels: dict[int, list[int]] = {}  # tier cap -> the tiers up to it, ascending
+        self._numa_known: bool | None = None  # whether any node reports its GPUs' NUMA layout (computed once)
 
     def nominate(self, job: JobInfo, tasks: tuple[TaskPlacement, ...], *, all_gpus: bool = False) -> None:
         """Hold the tasks' GPUs for the job from now on, and after this cycle (a Nomination), charged to
@@ -161,52 +170,68 @@ class Session:
     def search(self, job: JobInfo, flavor: str, *, cap: int, need: int, room: float, within: int | None = None
                ) -> Binding | PendingReason:
         """try_place with what the caller already computed: cap = tier_cap(job), need = job.gpus_min,
-        room = the most GPUs the placement may take (>= need; INF = no bound)."""
+        room = the most GPUs the placement may take (>= need; INF = no bound).
+
+        Per tier, the domains are tried in passes from the strictest rule to the loosest the job allows:
+        first with every task inside one NUMA node and every sub-group whole, then (numa "prefer", soft
+        groups) without; a hard rule (numa "single", a hard group) is never relaxed. A job that needs none
+        of this (the common case) makes one pass."""
         state, tree, capacity, topology = self.state, self.tree, self.capacity, self.config.topology
         levels = [tree.tiers[within]] if within is not None else self._tier_levels(job, cap)
         extra = (room - need) if room != INF else INF
-        packing_failure: tuple[int, RoleInfo] | None = None  # the first domain whose packing failed, and the role
+        packing_failure: tuple[int, RoleInfo, str] | None = None  # the first failed domain, its role, the pass
         gpu_roles = sorted((r for r in job.roles if r.gpus_per_task and r.effective_min),
                            key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))  # pack_gang's order
+        passes = self._passes(job, (flavor,))
+        binpack = self.config.binpack
         for tier in levels:
-            if within is not None:
-                domains = [within]
-            else:
-                domains = candidate_domains(state, tier, flavor, need) if topology else [tree.root]
-            for d in domains:
-                if state.domain_free(d, flavor) < need or not capacity.domain_fits(job, flavor, d):
-                    continue  # not enough free now, or nodes too small for its tasks even when empty
-                # cheap necessary condition: each GPU role's minimum fits the nodes' free GPUs taken whole
-                # tasks at a time (no node scan); when it fails, pack_gang would fail too
-                short = next((r for r in gpu_roles if state.pack_slots(d, flavor, r.gpus_per_task) < r.effective_min),
-                             None)
-                if short is not None and (packing_failure is not None or short is gpu_roles[0]):
-                    # pack_gang places roles in gpu_roles' order from an empty statement: the first role short of
-                    # slots is the one it reports; for a later role it could report an earlier one, so unless a
-                    # failure is already recorded, fall through and let it name the role
-                    packing_failure = packing_failure or (d, short)
-                    continue
-                order = node_order(state, d, flavor, need, binpack=self.config.binpack)
-                cpu_nodes = self._cpu_nodes(d, order) if any(not r.gpus_per_task for r in job.roles) else []
-                placed = pack_gang(state, job, order, cpu_nodes, extra_budget=extra)
-                if isinstance(placed, PackFailure):
-                    packing_failure = packing_failure or (d, placed.role)
-                    continue
-                if within is None and topology:
-                    # tasks above the minimum that did not fit the minimum's domain go to the wider domains
-                    # the job's topology allows (up to its tier cap): at start a job takes every task that fits
-                    used = sum(len(t.gpus) for t in placed)
-                    wider = self.add_tasks(job, flavor, placed, d, cap=cap, budget=room - used if room != INF else INF)
-                    if wider:
-                        placed = placed + wider
-                        d = self.enclosing(d, [state.node_index[t.node] for t in wider])
-                return Binding(job_id=job.id, tasks=placed, domain=tree.names[d], tier=tree.tiers[d])
+            for numa, grouped in passes:
+                if within is not None:
+                    domains = [within]
+                else:
+                    domains = candidate_domains(state, tier, flavor, need, binpack=self.config.binpack) if topology \
+                        else [tree.root]
+                for d in domains:
+                    if state.domain_free(d, flavor) < need or not capacity.domain_fits(job, flavor, d):
+                        continue  # not enough free now, or nodes too small for its tasks even when empty
+                    # cheap necessary condition: each GPU role's minimum fits the nodes' free GPUs taken whole
+                    # tasks at a time (no node scan); when it fails, pack_gang would fail too
+                    short = next((r for r in gpu_roles
+                                  if state.pack_slots(d, flavor, r.gpus_per_task) < r.effective_min), None)
+                    if short is not None and (packing_failure is not None or short is gpu_roles[0]):
+                        # pack_gang places roles in gpu_roles' order from an empty statement: the first role short
+                        # of slots is the one it reports; for a later role it could report an earlier one, so
+                        # unless a failure is already recorded, fall through and let it name the role
+                        packing_failure = packing_failure or (d, short, "")
+                        continue
+                    if numa == "off" and not grouped:  # the common job: one node order, first fit
+                        order = node_order(state, d, flavor, need, binpack=binpack)
+                        cpu_nodes = self._cpu_nodes(d, order) if any(not r.gpus_per_task for r in job.roles) else []
+                        placed = pack_gang(state, job, order, cpu_nodes, extra_budget=extra)
+                    else:
+                        placed = self._pack_in(job, d, {r.name: flavor for r in gpu_roles}, {flavor: need}, numa,
+                                               grouped, extra)
+                    if isinstance(placed, PackFailure):
+                        packing_failure = packing_failure or (d, placed.role, self._rule_text(job, placed.role, numa,
+                                                                                               grouped))
+                        continue
+                    if within is None and topology:
+                        # tasks above the minimum that did not fit the minimum's domain go to the wider domains
+                        # the job's topology allows (up to its tier cap): at start a job takes every task that fits
+                        used = sum(len(t.gpus) for t in placed)
+                        wider = self.add_tasks(job, flavor, placed, d, cap=cap,
+                                               budget=room - used if room != INF else INF)
+                        if wider:
+                            placed = placed + wider
+                            d = self.enclosing(d, [state.node_index[t.node] for t in wider])
+                    return Binding(job_id=job.id, tasks=placed, domain=tree.names[d], tier=tree.tiers[d])
         if packing_failure is not None:
-            d, role = packing_failure
+            d, role, rule = packing_failure
             return PendingReason(
                 "no_packing",
                 f"no node packing fits: {state.domain_free(d, flavor)} free {flavor} GPUs in {tree.names[d]} but no "
-                f"node arrangement holds role {role.name}: {role.effective_min} tasks x {role.gpus_per_task} GPUs")
+                f"node arrangement holds role {role.name}: {role.effective_min} tasks x {role.gpus_per_task} GPUs"
+                f"{rule}")
         total_free = state.domain_free(tree.root, flavor)
         if total_free < need:
             return PendingReason("insufficient_gpus", f"needs {need} {flavor} GPUs at once; {total_free} free")
@@ -256,6 +281,126 @@ class Session:
                     budget -= role.gpus_per_task
             d = tree.parent[d]
         return stmt.commit()
+
+    def search_mixed(self, job: JobInfo, flavor_of: dict[str, str], *, cap: int, room: float
+                     ) -> Binding | PendingReason:
+        """The search for a heterogeneous job: GPU role name -> the flavor it runs on (roles on different
+        flavors). Every role's minimum is placed in one domain of the job's tier levels at once (the gang
+        rule across roles); the domain needs each flavor's minimum free. Domains of a tier are tried best
+        fit on their total free GPUs of the job's flavors. Applied to the state on success, like search."""
+        state, tree, topology = self.state, self.tree, self.config.topology
+        need_by: dict[str, int] = {}
+        for r in job.roles:
+            if r.gpus_per_task and r.name in flavor_of:
+                need_by[flavor_of[r.name]] = need_by.get(flavor_of[r.name], 0) + r.effective_min * r.gpus_per_task
+        need = job.gpus_min
+        extra = (room - need) if room != INF else INF
+        failure: tuple[int, RoleInfo, str] | None = None
+        passes = self._passes(job, tuple(need_by))
+        for tier in self._tier_levels(job, cap):
+            domains = sorted((d for d in (tree.by_tier.get(tier, ()) if topology else [tree.root])
+                              if all(state.domain_free(d, f) >= n for f, n in need_by.items())),
+                             key=lambda d: (sum(state.domain_free(d, f) for f in need_by), tree.names[d]),
+                             reverse=not self.config.binpack)
+            for numa, grouped in passes:
+                for d in domains:
+                    placed = self._pack_in(job, d, flavor_of, need_by, numa, grouped, extra)
+                    if isinstance(placed, PackFailure):
+                        failure = failure or (d, placed.role, self._rule_text(job, placed.role, numa, grouped))
+                        continue
+                    return Binding(job_id=job.id, tasks=placed, domain=tree.names[d], tier=tree.tiers[d])
+        wants = ", ".join(f"{n} {f}" for f, n in sorted(need_by.items()))
+        if failure is not None:
+            d, role, rule = failure
+            return PendingReason("no_packing", f"no node packing fits in {tree.names[d]}: role {role.name} "
+                                               f"({role.effective_min} tasks x {role.gpus_per_task} "
+                                               f"{flavor_of[role.name]} GPUs){rule}")
+        short = [f"{state.domain_free(tree.root, f)} of {n} {f}" for f, n in sorted(need_by.items())
+                 if state.domain_free(tree.root, f) < n]
+        if short:
+            return PendingReason("insufficient_gpus", f"needs {wants} GPUs at once; free: {', '.join(short)}")
+        return PendingReason("no_domain", f"no tier-{cap} domain has {wants} free GPUs at once")
+
+    def _passes(self, job: JobInfo, flavors: tuple[str, ...]) -> list[tuple[str, frozenset]]:
+        """The (numa mode, grouped role names) passes of the search, strictest first (search docstring).
+        NUMA counts only for a task of more than one GPU that some NUMA node of its flavors could hold
+        (a task larger than every NUMA node, e.g. a whole node's GPUs, is never aligned: no pass for it)."""
+        if self._numa_known is None:
+            self._numa_known = any(n.gpu_numa for n in self.snapshot.nodes)
+        numa_modes = _OFF
+        if self._numa_known or job.numa == "single":
+            max_zone = self.capacity.max_zone
+            zone = max_zone.get(flavors[0], 0) if len(flavors) == 1 else max((max_zone.get(f, 0) for f in flavors),
+                                                                             default=0)
+            for r in job.roles:
+                if 1 < r.gpus_per_task <= zone:
+                    numa_modes = _STRICT if job.numa == "single" else _STRICT_THEN_PREFER
+                    break
+        hard = soft = _NONE
+        for r in job.roles:
+            if r.group_size and r.group_highest_tier is not None and self.config.topology:
+                if r.group_mode == "hard":
+                    hard = hard | {r.name}
+                else:
+                    soft = soft | {r.name}
+        if numa_modes is _OFF and not hard and not soft:
+            return _PLAIN
+        group_sets = [hard | soft, hard] if soft else [hard]
+        return [(n, g) for n in numa_modes for g in group_sets]
+
+    @staticmethod
+    def _rule_text(job: JobInfo, role: RoleInfo, numa: str, grouped: frozenset) -> str:
+        parts = []
+        if role.name in grouped:
+            parts.append(f"in groups of {role.group_size} tasks inside one tier-{role.group_highest_tier} domain")
+        if numa == "strict" and role.gpus_per_task > 1:
+            parts.append("with each task's GPUs inside one NUMA node" + (" (numa: single)" if job.numa == "single"
+                                                                          else ""))
+        return (" " + " and ".join(parts)) if parts else ""
+
+    def _pack_in(self, job: JobInfo, d: int, flavor_of: dict[str, str], need_by: dict[str, int], numa: str,
+                 grouped: frozenset, extra: float):
+        """pack_gang inside domain d: each GPU role on the node order of its flavor, the grouped roles' groups
+        inside the units below d (when d itself is above their group tier)."""
+        state, binpack = self.state, self.config.binpack
+        orders_by_flavor = {f: node_order(state, d, f, n, binpack=binpack) for f, n in need_by.items()}
+        first = next(iter(orders_by_flavor.values()), [])
+        orders = {r: orders_by_flavor[f] for r, f in flavor_of.items()} if len(orders_by_flavor) > 1 else None
+        if any(not r.gpus_per_task for r in job.roles):
+            merged = [k for o in orders_by_flavor.values() for k in o]
+            cpu_nodes = self._cpu_nodes(d, merged)
+        else:
+            cpu_nodes = []
+        units = None
+        if grouped:
+            tier = self.tree.tiers[d]
+            units = {r.name: self._units(d, flavor_of[r.name], r) for r in job.roles
+                     if r.name in grouped and r.name in flavor_of and tier > r.group_highest_tier}
+        zone = max((self.capacity.max_zone.get(f, 0) for f in need_by), default=0)
+        return pack_gang(state, job, first, cpu_nodes, extra_budget=extra, numa=numa, units=units, orders=orders,
+                         numa_cap=zone)
+
+    def _units(self, d: int, flavor: str, role: RoleInfo) -> list[list[int]]:
+        """The units a group of `role` must fit in below domain d: the node order of each highest domain of
+        tier <= its group tier, and each node below d outside any such domain on its own."""
+        tree, state, static = self.tree, self.state, self.state.static
+        top, binpack = role.group_highest_tier, self.config.binpack
+        need = role.group_size * role.gpus_per_task
+        out: list[list[int]] = []
+        stack = [d]
+        while stack:
+            e = stack.pop()
+            for c in tree.children[e]:
+                if state.domain_free(c, flavor) <= 0:
+                    continue
+                if tree.tiers[c] <= top:
+                    out.append(node_order(state, c, flavor, need, binpack=binpack))
+                else:
+                    stack.append(c)
+            for k in static.direct_by_flavor[e].get(flavor, ()):
+                if state.free[k]:
+                    out.append([k])
+        return out
 
     def _cpu_nodes(self, d: int, order: list[int]) -> list[int]:
         """Nodes for roles with no GPUs: the GPU order first, then the domain's other ready nodes."""

@@ -11,6 +11,7 @@ from typing import Hashable, Literal, Mapping
 
 JobId = Hashable
 TopologyMode = Literal["none", "soft", "hard"]
+NumaPolicy = Literal["prefer", "single"]
 NodeState = Literal["ready", "cordoned", "draining", "not_ready"]
 
 
@@ -68,7 +69,7 @@ class QueueInfo:
     parent: str | None = None
     weight: float = 1.0
     quotas: Mapping[str, QuotaInfo] = field(default_factory=dict)
-    state: Literal["open", "closed", "draining"] = "open"
+    state: Literal["open", "closing", "closed", "draining"] = "open"
     recent_usage: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -76,7 +77,15 @@ class QueueInfo:
 class RoleInfo:
     """A task group. `tasks` is how many tasks of the role still want to run (of a running job: those placed,
     being released and waiting to be placed again, indices 0..tasks-1); the gang needs min(min_available,
-    tasks) of them placed at once. `flavors` empty = any GPU model."""
+    tasks) of them placed at once. `flavors` empty = any GPU model; roles of one job
+    may name different flavors (a heterogeneous job: an RL trainer on one model, rollout workers on
+    another), and the gang rule holds across them.
+
+    Sub-group constraint (DESIGN section 4): `group_size` > 0 places the role's tasks in consecutive
+    groups of `group_size` (by task index; the last one may be smaller), each group inside one domain of
+    tier <= `group_highest_tier` (a tensor-parallel group inside one NVLink domain while the job spans
+    racks). `group_mode` "hard" fails rather than break a group; "soft" prefers whole groups and may
+    spread them. group_size 0 = no sub-group constraint."""
 
     name: str
     tasks: int
@@ -85,6 +94,14 @@ class RoleInfo:
     cpu_milli: int = 0
     memory_mib: int = 0
     flavors: tuple[str, ...] = ()
+    group_size: int = 0
+    group_highest_tier: int | None = None
+    group_mode: Literal["hard", "soft"] = "hard"
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the role has a sub-group constraint the search must honour."""
+        return self.group_size > 0 and self.group_highest_tier is not None
 
     @property
     def effective_min(self) -> int:
@@ -107,7 +124,12 @@ class JobInfo:
     waits); "soft" and "none" prefer the lowest tier that fits and may spread up to the whole cluster.
     `preferred_tier` (any mode; at most highest_tier under "hard") is where the domain search starts:
     the gang is placed best-fit among the domains of that tier, falling back upward when none fits
-    (Session.tier_levels). Times are seconds of the cluster clock; time_limit None = none declared."""
+    (Session.tier_levels). Times are seconds of the cluster clock; time_limit None = none declared.
+
+    NUMA (`numa`): "prefer" (default) puts each task's GPUs inside one NUMA node of a node that reports
+    them (NodeInfo.gpu_numa) when some node in the chosen domain has one with room, else anywhere;
+    "single" makes it a hard rule (kubelet's single-numa-node policy): a task that no NUMA node holds waits.
+    A node that reports no NUMA layout counts as one NUMA node."""
 
     id: JobId
     queue: str
@@ -131,6 +153,7 @@ class JobInfo:
     avoid_nodes: frozenset[str] = frozenset()
     evicted_for: JobId | None = None  # state "preempting": the beneficiary its eviction is for (None: none)
     part_of: JobId | None = None  # a "preempting" entry of surplus tasks being released: the running job they are of
+    numa: NumaPolicy = "prefer"
 
     @property
     def gpus_requested(self) -> int:

@@ -89,15 +89,16 @@ class ClusterState:
             del keys[bisect_left(keys, old)]
         self._bucket_add(key, new, d)
 
-    def domains_with_free(self, tier: int, flavor: str, need: int):
+    def domains_with_free(self, tier: int, flavor: str, need: int, *, most_free_first: bool = False):
         """Yield (free, domain set) for domains of `tier` with at least `need` free GPUs of `flavor`,
-        least free first (best fit). The sets are live: copy before mutating the state."""
+        least free first (best fit), or most free first. The sets are live: copy before mutating the state."""
         key = (tier, flavor)
         keys = self.bucket_keys.get(key)
         if not keys:
             return
         buckets = self.buckets[key]
-        for free in keys[bisect_left(keys, need):]:
+        fitting = keys[bisect_left(keys, need):]
+        for free in (reversed(fitting) if most_free_first else fitting):
             members = buckets.get(free)
             if members:
                 yield free, members
@@ -120,6 +121,19 @@ class ClusterState:
             return False
         c, m = self.cpu_free[k], self.mem_free[k]
         return (c is None or c >= cpu) and (m is None or m >= mem)
+
+    def numa_room(self, k: int) -> int:
+        """The most free GPUs of node k inside one NUMA node (all its free GPUs when it reports no NUMA
+        layout: it counts as one NUMA node)."""
+        free = self.free[k]
+        numa = self.nodes[k].gpu_numa
+        if not numa or not free:
+            return len(free)
+        counts: dict[int, int] = {}
+        for g in free:
+            z = numa[g] if g < len(numa) else -1  # GPUs the layout does not cover: one zone (as pick_gpus)
+            counts[z] = counts.get(z, 0) + 1
+        return max(counts.values())
 
     def pick_gpus(self, k: int, count: int) -> tuple[int, ...]:
         """Choose `count` free GPUs on node k, inside one NUMA node when one has enough (the fullest such

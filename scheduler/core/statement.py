@@ -23,6 +23,13 @@ class Statement:
         self.placements.append(placement)
         return placement
 
+    def rollback(self, mark: int) -> None:
+        """Undo the placements made after the first `mark` ones (len(ops) when the mark was taken)."""
+        while len(self.ops) > mark:
+            k, gpus, cpu, mem = self.ops.pop()
+            self.state.give(k, gpus, cpu, mem)
+            self.placements.pop()
+
     def discard(self) -> None:
         for k, gpus, cpu, mem in reversed(self.ops):
             self.state.give(k, gpus, cpu, mem)

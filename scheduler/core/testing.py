@@ -27,10 +27,12 @@ from .snapshot import (
 
 
 def role(*, name: str = "worker", tasks: int = 1, gpus_per_task: int = 1, min_available: int | None = None,
-         cpu_milli: int = 0, memory_mib: int = 0, flavors: Iterable[str] = ()) -> RoleInfo:
+         cpu_milli: int = 0, memory_mib: int = 0, flavors: Iterable[str] = (), group_size: int = 0,
+         group_highest_tier: int | None = None, group_mode: str = "hard") -> RoleInfo:
     return RoleInfo(name=name, tasks=tasks, gpus_per_task=gpus_per_task,
                     min_available=tasks if min_available is None else min_available,
-                    cpu_milli=cpu_milli, memory_mib=memory_mib, flavors=tuple(flavors))
+                    cpu_milli=cpu_milli, memory_mib=memory_mib, flavors=tuple(flavors), group_size=group_size,
+                    group_highest_tier=group_highest_tier, group_mode=group_mode)
 
 
 class World:
@@ -100,34 +102,38 @@ class World:
             highest_tier: int | None = None, preferred_tier: int | None = None, time_limit: float | None = None,
             flavors: Iterable[str] = (), cpu_milli: int = 0, memory_mib: int = 0,
             duration: float | None = None, reserved: Iterable[TaskPlacement] = (),
-            avoid_nodes: Iterable[str] = ()) -> World:
+            avoid_nodes: Iterable[str] = (), numa: str = "prefer") -> World:
         """A pending job: one role from tasks / gpus_per_task / min_available, or explicit `roles`;
         `reserved`: GPUs held for it by an earlier cycle (a nomination); `avoid_nodes`: nodes its earlier
-        attempts failed on (placed there only when nothing else fits)."""
+        attempts failed on (placed there only when nothing else fits); `numa`: "prefer" | "single"."""
         roles = tuple(roles) if roles is not None else (
             role(tasks=tasks, gpus_per_task=gpus_per_task, min_available=min_available, cpu_milli=cpu_milli,
                  memory_mib=memory_mib, flavors=flavors),)
         self._jobs[name] = JobInfo(id=name, name=name, queue=queue, roles=roles, priority=priority,
                                    submit_time=submit, preemptible=preemptible, topology_mode=topology_mode,
                                    highest_tier=highest_tier, preferred_tier=preferred_tier, time_limit=time_limit,
-                                   reserved=tuple(reserved), avoid_nodes=frozenset(avoid_nodes))
+                                   reserved=tuple(reserved), avoid_nodes=frozenset(avoid_nodes), numa=numa)
         if duration is not None:
             self.durations[name] = duration
         return self
 
     def running(self, *, name: str, queue: str = "q", nodes: Iterable[str], gpus_per_task: int,
                 min_available: int | None = None, started: float = 0.0, priority: int = 0,
-                preemptible: bool = True, time_limit: float | None = None, duration: float | None = None) -> World:
-        """A job already running with one task on each of `nodes` (a node may repeat), on the lowest free GPUs."""
+                preemptible: bool = True, time_limit: float | None = None, duration: float | None = None,
+                gpus: Iterable[Iterable[int]] | None = None) -> World:
+        """A job already running with one task on each of `nodes` (a node may repeat), on the lowest free GPUs
+        (or, with `gpus`, on those GPU indices: one tuple per task)."""
         placements = []
         taken: dict[str, set[int]] = {}
+        chosen = [tuple(g) for g in gpus] if gpus is not None else None
         for i, n in enumerate(nodes):
             node = self._nodes[n]
             busy = set(node.used) | taken.setdefault(n, set())
-            gpus = tuple(g for g in range(node.gpus) if g not in busy)[:gpus_per_task]
-            assert len(gpus) == gpus_per_task, f"node {n} has no room for task {i}"
-            taken[n].update(gpus)
-            placements.append(TaskPlacement(role="worker", index=i, node=n, gpus=gpus))
+            picked = chosen[i] if chosen is not None else \
+                tuple(g for g in range(node.gpus) if g not in busy)[:gpus_per_task]
+            assert len(picked) == gpus_per_task and not busy & set(picked), f"node {n} has no room for task {i}"
+            taken[n].update(picked)
+            placements.append(TaskPlacement(role="worker", index=i, node=n, gpus=picked))
         for n, gpus in taken.items():
             self._nodes[n] = replace(self._nodes[n], used=self._nodes[n].used | gpus)
         count = len(placements)

@@ -202,3 +202,14 @@ def test_interrupted_follow_exits_130_quietly(api, capsys, monkeypatch):
     api.answers = log_api({None: page(0, "", 0)})
     assert cli.main([*API, "logs", "7", "--follow"]) == 130
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_submit_sends_sub_group_tier_names_and_numa(api, capsys):
+    """The CLI passes a role's sub-group, tier names and the NUMA policy (api-subgroup-tier-limit-ignored.yaml)."""
+    code = cli.main([*API, "submit", "--queue", "alpha", "--name", "x", "--tasks", "16", "--group-size", "8",
+                     "--group-tier", "nvlink", "--topology", "hard", "--highest-tier", "2", "--numa", "single",
+                     "--command", "python3 train.py"])
+    assert code == 0, capsys.readouterr().err
+    body = sent_body(api)
+    assert (body["roles"][0]["group_size"], body["roles"][0]["group_highest_tier"]) == (8, "nvlink")
+    assert (body["highest_tier"], body["numa"]) == (2, "single")

@@ -250,3 +250,20 @@ def test_job_page_shows_history_and_the_map_for_a_running_job(client, world):
     html = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "State history" in html and 'data-job="%d"' % job.pk in html and 'data-zoom="nvl-0"' in html
     json.loads(client.get(f"/topology.json?zoom=nvl-0&job={job.pk}").content)
+
+
+def test_submit_form_takes_numa_and_sub_groups(client, world):
+    """The submit form passes numa and a role's sub-group (group size, group tier) to the service, and the
+    job page shows them (api-subgroup-tier-limit-ignored.yaml through the form)."""
+    client.force_login(world["alice"])
+    response = client.post("/jobs/new/", roles_post(numa="single", **{"roles-0-group_size": "2",
+                                                                       "roles-0-group_highest_tier": "1"}))
+    assert response.status_code == 302, response.content.decode()
+    job = Job.objects.get(name="train-1")
+    role = job.roles.get()
+    assert (job.numa, role.group_size, role.group_highest_tier, role.group_mode) == ("single", 2, 1, "hard")
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "2 tasks per tier-1 domain (hard)" in page and "NUMA single" in page
+    bad = client.post("/jobs/new/", roles_post(name="train-2", **{"roles-0-group_size": "2"}))
+    assert bad.status_code == 200 and "group_highest_tier" in bad.content.decode()
+    assert not Job.objects.filter(name="train-2").exists()

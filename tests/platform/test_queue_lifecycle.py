@@ -14,8 +14,9 @@ from gpuplatform.scheduling import store
 CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
 
 
-@pytest.mark.parametrize("state", ["closed", "draining"])
-def test_closed_or_draining_queue_refuses_submissions_but_schedules_its_jobs(submit, alpha, state):
+@pytest.mark.parametrize("state, shown", [("closed", "closing"), ("closing", "closing"), ("draining", "draining")])
+def test_closed_or_draining_queue_refuses_submissions_but_schedules_its_jobs(submit, alpha, state, shown):
+    """Closing (asked as closed while jobs remain) and draining queues refuse new jobs and schedule theirs."""
     team, queue = alpha
     running = submit("running", tasks=1, gpus=8)
     store.run_cycle_once(clock=CLOCK)
@@ -23,7 +24,7 @@ def test_closed_or_draining_queue_refuses_submissions_but_schedules_its_jobs(sub
     services.update_queue(queue, state=state)
     with pytest.raises(ValidationError) as exc:
         submit("new", tasks=1, gpus=1)
-    assert f"is {state} and accepts no new jobs" in exc.value.errors["queue"]
+    assert f"is {shown} and accepts no new jobs" in exc.value.errors["queue"]
     store.run_cycle_once(clock=CLOCK)
     assert dict(Job.objects.values_list("name", "state")) == {"running": "running", "waiting": "running"}
     assert Job.objects.get(pk=running.pk).started_at == CLOCK
@@ -51,3 +52,26 @@ def test_delete_empty_queue(cluster):
     services.delete_queue(empty)
     assert not Queue.objects.filter(name="spare").exists() and not Quota.objects.filter(queue_id=empty.pk).exists()
     assert Event.objects.get(kind="queue_deleted").data["queue"] == "spare"
+
+
+def test_closing_queue_closes_when_its_last_job_ends(submit, alpha):
+    """Queue lifecycle open -> closing -> closed: a queue closed while it has jobs is closing (no new jobs,
+    its jobs run on) and becomes closed when the last one ends, with a queue_closed Event."""
+    team, queue = alpha
+    first = submit("first", tasks=1, gpus=8)
+    second = submit("second", tasks=1, gpus=1)
+    store.run_cycle_once(clock=CLOCK)
+    services.update_queue(queue, state="closed")
+    assert Queue.objects.get(pk=queue.pk).state == "closing"
+    services.finish_job(Job.objects.get(pk=first.pk))
+    assert Queue.objects.get(pk=queue.pk).state == "closing"
+    services.cancel_job(Job.objects.get(pk=second.pk))
+    assert Queue.objects.get(pk=queue.pk).state == "closed"
+    assert Event.objects.filter(kind="queue_closed", queue_id=queue.pk).count() == 1
+    services.update_queue(queue, state="open")  # reopened: takes jobs again
+    submit("again", tasks=1, gpus=1)
+
+
+def test_closing_an_idle_queue_closes_it_at_once(alpha):
+    team, queue = alpha
+    assert services.update_queue(queue, state="closing").state == "closed"

@@ -48,7 +48,9 @@ class ClusterSample(models.Model):
     time = models.DateTimeField(db_index=True)
     cycle = models.PositiveIntegerField(null=True, blank=True)
     schedulable_gpus = models.PositiveIntegerField()
-    allocated_gpus = models.PositiveIntegerField()
+    allocated_gpus = models.PositiveIntegerField(help_text="bound to jobs (running, starting or stopping)")
+    held_gpus = models.PositiveIntegerField(default=0, help_text="held for jobs not started (reservations, "
+                                                                 "eviction beneficiaries): neither allocated nor free")
     free_gpus = models.PositiveIntegerField()
     allocation_rate = models.FloatField()
     fragmentation_rate = models.FloatField()

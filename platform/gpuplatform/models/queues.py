@@ -9,11 +9,17 @@ class Queue(models.Model):
 
     Leaf queues belong to a team; inner queues belong to the platform. `weight` shares idle capacity
     among queues above their quota. `preemption_grace_seconds` is the checkpoint window a victim gets.
+
+    Lifecycle (`state`): open -> closing -> closed. A queue asked to close while it still has pending or
+    live jobs is `closing`: it takes no new jobs, its jobs are scheduled and run to their end, and it
+    becomes `closed` when its last job ends (lifecycle.close_idle_queues). `draining` takes no new jobs
+    and stays so until reopened.
     """
 
     class State(models.TextChoices):
         OPEN = "open", "open"
-        CLOSED = "closed", "closed"  # no new jobs; running ones continue
+        CLOSING = "closing", "closing"  # no new jobs; its jobs run to their end, then it is closed
+        CLOSED = "closed", "closed"  # no new jobs, and none left
         DRAINING = "draining", "draining"  # no new jobs; pending ones still scheduled
 
     name = models.CharField(max_length=100, unique=True)

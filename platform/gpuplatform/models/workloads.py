@@ -41,6 +41,10 @@ class Job(models.Model):
         SOFT = "soft", "soft (prefer)"
         HARD = "hard", "hard (require)"
 
+    class NumaPolicy(models.TextChoices):
+        PREFER = "prefer", "prefer (one NUMA node per task when one fits)"
+        SINGLE = "single", "single (one NUMA node per task, or wait)"
+
     # The job state sets, defined once: live = bound to GPUs (admitted, running, or preempting in a stop's
     # grace period); active = live and not stopping (what eviction, a stop and the time limit act on).
     LIVE_STATES = (State.ADMITTED, State.RUNNING, State.PREEMPTING)
@@ -58,6 +62,9 @@ class Job(models.Model):
     topology_mode = models.CharField(max_length=8, choices=TopologyMode.choices, default=TopologyMode.NONE)
     highest_tier = models.PositiveSmallIntegerField(null=True, blank=True)
     preferred_tier = models.PositiveSmallIntegerField(null=True, blank=True)
+    numa = models.CharField(max_length=8, choices=NumaPolicy.choices, default=NumaPolicy.PREFER,
+                            help_text="prefer: each task's GPUs inside one NUMA node when one fits; single: always "
+                                      "(kubelet's single-numa-node policy)")
     time_limit_seconds = models.PositiveIntegerField(null=True, blank=True)
     duration_seconds = models.FloatField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
@@ -136,6 +143,12 @@ class JobRole(models.Model):
     memory_mib = models.PositiveIntegerField(default=0)
     min_available = models.PositiveIntegerField()
     flavor = models.CharField(max_length=200, blank=True, help_text="allowed GPU models separated by '|'; blank = any")
+    group_size = models.PositiveIntegerField(null=True, blank=True,
+                                             help_text="sub-group: tasks per group kept inside one domain of tier <= "
+                                                       "group_highest_tier (e.g. a tensor-parallel group); null = none")
+    group_highest_tier = models.PositiveSmallIntegerField(null=True, blank=True)
+    group_mode = models.CharField(max_length=8, default="hard", help_text="hard: a group never spans its tier; "
+                                                                            "soft: prefer, may spread")
     command = models.JSONField(default=list, blank=True, help_text="argv; empty = simulated (trace jobs)")
     env = models.JSONField(default=dict, blank=True, help_text="name -> value")
     working_dir = models.CharField(max_length=500, blank=True)
@@ -150,6 +163,9 @@ class JobRole(models.Model):
                                    name="jobrole_min_available_le_tasks"),
             models.CheckConstraint(condition=Q(gpus_per_task__gt=0) | Q(cpu_milli__gt=0),
                                    name="jobrole_requests_something"),
+            models.CheckConstraint(condition=Q(group_size__isnull=True) | (Q(group_size__gte=1)
+                                                                            & Q(group_highest_tier__isnull=False)),
+                                   name="jobrole_group_has_tier"),
         ]
 
     def __str__(self) -> str:

@@ -26,7 +26,7 @@ def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending:
     ClusterSample.objects.create(
         time=clock, cycle=cycle_number,
         schedulable_gpus=int(m.get("schedulable_gpus", 0) or 0), allocated_gpus=int(m.get("allocated_gpus", 0) or 0),
-        free_gpus=int(m.get("free_gpus", 0) or 0), allocation_rate=float(m.get("allocation_rate", 0.0) or 0.0),
+        held_gpus=int(m.get("held_gpus", 0) or 0), free_gpus=int(m.get("free_gpus", 0) or 0), allocation_rate=float(m.get("allocation_rate", 0.0) or 0.0),
         fragmentation_rate=float(m.get("fragmentation_rate", 0.0) or 0.0),
         largest_runnable={str(k): v for k, v in (m.get("largest_runnable") or {}).items()},
         domain_completeness=float(m.get("domain_completeness", 0.0) or 0.0),

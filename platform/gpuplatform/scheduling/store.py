@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from gpuplatform.audit import record_events
 from gpuplatform.bulk import insert_rows, update_rows
+from gpuplatform.lifecycle import close_idle_queues
 from gpuplatform.models import Allocation, Domain, Gpu, Job, JobRole, Node, Queue, Quota, SchedulerCycle, Task
 from gpuplatform.scheduling import evict, release, samples, usage_decay
 from gpuplatform.scheduling.evict import decode_reserved, encode_reserved, releasing_id, releasing_job  # noqa: F401 (re-exported)
@@ -93,9 +94,10 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
         jobs = list(Job.objects.filter(state__in=("pending", *Job.LIVE_STATES)).values_list(
             "id", "queue__name", "priority", "submitted_at", "preemptible", "topology_mode", "highest_tier",
             "preferred_tier", "time_limit_seconds", "state", "started_at", "name", "reserved", "not_before",
-            "attempts", "bound_at", "excluded_nodes", "evicted_for", "stop_target"))
+            "attempts", "bound_at", "excluded_nodes", "evicted_for", "stop_target", "numa"))
         roles = list(JobRole.objects.filter(job__state__in=("pending", *Job.LIVE_STATES)).values_list(
-            "id", "job_id", "name", "tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "flavor"))
+            "id", "job_id", "name", "tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "flavor",
+            "group_size", "group_highest_tier", "group_mode"))
         pending_tasks = list(Task.objects.filter(job__state__in=("pending", *Job.LIVE_STATES), state="pending")
                              .values_list("role_id", flat=True))
 
@@ -147,19 +149,21 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
     job_roles: dict[int, list[RoleInfo]] = defaultdict(list)
     role_specs: dict[tuple[int, str], tuple] = {}
     job_state = {j[0]: j[9] for j in jobs}
-    for rid, job_id, name, tasks, gpt, min_av, cpu, mem, flavor in roles:
+    for rid, job_id, name, tasks, gpt, min_av, cpu, mem, flavor, group, group_tier, group_mode in roles:
         role_specs[(job_id, name)] = (gpt, cpu, mem, tuple(f for f in flavor.split("|") if f))
         # a running job's role: its tasks placed, being released, and waiting to be placed again (elastic
         # tasks above min_available that were reclaimed or did not fit: the engine grows the job into them)
         wanted = pending_count.get(rid, 0) + (placed_per_role.get((job_id, name), 0)
                                               if job_state.get(job_id) != "pending" else 0)
         if wanted > 0:
-            job_roles[job_id].append(RoleInfo(name, wanted, gpt, min_av, cpu, mem, role_specs[(job_id, name)][3]))
+            job_roles[job_id].append(RoleInfo(name, wanted, gpt, min_av, cpu, mem, role_specs[(job_id, name)][3],
+                                              group_size=group or 0, group_highest_tier=group_tier,
+                                              group_mode=group_mode or "hard"))
 
     index = SnapshotIndex(node_ids={n[1]: n[0] for n in nodes})
     job_infos = []
     for (jid, queue, prio, submitted, preemptible, mode, hi, pref, tlimit, state, started, name, reserved,
-         not_before, attempts, bound_at, excluded, evicted_for, stop_target) in jobs:
+         not_before, attempts, bound_at, excluded, evicted_for, stop_target, numa_policy) in jobs:
         if jid in releasing:
             job_infos.append(releasing_job(jid, queue, name, releasing[jid], role_specs, release_for.get(jid)))
         if not job_roles.get(jid):
@@ -175,7 +179,8 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
             reserved=decode_reserved(reserved) if state == "pending" else (),
             not_before=_ts(not_before) if state == "pending" else None, attempts=attempts,
             avoid_nodes=frozenset(excluded or ()) if state == "pending" else frozenset(),
-            evicted_for=evicted_for if state == "preempting" and stop_target in ("", "requeue") else None))
+            evicted_for=evicted_for if state == "preempting" and stop_target in ("", "requeue") else None,
+            numa=numa_policy or "prefer"))
     snap = Snapshot(nodes=node_infos, domains=tuple(domains), queues=queue_infos, jobs=tuple(job_infos), now=now)
     return snap, index
 
@@ -402,6 +407,7 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
             pending=len(result.pending), stale_skipped=stats.stale_skipped)
         samples.write_samples(result.metrics, clock=clock, cycle_number=cycle_number, pending=len(result.pending),
                               fair_share=result.fair_share)
+        close_idle_queues(at=clock)  # closing queues whose last job ended outside end_job (trace replays)
     return stats
 
 

@@ -12,7 +12,7 @@ from .. import clock, fit_check
 from ..audit import record_event
 from ..errors import ValidationError
 from ..execution import stop_job
-from ..job_rules import check_job
+from ..job_rules import check_job, resolve_tier
 from ..lifecycle import end_job
 from ..models import Domain, Job, JobRole, Node, Queue, Task, Team
 from .base import request_cycle_on_commit, resolve_queue
@@ -26,7 +26,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                time_limit_seconds: int | None = None, duration_seconds: float | None = None, submitter=None,
                submitted_at: datetime | None = None, external_id: str = "", command=None, env: dict | None = None,
                working_dir: str = "", image: str = "", max_restarts: int = 0, completion_role: str = "",
-               warm_start: bool = False) -> Job:
+               warm_start: bool = False, numa: str = "prefer", subgroups: list[dict] | None = None) -> Job:
     """Create a pending Job with its JobRoles and Task rows and ask for a scheduling cycle after commit.
 
     roles: [{name, tasks, gpus_per_task, cpu_milli, memory_mib, min_available (default tasks), flavor,
@@ -35,7 +35,12 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     `working_dir` and `image` for the whole job, a role's own overriding them; `max_restarts` (restarts
     after a task failure), `completion_role` (blank = every role must exit 0). A job needs a command unless
     it is a replayed trace job (`duration_seconds` given): then it runs on the simulated clock and is
-    `simulated`; `warm_start` marks a trace job already running when a replay began (left out of waits). Raises ValidationError naming the field: no command ("command", "roles[i].command"), bad
+    `simulated`; `warm_start` marks a trace job already running when a replay began (left out of waits). Placement (DESIGN sections 4-5): `numa` "prefer" | "single" (every task's GPUs inside one
+    NUMA node, or wait); a role's sub-group `group_size` + `group_highest_tier` (each group of that many
+    tasks inside one domain of that tier; a role's `highest_tier` = one group of all its tasks; its
+    `topology_mode` hard | soft), also given as the job's `subgroups` [{role, group_size,
+    group_highest_tier, topology_mode}]; every tier may be a number or a name ("tier-2", "nvlink", "leaf",
+    "spine"; job_rules.resolve_tier). Roles may name different flavors (a heterogeneous job). Raises ValidationError naming the field: no command ("command", "roles[i].command"), bad
     env names or values ("env.NAME"), an image with no container runtime on any node ("image"), unknown,
     closed or draining queue, not a leaf queue, queue of another team; tasks < 1; gpus_per_task < 0;
     no GPU and no CPU request; min_available outside 1..tasks; duplicate role names; bad topology_mode;
@@ -49,7 +54,11 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
         raise ValidationError({"queue": "queue is required"})
     tiers = set(Domain.objects.values_list("tier", flat=True).distinct())
     has_children = Queue.objects.filter(parent=queue).exists()
-    roles = check_job(team=team, queue=queue, queue_has_children=has_children, name=name, roles=roles,
+    highest_tier, tier_errors = resolve_tier(highest_tier, "highest_tier")
+    preferred_tier, preferred_errors = resolve_tier(preferred_tier, "preferred_tier")
+    if tier_errors or preferred_errors:
+        raise ValidationError({**tier_errors, **preferred_errors})
+    roles = check_job(numa=numa, subgroups=subgroups,team=team, queue=queue, queue_has_children=has_children, name=name, roles=roles,
                       priority=priority, topology_mode=topology_mode, highest_tier=highest_tier,
                       preferred_tier=preferred_tier, time_limit_seconds=time_limit_seconds,
                       duration_seconds=duration_seconds, tiers=tiers, error_class=ValidationError,
@@ -57,14 +66,14 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                       completion_role=completion_role or "",
                       container_runtimes=set(Node.objects.exclude(container_runtime="")
                                              .values_list("container_runtime", flat=True).distinct()))
-    why = fit_check.never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier)
+    why = fit_check.never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa)
     if why:
         raise ValidationError({"roles": why if why.startswith("can never fit") else f"can never fit this cluster: {why}"})
     now = submitted_at or clock.now()
     job = Job.objects.create(team=team, queue=queue, submitter=submitter, name=name, external_id=external_id,
                              priority=priority, preemptible=preemptible, topology_mode=topology_mode,
                              highest_tier=highest_tier, preferred_tier=preferred_tier,
-                             time_limit_seconds=time_limit_seconds, duration_seconds=duration_seconds,
+                             time_limit_seconds=time_limit_seconds, duration_seconds=duration_seconds, numa=numa,
                              simulated=not any(r["command"] for r in roles), max_restarts=max_restarts,
                              completion_role=completion_role or "", warm_start=bool(warm_start),
                              submitted_at=now, pending_reason="waiting for the next scheduling cycle")
@@ -77,7 +86,8 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                  queue=queue, time=now, data={"roles": [{k: v for k, v in r.items() if k != "env"} for r in roles],
                                                "env_names": sorted({k for r in roles for k in r["env"]}),
                                                "max_restarts": max_restarts, "priority": priority, "gpus": gpus,
-                                               "topology": [topology_mode, highest_tier, preferred_tier]})
+                                               "topology": [topology_mode, highest_tier, preferred_tier],
+                                               "numa": numa})
     request_cycle_on_commit()
     return job
 

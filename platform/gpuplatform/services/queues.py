@@ -7,6 +7,7 @@ from django.db import transaction
 
 from .. import quota_rules
 from ..audit import record_event
+from ..lifecycle import close_idle_queues
 from ..models import Job, Queue, Quota, Team
 from .base import raise_if, request_cycle_on_commit, resolve_queue
 
@@ -58,7 +59,10 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
 @transaction.atomic
 def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state: str | None = None,
                  actor=None) -> Queue:
-    """Change a queue's parent (`...` = keep; None = make it a root), weight or state (open | closed | draining).
+    """Change a queue's parent (`...` = keep; None = make it a root), weight or state (open | closing |
+    closed | draining). Closing (state "closing", or "closed" asked while the queue still has pending or
+    live jobs) takes no new jobs and lets its jobs run to their end; the queue becomes closed when its last
+    job ends (lifecycle.close_idle_queues; at once when it has none).
     Raises ValidationError: unknown parent, a parent change that makes a cycle ("parent"), weight <= 0,
     unknown state."""
     errors: dict[str, str] = {}
@@ -77,6 +81,8 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
     if state is not None:
         if state not in Queue.State.values:
             errors["state"] = f"state must be one of {Queue.State.values}"
+        elif state == Queue.State.CLOSED:
+            state = Queue.State.CLOSING  # closed only once its last job has ended: close_idle_queues below
         changes["state"] = state
     raise_if(errors)
     if parent is not ...:
@@ -87,6 +93,9 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
         queue.state = state
     queue.save()
     record_event("queue_updated", f"queue {queue.name} updated", actor=actor, queue=queue, data=changes)
+    if state == Queue.State.CLOSING:
+        close_idle_queues([queue.pk], actor=actor)
+        queue.refresh_from_db(fields=["state"])
     return queue
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, replace
 
 from ..domain_tree import common_domain
 from ..plugins.fairshare import EPS, dominant_share, usage_offset
+from ..plugins.feasibility import mixed_never_fits
+from ..plugins.predicates import flavor_plans, role_flavors
 from ..plugins.quota import INF, job_order_key
 from ..session import Session
 from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement
@@ -172,9 +174,7 @@ class Admission:
             return PendingReason("invalid", "job has no roles", terminal=True)
         flavors = session.flavors(job)
         if not flavors:
-            wanted = sorted({f for r in job.roles for f in r.flavors})
-            return PendingReason("never_fits_flavor", f"no node of flavor {'|'.join(wanted)} in this cluster",
-                                 terminal=True)
+            return self._place_mixed(job)
         if job.avoid_nodes:
             avoided = self._place_avoiding(job, flavors, backfill_open)
             if avoided is not None:
@@ -211,6 +211,58 @@ class Admission:
             self.failed_shapes = saved
             session.holds.drop(key)
 
+    def _place_mixed(self, job: JobInfo) -> Binding | PendingReason:
+        """A heterogeneous job (its GPU roles share no flavor): each role on a flavor it accepts, the gang
+        in one domain of its tier levels (Session.search_mixed), the queue's limits checked and charged
+        per flavor. Plans (role -> flavor) are tried with each role's flavors most free first."""
+        session = self.session
+        queues, state = session.queues, session.state
+        root = session.tree.root
+        plans = flavor_plans(job.roles, state.flavors,
+                             rank=lambda fs: sorted(fs, key=lambda f: (-state.domain_free(root, f), f)))
+        if not plans:
+            missing = next(r for r in job.roles if r.gpus_per_task and not role_flavors(r, state.flavors))
+            return PendingReason("never_fits_flavor", f"role {missing.name}: no node of flavor "
+                                 f"{'|'.join(missing.flavors)} in this cluster", terminal=True)
+        cap = session.tier_cap(job)
+        never = mixed_never_fits(session.capacity, job, state.flavors, cap if session.config.topology else None)
+        if never is not None:
+            return never
+        reasons: list[PendingReason] = []
+        for plan in plans:
+            need_by: dict[str, int] = {}
+            for r in job.roles:
+                if r.name in plan:
+                    need_by[plan[r.name]] = need_by.get(plan[r.name], 0) + r.effective_min * r.gpus_per_task
+            blocked = None
+            for flavor, need in sorted(need_by.items()):
+                limit, limiter = queues.static_limit(job.queue, flavor)
+                room, at = queues.headroom(job.queue, flavor)
+                if not job.preemptible:
+                    room = min(room, queues.quota_room(job.queue, flavor)[0])
+                if need > limit:
+                    blocked = PendingReason("never_fits_queue_limit", f"needs {need} {flavor} GPUs, above queue "
+                                            f"{limiter} limit of {int(limit)}", terminal=True)
+                elif need > room:
+                    blocked = PendingReason("queue_limit", f"queue {at} has room for {int(room)} more {flavor} "
+                                            f"GPUs, job needs {need}")
+                if blocked is not None:
+                    break
+            if blocked is not None:
+                reasons.append(blocked)
+                continue
+            # tasks above the minimum only while every flavor's headroom allows: bounded by the tightest
+            room = min(queues.headroom(job.queue, f)[0] - n for f, n in need_by.items()) + job.gpus_min
+            outcome = session.search_mixed(job, plan, cap=cap, room=room)
+            if isinstance(outcome, Binding):
+                for t in outcome.tasks:
+                    if t.gpus:
+                        queues.charge(job.queue, state.nodes[state.node_index[t.node]].flavor, len(t.gpus))
+                return outcome
+            reasons.append(outcome)
+        live = [r for r in reasons if not r.terminal]
+        return live[0] if live else reasons[0]
+
     def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None) -> Binding | PendingReason:
         session = self.session
         queues, config = session.queues, session.config
@@ -239,8 +291,9 @@ class Admission:
                                      f"uses {used} of its quota of {int(used + within)} {flavor} GPUs (its "
                                      f"entitlement, docs/quotas.md), job needs {need}")
             room = min(room, within)
-        shape = (flavor, cap, job.preferred_tier, backfill_open,
-                 tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib) for r in job.roles))
+        shape = (flavor, cap, job.preferred_tier, backfill_open, job.numa,
+                 tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib, r.group_size,
+                        r.group_highest_tier, r.group_mode) for r in job.roles))
         cached = self.failed_shapes.get(shape)
         if cached is not None:
             return cached

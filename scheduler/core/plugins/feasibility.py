@@ -11,14 +11,28 @@ submission-time check), with the allocator's flavor rule and tier cap.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 from typing import Iterable
 
 from ..cache import EngineCache
 from ..snapshot import DomainInfo, JobInfo, NodeInfo, PendingReason, RoleInfo, Snapshot
 from ..state import ClusterState
-from .predicates import allowed_flavors
+from .predicates import allowed_flavors, role_flavors
 from .topology_policy import tier_cap
+
+
+def largest_numa_node(node: NodeInfo) -> int:
+    """GPUs in the node's largest NUMA node (all of them when it reports no layout)."""
+    numa = node.gpu_numa
+    if not numa:
+        return node.gpus
+    counts: dict[int, int] = {}
+    for z in numa[:node.gpus]:
+        counts[z] = counts.get(z, 0) + 1
+    if node.gpus > len(numa):  # GPUs the layout does not cover: one NUMA node (as ClusterState.pick_gpus)
+        counts[-1] = counts.get(-1, 0) + node.gpus - len(numa)
+    return max(counts.values(), default=0)
 
 
 class Capacity:
@@ -30,19 +44,21 @@ class Capacity:
     def __init__(self, state: ClusterState, cache: EngineCache | None = None):
         self.state = state
         tables = cache.feasibility(state.static, self._tables) if cache is not None else self._tables()
-        self.sizes, self.max_node, self._cache, self._fits_cache = tables
+        self.sizes, self.max_node, self._cache, self._fits_cache, self.max_zone = tables
 
     def _tables(self) -> tuple:
         """(per domain: flavor -> Counter {node GPU count: nodes}, flavor -> largest node's GPUs, the
-        never_fits memo, the domain_fits memo)."""
+        never_fits memo, the domain_fits memo, flavor -> largest NUMA node's GPUs)."""
         state, tree = self.state, self.state.tree
         sizes: list[dict[str, Counter]] = [defaultdict(Counter) for _ in tree.names]
         max_node: dict[str, int] = defaultdict(int)
+        max_zone: dict[str, int] = defaultdict(int)
         for k, node in enumerate(state.nodes):
             max_node[node.flavor] = max(max_node[node.flavor], node.gpus)
+            max_zone[node.flavor] = max(max_zone[node.flavor], largest_numa_node(node))
             for d in tree.node_chain[k]:
                 sizes[d][node.flavor][node.gpus] += 1
-        return sizes, max_node, {}, {}
+        return sizes, max_node, {}, {}, max_zone
 
     def _maximal_domains(self, cap: int | None) -> list[int]:
         tree = self.state.tree
@@ -67,7 +83,8 @@ class Capacity:
                    >= role.effective_min for role in job.roles)
 
     def never_fits(self, job: JobInfo, flavor: str, cap: int | None) -> PendingReason | None:
-        key = (flavor, cap, tuple((r.name, r.gpus_per_task, r.effective_min) for r in job.roles))
+        key = (flavor, cap, job.numa, tuple((r.name, r.gpus_per_task, r.effective_min, r.group_size, r.group_highest_tier,
+                                             r.group_mode) for r in job.roles))
         if key in self._cache:
             return self._cache[key]
         self._cache[key] = reason = self._check(job, flavor, cap)
@@ -80,6 +97,24 @@ class Capacity:
                 return PendingReason(
                     "never_fits_node", f"role {role.name}: {role.gpus_per_task} GPUs per task exceeds every {flavor} "
                     f"node (largest has {biggest})", terminal=True)
+        if job.numa == "single":
+            zone = self.max_zone.get(flavor, 0)
+            for role in job.roles:
+                if role.gpus_per_task > zone:
+                    return PendingReason(
+                        "never_fits_numa", f"role {role.name}: {role.gpus_per_task} GPUs per task exceed every "
+                        f"{flavor} node's NUMA node (largest holds {zone}; numa: single)", terminal=True)
+        for role in job.roles:
+            if role.grouped and role.gpus_per_task:
+                group = min(role.group_size, role.effective_min)
+                probe = JobInfo(id="group", queue="", roles=(RoleInfo(name=role.name, tasks=group,
+                                                                      gpus_per_task=role.gpus_per_task,
+                                                                      min_available=group),))
+                if biggest // role.gpus_per_task < group and not any(
+                        self.domain_fits(probe, flavor, d) for d in self._maximal_domains(role.group_highest_tier)):
+                    return PendingReason(
+                        "never_fits_group", f"role {role.name}: a group of {group} tasks x {role.gpus_per_task} "
+                        f"{flavor} GPUs exceeds every tier-{role.group_highest_tier} domain", terminal=True)
         domains = self._maximal_domains(cap)
         if not domains:
             return PendingReason("never_fits_tier", f"this cluster has no domain of tier <= {cap}", terminal=True)
@@ -100,7 +135,8 @@ class Capacity:
 
 
 def never_fits(nodes: Iterable[NodeInfo], domains: Iterable[DomainInfo], roles: Iterable[RoleInfo], *,
-               topology_mode: str = "none", highest_tier: int | None = None) -> PendingReason | None:
+               topology_mode: str = "none", highest_tier: int | None = None, numa: str = "prefer"
+               ) -> PendingReason | None:
     """Why a job of these roles and topology constraint can never run on this cluster, whatever else runs
     (a terminal PendingReason: never_fits_flavor, never_fits_node, never_fits_tier or never_fits_domain),
     or None when it may fit. The allocator's own rules, with topology on: the flavors every GPU role
@@ -111,12 +147,30 @@ def never_fits(nodes: Iterable[NodeInfo], domains: Iterable[DomainInfo], roles: 
     snapshot = Snapshot(nodes=tuple(nodes), domains=tuple(domains))
     state = ClusterState(snapshot)
     job = JobInfo(id="submission", queue="", roles=tuple(roles), topology_mode=topology_mode,
-                  highest_tier=highest_tier)
+                  highest_tier=highest_tier, numa=numa)
     flavors = allowed_flavors(job.roles, state.flavors)
-    if not flavors:
-        wanted = sorted({f for r in job.roles for f in r.flavors})
-        return PendingReason("never_fits_flavor", f"no node of flavor {'|'.join(wanted)} in this cluster",
-                             terminal=True)
     capacity, cap = Capacity(state), tier_cap(job, state.tree.top_tier)
+    if not flavors:
+        return mixed_never_fits(capacity, job, state.flavors, cap)
     reasons = [capacity.never_fits(job, flavor, cap) for flavor in sorted(flavors)]
     return reasons[0] if all(r is not None for r in reasons) else None
+
+
+def mixed_never_fits(capacity: Capacity, job: JobInfo, flavors: Iterable[str], cap: int | None
+                     ) -> PendingReason | None:
+    """The static rule for a job whose GPU roles share no flavor (a heterogeneous job): it never fits when
+    a GPU role accepts no flavor of this cluster, or no flavor it accepts could hold that role alone
+    (Capacity.never_fits of the role by itself). None = it may fit."""
+    present = set(flavors)
+    for role in job.roles:
+        if not role.gpus_per_task:
+            continue
+        mine = role_flavors(role, present)
+        if not mine:
+            return PendingReason("never_fits_flavor", f"role {role.name}: no node of flavor "
+                                 f"{'|'.join(role.flavors)} in this cluster", terminal=True)
+        alone = replace(job, roles=(role,))
+        reasons = [capacity.never_fits(alone, f, cap) for f in sorted(mine)]
+        if all(r is not None for r in reasons):
+            return reasons[0]
+    return None

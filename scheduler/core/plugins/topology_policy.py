@@ -21,14 +21,16 @@ def tier_cap(job: JobInfo, top_tier: int, *, topology: bool = True) -> int:
     return top_tier
 
 
-def candidate_domains(state: ClusterState, tier: int, flavor: str, need: int):
+def candidate_domains(state: ClusterState, tier: int, flavor: str, need: int, *, binpack: bool = True):
     """Yield domains of exactly `tier` with at least `need` free GPUs of `flavor`, best fit first: least
-    free, then the fullest parent, then the name. Lazy: a search that succeeds on the first candidate
-    costs O(log domains), not a sort of the tier."""
+    free, then the fullest parent, then the fewest nodes (a node without a domain, or a small domain, before a
+    bigger domain that a multi-node gang may need whole), then the name (binpack off: most free first, like kube-scheduler's
+    least-allocated spreading). Lazy: a search that succeeds on the first candidate costs O(log domains),
+    not a sort of the tier."""
     tree, dom_free = state.tree, state.dom_free
-    for _, members in state.domains_with_free(tier, flavor, need):
+    for _, members in state.domains_with_free(tier, flavor, need, most_free_first=not binpack):
         ranked = sorted(members, key=lambda d: (dom_free[tree.parent[d]].get(flavor, 0) if tree.parent[d] >= 0 else 0,
-                                                tree.names[d]))
+                                                len(tree.nodes_under[d]), tree.names[d]))
         yield from ranked
 
 

@@ -3,6 +3,8 @@ from datetime import timezone as dt_timezone
 from django.core.validators import ProhibitNullCharactersValidator
 from rest_framework import serializers
 
+from scheduler.core.domain_tree import node_domain
+
 from ...models import Domain, Gpu, Node
 from .base import ModelSerializer, Serializer
 from .fields import count_field
@@ -36,13 +38,21 @@ class NodeSerializer(ModelSerializer):
     domain = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     gpus = GpuSerializer(many=True, read_only=True)
     allocated_gpus = serializers.IntegerField(read_only=True)
+    scheduling_domain = serializers.SerializerMethodField(
+        help_text="the tier-1 domain the scheduler places in: the node's domain, or node:<name> for a node "
+                  "without one (it is a domain of its own)")
 
     class Meta:
         model = Node
-        fields = ["id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib", "domain", "state", "labels",
+        fields = ["id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib", "domain", "scheduling_domain",
+                  "state", "labels",
                   "executor", "address", "container_runtime", "last_heartbeat", "clock_offset_seconds",
                   "health_reason", "health_since", "validation", "topology_mismatches", "allocated_gpus", "gpus"]
         read_only_fields = fields
+
+
+    def get_scheduling_domain(self, node) -> str:
+        return node.domain.name if node.domain_id else node_domain(node.name)
 
 
 class NodeActionSerializer(Serializer):

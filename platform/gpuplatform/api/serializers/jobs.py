@@ -1,3 +1,4 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ... import queries
@@ -6,9 +7,32 @@ from .base import ModelSerializer, Serializer
 from .fields import INT32_MAX, count_field
 
 
+@extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1, "maximum": 32767},
+                               {"type": "string", "maxLength": 32}], "nullable": True})
+class TierField(serializers.Field):
+    """A tier: a number (1 = scale-up / NVLink, 2 = leaf, 3 = spine, ...) or a name ("tier-2", "nvlink",
+    "leaf", "spine"); names are resolved, and unknown ones refused naming the field, by the services
+    (job_rules.resolve_tier)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, str)):
+            raise serializers.ValidationError("a tier is a number or a tier name such as 'tier-1'")
+        if isinstance(data, int) and not -32768 <= data <= 32767:
+            raise serializers.ValidationError("tier must be between 1 and 32767")
+        if isinstance(data, str) and len(data) > 32:
+            raise serializers.ValidationError("a tier name is at most 32 characters")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
 class JobRoleSerializer(ModelSerializer):
     """A task group: `tasks` replicas of `gpus_per_task` GPUs; the gang needs `min_available` of them
-    (default: all). `flavor`: allowed GPU models separated by '|' (blank = any)."""
+    (default: all). `flavor`: allowed GPU models separated by '|' (blank = any); roles may name different
+    flavors (a heterogeneous job). Sub-group: every `group_size` tasks inside one domain of tier <=
+    `group_highest_tier` (`topology_mode` hard, the default, or soft); `highest_tier` on a role = all its
+    tasks in one such domain. Tiers are numbers or names ("tier-1", "nvlink", "leaf", "spine")."""
 
     name = serializers.CharField(max_length=64, required=False)
     tasks = count_field(required=False, default=1)
@@ -23,11 +47,20 @@ class JobRoleSerializer(ModelSerializer):
     working_dir = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     image = serializers.CharField(max_length=300, required=False, allow_blank=True, default="",
                                   help_text="container image (needs a node agent with a container runtime)")
+    group_size = count_field(required=False, allow_null=True, default=None,
+                             help_text="sub-group: tasks per group kept inside one domain of tier <= group_highest_tier")
+    group_highest_tier = TierField(required=False, allow_null=True, default=None)
+    group_mode = serializers.CharField(read_only=True, help_text="hard | soft")
+    topology_mode = serializers.CharField(required=False, allow_null=True, default=None, write_only=True, max_length=8,
+                                          help_text="the sub-group's mode: hard (default) | soft | none")
+    highest_tier = TierField(required=False, allow_null=True, default=None, write_only=True,
+                             help_text="shorthand: all the role's tasks inside one domain of this tier")
 
     class Meta:
         model = JobRole
         fields = ["name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor",
-                  "command", "env", "working_dir", "image"]
+                  "command", "env", "working_dir", "image", "group_size", "group_highest_tier", "group_mode",
+                  "topology_mode", "highest_tier"]
 
 
 class TaskSerializer(ModelSerializer):
@@ -95,7 +128,7 @@ class JobSerializer(ModelSerializer):
     class Meta:
         model = Job
         fields = ["id", "name", "external_id", "team", "queue", "submitter", "state", "priority", "preemptible", "topology_mode",
-                  "highest_tier", "preferred_tier", "time_limit_seconds", "attempt", "attempts", "gpus", "roles",
+                  "highest_tier", "preferred_tier", "numa", "time_limit_seconds", "attempt", "attempts", "gpus", "roles",
                   "pending_reason", "never_fits", "position", "estimated_start", "estimated_start_p90",
                   "estimate_note", "estimated_at", "reserved", "not_before",
                   "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
@@ -130,6 +163,16 @@ class JobSerializer(ModelSerializer):
         return queries.node_names(job)
 
 
+class SubgroupSerializer(Serializer):
+    """A sub-group constraint given at job level: the named role's tasks in groups of `group_size`, each
+    inside one domain of tier <= `group_highest_tier` (number or name)."""
+
+    role = serializers.CharField(max_length=64)
+    group_size = count_field()
+    group_highest_tier = TierField()
+    topology_mode = serializers.CharField(max_length=8, required=False, help_text="hard (default) | soft")
+
+
 class JobSubmitSerializer(Serializer):
     name = serializers.CharField(max_length=200, help_text="letters, digits, '.', '_' and '-', starting with a "
                                                            "letter or digit (the form's rule)")
@@ -143,8 +186,12 @@ class JobSubmitSerializer(Serializer):
     priority = serializers.IntegerField(default=0, min_value=-INT32_MAX, max_value=INT32_MAX)
     preemptible = serializers.BooleanField(default=True)
     topology_mode = serializers.CharField(default="none", max_length=8, help_text="none | soft | hard")
-    highest_tier = count_field(required=False, allow_null=True, default=None, min_value=-32768, max_value=32767)
-    preferred_tier = count_field(required=False, allow_null=True, default=None, min_value=-32768, max_value=32767)
+    highest_tier = TierField(required=False, allow_null=True, default=None,
+                             help_text="tier number or name (tier-1, nvlink, leaf, spine)")
+    preferred_tier = TierField(required=False, allow_null=True, default=None)
+    numa = serializers.ChoiceField(choices=["prefer", "single"], default="prefer",
+                                   help_text="prefer: each task's GPUs inside one NUMA node when one fits; single: "
+                                             "always, or the job waits")
     time_limit_seconds = count_field(required=False, allow_null=True, default=None)
     command = serializers.JSONField(required=False, default=None,
                                     help_text="what every task runs: argv list, or a string split with shlex "
@@ -157,6 +204,7 @@ class JobSubmitSerializer(Serializer):
                                             help_text="the role whose tasks all exiting 0 ends the job succeeded "
                                                       "(blank: every role)")
     roles = JobRoleSerializer(many=True, max_length=64)
+    subgroups = SubgroupSerializer(many=True, required=False, default=None, allow_null=True, max_length=64)
 
 
 class LogQuerySerializer(Serializer):

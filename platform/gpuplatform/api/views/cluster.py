@@ -9,6 +9,8 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
+from scheduler.core.domain_tree import node_domain
+
 from ... import execution, queries, services
 from ...models import Domain, Node, NodeAgentScope
 from ..filters import DomainFilterSet, NodeFilterSet
@@ -37,13 +39,18 @@ class DomainViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(responses={200: DomainTreeSerializer(many=True)})
     @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
     def tree(self, request):
-        """The whole domain tree, nested from the top tier, with the nodes hanging off each lowest domain."""
+        """The whole domain tree, nested from the top tier, with the nodes hanging off each lowest domain. A
+        node without a domain is listed as the tier-1 domain it is for placement, "node:<name>", after the
+        tree's roots, with `"domainless": true`."""
         tree = queries.domain_tree()
         nodes: dict = {}
-        for dom_id, name in Node.objects.filter(domain__isnull=False).values_list("domain_id", "name").order_by("name"):
+        for dom_id, name in Node.objects.values_list("domain_id", "name").order_by("name"):
             nodes.setdefault(dom_id, []).append(name)
         roots = sorted(tree.roots(), key=lambda k: (-tree.rows[k][2], tree.rows[k][1]))
-        return Response(tree.nest(lambda d: {"name": d[1], "tier": d[2], "nodes": nodes.get(d[0], [])}, roots))
+        out = tree.nest(lambda d: {"name": d[1], "tier": d[2], "nodes": nodes.get(d[0], [])}, roots)
+        out += [{"name": node_domain(name), "tier": 1, "nodes": [name], "children": [], "domainless": True}
+                for name in nodes.get(None, [])]
+        return Response(out)
 
 
 class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):

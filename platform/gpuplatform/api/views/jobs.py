@@ -98,7 +98,8 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
                                       time_limit_seconds=d["time_limit_seconds"], submitter=request.user,
                                       command=d["command"], env=d["env"], working_dir=d["working_dir"],
                                       image=d["image"], max_restarts=d["max_restarts"],
-                                      completion_role=d["completion_role"], external_id=d["external_id"])
+                                      completion_role=d["completion_role"], external_id=d["external_id"],
+                                      numa=d["numa"], subgroups=[dict(g) for g in d["subgroups"] or ()])
         try:
             data = JobSerializer(self.get_queryset().get(pk=job.pk)).data
         except DatabaseError:

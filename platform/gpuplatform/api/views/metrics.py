@@ -63,8 +63,10 @@ class ClusterMetricsViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     @extend_schema(responses={200: ClusterMetricsSerializer})
     @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
     def current(self, request):
-        usage = queries.queue_usage(access.visible_team_ids(request.user))
-        sample, cycle = queries.latest_cluster_sample(), queries.latest_cycle()
+        """The latest sample, cycle and queue usage, read in one database snapshot (they agree)."""
+        with queries.one_snapshot():
+            usage = queries.queue_usage(access.visible_team_ids(request.user))
+            sample, cycle = queries.latest_cluster_sample(), queries.latest_cycle()
         return Response({
             "sample": ClusterSampleSerializer(sample).data if sample else None,
             "cycle": SchedulerCycleSerializer(cycle).data if cycle else None,
