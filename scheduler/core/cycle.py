@@ -10,6 +10,8 @@ Phases, each timed in CycleResult.timings (seconds):
      and a starving one a drain reservation (actions/allocate.py, actions/backfill.py: Reservations);
   3. preempt / reclaim: jobs still waiting may evict lower-priority gangs of their queue, or take back
      GPUs other queues borrowed; the freed GPUs are held for them (actions/evict.py, preempt.py, reclaim.py);
+     every `reschedule_every` cycles, jobs blocked by fragmentation alone may have migratable jobs moved
+     out of their way, or get advice (actions/reschedule.py);
   4. metrics: allocation rate, largest runnable job per tier, fragmentation rate, domain completeness.
 The snapshot is never mutated; the same input gives the same result, with or without a cache.
 `cache` (cache.EngineCache) is the caller's: what this engine reuses from its previous cycle while the
@@ -22,6 +24,7 @@ import time
 from .actions.allocate import allocate
 from .actions.backfill import Reservations
 from .actions.evict import run_evictions
+from .actions.reschedule import due as reschedule_due, hold_moving, reschedule
 from .cache import ClusterStatic, EngineCache
 from .metrics import cluster_metrics
 from .plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
@@ -47,12 +50,18 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     if config.fair_share and snapshot.queues:
         result.fair_share = fair_shares(queues, schedulable_gpus(snapshot.nodes), pending_demand(pending, state.flavors))
     session = Session(state, queues, config, snapshot, cache=cache)
+    hold_moving(session)  # new places of jobs being moved by rescheduling stay held
     reservations = Reservations(session, pending)
     t1 = time.perf_counter()
     allocation = allocate(session, pending, reservations, shares=result.fair_share)
     result.bindings, result.pending = allocation.bindings, allocation.reasons
     t2 = time.perf_counter()
     result.evictions, result.decisions = run_evictions(session, allocation.failed_order, result.pending)
+    if reschedule_due(session):
+        moved = reschedule(session, allocation.failed_order, result.pending, {e.job_id for e in result.evictions})
+        result.evictions += moved.evictions
+        result.decisions += moved.decisions
+        result.moves, result.advice = moved.moves, moved.advice
     result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in session.nominated.items()]
     result.estimated_start = reservations.estimated_start
     t3 = time.perf_counter()
