@@ -45,7 +45,9 @@ def job_new(request):
                     time_limit_seconds=minutes * 60 if minutes else None, submitter=request.user,
                     command=data["command"], env=data["env"], working_dir=data.get("working_dir") or "",
                     image=data.get("image") or "", max_restarts=data.get("max_restarts") or 0,
-                    completion_role=data.get("completion_role") or "")
+                    completion_role=data.get("completion_role") or "", migratable=data.get("migratable") or False,
+                    min_run_before_move_seconds=(data.get("min_run_before_move_minutes") or 0) * 60,
+                    checkpoint_grace_seconds=data.get("checkpoint_grace_seconds"))
             except services.ValidationError as exc:
                 apply_service_errors(exc.errors, form, roles)
             else:

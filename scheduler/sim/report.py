@@ -130,6 +130,7 @@ class ReplayReport:
     waste_gpu_hours: dict = field(default_factory=dict)
     checkpoint: dict = field(default_factory=dict)
     failures: dict = field(default_factory=dict)
+    rescheduling: dict = field(default_factory=dict)  # replay.Replay.rescheduling_summary()
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:

@@ -76,7 +76,8 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = ["id", "name", "team", "queue", "submitter", "state", "priority", "preemptible", "topology_mode",
-                  "highest_tier", "preferred_tier", "time_limit_seconds", "attempts", "gpus", "roles",
+                  "highest_tier", "preferred_tier", "time_limit_seconds", "migratable", "min_run_before_move_seconds",
+                  "checkpoint_grace_seconds", "attempts", "gpus", "roles",
                   "pending_reason", "never_fits", "position", "estimated_start", "reserved", "not_before",
                   "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
                   "finished_at", "simulated", "max_restarts", "restarts", "completion_role", "stop", "end_reason",
@@ -108,6 +109,13 @@ class JobSubmitSerializer(serializers.Serializer):
     highest_tier = count_field(required=False, allow_null=True, default=None, min_value=-32768, max_value=32767)
     preferred_tier = count_field(required=False, allow_null=True, default=None, min_value=-32768, max_value=32767)
     time_limit_seconds = count_field(required=False, allow_null=True, default=None)
+    migratable = serializers.BooleanField(default=False, help_text="the job checkpoints on SIGTERM and resumes when "
+                                                                   "restarted: the scheduler may move it to defragment")
+    min_run_before_move_seconds = serializers.IntegerField(default=0, min_value=0, max_value=7 * 86400,
+                                                           help_text="seconds it runs before it may be moved")
+    checkpoint_grace_seconds = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                                        max_value=86400, help_text="seconds to write its checkpoint "
+                                                                                   "when moved (null: the queue's grace)")
     command = serializers.JSONField(required=False, default=None,
                                     help_text="what every task runs: argv list, or a string split with shlex "
                                               "(required unless every role has its own)")

@@ -88,7 +88,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                                       time_limit_seconds=d["time_limit_seconds"], submitter=request.user,
                                       command=d["command"], env=d["env"], working_dir=d["working_dir"],
                                       image=d["image"], max_restarts=d["max_restarts"],
-                                      completion_role=d["completion_role"])
+                                      completion_role=d["completion_role"], migratable=d["migratable"],
+                                      min_run_before_move_seconds=d["min_run_before_move_seconds"],
+                                      checkpoint_grace_seconds=d["checkpoint_grace_seconds"])
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=JobUpdateSerializer, responses={200: JobSerializer})
