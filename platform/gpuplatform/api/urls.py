@@ -18,6 +18,7 @@ router.register("jobs", views.JobViewSet, basename="job")
 router.register("events", views.EventViewSet, basename="event")
 router.register("cluster-metrics", views.ClusterMetricsViewSet, basename="cluster-metrics")
 router.register("scheduler-cycles", views.SchedulerCycleViewSet, basename="scheduler-cycle")
+router.register("fragmentation-advice", views.FragmentationAdviceViewSet, basename="fragmentation-advice")
 
 urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),

@@ -29,6 +29,7 @@ from .base import request_cycle_on_commit
 from .jobs import cancel_job, finish_job, set_job_priority, submit_job
 from .nodes import cordon_node, drain_node, record_heartbeat, register_node, uncordon_node
 from .queues import create_queue, delete_queue, set_quota, update_queue
+from .reschedule import request_moves
 from .tenancy import add_member, create_team, remove_member
 from .topology import TopologyPlan, apply_topology, plan_topology, topology_from_db
 
@@ -39,5 +40,5 @@ __all__ = [
     "submit_job", "cancel_job", "finish_job", "set_job_priority", "report_task_running",
     "register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node",
     "TopologyPlan", "plan_topology", "apply_topology", "topology_from_db",
-    "load_cluster_spec",
+    "load_cluster_spec", "request_moves",
 ]
