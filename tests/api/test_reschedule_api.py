@@ -82,3 +82,16 @@ def test_act_refuses_a_beneficiary_no_longer_pending(client_for):
                                  {"beneficiary": jobs["big"].pk, "jobs": [jobs["fixed"].pk]}, format="json")
     assert r.status_code == 400 and "beneficiary" in r.data
     assert Job.objects.get(pk=jobs["fixed"].pk).state == "running" and not Event.objects.filter(kind="moved").exists()
+
+
+def test_shape_check_suggests_the_packing_shape_with_both_estimated_starts(client_for):
+    c = client_for("member")
+    r = c.post("/api/v1/shape-check/", {"queue": "alpha", "roles": [{"tasks": 2, "gpus_per_task": 6}]}, format="json")
+    assert r.status_code == 200, r.content
+    [a] = r.data
+    assert a["suggested"] == {"tasks": 2, "gpus_per_task": 8} and a["stranded_per_node"] == 2 and a["node_gpus"] == 8
+    assert a["estimated_start"] == {"asked": "now", "suggested": "now"}  # an empty cluster: both start at once
+    r = c.post("/api/v1/shape-check/", {"queue": "alpha", "roles": [{"tasks": 2, "gpus_per_task": 8}]}, format="json")
+    assert r.status_code == 200 and r.data == []
+    r = c.post("/api/v1/shape-check/", {"queue": "nope", "roles": [{"tasks": 1, "gpus_per_task": 6}]}, format="json")
+    assert r.status_code == 400 and "queue" in r.data

@@ -19,6 +19,7 @@ router.register("events", views.EventViewSet, basename="event")
 router.register("cluster-metrics", views.ClusterMetricsViewSet, basename="cluster-metrics")
 router.register("scheduler-cycles", views.SchedulerCycleViewSet, basename="scheduler-cycle")
 router.register("fragmentation-advice", views.FragmentationAdviceViewSet, basename="fragmentation-advice")
+router.register("shape-check", views.ShapeCheckViewSet, basename="shape-check")
 
 urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),

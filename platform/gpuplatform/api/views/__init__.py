@@ -3,10 +3,10 @@ from .cluster import DomainViewSet, NodeViewSet
 from .jobs import JobViewSet
 from .metrics import ClusterMetricsViewSet, EventViewSet, SchedulerCycleViewSet
 from .queues import QueueViewSet, QuotaViewSet
-from .reschedule import FragmentationAdviceViewSet
+from .reschedule import FragmentationAdviceViewSet, ShapeCheckViewSet
 from .tenancy import MembershipViewSet, MeView, TeamViewSet
 
 __all__ = [
     "ClusterMetricsViewSet", "DomainViewSet", "FragmentationAdviceViewSet", "EventViewSet", "JobViewSet", "MeView", "MembershipViewSet",
-    "NodeViewSet", "QueueViewSet", "QuotaViewSet", "SchedulerCycleViewSet", "TeamViewSet",
+    "NodeViewSet", "QueueViewSet", "QuotaViewSet", "SchedulerCycleViewSet", "ShapeCheckViewSet", "TeamViewSet",
 ]

@@ -74,3 +74,64 @@ class FragmentationAdviceViewSet(viewsets.GenericViewSet):
         d = body.validated_data
         out = services.request_moves(beneficiary=d["beneficiary"], jobs=d["jobs"], actor=request.user)
         return Response(MoveResultSerializer(out).data)
+
+
+class ShapeRoleSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=64, required=False, default="worker")
+    tasks = serializers.IntegerField(min_value=1, max_value=4096)
+    gpus_per_task = serializers.IntegerField(min_value=0, max_value=64)
+    min_available = serializers.IntegerField(min_value=1, max_value=4096, required=False, allow_null=True, default=None)
+    flavor = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class ShapeCheckSerializer(serializers.Serializer):
+    queue = serializers.CharField(max_length=100, help_text="leaf queue name")
+    topology_mode = serializers.ChoiceField(choices=["none", "soft", "hard"], default="none")
+    highest_tier = serializers.IntegerField(min_value=1, max_value=32, required=False, allow_null=True, default=None)
+    roles = ShapeRoleSerializer(many=True, min_length=1, max_length=64)
+
+
+class ShapeSuggestionSerializer(serializers.Serializer):
+    tasks = serializers.IntegerField()
+    gpus_per_task = serializers.IntegerField()
+
+
+class ShapeStartSerializer(serializers.Serializer):
+    asked = serializers.CharField(allow_null=True, help_text='"now", epoch seconds, or null (unknown)')
+    suggested = serializers.CharField(allow_null=True)
+
+
+class ShapeAdviceSerializer(serializers.Serializer):
+    role = serializers.CharField()
+    node_gpus = serializers.IntegerField()
+    stranded_per_node = serializers.IntegerField()
+    stranded = serializers.IntegerField(help_text="GPUs stranded on the nodes the role fills")
+    suggested = ShapeSuggestionSerializer()
+    message = serializers.CharField()
+    estimated_start = ShapeStartSerializer()
+
+
+class ShapeCheckViewSet(viewsets.GenericViewSet):
+    """Shape steering before a submit (docs/rescheduling.md)."""
+
+    permission_classes = [IsAuthenticated]
+    serializer_class = ShapeCheckSerializer
+    pagination_class = None
+
+    @extend_schema(request=ShapeCheckSerializer, responses={200: ShapeAdviceSerializer(many=True)})
+    def create(self, request):
+        """For each role whose shape strands GPUs on its nodes (6 GPUs per task on 8-GPU nodes strand 2 per
+        node), the nearest shape that packs and the estimated start of both; [] when every role packs."""
+        from ...models import Queue
+        from ...scheduling.advice import shape_check
+
+        body = ShapeCheckSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        if not Queue.objects.filter(name=d["queue"]).exists():
+            raise serializers.ValidationError({"queue": f"unknown queue {d['queue']!r}"})
+        out = shape_check(roles=[dict(r) for r in d["roles"]], queue=d["queue"], topology_mode=d["topology_mode"],
+                          highest_tier=d["highest_tier"])
+        for a in out:
+            a["estimated_start"] = {k: (None if v is None else str(v)) for k, v in a["estimated_start"].items()}
+        return Response(ShapeAdviceSerializer(out, many=True).data)
