@@ -204,3 +204,19 @@ def test_property_never_lowers_largest_runnable_and_never_loops(world):
     moves = tuple(result.moves)
     again = run_cycle(replace(after, recent_moves=moves, now=3700), ON)
     assert not {e.job_id for e in again.evictions if e.rule == "reschedule"} & {m.job_id for m in moves}
+
+
+def test_no_packing_without_domains_moves_the_job_that_completes_a_node():
+    """Variant without any domain tree: 8 GPUs free over two nodes (4 + 4), a 1 x 8 job has no node packing;
+    moving the migratable 4-GPU job onto the other node's free half frees a whole node."""
+    w = World().nodes(count=2, gpus=8).queue(name="q", quota={"H100": 16})
+    w.running(name="a", nodes=["n1"], gpus_per_task=4, migratable=True)
+    w.running(name="b", nodes=["n2"], gpus_per_task=4)
+    w.job(name="whole", tasks=1, gpus_per_task=8)
+    snap = w.snapshot(now=3600)
+    assert run_cycle(snap).pending["whole"].code == "no_packing"
+    result = run_cycle(snap, ON)
+    check_result(snap, result)
+    assert [e.job_id for e in result.evictions] == ["a"]
+    held = {n.job_id: n.tasks for n in result.nominations}
+    assert [t.node for t in held["whole"]] == ["n1"] and [t.node for t in held["a"]] == ["n2"]

@@ -8,8 +8,10 @@ A pending job is *blocked by fragmentation alone* when its reason is no_domain o
 had room, the cluster has enough free GPUs of its flavor: `state.domain_free(root, flavor) >= need`) and
 no domain of its tiers holds it. For such a job, waiting at least `reschedule_min_wait` seconds, the
 planner looks, tier by tier (lowest first), at the domains whose free GPUs plus the GPUs of movable jobs
-inside them reach its minimum, fewest GPUs short first, and frees one greedily: movable jobs with the
-most GPUs inside the domain first, until the job's gang fits there (session.try_place within it). Every
+inside them reach its minimum, fewest GPUs short first (a domain with enough free GPUs but no node
+packing counts 0 short), and frees one greedily: first the movable jobs whose leaving frees the largest
+block on one node, then those with the most GPUs inside the domain, until the job's gang fits there
+(session.try_place within it); jobs the placement turns out not to need are given back (fill-back). Every
 chosen job must then find a new place of the same size and flavor outside the GPUs being freed (its own
 topology rule applies); the beneficiary's placement counts as taken. A plan is kept only when
   - every moved job has its new place (never a move that does not let the waiting job start),
@@ -194,11 +196,9 @@ def best_plan(session: Session, job: JobInfo, movable: list[JobInfo], max_victim
         for tier in session.tier_levels(job):
             domains = []
             for d in tree.by_tier.get(tier, ()):
-                free = state.domain_free(d, flavor)
-                if free >= need:
-                    continue  # it holds the job already; allocate's failure was packing, moves may not help
+                free = state.domain_free(d, flavor)  # at or above need: enough GPUs, but no node packing
                 if free + sum(inside[d].values()) >= need:
-                    domains.append((need - free, tree.names[d], d))
+                    domains.append((max(0, need - free), tree.names[d], d))
             best = None
             for _, _, d in sorted(domains)[:MAX_DOMAINS]:
                 plan = _plan_in(session, job, flavor, d, inside[d], jobs, max_victims, before)
@@ -219,7 +219,17 @@ def _plan_in(session: Session, job: JobInfo, flavor: str, d: int, in_d: dict, jo
     largest_runnable now). The state is left unchanged."""
     state = session.state
     need = job.gpus_min
-    order = sorted(in_d, key=lambda j: (-in_d[j], _gpus(jobs[j].placement), str(j)))[:MAX_CANDIDATES]
+    # the jobs whose leaving frees the largest block on one node first (whole nodes for multi-GPU tasks),
+    # then those with the most GPUs inside the domain
+    def block(j) -> int:
+        best = 0
+        for t in jobs[j].placement:
+            k = state.node_index.get(t.node)
+            if k is not None and d in session.tree.node_chain[k]:
+                best = max(best, len(state.free[k]) + sum(len(u.gpus) for u in jobs[j].placement if u.node == t.node))
+        return best
+
+    order = sorted(in_d, key=lambda j: (-block(j), -in_d[j], _gpus(jobs[j].placement), str(j)))[:MAX_CANDIDATES]
     trial = Trial(state)
     chosen: list[JobInfo] = []
     placed = None
