@@ -1,7 +1,8 @@
 """Rescheduling's gain against its cost (issue #17): replays with and without moves of migratable jobs.
 
     python benchmarks/reschedule.py [--trace philly|openb] [--start DAYS] [--days DAYS] [--k K ...]
-                                    [--every N] [--grace S] [--restart S] [--min-run S] [--tiny]
+                                    [--every N] [--grace S] [--restart S] [--min-run S] [--min-wait S]
+                                    [--tag NAME] [--no-off] [--tiny]
 
 Every job of the trace is declared migratable (it checkpoints on SIGTERM), may be moved after
 `--min-run` seconds of running (default 600), writes its checkpoint in `--grace` seconds (default 60 s,
@@ -63,6 +64,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--min-run", type=float, default=600.0)
     ap.add_argument("--min-wait", type=float, default=600.0)
     ap.add_argument("--tiny", action="store_true", help="smoke test: 0.3 day, one K")
+    ap.add_argument("--tag", default="", help="suffix of the results file name (a sensitivity run)")
+    ap.add_argument("--no-off", action="store_true", help="skip the run without rescheduling")
     args = ap.parse_args(argv)
     start = args.start if args.start is not None else (20.0 if args.trace == "philly" else 0.0)
     days = 0.3 if args.tiny else args.days
@@ -74,12 +77,12 @@ def main(argv=None) -> dict:
     else:
         trace = load_trace("openb")
         first = min(j.submit for j in trace.jobs)
-        trace = replace(trace, jobs=[replace(j, submit=j.submit - first) for j in trace.jobs
+        trace = replace(trace, jobs=[replace(j, submit=j.submit - first - start * DAY) for j in trace.jobs
                                      if start * DAY <= j.submit - first <= (start + days) * DAY])
     until = days * DAY
     opts = {"grace": args.grace, "restart": args.restart, "min_run": args.min_run}
     base = CycleConfig(reschedule_every=args.every, reschedule_min_wait=args.min_wait)
-    runs = {"off": run_one(cluster, trace, until, base, **opts)}
+    runs = {} if args.no_off else {"off": run_one(cluster, trace, until, base, **opts)}
     for k in ks:
         runs[f"on K={k}"] = run_one(cluster, trace, until, replace(base, reschedule=True, reschedule_moves_per_hour=k),
                                     **opts)
@@ -88,7 +91,7 @@ def main(argv=None) -> dict:
            "migratable": {"all_jobs": True, **opts, "min_wait": args.min_wait, "checkpoint": "1 h interval, 60 s cost"},
            "runs": runs, "wall_seconds": time.perf_counter() - wall0}
     if not args.tiny:
-        C.save(f"reschedule_{args.trace}", out)
+        C.save(f"reschedule_{args.trace}{'_' + args.tag if args.tag else ''}", out)
     print(f"{args.trace} days {start:g}+{days:g}, {len(trace.jobs)} jobs")
     print(f"{'run':<12}{'frag':>7}{'largest(t)':>24}{'wait>=32 p50/mean h':>22}{'n':>5}{'moves':>7}"
           f"{'grace GPUh':>11}{'restart GPUh':>13}{'finished':>9}{'wall':>7}")

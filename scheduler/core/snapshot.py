@@ -184,7 +184,7 @@ class CycleConfig:
     reschedule: bool = False  # move migratable jobs to unblock a job waiting on fragmentation alone
     reschedule_advice: bool = False  # also plan over jobs that are not migratable, as advice (CycleResult.advice)
     reschedule_every: int = 5  # cycles between planning rounds (Snapshot.cycle % reschedule_every == 0)
-    reschedule_moves_per_hour: int = 8  # K: moves per hour per cluster (Snapshot.recent_moves)
+    reschedule_moves_per_hour: int = 32  # K: moves per hour per cluster (Snapshot.recent_moves)
     reschedule_window: float = 6 * 3600.0  # seconds: a job is never moved twice within it
     reschedule_max_victims: int = 4  # the most jobs moved for one waiting job
     reschedule_min_wait: float = 600.0  # seconds a job waits before jobs are moved for it
