@@ -18,7 +18,8 @@ from gpuplatform import job_rules as rules
 NAME_PATTERN, NAME_HELP = rules.NAME_PATTERN, rules.NAME_HELP  # the one name rule (the API checks it too)
 TOPOLOGY_CHOICES = [("none", "none: anywhere"), ("soft", "soft: prefer the lowest tier"),
                     ("hard", "hard: never cross the highest tier")]
-FORM_FIELD = {"time_limit_seconds": "time_limit_minutes", "duration_seconds": "time_limit_minutes"}
+FORM_FIELD = {"time_limit_seconds": "time_limit_minutes", "duration_seconds": "time_limit_minutes",
+              "min_run_before_move_seconds": "min_run_before_move_minutes"}
 COMMAND_EXAMPLE = "python3 train.py --epochs 3"
 ENV_EXAMPLE = "NCCL_DEBUG=INFO\nDATA_DIR=/data/imagenet"
 
@@ -92,6 +93,15 @@ class JobForm(forms.Form):
                                  label="Time limit (minutes)",
                                  help_text="optional; the job is stopped when it runs longer (and the scheduler "
                                            "can backfill around it)")
+    migratable = forms.BooleanField(required=False, initial=False,
+                                    help_text="it checkpoints on SIGTERM and resumes when restarted: the scheduler may "
+                                              "move it to free a whole domain for a large job")
+    min_run_before_move_minutes = _number(min_value=0, max_value=7 * 24 * 60, initial=0, required=False,
+                                          label="Minimum run before a move (minutes)",
+                                          help_text="it is never moved before running this long")
+    checkpoint_grace_seconds = _number(min_value=1, max_value=86400, required=False, label="Checkpoint grace (s)",
+                                       help_text="time it gets to write its checkpoint when moved; blank = the "
+                                                 "queue's grace period")
     max_restarts = _number(min_value=0, max_value=rules.MAX_RESTARTS, initial=0, required=False,
                            label="Max restarts",
                            help_text="after a task fails, restart the whole gang up to this many times (0 = never)")

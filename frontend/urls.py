@@ -13,6 +13,7 @@ urlpatterns = [
     path("queues/data.json", dash.queues_json, name="queues-json"),
     path("fragmentation/", dash.fragmentation_page, name="fragmentation"),
     path("fragmentation/data.json", dash.fragmentation_json, name="fragmentation-json"),
+    path("fragmentation/move/", views_jobs.fragmentation_move, name="fragmentation-move"),
     path("queueing/", dash.queueing_page, name="queueing"),
     path("queueing/data.json", dash.queueing_json, name="queueing-json"),
     path("failures/", dash.failures_page, name="failures"),

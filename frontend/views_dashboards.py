@@ -184,7 +184,11 @@ def fragmentation_json(request):
 
 @login_required
 def fragmentation_page(request):
-    return render(request, "frontend/fragmentation.html", _fragmentation_payload())
+    from gpuplatform.scheduling.advice import fragmentation_advice
+
+    return render(request, "frontend/fragmentation.html", {
+        **_fragmentation_payload(), "advice": fragmentation_advice(),
+        "can_move": access.is_platform_admin(request.user)})
 
 
 # --- queueing ---------------------------------------------------------------------------------------

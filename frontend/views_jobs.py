@@ -3,7 +3,7 @@ services as the REST API (services.submit_job, services.cancel_job) and the same
 (access.can_submit: a member or admin of the job's team, or a platform admin)."""
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone as dt_timezone
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -47,11 +47,15 @@ def job_new(request):
                     time_limit_seconds=minutes * 60 if minutes else None, submitter=request.user,
                     command=data["command"], env=data["env"], working_dir=data.get("working_dir") or "",
                     image=data.get("image") or "", max_restarts=data.get("max_restarts") or 0,
-                    completion_role=data.get("completion_role") or "", numa=data.get("numa") or "prefer")
+                    completion_role=data.get("completion_role") or "", numa=data.get("numa") or "prefer",
+                    migratable=data.get("migratable") or False,
+                    min_run_before_move_seconds=(data.get("min_run_before_move_minutes") or 0) * 60,
+                    checkpoint_grace_seconds=data.get("checkpoint_grace_seconds"))
             except services.ValidationError as exc:
                 apply_service_errors(exc.errors, form, roles)
             else:
                 messages.success(request, f"Job {job.name} submitted to queue {job.queue.name}.")
+                _shape_warning(request, job, [f.role() for f in roles.forms], data)
                 return redirect("frontend:job-detail", pk=job.pk)
     else:
         team = kwargs["teams"][0] if len(kwargs["teams"]) == 1 else ""
@@ -78,6 +82,47 @@ def job_cancel(request, pk: int):
     else:
         messages.success(request, f"Job {job.name} cancelled.")
     return redirect("frontend:job-detail", pk=job.pk)
+
+
+def _shape_warning(request, job, roles: list[dict], data: dict) -> None:
+    """Shape steering after a submit: a role whose tasks strand GPUs on its nodes gets the nearest shape that
+    packs, with the estimated start of both (scheduling/advice.shape_check), as a warning on the next page."""
+    from gpuplatform.scheduling.advice import shape_check
+
+    def when(value):
+        if value is None:
+            return "unknown"
+        return "now" if value == "now" else datetime.fromtimestamp(float(value), tz=dt_timezone.utc).strftime("%H:%M UTC")
+
+    for a in shape_check(roles=roles, queue=job.queue.name, topology_mode=data["topology_mode"],
+                         highest_tier=data.get("highest_tier")):
+        s = a["suggested"]
+        messages.warning(request, f"Shape: role {a['role']}: {a['message']}. Estimated start as asked: "
+                                  f"{when(a['estimated_start']['asked'])}; as {s['tasks']} x {s['gpus_per_task']}: "
+                                  f"{when(a['estimated_start']['suggested'])}.")
+
+
+@login_required
+@require_POST
+def fragmentation_move(request):
+    """The advisor's button: ask the listed jobs to checkpoint and move for a blocked job (platform admins;
+    services.request_moves, audited)."""
+    if not access.is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins may move other teams' jobs.")
+    try:
+        beneficiary = int(request.POST.get("beneficiary", ""))
+        jobs = [int(j) for j in request.POST.getlist("jobs")]
+    except ValueError:
+        messages.error(request, "beneficiary and jobs must be job ids")
+        return redirect("frontend:fragmentation")
+    try:
+        out = services.request_moves(beneficiary=beneficiary, jobs=jobs, actor=request.user)
+    except services.ValidationError as exc:
+        messages.error(request, "; ".join(exc.errors.values()))
+    else:
+        messages.success(request, f"{len(out['moves'])} job(s) asked to checkpoint and move; {out['domain']} is "
+                                  f"held for job {beneficiary}.")
+    return redirect("frontend:fragmentation")
 
 
 def can_act(user, job) -> bool:

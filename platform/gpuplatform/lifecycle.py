@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from . import clock
@@ -51,9 +52,11 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
                            reason=reason)
     attempts += 1
     not_before = at + timedelta(seconds=backoff_seconds(attempts)) if backoff else None
+    # a job moved by rescheduling keeps the place held for it (Job.reserved, set while it was preempting)
+    keep_hold = old_state == Job.State.PREEMPTING and not backoff
     updated = Job.objects.filter(pk=job_id, state=old_state, attempts=attempts - 1).update(
         state=Job.State.PENDING, attempts=attempts, not_before=not_before, started_at=None, bound_at=None,
-        preempt_deadline=None, reserved=None, estimated_start=None, placement_domain="", placement_tier=None,
+        preempt_deadline=None, reserved=F("reserved") if keep_hold else None, estimated_start=None, placement_domain="", placement_tier=None,
         stop_target="", stop_reason="", pending_reason=reason[:500], updated_at=timezone.now())
     if not updated:
         if record is not None:

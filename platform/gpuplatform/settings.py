@@ -210,6 +210,8 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 60
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 SCHEDULER_CYCLE_SECONDS = float(os.environ.get("SCHEDULER_CYCLE_SECONDS", "5"))
+# rescheduling moves migratable jobs to unblock jobs waiting on fragmentation (docs/rescheduling.md); "0" = off
+SCHEDULER_RESCHEDULE = os.environ.get("SCHEDULER_RESCHEDULE", "1") != "0"
 # Fair-share memory: queues are ordered by usage decayed with this half-life (Slurm's
 # PriorityDecayHalfLife), so a team that burned the cluster yesterday yields today. Unset = off.
 # decayed queue usage for fair share with memory, on by default with Slurm's PriorityDecayHalfLife default of

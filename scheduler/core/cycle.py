@@ -14,7 +14,8 @@ Phases, each timed in CycleResult.timings (seconds):
      borrow is tried (allocate's `before_borrowers`), the rest after allocate;
      then running elastic jobs grow into what is left (actions/grow.py), and evictions still in their
      grace period whose beneficiary no longer holds the victim's GPUs (it left, started elsewhere, or its
-     hold moved) are withdrawn (`withdrawals`);
+     hold moved) are withdrawn (`withdrawals`); every `reschedule_every` cycles, jobs blocked by fragmentation alone
+     may have migratable jobs moved out of their way, or get advice (actions/reschedule.py);
   4. metrics: allocation rate, largest runnable job per tier, fragmentation rate, domain completeness.
 The snapshot is never mutated; the same input gives the same result, with or without a cache.
 `cache` (cache.EngineCache) is the caller's: what this engine reuses from its previous cycle while the
@@ -28,6 +29,7 @@ from .actions.allocate import allocate
 from .actions.backfill import Reservations
 from .actions.evict import run_evictions, withdrawals
 from .actions.grow import grow
+from .actions.reschedule import due as reschedule_due, hold_moving, reschedule
 from .cache import ClusterStatic, EngineCache
 from .metrics import cluster_metrics, metrics_by_group
 from .plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
@@ -53,6 +55,7 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     if config.fair_share and snapshot.queues:
         result.fair_share = fair_shares(queues, schedulable_gpus(snapshot.nodes), pending_demand(pending, state.flavors))
     session = Session(state, queues, config, snapshot, cache=cache)
+    hold_moving(session)  # new places of jobs being moved by rescheduling stay held
     reservations = Reservations(session, pending)
     t1 = time.perf_counter()
     taken: set = set()  # tasks evicted this cycle
@@ -70,6 +73,11 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     more, more_decisions = run_evictions(session, rest, result.pending, taken=taken,
                                          limit=config.max_preemptors - len(decisions))
     result.evictions, result.decisions = evictions + more, decisions + more_decisions
+    if reschedule_due(session):
+        moved = reschedule(session, allocation.failed_order, result.pending, {e.job_id for e in result.evictions})
+        result.evictions += moved.evictions
+        result.decisions += moved.decisions
+        result.moves, result.advice = moved.moves, moved.advice
     nominated = set(session.nominated)
     waiting = [j for j in allocation.failed_order if j.id not in nominated]
     result.growths = grow(session, waiting)

@@ -154,6 +154,12 @@ class JobInfo:
     evicted_for: JobId | None = None  # state "preempting": the beneficiary its eviction is for (None: none)
     part_of: JobId | None = None  # a "preempting" entry of surplus tasks being released: the running job they are of
     numa: NumaPolicy = "prefer"
+    # rescheduling (actions/reschedule.py): the job checkpoints on SIGTERM and resumes when restarted, so it
+    # may be moved after running `min_run_before_move` seconds, given `checkpoint_grace` seconds to write its
+    # checkpoint (None = its queue's grace period)
+    migratable: bool = False
+    min_run_before_move: float = 0.0
+    checkpoint_grace: float | None = None
 
     @property
     def gpus_requested(self) -> int:
@@ -171,6 +177,21 @@ class Snapshot:
     queues: tuple[QueueInfo, ...] = ()
     jobs: tuple[JobInfo, ...] = ()
     now: float = 0.0
+    cycle: int = 0  # the caller's cycle number (rescheduling runs every CycleConfig.reschedule_every cycles)
+    recent_moves: tuple[Move, ...] = ()  # moves made by rescheduling, as the caller recorded them (bounds)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A running job moved by rescheduling (actions/reschedule.py): evicted gracefully from `source` (its
+    old tasks) and held at `tasks` (its new places) so it restarts there from its checkpoint; made at
+    `time` (seconds) for `beneficiary`, the pending job that starts on the GPUs it leaves."""
+
+    job_id: JobId
+    time: float
+    beneficiary: JobId = None
+    tasks: tuple[TaskPlacement, ...] = ()
+    gpus: int = 0
 
 
 DEFAULT_USAGE_HALF_LIFE = 7 * 24 * 3600.0  # seconds (Slurm's PriorityDecayHalfLife default)
@@ -193,6 +214,14 @@ class CycleConfig:
     usage_half_life: float | None = DEFAULT_USAGE_HALF_LIFE
     starvation_seconds: float = 1800.0  # a job waiting this long gets a drain reservation (when backfill is on)
     max_reservations: int = 8  # jobs holding reservations at once (eviction beneficiaries and drains)
+    # rescheduling (actions/reschedule.py; defaults from benchmarks/reschedule.py, RESULTS.md)
+    reschedule: bool = False  # move migratable jobs to unblock a job waiting on fragmentation alone
+    reschedule_advice: bool = False  # also plan over jobs that are not migratable, as advice (CycleResult.advice)
+    reschedule_every: int = 5  # cycles between planning rounds (Snapshot.cycle % reschedule_every == 0)
+    reschedule_moves_per_hour: int = 32  # K: moves per hour per cluster (Snapshot.recent_moves)
+    reschedule_window: float = 6 * 3600.0  # seconds: a job is never moved twice within it
+    reschedule_max_victims: int = 4  # the most jobs moved for one waiting job
+    reschedule_min_wait: float = 600.0  # seconds a job waits before jobs are moved for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +255,7 @@ class Eviction:
     """A running job (or some of its tasks) to evict gracefully for `beneficiary`.
 
     tasks: the (role, index) pairs to evict; empty = the whole gang. rule: "reclaim" (across queues,
-    from a queue above its quota) or "preempt" (inside a queue, lower priority). gpus: GPUs freed."""
+    from a queue above its quota), "preempt" (inside a queue, lower priority) or "reschedule" (a move). gpus: GPUs freed."""
 
     job_id: JobId
     tasks: tuple[tuple[str, int], ...]
@@ -234,6 +263,7 @@ class Eviction:
     rule: str
     beneficiary: JobId
     message: str
+    grace: float | None = None  # seconds to release (a moved job's checkpoint grace); None = its queue's
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +302,8 @@ class CycleResult:
     nominations: list[Nomination] = field(default_factory=list)  # every hold in force after this cycle
     estimated_start: dict[JobId, float] = field(default_factory=dict)  # from the backfill reservation
     decisions: list[dict] = field(default_factory=list)  # audit: rule, beneficiary, victims, shares before/after
+    moves: list[Move] = field(default_factory=list)  # rescheduling's moves this cycle (their evictions too)
+    advice: list[dict] = field(default_factory=list)  # moves that would unblock a job (reschedule_advice)
     fair_share: dict[str, dict[str, float]] = field(default_factory=dict)  # queue -> flavor -> GPUs
     metrics: dict = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)

@@ -120,9 +120,11 @@ class World:
     def running(self, *, name: str, queue: str = "q", nodes: Iterable[str], gpus_per_task: int,
                 min_available: int | None = None, started: float = 0.0, priority: int = 0,
                 preemptible: bool = True, time_limit: float | None = None, duration: float | None = None,
-                gpus: Iterable[Iterable[int]] | None = None) -> World:
+                gpus: Iterable[Iterable[int]] | None = None, migratable: bool = False,
+                min_run_before_move: float = 0.0, checkpoint_grace: float | None = None) -> World:
         """A job already running with one task on each of `nodes` (a node may repeat), on the lowest free GPUs
-        (or, with `gpus`, on those GPU indices: one tuple per task)."""
+        (or, with `gpus`, on those GPU indices: one tuple per task); migratable / min_run_before_move /
+        checkpoint_grace: whether rescheduling may move it (JobInfo)."""
         placements = []
         taken: dict[str, set[int]] = {}
         chosen = [tuple(g) for g in gpus] if gpus is not None else None
@@ -141,7 +143,8 @@ class World:
             id=name, name=name, queue=queue, roles=(role(tasks=count, gpus_per_task=gpus_per_task,
                                                          min_available=min_available),),
             priority=priority, submit_time=started, preemptible=preemptible, time_limit=time_limit,
-            state="running", placement=tuple(placements), start_time=started)
+            state="running", placement=tuple(placements), start_time=started, migratable=migratable,
+            min_run_before_move=min_run_before_move, checkpoint_grace=checkpoint_grace)
         if duration is not None:
             self.durations[name] = duration
         return self

@@ -71,6 +71,8 @@ def replay(
     checkpoint: Checkpointing | None = None,
     fairness: bool = True,
     progress: Callable[[Progress], None] | None = None,
+    migratable: Callable | None = None,
+    restart_cost: float = 0.0,
 ) -> ReplayReport:
     """Replay `trace` on `cluster` with `engine` and return what was measured.
 
@@ -88,12 +90,17 @@ def replay(
         whole attempt; without failures, checkpoints only cost their stalls).
     fairness: measure Jain's index of usage / fair share per cycle (costs a fair-share computation per
         cycle when the engine does not report one, e.g. plain FIFO).
+    migratable: trace job -> JobInfo fields for rescheduling ({"migratable": True, "min_run_before_move":
+        s, "checkpoint_grace": s}) or None (no job may be moved). A moved job's eviction lasts its
+        checkpoint grace (or `grace_period`); it restarts on the place held for it.
+    restart_cost: seconds of work a moved job redoes when it restarts (reading its checkpoint back).
     Raises AssertionError when the engine binds a GPU twice, a job that is not pending or part of a gang
     (scheduler.sim.state), or evicts a job that is not running.
     """
     return Replay(cluster, trace, config=config, engine=engine, cycle_interval=cycle_interval, until=until,
                   grace_period=grace_period, time_limit_factor=time_limit_factor, failures=failures,
-                  checkpoint=checkpoint, fairness=fairness, progress=progress).run()
+                  checkpoint=checkpoint, fairness=fairness, progress=progress, migratable=migratable,
+                  restart_cost=restart_cost).run()
 
 
 class Replay:
@@ -109,7 +116,8 @@ class Replay:
                  engine: Engine | None = None, cycle_interval: float = 60.0, until: float | None = None,
                  grace_period: float = 30.0, time_limit_factor: float | None = None,
                  failures: FailureModel | None = None, checkpoint: Checkpointing | None = None,
-                 fairness: bool = True, progress: Callable[[Progress], None] | None = None):
+                 fairness: bool = True, progress: Callable[[Progress], None] | None = None,
+                 migratable: Callable | None = None, restart_cost: float = 0.0):
         self.wall0 = time.perf_counter()
         self.config = config = config or CycleConfig()
         if engine is None or engine is run_cycle:
@@ -119,6 +127,11 @@ class Replay:
         self.gang = getattr(engine, "gang", True)  # False: the engine may bind part of a job (ClusterState.bind)
         self.cycle_interval, self.until, self.grace_period = cycle_interval, until, grace_period
         self.time_limit_factor, self.failures, self.progress = time_limit_factor, failures, progress
+        self.migratable, self.restart_cost = migratable, restart_cost
+        self.moves: list = []  # rescheduling's moves (core.snapshot.Move), fed back to the engine
+        self.moved: set = set()  # jobs being moved (evicted by "reschedule", not yet released)
+        self.resched = {"moves": 0, "moved_gpus": 0, "grace_gpu_hours": 0.0, "restart_gpu_hours": 0.0,
+                        "waits_32_plus": [], "largest_runnable": {}, "span": 0.0, "last": None}
         jobs = sorted(trace.jobs, key=lambda j: (j.submit, j.id))
         if until is not None:
             jobs = [j for j in jobs if j.submit <= until]
@@ -217,7 +230,10 @@ class Replay:
     def arrive(self, job) -> None:
         """A trace job is submitted (TraceJob); it declares time_limit_factor x its duration, if set."""
         limit = None if self.time_limit_factor is None else job.duration * self.time_limit_factor
-        self.state.submit(job_info(job, limit))
+        info = job_info(job, limit)
+        if self.migratable is not None:
+            info = replace(info, **(self.migratable(job) or {}))
+        self.state.submit(info)
         self.left[job.id] = job.duration
         self.last_event = max(self.last_event, job.submit)
 
@@ -255,6 +271,11 @@ class Replay:
             ledger.credit(_gpus(info), done, elapsed, info.start_time)
             ledger.lose("grace", _gpus(info) * (when - info.start_time - elapsed), _gpus(info), when)
             self.left[job_id] = max(0.0, self.left[job_id] - done)
+            if job_id in self.moved:  # a move: it checkpointed in its grace, and reads the checkpoint back
+                self.moved.discard(job_id)
+                self.left[job_id] += self.restart_cost
+                self.resched["grace_gpu_hours"] += _gpus(info) * (when - info.start_time - elapsed) / 3600.0
+                self.resched["restart_gpu_hours"] += _gpus(info) * self.restart_cost / 3600.0
             self._finish(job_id, when)
             state.requeue(info)
             ledger.requeued()
@@ -315,6 +336,10 @@ class Replay:
         self.awaiting_requeue.clear()
         t0 = time.perf_counter()
         snapshot = state.snapshot(now)
+        if self.config.reschedule or self.config.reschedule_advice:
+            window = self.config.reschedule_window
+            self.moves = [m for m in self.moves if now - m.time < window]
+            snapshot = replace(snapshot, cycle=self.report.cycles, recent_moves=tuple(self.moves))
         t1 = time.perf_counter()
         result = self.engine(snapshot, self.config)
         t2 = time.perf_counter()
@@ -326,6 +351,10 @@ class Replay:
             self._evict(ev, now)
         for w in getattr(result, "withdrawals", ()):
             self._withdraw(w, now)
+        for move in getattr(result, "moves", ()):
+            self.moves.append(move)
+            self.resched["moves"] += 1
+            self.resched["moved_gpus"] += move.gpus
         state.set_holds({n.job_id: n.tasks for n in getattr(result, "nominations", ())})
         for job_id, reason in result.pending.items():
             if reason.terminal and job_id in state.pending:
@@ -340,6 +369,7 @@ class Replay:
             self.meter.observe(now, fair, state.queue_used, demand, state.capacity - state.down_gpus)
         self.ledger.cycle(now, result.metrics.get("fragmentation_rate"), (t1 - t0) * 1e3, (t2 - t1) * 1e3,
                           (t3 - t2) * 1e3)
+        self._observe_largest(now, result.metrics.get("largest_runnable"))
         self.last_cycle = now
         self.rerun = bool(result.bindings) and bool(state.pending)
         self.last_pending = result.pending
@@ -375,6 +405,28 @@ class Replay:
                 record["restarted"] = now
             return
         self.ledger.started(job.tasks * job.gpus_per_task, now - job.submit, binding.tasks, binding.tier)
+        if job.tasks * job.gpus_per_task >= 32:
+            self.resched["waits_32_plus"].append(now - job.submit)
+
+    def _observe_largest(self, now: float, largest: dict | None) -> None:
+        """Time-weight the largest runnable job per tier (the value a cycle reports holds until the next)."""
+        r = self.resched
+        if r["last"] is not None:
+            at, values = r["last"]
+            for tier, v in values.items():
+                r["largest_runnable"][tier] = r["largest_runnable"].get(tier, 0.0) + v * (now - at)
+            r["span"] += now - at
+        r["last"] = (now, dict(largest or {}))
+
+    def rescheduling_summary(self) -> dict:
+        """Moves, GPUs moved, GPU-hours lost to their checkpoint grace and restarts, the time-weighted mean
+        largest runnable job per tier (GPUs) and the queueing of jobs of 32 GPUs and more (seconds)."""
+        r = self.resched
+        span = r["span"]
+        return {"moves": r["moves"], "moved_gpus": r["moved_gpus"], "grace_gpu_hours": r["grace_gpu_hours"],
+                "restart_gpu_hours": r["restart_gpu_hours"],
+                "largest_runnable_mean": {t: v / span for t, v in sorted(r["largest_runnable"].items())} if span else {},
+                "queueing_32_plus": queueing_summary(r["waits_32_plus"])}
 
     def _evict(self, ev, now: float) -> None:
         state = self.state
@@ -385,11 +437,14 @@ class Replay:
         state.mark_preempting(ev.job_id, ev.beneficiary)
         self.evict_rule[ev.job_id] = ev.rule
         whole = not ev.tasks or {(t.role, t.index) for t in info.placement} <= set(ev.tasks)
+        grace = self.grace_period if getattr(ev, "grace", None) is None else ev.grace
         if whole and ev.job_id not in self.failed:
             self.evicted_at[ev.job_id] = now
-            if self.ckpt.wall(self.left[ev.job_id]) - (now - info.start_time) > self.grace_period:
+            if self.ckpt.wall(self.left[ev.job_id]) - (now - info.start_time) > grace:
                 self.live.pop(ev.job_id, None)  # it will not complete; it is requeued after the grace period
-        self.grace_seq[ev.job_id] = self._push(now + self.grace_period, "grace", ev.job_id, tuple(ev.tasks))
+                if ev.rule == "reschedule":
+                    self.moved.add(ev.job_id)
+        self.grace_seq[ev.job_id] = self._push(now + grace, "grace", ev.job_id, tuple(ev.tasks))
         self.ledger.evicted(ev.rule)
 
     def _withdraw(self, w, now: float) -> None:
@@ -469,9 +524,12 @@ class Replay:
         if self.failures is not None:
             failures = failure_summary(self.failures, ledger.interruptions, ledger.node_failures,
                                        ledger.node_failures_hitting_jobs)
-        return ledger.close(end, submitted=self.arrival, pending=state.pending, last_pending=self.last_pending,
-                            capacity_gpus=state.capacity, fairness=self.meter.summary() if self.meter else None,
-                            failures=failures, wall_seconds=time.perf_counter() - self.wall0)
+        self._observe_largest(end, None)
+        report = ledger.close(end, submitted=self.arrival, pending=state.pending, last_pending=self.last_pending,
+                              capacity_gpus=state.capacity, fairness=self.meter.summary() if self.meter else None,
+                              failures=failures, wall_seconds=time.perf_counter() - self.wall0)
+        report.rescheduling = self.rescheduling_summary()
+        return report
 
 
 def _gpus(info) -> int:

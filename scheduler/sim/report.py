@@ -135,6 +135,7 @@ class ReplayReport:
     # effective utilization; no telemetry in the replay, so idle_allocated is 0. allocated_unclassified: the
     # allocated GPU-hours the replay credited to no attempt (e.g. a grace period cut short by a failure)
     gpu_hours: dict = field(default_factory=dict)
+    rescheduling: dict = field(default_factory=dict)  # replay.Replay.rescheduling_summary()
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:

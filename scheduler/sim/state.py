@@ -180,7 +180,7 @@ class ClusterState:
             self.partial_gpus -= sum(len(t.gpus) for t in job.placement)
             binding = replace(binding, tasks=placement)
         del self.pending[job.id]
-        started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now)
+        started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now, reserved=())
         self.running[job.id] = started
         return started
 
@@ -285,19 +285,26 @@ class ClusterState:
         return releasing
 
     def requeue(self, job: JobInfo) -> None:
-        """Put an evicted (already released) job back in the pending set, keeping its submit time."""
-        self.pending[job.id] = replace(job, state="pending", placement=(), start_time=None, reserved=(),
-                                       attempts=job.attempts + 1, evicted_for=None)
+        """Put an evicted (already released) job back in the pending set, keeping its submit time and the
+        GPUs held for it (a job moved by rescheduling restarts on its new place)."""
+        self.pending[job.id] = replace(job, state="pending", placement=(), start_time=None,
+                                       reserved=job.reserved, attempts=job.attempts + 1, evicted_for=None)
 
     def set_holds(self, holds: dict) -> None:
-        """GPUs held for pending jobs (the engine's nominations in force): job id -> placements."""
+        """GPUs held for pending jobs (the engine's nominations in force): job id -> placements; a hold on a
+        running (preempting) job is the new place of a job being moved, kept on it until it is requeued."""
         for job_id in self._held - holds.keys():
             if job_id in self.pending:
                 self.pending[job_id] = replace(self.pending[job_id], reserved=())
+        for job_id in self._held - holds.keys():
+            if job_id in self.running and self.running[job_id].reserved:
+                self.running[job_id] = replace(self.running[job_id], reserved=())
         for job_id, tasks in holds.items():
             job = self.pending.get(job_id)
             if job is not None and job.reserved != tuple(tasks):
                 self.pending[job_id] = replace(job, reserved=tuple(tasks))
+            elif job is None and job_id in self.running:  # a job being moved: its new place (rescheduling)
+                self.running[job_id] = replace(self.running[job_id], reserved=tuple(tasks))
         self._held = set(holds)
         self._hold_gpus = {(t.node, g) for tasks in holds.values() for t in tasks for g in t.gpus}
         self.version += 1

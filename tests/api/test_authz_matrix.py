@@ -30,6 +30,11 @@ JOB = {"name": "j", "command": "sleep 3600", "roles": [{"tasks": 1, "gpus_per_ta
 MATRIX = [
     # reads
     ("me", "get", "/api/v1/me/", None, False, READ),
+    ("fragmentation advice", "get", "/api/v1/fragmentation-advice/", None, False, READ),
+    ("shape check", "post", "/api/v1/shape-check/", {"queue": "alpha", "roles": [{"tasks": 2, "gpus_per_task": 6}]},
+     False, READ),
+    ("fragmentation act", "post", "/api/v1/fragmentation-advice/act/", {"beneficiary": 999999, "jobs": [1]}, False,
+     STAFF_ONLY(400)),
     ("teams list", "get", "/api/v1/teams/", None, False, READ),
     ("team own", "get", "/api/v1/teams/alpha/", None, False, READ_TEAM),
     ("team other", "get", "/api/v1/teams/beta/", None, False, HIDDEN),

@@ -29,6 +29,8 @@ def test_benchmark_scripts_run_in_their_tiniest_setting():
     assert set(r["results"]) == {"a_kube_like", "b_gang_binpack_no_topology", "c_full"}
     r = _main("openb_fgd")
     assert r["results"]["full"]["curve"][0]["arrived"] == 0.1
+    r = _main("reschedule")
+    assert set(r["runs"]) == {"off", "on K=8"} and r["runs"]["off"]["moves"] == 0 and r["slice"]["jobs"] > 0
     try:
         import ortools  # noqa: F401
     except ImportError:

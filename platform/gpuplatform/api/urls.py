@@ -21,6 +21,8 @@ router.register("diagnosis-rules", views.DiagnosisRuleViewSet, basename="diagnos
 router.register("health-rules", views.HealthRuleViewSet, basename="health-rule")
 router.register("cluster-metrics", views.ClusterMetricsViewSet, basename="cluster-metrics")
 router.register("scheduler-cycles", views.SchedulerCycleViewSet, basename="scheduler-cycle")
+router.register("fragmentation-advice", views.FragmentationAdviceViewSet, basename="fragmentation-advice")
+router.register("shape-check", views.ShapeCheckViewSet, basename="shape-check")
 
 urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),

@@ -66,6 +66,12 @@ class Job(models.Model):
                             help_text="prefer: each task's GPUs inside one NUMA node when one fits; single: always "
                                       "(kubelet's single-numa-node policy)")
     time_limit_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # rescheduling (scheduler/core/actions/reschedule.py, docs/rescheduling.md): the job checkpoints on SIGTERM
+    # and resumes when restarted, so the scheduler may move it after it ran `min_run_before_move_seconds`,
+    # giving it `checkpoint_grace_seconds` (null = its queue's grace period) to write its checkpoint
+    migratable = models.BooleanField(default=False)
+    min_run_before_move_seconds = models.PositiveIntegerField(default=0)
+    checkpoint_grace_seconds = models.PositiveIntegerField(null=True, blank=True)
     duration_seconds = models.FloatField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     reserved = models.JSONField(null=True, blank=True, default=None)

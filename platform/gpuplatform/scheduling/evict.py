@@ -29,11 +29,12 @@ from django.utils import timezone
 from gpuplatform.audit import record_events
 from gpuplatform.event_visibility import render
 from gpuplatform.lifecycle import evict_job
-from gpuplatform.models import Job, Task
-from scheduler.core.snapshot import CycleResult, JobInfo, RoleInfo, TaskPlacement
+from gpuplatform.models import Event, Job, Task
+from scheduler.core.snapshot import CycleResult, JobInfo, Move, RoleInfo, TaskPlacement
 
 log = logging.getLogger("gpuplatform.scheduling.store")
-VICTIM_KINDS = {"preempt": "preempted", "reclaim": "reclaimed"}  # the victims' Event kinds (prometheus counts them)
+VICTIM_KINDS = {"preempt": "preempted", "reclaim": "reclaimed", "reschedule": "moved"}  # the victims' Event kinds
+MOVE_MEMORY_SECONDS = 24 * 3600.0  # how far back recent_moves reads "moved" Events (>= any reschedule_window)
 
 
 def releasing_id(job_id) -> str:
@@ -149,6 +150,8 @@ def _evict(ev, info: dict, clock: datetime, cycle_number: int) -> dict:
     if ev.job_id not in info:
         raise StaleDecision(f"victim {ev.job_id} no longer exists")
     name, queue_id, grace = info[ev.job_id][:3]
+    if getattr(ev, "grace", None) is not None:  # a move: the job's own checkpoint grace
+        grace = ev.grace
     if not ev.tasks:
         deadline = evict_job(ev.job_id, at=clock, grace_seconds=grace, kind=ev.rule, reason=ev.message,
                              cycle=cycle_number, event=False)
@@ -201,16 +204,30 @@ def _decision_event(beneficiary, evs, decision, info, victim_events, clock, cycl
             "message": render(template, decision["mentions"], None), "data": decision}
 
 
+def recent_moves(now: float) -> tuple[Move, ...]:
+    """Moves made by rescheduling in the last MOVE_MEMORY_SECONDS (the "moved" Events), oldest first, for
+    Snapshot.recent_moves (the engine bounds moves per hour and never moves a job twice in its window)."""
+    since = datetime.fromtimestamp(now - MOVE_MEMORY_SECONDS, tz=dt_tz.utc)
+    rows = Event.objects.filter(kind="moved", time__gte=since, job_id__isnull=False).order_by("time", "id")
+    return tuple(Move(job_id=job_id, time=t.timestamp(), beneficiary=(data or {}).get("beneficiary"),
+                      gpus=int((data or {}).get("gpus") or 0))
+                 for job_id, t, data in rows.values_list("job_id", "time", "data"))
+
+
+HOLDER_STATES = ("pending", "preempting")  # a preempting job holds its new place while rescheduling moves it
+
+
 def apply_holds(result: CycleResult, *, clock: datetime, cycle_number: int, stale: set) -> None:
-    """Set Job.reserved for the holders, clear it for pending jobs no longer held; backfill estimates."""
+    """Set Job.reserved for the holders (pending jobs, and preempting jobs being moved), clear it for those
+    no longer held; backfill estimates."""
     held = {n.job_id: encode_reserved(n.tasks) for n in result.nominations if n.job_id not in stale}
-    current = dict(Job.objects.filter(state="pending", reserved__isnull=False).values_list("id", "reserved"))
+    current = dict(Job.objects.filter(state__in=HOLDER_STATES, reserved__isnull=False).values_list("id", "reserved"))
     for job_id, tasks in held.items():
         if current.get(job_id) != tasks:
-            Job.objects.filter(pk=job_id, state="pending").update(reserved=tasks, updated_at=timezone.now())
+            Job.objects.filter(pk=job_id, state__in=HOLDER_STATES).update(reserved=tasks, updated_at=timezone.now())
     dropped = [j for j in current if j not in held]
     if dropped:
-        Job.objects.filter(pk__in=dropped, state="pending").update(reserved=None)
+        Job.objects.filter(pk__in=dropped, state__in=HOLDER_STATES).update(reserved=None)
         record_events({"time": clock, "kind": "hold_dropped", "job_id": j, "cycle": cycle_number,
                        "message": "GPUs held for this job were given up (a node or GPU they were on is gone, or taken)",
                        "data": {"reserved": current[j]}} for j in dropped)

@@ -16,7 +16,7 @@ import logging
 import time as _time
 import traceback
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.db import IntegrityError, connection, transaction
@@ -94,7 +94,8 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
         jobs = list(Job.objects.filter(state__in=("pending", *Job.LIVE_STATES)).values_list(
             "id", "queue__name", "priority", "submitted_at", "preemptible", "topology_mode", "highest_tier",
             "preferred_tier", "time_limit_seconds", "state", "started_at", "name", "reserved", "not_before",
-            "attempts", "bound_at", "excluded_nodes", "evicted_for", "stop_target", "numa"))
+            "attempts", "bound_at", "excluded_nodes", "evicted_for", "stop_target", "numa",
+            "migratable", "min_run_before_move_seconds", "checkpoint_grace_seconds"))
         roles = list(JobRole.objects.filter(job__state__in=("pending", *Job.LIVE_STATES)).values_list(
             "id", "job_id", "name", "tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "flavor",
             "group_size", "group_highest_tier", "group_mode"))
@@ -163,7 +164,8 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
     index = SnapshotIndex(node_ids={n[1]: n[0] for n in nodes})
     job_infos = []
     for (jid, queue, prio, submitted, preemptible, mode, hi, pref, tlimit, state, started, name, reserved,
-         not_before, attempts, bound_at, excluded, evicted_for, stop_target, numa_policy) in jobs:
+         not_before, attempts, bound_at, excluded, evicted_for, stop_target, numa_policy,
+         migratable, min_run, ckpt_grace) in jobs:
         if jid in releasing:
             job_infos.append(releasing_job(jid, queue, name, releasing[jid], role_specs, release_for.get(jid)))
         if not job_roles.get(jid):
@@ -176,12 +178,16 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
             state="running" if state == "admitted" else state,
             placement=tuple(sorted(placements.get(jid, ()), key=lambda p: (p.role, p.index))),
             start_time=_ts(started or bound_at), name=name,
-            reserved=decode_reserved(reserved) if state == "pending" else (),
+            # a preempting job's reserved = its new place, when rescheduling moves it (evict.apply_holds)
+            reserved=decode_reserved(reserved) if state in ("pending", "preempting") else (),
             not_before=_ts(not_before) if state == "pending" else None, attempts=attempts,
             avoid_nodes=frozenset(excluded or ()) if state == "pending" else frozenset(),
             evicted_for=evicted_for if state == "preempting" and stop_target in ("", "requeue") else None,
-            numa=numa_policy or "prefer"))
-    snap = Snapshot(nodes=node_infos, domains=tuple(domains), queues=queue_infos, jobs=tuple(job_infos), now=now)
+            numa=numa_policy or "prefer",
+            migratable=migratable, min_run_before_move=float(min_run),
+            checkpoint_grace=float(ckpt_grace) if ckpt_grace is not None else None))
+    snap = Snapshot(nodes=node_infos, domains=tuple(domains), queues=queue_infos, jobs=tuple(job_infos), now=now,
+                    recent_moves=evict.recent_moves(now))
     return snap, index
 
 
@@ -474,6 +480,7 @@ def run_cycle_once(*, clock: datetime | None = None, config=None, detect: bool =
         try:
             release.release_expired(clock, cycle_number=number)
             snapshot, _ = build_snapshot(clock.timestamp())
+            snapshot = replace(snapshot, cycle=number)  # rescheduling runs every config.reschedule_every cycles
             t1 = _time.perf_counter()
             result = run_cycle(snapshot, config, cache=ENGINE_CACHE)
             result.timings.setdefault("snapshot_ms", (t1 - t0) * 1000)

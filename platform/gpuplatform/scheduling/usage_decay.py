@@ -20,7 +20,8 @@ from scheduler.core.plugins.fairshare import decay_usage
 
 
 def default_config() -> CycleConfig:
-    return CycleConfig(usage_half_life=getattr(settings, "SCHEDULER_USAGE_HALF_LIFE_SECONDS", DEFAULT_USAGE_HALF_LIFE))
+    return CycleConfig(usage_half_life=getattr(settings, "SCHEDULER_USAGE_HALF_LIFE_SECONDS", DEFAULT_USAGE_HALF_LIFE),
+                       reschedule=getattr(settings, "SCHEDULER_RESCHEDULE", True))
 
 
 @transaction.atomic

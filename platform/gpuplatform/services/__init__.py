@@ -34,6 +34,7 @@ from .nodes import (
 )
 from .rules import save_diagnosis_rule, save_health_rule
 from .queues import create_queue, delete_queue, set_quota, update_queue
+from .reschedule import request_moves
 from .tenancy import add_member, create_team, remove_member
 from .topology import TopologyPlan, apply_topology, plan_topology, topology_from_db
 
@@ -45,5 +46,5 @@ __all__ = [
     "register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node", "issue_node_agent_token",
     "start_repair", "start_validation", "record_validation", "save_diagnosis_rule", "save_health_rule",
     "TopologyPlan", "plan_topology", "apply_topology", "topology_from_db",
-    "load_cluster_spec",
+    "load_cluster_spec", "request_moves",
 ]

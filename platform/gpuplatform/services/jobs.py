@@ -26,7 +26,9 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                time_limit_seconds: int | None = None, duration_seconds: float | None = None, submitter=None,
                submitted_at: datetime | None = None, external_id: str = "", command=None, env: dict | None = None,
                working_dir: str = "", image: str = "", max_restarts: int = 0, completion_role: str = "",
-               warm_start: bool = False, numa: str = "prefer", subgroups: list[dict] | None = None) -> Job:
+               warm_start: bool = False, numa: str = "prefer", subgroups: list[dict] | None = None,
+               migratable: bool = False, min_run_before_move_seconds: int = 0,
+               checkpoint_grace_seconds: int | None = None) -> Job:
     """Create a pending Job with its JobRoles and Task rows and ask for a scheduling cycle after commit.
 
     roles: [{name, tasks, gpus_per_task, cpu_milli, memory_mib, min_available (default tasks), flavor,
@@ -48,7 +50,12 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     A job that can never fit this cluster (the engine's own Capacity rule, fit_check.py) is refused
     ("roles"); one that fits the cluster but not its queue's limit is accepted and marked never_fits
     by the cycle. Bounds (job_rules.py): at most 4,096 tasks, 64 GPUs per task, priority within int32.
+    Rescheduling (docs/rescheduling.md): `migratable` (the job checkpoints on SIGTERM and resumes when
+    restarted: the scheduler may move it to defragment the cluster) after `min_run_before_move_seconds`
+    (0..7 days) of running, with `checkpoint_grace_seconds` (1..1 day; None = the queue's grace period) to
+    write its checkpoint; refused with ValidationError naming the field.
     """
+    check_migration(migratable, min_run_before_move_seconds, checkpoint_grace_seconds)
     queue = resolve_queue(queue, "queue")
     if queue is None:
         raise ValidationError({"queue": "queue is required"})
@@ -75,7 +82,9 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                              highest_tier=highest_tier, preferred_tier=preferred_tier,
                              time_limit_seconds=time_limit_seconds, duration_seconds=duration_seconds, numa=numa,
                              simulated=not any(r["command"] for r in roles), max_restarts=max_restarts,
-                             completion_role=completion_role or "", warm_start=bool(warm_start),
+                             completion_role=completion_role or "", warm_start=bool(warm_start), migratable=migratable,
+                             min_run_before_move_seconds=min_run_before_move_seconds,
+                             checkpoint_grace_seconds=checkpoint_grace_seconds,
                              submitted_at=now, pending_reason="waiting for the next scheduling cycle")
     role_rows = JobRole.objects.bulk_create([JobRole(job=job, **r) for r in roles])
     if any(r.pk is None for r in role_rows):  # backends without RETURNING
@@ -87,9 +96,32 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                                                "env_names": sorted({k for r in roles for k in r["env"]}),
                                                "max_restarts": max_restarts, "priority": priority, "gpus": gpus,
                                                "topology": [topology_mode, highest_tier, preferred_tier],
-                                               "numa": numa})
+                                               "numa": numa,
+                                               "migratable": [migratable, min_run_before_move_seconds,
+                                                              checkpoint_grace_seconds]})
     request_cycle_on_commit()
     return job
+
+
+MAX_MIN_RUN_BEFORE_MOVE = 7 * 86400  # seconds
+MAX_CHECKPOINT_GRACE = 86400  # seconds
+
+
+def check_migration(migratable, min_run_before_move_seconds, checkpoint_grace_seconds) -> None:
+    """The rescheduling fields' rules. Raises ValidationError naming each bad field."""
+    errors = {}
+    if not isinstance(migratable, bool):
+        errors["migratable"] = "migratable must be true or false"
+    m = min_run_before_move_seconds
+    if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= MAX_MIN_RUN_BEFORE_MOVE:
+        errors["min_run_before_move_seconds"] = (f"min_run_before_move_seconds must be a whole number of seconds "
+                                                 f"from 0 to {MAX_MIN_RUN_BEFORE_MOVE}")
+    g = checkpoint_grace_seconds
+    if g is not None and (isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= MAX_CHECKPOINT_GRACE):
+        errors["checkpoint_grace_seconds"] = (f"checkpoint_grace_seconds must be a whole number of seconds from 1 "
+                                              f"to {MAX_CHECKPOINT_GRACE}, or null for the queue's grace period")
+    if errors:
+        raise ValidationError(errors)
 
 
 def _end_job(job: Job, state: str, at: datetime, actor, kind: str, message: str, task_state: str,

@@ -128,7 +128,8 @@ class JobSerializer(ModelSerializer):
     class Meta:
         model = Job
         fields = ["id", "name", "external_id", "team", "queue", "submitter", "state", "priority", "preemptible", "topology_mode",
-                  "highest_tier", "preferred_tier", "numa", "time_limit_seconds", "attempt", "attempts", "gpus", "roles",
+                  "highest_tier", "preferred_tier", "numa", "time_limit_seconds", "migratable",
+                  "min_run_before_move_seconds", "checkpoint_grace_seconds", "attempt", "attempts", "gpus", "roles",
                   "pending_reason", "never_fits", "position", "estimated_start", "estimated_start_p90",
                   "estimate_note", "estimated_at", "reserved", "not_before",
                   "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
@@ -193,6 +194,13 @@ class JobSubmitSerializer(Serializer):
                                    help_text="prefer: each task's GPUs inside one NUMA node when one fits; single: "
                                              "always, or the job waits")
     time_limit_seconds = count_field(required=False, allow_null=True, default=None)
+    migratable = serializers.BooleanField(default=False, help_text="the job checkpoints on SIGTERM and resumes when "
+                                                                   "restarted: the scheduler may move it to defragment")
+    min_run_before_move_seconds = serializers.IntegerField(default=0, min_value=0, max_value=7 * 86400,
+                                                           help_text="seconds it runs before it may be moved")
+    checkpoint_grace_seconds = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                                        max_value=86400, help_text="seconds to write its checkpoint "
+                                                                                   "when moved (null: the queue's grace)")
     command = serializers.JSONField(required=False, default=None,
                                     help_text="what every task runs: argv list, or a string split with shlex "
                                               "(required unless every role has its own)")

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
+from ...models import Job
 from ...scheduling.forecast import WhatIfDenied, what_if_live
 
 REQUIRED = {
@@ -36,7 +37,7 @@ class ChangeSerializer(serializers.Serializer):
     min_available = serializers.IntegerField(required=False, min_value=1, max_value=4096)
     priority = serializers.IntegerField(required=False, min_value=-2**31, max_value=2**31 - 1)
     time_limit = serializers.IntegerField(required=False, min_value=1, help_text="seconds")
-    topology_mode = serializers.ChoiceField(required=False, choices=["none", "soft", "hard"])
+    topology_mode = serializers.ChoiceField(required=False, choices=Job.TopologyMode.choices)
     highest_tier = serializers.IntegerField(required=False, min_value=1, max_value=16)
     flavors = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=16)
     flavor = serializers.CharField(required=False, max_length=64)

@@ -99,7 +99,10 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
                                       command=d["command"], env=d["env"], working_dir=d["working_dir"],
                                       image=d["image"], max_restarts=d["max_restarts"],
                                       completion_role=d["completion_role"], external_id=d["external_id"],
-                                      numa=d["numa"], subgroups=[dict(g) for g in d["subgroups"] or ()])
+                                      numa=d["numa"], subgroups=[dict(g) for g in d["subgroups"] or ()],
+                                      migratable=d["migratable"],
+                                      min_run_before_move_seconds=d["min_run_before_move_seconds"],
+                                      checkpoint_grace_seconds=d["checkpoint_grace_seconds"])
         try:
             data = JobSerializer(self.get_queryset().get(pk=job.pk)).data
         except DatabaseError:

@@ -1,0 +1,85 @@
+"""The rescheduling advisor on the live cluster (read only): which moves of running jobs that are not
+migratable would free a domain for a job blocked by fragmentation alone. The planner is the engine's
+(scheduler/core/actions/reschedule.py, `reschedule_advice`); nothing here is written.
+
+    fragmentation_advice(now=None) -> list[dict]
+
+Each entry: {beneficiary (job id), name, gpus, waiting_seconds, domain, tier, moves: [{job, name, gpus,
+to}], message} with database job ids, e.g. message "moving jobs 812, 907 would free rack r12 for job 1033
+(64 GPUs, waiting 3 h)". Acting on one is services.reschedule.request_moves (an admin's button).
+"""
+from __future__ import annotations
+
+import time as _time
+from dataclasses import replace
+
+from gpuplatform.scheduling import store, usage_decay
+from scheduler.core import run_cycle
+
+
+def advice_config():
+    """The live cycle's configuration planning advice only (no move is made, every blocked job is
+    considered at once)."""
+    return replace(usage_decay.default_config(), reschedule=False, reschedule_advice=True, reschedule_every=1,
+                   reschedule_min_wait=0.0)
+
+
+def fragmentation_advice(now: float | None = None) -> list[dict]:
+    """Advice for the cluster now (`now`: epoch seconds, default the wall clock), at most one entry per
+    blocked job, in the engine's order."""
+    snapshot, _ = store.build_snapshot(_time.time() if now is None else now)
+    result = run_cycle(replace(snapshot, cycle=0), advice_config())
+    return result.advice
+
+
+def shape_check(*, roles: list[dict], queue: str, topology_mode: str = "none", highest_tier: int | None = None,
+                now: float | None = None) -> list[dict]:
+    """Shape steering for a job about to be submitted (scheduler.core.shapes.steer): for each GPU role whose
+    tasks strand GPUs on the nodes of its flavor (the most common node size of the flavors it may use),
+    {role, stranded_per_node, stranded, suggested: {tasks, gpus_per_task}, message, estimated_start:
+    {asked, suggested}}. The estimated starts are the engine's what-if on the cluster now: "now" when the
+    job would start in this cycle, else the backfill reservation's estimate (epoch seconds) when it is the
+    first job waiting for room, else None (unknown: the engine reserves for one job at a time).
+    roles: [{name, tasks, gpus_per_task, min_available?, flavor?}] as submitted; queue: its name."""
+    from collections import Counter
+
+    from scheduler.core.shapes import steer
+    from scheduler.core.snapshot import JobInfo, RoleInfo
+
+    snapshot, _ = store.build_snapshot(_time.time() if now is None else now)
+    out = []
+    for i, r in enumerate(roles):
+        gpt, tasks = int(r.get("gpus_per_task") or 0), int(r.get("tasks") or 0)
+        wanted = {f for f in str(r.get("flavor") or "").split("|") if f}
+        sizes = Counter(n.gpus for n in snapshot.nodes if n.gpus and (not wanted or n.flavor in wanted))
+        if not gpt or not sizes:
+            continue
+        advice = steer(tasks, gpt, sizes.most_common(1)[0][0])
+        if advice is None:
+            continue
+        starts = {}
+        for key, (t, g) in (("asked", (tasks, gpt)), ("suggested", advice.suggested)):
+            shaped = [dict(x) for x in roles]
+            shaped[i] = {**roles[i], "tasks": t, "gpus_per_task": g, "min_available": t}
+            starts[key] = _estimated_start(snapshot, shaped, queue, topology_mode, highest_tier, JobInfo, RoleInfo)
+        out.append({"role": r.get("name") or f"role{i}", "stranded_per_node": advice.stranded_per_node,
+                    "stranded": advice.stranded, "node_gpus": advice.node_gpus,
+                    "suggested": {"tasks": advice.suggested[0], "gpus_per_task": advice.suggested[1]},
+                    "message": advice.message, "estimated_start": starts})
+    return out
+
+
+def _estimated_start(snapshot, roles, queue, topology_mode, highest_tier, JobInfo, RoleInfo):
+    """The what-if start of one hypothetical job (see shape_check): "now", epoch seconds, or None."""
+    role_infos = tuple(RoleInfo(str(r.get("name") or f"role{k}"), int(r["tasks"]), int(r["gpus_per_task"]),
+                                int(r.get("min_available") or r["tasks"]), int(r.get("cpu_milli") or 0),
+                                int(r.get("memory_mib") or 0),
+                                tuple(f for f in str(r.get("flavor") or "").split("|") if f))
+                       for k, r in enumerate(roles))
+    probe = JobInfo(id="shape-check", queue=queue, roles=role_infos, submit_time=snapshot.now,
+                    topology_mode=topology_mode, highest_tier=highest_tier, name="shape-check")
+    result = run_cycle(replace(snapshot, jobs=(*snapshot.jobs, probe), cycle=1),
+                       replace(usage_decay.default_config(), reschedule=False, preemption=False, reclaim=False))
+    if any(b.job_id == "shape-check" for b in result.bindings):
+        return "now"
+    return result.estimated_start.get("shape-check")
