@@ -16,6 +16,8 @@ RULES = engine.parse_rules(shipped_rules())
 
 
 def case(name: str) -> dict:
+    if not CASES.is_dir():  # the shared cases sit beside the checkout (CI's layout), not inside it
+        pytest.skip(f"{CASES} is not beside this checkout")
     return yaml.safe_load((CASES / name).read_text())
 
 
@@ -64,6 +66,8 @@ def test_diagnosis_user_error_case():
 
 
 def test_every_case_file_is_covered():
+    if not CASES.is_dir():
+        pytest.skip(f"{CASES} is not beside this checkout")
     names = sorted(p.name for p in CASES.glob("diagnosis-*.yaml"))
     assert names, CASES
     for name in names:
