@@ -187,9 +187,11 @@ def what_if(snapshot: Snapshot, changes: list[dict], estimate: Callable[[JobInfo
         w = waits.setdefault(queue_of[jid], ([], []))
         w[0].append(b.start - snapshot.now)
         w[1].append(a.start - snapshot.now)
-    # Every queue of the cluster (an admin trying a quota sees each team, also those with nothing waiting).
-    for q in sorted({q.name for q in snapshot.queues} | {j.queue for j in snapshot.jobs if j.state == "pending"}
-                    | set(waits)):
+    # Every leaf queue of the cluster (jobs are submitted to leaves: an admin trying a quota sees each team,
+    # also those with nothing waiting), and any queue with pending jobs.
+    parents = {q.parent for q in snapshot.queues if q.parent}
+    leaves = {q.name for q in snapshot.queues if q.name not in parents}
+    for q in sorted(leaves | {j.queue for j in snapshot.jobs if j.state == "pending"} | set(waits)):
         b, a = waits.get(q, ([], []))
         mb, ma = _mean(b), _mean(a)
         out.queues[q] = {"jobs": len(b), "mean_wait_before_s": mb, "mean_wait_after_s": ma,
