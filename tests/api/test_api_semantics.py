@@ -18,6 +18,8 @@ CASES = Path(__file__).resolve().parents[2].parent / "shared" / "cases"
 
 
 def _case(name: str) -> dict:
+    if not CASES.is_dir():  # the shared cases sit beside the checkout (CI's layout), not inside it
+        pytest.skip(f"{CASES} is not beside this checkout")
     return yaml.safe_load((CASES / name).read_text())
 
 
