@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import IntegrityError, transaction
 
 from ..audit import record_event
 from ..models import Allocation, Attempt, Event, Job, Node, Task, TaskLog
@@ -136,14 +137,21 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
     gpus = Allocation.objects.filter(job_id=job_id, released_at__isnull=True).count()
     first_failed = next((r for r in sorted(rows, key=lambda r: (r["ended_at"] is None, r["ended_at"] or at))
                          if r["state"] == Task.State.FAILED), None)
-    attempt = Attempt.objects.create(
-        job_id=job_id, number=number, started_at=started, ended_at=at, outcome=outcome, failed=failed,
-        nodes=nodes, gpus=gpus, gpu_seconds=round(gpus * max((at - started).total_seconds(), 0.0), 3),
-        failed_task=(f"{first_failed['role__name']}[{first_failed['index']}]" if first_failed else job["failed_task"]),
-        exit_code=first_failed["exit_code"] if first_failed else job["exit_code"],
-        signal=first_failed["exit_signal"] if first_failed else job["exit_signal"],
-        category=diagnosis.category if diagnosis else "", diagnosis=diagnosis.to_dict() if diagnosis else None,
-        fault_at=(fault_at or at) if failed else None)
+    try:
+        # A concurrent end of the same attempt (an agent's report and the failure check racing) passed the
+        # exists() check above too: the unique (job, number) index decides. The loser records nothing, and
+        # its caller's conditional update of the job loses as well (requeue_job / end_job).
+        with transaction.atomic():
+            attempt = Attempt.objects.create(
+                job_id=job_id, number=number, started_at=started, ended_at=at, outcome=outcome, failed=failed,
+                nodes=nodes, gpus=gpus, gpu_seconds=round(gpus * max((at - started).total_seconds(), 0.0), 3),
+                failed_task=(f"{first_failed['role__name']}[{first_failed['index']}]" if first_failed else job["failed_task"]),
+                exit_code=first_failed["exit_code"] if first_failed else job["exit_code"],
+                signal=first_failed["exit_signal"] if first_failed else job["exit_signal"],
+                category=diagnosis.category if diagnosis else "", diagnosis=diagnosis.to_dict() if diagnosis else None,
+                fault_at=(fault_at or at) if failed else None)
+    except IntegrityError:
+        return None
     if diagnosis is None or not failed:  # a preempted or cancelled attempt keeps its `platform` diagnosis quietly
         return attempt
     record_event("diagnosed", f"{job['name']} attempt {number}: {diagnosis.category} ({diagnosis.summary[:200]}); "
