@@ -17,14 +17,16 @@ def live_in_group_or_session(ident: int) -> list[int]:
     return [p.pid for p in scan_proc().values() if not p.dead and (p.pgid == ident or p.sid == ident)]
 
 
-def wait_for(pred, timeout: float = 5.0, step: float = 0.02):
+def wait_for(pred, timeout: float = 5.0, what: str = "the condition", step: float = 0.02):
+    """Poll `pred` every `step` seconds until it returns a true value (returned); AssertionError naming
+    `what` after `timeout` seconds. The one polling helper of the process tests (agent, integration, faults)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         value = pred()
         if value:
             return value
         time.sleep(step)
-    raise AssertionError(f"condition not met within {timeout} s")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def wait_ended(ex: ProcessExecutor, keys, timeout: float = 5.0) -> dict:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.agent.proc_helpers import wait_for as _wait_for  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 BINARIES = ("initdb", "pg_ctl", "redis-server")
 
@@ -38,14 +40,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+def wait_for(predicate, timeout: float, what: str, step: float = 0.2):
+    """proc_helpers.wait_for at this suite's pace (services answer in tenths of seconds)."""
+    return _wait_for(predicate, timeout, what, step)
 
 
 class Stack:

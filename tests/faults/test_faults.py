@@ -32,7 +32,7 @@ def _kick_until_bound(stack, names, timeout: float = 90) -> None:
         kicks.append(body["id"])
         return False
 
-    wait_for(bound, timeout, f"jobs {sorted(names)} to be bound", interval=2)
+    wait_for(bound, timeout, f"jobs {sorted(names)} to be bound", step=2)
 
 
 def test_baseline_submission_is_bound_by_the_worker(stack):

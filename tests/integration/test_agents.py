@@ -29,6 +29,7 @@ from gpuplatform.api.permissions import NODE_AGENT_GROUP
 from gpuplatform.models import NodeAgentScope
 from gpuplatform.models import Allocation, Event, Job, Node, Queue, Task
 from gpuplatform.scheduling.tasks import detect_node_failures, run_scheduling_cycle
+from tests.agent.proc_helpers import wait_for
 from tests.integration.conftest import start_worker, stop_worker
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
@@ -68,13 +69,8 @@ class Beat(threading.Thread):
 
 
 def until(predicate, timeout: float, what: str, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for: {what}")
+    """proc_helpers.wait_for at this suite's pace (agents report every few tenths of a second)."""
+    return wait_for(predicate, timeout, what, step)
 
 
 def job_processes(job_id: int) -> list[int]:
