@@ -127,18 +127,23 @@ def _check_common(entry: Mapping, where: str, seen: set) -> tuple[str, str, str,
     return rid, source, entry.get("category"), entry.get("action")
 
 
+def _entries(table: Mapping, extra: Iterable[Mapping]) -> list[tuple[str, Mapping]]:
+    """[(where, entry)]: the table's rules ("rules[i]") then the `extra` ones ("extra[i]"). Raises RuleError
+    when the table is not a mapping with a 'rules' list."""
+    if not isinstance(table, Mapping) or not isinstance(table.get("rules"), list):
+        raise RuleError("rules", "the table must be a mapping with a 'rules' list")
+    return ([(f"rules[{i}]", e) for i, e in enumerate(table["rules"])]
+            + [(f"extra[{i}]", e) for i, e in enumerate(extra)])
+
+
 def parse_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> RuleSet:
     """A RuleSet from a table {"version": ..., "rules": [{id, category, action, source, pattern | when,
     xids?}]} followed by `extra` entries of the same shape (admins' rules: they come after the shipped
     ones, so within a category a shipped rule is preferred). Raises RuleError naming the entry and key:
     unknown category or action, missing source, a pattern that does not compile, neither or both of
     pattern and when, a when key other than exit_code / signal, a duplicate id."""
-    if not isinstance(table, Mapping) or not isinstance(table.get("rules"), list):
-        raise RuleError("rules", "the table must be a mapping with a 'rules' list")
     rules, seen = [], set()
-    entries = [(f"rules[{i}]", e) for i, e in enumerate(table["rules"])]
-    entries += [(f"extra[{i}]", e) for i, e in enumerate(extra)]
-    for order, (where, entry) in enumerate(entries):
+    for order, (where, entry) in enumerate(_entries(table, extra)):
         rid, source, category, action = _check_common(entry, where, seen)
         if category not in CATEGORIES or category == "platform":
             raise RuleError(f"{where}.category", f"category must be one of {[c for c in CATEGORIES if c != 'platform']}")
@@ -361,12 +366,8 @@ class HealthRule:
 def parse_health_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> tuple[str, tuple[HealthRule, ...]]:
     """(version, rules) from {"version", "rules": [{id, signal, op, value, action, source, category?}]}
     plus `extra` entries. Raises RuleError naming the entry and key."""
-    if not isinstance(table, Mapping) or not isinstance(table.get("rules"), list):
-        raise RuleError("rules", "the table must be a mapping with a 'rules' list")
     out, seen = [], set()
-    entries = [(f"rules[{i}]", e) for i, e in enumerate(table["rules"])]
-    entries += [(f"extra[{i}]", e) for i, e in enumerate(extra)]
-    for order, (where, e) in enumerate(entries):
+    for order, (where, e) in enumerate(_entries(table, extra)):
         rid, source, category, action = _check_common(e, where, seen)
         if e.get("signal") not in HEALTH_SIGNALS:
             raise RuleError(f"{where}.signal", f"signal must be one of {list(HEALTH_SIGNALS)}")

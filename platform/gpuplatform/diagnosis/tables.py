@@ -40,30 +40,26 @@ def load_shipped() -> None:
     engine.parse_health_rules(shipped_health_rules())
 
 
-def _admin_rows(model) -> list[dict]:
-    return [r.as_entry() for r in model.objects.filter(enabled=True)]
+def _with_admin_rows(parse, shipped: dict, model, what: str):
+    """parse(shipped, the model's enabled rows), or parse(shipped) alone when a row does not parse."""
+    rows = [r.as_entry() for r in model.objects.filter(enabled=True)]
+    try:
+        return parse(shipped, rows)
+    except engine.RuleError as exc:
+        log.warning("admin %s rules skipped: %s", what, exc)
+        return parse(shipped)
 
 
 def rule_set() -> engine.RuleSet:
     from ..models import DiagnosisRule
 
-    rows = _admin_rows(DiagnosisRule)
-    try:
-        return engine.parse_rules(shipped_rules(), rows)
-    except engine.RuleError as exc:
-        log.warning("admin diagnosis rules skipped: %s", exc)
-        return engine.parse_rules(shipped_rules())
+    return _with_admin_rows(engine.parse_rules, shipped_rules(), DiagnosisRule, "diagnosis")
 
 
 def health_rules() -> tuple[str, tuple]:
     from ..models import HealthRule
 
-    rows = _admin_rows(HealthRule)
-    try:
-        return engine.parse_health_rules(shipped_health_rules(), rows)
-    except engine.RuleError as exc:
-        log.warning("admin health rules skipped: %s", exc)
-        return engine.parse_health_rules(shipped_health_rules())
+    return _with_admin_rows(engine.parse_health_rules, shipped_health_rules(), HealthRule, "health")
 
 
 def check_rule(entry: dict) -> None:

@@ -17,40 +17,35 @@ def _field(exc: engine.RuleError) -> str:
     return exc.field.split(".", 1)[1] if "." in exc.field else "rule"
 
 
+def _save(rule, check, *, kind: str, noun: str, summary: str, actor):
+    """The shared steps: a non-empty name unique among the model's rows, `check` (the shipped table's
+    parser) on the rule, save, and a `kind` Event "<noun> <name> added|changed: <summary>"."""
+    if not rule.name:
+        raise ValidationError({"name": "name must not be empty"})
+    if type(rule).objects.filter(name=rule.name).exclude(pk=rule.pk).exists():
+        raise ValidationError({"name": f"a rule named {rule.name!r} exists"})
+    try:
+        check(rule.as_entry())
+    except engine.RuleError as exc:
+        raise ValidationError({_field(exc): exc.message}) from None
+    created = rule.pk is None
+    rule.save()
+    record_event(kind, f"{noun} {rule.name} {'added' if created else 'changed'}: {summary}", actor=actor,
+                 data=rule.as_entry())
+    return rule
+
+
 @transaction.atomic
 def save_diagnosis_rule(rule: DiagnosisRule, *, actor=None) -> DiagnosisRule:
     """Validate and save an admin's diagnosis rule (new or changed). Raises ValidationError naming the
     field: unknown category or action, a pattern that does not compile, neither or both of pattern and
     when, no source, a duplicate name."""
-    if not rule.name:
-        raise ValidationError({"name": "name must not be empty"})
-    if DiagnosisRule.objects.filter(name=rule.name).exclude(pk=rule.pk).exists():
-        raise ValidationError({"name": f"a rule named {rule.name!r} exists"})
-    try:
-        tables.check_rule(rule.as_entry())
-    except engine.RuleError as exc:
-        raise ValidationError({_field(exc): exc.message}) from None
-    created = rule.pk is None
-    rule.save()
-    record_event("diagnosis_rule", f"diagnosis rule {rule.name} {'added' if created else 'changed'}: "
-                                   f"{rule.category} ({rule.action})", actor=actor, data=rule.as_entry())
-    return rule
+    return _save(rule, tables.check_rule, kind="diagnosis_rule", noun="diagnosis rule",
+                 summary=f"{rule.category} ({rule.action})", actor=actor)
 
 
 @transaction.atomic
 def save_health_rule(rule: HealthRule, *, actor=None) -> HealthRule:
     """Validate and save an admin's health rule. Raises ValidationError naming the field."""
-    if not rule.name:
-        raise ValidationError({"name": "name must not be empty"})
-    if HealthRule.objects.filter(name=rule.name).exclude(pk=rule.pk).exists():
-        raise ValidationError({"name": f"a rule named {rule.name!r} exists"})
-    try:
-        tables.check_health_rule(rule.as_entry())
-    except engine.RuleError as exc:
-        raise ValidationError({_field(exc): exc.message}) from None
-    created = rule.pk is None
-    rule.save()
-    record_event("health_rule_changed", f"health rule {rule.name} {'added' if created else 'changed'}: "
-                                        f"{rule.signal} {rule.op} {rule.value} -> {rule.action}", actor=actor,
-                 data=rule.as_entry())
-    return rule
+    return _save(rule, tables.check_health_rule, kind="health_rule_changed", noun="health rule",
+                 summary=f"{rule.signal} {rule.op} {rule.value} -> {rule.action}", actor=actor)
