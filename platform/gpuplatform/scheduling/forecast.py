@@ -96,15 +96,18 @@ def forecast_due(clock: datetime) -> bool:
     return last is None or clock - last >= timedelta(seconds=setting("FORECAST_SECONDS", 60))
 
 
+def _engine_kwargs() -> dict:
+    """The forecast's horizon, cycle cap and engine config from the settings (forecast and what-if)."""
+    return {"horizon": setting("FORECAST_HORIZON_SECONDS", 7 * 86400),
+            "max_cycles": int(setting("FORECAST_MAX_CYCLES", 400)), "config": usage_decay.default_config()}
+
+
 def run_snapshot_forecast(snapshot, estimator: RuntimeEstimator | None = None, **kwargs):
     """forecast_start on `snapshot` with the platform's estimator and settings. Returns (starts, info,
     sources) as scheduler.forecast.forecast_start plus each pending job's run-time Estimate."""
     estimator = estimator or build_estimator()
     estimate, sources = estimate_fn(snapshot, estimator)
-    kwargs.setdefault("horizon", setting("FORECAST_HORIZON_SECONDS", 7 * 86400))
-    kwargs.setdefault("max_cycles", int(setting("FORECAST_MAX_CYCLES", 400)))
-    kwargs.setdefault("config", usage_decay.default_config())
-    starts, info = forecast_start(snapshot, estimate, **kwargs)
+    starts, info = forecast_start(snapshot, estimate, **{**_engine_kwargs(), **kwargs})
     for job in snapshot.jobs:  # a job that never ran in the forecast still gets its own estimate's source
         if job.state == "pending" and job.id not in sources:
             estimate(job, 0.0)
@@ -198,8 +201,7 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     clock = clock or cluster_clock.now()
     snapshot, _ = build_snapshot(clock.timestamp())
     estimate, _sources = estimate_fn(snapshot, build_estimator())
-    out = what_if(snapshot, changes, estimate, horizon=setting("FORECAST_HORIZON_SECONDS", 7 * 86400),
-                  max_cycles=int(setting("FORECAST_MAX_CYCLES", 400)), config=usage_decay.default_config())
+    out = what_if(snapshot, changes, estimate, **_engine_kwargs())
     visible = access.visible_team_ids(user)
     ids = [j for j in set(out.before) | set(out.after) if isinstance(j, int)]
     rows = {r[0]: r for r in JobModel.objects.filter(pk__in=ids).values_list("id", "name", "team_id", "queue__name")}

@@ -81,17 +81,20 @@ def _forecast_period() -> float:
     return float(getattr(settings, "FORECAST_SECONDS", 60))
 
 
+def _take_forecast_turn(period: float) -> bool:
+    """True (and the time noted) when this process last asked for a forecast `period` seconds ago or more."""
+    if time.monotonic() - _last_forecast_request[0] < period:
+        return False
+    _last_forecast_request[0] = time.monotonic()
+    return True
+
+
 def request_forecast() -> bool:
     """After a cycle: send RUN_FORECAST by name unless this process asked less than FORECAST_SECONDS ago
     (FORECAST_SECONDS <= 0 turns the forecast off). Returns True if a task was enqueued; never raises."""
-    import time as _time
-
     period = _forecast_period()
-    if period <= 0 or not getattr(settings, "REDIS_URL", ""):
+    if period <= 0 or not getattr(settings, "REDIS_URL", "") or not _take_forecast_turn(period):
         return False
-    if _time.monotonic() - _last_forecast_request[0] < period:
-        return False
-    _last_forecast_request[0] = _time.monotonic()
     try:
         from gpuplatform.celery import app
 
@@ -105,15 +108,10 @@ def request_forecast() -> bool:
 def forecast_in_thread(clock: datetime) -> threading.Thread | None:
     """The embedded loop's forecast: run it in a daemon thread at cluster time `clock` when none runs and
     FORECAST_SECONDS have passed since this process last started one. Returns the thread, or None."""
-    import time as _time
-
     period = _forecast_period()
     running = _forecast_thread[0]
-    if period <= 0 or (running is not None and running.is_alive()):
+    if period <= 0 or (running is not None and running.is_alive()) or not _take_forecast_turn(period):
         return None
-    if _time.monotonic() - _last_forecast_request[0] < period:
-        return None
-    _last_forecast_request[0] = _time.monotonic()
 
     def work():
         from gpuplatform.scheduling.forecast import run_forecast_once
