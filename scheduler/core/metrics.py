@@ -15,14 +15,17 @@
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from .state import ClusterState
 
 
-def cluster_metrics(state: ClusterState, include=None, *, held: int = 0) -> dict:
+def cluster_metrics(state: ClusterState, nodes: Iterable[int] | None = None, *, held: int = 0) -> dict:
     """The metrics of the state's free capacity. held: GPUs of the state taken by holds (Session.holds),
     not by jobs: counted as held_gpus, not allocated. Keys: schedulable_gpus, allocated_gpus, held_gpus,
     free_gpus, allocation_rate, largest_runnable {tier: GPUs}, fragmentation_rate, fragmentation_by_tier,
-    domain_completeness, top_tier. `include(node) -> bool` restricts them to some nodes (metrics_by_group)."""
+    domain_completeness, top_tier. `nodes` (node indices, in cluster order) restricts them to those nodes
+    (metrics_by_group)."""
     tree = state.tree
     n_dom = len(tree.names)
     whole: dict[tuple[int, str], int] = {}  # (domain, flavor) -> free GPUs of wholly free nodes below it
@@ -30,9 +33,9 @@ def cluster_metrics(state: ClusterState, include=None, *, held: int = 0) -> dict
     dom_free = [0] * n_dom
     dom_healthy = [0] * n_dom
     schedulable = free_total = 0
-    for k, node in enumerate(state.nodes):
-        if include is not None and not include(node):
-            continue
+    all_nodes = state.nodes
+    for k in (range(len(all_nodes)) if nodes is None else nodes):
+        node = all_nodes[k]
         healthy = state.healthy_gpus[k]
         f = len(state.free[k])
         schedulable += healthy
@@ -88,7 +91,7 @@ def metrics_by_group(state: ClusterState) -> dict[str, dict]:
         groups.setdefault((node.flavor, node.gpus), []).append(k)
     out: dict[str, dict] = {}
     for (flavor, size), members in sorted(groups.items()):
-        m = cluster_metrics(state, include=lambda node, f=flavor, s=size: node.flavor == f and node.gpus == s)
+        m = cluster_metrics(state, members)
         free_nodes = sum(1 for k in members if state.healthy_gpus[k] > 0 and len(state.free[k]) == state.healthy_gpus[k])
         out[f"{flavor} x{size}"] = {
             "flavor": flavor, "node_gpus": size, "nodes": len(members), "free_nodes": free_nodes,
