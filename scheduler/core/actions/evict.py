@@ -63,7 +63,7 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
                 break
     if not preemptors:
         return [], []
-    flavor_of = {n.name: n.flavor for n in state.nodes}
+    flavor_of = state.static.node_flavor  # node name -> flavor
     queue_of = {j.id: j.queue for j in session.snapshot.jobs}
     units = victim_units(running)
     victims_by_id = {j.id: j for j in running}
@@ -120,7 +120,7 @@ def withdrawals(snapshot: Snapshot, nominated: dict) -> list[Withdrawal]:
     `evicted_for`) whose GPUs are none of those held for its beneficiary after this cycle (`nominated`: job
     id -> TaskPlacements): the beneficiary was cancelled or ended, started elsewhere, or no longer needs
     them. Killing a job for nobody is pure loss; the victim keeps running without a restart."""
-    jobs = {j.id: j for j in snapshot.jobs}
+    jobs = None  # job id -> JobInfo, built at the first withdrawal (most cycles have none)
     out = []
     for job in snapshot.jobs:
         if job.state != "preempting" or job.evicted_for is None:
@@ -129,6 +129,8 @@ def withdrawals(snapshot: Snapshot, nominated: dict) -> list[Withdrawal]:
         mine = {(t.node, g) for t in job.placement for g in t.gpus}
         if any((t.node, g) in mine for t in held for g in t.gpus):
             continue
+        if jobs is None:
+            jobs = {j.id: j for j in snapshot.jobs}
         owner = jobs.get(job.evicted_for)
         if owner is None or owner.state != "pending":
             why = "left (cancelled, finished or started)"

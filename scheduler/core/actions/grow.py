@@ -41,7 +41,7 @@ def grow(session: Session, waiting: list[JobInfo]) -> list[Binding]:
                and missing_gpus(j, releasing.get(j.id, ()))]
     if not growing:
         return []
-    flavor_of = {n.name: n.flavor for n in state.nodes}
+    flavor_of = state.static.node_flavor  # node name -> flavor
     blocked: set[tuple[str, str]] = set()  # (flavor, queue): someone else waits within entitlement there
     for job in waiting:
         for f in session.flavors(job):
