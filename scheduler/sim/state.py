@@ -162,12 +162,7 @@ class ClusterState:
                 assert per_role[name] >= role.effective_min, (
                     f"job {job.id!r}: partial gang, role {name} got {per_role[name]} tasks, "
                     f"min_available {role.effective_min}")
-        for t in binding.tasks:
-            role = roles[t.role]
-            self._used[t.node].update(t.gpus)
-            self._cpu[t.node] += role.cpu_milli
-            self._mem[t.node] += role.memory_mib
-            self._dirty.add(t.node)
+        self._occupy(roles, binding.tasks)
         self.used_gpus += len(taken)
         self.version += 1
         self.queue_used[job.queue] = self.queue_used.get(job.queue, 0) + len(taken)
@@ -183,6 +178,15 @@ class ClusterState:
         started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now, reserved=())
         self.running[job.id] = started
         return started
+
+    def _occupy(self, roles: dict, tasks) -> None:
+        """Mark the (already checked) tasks' GPUs, CPU and memory used on their nodes."""
+        for t in tasks:
+            role = roles[t.role]
+            self._used[t.node].update(t.gpus)
+            self._cpu[t.node] += role.cpu_milli
+            self._mem[t.node] += role.memory_mib
+            self._dirty.add(t.node)
 
     def release(self, job_id) -> JobInfo:
         """Free every GPU of a running job (completion or eviction) and forget it."""
@@ -237,12 +241,7 @@ class ClusterState:
                 assert g not in self._used[t.node] and (t.node, g) not in seen, f"GPU {t.node}/{g} is already bound"
                 seen.add((t.node, g))
             have.add((t.role, t.index))
-        for t in binding.tasks:
-            role = roles[t.role]
-            self._used[t.node].update(t.gpus)
-            self._cpu[t.node] += role.cpu_milli
-            self._mem[t.node] += role.memory_mib
-            self._dirty.add(t.node)
+        self._occupy(roles, binding.tasks)
         self.used_gpus += len(seen)
         self.queue_used[job.queue] = self.queue_used.get(job.queue, 0) + len(seen)
         job = replace(job, placement=tuple(sorted((*job.placement, *binding.tasks), key=lambda t: (t.role, t.index))))
