@@ -75,12 +75,14 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
 
 
 def evict_job(job_id, *, at: datetime, grace_seconds: float, kind: str, reason: str, data: dict | None = None,
-              cycle: int | None = None, node=None, actor=None, event: bool = True) -> datetime | None:
+              cycle: int | None = None, node=None, actor=None, event: bool = True,
+              evicted_for=None) -> datetime | None:
     """Running (or admitted) gang -> preempting until at + grace; its GPUs stay held until then.
+    `evicted_for`: the beneficiary whose plan this eviction is (Job.evicted_for; None: no plan).
     Returns the deadline, or None when the job is no longer running (stale)."""
     deadline = at + timedelta(seconds=grace_seconds)
     if not Job.objects.filter(pk=job_id, state__in=Job.ACTIVE_STATES).update(
-            state=Job.State.PREEMPTING, preempt_deadline=deadline, evicted_for=None, updated_at=timezone.now()):
+            state=Job.State.PREEMPTING, preempt_deadline=deadline, evicted_for=evicted_for, updated_at=timezone.now()):
         return None
     if event:
         name, queue_id = Job.objects.filter(pk=job_id).values_list("name", "queue_id").first()

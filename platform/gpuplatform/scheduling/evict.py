@@ -154,10 +154,9 @@ def _evict(ev, info: dict, clock: datetime, cycle_number: int) -> dict:
         grace = ev.grace
     if not ev.tasks:
         deadline = evict_job(ev.job_id, at=clock, grace_seconds=grace, kind=ev.rule, reason=ev.message,
-                             cycle=cycle_number, event=False)
+                             cycle=cycle_number, event=False, evicted_for=ev.beneficiary)  # the plan's owner
         if deadline is None:
             raise StaleDecision(f"victim {name} is no longer running")
-        Job.objects.filter(pk=ev.job_id).update(evicted_for=ev.beneficiary)  # the plan's owner
     else:
         deadline = clock + timedelta(seconds=grace)
         if not Job.objects.filter(pk=ev.job_id, state__in=Job.ACTIVE_STATES).exists():

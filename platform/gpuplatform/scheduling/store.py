@@ -16,7 +16,7 @@ import logging
 import time as _time
 import traceback
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import IntegrityError, connection, transaction
@@ -72,8 +72,9 @@ def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
-def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
-    """Read the cluster into a Snapshot (9 queries). `now`: epoch seconds (default: wall clock).
+def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapshot, SnapshotIndex]:
+    """Read the cluster into a Snapshot (9 queries). `now`: epoch seconds (default: wall clock); `cycle`:
+    the cycle's number (rescheduling runs every config.reschedule_every cycles).
     Pending jobs' RoleInfo.tasks counts the role's tasks still pending; running ones carry placements."""
     now = _time.time() if now is None else now
     outermost = not connection.in_atomic_block
@@ -187,7 +188,7 @@ def build_snapshot(now: float | None = None) -> tuple[Snapshot, SnapshotIndex]:
             migratable=migratable, min_run_before_move=float(min_run),
             checkpoint_grace=float(ckpt_grace) if ckpt_grace is not None else None))
     snap = Snapshot(nodes=node_infos, domains=tuple(domains), queues=queue_infos, jobs=tuple(job_infos), now=now,
-                    recent_moves=evict.recent_moves(now))
+                    cycle=cycle, recent_moves=evict.recent_moves(now))
     return snap, index
 
 
@@ -479,8 +480,7 @@ def run_cycle_once(*, clock: datetime | None = None, config=None, detect: bool =
         wall, t0 = timezone.now(), _time.perf_counter()
         try:
             release.release_expired(clock, cycle_number=number)
-            snapshot, _ = build_snapshot(clock.timestamp())
-            snapshot = replace(snapshot, cycle=number)  # rescheduling runs every config.reschedule_every cycles
+            snapshot, _ = build_snapshot(clock.timestamp(), cycle=number)
             t1 = _time.perf_counter()
             result = run_cycle(snapshot, config, cache=ENGINE_CACHE)
             result.timings.setdefault("snapshot_ms", (t1 - t0) * 1000)

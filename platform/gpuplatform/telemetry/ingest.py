@@ -104,9 +104,10 @@ def ingest_telemetry(node: Node, body, *, actor=None) -> dict:
             job_id, task_id = holders.get(gpu_id, (None, None))
             out.append((gpu_id, GpuSample.RAW, at, interval, 1, *vals, job_id, task_id))
         bulk.insert_rows(GpuSample, COLUMNS, out)
-        stored = [GpuXid(gpu_id=gpus[g], time=server_time(t), xid=x) for t, g, x in xids if g in gpus]
+        known = [(t, g, x) for t, g, x in xids if g in gpus]  # XIDs of GPUs this node has
+        stored = [GpuXid(gpu_id=gpus[g], time=server_time(t), xid=x) for t, g, x in known]
         if stored:
             GpuXid.objects.bulk_create(stored)
-            record_event("gpu_xid", f"{node.name}: " + ", ".join(f"gpu{g} XID {x}" for _, g, x in xids if g in gpus),
-                         actor=actor, node=node, data={"xids": [[g, x] for _, g, x in xids if g in gpus]})
+            record_event("gpu_xid", f"{node.name}: " + ", ".join(f"gpu{g} XID {x}" for _, g, x in known),
+                         actor=actor, node=node, data={"xids": [[g, x] for _, g, x in known]})
     return {"accepted": len(out), "dropped": dropped, "xids": len(stored)}
