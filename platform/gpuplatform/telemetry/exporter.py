@@ -93,7 +93,7 @@ def exposition() -> str:
     now = clock.now()
     rows = _latest_rows(now)
     holders = {g: (str(j), t, q) for g, j, t, q in Allocation.objects.filter(released_at__isnull=True)
-               .values_list("gpu_id", "job_id", "job__team__name", "job__queue__name")}
+               .values_list("gpu_id", "job_id", "job__team__name", "job__queue__name")} if rows else {}
     xids = latest_xids() if rows else {}
     lines: dict[str, list[str]] = {name: [] for name, _, _ in FIELDS}
     lines["DCGM_FI_DEV_XID_ERRORS"] = []

@@ -42,14 +42,11 @@ def _fold_into_summaries(rows) -> int:
     fb = rows.filter(task__isnull=False, fb_used__isnull=False).annotate(b=Floor(F("fb_used") / GIB)) \
         .values("task_id", "job_id", "b").annotate(n=Count("id")).order_by()
     hists: dict[int, dict] = {}
-    for r in sm:
-        h = hists.setdefault(r["task_id"], {"job": r["job_id"], "sm": {}, "fb": {}})
-        key = str(int(r["b"]))
-        h["sm"][key] = h["sm"].get(key, 0) + r["n"]
-    for r in fb:
-        h = hists.setdefault(r["task_id"], {"job": r["job_id"], "sm": {}, "fb": {}})
-        key = str(int(r["b"]))
-        h["fb"][key] = h["fb"].get(key, 0) + r["n"]
+    for name, counts in (("sm", sm), ("fb", fb)):
+        for r in counts:
+            h = hists.setdefault(r["task_id"], {"job": r["job_id"], "sm": {}, "fb": {}})
+            key = str(int(r["b"]))
+            h[name][key] = h[name].get(key, 0) + r["n"]
     live = set(Task.objects.filter(pk__in=hists).values_list("pk", flat=True))
     existing = {u.task_id: u for u in TaskUtilization.objects.select_for_update().filter(task_id__in=live)}
     for task_id in live:
