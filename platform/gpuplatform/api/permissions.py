@@ -61,6 +61,20 @@ class IsNodeAgent(BasePermission):
         return is_node_agent(request.user)
 
 
+class IsNodeAgentForNode(IsNodeAgent):
+    """IsNodeAgent, and on a node's URL (`name`) only for the nodes the token's scope names
+    (models.NodeAgentScope; platform admins: any). One check for every agent action of the node viewset."""
+
+    def has_permission(self, request, view) -> bool:
+        if not super().has_permission(request, view):
+            return False
+        name = view.kwargs.get(view.lookup_url_kwarg or view.lookup_field)
+        if name is None or node_scope_allows(request.user, name):
+            return True
+        self.message = f"this agent token may not act for node {name}"
+        return False
+
+
 class JobPermission(BasePermission):
     """Read: the queryset limits jobs to the user's teams. Submit / cancel: member or admin of the job's
     team. Priority change: team admin. Platform admins: everything."""

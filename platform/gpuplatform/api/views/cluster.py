@@ -15,7 +15,7 @@ from ... import execution, queries, services
 from ...models import Domain, Node, NodeAgentScope
 from ..filters import DomainFilterSet, NodeFilterSet
 from ..idempotency import IdempotentCreateMixin
-from ..permissions import IsNodeAgent, IsPlatformAdminOrReadOnly, node_scope_allows
+from ..permissions import IsNodeAgentForNode, IsPlatformAdminOrReadOnly, node_scope_allows
 from ..serializers import (
     DomainSerializer, DomainTreeSerializer, HeartbeatSerializer, NodeActionSerializer, NodeRegisterSerializer,
     NodeReportsSerializer, NodeSerializer, NodeValidateSerializer, NodeValidationResultSerializer,
@@ -71,7 +71,7 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_permissions(self):
         if self.action in ("register", "heartbeat", "assignments", "reports", "validation", "telemetry"):
-            return [IsNodeAgent()]
+            return [IsNodeAgentForNode()]  # and, on a node's URL, only for the nodes its token's scope names
         return super().get_permissions()
 
     def get_queryset(self):
@@ -79,18 +79,16 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
                 .annotate(allocated_gpus=Count("gpus__allocations", filter=Q(gpus__allocations__released_at__isnull=True)))
                 .order_by("name"))
 
-    @staticmethod
-    def _require_scope(request, name: str) -> None:
-        """A node agent acts only for the nodes its token's scope names (models.NodeAgentScope)."""
-        if not node_scope_allows(request.user, name):
-            raise PermissionDenied(f"this agent token may not act for node {name}")
+    def _node_response(self, node, **kwargs) -> Response:
+        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data, **kwargs)
 
-    def _transition(self, request, service):
+    def _transition(self, request, service, body_serializer=NodeActionSerializer):
+        """The node, the body's fields as the service's keyword arguments, the node as it is now."""
         node = self.get_object()
-        body = NodeActionSerializer(data=request.data)
+        body = body_serializer(data=request.data)
         body.is_valid(raise_exception=True)
-        service(node, actor=request.user, reason=body.validated_data["reason"])
-        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+        service(node, actor=request.user, **body.validated_data)
+        return self._node_response(node)
 
     @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
@@ -120,24 +118,14 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def validate(self, request, name=None):
         """in_repair -> validating: the node's next heartbeat (or a posted check result) decides."""
-        node = self.get_object()
-        body = NodeValidateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        services.start_validation(node, actor=request.user, check_command=body.validated_data["check_command"])
-        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+        return self._transition(request, services.start_validation, NodeValidateSerializer)
 
     @extend_schema(request=NodeValidationResultSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
     def validation(self, request, name=None):
         """The validation check's result (its agent or an operator): validating -> ready (passed) or
         -> in_repair (failed)."""
-        self._require_scope(request, name)
-        node = self.get_object()
-        body = NodeValidationResultSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        d = body.validated_data
-        services.record_validation(node, passed=d["passed"], detail=d["detail"], actor=request.user)
-        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+        return self._transition(request, services.record_validation, NodeValidationResultSerializer)
 
     @extend_schema(request=NodeRegisterSerializer, responses={201: NodeSerializer})
     @action(detail=False, methods=["post"], filterset_class=None, pagination_class=None)
@@ -158,26 +146,24 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
                 scope, _ = NodeAgentScope.objects.get_or_create(user=request.user)
                 scope.nodes = [*scope.nodes, d["name"]]
                 scope.save(update_fields=["nodes"])
-        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data, status=status.HTTP_201_CREATED)
+        return self._node_response(node, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=HeartbeatSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
     def heartbeat(self, request, name=None):
         """The node agent's heartbeat: last_heartbeat and each GPU's health; a not_ready node comes back."""
-        self._require_scope(request, name)
         node = self.get_object()
         body = HeartbeatSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
         services.record_heartbeat(node.name, gpus=[dict(g) for g in d["gpus"]], node_time=d["time"], actor=request.user)
-        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+        return self._node_response(node)
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"], filterset_class=None, pagination_class=None)
     def telemetry(self, request, name=None):
         """The node agent's GPU telemetry batch (wire format: agent/telemetry.py, docs/telemetry.md):
         answers {"accepted", "dropped", "xids"}; a malformed body is a 400 naming the field."""
-        self._require_scope(request, name)
         node = get_object_or_404(Node, name=name)
         from ...telemetry import ingest_telemetry
 
@@ -188,7 +174,6 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
     def assignments(self, request, name=None):
         """The node agent's work: each task to run (argv, environment with CUDA_VISIBLE_DEVICES and torchrun's
         rendezvous variables, GPUs) or to stop (with its deadline), on the server's clock (docs/execution.md)."""
-        self._require_scope(request, name)
         node = get_object_or_404(Node, name=name)
         return Response(execution.node_assignments(node))
 
@@ -198,7 +183,6 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
         """The node agent's reports: task processes started / exited / lost, and log chunks. Each item is
         answered accepted or not (a stale attempt, a task not on this node, a repeat) and changes nothing
         when refused. Logs are stored before the task events of the same call."""
-        self._require_scope(request, name)
         node = get_object_or_404(Node, name=name)
         body = NodeReportsSerializer(data=request.data)
         body.is_valid(raise_exception=True)
