@@ -65,6 +65,10 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
                 .annotate(position=_position())
                 .order_by("-submitted_at", "-id"))
 
+    def _job_data(self, pk: int) -> dict:
+        """The job as it is now (after a change), in the list's shape."""
+        return JobSerializer(self.get_queryset().get(pk=pk)).data
+
     def _team_for(self, user, team, queue_name: str):
         """The team a submission is for: the body's, else the queue's, else the user's only submit-team."""
         if team is not None:
@@ -104,7 +108,7 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
                                       min_run_before_move_seconds=d["min_run_before_move_seconds"],
                                       checkpoint_grace_seconds=d["checkpoint_grace_seconds"])
         try:
-            data = JobSerializer(self.get_queryset().get(pk=job.pk)).data
+            data = self._job_data(job.pk)
         except DatabaseError:
             # Committed, but re-reading it failed (the database went away just now): answer from what was
             # committed rather than a 500 that would make the client submit it again.
@@ -116,13 +120,11 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
     @extend_schema(request=JobUpdateSerializer, responses={200: JobSerializer})
     def partial_update(self, request, pk=None):
         """Change the job's priority (team admins and platform admins)."""
-        job = self.get_object()
-        if not access.can_manage_team(request.user, job.team_id):
-            raise PermissionDenied("only the team's admins (or platform admins) may change job priorities")
+        job = self.get_object()  # JobPermission: the team's admins (or platform admins) only
         body = JobUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         services.set_job_priority(job, body.validated_data["priority"], actor=request.user)
-        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+        return Response(self._job_data(job.pk))
 
     @extend_schema(request=JobCancelSerializer, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])
@@ -132,7 +134,7 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
         body = JobCancelSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         services.cancel_job(job, actor=request.user, reason=body.validated_data["reason"])
-        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+        return Response(self._job_data(job.pk))
 
     @extend_schema(parameters=[LogQuerySerializer], responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
