@@ -1,6 +1,6 @@
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -21,6 +21,7 @@ class _RuleViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     ordering_fields = ["id", "name"]
     model = None
     service = None
+    shipped_table = None  # the shipped table's loader: {version, rules}
 
     def get_queryset(self):
         return self.model.objects.order_by("id")
@@ -34,6 +35,13 @@ class _RuleViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
             setattr(rule, k, v)
         serializer.instance = type(self).service(rule, actor=self.request.user)
 
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["get"], filterset_class=None, pagination_class=None)
+    def shipped(self, request):
+        """The shipped table (gpuplatform/diagnosis/rules.yaml for diagnosis rules, health_rules.yaml for
+        health rules): {version, rules}."""
+        return Response(type(self).shipped_table())
+
 
 class DiagnosisRuleViewSet(_RuleViewSet):
     """Admins' diagnosis rules, used after the shipped table (GET .../shipped/) from the next failure on."""
@@ -41,12 +49,7 @@ class DiagnosisRuleViewSet(_RuleViewSet):
     serializer_class = DiagnosisRuleSerializer
     model = DiagnosisRule
     service = staticmethod(services.save_diagnosis_rule)
-
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
-    @action(detail=False, methods=["get"], filterset_class=None, pagination_class=None)
-    def shipped(self, request):
-        """The shipped table (gpuplatform/diagnosis/rules.yaml): {version, rules}."""
-        return Response(tables.shipped_rules(), status=status.HTTP_200_OK)
+    shipped_table = staticmethod(tables.shipped_rules)
 
 
 class HealthRuleViewSet(_RuleViewSet):
@@ -55,9 +58,4 @@ class HealthRuleViewSet(_RuleViewSet):
     serializer_class = HealthRuleSerializer
     model = HealthRule
     service = staticmethod(services.save_health_rule)
-
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
-    @action(detail=False, methods=["get"], filterset_class=None, pagination_class=None)
-    def shipped(self, request):
-        """The shipped table (gpuplatform/diagnosis/health_rules.yaml): {version, rules}."""
-        return Response(tables.shipped_health_rules(), status=status.HTTP_200_OK)
+    shipped_table = staticmethod(tables.shipped_health_rules)
