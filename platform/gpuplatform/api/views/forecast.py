@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from ...models import Job
 from ...scheduling.forecast import WhatIfDenied, what_if_live
+from ..serializers.base import Serializer
 
 REQUIRED = {
     "submit": ("queue", "tasks", "gpus_per_task"),
@@ -26,8 +27,9 @@ REQUIRED = {
 }
 
 
-class ChangeSerializer(serializers.Serializer):
-    """One change. `kind` says which; each kind needs its own fields (REQUIRED) and takes no others'."""
+class ChangeSerializer(Serializer):
+    """One change. `kind` says which; each kind needs its own fields (REQUIRED) and takes no others'
+    (a key no kind has is refused by the strict base)."""
 
     kind = serializers.ChoiceField(choices=list(REQUIRED))
     id = serializers.CharField(required=False, max_length=100, help_text="submit: the hypothetical job's name")
@@ -52,13 +54,6 @@ class ChangeSerializer(serializers.Serializer):
     domain = serializers.CharField(required=False, max_length=200)
     job = serializers.IntegerField(required=False, min_value=1)
 
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
-        return super().to_internal_value(data)
-
     def validate(self, attrs):
         kind = attrs["kind"]
         missing = [f for f in REQUIRED[kind] if f not in attrs]
@@ -75,15 +70,8 @@ class ChangeSerializer(serializers.Serializer):
         return attrs
 
 
-class WhatIfSerializer(serializers.Serializer):
+class WhatIfSerializer(Serializer):
     changes = ChangeSerializer(many=True, allow_empty=True, max_length=50)
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - {"changes"})
-            if unknown:
-                raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
-        return super().to_internal_value(data)
 
 
 class WhatIfThrottle(UserRateThrottle):
