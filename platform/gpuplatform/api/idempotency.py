@@ -114,7 +114,7 @@ class IdempotentCreateMixin:
         return super().handle_exception(exc)
 
     def dispatch(self, request, *args, **kwargs):
-        if request.method != "POST" or HEADER.lower() not in {h.lower() for h in request.headers}:
+        if request.method != "POST" or HEADER not in request.headers:  # HttpHeaders: case-insensitive
             return super().dispatch(request, *args, **kwargs)
         with transaction.atomic():
             response = super().dispatch(request, *args, **kwargs)

@@ -100,21 +100,17 @@ class KeysetPagination(BasePagination):
         qs = queryset
         if token:
             values, direction = self._decode(token, self.ordering, queryset.model)
-            if direction == "n":
-                qs = qs.filter(keyset_filter(self.ordering, values))
-            else:
-                reverse = [s[1:] if s.startswith("-") else f"-{s}" for s in self.ordering]
-                qs = qs.filter(keyset_filter(reverse, values))
+        # a previous page is read backwards from the cursor, then put back in the list's order
+        order = self.ordering if direction == "n" else [s[1:] if s.startswith("-") else f"-{s}" for s in self.ordering]
+        if token:
+            qs = qs.filter(keyset_filter(order, values))
+        rows = list(qs.order_by(*order)[: self.limit + 1])
+        more = len(rows) > self.limit
+        rows = rows[: self.limit]
         if direction == "n":
-            rows = list(qs.order_by(*self.ordering)[: self.limit + 1])
-            more = len(rows) > self.limit
-            rows = rows[: self.limit]
             self.has_next, self.has_previous = more, bool(token)
         else:
-            reverse = [s[1:] if s.startswith("-") else f"-{s}" for s in self.ordering]
-            rows = list(qs.order_by(*reverse)[: self.limit + 1])
-            more = len(rows) > self.limit
-            rows = list(reversed(rows[: self.limit]))
+            rows.reverse()
             self.has_next, self.has_previous = True, more
         self.rows = rows
         return rows
