@@ -77,7 +77,7 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
             "uuid": g.get("uuid") or "", "numa_node": g.get("numa_node"),
             "health": g.get("health", "healthy"), "health_reason": (g.get("health_reason") or "")[:200]})
     node.refresh_from_db()
-    if any(g.get("model") or g.get("nvlink_peers") for g in gpus):
+    if _carries_inventory(gpus):
         audit_topology(node, gpus, at=now, actor=actor)
         Node.objects.filter(pk=node.pk).update(inventory={"audited_at": now.isoformat(), "gpus": len(gpus)})
     record_event("node_registered", f"{name} {'registered' if created else 're-registered'}: {len(gpus)} x {flavor}",
@@ -160,13 +160,18 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
     return node
 
 
+def _carries_inventory(gpus: list[dict]) -> bool:
+    """Whether a register or heartbeat body carries the topology inventory (GPU models, NVLink peers)."""
+    return any(g.get("model") or g.get("nvlink_peers") for g in gpus)
+
+
 def _periodic_audit(node: Node, gpus: list[dict], at: datetime, actor) -> None:
     """The topology audit from a heartbeat that carries the inventory, at most every TOPOLOGY_AUDIT_SECONDS
     (and at every heartbeat of a validating node)."""
     from django.conf import settings
     from django.utils.dateparse import parse_datetime
 
-    if not any(g.get("model") or g.get("nvlink_peers") for g in gpus):
+    if not _carries_inventory(gpus):
         return
     last = parse_datetime((node.inventory or {}).get("audited_at") or "")
     every = float(getattr(settings, "TOPOLOGY_AUDIT_SECONDS", 600))
