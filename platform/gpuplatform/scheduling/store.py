@@ -73,8 +73,8 @@ def _ts(value: datetime | None) -> float | None:
 
 
 def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapshot, SnapshotIndex]:
-    """Read the cluster into a Snapshot (9 queries). `now`: epoch seconds (default: wall clock); `cycle`:
-    the cycle's number (rescheduling runs every config.reschedule_every cycles).
+    """Read the cluster into a Snapshot (11 queries, one consistent view). `now`: epoch seconds (default:
+    wall clock); `cycle`: the cycle's number (rescheduling runs every config.reschedule_every cycles).
     Pending jobs' RoleInfo.tasks counts the role's tasks still pending; running ones carry placements."""
     now = _time.time() if now is None else now
     outermost = not connection.in_atomic_block
@@ -102,6 +102,7 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
             "group_size", "group_highest_tier", "group_mode"))
         pending_tasks = list(Task.objects.filter(job__state__in=("pending", *Job.LIVE_STATES), state="pending")
                              .values_list("role_id", flat=True))
+        moves = evict.recent_moves(now)
 
     numa: dict[int, dict[int, int]] = defaultdict(dict)
     unhealthy: dict[int, set[int]] = defaultdict(set)
@@ -188,7 +189,7 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
             migratable=migratable, min_run_before_move=float(min_run),
             checkpoint_grace=float(ckpt_grace) if ckpt_grace is not None else None))
     snap = Snapshot(nodes=node_infos, domains=tuple(domains), queues=queue_infos, jobs=tuple(job_infos), now=now,
-                    cycle=cycle, recent_moves=evict.recent_moves(now))
+                    cycle=cycle, recent_moves=moves)
     return snap, index
 
 
