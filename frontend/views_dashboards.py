@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+from functools import lru_cache
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
@@ -150,8 +153,6 @@ def queues_json(request):
 @login_required
 def queues_page(request):
     p = _queues_payload()
-    from gpuplatform import access
-
     return render(request, "frontend/queues.html", {**p, "gpu_colors": GPU_STATE_COLORS,
                                                     "can_try_quota": access.is_platform_admin(request.user),
                                                     "flavors": dq.flavors(),
@@ -194,18 +195,19 @@ def fragmentation_page(request):
 # --- queueing ---------------------------------------------------------------------------------------
 
 def _forecast_accuracy() -> tuple[dict, list[dict]]:
-    """The forecast-accuracy figure and rows from the committed benchmark result (or nothing)."""
-    import json
-    from pathlib import Path
-
-    from django.conf import settings
-
+    """The forecast-accuracy figure and rows from the committed benchmark result (or nothing). The file is
+    read and the figure built once per version of the file (its mtime and size), not on every poll."""
     path = Path(settings.BASE_DIR) / "benchmarks" / "results" / "forecast_accuracy_full.json"
     try:
-        data = json.loads(path.read_text())
+        stat = path.stat()
+        return _forecast_accuracy_of(str(path), stat.st_mtime_ns, stat.st_size)
     except (OSError, ValueError):
         return {}, []
-    return dfig.forecast_accuracy(data)
+
+
+@lru_cache(maxsize=4)
+def _forecast_accuracy_of(path: str, mtime_ns: int, size: int) -> tuple[dict, list[dict]]:
+    return dfig.forecast_accuracy(json.loads(Path(path).read_text()))
 
 
 def _queueing_payload(user) -> dict:
@@ -264,7 +266,6 @@ def _failures_payload(user) -> dict:
     last FAILURE_PAGE_DAYS (30) days. Node names are those the job API already shows the same users."""
     from datetime import timedelta
 
-    from django.conf import settings
     from django.db.models import Count
 
     from gpuplatform import clock

@@ -38,8 +38,7 @@ EFFECTIVE = "useful / (capacity − down)"
 ALLOCATION = "allocated GPUs / schedulable GPUs (latest cycle)"
 
 
-def _filters(request, user) -> dict:
-    team_ids = access.visible_team_ids(user)
+def _filters(request, team_ids) -> dict:
     queues = Queue.objects.filter(team__isnull=False)
     teams = Team.objects.all()
     if team_ids is not None:
@@ -78,11 +77,11 @@ def utilization_figure(series: list[dict], step: float) -> dict:
 
 
 def _payload(request) -> dict:
-    f = _filters(request, request.user)
+    team_ids = access.visible_team_ids(request.user)
+    f = _filters(request, team_ids)
     now = clock.now()
     since = now - WINDOWS[f["window"]]
     step = WINDOWS[f["window"]].total_seconds() / BINS
-    team_ids = access.visible_team_ids(request.user)
     limit = team_ids if f["queue"] or f["team"] else None
     res = utilization("cluster", since, now, team_ids=limit, flavor=f["flavor"] or None, queue=f["queue"] or None,
                       team=f["team"] or None, step=step)
