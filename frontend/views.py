@@ -24,27 +24,11 @@ from gpuplatform.telemetry import task_summary
 from . import figures, job_paging, job_run
 from .conditional import conditional_json
 from .states import STATE_COLORS
+from .templatetags.units import human_seconds
 from .views_jobs import can_act
 
 JOBS_PER_PAGE = 50
 SERIES_POINTS = 600
-
-
-def human_seconds(seconds: float | None) -> str:
-    """3725 -> '1h 2m'; 443841 -> '5d 3h 17m'; None -> '—'."""
-    if seconds is None:
-        return "—"
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes = rest // 60
-    parts = [f"{days}d"] if days else []
-    if hours or days:
-        parts.append(f"{hours}h")
-    parts.append(f"{minutes}m")
-    return " ".join(parts)
 
 
 def _pct(x):
@@ -118,8 +102,6 @@ def _cluster_numbers(request) -> dict:
 @login_required
 def cluster(request):
     return render(request, "frontend/cluster.html", _cluster_context(request))
-
-
 
 
 @never_cache
