@@ -19,13 +19,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from gpuplatform.audit import record_events
 from gpuplatform.bulk import insert_rows, update_rows
 from gpuplatform.lifecycle import close_idle_queues
+from gpuplatform.queries import one_snapshot
 from gpuplatform.models import Allocation, Domain, Gpu, Job, JobRole, Node, Queue, Quota, SchedulerCycle, Task
 from gpuplatform.scheduling import evict, release, samples, usage_decay
 from gpuplatform.scheduling.evict import decode_reserved, encode_reserved, releasing_id, releasing_job  # noqa: F401 (re-exported)
@@ -77,10 +78,7 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
     wall clock); `cycle`: the cycle's number (rescheduling runs every config.reschedule_every cycles).
     Pending jobs' RoleInfo.tasks counts the role's tasks still pending; running ones carry placements."""
     now = _time.time() if now is None else now
-    outermost = not connection.in_atomic_block
-    with transaction.atomic():
-        if connection.vendor == "postgresql" and outermost:  # one consistent view across the queries below
-            connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    with one_snapshot():  # one consistent view across the queries below
         nodes = list(Node.objects.values_list("id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib",
                                               "domain__name", "state"))
         gpus = list(Gpu.objects.values_list("node_id", "index", "numa_node", "health"))
