@@ -108,6 +108,7 @@ def fail_gpu_tasks(node: Node, indices: list, *, at: datetime, reason: str) -> l
     a gang already stopping toward an end or restart ends as its stop says. Returns the job ids."""
     from ..execution.stops import finalize_stop
     from ..lifecycle import requeue_job
+    from ..scheduling.evict import REQUEUE_STOPS
 
     Gpu.objects.filter(node=node, index__in=indices, health=Gpu.Health.HEALTHY).update(  # keep the agent's reason
         health=Gpu.Health.UNHEALTHY, health_reason=reason[:200])
@@ -116,7 +117,7 @@ def fail_gpu_tasks(node: Node, indices: list, *, at: datetime, reason: str) -> l
                       .values_list("job_id", flat=True)))
     done = []
     for job_id in jobs:
-        if Job.objects.filter(pk=job_id, state=Job.State.PREEMPTING).exclude(stop_target__in=("", "requeue")).exists():
+        if Job.objects.filter(pk=job_id, state=Job.State.PREEMPTING).exclude(stop_target__in=REQUEUE_STOPS).exists():
             finalize_stop(job_id, at=at)
         elif requeue_job(job_id, at=at, kind="requeued_after_failure", backoff=True, node=node,
                          reason=f"{reason} on {node.name}", data={"cause": "gpu_failed", "gpus": indices}):

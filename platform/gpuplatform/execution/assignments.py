@@ -27,7 +27,7 @@ from django.conf import settings
 
 from .. import clock
 from ..models import Allocation, Job, Task
-from ..scheduling.evict import signal_at
+from ..scheduling.evict import REQUEUE_STOPS, signal_at
 
 __all__ = ["node_assignments", "master_port", "MASTER_PORT_BASE", "MASTER_PORT_SPAN"]
 
@@ -92,7 +92,7 @@ def node_assignments(node, now: datetime | None = None) -> dict:
             planned = r["release_for"] is not None
         elif r["job__state"] == Job.State.PREEMPTING:
             action, deadline = "stop", r["job__preempt_deadline"] or now
-            planned = r["job__evicted_for"] is not None and r["job__stop_target"] in ("", "requeue")
+            planned = r["job__evicted_for"] is not None and r["job__stop_target"] in REQUEUE_STOPS
         else:
             action, deadline, planned = "run", None, False
         if planned and now < signal_at(deadline):

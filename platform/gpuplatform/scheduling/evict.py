@@ -34,6 +34,9 @@ from scheduler.core.snapshot import CycleResult, JobInfo, Move, RoleInfo, TaskPl
 
 log = logging.getLogger("gpuplatform.scheduling.store")
 VICTIM_KINDS = {"preempt": "preempted", "reclaim": "reclaimed", "reschedule": "moved"}  # the victims' Event kinds
+# a preempting job's stop_target while its stop ends in a requeue (an eviction; not a stop toward an end or a
+# restart): only such an eviction is a beneficiary's plan that may still be withdrawn
+REQUEUE_STOPS = ("", "requeue")
 MOVE_MEMORY_SECONDS = 24 * 3600.0  # how far back recent_moves reads "moved" Events (>= any reschedule_window)
 
 
@@ -81,7 +84,7 @@ def apply_withdrawals(result: CycleResult, *, clock: datetime, cycle_number: int
             what, job_id = f"{moved} surplus task(s)", jid
         else:
             row = Job.objects.filter(pk=w.job_id, state=Job.State.PREEMPTING, evicted_for=w.beneficiary,
-                                     stop_target__in=("", "requeue")).values_list("preempt_deadline", "started_at").first()
+                                     stop_target__in=REQUEUE_STOPS).values_list("preempt_deadline", "started_at").first()
             if row is None or (row[0] is not None and signal_at(row[0]) <= clock and _on_agents(w.job_id)):
                 continue
             if not Job.objects.filter(pk=w.job_id, state=Job.State.PREEMPTING, evicted_for=w.beneficiary).update(

@@ -182,7 +182,7 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
             reserved=decode_reserved(reserved) if state in ("pending", "preempting") else (),
             not_before=_ts(not_before) if state == "pending" else None, attempts=attempts,
             avoid_nodes=frozenset(excluded or ()) if state == "pending" else frozenset(),
-            evicted_for=evicted_for if state == "preempting" and stop_target in ("", "requeue") else None,
+            evicted_for=evicted_for if state == "preempting" and stop_target in evict.REQUEUE_STOPS else None,
             numa=numa_policy or "prefer",
             migratable=migratable, min_run_before_move=float(min_run),
             checkpoint_grace=float(ckpt_grace) if ckpt_grace is not None else None))
