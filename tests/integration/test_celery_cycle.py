@@ -95,8 +95,8 @@ def test_two_cycles_without_the_lock_are_kept_safe_by_the_database(celery_worker
     barrier = threading.Barrier(2, timeout=30)
     keep = {}
 
-    def build(now=None):
-        snap, index = real_build(now)
+    def build(now=None, **kwargs):
+        snap, index = real_build(now, **kwargs)
         mine = keep[threading.get_ident()]
         snap = type(snap)(nodes=snap.nodes, domains=snap.domains, queues=snap.queues,
                           jobs=tuple(j for j in snap.jobs if j.id == mine), now=snap.now)
