@@ -258,7 +258,7 @@ class Bench:
         from django.contrib.auth.models import Group
         from django.core.management import call_command
         from django.db import connection
-        from rest_framework.authtoken.models import Token
+        from gpuplatform.services import issue_api_token
 
         from gpuplatform import services
         from gpuplatform.api.permissions import NODE_AGENT_GROUP
@@ -282,7 +282,7 @@ class Bench:
         from gpuplatform.models import NodeAgentScope
 
         NodeAgentScope.objects.update_or_create(user=agent, defaults={"nodes": ["*"]})  # the bench's own agents
-        self.token = Token.objects.get_or_create(user=agent)[0].key
+        self.token = issue_api_token(agent)[0]
 
     def start_server(self):
         from gpuplatform.management.commands.demo import start_server

@@ -21,8 +21,9 @@ def _line(name, x, y, color, **extra) -> dict:
 
 
 def watermark_figure(queue: str, samples: Sequence[Mapping], *, height: int = 240) -> dict:
-    """One queue over time: used GPUs split into within-quota and borrowed (above quota, stacked), against
-    guarantee, quota, limit, pending demand and the engine's fair share."""
+    """One queue over time: used GPUs split into within-quota and borrowed (above quota, stacked), the GPUs
+    held (reserved) for its jobs that have not started, stacked on top, against guarantee, quota, limit,
+    pending demand and the engine's fair share."""
     x = [_iso(s["time"]) for s in samples]
     used = [int(s["used"]) for s in samples]
     quota = [int(s["quota"]) for s in samples]
@@ -30,6 +31,8 @@ def watermark_figure(queue: str, samples: Sequence[Mapping], *, height: int = 24
         _line("used within quota", x, [min(u, q) for u, q in zip(used, quota)], STATE_COLORS["running"],
               stackgroup="used", line={"width": 0.5}),
         _line("borrowed (above quota)", x, [borrowed(u, q) for u, q in zip(used, quota)], SERIES_COLORS["borrowed"],
+              stackgroup="used", line={"width": 0.5}),
+        _line("held (reserved, not started)", x, [int(s.get("held") or 0) for s in samples], SERIES_COLORS["held"],
               stackgroup="used", line={"width": 0.5}),
         _line("guarantee", x, [s["guarantee"] for s in samples], SERIES_COLORS["guarantee"], line={"dash": "dot"}),
         _line("quota", x, quota, SERIES_COLORS["quota"]),

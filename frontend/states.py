@@ -53,6 +53,7 @@ GPU_STATE_COLORS: dict[str, str] = {
 SERIES_COLORS.update({
     "borrowed": GPU_STATE_COLORS["borrowed"],
     "fair_share": "#2b6cb0",
+    "held": "#319795",  # teal: reserved for the queue's jobs that have not started
     "free_gpus": GPU_STATE_COLORS["free"],
     "domain_completeness": "#2f855a",
 })

@@ -17,10 +17,13 @@ from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.core.cache import cache
 from django.http import HttpResponse
-from rest_framework import status
-from rest_framework.authtoken.models import Token
-from rest_framework.authtoken.views import ObtainAuthToken
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.authtoken.serializers import AuthTokenSerializer
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 
 def _limits() -> tuple[int, int, int]:
@@ -61,10 +64,27 @@ def record_success(request, username: str) -> None:
 LOCKED_MESSAGE = "too many failed sign-in attempts; try again later"
 
 
-class ThrottledObtainAuthToken(ObtainAuthToken):
-    """POST username + password -> {"token": ...}; 400 for wrong credentials, 429 + Retry-After once
-    locked out (see the module docstring)."""
+_TOKEN_RESPONSE = inline_serializer("IssuedToken", {
+    "token": serializers.CharField(help_text="the token (64 hex characters): shown once, only a hash is kept"),
+    "expiry": serializers.DateTimeField(help_text="when it stops working (API_TOKEN_TTL_DAYS after issue)")})
 
+
+class ThrottledObtainAuthToken(APIView):
+    """POST username + password -> {"token", "expiry"}: a NEW token each time (services.issue_api_token:
+    stored hashed, shown only in this response, valid API_TOKEN_TTL_DAYS); 400 for wrong credentials, 429
+    + Retry-After once locked out (see the module docstring)."""
+
+    authentication_classes = ()
+    permission_classes = ()
+    throttle_classes = ()
+    parser_classes = (FormParser, MultiPartParser, JSONParser)
+    serializer_class = AuthTokenSerializer
+
+    def get_serializer(self, *args, **kwargs):
+        return self.serializer_class(*args, context={"request": self.request}, **kwargs)
+
+    @extend_schema(request=AuthTokenSerializer, responses={200: _TOKEN_RESPONSE, 400: OpenApiResponse(
+        description="wrong username or password"), 429: OpenApiResponse(description="locked out; see Retry-After")})
     def post(self, request, *args, **kwargs):
         data = request.data if hasattr(request.data, "get") else {}  # a JSON list or scalar: a 400 below
         username = str(data.get("username", ""))
@@ -77,8 +97,41 @@ class ThrottledObtainAuthToken(ObtainAuthToken):
             record_failure(request, username)
             return Response(serializer.errors, status=status.HTTP_400_BAD_REQUEST)
         record_success(request, username)
-        token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
-        return Response({"token": token.key})
+        from .services import issue_api_token
+
+        user = serializer.validated_data["user"]
+        token, expiry = issue_api_token(user, actor=user)
+        return Response({"token": token, "expiry": expiry})
+
+
+class RevokeAuthToken(APIView):
+    """POST (authenticated with a token) -> 204: that token stops working at once. With `{"all": true}`:
+    every token of the user (services.revoke_api_tokens). A session (browser) user may only revoke all."""
+
+    permission_classes = (IsAuthenticated,)
+    throttle_classes = ()
+
+    @extend_schema(request=inline_serializer("RevokeTokens", {"all": serializers.BooleanField(
+        required=False, default=False, help_text="revoke every token of the user, not only this one")}),
+        responses={204: OpenApiResponse(description="revoked"), 400: OpenApiResponse(
+            description="`all` is not a boolean, or a session request without all=true")})
+    def post(self, request, *args, **kwargs):
+        from knox.models import AuthToken
+
+        from .errors import ValidationError
+        from .services import revoke_api_tokens
+
+        data = request.data if hasattr(request.data, "get") else {}
+        unknown = sorted(set(data) - {"all"})
+        if unknown:
+            raise ValidationError({unknown[0]: "unknown field: this endpoint takes only `all`"})
+        everything = data.get("all", False)
+        if not isinstance(everything, bool):
+            raise ValidationError({"all": "must be true or false"})
+        if not everything and not isinstance(request.auth, AuthToken):
+            raise ValidationError({"all": "signed in without a token: only all=true (every token) can be revoked"})
+        revoke_api_tokens(request.user, token=None if everything else request.auth, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class ThrottledLoginView(auth_views.LoginView):

@@ -80,7 +80,7 @@ def queue_tree() -> Tree:
     last_time = QueueSample.objects.order_by("-time").values_list("time", flat=True).first()
     if last_time is not None:
         for s in QueueSample.objects.filter(time=last_time).values(
-                "queue_id", "used", "guarantee", "quota", "limit", "pending_demand", "fair_share"):
+                "queue_id", "used", "held", "guarantee", "quota", "limit", "pending_demand", "fair_share"):
             latest[s["queue_id"]] = s
     tree = queries.queue_tree()
     for q in tree.rows.values():
@@ -89,11 +89,11 @@ def queue_tree() -> Tree:
 
 
 def watermark_series(queue_id: int, since: datetime | None = None, limit: int = 2000) -> list[dict]:
-    """One queue's samples, oldest first: time, used, guarantee, quota, limit, pending_demand, fair_share."""
+    """One queue's samples, oldest first: time, used, held, guarantee, quota, limit, pending_demand, fair_share."""
     qs = QueueSample.objects.filter(queue_id=queue_id)
     if since is not None:
         qs = qs.filter(time__gte=since)
-    rows = list(qs.order_by("-time").values("time", "used", "guarantee", "quota", "limit", "pending_demand",
+    rows = list(qs.order_by("-time").values("time", "used", "held", "guarantee", "quota", "limit", "pending_demand",
                                             "fair_share")[:limit])
     rows.reverse()
     return rows

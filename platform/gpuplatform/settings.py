@@ -5,6 +5,7 @@ REDIS_URL     Celery broker; unset = no broker, the in-process scheduling loop r
 SECRET_KEY, ALLOWED_HOSTS, DEBUG, SCHEDULER_CYCLE_SECONDS.
 """
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -27,7 +28,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",  # API tokens stored as a SHA-512 digest, with an expiry (services/tokens.py)
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI / Redoc served from our static files (no CDN)
@@ -155,12 +156,18 @@ CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
     "frame-ancestors": ["'none'"],
 }}
 
+# API tokens (django-rest-knox): only a hash is stored; `Authorization: Token <token>` as before. Lifetimes
+# in days: tokens people ask for (POST /api/v1/auth-token/) and node-agent tokens (manage.py agent_token).
+API_TOKEN_TTL_DAYS = float(os.environ.get("API_TOKEN_TTL_DAYS", "30"))
+AGENT_TOKEN_TTL_DAYS = float(os.environ.get("AGENT_TOKEN_TTL_DAYS", "365"))
+REST_KNOX = {"TOKEN_TTL": timedelta(days=API_TOKEN_TTL_DAYS), "AUTH_HEADER_PREFIX": "Token", "AUTO_REFRESH": False}
+
 REST_FRAMEWORK = {
     # JSON whose nesting overflows the parser's recursion is a 400 like any other malformed body (api/parsers.py)
     "DEFAULT_PARSER_CLASSES": ["gpuplatform.api.parsers.JSONParser", "rest_framework.parsers.FormParser",
                                "rest_framework.parsers.MultiPartParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",  # scripts, CI, the node agent (first: 401 + WWW-Authenticate)
+        "knox.auth.TokenAuthentication",  # scripts, CI, the node agent (first: 401 + WWW-Authenticate)
         "rest_framework.authentication.SessionAuthentication",  # the browser (CSRF enforced)
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

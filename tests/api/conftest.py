@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.cache import cache
-from rest_framework.authtoken.models import Token
+from gpuplatform.services import issue_api_token
 from rest_framework.test import APIClient
 
 from tests.platform.helpers_platform import small_spec
@@ -66,7 +66,7 @@ def client_for(users):
         client = APIClient()
         user = users[role]
         if user is not None:
-            client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+            client.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(user)[0]}")
         return client
     return make
 

@@ -68,13 +68,13 @@ def test_a_bootstrap_token_naming_nodes_lets_them_join_ready(cluster):
 
 def test_an_unscoped_agent_user_has_no_node(users, cluster):
     from django.contrib.auth.models import Group
-    from rest_framework.authtoken.models import Token
+    from gpuplatform.services import issue_api_token
 
     from gpuplatform.api.permissions import NODE_AGENT_GROUP
 
     u = users["member"].__class__.objects.create_user("old-shared-agent")
     u.groups.add(Group.objects.get(name=NODE_AGENT_GROUP))
-    old = agent(Token.objects.create(user=u).key)
+    old = agent(issue_api_token(u)[0])
     assert old.post("/api/v1/nodes/n3/heartbeat/", {"gpus": []}, format="json").status_code == 403
     assert old.post("/api/v1/nodes/register/", {"name": "fresh", **INVENTORY}, format="json").json()["state"] == "cordoned"
     assert NodeAgentScope.objects.get(user=u).nodes == ["fresh"]

@@ -11,12 +11,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def gpuctl(live_server, users, capsys):
-    from rest_framework.authtoken.models import Token
+    from gpuplatform.services import issue_api_token
 
     from gpuplatform.cli import main
 
     def run(role, *argv):
-        token = Token.objects.get_or_create(user=users[role])[0].key
+        token = issue_api_token(users[role])[0]
         code = main(["--api", live_server.url, "--token", token, *argv])
         out = capsys.readouterr()
         return code, out.out, out.err

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
+from gpuplatform.services import issue_api_token
 from rest_framework.test import APIClient
 
 from tests.api.helpers_api import table_counts
@@ -34,7 +34,7 @@ def _world():
     services.create_team("tenant")
     user = get_user_model().objects.create_user("root-admin", is_staff=True)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(user)[0]}")
     return client
 
 

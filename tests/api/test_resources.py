@@ -86,14 +86,14 @@ def test_queue_update_needs_current_etag(admin):
 
 def test_two_admins_cannot_overwrite_each_others_quota(client_for, users):
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
+    from gpuplatform.services import issue_api_token
 
     from gpuplatform.models import Quota
 
     second = get_user_model().objects.create_user("admin2", is_staff=True)
     a = client_for("staff")
     b = APIClient()
-    b.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=second).key}")
+    b.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(second)[0]}")
     url = f"/api/v1/quotas/{Quota.objects.get(queue__name='alpha').pk}/"
     etag_a, etag_b = a.get(url)["ETag"], b.get(url)["ETag"]
     assert etag_a == etag_b

@@ -44,12 +44,12 @@ def wsgi_keeps_connection():
 
 @pytest.fixture
 def admin_token(wsgi_keeps_connection, cluster, jobs, users):
-    from rest_framework.authtoken.models import Token
+    from gpuplatform.services import issue_api_token
 
     from gpuplatform.scheduling import store
 
     store.run_cycle_once()  # samples, a cycle, running jobs: the read endpoints have something to show
-    return Token.objects.get_or_create(user=users["staff"])[0].key
+    return issue_api_token(users["staff"])[0]
 
 
 @pytest.mark.slow

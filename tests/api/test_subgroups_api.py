@@ -35,12 +35,12 @@ def case_cluster(db):
 
 @pytest.fixture
 def staff_client(case_cluster, django_user_model):
-    from rest_framework.authtoken.models import Token
+    from gpuplatform.services import issue_api_token
     from rest_framework.test import APIClient
 
     user = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(user)[0]}")
     return client
 
 
@@ -121,7 +121,7 @@ def test_api_heterogeneous_job_runs_each_role_on_its_flavor(db, django_user_mode
     """An RL job over REST: trainer on H100, rollout on A100, both flavors in the cluster. It is accepted
     (the first round refused it: "no node of flavor A100|H100 in this cluster") and the cycle starts both
     roles at once, each on its own flavor; a role naming a flavor the cluster lacks is refused naming it."""
-    from rest_framework.authtoken.models import Token
+    from gpuplatform.services import issue_api_token
     from rest_framework.test import APIClient
 
     from gpuplatform import services
@@ -132,7 +132,7 @@ def test_api_heterogeneous_job_runs_each_role_on_its_flavor(db, django_user_mode
         queues=(QueueSpec("q", team="alpha", quotas={"H100": (0, 8, 8), "A100": (0, 16, 16)}),)))
     user = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(user)[0]}")
     roles = [{"name": "trainer", "tasks": 1, "gpus_per_task": 8, "flavor": "H100"},
              {"name": "rollout", "tasks": 4, "gpus_per_task": 4, "flavor": "A100"}]
     response = submit(client, "rl", roles)

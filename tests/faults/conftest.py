@@ -117,10 +117,10 @@ class Stack:
         self.manage("migrate", "--noinput")
         out = self.manage("shell", "-c", (
             "from gpuplatform import services; from tests.platform.helpers_platform import small_spec; "
-            "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
+            "from django.contrib.auth import get_user_model; from gpuplatform.services import issue_api_token; "
             "services.load_cluster_spec(small_spec()); "
             "u = get_user_model().objects.create_user('ops', password='x-unused-9Q', is_staff=True); "
-            "print('TOKEN=' + Token.objects.create(user=u).key)"))
+            "print('TOKEN=' + issue_api_token(u)[0])"))
         self.token = out.split("TOKEN=")[1].split()[0]
 
     def worker_start(self) -> None:

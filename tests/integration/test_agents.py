@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from rest_framework.authtoken.models import Token
+from gpuplatform.services import issue_api_token
 
 from gpuplatform import services
 from gpuplatform.agent.client import get_json, post_json
@@ -101,11 +101,11 @@ class World:
         agent_user.groups.add(Group.objects.get_or_create(name=NODE_AGENT_GROUP)[0])
         # A bootstrap token naming the nodes it may add: they join ready, as the local demo's do.
         NodeAgentScope.objects.create(user=agent_user, nodes=["local-0", "local-1", "slow", "fast"])
-        self.agent_token = Token.objects.create(user=agent_user).key
+        self.agent_token = issue_api_token(agent_user)[0]
         member = User.objects.create_user("alice", password="pw-alice-123")
         self.team = services.create_team("team-a")
         services.add_member(self.team, member, "member")
-        self.token = Token.objects.create(user=member).key
+        self.token = issue_api_token(member)[0]
         self.api = live_server.url
         self.tmp = tmp
         self.agents = start_agents(self.api, self.agent_token, 2, root=tmp / "agents", gpus=GPUS_PER_NODE,

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone as tz
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from rest_framework.authtoken.models import Token
+from gpuplatform.services import issue_api_token
 from rest_framework.test import APIClient
 
 from gpuplatform import execution, services
@@ -706,7 +706,7 @@ def clients(agents):
     out = {}
     for role, user in (("agent", agent), ("member", member), ("other", other)):
         out[role] = APIClient()
-        out[role].credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+        out[role].credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(user)[0]}")
     return out
 
 

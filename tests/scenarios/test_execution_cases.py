@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models import Count
-from rest_framework.authtoken.models import Token
+from gpuplatform.services import issue_api_token
 from rest_framework.test import APIClient
 
 from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec
@@ -161,7 +161,7 @@ def agent_api():
     user.groups.add(Group.objects.get_or_create(name=NODE_AGENT_GROUP)[0])
     NodeAgentScope.objects.create(user=user, nodes=["*"])  # a trusted agent for every node of this world
     api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(user)[0]}")
     api.now = 0.0
     clock.use(lambda: at(api.now))
     yield api

@@ -4,7 +4,7 @@ from rest_framework.routers import DefaultRouter
 
 from . import views
 from .views.forecast import WhatIfView
-from ..auth_throttle import ThrottledObtainAuthToken
+from ..auth_throttle import RevokeAuthToken, ThrottledObtainAuthToken
 
 app_name = "api"
 
@@ -28,6 +28,7 @@ urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),
     path("forecast/", WhatIfView.as_view(), name="forecast"),
     path("auth-token/", ThrottledObtainAuthToken.as_view(), name="auth-token"),
+    path("auth-token/revoke/", RevokeAuthToken.as_view(), name="auth-token-revoke"),
     path("utilization/", views.UtilizationView.as_view(), name="utilization"),
     *router.urls,
 ]

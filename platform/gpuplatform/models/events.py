@@ -68,7 +68,7 @@ class ClusterSample(models.Model):
 
 
 class QueueSample(models.Model):
-    """Per-cycle queue watermark: used vs guarantee / quota / limit and pending demand, in GPUs."""
+    """Per-cycle queue watermark: used and held vs guarantee / quota / limit and pending demand, in GPUs."""
 
     time = models.DateTimeField(db_index=True)
     queue = models.ForeignKey("gpuplatform.Queue", on_delete=models.CASCADE, related_name="samples")
@@ -77,6 +77,8 @@ class QueueSample(models.Model):
     quota = models.PositiveIntegerField()
     limit = models.PositiveIntegerField(null=True, blank=True)
     pending_demand = models.PositiveIntegerField()
+    held = models.PositiveIntegerField(
+        default=0, help_text="GPUs held (reserved) for the subtree's jobs that have not started, GPUs")
     fair_share = models.FloatField(null=True, blank=True, help_text="the engine's water-filled fair share, GPUs")
 
     class Meta:

@@ -11,12 +11,13 @@ from django.db.models import Count, F, Sum
 
 from gpuplatform import queries
 from gpuplatform.models import Allocation, ClusterSample, Job, JobRole, QueueSample
+from gpuplatform.scheduling.evict import HOLDER_STATES, decode_reserved
 
 
 def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending: int,
                   fair_share: dict | None = None) -> None:
     """Insert the ClusterSample from the engine's `metrics` (missing keys default to 0 / {}) and the
-    QueueSamples (5 queries). Parents' numbers are the sums of their subtree's usage and demand (the queue
+    QueueSamples (6 queries; `held` = GPUs in the Job.reserved of the subtree's pending / preempting jobs). Parents' numbers are the sums of their subtree's usage and demand (the queue
     tree: queries.queue_tree); quota, guarantee and limit are the queue's own, summed over flavors
     (queries.queue_quotas: limit None when a flavor has no cap of its own).
     `fair_share`: the engine's {queue name: {flavor: GPUs}}; QueueSample.fair_share = its sum over flavors
@@ -41,11 +42,15 @@ def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending:
                 .annotate(n=Count("id")).values_list("job__queue_id", "n"))
     demand = dict(JobRole.objects.filter(job__state="pending").values("job__queue_id")
                   .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).values_list("job__queue_id", "n"))
+    held: dict[int, int] = {}  # GPUs reserved for jobs not started (evict.apply_holds ran before this)
+    for qid, reserved in Job.objects.filter(state__in=HOLDER_STATES, reserved__isnull=False).values_list(
+            "queue_id", "reserved"):
+        held[qid] = held.get(qid, 0) + sum(len(t.gpus) for t in decode_reserved(reserved))
     quotas = queries.queue_quotas()
-    own = {qid: (used.get(qid, 0), demand.get(qid) or 0) for qid in set(used) | set(demand)}
-    totals = tree.rollup(own, 2)  # used and pending demand of each queue's subtree
+    own = {qid: (used.get(qid, 0), demand.get(qid) or 0, held.get(qid, 0)) for qid in set(used) | set(demand) | set(held)}
+    totals = tree.rollup(own, 3)  # used, pending demand and held GPUs of each queue's subtree
     QueueSample.objects.bulk_create([
-        QueueSample(time=clock, queue_id=qid, used=totals[qid][0], pending_demand=totals[qid][1],
+        QueueSample(time=clock, queue_id=qid, used=totals[qid][0], pending_demand=totals[qid][1], held=totals[qid][2],
                     guarantee=quotas.get(qid, queries.NO_QUOTA).guarantee, quota=quotas.get(qid, queries.NO_QUOTA).quota,
                     limit=quotas.get(qid, queries.NO_QUOTA).limit, fair_share=share.get(qid))
         for qid in tree.rows])

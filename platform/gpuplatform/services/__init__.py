@@ -15,6 +15,7 @@ The modules mirror models/, over a bottom layer every one of them may use and th
     node_states.py  the node state machine: every node state change, with its transition table
     topology.py     the domain tree from a topology file (models/cluster.py)
     rules.py        admins' diagnosis and health rules  (models/diagnosis.py)
+    tokens.py       API tokens: issue (hashed, with an expiry), revoke (knox.AuthToken)
     base.py         raise_if, resolve_queue, request_cycle_on_commit
     ---------------------------------------------------------------------------------------------------
     ../errors.py    ValidationError        ../audit.py   record_event, record_events (every Event row)
@@ -36,6 +37,7 @@ from .rules import save_diagnosis_rule, save_health_rule
 from .queues import create_queue, delete_queue, set_quota, update_queue
 from .reschedule import request_moves
 from .tenancy import add_member, create_team, remove_member
+from .tokens import issue_api_token, revoke_api_tokens
 from .topology import TopologyPlan, apply_topology, plan_topology, topology_from_db
 
 __all__ = [

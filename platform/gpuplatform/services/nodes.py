@@ -92,13 +92,13 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
 def issue_node_agent_token(nodes: list[str], *, actor=None, username: str | None = None) -> str:
     """A node-agent API token scoped to `nodes` (node names; see models.NodeAgentScope): its user
     (`username`, default "agent-<first node>") is created in the node-agents group if needed, its scope set
-    to `nodes`, and a fresh token replaces any it had. Returns the token key. Raises ValidationError
-    ("nodes") for an empty list or a blank name."""
+    to `nodes`, and a fresh token (hashed, valid AGENT_TOKEN_TTL_DAYS: services/tokens.py) replaces any it
+    had. Returns the token, which is not stored and cannot be shown again. Raises ValidationError ("nodes")
+    for an empty list or a blank name."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
-    from rest_framework.authtoken.models import Token
-
     from ..models import NodeAgentScope
+    from .tokens import agent_token_ttl, issue_api_token, revoke_api_tokens
 
     if not nodes or any(not isinstance(n, str) or not n.strip() for n in nodes):
         raise ValidationError({"nodes": "name at least one node (or \"*\" for every node)"})
@@ -107,11 +107,11 @@ def issue_node_agent_token(nodes: list[str], *, actor=None, username: str | None
     user.save()
     user.groups.add(Group.objects.get_or_create(name="node-agents")[0])
     NodeAgentScope.objects.update_or_create(user=user, defaults={"nodes": list(nodes)})
-    Token.objects.filter(user=user).delete()
-    token = Token.objects.create(user=user)
+    revoke_api_tokens(user, actor=actor)
+    token, _ = issue_api_token(user, ttl=agent_token_ttl(), actor=actor, purpose="node-agent")
     record_event("agent_token_issued", f"node-agent token for {', '.join(nodes)} issued to {user.username}",
                  actor=actor, data={"nodes": list(nodes), "user": user.username})
-    return token.key
+    return token
 
 
 @transaction.atomic

@@ -350,7 +350,6 @@ class Command(BaseCommand):
         """Team `demo`, its queue (quota = every local GPU), users admin and demo, the node-agents user and
         its token. Returns (users, agent token)."""
         from django.contrib.auth.models import Group
-        from rest_framework.authtoken.models import Token
 
         from gpuplatform import services
         from gpuplatform.api.permissions import NODE_AGENT_GROUP
@@ -386,8 +385,11 @@ class Command(BaseCommand):
         # other node it registered would join cordoned until an admin accepts it (models.NodeAgentScope).
         NodeAgentScope.objects.update_or_create(
             user=agent, defaults={"nodes": [f"local-{i}" for i in range(opts["local_agents"])]})
-        token, _ = Token.objects.get_or_create(user=agent)
-        return [("admin", password, "platform admin"), ("demo", password, "member of team demo")], token.key
+        # Tokens are stored hashed (services/tokens.py): a run cannot read the last run's, so it revokes them
+        # and issues a fresh one for its agents.
+        services.revoke_api_tokens(agent)
+        token, _ = services.issue_api_token(agent, ttl=services.tokens.agent_token_ttl(), purpose="node-agent")
+        return [("admin", password, "platform admin"), ("demo", password, "member of team demo")], token
 
     def run_local(self, opts) -> None:
         from django.utils import timezone

@@ -1,0 +1,132 @@
+"""Issue #12, trust: API tokens are stored only as a hash (django-rest-knox), expire, and can be revoked;
+tokens issued before (DRF's plaintext table) keep working after the migration hashes them."""
+from __future__ import annotations
+
+import hashlib
+import importlib
+from datetime import timedelta
+
+import pytest
+from django.apps import apps
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connection
+from django.utils import timezone
+from knox.models import AuthToken
+from rest_framework.test import APIClient
+
+from gpuplatform import services
+from gpuplatform.models import Event
+
+pytestmark = pytest.mark.django_db
+
+
+def with_token(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
+
+
+def stored_values() -> set[str]:
+    """Every string the token table holds."""
+    return {str(v) for row in AuthToken.objects.values_list() for v in row}
+
+
+def test_the_token_endpoint_returns_a_token_once_and_stores_only_its_hash(users):
+    before = timezone.now()
+    r = APIClient().post("/api/v1/auth-token/", {"username": "mike", "password": "pw"}, format="json")
+    assert r.status_code == 200
+    token = r.json()["token"]
+    assert len(token) == 64 and token not in stored_values()
+    row = AuthToken.objects.get(user__username="mike")
+    assert row.digest == hashlib.sha512(token.encode()).hexdigest() and row.token_key == token[:15]
+    # expiry: API_TOKEN_TTL_DAYS (30) from now, in the response and in the row
+    assert timedelta(days=30) - timedelta(minutes=1) < row.expiry - before < timedelta(days=30, minutes=1)
+    assert r.json()["expiry"].startswith(row.expiry.strftime("%Y-%m-%dT%H:%M"))
+    assert with_token(token).get("/api/v1/me/").status_code == 200
+    # asking again gives a new token (the first cannot be shown again); both work
+    second = APIClient().post("/api/v1/auth-token/", {"username": "mike", "password": "pw"}, format="json").json()["token"]
+    assert second != token and with_token(token).get("/api/v1/me/").status_code == 200
+    assert with_token(second).get("/api/v1/me/").status_code == 200
+    issued = Event.objects.filter(kind="api_token_issued", data__user="mike")
+    assert issued.count() == 2 and not any(token in e.message or token in str(e.data) for e in issued)
+
+
+def test_a_wrong_or_expired_token_is_refused(users):
+    token, _ = services.issue_api_token(users["member"])
+    assert with_token(token[:-1] + ("0" if token[-1] != "0" else "1")).get("/api/v1/me/").status_code == 401
+    AuthToken.objects.filter(user=users["member"]).update(expiry=timezone.now() - timedelta(seconds=1))
+    r = with_token(token).get("/api/v1/me/")
+    assert r.status_code == 401
+    assert not AuthToken.objects.filter(user=users["member"]).exists()  # deleted on its use
+
+
+def test_issue_refuses_a_non_positive_lifetime_and_an_inactive_user(users):
+    with pytest.raises(services.ValidationError) as err:
+        services.issue_api_token(users["member"], ttl=timedelta(0))
+    assert "ttl" in err.value.errors
+    users["member"].is_active = False
+    users["member"].save()
+    with pytest.raises(services.ValidationError) as err:
+        services.issue_api_token(users["member"])
+    assert "user" in err.value.errors
+
+
+def test_revoking_this_token_or_all_of_them(users):
+    first, _ = services.issue_api_token(users["member"])
+    second, _ = services.issue_api_token(users["member"])
+    r = with_token(first).post("/api/v1/auth-token/revoke/", {}, format="json")
+    assert r.status_code == 204
+    assert with_token(first).get("/api/v1/me/").status_code == 401
+    assert with_token(second).get("/api/v1/me/").status_code == 200  # only the one used was revoked
+    third, _ = services.issue_api_token(users["member"])
+    r = with_token(second).post("/api/v1/auth-token/revoke/", {"all": True}, format="json")
+    assert r.status_code == 204
+    assert with_token(third).get("/api/v1/me/").status_code == 401
+    assert Event.objects.filter(kind="api_token_revoked").count() == 2
+
+
+def test_revoke_refuses_bad_input_naming_the_field(users):
+    token, _ = services.issue_api_token(users["member"])
+    r = with_token(token).post("/api/v1/auth-token/revoke/", {"everything": True}, format="json")
+    assert r.status_code == 400 and "everything" in r.json()
+    r = with_token(token).post("/api/v1/auth-token/revoke/", {"all": "yes"}, format="json")
+    assert r.status_code == 400 and "all" in r.json()
+    session = APIClient()
+    assert session.login(username="mike", password="pw")
+    r = session.post("/api/v1/auth-token/revoke/", {}, format="json")
+    assert r.status_code == 400 and "all" in r.json()
+    assert with_token(token).get("/api/v1/me/").status_code == 200  # nothing was revoked
+
+
+def test_a_node_agent_token_is_hashed_long_lived_and_replaced_on_reissue(cluster):
+    old = services.issue_node_agent_token(["n0"])
+    new = services.issue_node_agent_token(["n0"])
+    assert old != new and old not in stored_values() and new not in stored_values()
+    assert with_token(old).get("/api/v1/nodes/n0/assignments/").status_code == 401
+    assert with_token(new).get("/api/v1/nodes/n0/assignments/").status_code == 200
+    row = AuthToken.objects.get(user__username="agent-n0")
+    assert row.expiry - timezone.now() > timedelta(days=364)  # AGENT_TOKEN_TTL_DAYS
+
+
+def test_the_migration_hashes_plaintext_tokens_and_they_keep_working(users):
+    """A database from before this change holds DRF's authtoken_token rows in plaintext: the data
+    migration turns each into a hashed knox token (agents get the agent lifetime) and empties the table."""
+    agent = get_user_model().objects.create_user("agent-x")
+    agent.groups.add(Group.objects.get_or_create(name="node-agents")[0])
+    old_member, old_agent = "a" * 40, "b1" * 20
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE authtoken_token (key varchar(40) PRIMARY KEY, created timestamp, user_id integer)")
+        cursor.execute("INSERT INTO authtoken_token VALUES (%s, %s, %s), (%s, %s, %s)",
+                       [old_member, timezone.now(), users["member"].pk, old_agent, timezone.now(), agent.pk])
+    migration = importlib.import_module("gpuplatform.migrations.0014_trust")
+    with connection.schema_editor() as editor:
+        migration.hash_plaintext_tokens(apps, editor)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM authtoken_token")
+        assert cursor.fetchone()[0] == 0
+        cursor.execute("DROP TABLE authtoken_token")
+    assert old_member not in stored_values() and old_agent not in stored_values()
+    assert with_token(old_member).get("/api/v1/me/").json()["username"] == "mike"
+    ttl = {t.user.username: t.expiry - timezone.now() for t in AuthToken.objects.select_related("user")}
+    assert timedelta(days=29) < ttl["mike"] < timedelta(days=31) and ttl["agent-x"] > timedelta(days=364)
