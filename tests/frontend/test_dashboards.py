@@ -59,7 +59,19 @@ def test_queues_page_has_a_figure_per_team_queue(client, world):
     figs = client.get("/queues/data.json").json()["figures"]
     assert len(figs) == 2
     names = [t["name"] for t in next(iter(figs.values()))["data"]]
-    assert {"used within quota", "borrowed (above quota)", "guarantee", "quota", "limit", "pending demand"} <= set(names)
+    assert {"used within quota", "borrowed (above quota)", "held (reserved, not started)", "guarantee", "quota",
+            "limit", "pending demand"} <= set(names)
+
+
+def test_queue_chart_draws_the_held_series_from_the_samples(client, world):
+    from gpuplatform.models import QueueSample
+
+    red = world["queues"]["red"]
+    QueueSample.objects.filter(queue=red).update(held=3)
+    client.force_login(world["alice"])
+    figure = client.get("/queues/data.json").json()["figures"][f"q{red.pk}"]
+    held = next(t for t in figure["data"] if t["name"] == "held (reserved, not started)")
+    assert held["y"] == [3, 3, 3] and held["stackgroup"] == "used"  # stacked on used, one point per sample
 
 
 def test_queues_page_shows_decayed_usage(client, world):

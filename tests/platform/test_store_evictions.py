@@ -76,6 +76,9 @@ def test_whole_and_partial_evictions_holds_and_decision_events(submit):
     assert SchedulerCycle.objects.get(number=10).evictions == 2
     shares = dict(QueueSample.objects.filter(time=at(10)).values_list("queue__name", "fair_share"))
     assert shares == {"alpha": 12.5, "root": 32.0, "beta": None}
+    # `held`: the 8 GPUs reserved for ben (queue alpha), rolled up to root (issue 13: the queue chart's held series)
+    held_by_queue = dict(QueueSample.objects.filter(time=at(10)).values_list("queue__name", "held"))
+    assert held_by_queue == {"alpha": 8, "root": 8, "beta": 0}
 
     snap, _ = store.build_snapshot(at(20).timestamp())
     jobs = {j.id: j for j in snap.jobs}
@@ -91,6 +94,7 @@ def test_whole_and_partial_evictions_holds_and_decision_events(submit):
     ben.refresh_from_db(), other.refresh_from_db()
     assert ben.reserved is None and other.reservation_start is None
     assert Event.objects.filter(kind="hold_dropped", job=ben).exists()
+    assert set(QueueSample.objects.filter(time=at(20)).values_list("held", flat=True)) == {0}
 
 
 def test_release_after_grace_requeues_whole_with_original_submit_time(submit):
