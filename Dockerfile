@@ -20,7 +20,7 @@ COPY clusterspec ./clusterspec
 COPY frontend ./frontend
 RUN pip install .
 COPY . .
-# Static files (including plotly.min.js from the plotly package) collected once, served by WhiteNoise.
+# Static files (including plotly.js's strict bundle, frontend/static/vendor/) collected once, served by WhiteNoise.
 RUN SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput -v 0 \
     && chown -R app:app /app
 USER app

@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv install test test-fast demo demo-local bench bench-full browser
+.PHONY: help venv install test test-fast demo demo-local bench bench-full browser vendor-plotly
 
 help:
 	@echo "make demo   - venv + install, migrate a SQLite DB, load the Philly cluster, users per team,"
@@ -16,6 +16,7 @@ help:
 	@echo "make bench  - every benchmark in quick mode (benchmarks/run.py --quick, under 3 minutes)"
 	@echo "make bench-full - every benchmark with the settings of benchmarks/RESULTS.md (long)"
 	@echo "make browser - Debian's Chromium for the browser tests (apt-get, only when /usr/bin/chromium is missing)"
+	@echo "make vendor-plotly - refresh frontend/static/vendor/plotly-strict.min.js to the installed plotly's plotly.js (npm)"
 	@echo "Variables: DEMO_ARGS='--speed 1200 --port 8001', DEMO_DB=sqlite:///path.sqlite3"
 
 venv: $(PY)
@@ -65,3 +66,12 @@ bench-full: install $(BENCH_STAMP)
 browser:
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 	@/usr/bin/chromium --version 2>/dev/null | head -1
+
+# plotly.js's strict bundle (no eval: the Content-Security-Policy has no 'unsafe-eval') is committed under
+# frontend/static/vendor/; after upgrading the plotly package, fetch the same plotly.js version's bundle.
+# tests/frontend/test_pages.py fails while the two versions differ.
+vendor-plotly: install
+	@v=$$($(PY) -c "import plotly, pathlib, re; print(re.search(r'v(\d+\.\d+\.\d+)', (pathlib.Path(plotly.__file__).parent / 'package_data' / 'plotly.min.js').read_text()[:200]).group(1))"); \
+	tmp=$$(mktemp -d); cd $$tmp && npm pack -q plotly.js-strict-dist-min@$$v >/dev/null && tar xzf plotly.js-strict-dist-min-$$v.tgz && \
+	cp package/plotly-strict.min.js $(CURDIR)/frontend/static/vendor/plotly-strict.min.js && \
+	cp package/LICENSE $(CURDIR)/frontend/static/vendor/plotly-strict.LICENSE && rm -rf $$tmp && echo "plotly.js strict $$v"

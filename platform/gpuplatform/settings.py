@@ -114,7 +114,6 @@ WHITENOISE_USE_FINDERS = True
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    "frontend.finders.PlotlyJsFinder",  # vendor/plotly.min.js from the installed plotly package (no CDN)
 ]
 
 LOGIN_URL = "login"
@@ -140,11 +139,13 @@ SECURE_REFERRER_POLICY = "same-origin"
 # /metrics needs `Authorization: Bearer <METRICS_TOKEN>` when set; with DJANGO_PRODUCTION=1 it is never
 # open: without a token it answers 403 (gpuplatform/prometheus.py).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "").strip()
-# Content Security Policy (django-csp): scripts and styles from this site only. plotly.js needs inline
-# styles (it styles the SVG it draws) and `Function` for its WebGL traces (the topology zoom's scattergl).
+# Content Security Policy (django-csp): scripts and styles from this site only, no eval. The pages load
+# plotly.js's strict bundle (frontend/static/vendor/plotly-strict.min.js: its WebGL traces, the topology
+# zoom's scattergl, use precompiled shaders instead of `new Function`); plotly needs inline styles (it
+# styles the SVG it draws).
 CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
     "default-src": ["'self'"],
-    "script-src": ["'self'", "'unsafe-eval'"],
+    "script-src": ["'self'"],
     "style-src": ["'self'", "'unsafe-inline'"],
     "img-src": ["'self'", "data:", "blob:"],
     "font-src": ["'self'", "data:"],

@@ -127,7 +127,7 @@ def test_cluster_page_shows_sample_numbers(client, world):
     assert '<span data-metric="allocation_rate">50.0</span>%' in html
     assert '<span data-metric="fragmentation_rate">50.0</span>%' in html   # the latest sample
     assert "tier 2" in html                                                    # largest runnable per tier
-    assert "vendor/plotly.min.js" in html
+    assert "vendor/plotly-strict.min.js" in html
     assert 'id="initial-figures"' in html
     # per-team counts and per-queue usage vs quota
     assert ">red<" in html and ">blue<" in html
@@ -156,12 +156,28 @@ def test_metrics_json(client, world):
 def test_plotly_js_is_served_from_own_static_files(client, db):
     from django.contrib.staticfiles import finders
 
-    path = finders.find("vendor/plotly.min.js")
-    assert path and path.endswith("plotly.min.js")
-    response = client.get("/static/vendor/plotly.min.js")
+    path = finders.find("vendor/plotly-strict.min.js")
+    assert path and path.endswith("plotly-strict.min.js")
+    response = client.get("/static/vendor/plotly-strict.min.js")
     assert response.status_code == 200
     body = b"".join(response.streaming_content) if response.streaming else response.content
-    assert b"plotly" in body[:2000].lower() and len(body) > 1_000_000
+    assert b"plotly.js (strict - minified)" in body[:2000] and len(body) > 1_000_000
+
+
+def test_the_strict_plotly_bundle_is_the_plotly_js_the_python_package_builds_figures_for():
+    """The pages load plotly.js's strict bundle (no eval: the CSP has no 'unsafe-eval'); its version must be
+    the one the installed plotly package ships, so the figures built in Python match. After upgrading
+    plotly: `make vendor-plotly`."""
+    import re
+    from pathlib import Path
+
+    import plotly
+
+    def version(path: Path) -> str:
+        return re.search(r"plotly\.js.*? v(\d+\.\d+\.\d+)", path.read_text(errors="replace")[:400]).group(1)
+
+    strict = Path(__file__).resolve().parents[2] / "frontend" / "static" / "vendor" / "plotly-strict.min.js"
+    assert version(strict) == version(Path(plotly.__file__).parent / "package_data" / "plotly.min.js")
 
 
 def test_state_colors_defined_once_and_used_by_badges(client, world):
