@@ -11,11 +11,21 @@ from __future__ import annotations
 import shlex
 
 from django import forms
-from django.core.validators import RegexValidator
+from django.core.exceptions import ValidationError as FormValidationError
 
 from gpuplatform import job_rules as rules
+from gpuplatform.names import name_error
 
 NAME_PATTERN, NAME_HELP = rules.NAME_PATTERN, rules.NAME_HELP  # the one name rule (the API checks it too)
+
+
+def name_validator(kind: str):
+    """The one name rule (gpuplatform/names.py) as a form validator: the API's message, word for word."""
+    def validate(value):
+        message = name_error(kind, value)
+        if message:
+            raise FormValidationError(message)
+    return validate
 TOPOLOGY_CHOICES = [("none", "none: anywhere"), ("soft", "soft: prefer the lowest tier"),
                     ("hard", "hard: never cross the highest tier")]
 FORM_FIELD = {"time_limit_seconds": "time_limit_minutes", "duration_seconds": "time_limit_minutes",
@@ -79,8 +89,7 @@ def _number(min_value=None, required=True, initial=None, help_text="", label=Non
 
 
 class JobForm(forms.Form):
-    name = forms.CharField(max_length=200, help_text=NAME_HELP,
-                           validators=[RegexValidator(f"^{NAME_PATTERN}$", f"Use {NAME_HELP}.")],
+    name = forms.CharField(max_length=200, help_text=NAME_HELP, validators=[name_validator("job")],
                            widget=forms.TextInput(attrs={"pattern": NAME_PATTERN, "title": f"Use {NAME_HELP}.",
                                                          "autocomplete": "off"}))
     team = forms.ChoiceField()
@@ -164,8 +173,7 @@ class JobForm(forms.Form):
 
 
 class RoleForm(forms.Form):
-    name = forms.CharField(max_length=64, initial="worker", label="Role name",
-                           validators=[RegexValidator(f"^{NAME_PATTERN}$", f"Use {NAME_HELP}.")],
+    name = forms.CharField(max_length=64, initial="worker", label="Role name", validators=[name_validator("role")],
                            widget=forms.TextInput(attrs={"pattern": NAME_PATTERN, "title": f"Use {NAME_HELP}.",
                                                          "size": 10}))
     tasks = _number(min_value=1, max_value=rules.MAX_TASKS_PER_JOB, initial=1)

@@ -13,6 +13,7 @@ from django import forms
 from django.contrib import admin, messages
 
 from . import quota_rules, services
+from .names import name_error
 from .models import (
     Allocation, Attempt, ClusterSample, DiagnosisRule, HealthRule, Domain, Event, Gpu, Job, JobRole, Membership, Node, Queue, QueueSample, Quota,
     SchedulerCycle, Task, Team,
@@ -51,8 +52,24 @@ class MembershipInline(admin.TabularInline):
     extra = 0
 
 
+class TeamForm(forms.ModelForm):
+    """The one name rule (names.py) on the admin's team form too."""
+
+    class Meta:
+        model = Team
+        fields = "__all__"
+
+    def clean_name(self):
+        name = self.cleaned_data.get("name")
+        message = name_error("team", name)
+        if message:
+            raise forms.ValidationError(message)
+        return name
+
+
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
+    form = TeamForm
     list_display = ("name", "slug", "created_at")
     search_fields = ("name", "slug")
     inlines = [MembershipInline]

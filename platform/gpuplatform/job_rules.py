@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from .names import MAX_CHARS, NAME_HELP, NAME_PATTERN, NAME_RE, name_error  # noqa: F401 (re-exported)
+
 ROLE_FIELDS = ("name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor",
                "command", "env", "working_dir", "image", "group_size", "group_highest_tier", "topology_mode",
                "highest_tier")
@@ -42,13 +44,9 @@ MAX_ENV_VALUE_CHARS = 4096
 MAX_PATH_CHARS = 500
 MAX_IMAGE_CHARS = 300
 MAX_RESTARTS = 100
-# One name rule for jobs and roles, the form's and the API's (the form also gives NAME_PATTERN to the
-# browser as the input's `pattern`): ASCII letters, digits, '.', '_' and '-', starting with a letter or digit.
-NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._\-]*"
-NAME_RE = re.compile(f"^{NAME_PATTERN}$")
-NAME_HELP = "letters, digits, '.', '_' and '-', starting with a letter or digit"
-MAX_JOB_NAME_CHARS = 200
-MAX_ROLE_NAME_CHARS = 64
+# One name rule for jobs, roles, queues and teams (names.py), re-exported for the form.
+MAX_JOB_NAME_CHARS = MAX_CHARS["job"]
+MAX_ROLE_NAME_CHARS = MAX_CHARS["role"]
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 # Set by the platform on every task (gpuplatform/execution/assignments.py); a job may not override them.
@@ -158,10 +156,8 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
         for key in EXEC_FIELDS:
             if raw.get(key) not in (None, "", [], {}):
                 role[key] = raw[key]
-        if not isinstance(role["name"], str) or not NAME_RE.match(role["name"]):
-            errors[f + "name"] = f"a role name uses {NAME_HELP}"
-        elif len(role["name"]) > MAX_ROLE_NAME_CHARS:
-            errors[f + "name"] = f"a role name must be at most {MAX_ROLE_NAME_CHARS} characters"
+        if name_error("role", role["name"]):
+            errors[f + "name"] = name_error("role", role["name"])
         elif role["name"] in names:
             errors[f + "name"] = f"duplicate role name {role['name']!r}"
         if isinstance(role["name"], str):
@@ -222,12 +218,8 @@ def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, t
         errors.update(check_execution(out, command=command, env=env, working_dir=working_dir, image=image,
                                       max_restarts=max_restarts, completion_role=completion_role,
                                       simulated=duration_seconds is not None, container_runtimes=container_runtimes))
-    if not name or not str(name).strip():
-        errors["name"] = "name must not be empty"
-    elif not isinstance(name, str) or not NAME_RE.match(name):
-        errors["name"] = f"a job name uses {NAME_HELP}"
-    elif len(name) > MAX_JOB_NAME_CHARS:
-        errors["name"] = f"name must be at most {MAX_JOB_NAME_CHARS} characters"
+    if name_error("job", name):
+        errors["name"] = name_error("job", name)
     if queue.state != "open":
         errors["queue"] = f"queue {queue.name} is {queue.state} and accepts no new jobs"
     elif queue_has_children:

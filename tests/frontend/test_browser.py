@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -120,6 +121,17 @@ def cluster(settings):
     return {"run_cycle": run_cycle_once}
 
 
+def wait_js(page, expression: str, timeout: float = 15_000) -> None:
+    """Wait until the JavaScript `expression` is truthy in `page`. Playwright's page.wait_for_function
+    compiles its predicate with eval inside the page, which the Content-Security-Policy refuses (no
+    'unsafe-eval', issue 12); page.evaluate runs through the DevTools protocol, which the policy allows."""
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(expression):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} ms waiting for {expression}")
+        time.sleep(0.1)
+
+
 def login(p: Page, username="alice", password="pw-alice-123"):
     page = p.go("/accounts/login/")
     page.fill("#id_username", username)
@@ -186,7 +198,7 @@ def test_gang_job_from_submission_to_cancel(browser, live_server, cluster):
     job.refresh_from_db()
     # The log view: one choice per task, and it has heard from the logs API (simulated nodes: no output).
     assert page.locator("#log-task option").count() == 3
-    page.wait_for_function("document.getElementById('log-status').textContent.indexOf('attempt') >= 0")
+    wait_js(page, "document.getElementById('log-status').textContent.indexOf('attempt') >= 0")
     # Logs reach the page: what a node agent sends for worker-0 shows up, and more output appears live.
     from gpuplatform.execution import append_log
     from gpuplatform.models import Task
@@ -194,9 +206,9 @@ def test_gang_job_from_submission_to_cancel(browser, live_server, cluster):
     first = Task.objects.select_related("node", "role").get(job=job, role__name="worker", index=0)
     line1, line2 = "[rank 0] epoch 1 loss 2.31\n", "[rank 0] epoch 2 loss 1.87\n"
     assert append_log(first.node, task_id=first.pk, attempt=0, offset=0, data=line1)[0]
-    page.wait_for_function("document.getElementById('log-output').textContent.indexOf('epoch 1 loss') >= 0")
+    wait_js(page, "document.getElementById('log-output').textContent.indexOf('epoch 1 loss') >= 0")
     assert append_log(first.node, task_id=first.pk, attempt=0, offset=len(line1), data=line2)[0]
-    page.wait_for_function("document.getElementById('log-output').textContent.indexOf('epoch 2 loss') >= 0",
+    wait_js(page, "document.getElementById('log-output').textContent.indexOf('epoch 2 loss') >= 0",
                            timeout=10000)
     assert page.locator("#log-output").inner_text().count("epoch 1 loss") == 1  # appended, not repeated
     p.shot("job-running")
@@ -251,7 +263,7 @@ def test_charts_update_live_without_a_reload(browser, live_server, cluster):
     before = int(page.get_attribute("#fig-rates", "data-points"))
     page.evaluate("window.__marker = 1")
     cluster["run_cycle"]()
-    page.wait_for_function(f"+document.getElementById('fig-rates').dataset.points > {before}", timeout=15_000)
+    wait_js(page, f"+document.getElementById('fig-rates').dataset.points > {before}", timeout=15_000)
     assert page.evaluate("window.__marker") == 1  # same document: updated in place
     p.assert_clean()
     p.context.close()
@@ -268,7 +280,7 @@ def test_forecast_on_the_submit_form_and_the_quota_what_if(browser, live_server,
     page = p.go("/jobs/new/")
     fill_role(page, 0, name="worker", tasks=1, gpus_per_task=8)
     page.click("#estimate-start")
-    page.wait_for_function("document.getElementById('start-estimate').textContent.startsWith('would start')")
+    wait_js(page, "document.getElementById('start-estimate').textContent.startsWith('would start')")
     assert re.match(r"would start (at the next cycle|in about .+)", page.inner_text("#start-estimate"))
     p.shot("job-form-estimate")
     p.assert_clean()

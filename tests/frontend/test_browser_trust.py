@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.frontend.test_browser import SLEEP, Page, browser, cluster, login  # noqa: F401 (fixtures)
+from tests.frontend.test_browser import SLEEP, Page, browser, cluster, login, wait_js  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -30,7 +30,7 @@ def test_job_page_updates_live(browser, live_server, cluster):  # noqa: F811
     assert page.locator("h1 .badge").inner_text() == "pending"
     page.evaluate("window.__marker = 1")
     cluster["run_cycle"]()
-    page.wait_for_function("document.querySelector('h1 .badge').textContent.trim() === 'running'", timeout=15_000)
+    wait_js(page, "document.querySelector('h1 .badge').textContent.trim() === 'running'", timeout=15_000)
     assert page.evaluate("window.__marker") == 1  # the same document, updated in place
     assert page.locator("#job-tasks tbody tr").count() == 1
     p.assert_clean()
@@ -62,7 +62,7 @@ def test_job_list_search_sort_and_live(browser, live_server, cluster):  # noqa: 
     page.evaluate("window.__marker = 1")
     services.submit_job(command=SLEEP, team=_team("red"), queue="red", name="beta-run",
                         roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 1}])
-    page.wait_for_function("document.getElementById('job-rows').textContent.indexOf('beta-run') >= 0",
+    wait_js(page, "document.getElementById('job-rows').textContent.indexOf('beta-run') >= 0",
                            timeout=15_000)
     assert page.evaluate("window.__marker") == 1
     p.assert_clean()
@@ -168,7 +168,7 @@ def test_numbers_shown_twice_on_the_cluster_page_agree(browser, live_server, clu
     services.submit_job(command=SLEEP, team=_team("red"), queue="red", name="twice",
                         roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 8}])
     cluster["run_cycle"]()
-    page.wait_for_function(f"document.querySelector('[data-metric=allocated_gpus]').textContent.trim() !== '{stat['allocated_gpus']}'",
+    wait_js(page, f"document.querySelector('[data-metric=allocated_gpus]').textContent.trim() !== '{stat['allocated_gpus']}'",
                            timeout=15_000)
     check()
     p.assert_clean()

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from gpuplatform import execution, services
 from gpuplatform.models import Attempt, Job, Node, Task, Team
-from tests.frontend.test_browser import Page, browser, cluster, login  # noqa: F401
+from tests.frontend.test_browser import Page, browser, cluster, login, wait_js  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -56,8 +56,8 @@ def test_failure_page_charts_and_numbers_agree(browser, live_server, cluster):
     p = Page(browser, live_server.url)
     login(p)
     page = p.go("/failures/")
-    page.wait_for_function("document.getElementById('fig-by_category').dataset.points > 0")
-    page.wait_for_function("document.getElementById('fig-gpu_hours').dataset.points > 0")
+    wait_js(page, "document.getElementById('fig-by_category').dataset.points > 0")
+    wait_js(page, "document.getElementById('fig-gpu_hours').dataset.points > 0")
     assert page.text_content("#failed-attempts").strip() == "1 of 1"
     summary = page.evaluate("fetch('/failures/data.json').then(r => r.json())")["summary"]
     lost = Attempt.objects.get(job=job).gpu_seconds / 3600

@@ -32,7 +32,7 @@ def test_submit_creates_job_roles_tasks_and_event_and_requests_a_cycle(alpha, mo
 
 
 def test_create_team_add_member_and_queue(db):
-    team = services.create_team("Vision Research")
+    team = services.create_team("vision-research")
     assert team.slug == "vision-research"
     user = get_user_model().objects.create_user("ana")
     services.add_member(team, user, "admin")

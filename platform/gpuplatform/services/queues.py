@@ -9,6 +9,7 @@ from .. import quota_rules
 from ..audit import record_event
 from ..lifecycle import close_idle_queues
 from ..models import Job, Queue, Quota, Team
+from ..names import name_error
 from .base import raise_if, request_cycle_on_commit, resolve_queue
 
 __all__ = ["create_queue", "update_queue", "set_quota", "delete_queue"]
@@ -20,14 +21,14 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
     """Create a queue under `parent` (Queue, name or id; None = a root) with quotas
     {flavor: (guarantee, quota, limit or None)} in GPUs.
 
-    Raises ValidationError: name empty/taken ("name"), unknown parent ("parent"), weight <= 0 ("weight"),
+    Raises ValidationError: name empty, taken or breaking the name rule (names.py) ("name"), unknown parent ("parent"), weight <= 0 ("weight"),
     bad state, quota rules per flavor ("quotas[<flavor>].<guarantee|quota|limit>"): negative,
     guarantee > quota, quota > limit, limit above the parent's limit, children's quotas above the parent's.
     """
     parent = resolve_queue(parent, "parent")
     errors: dict[str, str] = {}
-    if not name or not name.strip():
-        errors["name"] = "name must not be empty"
+    if name_error("queue", name):
+        errors["name"] = name_error("queue", name)
     elif Queue.objects.filter(name=name).exists():
         errors["name"] = f"a queue named {name!r} already exists"
     if not _positive_number(weight):

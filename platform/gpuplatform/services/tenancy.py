@@ -6,6 +6,7 @@ from django.utils.text import slugify
 
 from ..audit import record_event
 from ..models import Membership, Team
+from ..names import name_error
 from .base import raise_if
 
 __all__ = ["create_team", "add_member", "remove_member"]
@@ -13,13 +14,14 @@ __all__ = ["create_team", "add_member", "remove_member"]
 
 @transaction.atomic
 def create_team(name: str, *, slug: str | None = None, description: str = "", actor=None) -> Team:
-    """Create a team. Raises ValidationError: name empty or taken, slug taken."""
-    slug = slug or slugify(name)
+    """Create a team. Raises ValidationError: name empty, taken or breaking the name rule (names.py)
+    ("name"), slug empty or taken ("slug")."""
     errors = {}
-    if not name.strip():
-        errors["name"] = "name must not be empty"
+    if name_error("team", name):
+        errors["name"] = name_error("team", name)
     elif Team.objects.filter(name=name).exists():
         errors["name"] = f"a team named {name!r} already exists"
+    slug = slug or slugify(name if isinstance(name, str) else "")
     if not slug or Team.objects.filter(slug=slug).exists():
         errors["slug"] = f"slug {slug!r} is empty or taken"
     raise_if(errors)

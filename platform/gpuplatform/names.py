@@ -1,0 +1,28 @@
+"""The one name rule of the platform: jobs, roles, queues and teams, for the form, the API, the admin, the
+importers and the services alike (issue 13: the API accepted `<script>...` and `jöb` that the form refused).
+
+A name is ASCII letters, digits, '.', '_' and '-', starting with a letter or digit, and at most a length
+that depends on the column. The form gives NAME_PATTERN to the browser as the input's `pattern`.
+"""
+from __future__ import annotations
+
+import re
+
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._\-]*"
+NAME_RE = re.compile(f"^{NAME_PATTERN}$")
+NAME_HELP = "letters, digits, '.', '_' and '-', starting with a letter or digit"
+MAX_CHARS = {"job": 200, "role": 64, "queue": 100, "team": 100}
+
+
+def name_error(kind: str, value) -> str | None:
+    """The message for a `kind` ("job", "role", "queue", "team") name that breaks the rule, naming the rule
+    (empty, too long, or characters), or None for a good name. Callers key it by their field ("name",
+    "roles[0].name")."""
+    limit = MAX_CHARS[kind]
+    if not isinstance(value, str) or not value.strip():
+        return f"a {kind} name must not be empty"
+    if not NAME_RE.match(value):
+        return f"a {kind} name uses {NAME_HELP} ({value[:40]!r} does not)"
+    if len(value) > limit:
+        return f"a {kind} name must be at most {limit} characters"
+    return None
