@@ -23,6 +23,7 @@ from gpuplatform.telemetry import task_summary
 
 from . import figures, job_paging, job_run
 from .conditional import conditional_json
+from .delta import BadSince, with_since
 from .states import STATE_COLORS
 from .templatetags.units import human_seconds
 from .views_jobs import can_act
@@ -109,7 +110,8 @@ def cluster(request):
 @require_GET
 @conditional_json
 def cluster_metrics(request):
-    """What the cluster page polls: the numbers, two table fragments and the figure dicts."""
+    """What the cluster page polls: the numbers, table fragments and the figure dicts; `cursor` and, with
+    ?since=<cursor>, only the charts' new points (frontend/delta.py; a malformed `since` is a 400)."""
     ctx = _cluster_context(request)
     cycle = ctx["cycle"]
     payload = {
@@ -125,7 +127,10 @@ def cluster_metrics(request):
         },
         "figures": ctx["figures"],
     }
-    return JsonResponse(payload)
+    try:
+        return JsonResponse(with_since(request, payload))
+    except BadSince as exc:
+        return JsonResponse({"since": [str(exc)]}, status=400)
 
 
 JOB_COLUMNS = [  # (sort key, header, numeric)

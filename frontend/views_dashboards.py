@@ -27,6 +27,7 @@ from gpuplatform.models import Team
 
 from . import dashboard_figures as dfig
 from .conditional import conditional_json
+from .delta import BadSince, with_since
 from .states import GPU_STATE_COLORS
 from .topology import BORROWED_DEFINITION, topology_payload
 
@@ -34,7 +35,9 @@ POINTS = 400
 
 
 def data_response(request, payload: dict, rows: list[dict], name: str):
-    """JSON (default) or, with ?format=csv, the rows behind the charts as CSV."""
+    """JSON (default) or, with ?format=csv, the rows behind the charts as CSV. JSON carries `cursor` and,
+    with ?since=<cursor>, only the time-series figures' new points (frontend/delta.py); a malformed
+    `since` is a 400 naming it."""
     if request.GET.get("format") == "csv":
         out = io.StringIO()
         fields = list(rows[0]) if rows else ["empty"]
@@ -44,6 +47,10 @@ def data_response(request, payload: dict, rows: list[dict], name: str):
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="{name}.csv"'
         return response
+    try:
+        payload = with_since(request, payload)
+    except BadSince as exc:
+        return JsonResponse({"since": [str(exc)]}, status=400)
     return JsonResponse(payload, json_dumps_params={"separators": (",", ":")})
 
 

@@ -8,12 +8,14 @@
   var config = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
   var figIds = { rates: "fig-rates", queues: "fig-queues", teams: "fig-teams" };
 
-  function draw(figs) {
-    if (typeof Plotly === "undefined") return;
+  function draw(figs) {  // false when a `since` answer did not fit the drawn charts
+    if (typeof Plotly === "undefined") return true;
+    var fits = true;
     Object.keys(figIds).forEach(function (key) {
       var el = document.getElementById(figIds[key]);
-      if (el && figs[key]) Plotly.react(el, figs[key].data, figs[key].layout, config);
+      if (el && figs[key] && !window.gpuplatformApplyFigure(el, figs[key], config)) fits = false;
     });
+    return fits;
   }
 
   function setText(sel, value) {
@@ -39,11 +41,13 @@
       var el = document.getElementById(p[0]);
       if (el && payload.html[p[1]] !== undefined) el.innerHTML = payload.html[p[1]];
     });
-    draw(payload.figures);
+    if (draw(payload.figures)) since.set(payload.cursor); else since.reset();
   }
 
   var initial = document.getElementById("initial-figures");
-  if (initial) draw(JSON.parse(initial.textContent));
-
-  window.gpuplatformPoll(url, interval, update);
+  var figures = initial ? JSON.parse(initial.textContent) : {};
+  draw(figures);
+  // Poll only what is new since the last answer (frontend/delta.py); ETag / 304 when nothing is.
+  var since = window.gpuplatformSince(url, figures);
+  window.gpuplatformPoll(since.url, interval, update);
 })();

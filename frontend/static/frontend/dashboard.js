@@ -8,8 +8,9 @@
   var interval = parseInt(script.dataset.intervalMs || "5000", 10);
   var config = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
 
-  function draw(figs) {
-    if (typeof Plotly === "undefined" || !figs) return;
+  function draw(figs) {  // false when a `since` answer did not fit the drawn charts
+    if (typeof Plotly === "undefined" || !figs) return true;
+    var fits = true;
     Object.keys(figs).forEach(function (key) {
       var el = document.getElementById("fig-" + key);
       if (el && figs[key].empty) {  // no data yet: say so instead of drawing empty 0-1 axes
@@ -23,16 +24,19 @@
           el.dataset.empty = figs[key].empty;
           el.dataset.points = 0;
         }
+      } else if (el && figs[key].extend && el.dataset.empty) {
+        fits = false;  // new points for a chart that shows its empty state: ask for the whole figure
       } else if (el) {
         if (el.dataset.empty) { el.innerHTML = ""; delete el.dataset.empty; }
-        Plotly.react(el, figs[key].data, figs[key].layout, config);
-        el.dataset.points = figs[key].data.reduce(function (n, t) { return n + ((t.x || t.y || []).length); }, 0);
+        if (!window.gpuplatformApplyFigure(el, figs[key], config)) { fits = false; return; }
+        el.dataset.points = (el.data || []).reduce(function (n, t) { return n + ((t.x || t.y || []).length); }, 0);
       }
     });
+    return fits;
   }
 
   function update(payload) {
-    draw(payload.figures);
+    if (draw(payload.figures)) since.set(payload.cursor); else since.reset();
     Object.keys(payload.html || {}).forEach(function (id) {
       var el = document.getElementById(id);
       if (el) el.innerHTML = payload.html[id];
@@ -44,7 +48,9 @@
   }
 
   var initial = document.getElementById("initial-figures");
-  if (initial) draw(JSON.parse(initial.textContent));
-
-  window.gpuplatformPoll(url, interval, update);
+  var figures = initial ? JSON.parse(initial.textContent) : {};
+  draw(figures);
+  // Poll only what is new since the last answer (frontend/delta.py); ETag / 304 when nothing is.
+  var since = window.gpuplatformSince(url, figures);
+  window.gpuplatformPoll(since.url, interval, update);
 })();

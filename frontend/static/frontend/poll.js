@@ -45,3 +45,39 @@ document.addEventListener("change", function (ev) {
   var el = ev.target;
   if (el && el.matches && el.matches("select[data-autosubmit]") && el.form) el.form.submit();
 });
+
+// `?since=` polling (frontend/delta.py): the page keeps the `cursor` of the last answer and asks only for
+// newer points; the time-series figures of such an answer are {extend: {x, y}, names, points}.
+window.gpuplatformSince = function (base, initialFigures) {
+  "use strict";
+  var cursor = null;
+  var iso = /^\d{4}-\d\d-\d\dT\d\d:\d\d/;
+  Object.keys(initialFigures || {}).forEach(function (key) {  // the newest time the page was drawn with
+    ((initialFigures[key] || {}).data || []).forEach(function (t) {
+      var last = t.x && t.x.length ? t.x[t.x.length - 1] : null;
+      if (typeof last === "string" && iso.test(last) && (cursor === null || last > cursor)) cursor = last;
+    });
+  });
+  return {
+    url: function () {
+      if (!cursor) return base;
+      return base + (base.indexOf("?") >= 0 ? "&" : "?") + "since=" + encodeURIComponent(cursor);
+    },
+    set: function (value) { cursor = value || null; },
+    reset: function () { cursor = null; },
+  };
+};
+
+// Draw one polled figure into `el`: a whole figure with Plotly.react; a `since` answer's new points with
+// Plotly.extendTraces (keeping the figure's window of `points`). Returns false when the new points do not
+// fit what is drawn (other traces: a queue appeared): the caller asks for everything next time.
+window.gpuplatformApplyFigure = function (el, fig, config) {
+  "use strict";
+  if (!fig.extend) { Plotly.react(el, fig.data, fig.layout, config); return true; }
+  var drawn = el.data || [];
+  if (drawn.length !== fig.names.length) return false;
+  for (var i = 0; i < drawn.length; i++) if (drawn[i].name !== fig.names[i]) return false;
+  var fresh = fig.extend.x.some(function (x) { return x.length > 0; });
+  if (fresh) Plotly.extendTraces(el, { x: fig.extend.x, y: fig.extend.y }, drawn.map(function (_, k) { return k; }), fig.points);
+  return true;
+};
