@@ -1,5 +1,5 @@
 """Bytes per poll of the pages' live JSON endpoints, changed vs unchanged (issue 13: under 20 KB per poll
-when nothing changed).
+when nothing changed), and after one more cycle, whole vs with `?since=<cursor>` (frontend/delta.py).
 
 Builds a demo-sized world in a temporary SQLite database: the Philly-like size mix on 1,008 GPUs (14 racks
 of 18 x 4 GPUs), 16 team queues, one scheduling cycle, then a history of 600 cluster samples and 600
@@ -85,7 +85,28 @@ def main(argv=None) -> dict:
                 "full_status": first.status_code, "full_body_bytes": len(first.content), "full_ms": round(first_ms, 1),
                 "unchanged_status": again.status_code, "unchanged_body_bytes": len(again.content),
                 "unchanged_header_bytes": header_bytes,
-                "unchanged_under_target": len(again.content) + header_bytes < TARGET_BYTES}
+                "unchanged_under_target": len(again.content) + header_bytes < TARGET_BYTES,
+                "cursor": first.json().get("cursor")}
+        # One more cycle's samples (what changes between two polls of the running demo), then each endpoint
+        # again: whole (what a page got before `since`) and with ?since=<the cursor of the first answer>.
+        t_next = _db.EPOCH + timedelta(seconds=60)
+        ClusterSample.objects.create(time=t_next, schedulable_gpus=1000, allocated_gpus=640, free_gpus=360,
+                                     allocation_rate=0.64, fragmentation_rate=0.12, domain_completeness=0.5,
+                                     largest_runnable={"1": 4, "2": 72, "3": 288}, pending_jobs=99, running_jobs=201)
+        QueueSample.objects.bulk_create([QueueSample(time=t_next, queue=q, used=k % 40, guarantee=4, quota=30, limit=60,
+                                                     pending_demand=k % 17, fair_share=25.5)
+                                         for k, q in enumerate(leaves)])
+        for url in ENDPOINTS:
+            v = out["endpoints"][url]
+            whole = client.get(url)
+            v["changed_whole_body_bytes"] = len(whole.content)
+            if v["cursor"]:
+                delta = client.get(url, {"since": v["cursor"]})
+                assert delta.status_code == 200, delta.content[:300]
+                v["changed_since_body_bytes"] = len(delta.content)
+                v["changed_since_under_target"] = len(delta.content) < TARGET_BYTES
+            else:  # no time series (the topology map): `since` changes nothing, the payload is sent whole
+                v["changed_since_body_bytes"] = None
         _common.save("poll_bytes", out)
         return out
     finally:
@@ -102,3 +123,6 @@ if __name__ == "__main__":
         print(f"  {url:26s} changed: {v['full_status']} {v['full_body_bytes'] / 1024:8.1f} KiB ({v['full_ms']:.0f} ms)"
               f"   unchanged: {v['unchanged_status']} body {v['unchanged_body_bytes']} B + headers "
               f"{v['unchanged_header_bytes']} B")
+        since = v["changed_since_body_bytes"]
+        print(f"  {'':26s} one cycle later: whole {v['changed_whole_body_bytes'] / 1024:8.1f} KiB, with ?since= "
+              + (f"{since / 1024:.1f} KiB" if since is not None else "n/a (no time series)"))
