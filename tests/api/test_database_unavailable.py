@@ -25,7 +25,7 @@ def test_lost_database_outside_a_view_is_a_503_too(client_for, cluster):
     """Raised in authentication (the token lookup) rather than in the view."""
     api = client_for("staff")
     api.raise_request_exception = False
-    with mock.patch("rest_framework.authentication.TokenAuthentication.authenticate_credentials",
+    with mock.patch("knox.auth.TokenAuthentication.authenticate_credentials",
                     side_effect=OperationalError("server closed the connection unexpectedly")):
         r = api.get("/api/v1/nodes/")
     assert r.status_code == 503 and r.json()["detail"] and r["Retry-After"]
