@@ -108,10 +108,18 @@ def fail_gpu_tasks(node: Node, indices: list, *, at: datetime, reason: str) -> l
     a gang already stopping toward an end or restart ends as its stop says. Returns the job ids."""
     from ..execution.stops import finalize_stop
     from ..lifecycle import requeue_job
+    from ..scheduling import spares
     from ..scheduling.evict import REQUEUE_STOPS
 
-    Gpu.objects.filter(node=node, index__in=indices, health=Gpu.Health.HEALTHY).update(  # keep the agent's reason
+    newly = sorted(Gpu.objects.filter(node=node, index__in=indices, health=Gpu.Health.HEALTHY)
+                   .values_list("index", flat=True))
+    Gpu.objects.filter(node=node, index__in=newly).update(  # keep the agent's reason
         health=Gpu.Health.UNHEALTHY, health_reason=reason[:200])
+    if newly:  # the GPUs' health history (the GPU-hour ledger's `down` reads it)
+        record_event("gpu_health", f"{node.name}: " + "; ".join(f"gpu{i} healthy -> unhealthy" for i in newly)
+                     + f" ({reason[:200]})", time=at, node=node,
+                     data={"changes": [{"index": i, "from": "healthy", "to": "unhealthy", "reason": reason[:200]}
+                                       for i in newly]})
     jobs = sorted(set(Task.objects.filter(node=node, state__in=Task.ON_NODE_STATES, job__state__in=Job.LIVE_STATES,
                                           allocations__gpu__index__in=indices, allocations__released_at__isnull=True)
                       .values_list("job_id", flat=True)))
@@ -119,9 +127,12 @@ def fail_gpu_tasks(node: Node, indices: list, *, at: datetime, reason: str) -> l
     for job_id in jobs:
         if Job.objects.filter(pk=job_id, state=Job.State.PREEMPTING).exclude(stop_target__in=REQUEUE_STOPS).exists():
             finalize_stop(job_id, at=at)
-        elif requeue_job(job_id, at=at, kind="requeued_after_failure", backoff=True, node=node,
-                         reason=f"{reason} on {node.name}", data={"cause": "gpu_failed", "gpus": indices}):
-            done.append(job_id)
+        else:
+            placement = spares.placement_of(job_id)
+            if requeue_job(job_id, at=at, kind="requeued_after_failure", backoff=True, node=node,
+                           reason=f"{reason} on {node.name}", data={"cause": "gpu_failed", "gpus": indices}):
+                done.append(job_id)
+                spares.restart_on_spare(job_id, placement, {node.name}, at=at)
     return done
 
 
@@ -191,7 +202,13 @@ def record_validation(node: Node, *, passed: bool, detail: str = "", actor=None,
     fields = {"validation": validation}
     if passed:
         fields.update(health_reason="", health_since=None)
+        back = sorted(Gpu.objects.filter(node=node).exclude(health=Gpu.Health.HEALTHY).values_list("index", flat=True))
         Gpu.objects.filter(node=node).update(health=Gpu.Health.HEALTHY, health_reason="")
+        if back:
+            record_event("gpu_health", f"{node.name}: " + "; ".join(f"gpu{i} unhealthy -> healthy" for i in back)
+                         + " (validation passed)", time=at, node=node, actor=actor,
+                         data={"changes": [{"index": i, "from": "unhealthy", "to": "healthy", "reason": ""}
+                                           for i in back]})
     else:
         fields.update(health_reason=f"validation failed: {detail}"[:300], health_since=at)
     Node.objects.filter(pk=node.pk).update(**fields)

@@ -14,6 +14,7 @@ embedded loop before each cycle: `detect_failures(now)`.
    its stop is over, and it ends (or restarts) as the stop says (a cancelled job never runs again).
 3. A GPU reported unhealthy (uncorrectable ECC, fatal XID: see agent/inventory.py) under a live task
    fails that task the same way.
+   A gang requeued by (2) or (3) restarts at once on a hot spare when one fits (scheduling/spares.py).
 4. A draining node's running gangs are evicted gracefully (preempting with their queue's grace, then
    requeued whole by the release step); services.drain_node does the same at once, this catches races.
 
@@ -36,6 +37,8 @@ from gpuplatform.execution import finalize_stop
 from gpuplatform.lifecycle import evict_jobs_on_nodes, release_tasks, requeue_job
 from gpuplatform.models import Allocation, Job, Node, Task
 from gpuplatform.services import node_states
+
+from . import spares
 
 log = logging.getLogger("gpuplatform.scheduling.failures")
 MONITORED_STATES = (Node.State.READY, Node.State.CORDONED, Node.State.DRAINING)
@@ -124,7 +127,9 @@ def _fail(tasks_by_job: dict, now: datetime, report: FailureReport, cause: str) 
                 report.ended.append(job_id)
             continue
         failed = [[role, index, node] for _, role, index, _, node, _ in tasks]
+        placement = spares.placement_of(job_id)
         if requeue_job(job_id, at=now, kind="requeued_after_failure", backoff=True,
                        reason=f"{cause}: {len(tasks)} task(s) failed on {', '.join(sorted({t[2] for t in failed}))}",
                        data={"failed_tasks": failed, "cause": cause}):
             report.requeued.append(job_id)
+            spares.restart_on_spare(job_id, placement, {t[2] for t in failed}, at=now)
