@@ -365,7 +365,9 @@ class HealthRule:
 
 def parse_health_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> tuple[str, tuple[HealthRule, ...]]:
     """(version, rules) from {"version", "rules": [{id, signal, op, value, action, source, category?}]}
-    plus `extra` entries. Raises RuleError naming the entry and key."""
+    plus `extra` entries. A `heartbeat_lost_seconds` rule may have value "default": the platform resolves
+    it from its settings (gpuplatform.scheduling.failures.heartbeat_rules). Raises RuleError naming the
+    entry and key."""
     out, seen = [], set()
     for order, (where, e) in enumerate(_entries(table, extra)):
         rid, source, category, action = _check_common(e, where, seen)
@@ -381,8 +383,10 @@ def parse_health_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> tuple[s
         value = e.get("value")
         if e["op"] == "in" and not (isinstance(value, list) and all(isinstance(v, int) for v in value)):
             raise RuleError(f"{where}.value", "op 'in' needs a list of integers")
-        if e["op"] in ("gt", "ge") and not isinstance(value, (int, float)):
-            raise RuleError(f"{where}.value", f"op {e['op']!r} needs a number")
+        default_ok = e["signal"] == "heartbeat_lost_seconds" and value == "default"
+        if e["op"] in ("gt", "ge") and not isinstance(value, (int, float)) and not default_ok:
+            raise RuleError(f"{where}.value", f"op {e['op']!r} needs a number" + (
+                " (or \"default\": the platform's heartbeat settings)" if e["signal"] == "heartbeat_lost_seconds" else ""))
         out.append(HealthRule(rid, e["signal"], e["op"], value, action, source.strip(), category, order))
     return str(table.get("version", "")), tuple(out)
 
