@@ -151,8 +151,9 @@ def start_repair(node: Node, *, actor=None, reason: str = "", at: datetime | Non
 
 @transaction.atomic
 def start_validation(node: Node, *, actor=None, check_command: list | None = None, at: datetime | None = None) -> Node:
-    """in_repair -> validating: the node's next heartbeat is checked (validation_check) and, when an agent
-    or operator posts a check result, record_validation decides. Raises ValidationError("state")."""
+    """in_repair -> validating. Without a check command (none given and no NODE_VALIDATION_COMMAND setting)
+    the node's next heartbeat is checked (validation_check); with one, the node's agent runs it and posts
+    the result (agent/validation.py), and record_validation decides. Raises ValidationError("state")."""
     from ..services import node_states
 
     at = at or clock.now()
@@ -160,8 +161,8 @@ def start_validation(node: Node, *, actor=None, check_command: list | None = Non
         raise ValidationError({"check_command": "check_command must be a list of strings (argv)"})
     if not node_states.transition(node, Node.State.VALIDATING, reason="validation started", actor=actor, at=at):
         raise ValidationError({"state": f"node {node.name} changed meanwhile; try again"})
-    Node.objects.filter(pk=node.pk).update(validation={"requested_at": at.isoformat(),
-                                                       "check_command": check_command or []})
+    command = check_command or list(getattr(settings, "NODE_VALIDATION_COMMAND", None) or [])
+    Node.objects.filter(pk=node.pk).update(validation={"requested_at": at.isoformat(), "check_command": command})
     return node
 
 
