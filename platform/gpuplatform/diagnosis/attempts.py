@@ -12,16 +12,19 @@ previous attempt's recovery time when every task of the next one runs.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, Sum, Window
 
 from ..audit import record_event
 from ..models import Allocation, Attempt, Event, Job, Node, Task, TaskLog
 from . import engine, tables
 
-__all__ = ["close_attempt", "diagnose_now", "mark_recovered", "platform_cause", "HARDWARE_OR_NETWORK"]
+__all__ = ["close_attempt", "diagnose_now", "mark_recovered", "platform_cause", "reuse_evidence", "HARDWARE_OR_NETWORK"]
 
 HARDWARE_OR_NETWORK = ("gpu_hardware", "nccl_network")
 LOG_TAIL_BYTES = 256 * 1024
@@ -58,19 +61,20 @@ def _task_rows(job_id: int) -> list[dict]:
         "id", "role__name", "index", "node__name", "state", "ended_at", "exit_code", "exit_signal", "end_message"))
 
 
-def _log_tail(task_id: int, number: int) -> tuple[str, int]:
-    """(text, byte offset where it starts) of the last LOG_TAIL_BYTES kept for (task, attempt)."""
-    chunks, size = [], 0
-    for offset, data, n in (TaskLog.objects.filter(task_id=task_id, attempt=number).order_by("-offset")
-                            .values_list("offset", "data", "size")):
-        chunks.append((offset, data))
-        size += n
-        if size >= LOG_TAIL_BYTES:
-            break
-    if not chunks:
-        return "", 0
-    chunks.reverse()
-    return "".join(d for _, d in chunks), chunks[0][0]
+def _log_tails(task_ids: list[int], number: int) -> dict[int, tuple[str, int]]:
+    """task id -> (text, byte offset where it starts) of the last LOG_TAIL_BYTES kept for (task, attempt), in
+    one query for every task: each task's chunks newest first, a chunk kept while the ones after it hold
+    less than LOG_TAIL_BYTES (a running sum over the task's chunks; the same tail as reading them one by one)."""
+    if not task_ids:
+        return {}
+    after = Window(Sum("size"), partition_by=[F("task_id")], order_by=F("offset").desc())
+    rows = (TaskLog.objects.filter(task_id__in=task_ids, attempt=number).annotate(after=after)
+            .filter(after__lt=LOG_TAIL_BYTES + F("size")).order_by("task_id", "offset")
+            .values_list("task_id", "offset", "data"))
+    chunks: dict[int, list] = {}
+    for task_id, offset, data in rows:
+        chunks.setdefault(task_id, []).append((offset, data))
+    return {t: ("".join(d for _, d in c), c[0][0]) for t, c in chunks.items()}
 
 
 def _evidence(job_id: int, number: int, end: datetime, started: datetime | None):
@@ -78,8 +82,9 @@ def _evidence(job_id: int, number: int, end: datetime, started: datetime | None)
     failed_ends = [r["ended_at"] for r in rows if r["state"] == Task.State.FAILED and r["ended_at"]]
     fault_at = min(failed_ends) if failed_ends else None
     tasks = []
+    tails = _log_tails([r["id"] for r in rows], number)
     for r in rows:
-        text, off = _log_tail(r["id"], number)
+        text, off = tails.get(r["id"], ("", 0))
         if r["end_message"] and r["state"] == Task.State.FAILED and r["exit_code"] is None and r["exit_signal"] is None:
             text += ("\n" if text else "") + r["end_message"]
         own = (r["ended_at"] is not None and (fault_at is None or r["ended_at"] <= fault_at
@@ -106,10 +111,37 @@ def _evidence(job_id: int, number: int, end: datetime, started: datetime | None)
     return tasks, health, nodes, fault_at, rows
 
 
+# Within one request, the evidence diagnose_now read for (job, attempt, at) is what close_attempt would read
+# again when the same request ends the attempt (a failing task's report: the preview decides
+# cancel_retries, then the gang is requeued or ended at the same instant): reuse_evidence() keeps it.
+_EVIDENCE: ContextVar[dict | None] = ContextVar("diagnosis_evidence", default=None)
+
+
+@contextmanager
+def reuse_evidence():
+    """Inside this block, an attempt's evidence is read and diagnosed once for one instant `at`."""
+    token = _EVIDENCE.set({})
+    try:
+        yield
+    finally:
+        _EVIDENCE.reset(token)
+
+
+def _evidence_once(job_id: int, number: int, at: datetime, started: datetime | None):
+    memo = _EVIDENCE.get()
+    key = (job_id, number, at)
+    if memo is not None and key in memo:
+        return memo[key]
+    found = _evidence(job_id, number, at, started)
+    if memo is not None:
+        memo[key] = found
+    return found
+
+
 def diagnose_now(job_id: int, *, at: datetime) -> engine.Diagnosis:
     """The diagnosis of the job's current attempt from what has been reported so far."""
     number, started, bound = Job.objects.filter(pk=job_id).values_list("attempts", "started_at", "bound_at").first()
-    tasks, health, _, _, _ = _evidence(job_id, number, at, started or bound)
+    tasks, health, _, _, _ = _evidence_once(job_id, number, at, started or bound)
     return engine.diagnose(tasks, rules=tables.rule_set(), health=health)
 
 
@@ -130,7 +162,7 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
         rows = _task_rows(job_id)
         tasks, health, nodes, fault_at = [], [], sorted({r["node__name"] for r in rows}), None
     else:
-        tasks, health, nodes, fault_at, rows = _evidence(job_id, number, at, started)
+        tasks, health, nodes, fault_at, rows = _evidence_once(job_id, number, at, started)
         diagnosis = engine.diagnose(tasks, rules=tables.rule_set(), health=health, platform=cause)
         if cause is None and not any(t.failed for t in tasks) and diagnosis.category == "unknown" and not failed:
             diagnosis = None
