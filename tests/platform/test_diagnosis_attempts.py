@@ -133,6 +133,26 @@ def test_a_node_on_which_three_jobs_failed_with_hardware_is_cordoned(submit, age
     node = Node.objects.get(name="n2")
     assert "repeat offender" in node.health_reason and node.health_since == at(210)
     assert Event.objects.filter(node=node, kind="cordoned").get().data["rule"] == "repeat-offender"
+    rule = Event.objects.get(node=node, kind="health_rule")  # the rule's own record, like any health rule
+    assert (rule.data["rule"], rule.data["signal"], rule.data["value"]) == ("repeat-offender", "repeat_offender_jobs", 3)
+
+
+def test_repeat_offender_is_a_health_rule_an_admin_can_make_stricter(submit, agents):
+    """An admin's rule on repeat_offender_jobs (>= 2 -> drain) acts at the second job, before the shipped 3."""
+    from gpuplatform.models import HealthRule
+
+    services.save_health_rule(HealthRule(name="two-strikes", signal="repeat_offender_jobs", op="ge", value=2,
+                                         action="drain", category="gpu_hardware", source="our fleet's policy"))
+    for i in range(2):
+        job = submit(f"victim-{i}", tasks=1, gpus=8)
+        bind(job, ("n2", EIGHT), clock=at(i * 100))
+        start_all(job, i * 100)
+        (t,) = tasks_of(job)
+        log(t, "RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+        report(t, "exited", i * 100 + 10, exit_code=1)
+    node = Node.objects.get(name="n2")
+    assert node.state == "draining" and "repeat offender" in node.health_reason
+    assert Event.objects.filter(node=node, kind="drained").get().data["rule"] == "admin:two-strikes"
 
 
 def test_the_same_job_failing_three_times_on_a_node_is_not_a_repeat_offender(submit, agents):

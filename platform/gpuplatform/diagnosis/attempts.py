@@ -5,8 +5,8 @@ inside their transaction, before the gang's tasks are reset: it reads what the a
 task's exit and log tail, the health events of its nodes in the DIAGNOSIS_HEALTH_WINDOW_SECONDS before
 the end, the platform's own cause), diagnoses it (engine.diagnose), stores an Attempt row, and acts:
 `exclude_node` adds the node to Job.excluded_nodes; a hardware or network diagnosis counts toward the
-node's repeat-offender rule (REPEAT_OFFENDER_JOBS different jobs within REPEAT_OFFENDER_WINDOW_SECONDS:
-the node is cordoned). `diagnose_now(job_id)` is the same diagnosis before the attempt ends (the
+node's repeat-offender health rule (signal repeat_offender_jobs: different jobs within
+REPEAT_OFFENDER_WINDOW_SECONDS; shipped: 3 -> cordon). `diagnose_now(job_id)` is the same diagnosis before the attempt ends (the
 failing task's report decides `cancel_retries` with it). `mark_recovered(job_id, at)` closes the
 previous attempt's recovery time when every task of the next one runs.
 """
@@ -202,24 +202,35 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
 
 
 def _repeat_offender(node_name: str, at: datetime) -> None:
-    """Cordon a ready node on which REPEAT_OFFENDER_JOBS different jobs had an attempt fail with a hardware
-    or network diagnosis within REPEAT_OFFENDER_WINDOW_SECONDS."""
-    from ..services import node_states
+    """The health rules on `repeat_offender_jobs` (shipped: >= 3 -> cordon): the number of different jobs
+    whose attempt failed with a hardware or network diagnosis on the node within
+    REPEAT_OFFENDER_WINDOW_SECONDS (24 h) is judged like any other signal; each rule met writes a
+    `health_rule` Event once per count, and cordon / drain take a ready node out (record: the Event only)."""
+    from .health import take_out
 
-    k = int(_setting("REPEAT_OFFENDER_JOBS", 3))
     window = _setting("REPEAT_OFFENDER_WINDOW_SECONDS", 24 * 3600)
     jobs = set(Attempt.objects.filter(failed=True, category__in=HARDWARE_OR_NETWORK, diagnosis__node=node_name,
                                       ended_at__gte=at - timedelta(seconds=window)).values_list("job_id", flat=True))
-    if len(jobs) < k:
-        return
-    node = Node.objects.filter(name=node_name, state=Node.State.READY).first()
-    if node is None:
+    _, rules = tables.health_rules()
+    fired = engine.evaluate_health({"repeat_offender_jobs": len(jobs)}, rules)
+    node = Node.objects.filter(name=node_name).first()
+    if not fired or node is None:
         return
     reason = (f"repeat offender: attempts of {len(jobs)} different jobs failed with a hardware or network "
               f"diagnosis on it within {window / 3600:g} h")
-    if node_states.transition(node, Node.State.CORDONED, reason=reason, at=at,
-                              data={"rule": "repeat-offender", "jobs": sorted(jobs)}):
-        Node.objects.filter(pk=node.pk).update(health_reason=reason[:300], health_since=at)
+    for rule in fired:
+        key = f"{rule.id}:{len(jobs)}"
+        if not Event.objects.filter(node=node, kind="health_rule", data__key=key,
+                                    time__gte=at - timedelta(seconds=window)).exists():
+            record_event("health_rule", f"{node_name}: repeat_offender_jobs={len(jobs)}: rule {rule.id} -> {rule.action}",
+                         time=at, node=node, data={"key": key, "rule": rule.id, "signal": rule.signal,
+                                                   "value": len(jobs), "action": rule.action, "category": rule.category,
+                                                   "source": rule.source, "jobs": sorted(jobs)})
+    action = engine.strongest(r.action for r in fired if r.action in ("cordon", "drain"))
+    if action:
+        rule = next(r for r in fired if r.action == action)
+        take_out(node, Node.State.DRAINING if action == "drain" else Node.State.CORDONED, at=at, reason=reason,
+                 data={"rule": rule.id, "jobs": sorted(jobs)})
 
 
 def mark_recovered(job_id: int, at: datetime) -> None:

@@ -51,7 +51,8 @@ ACTIONS = ("retry", "exclude_node", "cancel_retries")
 HEALTH_ACTIONS = ("record", "cordon", "drain", "fail_tasks")
 # The signals a health rule may test (units: counts, seconds, booleans).
 HEALTH_SIGNALS = ("xid", "ecc_dbe_volatile", "row_remap_failure", "thermal_slowdown_seconds",
-                  "power_slowdown_seconds", "nvlink_down", "heartbeat_lost_seconds", "gpu_missing")
+                  "power_slowdown_seconds", "nvlink_down", "heartbeat_lost_seconds", "gpu_missing",
+                  "repeat_offender_jobs")
 MAX_LINE = 500  # evidence text is cut to this many characters
 
 

@@ -82,20 +82,22 @@ def judge_gpu_signals(node: Node, gpus: list[dict], *, at: datetime | None = Non
     if failed_gpus:
         fail_gpu_tasks(node, failed_gpus, at=at, reason=f"GPU failed ({reason})")
     if "drain" in acted:
-        _take_out(node, Node.State.DRAINING, at=at, reason=f"health rule: {reason}", actor=actor)
+        take_out(node, Node.State.DRAINING, at=at, reason=f"health rule: {reason}", actor=actor)
     elif "cordon" in acted:
-        _take_out(node, Node.State.CORDONED, at=at, reason=f"health rule: {reason}", actor=actor)
+        take_out(node, Node.State.CORDONED, at=at, reason=f"health rule: {reason}", actor=actor)
     return fired
 
 
-def _take_out(node: Node, to: str, *, at: datetime, reason: str, actor=None) -> bool:
+def take_out(node: Node, to: str, *, at: datetime, reason: str, actor=None, data: dict | None = None) -> bool:
+    """A ready (or cordoned) node -> cordoned | draining by a health rule, its reason and since when kept;
+    a drain stops its gangs with grace. False when the node is in neither state or already there."""
     from ..lifecycle import evict_jobs_on_nodes
     from ..services import node_states
 
     state = Node.objects.filter(pk=node.pk).values_list("state", flat=True).first()
     if state not in (Node.State.READY, Node.State.CORDONED) or state == to:
         return False
-    if not node_states.transition(node, to, reason=reason, actor=actor, at=at):
+    if not node_states.transition(node, to, reason=reason, actor=actor, at=at, data=data):
         return False
     Node.objects.filter(pk=node.pk).update(health_reason=reason[:300], health_since=at)
     if to == Node.State.DRAINING:
@@ -249,6 +251,6 @@ def audit_topology(node: Node, inventory: list[dict], *, at: datetime | None = N
         record_event("topology_audit", f"{node.name}: " + ("; ".join(m["message"] for m in found) or "topology labels agree"),
                      time=at, node=node, actor=actor, data={"mismatches": found})
     if any(m.get("cordon") for m in found) and node.state == Node.State.READY:
-        _take_out(node, Node.State.CORDONED, at=at, actor=actor,
+        take_out(node, Node.State.CORDONED, at=at, actor=actor,
                   reason="topology audit: NVLink peers contradict the node's domain (an admin decides)")
     return found
