@@ -62,3 +62,18 @@ def test_without_a_fitting_spare_the_gang_waits_for_the_cycle(jobs, at):  # noqa
     job = Job.objects.get(pk=jobs["own"].pk)
     assert job.state == "pending" and not Event.objects.filter(kind="restarted_on_spare").exists()
     assert Node.objects.get(name="n3").spare is True
+
+
+def test_a_fatal_xid_in_a_heartbeat_restarts_the_gang_on_the_spare_in_that_request(jobs, at):  # noqa: F811
+    from gpuplatform import services
+
+    services.set_spare("n3", True)
+    bind(jobs["own"], "n0", (0, 1), T0)
+    services.record_heartbeat("n0", gpus=[{"index": 1, "health": "healthy", "xids": [79]}], at=at(30))
+    job = Job.objects.get(pk=jobs["own"].pk)
+    assert job.state == "running"  # requeued by the xid-fatal rule and bound on the spare, same request
+    live = set(Allocation.objects.filter(job=job, released_at__isnull=True).values_list("gpu__node__name", "gpu__index"))
+    assert live == {("n3", 0), ("n3", 1)}
+    n0 = Node.objects.get(name="n0")
+    assert n0.state == "cordoned" and n0.spare is True  # out for repair; a spare once it is back
+    assert Event.objects.get(kind="restarted_on_spare", job=job).data["swap"] == {"n0": "n3"}
