@@ -114,9 +114,9 @@ def restart_on_spare(job_id, placement, failed_nodes, *, at: datetime, actor=Non
             for failed_name, spare in swap.items():
                 Node.objects.filter(pk=spare.pk).update(spare=False)
                 Node.objects.filter(name=failed_name).update(spare=True)
-                record_event("node_spare", f"{spare.name}: spare used for job {job_id} in place of {failed_name}; "
-                                           f"it leaves the spare pool", time=at, node=spare, actor=actor,
-                             data={"spare": False, "job": job_id, "replaces": failed_name})
+                record_event("node_spare", f"{spare.name}: spare used by a gang that lost {failed_name}; it leaves "
+                                           f"the spare pool", time=at, node=spare, actor=actor,  # no job named:
+                             data={"spare": False, "replaces": failed_name})  # node Events are everyone's
                 record_event("node_spare", f"{failed_name}: takes {spare.name}'s place in the spare pool (a spare "
                                            f"once repaired)", time=at, node_id=next(f.pk for f in failed
                                                                                     if f.name == failed_name),
