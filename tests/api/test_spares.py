@@ -48,6 +48,10 @@ def test_a_gang_whose_node_is_lost_restarts_on_the_spare_in_the_same_pass(jobs, 
     assert dict(Node.objects.filter(name__in=("n0", "n3")).values_list("name", "spare")) == {"n0": True, "n3": False}
     ev = Event.objects.get(kind="restarted_on_spare", job=job)
     assert ev.data["swap"] == {"n0": "n3"} and ev.time == now
+    from gpuplatform.models import Attempt
+
+    a = Attempt.objects.get(job=job, number=0)  # the interruption's recovery: running again at detection
+    assert (a.outcome, a.recovered_at, a.recovery_seconds) == ("requeued", now, 0.0)
 
 
 def test_without_a_fitting_spare_the_gang_waits_for_the_cycle(jobs, at):  # noqa: F811

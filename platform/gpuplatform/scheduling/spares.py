@@ -129,4 +129,8 @@ def restart_on_spare(job_id, placement, failed_nodes, *, at: datetime, actor=Non
     except (_Stale, IntegrityError) as exc:
         log.info("job %s: restart on a spare skipped: %s", job_id, exc)
         return []
+    if Job.objects.filter(pk=job_id, state=Job.State.RUNNING).exists():  # no agent to wait for: running now
+        from gpuplatform.diagnosis.attempts import mark_recovered
+
+        mark_recovered(job_id, at)
     return [s.name for s in swap.values()]
