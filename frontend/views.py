@@ -275,14 +275,14 @@ def healthz(request):
 
 
 NODE_HEALTH_FILTERS = ("ready", "cordoned", "draining", "not_ready", "in_repair", "validating", "unhealthy",
-                       "mismatch")
+                       "mismatch", "spare")
 
 
 @login_required
 def node_list(request):
     """The nodes with their health: state, why and since when it is out of service, unhealthy GPUs, topology
     mismatches; filtered by `health` (a node state, "unhealthy": a GPU unhealthy or a health reason set,
-    "mismatch": the topology audit found something). Readable by every signed-in user, as /api/v1/nodes/ is."""
+    "mismatch": the topology audit found something, "spare": hot spares). Readable by every signed-in user, as /api/v1/nodes/ is."""
     from django.core.paginator import Paginator
     from django.db.models import Count, Q
 
@@ -297,6 +297,8 @@ def node_list(request):
         qs = qs.filter(Q(unhealthy_gpus__gt=0) | ~Q(health_reason=""))
     elif health == "mismatch":
         qs = qs.exclude(topology_mismatches=[])
+    elif health == "spare":
+        qs = qs.filter(spare=True)
     elif health:
         qs = qs.filter(state=health)
     counts = dict(Node.objects.values("state").annotate(n=Count("id")).values_list("state", "n"))

@@ -41,3 +41,18 @@ def _redis_keys_cleaned_up():
                 client.delete(*created[i:i + 500])
         except Exception:  # noqa: BLE001
             continue
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rule_tables():
+    """The parsed diagnosis / health rule tables are cached per process (diagnosis/tables.py) and a test's
+    rolled-back rule rows send no signal: every test starts from the database's rows."""
+    import sys
+
+    def clear():
+        tables = sys.modules.get("gpuplatform.diagnosis.tables")  # imported only by tests of the platform
+        if tables is not None:
+            tables._memo.clear()
+    clear()
+    yield
+    clear()

@@ -178,14 +178,25 @@ class GpuInline(admin.TabularInline):
     fields = ("index", "uuid", "numa_node", "health", "health_reason")
 
 
+def mark_spare(node, *, actor=None):
+    return services.set_spare(node, True, actor=actor)
+
+
+def unmark_spare(node, *, actor=None):
+    return services.set_spare(node, False, actor=actor)
+
+
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_filter = ("state", "flavor", "domain__tier")
+    list_filter = ("state", "spare", "flavor", "domain__tier")
     search_fields = ("name",)
-    readonly_fields = ("state",)  # changed through the actions, which audit the transition
+    readonly_fields = ("state", "spare")  # changed through the actions, which audit the change
     inlines = [GpuInline]
-    list_display = ("name", "flavor", "gpu_count", "domain", "state", "health_reason", "health_since", "last_heartbeat")
-    actions = [_service_action(services.cordon_node, "Cordon selected nodes"),
+    list_display = ("name", "flavor", "gpu_count", "domain", "state", "spare", "health_reason", "health_since",
+                    "last_heartbeat")
+    actions = [_service_action(mark_spare, "Mark as hot spares (idle nodes only)"),
+               _service_action(unmark_spare, "Return spares to ordinary use"),
+               _service_action(services.cordon_node, "Cordon selected nodes"),
                _service_action(services.drain_node, "Drain selected nodes"),
                _service_action(services.uncordon_node, "Uncordon selected nodes"),
                _service_action(services.start_repair, "Start repair (cordoned / draining -> in repair)"),

@@ -7,6 +7,7 @@ class GpuPlatformConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from .diagnosis.tables import load_shipped
+        from .diagnosis.tables import connect_invalidation, load_shipped
 
         load_shipped()  # the diagnosis and health rule tables are read (and checked) once, at start
+        connect_invalidation()  # a saved or deleted admin rule reloads the cached tables

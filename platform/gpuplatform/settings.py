@@ -5,6 +5,7 @@ REDIS_URL     Celery broker; unset = no broker, the in-process scheduling loop r
 SECRET_KEY, ALLOWED_HOSTS, DEBUG, SCHEDULER_CYCLE_SECONDS.
 """
 import os
+import shlex
 from datetime import timedelta
 from pathlib import Path
 
@@ -238,6 +239,9 @@ FORECAST_HORIZON_SECONDS = float(os.environ.get("FORECAST_HORIZON_SECONDS", str(
 FORECAST_MAX_CYCLES = int(os.environ.get("FORECAST_MAX_CYCLES", "400"))
 HEARTBEAT_TIMEOUT_SECONDS = float(os.environ.get("HEARTBEAT_TIMEOUT_SECONDS", "60"))  # silent longer -> not_ready
 NODE_FAILURE_GRACE_SECONDS = float(os.environ.get("NODE_FAILURE_GRACE_SECONDS", "120"))  # not_ready longer -> tasks fail
+# The repair path's validation check (docs/diagnosis.md): an argv the node's agent runs when an admin starts
+# validation without a command of their own (e.g. "dcgmi diag -r 2"); empty = the heartbeat check only.
+NODE_VALIDATION_COMMAND = shlex.split(os.environ.get("NODE_VALIDATION_COMMAND", ""))
 REQUEUE_BACKOFF_SECONDS = float(os.environ.get("REQUEUE_BACKOFF_SECONDS", "60"))  # doubles per attempt
 REQUEUE_BACKOFF_CAP_SECONDS = float(os.environ.get("REQUEUE_BACKOFF_CAP_SECONDS", "3600"))
 FAILURE_CHECK_SECONDS = float(os.environ.get("FAILURE_CHECK_SECONDS", "15"))

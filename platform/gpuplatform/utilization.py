@@ -6,9 +6,10 @@ scheduler.core.gpu_hours (the one the replay uses). Read-only.
 Where each span comes from:
 
 - capacity: every node's GPUs over the whole window (labels flavor, node);
-- down: a node from `node_not_ready` / `node_failed` to `node_ready` (its Events; a node not_ready now with
-  no such Event in the window: from `since`), and each GPU unhealthy now from its node's last `gpu_health`
-  Event (or `since`);
+- down, per GPU: its node from `node_not_ready` / `node_failed` to `node_ready`, and the GPU itself from a
+  `gpu_health` change to unhealthy to the change back to healthy (the Events' history; a node not_ready or
+  a GPU unhealthy now with no such Event at all: from `since`), minus the time a task still held it (a
+  failed task's GPUs until its gang is released: that is the attempt's, lost to failure);
 - attempts: each Allocation (one GPU of one task attempt) over [created_at, released_at or now):
   grace_and_startup until the job's first `running` Event in it (a simulated job, or any job on a node
   with the simulated executor, runs at once; an agent task that never started is startup throughout); after a failure (`task_failed`, `requeued_after_failure`,
@@ -17,7 +18,10 @@ Where each span comes from:
   `preempted`, `reclaimed`, `evicted`, `cancelled`, `time_limit`) the rest is grace_and_startup; idle
   periods (IdleAllocation) are idle_allocated; the remainder is useful;
 - waiting: from one ClusterSample with pending_jobs > 0 to the next sample;
-- held: not measured yet (nominations are not recorded over time): 0.
+- held, per GPU: the GPUs nominated for a pending gang (`hold_set` Events written when the cycle sets or
+  changes Job.reserved, to the next hold Event, the gang's binding, its end or `until`) and the GPUs of
+  hot spare nodes (`node_spare` Events), minus the time a job runs on them (a nomination may cover its
+  victims' GPUs during their grace: those are the victims') and the time they are down.
 
 Returns {"scope", "since", "until", "rows": [{"key", "capacity", each bucket (GPU-hours),
 "effective_utilization"}], "series": {key: [{"time", buckets...}]} (when step), "telemetry": whether any GPU
@@ -45,38 +49,166 @@ def _ts(t: datetime) -> float:
     return t.timestamp()
 
 
+def _union(ivs: list) -> list:
+    """Sorted, merged [(a, b)] of the half-open intervals `ivs` (empty ones dropped)."""
+    out: list = []
+    for a, b in sorted(iv for iv in ivs if iv[1] > iv[0]):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _minus(ivs: list, cut: list) -> list:
+    """The parts of the merged intervals `ivs` outside the merged intervals `cut` (both sorted)."""
+    out, j = [], 0
+    for a, b in ivs:
+        while j < len(cut) and cut[j][1] <= a:
+            j += 1
+        k, cur = j, a
+        while k < len(cut) and cut[k][0] < b:
+            if cut[k][0] > cur:
+                out.append((cur, cut[k][0]))
+            cur = max(cur, cut[k][1])
+            k += 1
+        if cur < b:
+            out.append((cur, b))
+    return out
+
+
+def _open_closed(events: list, is_open, is_close, since: float, until: float, open_now: bool) -> list:
+    """Intervals from time-ordered (t, kind) `events`: an `is_open` event starts one (if none is open), an
+    `is_close` event ends it; one still open ends at `until`. With no event before `since` opening one,
+    `open_now` (the state now) opens one at `since` when no event in the history says when it began."""
+    out, start, seen = [], None, False
+    for t, kind in events:
+        seen = True
+        if is_open(kind) and start is None:
+            start = t
+        elif is_close(kind) and start is not None:
+            out.append((start, t))
+            start = None
+    if start is None and open_now and not seen:
+        start = since
+    if start is not None:
+        out.append((start, until))
+    return [(max(a, since), min(b, until)) for a, b in out if min(b, until) > max(a, since)]
+
+
 def _node_spans(since: datetime, until: datetime, flavor: str | None) -> tuple[list, list, dict]:
+    """(capacity spans, down and held spans, node info) over the window; see the module docstring. Every
+    span of this function is per GPU and never overlaps an allocation of that GPU, nor down and held each
+    other, so no instant of one GPU is counted twice."""
     nodes = list(Node.objects.all().values_list("id", "name", "flavor", "gpu_count", "state", "executor"))
     if flavor:
         nodes = [n for n in nodes if n[2] == flavor]
     s, u = _ts(since), _ts(until)
     cap = [gpu_hours.Span.of(s, u, n[3], "capacity", flavor=n[2], node=n[1]) for n in nodes]
     info = {n[0]: n for n in nodes}
-    down = []
-    events: dict[int, list] = {}
-    for node_id, kind, t in Event.objects.filter(node_id__in=info, kind__in=DOWN_KINDS | {"node_ready"},
-                                                 time__lt=until).order_by("time").values_list("node_id", "kind", "time"):
-        events.setdefault(node_id, []).append((kind, t))
+    node_ev: dict[int, list] = {}
+    gpu_ev: dict[tuple, list] = {}
+    for node_id, kind, t, data in Event.objects.filter(
+            node_id__in=info, kind__in=DOWN_KINDS | {"node_ready", "gpu_health"}, time__lt=until
+    ).order_by("time", "id").values_list("node_id", "kind", "time", "data"):
+        if kind == "gpu_health":
+            for c in (data or {}).get("changes", ()):
+                if isinstance(c, dict) and isinstance(c.get("index"), int):
+                    gpu_ev.setdefault((node_id, c["index"]), []).append((_ts(t), c.get("to") == "healthy"))
+        else:
+            node_ev.setdefault(node_id, []).append((_ts(t), kind))
+    unhealthy_now = set(Gpu.objects.filter(node_id__in=info).exclude(health=Gpu.Health.HEALTHY)
+                        .values_list("node_id", "index"))
+    allocated: dict[tuple, list] = {}
+    for node_id, idx, a, b in Allocation.objects.filter(gpu__node_id__in=info, created_at__lt=until).filter(
+            Q(released_at__isnull=True) | Q(released_at__gt=since)).values_list("gpu__node_id", "gpu__index",
+                                                                                "created_at", "released_at"):
+        allocated.setdefault((node_id, idx), []).append((_ts(a), u if b is None else _ts(b)))
+    held = _held_intervals(since, until, {n[1]: n[0] for n in nodes})
+    use = []
     for node_id, (_, name, fl, gpus, state, _executor) in info.items():
-        start = None
-        for kind, t in events.get(node_id, []):
-            if kind in DOWN_KINDS and start is None:
-                start = t
-            elif kind == "node_ready" and start is not None:
-                down.append(gpu_hours.Span.of(_ts(start), _ts(t), gpus, "down", flavor=fl, node=name))
-                start = None
-        if start is None and state == Node.State.NOT_READY:
-            start = since
-        if start is not None:
-            down.append(gpu_hours.Span.of(_ts(start), u, gpus, "down", flavor=fl, node=name))
-    last_health = dict(Event.objects.filter(node_id__in=info, kind="gpu_health").values("node_id")
-                       .annotate(t=Max("time")).values_list("node_id", "t").order_by())
-    for node_id, in Gpu.objects.filter(node_id__in=info).exclude(health=Gpu.Health.HEALTHY).values_list("node_id"):
-        if info[node_id][4] == Node.State.NOT_READY:
-            continue  # the whole node is down already
-        start = max(last_health.get(node_id, since), since)
-        down.append(gpu_hours.Span.of(_ts(start), u, 1, "down", flavor=info[node_id][2], node=info[node_id][1]))
-    return cap, down, info
+        node_down = _open_closed(node_ev.get(node_id, []), lambda k: k in DOWN_KINDS, lambda k: k == "node_ready",
+                                 s, u, state == Node.State.NOT_READY)
+        for idx in range(gpus):
+            gpu_down = _open_closed(gpu_ev.get((node_id, idx), []), lambda healthy: not healthy,
+                                    lambda healthy: healthy, s, u, (node_id, idx) in unhealthy_now)
+            busy = _union(allocated.get((node_id, idx), []))
+            down = _minus(_union(node_down + gpu_down), busy)  # a failed task's GPUs are its own (lost)
+            use += [gpu_hours.Span.of(a, b, 1, "down", flavor=fl, node=name) for a, b in down]
+            for (a, b), labels in held.get((node_id, idx), ()):
+                for x, y in _minus(_minus([(a, b)], busy), down):
+                    use.append(gpu_hours.Span.of(x, y, 1, "held", flavor=fl, node=name, **labels))
+    return cap, use, info
+
+
+def _held_intervals(since: datetime, until: datetime, node_ids: dict) -> dict:
+    """(node id, GPU index) -> [((start, end), labels)]: GPUs a pending gang held (Job.reserved, from its
+    `hold_set` Events) until the hold ended: the next hold Event of the job (`hold_set` with another
+    placement, `hold_dropped`), the job's binding (its first allocation after the hold began), its end,
+    or the window's end; plus GPUs of a node marked spare (`node_spare` Events), reserved for recovery.
+    A hold in force with no `hold_set` Event (set before holds were recorded) counts from `since`."""
+    s, u = _ts(since), _ts(until)
+    hold_ev: dict[int, list] = {}
+    for job_id, kind, t, data in Event.objects.filter(kind__in=("hold_set", "hold_dropped"), job_id__isnull=False,
+                                                      time__lt=until).order_by("time", "id").values_list(
+            "job_id", "kind", "time", "data"):
+        hold_ev.setdefault(job_id, []).append((_ts(t), kind, (data or {}).get("reserved") or []))
+    current = dict(Job.objects.filter(state__in=("pending", "preempting"), reserved__isnull=False)
+                   .values_list("id", "reserved"))
+    for job_id, reserved in current.items():
+        if job_id not in hold_ev:
+            hold_ev[job_id] = [(s, "hold_set", reserved)]
+    if not hold_ev:
+        return _spare_intervals(since, until, node_ids, {})
+    jobs = {jid: (q, t, tid, ended) for jid, q, t, tid, ended in Job.objects.filter(pk__in=list(hold_ev))
+            .values_list("id", "queue__name", "team__name", "team_id", "finished_at")}
+    binds: dict[int, list] = {}
+    for job_id, t in Allocation.objects.filter(job_id__in=list(hold_ev), created_at__lt=until).values_list(
+            "job_id", "created_at"):
+        binds.setdefault(job_id, []).append(_ts(t))
+    out: dict[tuple, list] = {}
+    for job_id, evs in hold_ev.items():
+        if job_id not in jobs:
+            continue
+        qname, tname, team_id, ended = jobs[job_id]
+        labels = {"queue": qname, "team": tname, "job": job_id, "team_id": team_id}
+        for i, (t, kind, reserved) in enumerate(evs):
+            if kind != "hold_set":
+                continue
+            end = evs[i + 1][0] if i + 1 < len(evs) else u
+            end = min([end, *(b for b in binds.get(job_id, ()) if b >= t)])
+            if ended is not None:
+                end = min(end, _ts(ended))
+            a, b = max(t, s), min(end, u)
+            if b <= a:
+                continue
+            for entry in reserved:
+                try:
+                    _role, _index, node, gpus = entry
+                except (TypeError, ValueError):
+                    continue
+                if node in node_ids:
+                    for g in gpus:
+                        out.setdefault((node_ids[node], int(g)), []).append(((a, b), labels))
+    return _spare_intervals(since, until, node_ids, out)
+
+
+def _spare_intervals(since: datetime, until: datetime, node_ids: dict, out: dict) -> dict:
+    """Add to `out` the GPUs of nodes marked spare (Node.spare; `node_spare` Events say since when)."""
+    s, u = _ts(since), _ts(until)
+    ids = set(node_ids.values())
+    spare_now = dict(Node.objects.filter(pk__in=ids).values_list("id", "spare"))
+    evs: dict[int, list] = {}
+    for node_id, t, data in Event.objects.filter(kind="node_spare", node_id__in=ids, time__lt=until).order_by(
+            "time", "id").values_list("node_id", "time", "data"):
+        evs.setdefault(node_id, []).append((_ts(t), bool((data or {}).get("spare"))))
+    gpus = dict(Node.objects.filter(pk__in=ids).values_list("id", "gpu_count"))
+    for node_id in ids:
+        for a, b in _open_closed(evs.get(node_id, []), lambda on: on, lambda on: not on, s, u,
+                                 bool(spare_now.get(node_id))):
+            for g in range(gpus.get(node_id, 0)):
+                out.setdefault((node_id, g), []).append(((a, b), {}))
+    return out
 
 
 def _attempt_spans(since: datetime, until: datetime, now: datetime, node_info: dict, team_ids, queue, team) -> list:
@@ -159,6 +291,11 @@ def utilization(scope: str, since: datetime, until: datetime, *, team_ids=None, 
     now = clock.now()
     until_eff = min(until, max(now, since + timedelta(seconds=1)))
     cap, down, info = _node_spans(since, until_eff, flavor)
+    if queue or team or team_ids is not None:  # holds of the jobs shown only; spares belong to no team
+        ids = None if team_ids is None else {str(t) for t in team_ids}
+        down = [sp for sp in down if sp.bucket != "held" or (
+            sp.label("job") is not None and (ids is None or sp.label("team_id") in ids)
+            and (not queue or sp.label("queue") == queue) and (not team or sp.label("team") == team))]
     use = down + _attempt_spans(since, until_eff, now, info, team_ids, queue, team)
     # queue / team filters narrow the jobs, not the cluster's capacity: a filtered cluster view is the
     # capacity those jobs used (their own scope), so the buckets still sum to what is shown

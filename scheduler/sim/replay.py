@@ -36,7 +36,7 @@ from typing import Callable, NamedTuple
 from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import EngineCache, run_cycle
 from scheduler.core.plugins.fairshare import decay_usage
-from scheduler.core.snapshot import CycleConfig, CycleResult, Snapshot
+from scheduler.core.snapshot import Binding, CycleConfig, CycleResult, Snapshot
 from scheduler.sim.fairness import FairnessMeter, leaf_teams, snapshot_fair_share
 from scheduler.sim.failures import Checkpointing, FailureModel
 from scheduler.sim.ledger import Ledger
@@ -73,6 +73,7 @@ def replay(
     progress: Callable[[Progress], None] | None = None,
     migratable: Callable | None = None,
     restart_cost: float = 0.0,
+    spares: int = 0,
 ) -> ReplayReport:
     """Replay `trace` on `cluster` with `engine` and return what was measured.
 
@@ -94,13 +95,19 @@ def replay(
         s, "checkpoint_grace": s}) or None (no job may be moved). A moved job's eviction lasts its
         checkpoint grace (or `grace_period`); it restarts on the place held for it.
     restart_cost: seconds of work a moved job redoes when it restarts (reading its checkpoint back).
+    spares: hot spare nodes per rack (spare_groups: the domain above a node's own NVLink domain). A spare
+        takes no work from the engine; when a failure is detected, the failed gang restarts at once on
+        its old placement with each failed node replaced by a spare of the same flavor (its rack's first,
+        else any rack's), without waiting for a cycle; the spare joins the ready nodes and the first
+        repaired node of that rack becomes a spare in its place (the pool keeps its size). The spares'
+        idle GPUs are `held` in the GPU-hour ledger (reserved for recovery).
     Raises AssertionError when the engine binds a GPU twice, a job that is not pending or part of a gang
     (scheduler.sim.state), or evicts a job that is not running.
     """
     return Replay(cluster, trace, config=config, engine=engine, cycle_interval=cycle_interval, until=until,
                   grace_period=grace_period, time_limit_factor=time_limit_factor, failures=failures,
                   checkpoint=checkpoint, fairness=fairness, progress=progress, migratable=migratable,
-                  restart_cost=restart_cost).run()
+                  restart_cost=restart_cost, spares=spares).run()
 
 
 class Replay:
@@ -117,7 +124,7 @@ class Replay:
                  grace_period: float = 30.0, time_limit_factor: float | None = None,
                  failures: FailureModel | None = None, checkpoint: Checkpointing | None = None,
                  fairness: bool = True, progress: Callable[[Progress], None] | None = None,
-                 migratable: Callable | None = None, restart_cost: float = 0.0):
+                 migratable: Callable | None = None, restart_cost: float = 0.0, spares: int = 0):
         self.wall0 = time.perf_counter()
         self.config = config = config or CycleConfig()
         if engine is None or engine is run_cycle:
@@ -181,6 +188,26 @@ class Replay:
         for node in cluster.nodes:
             if node.name in self.streams:
                 self._push_node(self.streams[node.name].next_failure(start), "fail", node.name)
+        if spares < 0:
+            raise ValueError(f"spares must be >= 0 per rack, got {spares}")
+        self.group_of = spare_groups(cluster)
+        self.flavor_of = {n.name: n.flavor for n in cluster.nodes}
+        self.node_gpus = {n.name: n.gpus for n in cluster.nodes}
+        self.spare_pool: dict[str, list[str]] = {}  # rack -> its spares, in cluster order
+        self.spare_target = spares
+        self.spare_stats = {"per_rack": spares, "racks": len(set(self.group_of.values())), "nodes": 0, "gpus": 0,
+                            "restarts_on_spare": 0, "restarts_without_spare": 0}
+        if spares:
+            members: dict[str, list[str]] = {}
+            for n in cluster.nodes:
+                members.setdefault(self.group_of[n.name], []).append(n.name)
+            for group, names in members.items():
+                for name in names[-spares:] if len(names) > spares else []:  # a rack keeps a working node
+                    self.state.set_spare(name, True)
+                    self.spare_pool.setdefault(group, []).append(name)
+            self.spare_stats["nodes"] = len(self.state.spare_nodes)
+            self.spare_stats["gpus"] = self.state.spare_gpus
+        report.spares = self.spare_stats
 
     # -- the event queues -------------------------------------------------------------------------
     def _push(self, when: float, kind: str, job_id: str, payload) -> int:
@@ -195,7 +222,8 @@ class Replay:
     def _advance(self, to: float) -> None:
         state = self.state
         self.ledger.advance(to, state.used_gpus, down=state.down_unallocated_gpus() if state.down_nodes else 0,
-                            held=state.partial_gpus + state.reserved_gpus(), waiting=bool(state.pending))
+                            held=state.partial_gpus + state.reserved_gpus() + state.spare_gpus,
+                            waiting=bool(state.pending))
 
     def process_until(self, now: float) -> None:
         """Apply every job and node event up to `now`, in time order."""
@@ -296,13 +324,54 @@ class Replay:
         record["detected"] = when
         self._finish(job_id, when)
         self.state.requeue(info)
+        if self.spare_target and self._restart_on_spare(job_id, info.placement, when):
+            record["requeued"] = record["restarted"] = when
+            self.spare_stats["restarts_on_spare"] += 1
+            return
+        if self.spare_target:
+            self.spare_stats["restarts_without_spare"] += 1
         self.awaiting_requeue[job_id] = record
+
+    def _restart_on_spare(self, job_id: str, placement: tuple, when: float) -> bool:
+        """Bind the requeued gang at once on its old placement, each down node replaced by a spare of the
+        same flavor with at least its GPUs (its rack's first). False, changing nothing, when a node is
+        missing a spare, or a node it keeps is down or has a GPU taken."""
+        state = self.state
+        down = sorted({t.node for t in placement if t.node in state.down_nodes})
+        if not down:
+            return False
+        swap, taken = {}, set()
+        for node in down:
+            need = self.node_gpus[node]
+            group = self.group_of[node]
+            candidates = [*self.spare_pool.get(group, ()),
+                          *(s for g, pool in sorted(self.spare_pool.items()) if g != group for s in pool)]
+            spare = next((s for s in candidates if s not in taken and self.flavor_of[s] == self.flavor_of[node]
+                          and self.node_gpus[s] >= need), None)
+            if spare is None:
+                return False
+            swap[node] = spare
+            taken.add(spare)
+        tasks = tuple(replace(t, node=swap.get(t.node, t.node)) for t in placement)
+        kept = {t.node for t in placement} - set(down)
+        if any(n in state.down_nodes or n in state.spare_nodes for n in kept):
+            return False
+        if any(g in state._used[t.node] for t in tasks if t.node in kept for g in t.gpus):
+            return False
+        for node, spare in swap.items():
+            self.spare_pool[self.group_of[spare]].remove(spare)
+            state.set_spare(spare, False)
+        self._start(Binding(job_id=job_id, tasks=tasks, domain="spare", tier=0, rule="spare"), when)
+        return True
 
     # -- node events ------------------------------------------------------------------------------
     def fail_node(self, when: float, node: str) -> None:
         """A node fails: its jobs lose the work since their last checkpoint and hold their GPUs until the
         failure is detected `detection_timeout` s later; the node is repaired `repair_time` s later."""
         state, ledger, ckpt = self.state, self.ledger, self.ckpt
+        if node in state.spare_nodes:  # a spare that fails leaves the pool; a repaired node refills it
+            self.spare_pool[self.group_of[node]].remove(node)
+            state.set_spare(node, False)
         state.set_node_state(node, "not_ready")
         hit = [j for j in state.jobs_on(node) if j not in self.failed]
         ledger.node_failed(bool(hit))
@@ -322,8 +391,13 @@ class Replay:
         self._push_node(when + self.failures.repair_time, "repair", node)
 
     def repair_node(self, when: float, node: str) -> None:
-        """A failed node is back; its next failure is drawn from its stream."""
+        """A failed node is back; its next failure is drawn from its stream. It refills its rack's spare
+        pool when that is short (a spare used for a restart, or one that failed)."""
         self.state.set_node_state(node, "ready")
+        pool = self.spare_pool.setdefault(self.group_of[node], [])
+        if len(pool) < self.spare_target and not self.state._used[node]:
+            self.state.set_spare(node, True)
+            pool.append(node)
         self._push_node(self.streams[node].next_failure(when), "fail", node)
 
     # -- cycles -----------------------------------------------------------------------------------
@@ -530,6 +604,17 @@ class Replay:
                               failures=failures, wall_seconds=time.perf_counter() - self.wall0)
         report.rescheduling = self.rescheduling_summary()
         return report
+
+
+def spare_groups(cluster: ClusterSpec) -> dict[str, str]:
+    """node name -> its rack for the spare pool: the parent of the node's own domain when that is a tier-1
+    (NVLink) domain, else the node's domain ("" when it has none)."""
+    parent = {d.name: (d.tier, d.parent) for d in cluster.domains}
+    out = {}
+    for n in cluster.nodes:
+        tier, up = parent.get(n.domain, (None, None))
+        out[n.name] = (up or n.domain or "") if tier == 1 else (n.domain or "")
+    return out
 
 
 def _gpus(info) -> int:

@@ -131,6 +131,8 @@ class ReplayReport:
     waste_gpu_hours: dict = field(default_factory=dict)
     checkpoint: dict = field(default_factory=dict)
     failures: dict = field(default_factory=dict)
+    # hot spares (replay(spares=n)): per_rack, racks, nodes, gpus, restarts_on_spare, restarts_without_spare
+    spares: dict = field(default_factory=dict)
     # the GPU-hour ledger (scheduler.core.gpu_hours): capacity and each bucket in GPU-hours, and the
     # effective utilization; no telemetry in the replay, so idle_allocated is 0. allocated_unclassified: the
     # allocated GPU-hours the replay credited to no attempt (e.g. a grace period cut short by a failure)

@@ -93,6 +93,8 @@ class ClusterState:
         self.version = 0  # bumped whenever GPUs are bound, released or nominated (reserved_gpus' cache key)
         self._reserved = (-1, 0)
         self.down_nodes: set = {n.name for n in nodes if n.state != "ready"}
+        self.spare_nodes: set = set()  # hot spares (set_spare): up, idle, held out of the engine's placement
+        self.spare_gpus = 0
 
     # -- jobs -------------------------------------------------------------------------------------
     def submit(self, info: JobInfo) -> None:
@@ -321,7 +323,9 @@ class ClusterState:
     # -- nodes ------------------------------------------------------------------------------------
     def set_node_state(self, name: str, state: str) -> None:
         """Mark a node "ready" or down ("not_ready": failed or under repair). A down node takes no new
-        work; the jobs on it keep their GPUs until the replay releases them."""
+        work; the jobs on it keep their GPUs until the replay releases them. A spare leaves the spare pool
+        first (set_spare)."""
+        assert name not in self.spare_nodes, f"node {name} is a spare: set_spare(name, False) first"
         was = self._state[name]
         if was == state:
             return
@@ -333,6 +337,22 @@ class ClusterState:
             self.down_nodes.add(name)
         else:
             self.down_nodes.discard(name)
+
+    def set_spare(self, name: str, spare: bool) -> None:
+        """Make an idle, ready node a hot spare (the engine sees it cordoned: no new work; not down) or
+        give it back to the pool of ready nodes. Raises AssertionError for a spare that is down or busy."""
+        if spare == (name in self.spare_nodes):
+            return
+        gpus = self._base[name].gpus
+        if spare:
+            assert name not in self.down_nodes and not self._used[name], f"spare {name} must be up and idle"
+            self.spare_nodes.add(name)
+            self.spare_gpus += gpus
+        else:
+            self.spare_nodes.discard(name)
+            self.spare_gpus -= gpus
+        self._state[name] = "cordoned" if spare else "ready"
+        self._dirty.add(name)
 
     def reserved_gpus(self) -> int:
         """Nominated GPUs (held for pending jobs) that no job uses now: a nomination may cover GPUs its

@@ -124,3 +124,71 @@ def test_metrics_export_dcgm_names_and_labels_only_for_gpus_with_telemetry(histo
     at(2 * H + 3600)
     fams = _families(APIClient().get("/metrics").content.decode())
     assert not fams.get("DCGM_FI_DEV_GPU_UTIL") or not fams["DCGM_FI_DEV_GPU_UTIL"].samples
+
+
+def _gpu_health(node, index, to, t):
+    from gpuplatform.models import Node
+    record_event("gpu_health", f"{node}: gpu{index} -> {to}", node=Node.objects.get(name=node), time=t,
+                 data={"changes": [{"index": index, "from": "x", "to": to, "reason": ""}]})
+
+
+def test_held_and_down_come_from_their_history_and_the_buckets_sum_to_capacity(admin, client_for, jobs, at):
+    """Over [T0, T0+2h], 32 GPUs (4 nodes of 8): beta's pending gang is nominated n0 GPUs 2 and 3 from T0 (the cycle's
+    hold Event); alpha's job runs on n0 GPUs 2 and 4 from T0+1h (so GPU 2 is alpha's from then, not held);
+    n1 is not_ready T0+1h..T0+1.5h; n0 GPU 5 unhealthy T0+30min..T0+1h, GPU 6 from T0+1.5h on (still now)."""
+    from gpuplatform.models import Node
+    from gpuplatform.scheduling import evict
+    from scheduler.core.snapshot import CycleResult, Nomination, TaskPlacement
+
+    h = timedelta(hours=1)
+    other = jobs["other"]
+    evict.apply_holds(CycleResult(nominations=[Nomination(other.pk, (TaskPlacement("worker", 0, "n0", (2, 3)),),
+                                                          "reclaim")]), clock=T0, cycle_number=1, stale=set())
+    assert Job.objects.get(pk=other.pk).reserved == [["worker", 0, "n0", [2, 3]]]
+    assert Event.objects.get(kind="hold_set", job_id=other.pk).data["reserved"] == [["worker", 0, "n0", [2, 3]]]
+    from gpuplatform.models import SchedulerCycle
+    from gpuplatform.scheduling import store
+    from scheduler.core.snapshot import Binding
+
+    nomination = Nomination(other.pk, (TaskPlacement("worker", 0, "n0", (2, 3)),), "reclaim")
+    store.apply_result(CycleResult(bindings=[Binding(jobs["own"].pk, (TaskPlacement("worker", 0, "n0", (2, 4)),), "", 0)],
+                                   nominations=[nomination]), clock=T0 + h, cycle_number=SchedulerCycle.objects.count() + 1)
+    assert Event.objects.filter(kind="hold_set").count() == 1  # the same hold: no new Event
+    n1 = Node.objects.get(name="n1")
+    record_event("node_not_ready", "n1 silent", node=n1, time=T0 + h)
+    record_event("node_ready", "n1 back", node=n1, time=T0 + 1.5 * h)
+    _gpu_health("n0", 5, "unhealthy", T0 + 0.5 * h)
+    _gpu_health("n0", 5, "healthy", T0 + h)
+    _gpu_health("n0", 6, "unhealthy", T0 + 1.5 * h)
+    Gpu.objects.filter(node__name="n0", index=6).update(health="unhealthy")
+    at(2 * H)
+    (row,) = get(admin, since=T0.isoformat(), until=(T0 + 2 * h).isoformat())["results"]
+    assert row["capacity"] == pytest.approx(64.0)
+    assert row["held"] == pytest.approx(1.0 + 2.0)  # GPU 2 until alpha took it, GPU 3 throughout
+    assert row["down"] == pytest.approx(8 * 0.5 + 0.5 + 0.5)
+    assert row["useful"] == pytest.approx(2.0)
+    assert row["free"] == pytest.approx(64.0 - 3.0 - 5.0 - 2.0)
+    assert sum(row[b] for b in BUCKETS) == pytest.approx(row["capacity"], abs=1e-9)
+    assert row["effective_utilization"] == pytest.approx(2.0 / (64.0 - 5.0))
+    # the hold is beta's: in beta's scope, never in what alpha's member sees
+    teams = {r["team"]: r for r in get(admin, scope="team", since=T0.isoformat())["results"]}
+    assert teams["beta"]["held"] == pytest.approx(3.0) and teams["alpha"]["held"] == 0
+    assert all(r["held"] == 0 for r in get(client_for("member"), scope="team", since=T0.isoformat())["results"])
+    # the hold ends when the gang binds (the cycle drops it): nothing held after beta's job starts at T0+1.5h
+    bind(Job.objects.get(pk=other.pk), "n0", (3, 7), T0 + 1.5 * h)
+    (row,) = get(admin, since=T0.isoformat(), until=(T0 + 2 * h).isoformat())["results"]
+    assert row["held"] == pytest.approx(1.0 + 1.5)
+    assert sum(row[b] for b in BUCKETS) == pytest.approx(row["capacity"], abs=1e-9)
+
+
+def test_a_spare_nodes_idle_gpus_are_held(admin, jobs, at):
+    from gpuplatform import services
+    from gpuplatform.models import Node
+
+    at(0.5 * H)
+    services.set_spare("n1", True)
+    at(2 * H)
+    (row,) = get(admin, since=T0.isoformat(), until=(T0 + timedelta(hours=2)).isoformat())["results"]
+    assert row["held"] == pytest.approx(8 * 1.5)
+    assert Node.objects.get(name="n1").spare is True
+    assert sum(row[b] for b in BUCKETS) == pytest.approx(row["capacity"], abs=1e-9)

@@ -20,3 +20,16 @@ def test_utilization_page_and_data(client, world):
     assert csv["Content-Type"].startswith("text/csv") and lines[0].startswith("time,down,useful") and len(lines) == 49
     cluster = client.get("/cluster/metrics.json").json()
     assert "effective_utilization" in cluster["numbers"]
+
+
+def test_nodes_page_marks_and_filters_spares(client, world):
+    from gpuplatform import services
+    from gpuplatform.models import Node
+
+    Node.objects.create(name="node-b", flavor="P100", gpu_count=8)
+    services.set_spare("node-b", True)
+    client.force_login(world["admin"])
+    page = client.get("/nodes/?health=spare").content.decode()
+    assert 'data-node="node-b"' in page and 'data-node="node-a"' not in page and ">spare</span>" in page
+    everyone = client.get("/nodes/").content.decode()
+    assert 'data-node="node-a"' in everyone and everyone.count(">spare</span>") == 1

@@ -133,6 +133,26 @@ def test_a_node_on_which_three_jobs_failed_with_hardware_is_cordoned(submit, age
     node = Node.objects.get(name="n2")
     assert "repeat offender" in node.health_reason and node.health_since == at(210)
     assert Event.objects.filter(node=node, kind="cordoned").get().data["rule"] == "repeat-offender"
+    rule = Event.objects.get(node=node, kind="health_rule")  # the rule's own record, like any health rule
+    assert (rule.data["rule"], rule.data["signal"], rule.data["value"]) == ("repeat-offender", "repeat_offender_jobs", 3)
+
+
+def test_repeat_offender_is_a_health_rule_an_admin_can_make_stricter(submit, agents):
+    """An admin's rule on repeat_offender_jobs (>= 2 -> drain) acts at the second job, before the shipped 3."""
+    from gpuplatform.models import HealthRule
+
+    services.save_health_rule(HealthRule(name="two-strikes", signal="repeat_offender_jobs", op="ge", value=2,
+                                         action="drain", category="gpu_hardware", source="our fleet's policy"))
+    for i in range(2):
+        job = submit(f"victim-{i}", tasks=1, gpus=8)
+        bind(job, ("n2", EIGHT), clock=at(i * 100))
+        start_all(job, i * 100)
+        (t,) = tasks_of(job)
+        log(t, "RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+        report(t, "exited", i * 100 + 10, exit_code=1)
+    node = Node.objects.get(name="n2")
+    assert node.state == "draining" and "repeat offender" in node.health_reason
+    assert Event.objects.filter(node=node, kind="drained").get().data["rule"] == "admin:two-strikes"
 
 
 def test_the_same_job_failing_three_times_on_a_node_is_not_a_repeat_offender(submit, agents):
@@ -280,3 +300,49 @@ def test_rules_over_rest(submit, agents, admin_client):
     assert client.get("/api/v1/diagnosis-rules/").status_code == 200
     assert client.post("/api/v1/diagnosis-rules/", {"name": "y", "category": "storage", "pattern": "a",
                                                      "source": "s"}, format="json").status_code == 403
+
+
+def test_rule_tables_are_cached_until_a_rule_row_changes(db, django_assert_num_queries):
+    from gpuplatform.diagnosis import tables
+    from gpuplatform.models import HealthRule
+
+    first = tables.health_rules()
+    with django_assert_num_queries(0):  # a heartbeat judges its signals without reading the table again
+        assert tables.health_rules() is first
+    rule = services.save_health_rule(HealthRule(name="hot", signal="thermal_slowdown_seconds", op="gt", value=60,
+                                                action="record", category="gpu_hardware", source="our cooling"))
+    assert "admin:hot" in [r.id for r in tables.health_rules()[1]]  # saved: the next call sees it
+    HealthRule.objects.filter(pk=rule.pk).update(enabled=False)  # around the model: no signal...
+    assert "admin:hot" in [r.id for r in tables.health_rules()[1]]
+    HealthRule.objects.get(pk=rule.pk).delete()  # ...a delete (or save) is one
+    assert "admin:hot" not in [r.id for r in tables.health_rules()[1]]
+
+
+def test_a_failing_report_reads_the_evidence_once_and_tails_come_from_one_query(submit, agents, monkeypatch):
+    """The report's preview (cancel_retries?) and the attempt's close at the same instant share one read of
+    the logs and health events; each task's tail is the last LOG_TAIL_BYTES, whatever the chunking."""
+    from gpuplatform.diagnosis import attempts
+
+    monkeypatch.setattr(attempts, "LOG_TAIL_BYTES", 250)
+    job = submit("oom", tasks=2, gpus=8, max_restarts=1)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    start_all(job)
+    t0, t1 = tasks_of(job)
+    offset = 0
+    for i in range(6):  # 6 chunks of 40 bytes, then the OOM line (151): chunks are kept newest first while
+        # the ones kept hold less than 250 bytes: OOM, line 05, line 04, line 03 (271 bytes)
+        chunk = f"line {i:02d} " + "x" * 31 + "\n"
+        log(t1, chunk, offset=offset)
+        offset += len(chunk)
+    log(t1, OOM + "\n", offset=offset)
+    log(t0, "rank 0 fine\n")
+    tails = attempts._log_tails([t0.pk, t1.pk], 0)
+    assert tails[t0.pk] == ("rank 0 fine\n", 0)
+    text, start = tails[t1.pk]
+    assert text.endswith(OOM + "\n") and text.startswith("line 03") and start == 3 * 40
+    calls = []
+    real = attempts._evidence
+    monkeypatch.setattr(attempts, "_evidence", lambda *a, **k: calls.append(a) or real(*a, **k))
+    assert report(t1, "exited", 30, exit_code=1) == (True, "")
+    assert len(calls) == 1  # diagnose_now's read is close_attempt's
+    assert Attempt.objects.get(job=job, number=0).category == "cuda_oom"

@@ -117,3 +117,60 @@ def test_a_detection_error_does_not_stop_the_cycle(submit, monkeypatch):
     monkeypatch.setattr("gpuplatform.scheduling.failures.detect_failures", lambda now: 1 / 0)
     submit("j", tasks=1, gpus=1)
     assert run_scheduling_cycle(clock=at(0).isoformat())["binds"] == 1
+
+
+def _running_on_n0(submit):
+    job = submit("hb", tasks=1, gpus=2)
+    store.apply_result(CycleResult(bindings=[Binding(job.pk, (TaskPlacement("worker", 0, "n0", (0, 1)),), "nvl-a1", 1)]),
+                       clock=at(0), cycle_number=1)
+    for name in ("n0", "n1"):
+        services.record_heartbeat(name, gpus=[], at=at(0))
+    return job
+
+
+def test_heartbeat_loss_is_a_health_rule_whose_default_is_the_settings(submit, settings):
+    """The shipped heartbeat-loss rule (value "default") fails a silent node's tasks after
+    HEARTBEAT_TIMEOUT_SECONDS + NODE_FAILURE_GRACE_SECONDS, whatever those are set to."""
+    from gpuplatform.scheduling.failures import heartbeat_rules
+
+    settings.HEARTBEAT_TIMEOUT_SECONDS, settings.NODE_FAILURE_GRACE_SECONDS = 30, 20
+    (rule, threshold), = heartbeat_rules()
+    assert (rule.id, rule.action, threshold) == ("heartbeat-loss", "fail_tasks", timedelta(seconds=50))
+    job = _running_on_n0(submit)
+    assert detect_failures(at(49)).failed_nodes == []
+    report = detect_failures(at(51))
+    assert report.failed_nodes == ["n0"] and report.requeued == [job.pk]
+    assert Event.objects.get(kind="node_failed").data["rule"] == "heartbeat-loss"
+
+
+def test_an_admin_heartbeat_rule_fails_sooner_or_cordons_the_node_when_it_returns(submit):
+    from gpuplatform.models import HealthRule
+
+    services.save_health_rule(HealthRule(name="hb-fast", signal="heartbeat_lost_seconds", op="gt", value=90,
+                                         action="fail_tasks", category="platform", source="our SLO: 90 s"))
+    services.save_health_rule(HealthRule(name="hb-cordon", signal="heartbeat_lost_seconds", op="gt", value=70,
+                                         action="cordon", category="platform", source="flapping nodes"))
+    job = _running_on_n0(submit)
+    assert detect_failures(at(65)).not_ready == ["n0", "n1"]
+    assert detect_failures(at(85)).failed_nodes == []  # the cordon rule acted, the 90 s one not yet
+    ev = Event.objects.get(kind="health_rule", node__name="n0")
+    assert ev.data["rule"] == "admin:hb-cordon" and ev.data["action"] == "cordon"
+    detect_failures(at(86))
+    assert Event.objects.filter(kind="health_rule", node__name="n0").count() == 1  # once per silence
+    report = detect_failures(at(95))  # before the shipped 180 s
+    assert report.failed_nodes == ["n0"] and report.requeued == [job.pk]
+    services.record_heartbeat("n0", gpus=[], at=at(100))
+    node = Node.objects.get(name="n0")
+    assert node.state == "cordoned" and "hb-cordon" in node.health_reason
+
+
+def test_value_default_is_only_for_the_heartbeat_signal():
+    import pytest
+
+    from gpuplatform.diagnosis import engine
+
+    entry = {"id": "x", "signal": "thermal_slowdown_seconds", "op": "gt", "value": "default", "action": "record",
+             "source": "s"}
+    with pytest.raises(engine.RuleError, match="needs a number"):
+        engine.parse_health_rules({"rules": [entry]})
+    engine.parse_health_rules({"rules": [{**entry, "signal": "heartbeat_lost_seconds"}]})

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec, Trace, TraceJob
+from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
 from scheduler.core.snapshot import CycleConfig
 from scheduler.sim.fairness import FairnessMeter, jain_index, leaf_teams
 from scheduler.sim.failures import Checkpointing, FailureModel
@@ -207,3 +207,41 @@ def test_failure_sweep_benchmark_runs_in_its_tiny_setting():
     runs = out["runs"]
     assert len(runs) == 4 and runs["baseline_no_failures"]["goodput"] == pytest.approx(1.0, abs=1e-3)
     assert all(r["goodput"] <= 1.0 for r in runs.values())
+
+
+def rack_of_three():
+    nodes = tuple(NodeSpec(f"n{i}", "X", 4, domain=f"nv{i}") for i in range(3))
+    domains = (DomainSpec("rack", 2), *(DomainSpec(f"nv{i}", 1, "rack") for i in range(3)))
+    return ClusterSpec("rack3", nodes, domains=domains, queues=(QueueSpec("q", team="t"),))
+
+
+def test_a_hot_spare_restarts_the_failed_gang_at_detection_and_takes_no_other_work():
+    """Gang a (2 x 4 GPUs, 1,000 s) on n0 + n1; b (4 GPUs, 5,000 s) arrives at 100. n0 fails at 500, is
+    repaired at 1,500, detection 60 s, checkpoints every 300 s. Without spares b runs on n2 and a waits for
+    the repair (restart 1,000 s after the failure); with n2 a spare, b waits, a restarts on n1 + n2 at
+    detection (60 s), and the repaired n0 becomes the rack's spare."""
+    trace = Trace("t", (TraceJob("a", "q", 0.0, 1000.0, 2, 4), TraceJob("b", "q", 100.0, 5000.0, 1, 4)))
+    model = Scripted(rate=1.0, detection_timeout=60.0, repair_time=1000.0, script={"n0": [500.0]})
+    plain = replay(rack_of_three(), trace, engine=first_fit, cycle_interval=10, failures=model,
+                   checkpoint=Checkpointing(300.0))
+    assert plain.failures["time_to_restart"]["p50"] == pytest.approx(1000.0)
+    assert plain.spares["restarts_on_spare"] == 0 and plain.gpu_hours["held"] == pytest.approx(0.0)
+    spare = replay(rack_of_three(), trace, engine=first_fit, cycle_interval=10, failures=model,
+                   checkpoint=Checkpointing(300.0), spares=1)
+    assert spare.spares == {"per_rack": 1, "racks": 1, "nodes": 1, "gpus": 4, "restarts_on_spare": 1,
+                            "restarts_without_spare": 0}
+    f = spare.failures
+    assert f["time_to_restart"]["p50"] == pytest.approx(60.0) and f["restarted"] == 1
+    assert spare.jobs_finished == 2
+    # a: 300 s kept at the failure, 700 s left from 560 -> done at 1,260; b could not use the spare before
+    assert spare.queueing["mean"] == pytest.approx((0.0 + 1260.0 - 100.0) / 2)  # a at once, b waited 1,160 s
+    # the spare's idle GPUs are held (reserved for recovery): n2 from 0 to 560, n0 from its repair on
+    assert spare.gpu_hours["held"] >= 4 * 560 / 3600 - 1e-9
+    total = sum(spare.gpu_hours[b] for b in ("down", "useful", "idle_allocated", "lost_to_failure",
+                                              "grace_and_startup", "held", "free_fragmented", "free"))
+    assert total == pytest.approx(spare.gpu_hours["capacity"])
+
+
+def test_spares_must_be_a_count():
+    with pytest.raises(ValueError, match="spares"):
+        replay(rack_of_three(), Trace("t", ()), engine=first_fit, spares=-1)

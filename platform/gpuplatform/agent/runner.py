@@ -32,6 +32,7 @@ from typing import Callable
 from .client import AgentError, get_json, heartbeat_body, host_resources, post_json, register_body
 from .executor import ExecutorError, ProcessExecutor
 from .inventory import GpuInventory
+from .validation import ValidationRunner
 
 __all__ = ["AgentLoop", "primary_address", "parse_server_time", "LOG_CHUNK_BYTES"]
 
@@ -80,7 +81,8 @@ class AgentLoop:
                  executor: ProcessExecutor, *, address: str | None = None, runtime: str | None = None,
                  interval: float = 30.0, poll: float = 2.0, resources: tuple[int, int] | None = None,
                  sleep: Callable[[float], None] = time.sleep, timeout: float = 10.0,
-                 log_chunk_bytes: int = LOG_CHUNK_BYTES, telemetry=None, telemetry_seconds: float = 10.0):
+                 log_chunk_bytes: int = LOG_CHUNK_BYTES, telemetry=None, telemetry_seconds: float = 10.0,
+                 validation_timeout: float = 300.0):
         base = api.rstrip("/")
         node = urllib.parse.quote(node_name, safe="")
         self.token, self.node_name, self.read, self.executor = token, node_name, read, executor
@@ -104,7 +106,10 @@ class AgentLoop:
                      "heartbeat": f"{base}/api/v1/nodes/{node}/heartbeat/",
                      "assignments": f"{base}/api/v1/nodes/{node}/assignments/",
                      "reports": f"{base}/api/v1/nodes/{node}/reports/",
-                     "telemetry": f"{base}/api/v1/nodes/{node}/telemetry/"}
+                     "telemetry": f"{base}/api/v1/nodes/{node}/telemetry/",
+                     "validation": f"{base}/api/v1/nodes/{node}/validation/"}
+        # the repair path's validation check (agent/validation.py): started from a heartbeat's answer
+        self.validation = ValidationRunner(validation_timeout)
         self.registered = False
         self.beats = 0
         self.cycles = 0
@@ -123,9 +128,32 @@ class AgentLoop:
         log.info("registered %s", self.node_name)
 
     def heartbeat(self) -> None:
-        """POST one heartbeat (GPU health). Raises AgentError or InventoryError."""
-        post_json(self.urls["heartbeat"], self.token, heartbeat_body(self.read()), timeout=self.timeout)
+        """POST one heartbeat (GPU health); a validating node's answer starts its check command
+        (agent/validation.py). Raises AgentError or InventoryError."""
+        answer = post_json(self.urls["heartbeat"], self.token, heartbeat_body(self.read()), timeout=self.timeout)
         self.beats += 1
+        if self.validation.offer(answer):
+            log.info("validation check started: %s", (answer.get("validation") or {}).get("check_command"))
+
+    def send_validation(self) -> bool:
+        """POST a finished validation check's result. Returns False when the call failed (kept for the next
+        try); a 400/403/404 answer (the node is not validating any more) drops it."""
+        ended = self.validation.result()
+        if ended is None:
+            return True
+        requested, result = ended
+        try:
+            post_json(self.urls["validation"], self.token, result, timeout=self.timeout)
+        except AgentError as exc:
+            if exc.status in (400, 403, 404, 422):
+                log.warning("validation result refused, dropped: %s", exc)
+                self.validation.done(requested)
+            else:
+                self._call_failed("validation", exc)
+            return False
+        log.info("validation check %s: %s", "passed" if result["passed"] else "failed", result["detail"][:200])
+        self.validation.done(requested)
+        return True
 
     def sample_telemetry(self) -> None:
         """Take one telemetry sample into the buffer (no-op without a sampler; never raises)."""
@@ -317,6 +345,8 @@ class AgentLoop:
                     self._call_failed("heartbeat", exc)
                 self.send_telemetry()
                 next_beat = now + self.interval
+            if self.registered:
+                self.send_validation()
             if self.telemetry is not None and now >= next_sample:
                 self.sample_telemetry()
                 next_sample = now + self.telemetry_seconds

@@ -5,23 +5,26 @@ inside their transaction, before the gang's tasks are reset: it reads what the a
 task's exit and log tail, the health events of its nodes in the DIAGNOSIS_HEALTH_WINDOW_SECONDS before
 the end, the platform's own cause), diagnoses it (engine.diagnose), stores an Attempt row, and acts:
 `exclude_node` adds the node to Job.excluded_nodes; a hardware or network diagnosis counts toward the
-node's repeat-offender rule (REPEAT_OFFENDER_JOBS different jobs within REPEAT_OFFENDER_WINDOW_SECONDS:
-the node is cordoned). `diagnose_now(job_id)` is the same diagnosis before the attempt ends (the
+node's repeat-offender health rule (signal repeat_offender_jobs: different jobs within
+REPEAT_OFFENDER_WINDOW_SECONDS; shipped: 3 -> cordon). `diagnose_now(job_id)` is the same diagnosis before the attempt ends (the
 failing task's report decides `cancel_retries` with it). `mark_recovered(job_id, at)` closes the
 previous attempt's recovery time when every task of the next one runs.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, Sum, Window
 
 from ..audit import record_event
 from ..models import Allocation, Attempt, Event, Job, Node, Task, TaskLog
 from . import engine, tables
 
-__all__ = ["close_attempt", "diagnose_now", "mark_recovered", "platform_cause", "HARDWARE_OR_NETWORK"]
+__all__ = ["close_attempt", "diagnose_now", "mark_recovered", "platform_cause", "reuse_evidence", "HARDWARE_OR_NETWORK"]
 
 HARDWARE_OR_NETWORK = ("gpu_hardware", "nccl_network")
 LOG_TAIL_BYTES = 256 * 1024
@@ -58,19 +61,20 @@ def _task_rows(job_id: int) -> list[dict]:
         "id", "role__name", "index", "node__name", "state", "ended_at", "exit_code", "exit_signal", "end_message"))
 
 
-def _log_tail(task_id: int, number: int) -> tuple[str, int]:
-    """(text, byte offset where it starts) of the last LOG_TAIL_BYTES kept for (task, attempt)."""
-    chunks, size = [], 0
-    for offset, data, n in (TaskLog.objects.filter(task_id=task_id, attempt=number).order_by("-offset")
-                            .values_list("offset", "data", "size")):
-        chunks.append((offset, data))
-        size += n
-        if size >= LOG_TAIL_BYTES:
-            break
-    if not chunks:
-        return "", 0
-    chunks.reverse()
-    return "".join(d for _, d in chunks), chunks[0][0]
+def _log_tails(task_ids: list[int], number: int) -> dict[int, tuple[str, int]]:
+    """task id -> (text, byte offset where it starts) of the last LOG_TAIL_BYTES kept for (task, attempt), in
+    one query for every task: each task's chunks newest first, a chunk kept while the ones after it hold
+    less than LOG_TAIL_BYTES (a running sum over the task's chunks; the same tail as reading them one by one)."""
+    if not task_ids:
+        return {}
+    after = Window(Sum("size"), partition_by=[F("task_id")], order_by=F("offset").desc())
+    rows = (TaskLog.objects.filter(task_id__in=task_ids, attempt=number).annotate(after=after)
+            .filter(after__lt=LOG_TAIL_BYTES + F("size")).order_by("task_id", "offset")
+            .values_list("task_id", "offset", "data"))
+    chunks: dict[int, list] = {}
+    for task_id, offset, data in rows:
+        chunks.setdefault(task_id, []).append((offset, data))
+    return {t: ("".join(d for _, d in c), c[0][0]) for t, c in chunks.items()}
 
 
 def _evidence(job_id: int, number: int, end: datetime, started: datetime | None):
@@ -78,8 +82,9 @@ def _evidence(job_id: int, number: int, end: datetime, started: datetime | None)
     failed_ends = [r["ended_at"] for r in rows if r["state"] == Task.State.FAILED and r["ended_at"]]
     fault_at = min(failed_ends) if failed_ends else None
     tasks = []
+    tails = _log_tails([r["id"] for r in rows], number)
     for r in rows:
-        text, off = _log_tail(r["id"], number)
+        text, off = tails.get(r["id"], ("", 0))
         if r["end_message"] and r["state"] == Task.State.FAILED and r["exit_code"] is None and r["exit_signal"] is None:
             text += ("\n" if text else "") + r["end_message"]
         own = (r["ended_at"] is not None and (fault_at is None or r["ended_at"] <= fault_at
@@ -106,10 +111,37 @@ def _evidence(job_id: int, number: int, end: datetime, started: datetime | None)
     return tasks, health, nodes, fault_at, rows
 
 
+# Within one request, the evidence diagnose_now read for (job, attempt, at) is what close_attempt would read
+# again when the same request ends the attempt (a failing task's report: the preview decides
+# cancel_retries, then the gang is requeued or ended at the same instant): reuse_evidence() keeps it.
+_EVIDENCE: ContextVar[dict | None] = ContextVar("diagnosis_evidence", default=None)
+
+
+@contextmanager
+def reuse_evidence():
+    """Inside this block, an attempt's evidence is read and diagnosed once for one instant `at`."""
+    token = _EVIDENCE.set({})
+    try:
+        yield
+    finally:
+        _EVIDENCE.reset(token)
+
+
+def _evidence_once(job_id: int, number: int, at: datetime, started: datetime | None):
+    memo = _EVIDENCE.get()
+    key = (job_id, number, at)
+    if memo is not None and key in memo:
+        return memo[key]
+    found = _evidence(job_id, number, at, started)
+    if memo is not None:
+        memo[key] = found
+    return found
+
+
 def diagnose_now(job_id: int, *, at: datetime) -> engine.Diagnosis:
     """The diagnosis of the job's current attempt from what has been reported so far."""
     number, started, bound = Job.objects.filter(pk=job_id).values_list("attempts", "started_at", "bound_at").first()
-    tasks, health, _, _, _ = _evidence(job_id, number, at, started or bound)
+    tasks, health, _, _, _ = _evidence_once(job_id, number, at, started or bound)
     return engine.diagnose(tasks, rules=tables.rule_set(), health=health)
 
 
@@ -130,7 +162,7 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
         rows = _task_rows(job_id)
         tasks, health, nodes, fault_at = [], [], sorted({r["node__name"] for r in rows}), None
     else:
-        tasks, health, nodes, fault_at, rows = _evidence(job_id, number, at, started)
+        tasks, health, nodes, fault_at, rows = _evidence_once(job_id, number, at, started)
         diagnosis = engine.diagnose(tasks, rules=tables.rule_set(), health=health, platform=cause)
         if cause is None and not any(t.failed for t in tasks) and diagnosis.category == "unknown" and not failed:
             diagnosis = None
@@ -170,24 +202,35 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
 
 
 def _repeat_offender(node_name: str, at: datetime) -> None:
-    """Cordon a ready node on which REPEAT_OFFENDER_JOBS different jobs had an attempt fail with a hardware
-    or network diagnosis within REPEAT_OFFENDER_WINDOW_SECONDS."""
-    from ..services import node_states
+    """The health rules on `repeat_offender_jobs` (shipped: >= 3 -> cordon): the number of different jobs
+    whose attempt failed with a hardware or network diagnosis on the node within
+    REPEAT_OFFENDER_WINDOW_SECONDS (24 h) is judged like any other signal; each rule met writes a
+    `health_rule` Event once per count, and cordon / drain take a ready node out (record: the Event only)."""
+    from .health import take_out
 
-    k = int(_setting("REPEAT_OFFENDER_JOBS", 3))
     window = _setting("REPEAT_OFFENDER_WINDOW_SECONDS", 24 * 3600)
     jobs = set(Attempt.objects.filter(failed=True, category__in=HARDWARE_OR_NETWORK, diagnosis__node=node_name,
                                       ended_at__gte=at - timedelta(seconds=window)).values_list("job_id", flat=True))
-    if len(jobs) < k:
-        return
-    node = Node.objects.filter(name=node_name, state=Node.State.READY).first()
-    if node is None:
+    _, rules = tables.health_rules()
+    fired = engine.evaluate_health({"repeat_offender_jobs": len(jobs)}, rules)
+    node = Node.objects.filter(name=node_name).first()
+    if not fired or node is None:
         return
     reason = (f"repeat offender: attempts of {len(jobs)} different jobs failed with a hardware or network "
               f"diagnosis on it within {window / 3600:g} h")
-    if node_states.transition(node, Node.State.CORDONED, reason=reason, at=at,
-                              data={"rule": "repeat-offender", "jobs": sorted(jobs)}):
-        Node.objects.filter(pk=node.pk).update(health_reason=reason[:300], health_since=at)
+    for rule in fired:
+        key = f"{rule.id}:{len(jobs)}"
+        if not Event.objects.filter(node=node, kind="health_rule", data__key=key,
+                                    time__gte=at - timedelta(seconds=window)).exists():
+            record_event("health_rule", f"{node_name}: repeat_offender_jobs={len(jobs)}: rule {rule.id} -> {rule.action}",
+                         time=at, node=node, data={"key": key, "rule": rule.id, "signal": rule.signal,
+                                                   "value": len(jobs), "action": rule.action, "category": rule.category,
+                                                   "source": rule.source, "jobs": sorted(jobs)})
+    action = engine.strongest(r.action for r in fired if r.action in ("cordon", "drain"))
+    if action:
+        rule = next(r for r in fired if r.action == action)
+        take_out(node, Node.State.DRAINING if action == "drain" else Node.State.CORDONED, at=at, reason=reason,
+                 data={"rule": rule.id, "jobs": sorted(jobs)})
 
 
 def mark_recovered(job_id: int, at: datetime) -> None:

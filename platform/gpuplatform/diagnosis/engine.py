@@ -51,7 +51,8 @@ ACTIONS = ("retry", "exclude_node", "cancel_retries")
 HEALTH_ACTIONS = ("record", "cordon", "drain", "fail_tasks")
 # The signals a health rule may test (units: counts, seconds, booleans).
 HEALTH_SIGNALS = ("xid", "ecc_dbe_volatile", "row_remap_failure", "thermal_slowdown_seconds",
-                  "power_slowdown_seconds", "nvlink_down", "heartbeat_lost_seconds", "gpu_missing")
+                  "power_slowdown_seconds", "nvlink_down", "heartbeat_lost_seconds", "gpu_missing",
+                  "repeat_offender_jobs")
 MAX_LINE = 500  # evidence text is cut to this many characters
 
 
@@ -365,7 +366,9 @@ class HealthRule:
 
 def parse_health_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> tuple[str, tuple[HealthRule, ...]]:
     """(version, rules) from {"version", "rules": [{id, signal, op, value, action, source, category?}]}
-    plus `extra` entries. Raises RuleError naming the entry and key."""
+    plus `extra` entries. A `heartbeat_lost_seconds` rule may have value "default": the platform resolves
+    it from its settings (gpuplatform.scheduling.failures.heartbeat_rules). Raises RuleError naming the
+    entry and key."""
     out, seen = [], set()
     for order, (where, e) in enumerate(_entries(table, extra)):
         rid, source, category, action = _check_common(e, where, seen)
@@ -381,8 +384,10 @@ def parse_health_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> tuple[s
         value = e.get("value")
         if e["op"] == "in" and not (isinstance(value, list) and all(isinstance(v, int) for v in value)):
             raise RuleError(f"{where}.value", "op 'in' needs a list of integers")
-        if e["op"] in ("gt", "ge") and not isinstance(value, (int, float)):
-            raise RuleError(f"{where}.value", f"op {e['op']!r} needs a number")
+        default_ok = e["signal"] == "heartbeat_lost_seconds" and value == "default"
+        if e["op"] in ("gt", "ge") and not isinstance(value, (int, float)) and not default_ok:
+            raise RuleError(f"{where}.value", f"op {e['op']!r} needs a number" + (
+                " (or \"default\": the platform's heartbeat settings)" if e["signal"] == "heartbeat_lost_seconds" else ""))
         out.append(HealthRule(rid, e["signal"], e["op"], value, action, source.strip(), category, order))
     return str(table.get("version", "")), tuple(out)
 

@@ -82,20 +82,22 @@ def judge_gpu_signals(node: Node, gpus: list[dict], *, at: datetime | None = Non
     if failed_gpus:
         fail_gpu_tasks(node, failed_gpus, at=at, reason=f"GPU failed ({reason})")
     if "drain" in acted:
-        _take_out(node, Node.State.DRAINING, at=at, reason=f"health rule: {reason}", actor=actor)
+        take_out(node, Node.State.DRAINING, at=at, reason=f"health rule: {reason}", actor=actor)
     elif "cordon" in acted:
-        _take_out(node, Node.State.CORDONED, at=at, reason=f"health rule: {reason}", actor=actor)
+        take_out(node, Node.State.CORDONED, at=at, reason=f"health rule: {reason}", actor=actor)
     return fired
 
 
-def _take_out(node: Node, to: str, *, at: datetime, reason: str, actor=None) -> bool:
+def take_out(node: Node, to: str, *, at: datetime, reason: str, actor=None, data: dict | None = None) -> bool:
+    """A ready (or cordoned) node -> cordoned | draining by a health rule, its reason and since when kept;
+    a drain stops its gangs with grace. False when the node is in neither state or already there."""
     from ..lifecycle import evict_jobs_on_nodes
     from ..services import node_states
 
     state = Node.objects.filter(pk=node.pk).values_list("state", flat=True).first()
     if state not in (Node.State.READY, Node.State.CORDONED) or state == to:
         return False
-    if not node_states.transition(node, to, reason=reason, actor=actor, at=at):
+    if not node_states.transition(node, to, reason=reason, actor=actor, at=at, data=data):
         return False
     Node.objects.filter(pk=node.pk).update(health_reason=reason[:300], health_since=at)
     if to == Node.State.DRAINING:
@@ -108,10 +110,18 @@ def fail_gpu_tasks(node: Node, indices: list, *, at: datetime, reason: str) -> l
     a gang already stopping toward an end or restart ends as its stop says. Returns the job ids."""
     from ..execution.stops import finalize_stop
     from ..lifecycle import requeue_job
+    from ..scheduling import spares
     from ..scheduling.evict import REQUEUE_STOPS
 
-    Gpu.objects.filter(node=node, index__in=indices, health=Gpu.Health.HEALTHY).update(  # keep the agent's reason
+    newly = sorted(Gpu.objects.filter(node=node, index__in=indices, health=Gpu.Health.HEALTHY)
+                   .values_list("index", flat=True))
+    Gpu.objects.filter(node=node, index__in=newly).update(  # keep the agent's reason
         health=Gpu.Health.UNHEALTHY, health_reason=reason[:200])
+    if newly:  # the GPUs' health history (the GPU-hour ledger's `down` reads it)
+        record_event("gpu_health", f"{node.name}: " + "; ".join(f"gpu{i} healthy -> unhealthy" for i in newly)
+                     + f" ({reason[:200]})", time=at, node=node,
+                     data={"changes": [{"index": i, "from": "healthy", "to": "unhealthy", "reason": reason[:200]}
+                                       for i in newly]})
     jobs = sorted(set(Task.objects.filter(node=node, state__in=Task.ON_NODE_STATES, job__state__in=Job.LIVE_STATES,
                                           allocations__gpu__index__in=indices, allocations__released_at__isnull=True)
                       .values_list("job_id", flat=True)))
@@ -119,9 +129,12 @@ def fail_gpu_tasks(node: Node, indices: list, *, at: datetime, reason: str) -> l
     for job_id in jobs:
         if Job.objects.filter(pk=job_id, state=Job.State.PREEMPTING).exclude(stop_target__in=REQUEUE_STOPS).exists():
             finalize_stop(job_id, at=at)
-        elif requeue_job(job_id, at=at, kind="requeued_after_failure", backoff=True, node=node,
-                         reason=f"{reason} on {node.name}", data={"cause": "gpu_failed", "gpus": indices}):
-            done.append(job_id)
+        else:
+            placement = spares.placement_of(job_id)
+            if requeue_job(job_id, at=at, kind="requeued_after_failure", backoff=True, node=node,
+                           reason=f"{reason} on {node.name}", data={"cause": "gpu_failed", "gpus": indices}):
+                done.append(job_id)
+                spares.restart_on_spare(job_id, placement, {node.name}, at=at)
     return done
 
 
@@ -140,8 +153,9 @@ def start_repair(node: Node, *, actor=None, reason: str = "", at: datetime | Non
 
 @transaction.atomic
 def start_validation(node: Node, *, actor=None, check_command: list | None = None, at: datetime | None = None) -> Node:
-    """in_repair -> validating: the node's next heartbeat is checked (validation_check) and, when an agent
-    or operator posts a check result, record_validation decides. Raises ValidationError("state")."""
+    """in_repair -> validating. Without a check command (none given and no NODE_VALIDATION_COMMAND setting)
+    the node's next heartbeat is checked (validation_check); with one, the node's agent runs it and posts
+    the result (agent/validation.py), and record_validation decides. Raises ValidationError("state")."""
     from ..services import node_states
 
     at = at or clock.now()
@@ -149,8 +163,8 @@ def start_validation(node: Node, *, actor=None, check_command: list | None = Non
         raise ValidationError({"check_command": "check_command must be a list of strings (argv)"})
     if not node_states.transition(node, Node.State.VALIDATING, reason="validation started", actor=actor, at=at):
         raise ValidationError({"state": f"node {node.name} changed meanwhile; try again"})
-    Node.objects.filter(pk=node.pk).update(validation={"requested_at": at.isoformat(),
-                                                       "check_command": check_command or []})
+    command = check_command or list(getattr(settings, "NODE_VALIDATION_COMMAND", None) or [])
+    Node.objects.filter(pk=node.pk).update(validation={"requested_at": at.isoformat(), "check_command": command})
     return node
 
 
@@ -191,7 +205,13 @@ def record_validation(node: Node, *, passed: bool, detail: str = "", actor=None,
     fields = {"validation": validation}
     if passed:
         fields.update(health_reason="", health_since=None)
+        back = sorted(Gpu.objects.filter(node=node).exclude(health=Gpu.Health.HEALTHY).values_list("index", flat=True))
         Gpu.objects.filter(node=node).update(health=Gpu.Health.HEALTHY, health_reason="")
+        if back:
+            record_event("gpu_health", f"{node.name}: " + "; ".join(f"gpu{i} unhealthy -> healthy" for i in back)
+                         + " (validation passed)", time=at, node=node, actor=actor,
+                         data={"changes": [{"index": i, "from": "unhealthy", "to": "healthy", "reason": ""}
+                                           for i in back]})
     else:
         fields.update(health_reason=f"validation failed: {detail}"[:300], health_since=at)
     Node.objects.filter(pk=node.pk).update(**fields)
@@ -231,6 +251,6 @@ def audit_topology(node: Node, inventory: list[dict], *, at: datetime | None = N
         record_event("topology_audit", f"{node.name}: " + ("; ".join(m["message"] for m in found) or "topology labels agree"),
                      time=at, node=node, actor=actor, data={"mismatches": found})
     if any(m.get("cordon") for m in found) and node.state == Node.State.READY:
-        _take_out(node, Node.State.CORDONED, at=at, actor=actor,
+        take_out(node, Node.State.CORDONED, at=at, actor=actor,
                   reason="topology audit: NVLink peers contradict the node's domain (an admin decides)")
     return found

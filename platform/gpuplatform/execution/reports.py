@@ -27,7 +27,7 @@ from django.db import transaction
 
 from .. import clock
 from ..audit import record_event
-from ..diagnosis.attempts import diagnose_now
+from ..diagnosis.attempts import diagnose_now, reuse_evidence
 from ..lifecycle import release_tasks, report_task_running
 from ..models import Job, Task
 from .stops import _finalize_if_idle, finalize_stop, stop_job
@@ -83,12 +83,13 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         Task.objects.filter(pk=task_id).update(
             state=Task.State.FAILED if failed else Task.State.SUCCEEDED, ended_at=at, exit_code=exit_code,
             exit_signal=signal, end_message=(message or how)[:200])
-        if job["state"] in Job.ACTIVE_STATES:
-            if failed:
-                _fail_gang(job_id, job, label, how, exit_code, signal, at, actor)
-            else:
-                _maybe_succeed(job_id, job, at, actor)
-        _finalize_if_idle(job_id, at=at)
+        with reuse_evidence():  # the failure's preview and the attempt's close read the evidence once
+            if job["state"] in Job.ACTIVE_STATES:
+                if failed:
+                    _fail_gang(job_id, job, label, how, exit_code, signal, at, actor)
+                else:
+                    _maybe_succeed(job_id, job, at, actor)
+            _finalize_if_idle(job_id, at=at)
     return True, ""
 
 

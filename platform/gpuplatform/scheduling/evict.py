@@ -7,7 +7,8 @@ estimates and audit decisions -> ORM, inside apply_result's transaction.
   if any victim of a decision is stale (finished, requeued, already preempting), the whole decision is
   skipped, logged and counted, and its beneficiary gets no hold: never forced.
 - Holds: `Job.reserved` is set for every nominated pending job (the engine reads it back next cycle) and
-  cleared for pending jobs no longer held.
+  cleared for pending jobs no longer held; a "hold_set" Event when a hold is set or changes and a
+  "hold_dropped" one when it is given up (the GPU-hour ledger's `held` reads them).
 - `Job.reservation_start` is set from the backfill reservation and cleared for every other pending job
   (`estimated_start` is the forecast's: gpuplatform/scheduling/forecast.py).
 - One Event per decision (kind "reclaim" | "preempt", on the beneficiary: victims, GPUs, usage before and
@@ -224,9 +225,15 @@ def apply_holds(result: CycleResult, *, clock: datetime, cycle_number: int, stal
     no longer held; backfill estimates."""
     held = {n.job_id: encode_reserved(n.tasks) for n in result.nominations if n.job_id not in stale}
     current = dict(Job.objects.filter(state__in=HOLDER_STATES, reserved__isnull=False).values_list("id", "reserved"))
+    changed = []
     for job_id, tasks in held.items():
         if current.get(job_id) != tasks:
-            Job.objects.filter(pk=job_id, state__in=HOLDER_STATES).update(reserved=tasks, updated_at=timezone.now())
+            if Job.objects.filter(pk=job_id, state__in=HOLDER_STATES).update(reserved=tasks, updated_at=timezone.now()):
+                changed.append(job_id)
+    if changed:  # the hold's history, for the GPU-hour ledger's `held` (gpuplatform.utilization)
+        record_events({"time": clock, "kind": "hold_set", "job_id": j, "cycle": cycle_number,
+                       "message": f"{sum(len(t[3]) for t in held[j])} GPUs held for this job until it can start",
+                       "data": {"reserved": held[j]}} for j in changed)
     dropped = [j for j in current if j not in held]
     if dropped:
         Job.objects.filter(pk__in=dropped, state__in=HOLDER_STATES).update(reserved=None)

@@ -6,14 +6,18 @@ embedded loop before each cycle: `detect_failures(now)`.
    gpuplatform/services/node_states.py).
    Its tasks keep their GPUs and their recorded placement: a short gap moves nothing. A heartbeat
    (services.record_heartbeat) brings it back.
-2. A node still not_ready NODE_FAILURE_GRACE_SECONDS after it went silent (last_heartbeat + timeout +
-   grace) has failed: the tasks on it fail and each of their gangs is requeued whole at once (all its
-   GPUs released, original submit time, attempts + 1, backoff). Event "node_failed" on the node, one
+2. A node silent longer than the heartbeat-loss health rule's threshold (diagnosis/health_rules.yaml:
+   value "default" = HEARTBEAT_TIMEOUT_SECONDS + NODE_FAILURE_GRACE_SECONDS; an admin's stricter
+   `heartbeat_lost_seconds` rule with action fail_tasks lowers it) has failed: the tasks on it fail and
+   each of their gangs is requeued whole at once (all its GPUs released, original submit time, attempts + 1, backoff). Event "node_failed" on the node, one
    "requeued_after_failure" per job. A gang already stopping toward an end or a restart (cancelled, a
    failed task, its completion role done, its time limit: gpuplatform.execution.stops) is not requeued:
    its stop is over, and it ends (or restarts) as the stop says (a cancelled job never runs again).
+   Heartbeat rules with another action act on a not_ready node past their threshold: record (an Event),
+   cordon / drain (the node resumes cordoned / draining when it reports again).
 3. A GPU reported unhealthy (uncorrectable ECC, fatal XID: see agent/inventory.py) under a live task
    fails that task the same way.
+   A gang requeued by (2) or (3) restarts at once on a hot spare when one fits (scheduling/spares.py).
 4. A draining node's running gangs are evicted gracefully (preempting with their queue's grace, then
    requeued whole by the release step); services.drain_node does the same at once, this catches races.
 
@@ -37,6 +41,8 @@ from gpuplatform.lifecycle import evict_jobs_on_nodes, release_tasks, requeue_jo
 from gpuplatform.models import Allocation, Job, Node, Task
 from gpuplatform.services import node_states
 
+from . import spares
+
 log = logging.getLogger("gpuplatform.scheduling.failures")
 MONITORED_STATES = (Node.State.READY, Node.State.CORDONED, Node.State.DRAINING)
 ENDING_STOPS = ("restart", "cancelled", "failed", "succeeded")  # stop targets that are not a plain requeue
@@ -55,9 +61,23 @@ def _seconds(name: str, default: float) -> timedelta:
     return timedelta(seconds=float(getattr(settings, name, default)))
 
 
+def heartbeat_rules() -> list[tuple[object, timedelta]]:
+    """The health rules on `heartbeat_lost_seconds` (diagnosis/health_rules.yaml and admins' rows), each with
+    its threshold: the rule's value in seconds, or for value "default" HEARTBEAT_TIMEOUT_SECONDS +
+    NODE_FAILURE_GRACE_SECONDS (the shipped heartbeat-loss rule: the settings stay the knob)."""
+    from gpuplatform.diagnosis import tables
+
+    default = _seconds("HEARTBEAT_TIMEOUT_SECONDS", 60) + _seconds("NODE_FAILURE_GRACE_SECONDS", 120)
+    _, rules = tables.health_rules()
+    return [(r, default if r.value == "default" else timedelta(seconds=float(r.value)))
+            for r in rules if r.signal == "heartbeat_lost_seconds"]
+
+
 def detect_failures(now: datetime) -> FailureReport:
     report = FailureReport()
-    timeout, grace = _seconds("HEARTBEAT_TIMEOUT_SECONDS", 60), _seconds("NODE_FAILURE_GRACE_SECONDS", 120)
+    timeout = _seconds("HEARTBEAT_TIMEOUT_SECONDS", 60)
+    rules = heartbeat_rules()
+    fail_after = min((t for r, t in rules if r.action == "fail_tasks"), default=None)
     with transaction.atomic():
         silent = Node.objects.filter(state__in=MONITORED_STATES, last_heartbeat__isnull=False,
                                      last_heartbeat__lt=now - timeout)
@@ -71,17 +91,22 @@ def detect_failures(now: datetime) -> FailureReport:
                 gone = False
             if gone:
                 report.not_ready.append(node.name)
+        _other_heartbeat_actions(rules, now)
 
-        failed = dict(Node.objects.filter(state=Node.State.NOT_READY, last_heartbeat__isnull=False,
-                                          last_heartbeat__lte=now - timeout - grace).values_list("id", "name"))
+        failed = {}
+        if fail_after is not None:
+            failed = dict(Node.objects.filter(state=Node.State.NOT_READY, last_heartbeat__isnull=False,
+                                              last_heartbeat__lte=now - fail_after).values_list("id", "name"))
+        rule_ids = ", ".join(r.id for r, t in rules if r.action == "fail_tasks" and t == fail_after)
         on_failed = _live_tasks(node_id__in=list(failed))
         for node_id, name in sorted(failed.items()):
             jobs = sorted(jid for jid, tasks in on_failed.items() if any(t[3] == node_id for t in tasks))
             if jobs:
                 report.failed_nodes.append(name)
-                record_event("node_failed", f"{name}: not_ready beyond the {grace.total_seconds():.0f} s grace; "
-                                            f"tasks of {len(jobs)} job(s) on it failed",
-                             time=now, node_id=node_id, data={"jobs": jobs})
+                record_event("node_failed", f"{name}: silent beyond {fail_after.total_seconds():.0f} s (health rule "
+                                            f"{rule_ids}); tasks of {len(jobs)} job(s) on it failed",
+                             time=now, node_id=node_id, data={"jobs": jobs, "rule": rule_ids,
+                                                              "threshold_seconds": fail_after.total_seconds()})
         _fail(on_failed, now, report, "node lost")
 
         bad_gpu_tasks = set(Allocation.objects.filter(released_at__isnull=True, gpu__health="unhealthy")
@@ -96,6 +121,34 @@ def detect_failures(now: datetime) -> FailureReport:
         log.info("failure detection: not_ready %s, failed %s, requeued %s, drained %s, stops ended %s",
                  report.not_ready, report.failed_nodes, report.requeued, report.drained, report.ended)
     return report
+
+
+def _other_heartbeat_actions(rules, now: datetime) -> None:
+    """The heartbeat rules whose action is not fail_tasks, on each not_ready node silent beyond their
+    threshold: a `health_rule` Event once per rule and silence (its last heartbeat), and cordon / drain set
+    the state the node resumes when it reports again (it comes back out of service; a drain then stops its
+    gangs with grace as services.drain_node does). record: the Event only."""
+    from gpuplatform.models import Event
+
+    for rule, threshold in rules:
+        if rule.action == "fail_tasks":
+            continue
+        for node in Node.objects.filter(state=Node.State.NOT_READY, last_heartbeat__isnull=False,
+                                        last_heartbeat__lte=now - threshold).only("id", "name", "last_heartbeat",
+                                                                                  "resume_state"):
+            key = f"{rule.id}:{node.last_heartbeat.isoformat()}"
+            if Event.objects.filter(node_id=node.pk, kind="health_rule", data__key=key).exists():
+                continue
+            silence = (now - node.last_heartbeat).total_seconds()
+            record_event("health_rule", f"{node.name}: heartbeat_lost_seconds={silence:.0f}: rule {rule.id} -> "
+                                        f"{rule.action}", time=now, node_id=node.pk,
+                         data={"key": key, "rule": rule.id, "signal": rule.signal, "value": round(silence, 1),
+                               "action": rule.action, "category": rule.category, "source": rule.source})
+            resume = {"cordon": Node.State.CORDONED, "drain": Node.State.DRAINING}.get(rule.action)
+            if resume and node.resume_state != Node.State.DRAINING:  # never weaken a drain to a cordon
+                Node.objects.filter(pk=node.pk).update(
+                    resume_state=resume, health_reason=f"health rule {rule.id}: silent {silence:.0f} s"[:300],
+                    health_since=now)
 
 
 def _live_tasks(**where) -> dict[int, list[tuple]]:
@@ -124,7 +177,9 @@ def _fail(tasks_by_job: dict, now: datetime, report: FailureReport, cause: str) 
                 report.ended.append(job_id)
             continue
         failed = [[role, index, node] for _, role, index, _, node, _ in tasks]
+        placement = spares.placement_of(job_id)
         if requeue_job(job_id, at=now, kind="requeued_after_failure", backoff=True,
                        reason=f"{cause}: {len(tasks)} task(s) failed on {', '.join(sorted({t[2] for t in failed}))}",
                        data={"failed_tasks": failed, "cause": cause}):
             report.requeued.append(job_id)
+            spares.restart_on_spare(job_id, placement, {t[2] for t in failed}, at=now)

@@ -79,8 +79,9 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
     Pending jobs' RoleInfo.tasks counts the role's tasks still pending; running ones carry placements."""
     now = _time.time() if now is None else now
     with one_snapshot():  # one consistent view across the queries below
-        nodes = list(Node.objects.values_list("id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib",
-                                              "domain__name", "state"))
+        nodes = [(*n[:7], "cordoned" if n[8] and n[7] == "ready" else n[7])  # a hot spare takes no new work
+                 for n in Node.objects.values_list("id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib",
+                                                   "domain__name", "state", "spare")]
         gpus = list(Gpu.objects.values_list("node_id", "index", "numa_node", "health"))
         held = list(Task.objects.filter(job__state__in=Job.LIVE_STATES, state__in=Task.ON_NODE_STATES,
                                         node__isnull=False)

@@ -17,7 +17,7 @@ from ..models import Gpu, Node
 from . import node_states
 from .base import request_cycle_on_commit
 
-__all__ = ["register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node"]
+__all__ = ["register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node", "set_spare"]
 
 
 def _check_gpus(gpus: list[dict]) -> dict[str, str]:
@@ -210,3 +210,33 @@ def drain_node(node: Node, *, actor=None, reason: str = "", at: datetime | None 
 def uncordon_node(node: Node, *, actor=None, reason: str = "") -> Node:
     """Return a cordoned or draining node to ready. Raises ValidationError("state") otherwise."""
     return _set_node_state(node, Node.State.READY, actor, reason)
+
+
+@transaction.atomic
+def set_spare(node: Node | str, spare: bool, *, actor=None, at: datetime | None = None) -> Node:
+    """Mark a node a hot spare (the scheduler places no job on it; a gang that lost a node restarts on it at
+    once: scheduling/spares.py) or return it to ordinary use. Event "node_spare" {"spare"} (the GPU-hour
+    ledger counts a spare's GPUs as held). Raises ValidationError: unknown node ("name"), `spare` not a
+    boolean ("spare"), a node that still runs tasks ("spare": a spare runs nothing; drain it first)."""
+    from ..models import Allocation
+
+    name = node if isinstance(node, str) else node.name
+    row = Node.objects.select_for_update().filter(name=name).first()
+    if row is None:
+        raise ValidationError({"name": f"unknown node {name!r}"})
+    if not isinstance(spare, bool):
+        raise ValidationError({"spare": "spare must be true or false"})
+    if row.spare == spare:
+        return row
+    if spare:
+        live = Allocation.objects.filter(gpu__node=row, released_at__isnull=True).count()
+        if live:
+            raise ValidationError({"spare": f"node {name} runs tasks on {live} GPUs; a spare runs nothing: drain it "
+                                            f"first"})
+    Node.objects.filter(pk=row.pk).update(spare=spare)
+    record_event("node_spare", f"{name}: " + ("marked a hot spare (no new work; failed gangs restart on it)"
+                                              if spare else "no longer a spare (takes work again)"),
+                 time=at or clock.now(), node=row, actor=actor, data={"spare": spare})
+    request_cycle_on_commit()
+    row.spare = spare
+    return row

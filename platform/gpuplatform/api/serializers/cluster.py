@@ -47,7 +47,8 @@ class NodeSerializer(ModelSerializer):
         fields = ["id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib", "domain", "scheduling_domain",
                   "state", "labels",
                   "executor", "address", "container_runtime", "last_heartbeat", "clock_offset_seconds",
-                  "health_reason", "health_since", "validation", "topology_mismatches", "allocated_gpus", "gpus"]
+                  "health_reason", "health_since", "validation", "topology_mismatches", "spare", "allocated_gpus",
+                  "gpus"]
         read_only_fields = fields
 
 
@@ -57,6 +58,12 @@ class NodeSerializer(ModelSerializer):
 
 class NodeActionSerializer(Serializer):
     reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+
+
+class NodeSpareSerializer(Serializer):
+    """Mark a node a hot spare (true) or return it to ordinary use (false): docs/diagnosis.md, "Spare nodes"."""
+
+    spare = serializers.BooleanField()
 
 
 class NodeValidateSerializer(Serializer):

@@ -18,7 +18,7 @@ from ..idempotency import IdempotentCreateMixin
 from ..permissions import IsNodeAgentForNode, IsPlatformAdminOrReadOnly, node_scope_allows
 from ..serializers import (
     DomainSerializer, DomainTreeSerializer, HeartbeatSerializer, NodeActionSerializer, NodeRegisterSerializer,
-    NodeReportsSerializer, NodeSerializer, NodeValidateSerializer, NodeValidationResultSerializer,
+    NodeReportsSerializer, NodeSerializer, NodeSpareSerializer, NodeValidateSerializer, NodeValidationResultSerializer,
 )
 
 
@@ -113,6 +113,13 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
     def repair(self, request, name=None):
         """cordoned | draining -> in_repair (the repair path, docs/diagnosis.md)."""
         return self._transition(request, services.start_repair)
+
+    @extend_schema(request=NodeSpareSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def spare(self, request, name=None):
+        """Mark the node a hot spare ({"spare": true}: no job is placed on it; a gang that lost a node restarts
+        on it at once) or return it to ordinary use ({"spare": false}). Admins only; 400 for a busy node."""
+        return self._transition(request, services.set_spare, NodeSpareSerializer)
 
     @extend_schema(request=NodeValidateSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
