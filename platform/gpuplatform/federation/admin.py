@@ -9,6 +9,7 @@ from .secrets import masked
 
 
 class MemberClusterForm(forms.ModelForm):
+    api_url = forms.URLField(max_length=300, assume_scheme="https", help_text="the worker's base address")
     token = forms.CharField(widget=forms.PasswordInput(render_value=False), required=False, max_length=500,
                             help_text="the member's service token (a user in its federation-managers group); "
                                       "stored encrypted; leave blank to keep the current one")
