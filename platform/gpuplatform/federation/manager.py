@@ -142,7 +142,11 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
         raise ValidationError({"queue": f"unknown team queue {d['queue']!r}"})
     if queue.team_id != team.pk:
         raise ValidationError({"queue": f"queue {queue.name} is not team {team.slug}'s"})
-    roles = d["roles"]
+    from ..job_rules import check_roles
+
+    roles, errors = check_roles([dict(r) for r in d["roles"]])
+    if errors:
+        raise ValidationError(errors)
     gpus = sum(r["tasks"] * r["gpus_per_task"] for r in roles)
     flavors: set[str] = set()
     for r in roles:
