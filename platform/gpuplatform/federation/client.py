@@ -1,6 +1,6 @@
 """The manager's client for one member cluster (urllib only; header `Authorization: Token <service token>`).
 
-Endpoints on the worker (federation/worker_api.py), all under {api_url}/api/v1/federation/:
+Endpoints on the worker (federation/worker_api.py), all under {api_url}/api/v1/federation/member/:
 
     GET  summary/                      -> summarize(snapshot) + {"time", "jobs": [{"id", "external_id", "state"}]}
     POST jobs/ (Idempotency-Key)       body: the job submission + "external_id" -> the job (201; a retry with the
@@ -40,7 +40,7 @@ class MemberClient:
     """One member's API. `timeout`: seconds per request (FEDERATION_HTTP_TIMEOUT)."""
 
     def __init__(self, api_url: str, token: str, timeout: float | None = None):
-        self.base = api_url.rstrip("/") + "/api/v1/federation/"
+        self.base = api_url.rstrip("/") + "/api/v1/federation/member/"
         self.token = token
         self.timeout = timeout if timeout is not None else float(getattr(settings, "FEDERATION_HTTP_TIMEOUT", 5))
         self.last_bytes = 0
