@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
@@ -78,6 +78,7 @@ class WorkerFederationViewSet(IdempotentCreateMixin, viewsets.ViewSet):
     """The manager's endpoints on a worker (module docstring)."""
 
     permission_classes = [IsFederationManager]
+    lookup_value_regex = r"[0-9]{1,18}"
 
     @extend_schema(request=JobSubmitSerializer, responses={201: OpenApiTypes.OBJECT})
     def create(self, request):
@@ -94,7 +95,8 @@ class WorkerFederationViewSet(IdempotentCreateMixin, viewsets.ViewSet):
             job = services.submit_job(team=queue.team, submitter=request.user, **submit_kwargs(d))
         return Response(_job_row(Job.objects.select_related("queue").get(pk=job.pk)), status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(parameters=[OpenApiParameter("external_id", OpenApiTypes.STR, required=True)],
+                   responses={200: {"type": "array", "items": {"type": "object"}}})
     def list(self, request):
         """The federated copies with `?external_id=` (exact)."""
         ext = request.query_params.get("external_id", "")
@@ -133,8 +135,7 @@ class WorkerFederationViewSet(IdempotentCreateMixin, viewsets.ViewSet):
         return Response(_job_row(Job.objects.select_related("queue").get(pk=job.pk)))
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
-    @action(detail=False, methods=["get"])
-    def summary(self, request):
+    def summary(self, request):  # routed by urls.py as member/summary/
         """This cluster's state for the manager's sync (scheduler.core.federation.summarize) and its copies."""
         from gpuplatform import clock
         from gpuplatform.scheduling.store import build_snapshot
@@ -164,14 +165,12 @@ class WorkerForecastView(APIView):
         from gpuplatform.scheduling.store import build_snapshot
         from scheduler.forecast.whatif import WhatIfError, what_if
 
-        allowed = {"queue", "tasks", "gpus_per_task", "min_available", "priority", "time_limit", "topology_mode",
-                   "highest_tier", "flavors"}
+        from gpuplatform.api.views.forecast import ChangeSerializer
+
         data = request.data if isinstance(request.data, dict) else {}
-        extra = sorted(set(data) - allowed - {"kind", "id"})
-        if extra:
-            raise services.ValidationError({extra[0]: "not a field of a hypothetical submission"})
-        change = {k: v for k, v in data.items() if k in allowed}
-        change.update(kind="submit", id="federation-probe")
+        ser = ChangeSerializer(data={**data, "kind": "submit", "id": "federation-probe"})
+        ser.is_valid(raise_exception=True)  # the what-if API's own rules: unknown or wrong fields -> 400
+        change = dict(ser.validated_data)
         now = clock.now().timestamp()
         snapshot, _ = build_snapshot(now)
         estimate, _ = estimate_fn(snapshot, build_estimator())
