@@ -67,6 +67,9 @@ def test_jobs_are_visible_to_their_team_only_and_cancel_needs_the_team(client_fo
     bad = member.post("/api/v1/federation/jobs/", {**JOB, "roles": [{"name": "w", "tasks": 0, "gpus_per_task": 8}]},
                       format="json")
     assert bad.status_code == 400
+    r = member.get(f"/api/v1/federation/jobs/{jid}/logs/")
+    assert r.status_code == 400 and "state" in r.json()  # not placed yet: no copy to read logs from
+    assert other.get(f"/api/v1/federation/jobs/{jid}/logs/").status_code == 404
     r = member.post(f"/api/v1/federation/jobs/{jid}/cancel/", {"reason": "no longer needed"}, format="json")
     assert r.status_code == 200 and r.json()["state"] == "cancelled"
     again = member.post(f"/api/v1/federation/jobs/{jid}/cancel/", {}, format="json")
@@ -128,5 +131,14 @@ def test_worker_forecast_answers_a_start(service):
     assert r.status_code == 400
 
 
-def test_a_federated_job_is_not_a_worker_job(members):
-    assert FederatedJob.objects.count() == 0 and Job.objects.count() == 0
+def test_a_cluster_with_jobs_on_record_is_disabled_not_deleted(client_for, users, members, factory):
+    client_for("member").post("/api/v1/federation/jobs/", JOB, format="json")
+    dispatch.run_round(client_for=factory)
+    where = FederatedJob.objects.get().cluster
+    admin = client_for("staff")
+    r = admin.delete(f"/api/v1/federation/clusters/{where.pk}/")
+    assert r.status_code == 400 and "disable it instead" in r.json()["name"][0]
+    r = admin.patch(f"/api/v1/federation/clusters/{where.pk}/", {"enabled": False}, format="json")
+    assert r.status_code == 200 and r.json()["enabled"] is False
+    empty = MemberCluster.objects.exclude(pk=where.pk).get()
+    assert admin.delete(f"/api/v1/federation/clusters/{empty.pk}/").status_code == 204

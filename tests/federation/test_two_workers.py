@@ -152,6 +152,16 @@ def test_two_live_workers(live_server, worker_b, settings):
     assert Job.objects.filter(external_id=f"fed:{pinned.pk}:g0").count() == 1  # worker a's own table
     assert MemberCluster.objects.get(name="b").summary["flavors"]["H100"]["total"] == 32
 
+    # the job's logs through the manager come from its worker (a team member of another team gets a 404)
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(member)
+    r = api.get(f"/api/v1/federation/jobs/{pinned.pk}/logs/", {"task": "worker-0"})
+    assert r.status_code == 200, r.content
+    assert r.json()["name"] == "worker-0" and r.json()["next_offset"] == 0
+    assert api.get(f"/api/v1/federation/jobs/{pinned.pk}/logs/", {"task": "nope-3"}).status_code == 400
+
     # the manager loses the answer of a create it sent; the retry with the same key makes no second copy
     crash = submit(name="crash", data_site="lyon")
 

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from .. import access
 from ..api.idempotency import IdempotentCreateMixin
 from ..api.permissions import IsPlatformAdminOrReadOnly
+from ..api.serializers import LogQuerySerializer
 from ..api.serializers.base import ModelSerializer, Serializer
 from ..errors import ValidationError
 from ..models import FederatedJob, MemberCluster, Team
@@ -86,8 +87,9 @@ class MemberClusterViewSet(IdempotentCreateMixin, viewsets.ModelViewSet):
         return Response(self.get_serializer(c).data)
 
     def perform_destroy(self, instance):
-        if instance.jobs.filter(state__in=FederatedJob.LIVE).exists():
-            raise ValidationError({"name": f"{instance.name} still holds live federated jobs; disable it first"})
+        if instance.jobs.exists():
+            raise ValidationError({"name": f"{instance.name} has federated jobs on record; disable it instead "
+                                           f"(enabled: false) so no new job goes there"})
         from ..audit import record_event
 
         record_event("federation.cluster_removed", f"member cluster {instance.name} removed",
@@ -146,6 +148,29 @@ class FederatedJobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.R
         job = manager.submit_federated_job(team=Team.objects.get(pk=queue.team_id), body=dict(body),
                                            submitter=request.user)
         return Response(FederatedJobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(parameters=[LogQuerySerializer], responses={200: {"type": "object"}, 503: {"type": "object"}})
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        """The task logs of the job's copy, proxied from its worker (same query and answer as
+        GET /api/v1/jobs/<id>/logs/). 400 `state` before it was placed; 503 while its worker does not answer."""
+        from .client import MemberRefused, MemberUnreachable
+        from .dispatch import client_for
+
+        job = self.get_object()
+        q = LogQuerySerializer(data=request.query_params)
+        q.is_valid(raise_exception=True)
+        if job.cluster is None or job.remote_id is None:
+            raise ValidationError({"state": f"the job is {job.state} and has no copy on a cluster yet"})
+        params = {k: v for k, v in q.validated_data.items() if v not in (None, "")}
+        try:
+            return Response(client_for(job.cluster).logs(job.remote_id, params))
+        except MemberUnreachable as exc:
+            return Response({"detail": f"cluster {job.cluster.name} does not answer: {exc}"},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        except MemberRefused as exc:
+            return Response(exc.body if isinstance(exc.body, dict) else {"detail": str(exc.body)},
+                            status=status.HTTP_400_BAD_REQUEST)
 
     @extend_schema(request=FederatedCancelSerializer, responses={200: FederatedJobSerializer})
     @action(detail=True, methods=["post"])

@@ -31,7 +31,7 @@ from rest_framework.views import APIView
 
 from .. import access, services
 from ..api.idempotency import IdempotentCreateMixin
-from ..api.serializers import JobCancelSerializer, JobSubmitSerializer
+from ..api.serializers import JobCancelSerializer, JobSubmitSerializer, LogQuerySerializer
 from ..models import Job, Queue
 
 FEDERATION_MANAGER_GROUP = "federation-managers"
@@ -133,6 +133,14 @@ class WorkerFederationViewSet(IdempotentCreateMixin, viewsets.ViewSet):
                 except services.ValidationError:
                     pass  # ended or ending meanwhile: answer its state
         return Response(_job_row(Job.objects.select_related("queue").get(pk=job.pk)))
+
+    @extend_schema(parameters=[LogQuerySerializer], responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        """The copy's task logs, as GET /api/v1/jobs/<id>/logs/ answers them (the manager proxies them)."""
+        from ..api.views.jobs import read_job_log
+
+        return Response(read_job_log(_fed_job(pk), request.query_params))
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def summary(self, request):  # routed by urls.py as member/summary/
