@@ -1,7 +1,7 @@
 """`python manage.py demo --federation N` (`make demo-federation`): a manager and N workers on loopback.
 
 Each worker is `manage.py demo --local-agents 2` in a subprocess: its own SQLite database
-(.demo-federation/worker-<i>.sqlite3), web server on --port + 1 + i, scheduling loop and two local node agents
+(.demo-federation/worker-<i>.sqlite3; FEDERATION_DEMO_DIR moves the folder), web server on --port + 1 + i, scheduling loop and two local node agents
 that run the jobs' processes (agent directories .demo-federation/agents-<i>), team and queue `demo`. Once it
 answers, its `federation-manager` service account and token are made (on its database). This process is the
 manager: its own database (the command's DATABASE_URL; the make target uses db-federation.sqlite3), team
@@ -77,7 +77,7 @@ def run(cmd, opts) -> None:
 
     n = opts["federation"]
     password = opts["password"] or secrets.token_urlsafe(9)
-    root = Path(settings.BASE_DIR) / ".demo-federation"
+    root = Path(os.environ.get("FEDERATION_DEMO_DIR") or Path(settings.BASE_DIR) / ".demo-federation")
     root.mkdir(exist_ok=True)
     cmd._migrate()
     workers, procs = [], []
