@@ -3,8 +3,9 @@ against first-to-admit copies (MultiKueue AllAtOnce / Slurm federation), round r
 
     python benchmarks/federation.py            # 3 clusters, 3,000 jobs (about 20 s)
     python benchmarks/federation.py --quick    # 600 jobs
+    python benchmarks/federation.py --philly --start-day 21 --days 3   # Philly jobs, 624 GPUs split 3 ways
 
-The federation (SIMULATED, not the Philly replay the issue asks for -- see RESULTS.md): three clusters of
+The federation (SIMULATED; --philly takes the jobs from the Philly trace instead, see RESULTS.md): three clusters of
 H100 nodes (8 GPUs each) of 256, 128 and 64 GPUs; four teams with a guarantee and a quota on each cluster
 (team i's guarantee sits mostly on cluster i mod 3, so "where the team's quota is guaranteed" differs per
 team). Jobs: Poisson arrivals at an offered load of ~0.85 of the federation's GPUs, sizes 1/2/4/8/16/32/64
@@ -44,15 +45,37 @@ TEAMS = ("t0", "t1", "t2", "t3")
 TICK = 60.0
 
 
-def world():
-    """Per cluster per team (guarantee, quota)."""
+def world(caps=CAPS, teams=TEAMS, weights=None):
+    """Per cluster per team (guarantee, quota): each team's share of a cluster (weights, default equal) is
+    its quota there scaled x1.8 on its home cluster (team index mod 3, guarantee = that quota's 0.8) and
+    x0.8 elsewhere (guarantee = that quota's 0.5) -- where a team's quota is guaranteed differs per team."""
+    weights = weights or {t: 1.0 for t in teams}
+    total = sum(weights.values())
     shares = {}
-    for c, cap in enumerate(CAPS):
-        for t, team in enumerate(TEAMS):
+    for c, cap in enumerate(caps):
+        for t, team in enumerate(teams):
             home = t % 3 == c
-            g = int(cap * (0.35 if home else 0.1))
-            shares[(c, team)] = (g, int(cap * (0.45 if home else 0.2)))
+            q = cap * weights[team] / total * (1.8 if home else 0.8)
+            shares[(c, team)] = (int(q * (0.8 if home else 0.5)), int(q))
     return shares
+
+
+def philly_jobs(start_day: float, days: float, max_gpus: int):
+    """Philly jobs (ATC '19 trace through clusterspec.importers) submitted in [start_day, start_day + days):
+    team = virtual cluster, GPUs = tasks x GPUs per task (jobs above `max_gpus` or of 0 GPUs dropped), run
+    time = the trace's duration. Returns (jobs, team weights = each team's GPU-seconds share)."""
+    from clusterspec.importers import load_trace
+
+    trace = load_trace("philly")
+    lo, hi = start_day * 86400, (start_day + days) * 86400
+    out, weight = [], defaultdict(float)
+    for i, j in enumerate(trace.jobs):
+        gpus = j.tasks * j.gpus_per_task
+        if not lo <= j.submit < hi or gpus <= 0 or gpus > max_gpus:
+            continue
+        out.append({"id": i, "team": j.queue, "gpus": gpus, "submit": j.submit - lo, "run": max(60.0, j.duration)})
+        weight[j.queue] += gpus * max(60.0, j.duration)
+    return out, dict(weight)
 
 
 def jobs(n: int, seed: int = 7):
@@ -90,15 +113,16 @@ class Cluster:
                            queues=queues, pending_gpus=pend)
 
 
-def simulate(policy: str, js: list[dict]):
-    shares = world()
-    cl = [Cluster(i, cap, shares) for i, cap in enumerate(CAPS)]
-    names = [f"c{i}" for i in range(len(CAPS))]
+def simulate(policy: str, js: list[dict], caps=CAPS, shares=None):
+    shares = shares or world()
+    cl = [Cluster(i, cap, shares) for i, cap in enumerate(caps)]
+    names = [f"c{i}" for i in range(len(caps))]
     pending = sorted(js, key=lambda j: j["submit"])
     for j in pending:
         j.update(start=None, end=None, borrowed_starts=0, reclaims=0, copies=0, wasted=0, placed=None)
     k, now, turn, done = 0, 0.0, 0, 0
-    while done < len(js):
+    horizon = max(j["submit"] for j in js) + 30 * 86400  # jobs still waiting then count as waiting until then
+    while done < len(js) and now < horizon:
         now += TICK
         # finish
         for c in cl:
@@ -159,8 +183,8 @@ def simulate(policy: str, js: list[dict]):
                     c.running[j["id"]] = {"job": j, "end": now + j["run"], "borrowed": borrowed, "start": now}
     by_size = defaultdict(list)
     for j in js:
-        by_size[j["gpus"]].append(j["start"] - j["submit"])
-    waits = [j["start"] - j["submit"] for j in js]
+        by_size[j["gpus"]].append((j["start"] if j["start"] is not None else now) - j["submit"])
+    waits = [w for v in by_size.values() for w in v]
 
     def p99(v):
         v = sorted(v)
@@ -208,16 +232,29 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--philly", action="store_true", help="the Philly trace on its 624 GPUs split 312/208/104")
+    ap.add_argument("--start-day", type=float, default=21.0)
+    ap.add_argument("--days", type=float, default=3.0)
     args = ap.parse_args(argv)
-    n = args.jobs or (600 if args.quick else 3000)
-    out = {"jobs": n, "clusters_gpus": CAPS, "policies": {}}
+    if args.philly:
+        caps = (312, 208, 104)
+        base, weights = philly_jobs(args.start_day, args.days, max(caps))
+        teams = sorted(weights)
+        shares = world(caps, teams, weights)
+        make = lambda: [dict(j) for j in base]  # noqa: E731
+        n = len(base)
+    else:
+        caps, shares = CAPS, world()
+        n = args.jobs or (600 if args.quick else 3000)
+        make = lambda: jobs(n)  # noqa: E731
+    out = {"jobs": n, "clusters_gpus": caps, "policies": {}}
     for policy in ("dispatcher", "first-to-admit", "round-robin", "least-loaded"):
-        out["policies"][policy] = simulate(policy, jobs(n))
+        out["policies"][policy] = simulate(policy, make(), caps, shares)
     out["decisions_per_s"] = {k: round(decision_rate(k)) for k in (10, 50)}
     size = summary_bytes()
     out["summary_bytes"] = size
     out["sync_bytes_per_cluster_per_min_at_30s"] = size * 2
-    print(f"{n} jobs on clusters of {CAPS} GPUs")
+    print(f"{n} jobs on clusters of {caps} GPUs")
     print(f"{'policy':16} {'mean wait':>10} {'p99 wait':>10} {'borrowed':>9} {'reclaims':>9} {'copies/job':>11} {'wasted':>7}")
     for p, r in out["policies"].items():
         print(f"{p:16} {r['mean_wait_s']:10.0f} {r['p99_wait_s']:10.0f} {r['borrowed_starts']:9d} {r['reclaims']:9d} "
