@@ -111,7 +111,7 @@ class WorkerFederationViewSet(IdempotentCreateMixin, viewsets.ViewSet):
         with transaction.atomic():
             job = _fed_job(pk)
             state = Job.objects.select_for_update().filter(pk=job.pk).values_list("state", flat=True).first()
-            if state in Job.FINAL_STATES and state == Job.State.CANCELLED:
+            if state == Job.State.CANCELLED:  # already withdrawn (a retried request): the same answer
                 return Response({"withdrawn": True, "state": state})
             if state != Job.State.PENDING:
                 return Response({"withdrawn": False, "state": [f"the job is {state}: only a pending copy is withdrawn"]},
