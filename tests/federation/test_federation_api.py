@@ -4,13 +4,10 @@ pending, summary)."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from gpuplatform.federation import dispatch
-from gpuplatform.federation.worker_api import FEDERATION_MANAGER_GROUP
+from gpuplatform.federation.worker_api import make_service_account
 from gpuplatform.models import FederatedJob, Job, MemberCluster
 
 pytestmark = pytest.mark.django_db
@@ -22,10 +19,9 @@ JOB = {"name": "train", "queue": "alpha", "command": ["sleep", "60"],
 @pytest.fixture
 def service(users):
     """The manager's account on this (worker) instance: in federation-managers, no team, not staff."""
-    user = get_user_model().objects.create_user("federation-manager", password="pw")
-    user.groups.add(Group.objects.get_or_create(name=FEDERATION_MANAGER_GROUP)[0])
+    _user, token = make_service_account()
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     return client
 
 

@@ -23,29 +23,22 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
 from gpuplatform.federation import dispatch, manager
 from gpuplatform.federation.client import MemberClient, MemberUnreachable
-from gpuplatform.federation.worker_api import FEDERATION_MANAGER_GROUP
+from gpuplatform.federation.worker_api import make_service_account
 from gpuplatform.models import FederatedJob, Job, MemberCluster, Team
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 REPO = Path(__file__).resolve().parents[2]
-TOKEN_A, TOKEN_B = "a" * 40, "b" * 40
-SETUP_B = f"""
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from rest_framework.authtoken.models import Token
+SETUP_B = """
 from gpuplatform import services
+from gpuplatform.federation.worker_api import make_service_account
 from tests.platform.helpers_platform import small_spec
 services.load_cluster_spec(small_spec())
-u = get_user_model().objects.create_user("federation-manager", password="pw")
-u.groups.add(Group.objects.get_or_create(name="{FEDERATION_MANAGER_GROUP}")[0])
-Token.objects.create(user=u, key="{TOKEN_B}")
+print("TOKEN=" + make_service_account()[1])
 """
 BODY = {"name": "train", "queue": "alpha", "command": ["sleep", "600"],
         "roles": [{"name": "worker", "tasks": 1, "gpus_per_task": 8}]}
@@ -79,9 +72,11 @@ class WorkerB:
                     "DJANGO_SETTINGS_MODULE": "gpuplatform.settings", "FORECAST_SECONDS": "0",
                     "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "platform"), os.environ.get("PYTHONPATH", "")])}
         self.proc = None
-        for args in (["migrate", "--noinput", "-v", "0"], ["shell", "-c", SETUP_B]):
-            subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=self.env, check=True,
-                           capture_output=True, timeout=300)
+        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, env=self.env,
+                       check=True, capture_output=True, timeout=300)
+        made = subprocess.run([sys.executable, "manage.py", "shell", "-c", SETUP_B], cwd=REPO, env=self.env,
+                              check=True, capture_output=True, text=True, timeout=300)
+        self.token = made.stdout.split("TOKEN=", 1)[1].split()[0]
 
     def start(self) -> None:
         self.proc = subprocess.Popen([sys.executable, "manage.py", "runserver", f"127.0.0.1:{self.port}", "--noreload"],
@@ -89,7 +84,7 @@ class WorkerB:
         deadline = time.monotonic() + 90
         while True:
             try:
-                MemberClient(self.url, TOKEN_B, timeout=2).summary()
+                MemberClient(self.url, self.token, timeout=2).summary()
                 return
             except MemberUnreachable:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -127,15 +122,13 @@ def test_two_live_workers(live_server, worker_b, settings):
     settings.FEDERATION_USE_WHATIF = True
     settings.WORKER_LOST_SECONDS = 900
     services.load_cluster_spec(small_spec())  # worker a's cluster (and the manager's teams and queues)
-    svc = get_user_model().objects.create_user("federation-manager", password="pw")
-    svc.groups.add(Group.objects.get_or_create(name=FEDERATION_MANAGER_GROUP)[0])
-    Token.objects.create(user=svc, key=TOKEN_A)
+    _svc, token_a = make_service_account()
     member = get_user_model().objects.create_user("mike", password="pw")
     alpha = Team.objects.get(name="alpha")
     services.add_member(alpha, member, "member")
-    manager.register_cluster(name="a", api_url=live_server.url, token=TOKEN_A, labels={"data-site": "paris"})
-    manager.register_cluster(name="b", api_url=worker_b.url, token=TOKEN_B, labels={"data-site": "lyon"})
-    a, b = MemberClient(live_server.url, TOKEN_A), MemberClient(worker_b.url, TOKEN_B)
+    manager.register_cluster(name="a", api_url=live_server.url, token=token_a, labels={"data-site": "paris"})
+    manager.register_cluster(name="b", api_url=worker_b.url, token=worker_b.token, labels={"data-site": "lyon"})
+    a, b = MemberClient(live_server.url, token_a), MemberClient(worker_b.url, worker_b.token)
 
     def submit(**extra):
         return manager.submit_federated_job(team=alpha, body={**BODY, **extra}, submitter=member)

@@ -25,14 +25,8 @@ from pathlib import Path
 from django.conf import settings
 
 SERVICE_SETUP = """
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from rest_framework.authtoken.models import Token
-u, _ = get_user_model().objects.get_or_create(username="federation-manager")
-u.set_unusable_password(); u.save()
-u.groups.add(Group.objects.get_or_create(name="federation-managers")[0])
-Token.objects.filter(user=u).delete()
-Token.objects.create(user=u, key="{key}")
+from gpuplatform.federation.worker_api import make_service_account
+print("TOKEN=" + make_service_account()[1])
 """
 
 
@@ -103,9 +97,9 @@ def run(cmd, opts) -> None:
                 if proc.poll() is not None or time.monotonic() > deadline or stop.is_set():
                     raise RuntimeError(f"{name} did not start: see {root / (name + '.log')}")
                 time.sleep(0.5)
-            key = secrets.token_hex(20)
-            subprocess.run([sys.executable, "manage.py", "shell", "-c", SERVICE_SETUP.format(key=key)],
-                           cwd=settings.BASE_DIR, env=env, check=True, capture_output=True, timeout=120)
+            made = subprocess.run([sys.executable, "manage.py", "shell", "-c", SERVICE_SETUP], cwd=settings.BASE_DIR,
+                                  env=env, check=True, capture_output=True, text=True, timeout=120)
+            key = made.stdout.split("TOKEN=", 1)[1].split()[0]
             existing = MemberCluster.objects.filter(name=name).first()
             if existing is None:
                 manager.register_cluster(name=name, api_url=url, token=key, labels={"site": f"site-{name[-1]}"},

@@ -38,6 +38,32 @@ FEDERATION_MANAGER_GROUP = "federation-managers"
 PREFIX = "fed:"
 
 
+def issue_service_token(user) -> str:
+    """A new API token for the manager's service account on this worker (shown once: give it to the manager).
+    Uses the platform's token service where it exists (hashed, expiring: services/tokens.py, one year),
+    else a DRF token."""
+    try:
+        from ..services.tokens import issue_api_token
+    except ImportError:
+        from rest_framework.authtoken.models import Token
+
+        return Token.objects.create(user=user).key
+    return issue_api_token(user, ttl=timedelta(days=365))[0]
+
+
+def make_service_account(username: str = "federation-manager"):
+    """The manager's account on this worker: in FEDERATION_MANAGER_GROUP, no team, not staff, no password.
+    Returns (user, a new token)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    user, _ = get_user_model().objects.get_or_create(username=username)
+    user.set_unusable_password()
+    user.save()
+    user.groups.add(Group.objects.get_or_create(name=FEDERATION_MANAGER_GROUP)[0])
+    return user, issue_service_token(user)
+
+
 class IsFederationManager(BasePermission):
     """A member of FEDERATION_MANAGER_GROUP (the manager's service account) or a platform admin."""
 
