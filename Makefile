@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv install test test-fast demo demo-local demo-federation bench bench-full browser
+.PHONY: help venv install test test-fast demo demo-local bench bench-full browser
 
 help:
 	@echo "make demo   - venv + install, migrate a SQLite DB, load the Philly cluster, users per team,"
@@ -53,6 +53,7 @@ demo-local: install
 # local-mode workers on 8001.. (each its own database under .demo-federation/).
 DEMO_FEDERATION_DB ?= sqlite:///$(CURDIR)/db-federation.sqlite3
 FEDERATION_WORKERS ?= 2
+.PHONY: demo-federation
 demo-federation: install
 	DATABASE_URL='$(DEMO_FEDERATION_DB)' REDIS_URL= $(PY) manage.py demo --federation $(FEDERATION_WORKERS) $(DEMO_ARGS)
 
