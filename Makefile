@@ -12,6 +12,8 @@ help:
 	@echo "              serve http://127.0.0.1:8000 and replay the Philly trace fast (Ctrl-C stops)"
 	@echo "make demo-local - the product for real: web, cycle and LOCAL_AGENTS (2) node agents running the"
 	@echo "              jobs' commands on this machine (db-local.sqlite3); prints how to submit"
+	@echo "make demo-federation - a federation manager (:8000) and FEDERATION_WORKERS (2) local-mode workers"
+	@echo "              (:8001..), each its own database; prints how to submit to the manager"
 	@echo "make test   - venv + install, run the test suite (pytest)"
 	@echo "make bench  - every benchmark in quick mode (benchmarks/run.py --quick, under 3 minutes)"
 	@echo "make bench-full - every benchmark with the settings of benchmarks/RESULTS.md (long)"
@@ -47,6 +49,14 @@ DEMO_LOCAL_DB ?= sqlite:///$(CURDIR)/db-local.sqlite3
 LOCAL_AGENTS ?= 2
 demo-local: install
 	DATABASE_URL='$(DEMO_LOCAL_DB)' REDIS_URL= $(PY) manage.py demo --local-agents $(LOCAL_AGENTS) $(DEMO_ARGS)
+
+# Federation on loopback (docs/federation.md): a manager on 8000 (db-federation.sqlite3) and FEDERATION_WORKERS
+# local-mode workers on 8001.. (each its own database under .demo-federation/).
+DEMO_FEDERATION_DB ?= sqlite:///$(CURDIR)/db-federation.sqlite3
+FEDERATION_WORKERS ?= 2
+.PHONY: demo-federation
+demo-federation: install
+	DATABASE_URL='$(DEMO_FEDERATION_DB)' REDIS_URL= $(PY) manage.py demo --federation $(FEDERATION_WORKERS) $(DEMO_ARGS)
 
 # Benchmarks (benchmarks/RESULTS.md): quick = CI settings, under 3 minutes; full = the recorded figures.
 # The optional `bench` extra brings OR-Tools (optimum_gap); PostgreSQL parts skip when no server answers.

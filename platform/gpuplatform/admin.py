@@ -316,3 +316,4 @@ class ClusterSampleAdmin(ReadOnlyAdmin):
 class QueueSampleAdmin(ReadOnlyAdmin):
     list_display = ("time", "queue", "used", "guarantee", "quota", "limit", "pending_demand")
     list_filter = ("queue",)
+from .federation import admin as _federation_admin  # noqa: E402,F401  (member clusters, federated jobs)

@@ -7,4 +7,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplatform.settings")
 
 app = Celery("gpuplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["gpuplatform.scheduling", "gpuplatform.telemetry"])
+app.autodiscover_tasks(["gpuplatform.scheduling", "gpuplatform.telemetry", "gpuplatform.federation"])

@@ -237,6 +237,15 @@ GANG_START_TIMEOUT_SECONDS = float(os.environ.get("GANG_START_TIMEOUT_SECONDS", 
 FORECAST_SECONDS = float(os.environ.get("FORECAST_SECONDS", "60"))
 FORECAST_HORIZON_SECONDS = float(os.environ.get("FORECAST_HORIZON_SECONDS", str(7 * 86400)))
 FORECAST_MAX_CYCLES = int(os.environ.get("FORECAST_MAX_CYCLES", "400"))
+# Federation (issue #22, gpuplatform/federation, docs/federation.md). FEDERATION_ROLE: "worker" (a cluster of its
+# own; the default) or "manager" (holds teams, queues and quotas, dispatches to member clusters, no nodes).
+FEDERATION_ROLE = os.environ.get("FEDERATION_ROLE", "worker")
+FEDERATION_SYNC_SECONDS = float(os.environ.get("FEDERATION_SYNC_SECONDS", "30"))
+DISPATCH_TIMEOUT = float(os.environ.get("DISPATCH_TIMEOUT", "600"))  # s a dispatched job waits before a move
+WORKER_LOST_SECONDS = float(os.environ.get("WORKER_LOST_SECONDS", "900"))  # unreachable longer -> lost (MultiKueue's)
+FEDERATION_HTTP_TIMEOUT = float(os.environ.get("FEDERATION_HTTP_TIMEOUT", "5"))
+FEDERATION_USE_WHATIF = os.environ.get("FEDERATION_USE_WHATIF", "1") == "1"  # ask members' forecast for the start
+FEDERATION_TOKEN_KEY = os.environ.get("FEDERATION_TOKEN_KEY", "")  # encrypts member tokens (default: SECRET_KEY)
 HEARTBEAT_TIMEOUT_SECONDS = float(os.environ.get("HEARTBEAT_TIMEOUT_SECONDS", "60"))  # silent longer -> not_ready
 NODE_FAILURE_GRACE_SECONDS = float(os.environ.get("NODE_FAILURE_GRACE_SECONDS", "120"))  # not_ready longer -> tasks fail
 # The repair path's validation check (docs/diagnosis.md): an argv the node's agent runs when an admin starts
@@ -267,6 +276,8 @@ CELERY_BEAT_SCHEDULE = {
     "failure-detection": {"task": "scheduler.tasks.detect_node_failures", "schedule": FAILURE_CHECK_SECONDS},
     "telemetry-maintenance": {"task": "telemetry.tasks.maintain", "schedule": 60.0},
 }
+if FEDERATION_ROLE == "manager":
+    CELERY_BEAT_SCHEDULE["federation-round"] = {"task": "federation.tasks.run_round", "schedule": FEDERATION_SYNC_SECONDS}
 
 LOGGING = {
     "version": 1,

@@ -4,6 +4,7 @@ from csp.decorators import csp_update
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
 from .auth_throttle import ThrottledLoginView
+from .federation.views import federation_page
 from .prometheus import metrics_view
 
 urlpatterns = [
@@ -18,6 +19,7 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),  # Prometheus
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),  # brute-force lock-out (auth_throttle.py)
     path("accounts/", include("django.contrib.auth.urls")),  # login, logout (POST), password change
+    path("federation/", federation_page, name="federation"),  # issue #22: member clusters and federated jobs
     path("", include("frontend.urls")),
 ]
 

@@ -1,5 +1,5 @@
 """API routes: one DefaultRouter, kebab-case plural resource names under /api/v1/ (NetBox style)."""
-from django.urls import path
+from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from . import views
@@ -30,5 +30,6 @@ urlpatterns = [
     path("auth-token/", ThrottledObtainAuthToken.as_view(), name="auth-token"),
     path("auth-token/revoke/", RevokeAuthToken.as_view(), name="auth-token-revoke"),
     path("utilization/", views.UtilizationView.as_view(), name="utilization"),
+    path("federation/", include("gpuplatform.federation.urls")),
     *router.urls,
 ]

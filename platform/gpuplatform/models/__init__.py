@@ -3,6 +3,7 @@ from .api import IdempotencyKey
 from .agents import NodeAgentScope
 from .cluster import Domain, Gpu, Node
 from .diagnosis import Attempt, DiagnosisRule, HealthRule
+from .federation import FederatedJob, MemberCluster
 from .events import ClusterSample, Event, QueueSample, SchedulerCycle
 from .queues import Quota, Queue
 from .telemetry import GpuSample, GpuXid, IdleAllocation, TaskUtilization
@@ -10,7 +11,7 @@ from .tenancy import Membership, Team
 from .workloads import Allocation, Job, JobRole, Task, TaskLog
 
 __all__ = [
-    "Allocation", "Attempt", "ClusterSample", "DiagnosisRule", "Domain", "Event", "Gpu", "GpuSample", "GpuXid",
+    "Allocation", "Attempt", "ClusterSample", "DiagnosisRule", "Domain", "Event", "FederatedJob", "MemberCluster", "Gpu", "GpuSample", "GpuXid",
     "HealthRule", "IdempotencyKey", "IdleAllocation", "Job", "JobRole", "Membership", "Node", "NodeAgentScope",
     "Queue", "QueueSample", "Quota", "SchedulerCycle", "Task", "TaskLog", "TaskUtilization", "Team",
 ]

@@ -30,6 +30,30 @@ class JobSubmitThrottle(UserRateThrottle):
     scope = "job-submit"
 
 
+def read_job_log(job: Job, params) -> dict:
+    """The logs answer for `job` from the query `params` (LogQuerySerializer: task, attempt, offset, limit);
+    also what a federation worker serves its manager (federation/worker_api.py). Raises ValidationError
+    naming `task` or `attempt`."""
+    q = LogQuerySerializer(data=params)
+    q.is_valid(raise_exception=True)
+    d = q.validated_data
+    tasks = Task.objects.filter(job=job).select_related("role").order_by("role_id", "index")
+    key = d["task"].strip()
+    if not key:
+        task = tasks.first()
+    elif key.isdigit():
+        task = tasks.filter(pk=int(key)).first()
+    else:
+        role, _, index = key.rpartition("-")
+        task = tasks.filter(role__name=role, index=int(index)).first() if index.isdigit() else None
+    if task is None:
+        raise services.ValidationError({"task": f"job {job.pk} has no task {key!r} (give its id or role-index, "
+                                                f"e.g. worker-0)"})
+    if d["attempt"] is not None and d["attempt"] > job.attempts:
+        raise services.ValidationError({"attempt": f"job {job.pk} has had attempts 0 to {job.attempts} only"})
+    return execution.read_log(task, attempt=d["attempt"], offset=d["offset"], limit=d["limit"])
+
+
 def _position():
     """1-based place among the pending jobs of the same queue in the order the last scheduling cycle
     considered them (Job.queue_position, written by the cycle); null for jobs that are not pending and
@@ -143,22 +167,4 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
         (`next_offset` continues), of `attempt` (default: the current one). Kept per task attempt: 1 MiB
         (TASK_LOG_MAX_BYTES), oldest output trimmed first (`trimmed`). `complete` once the task has ended
         and everything stored was served. 400 naming `task` for a task the job does not have."""
-        job = self.get_object()
-        q = LogQuerySerializer(data=request.query_params)
-        q.is_valid(raise_exception=True)
-        d = q.validated_data
-        tasks = Task.objects.filter(job=job).select_related("role").order_by("role_id", "index")
-        key = d["task"].strip()
-        if not key:
-            task = tasks.first()
-        elif key.isdigit():
-            task = tasks.filter(pk=int(key)).first()
-        else:
-            role, _, index = key.rpartition("-")
-            task = tasks.filter(role__name=role, index=int(index)).first() if index.isdigit() else None
-        if task is None:
-            raise services.ValidationError({"task": f"job {job.pk} has no task {key!r} (give its id or role-index, "
-                                                    f"e.g. worker-0)"})
-        if d["attempt"] is not None and d["attempt"] > job.attempts:
-            raise services.ValidationError({"attempt": f"job {job.pk} has had attempts 0 to {job.attempts} only"})
-        return Response(execution.read_log(task, attempt=d["attempt"], offset=d["offset"], limit=d["limit"]))
+        return Response(read_job_log(self.get_object(), request.query_params))

@@ -26,6 +26,7 @@ Options: --port, --speed (simulated seconds per wall second; default 600 = 10 mi
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import signal
 import sys
@@ -138,6 +139,9 @@ class Command(BaseCommand):
                             help="local mode: GPUs each agent reports, copies of the recorded H200 (default 2)")
         parser.add_argument("--real-gpus", action="store_true",
                             help="local mode: the agents read this machine's GPUs through NVML")
+        parser.add_argument("--federation", type=int, default=0, metavar="N",
+                            help="a federation manager on --port and N local-mode workers on the next ports, each "
+                                 "its own database (gpuplatform/federation/local.py, docs/federation.md)")
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -206,6 +210,10 @@ class Command(BaseCommand):
         t_start = time.monotonic()
         if opts["local_agents"] < 0 or opts["gpus_per_agent"] < 1 or opts["gpus_per_agent"] > 64:
             raise CommandError("--local-agents must be >= 0 and --gpus-per-agent from 1 to 64")
+        if opts["federation"]:
+            from gpuplatform.federation.local import run as run_federation
+
+            return run_federation(self, opts)
         if opts["local_agents"]:
             return self.run_local(opts)
         self._migrate()
@@ -413,7 +421,7 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc} (use --port)") from exc
         api = f"http://127.0.0.1:{opts['port']}"
-        root = Path(settings.BASE_DIR) / ".demo-agents"
+        root = Path(os.environ.get("DEMO_AGENTS_DIR") or Path(settings.BASE_DIR) / ".demo-agents")
         agents = start_agents(api, token, opts["local_agents"], root=root, gpus=opts["gpus_per_agent"],
                               poll=1.0, interval=5.0, real_gpus=opts["real_gpus"])
         stop = threading.Event()

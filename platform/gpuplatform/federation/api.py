@@ -1,0 +1,185 @@
+"""The manager's REST API (/api/v1/federation/): member clusters and the jobs submitted to the federation.
+
+- clusters/: every signed-in user lists them (name, address, labels, cost, state, capacity per flavor,
+  the age of the last sync); platform admins add, change and remove them. `token` is write-only (stored
+  encrypted, federation/secrets.py) and never returned.
+- jobs/: submit (the body of POST /api/v1/jobs/ plus `clusters`, `cluster_selector`, `data_site`,
+  `restartable`; Idempotency-Key honoured), list and read (your teams' jobs only; platform admins and ops:
+  all), cancel (members and admins of the job's team). Each job shows where it went and why (`decision`:
+  every candidate's score parts and every rejected cluster's reason) and its state, which follows the worker.
+"""
+from __future__ import annotations
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+
+from .. import access
+from ..api.idempotency import IdempotentCreateMixin
+from ..api.permissions import IsPlatformAdminOrReadOnly
+from ..api.serializers import LogQuerySerializer
+from ..api.serializers.base import ModelSerializer, Serializer
+from ..errors import ValidationError
+from ..models import FederatedJob, MemberCluster, Team
+from . import manager
+from .secrets import masked
+
+
+class MemberClusterSerializer(ModelSerializer):
+    token = serializers.CharField(write_only=True, required=False, max_length=500,
+                                  help_text="the member's service token (write-only; stored encrypted)")
+    token_status = serializers.SerializerMethodField()
+    capacity = serializers.SerializerMethodField(help_text="per flavor {total, free} GPUs at the last sync")
+    backlog = serializers.SerializerMethodField(help_text="{pending_jobs, pending_gpus, running_jobs} at the last sync")
+    sync_age_s = serializers.SerializerMethodField(help_text="seconds since the last successful sync (null: never)")
+
+    class Meta:
+        model = MemberCluster
+        fields = ["id", "name", "api_url", "token", "token_status", "labels", "cost_per_gpu_hour", "enabled",
+                  "state", "capacity", "backlog", "last_sync_at", "sync_age_s", "last_error", "sync_bytes"]
+        read_only_fields = ["id", "token_status", "state", "capacity", "backlog", "last_sync_at", "sync_age_s",
+                            "last_error", "sync_bytes"]
+
+    def get_token_status(self, c) -> str:
+        return masked(c.token_encrypted)
+
+    def get_capacity(self, c) -> dict:
+        return {f: {"total": v.get("total", 0), "free": v.get("free", 0)}
+                for f, v in (c.summary or {}).get("flavors", {}).items()}
+
+    def get_backlog(self, c) -> dict:
+        s = c.summary or {}
+        return {k: s.get(k, 0) for k in ("pending_jobs", "pending_gpus", "running_jobs")}
+
+    def get_sync_age_s(self, c) -> float | None:
+        return round((timezone.now() - c.last_sync_at).total_seconds(), 1) if c.last_sync_at else None
+
+
+class MemberClusterViewSet(IdempotentCreateMixin, viewsets.ModelViewSet):
+    """Member clusters of this federation manager (read: signed-in users; write: platform admins)."""
+
+    serializer_class = MemberClusterSerializer
+    permission_classes = [IsPlatformAdminOrReadOnly]
+    queryset = MemberCluster.objects.all()
+    pagination_class = None
+
+    def create(self, request, *args, **kwargs):
+        ser = self.get_serializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        d = ser.validated_data
+        if "token" not in d:
+            raise ValidationError({"token": "required: the member's service token"})
+        c = manager.register_cluster(name=d["name"], api_url=d["api_url"], token=d["token"],
+                                     labels=d.get("labels") or {}, cost_per_gpu_hour=d.get("cost_per_gpu_hour", 0.0),
+                                     enabled=d.get("enabled", True), actor=request.user)
+        return Response(self.get_serializer(c).data, status=status.HTTP_201_CREATED)
+
+    def update(self, request, *args, **kwargs):
+        partial = kwargs.pop("partial", False)
+        c = self.get_object()
+        ser = self.get_serializer(c, data=request.data, partial=partial)
+        ser.is_valid(raise_exception=True)
+        c = manager.update_cluster(c, actor=request.user, **ser.validated_data)
+        return Response(self.get_serializer(c).data)
+
+    def perform_destroy(self, instance):
+        if instance.jobs.exists():
+            raise ValidationError({"name": f"{instance.name} has federated jobs on record; disable it instead "
+                                           f"(enabled: false) so no new job goes there"})
+        from ..audit import record_event
+
+        record_event("federation.cluster_removed", f"member cluster {instance.name} removed",
+                     actor=self.request.user, data={"cluster": instance.name})
+        instance.delete()
+
+
+class FederatedJobSerializer(ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    submitter = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+
+    class Meta:
+        model = FederatedJob
+        fields = ["id", "name", "team", "queue", "submitter", "state", "gpus", "task_gpus", "flavors", "clusters",
+                  "cluster_selector", "data_site", "restartable", "cluster", "remote_id", "remote_state",
+                  "generation", "reason", "decision", "placements", "submitted_at", "dispatched_at", "started_at",
+                  "finished_at", "spec"]
+        read_only_fields = fields
+
+
+class FederatedCancelSerializer(Serializer):
+    reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+
+
+class FederatedJobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                          viewsets.GenericViewSet):
+    """Jobs submitted to the federation (your teams' only; platform admins and ops: all)."""
+
+    serializer_class = FederatedJobSerializer
+    permission_classes = [IsAuthenticated]
+
+    def get_queryset(self):
+        qs = manager.visible_federated_jobs(self.request.user)
+        for field in ("state", "queue"):
+            if self.request.query_params.get(field):
+                qs = qs.filter(**{field: self.request.query_params[field]})
+        if self.request.query_params.get("cluster"):
+            qs = qs.filter(cluster__name=self.request.query_params["cluster"])
+        return qs
+
+    @extend_schema(request={"application/json": {"type": "object"}}, responses={201: FederatedJobSerializer})
+    def create(self, request):
+        """Submit: the jobs API's body plus `clusters`, `cluster_selector`, `data_site`, `restartable`.
+        The team is the queue's. 400 names the field; 403 for another team's queue."""
+        from ..models import Queue
+
+        body = request.data if isinstance(request.data, dict) else None
+        if body is None:
+            raise ValidationError({"body": "a JSON object"})
+        queue = Queue.objects.filter(name=body.get("queue") if isinstance(body.get("queue"), str) else "").first()
+        if queue is None or queue.team_id is None:
+            raise ValidationError({"queue": f"unknown team queue {body.get('queue')!r}"})
+        if not access.can_submit(request.user, queue.team_id):
+            raise PermissionDenied("only members and admins of the team (or platform admins) may submit its jobs")
+        job = manager.submit_federated_job(team=Team.objects.get(pk=queue.team_id), body=dict(body),
+                                           submitter=request.user)
+        return Response(FederatedJobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(parameters=[LogQuerySerializer], responses={200: {"type": "object"}, 503: {"type": "object"}})
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        """The task logs of the job's copy, proxied from its worker (same query and answer as
+        GET /api/v1/jobs/<id>/logs/). 400 `state` before it was placed; 503 while its worker does not answer."""
+        from .client import MemberRefused, MemberUnreachable
+        from .dispatch import client_for
+
+        job = self.get_object()
+        q = LogQuerySerializer(data=request.query_params)
+        q.is_valid(raise_exception=True)
+        if job.cluster is None or job.remote_id is None:
+            raise ValidationError({"state": f"the job is {job.state} and has no copy on a cluster yet"})
+        params = {k: v for k, v in q.validated_data.items() if v not in (None, "")}
+        try:
+            return Response(client_for(job.cluster).logs(job.remote_id, params))
+        except MemberUnreachable as exc:
+            return Response({"detail": f"cluster {job.cluster.name} does not answer: {exc}"},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        except MemberRefused as exc:
+            return Response(exc.body if isinstance(exc.body, dict) else {"detail": str(exc.body)},
+                            status=status.HTTP_400_BAD_REQUEST)
+
+    @extend_schema(request=FederatedCancelSerializer, responses={200: FederatedJobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel it here and stop the worker's copy (fenced if the worker is unreachable)."""
+        job = self.get_object()
+        if not access.can_submit(request.user, job.team_id):
+            raise PermissionDenied("only members and admins of the job's team may cancel it")
+        body = FederatedCancelSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = manager.cancel_federated_job(job, actor=request.user, reason=body.validated_data["reason"])
+        return Response(FederatedJobSerializer(job).data)

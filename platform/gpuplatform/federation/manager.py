@@ -1,0 +1,206 @@
+"""The manager's write services (every write here: atomic, audited as an Event of kind "federation.*").
+
+    register_cluster(name=, api_url=, token=, labels=, cost_per_gpu_hour=, enabled=, actor=) -> MemberCluster
+    update_cluster(cluster, actor=, **fields)          token= replaces the stored (encrypted) token
+    submit_federated_job(team=, body=, submitter=) -> FederatedJob   (body: the worker's job submission plus
+        "clusters": [names], "cluster_selector": {label: value}, "data_site": str, "restartable": bool)
+    cancel_federated_job(job, actor=, reason=) -> FederatedJob
+
+Raises gpuplatform.errors.ValidationError naming the field for bad input. Dispatching lives in dispatch.py.
+"""
+from __future__ import annotations
+
+import re
+
+from django.db import transaction
+from django.utils import timezone
+
+from .. import access
+from ..audit import record_event
+from ..errors import ValidationError
+from ..models import FederatedJob, MemberCluster, Queue
+
+__all__ = ["register_cluster", "update_cluster", "submit_federated_job", "cancel_federated_job", "FED_FIELDS"]
+
+FED_FIELDS = ("clusters", "cluster_selector", "data_site", "restartable")
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$")
+
+
+def _check_labels(labels, field: str = "labels") -> dict:
+    if not isinstance(labels, dict):
+        raise ValidationError({field: "an object of label: value strings"})
+    for k, v in labels.items():
+        if not isinstance(k, str) or not LABEL_RE.match(k):
+            raise ValidationError({field: f"label name {k!r}: letters, digits, '_', '.', '-', '/', at most 63"})
+        if not isinstance(v, str) or len(v) > 100:
+            raise ValidationError({f"{field}.{k}": "a string of at most 100 characters"})
+    return dict(labels)
+
+
+def _check_cluster_fields(fields: dict) -> None:
+    if "name" in fields and not re.match(r"^[a-z0-9][a-z0-9-]{0,62}$", fields["name"] or ""):
+        raise ValidationError({"name": "lower-case letters, digits and '-', starting with a letter or digit"})
+    if "api_url" in fields and not re.match(r"^https?://[^\s/]+(/[^\s]*)?$", fields["api_url"] or ""):
+        raise ValidationError({"api_url": "an http:// or https:// address"})
+    if "token" in fields and (not isinstance(fields["token"], str) or not 1 <= len(fields["token"]) <= 500):
+        raise ValidationError({"token": "the member's service token (1-500 characters)"})
+    if "cost_per_gpu_hour" in fields:
+        try:
+            cost = float(fields["cost_per_gpu_hour"])
+        except (TypeError, ValueError):
+            cost = -1.0
+        if not 0 <= cost <= 1e6:
+            raise ValidationError({"cost_per_gpu_hour": "a number from 0 to 1,000,000"})
+    if "labels" in fields:
+        _check_labels(fields["labels"])
+
+
+@transaction.atomic
+def register_cluster(*, name: str, api_url: str, token: str, labels: dict | None = None,
+                     cost_per_gpu_hour: float = 0.0, enabled: bool = True, actor=None) -> MemberCluster:
+    fields = {"name": name, "api_url": api_url, "token": token, "labels": labels or {},
+              "cost_per_gpu_hour": cost_per_gpu_hour}
+    _check_cluster_fields(fields)
+    if MemberCluster.objects.filter(name=name).exists():
+        raise ValidationError({"name": f"a member cluster {name!r} exists"})
+    c = MemberCluster(name=name, api_url=api_url.rstrip("/"), labels=fields["labels"],
+                      cost_per_gpu_hour=float(cost_per_gpu_hour), enabled=enabled)
+    c.set_token(token)
+    c.save()
+    record_event("federation.cluster_added", f"member cluster {name} added ({api_url})", actor=actor,
+                 data={"cluster": name, "labels": c.labels, "cost_per_gpu_hour": c.cost_per_gpu_hour})
+    return c
+
+
+@transaction.atomic
+def update_cluster(cluster: MemberCluster, *, actor=None, **fields) -> MemberCluster:
+    allowed = {"name", "api_url", "token", "labels", "cost_per_gpu_hour", "enabled"}
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise ValidationError({unknown[0]: "not a field of a member cluster"})
+    _check_cluster_fields(fields)
+    if "name" in fields and MemberCluster.objects.filter(name=fields["name"]).exclude(pk=cluster.pk).exists():
+        raise ValidationError({"name": f"a member cluster {fields['name']!r} exists"})
+    cluster = MemberCluster.objects.select_for_update().get(pk=cluster.pk)
+    for k, v in fields.items():
+        if k == "token":
+            cluster.set_token(v)
+        elif k == "api_url":
+            cluster.api_url = v.rstrip("/")
+        else:
+            setattr(cluster, k, float(v) if k == "cost_per_gpu_hour" else v)
+    cluster.save()
+    record_event("federation.cluster_changed", f"member cluster {cluster.name} changed: {', '.join(sorted(fields))}",
+                 actor=actor, data={"cluster": cluster.name, "fields": sorted(k for k in fields if k != "token")})
+    return cluster
+
+
+def _int_tier(value, field: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    m = re.match(r"^tier-(\d+)$", str(value))
+    names = {"nvlink": 1, "leaf": 2, "spine": 3}
+    if m:
+        return int(m.group(1))
+    if str(value) in names:
+        return names[str(value)]
+    raise ValidationError({field: f"unknown tier {value!r}"})
+
+
+@transaction.atomic
+def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
+    """Validate `body` as the jobs API does (JobSubmitSerializer) plus the federation fields, check the
+    manager's queue belongs to `team`, and store the job pending at the manager (the dispatcher places it)."""
+    from ..api.serializers import JobSubmitSerializer
+
+    if not isinstance(body, dict):
+        raise ValidationError({"body": "a JSON object"})
+    fed = {k: body[k] for k in FED_FIELDS if k in body}
+    spec = {k: v for k, v in body.items() if k not in FED_FIELDS and k not in ("external_id", "team")}
+    clusters = fed.get("clusters") or []
+    if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
+        raise ValidationError({"clusters": "a list of member cluster names"})
+    unknown = sorted(set(clusters) - set(MemberCluster.objects.values_list("name", flat=True)))
+    if unknown:
+        raise ValidationError({"clusters": f"unknown member cluster {unknown[0]!r}"})
+    selector = _check_labels(fed.get("cluster_selector") or {}, "cluster_selector")
+    data_site = fed.get("data_site") or ""
+    if not isinstance(data_site, str) or len(data_site) > 100:
+        raise ValidationError({"data_site": "a string of at most 100 characters"})
+    restartable = fed.get("restartable", False)
+    if not isinstance(restartable, bool):
+        raise ValidationError({"restartable": "true or false"})
+    ser = JobSubmitSerializer(data=spec)
+    if not ser.is_valid():
+        field, msgs = next(iter(ser.errors.items()))
+        raise ValidationError({field: str(msgs[0] if isinstance(msgs, list) else msgs)})
+    d = ser.validated_data
+    queue = Queue.objects.filter(name=d["queue"]).first()
+    if queue is None or queue.team_id is None:
+        raise ValidationError({"queue": f"unknown team queue {d['queue']!r}"})
+    if queue.team_id != team.pk:
+        raise ValidationError({"queue": f"queue {queue.name} is not team {team.slug}'s"})
+    from ..job_rules import check_roles
+
+    roles, errors = check_roles([dict(r) for r in d["roles"]])
+    if errors:
+        raise ValidationError(errors)
+    gpus = sum(r["tasks"] * r["gpus_per_task"] for r in roles)
+    flavors: set[str] = set()
+    for r in roles:
+        flavors.update(f for f in (r.get("flavor") or "").split("|") if f)
+    job = FederatedJob.objects.create(
+        name=d["name"], team=team, queue=queue.name, submitter=submitter, spec=spec, gpus=gpus,
+        task_gpus=max(r["gpus_per_task"] for r in roles), flavors=sorted(flavors),
+        highest_tier=_int_tier(d["highest_tier"], "highest_tier") if d["topology_mode"] == "hard" else None,
+        clusters=clusters, cluster_selector=selector, data_site=data_site,
+        restartable=restartable or bool(d["migratable"]))
+    record_event("federation.submitted", f"{job.name} submitted to the federation ({gpus} GPUs)", actor=submitter,
+                 queue=queue, data={"federated_job": job.pk, "team": team.slug})
+    return job
+
+
+def cancel_federated_job(job: FederatedJob, *, actor=None, reason: str = "", client_for=None) -> FederatedJob:
+    """Cancel at the manager and stop the worker's copy. An unreachable worker's copy is fenced: stopped
+    when the worker answers again (dispatch.sync_cluster). Raises ValidationError("state") once ended."""
+    from .dispatch import client_for as default_client, fence
+    from .client import MemberRefused, MemberUnreachable
+
+    with transaction.atomic():
+        job = FederatedJob.objects.select_for_update().get(pk=job.pk)
+        if job.state in FederatedJob.ENDED:
+            raise ValidationError({"state": f"the job already ended ({job.state})"})
+        cluster, remote = job.cluster, job.remote_id
+        was = job.state
+    stopped = cluster is None
+    if cluster is not None:
+        try:
+            if remote is None:
+                found = (client_for or default_client)(cluster).find(job.external_id)
+                remote = found["id"] if found else None
+            if remote is not None:
+                (client_for or default_client)(cluster).cancel(remote, reason or "cancelled at the federation manager")
+            stopped = True
+        except (MemberUnreachable, MemberRefused):
+            stopped = False
+    with transaction.atomic():
+        job = FederatedJob.objects.select_for_update().get(pk=job.pk)
+        if not stopped:
+            fence(job, "cancelled while its worker was unreachable")
+        job.state, job.finished_at = FederatedJob.State.CANCELLED, timezone.now()
+        job.reason = reason[:500]
+        job.save()
+        record_event("federation.cancelled", f"{job.name} cancelled" + (f": {reason}" if reason else ""),
+                     actor=actor, data={"federated_job": job.pk, "was": was,
+                                        "cluster": cluster.name if cluster else None, "copy_stopped": stopped})
+    return job
+
+
+def visible_federated_jobs(user):
+    """The federated jobs `user` may see: platform admins (and ops) all, others their teams' only."""
+    qs = FederatedJob.objects.select_related("team", "cluster", "submitter")
+    if access.sees_all(user):
+        return qs
+    return qs.filter(team_id__in=access.visible_team_ids(user) or ())

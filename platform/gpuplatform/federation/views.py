@@ -1,0 +1,21 @@
+"""The /federation/ page: every member cluster with its synced state and the age of its last sync, and the
+federated jobs the viewer may see (where each went, and why)."""
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import render
+from django.utils import timezone
+
+from ..models import MemberCluster
+from .manager import visible_federated_jobs
+
+
+@login_required
+def federation_page(request):
+    now = timezone.now()
+    clusters = []
+    for c in MemberCluster.objects.all():
+        s = c.summary or {}
+        clusters.append({"c": c, "age": round((now - c.last_sync_at).total_seconds()) if c.last_sync_at else None,
+                         "flavors": sorted((f, v.get("free", 0), v.get("total", 0)) for f, v in s.get("flavors", {}).items()),
+                         "pending": s.get("pending_jobs", 0), "running": s.get("running_jobs", 0)})
+    jobs = list(visible_federated_jobs(request.user)[:200])
+    return render(request, "federation/index.html", {"clusters": clusters, "jobs": jobs})
