@@ -39,16 +39,10 @@ PREFIX = "fed:"
 
 
 def issue_service_token(user) -> str:
-    """A new API token for the manager's service account on this worker (shown once: give it to the manager).
-    Uses the platform's token service where it exists (hashed, expiring: services/tokens.py, one year),
-    else a DRF token."""
-    try:
-        from ..services.tokens import issue_api_token
-    except ImportError:
-        from rest_framework.authtoken.models import Token
-
-        return Token.objects.create(user=user).key
-    return issue_api_token(user, ttl=timedelta(days=365))[0]
+    """A new API token for the manager's service account on this worker, shown once: give it to the
+    manager. Issued by the platform's token service (services/tokens.py: stored hashed, expires in one
+    year)."""
+    return services.issue_api_token(user, ttl=timedelta(days=365), purpose="federation manager")[0]
 
 
 def make_service_account(username: str = "federation-manager"):

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('gpuplatform', '0013_i17'),
+        ('gpuplatform', '0015_health'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
