@@ -262,6 +262,10 @@ def main(argv=None) -> dict:
         print("    mean / p99 wait by size (s): " + ", ".join(
             f"{s}: {v['mean']:.0f}/{v['p99']:.0f}" for s, v in r["by_size"].items()))
     print(f"decisions/s: {out['decisions_per_s']}; summary {size} B -> {size * 2} B per cluster per minute (30 s sync)")
+    if not args.philly and args.jobs is None:
+        import _common as C  # benchmarks/ is on sys.path when run as a script or from benchmarks/run.py
+
+        C.save("federation_quick" if args.quick else "federation", out)
     return out
 
 

@@ -20,7 +20,7 @@ import traceback
 import _common as C
 
 ORDER = ("cycle_scale", "bind_throughput", "replay_speed", "baselines", "optimum_gap", "openb_fgd",
-         "topology_payload", "failure_sweep", "starvation_sweep", "execution_latency")
+         "topology_payload", "failure_sweep", "starvation_sweep", "execution_latency", "federation")
 
 
 def summary_line(name: str, r: dict) -> str:
@@ -76,6 +76,13 @@ def summary_line(name: str, r: dict) -> str:
             parts.append(f"8 agents x 8 tasks: {f['agent_cpu_s_per_min_total']:.2f} agent CPU s/min, supervisor RSS "
                          f"{f['supervisor_rss_mib']['median']:.1f} MiB/task")
         return f"({r['database']}) " + "; ".join(parts)
+    if name == "federation":
+        d, f = r["policies"]["dispatcher"], r["policies"]["first-to-admit"]
+        return (f"{r['jobs']} jobs on {'/'.join(map(str, r['clusters_gpus']))} GPUs: dispatcher vs first-to-admit "
+                f"copies/job {d['copies_per_job']:.2f} vs {f['copies_per_job']:.2f}, borrowed starts "
+                f"{d['borrowed_starts']} vs {f['borrowed_starts']}, reclaims {d['reclaims']} vs {f['reclaims']}, "
+                f"mean wait {d['mean_wait_s']:.0f} vs {f['mean_wait_s']:.0f} s; decisions/s "
+                f"{r['decisions_per_s'].get(10)} (10 clusters) / {r['decisions_per_s'].get(50)} (50)")
     return "done"
 
 

@@ -1,5 +1,7 @@
-"""Template context every page needs: the cluster clock for the header, and the state colors."""
+"""Template context every page needs: the cluster clock for the header, the state colors, and whether
+this instance is a federation manager (the nav bar then links /federation/)."""
 from gpuplatform import queries
+from gpuplatform.federation.manager import is_manager
 
 from .states import GPU_STATE_COLORS, STATE_COLORS
 
@@ -8,4 +10,4 @@ def platform(request):
     if not getattr(request, "user", None) or not request.user.is_authenticated:
         return {"state_colors": STATE_COLORS, "gpu_state_colors": GPU_STATE_COLORS}
     return {"cluster_clock": queries.cluster_clock(), "state_colors": STATE_COLORS,
-            "gpu_state_colors": GPU_STATE_COLORS}
+            "gpu_state_colors": GPU_STATE_COLORS, "federation_manager": is_manager()}

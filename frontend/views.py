@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import Http404, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET
 
 from gpuplatform import access, queries
 from gpuplatform.event_visibility import redacted
+from gpuplatform.federation.manager import is_manager, visible_federated_jobs
 from gpuplatform.models import IdleAllocation, Job
 from gpuplatform.telemetry import task_summary
 
@@ -145,7 +146,10 @@ JOB_COLUMNS = [  # (sort key, header, numeric)
 def job_list(request):
     """The jobs page: search (id, name, external id), filters (team, state, queue, submitter), sort by any
     sortable column (?sort=-duration), keyset pages (?cursor=, from the next / previous links). It updates
-    in place while open (live.js fetches it again every 5 s)."""
+    in place while open (live.js fetches it again every 5 s). On a federation manager (no local jobs) the
+    jobs are federated ones: redirect to /federation/, which lists them."""
+    if is_manager():
+        return redirect("federation")
     filters = {k: (request.GET.get(k) or "").strip() for k in ("q", "team", "state", "queue", "submitter")}
     qs = queries.job_list(request.user, team=filters["team"] or None, state=filters["state"] or None,
                           queue=filters["queue"] or None, submitter=filters["submitter"] or None,
@@ -217,6 +221,10 @@ def state_history(job, events) -> list[dict]:
 
 @login_required
 def job_detail(request, pk: int):
+    if is_manager():  # a federated job: its row on /federation/ (where it went, why, its state)
+        if not visible_federated_jobs(request.user).filter(pk=pk).exists():
+            raise Http404("No such federated job, or not one of your teams' jobs.")
+        return redirect(reverse("federation") + f"#fed-job-{pk}")
     job = queries.job_detail(request.user, pk)
     if job is None:
         raise Http404("No such job, or not one of your teams' jobs.")

@@ -10,9 +10,11 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from gpuplatform import access, dashboard_queries, queries, services
+from gpuplatform.federation.manager import is_manager, submit_as
 from gpuplatform.models import Domain, Team
 
 from .forms import JobForm, RoleFormSet, apply_service_errors
@@ -29,7 +31,8 @@ def _form_kwargs(user) -> dict:
 @require_http_methods(["GET", "POST"])
 def job_new(request):
     kwargs = _form_kwargs(request.user)
-    flavors = dashboard_queries.flavors()
+    manager = is_manager()
+    flavors = _member_flavors() if manager else dashboard_queries.flavors()
     if not kwargs["teams"]:
         raise PermissionDenied("You are not a member of any team, so you cannot submit jobs.")
     if request.method == "POST":
@@ -39,6 +42,9 @@ def job_new(request):
             data = form.cleaned_data
             team = Team.objects.get(name=data["team"])
             minutes = data.get("time_limit_minutes")
+            if manager:
+                return _submit_federated(request, form, roles, team, data, minutes) or render(
+                    request, "frontend/job_form.html", {"form": form, "roles": roles, "queue_teams": dict(kwargs["queues"])})
             try:
                 job = services.submit_job(
                     team=team, queue=data["queue"], name=data["name"], roles=[f.role() for f in roles.forms],
@@ -65,6 +71,38 @@ def job_new(request):
     return render(request, "frontend/job_form.html", {
         "form": form, "roles": roles, "queue_teams": dict(kwargs["queues"]),
     })  # an invalid form comes back with 200, like Django's FormView (a 400 page is a console error)
+
+
+def _member_flavors() -> list[str]:
+    """On a manager (no nodes of its own): the GPU flavors of the member clusters at their last sync."""
+    from gpuplatform.models import MemberCluster
+
+    return sorted({f for s in MemberCluster.objects.values_list("summary", flat=True) for f in (s or {}).get("flavors", {})})
+
+
+def _submit_federated(request, form, roles, team, data: dict, minutes):
+    """The form on a federation manager: the same fields as a POST /api/v1/jobs/ body, submitted through
+    federation.manager.submit_as (the service the REST front door uses). Returns a redirect to the job's
+    row on /federation/, or None with the service's errors put on the form."""
+    body = {"name": data["name"], "queue": data["queue"], "team": team.slug,
+            "roles": [{k: v for k, v in f.role().items() if v not in (None, "")} for f in roles.forms],
+            "priority": data["priority"], "preemptible": data["preemptible"], "topology_mode": data["topology_mode"],
+            "highest_tier": data.get("highest_tier"), "preferred_tier": data.get("preferred_tier"),
+            "time_limit_seconds": minutes * 60 if minutes else None, "command": data["command"], "env": data["env"],
+            "working_dir": data.get("working_dir") or "", "image": data.get("image") or "",
+            "max_restarts": data.get("max_restarts") or 0, "completion_role": data.get("completion_role") or "",
+            "numa": data.get("numa") or "prefer", "migratable": data.get("migratable") or False,
+            "min_run_before_move_seconds": (data.get("min_run_before_move_minutes") or 0) * 60,
+            "checkpoint_grace_seconds": data.get("checkpoint_grace_seconds")}
+    body = {k: v for k, v in body.items() if v is not None}
+    try:
+        job = submit_as(user=request.user, body=body)
+    except services.ValidationError as exc:
+        apply_service_errors(exc.errors, form, roles)
+        return None
+    messages.success(request, f"Job {job.name} submitted to the federation (queue {job.queue}); the dispatcher "
+                              f"places it on a member cluster.")
+    return redirect(reverse("federation") + f"#fed-job-{job.pk}")
 
 
 @login_required

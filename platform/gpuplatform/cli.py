@@ -89,6 +89,10 @@ def _table(rows: list[list], header: list[str]) -> str:
 
 
 def _job_line(j: dict) -> list:
+    if "generation" in j:  # a federated job (gpuctl against a federation manager): where it went, or why not yet
+        where = f"cluster {j['cluster']}" if j.get("cluster") else (j.get("reason") or "")
+        prio = (j.get("spec") or {}).get("priority", 0)
+        return [j["id"], j["name"], j["team"], j["queue"], j["state"], j["gpus"], prio, where[:60]]
     place = f"#{j['position']} " if j.get("position") is not None else ""
     where = ",".join(j.get("nodes") or []) or (f"{place}{j['pending_reason']}" if j["state"] == "pending" else "")
     return [j["id"], j["name"], j["team"], j["queue"], j["state"], j["gpus"], j["priority"], where[:60]]

@@ -245,6 +245,8 @@ DISPATCH_TIMEOUT = float(os.environ.get("DISPATCH_TIMEOUT", "600"))  # s a dispa
 WORKER_LOST_SECONDS = float(os.environ.get("WORKER_LOST_SECONDS", "900"))  # unreachable longer -> lost (MultiKueue's)
 FEDERATION_HTTP_TIMEOUT = float(os.environ.get("FEDERATION_HTTP_TIMEOUT", "5"))
 FEDERATION_USE_WHATIF = os.environ.get("FEDERATION_USE_WHATIF", "1") == "1"  # ask members' forecast for the start
+# What-if requests per manager round at most (dispatch.ForecastCache: answers cached per member, job shape, queue)
+FEDERATION_FORECAST_PROBES = int(os.environ.get("FEDERATION_FORECAST_PROBES", "64"))
 FEDERATION_TOKEN_KEY = os.environ.get("FEDERATION_TOKEN_KEY", "")  # encrypts member tokens (default: SECRET_KEY)
 HEARTBEAT_TIMEOUT_SECONDS = float(os.environ.get("HEARTBEAT_TIMEOUT_SECONDS", "60"))  # silent longer -> not_ready
 NODE_FAILURE_GRACE_SECONDS = float(os.environ.get("NODE_FAILURE_GRACE_SECONDS", "120"))  # not_ready longer -> tasks fail

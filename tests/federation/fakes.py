@@ -25,6 +25,7 @@ class FakeMember:
         self.lose_next_answer = False
         self.estimates: float | None = None
         self.creates = 0
+        self.estimate_calls = 0
         self.last_bytes = 0
         self._next = 100
 
@@ -81,6 +82,7 @@ class FakeMember:
         return {"id": remote_id, **j}
 
     def estimate(self, change):
+        self.estimate_calls += 1
         self._up()
         return self.estimates
 

@@ -198,3 +198,57 @@ def test_refused_by_a_member_goes_elsewhere(users, members, factory):
     assert fresh(job).state == "pending" and "west refused" in fresh(job).reason
     dispatch.run_round(client_for=factory)
     assert fresh(job).cluster.name == "east" and len(members["east"].jobs) == 1
+
+
+def test_forecasts_are_cached_per_member_shape_and_queue_within_a_round(users, members, factory, settings):
+    settings.FEDERATION_USE_WHATIF, settings.FEDERATION_FORECAST_PROBES = True, 64
+    members["east"].estimates, members["west"].estimates = 0.0, 5400.0
+    jobs = [submit(users, name=f"j{i}") for i in range(4)]  # 4 x 8 GPUs: queue alpha's federation quota
+    out = dispatch.run_round(client_for=factory)
+    assert out["dispatched"] == 4 and all(fresh(j).cluster.name == "east" for j in jobs)
+    # east is asked again after each dispatch there (its queue changed); west's one answer serves all four
+    assert (members["east"].estimate_calls, members["west"].estimate_calls) == (4, 1)
+    assert (out["forecast_probes"], out["forecast_hits"], out["forecast_over_cap"]) == (5, 3, 0)
+    assert all(fresh(j).decision["candidates"][0]["forecast"] is True for j in jobs)
+    FederatedJob.objects.filter(pk=jobs[0].pk).update(state="succeeded")  # frees 8 GPUs of the quota
+    nxt = submit(users, name="next")
+    out = dispatch.run_round(client_for=factory)  # a new round: nothing cached from the last one
+    assert fresh(nxt).state == "dispatched" and out["forecast_probes"] == 2
+
+
+def test_forecast_probes_per_round_are_capped(users, members, factory, settings):
+    settings.FEDERATION_USE_WHATIF, settings.FEDERATION_FORECAST_PROBES = True, 3
+    members["east"].estimates, members["west"].estimates = 0.0, 5400.0
+    jobs = [submit(users, name=f"j{i}") for i in range(4)]
+    out = dispatch.run_round(client_for=factory)
+    assert members["east"].estimate_calls + members["west"].estimate_calls == out["forecast_probes"] == 3
+    assert out["dispatched"] == 4 and out["forecast_over_cap"] == 2
+    used = [all(c["forecast"] for c in fresh(j).decision["candidates"]) for j in jobs]
+    # jobs 1-2 forecast (2 probes, then 1 re-probe of east); past the cap every candidate is scored by the
+    # backlog rule, none with a stale mix of forecasts
+    assert used == [True, True, False, False]
+    assert not any(c["forecast"] for j in jobs[2:] for c in fresh(j).decision["candidates"])
+
+
+def test_forecast_cache_keys_and_unanswering_members(settings):
+    from gpuplatform.federation.client import MemberUnreachable
+
+    cache = dispatch.ForecastCache(cap=10)
+    calls = []
+
+    def probe(member):
+        calls.append(member)
+        if member == "down":
+            raise MemberUnreachable("no answer")
+        return 60.0
+
+    a = {"queue": "alpha", "tasks": 1, "gpus_per_task": 8, "priority": 0}
+    assert cache.estimates(a, ["east", "down"], probe) == {"east": 60.0}
+    assert cache.estimates(dict(a), ["east", "down"], probe) == {"east": 60.0}  # both cached, the failure too
+    assert calls == ["east", "down"]
+    cache.estimates({**a, "queue": "beta"}, ["east"], probe)  # another queue: another key
+    cache.estimates({**a, "gpus_per_task": 4}, ["east"], probe)  # another shape: another key
+    assert calls == ["east", "down", "east", "east"] and cache.counts()["forecast_hits"] == 2
+    cache.forget("east")
+    cache.estimates(a, ["east"], probe)
+    assert calls[-1] == "east" and cache.probes == 5

@@ -24,9 +24,27 @@ from ..api.permissions import IsPlatformAdminOrReadOnly
 from ..api.serializers import LogQuerySerializer
 from ..api.serializers.base import ModelSerializer, Serializer
 from ..errors import ValidationError
-from ..models import FederatedJob, MemberCluster, Team
+from ..models import FederatedJob, MemberCluster
 from . import manager
 from .secrets import masked
+
+
+def submit_response(request) -> Response:
+    """Submit `request.data` to the federation and answer 201 with the FederatedJob (Location: its
+    /api/v1/federation/jobs/<id>/). Shared by POST /api/v1/federation/jobs/ and, on a manager, POST
+    /api/v1/jobs/: the body is first checked by the jobs API's JobSubmitSerializer, so a bad field gets the
+    same 400 shape ({"roles[0].tasks": [...]}) as on a worker; then manager.submit_as (queue, team, rights).
+    Idempotency-Key is the caller viewset's (IdempotentCreateMixin)."""
+    from ..api.serializers import JobSubmitSerializer
+
+    body = request.data if isinstance(request.data, dict) else None
+    if body is None:
+        raise ValidationError({"body": "a JSON object"})
+    JobSubmitSerializer(data={k: v for k, v in body.items() if k not in manager.FED_FIELDS}).is_valid(
+        raise_exception=True)
+    job = manager.submit_as(user=request.user, body=dict(body))
+    return Response(FederatedJobSerializer(job).data, status=status.HTTP_201_CREATED,
+                    headers={"Location": f"/api/v1/federation/jobs/{job.pk}/"})
 
 
 class MemberClusterSerializer(ModelSerializer):
@@ -135,19 +153,7 @@ class FederatedJobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.R
     def create(self, request):
         """Submit: the jobs API's body plus `clusters`, `cluster_selector`, `data_site`, `restartable`.
         The team is the queue's. 400 names the field; 403 for another team's queue."""
-        from ..models import Queue
-
-        body = request.data if isinstance(request.data, dict) else None
-        if body is None:
-            raise ValidationError({"body": "a JSON object"})
-        queue = Queue.objects.filter(name=body.get("queue") if isinstance(body.get("queue"), str) else "").first()
-        if queue is None or queue.team_id is None:
-            raise ValidationError({"queue": f"unknown team queue {body.get('queue')!r}"})
-        if not access.can_submit(request.user, queue.team_id):
-            raise PermissionDenied("only members and admins of the team (or platform admins) may submit its jobs")
-        job = manager.submit_federated_job(team=Team.objects.get(pk=queue.team_id), body=dict(body),
-                                           submitter=request.user)
-        return Response(FederatedJobSerializer(job).data, status=status.HTTP_201_CREATED)
+        return submit_response(request)
 
     @extend_schema(parameters=[LogQuerySerializer], responses={200: {"type": "object"}, 503: {"type": "object"}})
     @action(detail=True, methods=["get"])

@@ -23,6 +23,7 @@ At most one live copy of a job -- how each step keeps it (tests/federation prove
 """
 from __future__ import annotations
 
+import json
 import logging
 from datetime import timedelta
 
@@ -37,7 +38,7 @@ from .client import MemberClient, MemberRefused, MemberUnreachable
 
 log = logging.getLogger("gpuplatform.federation")
 
-__all__ = ["client_for", "run_round", "sync_cluster", "dispatch_pending", "withdraw_stale", "fence",
+__all__ = ["ForecastCache", "client_for", "run_round", "sync_cluster", "dispatch_pending", "withdraw_stale", "fence",
            "request_for", "views"]
 
 REMOTE_TO_LOCAL = {"pending": "dispatched", "admitted": "running", "running": "running", "preempting": "running",
@@ -228,23 +229,72 @@ def _what_if_change(job: FederatedJob, flavors) -> dict:
     return change
 
 
-def _estimates(job, cands, clusters, client_for) -> dict:
-    if not getattr(settings, "FEDERATION_USE_WHATIF", True):
+class ForecastCache:
+    """The forecast answers of one round, so a round asks each member at most once per job shape.
+
+    Key: (member name, job shape, queue), where the shape is the what-if change without its queue
+    (tasks, GPUs per task, priority, time limit, tier, flavors): two pending jobs of one shape in one
+    queue share a member's answer. An answer is dropped when a job is dispatched to that member in the
+    same round (its queue just changed), so the next job of that shape asks it again.
+
+    Cap: at most `cap` probes (requests) per round (setting FEDERATION_FORECAST_PROBES, default 64; 0 turns
+    the what-if off). A job whose uncached candidates would pass the cap is scored by the backlog rule on
+    every cluster (no probe, and no cached answer either: all candidates of one decision are scored the
+    same way, scheduler.core.federation.choose). A member that does not answer counts as a probe and is
+    cached as "no answer" for the round. Counters: probes, hits, over_cap (decisions scored without
+    forecasts because of the cap)."""
+
+    def __init__(self, cap: int | None = None):
+        self.cap = int(_setting("FEDERATION_FORECAST_PROBES", 64)) if cap is None else int(cap)
+        self.answers: dict[tuple[str, str, str], float | None] = {}
+        self.probes = self.hits = self.over_cap = 0
+
+    @staticmethod
+    def key(member: str, change: dict) -> tuple[str, str, str]:
+        shape = json.dumps({k: v for k, v in change.items() if k != "queue"}, sort_keys=True, default=str)
+        return (member, shape, str(change.get("queue", "")))
+
+    def estimates(self, change: dict, members: list[str], probe) -> dict:
+        """{member: start estimate in seconds} for `members`, asking `probe(member)` only for uncached ones,
+        within the cap (all or nothing per call). `probe` raises MemberUnreachable/MemberRefused for no answer."""
+        keys = {m: self.key(m, change) for m in members}
+        missing = [m for m in members if keys[m] not in self.answers]
+        if missing and self.probes + len(missing) > self.cap:
+            self.over_cap += 1
+            return {}
+        self.hits += len(members) - len(missing)
+        for m in missing:
+            self.probes += 1
+            try:
+                self.answers[keys[m]] = probe(m)
+            except (MemberUnreachable, MemberRefused) as exc:
+                log.info("no what-if from %s: %s", m, exc)
+                self.answers[keys[m]] = None
+        return {m: self.answers[keys[m]] for m in members if self.answers[keys[m]] is not None}
+
+    def forget(self, member: str) -> None:
+        """Drop `member`'s answers (a job was just dispatched there)."""
+        for k in [k for k in self.answers if k[0] == member]:
+            del self.answers[k]
+
+    def counts(self) -> dict:
+        return {"forecast_probes": self.probes, "forecast_hits": self.hits, "forecast_over_cap": self.over_cap}
+
+
+def _estimates(job, cands, clusters, client_for, forecasts: ForecastCache | None = None) -> dict:
+    if not getattr(settings, "FEDERATION_USE_WHATIF", True) or not cands:
         return {}
-    out = {}
-    for c in cands:
-        try:
-            out[c] = client_for(clusters[c]).estimate(_what_if_change(job, job.flavors))
-        except (MemberUnreachable, MemberRefused) as exc:
-            log.info("no what-if from %s: %s", c, exc)
-    return out
+    forecasts = forecasts if forecasts is not None else ForecastCache()
+    change = _what_if_change(job, job.flavors)
+    return forecasts.estimates(change, list(cands), lambda c: client_for(clusters[c]).estimate(change))
 
 
-def _decide(job: FederatedJob, clusters: dict, client_for, exclude=()) -> policy.Decision:
+def _decide(job: FederatedJob, clusters: dict, client_for, exclude=(), forecasts: ForecastCache | None = None
+            ) -> policy.Decision:
     req = request_for(job)
     vs = [v for v in views(clusters.values()) if v.name not in exclude]
     eligible = [v.name for v in vs if policy.reject_reason(req, v) is None]
-    return policy.choose(req, vs, _estimates(job, eligible, clusters, client_for))
+    return policy.choose(req, vs, _estimates(job, eligible, clusters, client_for, forecasts))
 
 
 def _send(job: FederatedJob, client_for) -> None:
@@ -295,9 +345,11 @@ def _book(summary: dict, job: FederatedJob, flavor: str) -> None:
     share["used"] = int(share.get("used", 0)) + job.gpus
 
 
-def dispatch_pending(*, client_for=client_for, limit: int = 500) -> dict:
+def dispatch_pending(*, client_for=client_for, limit: int = 500, forecasts: ForecastCache | None = None) -> dict:
     """Re-send DISPATCHING jobs (crash recovery), then place PENDING ones in submission order within their
-    queue's federation quota. Returns {"resent", "dispatched", "waiting"}."""
+    queue's federation quota. `forecasts`: the round's ForecastCache (a new one when None). Returns
+    {"resent", "dispatched", "waiting"}."""
+    forecasts = forecasts if forecasts is not None else ForecastCache()
     out = {"resent": 0, "dispatched": 0, "waiting": 0}
     for job in FederatedJob.objects.select_related("cluster").filter(state=FederatedJob.State.DISPATCHING):
         if job.cluster.state == MemberCluster.State.HEALTHY:
@@ -315,7 +367,7 @@ def dispatch_pending(*, client_for=client_for, limit: int = 500) -> dict:
             continue
         refused = {p["cluster"] for p in job.placements
                    if p.get("generation") == job.generation and str(p.get("outcome", "")).startswith("refused")}
-        decision = _decide(job, clusters, client_for, exclude=refused)
+        decision = _decide(job, clusters, client_for, exclude=refused, forecasts=forecasts)
         if decision.cluster is None:
             _wait(job, "no cluster can run it: " + "; ".join(f"{k}: {v}" for k, v in sorted(decision.rejected.items()))
                   if decision.rejected else "no member cluster is healthy")
@@ -333,6 +385,7 @@ def dispatch_pending(*, client_for=client_for, limit: int = 500) -> dict:
         _send(j, client_for)
         flight[job.queue] += job.gpus
         _book(clusters[decision.cluster].summary, job, decision.flavor)
+        forecasts.forget(decision.cluster)
         out["dispatched"] += 1
     return out
 
@@ -342,10 +395,13 @@ def _wait(job: FederatedJob, reason: str) -> None:
         FederatedJob.objects.filter(pk=job.pk, state=FederatedJob.State.PENDING).update(reason=reason[:500])
 
 
-def withdraw_stale(*, client_for=client_for, now=None, margin_s: float = 300.0) -> int:
+def withdraw_stale(*, client_for=client_for, now=None, margin_s: float = 300.0,
+                   forecasts: ForecastCache | None = None) -> int:
     """Jobs DISPATCHED (still pending on their worker) for DISPATCH_TIMEOUT where another cluster now
     scores better by `margin_s`: withdraw (the worker confirms only while pending), then back to pending
-    under a new generation for dispatch_pending. Returns how many were withdrawn."""
+    under a new generation for dispatch_pending. `forecasts`: the round's ForecastCache. Returns how many
+    were withdrawn."""
+    forecasts = forecasts if forecasts is not None else ForecastCache()
     now = now or timezone.now()
     timeout = _setting("DISPATCH_TIMEOUT", 600)
     clusters = {c.name: c for c in MemberCluster.objects.all()}
@@ -354,7 +410,7 @@ def withdraw_stale(*, client_for=client_for, now=None, margin_s: float = 300.0) 
             state=FederatedJob.State.DISPATCHED, dispatched_at__lte=now - timedelta(seconds=timeout)):
         if job.cluster.state != MemberCluster.State.HEALTHY or job.remote_id is None:
             continue
-        decision = _decide(job, clusters, client_for)
+        decision = _decide(job, clusters, client_for, forecasts=forecasts)
         current = next((c for c in decision.candidates if c.cluster == job.cluster.name), None)
         best = next((c for c in decision.candidates if c.cluster != job.cluster.name), None)
         waited = (now - job.dispatched_at).total_seconds()
@@ -384,8 +440,11 @@ def withdraw_stale(*, client_for=client_for, now=None, margin_s: float = 300.0) 
 
 
 def run_round(*, client_for=client_for, now=None) -> dict:
-    """One manager round: sync every member, withdraw stale dispatches, dispatch. Returns counts."""
+    """One manager round: sync every member, withdraw stale dispatches, dispatch. One ForecastCache serves
+    the round's withdraw checks and dispatches (at most FEDERATION_FORECAST_PROBES what-if requests).
+    Returns counts, with forecast_probes / forecast_hits / forecast_over_cap."""
     synced = sum(sync_cluster(c, client_for=client_for, now=now) for c in MemberCluster.objects.all())
-    withdrawn = withdraw_stale(client_for=client_for, now=now)
-    out = dispatch_pending(client_for=client_for)
-    return {"synced": synced, "withdrawn": withdrawn, **out}
+    forecasts = ForecastCache()
+    withdrawn = withdraw_stale(client_for=client_for, now=now, forecasts=forecasts)
+    out = dispatch_pending(client_for=client_for, forecasts=forecasts)
+    return {"synced": synced, "withdrawn": withdrawn, **out, **forecasts.counts()}

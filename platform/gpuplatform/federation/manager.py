@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
@@ -20,7 +22,14 @@ from ..audit import record_event
 from ..errors import ValidationError
 from ..models import FederatedJob, MemberCluster, Queue
 
-__all__ = ["register_cluster", "update_cluster", "submit_federated_job", "cancel_federated_job", "FED_FIELDS"]
+__all__ = ["register_cluster", "update_cluster", "submit_federated_job", "submit_as", "cancel_federated_job",
+           "is_manager", "FED_FIELDS"]
+
+
+def is_manager() -> bool:
+    """Whether this instance is a federation manager (setting FEDERATION_ROLE == "manager"): then the
+    ordinary job form, POST /api/v1/jobs/ and gpuctl submit to the federation (one front door)."""
+    return getattr(settings, "FEDERATION_ROLE", "worker") == "manager"
 
 FED_FIELDS = ("clusters", "cluster_selector", "data_site", "restartable")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$")
@@ -160,6 +169,25 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
     record_event("federation.submitted", f"{job.name} submitted to the federation ({gpus} GPUs)", actor=submitter,
                  queue=queue, data={"federated_job": job.pk, "team": team.slug})
     return job
+
+
+def submit_as(*, user, body: dict) -> FederatedJob:
+    """The front door on a manager (the job form, POST /api/v1/jobs/, POST /api/v1/federation/jobs/, gpuctl):
+    the job's team is its queue's; a `team` in the body must be that team. Raises ValidationError naming
+    `queue` / `team` (then submit_federated_job's), django's PermissionDenied when `user` may not submit
+    the team's jobs."""
+    if not isinstance(body, dict):
+        raise ValidationError({"body": "a JSON object"})
+    name = body.get("queue") if isinstance(body.get("queue"), str) else ""
+    queue = Queue.objects.filter(name=name).select_related("team").first()
+    if queue is None or queue.team_id is None:
+        raise ValidationError({"queue": f"unknown team queue {body.get('queue')!r}"})
+    team = body.get("team")
+    if team not in (None, "") and team != queue.team.slug and getattr(team, "pk", None) != queue.team_id:
+        raise ValidationError({"team": f"queue {queue.name} is team {queue.team.slug}'s, not {team}'s"})
+    if not access.can_submit(user, queue.team_id):
+        raise PermissionDenied("only members and admins of the team (or platform admins) may submit its jobs")
+    return submit_federated_job(team=queue.team, body=dict(body), submitter=user)
 
 
 def cancel_federated_job(job: FederatedJob, *, actor=None, reason: str = "", client_for=None) -> FederatedJob:

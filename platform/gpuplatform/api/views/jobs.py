@@ -73,6 +73,31 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
     pagination_class = KeysetPagination  # cursor pages: each job once while jobs are submitted
     keyset_ordering = ["-submitted_at", "-id"]
 
+    # On a federation manager (FEDERATION_ROLE = "manager", which has no nodes) this endpoint is the
+    # federation's front door: submit, list, read, cancel and logs act on FederatedJobs exactly as
+    # /api/v1/federation/jobs/ does (same service, same validation, same Idempotency-Key handling).
+    def _federated(self, action: str):
+        from ...federation.api import FederatedJobViewSet
+
+        view = FederatedJobViewSet(request=self.request, args=self.args, kwargs=self.kwargs,
+                                   format_kwarg=getattr(self, "format_kwarg", None), action=action)
+        view.headers = {}
+        return view
+
+    def list(self, request, *args, **kwargs):
+        from ...federation.manager import is_manager
+
+        if is_manager():
+            return self._federated("list").list(request, *args, **kwargs)
+        return super().list(request, *args, **kwargs)
+
+    def retrieve(self, request, *args, **kwargs):
+        from ...federation.manager import is_manager
+
+        if is_manager():
+            return self._federated("retrieve").retrieve(request, *args, **kwargs)
+        return super().retrieve(request, *args, **kwargs)
+
     def get_throttles(self):
         return [JobSubmitThrottle()] if self.action == "create" else super().get_throttles()
 
@@ -111,7 +136,14 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
     def create(self, request):
         """Submit a job (send `Idempotency-Key` to make a retry safe). Refused with 400 naming the field: unknown / closed / non-leaf / other team's
         queue, bad role shape (tasks < 1, min_available above tasks, no GPU and no CPU), unknown tier,
-        or a job that can never fit this cluster."""
+        or a job that can never fit this cluster. On a federation manager: submitted to the federation
+        (answer: the FederatedJob, as POST /api/v1/federation/jobs/)."""
+        from ...federation.manager import is_manager
+
+        if is_manager():
+            from ...federation.api import submit_response
+
+            return submit_response(request)
         body = JobSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
@@ -153,7 +185,12 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
     @extend_schema(request=JobCancelSerializer, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        """Cancel a pending or running job; its GPUs are released. 400 (field `state`) if it already ended."""
+        """Cancel a pending or running job; its GPUs are released. 400 (field `state`) if it already ended.
+        On a federation manager: cancels the FederatedJob (and its worker's copy)."""
+        from ...federation.manager import is_manager
+
+        if is_manager():
+            return self._federated("cancel").cancel(request, pk=pk)
         job = self.get_object()
         body = JobCancelSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -166,5 +203,10 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
         """A task's combined stdout/stderr as its node agent sent it: at most 64 KiB from byte `offset`
         (`next_offset` continues), of `attempt` (default: the current one). Kept per task attempt: 1 MiB
         (TASK_LOG_MAX_BYTES), oldest output trimmed first (`trimmed`). `complete` once the task has ended
-        and everything stored was served. 400 naming `task` for a task the job does not have."""
+        and everything stored was served. 400 naming `task` for a task the job does not have.
+        On a federation manager: the FederatedJob's logs, proxied from its worker."""
+        from ...federation.manager import is_manager
+
+        if is_manager():
+            return self._federated("logs").logs(request, pk=pk)
         return Response(read_job_log(self.get_object(), request.query_params))
