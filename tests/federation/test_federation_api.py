@@ -72,7 +72,7 @@ def test_jobs_are_visible_to_their_team_only_and_cancel_needs_the_team(client_fo
     assert again.status_code == 400 and "state" in again.json()
 
 
-def test_federation_page_lists_clusters_and_own_jobs(client_for, users, members, factory):
+def test_federation_page_lists_clusters_and_own_jobs(client_for, users, members, factory, settings):
     from django.test import Client
 
     client_for("member").post("/api/v1/federation/jobs/", JOB, format="json")
@@ -81,6 +81,11 @@ def test_federation_page_lists_clusters_and_own_jobs(client_for, users, members,
     web.force_login(users["member"])
     html = web.get("/federation/").content.decode()
     assert "east" in html and "west" in html and "train" in html and "healthy" in html
+    assert ">Federation</a>" not in html  # a worker's nav bar (the default role) has no federation link
+    settings.FEDERATION_ROLE = "manager"
+    html = web.get("/federation/").content.decode()
+    assert '<a href="/federation/" aria-current="page">Federation</a>' in html  # a manager's nav bar does
+    settings.FEDERATION_ROLE = "worker"
     web.force_login(users["other"])
     assert "train" not in web.get("/federation/").content.decode()
 
