@@ -66,6 +66,8 @@ def test_jobs_list_detail_cancel_logs_on_a_manager_are_the_federated_ones(client
     jid = member.post("/api/v1/jobs/", JOB, format="json").json()["id"]
     assert [j["id"] for j in member.get("/api/v1/jobs/").json()["results"]] == [jid]
     assert other.get("/api/v1/jobs/").json()["results"] == []
+    assert [j["id"] for j in member.get("/api/v1/jobs/?team=alpha&state=pending").json()["results"]] == [jid]
+    assert member.get("/api/v1/jobs/?team=beta").json()["results"] == []
     r = member.get(f"/api/v1/jobs/{jid}/")
     assert r.status_code == 200 and r.json()["name"] == "train" and "decision" in r.json()
     assert other.get(f"/api/v1/jobs/{jid}/").status_code == 404

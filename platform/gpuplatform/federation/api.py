@@ -147,6 +147,8 @@ class FederatedJobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.R
                 qs = qs.filter(**{field: self.request.query_params[field]})
         if self.request.query_params.get("cluster"):
             qs = qs.filter(cluster__name=self.request.query_params["cluster"])
+        if self.request.query_params.get("team"):  # gpuctl list --team (the jobs API's filter, on a manager)
+            qs = qs.filter(team__slug=self.request.query_params["team"])
         return qs
 
     @extend_schema(request={"application/json": {"type": "object"}}, responses={201: FederatedJobSerializer})
