@@ -96,7 +96,7 @@ def test_a_moved_job_runs_once_after_its_lost_worker_returns(tmp_path):
         _wait("the federation demo", lambda: demo.poll() is None and b"Federation: manager on" in log.read_bytes()
               or (demo.poll() is not None and pytest.fail(log.read_text()[-3000:])), 300)
         token = _call(f"{api}/api/v1/auth-token/", form={"username": "demo", "password": "pw"})["token"]
-        job = _call(f"{api}/api/v1/federation/jobs/", token, {
+        job = _call(f"{api}/api/v1/jobs/", token, {  # the ordinary jobs API: the demo's manager federates it
             "name": "once", "queue": "demo", "restartable": True,
             "command": [sys.executable, "-c", "import time; time.sleep(900)", marker],
             "roles": [{"name": "worker", "tasks": 1, "gpus_per_task": 1}]})

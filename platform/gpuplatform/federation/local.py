@@ -110,6 +110,7 @@ def run(cmd, opts) -> None:
         _manager_setup(password, n * (opts["local_agents"] or 2) * opts["gpus_per_agent"])
         from gpuplatform.management.commands.demo import start_server
 
+        settings.FEDERATION_ROLE = "manager"  # this process is the manager: its form, jobs API and gpuctl federate
         server = start_server(opts["host"], opts["port"])
         api = f"http://127.0.0.1:{opts['port']}"
 
@@ -133,11 +134,12 @@ def run(cmd, opts) -> None:
             "", "=" * 72, f"Federation: manager on {api}/federation/ with {n} workers ("
             + ", ".join(u for _, u, _ in workers) + ")",
             f"Log in as admin or demo (password {password}) on the manager or any worker.", "",
-            "Submit to the manager; it places the job on one worker:",
+            f"Submit to the manager (the form at {api}/jobs/new/, gpuctl --api {api}, or REST); it places the job on "
+            "one worker:",
             f"  TOKEN=$(curl -s -X POST {api}/api/v1/auth-token/ -d username=demo -d password={password} "
             "| python3 -c 'import json,sys; print(json.load(sys.stdin)[\"token\"])')",
             f"  curl -s -H \"Authorization: Token $TOKEN\" -H 'Content-Type: application/json' "
-            f"{api}/api/v1/federation/jobs/ -d '{{\"name\": \"hello\", \"queue\": \"demo\", \"command\": "
+            f"{api}/api/v1/jobs/ -d '{{\"name\": \"hello\", \"queue\": \"demo\", \"command\": "
             f"[\"{sys.executable}\", \"{example}\", \"--sleep\", \"60\"], \"roles\": [{{\"name\": \"worker\", "
             f"\"tasks\": 2, \"gpus_per_task\": 1}}]}}'",
             f"  curl -s -H \"Authorization: Token $TOKEN\" {api}/api/v1/federation/clusters/",
