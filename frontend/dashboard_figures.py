@@ -79,21 +79,42 @@ def fragmentation_figures(samples: Sequence[Mapping]) -> dict:
     return {"rates": rates, "gpus": gpus}
 
 
+def _quantile(values: Sequence[float], p: float) -> float:
+    """plotly.js's own quantile (Lib.interp, the box trace's default quartilemethod "linear"): position
+    p * n - 0.5 in the sorted values, linearly interpolated, clamped to the ends."""
+    t = p * len(values) - 0.5
+    if t <= 0:
+        return values[0]
+    if t >= len(values) - 1:
+        return values[-1]
+    lo = int(t)
+    frac = t - lo
+    return round(frac * values[lo + 1] + (1 - frac) * values[lo], 4)
+
+
+def _box(name: str, hours: list[float], color: str) -> dict:
+    """One box from precomputed statistics (q1, median, q3; whiskers at min and max, as the box trace
+    draws them for `boxpoints: false` from raw values): a few numbers instead of every wait, so the page's
+    poll does not carry thousands of points. No sample points exist, so none are drawn."""
+    v = sorted(hours)
+    return {"type": "box", "name": name, "x": [name], "q1": [_quantile(v, 0.25)], "median": [_quantile(v, 0.5)],
+            "q3": [_quantile(v, 0.75)], "lowerfence": [v[0]], "upperfence": [v[-1]],
+            "marker": {"color": color}, "hoverinfo": "y+name"}
+
+
 def wait_figures(rows: Sequence[Mapping], *, max_teams: int = 20) -> dict:
-    """Wait-time distributions (hours, box plots): 'by_size' (the replay report's job size buckets,
-    scheduler.sim.report.SIZE_BUCKETS: "0" = CPU-only jobs) and 'by_team'."""
+    """Wait-time distributions (hours, box plots of precomputed quartiles, whiskers at min / max):
+    'by_size' (the replay report's job size buckets, scheduler.sim.report.SIZE_BUCKETS: "0" = CPU-only
+    jobs) and 'by_team'."""
     by_size, by_team = defaultdict(list), defaultdict(list)
     for r in rows:
         hours = round(r["wait_seconds"] / 3600, 4)
         by_size[size_bucket(r["gpus"])].append(hours)
         by_team[r["team"]].append(hours)
     labels = [label for label, _, _ in SIZE_BUCKETS if label in by_size]
-    size_data = [{"type": "box", "name": f"{b} ({len(by_size[b])})", "y": by_size[b], "boxpoints": False,
-                  "marker": {"color": PALETTE[i % len(PALETTE)]}, "hoverinfo": "y+name"}
-                 for i, b in enumerate(labels)]
+    size_data = [_box(f"{b} ({len(by_size[b])})", by_size[b], PALETTE[i % len(PALETTE)]) for i, b in enumerate(labels)]
     teams = sorted(by_team, key=lambda t: -len(by_team[t]))[:max_teams]
-    team_data = [{"type": "box", "name": f"{plain(t)} ({len(by_team[t])})", "y": by_team[t], "boxpoints": False,
-                  "marker": {"color": PALETTE[i % len(PALETTE)]}, "hoverinfo": "y+name"}
+    team_data = [_box(f"{plain(t)} ({len(by_team[t])})", by_team[t], PALETTE[i % len(PALETTE)])
                  for i, t in enumerate(sorted(teams))]
     out = {}
     for key, data, title in (("by_size", size_data, "Wait time by job size (GPUs)"),

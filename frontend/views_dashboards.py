@@ -239,7 +239,10 @@ def queueing_json(request):
     else:
         rows = p["rows"]
     html = render_to_string("frontend/_pending.html", p, request=request)
-    return data_response(request, {"figures": p["figures"], "summary": p["summary"], "html": {"pending-list": html}},
+    # The forecast-accuracy figure (~50 KB) comes from a committed benchmark file, not from the cluster: the
+    # page draws it once from its own HTML, and the poll does not carry it again on every change.
+    figures = {k: v for k, v in p["figures"].items() if k != "forecast_accuracy"}
+    return data_response(request, {"figures": figures, "summary": p["summary"], "html": {"pending-list": html}},
                          rows, "queueing")
 
 

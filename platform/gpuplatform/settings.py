@@ -162,6 +162,7 @@ CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
 # in days: tokens people ask for (POST /api/v1/auth-token/) and node-agent tokens (manage.py agent_token).
 API_TOKEN_TTL_DAYS = float(os.environ.get("API_TOKEN_TTL_DAYS", "30"))
 AGENT_TOKEN_TTL_DAYS = float(os.environ.get("AGENT_TOKEN_TTL_DAYS", "365"))
+API_TOKENS_PER_USER = int(os.environ.get("API_TOKENS_PER_USER", "20"))  # unexpired tokens one user may hold
 REST_KNOX = {"TOKEN_TTL": timedelta(days=API_TOKEN_TTL_DAYS), "AUTH_HEADER_PREFIX": "Token", "AUTO_REFRESH": False}
 
 REST_FRAMEWORK = {

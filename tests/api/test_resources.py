@@ -19,10 +19,10 @@ def events(kind):
 # --- teams and memberships --------------------------------------------------------------------------
 
 def test_team_create_and_duplicate(admin):
-    r = admin.post("/api/v1/teams/", {"name": "Gamma Ray", "description": "new"}, format="json")
+    r = admin.post("/api/v1/teams/", {"name": "Gamma-Ray", "description": "new"}, format="json")
     assert r.status_code == 201 and r.json()["slug"] == "gamma-ray"
     assert admin.get("/api/v1/teams/gamma-ray/").json()["description"] == "new"
-    dup = admin.post("/api/v1/teams/", {"name": "Gamma Ray"}, format="json")
+    dup = admin.post("/api/v1/teams/", {"name": "Gamma-Ray"}, format="json")
     assert dup.status_code == 400 and "already exists" in dup.json()["name"][0]
     assert events("team_created")[-1].actor.username == "admin"
 

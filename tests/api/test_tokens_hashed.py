@@ -130,3 +130,18 @@ def test_the_migration_hashes_plaintext_tokens_and_they_keep_working(users):
     assert with_token(old_member).get("/api/v1/me/").json()["username"] == "mike"
     ttl = {t.user.username: t.expiry - timezone.now() for t in AuthToken.objects.select_related("user")}
     assert timedelta(days=29) < ttl["mike"] < timedelta(days=31) and ttl["agent-x"] > timedelta(days=364)
+
+
+def test_a_user_holds_at_most_api_tokens_per_user(users, settings):
+    settings.API_TOKENS_PER_USER = 3
+    login = {"username": "mike", "password": "pw"}
+    tokens = [APIClient().post("/api/v1/auth-token/", login, format="json").json()["token"] for _ in range(3)]
+    r = APIClient().post("/api/v1/auth-token/", login, format="json")
+    assert r.status_code == 400 and "revoke one" in r.json()["user"][0]
+    assert AuthToken.objects.filter(user=users["member"]).count() == 3
+    # an expired token no longer counts; revoking one makes room too
+    AuthToken.objects.filter(token_key=tokens[0][:15]).update(expiry=timezone.now() - timedelta(seconds=1))
+    assert APIClient().post("/api/v1/auth-token/", login, format="json").status_code == 200
+    assert with_token(tokens[1]).post("/api/v1/auth-token/revoke/", {}, format="json").status_code == 204
+    assert APIClient().post("/api/v1/auth-token/", login, format="json").status_code == 200
+    assert AuthToken.objects.filter(user=users["member"]).count() == 3

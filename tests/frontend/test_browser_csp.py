@@ -37,6 +37,8 @@ def test_charts_draw_under_a_csp_without_unsafe_eval(browser, live_server, clust
         for sel in selectors:
             p.page.wait_for_selector(f"{sel} .main-svg")
         assert p.page.evaluate("window.__csp") == [], path
+        if path == "/queueing/":  # the wait boxes (precomputed quartiles) are drawn, whiskers included
+            assert p.page.locator("#fig-by_size .boxlayer path").count() >= 1
         assert p.page.evaluate("() => typeof Plotly === 'object' && Plotly.version") == _plotly_version()
         p.assert_clean()  # no console error, no CSP violation report, no uncaught exception
     # the GPU-level map really drew with WebGL (the trace the normal bundle compiles with `new Function`)

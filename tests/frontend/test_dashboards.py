@@ -279,3 +279,17 @@ def test_submit_form_takes_numa_and_sub_groups(client, world):
     bad = client.post("/jobs/new/", roles_post(name="train-2", **{"roles-0-group_size": "2"}))
     assert bad.status_code == 200 and "group_highest_tier" in bad.content.decode()
     assert not Job.objects.filter(name="train-2").exists()
+
+
+def test_wait_boxes_carry_plotly_quartiles_not_every_wait():
+    """Box plots from precomputed statistics (plotly.js's linear quartiles, whiskers at min / max): the
+    queueing page's poll carries a few numbers per box however many jobs waited."""
+    from frontend.dashboard_figures import wait_figures
+
+    rows = [{"wait_seconds": 3600 * (i % 11), "gpus": 1, "team": "red"} for i in range(11_000)]
+    figs = wait_figures(rows)
+    box = figs["by_size"]["data"][0]
+    assert (box["q1"], box["median"], box["q3"], box["lowerfence"], box["upperfence"]) == ([2.0], [5.0], [8.0], [0.0], [10.0])
+    assert "y" not in box and len(json.dumps(figs)) < 5_000
+    one = wait_figures([{"wait_seconds": 7200, "gpus": 8, "team": "blue"}])["by_team"]["data"][0]
+    assert one["q1"] == one["median"] == one["q3"] == one["lowerfence"] == [2.0]

@@ -113,5 +113,7 @@ def test_queueing_page_plots_the_committed_accuracy_figures(client, world, setti
         {"start_day": 20, "days": 30, "runs": {"without_time_limits": run, "with_time_limits": run}}))
     html = client.get("/queueing/").content.decode()
     assert 'id="fig-forecast_accuracy"' in html and "5400 s" in html and "exact time limits" in html
-    figures = client.get("/queueing/data.json").json()["figures"]
-    assert figures["forecast_accuracy"]["data"][0]["x"] == [1.0, 2.0]  # the plot has data
+    initial = html.split('<script id="initial-figures" type="application/json">')[1].split("</script>")[0]
+    assert json.loads(initial)["forecast_accuracy"]["data"][0]["x"] == [1.0, 2.0]  # the plot has data
+    # drawn once from the page: the 5 s poll does not carry the (static, ~50 KB) figure again
+    assert "forecast_accuracy" not in client.get("/queueing/data.json").json()["figures"]

@@ -7,7 +7,9 @@ may hold several (one per script or machine); each is revoked alone (`revoke_api
 `POST /api/v1/auth-token/revoke/` with the token itself, the admin's "Auth tokens") or all together.
 
 Lifetimes: API_TOKEN_TTL_DAYS (default 30) for tokens a person asks for, AGENT_TOKEN_TTL_DAYS (default 365)
-for node-agent tokens. An expired token is refused (401) and deleted on its next use (knox.auth).
+for node-agent tokens. An expired token is refused (401) and deleted on its next use (knox.auth). A user
+holds at most API_TOKENS_PER_USER (default 20) unexpired tokens: one more is refused until one is revoked
+or expires (a script that logs in on every run would otherwise pile them up).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 from knox.models import AuthToken
 
 from ..audit import record_event
@@ -35,13 +38,19 @@ def agent_token_ttl() -> timedelta:
 def issue_api_token(user, *, ttl: timedelta | None = None, actor=None, purpose: str = "api") -> tuple[str, datetime]:
     """A new token for `user`, valid for `ttl` (default api_token_ttl(); must be positive). Returns
     (token, expiry): the token is not stored and cannot be shown again. Audited as `api_token_issued`
-    (with the digest's first 12 characters to tell tokens apart, never the token). Raises ValidationError
-    ("user": inactive user; "ttl": not positive)."""
+    (with the digest's first 12 characters to tell tokens apart, never the token). Expired tokens of the
+    user are deleted first. Raises ValidationError ("user": inactive user, or API_TOKENS_PER_USER unexpired
+    tokens already; "ttl": not positive)."""
     ttl = api_token_ttl() if ttl is None else ttl
     if not user.is_active:
         raise ValidationError({"user": f"user {user} is inactive: an inactive user gets no token"})
     if ttl <= timedelta(0):
         raise ValidationError({"ttl": "a token's lifetime must be positive"})
+    AuthToken.objects.filter(user=user, expiry__lt=timezone.now()).delete()  # expired: gone anyway
+    limit = int(getattr(settings, "API_TOKENS_PER_USER", 20))
+    if AuthToken.objects.filter(user=user).count() >= limit:
+        raise ValidationError({"user": f"{user} already holds {limit} unexpired tokens (API_TOKENS_PER_USER): "
+                                       f"revoke one (POST /api/v1/auth-token/revoke/) or reuse it"})
     instance, token = AuthToken.objects.create(user=user, expiry=ttl)
     record_event("api_token_issued", f"{purpose} token issued to {user}, expires {instance.expiry:%Y-%m-%d %H:%M} UTC",
                  actor=actor, data={"user": str(user), "id": instance.digest[:12], "purpose": purpose,
