@@ -82,12 +82,13 @@ class SlurmBackend:
         self.start_timeout = float(settings.SLURM_START_TIMEOUT if start_timeout is None else start_timeout)
         self.jobcomp_file = settings.SLURM_JOBCOMP_FILE if jobcomp_file is None else jobcomp_file
         self.flavor = flavor or settings.SLURM_GPU_FLAVOR
+        self._now = None
 
     # -- one round ---------------------------------------------------------------------------------------------
     def sync(self, now: datetime | None = None) -> RoundStats:
         """One round (module docstring). Slurm errors are logged and counted (RoundStats.errors); the round goes
         on with what it could read, and the next round retries."""
-        now = now or clock.now()
+        now = self._now = now or clock.now()
         stats = RoundStats()
         try:
             self.sync_nodes(now)
@@ -197,7 +198,11 @@ class SlurmBackend:
         if ended:
             self._ended(job_id, record, sj, comp, tasks, now, stats)
             return
-        # stops: TERM at once, KILL at the deadline
+        # stops: TERM at once, KILL at the deadline (the assignments read again: a report above may have stopped it)
+        if pending_exits:
+            nodes = {node.pk: node for node, _ in tasks}.values()
+            tasks = [(node, t) for node in nodes for t in node_assignments(node, now)["tasks"] if t["job"] == job_id]
+            stopping = bool(tasks) and all(t["action"] == "stop" for _, t in tasks)
         stops = [t for _, t in tasks if t["action"] == "stop"]
         if stops and stopping:
             deadline = min(datetime.fromisoformat(t["stop_deadline"]) for t in stops if t["stop_deadline"])
@@ -222,7 +227,7 @@ class SlurmBackend:
         return record
 
     def _report(self, node, t, event: str, stats: RoundStats, **kw) -> bool:
-        ok, detail = report_task_event(node, task_id=t["task"], attempt=t["attempt"], event=event, **kw)
+        ok, detail = report_task_event(node, task_id=t["task"], attempt=t["attempt"], event=event, at=self._now, **kw)
         if ok:
             if event == "started":
                 stats.started += 1
@@ -336,7 +341,7 @@ class SlurmBackend:
         data = raw.decode("utf-8", errors="replace")
         if len(data.encode("utf-8")) != len(raw):  # invalid UTF-8: one "?" per byte keeps the offsets the file's
             data = "".join(chr(b) if b < 128 else "?" for b in raw)
-        ok, _, _ = append_log(node, task_id=t["task"], attempt=t["attempt"], offset=stored, data=data)
+        ok, _, _ = append_log(node, task_id=t["task"], attempt=t["attempt"], offset=stored, data=data, at=self._now)
         if ok:
             stats.log_bytes += len(raw)
 
