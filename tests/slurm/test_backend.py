@@ -120,7 +120,7 @@ def test_exit_3_in_one_task_fails_the_gang_and_the_stop_goes_to_slurm(slurm, sub
     assert job.state == "preempting" and job.stop_target == "failed"
     assert (job.exit_code, job.failed_task) == (3, "worker[1]")
     assert stats.signalled == [job.pk]
-    assert fake.commands("scancel") == [f"scancel --full --signal=TERM {jid}"]
+    assert fake.commands("scancel") == [f"scancel --signal=TERM {jid}"]
     backend.sync(at(4))  # TERM once
     assert len(fake.commands("scancel")) == 1
     deadline = job.preempt_deadline

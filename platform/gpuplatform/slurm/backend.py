@@ -4,7 +4,7 @@
 it every SLURM_POLL_SECONDS; it keeps no state of its own between rounds, so a restarted backend finds its
 jobs: the database holds each gang's Slurm job id, Slurm holds the jobs, named gpp-<job>-a<attempt>):
 
-1. Nodes (`sync_nodes`): every node of the partition (sinfo --json) is a platform node with executor
+1. Nodes (`sync_nodes`, after squeue is read): every node of the partition (sinfo --json) is a platform node with executor
    "slurm" (created on first sight with its GPUs); a node drained or down in Slurm is drained here with
    Slurm's reason; a node cordoned or drained here is drained in Slurm (`scontrol update ... state=drain
    reason="gpuplatform: ..."`) and resumed there when it is ready here again.
@@ -17,7 +17,7 @@ jobs: the database holds each gang's Slurm job id, Slurm holds the jobs, named g
    unreported -> by Slurm's state: TIMEOUT ends the job as a time limit, NODE_FAIL requeues the gang whole,
    OUT_OF_MEMORY is "host out of memory", CANCELLED after our kill is SIGKILL, anything else is "lost" with
    Slurm's state and reason.
-4. Stops: a gang whose assignments say "stop" gets `scancel --full --signal=TERM` at once and
+4. Stops: a gang whose assignments say "stop" gets `scancel --signal=TERM` (its tasks) at once and
    `scancel --full --signal=KILL` + `scancel` at its stop deadline (Slurm's process tracking removes every
    process of the job). A platform job (gpp-...) Slurm runs that the platform no longer lists is cancelled.
 """
@@ -91,15 +91,17 @@ class SlurmBackend:
         now = self._now = now or clock.now()
         stats = RoundStats()
         try:
+            jobs = self.cli.jobs()  # read before the nodes: a job Slurm ended NODE_FAIL is seen as such, not
+        except SlurmError as exc:   # as the eviction the drain of its down node would start
+            stats.errors.append(str(exc))
+            log.warning("slurm: squeue failed, jobs skipped: %s", exc)
+            jobs = None
+        try:
             self.sync_nodes(now)
         except SlurmError as exc:
             stats.errors.append(str(exc))
             log.warning("slurm: nodes not synced: %s", exc)
-        try:
-            jobs = self.cli.jobs()
-        except SlurmError as exc:
-            stats.errors.append(str(exc))
-            log.warning("slurm: squeue failed, round skipped: %s", exc)
+        if jobs is None:
             return stats
         by_name: dict[str, SlurmJob] = {}
         for j in sorted(jobs, key=lambda j: int(j.job_id)):
@@ -174,7 +176,7 @@ class SlurmBackend:
             if (now - submitted).total_seconds() >= self.start_timeout:
                 self._start_timeout(job_id, record, sj, now, stats)
             return
-        if sj is not None and sj.state == "RUNNING" and "gpus" not in record:
+        if sj is not None and sj.node_list and sj.state not in ("PENDING", "CONFIGURING") and "gpus" not in record:
             self._record_placement(job_id, attempt, record, sj, tasks, now)
         # started, output, exits: from the launchers' files
         pending_exits = []
@@ -204,14 +206,17 @@ class SlurmBackend:
             tasks = [(node, t) for node in nodes for t in node_assignments(node, now)["tasks"] if t["job"] == job_id]
             stopping = bool(tasks) and all(t["action"] == "stop" for _, t in tasks)
         stops = [t for _, t in tasks if t["action"] == "stop"]
-        if stops and stopping:
+        if stops and stopping and (sj is None or sj.state != "COMPLETING"):
             deadline = min(datetime.fromisoformat(t["stop_deadline"]) for t in stops if t["stop_deadline"])
             if not record.get("term_at"):
-                self.cli.signal(record["job_id"], "TERM")
+                try:
+                    self.cli.signal(record["job_id"], "TERM")
+                except SlurmError as exc:  # no step running (yet, or any more): the KILL at the deadline remains
+                    log.info("slurm: TERM to job %s: %s", record["job_id"], exc)
                 record = self._save(job_id, {**record, "term_at": now.isoformat()})
                 stats.signalled.append(job_id)
             if now >= deadline and not record.get("kill_at"):
-                self.cli.signal(record["job_id"], "KILL")
+                self.cli.signal(record["job_id"], "KILL", full=True)
                 self.cli.cancel(record["job_id"])
                 record = self._save(job_id, {**record, "kill_at": now.isoformat()})
                 stats.killed.append(job_id)
@@ -298,8 +303,9 @@ class SlurmBackend:
                     local = [x for n, x in tasks if n.pk == node.pk].index(t)
                 indices = sj.gpus.get(target_name, [])
                 g = len(t["gpus"])
-                mine = indices[local * g:(local + 1) * g] if g else []
                 current = sorted(x["index"] for x in t["gpus"])
+                # Slurm's indices; when it no longer says (an ended job's gres_detail is empty), the planned ones
+                mine = (indices[local * g:(local + 1) * g] if len(indices) >= (local + 1) * g else current) if g else []
                 if target_name == node.name and (not mine or sorted(mine) == current):
                     continue
                 target = Node.objects.filter(name=target_name).first()
@@ -360,9 +366,11 @@ class SlurmBackend:
                          reason=f"time limit: Slurm ended job {sid} at its --time (TIMEOUT)")
                 kw = {"signal": 9, "message": f"Slurm job {sid} TIMEOUT"}
             elif state == "NODE_FAIL":
-                stop_job(job_id, at=now, target="requeue", kind="node_failed",
-                         reason=f"Slurm job {sid} NODE_FAIL: a node was lost ({reason or 'no reason'}); the gang is "
-                                "requeued whole")
+                why = (f"Slurm job {sid} NODE_FAIL: a node was lost ({reason or 'no reason'}); the gang is requeued "
+                       "whole")
+                if not stop_job(job_id, at=now, target="requeue", kind="node_failed", reason=why):
+                    # already stopping (the node's drain, synced first, evicted it): still say what Slurm saw
+                    record_event("node_failed", why, job_id=job_id, time=now, data={"slurm_job_id": sid})
                 kw = {"message": f"Slurm job {sid} NODE_FAIL: node lost"}
             elif state == "OUT_OF_MEMORY":
                 kw = {"message": f"host out of memory: Slurm job {sid} OUT_OF_MEMORY"}

@@ -99,7 +99,7 @@ class SlurmNode:
 
     @property
     def down(self) -> bool:
-        return self.state in ("down", "future", "unknown") or "NOT_RESPONDING" in self.flags
+        return self.state in ("down", "future")  # NOT_RESPONDING alone is transient: Slurm decides DOWN
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -216,9 +216,11 @@ class SlurmCLI:
                                  partitions=list(n.get("partitions") or [])))
         return out
 
-    def signal(self, job_id: str, sig: str = "TERM") -> None:
-        """Send `sig` to every process of the job: its batch shell and every step (scancel --full)."""
-        self._run(["scancel", "--full", f"--signal={sig}", job_id])
+    def signal(self, job_id: str, sig: str = "TERM", *, full: bool = False) -> None:
+        """Send `sig` to every process of the job's steps (the tasks; Slurm's process tracking reaches their
+        children); `full` also to the batch shell. A TERM must not reach the batch shell: srun takes a SIGTERM
+        as "abort the step" and kills the tasks at once, before they could stop cleanly."""
+        self._run(["scancel", *(["--full"] if full else []), f"--signal={sig}", job_id])
 
     def cancel(self, job_id: str) -> None:
         """End the job: Slurm signals, waits KillWait, kills, and its process tracking removes what is left."""

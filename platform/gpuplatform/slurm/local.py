@@ -134,9 +134,9 @@ class LocalSlurm:
             ""]))
 
     # -- processes -----------------------------------------------------------------------------------------
-    def _spawn(self, key: str, argv: list[str]) -> None:
+    def _spawn(self, key: str, argv: list[str], extra_env: dict | None = None) -> None:
         log = open(self.dir / "log" / f"{key}.out", "ab")
-        self._procs[key] = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        self._procs[key] = subprocess.Popen(argv, env={**self.env, **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
 
@@ -152,14 +152,25 @@ class LocalSlurm:
         self._wait(lambda: self.socket.exists(), "munged", 10)
 
     def start_slurmd(self, node: str) -> None:
-        self._spawn(f"slurmd-{node}", [_bin("slurmd"), "-D", "-N", node])
+        # the marker reaches its slurmstepd processes too (they inherit slurmd's environment): kill_slurmd
+        self._spawn(f"slurmd-{node}", [_bin("slurmd"), "-D", "-N", node], {"GPUPLATFORM_SLURMD_NODE": node})
 
     def kill_slurmd(self, node: str) -> None:
-        """SIGKILL `node`'s slurmd (a node lost): its jobs end NODE_FAIL after slurmd_timeout."""
+        """The node is lost: SIGKILL its slurmd, its slurmstepd processes and its jobs' tasks (found by marks in
+        their environment); slurmctld declares it DOWN and its jobs NODE_FAIL after slurmd_timeout."""
         p = self._procs.pop(f"slurmd-{node}", None)
         if p is not None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+        marks = {f"GPUPLATFORM_SLURMD_NODE={node}".encode(), f"SLURMD_NODENAME={node}".encode()}
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if marks & set((proc / "environ").read_bytes().split(b"\0")):
+                    os.kill(int(proc.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                continue
 
     def start(self) -> "LocalSlurm":
         missing = slurm_installed()

@@ -110,7 +110,7 @@ def build_job(tasks: list[GangTask], *, job_id: int, attempt: int, output_dir: s
              f"#SBATCH --ntasks-per-node={k}",
              f"#SBATCH --output={d}/batch.out",
              f"#SBATCH --chdir={d}",
-             f"#SBATCH --comment=gpuplatform job {job_id} attempt {attempt}",
+             f"#SBATCH --comment=gpuplatform-job-{job_id}-attempt-{attempt}",
              "#SBATCH --no-requeue",
              "#SBATCH --kill-on-invalid-dep=yes"]
     if mode == "placement":
