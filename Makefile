@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv install test test-fast demo demo-local bench bench-full browser
+.PHONY: help venv install test test-fast demo demo-local demo-slurm bench bench-full browser slurm
 
 help:
 	@echo "make demo   - venv + install, migrate a SQLite DB, load the Philly cluster, users per team,"
@@ -16,6 +16,8 @@ help:
 	@echo "make bench  - every benchmark in quick mode (benchmarks/run.py --quick, under 3 minutes)"
 	@echo "make bench-full - every benchmark with the settings of benchmarks/RESULTS.md (long)"
 	@echo "make browser - Debian's Chromium for the browser tests (apt-get, only when /usr/bin/chromium is missing)"
+	@echo "make slurm  - Debian's munge slurmctld slurmd slurm-client (apt-get, only when one is missing)"
+	@echo "make demo-slurm - the product over a private local Slurm of two nodes (needs root and make slurm)"
 	@echo "Variables: DEMO_ARGS='--speed 1200 --port 8001', DEMO_DB=sqlite:///path.sqlite3"
 
 venv: $(PY)
@@ -64,4 +66,17 @@ bench-full: install $(BENCH_STAMP)
 # Playwright's Python package (the dev extra); `playwright install` is never used. .ci/run calls this.
 browser:
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
+# Slurm for the Slurm backend's tests and demo (docs/slurm.md): the tests start their own private munged,
+# slurmctld and slurmds (gpuplatform/slurm/local.py), so only the packages are needed. .ci/run calls this.
+SLURM_BINARIES := /usr/sbin/munged /usr/sbin/slurmctld /usr/sbin/slurmd /usr/bin/sbatch
+slurm:
+	@(for b in $(SLURM_BINARIES); do test -x $$b || exit 1; done) || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	   munge slurmctld slurmd slurm-client)
+
+# The product over a private two-node Slurm on this machine (web, cycle, Slurm backend; db-slurm.sqlite3).
+DEMO_SLURM_DB ?= sqlite:///$(CURDIR)/db-slurm.sqlite3
+demo-slurm: install slurm
+	DATABASE_URL='$(DEMO_SLURM_DB)' REDIS_URL= $(PY) manage.py demo --slurm $(DEMO_ARGS)
 	@/usr/bin/chromium --version 2>/dev/null | head -1

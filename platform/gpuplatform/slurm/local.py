@@ -153,7 +153,7 @@ class LocalSlurm:
 
     def start_slurmd(self, node: str) -> None:
         # the marker reaches its slurmstepd processes too (they inherit slurmd's environment): kill_slurmd
-        self._spawn(f"slurmd-{node}", [_bin("slurmd"), "-D", "-N", node], {"GPUPLATFORM_SLURMD_NODE": node})
+        self._spawn(f"slurmd-{node}", [_bin("slurmd"), "-D", "-N", node], {"GPUPLATFORM_SLURMD_NODE": f"{self.conf}:{node}"})
 
     def kill_slurmd(self, node: str) -> None:
         """The node is lost: SIGKILL its slurmd, its slurmstepd processes and its jobs' tasks (found by marks in
@@ -162,12 +162,14 @@ class LocalSlurm:
         if p is not None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-        marks = {f"GPUPLATFORM_SLURMD_NODE={node}".encode(), f"SLURMD_NODENAME={node}".encode()}
+        daemon = f"GPUPLATFORM_SLURMD_NODE={self.conf}:{node}".encode()
+        task = {f"SLURMD_NODENAME={node}".encode(), f"SLURM_CONF={self.conf}".encode()}  # this Slurm's tasks only
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
             try:
-                if marks & set((proc / "environ").read_bytes().split(b"\0")):
+                env = set((proc / "environ").read_bytes().split(b"\0"))
+                if daemon in env or task <= env:
                     os.kill(int(proc.name), signal.SIGKILL)
             except (OSError, ValueError):
                 continue
