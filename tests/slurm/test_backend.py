@@ -253,3 +253,17 @@ def test_drains_flow_both_ways(slurm):
     services.uncordon_node(Node.objects.get(name="gpn1"))
     assert backend.sync_nodes(at(4))["resumed"] == ["gpn1"]
     assert fake.nodes["gpn1"]["state_flags"] == []
+
+
+def test_the_job_page_and_the_api_show_the_slurm_job_id(slurm, submit, client):
+    from django.contrib.auth import get_user_model
+
+    fake, backend = slurm
+    job = submit("shown", tasks=1, gpus=1)
+    bind(job, ("gpn1", (0,)))
+    backend.sync(at(1))
+    jid = fake.only(f"gpp-{job.pk}-a0")
+    client.force_login(get_user_model().objects.create_superuser("root", "root@example.com", "pw-123456789"))
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert re.search(rf'id="job-slurm"><code>{jid}</code>.*attempt 0, placement mode', html)
+    assert client.get(f"/api/v1/jobs/{job.pk}/").json()["slurm_job_id"] == jid
