@@ -35,7 +35,7 @@ from django.db import transaction
 from django.db.models import F, Max
 
 from .. import clock
-from ..audit import record_event
+from ..audit import record_event, record_events
 from ..execution import append_log, master_port, node_assignments, report_task_event, stop_job
 from ..lifecycle import requeue_job
 from ..models import Allocation, Gpu, Job, Node, Task, TaskLog
@@ -83,6 +83,7 @@ class SlurmBackend:
         self.jobcomp_file = settings.SLURM_JOBCOMP_FILE if jobcomp_file is None else jobcomp_file
         self.flavor = flavor or settings.SLURM_GPU_FLAVOR
         self._now = None
+        self._submitted: list = []
 
     # -- one round ---------------------------------------------------------------------------------------------
     def sync(self, now: datetime | None = None) -> RoundStats:
@@ -110,14 +111,22 @@ class SlurmBackend:
         completed = self._jobcomp()
         gangs = self._gangs(now)
         listed = set()
-        for job_id, tasks in gangs.items():
-            attempt = tasks[0][1]["attempt"]
-            listed.add(job_name(job_id, attempt))
-            try:
-                self._drive(job_id, attempt, tasks, by_name, by_id, completed, now, stats)
-            except SlurmError as exc:
-                stats.errors.append(str(exc))
-                log.warning("slurm: job %s: %s", job_id, exc)
+        self._submitted = []
+        rows = {}
+        ids = list(gangs)
+        for i in range(0, len(ids), 1000):
+            rows.update({r["id"]: r for r in Job.objects.filter(pk__in=ids[i:i + 1000]).values(*self.JOB_FIELDS)})
+        try:
+            for job_id, tasks in gangs.items():
+                attempt = tasks[0][1]["attempt"]
+                listed.add(job_name(job_id, attempt))
+                try:
+                    self._drive(job_id, attempt, tasks, by_name, by_id, completed, now, stats, rows.get(job_id))
+                except SlurmError as exc:
+                    stats.errors.append(str(exc))
+                    log.warning("slurm: job %s: %s", job_id, exc)
+        finally:
+            self._flush_submissions()
         for j in jobs:  # platform jobs Slurm runs that the platform no longer lists: cancel them
             if parse_job_name(j.name) and j.name not in listed and not j.ended and j.state != "COMPLETING":
                 try:
@@ -138,7 +147,9 @@ class SlurmBackend:
     def _gangs(self, now: datetime) -> dict[int, list[tuple]]:
         """{job id: [(node, assignment task), ...] in rank order} over every Slurm node."""
         gangs: dict[int, list[tuple]] = defaultdict(list)
-        for node in Node.objects.filter(executor=Node.Executor.SLURM).order_by("name"):
+        busy = Task.objects.filter(state__in=Task.ON_NODE_STATES, node__executor=Node.Executor.SLURM,
+                                   job__simulated=False).values("node_id")
+        for node in Node.objects.filter(executor=Node.Executor.SLURM, pk__in=busy).order_by("name"):
             for t in node_assignments(node, now)["tasks"]:
                 gangs[t["job"]].append((node, t))
         for tasks in gangs.values():
@@ -146,9 +157,12 @@ class SlurmBackend:
         return dict(gangs)
 
     # -- one gang ----------------------------------------------------------------------------------------------
-    def _drive(self, job_id: int, attempt: int, tasks, by_name, by_id, completed, now, stats: RoundStats) -> None:
-        row = Job.objects.filter(pk=job_id).values("slurm_job_id", "slurm", "time_limit_seconds",
-                                                    "queue__preemption_grace_seconds", "state", "name").first()
+    JOB_FIELDS = ("id", "slurm_job_id", "slurm", "time_limit_seconds", "queue__preemption_grace_seconds", "state", "name")
+
+    def _drive(self, job_id: int, attempt: int, tasks, by_name, by_id, completed, now, stats: RoundStats,
+               row: dict | None = None) -> None:
+        if row is None:
+            row = Job.objects.filter(pk=job_id).values(*self.JOB_FIELDS).first()
         record = row["slurm"] if (row["slurm"] or {}).get("attempt") == attempt else {}
         name = job_name(job_id, attempt)
         sj = by_name.get(name) or by_id.get(record.get("job_id", ""))
@@ -265,13 +279,25 @@ class SlurmBackend:
         (d / "launch.sh").write_text(scripts.launch)
         (d / "batch.sh").write_text(scripts.batch)
         slurm_id = self.cli.submit(scripts.batch)
-        self._save(job_id, {"attempt": attempt, "job_id": slurm_id, "submitted_at": now.isoformat(), "dir": str(d),
-                            "mode": self.mode})
-        record_event("slurm_submitted", f"{row['name']}: Slurm job {slurm_id} submitted ({self.mode} mode, "
-                     f"{len(scripts.nodes)} node(s) x {scripts.tasks_per_node} task(s), "
-                     f"{scripts.gpus_per_task} GPU(s) per task)", job_id=job_id, time=now,
-                     data={"slurm_job_id": slurm_id, "attempt": attempt, "nodes": scripts.nodes, "mode": self.mode})
+        # written with the round's other submissions in one transaction (_flush_submissions): a backend that
+        # dies before that commit finds these Slurm jobs by name next time (adoption in _drive)
+        self._submitted.append((job_id, {"attempt": attempt, "job_id": slurm_id, "submitted_at": now.isoformat(),
+                                         "dir": str(d), "mode": self.mode}, {
+            "time": now, "kind": "slurm_submitted", "job_id": job_id,
+            "message": f"{row['name']}: Slurm job {slurm_id} submitted ({self.mode} mode, {len(scripts.nodes)} "
+                       f"node(s) x {scripts.tasks_per_node} task(s), {scripts.gpus_per_task} GPU(s) per task)",
+            "data": {"slurm_job_id": slurm_id, "attempt": attempt, "nodes": scripts.nodes, "mode": self.mode}}))
         stats.submitted.append(job_id)
+
+    def _flush_submissions(self) -> None:
+        """The round's Slurm job records and their `slurm_submitted` Events, in one transaction."""
+        if not self._submitted:
+            return
+        with transaction.atomic():
+            for job_id, record, _ in self._submitted:
+                self._save(job_id, record)
+            record_events([event for _, _, event in self._submitted])
+        self._submitted = []
 
     def _start_timeout(self, job_id: int, record: dict, sj: SlurmJob | None, now, stats: RoundStats) -> None:
         why = (sj.reason if sj is not None else "") or "no reason given"
