@@ -85,7 +85,7 @@ def slurm_latency(bench, args, flavor: str, tmp: Path) -> dict:
     from django.db import close_old_connections
 
     from gpuplatform import services
-    from gpuplatform.models import Job, Task
+    from gpuplatform.models import Job, Node, Task
     from gpuplatform.slurm.backend import SlurmBackend
     from gpuplatform.slurm.cli import SlurmCLI, SubprocessRunner
     from gpuplatform.slurm.local import LocalSlurm
@@ -121,7 +121,14 @@ def slurm_latency(bench, args, flavor: str, tmp: Path) -> dict:
             deadline = time.monotonic() + 120
             while Task.objects.filter(job=job, state="running").count() < 2:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"Slurm job of {job.pk} did not run: {Job.objects.get(pk=job.pk).slurm}")
+                    j = Job.objects.get(pk=job.pk)
+                    raise RuntimeError(f"job {job.pk} did not run through Slurm: state {j.state}, pending reason "
+                                       f"{j.pending_reason!r}, slurm {j.slurm}, tasks "
+                                       f"{list(Task.objects.filter(job=job).values_list('state', 'node__name'))}, "
+                                       f"last backend rounds {rounds[-3:]}, squeue "
+                                       f"{local.run('squeue', '-h', '-o', '%i %j %T %r').stdout[-500:]}, nodes "
+                                       f"{list(Node.objects.filter(executor='slurm').values_list('name', 'state', 'health_reason'))}"
+                                       f", sinfo {local.run('sinfo', '-h', '-N', '-o', '%N %T %E').stdout}")
                 time.sleep(0.05)
             time.sleep(0.3)
             job = Job.objects.get(pk=job.pk)

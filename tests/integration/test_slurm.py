@@ -223,3 +223,19 @@ def test_a_backend_restarted_mid_run_finds_its_jobs(backend):
     assert job.slurm_job_id == slurm_id
     assert Event.objects.filter(job=job, kind="slurm_submitted").count() == 1
     assert "done" in log_of(Task.objects.get(job=job))
+
+
+def test_a_cordon_here_drains_the_node_in_slurm_and_uncordon_resumes_it(backend, local_slurm):
+    services.cordon_node(Node.objects.get(name="gpn2"), reason="maintenance")
+    backend.sync()
+
+    def slurm_node():
+        line = local_slurm.run("sinfo", "-h", "-N", "-n", "gpn2", "-o", "%T|%E").stdout.strip()
+        return line.split("|", 1)
+
+    state, reason = slurm_node()
+    assert state.startswith("drain") and reason.startswith("gpuplatform: ")
+    assert Node.objects.get(name="gpn2").state == "cordoned"  # our own drain does not come back as Slurm's
+    services.uncordon_node(Node.objects.get(name="gpn2"))
+    backend.sync()
+    assert slurm_node()[0].startswith("idle")  # no longer drained ("idle*": not responding yet, after a restart)

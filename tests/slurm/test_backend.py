@@ -267,3 +267,42 @@ def test_the_job_page_and_the_api_show_the_slurm_job_id(slurm, submit, client):
     html = client.get(f"/jobs/{job.pk}/").content.decode()
     assert re.search(rf'id="job-slurm"><code>{jid}</code>.*attempt 0, placement mode', html)
     assert client.get(f"/api/v1/jobs/{job.pk}/").json()["slurm_job_id"] == jid
+
+
+def test_a_submission_slurm_keeps_refusing_fails_the_job_with_slurms_words(slurm, submit):
+    fake, backend = slurm
+    job = submit("refused", tasks=1, gpus=1)
+    bind(job, ("gpn1", (0,)))
+    fake.fail["sbatch"] = "sbatch: error: Batch job submission failed: Requested node configuration is not available"
+    for i in range(2):
+        stats = backend.sync(at(1 + i))
+        assert stats.errors and Job.objects.get(pk=job.pk).state == "admitted"
+    assert Job.objects.get(pk=job.pk).slurm["sbatch_refusals"] == 2
+    backend.sync(at(3))
+    job.refresh_from_db()
+    assert job.state == "failed" and "Requested node configuration is not available" in job.end_reason
+    assert "refused the job 3 times" in job.end_reason
+
+
+def test_a_refused_submission_that_then_succeeds_is_submitted_once(slurm, submit):
+    fake, backend = slurm
+    job = submit("flaky", tasks=1, gpus=1)
+    bind(job, ("gpn1", (0,)))
+    fake.fail["sbatch"] = "sbatch: error: Socket timed out on send/recv operation"
+    backend.sync(at(1))
+    del fake.fail["sbatch"]
+    assert backend.sync(at(2)).submitted == [job.pk]
+    backend.sync(at(3))
+    assert len([c for c in fake.calls if c[0] == "sbatch"]) == 2  # 1 refused + 1 accepted, none after
+
+
+def test_slurm_answers_for_its_nodes_liveness(slurm):
+    fake, backend = slurm
+    backend.sync_nodes(at(10))
+    assert Node.objects.get(name="gpn1").last_heartbeat == at(10)
+    backend.sync_nodes(at(12))  # at most every 5 s
+    assert Node.objects.get(name="gpn1").last_heartbeat == at(10)
+    fake.nodes["gpn2"]["state"] = "down"
+    backend.sync_nodes(at(16))
+    assert Node.objects.get(name="gpn1").last_heartbeat == at(16)
+    assert Node.objects.get(name="gpn2").last_heartbeat == at(10)  # down in Slurm: no heartbeat

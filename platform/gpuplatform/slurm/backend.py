@@ -5,12 +5,13 @@ it every SLURM_POLL_SECONDS; it keeps no state of its own between rounds, so a r
 jobs: the database holds each gang's Slurm job id, Slurm holds the jobs, named gpp-<job>-a<attempt>):
 
 1. Nodes (`sync_nodes`, after squeue is read): every node of the partition (sinfo --json) is a platform node with executor
-   "slurm" (created on first sight with its GPUs); a node drained or down in Slurm is drained here with
+   "slurm" (created on first sight with its GPUs) that heartbeats while Slurm has it up; a node drained or down in Slurm is drained here with
    Slurm's reason; a node cordoned or drained here is drained in Slurm (`scontrol update ... state=drain
    reason="gpuplatform: ..."`) and resumed there when it is ready here again.
 2. Gangs: the same assignments the node agents read (execution.node_assignments, per Slurm node) grouped by
    job. A gang whose tasks should run and that has no Slurm job for this attempt is submitted (script.py);
-   one Slurm has not started within SLURM_START_TIMEOUT is cancelled and requeued with Slurm's reason.
+   one Slurm has not started within SLURM_START_TIMEOUT is cancelled and requeued with Slurm's reason; one
+   sbatch refuses SBATCH_REFUSALS times fails with sbatch's error.
 3. What Slurm did, applied through the agents' service functions (execution.report_task_event,
    execution.append_log): a task's launcher started -> "started"; its exit file -> "exited" (code or
    signal); new output -> log chunks (64 KiB per task per round); the Slurm job ended with tasks left
@@ -49,6 +50,7 @@ log = logging.getLogger("gpuplatform.slurm")
 
 NEVER_STARTED = "stopped before Slurm started it"
 LOG_CHUNK = 65536
+SBATCH_REFUSALS = 3  # failed sbatch calls for one attempt before its gang fails
 OURS = "gpuplatform: "  # the reason prefix of a drain the platform asked Slurm for
 THEIRS = "Slurm: "  # the health_reason prefix of a drain Slurm asked the platform for
 
@@ -164,6 +166,8 @@ class SlurmBackend:
         if row is None:
             row = Job.objects.filter(pk=job_id).values(*self.JOB_FIELDS).first()
         record = row["slurm"] if (row["slurm"] or {}).get("attempt") == attempt else {}
+        refusals = record.get("sbatch_refusals", 0)
+        record = record if record.get("job_id") else {}  # a record of refused submissions only: not submitted
         name = job_name(job_id, attempt)
         sj = by_name.get(name) or by_id.get(record.get("job_id", ""))
         if sj is not None and not record:  # submitted, but the record was lost (backend stopped in between)
@@ -175,7 +179,11 @@ class SlurmBackend:
                 for node, t in tasks:
                     self._report(node, t, "lost", stats, message=NEVER_STARTED)
                 return
-            self._submit(job_id, attempt, tasks, row, now, stats)
+            try:
+                self._submit(job_id, attempt, tasks, row, now, stats)
+            except SlurmError as exc:
+                self._refused(job_id, attempt, tasks, refusals + 1, str(exc), now, stats)
+                raise
             return
         d = Path(record["dir"])
         comp = completed.get(record["job_id"]) if sj is None else None
@@ -288,6 +296,19 @@ class SlurmBackend:
                        f"node(s) x {scripts.tasks_per_node} task(s), {scripts.gpus_per_task} GPU(s) per task)",
             "data": {"slurm_job_id": slurm_id, "attempt": attempt, "nodes": scripts.nodes, "mode": self.mode}}))
         stats.submitted.append(job_id)
+
+    def _refused(self, job_id: int, attempt: int, tasks, refusals: int, why: str, now, stats: RoundStats) -> None:
+        """sbatch failed. Counted per attempt (Job.slurm["sbatch_refusals"]); at SBATCH_REFUSALS the gang
+        fails with sbatch's words (a submission Slurm keeps refusing will not start by retrying forever)."""
+        Job.objects.filter(pk=job_id).update(slurm={"attempt": attempt, "sbatch_refusals": refusals,
+                                                    "last_refusal": why[:300]})
+        if refusals < SBATCH_REFUSALS:
+            return
+        message = f"Slurm refused the job {refusals} times: {why}"
+        with transaction.atomic():
+            stop_job(job_id, at=now, target="failed", kind="slurm_refused", reason=message[:300])
+            for node, t in tasks:
+                self._report(node, t, "lost", stats, message=message[:200])
 
     def _flush_submissions(self) -> None:
         """The round's Slurm job records and their `slurm_submitted` Events, in one transaction."""
@@ -417,7 +438,7 @@ class SlurmBackend:
     def sync_nodes(self, now: datetime) -> dict:
         """Slurm's nodes of the partition -> platform nodes (executor slurm), and drains both ways (module
         docstring). Returns {"created": [...], "drained_here": [...], "drained_in_slurm": [...], "resumed": [...]}."""
-        from ..services.nodes import drain_node, register_node, uncordon_node
+        from ..services.nodes import drain_node, record_heartbeat, register_node, uncordon_node
 
         out = {"created": [], "drained_here": [], "drained_in_slurm": [], "resumed": [], "readied": []}
         for sn in self.cli.nodes():
@@ -429,6 +450,10 @@ class SlurmBackend:
                 out["created"].append(sn.name)
             elif node.executor != Node.Executor.SLURM:
                 continue  # a node of the partition the platform runs another way: left alone
+            if not sn.down and (node.last_heartbeat is None or (now - node.last_heartbeat).total_seconds() >= 5):
+                # Slurm answers for its node's liveness: the platform's missed-heartbeat detector stays quiet while
+                # Slurm has it up, and marks it not_ready when Slurm has it down (no heartbeat any more)
+                node = record_heartbeat(sn.name, gpus=[], at=now)
             slurm_out = sn.drained or sn.down
             slurm_reason = sn.reason or ("node down" if sn.down else "drained")
             ours = slurm_reason.startswith(OURS.strip())
