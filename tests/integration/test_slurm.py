@@ -196,7 +196,7 @@ def test_a_node_drained_in_slurm_shows_drained_here(backend, local_slurm):
 
 def test_admission_mode_records_slurms_placement(backend, local_slurm):
     blocker = local_slurm.run("sbatch", "--parsable", "--partition=gpuplatform", "--nodelist=gpn1", "-N1",
-                              "--gres=gpu:2", "--wrap", "sleep 60").stdout.strip()
+                              "--gres=gpu:2", "--output=/dev/null", "--wrap", "sleep 60").stdout.strip()
     try:
         backend.mode = "admission"
         job = submit("adm", ["bash", "-c", "echo on $SLURMD_NODENAME; sleep 1"], tasks=1)
