@@ -38,6 +38,7 @@ from django.db.models import F, Max
 from .. import clock
 from ..audit import record_event, record_events
 from ..execution import append_log, master_port, node_assignments, report_task_event, stop_job
+from ..execution.assignments import nodes_assignments
 from ..lifecycle import requeue_job
 from ..models import Allocation, Gpu, Job, Node, Task, TaskLog
 from ..scheduling.evict import REQUEUE_STOPS
@@ -151,9 +152,10 @@ class SlurmBackend:
         gangs: dict[int, list[tuple]] = defaultdict(list)
         busy = Task.objects.filter(state__in=Task.ON_NODE_STATES, node__executor=Node.Executor.SLURM,
                                    job__simulated=False).values("node_id")
-        for node in Node.objects.filter(executor=Node.Executor.SLURM, pk__in=busy).order_by("name"):
-            for t in node_assignments(node, now)["tasks"]:
-                gangs[t["job"]].append((node, t))
+        nodes = {n.pk: n for n in Node.objects.filter(executor=Node.Executor.SLURM, pk__in=busy).order_by("name")}
+        for node_id, answer in nodes_assignments(list(nodes.values()), now).items():
+            for t in answer["tasks"]:
+                gangs[t["job"]].append((nodes[node_id], t))
         for tasks in gangs.values():
             tasks.sort(key=lambda nt: int(nt[1]["env"]["RANK"]))
         return dict(gangs)
