@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv install test test-fast demo demo-local bench bench-full browser vendor-plotly
+.PHONY: help venv install test test-fast demo demo-local demo-slurm bench bench-full browser slurm vendor-plotly
 
 help:
 	@echo "make demo   - venv + install, migrate a SQLite DB, load the Philly cluster, users per team,"
@@ -18,6 +18,8 @@ help:
 	@echo "make bench  - every benchmark in quick mode (benchmarks/run.py --quick, under 3 minutes)"
 	@echo "make bench-full - every benchmark with the settings of benchmarks/RESULTS.md (long)"
 	@echo "make browser - Debian's Chromium for the browser tests (apt-get, only when /usr/bin/chromium is missing)"
+	@echo "make slurm  - Debian's munge slurmctld slurmd slurm-client (apt-get, only when one is missing)"
+	@echo "make demo-slurm - the product over a private local Slurm of two nodes (needs root and make slurm)"
 	@echo "make vendor-plotly - refresh frontend/static/vendor/plotly-strict.min.js to the installed plotly's plotly.js (npm)"
 	@echo "Variables: DEMO_ARGS='--speed 1200 --port 8001', DEMO_DB=sqlite:///path.sqlite3"
 
@@ -76,6 +78,19 @@ bench-full: install $(BENCH_STAMP)
 browser:
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 	@/usr/bin/chromium --version 2>/dev/null | head -1
+
+# Slurm for the Slurm backend's tests and demo (docs/slurm.md): the tests start their own private munged,
+# slurmctld and slurmds (gpuplatform/slurm/local.py), so only the packages are needed. .ci/run calls this.
+SLURM_BINARIES := /usr/sbin/munged /usr/sbin/slurmctld /usr/sbin/slurmd /usr/bin/sbatch
+slurm:
+	@(for b in $(SLURM_BINARIES); do test -x $$b || exit 1; done) || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	   munge slurmctld slurmd slurm-client)
+
+# The product over a private two-node Slurm on this machine (web, cycle, Slurm backend; db-slurm.sqlite3).
+DEMO_SLURM_DB ?= sqlite:///$(CURDIR)/db-slurm.sqlite3
+demo-slurm: install slurm
+	DATABASE_URL='$(DEMO_SLURM_DB)' REDIS_URL= $(PY) manage.py demo --slurm $(DEMO_ARGS)
 
 # plotly.js's strict bundle (no eval: the Content-Security-Policy has no 'unsafe-eval') is committed under
 # frontend/static/vendor/; after upgrading the plotly package, fetch the same plotly.js version's bundle.

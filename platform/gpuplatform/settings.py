@@ -261,6 +261,21 @@ FAILURE_CHECK_SECONDS = float(os.environ.get("FAILURE_CHECK_SECONDS", "15"))
 # an agent gives a task that is no longer assigned, and the task output kept per task attempt.
 AGENT_POLL_SECONDS = float(os.environ.get("AGENT_POLL_SECONDS", "2"))
 AGENT_STOP_GRACE_SECONDS = float(os.environ.get("AGENT_STOP_GRACE_SECONDS", "30"))
+
+# Slurm backend (gpuplatform/slurm, docs/slurm.md): nodes whose executor is "slurm" run their gangs as Slurm
+# jobs in SLURM_PARTITION (the partition the platform owns). SLURM_MODE: "placement" (the cycle picks the
+# nodes, --nodelist) or "admission" (Slurm picks them; the backend records where). SLURM_OUTPUT_DIR: a
+# directory shared by the platform and the Slurm nodes (per-task output, launchers). A job Slurm has not
+# started after SLURM_START_TIMEOUT seconds is cancelled and its gang requeued. SLURM_JOBCOMP_FILE: the
+# cluster's jobcomp/filetxt file (ends missed while the backend was down); blank = squeue only.
+SLURM_CONF = os.environ.get("SLURM_CONF", "")
+SLURM_PARTITION = os.environ.get("SLURM_PARTITION", "gpuplatform")
+SLURM_MODE = os.environ.get("SLURM_MODE", "placement")
+SLURM_OUTPUT_DIR = os.environ.get("SLURM_OUTPUT_DIR", str(BASE_DIR / "slurm-output"))
+SLURM_START_TIMEOUT = float(os.environ.get("SLURM_START_TIMEOUT", "120"))
+SLURM_JOBCOMP_FILE = os.environ.get("SLURM_JOBCOMP_FILE", "")
+SLURM_GPU_FLAVOR = os.environ.get("SLURM_GPU_FLAVOR", "GPU")
+SLURM_POLL_SECONDS = float(os.environ.get("SLURM_POLL_SECONDS", "1"))
 # GPU telemetry and the GPU-hour ledger (docs/telemetry.md, DESIGN section 14)
 TELEMETRY_SECONDS = float(os.environ.get("TELEMETRY_SECONDS", "10"))  # agent sample period
 TELEMETRY_RAW_HOURS = float(os.environ.get("TELEMETRY_RAW_HOURS", "6"))  # raw samples kept this long

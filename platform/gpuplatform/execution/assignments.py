@@ -29,7 +29,7 @@ from .. import clock
 from ..models import Allocation, Job, Task
 from ..scheduling.evict import REQUEUE_STOPS, signal_at
 
-__all__ = ["node_assignments", "master_port", "MASTER_PORT_BASE", "MASTER_PORT_SPAN"]
+__all__ = ["node_assignments", "nodes_assignments", "master_port", "MASTER_PORT_BASE", "MASTER_PORT_SPAN"]
 
 # Below Linux's default ephemeral range (32768-60999), so a rendezvous port never collides with a
 # connection's local port on the same host.
@@ -49,11 +49,18 @@ def _iso(value: datetime | None) -> str | None:
 
 def node_assignments(node, now: datetime | None = None) -> dict:
     """The assignments answer for `node` (a Node) at server time `now` (default: the cluster clock)."""
+    return nodes_assignments([node], now)[node.pk]
+
+
+def nodes_assignments(nodes, now: datetime | None = None) -> dict:
+    """{node id: the assignments answer of that node} for many nodes (Node objects) in the same four queries
+    (the Slurm backend reads every Slurm node's in one round)."""
     now = now or clock.now()
-    rows = list(Task.objects.filter(node=node, state__in=Task.ON_NODE_STATES, job__simulated=False,
+    nodes = list(nodes)
+    rows = list(Task.objects.filter(node__in=nodes, state__in=Task.ON_NODE_STATES, job__simulated=False,
                                     job__state__in=Job.LIVE_STATES)
                 .order_by("job_id", "role_id", "index")
-                .values("id", "job_id", "index", "state", "release_deadline", "release_for", "job__attempts",
+                .values("id", "job_id", "node_id", "index", "state", "release_deadline", "release_for", "job__attempts",
                         "job__state", "job__preempt_deadline", "job__evicted_for", "job__stop_target", "job__name", "job__queue__name", "role__name", "role__command",
                         "role__env", "role__working_dir", "role__image"))
     job_ids = {r["job_id"] for r in rows}
@@ -62,27 +69,32 @@ def node_assignments(node, now: datetime | None = None) -> dict:
                                              .order_by("job_id", "role_id", "index")
                                              .values_list("id", "job_id", "node_id", "node__address", "node__name")):
         placed[jid].append((tid, node_id, address or name))
-    # per job, once: task id -> RANK, this node's NODE_RANK, the job's task ids on this node (LOCAL_RANK order)
+    # per job, once: task id -> RANK, node id -> NODE_RANK, (job, node) -> the job's task ids there (LOCAL_RANK order)
     rank_of = {jid: {t[0]: i for i, t in enumerate(tasks)} for jid, tasks in placed.items()}
-    node_rank = {jid: list(dict.fromkeys(t[1] for t in tasks)).index(node.pk) for jid, tasks in placed.items()}
-    local_of = {jid: [t[0] for t in tasks if t[1] == node.pk] for jid, tasks in placed.items()}
+    node_rank = {jid: {n: i for i, n in enumerate(dict.fromkeys(t[1] for t in tasks))} for jid, tasks in placed.items()}
+    local_of: dict[tuple, list] = defaultdict(list)
+    for jid, tasks in placed.items():
+        for t in tasks:
+            local_of[(jid, t[1])].append(t[0])
     gpus: dict[int, list[tuple[int, str]]] = defaultdict(list)
     for tid, index, uuid in (Allocation.objects.filter(task_id__in=[r["id"] for r in rows], released_at__isnull=True)
                              .order_by("gpu__index").values_list("task_id", "gpu__index", "gpu__uuid")):
         gpus[tid].append((index, uuid))
-    tasks = []
+    tasks_of: dict[int, list] = {n.pk: [] for n in nodes}
     for r in rows:
-        if r["id"] not in rank_of.get(r["job_id"], {}):
+        if r["id"] not in rank_of.get(r["job_id"], {}) or r["node_id"] not in node_rank[r["job_id"]]:
             continue  # its gang was requeued between the two reads (a failure report): not this node's any more
         ranks = placed[r["job_id"]]
         rank = rank_of[r["job_id"]][r["id"]]
-        local = local_of[r["job_id"]]
+        local = local_of[(r["job_id"], r["node_id"])]
+        if r["id"] not in local:
+            continue  # moved to another node between the two reads: that node's answer lists it
         devices = ",".join(uuid or str(index) for index, uuid in gpus[r["id"]])
         attempt = r["job__attempts"]
         env = {**(r["role__env"] or {}),
                "CUDA_VISIBLE_DEVICES": devices, "NVIDIA_VISIBLE_DEVICES": devices or "void",
                "MASTER_ADDR": ranks[0][2], "MASTER_PORT": str(master_port(r["job_id"], attempt)),
-               "WORLD_SIZE": str(len(ranks)), "RANK": str(rank), "NODE_RANK": str(node_rank[r["job_id"]]),
+               "WORLD_SIZE": str(len(ranks)), "RANK": str(rank), "NODE_RANK": str(node_rank[r["job_id"]][r["node_id"]]),
                "LOCAL_RANK": str(local.index(r["id"])), "LOCAL_WORLD_SIZE": str(len(local)),
                "GPUPLATFORM_JOB_ID": str(r["job_id"]), "GPUPLATFORM_ROLE": r["role__name"],
                "GPUPLATFORM_TASK_INDEX": str(r["index"]), "GPUPLATFORM_QUEUE": r["job__queue__name"],
@@ -99,9 +111,10 @@ def node_assignments(node, now: datetime | None = None) -> dict:
             # an eviction for a beneficiary is a plan until its last AGENT_STOP_GRACE_SECONDS: it may still be
             # withdrawn (scheduling.evict.apply_withdrawals), so the processes run on untouched until then
             action = "run"
-        tasks.append({"task": r["id"], "attempt": attempt, "job": r["job_id"], "job_name": r["job__name"],
+        tasks_of[r["node_id"]].append({"task": r["id"], "attempt": attempt, "job": r["job_id"], "job_name": r["job__name"],
                       "role": r["role__name"], "index": r["index"], "action": action, "stop_deadline": _iso(deadline),
                       "argv": list(r["role__command"] or []), "env": env, "working_dir": r["role__working_dir"],
                       "image": r["role__image"], "gpus": [{"index": i, "uuid": u} for i, u in gpus[r["id"]]]})
-    return {"server_time": now.isoformat(), "poll_seconds": float(getattr(settings, "AGENT_POLL_SECONDS", 2.0)),
-            "stop_grace_seconds": float(getattr(settings, "AGENT_STOP_GRACE_SECONDS", 30.0)), "tasks": tasks}
+    head = {"server_time": now.isoformat(), "poll_seconds": float(getattr(settings, "AGENT_POLL_SECONDS", 2.0)),
+            "stop_grace_seconds": float(getattr(settings, "AGENT_STOP_GRACE_SECONDS", 30.0))}
+    return {node_id: {**head, "tasks": tasks} for node_id, tasks in tasks_of.items()}

@@ -38,13 +38,13 @@ FINAL_TARGETS = {"cancelled": Job.State.CANCELLED, "failed": Job.State.FAILED, "
 
 def live_agent_tasks(job_id):
     """Tasks of `job_id` whose processes may still exist on a node agent (bound, running, releasing)."""
-    return Task.objects.filter(job_id=job_id, state__in=Task.ON_NODE_STATES, node__executor=Node.Executor.AGENT,
+    return Task.objects.filter(job_id=job_id, state__in=Task.ON_NODE_STATES, node__executor__in=Node.PROCESS_EXECUTORS,
                                job__simulated=False)
 
 
 def has_agent_tasks(job_id) -> bool:
     """Did this attempt of the job place any task on a node agent (live or ended)?"""
-    return Task.objects.filter(job_id=job_id, node__executor=Node.Executor.AGENT, job__simulated=False).exists()
+    return Task.objects.filter(job_id=job_id, node__executor__in=Node.PROCESS_EXECUTORS, job__simulated=False).exists()
 
 
 def stop_job(job_id, *, at: datetime, target: str, reason: str, kind: str, grace_seconds: float | None = None,
@@ -134,9 +134,9 @@ def expire_stops(clock: datetime, *, cycle: int | None = None) -> list:
         if finalize_stop(job_id, at=clock, cycle=cycle):
             done.append(job_id)
     on_agents = set(Task.objects.filter(job__state=Job.State.PREEMPTING, job__simulated=False,
-                                        node__executor=Node.Executor.AGENT).values_list("job_id", flat=True))
+                                        node__executor__in=Node.PROCESS_EXECUTORS).values_list("job_id", flat=True))
     still_live = set(Task.objects.filter(job_id__in=on_agents, state__in=Task.ON_NODE_STATES,
-                                         node__executor=Node.Executor.AGENT).values_list("job_id", flat=True))
+                                         node__executor__in=Node.PROCESS_EXECUTORS).values_list("job_id", flat=True))
     for job_id in sorted(on_agents - still_live):
         if finalize_stop(job_id, at=clock, cycle=cycle):
             done.append(job_id)

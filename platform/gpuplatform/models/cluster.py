@@ -45,6 +45,10 @@ class Node(models.Model):
     class Executor(models.TextChoices):
         SIMULATED = "simulated", "simulated (a bound task counts as running; nothing is started)"
         AGENT = "agent", "node agent (starts, watches and stops each task's processes)"
+        SLURM = "slurm", "Slurm (the Slurm backend submits each gang as one Slurm job; slurmd runs it)"
+
+    # executors that run real processes: a task bound there waits for its start report, a stop waits for its end
+    PROCESS_EXECUTORS = ("agent", "slurm")
 
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.SIMULATED,
                                 help_text="who runs the tasks bound here; a registering node agent sets 'agent'")

@@ -114,6 +114,10 @@ class Job(models.Model):
     excluded_nodes = models.JSONField(default=list, blank=True,
                                       help_text="node names later attempts avoid (an exclude_node diagnosis) unless "
                                                 "nothing else fits")
+    # Slurm backend (gpuplatform/slurm, docs/slurm.md): the Slurm job running this attempt ("" = none) and the
+    # backend's record of it: {"attempt", "submitted_at", "term_at", "kill_at", "gpus": {node: [indices]}, ...}
+    slurm_job_id = models.CharField(max_length=32, blank=True, help_text="Slurm job id of the current attempt")
+    slurm = models.JSONField(default=dict, blank=True)
     submitted_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -301,7 +301,7 @@ def _apply_growths(growths, *, clock: datetime, cycle_number: int, stats: ApplyS
                                 .values_list("index", "id"))
                     if len(gpus) != len(p.gpus):
                         raise _Stale(f"a GPU of {p.node} is unhealthy or unknown")
-                    state = "bound" if node[1] == "agent" and not task[1] else "running"
+                    state = "bound" if node[1] in Node.PROCESS_EXECUTORS and not task[1] else "running"
                     Allocation.objects.bulk_create([Allocation(task_id=task[0], gpu_id=gpus[i], job_id=g.job_id,
                                                                created_at=clock) for i in p.gpus])
                     if not Task.objects.filter(pk=task[0], state="pending").update(state=state, node_id=node[0]):
@@ -383,7 +383,7 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
             gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["gpus"][idx] = gid
         for nid, nname, executor in (Node.objects.filter(name__in=node_names, state="ready")
                                      .values_list("id", "name", "executor")):
-            gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["agent"] = executor == "agent"  # CPU-only too
+            gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["agent"] = executor in Node.PROCESS_EXECUTORS  # CPU-only too
         events = _bind_all(result.bindings, clock, tasks_by_role, simulated, gpu_ids, cycle_number)
         if events is None:  # a racing cycle bound one of these GPUs: job by job, each in its own savepoint
             events = []

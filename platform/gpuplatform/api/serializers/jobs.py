@@ -134,7 +134,7 @@ class JobSerializer(ModelSerializer):
                   "estimate_note", "estimated_at", "reserved", "not_before",
                   "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
                   "finished_at", "simulated", "max_restarts", "restarts", "completion_role", "stop", "end_reason",
-                  "failed_task", "exit_code", "exit_signal", "tasks", "diagnosis", "excluded_nodes"]
+                  "failed_task", "exit_code", "exit_signal", "tasks", "diagnosis", "excluded_nodes", "slurm_job_id"]
         read_only_fields = fields
 
     def _attempt_rows(self, job) -> list:

@@ -19,6 +19,12 @@ binds; a team `demo` with a queue of that many GPUs; it prints how to submit the
 (examples/rendezvous.py). It refuses a database that holds a simulated cluster (use another DATABASE_URL:
 `make demo-local` uses db-local.sqlite3).
 
+Slurm mode, `python manage.py demo --slurm` (`make demo-slurm`): the same, with a private local Slurm of two
+nodes (gpuplatform.slurm.local: munged, slurmctld and two `slurmd -N`, 2 GPU GRES each on placeholder device
+files, under .demo-slurm/) instead of node agents, and the Slurm backend's loop (gpuplatform.slurm.backend)
+in this process: each gang the cycle binds becomes one Slurm job on exactly the chosen nodes; the job page
+shows its Slurm job id. Needs root and Debian's munge, slurmctld, slurmd and slurm-client (`make slurm`).
+
 Options: --port, --speed (simulated seconds per wall second; default 600 = 10 minutes a second),
 --start-day (replay day to start at), --scale / --compress (passed to the importers), --no-server,
 --duration-seconds, --tick (wall seconds between cycles), --password, --cold-start, --keep.
@@ -135,6 +141,8 @@ class Command(BaseCommand):
         parser.add_argument("--local-agents", type=int, default=0, metavar="N",
                             help="local mode: run N node agents on this machine that run the jobs for real "
                                  "(no trace replay; see the module docstring)")
+        parser.add_argument("--slurm", action="store_true",
+                            help="run over a private local Slurm of two nodes (needs root and `make slurm`)")
         parser.add_argument("--gpus-per-agent", type=int, default=2, metavar="K",
                             help="local mode: GPUs each agent reports, copies of the recorded H200 (default 2)")
         parser.add_argument("--real-gpus", action="store_true",
@@ -214,6 +222,8 @@ class Command(BaseCommand):
             from gpuplatform.federation.local import run as run_federation
 
             return run_federation(self, opts)
+        if opts["slurm"]:
+            return self.run_slurm(opts)
         if opts["local_agents"]:
             return self.run_local(opts)
         self._migrate()
@@ -354,7 +364,8 @@ class Command(BaseCommand):
 
     # -- local mode: the product for real on this machine ---------------------------------------------
 
-    def _local_setup(self, opts) -> tuple[list[tuple[str, str, str]], str]:
+    def _local_setup(self, opts, *, executor: str = "agent", gpus: int | None = None
+                     ) -> tuple[list[tuple[str, str, str]], str]:
         """Team `demo`, its queue (quota = every local GPU), users admin and demo, the node-agents user and
         its token. Returns (users, agent token)."""
         from django.contrib.auth.models import Group
@@ -363,14 +374,14 @@ class Command(BaseCommand):
         from gpuplatform.api.permissions import NODE_AGENT_GROUP
         from gpuplatform.models import Node, NodeAgentScope, Queue, Team
 
-        simulated = Node.objects.exclude(executor=Node.Executor.AGENT).count()
+        simulated = Node.objects.exclude(executor=executor).count()
         if simulated:
-            raise CommandError(f"this database holds a simulated cluster ({simulated} nodes without an agent): run "
-                               f"the local mode on another database, e.g. `make demo-local` "
-                               f"(DATABASE_URL=sqlite:///db-local.sqlite3)")
+            raise CommandError(f"this database holds other nodes ({simulated} not run by {executor}): run "
+                               f"this mode on another database, e.g. `make demo-local` / `make demo-slurm` "
+                               f"(DATABASE_URL=sqlite:///db-local.sqlite3 / db-slurm.sqlite3)")
         User = get_user_model()
         password = opts["password"] or secrets.token_urlsafe(9)
-        gpus = opts["local_agents"] * opts["gpus_per_agent"]
+        gpus = opts["local_agents"] * opts["gpus_per_agent"] if gpus is None else gpus
         team = Team.objects.filter(name="demo").first() or services.create_team("demo")
         queue = Queue.objects.filter(name="demo").first()
         if queue is None:
@@ -398,6 +409,96 @@ class Command(BaseCommand):
         services.revoke_api_tokens(agent)
         token, _ = services.issue_api_token(agent, ttl=services.tokens.agent_token_ttl(), purpose="node-agent")
         return [("admin", password, "platform admin"), ("demo", password, "member of team demo")], token
+
+    def run_slurm(self, opts) -> None:
+        from django.utils import timezone
+
+        from gpuplatform.models import Job, Node
+        from gpuplatform.scheduling.tasks import run_loop
+        from gpuplatform.slurm.backend import SlurmBackend
+        from gpuplatform.slurm.cli import SlurmCLI, SubprocessRunner
+        from gpuplatform.slurm.local import PACKAGES, LocalSlurm, SlurmSetupError, slurm_installed
+
+        missing = slurm_installed()
+        if missing:
+            raise CommandError(f"Slurm is not installed (missing {', '.join(missing)}): `make slurm` "
+                               f"(apt-get install {' '.join(PACKAGES)})")
+        self._migrate()
+        if not opts["keep"]:
+            _reset_workload()
+        nodes, gpus = ("gpn1", "gpn2"), 2
+        users, _ = self._local_setup(opts, executor="slurm", gpus=len(nodes) * gpus)
+        if opts["no_server"]:
+            raise CommandError("--slurm needs the web server")
+        root = Path(settings.BASE_DIR) / ".demo-slurm"
+        local = LocalSlurm(root / "slurm", nodes=nodes, gpus=gpus, cpus=4)
+        try:
+            local.start()
+        except SlurmSetupError as exc:
+            local.stop()
+            raise CommandError(str(exc)) from exc
+        backend = SlurmBackend(SlurmCLI(SubprocessRunner(str(local.conf)), partition="gpuplatform"),
+                               output_dir=str(root / "output"), jobcomp_file=str(local.jobcomp), flavor="H200")
+        backend.sync_nodes(timezone.now())
+        try:
+            server = start_server(opts["host"], opts["port"])
+        except OSError as exc:
+            local.stop()
+            raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc} (use --port)") from exc
+        stop = threading.Event()
+        loop = threading.Thread(target=run_loop, name="demo-cycle", daemon=True,
+                                kwargs={"interval_seconds": 1.0, "clock_fn": timezone.now, "stop_event": stop,
+                                        "forecast": True})
+        loop.start()
+
+        def drive():
+            from django.db import close_old_connections
+            while not stop.is_set():
+                try:
+                    backend.sync()
+                except Exception as exc:  # noqa: BLE001 - the demo keeps running; the next round retries
+                    self._say(f"slurm backend round failed: {exc}")
+                close_old_connections()
+                stop.wait(1.0)
+
+        driver = threading.Thread(target=drive, name="demo-slurm", daemon=True)
+        driver.start()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
+        began = time.monotonic()
+        api = f"http://127.0.0.1:{opts['port']}"
+        rows = list(Node.objects.filter(executor=Node.Executor.SLURM).values_list("name", "gpu_count"))
+        lines = ["", "=" * 72, f"GPU platform over Slurm: open http://{opts['host']}:{opts['port']}/",
+                 f"{len(rows)} Slurm node(s): " + ", ".join(f"{n} ({g} GPUs)" for n, g in rows)
+                 + f"; partition gpuplatform; {backend.mode} mode",
+                 f"Slurm's files: {local.dir} (SLURM_CONF={local.conf}); task output: {backend.output_dir}",
+                 "", "Log in as:"]
+        lines += [f"  {u:<6} password {p:<14} {r}" for u, p, r in users]
+        lines += ["", "Submit a 2-node gang (Jobs > Submit, or):",
+                  f"  export GPUCTL_API={api}",
+                  f"  export GPUCTL_TOKEN=$(curl -s -X POST {api}/api/v1/auth-token/ -d username=demo "
+                  f"-d password={users[1][1]} | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"token\"])')",
+                  "  gpuctl submit --queue demo --name hello --tasks 2 --gpus 2 "
+                  "--command 'bash -c \"echo rank $RANK on $SLURMD_NODENAME; sleep 60\"'",
+                  f"  SLURM_CONF={local.conf} squeue       # the Slurm job; its id is on the job page",
+                  "Ctrl-C stops the server, the backend and the local Slurm (its jobs are cancelled).", "=" * 72, ""]
+        self._say("\n".join(lines))
+        try:
+            while not stop.is_set():
+                stop.wait(1.0)
+                if opts["duration_seconds"] is not None and time.monotonic() - began > opts["duration_seconds"]:
+                    break
+        finally:
+            stop.set()
+            self._say("stopping the backend and the local Slurm ...")
+            driver.join(timeout=10)
+            loop.join(timeout=10)
+            local.stop()
+            server.shutdown()
+            server.server_close()
+            live = Job.objects.filter(state__in=Job.LIVE_STATES).count()
+            self._say(f"Slurm demo stopped ({live} job(s) were still live; Slurm cancelled their jobs)")
 
     def run_local(self, opts) -> None:
         from django.utils import timezone

@@ -1,0 +1,497 @@
+"""The Slurm backend: the second executor behind the assignment interface (DESIGN section 11, docs/slurm.md).
+
+`SlurmBackend(cli, ...).sync(now)` is one round, the backend's whole loop (`manage.py slurm_backend` repeats
+it every SLURM_POLL_SECONDS; it keeps no state of its own between rounds, so a restarted backend finds its
+jobs: the database holds each gang's Slurm job id, Slurm holds the jobs, named gpp-<job>-a<attempt>):
+
+1. Nodes (`sync_nodes`, after squeue is read): every node of the partition (sinfo --json) is a platform node with executor
+   "slurm" (created on first sight with its GPUs) that heartbeats while Slurm has it up; a node drained or down in Slurm is drained here with
+   Slurm's reason; a node cordoned or drained here is drained in Slurm (`scontrol update ... state=drain
+   reason="gpuplatform: ..."`) and resumed there when it is ready here again.
+2. Gangs: the same assignments the node agents read (execution.node_assignments, per Slurm node) grouped by
+   job. A gang whose tasks should run and that has no Slurm job for this attempt is submitted (script.py);
+   one Slurm has not started within SLURM_START_TIMEOUT is cancelled and requeued with Slurm's reason; one
+   sbatch refuses SBATCH_REFUSALS times fails with sbatch's error.
+3. What Slurm did, applied through the agents' service functions (execution.report_task_event,
+   execution.append_log): a task's launcher started -> "started"; its exit file -> "exited" (code or
+   signal); new output -> log chunks (64 KiB per task per round); the Slurm job ended with tasks left
+   unreported -> by Slurm's state: TIMEOUT ends the job as a time limit, NODE_FAIL requeues the gang whole,
+   OUT_OF_MEMORY is "host out of memory", CANCELLED after our kill is SIGKILL, anything else is "lost" with
+   Slurm's state and reason.
+4. Stops: a gang whose assignments say "stop" gets `scancel --signal=TERM` (its tasks) at once and
+   `scancel --full --signal=KILL` + `scancel` at its stop deadline (Slurm's process tracking removes every
+   process of the job). A platform job (gpp-...) Slurm runs that the platform no longer lists is cancelled.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Max
+
+from .. import clock
+from ..audit import record_event, record_events
+from ..execution import append_log, master_port, node_assignments, report_task_event, stop_job
+from ..execution.assignments import nodes_assignments
+from ..lifecycle import requeue_job
+from ..models import Allocation, Gpu, Job, Node, Task, TaskLog
+from ..scheduling.evict import REQUEUE_STOPS
+from .cli import SlurmCLI, SlurmError, SlurmJob, parse_jobcomp
+from .script import GangTask, ShapeError, build_job, job_name, parse_job_name
+
+__all__ = ["SlurmBackend", "RoundStats", "NEVER_STARTED"]
+
+log = logging.getLogger("gpuplatform.slurm")
+
+NEVER_STARTED = "stopped before Slurm started it"
+LOG_CHUNK = 65536
+SBATCH_REFUSALS = 3  # failed sbatch calls for one attempt before its gang fails
+OURS = "gpuplatform: "  # the reason prefix of a drain the platform asked Slurm for
+THEIRS = "Slurm: "  # the health_reason prefix of a drain Slurm asked the platform for
+
+
+@dataclass
+class RoundStats:
+    submitted: list = field(default_factory=list)  # platform job ids submitted this round
+    started: int = 0
+    exited: int = 0
+    lost: int = 0
+    log_bytes: int = 0
+    signalled: list = field(default_factory=list)
+    killed: list = field(default_factory=list)
+    requeued: list = field(default_factory=list)
+    orphans_cancelled: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+
+
+class SlurmBackend:
+    """One Slurm cluster's executor. cli: a SlurmCLI; output_dir: the shared directory for launchers and
+    per-task output (default SLURM_OUTPUT_DIR); mode: "placement" or "admission" (default SLURM_MODE);
+    start_timeout: seconds (default SLURM_START_TIMEOUT); jobcomp_file: path (default SLURM_JOBCOMP_FILE)."""
+
+    def __init__(self, cli: SlurmCLI, *, output_dir: str | None = None, mode: str | None = None,
+                 start_timeout: float | None = None, jobcomp_file: str | None = None, flavor: str | None = None):
+        self.cli = cli
+        self.output_dir = Path(output_dir or settings.SLURM_OUTPUT_DIR)
+        self.mode = mode or settings.SLURM_MODE
+        if self.mode not in ("placement", "admission"):
+            raise ValueError(f"SLURM_MODE must be placement or admission, not {self.mode!r}")
+        self.start_timeout = float(settings.SLURM_START_TIMEOUT if start_timeout is None else start_timeout)
+        self.jobcomp_file = settings.SLURM_JOBCOMP_FILE if jobcomp_file is None else jobcomp_file
+        self.flavor = flavor or settings.SLURM_GPU_FLAVOR
+        self._now = None
+        self._submitted: list = []
+
+    # -- one round ---------------------------------------------------------------------------------------------
+    def sync(self, now: datetime | None = None) -> RoundStats:
+        """One round (module docstring). Slurm errors are logged and counted (RoundStats.errors); the round goes
+        on with what it could read, and the next round retries."""
+        now = self._now = now or clock.now()
+        stats = RoundStats()
+        try:
+            jobs = self.cli.jobs()  # read before the nodes: a job Slurm ended NODE_FAIL is seen as such, not
+        except SlurmError as exc:   # as the eviction the drain of its down node would start
+            stats.errors.append(str(exc))
+            log.warning("slurm: squeue failed, jobs skipped: %s", exc)
+            jobs = None
+        try:
+            self.sync_nodes(now)
+        except SlurmError as exc:
+            stats.errors.append(str(exc))
+            log.warning("slurm: nodes not synced: %s", exc)
+        if jobs is None:
+            return stats
+        by_name: dict[str, SlurmJob] = {}
+        for j in sorted(jobs, key=lambda j: int(j.job_id)):
+            by_name[j.name] = j  # the newest Slurm job of a name wins
+        by_id = {j.job_id: j for j in jobs}
+        completed = self._jobcomp()
+        gangs = self._gangs(now)
+        listed = set()
+        self._submitted = []
+        rows = {}
+        ids = list(gangs)
+        for i in range(0, len(ids), 1000):
+            rows.update({r["id"]: r for r in Job.objects.filter(pk__in=ids[i:i + 1000]).values(*self.JOB_FIELDS)})
+        try:
+            for job_id, tasks in gangs.items():
+                attempt = tasks[0][1]["attempt"]
+                listed.add(job_name(job_id, attempt))
+                try:
+                    self._drive(job_id, attempt, tasks, by_name, by_id, completed, now, stats, rows.get(job_id))
+                except SlurmError as exc:
+                    stats.errors.append(str(exc))
+                    log.warning("slurm: job %s: %s", job_id, exc)
+        finally:
+            self._flush_submissions()
+        for j in jobs:  # platform jobs Slurm runs that the platform no longer lists: cancel them
+            if parse_job_name(j.name) and j.name not in listed and not j.ended and j.state != "COMPLETING":
+                try:
+                    self.cli.cancel(j.job_id)
+                    stats.orphans_cancelled.append(j.job_id)
+                except SlurmError as exc:
+                    stats.errors.append(str(exc))
+        return stats
+
+    def _jobcomp(self) -> dict:
+        if not self.jobcomp_file:
+            return {}
+        try:
+            return parse_jobcomp(Path(self.jobcomp_file).read_text(errors="replace"))
+        except OSError:
+            return {}
+
+    def _gangs(self, now: datetime) -> dict[int, list[tuple]]:
+        """{job id: [(node, assignment task), ...] in rank order} over every Slurm node."""
+        gangs: dict[int, list[tuple]] = defaultdict(list)
+        busy = Task.objects.filter(state__in=Task.ON_NODE_STATES, node__executor=Node.Executor.SLURM,
+                                   job__simulated=False).values("node_id")
+        nodes = {n.pk: n for n in Node.objects.filter(executor=Node.Executor.SLURM, pk__in=busy).order_by("name")}
+        for node_id, answer in nodes_assignments(list(nodes.values()), now).items():
+            for t in answer["tasks"]:
+                gangs[t["job"]].append((nodes[node_id], t))
+        for tasks in gangs.values():
+            tasks.sort(key=lambda nt: int(nt[1]["env"]["RANK"]))
+        return dict(gangs)
+
+    # -- one gang ----------------------------------------------------------------------------------------------
+    JOB_FIELDS = ("id", "slurm_job_id", "slurm", "time_limit_seconds", "queue__preemption_grace_seconds", "state", "name")
+
+    def _drive(self, job_id: int, attempt: int, tasks, by_name, by_id, completed, now, stats: RoundStats,
+               row: dict | None = None) -> None:
+        if row is None:
+            row = Job.objects.filter(pk=job_id).values(*self.JOB_FIELDS).first()
+        record = row["slurm"] if (row["slurm"] or {}).get("attempt") == attempt else {}
+        refusals = record.get("sbatch_refusals", 0)
+        record = record if record.get("job_id") else {}  # a record of refused submissions only: not submitted
+        name = job_name(job_id, attempt)
+        sj = by_name.get(name) or by_id.get(record.get("job_id", ""))
+        if sj is not None and not record:  # submitted, but the record was lost (backend stopped in between)
+            record = self._save(job_id, {"attempt": attempt, "job_id": sj.job_id, "submitted_at": now.isoformat(),
+                                         "dir": str(self._dir(job_id, attempt)), "adopted": True})
+        stopping = all(t["action"] == "stop" for _, t in tasks)
+        if not record:
+            if stopping:
+                for node, t in tasks:
+                    self._report(node, t, "lost", stats, message=NEVER_STARTED)
+                return
+            try:
+                self._submit(job_id, attempt, tasks, row, now, stats)
+            except SlurmError as exc:
+                self._refused(job_id, attempt, tasks, refusals + 1, str(exc), now, stats)
+                raise
+            return
+        d = Path(record["dir"])
+        comp = completed.get(record["job_id"]) if sj is None else None
+        state = sj.state if sj is not None else (comp or {}).get("JobState", "")
+        if state == "PENDING":
+            if stopping:
+                self.cli.cancel(record["job_id"])
+                for node, t in tasks:
+                    self._report(node, t, "lost", stats, message=NEVER_STARTED)
+                return
+            submitted = datetime.fromisoformat(record["submitted_at"])
+            if (now - submitted).total_seconds() >= self.start_timeout:
+                self._start_timeout(job_id, record, sj, now, stats)
+            return
+        if sj is not None and sj.node_list and sj.state not in ("PENDING", "CONFIGURING") and "gpus" not in record:
+            self._record_placement(job_id, attempt, record, sj, tasks, now)
+        # started, output, exits: from the launchers' files
+        pending_exits = []
+        for node, t in tasks:
+            task_id = t["task"]
+            started = d / f"task-{task_id}.started"
+            if self._task_state(task_id) == Task.State.BOUND and (started.exists() or state == "RUNNING"):
+                pid = _read_int(started)
+                self._report(node, t, "started", stats, pid=pid)
+            self._ship_log(node, t, d, stats)
+            exit_file = d / f"task-{task_id}.exit"
+            if exit_file.exists():
+                pending_exits.append((exit_file.stat().st_mtime_ns, node, t, exit_file))
+        for _, node, t, exit_file in sorted(pending_exits, key=lambda x: x[0]):
+            kind, _, value = exit_file.read_text().strip().partition(" ")
+            if kind == "signal":
+                self._report(node, t, "exited", stats, signal=int(value))
+            else:
+                self._report(node, t, "exited", stats, exit_code=int(value or 0) & 255)
+        ended = sj.ended if sj is not None else True  # squeue keeps ended jobs MinJobAge; after that: jobcomp or gone
+        if ended:
+            self._ended(job_id, record, sj, comp, tasks, now, stats)
+            return
+        # stops: TERM at once, KILL at the deadline (the assignments read again: a report above may have stopped it)
+        if pending_exits:
+            nodes = {node.pk: node for node, _ in tasks}.values()
+            tasks = [(node, t) for node in nodes for t in node_assignments(node, now)["tasks"] if t["job"] == job_id]
+            stopping = bool(tasks) and all(t["action"] == "stop" for _, t in tasks)
+        stops = [t for _, t in tasks if t["action"] == "stop"]
+        if stops and stopping and (sj is None or sj.state != "COMPLETING"):
+            deadline = min(datetime.fromisoformat(t["stop_deadline"]) for t in stops if t["stop_deadline"])
+            if not record.get("term_at"):
+                try:
+                    self.cli.signal(record["job_id"], "TERM")
+                except SlurmError as exc:  # no step running (yet, or any more): the KILL at the deadline remains
+                    log.info("slurm: TERM to job %s: %s", record["job_id"], exc)
+                record = self._save(job_id, {**record, "term_at": now.isoformat()})
+                stats.signalled.append(job_id)
+            if now >= deadline and not record.get("kill_at"):
+                self.cli.signal(record["job_id"], "KILL", full=True)
+                self.cli.cancel(record["job_id"])
+                record = self._save(job_id, {**record, "kill_at": now.isoformat()})
+                stats.killed.append(job_id)
+
+    def _task_state(self, task_id: int) -> str:
+        return Task.objects.filter(pk=task_id).values_list("state", flat=True).first()
+
+    def _dir(self, job_id: int, attempt: int) -> Path:
+        return self.output_dir / f"job-{job_id}" / f"attempt-{attempt}"
+
+    def _save(self, job_id: int, record: dict) -> dict:
+        Job.objects.filter(pk=job_id).update(slurm=record, slurm_job_id=record.get("job_id", ""))
+        return record
+
+    def _report(self, node, t, event: str, stats: RoundStats, **kw) -> bool:
+        ok, detail = report_task_event(node, task_id=t["task"], attempt=t["attempt"], event=event, at=self._now, **kw)
+        if ok:
+            if event == "started":
+                stats.started += 1
+            elif event == "exited":
+                stats.exited += 1
+            else:
+                stats.lost += 1
+        elif detail and "already ended" not in detail and "not bound" not in detail:
+            log.info("slurm: %s of task %s refused: %s", event, t["task"], detail)
+        return ok
+
+    def _submit(self, job_id: int, attempt: int, tasks, row, now, stats: RoundStats) -> None:
+        d = self._dir(job_id, attempt)
+        gang = [GangTask(task=t["task"], node=node.name, argv=tuple(t["argv"]), env=t["env"],
+                         working_dir=t["working_dir"], gpus=len(t["gpus"])) for node, t in tasks]
+        addresses = {node.name: node.address or node.name for node, _ in tasks}
+        grace = float(row["queue__preemption_grace_seconds"] or 0)
+        try:
+            scripts = build_job(gang, job_id=job_id, attempt=attempt, output_dir=str(d), partition=self.cli.partition,
+                                master_port=master_port(job_id, attempt), time_limit_seconds=row["time_limit_seconds"],
+                                grace_seconds=grace, addresses=addresses, mode=self.mode)
+        except ShapeError as exc:
+            message = f"the Slurm backend cannot run this gang: {exc}"
+            with transaction.atomic():
+                stop_job(job_id, at=now, target="failed", kind="slurm_refused", reason=message[:300])
+                for node, t in tasks:
+                    self._report(node, t, "lost", stats, message=message[:200])
+            return
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "launch.sh").write_text(scripts.launch)
+        (d / "batch.sh").write_text(scripts.batch)
+        slurm_id = self.cli.submit(scripts.batch)
+        # written with the round's other submissions in one transaction (_flush_submissions): a backend that
+        # dies before that commit finds these Slurm jobs by name next time (adoption in _drive)
+        self._submitted.append((job_id, {"attempt": attempt, "job_id": slurm_id, "submitted_at": now.isoformat(),
+                                         "dir": str(d), "mode": self.mode}, {
+            "time": now, "kind": "slurm_submitted", "job_id": job_id,
+            "message": f"{row['name']}: Slurm job {slurm_id} submitted ({self.mode} mode, {len(scripts.nodes)} "
+                       f"node(s) x {scripts.tasks_per_node} task(s), {scripts.gpus_per_task} GPU(s) per task)",
+            "data": {"slurm_job_id": slurm_id, "attempt": attempt, "nodes": scripts.nodes, "mode": self.mode}}))
+        stats.submitted.append(job_id)
+
+    def _refused(self, job_id: int, attempt: int, tasks, refusals: int, why: str, now, stats: RoundStats) -> None:
+        """sbatch failed. Counted per attempt (Job.slurm["sbatch_refusals"]); at SBATCH_REFUSALS the gang
+        fails with sbatch's words (a submission Slurm keeps refusing will not start by retrying forever)."""
+        Job.objects.filter(pk=job_id).update(slurm={"attempt": attempt, "sbatch_refusals": refusals,
+                                                    "last_refusal": why[:300]})
+        if refusals < SBATCH_REFUSALS:
+            return
+        message = f"Slurm refused the job {refusals} times: {why}"
+        with transaction.atomic():
+            stop_job(job_id, at=now, target="failed", kind="slurm_refused", reason=message[:300])
+            for node, t in tasks:
+                self._report(node, t, "lost", stats, message=message[:200])
+
+    def _flush_submissions(self) -> None:
+        """The round's Slurm job records and their `slurm_submitted` Events, in one transaction."""
+        if not self._submitted:
+            return
+        with transaction.atomic():
+            for job_id, record, _ in self._submitted:
+                self._save(job_id, record)
+            record_events([event for _, _, event in self._submitted])
+        self._submitted = []
+
+    def _start_timeout(self, job_id: int, record: dict, sj: SlurmJob | None, now, stats: RoundStats) -> None:
+        why = (sj.reason if sj is not None else "") or "no reason given"
+        try:
+            self.cli.cancel(record["job_id"])
+        except SlurmError as exc:
+            log.warning("slurm: cancel of %s failed: %s", record["job_id"], exc)
+        reason = (f"Slurm did not start job {record['job_id']} within {self.start_timeout:.0f} s "
+                  f"(SLURM_START_TIMEOUT); Slurm's reason: {why}")
+        with transaction.atomic():
+            if requeue_job(job_id, at=now, kind="requeued", reason=reason, backoff=True,
+                           data={"slurm_job_id": record["job_id"], "slurm_reason": why}):
+                record_event("slurm_start_timeout", reason, job_id=job_id, time=now,
+                             data={"slurm_job_id": record["job_id"], "slurm_reason": why})
+                stats.requeued.append(job_id)
+
+    def _record_placement(self, job_id: int, attempt: int, record: dict, sj: SlurmJob, tasks, now) -> None:
+        """Slurm's choice of GPU indices (squeue's gres_detail; and in admission mode, of nodes) becomes the
+        tasks' allocations, so the map and the allocation stay true; an Event records what changed."""
+        k = max(1, len(tasks) // max(1, len(sj.node_list)))
+        changes = []
+        with transaction.atomic():
+            for rank, (node, t) in enumerate(tasks):
+                if self.mode == "admission":
+                    target_name = sj.node_list[rank // k] if rank // k < len(sj.node_list) else node.name
+                    local = rank % k
+                else:
+                    target_name = node.name
+                    local = [x for n, x in tasks if n.pk == node.pk].index(t)
+                indices = sj.gpus.get(target_name, [])
+                g = len(t["gpus"])
+                current = sorted(x["index"] for x in t["gpus"])
+                # Slurm's indices; when it no longer says (an ended job's gres_detail is empty), the planned ones
+                mine = (indices[local * g:(local + 1) * g] if len(indices) >= (local + 1) * g else current) if g else []
+                if target_name == node.name and (not mine or sorted(mine) == current):
+                    continue
+                target = Node.objects.filter(name=target_name).first()
+                if target is None:
+                    continue
+                gpus = list(Gpu.objects.filter(node=target, index__in=mine).values_list("id", flat=True)) if mine else []
+                busy = Allocation.objects.filter(gpu_id__in=gpus, released_at__isnull=True).exclude(job_id=job_id).exists()
+                if busy or (mine and len(gpus) != len(mine)):
+                    changes.append({"task": t["task"], "node": target_name, "gpus": mine, "recorded": False})
+                    continue
+                Allocation.objects.filter(task_id=t["task"], released_at__isnull=True).delete()
+                Allocation.objects.bulk_create([Allocation(task_id=t["task"], gpu_id=gid, job_id=job_id, created_at=now)
+                                                for gid in gpus])
+                Task.objects.filter(pk=t["task"]).update(node=target)
+                changes.append({"task": t["task"], "node": target_name, "gpus": mine, "recorded": True})
+            self._save(job_id, {**record, "gpus": sj.gpus, "nodes": sj.node_list})
+            if changes:
+                record_event("slurm_placement", f"Slurm job {sj.job_id} placed tasks differently from the plan: "
+                             + "; ".join(f"task {c['task']} on {c['node']} GPUs {c['gpus']}"
+                                         + ("" if c["recorded"] else " (not recorded: held by another job)")
+                                         for c in changes), job_id=job_id, time=now,
+                             data={"slurm_job_id": sj.job_id, "changes": changes})
+
+    def _ship_log(self, node, t, d: Path, stats: RoundStats) -> None:
+        path = d / f"task-{t['task']}.out"
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return
+        stored = (TaskLog.objects.filter(task_id=t["task"], attempt=t["attempt"])
+                  .aggregate(end=Max(F("offset") + F("size")))["end"] or 0)
+        if size <= stored:
+            return
+        with open(path, "rb") as f:
+            f.seek(stored)
+            raw = f.read(LOG_CHUNK)
+        if len(raw) == LOG_CHUNK:
+            raw = _whole_chars(raw)  # never split a UTF-8 character: its rest comes with the next chunk
+        data = raw.decode("utf-8", errors="replace")
+        if len(data.encode("utf-8")) != len(raw):  # invalid UTF-8: one "?" per byte keeps the offsets the file's
+            data = "".join(chr(b) if b < 128 else "?" for b in raw)
+        ok, _, _ = append_log(node, task_id=t["task"], attempt=t["attempt"], offset=stored, data=data, at=self._now)
+        if ok:
+            stats.log_bytes += len(raw)
+
+    def _ended(self, job_id: int, record: dict, sj: SlurmJob | None, comp: dict | None, tasks, now,
+               stats: RoundStats) -> None:
+        """The Slurm job is over: every task not reported yet is reported from Slurm's state."""
+        left = [(node, t) for node, t in tasks if self._task_state(t["task"]) in Task.ON_NODE_STATES]
+        if not left:
+            return
+        state = sj.state if sj is not None else (comp or {}).get("JobState", "GONE")
+        reason = sj.reason if sj is not None else ""
+        sid = record["job_id"]
+        with transaction.atomic():
+            if state == "TIMEOUT":
+                stop_job(job_id, at=now, target="failed", kind="time_limit",
+                         reason=f"time limit: Slurm ended job {sid} at its --time (TIMEOUT)")
+                kw = {"signal": 9, "message": f"Slurm job {sid} TIMEOUT"}
+            elif state == "NODE_FAIL":
+                why = (f"Slurm job {sid} NODE_FAIL: a node was lost ({reason or 'no reason'}); the gang is requeued "
+                       "whole")
+                if not stop_job(job_id, at=now, target="requeue", kind="node_failed", reason=why):
+                    # already stopping (the node's drain, synced first, evicted it): still say what Slurm saw
+                    record_event("node_failed", why, job_id=job_id, time=now, data={"slurm_job_id": sid})
+                kw = {"message": f"Slurm job {sid} NODE_FAIL: node lost"}
+            elif state == "OUT_OF_MEMORY":
+                kw = {"message": f"host out of memory: Slurm job {sid} OUT_OF_MEMORY"}
+            elif state == "CANCELLED" and record.get("kill_at"):
+                kw = {"signal": 9, "message": "killed at the stop deadline"}
+            elif state == "CANCELLED" and record.get("term_at"):
+                kw = {"signal": 15, "message": "stopped (scancel --signal=TERM)"}
+            elif state == "GONE":
+                kw = {"message": f"Slurm no longer knows job {sid} and left no exit status"}
+            else:
+                detail = f", exit code {sj.exit_code}" if sj is not None and sj.exit_code else ""
+                kw = {"message": f"Slurm job {sid} ended {state} ({reason or 'no reason'}{detail})"}
+            for node, t in left:
+                event = "exited" if "signal" in kw else "lost"
+                self._report(node, t, event, stats, **kw)
+
+    # -- nodes -------------------------------------------------------------------------------------------------
+    def sync_nodes(self, now: datetime) -> dict:
+        """Slurm's nodes of the partition -> platform nodes (executor slurm), and drains both ways (module
+        docstring). Returns {"created": [...], "drained_here": [...], "drained_in_slurm": [...], "resumed": [...]}."""
+        from ..services.nodes import drain_node, record_heartbeat, register_node, uncordon_node
+
+        out = {"created": [], "drained_here": [], "drained_in_slurm": [], "resumed": [], "readied": []}
+        for sn in self.cli.nodes():
+            node = Node.objects.filter(name=sn.name).first()
+            if node is None:
+                node = register_node(sn.name, flavor=self.flavor, gpus=[{"index": i} for i in range(sn.gpus)],
+                                     cpu_milli=sn.cpus * 1000, memory_mib=sn.memory_mib, executor="slurm",
+                                     address=sn.address or None, labels={"slurm_partition": self.cli.partition})
+                out["created"].append(sn.name)
+            elif node.executor != Node.Executor.SLURM:
+                continue  # a node of the partition the platform runs another way: left alone
+            if not sn.down and (node.last_heartbeat is None or (now - node.last_heartbeat).total_seconds() >= 5):
+                # Slurm answers for its node's liveness: the platform's missed-heartbeat detector stays quiet while
+                # Slurm has it up, and marks it not_ready when Slurm has it down (no heartbeat any more)
+                node = record_heartbeat(sn.name, gpus=[], at=now)
+            slurm_out = sn.drained or sn.down
+            slurm_reason = sn.reason or ("node down" if sn.down else "drained")
+            ours = slurm_reason.startswith(OURS.strip())
+            if slurm_out and not ours and node.state == Node.State.READY:
+                Node.objects.filter(pk=node.pk).update(health_reason=f"{THEIRS}{slurm_reason}"[:300], health_since=now)
+                drain_node(node, reason=f"{THEIRS}{slurm_reason}", at=now)
+                out["drained_here"].append(sn.name)
+            elif not slurm_out and node.state in (Node.State.CORDONED, Node.State.DRAINING) \
+                    and node.health_reason.startswith(THEIRS):
+                Node.objects.filter(pk=node.pk).update(health_reason="", health_since=None)
+                uncordon_node(node, reason="Slurm: node is back in service")
+                out["readied"].append(sn.name)
+            elif node.state in (Node.State.CORDONED, Node.State.DRAINING) and not node.health_reason.startswith(THEIRS) \
+                    and not sn.drained:
+                self.cli.drain(sn.name, f"{OURS}{node.state} here")
+                out["drained_in_slurm"].append(sn.name)
+            elif node.state == Node.State.READY and sn.drained and ours:
+                self.cli.resume(sn.name)
+                out["resumed"].append(sn.name)
+        return out
+
+
+def _whole_chars(raw: bytes) -> bytes:
+    """`raw` without an incomplete UTF-8 sequence at its end."""
+    i = len(raw) - 1
+    while i >= 0 and len(raw) - i <= 4 and raw[i] & 0xC0 == 0x80:
+        i -= 1
+    if i >= 0 and raw[i] >= 0xC0:
+        need = 2 if raw[i] < 0xE0 else 3 if raw[i] < 0xF0 else 4
+        if len(raw) - i < need:
+            return raw[:i]
+    return raw
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
