@@ -133,7 +133,7 @@ def sync_cluster(cluster: MemberCluster, *, client_for=client_for, now=None) -> 
             _apply_remote(job, copy, now)
     for copy, job in stale:  # fencing: a copy the federation no longer counts is stopped
         try:
-            client.cancel(copy["id"], "stale federated copy (the job moved or ended at the manager)")
+            answer = client.cancel(copy["id"], "stale federated copy (the job moved or ended at the manager)")
         except (MemberUnreachable, MemberRefused) as exc:
             log.warning("could not stop stale copy %s on %s: %s", copy, cluster.name, exc)
             continue
@@ -142,7 +142,10 @@ def sync_cluster(cluster: MemberCluster, *, client_for=client_for, now=None) -> 
                          data={"cluster": cluster.name, "copy": copy})
             if job is not None:
                 job = FederatedJob.objects.select_for_update().get(pk=job.pk)
-                _mark_stopped(job, cluster.name, _parse_ext(copy["external_id"])[1])
+                generation = _parse_ext(copy["external_id"])[1]
+                if isinstance(answer, dict) and answer.get("state"):
+                    _note_remote_state(job, cluster.pk, cluster.name, generation, str(answer["state"]))
+                _mark_stopped(job, cluster.name, generation)
     return True
 
 
