@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 __all__ = ["FlavorState", "QueueShare", "ClusterView", "JobRequest", "Weights", "Candidate", "Decision",
-           "reject_reason", "score", "choose", "should_withdraw", "summarize", "quota_class",
+           "reject_reason", "capacity_reason", "never_fits", "never_fits_message", "score", "choose", "should_withdraw", "summarize", "quota_class",
            "first_to_admit", "round_robin", "least_loaded", "view_from_summary"]
 
 
@@ -148,7 +148,9 @@ def _flavors(job: JobRequest, cluster: ClusterView) -> list[str]:
     return sorted(f for f in cluster.flavors if not job.flavors or f in job.flavors)
 
 
-def _flavor_reason(job: JobRequest, cluster: ClusterView, flavor: str) -> str | None:
+def _flavor_reason(job: JobRequest, cluster: ClusterView, flavor: str, *, queues: bool = True) -> str | None:
+    """Why `flavor` of `cluster` can never hold `job` (None: it can). queues=False: capacity only (total
+    GPUs, node size, tier domain), not the queue's limit there."""
     fs = cluster.flavors[flavor]
     if fs.total < job.gpus:
         return f"{flavor}: needs {job.gpus} GPUs, the cluster has {fs.total}"
@@ -157,7 +159,7 @@ def _flavor_reason(job: JobRequest, cluster: ClusterView, flavor: str) -> str | 
     cap = _tier_capacity(fs.domain_gpus, job.highest_tier)
     if cap is not None and job.gpus > cap:
         return f"{flavor}: {job.gpus} GPUs fit no tier-{job.highest_tier} domain (largest {cap})"
-    share = cluster.queues.get(job.queue, {}).get(flavor)
+    share = cluster.queues.get(job.queue, {}).get(flavor) if queues else None
     if share is not None and share.limit is not None and job.gpus > share.limit:
         return f"{flavor}: queue {job.queue}'s limit is {share.limit} GPUs"
     return None
@@ -179,6 +181,44 @@ def reject_reason(job: JobRequest, cluster: ClusterView) -> str | None:
         return "none of the job's flavors " + ", ".join(job.flavors)
     reasons = [_flavor_reason(job, cluster, f) for f in flavors]
     return None if any(r is None for r in reasons) else "; ".join(reasons)
+
+
+def capacity_reason(job: JobRequest, cluster: ClusterView) -> str | None:
+    """Why `cluster` could never hold `job` whatever its load, health or queues (None: it could): not in
+    the job's `clusters`, a `selector` label missing or different, none of the job's flavors, or for every
+    allowed flavor too few GPUs in total, a task larger than any node, the gang larger than every domain of
+    its tier. The submission-time rule (a job no member could ever hold is refused, as a single cluster
+    refuses a job that can never fit); `reject_reason` adds the changing parts (health, queue, limit)."""
+    if job.clusters and cluster.name not in job.clusters:
+        return "not in the job's clusters"
+    for key, value in sorted(job.selector.items()):
+        if cluster.labels.get(key) != value:
+            return f"label {key}={value} required (cluster has {cluster.labels.get(key)!r})"
+    flavors = _flavors(job, cluster)
+    if not flavors:
+        return ("none of the job's flavors " + ", ".join(job.flavors)) if job.flavors else "no GPU flavors"
+    reasons = [_flavor_reason(job, cluster, f, queues=False) for f in flavors]
+    return None if any(r is None for r in reasons) else "; ".join(reasons)
+
+
+def never_fits(job: JobRequest, clusters: Sequence[ClusterView]) -> dict[str, str] | None:
+    """{cluster: reason} when no cluster in `clusters` could ever hold `job` (`capacity_reason` of each);
+    None when one could, or when `clusters` is empty (nothing known yet refuses nothing)."""
+    if not clusters:
+        return None
+    reasons = {}
+    for c in clusters:
+        why = capacity_reason(job, c)
+        if why is None:
+            return None
+        reasons[c.name] = why
+    return reasons
+
+
+def never_fits_message(job: JobRequest, reasons: Mapping[str, str]) -> str:
+    """One line for a job no member can ever hold: the GPUs it needs, then each member's reason."""
+    return (f"needs {job.gpus} GPUs (largest task {job.task_gpus}) and no member cluster can ever hold it: "
+            + "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items())))
 
 
 def quota_class(share: QueueShare | None, gpus: int) -> str:

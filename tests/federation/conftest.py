@@ -9,9 +9,12 @@ from tests.federation.fakes import FakeMember
 
 
 @pytest.fixture
-def members(cluster):  # noqa: F811
-    """Two member clusters registered at the manager ("east", "west") and their fakes."""
+def members(cluster, settings):  # noqa: F811
+    """Two member clusters registered at the manager ("east", "west") and their fakes; this instance is the
+    manager (FEDERATION_ROLE = "manager": only a manager takes federated jobs)."""
     from gpuplatform.federation import manager
+
+    settings.FEDERATION_ROLE = "manager"
 
     fakes = {"east": FakeMember("east"), "west": FakeMember("west")}
     for name in fakes:

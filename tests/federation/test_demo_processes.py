@@ -121,7 +121,7 @@ def test_a_moved_job_runs_once_after_its_lost_worker_returns(tmp_path):
         time.sleep(5)
         assert len(_pids(marker)) == 1
         assert _call(url, token)["state"] == "running"
-        clusters = {c["name"]: c["state"] for c in _call(f"{api}/api/v1/federation/clusters/", token)}
+        clusters = {c["name"]: c["state"] for c in _call(f"{api}/api/v1/federation/clusters/", token)["results"]}
         assert clusters[first["cluster"]] == "healthy"
     finally:
         if frozen:

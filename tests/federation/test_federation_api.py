@@ -35,7 +35,9 @@ def test_clusters_admin_writes_token_is_encrypted_and_never_returned(client_for)
     assert "token" not in r.json() and r.json()["token_status"] == "set (encrypted)"
     row = MemberCluster.objects.get(name="east")
     assert "s3cret" not in row.token_encrypted and row.token() == "s3cret-token-value"
-    listed = member.get("/api/v1/federation/clusters/").json()
+    page = member.get("/api/v1/federation/clusters/").json()  # docs/api.md: every list is paginated
+    assert set(page) == {"count", "next", "previous", "results"} and page["count"] == 1, page
+    listed = page["results"]
     assert [c["name"] for c in listed] == ["east"] and listed[0]["state"] == "new"
     assert "s3cret" not in member.get("/api/v1/federation/clusters/").content.decode()
     bad = admin.post("/api/v1/federation/clusters/", {**body, "name": "west", "labels": {"bad key!": "x"}}, format="json")
@@ -79,6 +81,7 @@ def test_federation_page_lists_clusters_and_own_jobs(client_for, users, members,
     dispatch.run_round(client_for=factory)
     web = Client()
     web.force_login(users["member"])
+    settings.FEDERATION_ROLE = "worker"
     html = web.get("/federation/").content.decode()
     assert "east" in html and "west" in html and "train" in html and "healthy" in html
     assert ">Federation</a>" not in html  # a worker's nav bar (the default role) has no federation link

@@ -121,6 +121,7 @@ def test_two_live_workers(live_server, worker_b, settings):
 
     settings.FEDERATION_USE_WHATIF = True
     settings.WORKER_LOST_SECONDS = 900
+    settings.FEDERATION_ROLE = "manager"  # this process is the manager (and worker a's API)
     services.load_cluster_spec(small_spec())  # worker a's cluster (and the manager's teams and queues)
     _svc, token_a = make_service_account()
     member = get_user_model().objects.create_user("mike", password="pw")

@@ -82,8 +82,7 @@ class MemberClusterViewSet(IdempotentCreateMixin, viewsets.ModelViewSet):
 
     serializer_class = MemberClusterSerializer
     permission_classes = [IsPlatformAdminOrReadOnly]
-    queryset = MemberCluster.objects.all()
-    pagination_class = None
+    queryset = MemberCluster.objects.order_by("name", "id")  # paginated like every list: {count, next, previous, results}
 
     def create(self, request, *args, **kwargs):
         ser = self.get_serializer(data=request.data)
@@ -154,7 +153,10 @@ class FederatedJobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.R
     @extend_schema(request={"application/json": {"type": "object"}}, responses={201: FederatedJobSerializer})
     def create(self, request):
         """Submit: the jobs API's body plus `clusters`, `cluster_selector`, `data_site`, `restartable`.
-        The team is the queue's. 400 names the field; 403 for another team's queue."""
+        The team is the queue's. 400 names the field (a job no member cluster could ever hold: `roles`);
+        403 for another team's queue; 409 on an instance that is not a federation manager (FEDERATION_ROLE)."""
+        if not manager.is_manager():
+            return Response({"detail": manager.NOT_MANAGER}, status=status.HTTP_409_CONFLICT)
         return submit_response(request)
 
     @extend_schema(parameters=[LogQuerySerializer], responses={200: {"type": "object"}, 503: {"type": "object"}})

@@ -39,7 +39,7 @@ from .client import MemberClient, MemberRefused, MemberUnreachable
 log = logging.getLogger("gpuplatform.federation")
 
 __all__ = ["ForecastCache", "client_for", "run_round", "sync_cluster", "dispatch_pending", "withdraw_stale", "fence",
-           "request_for", "views"]
+           "request_for", "views", "never_fits"]
 
 REMOTE_TO_LOCAL = {"pending": "dispatched", "admitted": "running", "running": "running", "preempting": "running",
                    "succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"}
@@ -123,6 +123,8 @@ def sync_cluster(cluster: MemberCluster, *, client_for=client_for, now=None) -> 
             current = (job is not None and job.cluster_id == c.pk and job.generation == parsed[1]
                        and job.state not in FederatedJob.ENDED)
             if not current:
+                if job is not None:  # a cancelled/fenced/moved copy: its state is still shown (remote_state)
+                    _note_remote_state(job, c.pk, c.name, parsed[1], copy.get("state", ""))
                 if copy.get("state") not in ("succeeded", "failed", "cancelled"):
                     stale.append((copy, job))
                 elif job is not None:
@@ -131,7 +133,7 @@ def sync_cluster(cluster: MemberCluster, *, client_for=client_for, now=None) -> 
             _apply_remote(job, copy, now)
     for copy, job in stale:  # fencing: a copy the federation no longer counts is stopped
         try:
-            client.cancel(copy["id"], "stale federated copy (the job moved or ended at the manager)")
+            answer = client.cancel(copy["id"], "stale federated copy (the job moved or ended at the manager)")
         except (MemberUnreachable, MemberRefused) as exc:
             log.warning("could not stop stale copy %s on %s: %s", copy, cluster.name, exc)
             continue
@@ -140,8 +142,28 @@ def sync_cluster(cluster: MemberCluster, *, client_for=client_for, now=None) -> 
                          data={"cluster": cluster.name, "copy": copy})
             if job is not None:
                 job = FederatedJob.objects.select_for_update().get(pk=job.pk)
-                _mark_stopped(job, cluster.name, _parse_ext(copy["external_id"])[1])
+                generation = _parse_ext(copy["external_id"])[1]
+                if isinstance(answer, dict) and answer.get("state"):
+                    _note_remote_state(job, cluster.pk, cluster.name, generation, str(answer["state"]))
+                _mark_stopped(job, cluster.name, generation)
     return True
+
+
+def _note_remote_state(job: FederatedJob, cluster_pk: int, cluster: str, generation: int, remote: str) -> None:
+    """Record the worker's state of a copy the federation no longer counts (the job was cancelled, fenced
+    or moved): in its placement (`remote_state`) and, when it is the job's own copy (same cluster and
+    generation; e.g. cancelled at the manager), in job.remote_state, so neither keeps reading `running`
+    after the worker stopped it. Saves only what changed."""
+    fields = set()
+    for p in job.placements:
+        if p.get("cluster") == cluster and p.get("generation") == generation and p.get("remote_state") != remote:
+            p["remote_state"] = remote
+            fields.add("placements")
+    if job.cluster_id == cluster_pk and job.generation == generation and remote and job.remote_state != remote:
+        job.remote_state = remote
+        fields.add("remote_state")
+    if fields:
+        job.save(update_fields=sorted(fields))
 
 
 def _mark_stopped(job: FederatedJob, cluster: str, generation: int) -> None:
@@ -202,6 +224,21 @@ def views(clusters) -> list[policy.ClusterView]:
     return [policy.view_from_summary(c.name, c.summary or {}, labels=c.labels, cost_per_gpu_hour=c.cost_per_gpu_hour,
                                      healthy=c.enabled and c.state == MemberCluster.State.HEALTHY)
             for c in clusters]
+
+
+def never_fits(job: FederatedJob, members=None) -> tuple[dict[str, str] | None, list[str]]:
+    """Could any member ever hold `job`, by the members' last summaries (flavors, node sizes, total GPUs,
+    tier domains; scheduler.core.federation.never_fits)? Returns (reasons, unknown): `reasons` {member:
+    why} when none could, else None; `unknown` the members (of the job's `clusters`, when it names some)
+    that have not reported any GPU yet -- while one has not, nothing is refused (it may hold the job)."""
+    members = list(MemberCluster.objects.all()) if members is None else list(members)
+    if job.clusters:
+        members = [c for c in members if c.name in job.clusters]
+    unknown = sorted(c.name for c in members if not (c.summary or {}).get("flavors"))
+    if unknown or not members:
+        return None, unknown
+    capacity = [policy.view_from_summary(c.name, c.summary, labels=c.labels) for c in members]
+    return policy.never_fits(request_for(job), capacity), unknown
 
 
 def _federation_cap(queue: str) -> int | None:
@@ -361,6 +398,16 @@ def dispatch_pending(*, client_for=client_for, limit: int = 500, forecasts: Fore
         if job.queue not in flight:
             flight[job.queue] = _in_flight(job.queue)
         cap = _federation_cap(job.queue)
+        impossible, _unknown = never_fits(job, clusters.values())
+        if impossible:
+            _wait(job, policy.never_fits_message(request_for(job), impossible))
+            out["waiting"] += 1
+            continue
+        if cap is not None and job.gpus > cap:
+            _wait(job, f"needs {job.gpus} GPUs and the federation quota of queue {job.queue} is {cap} GPUs: "
+                       f"it can never start unless the quota is raised")
+            out["waiting"] += 1
+            continue
         if cap is not None and flight[job.queue] + job.gpus > cap:
             _wait(job, f"federation quota: {flight[job.queue]} of {cap} GPUs of queue {job.queue} in flight")
             out["waiting"] += 1

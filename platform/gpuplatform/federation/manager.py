@@ -23,7 +23,7 @@ from ..errors import ValidationError
 from ..models import FederatedJob, MemberCluster, Queue
 
 __all__ = ["register_cluster", "update_cluster", "submit_federated_job", "submit_as", "cancel_federated_job",
-           "is_manager", "FED_FIELDS"]
+           "is_manager", "require_manager", "NOT_MANAGER", "FED_FIELDS"]
 
 
 def is_manager() -> bool:
@@ -118,12 +118,45 @@ def _int_tier(value, field: str) -> int | None:
     raise ValidationError({field: f"unknown tier {value!r}"})
 
 
+NOT_MANAGER = "this instance is not a federation manager (FEDERATION_ROLE)"
+
+
+def require_manager(field: str = "detail") -> None:
+    """Raise ValidationError({field: NOT_MANAGER}) unless this instance is a federation manager: a worker
+    (or a standalone cluster) has no member clusters, so a job submitted to its federation could never move."""
+    if not is_manager():
+        raise ValidationError({field: NOT_MANAGER})
+
+
+def _never_fits_or_reason(job: FederatedJob) -> str:
+    """Refuse (ValidationError naming the field) a job no registered member could ever hold, by their last
+    summaries (dispatch.never_fits); else the truthful reason it waits with."""
+    from scheduler.core import federation as policy
+    from .dispatch import never_fits, request_for
+
+    members = list(MemberCluster.objects.all())
+    reasons, unknown = never_fits(job, members)
+    if reasons:
+        why = set(reasons.values())
+        field = ("clusters" if job.clusters and why == {"not in the job's clusters"} else
+                 "cluster_selector" if all(w.startswith("label ") for w in why) else "roles")
+        raise ValidationError({field: "can never fit any member cluster: "
+                                      + policy.never_fits_message(request_for(job), reasons)})
+    if not members:
+        return "no member cluster is registered yet: it is dispatched once one is added and reports its capacity"
+    if unknown and len(unknown) == len([c for c in members if not job.clusters or c.name in job.clusters]):
+        return (f"no member cluster has reported its capacity yet ({', '.join(unknown)}): it is dispatched "
+                f"after the first sync")
+    return "waiting for the federation's next dispatch round"
+
+
 @transaction.atomic
 def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
     """Validate `body` as the jobs API does (JobSubmitSerializer) plus the federation fields, check the
     manager's queue belongs to `team`, and store the job pending at the manager (the dispatcher places it)."""
     from ..api.serializers import JobSubmitSerializer
 
+    require_manager()
     if not isinstance(body, dict):
         raise ValidationError({"body": "a JSON object"})
     fed = {k: body[k] for k in FED_FIELDS if k in body}
@@ -160,12 +193,14 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
     flavors: set[str] = set()
     for r in roles:
         flavors.update(f for f in (r.get("flavor") or "").split("|") if f)
-    job = FederatedJob.objects.create(
+    job = FederatedJob(
         name=d["name"], team=team, queue=queue.name, submitter=submitter, spec=spec, gpus=gpus,
         task_gpus=max(r["gpus_per_task"] for r in roles), flavors=sorted(flavors),
         highest_tier=_int_tier(d["highest_tier"], "highest_tier") if d["topology_mode"] == "hard" else None,
         clusters=clusters, cluster_selector=selector, data_site=data_site,
         restartable=restartable or bool(d["migratable"]))
+    job.reason = _never_fits_or_reason(job)
+    job.save()
     record_event("federation.submitted", f"{job.name} submitted to the federation ({gpus} GPUs)", actor=submitter,
                  queue=queue, data={"federated_job": job.pk, "team": team.slug})
     return job
@@ -175,7 +210,8 @@ def submit_as(*, user, body: dict) -> FederatedJob:
     """The front door on a manager (the job form, POST /api/v1/jobs/, POST /api/v1/federation/jobs/, gpuctl):
     the job's team is its queue's; a `team` in the body must be that team. Raises ValidationError naming
     `queue` / `team` (then submit_federated_job's), django's PermissionDenied when `user` may not submit
-    the team's jobs."""
+    the team's jobs; ValidationError("detail") on an instance that is not a federation manager."""
+    require_manager()
     if not isinstance(body, dict):
         raise ValidationError({"body": "a JSON object"})
     name = body.get("queue") if isinstance(body.get("queue"), str) else ""
@@ -203,13 +239,17 @@ def cancel_federated_job(job: FederatedJob, *, actor=None, reason: str = "", cli
         cluster, remote = job.cluster, job.remote_id
         was = job.state
     stopped = cluster is None
+    remote_state = None  # the worker's answer to the cancel; later syncs keep it current (dispatch.sync_cluster)
     if cluster is not None:
         try:
             if remote is None:
                 found = (client_for or default_client)(cluster).find(job.external_id)
                 remote = found["id"] if found else None
             if remote is not None:
-                (client_for or default_client)(cluster).cancel(remote, reason or "cancelled at the federation manager")
+                answer = (client_for or default_client)(cluster).cancel(
+                    remote, reason or "cancelled at the federation manager")
+                if isinstance(answer, dict) and answer.get("state"):
+                    remote_state = str(answer["state"])
             stopped = True
         except (MemberUnreachable, MemberRefused):
             stopped = False
@@ -219,6 +259,8 @@ def cancel_federated_job(job: FederatedJob, *, actor=None, reason: str = "", cli
             fence(job, "cancelled while its worker was unreachable")
         job.state, job.finished_at = FederatedJob.State.CANCELLED, timezone.now()
         job.reason = reason[:500]
+        if remote_state:
+            job.remote_state = remote_state
         job.save()
         record_event("federation.cancelled", f"{job.name} cancelled" + (f": {reason}" if reason else ""),
                      actor=actor, data={"federated_job": job.pk, "was": was,
