@@ -14,10 +14,10 @@ reference, the kube-like spread (core.baselines.run_cycle_kube).
 
 x = arrived GPU requests / capacity, counting a fractional pod as its gpu_milli / 1000;
 y = allocated GPUs / capacity, two ways: `requested` = the placed pods' own requests (fractional pods
-at their share: the FGD paper's measure) and `occupied` = whole GPUs held. The importer rounds every
-fractional request up to one whole GPU (3,078 pods in the default trace), so our `requested` ratio
-is a conservative comparison with the paper's sharing-aware policies (FGD, BestFit, ...): a 0.25-GPU
-pod blocks a whole GPU here, where the paper packs four on it.
+at their share: the FGD paper's measure) and `occupied` = GPUs held whole or holding a fraction. The
+importer keeps fractional requests as fractions (3,078 pods in the default trace; issue 14): the full
+policy packs them by scheduler/core/sharing.py's FGD score on GPUs in mode "auto". The kube-like
+reference does not share GPUs (a fractional pod fails there).
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def run(cluster, trace, engine, config, batch: int, stop: float = 1.3) -> dict:
             batch_n = 0
         while marks and arrived / cap >= marks[0] - 1e-9:
             curve.append({"arrived": marks[0], "arrived_exact": arrived / cap, "requested": placed_req / cap,
-                          "occupied": state.used_gpus / cap, "pods": i, "failed": failed})
+                          "occupied": (state.used_gpus + len(state.shares)) / cap, "pods": i, "failed": failed})
             marks.pop(0)
     return {"curve": curve, "pods": i, "failed": failed, "cycles": cycles, "engine_seconds": engine_s,
             "wall_seconds": time.perf_counter() - t_wall, "capacity": cap}
