@@ -50,6 +50,7 @@ from .snapshot import (
 FULL = 1000  # thousandths of a GPU
 MODES = ("exclusive", "shared", "mig", "auto")
 MIX_TYPES = 32  # task types kept in the expected workload
+CPU_STEP = 2000  # millicores: task CPU is rounded up to this step in the expected workload
 
 
 def mig_resource(flavor: str, profile: str) -> str:
@@ -141,7 +142,7 @@ def workload_mix(jobs) -> list[tuple[float, int, int, int]]:
         for r in job.roles:
             if r.mig_profile:
                 continue
-            cpu = -(-r.cpu_milli // 2000) * 2000
+            cpu = -(-r.cpu_milli // CPU_STEP) * CPU_STEP
             if r.gpu_milli:
                 counts[(r.gpu_milli, 1, cpu)] += r.tasks
             elif r.gpu_memory_mib:
