@@ -100,6 +100,8 @@ def main(argv=None) -> dict:
     trace = load_trace("openb")
     stop = 0.3 if args.tiny else 1.3
     policies = [("full", partial(run_cycle, cache=EngineCache()), CycleConfig())]  # its own engine cache
+    if not args.tiny and not args.quick:  # whole-GPU pods by the FGD score too (scheduler/core/sharing.py)
+        policies.append(("full_fgd_whole", partial(run_cycle, cache=EngineCache()), CycleConfig(fgd_whole=True)))
     if not args.no_kube and not args.tiny and not args.quick:
         policies.append(("kube_like", run_cycle_kube, KUBE))
     results = {}

@@ -27,7 +27,8 @@ schedules exactly this list), curve read from its per-pod "[Alloc]" log lines (U
 requested, Used GPUs = occupied, Arrived GPU Milli). Ours: benchmarks/openb_fgd.run (one engine cycle
 per --batch arrivals, default 1 = pod by pod like simon) on load_openb_cluster / load_openb_trace of the
 same CSV files. Both share GPUs: ours places fractions with scheduler/core/sharing.py (FGD's score, every
-openb GPU in mode "auto"); whole-GPU pods go through the regular engine (binpack).
+openb GPU in mode "auto"); whole-GPU pods go through the regular engine (binpack) in `ours_full`, and are
+placed by the same FGD score in `ours_fgd_whole` (CycleConfig(fgd_whole=True), as simon places every pod).
 """
 from __future__ import annotations
 
@@ -141,7 +142,7 @@ def run_ours(product: Path, inp: Path, stop: float, batch: int, kube: bool) -> d
     cluster = load_openb_cluster(inp / "nodes.csv", path_pod_csv=inp / "pods.csv")
     trace = load_openb_trace(inp / "pods.csv")
     res = {}
-    runs = [("ours_full", run_cycle, CycleConfig())]
+    runs = [("ours_full", run_cycle, CycleConfig()), ("ours_fgd_whole", run_cycle, CycleConfig(fgd_whole=True))]
     if kube:
         from scheduler.core.baselines import run_cycle_kube
         runs.append(("ours_kube_like", run_cycle_kube, openb_fgd.KUBE))

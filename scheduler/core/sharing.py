@@ -116,9 +116,20 @@ class Usage:
             self.mem[t.node] += count_cpu.memory_mib
 
 
-def whole_view(snapshot: Snapshot, usage: Usage) -> Snapshot:
+def fgd_whole_jobs(snapshot: Snapshot, config: CycleConfig | None) -> set:
+    """Ids of the pending whole-GPU jobs this cycle places by the FGD score (CycleConfig.fgd_whole): one role of
+    one task, no topology or sub-group constraint, nothing held for it; only when some GPU is in mode auto."""
+    if config is None or not config.fgd_whole or not any("auto" in n.gpu_modes for n in snapshot.nodes):
+        return set()
+    return {j.id for j in snapshot.jobs if j.state == "pending" and len(j.roles) == 1 and j.roles[0].tasks == 1
+            and not j.roles[0].shares and not j.roles[0].grouped and j.roles[0].gpus_per_task > 0
+            and j.topology_mode != "hard" and not j.reserved and not j.placement}
+
+
+def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset()) -> Snapshot:
     """The snapshot the whole-GPU engine sees: GPUs in mode shared / mig unhealthy, auto GPUs holding a
-    fraction used, sharing jobs left out (their CPU and memory stay counted in the nodes)."""
+    fraction used, sharing jobs (and the `routed` ones, fgd_whole_jobs) left out (their CPU and memory stay
+    counted in the nodes)."""
     nodes = []
     for n in snapshot.nodes:
         if not n.gpu_modes and not n.mig:
@@ -127,7 +138,7 @@ def whole_view(snapshot: Snapshot, usage: Usage) -> Snapshot:
         off = {g for g in range(n.gpus) if gpu_mode(n, g) in ("shared", "mig")}
         busy = {g for g in range(n.gpus) if gpu_mode(n, g) == "auto" and usage.milli.get((n.name, g))}
         nodes.append(replace(n, unhealthy=n.unhealthy | off, used=n.used | busy) if off or busy else n)
-    jobs = tuple(j for j in snapshot.jobs if not job_shares(j))
+    jobs = tuple(j for j in snapshot.jobs if not job_shares(j) and j.id not in routed)
     return replace(snapshot, nodes=tuple(nodes), jobs=jobs)
 
 
@@ -179,10 +190,11 @@ def fragment(frees: tuple[int, ...], whole_free: int, cpu_free: int | None, mix)
 class _NodeRoom:
     """What one node has left for sharing tasks in this cycle; `sig` is what the FGD search depends on."""
 
-    __slots__ = ("node", "gpus", "free", "memfree", "whole_free", "cpu_free", "mem_free", "sig")
+    __slots__ = ("node", "gpus", "free", "memfree", "whole_free", "cpu_free", "mem_free", "sig", "taken")
 
     def __init__(self, node: NodeInfo, usage: Usage, taken: set[int]):
         self.node = node
+        self.taken = taken
         name = node.name
         self.gpus = [g for g in range(node.gpus) if gpu_mode(node, g) in ("shared", "auto")
                      and g not in node.unhealthy and g not in taken]
@@ -218,14 +230,15 @@ class Placer:
     The FGD search result of a node depends only on its `_NodeRoom.sig` and the request, so identical nodes
     (most of a cluster at the start) are scored once per request."""
 
-    def __init__(self, snapshot: Snapshot, usage: Usage, taken_whole: dict[str, set[int]], mix, whole_needs: set[int]):
+    def __init__(self, snapshot: Snapshot, usage: Usage, taken_whole: dict[str, set[int]], mix, whole_needs: set[int],
+                 all_nodes: bool = False):
         self.usage = usage
         self.mix = mix
         self.whole_needs = whole_needs  # GPUs per task of pending whole-GPU tasks (protect rule)
         self.nodes = [n for n in snapshot.nodes if n.schedulable]
         self.taken_whole = taken_whole  # node -> GPU indices held whole (snapshot + this cycle's bindings)
         self.rooms = {n.name: _NodeRoom(n, usage, taken_whole.get(n.name, set())) for n in self.nodes
-                      if n.gpu_modes}
+                      if n.gpu_modes or all_nodes}
         self._frag_cache: dict = {}
         self._best_cache: dict = {}
 
@@ -294,6 +307,46 @@ class Placer:
         memory = task_memory(role, n.gpu_memory_mib)
         return TaskPlacement(role.name, 0, n.name, (g,), gpu_milli=need, gpu_memory_mib=memory)
 
+    def whole_gpus(self, room: _NodeRoom) -> list[int]:
+        """Wholly free GPUs of the room's node a whole-GPU task may take: exclusive ones first, then auto ones."""
+        n, usage = room.node, self.usage
+        ok = [g for g in range(n.gpus) if g not in n.unhealthy and g not in room.taken
+              and gpu_mode(n, g) in ("exclusive", "auto") and not usage.milli.get((n.name, g))]
+        return sorted(ok, key=lambda g: (gpu_mode(n, g) == "auto", g))
+
+    def place_whole(self, role: RoleInfo) -> TaskPlacement | None:
+        """A one-task whole-GPU role placed by the FGD score (CycleConfig.fgd_whole): the node whose fragment
+        F_n(M) grows least when `gpus_per_task` of its wholly free GPUs (exclusive first) are taken; ties: the node
+        left with fewer wholly free GPUs (binpack), then node order."""
+        k = role.gpus_per_task
+        best, best_key = None, None
+        for room in self.rooms.values():
+            n = room.node
+            if (role.flavors and n.flavor not in role.flavors) or room.whole_free < k:
+                continue
+            if room.cpu_free is not None and room.cpu_free < role.cpu_milli:
+                continue
+            if room.mem_free is not None and room.mem_free < role.memory_mib:
+                continue
+            ck = (room.sig, ("whole", k, role.cpu_milli))
+            found = self._best_cache.get(ck, False)
+            if found is False:
+                gpus = self.whole_gpus(room)[:k]
+                auto = sum(1 for g in gpus if gpu_mode(n, g) == "auto")
+                frees = sorted(f for f, _, _ in room.sig[1])
+                before = self._frag(tuple(frees), room.whole_free, room.cpu_free)
+                after = list(frees)
+                for _ in range(auto):
+                    after.remove(FULL)
+                after_cpu = None if room.cpu_free is None else room.cpu_free - role.cpu_milli
+                found = self._best_cache[ck] = (round(self._frag(tuple(after), room.whole_free - k, after_cpu) - before, 9),
+                                                room.whole_free - k)
+            if best_key is None or found < best_key:
+                best_key, best = found, room
+        if best is None:
+            return None
+        return TaskPlacement(role.name, 0, best.node.name, tuple(sorted(self.whole_gpus(best)[:k])))
+
     def commit(self, t: TaskPlacement, role: RoleInfo, sign: int = 1) -> None:
         """Record a placed (sign 1) or withdrawn (sign -1) task in usage and the node's room."""
         if sign > 0:
@@ -306,6 +359,13 @@ class Placer:
                 room.take(t.gpus[0], t.gpu_milli, t.gpu_memory_mib, role)
             else:
                 self.rooms[t.node] = _NodeRoom(room.node, self.usage, self.taken_whole.get(t.node, set()))
+        elif room is not None and not t.mig:  # a whole-GPU task (fgd_whole)
+            taken = self.taken_whole.setdefault(t.node, set())
+            if sign > 0:
+                taken.update(t.gpus)
+            else:
+                taken.difference_update(t.gpus)
+            self.rooms[t.node] = _NodeRoom(room.node, self.usage, taken)
 
     def place_mig(self, role: RoleInfo) -> TaskPlacement | None:
         """`gpus_per_task` free instances of the role's profile on one node: the node with the fewest free
@@ -350,7 +410,8 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
     and metrics["sharing"] = {allocated_gpu_equivalents, shared_gpus, fgd_fragmentation {flavor: GPUs},
     mig_instances, mig_used}. The snapshot is not mutated."""
     usage = Usage(snapshot)
-    result = whole_engine(whole_view(snapshot, usage), config, cache=cache)
+    routed = fgd_whole_jobs(snapshot, config)
+    result = whole_engine(whole_view(snapshot, usage, routed), config, cache=cache)
     flavor_of = _flavor_of(snapshot)
     taken_whole: dict[str, set[int]] = defaultdict(set)
     for n in snapshot.nodes:
@@ -370,8 +431,8 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
                 usage.add(replace(t, gpus=(), mig=()), count_cpu=roles[t.role])
     bound = {b.job_id for b in result.bindings}
     whole_needs = {r.gpus_per_task for j in snapshot.jobs if j.state == "pending" and j.id not in bound
-                   and not job_shares(j) for r in j.roles if r.gpus_per_task}
-    placer = Placer(snapshot, usage, taken_whole, workload_mix(snapshot.jobs), whole_needs)
+                   and not job_shares(j) and j.id not in routed for r in j.roles if r.gpus_per_task}
+    placer = Placer(snapshot, usage, taken_whole, workload_mix(snapshot.jobs), whole_needs, all_nodes=bool(routed))
 
     # quotas: whole usage from the engine's view, plus this cycle's whole bindings and the running fractions
     queues = QueueTree(replace(snapshot, jobs=tuple(whole_jobs.values())))
@@ -387,7 +448,7 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
             for key, amount in _charges(job, job.placement, flavor_of).items():
                 queues.charge(job.queue, key, amount)
 
-    pending = sorted((j for j in snapshot.jobs if j.state == "pending" and job_shares(j)),
+    pending = sorted((j for j in snapshot.jobs if j.state == "pending" and (job_shares(j) or j.id in routed)),
                      key=lambda j: (-j.priority, j.submit_time, str(j.id)))
     for job in pending:
         if not queues.known(job.queue):
@@ -416,7 +477,8 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
             continue
         for key, amount in charges.items():
             queues.charge(job.queue, key, amount)
-        result.bindings.append(Binding(job_id=job.id, tasks=tuple(tasks), domain="", tier=0, rule="share"))
+        result.bindings.append(Binding(job_id=job.id, tasks=tuple(tasks), domain="", tier=0,
+                                       rule="share" if job_shares(job) else "fgd"))
         result.pending.pop(job.id, None)
     result.metrics = dict(result.metrics)
     result.metrics["sharing"] = sharing_metrics(snapshot, usage, placer)
@@ -458,6 +520,8 @@ def _place_job(placer: Placer, job: JobInfo) -> tuple[list[TaskPlacement] | None
         for index in range(role.tasks):
             if role.shares:
                 t = placer.place_mig(role) if role.mig_profile else placer.place_fraction(role)
+            elif len(job.roles) == 1 and role.tasks == 1:
+                t = placer.place_whole(role)  # a job routed here by CycleConfig.fgd_whole
             else:
                 t = None  # whole-GPU roles of a mixed job: not supported in one gang (refused at submit)
             if t is None:
@@ -465,7 +529,8 @@ def _place_job(placer: Placer, job: JobInfo) -> tuple[list[TaskPlacement] | None
                     for done in placed:
                         placer.commit(done, roles[done.role], -1)
                     what = (f"{role.gpus_per_task} free MIG instance(s) {role.mig_profile} on one node"
-                            if role.mig_profile else f"a GPU share of {_ask(role)}")
+                            if role.mig_profile else f"a GPU share of {_ask(role)}" if role.shares
+                            else f"{role.gpus_per_task} wholly free GPU(s)")
                     return None, PendingReason("no_share", f"role {role.name}: no node has {what}")
                 break
             t = replace(t, index=index)

@@ -261,6 +261,10 @@ class CycleConfig:
     reschedule_window: float = 6 * 3600.0  # seconds: a job is never moved twice within it
     reschedule_max_victims: int = 4  # the most jobs moved for one waiting job
     reschedule_min_wait: float = 600.0  # seconds a job waits before jobs are moved for it
+    # GPU sharing (sharing.py): pending one-task whole-GPU jobs without a topology constraint are placed by the
+    # FGD score too, with the fractions, when the cluster has GPUs in mode "auto" (as the FGD simulator places
+    # every pod); off = the engine's binpack places them (fair-share order, backfill, preemption as usual)
+    fgd_whole: bool = False
 
 
 @dataclass(frozen=True, slots=True)

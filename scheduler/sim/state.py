@@ -137,8 +137,10 @@ class ClusterState:
         while the job is still partial."""
         job = self.pending.get(binding.job_id)
         assert job is not None, f"engine bound job {binding.job_id!r}, which is not pending"
-        if any(r.shares for r in job.roles):
+        if any(t.gpu_milli or t.mig for t in binding.tasks):  # an engine that shares GPUs placed it
             return self._bind_shared(job, binding, now)
+        # else whole GPUs, also for a fractional request placed by an engine that does not share GPUs
+        # (core.baselines: a kube-scheduler without a sharing plugin gives a 0.5-GPU pod one whole GPU)
         roles = {r.name: r for r in job.roles}
         seen_tasks: set[tuple[str, int]] = {(t.role, t.index) for t in job.placement}
         taken: set[tuple[str, int]] = set()

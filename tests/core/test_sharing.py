@@ -139,6 +139,23 @@ def test_fgd_fragment_formula():
     assert workload_mix([job("a", milli=500), job("b", gpus=2)]) == [(0.5, 500, 1, 0), (0.5, FULL, 2, 0)]
 
 
+def test_fgd_whole_places_one_task_whole_jobs_by_the_score():
+    # node a: GPU 0 holds 0.5, GPU 1 free; node b: 2 free GPUs. The mix is {0.5 GPU, 1 GPU}. A 1-GPU job on b
+    # leaves a's half GPU usable by the 0.5 type and b one whole GPU: no fragment grows. On a it would take the
+    # only whole GPU next to the half one: still no fragment for either type. Tie: the node left with fewer
+    # wholly free GPUs (a). A 2-GPU job fits only b.
+    a = NodeInfo(name="a", flavor="T4", gpus=2, gpu_modes=("auto", "auto"))
+    b = NodeInfo(name="b", flavor="T4", gpus=2, gpu_modes=("auto", "auto"))
+    half = job("half", milli=500, state="running", placement=(TaskPlacement("worker", 0, "a", (0,), gpu_milli=500),))
+    r = run_cycle(snap([a, b], [half, job("one", gpus=1), job("two", gpus=2, submit=1)]), CycleConfig(fgd_whole=True))
+    got = bound(r)
+    assert got["one"].tasks[0].node == "a" and got["one"].tasks[0].gpus == (1,) and got["one"].rule == "fgd"
+    assert got["two"].tasks[0].node == "b"
+    # off: the engine's binpack places them (rule allocate), never on GPU 0 of a (it holds a fraction)
+    r = run_cycle(snap([a, b], [half, job("one", gpus=1)]))
+    assert bound(r)["one"].rule == "allocate" and (bound(r)["one"].tasks[0].node, bound(r)["one"].tasks[0].gpus) != ("a", (0,))
+
+
 # -- properties ---------------------------------------------------------------------------------------
 
 request = st.one_of(
@@ -151,8 +168,8 @@ request = st.one_of(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reqs=st.lists(st.tuples(request, st.integers(1, 3)), min_size=1, max_size=14),
-       limit=st.integers(1, 6), rounds=st.integers(1, 3))
-def test_properties_over_cycles(reqs, limit, rounds):
+       limit=st.integers(1, 6), rounds=st.integers(1, 3), fgd_whole=st.booleans())
+def test_properties_over_cycles(reqs, limit, rounds, fgd_whole):
     nodes = [mixed_node("m1"), mixed_node("m2"),
              NodeInfo(name="t", flavor="H200", gpus=4, gpu_modes=("auto",) * 4, gpu_memory_mib=H200_MEM)]
     jobs = []
@@ -164,7 +181,7 @@ def test_properties_over_cycles(reqs, limit, rounds):
     by_node = {n.name: n for n in nodes}
     for _ in range(rounds):
         before = repr(s)
-        r = run_cycle(s, CycleConfig())
+        r = run_cycle(s, CycleConfig(fgd_whole=fgd_whole))
         assert repr(s) == before  # the snapshot is never mutated
         placed = {j.id: j for j in s.jobs if j.state == "running"}
         new = []
