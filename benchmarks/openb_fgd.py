@@ -49,6 +49,7 @@ def run(cluster, trace, engine, config, batch: int, stop: float = 1.3) -> dict:
     arrived = placed_req = 0.0
     marks = list(MARKS[: int(round(stop * 10))])
     curve, failed, cycles, engine_s = [], 0, 0, 0.0
+    failed_multi = [0]  # failed pods asking for more than one GPU (the "gangs" of openb: multi-GPU pods)
     i = batch_n = 0
     t_wall = time.perf_counter()
 
@@ -64,6 +65,8 @@ def run(cluster, trace, engine, config, batch: int, stop: float = 1.3) -> dict:
         for job_id in list(state.pending):  # FGD: a pod that does not fit on arrival fails
             state.drop(job_id)
             failed += 1
+            if by_id[job_id].gpus_per_task > 1:
+                failed_multi[0] += 1
 
     while marks:
         job = jobs[i % len(jobs)]
@@ -80,7 +83,8 @@ def run(cluster, trace, engine, config, batch: int, stop: float = 1.3) -> dict:
             batch_n = 0
         while marks and arrived / cap >= marks[0] - 1e-9:
             curve.append({"arrived": marks[0], "arrived_exact": arrived / cap, "requested": placed_req / cap,
-                          "occupied": (state.used_gpus + len(state.shares)) / cap, "pods": i, "failed": failed})
+                          "occupied": (state.used_gpus + len(state.shares)) / cap, "pods": i, "failed": failed,
+                          "failed_multi_gpu": failed_multi[0], "largest_whole": state.largest_whole_block()})
             marks.pop(0)
     return {"curve": curve, "pods": i, "failed": failed, "cycles": cycles, "engine_seconds": engine_s,
             "wall_seconds": time.perf_counter() - t_wall, "capacity": cap}

@@ -229,6 +229,15 @@ class ClusterState:
         self.running[job.id] = started
         return started
 
+    def largest_whole_block(self) -> int:
+        """The largest runnable whole-GPU job on one node now: the most GPUs of one ready node that hold no task
+        and no fraction (healthy or not: the replay's nodes report no GPU health)."""
+        shared: dict[str, set[int]] = {}
+        for node, g in self.shares:
+            shared.setdefault(node, set()).add(g)
+        return max((n.gpus - len(self._used[n.name] | shared.get(n.name, set())) for n in self._base.values()
+                    if self._state[n.name] == "ready"), default=0)
+
     def _release_share(self, job: JobInfo, t) -> None:
         """Free one sharing task's fraction or MIG instances (release)."""
         if t.gpu_milli:

@@ -201,3 +201,21 @@ def test_assignments_give_mig_uuid_and_fraction_environment(api):
     assert mem["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20000M"
     assert tasks["whole"]["CUDA_VISIBLE_DEVICES"] in {f"GPU-{i}" for i in (4, 5, 6, 7)}
     assert "GPUPLATFORM_GPU_FRACTION" not in tasks["whole"]
+
+
+def test_mig_resource_quota_is_checked_against_the_instances(mixed):
+    from gpuplatform import services
+
+    services.set_quota(mixed, "H200/mig-3g.71gb", 0, 2, 2)  # the node has 2 instances of 3g.71gb
+    with pytest.raises(services.ValidationError) as e:
+        services.set_quota(mixed, "H200/mig-3g.71gb", 0, 3, 3)
+    assert "quota" in e.value.errors and "3g.71gb" in e.value.errors["quota"]
+
+
+def test_queue_page_says_how_shares_count(mixed, client, django_user_model):
+    user = django_user_model.objects.create_user("boss", password="pw", is_staff=True, is_superuser=True)
+    client.force_login(user)
+    html = client.get("/queues/").content.decode()
+    assert "sharing-quota-note" in html and "H200/mig-1g.18gb" in html
+    assert client.get("/docs/concepts/").status_code == 200
+    assert 'id="gpu-sharing-fractions-and-mig"' in client.get("/docs/concepts/").content.decode()
