@@ -219,3 +219,21 @@ def test_queue_page_says_how_shares_count(mixed, client, django_user_model):
     assert "sharing-quota-note" in html and "H200/mig-1g.18gb" in html
     assert client.get("/docs/concepts/").status_code == 200
     assert 'id="gpu-sharing-fractions-and-mig"' in client.get("/docs/concepts/").content.decode()
+
+
+def test_topology_zoomed_to_the_node_shows_shares_and_mig_instances(api, client, django_user_model):
+    from gpuplatform.scheduling import store
+    from scheduler.core.domain_tree import node_domain
+
+    submit(api, "frac", {"gpu_fraction": 0.25})
+    submit(api, "mig", {"mig_profile": "1g.18gb", "mig_count": 2})
+    store.run_cycle_once(clock=CLOCK)
+    user = django_user_model.objects.create_user("boss", password="pw", is_staff=True, is_superuser=True)
+    client.force_login(user)
+    payload = client.get("/topology.json", {"zoom": node_domain("mixed")}).json()
+    rows = {r["gpu"]: r for r in payload["rows"]}
+    assert {rows[0]["share"], rows[1]["share"]} == {"shared, 0.25 used", "shared, 0 used"}
+    assert rows[3]["share"] == "MIG 2 of 7 instances used (1g.18gb x7)"
+    assert rows[2]["share"] == "MIG 0 of 2 instances used (3g.71gb x2)" and rows[4]["share"] == ""
+    hover = " ".join(h for t in payload["figure"]["data"] for h in t["hovertext"])
+    assert "shared, 0.25 used" in hover and "MIG 2 of 7" in hover
