@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import replace
+from functools import lru_cache
 from typing import Callable
 
 from .plugins.quota import QueueTree
@@ -61,6 +62,23 @@ def mig_resource(flavor: str, profile: str) -> str:
 def gpu_mode(node: NodeInfo, g: int) -> str:
     modes = node.gpu_modes
     return modes[g] if g < len(modes) else "exclusive"
+
+
+@lru_cache(maxsize=4096)
+def _layout(gpus: int, modes: tuple[str, ...], unhealthy: frozenset) -> tuple:
+    """Per node shape, computed once: (GPUs fractions may use, GPUs whole tasks may use (exclusive first), GPUs
+    out of the whole-GPU engine's reach (shared / mig), auto GPUs), healthy GPUs only in the first two."""
+    mode = [modes[g] if g < len(modes) else "exclusive" for g in range(gpus)]
+    frac = tuple(g for g in range(gpus) if mode[g] in ("shared", "auto") and g not in unhealthy)
+    whole = tuple(sorted((g for g in range(gpus) if mode[g] in ("exclusive", "auto") and g not in unhealthy),
+                         key=lambda g: (mode[g] == "auto", g)))
+    off = frozenset(g for g in range(gpus) if mode[g] in ("shared", "mig"))
+    auto = frozenset(g for g in range(gpus) if mode[g] == "auto")
+    return frac, whole, off, auto
+
+
+def layout(node: NodeInfo) -> tuple:
+    return _layout(node.gpus, node.gpu_modes, node.unhealthy)
 
 
 def job_shares(job: JobInfo) -> bool:
@@ -92,12 +110,12 @@ def has_sharing(snapshot: Snapshot) -> bool:
 
 
 class Usage:
-    """Per (node, GPU): thousandths and memory taken by fractions; MIG instance UUIDs taken; from the running
+    """Per node, per GPU: thousandths and memory taken by fractions; MIG instance UUIDs taken; from the running
     and preempting jobs of a snapshot, then from this cycle's placements (`add`)."""
 
     def __init__(self, snapshot: Snapshot):
-        self.milli: dict[tuple[str, int], int] = defaultdict(int)
-        self.memory: dict[tuple[str, int], int] = defaultdict(int)
+        self.milli: dict[str, dict[int, int]] = defaultdict(dict)
+        self.memory: dict[str, dict[int, int]] = defaultdict(dict)
         self.mig: set[str] = set()
         self.cpu: dict[str, int] = defaultdict(int)  # CPU / memory taken this cycle (not yet in NodeInfo)
         self.mem: dict[str, int] = defaultdict(int)
@@ -107,9 +125,11 @@ class Usage:
 
     def add(self, t: TaskPlacement, count_cpu: RoleInfo | None) -> None:
         if t.gpu_milli:
-            key = (t.node, t.gpus[0])
-            self.milli[key] += t.gpu_milli
-            self.memory[key] += t.gpu_memory_mib
+            g = t.gpus[0]
+            per = self.milli[t.node]
+            per[g] = per.get(g, 0) + t.gpu_milli
+            mem = self.memory[t.node]
+            mem[g] = mem.get(g, 0) + t.gpu_memory_mib
         self.mig.update(t.mig)
         if count_cpu is not None:
             self.cpu[t.node] += count_cpu.cpu_milli
@@ -135,8 +155,9 @@ def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset()) -> S
         if not n.gpu_modes and not n.mig:
             nodes.append(n)
             continue
-        off = {g for g in range(n.gpus) if gpu_mode(n, g) in ("shared", "mig")}
-        busy = {g for g in range(n.gpus) if gpu_mode(n, g) == "auto" and usage.milli.get((n.name, g))}
+        _, _, off, auto = layout(n)
+        shares = usage.milli.get(n.name)
+        busy = {g for g, v in shares.items() if v > 0 and g in auto} if shares else frozenset()
         nodes.append(replace(n, unhealthy=n.unhealthy | off, used=n.used | busy) if off or busy else n)
     jobs = tuple(j for j in snapshot.jobs if not job_shares(j) and j.id not in routed)
     return replace(snapshot, nodes=tuple(nodes), jobs=jobs)
@@ -196,19 +217,22 @@ class _NodeRoom:
         self.node = node
         self.taken = taken
         name = node.name
-        self.gpus = [g for g in range(node.gpus) if gpu_mode(node, g) in ("shared", "auto")
-                     and g not in node.unhealthy and g not in taken]
-        self.free = {g: FULL - usage.milli.get((name, g), 0) for g in self.gpus}
+        frac, whole, _, _ = layout(node)
+        shares = usage.milli.get(name) or {}
+        self.gpus = [g for g in frac if g not in taken] if taken else list(frac)
+        self.free = {g: FULL - shares.get(g, 0) for g in self.gpus}
         cap = node.gpu_memory_mib
-        self.memfree = {g: cap - usage.memory.get((name, g), 0) for g in self.gpus} if cap else {}
-        self.whole_free = sum(1 for g in range(node.gpus) if g not in node.unhealthy and g not in taken
-                              and gpu_mode(node, g) in ("exclusive", "auto") and not usage.milli.get((name, g)))
+        mem = usage.memory.get(name) or {}
+        self.memfree = {g: cap - mem.get(g, 0) for g in self.gpus} if cap else {}
+        self.whole_free = sum(1 for g in whole if g not in taken and not shares.get(g))
         self.cpu_free = node.cpu_milli - node.cpu_used - usage.cpu.get(name, 0) if node.cpu_milli else None
         self.mem_free = node.memory_mib - node.memory_used - usage.mem.get(name, 0) if node.memory_mib else None
         self._resig()
 
     def _resig(self) -> None:
-        pairs = sorted((self.free[g], self.memfree.get(g, 0), gpu_mode(self.node, g) == "auto") for g in self.gpus)
+        auto = layout(self.node)[3]
+        memfree = self.memfree
+        pairs = sorted((self.free[g], memfree.get(g, 0), g in auto) for g in self.gpus)
         self.sig = (self.node.flavor, tuple(pairs), self.whole_free, self.cpu_free, self.mem_free,
                     self.node.gpu_memory_mib)
 
@@ -309,10 +333,9 @@ class Placer:
 
     def whole_gpus(self, room: _NodeRoom) -> list[int]:
         """Wholly free GPUs of the room's node a whole-GPU task may take: exclusive ones first, then auto ones."""
-        n, usage = room.node, self.usage
-        ok = [g for g in range(n.gpus) if g not in n.unhealthy and g not in room.taken
-              and gpu_mode(n, g) in ("exclusive", "auto") and not usage.milli.get((n.name, g))]
-        return sorted(ok, key=lambda g: (gpu_mode(n, g) == "auto", g))
+        n = room.node
+        shares = self.usage.milli.get(n.name) or {}
+        return [g for g in layout(n)[1] if g not in room.taken and not shares.get(g)]
 
     def place_whole(self, role: RoleInfo) -> TaskPlacement | None:
         """A one-task whole-GPU role placed by the FGD score (CycleConfig.fgd_whole): the node whose fragment
@@ -504,9 +527,9 @@ def _charges(job: JobInfo, tasks, flavor_of) -> dict[str, float]:
 
 def _unadd(usage: Usage, t: TaskPlacement, role: RoleInfo) -> None:
     if t.gpu_milli:
-        key = (t.node, t.gpus[0])
-        usage.milli[key] -= t.gpu_milli
-        usage.memory[key] -= t.gpu_memory_mib
+        g = t.gpus[0]
+        usage.milli[t.node][g] -= t.gpu_milli
+        usage.memory[t.node][g] -= t.gpu_memory_mib
     usage.mig.difference_update(t.mig)
     usage.cpu[t.node] -= role.cpu_milli
     usage.mem[t.node] -= role.memory_mib
@@ -549,8 +572,8 @@ def sharing_metrics(snapshot: Snapshot, usage: Usage, placer: Placer) -> dict:
     mig_instances / mig_used: instances on ready nodes and those bound."""
     instances = sum(len(n.mig) for n in snapshot.nodes if n.schedulable)
     return {
-        "allocated_gpu_equivalents": sum(v for v in usage.milli.values() if v > 0) / FULL,
-        "shared_gpus": sum(1 for v in usage.milli.values() if v > 0),
+        "allocated_gpu_equivalents": sum(v for per in usage.milli.values() for v in per.values() if v > 0) / FULL,
+        "shared_gpus": sum(1 for per in usage.milli.values() for v in per.values() if v > 0),
         "fgd_fragmentation": placer.fragmentation(),
         "mig_instances": instances,
         "mig_used": len(usage.mig),
