@@ -29,6 +29,8 @@ class TierField(serializers.Field):
         return value
 
 
+@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 0, "maximum": 1,
+                                                         "exclusiveMinimum": True, "exclusiveMaximum": True}]})
 class GpusPerTaskField(serializers.Field):
     """A whole number of GPUs, or a fraction of one GPU in (0, 1) (the same as gpu_fraction); the service
     refuses anything else with a message naming gpus_per_task."""
