@@ -17,7 +17,8 @@ y = allocated GPUs / capacity, two ways: `requested` = the placed pods' own requ
 at their share: the FGD paper's measure) and `occupied` = GPUs held whole or holding a fraction. The
 importer keeps fractional requests as fractions (3,078 pods in the default trace; issue 14): the full
 policy packs them by scheduler/core/sharing.py's FGD score on GPUs in mode "auto". The kube-like
-reference does not share GPUs (a fractional pod fails there).
+reference does not share GPUs (it gives a fractional pod a whole GPU, as before). In full mode the
+policy `full_fgd_whole` (CycleConfig(fgd_whole=True)) places one-task whole-GPU pods by the FGD score too.
 """
 from __future__ import annotations
 
