@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv install test test-fast demo demo-local demo-slurm bench bench-full browser slurm vendor-plotly
+.PHONY: help venv install test test-fast demo demo-local demo-slurm bench bench-full bench-peers browser slurm vendor-plotly
 
 help:
 	@echo "make demo   - venv + install, migrate a SQLite DB, load the Philly cluster, users per team,"
@@ -72,6 +72,12 @@ bench: install $(BENCH_STAMP)
 
 bench-full: install $(BENCH_STAMP)
 	$(PY) benchmarks/run.py --full
+
+# Peers side by side (benchmarks/peers/, set-up in ../shared/peers/README.md): Alibaba's FGD simulator on openb.
+# Needs $(PEERS_WORK)/fgd/bin/simon and pandas in the virtualenv; PEERS_ARGS="--full" for all 1,213 nodes.
+bench-peers: install
+	$(PY) -c "import pandas" 2>/dev/null || $(PY) -m pip install -q pandas
+	$(PY) benchmarks/peers/fgd_vs_ours.py $(PEERS_ARGS)
 
 # Browser tests (tests/frontend/test_browser.py, marker `browser`) drive the system's Chromium through
 # Playwright's Python package (the dev extra); `playwright install` is never used. .ci/run calls this.

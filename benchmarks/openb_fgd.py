@@ -14,10 +14,11 @@ reference, the kube-like spread (core.baselines.run_cycle_kube).
 
 x = arrived GPU requests / capacity, counting a fractional pod as its gpu_milli / 1000;
 y = allocated GPUs / capacity, two ways: `requested` = the placed pods' own requests (fractional pods
-at their share: the FGD paper's measure) and `occupied` = whole GPUs held. The importer rounds every
-fractional request up to one whole GPU (3,078 pods in the default trace), so our `requested` ratio
-is a conservative comparison with the paper's sharing-aware policies (FGD, BestFit, ...): a 0.25-GPU
-pod blocks a whole GPU here, where the paper packs four on it.
+at their share: the FGD paper's measure) and `occupied` = GPUs held whole or holding a fraction. The
+importer keeps fractional requests as fractions (3,078 pods in the default trace; issue 14): the full
+policy packs them by scheduler/core/sharing.py's FGD score on GPUs in mode "auto". The kube-like
+reference does not share GPUs (it gives a fractional pod a whole GPU, as before). In full mode the
+policy `full_fgd_whole` (CycleConfig(fgd_whole=True)) places one-task whole-GPU pods by the FGD score too.
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ def run(cluster, trace, engine, config, batch: int, stop: float = 1.3) -> dict:
     arrived = placed_req = 0.0
     marks = list(MARKS[: int(round(stop * 10))])
     curve, failed, cycles, engine_s = [], 0, 0, 0.0
+    failed_multi = [0]  # failed pods asking for more than one GPU (the "gangs" of openb: multi-GPU pods)
     i = batch_n = 0
     t_wall = time.perf_counter()
 
@@ -64,6 +66,8 @@ def run(cluster, trace, engine, config, batch: int, stop: float = 1.3) -> dict:
         for job_id in list(state.pending):  # FGD: a pod that does not fit on arrival fails
             state.drop(job_id)
             failed += 1
+            if by_id[job_id].gpus_per_task > 1:
+                failed_multi[0] += 1
 
     while marks:
         job = jobs[i % len(jobs)]
@@ -80,7 +84,8 @@ def run(cluster, trace, engine, config, batch: int, stop: float = 1.3) -> dict:
             batch_n = 0
         while marks and arrived / cap >= marks[0] - 1e-9:
             curve.append({"arrived": marks[0], "arrived_exact": arrived / cap, "requested": placed_req / cap,
-                          "occupied": state.used_gpus / cap, "pods": i, "failed": failed})
+                          "occupied": (state.used_gpus + len(state.shares)) / cap, "pods": i, "failed": failed,
+                          "failed_multi_gpu": failed_multi[0], "largest_whole": state.largest_whole_block()})
             marks.pop(0)
     return {"curve": curve, "pods": i, "failed": failed, "cycles": cycles, "engine_seconds": engine_s,
             "wall_seconds": time.perf_counter() - t_wall, "capacity": cap}
@@ -100,6 +105,8 @@ def main(argv=None) -> dict:
     trace = load_trace("openb")
     stop = 0.3 if args.tiny else 1.3
     policies = [("full", partial(run_cycle, cache=EngineCache()), CycleConfig())]  # its own engine cache
+    if not args.tiny and not args.quick:  # whole-GPU pods by the FGD score too (scheduler/core/sharing.py)
+        policies.append(("full_fgd_whole", partial(run_cycle, cache=EngineCache()), CycleConfig(fgd_whole=True)))
     if not args.no_kube and not args.tiny and not args.quick:
         policies.append(("kube_like", run_cycle_kube, KUBE))
     results = {}

@@ -25,6 +25,8 @@ class NodeSpec:
     memory_mib: int = 0
     gpu_numa: tuple[int, ...] = ()
     labels: dict = field(default_factory=dict)
+    # GPU sharing mode of every GPU of the node (scheduler/core/sharing.py): exclusive | shared | mig | auto
+    gpu_sharing: str = "exclusive"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +69,7 @@ class TraceJob:
     memory_mib: int = 0
     flavors: tuple[str, ...] = ()
     priority: int = 0
-    gpu_milli: int = 1000  # requested share of one GPU before rounding up (openb GPU sharing)
+    gpu_milli: int = 1000  # share of one GPU in thousandths (openb GPU sharing); < 1000 with 1 GPU = a fraction
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,4 +77,4 @@ class Trace:
     name: str
     jobs: tuple[TraceJob, ...]
     notes: tuple[str, ...] = ()
-    stats: dict = field(default_factory=dict)  # e.g. {"rounded_up_fractional": 3078}
+    stats: dict = field(default_factory=dict)  # e.g. {"fractional": 3078}

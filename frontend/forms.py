@@ -186,6 +186,14 @@ class RoleForm(forms.Form):
                             help_text="blank = all tasks (a strict gang)")
     flavor = forms.ChoiceField(required=False, label="GPU flavor",
                                help_text="roles may run on different flavors (e.g. trainer and rollout workers)")
+    gpu_fraction = forms.FloatField(min_value=0.001, max_value=0.999, required=False, label="GPU fraction",
+                                    help_text="instead of whole GPUs: a share of one GPU per task, e.g. 0.5")
+    gpu_memory_mib = _number(min_value=1, max_value=rules.MAX_MEMORY_MIB, required=False, label="GPU memory (MiB)",
+                             help_text="instead of whole GPUs: this much memory of one shared GPU per task")
+    mig_profile = forms.CharField(max_length=32, required=False, label="MIG profile",
+                                  help_text="instead of whole GPUs: MIG instances of this profile, e.g. 1g.18gb")
+    mig_count = _number(min_value=1, max_value=rules.MAX_MIG_INSTANCES, required=False, label="MIG instances",
+                        help_text="per task, with a MIG profile (blank = 1)")
     group_size = _number(min_value=1, max_value=rules.MAX_TASKS_PER_JOB, required=False, label="Group size",
                          help_text="sub-group: every this many tasks inside one domain of the group tier (blank = none)")
     group_highest_tier = forms.TypedChoiceField(coerce=int, required=False, empty_value=None, label="Group tier",
@@ -220,6 +228,8 @@ class RoleForm(forms.Form):
                 "cpu_milli": d.get("cpu_milli") or 0, "memory_mib": d.get("memory_mib") or 0,
                 "min_available": d.get("min_available") or d["tasks"], "flavor": d.get("flavor") or "",
                 **({"command": d["command"]} if d.get("command") else {}),
+                **{k: d[k] for k in ("gpu_fraction", "gpu_memory_mib", "mig_count") if d.get(k) is not None},
+                **({"mig_profile": d["mig_profile"]} if d.get("mig_profile") else {}),
                 **({"group_size": d.get("group_size"), "group_highest_tier": d.get("group_highest_tier")}
                    if d.get("group_size") or d.get("group_highest_tier") is not None else {})}
 

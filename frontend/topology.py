@@ -92,10 +92,13 @@ def _job_label(job: dict | None, visible) -> str:
 
 def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas: dict[int, int],
                      zoom: str | None = None, team: str | None = None, job: int | None = None,
-                     visible_team_ids: set[int] | None = None, gpu_cell_limit: int = GPU_CELL_LIMIT) -> dict:
+                     visible_team_ids: set[int] | None = None, gpu_cell_limit: int = GPU_CELL_LIMIT,
+                     shares: dict[int, str] | None = None) -> dict:
     """domains: (id, name, tier, parent_id); gpus: (gpu_id, index, health, node_id, node, node_state,
     flavor, domain_id) — already filtered by flavor; allocations {gpu_id: job_id} (all live ones: a job's
-    GPU count comes from them); jobs: live job dicts (dashboard_queries.live_jobs); quotas {queue_id: GPUs}. zoom: a domain name (None = the cluster).
+    GPU count comes from them); jobs: live job dicts (dashboard_queries.live_jobs); quotas {queue_id: GPUs};
+    shares {gpu_id: text} (dashboard_queries.gpu_shares): a shared GPU's used share or a MIG GPU's instances,
+    shown on its cell and in its row ("share") when zoomed to GPUs. zoom: a domain name (None = the cluster).
     team / job: GPUs not held by that team's / job's jobs are dimmed. Unknown zoom raises KeyError."""
     tree = Tree(domains, key=itemgetter(0), parent=itemgetter(3))
     by_id = tree.rows
@@ -127,7 +130,7 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
     borrowed_total = sum(1 for c in cells if c[0][0] in borrowed and (not filtering or c[3]))
     level = "gpus" if zoom_row is not None and len(cells) <= gpu_cell_limit else "domains"
     build = _gpu_level if level == "gpus" else _domain_level
-    figure, rows = build(cells, by_id, visible_team_ids, filtering)
+    figure, rows = build(cells, by_id, visible_team_ids, filtering, shares or {})
     path = [{"name": by_id[d][1], "tier": by_id[d][2]} for d in reversed(tree.ancestors(zoom_row[0]))] if zoom_row else []
     return {"level": level, "zoom": path[-1] if path else None, "path": path, "totals": totals,
             "borrowed_gpus": borrowed_total, "gpus": len(cells),
@@ -135,7 +138,7 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
             "borrowed_definition": BORROWED_DEFINITION, "figure": figure, "rows": rows}
 
 
-def _domain_level(cells, by_id, visible, filtering):
+def _domain_level(cells, by_id, visible, filtering, shares=None):
     per = defaultdict(lambda: {"states": defaultdict(int), "jobs": defaultdict(int), "match": 0, "gpus": 0})
     job_info = {}
     for g, state, j, match in cells:
@@ -203,7 +206,7 @@ def _domain_level(cells, by_id, visible, filtering):
     return {"data": data, "layout": _layout(height, width, annotations)}, rows
 
 
-def _gpu_level(cells, by_id, visible, filtering):
+def _gpu_level(cells, by_id, visible, filtering, shares=None):
     by_domain = defaultdict(lambda: defaultdict(list))
     for cell in cells:
         by_domain[cell[0][7]][cell[0][4]].append(cell)
@@ -225,14 +228,16 @@ def _gpu_level(cells, by_id, visible, filtering):
                 t["x"].append(x0 + g[1] % per_node)
                 t["y"].append(round(y0 + 0.6 + line + 0.45, 3))
                 who = _job_label(j, visible)
+                share = (shares or {}).get(g[0], "")
                 t["hovertext"].append(f"<b>{plain(node)}</b> GPU {g[1]} · {plain(g[6])} · {state}"
-                                      + (f"<br>{who}" if who else ""))
+                                      + (f" · {share}" if share else "") + (f"<br>{who}" if who else ""))
                 shown = j is not None and (visible is None or j["team_id"] in visible)
                 t["customdata"].append([j["id"] if shown else None, dname(did)])
                 t["opacity"].append(1.0 if not filtering or match else 0.25)
                 rows.append({"domain": dname(did), "node": node, "gpu": g[1], "flavor": g[6], "state": state,
                              "job": (j["name"] if shown else "(other team)") if j else "",
-                             "team": j["team_name"] if j else "", "queue": j["queue_name"] if j else ""})
+                             "team": j["team_name"] if j else "", "queue": j["queue_name"] if j else "",
+                             "share": share})
     data = []
     for s in GPU_STATES:
         t = traces[s]

@@ -9,6 +9,9 @@ Cluster rules:
 * Flavor = the node's ``model`` (P100, T4, V100M16, V100M32, A10, G2, G3...). Nodes with ``gpu`` = 0
   (CPU-only rows, as in openb_node_list_all_node.csv) are skipped; a GPU node without a model is an
   error. cpu_milli and memory_mib are kept.
+* GPU sharing: every GPU is in mode "auto" (NodeSpec.gpu_sharing): it takes whole-GPU pods while it holds
+  no fraction and fractions while no whole-GPU pod holds it, as in the FGD simulator and Kubernetes with a
+  GPU-sharing device plugin.
 * Topology: none is published, so nodes get no domain (domain=None) and no domains are emitted; the
   engine then treats the whole cluster as one domain.
 * Queues: openb has no teams, only QoS classes. A root queue ``root`` (platform) has, per flavor,
@@ -23,9 +26,10 @@ Cluster rules:
 Trace rules:
 
 * Pods with num_gpu = 0 are CPU-only: skipped, counted in stats["skipped_cpu_only"] (1,088 in default).
-* num_gpu = 1 with gpu_milli < 1000 is a fractional (GPU-sharing) request: rounded up to 1 whole GPU,
-  counted in stats["rounded_up_fractional"] (3,078 in default); the original share is kept in
-  TraceJob.gpu_milli. gpu_milli must be in 1..1000 for a GPU pod.
+* num_gpu = 1 with gpu_milli < 1000 is a fractional (GPU-sharing) request, kept as that fraction
+  (TraceJob.gpu_milli; the replay asks for RoleInfo.gpu_milli of one GPU, no rounding), counted in
+  stats["fractional"] (3,078 in default). gpu_milli must be in 1..1000 for a GPU pod. The quota split
+  below still counts a fractional pod as one GPU-time unit per second (the class shares predate sharing).
 * One task x num_gpu GPUs, min_available 1; cpu_milli / memory_mib copied per task.
 * gpu_spec "A|B" -> flavors ("A", "B"); empty = any model.
 * queue = qos; id = pod name; priority 0 (QoS is expressed by the queue, not by priority).
@@ -69,7 +73,7 @@ def load_openb_cluster(path_node_csv, *, path_pod_csv=None, name: str = "openb")
         if gpus == 0:
             skipped += 1
             continue
-        nodes.append(NodeSpec(node_name, row.text("model"), gpus, None, cpu, memory))
+        nodes.append(NodeSpec(node_name, row.text("model"), gpus, None, cpu, memory, gpu_sharing="auto"))
 
     per_flavor: dict[str, int] = {}
     for node in nodes:
@@ -105,7 +109,7 @@ def qos_gpu_seconds(trace: Trace) -> dict[str, float]:
 def load_openb_trace(path_pod_csv, *, name: str = "openb-default") -> Trace:
     """GPU pods of an openb pod list as one-task jobs (rules in the module docstring).
 
-    stats: rows, jobs, skipped_cpu_only, rounded_up_fractional, open_ended, pending_at_end,
+    stats: rows, jobs, skipped_cpu_only, fractional, open_ended, pending_at_end,
     gpu_seconds, span_s (first to last submit), offered_gpus (gpu_seconds / span_s).
     """
     parsed, end = [], 0
@@ -152,11 +156,11 @@ def load_openb_trace(path_pod_csv, *, name: str = "openb-default") -> Trace:
     span = jobs[-1].submit - jobs[0].submit if jobs else 0.0
     stats = {
         "rows": len(parsed), "jobs": len(jobs), "skipped_cpu_only": cpu_only,
-        "rounded_up_fractional": fractional, "open_ended": open_ended, "pending_at_end": pending,
+        "fractional": fractional, "open_ended": open_ended, "pending_at_end": pending,
         "gpu_seconds": gpu_seconds, "span_s": span, "offered_gpus": gpu_seconds / span if span > 0 else 0.0,
     }
     notes = (
         f"source {os.path.basename(os.fspath(path_pod_csv))}: CPU-only pods skipped, fractional GPU "
-        f"requests rounded up to 1 GPU, duration = deletion - creation (open-ended pods run to t={end} s)",
+        f"requests kept as fractions of one GPU, duration = deletion - creation (open-ended pods run to t={end} s)",
     )
     return Trace(name, tuple(jobs), notes, stats)

@@ -57,7 +57,8 @@ def load_cluster_spec(spec, *, actor=None) -> dict:
              domain_id=ids.get(n.domain), labels=dict(n.labels)) for n in spec.nodes], batch_size=1000)
     node_ids = dict(Node.objects.filter(name__in=names).values_list("name", "id"))
     Gpu.objects.bulk_create([
-        Gpu(node_id=node_ids[n.name], index=i, numa_node=(n.gpu_numa[i] if n.gpu_numa else None))
+        Gpu(node_id=node_ids[n.name], index=i, numa_node=(n.gpu_numa[i] if n.gpu_numa else None),
+            sharing=n.gpu_sharing)
         for n in spec.nodes for i in range(n.gpus)], batch_size=2000)
 
     teams = dict(Team.objects.values_list("name", "id"))

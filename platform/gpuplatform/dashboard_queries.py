@@ -45,6 +45,33 @@ def live_allocations() -> dict[int, int]:
     return dict(Allocation.objects.filter(released_at__isnull=True).order_by().values_list("gpu_id", "job_id"))
 
 
+def gpu_shares() -> dict[int, str]:
+    """{gpu_id: text} for GPUs that are shared or in MIG mode (DESIGN section 12): "shared, 0.75 used" (the
+    sum of its live fractions) or "MIG 2 of 7 instances used (1g.18gb x7)". Two flat queries."""
+    from django.db.models import Count, Sum
+
+    from .models import Gpu, MigInstance
+
+    out: dict[int, str] = {}
+    for gpu_id, milli in (Allocation.objects.filter(released_at__isnull=True, gpu_milli__gt=0).order_by()
+                          .values_list("gpu_id").annotate(s=Sum("gpu_milli"))):
+        out[gpu_id] = f"shared, {milli / 1000:g} used"
+    for gpu_id in Gpu.objects.filter(sharing="shared").exclude(pk__in=list(out)).values_list("pk", flat=True):
+        out[gpu_id] = "shared, 0 used"
+    used = set(Allocation.objects.filter(released_at__isnull=True, mig_instance__isnull=False)
+               .values_list("mig_instance_id", flat=True))
+    layout: dict[int, dict] = {}
+    for iid, gpu_id, profile in MigInstance.objects.values_list("id", "gpu_id", "profile"):
+        entry = layout.setdefault(gpu_id, {"n": 0, "used": 0, "profiles": {}})
+        entry["n"] += 1
+        entry["used"] += iid in used
+        entry["profiles"][profile] = entry["profiles"].get(profile, 0) + 1
+    for gpu_id, e in layout.items():
+        kinds = ", ".join(f"{p} x{c}" for p, c in sorted(e["profiles"].items()))
+        out[gpu_id] = f"MIG {e['used']} of {e['n']} instances used ({kinds})"
+    return out
+
+
 def live_jobs() -> list[dict]:
     """Jobs in a live state (admitted, running, preempting) IN START ORDER (started, else bound; then id):
     id, name, state, team_id, team_name, queue_id, queue_name. One flat query without joins or datetime

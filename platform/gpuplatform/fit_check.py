@@ -14,7 +14,7 @@ from __future__ import annotations
 from scheduler.core import DomainInfo, NodeInfo, RoleInfo, TopologyError
 from scheduler.core import never_fits as engine_never_fits
 
-from .models import Domain, Gpu, Node
+from .models import Domain, Gpu, MigInstance, Node
 
 
 def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None,
@@ -22,6 +22,8 @@ def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: 
     """Why the job can never fit this cluster (the engine's message), or None when it may fit.
     `roles` are normalised role dicts (job_rules.check_roles): tasks, gpus_per_task, min_available, flavor,
     group_size, group_highest_tier, group_mode. numa "single" also reads the GPUs' NUMA nodes."""
+    if any(r.get("gpu_milli") or r.get("gpu_memory_mib") or r.get("mig_profile") for r in roles):
+        return _never_fits_shares(roles)
     layout: dict[int, dict[int, int]] = {}
     if numa == "single":
         for node_id, index, zone in Gpu.objects.values_list("node_id", "index", "numa_node"):
@@ -44,3 +46,33 @@ def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: 
     except TopologyError:
         return None  # a broken tree is the cycle's problem to report, not a reason to refuse a job
     return reason.message if reason is not None else None
+
+
+def _never_fits_shares(roles: list[dict]) -> str | None:
+    """A job of GPU shares (scheduler/core/sharing.py) never fits when no GPU of an allowed flavor takes
+    fractions (mode shared or auto; with the memory asked for) or no node has mig_count instances of the profile.
+    An empty cluster refuses nothing."""
+    if not Node.objects.exists():
+        return None
+    for r in roles:
+        flavors = [f for f in (r.get("flavor") or "").split("|") if f]
+        gpus = Gpu.objects.all()
+        if flavors:
+            gpus = gpus.filter(node__flavor__in=flavors)
+        if r.get("mig_profile"):
+            per_node: dict[int, int] = {}
+            for node_id in (MigInstance.objects.filter(gpu__in=gpus.filter(sharing="mig"), profile=r["mig_profile"])
+                            .values_list("gpu__node_id", flat=True)):
+                per_node[node_id] = per_node.get(node_id, 0) + 1
+            if max(per_node.values(), default=0) < r["gpus_per_task"]:
+                return (f"role {r['name']}: no node has {r['gpus_per_task']} MIG instance(s) of profile "
+                        f"{r['mig_profile']}" + (f" on {'|'.join(flavors)}" if flavors else ""))
+            continue
+        shareable = gpus.filter(sharing__in=("shared", "auto"))
+        if r.get("gpu_memory_mib"):
+            shareable = shareable.filter(memory_mib__gte=r["gpu_memory_mib"])
+        if not shareable.exists():
+            what = f"{r['gpu_memory_mib']} MiB of memory" if r.get("gpu_memory_mib") else "fractions"
+            return f"role {r['name']}: no GPU in mode shared or auto takes {what}" + (
+                f" on {'|'.join(flavors)}" if flavors else "")
+    return None

@@ -15,7 +15,7 @@ from .names import MAX_CHARS, NAME_HELP, NAME_PATTERN, NAME_RE, name_error  # no
 
 ROLE_FIELDS = ("name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor",
                "command", "env", "working_dir", "image", "group_size", "group_highest_tier", "topology_mode",
-               "highest_tier")
+               "highest_tier", "gpu_fraction", "gpu_memory_mib", "mig_profile", "mig_count")
 # a role's sub-group constraint (DESIGN section 4), stored on JobRole; "topology_mode" / "highest_tier" on a
 # role are its shorthand for one group of all the role's tasks (mode hard unless "soft")
 GROUP_FIELDS = ("group_size", "group_highest_tier", "group_mode")
@@ -31,6 +31,9 @@ TOPOLOGY_MODES = ("none", "soft", "hard")
 # memory), and keep every number inside the database's integer columns.
 MAX_TASKS_PER_JOB = 4096
 MAX_GPUS_PER_TASK = 64
+# GPU sharing (DESIGN section 12): a MIG profile as NVIDIA names it, "<slices>g.<memory>gb" (1g.18gb, 3g.71gb)
+MIG_PROFILE = re.compile(r"^[1-7]g\.[0-9]{1,4}gb(\+me)?$")
+MAX_MIG_INSTANCES = 56  # 7 per GPU x 8 GPUs
 MAX_CPU_MILLI = 2**31 - 1
 MAX_MEMORY_MIB = 2**31 - 1
 MAX_PRIORITY = 2**31 - 1
@@ -51,7 +54,8 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 # Set by the platform on every task (gpuplatform/execution/assignments.py); a job may not override them.
 PLATFORM_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
-                "RANK", "NODE_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+                "RANK", "NODE_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
 PLATFORM_ENV_PREFIX = "GPUPLATFORM_"
 
 
@@ -135,6 +139,61 @@ def _check_group(raw: dict, role: dict, f: str, errors: dict[str, str]) -> None:
     role.update(group_size=size, group_highest_tier=tier, group_mode="soft" if mode == "soft" else "hard")
 
 
+def _check_sharing(raw: dict, role: dict, f: str, errors: dict) -> None:
+    """The kind of GPU a role's tasks ask for (DESIGN section 12), exactly one: whole GPUs (gpus_per_task), one
+    fraction of one GPU (gpu_fraction in (0, 1), or gpus_per_task given as such a fraction, or gpu_memory_mib),
+    or mig_count (default 1) MIG instances of mig_profile. Sets role gpu_milli (thousandths), gpu_memory_mib,
+    mig_profile and gpus_per_task (1 for a fraction, mig_count for MIG); refusals name the field."""
+    gpt = raw.get("gpus_per_task")
+    fraction = raw.get("gpu_fraction")
+    if isinstance(gpt, float) and not isinstance(gpt, bool) and 0 < gpt < 1 and fraction is None:
+        fraction, gpt = gpt, None  # "gpus_per_task: 0.5" is a fraction of one GPU
+    memory, profile, count = raw.get("gpu_memory_mib"), raw.get("mig_profile") or "", raw.get("mig_count")
+    kinds = [k for k, v in (("gpu_fraction", fraction), ("gpu_memory_mib", memory), ("mig_profile", profile)) if v not in (None, "", 0)]
+    role.update(gpu_milli=0, gpu_memory_mib=0, mig_profile="")
+    if len(kinds) > 1:
+        errors[f + kinds[1]] = (f"a role asks for one kind of GPU: {kinds[0]} or {kinds[1]}, not both "
+                                "(whole GPUs, gpu_fraction, gpu_memory_mib or mig_profile)")
+        return
+    if count is not None and not profile:
+        errors[f + "mig_count"] = "mig_count needs mig_profile (the MIG instances' profile, e.g. 1g.18gb)"
+        return
+    if not kinds:
+        if isinstance(raw.get("gpus_per_task"), float) and not float(raw["gpus_per_task"]).is_integer():
+            errors[f + "gpus_per_task"] = ("gpus_per_task must be a whole number of GPUs, or a fraction of one GPU "
+                                           "between 0 and 1 (exclusive)")
+        return
+    if gpt not in (None, 1) and kinds[0] != "mig_profile":
+        errors[f + "gpus_per_task"] = f"a task with {kinds[0]} takes a share of one GPU: omit gpus_per_task or set it to 1"
+        return
+    if kinds[0] == "gpu_fraction":
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+            errors[f + "gpu_fraction"] = "gpu_fraction must be a number between 0 and 1 (exclusive), e.g. 0.5"
+            return
+        milli = round(fraction * 1000)
+        if not 1 <= milli <= 999:
+            errors[f + "gpu_fraction"] = "gpu_fraction must be at least 0.001 and at most 0.999"
+            return
+        role.update(gpu_milli=milli, gpus_per_task=1)
+    elif kinds[0] == "gpu_memory_mib":
+        if not _is_int(memory) or not 1 <= memory <= MAX_MEMORY_MIB:
+            errors[f + "gpu_memory_mib"] = f"gpu_memory_mib must be a whole number of MiB from 1 to {MAX_MEMORY_MIB}"
+            return
+        role.update(gpu_memory_mib=memory, gpus_per_task=1)
+    else:
+        if not isinstance(profile, str) or not MIG_PROFILE.match(profile):
+            errors[f + "mig_profile"] = "mig_profile must be a MIG profile name such as 1g.18gb or 3g.71gb"
+            return
+        if gpt not in (None, 1):
+            errors[f + "gpus_per_task"] = "a MIG role asks for mig_count instances: omit gpus_per_task"
+            return
+        count = 1 if count is None else count
+        if not _is_int(count) or not 1 <= count <= MAX_MIG_INSTANCES:
+            errors[f + "mig_count"] = f"mig_count must be a whole number from 1 to {MAX_MIG_INSTANCES}"
+            return
+        role.update(mig_profile=profile, gpus_per_task=count)
+
+
 def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
     """Normalise role dicts (defaults: name worker/role<i>, gpus_per_task 1, cpu/memory 0,
     min_available = tasks, flavor blank) and collect rule violations."""
@@ -162,9 +221,10 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
             errors[f + "name"] = f"duplicate role name {role['name']!r}"
         if isinstance(role["name"], str):
             names.add(role["name"])
+        _check_sharing(raw, role, f, errors)
         for key in ("tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available"):
             if not _is_int(role[key]):
-                errors[f + key] = f"{key} must be a whole number"
+                errors.setdefault(f + key, f"{key} must be a whole number")
         if any(k.startswith(f) for k in errors):
             continue
         if role["tasks"] < 1:
@@ -191,6 +251,12 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
             errors[f + "flavor"] = "flavor must be GPU model names separated by '|'"
         _check_group(raw, role, f, errors)
         out.append(role)
+    sharing = [i for i, r in enumerate(out) if r["gpu_milli"] or r["gpu_memory_mib"] or r["mig_profile"]]
+    if not errors and sharing and len(sharing) < len(out):
+        i = sharing[0]
+        kind = "gpu_fraction" if out[i]["gpu_milli"] else "gpu_memory_mib" if out[i]["gpu_memory_mib"] else "mig_profile"
+        errors[f"roles[{i}].{kind}"] = ("a job's roles all take GPU shares or all whole GPUs: submit the "
+                                        "whole-GPU roles as a job of their own")
     if not errors and sum(r["tasks"] for r in out) > MAX_TASKS_PER_JOB:
         errors["roles"] = f"a job may have at most {MAX_TASKS_PER_JOB} tasks in all its roles"
     return out, errors

@@ -83,13 +83,20 @@ def check_against_tree(queue_id: int | None, parent_id: int | None, flavor: str,
 
 
 def check_root_capacity(queue_id: int | None, flavor: str, quota: int, prefix: str = "") -> dict[str, str]:
-    """Root queues share the cluster: their quotas for a flavor must not sum above the GPUs of that flavor
-    (checked once nodes are registered; a cluster being set up has none yet)."""
+    """Root queues share the cluster: their quotas for a flavor must not sum above the GPUs of that flavor, or for
+    a MIG resource "<flavor>/mig-<profile>" above its instances (checked once nodes are registered; a cluster
+    being set up has none yet)."""
     from .models import Node
 
     if not Node.objects.exists():
         return {}
-    capacity = Node.objects.filter(flavor=flavor).aggregate(s=Sum("gpu_count"))["s"] or 0
+    if "/mig-" in flavor:  # a MIG profile's own resource (scheduler/core/sharing.mig_resource): its instances
+        from .models import MigInstance
+
+        model, _, profile = flavor.partition("/mig-")
+        capacity = MigInstance.objects.filter(gpu__node__flavor=model, profile=profile).count()
+    else:
+        capacity = Node.objects.filter(flavor=flavor).aggregate(s=Sum("gpu_count"))["s"] or 0
     roots = Quota.objects.filter(queue__parent__isnull=True, flavor=flavor)
     if queue_id is not None:
         roots = roots.exclude(queue_id=queue_id)

@@ -9,12 +9,12 @@ job before it is submitted (plugins/feasibility.py). Both raise TopologyError on
 from .cache import EngineCache
 from .domain_tree import TopologyError
 from .snapshot import (
-    Binding, CycleConfig, CycleResult, DomainInfo, Eviction, JobInfo, Nomination, NodeInfo, PendingReason,
+    Binding, CycleConfig, CycleResult, DomainInfo, Eviction, JobInfo, MigInstance, Nomination, NodeInfo, PendingReason,
     QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement, Withdrawal,
 )
 
 __all__ = [
-    "Binding", "CycleConfig", "CycleResult", "DomainInfo", "EngineCache", "Eviction", "JobInfo", "Nomination", "NodeInfo",
+    "Binding", "CycleConfig", "CycleResult", "DomainInfo", "EngineCache", "Eviction", "JobInfo", "MigInstance", "Nomination", "NodeInfo",
     "PendingReason", "QueueInfo", "QuotaInfo", "RoleInfo", "Snapshot", "TaskPlacement", "TopologyError", "Withdrawal", "never_fits",
     "run_cycle",
 ]

@@ -24,6 +24,7 @@ cluster's shape is unchanged; None = nothing reused (a one-off or what-if run).
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from .actions.allocate import allocate
 from .actions.backfill import Reservations
@@ -35,15 +36,20 @@ from .metrics import cluster_metrics, metrics_by_group
 from .plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
 from .plugins.quota import QueueTree
 from .session import Session
+from .sharing import has_sharing, run_cycle_sharing
 from .snapshot import CycleConfig, CycleResult, Nomination, Snapshot
 from .state import ClusterState
 
 
-def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: EngineCache | None = None
-              ) -> CycleResult:
+def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: EngineCache | None = None,
+              whole_only: bool = False) -> CycleResult:
     """Decide which pending jobs start and where, and whom to evict for whom.
-    cache: the caller's EngineCache (one per engine), or None to reuse nothing.
+    cache: the caller's EngineCache (one per engine), or None to reuse nothing. With shared or MIG GPUs or
+    sharing jobs in the snapshot, this cycle runs on sharing.whole_view and the shares are placed after it
+    (sharing.run_cycle_sharing); whole_only: skip that (sharing's own call).
     Raises TopologyError on an inconsistent domain tree."""
+    if not whole_only and has_sharing(snapshot):
+        return run_cycle_sharing(snapshot, config, partial(run_cycle, whole_only=True), cache=cache)
     config = config or CycleConfig()
     result = CycleResult()
     t0 = time.perf_counter()

@@ -25,6 +25,19 @@ class DomainInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG GPU instance (DESIGN section 12): on GPU `gpu` of its node, `profile` as NVIDIA names it
+    ("1g.18gb", "3g.71gb", "7g.141gb" on an H200), `memory_mib` of framebuffer, `slices` compute slices
+    (of 7), `uuid` the instance's own UUID ("MIG-..."), what CUDA_VISIBLE_DEVICES takes."""
+
+    gpu: int
+    uuid: str
+    profile: str
+    memory_mib: int = 0
+    slices: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     """One GPU server as the engine sees it.
 
@@ -45,6 +58,13 @@ class NodeInfo:
     used: frozenset[int] = frozenset()
     cpu_used: int = 0
     memory_used: int = 0
+    # GPU sharing (scheduler/core/sharing.py): per GPU index its mode, "exclusive" (whole-GPU tasks only),
+    # "shared" (fractions only), "mig" (its MIG instances only) or "auto" (whole-GPU tasks while it holds no
+    # fraction, fractions while no whole-GPU task holds it: KAI / FGD behaviour); empty = all "exclusive".
+    # gpu_memory_mib: each GPU's memory (0 = unknown: gpu_memory_mib requests do not fit); mig: instances.
+    gpu_modes: tuple[str, ...] = ()
+    gpu_memory_mib: int = 0
+    mig: tuple[MigInstance, ...] = ()
 
     @property
     def schedulable(self) -> bool:
@@ -97,6 +117,18 @@ class RoleInfo:
     group_size: int = 0
     group_highest_tier: int | None = None
     group_mode: Literal["hard", "soft"] = "hard"
+    # GPU sharing (sharing.py): at most one of these is set (the kind of request). gpu_milli 1..999: each task
+    # takes that share (thousandths) of one GPU's compute and memory; gpu_memory_mib: each task takes that much
+    # memory of one GPU (and the same share of its compute); mig_profile: each task takes `gpus_per_task`
+    # MIG instances of that profile on one node. All zero / empty: whole GPUs (gpus_per_task of them).
+    gpu_milli: int = 0
+    gpu_memory_mib: int = 0
+    mig_profile: str = ""
+
+    @property
+    def shares(self) -> bool:
+        """Whether the role asks for a fraction of a GPU or MIG instances rather than whole GPUs."""
+        return bool(self.gpu_milli or self.gpu_memory_mib or self.mig_profile)
 
     @property
     def grouped(self) -> bool:
@@ -110,10 +142,17 @@ class RoleInfo:
 
 @dataclass(frozen=True, slots=True)
 class TaskPlacement:
+    """A task's place: node and GPU indices. A fractional task (RoleInfo.gpu_milli / gpu_memory_mib) has one
+    GPU index and its share in `gpu_milli` (thousandths of the GPU's compute) and `gpu_memory_mib`; a MIG task
+    has the GPUs its instances are on and the instances' UUIDs in `mig`. Whole-GPU tasks leave them 0 / ()."""
+
     role: str
     index: int
     node: str
     gpus: tuple[int, ...]
+    gpu_milli: int = 0
+    gpu_memory_mib: int = 0
+    mig: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +261,10 @@ class CycleConfig:
     reschedule_window: float = 6 * 3600.0  # seconds: a job is never moved twice within it
     reschedule_max_victims: int = 4  # the most jobs moved for one waiting job
     reschedule_min_wait: float = 600.0  # seconds a job waits before jobs are moved for it
+    # GPU sharing (sharing.py): pending one-task whole-GPU jobs without a topology constraint are placed by the
+    # FGD score too, with the fractions, when the cluster has GPUs in mode "auto" (as the FGD simulator places
+    # every pod); off = the engine's binpack places them (fair-share order, backfill, preemption as usual)
+    fgd_whole: bool = False
 
 
 @dataclass(frozen=True, slots=True)

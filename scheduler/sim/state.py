@@ -21,12 +21,14 @@ ROLE = "worker"  # trace jobs have one role
 
 
 def job_info(job: TraceJob, time_limit: float | None = None) -> JobInfo:
-    """The pending JobInfo of a trace job (one role, min_available = tasks unless stated);
+    """The pending JobInfo of a trace job (one role, min_available = tasks unless stated; a one-GPU task with
+    gpu_milli < 1000 asks for that fraction of a GPU, RoleInfo.gpu_milli);
     time_limit in seconds, as the user would declare it (None = none declared)."""
     min_available = job.tasks if job.min_available is None else job.min_available
+    fraction = job.gpu_milli if job.gpus_per_task == 1 and 0 < job.gpu_milli < 1000 else 0
     role = RoleInfo(
         name=ROLE, tasks=job.tasks, gpus_per_task=job.gpus_per_task, min_available=min_available,
-        cpu_milli=job.cpu_milli, memory_mib=job.memory_mib, flavors=tuple(job.flavors),
+        cpu_milli=job.cpu_milli, memory_mib=job.memory_mib, flavors=tuple(job.flavors), gpu_milli=fraction,
     )
     return JobInfo(
         id=job.id, queue=job.queue, roles=(role,), priority=job.priority, submit_time=job.submit,
@@ -56,6 +58,7 @@ class ClusterState:
             NodeInfo(
                 name=n.name, flavor=n.flavor, gpus=n.gpus, domain=n.domain, gpu_numa=tuple(n.gpu_numa),
                 cpu_milli=n.cpu_milli, memory_mib=n.memory_mib,
+                gpu_modes=(n.gpu_sharing,) * n.gpus if n.gpu_sharing != "exclusive" else (),
             )
             for n in cluster.nodes
         )
@@ -95,6 +98,8 @@ class ClusterState:
         self.down_nodes: set = {n.name for n in nodes if n.state != "ready"}
         self.spare_nodes: set = set()  # hot spares (set_spare): up, idle, held out of the engine's placement
         self.spare_gpus = 0
+        self.shares: dict[tuple[str, int], int] = {}  # (node, GPU) -> thousandths held by fractions (sharing.py)
+        self.mig_used: set[str] = set()  # MIG instance UUIDs held
 
     # -- jobs -------------------------------------------------------------------------------------
     def submit(self, info: JobInfo) -> None:
@@ -134,6 +139,10 @@ class ClusterState:
         while the job is still partial."""
         job = self.pending.get(binding.job_id)
         assert job is not None, f"engine bound job {binding.job_id!r}, which is not pending"
+        if any(t.gpu_milli or t.mig for t in binding.tasks):  # an engine that shares GPUs placed it
+            return self._bind_shared(job, binding, now)
+        # else whole GPUs, also for a fractional request placed by an engine that does not share GPUs
+        # (core.baselines: a kube-scheduler without a sharing plugin gives a 0.5-GPU pod one whole GPU)
         roles = {r.name: r for r in job.roles}
         seen_tasks: set[tuple[str, int]] = {(t.role, t.index) for t in job.placement}
         taken: set[tuple[str, int]] = set()
@@ -181,6 +190,69 @@ class ClusterState:
         self.running[job.id] = started
         return started
 
+    def _bind_shared(self, job: JobInfo, binding: Binding, now: float) -> JobInfo:
+        """Start a job of fractions or MIG instances (scheduler/core/sharing.py): every task's share fits its
+        GPU (at most 1000 thousandths, never on a GPU held whole), every MIG instance free, the gang complete."""
+        roles = {r.name: r for r in job.roles}
+        per_role = dict.fromkeys(roles, 0)
+        add: dict[tuple[str, int], int] = {}
+        instances: set[str] = set()
+        for t in binding.tasks:
+            role = roles.get(t.role)
+            assert role is not None and role.shares, f"job {job.id!r}: bad role {t.role!r}"
+            node = self._base.get(t.node)
+            assert node is not None, f"job {job.id!r}: unknown node {t.node!r}"
+            assert not role.flavors or node.flavor in role.flavors, f"job {job.id!r}: wrong flavor on {t.node}"
+            if role.mig_profile:
+                assert len(t.mig) == role.gpus_per_task, f"job {job.id!r}: wrong MIG instance count"
+                for uuid in t.mig:
+                    assert uuid not in self.mig_used and uuid not in instances, f"MIG {uuid} is already bound"
+                    instances.add(uuid)
+            else:
+                assert len(t.gpus) == 1 and 0 < t.gpu_milli <= 1000, f"job {job.id!r}: bad share {t}"
+                key = (t.node, t.gpus[0])
+                assert t.gpus[0] not in self._used[t.node], f"GPU {t.node}/{t.gpus[0]} is held whole"
+                add[key] = add.get(key, 0) + t.gpu_milli
+                assert self.shares.get(key, 0) + add[key] <= 1000, f"GPU {t.node}/{t.gpus[0]} over-committed"
+            per_role[t.role] += 1
+        for name, role in roles.items():
+            assert per_role[name] >= role.effective_min, f"job {job.id!r}: partial gang in role {name}"
+        for key, milli in add.items():
+            self.shares[key] = self.shares.get(key, 0) + milli
+        self.mig_used |= instances
+        for t in binding.tasks:
+            self._cpu[t.node] += roles[t.role].cpu_milli
+            self._mem[t.node] += roles[t.role].memory_mib
+            self._dirty.add(t.node)
+        self.version += 1
+        self.queue_used[job.queue] = self.queue_used.get(job.queue, 0) + sum(add.values()) / 1000 + len(instances)
+        del self.pending[job.id]
+        started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now, reserved=())
+        self.running[job.id] = started
+        return started
+
+    def largest_whole_block(self) -> int:
+        """The largest runnable whole-GPU job on one node now: the most GPUs of one ready node that hold no task
+        and no fraction (healthy or not: the replay's nodes report no GPU health)."""
+        shared: dict[str, set[int]] = {}
+        for node, g in self.shares:
+            shared.setdefault(node, set()).add(g)
+        return max((n.gpus - len(self._used[n.name] | shared.get(n.name, set())) for n in self._base.values()
+                    if self._state[n.name] == "ready"), default=0)
+
+    def _release_share(self, job: JobInfo, t) -> None:
+        """Free one sharing task's fraction or MIG instances (release)."""
+        if t.gpu_milli:
+            key = (t.node, t.gpus[0])
+            left = self.shares.get(key, 0) - t.gpu_milli
+            if left > 0:
+                self.shares[key] = left
+            else:
+                self.shares.pop(key, None)
+            self.queue_used[job.queue] -= t.gpu_milli / 1000
+        self.mig_used.difference_update(t.mig)
+        self.queue_used[job.queue] -= len(t.mig)
+
     def _occupy(self, roles: dict, tasks) -> None:
         """Mark the (already checked) tasks' GPUs, CPU and memory used on their nodes."""
         for t in tasks:
@@ -195,11 +267,14 @@ class ClusterState:
         job = self.running.pop(job_id)
         roles = {r.name: r for r in job.roles}
         for t in job.placement:
-            used = self._used[t.node]
-            used.difference_update(t.gpus)
             self._cpu[t.node] -= roles[t.role].cpu_milli
             self._mem[t.node] -= roles[t.role].memory_mib
             self._dirty.add(t.node)
+            if t.gpu_milli or t.mig:
+                self._release_share(job, t)
+                continue
+            used = self._used[t.node]
+            used.difference_update(t.gpus)
             self.used_gpus -= len(t.gpus)
             self.queue_used[job.queue] -= len(t.gpus)
         self.version += 1

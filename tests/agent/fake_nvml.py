@@ -126,12 +126,18 @@ class FakeNVML:
         pass
 
     def nvmlDeviceGetName(self, h):
+        if isinstance(h, tuple):
+            return self._mig(h)["name"]
         return self._gpu(h, "name").encode()  # older bindings return bytes
 
     def nvmlDeviceGetUUID(self, h):
+        if isinstance(h, tuple):
+            return self._mig(h)["uuid"]
         return self._gpu(h, "uuid")
 
     def nvmlDeviceGetMemoryInfo(self, h):
+        if isinstance(h, tuple):
+            return SimpleNamespace(total=self._mig(h)["memory_total_bytes"], used=0, free=self._mig(h)["memory_total_bytes"])
         self._check("nvmlDeviceGetMemoryInfo", h)
         total = self._gpu(h, "memory_total_bytes")
         used = self._value(h, "memory_used_bytes", 0)
@@ -169,3 +175,28 @@ class FakeNVML:
     def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
         entry = next(e for e in self.dump["gpus"][h]["nvlinks"] if e["link"] == link)
         return SimpleNamespace(busId=entry["remote_pci_bus_id"])
+
+    # -- MIG (agent/inventory.py _mig_instances): a dump GPU with "mig_devices" has MIG devices, each a handle
+    # ("mig", gpu, j); tests/agent/nvml_mig_enabled_handmade.json is such a dump (hand-made, see its "note")
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        self._check("nvmlDeviceGetMaxMigDeviceCount", h)
+        return self.dump["gpus"][h].get("max_mig_devices", 0)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, j):
+        devices = self.dump["gpus"][h].get("mig_devices", [])
+        if j >= len(devices):
+            raise NVMLError("NVML_ERROR_NOT_FOUND")
+        return ("mig", h, j)
+
+    def _mig(self, mh):
+        _, h, j = mh
+        return self.dump["gpus"][h]["mig_devices"][j]
+
+    def nvmlDeviceGetGpuInstanceId(self, mh):
+        return self._mig(mh)["gpu_instance_id"]
+
+    def nvmlDeviceGetComputeInstanceId(self, mh):
+        return self._mig(mh)["compute_instance_id"]
+
+    def nvmlDeviceGetAttributes(self, mh):
+        return SimpleNamespace(gpuInstanceSliceCount=self._mig(mh)["gpu_instance_slice_count"])

@@ -89,3 +89,21 @@ def test_health_rule_ignores_non_fatal_xids_and_helpers(tmp_path):
     assert gpu.health == "healthy"
     assert flavor_of("NVIDIA H200") == "H200" and flavor_of("NVIDIA H100 80GB HBM3") == "H100-80GB-HBM3"
     assert numa_from_sysfs("00000000:00:06.0", sysfs(tmp_path, numa="-1")) is None
+
+
+def test_nvml_reads_mig_instances_of_an_enabled_layout(tmp_path):
+    """tests/agent/nvml_mig_enabled_handmade.json: HAND-MADE (the recorded H200 dump has MIG disabled) from the
+    recorded dump with MIG enabled on GPU 0 and four MIG devices sized from its recorded mig_profiles table."""
+    import json
+    from pathlib import Path
+
+    dump = json.loads((Path(__file__).parent / "nvml_mig_enabled_handmade.json").read_text())
+    [gpu] = read_nvml(FakeNVML(dump), sysfs_root=sysfs(tmp_path))
+    assert gpu.mig_mode == "enabled"
+    assert [(m["profile"], m["memory_mib"], m["slices"]) for m in gpu.mig] == [
+        ("3g.71gb", 71424, 3), ("2g.35gb", 33280, 2), ("1g.18gb", 16384, 1), ("1g.18gb", 16384, 1)]
+    assert len({m["uuid"] for m in gpu.mig}) == 4 and all(m["uuid"].startswith("MIG-") for m in gpu.mig)
+    assert sum(m["slices"] for m in gpu.mig) == 7
+    # the recorded dump (MIG disabled) reports no instances
+    [plain] = read_nvml(FakeNVML(), sysfs_root=str(tmp_path))
+    assert plain.mig is None

@@ -298,3 +298,27 @@ def test_forecast_on_the_submit_form_and_the_quota_what_if(browser, live_server,
     admin.shot("queues-quota-try")
     admin.assert_clean()
     assert (Job.objects.count(), Event.objects.count(), list(Quota.objects.values_list())) == (jobs, events, quotas)
+
+
+def test_fractional_job_shows_on_the_map(browser, live_server, cluster):
+    """Issue 14: a 0.25-GPU job on a shared GPU appears on the topology map zoomed to its domain, its GPU's cell
+    saying the share used."""
+    from gpuplatform import services
+    from gpuplatform.models import Allocation, Job, Node, Team
+
+    busy = set(Allocation.objects.filter(released_at__isnull=True).values_list("gpu__node_id", flat=True))
+    node = Node.objects.exclude(pk__in=busy).order_by("name").first()
+    services.set_gpu_sharing(node, 0, "shared")
+    job = services.submit_job(command=SLEEP, team=Team.objects.get(name="red"), queue="red", name="notebook",
+                              roles=[{"name": "worker", "tasks": 1, "gpu_fraction": 0.25}])
+    cluster["run_cycle"](clock=timezone.now())
+    job.refresh_from_db()
+    assert job.state == Job.State.RUNNING and job.allocations.get().gpu_milli == 250
+    p = Page(browser, live_server.url)
+    login(p)
+    page = p.go(f"/topology/?zoom={node.domain.name}&job={job.pk}")
+    page.wait_for_selector("#topology[data-level=gpus] .main-svg")
+    hover = page.evaluate("() => document.getElementById('topology').data.map(t => (t.hovertext || []).join(' ')).join(' ')")
+    assert "GPU 0" in hover and "shared, 0.25 used" in hover and "notebook" in hover
+    p.shot("topology-fraction")
+    p.assert_clean()

@@ -25,7 +25,7 @@ def test_full_default_trace_stats_match_sources():
     assert trace.name == "openb-default"
     assert trace.stats["rows"] == 8152
     assert trace.stats["skipped_cpu_only"] == 1088
-    assert trace.stats["rounded_up_fractional"] == 3078
+    assert trace.stats["fractional"] == 3078
     assert len(trace.jobs) == 8152 - 1088
     assert collections.Counter(j.gpus_per_task for j in trace.jobs) == {1: 6989, 8: 44, 2: 16, 4: 15}
     assert sum(1 for j in trace.jobs if j.gpu_milli < 1000) == 3078
@@ -67,7 +67,7 @@ def test_gpu_spec_and_open_ended_pods(tmp_path):
     assert [j.id for j in trace.jobs] == ["p1", "p0"]
     assert jobs["p0"].flavors == ("V100M16", "V100M32") and jobs["p1"].flavors == ()
     assert jobs["p0"].duration == 100 - 10  # runs to the last time seen in the file
-    assert trace.stats["open_ended"] == 1 and trace.stats["rounded_up_fractional"] == 1
+    assert trace.stats["open_ended"] == 1 and trace.stats["fractional"] == 1
     assert trace.stats["skipped_cpu_only"] == 1
 
 

@@ -5,6 +5,10 @@ Units: memory in MiB; NUMA node -1/None = unknown. Sources:
   nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex, nvmlDeviceGetName, nvmlDeviceGetMemoryInfo (.total,
   bytes), nvmlDeviceGetUUID, nvmlDeviceGetPciInfo (.busId), nvmlDeviceGetNumaNodeId (else sysfs
   /sys/bus/pci/devices/<bus>/numa_node), nvmlDeviceGetMigMode ([current, pending], 1 = enabled),
+  MIG instances of a GPU in MIG mode: nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetMigDeviceHandleByIndex
+  (each MIG device = one GPU instance with its compute instance), and on its handle nvmlDeviceGetUUID
+  ("MIG-..."), nvmlDeviceGetName ("NVIDIA H200 MIG 1g.18gb": the profile), nvmlDeviceGetMemoryInfo,
+  nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId, nvmlDeviceGetAttributes (.gpuInstanceSliceCount);
   nvmlDeviceGetTotalEccErrors (uncorrected, volatile and aggregate), nvmlDeviceGetRetiredPages (double-bit
   cause), nvmlDeviceGetNvLinkState / nvmlDeviceGetNvLinkRemotePciInfo per link. A call the driver does
   not support (NVMLError) leaves the field None; a failing nvmlInit raises `InventoryError`.
@@ -48,6 +52,8 @@ class GpuInventory:
     pci_bus_id: str
     numa_node: int | None = None
     mig_mode: str | None = None  # "enabled" | "disabled" | None (not supported)
+    # MIG instances when mig_mode is "enabled": [{uuid, profile, memory_mib, slices, gpu_instance, compute_instance}]
+    mig: list[dict] | None = None
     ecc_uncorrected_volatile: int | None = None
     ecc_uncorrected_aggregate: int | None = None
     retired_pages_dbe: int | None = None
@@ -132,7 +138,8 @@ def read_nvml(nvml, *, sysfs_root: str = "/sys", xids: dict[int, list[int]] | No
                 ecc_uncorrected_volatile=opt(nvml.nvmlDeviceGetTotalEccErrors, h, unc, vol),
                 ecc_uncorrected_aggregate=opt(nvml.nvmlDeviceGetTotalEccErrors, h, unc, agg),
                 retired_pages_dbe=None if retired is None else len(retired),
-                nvlink_peers=_nvlink_peers(nvml, h, opt), xids=list((xids or {}).get(i, [])))
+                nvlink_peers=_nvlink_peers(nvml, h, opt), xids=list((xids or {}).get(i, [])),
+                mig=_mig_instances(nvml, h, opt) if mig is not None and mig[0] == 1 else None)
             gpus.append(apply_health(gpu))
         return gpus
     finally:
@@ -140,6 +147,31 @@ def read_nvml(nvml, *, sysfs_root: str = "/sys", xids: dict[int, list[int]] | No
             nvml.nvmlShutdown()
         except error:
             pass
+
+
+MIG_PROFILE_IN_NAME = re.compile(r"(\d+g\.\d+gb(?:\+me)?)")
+
+
+def _mig_instances(nvml, handle, opt) -> list[dict]:
+    """The MIG devices of a GPU in MIG mode (module docstring), in NVML's index order. The profile is read from
+    the device name; a name without one gives "<slices>g.<memory GB, rounded>gb". Slots without a device
+    (NVML_ERROR_NOT_FOUND) are skipped."""
+    out = []
+    if not hasattr(nvml, "nvmlDeviceGetMaxMigDeviceCount"):  # bindings older than MIG (R450)
+        return out
+    for j in range(opt(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+        mh = opt(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, j)
+        if mh is None:
+            continue
+        memory = int(nvml.nvmlDeviceGetMemoryInfo(mh).total) // 2**20
+        attrs = opt(nvml.nvmlDeviceGetAttributes, mh)
+        slices = int(getattr(attrs, "gpuInstanceSliceCount", 0) or 0)
+        found = MIG_PROFILE_IN_NAME.search(_text(opt(nvml.nvmlDeviceGetName, mh) or ""))
+        profile = found.group(1) if found else f"{slices}g.{round(memory / 1024)}gb"
+        out.append({"uuid": _text(nvml.nvmlDeviceGetUUID(mh)), "profile": profile, "memory_mib": memory,
+                    "slices": slices, "gpu_instance": opt(nvml.nvmlDeviceGetGpuInstanceId, mh),
+                    "compute_instance": opt(nvml.nvmlDeviceGetComputeInstanceId, mh)})
+    return out
 
 
 def _nvlink_peers(nvml, handle, opt) -> list[str]:

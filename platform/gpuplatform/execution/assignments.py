@@ -9,7 +9,11 @@ The environment is computed here, once, for every executor: the role's own varia
 platform's over them:
 
 - CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES: the task's GPUs, by UUID where the node reported one,
-  else by index, in GPU index order;
+  else by index, in GPU index order; a MIG task's instances by their MIG-<uuid> (DESIGN section 12);
+- a fractional task (its allocation holds a share): its one GPU as above, and GPUPLATFORM_GPU_FRACTION (the share,
+  e.g. "0.25"), GPUPLATFORM_GPU_MEMORY_MIB (its memory, where the GPU's is known), and the CUDA MPS limits
+  CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=<MiB>M"), which take effect only
+  where an MPS control daemon runs (https://docs.nvidia.com/deploy/mps/); elsewhere the share is advisory;
 - torchrun's rendezvous variables (https://pytorch.org/docs/stable/elastic/run.html#environment-variables):
   WORLD_SIZE = the tasks placed in this attempt, RANK = the task's place among them (roles in submission
   order, then task index), NODE_RANK = the place of its node among the job's nodes (in rank order),
@@ -77,9 +81,14 @@ def nodes_assignments(nodes, now: datetime | None = None) -> dict:
         for t in tasks:
             local_of[(jid, t[1])].append(t[0])
     gpus: dict[int, list[tuple[int, str]]] = defaultdict(list)
-    for tid, index, uuid in (Allocation.objects.filter(task_id__in=[r["id"] for r in rows], released_at__isnull=True)
-                             .order_by("gpu__index").values_list("task_id", "gpu__index", "gpu__uuid")):
-        gpus[tid].append((index, uuid))
+    shares: dict[int, tuple[int, int]] = {}  # task -> (thousandths, memory MiB) of its one shared GPU
+    for tid, index, uuid, milli, memory, mig in (
+            Allocation.objects.filter(task_id__in=[r["id"] for r in rows], released_at__isnull=True)
+            .order_by("gpu__index", "mig_instance__uuid")
+            .values_list("task_id", "gpu__index", "gpu__uuid", "gpu_milli", "gpu_memory_mib", "mig_instance__uuid")):
+        gpus[tid].append((index, mig or uuid))
+        if milli:
+            shares[tid] = (milli, memory)
     tasks_of: dict[int, list] = {n.pk: [] for n in nodes}
     for r in rows:
         if r["id"] not in rank_of.get(r["job_id"], {}) or r["node_id"] not in node_rank[r["job_id"]]:
@@ -99,6 +108,12 @@ def nodes_assignments(nodes, now: datetime | None = None) -> dict:
                "GPUPLATFORM_JOB_ID": str(r["job_id"]), "GPUPLATFORM_ROLE": r["role__name"],
                "GPUPLATFORM_TASK_INDEX": str(r["index"]), "GPUPLATFORM_QUEUE": r["job__queue__name"],
                "GPUPLATFORM_ATTEMPT": str(attempt)}
+        if r["id"] in shares:
+            milli, memory = shares[r["id"]]
+            env.update({"GPUPLATFORM_GPU_FRACTION": f"{milli / 1000:g}",
+                        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(max(1, milli // 10))})
+            if memory:
+                env.update({"GPUPLATFORM_GPU_MEMORY_MIB": str(memory), "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={memory}M"})
         if r["state"] == Task.State.RELEASING:
             action, deadline = "stop", r["release_deadline"] or now
             planned = r["release_for"] is not None

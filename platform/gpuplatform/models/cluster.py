@@ -90,9 +90,38 @@ class Gpu(models.Model):
     health = models.CharField(max_length=16, choices=Health.choices, default=Health.HEALTHY)
     health_reason = models.CharField(max_length=200, blank=True)
 
+    class Sharing(models.TextChoices):
+        """How the GPU takes work (scheduler/core/sharing.py, DESIGN section 12)."""
+
+        EXCLUSIVE = "exclusive", "exclusive (whole-GPU tasks)"
+        SHARED = "shared", "shared (fractions of memory and compute)"
+        MIG = "mig", "MIG (its instances)"
+        AUTO = "auto", "auto (whole while free of fractions, else shared)"
+
+    sharing = models.CharField(max_length=16, choices=Sharing.choices, default=Sharing.EXCLUSIVE)
+    memory_mib = models.PositiveIntegerField(default=0, help_text="GPU memory in MiB (0 = unknown)")
+
     class Meta:
         ordering = ["node_id", "index"]
         constraints = [models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_node_index")]
 
     def __str__(self) -> str:
         return f"{self.node.name}/gpu{self.index}"
+
+
+class MigInstance(models.Model):
+    """One MIG GPU instance (with its compute instance) of a GPU in mode mig, as the agent reports it from
+    NVML: `profile` as NVIDIA names it (1g.18gb, 3g.71gb, 7g.141gb on an H200), memory in MiB, compute
+    slices (of 7), and the instance's own UUID (what CUDA_VISIBLE_DEVICES takes)."""
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="mig_instances")
+    uuid = models.CharField(max_length=80, unique=True)
+    profile = models.CharField(max_length=32)
+    memory_mib = models.PositiveIntegerField(default=0)
+    slices = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["gpu_id", "uuid"]
+
+    def __str__(self) -> str:
+        return f"{self.gpu}/{self.profile}/{self.uuid}"

@@ -163,6 +163,10 @@ class JobRole(models.Model):
     env = models.JSONField(default=dict, blank=True, help_text="name -> value")
     working_dir = models.CharField(max_length=500, blank=True)
     image = models.CharField(max_length=300, blank=True, help_text="container image; blank = a plain process")
+    # GPU sharing (DESIGN section 12): at most one set; gpus_per_task is 1 for a fraction, the instance count for MIG
+    gpu_milli = models.PositiveSmallIntegerField(default=0, help_text="share of one GPU per task in thousandths (1..999; 0 = whole GPUs)")
+    gpu_memory_mib = models.PositiveIntegerField(default=0, help_text="GPU memory per task in MiB on one shared GPU (0 = none)")
+    mig_profile = models.CharField(max_length=32, blank=True, help_text="MIG profile per instance, e.g. 1g.18gb (blank = none)")
 
     class Meta:
         ordering = ["job_id", "id"]
@@ -176,6 +180,10 @@ class JobRole(models.Model):
             models.CheckConstraint(condition=Q(group_size__isnull=True) | (Q(group_size__gte=1)
                                                                             & Q(group_highest_tier__isnull=False)),
                                    name="jobrole_group_has_tier"),
+            models.CheckConstraint(condition=Q(gpu_milli__lte=999), name="jobrole_gpu_milli_below_one"),
+            models.CheckConstraint(condition=(Q(gpu_milli=0) | (Q(gpu_memory_mib=0) & Q(mig_profile="")))
+                                   & (Q(gpu_memory_mib=0) | Q(mig_profile="")),
+                                   name="jobrole_one_sharing_kind"),
         ]
 
     def __str__(self) -> str:
@@ -228,18 +236,28 @@ class Task(models.Model):
 
 
 class Allocation(models.Model):
-    """One GPU bound to one task. The partial unique index makes the database refuse a double binding."""
+    """One GPU bound to one task, whole, as a fraction (gpu_milli > 0) or one of its MIG instances. The partial
+    unique indexes make the database refuse a double binding of a whole GPU or of an instance; fractions on one
+    GPU are checked by the engine (never over 1000 thousandths) under the cycle's single-flight lock."""
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="allocations")
     gpu = models.ForeignKey("gpuplatform.Gpu", on_delete=models.PROTECT, related_name="allocations")
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
     created_at = models.DateTimeField()
     released_at = models.DateTimeField(null=True, blank=True)
+    # a fraction of the GPU (thousandths, memory MiB; 0 = the whole GPU) or one MIG instance of it
+    gpu_milli = models.PositiveSmallIntegerField(default=0)
+    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    mig_instance = models.ForeignKey("gpuplatform.MigInstance", null=True, blank=True, on_delete=models.PROTECT,
+                                     related_name="allocations")
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["gpu"], condition=Q(released_at__isnull=True),
+            models.UniqueConstraint(fields=["gpu"], condition=Q(released_at__isnull=True, gpu_milli=0,
+                                                                  mig_instance__isnull=True),
                                     name="allocation_one_live_per_gpu"),
+            models.UniqueConstraint(fields=["mig_instance"], condition=Q(released_at__isnull=True),
+                                    name="allocation_one_live_per_mig_instance"),
         ]
         indexes = [models.Index(fields=["job", "released_at"])]
 

@@ -27,12 +27,14 @@ from gpuplatform.audit import record_events
 from gpuplatform.bulk import insert_rows, update_rows
 from gpuplatform.lifecycle import close_idle_queues
 from gpuplatform.queries import one_snapshot
-from gpuplatform.models import Allocation, Domain, Gpu, Job, JobRole, Node, Queue, Quota, SchedulerCycle, Task
+from gpuplatform.models import (
+    Allocation, Domain, Gpu, Job, JobRole, MigInstance, Node, Queue, Quota, SchedulerCycle, Task,
+)
 from gpuplatform.scheduling import evict, release, samples, usage_decay
 from gpuplatform.scheduling.evict import decode_reserved, encode_reserved, releasing_id, releasing_job  # noqa: F401 (re-exported)
 from scheduler.core.cache import EngineCache
 from scheduler.core.snapshot import (
-    CycleResult, DomainInfo, JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
+    CycleResult, DomainInfo, JobInfo, MigInstance as MigInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
 )
 from gpuplatform.scheduling.locks import single_flight
 
@@ -82,12 +84,15 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
         nodes = [(*n[:7], "cordoned" if n[8] and n[7] == "ready" else n[7])  # a hot spare takes no new work
                  for n in Node.objects.values_list("id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib",
                                                    "domain__name", "state", "spare")]
-        gpus = list(Gpu.objects.values_list("node_id", "index", "numa_node", "health"))
+        gpus = list(Gpu.objects.values_list("node_id", "index", "numa_node", "health", "sharing", "memory_mib"))
+        migs = list(MigInstance.objects.values_list("gpu__node_id", "gpu__index", "uuid", "profile", "memory_mib",
+                                                    "slices"))
         held = list(Task.objects.filter(job__state__in=Job.LIVE_STATES, state__in=Task.ON_NODE_STATES,
                                         node__isnull=False)
                     .values_list("id", "job_id", "role__name", "index", "node__name", "node_id",
                                  "role__cpu_milli", "role__memory_mib", "state", "release_for"))
-        allocs = list(Allocation.objects.filter(released_at__isnull=True).values_list("task_id", "gpu__node_id", "gpu__index"))
+        allocs = list(Allocation.objects.filter(released_at__isnull=True).values_list(
+            "task_id", "gpu__node_id", "gpu__index", "gpu_milli", "gpu_memory_mib", "mig_instance__uuid"))
         domains = [DomainInfo(n, t, p) for n, t, p in Domain.objects.values_list("name", "tier", "parent__name")]
         queues = list(Queue.objects.values_list("id", "name", "parent__name", "weight", "state", "recent_usage"))
         quotas = list(Quota.objects.values_list("queue_id", "flavor", "guarantee", "quota", "limit"))
@@ -98,20 +103,36 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
             "migratable", "min_run_before_move_seconds", "checkpoint_grace_seconds"))
         roles = list(JobRole.objects.filter(job__state__in=("pending", *Job.LIVE_STATES)).values_list(
             "id", "job_id", "name", "tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "flavor",
-            "group_size", "group_highest_tier", "group_mode"))
+            "group_size", "group_highest_tier", "group_mode", "gpu_milli", "gpu_memory_mib", "mig_profile"))
         pending_tasks = list(Task.objects.filter(job__state__in=("pending", *Job.LIVE_STATES), state="pending")
                              .values_list("role_id", flat=True))
         moves = evict.recent_moves(now)
 
     numa: dict[int, dict[int, int]] = defaultdict(dict)
     unhealthy: dict[int, set[int]] = defaultdict(set)
-    for node_id, idx, numa_node, health in gpus:
+    modes: dict[int, dict[int, str]] = defaultdict(dict)  # GPU sharing (scheduler/core/sharing.py)
+    gpu_mem: dict[int, int] = {}
+    for node_id, idx, numa_node, health, sharing, memory in gpus:
         numa[node_id][idx] = numa_node if numa_node is not None else 0
         if health != "healthy":
             unhealthy[node_id].add(idx)
+        if sharing != "exclusive":
+            modes[node_id][idx] = sharing
+        if memory and sharing in ("shared", "auto"):
+            gpu_mem[node_id] = min(memory, gpu_mem.get(node_id, memory))
+    mig_of: dict[int, list[MigInfo]] = defaultdict(list)
+    for node_id, idx, uuid, profile, memory, slices in migs:
+        mig_of[node_id].append(MigInfo(idx, uuid, profile, memory, slices))
     used: dict[int, set[int]] = defaultdict(set)
     task_gpus: dict[int, list[int]] = defaultdict(list)
-    for task_id, node_id, idx in allocs:
+    task_share: dict[int, tuple[int, int, tuple[str, ...]]] = {}  # task -> (milli, memory, MIG UUIDs)
+    for task_id, node_id, idx, milli, gmem, mig_uuid in allocs:
+        if milli or mig_uuid:
+            m, mm, uu = task_share.get(task_id, (0, 0, ()))
+            task_share[task_id] = (m + milli, mm + gmem, uu + ((mig_uuid,) if mig_uuid else ()))
+            if idx not in task_gpus[task_id]:
+                task_gpus[task_id].append(idx)
+            continue
         used[node_id].add(idx)
         task_gpus[task_id].append(idx)
     cpu_used: dict[int, int] = defaultdict(int)
@@ -123,7 +144,8 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
     for task_id, job_id, role, idx, node_name, node_id, cpu, mem, task_state, beneficiary in held:
         cpu_used[node_id] += cpu
         mem_used[node_id] += mem
-        placement = TaskPlacement(role, idx, node_name, tuple(sorted(task_gpus.get(task_id, ()))))
+        milli, gmem, mig_uuids = task_share.get(task_id, (0, 0, ()))
+        placement = TaskPlacement(role, idx, node_name, tuple(sorted(task_gpus.get(task_id, ()))), milli, gmem, mig_uuids)
         placed_per_role[(job_id, role)] += 1
         if task_state == "releasing":
             releasing[job_id].append(placement)
@@ -136,7 +158,9 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
         NodeInfo(name=name, flavor=flavor, gpus=count, domain=domain,
                  gpu_numa=tuple(numa[nid].get(i, 0) for i in range(count)) if numa.get(nid) else (),
                  cpu_milli=cpu, memory_mib=mem, state=state, unhealthy=frozenset(unhealthy.get(nid, ())),
-                 used=frozenset(used.get(nid, ())), cpu_used=cpu_used.get(nid, 0), memory_used=mem_used.get(nid, 0))
+                 used=frozenset(used.get(nid, ())), cpu_used=cpu_used.get(nid, 0), memory_used=mem_used.get(nid, 0),
+                 gpu_modes=tuple(modes[nid].get(i, "exclusive") for i in range(count)) if nid in modes else (),
+                 gpu_memory_mib=gpu_mem.get(nid, 0), mig=tuple(mig_of.get(nid, ())))
         for nid, name, flavor, count, cpu, mem, domain, state in nodes)
 
     quota_map: dict[int, dict[str, QuotaInfo]] = defaultdict(dict)
@@ -151,7 +175,7 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
     job_roles: dict[int, list[RoleInfo]] = defaultdict(list)
     role_specs: dict[tuple[int, str], tuple] = {}
     job_state = {j[0]: j[9] for j in jobs}
-    for rid, job_id, name, tasks, gpt, min_av, cpu, mem, flavor, group, group_tier, group_mode in roles:
+    for rid, job_id, name, tasks, gpt, min_av, cpu, mem, flavor, group, group_tier, group_mode, gmilli, gmem, mig in roles:
         role_specs[(job_id, name)] = (gpt, cpu, mem, tuple(f for f in flavor.split("|") if f))
         # a running job's role: its tasks placed, being released, and waiting to be placed again (elastic
         # tasks above min_available that were reclaimed or did not fit: the engine grows the job into them)
@@ -160,7 +184,8 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
         if wanted > 0:
             job_roles[job_id].append(RoleInfo(name, wanted, gpt, min_av, cpu, mem, role_specs[(job_id, name)][3],
                                               group_size=group or 0, group_highest_tier=group_tier,
-                                              group_mode=group_mode or "hard"))
+                                              group_mode=group_mode or "hard", gpu_milli=gmilli,
+                                              gpu_memory_mib=gmem, mig_profile=mig))
 
     index = SnapshotIndex(node_ids={n[1]: n[0] for n in nodes})
     job_infos = []
@@ -206,7 +231,8 @@ def _bind(binding, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_num
         placement_domain=binding.domain or "", placement_tier=binding.tier, **bind_fields(clock))
     if not started:
         raise _Stale("job is no longer pending")
-    allocations = [Allocation(task_id=t, gpu_id=g, job_id=j, created_at=c) for t, g, j, c in rows]
+    allocations = [Allocation(task_id=t, gpu_id=g, job_id=j, created_at=c, gpu_milli=m, gpu_memory_mib=mm,
+                              mig_instance_id=mi) for t, g, j, c, m, mm, mi in rows]
     Allocation.objects.bulk_create(allocations)  # IntegrityError: a GPU already has a live allocation
     by_node = defaultdict(list)
     for task_id, node_id, state in tasks:
@@ -249,7 +275,8 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
         events.append(_admitted_event(b, clock, cycle_number, len({n for _, n, _ in job_tasks}), len(job_allocs)))
     try:
         with transaction.atomic():
-            insert_rows(Allocation, ["task_id", "gpu_id", "job_id", "created_at"], allocations)
+            insert_rows(Allocation, ["task_id", "gpu_id", "job_id", "created_at", "gpu_milli", "gpu_memory_mib",
+                                     "mig_instance_id"], allocations)
     except IntegrityError:
         return None
     update_rows(Task, tasks, ["node_id", "state"], {})
@@ -258,7 +285,9 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
 
 
 def _rows_for(binding, clock: datetime, tasks_by_role, simulated, gpu_ids):
-    """([(task id, gpu id, job id, created_at)], [(task id, node id, task state)]) for one binding; raises
+    """([(task id, gpu id, job id, created_at, gpu_milli, gpu_memory_mib, MIG instance id)],
+    [(task id, node id, task state)]) for one binding (a fraction: one row with its share; MIG: one row per
+    instance, on the instance's GPU); raises
     _Stale if a row no longer matches. The state is "bound" on a node agent's node for a job with a
     command (gpu_ids["<node>"]["agent"], job id not in `simulated`), else "running"."""
     allocations, tasks = [], []
@@ -269,11 +298,17 @@ def _rows_for(binding, clock: datetime, tasks_by_role, simulated, gpu_ids):
         node = gpu_ids.get(p.node)
         if node is None:
             raise _Stale(f"node {p.node} is not ready")
-        for g in p.gpus:
+        if p.mig:
+            for uuid in p.mig:
+                inst = node.get("mig", {}).get(uuid)
+                if inst is None or inst[0] not in node["gpus"]:
+                    raise _Stale(f"MIG instance {uuid} on {p.node} is unhealthy or unknown")
+                allocations.append((free[p.index], node["gpus"][inst[0]], binding.job_id, clock, 0, 0, inst[1]))
+        for g in () if p.mig else p.gpus:
             gpu = node["gpus"].get(g)
             if gpu is None:
                 raise _Stale(f"GPU {p.node}/{g} is unhealthy or unknown")
-            allocations.append((free[p.index], gpu, binding.job_id, clock))
+            allocations.append((free[p.index], gpu, binding.job_id, clock, p.gpu_milli, p.gpu_memory_mib, None))
         waits = node.get("agent") and binding.job_id not in simulated
         tasks.append((free[p.index], node["id"], "bound" if waits else "running"))
     return allocations, tasks
@@ -384,6 +419,10 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
         for nid, nname, executor in (Node.objects.filter(name__in=node_names, state="ready")
                                      .values_list("id", "name", "executor")):
             gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["agent"] = executor in Node.PROCESS_EXECUTORS  # CPU-only too
+        for iid, uuid, idx, nname in (MigInstance.objects.filter(gpu__node__name__in=node_names)
+                                      .values_list("id", "uuid", "gpu__index", "gpu__node__name")):
+            if nname in gpu_ids:
+                gpu_ids[nname].setdefault("mig", {})[uuid] = (idx, iid)
         events = _bind_all(result.bindings, clock, tasks_by_role, simulated, gpu_ids, cycle_number)
         if events is None:  # a racing cycle bound one of these GPUs: job by job, each in its own savepoint
             events = []

@@ -13,11 +13,13 @@ from ..audit import record_event
 from ..diagnosis.health import audit_topology, judge_gpu_signals, record_validation, validation_check
 from ..errors import ValidationError
 from ..lifecycle import evict_jobs_on_nodes
-from ..models import Gpu, Node
+from ..models import Allocation, Gpu, MigInstance, Node
 from . import node_states
 from .base import request_cycle_on_commit
 
-__all__ = ["register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node", "set_spare"]
+__all__ = ["register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node", "set_spare",
+           "set_gpu_sharing"]
+MIG_FIELDS = ("uuid", "profile", "memory_mib", "slices")
 
 
 def _check_gpus(gpus: list[dict]) -> dict[str, str]:
@@ -30,7 +32,65 @@ def _check_gpus(gpus: list[dict]) -> dict[str, str]:
         seen.add(idx)
         if g.get("health", "healthy") not in Gpu.Health.values:
             errors[f"gpus[{i}].health"] = f"health must be one of {Gpu.Health.values}"
+        memory = g.get("memory_mib")
+        if memory is not None and (not isinstance(memory, int) or isinstance(memory, bool) or memory < 0):
+            errors[f"gpus[{i}].memory_mib"] = "memory_mib must be a whole number of MiB >= 0"
+        mig = g.get("mig")
+        if mig is not None:
+            if not isinstance(mig, list):
+                errors[f"gpus[{i}].mig"] = "mig must be a list of {uuid, profile, memory_mib, slices}"
+                continue
+            for k, inst in enumerate(mig):
+                if not isinstance(inst, dict) or not isinstance(inst.get("uuid"), str) or not inst["uuid"] \
+                        or not isinstance(inst.get("profile"), str) or not inst["profile"]:
+                    errors[f"gpus[{i}].mig[{k}]"] = "a MIG instance needs a uuid and a profile name"
+                elif any(not isinstance(inst.get(f) or 0, int) or (inst.get(f) or 0) < 0 for f in ("memory_mib", "slices")):
+                    errors[f"gpus[{i}].mig[{k}]"] = "memory_mib and slices must be whole numbers >= 0"
     return errors
+
+
+def _sync_mig(gpu: Gpu, g: dict) -> None:
+    """A GPU's MIG layout as its agent reported it (NVML): `mig_mode` "enabled" with instances -> mode mig and exactly
+    those MigInstance rows; `mig_mode` "disabled" on a GPU in mode mig -> back to exclusive, instances dropped.
+    An instance a live allocation holds is never dropped (the database refuses: PROTECT)."""
+    if g.get("mig_mode") not in ("enabled", "disabled", True, False):
+        return  # not reported (no NVML MIG support, or a client that does not read it): keep what is stored
+    enabled = g.get("mig_mode") in (True, "enabled")
+    if enabled and g.get("mig") is not None:
+        keep = {inst["uuid"] for inst in g["mig"]}
+        MigInstance.objects.filter(gpu=gpu).exclude(uuid__in=keep).delete()
+        for inst in g["mig"]:
+            MigInstance.objects.update_or_create(uuid=inst["uuid"], defaults={
+                "gpu": gpu, "profile": inst["profile"], "memory_mib": inst.get("memory_mib") or 0,
+                "slices": inst.get("slices") or 0})
+        Gpu.objects.filter(pk=gpu.pk).update(sharing=Gpu.Sharing.MIG)
+    elif not enabled and gpu.sharing == Gpu.Sharing.MIG:
+        MigInstance.objects.filter(gpu=gpu).delete()
+        Gpu.objects.filter(pk=gpu.pk).update(sharing=Gpu.Sharing.EXCLUSIVE)
+
+
+@transaction.atomic
+def set_gpu_sharing(node: Node, index: int, sharing: str, *, actor=None) -> Gpu:
+    """Set GPU `index` of `node` to sharing mode exclusive, shared or auto (mode mig comes from the node agent's
+    NVML report, never from here). Refused while a task holds the GPU (its work was placed under the old mode).
+    Raises ValidationError: "sharing" (unknown mode, or mig), "index" (no such GPU, or the GPU is in use)."""
+    if sharing not in (Gpu.Sharing.EXCLUSIVE, Gpu.Sharing.SHARED, Gpu.Sharing.AUTO):
+        raise ValidationError({"sharing": "sharing must be exclusive, shared or auto (mig is set by the node "
+                                          "agent from the GPU's MIG mode)"})
+    gpu = Gpu.objects.select_for_update().filter(node=node, index=index).first()
+    if gpu is None:
+        raise ValidationError({"index": f"node {node.name} has no GPU {index}"})
+    if gpu.sharing == Gpu.Sharing.MIG:
+        raise ValidationError({"sharing": f"{gpu} is in MIG mode: disable MIG on the node first"})
+    if Allocation.objects.filter(gpu=gpu, released_at__isnull=True).exists():
+        raise ValidationError({"index": f"{gpu} is in use: change its sharing mode when it is idle"})
+    old = gpu.sharing
+    Gpu.objects.filter(pk=gpu.pk).update(sharing=sharing)
+    record_event("gpu_sharing", f"{gpu}: sharing {old} -> {sharing}", actor=actor, node=node,
+                 data={"index": index, "from": old, "to": sharing})
+    request_cycle_on_commit()
+    gpu.refresh_from_db()
+    return gpu
 
 
 @transaction.atomic
@@ -73,9 +133,11 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
                                            memory_mib=memory_mib, labels=merged, last_heartbeat=now, **extra)
     Gpu.objects.filter(node=node).exclude(index__in=[g["index"] for g in gpus]).delete()
     for g in gpus:
-        Gpu.objects.update_or_create(node=node, index=g["index"], defaults={
+        gpu, _ = Gpu.objects.update_or_create(node=node, index=g["index"], defaults={
             "uuid": g.get("uuid") or "", "numa_node": g.get("numa_node"),
-            "health": g.get("health", "healthy"), "health_reason": (g.get("health_reason") or "")[:200]})
+            "health": g.get("health", "healthy"), "health_reason": (g.get("health_reason") or "")[:200],
+            **({"memory_mib": g["memory_mib"]} if g.get("memory_mib") is not None else {})})
+        _sync_mig(gpu, g)
     node.refresh_from_db()
     if _carries_inventory(gpus):
         audit_topology(node, gpus, at=now, actor=actor)

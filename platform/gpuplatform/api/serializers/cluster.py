@@ -84,7 +84,7 @@ class GpuReportSerializer(Serializer):
     """One GPU as the node agent reports it. `ignored_fields`: inventory the agent sends (agent/inventory.py,
     GpuInventory) that the platform does not store; any other key is refused like everywhere else."""
 
-    ignored_fields = ("memory_mib", "mig_mode", "ecc_uncorrected_aggregate", "retired_pages_dbe")
+    ignored_fields = ("ecc_uncorrected_aggregate", "retired_pages_dbe")
 
     index = count_field(min_value=0, max_value=32767)
     uuid = serializers.CharField(max_length=80, required=False, default="", allow_blank=True)
@@ -105,6 +105,12 @@ class GpuReportSerializer(Serializer):
     power_slowdown_seconds = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0,
                                                     max_value=1e9)
     nvlink_down = count_field(required=False, allow_null=True, default=None, max_value=1024)
+    # GPU sharing (DESIGN section 12): memory, and the MIG layout NVML reports (agent/inventory.py)
+    memory_mib = count_field(required=False, allow_null=True, default=None, min_value=0)
+    mig_mode = serializers.CharField(max_length=16, required=False, allow_null=True, default=None,
+                                     help_text="enabled | disabled | null (not supported)")
+    mig = serializers.ListField(child=serializers.DictField(), required=False, allow_null=True, default=None,
+                                max_length=64, help_text="MIG instances: [{uuid, profile, memory_mib, slices}]")
 
 
 class NodeRegisterSerializer(Serializer):

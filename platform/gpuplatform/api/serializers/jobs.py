@@ -1,10 +1,12 @@
+import math
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ... import queries
 from ...models import Job, JobRole, Task, Team
 from .base import ModelSerializer, Serializer
-from .fields import INT32_MAX, count_field
+from .fields import INT32_MAX, FiniteFloatField, count_field
 
 
 @extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1, "maximum": 32767},
@@ -27,16 +29,52 @@ class TierField(serializers.Field):
         return value
 
 
+@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 0, "maximum": 1,
+                                                         "exclusiveMinimum": True, "exclusiveMaximum": True}]})
+class GpusPerTaskField(serializers.Field):
+    """A whole number of GPUs, or a fraction of one GPU in (0, 1) (the same as gpu_fraction); the service
+    refuses anything else with a message naming gpus_per_task."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            try:
+                data = float(data) if "." in data else int(data)
+            except ValueError:
+                raise serializers.ValidationError("a whole number of GPUs or a fraction of one GPU in (0, 1)")
+        if isinstance(data, bool) or not isinstance(data, (int, float)) or not math.isfinite(data):
+            raise serializers.ValidationError("a whole number of GPUs or a fraction of one GPU in (0, 1)")
+        if isinstance(data, float) and data.is_integer():
+            data = int(data)
+        if isinstance(data, int) and abs(data) > INT32_MAX:
+            raise serializers.ValidationError(f"must be at most {INT32_MAX}")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
 class JobRoleSerializer(ModelSerializer):
     """A task group: `tasks` replicas of `gpus_per_task` GPUs; the gang needs `min_available` of them
     (default: all). `flavor`: allowed GPU models separated by '|' (blank = any); roles may name different
     flavors (a heterogeneous job). Sub-group: every `group_size` tasks inside one domain of tier <=
     `group_highest_tier` (`topology_mode` hard, the default, or soft); `highest_tier` on a role = all its
-    tasks in one such domain. Tiers are numbers or names ("tier-1", "nvlink", "leaf", "spine")."""
+    tasks in one such domain. Tiers are numbers or names ("tier-1", "nvlink", "leaf", "spine").
+    GPU sharing (exactly one kind per role): `gpu_fraction` (or `gpus_per_task` in (0, 1)) or `gpu_memory_mib`
+    = one share of one GPU per task; `mig_profile` + `mig_count` = MIG instances per task. Fractions count as
+    GPU-equivalents against the flavor's quota, MIG instances as resources "<flavor>/mig-<profile>"."""
 
     name = serializers.CharField(max_length=64, required=False)
     tasks = count_field(required=False, default=1)
-    gpus_per_task = count_field(required=False, default=1)
+    gpus_per_task = GpusPerTaskField(required=False, default=1)
+    gpu_fraction = FiniteFloatField(required=False, allow_null=True, default=None, write_only=True,
+                                    help_text="a share of one GPU per task, in (0, 1); read back as gpu_milli")
+    gpu_milli = serializers.IntegerField(read_only=True, help_text="share of one GPU per task in thousandths (0 = whole GPUs)")
+    gpu_memory_mib = count_field(required=False, allow_null=True, default=None,
+                                 help_text="GPU memory per task in MiB on one shared GPU (instead of gpu_fraction)")
+    mig_profile = serializers.CharField(max_length=32, required=False, allow_blank=True, default="",
+                                        help_text="MIG profile of the task's instances, e.g. 1g.18gb")
+    mig_count = count_field(required=False, allow_null=True, default=None, write_only=True,
+                            help_text="MIG instances per task (default 1); read back as gpus_per_task")
     cpu_milli = count_field(required=False, default=0)
     memory_mib = count_field(required=False, default=0)
     min_available = count_field(required=False, allow_null=True)
@@ -60,7 +98,8 @@ class JobRoleSerializer(ModelSerializer):
         model = JobRole
         fields = ["name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor",
                   "command", "env", "working_dir", "image", "group_size", "group_highest_tier", "group_mode",
-                  "topology_mode", "highest_tier"]
+                  "topology_mode", "highest_tier", "gpu_fraction", "gpu_milli", "gpu_memory_mib", "mig_profile",
+                  "mig_count"]
 
 
 class TaskSerializer(ModelSerializer):

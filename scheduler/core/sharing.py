@@ -1,0 +1,580 @@
+"""GPU sharing: fractional GPUs and MIG instances, placed so that whole GPUs stay whole (DESIGN section 12).
+
+    run_cycle_sharing(snapshot, config, whole_engine, cache=None) -> CycleResult
+
+Kinds of request (RoleInfo): whole GPUs (`gpus_per_task`, as before), one fraction of one GPU per task
+(`gpu_milli` 1..999 thousandths of its compute and memory, or `gpu_memory_mib` of its memory and the same share
+of its compute), or `gpus_per_task` MIG instances of one `mig_profile` per task, on one node.
+
+GPU modes (NodeInfo.gpu_modes): "exclusive" takes whole-GPU tasks only, "shared" fractions only, "mig" its MIG
+instances only, "auto" whole-GPU tasks while it holds no fraction and fractions while no whole-GPU task holds
+it (the behaviour of KAI's GPU fractions and of the FGD simulator). Rules kept here and checked by the tests:
+a whole-GPU task never lands on a GPU in mode shared or mig nor on one holding a fraction; the fractions on a
+GPU sum to at most 1000 thousandths and their memory to at most the GPU's memory; a MIG instance holds at most
+one task; a job's fractions (as GPU-equivalents, milli / 1000) and MIG instances (as resources of their own,
+"<flavor>/mig-<profile>", like Kueue's nvidia.com/mig-1g.10gb) never take a queue over its limits; gangs are
+all or nothing (min_available tasks of every role, or none).
+
+One cycle: the whole-GPU engine (`whole_engine`, cycle.run_cycle) runs on a view of the snapshot where GPUs it
+must not use are out of reach (mode shared / mig: unhealthy; auto GPUs holding a fraction: used) and without
+the sharing jobs; then the pending sharing jobs, in (priority desc, submit time, id) order, are placed on what
+is left. Whole-GPU jobs therefore go first in a cycle; fractions count against the flavor's quota here, but
+the whole-GPU engine does not see the fractions of running jobs in its queue usage (a known gap).
+
+Fractions are placed by FGD's score (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads
+with Fragmentation Gradient Descent", USENIX ATC '23, section 4): for a node n and a task type m of the
+expected workload M (with popularity p_m), the fragment F_n(m) is
+  - all of n's unallocated GPU resource, if m cannot run on n at all (not enough CPU or GPU);
+  - else the unallocated resource of the GPUs whose free share is below m's demand: free_g < d_m for a
+    fractional m, free_g < 1 (a partly used GPU) for a whole-GPU m;
+and F_n(M) = sum_m p_m F_n(m). A task goes to the (node, GPU) whose use gives the smallest increase
+F_n(M | after) - F_n(M | before) (fragmentation gradient descent). M is the mix of the tasks the snapshot
+holds (running and pending; kind, GPUs and CPU rounded up to 2 cores; the 32 most frequent), as FGD takes its
+"target workload" from the trace. Before the score, a tie-break-free rule keeps fractions off whole GPUs that a
+pending whole-GPU task needs: a fully free auto GPU on a node whose free whole GPUs equal some pending
+whole-GPU task's size is used only when nothing else fits. MIG tasks take existing instances (no
+reconfiguration), best fit: the node with the fewest free instances of the profile that still fits.
+Units: GPU shares in thousandths (milli), memory in MiB, CPU in millicores.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import replace
+from functools import lru_cache
+from typing import Callable
+
+from .plugins.quota import QueueTree
+from .snapshot import (
+    Binding, CycleConfig, CycleResult, JobInfo, NodeInfo, PendingReason, RoleInfo, Snapshot, TaskPlacement,
+)
+
+FULL = 1000  # thousandths of a GPU
+MODES = ("exclusive", "shared", "mig", "auto")
+MIX_TYPES = 32  # task types kept in the expected workload
+CPU_STEP = 2000  # millicores: task CPU is rounded up to this step in the expected workload
+
+
+def mig_resource(flavor: str, profile: str) -> str:
+    """The quota resource name of a MIG profile on a flavor: "H200/mig-1g.18gb"."""
+    return f"{flavor}/mig-{profile}"
+
+
+def gpu_mode(node: NodeInfo, g: int) -> str:
+    modes = node.gpu_modes
+    return modes[g] if g < len(modes) else "exclusive"
+
+
+@lru_cache(maxsize=4096)
+def _layout(gpus: int, modes: tuple[str, ...], unhealthy: frozenset) -> tuple:
+    """Per node shape, computed once: (GPUs fractions may use, GPUs whole tasks may use (exclusive first), GPUs
+    out of the whole-GPU engine's reach (shared / mig), auto GPUs), healthy GPUs only in the first two."""
+    mode = [modes[g] if g < len(modes) else "exclusive" for g in range(gpus)]
+    frac = tuple(g for g in range(gpus) if mode[g] in ("shared", "auto") and g not in unhealthy)
+    whole = tuple(sorted((g for g in range(gpus) if mode[g] in ("exclusive", "auto") and g not in unhealthy),
+                         key=lambda g: (mode[g] == "auto", g)))
+    off = frozenset(g for g in range(gpus) if mode[g] in ("shared", "mig"))
+    auto = frozenset(g for g in range(gpus) if mode[g] == "auto")
+    return frac, whole, off, auto
+
+
+def layout(node: NodeInfo) -> tuple:
+    return _layout(node.gpus, node.gpu_modes, node.unhealthy)
+
+
+def job_shares(job: JobInfo) -> bool:
+    """Whether any role of the job asks for a fraction or MIG instances."""
+    return any(r.shares for r in job.roles)
+
+
+def task_milli(role: RoleInfo, gpu_memory_mib: int) -> int:
+    """The compute share (thousandths) a fractional task of `role` takes of a GPU with that much memory;
+    0 when it cannot be computed (a memory request on a GPU of unknown memory)."""
+    if role.gpu_milli:
+        return role.gpu_milli
+    if gpu_memory_mib <= 0:
+        return 0
+    return max(1, -(-role.gpu_memory_mib * FULL // gpu_memory_mib))
+
+
+def task_memory(role: RoleInfo, gpu_memory_mib: int) -> int:
+    """The GPU memory (MiB) a fractional task of `role` takes of a GPU with that much memory."""
+    return role.gpu_memory_mib or role.gpu_milli * gpu_memory_mib // FULL
+
+
+def has_sharing(snapshot: Snapshot) -> bool:
+    """Whether the snapshot holds a non-exclusive GPU or a sharing job (else the whole-GPU engine alone runs)."""
+    for n in snapshot.nodes:
+        if n.mig or any(m != "exclusive" for m in n.gpu_modes):
+            return True
+    return any(job_shares(j) for j in snapshot.jobs)
+
+
+class Usage:
+    """Per node, per GPU: thousandths and memory taken by fractions; MIG instance UUIDs taken; from the running
+    and preempting jobs of a snapshot, then from this cycle's placements (`add`)."""
+
+    def __init__(self, snapshot: Snapshot):
+        self.milli: dict[str, dict[int, int]] = defaultdict(dict)
+        self.memory: dict[str, dict[int, int]] = defaultdict(dict)
+        self.mig: set[str] = set()
+        self.cpu: dict[str, int] = defaultdict(int)  # CPU / memory taken this cycle (not yet in NodeInfo)
+        self.mem: dict[str, int] = defaultdict(int)
+        for job in snapshot.jobs:
+            for t in (*job.placement, *job.reserved):
+                self.add(t, count_cpu=None)
+
+    def add(self, t: TaskPlacement, count_cpu: RoleInfo | None) -> None:
+        if t.gpu_milli:
+            g = t.gpus[0]
+            per = self.milli[t.node]
+            per[g] = per.get(g, 0) + t.gpu_milli
+            mem = self.memory[t.node]
+            mem[g] = mem.get(g, 0) + t.gpu_memory_mib
+        self.mig.update(t.mig)
+        if count_cpu is not None:
+            self.cpu[t.node] += count_cpu.cpu_milli
+            self.mem[t.node] += count_cpu.memory_mib
+
+
+def fgd_whole_jobs(snapshot: Snapshot, config: CycleConfig | None) -> set:
+    """Ids of the pending whole-GPU jobs this cycle places by the FGD score (CycleConfig.fgd_whole): one role of
+    one task, no topology or sub-group constraint, nothing held for it; only when some GPU is in mode auto."""
+    if config is None or not config.fgd_whole or not any("auto" in n.gpu_modes for n in snapshot.nodes):
+        return set()
+    return {j.id for j in snapshot.jobs if j.state == "pending" and len(j.roles) == 1 and j.roles[0].tasks == 1
+            and not j.roles[0].shares and not j.roles[0].grouped and j.roles[0].gpus_per_task > 0
+            and j.topology_mode != "hard" and not j.reserved and not j.placement}
+
+
+def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset()) -> Snapshot:
+    """The snapshot the whole-GPU engine sees: GPUs in mode shared / mig unhealthy, auto GPUs holding a
+    fraction used, sharing jobs (and the `routed` ones, fgd_whole_jobs) left out (their CPU and memory stay
+    counted in the nodes)."""
+    nodes = []
+    for n in snapshot.nodes:
+        if not n.gpu_modes and not n.mig:
+            nodes.append(n)
+            continue
+        _, _, off, auto = layout(n)
+        shares = usage.milli.get(n.name)
+        busy = {g for g, v in shares.items() if v > 0 and g in auto} if shares else frozenset()
+        nodes.append(replace(n, unhealthy=n.unhealthy | off, used=n.used | busy) if off or busy else n)
+    jobs = tuple(j for j in snapshot.jobs if not job_shares(j) and j.id not in routed)
+    return replace(snapshot, nodes=tuple(nodes), jobs=jobs)
+
+
+# -- FGD score ----------------------------------------------------------------------------------------
+
+def workload_mix(jobs) -> list[tuple[float, int, int, int]]:
+    """The expected request mix M: [(p_m, demand milli per GPU, GPUs, CPU millicores)], p summing to 1.
+    Fractional tasks are (milli, 1); whole-GPU tasks (1000, gpus_per_task); MIG tasks are left out (they use
+    instances, not shares). CPU is rounded up to 2-core steps; the MIX_TYPES most frequent types are kept."""
+    counts: Counter = Counter()
+    for job in jobs:
+        for r in job.roles:
+            if r.mig_profile:
+                continue
+            cpu = -(-r.cpu_milli // CPU_STEP) * CPU_STEP
+            if r.gpu_milli:
+                counts[(r.gpu_milli, 1, cpu)] += r.tasks
+            elif r.gpu_memory_mib:
+                continue  # its share depends on the GPU: not a type of its own
+            elif r.gpus_per_task:
+                counts[(FULL, r.gpus_per_task, cpu)] += r.tasks
+    top = counts.most_common(MIX_TYPES)
+    total = sum(c for _, c in top) or 1
+    return [(c / total, d, k, cpu) for (d, k, cpu), c in top]
+
+
+def fragment(frees: tuple[int, ...], whole_free: int, cpu_free: int | None, mix) -> float:
+    """F_n(M) of one node (formula in the module docstring). frees: free thousandths of each GPU fractions may
+    use; whole_free: wholly free GPUs whole-GPU tasks may use (exclusive and auto); cpu_free None = unconstrained."""
+    total = sum(frees)
+    out = 0.0
+    for p, d, k, cpu in mix:
+        if cpu_free is not None and cpu > cpu_free:
+            out += p * total
+            continue
+        if d < FULL:
+            if not any(f >= d for f in frees):
+                out += p * total
+            else:
+                out += p * sum(f for f in frees if f < d)
+        else:
+            if whole_free < k:
+                out += p * total
+            else:
+                out += p * sum(f for f in frees if f < FULL)
+    return out
+
+
+class _NodeRoom:
+    """What one node has left for sharing tasks in this cycle; `sig` is what the FGD search depends on."""
+
+    __slots__ = ("node", "gpus", "free", "memfree", "whole_free", "cpu_free", "mem_free", "sig", "taken")
+
+    def __init__(self, node: NodeInfo, usage: Usage, taken: set[int]):
+        self.node = node
+        self.taken = taken
+        name = node.name
+        frac, whole, _, _ = layout(node)
+        shares = usage.milli.get(name) or {}
+        self.gpus = [g for g in frac if g not in taken] if taken else list(frac)
+        self.free = {g: FULL - shares.get(g, 0) for g in self.gpus}
+        cap = node.gpu_memory_mib
+        mem = usage.memory.get(name) or {}
+        self.memfree = {g: cap - mem.get(g, 0) for g in self.gpus} if cap else {}
+        self.whole_free = sum(1 for g in whole if g not in taken and not shares.get(g))
+        self.cpu_free = node.cpu_milli - node.cpu_used - usage.cpu.get(name, 0) if node.cpu_milli else None
+        self.mem_free = node.memory_mib - node.memory_used - usage.mem.get(name, 0) if node.memory_mib else None
+        self._resig()
+
+    def _resig(self) -> None:
+        auto = layout(self.node)[3]
+        memfree = self.memfree
+        pairs = sorted((self.free[g], memfree.get(g, 0), g in auto) for g in self.gpus)
+        self.sig = (self.node.flavor, tuple(pairs), self.whole_free, self.cpu_free, self.mem_free,
+                    self.node.gpu_memory_mib)
+
+    def take(self, g: int, milli: int, memory: int, role: RoleInfo) -> None:
+        if self.free[g] == FULL and gpu_mode(self.node, g) == "auto":
+            self.whole_free -= 1
+        self.free[g] -= milli
+        if self.memfree:
+            self.memfree[g] -= memory
+        if self.cpu_free is not None:
+            self.cpu_free -= role.cpu_milli
+        if self.mem_free is not None:
+            self.mem_free -= role.memory_mib
+        self._resig()
+
+
+class Placer:
+    """Free capacity for sharing tasks during one cycle, and the search (fractions by FGD, MIG best fit).
+    The FGD search result of a node depends only on its `_NodeRoom.sig` and the request, so identical nodes
+    (most of a cluster at the start) are scored once per request."""
+
+    def __init__(self, snapshot: Snapshot, usage: Usage, taken_whole: dict[str, set[int]], mix, whole_needs: set[int],
+                 all_nodes: bool = False):
+        self.usage = usage
+        self.mix = mix
+        self.whole_needs = whole_needs  # GPUs per task of pending whole-GPU tasks (protect rule)
+        self.nodes = [n for n in snapshot.nodes if n.schedulable]
+        self.taken_whole = taken_whole  # node -> GPU indices held whole (snapshot + this cycle's bindings)
+        self.rooms = {n.name: _NodeRoom(n, usage, taken_whole.get(n.name, set())) for n in self.nodes
+                      if n.gpu_modes or all_nodes}
+        self._frag_cache: dict = {}
+        self._best_cache: dict = {}
+
+    def _frag(self, frees: tuple[int, ...], whole_free: int, cpu_free) -> float:
+        key = (frees, whole_free, cpu_free)
+        value = self._frag_cache.get(key)
+        if value is None:
+            value = self._frag_cache[key] = fragment(frees, whole_free, cpu_free, self.mix)
+        return value
+
+    def _best_on(self, room: _NodeRoom, role: RoleInfo):
+        """(protect, delta, free, memfree, auto) of the best GPU of the node for one task of `role`, or None."""
+        n = room.node
+        need = task_milli(role, n.gpu_memory_mib)
+        if not need:
+            return None
+        memory = task_memory(role, n.gpu_memory_mib)
+        pairs = room.sig[1]
+        frees = tuple(f for f, _, _ in pairs)
+        before = self._frag(frees, room.whole_free, room.cpu_free)
+        after_cpu = None if room.cpu_free is None else room.cpu_free - role.cpu_milli
+        best = None
+        seen = set()
+        for i, (free, memfree, auto) in enumerate(pairs):
+            if free < need or (free, memfree, auto) in seen or (n.gpu_memory_mib and memfree < memory):
+                continue
+            seen.add((free, memfree, auto))
+            after = tuple(sorted(frees[:i] + (free - need,) + frees[i + 1:]))
+            breaks = free == FULL and auto  # a wholly free auto GPU stops being whole
+            delta = self._frag(after, room.whole_free - breaks, after_cpu) - before
+            protect = breaks and room.whole_free in self.whole_needs
+            key = (protect, round(delta, 9), free, memfree, auto)
+            if best is None or key < best:
+                best = key
+        return best
+
+    def place_fraction(self, role: RoleInfo) -> TaskPlacement | None:
+        """The best (node, GPU) for one fractional task of `role`, or None. Ties: node order, GPU index."""
+        best, best_key = None, None
+        req = (task_milli(role, 0), role.gpu_memory_mib, role.cpu_milli, role.memory_mib)
+        for room in self.rooms.values():
+            n = room.node
+            if role.flavors and n.flavor not in role.flavors:
+                continue
+            if room.cpu_free is not None and room.cpu_free < role.cpu_milli:
+                continue
+            if room.mem_free is not None and room.mem_free < role.memory_mib:
+                continue
+            if not room.gpus:
+                continue
+            ck = (room.sig, req)
+            found = self._best_cache.get(ck, False)
+            if found is False:
+                found = self._best_cache[ck] = self._best_on(room, role)
+            if found is None:
+                continue
+            if best_key is None or found[:2] < best_key:
+                best_key, best = found[:2], (room, found)
+        if best is None:
+            return None
+        room, (_, _, free, memfree, auto) = best
+        n = room.node
+        g = next(g for g in room.gpus if room.free[g] == free and room.memfree.get(g, 0) == memfree
+                 and (gpu_mode(n, g) == "auto") == auto)
+        need = task_milli(role, n.gpu_memory_mib)
+        memory = task_memory(role, n.gpu_memory_mib)
+        return TaskPlacement(role.name, 0, n.name, (g,), gpu_milli=need, gpu_memory_mib=memory)
+
+    def whole_gpus(self, room: _NodeRoom) -> list[int]:
+        """Wholly free GPUs of the room's node a whole-GPU task may take: exclusive ones first, then auto ones."""
+        n = room.node
+        shares = self.usage.milli.get(n.name) or {}
+        return [g for g in layout(n)[1] if g not in room.taken and not shares.get(g)]
+
+    def place_whole(self, role: RoleInfo) -> TaskPlacement | None:
+        """A one-task whole-GPU role placed by the FGD score (CycleConfig.fgd_whole): the node whose fragment
+        F_n(M) grows least when `gpus_per_task` of its wholly free GPUs (exclusive first) are taken; ties: the node
+        left with fewer wholly free GPUs (binpack), then node order."""
+        k = role.gpus_per_task
+        best, best_key = None, None
+        for room in self.rooms.values():
+            n = room.node
+            if (role.flavors and n.flavor not in role.flavors) or room.whole_free < k:
+                continue
+            if room.cpu_free is not None and room.cpu_free < role.cpu_milli:
+                continue
+            if room.mem_free is not None and room.mem_free < role.memory_mib:
+                continue
+            ck = (room.sig, ("whole", k, role.cpu_milli))
+            found = self._best_cache.get(ck, False)
+            if found is False:
+                gpus = self.whole_gpus(room)[:k]
+                auto = sum(1 for g in gpus if gpu_mode(n, g) == "auto")
+                frees = sorted(f for f, _, _ in room.sig[1])
+                before = self._frag(tuple(frees), room.whole_free, room.cpu_free)
+                after = list(frees)
+                for _ in range(auto):
+                    after.remove(FULL)
+                after_cpu = None if room.cpu_free is None else room.cpu_free - role.cpu_milli
+                found = self._best_cache[ck] = (round(self._frag(tuple(after), room.whole_free - k, after_cpu) - before, 9),
+                                                room.whole_free - k)
+            if best_key is None or found < best_key:
+                best_key, best = found, room
+        if best is None:
+            return None
+        return TaskPlacement(role.name, 0, best.node.name, tuple(sorted(self.whole_gpus(best)[:k])))
+
+    def commit(self, t: TaskPlacement, role: RoleInfo, sign: int = 1) -> None:
+        """Record a placed (sign 1) or withdrawn (sign -1) task in usage and the node's room."""
+        if sign > 0:
+            self.usage.add(t, count_cpu=role)
+        else:
+            _unadd(self.usage, t, role)
+        room = self.rooms.get(t.node)
+        if room is not None and t.gpu_milli:
+            if sign > 0:
+                room.take(t.gpus[0], t.gpu_milli, t.gpu_memory_mib, role)
+            else:
+                self.rooms[t.node] = _NodeRoom(room.node, self.usage, self.taken_whole.get(t.node, set()))
+        elif room is not None and not t.mig:  # a whole-GPU task (fgd_whole)
+            taken = self.taken_whole.setdefault(t.node, set())
+            if sign > 0:
+                taken.update(t.gpus)
+            else:
+                taken.difference_update(t.gpus)
+            self.rooms[t.node] = _NodeRoom(room.node, self.usage, taken)
+
+    def place_mig(self, role: RoleInfo) -> TaskPlacement | None:
+        """`gpus_per_task` free instances of the role's profile on one node: the node with the fewest free
+        instances of the profile that still has enough (best fit). None when no node has them."""
+        best, best_free = None, None
+        for n in self.nodes:
+            if (role.flavors and n.flavor not in role.flavors) or not n.mig:
+                continue
+            if n.cpu_milli and n.cpu_milli - n.cpu_used - self.usage.cpu.get(n.name, 0) < role.cpu_milli:
+                continue
+            if n.memory_mib and n.memory_mib - n.memory_used - self.usage.mem.get(n.name, 0) < role.memory_mib:
+                continue
+            free = [m for m in n.mig if m.profile == role.mig_profile and m.uuid not in self.usage.mig
+                    and m.gpu not in n.unhealthy and gpu_mode(n, m.gpu) == "mig"]
+            if len(free) < role.gpus_per_task:
+                continue
+            if best_free is None or len(free) < best_free:
+                best_free = len(free)
+                chosen = free[: role.gpus_per_task]
+                best = TaskPlacement(role.name, 0, n.name, tuple(sorted({m.gpu for m in chosen})),
+                                     mig=tuple(m.uuid for m in chosen))
+        return best
+
+    def fragmentation(self) -> dict[str, float]:
+        """Per flavor: the FGD measure, expected GPUs (in GPU units) unusable by the request mix, F(M) / 1000."""
+        out: dict[str, float] = defaultdict(float)
+        for room in self.rooms.values():
+            if room.gpus:
+                frees = tuple(f for f, _, _ in room.sig[1])
+                out[room.node.flavor] += self._frag(frees, room.whole_free, room.cpu_free) / FULL
+        return dict(out)
+
+
+def _flavor_of(snapshot: Snapshot) -> dict[str, str]:
+    return {n.name: n.flavor for n in snapshot.nodes}
+
+
+def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engine: Callable, *, cache=None
+                      ) -> CycleResult:
+    """One cycle with GPU sharing (module docstring): the whole-GPU engine on `whole_view`, then the pending
+    sharing jobs. Returns the engine's CycleResult with the sharing jobs' bindings and pending reasons added
+    and metrics["sharing"] = {allocated_gpu_equivalents, shared_gpus, fgd_fragmentation {flavor: GPUs},
+    mig_instances, mig_used}. The snapshot is not mutated."""
+    usage = Usage(snapshot)
+    routed = fgd_whole_jobs(snapshot, config)
+    result = whole_engine(whole_view(snapshot, usage, routed), config, cache=cache)
+    flavor_of = _flavor_of(snapshot)
+    taken_whole: dict[str, set[int]] = defaultdict(set)
+    for n in snapshot.nodes:
+        if n.used:
+            taken_whole[n.name].update(n.used)
+    whole_jobs = {j.id: j for j in snapshot.jobs if not job_shares(j)}
+    for job in snapshot.jobs:  # held GPUs of whole-GPU jobs are not free for fractions either
+        for t in job.reserved:
+            if not t.gpu_milli and not t.mig:
+                taken_whole[t.node].update(t.gpus)
+    for b in (*result.bindings, *result.growths):
+        job = whole_jobs.get(b.job_id)
+        roles = {r.name: r for r in job.roles} if job else {}
+        for t in b.tasks:
+            taken_whole[t.node].update(t.gpus)
+            if t.role in roles:
+                usage.add(replace(t, gpus=(), mig=()), count_cpu=roles[t.role])
+    bound = {b.job_id for b in result.bindings}
+    whole_needs = {r.gpus_per_task for j in snapshot.jobs if j.state == "pending" and j.id not in bound
+                   and not job_shares(j) and j.id not in routed for r in j.roles if r.gpus_per_task}
+    placer = Placer(snapshot, usage, taken_whole, workload_mix(snapshot.jobs), whole_needs, all_nodes=bool(routed))
+
+    # quotas: whole usage from the engine's view, plus this cycle's whole bindings and the running fractions
+    queues = QueueTree(replace(snapshot, jobs=tuple(whole_jobs.values())))
+    for b in result.bindings:
+        job = whole_jobs[b.job_id]
+        for t in b.tasks:
+            queues.charge(job.queue, flavor_of.get(t.node, ""), len(t.gpus))
+    for n in snapshot.nodes:
+        for m in n.mig:
+            queues.capacity[mig_resource(n.flavor, m.profile)] += 1
+    for job in snapshot.jobs:
+        if job.state == "running" and job_shares(job) and queues.known(job.queue):
+            for key, amount in _charges(job, job.placement, flavor_of).items():
+                queues.charge(job.queue, key, amount)
+
+    pending = sorted((j for j in snapshot.jobs if j.state == "pending" and (job_shares(j) or j.id in routed)),
+                     key=lambda j: (-j.priority, j.submit_time, str(j.id)))
+    for job in pending:
+        if not queues.known(job.queue):
+            result.pending[job.id] = PendingReason("unknown_queue", f"queue {job.queue!r} does not exist", True)
+            continue
+        if job.not_before is not None and job.not_before > snapshot.now:
+            result.pending[job.id] = PendingReason("backoff", "waiting before its next attempt")
+            continue
+        tasks, why = _place_job(placer, job)
+        if tasks is None:
+            result.pending[job.id] = why
+            continue
+        charges = _charges(job, tasks, flavor_of)
+        over = None
+        for key, amount in charges.items():
+            room, who = queues.headroom(job.queue, key)
+            if amount > room + 1e-9:
+                over = (key, who, room)
+                break
+        if over is not None:
+            for t in tasks:  # undo the tentative placement
+                placer.commit(t, {r.name: r for r in job.roles}[t.role], -1)
+            key, who, room = over
+            result.pending[job.id] = PendingReason(
+                "quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
+            continue
+        for key, amount in charges.items():
+            queues.charge(job.queue, key, amount)
+        result.bindings.append(Binding(job_id=job.id, tasks=tuple(tasks), domain="", tier=0,
+                                       rule="share" if job_shares(job) else "fgd"))
+        result.pending.pop(job.id, None)
+    result.metrics = dict(result.metrics)
+    result.metrics["sharing"] = sharing_metrics(snapshot, usage, placer)
+    result.metrics["pending_jobs"] = len(result.pending)
+    return result
+
+
+def _charges(job: JobInfo, tasks, flavor_of) -> dict[str, float]:
+    """Quota charges of a sharing job's tasks: GPU-equivalents per flavor, instances per MIG resource."""
+    roles = {r.name: r for r in job.roles}
+    out: dict[str, float] = defaultdict(float)
+    for t in tasks:
+        role = roles.get(t.role)
+        flavor = flavor_of.get(t.node, "")
+        if role is not None and role.mig_profile:
+            out[mig_resource(flavor, role.mig_profile)] += len(t.mig)
+        elif t.gpu_milli:
+            out[flavor] += t.gpu_milli / FULL
+        else:
+            out[flavor] += len(t.gpus)
+    return out
+
+
+def _unadd(usage: Usage, t: TaskPlacement, role: RoleInfo) -> None:
+    if t.gpu_milli:
+        g = t.gpus[0]
+        usage.milli[t.node][g] -= t.gpu_milli
+        usage.memory[t.node][g] -= t.gpu_memory_mib
+    usage.mig.difference_update(t.mig)
+    usage.cpu[t.node] -= role.cpu_milli
+    usage.mem[t.node] -= role.memory_mib
+
+
+def _place_job(placer: Placer, job: JobInfo) -> tuple[list[TaskPlacement] | None, PendingReason | None]:
+    """Place min_available tasks of every role (all or nothing), then the rest while they fit."""
+    placed: list[TaskPlacement] = []
+    roles = {r.name: r for r in job.roles}
+    for role in job.roles:
+        for index in range(role.tasks):
+            if role.shares:
+                t = placer.place_mig(role) if role.mig_profile else placer.place_fraction(role)
+            elif len(job.roles) == 1 and role.tasks == 1:
+                t = placer.place_whole(role)  # a job routed here by CycleConfig.fgd_whole
+            else:
+                t = None  # whole-GPU roles of a mixed job: not supported in one gang (refused at submit)
+            if t is None:
+                if index < role.effective_min:
+                    for done in placed:
+                        placer.commit(done, roles[done.role], -1)
+                    what = (f"{role.gpus_per_task} free MIG instance(s) {role.mig_profile} on one node"
+                            if role.mig_profile else f"a GPU share of {_ask(role)}" if role.shares
+                            else f"{role.gpus_per_task} wholly free GPU(s)")
+                    return None, PendingReason("no_share", f"role {role.name}: no node has {what}")
+                break
+            t = replace(t, index=index)
+            placer.commit(t, role)
+            placed.append(t)
+    return placed, None
+
+
+def _ask(role: RoleInfo) -> str:
+    return f"{role.gpu_milli / FULL:g} GPU" if role.gpu_milli else f"{role.gpu_memory_mib} MiB"
+
+
+def sharing_metrics(snapshot: Snapshot, usage: Usage, placer: Placer) -> dict:
+    """allocated_gpu_equivalents: fractions' thousandths / 1000 summed; shared_gpus: GPUs holding a fraction;
+    fgd_fragmentation: per flavor, GPUs unusable by the expected request mix (FGD's F(M), in GPUs);
+    mig_instances / mig_used: instances on ready nodes and those bound."""
+    instances = sum(len(n.mig) for n in snapshot.nodes if n.schedulable)
+    return {
+        "allocated_gpu_equivalents": sum(v for per in usage.milli.values() for v in per.values() if v > 0) / FULL,
+        "shared_gpus": sum(1 for per in usage.milli.values() for v in per.values() if v > 0),
+        "fgd_fragmentation": placer.fragmentation(),
+        "mig_instances": instances,
+        "mig_used": len(usage.mig),
+    }

@@ -1,0 +1,239 @@
+"""GPU sharing through the platform (issue 14): a mixed node (2 shared, 2 MIG, 4 exclusive GPUs) registered the
+way its agent reports it, jobs asking for whole GPUs, fractions, GPU memory and MIG instances submitted over the
+REST API and the submit form, one scheduling cycle, and what the database then holds; refusals name the field."""
+from __future__ import annotations
+
+from datetime import datetime, timezone as tz
+
+import pytest
+
+from clusterspec.spec import ClusterSpec, QueueSpec
+
+CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
+H200_MIB = 143_771
+
+
+def mig_gpu(index: int, layout: list[tuple[str, int, int]]) -> dict:
+    return {"index": index, "uuid": f"GPU-{index}", "memory_mib": H200_MIB, "mig_mode": "enabled",
+            "mig": [{"uuid": f"MIG-{index}-{k}", "profile": p, "memory_mib": m, "slices": s}
+                    for k, (p, m, s) in enumerate(layout)]}
+
+
+@pytest.fixture
+def mixed(db):
+    """Node "mixed": GPUs 0-1 shared, 2 = MIG 2 x 3g.71gb, 3 = MIG 7 x 1g.18gb, 4-7 exclusive; queue q (team
+    alpha) with an H200 limit of 6 GPUs and 2 instances of 1g.18gb."""
+    from gpuplatform import services
+    from gpuplatform.models import Node, Queue
+
+    services.load_cluster_spec(ClusterSpec(name="s", nodes=(), queues=(
+        QueueSpec("q", team="alpha", quotas={"H200": (0, 6, 6), "H200/mig-1g.18gb": (0, 2, 2)}),)))
+    gpus = [{"index": i, "uuid": f"GPU-{i}", "memory_mib": H200_MIB} for i in (0, 1, 4, 5, 6, 7)]
+    gpus += [mig_gpu(2, [("3g.71gb", 71_424, 3)] * 2), mig_gpu(3, [("1g.18gb", 16_384, 1)] * 7)]
+    node = services.register_node("mixed", flavor="H200", gpus=sorted(gpus, key=lambda g: g["index"]))
+    Node.objects.filter(pk=node.pk).update(state="ready")
+    for i in (0, 1):
+        services.set_gpu_sharing(node, i, "shared")
+    return Queue.objects.get(name="q")
+
+
+@pytest.fixture
+def api(mixed, django_user_model):
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    user = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+def submit(client, name, role, **extra):
+    return client.post("/api/v1/jobs/", {"name": name, "queue": "q", "command": "sleep 1",
+                                         "roles": [{"tasks": 1, **role}], **extra}, format="json")
+
+
+def test_agent_report_sets_mig_layout_and_modes(mixed):
+    from gpuplatform.models import Gpu, MigInstance
+
+    modes = dict(Gpu.objects.filter(node__name="mixed").values_list("index", "sharing"))
+    assert modes == {0: "shared", 1: "shared", 2: "mig", 3: "mig", 4: "exclusive", 5: "exclusive", 6: "exclusive",
+                     7: "exclusive"}
+    assert MigInstance.objects.filter(gpu__index=3, profile="1g.18gb").count() == 7
+    assert Gpu.objects.get(node__name="mixed", index=0).memory_mib == H200_MIB
+
+
+def test_mixed_node_cycle_binds_each_kind_to_its_gpus(api):
+    from gpuplatform.models import Allocation, Job
+    from gpuplatform.scheduling import store
+
+    for name, role in (("whole", {"gpus_per_task": 4}), ("half", {"gpus_per_task": 0.5}),
+                       ("quarter", {"gpu_fraction": 0.25}), ("mem", {"gpu_memory_mib": 40_000}),
+                       ("mig", {"mig_profile": "1g.18gb", "mig_count": 2}), ("mig3", {"mig_profile": "3g.71gb"})):
+        r = submit(api, name, role)
+        assert r.status_code == 201, r.content
+    assert api.get(f"/api/v1/jobs/{Job.objects.get(name='half').pk}/").json()["roles"][0]["gpu_milli"] == 500
+    store.run_cycle_once(clock=CLOCK)
+    assert set(Job.objects.values_list("state", flat=True)) == {"running"}
+    allocs = {a.job.name: a for a in Allocation.objects.select_related("job", "gpu", "mig_instance")}
+    whole = Allocation.objects.filter(job__name="whole")
+    assert sorted(a.gpu.index for a in whole) == [4, 5, 6, 7] and all(a.gpu_milli == 0 for a in whole)
+    for name, milli in (("half", 500), ("quarter", 250)):
+        assert allocs[name].gpu.index in (0, 1) and allocs[name].gpu_milli == milli
+    assert allocs["mem"].gpu_memory_mib == 40_000 and allocs["mem"].gpu.index in (0, 1)
+    mig = Allocation.objects.filter(job__name="mig")
+    assert mig.count() == 2 and {a.gpu.index for a in mig} == {3}
+    assert len({a.mig_instance.uuid for a in mig}) == 2
+    assert allocs["mig3"].mig_instance.profile == "3g.71gb" and allocs["mig3"].gpu.index == 2
+    # the next snapshot sees the shares: no GPU over-committed, whole GPUs held, instances bound
+    snap, _ = store.build_snapshot(CLOCK.timestamp())
+    node = snap.nodes[0]
+    assert node.used == frozenset({4, 5, 6, 7}) and node.gpu_modes[:4] == ("shared", "shared", "mig", "mig")
+    shares = [t for j in snap.jobs for t in j.placement if t.gpu_milli]
+    per_gpu: dict = {}
+    for t in shares:
+        per_gpu[t.gpus[0]] = per_gpu.get(t.gpus[0], 0) + t.gpu_milli
+    assert len(shares) == 3 and max(per_gpu.values()) <= 1000
+    assert sum(len(t.mig) for j in snap.jobs for t in j.placement) == 3
+
+
+def test_mig_quota_and_fraction_quota_hold_jobs(api, mixed):
+    """Fractions count as GPU-equivalents against the H200 limit (set to 5 here), MIG instances against their
+    own resource H200/mig-1g.18gb (limit 2)."""
+    from gpuplatform.models import Job, Quota
+    from gpuplatform.scheduling import store
+
+    Quota.objects.filter(queue=mixed, flavor="H200").update(quota=5, limit=5)
+    assert submit(api, "m3", {"mig_profile": "1g.18gb", "mig_count": 3}).status_code == 201
+    assert submit(api, "m2", {"mig_profile": "1g.18gb", "mig_count": 2}).status_code == 201
+    assert submit(api, "w", {"gpus_per_task": 4}).status_code == 201
+    assert submit(api, "f", {"gpu_fraction": 0.9}).status_code == 201
+    assert submit(api, "g", {"gpu_fraction": 0.2}).status_code == 201
+    store.run_cycle_once(clock=CLOCK)
+    states = dict(Job.objects.values_list("name", "state"))
+    assert states == {"m3": "pending", "m2": "running", "w": "running", "f": "running", "g": "pending"}
+    assert "H200/mig-1g.18gb" in Job.objects.get(name="m3").pending_reason
+    assert "limit of H200 reached" in Job.objects.get(name="g").pending_reason  # 4 + 0.9 + 0.2 > 5
+
+
+@pytest.mark.parametrize("role, field", [
+    ({"gpu_fraction": 0.5, "mig_profile": "1g.18gb"}, "roles[0].mig_profile"),
+    ({"gpu_fraction": 0.5, "gpu_memory_mib": 1000}, "roles[0].gpu_memory_mib"),
+    ({"gpu_fraction": 1.5}, "roles[0].gpu_fraction"),
+    ({"gpu_fraction": 0.5, "gpus_per_task": 2}, "roles[0].gpus_per_task"),
+    ({"gpus_per_task": 1.5}, "roles[0].gpus_per_task"),
+    ({"mig_count": 2}, "roles[0].mig_count"),
+    ({"mig_profile": "big"}, "roles[0].mig_profile"),
+    ({"mig_profile": "2g.35gb"}, "roles"),  # no node has that profile: can never fit
+    ({"gpu_memory_mib": 200_000}, "roles"),  # more memory than any shared GPU has
+])
+def test_api_refusals_name_the_field(api, role, field):
+    from gpuplatform.models import Job
+
+    r = submit(api, "bad", role)
+    assert r.status_code == 400, r.content
+    assert field in str(r.json()), r.json()
+    assert not Job.objects.filter(name="bad").exists()
+
+
+def test_api_refuses_mixed_roles(api):
+    r = api.post("/api/v1/jobs/", {"name": "mix", "queue": "q", "command": "sleep 1", "roles": [
+        {"name": "a", "gpus_per_task": 1}, {"name": "b", "gpu_fraction": 0.5}]}, format="json")
+    assert r.status_code == 400 and "roles[1].gpu_fraction" in str(r.json())
+
+
+def test_set_gpu_sharing_refuses_mig_and_busy_gpus(api):
+    from gpuplatform import services
+    from gpuplatform.models import Node
+    from gpuplatform.scheduling import store
+
+    node = Node.objects.get(name="mixed")
+    with pytest.raises(services.ValidationError) as e:
+        services.set_gpu_sharing(node, 2, "shared")
+    assert "sharing" in e.value.errors
+    with pytest.raises(services.ValidationError) as e:
+        services.set_gpu_sharing(node, 4, "mig")
+    assert "sharing" in e.value.errors
+    submit(api, "w", {"gpus_per_task": 4})
+    store.run_cycle_once(clock=CLOCK)
+    with pytest.raises(services.ValidationError) as e:
+        services.set_gpu_sharing(node, 4, "auto")
+    assert "index" in e.value.errors
+
+
+def test_submit_form_takes_a_fraction(mixed, client, django_user_model):
+    from gpuplatform.models import Job
+
+    user = django_user_model.objects.create_user("boss", password="pw", is_staff=True, is_superuser=True)
+    client.force_login(user)
+    data = {"name": "nb", "team": "alpha", "queue": "q", "priority": "0", "preemptible": "on",
+            "topology_mode": "none", "highest_tier": "", "preferred_tier": "", "time_limit_minutes": "",
+            "roles-TOTAL_FORMS": "1", "roles-INITIAL_FORMS": "0", "roles-MIN_NUM_FORMS": "1",
+            "roles-MAX_NUM_FORMS": "16", "roles-0-name": "worker", "roles-0-tasks": "1",
+            "roles-0-gpus_per_task": "1", "roles-0-cpu_milli": "0", "roles-0-memory_mib": "0",
+            "roles-0-min_available": "", "roles-0-flavor": "", "roles-0-command": "", "roles-0-gpu_fraction": "0.3",
+            "command": "python3 serve.py", "env": "", "working_dir": "", "image": "", "max_restarts": "0",
+            "completion_role": ""}
+    response = client.post("/jobs/new/", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert Job.objects.get(name="nb").roles.get().gpu_milli == 300
+    data.update({"name": "nb2", "roles-0-mig_profile": "1g.18gb"})
+    response = client.post("/jobs/new/", data)
+    assert response.status_code == 200 and not Job.objects.filter(name="nb2").exists()
+    assert "one kind of GPU" in response.content.decode()
+
+
+def test_assignments_give_mig_uuid_and_fraction_environment(api):
+    from gpuplatform.execution.assignments import node_assignments
+    from gpuplatform.models import Node
+    from gpuplatform.scheduling import store
+
+    submit(api, "mig", {"mig_profile": "3g.71gb"})
+    submit(api, "mem", {"gpu_memory_mib": 20_000})
+    submit(api, "whole", {"gpus_per_task": 1})
+    store.run_cycle_once(clock=CLOCK)
+    tasks = {t["job_name"]: t["env"] for t in node_assignments(Node.objects.get(name="mixed"), CLOCK)["tasks"]}
+    assert tasks["mig"]["CUDA_VISIBLE_DEVICES"] in ("MIG-2-0", "MIG-2-1")
+    assert "GPUPLATFORM_GPU_FRACTION" not in tasks["mig"]
+    mem = tasks["mem"]
+    assert mem["CUDA_VISIBLE_DEVICES"] in ("GPU-0", "GPU-1") and mem["GPUPLATFORM_GPU_MEMORY_MIB"] == "20000"
+    assert mem["GPUPLATFORM_GPU_FRACTION"] == f"{-(-20_000 * 1000 // H200_MIB) / 1000:g}"
+    assert mem["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20000M"
+    assert tasks["whole"]["CUDA_VISIBLE_DEVICES"] in {f"GPU-{i}" for i in (4, 5, 6, 7)}
+    assert "GPUPLATFORM_GPU_FRACTION" not in tasks["whole"]
+
+
+def test_mig_resource_quota_is_checked_against_the_instances(mixed):
+    from gpuplatform import services
+
+    services.set_quota(mixed, "H200/mig-3g.71gb", 0, 2, 2)  # the node has 2 instances of 3g.71gb
+    with pytest.raises(services.ValidationError) as e:
+        services.set_quota(mixed, "H200/mig-3g.71gb", 0, 3, 3)
+    assert "quota" in e.value.errors and "3g.71gb" in e.value.errors["quota"]
+
+
+def test_queue_page_says_how_shares_count(mixed, client, django_user_model):
+    user = django_user_model.objects.create_user("boss", password="pw", is_staff=True, is_superuser=True)
+    client.force_login(user)
+    html = client.get("/queues/").content.decode()
+    assert "sharing-quota-note" in html and "H200/mig-1g.18gb" in html
+    assert client.get("/docs/concepts/").status_code == 200
+    assert 'id="gpu-sharing-fractions-and-mig"' in client.get("/docs/concepts/").content.decode()
+
+
+def test_topology_zoomed_to_the_node_shows_shares_and_mig_instances(api, client, django_user_model):
+    from gpuplatform.scheduling import store
+    from scheduler.core.domain_tree import node_domain
+
+    submit(api, "frac", {"gpu_fraction": 0.25})
+    submit(api, "mig", {"mig_profile": "1g.18gb", "mig_count": 2})
+    store.run_cycle_once(clock=CLOCK)
+    user = django_user_model.objects.create_user("boss", password="pw", is_staff=True, is_superuser=True)
+    client.force_login(user)
+    payload = client.get("/topology.json", {"zoom": node_domain("mixed")}).json()
+    rows = {r["gpu"]: r for r in payload["rows"]}
+    assert {rows[0]["share"], rows[1]["share"]} == {"shared, 0.25 used", "shared, 0 used"}
+    assert rows[3]["share"] == "MIG 2 of 7 instances used (1g.18gb x7)"
+    assert rows[2]["share"] == "MIG 0 of 2 instances used (3g.71gb x2)" and rows[4]["share"] == ""
+    hover = " ".join(h for t in payload["figure"]["data"] for h in t["hovertext"])
+    assert "shared, 0.25 used" in hover and "MIG 2 of 7" in hover
