@@ -39,12 +39,13 @@ def mixed(db):
 
 @pytest.fixture
 def api(mixed, django_user_model):
-    from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
+
+    from gpuplatform.services import issue_api_token
 
     user = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(user)[0]}")
     return client
 
 
