@@ -256,17 +256,18 @@ def queueing_page(request):
 @login_required
 @require_GET
 def doc_page(request, name: str = "concepts"):
-    """docs/<name>.md as a page (frontend/docs.py); the pages link their definitions here."""
+    """docs/<name>.md as a page (frontend/docs.py), any file in docs/; the pages link their definitions here."""
     from . import docs
 
-    if name not in docs.DOCS:
+    listed = docs.documents()
+    if name not in listed:
         raise Http404("No such document.")
     path = docs.docs_dir() / f"{name}.md"
     if not path.is_file():
         raise Http404("No such document.")
     html, toc = docs.render_markdown(path.read_text(encoding="utf-8"))
     return render(request, "frontend/doc.html", {"doc_html": html, "toc": toc, "name": name,
-                                                 "docs": docs.DOCS, "title": docs.DOCS[name]})
+                                                 "docs": listed, "title": listed[name]})
 
 
 # --- failures ---------------------------------------------------------------------------------------

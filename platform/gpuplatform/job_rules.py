@@ -299,12 +299,12 @@ def check_env(value, field: str = "env") -> tuple[dict[str, str], dict[str, str]
             errors[key] = "a variable name is letters, digits and _ and does not start with a digit"
         elif name in PLATFORM_ENV or name.startswith(PLATFORM_ENV_PREFIX):
             errors[key] = f"{name} is set by the platform for every task and cannot be overridden"
-        elif isinstance(val, bool) or not isinstance(val, (str, int, float)):
+        elif not isinstance(val, str):  # strings must be strings: 1 is refused, not stored as "1"
             errors[key] = "a value must be a string"
-        elif len(str(val)) > MAX_ENV_VALUE_CHARS or "\x00" in str(val):
+        elif len(val) > MAX_ENV_VALUE_CHARS or "\x00" in val:
             errors[key] = f"a value must be at most {MAX_ENV_VALUE_CHARS} characters, without NUL"
         else:
-            out[name] = str(val)
+            out[name] = val
     return out, errors
 
 
