@@ -6,8 +6,9 @@
   `{"detail": "request body larger than N bytes"}` (the body is never read);
 - a NUL character in the path -> 400 `{"path": ["NUL characters are not accepted"]}`;
 - a query parameter whose name or value holds a NUL -> 400 `{"<param>": ["NUL characters are not accepted"]}`;
-- a form-encoded body (the admin, the browser forms, `curl -d`) with a NUL in a name or value -> 400 naming
-  the field.
+- a form body (url-encoded or multipart: the admin, the browser forms, `curl -d` / `-F`) with a NUL in a name or value -> 400 naming
+  the field, unless the view is marked `@renders_form_errors`: a page whose form refuses a NUL itself
+  (Django's form fields do) re-renders the form with the error next to the field, never a JSON 400.
 
 JSON bodies are checked by `check_value` after parsing (api/parsers.py): NUL characters, non-finite numbers
 (`1e999` parses as infinity) and nesting deeper than JSON_MAX_DEPTH.
@@ -119,7 +120,7 @@ def _refuse(field: str, message: str, status: int = 400) -> JsonResponse:
 class InputGuardMiddleware:
     """See the module docstring. Runs first (after SecurityMiddleware) so nothing reads a refused body."""
 
-    FORM_TYPES = ("application/x-www-form-urlencoded",)
+    FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -144,16 +145,35 @@ class InputGuardMiddleware:
                     return _refuse(key.replace("\x00", "") or "query", NUL_MESSAGE)
                 for value in values:
                     check_text(key, value)
-            if request.method in ("POST", "PUT", "PATCH") and \
-                    request.content_type in self.FORM_TYPES and length:
-                for key, values in request.POST.lists():
-                    if "\x00" in key:
-                        return _refuse(key.replace("\x00", "") or "non_field_errors", NUL_MESSAGE)
-                    for value in values:
-                        check_text(key, value)
         except InputError as exc:
             return _refuse(exc.field, exc.message)
         return None
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        """The form-body check, once the view is known (a `renders_form_errors` view validates its form)."""
+        if getattr(view_func, "renders_form_errors", False):
+            return None
+        if request.method not in ("POST", "PUT", "PATCH") or request.content_type not in self.FORM_TYPES or \
+                not int(request.META.get("CONTENT_LENGTH") or 0):
+            return None
+        try:
+            for key, values in request.POST.lists():
+                if "\x00" in key:
+                    return _refuse(key.replace("\x00", "") or "non_field_errors", NUL_MESSAGE)
+                for value in values:
+                    check_text(key, value)
+        except InputError as exc:
+            return _refuse(exc.field, exc.message)
+        return None
+
+
+def renders_form_errors(view):
+    """Mark a page view whose Django form refuses NUL characters itself (forms.CharField's validator, a
+    choice or number field's own rule): InputGuardMiddleware lets its form body through so the page
+    re-renders the form with the error instead of a raw JSON 400. Its views must not query with a raw
+    POST value before the form validated it."""
+    view.renders_form_errors = True
+    return view
 
 
 class DatabaseUnavailableMiddleware:
