@@ -36,19 +36,25 @@ def check_triple(prefix: str, guarantee, quota, limit, changed: frozenset | set 
     return errors
 
 
-def check_flavor(flavor: str, queue_id: int | None = None, field: str = "flavor") -> dict[str, str]:
-    """A quota's flavor must be a GPU model the cluster has (a node's flavor), once nodes are registered (a
-    cluster being set up has none yet); a queue's existing quota row keeps its flavor even after the last
-    node of it left."""
+def check_flavor(flavor: str, queue_id: int | None = None, field: str = "flavor", quota=0,
+                 guarantee=0) -> dict[str, str]:
+    """A quota's flavor must be a GPU model some node has, or its guarantee and quota must be 0 (set up ahead
+    of nodes that have not joined yet). Not checked while the cluster has no nodes at all (being set up),
+    nor for a flavor the queue already has a quota row for (its nodes may have left). Reported on `field`,
+    so a typo ("nope") reads "unknown flavor", not a sum rule of the tree."""
     from .models import Node
 
     if not flavor:
         return {field: "flavor must not be empty"}
+    positive = any(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (quota, guarantee))
+    if not positive:
+        return {}
     known = set(Node.objects.values_list("flavor", flat=True).distinct())
     if not known or flavor in known or \
             (queue_id is not None and Quota.objects.filter(queue_id=queue_id, flavor=flavor).exists()):
         return {}
-    return {field: f"unknown flavor {flavor!r}: the cluster's GPU flavors are {', '.join(sorted(known))}"}
+    return {field: f"unknown flavor {flavor!r}: no node has it (the cluster's GPU flavors: {', '.join(sorted(known))}); "
+                   f"until such nodes join, its guarantee and quota can only be 0"}
 
 
 def effective_limit(queue_id: int | None, flavor: str) -> int | None:

@@ -218,3 +218,33 @@ def test_a_404_outside_api_stays_a_page(client, users):
     client.force_login(users["staff"])
     r = client.get("/no-such-page/")
     assert r.status_code == 404 and r["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize("path,unknown", [
+    ("/api/v1/jobs/?foo=bar", "foo"),
+    ("/api/v1/jobs/?state=pending&stat=running", "stat"),  # a typo'd filter next to a real one
+    ("/api/v1/nodes/?bogus=1", "bogus"),
+    ("/api/v1/quotas/?queue=alpha&team=alpha", "team"),
+    ("/api/v1/events/?since=2026-12-01T00:00:00Z&_=123", "_"),  # a cache-buster
+])
+def test_an_unknown_query_parameter_on_a_list_is_a_400_naming_it(api, jobs, path, unknown):
+    r = api.get(path)
+    assert r.status_code == 400 and list(r.json()) == [unknown], r.content
+    assert "unknown query parameter" in r.json()[unknown][0]
+
+
+@pytest.mark.parametrize("path", [
+    "/api/v1/jobs/?state=pending&queue=alpha&team=alpha&limit=10&ordering=-id&format=json",
+    "/api/v1/nodes/?flavor=H100&limit=2&offset=1&ordering=name",
+    "/api/v1/quotas/?queue=alpha&flavor=H100",
+    "/api/v1/events/?kind=submitted&since=2026-12-01T00:00:00Z",
+])
+def test_the_list_parameters_clients_send_are_accepted(api, jobs, path):
+    """What gpuctl (list --state/--queue/--team/--limit, set-quota's lookup) and the pages send."""
+    r = api.get(path)
+    assert r.status_code == 200, r.content
+
+
+def test_detail_endpoints_keep_their_own_parameters(api, jobs):
+    r = api.get(f"/api/v1/jobs/{jobs['own'].pk}/logs/?offset=0&limit=10")
+    assert r.status_code in (200, 400) and "unknown query parameter" not in r.content.decode()

@@ -115,6 +115,29 @@ def test_docs_pages(client, world, name, anchor):
     assert client.get("/docs/").status_code == 200
 
 
+@pytest.mark.parametrize("url,param", [
+    ("/queues/data.json?format=bogus", "format"),
+    ("/fragmentation/data.json?format=csv&table=bogus", "table"),
+    ("/queueing/data.json?format=csv&table=groups", "table"),  # fragmentation's table, not this endpoint's
+    ("/queues/data.json?format=csv&table=pending", "table"),  # an endpoint with one table
+])
+def test_unknown_values_of_known_data_parameters_are_a_400_naming_them(client, world, url, param):
+    client.force_login(world["alice"])
+    r = client.get(url)
+    assert r.status_code == 400 and list(r.json()) == [param], r.content[:300]
+
+
+def test_the_tables_the_pages_link_are_served(client, world):
+    client.force_login(world["alice"])
+    groups = client.get("/fragmentation/data.json?format=csv&table=groups")
+    series = client.get("/fragmentation/data.json?format=csv")
+    assert groups.status_code == series.status_code == 200
+    assert groups.content.splitlines()[0] != series.content.splitlines()[0]  # a different table
+    pending = client.get("/queueing/data.json?format=csv&table=pending")
+    assert pending.status_code == 200 and b"position" in pending.content.splitlines()[0]
+    assert client.get("/queues/data.json?format=json").status_code == 200
+
+
 DOC_FILES = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "docs").glob("*.md"))
 
 

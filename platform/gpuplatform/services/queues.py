@@ -43,7 +43,8 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
         if not isinstance(triple, (tuple, list)) or len(triple) != 3:
             errors[f"quotas[{flavor}]"] = "expected (guarantee, quota, limit)"
             continue
-        bad = quota_rules.check_flavor(flavor, field=f"quotas[{flavor}]") or quota_rules.check_triple(prefix, *triple)
+        bad = (quota_rules.check_flavor(flavor, None, f"{prefix}flavor", quota=triple[1], guarantee=triple[0])
+               or quota_rules.check_triple(prefix, *triple))
         if not bad:
             bad = quota_rules.check_against_tree(None, parent.pk if parent else None, flavor, triple[1], triple[2], prefix)
         errors.update(bad)
@@ -108,7 +109,7 @@ def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int 
     quota > limit, limit above the parent's, siblings' quotas summing above the parent's, quota below the
     children's sum, limit below a child's. `changed`: the names a partial update sent, so a rule between two
     values is reported on the one the request changed (quota_rules.check_triple)."""
-    errors = quota_rules.check_flavor(flavor, queue.pk)
+    errors = quota_rules.check_flavor(flavor, queue.pk, quota=quota, guarantee=guarantee)
     if not errors:
         errors.update(quota_rules.check_triple("", guarantee, quota, limit, changed))
     if not errors:
