@@ -248,3 +248,16 @@ def test_the_list_parameters_clients_send_are_accepted(api, jobs, path):
 def test_detail_endpoints_keep_their_own_parameters(api, jobs):
     r = api.get(f"/api/v1/jobs/{jobs['own'].pk}/logs/?offset=0&limit=10")
     assert r.status_code in (200, 400) and "unknown query parameter" not in r.content.decode()
+
+
+@pytest.mark.parametrize("tasks", [-1, 0])
+def test_a_bad_tasks_count_is_reported_once_not_also_on_the_min_available_never_sent(api, jobs, tasks):
+    r = api.post("/api/v1/jobs/", {"name": "j", "queue": "alpha", "command": "echo",
+                                   "roles": [{"tasks": tasks, "gpus_per_task": 1}]}, format="json")
+    assert r.status_code == 400 and list(r.json()) == ["roles[0].tasks"], r.content
+
+
+def test_a_min_available_that_is_sent_is_still_checked(api, jobs):
+    r = api.post("/api/v1/jobs/", {"name": "j", "queue": "alpha", "command": "echo",
+                                   "roles": [{"tasks": 2, "gpus_per_task": 1, "min_available": 0}]}, format="json")
+    assert r.status_code == 400 and list(r.json()) == ["roles[0].min_available"], r.content
