@@ -1,11 +1,11 @@
 # Set-up on a fresh machine needs only python3:  make demo  (the product on real data)  and  make test.
-# Targets: venv install test test-fast demo bench bench-full help.
+# Targets: help venv install test test-fast demo demo-local demo-federation demo-slurm bench bench-full bench-peers browser slurm vendor-plotly.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv install test test-fast demo demo-local demo-slurm bench bench-full bench-peers browser slurm vendor-plotly
+.PHONY: help venv install test test-fast demo demo-local demo-federation demo-slurm bench bench-full bench-peers browser slurm vendor-plotly
 
 help:
 	@echo "make demo   - venv + install, migrate a SQLite DB, load the Philly cluster, users per team,"
@@ -15,8 +15,10 @@ help:
 	@echo "make demo-federation - a federation manager (:8000) and FEDERATION_WORKERS (2) local-mode workers"
 	@echo "              (:8001..), each its own database; prints how to submit to the manager"
 	@echo "make test   - venv + install, run the test suite (pytest)"
+	@echo "make test-fast - the tests that need no PostgreSQL / Redis / agents and are not slow"
 	@echo "make bench  - every benchmark in quick mode (benchmarks/run.py --quick, under 3 minutes)"
 	@echo "make bench-full - every benchmark with the settings of benchmarks/RESULTS.md (long)"
+	@echo "make bench-peers - the peers side by side on the same input (benchmarks/peers/; set-up: ../shared/peers/README.md)"
 	@echo "make browser - Debian's Chromium for the browser tests (apt-get, only when /usr/bin/chromium is missing)"
 	@echo "make slurm  - Debian's munge slurmctld slurmd slurm-client (apt-get, only when one is missing)"
 	@echo "make demo-slurm - the product over a private local Slurm of two nodes (needs root and make slurm)"

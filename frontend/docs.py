@@ -13,12 +13,29 @@ from pathlib import Path
 from django.conf import settings
 from django.utils.html import escape
 
-DOCS = {"concepts": "Concepts", "operations": "Operations", "api": "REST API", "execution": "Running jobs",
-        "architecture": "Architecture"}
+FIRST = "concepts"  # the /docs/ index shows this one
 
 
 def docs_dir() -> Path:
     return Path(settings.BASE_DIR) / "docs"
+
+
+def documents() -> dict[str, str]:
+    """Every docs/*.md, derived from the folder (a new file is served and linked with no code change):
+    {slug: title}, the concepts document first, then by slug. The title is the file's first `# ` heading
+    up to a colon ("# Federation: many clusters, one front door" -> "Federation"), else the slug. Only
+    slugs the URL pattern can carry (letters, digits, -, _) are listed."""
+    found = {}
+    for path in sorted(docs_dir().glob("*.md")):
+        if not re.fullmatch(r"[-a-zA-Z0-9_]+", path.stem):
+            continue
+        title = path.stem
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("# "):
+                title = line[2:].split(":", 1)[0].strip() or title
+                break
+        found[path.stem] = title
+    return dict(sorted(found.items(), key=lambda item: (item[0] != FIRST, item[0])))
 
 
 def slugify(text: str) -> str:

@@ -34,11 +34,23 @@ from .topology import BORROWED_DEFINITION, topology_payload
 POINTS = 400
 
 
-def data_response(request, payload: dict, rows: list[dict], name: str):
-    """JSON (default) or, with ?format=csv, the rows behind the charts as CSV. JSON carries `cursor` and,
-    with ?since=<cursor>, only the time-series figures' new points (frontend/delta.py); a malformed
-    `since` is a 400 naming it."""
-    if request.GET.get("format") == "csv":
+FORMATS = ("json", "csv")
+
+
+def data_response(request, payload: dict, rows: list[dict], name: str, tables: dict[str, list[dict]] | None = None):
+    """JSON (default) or, with ?format=csv, the rows behind the charts as CSV (with ?table=<name>, the rows of
+    one of `tables` instead). JSON carries `cursor` and, with ?since=<cursor>, only the time-series figures'
+    new points (frontend/delta.py). A malformed `since`, a `format` other than json / csv or a `table` this
+    endpoint does not have is a 400 naming the parameter and what it takes (never the default silently)."""
+    fmt, table = request.GET.get("format", "json"), request.GET.get("table")
+    if fmt not in FORMATS:
+        return JsonResponse({"format": [f"must be one of {', '.join(FORMATS)}"]}, status=400)
+    if table is not None:
+        if table not in (tables or {}):
+            takes = f"one of {', '.join(sorted(tables))}" if tables else "none here (this endpoint has one table)"
+            return JsonResponse({"table": [f"unknown table {table!r}; takes {takes}"]}, status=400)
+        rows = tables[table]
+    if fmt == "csv":
         out = io.StringIO()
         fields = list(rows[0]) if rows else ["empty"]
         writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
@@ -185,9 +197,9 @@ def fragmentation_json(request):
     """?format=csv: the series; ?format=csv&table=groups: the latest per flavor and node size."""
     p = _fragmentation_payload()
     html = render_to_string("frontend/_fragmentation_groups.html", p, request=request)
-    rows = p["groups"] if request.GET.get("table") == "groups" else p["rows"]
     return data_response(request, {"figures": p["figures"], "latest": p["latest"], "groups": p["groups"],
-                                   "html": {"fragmentation-groups": html}}, rows, "fragmentation")
+                                   "html": {"fragmentation-groups": html}}, p["rows"], "fragmentation",
+                         tables={"groups": p["groups"]})
 
 
 @login_required
@@ -232,18 +244,15 @@ def _queueing_payload(user) -> dict:
 @_json_view
 def queueing_json(request):
     p = _queueing_payload(request.user)
-    if request.GET.get("table") == "pending":
-        rows = [{k: j[k] for k in ("position", "queue_position", "name", "team_name", "queue_name", "gpus", "priority",
-                                   "submitted_at", "estimated_start", "estimated_start_p90", "estimate_note",
-                                   "pending_reason")} for j in p["pending"]]
-    else:
-        rows = p["rows"]
+    pending = [{k: j[k] for k in ("position", "queue_position", "name", "team_name", "queue_name", "gpus", "priority",
+                                  "submitted_at", "estimated_start", "estimated_start_p90", "estimate_note",
+                                  "pending_reason")} for j in p["pending"]]
     html = render_to_string("frontend/_pending.html", p, request=request)
     # The forecast-accuracy figure (~50 KB) comes from a committed benchmark file, not from the cluster: the
     # page draws it once from its own HTML, and the poll does not carry it again on every change.
     figures = {k: v for k, v in p["figures"].items() if k != "forecast_accuracy"}
     return data_response(request, {"figures": figures, "summary": p["summary"], "html": {"pending-list": html}},
-                         rows, "queueing")
+                         p["rows"], "queueing", tables={"pending": pending})
 
 
 @login_required
@@ -256,17 +265,18 @@ def queueing_page(request):
 @login_required
 @require_GET
 def doc_page(request, name: str = "concepts"):
-    """docs/<name>.md as a page (frontend/docs.py); the pages link their definitions here."""
+    """docs/<name>.md as a page (frontend/docs.py), any file in docs/; the pages link their definitions here."""
     from . import docs
 
-    if name not in docs.DOCS:
+    listed = docs.documents()
+    if name not in listed:
         raise Http404("No such document.")
     path = docs.docs_dir() / f"{name}.md"
     if not path.is_file():
         raise Http404("No such document.")
     html, toc = docs.render_markdown(path.read_text(encoding="utf-8"))
     return render(request, "frontend/doc.html", {"doc_html": html, "toc": toc, "name": name,
-                                                 "docs": docs.DOCS, "title": docs.DOCS[name]})
+                                                 "docs": listed, "title": listed[name]})
 
 
 # --- failures ---------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from gpuplatform import access, dashboard_queries, queries, services
 from gpuplatform.federation.manager import is_manager, submit_as
+from gpuplatform.inputs import renders_form_errors
 from gpuplatform.models import Domain, Team
 
 from .forms import JobForm, RoleFormSet, apply_service_errors
@@ -27,6 +28,7 @@ def _form_kwargs(user) -> dict:
     return {"teams": list(access.submit_teams(user).values_list("name", flat=True)), "queues": queues, "tiers": tiers}
 
 
+@renders_form_errors  # a NUL in a field comes back as that field's error on the form (inputs.py)
 @login_required
 @require_http_methods(["GET", "POST"])
 def job_new(request):

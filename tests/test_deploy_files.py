@@ -144,3 +144,16 @@ def test_docs_name_only_services_that_exist():
         text = re.sub(r"\s+", " ", doc.read_text())
         for service in re.findall(r"docker compose (?:exec|run|logs|restart|stop) (?:-\S+ )*([a-z][a-z0-9_-]*)", text):
             assert service in services, (doc.name, service)
+
+
+def test_the_makefile_header_phony_and_help_list_every_target():
+    """The header comment (`# Targets: ...`) and .PHONY name every target the Makefile defines, and `make
+    help` describes each one a user runs (venv / install are steps of the others)."""
+    text = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):(?!=)", text, re.M))
+    assert {"demo", "demo-local", "demo-federation", "browser", "test-fast"} <= targets
+    header = set(re.search(r"^# Targets: (.*)\.$", text, re.M).group(1).split())
+    phony = set(re.search(r"^\.PHONY: (.*)$", text, re.M).group(1).split())
+    helped = set(re.findall(r'@echo "make ([a-z][a-z0-9-]*) ', text))
+    assert header == targets and phony == targets
+    assert targets - {"help", "venv", "install"} <= helped, targets - helped

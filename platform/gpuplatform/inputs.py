@@ -6,13 +6,18 @@
   `{"detail": "request body larger than N bytes"}` (the body is never read);
 - a NUL character in the path -> 400 `{"path": ["NUL characters are not accepted"]}`;
 - a query parameter whose name or value holds a NUL -> 400 `{"<param>": ["NUL characters are not accepted"]}`;
-- a query parameter that is a whole number outside the 64-bit range every id, limit and offset column
-  has -> 400 `{"<param>": ["must be a whole number between -9223372036854775808 and 9223372036854775807"]}`;
-- a form-encoded body (the admin, the browser forms, `curl -d`) with either of the two above -> 400 naming
-  the field.
+- a form body (url-encoded or multipart: the admin, the browser forms, `curl -d` / `-F`) with a NUL in a name or value -> 400 naming
+  the field, unless the view is marked `@renders_form_errors`: a page whose form refuses a NUL itself
+  (Django's form fields do) re-renders the form with the error next to the field, never a JSON 400.
 
-JSON bodies are checked by `check_value` after parsing (api/parsers.py): NUL characters, integers beyond
-64 bits, non-finite numbers (`1e999` parses as infinity) and nesting deeper than JSON_MAX_DEPTH.
+JSON bodies are checked by `check_value` after parsing (api/parsers.py): NUL characters, non-finite numbers
+(`1e999` parses as infinity) and nesting deeper than JSON_MAX_DEPTH.
+
+A whole number of any size is NOT refused here: the field that reads it refuses it with its own path and
+bounds (`roles[0].tasks` "less than or equal to 2147483647", `priority`, a log `offset`, a page `limit`),
+as it refuses any other out-of-range number. `oversized_paths` lists the JSON paths of integers beyond 64
+bits so the API's backstop (a database "out of range" error from a field without bounds, api/exceptions.py)
+can still name the field instead of answering 500.
 
 `DatabaseUnavailableMiddleware` answers a lost database (OperationalError / InterfaceError: PostgreSQL
 stopped, restarting, refusing connections) with 503 JSON and `Retry-After`, never Django's HTML 500.
@@ -23,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
@@ -35,7 +39,6 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 JSON_MAX_DEPTH = 64
 NUL_MESSAGE = "NUL characters are not accepted"
 INT_MESSAGE = f"must be a whole number between {INT64_MIN} and {INT64_MAX}"
-_WHOLE = re.compile(r"^\s*[+-]?\d+\s*$")
 DEFAULT_BODY_MAX_BYTES = 1 << 20  # 1 MiB: the largest legitimate body (a log chunk) is 64 KiB + JSON
 
 
@@ -48,16 +51,35 @@ class InputError(ValueError):
 
 
 def check_text(field: str, value: str) -> None:
-    """Raise InputError when a query / form value holds a NUL or is a whole number beyond 64 bits."""
+    """Raise InputError when a query / form value holds a NUL (a number's range is its field's rule)."""
     if "\x00" in value:
         raise InputError(field, NUL_MESSAGE)
-    if len(value) > 18 and _WHOLE.match(value) and not INT64_MIN <= int(value) <= INT64_MAX:
-        raise InputError(field, INT_MESSAGE)
+
+
+def api_path(dotted: str) -> str:
+    """check_value's dotted path -> the API's error path: 'roles.0.tasks' -> 'roles[0].tasks'."""
+    out = ""
+    for part in dotted.split("."):
+        out += f"[{part}]" if part.isdigit() and out else (f".{part}" if out else part)
+    return out or "non_field_errors"
+
+
+def oversized_paths(value, field: str = "", depth: int = 0) -> list[str]:
+    """API paths (api_path) of the integers beyond 64 bits in parsed JSON, depth-bounded like check_value."""
+    if depth > JSON_MAX_DEPTH or isinstance(value, bool):
+        return []
+    if isinstance(value, int):
+        return [] if INT64_MIN <= value <= INT64_MAX else [api_path(field)]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in oversized_paths(v, f"{field}.{k}" if field else str(k), depth + 1)]
+    if isinstance(value, (list, tuple)):
+        return [p for i, v in enumerate(value) for p in oversized_paths(v, f"{field}.{i}" if field else str(i), depth + 1)]
+    return []
 
 
 def check_value(value, field: str = "", depth: int = 0, nul_tolerant: frozenset = frozenset()) -> None:
-    """Walk parsed JSON (depth-bounded): raise InputError for a NUL in a key or string, an int beyond
-    64 bits, a non-finite float, or nesting deeper than JSON_MAX_DEPTH. `field` is the dotted path.
+    """Walk parsed JSON (depth-bounded): raise InputError for a NUL in a key or string, a non-finite float,
+    or nesting deeper than JSON_MAX_DEPTH (an integer's range is its field's rule). `field` is the dotted path.
     `nul_tolerant`: top-level fields whose string VALUES may hold NUL (a task's output in an agent's
     report: the view replaces them, one byte for one)."""
     if depth > JSON_MAX_DEPTH:
@@ -65,11 +87,8 @@ def check_value(value, field: str = "", depth: int = 0, nul_tolerant: frozenset 
     if isinstance(value, str):
         if "\x00" in value and top_field(field) not in nul_tolerant:
             raise InputError(field or "non_field_errors", NUL_MESSAGE)
-    elif isinstance(value, bool) or value is None:
+    elif isinstance(value, (bool, int)) or value is None:
         return
-    elif isinstance(value, int):
-        if not INT64_MIN <= value <= INT64_MAX:
-            raise InputError(field or "non_field_errors", INT_MESSAGE)
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise InputError(field or "non_field_errors", "must be a finite number")
@@ -101,7 +120,7 @@ def _refuse(field: str, message: str, status: int = 400) -> JsonResponse:
 class InputGuardMiddleware:
     """See the module docstring. Runs first (after SecurityMiddleware) so nothing reads a refused body."""
 
-    FORM_TYPES = ("application/x-www-form-urlencoded",)
+    FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -126,16 +145,35 @@ class InputGuardMiddleware:
                     return _refuse(key.replace("\x00", "") or "query", NUL_MESSAGE)
                 for value in values:
                     check_text(key, value)
-            if request.method in ("POST", "PUT", "PATCH") and \
-                    request.content_type in self.FORM_TYPES and length:
-                for key, values in request.POST.lists():
-                    if "\x00" in key:
-                        return _refuse(key.replace("\x00", "") or "non_field_errors", NUL_MESSAGE)
-                    for value in values:
-                        check_text(key, value)
         except InputError as exc:
             return _refuse(exc.field, exc.message)
         return None
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        """The form-body check, once the view is known (a `renders_form_errors` view validates its form)."""
+        if getattr(view_func, "renders_form_errors", False):
+            return None
+        if request.method not in ("POST", "PUT", "PATCH") or request.content_type not in self.FORM_TYPES or \
+                not int(request.META.get("CONTENT_LENGTH") or 0):
+            return None
+        try:
+            for key, values in request.POST.lists():
+                if "\x00" in key:
+                    return _refuse(key.replace("\x00", "") or "non_field_errors", NUL_MESSAGE)
+                for value in values:
+                    check_text(key, value)
+        except InputError as exc:
+            return _refuse(exc.field, exc.message)
+        return None
+
+
+def renders_form_errors(view):
+    """Mark a page view whose Django form refuses NUL characters itself (forms.CharField's validator, a
+    choice or number field's own rule): InputGuardMiddleware lets its form body through so the page
+    re-renders the form with the error instead of a raw JSON 400. Its views must not query with a raw
+    POST value before the form validated it."""
+    view.renders_form_errors = True
+    return view
 
 
 class DatabaseUnavailableMiddleware:
@@ -160,6 +198,16 @@ def database_unavailable() -> JsonResponse:
     response = JsonResponse({"detail": "the database is unavailable; retry shortly"}, status=503)
     response["Retry-After"] = str(DatabaseUnavailableMiddleware.RETRY_AFTER_SECONDS)
     return response
+
+
+def page_not_found(request, exception=None, *args, **kwargs):
+    """handler404: everything under /api/ answers JSON `{"detail": "not found: <path>"}` (an unknown route,
+    an id the URL pattern refuses); other paths keep Django's HTML 404 page."""
+    from django.views.defaults import page_not_found as django_page_not_found
+
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": f"not found: {request.path}"}, status=404)
+    return django_page_not_found(request, exception, *args, **kwargs)
 
 
 def server_error(request, *args, **kwargs):

@@ -211,7 +211,8 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
                 "tasks": raw.get("tasks", 1), "gpus_per_task": raw.get("gpus_per_task", 1),
                 "cpu_milli": raw.get("cpu_milli", 0) or 0, "memory_mib": raw.get("memory_mib", 0) or 0,
                 "flavor": raw.get("flavor") or ""}
-        role["min_available"] = role["tasks"] if raw.get("min_available") is None else raw["min_available"]
+        min_given = raw.get("min_available") is not None  # else it is derived from tasks: never reported
+        role["min_available"] = raw["min_available"] if min_given else role["tasks"]
         for key in EXEC_FIELDS:
             if raw.get(key) not in (None, "", [], {}):
                 role[key] = raw[key]
@@ -222,7 +223,7 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
         if isinstance(role["name"], str):
             names.add(role["name"])
         _check_sharing(raw, role, f, errors)
-        for key in ("tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available"):
+        for key in ("tasks", "gpus_per_task", "cpu_milli", "memory_mib") + (("min_available",) if min_given else ()):
             if not _is_int(role[key]):
                 errors.setdefault(f + key, f"{key} must be a whole number")
         if any(k.startswith(f) for k in errors):
@@ -242,7 +243,9 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
                 errors[f + key] = f"{key} must not be negative"
             elif role[key] > top:
                 errors[f + key] = f"{key} must be at most {top}"
-        if role["min_available"] < 1:
+        if not min_given:
+            pass  # = tasks: the tasks rule above already says what is wrong, on the field the user sent
+        elif role["min_available"] < 1:
             errors[f + "min_available"] = "min_available must be at least 1"
         elif role["tasks"] >= 1 and role["min_available"] > role["tasks"]:
             errors[f + "min_available"] = (f"min_available ({role['min_available']}) must not exceed "
@@ -365,12 +368,12 @@ def check_env(value, field: str = "env") -> tuple[dict[str, str], dict[str, str]
             errors[key] = "a variable name is letters, digits and _ and does not start with a digit"
         elif name in PLATFORM_ENV or name.startswith(PLATFORM_ENV_PREFIX):
             errors[key] = f"{name} is set by the platform for every task and cannot be overridden"
-        elif isinstance(val, bool) or not isinstance(val, (str, int, float)):
+        elif not isinstance(val, str):  # strings must be strings: 1 is refused, not stored as "1"
             errors[key] = "a value must be a string"
-        elif len(str(val)) > MAX_ENV_VALUE_CHARS or "\x00" in str(val):
+        elif len(val) > MAX_ENV_VALUE_CHARS or "\x00" in val:
             errors[key] = f"a value must be at most {MAX_ENV_VALUE_CHARS} characters, without NUL"
         else:
-            out[name] = str(val)
+            out[name] = val
     return out, errors
 
 

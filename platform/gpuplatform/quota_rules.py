@@ -12,8 +12,10 @@ from .models import Queue, Quota
 Triple = tuple[int, int, "int | None"]
 
 
-def check_triple(prefix: str, guarantee, quota, limit) -> dict[str, str]:
-    """guarantee, quota, limit: non-negative integers, guarantee <= quota <= limit (limit None = no cap)."""
+def check_triple(prefix: str, guarantee, quota, limit, changed: frozenset | set | None = None) -> dict[str, str]:
+    """guarantee, quota, limit: non-negative integers, guarantee <= quota <= limit (limit None = no cap).
+    `changed`: the names a partial update sent (None = all). A rule between two values is reported on the
+    one the request changed (PATCH {"limit": 1} under quota 4 -> "limit"), on the smaller one otherwise."""
     errors: dict[str, str] = {}
     for name, value in (("guarantee", guarantee), ("quota", quota), ("limit", limit)):
         if value is None and name == "limit":
@@ -24,11 +26,35 @@ def check_triple(prefix: str, guarantee, quota, limit) -> dict[str, str]:
             errors[f"{prefix}{name}"] = f"{name} must not be negative"
     if errors:
         return errors
+    def on(lower: str, upper: str) -> str:
+        return upper if changed is not None and upper in changed and lower not in changed else lower
+
     if guarantee > quota:
-        errors[f"{prefix}guarantee"] = f"guarantee ({guarantee}) must not exceed quota ({quota})"
+        errors[f"{prefix}{on('guarantee', 'quota')}"] = f"guarantee ({guarantee}) must not exceed quota ({quota})"
     if limit is not None and quota > limit:
-        errors[f"{prefix}quota"] = f"quota ({quota}) must not exceed limit ({limit})"
+        errors[f"{prefix}{on('quota', 'limit')}"] = f"quota ({quota}) must not exceed limit ({limit})"
     return errors
+
+
+def check_flavor(flavor: str, queue_id: int | None = None, field: str = "flavor", quota=0,
+                 guarantee=0) -> dict[str, str]:
+    """A quota's flavor must be a GPU model some node has, or its guarantee and quota must be 0 (set up ahead
+    of nodes that have not joined yet). Not checked while the cluster has no nodes at all (being set up),
+    nor for a flavor the queue already has a quota row for (its nodes may have left). Reported on `field`,
+    so a typo ("nope") reads "unknown flavor", not a sum rule of the tree."""
+    from .models import Node
+
+    if not flavor:
+        return {field: "flavor must not be empty"}
+    positive = any(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (quota, guarantee))
+    if not positive:
+        return {}
+    known = set(Node.objects.values_list("flavor", flat=True).distinct())
+    if not known or flavor in known or \
+            (queue_id is not None and Quota.objects.filter(queue_id=queue_id, flavor=flavor).exists()):
+        return {}
+    return {field: f"unknown flavor {flavor!r}: no node has it (the cluster's GPU flavors: {', '.join(sorted(known))}); "
+                   f"until such nodes join, its guarantee and quota can only be 0"}
 
 
 def effective_limit(queue_id: int | None, flavor: str) -> int | None:

@@ -175,8 +175,10 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "gpuplatform.api.schema.AutoSchema",  # + Idempotency-Key, error shapes
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend", "rest_framework.filters.OrderingFilter"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",  # jobs, events: keyset
+    # KnownQueryParams first: an unknown parameter on a list is a 400 naming it (api/filters.py)
+    "DEFAULT_FILTER_BACKENDS": ["gpuplatform.api.filters.KnownQueryParams",
+                                "django_filters.rest_framework.DjangoFilterBackend", "rest_framework.filters.OrderingFilter"],
+    "DEFAULT_PAGINATION_CLASS": "gpuplatform.api.pagination.StrictLimitOffsetPagination",  # jobs, events: keyset
     "PAGE_SIZE": 50,
     "DEFAULT_THROTTLE_RATES": {"job-submit": os.environ.get("JOB_SUBMIT_THROTTLE", "120/min"),
                                "what-if": os.environ.get("WHAT_IF_THROTTLE", "30/min")},  # per user

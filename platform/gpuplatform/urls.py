@@ -23,4 +23,5 @@ urlpatterns = [
     path("", include("frontend.urls")),
 ]
 
+handler404 = "gpuplatform.inputs.page_not_found"  # JSON {"detail": ...} under /api/ (inputs.py)
 handler500 = "gpuplatform.inputs.server_error"  # a lost database -> 503 JSON + Retry-After (inputs.py)

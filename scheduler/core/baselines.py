@@ -25,7 +25,7 @@ from .cache import ClusterStatic
 from .domain_tree import common_domain
 from .metrics import cluster_metrics
 from .plugins.quota import QueueTree
-from .snapshot import Binding, CycleConfig, CycleResult, PendingReason, Snapshot, TaskPlacement
+from .snapshot import Binding, CycleConfig, CycleResult, PendingReason, Snapshot, TaskPlacement, utc_iso
 from .state import ClusterState
 
 
@@ -99,7 +99,7 @@ def run_cycle_kube(snapshot: Snapshot, config: CycleConfig | None = None) -> Cyc
     t1 = time.perf_counter()
     for job in pending:
         if job.not_before is not None and job.not_before > snapshot.now:
-            result.pending[job.id] = PendingReason("backoff", f"retries at t={job.not_before:.0f}s")
+            result.pending[job.id] = PendingReason("backoff", f"retries at {utc_iso(job.not_before)}")
             continue
         if not queues.known(job.queue):
             result.pending[job.id] = PendingReason("unknown_queue", f"queue {job.queue} does not exist", terminal=True)

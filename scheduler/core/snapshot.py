@@ -277,6 +277,14 @@ class PendingReason:
     terminal: bool = False
 
 
+def utc_iso(t: float) -> str:
+    """A cluster-clock time (seconds since the Unix epoch, UTC) as ISO 8601 for people:
+    1796124829 -> '2026-12-01T11:33:49Z' (whole seconds). Pure: no clock is read."""
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(round(t), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @dataclass(frozen=True, slots=True)
 class Binding:
     """A decision to start a job: every placed task with its node and GPU indices, the domain (name,

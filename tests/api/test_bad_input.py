@@ -131,3 +131,133 @@ def test_oversized_body_is_a_413_before_parsing(api, cluster, path, settings):
     r = api.generic("POST", path, body, content_type="application/json")
     assert r.status_code == 413, (path, r.status_code)
     assert "larger than 4096 bytes" in r.json()["detail"]
+
+
+# --- the new user's report: integers beyond 64 bits, wrong types, HTML 404s under /api/ ----------------
+
+BIG = 99999999999999999999999  # beyond 64 bits
+
+
+def test_an_integer_beyond_64_bits_is_refused_by_its_own_field_with_its_path_and_bounds(api, jobs):
+    """Not the normaliser's generic "-9223372036854775808 .. 9223372036854775807" on the top-level name:
+    the field's own path (roles[0].tasks) and its real rule (at most 2147483647)."""
+    r = api.post("/api/v1/jobs/", {"name": "j", "queue": "alpha", "command": "echo",
+                                   "roles": [{"tasks": BIG, "gpus_per_task": 1}]}, format="json")
+    assert r.status_code == 400 and list(r.json()) == ["roles[0].tasks"], r.content
+    assert "2147483647" in r.json()["roles[0].tasks"][0] and "9223372036854775807" not in r.content.decode()
+    job = f"/api/v1/jobs/{jobs['own'].pk}/"
+    r = api.patch(job, {"priority": 99999999999999999999}, format="json")
+    assert r.status_code == 400 and "2147483647" in r.json()["priority"][0], r.content
+    from gpuplatform.models import Quota
+
+    quota = f"/api/v1/quotas/{Quota.objects.get(queue__name='alpha').pk}/"
+    r = api.patch(quota, {"quota": BIG}, format="json", HTTP_IF_MATCH=api.get(quota)["ETag"])
+    assert r.status_code == 400 and "2147483647" in r.json()["quota"][0], r.content
+    r = api.get(f"{job}logs/?offset={BIG}")
+    assert r.status_code == 400 and str(2**62) in r.json()["offset"][0], r.content
+    r = api.get(f"{job}logs/?task={BIG}")
+    assert r.status_code == 400 and "has no task" in r.json()["task"][0], r.content
+
+
+def test_agent_report_exit_code_beyond_64_bits_names_its_path_and_bounds(client_for, jobs):
+    r = client_for("agent").post("/api/v1/nodes/n0/reports/", {"tasks": [{"task": 1, "attempt": 0, "event": "exited",
+                                                                           "exit_code": BIG}]}, format="json")
+    assert r.status_code == 400 and list(r.json()) == ["tasks[0].exit_code"], r.content
+    assert "255" in r.json()["tasks[0].exit_code"][0]
+
+
+def test_dashboard_since_beyond_64_bits_is_its_own_rule(client, users):
+    client.force_login(users["staff"])
+    r = client.get(f"/cluster/metrics.json?since={BIG}")
+    assert r.status_code == 400 and "ISO 8601" in r.json()["since"][0], r.content
+
+
+def test_an_oversized_integer_reaching_a_column_without_bounds_is_a_400_naming_its_path(api, jobs):
+    """The backstop (api/exceptions.py): a DataError "out of range" names the body's oversized field."""
+    from django.db import DataError
+    from rest_framework.test import APIRequestFactory
+
+    from gpuplatform.api.exceptions import exception_handler
+    from gpuplatform.api.parsers import JSONParser
+    from rest_framework.request import Request
+
+    request = Request(APIRequestFactory().post("/x/", {"a": [{"b": BIG}]}, format="json"), parsers=[JSONParser()])
+    assert request.data == {"a": [{"b": BIG}]}
+    response = exception_handler(DataError("integer out of range"), {"request": request})
+    assert response.status_code == 400 and response.data == {"a[0].b": ["a number is out of range for what is "
+                                                                         "stored there"]}
+
+
+@pytest.mark.parametrize("url,body,field", [
+    ("cancel/", {"reason": 5}, "reason"),
+    ("cancel/", {"reason": 1.5}, "reason"),
+])
+def test_strings_must_be_strings(api, jobs, url, body, field):
+    r = api.post(f"/api/v1/jobs/{jobs['own'].pk}/{url}", body, format="json")
+    assert r.status_code == 400 and "Not a valid string." in r.json()[field], r.content
+    jobs["own"].refresh_from_db()
+    assert jobs["own"].state == "pending"
+
+
+@pytest.mark.parametrize("value", [1, 1.5, True, None, {"x": "y"}])
+def test_env_values_must_be_strings(api, jobs, value):
+    r = api.post("/api/v1/jobs/", {"name": "j", "queue": "alpha", "command": "echo", "roles": ROLE,
+                                   "env": {"A": value}}, format="json")
+    assert r.status_code == 400 and r.json()["env.A"] == ["a value must be a string"], r.content
+
+
+@pytest.mark.parametrize("path", ["/api/v1/nope/", "/api/v1/scheduler-cycles/abc/", "/api/v1/jobs/{id}/priority/",
+                                  "/api/v1/jobs/{id}/events/", "/api/nope", "/api/v1/jobs/{id}/logs/x/"])
+def test_every_404_under_api_is_json(api, jobs, path):
+    r = api.get(path.format(id=jobs["own"].pk))
+    assert r.status_code == 404 and r["Content-Type"] == "application/json", (r.status_code, r.content[:200])
+    assert "detail" in r.json()
+
+
+def test_a_404_outside_api_stays_a_page(client, users):
+    client.force_login(users["staff"])
+    r = client.get("/no-such-page/")
+    assert r.status_code == 404 and r["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize("path,unknown", [
+    ("/api/v1/jobs/?foo=bar", "foo"),
+    ("/api/v1/jobs/?state=pending&stat=running", "stat"),  # a typo'd filter next to a real one
+    ("/api/v1/nodes/?bogus=1", "bogus"),
+    ("/api/v1/quotas/?queue=alpha&team=alpha", "team"),
+    ("/api/v1/events/?since=2026-12-01T00:00:00Z&_=123", "_"),  # a cache-buster
+])
+def test_an_unknown_query_parameter_on_a_list_is_a_400_naming_it(api, jobs, path, unknown):
+    r = api.get(path)
+    assert r.status_code == 400 and list(r.json()) == [unknown], r.content
+    assert "unknown query parameter" in r.json()[unknown][0]
+
+
+@pytest.mark.parametrize("path", [
+    "/api/v1/jobs/?state=pending&queue=alpha&team=alpha&limit=10&ordering=-id&format=json",
+    "/api/v1/nodes/?flavor=H100&limit=2&offset=1&ordering=name",
+    "/api/v1/quotas/?queue=alpha&flavor=H100",
+    "/api/v1/events/?kind=submitted&since=2026-12-01T00:00:00Z",
+])
+def test_the_list_parameters_clients_send_are_accepted(api, jobs, path):
+    """What gpuctl (list --state/--queue/--team/--limit, set-quota's lookup) and the pages send."""
+    r = api.get(path)
+    assert r.status_code == 200, r.content
+
+
+def test_detail_endpoints_keep_their_own_parameters(api, jobs):
+    r = api.get(f"/api/v1/jobs/{jobs['own'].pk}/logs/?offset=0&limit=10")
+    assert r.status_code in (200, 400) and "unknown query parameter" not in r.content.decode()
+
+
+@pytest.mark.parametrize("tasks", [-1, 0])
+def test_a_bad_tasks_count_is_reported_once_not_also_on_the_min_available_never_sent(api, jobs, tasks):
+    r = api.post("/api/v1/jobs/", {"name": "j", "queue": "alpha", "command": "echo",
+                                   "roles": [{"tasks": tasks, "gpus_per_task": 1}]}, format="json")
+    assert r.status_code == 400 and list(r.json()) == ["roles[0].tasks"], r.content
+
+
+def test_a_min_available_that_is_sent_is_still_checked(api, jobs):
+    r = api.post("/api/v1/jobs/", {"name": "j", "queue": "alpha", "command": "echo",
+                                   "roles": [{"tasks": 2, "gpus_per_task": 1, "min_available": 0}]}, format="json")
+    assert r.status_code == 400 and list(r.json()) == ["roles[0].min_available"], r.content

@@ -109,7 +109,34 @@ def test_two_admins_cannot_overwrite_each_others_quota(client_for, users):
     assert change.actor.username == "admin2" and change.data["old"] == [2, 12, 24]
 
 
+def test_quota_errors_name_the_field_the_request_changed(admin):
+    """PATCH {"limit": 1} under quota 16: the broken rule (quota <= limit) is reported on `limit`, the only
+    value the request sent; {"quota": 40} above limit 32 on `quota`; a PUT of all three keeps `quota`."""
+    from gpuplatform.models import Quota
+
+    url = f"/api/v1/quotas/{Quota.objects.get(queue__name='alpha').pk}/"
+    r = admin.patch(url, {"limit": 1}, format="json", HTTP_IF_MATCH=admin.get(url)["ETag"])
+    assert r.status_code == 400 and list(r.json()) == ["limit"], r.content
+    assert "must not exceed limit (1)" in r.json()["limit"][0]
+    r = admin.patch(url, {"quota": 40}, format="json", HTTP_IF_MATCH=admin.get(url)["ETag"])
+    assert r.status_code == 400 and list(r.json()) == ["quota"], r.content
+    r = admin.patch(url, {"guarantee": 20}, format="json", HTTP_IF_MATCH=admin.get(url)["ETag"])
+    assert r.status_code == 400 and list(r.json()) == ["guarantee"], r.content
+    r = admin.patch(url, {"quota": 2}, format="json", HTTP_IF_MATCH=admin.get(url)["ETag"])
+    assert r.status_code == 400 and list(r.json()) == ["quota"], r.content  # below guarantee 4: quota changed
+    r = admin.put(url, {"guarantee": 0, "quota": 8, "limit": 4}, format="json", HTTP_IF_MATCH=admin.get(url)["ETag"])
+    assert r.status_code == 400 and list(r.json()) == ["quota"], r.content
+
+
 def test_quota_create_and_filters(admin):
+    unknown_flavor = admin.post("/api/v1/quotas/", {"queue": "alpha", "flavor": "nope", "guarantee": 0, "quota": 2},
+                                format="json")
+    assert unknown_flavor.status_code == 400, unknown_flavor.content
+    assert list(unknown_flavor.json()) == ["flavor"] and "unknown flavor 'nope'" in unknown_flavor.json()["flavor"][0]
+    assert "H100" in unknown_flavor.json()["flavor"][0]  # the flavors the cluster has
+    from gpuplatform.models import Node
+
+    Node.objects.create(name="a100-0", flavor="A100", gpu_count=8)  # now A100 is a flavor of this cluster
     above = admin.post("/api/v1/quotas/", {"queue": "alpha", "flavor": "A100", "guarantee": 0, "quota": 2}, format="json")
     assert above.status_code == 400 and "parent queue's quota (0) for A100" in above.json()["quota"][0]
     r = admin.post("/api/v1/quotas/", {"queue": "alpha", "flavor": "A100", "guarantee": 0, "quota": 0}, format="json")

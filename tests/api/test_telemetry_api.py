@@ -100,10 +100,26 @@ def test_xids_are_stored_and_the_latest_xid_and_ecc_per_gpu_can_be_read(client_f
     ({"fields": ["t", "gpu"]}, "fields"),
     ({"xids": [[1.0, 0]]}, "xids[0]"),
     ({"rows": "nope"}, "rows"),
+    ({"samples": 5}, "samples"),  # unknown keys are refused, never read as an empty batch
+    ({"bogus": 1, "x": [1, 2]}, "bogus"),
+    ({"bogus": 1, "x": [1, 2]}, "x"),
+    ({"samples": [{"gpu": "x", "t": "y", "sm": -5}]}, "samples"),
+    ({"rows": [], "fields": 5}, "fields"),
+    ({"rows": [{"t": 1.0, "gpu": 0}]}, "rows[0]"),
 ])
 def test_a_malformed_batch_is_a_400_naming_the_field(client_for, cluster, body, field):
     r = client_for("agent").post("/api/v1/nodes/n0/telemetry/", body, format="json")
     assert r.status_code == 400 and field in r.json(), r.content
+
+
+def test_an_admin_posting_garbage_gets_400_and_driver_unsupported_nulls_stay_valid(client_for, cluster, at):
+    """The user's report: as admin, {"samples": 5} was answered 200 {"accepted": 0, ...}."""
+    admin = client_for("staff")
+    r = admin.post("/api/v1/nodes/n0/telemetry/", {"samples": 5}, format="json")
+    assert r.status_code == 400 and "samples" in r.json(), r.content
+    row = [T0.timestamp(), 0, 42] + [None] * 7  # fb, power, temp, throttle, ECC, NVLink unsupported: null
+    r = admin.post("/api/v1/nodes/n0/telemetry/", {"rows": [row]}, format="json")
+    assert r.status_code == 200 and r.json() == {"accepted": 1, "dropped": 0, "xids": 0}, r.content
 
 
 def test_only_node_agents_send_telemetry(client_for, cluster):

@@ -198,3 +198,21 @@ def test_metrics_by_flavor_and_node_size_expose_what_the_cluster_rate_hides():
     assert small["fragmentation_rate"] == 0.0
     assert (other["free_nodes"], other["largest_runnable"], other["fragmentation_rate"]) == (1, 8, 0.0)
     assert sum(g["free_gpus"] for g in groups.values()) == m["free_gpus"]
+
+
+@pytest.mark.parametrize("engine", ["volcano_like", "kube"])
+def test_a_backed_off_job_says_when_it_retries_as_an_iso_utc_time(engine):
+    """A requeued job's pending reason names its retry time for people (ISO 8601, UTC), never the raw
+    cluster-clock seconds ("retries at t=1796124829s"); both the engine and the kube-like baseline."""
+    from dataclasses import replace
+
+    from scheduler.core.baselines import run_cycle_kube
+    from scheduler.core.cycle import run_cycle
+
+    world = World().nodes(count=1, gpus=2).queue(name="q", quota={"H100": 2}).job(name="j")
+    snap = world.snapshot(now=1796124000.0)
+    snap = replace(snap, jobs=tuple(replace(j, not_before=1796124829.0, attempts=1) for j in snap.jobs))
+    result = (run_cycle if engine == "volcano_like" else run_cycle_kube)(snap)
+    reason = result.pending["j"]
+    assert reason.code == "backoff" and "2026-12-01T11:33:49Z" in reason.message, reason.message
+    assert "t=" not in reason.message and "1796124829" not in reason.message

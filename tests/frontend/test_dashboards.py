@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.test.client import MULTIPART_CONTENT
 
 from gpuplatform.models import Job, Membership
 
@@ -130,6 +132,35 @@ def test_submit_form_shows_field_errors(client, world, over, field, message):
     response = client.post("/jobs/new/", roles_post(**over))
     assert response.status_code == 200 and message in response.content.decode()
     assert not Job.objects.filter(name="train-1").exists()
+
+
+@pytest.mark.parametrize("over, field, message", [
+    ({"roles-0-tasks": "9" * 23}, "tasks", "less than or equal to"),  # beyond 64 bits: the field's own bound
+    ({"roles-0-gpus_per_task": "-" + "9" * 23}, "gpus_per_task", "greater than or equal to"),
+    ({"env": "A=1\x00"}, "env", "Null characters are not allowed"),
+    ({"command": "echo \x00"}, "command", "Null characters are not allowed"),
+    ({"name": "a\x00b"}, "name", "Null characters are not allowed"),
+])
+def test_submit_form_rerenders_bad_input_the_normaliser_used_to_answer_as_json(client, world, over, field, message):
+    """The user's report: these answered a raw JSON 400 instead of the form with its error."""
+    client.force_login(world["alice"])
+    client.raise_request_exception = False
+    for body, kind in ((urlencode(roles_post(**over)), "application/x-www-form-urlencoded"),  # as a browser sends
+                       (None, None)):  # multipart, as the test client sends
+        response = client.post("/jobs/new/", body, content_type=kind) if body else \
+            client.post("/jobs/new/", roles_post(**over))
+        html = response.content.decode()
+        assert response.status_code == 200 and response["Content-Type"].startswith("text/html"), html[:300]
+        assert message in html and 'name="roles-0-tasks"' in html, (field, html[:300])
+    assert not Job.objects.filter(name="train-1").exists()
+
+
+def test_other_form_posts_with_a_nul_are_still_refused_before_any_view(client, world):
+    client.force_login(world["alice"])
+    for body, kind in ((urlencode({"username": "a\x00", "password": "x"}), "application/x-www-form-urlencoded"),
+                       ({"username": "a\x00", "password": "x"}, MULTIPART_CONTENT)):
+        r = client.post("/accounts/login/", body, content_type=kind)
+        assert r.status_code == 400 and r.json() == {"username": ["NUL characters are not accepted"]}
 
 
 def test_submit_form_passes_what_the_job_runs(client, world):

@@ -130,3 +130,18 @@ def test_warm_start_submits_the_running_jobs_with_their_remaining_time(tiny_impo
     big = Job.objects.get(external_id="big0")
     assert big.submitted_at == epoch and big.duration_seconds == 1800.0  # 3600 s job, half done at the start
     assert not Job.objects.filter(external_id="small0").exists()  # ended before the start
+
+
+def test_demo_help_lists_each_option_once():
+    """`manage.py demo --help`: every option (--federation, --local-agents, ...) is described once in the
+    options list, the usage line aside."""
+    import re
+
+    from gpuplatform.management.commands.demo import Command
+
+    text = Command().create_parser("manage.py", "demo").format_help()
+    options = text.split("\noptions:\n", 1)[1]
+    described = re.findall(r"^  (--[a-z-]+)", options, re.M)
+    assert "--federation" in described and "--local-agents" in described
+    assert len(described) == len(set(described)), [o for o in described if described.count(o) > 1]
+    assert options.count("docs/federation.md") == 1

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from frontend.docs import slugify
 from gpuplatform.models import Gpu, Job, QueueSample
 
 from tests.frontend.conftest import T0
@@ -112,6 +113,48 @@ def test_docs_pages(client, world, name, anchor):
     assert r.status_code == 200 and f'id="{anchor}"' in r.content.decode()
     assert client.get("/docs/nope/").status_code == 404
     assert client.get("/docs/").status_code == 200
+
+
+@pytest.mark.parametrize("url,param", [
+    ("/queues/data.json?format=bogus", "format"),
+    ("/fragmentation/data.json?format=csv&table=bogus", "table"),
+    ("/queueing/data.json?format=csv&table=groups", "table"),  # fragmentation's table, not this endpoint's
+    ("/queues/data.json?format=csv&table=pending", "table"),  # an endpoint with one table
+])
+def test_unknown_values_of_known_data_parameters_are_a_400_naming_them(client, world, url, param):
+    client.force_login(world["alice"])
+    r = client.get(url)
+    assert r.status_code == 400 and list(r.json()) == [param], r.content[:300]
+
+
+def test_the_tables_the_pages_link_are_served(client, world):
+    client.force_login(world["alice"])
+    groups = client.get("/fragmentation/data.json?format=csv&table=groups")
+    series = client.get("/fragmentation/data.json?format=csv")
+    assert groups.status_code == series.status_code == 200
+    assert groups.content.splitlines()[0] != series.content.splitlines()[0]  # a different table
+    pending = client.get("/queueing/data.json?format=csv&table=pending")
+    assert pending.status_code == 200 and b"position" in pending.content.splitlines()[0]
+    assert client.get("/queues/data.json?format=json").status_code == 200
+
+
+DOC_FILES = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "docs").glob("*.md"))
+
+
+def test_every_docs_file_is_served_and_linked_from_the_index(client, world):
+    """Every docs/*.md (read from the folder here, so a new file is covered) is a page, and the /docs/
+    index links each one (the list is derived from the folder, not hard-coded)."""
+    assert len(DOC_FILES) >= 12
+    client.force_login(world["alice"])
+    index = client.get("/docs/").content.decode()
+    for name in DOC_FILES:
+        r = client.get(f"/docs/{name}/")
+        assert r.status_code == 200, name
+        first_heading = next(line for line in (Path(__file__).resolve().parents[2] / "docs" / f"{name}.md")
+                             .read_text().splitlines() if line.startswith("## "))
+        assert f'id="{slugify(first_heading[3:])}"' in r.content.decode(), name
+        if name != "concepts":  # the index IS the concepts page: its own entry is bold, not a link
+            assert f'href="/docs/{name}/"' in index, name
 
 
 @pytest.mark.parametrize("url", ["/cluster/metrics.json", "/queues/data.json", "/fragmentation/data.json",

@@ -70,6 +70,13 @@ def exception_handler(exc, context):
     if isinstance(exc, ProtectedError):
         return Response({"non_field_errors": ["still referenced by other objects; remove those first"]},
                         status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, DataError) and "out of range" in str(exc):
+        # Backstop: a number no field bounded reached a column too small for it. Every input field has its
+        # own bounds (their messages name them); this names the body's oversized field when it can.
+        request = context.get("request")
+        where = (getattr(request, "oversized_paths", None) or [NON_FIELD])[0]
+        return Response({where: ["a number is out of range for what is stored there"]},
+                        status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, DataError) and "NUL" in str(exc):
         # A NUL in a name the view looked up (a path, a filter, a related name): PostgreSQL refuses it.
         where = _nul_field(context)

@@ -123,3 +123,54 @@ class ClusterSampleFilterSet(df.FilterSet):
     class Meta:
         model = ClusterSample
         fields = ["since", "until", "cycle"]
+
+
+class KnownQueryParams:
+    """A filter backend (first in DEFAULT_FILTER_BACKENDS) that refuses, on a list endpoint, a query parameter
+    the list does not read: `GET /api/v1/jobs/?foo=bar` is a 400 `{"foo": ["unknown query parameter; this
+    list takes: ..."]}`, never the unfiltered list a typo'd filter would silently give.
+
+    Known: the view's filterset's filters, the ordering parameter, the paginator's (limit, offset, cursor,
+    ordering), `format` (DRF's format override) and the view's own `extra_query_params`. Only `list` actions
+    of views with a filterset are checked: a view that reads its parameters itself (get_queryset) declares
+    nothing here and is left alone."""
+
+    def filter_queryset(self, request, queryset, view):
+        if getattr(view, "action", None) != "list":
+            return queryset
+        known = self.known(request, queryset, view)
+        if known is None:
+            return queryset
+        unknown = sorted(set(request.query_params) - known)
+        if unknown:
+            takes = ", ".join(sorted(known))
+            raise ValidationError({name: [f"unknown query parameter; this list takes: {takes}"] for name in unknown})
+        return queryset
+
+    def get_schema_operation_parameters(self, view) -> list:
+        return []  # it adds no parameter; the other backends document theirs
+
+    @staticmethod
+    def known(request, queryset, view) -> set[str] | None:
+        from django_filters.rest_framework import DjangoFilterBackend
+        from rest_framework.filters import OrderingFilter
+        from rest_framework.settings import api_settings
+
+        names = {api_settings.URL_FORMAT_OVERRIDE} | set(getattr(view, "extra_query_params", ()))
+        has_filterset = False
+        for backend in view.filter_backends:
+            if isinstance(backend, type) and issubclass(backend, DjangoFilterBackend):
+                filterset = backend().get_filterset_class(view, queryset)
+                if filterset is not None:
+                    has_filterset = True
+                    names |= set(filterset.base_filters)
+            elif isinstance(backend, type) and issubclass(backend, OrderingFilter):
+                names.add(backend.ordering_param)
+        if not has_filterset:
+            return None
+        paginator = getattr(view, "paginator", None)
+        for attr in ("limit_query_param", "offset_query_param", "cursor_query_param", "ordering_query_param",
+                     "page_query_param", "page_size_query_param"):
+            if getattr(paginator, attr, None):
+                names.add(getattr(paginator, attr))
+        return names

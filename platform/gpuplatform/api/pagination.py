@@ -22,7 +22,7 @@ from collections import OrderedDict
 from django.core.exceptions import FieldDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import BasePagination
+from rest_framework.pagination import BasePagination, LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.utils.urls import remove_query_param, replace_query_param
@@ -30,6 +30,7 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 from ..keyset import keyset_filter
 
 MAX_LIMIT = 500
+MAX_OFFSET = 2**62  # PostgreSQL's OFFSET is a 64-bit integer
 
 
 class KeysetPagination(BasePagination):
@@ -148,3 +149,26 @@ class KeysetPagination(BasePagination):
             {"name": self.limit_query_param, "required": False, "in": "query",
              "description": f"rows per page, 1-{MAX_LIMIT}", "schema": {"type": "integer"}},
         ]
+
+
+class StrictLimitOffsetPagination(LimitOffsetPagination):
+    """The default pages of the short lists (nodes, queues, quotas, ...): `limit` 1-500 (default PAGE_SIZE)
+    and `offset` 0-2**62, both whole numbers. DRF's own class silently falls back to its default for a
+    malformed, negative or oversized value; this one refuses it with a 400 naming the parameter and rule."""
+
+    max_limit = MAX_LIMIT
+
+    def get_limit(self, request):
+        return KeysetPagination._limit(self, request)
+
+    def get_offset(self, request):
+        raw = request.query_params.get(self.offset_query_param)
+        if raw in (None, ""):
+            return 0
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if not 0 <= value <= MAX_OFFSET:
+            raise ValidationError({self.offset_query_param: [f"a whole number from 0 to {MAX_OFFSET}"]})
+        return value

@@ -43,7 +43,8 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
         if not isinstance(triple, (tuple, list)) or len(triple) != 3:
             errors[f"quotas[{flavor}]"] = "expected (guarantee, quota, limit)"
             continue
-        bad = quota_rules.check_triple(prefix, *triple)
+        bad = (quota_rules.check_flavor(flavor, None, f"{prefix}flavor", quota=triple[1], guarantee=triple[0])
+               or quota_rules.check_triple(prefix, *triple))
         if not bad:
             bad = quota_rules.check_against_tree(None, parent.pk if parent else None, flavor, triple[1], triple[2], prefix)
         errors.update(bad)
@@ -101,12 +102,16 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
 
 
 @transaction.atomic
-def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int | None, actor=None) -> Quota:
+def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int | None, actor=None,
+              changed: set | None = None) -> Quota:
     """Create or change `queue`'s quota for GPU `flavor` (GPUs). Raises ValidationError naming
-    guarantee / quota / limit: negative, guarantee > quota, quota > limit, limit above the parent's,
-    siblings' quotas summing above the parent's, quota below the children's sum, limit below a child's."""
-    errors = {} if flavor else {"flavor": "flavor must not be empty"}
-    errors.update(quota_rules.check_triple("", guarantee, quota, limit))
+    flavor (empty, or a GPU model no node has) or guarantee / quota / limit: negative, guarantee > quota,
+    quota > limit, limit above the parent's, siblings' quotas summing above the parent's, quota below the
+    children's sum, limit below a child's. `changed`: the names a partial update sent, so a rule between two
+    values is reported on the one the request changed (quota_rules.check_triple)."""
+    errors = quota_rules.check_flavor(flavor, queue.pk, quota=quota, guarantee=guarantee)
+    if not errors:
+        errors.update(quota_rules.check_triple("", guarantee, quota, limit, changed))
     if not errors:
         errors.update(quota_rules.check_against_tree(queue.pk, queue.parent_id, flavor, quota, limit))
     raise_if(errors)

@@ -40,12 +40,20 @@ def _number(value, where: str, *, integer: bool = False, lo: float | None = None
     return int(value) if integer else float(value)
 
 
+BATCH_KEYS = ("interval", "fields", "rows", "xids")
+
+
 def _validate(body) -> tuple[float, list, list]:
+    """Check a batch's shape (module docstring); unknown keys are refused (docs/api.md), a row's values may be
+    null (a field the driver does not support), never a wrong type."""
     if not isinstance(body, dict):
-        raise ValidationError({"body": "must be a JSON object"})
+        raise ValidationError({"non_field_errors": "must be a JSON object"})
+    unknown = sorted(set(body) - set(BATCH_KEYS))
+    if unknown:
+        raise ValidationError({key: f"unknown field (a batch has {', '.join(BATCH_KEYS)})" for key in unknown})
     interval = _number(body.get("interval", settings.TELEMETRY_SECONDS), "interval", lo=0.1, hi=3600)
     fields = body.get("fields", list(WIRE_FIELDS))
-    if list(fields) != list(WIRE_FIELDS):
+    if not isinstance(fields, list) or fields != list(WIRE_FIELDS):
         raise ValidationError({"fields": f"must be {list(WIRE_FIELDS)} (this server's wire format)"})
     rows, xids = body.get("rows", []), body.get("xids", [])
     if not isinstance(rows, list) or len(rows) > settings.TELEMETRY_MAX_ROWS_PER_CALL:

@@ -26,7 +26,7 @@ from ..plugins.feasibility import mixed_never_fits
 from ..plugins.predicates import flavor_plans, role_flavors
 from ..plugins.quota import INF, job_order_key
 from ..session import Session
-from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement
+from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement, utc_iso
 from .backfill import Reservations
 
 
@@ -57,7 +57,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
         if job.not_before is not None and job.not_before > session.now:
             session.queues.drop_hold(job.id)
             out.reasons[job.id] = PendingReason("backoff", f"requeued after attempt {job.attempts}; "
-                                                           f"retries at t={job.not_before:.0f}s")
+                                                           f"retries at {utc_iso(job.not_before)}")
         elif job.reserved and _reservation_valid(session, job):
             holders.append(job)
         else:

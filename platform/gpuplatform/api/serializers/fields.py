@@ -23,3 +23,21 @@ class FiniteFloatField(serializers.FloatField):
         if not math.isfinite(value):
             self.fail("invalid")
         return value
+
+
+def make_strings_strict() -> None:
+    """Strings must be strings: DRF's CharField (and its subclasses: slug, regex, e-mail, URL, IP fields)
+    turns a JSON number into text (`{"reason": 5}` -> "5"); from here on it refuses anything but a string
+    with the field's 'invalid' message ("Not a valid string."), like null and objects already were.
+    Called once from the app's ready(); idempotent. Form-encoded bodies and query strings are text anyway."""
+    if getattr(serializers.CharField.to_internal_value, "strict_strings", False):
+        return
+    lenient = serializers.CharField.to_internal_value
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return lenient(self, data)
+
+    to_internal_value.strict_strings = True
+    serializers.CharField.to_internal_value = to_internal_value

@@ -110,5 +110,6 @@ class QuotaViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
         with atomic():
             row = self.locked_object()
             row = services.set_quota(row.queue, row.flavor, d.get("guarantee", row.guarantee), d.get("quota", row.quota),
-                                     d["limit"] if "limit" in d else row.limit, actor=request.user)
+                                     d["limit"] if "limit" in d else row.limit, actor=request.user,
+                                     changed=set(d))
         return self.with_etag(Response(QuotaSerializer(row).data), row)
