@@ -41,7 +41,8 @@ def check_flavor(flavor: str, queue_id: int | None = None, field: str = "flavor"
     """A quota's flavor must be a GPU model some node has, or its guarantee and quota must be 0 (set up ahead
     of nodes that have not joined yet). Not checked while the cluster has no nodes at all (being set up),
     nor for a flavor the queue already has a quota row for (its nodes may have left). Reported on `field`,
-    so a typo ("nope") reads "unknown flavor", not a sum rule of the tree."""
+    so a typo ("nope") reads "unknown flavor", not a sum rule of the tree. A MIG resource
+    "<flavor>/mig-<profile>" is known when its GPU model is (its instances are checked by the root rule)."""
     from .models import Node
 
     if not flavor:
@@ -50,7 +51,7 @@ def check_flavor(flavor: str, queue_id: int | None = None, field: str = "flavor"
     if not positive:
         return {}
     known = set(Node.objects.values_list("flavor", flat=True).distinct())
-    if not known or flavor in known or \
+    if not known or flavor in known or flavor.partition("/mig-")[0] in known or \
             (queue_id is not None and Quota.objects.filter(queue_id=queue_id, flavor=flavor).exists()):
         return {}
     return {field: f"unknown flavor {flavor!r}: no node has it (the cluster's GPU flavors: {', '.join(sorted(known))}); "
