@@ -482,6 +482,7 @@ class SlurmBackend:
         out = {"created": [], "drained_here": [], "drained_in_slurm": [], "resumed": [], "readied": []}
         for sn in self.cli.nodes():
             node = Node.objects.filter(name=sn.name).first()
+            created = node is None
             if node is None:
                 node = register_node(sn.name, flavor=self.flavor, gpus=[{"index": i} for i in range(sn.gpus)],
                                      cpu_milli=sn.cpus * 1000, memory_mib=sn.memory_mib, executor="slurm",
@@ -496,9 +497,11 @@ class SlurmBackend:
                 node.health_reason = THEIRS
             elif boot_failed:
                 continue
-            if not sn.down and (node.last_heartbeat is None or (now - node.last_heartbeat).total_seconds() >= 5):
+            if not sn.down and (created or node.last_heartbeat is None or (now - node.last_heartbeat).total_seconds() >= 5):
                 # Slurm answers for its node's liveness: the platform's missed-heartbeat detector stays quiet while
-                # Slurm has it up, and marks it not_ready when Slurm has it down (no heartbeat any more)
+                # Slurm has it up, and marks it not_ready when Slurm has it down (no heartbeat any more). A node just
+                # created is stamped with the round's time too (register_node stamps the wall clock, which a round
+                # given an explicit `now` -- tests, a replay -- must not be compared with)
                 was_not_ready = node.state == Node.State.NOT_READY
                 node = record_heartbeat(sn.name, gpus=[], at=now)
                 if was_not_ready and node.state != Node.State.NOT_READY and node.health_reason.startswith(THEIRS) \
