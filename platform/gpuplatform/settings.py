@@ -278,6 +278,9 @@ SLURM_START_TIMEOUT = float(os.environ.get("SLURM_START_TIMEOUT", "120"))
 SLURM_JOBCOMP_FILE = os.environ.get("SLURM_JOBCOMP_FILE", "")
 SLURM_GPU_FLAVOR = os.environ.get("SLURM_GPU_FLAVOR", "GPU")
 SLURM_POLL_SECONDS = float(os.environ.get("SLURM_POLL_SECONDS", "1"))
+# SLURM_TOPOLOGY_CONF: the Slurm cluster's topology.conf (or topology.yaml); the backend's node sync imports it
+# into the domain tree (clusterspec.importers.topology, services.apply_topology). "" = no import.
+SLURM_TOPOLOGY_CONF = os.environ.get("SLURM_TOPOLOGY_CONF", "")
 # GPU telemetry and the GPU-hour ledger (docs/telemetry.md, DESIGN section 14)
 TELEMETRY_SECONDS = float(os.environ.get("TELEMETRY_SECONDS", "10"))  # agent sample period
 TELEMETRY_RAW_HOURS = float(os.environ.get("TELEMETRY_RAW_HOURS", "6"))  # raw samples kept this long

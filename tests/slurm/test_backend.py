@@ -5,6 +5,7 @@ are written here as the real launcher writes them (tests/slurm/test_script.py ru
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from datetime import datetime, timedelta, timezone as tz
 
 import pytest
@@ -178,6 +179,58 @@ def test_node_fail_requeues_the_gang_whole_without_using_a_restart(slurm, submit
     assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
 
 
+def test_slurm_preempted_requeues_the_gang_whole_like_a_platform_preemption(slurm, submit):
+    fake, backend = slurm
+    job = submit("pre", tasks=2, gpus=1)
+    bind(job, ("gpn1", (0,)), ("gpn2", (0,)))
+    backend.sync(at(1))
+    jid = fake.only(f"gpp-{job.pk}-a0")
+    fake.set_state(jid, "RUNNING")
+    backend.sync(at(2))
+    fake.set_state(jid, "PREEMPTED", reason="None")
+    backend.sync(at(3))
+    job.refresh_from_db()
+    assert job.state == "pending" and job.attempts == 1 and job.restarts == 0
+    assert job.not_before is None or job.not_before <= at(3)  # a preemption: no backoff
+    ev = Event.objects.filter(job=job, kind="preempted").get()
+    assert "PREEMPTED" in ev.message and jid in ev.message
+    assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
+    assert set(Node.objects.filter(name__in=["gpn1", "gpn2"]).values_list("state", flat=True)) == {"ready"}
+    # the next attempt is a new Slurm job, submitted once
+    bind(job, ("gpn1", (0,)), ("gpn2", (0,)))
+    backend.sync(at(4))
+    assert fake.only(f"gpp-{job.pk}-a1") != jid
+
+
+def test_slurm_boot_fail_requeues_the_gang_and_holds_the_node_not_ready_with_slurms_reason(slurm, submit):
+    fake, backend = slurm
+    job = submit("bf", tasks=2, gpus=1)
+    bind(job, ("gpn1", (0,)), ("gpn2", (0,)))
+    backend.sync(at(1))
+    jid = fake.only(f"gpp-{job.pk}-a0")
+    fake.set_state(jid, "RUNNING", nodes=["gpn1", "gpn2"])
+    fake.jobs[jid]["nodes"] = "gpn2"  # Slurm's node list of the failed job: the node that did not boot
+    fake.jobs[jid].update(job_state="BOOT_FAIL", state_reason="NodeDown")
+    backend.sync(at(2))
+    job.refresh_from_db()
+    assert job.state == "pending" and job.attempts == 1 and job.restarts == 0
+    assert "BOOT_FAIL" in Event.objects.get(job=job, kind="node_failed").message
+    gpn1, gpn2 = Node.objects.get(name="gpn1"), Node.objects.get(name="gpn2")
+    assert gpn1.state == "ready"
+    assert gpn2.state == "not_ready" and gpn2.health_reason == f"Slurm: BOOT_FAIL job {jid}, NodeDown"
+    assert Event.objects.filter(kind="node_not_ready", node=gpn2).exists()
+    backend.sync(at(10))  # Slurm still shows it up: the hold stays (no heartbeat readies it)
+    assert Node.objects.get(name="gpn2").state == "not_ready"
+    fake.nodes["gpn2"].update(state="down", reason="boot failure")
+    backend.sync(at(20))
+    gpn2 = Node.objects.get(name="gpn2")
+    assert gpn2.state == "not_ready" and gpn2.health_reason == "Slurm: boot failure"
+    fake.nodes["gpn2"].update(state="idle", reason="")
+    backend.sync(at(30))  # back in service in Slurm: ready here
+    gpn2 = Node.objects.get(name="gpn2")
+    assert gpn2.state == "ready" and gpn2.health_reason == ""
+
+
 def test_slurm_timeout_ends_the_job_as_a_time_limit(slurm, submit):
     fake, backend = slurm
     job = submit("tl", tasks=1, gpus=1, time_limit_seconds=60)
@@ -306,3 +359,40 @@ def test_slurm_answers_for_its_nodes_liveness(slurm):
     backend.sync_nodes(at(16))
     assert Node.objects.get(name="gpn1").last_heartbeat == at(16)
     assert Node.objects.get(name="gpn2").last_heartbeat == at(10)  # down in Slurm: no heartbeat
+
+
+TOPOLOGY = Path(__file__).parent / "topology.conf"
+
+
+def test_the_clusters_topology_conf_becomes_the_domain_tree(slurm, tmp_path):
+    from gpuplatform.models import Domain
+
+    fake, _ = slurm
+    conf = tmp_path / "topology.conf"
+    conf.write_text(TOPOLOGY.read_text())
+    backend = SlurmBackend(SlurmCLI(fake, partition="gpuplatform"), output_dir=str(tmp_path / "out"),
+                           mode="placement", start_timeout=60, jobcomp_file="", flavor="H100",
+                           topology_conf=str(conf))
+    out = backend.sync_nodes(at(1))
+    assert "re-attach node gpn1: - -> leaf1" in out["topology"]
+    doms = {d.name: d for d in Domain.objects.filter(name__in=["leaf1", "leaf2", "spine"]).select_related("parent")}
+    assert {n: (d.tier, d.parent.name if d.parent else None) for n, d in doms.items()} == \
+        {"leaf1": (2, "spine"), "leaf2": (2, "spine"), "spine": (3, None)}
+    assert dict(Node.objects.filter(name__startswith="gpn").values_list("name", "domain__name")) == \
+        {"gpn1": "leaf1", "gpn2": "leaf2"}  # gpn9 (another partition) skipped
+    assert Event.objects.filter(kind="topology_applied").count() == 1
+    assert backend.sync_nodes(at(2))["topology"] == []  # unchanged file: nothing applied again
+    assert Event.objects.filter(kind="topology_applied").count() == 1
+    # Slurm's admin moves gpn2 under leaf1: the next round follows
+    conf.write_text(TOPOLOGY.read_text().replace("Nodes=gpn1", "Nodes=gpn[1-2]").replace("Nodes=gpn[2,9]", "Nodes=gpn9"))
+    assert "re-attach node gpn2: leaf2 -> leaf1" in backend.sync_nodes(at(3))["topology"]
+    assert Node.objects.get(name="gpn2").domain.name == "leaf1"
+    # a malformed file changes nothing and is reported once
+    conf.write_text("SwitchName=leaf1 Nodes=gpn1\nSwitchName=leaf1 Nodes=gpn2\n")
+    backend.sync_nodes(at(4))
+    backend.sync_nodes(at(5))
+    refused = Event.objects.filter(kind="slurm_topology_refused")
+    assert refused.count() == 1 and "topology.conf" in refused.get().message
+    assert Node.objects.get(name="gpn2").domain.name == "leaf1"
+    # the round itself goes on: nodes still synced (heartbeat recorded)
+    assert Node.objects.get(name="gpn1").last_heartbeat == at(5)

@@ -7,7 +7,8 @@ jobs: the database holds each gang's Slurm job id, Slurm holds the jobs, named g
 1. Nodes (`sync_nodes`, after squeue is read): every node of the partition (sinfo --json) is a platform node with executor
    "slurm" (created on first sight with its GPUs) that heartbeats while Slurm has it up; a node drained or down in Slurm is drained here with
    Slurm's reason; a node cordoned or drained here is drained in Slurm (`scontrol update ... state=drain
-   reason="gpuplatform: ..."`) and resumed there when it is ready here again.
+   reason="gpuplatform: ..."`) and resumed there when it is ready here again. The cluster's topology file
+   (SLURM_TOPOLOGY_CONF) becomes the domain tree through the topology importer (`sync_topology`).
 2. Gangs: the same assignments the node agents read (execution.node_assignments, per Slurm node) grouped by
    job. A gang whose tasks should run and that has no Slurm job for this attempt is submitted (script.py);
    one Slurm has not started within SLURM_START_TIMEOUT is cancelled and requeued with Slurm's reason; one
@@ -16,7 +17,8 @@ jobs: the database holds each gang's Slurm job id, Slurm holds the jobs, named g
    execution.append_log): a task's launcher started -> "started"; its exit file -> "exited" (code or
    signal); new output -> log chunks (64 KiB per task per round); the Slurm job ended with tasks left
    unreported -> by Slurm's state: TIMEOUT ends the job as a time limit, NODE_FAIL requeues the gang whole,
-   OUT_OF_MEMORY is "host out of memory", CANCELLED after our kill is SIGKILL, anything else is "lost" with
+   PREEMPTED requeues it whole as a preemption (no restart used), BOOT_FAIL requeues it whole and holds its
+   nodes not ready with Slurm's reason until Slurm has had them out of service and back, OUT_OF_MEMORY is "host out of memory", CANCELLED after our kill is SIGKILL, anything else is "lost" with
    Slurm's state and reason.
 4. Stops: a gang whose assignments say "stop" gets `scancel --signal=TERM` (its tasks) at once and
    `scancel --full --signal=KILL` + `scancel` at its stop deadline (Slurm's process tracking removes every
@@ -42,7 +44,7 @@ from ..execution.assignments import nodes_assignments
 from ..lifecycle import requeue_job
 from ..models import Allocation, Gpu, Job, Node, Task, TaskLog
 from ..scheduling.evict import REQUEUE_STOPS
-from .cli import SlurmCLI, SlurmError, SlurmJob, parse_jobcomp
+from .cli import SlurmCLI, SlurmError, SlurmJob, expand_hostlist, parse_jobcomp
 from .script import GangTask, ShapeError, build_job, job_name, parse_job_name
 
 __all__ = ["SlurmBackend", "RoundStats", "NEVER_STARTED"]
@@ -54,6 +56,7 @@ LOG_CHUNK = 65536
 SBATCH_REFUSALS = 3  # failed sbatch calls for one attempt before its gang fails
 OURS = "gpuplatform: "  # the reason prefix of a drain the platform asked Slurm for
 THEIRS = "Slurm: "  # the health_reason prefix of a drain Slurm asked the platform for
+BOOT_FAIL = "Slurm: BOOT_FAIL "  # the health_reason of a node held not ready after a job's BOOT_FAIL
 
 
 @dataclass
@@ -73,11 +76,15 @@ class RoundStats:
 class SlurmBackend:
     """One Slurm cluster's executor. cli: a SlurmCLI; output_dir: the shared directory for launchers and
     per-task output (default SLURM_OUTPUT_DIR); mode: "placement" or "admission" (default SLURM_MODE);
-    start_timeout: seconds (default SLURM_START_TIMEOUT); jobcomp_file: path (default SLURM_JOBCOMP_FILE)."""
+    start_timeout: seconds (default SLURM_START_TIMEOUT); jobcomp_file: path (default SLURM_JOBCOMP_FILE);
+    topology_conf: the cluster's topology.conf / topology.yaml (default SLURM_TOPOLOGY_CONF; "" = none)."""
 
     def __init__(self, cli: SlurmCLI, *, output_dir: str | None = None, mode: str | None = None,
-                 start_timeout: float | None = None, jobcomp_file: str | None = None, flavor: str | None = None):
+                 start_timeout: float | None = None, jobcomp_file: str | None = None, flavor: str | None = None,
+                 topology_conf: str | None = None):
         self.cli = cli
+        self.topology_conf = settings.SLURM_TOPOLOGY_CONF if topology_conf is None else topology_conf
+        self._topology_refused = None  # the text of a topology file refused once (refused again silently)
         self.output_dir = Path(output_dir or settings.SLURM_OUTPUT_DIR)
         self.mode = mode or settings.SLURM_MODE
         if self.mode not in ("placement", "admission"):
@@ -421,6 +428,24 @@ class SlurmBackend:
                     # already stopping (the node's drain, synced first, evicted it): still say what Slurm saw
                     record_event("node_failed", why, job_id=job_id, time=now, data={"slurm_job_id": sid})
                 kw = {"message": f"Slurm job {sid} NODE_FAIL: node lost"}
+            elif state == "PREEMPTED":
+                # Slurm's own preemption (a higher-priority Slurm job, a QOS): the same as a preemption by the
+                # platform -- the gang is requeued whole, no restart used, no backoff
+                why = f"Slurm job {sid} PREEMPTED ({reason or 'no reason'}): the gang is requeued whole"
+                if not stop_job(job_id, at=now, target="requeue", kind="preempted", reason=why):
+                    record_event("preempted", why, job_id=job_id, time=now, data={"slurm_job_id": sid})
+                kw = {"message": f"Slurm job {sid} PREEMPTED"}
+            elif state == "BOOT_FAIL":
+                # a node of the allocation failed to boot: a node failure -- requeued whole like NODE_FAIL, and
+                # the nodes are not ready here with Slurm's reason (sync_nodes keeps them so, see there)
+                nodes = (sj.node_list if sj is not None and sj.node_list else
+                         expand_hostlist((comp or {}).get("NodeList", "")) or sorted({n.name for n, _ in tasks}))
+                why = (f"Slurm job {sid} BOOT_FAIL: node {','.join(nodes)} failed to boot ({reason or 'no reason'}); "
+                       "the gang is requeued whole")
+                if not stop_job(job_id, at=now, target="requeue", kind="node_failed", reason=why):
+                    record_event("node_failed", why, job_id=job_id, time=now, data={"slurm_job_id": sid})
+                self._boot_failed(nodes, f"{BOOT_FAIL}job {sid}" + (f", {reason}" if reason else ""), now)
+                kw = {"message": f"Slurm job {sid} BOOT_FAIL: node failed to boot"}
             elif state == "OUT_OF_MEMORY":
                 kw = {"message": f"host out of memory: Slurm job {sid} OUT_OF_MEMORY"}
             elif state == "CANCELLED" and record.get("kill_at"):
@@ -437,6 +462,18 @@ class SlurmBackend:
                 self._report(node, t, event, stats, **kw)
 
     # -- nodes -------------------------------------------------------------------------------------------------
+    def _boot_failed(self, names, reason: str, now) -> None:
+        """Nodes a Slurm job ended BOOT_FAIL on go not_ready here (node_states.transition, an Event) with
+        health_reason = `reason` ("Slurm: BOOT_FAIL ..."). They stay not ready -- no heartbeat from sync_nodes --
+        until Slurm has had them down or drained and then back in service (or an admin readies them)."""
+        from ..services import node_states
+
+        for node in Node.objects.filter(name__in=list(names), executor=Node.Executor.SLURM):
+            if node.state == Node.State.NOT_READY:
+                continue
+            if node_states.transition(node, Node.State.NOT_READY, reason=reason, at=now):
+                Node.objects.filter(pk=node.pk).update(health_reason=reason[:300], health_since=now)
+
     def sync_nodes(self, now: datetime) -> dict:
         """Slurm's nodes of the partition -> platform nodes (executor slurm), and drains both ways (module
         docstring). Returns {"created": [...], "drained_here": [...], "drained_in_slurm": [...], "resumed": [...]}."""
@@ -445,6 +482,7 @@ class SlurmBackend:
         out = {"created": [], "drained_here": [], "drained_in_slurm": [], "resumed": [], "readied": []}
         for sn in self.cli.nodes():
             node = Node.objects.filter(name=sn.name).first()
+            created = node is None
             if node is None:
                 node = register_node(sn.name, flavor=self.flavor, gpus=[{"index": i} for i in range(sn.gpus)],
                                      cpu_milli=sn.cpus * 1000, memory_mib=sn.memory_mib, executor="slurm",
@@ -452,10 +490,24 @@ class SlurmBackend:
                 out["created"].append(sn.name)
             elif node.executor != Node.Executor.SLURM:
                 continue  # a node of the partition the platform runs another way: left alone
-            if not sn.down and (node.last_heartbeat is None or (now - node.last_heartbeat).total_seconds() >= 5):
+            boot_failed = node.state == Node.State.NOT_READY and node.health_reason.startswith(BOOT_FAIL)
+            if boot_failed and (sn.down or sn.drained):  # Slurm took it out: its return to service readies it here
+                Node.objects.filter(pk=node.pk).update(
+                    health_reason=f"{THEIRS}{sn.reason or ('node down' if sn.down else 'drained')}"[:300])
+                node.health_reason = THEIRS
+            elif boot_failed:
+                continue
+            if not sn.down and (created or node.last_heartbeat is None or (now - node.last_heartbeat).total_seconds() >= 5):
                 # Slurm answers for its node's liveness: the platform's missed-heartbeat detector stays quiet while
-                # Slurm has it up, and marks it not_ready when Slurm has it down (no heartbeat any more)
+                # Slurm has it up, and marks it not_ready when Slurm has it down (no heartbeat any more). A node just
+                # created is stamped with the round's time too (register_node stamps the wall clock, which a round
+                # given an explicit `now` -- tests, a replay -- must not be compared with)
+                was_not_ready = node.state == Node.State.NOT_READY
                 node = record_heartbeat(sn.name, gpus=[], at=now)
+                if was_not_ready and node.state != Node.State.NOT_READY and node.health_reason.startswith(THEIRS) \
+                        and node.state == Node.State.READY:
+                    Node.objects.filter(pk=node.pk).update(health_reason="", health_since=None)
+                    node.health_reason = ""
             slurm_out = sn.drained or sn.down
             slurm_reason = sn.reason or ("node down" if sn.down else "drained")
             ours = slurm_reason.startswith(OURS.strip())
@@ -475,7 +527,43 @@ class SlurmBackend:
             elif node.state == Node.State.READY and sn.drained and ours:
                 self.cli.resume(sn.name)
                 out["resumed"].append(sn.name)
+        out["topology"] = self.sync_topology(now)
         return out
+
+    def sync_topology(self, now: datetime) -> list[str]:
+        """The Slurm cluster's own topology file (`topology_conf`: topology.conf, tree or block plugin; a
+        name ending .yaml/.yml is Slurm 24's topology.yaml) -> the platform's domain tree, through the same
+        importer and service as `manage.py import_topology --format slurm-conf` (clusterspec.importers.topology,
+        services.apply_topology; nodes it names that the platform lacks -- other partitions -- are skipped,
+        domains it lacks are kept). Applied only when it would change something (one `topology_applied`
+        Event). Returns the applied plan's lines ([] when nothing changed). A file that cannot be read or is
+        malformed changes nothing: logged, one `slurm_topology_refused` Event per distinct content."""
+        if not self.topology_conf:
+            return []
+        from clusterspec.importers.errors import ImportFormatError
+        from clusterspec.importers.topology import parse_topology_file
+
+        from ..services import ValidationError, apply_topology, plan_topology
+
+        path = self.topology_conf
+        fmt = "slurm-yaml" if path.endswith((".yaml", ".yml")) else "slurm-conf"
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            spec = parse_topology_file(path, fmt)
+            plan = plan_topology(spec)
+            if not (plan.create or plan.retier or plan.move or plan.reattach):  # domains it lacks are kept
+                return []
+            plan = apply_topology(spec, skip_unknown_nodes=True)
+        except (OSError, ImportFormatError, ValidationError) as exc:
+            key = f"{type(exc).__name__}: {exc}"
+            if key != self._topology_refused:
+                self._topology_refused = key
+                log.warning("slurm: topology %s not applied: %s", path, exc)
+                record_event("slurm_topology_refused", f"Slurm topology {path} not applied: {exc}"[:500], time=now,
+                             data={"file": path, "error": str(exc)[:500]})
+            return []
+        self._topology_refused = None
+        return plan.lines()
 
 
 def _whole_chars(raw: bytes) -> bytes:
