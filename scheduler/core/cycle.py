@@ -65,7 +65,9 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
         tried = list(so_far.failed_order)
         early.append((*run_evictions(session, tried, so_far.reasons, taken=taken), {j.id for j in tried}))
 
-    allocation = allocate(session, pending, reservations, shares=result.fair_share, before_borrowers=before_borrowers)
+    memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
+    allocation = allocate(session, pending, reservations, shares=result.fair_share, before_borrowers=before_borrowers,
+                          memo=memo)
     result.bindings, result.pending = allocation.bindings, allocation.reasons
     t2 = time.perf_counter()
     evictions, decisions, tried = early[0] if early else ([], [], set())

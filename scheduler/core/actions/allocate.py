@@ -29,6 +29,8 @@ from ..session import Session
 from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement
 from .backfill import Reservations
 
+_UNSET = object()
+
 
 @dataclass(slots=True)
 class Allocation:
@@ -42,16 +44,17 @@ class Allocation:
 
 
 def allocate(session: Session, pending: list[JobInfo], reservations: Reservations, *,
-             shares: dict | None = None, before_borrowers=None) -> Allocation:
+             shares: dict | None = None, before_borrowers=None, memo: dict | None = None) -> Allocation:
     """Start what fits of `pending` (the snapshot's pending jobs) on the session's state, charging their
     queues. shares: queue -> flavor -> fair share in GPUs (plugins.fairshare.fair_shares), or None to
     order queues by their quota share. before_borrowers(allocation): called once, when every job within
     its queue's entitlement has been tried and the first job that would borrow comes next (the eviction
     phase runs there for the jobs that failed so far, so a borrower never takes the GPUs a within-quota
-    job could reclaim into: no start-then-preempt)."""
+    job could reclaim into: no start-then-preempt). memo: the engine cache's job memo
+    (EngineCache.job_memo: what is derived from each JobInfo alone, kept across cycles), or None."""
     out = Allocation()
-    order = _QueueOrder(session, shares)
-    admission = Admission(session, reservations)
+    admission = Admission(session, reservations, memo)
+    order = _QueueOrder(session, shares, admission.facts)
     rest, holders = [], []
     for job in sorted(pending, key=job_order_key):
         if job.not_before is not None and job.not_before > session.now:
@@ -100,8 +103,10 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
 class _QueueOrder:
     """The order of queues and of jobs inside a queue, for one cycle (module docstring)."""
 
-    def __init__(self, session: Session, shares: dict | None):
+    def __init__(self, session: Session, shares: dict | None, facts=None):
         self.session = session
+        self.facts = facts or Admission(session, None).facts  # job -> JobFacts entry
+        self._keys: dict = {}  # (queue, head's need, head's flavors) -> (QueueTree.version, queue_key)
         self.queues, self.config = session.queues, session.config
         self.shares = shares or {}
         self.offset = usage_offset(self.queues) if self.config.usage_half_life else None
@@ -142,15 +147,21 @@ class _QueueOrder:
             return (head.submit_time, str(head.id), q)
         flavors = self._flavors.get(head.id)
         if flavors is None:
-            flavors = self._flavors[head.id] = self.session.flavors(head)
+            flavors = self._flavors[head.id] = tuple(self.session.flavors(head))
         if not flavors:
             return (True, INF, q)
-        queues, need = self.queues, head.gpus_min
+        queues, need = self.queues, self.facts(head)[1]
+        # a function of the queue's and its chain's usage (QueueTree.version) and the head's need and flavors:
+        # most pops of a busy cycle follow a failed attempt, which charged nothing
+        ck = (q, need, flavors)
+        cached = self._keys.get(ck)
+        if cached is not None and cached[0] == queues.version:
+            return cached[1]
         within = any(queues.within_entitlement(q, f, need) for f in flavors)
         share = min(self.flavor_share(q, f) for f in flavors)
-        if self.shares:
-            return (not within, share, q)
-        return (not within, share / queues.weight(q), q)
+        key = (not within, share, q) if self.shares else (not within, share / queues.weight(q), q)
+        self._keys[ck] = (queues.version, key)
+        return key
 
 
 class Admission:
@@ -158,10 +169,34 @@ class Admission:
     borrow), static feasibility, then the session's search; a success is charged to the queue. Remembers
     for the cycle the queues' static limits and the shapes that failed for lack of room."""
 
-    def __init__(self, session: Session, reservations: Reservations):
+    def __init__(self, session: Session, reservations: Reservations | None, memo: dict | None = None):
         self.session, self.reservations = session, reservations
         self.failed_shapes: dict[tuple, PendingReason] = {}
         self._static_limits: dict[tuple, tuple] = {}
+        self.memo = {} if memo is None else memo  # EngineCache.job_memo, or this cycle's own
+        self._room: dict[tuple, tuple] = {}  # (queue, flavor, kind) -> (QueueTree.version, room, binding level)
+
+    def facts(self, job: JobInfo) -> list:
+        """The job's JobFacts entry: [job, gpus_min, tier cap, roles' shape key, flavor -> static feasibility
+        (capacity.never_fits)], derived from the frozen JobInfo alone, memoised by identity (`memo`)."""
+        entry = self.memo.get(id(job))
+        if entry is None or entry[0] is not job:
+            entry = [job, job.gpus_min, self.session.tier_cap(job),
+                     tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib, r.group_size,
+                            r.group_highest_tier, r.group_mode) for r in job.roles), {}]
+            self.memo[id(job)] = entry
+        return entry
+
+    def _headroom(self, queue: str, flavor: str, entitled: bool = False) -> tuple:
+        """QueueTree.headroom (entitled: entitlement_room), recomputed only after usage changed."""
+        queues = self.session.queues
+        key = (queue, flavor, entitled)
+        cached = self._room.get(key)
+        if cached is not None and cached[0] == queues.version:
+            return cached[1]
+        value = queues.entitlement_room(queue, flavor) if entitled else queues.headroom(queue, flavor)
+        self._room[key] = (queues.version, value)
+        return value
 
     def place(self, job: JobInfo, *, backfill_open: bool | None = None) -> Binding | PendingReason:
         """Start the job if it fits (Binding, applied and charged), else why not (PendingReason).
@@ -266,7 +301,8 @@ class Admission:
     def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None) -> Binding | PendingReason:
         session = self.session
         queues, config = session.queues, session.config
-        need = job.gpus_min
+        facts = self.facts(job)
+        need = facts[1]
         limits = self._static_limits.get((job.queue, flavor))
         if limits is None:  # the queues' limits do not change within a cycle
             limits = self._static_limits[(job.queue, flavor)] = queues.static_limit(job.queue, flavor)
@@ -274,26 +310,26 @@ class Admission:
         if need > limit:
             return PendingReason("never_fits_queue_limit",
                                  f"needs {need} {flavor} GPUs, above queue {limiter} limit of {int(limit)}", terminal=True)
-        cap = session.tier_cap(job)
-        never = session.capacity.never_fits(job, flavor, cap if config.topology else None)
+        cap = facts[2]
+        never = facts[4].get(flavor, _UNSET)
+        if never is _UNSET:
+            never = facts[4][flavor] = session.capacity.never_fits(job, flavor, cap if config.topology else None)
         if never is not None:
             return never
-        room, limiter = queues.headroom(job.queue, flavor)
+        room, limiter = self._headroom(job.queue, flavor)
         if need > room:
             used = queues.usage[limiter][flavor]
             return PendingReason("queue_limit", f"queue {limiter} limit: uses {used} of {int(used + room)} "
                                  f"{flavor} GPUs, job needs {need}")
         if not job.preemptible:  # it could never be reclaimed, so it may not borrow
-            within, level = queues.entitlement_room(job.queue, flavor)
+            within, level = self._headroom(job.queue, flavor, True)
             if need > within:
                 used = queues.usage[level][flavor]
                 return PendingReason("queue_limit", f"non-preemptible jobs run only within quota: queue {level} "
                                      f"uses {used} of its quota of {int(used + within)} {flavor} GPUs (its "
                                      f"entitlement, docs/quotas.md), job needs {need}")
             room = min(room, within)
-        shape = (flavor, cap, job.preferred_tier, backfill_open, job.numa,
-                 tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib, r.group_size,
-                        r.group_highest_tier, r.group_mode) for r in job.roles))
+        shape = (flavor, cap, job.preferred_tier, backfill_open, job.numa, facts[3])
         cached = self.failed_shapes.get(shape)
         if cached is not None:
             return cached
