@@ -89,7 +89,7 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     t3 = time.perf_counter()
     holds = session.holds
     result.metrics = cluster_metrics(state, held=sum(map(holds.gpus_held, holds.held)))
-    result.metrics["by_group"] = metrics_by_group(state)
+    result.metrics["by_group"] = metrics_by_group(state, result.metrics)
     result.metrics["pending_jobs"] = len(result.pending)
     result.metrics["running_jobs"] = sum(1 for j in snapshot.jobs if j.state != "pending") + len(result.bindings)
     result.metrics["grown_tasks"] = sum(len(b.tasks) for b in result.growths)

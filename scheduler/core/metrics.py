@@ -82,16 +82,18 @@ def cluster_metrics(state: ClusterState, nodes: Iterable[int] | None = None, *, 
     }
 
 
-def metrics_by_group(state: ClusterState) -> dict[str, dict]:
+def metrics_by_group(state: ClusterState, whole: dict | None = None) -> dict[str, dict]:
     """{"<flavor> x<GPUs per node>": {flavor, node_gpus, nodes, free_nodes, schedulable_gpus, free_gpus,
     largest_runnable (top tier, GPUs), fragmentation_rate}} for each GPU flavor and node size present. A node
-    is free when all its healthy GPUs are free (and it has some)."""
+    is free when all its healthy GPUs are free (and it has some). whole: cluster_metrics(state) when the
+    caller has it: a group of every node (one flavor, one node size) takes its figures instead of a second
+    pass (the figures used here do not depend on `held`)."""
     groups: dict[tuple[str, int], list[int]] = {}
     for k, node in enumerate(state.nodes):
         groups.setdefault((node.flavor, node.gpus), []).append(k)
     out: dict[str, dict] = {}
     for (flavor, size), members in sorted(groups.items()):
-        m = cluster_metrics(state, members)
+        m = whole if whole is not None and len(groups) == 1 else cluster_metrics(state, members)
         free_nodes = sum(1 for k in members if state.healthy_gpus[k] > 0 and len(state.free[k]) == state.healthy_gpus[k])
         out[f"{flavor} x{size}"] = {
             "flavor": flavor, "node_gpus": size, "nodes": len(members), "free_nodes": free_nodes,

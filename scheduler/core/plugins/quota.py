@@ -47,20 +47,31 @@ class QueueTree:
         self._entitled: dict[tuple[str, str], float] = {}
         self._kids: dict[str | None, list[str]] | None = None
         self.held: dict = {}  # pending job id -> (queue, flavor -> GPUs) charged for its hold
-        running: set[tuple[str, int]] = set()
+        self._snapshot = snapshot
+        self._running_gpus: set[tuple[str, int]] | None = None  # (node, GPU) of running jobs, built on first use
+        # running jobs' GPUs summed per (queue, flavor) first, then charged once each (the same usage as a
+        # charge per task, without walking every queue chain once per task)
+        totals: dict[tuple[str, str], int] = {}
         for job in snapshot.jobs:
-            if job.state == "pending" or not self.known(job.queue):
-                continue
-            if job.state != "running":
-                continue  # being evicted: its GPUs are promised to the holder (charged below)
+            if job.state != "running" or not self.known(job.queue):
+                continue  # pending, or being evicted: its GPUs are promised to the holder (charged below)
             for t in job.placement:
-                running.update((t.node, g) for g in t.gpus)
                 if t.gpus:
-                    self.charge(job.queue, node_flavor.get(t.node, ""), len(t.gpus))
-        self._running_gpus = running
+                    key = (job.queue, node_flavor.get(t.node, ""))
+                    totals[key] = totals.get(key, 0) + len(t.gpus)
+        for (queue, flavor), gpus in totals.items():
+            self.charge(queue, flavor, gpus)
         for job in snapshot.jobs:
             if job.state == "pending" and job.reserved and self.known(job.queue):
                 self.charge_hold(job.id, job.queue, job.reserved)
+
+    def running_gpus(self) -> set[tuple[str, int]]:
+        """(node, GPU index) of every job running at snapshot time (known queues; not those being evicted)."""
+        if self._running_gpus is None:
+            self._running_gpus = {(t.node, g) for job in self._snapshot.jobs
+                                  if job.state == "running" and self.known(job.queue)
+                                  for t in job.placement for g in t.gpus}
+        return self._running_gpus
 
     def charge_hold(self, job_id, queue: str, tasks, *, all_gpus: bool = False) -> None:
         """Charge GPUs held for a pending job to its queue: those of `tasks` (TaskPlacements) that no job
@@ -69,7 +80,7 @@ class QueueTree:
         Replaces any hold charged for the job before."""
         self.drop_hold(job_id)
         per_flavor: dict[str, int] = defaultdict(int)
-        running = () if all_gpus else self._running_gpus
+        running = () if all_gpus else self.running_gpus()
         for t in tasks:
             free = sum(1 for g in t.gpus if (t.node, g) not in running)
             if free:
