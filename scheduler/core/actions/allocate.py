@@ -175,6 +175,8 @@ class Admission:
         self._static_limits: dict[tuple, tuple] = {}
         self.memo = {} if memo is None else memo  # EngineCache.job_memo, or this cycle's own
         self._room: dict[tuple, tuple] = {}  # (queue, flavor, kind) -> (QueueTree.version, room, binding level)
+        self._refused: dict[tuple, tuple] = {}  # (shape id, flavors) -> (QueueTree.version, PendingReason)
+        self._searched = False  # whether the current place() reached a search (or a failed shape)
 
     def facts(self, job: JobInfo) -> list:
         """The job's JobFacts entry: [job, gpus_min, tier cap, roles' shape key, flavor -> static feasibility
@@ -214,6 +216,16 @@ class Admission:
             avoided = self._place_avoiding(job, flavors, backfill_open)
             if avoided is not None:
                 return avoided
+            key = None
+        else:
+            # A refusal decided before any search (the queue's limits, static feasibility) depends on the
+            # job's shape and the queues' usage alone: a job of the same shape refused at the same
+            # QueueTree.version gets the same answer (in a busy cycle, most jobs of a queue at its limit)
+            key = (self._shape_id(job), flavors[0] if len(flavors) == 1 else tuple(flavors))
+            cached = self._refused.get(key)
+            if cached is not None and cached[0] == session.queues.version:
+                return cached[1]
+        self._searched = False
         reasons: list[PendingReason] = []
         for flavor in flavors:
             outcome = self._place_flavor(job, flavor, backfill_open)
@@ -221,7 +233,20 @@ class Admission:
                 return outcome
             reasons.append(outcome)
         live = [r for r in reasons if not r.terminal]
-        return live[0] if live else reasons[0]
+        outcome = live[0] if live else reasons[0]
+        if key is not None and not self._searched:
+            self._refused[key] = (session.queues.version, outcome)
+        return outcome
+
+    def _shape_id(self, job: JobInfo) -> int:
+        """A small number per (queue, roles, numa, preemptible, tier cap, preferred tier): everything
+        _place_flavor reads of the job before its search; kept in the job's JobFacts entry."""
+        facts = self.facts(job)
+        if len(facts) == 5:
+            key = (job.queue, job.roles, job.numa, job.preemptible, facts[2], job.preferred_tier)
+            ids = self.memo.setdefault("shape ids", {})
+            facts.append(ids.setdefault(key, len(ids)))
+        return facts[5]
 
     def _place_avoiding(self, job: JobInfo, flavors, backfill_open: bool | None) -> Binding | None:
         """Try the job with the free GPUs of its avoid_nodes held out of the pool (a hold of the session,
@@ -330,6 +355,7 @@ class Admission:
                                      f"entitlement, docs/quotas.md), job needs {need}")
             room = min(room, within)
         shape = (flavor, cap, job.preferred_tier, backfill_open, job.numa, facts[3])
+        self._searched = True
         cached = self.failed_shapes.get(shape)
         if cached is not None:
             return cached
