@@ -78,25 +78,36 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
         jobs.sort(key=order.job_key, reverse=True)  # pop() from the end = next job
         heap.append((order.queue_key(q, jobs[-1]), q))
     heapq.heapify(heap)
-    attempt, place = reservations.attempt, admission.place
+    attempt, place, waiting = reservations.attempt, admission.place, reservations.waiting
+    queue_key, share = order.queue_key, order.share
+    failed, reasons = out.failed_order, out.reasons
+    heappop, heappush = heapq.heappop, heapq.heappush
     while heap:
-        key, q = heapq.heappop(heap)
+        key, q = heappop(heap)
+        jobs = by_queue[q]
         if before_borrowers is not None and key[0] is True:  # (borrows?, share, queue): the borrowers begin
             before_borrowers(out)
             before_borrowers = None
-            if by_queue[q] and order.queue_key(q, by_queue[q][-1]) != key:  # the evictions moved usage
-                heapq.heappush(heap, (order.queue_key(q, by_queue[q][-1]), q))
+            if jobs and queue_key(q, jobs[-1]) != key:  # the evictions moved usage
+                heappush(heap, (queue_key(q, jobs[-1]), q))
                 continue
-        job = by_queue[q].pop()
-        before = order.share(q)
-        outcome = attempt(job, place)
-        if isinstance(outcome, Binding):
-            out.bindings.append(replace(outcome, share_before=before, share_after=order.share(q)))
-        else:
-            out.failed_order.append(job)
-            out.reasons[job.id] = reservations.waiting(job, outcome)
-        if by_queue[q]:
-            heapq.heappush(heap, (order.queue_key(q, by_queue[q][-1]), q))
+        while True:
+            job = jobs.pop()
+            before = share(q)
+            outcome = attempt(job, place)
+            if isinstance(outcome, Binding):
+                out.bindings.append(replace(outcome, share_before=before, share_after=share(q)))
+            else:
+                failed.append(job)
+                reasons[job.id] = waiting(job, outcome)
+            if not jobs:
+                break
+            key = queue_key(q, jobs[-1])
+            # pushing (key, q) back would pop it again at once when it is still the least entry: go on with
+            # the queue's next job without the round trip (the same order); the borrowers' turn goes through it
+            if (heap and heap[0] < (key, q)) or (before_borrowers is not None and key[0] is True):
+                heappush(heap, (key, q))
+                break
     return out
 
 
