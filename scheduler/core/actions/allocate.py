@@ -54,8 +54,9 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     (EngineCache.job_memo: what is derived from each JobInfo alone, kept across cycles), or None."""
     out = Allocation()
     admission = Admission(session, reservations, memo)
-    order = _QueueOrder(session, shares, admission.facts)
+    order = _QueueOrder(session, shares, admission)
     rest, holders = [], []
+    held = session.queues.held  # pending job id -> hold charged at snapshot time
     for job in sorted(pending, key=job_order_key):
         if job.not_before is not None and job.not_before > session.now:
             session.queues.drop_hold(job.id)
@@ -64,7 +65,8 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
         elif job.reserved and _reservation_valid(session, job):
             holders.append(job)
         else:
-            session.queues.drop_hold(job.id)  # charged at snapshot time (QueueTree); the hold is not kept
+            if held:
+                session.queues.drop_hold(job.id)  # charged at snapshot time (QueueTree); the hold is not kept
             rest.append(job)
     for job in holders:  # every hold first, so no holder's attempt elsewhere takes another's GPUs
         session.holds.hold(job.id, job.reserved)
@@ -75,7 +77,10 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
         by_queue[job.queue].append(job)
     heap = []
     for q, jobs in by_queue.items():
-        jobs.sort(key=order.job_key, reverse=True)  # pop() from the end = next job
+        if session.config.fair_share:  # job_key is job_order_key: `rest` is in that order already
+            jobs.reverse()  # pop() from the end = next job (keys end with the job id: no ties)
+        else:
+            jobs.sort(key=order.job_key, reverse=True)
         heap.append((order.queue_key(q, jobs[-1]), q))
     heapq.heapify(heap)
     attempt, place, waiting = reservations.attempt, admission.place, reservations.waiting
@@ -114,15 +119,14 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
 class _QueueOrder:
     """The order of queues and of jobs inside a queue, for one cycle (module docstring)."""
 
-    def __init__(self, session: Session, shares: dict | None, facts=None):
+    def __init__(self, session: Session, shares: dict | None, admission: Admission | None = None):
         self.session = session
-        self.facts = facts or Admission(session, None).facts  # job -> JobFacts entry
-        self._keys: dict = {}  # (queue, head's need, head's flavors) -> (QueueTree.version, queue_key)
+        self.admission = admission or Admission(session, None)  # its facts and flavors (memoised)
+        self._keys: dict = {}  # head's shape id (and flavors) -> (QueueTree.version, queue_key)
         self.queues, self.config = session.queues, session.config
         self.shares = shares or {}
         self.offset = usage_offset(self.queues) if self.config.usage_half_life else None
         self._shares_at: dict[str, tuple[int, float]] = {}  # queue -> (QueueTree.version, share)
-        self._flavors: dict = {}  # job id -> the flavors it may run on
 
     def job_key(self, job: JobInfo) -> tuple:
         return job_order_key(job) if self.config.fair_share else (job.submit_time, str(job.id))
@@ -156,15 +160,15 @@ class _QueueOrder:
         """(whether the head job would borrow, its flavor's share, the queue); plain FIFO: (submit, id, queue)."""
         if not self.config.fair_share:  # plain FIFO across queues
             return (head.submit_time, str(head.id), q)
-        flavors = self._flavors.get(head.id)
-        if flavors is None:
-            flavors = self._flavors[head.id] = tuple(self.session.flavors(head))
+        facts = self.admission.facts(head)
+        flavors = facts[6] if facts[6] is not None else self.admission.flavors(head)
         if not flavors:
             return (True, INF, q)
-        queues, need = self.queues, self.facts(head)[1]
-        # a function of the queue's and its chain's usage (QueueTree.version) and the head's need and flavors:
-        # most pops of a busy cycle follow a failed attempt, which charged nothing
-        ck = (q, need, flavors)
+        queues, need = self.queues, facts[1]
+        # a function of the queue's and its chain's usage (QueueTree.version) and the head's need and flavors
+        # (its shape id: its queue and roles; with several flavors, their order too): most pops of a busy
+        # cycle follow a failed attempt, which charged nothing
+        ck = facts[5] if facts[6] is not None else (facts[5], flavors)
         cached = self._keys.get(ck)
         if cached is not None and cached[0] == queues.version:
             return cached[1]
@@ -188,17 +192,37 @@ class Admission:
         self._room: dict[tuple, tuple] = {}  # (queue, flavor, kind) -> (QueueTree.version, room, binding level)
         self._refused: dict[tuple, tuple] = {}  # (shape id, flavors) -> (QueueTree.version, PendingReason)
         self._searched = False  # whether the current place() reached a search (or a failed shape)
+        self._flavors: dict = {}  # job id -> its flavors this cycle (clusters of several flavors)
 
     def facts(self, job: JobInfo) -> list:
-        """The job's JobFacts entry: [job, gpus_min, tier cap, roles' shape key, flavor -> static feasibility
-        (capacity.never_fits)], derived from the frozen JobInfo alone, memoised by identity (`memo`)."""
+        """The job's JobFacts entry, derived from the frozen JobInfo alone and memoised by identity (`memo`):
+        [job, gpus_min, tier cap, roles' shape key, flavor -> static feasibility (capacity.never_fits),
+        shape id (`_shape_id`), the flavors it may run on when the cluster has one flavor (Session.flavors;
+        None with several: their order follows the free GPUs)]."""
         entry = self.memo.get(id(job))
         if entry is None or entry[0] is not job:
-            entry = [job, job.gpus_min, self.session.tier_cap(job),
+            session = self.session
+            cap = session.tier_cap(job)
+            key = (job.queue, job.roles, job.numa, job.preemptible, cap, job.preferred_tier)
+            ids = self.memo.setdefault("shape ids", {})
+            entry = [job, job.gpus_min, cap,
                      tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib, r.group_size,
-                            r.group_highest_tier, r.group_mode) for r in job.roles), {}]
+                            r.group_highest_tier, r.group_mode) for r in job.roles), {},
+                     ids.setdefault(key, len(ids)),
+                     tuple(session.flavors(job)) if len(session.state.flavors) == 1 else None]
             self.memo[id(job)] = entry
         return entry
+
+    def flavors(self, job: JobInfo) -> tuple:
+        """Session.flavors(job) as a tuple: the memoised one on a one-flavor cluster, else as first asked
+        this cycle (the queue order's view; `place` asks again at its attempt)."""
+        single = self.facts(job)[6]
+        if single is not None:
+            return single
+        flavors = self._flavors.get(job.id)
+        if flavors is None:
+            flavors = self._flavors[job.id] = tuple(self.session.flavors(job))
+        return flavors
 
     def _headroom(self, queue: str, flavor: str, entitled: bool = False) -> tuple:
         """QueueTree.headroom (entitled: entitlement_room), recomputed only after usage changed."""
@@ -220,7 +244,8 @@ class Admission:
             return PendingReason("unknown_queue", f"queue {job.queue} does not exist", terminal=True)
         if not job.roles:
             return PendingReason("invalid", "job has no roles", terminal=True)
-        flavors = session.flavors(job)
+        facts = self.facts(job)
+        flavors = facts[6] if facts[6] is not None else tuple(session.flavors(job))  # most free first, now
         if not flavors:
             return self._place_mixed(job)
         if job.avoid_nodes:
@@ -232,7 +257,7 @@ class Admission:
             # A refusal decided before any search (the queue's limits, static feasibility) depends on the
             # job's shape and the queues' usage alone: a job of the same shape refused at the same
             # QueueTree.version gets the same answer (in a busy cycle, most jobs of a queue at its limit)
-            key = (self._shape_id(job), flavors[0] if len(flavors) == 1 else tuple(flavors))
+            key = facts[5] if facts[6] is not None else (facts[5], flavors)
             cached = self._refused.get(key)
             if cached is not None and cached[0] == session.queues.version:
                 return cached[1]
@@ -251,13 +276,8 @@ class Admission:
 
     def _shape_id(self, job: JobInfo) -> int:
         """A small number per (queue, roles, numa, preemptible, tier cap, preferred tier): everything
-        _place_flavor reads of the job before its search; kept in the job's JobFacts entry."""
-        facts = self.facts(job)
-        if len(facts) == 5:
-            key = (job.queue, job.roles, job.numa, job.preemptible, facts[2], job.preferred_tier)
-            ids = self.memo.setdefault("shape ids", {})
-            facts.append(ids.setdefault(key, len(ids)))
-        return facts[5]
+        _place_flavor reads of the job before its search (JobFacts entry)."""
+        return self.facts(job)[5]
 
     def _place_avoiding(self, job: JobInfo, flavors, backfill_open: bool | None) -> Binding | None:
         """Try the job with the free GPUs of its avoid_nodes held out of the pool (a hold of the session,
