@@ -17,6 +17,7 @@ shape fail without a search: the cluster only gets fuller here.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -204,11 +205,14 @@ class Admission:
             session = self.session
             cap = session.tier_cap(job)
             key = (job.queue, job.roles, job.numa, job.preemptible, cap, job.preferred_tier)
-            ids = self.memo.setdefault("shape ids", {})
+            ids = self.memo.get("shape ids")
+            if ids is None:
+                ids = self.memo.setdefault("shape ids", ({}, itertools.count()))
             entry = [job, job.gpus_min, cap,
                      tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib, r.group_size,
                             r.group_highest_tier, r.group_mode) for r in job.roles), {},
-                     ids.setdefault(key, len(ids)),
+                     # numbers from a counter: two shapes never share one, even from two threads
+                     ids[0].setdefault(key, next(ids[1])),
                      tuple(session.flavors(job)) if len(session.state.flavors) == 1 else None]
             self.memo[id(job)] = entry
         return entry
