@@ -33,46 +33,26 @@ def cluster_metrics(state: ClusterState, nodes: Iterable[int] | None = None, *, 
     dom_free = [0] * n_dom
     dom_healthy = [0] * n_dom
     schedulable = free_total = 0
-    all_nodes, healthy_gpus, free, node_chain = state.nodes, state.healthy_gpus, state.free, tree.node_chain
-    # each node is counted at the lowest domain of its chain, then every domain's figures are carried up to
-    # its parent, children first (the sums and maxima over the nodes below each domain, as a walk of every
-    # node's whole chain gives them, in fewer steps)
+    all_nodes = state.nodes
     for k in (range(len(all_nodes)) if nodes is None else nodes):
-        healthy = healthy_gpus[k]
-        f = len(free[k])
+        node = all_nodes[k]
+        healthy = state.healthy_gpus[k]
+        f = len(state.free[k])
         schedulable += healthy
         free_total += f
-        chain = node_chain[k]
-        if not chain:
-            continue
-        d = chain[0]
-        dom_free[d] += f
-        dom_healthy[d] += healthy
-        if f > block[d]:
-            block[d] = f
-        if healthy > 0 and f == healthy:
-            key = (d, all_nodes[k].flavor)
-            whole[key] = whole.get(key, 0) + f
-    by_domain: dict[int, dict[str, int]] = {}
-    for (d, flavor), v in whole.items():
-        by_domain.setdefault(d, {})[flavor] = v
-    parent = tree.parent
-    for d in _upward(tree):
-        p = parent[d]
-        if p < 0:
-            continue
-        dom_free[p] += dom_free[d]
-        dom_healthy[p] += dom_healthy[d]
-        if block[d] > block[p]:
-            block[p] = block[d]
-        mine = by_domain.get(d)
-        if mine:
-            theirs = by_domain.setdefault(p, {})
-            for flavor, v in mine.items():
-                theirs[flavor] = theirs.get(flavor, 0) + v
+        is_whole = healthy > 0 and f == healthy
+        for d in tree.node_chain[k]:
+            dom_free[d] += f
+            dom_healthy[d] += healthy
+            if f > block[d]:
+                block[d] = f
+            if is_whole:
+                key = (d, node.flavor)
+                whole[key] = whole.get(key, 0) + f
     best_whole = [0] * n_dom
-    for d, per_flavor in by_domain.items():
-        best_whole[d] = max(per_flavor.values())
+    for (d, _), v in whole.items():
+        if v > best_whole[d]:
+            best_whole[d] = v
     best_at_tier: dict[int, int] = {}
     for d in range(n_dom):
         value = max(block[d], best_whole[d])
@@ -100,26 +80,6 @@ def cluster_metrics(state: ClusterState, nodes: Iterable[int] | None = None, *, 
         "domain_completeness": complete / len(counted) if counted else 1.0,
         "top_tier": tree.top_tier,
     }
-
-
-_UPWARD: tuple = (None, [])  # (tree, its domains children first): the last tree seen, replaced whole
-
-
-def _upward(tree) -> list[int]:
-    """The tree's domain indices ordered children before parents (deepest first)."""
-    global _UPWARD
-    seen, order = _UPWARD
-    if seen is tree:
-        return order
-    depth = []
-    for d in range(len(tree.names)):
-        n, p = 0, tree.parent[d]
-        while p >= 0:
-            n, p = n + 1, tree.parent[p]
-        depth.append(n)
-    order = sorted(range(len(tree.names)), key=lambda d: -depth[d])
-    _UPWARD = (tree, order)
-    return order
 
 
 def metrics_by_group(state: ClusterState, whole: dict | None = None) -> dict[str, dict]:
