@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv install test test-fast demo demo-local bench bench-full browser
+.PHONY: help venv install test test-fast demo demo-local bench bench-full bench-peers browser
 
 help:
 	@echo "make demo   - venv + install, migrate a SQLite DB, load the Philly cluster, users per team,"
@@ -15,6 +15,7 @@ help:
 	@echo "make test   - venv + install, run the test suite (pytest)"
 	@echo "make bench  - every benchmark in quick mode (benchmarks/run.py --quick, under 3 minutes)"
 	@echo "make bench-full - every benchmark with the settings of benchmarks/RESULTS.md (long)"
+	@echo "make bench-peers - Helios, Slurm and FGD side by side (PEERS_ARGS=--full; skips a peer that is missing)"
 	@echo "make browser - Debian's Chromium for the browser tests (apt-get, only when /usr/bin/chromium is missing)"
 	@echo "Variables: DEMO_ARGS='--speed 1200 --port 8001', DEMO_DB=sqlite:///path.sqlite3"
 
@@ -59,6 +60,12 @@ bench: install $(BENCH_STAMP)
 
 bench-full: install $(BENCH_STAMP)
 	$(PY) benchmarks/run.py --full
+
+# Peers side by side (Helios, Slurm, FGD; benchmarks/peers/run.py): each says what it needs (Debian
+# packages, fetched sources, PEERS_WORK) and is skipped with that message when it is missing.
+PEERS_ARGS ?=
+bench-peers: install
+	$(PY) benchmarks/peers/run.py $(PEERS_ARGS)
 
 # Browser tests (tests/frontend/test_browser.py, marker `browser`) drive the system's Chromium through
 # Playwright's Python package (the dev extra); `playwright install` is never used. .ci/run calls this.

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Helios QSSF-service simulator (S-Lab-System-Group/HeliosArtifact, SC '21) vs our replay on one Philly slice.
 
-    .venv/bin/python ../shared/peers/helios_vs_ours.py            # 0.5 day of arrivals from trace day 30, durations capped at 6 h (~15 s)
-    .venv/bin/python ../shared/peers/helios_vs_ours.py --full     # 2 days of arrivals, durations capped at 24 h
+    .venv/bin/python benchmarks/peers/helios_vs_ours.py            # 0.5 day of arrivals from trace day 30, durations capped at 6 h (~15 s)
+    .venv/bin/python benchmarks/peers/helios_vs_ours.py --full     # 2 days of arrivals, durations capped at 24 h
     options: --start DAYS --days DAYS --max-hours H --policies fifo,sjf,srtf
 
 Setup (pure Python, runs with the product venv's pandas):
-    python3 ../shared/peers/extract_git.py <mirror of S-Lab-System-Group/HeliosArtifact> $PEERS_WORK/helios-artifact
+    python3 benchmarks/peers/extract_git.py <mirror of S-Lab-System-Group/HeliosArtifact> $PEERS_WORK/helios-artifact
 
 The common input: our importer's Philly trace (load_philly_trace, compress 1.0) for [start, start+days)
 replay days, restricted to the 11 VCs of philly_vc.csv (Helios' own VC node counts x --vc-scale, default 0.25 ->
@@ -144,6 +144,10 @@ def main() -> None:
         jct = "-" if r["mean_jct_s"] is None else f"{r['mean_jct_s'] / 3600:.2f} h"
         print(f"| {k} | {r['jobs']} | {r['mean_queue_s'] / 60:.1f} min | {r['p99_queue_s'] / 3600:.2f} h | {jct} | "
               f"{r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['jobs'] / r['wall_s']:.0f} |")
+    for pol in args.policies.split(","):  # issue 16's target: ours partitioned <= 0.5 x Helios, CPU
+        if f"helios_{pol}" in rows:
+            print(f"CPU ratio ours_partitioned / helios_{pol}: "
+                  f"{rows['ours_partitioned']['cpu_s'] / rows[f'helios_{pol}']['cpu_s']:.2f}")
 
 
 if __name__ == "__main__":
