@@ -85,7 +85,7 @@ class EngineCache:
     to every `run_cycle` of that engine; `builds` counts the ClusterStatic objects it built (1 while the
     cluster's shape never changes)."""
 
-    __slots__ = ("_domains", "_nodes", "_static", "_start", "_feasibility", "lock", "builds", "_jobs", "_jobs_key")
+    __slots__ = ("_domains", "_nodes", "_static", "_start", "_feasibility", "lock", "builds", "_jobs", "_jobs_key", "_books")
 
     def __init__(self) -> None:
         self._domains: tuple | None = None
@@ -97,6 +97,7 @@ class EngineCache:
         self.builds = 0
         self._jobs: dict = {}  # job_memo's table
         self._jobs_key = None  # (ClusterStatic, CycleConfig) the table was filled for
+        self._books: tuple = (None, {})  # (ClusterStatic, node set -> metrics.MetricsBook)
 
     def static_for(self, snapshot: Snapshot) -> ClusterStatic:
         """The ClusterStatic of the snapshot's cluster: the one kept when its shape is the last one seen
@@ -139,6 +140,17 @@ class EngineCache:
             jobs = self._jobs = {}
             self._jobs_key = key
         return jobs
+
+    def metrics_book(self, static: ClusterStatic, nodes, build: Callable[[], T]) -> T:
+        """metrics.MetricsBook of the node set `nodes` (a tuple of node indices, None = all) for `static`:
+        kept while the shape is unchanged, built by `build()` when missing. Caller holds `lock`."""
+        if self._books[0] is not static:
+            self._books = (static, {})
+        books = self._books[1]
+        book = books.get(nodes)
+        if book is None:
+            book = books[nodes] = build()
+        return book
 
     def feasibility(self, static: ClusterStatic, build: Callable[[], T]) -> T:
         """plugins.feasibility's tables for `static`: built once by `build()` and kept while the shape is

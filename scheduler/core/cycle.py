@@ -88,8 +88,8 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     result.estimated_start = reservations.estimated_start
     t3 = time.perf_counter()
     holds = session.holds
-    result.metrics = cluster_metrics(state, held=sum(map(holds.gpus_held, holds.held)))
-    result.metrics["by_group"] = metrics_by_group(state, result.metrics)
+    result.metrics = cluster_metrics(state, held=sum(map(holds.gpus_held, holds.held)), cache=cache)
+    result.metrics["by_group"] = metrics_by_group(state, result.metrics, cache=cache)
     result.metrics["pending_jobs"] = len(result.pending)
     result.metrics["running_jobs"] = sum(1 for j in snapshot.jobs if j.state != "pending") + len(result.bindings)
     result.metrics["grown_tasks"] = sum(len(b.tasks) for b in result.growths)
