@@ -113,6 +113,7 @@ class MetricsBook:
         self.lowest = frozenset(tree.by_tier[tree.tier_levels[0]])
         self.counted = 0  # lowest-tier domains with healthy GPUs
         self.complete = 0  # of those, all free or all used
+        self.free_nodes = 0  # members whose healthy GPUs (some) are all free, as of the last `metrics`
 
     def _flags(self, d: int) -> tuple[bool, bool]:
         healthy = self.dom_healthy[d]
@@ -131,8 +132,10 @@ class MetricsBook:
         for i in changed:
             k = index[i]
             of, oh, nf, nh = old_free[i], old_healthy[i], frees[i], healthies[i]
-            old_pool = of if of >= 0 and oh > 0 and of == oh else 0
-            new_pool = nf if nh > 0 and nf == nh else 0
+            was_free, is_free = of >= 0 and oh > 0 and of == oh, nh > 0 and nf == nh
+            self.free_nodes += is_free - was_free
+            old_pool = of if was_free else 0
+            new_pool = nf if is_free else 0
             flavor = all_nodes[k].flavor
             for d in chains[k]:
                 if d in lowest and d not in touched:
@@ -197,16 +200,35 @@ def metrics_by_group(state: ClusterState, whole: dict | None = None, *, cache=No
     is free when all its healthy GPUs are free (and it has some). whole: cluster_metrics(state) when the
     caller has it: a group of every node (one flavor, one node size) takes its figures instead of a second
     pass (the figures used here do not depend on `held`). cache: as cluster_metrics'."""
-    groups: dict[tuple[str, int], list[int]] = {}
-    for k, node in enumerate(state.nodes):
-        groups.setdefault((node.flavor, node.gpus), []).append(k)
+    if cache is not None:  # the groups follow from the cluster's shape: kept with its metrics books
+        with cache.lock:
+            groups = cache.metrics_book(state.static, "groups", lambda: _groups(state))
+    else:
+        groups = _groups(state)
     out: dict[str, dict] = {}
-    for (flavor, size), members in sorted(groups.items()):
-        m = whole if whole is not None and len(groups) == 1 else cluster_metrics(state, members, cache=cache)
-        free_nodes = sum(1 for k in members if state.healthy_gpus[k] > 0 and len(state.free[k]) == state.healthy_gpus[k])
+    for (flavor, size), members in groups:
+        if cache is None:
+            m = whole if whole is not None and len(groups) == 1 else cluster_metrics(state, members)
+            free_nodes = sum(1 for k in members
+                             if state.healthy_gpus[k] > 0 and len(state.free[k]) == state.healthy_gpus[k])
+        else:
+            with cache.lock:
+                key = None if whole is not None and len(groups) == 1 else members
+                book = cache.metrics_book(state.static, key, lambda: MetricsBook(state, key))
+                figures = book.metrics(state, 0)  # brings free_nodes up to date (nothing to do after cluster_metrics)
+                m = whole if key is None else figures
+                free_nodes = book.free_nodes
         out[f"{flavor} x{size}"] = {
             "flavor": flavor, "node_gpus": size, "nodes": len(members), "free_nodes": free_nodes,
             "schedulable_gpus": m["schedulable_gpus"], "free_gpus": m["free_gpus"],
             "largest_runnable": m["largest_runnable"].get(m["top_tier"], 0),
             "fragmentation_rate": m["fragmentation_rate"]}
     return out
+
+
+def _groups(state: ClusterState) -> list[tuple[tuple[str, int], tuple[int, ...]]]:
+    """((flavor, GPUs per node), node indices) per node group, sorted by flavor then size."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for k, node in enumerate(state.nodes):
+        groups.setdefault((node.flavor, node.gpus), []).append(k)
+    return [(g, tuple(members)) for g, members in sorted(groups.items())]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from clusterspec.importers import load_cluster
+from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec
 from scheduler.core.cache import EngineCache
 from scheduler.core.metrics import cluster_metrics, metrics_by_group
 from scheduler.core.state import ClusterState
@@ -32,3 +33,24 @@ def test_metrics_book_matches_the_full_walk():
         seen_partial |= 0 < got["domain_completeness"] < 1
     assert seen_partial  # the random states exercised partly complete domains
     assert len(metrics_by_group(state)) > 1  # and several node groups
+
+
+def test_one_group_reuses_the_cluster_figures_and_counts_free_nodes():
+    """A cluster of one node group: metrics_by_group takes the cluster's figures and still counts its free
+    nodes right with the cache, although cluster_metrics did not fill the cache first."""
+    nodes = tuple(NodeSpec(f"n{k}", "A100", 8, domain=f"leaf{k // 2}") for k in range(6))
+    domains = (DomainSpec("spine", 3), *(DomainSpec(f"leaf{i}", 2, "spine") for i in range(3)))
+    cluster = ClusterSpec("one-group", nodes, domains, (QueueSpec("q"),))
+    snapshot = SimState(cluster, queue_infos(cluster)).snapshot(0.0)
+    cache = EngineCache()
+    state = ClusterState(snapshot, cache.static_for(snapshot))
+    for k in (0, 3, 4):
+        state.free[k] = state.free[k][:3]
+    whole = cluster_metrics(state)
+    expected = metrics_by_group(state, whole)
+    assert list(expected) == ["A100 x8"] and expected["A100 x8"]["free_nodes"] == 3
+    assert metrics_by_group(state, whole, cache=cache) == expected
+    state.free[1] = []
+    expected = metrics_by_group(state, cluster_metrics(state))
+    assert expected["A100 x8"]["free_nodes"] == 2
+    assert metrics_by_group(state, cluster_metrics(state, cache=cache), cache=cache) == expected
