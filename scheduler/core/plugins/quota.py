@@ -48,7 +48,7 @@ class QueueTree:
         self._kids: dict[str | None, list[str]] | None = None
         self.held: dict = {}  # pending job id -> (queue, flavor -> GPUs) charged for its hold
         self._snapshot = snapshot
-        self._running_gpus: set[tuple[str, int]] | None = None  # (node, GPU) of running jobs, built on first use
+        self._running_on: dict[str, set[int]] = {}  # node -> GPUs of running jobs there, for the nodes asked
         # running jobs' GPUs summed per (queue, flavor) first, then charged once each (the same usage as a
         # charge per task, without walking every queue chain once per task)
         totals: dict[tuple[str, str], int] = {}
@@ -61,17 +61,26 @@ class QueueTree:
                     totals[key] = totals.get(key, 0) + len(t.gpus)
         for (queue, flavor), gpus in totals.items():
             self.charge(queue, flavor, gpus)
-        for job in snapshot.jobs:
-            if job.state == "pending" and job.reserved and self.known(job.queue):
-                self.charge_hold(job.id, job.queue, job.reserved)
+        holders = [job for job in snapshot.jobs if job.state == "pending" and job.reserved and self.known(job.queue)]
+        if holders:
+            self.running_on({t.node for job in holders for t in job.reserved})  # one pass for them all
+        for job in holders:
+            self.charge_hold(job.id, job.queue, job.reserved)
 
-    def running_gpus(self) -> set[tuple[str, int]]:
-        """(node, GPU index) of every job running at snapshot time (known queues; not those being evicted)."""
-        if self._running_gpus is None:
-            self._running_gpus = {(t.node, g) for job in self._snapshot.jobs
-                                  if job.state == "running" and self.known(job.queue)
-                                  for t in job.placement for g in t.gpus}
-        return self._running_gpus
+    def running_on(self, nodes) -> dict[str, set[int]]:
+        """node -> GPU indices of jobs running there at snapshot time (known queues; not those being
+        evicted), filled for `nodes` (one pass over the snapshot's jobs for those not asked before)."""
+        known = self._running_on
+        missing = {n for n in nodes if n not in known}
+        if missing:
+            found: dict[str, set[int]] = {n: set() for n in missing}
+            for job in self._snapshot.jobs:
+                if job.state == "running" and self.known(job.queue):
+                    for t in job.placement:
+                        if t.node in missing:
+                            found[t.node].update(t.gpus)
+            known.update(found)
+        return known
 
     def charge_hold(self, job_id, queue: str, tasks, *, all_gpus: bool = False) -> None:
         """Charge GPUs held for a pending job to its queue: those of `tasks` (TaskPlacements) that no job
@@ -80,9 +89,10 @@ class QueueTree:
         Replaces any hold charged for the job before."""
         self.drop_hold(job_id)
         per_flavor: dict[str, int] = defaultdict(int)
-        running = () if all_gpus else self.running_gpus()
+        running = None if all_gpus else self.running_on({t.node for t in tasks})
         for t in tasks:
-            free = sum(1 for g in t.gpus if (t.node, g) not in running)
+            busy = running[t.node] if running is not None else ()
+            free = sum(1 for g in t.gpus if g not in busy)
             if free:
                 per_flavor[self._node_flavor.get(t.node, "")] += free
         for flavor, gpus in per_flavor.items():
