@@ -29,7 +29,6 @@ if __name__ == "__main__":
 from clusterspec.importers import load_cluster, load_trace  # noqa: E402
 from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob  # noqa: E402
 from scheduler.core import CycleConfig, run_cycle  # noqa: E402
-from scheduler.sim.digest import replay_digest  # noqa: E402
 
 VC_NODES = ROOT / "data" / "philly" / "philly_vc_nodes.csv"
 
@@ -62,6 +61,7 @@ def helios_slice(days: float, *, borrow: bool, start: float = 30.0, max_hours: f
 
 def run(name: str, engine=None):
     """(digest, report, cycles) of one named replay."""
+    from scheduler.sim.digest import replay_digest  # here: helios_slice is also loaded by path into older trees
     if name.startswith("helios"):
         cluster, trace = helios_slice(0.1, borrow=name.endswith("borrow"), start=30.4)
         return replay_digest(cluster, trace, engine=engine, config=CycleConfig(), cycle_interval=1.0, fairness=False)
