@@ -191,8 +191,8 @@ class Admission:
         self._static_limits: dict[tuple, tuple] = {}
         self.memo = {} if memo is None else memo  # EngineCache.job_memo, or this cycle's own
         self._room: dict[tuple, tuple] = {}  # (queue, flavor, kind) -> (QueueTree.version, room, binding level)
-        self._refused: dict[tuple, tuple] = {}  # (shape id, flavors) -> (QueueTree.version, PendingReason)
-        self._searched = False  # whether the current place() reached a search (or a failed shape)
+        self._refused: dict[tuple, tuple] = {}  # (shape id, [flavors,] backfill_open) -> (version, PendingReason)
+        self._searched = False  # whether the current place() ran a search
         self._flavors: dict = {}  # job id -> its flavors this cycle (clusters of several flavors)
 
     def facts(self, job: JobInfo) -> list:
@@ -258,10 +258,11 @@ class Admission:
                 return avoided
             key = None
         else:
-            # A refusal decided before any search (the queue's limits, static feasibility) depends on the
-            # job's shape and the queues' usage alone: a job of the same shape refused at the same
+            # A refusal decided without a search (the queue's limits, static feasibility, or a shape that
+            # already failed this cycle: failed_shapes only grows) depends on the job's shape, the
+            # backfill window and the queues' usage alone: a job of the same shape refused at the same
             # QueueTree.version gets the same answer (in a busy cycle, most jobs of a queue at its limit)
-            key = facts[5] if facts[6] is not None else (facts[5], flavors)
+            key = (facts[5], backfill_open) if facts[6] is not None else (facts[5], flavors, backfill_open)
             cached = self._refused.get(key)
             if cached is not None and cached[0] == session.queues.version:
                 return cached[1]
@@ -390,10 +391,10 @@ class Admission:
                                      f"entitlement, docs/quotas.md), job needs {need}")
             room = min(room, within)
         shape = (flavor, cap, job.preferred_tier, backfill_open, job.numa, facts[3])
-        self._searched = True
         cached = self.failed_shapes.get(shape)
         if cached is not None:
             return cached
+        self._searched = True
         outcome = session.search(job, flavor, cap=cap, need=need, room=room)  # room >= need here
         if isinstance(outcome, PendingReason):
             until = self.reservations.until
