@@ -18,7 +18,7 @@ help:
 	@echo "make test-fast - the tests that need no PostgreSQL / Redis / agents and are not slow"
 	@echo "make bench  - every benchmark in quick mode (benchmarks/run.py --quick, under 3 minutes)"
 	@echo "make bench-full - every benchmark with the settings of benchmarks/RESULTS.md (long)"
-	@echo "make bench-peers - the peers side by side on the same input (benchmarks/peers/; set-up: ../shared/peers/README.md)"
+	@echo "make bench-peers - Helios, Slurm and FGD side by side (PEERS_ARGS=--full; skips a peer that is missing)"
 	@echo "make browser - Debian's Chromium for the browser tests (apt-get, only when /usr/bin/chromium is missing)"
 	@echo "make slurm  - Debian's munge slurmctld slurmd slurm-client (apt-get, only when one is missing)"
 	@echo "make demo-slurm - the product over a private local Slurm of two nodes (needs root and make slurm)"
@@ -75,11 +75,14 @@ bench: install $(BENCH_STAMP)
 bench-full: install $(BENCH_STAMP)
 	$(PY) benchmarks/run.py --full
 
-# Peers side by side (benchmarks/peers/, set-up in ../shared/peers/README.md): Alibaba's FGD simulator on openb.
-# Needs $(PEERS_WORK)/fgd/bin/simon and pandas in the virtualenv; PEERS_ARGS="--full" for all 1,213 nodes.
+# Peers side by side (Helios, Slurm, FGD; benchmarks/peers/run.py, set-up in ../shared/peers/README.md): each
+# says what it needs (Debian packages, fetched sources, PEERS_WORK) and is skipped with that message when it is
+# missing. Helios's and FGD's input converters need pandas in the virtualenv. PEERS_ARGS="--full" for each
+# script's full input (all 1,213 openb nodes for FGD).
+PEERS_ARGS ?=
 bench-peers: install
 	$(PY) -c "import pandas" 2>/dev/null || $(PY) -m pip install -q pandas
-	$(PY) benchmarks/peers/fgd_vs_ours.py $(PEERS_ARGS)
+	$(PY) benchmarks/peers/run.py $(PEERS_ARGS)
 
 # Browser tests (tests/frontend/test_browser.py, marker `browser`) drive the system's Chromium through
 # Playwright's Python package (the dev extra); `playwright install` is never used. .ci/run calls this.

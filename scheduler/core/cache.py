@@ -85,7 +85,7 @@ class EngineCache:
     to every `run_cycle` of that engine; `builds` counts the ClusterStatic objects it built (1 while the
     cluster's shape never changes)."""
 
-    __slots__ = ("_domains", "_nodes", "_static", "_start", "_feasibility", "lock", "builds")
+    __slots__ = ("_domains", "_nodes", "_static", "_start", "_feasibility", "lock", "builds", "_jobs", "_jobs_key", "_books")
 
     def __init__(self) -> None:
         self._domains: tuple | None = None
@@ -95,6 +95,9 @@ class EngineCache:
         self._feasibility = None  # plugins.feasibility's tables, for _static
         self.lock = threading.Lock()  # held by state.ClusterState while it takes and keeps the capacity
         self.builds = 0
+        self._jobs: dict = {}  # job_memo's table
+        self._jobs_key = None  # (ClusterStatic, CycleConfig) the table was filled for
+        self._books: tuple = (None, {})  # (ClusterStatic, node set -> metrics.MetricsBook)
 
     def static_for(self, snapshot: Snapshot) -> ClusterStatic:
         """The ClusterStatic of the snapshot's cluster: the one kept when its shape is the last one seen
@@ -122,6 +125,32 @@ class EngineCache:
         """Keep `start` (state._Start) as the free capacity of `static`'s latest snapshot. Caller holds `lock`."""
         if static is self._static:
             self._start = start
+
+    def job_memo(self, static: ClusterStatic, config, live: int) -> dict:
+        """id(job) -> [job, derived values...]: what the engine derives from a pending JobInfo alone for the
+        cluster shape `static` and `config` (its minimum GPUs, tier cap, shape key, static feasibility;
+        actions.allocate.JobFacts), kept across cycles because a caller that keeps its JobInfo objects (the
+        replay) passes the same frozen objects cycle after cycle. Entries hold their job, so an id is never
+        reused while its entry lives, and users check `entry[0] is job`. A new shape or config empties it;
+        so does growing past 2 x `live` + 1,000 entries (jobs that left)."""
+        key = (static, config)
+        jobs = self._jobs
+        if self._jobs_key is None or self._jobs_key[0] is not static or self._jobs_key[1] != config \
+                or len(jobs) > 2 * live + 1000:
+            jobs = self._jobs = {}
+            self._jobs_key = key
+        return jobs
+
+    def metrics_book(self, static: ClusterStatic, nodes, build: Callable[[], T]) -> T:
+        """metrics.MetricsBook of the node set `nodes` (a tuple of node indices, None = all) for `static`:
+        kept while the shape is unchanged, built by `build()` when missing. Caller holds `lock`."""
+        if self._books[0] is not static:
+            self._books = (static, {})
+        books = self._books[1]
+        book = books.get(nodes)
+        if book is None:
+            book = books[nodes] = build()
+        return book
 
     def feasibility(self, static: ClusterStatic, build: Callable[[], T]) -> T:
         """plugins.feasibility's tables for `static`: built once by `build()` and kept while the shape is

@@ -71,7 +71,9 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
         tried = list(so_far.failed_order)
         early.append((*run_evictions(session, tried, so_far.reasons, taken=taken), {j.id for j in tried}))
 
-    allocation = allocate(session, pending, reservations, shares=result.fair_share, before_borrowers=before_borrowers)
+    memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
+    allocation = allocate(session, pending, reservations, shares=result.fair_share, before_borrowers=before_borrowers,
+                          memo=memo)
     result.bindings, result.pending = allocation.bindings, allocation.reasons
     t2 = time.perf_counter()
     evictions, decisions, tried = early[0] if early else ([], [], set())
@@ -92,8 +94,8 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     result.estimated_start = reservations.estimated_start
     t3 = time.perf_counter()
     holds = session.holds
-    result.metrics = cluster_metrics(state, held=sum(map(holds.gpus_held, holds.held)))
-    result.metrics["by_group"] = metrics_by_group(state)
+    result.metrics = cluster_metrics(state, held=sum(map(holds.gpus_held, holds.held)), cache=cache)
+    result.metrics["by_group"] = metrics_by_group(state, result.metrics, cache=cache)
     result.metrics["pending_jobs"] = len(result.pending)
     result.metrics["running_jobs"] = sum(1 for j in snapshot.jobs if j.state != "pending") + len(result.bindings)
     result.metrics["grown_tasks"] = sum(len(b.tasks) for b in result.growths)

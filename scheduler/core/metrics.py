@@ -20,12 +20,20 @@ from typing import Iterable
 from .state import ClusterState
 
 
-def cluster_metrics(state: ClusterState, nodes: Iterable[int] | None = None, *, held: int = 0) -> dict:
+def cluster_metrics(state: ClusterState, nodes: Iterable[int] | None = None, *, held: int = 0,
+                    cache=None) -> dict:
     """The metrics of the state's free capacity. held: GPUs of the state taken by holds (Session.holds),
     not by jobs: counted as held_gpus, not allocated. Keys: schedulable_gpus, allocated_gpus, held_gpus,
     free_gpus, allocation_rate, largest_runnable {tier: GPUs}, fragmentation_rate, fragmentation_by_tier,
     domain_completeness, top_tier. `nodes` (node indices, in cluster order) restricts them to those nodes
-    (metrics_by_group)."""
+    (metrics_by_group). cache: the engine's EngineCache: the per-domain figures are kept there (MetricsBook)
+    and brought up to date from the nodes whose free or healthy GPU count changed since its last call for
+    the same node set, instead of a walk of every node's domain chain (the same figures)."""
+    if cache is not None:
+        key = None if nodes is None else tuple(nodes)
+        with cache.lock:
+            book = cache.metrics_book(state.static, key, lambda: MetricsBook(state, key))
+            return book.metrics(state, held)
     tree = state.tree
     n_dom = len(tree.names)
     whole: dict[tuple[int, str], int] = {}  # (domain, flavor) -> free GPUs of wholly free nodes below it
@@ -82,20 +90,145 @@ def cluster_metrics(state: ClusterState, nodes: Iterable[int] | None = None, *, 
     }
 
 
-def metrics_by_group(state: ClusterState) -> dict[str, dict]:
+class MetricsBook:
+    """cluster_metrics' per-domain figures for one node set of one cluster shape, kept between cycles and
+    updated node by node: per domain the free and healthy GPUs below it, how many nodes below it have each
+    free count (its largest free block is the largest count present), the free GPUs of its wholly free nodes
+    per flavor; per tier how many domains have each value max(block, best whole-node pool). Units: GPUs."""
+
+    def __init__(self, state: ClusterState, nodes: tuple[int, ...] | None):
+        tree = state.tree
+        n = len(tree.names)
+        self.index = tuple(range(len(state.nodes))) if nodes is None else nodes
+        self.free = [-1] * len(self.index)  # per member: free GPUs when last counted (-1: never)
+        self.healthy = [0] * len(self.index)
+        self.dom_free, self.dom_healthy = [0] * n, [0] * n
+        self.counts: list[dict[int, int]] = [{} for _ in range(n)]  # domain -> free count -> nodes below
+        self.whole: list[dict[str, int]] = [{} for _ in range(n)]  # domain -> flavor -> wholly free GPUs
+        self.value = [0] * n  # max(largest block, largest whole-node pool of one flavor)
+        self.tier_values: dict[int, dict[int, int]] = {}  # tier -> value -> domains with it
+        for d in range(n):
+            per = self.tier_values.setdefault(tree.tiers[d], {})
+            per[0] = per.get(0, 0) + 1
+        self.lowest = frozenset(tree.by_tier[tree.tier_levels[0]])
+        self.counted = 0  # lowest-tier domains with healthy GPUs
+        self.complete = 0  # of those, all free or all used
+        self.free_nodes = 0  # members whose healthy GPUs (some) are all free, as of the last `metrics`
+
+    def _flags(self, d: int) -> tuple[bool, bool]:
+        healthy = self.dom_healthy[d]
+        return healthy > 0, healthy > 0 and self.dom_free[d] in (0, healthy)
+
+    def metrics(self, state: ClusterState, held: int) -> dict:
+        tree = state.tree
+        index, free, healthy_gpus = self.index, state.free, state.healthy_gpus
+        frees = [len(free[k]) for k in index]
+        healthies = [healthy_gpus[k] for k in index]
+        old_free, old_healthy = self.free, self.healthy
+        changed = [i for i in range(len(index)) if frees[i] != old_free[i] or healthies[i] != old_healthy[i]]
+        touched: set[int] = set()
+        chains, all_nodes = tree.node_chain, state.nodes
+        counts, whole, dom_free, dom_healthy, lowest = self.counts, self.whole, self.dom_free, self.dom_healthy, self.lowest
+        for i in changed:
+            k = index[i]
+            of, oh, nf, nh = old_free[i], old_healthy[i], frees[i], healthies[i]
+            was_free, is_free = of >= 0 and oh > 0 and of == oh, nh > 0 and nf == nh
+            self.free_nodes += is_free - was_free
+            old_pool = of if was_free else 0
+            new_pool = nf if is_free else 0
+            flavor = all_nodes[k].flavor
+            for d in chains[k]:
+                if d in lowest and d not in touched:
+                    c, w = self._flags(d)
+                    self.counted -= c
+                    self.complete -= w
+                touched.add(d)
+                c = counts[d]
+                if of >= 0:
+                    if c[of] == 1:
+                        del c[of]
+                    else:
+                        c[of] -= 1
+                c[nf] = c.get(nf, 0) + 1
+                dom_free[d] += nf - max(of, 0)
+                dom_healthy[d] += nh - oh
+                if new_pool != old_pool:
+                    pools = whole[d]
+                    pools[flavor] = pools.get(flavor, 0) + new_pool - old_pool
+            old_free[i], old_healthy[i] = nf, nh
+        tiers, value, tier_values = tree.tiers, self.value, self.tier_values
+        for d in touched:
+            v = max(max(counts[d], default=0), max(whole[d].values(), default=0))
+            if v != value[d]:
+                per = tier_values[tiers[d]]
+                if per[value[d]] == 1:
+                    del per[value[d]]
+                else:
+                    per[value[d]] -= 1
+                per[v] = per.get(v, 0) + 1
+                value[d] = v
+            if d in lowest:
+                c, w = self._flags(d)
+                self.counted += c
+                self.complete += w
+        schedulable, free_total = sum(healthies), sum(frees)
+        largest: dict[int, int] = {}
+        running_max = 0
+        for t in tree.tier_levels:
+            per = tier_values.get(t)
+            running_max = max(running_max, max(per) if per else 0)
+            largest[t] = running_max
+        frag_by_tier = {t: (1 - v / free_total if free_total else 0.0) for t, v in largest.items()}
+        allocated = schedulable - free_total - held
+        return {
+            "schedulable_gpus": schedulable,
+            "allocated_gpus": allocated,
+            "held_gpus": held,
+            "free_gpus": free_total,
+            "allocation_rate": allocated / schedulable if schedulable else 0.0,
+            "largest_runnable": largest,
+            "fragmentation_rate": frag_by_tier[tree.top_tier],
+            "fragmentation_by_tier": frag_by_tier,
+            "domain_completeness": self.complete / self.counted if self.counted else 1.0,
+            "top_tier": tree.top_tier,
+        }
+
+
+def metrics_by_group(state: ClusterState, whole: dict | None = None, *, cache=None) -> dict[str, dict]:
     """{"<flavor> x<GPUs per node>": {flavor, node_gpus, nodes, free_nodes, schedulable_gpus, free_gpus,
     largest_runnable (top tier, GPUs), fragmentation_rate}} for each GPU flavor and node size present. A node
-    is free when all its healthy GPUs are free (and it has some)."""
-    groups: dict[tuple[str, int], list[int]] = {}
-    for k, node in enumerate(state.nodes):
-        groups.setdefault((node.flavor, node.gpus), []).append(k)
+    is free when all its healthy GPUs are free (and it has some). whole: cluster_metrics(state) when the
+    caller has it: a group of every node (one flavor, one node size) takes its figures instead of a second
+    pass (the figures used here do not depend on `held`). cache: as cluster_metrics'."""
+    if cache is not None:  # the groups follow from the cluster's shape: kept with its metrics books
+        with cache.lock:
+            groups = cache.metrics_book(state.static, "groups", lambda: _groups(state))
+    else:
+        groups = _groups(state)
     out: dict[str, dict] = {}
-    for (flavor, size), members in sorted(groups.items()):
-        m = cluster_metrics(state, members)
-        free_nodes = sum(1 for k in members if state.healthy_gpus[k] > 0 and len(state.free[k]) == state.healthy_gpus[k])
+    for (flavor, size), members in groups:
+        if cache is None:
+            m = whole if whole is not None and len(groups) == 1 else cluster_metrics(state, members)
+            free_nodes = sum(1 for k in members
+                             if state.healthy_gpus[k] > 0 and len(state.free[k]) == state.healthy_gpus[k])
+        else:
+            with cache.lock:
+                key = None if whole is not None and len(groups) == 1 else members
+                book = cache.metrics_book(state.static, key, lambda: MetricsBook(state, key))
+                figures = book.metrics(state, 0)  # brings free_nodes up to date (nothing to do after cluster_metrics)
+                m = whole if key is None else figures
+                free_nodes = book.free_nodes
         out[f"{flavor} x{size}"] = {
             "flavor": flavor, "node_gpus": size, "nodes": len(members), "free_nodes": free_nodes,
             "schedulable_gpus": m["schedulable_gpus"], "free_gpus": m["free_gpus"],
             "largest_runnable": m["largest_runnable"].get(m["top_tier"], 0),
             "fragmentation_rate": m["fragmentation_rate"]}
     return out
+
+
+def _groups(state: ClusterState) -> list[tuple[tuple[str, int], tuple[int, ...]]]:
+    """((flavor, GPUs per node), node indices) per node group, sorted by flavor then size."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for k, node in enumerate(state.nodes):
+        groups.setdefault((node.flavor, node.gpus), []).append(k)
+    return [(g, tuple(members)) for g, members in sorted(groups.items())]

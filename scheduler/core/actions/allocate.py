@@ -17,6 +17,7 @@ shape fail without a search: the cluster only gets fuller here.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -28,6 +29,8 @@ from ..plugins.quota import INF, job_order_key
 from ..session import Session
 from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement, utc_iso
 from .backfill import Reservations
+
+_UNSET = object()
 
 
 @dataclass(slots=True)
@@ -42,17 +45,19 @@ class Allocation:
 
 
 def allocate(session: Session, pending: list[JobInfo], reservations: Reservations, *,
-             shares: dict | None = None, before_borrowers=None) -> Allocation:
+             shares: dict | None = None, before_borrowers=None, memo: dict | None = None) -> Allocation:
     """Start what fits of `pending` (the snapshot's pending jobs) on the session's state, charging their
     queues. shares: queue -> flavor -> fair share in GPUs (plugins.fairshare.fair_shares), or None to
     order queues by their quota share. before_borrowers(allocation): called once, when every job within
     its queue's entitlement has been tried and the first job that would borrow comes next (the eviction
     phase runs there for the jobs that failed so far, so a borrower never takes the GPUs a within-quota
-    job could reclaim into: no start-then-preempt)."""
+    job could reclaim into: no start-then-preempt). memo: the engine cache's job memo
+    (EngineCache.job_memo: what is derived from each JobInfo alone, kept across cycles), or None."""
     out = Allocation()
-    order = _QueueOrder(session, shares)
-    admission = Admission(session, reservations)
+    admission = Admission(session, reservations, memo)
+    order = _QueueOrder(session, shares, admission)
     rest, holders = [], []
+    held = session.queues.held  # pending job id -> hold charged at snapshot time
     for job in sorted(pending, key=job_order_key):
         if job.not_before is not None and job.not_before > session.now:
             session.queues.drop_hold(job.id)
@@ -61,7 +66,8 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
         elif job.reserved and _reservation_valid(session, job):
             holders.append(job)
         else:
-            session.queues.drop_hold(job.id)  # charged at snapshot time (QueueTree); the hold is not kept
+            if held:
+                session.queues.drop_hold(job.id)  # charged at snapshot time (QueueTree); the hold is not kept
             rest.append(job)
     for job in holders:  # every hold first, so no holder's attempt elsewhere takes another's GPUs
         session.holds.hold(job.id, job.reserved)
@@ -72,41 +78,56 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
         by_queue[job.queue].append(job)
     heap = []
     for q, jobs in by_queue.items():
-        jobs.sort(key=order.job_key, reverse=True)  # pop() from the end = next job
+        if session.config.fair_share:  # job_key is job_order_key: `rest` is in that order already
+            jobs.reverse()  # pop() from the end = next job (keys end with the job id: no ties)
+        else:
+            jobs.sort(key=order.job_key, reverse=True)
         heap.append((order.queue_key(q, jobs[-1]), q))
     heapq.heapify(heap)
-    attempt, place = reservations.attempt, admission.place
+    attempt, place, waiting = reservations.attempt, admission.place, reservations.waiting
+    queue_key, share = order.queue_key, order.share
+    failed, reasons = out.failed_order, out.reasons
+    heappop, heappush = heapq.heappop, heapq.heappush
     while heap:
-        key, q = heapq.heappop(heap)
+        key, q = heappop(heap)
+        jobs = by_queue[q]
         if before_borrowers is not None and key[0] is True:  # (borrows?, share, queue): the borrowers begin
             before_borrowers(out)
             before_borrowers = None
-            if by_queue[q] and order.queue_key(q, by_queue[q][-1]) != key:  # the evictions moved usage
-                heapq.heappush(heap, (order.queue_key(q, by_queue[q][-1]), q))
+            if jobs and queue_key(q, jobs[-1]) != key:  # the evictions moved usage
+                heappush(heap, (queue_key(q, jobs[-1]), q))
                 continue
-        job = by_queue[q].pop()
-        before = order.share(q)
-        outcome = attempt(job, place)
-        if isinstance(outcome, Binding):
-            out.bindings.append(replace(outcome, share_before=before, share_after=order.share(q)))
-        else:
-            out.failed_order.append(job)
-            out.reasons[job.id] = reservations.waiting(job, outcome)
-        if by_queue[q]:
-            heapq.heappush(heap, (order.queue_key(q, by_queue[q][-1]), q))
+        while True:
+            job = jobs.pop()
+            before = share(q)
+            outcome = attempt(job, place)
+            if isinstance(outcome, Binding):
+                out.bindings.append(replace(outcome, share_before=before, share_after=share(q)))
+            else:
+                failed.append(job)
+                reasons[job.id] = waiting(job, outcome)
+            if not jobs:
+                break
+            key = queue_key(q, jobs[-1])
+            # pushing (key, q) back would pop it again at once when it is still the least entry: go on with
+            # the queue's next job without the round trip (the same order); the borrowers' turn goes through it
+            if (heap and heap[0] < (key, q)) or (before_borrowers is not None and key[0] is True):
+                heappush(heap, (key, q))
+                break
     return out
 
 
 class _QueueOrder:
     """The order of queues and of jobs inside a queue, for one cycle (module docstring)."""
 
-    def __init__(self, session: Session, shares: dict | None):
+    def __init__(self, session: Session, shares: dict | None, admission: Admission | None = None):
         self.session = session
+        self.admission = admission or Admission(session, None)  # its facts and flavors (memoised)
+        self._keys: dict = {}  # head's shape id (and flavors) -> (QueueTree.version, queue_key)
         self.queues, self.config = session.queues, session.config
         self.shares = shares or {}
         self.offset = usage_offset(self.queues) if self.config.usage_half_life else None
         self._shares_at: dict[str, tuple[int, float]] = {}  # queue -> (QueueTree.version, share)
-        self._flavors: dict = {}  # job id -> the flavors it may run on
 
     def job_key(self, job: JobInfo) -> tuple:
         return job_order_key(job) if self.config.fair_share else (job.submit_time, str(job.id))
@@ -140,17 +161,23 @@ class _QueueOrder:
         """(whether the head job would borrow, its flavor's share, the queue); plain FIFO: (submit, id, queue)."""
         if not self.config.fair_share:  # plain FIFO across queues
             return (head.submit_time, str(head.id), q)
-        flavors = self._flavors.get(head.id)
-        if flavors is None:
-            flavors = self._flavors[head.id] = self.session.flavors(head)
+        facts = self.admission.facts(head)
+        flavors = facts[6] if facts[6] is not None else self.admission.flavors(head)
         if not flavors:
             return (True, INF, q)
-        queues, need = self.queues, head.gpus_min
+        queues, need = self.queues, facts[1]
+        # a function of the queue's and its chain's usage (QueueTree.version) and the head's need and flavors
+        # (its shape id: its queue and roles; with several flavors, their order too): most pops of a busy
+        # cycle follow a failed attempt, which charged nothing
+        ck = facts[5] if facts[6] is not None else (facts[5], flavors)
+        cached = self._keys.get(ck)
+        if cached is not None and cached[0] == queues.version:
+            return cached[1]
         within = any(queues.within_entitlement(q, f, need) for f in flavors)
         share = min(self.flavor_share(q, f) for f in flavors)
-        if self.shares:
-            return (not within, share, q)
-        return (not within, share / queues.weight(q), q)
+        key = (not within, share, q) if self.shares else (not within, share / queues.weight(q), q)
+        self._keys[ck] = (queues.version, key)
+        return key
 
 
 class Admission:
@@ -158,10 +185,59 @@ class Admission:
     borrow), static feasibility, then the session's search; a success is charged to the queue. Remembers
     for the cycle the queues' static limits and the shapes that failed for lack of room."""
 
-    def __init__(self, session: Session, reservations: Reservations):
+    def __init__(self, session: Session, reservations: Reservations | None, memo: dict | None = None):
         self.session, self.reservations = session, reservations
         self.failed_shapes: dict[tuple, PendingReason] = {}
         self._static_limits: dict[tuple, tuple] = {}
+        self.memo = {} if memo is None else memo  # EngineCache.job_memo, or this cycle's own
+        self._room: dict[tuple, tuple] = {}  # (queue, flavor, kind) -> (QueueTree.version, room, binding level)
+        self._refused: dict[tuple, tuple] = {}  # (shape id, [flavors,] backfill_open) -> (version, PendingReason)
+        self._searched = False  # whether the current place() ran a search
+        self._flavors: dict = {}  # job id -> its flavors this cycle (clusters of several flavors)
+
+    def facts(self, job: JobInfo) -> list:
+        """The job's JobFacts entry, derived from the frozen JobInfo alone and memoised by identity (`memo`):
+        [job, gpus_min, tier cap, roles' shape key, flavor -> static feasibility (capacity.never_fits),
+        shape id (`_shape_id`), the flavors it may run on when the cluster has one flavor (Session.flavors;
+        None with several: their order follows the free GPUs)]."""
+        entry = self.memo.get(id(job))
+        if entry is None or entry[0] is not job:
+            session = self.session
+            cap = session.tier_cap(job)
+            key = (job.queue, job.roles, job.numa, job.preemptible, cap, job.preferred_tier)
+            ids = self.memo.get("shape ids")
+            if ids is None:
+                ids = self.memo.setdefault("shape ids", ({}, itertools.count()))
+            entry = [job, job.gpus_min, cap,
+                     tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib, r.group_size,
+                            r.group_highest_tier, r.group_mode) for r in job.roles), {},
+                     # numbers from a counter: two shapes never share one, even from two threads
+                     ids[0].setdefault(key, next(ids[1])),
+                     tuple(session.flavors(job)) if len(session.state.flavors) == 1 else None]
+            self.memo[id(job)] = entry
+        return entry
+
+    def flavors(self, job: JobInfo) -> tuple:
+        """Session.flavors(job) as a tuple: the memoised one on a one-flavor cluster, else as first asked
+        this cycle (the queue order's view; `place` asks again at its attempt)."""
+        single = self.facts(job)[6]
+        if single is not None:
+            return single
+        flavors = self._flavors.get(job.id)
+        if flavors is None:
+            flavors = self._flavors[job.id] = tuple(self.session.flavors(job))
+        return flavors
+
+    def _headroom(self, queue: str, flavor: str, entitled: bool = False) -> tuple:
+        """QueueTree.headroom (entitled: entitlement_room), recomputed only after usage changed."""
+        queues = self.session.queues
+        key = (queue, flavor, entitled)
+        cached = self._room.get(key)
+        if cached is not None and cached[0] == queues.version:
+            return cached[1]
+        value = queues.entitlement_room(queue, flavor) if entitled else queues.headroom(queue, flavor)
+        self._room[key] = (queues.version, value)
+        return value
 
     def place(self, job: JobInfo, *, backfill_open: bool | None = None) -> Binding | PendingReason:
         """Start the job if it fits (Binding, applied and charged), else why not (PendingReason).
@@ -172,13 +248,25 @@ class Admission:
             return PendingReason("unknown_queue", f"queue {job.queue} does not exist", terminal=True)
         if not job.roles:
             return PendingReason("invalid", "job has no roles", terminal=True)
-        flavors = session.flavors(job)
+        facts = self.facts(job)
+        flavors = facts[6] if facts[6] is not None else tuple(session.flavors(job))  # most free first, now
         if not flavors:
             return self._place_mixed(job)
         if job.avoid_nodes:
             avoided = self._place_avoiding(job, flavors, backfill_open)
             if avoided is not None:
                 return avoided
+            key = None
+        else:
+            # A refusal decided without a search (the queue's limits, static feasibility, or a shape that
+            # already failed this cycle: failed_shapes only grows) depends on the job's shape, the
+            # backfill window and the queues' usage alone: a job of the same shape refused at the same
+            # QueueTree.version gets the same answer (in a busy cycle, most jobs of a queue at its limit)
+            key = (facts[5], backfill_open) if facts[6] is not None else (facts[5], flavors, backfill_open)
+            cached = self._refused.get(key)
+            if cached is not None and cached[0] == session.queues.version:
+                return cached[1]
+        self._searched = False
         reasons: list[PendingReason] = []
         for flavor in flavors:
             outcome = self._place_flavor(job, flavor, backfill_open)
@@ -186,7 +274,15 @@ class Admission:
                 return outcome
             reasons.append(outcome)
         live = [r for r in reasons if not r.terminal]
-        return live[0] if live else reasons[0]
+        outcome = live[0] if live else reasons[0]
+        if key is not None and not self._searched:
+            self._refused[key] = (session.queues.version, outcome)
+        return outcome
+
+    def _shape_id(self, job: JobInfo) -> int:
+        """A small number per (queue, roles, numa, preemptible, tier cap, preferred tier): everything
+        _place_flavor reads of the job before its search (JobFacts entry)."""
+        return self.facts(job)[5]
 
     def _place_avoiding(self, job: JobInfo, flavors, backfill_open: bool | None) -> Binding | None:
         """Try the job with the free GPUs of its avoid_nodes held out of the pool (a hold of the session,
@@ -266,7 +362,8 @@ class Admission:
     def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None) -> Binding | PendingReason:
         session = self.session
         queues, config = session.queues, session.config
-        need = job.gpus_min
+        facts = self.facts(job)
+        need = facts[1]
         limits = self._static_limits.get((job.queue, flavor))
         if limits is None:  # the queues' limits do not change within a cycle
             limits = self._static_limits[(job.queue, flavor)] = queues.static_limit(job.queue, flavor)
@@ -274,29 +371,30 @@ class Admission:
         if need > limit:
             return PendingReason("never_fits_queue_limit",
                                  f"needs {need} {flavor} GPUs, above queue {limiter} limit of {int(limit)}", terminal=True)
-        cap = session.tier_cap(job)
-        never = session.capacity.never_fits(job, flavor, cap if config.topology else None)
+        cap = facts[2]
+        never = facts[4].get(flavor, _UNSET)
+        if never is _UNSET:
+            never = facts[4][flavor] = session.capacity.never_fits(job, flavor, cap if config.topology else None)
         if never is not None:
             return never
-        room, limiter = queues.headroom(job.queue, flavor)
+        room, limiter = self._headroom(job.queue, flavor)
         if need > room:
             used = queues.usage[limiter][flavor]
             return PendingReason("queue_limit", f"queue {limiter} limit: uses {used} of {int(used + room)} "
                                  f"{flavor} GPUs, job needs {need}")
         if not job.preemptible:  # it could never be reclaimed, so it may not borrow
-            within, level = queues.entitlement_room(job.queue, flavor)
+            within, level = self._headroom(job.queue, flavor, True)
             if need > within:
                 used = queues.usage[level][flavor]
                 return PendingReason("queue_limit", f"non-preemptible jobs run only within quota: queue {level} "
                                      f"uses {used} of its quota of {int(used + within)} {flavor} GPUs (its "
                                      f"entitlement, docs/quotas.md), job needs {need}")
             room = min(room, within)
-        shape = (flavor, cap, job.preferred_tier, backfill_open, job.numa,
-                 tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib, r.group_size,
-                        r.group_highest_tier, r.group_mode) for r in job.roles))
+        shape = (flavor, cap, job.preferred_tier, backfill_open, job.numa, facts[3])
         cached = self.failed_shapes.get(shape)
         if cached is not None:
             return cached
+        self._searched = True
         outcome = session.search(job, flavor, cap=cap, need=need, room=room)  # room >= need here
         if isinstance(outcome, PendingReason):
             until = self.reservations.until

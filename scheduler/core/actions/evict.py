@@ -31,7 +31,7 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     if not (config.preemption or config.reclaim):
         return [], []
     limit = config.max_preemptors if limit is None else limit
-    if limit <= 0:
+    if limit <= 0 or not failed_order:
         return [], []
     running = [j for j in session.snapshot.jobs if j.state == "running"]
     lowest_priority: dict[str, int] = {}

@@ -29,6 +29,11 @@ def missing_gpus(job: JobInfo, releasing=()) -> int:
     return sum(max(0, r.tasks - placed.get(r.name, 0)) * r.gpus_per_task for r in job.roles)
 
 
+def _tasks(job: JobInfo) -> int:
+    roles = job.roles
+    return roles[0].tasks if len(roles) == 1 else sum(r.tasks for r in roles)
+
+
 def grow(session: Session, waiting: list[JobInfo]) -> list[Binding]:
     """Bindings of the new tasks of running jobs (module docstring); applied to the state and charged.
     waiting: the pending jobs that did not start this cycle (and hold nothing)."""
@@ -37,8 +42,10 @@ def grow(session: Session, waiting: list[JobInfo]) -> list[Binding]:
     for j in session.snapshot.jobs:
         if j.part_of is not None:
             releasing[j.part_of] = releasing.get(j.part_of, ()) + tuple(j.placement)
+    # a job running every task of every role misses none (task indices are unique and below the role's
+    # count): only the others are asked (missing_gpus)
     growing = [j for j in session.snapshot.jobs if j.state == "running" and j.placement and queues.known(j.queue)
-               and missing_gpus(j, releasing.get(j.id, ()))]
+               and (len(j.placement) < _tasks(j) and missing_gpus(j, releasing.get(j.id, ())))]
     if not growing:
         return []
     flavor_of = state.static.node_flavor  # node name -> flavor

@@ -47,20 +47,40 @@ class QueueTree:
         self._entitled: dict[tuple[str, str], float] = {}
         self._kids: dict[str | None, list[str]] | None = None
         self.held: dict = {}  # pending job id -> (queue, flavor -> GPUs) charged for its hold
-        running: set[tuple[str, int]] = set()
+        self._snapshot = snapshot
+        self._running_on: dict[str, set[int]] = {}  # node -> GPUs of running jobs there, for the nodes asked
+        # running jobs' GPUs summed per (queue, flavor) first, then charged once each (the same usage as a
+        # charge per task, without walking every queue chain once per task)
+        totals: dict[tuple[str, str], int] = {}
         for job in snapshot.jobs:
-            if job.state == "pending" or not self.known(job.queue):
-                continue
-            if job.state != "running":
-                continue  # being evicted: its GPUs are promised to the holder (charged below)
+            if job.state != "running" or not self.known(job.queue):
+                continue  # pending, or being evicted: its GPUs are promised to the holder (charged below)
             for t in job.placement:
-                running.update((t.node, g) for g in t.gpus)
                 if t.gpus:
-                    self.charge(job.queue, node_flavor.get(t.node, ""), len(t.gpus))
-        self._running_gpus = running
-        for job in snapshot.jobs:
-            if job.state == "pending" and job.reserved and self.known(job.queue):
-                self.charge_hold(job.id, job.queue, job.reserved)
+                    key = (job.queue, node_flavor.get(t.node, ""))
+                    totals[key] = totals.get(key, 0) + len(t.gpus)
+        for (queue, flavor), gpus in totals.items():
+            self.charge(queue, flavor, gpus)
+        holders = [job for job in snapshot.jobs if job.state == "pending" and job.reserved and self.known(job.queue)]
+        if holders:
+            self.running_on({t.node for job in holders for t in job.reserved})  # one pass for them all
+        for job in holders:
+            self.charge_hold(job.id, job.queue, job.reserved)
+
+    def running_on(self, nodes) -> dict[str, set[int]]:
+        """node -> GPU indices of jobs running there at snapshot time (known queues; not those being
+        evicted), filled for `nodes` (one pass over the snapshot's jobs for those not asked before)."""
+        known = self._running_on
+        missing = {n for n in nodes if n not in known}
+        if missing:
+            found: dict[str, set[int]] = {n: set() for n in missing}
+            for job in self._snapshot.jobs:
+                if job.state == "running" and self.known(job.queue):
+                    for t in job.placement:
+                        if t.node in missing:
+                            found[t.node].update(t.gpus)
+            known.update(found)
+        return known
 
     def charge_hold(self, job_id, queue: str, tasks, *, all_gpus: bool = False) -> None:
         """Charge GPUs held for a pending job to its queue: those of `tasks` (TaskPlacements) that no job
@@ -69,9 +89,10 @@ class QueueTree:
         Replaces any hold charged for the job before."""
         self.drop_hold(job_id)
         per_flavor: dict[str, int] = defaultdict(int)
-        running = () if all_gpus else self._running_gpus
+        running = None if all_gpus else self.running_on({t.node for t in tasks})
         for t in tasks:
-            free = sum(1 for g in t.gpus if (t.node, g) not in running)
+            busy = running[t.node] if running is not None else ()
+            free = sum(1 for g in t.gpus if g not in busy)
             if free:
                 per_flavor[self._node_flavor.get(t.node, "")] += free
         for flavor, gpus in per_flavor.items():

@@ -1,0 +1,105 @@
+"""Speed-ups of the replay and the engine change no decision (issue 16): the decisions of fixed replays,
+every cycle's CycleResult (scheduler.sim.digest), hash to digests recorded before the speed-ups, and the
+engine with its EngineCache decides exactly as without one (the slow reference path: everything rebuilt
+from the snapshot each cycle).
+
+Slices (data/philly in the repository, so these run in CI):
+- "helios": the Philly trace from day 30 on the 11 Philly VCs at 0.25 scale as hard partitions of 8-GPU
+  nodes (leaves of 16), cycle_interval 1 s, fairness off: the input of benchmarks/peers/helios_vs_ours.py,
+  0.1 day from day 30.4, with and without borrowing;
+- "philly": the shipped Philly cluster at 0.05 scale (128 GPUs, so teams contend and reclaim evicts) and
+  0.3 day of its trace from day 40, with the replay's defaults, and with exact time limits (EASY backfill
+  reservations in force).
+A digest changes only when a decision changes: when a change of policy is meant to, re-record them with
+`python tests/sim/test_replay_digest.py` and say so in the commit.
+"""
+from __future__ import annotations
+
+import csv
+import sys
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if __name__ == "__main__":
+    sys.path[:0] = [str(ROOT), str(ROOT / "platform")]
+
+from clusterspec.importers import load_cluster, load_trace  # noqa: E402
+from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob  # noqa: E402
+from scheduler.core import CycleConfig, run_cycle  # noqa: E402
+
+VC_NODES = ROOT / "data" / "philly" / "philly_vc_nodes.csv"
+
+
+def helios_slice(days: float, *, borrow: bool, start: float = 30.0, max_hours: float = 6.0, vc_scale: float = 0.25):
+    """(cluster, trace) as benchmarks/peers/helios_vs_ours.py builds them (its docstring): VC node counts x
+    vc_scale, jobs of those VCs that fit their VC, whole seconds, durations capped at max_hours."""
+    with open(VC_NODES) as f:
+        vcs = {r["vc"]: max(1, round(int(r["node num"]) * vc_scale)) for r in csv.DictReader(f)}
+    trace = load_trace("philly", compress=1.0, start_days=start, until_days=start + days)
+    jobs = [j for j in trace.jobs if j.queue in vcs and j.tasks * j.gpus_per_task <= vcs[j.queue] * 8]
+    nodes_n = sum(vcs.values())
+    domains = [DomainSpec("spine", 3)]
+    nodes = []
+    for k in range(nodes_n):
+        if k % 16 == 0:
+            domains.append(DomainSpec(f"leaf{k // 16}", 2, "spine"))
+        domains.append(DomainSpec(f"m{k}", 1, f"leaf{k // 16}"))
+        nodes.append(NodeSpec(f"n{k:04d}", "gpu", 8, domain=f"m{k}"))
+    total = nodes_n * 8
+    queues = [QueueSpec("root", None, None, 1.0, {"gpu": (0, total, total)})]
+    for vc, n in vcs.items():
+        queues.append(QueueSpec(vc, "root", vc, 1.0, {"gpu": (8 * n, 8 * n, None if borrow else 8 * n)}))
+    cluster = ClusterSpec("helios-philly", tuple(nodes), tuple(domains), tuple(queues))
+    trace = Trace("philly-slice", tuple(
+        TraceJob(j.id, j.queue, float(round(j.submit)), float(max(1, round(min(j.duration, max_hours * 3600)))),
+                 j.tasks, j.gpus_per_task, min_available=j.tasks) for j in jobs))
+    return cluster, trace
+
+
+def run(name: str, engine=None):
+    """(digest, report, cycles) of one named replay."""
+    from scheduler.sim.digest import replay_digest  # here: helios_slice is also loaded by path into older trees
+    if name.startswith("helios"):
+        cluster, trace = helios_slice(0.1, borrow=name.endswith("borrow"), start=30.4)
+        return replay_digest(cluster, trace, engine=engine, config=CycleConfig(), cycle_interval=1.0, fairness=False)
+    cluster = load_cluster("philly", scale=0.05)  # 128 GPUs: queues contend, reclaim evicts
+    trace = load_trace("philly", start_days=40.0, until_days=40.3)
+    limits = {"time_limit_factor": 1.0} if name.endswith("limits") else {}
+    return replay_digest(cluster, trace, engine=engine, **limits)
+
+
+# recorded before the speed-ups of issue 16 (commit b039d01's engine and replay)
+RECORDED = {
+    "helios": ("20fcfcc378ce369593579faec3f54b8c484196a195796bf6d49044641130dbf5", 1293, 523),
+    "helios-borrow": ("8c8396ad28e509cf960429cb68c1f5a310842967c99b5f6212b6d0e652a15561", 962, 523),
+    "philly": ("58b36032551e1a3626a2a53668d837c767780cf8c2ffbcb971c9f5a31637368f", 472, 1151),
+    "philly-limits": ("5d29166d18b79fcaa3d97920ae8bd75822809c75d7879171c2c0b5b27e33f5e4", 487, 1151),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_decisions_match_the_recorded_digest(name):
+    digest, report, cycles = run(name)
+    expected_digest, expected_cycles, expected_started = RECORDED[name]
+    assert (cycles, report.jobs_started) == (expected_cycles, expected_started)
+    assert digest == expected_digest
+
+
+@pytest.mark.parametrize("name", ["helios", "philly-limits"])
+def test_engine_cache_decides_as_the_uncached_reference(name):
+    """The cache's incremental bookkeeping (free capacity, usage, metrics) against everything rebuilt."""
+    cached, _, n1 = run(name)
+    uncached, _, n2 = run(name, engine=partial(run_cycle, cache=None))
+    assert n1 == n2 and n1 > 50
+    assert cached == uncached
+
+
+if __name__ == "__main__":
+    import time
+    for name in ("helios", "helios-borrow", "philly", "philly-limits"):
+        t0 = time.process_time()
+        digest, report, cycles = run(name)
+        print(f'    "{name}": ("{digest}", {cycles}, {report.jobs_started}),  # {time.process_time() - t0:.1f} s CPU')
