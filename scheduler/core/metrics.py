@@ -75,6 +75,13 @@ def cluster_metrics(state: ClusterState, nodes: Iterable[int] | None = None, *, 
     lowest = tree.by_tier[tree.tier_levels[0]]
     counted = [d for d in lowest if dom_healthy[d] > 0]
     complete = sum(1 for d in counted if dom_free[d] in (0, dom_healthy[d]))
+    return _figures(tree, schedulable, free_total, held, largest, frag_by_tier,
+                    complete / len(counted) if counted else 1.0)
+
+
+def _figures(tree, schedulable: int, free_total: int, held: int, largest: dict, frag_by_tier: dict,
+             completeness: float) -> dict:
+    """cluster_metrics' answer from its parts (one shape for the full walk and MetricsBook)."""
     allocated = schedulable - free_total - held
     return {
         "schedulable_gpus": schedulable,
@@ -85,7 +92,7 @@ def cluster_metrics(state: ClusterState, nodes: Iterable[int] | None = None, *, 
         "largest_runnable": largest,
         "fragmentation_rate": frag_by_tier[tree.top_tier],
         "fragmentation_by_tier": frag_by_tier,
-        "domain_completeness": complete / len(counted) if counted else 1.0,
+        "domain_completeness": completeness,
         "top_tier": tree.top_tier,
     }
 
@@ -179,19 +186,8 @@ class MetricsBook:
             running_max = max(running_max, max(per) if per else 0)
             largest[t] = running_max
         frag_by_tier = {t: (1 - v / free_total if free_total else 0.0) for t, v in largest.items()}
-        allocated = schedulable - free_total - held
-        return {
-            "schedulable_gpus": schedulable,
-            "allocated_gpus": allocated,
-            "held_gpus": held,
-            "free_gpus": free_total,
-            "allocation_rate": allocated / schedulable if schedulable else 0.0,
-            "largest_runnable": largest,
-            "fragmentation_rate": frag_by_tier[tree.top_tier],
-            "fragmentation_by_tier": frag_by_tier,
-            "domain_completeness": self.complete / self.counted if self.counted else 1.0,
-            "top_tier": tree.top_tier,
-        }
+        return _figures(tree, schedulable, free_total, held, largest, frag_by_tier,
+                        self.complete / self.counted if self.counted else 1.0)
 
 
 def metrics_by_group(state: ClusterState, whole: dict | None = None, *, cache=None) -> dict[str, dict]:

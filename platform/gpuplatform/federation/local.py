@@ -41,26 +41,9 @@ def _answers(url: str) -> bool:
 
 
 def _manager_setup(password: str, gpus: int):
-    from django.contrib.auth import get_user_model
+    from gpuplatform.management.commands.demo import ensure_demo_team
 
-    from gpuplatform import services
-    from gpuplatform.models import Queue, Team
-
-    team = Team.objects.filter(name="demo").first() or services.create_team("demo")
-    queue = Queue.objects.filter(name="demo").first()
-    if queue is None:
-        services.create_queue("demo", team=team, quotas={"H200": (0, gpus, gpus)})
-    else:
-        services.set_quota(queue, "H200", 0, gpus, gpus)
-    User = get_user_model()
-    admin, _ = User.objects.get_or_create(username="admin")
-    admin.is_staff = admin.is_superuser = True
-    admin.set_password(password)
-    admin.save()
-    member, _ = User.objects.get_or_create(username="demo")
-    member.set_password(password)
-    member.save()
-    services.add_member(team, member, "member")
+    ensure_demo_team(password, gpus)
 
 
 def run(cmd, opts) -> None:

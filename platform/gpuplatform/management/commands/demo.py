@@ -111,6 +111,31 @@ def start_server(host: str, port: int):
     return httpd
 
 
+def ensure_demo_team(password: str, gpus: int):
+    """Team `demo` with its queue `demo` (H200 quota and limit = `gpus`), the platform admin `admin` and the
+    team member `demo`, both with `password`; created or updated, through the services. Returns the team.
+    Local mode, the Slurm demo and the federation demo's manager use it."""
+    from gpuplatform import services
+    from gpuplatform.models import Queue, Team
+
+    team = Team.objects.filter(name="demo").first() or services.create_team("demo")
+    queue = Queue.objects.filter(name="demo").first()
+    if queue is None:
+        services.create_queue("demo", team=team, quotas={"H200": (0, gpus, gpus)})
+    else:
+        services.set_quota(queue, "H200", 0, gpus, gpus)
+    User = get_user_model()
+    admin, _ = User.objects.get_or_create(username="admin")
+    admin.is_staff = admin.is_superuser = True
+    admin.set_password(password)
+    admin.save()
+    member, _ = User.objects.get_or_create(username="demo")
+    member.set_password(password)
+    member.save()
+    services.add_member(team, member, "member")
+    return team
+
+
 class Command(BaseCommand):
     help = "Run the demo: migrate, load the Philly cluster, create users, serve the pages, replay the trace."
 
@@ -372,7 +397,7 @@ class Command(BaseCommand):
 
         from gpuplatform import services
         from gpuplatform.api.permissions import NODE_AGENT_GROUP
-        from gpuplatform.models import Node, NodeAgentScope, Queue, Team
+        from gpuplatform.models import Node, NodeAgentScope
 
         simulated = Node.objects.exclude(executor=executor).count()
         if simulated:
@@ -382,20 +407,7 @@ class Command(BaseCommand):
         User = get_user_model()
         password = opts["password"] or secrets.token_urlsafe(9)
         gpus = opts["local_agents"] * opts["gpus_per_agent"] if gpus is None else gpus
-        team = Team.objects.filter(name="demo").first() or services.create_team("demo")
-        queue = Queue.objects.filter(name="demo").first()
-        if queue is None:
-            services.create_queue("demo", team=team, quotas={"H200": (0, gpus, gpus)})
-        else:
-            services.set_quota(queue, "H200", 0, gpus, gpus)
-        admin, _ = User.objects.get_or_create(username="admin")
-        admin.is_staff = admin.is_superuser = True
-        admin.set_password(password)
-        admin.save()
-        member, _ = User.objects.get_or_create(username="demo")
-        member.set_password(password)
-        member.save()
-        services.add_member(team, member, "member")
+        ensure_demo_team(password, gpus)
         agent, _ = User.objects.get_or_create(username="node-agent")
         agent.set_unusable_password()
         agent.save()
