@@ -148,7 +148,7 @@ def test_a_string_command_is_split_with_shlex_and_roles_inherit_the_job(alpha):
     team, queue = alpha
     job = services.submit_job(
         team=team, queue=queue, name="j", command='python3 train.py --name "my run" --lr=1e-3',
-        env={"A": "job", "B": 2}, working_dir=" /srv/run ", max_restarts=2, completion_role="launcher",
+        env={"A": "job", "B": "2"}, working_dir=" /srv/run ", max_restarts=2, completion_role="launcher",
         roles=[{"name": "launcher", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 1000, "command": "bash -c 'echo hi'",
                 "env": {"A": "role"}},
                {"name": "worker", "tasks": 2, "gpus_per_task": 1, "working_dir": "rel"}])

@@ -150,7 +150,10 @@ class FederatedJobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.R
             qs = qs.filter(team__slug=self.request.query_params["team"])
         return qs
 
-    @extend_schema(request={"application/json": {"type": "object"}}, responses={201: FederatedJobSerializer})
+    @extend_schema(request={"application/json": {"type": "object"}}, responses={
+        201: FederatedJobSerializer,
+        # Idempotency-Key reused with another body ({"Idempotency-Key": [...]}), or not a manager ({"detail"})
+        409: {"oneOf": [{"$ref": "#/components/schemas/FieldErrors"}, {"$ref": "#/components/schemas/Error"}]}})
     def create(self, request):
         """Submit: the jobs API's body plus `clusters`, `cluster_selector`, `data_site`, `restartable`.
         The team is the queue's. 400 names the field (a job no member cluster could ever hold: `roles`);

@@ -145,10 +145,8 @@ def _other_heartbeat_actions(rules, now: datetime) -> None:
                          data={"key": key, "rule": rule.id, "signal": rule.signal, "value": round(silence, 1),
                                "action": rule.action, "category": rule.category, "source": rule.source})
             resume = {"cordon": Node.State.CORDONED, "drain": Node.State.DRAINING}.get(rule.action)
-            if resume and node.resume_state != Node.State.DRAINING:  # never weaken a drain to a cordon
-                Node.objects.filter(pk=node.pk).update(
-                    resume_state=resume, health_reason=f"health rule {rule.id}: silent {silence:.0f} s"[:300],
-                    health_since=now)
+            if resume:
+                node_states.set_resume_state(node.pk, resume, reason=f"health rule {rule.id}: silent {silence:.0f} s", at=now)
 
 
 def _live_tasks(**where) -> dict[int, list[tuple]]:

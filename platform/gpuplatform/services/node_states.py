@@ -82,3 +82,15 @@ def transition(node: Node, to: str, *, reason: str = "", actor=None, at: datetim
     record_event(kind, f"{node.name}: {old} -> {to}" + (f" ({reason})" if reason else ""), actor=actor, node=node,
                  time=at, data={"from": old, "to": to, "reason": reason, **(data or {})})
     return True
+
+
+def set_resume_state(node_id: int, resume: str, *, reason: str, at: datetime) -> None:
+    """Set the state a not_ready node resumes when it reports again (Node.State.CORDONED or DRAINING: it
+    comes back out of service), with its health reason (at most 300 characters) since `at`. Never weakens a
+    pending drain to a cordon. The caller writes the Event that says why (a health rule's)."""
+    if resume not in (Node.State.CORDONED, Node.State.DRAINING):
+        raise ValidationError({"resume_state": f"a node can resume only cordoned or draining, not {resume!r}"})
+    rows = Node.objects.filter(pk=node_id, state=Node.State.NOT_READY)
+    if resume == Node.State.CORDONED:
+        rows = rows.exclude(resume_state=Node.State.DRAINING)
+    rows.update(resume_state=resume, health_reason=reason[:300], health_since=at)
