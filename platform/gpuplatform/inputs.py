@@ -139,15 +139,7 @@ class InputGuardMiddleware:
             return _refuse("", f"request body larger than {limit} bytes", status=413)
         if "\x00" in request.path:
             return _refuse("path", NUL_MESSAGE)
-        try:
-            for key, values in request.GET.lists():
-                if "\x00" in key:
-                    return _refuse(key.replace("\x00", "") or "query", NUL_MESSAGE)
-                for value in values:
-                    check_text(key, value)
-        except InputError as exc:
-            return _refuse(exc.field, exc.message)
-        return None
+        return _check_pairs(request.GET, "query")
 
     def process_view(self, request, view_func, view_args, view_kwargs):
         """The form-body check, once the view is known (a `renders_form_errors` view validates its form)."""
@@ -156,15 +148,21 @@ class InputGuardMiddleware:
         if request.method not in ("POST", "PUT", "PATCH") or request.content_type not in self.FORM_TYPES or \
                 not int(request.META.get("CONTENT_LENGTH") or 0):
             return None
-        try:
-            for key, values in request.POST.lists():
-                if "\x00" in key:
-                    return _refuse(key.replace("\x00", "") or "non_field_errors", NUL_MESSAGE)
-                for value in values:
-                    check_text(key, value)
-        except InputError as exc:
-            return _refuse(exc.field, exc.message)
-        return None
+        return _check_pairs(request.POST, "non_field_errors")
+
+
+def _check_pairs(pairs, unnamed: str):
+    """The 400 refusing the first key or value of `pairs` (a QueryDict) that breaks the text rules
+    (check_text; a NUL in a key is named by the key without it, or `unnamed`), else None."""
+    try:
+        for key, values in pairs.lists():
+            if "\x00" in key:
+                return _refuse(key.replace("\x00", "") or unnamed, NUL_MESSAGE)
+            for value in values:
+                check_text(key, value)
+    except InputError as exc:
+        return _refuse(exc.field, exc.message)
+    return None
 
 
 def renders_form_errors(view):

@@ -111,6 +111,12 @@ def start_server(host: str, port: int):
     return httpd
 
 
+def _token_line(api: str, password: str) -> str:
+    """The shell line the demos print to get user demo's API token into GPUCTL_TOKEN."""
+    return (f"  export GPUCTL_TOKEN=$(curl -s -X POST {api}/api/v1/auth-token/ -d username=demo "
+            f"-d password={password} | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"token\"])')")
+
+
 def ensure_demo_team(password: str, gpus: int):
     """Team `demo` with its queue `demo` (H200 quota and limit = `gpus`), the platform admin `admin` and the
     team member `demo`, both with `password`; created or updated, through the services. Returns the team.
@@ -489,8 +495,7 @@ class Command(BaseCommand):
         lines += [f"  {u:<6} password {p:<14} {r}" for u, p, r in users]
         lines += ["", "Submit a 2-node gang (Jobs > Submit, or):",
                   f"  export GPUCTL_API={api}",
-                  f"  export GPUCTL_TOKEN=$(curl -s -X POST {api}/api/v1/auth-token/ -d username=demo "
-                  f"-d password={users[1][1]} | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"token\"])')",
+                  _token_line(api, users[1][1]),
                   "  gpuctl submit --queue demo --name hello --tasks 2 --gpus 2 "
                   "--command 'bash -c \"echo rank $RANK on $SLURMD_NODENAME; sleep 60\"'",
                   f"  SLURM_CONF={local.conf} squeue       # the Slurm job; its id is on the job page",
@@ -559,8 +564,7 @@ class Command(BaseCommand):
         lines += [f"  {u:<6} password {p:<14} {r}" for u, p, r in users]
         lines += ["", "Submit a 2-task gang that rendezvous over TCP (Jobs > Submit, or):",
                   f"  export GPUCTL_API={api}",
-                  f"  export GPUCTL_TOKEN=$(curl -s -X POST {api}/api/v1/auth-token/ -d username=demo "
-                  f"-d password={users[1][1]} | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"token\"])')",
+                  _token_line(api, users[1][1]),
                   f"  gpuctl submit --queue demo --name rendezvous --tasks 2 --gpus 1 "
                   f"--command '{sys.executable} {example} --sleep 60'",
                   "  gpuctl logs <job id> --follow       # its rank 0 output; gpuctl cancel <id> stops it",
