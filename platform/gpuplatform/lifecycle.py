@@ -6,6 +6,11 @@ changes nothing (and returns False / 0), and an `Event` per transition (audit.re
 inside the caller's transaction (they do not open one of their own, except `report_task_running`).
 Units: seconds, GPUs.
 
+Lock order: a write that touches a job's dependent rows (its Attempt, tasks, allocations) locks the job's
+row FIRST (`lock_jobs`, in id order), as the agents' reports and the services do (execution/reports.py,
+services.cancel_job). A cycle that closed a job's attempt before taking the job row deadlocked with a
+report holding the row and inserting the same attempt (tests/integration/test_agents.py caught it).
+
 Requeue semantics (DESIGN section 5 and the fault-recovery capability): the gang goes back to pending
 whole, every live allocation is released at once (the same `released_at`), every task back to pending
 with no node, `submitted_at` untouched (the job keeps its place in the order), `attempts` + 1. A requeue
@@ -32,6 +37,14 @@ TASK_RUN_RESET = {"pid": None, "started_at": None, "ended_at": None, "exit_code"
                   "end_message": ""}
 
 
+def lock_jobs(job_ids) -> list[int]:
+    """Take the row locks of `job_ids` (SELECT ... FOR NO KEY UPDATE, in id order so two writers never
+    wait on each other in opposite orders) inside the caller's transaction. Returns the ids that exist."""
+    ids = sorted({int(j) for j in job_ids})
+    return list(Job.objects.select_for_update(no_key=True).filter(pk__in=ids).order_by("pk")
+                .values_list("pk", flat=True)) if ids else []
+
+
 def backoff_seconds(attempts: int) -> float:
     """Backoff after the `attempts`-th failed attempt: base * 2**(attempts-1), capped."""
     base = float(getattr(settings, "REQUEUE_BACKOFF_SECONDS", 60))
@@ -44,6 +57,7 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
                 data: dict | None = None, cycle: int | None = None, node=None, actor=None) -> bool:
     """Send a live gang back to pending whole (see the module docstring). Returns False, changing
     nothing, when the job is no longer in one of `from_states` (a stale request)."""
+    lock_jobs([job_id])
     row = Job.objects.filter(pk=job_id, state__in=from_states).values_list("attempts", "state", "queue_id", "name").first()
     if row is None:
         return False
@@ -94,6 +108,7 @@ def evict_job(job_id, *, at: datetime, grace_seconds: float, kind: str, reason: 
 
 def release_tasks(task_ids, *, at: datetime) -> int:
     """Free the GPUs of surplus tasks (releasing -> pending, no node). Returns how many tasks moved."""
+    lock_jobs(Task.objects.filter(pk__in=list(task_ids)).values_list("job_id", flat=True))
     ids = list(Task.objects.filter(pk__in=list(task_ids), state=Task.State.RELEASING).values_list("id", flat=True))
     if not ids:
         return 0
@@ -149,6 +164,7 @@ def end_job(job_id, state: str, *, at: datetime, kind: str, message: str, reason
     """End a job: `state` (succeeded | failed | cancelled), finished_at = `at`, every live allocation
     released, every task that has not ended yet -> `task_state`; `reason` is kept as end_reason. One
     Event (`kind`, `message`). Returns False, changing nothing, when the job is no longer in `from_states`."""
+    lock_jobs([job_id])
     row = Job.objects.filter(pk=job_id, state__in=from_states).values_list("state", "queue_id").first()
     if row is None:
         return False

@@ -170,9 +170,9 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
     first_failed = next((r for r in sorted(rows, key=lambda r: (r["ended_at"] is None, r["ended_at"] or at))
                          if r["state"] == Task.State.FAILED), None)
     try:
-        # A concurrent end of the same attempt (an agent's report and the failure check racing) passed the
-        # exists() check above too: the unique (job, number) index decides. The loser records nothing, and
-        # its caller's conditional update of the job loses as well (requeue_job / end_job).
+        # Callers hold the job's row lock (lifecycle.lock_jobs), so two ends of one attempt do not race here;
+        # should one still pass the exists() check, the unique (job, number) index decides: the loser records
+        # nothing, and its caller's conditional update of the job loses as well (requeue_job / end_job).
         with transaction.atomic():
             attempt = Attempt.objects.create(
                 job_id=job_id, number=number, started_at=started, ended_at=at, outcome=outcome, failed=failed,

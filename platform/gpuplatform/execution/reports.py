@@ -63,7 +63,7 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         job_id = Task.objects.filter(pk=task_id).values_list("job_id", flat=True).first()
         if job_id is None:
             return False, f"unknown task {task_id}"
-        job = (Job.objects.select_for_update().filter(pk=job_id)
+        job = (Job.objects.select_for_update(no_key=True).filter(pk=job_id)
                .values("state", "attempts", "name", "restarts", "max_restarts", "completion_role").first())
         task = Task.objects.filter(pk=task_id).values("state", "node_id", "role__name", "index").first()
         if job["attempts"] != attempt:

@@ -130,7 +130,7 @@ class WorkerFederationViewSet(IdempotentCreateMixin, viewsets.ViewSet):
         """Cancel the copy only while it is pending: 200 {"withdrawn": true}; 409 {"state": ...} once started."""
         with transaction.atomic():
             job = _fed_job(pk)
-            state = Job.objects.select_for_update().filter(pk=job.pk).values_list("state", flat=True).first()
+            state = Job.objects.select_for_update(no_key=True).filter(pk=job.pk).values_list("state", flat=True).first()
             if state == Job.State.CANCELLED:  # already withdrawn (a retried request): the same answer
                 return Response({"withdrawn": True, "state": state})
             if state != Job.State.PENDING:

@@ -252,11 +252,11 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
     A task on a node whose executor is a node agent (and whose job has a command) is `bound` until the
     agent reports its process started; any other task (simulated nodes, trace jobs) is `running` at once.
     A job with every task running is running (started_at = clock), else admitted."""
-    ids = [b.job_id for b in bindings]
+    ids = sorted(b.job_id for b in bindings)  # locked in id order, as lifecycle.lock_jobs does
     pending = set()
     for i in range(0, len(ids), 1000):
-        pending.update(Job.objects.select_for_update().filter(pk__in=ids[i:i + 1000], state="pending")
-                       .values_list("id", flat=True))
+        pending.update(Job.objects.select_for_update(no_key=True).filter(pk__in=ids[i:i + 1000], state="pending")
+                       .order_by("pk").values_list("id", flat=True))
     stale, jobs, tasks, allocations, events = [], [], [], [], []
     for b in bindings:
         if b.job_id not in pending:
@@ -323,7 +323,7 @@ def _apply_growths(growths, *, clock: datetime, cycle_number: int, stats: ApplyS
     for g in growths:
         try:
             with transaction.atomic():
-                if not Job.objects.select_for_update().filter(pk=g.job_id, state__in=Job.ACTIVE_STATES).exists():
+                if not Job.objects.select_for_update(no_key=True).filter(pk=g.job_id, state__in=Job.ACTIVE_STATES).exists():
                     raise _Stale("job is no longer running")
                 rows = []
                 for p in g.tasks:

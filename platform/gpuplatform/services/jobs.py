@@ -145,7 +145,7 @@ def cancel_job(job: Job, *, actor=None, reason: str = "", at: datetime | None = 
     be stale: a job that started since it was loaded must still get its stop."""
     at = at or clock.now()
     text = f"{job.name} cancelled" + (f": {reason}" if reason else "")
-    current = Job.objects.select_for_update().filter(pk=job.pk).values_list("state", flat=True).first()
+    current = Job.objects.select_for_update(no_key=True).filter(pk=job.pk).values_list("state", flat=True).first()
     if current in Job.LIVE_STATES and not job.simulated:
         if stop_job(job.pk, at=at, target="cancelled", reason=text, kind="cancelled", actor=actor):
             job.refresh_from_db()
