@@ -239,3 +239,46 @@ def test_a_cordon_here_drains_the_node_in_slurm_and_uncordon_resumes_it(backend,
     services.uncordon_node(Node.objects.get(name="gpn2"))
     backend.sync()
     assert slurm_node()[0].startswith("idle")  # no longer drained ("idle*": not responding yet, after a restart)
+
+
+def test_a_gang_whose_roles_differ_runs_as_one_heterogeneous_job_and_cancel_leaves_no_process(backend):
+    from gpuplatform.models import Queue, Team
+
+    marker = f"gpp-het-{os.getpid()}-{time.monotonic_ns()}"
+    # a launcher role (1 task, 1 GPU) and a worker role (2 tasks, 1 GPU each): node shapes (1 task, 1 GPU) and
+    # (2 tasks, 2 GPUs) -> two components. Each task prints its variables, then ignores SIGTERM with a grandchild
+    command = ["bash", "-c", PRINT_ENV[2] + " role=$GPUPLATFORM_ROLE lws=$LOCAL_WORLD_SIZE "
+               "leader=$SLURM_JOB_ID_HET_GROUP_0; "
+               f"trap '' TERM; (exec -a {marker} sleep 300) & exec -a {marker}-main sleep 300"]
+    job = services.submit_job(command=command, team=Team.objects.get(name="alpha"),
+                              queue=Queue.objects.get(name="alpha"), name="het", roles=[{"name": "launcher", "tasks": 1, "gpus_per_task": 1},
+                                                 {"name": "worker", "tasks": 2, "gpus_per_task": 1}])
+    placements = (TaskPlacement("launcher", 0, "gpn2", (1,)), TaskPlacement("worker", 0, "gpn1", (0,)),
+                  TaskPlacement("worker", 1, "gpn1", (1,)))
+    stats = store.apply_result(CycleResult(bindings=[Binding(job.pk, placements, "", 0)]), clock=clock.now(),
+                               cycle_number=SchedulerCycle.objects.count() + 1)
+    assert stats.binds == 1, stats.stale
+    tasks = sorted(Task.objects.filter(job=job), key=lambda t: (t.role.name != "launcher", t.index))
+    drive(backend, lambda: state(job) == "running" and all("leader=" in log_of(t) for t in tasks)
+          and len(_processes_with(marker)) >= 6, timeout=60, what="every rank runs and has printed")
+    job.refresh_from_db()
+    het = {j.job_id: j for j in backend.cli.jobs()}[job.slurm_job_id]
+    assert [(c.node_list, c.het_job_offset) for c in het.components] == [(["gpn2"], 0), (["gpn1"], 1)]  # one hetjob
+    lines = [dict(kv.split("=", 1) for kv in log_of(t).split()) for t in tasks]
+    launcher, w0, w1 = lines
+    assert [x["node"] for x in lines] == ["gpn2", "gpn1", "gpn1"]  # exactly where the cycle put them
+    assert {x["leader"] for x in lines} == {job.slurm_job_id}  # one Slurm job, seen from every component
+    assert [x["role"] for x in lines] == ["launcher", "worker", "worker"] and [w0["idx"], w1["idx"]] == ["0", "1"]
+    # one step across the gang: the launcher's component first, so it is rank 0 and the rendezvous node
+    assert (launcher["rank"], launcher["node_rank"], launcher["local"], launcher["lws"]) == ("0", "0", "0", "1")
+    assert sorted((w["rank"], w["local"]) for w in (w0, w1)) == [("1", "0"), ("2", "1")]
+    assert {w["node_rank"] for w in (w0, w1)} == {"1"} and {w["lws"] for w in (w0, w1)} == {"2"}
+    assert {x["world"] for x in lines} == {"3"} and len({x["master"] for x in lines}) == 1
+    assert {w0["cuda"], w1["cuda"]} == {"0", "1"}  # each worker its own GPU of gpn1's two
+    services.cancel_job(job)
+    drive(backend, lambda: state(job) == "cancelled", timeout=90, what="cancelled")
+    end = time.monotonic() + 15
+    while _processes_with(marker) and time.monotonic() < end:
+        time.sleep(0.3)
+    assert _processes_with(marker) == []
+    assert {c.state for c in {j.job_id: j for j in backend.cli.jobs()}[job.slurm_job_id].components} == {"CANCELLED"}

@@ -48,14 +48,20 @@ class FakeSlurm:
 
     # -- commands ------------------------------------------------------------------------------------------
     def _sbatch(self, args, script):
-        opts = dict(re.findall(r"^#SBATCH --([\w-]+)=?(.*)$", script or "", re.M))
-        self.next_id += 1
-        jid = str(self.next_id)
-        self.scripts[jid] = script
-        self.jobs[jid] = {"job_id": int(jid), "name": opts.get("job-name", ""), "job_state": "PENDING",
-                          "state_reason": "None", "nodes": "", "gres_detail": [], "exit_code": 0,
-                          "requested": opts.get("nodelist", ""), "partition": opts.get("partition", "")}
-        return Result(0, f"{jid}\n")
+        """One job, or one entry per component of a heterogeneous job ("#SBATCH hetjob" separators), as
+        Slurm 22.05 lists them (recorded/squeue_het_running.json): consecutive ids, het_job_id = the first."""
+        parts = re.split(r"^#SBATCH hetjob$", script or "", flags=re.M)
+        leader = self.next_id + 1
+        for offset, part in enumerate(parts):
+            opts = dict(re.findall(r"^#SBATCH --([\w-]+)=?(.*)$", part, re.M))
+            self.next_id += 1
+            jid = str(self.next_id)
+            self.scripts[jid] = part
+            self.jobs[jid] = {"job_id": int(jid), "name": opts.get("job-name", ""), "job_state": "PENDING",
+                              "state_reason": "None", "nodes": "", "gres_detail": [], "exit_code": 0,
+                              "requested": opts.get("nodelist", ""), "partition": opts.get("partition", ""),
+                              "het_job_id": leader if len(parts) > 1 else 0, "het_job_offset": offset}
+        return Result(0, f"{leader}\n")
 
     def _squeue(self, args, _):
         jobs = []
@@ -77,8 +83,10 @@ class FakeSlurm:
         jid = args[-1]
         if jid not in self.jobs:
             return Result(1, "", f"scancel: error: Kill job error on job id {jid}: Invalid job id specified")
-        if not any(a.startswith("--signal") for a in args) and self.jobs[jid]["job_state"] in ("PENDING", "RUNNING"):
-            self.jobs[jid]["job_state"] = "CANCELLED"
+        if not any(a.startswith("--signal") for a in args):
+            for j in self.components(jid):  # the leader's id cancels every component
+                if j["job_state"] in ("PENDING", "RUNNING"):
+                    j["job_state"] = "CANCELLED"
         return Result(0, "")
 
     def _scontrol(self, args, _):
@@ -92,22 +100,33 @@ class FakeSlurm:
         return Result(0, "")
 
     # -- test controls -------------------------------------------------------------------------------------
-    def set_state(self, jid: str, state: str, *, nodes: list[str] | None = None, gpus: list[str] | None = None,
+    def components(self, jid: str) -> list[dict]:
+        """Job `jid`'s entries: itself, or every component when it is a het job's leader."""
+        j = self.jobs[jid]
+        if j.get("het_job_id") and j["het_job_id"] == j["job_id"]:
+            return [c for c in self.jobs.values() if c.get("het_job_id") == j["job_id"]]
+        return [j]
+
+    def set_state(self, jid: str, state: str, *, nodes: list | dict | None = None, gpus: list | dict | None = None,
                   reason: str = "None", exit_code: int = 0) -> None:
         """Move job `jid` to Slurm state `state`; `nodes` (default: its --nodelist) and `gpus` (gres_detail per
-        node, default "gpu:<n>(IDX:0-<n-1>)" from its --gres) when it runs."""
-        j = self.jobs[jid]
-        j["job_state"], j["state_reason"], j["exit_code"] = state, reason, exit_code
-        if state == "RUNNING":
-            names = nodes or j["requested"].split(",")
-            j["nodes"] = ",".join(names)
-            m = re.search(r"^#SBATCH --gres=gpu:(\d+)$", self.scripts[jid], re.M)
-            n = int(m.group(1)) if m else 0
-            j["gres_detail"] = gpus or [f"gpu:{n}(IDX:0-{n - 1})" if n > 1 else f"gpu:{n}(IDX:0)"] * len(names)
+        node, default "gpu:<n>(IDX:0-<n-1>)" from its --gres) when it runs. A het job's leader id moves every
+        component (each on its own --nodelist; `nodes` and `gpus` may be {component offset: list})."""
+        for j in self.components(jid):
+            cid = str(j["job_id"])
+            j["job_state"], j["state_reason"], j["exit_code"] = state, reason, exit_code
+            if state == "RUNNING":
+                mine = nodes.get(j.get("het_job_offset", 0)) if isinstance(nodes, dict) else nodes
+                names = mine or j["requested"].split(",")
+                j["nodes"] = ",".join(names)
+                m = re.search(r"^#SBATCH --gres=gpu:(\d+)$", self.scripts[cid], re.M)
+                n = int(m.group(1)) if m else 0
+                mine = gpus.get(j.get("het_job_offset", 0)) if isinstance(gpus, dict) else gpus
+                j["gres_detail"] = mine or [f"gpu:{n}(IDX:0-{n - 1})" if n > 1 else f"gpu:{n}(IDX:0)"] * len(names)
 
     def only(self, name: str) -> str:
-        """The id of the one job named `name`."""
-        ids = [jid for jid, j in self.jobs.items() if j["name"] == name]
+        """The id of the one job named `name` (a het job's leader)."""
+        ids = [jid for jid, j in self.jobs.items() if j["name"] == name and j.get("het_job_offset", 0) == 0]
         assert len(ids) == 1, (name, self.jobs)
         return ids[0]
 

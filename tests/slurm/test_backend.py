@@ -396,3 +396,103 @@ def test_the_clusters_topology_conf_becomes_the_domain_tree(slurm, tmp_path):
     assert Node.objects.get(name="gpn2").domain.name == "leaf1"
     # the round itself goes on: nodes still synced (heartbeat recorded)
     assert Node.objects.get(name="gpn1").last_heartbeat == at(5)
+
+
+# -- heterogeneous gangs: roles of different shapes ----------------------------------------------------------------
+@pytest.fixture
+def slurm3(cluster, tmp_path):
+    fake = FakeSlurm(nodes=("gpn1", "gpn2", "gpn3"), gpus=2)
+    backend = SlurmBackend(SlurmCLI(fake, partition="gpuplatform"), output_dir=str(tmp_path / "out"),
+                           mode="placement", start_timeout=60, jobcomp_file="", flavor="H100")
+    backend.sync_nodes(T0)
+    return fake, backend
+
+
+def launcher_and_workers(submit):
+    """A launcher role (1 task, 1 GPU) bound on gpn1 GPU 1 and a worker role (2 tasks, 2 GPUs each) on gpn2, gpn3."""
+    job = submit("het", roles=[{"name": "launcher", "tasks": 1, "gpus_per_task": 1},
+                               {"name": "worker", "tasks": 2, "gpus_per_task": 2}])
+    tasks = (TaskPlacement("launcher", 0, "gpn1", (1,)), TaskPlacement("worker", 0, "gpn2", (0, 1)),
+             TaskPlacement("worker", 1, "gpn3", (0, 1)))
+    stats = store.apply_result(CycleResult(bindings=[Binding(job.pk, tasks, "", 0)]), clock=T0,
+                               cycle_number=SchedulerCycle.objects.count() + 1)
+    assert stats.binds == 1, stats.stale
+    return job
+
+
+def test_a_gang_whose_roles_differ_runs_as_one_heterogeneous_slurm_job(slurm3, submit):
+    fake, backend = slurm3
+    job = launcher_and_workers(submit)
+    assert backend.sync(at(1)).submitted == [job.pk]
+    leader = fake.only(f"gpp-{job.pk}-a0")
+    parts = fake.components(leader)
+    assert [(p["requested"], p["het_job_offset"]) for p in parts] == [("gpn1", 0), ("gpn2,gpn3", 1)]
+    gres = [re.search(r"^#SBATCH --gres=(.*)$", fake.scripts[str(p["job_id"])], re.M).group(1) for p in parts]
+    assert gres == ["gpu:1", "gpu:2"]
+    job.refresh_from_db()
+    assert job.slurm_job_id == leader
+    ev = Event.objects.get(job=job, kind="slurm_submitted")
+    assert "heterogeneous job of 2 components" in ev.message and len(ev.data["components"]) == 2
+
+    # Slurm starts both components; on gpn1 it picks GPU 0 (the plan said 1)
+    fake.set_state(leader, "RUNNING", gpus={0: ["gpu:1(IDX:0)"]})
+    d = out_dir(backend, job)
+    launcher, w0, w1 = sorted(tasks_of(job), key=lambda t: (t.role.name != "launcher", t.index))
+    for t in (launcher, w0, w1):
+        (d / f"task-{t.pk}.started").write_text("4242\n")
+    stats = backend.sync(at(2))
+    assert stats.started == 3 and stats.orphans_cancelled == []  # the second component is no orphan
+    job.refresh_from_db()
+    assert job.state == "running"
+    assert sorted(Allocation.objects.filter(job=job, released_at__isnull=True)
+                  .values_list("task__role__name", "gpu__node__name", "gpu__index")) == \
+        [("launcher", "gpn1", 0), ("worker", "gpn2", 0), ("worker", "gpn2", 1), ("worker", "gpn3", 0),
+         ("worker", "gpn3", 1)]
+
+    # cancel: TERM to the leader (every component's step), then the kill and scancel of the leader
+    services.cancel_job(job)
+    backend.sync(at(3))
+    assert fake.commands("scancel") == [f"scancel --signal=TERM {leader}"]
+    job.refresh_from_db()
+    backend.sync(job.preempt_deadline + timedelta(seconds=1))
+    assert fake.commands("scancel")[1:] == [f"scancel --full --signal=KILL {leader}", f"scancel {leader}"]
+    assert {p["job_state"] for p in fake.components(leader)} == {"CANCELLED"}
+    backend.sync(job.preempt_deadline + timedelta(seconds=2))
+    job.refresh_from_db()
+    assert job.state == "cancelled"
+    assert {t.exit_signal for t in tasks_of(job)} == {9}
+
+
+def test_a_lost_node_in_one_component_requeues_the_whole_heterogeneous_gang(slurm3, submit):
+    fake, backend = slurm3
+    job = launcher_and_workers(submit)
+    backend.sync(at(1))
+    leader = fake.only(f"gpp-{job.pk}-a0")
+    fake.set_state(leader, "RUNNING")
+    backend.sync(at(2))
+    # Slurm ends the worker component NODE_FAIL and cancels the launcher's with it
+    first, second = fake.components(leader)
+    first["job_state"], second["job_state"] = "CANCELLED", "NODE_FAIL"
+    backend.sync(at(3))
+    job.refresh_from_db()
+    assert job.state == "pending" and job.attempts == 1 and job.restarts == 0
+    assert Event.objects.filter(job=job, kind="node_failed", message__contains="NODE_FAIL").exists()
+
+
+def test_admission_mode_records_where_slurm_put_each_component(slurm3, submit):
+    fake, backend = slurm3
+    backend.mode = "admission"
+    job = launcher_and_workers(submit)  # planned: launcher on gpn1, workers on gpn2 and gpn3
+    backend.sync(at(1))
+    leader = fake.only(f"gpp-{job.pk}-a0")
+    assert all(not p["requested"] for p in fake.components(leader))  # no --nodelist: Slurm decides where
+    fake.set_state(leader, "RUNNING", nodes={0: ["gpn3"], 1: ["gpn1", "gpn2"]},
+                   gpus={0: ["gpu:1(IDX:1)"], 1: ["gpu:2(IDX:0-1)", "gpu:2(IDX:0-1)"]})
+    backend.sync(at(2))
+    placed = {(t.role.name, t.index): t.node.name for t in tasks_of(job)}
+    assert placed == {("launcher", 0): "gpn3", ("worker", 0): "gpn1", ("worker", 1): "gpn2"}
+    assert sorted(Allocation.objects.filter(job=job, released_at__isnull=True, task__role__name="launcher")
+                  .values_list("gpu__node__name", "gpu__index")) == [("gpn3", 1)]
+    ev = Event.objects.get(job=job, kind="slurm_placement")
+    assert {c["node"] for c in ev.data["changes"]} == {"gpn3", "gpn1", "gpn2"}
+    assert all(c["recorded"] for c in ev.data["changes"])

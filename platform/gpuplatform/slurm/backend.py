@@ -41,11 +41,11 @@ from .. import clock
 from ..audit import record_event, record_events
 from ..execution import append_log, master_port, node_assignments, report_task_event, stop_job
 from ..execution.assignments import nodes_assignments
-from ..lifecycle import requeue_job
+from ..lifecycle import lock_jobs, requeue_job
 from ..models import Allocation, Gpu, Job, Node, Task, TaskLog
 from ..scheduling.evict import REQUEUE_STOPS
 from .cli import SlurmCLI, SlurmError, SlurmJob, expand_hostlist, parse_jobcomp
-from .script import GangTask, ShapeError, build_job, job_name, parse_job_name
+from .script import GangTask, build_job, job_name, layout, parse_job_name
 
 __all__ = ["SlurmBackend", "RoundStats", "NEVER_STARTED"]
 
@@ -281,17 +281,9 @@ class SlurmBackend:
                          working_dir=t["working_dir"], gpus=len(t["gpus"])) for node, t in tasks]
         addresses = {node.name: node.address or node.name for node, _ in tasks}
         grace = float(row["queue__preemption_grace_seconds"] or 0)
-        try:
-            scripts = build_job(gang, job_id=job_id, attempt=attempt, output_dir=str(d), partition=self.cli.partition,
-                                master_port=master_port(job_id, attempt), time_limit_seconds=row["time_limit_seconds"],
-                                grace_seconds=grace, addresses=addresses, mode=self.mode)
-        except ShapeError as exc:
-            message = f"the Slurm backend cannot run this gang: {exc}"
-            with transaction.atomic():
-                stop_job(job_id, at=now, target="failed", kind="slurm_refused", reason=message[:300])
-                for node, t in tasks:
-                    self._report(node, t, "lost", stats, message=message[:200])
-            return
+        scripts = build_job(gang, job_id=job_id, attempt=attempt, output_dir=str(d), partition=self.cli.partition,
+                            master_port=master_port(job_id, attempt), time_limit_seconds=row["time_limit_seconds"],
+                            grace_seconds=grace, addresses=addresses, mode=self.mode)
         d.mkdir(parents=True, exist_ok=True)
         (d / "launch.sh").write_text(scripts.launch)
         (d / "batch.sh").write_text(scripts.batch)
@@ -301,9 +293,10 @@ class SlurmBackend:
         self._submitted.append((job_id, {"attempt": attempt, "job_id": slurm_id, "submitted_at": now.isoformat(),
                                          "dir": str(d), "mode": self.mode}, {
             "time": now, "kind": "slurm_submitted", "job_id": job_id,
-            "message": f"{row['name']}: Slurm job {slurm_id} submitted ({self.mode} mode, {len(scripts.nodes)} "
-                       f"node(s) x {scripts.tasks_per_node} task(s), {scripts.gpus_per_task} GPU(s) per task)",
-            "data": {"slurm_job_id": slurm_id, "attempt": attempt, "nodes": scripts.nodes, "mode": self.mode}}))
+            "message": f"{row['name']}: Slurm job {slurm_id} submitted ({self.mode} mode, {scripts.describe()})",
+            "data": {"slurm_job_id": slurm_id, "attempt": attempt, "nodes": scripts.nodes, "mode": self.mode,
+                     "components": [{"nodes": list(c.nodes), "tasks_per_node": c.tasks_per_node,
+                                     "gpus_per_node": c.gpus_per_node} for c in scripts.components]}}))
         stats.submitted.append(job_id)
 
     def _refused(self, job_id: int, attempt: int, tasks, refusals: int, why: str, now, stats: RoundStats) -> None:
@@ -346,42 +339,61 @@ class SlurmBackend:
 
     def _record_placement(self, job_id: int, attempt: int, record: dict, sj: SlurmJob, tasks, now) -> None:
         """Slurm's choice of GPU indices (squeue's gres_detail; and in admission mode, of nodes) becomes the
-        tasks' allocations, so the map and the allocation stay true; an Event records what changed."""
-        k = max(1, len(tasks) // max(1, len(sj.node_list)))
-        changes = []
+        tasks' allocations, so the map and the allocation stay true; an Event records what changed. A het
+        job is read component by component (script.layout: the same components, in the same order, as
+        submitted; a task's GPUs are its slice of its component's GPUs on its node)."""
+        by_task = {t["task"]: (node, t) for node, t in tasks}
+        comps = layout([GangTask(task=t["task"], node=node.name, argv=(), env={}, working_dir="", gpus=len(t["gpus"]))
+                        for node, t in tasks])
+        parts = sj.components or [sj]
+        changes, moves = [], []
         with transaction.atomic():
-            for rank, (node, t) in enumerate(tasks):
-                if self.mode == "admission":
-                    target_name = sj.node_list[rank // k] if rank // k < len(sj.node_list) else node.name
-                    local = rank % k
-                else:
-                    target_name = node.name
-                    local = [x for n, x in tasks if n.pk == node.pk].index(t)
-                indices = sj.gpus.get(target_name, [])
-                g = len(t["gpus"])
-                current = sorted(x["index"] for x in t["gpus"])
-                # Slurm's indices; when it no longer says (an ended job's gres_detail is empty), the planned ones
-                mine = (indices[local * g:(local + 1) * g] if len(indices) >= (local + 1) * g else current) if g else []
-                if target_name == node.name and (not mine or sorted(mine) == current):
-                    continue
-                target = Node.objects.filter(name=target_name).first()
-                if target is None:
-                    continue
-                gpus = list(Gpu.objects.filter(node=target, index__in=mine).values_list("id", flat=True)) if mine else []
-                busy = Allocation.objects.filter(gpu_id__in=gpus, released_at__isnull=True).exclude(job_id=job_id).exists()
-                if busy or (mine and len(gpus) != len(mine)):
-                    changes.append({"task": t["task"], "node": target_name, "gpus": mine, "recorded": False})
-                    continue
-                Allocation.objects.filter(task_id=t["task"], released_at__isnull=True).delete()
-                Allocation.objects.bulk_create([Allocation(task_id=t["task"], gpu_id=gid, job_id=job_id, created_at=now)
-                                                for gid in gpus])
+            lock_jobs([job_id])  # the job row first, then its tasks and allocations (the house's lock order)
+            for comp in comps:
+                part = parts[comp.index] if comp.index < len(parts) else sj
+                for slot, i, _local, offset in comp.slots:
+                    node, t = by_task[slot.task]
+                    if self.mode == "admission" and i < len(part.node_list):
+                        target_name = part.node_list[i]  # Slurm's i-th node of the component holds its i-th block
+                    else:
+                        target_name = node.name
+                    indices = part.gpus.get(target_name, [])
+                    g = len(t["gpus"])
+                    current = sorted(x["index"] for x in t["gpus"])
+                    # Slurm's indices; when it no longer says (an ended job's gres_detail is empty), the planned ones
+                    mine = (indices[offset:offset + g] if len(indices) >= offset + g else current) if g else []
+                    if target_name == node.name and (not mine or sorted(mine) == current):
+                        continue
+                    target = Node.objects.filter(name=target_name).first()
+                    if target is not None:
+                        moves.append((t, target, mine))
+            # every move at once: a task may take GPUs another task of the gang is leaving (Slurm swapped them).
+            # A move is refused while a GPU it wants is held by a task that stays (another job's, or one of
+            # this gang whose own move was refused: repeated until no refusal frees anything)
+            ids = {t["task"]: list(Gpu.objects.filter(node=target, index__in=mine).values_list("id", flat=True))
+                   if mine else [] for t, target, mine in moves}
+            ok = [(t, target, mine) for t, target, mine in moves if len(ids[t["task"]]) == len(mine)]
+            while True:
+                moving = [t["task"] for t, _, _ in ok]
+                live = Allocation.objects.filter(released_at__isnull=True).exclude(task_id__in=moving)
+                keep = [m for m in ok if not live.filter(gpu_id__in=ids[m[0]["task"]]).exists()]
+                if len(keep) == len(ok):
+                    break
+                ok = keep
+            done = {t["task"] for t, _, _ in ok}
+            changes += [{"task": t["task"], "node": target.name, "gpus": mine, "recorded": False}
+                        for t, target, mine in moves if t["task"] not in done]
+            Allocation.objects.filter(task_id__in=[t["task"] for t, _, _ in ok], released_at__isnull=True).delete()
+            Allocation.objects.bulk_create([Allocation(task_id=t["task"], gpu_id=gid, job_id=job_id, created_at=now)
+                                            for t, _, _ in ok for gid in ids[t["task"]]])
+            for t, target, mine in ok:
                 Task.objects.filter(pk=t["task"]).update(node=target)
-                changes.append({"task": t["task"], "node": target_name, "gpus": mine, "recorded": True})
+                changes.append({"task": t["task"], "node": target.name, "gpus": mine, "recorded": True})
             self._save(job_id, {**record, "gpus": sj.gpus, "nodes": sj.node_list})
             if changes:
                 record_event("slurm_placement", f"Slurm job {sj.job_id} placed tasks differently from the plan: "
                              + "; ".join(f"task {c['task']} on {c['node']} GPUs {c['gpus']}"
-                                         + ("" if c["recorded"] else " (not recorded: held by another job)")
+                                         + ("" if c["recorded"] else " (not recorded: held by another task)")
                                          for c in changes), job_id=job_id, time=now,
                              data={"slurm_job_id": sj.job_id, "changes": changes})
 

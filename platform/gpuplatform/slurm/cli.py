@@ -10,6 +10,11 @@
 e.g. "gpu:2(IDX:0-1)"), `scancel`, `scontrol update` (drain / resume), and the job completion file of
 `JobCompType=jobcomp/filetxt` ("Key=Value ..." records, one job a line). Every failing command raises
 SlurmError naming the command and quoting its stderr.
+
+A heterogeneous job is one entry per component in both squeue (`het_job_id`, `het_job_offset`) and the
+completion file (`HetJobId`, `HetJobOffset`); both readers fold them into one job under the leader's id
+(`merge_het`, `parse_jobcomp`): its state is the most telling of its components' (`STATE_RANK`), its nodes
+and GPU indices the components' together, in component order (a node is in one component only).
 """
 from __future__ import annotations
 
@@ -21,10 +26,16 @@ import subprocess
 from dataclasses import dataclass, field
 
 __all__ = ["Result", "SlurmError", "SubprocessRunner", "SlurmCLI", "SlurmJob", "SlurmNode", "parse_gres_indices",
-           "expand_hostlist", "parse_jobcomp", "ENDED_STATES"]
+           "expand_hostlist", "parse_jobcomp", "merge_het", "combined_state", "ENDED_STATES"]
 
 ENDED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
                           "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
+# a het job's state from its components': the first state of this order any component is in. Not ended before
+# ended (the job is not over while a component runs); among ended states, the one that says why it ended
+# (a NODE_FAIL component beside the CANCELLED ones Slurm ended with it) before FAILED, CANCELLED, COMPLETED
+STATE_RANK = ("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING", "COMPLETING", "NODE_FAIL",
+              "BOOT_FAIL", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "DEADLINE", "FAILED", "SPECIAL_EXIT", "REVOKED",
+              "CANCELLED", "COMPLETED")
 
 
 @dataclass
@@ -72,6 +83,9 @@ class SlurmJob:
     submit_time: int = 0
     comment: str = ""
     gpus: dict[str, list[int]] = field(default_factory=dict)
+    het_job_id: str = ""  # the leader's id for a component of a heterogeneous job, "" otherwise
+    het_job_offset: int = 0
+    components: list = field(default_factory=list)  # a merged het job: its SlurmJob components, in offset order
 
     @property
     def ended(self) -> bool:
@@ -145,14 +159,78 @@ def _gpu_count(gres: str) -> int:
     return total
 
 
+def combined_state(states) -> str:
+    """The state of a het job whose components are in `states` (STATE_RANK); an unknown state counts as
+    running (not ended)."""
+    states = list(states)
+    unknown = [s for s in states if s not in STATE_RANK]
+    if unknown:
+        return unknown[0]
+    return min(states, key=STATE_RANK.index) if states else ""
+
+
 def parse_jobcomp(text: str) -> dict[str, dict[str, str]]:
     """jobcomp/filetxt records -> {job id: {"JobState": ..., "ExitCode": "0:0", "NodeList": ..., "Name": ...}}.
-    The last record of a job id wins (a requeued Slurm job writes one per run)."""
+    The last record of a job id wins (a requeued Slurm job writes one per run). A het job's component
+    records fold into its leader's (HetJobId): JobState = combined_state, NodeList = the components' lists
+    joined with "," in offset order, ExitCode = the highest; the components' ids are not keys."""
     out = {}
     for line in text.splitlines():
         rec = dict(re.findall(r"(\w+)=(\S*)", line))
         if "JobId" in rec:
             out[rec["JobId"]] = rec
+    groups: dict[str, list] = {}
+    for rec in out.values():
+        leader = rec.get("HetJobId", "")
+        if leader and leader != "0":
+            groups.setdefault(leader, []).append(rec)
+    for leader, recs in groups.items():
+        recs.sort(key=lambda r: int(r.get("HetJobOffset") or 0))
+        for r in recs:
+            if r["JobId"] != leader:
+                out.pop(r["JobId"], None)
+        head = next((r for r in recs if r["JobId"] == leader), recs[0])
+        out[leader] = {**head, "JobId": leader, "JobState": combined_state(r.get("JobState", "") for r in recs),
+                       "NodeList": ",".join(r.get("NodeList", "") for r in recs if r.get("NodeList")),
+                       "ExitCode": max((r.get("ExitCode", "0:0") for r in recs),
+                                       key=lambda e: tuple(int(x) if x.isdigit() else 0 for x in e.split(":")))}
+    return out
+
+
+def merge_het(jobs: list[SlurmJob]) -> list[SlurmJob]:
+    """squeue's entries with a het job's components folded into one SlurmJob per het job (module docstring):
+    job_id = the leader's, `components` = the entries in offset order, state = combined_state, reason and
+    exit code of the component that gave the state (the highest exit code when they agree), node_list and
+    gpus joined, times: the earliest start and submit, the latest end (0 while a component has not ended).
+    Other jobs are returned as they are, in the order given (a het job at its leader's place)."""
+    groups: dict[str, list[SlurmJob]] = {}
+    for j in jobs:
+        if j.het_job_id:
+            groups.setdefault(j.het_job_id, []).append(j)
+    out, done = [], set()
+    for j in jobs:
+        if not j.het_job_id:
+            out.append(j)
+            continue
+        if j.het_job_id in done:
+            continue
+        done.add(j.het_job_id)
+        parts = sorted(groups[j.het_job_id], key=lambda c: c.het_job_offset)
+        state = combined_state(c.state for c in parts)
+        telling = [c for c in parts if c.state == state]
+        leader = next((c for c in parts if c.job_id == c.het_job_id), parts[0])
+        gpus: dict[str, list[int]] = {}
+        for c in parts:
+            gpus.update(c.gpus)
+        out.append(SlurmJob(job_id=j.het_job_id, name=leader.name, state=state,
+                            reason=next((c.reason for c in telling if c.reason and c.reason != "None"),
+                                        telling[0].reason),
+                            node_list=[n for c in parts for n in c.node_list],
+                            exit_code=max(c.exit_code for c in telling),
+                            start_time=min((c.start_time for c in parts if c.start_time), default=0),
+                            end_time=0 if any(not c.end_time for c in parts) else max(c.end_time for c in parts),
+                            submit_time=min((c.submit_time for c in parts if c.submit_time), default=0),
+                            comment=leader.comment, gpus=gpus, het_job_id=j.het_job_id, components=parts))
     return out
 
 
@@ -188,7 +266,8 @@ class SlurmCLI:
         return job_id
 
     def jobs(self) -> list[SlurmJob]:
-        """The partition's jobs still in slurmctld's memory (pending, running, and ended within MinJobAge)."""
+        """The partition's jobs still in slurmctld's memory (pending, running, and ended within MinJobAge), a
+        heterogeneous job as one SlurmJob under its leader's id (merge_het)."""
         data = self._json(["squeue", "--json", "--partition", self.partition, "--states", "all"])
         out = []
         for j in data.get("jobs", []):
@@ -199,8 +278,10 @@ class SlurmCLI:
                                 exit_code=int(j.get("exit_code") or 0), start_time=int(j.get("start_time") or 0),
                                 end_time=int(j.get("end_time") or 0), submit_time=int(j.get("submit_time") or 0),
                                 comment=j.get("comment") or "",
-                                gpus={n: parse_gres_indices(g) for n, g in zip(nodes, gres)}))
-        return out
+                                gpus={n: parse_gres_indices(g) for n, g in zip(nodes, gres)},
+                                het_job_id=str(j.get("het_job_id") or "") if j.get("het_job_id") else "",
+                                het_job_offset=int(j.get("het_job_offset") or 0)))
+        return merge_het(out)
 
     def nodes(self) -> list[SlurmNode]:
         """Every node of the partition, from sinfo --json (one entry per node)."""

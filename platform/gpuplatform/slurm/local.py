@@ -127,7 +127,9 @@ class LocalSlurm:
             "GresTypes=gpu", "JobCompType=jobcomp/filetxt", f"JobCompLoc={self.jobcomp}",
             "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
             "ReturnToService=2", f"SlurmdTimeout={self.slurmd_timeout}", f"KillWait={self.kill_wait}",
-            "InactiveLimit=0", "MinJobAge=600", "MessageTimeout=5", "SchedulerParameters=sched_interval=1",
+            "InactiveLimit=0", "MinJobAge=600", "MessageTimeout=5",
+            # heterogeneous jobs are started by the backfill scheduler only: every second, not every 30 s
+            "SchedulerParameters=sched_interval=1,bf_interval=1",
             "SlurmdParameters=config_overrides",  # CPUs / GRES as declared, whatever the host has
             *node_lines,
             f"PartitionName={PARTITION} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP",
