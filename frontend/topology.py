@@ -281,6 +281,7 @@ def _gpu_level(cells, by_id, visible, filtering, shares=None, live=None):
                 if share.get("used") is not None:
                     labels.append({"text": f"{round(100 * share['used'])}%", "x": x, "y": y, "showarrow": False,
                                    "xanchor": "center", "yanchor": "middle", "name": f"share:{node}:{g[1]}",
+                                   "opacity": 1.0 if not filtering or match else 0.25,
                                    "font": {"size": font_px, "color": "#ffffff" if state in DARK_CELLS else "#1a202c"}})
                 instances = share.get("instances") or []
                 for inst, (dx, dy) in zip(instances, _mig_offsets(len(instances))):

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from tests.frontend.test_browser import ARTIFACTS, Page, browser, login  # noqa: F401 (fixtures)
+from tests.frontend.test_browser import ARTIFACTS, Page, browser, login, wait_js  # noqa: F401 (fixtures)
 from tests.frontend.test_sharing_dashboards import build_mixed, run_sharing_cycles
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -43,8 +43,14 @@ def test_fragmentation_page_draws_the_fgd_chart(browser, live_server, shared):
     assert "MIG instances used 2 of 9" in page.inner_text("#sharing-totals")
     page.locator("#sharing").scroll_into_view_if_needed()
     p.shot("fragmentation-fgd")
-    time_poll = page.evaluate("document.getElementById('fig-fgd').data[0].x.length")
-    assert time_poll == 3
+    # the next cycle's point arrives through the page's `since` poll (no reload), the table follows it
+    from gpuplatform.scheduling import store
+
+    page.evaluate("window.__marker = 1")
+    store.run_cycle_once(clock=timezone.now())
+    wait_js(page, "document.getElementById('fig-fgd').data[0].x.length === 4", timeout=20_000)
+    last = page.evaluate("(() => { const y = document.getElementById('fig-fgd').data[0].y; return y[y.length - 1]; })()")
+    assert page.evaluate("window.__marker") == 1 and float(page.inner_text("[data-fgd=H200]")) == last
     p.assert_clean()
     p.context.close()
 

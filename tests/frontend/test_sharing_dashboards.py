@@ -124,6 +124,8 @@ def test_map_writes_the_used_share_on_a_shared_cell_and_draws_mig_instances():
         cells = {(x, y): o for t in lit["figure"]["data"] if not t["name"].startswith("MIG")
                  for x, y, o in zip(t["x"], t["y"], t["marker"]["opacity"])}
         assert cells[(labels["share:n0:0"]["x"], labels["share:n0:0"]["y"])] == 1.0, flt
+        dim = {a["name"]: a["opacity"] for a in lit["figure"]["layout"]["annotations"] if "opacity" in a}
+        assert dim == {"share:n0:0": 1.0, "share:n0:1": 0.25}, flt  # GPU 1 holds no job: dimmed with its label
     used = next(t for t in p["figure"]["data"] if t["name"].startswith("MIG instance, used"))
     free = next(t for t in p["figure"]["data"] if t["name"].startswith("MIG instance, free"))
     assert len(used["x"]) == 1 and len(free["x"]) == 2 and "inf" in used["hovertext"][0]
