@@ -126,10 +126,13 @@ def topology_json(request):
 @login_required
 def topology(request):
     params = _topology_params(request)
-    domains = sorted(dq.domains(), key=lambda d: (-d[2], d[1]))
+    domains = [{"name": d[1], "tier": d[2]} for d in sorted(dq.domains(), key=lambda d: (-d[2], d[1]))]
+    zoom = params["zoom"]
+    if zoom and is_node_domain(zoom) and not any(d["name"] == zoom for d in domains):
+        domains.append({"name": zoom, "tier": 1})  # a node without a domain, zoomed to: listed so "Show" keeps it
     return render(request, "frontend/topology.html", {
         "params": {k: v or "" for k, v in params.items()},
-        "domains": [{"name": d[1], "tier": d[2]} for d in domains],
+        "domains": domains,
         # Team names are public (the cluster page shows every team's counts); job names are not.
         "teams": list(Team.objects.order_by("name").values_list("name", flat=True)),
         "flavors": dq.flavors(),

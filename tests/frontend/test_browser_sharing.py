@@ -65,6 +65,7 @@ def test_fractional_job_shows_its_share_on_the_map_zoomed_to_its_node(browser, l
     login(p, "boss", "pw-boss-123")
     page = p.go("/topology/?zoom=node:mixed")
     page.wait_for_selector("#topology[data-level=gpus] .main-svg")
+    assert page.input_value("#f-zoom") == "node:mixed"  # the form keeps the node's zoom ("Show" would not lose it)
     # the label on the notebook's GPU is drawn (SVG text over the WebGL squares) and says the share used
     label = page.locator("#topology .annotation", has_text=f"{on_gpu // 10}%")
     assert label.count() == 1 and label.is_visible()
@@ -87,5 +88,13 @@ def test_fractional_job_shows_its_share_on_the_map_zoomed_to_its_node(browser, l
     page.wait_for_selector("#topology .hoverlayer .hovertext")
     assert "notebook" in page.text_content("#topology .hoverlayer")
     p.shot("topology-shared-hover")
+    # from the whole cluster, a click on the node's column zooms to it, and "Show" then keeps that zoom
+    page = p.go("/topology/")
+    page.wait_for_selector("#topology[data-level=domains] .main-svg")
+    page.evaluate("document.getElementById('topology').emit('plotly_click', {points: [{customdata: 'node:mixed'}]})")
+    page.wait_for_selector("#topology[data-level=gpus]")
+    page.click("#topology-filters button[type=submit]")
+    page.wait_for_selector("#topology[data-level=gpus] .main-svg")
+    assert page.input_value("#f-zoom") == "node:mixed" and "zoom=node%3Amixed" in page.url
     p.assert_clean()
     p.context.close()
