@@ -76,7 +76,37 @@ def fragmentation_figures(samples: Sequence[Mapping]) -> dict:
                                for s in samples], PALETTE[i % len(PALETTE)], line={"width": 2}))
     gpus = {"data": gpu_data, "layout": _layout("Free GPUs and the largest runnable job per tier",
                                                 yaxis={"title": {"text": "GPUs"}})}
-    return {"rates": rates, "gpus": gpus}
+    return {"rates": rates, "gpus": gpus, "fgd": fgd_figure(samples)}
+
+
+def fgd_by_flavor(sample: Mapping | None) -> dict[str, float]:
+    """One sample's FGD measure per flavor ({flavor: GPUs}, 2 decimals, by flavor name): the expected GPUs' worth
+    of free share on shared and auto GPUs that the request mix cannot use (scheduler.core.sharing.Placer
+    .fragmentation, stored as ClusterSample.sharing["fgd_fragmentation"]). {} when the cycle had no sharing.
+    Every place that shows the number (the chart, the latest table, the CSV, the JSON) takes it from here."""
+    values = ((sample or {}).get("sharing") or {}).get("fgd_fragmentation") or {}
+    return {str(f): round(float(v), 2) for f, v in sorted(values.items())}
+
+
+FGD_EMPTY = ("No cycle has measured FGD fragmentation yet: it is measured on GPUs in mode shared or auto, "
+             "from the first scheduling cycle that sees one.")
+
+
+def fgd_figure(samples: Sequence[Mapping]) -> dict:
+    """FGD fragmentation over time, one line per GPU flavor (GPUs; fgd_by_flavor): a flavor missing from a
+    sample (no shared or auto GPU of it in that cycle) is a gap (null). An empty state when no sample has it."""
+    per = [fgd_by_flavor(s) for s in samples]
+    flavors = sorted({f for p in per for f in p})
+    x = [_iso(s["time"]) for s in samples]
+    data = [_line(f, x, [p.get(f) for p in per], PALETTE[i % len(PALETTE)],
+                  line={"width": 2}, hovertemplate="%{y:.2f} GPUs<extra>" + plain(f) + "</extra>")
+            for i, f in enumerate(flavors)]
+    figure = {"data": data, "layout": _layout("FGD fragmentation per flavor: GPUs unusable by the request mix",
+                                              yaxis={"title": {"text": "GPUs"}, "rangemode": "tozero"},
+                                              showlegend=True)}  # the flavor's name even when it is the only one
+    if not flavors:
+        figure["empty"] = FGD_EMPTY
+    return figure
 
 
 def _quantile(values: Sequence[float], p: float) -> float:

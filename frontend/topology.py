@@ -93,12 +93,14 @@ def _job_label(job: dict | None, visible) -> str:
 def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas: dict[int, int],
                      zoom: str | None = None, team: str | None = None, job: int | None = None,
                      visible_team_ids: set[int] | None = None, gpu_cell_limit: int = GPU_CELL_LIMIT,
-                     shares: dict[int, str] | None = None) -> dict:
+                     shares: dict[int, dict] | None = None) -> dict:
     """domains: (id, name, tier, parent_id); gpus: (gpu_id, index, health, node_id, node, node_state,
     flavor, domain_id) — already filtered by flavor; allocations {gpu_id: job_id} (all live ones: a job's
     GPU count comes from them); jobs: live job dicts (dashboard_queries.live_jobs); quotas {queue_id: GPUs};
-    shares {gpu_id: text} (dashboard_queries.gpu_shares): a shared GPU's used share or a MIG GPU's instances,
-    shown on its cell and in its row ("share") when zoomed to GPUs. zoom: a domain name (None = the cluster).
+    shares {gpu_id: {"text", "used", "jobs", "instances"}} (dashboard_queries.gpu_shares): a shared GPU's used
+    share (a label on its cell, every fraction's job in its hover) or a MIG GPU's instances (dots on its cell),
+    with the text in its hover and row ("share"), when zoomed to GPUs (_gpu_level); the team / job filter
+    matches a shared GPU when any job holding a fraction of it matches. zoom: a domain name (None = the cluster).
     team / job: GPUs not held by that team's / job's jobs are dimmed. Unknown zoom raises KeyError."""
     tree = Tree(domains, key=itemgetter(0), parent=itemgetter(3))
     by_id = tree.rows
@@ -110,6 +112,7 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
         scope = tree.subtree(zoom_row[0])
         gpus = [g for g in gpus if g[7] in scope]
     held = Counter(allocations.values())
+    live = {j["id"]: j for j in jobs}  # every live job (one holding only MIG instances or fractions included)
     jobs = [{**j, "gpus": held[j["id"]]} for j in jobs if held.get(j["id"])]
     jobs_by_id = {j["id"]: j for j in jobs}
     borrowed = borrowed_gpu_ids(jobs, allocations, quotas)
@@ -121,7 +124,9 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
     cells = []  # (gpu row, state, job or None, match)
     for g in gpus:
         j = jobs_by_id.get(allocations.get(g[0]))
-        cells.append((g, gpu_state(g[2], g[5], j, g[0] in borrowed), j, matches(j)))
+        frac = (shares or {}).get(g[0]) or {}  # a shared GPU matches when any job holding a fraction of it does
+        match = matches(j) or any(matches(live.get(jid)) for jid, _ in frac.get("jobs") or ())
+        cells.append((g, gpu_state(g[2], g[5], j, g[0] in borrowed), j, match))
     # The totals follow the team / job filter (what is highlighted), over the zoomed and flavor-filtered GPUs.
     totals = {s: 0 for s in GPU_STATES}
     for c in cells:
@@ -130,7 +135,7 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
     borrowed_total = sum(1 for c in cells if c[0][0] in borrowed and (not filtering or c[3]))
     level = "gpus" if zoom_row is not None and len(cells) <= gpu_cell_limit else "domains"
     build = _gpu_level if level == "gpus" else _domain_level
-    figure, rows = build(cells, by_id, visible_team_ids, filtering, shares or {})
+    figure, rows = build(cells, by_id, visible_team_ids, filtering, shares or {}, live)
     path = [{"name": by_id[d][1], "tier": by_id[d][2]} for d in reversed(tree.ancestors(zoom_row[0]))] if zoom_row else []
     return {"level": level, "zoom": path[-1] if path else None, "path": path, "totals": totals,
             "borrowed_gpus": borrowed_total, "gpus": len(cells),
@@ -138,7 +143,7 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
             "borrowed_definition": BORROWED_DEFINITION, "figure": figure, "rows": rows}
 
 
-def _domain_level(cells, by_id, visible, filtering, shares=None):
+def _domain_level(cells, by_id, visible, filtering, shares=None, live=None):
     per = defaultdict(lambda: {"states": defaultdict(int), "jobs": defaultdict(int), "match": 0, "gpus": 0})
     job_info = {}
     for g, state, j, match in cells:
@@ -206,7 +211,35 @@ def _domain_level(cells, by_id, visible, filtering, shares=None):
     return {"data": data, "layout": _layout(height, width, annotations)}, rows
 
 
-def _gpu_level(cells, by_id, visible, filtering, shares=None):
+MIG_COLORS = {"used": "#1a202c", "free": "#ffffff"}  # a MIG instance's dot on its GPU's cell
+DARK_CELLS = ("running", "borrowed", "preempting", "unhealthy", "cordoned")  # cells that take a white label
+
+
+def _mig_offsets(n: int) -> list[tuple[float, float]]:
+    """Where a MIG GPU's n instances sit inside its cell (units from the cell's centre; the cell is 0.7 units
+    wide): rows of 4, centred."""
+    rows = math.ceil(n / 4) or 1
+    out = []
+    for k in range(n):
+        r, c = divmod(k, 4)
+        in_row = min(4, n - 4 * r)
+        out.append((round((c - (in_row - 1) / 2) * 0.15, 3), round((r - (rows - 1) / 2) * 0.2, 3)))
+    return out
+
+
+def _unit_px(height_units: float, width_cols: int) -> float:
+    """About how many pixels one unit takes on screen (the layout's height over its units, both axes share the
+    scale): more than UNIT_PX for a small view (a node: the figure's minimum height), bounded so that a wide
+    row of blocks (about 1,200 px of plot) still fits."""
+    height = max(160, height_units * UNIT_PX + 60)
+    return max(UNIT_PX * 0.75, min((height - 38) / (height_units + 0.3), 1200 / (width_cols + 0.4)))
+
+
+def _gpu_level(cells, by_id, visible, filtering, shares=None, live=None):
+    """One square per GPU. A GPU holding fractions or in mode shared carries its used share on the cell (a
+    label, "25%", and "shared, 0.25 used" in its hover and row); a MIG GPU shows each of its instances as a dot
+    on the cell (dark: bound to a job; white: free), each with its own hover (profile, UUID, job)."""
+    shares = shares or {}
     by_domain = defaultdict(lambda: defaultdict(list))
     for cell in cells:
         by_domain[cell[0][7]][cell[0][4]].append(cell)
@@ -218,32 +251,67 @@ def _gpu_level(cells, by_id, visible, filtering, shares=None):
     per_node = max((len(v) for nodes in by_domain.values() for v in nodes.values()), default=1)
     blocks = [(per_node, len(by_domain[d])) for d in order]
     pos, height, width = _flow(blocks)
+    px = _unit_px(height, width)  # a cell is 0.7 units (17 px at UNIT_PX; larger when zoomed to a node)
+    cell_px, dot_px, font_px = max(17, min(round(0.7 * px), 40)), max(3, round(0.1 * px)), max(8, min(round(0.28 * px), 12))
     traces = {s: {"x": [], "y": [], "hovertext": [], "customdata": [], "opacity": []} for s in GPU_STATES}
+    mig = {k: {"x": [], "y": [], "hovertext": [], "customdata": [], "opacity": []} for k in MIG_COLORS}
+    labels = []  # the used share of shared GPUs, written on their cells
+    jobs_by_id = {**(live or {}), **{c[2]["id"]: c[2] for c in cells if c[2] is not None}}
     annotations, rows = [], []
     for (x0, y0), did in zip(pos, order):
         annotations.append(_label(dname(did), x0, y0))
         for line, node in enumerate(sorted(by_domain[did], key=natural_key)):
             for g, state, j, match in sorted(by_domain[did][node], key=lambda c: c[0][1]):
                 t = traces[state]
-                t["x"].append(x0 + g[1] % per_node)
-                t["y"].append(round(y0 + 0.6 + line + 0.45, 3))
-                who = _job_label(j, visible)
-                share = (shares or {}).get(g[0], "")
+                x, y = x0 + g[1] % per_node, round(y0 + 0.6 + line + 0.45, 3)
+                t["x"].append(x)
+                t["y"].append(y)
+                share = shares.get(g[0]) or {}
+                text = share.get("text", "")
+                fractions = [(jobs_by_id.get(jid), part) for jid, part in share.get("jobs") or ()]
+                if fractions:  # every job holding a fraction of it, with its share
+                    who = "<br>".join(f"{part:g} GPU: {_job_label(fj, visible) or 'a job'}" for fj, part in fractions)
+                else:
+                    who = _job_label(j, visible)
                 t["hovertext"].append(f"<b>{plain(node)}</b> GPU {g[1]} · {plain(g[6])} · {state}"
-                                      + (f" · {share}" if share else "") + (f"<br>{who}" if who else ""))
+                                      + (f" · {text}" if text else "") + (f"<br>{who}" if who else ""))
                 shown = j is not None and (visible is None or j["team_id"] in visible)
                 t["customdata"].append([j["id"] if shown else None, dname(did)])
                 t["opacity"].append(1.0 if not filtering or match else 0.25)
+                if share.get("used") is not None:
+                    labels.append({"text": f"{round(100 * share['used'])}%", "x": x, "y": y, "showarrow": False,
+                                   "xanchor": "center", "yanchor": "middle", "name": f"share:{node}:{g[1]}",
+                                   "opacity": 1.0 if not filtering or match else 0.25,
+                                   "font": {"size": font_px, "color": "#ffffff" if state in DARK_CELLS else "#1a202c"}})
+                instances = share.get("instances") or []
+                for inst, (dx, dy) in zip(instances, _mig_offsets(len(instances))):
+                    holder = jobs_by_id.get(inst["job"]) if inst["job"] is not None else None
+                    m = mig["used" if inst["job"] is not None else "free"]
+                    m["x"].append(round(x + dx, 3))
+                    m["y"].append(round(y + dy, 3))
+                    hj = _job_label(holder, visible) if holder else ("a job" if inst["job"] is not None else "")
+                    m["hovertext"].append(f"<b>{plain(node)}</b> GPU {g[1]} · MIG {plain(inst['profile'])} · "
+                                          f"{plain(inst['uuid'])}<br>{hj or 'free'}")
+                    seen = holder is not None and (visible is None or holder["team_id"] in visible)
+                    m["customdata"].append([inst["job"] if seen else None, dname(did)])
+                    m["opacity"].append(1.0 if not filtering or match else 0.25)
                 rows.append({"domain": dname(did), "node": node, "gpu": g[1], "flavor": g[6], "state": state,
                              "job": (j["name"] if shown else "(other team)") if j else "",
                              "team": j["team_name"] if j else "", "queue": j["queue_name"] if j else "",
-                             "share": share})
+                             "share": text})
     data = []
     for s in GPU_STATES:
         t = traces[s]
         data.append({"type": "scattergl", "mode": "markers", "name": f"{s} ({len(t['x'])})", "x": t["x"],
                      "y": t["y"], "hovertext": t["hovertext"], "hoverinfo": "text", "customdata": t["customdata"],
                      "legendgroup": s,
-                     "marker": {"symbol": "square", "size": 17, "color": GPU_STATE_COLORS[s], "opacity": t["opacity"],
+                     "marker": {"symbol": "square", "size": cell_px, "color": GPU_STATE_COLORS[s], "opacity": t["opacity"],
                                 "line": {"width": 0}}})
-    return {"data": data, "layout": _layout(height, width, annotations)}, rows
+    for k, m in mig.items():
+        if m["x"]:  # drawn after the GPU squares, so on top of them
+            data.append({"type": "scattergl", "mode": "markers", "name": f"MIG instance, {k} ({len(m['x'])})",
+                         "x": m["x"], "y": m["y"], "hovertext": m["hovertext"], "hoverinfo": "text",
+                         "customdata": m["customdata"], "legendgroup": f"mig-{k}",
+                         "marker": {"symbol": "square", "size": dot_px, "color": MIG_COLORS[k], "opacity": m["opacity"],
+                                    "line": {"width": 1, "color": "#1a202c"}}})
+    return {"data": data, "layout": _layout(height, width, annotations + labels)}, rows

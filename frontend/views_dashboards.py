@@ -52,7 +52,8 @@ def data_response(request, payload: dict, rows: list[dict], name: str, tables: d
         rows = tables[table]
     if fmt == "csv":
         out = io.StringIO()
-        fields = list(rows[0]) if rows else ["empty"]
+        fields = list(dict.fromkeys(k for r in rows for k in r)) or ["empty"]  # every row's columns (a flavor's
+        # FGD column starts with the first cycle that measures it), in first-seen order
         writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
@@ -125,10 +126,13 @@ def topology_json(request):
 @login_required
 def topology(request):
     params = _topology_params(request)
-    domains = sorted(dq.domains(), key=lambda d: (-d[2], d[1]))
+    domains = [{"name": d[1], "tier": d[2]} for d in sorted(dq.domains(), key=lambda d: (-d[2], d[1]))]
+    zoom = params["zoom"]
+    if zoom and is_node_domain(zoom) and not any(d["name"] == zoom for d in domains):
+        domains.append({"name": zoom, "tier": 1})  # a node without a domain, zoomed to: listed so "Show" keeps it
     return render(request, "frontend/topology.html", {
         "params": {k: v or "" for k, v in params.items()},
-        "domains": [{"name": d[1], "tier": d[2]} for d in domains],
+        "domains": domains,
         # Team names are public (the cluster page shows every team's counts); job names are not.
         "teams": list(Team.objects.order_by("name").values_list("name", flat=True)),
         "flavors": dq.flavors(),
@@ -184,22 +188,39 @@ def _fragmentation_payload() -> dict:
     series = dq.fragmentation_series(limit=POINTS)
     rows = [{"time": s["time"].isoformat(), "fragmentation_rate": s["fragmentation_rate"], "free_gpus": s["free_gpus"],
              "domain_completeness": s["domain_completeness"],
-             **{f"largest_runnable_tier{t}": g for t, g in sorted((s["largest_runnable"] or {}).items())}}
+             **{f"largest_runnable_tier{t}": g for t, g in sorted((s["largest_runnable"] or {}).items())},
+             **{f"fgd_gpus_{f}": v for f, v in dfig.fgd_by_flavor(s).items()}}
             for s in series]
     groups = [{"group": name, **g} for name, g in sorted(((series[-1].get("by_group") or {}) if series else {}).items(),
                                                              key=lambda kv: (kv[1]["flavor"], -kv[1]["node_gpus"]))]
     return {"figures": dfig.fragmentation_figures(series), "rows": rows, "latest": rows[-1] if rows else None,
-            "groups": groups}
+            "groups": groups, "sharing": _sharing_latest(series[-1] if series else None)}
+
+
+def _sharing_latest(sample) -> dict | None:
+    """The latest cycle's GPU-sharing figures for the page's table (None without sharing): fgd [{flavor, gpus}]
+    (dashboard_figures.fgd_by_flavor, the chart's numbers), allocated_gpu_equivalents, shared_gpus,
+    mig_instances, mig_used."""
+    sharing = (sample or {}).get("sharing") or {}
+    if not sharing:
+        return None
+    return {"fgd": [{"flavor": f, "gpus": v} for f, v in dfig.fgd_by_flavor(sample).items()],
+            "allocated_gpu_equivalents": round(float(sharing.get("allocated_gpu_equivalents") or 0), 2),
+            "shared_gpus": int(sharing.get("shared_gpus") or 0), "mig_instances": int(sharing.get("mig_instances") or 0),
+            "mig_used": int(sharing.get("mig_used") or 0)}
 
 
 @_json_view
 def fragmentation_json(request):
-    """?format=csv: the series; ?format=csv&table=groups: the latest per flavor and node size."""
+    """?format=csv: the series (with fgd_gpus_<flavor>: the FGD measure per flavor); ?format=csv&table=groups:
+    the latest per flavor and node size. `sharing`: the latest cycle's GPU-sharing figures (or null)."""
     p = _fragmentation_payload()
     html = render_to_string("frontend/_fragmentation_groups.html", p, request=request)
+    sharing = render_to_string("frontend/_fragmentation_sharing.html", p, request=request)
     return data_response(request, {"figures": p["figures"], "latest": p["latest"], "groups": p["groups"],
-                                   "html": {"fragmentation-groups": html}}, p["rows"], "fragmentation",
-                         tables={"groups": p["groups"]})
+                                   "sharing": p["sharing"],
+                                   "html": {"fragmentation-groups": html, "fragmentation-sharing": sharing}},
+                         p["rows"], "fragmentation", tables={"groups": p["groups"]})
 
 
 @login_required

@@ -45,30 +45,38 @@ def live_allocations() -> dict[int, int]:
     return dict(Allocation.objects.filter(released_at__isnull=True).order_by().values_list("gpu_id", "job_id"))
 
 
-def gpu_shares() -> dict[int, str]:
-    """{gpu_id: text} for GPUs that are shared or in MIG mode (DESIGN section 12): "shared, 0.75 used" (the
-    sum of its live fractions) or "MIG 2 of 7 instances used (1g.18gb x7)". Two flat queries."""
-    from django.db.models import Count, Sum
-
+def gpu_shares() -> dict[int, dict]:
+    """{gpu_id: share} for GPUs that are shared, hold a fraction, or are in MIG mode (DESIGN section 12). share:
+    "text" ("shared, 0.75 used": the sum of its live fractions, or "MIG 2 of 7 instances used (1g.18gb x7)"),
+    "used" (the GPU share its live fractions take, 0..1; None for a MIG GPU), "jobs" (the fractions it holds:
+    [(job id, share 0..1)], by job id) and "instances" (a MIG GPU's instances by UUID: {"profile", "uuid",
+    "job" (the job id holding it, or None)}; [] otherwise). Three flat queries."""
     from .models import Gpu, MigInstance
 
-    out: dict[int, str] = {}
-    for gpu_id, milli in (Allocation.objects.filter(released_at__isnull=True, gpu_milli__gt=0).order_by()
-                          .values_list("gpu_id").annotate(s=Sum("gpu_milli"))):
-        out[gpu_id] = f"shared, {milli / 1000:g} used"
+    out: dict[int, dict] = {}
+    fractions: dict[int, list] = {}
+    for gpu_id, job_id, milli in (Allocation.objects.filter(released_at__isnull=True, gpu_milli__gt=0)
+                                  .order_by("gpu_id", "job_id").values_list("gpu_id", "job_id", "gpu_milli")):
+        fractions.setdefault(gpu_id, []).append((job_id, milli / 1000))
+    for gpu_id, held in fractions.items():
+        milli = sum(round(share * 1000) for _, share in held)
+        out[gpu_id] = {"text": f"shared, {milli / 1000:g} used", "used": milli / 1000, "instances": [], "jobs": held}
     for gpu_id in Gpu.objects.filter(sharing="shared").exclude(pk__in=list(out)).values_list("pk", flat=True):
-        out[gpu_id] = "shared, 0 used"
-    used = set(Allocation.objects.filter(released_at__isnull=True, mig_instance__isnull=False)
-               .values_list("mig_instance_id", flat=True))
-    layout: dict[int, dict] = {}
-    for iid, gpu_id, profile in MigInstance.objects.values_list("id", "gpu_id", "profile"):
-        entry = layout.setdefault(gpu_id, {"n": 0, "used": 0, "profiles": {}})
-        entry["n"] += 1
-        entry["used"] += iid in used
-        entry["profiles"][profile] = entry["profiles"].get(profile, 0) + 1
-    for gpu_id, e in layout.items():
-        kinds = ", ".join(f"{p} x{c}" for p, c in sorted(e["profiles"].items()))
-        out[gpu_id] = f"MIG {e['used']} of {e['n']} instances used ({kinds})"
+        out[gpu_id] = {"text": "shared, 0 used", "used": 0.0, "instances": [], "jobs": []}
+    holder = dict(Allocation.objects.filter(released_at__isnull=True, mig_instance__isnull=False).order_by()
+                  .values_list("mig_instance_id", "job_id"))
+    layout: dict[int, list] = {}
+    for iid, gpu_id, profile, uuid in MigInstance.objects.order_by("gpu_id", "uuid").values_list(
+            "id", "gpu_id", "profile", "uuid"):
+        layout.setdefault(gpu_id, []).append({"profile": profile, "uuid": uuid, "job": holder.get(iid)})
+    for gpu_id, instances in layout.items():
+        counts: dict[str, int] = {}
+        for i in instances:
+            counts[i["profile"]] = counts.get(i["profile"], 0) + 1
+        kinds = ", ".join(f"{p} x{c}" for p, c in sorted(counts.items()))
+        used = sum(1 for i in instances if i["job"] is not None)
+        out[gpu_id] = {"text": f"MIG {used} of {len(instances)} instances used ({kinds})", "used": None,
+                       "instances": instances, "jobs": []}
     return out
 
 
@@ -130,10 +138,11 @@ def watermark_series(queue_id: int, since: datetime | None = None, limit: int = 
 
 def fragmentation_series(limit: int = 2000) -> list[dict]:
     """Cluster samples, oldest first: time, fragmentation_rate, free_gpus, largest_runnable {tier: GPUs},
-    domain_completeness, allocation_rate."""
+    domain_completeness, allocation_rate, schedulable_gpus, by_group and sharing (ClusterSample.sharing: the
+    GPU-sharing figures and the FGD measure per flavor)."""
     rows = list(ClusterSample.objects.order_by("-time", "-id").values(
         "time", "fragmentation_rate", "free_gpus", "largest_runnable", "domain_completeness",
-        "allocation_rate", "schedulable_gpus", "by_group")[:limit])
+        "allocation_rate", "schedulable_gpus", "by_group", "sharing")[:limit])
     rows.reverse()
     return rows
 

@@ -28,6 +28,7 @@ Metric names, and what an operator of Kueue or Volcano knows them as:
 | largest_runnable_job_gpus                  | tier          | (ours) most GPUs one job could get in one domain of tier <= t      |
 | domain_completeness                        |               | (ours) share of tier-1 domains all free or all used                |
 | cluster_gpus                               | state         | kube's allocatable / requested GPUs (schedulable, allocated, free) |
+| fgd_fragmentation_gpus                     | flavor        | (ours, issue 14) GPUs of free share the request mix cannot use (FGD) |
 
 GPU telemetry (DCGM_FI_DEV_* under dcgm-exporter's names and labels, gpuplatform_idle_allocated_gpus):
 gpuplatform/telemetry/exporter.py.
@@ -84,7 +85,12 @@ class PlatformCollector:
         gpus = GaugeMetricFamily(_name("cluster_gpus"), "Cluster GPUs by state (latest cycle): schedulable = allocated "
                                  "+ held (for jobs not started: reservations, eviction beneficiaries) + free.",
                                  labels=["state"])
+        fgd = GaugeMetricFamily(_name("fgd_fragmentation_gpus"), "FGD fragmentation (Weng et al., ATC '23): GPUs' "
+                                "worth of free share on shared and auto GPUs the request mix cannot use (latest cycle; "
+                                "absent without GPU sharing).", labels=["flavor"])
         if sample is not None:
+            for flavor, value in sorted(((sample.sharing or {}).get("fgd_fragmentation") or {}).items()):
+                fgd.add_metric([str(flavor)], float(value))
             alloc.add_metric([], sample.allocation_rate)
             frag.add_metric([], sample.fragmentation_rate)
             complete.add_metric([], sample.domain_completeness)
@@ -93,7 +99,7 @@ class PlatformCollector:
             for state, value in (("schedulable", sample.schedulable_gpus), ("allocated", sample.allocated_gpus),
                                  ("held", sample.held_gpus), ("free", sample.free_gpus)):
                 gpus.add_metric([state], value)
-        yield from (alloc, frag, complete, largest, gpus)
+        yield from (alloc, frag, complete, largest, gpus, fgd)
 
     # -- queues ----------------------------------------------------------------------------------------
     def _queues(self):

@@ -84,7 +84,12 @@
   function zoomTo(name) {
     params.zoom = name || "";
     var sel = document.getElementById("f-zoom");
-    if (sel) sel.value = params.zoom;
+    if (sel) {
+      // a node without a domain ("node:<name>") is zoomable but not listed: add it, so "Show" keeps the zoom
+      var listed = Array.prototype.some.call(sel.options, function (o) { return o.value === params.zoom; });
+      if (!listed) { var o = document.createElement("option"); o.value = o.textContent = params.zoom; sel.appendChild(o); }
+      sel.value = params.zoom;
+    }
     load();
   }
 

@@ -62,6 +62,11 @@ class ClusterSample(models.Model):
     domain_completeness = models.FloatField()
     pending_jobs = models.PositiveIntegerField(default=0)
     running_jobs = models.PositiveIntegerField(default=0)
+    sharing = models.JSONField(
+        default=dict, blank=True,
+        help_text="GPU sharing (scheduler.core.sharing.sharing_metrics): allocated_gpu_equivalents, shared_gpus, "
+                  "fgd_fragmentation {flavor: GPUs unusable by the expected request mix}, mig_instances, mig_used; "
+                  "{} for a cycle without shared, auto or MIG GPUs nor sharing jobs")
 
     class Meta:
         ordering = ["-time"]

@@ -31,7 +31,7 @@ def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending:
         fragmentation_rate=float(m.get("fragmentation_rate", 0.0) or 0.0),
         largest_runnable={str(k): v for k, v in (m.get("largest_runnable") or {}).items()},
         domain_completeness=float(m.get("domain_completeness", 0.0) or 0.0),
-        by_group=m.get("by_group") or {}, pending_jobs=pending, running_jobs=running)
+        by_group=m.get("by_group") or {}, pending_jobs=pending, running_jobs=running, sharing=m.get("sharing") or {})
 
     tree = queries.queue_tree()
     if not tree.rows:

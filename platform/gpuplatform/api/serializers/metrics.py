@@ -47,7 +47,7 @@ class ClusterSampleSerializer(ModelSerializer):
         model = ClusterSample
         fields = ["time", "cycle", "schedulable_gpus", "allocated_gpus", "held_gpus", "free_gpus", "allocation_rate",
                   "fragmentation_rate", "largest_runnable", "by_group", "domain_completeness", "pending_jobs",
-                  "running_jobs"]
+                  "running_jobs", "sharing"]
         read_only_fields = fields
 
 
