@@ -167,8 +167,8 @@ class JobSerializer(ModelSerializer):
     class Meta:
         model = Job
         fields = ["id", "name", "external_id", "team", "queue", "submitter", "state", "priority", "preemptible",
-                  "interruptible", "topology_mode", "highest_tier", "preferred_tier", "numa", "time_limit_seconds", "migratable",
-                  "min_run_before_move_seconds", "checkpoint_grace_seconds", "attempt", "attempts", "gpus", "roles",
+                  "interruptible", "topology_mode", "highest_tier", "preferred_tier", "numa", "time_limit_seconds",
+                  "migratable", "min_run_before_move_seconds", "checkpoint_grace_seconds", "attempt", "attempts", "gpus", "roles",
                   "pending_reason", "never_fits", "position", "estimated_start", "estimated_start_p90",
                   "estimate_note", "estimated_at", "reserved", "not_before",
                   "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
