@@ -57,7 +57,7 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
         result = _run_cycle(snapshot, config or CycleConfig(), cache)
     if not whole_only and has_spares(snapshot):
         t0 = time.perf_counter()
-        spare_pass(snapshot, config or CycleConfig(), result)
+        spare_pass(snapshot, config or CycleConfig(), result, cache)
         result.timings["spares"] = time.perf_counter() - t0
         result.timings["total"] = result.timings.get("total", 0.0) + result.timings["spares"]
     return result

@@ -34,10 +34,12 @@ def has_spares(snapshot: Snapshot) -> bool:
     return any(n.spare and n.state == "ready" for n in snapshot.nodes)
 
 
-def spare_pass(snapshot: Snapshot, config: CycleConfig, result: CycleResult) -> list[Binding]:
+def spare_pass(snapshot: Snapshot, config: CycleConfig, result: CycleResult, cache=None) -> list[Binding]:
     """Place pending interruptible jobs on the ready spares (module docstring) after the cycle's own
     decisions in `result`, appending their bindings (rule "on_spare") to result.bindings and removing them
-    from result.pending. Returns the new bindings. Raises TopologyError on an inconsistent domain tree."""
+    from result.pending. Returns the new bindings. cache: the cycle's EngineCache (its ClusterStatic is
+    reused: the spare view has the snapshot's shape), or None. Raises TopologyError on an inconsistent
+    domain tree."""
     from .actions.allocate import allocate
     from .actions.backfill import Reservations
     from .cache import ClusterStatic
@@ -70,7 +72,7 @@ def spare_pass(snapshot: Snapshot, config: CycleConfig, result: CycleResult) -> 
     view = replace(snapshot, nodes=nodes, jobs=tuple(jobs))
     cfg = replace(config, backfill=False, preemption=False, reclaim=False, reschedule=False,
                   reschedule_advice=False, fgd_whole=False)
-    static = ClusterStatic(view)
+    static = cache.static_for(snapshot) if cache is not None else ClusterStatic(view)  # the same shape
     state = ClusterState(view, static)
     session = Session(state, QueueTree(view, static), cfg, view)
     allocation = allocate(session, candidates, Reservations(session, candidates), shares=result.fair_share)
