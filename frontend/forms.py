@@ -98,6 +98,9 @@ class JobForm(forms.Form):
                        help_text="higher runs first inside the queue; may preempt lower ones")
     preemptible = forms.BooleanField(required=False, initial=True,
                                      help_text="may be evicted (after a grace period) for higher-priority work")
+    interruptible = forms.BooleanField(required=False, initial=False,
+                                       help_text="may be stopped at once, without a grace period: it may also run "
+                                                 "on hot spare nodes (it must be preemptible)")
     time_limit_minutes = _number(min_value=1, max_value=rules.MAX_TIME_LIMIT_SECONDS // 60, required=False,
                                  label="Time limit (minutes)",
                                  help_text="optional; the job is stopped when it runs longer (and the scheduler "

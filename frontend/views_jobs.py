@@ -51,7 +51,7 @@ def job_new(request):
                 job = services.submit_job(
                     team=team, queue=data["queue"], name=data["name"], roles=[f.role() for f in roles.forms],
                     priority=data["priority"], preemptible=data["preemptible"], topology_mode=data["topology_mode"],
-                    highest_tier=data.get("highest_tier"), preferred_tier=data.get("preferred_tier"),
+                    interruptible=data.get("interruptible") or False, highest_tier=data.get("highest_tier"), preferred_tier=data.get("preferred_tier"),
                     time_limit_seconds=minutes * 60 if minutes else None, submitter=request.user,
                     command=data["command"], env=data["env"], working_dir=data.get("working_dir") or "",
                     image=data.get("image") or "", max_restarts=data.get("max_restarts") or 0,
@@ -89,7 +89,7 @@ def _submit_federated(request, form, roles, team, data: dict, minutes):
     body = {"name": data["name"], "queue": data["queue"], "team": team.slug,
             "roles": [{k: v for k, v in f.role().items() if v not in (None, "")} for f in roles.forms],
             "priority": data["priority"], "preemptible": data["preemptible"], "topology_mode": data["topology_mode"],
-            "highest_tier": data.get("highest_tier"), "preferred_tier": data.get("preferred_tier"),
+            "interruptible": data.get("interruptible") or False, "highest_tier": data.get("highest_tier"), "preferred_tier": data.get("preferred_tier"),
             "time_limit_seconds": minutes * 60 if minutes else None, "command": data["command"], "env": data["env"],
             "working_dir": data.get("working_dir") or "", "image": data.get("image") or "",
             "max_restarts": data.get("max_restarts") or 0, "completion_role": data.get("completion_role") or "",

@@ -194,7 +194,7 @@ class NodeAdmin(admin.ModelAdmin):
     inlines = [GpuInline]
     list_display = ("name", "flavor", "gpu_count", "domain", "state", "spare", "health_reason", "health_since",
                     "last_heartbeat")
-    actions = [_service_action(mark_spare, "Mark as hot spares (idle nodes only)"),
+    actions = [_service_action(mark_spare, "Mark as hot spares (nodes running nothing or only interruptible jobs)"),
                _service_action(unmark_spare, "Return spares to ordinary use"),
                _service_action(services.cordon_node, "Cordon selected nodes"),
                _service_action(services.drain_node, "Drain selected nodes"),

@@ -223,6 +223,8 @@ def submit_body(a) -> dict:
         body["team"] = a.team
     if a.no_preempt:
         body["preemptible"] = False
+    if a.interruptible:
+        body["interruptible"] = True
     return body
 
 
@@ -355,6 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--flavor", help="GPU model(s), e.g. H100 or 'H100|A100'")
     s.add_argument("--priority", type=int, default=0)
     s.add_argument("--no-preempt", action="store_true", help="not preemptible")
+    s.add_argument("--interruptible", action="store_true",
+                   help="may be stopped at once, without a grace period: runs on hot spares too")
     s.add_argument("--topology", choices=["none", "soft", "hard"], default="none")
     s.add_argument("--highest-tier", help="tier number or name (tier-1, nvlink, leaf, spine)")
     s.add_argument("--group-size", type=int, help="sub-group: every this many tasks inside one domain of --group-tier")

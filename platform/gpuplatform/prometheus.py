@@ -55,7 +55,8 @@ PREFIX = "gpuplatform"
 # admission wait buckets (seconds): 1 s .. 1 week, like Kueue's exponential buckets but wider (batch GPU jobs)
 WAIT_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400)
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-PREEMPTION_KINDS = {"preempted": "preempt", "reclaimed": "reclaim", "evicted": "evict", "moved": "reschedule"}
+PREEMPTION_KINDS = {"preempted": "preempt", "reclaimed": "reclaim", "evicted": "evict", "moved": "reschedule",
+                    "stopped_for_spare": "spare"}
 
 
 def _name(metric: str) -> str:

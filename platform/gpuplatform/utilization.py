@@ -40,7 +40,7 @@ from . import clock
 from .models import Allocation, ClusterSample, Event, Gpu, GpuSample, IdleAllocation, Job, Node
 
 FAILURE_KINDS = {"task_failed", "requeued_after_failure"}
-STOP_KINDS = {"stopping", "preempted", "reclaimed", "evicted", "cancelled", "time_limit"}
+STOP_KINDS = {"stopping", "preempted", "reclaimed", "evicted", "cancelled", "time_limit", "stopped_for_spare"}
 DOWN_KINDS = {"node_not_ready", "node_failed"}
 SCOPES = ("cluster", "flavor", "queue", "team", "job")
 

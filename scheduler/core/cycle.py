@@ -16,7 +16,9 @@ Phases, each timed in CycleResult.timings (seconds):
      grace period whose beneficiary no longer holds the victim's GPUs (it left, started elsewhere, or its
      hold moved) are withdrawn (`withdrawals`); every `reschedule_every` cycles, jobs blocked by fragmentation alone
      may have migratable jobs moved out of their way, or get advice (actions/reschedule.py);
-  4. metrics: allocation rate, largest runnable job per tier, fragmentation rate, domain completeness.
+  4. metrics: allocation rate, largest runnable job per tier, fragmentation rate, domain completeness;
+  5. spares (only when the snapshot has ready hot spares): pending interruptible jobs that did not start are
+     placed on the spares, which nothing else sees (spares.spare_pass; timing "spares").
 The snapshot is never mutated; the same input gives the same result, with or without a cache.
 `cache` (cache.EngineCache) is the caller's: what this engine reuses from its previous cycle while the
 cluster's shape is unchanged; None = nothing reused (a one-off or what-if run).
@@ -38,6 +40,7 @@ from .plugins.quota import QueueTree
 from .session import Session
 from .sharing import has_sharing, run_cycle_sharing
 from .snapshot import CycleConfig, CycleResult, Nomination, Snapshot
+from .spares import has_spares, spare_pass
 from .state import ClusterState
 
 
@@ -49,8 +52,19 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     (sharing.run_cycle_sharing); whole_only: skip that (sharing's own call).
     Raises TopologyError on an inconsistent domain tree."""
     if not whole_only and has_sharing(snapshot):
-        return run_cycle_sharing(snapshot, config, partial(run_cycle, whole_only=True), cache=cache)
-    config = config or CycleConfig()
+        result = run_cycle_sharing(snapshot, config, partial(run_cycle, whole_only=True), cache=cache)
+    else:
+        result = _run_cycle(snapshot, config or CycleConfig(), cache)
+    if not whole_only and has_spares(snapshot):
+        t0 = time.perf_counter()
+        spare_pass(snapshot, config or CycleConfig(), result, cache)
+        result.timings["spares"] = time.perf_counter() - t0
+        result.timings["total"] = result.timings.get("total", 0.0) + result.timings["spares"]
+    return result
+
+
+def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | None) -> CycleResult:
+    """run_cycle's phases 1-4 on whole GPUs (module docstring)."""
     result = CycleResult()
     t0 = time.perf_counter()
     # the tree and shape indexes: the cache's while the cluster is unchanged

@@ -330,7 +330,7 @@ def summarize(snapshot) -> dict:
     for n in snapshot.nodes:
         flavor_of[n.name] = n.flavor
         usable = n.gpus - len(n.unhealthy)
-        idle = (n.gpus - len(n.used | n.unhealthy)) if n.state == "ready" else 0
+        idle = (n.gpus - len(n.used | n.unhealthy)) if n.schedulable else 0  # a hot spare is not free to place on
         total[n.flavor] += usable
         free[n.flavor] += idle
         node_max[n.flavor] = max(node_max[n.flavor], usable)

@@ -44,6 +44,10 @@ class NodeInfo:
     gpu_numa[i] is GPU i's NUMA node (or NVLink group); `unhealthy` lists GPU indices that take no work;
     `used` lists GPU indices held by live allocations at snapshot time. cpu_milli / memory_mib of 0 mean
     "not constrained". Only nodes in state "ready" take new work.
+
+    `spare`: a hot spare (scheduler/core/spares.py): the cycle places on it only pending jobs that may be
+    stopped at once (JobInfo.interruptible), after everything else, and a gang that lost a node restarts on
+    it at once (spares.plan_restart), stopping its occupants; it is not `schedulable` for anything else.
     """
 
     name: str
@@ -65,10 +69,13 @@ class NodeInfo:
     gpu_modes: tuple[str, ...] = ()
     gpu_memory_mib: int = 0
     mig: tuple[MigInstance, ...] = ()
+    spare: bool = False
 
     @property
     def schedulable(self) -> bool:
-        return self.state == "ready"
+        """Whether the cycle may place work on it: ready and not a hot spare (spares.spare_pass places the
+        interruptible jobs on spares on a view where the spares are ordinary nodes)."""
+        return self.state == "ready" and not self.spare
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +175,11 @@ class JobInfo:
     NUMA (`numa`): "prefer" (default) puts each task's GPUs inside one NUMA node of a node that reports
     them (NodeInfo.gpu_numa) when some node in the chosen domain has one with room, else anywhere;
     "single" makes it a hard rule (kubelet's single-numa-node policy): a task that no NUMA node holds waits.
-    A node that reports no NUMA layout counts as one NUMA node."""
+    A node that reports no NUMA layout counts as one NUMA node.
+
+    `interruptible`: the job may be stopped at once, without a grace period (it is also preemptible): it
+    may run on hot spares (NodeInfo.spare), and is stopped there, requeued whole, when a failed gang needs
+    the spare (scheduler/core/spares.py)."""
 
     id: JobId
     queue: str
@@ -199,6 +210,7 @@ class JobInfo:
     migratable: bool = False
     min_run_before_move: float = 0.0
     checkpoint_grace: float | None = None
+    interruptible: bool = False
 
     @property
     def gpus_requested(self) -> int:

@@ -46,11 +46,12 @@ class World:
     # -- cluster ----------------------------------------------------------------------------------------
     def node(self, *, name: str, gpus: int, flavor: str = "H100", domain: str | None = None, used: int = 0,
              numa: Iterable[int] = (), cpu_milli: int = 0, memory_mib: int = 0, state: str = "ready",
-             unhealthy: Iterable[int] = ()) -> World:
-        """One node; `used` marks its first GPUs as held by something outside the scheduler's queues."""
+             unhealthy: Iterable[int] = (), spare: bool = False) -> World:
+        """One node; `used` marks its first GPUs as held by something outside the scheduler's queues; `spare`:
+        a hot spare (NodeInfo.spare)."""
         self._nodes[name] = NodeInfo(name=name, flavor=flavor, gpus=gpus, domain=domain, gpu_numa=tuple(numa),
                                      cpu_milli=cpu_milli, memory_mib=memory_mib, state=state,
-                                     unhealthy=frozenset(unhealthy), used=frozenset(range(used)))
+                                     unhealthy=frozenset(unhealthy), used=frozenset(range(used)), spare=spare)
         return self
 
     def nodes(self, *, gpus: int, count: int | None = None, names: Iterable[str] | None = None,
@@ -102,17 +103,19 @@ class World:
             highest_tier: int | None = None, preferred_tier: int | None = None, time_limit: float | None = None,
             flavors: Iterable[str] = (), cpu_milli: int = 0, memory_mib: int = 0,
             duration: float | None = None, reserved: Iterable[TaskPlacement] = (),
-            avoid_nodes: Iterable[str] = (), numa: str = "prefer") -> World:
+            avoid_nodes: Iterable[str] = (), numa: str = "prefer", interruptible: bool = False) -> World:
         """A pending job: one role from tasks / gpus_per_task / min_available, or explicit `roles`;
         `reserved`: GPUs held for it by an earlier cycle (a nomination); `avoid_nodes`: nodes its earlier
-        attempts failed on (placed there only when nothing else fits); `numa`: "prefer" | "single"."""
+        attempts failed on (placed there only when nothing else fits); `numa`: "prefer" | "single";
+        `interruptible`: it may be stopped at once (and run on hot spares)."""
         roles = tuple(roles) if roles is not None else (
             role(tasks=tasks, gpus_per_task=gpus_per_task, min_available=min_available, cpu_milli=cpu_milli,
                  memory_mib=memory_mib, flavors=flavors),)
         self._jobs[name] = JobInfo(id=name, name=name, queue=queue, roles=roles, priority=priority,
                                    submit_time=submit, preemptible=preemptible, topology_mode=topology_mode,
                                    highest_tier=highest_tier, preferred_tier=preferred_tier, time_limit=time_limit,
-                                   reserved=tuple(reserved), avoid_nodes=frozenset(avoid_nodes), numa=numa)
+                                   reserved=tuple(reserved), avoid_nodes=frozenset(avoid_nodes), numa=numa,
+                                   interruptible=interruptible)
         if duration is not None:
             self.durations[name] = duration
         return self
@@ -121,7 +124,8 @@ class World:
                 min_available: int | None = None, started: float = 0.0, priority: int = 0,
                 preemptible: bool = True, time_limit: float | None = None, duration: float | None = None,
                 gpus: Iterable[Iterable[int]] | None = None, migratable: bool = False,
-                min_run_before_move: float = 0.0, checkpoint_grace: float | None = None) -> World:
+                min_run_before_move: float = 0.0, checkpoint_grace: float | None = None,
+                interruptible: bool = False) -> World:
         """A job already running with one task on each of `nodes` (a node may repeat), on the lowest free GPUs
         (or, with `gpus`, on those GPU indices: one tuple per task); migratable / min_run_before_move /
         checkpoint_grace: whether rescheduling may move it (JobInfo)."""
@@ -144,7 +148,7 @@ class World:
                                                          min_available=min_available),),
             priority=priority, submit_time=started, preemptible=preemptible, time_limit=time_limit,
             state="running", placement=tuple(placements), start_time=started, migratable=migratable,
-            min_run_before_move=min_run_before_move, checkpoint_grace=checkpoint_grace)
+            min_run_before_move=min_run_before_move, checkpoint_grace=checkpoint_grace, interruptible=interruptible)
         if duration is not None:
             self.durations[name] = duration
         return self
@@ -185,7 +189,8 @@ def check_result(snapshot: Snapshot, result: CycleResult) -> None:
     """Assert the cycle's safety invariants; raises AssertionError naming the first violation.
 
     Bindings: only pending jobs, each at most once; no GPU bound twice (against the snapshot and within
-    the result), none on a node that is not ready, none unhealthy or out of range, each task with its
+    the result), none on a node that is not ready, none on a hot spare unless the job is interruptible
+    (rule "on_spare"), none unhealthy or out of range, each task with its
     role's GPU count and on an allowed flavor; every gang at or above each role's min_available and at most
     its tasks; no node over its CPU / memory capacity; no hard topology constraint crossed (the binding's
     domain within highest_tier, every task inside it). Evictions: only running preemptible jobs, never
@@ -214,7 +219,9 @@ def check_result(snapshot: Snapshot, result: CycleResult) -> None:
             node = nodes[t.node]
             role_info = roles[t.role]
             counts[t.role] += 1
-            assert node.schedulable, f"{b.job_id}: task on {node.state} node {t.node}"
+            assert node.state == "ready", f"{b.job_id}: task on {node.state} node {t.node}"
+            assert not node.spare or (job.interruptible and b.rule == "on_spare"), (
+                f"{b.job_id}: placed on spare {t.node} but not interruptible")
             assert len(t.gpus) == role_info.gpus_per_task, f"{b.job_id}: wrong GPU count on {t.node}"
             for g in t.gpus:
                 assert 0 <= g < node.gpus and g not in node.unhealthy, f"{b.job_id}: bad GPU {t.node}/{g}"

@@ -36,7 +36,8 @@ from typing import Callable, NamedTuple
 from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import EngineCache, run_cycle
 from scheduler.core.plugins.fairshare import decay_usage
-from scheduler.core.snapshot import Binding, CycleConfig, CycleResult, Snapshot
+from scheduler.core.snapshot import CycleConfig, CycleResult, Snapshot
+from scheduler.core.spares import plan_restart
 from scheduler.sim.fairness import FairnessMeter, leaf_teams, snapshot_fair_share
 from scheduler.sim.failures import Checkpointing, FailureModel
 from scheduler.sim.ledger import Ledger
@@ -74,6 +75,7 @@ def replay(
     migratable: Callable | None = None,
     restart_cost: float = 0.0,
     spares: int = 0,
+    interruptible: Callable | None = None,
 ) -> ReplayReport:
     """Replay `trace` on `cluster` with `engine` and return what was measured.
 
@@ -95,19 +97,24 @@ def replay(
         s, "checkpoint_grace": s}) or None (no job may be moved). A moved job's eviction lasts its
         checkpoint grace (or `grace_period`); it restarts on the place held for it.
     restart_cost: seconds of work a moved job redoes when it restarts (reading its checkpoint back).
-    spares: hot spare nodes per rack (spare_groups: the domain above a node's own NVLink domain). A spare
-        takes no work from the engine; when a failure is detected, the failed gang restarts at once on
-        its old placement with each failed node replaced by a spare of the same flavor (its rack's first,
-        else any rack's), without waiting for a cycle; the spare joins the ready nodes and the first
-        repaired node of that rack becomes a spare in its place (the pool keeps its size). The spares'
-        idle GPUs are `held` in the GPU-hour ledger (reserved for recovery).
+    spares: hot spare nodes per rack (spare_groups: the domain above a node's own NVLink domain). The
+        engine places only interruptible jobs on a spare (scheduler.core.spares); when a failure is
+        detected, the failed gang restarts at once on its old placement with each failed node replaced
+        by a spare (core.spares.plan_restart: same flavor, its rack's first, idle before occupied),
+        without waiting for a cycle, and the interruptible jobs holding the GPUs it needs there are stopped
+        at once (no grace: the work since their last checkpoint is lost_work) and requeued whole; the spare
+        joins the ready nodes and the first repaired node of that rack becomes a spare in its place (the
+        pool keeps its size). The spares' idle GPUs are `held` in the GPU-hour ledger (reserved for
+        recovery); GPUs running interruptible jobs there are used.
+    interruptible: trace job -> whether it may be stopped at once (JobInfo.interruptible: it may run on
+        spares); None = no job is.
     Raises AssertionError when the engine binds a GPU twice, a job that is not pending or part of a gang
     (scheduler.sim.state), or evicts a job that is not running.
     """
     return Replay(cluster, trace, config=config, engine=engine, cycle_interval=cycle_interval, until=until,
                   grace_period=grace_period, time_limit_factor=time_limit_factor, failures=failures,
                   checkpoint=checkpoint, fairness=fairness, progress=progress, migratable=migratable,
-                  restart_cost=restart_cost, spares=spares).run()
+                  restart_cost=restart_cost, spares=spares, interruptible=interruptible).run()
 
 
 class Replay:
@@ -124,7 +131,8 @@ class Replay:
                  grace_period: float = 30.0, time_limit_factor: float | None = None,
                  failures: FailureModel | None = None, checkpoint: Checkpointing | None = None,
                  fairness: bool = True, progress: Callable[[Progress], None] | None = None,
-                 migratable: Callable | None = None, restart_cost: float = 0.0, spares: int = 0):
+                 migratable: Callable | None = None, restart_cost: float = 0.0, spares: int = 0,
+                 interruptible: Callable | None = None):
         self.wall0 = time.perf_counter()
         self.config = config = config or CycleConfig()
         if engine is None or engine is run_cycle:
@@ -135,6 +143,7 @@ class Replay:
         self.cycle_interval, self.until, self.grace_period = cycle_interval, until, grace_period
         self.time_limit_factor, self.failures, self.progress = time_limit_factor, failures, progress
         self.migratable, self.restart_cost = migratable, restart_cost
+        self.interruptible = interruptible
         self.moves: list = []  # rescheduling's moves (core.snapshot.Move), fed back to the engine
         self.moved: set = set()  # jobs being moved (evicted by "reschedule", not yet released)
         self.resched = {"moves": 0, "moved_gpus": 0, "grace_gpu_hours": 0.0, "restart_gpu_hours": 0.0,
@@ -195,8 +204,10 @@ class Replay:
         self.node_gpus = {n.name: n.gpus for n in cluster.nodes}
         self.spare_pool: dict[str, list[str]] = {}  # rack -> its spares, in cluster order
         self.spare_target = spares
+        self.spare_clock = self.start  # the last time _advance counted the spares' busy GPUs
         self.spare_stats = {"per_rack": spares, "racks": len(set(self.group_of.values())), "nodes": 0, "gpus": 0,
-                            "restarts_on_spare": 0, "restarts_without_spare": 0}
+                            "restarts_on_spare": 0, "restarts_without_spare": 0, "stopped_on_spare": 0,
+                            "stopped_gpu_hours": 0.0, "interruptible_gpu_hours_on_spares": 0.0}
         if spares:
             members: dict[str, list[str]] = {}
             for n in cluster.nodes:
@@ -221,8 +232,13 @@ class Replay:
 
     def _advance(self, to: float) -> None:
         state = self.state
+        if state.spare_nodes:  # GPU-seconds of interruptible jobs on the spares (the capacity spares give back)
+            busy = state.spare_gpus - state.spare_idle_gpus()
+            self.spare_stats["interruptible_gpu_hours_on_spares"] += busy * max(0.0, to - self.spare_clock) / 3600.0
+        self.spare_clock = to
         self.ledger.advance(to, state.used_gpus, down=state.down_unallocated_gpus() if state.down_nodes else 0,
-                            held=state.partial_gpus + state.reserved_gpus() + state.spare_gpus,
+                            held=state.partial_gpus + state.reserved_gpus() + (
+                                state.spare_idle_gpus() if state.spare_nodes else 0),
                             waiting=bool(state.pending))
 
     def process_until(self, now: float) -> None:
@@ -261,6 +277,8 @@ class Replay:
         info = job_info(job, limit)
         if self.migratable is not None:
             info = replace(info, **(self.migratable(job) or {}))
+        if self.interruptible is not None and self.interruptible(job):
+            info = replace(info, interruptible=True)
         self.state.submit(info)
         self.left[job.id] = job.duration
         self.last_event = max(self.last_event, job.submit)
@@ -333,36 +351,44 @@ class Replay:
         self.awaiting_requeue[job_id] = record
 
     def _restart_on_spare(self, job_id: str, placement: tuple, when: float) -> bool:
-        """Bind the requeued gang at once on its old placement, each down node replaced by a spare of the
-        same flavor with at least its GPUs (its rack's first). False, changing nothing, when a node is
-        missing a spare, or a node it keeps is down or has a GPU taken."""
+        """Bind the requeued gang at once on its old placement, each down node replaced by a spare
+        (scheduler.core.spares.plan_restart), stopping at once the interruptible jobs holding the GPUs it
+        needs there. False, changing nothing, when no plan fits."""
         state = self.state
-        down = sorted({t.node for t in placement if t.node in state.down_nodes})
-        if not down:
+        if not any(t.node in state.down_nodes for t in placement):
             return False
-        swap, taken = {}, set()
-        for node in down:
-            need = self.node_gpus[node]
-            group = self.group_of[node]
-            candidates = [*self.spare_pool.get(group, ()),
-                          *(s for g, pool in sorted(self.spare_pool.items()) if g != group for s in pool)]
-            spare = next((s for s in candidates if s not in taken and self.flavor_of[s] == self.flavor_of[node]
-                          and self.node_gpus[s] >= need), None)
-            if spare is None:
-                return False
-            swap[node] = spare
-            taken.add(spare)
-        tasks = tuple(replace(t, node=swap.get(t.node, t.node)) for t in placement)
-        kept = {t.node for t in placement} - set(down)
-        if any(n in state.down_nodes or n in state.spare_nodes for n in kept):
+        snap = state.snapshot(when)
+        running = [replace(j, interruptible=False) if j.id in self.failed or j.state == "preempting" else j
+                   for j in state.running.values()]  # a job failed or being evicted is not stopped again
+        plan = plan_restart(job_id, placement, state.down_nodes, snap.nodes, running, self.group_of)
+        if plan is None:
             return False
-        if any(g in state._used[t.node] for t in tasks if t.node in kept for g in t.gpus):
-            return False
-        for node, spare in swap.items():
+        for victim in plan.stop:
+            self._stop_now(victim, when)
+        for spare in plan.swap.values():
             self.spare_pool[self.group_of[spare]].remove(spare)
             state.set_spare(spare, False)
-        self._start(Binding(job_id=job_id, tasks=tasks, domain="spare", tier=0, rule="spare"), when)
+        self._start(plan.binding, when)
         return True
+
+    def _stop_now(self, job_id: str, when: float) -> None:
+        """Stop an interruptible job at once (no grace) for a gang's restart on its spare: it keeps the work
+        of its last checkpoint, loses the rest (lost_work) and is requeued whole."""
+        info = self.state.running[job_id]
+        gpus = _gpus(info)
+        elapsed = when - info.start_time
+        saved = self.ckpt.saved(elapsed)
+        self.ledger.credit(gpus, saved, elapsed, info.start_time)
+        lost = gpus * (self.ckpt.progress(elapsed) - saved)
+        self.ledger.lose("lost_work", lost, gpus, when)
+        self.left[job_id] = max(0.0, self.left[job_id] - saved)
+        self.spare_stats["stopped_on_spare"] += 1
+        self.spare_stats["stopped_gpu_hours"] += lost / 3600.0
+        self.moved.discard(job_id)
+        self._finish(job_id, when)
+        self.state.requeue(info)
+        self.ledger.requeued()
+        self.ledger.evicted("spare")
 
     # -- node events ------------------------------------------------------------------------------
     def fail_node(self, when: float, node: str) -> None:

@@ -96,8 +96,10 @@ class ClusterState:
         self.version = 0  # bumped whenever GPUs are bound, released or nominated (reserved_gpus' cache key)
         self._reserved = (-1, 0)
         self.down_nodes: set = {n.name for n in nodes if n.state != "ready"}
-        self.spare_nodes: set = set()  # hot spares (set_spare): up, idle, held out of the engine's placement
-        self.spare_gpus = 0
+        # hot spares (set_spare; NodeInfo.spare of a live snapshot's nodes): the engine places only interruptible
+        # jobs there; spare_gpus: their GPUs (idle or running interruptible jobs: spare_idle_gpus)
+        self.spare_nodes: set = {n.name for n in nodes if n.spare}
+        self.spare_gpus = sum(n.gpus for n in nodes if n.spare)
         self.shares: dict[tuple[str, int], int] = {}  # (node, GPU) -> thousandths held by fractions (sharing.py)
         self.mig_used: set[str] = set()  # MIG instance UUIDs held
 
@@ -125,6 +127,7 @@ class ClusterState:
             self._nodes[self._order[name]] = replace(
                 self._base[name], used=frozenset(self._used[name]),
                 cpu_used=self._cpu[name], memory_used=self._mem[name], state=self._state[name],
+                spare=name in self.spare_nodes,
             )
         self._dirty.clear()
         jobs = (*self.running.values(), *self.pending.values())
@@ -414,8 +417,9 @@ class ClusterState:
             self.down_nodes.discard(name)
 
     def set_spare(self, name: str, spare: bool) -> None:
-        """Make an idle, ready node a hot spare (the engine sees it cordoned: no new work; not down) or
-        give it back to the pool of ready nodes. Raises AssertionError for a spare that is down or busy."""
+        """Make an idle, ready node a hot spare (NodeInfo.spare: the engine places only interruptible jobs on
+        it; not down) or give it back to the pool of ready nodes (its jobs run on). Raises AssertionError for
+        a new spare that is down or busy."""
         if spare == (name in self.spare_nodes):
             return
         gpus = self._base[name].gpus
@@ -426,8 +430,11 @@ class ClusterState:
         else:
             self.spare_nodes.discard(name)
             self.spare_gpus -= gpus
-        self._state[name] = "cordoned" if spare else "ready"
         self._dirty.add(name)
+
+    def spare_idle_gpus(self) -> int:
+        """GPUs of the hot spares that no job holds (held for recovery in the GPU-hour ledger)."""
+        return sum(self._base[n].gpus - len(self._used[n]) for n in self.spare_nodes)
 
     def reserved_gpus(self) -> int:
         """Nominated GPUs (held for pending jobs) that no job uses now: a nomination may cover GPUs its

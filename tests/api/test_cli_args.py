@@ -213,3 +213,13 @@ def test_submit_sends_sub_group_tier_names_and_numa(api, capsys):
     body = sent_body(api)
     assert (body["roles"][0]["group_size"], body["roles"][0]["group_highest_tier"]) == (8, "nvlink")
     assert (body["highest_tier"], body["numa"]) == (2, "single")
+
+
+def test_submit_sends_interruptible_only_when_asked(api, capsys):
+    """--interruptible: the job may be stopped at once and run on hot spares; without it the field is left to
+    the server's default (false)."""
+    assert cli.main([*API, "submit", "--queue", "alpha", "--name", "x", "--interruptible", "--command", "true"]) == 0
+    assert sent_body(api)["interruptible"] is True
+    api.calls.clear()
+    assert cli.main([*API, "submit", "--queue", "alpha", "--name", "x", "--command", "true"]) == 0
+    assert "interruptible" not in sent_body(api)

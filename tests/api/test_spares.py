@@ -1,9 +1,12 @@
 """Hot spare nodes on the live platform (scheduling/spares.py): an admin marks a spare over REST, the
-engine never places work on it, and a gang requeued because its node was lost restarts on the spare in
-the same failure-detection pass (not at the next cycle), the failed node taking its place in the pool."""
+engine places only interruptible jobs on it, and a gang requeued because its node was lost restarts on the
+spare in the same failure-detection pass (not at the next cycle), stopping the interruptible jobs there at
+once, the failed node taking its place in the pool."""
 from __future__ import annotations
 
 from datetime import timedelta
+
+import pytest
 
 from gpuplatform.models import Allocation, Event, Job, Node
 from gpuplatform.scheduling import failures, spares
@@ -18,15 +21,111 @@ def test_spare_over_rest_is_admin_only_and_refuses_a_busy_node(admin, client_for
     assert r.status_code == 400 and "spare" in r.json()
     bind(jobs["own"], "n2", (0, 1), T0)
     r = admin.post("/api/v1/nodes/n2/spare/", {"spare": True}, format="json")
-    assert r.status_code == 400 and "runs tasks" in r.json()["spare"][0]
+    msg = r.json()["spare"][0]
+    assert r.status_code == 400 and "not interruptible" in msg and "alpha-job" in msg and "drain it first" in msg
     r = admin.post("/api/v1/nodes/n3/spare/", {"spare": True}, format="json")
     assert r.status_code == 200 and r.json()["spare"] is True
     assert Event.objects.get(kind="node_spare", node__name="n3").data == {"spare": True}
     snap, _ = build_snapshot(T0.timestamp())
-    assert {n.name: n.state for n in snap.nodes}["n3"] == "cordoned"  # the engine places nothing there
+    n3 = {n.name: n for n in snap.nodes}["n3"]
+    assert n3.spare and n3.state == "ready" and not n3.schedulable  # only interruptible jobs go there
     assert admin.post("/api/v1/nodes/n3/spare/", {"spare": False}, format="json").json()["spare"] is False
     snap, _ = build_snapshot(T0.timestamp())
-    assert {n.name: n.state for n in snap.nodes}["n3"] == "ready"
+    assert {n.name: n.schedulable for n in snap.nodes}["n3"] is True
+
+
+def test_interruptible_over_rest(admin):
+    body = {"name": "scav", "queue": "alpha", "roles": [{"tasks": 1, "gpus_per_task": 1}], "command": ["true"]}
+    r = admin.post("/api/v1/jobs/", {**body, "interruptible": True}, format="json")
+    assert r.status_code == 201, r.content
+    assert r.json()["interruptible"] is True and Job.objects.get(pk=r.json()["id"]).interruptible is True
+    assert admin.get(f"/api/v1/jobs/{r.json()['id']}/").json()["interruptible"] is True
+    plain = admin.post("/api/v1/jobs/", {**body, "name": "plain"}, format="json")
+    assert plain.status_code == 201 and plain.json()["interruptible"] is False  # the default
+    r = admin.post("/api/v1/jobs/", {**body, "interruptible": True, "preemptible": False}, format="json")
+    assert r.status_code == 400 and "must be preemptible" in str(r.json()["interruptible"])
+    r = admin.post("/api/v1/jobs/", {**body, "interruptible": "sometimes"}, format="json")
+    assert r.status_code == 400 and "interruptible" in r.json()
+
+
+def test_the_service_refuses_a_bad_interruptible_flag(jobs):
+    from gpuplatform import services
+    from gpuplatform.models import Queue
+
+    team = Queue.objects.get(name="alpha").team
+    for value, preemptible in (("yes", True), (True, False)):
+        with pytest.raises(services.ValidationError) as exc:
+            services.submit_job(command=["true"], team=team, queue="alpha", name="x", preemptible=preemptible,
+                                roles=[{"tasks": 1, "gpus_per_task": 1}], interruptible=value)
+        assert set(exc.value.errors) == {"interruptible"}
+
+
+def test_a_node_running_only_interruptible_jobs_may_become_a_spare(jobs, at):  # noqa: F811
+    from gpuplatform import services
+
+    Job.objects.filter(pk=jobs["own"].pk).update(interruptible=True)
+    bind(jobs["own"], "n2", (0, 1), T0)
+    assert services.set_spare("n2", True).spare is True
+    assert Job.objects.get(pk=jobs["own"].pk).state == "running"  # it runs on
+
+
+def test_the_cycle_places_only_the_interruptible_job_on_the_spare(jobs, at):  # noqa: F811
+    """Only n3, a spare, can take work: beta's job (not interruptible) waits, alpha's interruptible job runs
+    there; the admission says so (rule on_spare)."""
+    from gpuplatform import services
+    from gpuplatform.scheduling.store import run_cycle_once
+
+    services.set_spare("n3", True)
+    Node.objects.filter(name__in=("n0", "n1", "n2")).update(state="cordoned")
+    Job.objects.filter(pk=jobs["own"].pk).update(interruptible=True)
+    run_cycle_once(clock=at(5))
+    own, other = Job.objects.get(pk=jobs["own"].pk), Job.objects.get(pk=jobs["other"].pk)
+    assert own.state in ("admitted", "running") and other.state == "pending"
+    assert set(Allocation.objects.filter(job=own).values_list("gpu__node__name", flat=True)) == {"n3"}
+    assert Event.objects.get(kind="admitted", job=own).data["rule"] == "on_spare"
+
+
+def test_the_restart_on_the_spare_stops_its_interruptible_job_at_once(jobs, at):  # noqa: F811
+    """beta's interruptible job runs on the spare n3 GPUs 0-1; alpha's gang on n0 GPUs 0-1 loses n0: at
+    detection beta's job is stopped at once (requeued whole, no backoff, not a fault) and alpha's gang runs
+    on n3 GPUs 0-1 in the same pass."""
+    from gpuplatform import services
+    from gpuplatform.models import Attempt
+
+    services.set_spare("n3", True)
+    scav = jobs["other"]
+    Job.objects.filter(pk=scav.pk).update(interruptible=True)
+    bind(scav, "n3", (0, 1), T0)
+    bind(jobs["own"], "n0", (0, 1), T0)
+    Node.objects.filter(name="n0").update(last_heartbeat=T0 - timedelta(minutes=10))
+    now = at(60)
+    report = failures.detect_failures(now)
+    assert report.requeued == [jobs["own"].pk]
+    own, scav = Job.objects.get(pk=jobs["own"].pk), Job.objects.get(pk=scav.pk)
+    assert own.state == "running"
+    live = set(Allocation.objects.filter(job=own, released_at__isnull=True).values_list("gpu__node__name", "gpu__index"))
+    assert live == {("n3", 0), ("n3", 1)}
+    assert scav.state == "pending" and scav.attempts == 1 and scav.not_before is None
+    assert not Allocation.objects.filter(job=scav, released_at__isnull=True).exists()
+    stop = Event.objects.get(kind="stopped_for_spare", job=scav)
+    assert stop.time == now and stop.data["for_job"] == own.pk and stop.data["failed"] == ["n0"]
+    assert "stopped at once" in stop.message
+    assert Event.objects.get(kind="restarted_on_spare", job=own).data["stopped"] == [scav.pk]
+    attempt = Attempt.objects.get(job=scav, number=0)
+    assert attempt.outcome == "requeued" and attempt.fault_at is None  # stopped, not failed
+
+
+def test_a_job_that_is_not_interruptible_on_the_spare_is_never_stopped(jobs, at):  # noqa: F811
+    """A spare running a job that is not interruptible (it ran there before the node was a spare: set in
+    the database directly) has no room: the gang waits for the cycle and that job runs on."""
+    bind(jobs["other"], "n3", (0, 1), T0)
+    Node.objects.filter(name="n3").update(spare=True)
+    bind(jobs["own"], "n0", (0, 1), T0)
+    Node.objects.filter(name="n0").update(last_heartbeat=T0 - timedelta(minutes=10))
+    failures.detect_failures(at(60))
+    assert Job.objects.get(pk=jobs["own"].pk).state == "pending"
+    assert Job.objects.get(pk=jobs["other"].pk).state == "running"
+    assert not Event.objects.filter(kind="stopped_for_spare").exists()
 
 
 def test_a_gang_whose_node_is_lost_restarts_on_the_spare_in_the_same_pass(jobs, at):  # noqa: F811

@@ -181,6 +181,22 @@ def test_held_and_down_come_from_their_history_and_the_buckets_sum_to_capacity(a
     assert sum(row[b] for b in BUCKETS) == pytest.approx(row["capacity"], abs=1e-9)
 
 
+def test_a_spares_gpus_running_an_interruptible_job_are_used_not_held(admin, jobs, at):
+    """n1 runs alpha's interruptible job on 2 GPUs from T0 and becomes a spare at T0+0.5h (a node running
+    only interruptible work may): its 6 idle GPUs are held from then, the 2 busy ones are the job's."""
+    from gpuplatform import services
+
+    Job.objects.filter(pk=jobs["own"].pk).update(interruptible=True)
+    bind(jobs["own"], "n1", (0, 1), T0)
+    at(0.5 * H)
+    services.set_spare("n1", True)
+    at(2 * H)
+    (row,) = get(admin, since=T0.isoformat(), until=(T0 + timedelta(hours=2)).isoformat())["results"]
+    assert row["held"] == pytest.approx(6 * 1.5)
+    assert sum(row[b] for b in BUCKETS if b not in ("held", "free", "free_fragmented", "down")) == pytest.approx(2 * 2)
+    assert sum(row[b] for b in BUCKETS) == pytest.approx(row["capacity"], abs=1e-9)
+
+
 def test_a_spare_nodes_idle_gpus_are_held(admin, jobs, at):
     from gpuplatform import services
     from gpuplatform.models import Node

@@ -1,6 +1,7 @@
 """Property tests on random worlds: whatever the cluster, queues and jobs, a cycle never binds a GPU
 twice, never places part of a gang, never crosses a hard topology constraint, never overfills a node,
-never exceeds a queue limit at any level, and never mutates its snapshot."""
+never exceeds a queue limit at any level, never places a job that is not interruptible on a hot spare,
+and never mutates its snapshot."""
 from collections import defaultdict
 
 from hypothesis import HealthCheck, given, settings
@@ -27,7 +28,7 @@ def worlds(draw):
             gpus = draw(st.sampled_from([2, 4, 8]))
             world.node(name=name, gpus=gpus, flavor=flavor, used=draw(st.integers(0, gpus)),
                        cpu_milli=draw(st.sampled_from([0, 32000])), state=draw(st.sampled_from(["ready"] * 5 + ["cordoned"])),
-                       numa=[i * 2 // gpus for i in range(gpus)])
+                       numa=[i * 2 // gpus for i in range(gpus)], spare=draw(st.sampled_from([False] * 4 + [True])))
         world.domain(name=rack, tier=1, nodes=names)
         node_names += names
         leaves.append(rack)
@@ -54,7 +55,8 @@ def worlds(draw):
         mode = draw(st.sampled_from(["none", "soft", "hard"]))
         world.job(name=f"j{j}", queue=draw(st.sampled_from(["qa", "qb"])), roles=roles,
                   priority=draw(st.integers(0, 3)), submit=float(j), topology_mode=mode,
-                  highest_tier=draw(st.sampled_from([1, 2, 3])) if mode != "none" else None)
+                  highest_tier=draw(st.sampled_from([1, 2, 3])) if mode != "none" else None,
+                  interruptible=draw(st.booleans()))
     return world
 
 

@@ -120,6 +120,16 @@ def test_submit_form_creates_the_job_through_the_service(client, world):
     assert [r.command for r in job.roles.all()] == [["python3", "train.py", "--epochs", "3"]]
 
 
+def test_submit_form_sends_interruptible_and_shows_its_rule(client, world):
+    """The checkbox reaches the job; interruptible without preemptible is the service's error, on the form."""
+    client.force_login(world["alice"])
+    response = client.post("/jobs/new/", roles_post(interruptible="on"))
+    assert response.status_code == 302 and Job.objects.get(name="train-1").interruptible is True
+    response = client.post("/jobs/new/", roles_post(name="train-2", interruptible="on", preemptible=""))
+    assert response.status_code == 200 and "must be preemptible" in response.content.decode()
+    assert not Job.objects.filter(name="train-2").exists()
+
+
 @pytest.mark.parametrize("over, field, message", [
     ({"roles-0-min_available": "3"}, "min_available", "must not exceed tasks"),
     ({"roles-0-tasks": "0"}, "tasks", "greater than or equal to 1"),

@@ -229,7 +229,8 @@ def test_a_hot_spare_restarts_the_failed_gang_at_detection_and_takes_no_other_wo
     spare = replay(rack_of_three(), trace, engine=first_fit, cycle_interval=10, failures=model,
                    checkpoint=Checkpointing(300.0), spares=1)
     assert spare.spares == {"per_rack": 1, "racks": 1, "nodes": 1, "gpus": 4, "restarts_on_spare": 1,
-                            "restarts_without_spare": 0}
+                            "restarts_without_spare": 0, "stopped_on_spare": 0, "stopped_gpu_hours": 0.0,
+                            "interruptible_gpu_hours_on_spares": 0.0}
     f = spare.failures
     assert f["time_to_restart"]["p50"] == pytest.approx(60.0) and f["restarted"] == 1
     assert spare.jobs_finished == 2
@@ -240,6 +241,27 @@ def test_a_hot_spare_restarts_the_failed_gang_at_detection_and_takes_no_other_wo
     total = sum(spare.gpu_hours[b] for b in ("down", "useful", "idle_allocated", "lost_to_failure",
                                               "grace_and_startup", "held", "free_fragmented", "free"))
     assert total == pytest.approx(spare.gpu_hours["capacity"])
+
+
+def test_an_interruptible_job_runs_on_the_spare_and_is_stopped_at_once_for_the_failed_gang():
+    """The real engine, the same story as above but b may be stopped at once: b runs on the spare n2 from its
+    arrival; at detection (560) a restarts on n1 + n2 and b is stopped there at once (no grace), keeping its
+    checkpoint at 300 s of work, and requeued; the repaired n0 becomes the spare and b runs there."""
+    trace = Trace("t", (TraceJob("a", "q", 0.0, 1000.0, 2, 4), TraceJob("b", "q", 100.0, 5000.0, 1, 4)))
+    model = Scripted(rate=1.0, detection_timeout=60.0, repair_time=1000.0, script={"n0": [500.0]})
+    rep = replay(rack_of_three(), trace, cycle_interval=10, failures=model, checkpoint=Checkpointing(300.0),
+                 spares=1, interruptible=lambda job: job.id == "b", fairness=False)
+    s = rep.spares
+    assert (s["restarts_on_spare"], s["stopped_on_spare"]) == (1, 1)
+    assert rep.failures["time_to_restart"]["p50"] == pytest.approx(60.0)
+    assert rep.evictions_by_rule == {"spare": 1}
+    assert s["stopped_gpu_hours"] == pytest.approx(4 * 160 / 3600)  # 460 s run, 300 s checkpointed
+    assert rep.jobs_finished == 2
+    # b ran on the spare from 100 to 560; requeued, it restarts on n1 or n2 when a ends (1,260), not on a spare
+    assert s["interruptible_gpu_hours_on_spares"] == pytest.approx(4 * 460 / 3600)
+    # held counts only a spare's idle GPUs: n2 from 0 to 100 (then b), n0 from its repair (1,500) to the end
+    # (b's end: 1,260 + 4,700 s left)
+    assert rep.gpu_hours["held"] == pytest.approx(4 * (100 + 5960 - 1500) / 3600, abs=4 * 20 / 3600)
 
 
 def test_spares_must_be_a_count():

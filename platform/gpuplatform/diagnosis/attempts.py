@@ -43,7 +43,7 @@ def platform_cause(kind: str, outcome: str, reason: str) -> tuple[dict | None, b
         return None, False
     if kind == "cancelled" or outcome == "cancelled":
         return {"cause": "cancelled", "text": reason}, False
-    if kind == "requeued":
+    if kind in ("requeued", "stopped_for_spare"):  # stopped for another job (on a spare: at once), not a fault
         return {"cause": "preempted", "text": reason}, False
     if kind == "gang_start_timeout":
         return {"cause": "gang_start_timeout", "text": reason}, True

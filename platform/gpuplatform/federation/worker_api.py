@@ -85,7 +85,7 @@ def submit_kwargs(d: dict) -> dict:
     """JobSubmitSerializer's validated data -> services.submit_job keywords (the jobs API's mapping)."""
     roles = [{k: v for k, v in r.items() if v is not None or k != "min_available"} for r in d["roles"]]
     return dict(queue=d["queue"], name=d["name"], roles=roles, priority=d["priority"], preemptible=d["preemptible"],
-                topology_mode=d["topology_mode"], highest_tier=d["highest_tier"], preferred_tier=d["preferred_tier"],
+                interruptible=d["interruptible"], topology_mode=d["topology_mode"], highest_tier=d["highest_tier"], preferred_tier=d["preferred_tier"],
                 time_limit_seconds=d["time_limit_seconds"], command=d["command"], env=d["env"],
                 working_dir=d["working_dir"], image=d["image"], max_restarts=d["max_restarts"],
                 completion_role=d["completion_role"], external_id=d["external_id"], numa=d["numa"],

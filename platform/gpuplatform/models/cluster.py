@@ -66,9 +66,11 @@ class Node(models.Model):
     topology_mismatches = models.JSONField(default=list, blank=True)
     inventory = models.JSONField(default=dict, blank=True,
                                  help_text="what the agent last reported: GPU models, NVLink peers, NUMA nodes")
-    # A hot spare (docs/diagnosis.md, "Spare nodes"): the scheduler places no job on it; a gang that lost a
-    # node restarts on a spare of the same flavor at once (gpuplatform.scheduling.spares).
-    spare = models.BooleanField(default=False, help_text="hot spare: runs only the restart of a failed gang")
+    # A hot spare (docs/diagnosis.md, "Spare nodes"): the scheduler places only interruptible jobs on it (Job.
+    # interruptible); a gang that lost a node restarts on a spare of the same flavor at once, stopping them
+    # (scheduler.core.spares, gpuplatform.scheduling.spares).
+    spare = models.BooleanField(default=False,
+                                help_text="hot spare: runs only interruptible jobs and the restart of a failed gang")
 
     class Meta:
         ordering = ["name"]

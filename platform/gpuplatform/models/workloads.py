@@ -58,6 +58,10 @@ class Job(models.Model):
     external_id = models.CharField(max_length=100, blank=True, help_text="id in an imported trace")
     priority = models.IntegerField(default=0)
     preemptible = models.BooleanField(default=True)
+    # may be stopped at once, without a grace period (implies preemptible): it may run on hot spares, and is
+    # stopped there and requeued whole when a failed gang restarts on the spare (docs/diagnosis.md, "Spare nodes")
+    interruptible = models.BooleanField(default=False, help_text="may be stopped at once (no grace): runs on hot "
+                                                                 "spares too")
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     topology_mode = models.CharField(max_length=8, choices=TopologyMode.choices, default=TopologyMode.NONE)
     highest_tier = models.PositiveSmallIntegerField(null=True, blank=True)

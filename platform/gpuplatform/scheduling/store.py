@@ -81,9 +81,9 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
     Pending jobs' RoleInfo.tasks counts the role's tasks still pending; running ones carry placements."""
     now = _time.time() if now is None else now
     with one_snapshot():  # one consistent view across the queries below
-        nodes = [(*n[:7], "cordoned" if n[8] and n[7] == "ready" else n[7])  # a hot spare takes no new work
-                 for n in Node.objects.values_list("id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib",
-                                                   "domain__name", "state", "spare")]
+        # a hot spare (NodeInfo.spare) takes only interruptible jobs (scheduler/core/spares.py)
+        nodes = list(Node.objects.values_list("id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib",
+                                              "domain__name", "state", "spare"))
         gpus = list(Gpu.objects.values_list("node_id", "index", "numa_node", "health", "sharing", "memory_mib"))
         migs = list(MigInstance.objects.values_list("gpu__node_id", "gpu__index", "uuid", "profile", "memory_mib",
                                                     "slices"))
@@ -100,7 +100,7 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
             "id", "queue__name", "priority", "submitted_at", "preemptible", "topology_mode", "highest_tier",
             "preferred_tier", "time_limit_seconds", "state", "started_at", "name", "reserved", "not_before",
             "attempts", "bound_at", "excluded_nodes", "evicted_for", "stop_target", "numa",
-            "migratable", "min_run_before_move_seconds", "checkpoint_grace_seconds"))
+            "migratable", "min_run_before_move_seconds", "checkpoint_grace_seconds", "interruptible"))
         roles = list(JobRole.objects.filter(job__state__in=("pending", *Job.LIVE_STATES)).values_list(
             "id", "job_id", "name", "tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "flavor",
             "group_size", "group_highest_tier", "group_mode", "gpu_milli", "gpu_memory_mib", "mig_profile"))
@@ -160,8 +160,8 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
                  cpu_milli=cpu, memory_mib=mem, state=state, unhealthy=frozenset(unhealthy.get(nid, ())),
                  used=frozenset(used.get(nid, ())), cpu_used=cpu_used.get(nid, 0), memory_used=mem_used.get(nid, 0),
                  gpu_modes=tuple(modes[nid].get(i, "exclusive") for i in range(count)) if nid in modes else (),
-                 gpu_memory_mib=gpu_mem.get(nid, 0), mig=tuple(mig_of.get(nid, ())))
-        for nid, name, flavor, count, cpu, mem, domain, state in nodes)
+                 gpu_memory_mib=gpu_mem.get(nid, 0), mig=tuple(mig_of.get(nid, ())), spare=spare)
+        for nid, name, flavor, count, cpu, mem, domain, state, spare in nodes)
 
     quota_map: dict[int, dict[str, QuotaInfo]] = defaultdict(dict)
     for qid, flavor, g, q, lim in quotas:
@@ -191,7 +191,7 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
     job_infos = []
     for (jid, queue, prio, submitted, preemptible, mode, hi, pref, tlimit, state, started, name, reserved,
          not_before, attempts, bound_at, excluded, evicted_for, stop_target, numa_policy,
-         migratable, min_run, ckpt_grace) in jobs:
+         migratable, min_run, ckpt_grace, interruptible) in jobs:
         if jid in releasing:
             job_infos.append(releasing_job(jid, queue, name, releasing[jid], role_specs, release_for.get(jid)))
         if not job_roles.get(jid):
@@ -211,7 +211,7 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
             evicted_for=evicted_for if state == "preempting" and stop_target in evict.REQUEUE_STOPS else None,
             numa=numa_policy or "prefer",
             migratable=migratable, min_run_before_move=float(min_run),
-            checkpoint_grace=float(ckpt_grace) if ckpt_grace is not None else None))
+            checkpoint_grace=float(ckpt_grace) if ckpt_grace is not None else None, interruptible=interruptible))
     snap = Snapshot(nodes=node_infos, domains=tuple(domains), queues=queue_infos, jobs=tuple(job_infos), now=now,
                     cycle=cycle, recent_moves=moves)
     return snap, index

@@ -28,7 +28,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                working_dir: str = "", image: str = "", max_restarts: int = 0, completion_role: str = "",
                warm_start: bool = False, numa: str = "prefer", subgroups: list[dict] | None = None,
                migratable: bool = False, min_run_before_move_seconds: int = 0,
-               checkpoint_grace_seconds: int | None = None) -> Job:
+               checkpoint_grace_seconds: int | None = None, interruptible: bool = False) -> Job:
     """Create a pending Job with its JobRoles and Task rows and ask for a scheduling cycle after commit.
 
     roles: [{name, tasks, gpus_per_task, cpu_milli, memory_mib, min_available (default tasks), flavor,
@@ -53,9 +53,12 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     Rescheduling (docs/rescheduling.md): `migratable` (the job checkpoints on SIGTERM and resumes when
     restarted: the scheduler may move it to defragment the cluster) after `min_run_before_move_seconds`
     (0..7 days) of running, with `checkpoint_grace_seconds` (1..1 day; None = the queue's grace period) to
-    write its checkpoint; refused with ValidationError naming the field.
+    write its checkpoint; refused with ValidationError naming the field. `interruptible`: the job may be
+    stopped at once, without a grace period, so it may also run on hot spares (docs/diagnosis.md, "Spare
+    nodes"); it must be preemptible ("interruptible": must be true or false; not with preemptible false).
     """
     check_migration(migratable, min_run_before_move_seconds, checkpoint_grace_seconds)
+    check_interruptible(interruptible, preemptible)
     queue = resolve_queue(queue, "queue")
     if queue is None:
         raise ValidationError({"queue": "queue is required"})
@@ -84,7 +87,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                              simulated=not any(r["command"] for r in roles), max_restarts=max_restarts,
                              completion_role=completion_role or "", warm_start=bool(warm_start), migratable=migratable,
                              min_run_before_move_seconds=min_run_before_move_seconds,
-                             checkpoint_grace_seconds=checkpoint_grace_seconds,
+                             checkpoint_grace_seconds=checkpoint_grace_seconds, interruptible=interruptible,
                              submitted_at=now, pending_reason="waiting for the next scheduling cycle")
     role_rows = JobRole.objects.bulk_create([JobRole(job=job, **r) for r in roles])
     if any(r.pk is None for r in role_rows):  # backends without RETURNING
@@ -122,6 +125,16 @@ def check_migration(migratable, min_run_before_move_seconds, checkpoint_grace_se
                                               f"to {MAX_CHECKPOINT_GRACE}, or null for the queue's grace period")
     if errors:
         raise ValidationError(errors)
+
+
+def check_interruptible(interruptible, preemptible) -> None:
+    """The `interruptible` field's rules: a boolean, and only on a preemptible job (a job stopped at once is
+    also one that may be preempted). Raises ValidationError({"interruptible": ...})."""
+    if not isinstance(interruptible, bool):
+        raise ValidationError({"interruptible": "interruptible must be true or false"})
+    if interruptible and preemptible is False:
+        raise ValidationError({"interruptible": "an interruptible job (stopped at once, no grace) must be "
+                                                "preemptible: drop preemptible=false or interruptible=true"})
 
 
 def _end_job(job: Job, state: str, at: datetime, actor, kind: str, message: str, task_state: str,

@@ -276,10 +276,12 @@ def uncordon_node(node: Node, *, actor=None, reason: str = "") -> Node:
 
 @transaction.atomic
 def set_spare(node: Node | str, spare: bool, *, actor=None, at: datetime | None = None) -> Node:
-    """Mark a node a hot spare (the scheduler places no job on it; a gang that lost a node restarts on it at
-    once: scheduling/spares.py) or return it to ordinary use. Event "node_spare" {"spare"} (the GPU-hour
-    ledger counts a spare's GPUs as held). Raises ValidationError: unknown node ("name"), `spare` not a
-    boolean ("spare"), a node that still runs tasks ("spare": a spare runs nothing; drain it first)."""
+    """Mark a node a hot spare (the scheduler places only interruptible jobs on it; a gang that lost a node
+    restarts on it at once, stopping them: scheduler/core/spares.py, scheduling/spares.py) or return it to
+    ordinary use (its jobs run on). Event "node_spare" {"spare"} (the GPU-hour ledger counts a spare's idle
+    GPUs as held). Raises ValidationError: unknown node ("name"), `spare` not a boolean ("spare"), a node
+    that runs tasks of a job that is not interruptible ("spare": a spare runs only interruptible jobs; drain
+    it first)."""
     from ..models import Allocation
 
     name = node if isinstance(node, str) else node.name
@@ -291,12 +293,16 @@ def set_spare(node: Node | str, spare: bool, *, actor=None, at: datetime | None 
     if row.spare == spare:
         return row
     if spare:
-        live = Allocation.objects.filter(gpu__node=row, released_at__isnull=True).count()
-        if live:
-            raise ValidationError({"spare": f"node {name} runs tasks on {live} GPUs; a spare runs nothing: drain it "
-                                            f"first"})
+        live = Allocation.objects.filter(gpu__node=row, released_at__isnull=True, job__interruptible=False)
+        gpus = live.count()
+        if gpus:
+            jobs = sorted(set(live.values_list("job__name", flat=True)))
+            raise ValidationError({"spare": f"node {name} runs tasks of {len(jobs)} job(s) that are not interruptible "
+                                            f"on {gpus} GPUs ({', '.join(jobs[:3])}{', ...' if len(jobs) > 3 else ''});"
+                                            f" a spare runs only interruptible jobs: drain it first"})
     Node.objects.filter(pk=row.pk).update(spare=spare)
-    record_event("node_spare", f"{name}: " + ("marked a hot spare (no new work; failed gangs restart on it)"
+    record_event("node_spare", f"{name}: " + ("marked a hot spare (interruptible jobs only; failed gangs "
+                                              "restart on it)"
                                               if spare else "no longer a spare (takes work again)"),
                  time=at or clock.now(), node=row, actor=actor, data={"spare": spare})
     request_cycle_on_commit()

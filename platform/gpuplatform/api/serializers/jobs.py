@@ -166,9 +166,9 @@ class JobSerializer(ModelSerializer):
 
     class Meta:
         model = Job
-        fields = ["id", "name", "external_id", "team", "queue", "submitter", "state", "priority", "preemptible", "topology_mode",
-                  "highest_tier", "preferred_tier", "numa", "time_limit_seconds", "migratable",
-                  "min_run_before_move_seconds", "checkpoint_grace_seconds", "attempt", "attempts", "gpus", "roles",
+        fields = ["id", "name", "external_id", "team", "queue", "submitter", "state", "priority", "preemptible",
+                  "interruptible", "topology_mode", "highest_tier", "preferred_tier", "numa", "time_limit_seconds",
+                  "migratable", "min_run_before_move_seconds", "checkpoint_grace_seconds", "attempt", "attempts", "gpus", "roles",
                   "pending_reason", "never_fits", "position", "estimated_start", "estimated_start_p90",
                   "estimate_note", "estimated_at", "reserved", "not_before",
                   "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
@@ -225,6 +225,9 @@ class JobSubmitSerializer(Serializer):
                                         help_text="team slug; default: the queue's team, or your only team")
     priority = serializers.IntegerField(default=0, min_value=-INT32_MAX, max_value=INT32_MAX)
     preemptible = serializers.BooleanField(default=True)
+    interruptible = serializers.BooleanField(default=False, help_text="the job may be stopped at once, without a "
+                                                                      "grace period: it may also run on hot spares "
+                                                                      "(must be preemptible)")
     topology_mode = serializers.CharField(default="none", max_length=8, help_text="none | soft | hard")
     highest_tier = TierField(required=False, allow_null=True, default=None,
                              help_text="tier number or name (tier-1, nvlink, leaf, spine)")

@@ -117,8 +117,9 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=NodeSpareSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
     def spare(self, request, name=None):
-        """Mark the node a hot spare ({"spare": true}: no job is placed on it; a gang that lost a node restarts
-        on it at once) or return it to ordinary use ({"spare": false}). Admins only; 400 for a busy node."""
+        """Mark the node a hot spare ({"spare": true}: only interruptible jobs are placed on it; a gang that lost
+        a node restarts on it at once, stopping them) or return it to ordinary use ({"spare": false}). Admins
+        only; 400 for a node running tasks of a job that is not interruptible."""
         return self._transition(request, services.set_spare, NodeSpareSerializer)
 
     @extend_schema(request=NodeValidateSerializer, responses={200: NodeSerializer})

@@ -153,7 +153,8 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
         roles = [{k: v for k, v in r.items() if v is not None or k != "min_available"} for r in d["roles"]]
         with atomic():
             job = services.submit_job(team=team, queue=d["queue"], name=d["name"], roles=roles, priority=d["priority"],
-                                      preemptible=d["preemptible"], topology_mode=d["topology_mode"],
+                                      preemptible=d["preemptible"], interruptible=d["interruptible"],
+                                      topology_mode=d["topology_mode"],
                                       highest_tier=d["highest_tier"], preferred_tier=d["preferred_tier"],
                                       time_limit_seconds=d["time_limit_seconds"], submitter=request.user,
                                       command=d["command"], env=d["env"], working_dir=d["working_dir"],
