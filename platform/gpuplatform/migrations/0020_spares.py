@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('gpuplatform', '0018_sharing'),
+        ('gpuplatform', '0019_fgdpage'),
     ]
 
     operations = [
