@@ -24,3 +24,12 @@ def test_uuid_and_django_still_import():
     import django
 
     assert uuid.uuid4().version == 4 and django.VERSION[:2] == (5, 2)
+
+
+def test_test_module_basenames_are_unique():
+    """Test folders are not packages (rootdir-relative imports): two modules with one basename make the whole
+    run fail at collection, although each folder passes alone."""
+    seen: dict[str, Path] = {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        assert path.name not in seen, f"{path.relative_to(REPO)} and {seen[path.name].relative_to(REPO)} share a name"
+        seen[path.name] = path
