@@ -17,9 +17,11 @@ all or nothing (min_available tasks of every role, or none).
 
 One cycle: the whole-GPU engine (`whole_engine`, cycle.run_cycle) runs on a view of the snapshot where GPUs it
 must not use are out of reach (mode shared / mig: unhealthy; auto GPUs holding a fraction: used) and without
-the sharing jobs; then the pending sharing jobs, in (priority desc, submit time, id) order, are placed on what
-is left. Whole-GPU jobs therefore go first in a cycle; fractions count against the flavor's quota here, but
-the whole-GPU engine does not see the fractions of running jobs in its queue usage (a known gap).
+the sharing jobs (a mixed job, with whole-GPU and sharing roles, as its whole-GPU part: `whole_part`), the
+running sharing jobs' GPU-equivalents and MIG instances charged to their queues (Snapshot.share_usage); then
+the sharing roles of the mixed jobs it bound (withdrawn whole when they do not fit: one gang), then the
+pending sharing jobs, in (priority desc, submit time, id) order, are placed on what is left. Whole-GPU jobs
+therefore go first in a cycle; both kinds count against the flavor's quota in GPU-equivalents.
 
 Fractions are placed by FGD's score (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads
 with Fragmentation Gradient Descent", USENIX ATC '23, section 4): for a node n and a task type m of the
@@ -86,6 +88,20 @@ def job_shares(job: JobInfo) -> bool:
     return any(r.shares for r in job.roles)
 
 
+def whole_part(job: JobInfo) -> JobInfo | None:
+    """The part of a mixed job (some roles share, some take whole GPUs or CPU only) the whole-GPU engine sees:
+    the same job with its non-sharing roles only (and their placed / held tasks); None when every role shares.
+    A job without a sharing role is returned as it is."""
+    if not job_shares(job):
+        return job
+    roles = tuple(r for r in job.roles if not r.shares)
+    if not roles:
+        return None
+    names = {r.name for r in roles}
+    return replace(job, roles=roles, placement=tuple(t for t in job.placement if t.role in names),
+                   reserved=tuple(t for t in job.reserved if t.role in names))
+
+
 def task_milli(role: RoleInfo, gpu_memory_mib: int) -> int:
     """The compute share (thousandths) a fractional task of `role` takes of a GPU with that much memory;
     0 when it cannot be computed (a memory request on a GPU of unknown memory)."""
@@ -149,7 +165,8 @@ def fgd_whole_jobs(snapshot: Snapshot, config: CycleConfig | None) -> set:
 def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset()) -> Snapshot:
     """The snapshot the whole-GPU engine sees: GPUs in mode shared / mig unhealthy, auto GPUs holding a
     fraction used, sharing jobs (and the `routed` ones, fgd_whole_jobs) left out (their CPU and memory stay
-    counted in the nodes)."""
+    counted in the nodes), a mixed job as its whole-GPU part (`whole_part`: the engine places those roles, the
+    sharing pass the rest, all or nothing)."""
     nodes = []
     for n in snapshot.nodes:
         if not n.gpu_modes and not n.mig:
@@ -159,8 +176,16 @@ def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset()) -> S
         shares = usage.milli.get(n.name)
         busy = {g for g, v in shares.items() if v > 0 and g in auto} if shares else frozenset()
         nodes.append(replace(n, unhealthy=n.unhealthy | off, used=n.used | busy) if off or busy else n)
-    jobs = tuple(j for j in snapshot.jobs if not job_shares(j) and j.id not in routed)
-    return replace(snapshot, nodes=tuple(nodes), jobs=jobs)
+    parts = (whole_part(j) for j in snapshot.jobs if j.id not in routed)
+    flavor_of = _flavor_of(snapshot)
+    charged: dict[tuple[str, str], float] = defaultdict(float)
+    for j in snapshot.jobs:
+        if j.state == "running" and job_shares(j):
+            shared = {r.name for r in j.roles if r.shares}
+            for key, amount in _charges(j, [t for t in j.placement if t.role in shared], flavor_of).items():
+                charged[(j.queue, key)] += amount
+    return replace(snapshot, nodes=tuple(nodes), jobs=tuple(p for p in parts if p is not None),
+                   share_usage=snapshot.share_usage + tuple((q, k, a) for (q, k), a in sorted(charged.items())))
 
 
 # -- FGD score ----------------------------------------------------------------------------------------
@@ -431,7 +456,10 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
     """One cycle with GPU sharing (module docstring): the whole-GPU engine on `whole_view`, then the pending
     sharing jobs. Returns the engine's CycleResult with the sharing jobs' bindings and pending reasons added
     and metrics["sharing"] = {allocated_gpu_equivalents, shared_gpus, fgd_fragmentation {flavor: GPUs},
-    mig_instances, mig_used}. The snapshot is not mutated."""
+    mig_instances, mig_used}. A mixed job (whole-GPU and sharing roles) is one gang: the engine places its
+    whole-GPU roles (`whole_part`), this pass its sharing roles right after the engine, before any other
+    sharing job; when they do not fit (or its queue has no room for them) the engine's binding is withdrawn
+    and the job waits whole. The snapshot is not mutated."""
     usage = Usage(snapshot)
     routed = fgd_whole_jobs(snapshot, config)
     result = whole_engine(whole_view(snapshot, usage, routed), config, cache=cache)
@@ -440,13 +468,14 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
     for n in snapshot.nodes:
         if n.used:
             taken_whole[n.name].update(n.used)
+    jobs_by_id = {j.id: j for j in snapshot.jobs}
     whole_jobs = {j.id: j for j in snapshot.jobs if not job_shares(j)}
-    for job in snapshot.jobs:  # held GPUs of whole-GPU jobs are not free for fractions either
+    for job in snapshot.jobs:  # held GPUs of whole-GPU tasks are not free for fractions either
         for t in job.reserved:
             if not t.gpu_milli and not t.mig:
                 taken_whole[t.node].update(t.gpus)
     for b in (*result.bindings, *result.growths):
-        job = whole_jobs.get(b.job_id)
+        job = jobs_by_id.get(b.job_id)
         roles = {r.name: r for r in job.roles} if job else {}
         for t in b.tasks:
             taken_whole[t.node].update(t.gpus)
@@ -454,13 +483,13 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
                 usage.add(replace(t, gpus=(), mig=()), count_cpu=roles[t.role])
     bound = {b.job_id for b in result.bindings}
     whole_needs = {r.gpus_per_task for j in snapshot.jobs if j.state == "pending" and j.id not in bound
-                   and not job_shares(j) and j.id not in routed for r in j.roles if r.gpus_per_task}
+                   and j.id not in routed for r in j.roles if r.gpus_per_task and not r.shares}
     placer = Placer(snapshot, usage, taken_whole, workload_mix(snapshot.jobs), whole_needs, all_nodes=bool(routed))
 
     # quotas: whole usage from the engine's view, plus this cycle's whole bindings and the running fractions
     queues = QueueTree(replace(snapshot, jobs=tuple(whole_jobs.values())))
     for b in result.bindings:
-        job = whole_jobs[b.job_id]
+        job = jobs_by_id[b.job_id]
         for t in b.tasks:
             queues.charge(job.queue, flavor_of.get(t.node, ""), len(t.gpus))
     for n in snapshot.nodes:
@@ -471,42 +500,66 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
             for key, amount in _charges(job, job.placement, flavor_of).items():
                 queues.charge(job.queue, key, amount)
 
-    pending = sorted((j for j in snapshot.jobs if j.state == "pending" and (job_shares(j) or j.id in routed)),
-                     key=lambda j: (-j.priority, j.submit_time, str(j.id)))
-    for job in pending:
+    engine_bound = {b.job_id: b for b in result.bindings}
+    mixed_started = [jobs_by_id[i] for i in engine_bound if job_shares(jobs_by_id[i])]
+    order = sorted((j for j in snapshot.jobs if j.state == "pending"
+                    and (j.id in routed or (job_shares(j) and whole_part(j) is None))),
+                   key=lambda j: (-j.priority, j.submit_time, str(j.id)))
+    for job in mixed_started + order:
         if not queues.known(job.queue):
             result.pending[job.id] = PendingReason("unknown_queue", f"queue {job.queue!r} does not exist", True)
             continue
         if job.not_before is not None and job.not_before > snapshot.now:
             result.pending[job.id] = PendingReason("backoff", "waiting before its next attempt")
             continue
-        tasks, why = _place_job(placer, job)
-        if tasks is None:
-            result.pending[job.id] = why
-            continue
-        charges = _charges(job, tasks, flavor_of)
+        head = engine_bound.get(job.id)  # a mixed job: its whole-GPU roles, placed by the engine
+        tasks, why = _place_job(placer, job, skip={r.name for r in job.roles if not r.shares} if head else ())
         over = None
-        for key, amount in charges.items():
-            room, who = queues.headroom(job.queue, key)
-            if amount > room + 1e-9:
-                over = (key, who, room)
-                break
-        if over is not None:
-            for t in tasks:  # undo the tentative placement
-                placer.commit(t, {r.name: r for r in job.roles}[t.role], -1)
-            key, who, room = over
-            result.pending[job.id] = PendingReason(
-                "quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
+        if tasks is not None:
+            charges = _charges(job, tasks, flavor_of)
+            for key, amount in charges.items():
+                room, who = queues.headroom(job.queue, key)
+                if amount > room + 1e-9:
+                    over = (key, who, room)
+                    break
+            if over is not None:
+                for t in tasks:  # undo the tentative placement
+                    placer.commit(t, {r.name: r for r in job.roles}[t.role], -1)
+                key, who, room = over
+                why = PendingReason("quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
+        if tasks is None or over is not None:
+            if head is not None:
+                _withdraw_whole(placer, queues, result, job, head, flavor_of)
+            result.pending[job.id] = why
             continue
         for key, amount in charges.items():
             queues.charge(job.queue, key, amount)
-        result.bindings.append(Binding(job_id=job.id, tasks=tuple(tasks), domain="", tier=0,
-                                       rule="share" if job_shares(job) else "fgd"))
+        if head is not None:
+            i = result.bindings.index(head)
+            result.bindings[i] = replace(head, tasks=head.tasks + tuple(tasks))
+        else:
+            result.bindings.append(Binding(job_id=job.id, tasks=tuple(tasks), domain="", tier=0,
+                                           rule="share" if job_shares(job) else "fgd"))
         result.pending.pop(job.id, None)
     result.metrics = dict(result.metrics)
     result.metrics["sharing"] = sharing_metrics(snapshot, usage, placer)
     result.metrics["pending_jobs"] = len(result.pending)
     return result
+
+
+def _withdraw_whole(placer: Placer, queues: QueueTree, result: CycleResult, job: JobInfo, head: Binding,
+                    flavor_of: dict[str, str]) -> None:
+    """Take back the engine's binding of a mixed job's whole-GPU roles (its sharing roles did not fit): its GPUs,
+    CPU and memory free again for the sharing pass, its queue uncharged, the job pending."""
+    roles = {r.name: r for r in job.roles}
+    result.bindings.remove(head)
+    for t in head.tasks:
+        placer.taken_whole.get(t.node, set()).difference_update(t.gpus)
+        _unadd(placer.usage, replace(t, gpus=(), mig=()), roles[t.role])
+        queues.charge(job.queue, flavor_of.get(t.node, ""), -len(t.gpus))
+        room = placer.rooms.get(t.node)
+        if room is not None:
+            placer.rooms[t.node] = _NodeRoom(room.node, placer.usage, placer.taken_whole.get(t.node, set()))
 
 
 def _charges(job: JobInfo, tasks, flavor_of) -> dict[str, float]:
@@ -535,18 +588,21 @@ def _unadd(usage: Usage, t: TaskPlacement, role: RoleInfo) -> None:
     usage.mem[t.node] -= role.memory_mib
 
 
-def _place_job(placer: Placer, job: JobInfo) -> tuple[list[TaskPlacement] | None, PendingReason | None]:
-    """Place min_available tasks of every role (all or nothing), then the rest while they fit."""
+def _place_job(placer: Placer, job: JobInfo, skip=()) -> tuple[list[TaskPlacement] | None, PendingReason | None]:
+    """Place min_available tasks of every role (all or nothing), then the rest while they fit; the roles named in
+    `skip` are left out (a mixed job's whole-GPU roles, placed by the engine)."""
     placed: list[TaskPlacement] = []
     roles = {r.name: r for r in job.roles}
     for role in job.roles:
+        if role.name in skip:
+            continue
         for index in range(role.tasks):
             if role.shares:
                 t = placer.place_mig(role) if role.mig_profile else placer.place_fraction(role)
             elif len(job.roles) == 1 and role.tasks == 1:
                 t = placer.place_whole(role)  # a job routed here by CycleConfig.fgd_whole
             else:
-                t = None  # whole-GPU roles of a mixed job: not supported in one gang (refused at submit)
+                t = None  # whole-GPU roles of a mixed job are the engine's (never reached: `skip`)
             if t is None:
                 if index < role.effective_min:
                     for done in placed:

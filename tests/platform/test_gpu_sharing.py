@@ -137,10 +137,41 @@ def test_api_refusals_name_the_field(api, role, field):
     assert not Job.objects.filter(name="bad").exists()
 
 
-def test_api_refuses_mixed_roles(api):
+def test_mixed_roles_run_as_one_gang_through_the_platform(api):
+    """A job of a whole-GPU role, a fractional role and a MIG role: accepted, bound in one cycle (one admitted
+    event), each role's allocations of its own kind; the next snapshot holds them all."""
+    from gpuplatform.models import Allocation, Event, Job
+    from gpuplatform.scheduling import store
+
     r = api.post("/api/v1/jobs/", {"name": "mix", "queue": "q", "command": "sleep 1", "roles": [
-        {"name": "a", "gpus_per_task": 1}, {"name": "b", "gpu_fraction": 0.5}]}, format="json")
-    assert r.status_code == 400 and "roles[1].gpu_fraction" in str(r.json())
+        {"name": "trainer", "gpus_per_task": 2}, {"name": "infer", "tasks": 2, "gpu_fraction": 0.5},
+        {"name": "tiny", "mig_profile": "1g.18gb", "mig_count": 2}]}, format="json")
+    assert r.status_code == 201, r.content
+    store.run_cycle_once(clock=CLOCK)
+    job = Job.objects.get(name="mix")
+    assert job.state == "running"
+    rows = {}
+    for a in Allocation.objects.filter(job=job).select_related("task__role", "gpu", "mig_instance"):
+        rows.setdefault(a.task.role.name, []).append(a)
+    assert all(a.gpu.index >= 4 for a in rows["trainer"])  # exclusive GPUs only
+    assert len(rows["trainer"]) == 2 and all(a.gpu_milli == 0 and a.mig_instance is None for a in rows["trainer"])
+    assert [a.gpu_milli for a in rows["infer"]] == [500, 500] and {a.gpu.index for a in rows["infer"]} <= {0, 1}
+    assert len(rows["tiny"]) == 2 and all(a.mig_instance.profile == "1g.18gb" for a in rows["tiny"])
+    assert Event.objects.filter(job=job, kind="admitted").count() == 1
+    snap, _ = store.build_snapshot(CLOCK.timestamp())
+    (info,) = [j for j in snap.jobs if j.name == "mix" or str(j.id) == str(job.pk)]
+    assert info.state == "running" and len(info.placement) == 4
+    assert snap.nodes[0].used == frozenset(a.gpu.index for a in rows["trainer"])
+
+
+def test_mixed_roles_one_kind_per_role_still_names_the_field(api):
+    r = api.post("/api/v1/jobs/", {"name": "mix", "queue": "q", "command": "sleep 1", "roles": [
+        {"name": "a", "gpus_per_task": 1}, {"name": "b", "gpu_fraction": 0.5, "mig_profile": "1g.18gb"}]},
+        format="json")
+    assert r.status_code == 400 and "roles[1].mig_profile" in str(r.json()), r.content
+    r = api.post("/api/v1/jobs/", {"name": "mix", "queue": "q", "command": "sleep 1", "roles": [
+        {"name": "a", "gpus_per_task": 9}, {"name": "b", "gpu_fraction": 0.5}]}, format="json")
+    assert r.status_code == 400 and "roles" in r.json(), r.content  # 9 GPUs in one task never fit the node
 
 
 def test_set_gpu_sharing_refuses_mig_and_busy_gpus(api):
