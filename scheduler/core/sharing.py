@@ -45,14 +45,18 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Callable
 
+from .actions.victim_search import eviction_records
 from .plugins.quota import QueueTree
+from .plugins.victims import Unit, victim_units
 from .snapshot import (
-    Binding, CycleConfig, CycleResult, JobInfo, NodeInfo, PendingReason, RoleInfo, Snapshot, TaskPlacement,
+    Binding, CycleConfig, CycleResult, JobInfo, Nomination, NodeInfo, PendingReason, RoleInfo, Snapshot,
+    TaskPlacement, Withdrawal,
 )
 
 FULL = 1000  # thousandths of a GPU
 MODES = ("exclusive", "shared", "mig", "auto")
 MIX_TYPES = 32  # task types kept in the expected workload
+MAX_VICTIM_UNITS = 64  # victim units tried per sharing preemptor (bounds the search's cost)
 CPU_STEP = 2000  # millicores: task CPU is rounded up to this step in the expected workload
 
 
@@ -183,6 +187,9 @@ def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset()) -> S
         if j.state == "running" and job_shares(j):
             shared = {r.name for r in j.roles if r.shares}
             for key, amount in _charges(j, [t for t in j.placement if t.role in shared], flavor_of).items():
+                charged[(j.queue, key)] += amount
+        elif j.state == "pending" and j.reserved and job_shares(j):  # shares held for an eviction's beneficiary
+            for key, amount in _charges(j, [t for t in j.reserved if t.gpu_milli or t.mig], flavor_of).items():
                 charged[(j.queue, key)] += amount
     return replace(snapshot, nodes=tuple(nodes), jobs=tuple(p for p in parts if p is not None),
                    share_usage=snapshot.share_usage + tuple((q, k, a) for (q, k), a in sorted(charged.items())))
@@ -505,7 +512,12 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
     order = sorted((j for j in snapshot.jobs if j.state == "pending"
                     and (j.id in routed or (job_shares(j) and whole_part(j) is None))),
                    key=lambda j: (-j.priority, j.submit_time, str(j.id)))
+    evictor = _Evictor(snapshot, config, placer, queues, flavor_of, result)
+    for job in [j for j in order if _held_shares(j)]:  # holders first: the shares held for them since a cycle
+        evictor.serve_hold(job)
     for job in mixed_started + order:
+        if job.id in evictor.served:
+            continue
         if not queues.known(job.queue):
             result.pending[job.id] = PendingReason("unknown_queue", f"queue {job.queue!r} does not exist", True)
             continue
@@ -516,12 +528,7 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
         tasks, why = _place_job(placer, job, skip={r.name for r in job.roles if not r.shares} if head else ())
         over = None
         if tasks is not None:
-            charges = _charges(job, tasks, flavor_of)
-            for key, amount in charges.items():
-                room, who = queues.headroom(job.queue, key)
-                if amount > room + 1e-9:
-                    over = (key, who, room)
-                    break
+            over = _over_quota(queues, job, tasks, flavor_of)
             if over is not None:
                 for t in tasks:  # undo the tentative placement
                     placer.commit(t, {r.name: r for r in job.roles}[t.role], -1)
@@ -530,9 +537,11 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
         if tasks is None or over is not None:
             if head is not None:
                 _withdraw_whole(placer, queues, result, job, head, flavor_of)
+            elif job_shares(job) and evictor.evict_for(job):
+                continue  # victims chosen: its shares are held for it (a Nomination)
             result.pending[job.id] = why
             continue
-        for key, amount in charges.items():
+        for key, amount in _charges(job, tasks, flavor_of).items():
             queues.charge(job.queue, key, amount)
         if head is not None:
             i = result.bindings.index(head)
@@ -541,10 +550,296 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
             result.bindings.append(Binding(job_id=job.id, tasks=tuple(tasks), domain="", tier=0,
                                            rule="share" if job_shares(job) else "fgd"))
         result.pending.pop(job.id, None)
+    evictor.withdraw_orphans()
     result.metrics = dict(result.metrics)
     result.metrics["sharing"] = sharing_metrics(snapshot, usage, placer)
     result.metrics["pending_jobs"] = len(result.pending)
     return result
+
+
+def _held_shares(job: JobInfo) -> tuple[TaskPlacement, ...]:
+    """The shares (fractions, MIG instances) held for a pending job: the tasks of its Nomination."""
+    return tuple(t for t in job.reserved if t.gpu_milli or t.mig)
+
+
+def _over_quota(queues: QueueTree, job: JobInfo, tasks, flavor_of) -> tuple | None:
+    """(resource, binding queue, room left) of the first limit the tasks' charges would pass, or None."""
+    for key, amount in _charges(job, tasks, flavor_of).items():
+        room, who = queues.headroom(job.queue, key)
+        if amount > room + 1e-9:
+            return key, who, room
+    return None
+
+
+class _Evictor:
+    """Preemption and reclaim for pending sharing jobs (DESIGN section 5, with GPU shares): victims are running
+    jobs holding fractions or MIG instances (and whole-GPU jobs on auto GPUs, whose GPUs fractions may take once
+    free), in least-work-lost order (plugins.victims.victim_units). What an eviction frees is counted on the
+    placer's own ledger: a fraction frees its share of its GPU (the GPU is whole again only when no share is
+    left on it), a MIG task its instances, a whole-GPU task its GPUs. preempt: same queue, strictly lower
+    priority; reclaim: another queue, some level of its chain outside the beneficiary's is above its entitlement
+    of the resource (GPU-equivalents per flavor, or the MIG resource) and none goes below its guarantee; the
+    beneficiary stays within its own entitlement. The fewest victims in order, then fill-back (victims not
+    needed given back). The beneficiary's shares are held for it (a Nomination: `serve_hold` binds it on them
+    once its victims have released them)."""
+
+    def __init__(self, snapshot: Snapshot, config: CycleConfig | None, placer: Placer, queues: QueueTree,
+                 flavor_of: dict[str, str], result: CycleResult):
+        self.config = config or CycleConfig()
+        self.placer, self.queues, self.flavor_of, self.result = placer, queues, flavor_of, result
+        self.snapshot = snapshot
+        self.served: set = set()  # holders bound or kept holding this cycle
+        self.evicted = {e.job_id for e in result.evictions}
+        self.budget = self.config.max_preemptors - len(result.decisions)
+        auto = {n.name: layout(n)[3] for n in snapshot.nodes if n.gpu_modes}
+        running = [j for j in snapshot.jobs if j.state == "running" and j.id not in self.evicted
+                   and (job_shares(j) or any(set(t.gpus) & auto.get(t.node, frozenset()) for t in j.placement))]
+        self.units = victim_units(running) if running and (self.config.preemption or self.config.reclaim) else []
+        self.waiting = {j.evicted_for for j in snapshot.jobs if j.state == "preempting" and j.evicted_for is not None}
+
+    # -- the placer's ledger ----------------------------------------------------------------------
+    def _free(self, job: JobInfo, tasks, sign: int) -> None:
+        """Take a running job's tasks off the placer's ledger (sign -1: evicted) or put them back (+1), and its
+        queue's charge with them."""
+        placer, usage = self.placer, self.placer.usage
+        roles = {r.name: r for r in job.roles}
+        nodes = set()
+        for t in tasks:
+            if t.gpu_milli or t.mig:
+                if sign > 0:
+                    usage.add(t, count_cpu=None)
+                else:
+                    _unshare(usage, t)
+            else:
+                taken = placer.taken_whole.setdefault(t.node, set())
+                if sign > 0:
+                    taken.update(t.gpus)
+                else:
+                    taken.difference_update(t.gpus)
+            role = roles.get(t.role)
+            if role is not None:  # running tasks' CPU and memory are in the node's *_used: freed here
+                usage.cpu[t.node] += sign * role.cpu_milli
+                usage.mem[t.node] += sign * role.memory_mib
+            nodes.add(t.node)
+        for name in nodes:
+            room = placer.rooms.get(name)
+            if room is not None:
+                placer.rooms[name] = _NodeRoom(room.node, usage, placer.taken_whole.get(name, set()))
+        if self.queues.known(job.queue):
+            for key, amount in _charges(job, tasks, self.flavor_of).items():
+                self.queues.charge(job.queue, key, sign * amount)
+
+    # -- rules ------------------------------------------------------------------------------------
+    def _reclaimable(self, job: JobInfo, unit: Unit) -> bool:
+        queues = self.queues
+        shared = set(queues.chain(job.queue))
+        levels = [q for q in queues.chain(unit.job.queue) if q not in shared]
+        if not levels:
+            return False
+        for key, amount in _charges(unit.job, unit.tasks, self.flavor_of).items():
+            borrowing = False
+            for q in levels:
+                info = queues.queues.get(q)
+                quota = info.quotas.get(key) if info else None
+                used = queues.usage[q][key]
+                if used - amount < (quota.guarantee if quota else 0) - 1e-9:
+                    return False
+                if used > queues.entitlement(q, key) + 1e-9:
+                    borrowing = True
+            if not borrowing:
+                return False
+        return True
+
+    def _entitled(self, job: JobInfo, tasks) -> bool:
+        return all(self.queues.entitlement_room(job.queue, key)[0] >= amount - 1e-9
+                   for key, amount in _charges(job, tasks, self.flavor_of).items())
+
+    # -- the search -------------------------------------------------------------------------------
+    def evict_for(self, job: JobInfo) -> bool:
+        """Choose victims for a pending sharing job that did not fit (class docstring); on success the evictions,
+        the Nomination and an audit decision are added to the result and True returned."""
+        if self.budget <= 0 or not self.units or not self.queues.known(job.queue):
+            return False
+        rules = []
+        if self.config.preemption:
+            rules.append(("preempt", lambda u: u.job.queue == job.queue and u.job.priority < job.priority, None))
+        if self.config.reclaim and not self.queues.open_world:
+            rules.append(("reclaim", lambda u: u.job.queue != job.queue and self._reclaimable(job, u),
+                          self._entitled))
+        usage = {q: dict(u) for q, u in self.queues.usage.items()}  # before any victim is taken (the audit)
+        for rule, allows, extra in rules:
+            found = self._search(job, allows, extra)
+            if found is not None:
+                tasks, kept = found
+                self._record(job, rule, tasks, kept, usage)
+                return True
+        return False
+
+    def _try(self, job: JobInfo, extra):
+        tasks, _ = _place_job(self.placer, job)
+        if tasks is None:
+            return None
+        if _over_quota(self.queues, job, tasks, self.flavor_of) is None and (extra is None or extra(job, tasks)):
+            return tasks
+        self._unplace(job, tasks)
+        return None
+
+    def _unplace(self, job: JobInfo, tasks) -> None:
+        roles = {r.name: r for r in job.roles}
+        for t in tasks:
+            self.placer.commit(t, roles[t.role], -1)
+
+    def _search(self, job: JobInfo, allows, extra):
+        chosen: list[Unit] = []
+        taken: set = set()
+        placed = None
+        tried = 0
+        for unit in self.units:
+            if unit.job.id in self.evicted or unit.job.id == job.id:
+                continue
+            tasks = tuple(t for t in unit.tasks if (unit.job.id, t.role, t.index) not in taken)
+            if not tasks or not allows(unit):
+                continue
+            tried += 1
+            if tried > MAX_VICTIM_UNITS:
+                break
+            unit = Unit(unit.job, tasks, whole=unit.whole)
+            self._free(unit.job, unit.tasks, -1)
+            taken.update((unit.job.id, t.role, t.index) for t in unit.tasks)
+            chosen.append(unit)
+            placed = self._try(job, extra)
+            if placed is not None:
+                break
+        if placed is None:
+            for unit in reversed(chosen):
+                self._free(unit.job, unit.tasks, 1)
+            return None
+        self._unplace(job, placed)
+        kept = list(chosen)
+        for unit in reversed(chosen):  # fill-back: give back the victims the placement does not need
+            if not unit.whole and any(u.whole and u.job.id == unit.job.id for u in kept):
+                continue  # the rest of that gang goes anyway
+            self._free(unit.job, unit.tasks, 1)
+            again = self._try(job, extra)
+            if again is not None:
+                self._unplace(job, again)
+                kept.remove(unit)
+                continue
+            self._free(unit.job, unit.tasks, -1)
+        final = self._try(job, extra)
+        if final is None:  # cannot happen: the last state tried placed it; be safe
+            for unit in kept:
+                self._free(unit.job, unit.tasks, 1)
+            return None
+        return final, kept
+
+    def _record(self, job: JobInfo, rule: str, tasks, kept: list[Unit], usage: dict) -> None:
+        result, queues = self.result, self.queues
+        evs = eviction_records(kept, rule, job)
+        freed: dict = defaultdict(set)
+        victims = {}
+        for unit in kept:
+            freed[unit.job.id].update((t.role, t.index) for t in unit.tasks)
+            victims[unit.job.id] = unit.job
+        for e in evs:  # a gang evicted whole (never left below its minimum): its other tasks leave too
+            if not e.tasks:
+                victim = victims[e.job_id]
+                rest = tuple(t for t in victim.placement if (t.role, t.index) not in freed[e.job_id])
+                if rest:
+                    self._free(victim, rest, -1)
+        before = {q: usage.get(q, {}) for q in sorted({job.queue} | {u.job.queue for u in kept})}
+        for key, amount in _charges(job, tasks, self.flavor_of).items():
+            queues.charge(job.queue, key, amount)
+        self.evicted.update(e.job_id for e in evs)
+        self.budget -= 1
+        result.evictions.extend(evs)
+        result.nominations.append(Nomination(job_id=job.id, tasks=tuple(tasks), rule="hold"))
+        result.pending[job.id] = PendingReason(
+            "nominated", f"{rule}: {len(evs)} victim(s) releasing GPU shares for it (grace period); it starts on "
+                         "them next")
+        result.decisions.append({"rule": rule, "beneficiary": job.id, "queue": job.queue,
+                                 "victims": [{"job": e.job_id, "tasks": list(e.tasks), "gpus": e.gpus} for e in evs],
+                                 "usage_before": before,
+                                 "usage_after": {q: dict(queues.usage.get(q, {})) for q in before}})
+
+    # -- holds ------------------------------------------------------------------------------------
+    def serve_hold(self, job: JobInfo) -> None:
+        """A pending sharing job holding shares (an earlier cycle's Nomination): bound on them when every one is
+        free again (its victims have released them); else held one more cycle while a victim is still releasing
+        for it; else (nobody releases for it, a node left) the hold is dropped and it is placed as any job."""
+        placer, usage = self.placer, self.placer.usage
+        held = _held_shares(job)
+        roles = {r.name: r for r in job.roles}
+        for t in held:
+            _unshare(usage, t)
+        self._refresh({t.node for t in held})
+        nodes = {n.name: n for n in placer.nodes}
+        fits = all(t.role in roles and t.node in nodes and self._fits(nodes[t.node], t, roles[t.role]) for t in held)
+        known = self.queues.known(job.queue)
+        if fits and known and _over_quota(self.queues, job, held, self.flavor_of) is None:
+            for t in held:
+                placer.commit(t, roles[t.role])
+            for key, amount in _charges(job, held, self.flavor_of).items():
+                self.queues.charge(job.queue, key, amount)
+            self.result.bindings.append(Binding(job_id=job.id, tasks=held, domain="", tier=0, rule="share"))
+            self.result.pending.pop(job.id, None)
+            self.served.add(job.id)
+        elif job.id in self.waiting and all(t.node in nodes for t in held) and known:
+            for t in held:
+                usage.add(t, count_cpu=None)
+            self._refresh({t.node for t in held})
+            for key, amount in _charges(job, held, self.flavor_of).items():
+                self.queues.charge(job.queue, key, amount)
+            self.result.nominations.append(Nomination(job_id=job.id, tasks=held, rule="hold"))
+            self.result.pending[job.id] = PendingReason("nominated", "waiting for its victims to release the GPU "
+                                                                     "shares held for it")
+            self.served.add(job.id)
+
+    def _refresh(self, names) -> None:
+        placer = self.placer
+        for name in names:
+            room = placer.rooms.get(name)
+            if room is not None:
+                placer.rooms[name] = _NodeRoom(room.node, placer.usage, placer.taken_whole.get(name, set()))
+
+    def _fits(self, node: NodeInfo, t: TaskPlacement, role: RoleInfo) -> bool:
+        usage = self.placer.usage
+        if node.cpu_milli and node.cpu_milli - node.cpu_used - usage.cpu.get(node.name, 0) < role.cpu_milli:
+            return False
+        if node.memory_mib and node.memory_mib - node.memory_used - usage.mem.get(node.name, 0) < role.memory_mib:
+            return False
+        if t.mig:
+            have = {m.uuid for m in node.mig if m.gpu not in node.unhealthy and gpu_mode(node, m.gpu) == "mig"}
+            return all(u in have and u not in usage.mig for u in t.mig)
+        g = t.gpus[0]
+        if g in node.unhealthy or g in self.placer.taken_whole.get(node.name, ()) or gpu_mode(node, g) not in (
+                "shared", "auto"):
+            return False
+        if (usage.milli.get(node.name) or {}).get(g, 0) + t.gpu_milli > FULL:
+            return False
+        cap = node.gpu_memory_mib
+        return not cap or (usage.memory.get(node.name) or {}).get(g, 0) + t.gpu_memory_mib <= cap
+
+    def withdraw_orphans(self) -> None:
+        """Evictions of sharing jobs still in their grace period whose beneficiary holds nothing after this cycle
+        (it left, started elsewhere, or its hold was dropped): taken back, the victim runs on. The engine's own
+        withdrawals of a mixed job held for a sharing beneficiary are dropped."""
+        result = self.result
+        holding = {n.job_id for n in result.nominations}
+        jobs = {j.id: j for j in self.snapshot.jobs}
+        result.withdrawals = [w for w in result.withdrawals if w.beneficiary not in holding]
+        done = {w.job_id for w in result.withdrawals}
+        for job in self.snapshot.jobs:
+            if (job.state != "preempting" or job.evicted_for is None or job.id in done or not job_shares(job)
+                    or job.evicted_for in holding):
+                continue
+            owner = jobs.get(job.evicted_for)
+            name = (owner.name or owner.id) if owner is not None else job.evicted_for
+            result.withdrawals.append(Withdrawal(
+                job_id=job.id, tasks=tuple(sorted((t.role, t.index) for t in job.placement)),
+                beneficiary=job.evicted_for,
+                message=f"eviction of {job.name or job.id} withdrawn: its beneficiary {name} holds no GPU shares "
+                        f"now; it keeps running"))
 
 
 def _withdraw_whole(placer: Placer, queues: QueueTree, result: CycleResult, job: JobInfo, head: Binding,
@@ -576,6 +871,15 @@ def _charges(job: JobInfo, tasks, flavor_of) -> dict[str, float]:
         else:
             out[flavor] += len(t.gpus)
     return out
+
+
+def _unshare(usage: Usage, t: TaskPlacement) -> None:
+    """Take a task's fraction or MIG instances off `usage` (the inverse of Usage.add with count_cpu=None)."""
+    if t.gpu_milli:
+        g = t.gpus[0]
+        usage.milli[t.node][g] = usage.milli[t.node].get(g, 0) - t.gpu_milli
+        usage.memory[t.node][g] = usage.memory[t.node].get(g, 0) - t.gpu_memory_mib
+    usage.mig.difference_update(t.mig)
 
 
 def _unadd(usage: Usage, t: TaskPlacement, role: RoleInfo) -> None:

@@ -397,7 +397,8 @@ class ClusterState:
             elif job is None and job_id in self.running:  # a job being moved: its new place (rescheduling)
                 self.running[job_id] = replace(self.running[job_id], reserved=tuple(tasks))
         self._held = set(holds)
-        self._hold_gpus = {(t.node, g) for tasks in holds.values() for t in tasks for g in t.gpus}
+        self._hold_gpus = {(t.node, g) for tasks in holds.values() for t in tasks for g in t.gpus
+                           if not (t.gpu_milli or t.mig)}  # whole GPUs held (a held share is not a GPU)
         self.version += 1
 
     def drop(self, job_id) -> JobInfo:

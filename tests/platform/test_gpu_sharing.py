@@ -269,3 +269,37 @@ def test_topology_zoomed_to_the_node_shows_shares_and_mig_instances(api, client,
     assert rows[2]["share"] == "MIG 0 of 2 instances used (3g.71gb x2)" and rows[4]["share"] == ""
     hover = " ".join(h for t in payload["figure"]["data"] for h in t["hovertext"])
     assert "shared, 0.25 used" in hover and "MIG 2 of 7" in hover
+
+
+def test_fraction_preempted_for_a_higher_priority_fraction_through_the_platform(api, mixed):
+    """A 0.6 job at priority 0 on each shared GPU; a 0.6 job at priority 5 preempts one of them: the victim is
+    released after its grace period, the share is held for the beneficiary meanwhile (Job.reserved keeps the
+    share), and the beneficiary then starts on exactly that share."""
+    from datetime import timedelta
+
+    from gpuplatform.models import Allocation, Job
+    from gpuplatform.scheduling import store
+
+    mixed.preemption_grace_seconds = 30
+    mixed.save(update_fields=["preemption_grace_seconds"])
+    for name in ("lo1", "lo2"):
+        assert submit(api, name, {"gpu_fraction": 0.6}, priority=0).status_code == 201
+    store.run_cycle_once(clock=CLOCK)
+    assert set(Job.objects.values_list("state", flat=True)) == {"running"}
+    assert submit(api, "hi", {"gpu_fraction": 0.6}, priority=5).status_code == 201
+    store.run_cycle_once(clock=CLOCK + timedelta(seconds=10))
+    states = dict(Job.objects.values_list("name", "state"))
+    assert states["hi"] == "pending" and sorted(states[n] for n in ("lo1", "lo2")) == ["preempting", "running"]
+    victim = Job.objects.get(state="preempting")
+    hi = Job.objects.get(name="hi")
+    (held,) = hi.reserved
+    gpu = Allocation.objects.get(job=victim).gpu.index
+    assert held[3] == [gpu] and held[4] == 600  # [role, index, node, GPUs, milli, memory, MIG]
+    store.run_cycle_once(clock=CLOCK + timedelta(seconds=60))  # past the grace period: released, hi starts
+    store.run_cycle_once(clock=CLOCK + timedelta(seconds=61))
+    hi.refresh_from_db()
+    assert hi.state == "running"
+    (alloc,) = Allocation.objects.filter(job=hi, released_at__isnull=True)
+    assert alloc.gpu.index == gpu and alloc.gpu_milli == 600
+    live = Allocation.objects.filter(gpu__index=gpu, released_at__isnull=True)
+    assert sum(a.gpu_milli for a in live) <= 1000
