@@ -16,12 +16,16 @@ one task; a job's fractions (as GPU-equivalents, milli / 1000) and MIG instances
 all or nothing (min_available tasks of every role, or none).
 
 One cycle: the whole-GPU engine (`whole_engine`, cycle.run_cycle) runs on a view of the snapshot where GPUs it
-must not use are out of reach (mode shared / mig: unhealthy; auto GPUs holding a fraction: used) and without
-the sharing jobs (a mixed job, with whole-GPU and sharing roles, as its whole-GPU part: `whole_part`), the
-running sharing jobs' GPU-equivalents and MIG instances charged to their queues (Snapshot.share_usage); then
-the sharing roles of the mixed jobs it bound (withdrawn whole when they do not fit: one gang), then the
-pending sharing jobs, in (priority desc, submit time, id) order, are placed on what is left. Whole-GPU jobs
-therefore go first in a cycle; both kinds count against the flavor's quota in GPU-equivalents.
+must not use are out of reach (mode shared / mig: unhealthy; auto GPUs holding a fraction: used), a mixed job
+(whole-GPU and sharing roles) stands for its whole-GPU part (`whole_part`), and the running sharing jobs'
+GPU-equivalents and MIG instances are charged to their queues (Snapshot.share_usage). Its allocate walk takes
+whole-GPU and sharing jobs in ONE fair-share order (`_Walk`, Session.sharing): a pending sharing job is placed by
+the placer below when the walk reaches it, its fractions counted as GPU-equivalents against the flavor's quota
+and in its queue's share (as KAI does), and a fraction on a wholly free auto GPU takes that GPU out of the
+whole-GPU pool; a mixed job's shares are placed right after its whole-GPU roles (`_Walk.complete`: both or
+neither). After the engine: the shares held for eviction beneficiaries (`_Evictor.serve_hold`), the mixed jobs
+the engine bound on held GPUs, the one-task whole jobs routed to the FGD score (fgd_whole_jobs), and the
+evictions for the sharing jobs that could not start (`_Evictor`).
 
 Fractions are placed by FGD's score (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads
 with Fragmentation Gradient Descent", USENIX ATC '23, section 4): for a node n and a task type m of the
@@ -46,6 +50,7 @@ from functools import lru_cache
 from typing import Callable
 
 from .actions.victim_search import eviction_records
+from .trial import release_binding
 from .plugins.quota import QueueTree
 from .plugins.victims import Unit, victim_units
 from .snapshot import (
@@ -166,11 +171,12 @@ def fgd_whole_jobs(snapshot: Snapshot, config: CycleConfig | None) -> set:
             and j.topology_mode != "hard" and not j.reserved and not j.placement}
 
 
-def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset()) -> Snapshot:
+def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset(), walked: set = frozenset()) -> Snapshot:
     """The snapshot the whole-GPU engine sees: GPUs in mode shared / mig unhealthy, auto GPUs holding a
     fraction used, sharing jobs (and the `routed` ones, fgd_whole_jobs) left out (their CPU and memory stay
     counted in the nodes), a mixed job as its whole-GPU part (`whole_part`: the engine places those roles, the
-    sharing pass the rest, all or nothing)."""
+    sharing pass the rest, all or nothing); the `walked` sharing jobs are kept whole (the allocate walk places them
+    through Session.share_place, in one fair-share order with the whole-GPU jobs)."""
     nodes = []
     for n in snapshot.nodes:
         if not n.gpu_modes and not n.mig:
@@ -180,7 +186,7 @@ def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset()) -> S
         shares = usage.milli.get(n.name)
         busy = {g for g, v in shares.items() if v > 0 and g in auto} if shares else frozenset()
         nodes.append(replace(n, unhealthy=n.unhealthy | off, used=n.used | busy) if off or busy else n)
-    parts = (whole_part(j) for j in snapshot.jobs if j.id not in routed)
+    parts = (j if j.id in walked else whole_part(j) for j in snapshot.jobs if j.id not in routed)
     flavor_of = _flavor_of(snapshot)
     charged: dict[tuple[str, str], float] = defaultdict(float)
     for j in snapshot.jobs:
@@ -469,7 +475,6 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
     and the job waits whole. The snapshot is not mutated."""
     usage = Usage(snapshot)
     routed = fgd_whole_jobs(snapshot, config)
-    result = whole_engine(whole_view(snapshot, usage, routed), config, cache=cache)
     flavor_of = _flavor_of(snapshot)
     taken_whole: dict[str, set[int]] = defaultdict(set)
     for n in snapshot.nodes:
@@ -481,24 +486,21 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
         for t in job.reserved:
             if not t.gpu_milli and not t.mig:
                 taken_whole[t.node].update(t.gpus)
-    for b in (*result.bindings, *result.growths):
-        job = jobs_by_id.get(b.job_id)
-        roles = {r.name: r for r in job.roles} if job else {}
-        for t in b.tasks:
-            taken_whole[t.node].update(t.gpus)
-            if t.role in roles:
-                usage.add(replace(t, gpus=(), mig=()), count_cpu=roles[t.role])
-    bound = {b.job_id for b in result.bindings}
-    whole_needs = {r.gpus_per_task for j in snapshot.jobs if j.state == "pending" and j.id not in bound
-                   and j.id not in routed for r in j.roles if r.gpus_per_task and not r.shares}
+    whole_needs = {r.gpus_per_task for j in snapshot.jobs if j.state == "pending" and j.id not in routed
+                   for r in j.roles if r.gpus_per_task and not r.shares}
     placer = Placer(snapshot, usage, taken_whole, workload_mix(snapshot.jobs), whole_needs, all_nodes=bool(routed))
+    walked = {j.id for j in snapshot.jobs if j.state == "pending" and j.id not in routed and job_shares(j)
+              and whole_part(j) is None and not _held_shares(j)}
+    walk = _Walk(snapshot, placer, flavor_of)
+    result = whole_engine(whole_view(snapshot, usage, routed, walked), config, cache=cache, share_hook=walk.hook)
+    walk.sync()  # the engine's bindings, growths and holds on the placer's ledger
 
-    # quotas: whole usage from the engine's view, plus this cycle's whole bindings and the running fractions
+    # quotas: whole usage from the engine's view, plus this cycle's bindings and the running fractions
     queues = QueueTree(replace(snapshot, jobs=tuple(whole_jobs.values())))
     for b in result.bindings:
         job = jobs_by_id[b.job_id]
-        for t in b.tasks:
-            queues.charge(job.queue, flavor_of.get(t.node, ""), len(t.gpus))
+        for key, amount in _charges(job, b.tasks, flavor_of).items():
+            queues.charge(job.queue, key, amount)
     for n in snapshot.nodes:
         for m in n.mig:
             queues.capacity[mig_resource(n.flavor, m.profile)] += 1
@@ -508,15 +510,23 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
                 queues.charge(job.queue, key, amount)
 
     engine_bound = {b.job_id: b for b in result.bindings}
-    mixed_started = [jobs_by_id[i] for i in engine_bound if job_shares(jobs_by_id[i])]
-    order = sorted((j for j in snapshot.jobs if j.state == "pending"
-                    and (j.id in routed or (job_shares(j) and whole_part(j) is None))),
-                   key=lambda j: (-j.priority, j.submit_time, str(j.id)))
+    mixed_started = [jobs_by_id[i] for i in engine_bound if job_shares(jobs_by_id[i]) and i not in walked
+                     and i not in walk.completed]  # bound on its held GPUs (allocate._bind_exactly): shares now
+    by_priority = sorted((j for j in snapshot.jobs if j.state == "pending"
+                          and (j.id in routed or (job_shares(j) and whole_part(j) is None))),
+                         key=lambda j: (-j.priority, j.submit_time, str(j.id)))
     evictor = _Evictor(snapshot, config, placer, queues, flavor_of, result)
-    for job in [j for j in order if _held_shares(j)]:  # holders first: the shares held for them since a cycle
+    for job in [j for j in by_priority if _held_shares(j)]:  # holders: the shares held for them since a cycle
         evictor.serve_hold(job)
+    # then: the mixed jobs' shares, the routed jobs, the holds dropped, and the sharing jobs the walk could not
+    # start (tried again only when a mixed job gave its whole GPUs back, else straight to the eviction search)
+    failed = {j.id for j in by_priority if j.id in walked and getattr(result.pending.get(j.id), "code", "")
+              in ("no_share", "quota")}
+    order = [j for j in by_priority if j.id not in evictor.served and (j.id not in walked or j.id in failed)]
+    retry = False
     for job in mixed_started + order:
-        if job.id in evictor.served:
+        if job.id in failed and not retry:
+            evictor.evict_for(job)
             continue
         if not queues.known(job.queue):
             result.pending[job.id] = PendingReason("unknown_queue", f"queue {job.queue!r} does not exist", True)
@@ -537,6 +547,7 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
         if tasks is None or over is not None:
             if head is not None:
                 _withdraw_whole(placer, queues, result, job, head, flavor_of)
+                retry = True
             elif job_shares(job) and evictor.evict_for(job):
                 continue  # victims chosen: its shares are held for it (a Nomination)
             result.pending[job.id] = why
@@ -555,6 +566,111 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
     result.metrics["sharing"] = sharing_metrics(snapshot, usage, placer)
     result.metrics["pending_jobs"] = len(result.pending)
     return result
+
+
+class _Walk:
+    """The sharing placer inside the allocate walk (Session.share_place): a sharing job is placed when the
+    fair-share order reaches it, among the whole-GPU jobs, on the capacity the walk has left. The placer's ledger
+    follows the cycle's ClusterState (`sync`: GPUs the engine took whole, CPU and memory); a placed fraction takes
+    its auto GPU out of the whole-GPU pool (and its CPU and memory) in the state; the queue is charged its
+    GPU-equivalents (and MIG instances) in the walk's own QueueTree, so its fair-share order counts them."""
+
+    def __init__(self, snapshot: Snapshot, placer: Placer, flavor_of: dict[str, str]):
+        self.snapshot, self.placer, self.flavor_of = snapshot, placer, flavor_of
+        self.state = self.queues = None
+        self.jobs = {j.id: j for j in snapshot.jobs if j.state == "pending" and job_shares(j)}
+        self.mixed = {i for i, j in self.jobs.items() if whole_part(j) is not None}  # mixed pending jobs
+        self.completed: set = set()  # mixed jobs whose shares the walk placed with their whole-GPU roles
+        self.nodes = {n.name: n for n in snapshot.nodes if n.name in placer.rooms or n.mig}
+        self.seen: dict[str, tuple] = {}
+
+    def hook(self, session):
+        """share_hook of cycle.run_cycle: keep the session's state and queues; returns the placement function."""
+        self.state, self.queues = session.state, session.queues
+        for n in self.snapshot.nodes:  # MIG resources' limits bind in the walk's QueueTree too
+            for m in n.mig:
+                session.queues.capacity[mig_resource(n.flavor, m.profile)] += 1
+        return self
+
+    def sync(self) -> None:
+        """Bring the placer's ledger to the state: GPUs not free there are held whole (unless they hold a share),
+        CPU and memory taken this cycle are the state's."""
+        state = self.state
+        if state is None:
+            return
+        placer, usage = self.placer, self.placer.usage
+        for name, node in self.nodes.items():
+            k = state.node_index.get(name)
+            if k is None:
+                continue
+            key = (tuple(state.free[k]), state.cpu_free[k], state.mem_free[k])
+            if self.seen.get(name) == key:
+                continue
+            self.seen[name] = key
+            free = set(state.free[k])
+            shares = usage.milli.get(name) or {}
+            placer.taken_whole[name] = {g for g in layout(node)[1] if g not in free and not shares.get(g)}
+            if node.cpu_milli and state.cpu_free[k] is not None:
+                usage.cpu[name] = node.cpu_milli - node.cpu_used - state.cpu_free[k]
+            if node.memory_mib and state.mem_free[k] is not None:
+                usage.mem[name] = node.memory_mib - node.memory_used - state.mem_free[k]
+            room = placer.rooms.get(name)
+            if room is not None:
+                placer.rooms[name] = _NodeRoom(room.node, usage, placer.taken_whole[name])
+
+    def place(self, job: JobInfo):
+        """Binding (applied and charged) or PendingReason ("no_share", "quota") for a pending sharing job."""
+        self.sync()
+        tasks, why = _place_job(self.placer, job)
+        if tasks is None:
+            return why
+        roles = {r.name: r for r in job.roles}
+        over = _over_quota(self.queues, job, tasks, self.flavor_of)
+        if over is not None:
+            for t in tasks:
+                self.placer.commit(t, roles[t.role], -1)
+            key, who, room = over
+            return PendingReason("quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
+        state = self.state
+        for t in tasks:
+            k = state.node_index[t.node]
+            g = t.gpus[0] if t.gpu_milli else None
+            state.take(k, (g,) if g is not None and g in state.free[k] else (), roles[t.role].cpu_milli,
+                       roles[t.role].memory_mib)
+        for key, amount in _charges(job, tasks, self.flavor_of).items():
+            self.queues.charge(job.queue, key, amount)
+        return Binding(job_id=job.id, tasks=tuple(tasks), domain="", tier=0, rule="share")
+
+    def complete(self, part: JobInfo, head: Binding):
+        """A mixed job whose whole-GPU roles (`part`, whole_part) the walk has just placed (`head`, applied and
+        charged): its sharing roles now, the combined Binding; else `head` undone (GPUs, CPU, memory, charge)
+        and why ("no_share", "quota")."""
+        job = self.jobs[part.id]
+        self.sync()
+        roles = {r.name: r for r in job.roles}
+        tasks, why = _place_job(self.placer, job, skip={r.name for r in job.roles if not r.shares})
+        if tasks is not None:
+            over = _over_quota(self.queues, job, tasks, self.flavor_of)
+            if over is not None:
+                for t in tasks:
+                    self.placer.commit(t, roles[t.role], -1)
+                key, who, room = over
+                tasks, why = None, PendingReason("quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
+        state = self.state
+        if tasks is None:
+            release_binding(state, part, head)
+            for t in head.tasks:
+                self.queues.charge(job.queue, self.flavor_of.get(t.node, ""), -len(t.gpus))
+            return why
+        for t in tasks:
+            k = state.node_index[t.node]
+            g = t.gpus[0] if t.gpu_milli else None
+            state.take(k, (g,) if g is not None and g in state.free[k] else (), roles[t.role].cpu_milli,
+                       roles[t.role].memory_mib)
+        for key, amount in _charges(job, tasks, self.flavor_of).items():
+            self.queues.charge(job.queue, key, amount)
+        self.completed.add(job.id)
+        return replace(head, tasks=head.tasks + tuple(tasks))
 
 
 def _held_shares(job: JobInfo) -> tuple[TaskPlacement, ...]:
