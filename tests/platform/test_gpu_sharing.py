@@ -215,6 +215,33 @@ def test_submit_form_takes_a_fraction(mixed, client, django_user_model):
     assert "one kind of GPU" in response.content.decode()
 
 
+def test_submit_form_takes_roles_of_different_kinds(mixed, client, django_user_model):
+    """The submit form: a whole-GPU role and a fractional role in one job are accepted; a role asking for two
+    kinds is refused with the field's message."""
+    from gpuplatform.models import Job
+
+    user = django_user_model.objects.create_user("boss", password="pw", is_staff=True, is_superuser=True)
+    client.force_login(user)
+    data = {"name": "mixnb", "team": "alpha", "queue": "q", "priority": "0", "preemptible": "on",
+            "topology_mode": "none", "highest_tier": "", "preferred_tier": "", "time_limit_minutes": "",
+            "roles-TOTAL_FORMS": "2", "roles-INITIAL_FORMS": "0", "roles-MIN_NUM_FORMS": "1",
+            "roles-MAX_NUM_FORMS": "16", "command": "python3 serve.py", "env": "", "working_dir": "", "image": "",
+            "max_restarts": "0", "completion_role": ""}
+    for i, (name, extra) in enumerate((("trainer", {"gpus_per_task": "2"}), ("infer", {"gpu_fraction": "0.25"}))):
+        data.update({f"roles-{i}-name": name, f"roles-{i}-tasks": "1", f"roles-{i}-gpus_per_task": "1",
+                     f"roles-{i}-cpu_milli": "0", f"roles-{i}-memory_mib": "0", f"roles-{i}-min_available": "",
+                     f"roles-{i}-flavor": "", f"roles-{i}-command": ""})
+        data.update({f"roles-{i}-{k}": v for k, v in extra.items()})
+    response = client.post("/jobs/new/", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    roles = {r.name: r for r in Job.objects.get(name="mixnb").roles.all()}
+    assert roles["trainer"].gpus_per_task == 2 and roles["trainer"].gpu_milli == 0 and roles["infer"].gpu_milli == 250
+    data.update({"name": "mixnb2", "roles-1-mig_profile": "1g.18gb"})
+    response = client.post("/jobs/new/", data)
+    assert response.status_code == 200 and not Job.objects.filter(name="mixnb2").exists()
+    assert "one kind of GPU" in response.content.decode()
+
+
 def test_assignments_give_mig_uuid_and_fraction_environment(api):
     from gpuplatform.execution.assignments import node_assignments
     from gpuplatform.models import Node
