@@ -582,11 +582,14 @@ class _Walk:
         self.mixed = {i for i, j in self.jobs.items() if whole_part(j) is not None}  # mixed pending jobs
         self.completed: set = set()  # mixed jobs whose shares the walk placed with their whole-GPU roles
         self.nodes = {n.name: n for n in snapshot.nodes if n.name in placer.rooms or n.mig}
-        self.seen: dict[str, tuple] = {}
+        self.index: dict[int, NodeInfo] = {}  # the state's node index -> those nodes
 
     def hook(self, session):
         """share_hook of cycle.run_cycle: keep the session's state and queues; returns the placement function."""
         self.state, self.queues = session.state, session.queues
+        self.index = {session.state.node_index[name]: n for name, n in self.nodes.items()
+                      if name in session.state.node_index}
+        session.state.touched = set(self.index)  # every node synced at the first placement, then those changed
         for n in self.snapshot.nodes:  # MIG resources' limits bind in the walk's QueueTree too
             for m in n.mig:
                 session.queues.capacity[mig_resource(n.flavor, m.profile)] += 1
@@ -596,17 +599,15 @@ class _Walk:
         """Bring the placer's ledger to the state: GPUs not free there are held whole (unless they hold a share),
         CPU and memory taken this cycle are the state's."""
         state = self.state
-        if state is None:
+        if state is None or not state.touched:
             return
         placer, usage = self.placer, self.placer.usage
-        for name, node in self.nodes.items():
-            k = state.node_index.get(name)
-            if k is None:
+        touched, state.touched = state.touched, set()
+        for k in touched:
+            node = self.index.get(k)
+            if node is None:
                 continue
-            key = (tuple(state.free[k]), state.cpu_free[k], state.mem_free[k])
-            if self.seen.get(name) == key:
-                continue
-            self.seen[name] = key
+            name = node.name
             free = set(state.free[k])
             shares = usage.milli.get(name) or {}
             placer.taken_whole[name] = {g for g in layout(node)[1] if g not in free and not shares.get(g)}
@@ -707,11 +708,22 @@ class _Evictor:
         self.served: set = set()  # holders bound or kept holding this cycle
         self.evicted = {e.job_id for e in result.evictions}
         self.budget = self.config.max_preemptors - len(result.decisions)
-        auto = {n.name: layout(n)[3] for n in snapshot.nodes if n.gpu_modes}
-        running = [j for j in snapshot.jobs if j.state == "running" and j.id not in self.evicted
-                   and (job_shares(j) or any(set(t.gpus) & auto.get(t.node, frozenset()) for t in j.placement))]
-        self.units = victim_units(running) if running and (self.config.preemption or self.config.reclaim) else []
+        self._units: list[Unit] | None = None  # built at the first search (most cycles need none)
+        self.lowest: dict[str, int] = {}  # queue -> lowest priority of a preemptible running job (preempt's screen)
+        for j in snapshot.jobs:
+            if j.state == "running" and j.preemptible:
+                self.lowest[j.queue] = min(self.lowest.get(j.queue, j.priority), j.priority)
         self.waiting = {j.evicted_for for j in snapshot.jobs if j.state == "preempting" and j.evicted_for is not None}
+
+    @property
+    def units(self) -> list[Unit]:
+        """Victim units (plugins.victims.victim_units) of the running jobs holding shares or an auto GPU."""
+        if self._units is None:
+            auto = {n.name: layout(n)[3] for n in self.snapshot.nodes if n.gpu_modes}
+            running = [j for j in self.snapshot.jobs if j.state == "running" and j.id not in self.evicted
+                       and (job_shares(j) or any(set(t.gpus) & auto.get(t.node, frozenset()) for t in j.placement))]
+            self._units = victim_units(running)
+        return self._units
 
     # -- the placer's ledger ----------------------------------------------------------------------
     def _free(self, job: JobInfo, tasks, sign: int) -> None:
@@ -766,6 +778,17 @@ class _Evictor:
                 return False
         return True
 
+    def _anyone_borrowing(self, queue: str) -> bool:
+        """Whether a queue other than `queue` (and its ancestors) uses more of some resource than it is entitled
+        to (reclaim's screen)."""
+        queues = self.queues
+        mine = set(queues.chain(queue))
+        for q, used in queues.usage.items():
+            if q not in mine and q in queues.queues:
+                if any(v > queues.entitlement(q, key) + 1e-9 for key, v in used.items() if v > 0):
+                    return True
+        return False
+
     def _entitled(self, job: JobInfo, tasks) -> bool:
         return all(self.queues.entitlement_room(job.queue, key)[0] >= amount - 1e-9
                    for key, amount in _charges(job, tasks, self.flavor_of).items())
@@ -774,12 +797,17 @@ class _Evictor:
     def evict_for(self, job: JobInfo) -> bool:
         """Choose victims for a pending sharing job that did not fit (class docstring); on success the evictions,
         the Nomination and an audit decision are added to the result and True returned."""
-        if self.budget <= 0 or not self.units or not self.queues.known(job.queue):
+        if self.budget <= 0 or not (self.config.preemption or self.config.reclaim) or not self.queues.known(job.queue):
             return False
+        may_preempt = self.config.preemption and self.lowest.get(job.queue, job.priority) < job.priority
+        may_reclaim = self.config.reclaim and not self.queues.open_world and self._anyone_borrowing(job.queue)
+        if not (may_preempt or may_reclaim):
+            return False  # the cheap screen (as actions/evict.py): no search
+        self.budget -= 1  # at most max_preemptors searches per cycle, with the engine's
         rules = []
-        if self.config.preemption:
+        if may_preempt:
             rules.append(("preempt", lambda u: u.job.queue == job.queue and u.job.priority < job.priority, None))
-        if self.config.reclaim and not self.queues.open_world:
+        if may_reclaim:
             rules.append(("reclaim", lambda u: u.job.queue != job.queue and self._reclaimable(job, u),
                           self._entitled))
         usage = {q: dict(u) for q, u in self.queues.usage.items()}  # before any victim is taken (the audit)
@@ -867,7 +895,6 @@ class _Evictor:
         for key, amount in _charges(job, tasks, self.flavor_of).items():
             queues.charge(job.queue, key, amount)
         self.evicted.update(e.job_id for e in evs)
-        self.budget -= 1
         result.evictions.extend(evs)
         result.nominations.append(Nomination(job_id=job.id, tasks=tuple(tasks), rule="hold"))
         result.pending[job.id] = PendingReason(
