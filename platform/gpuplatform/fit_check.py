@@ -21,9 +21,14 @@ def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: 
                numa: str = "prefer") -> str | None:
     """Why the job can never fit this cluster (the engine's message), or None when it may fit.
     `roles` are normalised role dicts (job_rules.check_roles): tasks, gpus_per_task, min_available, flavor,
-    group_size, group_highest_tier, group_mode. numa "single" also reads the GPUs' NUMA nodes."""
-    if any(r.get("gpu_milli") or r.get("gpu_memory_mib") or r.get("mig_profile") for r in roles):
-        return _never_fits_shares(roles)
+    group_size, group_highest_tier, group_mode. numa "single" also reads the GPUs' NUMA nodes. Roles of GPU
+    shares are checked by `_never_fits_shares`, the others (a mixed job's whole-GPU roles) by the engine."""
+    sharing = [r for r in roles if r.get("gpu_milli") or r.get("gpu_memory_mib") or r.get("mig_profile")]
+    if sharing:
+        why = _never_fits_shares(sharing)
+        roles = [r for r in roles if r not in sharing]  # a mixed job: its whole-GPU roles are checked below
+        if why is not None or not roles:
+            return why
     layout: dict[int, dict[int, int]] = {}
     if numa == "single":
         for node_id, index, zone in Gpu.objects.values_list("node_id", "index", "numa_node"):

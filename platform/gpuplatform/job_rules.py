@@ -196,7 +196,9 @@ def _check_sharing(raw: dict, role: dict, f: str, errors: dict) -> None:
 
 def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
     """Normalise role dicts (defaults: name worker/role<i>, gpus_per_task 1, cpu/memory 0,
-    min_available = tasks, flavor blank) and collect rule violations."""
+    min_available = tasks, flavor blank) and collect rule violations. Each role asks for one kind of GPU
+    (_check_sharing); roles of one job may ask for different kinds (a whole-GPU trainer with fractional or MIG
+    workers: one gang, scheduler/core/sharing.py)."""
     errors: dict[str, str] = {}
     if not isinstance(roles, (list, tuple)) or not roles:
         return [], {"roles": "a job needs at least one role"}
@@ -254,12 +256,6 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
             errors[f + "flavor"] = "flavor must be GPU model names separated by '|'"
         _check_group(raw, role, f, errors)
         out.append(role)
-    sharing = [i for i, r in enumerate(out) if r["gpu_milli"] or r["gpu_memory_mib"] or r["mig_profile"]]
-    if not errors and sharing and len(sharing) < len(out):
-        i = sharing[0]
-        kind = "gpu_fraction" if out[i]["gpu_milli"] else "gpu_memory_mib" if out[i]["gpu_memory_mib"] else "mig_profile"
-        errors[f"roles[{i}].{kind}"] = ("a job's roles all take GPU shares or all whole GPUs: submit the "
-                                        "whole-GPU roles as a job of their own")
     if not errors and sum(r["tasks"] for r in out) > MAX_TASKS_PER_JOB:
         errors["roles"] = f"a job may have at most {MAX_TASKS_PER_JOB} tasks in all its roles"
     return out, errors

@@ -184,7 +184,7 @@ def _held_intervals(since: datetime, until: datetime, node_ids: dict) -> dict:
                 continue
             for entry in reserved:
                 try:
-                    _role, _index, node, gpus = entry
+                    _role, _index, node, gpus = entry[:4]  # a held GPU share adds its share (evict.encode_reserved)
                 except (TypeError, ValueError):
                     continue
                 if node in node_ids:

@@ -45,11 +45,13 @@ from .state import ClusterState
 
 
 def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: EngineCache | None = None,
-              whole_only: bool = False) -> CycleResult:
+              whole_only: bool = False, share_hook=None) -> CycleResult:
     """Decide which pending jobs start and where, and whom to evict for whom.
     cache: the caller's EngineCache (one per engine), or None to reuse nothing. With shared or MIG GPUs or
     sharing jobs in the snapshot, this cycle runs on sharing.whole_view and the shares are placed after it
-    (sharing.run_cycle_sharing); whole_only: skip that (sharing's own call).
+    (sharing.run_cycle_sharing); whole_only: skip that (sharing's own call). share_hook: sharing's own call too,
+    a function of the cycle's Session returning sharing's walk hook (Session.sharing), so that the allocate walk
+    takes whole-GPU and sharing jobs in one fair-share order.
     Raises TopologyError on an inconsistent domain tree."""
     if not whole_only and has_sharing(snapshot):
         result = run_cycle_sharing(snapshot, config, partial(run_cycle, whole_only=True), cache=cache)
@@ -75,6 +77,8 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     if config.fair_share and snapshot.queues:
         result.fair_share = fair_shares(queues, schedulable_gpus(snapshot.nodes), pending_demand(pending, state.flavors))
     session = Session(state, queues, config, snapshot, cache=cache)
+    if share_hook is not None:
+        session.sharing = share_hook(session)
     hold_moving(session)  # new places of jobs being moved by rescheduling stay held
     reservations = Reservations(session, pending)
     t1 = time.perf_counter()

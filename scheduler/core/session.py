@@ -91,7 +91,7 @@ class Session:
     """One cycle's context for the actions (module docstring). Built once per cycle by run_cycle."""
 
     __slots__ = ("state", "queues", "config", "snapshot", "tree", "now", "capacity", "holds", "nominated", "_levels",
-                 "_numa_known")
+                 "_numa_known", "sharing")
 
     def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig, snapshot: Snapshot, *,
                  cache: EngineCache | None = None):
@@ -104,6 +104,9 @@ class Session:
         self.nominated: dict = {}  # job id -> tasks held for it after this cycle (CycleResult.nominations)
         self._levels: dict[int, list[int]] = {}  # tier cap -> the tiers up to it, ascending
         self._numa_known: bool | None = None  # whether any node reports its GPUs' NUMA layout (computed once)
+        # GPU shares in this cycle (sharing._Walk: place(job), complete(job, binding) for a mixed job's whole-GPU
+        # part, `mixed` ids): the allocate walk places sharing jobs through it; None: no sharing in this cycle
+        self.sharing = None
 
     def nominate(self, job: JobInfo, tasks: tuple[TaskPlacement, ...], *, all_gpus: bool = False) -> None:
         """Hold the tasks' GPUs for the job from now on, and after this cycle (a Nomination), charged to

@@ -16,10 +16,16 @@ one task; a job's fractions (as GPU-equivalents, milli / 1000) and MIG instances
 all or nothing (min_available tasks of every role, or none).
 
 One cycle: the whole-GPU engine (`whole_engine`, cycle.run_cycle) runs on a view of the snapshot where GPUs it
-must not use are out of reach (mode shared / mig: unhealthy; auto GPUs holding a fraction: used) and without
-the sharing jobs; then the pending sharing jobs, in (priority desc, submit time, id) order, are placed on what
-is left. Whole-GPU jobs therefore go first in a cycle; fractions count against the flavor's quota here, but
-the whole-GPU engine does not see the fractions of running jobs in its queue usage (a known gap).
+must not use are out of reach (mode shared / mig: unhealthy; auto GPUs holding a fraction: used), a mixed job
+(whole-GPU and sharing roles) stands for its whole-GPU part (`whole_part`), and the running sharing jobs'
+GPU-equivalents and MIG instances are charged to their queues (Snapshot.share_usage). Its allocate walk takes
+whole-GPU and sharing jobs in ONE fair-share order (`_Walk`, Session.sharing): a pending sharing job is placed by
+the placer below when the walk reaches it, its fractions counted as GPU-equivalents against the flavor's quota
+and in its queue's share (as KAI does), and a fraction on a wholly free auto GPU takes that GPU out of the
+whole-GPU pool; a mixed job's shares are placed right after its whole-GPU roles (`_Walk.complete`: both or
+neither). After the engine: the shares held for eviction beneficiaries (`_Evictor.serve_hold`), the mixed jobs
+the engine bound on held GPUs, the one-task whole jobs routed to the FGD score (fgd_whole_jobs), and the
+evictions for the sharing jobs that could not start (`_Evictor`).
 
 Fractions are placed by FGD's score (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads
 with Fragmentation Gradient Descent", USENIX ATC '23, section 4): for a node n and a task type m of the
@@ -43,14 +49,19 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Callable
 
+from .actions.victim_search import eviction_records
+from .trial import release_binding
 from .plugins.quota import QueueTree
+from .plugins.victims import Unit, victim_units
 from .snapshot import (
-    Binding, CycleConfig, CycleResult, JobInfo, NodeInfo, PendingReason, RoleInfo, Snapshot, TaskPlacement,
+    Binding, CycleConfig, CycleResult, JobInfo, Nomination, NodeInfo, PendingReason, RoleInfo, Snapshot,
+    TaskPlacement, Withdrawal,
 )
 
 FULL = 1000  # thousandths of a GPU
 MODES = ("exclusive", "shared", "mig", "auto")
 MIX_TYPES = 32  # task types kept in the expected workload
+MAX_VICTIM_UNITS = 64  # victim units tried per sharing preemptor (bounds the search's cost)
 CPU_STEP = 2000  # millicores: task CPU is rounded up to this step in the expected workload
 
 
@@ -84,6 +95,20 @@ def layout(node: NodeInfo) -> tuple:
 def job_shares(job: JobInfo) -> bool:
     """Whether any role of the job asks for a fraction or MIG instances."""
     return any(r.shares for r in job.roles)
+
+
+def whole_part(job: JobInfo) -> JobInfo | None:
+    """The part of a mixed job (some roles share, some take whole GPUs or CPU only) the whole-GPU engine sees:
+    the same job with its non-sharing roles only (and their placed / held tasks); None when every role shares.
+    A job without a sharing role is returned as it is."""
+    if not job_shares(job):
+        return job
+    roles = tuple(r for r in job.roles if not r.shares)
+    if not roles:
+        return None
+    names = {r.name for r in roles}
+    return replace(job, roles=roles, placement=tuple(t for t in job.placement if t.role in names),
+                   reserved=tuple(t for t in job.reserved if t.role in names))
 
 
 def task_milli(role: RoleInfo, gpu_memory_mib: int) -> int:
@@ -146,10 +171,12 @@ def fgd_whole_jobs(snapshot: Snapshot, config: CycleConfig | None) -> set:
             and j.topology_mode != "hard" and not j.reserved and not j.placement}
 
 
-def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset()) -> Snapshot:
+def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset(), walked: set = frozenset()) -> Snapshot:
     """The snapshot the whole-GPU engine sees: GPUs in mode shared / mig unhealthy, auto GPUs holding a
     fraction used, sharing jobs (and the `routed` ones, fgd_whole_jobs) left out (their CPU and memory stay
-    counted in the nodes)."""
+    counted in the nodes), a mixed job as its whole-GPU part (`whole_part`: the engine places those roles, the
+    sharing pass the rest, all or nothing); the `walked` sharing jobs are kept whole (the allocate walk places them
+    through Session.share_place, in one fair-share order with the whole-GPU jobs)."""
     nodes = []
     for n in snapshot.nodes:
         if not n.gpu_modes and not n.mig:
@@ -159,8 +186,19 @@ def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset()) -> S
         shares = usage.milli.get(n.name)
         busy = {g for g, v in shares.items() if v > 0 and g in auto} if shares else frozenset()
         nodes.append(replace(n, unhealthy=n.unhealthy | off, used=n.used | busy) if off or busy else n)
-    jobs = tuple(j for j in snapshot.jobs if not job_shares(j) and j.id not in routed)
-    return replace(snapshot, nodes=tuple(nodes), jobs=jobs)
+    parts = (j if j.id in walked else whole_part(j) for j in snapshot.jobs if j.id not in routed)
+    flavor_of = _flavor_of(snapshot)
+    charged: dict[tuple[str, str], float] = defaultdict(float)
+    for j in snapshot.jobs:
+        if j.state == "running" and job_shares(j):
+            shared = {r.name for r in j.roles if r.shares}
+            for key, amount in _charges(j, [t for t in j.placement if t.role in shared], flavor_of).items():
+                charged[(j.queue, key)] += amount
+        elif j.state == "pending" and j.reserved and job_shares(j):  # shares held for an eviction's beneficiary
+            for key, amount in _charges(j, [t for t in j.reserved if t.gpu_milli or t.mig], flavor_of).items():
+                charged[(j.queue, key)] += amount
+    return replace(snapshot, nodes=tuple(nodes), jobs=tuple(p for p in parts if p is not None),
+                   share_usage=snapshot.share_usage + tuple((q, k, a) for (q, k), a in sorted(charged.items())))
 
 
 # -- FGD score ----------------------------------------------------------------------------------------
@@ -431,38 +469,38 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
     """One cycle with GPU sharing (module docstring): the whole-GPU engine on `whole_view`, then the pending
     sharing jobs. Returns the engine's CycleResult with the sharing jobs' bindings and pending reasons added
     and metrics["sharing"] = {allocated_gpu_equivalents, shared_gpus, fgd_fragmentation {flavor: GPUs},
-    mig_instances, mig_used}. The snapshot is not mutated."""
+    mig_instances, mig_used}. A mixed job (whole-GPU and sharing roles) is one gang: the engine places its
+    whole-GPU roles (`whole_part`), this pass its sharing roles right after the engine, before any other
+    sharing job; when they do not fit (or its queue has no room for them) the engine's binding is withdrawn
+    and the job waits whole. The snapshot is not mutated."""
     usage = Usage(snapshot)
     routed = fgd_whole_jobs(snapshot, config)
-    result = whole_engine(whole_view(snapshot, usage, routed), config, cache=cache)
     flavor_of = _flavor_of(snapshot)
     taken_whole: dict[str, set[int]] = defaultdict(set)
     for n in snapshot.nodes:
         if n.used:
             taken_whole[n.name].update(n.used)
+    jobs_by_id = {j.id: j for j in snapshot.jobs}
     whole_jobs = {j.id: j for j in snapshot.jobs if not job_shares(j)}
-    for job in snapshot.jobs:  # held GPUs of whole-GPU jobs are not free for fractions either
+    for job in snapshot.jobs:  # held GPUs of whole-GPU tasks are not free for fractions either
         for t in job.reserved:
             if not t.gpu_milli and not t.mig:
                 taken_whole[t.node].update(t.gpus)
-    for b in (*result.bindings, *result.growths):
-        job = whole_jobs.get(b.job_id)
-        roles = {r.name: r for r in job.roles} if job else {}
-        for t in b.tasks:
-            taken_whole[t.node].update(t.gpus)
-            if t.role in roles:
-                usage.add(replace(t, gpus=(), mig=()), count_cpu=roles[t.role])
-    bound = {b.job_id for b in result.bindings}
-    whole_needs = {r.gpus_per_task for j in snapshot.jobs if j.state == "pending" and j.id not in bound
-                   and not job_shares(j) and j.id not in routed for r in j.roles if r.gpus_per_task}
+    whole_needs = {r.gpus_per_task for j in snapshot.jobs if j.state == "pending" and j.id not in routed
+                   for r in j.roles if r.gpus_per_task and not r.shares}
     placer = Placer(snapshot, usage, taken_whole, workload_mix(snapshot.jobs), whole_needs, all_nodes=bool(routed))
+    walked = {j.id for j in snapshot.jobs if j.state == "pending" and j.id not in routed and job_shares(j)
+              and whole_part(j) is None and not _held_shares(j)}
+    walk = _Walk(snapshot, placer, flavor_of)
+    result = whole_engine(whole_view(snapshot, usage, routed, walked), config, cache=cache, share_hook=walk.hook)
+    walk.sync()  # the engine's bindings, growths and holds on the placer's ledger
 
-    # quotas: whole usage from the engine's view, plus this cycle's whole bindings and the running fractions
+    # quotas: whole usage from the engine's view, plus this cycle's bindings and the running fractions
     queues = QueueTree(replace(snapshot, jobs=tuple(whole_jobs.values())))
     for b in result.bindings:
-        job = whole_jobs[b.job_id]
-        for t in b.tasks:
-            queues.charge(job.queue, flavor_of.get(t.node, ""), len(t.gpus))
+        job = jobs_by_id[b.job_id]
+        for key, amount in _charges(job, b.tasks, flavor_of).items():
+            queues.charge(job.queue, key, amount)
     for n in snapshot.nodes:
         for m in n.mig:
             queues.capacity[mig_resource(n.flavor, m.profile)] += 1
@@ -471,42 +509,495 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
             for key, amount in _charges(job, job.placement, flavor_of).items():
                 queues.charge(job.queue, key, amount)
 
-    pending = sorted((j for j in snapshot.jobs if j.state == "pending" and (job_shares(j) or j.id in routed)),
-                     key=lambda j: (-j.priority, j.submit_time, str(j.id)))
-    for job in pending:
+    engine_bound = {b.job_id: b for b in result.bindings}
+    mixed_started = [jobs_by_id[i] for i in engine_bound if job_shares(jobs_by_id[i]) and i not in walked
+                     and i not in walk.completed]  # bound on its held GPUs (allocate._bind_exactly): shares now
+    by_priority = sorted((j for j in snapshot.jobs if j.state == "pending"
+                          and (j.id in routed or (job_shares(j) and whole_part(j) is None))),
+                         key=lambda j: (-j.priority, j.submit_time, str(j.id)))
+    evictor = _Evictor(snapshot, config, placer, queues, flavor_of, result)
+    for job in [j for j in by_priority if _held_shares(j)]:  # holders: the shares held for them since a cycle
+        evictor.serve_hold(job)
+    # then: the mixed jobs' shares, the routed jobs, the holds dropped, and the sharing jobs the walk could not
+    # start (tried again only when a mixed job gave its whole GPUs back, else straight to the eviction search)
+    failed = {j.id for j in by_priority if j.id in walked and getattr(result.pending.get(j.id), "code", "")
+              in ("no_share", "quota")}
+    order = [j for j in by_priority if j.id not in evictor.served and (j.id not in walked or j.id in failed)]
+    retry = False
+    for job in mixed_started + order:
+        if job.id in failed and not retry:
+            evictor.evict_for(job)
+            continue
         if not queues.known(job.queue):
             result.pending[job.id] = PendingReason("unknown_queue", f"queue {job.queue!r} does not exist", True)
             continue
         if job.not_before is not None and job.not_before > snapshot.now:
             result.pending[job.id] = PendingReason("backoff", "waiting before its next attempt")
             continue
-        tasks, why = _place_job(placer, job)
-        if tasks is None:
+        head = engine_bound.get(job.id)  # a mixed job: its whole-GPU roles, placed by the engine
+        tasks, why = _place_job(placer, job, skip={r.name for r in job.roles if not r.shares} if head else ())
+        over = None
+        if tasks is not None:
+            over = _over_quota(queues, job, tasks, flavor_of)
+            if over is not None:
+                for t in tasks:  # undo the tentative placement
+                    placer.commit(t, {r.name: r for r in job.roles}[t.role], -1)
+                key, who, room = over
+                why = PendingReason("quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
+        if tasks is None or over is not None:
+            if head is not None:
+                _withdraw_whole(placer, queues, result, job, head, flavor_of)
+                retry = True
+            elif job_shares(job) and evictor.evict_for(job):
+                continue  # victims chosen: its shares are held for it (a Nomination)
             result.pending[job.id] = why
             continue
-        charges = _charges(job, tasks, flavor_of)
-        over = None
-        for key, amount in charges.items():
-            room, who = queues.headroom(job.queue, key)
-            if amount > room + 1e-9:
-                over = (key, who, room)
-                break
-        if over is not None:
-            for t in tasks:  # undo the tentative placement
-                placer.commit(t, {r.name: r for r in job.roles}[t.role], -1)
-            key, who, room = over
-            result.pending[job.id] = PendingReason(
-                "quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
-            continue
-        for key, amount in charges.items():
+        for key, amount in _charges(job, tasks, flavor_of).items():
             queues.charge(job.queue, key, amount)
-        result.bindings.append(Binding(job_id=job.id, tasks=tuple(tasks), domain="", tier=0,
-                                       rule="share" if job_shares(job) else "fgd"))
+        if head is not None:
+            i = result.bindings.index(head)
+            result.bindings[i] = replace(head, tasks=head.tasks + tuple(tasks))
+        else:
+            result.bindings.append(Binding(job_id=job.id, tasks=tuple(tasks), domain="", tier=0,
+                                           rule="share" if job_shares(job) else "fgd"))
         result.pending.pop(job.id, None)
+    evictor.withdraw_orphans()
     result.metrics = dict(result.metrics)
     result.metrics["sharing"] = sharing_metrics(snapshot, usage, placer)
     result.metrics["pending_jobs"] = len(result.pending)
     return result
+
+
+class _Walk:
+    """The sharing placer inside the allocate walk (Session.share_place): a sharing job is placed when the
+    fair-share order reaches it, among the whole-GPU jobs, on the capacity the walk has left. The placer's ledger
+    follows the cycle's ClusterState (`sync`: GPUs the engine took whole, CPU and memory); a placed fraction takes
+    its auto GPU out of the whole-GPU pool (and its CPU and memory) in the state; the queue is charged its
+    GPU-equivalents (and MIG instances) in the walk's own QueueTree, so its fair-share order counts them."""
+
+    def __init__(self, snapshot: Snapshot, placer: Placer, flavor_of: dict[str, str]):
+        self.snapshot, self.placer, self.flavor_of = snapshot, placer, flavor_of
+        self.state = self.queues = None
+        self.jobs = {j.id: j for j in snapshot.jobs if j.state == "pending" and job_shares(j)}
+        self.mixed = {i for i, j in self.jobs.items() if whole_part(j) is not None}  # mixed pending jobs
+        self.completed: set = set()  # mixed jobs whose shares the walk placed with their whole-GPU roles
+        self.nodes = {n.name: n for n in snapshot.nodes if n.name in placer.rooms or n.mig}
+        self.index: dict[int, NodeInfo] = {}  # the state's node index -> those nodes
+
+    def hook(self, session):
+        """share_hook of cycle.run_cycle: keep the session's state and queues; returns the placement function."""
+        self.state, self.queues = session.state, session.queues
+        self.index = {session.state.node_index[name]: n for name, n in self.nodes.items()
+                      if name in session.state.node_index}
+        session.state.touched = set(self.index)  # every node synced at the first placement, then those changed
+        for n in self.snapshot.nodes:  # MIG resources' limits bind in the walk's QueueTree too
+            for m in n.mig:
+                session.queues.capacity[mig_resource(n.flavor, m.profile)] += 1
+        return self
+
+    def sync(self) -> None:
+        """Bring the placer's ledger to the state: GPUs not free there are held whole (unless they hold a share),
+        CPU and memory taken this cycle are the state's."""
+        state = self.state
+        if state is None or not state.touched:
+            return
+        placer, usage = self.placer, self.placer.usage
+        touched, state.touched = state.touched, set()
+        for k in touched:
+            node = self.index.get(k)
+            if node is None:
+                continue
+            name = node.name
+            free = set(state.free[k])
+            shares = usage.milli.get(name) or {}
+            placer.taken_whole[name] = {g for g in layout(node)[1] if g not in free and not shares.get(g)}
+            if node.cpu_milli and state.cpu_free[k] is not None:
+                usage.cpu[name] = node.cpu_milli - node.cpu_used - state.cpu_free[k]
+            if node.memory_mib and state.mem_free[k] is not None:
+                usage.mem[name] = node.memory_mib - node.memory_used - state.mem_free[k]
+            room = placer.rooms.get(name)
+            if room is not None:
+                placer.rooms[name] = _NodeRoom(room.node, usage, placer.taken_whole[name])
+
+    def place(self, job: JobInfo):
+        """Binding (applied and charged) or PendingReason ("no_share", "quota") for a pending sharing job."""
+        self.sync()
+        tasks, why = _place_job(self.placer, job)
+        if tasks is None:
+            return why
+        roles = {r.name: r for r in job.roles}
+        over = _over_quota(self.queues, job, tasks, self.flavor_of)
+        if over is not None:
+            for t in tasks:
+                self.placer.commit(t, roles[t.role], -1)
+            key, who, room = over
+            return PendingReason("quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
+        state = self.state
+        for t in tasks:
+            k = state.node_index[t.node]
+            g = t.gpus[0] if t.gpu_milli else None
+            state.take(k, (g,) if g is not None and g in state.free[k] else (), roles[t.role].cpu_milli,
+                       roles[t.role].memory_mib)
+        for key, amount in _charges(job, tasks, self.flavor_of).items():
+            self.queues.charge(job.queue, key, amount)
+        return Binding(job_id=job.id, tasks=tuple(tasks), domain="", tier=0, rule="share")
+
+    def complete(self, part: JobInfo, head: Binding):
+        """A mixed job whose whole-GPU roles (`part`, whole_part) the walk has just placed (`head`, applied and
+        charged): its sharing roles now, the combined Binding; else `head` undone (GPUs, CPU, memory, charge)
+        and why ("no_share", "quota")."""
+        job = self.jobs[part.id]
+        self.sync()
+        roles = {r.name: r for r in job.roles}
+        tasks, why = _place_job(self.placer, job, skip={r.name for r in job.roles if not r.shares})
+        if tasks is not None:
+            over = _over_quota(self.queues, job, tasks, self.flavor_of)
+            if over is not None:
+                for t in tasks:
+                    self.placer.commit(t, roles[t.role], -1)
+                key, who, room = over
+                tasks, why = None, PendingReason("quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
+        state = self.state
+        if tasks is None:
+            release_binding(state, part, head)
+            for t in head.tasks:
+                self.queues.charge(job.queue, self.flavor_of.get(t.node, ""), -len(t.gpus))
+            return why
+        for t in tasks:
+            k = state.node_index[t.node]
+            g = t.gpus[0] if t.gpu_milli else None
+            state.take(k, (g,) if g is not None and g in state.free[k] else (), roles[t.role].cpu_milli,
+                       roles[t.role].memory_mib)
+        for key, amount in _charges(job, tasks, self.flavor_of).items():
+            self.queues.charge(job.queue, key, amount)
+        self.completed.add(job.id)
+        return replace(head, tasks=head.tasks + tuple(tasks))
+
+
+def _held_shares(job: JobInfo) -> tuple[TaskPlacement, ...]:
+    """The shares (fractions, MIG instances) held for a pending job: the tasks of its Nomination."""
+    return tuple(t for t in job.reserved if t.gpu_milli or t.mig)
+
+
+def _over_quota(queues: QueueTree, job: JobInfo, tasks, flavor_of) -> tuple | None:
+    """(resource, binding queue, room left) of the first limit the tasks' charges would pass, or None."""
+    for key, amount in _charges(job, tasks, flavor_of).items():
+        room, who = queues.headroom(job.queue, key)
+        if amount > room + 1e-9:
+            return key, who, room
+    return None
+
+
+class _Evictor:
+    """Preemption and reclaim for pending sharing jobs (DESIGN section 5, with GPU shares): victims are running
+    jobs holding fractions or MIG instances (and whole-GPU jobs on auto GPUs, whose GPUs fractions may take once
+    free), in least-work-lost order (plugins.victims.victim_units). What an eviction frees is counted on the
+    placer's own ledger: a fraction frees its share of its GPU (the GPU is whole again only when no share is
+    left on it), a MIG task its instances, a whole-GPU task its GPUs. preempt: same queue, strictly lower
+    priority; reclaim: another queue, some level of its chain outside the beneficiary's is above its entitlement
+    of the resource (GPU-equivalents per flavor, or the MIG resource) and none goes below its guarantee; the
+    beneficiary stays within its own entitlement. The fewest victims in order, then fill-back (victims not
+    needed given back). The beneficiary's shares are held for it (a Nomination: `serve_hold` binds it on them
+    once its victims have released them)."""
+
+    def __init__(self, snapshot: Snapshot, config: CycleConfig | None, placer: Placer, queues: QueueTree,
+                 flavor_of: dict[str, str], result: CycleResult):
+        self.config = config or CycleConfig()
+        self.placer, self.queues, self.flavor_of, self.result = placer, queues, flavor_of, result
+        self.snapshot = snapshot
+        self.served: set = set()  # holders bound or kept holding this cycle
+        self.evicted = {e.job_id for e in result.evictions}
+        self.budget = self.config.max_preemptors - len(result.decisions)
+        self._units: list[Unit] | None = None  # built at the first search (most cycles need none)
+        self.lowest: dict[str, int] = {}  # queue -> lowest priority of a preemptible running job (preempt's screen)
+        for j in snapshot.jobs:
+            if j.state == "running" and j.preemptible:
+                self.lowest[j.queue] = min(self.lowest.get(j.queue, j.priority), j.priority)
+        self.waiting = {j.evicted_for for j in snapshot.jobs if j.state == "preempting" and j.evicted_for is not None}
+
+    @property
+    def units(self) -> list[Unit]:
+        """Victim units (plugins.victims.victim_units) of the running jobs holding shares or an auto GPU."""
+        if self._units is None:
+            auto = {n.name: layout(n)[3] for n in self.snapshot.nodes if n.gpu_modes}
+            running = [j for j in self.snapshot.jobs if j.state == "running" and j.id not in self.evicted
+                       and (job_shares(j) or any(set(t.gpus) & auto.get(t.node, frozenset()) for t in j.placement))]
+            self._units = victim_units(running)
+        return self._units
+
+    # -- the placer's ledger ----------------------------------------------------------------------
+    def _free(self, job: JobInfo, tasks, sign: int) -> None:
+        """Take a running job's tasks off the placer's ledger (sign -1: evicted) or put them back (+1), and its
+        queue's charge with them."""
+        placer, usage = self.placer, self.placer.usage
+        roles = {r.name: r for r in job.roles}
+        nodes = set()
+        for t in tasks:
+            if t.gpu_milli or t.mig:
+                if sign > 0:
+                    usage.add(t, count_cpu=None)
+                else:
+                    _unshare(usage, t)
+            else:
+                taken = placer.taken_whole.setdefault(t.node, set())
+                if sign > 0:
+                    taken.update(t.gpus)
+                else:
+                    taken.difference_update(t.gpus)
+            role = roles.get(t.role)
+            if role is not None:  # running tasks' CPU and memory are in the node's *_used: freed here
+                usage.cpu[t.node] += sign * role.cpu_milli
+                usage.mem[t.node] += sign * role.memory_mib
+            nodes.add(t.node)
+        for name in nodes:
+            room = placer.rooms.get(name)
+            if room is not None:
+                placer.rooms[name] = _NodeRoom(room.node, usage, placer.taken_whole.get(name, set()))
+        if self.queues.known(job.queue):
+            for key, amount in _charges(job, tasks, self.flavor_of).items():
+                self.queues.charge(job.queue, key, sign * amount)
+
+    # -- rules ------------------------------------------------------------------------------------
+    def _reclaimable(self, job: JobInfo, unit: Unit) -> bool:
+        queues = self.queues
+        shared = set(queues.chain(job.queue))
+        levels = [q for q in queues.chain(unit.job.queue) if q not in shared]
+        if not levels:
+            return False
+        for key, amount in _charges(unit.job, unit.tasks, self.flavor_of).items():
+            borrowing = False
+            for q in levels:
+                info = queues.queues.get(q)
+                quota = info.quotas.get(key) if info else None
+                used = queues.usage[q][key]
+                if used - amount < (quota.guarantee if quota else 0) - 1e-9:
+                    return False
+                if used > queues.entitlement(q, key) + 1e-9:
+                    borrowing = True
+            if not borrowing:
+                return False
+        return True
+
+    def _anyone_borrowing(self, queue: str) -> bool:
+        """Whether a queue other than `queue` (and its ancestors) uses more of some resource than it is entitled
+        to (reclaim's screen)."""
+        queues = self.queues
+        mine = set(queues.chain(queue))
+        for q, used in queues.usage.items():
+            if q not in mine and q in queues.queues:
+                if any(v > queues.entitlement(q, key) + 1e-9 for key, v in used.items() if v > 0):
+                    return True
+        return False
+
+    def _entitled(self, job: JobInfo, tasks) -> bool:
+        return all(self.queues.entitlement_room(job.queue, key)[0] >= amount - 1e-9
+                   for key, amount in _charges(job, tasks, self.flavor_of).items())
+
+    # -- the search -------------------------------------------------------------------------------
+    def evict_for(self, job: JobInfo) -> bool:
+        """Choose victims for a pending sharing job that did not fit (class docstring); on success the evictions,
+        the Nomination and an audit decision are added to the result and True returned."""
+        if self.budget <= 0 or not (self.config.preemption or self.config.reclaim) or not self.queues.known(job.queue):
+            return False
+        may_preempt = self.config.preemption and self.lowest.get(job.queue, job.priority) < job.priority
+        may_reclaim = self.config.reclaim and not self.queues.open_world and self._anyone_borrowing(job.queue)
+        if not (may_preempt or may_reclaim):
+            return False  # the cheap screen (as actions/evict.py): no search
+        self.budget -= 1  # at most max_preemptors searches per cycle, with the engine's
+        rules = []
+        if may_preempt:
+            rules.append(("preempt", lambda u: u.job.queue == job.queue and u.job.priority < job.priority, None))
+        if may_reclaim:
+            rules.append(("reclaim", lambda u: u.job.queue != job.queue and self._reclaimable(job, u),
+                          self._entitled))
+        usage = {q: dict(u) for q, u in self.queues.usage.items()}  # before any victim is taken (the audit)
+        for rule, allows, extra in rules:
+            found = self._search(job, allows, extra)
+            if found is not None:
+                tasks, kept = found
+                self._record(job, rule, tasks, kept, usage)
+                return True
+        return False
+
+    def _try(self, job: JobInfo, extra):
+        tasks, _ = _place_job(self.placer, job)
+        if tasks is None:
+            return None
+        if _over_quota(self.queues, job, tasks, self.flavor_of) is None and (extra is None or extra(job, tasks)):
+            return tasks
+        self._unplace(job, tasks)
+        return None
+
+    def _unplace(self, job: JobInfo, tasks) -> None:
+        roles = {r.name: r for r in job.roles}
+        for t in tasks:
+            self.placer.commit(t, roles[t.role], -1)
+
+    def _search(self, job: JobInfo, allows, extra):
+        chosen: list[Unit] = []
+        taken: set = set()
+        placed = None
+        tried = 0
+        for unit in self.units:
+            if unit.job.id in self.evicted or unit.job.id == job.id:
+                continue
+            tasks = tuple(t for t in unit.tasks if (unit.job.id, t.role, t.index) not in taken)
+            if not tasks or not allows(unit):
+                continue
+            tried += 1
+            if tried > MAX_VICTIM_UNITS:
+                break
+            unit = Unit(unit.job, tasks, whole=unit.whole)
+            self._free(unit.job, unit.tasks, -1)
+            taken.update((unit.job.id, t.role, t.index) for t in unit.tasks)
+            chosen.append(unit)
+            placed = self._try(job, extra)
+            if placed is not None:
+                break
+        if placed is None:
+            for unit in reversed(chosen):
+                self._free(unit.job, unit.tasks, 1)
+            return None
+        self._unplace(job, placed)
+        kept = list(chosen)
+        for unit in reversed(chosen):  # fill-back: give back the victims the placement does not need
+            if not unit.whole and any(u.whole and u.job.id == unit.job.id for u in kept):
+                continue  # the rest of that gang goes anyway
+            self._free(unit.job, unit.tasks, 1)
+            again = self._try(job, extra)
+            if again is not None:
+                self._unplace(job, again)
+                kept.remove(unit)
+                continue
+            self._free(unit.job, unit.tasks, -1)
+        final = self._try(job, extra)
+        if final is None:  # cannot happen: the last state tried placed it; be safe
+            for unit in kept:
+                self._free(unit.job, unit.tasks, 1)
+            return None
+        return final, kept
+
+    def _record(self, job: JobInfo, rule: str, tasks, kept: list[Unit], usage: dict) -> None:
+        result, queues = self.result, self.queues
+        evs = eviction_records(kept, rule, job)
+        freed: dict = defaultdict(set)
+        victims = {}
+        for unit in kept:
+            freed[unit.job.id].update((t.role, t.index) for t in unit.tasks)
+            victims[unit.job.id] = unit.job
+        for e in evs:  # a gang evicted whole (never left below its minimum): its other tasks leave too
+            if not e.tasks:
+                victim = victims[e.job_id]
+                rest = tuple(t for t in victim.placement if (t.role, t.index) not in freed[e.job_id])
+                if rest:
+                    self._free(victim, rest, -1)
+        before = {q: usage.get(q, {}) for q in sorted({job.queue} | {u.job.queue for u in kept})}
+        for key, amount in _charges(job, tasks, self.flavor_of).items():
+            queues.charge(job.queue, key, amount)
+        self.evicted.update(e.job_id for e in evs)
+        result.evictions.extend(evs)
+        result.nominations.append(Nomination(job_id=job.id, tasks=tuple(tasks), rule="hold"))
+        result.pending[job.id] = PendingReason(
+            "nominated", f"{rule}: {len(evs)} victim(s) releasing GPU shares for it (grace period); it starts on "
+                         "them next")
+        result.decisions.append({"rule": rule, "beneficiary": job.id, "queue": job.queue,
+                                 "victims": [{"job": e.job_id, "tasks": list(e.tasks), "gpus": e.gpus} for e in evs],
+                                 "usage_before": before,
+                                 "usage_after": {q: dict(queues.usage.get(q, {})) for q in before}})
+
+    # -- holds ------------------------------------------------------------------------------------
+    def serve_hold(self, job: JobInfo) -> None:
+        """A pending sharing job holding shares (an earlier cycle's Nomination): bound on them when every one is
+        free again (its victims have released them); else held one more cycle while a victim is still releasing
+        for it; else (nobody releases for it, a node left) the hold is dropped and it is placed as any job."""
+        placer, usage = self.placer, self.placer.usage
+        held = _held_shares(job)
+        roles = {r.name: r for r in job.roles}
+        for t in held:
+            _unshare(usage, t)
+        self._refresh({t.node for t in held})
+        nodes = {n.name: n for n in placer.nodes}
+        fits = all(t.role in roles and t.node in nodes and self._fits(nodes[t.node], t, roles[t.role]) for t in held)
+        known = self.queues.known(job.queue)
+        if fits and known and _over_quota(self.queues, job, held, self.flavor_of) is None:
+            for t in held:
+                placer.commit(t, roles[t.role])
+            for key, amount in _charges(job, held, self.flavor_of).items():
+                self.queues.charge(job.queue, key, amount)
+            self.result.bindings.append(Binding(job_id=job.id, tasks=held, domain="", tier=0, rule="share"))
+            self.result.pending.pop(job.id, None)
+            self.served.add(job.id)
+        elif job.id in self.waiting and all(t.node in nodes for t in held) and known:
+            for t in held:
+                usage.add(t, count_cpu=None)
+            self._refresh({t.node for t in held})
+            for key, amount in _charges(job, held, self.flavor_of).items():
+                self.queues.charge(job.queue, key, amount)
+            self.result.nominations.append(Nomination(job_id=job.id, tasks=held, rule="hold"))
+            self.result.pending[job.id] = PendingReason("nominated", "waiting for its victims to release the GPU "
+                                                                     "shares held for it")
+            self.served.add(job.id)
+
+    def _refresh(self, names) -> None:
+        placer = self.placer
+        for name in names:
+            room = placer.rooms.get(name)
+            if room is not None:
+                placer.rooms[name] = _NodeRoom(room.node, placer.usage, placer.taken_whole.get(name, set()))
+
+    def _fits(self, node: NodeInfo, t: TaskPlacement, role: RoleInfo) -> bool:
+        usage = self.placer.usage
+        if node.cpu_milli and node.cpu_milli - node.cpu_used - usage.cpu.get(node.name, 0) < role.cpu_milli:
+            return False
+        if node.memory_mib and node.memory_mib - node.memory_used - usage.mem.get(node.name, 0) < role.memory_mib:
+            return False
+        if t.mig:
+            have = {m.uuid for m in node.mig if m.gpu not in node.unhealthy and gpu_mode(node, m.gpu) == "mig"}
+            return all(u in have and u not in usage.mig for u in t.mig)
+        g = t.gpus[0]
+        if g in node.unhealthy or g in self.placer.taken_whole.get(node.name, ()) or gpu_mode(node, g) not in (
+                "shared", "auto"):
+            return False
+        if (usage.milli.get(node.name) or {}).get(g, 0) + t.gpu_milli > FULL:
+            return False
+        cap = node.gpu_memory_mib
+        return not cap or (usage.memory.get(node.name) or {}).get(g, 0) + t.gpu_memory_mib <= cap
+
+    def withdraw_orphans(self) -> None:
+        """Evictions of sharing jobs still in their grace period whose beneficiary holds nothing after this cycle
+        (it left, started elsewhere, or its hold was dropped): taken back, the victim runs on. The engine's own
+        withdrawals of a mixed job held for a sharing beneficiary are dropped."""
+        result = self.result
+        holding = {n.job_id for n in result.nominations}
+        jobs = {j.id: j for j in self.snapshot.jobs}
+        result.withdrawals = [w for w in result.withdrawals if w.beneficiary not in holding]
+        done = {w.job_id for w in result.withdrawals}
+        for job in self.snapshot.jobs:
+            if (job.state != "preempting" or job.evicted_for is None or job.id in done or not job_shares(job)
+                    or job.evicted_for in holding):
+                continue
+            owner = jobs.get(job.evicted_for)
+            name = (owner.name or owner.id) if owner is not None else job.evicted_for
+            result.withdrawals.append(Withdrawal(
+                job_id=job.id, tasks=tuple(sorted((t.role, t.index) for t in job.placement)),
+                beneficiary=job.evicted_for,
+                message=f"eviction of {job.name or job.id} withdrawn: its beneficiary {name} holds no GPU shares "
+                        f"now; it keeps running"))
+
+
+def _withdraw_whole(placer: Placer, queues: QueueTree, result: CycleResult, job: JobInfo, head: Binding,
+                    flavor_of: dict[str, str]) -> None:
+    """Take back the engine's binding of a mixed job's whole-GPU roles (its sharing roles did not fit): its GPUs,
+    CPU and memory free again for the sharing pass, its queue uncharged, the job pending."""
+    roles = {r.name: r for r in job.roles}
+    result.bindings.remove(head)
+    for t in head.tasks:
+        placer.taken_whole.get(t.node, set()).difference_update(t.gpus)
+        _unadd(placer.usage, replace(t, gpus=(), mig=()), roles[t.role])
+        queues.charge(job.queue, flavor_of.get(t.node, ""), -len(t.gpus))
+        room = placer.rooms.get(t.node)
+        if room is not None:
+            placer.rooms[t.node] = _NodeRoom(room.node, placer.usage, placer.taken_whole.get(t.node, set()))
 
 
 def _charges(job: JobInfo, tasks, flavor_of) -> dict[str, float]:
@@ -525,6 +1016,15 @@ def _charges(job: JobInfo, tasks, flavor_of) -> dict[str, float]:
     return out
 
 
+def _unshare(usage: Usage, t: TaskPlacement) -> None:
+    """Take a task's fraction or MIG instances off `usage` (the inverse of Usage.add with count_cpu=None)."""
+    if t.gpu_milli:
+        g = t.gpus[0]
+        usage.milli[t.node][g] = usage.milli[t.node].get(g, 0) - t.gpu_milli
+        usage.memory[t.node][g] = usage.memory[t.node].get(g, 0) - t.gpu_memory_mib
+    usage.mig.difference_update(t.mig)
+
+
 def _unadd(usage: Usage, t: TaskPlacement, role: RoleInfo) -> None:
     if t.gpu_milli:
         g = t.gpus[0]
@@ -535,18 +1035,21 @@ def _unadd(usage: Usage, t: TaskPlacement, role: RoleInfo) -> None:
     usage.mem[t.node] -= role.memory_mib
 
 
-def _place_job(placer: Placer, job: JobInfo) -> tuple[list[TaskPlacement] | None, PendingReason | None]:
-    """Place min_available tasks of every role (all or nothing), then the rest while they fit."""
+def _place_job(placer: Placer, job: JobInfo, skip=()) -> tuple[list[TaskPlacement] | None, PendingReason | None]:
+    """Place min_available tasks of every role (all or nothing), then the rest while they fit; the roles named in
+    `skip` are left out (a mixed job's whole-GPU roles, placed by the engine)."""
     placed: list[TaskPlacement] = []
     roles = {r.name: r for r in job.roles}
     for role in job.roles:
+        if role.name in skip:
+            continue
         for index in range(role.tasks):
             if role.shares:
                 t = placer.place_mig(role) if role.mig_profile else placer.place_fraction(role)
             elif len(job.roles) == 1 and role.tasks == 1:
                 t = placer.place_whole(role)  # a job routed here by CycleConfig.fgd_whole
             else:
-                t = None  # whole-GPU roles of a mixed job: not supported in one gang (refused at submit)
+                t = None  # whole-GPU roles of a mixed job are the engine's (never reached: `skip`)
             if t is None:
                 if index < role.effective_min:
                     for done in placed:

@@ -230,6 +230,9 @@ class Snapshot:
     now: float = 0.0
     cycle: int = 0  # the caller's cycle number (rescheduling runs every CycleConfig.reschedule_every cycles)
     recent_moves: tuple[Move, ...] = ()  # moves made by rescheduling, as the caller recorded them (bounds)
+    # (queue, resource, amount) charged to the queues besides the jobs' whole GPUs: the GPU-equivalents (flavor)
+    # and MIG instances ("<flavor>/mig-<profile>") of running sharing jobs, which sharing.whole_view leaves out
+    share_usage: tuple[tuple[str, str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

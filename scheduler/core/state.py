@@ -23,7 +23,7 @@ class DoubleBindError(AssertionError):
 
 class ClusterState:
     __slots__ = ("nodes", "tree", "free", "cpu_free", "mem_free", "dom_free", "flavors", "node_index",
-                 "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width", "hist_off", "static")
+                 "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width", "hist_off", "static", "touched")
 
     def __init__(self, snapshot: Snapshot, static: ClusterStatic | None = None, *, cache: EngineCache | None = None):
         """static: the snapshot's ClusterStatic (built here when None: from `cache` when given, else anew).
@@ -33,6 +33,7 @@ class ClusterState:
         if static is None:
             static = cache.static_for(snapshot) if cache is not None else ClusterStatic(snapshot)
         self.static = static
+        self.touched: set[int] | None = None  # node indices take / give changed since the set was cleared (sharing.py)
         self.nodes = snapshot.nodes
         self.tree = tree = static.tree
         self.node_index = static.node_index
@@ -159,6 +160,8 @@ class ClusterState:
         return tuple(picked)
 
     def take(self, k: int, gpus: tuple[int, ...], cpu: int, mem: int) -> None:
+        if self.touched is not None:
+            self.touched.add(k)
         free = self.free[k]
         for g in gpus:
             try:
@@ -173,6 +176,8 @@ class ClusterState:
             self._shift(k, -len(gpus))
 
     def give(self, k: int, gpus: tuple[int, ...], cpu: int, mem: int) -> None:
+        if self.touched is not None:
+            self.touched.add(k)
         self.free[k].extend(gpus)
         if self.cpu_free[k] is not None:
             self.cpu_free[k] += cpu

@@ -194,19 +194,30 @@ class ClusterState:
         return started
 
     def _bind_shared(self, job: JobInfo, binding: Binding, now: float) -> JobInfo:
-        """Start a job of fractions or MIG instances (scheduler/core/sharing.py): every task's share fits its
-        GPU (at most 1000 thousandths, never on a GPU held whole), every MIG instance free, the gang complete."""
+        """Start a job of fractions or MIG instances (scheduler/core/sharing.py), possibly with whole-GPU roles (a
+        mixed job): every task's share fits its GPU (at most 1000 thousandths, never on a GPU held whole), every
+        MIG instance free, every whole-GPU task on GPUs held by nothing (no task, no fraction), the gang complete."""
         roles = {r.name: r for r in job.roles}
         per_role = dict.fromkeys(roles, 0)
         add: dict[tuple[str, int], int] = {}
         instances: set[str] = set()
+        whole: set[tuple[str, int]] = set()
         for t in binding.tasks:
             role = roles.get(t.role)
-            assert role is not None and role.shares, f"job {job.id!r}: bad role {t.role!r}"
+            assert role is not None, f"job {job.id!r}: bad role {t.role!r}"
             node = self._base.get(t.node)
             assert node is not None, f"job {job.id!r}: unknown node {t.node!r}"
             assert not role.flavors or node.flavor in role.flavors, f"job {job.id!r}: wrong flavor on {t.node}"
-            if role.mig_profile:
+            if not role.shares:
+                assert not t.gpu_milli and not t.mig and len(t.gpus) == role.gpus_per_task, (
+                    f"job {job.id!r}: task {t.role}[{t.index}] got {len(t.gpus)} GPUs, wants {role.gpus_per_task}")
+                for g in t.gpus:
+                    key = (t.node, g)
+                    assert 0 <= g < node.gpus and g not in self._used[t.node] and key not in whole, (
+                        f"job {job.id!r}: GPU {t.node}/{g} is already bound")
+                    assert key not in self.shares and key not in add, f"GPU {t.node}/{g} holds a fraction"
+                    whole.add(key)
+            elif role.mig_profile:
                 assert len(t.mig) == role.gpus_per_task, f"job {job.id!r}: wrong MIG instance count"
                 for uuid in t.mig:
                     assert uuid not in self.mig_used and uuid not in instances, f"MIG {uuid} is already bound"
@@ -214,7 +225,7 @@ class ClusterState:
             else:
                 assert len(t.gpus) == 1 and 0 < t.gpu_milli <= 1000, f"job {job.id!r}: bad share {t}"
                 key = (t.node, t.gpus[0])
-                assert t.gpus[0] not in self._used[t.node], f"GPU {t.node}/{t.gpus[0]} is held whole"
+                assert t.gpus[0] not in self._used[t.node] and key not in whole, f"GPU {t.node}/{t.gpus[0]} is held whole"
                 add[key] = add.get(key, 0) + t.gpu_milli
                 assert self.shares.get(key, 0) + add[key] <= 1000, f"GPU {t.node}/{t.gpus[0]} over-committed"
             per_role[t.role] += 1
@@ -224,11 +235,15 @@ class ClusterState:
             self.shares[key] = self.shares.get(key, 0) + milli
         self.mig_used |= instances
         for t in binding.tasks:
+            if not roles[t.role].shares:
+                self._used[t.node].update(t.gpus)
             self._cpu[t.node] += roles[t.role].cpu_milli
             self._mem[t.node] += roles[t.role].memory_mib
             self._dirty.add(t.node)
+        self.used_gpus += len(whole)
         self.version += 1
-        self.queue_used[job.queue] = self.queue_used.get(job.queue, 0) + sum(add.values()) / 1000 + len(instances)
+        self.queue_used[job.queue] = (self.queue_used.get(job.queue, 0) + sum(add.values()) / 1000 + len(instances)
+                                      + len(whole))
         del self.pending[job.id]
         started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now, reserved=())
         self.running[job.id] = started
@@ -385,7 +400,8 @@ class ClusterState:
             elif job is None and job_id in self.running:  # a job being moved: its new place (rescheduling)
                 self.running[job_id] = replace(self.running[job_id], reserved=tuple(tasks))
         self._held = set(holds)
-        self._hold_gpus = {(t.node, g) for tasks in holds.values() for t in tasks for g in t.gpus}
+        self._hold_gpus = {(t.node, g) for tasks in holds.values() for t in tasks for g in t.gpus
+                           if not (t.gpu_milli or t.mig)}  # whole GPUs held (a held share is not a GPU)
         self.version += 1
 
     def drop(self, job_id) -> JobInfo:

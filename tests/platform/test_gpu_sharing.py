@@ -137,10 +137,41 @@ def test_api_refusals_name_the_field(api, role, field):
     assert not Job.objects.filter(name="bad").exists()
 
 
-def test_api_refuses_mixed_roles(api):
+def test_mixed_roles_run_as_one_gang_through_the_platform(api):
+    """A job of a whole-GPU role, a fractional role and a MIG role: accepted, bound in one cycle (one admitted
+    event), each role's allocations of its own kind; the next snapshot holds them all."""
+    from gpuplatform.models import Allocation, Event, Job
+    from gpuplatform.scheduling import store
+
     r = api.post("/api/v1/jobs/", {"name": "mix", "queue": "q", "command": "sleep 1", "roles": [
-        {"name": "a", "gpus_per_task": 1}, {"name": "b", "gpu_fraction": 0.5}]}, format="json")
-    assert r.status_code == 400 and "roles[1].gpu_fraction" in str(r.json())
+        {"name": "trainer", "gpus_per_task": 2}, {"name": "infer", "tasks": 2, "gpu_fraction": 0.5},
+        {"name": "tiny", "mig_profile": "1g.18gb", "mig_count": 2}]}, format="json")
+    assert r.status_code == 201, r.content
+    store.run_cycle_once(clock=CLOCK)
+    job = Job.objects.get(name="mix")
+    assert job.state == "running"
+    rows = {}
+    for a in Allocation.objects.filter(job=job).select_related("task__role", "gpu", "mig_instance"):
+        rows.setdefault(a.task.role.name, []).append(a)
+    assert all(a.gpu.index >= 4 for a in rows["trainer"])  # exclusive GPUs only
+    assert len(rows["trainer"]) == 2 and all(a.gpu_milli == 0 and a.mig_instance is None for a in rows["trainer"])
+    assert [a.gpu_milli for a in rows["infer"]] == [500, 500] and {a.gpu.index for a in rows["infer"]} <= {0, 1}
+    assert len(rows["tiny"]) == 2 and all(a.mig_instance.profile == "1g.18gb" for a in rows["tiny"])
+    assert Event.objects.filter(job=job, kind="admitted").count() == 1
+    snap, _ = store.build_snapshot(CLOCK.timestamp())
+    (info,) = [j for j in snap.jobs if j.name == "mix" or str(j.id) == str(job.pk)]
+    assert info.state == "running" and len(info.placement) == 4
+    assert snap.nodes[0].used == frozenset(a.gpu.index for a in rows["trainer"])
+
+
+def test_mixed_roles_one_kind_per_role_still_names_the_field(api):
+    r = api.post("/api/v1/jobs/", {"name": "mix", "queue": "q", "command": "sleep 1", "roles": [
+        {"name": "a", "gpus_per_task": 1}, {"name": "b", "gpu_fraction": 0.5, "mig_profile": "1g.18gb"}]},
+        format="json")
+    assert r.status_code == 400 and "roles[1].mig_profile" in str(r.json()), r.content
+    r = api.post("/api/v1/jobs/", {"name": "mix", "queue": "q", "command": "sleep 1", "roles": [
+        {"name": "a", "gpus_per_task": 9}, {"name": "b", "gpu_fraction": 0.5}]}, format="json")
+    assert r.status_code == 400 and "roles" in r.json(), r.content  # 9 GPUs in one task never fit the node
 
 
 def test_set_gpu_sharing_refuses_mig_and_busy_gpus(api):
@@ -181,6 +212,33 @@ def test_submit_form_takes_a_fraction(mixed, client, django_user_model):
     data.update({"name": "nb2", "roles-0-mig_profile": "1g.18gb"})
     response = client.post("/jobs/new/", data)
     assert response.status_code == 200 and not Job.objects.filter(name="nb2").exists()
+    assert "one kind of GPU" in response.content.decode()
+
+
+def test_submit_form_takes_roles_of_different_kinds(mixed, client, django_user_model):
+    """The submit form: a whole-GPU role and a fractional role in one job are accepted; a role asking for two
+    kinds is refused with the field's message."""
+    from gpuplatform.models import Job
+
+    user = django_user_model.objects.create_user("boss", password="pw", is_staff=True, is_superuser=True)
+    client.force_login(user)
+    data = {"name": "mixnb", "team": "alpha", "queue": "q", "priority": "0", "preemptible": "on",
+            "topology_mode": "none", "highest_tier": "", "preferred_tier": "", "time_limit_minutes": "",
+            "roles-TOTAL_FORMS": "2", "roles-INITIAL_FORMS": "0", "roles-MIN_NUM_FORMS": "1",
+            "roles-MAX_NUM_FORMS": "16", "command": "python3 serve.py", "env": "", "working_dir": "", "image": "",
+            "max_restarts": "0", "completion_role": ""}
+    for i, (name, extra) in enumerate((("trainer", {"gpus_per_task": "2"}), ("infer", {"gpu_fraction": "0.25"}))):
+        data.update({f"roles-{i}-name": name, f"roles-{i}-tasks": "1", f"roles-{i}-gpus_per_task": "1",
+                     f"roles-{i}-cpu_milli": "0", f"roles-{i}-memory_mib": "0", f"roles-{i}-min_available": "",
+                     f"roles-{i}-flavor": "", f"roles-{i}-command": ""})
+        data.update({f"roles-{i}-{k}": v for k, v in extra.items()})
+    response = client.post("/jobs/new/", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    roles = {r.name: r for r in Job.objects.get(name="mixnb").roles.all()}
+    assert roles["trainer"].gpus_per_task == 2 and roles["trainer"].gpu_milli == 0 and roles["infer"].gpu_milli == 250
+    data.update({"name": "mixnb2", "roles-1-mig_profile": "1g.18gb"})
+    response = client.post("/jobs/new/", data)
+    assert response.status_code == 200 and not Job.objects.filter(name="mixnb2").exists()
     assert "one kind of GPU" in response.content.decode()
 
 
@@ -238,3 +296,37 @@ def test_topology_zoomed_to_the_node_shows_shares_and_mig_instances(api, client,
     assert rows[2]["share"] == "MIG 0 of 2 instances used (3g.71gb x2)" and rows[4]["share"] == ""
     hover = " ".join(h for t in payload["figure"]["data"] for h in t["hovertext"])
     assert "shared, 0.25 used" in hover and "MIG 2 of 7" in hover
+
+
+def test_fraction_preempted_for_a_higher_priority_fraction_through_the_platform(api, mixed):
+    """A 0.6 job at priority 0 on each shared GPU; a 0.6 job at priority 5 preempts one of them: the victim is
+    released after its grace period, the share is held for the beneficiary meanwhile (Job.reserved keeps the
+    share), and the beneficiary then starts on exactly that share."""
+    from datetime import timedelta
+
+    from gpuplatform.models import Allocation, Job
+    from gpuplatform.scheduling import store
+
+    mixed.preemption_grace_seconds = 30
+    mixed.save(update_fields=["preemption_grace_seconds"])
+    for name in ("lo1", "lo2"):
+        assert submit(api, name, {"gpu_fraction": 0.6}, priority=0).status_code == 201
+    store.run_cycle_once(clock=CLOCK)
+    assert set(Job.objects.values_list("state", flat=True)) == {"running"}
+    assert submit(api, "hi", {"gpu_fraction": 0.6}, priority=5).status_code == 201
+    store.run_cycle_once(clock=CLOCK + timedelta(seconds=10))
+    states = dict(Job.objects.values_list("name", "state"))
+    assert states["hi"] == "pending" and sorted(states[n] for n in ("lo1", "lo2")) == ["preempting", "running"]
+    victim = Job.objects.get(state="preempting")
+    hi = Job.objects.get(name="hi")
+    (held,) = hi.reserved
+    gpu = Allocation.objects.get(job=victim).gpu.index
+    assert held[3] == [gpu] and held[4] == 600  # [role, index, node, GPUs, milli, memory, MIG]
+    store.run_cycle_once(clock=CLOCK + timedelta(seconds=60))  # past the grace period: released, hi starts
+    store.run_cycle_once(clock=CLOCK + timedelta(seconds=61))
+    hi.refresh_from_db()
+    assert hi.state == "running"
+    (alloc,) = Allocation.objects.filter(job=hi, released_at__isnull=True)
+    assert alloc.gpu.index == gpu and alloc.gpu_milli == 600
+    live = Allocation.objects.filter(gpu__index=gpu, released_at__isnull=True)
+    assert sum(a.gpu_milli for a in live) <= 1000

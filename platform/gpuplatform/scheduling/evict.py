@@ -108,11 +108,20 @@ def _on_agents(job_id) -> bool:
 
 
 def encode_reserved(tasks) -> list:
-    return [[t.role, t.index, t.node, list(t.gpus)] for t in tasks]
+    """[[role, index, node, gpus]] per held task; a held GPU share adds [gpu_milli, gpu_memory_mib, MIG UUIDs]."""
+    return [[t.role, t.index, t.node, list(t.gpus)]
+            + ([t.gpu_milli, t.gpu_memory_mib, list(t.mig)] if t.gpu_milli or t.mig else []) for t in tasks]
 
 
 def decode_reserved(value) -> tuple[TaskPlacement, ...]:
-    return tuple(TaskPlacement(str(r), int(i), str(n), tuple(int(g) for g in gpus)) for r, i, n, gpus in (value or ()))
+    """The TaskPlacements `encode_reserved` wrote (entries of 4 items, or 7 for a GPU share)."""
+    out = []
+    for entry in value or ():
+        r, i, n, gpus = entry[:4]
+        milli, mem, mig = entry[4:7] if len(entry) >= 7 else (0, 0, ())
+        out.append(TaskPlacement(str(r), int(i), str(n), tuple(int(g) for g in gpus), gpu_milli=int(milli),
+                                 gpu_memory_mib=int(mem), mig=tuple(str(u) for u in mig)))
+    return tuple(out)
 
 
 class StaleDecision(Exception):

@@ -248,6 +248,17 @@ class Admission:
             return PendingReason("unknown_queue", f"queue {job.queue} does not exist", terminal=True)
         if not job.roles:
             return PendingReason("invalid", "job has no roles", terminal=True)
+        sharing = session.sharing
+        if sharing is not None:  # GPU shares in this cycle (sharing.py's walk hook)
+            if any(r.shares for r in job.roles):
+                return sharing.place(job)  # fractions / MIG instances: the sharing placer
+            if job.id in sharing.mixed:  # a mixed job's whole-GPU roles: its shares right after, or neither
+                outcome = self._place(job, backfill_open)
+                return sharing.complete(job, outcome) if isinstance(outcome, Binding) else outcome
+        return self._place(job, backfill_open)
+
+    def _place(self, job: JobInfo, backfill_open: bool | None) -> Binding | PendingReason:
+        session = self.session
         facts = self.facts(job)
         flavors = facts[6] if facts[6] is not None else tuple(session.flavors(job))  # most free first, now
         if not flavors:

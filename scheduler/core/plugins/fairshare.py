@@ -136,9 +136,14 @@ def schedulable_gpus(nodes) -> dict[str, int]:
 
 def pending_demand(pending, flavors) -> dict[str, dict[str, int]]:
     """queue -> flavor -> GPUs requested by its pending jobs; a job that may take several flavors counts
-    on each (fair_shares' `pending_demand`)."""
+    on each (fair_shares' `pending_demand`). A fraction counts as its GPU-equivalents (gpu_milli / 1000; a
+    memory request as one GPU at most), MIG instances not at all (resources of their own)."""
     out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for job in pending:
+        gpus = job.gpus_requested
+        if any(r.shares for r in job.roles):
+            gpus = sum(r.tasks * (r.gpu_milli / 1000 if r.gpu_milli else 0 if r.mig_profile else r.gpus_per_task)
+                       for r in job.roles)
         for f in allowed_flavors(job.roles, flavors):
-            out[job.queue][f] += job.gpus_requested
+            out[job.queue][f] += gpus
     return out

@@ -61,6 +61,9 @@ class QueueTree:
                     totals[key] = totals.get(key, 0) + len(t.gpus)
         for (queue, flavor), gpus in totals.items():
             self.charge(queue, flavor, gpus)
+        for queue, resource, amount in snapshot.share_usage:  # running fractions and MIG instances (sharing.py)
+            if self.known(queue):
+                self.charge(queue, resource, amount)
         holders = [job for job in snapshot.jobs if job.state == "pending" and job.reserved and self.known(job.queue)]
         if holders:
             self.running_on({t.node for job in holders for t in job.reserved})  # one pass for them all
