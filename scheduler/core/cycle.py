@@ -56,7 +56,7 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     if not whole_only and has_sharing(snapshot):
         result = run_cycle_sharing(snapshot, config, partial(run_cycle, whole_only=True), cache=cache)
     else:
-        result = _run_cycle(snapshot, config or CycleConfig(), cache)
+        result = _run_cycle(snapshot, config or CycleConfig(), cache, share_hook)
     if not whole_only and has_spares(snapshot):
         t0 = time.perf_counter()
         spare_pass(snapshot, config or CycleConfig(), result, cache)
@@ -65,7 +65,7 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     return result
 
 
-def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | None) -> CycleResult:
+def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | None, share_hook=None) -> CycleResult:
     """run_cycle's phases 1-4 on whole GPUs (module docstring)."""
     result = CycleResult()
     t0 = time.perf_counter()
