@@ -36,6 +36,54 @@ _NONE: frozenset = frozenset()
 _PLAIN = [("off", _NONE)]
 
 
+def _node_fit_first(state: ClusterState, domains, flavor: str, need: int, lead: list):
+    """Reorder `domains` (domain indices in best-fit order, candidate_domains) for a one-node task of `need`
+    GPUs of `flavor`: first the domain holding the node with the fewest free GPUs >= need (the first such in
+    the given order), then the others in their order. Read from the free-count histograms (no node scan);
+    stops at the first domain holding a node of the fewest such free GPUs anywhere in the cluster (usually
+    the first domain). Sets lead[:] = [domain, its free GPUs] when it yields that domain first."""
+    hist, hist_off, width = state.free_hist, state.hist_off, state.hist_width
+    root_off = hist_off[state.tree.root].get(flavor)
+    if root_off is None:
+        yield from domains
+        return
+    best = next((f for f in range(need, width) if hist[root_off + f]), None)  # the tightest fit anywhere
+    if best is None:
+        yield from domains
+        return
+    seen: list[int] = []
+    found: tuple[int, int] | None = None  # (free, position in seen) of the tightest fit so far
+    for d in domains:
+        off = hist_off[d].get(flavor)
+        fit = next((f for f in range(need, found[0] if found else width) if hist[off + f]), None) \
+            if off is not None else None
+        if fit is not None:
+            found = (fit, len(seen))
+        seen.append(d)
+        if found is not None and found[0] == best:
+            break
+    else:
+        if found is None:
+            yield from seen
+            return
+    lead[:] = [seen[found[1]], found[0]]
+    yield seen[found[1]]
+    lead.clear()  # the lead domain has been tried: the others keep their own node order
+    for i, d in enumerate(seen):
+        if i != found[1]:
+            yield d
+    yield from domains
+
+
+def _exact_fit_first(state: ClusterState, order: list[int], free: int) -> None:
+    """Move the first node of `order` with exactly `free` free GPUs to the front (in place; no-op when none)."""
+    for i, k in enumerate(order):
+        if len(state.free[k]) == free:
+            if i:
+                order.insert(0, order.pop(i))
+            return
+
+
 class Holds:
     """GPUs held out of everyone's pool for one key (a job id for a nomination, or the backfill
     reservation's key). Only GPUs free at hold time are taken; `release` / `retake` open and close the
@@ -184,13 +232,23 @@ class Session:
                            key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))  # pack_gang's order
         passes = self._passes(job, (flavor,))
         binpack = self.config.binpack
+        # a job of one GPU task (one node, whatever its tier): the node is chosen by best fit across the tier's
+        # domains, not inside the best-fit domain by aggregate free GPUs (which can break a whole node while
+        # another domain has a node the task fills exactly)
+        one_node = binpack and topology and within is None and passes is _PLAIN and len(gpu_roles) == 1 \
+            and gpu_roles[0].tasks == 1 and not any(r.gpus_per_task and r.tasks and r is not gpu_roles[0]
+                                                    for r in job.roles)
+        lead: list[int] = []  # [domain, free GPUs of the node to try first] while that domain is tried
         for tier in levels:
             for numa, grouped in passes:
                 if within is not None:
                     domains = [within]
+                elif not topology:
+                    domains = [tree.root]
                 else:
-                    domains = candidate_domains(state, tier, flavor, need, binpack=self.config.binpack) if topology \
-                        else [tree.root]
+                    domains = candidate_domains(state, tier, flavor, need, binpack=self.config.binpack)
+                    if one_node:
+                        domains = _node_fit_first(state, domains, flavor, need, lead)
                 for d in domains:
                     if state.domain_free(d, flavor) < need or not capacity.domain_fits(job, flavor, d):
                         continue  # not enough free now, or nodes too small for its tasks even when empty
@@ -206,6 +264,8 @@ class Session:
                         continue
                     if numa == "off" and not grouped:  # the common job: one node order, first fit
                         order = node_order(state, d, flavor, need, binpack=binpack)
+                        if lead and d == lead[0]:
+                            _exact_fit_first(state, order, lead[1])
                         cpu_nodes = self._cpu_nodes(d, order) if any(not r.gpus_per_task for r in job.roles) else []
                         placed = pack_gang(state, job, order, cpu_nodes, extra_budget=extra)
                     else:
