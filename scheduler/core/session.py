@@ -36,43 +36,41 @@ _NONE: frozenset = frozenset()
 _PLAIN = [("off", _NONE)]
 
 
-def _node_fit_first(state: ClusterState, domains, flavor: str, need: int, lead: list):
-    """Reorder `domains` (domain indices in best-fit order, candidate_domains) for a one-node task of `need`
-    GPUs of `flavor`: first the domain holding the node with the fewest free GPUs >= need (the first such in
-    the given order), then the others in their order. Read from the free-count histograms (no node scan);
-    stops at the first domain holding a node of the fewest such free GPUs anywhere in the cluster (usually
-    the first domain). Sets lead[:] = [domain, its free GPUs] when it yields that domain first."""
-    hist, hist_off, width = state.free_hist, state.hist_off, state.hist_width
-    root_off = hist_off[state.tree.root].get(flavor)
-    if root_off is None:
-        yield from domains
-        return
-    best = next((f for f in range(need, width) if hist[root_off + f]), None)  # the tightest fit anywhere
-    if best is None:
-        yield from domains
-        return
-    seen: list[int] = []
-    found: tuple[int, int] | None = None  # (free, position in seen) of the tightest fit so far
-    for d in domains:
-        off = hist_off[d].get(flavor)
-        fit = next((f for f in range(need, found[0] if found else width) if hist[off + f]), None) \
-            if off is not None else None
-        if fit is not None:
-            found = (fit, len(seen))
-        seen.append(d)
-        if found is not None and found[0] == best:
+def _node_fit_first(state: ClusterState, tier: int, domains, flavor: str, need: int, lead: list):
+    """Reorder `domains` (the tier's domains in best-fit order, candidate_domains) for a one-node task of
+    `need` GPUs of `flavor`: first the domain holding the node with the fewest free GPUs >= need (among the
+    domains with such a node, the first in candidate_domains' order), then the others in their order. From
+    the exact-fit index (ClusterState.exact_fit_domains: no node scan, no walk over the domains). Sets
+    lead[:] = [domain, its node's free GPUs] while that domain is tried."""
+    by_free = state.exact_fit_domains(tier, flavor)
+    for fit in range(need, len(by_free)):
+        hits = by_free[fit]
+        if hits:
             break
     else:
-        if found is None:
-            yield from seen
-            return
-    lead[:] = [seen[found[1]], found[0]]
-    yield seen[found[1]]
+        yield from domains
+        return
+    if len(hits) == 1:
+        (first,) = hits
+    else:  # the first of candidate_domains' order: least free, then the fullest parent, the fewest nodes, the name
+        tree, dom_free = state.tree, state.dom_free
+
+        def rank(d: int) -> tuple:
+            parent = tree.parent[d]
+            return (dom_free[parent].get(flavor, 0) if parent >= 0 else 0, len(tree.nodes_under[d]), tree.names[d])
+
+        if len(hits) <= 8:
+            first = min(hits, key=lambda d: (dom_free[d].get(flavor, 0), rank(d)))
+        else:  # many: the least-free buckets first, usually the first holds one
+            first = next(min((d for d in members if d in hits), key=rank, default=None)
+                         for _, members in state.domains_with_free(tier, flavor, need)
+                         if not members.isdisjoint(hits))
+    lead[:] = [first, fit]
+    yield first
     lead.clear()  # the lead domain has been tried: the others keep their own node order
-    for i, d in enumerate(seen):
-        if i != found[1]:
+    for d in domains:
+        if d != first:
             yield d
-    yield from domains
 
 
 def _exact_fit_first(state: ClusterState, order: list[int], free: int) -> None:
@@ -248,7 +246,7 @@ class Session:
                 else:
                     domains = candidate_domains(state, tier, flavor, need, binpack=self.config.binpack)
                     if one_node:
-                        domains = _node_fit_first(state, domains, flavor, need, lead)
+                        domains = _node_fit_first(state, tier, domains, flavor, need, lead)
                 for d in domains:
                     if state.domain_free(d, flavor) < need or not capacity.domain_fits(job, flavor, d):
                         continue  # not enough free now, or nodes too small for its tasks even when empty

@@ -58,6 +58,36 @@ def test_one_task_jobs_take_the_tightest_node_across_racks():
     assert sum(len(t.gpus) for b in result.bindings for t in b.tasks) == 24
 
 
+def test_exact_fit_index_follows_takes_and_gives():
+    """ClusterState.exact_fit_domains (the index behind the node-level best fit) stays equal to the one built
+    from scratch while tasks are taken and given back."""
+    import random
+
+    from scheduler.core.state import ClusterState
+
+    snap = _racks_with_holes().snapshot()
+    state = ClusterState(snap)
+    state.exact_fit_domains(1, "H100")  # built now, then kept up to date
+    rng = random.Random(3)
+    held = []
+    for _ in range(60):
+        k = rng.randrange(len(state.free))
+        if held and rng.random() < 0.4:
+            state.give(*held.pop(rng.randrange(len(held))), 0, 0)
+        elif state.free[k]:
+            gpus = tuple(state.free[k][:rng.randint(1, len(state.free[k]))])
+            state.take(k, gpus, 0, 0)
+            held.append((k, gpus))
+        fresh = ClusterState.__new__(ClusterState)
+        fresh.free_hist, fresh.hist_width, fresh.hist_off, fresh.tree, fresh.exact = \
+            state.free_hist, state.hist_width, state.hist_off, state.tree, None
+        for tier in (1, 2):
+            assert state.exact_fit_domains(tier, "H100") == fresh.exact_fit_domains(tier, "H100")
+    names = {state.tree.names[d] for d in state.exact_fit_domains(1, "H100")[8]}
+    whole = {n.domain for k, n in enumerate(snap.nodes) if len(state.free[k]) == 8}
+    assert names == whole
+
+
 def test_gangs_of_several_tasks_keep_the_best_fit_domain():
     """The node-level best fit is for one-task jobs only: a 2 x 4 gang still goes to the best-fit domain on
     aggregate free GPUs (DESIGN section 5), here rack0's two half-free nodes, not the whole node of rack1."""
