@@ -45,7 +45,9 @@ def _admin(sql: str) -> None:
 
 @contextmanager
 def bench_database(name: str):
-    """Create database `name` on the server, point Django at it, migrate, yield; drop it afterwards."""
+    """Create database `name` on the server, point Django at it, migrate, yield; drop it afterwards.
+    BENCH_DB, when set, names the database instead (a helper's own, so that two runs never share one)."""
+    name = os.environ.get("BENCH_DB") or name
     problem = postgres_available()
     if problem:
         raise RuntimeError(problem)

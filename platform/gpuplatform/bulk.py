@@ -8,8 +8,39 @@ from __future__ import annotations
 from collections import defaultdict
 
 from django.db import IntegrityError, connection
+from django.db.models import Field, ForeignObject, Lookup
 
-__all__ = ["insert_rows", "update_rows"]
+__all__ = ["AnyOf", "insert_rows", "update_rows"]
+
+
+@Field.register_lookup
+class AnyOf(Lookup):
+    """`field__any=values`: the rows whose field is one of `values` (a list), like `__in`, but on PostgreSQL
+    as `field = ANY(%s::type[])` with the whole list as ONE array parameter. With `__in` a list of 10,000 ids
+    is 10,000 placeholders that psycopg splits and adapts one by one and the server parses and plans one by
+    one (the cycle's apply spent ~1 s of client CPU and more of the server's on them); elsewhere `IN (...)`.
+    An empty list matches nothing."""
+
+    lookup_name = "any"
+    prepare_rhs = False
+    can_use_none_as_rhs = False
+
+    def get_prep_lookup(self):
+        prep = self.lhs.output_field.get_prep_value
+        return [prep(v) for v in self.rhs]
+
+    def as_sql(self, compiler, connection):
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        values = list(self.rhs)
+        if not values:
+            return "1 = 0", list(lhs_params)
+        if connection.vendor == "postgresql":
+            kind = self.lhs.output_field.db_type(connection).split("(")[0]
+            return f"{lhs} = ANY(%s::{kind}[])", [*lhs_params, values]
+        return f"{lhs} IN ({', '.join(['%s'] * len(values))})", [*lhs_params, *values]
+
+
+ForeignObject.register_lookup(AnyOf)  # foreign keys have their own lookup table (job_id__any=...)
 
 
 def _field(meta, column: str):

@@ -4,7 +4,7 @@ the other indexes of the cluster's shape, while the cluster is unchanged).
 Nodes hang off their lowest-tier domain. In a cluster with a topology, a node without a domain (a rack
 not yet labelled) is a tier-1 domain of its own, named `node_domain(name)` ("node:<name>"): its GPUs are
 one scale-up unit, so an unconstrained job that fits one node is placed best-fit among them and the
-labelled domains alike (and need not break up the only domain a hard gang can use), while no gang spans
+labelled domains alike (a one-task job: the tightest node of either kind, session._node_fit_first), while no gang spans
 two of them under a tier-1 limit. A cluster with no domains at all (the local mode's) is one tier-1
 domain, the synthetic root. When the snapshot's domains do not form a
 single tree over every node (no domains at all, several roots, or nodes without a domain), a synthetic

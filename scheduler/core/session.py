@@ -36,6 +36,52 @@ _NONE: frozenset = frozenset()
 _PLAIN = [("off", _NONE)]
 
 
+def _node_fit_first(state: ClusterState, tier: int, domains, flavor: str, need: int, lead: list):
+    """Reorder `domains` (the tier's domains in best-fit order, candidate_domains) for a one-node task of
+    `need` GPUs of `flavor`: first the domain holding the node with the fewest free GPUs >= need (among the
+    domains with such a node, the first in candidate_domains' order), then the others in their order. From
+    the exact-fit index (ClusterState.exact_fit_domains: no node scan, no walk over the domains). Sets
+    lead[:] = [domain, its node's free GPUs] while that domain is tried."""
+    by_free = state.exact_fit_domains(tier, flavor)
+    for fit in range(need, len(by_free)):
+        hits = by_free[fit]
+        if hits:
+            break
+    else:
+        yield from domains
+        return
+    if len(hits) == 1:
+        (first,) = hits
+    else:  # the first of candidate_domains' order: least free, then the fullest parent, the fewest nodes, the name
+        tree, dom_free = state.tree, state.dom_free
+
+        def rank(d: int) -> tuple:
+            parent = tree.parent[d]
+            return (dom_free[parent].get(flavor, 0) if parent >= 0 else 0, len(tree.nodes_under[d]), tree.names[d])
+
+        if len(hits) <= 8:
+            first = min(hits, key=lambda d: (dom_free[d].get(flavor, 0), rank(d)))
+        else:  # many: the least-free buckets first, usually the first holds one
+            first = next(min((d for d in members if d in hits), key=rank, default=None)
+                         for _, members in state.domains_with_free(tier, flavor, need)
+                         if not members.isdisjoint(hits))
+    lead[:] = [first, fit]
+    yield first
+    lead.clear()  # the lead domain has been tried: the others keep their own node order
+    for d in domains:
+        if d != first:
+            yield d
+
+
+def _exact_fit_first(state: ClusterState, order: list[int], free: int) -> None:
+    """Move the first node of `order` with exactly `free` free GPUs to the front (in place; no-op when none)."""
+    for i, k in enumerate(order):
+        if len(state.free[k]) == free:
+            if i:
+                order.insert(0, order.pop(i))
+            return
+
+
 class Holds:
     """GPUs held out of everyone's pool for one key (a job id for a nomination, or the backfill
     reservation's key). Only GPUs free at hold time are taken; `release` / `retake` open and close the
@@ -187,13 +233,23 @@ class Session:
                            key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))  # pack_gang's order
         passes = self._passes(job, (flavor,))
         binpack = self.config.binpack
+        # a job of one GPU task (one node, whatever its tier): the node is chosen by best fit across the tier's
+        # domains, not inside the best-fit domain by aggregate free GPUs (which can break a whole node while
+        # another domain has a node the task fills exactly)
+        one_node = binpack and topology and within is None and passes is _PLAIN and len(gpu_roles) == 1 \
+            and gpu_roles[0].tasks == 1 and not any(r.gpus_per_task and r.tasks and r is not gpu_roles[0]
+                                                    for r in job.roles)
+        lead: list[int] = []  # [domain, free GPUs of the node to try first] while that domain is tried
         for tier in levels:
             for numa, grouped in passes:
                 if within is not None:
                     domains = [within]
+                elif not topology:
+                    domains = [tree.root]
                 else:
-                    domains = candidate_domains(state, tier, flavor, need, binpack=self.config.binpack) if topology \
-                        else [tree.root]
+                    domains = candidate_domains(state, tier, flavor, need, binpack=self.config.binpack)
+                    if one_node:
+                        domains = _node_fit_first(state, tier, domains, flavor, need, lead)
                 for d in domains:
                     if state.domain_free(d, flavor) < need or not capacity.domain_fits(job, flavor, d):
                         continue  # not enough free now, or nodes too small for its tasks even when empty
@@ -209,6 +265,8 @@ class Session:
                         continue
                     if numa == "off" and not grouped:  # the common job: one node order, first fit
                         order = node_order(state, d, flavor, need, binpack=binpack)
+                        if lead and d == lead[0]:
+                            _exact_fit_first(state, order, lead[1])
                         cpu_nodes = self._cpu_nodes(d, order) if any(not r.gpus_per_task for r in job.roles) else []
                         placed = pack_gang(state, job, order, cpu_nodes, extra_budget=extra)
                     else:

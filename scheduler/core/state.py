@@ -23,7 +23,8 @@ class DoubleBindError(AssertionError):
 
 class ClusterState:
     __slots__ = ("nodes", "tree", "free", "cpu_free", "mem_free", "dom_free", "flavors", "node_index",
-                 "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width", "hist_off", "static", "touched")
+                 "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width", "hist_off", "static", "touched",
+                 "exact")
 
     def __init__(self, snapshot: Snapshot, static: ClusterStatic | None = None, *, cache: EngineCache | None = None):
         """static: the snapshot's ClusterStatic (built here when None: from `cache` when given, else anew).
@@ -70,6 +71,9 @@ class ClusterState:
                     members.add(d)
         for key, per_free in buckets.items():
             self.bucket_keys[key] = sorted(per_free)
+        # per (tier, flavor): free GPUs f -> the domains of the tier with a node of exactly f free GPUs of the
+        # flavor (exact_fit_domains); built on first use, then kept up to date by _shift
+        self.exact: dict[tuple[int, str], list[set[int]]] | None = None
 
     def _bucket_add(self, key: tuple[int, str], free: int, d: int) -> None:
         buckets = self.buckets[key]
@@ -103,6 +107,23 @@ class ClusterState:
             members = buckets.get(free)
             if members:
                 yield free, members
+
+    def exact_fit_domains(self, tier: int, flavor: str) -> list[set[int]]:
+        """For `tier` and `flavor`: index f -> the domains of that tier holding a node with exactly f free GPUs
+        of the flavor (0 <= f < hist_width; from the free-count histograms). Live sets: read only."""
+        if self.exact is None:
+            exact: dict[tuple[int, str], list[set[int]]] = {}
+            hist, width, tiers = self.free_hist, self.hist_width, self.tree.tiers
+            for d, per_flavor in enumerate(self.hist_off):
+                for fl, off in per_flavor.items():
+                    sets = exact.get((tiers[d], fl))
+                    if sets is None:
+                        sets = exact[(tiers[d], fl)] = [set() for _ in range(width)]
+                    for f in range(width):
+                        if hist[off + f]:
+                            sets[f].add(d)
+            self.exact = exact
+        return self.exact.get((tier, flavor), [])
 
     def pack_slots(self, d: int, flavor: str, gpus_per_task: int) -> int:
         """Upper bound on the tasks of `gpus_per_task` (> 0) GPUs that the `flavor` nodes below domain d
@@ -188,7 +209,8 @@ class ClusterState:
 
     def _widen(self, width: int) -> None:
         """Re-lay the histogram with room for `width` - 1 free GPUs per node (only for a snapshot that
-        lists more free GPUs on a node than it has)."""
+        lists more free GPUs on a node than it has); the exact-fit index is rebuilt on its next use."""
+        self.exact = None
         old, old_width = self.free_hist, self.hist_width
         hist = [0] * (len(old) // old_width * width) if old_width else []
         offs = []
@@ -209,7 +231,7 @@ class ClusterState:
         was = now - delta
         if now >= self.hist_width:
             self._widen(now + 1)
-        hist, hist_off = self.free_hist, self.hist_off
+        hist, hist_off, exact = self.free_hist, self.hist_off, self.exact
         for d in self.tree.node_chain[k]:
             old = dom_free[d][flavor]
             dom_free[d][flavor] = old + delta
@@ -217,6 +239,11 @@ class ClusterState:
             off = hist_off[d][flavor]
             hist[off + was] -= 1
             hist[off + now] += 1
+            if exact is not None:
+                sets = exact[(self.tree.tiers[d], flavor)]
+                if not hist[off + was]:
+                    sets[was].discard(d)
+                sets[now].add(d)
 
 
 class _Start:

@@ -33,6 +33,73 @@ def test_binpack_fills_used_node_and_spread_does_not():
     assert world.cycle(config=CycleConfig(binpack=False)).bindings[0].tasks[0].node == "b"
 
 
+def _racks_with_holes() -> World:
+    """rack0: n0 whole (8 free), n1 full; rack1: m0 5 free, m1 6 free; rack2: w0 whole, w1 full. By aggregate
+    free GPUs rack0 and rack2 (8) fit a 4-GPU task better than rack1 (11), but only their whole nodes hold it."""
+    return (World().node(name="n0", gpus=8).node(name="n1", gpus=8, used=8)
+            .node(name="m0", gpus=8, used=3).node(name="m1", gpus=8, used=2)
+            .node(name="w0", gpus=8).node(name="w1", gpus=8, used=8)
+            .domain(name="rack0", tier=1, nodes=["n0", "n1"]).domain(name="rack1", tier=1, nodes=["m0", "m1"])
+            .domain(name="rack2", tier=1, nodes=["w0", "w1"]).domain(name="spine", tier=2,
+                                                                     children=["rack0", "rack1", "rack2"])
+            .queue(name="q", quota={"H100": 48}))
+
+
+def test_one_task_jobs_take_the_tightest_node_across_racks():
+    """Issue 16 (optimum gap, seed 11 snapshot 18): two 4-GPU one-task jobs took the whole node n0 because
+    rack0 was the best fit on aggregate free GPUs, and a 2 x 8 gang then found one whole node only. The node
+    is now the best fit across the racks: the jobs take m0 (5 free) and m1 (6 free), and the gang starts
+    on the two whole nodes (24 GPUs allocated, the optimum; 8 before)."""
+    world = (_racks_with_holes().job(name="a", gpus_per_task=4, submit=0).job(name="b", gpus_per_task=4, submit=1)
+             .job(name="gang", tasks=2, gpus_per_task=8, submit=2))
+    result = world.cycle()
+    on = {b.job_id: sorted(t.node for t in b.tasks) for b in result.bindings}
+    assert on == {"a": ["m0"], "b": ["m1"], "gang": ["n0", "w0"]}
+    assert sum(len(t.gpus) for b in result.bindings for t in b.tasks) == 24
+
+
+def test_exact_fit_index_follows_takes_and_gives():
+    """ClusterState.exact_fit_domains (the index behind the node-level best fit) stays equal to the one built
+    from scratch while tasks are taken and given back."""
+    import random
+
+    from scheduler.core.state import ClusterState
+
+    snap = _racks_with_holes().snapshot()
+    state = ClusterState(snap)
+    state.exact_fit_domains(1, "H100")  # built now, then kept up to date
+    rng = random.Random(3)
+    held = []
+    for _ in range(60):
+        k = rng.randrange(len(state.free))
+        if held and rng.random() < 0.4:
+            state.give(*held.pop(rng.randrange(len(held))), 0, 0)
+        elif state.free[k]:
+            gpus = tuple(state.free[k][:rng.randint(1, len(state.free[k]))])
+            state.take(k, gpus, 0, 0)
+            held.append((k, gpus))
+        fresh = ClusterState.__new__(ClusterState)
+        fresh.free_hist, fresh.hist_width, fresh.hist_off, fresh.tree, fresh.exact = \
+            state.free_hist, state.hist_width, state.hist_off, state.tree, None
+        for tier in (1, 2):
+            assert state.exact_fit_domains(tier, "H100") == fresh.exact_fit_domains(tier, "H100")
+    names = {state.tree.names[d] for d in state.exact_fit_domains(1, "H100")[8]}
+    whole = {n.domain for k, n in enumerate(snap.nodes) if len(state.free[k]) == 8}
+    assert names == whole
+
+
+def test_gangs_of_several_tasks_keep_the_best_fit_domain():
+    """The node-level best fit is for one-task jobs only: a 2 x 4 gang still goes to the best-fit domain on
+    aggregate free GPUs (DESIGN section 5), here rack0's two half-free nodes, not the whole node of rack1."""
+    world = (World().node(name="a1", gpus=8, used=4).node(name="a2", gpus=8, used=4)
+             .node(name="b1", gpus=8).node(name="b2", gpus=8, used=7)
+             .domain(name="rack0", tier=1, nodes=["a1", "a2"]).domain(name="rack1", tier=1, nodes=["b1", "b2"])
+             .domain(name="spine", tier=2, children=["rack0", "rack1"]).queue(name="q", quota={"H100": 16})
+             .job(name="gang", tasks=2, gpus_per_task=4))
+    (binding,) = world.cycle().bindings
+    assert sorted(t.node for t in binding.tasks) == ["a1", "a2"] and binding.domain == "rack0"
+
+
 def test_task_gpus_stay_inside_one_numa_node():
     world = World().node(name="a", gpus=8, numa=[0, 0, 0, 0, 1, 1, 1, 1], used=1).job(name="j", gpus_per_task=4)
     gpus = world.cycle().bindings[0].tasks[0].gpus

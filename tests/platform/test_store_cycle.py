@@ -205,3 +205,24 @@ def test_snapshot_query_count_does_not_grow_with_jobs(submit, django_assert_max_
     assert len(snap.jobs) == 30
     running = next(j for j in snap.jobs if j.id == j0.pk)
     assert running.state == "running" and {(r.name, r.tasks) for r in running.roles} == {("w", 2), ("ps", 1)}
+
+
+def test_any_lookup_matches_in_with_one_array_parameter(submit):
+    """gpuplatform.bulk.AnyOf (`__any`), which the apply uses for its id lists: the same rows as `__in`, on a
+    primary key, a foreign key and a text column, nothing for an empty list, and on PostgreSQL ONE array
+    parameter whatever the list's length (not one placeholder per id)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    a, b, c = (submit(name, tasks=2, gpus=1) for name in ("a", "b", "c"))
+    ids = [a.pk, c.pk, 10**9]
+    assert set(Job.objects.filter(pk__any=ids).values_list("id", flat=True)) == {a.pk, c.pk}
+    assert set(Task.objects.filter(job_id__any=ids).values_list("id", flat=True)) == \
+        set(Task.objects.filter(job_id__in=ids).values_list("id", flat=True)) and Task.objects.filter(job_id__any=ids).count() == 4
+    assert set(Node.objects.filter(name__any=["n0", "n2", "nope"]).values_list("name", flat=True)) == {"n0", "n2"}
+    assert not Job.objects.filter(pk__any=[]).exists()
+    with CaptureQueriesContext(connection) as q:
+        list(Job.objects.filter(pk__any=list(range(5000))).values_list("id", flat=True))
+    if connection.vendor == "postgresql":
+        sql = q.captured_queries[0]["sql"]
+        assert "= ANY(" in sql and " IN (" not in sql  # one array parameter, not 5,000 placeholders

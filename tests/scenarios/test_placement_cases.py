@@ -230,17 +230,20 @@ def test_metrics_nomination_hold_not_allocated():
     assert m["allocation_rate"] == pytest.approx(12 / 16)
 
 
-def test_topology_nodes_without_domain_win_ties_against_a_rack():
-    """Variant: the rack (two 4-GPU nodes, named to sort first) and the domainless 8-GPU nodes have the same
-    free GPUs: small jobs go to the domainless nodes (fewest nodes first at equal fit), so the rack stays
-    whole: after 12 one-GPU jobs the rack is the only tier-1 domain with 8 free GPUs, and a hard tier-1 gang
-    of 2 x 4 GPUs starts there at once."""
+def test_topology_one_gpu_jobs_fill_the_tightest_node_across_domains():
+    """Variant: a rack of two 4-GPU nodes (named to sort first) and two domainless 8-GPU nodes (each a
+    tier-1 domain of its own) have the same free GPUs per domain. A one-GPU job takes the node with the
+    fewest free GPUs that holds it across the domains (issue 16: the node, not the domain's aggregate,
+    is the best fit), so the 12 one-GPU jobs fill a1, a2 and then one 8-GPU node, and a whole 8-GPU node
+    stays free: a hard tier-1 gang of 2 x 4 GPUs starts on it at once. (Before issue 16 the domains tied
+    on aggregate free GPUs and the jobs went to z1 and z2, leaving the rack whole for the gang.)"""
     world = (World().nodes(names=["a1", "a2"], gpus=4).nodes(names=["z1", "z2"], gpus=8)
              .domain(name="a-rack", tier=1, nodes=["a1", "a2"]).queue(name="q", quota={"H100": 24}))
     for i in range(12):
         world.job(name=f"s{i}", submit=0)
     world.job(name="gang", tasks=2, gpus_per_task=4, topology_mode="hard", highest_tier=1, submit=10)
     runner = ScenarioRunner(world).run(until=10, every=5)
-    assert all(t.node.startswith("z") for i in range(12) for t in runner.running[f"s{i}"].placement)
+    on = [t.node for i in range(12) for t in runner.running[f"s{i}"].placement]
+    assert sorted(on) == ["a1"] * 4 + ["a2"] * 4 + ["z1"] * 4
     assert runner.started["gang"] == 10
-    assert {t.node for t in runner.running["gang"].placement} == {"a1", "a2"}
+    assert {t.node for t in runner.running["gang"].placement} == {"z2"}

@@ -253,10 +253,8 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
     agent reports its process started; any other task (simulated nodes, trace jobs) is `running` at once.
     A job with every task running is running (started_at = clock), else admitted."""
     ids = sorted(b.job_id for b in bindings)  # locked in id order, as lifecycle.lock_jobs does
-    pending = set()
-    for i in range(0, len(ids), 1000):
-        pending.update(Job.objects.select_for_update(no_key=True).filter(pk__in=ids[i:i + 1000], state="pending")
-                       .order_by("pk").values_list("id", flat=True))
+    pending = set(Job.objects.select_for_update(no_key=True).filter(pk__any=ids, state="pending")
+                  .order_by("pk").values_list("id", flat=True))
     stale, jobs, tasks, allocations, events = [], [], [], [], []
     for b in bindings:
         if b.job_id not in pending:
@@ -370,8 +368,8 @@ def _excluded_node_events(bindings, bound: set, clock: datetime, cycle_number: i
     nothing else fits (JobInfo.avoid_nodes), and the job says so."""
     if not bound:
         return []
-    excluded = {jid: set(nodes or ()) for jid, nodes in Job.objects.filter(pk__in=list(bound))
-                .values_list("id", "excluded_nodes") if nodes}
+    excluded = {jid: set(nodes or ()) for jid, nodes in Job.objects.filter(pk__any=list(bound))
+                .exclude(excluded_nodes=[]).values_list("id", "excluded_nodes") if nodes}
     out = []
     for b in bindings:
         used = sorted(excluded.get(b.job_id, set()) & {p.node for p in b.tasks})
@@ -401,25 +399,25 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
     `clock`: cluster time of the cycle; `started_at`: wall time it began; `duration_ms`: wall time so far."""
     stats = ApplyStats()
     job_ids = [b.job_id for b in result.bindings]
-    node_names = {p.node for b in result.bindings for p in b.tasks}
+    node_names = sorted({p.node for b in result.bindings for p in b.tasks})
     with transaction.atomic():
         row = reserve_cycle(cycle_number, started_at=started_at or timezone.now(), clock=clock)
         cycle_number = stats.cycle_number = row.number
         tasks_by_role: dict[tuple, list[int]] = defaultdict(list)
         simulated: set[int] = set()  # jobs without a command: their tasks run at once wherever they land
-        for tid, jid, role, sim in (Task.objects.filter(job_id__in=job_ids, state="pending").order_by("role_id", "index")
+        for tid, jid, role, sim in (Task.objects.filter(job_id__any=job_ids, state="pending").order_by("role_id", "index")
                                     .values_list("id", "job_id", "role__name", "job__simulated")):
             tasks_by_role[(jid, role)].append(tid)
             if sim:
                 simulated.add(jid)
         gpu_ids: dict[str, dict] = {}
-        for gid, idx, nid, nname in (Gpu.objects.filter(node__name__in=node_names, node__state="ready", health="healthy")
+        for gid, idx, nid, nname in (Gpu.objects.filter(node__name__any=node_names, node__state="ready", health="healthy")
                                      .values_list("id", "index", "node_id", "node__name")):
             gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["gpus"][idx] = gid
-        for nid, nname, executor in (Node.objects.filter(name__in=node_names, state="ready")
+        for nid, nname, executor in (Node.objects.filter(name__any=node_names, state="ready")
                                      .values_list("id", "name", "executor")):
             gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["agent"] = executor in Node.PROCESS_EXECUTORS  # CPU-only too
-        for iid, uuid, idx, nname in (MigInstance.objects.filter(gpu__node__name__in=node_names)
+        for iid, uuid, idx, nname in (MigInstance.objects.filter(gpu__node__name__any=node_names)
                                       .values_list("id", "uuid", "gpu__index", "gpu__node__name")):
             if nname in gpu_ids:
                 gpu_ids[nname].setdefault("mig", {})[uuid] = (idx, iid)
@@ -472,9 +470,7 @@ def _update_pending(result: CycleResult) -> int:
     (pending_order). The API and the pages read these; nothing recomputes the order. A compare-and-set on
     the state: a job that left pending meanwhile is not touched. Returns the jobs updated."""
     order = pending_order(result)
-    queue_of: dict = {}
-    for i in range(0, len(order), 2000):
-        queue_of.update(Job.objects.filter(pk__in=order[i:i + 2000]).values_list("id", "queue_id"))
+    queue_of = dict(Job.objects.filter(pk__any=order).values_list("id", "queue_id"))
     per_queue: dict = defaultdict(int)
     rows = []
     for job_id in order:
