@@ -113,14 +113,17 @@ def test_agent_loop_runs_stops_and_reports(control_plane, tmp_path):
     url, cp = control_plane
     ex = ProcessExecutor(str(tmp_path / "agent"), supervisor_grace=0.3)
     t1 = assignment(1, "echo hi >> ran.txt; echo hi; exit 0", gpus=[{"index": 0, "uuid": "GPU-1"}])
-    t2 = assignment(2, "trap '' TERM; while :; do sleep 0.05; done", gpus=[{"index": 1, "uuid": "GPU-2"}])
-    t3 = assignment(3, "trap 'exit 5' TERM; while :; do sleep 0.05; done", gpus=[{"index": 2, "uuid": "GPU-3"}])
+    # each shell says when its trap is set ("started" is reported at spawn: under load a TERM could come first)
+    t2 = assignment(2, "trap '' TERM; touch trapped; while :; do sleep 0.05; done", gpus=[{"index": 1, "uuid": "GPU-2"}])
+    t3 = assignment(3, "trap 'exit 5' TERM; touch trapped; while :; do sleep 0.05; done",
+                    gpus=[{"index": 2, "uuid": "GPU-3"}])
     cp.tasks = [t1, t2, t3]
     phase = {"b_at": None}
-    limit = time.monotonic() + 8
+    limit = time.monotonic() + 20  # only reached on failure
 
     def should_stop():
-        if phase["b_at"] is None and cp.event(2, "started") and cp.event(3, "started"):
+        if phase["b_at"] is None and cp.event(2, "started") and cp.event(3, "started") and all(
+                (Path(ex.task_dir((t, 0))) / "trapped").exists() for t in (2, 3)):
             # phase B: stop task 2 with a deadline 0.4 s after server_time; task 3 disappears (grace 0.5 s);
             # task 1 (ended) is still listed as "run": it must not run again
             with cp.lock:

