@@ -216,3 +216,13 @@ def test_properties_over_cycles(reqs, limit, rounds, fgd_whole):
         fractional = sum(t.gpu_milli for j in alljobs for t in j.placement if t.gpu_milli) / FULL
         assert fractional <= limit + 1e-9  # fractions never take the queue over its H200 limit
         s = replace(s, jobs=tuple(alljobs) + tuple(j for j in s.jobs if j.state == "pending" and j.id not in {b.job_id for b in r.bindings}))
+
+
+def test_a_fraction_counts_in_the_rates_of_the_cycle_that_places_it():
+    """Section-6 rates with sharing: the auto GPU a fraction lands on is allocated and no longer free (not
+    whole) in the same cycle's metrics, not one cycle later."""
+    node = NodeInfo(name="a", flavor="T4", gpus=4, gpu_modes=("auto",) * 4)
+    r = run_cycle(snap([node], [job("frac", milli=500)]))
+    assert bound(r)["frac"].tasks[0].gpu_milli == 500
+    assert (r.metrics["allocated_gpus"], r.metrics["free_gpus"]) == (1, 3)
+    assert r.metrics["allocation_rate"] == 0.25
