@@ -121,6 +121,9 @@ def test_mig_quota_and_fraction_quota_hold_jobs(api, mixed):
     ({"gpu_fraction": 0.5, "mig_profile": "1g.18gb"}, "roles[0].mig_profile"),
     ({"gpu_fraction": 0.5, "gpu_memory_mib": 1000}, "roles[0].gpu_memory_mib"),
     ({"gpu_fraction": 1.5}, "roles[0].gpu_fraction"),
+    ({"gpu_fraction": 0}, "roles[0].gpu_fraction"),  # 0 is no share, never "a whole GPU"
+    ({"gpu_fraction": 0.0, "gpus_per_task": 2}, "roles[0].gpu_fraction"),
+    ({"gpu_fraction": False}, "roles[0].gpu_fraction"),
     ({"gpu_fraction": 0.5, "gpus_per_task": 2}, "roles[0].gpus_per_task"),
     ({"gpus_per_task": 1.5}, "roles[0].gpus_per_task"),
     ({"mig_count": 2}, "roles[0].mig_count"),
@@ -202,6 +205,41 @@ def test_assignments_give_mig_uuid_and_fraction_environment(api):
     assert mem["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20000M"
     assert tasks["whole"]["CUDA_VISIBLE_DEVICES"] in {f"GPU-{i}" for i in (4, 5, 6, 7)}
     assert "GPUPLATFORM_GPU_FRACTION" not in tasks["whole"]
+
+
+def test_agent_runs_a_gang_of_fractions_on_one_gpu_together(api, tmp_path):
+    """The assignments of a 2 x 0.5 gang packed on one shared GPU, run by a real executor: both tasks start
+    at once and meet (each waits for the other's file), as a rendezvous does; a third share waits."""
+    import time
+
+    from gpuplatform.agent.executor import ProcessExecutor
+    from gpuplatform.execution.assignments import node_assignments
+    from gpuplatform.models import Node
+    from gpuplatform.scheduling import store
+    from tests.agent.proc_helpers import wait_ended
+
+    meet = ("touch $GPUPLATFORM_TASK_INDEX.here; o=$((1 - GPUPLATFORM_TASK_INDEX)); "
+            "while [ ! -e $o.here ]; do sleep 0.02; done; echo met")
+    r = api.post("/api/v1/jobs/", {"name": "rdv", "queue": "q", "command": ["sh", "-c", meet], "working_dir": str(tmp_path),
+                                   "roles": [{"tasks": 2, "gpu_fraction": 0.5}]}, format="json")
+    assert r.status_code == 201, r.content
+    store.run_cycle_once(clock=CLOCK)
+    tasks = node_assignments(Node.objects.get(name="mixed"), CLOCK)["tasks"]
+    assert len(tasks) == 2 and tasks[0]["gpus"][0]["uuid"] == tasks[1]["gpus"][0]["uuid"]  # packed on one GPU
+    assert tasks[0]["gpus"][0] | {"uuid": "", "index": 0} == {"uuid": "", "index": 0, "share_milli": 500,
+                                                              "share_memory_mib": H200_MIB // 2, "memory_mib": H200_MIB}
+    ex = ProcessExecutor(str(tmp_path / "agent"), supervisor_grace=0.3)
+    try:
+        assert [ex.start(t) for t in tasks] == ["started", "started"]
+        third = {**tasks[0], "task": tasks[0]["task"] + 1000,
+                 "gpus": [{**tasks[0]["gpus"][0], "share_milli": 100}]}
+        assert ex.start(third) == "waiting"
+        ended = wait_ended(ex, [(t["task"], t["attempt"]) for t in tasks])
+        assert [e["exit_code"] for e in ended.values()] == [0, 0]
+    finally:
+        for key in ex.live_keys():
+            ex.stop(key, time.monotonic())
+        ex.poll()
 
 
 def test_mig_resource_quota_is_checked_against_the_instances(mixed):
