@@ -242,6 +242,47 @@ def test_agent_runs_a_gang_of_fractions_on_one_gpu_together(api, tmp_path):
         ex.poll()
 
 
+def test_node_sharing_action_is_audited_all_or_none_and_shown(api, mixed, django_user_model):
+    from rest_framework.test import APIClient
+
+    from gpuplatform.models import Event, Gpu
+    from gpuplatform.services import issue_api_token
+
+    r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "auto", "gpus": [4, 5]}, format="json")
+    assert r.status_code == 200, r.content
+    modes = {g["index"]: g["sharing"] for g in r.json()["gpus"]}
+    assert modes == {0: "shared", 1: "shared", 2: "mig", 3: "mig", 4: "auto", 5: "auto", 6: "exclusive", 7: "exclusive"}
+    assert {g["memory_mib"] for g in r.json()["gpus"]} == {H200_MIB}
+    assert Event.objects.filter(kind="gpu_sharing", actor__username="ops").count() == 2
+    r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "shared", "gpus": [6, 2]}, format="json")
+    assert r.status_code == 400 and "sharing" in r.json()  # GPU 2 is in MIG mode: GPU 6 is left as it was
+    assert Gpu.objects.get(node__name="mixed", index=6).sharing == "exclusive"
+    r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "shared", "gpus": [9]}, format="json")
+    assert r.status_code == 400 and "gpus" in r.json()
+    r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "mig"}, format="json")
+    assert r.status_code == 400 and "sharing" in r.json()
+    r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "exclusive"}, format="json")  # every non-MIG GPU
+    assert r.status_code == 200 and {g["sharing"] for g in r.json()["gpus"]} == {"exclusive", "mig"}
+    member = django_user_model.objects.create_user("m", password="pw")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(member)[0]}")
+    assert client.post("/api/v1/nodes/mixed/sharing/", {"sharing": "shared"}, format="json").status_code == 403
+
+
+def test_fraction_job_reports_gpu_equivalents_in_api_and_event(api):
+    from gpuplatform.models import Event
+    from gpuplatform.scheduling import store
+
+    job = submit(api, "halves", {"tasks": 3, "gpu_fraction": 0.5}).json()
+    assert (job["gpus"], job["gpu_request"]) == (1.5, "3x0.5")
+    mem = submit(api, "mem", {"gpu_memory_mib": 20_000}).json()
+    assert (mem["gpus"], mem["gpu_request"]) == (0, "1x20000MiB")  # its share is known once bound
+    store.run_cycle_once(clock=CLOCK)
+    assert api.get(f"/api/v1/jobs/{mem['id']}/").json()["gpus"] == -(-20_000 * 1000 // H200_MIB) / 1000
+    message = Event.objects.get(kind="admitted", job_id=job["id"]).message
+    assert message.endswith("1.5 GPU-equivalents (3 shares of 0.5 GPU)"), message
+
+
 def test_mig_resource_quota_is_checked_against_the_instances(mixed):
     from gpuplatform import services
 
