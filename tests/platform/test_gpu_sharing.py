@@ -283,6 +283,16 @@ def test_fraction_job_reports_gpu_equivalents_in_api_and_event(api):
     assert message.endswith("1.5 GPU-equivalents (3 shares of 0.5 GPU)"), message
 
 
+def test_fraction_gang_above_the_queue_limit_never_fits(api):
+    from gpuplatform.models import Job
+    from gpuplatform.scheduling import store
+
+    job = submit(api, "big", {"tasks": 13, "gpu_fraction": 0.5}).json()  # 6.5 GPU-equivalents, limit 6
+    store.run_cycle_once(clock=CLOCK)
+    row = Job.objects.get(pk=job["id"])
+    assert row.never_fits and row.pending_reason == "needs 6.5 H200 GPU-equivalents, above queue q limit of 6"
+
+
 def test_mig_resource_quota_is_checked_against_the_instances(mixed):
     from gpuplatform import services
 

@@ -73,7 +73,7 @@ class NodeGpuSharingSerializer(Serializer):
 
     sharing = serializers.ChoiceField(choices=["exclusive", "shared", "auto"])
     gpus = serializers.ListField(child=count_field(min_value=0, max_value=32767), required=False, default=list,
-                                 max_length=1024)
+                                 max_length=128)
 
 
 class NodeValidateSerializer(Serializer):
