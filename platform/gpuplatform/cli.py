@@ -12,6 +12,8 @@
     gpuctl logs 42 [--task 17 | --task worker-1] [--attempt 0] [--follow]
     gpuctl cancel 42 [--reason "wrong data"]
     gpuctl set-quota alpha H100 --guarantee 8 --quota 32 [--limit 64 | --no-limit]
+    gpuctl submit --queue alpha --name small --tasks 2 --gpus 0.5 -- python3 serve.py   # half of one shared GPU each
+    gpuctl set-sharing node-01 shared [--gpus 3,4]   # exclusive | shared | auto (platform admins)
 
 What a job runs (docs/execution.md): `--command` is one line split like a shell would (shlex), or the argv
 is everything after `--`; `--env NAME=VALUE` may be repeated; `--time-limit` is in seconds. With `--file`,
@@ -95,7 +97,11 @@ def _job_line(j: dict) -> list:
         return [j["id"], j["name"], j["team"], j["queue"], j["state"], j["gpus"], prio, where[:60]]
     place = f"#{j['position']} " if j.get("position") is not None else ""
     where = ",".join(j.get("nodes") or []) or (f"{place}{j['pending_reason']}" if j["state"] == "pending" else "")
-    return [j["id"], j["name"], j["team"], j["queue"], j["state"], j["gpus"], j["priority"], where[:60]]
+    gpus = j["gpus"]
+    req = j.get("gpu_request") or ""
+    if req and req != str(gpus):  # a share, memory or MIG request: the GPU-equivalents and what was asked
+        gpus = f"{gpus} ({req})"
+    return [j["id"], j["name"], j["team"], j["queue"], j["state"], gpus, j["priority"], where[:60]]
 
 
 JOB_HEADER = ["ID", "NAME", "TEAM", "QUEUE", "STATE", "GPUS", "PRIO", "NODES / POSITION REASON"]
@@ -207,7 +213,11 @@ def submit_body(a) -> dict:
         raise UsageError("--queue and --name are required (or --file)")
     if "command" not in run:
         raise UsageError('a job needs a command: --command "python3 train.py" or -- python3 train.py')
-    role = {"name": a.role, "tasks": a.tasks, "gpus_per_task": a.gpus, "flavor": a.flavor or ""}
+    role = {"name": a.role, "tasks": a.tasks, "flavor": a.flavor or ""}
+    if isinstance(a.gpus, float):  # a fraction of one GPU (0 < x < 1, see _gpus_arg)
+        role["gpu_fraction"] = a.gpus
+    else:
+        role["gpus_per_task"] = a.gpus
     if a.min_available is not None:
         role["min_available"] = a.min_available
     if a.cpu_milli:
@@ -320,6 +330,16 @@ def cmd_set_quota(client: Client, a) -> object:
     return client.request("PATCH", url, body, headers={"If-Match": etag})[0]
 
 
+def cmd_set_sharing(client: Client, a) -> object:
+    body = {"sharing": a.mode}
+    if a.gpus:
+        try:
+            body["gpus"] = [int(g) for g in a.gpus.split(",") if g.strip()]
+        except ValueError:
+            raise UsageError(f"--gpus must be GPU indexes separated by commas, e.g. 3,4 (got {a.gpus!r})") from None
+    return client.request("POST", f"/api/v1/nodes/{urllib.parse.quote(a.node, safe='')}/sharing/", body)[0]
+
+
 def _print(result, a, command: str) -> None:
     if command == "logs":
         return  # printed as it arrived
@@ -331,9 +351,24 @@ def _print(result, a, command: str) -> None:
             print(f"... {result['count']} jobs in all; use --limit")
     elif command in ("submit", "get", "cancel"):
         print(_table([_job_line(result)], JOB_HEADER))
+    elif command == "set-sharing":
+        print(f"{result['name']}: " + ", ".join(f"GPU {g['index']} {g['sharing']}" for g in result["gpus"]))
     elif command == "set-quota":
         print(f"{result['queue']}/{result['flavor']}: guarantee {result['guarantee']}, quota {result['quota']}, "
               f"limit {'none' if result['limit'] is None else result['limit']}")
+
+
+def _gpus_arg(text: str) -> int | float:
+    """--gpus: a whole number of GPUs (int), or a fraction of one GPU strictly between 0 and 1 (float)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GPUs (e.g. 2, or 0.5 of one GPU)") from None
+    if value.is_integer() and value >= 0:
+        return int(value)
+    if 0 < value < 1:
+        return value
+    raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of GPUs, or a fraction between 0 and 1 (exclusive)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -351,7 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--team", help="team slug (default: the queue's)")
     s.add_argument("--role", default="worker")
     s.add_argument("--tasks", type=int, default=1)
-    s.add_argument("--gpus", type=int, default=1, help="GPUs per task")
+    s.add_argument("--gpus", type=_gpus_arg, default=1,
+                   help="GPUs per task: a whole number, or a fraction of one shared GPU such as 0.5")
     s.add_argument("--cpu-milli", type=int, default=0)
     s.add_argument("--min-available", type=int)
     s.add_argument("--flavor", help="GPU model(s), e.g. H100 or 'H100|A100'")
@@ -402,11 +438,16 @@ def build_parser() -> argparse.ArgumentParser:
     limit = s.add_mutually_exclusive_group()
     limit.add_argument("--limit", type=int)
     limit.add_argument("--no-limit", action="store_true", help="no cap of its own (the parent's)")
+
+    s = sub.add_parser("set-sharing", help="set a node's GPUs to exclusive, shared (fractions) or auto (platform admins)")
+    s.add_argument("node")
+    s.add_argument("mode", choices=["exclusive", "shared", "auto"])
+    s.add_argument("--gpus", help="GPU indexes, e.g. 3,4 (default: every GPU of the node not in MIG mode)")
     return p
 
 
 COMMANDS = {"submit": cmd_submit, "list": cmd_list, "get": cmd_get, "logs": cmd_logs, "cancel": cmd_cancel,
-            "set-quota": cmd_set_quota}
+            "set-quota": cmd_set_quota, "set-sharing": cmd_set_sharing}
 
 
 def main(argv: list[str] | None = None) -> int:

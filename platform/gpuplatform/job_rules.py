@@ -149,7 +149,9 @@ def _check_sharing(raw: dict, role: dict, f: str, errors: dict) -> None:
     if isinstance(gpt, float) and not isinstance(gpt, bool) and 0 < gpt < 1 and fraction is None:
         fraction, gpt = gpt, None  # "gpus_per_task: 0.5" is a fraction of one GPU
     memory, profile, count = raw.get("gpu_memory_mib"), raw.get("mig_profile") or "", raw.get("mig_count")
-    kinds = [k for k, v in (("gpu_fraction", fraction), ("gpu_memory_mib", memory), ("mig_profile", profile)) if v not in (None, "", 0)]
+    # a gpu_fraction given at all is a fraction request (0 is refused below, never read as "whole GPUs")
+    kinds = [k for k, v in (("gpu_fraction", fraction), ("gpu_memory_mib", memory), ("mig_profile", profile))
+             if (v not in (None, "") if k == "gpu_fraction" else v not in (None, "", 0))]
     role.update(gpu_milli=0, gpu_memory_mib=0, mig_profile="")
     if len(kinds) > 1:
         errors[f + kinds[1]] = (f"a role asks for one kind of GPU: {kinds[0]} or {kinds[1]}, not both "
@@ -163,13 +165,14 @@ def _check_sharing(raw: dict, role: dict, f: str, errors: dict) -> None:
             errors[f + "gpus_per_task"] = ("gpus_per_task must be a whole number of GPUs, or a fraction of one GPU "
                                            "between 0 and 1 (exclusive)")
         return
+    if kinds[0] == "gpu_fraction" and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+                                       or not 0 < fraction < 1):
+        errors[f + "gpu_fraction"] = "gpu_fraction must be a number between 0 and 1 (exclusive), e.g. 0.5"
+        return
     if gpt not in (None, 1) and kinds[0] != "mig_profile":
         errors[f + "gpus_per_task"] = f"a task with {kinds[0]} takes a share of one GPU: omit gpus_per_task or set it to 1"
         return
     if kinds[0] == "gpu_fraction":
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
-            errors[f + "gpu_fraction"] = "gpu_fraction must be a number between 0 and 1 (exclusive), e.g. 0.5"
-            return
         milli = round(fraction * 1000)
         if not 1 <= milli <= 999:
             errors[f + "gpu_fraction"] = "gpu_fraction must be at least 0.001 and at most 0.999"

@@ -475,6 +475,9 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
     and the job waits whole. The snapshot is not mutated."""
     usage = Usage(snapshot)
     routed = fgd_whole_jobs(snapshot, config)
+    limits = QueueTree(snapshot)  # static limits only: a sharing gang above a limit on its chain never starts
+    never = {j.id: r for j in snapshot.jobs if j.state == "pending" and job_shares(j) and limits.known(j.queue)
+             for r in (limit_never_fits(j, limits, snapshot.nodes),) if r is not None}
     flavor_of = _flavor_of(snapshot)
     taken_whole: dict[str, set[int]] = defaultdict(set)
     for n in snapshot.nodes:
@@ -489,10 +492,12 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
     whole_needs = {r.gpus_per_task for j in snapshot.jobs if j.state == "pending" and j.id not in routed
                    for r in j.roles if r.gpus_per_task and not r.shares}
     placer = Placer(snapshot, usage, taken_whole, workload_mix(snapshot.jobs), whole_needs, all_nodes=bool(routed))
-    walked = {j.id for j in snapshot.jobs if j.state == "pending" and j.id not in routed and job_shares(j)
-              and whole_part(j) is None and not _held_shares(j)}
+    walked = {j.id for j in snapshot.jobs if j.state == "pending" and j.id not in routed and j.id not in never
+              and job_shares(j) and whole_part(j) is None and not _held_shares(j)}
     walk = _Walk(snapshot, placer, flavor_of)
-    result = whole_engine(whole_view(snapshot, usage, routed, walked), config, cache=cache, share_hook=walk.hook)
+    result = whole_engine(whole_view(snapshot, usage, routed | set(never), walked), config, cache=cache,
+                          share_hook=walk.hook)
+    result.pending.update(never)  # left out of the engine's view and of every pass below
     walk.sync()  # the engine's bindings, growths and holds on the placer's ledger
 
     # quotas: whole usage from the engine's view, plus this cycle's bindings and the running fractions
@@ -512,7 +517,7 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
     engine_bound = {b.job_id: b for b in result.bindings}
     mixed_started = [jobs_by_id[i] for i in engine_bound if job_shares(jobs_by_id[i]) and i not in walked
                      and i not in walk.completed]  # bound on its held GPUs (allocate._bind_exactly): shares now
-    by_priority = sorted((j for j in snapshot.jobs if j.state == "pending"
+    by_priority = sorted((j for j in snapshot.jobs if j.state == "pending" and j.id not in never
                           and (j.id in routed or (job_shares(j) and whole_part(j) is None))),
                          key=lambda j: (-j.priority, j.submit_time, str(j.id)))
     evictor = _Evictor(snapshot, config, placer, queues, flavor_of, result)
@@ -1057,12 +1062,85 @@ def _place_job(placer: Placer, job: JobInfo, skip=()) -> tuple[list[TaskPlacemen
                     what = (f"{role.gpus_per_task} free MIG instance(s) {role.mig_profile} on one node"
                             if role.mig_profile else f"a GPU share of {_ask(role)}" if role.shares
                             else f"{role.gpus_per_task} wholly free GPU(s)")
-                    return None, PendingReason("no_share", f"role {role.name}: no node has {what}")
+                    if index == 0:
+                        text = f"role {role.name}: no node has {what}"
+                    else:  # some fit, the gang needs more: say how many
+                        kind = (f"tasks of {role.gpus_per_task} MIG instance(s) {role.mig_profile}" if role.mig_profile
+                                else f"GPU shares of {_ask(role)}" if role.shares
+                                else f"tasks of {role.gpus_per_task} wholly free GPU(s)")
+                        text = (f"role {role.name}: needs {role.effective_min} {kind} at once, "
+                                f"only {index} fit now")
+                    return None, PendingReason("no_share", text)
                 break
             t = replace(t, index=index)
             placer.commit(t, role)
             placed.append(t)
     return placed, None
+
+
+def limit_never_fits(job: JobInfo, queues: QueueTree, nodes) -> PendingReason | None:
+    """The terminal reason of a sharing job whose minimum gang (min_available tasks of every role) charges more
+    than a queue limit on its chain can ever allow, whatever flavors its roles land on: fractions as
+    GPU-equivalents (thousandths / 1000; a memory request at its smallest share, on the flavor's largest GPU),
+    MIG instances per "<flavor>/mig-<profile>", whole GPUs as GPUs. Flavors considered per role: those of
+    nodes that could hold it (a GPU in mode shared / auto for fractions, an instance of the profile for MIG).
+    None when some placement stays within every limit, or when a role has no such flavor (another reason)."""
+    memory: dict[str, int] = {}  # flavor -> its largest GPU memory among nodes with shared / auto GPUs
+    profiles: dict[str, set[str]] = defaultdict(set)
+    whole: set[str] = set()
+    for n in nodes:
+        if any(gpu_mode(n, g) in ("shared", "auto") for g in range(n.gpus)):
+            memory[n.flavor] = max(memory.get(n.flavor, 0), n.gpu_memory_mib)
+        profiles[n.flavor].update(m.profile for m in n.mig)
+        whole.add(n.flavor)
+    options: list[list[tuple[str, float]]] = []  # per role: (charge key, minimum charge)
+    for r in job.roles:
+        if not r.effective_min:
+            continue
+        if r.mig_profile:
+            opts = [(mig_resource(f, r.mig_profile), float(r.effective_min * r.gpus_per_task))
+                    for f in sorted(profiles) if r.mig_profile in profiles[f]]
+        elif r.shares:
+            opts = [(f, r.effective_min * task_milli(r, mem) / FULL) for f, mem in sorted(memory.items())
+                    if task_milli(r, mem)]
+        elif r.gpus_per_task:
+            opts = [(f, float(r.effective_min * r.gpus_per_task)) for f in sorted(whole)]
+        else:
+            continue
+        opts = [o for o in opts if not r.flavors or o[0].split("/mig-")[0] in r.flavors]
+        if not opts:
+            return None
+        options.append(opts)
+    plans = 1
+    for opts in options:
+        plans *= len(opts)
+    if not options or plans > 256:
+        return None
+    worst = None
+
+    def over(i: int, need: dict[str, float]):
+        nonlocal worst
+        if i == len(options):
+            for key, amount in sorted(need.items()):
+                limit, who = queues.static_limit(job.queue, key)
+                if amount > limit + 1e-9:
+                    worst = worst or (key, amount, limit, who)
+                    return True
+            return False
+        for key, amount in options[i]:
+            need[key] = need.get(key, 0.0) + amount
+            fits = not over(i + 1, need)
+            need[key] -= amount
+            if fits:
+                return False
+        return True
+
+    if not over(0, {}):
+        return None
+    key, amount, limit, who = worst
+    unit = "MIG instances" if "/mig-" in key else "GPU-equivalents" if job_shares(job) else "GPUs"
+    return PendingReason("never_fits_queue_limit", f"needs {amount:g} {key} {unit}, above queue {who} limit of "
+                         f"{limit:g}", terminal=True)
 
 
 def _ask(role: RoleInfo) -> str:

@@ -277,6 +277,35 @@ def test_waits_for_gpus_of_a_task_being_stopped(ex):
     assert wait_ended(ex, [(18, 0)])[(18, 0)]["exit_code"] == 0
 
 
+def half(uuid: str = "GPU-h", milli: int = 500, memory: int = 0, total: int = 1000) -> list[dict]:
+    return [{"index": 0, "uuid": uuid, "share_milli": milli, "share_memory_mib": memory, "memory_mib": total}]
+
+
+def test_fractions_of_one_gpu_run_together_within_its_share_and_memory(ex):
+    # two 0.5 tasks of one gang on one GPU: each waits for the other's file, so both must run at once
+    meet = "touch here.$GPUPLATFORM_TASK_INDEX; while [ ! -e ../{other}/here.{oi} ]; do sleep 0.02; done; echo met"
+    a = assignment(30, meet.format(other="31-0", oi=1), env={"GPUPLATFORM_TASK_INDEX": "0"}, gpus=half())
+    b = assignment(31, meet.format(other="30-0", oi=0), env={"GPUPLATFORM_TASK_INDEX": "1"}, gpus=half())
+    assert (ex.start(a), ex.start(b)) == ("started", "started")
+    assert ex.start(assignment(32, "echo third", gpus=half(milli=100))) == "waiting"  # 1.1 GPU: over
+    assert ex.start(assignment(33, "echo whole", gpus=[{"index": 0, "uuid": "GPU-h"}])) == "waiting"
+    ended = wait_ended(ex, [(30, 0), (31, 0)])
+    assert ended[(30, 0)]["exit_code"] == ended[(31, 0)]["exit_code"] == 0
+    assert "met" in log_of(ex, (30, 0)) and "met" in log_of(ex, (31, 0))
+
+
+def test_fraction_waits_when_memory_is_full_or_the_gpu_is_held_whole(ex):
+    loop = "echo r > r.txt; while :; do sleep 0.05; done"
+    assert ex.start(assignment(34, loop, gpus=half(milli=300, memory=700))) == "started"
+    assert ex.start(assignment(35, "echo m", gpus=half(milli=300, memory=400))) == "waiting"  # 1100 MiB > 1000
+    assert ex.start(assignment(36, "echo m", gpus=half(milli=300, memory=300))) == "started"
+    assert ex.start(assignment(37, loop, gpus=[{"index": 0, "uuid": "GPU-w"}])) == "started"
+    assert ex.start(assignment(38, "echo f", gpus=half(uuid="GPU-w"))) == "waiting"  # held whole
+    # a leftover fraction of an earlier attempt (no share fields: an old meta.json) counts as whole
+    ex._meta[(34, 0)]["gpus"] = [{"index": 0, "uuid": "GPU-h"}]
+    assert ex.start(assignment(39, "echo f", gpus=half(milli=100, memory=0))) == "waiting"
+
+
 def test_image_without_runtime_ends_with_125(ex):
     assert ex.start(assignment(20, "echo hi", image="nvcr.io/nvidia/pytorch:25.01-py3")) == "ended"
     assert "no container runtime" in log_of(ex, (20, 0))

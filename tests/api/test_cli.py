@@ -113,6 +113,27 @@ def test_set_quota_creates_then_updates(gpuctl):
     assert code == 1 and "HTTP 403" in err
 
 
+def test_set_sharing_then_submit_a_fraction_and_see_gpu_equivalents(gpuctl):
+    from gpuplatform.models import Event, Gpu, Node
+
+    node = Node.objects.order_by("name").first()
+    code, _, err = gpuctl("member", "set-sharing", node.name, "shared", "--gpus", "0,1")
+    assert code == 1 and "HTTP 403" in err
+    code, out, _ = gpuctl("staff", "set-sharing", node.name, "shared", "--gpus", "0,1")
+    assert code == 0 and f"{node.name}: GPU 0 shared, GPU 1 shared, GPU 2 exclusive" in out
+    assert list(Gpu.objects.filter(node=node, sharing="shared").values_list("index", flat=True).order_by("index")) == [0, 1]
+    assert Event.objects.filter(kind="gpu_sharing", node=node, actor__username="admin").count() == 2
+    code, out, _ = gpuctl("member", "--json", "submit", "--queue", "alpha", "--name", "halves", "--tasks", "3",
+                          "--gpus", "0.5", "--command", "python3 serve.py")
+    assert code == 0, out
+    job = json.loads(out)
+    assert (job["gpus"], job["gpu_request"], job["roles"][0]["gpu_milli"]) == (1.5, "3x0.5", 500)
+    code, out, _ = gpuctl("member", "list")
+    assert code == 0 and "1.5 (3x0.5)" in out
+    code, _, err = gpuctl("member", "submit", "--queue", "alpha", "--name", "x", "--gpus", "1.5", "--command", "true")
+    assert code == 2 and "fraction between 0 and 1" in err
+
+
 def test_unreachable_api_exits_2(capsys):
     from gpuplatform.cli import main
 

@@ -117,7 +117,9 @@ def test_quota_counts_fractions_as_gpu_equivalents_and_mig_as_its_own_resource()
     b = bound(r)
     assert {"f1", "f2", "m2"} <= set(b) and "f3" not in b and "m" not in b
     assert r.pending["f3"].code == "quota" and "H200" in r.pending["f3"].message
-    assert r.pending["m"].code == "quota" and "mig-1g.18gb" in r.pending["m"].message
+    # 3 instances above a limit of 2: it can never run in this queue (terminal), like a whole-GPU job
+    assert r.pending["m"].code == "never_fits_queue_limit" and r.pending["m"].terminal
+    assert "needs 3 H200/mig-1g.18gb MIG instances, above queue q limit of 2" in r.pending["m"].message
 
 
 def test_gang_of_fractions_is_all_or_nothing():

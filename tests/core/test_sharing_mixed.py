@@ -68,7 +68,9 @@ def test_withdrawn_whole_gpus_of_a_mixed_job_serve_fractions_on_auto_gpus():
 def test_mixed_job_quota_counts_whole_gpus_and_fractions_together():
     quotas = {"H200": QuotaInfo(0, 3, 3)}
     r = run_cycle(snap([mixed_node()], [mixed("m", whole_gpus=2, share_tasks=3, milli=400)], quotas))
-    assert "m" not in bound(r) and r.pending["m"].code == "quota"  # 2 + 1.2 > 3
+    # 2 + 1.2 > 3 whatever the cluster holds: terminal, as for a whole-GPU job above its limit
+    assert "m" not in bound(r) and r.pending["m"].code == "never_fits_queue_limit" and r.pending["m"].terminal
+    assert "3.2" in r.pending["m"].message
     r = run_cycle(snap([mixed_node()], [mixed("m", whole_gpus=2, share_tasks=2, milli=400), job("f", milli=300, submit=1)],
                        quotas))
     b = bound(r)

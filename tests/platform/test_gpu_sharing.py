@@ -121,6 +121,9 @@ def test_mig_quota_and_fraction_quota_hold_jobs(api, mixed):
     ({"gpu_fraction": 0.5, "mig_profile": "1g.18gb"}, "roles[0].mig_profile"),
     ({"gpu_fraction": 0.5, "gpu_memory_mib": 1000}, "roles[0].gpu_memory_mib"),
     ({"gpu_fraction": 1.5}, "roles[0].gpu_fraction"),
+    ({"gpu_fraction": 0}, "roles[0].gpu_fraction"),  # 0 is no share, never "a whole GPU"
+    ({"gpu_fraction": 0.0, "gpus_per_task": 2}, "roles[0].gpu_fraction"),
+    ({"gpu_fraction": False}, "roles[0].gpu_fraction"),
     ({"gpu_fraction": 0.5, "gpus_per_task": 2}, "roles[0].gpus_per_task"),
     ({"gpus_per_task": 1.5}, "roles[0].gpus_per_task"),
     ({"mig_count": 2}, "roles[0].mig_count"),
@@ -260,6 +263,92 @@ def test_assignments_give_mig_uuid_and_fraction_environment(api):
     assert mem["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20000M"
     assert tasks["whole"]["CUDA_VISIBLE_DEVICES"] in {f"GPU-{i}" for i in (4, 5, 6, 7)}
     assert "GPUPLATFORM_GPU_FRACTION" not in tasks["whole"]
+
+
+def test_agent_runs_a_gang_of_fractions_on_one_gpu_together(api, tmp_path):
+    """The assignments of a 2 x 0.5 gang packed on one shared GPU, run by a real executor: both tasks start
+    at once and meet (each waits for the other's file), as a rendezvous does; a third share waits."""
+    import time
+
+    from gpuplatform.agent.executor import ProcessExecutor
+    from gpuplatform.execution.assignments import node_assignments
+    from gpuplatform.models import Node
+    from gpuplatform.scheduling import store
+    from tests.agent.proc_helpers import wait_ended
+
+    meet = ("touch $GPUPLATFORM_TASK_INDEX.here; o=$((1 - GPUPLATFORM_TASK_INDEX)); "
+            "while [ ! -e $o.here ]; do sleep 0.02; done; echo met")
+    r = api.post("/api/v1/jobs/", {"name": "rdv", "queue": "q", "command": ["sh", "-c", meet], "working_dir": str(tmp_path),
+                                   "roles": [{"tasks": 2, "gpu_fraction": 0.5}]}, format="json")
+    assert r.status_code == 201, r.content
+    store.run_cycle_once(clock=CLOCK)
+    tasks = node_assignments(Node.objects.get(name="mixed"), CLOCK)["tasks"]
+    assert len(tasks) == 2 and tasks[0]["gpus"][0]["uuid"] == tasks[1]["gpus"][0]["uuid"]  # packed on one GPU
+    assert tasks[0]["gpus"][0] | {"uuid": "", "index": 0} == {"uuid": "", "index": 0, "share_milli": 500,
+                                                              "share_memory_mib": H200_MIB // 2, "memory_mib": H200_MIB}
+    ex = ProcessExecutor(str(tmp_path / "agent"), supervisor_grace=0.3)
+    try:
+        assert [ex.start(t) for t in tasks] == ["started", "started"]
+        third = {**tasks[0], "task": tasks[0]["task"] + 1000,
+                 "gpus": [{**tasks[0]["gpus"][0], "share_milli": 100}]}
+        assert ex.start(third) == "waiting"
+        ended = wait_ended(ex, [(t["task"], t["attempt"]) for t in tasks])
+        assert [e["exit_code"] for e in ended.values()] == [0, 0]
+    finally:
+        for key in ex.live_keys():
+            ex.stop(key, time.monotonic())
+        ex.poll()
+
+
+def test_node_sharing_action_is_audited_all_or_none_and_shown(api, mixed, django_user_model):
+    from rest_framework.test import APIClient
+
+    from gpuplatform.models import Event, Gpu
+    from gpuplatform.services import issue_api_token
+
+    r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "auto", "gpus": [4, 5]}, format="json")
+    assert r.status_code == 200, r.content
+    modes = {g["index"]: g["sharing"] for g in r.json()["gpus"]}
+    assert modes == {0: "shared", 1: "shared", 2: "mig", 3: "mig", 4: "auto", 5: "auto", 6: "exclusive", 7: "exclusive"}
+    assert {g["memory_mib"] for g in r.json()["gpus"]} == {H200_MIB}
+    assert Event.objects.filter(kind="gpu_sharing", actor__username="ops").count() == 2
+    r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "shared", "gpus": [6, 2]}, format="json")
+    assert r.status_code == 400 and "sharing" in r.json()  # GPU 2 is in MIG mode: GPU 6 is left as it was
+    assert Gpu.objects.get(node__name="mixed", index=6).sharing == "exclusive"
+    r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "shared", "gpus": [9]}, format="json")
+    assert r.status_code == 400 and "gpus" in r.json()
+    r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "mig"}, format="json")
+    assert r.status_code == 400 and "sharing" in r.json()
+    r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "exclusive"}, format="json")  # every non-MIG GPU
+    assert r.status_code == 200 and {g["sharing"] for g in r.json()["gpus"]} == {"exclusive", "mig"}
+    member = django_user_model.objects.create_user("m", password="pw")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(member)[0]}")
+    assert client.post("/api/v1/nodes/mixed/sharing/", {"sharing": "shared"}, format="json").status_code == 403
+
+
+def test_fraction_job_reports_gpu_equivalents_in_api_and_event(api):
+    from gpuplatform.models import Event
+    from gpuplatform.scheduling import store
+
+    job = submit(api, "halves", {"tasks": 3, "gpu_fraction": 0.5}).json()
+    assert (job["gpus"], job["gpu_request"]) == (1.5, "3x0.5")
+    mem = submit(api, "mem", {"gpu_memory_mib": 20_000}).json()
+    assert (mem["gpus"], mem["gpu_request"]) == (0, "1x20000MiB")  # its share is known once bound
+    store.run_cycle_once(clock=CLOCK)
+    assert api.get(f"/api/v1/jobs/{mem['id']}/").json()["gpus"] == -(-20_000 * 1000 // H200_MIB) / 1000
+    message = Event.objects.get(kind="admitted", job_id=job["id"]).message
+    assert message.endswith("1.5 GPU-equivalents (3 shares of 0.5 GPU)"), message
+
+
+def test_fraction_gang_above_the_queue_limit_never_fits(api):
+    from gpuplatform.models import Job
+    from gpuplatform.scheduling import store
+
+    job = submit(api, "big", {"tasks": 13, "gpu_fraction": 0.5}).json()  # 6.5 GPU-equivalents, limit 6
+    store.run_cycle_once(clock=CLOCK)
+    row = Job.objects.get(pk=job["id"])
+    assert row.never_fits and row.pending_reason == "needs 6.5 H200 GPU-equivalents, above queue q limit of 6"
 
 
 def test_mig_resource_quota_is_checked_against_the_instances(mixed):

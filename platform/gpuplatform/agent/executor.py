@@ -10,7 +10,8 @@ Each task attempt gets a state directory `work_dir/tasks/<task>-<attempt>/` hold
     supervisor.json  {"pid", "start_time", "boot_id"} written by the supervisor as it starts
     supervisor.log   the supervisor's own stderr (empty unless it crashed)
 
-meta.json: {"task", "attempt", "job", "role", "index", "gpus": [{"index", "uuid"}], "image", "container",
+meta.json: {"task", "attempt", "job", "role", "index", "gpus": [{"index", "uuid"} + for a fraction of a shared GPU
+"share_milli", "share_memory_mib", "memory_mib"], "image", "container",
 "pid" (the supervisor, leader of its own process group and session; null until started), "start_time"
 (the supervisor's start time in clock ticks since boot, from /proc/<pid>/stat: guards against pid reuse),
 "boot_id", "started_at" (epoch s), "started_reported", "result" (null while running, else {"exit_code": n},
@@ -190,8 +191,45 @@ def container_argv(runtime: str, *, task: int, attempt: int, image: str, argv: l
     return cmd + [image, *argv]
 
 
+def _gpu_id(g: dict) -> str:
+    return str(g.get("uuid")) if g.get("uuid") else f"index:{g.get('index')}"
+
+
 def _gpu_ids(gpus: list[dict]) -> set[str]:
-    return {str(g.get("uuid")) if g.get("uuid") else f"index:{g.get('index')}" for g in gpus or []}
+    return {_gpu_id(g) for g in gpus or []}
+
+
+def _int(value) -> int:
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _share(g: dict) -> tuple[int, int, int]:
+    """(thousandths, memory MiB, the GPU's memory MiB) of one GPU entry; (0, 0, 0) for a whole GPU or a MIG
+    instance (a task holding it holds it alone)."""
+    milli = _int(g.get("share_milli"))
+    if not 0 < milli < 1000:
+        return 0, 0, 0
+    return milli, _int(g.get("share_memory_mib")), _int(g.get("memory_mib"))
+
+
+def _shares_fit(want: dict, held: list[dict]) -> bool:
+    """Whether a task asking for GPU entry `want` may run beside the live tasks' entries `held` of the same
+    GPU: all of them fractions whose thousandths sum to at most 1000 and whose memory sums to at most the
+    GPU's memory (where known)."""
+    milli, memory, total = _share(want)
+    if not milli:
+        return False
+    for g in held:
+        m, mem, tot = _share(g)
+        if not m:
+            return False
+        milli += m
+        memory += mem
+        total = total or tot
+    return milli <= 1000 and (not total or memory <= total)
 
 
 def _trim_utf8_tail(raw: bytes) -> bytes:
@@ -319,26 +357,32 @@ class ProcessExecutor:
     # ------------------------------------------------------------------------------------------------ start
     def start(self, assignment: dict) -> str:
         """Start the assignment `{"task", "attempt", "argv": [str], "env": {str: str}, "working_dir": str,
-        "image": str, "gpus": [{"index", "uuid"}], "job", "role", "index"}` (the assignments answer's task).
+        "image": str, "gpus": [{"index", "uuid"}], "job", "role", "index"}` (the assignments answer's task; a
+        fractional task's GPU entry also has "share_milli" (thousandths, 1..999), "share_memory_mib" and
+        "memory_mib" (the whole GPU's memory, MiB; 0 = unknown)).
 
         Returns "started" (supervisor launched), "exists" (this (task, attempt) was started before: never
-        twice), "waiting" (one of its GPUs is held by a local task still alive, typically being stopped:
-        call again later) or "ended" (it ended at once without a process: an image but no runtime -> exit
+        twice), "waiting" (one of its GPUs is held by a local task still alive, typically being stopped, and
+        the two cannot share it (see _holder): call again later) or "ended" (it ended at once without a process: an image but no runtime -> exit
         code 125, an empty argv -> 127, a supervisor that could not be launched -> lost; poll() will not
         list it, unreported() reports it). Raises ExecutorError for an assignment without task/attempt."""
         key = self.key_of(assignment)
         if self.known(key):
             return "exists"
-        gpus = [{"index": g.get("index"), "uuid": g.get("uuid") or ""} for g in assignment.get("gpus") or []]
-        want = _gpu_ids(gpus)
-        if want:
-            for other in self.live_keys():
-                if want & _gpu_ids(self._meta[other].get("gpus") or []):
-                    if key not in self._waiting:
-                        self._waiting.add(key)
-                        log.log(logging.INFO if self._meta[other].get("stop") else logging.WARNING,
-                                "task %s-%s waits for GPUs held by task %s-%s", *key, *other)
-                    return "waiting"
+        gpus = []
+        for g in assignment.get("gpus") or []:
+            entry = {"index": g.get("index"), "uuid": g.get("uuid") or ""}
+            milli, memory, total = _share(g)
+            if milli:
+                entry.update(share_milli=milli, share_memory_mib=memory, memory_mib=total)
+            gpus.append(entry)
+        other = self._holder(gpus)
+        if other is not None:
+            if key not in self._waiting:
+                self._waiting.add(key)
+                log.log(logging.INFO if self._meta[other].get("stop") else logging.WARNING,
+                        "task %s-%s waits for GPUs held by task %s-%s", *key, *other)
+            return "waiting"
         self._waiting.discard(key)
         tdir = self.task_dir(key)
         os.makedirs(tdir, exist_ok=True)
@@ -383,6 +427,19 @@ class ProcessExecutor:
         self._save(key)
         log.info("started task %s-%s (supervisor pid %d): %s", *key, proc.pid, " ".join(argv)[:200])
         return "started"
+
+    def _holder(self, gpus: list[dict]) -> Key | None:
+        """The first live task (a leftover of an earlier attempt included) that keeps a task asking for `gpus`
+        from starting, or None. Tasks holding fractions of one GPU (entries with share_milli) run together on
+        it while their thousandths sum to at most 1000 and their memory to at most the GPU's; a whole GPU or
+        a MIG instance is held by one task alone."""
+        live = self.live_keys()
+        for g in gpus:
+            gid = _gpu_id(g)
+            held = [(other, h) for other in live for h in self._meta[other].get("gpus") or [] if _gpu_id(h) == gid]
+            if held and not _shares_fit(g, [h for _, h in held]):
+                return held[0][0]
+        return None
 
     def _end_now(self, key: Key, code: int, why: str) -> str:
         with open(self._path(key, "output.log"), "ab") as fh:

@@ -3,7 +3,10 @@
 `node_assignments(node, now)` -> {"server_time", "poll_seconds", "stop_grace_seconds", "tasks": [...]}, each
 task {task, attempt, job, job_name, role, index, action ("run" | "stop"), stop_deadline (for "run": the deadline
 of an eviction still only planned, see scheduling.evict.signal_at), argv, env,
-working_dir, image, gpus: [{index, uuid}]}. Four queries whatever the number of tasks.
+working_dir, image, gpus: [{index, uuid}]}; a fractional task's one GPU entry also has share_milli (its share,
+thousandths), share_memory_mib (its GPU memory, MiB) and memory_mib (the GPU's memory, MiB; 0 = unknown), so that
+the agent runs tasks sharing a GPU together while their shares sum to at most the GPU. Four queries whatever the
+number of tasks.
 
 The environment is computed here, once, for every executor: the role's own variables first, then the
 platform's over them:
@@ -82,13 +85,16 @@ def nodes_assignments(nodes, now: datetime | None = None) -> dict:
             local_of[(jid, t[1])].append(t[0])
     gpus: dict[int, list[tuple[int, str]]] = defaultdict(list)
     shares: dict[int, tuple[int, int]] = {}  # task -> (thousandths, memory MiB) of its one shared GPU
-    for tid, index, uuid, milli, memory, mig in (
+    share_of: dict[int, dict] = {}  # task -> the share fields of its one shared GPU's entry
+    for tid, index, uuid, milli, memory, mig, total in (
             Allocation.objects.filter(task_id__in=[r["id"] for r in rows], released_at__isnull=True)
             .order_by("gpu__index", "mig_instance__uuid")
-            .values_list("task_id", "gpu__index", "gpu__uuid", "gpu_milli", "gpu_memory_mib", "mig_instance__uuid")):
+            .values_list("task_id", "gpu__index", "gpu__uuid", "gpu_milli", "gpu_memory_mib", "mig_instance__uuid",
+                         "gpu__memory_mib")):
         gpus[tid].append((index, mig or uuid))
         if milli:
             shares[tid] = (milli, memory)
+            share_of[tid] = {"share_milli": milli, "share_memory_mib": memory, "memory_mib": total}
     tasks_of: dict[int, list] = {n.pk: [] for n in nodes}
     for r in rows:
         if r["id"] not in rank_of.get(r["job_id"], {}) or r["node_id"] not in node_rank[r["job_id"]]:
@@ -129,7 +135,7 @@ def nodes_assignments(nodes, now: datetime | None = None) -> dict:
         tasks_of[r["node_id"]].append({"task": r["id"], "attempt": attempt, "job": r["job_id"], "job_name": r["job__name"],
                       "role": r["role__name"], "index": r["index"], "action": action, "stop_deadline": _iso(deadline),
                       "argv": list(r["role__command"] or []), "env": env, "working_dir": r["role__working_dir"],
-                      "image": r["role__image"], "gpus": [{"index": i, "uuid": u} for i, u in gpus[r["id"]]]})
+                      "image": r["role__image"], "gpus": [{"index": i, "uuid": u, **share_of.get(r["id"], {})} for i, u in gpus[r["id"]]]})
     head = {"server_time": now.isoformat(), "poll_seconds": float(getattr(settings, "AGENT_POLL_SECONDS", 2.0)),
             "stop_grace_seconds": float(getattr(settings, "AGENT_STOP_GRACE_SECONDS", 30.0))}
     return {node_id: {**head, "tasks": tasks} for node_id, tasks in tasks_of.items()}

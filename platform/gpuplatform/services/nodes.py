@@ -18,7 +18,7 @@ from . import node_states
 from .base import request_cycle_on_commit
 
 __all__ = ["register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node", "set_spare",
-           "set_gpu_sharing"]
+           "set_gpu_sharing", "set_node_gpu_sharing"]
 MIG_FIELDS = ("uuid", "profile", "memory_mib", "slices")
 
 
@@ -91,6 +91,25 @@ def set_gpu_sharing(node: Node, index: int, sharing: str, *, actor=None) -> Gpu:
     request_cycle_on_commit()
     gpu.refresh_from_db()
     return gpu
+
+
+@transaction.atomic
+def set_node_gpu_sharing(node: Node, sharing: str, gpus: list[int] | None = None, *, actor=None) -> list[Gpu]:
+    """Set the sharing mode (exclusive, shared or auto) of GPUs `gpus` (indexes) of `node`, or, with `gpus`
+    None or empty, of every GPU of the node not in MIG mode; all or none (one transaction), one
+    `gpu_sharing` Event per GPU (set_gpu_sharing). Returns the GPUs in index order. Raises ValidationError:
+    "sharing" (unknown mode, mig, a GPU in MIG mode), "gpus" (no such GPU, or one in use), as set_gpu_sharing."""
+    if not gpus:
+        gpus = list(node.gpus.exclude(sharing=Gpu.Sharing.MIG).order_by("index").values_list("index", flat=True))
+        if not gpus:
+            raise ValidationError({"gpus": f"node {node.name} has no GPU outside MIG mode"})
+    out = []
+    for index in sorted(set(gpus)):
+        try:
+            out.append(set_gpu_sharing(node, index, sharing, actor=actor))
+        except ValidationError as exc:
+            raise ValidationError({("gpus" if k == "index" else k): v for k, v in exc.errors.items()}) from None
+    return out
 
 
 @transaction.atomic

@@ -2,7 +2,8 @@
 gang shape, queue state, ...) live in the services, whose ValidationError becomes a 400 naming the field."""
 from .cluster import (
     DomainSerializer, DomainTreeSerializer, GpuSerializer, HeartbeatSerializer, NodeActionSerializer,
-    NodeRegisterSerializer, NodeReportsSerializer, NodeSerializer, NodeSpareSerializer, NodeValidateSerializer,
+    NodeGpuSharingSerializer, NodeRegisterSerializer, NodeReportsSerializer, NodeSerializer, NodeSpareSerializer,
+    NodeValidateSerializer,
     NodeValidationResultSerializer,
 )
 from .jobs import (
@@ -19,7 +20,8 @@ __all__ = [
     "ClusterMetricsSerializer", "ClusterSampleSerializer", "DomainSerializer", "DomainTreeSerializer",
     "EventSerializer", "GpuSerializer", "HeartbeatSerializer", "JobCancelSerializer", "JobRoleSerializer",
     "JobSerializer", "JobSubmitSerializer", "JobUpdateSerializer", "LogQuerySerializer", "TaskSerializer", "MembershipSerializer", "NodeActionSerializer",
-    "NodeRegisterSerializer", "NodeReportsSerializer", "NodeSerializer", "NodeSpareSerializer", "NodeValidateSerializer",
+    "NodeGpuSharingSerializer", "NodeRegisterSerializer", "NodeReportsSerializer", "NodeSerializer", "NodeSpareSerializer",
+    "NodeValidateSerializer",
     "NodeValidationResultSerializer", "QueueCreateSerializer", "QueueSerializer", "QueueTreeSerializer",
     "QueueUpdateSerializer", "QueueUsageSerializer", "QuotaSerializer", "SchedulerCycleSerializer", "TeamSerializer",
 ]

@@ -30,7 +30,7 @@ class DomainTreeSerializer(Serializer):
 class GpuSerializer(ModelSerializer):
     class Meta:
         model = Gpu
-        fields = ["index", "uuid", "numa_node", "health", "health_reason"]
+        fields = ["index", "uuid", "numa_node", "health", "health_reason", "sharing", "memory_mib"]
         read_only_fields = fields
 
 
@@ -64,6 +64,16 @@ class NodeSpareSerializer(Serializer):
     """Mark a node a hot spare (true) or return it to ordinary use (false): docs/diagnosis.md, "Spare nodes"."""
 
     spare = serializers.BooleanField()
+
+
+class NodeGpuSharingSerializer(Serializer):
+    """Set GPUs' sharing mode (docs/concepts.md, "GPU sharing"): `sharing` exclusive (whole-GPU tasks only),
+    shared (fractions only) or auto (whole while free of fractions, else shared); `gpus`: GPU indexes (omitted
+    or empty: every GPU of the node not in MIG mode). MIG mode comes from the node agent, never from here."""
+
+    sharing = serializers.ChoiceField(choices=["exclusive", "shared", "auto"])
+    gpus = serializers.ListField(child=count_field(min_value=0, max_value=32767), required=False, default=list,
+                                 max_length=128)
 
 
 class NodeValidateSerializer(Serializer):

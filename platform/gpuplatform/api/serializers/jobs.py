@@ -4,7 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ... import queries
-from ...models import Job, JobRole, Task, Team
+from ...models import Allocation, Job, JobRole, Task, Team
 from .base import ModelSerializer, Serializer
 from .fields import INT32_MAX, FiniteFloatField, count_field
 
@@ -125,7 +125,13 @@ class JobSerializer(ModelSerializer):
     queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
     submitter = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     roles = JobRoleSerializer(many=True, read_only=True)
-    gpus = serializers.SerializerMethodField(help_text="GPUs requested (sum over roles of tasks x gpus_per_task)")
+    gpus = serializers.SerializerMethodField(
+        help_text="GPU-equivalents requested: sum over roles of tasks x gpus_per_task for whole GPUs, tasks x "
+                  "gpu_fraction for fractions (3 x 0.5 = 1.5), the bound shares of a gpu_memory_mib role (0 while "
+                  "pending: its share depends on the GPU), MIG instances for a MIG role")
+    gpu_request = serializers.SerializerMethodField(
+        help_text="what the job asks for per role, joined with '+': '4' (whole GPUs), '3x0.5' (fractions of one "
+                  "GPU), '2x20000MiB' (GPU memory on one shared GPU), '2x1g.18gb' (MIG instances)")
     nodes = serializers.SerializerMethodField(help_text="nodes the job's tasks run on")
     position = serializers.IntegerField(read_only=True, allow_null=True,
                                         help_text="1-based place among its queue's pending jobs in the order the "
@@ -168,7 +174,8 @@ class JobSerializer(ModelSerializer):
         model = Job
         fields = ["id", "name", "external_id", "team", "queue", "submitter", "state", "priority", "preemptible",
                   "interruptible", "topology_mode", "highest_tier", "preferred_tier", "numa", "time_limit_seconds",
-                  "migratable", "min_run_before_move_seconds", "checkpoint_grace_seconds", "attempt", "attempts", "gpus", "roles",
+                  "migratable", "min_run_before_move_seconds", "checkpoint_grace_seconds", "attempt", "attempts", "gpus",
+                  "gpu_request", "roles",
                   "pending_reason", "never_fits", "position", "estimated_start", "estimated_start_p90",
                   "estimate_note", "estimated_at", "reserved", "not_before",
                   "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
@@ -196,8 +203,32 @@ class JobSerializer(ModelSerializer):
         return {"target": job.stop_target or "requeue", "reason": job.stop_reason,
                 "deadline": job.preempt_deadline.isoformat() if job.preempt_deadline else None}
 
-    def get_gpus(self, job) -> int:
-        return sum(r.tasks * r.gpus_per_task for r in job.roles.all())
+    def get_gpus(self, job) -> float:
+        total, memory_roles = 0.0, []
+        for r in job.roles.all():
+            if r.gpu_milli:
+                total += r.tasks * r.gpu_milli / 1000
+            elif r.gpu_memory_mib:
+                memory_roles.append(r.pk)
+            else:
+                total += r.tasks * r.gpus_per_task
+        if memory_roles:  # their share is known once bound (the GPU's memory decides it)
+            total += sum(Allocation.objects.filter(task__role_id__in=memory_roles, released_at__isnull=True)
+                         .values_list("gpu_milli", flat=True)) / 1000
+        return int(total) if float(total).is_integer() else round(total, 3)
+
+    def get_gpu_request(self, job) -> str:
+        parts = []
+        for r in job.roles.all():
+            if r.gpu_milli:
+                parts.append(f"{r.tasks}x{r.gpu_milli / 1000:g}")
+            elif r.gpu_memory_mib:
+                parts.append(f"{r.tasks}x{r.gpu_memory_mib}MiB")
+            elif r.mig_profile:
+                parts.append(f"{r.tasks * r.gpus_per_task}x{r.mig_profile}")
+            else:
+                parts.append(str(r.tasks * r.gpus_per_task))
+        return "+".join(parts)
 
     def get_nodes(self, job) -> list[str]:
         return queries.node_names(job)

@@ -17,7 +17,8 @@ from ..filters import DomainFilterSet, NodeFilterSet
 from ..idempotency import IdempotentCreateMixin
 from ..permissions import IsNodeAgentForNode, IsPlatformAdminOrReadOnly, node_scope_allows
 from ..serializers import (
-    DomainSerializer, DomainTreeSerializer, HeartbeatSerializer, NodeActionSerializer, NodeRegisterSerializer,
+    DomainSerializer, DomainTreeSerializer, HeartbeatSerializer, NodeActionSerializer, NodeGpuSharingSerializer,
+    NodeRegisterSerializer,
     NodeReportsSerializer, NodeSerializer, NodeSpareSerializer, NodeValidateSerializer, NodeValidationResultSerializer,
 )
 
@@ -121,6 +122,14 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
         a node restarts on it at once, stopping them) or return it to ordinary use ({"spare": false}). Admins
         only; 400 for a node running tasks of a job that is not interruptible."""
         return self._transition(request, services.set_spare, NodeSpareSerializer)
+
+    @extend_schema(request=NodeGpuSharingSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def sharing(self, request, name=None):
+        """Set the sharing mode of the node's GPUs: {"sharing": "shared", "gpus": [3, 4]} (exclusive, shared or
+        auto; `gpus` omitted: every GPU not in MIG mode). All or none; each change is an audited `gpu_sharing`
+        Event. Admins only; 400 naming the field for a GPU in use, in MIG mode or unknown."""
+        return self._transition(request, services.set_node_gpu_sharing, NodeGpuSharingSerializer)
 
     @extend_schema(request=NodeValidateSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
