@@ -472,6 +472,12 @@ def report(sched: str, nodes: int, jobs: list, horizon_min: int, ours: dict, sl:
           f"Slurm only {len(set(s0['placements']) - set(o0['placements']))}); t=H {sameh} (ours only "
           f"{len(set(oh['placements']) - set(shh['placements']))}, Slurm only "
           f"{len(set(shh['placements']) - set(oh['placements']))})", flush=True)
+    for tag, a, b in (("t=0", o0["placements"], s0["placements"]), ("t=H", oh["placements"], shh["placements"])):
+        for who, only in (("ours", set(a) - set(b)), ("Slurm", set(b) - set(a))):
+            if only:
+                sizes = sorted((jobs[i]["gpus"] for i in only), reverse=True)
+                print(f"  {tag} {who} only: {len(only)} jobs, {sum(sizes)} GPUs, sizes {sizes[:12]}"
+                      f"{' ...' if len(sizes) > 12 else ''}, first {sorted(only)[:8]}", flush=True)
     print(f"\n| {sched}, {nodes} x {GPN} GPUs, {n} jobs | ours | Slurm 22.05 | ours / Slurm |\n| --- | --- | --- | --- |")
     rows = [
         ("t=0 jobs started", len(o0["placements"]), len(s0["placements"])),
