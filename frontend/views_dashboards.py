@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse, HttpResponseBadRequest, JsonResponse
 
 from scheduler.core.domain_tree import is_node_domain, node_domain
 from django.shortcuts import render
@@ -37,9 +37,10 @@ POINTS = 400
 FORMATS = ("json", "csv")
 
 
-def data_response(request, payload: dict, rows: list[dict], name: str, tables: dict[str, list[dict]] | None = None):
+def data_response(request, payload: dict, rows: list[dict], name: str, tables: dict[str, list[dict]] | None = None,
+                  columns: dict[str, tuple[str, ...]] | None = None):
     """JSON (default) or, with ?format=csv, the rows behind the charts as CSV (with ?table=<name>, the rows of
-    one of `tables` instead). JSON carries `cursor` and, with ?since=<cursor>, only the time-series figures'
+    one of `tables` instead; `columns`: a table's header, written even when it has no rows). JSON carries `cursor` and, with ?since=<cursor>, only the time-series figures'
     new points (frontend/delta.py). A malformed `since`, a `format` other than json / csv or a `table` this
     endpoint does not have is a 400 naming the parameter and what it takes (never the default silently)."""
     fmt, table = request.GET.get("format", "json"), request.GET.get("table")
@@ -52,7 +53,8 @@ def data_response(request, payload: dict, rows: list[dict], name: str, tables: d
         rows = tables[table]
     if fmt == "csv":
         out = io.StringIO()
-        fields = list(dict.fromkeys(k for r in rows for k in r)) or ["empty"]  # every row's columns (a flavor's
+        header = (columns or {}).get(table) or ("empty",)
+        fields = list(dict.fromkeys(k for r in rows for k in r)) or list(header)  # every row's columns (a flavor's
         # FGD column starts with the first cycle that measures it), in first-seen order
         writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
@@ -107,25 +109,45 @@ def build_topology(user, *, zoom=None, team=None, flavor=None, job=None) -> dict
                             visible_team_ids=access.visible_team_ids(user), shares=dq.gpu_shares())
 
 
+class BadParam(ValueError):
+    """A query parameter this page cannot read: {param: [message]} for a JSON 400."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
+
+
 def _topology_params(request) -> dict:
+    """The topology page's parameters. Raises BadParam for a `job` that is not a job id (a positive whole
+    number)."""
     job = request.GET.get("job") or None
-    try:
-        job = int(job) if job else None
-    except ValueError:
-        raise Http404("job must be a job id") from None
+    if job is not None:
+        if not job.isdigit() or int(job) < 1 or len(job) > 18:
+            raise BadParam("job", f"must be a job id (a positive whole number), got {job[:40]!r}")
+        job = int(job)
     return {"zoom": request.GET.get("zoom") or None, "team": request.GET.get("team") or None,
             "flavor": request.GET.get("flavor") or None, "job": job}
 
 
 @_json_view
 def topology_json(request):
-    payload = build_topology(request.user, **_topology_params(request))
+    """The topology map's data. A bad `job` is a JSON 400 naming it; an unknown domain or a job the user
+    may not see a JSON 404 (a JSON endpoint answers JSON)."""
+    try:
+        payload = build_topology(request.user, **_topology_params(request))
+    except BadParam as exc:
+        return JsonResponse({exc.param: [str(exc)]}, status=400)
+    except Http404 as exc:
+        return JsonResponse({"detail": str(exc)}, status=404)
     return data_response(request, payload, payload["rows"], "topology")
 
 
 @login_required
 def topology(request):
-    params = _topology_params(request)
+    try:
+        params = _topology_params(request)
+    except BadParam as exc:
+        return HttpResponseBadRequest(f"{exc.param}: {exc}", content_type="text/plain; charset=utf-8")
     domains = [{"name": d[1], "tier": d[2]} for d in sorted(dq.domains(), key=lambda d: (-d[2], d[1]))]
     zoom = params["zoom"]
     if zoom and is_node_domain(zoom) and not any(d["name"] == zoom for d in domains):
@@ -262,18 +284,21 @@ def _queueing_payload(user) -> dict:
                                                    "wait_seconds": w["wait_seconds"]} for w in waits]}
 
 
+# the CSV columns of /queueing/data.json?format=csv&table=pending (its header even when nothing is pending)
+PENDING_COLUMNS = ("position", "queue_position", "name", "team_name", "queue_name", "gpus", "priority", "submitted_at",
+                   "estimated_start", "estimated_start_p90", "estimate_note", "pending_reason")
+
+
 @_json_view
 def queueing_json(request):
     p = _queueing_payload(request.user)
-    pending = [{k: j[k] for k in ("position", "queue_position", "name", "team_name", "queue_name", "gpus", "priority",
-                                  "submitted_at", "estimated_start", "estimated_start_p90", "estimate_note",
-                                  "pending_reason")} for j in p["pending"]]
+    pending = [{k: j[k] for k in PENDING_COLUMNS} for j in p["pending"]]
     html = render_to_string("frontend/_pending.html", p, request=request)
     # The forecast-accuracy figure (~50 KB) comes from a committed benchmark file, not from the cluster: the
     # page draws it once from its own HTML, and the poll does not carry it again on every change.
     figures = {k: v for k, v in p["figures"].items() if k != "forecast_accuracy"}
     return data_response(request, {"figures": figures, "summary": p["summary"], "html": {"pending-list": html}},
-                         p["rows"], "queueing", tables={"pending": pending})
+                         p["rows"], "queueing", tables={"pending": pending}, columns={"pending": PENDING_COLUMNS})
 
 
 @login_required

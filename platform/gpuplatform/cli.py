@@ -17,7 +17,9 @@
 
 What a job runs (docs/execution.md): `--command` is one line split like a shell would (shlex), or the argv
 is everything after `--`; `--env NAME=VALUE` may be repeated; `--time-limit` is in seconds. With `--file`,
-these flags, when given, override the file's fields. `logs` prints a task's combined stdout/stderr (the
+these flags and the job's own (--name, --queue, --team, --priority, --no-preempt, --topology, --highest-tier,
+--numa), when given, override the file's fields; the role flags (--role, --tasks, --gpus, --cpu-milli,
+--min-available, --flavor, --group-size, --group-tier) are refused with it (exit 2): set roles in the file. `logs` prints a task's combined stdout/stderr (the
 first task unless `--task`); `--follow` keeps polling every 2 s until the task has ended.
 
 `--json` prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
@@ -201,31 +203,52 @@ def _tier_arg(value: str | None):
     return int(value) if value.isdigit() else value
 
 
+# the submit flags that shape the single role built from flags; with --file (whose roles are a list) they are refused
+ROLE_FLAGS = (("--role", "role"), ("--tasks", "tasks"), ("--gpus", "gpus"), ("--cpu-milli", "cpu_milli"),
+              ("--min-available", "min_available"), ("--flavor", "flavor"), ("--group-size", "group_size"),
+              ("--group-tier", "group_tier"))
+
+
 def submit_body(a) -> dict:
-    """The POST /api/v1/jobs/ body from the submit flags (or --file, with the run flags given over it).
-    Raises UsageError for bad or missing flags."""
+    """The POST /api/v1/jobs/ body from the submit flags, or from --file with the run flags and the job
+    flags (--name, --queue, --team, --priority, --no-preempt, --interruptible, --topology, --highest-tier, --numa) given over
+    it. Raises UsageError for bad or missing flags, and for a role flag (ROLE_FLAGS) given with --file."""
     run = exec_fields(a)
     if a.file:
+        shape = [flag for flag, dest in ROLE_FLAGS if getattr(a, dest) is not None]
+        if shape:  # the file's roles are a list: which one a flag would change is ambiguous
+            raise UsageError(f"{', '.join(shape)} cannot be combined with --file (set the roles in the file)")
         body = read_body(a.file)
         body.update(run)
+        for dest, key in (("name", "name"), ("queue", "queue"), ("team", "team"), ("priority", "priority"),
+                          ("topology", "topology_mode"), ("numa", "numa")):
+            if getattr(a, dest) is not None:
+                body[key] = getattr(a, dest)
+        if a.highest_tier is not None:
+            body["highest_tier"] = _tier_arg(a.highest_tier)
+        if a.no_preempt:
+            body["preemptible"] = False
+        if a.interruptible:
+            body["interruptible"] = True
         return body
     if not (a.queue and a.name):
         raise UsageError("--queue and --name are required (or --file)")
     if "command" not in run:
         raise UsageError('a job needs a command: --command "python3 train.py" or -- python3 train.py')
-    role = {"name": a.role, "tasks": a.tasks, "flavor": a.flavor or ""}
-    if isinstance(a.gpus, float):  # a fraction of one GPU (0 < x < 1, see _gpus_arg)
-        role["gpu_fraction"] = a.gpus
+    role = {"name": a.role or "worker", "tasks": 1 if a.tasks is None else a.tasks, "flavor": a.flavor or ""}
+    gpus = 1 if a.gpus is None else a.gpus
+    if isinstance(gpus, float):  # a fraction of one GPU (0 < x < 1, see _gpus_arg)
+        role["gpu_fraction"] = gpus
     else:
-        role["gpus_per_task"] = a.gpus
+        role["gpus_per_task"] = gpus
     if a.min_available is not None:
         role["min_available"] = a.min_available
     if a.cpu_milli:
         role["cpu_milli"] = a.cpu_milli
     if a.group_size is not None or a.group_tier is not None:
         role.update(group_size=a.group_size, group_highest_tier=_tier_arg(a.group_tier))
-    body = {"name": a.name, "queue": a.queue, "priority": a.priority, "roles": [role],
-            "topology_mode": a.topology, "highest_tier": _tier_arg(a.highest_tier), "time_limit_seconds": None,
+    body = {"name": a.name, "queue": a.queue, "priority": a.priority or 0, "roles": [role],
+            "topology_mode": a.topology or "none", "highest_tier": _tier_arg(a.highest_tier), "time_limit_seconds": None,
             **run}
     if a.numa:
         body["numa"] = a.numa
@@ -384,18 +407,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--queue")
     s.add_argument("--name")
     s.add_argument("--team", help="team slug (default: the queue's)")
-    s.add_argument("--role", default="worker")
-    s.add_argument("--tasks", type=int, default=1)
-    s.add_argument("--gpus", type=_gpus_arg, default=1,
-                   help="GPUs per task: a whole number, or a fraction of one shared GPU such as 0.5")
-    s.add_argument("--cpu-milli", type=int, default=0)
+    s.add_argument("--role", help="the role's name (default worker)")
+    s.add_argument("--tasks", type=int, help="tasks (default 1)")
+    s.add_argument("--gpus", type=_gpus_arg,
+                   help="GPUs per task (default 1): a whole number, or a fraction of one shared GPU such as 0.5")
+    s.add_argument("--cpu-milli", type=int)
     s.add_argument("--min-available", type=int)
     s.add_argument("--flavor", help="GPU model(s), e.g. H100 or 'H100|A100'")
-    s.add_argument("--priority", type=int, default=0)
+    s.add_argument("--priority", type=int, help="default 0")
     s.add_argument("--no-preempt", action="store_true", help="not preemptible")
     s.add_argument("--interruptible", action="store_true",
                    help="may be stopped at once, without a grace period: runs on hot spares too")
-    s.add_argument("--topology", choices=["none", "soft", "hard"], default="none")
+    s.add_argument("--topology", choices=["none", "soft", "hard"], help="default none")
     s.add_argument("--highest-tier", help="tier number or name (tier-1, nvlink, leaf, spine)")
     s.add_argument("--group-size", type=int, help="sub-group: every this many tasks inside one domain of --group-tier")
     s.add_argument("--group-tier", help="the sub-group's highest tier (number or name)")
@@ -480,18 +503,27 @@ def main(argv: list[str] | None = None) -> int:
         print("", file=sys.stderr)
         return 130
     except BrokenPipeError:  # gpuctl logs 42 | head
-        try:  # Python flushes stdout at exit: point it at /dev/null so that does not fail again
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
-        return 0
+        return _reader_left()
     except (urllib.error.URLError, OSError) as exc:
         print(f"gpuctl: cannot reach {a.api}: {getattr(exc, 'reason', None) or exc}", file=sys.stderr)
         return 2
     except json.JSONDecodeError:
         print(f"gpuctl: the answer from {a.api} is not JSON (is it the platform's API address?)", file=sys.stderr)
         return 2
-    _print(result, a, a.command)
+    try:
+        _print(result, a, a.command)
+        sys.stdout.flush()
+    except BrokenPipeError:  # gpuctl list | head -5
+        return _reader_left()
+    return 0
+
+
+def _reader_left() -> int:
+    """The reader of stdout went away (`| head`): exit 0 quietly, as other Unix tools do."""
+    try:  # Python flushes stdout at exit: point it at /dev/null so that does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
     return 0
 
 

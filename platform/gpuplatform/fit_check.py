@@ -2,8 +2,8 @@
 
 The engine marks such jobs terminal at cycle time (its static feasibility rule); the API refuses them up
 front with a 400 instead, so a script learns at once. Nothing is re-implemented here: the cluster's shape
-(every node, any state, with its flavor, GPU count and domain, and the domain tree) is read in two flat
-queries and `scheduler.core.never_fits` is asked, which applies the allocator's flavor rule, tier cap and
+(every node, any state, with its flavor, GPU count, milli-CPU, memory and domain, and the domain tree) is
+read in two flat queries and `scheduler.core.never_fits` is asked, which applies the allocator's flavor rule, tier cap and
 `Capacity.never_fits`. The job is refused only when every allowed flavor never fits.
 
 An empty cluster (no nodes registered yet) refuses nothing: it is being set up, not too small; neither
@@ -33,10 +33,10 @@ def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: 
     if numa == "single":
         for node_id, index, zone in Gpu.objects.values_list("node_id", "index", "numa_node"):
             layout.setdefault(node_id, {})[index] = zone if zone is not None else 0
-    nodes = tuple(NodeInfo(name=name, flavor=flavor, gpus=gpus, domain=domain,
+    nodes = tuple(NodeInfo(name=name, flavor=flavor, gpus=gpus, domain=domain, cpu_milli=cpu, memory_mib=mem,
                            gpu_numa=tuple(layout[nid].get(i, 0) for i in range(gpus)) if nid in layout else ())
-                  for nid, name, flavor, gpus, domain in Node.objects.values_list("id", "name", "flavor", "gpu_count",
-                                                                                  "domain__name"))
+                  for nid, name, flavor, gpus, domain, cpu, mem in Node.objects.values_list(
+                      "id", "name", "flavor", "gpu_count", "domain__name", "cpu_milli", "memory_mib"))
     if not nodes:
         return None
     domains = tuple(DomainInfo(n, t, p) for n, t, p in Domain.objects.values_list("name", "tier", "parent__name"))
@@ -54,13 +54,22 @@ def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: 
 
 
 def _never_fits_shares(roles: list[dict]) -> str | None:
-    """A job of GPU shares (scheduler/core/sharing.py) never fits when no GPU of an allowed flavor takes
+    """A job of GPU shares (scheduler/core/sharing.py) never fits when a task asks more milli-CPU or memory
+    than every node of its flavors has (0 = unconstrained), no GPU of an allowed flavor takes
     fractions (mode shared or auto; with the memory asked for) or no node has mig_count instances of the profile.
     An empty cluster refuses nothing."""
     if not Node.objects.exists():
         return None
+    hosts = list(Node.objects.values_list("flavor", "cpu_milli", "memory_mib"))
     for r in roles:
         flavors = [f for f in (r.get("flavor") or "").split("|") if f]
+        mine = [h for h in hosts if not flavors or h[0] in flavors]
+        for index, key, unit in ((1, "cpu_milli", "milli-CPU"), (2, "memory_mib", "MiB of memory")):
+            want = r.get(key) or 0
+            if want and mine and all(h[index] for h in mine) and want > max(h[index] for h in mine):
+                where = "|".join(flavors) + " " if flavors else ""
+                return (f"role {r['name']}: {want} {unit} per task exceeds every {where}node (largest has "
+                        f"{max(h[index] for h in mine)})")
         gpus = Gpu.objects.all()
         if flavors:
             gpus = gpus.filter(node__flavor__in=flavors)

@@ -75,7 +75,8 @@ def _same_shape(nodes: tuple, seen: tuple) -> bool:
     if len(nodes) != len(seen):
         return False
     for a, b in zip(nodes, seen):  # NodeInfo is frozen: an identical object has identical fields
-        if a is not b and (a.name != b.name or a.flavor != b.flavor or a.gpus != b.gpus or a.domain != b.domain):
+        if a is not b and (a.name != b.name or a.flavor != b.flavor or a.gpus != b.gpus or a.domain != b.domain
+                          or a.cpu_milli != b.cpu_milli or a.memory_mib != b.memory_mib):
             return False
     return True
 
@@ -101,7 +102,7 @@ class EngineCache:
 
     def static_for(self, snapshot: Snapshot) -> ClusterStatic:
         """The ClusterStatic of the snapshot's cluster: the one kept when its shape is the last one seen
-        (domains equal, every node the same (name, flavor, gpus, domain) in the same order; identity is
+        (domains equal, every node the same (name, flavor, gpus, domain, cpu_milli, memory_mib) in the same order; identity is
         checked first, full equality only for objects that differ), else a new one, which replaces the
         kept one and the entries derived from it. Raises TopologyError on an inconsistent domain tree."""
         domains, nodes = tuple(snapshot.domains), tuple(snapshot.nodes)

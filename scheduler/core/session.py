@@ -417,6 +417,10 @@ class Session:
         if numa == "strict" and role.gpus_per_task > 1:
             parts.append("with each task's GPUs inside one NUMA node" + (" (numa: single)" if job.numa == "single"
                                                                           else ""))
+        host = [f"{role.cpu_milli} milli-CPU" if role.cpu_milli else "",
+                f"{role.memory_mib} MiB of memory" if role.memory_mib else ""]
+        if any(host):  # CPU and memory count in packing: name them, they may be what blocks
+            parts.append("with " + " and ".join(h for h in host if h) + " free per task")
         return (" " + " and ".join(parts)) if parts else ""
 
     def _pack_in(self, job: JobInfo, d: int, flavor_of: dict[str, str], need_by: dict[str, int], numa: str,

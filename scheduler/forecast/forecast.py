@@ -157,6 +157,10 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
             nxt = max(events[0][0], t + gap)
         else:
             nxt = math.inf  # nothing will ever change: the rest wait for good
+        # a job in its restart backoff becomes eligible at its not_before: a change too, even on an idle cluster
+        wake = min((j.not_before for j in state.pending.values() if j.not_before is not None and j.not_before > t),
+                   default=math.inf)
+        nxt = min(nxt, wake)
         if nxt > end_of_horizon:
             t = min(nxt, end_of_horizon)
             break

@@ -133,3 +133,30 @@ def test_the_node_services_validation(db):
     with pytest.raises(ValidationError, match="has no GPU 5"):
         services.record_heartbeat("n", gpus=[{"index": 5}])
     assert Node.objects.count() == 1 and Event.objects.count() == 1
+
+
+def test_gpu_agent_takes_its_token_from_the_environment_or_a_private_file(server, tmp_path, monkeypatch):
+    """New-user report item 16: the local agents had `--token <hex>` on their command line (`ps` shows it to
+    every local user). The token now comes from GPUPLATFORM_AGENT_TOKEN or a mode-0600 --token-file; the
+    local launcher puts it in the environment, never in argv; --token still works."""
+    from gpuplatform.agent.local import agent_argv
+
+    url, seen, _ = server
+    run = ["gpu_agent", "--api", url + "/", "--node-name", "h200-node", "--once", "--nvidia-smi-xml", str(XML_PATH)]
+    monkeypatch.setenv("GPUPLATFORM_AGENT_TOKEN", "from-env")
+    call_command(*run, stdout=io.StringIO())
+    assert {r["auth"] for r in seen} == {"Token from-env"}
+    monkeypatch.delenv("GPUPLATFORM_AGENT_TOKEN")
+    secret = tmp_path / "token"
+    secret.write_text("from-file\n")
+    secret.chmod(0o600)
+    seen.clear()
+    call_command(*run, "--token-file", str(secret), stdout=io.StringIO())
+    assert {r["auth"] for r in seen} == {"Token from-file"}
+    secret.chmod(0o644)
+    with pytest.raises(CommandError, match="chmod 600"):
+        call_command(*run, "--token-file", str(secret), stdout=io.StringIO())
+    with pytest.raises(CommandError, match="GPUPLATFORM_AGENT_TOKEN"):
+        call_command(*run, stdout=io.StringIO())
+    argv = agent_argv("http://127.0.0.1:8000", "local-0", work_dir=tmp_path)
+    assert "--token" not in argv and not any("from-" in a for a in argv)

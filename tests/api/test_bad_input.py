@@ -261,3 +261,56 @@ def test_a_min_available_that_is_sent_is_still_checked(api, jobs):
     r = api.post("/api/v1/jobs/", {"name": "j", "queue": "alpha", "command": "echo",
                                    "roles": [{"tasks": 2, "gpus_per_task": 1, "min_available": 0}]}, format="json")
     assert r.status_code == 400 and list(r.json()) == ["roles[0].min_available"], r.content
+
+
+def _job(**extra) -> dict:
+    return {"name": "typed", "queue": "alpha", "command": "echo", "roles": [{"name": "w", "tasks": 1,
+                                                                             "gpus_per_task": 1}], **extra}
+
+
+@pytest.mark.parametrize("body,field", [
+    (_job(preemptible="yes"), "preemptible"),
+    (_job(preemptible=0), "preemptible"),
+    (_job(preemptible=1), "preemptible"),
+    (_job(priority=" 5 "), "priority"),
+    (_job(priority="5"), "priority"),
+    (_job(priority=2.5), "priority"),
+    (_job(priority=True), "priority"),
+    (_job(roles=[{"name": "w", "tasks": "2", "gpus_per_task": 1}]), "roles[0].tasks"),
+])
+def test_json_numbers_and_booleans_must_have_their_json_type(api, jobs, body, field):
+    """New-user report item 12: "yes" / 0 became booleans and "2" / " 5 " integers. In a JSON body a
+    boolean field takes only true / false and an integer field only a number with no fraction."""
+    from gpuplatform.models import Job
+
+    before = Job.objects.count()
+    r = api.post("/api/v1/jobs/", body, format="json")
+    assert r.status_code == 400 and field in r.json(), (r.status_code, r.content[:300])
+    assert "must be a JSON" in r.json()[field][0] or "whole number" in r.json()[field][0], r.json()
+    assert Job.objects.count() == before
+    ok = api.post("/api/v1/jobs/", _job(priority=5, preemptible=False,
+                                        roles=[{"name": "w", "tasks": 2, "gpus_per_task": 1.0}]), format="json")
+    assert ok.status_code == 201 and (ok.json()["priority"], ok.json()["preemptible"]) == (5, False), ok.content
+
+
+def test_quota_patch_refuses_a_string_number_and_form_posts_keep_text(api, cluster):
+    from gpuplatform.models import Quota
+
+    url = f"/api/v1/quotas/{Quota.objects.get(queue__name='alpha').pk}/"
+    etag = api.get(url)["ETag"]
+    r = api.patch(url, {"quota": "8"}, format="json", HTTP_IF_MATCH=etag)
+    assert r.status_code == 400 and "must be a JSON integer" in r.json()["quota"][0], r.content
+    # a form-encoded body is all text: "8" is how it writes a number
+    r = api.generic("PATCH", url, "quota=8", content_type="application/x-www-form-urlencoded", HTTP_IF_MATCH=etag)
+    assert r.status_code == 200 and r.json()["quota"] == 8, r.content
+
+
+def test_a_key_given_twice_in_a_json_body_is_a_400_naming_it(api, jobs):
+    from gpuplatform.models import Job
+
+    before = Job.objects.count()
+    text = '{"name": "a", "queue": "alpha", "command": "echo", "roles": [{"name": "w", "tasks": 1, ' \
+           '"gpus_per_task": 1, "tasks": 2}], "name": "b"}'
+    r = api.generic("POST", "/api/v1/jobs/", text, content_type="application/json")
+    assert r.status_code == 400 and "given twice" in r.json()["tasks"][0], r.content
+    assert Job.objects.count() == before

@@ -223,3 +223,51 @@ def test_submit_sends_interruptible_only_when_asked(api, capsys):
     api.calls.clear()
     assert cli.main([*API, "submit", "--queue", "alpha", "--name", "x", "--command", "true"]) == 0
     assert "interruptible" not in sent_body(api)
+
+
+def test_submit_file_takes_job_flags_over_it_and_refuses_role_flags(api, tmp_path, capsys):
+    """New-user report item 11: `--file job.json --name override` sent the file's name, silently. Job flags
+    now apply over the file; role flags (the file's roles are a list) are refused with exit 2."""
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({"name": "fromfile", "queue": "alpha", "command": "true", "priority": 1,
+                                "roles": [{"name": "worker", "tasks": 2, "gpus_per_task": 1}]}))
+    assert cli.main([*API, "submit", "--file", str(path), "--name", "override", "--priority", "0", "--team", "t",
+                     "--no-preempt"]) == 0
+    body = sent_body(api)
+    assert (body["name"], body["priority"], body["team"], body["preemptible"]) == ("override", 0, "t", False)
+    assert body["roles"] == [{"name": "worker", "tasks": 2, "gpus_per_task": 1}]
+    api.calls.clear()
+    capsys.readouterr()
+    assert cli.main([*API, "submit", "--file", str(path), "--gpus", "1", "--tasks", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--tasks, --gpus cannot be combined with --file" in err and "Traceback" not in err
+    assert api.calls == []
+    # without --file the role flags keep their defaults
+    assert cli.main([*API, "submit", "--queue", "alpha", "--name", "x", "--command", "true"]) == 0
+    body = sent_body(api)
+    assert body["roles"] == [{"name": "worker", "tasks": 1, "gpus_per_task": 1, "flavor": ""}]
+    assert (body["priority"], body["topology_mode"]) == (0, "none")
+
+
+def test_list_into_a_closed_pipe_exits_quietly(tmp_path):
+    """New-user report item 10: `gpuctl list | head -5` ended with a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        "from gpuplatform import cli\n"
+        "class Fake:\n"
+        "    def __init__(self, *a, **k): pass\n"
+        "    def get(self, path, **params):\n"
+        "        job = {'id': 7, 'name': 'x' * 60, 'team': 'alpha', 'queue': 'alpha', 'state': 'pending', 'gpus': 1,\n"
+        "               'priority': 0, 'nodes': [], 'position': 1, 'pending_reason': 'waiting ' * 20}\n"
+        "        return {'count': 5000, 'next': None, 'results': [dict(job, id=i) for i in range(5000)]}, {}\n"
+        "cli.Client = Fake\n"
+        "sys.exit(cli.main(['--api', 'http://gpu.example:8000', 'list']))\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # what head does after its lines
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err

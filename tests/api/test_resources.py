@@ -45,6 +45,23 @@ def test_team_admin_manages_members(client_for, users):
     assert team_admin.get("/api/v1/memberships/?team=alpha&role=viewer").json()["count"] == 1  # vera
 
 
+def test_adding_a_member_twice_is_200_the_second_time_and_records_nothing(client_for, users):
+    """New-user report item 15: the same POST twice answered 201 both times. Adding is idempotent: 201 when
+    the membership is created, 200 with the same one after (no second event); a new role is a 200 too."""
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user("twice")
+    team_admin = client_for("team_admin")
+    body = {"team": "alpha", "user": "twice", "role": "member"}
+    first = team_admin.post("/api/v1/memberships/", body, format="json")
+    again = team_admin.post("/api/v1/memberships/", body, format="json")
+    assert (first.status_code, again.status_code) == (201, 200), again.content
+    assert again.json() == first.json()
+    assert [e.data["user"] for e in events("member_added")].count("twice") == 1
+    viewer = team_admin.post("/api/v1/memberships/", {**body, "role": "viewer"}, format="json")
+    assert viewer.status_code == 200 and (viewer.json()["id"], viewer.json()["role"]) == (first.json()["id"], "viewer")
+
+
 # --- queues and quotas ------------------------------------------------------------------------------
 
 def test_queue_create_tree_and_filters(admin):

@@ -83,6 +83,8 @@ def test_a_team_never_sees_another_teams_jobs(client_for, history):
     ({"scope": "planet"}, "scope"), ({"since": "yesterday"}, "since"), ({"since": "2026-12-02T00:00:00Z", "until": "2026-12-01T00:00:00Z"}, "until"),
     ({"step": "x"}, "step"), ({"step": "1"}, "step"), ({"since": "2020-01-01T00:00:00Z"}, "since"),
     ({"team": "a\x00b"}, "team"),
+    ({"start": "notadate"}, "start"),  # new-user item 15: an unknown parameter is not ignored
+    ({"since": "2026-12-01T00:00:00Z", "untill": "x"}, "untill"),
 ])
 def test_bad_parameters_are_400s_naming_the_field(admin, history, params, field):
     r = admin.get("/api/v1/utilization/", params)

@@ -120,6 +120,35 @@ def test_cpu_and_memory_are_checked_per_node():
     assert world.cycle().bindings[0].tasks[0].node == "b"
 
 
+@pytest.mark.parametrize("job, code, words", [
+    (dict(gpus_per_task=0, cpu_milli=99_999_999), "never_fits_cpu", "99999999 milli-CPU per task exceeds every H100"),
+    (dict(gpus_per_task=1, memory_mib=2_147_483_647), "never_fits_memory", "2147483647 MiB of memory per task"),
+])
+def test_task_bigger_than_every_node_on_cpu_or_memory_is_terminal(job, code, words):
+    """A task asking more CPU or memory than the largest node of its flavor can never run: terminal, with
+    a reason naming CPU or memory (it used to wait for ever as 'no node packing fits ... 0 GPUs'), and the
+    submission-time check answers the same."""
+    world = World().nodes(count=2, gpus=2, cpu_milli=2000, memory_mib=24105).job(name="j", **job)
+    reason = world.cycle().pending["j"]
+    assert reason.terminal and reason.code == code and words in reason.message, reason
+    assert "(largest has " in reason.message
+    (j,) = world.jobs
+    assert never_fits(world.node_infos, world.domain_infos, j.roles).message == reason.message
+    # a node with cpu_milli / memory_mib 0 is unconstrained: the same task may fit there
+    free = World().nodes(count=1, gpus=2, cpu_milli=2000, memory_mib=24105).node(name="big", gpus=2).job(name="j", **job)
+    assert free.cycle().bindings[0].tasks[0].node == "big"
+
+
+def test_a_gang_waiting_on_busy_cpu_says_so():
+    """CPU that is there but taken blocks a task that fits an empty node: the waiting reason names the CPU."""
+    world = (World().node(name="a", gpus=8, cpu_milli=4000).job(name="first", gpus_per_task=1, cpu_milli=3000)
+             .job(name="j", gpus_per_task=1, cpu_milli=3000, submit=1.0))
+    result = world.cycle()
+    assert [b.job_id for b in result.bindings] == ["first"]
+    reason = result.pending["j"]
+    assert not reason.terminal and "3000 milli-CPU free per task" in reason.message, reason
+
+
 def test_task_bigger_than_every_node_is_terminal():
     result = World().nodes(count=3, gpus=8).job(name="j", gpus_per_task=16).cycle()
     reason = result.pending["j"]

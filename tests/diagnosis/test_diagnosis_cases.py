@@ -191,6 +191,17 @@ def test_platform_causes_come_from_the_platform():
     assert engine.diagnose(tasks, rules=RULES, platform={"cause": "node_lost", "text": "n1"}).category == "platform"
 
 
+def test_a_platform_text_that_names_its_cause_is_not_prefixed_twice():
+    """New-user report item 13: the summary read "time limit: time limit: ran 3 s, ...". The cause is
+    prefixed only to a text that does not start with it."""
+    tasks = [engine.TaskEvidence("worker[0]", "n1", 10.0, signal=15, own_end=False, log="")]
+    d = engine.diagnose(tasks, rules=RULES, platform={"cause": "time_limit",
+                                                      "text": "time limit of 3 s reached (time_limit_seconds)"})
+    assert d.summary == "time limit of 3 s reached (time_limit_seconds)"
+    assert engine.diagnose(tasks, rules=RULES, platform={"cause": "preempted", "text": "by job 7"}).summary == \
+        "preempted: by job 7"
+
+
 def test_every_shipped_rule_cites_its_source_and_the_table_is_versioned():
     table = shipped_rules()
     assert table["version"]

@@ -59,6 +59,20 @@ def test_horizon_and_never_fits_give_no_estimate_with_reason():
     assert out.no_estimate["huge"].startswith("can never start")
 
 
+def test_a_job_in_its_restart_backoff_on_an_idle_cluster_starts_when_its_backoff_ends():
+    """New-user report item 6: a job waiting out its restart backoff (not_before 20 s away) on an idle
+    cluster had no estimate, "not started within the 168 h horizon": with nothing running, no event woke
+    the forecast up. Its not_before is one."""
+    from dataclasses import replace
+
+    w = _world()
+    w.job(name="retry", tasks=1, gpus_per_task=8)
+    snap = w.snapshot(now=100.0)
+    snap = replace(snap, jobs=tuple(replace(j, not_before=120.0) for j in snap.jobs))
+    out = forecast(snap, lambda job, el: 600.0, resolution=0.0)
+    assert out.starts == {"retry": 120.0} and out.no_estimate == {}
+
+
 def test_cycle_budget_is_a_reason_too():
     w = _world()
     for i in range(6):

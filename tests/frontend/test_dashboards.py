@@ -56,6 +56,26 @@ def test_topology_zoom_shows_gpus_and_hides_other_teams_job_names(client, world)
     assert client.get(f"/topology.json?job={blue.pk}").status_code == 404
 
 
+@pytest.mark.parametrize("job", ["abc", "-1", "0", "1.5", "99999999999999999999999"])
+def test_topology_bad_job_parameter_is_a_json_400_naming_it(client, world, job):
+    """New-user report item 15: ?job=abc answered the HTML 404 page; a JSON endpoint answers JSON."""
+    client.force_login(world["admin"])
+    r = client.get(f"/topology.json?job={job}")
+    assert r.status_code == 400 and r["Content-Type"] == "application/json" and "job id" in r.json()["job"][0]
+    assert client.get(f"/topology/?job={job}").status_code == 400
+    missing = client.get("/topology.json?job=987654")
+    assert missing.status_code == 404 and missing["Content-Type"] == "application/json" and missing.json()["detail"]
+
+
+def test_pending_csv_with_nothing_pending_is_a_header(client, world):
+    """New-user report item 15: the pending table's CSV with nothing pending was the word "empty"."""
+    Job.objects.filter(state="pending").delete()
+    client.force_login(world["admin"])
+    body = client.get("/queueing/data.json?format=csv&table=pending").content.decode()
+    assert body.splitlines() == ["position,queue_position,name,team_name,queue_name,gpus,priority,submitted_at,"
+                                 "estimated_start,estimated_start_p90,estimate_note,pending_reason"]
+
+
 def test_queues_page_has_a_figure_per_team_queue(client, world):
     client.force_login(world["alice"])
     figs = client.get("/queues/data.json").json()["figures"]

@@ -570,6 +570,7 @@ def test_the_time_limit_stops_the_job_and_fails_it_after_the_grace(submit, agent
     store.run_cycle_once(clock=at(630))
     job.refresh_from_db()
     assert (job.state, job.finished_at) == ("failed", at(630)) and "time limit" in job.end_reason
+    assert job.end_reason == "time limit of 600 s reached (time_limit_seconds)"  # not "ran 600 s, its ..."
     assert live(job) == [] and job.failed_task == ""
 
 

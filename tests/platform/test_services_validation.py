@@ -200,3 +200,23 @@ def test_bounds_and_explicit_values_a_fresh_user_tried(submit):
         else:
             raise AssertionError(f"accepted: {kwargs}")
     assert Job.objects.count() == before
+
+
+def test_a_task_bigger_than_every_node_on_cpu_or_memory_is_refused_at_submission(submit):
+    """New-user report item 3: 99999999 milli-CPU or 2**31-1 MiB per task (nodes have 64000 / 512000) were
+    accepted and waited for ever. Refused now, naming CPU or memory; a task that fits a node is accepted."""
+    from gpuplatform import services
+    from gpuplatform.models import Job
+
+    cases = [
+        ([{"name": "w", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 99_999_999}], "99999999 milli-CPU per task"),
+        ([{"name": "w", "tasks": 1, "gpus_per_task": 1, "memory_mib": 2_147_483_647}], "2147483647 MiB of memory"),
+        ([{"name": "w", "tasks": 1, "gpus_per_task": 1, "gpu_fraction": 0.5, "cpu_milli": 64_001}], "64001 milli-CPU"),
+    ]
+    for roles, words in cases:
+        with pytest.raises(services.ValidationError) as exc:
+            submit("huge", roles=roles)
+        assert words in exc.value.errors["roles"] and "largest has" in exc.value.errors["roles"], exc.value.errors
+    assert not Job.objects.filter(name="huge").exists()
+    assert submit("fits", roles=[{"name": "w", "tasks": 1, "gpus_per_task": 1, "cpu_milli": 64_000,
+                                  "memory_mib": 512_000}]).pk

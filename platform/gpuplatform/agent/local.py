@@ -36,10 +36,11 @@ class LocalAgent:
         return self.process.poll() is None
 
 
-def agent_argv(api: str, token: str, name: str, *, work_dir: Path, gpus: int = 2, poll: float = 1.0,
+def agent_argv(api: str, name: str, *, work_dir: Path, gpus: int = 2, poll: float = 1.0,
                interval: float = 5.0, real_gpus: bool = False, address: str = "127.0.0.1") -> list[str]:
-    """The command line of one local agent (a `manage.py gpu_agent` process)."""
-    argv = [sys.executable, str(REPO / "manage.py"), "gpu_agent", "--api", api, "--token", token,
+    """The command line of one local agent (a `manage.py gpu_agent` process). It holds no token: the token
+    goes in the agent's environment (GPUPLATFORM_AGENT_TOKEN), which other users cannot read, not in `ps`."""
+    argv = [sys.executable, str(REPO / "manage.py"), "gpu_agent", "--api", api,
             "--node-name", name, "--work-dir", str(work_dir), "--poll", str(poll), "--interval", str(interval),
             "--address", address]
     if not real_gpus:
@@ -63,11 +64,12 @@ def start_agents(api: str, token: str, count: int, *, root: Path, gpus: int = 2,
     base = {k: v for k, v in os.environ.items() if k not in _DROP}
     base.update(env or {})
     base["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "platform"), base.get("PYTHONPATH", "")])
+    base["GPUPLATFORM_AGENT_TOKEN"] = token  # not on the command line: `ps` shows that to every local user
     agents = []
     for i in range(count):
         name = f"{prefix}-{i}"
         work = root / name
-        argv = agent_argv(api, token, name, work_dir=work, gpus=gpus, poll=poll, interval=interval,
+        argv = agent_argv(api, name, work_dir=work, gpus=gpus, poll=poll, interval=interval,
                           real_gpus=real_gpus)
         log_path = root / f"{name}.log"
         with open(log_path, "ab") as log:

@@ -174,3 +174,16 @@ class KnownQueryParams:
             if getattr(paginator, attr, None):
                 names.add(getattr(paginator, attr))
         return names
+
+
+def refuse_unknown_params(request, known) -> None:
+    """For a view that reads its query parameters itself (an APIView): a parameter outside `known` is a 400
+    naming it, as KnownQueryParams answers on a list (`?start=` where the view reads `since` must not give
+    the default window silently). `format` (DRF's format override) is always known."""
+    from rest_framework.settings import api_settings
+
+    allowed = set(known) | {api_settings.URL_FORMAT_OVERRIDE}
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        takes = ", ".join(sorted(allowed))
+        raise ValidationError({name: [f"unknown query parameter; this endpoint takes: {takes}"] for name in unknown})

@@ -269,7 +269,9 @@ def diagnose(tasks: Sequence[TaskEvidence], *, rules: RuleSet, health: Sequence[
     cause = (platform or {}).get("cause")
     ptext = (platform or {}).get("text", "")
     if cause and cause != "node_lost":
-        return Diagnosis("platform", f"{cause.replace('_', ' ')}: {ptext}" if ptext else cause.replace("_", " "),
+        words = cause.replace("_", " ")  # the platform's text often starts with the cause already ("time limit of 3 s")
+        summary = ptext if ptext.lower().startswith(words) else f"{words}: {ptext}" if ptext else words
+        return Diagnosis("platform", summary,
                          action="retry", evidence=[{"task": None, "source": "event", "line": None, "text": ptext or cause}],
                          rule=f"platform:{cause}")
     ordered = sorted(tasks, key=lambda t: (t.ended_at is None, t.ended_at or 0.0, t.task))

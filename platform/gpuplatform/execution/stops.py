@@ -145,7 +145,7 @@ def expire_stops(clock: datetime, *, cycle: int | None = None) -> list:
 
 def enforce_time_limits(clock: datetime, *, cycle: int | None = None) -> list:
     """Stop every admitted or running job that has run for its time_limit_seconds (counted from its start,
-    or its binding while it is still starting): it ends `failed` with end_reason "time limit ..." after its
+    or its binding while it is still starting): it ends `failed` with end_reason "time limit of N s reached ..." after its
     queue's grace period (SIGTERM now, SIGKILL at the deadline). Returns the stopped job ids."""
     stopped = []
     rows = (Job.objects.filter(state__in=Job.ACTIVE_STATES, time_limit_seconds__isnull=False)
@@ -155,6 +155,6 @@ def enforce_time_limits(clock: datetime, *, cycle: int | None = None) -> list:
         if since is None or since + timedelta(seconds=limit) > clock:
             continue
         if stop_job(job_id, at=clock, target="failed", kind="time_limit", cycle=cycle,
-                    reason=f"time limit: ran {limit} s, its time_limit_seconds", data={"time_limit_seconds": limit}):
+                    reason=f"time limit of {limit} s reached (time_limit_seconds)", data={"time_limit_seconds": limit}):
             stopped.append(job_id)
     return stopped

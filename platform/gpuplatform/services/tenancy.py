@@ -32,8 +32,12 @@ def create_team(name: str, *, slug: str | None = None, description: str = "", ac
 
 @transaction.atomic
 def add_member(team: Team, user, role: str = "member", *, actor=None) -> Membership:
-    """Add `user` to `team` with `role` (member | admin | viewer), or change the role of an existing member."""
+    """Add `user` to `team` with `role` (member | admin | viewer), or change the role of an existing member.
+    A member who already has that role is returned as is: nothing is written, no event recorded."""
     raise_if({} if role in Membership.Role.values else {"role": f"role must be one of {Membership.Role.values}"})
+    current = Membership.objects.select_for_update().filter(user=user, team=team).first()
+    if current is not None and current.role == role:
+        return current
     membership, _ = Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
     record_event("member_added", f"{user} is {role} of {team.name}", actor=actor,
                  data={"team": team.name, "user": str(user), "role": role})

@@ -2,7 +2,7 @@
 "UnschedulableAndUnresolvable": waiting or preempting cannot help, so the job must not block others.)
 
 Capacity counts every node of the flavor in any state (a cordoned node may come back). A job never fits
-when a role's task is bigger than every node, or no domain of tier <= its cap holds its minimum by per-node
+when a role's task is bigger than every node (in GPUs, milli-CPU or memory), or no domain of tier <= its cap holds its minimum by per-node
 packing at full capacity (sum over nodes of floor(node GPUs / GPUs per task) >= the role's minimum).
 
 `never_fits(nodes, domains, roles, ...)` asks the same rule for a job not yet submitted (the platform's
@@ -44,21 +44,48 @@ class Capacity:
     def __init__(self, state: ClusterState, cache: EngineCache | None = None):
         self.state = state
         tables = cache.feasibility(state.static, self._tables) if cache is not None else self._tables()
-        self.sizes, self.max_node, self._cache, self._fits_cache, self.max_zone = tables
+        self.sizes, self.max_node, self._cache, self._fits_cache, self.max_zone, self.max_host = tables
 
     def _tables(self) -> tuple:
         """(per domain: flavor -> Counter {node GPU count: nodes}, flavor -> largest node's GPUs, the
-        never_fits memo, the domain_fits memo, flavor -> largest NUMA node's GPUs)."""
+        never_fits memo, the domain_fits memo, flavor -> largest NUMA node's GPUs, flavor -> (largest
+        node's milli-CPU, largest node's memory in MiB), None where some node of the flavor is unconstrained)."""
         state, tree = self.state, self.state.tree
         sizes: list[dict[str, Counter]] = [defaultdict(Counter) for _ in tree.names]
         max_node: dict[str, int] = defaultdict(int)
         max_zone: dict[str, int] = defaultdict(int)
+        max_host: dict[str, tuple[int | None, int | None]] = {}
         for k, node in enumerate(state.nodes):
             max_node[node.flavor] = max(max_node[node.flavor], node.gpus)
             max_zone[node.flavor] = max(max_zone[node.flavor], largest_numa_node(node))
+            cpu, mem = max_host.get(node.flavor, (0, 0))
+            max_host[node.flavor] = (None if cpu is None or not node.cpu_milli else max(cpu, node.cpu_milli),
+                                     None if mem is None or not node.memory_mib else max(mem, node.memory_mib))
             for d in tree.node_chain[k]:
                 sizes[d][node.flavor][node.gpus] += 1
-        return sizes, max_node, {}, {}, max_zone
+        return sizes, max_node, {}, {}, max_zone, max_host
+
+    def host_never_fits(self, role: RoleInfo, flavors: Iterable[str]) -> PendingReason | None:
+        """Why one task of `role` fits no node of `flavors` on CPU or memory (a terminal PendingReason
+        never_fits_cpu / never_fits_memory naming the largest node's capacity), or None when some node of
+        those flavors is large enough (a node with cpu_milli / memory_mib 0 is unconstrained). Only the
+        nodes' capacity counts, not what runs on them."""
+        flavors = sorted(f for f in flavors if f in self.max_host)
+        if not flavors:
+            return None
+        where = "|".join(flavors)
+        for attr, unit, code, index in (("cpu_milli", "milli-CPU", "never_fits_cpu", 0),
+                                        ("memory_mib", "MiB of memory", "never_fits_memory", 1)):
+            want = getattr(role, attr)
+            if not want:
+                continue
+            caps = [self.max_host[f][index] for f in flavors]
+            if any(c is None for c in caps):
+                continue
+            if want > max(caps):
+                return PendingReason(code, f"role {role.name}: {want} {unit} per task exceeds every {where} node "
+                                           f"(largest has {max(caps)})", terminal=True)
+        return None
 
     def _maximal_domains(self, cap: int | None) -> list[int]:
         tree = self.state.tree
@@ -84,7 +111,7 @@ class Capacity:
 
     def never_fits(self, job: JobInfo, flavor: str, cap: int | None) -> PendingReason | None:
         key = (flavor, cap, job.numa, tuple((r.name, r.gpus_per_task, r.effective_min, r.group_size, r.group_highest_tier,
-                                             r.group_mode) for r in job.roles))
+                                             r.group_mode, r.cpu_milli, r.memory_mib, r.flavors) for r in job.roles))
         if key in self._cache:
             return self._cache[key]
         self._cache[key] = reason = self._check(job, flavor, cap)
@@ -97,6 +124,11 @@ class Capacity:
                 return PendingReason(
                     "never_fits_node", f"role {role.name}: {role.gpus_per_task} GPUs per task exceeds every {flavor} "
                     f"node (largest has {biggest})", terminal=True)
+            # a GPU role's task runs on a node of this flavor; a CPU-only role's on any node it accepts
+            host = self.host_never_fits(role, (flavor,) if role.gpus_per_task
+                                        else role_flavors(role, self.max_host))
+            if host is not None:
+                return host
         if job.numa == "single":
             zone = self.max_zone.get(flavor, 0)
             for role in job.roles:
@@ -138,7 +170,8 @@ def never_fits(nodes: Iterable[NodeInfo], domains: Iterable[DomainInfo], roles: 
                topology_mode: str = "none", highest_tier: int | None = None, numa: str = "prefer"
                ) -> PendingReason | None:
     """Why a job of these roles and topology constraint can never run on this cluster, whatever else runs
-    (a terminal PendingReason: never_fits_flavor, never_fits_node, never_fits_tier or never_fits_domain),
+    (a terminal PendingReason: never_fits_flavor, never_fits_node, never_fits_cpu, never_fits_memory,
+    never_fits_tier or never_fits_domain),
     or None when it may fit. The allocator's own rules, with topology on: the flavors every GPU role
     accepts (predicates.allowed_flavors), the tier cap (topology_policy.tier_cap), then
     Capacity.never_fits per flavor; the job never fits only when no flavor may hold it (the reason given
@@ -164,6 +197,9 @@ def mixed_never_fits(capacity: Capacity, job: JobInfo, flavors: Iterable[str], c
     present = set(flavors)
     for role in job.roles:
         if not role.gpus_per_task:
+            host = capacity.host_never_fits(role, role_flavors(role, present))
+            if host is not None:
+                return host
             continue
         mine = role_flavors(role, present)
         if not mine:

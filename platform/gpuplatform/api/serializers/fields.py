@@ -2,6 +2,7 @@
 see an overflow, which would be a 500, not a 400)."""
 import math
 
+from django.http import QueryDict
 from rest_framework import serializers
 
 INT32_MAX = 2**31 - 1
@@ -41,3 +42,56 @@ def make_strings_strict() -> None:
 
     to_internal_value.strict_strings = True
     serializers.CharField.to_internal_value = to_internal_value
+
+
+def _text_input(field) -> bool:
+    """Whether the field's serializer reads text-encoded input (a QueryDict: a form post, a multipart body or
+    a query string), where every value is a string and "5" / "true" are the only way to write a number or
+    a boolean. A JSON body (a dict) carries its own types."""
+    return isinstance(getattr(field.root, "initial_data", None), QueryDict)
+
+
+def make_numbers_and_booleans_strict() -> None:
+    """Integers must be integers and booleans booleans, in a JSON body: DRF's IntegerField turns "2" and
+    " 5 " into numbers and its BooleanField turns "yes", 0 and 1 into booleans. From here on, in a JSON
+    body, an IntegerField (and its subclasses, the ModelSerializer's mapped integer columns, a ListField's
+    integer children) takes only a JSON number with no fraction (2 or 2.0, never true), and a BooleanField
+    only true / false; anything else is a 400 naming the field ("must be a JSON integer ..."). Form posts,
+    multipart bodies and query strings (QueryDict input: all text) keep DRF's parsing of text.
+    Called once from the app's ready() with make_strings_strict (the same rule for strings); idempotent.
+    A global rule rather than field subclasses: it covers every declared field, the ModelSerializer's
+    generated ones and third-party serializers alike, so no field can be left lenient by mistake."""
+    if getattr(serializers.IntegerField.to_internal_value, "strict_numbers", False):
+        return
+    lenient_int = serializers.IntegerField.to_internal_value
+    lenient_bool = serializers.BooleanField.to_internal_value
+
+    def int_value(self, data):
+        if not _text_input(self):
+            if isinstance(data, bool) or not isinstance(data, (int, float)):
+                raise serializers.ValidationError(
+                    f"must be a JSON integer, not {_json_kind(data)}", code="invalid")
+            if isinstance(data, float) and not (math.isfinite(data) and data.is_integer()):
+                raise serializers.ValidationError("must be a whole number (a JSON integer)", code="invalid")
+        return lenient_int(self, data)
+
+    def bool_value(self, data):
+        if not _text_input(self) and not isinstance(data, bool) and not (data is None and self.allow_null):
+            raise serializers.ValidationError(f"must be a JSON boolean (true or false), not {_json_kind(data)}",
+                                              code="invalid")
+        return lenient_bool(self, data)
+
+    int_value.strict_numbers = bool_value.strict_numbers = True
+    serializers.IntegerField.to_internal_value = int_value
+    serializers.BooleanField.to_internal_value = bool_value
+
+
+def _json_kind(value) -> str:
+    """A JSON value's kind in words, for an error message."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return f"a string ({value[:20]!r})"
+    return "null" if value is None else "a list" if isinstance(value, list) else "an object"

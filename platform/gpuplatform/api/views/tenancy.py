@@ -65,10 +65,16 @@ class MembershipViewSet(IdempotentCreateMixin, viewsets.ModelViewSet):
         services.remove_member(instance, actor=self.request.user)
 
     def create(self, request, *args, **kwargs):
+        """Add a member: 201 with the new membership; 200 with it when the user was already in the team (the
+        same request again, or a new role for them): adding is idempotent, so a script that adds its
+        members can run twice, and the status says whether a membership was created."""
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        existed = Membership.objects.filter(team=data["team"], user=data["user"]).exists()
         self.perform_create(serializer)
-        return Response(self.get_serializer(serializer.instance).data, status=status.HTTP_201_CREATED)
+        return Response(self.get_serializer(serializer.instance).data,
+                        status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
 
 
 class MeView(APIView):

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ... import access, clock
+from ..filters import refuse_unknown_params
 from ...telemetry import idle_allocations
 from ...utilization import SCOPES, top_jobs_lost_to_failure, utilization
 
@@ -43,11 +44,13 @@ class UtilizationView(APIView):
 
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(parameters=[OpenApiParameter(p, str, required=False) for p in
-                               ("scope", "since", "until", "flavor", "queue", "team", "step")],
+    PARAMS = ("scope", "since", "until", "flavor", "queue", "team", "step")  # any other is a 400 naming it
+
+    @extend_schema(parameters=[OpenApiParameter(p, str, required=False) for p in PARAMS],
                    responses={200: OpenApiTypes.OBJECT})
     def get(self, request):
         q = request.query_params
+        refuse_unknown_params(request, self.PARAMS)
         scope = q.get("scope") or "cluster"
         if scope not in SCOPES:
             raise ValidationError({"scope": [f"must be one of {', '.join(SCOPES)}"]})

@@ -1,6 +1,6 @@
 """Run the node agent: register this node, send heartbeats with GPU health and execute its tasks.
 
-    python manage.py gpu_agent --api https://control-plane --token TOKEN [--node-name NAME] [--once]
+    GPUPLATFORM_AGENT_TOKEN=TOKEN python manage.py gpu_agent --api https://control-plane [--node-name NAME] [--once]
                                [--interval 30] [--nvidia-smi-xml FILE] [--no-exec] [--work-dir DIR]
                                [--address IP] [--runtime docker|podman] [--poll 2] [--gpus K]
 
@@ -9,6 +9,10 @@ Inventory from NVML (nvidia-ml-py) where present, else `nvidia-smi -q -x` (or th
 (docs/execution.md; gpuplatform/agent/runner.py and executor.py), keeping its state under --work-dir so a
 restarted agent adopts the tasks still running. The JSON bodies and endpoints are documented in
 gpuplatform/agent/client.py and runner.py. Touches no database.
+
+The API token comes from the environment variable GPUPLATFORM_AGENT_TOKEN (readable only by the agent's
+own user, never passed to its tasks), or `--token-file FILE` (a file only its owner may read: mode 0600),
+or `--token TOKEN`, which still works but is less safe: a command line is visible to every local user (`ps`).
 """
 from __future__ import annotations
 
@@ -25,6 +29,34 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+TOKEN_ENV = "GPUPLATFORM_AGENT_TOKEN"  # GPUPLATFORM_AGENT_* never reaches a task (agent/executor.py task_env)
+
+
+def agent_token(flag: str | None, path: str | None) -> str:
+    """The agent's API token: --token, else --token-file's first line, else $GPUPLATFORM_AGENT_TOKEN.
+    Raises CommandError when none is given, the file cannot be read, is empty, or group or others may read
+    it (it must be mode 0600 or stricter)."""
+    if flag:
+        return flag
+    if path:
+        try:
+            mode = os.stat(path).st_mode
+            if mode & 0o077:
+                raise CommandError(f"--token-file {path} may be read by other users (mode {mode & 0o777:o}): "
+                                   f"chmod 600 {path}")
+            with open(path, encoding="utf-8") as fh:
+                token = fh.readline().strip()
+        except OSError as exc:
+            raise CommandError(f"--token-file {path}: {exc.strerror or exc}") from None
+        if not token:
+            raise CommandError(f"--token-file {path} is empty")
+        return token
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise CommandError(f"no API token: set {TOKEN_ENV} (or --token-file FILE, mode 0600)")
+    return token
+
+
 class Command(BaseCommand):
     help = "Node agent: register this node's GPUs, send heartbeats and run the node's tasks (REST API)."
     requires_system_checks: list = []
@@ -32,7 +64,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--api", required=True, help="base URL of the control plane, e.g. http://127.0.0.1:8000")
-        parser.add_argument("--token", required=True, help="API token (sent as 'Authorization: Token ...')")
+        parser.add_argument("--token", default=None,
+                            help="API token (sent as 'Authorization: Token ...'). Less safe: other local users see "
+                                 "it in `ps`; prefer GPUPLATFORM_AGENT_TOKEN or --token-file")
+        parser.add_argument("--token-file", default=None, metavar="FILE",
+                            help="read the API token from FILE (mode 0600: refused when group or others may read it)")
         parser.add_argument("--node-name", default=None, help="node name (default: this host's name)")
         parser.add_argument("--once", action="store_true",
                             help="register, send one heartbeat, exit (runs no task)")
@@ -74,6 +110,7 @@ class Command(BaseCommand):
             raise CommandError("--poll must be > 0")
         if opts["gpus"] is not None and opts["gpus"] < 1:
             raise CommandError("--gpus must be >= 1")
+        token = agent_token(opts["token"], opts["token_file"])
         name = opts["node_name"] or socket.gethostname()
         execute = not (opts["once"] or opts["no_exec"])
         runtime = (opts["runtime"] or "") if execute else ""  # a node that runs nothing offers no runtime
@@ -98,7 +135,7 @@ class Command(BaseCommand):
             telemetry = None
             if seconds > 0 and opts["gpus"] is None:  # demo copies are not real devices: no telemetry for them
                 telemetry = make_telemetry(opts["dcgm_exporter"])
-            beats = run_agent(opts["api"], opts["token"], name, reader, once=opts["once"], interval=opts["interval"],
+            beats = run_agent(opts["api"], token, name, reader, once=opts["once"], interval=opts["interval"],
                               address=address, runtime=runtime, executor=executor, poll=opts["poll"],
                               telemetry=telemetry, telemetry_seconds=seconds or 10.0)
         except (AgentError, InventoryError, ExecutorError, OSError) as exc:
