@@ -541,15 +541,10 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
             continue
         head = engine_bound.get(job.id)  # a mixed job: its whole-GPU roles, placed by the engine
         tasks, why = _place_job(placer, job, skip={r.name for r in job.roles if not r.shares} if head else ())
-        over = None
         if tasks is not None:
-            over = _over_quota(queues, job, tasks, flavor_of)
-            if over is not None:
-                for t in tasks:  # undo the tentative placement
-                    placer.commit(t, {r.name: r for r in job.roles}[t.role], -1)
-                key, who, room = over
-                why = PendingReason("quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
-        if tasks is None or over is not None:
+            why = _refuse_over_quota(placer, queues, job, tasks, flavor_of)
+            tasks = tasks if why is None else None
+        if tasks is None:
             if head is not None:
                 _withdraw_whole(placer, queues, result, job, head, flavor_of)
                 retry = True
@@ -630,14 +625,16 @@ class _Walk:
         tasks, why = _place_job(self.placer, job)
         if tasks is None:
             return why
-        roles = {r.name: r for r in job.roles}
-        over = _over_quota(self.queues, job, tasks, self.flavor_of)
-        if over is not None:
-            for t in tasks:
-                self.placer.commit(t, roles[t.role], -1)
-            key, who, room = over
-            return PendingReason("quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
-        state = self.state
+        why = _refuse_over_quota(self.placer, self.queues, job, tasks, self.flavor_of)
+        if why is not None:
+            return why
+        self._take(job, tasks)
+        return Binding(job_id=job.id, tasks=tuple(tasks), domain="", tier=0, rule="share")
+
+    def _take(self, job: JobInfo, tasks) -> None:
+        """Apply placed shares to the walk: a fraction's auto GPU leaves the whole pool (if still in it), CPU
+        and memory are taken, the queue is charged the GPU-equivalents (and MIG instances)."""
+        state, roles = self.state, {r.name: r for r in job.roles}
         for t in tasks:
             k = state.node_index[t.node]
             g = t.gpus[0] if t.gpu_milli else None
@@ -645,7 +642,6 @@ class _Walk:
                        roles[t.role].memory_mib)
         for key, amount in _charges(job, tasks, self.flavor_of).items():
             self.queues.charge(job.queue, key, amount)
-        return Binding(job_id=job.id, tasks=tuple(tasks), domain="", tier=0, rule="share")
 
     def complete(self, part: JobInfo, head: Binding):
         """A mixed job whose whole-GPU roles (`part`, whole_part) the walk has just placed (`head`, applied and
@@ -653,28 +649,16 @@ class _Walk:
         and why ("no_share", "quota")."""
         job = self.jobs[part.id]
         self.sync()
-        roles = {r.name: r for r in job.roles}
         tasks, why = _place_job(self.placer, job, skip={r.name for r in job.roles if not r.shares})
         if tasks is not None:
-            over = _over_quota(self.queues, job, tasks, self.flavor_of)
-            if over is not None:
-                for t in tasks:
-                    self.placer.commit(t, roles[t.role], -1)
-                key, who, room = over
-                tasks, why = None, PendingReason("quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
-        state = self.state
+            why = _refuse_over_quota(self.placer, self.queues, job, tasks, self.flavor_of)
+            tasks = tasks if why is None else None
         if tasks is None:
-            release_binding(state, part, head)
+            release_binding(self.state, part, head)
             for t in head.tasks:
                 self.queues.charge(job.queue, self.flavor_of.get(t.node, ""), -len(t.gpus))
             return why
-        for t in tasks:
-            k = state.node_index[t.node]
-            g = t.gpus[0] if t.gpu_milli else None
-            state.take(k, (g,) if g is not None and g in state.free[k] else (), roles[t.role].cpu_milli,
-                       roles[t.role].memory_mib)
-        for key, amount in _charges(job, tasks, self.flavor_of).items():
-            self.queues.charge(job.queue, key, amount)
+        self._take(job, tasks)
         self.completed.add(job.id)
         return replace(head, tasks=head.tasks + tuple(tasks))
 
@@ -691,6 +675,19 @@ def _over_quota(queues: QueueTree, job: JobInfo, tasks, flavor_of) -> tuple | No
         if amount > room + 1e-9:
             return key, who, room
     return None
+
+
+def _refuse_over_quota(placer: Placer, queues: QueueTree, job: JobInfo, tasks, flavor_of) -> PendingReason | None:
+    """The "quota" reason when the tentatively placed `tasks` would pass a limit of the job's queue chain, their
+    placement undone on the placer's ledger; None when they fit."""
+    over = _over_quota(queues, job, tasks, flavor_of)
+    if over is None:
+        return None
+    roles = {r.name: r for r in job.roles}
+    for t in tasks:
+        placer.commit(t, roles[t.role], -1)
+    key, who, room = over
+    return PendingReason("quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
 
 
 class _Evictor:
