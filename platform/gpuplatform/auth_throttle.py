@@ -2,12 +2,18 @@
 (`/api/v1/auth-token/`) and the login page (`/accounts/login/`).
 
 Failed attempts are counted in the shared cache (Redis when REDIS_URL is set: every gunicorn process
-counts together) per username and per client address, over a window of AUTH_LOCKOUT_WINDOW_SECONDS.
-Once a username has AUTH_LOCKOUT_USER_FAILURES failures, or an address AUTH_LOCKOUT_ADDRESS_FAILURES,
-further attempts are refused with 429 and `Retry-After` BEFORE the password is hashed (so a flood costs
-no CPU) until the window passes; a success clears the username's count. The right password is refused
-too while locked out: that is the point. The client address is REMOTE_ADDR (gunicorn sets it from
-X-Forwarded-For only for --forwarded-allow-ips proxies).
+counts together) over a window of AUTH_LOCKOUT_WINDOW_SECONDS, three ways:
+- per (username, client address): AUTH_LOCKOUT_USER_FAILURES locks that username out FROM THAT ADDRESS;
+- per client address, whatever the username: AUTH_LOCKOUT_ADDRESS_FAILURES (one address spraying names);
+- per username, from every address together: AUTH_LOCKOUT_USER_ANY_ADDRESS_FAILURES (default 10 x the
+  per-address figure: guessing spread over many addresses).
+A lock-out refuses further attempts with 429 and `Retry-After` BEFORE the password is hashed (a flood costs
+no CPU) until the window passes; a success clears the username's counts. The right password is refused too
+while locked out: that is the point. Keying the first count by address means that a stranger's failures
+for a known username do not lock its owner out of their own address (a lock-out anyone could cause: the
+OWASP authentication cheat sheet's "account lockout" denial of service); only the much higher all-address
+ceiling can, and reaching it takes that many addresses. The client address is REMOTE_ADDR (gunicorn sets it
+from X-Forwarded-For only for --forwarded-allow-ips proxies).
 """
 from __future__ import annotations
 
@@ -26,29 +32,35 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 
-def _limits() -> tuple[int, int, int]:
-    return (int(getattr(settings, "AUTH_LOCKOUT_USER_FAILURES", 10)),
-            int(getattr(settings, "AUTH_LOCKOUT_ADDRESS_FAILURES", 50)),
+def _limits() -> tuple[int, int, int, int]:
+    """(per username and address, per address, per username from every address, window seconds)."""
+    per_user = int(getattr(settings, "AUTH_LOCKOUT_USER_FAILURES", 10))
+    any_address = getattr(settings, "AUTH_LOCKOUT_USER_ANY_ADDRESS_FAILURES", None)
+    return (per_user, int(getattr(settings, "AUTH_LOCKOUT_ADDRESS_FAILURES", 50)),
+            int(any_address) if any_address is not None else 10 * per_user,
             int(getattr(settings, "AUTH_LOCKOUT_WINDOW_SECONDS", 900)))
 
 
-def _keys(request, username: str) -> tuple[str, str]:
+def _keys(request, username: str) -> tuple[str, str, str]:
+    """Cache keys: (username at this address, this address, username from anywhere)."""
     user = hashlib.sha256((username or "").strip().lower().encode()).hexdigest()[:32]
-    return f"auth-fail:user:{user}", f"auth-fail:addr:{request.META.get('REMOTE_ADDR', '')}"
+    address = request.META.get("REMOTE_ADDR", "")
+    return f"auth-fail:user-addr:{user}:{address}", f"auth-fail:addr:{address}", f"auth-fail:user:{user}"
 
 
 def locked_out(request, username: str) -> int:
-    """Seconds to wait (the window) when this username or address is locked out, else 0."""
-    per_user, per_address, window = _limits()
-    user_key, address_key = _keys(request, username)
-    counts = cache.get_many([user_key, address_key])
-    if counts.get(user_key, 0) >= per_user or counts.get(address_key, 0) >= per_address:
+    """Seconds to wait (the window) when this username at this address, this address, or this username from
+    every address together is locked out, else 0."""
+    per_user, per_address, any_address, window = _limits()
+    keys = _keys(request, username)
+    counts = cache.get_many(list(keys))
+    if any(counts.get(k, 0) >= limit for k, limit in zip(keys, (per_user, per_address, any_address))):
         return window
     return 0
 
 
 def record_failure(request, username: str) -> None:
-    window = _limits()[2]
+    window = _limits()[3]
     for key in _keys(request, username):
         if not cache.add(key, 1, window):
             try:
@@ -58,7 +70,8 @@ def record_failure(request, username: str) -> None:
 
 
 def record_success(request, username: str) -> None:
-    cache.delete(_keys(request, username)[0])
+    user_here, _, user_anywhere = _keys(request, username)
+    cache.delete_many([user_here, user_anywhere])
 
 
 LOCKED_MESSAGE = "too many failed sign-in attempts; try again later"

@@ -99,6 +99,8 @@ AUTH_PASSWORD_VALIDATORS = [  # also with DEBUG on: a password set in developmen
 # Brute-force lock-out of the token endpoint and the login page (gpuplatform/auth_throttle.py).
 AUTH_LOCKOUT_USER_FAILURES = int(os.environ.get("AUTH_LOCKOUT_USER_FAILURES", "10"))
 AUTH_LOCKOUT_ADDRESS_FAILURES = int(os.environ.get("AUTH_LOCKOUT_ADDRESS_FAILURES", "50"))
+AUTH_LOCKOUT_USER_ANY_ADDRESS_FAILURES = int(os.environ.get(
+    "AUTH_LOCKOUT_USER_ANY_ADDRESS_FAILURES", str(10 * AUTH_LOCKOUT_USER_FAILURES)))
 AUTH_LOCKOUT_WINDOW_SECONDS = int(os.environ.get("AUTH_LOCKOUT_WINDOW_SECONDS", "900"))
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

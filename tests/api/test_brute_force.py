@@ -15,6 +15,7 @@ pytestmark = pytest.mark.django_db
 def limits(settings):
     settings.AUTH_LOCKOUT_USER_FAILURES = 5
     settings.AUTH_LOCKOUT_ADDRESS_FAILURES = 8
+    settings.AUTH_LOCKOUT_USER_ANY_ADDRESS_FAILURES = 12
     settings.AUTH_LOCKOUT_WINDOW_SECONDS = 60
 
 
@@ -31,6 +32,29 @@ def test_token_endpoint_locks_a_user_out_after_repeated_failures(users, limits, 
     # another user from another address is unaffected
     other = APIClient(REMOTE_ADDR="10.0.0.9")
     assert other.post("/api/v1/auth-token/", {"username": "vera", "password": "wrong"}).status_code == 400
+
+
+def test_a_strangers_failures_do_not_lock_the_user_out_of_their_own_address(users, limits):
+    """New-user report: 10 wrong passwords for a known username locked its owner out everywhere, so anyone
+    could lock anyone out. The count is per username AND address: the owner elsewhere still signs in."""
+    stranger = APIClient(REMOTE_ADDR="10.6.6.6")
+    for _ in range(5):
+        assert stranger.post("/api/v1/auth-token/", {"username": "mike", "password": "wrong"}).status_code == 400
+    assert stranger.post("/api/v1/auth-token/", {"username": "mike", "password": "pw"}).status_code == 429
+    owner = APIClient(REMOTE_ADDR="10.0.0.2")
+    r = owner.post("/api/v1/auth-token/", {"username": "mike", "password": "pw"})
+    assert r.status_code == 200 and r.json()["token"]
+
+
+def test_guessing_one_username_from_many_addresses_hits_the_all_address_ceiling(users, limits):
+    """Spread over addresses (4 each, under the per-address figures), 12 failures for one username lock it
+    out from every address, the owner's included, until the window passes."""
+    for i in range(3):
+        api = APIClient(REMOTE_ADDR=f"10.9.0.{i}")
+        for _ in range(4):
+            assert api.post("/api/v1/auth-token/", {"username": "mike", "password": "wrong"}).status_code == 400
+    owner = APIClient(REMOTE_ADDR="10.0.0.2")
+    assert owner.post("/api/v1/auth-token/", {"username": "mike", "password": "pw"}).status_code == 429
 
 
 def test_token_endpoint_success_clears_the_count_and_answers_a_token(users, limits):
