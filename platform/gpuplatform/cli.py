@@ -355,11 +355,12 @@ def cmd_set_quota(client: Client, a) -> object:
 
 def cmd_set_sharing(client: Client, a) -> object:
     body = {"sharing": a.mode}
-    if a.gpus:
+    if a.gpus is not None:  # --gpus "" names no GPU: refused here, never read as "every GPU"
         try:
-            body["gpus"] = [int(g) for g in a.gpus.split(",") if g.strip()]
+            body["gpus"] = [int(g) for g in a.gpus.split(",")]
         except ValueError:
-            raise UsageError(f"--gpus must be GPU indexes separated by commas, e.g. 3,4 (got {a.gpus!r})") from None
+            raise UsageError(f"--gpus must be GPU indexes separated by commas, e.g. 3,4 (got {a.gpus!r}); "
+                             f"leave it out for every GPU of the node") from None
     return client.request("POST", f"/api/v1/nodes/{urllib.parse.quote(a.node, safe='')}/sharing/", body)[0]
 
 

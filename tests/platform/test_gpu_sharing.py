@@ -419,3 +419,24 @@ def test_fraction_preempted_for_a_higher_priority_fraction_through_the_platform(
     assert alloc.gpu.index == gpu and alloc.gpu_milli == 600
     live = Allocation.objects.filter(gpu__index=gpu, released_at__isnull=True)
     assert sum(a.gpu_milli for a in live) <= 1000
+
+
+def test_sharing_endpoint_refuses_an_empty_or_repeated_gpu_list(api):
+    """Second new-user report, item 7: `"gpus": []` set EVERY GPU of the node (an empty list read as "all"),
+    and [1, 1] passed. Only an omitted `gpus` means every GPU; an empty list or a repeated index is a 400."""
+    from gpuplatform.models import Gpu
+
+    for gpus, words in (([], "at least"), ([4, 4], "twice")):
+        r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "shared", "gpus": gpus}, format="json")
+        assert r.status_code == 400 and words in str(r.json()), r.content
+    assert set(Gpu.objects.filter(node__name="mixed", sharing="shared").values_list("index", flat=True)) == {0, 1}
+
+
+def test_job_fields_take_no_strings_for_numbers_in_json(api):
+    """Second new-user report, item 1: "gpus_per_task": "2" and "gpu_fraction": "0.5" were accepted in a JSON
+    body (the other integer fields were already strict)."""
+    for role in ({"gpus_per_task": "2"}, {"gpus_per_task": " 0.5 "}, {"gpu_fraction": "0.5"}):
+        body = {"name": "s", "queue": "q", "command": "true", "roles": [{"name": "w", "tasks": 1, **role}]}
+        r = api.post("/api/v1/jobs/", body, format="json")
+        field = next(iter(role))
+        assert r.status_code == 400 and field in str(r.json()) and "JSON number" in str(r.json()), r.content

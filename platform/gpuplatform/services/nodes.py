@@ -96,10 +96,15 @@ def set_gpu_sharing(node: Node, index: int, sharing: str, *, actor=None) -> Gpu:
 @transaction.atomic
 def set_node_gpu_sharing(node: Node, sharing: str, gpus: list[int] | None = None, *, actor=None) -> list[Gpu]:
     """Set the sharing mode (exclusive, shared or auto) of GPUs `gpus` (indexes) of `node`, or, with `gpus`
-    None or empty, of every GPU of the node not in MIG mode; all or none (one transaction), one
-    `gpu_sharing` Event per GPU (set_gpu_sharing). Returns the GPUs in index order. Raises ValidationError:
-    "sharing" (unknown mode, mig, a GPU in MIG mode), "gpus" (no such GPU, or one in use), as set_gpu_sharing."""
-    if not gpus:
+    None, of every GPU of the node not in MIG mode; all or none (one transaction), one `gpu_sharing` Event
+    per GPU whose mode changes (set_gpu_sharing). Returns the GPUs in index order. Raises ValidationError:
+    "sharing" (unknown mode, mig, a GPU in MIG mode), "gpus" (an empty list: an empty list never means "every
+    GPU"; an index given twice; no such GPU, or one in use), as set_gpu_sharing."""
+    if gpus is not None and not gpus:
+        raise ValidationError({"gpus": "name at least one GPU index, or leave gpus out for every GPU of the node"})
+    if gpus is not None and len(set(gpus)) != len(gpus):
+        raise ValidationError({"gpus": f"GPU index {next(g for g in gpus if gpus.count(g) > 1)} is given twice"})
+    if gpus is None:
         gpus = list(node.gpus.exclude(sharing=Gpu.Sharing.MIG).order_by("index").values_list("index", flat=True))
         if not gpus:
             raise ValidationError({"gpus": f"node {node.name} has no GPU outside MIG mode"})

@@ -68,12 +68,19 @@ class NodeSpareSerializer(Serializer):
 
 class NodeGpuSharingSerializer(Serializer):
     """Set GPUs' sharing mode (docs/concepts.md, "GPU sharing"): `sharing` exclusive (whole-GPU tasks only),
-    shared (fractions only) or auto (whole while free of fractions, else shared); `gpus`: GPU indexes (omitted
-    or empty: every GPU of the node not in MIG mode). MIG mode comes from the node agent, never from here."""
+    shared (fractions only) or auto (whole while free of fractions, else shared); `gpus`: GPU indexes, each
+    once (omitted: every GPU of the node not in MIG mode; an empty list is refused). MIG mode comes from the
+    node agent, never from here."""
 
     sharing = serializers.ChoiceField(choices=["exclusive", "shared", "auto"])
-    gpus = serializers.ListField(child=count_field(min_value=0, max_value=32767), required=False, default=list,
+    gpus = serializers.ListField(child=count_field(min_value=0, max_value=32767), required=False, min_length=1,
                                  max_length=128)
+
+    def validate_gpus(self, value):
+        if len(set(value)) != len(value):
+            raise serializers.ValidationError(f"GPU index {next(g for g in value if value.count(g) > 1)} is given "
+                                              f"twice")
+        return value
 
 
 class NodeValidateSerializer(Serializer):

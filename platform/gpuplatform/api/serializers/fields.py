@@ -44,7 +44,7 @@ def make_strings_strict() -> None:
     serializers.CharField.to_internal_value = to_internal_value
 
 
-def _text_input(field) -> bool:
+def text_input(field) -> bool:
     """Whether the field's serializer reads text-encoded input (a QueryDict: a form post, a multipart body or
     a query string), where every value is a string and "5" / "true" are the only way to write a number or
     a boolean. A JSON body (a dict) carries its own types."""
@@ -55,8 +55,8 @@ def make_numbers_and_booleans_strict() -> None:
     """Integers must be integers and booleans booleans, in a JSON body: DRF's IntegerField turns "2" and
     " 5 " into numbers and its BooleanField turns "yes", 0 and 1 into booleans. From here on, in a JSON
     body, an IntegerField (and its subclasses, the ModelSerializer's mapped integer columns, a ListField's
-    integer children) takes only a JSON number with no fraction (2 or 2.0, never true), and a BooleanField
-    only true / false; anything else is a 400 naming the field ("must be a JSON integer ..."). Form posts,
+    integer children) takes only a JSON number with no fraction (2 or 2.0, never true), a FloatField only a
+    JSON number (never "0.5"), and a BooleanField only true / false; anything else is a 400 naming the field ("must be a JSON integer ..."). Form posts,
     multipart bodies and query strings (QueryDict input: all text) keep DRF's parsing of text.
     Called once from the app's ready() with make_strings_strict (the same rule for strings); idempotent.
     A global rule rather than field subclasses: it covers every declared field, the ModelSerializer's
@@ -64,10 +64,11 @@ def make_numbers_and_booleans_strict() -> None:
     if getattr(serializers.IntegerField.to_internal_value, "strict_numbers", False):
         return
     lenient_int = serializers.IntegerField.to_internal_value
+    lenient_float = serializers.FloatField.to_internal_value
     lenient_bool = serializers.BooleanField.to_internal_value
 
     def int_value(self, data):
-        if not _text_input(self):
+        if not text_input(self):
             if isinstance(data, bool) or not isinstance(data, (int, float)):
                 raise serializers.ValidationError(
                     f"must be a JSON integer, not {_json_kind(data)}", code="invalid")
@@ -75,14 +76,20 @@ def make_numbers_and_booleans_strict() -> None:
                 raise serializers.ValidationError("must be a whole number (a JSON integer)", code="invalid")
         return lenient_int(self, data)
 
+    def float_value(self, data):
+        if not text_input(self) and (isinstance(data, bool) or not isinstance(data, (int, float))):
+            raise serializers.ValidationError(f"must be a JSON number, not {_json_kind(data)}", code="invalid")
+        return lenient_float(self, data)
+
     def bool_value(self, data):
-        if not _text_input(self) and not isinstance(data, bool) and not (data is None and self.allow_null):
+        if not text_input(self) and not isinstance(data, bool) and not (data is None and self.allow_null):
             raise serializers.ValidationError(f"must be a JSON boolean (true or false), not {_json_kind(data)}",
                                               code="invalid")
         return lenient_bool(self, data)
 
-    int_value.strict_numbers = bool_value.strict_numbers = True
+    int_value.strict_numbers = float_value.strict_numbers = bool_value.strict_numbers = True
     serializers.IntegerField.to_internal_value = int_value
+    serializers.FloatField.to_internal_value = float_value
     serializers.BooleanField.to_internal_value = bool_value
 
 

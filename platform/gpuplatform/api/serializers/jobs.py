@@ -6,7 +6,7 @@ from rest_framework import serializers
 from ... import queries
 from ...models import Allocation, Job, JobRole, Task, Team
 from .base import ModelSerializer, Serializer
-from .fields import INT32_MAX, FiniteFloatField, count_field
+from .fields import INT32_MAX, FiniteFloatField, text_input, count_field
 
 
 @extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1, "maximum": 32767},
@@ -37,6 +37,8 @@ class GpusPerTaskField(serializers.Field):
 
     def to_internal_value(self, data):
         if isinstance(data, str):
+            if not text_input(self):  # a JSON body carries its own types: "2" is not a number there
+                raise serializers.ValidationError(f"must be a JSON number, not a string ({data[:20]!r})")
             try:
                 data = float(data) if "." in data else int(data)
             except ValueError:
