@@ -312,6 +312,10 @@ def test_node_sharing_action_is_audited_all_or_none_and_shown(api, mixed, django
     assert modes == {0: "shared", 1: "shared", 2: "mig", 3: "mig", 4: "auto", 5: "auto", 6: "exclusive", 7: "exclusive"}
     assert {g["memory_mib"] for g in r.json()["gpus"]} == {H200_MIB}
     assert Event.objects.filter(kind="gpu_sharing", actor__username="ops").count() == 2
+    again = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "auto", "gpus": [4, 5]}, format="json")
+    assert again.status_code == 200 and again.json()["gpus"] == r.json()["gpus"], again.content
+    assert Event.objects.filter(kind="gpu_sharing", actor__username="ops").count() == 2  # the same mode again is no change: no Event
+    assert not Event.objects.filter(kind="gpu_sharing", message__contains="auto -> auto").exists()
     r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "shared", "gpus": [6, 2]}, format="json")
     assert r.status_code == 400 and "sharing" in r.json()  # GPU 2 is in MIG mode: GPU 6 is left as it was
     assert Gpu.objects.get(node__name="mixed", index=6).sharing == "exclusive"
