@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from scheduler.core import DomainInfo, NodeInfo, RoleInfo, TopologyError
 from scheduler.core import never_fits as engine_never_fits
+from scheduler.core.sharing import FULL, task_memory, task_milli
 
 from .models import Domain, Gpu, MigInstance, Node
 
@@ -89,4 +90,31 @@ def _never_fits_shares(roles: list[dict]) -> str | None:
             what = f"{r['gpu_memory_mib']} MiB of memory" if r.get("gpu_memory_mib") else "fractions"
             return f"role {r['name']}: no GPU in mode shared or auto takes {what}" + (
                 f" on {'|'.join(flavors)}" if flavors else "")
+        why = _too_many_shares(r, flavors, list(shareable.values_list("memory_mib", flat=True)))
+        if why is not None:
+            return why
     return None
+
+
+def _too_many_shares(role: dict, flavors: list[str], memories: list[int]) -> str | None:
+    """Why the role's minimum gang of fractions (min_available tasks) can never be held at once by the GPUs in
+    mode shared or auto of its flavors (`memories`: each such GPU's memory in MiB, 0 = unknown), or None.
+    A GPU holds FULL // milli shares of `milli` thousandths, and no more than its memory allows (a share of
+    gpu_memory_mib is also ceil(memory / GPU memory) thousandths of its compute). Health and current use are
+    left out: they change, this does not."""
+    need = min(role["min_available"], role["tasks"])
+    probe = RoleInfo(role["name"], role["tasks"], role["gpus_per_task"], need,
+                     gpu_milli=role.get("gpu_milli") or 0, gpu_memory_mib=role.get("gpu_memory_mib") or 0)
+    holds = 0
+    for memory in memories:
+        milli = task_milli(probe, memory)
+        if not milli:
+            continue  # a memory request on a GPU of unknown memory: the engine cannot place it there
+        size = task_memory(probe, memory)
+        holds += min(FULL // milli, memory // size) if memory and size else FULL // milli
+    if need <= holds:
+        return None
+    ask = f"{probe.gpu_milli / FULL:g} GPU" if probe.gpu_milli else f"{probe.gpu_memory_mib} MiB"
+    where = f" of {'|'.join(flavors)}" if flavors else ""
+    return (f"role {role['name']}: needs {need} GPU shares of {ask} at once, exceeds the {len(memories)} "
+            f"GPU(s) in mode shared or auto{where} (they hold at most {holds})")

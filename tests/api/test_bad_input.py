@@ -312,5 +312,20 @@ def test_a_key_given_twice_in_a_json_body_is_a_400_naming_it(api, jobs):
     text = '{"name": "a", "queue": "alpha", "command": "echo", "roles": [{"name": "w", "tasks": 1, ' \
            '"gpus_per_task": 1, "tasks": 2}], "name": "b"}'
     r = api.generic("POST", "/api/v1/jobs/", text, content_type="application/json")
-    assert r.status_code == 400 and "given twice" in r.json()["tasks"][0], r.content
+    assert r.status_code == 400 and "given twice" in r.json()["roles[0].tasks"][0], r.content
+    assert list(r.json()) == ["roles[0].tasks"], r.content  # the first one given twice, with its path
     assert Job.objects.count() == before
+
+
+@pytest.mark.parametrize("url, text, path", [
+    ("/api/v1/jobs/", '{"name": "a", "name": "b"}', "name"),
+    ("/api/v1/jobs/", '{"queue": "alpha", "roles": [{"name": "w"}, {"name": "v", "tasks": 1, "tasks": 3}]}',
+     "roles[1].tasks"),
+    ("/api/v1/jobs/", '{"labels": {"team": {"a": 1, "a": 2}}}', "labels.team.a"),
+    ("/api/v1/forecast/", '{"changes": [{"kind": "submit", "tasks": 1, "tasks": 3}]}', "changes[0].tasks"),
+])
+def test_a_key_given_twice_in_a_nested_object_is_named_with_its_path(api, jobs, url, text, path):
+    """newuser2 item 8: the error names where the key is (roles[1].tasks), not only the key."""
+    r = api.generic("POST", url, text, content_type="application/json")
+    assert r.status_code == 400 and list(r.json()) == [path], r.content
+    assert "given twice" in r.json()[path][0]

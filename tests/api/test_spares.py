@@ -147,6 +147,9 @@ def test_a_gang_whose_node_is_lost_restarts_on_the_spare_in_the_same_pass(jobs, 
     assert dict(Node.objects.filter(name__in=("n0", "n3")).values_list("name", "spare")) == {"n0": True, "n3": False}
     ev = Event.objects.get(kind="restarted_on_spare", job=job)
     assert ev.data["swap"] == {"n0": "n3"} and ev.time == now
+    requeued = Event.objects.get(kind="requeued_after_failure", job=job)  # newuser2 item 9: no retry time
+    assert "retries after" not in requeued.message and requeued.message.endswith("restarted at once on spare n3")
+    assert requeued.data["not_before"] is None and job.not_before is None
     from gpuplatform.models import Attempt
 
     a = Attempt.objects.get(job=job, number=0)  # the interruption's recovery: running again at detection
@@ -165,6 +168,7 @@ def test_without_a_fitting_spare_the_gang_waits_for_the_cycle(jobs, at):  # noqa
     job = Job.objects.get(pk=jobs["own"].pk)
     assert job.state == "pending" and not Event.objects.filter(kind="restarted_on_spare").exists()
     assert Node.objects.get(name="n3").spare is True
+    assert "retries after" in Event.objects.get(kind="requeued_after_failure", job=job).message  # it waits
 
 
 def test_a_fatal_xid_in_a_heartbeat_restarts_the_gang_on_the_spare_in_that_request(jobs, at):  # noqa: F811
@@ -180,3 +184,4 @@ def test_a_fatal_xid_in_a_heartbeat_restarts_the_gang_on_the_spare_in_that_reque
     n0 = Node.objects.get(name="n0")
     assert n0.state == "cordoned" and n0.spare is True  # out for repair; a spare once it is back
     assert Event.objects.get(kind="restarted_on_spare", job=job).data["swap"] == {"n0": "n3"}
+    assert Event.objects.get(kind="requeued_after_failure", job=job).message.endswith("restarted at once on spare n3")

@@ -198,6 +198,10 @@ def test_a_platform_text_that_names_its_cause_is_not_prefixed_twice():
     d = engine.diagnose(tasks, rules=RULES, platform={"cause": "time_limit",
                                                       "text": "time limit of 3 s reached (time_limit_seconds)"})
     assert d.summary == "time limit of 3 s reached (time_limit_seconds)"
+    d = engine.diagnose(tasks, rules=RULES, platform={"cause": "node_lost",  # newuser2 item 9
+                                                      "text": "node lost: 1 task(s) failed on n1"})
+    assert d.summary == "node lost: 1 task(s) failed on n1"
+    assert engine.diagnose(tasks, rules=RULES, platform={"cause": "node_lost", "text": "n1"}).summary == "node lost: n1"
     assert engine.diagnose(tasks, rules=RULES, platform={"cause": "preempted", "text": "by job 7"}).summary == \
         "preempted: by job 7"
 

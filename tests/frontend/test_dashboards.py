@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from html.parser import HTMLParser
 from urllib.parse import urlencode
 
 import pytest
@@ -147,6 +148,58 @@ def test_submit_form_sends_interruptible_and_shows_its_rule(client, world):
     assert response.status_code == 302 and Job.objects.get(name="train-1").interruptible is True
     response = client.post("/jobs/new/", roles_post(name="train-2", interruptible="on", preemptible=""))
     assert response.status_code == 200 and "must be preemptible" in response.content.decode()
+    assert not Job.objects.filter(name="train-2").exists()
+
+
+class _Described(HTMLParser):
+    """Ids of the page's elements, what each aria-describedby names, and the text of each element by id."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids: set[str] = set()
+        self.described: list[str] = []
+        self.text: dict[str, str] = {}
+        self._open: list[str | None] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        self.described += (attrs.get("aria-describedby") or "").split()
+        if tag not in ("input", "br", "meta", "link", "img", "hr"):
+            self._open.append(attrs.get("id"))
+
+    def handle_endtag(self, tag):
+        if tag not in ("input", "br", "meta", "link", "img", "hr") and self._open:
+            self._open.pop()
+
+    def handle_data(self, data):
+        for i in self._open:
+            if i:
+                self.text[i] = self.text.get(i, "") + data
+
+
+@pytest.mark.parametrize("over, errors", [
+    ({"name": "train-2", "interruptible": "on", "preemptible": ""}, {"id_interruptible_error": "must be preemptible"}),
+    ({"name": "bad name!", "priority": "1.5", "roles-0-tasks": "abc", "time_limit_minutes": "0",
+      "checkpoint_grace_seconds": "0", "min_run_before_move_minutes": "-1", "max_restarts": "-1",
+      "env": "1BAD=x", "command": "'unclosed"},
+     {"id_name_error": "uses letters", "id_priority_error": "whole number", "id_roles-0-tasks_error": "whole number",
+      "id_time_limit_minutes_error": "greater than", "id_env_error": "line 1"}),
+])
+def test_submit_form_every_described_error_is_on_the_page(client, world, over, errors):
+    """newuser2 item 5: a field with errors points (aria-describedby) at <id>_error: that element exists and
+    holds the message, for the checkboxes (interruptible without preemptible, the service's rule) too."""
+    client.force_login(world["alice"])
+    response = client.post("/jobs/new/", roles_post(**over))
+    assert response.status_code == 200
+    page = _Described()
+    page.feed(response.content.decode())
+    described = {i for i in page.described if i.endswith("_error")}
+    assert set(errors) <= described, set(errors) - described
+    assert described <= page.ids, described - page.ids
+    for element, message in errors.items():
+        assert message in page.text.get(element, ""), (element, page.text.get(element))
     assert not Job.objects.filter(name="train-2").exists()
 
 

@@ -312,6 +312,10 @@ def test_node_sharing_action_is_audited_all_or_none_and_shown(api, mixed, django
     assert modes == {0: "shared", 1: "shared", 2: "mig", 3: "mig", 4: "auto", 5: "auto", 6: "exclusive", 7: "exclusive"}
     assert {g["memory_mib"] for g in r.json()["gpus"]} == {H200_MIB}
     assert Event.objects.filter(kind="gpu_sharing", actor__username="ops").count() == 2
+    again = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "auto", "gpus": [4, 5]}, format="json")
+    assert again.status_code == 200 and again.json()["gpus"] == r.json()["gpus"], again.content
+    assert Event.objects.filter(kind="gpu_sharing", actor__username="ops").count() == 2  # the same mode again is no change: no Event
+    assert not Event.objects.filter(kind="gpu_sharing", message__contains="auto -> auto").exists()
     r = api.post("/api/v1/nodes/mixed/sharing/", {"sharing": "shared", "gpus": [6, 2]}, format="json")
     assert r.status_code == 400 and "sharing" in r.json()  # GPU 2 is in MIG mode: GPU 6 is left as it was
     assert Gpu.objects.get(node__name="mixed", index=6).sharing == "exclusive"
@@ -341,14 +345,53 @@ def test_fraction_job_reports_gpu_equivalents_in_api_and_event(api):
     assert message.endswith("1.5 GPU-equivalents (3 shares of 0.5 GPU)"), message
 
 
-def test_fraction_gang_above_the_queue_limit_never_fits(api):
+def test_fraction_gang_above_the_queue_limit_never_fits(api, mixed):
+    from gpuplatform import services
     from gpuplatform.models import Job
     from gpuplatform.scheduling import store
 
-    job = submit(api, "big", {"tasks": 13, "gpu_fraction": 0.5}).json()  # 6.5 GPU-equivalents, limit 6
+    services.set_quota(mixed, "H200", 0, 1, 1)  # 2 shared GPUs hold 4 halves: the limit, not the GPUs, refuses
+    job = submit(api, "big", {"tasks": 3, "gpu_fraction": 0.5}).json()  # 1.5 GPU-equivalents, limit 1
     store.run_cycle_once(clock=CLOCK)
     row = Job.objects.get(pk=job["id"])
-    assert row.never_fits and row.pending_reason == "needs 6.5 H200 GPU-equivalents, above queue q limit of 6"
+    assert row.never_fits and row.pending_reason == "needs 1.5 H200 GPU-equivalents, above queue q limit of 1"
+
+
+@pytest.mark.parametrize("role, holds", [
+    ({"tasks": 5, "gpu_fraction": 0.5}, "needs 5 GPU shares of 0.5 GPU at once, exceeds the 2 GPU(s) in mode "
+                                        "shared or auto (they hold at most 4)"),
+    ({"tasks": 3000, "gpu_fraction": 0.001}, "needs 3000 GPU shares of 0.001 GPU at once, exceeds the 2 GPU(s) "
+                                             "in mode shared or auto (they hold at most 2000)"),
+    ({"tasks": 7, "gpu_memory_mib": 40_000}, "needs 7 GPU shares of 40000 MiB at once, exceeds the 2 GPU(s) in "
+                                             "mode shared or auto (they hold at most 6)"),  # 3 per GPU by memory
+    ({"tasks": 3, "gpu_fraction": 0.6, "flavor": "H200"}, "needs 3 GPU shares of 0.6 GPU at once, exceeds the 2 "
+                                                          "GPU(s) in mode shared or auto of H200 (they hold at most 2)"),
+])
+def test_fraction_gang_larger_than_the_shared_gpus_is_refused_at_submission(api, role, holds):
+    """Item 6 of newuser2: a gang of shares more than every shared / auto GPU can hold at once is a 400 naming
+    the figure (like a whole-GPU gang above the cluster), not a job that waits forever."""
+    from gpuplatform.models import Job
+
+    r = submit(api, "huge", role)
+    assert r.status_code == 400, r.content
+    assert holds in str(r.json()["roles"]), r.json()
+    assert not Job.objects.filter(name="huge").exists()
+
+
+def test_fraction_gang_that_fits_the_shared_gpus_is_accepted(api, mixed):
+    """The limit counts the gang's minimum (min_available), the GPUs in mode auto too, and the shares one GPU
+    holds (4 x 0.5 on 2 shared GPUs; 6 x 40000 MiB, 3 per 143771 MiB GPU)."""
+    from gpuplatform import services
+    from gpuplatform.models import Node
+
+    assert submit(api, "four", {"tasks": 4, "gpu_fraction": 0.5}).status_code == 201
+    assert submit(api, "mem6", {"tasks": 6, "gpu_memory_mib": 40_000}).status_code == 201
+    assert submit(api, "gang4", {"tasks": 9, "min_available": 4, "gpu_fraction": 0.5}).status_code == 201
+    assert submit(api, "nine", {"tasks": 9, "gpu_fraction": 0.5}).status_code == 400
+    node = Node.objects.get(name="mixed")
+    for i in (4, 5, 6, 7):
+        services.set_gpu_sharing(node, i, "auto")
+    assert submit(api, "nine", {"tasks": 9, "gpu_fraction": 0.5}).status_code == 201  # 6 GPUs hold 12 halves
 
 
 def test_mig_resource_quota_is_checked_against_the_instances(mixed):

@@ -5,7 +5,7 @@ a key or string, a non-finite number (`1e999`) or nesting deeper than JSON_MAX_D
 field. An integer of any size is left to its field (its own path and bounds); the paths of those beyond
 64 bits are kept on the request (`oversized_paths`) for the API's database-overflow backstop. A key given
 twice in one object (`{"name": "a", "name": "b"}`: JSON leaves it undefined, Python keeps the last) is a
-400 naming the key."""
+400 naming the key with its full path (`roles[0].tasks`, `changes[1].kind`)."""
 from __future__ import annotations
 
 import codecs
@@ -24,10 +24,9 @@ class JSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:  # DRF's JSONParser.parse, with the duplicate-key check
-            data = json.load(codecs.getreader(encoding)(stream), object_pairs_hook=_unique_keys,
-                             parse_constant=strict_constant)
+            data = _load(codecs.getreader(encoding)(stream), parse_constant=strict_constant)
         except _DuplicateKey as exc:
-            raise ValidationError({exc.key: ["given twice in one JSON object: send each field once"]}) from None
+            raise ValidationError({exc.path: ["given twice in one JSON object: send each field once"]}) from None
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply") from None
         except ValueError as exc:
@@ -45,16 +44,43 @@ class JSONParser(parsers.JSONParser):
 
 
 class _DuplicateKey(ValueError):
-    def __init__(self, key: str):
-        super().__init__(f"duplicate key {key!r}")
-        self.key = key
+    def __init__(self, path: str):
+        super().__init__(f"duplicate key {path!r}")
+        self.path = path  # the key with its full path: "roles[0].tasks", "changes[1].kind", "name"
 
 
-def _unique_keys(pairs: list) -> dict:
-    """json's object_pairs_hook: the object, or _DuplicateKey naming the first key given twice."""
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
+def _load(fp, **kwargs):
+    """json.load refusing a key given twice in one object: raises _DuplicateKey naming the key with its full
+    path. The object_pairs_hook sees objects innermost first and cannot know where they are, so it notes the
+    first such object and its key; once parsed, the document is searched for that object (on error only)."""
+    found: list[tuple[dict, str]] = []
+
+    def unique_keys(pairs: list) -> dict:
+        out = dict(pairs)
+        if len(out) < len(pairs) and not found:
+            seen: set = set()
+            key = next(k for k, _ in pairs if k in seen or seen.add(k))
+            found.append((out, key))
+        return out
+
+    data = json.load(fp, object_pairs_hook=unique_keys, **kwargs)
+    if found:
+        target, key = found[0]
+        where = _path_of(data, target)
+        raise _DuplicateKey(f"{where}.{key}" if where else key)
+    return data
+
+
+def _path_of(value, target: dict) -> str:
+    """The path of the object `target` (by identity) inside `value`: "" for the top, "roles[0]", "a.b[2]".
+    Iterative: a body nested as deeply as JSON allows must not hit Python's recursion limit here."""
+    stack = [(value, "")]
+    while stack:
+        value, where = stack.pop()
+        if value is target:
+            return where
+        if isinstance(value, dict):
+            stack.extend((v, f"{where}.{k}" if where else k) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(value))
+    return ""

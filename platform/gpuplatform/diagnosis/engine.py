@@ -292,8 +292,9 @@ def diagnose(tasks: Sequence[TaskEvidence], *, rules: RuleSet, health: Sequence[
             summary = f"GPU hardware fault on {node}: {hw_health[0].text[:160]}"
         task = hw_logs[0].task.task if hw_logs else None
         return Diagnosis("gpu_hardware", summary, action=action, evidence=evidence, rule=rule, node=node, task=task)
-    if cause == "node_lost":
-        return Diagnosis("platform", f"node lost: {ptext}" if ptext else "node lost", action="retry",
+    if cause == "node_lost":  # the requeue reason already reads "node lost: 2 task(s) failed on n0"
+        summary = ptext if ptext.lower().startswith("node lost") else f"node lost: {ptext}" if ptext else "node lost"
+        return Diagnosis("platform", summary, action="retry",
                          evidence=[{"task": None, "source": "event", "line": None, "text": ptext or "node lost"}],
                          rule="platform:node_lost")
 

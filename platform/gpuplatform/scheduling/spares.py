@@ -138,6 +138,7 @@ def restart_on_spare(job_id, placement, failed_nodes, *, at: datetime, actor=Non
                 record_event("node_spare", f"{failed_name}: takes {spare.name}'s place in the spare pool (a spare "
                                            f"once repaired)", time=at, node_id=failed[failed_name].pk,
                              actor=actor, data={"spare": True, "replaced_by": spare.name})
+            _say_restarted(job_id, at, [s.name for s in swap.values()])
             record_event("restarted_on_spare", f"gang restarted at once on spare(s) "
                                                f"{', '.join(f'{k} -> {v.name}' for k, v in swap.items())}"
                                                + (f", stopping {len(plan.stop)} interruptible job(s)"
@@ -153,3 +154,20 @@ def restart_on_spare(job_id, placement, failed_nodes, *, at: datetime, actor=Non
 
         mark_recovered(job_id, at)
     return [s.name for s in swap.values()]
+
+
+def _say_restarted(job_id, at: datetime, spare_names: list[str]) -> None:
+    """The requeue's Event, written a moment ago in this transaction by the failure path (lifecycle.requeue_job)
+    with "retries after HH:MM:SS", says instead that the gang restarted at once on the spare(s): it did not
+    wait for a retry. The job's retry time goes too (it is running)."""
+    from gpuplatform.models import Event
+
+    Job.objects.filter(pk=job_id).update(not_before=None)
+    ev = (Event.objects.filter(job_id=job_id, kind="requeued_after_failure", time=at).order_by("-pk")
+          .only("pk", "message", "data").first())
+    if ev is None:
+        return
+    head = ev.message.split(", retries after ")[0]
+    ev.message = f"{head}, restarted at once on spare {', '.join(spare_names)}"
+    ev.data = {**(ev.data or {}), "not_before": None, "spares": spare_names}
+    ev.save(update_fields=["message", "data"])

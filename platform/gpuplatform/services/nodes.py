@@ -73,7 +73,7 @@ def _sync_mig(gpu: Gpu, g: dict) -> None:
 def set_gpu_sharing(node: Node, index: int, sharing: str, *, actor=None) -> Gpu:
     """Set GPU `index` of `node` to sharing mode exclusive, shared or auto (mode mig comes from the node agent's
     NVML report, never from here). Refused while a task holds the GPU (its work was placed under the old mode).
-    Raises ValidationError: "sharing" (unknown mode, or mig), "index" (no such GPU, or the GPU is in use)."""
+    Setting the mode the GPU already has changes nothing (no Event). Raises ValidationError: "sharing" (unknown mode, or mig), "index" (no such GPU, or the GPU is in use)."""
     if sharing not in (Gpu.Sharing.EXCLUSIVE, Gpu.Sharing.SHARED, Gpu.Sharing.AUTO):
         raise ValidationError({"sharing": "sharing must be exclusive, shared or auto (mig is set by the node "
                                           "agent from the GPU's MIG mode)"})
@@ -82,6 +82,8 @@ def set_gpu_sharing(node: Node, index: int, sharing: str, *, actor=None) -> Gpu:
         raise ValidationError({"index": f"node {node.name} has no GPU {index}"})
     if gpu.sharing == Gpu.Sharing.MIG:
         raise ValidationError({"sharing": f"{gpu} is in MIG mode: disable MIG on the node first"})
+    if gpu.sharing == sharing:
+        return gpu  # already in that mode: nothing changes, so no Event and no cycle (even while in use)
     if Allocation.objects.filter(gpu=gpu, released_at__isnull=True).exists():
         raise ValidationError({"index": f"{gpu} is in use: change its sharing mode when it is idle"})
     old = gpu.sharing
