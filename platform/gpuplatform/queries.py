@@ -16,6 +16,7 @@ from django.db.models import Count, F, IntegerField, OuterRef, Prefetch, Q, Quer
 from django.db.models.functions import Coalesce
 
 from .access import visible_jobs
+from .gpu_request import role_per_task
 from .models import (
     Allocation, ClusterSample, Domain, Event, Job, JobRole, Queue, QueueSample, Quota, SchedulerCycle, Task, Team,
 )
@@ -75,8 +76,9 @@ def node_names(job: Job) -> list[str]:
 
 
 def shape(job: Job) -> str:
-    """'4 x 8' per role, joined: tasks x GPUs per task."""
-    return ", ".join(f"{r.tasks} x {r.gpus_per_task}" for r in job.roles.all())
+    """'4 x 8' per role, joined: tasks x what one task asks for (gpu_request.role_per_task: whole GPUs, a
+    share '0.25', GPU memory '40000MiB', MIG instances), e.g. '1 x 1, 2 x 0.25'."""
+    return ", ".join(f"{r.tasks} x {role_per_task(r)}" for r in job.roles.all())
 
 
 def job_detail(user, pk: int) -> Job | None:
