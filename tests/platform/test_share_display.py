@@ -53,3 +53,42 @@ def test_nodes_api_allocated_gpus_counts_shares_as_gpu_equivalents(api):  # noqa
     store.run_cycle_once(clock=CLOCK)
     node = api.get("/api/v1/nodes/mixed/").json()
     assert node["allocated_gpus"] == 3  # 4 x 0.5 + 1 whole GPU, not 5 allocations
+
+
+def _estimate_form(**role) -> dict:
+    data = {"team": "alpha", "queue": "q", "priority": "0", "preemptible": "on", "topology_mode": "none",
+            "roles-TOTAL_FORMS": "1", "roles-0-name": "worker", "roles-0-tasks": "8", "roles-0-gpus_per_task": "1"}
+    data.update({f"roles-0-{k}": v for k, v in role.items()})
+    return data
+
+
+def test_submit_form_estimate_reads_the_gpu_fraction(boss):
+    """8 x 0.25 is 2 GPU-equivalents (the 2 shared GPUs hold them), not 8 GPUs above the queue's limit of 6."""
+    r = boss.post("/jobs/new/estimate/", _estimate_form(gpu_fraction="0.25"))
+    assert r.status_code == 200 and not r.json()["no_estimate"], r.json()
+    assert r.json()["text"].startswith("would start"), r.json()
+    whole = boss.post("/jobs/new/estimate/", _estimate_form()).json()  # 8 whole GPUs: above the limit
+    assert whole["no_estimate"] and "limit" in whole["text"], whole
+    bad = boss.post("/jobs/new/estimate/", _estimate_form(gpu_fraction="1.5"))
+    assert bad.status_code == 400 and "gpu_fraction" in str(bad.json()["errors"]), bad.json()
+
+
+def test_forecast_api_takes_the_submission_role_and_job_fields(api):  # noqa: F811
+    def ask(**change):
+        return api.post("/api/v1/forecast/", {"changes": [{"kind": "submit", "queue": "q", "tasks": 8, **change}]},
+                        format="json")
+
+    for change in ({"gpu_fraction": 0.25, "interruptible": True}, {"gpus_per_task": 0.25}):
+        r = ask(**change)
+        assert r.status_code == 200, r.content
+        (mine,) = [j for j in r.json()["jobs"] if j["hypothetical"]]
+        assert mine["after"]["estimated_start"] is not None, mine  # 2 GPU-equivalents fit; 8 GPUs would not
+    whole = ask(gpus_per_task=1).json()
+    (mine,) = [j for j in whole["jobs"] if j["hypothetical"]]
+    assert mine["after"]["estimated_start"] is None and "limit" in mine["after"]["no_estimate"], mine
+    r = ask(gpu_fraction=1.5)
+    assert r.status_code == 400 and "changes[0].gpu_fraction" in r.json(), r.content
+    r = ask(gpu_fraction=0.5, interruptible=True, preemptible=False)
+    assert r.status_code == 400 and "must be preemptible" in str(r.json()["changes[0].interruptible"]), r.content
+    r = ask(gpu_fraction=0.5, mig_profile="1g.18gb")
+    assert r.status_code == 400 and "changes[0].mig_profile" in r.json(), r.content
