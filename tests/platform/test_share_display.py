@@ -29,6 +29,9 @@ def test_jobs_list_and_job_page_count_shares_as_gpu_equivalents(api, boss):  # n
     assert "1 x 1, 2 x 0.25" in row, row
     page = boss.get(f"/jobs/{r.json()['id']}/").content.decode()
     assert "<dt>GPUs</dt><dd>1.5" in page and "1+2x0.25" in page
+    whole = submit(api, "whole", {"gpus_per_task": 2}).json()  # 2 GPUs: after 1.5 in the GPUs sort
+    html = boss.get("/jobs/?sort=gpus").content.decode()
+    assert html.index(f'data-job="{r.json()["id"]}"') < html.index(f'data-job="{whole["id"]}"')
 
 
 def test_submitted_event_counts_shares_as_gpu_equivalents(api):  # noqa: F811
