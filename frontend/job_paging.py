@@ -35,7 +35,7 @@ SORTS = {
     "team": (lambda: F("team__name"), "str"),
     "queue": (lambda: F("queue__name"), "str"),
     "state": (lambda: F("state"), "str"),
-    "gpus": (lambda: F("gpus"), "int"),
+    "gpus": (lambda: F("gpus_milli"), "int"),  # GPU-equivalents in thousandths (queries.job_list)
     "priority": (lambda: F("priority"), "int"),
     "id": (lambda: F("id"), "int"),
 }

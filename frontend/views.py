@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET
 
 from gpuplatform import access, queries
 from gpuplatform.event_visibility import redacted
+from gpuplatform.gpu_request import gpu_request, job_gpus
 from gpuplatform.federation.manager import is_manager, visible_federated_jobs
 from gpuplatform.models import IdleAllocation, Job
 from gpuplatform.telemetry import task_summary
@@ -159,7 +160,7 @@ def job_list(request):
     rows = []
     for j in page.rows:
         duration = (j.finished_at - j.started_at).total_seconds() if j.finished_at and j.started_at else None
-        rows.append({"job": j, "shape": queries.shape(j), "nodes": queries.node_names(j), "duration": duration})
+        rows.append({"job": j, "gpus": job_gpus(j), "shape": queries.shape(j), "nodes": queries.node_names(j), "duration": duration})
     base = {k: v for k, v in filters.items() if v}
     sort_value = ("-" if page.descending else "") + page.sort
     columns = []
@@ -245,6 +246,8 @@ def job_detail(request, pk: int):
         "highlight": diagnosis["highlight"] if diagnosis else None,
         "attempts": job_run.attempt_rows(job),
         "roles": roles,
+        "gpus": job_gpus(job),  # GPU-equivalents, as the API's `gpus` (1 + 2 x 0.25 = 1.5)
+        "gpu_request": gpu_request(roles),
         "tasks": tasks,
         "runs": job_run.run_groups(roles),
         "stop_text": job_run.stop_text(job),

@@ -213,8 +213,23 @@ def job_estimate(request):
         gpus = number(f"roles-{i}-gpus_per_task", 0, 64)
         min_av = number(f"roles-{i}-min_available", 1, 4096, required=False)
         flavor = (post.get(f"roles-{i}-flavor") or "").strip()
-        roles.append({"name": post.get(f"roles-{i}-name") or f"role{i}", "tasks": tasks, "gpus_per_task": gpus,
-                      "min_available": min_av, "flavors": [f for f in flavor.split("|") if f]})
+        role = {"name": post.get(f"roles-{i}-name") or f"role{i}", "tasks": tasks, "gpus_per_task": gpus,
+                "min_available": min_av, "flavors": [f for f in flavor.split("|") if f]}
+        # GPU sharing, as the form submits it (job_rules.check_roles judges it, in what_if_live)
+        fraction = (post.get(f"roles-{i}-gpu_fraction") or "").strip()
+        if fraction:
+            try:
+                role["gpu_fraction"] = float(fraction)
+            except ValueError:
+                errors[f"roles-{i}-gpu_fraction"] = "must be a number between 0 and 1, e.g. 0.5"
+        memory = number(f"roles-{i}-gpu_memory_mib", 1, 10**7, required=False)
+        if memory:
+            role["gpu_memory_mib"] = memory
+        profile = (post.get(f"roles-{i}-mig_profile") or "").strip()
+        if profile:
+            role["mig_profile"] = profile
+            role["mig_count"] = number(f"roles-{i}-mig_count", 1, 64, required=False)
+        roles.append(role)
     priority = number("priority", -2**31, 2**31 - 1, required=False) or 0
     minutes = number("time_limit_minutes", 1, 10**6, required=False)
     tier = number("highest_tier", 1, 16, required=False)
@@ -222,7 +237,8 @@ def job_estimate(request):
         return JsonResponse({"errors": errors}, status=400)
     change = {"kind": "submit", "id": "this job", "queue": queue, "roles": roles, "priority": priority,
               "time_limit": minutes * 60 if minutes else None, "topology_mode": post.get("topology_mode") or "none",
-              "highest_tier": tier}
+              "highest_tier": tier, "preemptible": bool(post.get("preemptible")),
+              "interruptible": bool(post.get("interruptible"))}
     try:
         answer = what_if_live(request.user, [change])
     except WhatIfDenied as exc:

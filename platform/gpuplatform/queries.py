@@ -12,10 +12,13 @@ from datetime import datetime
 from operator import attrgetter, itemgetter
 
 from django.db import connection, transaction
-from django.db.models import Count, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models import (
+    Case, Count, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value, When,
+)
 from django.db.models.functions import Coalesce
 
 from .access import visible_jobs
+from .gpu_request import role_per_task
 from .models import (
     Allocation, ClusterSample, Domain, Event, Job, JobRole, Queue, QueueSample, Quota, SchedulerCycle, Task, Team,
 )
@@ -29,9 +32,10 @@ def job_list(user, *, team: str | None = None, state: str | None = None, queue: 
     """Jobs the user may see, newest first, filtered by team (name or slug), state, queue (name), submitter
     (username) and `search` (a job id, or text found in the name or the external id).
 
-    State "finished" stands for every final state, "live" for admitted/running/preempting. `gpus` is
-    annotated (a subquery, so the rows stay one per job and can be ordered and paged by it). Roles and the
-    nodes of the tasks are prefetched, so a page of jobs costs a fixed number of queries.
+    State "finished" stands for every final state, "live" for admitted/running/preempting. `gpus_milli`
+    (GPU-equivalents in thousandths, the jobs page's GPUs sort) is annotated (a subquery, so the rows stay
+    one per job and can be ordered and paged by it). Roles and the nodes of the tasks are prefetched, so a
+    page of jobs costs a fixed number of queries.
     """
     qs = visible_jobs(user)
     if team:
@@ -52,11 +56,16 @@ def job_list(user, *, team: str | None = None, state: str | None = None, queue: 
         if text.lstrip("#").isdigit() and len(text) < 18:
             match |= Q(pk=int(text.lstrip("#")))
         qs = qs.filter(match)
-    gpus = (JobRole.objects.filter(job=OuterRef("pk")).order_by().values("job")
-            .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).values("n"))
+    # thousandths of a GPU-equivalent, as gpu_request.gpu_equivalents counts (a share: tasks x gpu_milli; a
+    # GPU-memory role: 0 here, its share is known once bound), an integer the keyset cursor can carry
+    milli = (JobRole.objects.filter(job=OuterRef("pk")).order_by().values("job")
+             .annotate(n=Sum(Case(When(gpu_milli__gt=0, then=F("tasks") * F("gpu_milli")),
+                                  When(gpu_memory_mib__gt=0, then=Value(0)),
+                                  default=F("tasks") * F("gpus_per_task") * 1000, output_field=IntegerField())))
+             .values("n"))
     return (
         qs.select_related("team", "queue", "submitter")
-        .annotate(gpus=Coalesce(Subquery(gpus, output_field=IntegerField()), 0))
+        .annotate(gpus_milli=Coalesce(Subquery(milli, output_field=IntegerField()), 0))
         .prefetch_related(
             Prefetch("roles", queryset=JobRole.objects.order_by("id")),
             Prefetch("tasks", queryset=Task.objects.select_related("node").only("id", "job_id", "node__name", "state")),
@@ -75,8 +84,9 @@ def node_names(job: Job) -> list[str]:
 
 
 def shape(job: Job) -> str:
-    """'4 x 8' per role, joined: tasks x GPUs per task."""
-    return ", ".join(f"{r.tasks} x {r.gpus_per_task}" for r in job.roles.all())
+    """'4 x 8' per role, joined: tasks x what one task asks for (gpu_request.role_per_task: whole GPUs, a
+    share '0.25', GPU memory '40000MiB', MIG instances), e.g. '1 x 1, 2 x 0.25'."""
+    return ", ".join(f"{r.tasks} x {role_per_task(r)}" for r in job.roles.all())
 
 
 def job_detail(user, pk: int) -> Job | None:

@@ -5,7 +5,9 @@
 Changes (plain dicts, as the API takes them; `kind` says which):
   {"kind": "submit", "id", "queue", "tasks", "gpus_per_task", "priority"=0, "time_limit"=None,
    "topology_mode"="none", "highest_tier"=None, "flavors"=()}   a hypothetical job, submitted now
-   (or "roles": [{"name", "tasks", "gpus_per_task", "min_available", "flavors"}] for several roles)
+   (or "roles": [{"name", "tasks", "gpus_per_task", "min_available", "flavors"}] for several roles);
+   a role may also carry cpu_milli, memory_mib and one GPU-sharing kind (gpu_milli thousandths of one GPU,
+   gpu_memory_mib, or mig_profile with gpus_per_task instances), the job "preemptible" and "interruptible"
   {"kind": "set_quota", "queue", "flavor", "guarantee"?, "quota"?, "limit"?}   (fields not given stay)
   {"kind": "set_weight", "queue", "weight"}
   {"kind": "drain_nodes", "nodes": [names]}   no new work; their running jobs are stopped and requeued
@@ -100,10 +102,16 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
             for k, r in enumerate(specs):
                 tasks, gpt = int(r["tasks"]), int(r["gpus_per_task"])
                 roles.append(RoleInfo(str(r.get("name") or f"role{k}"), tasks, gpt,
-                                      int(r.get("min_available") or tasks), flavors=tuple(r.get("flavors") or ())))
+                                      int(r.get("min_available") or tasks), flavors=tuple(r.get("flavors") or ()),
+                                      cpu_milli=int(r.get("cpu_milli") or 0), memory_mib=int(r.get("memory_mib") or 0),
+                                      gpu_milli=int(r.get("gpu_milli") or 0),
+                                      gpu_memory_mib=int(r.get("gpu_memory_mib") or 0),
+                                      mig_profile=str(r.get("mig_profile") or "")))
             jobs[jid] = JobInfo(id=jid, queue=q.name, roles=tuple(roles), priority=int(ch.get("priority") or 0),
                                 submit_time=submit_at, time_limit=ch.get("time_limit"), name=str(jid),
-                                topology_mode=ch.get("topology_mode") or "none", highest_tier=ch.get("highest_tier"))
+                                topology_mode=ch.get("topology_mode") or "none", highest_tier=ch.get("highest_tier"),
+                                preemptible=ch.get("preemptible", True) is not False,
+                                interruptible=ch.get("interruptible") is True)
             hypothetical.append(jid)
         elif kind == "set_quota":
             flavor = ch.get("flavor")

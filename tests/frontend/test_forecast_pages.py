@@ -60,7 +60,7 @@ def test_pages_show_the_same_estimate(client, world, at_t0):
 
 def _form(queue="red", tasks="1", gpus="2", **extra):
     data = {"queue": queue, "roles-TOTAL_FORMS": "1", "roles-0-name": "worker", "roles-0-tasks": tasks,
-            "roles-0-gpus_per_task": gpus, "priority": "0"}
+            "roles-0-gpus_per_task": gpus, "priority": "0", "preemptible": "on"}  # the form's default (checked)
     data.update(extra)
     return data
 

@@ -187,6 +187,48 @@ def check_what_if_access(user, changes: list[dict]) -> None:
                 raise WhatIfDenied(i, "you may submit (hypothetically too) to your own teams' queues only")
 
 
+# a submit change's fields that describe its one role (a change without "roles"), as job submission names them
+SUBMIT_ROLE_FIELDS = ("tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "gpu_fraction",
+                      "gpu_memory_mib", "mig_profile", "mig_count")
+
+
+def submit_roles(changes: list[dict]) -> list[dict]:
+    """The changes with each `submit` change's roles checked and normalised by job submission's own rules
+    (job_rules.check_roles: tasks, whole GPUs or one sharing kind, gpu_fraction -> gpu_milli, MIG count,
+    min_available) and its `interruptible` rule (services.jobs.check_interruptible), as the engine's what-if
+    reads them. A change without "roles" is one role of its own fields. Raises
+    scheduler.forecast.whatif.WhatIfError(index, field, message) naming the field as the change named it
+    ("gpu_fraction", or "roles[1].gpu_fraction" for a change with roles)."""
+    from scheduler.forecast.whatif import WhatIfError
+
+    from ..errors import ValidationError
+    from ..job_rules import check_roles
+    from ..services.jobs import check_interruptible
+
+    out = []
+    for i, ch in enumerate(changes):
+        if ch.get("kind") != "submit":
+            out.append(ch)
+            continue
+        given = ch.get("roles")
+        raw = given if given else [{k: ch[k] for k in SUBMIT_ROLE_FIELDS if ch.get(k) is not None}]
+        flavors = [list(r.get("flavors") or ()) if given else list(ch.get("flavors") or ()) for r in raw]
+        roles, errors = check_roles([{k: v for k, v in r.items() if k != "flavors"} for r in raw])
+        if errors:
+            field, message = next(iter(errors.items()))
+            raise WhatIfError(i, field if given else field.removeprefix("roles[0]."), message)
+        try:
+            check_interruptible(ch.get("interruptible", False), ch.get("preemptible", True))
+        except ValidationError as exc:
+            raise WhatIfError(i, "interruptible", exc.errors["interruptible"]) from None
+        specs = [{"name": r["name"], "tasks": r["tasks"], "gpus_per_task": r["gpus_per_task"],
+                  "min_available": r["min_available"], "flavors": f, "cpu_milli": r["cpu_milli"],
+                  "memory_mib": r["memory_mib"], "gpu_milli": r["gpu_milli"], "gpu_memory_mib": r["gpu_memory_mib"],
+                  "mig_profile": r["mig_profile"]} for r, f in zip(roles, flavors)]
+        out.append({**{k: v for k, v in ch.items() if k not in SUBMIT_ROLE_FIELDS}, "roles": specs})
+    return out
+
+
 def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) -> dict:
     """The what-if on the live cluster at cluster time `clock`: permissions (check_what_if_access), the
     snapshot the cycle would read, scheduler.forecast.whatif.what_if with the platform's estimator. Reads
@@ -198,6 +240,7 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     from scheduler.forecast.whatif import what_if
 
     check_what_if_access(user, changes)
+    changes = submit_roles(changes)
     clock = clock or cluster_clock.now()
     snapshot, _ = build_snapshot(clock.timestamp())
     estimate, _sources = estimate_fn(snapshot, build_estimator())

@@ -12,6 +12,7 @@ from .. import clock, fit_check
 from ..audit import record_event
 from ..errors import ValidationError
 from ..execution import stop_job
+from ..gpu_request import gpu_equivalents, gpu_request
 from ..job_rules import check_job, resolve_tier
 from ..lifecycle import end_job
 from ..models import Domain, Job, JobRole, Node, Queue, Task, Team
@@ -93,8 +94,10 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     if any(r.pk is None for r in role_rows):  # backends without RETURNING
         role_rows = list(JobRole.objects.filter(job=job).order_by("id"))
     Task.objects.bulk_create([Task(job=job, role=r, index=i) for r in role_rows for i in range(r.tasks)])
-    gpus = sum(r["tasks"] * r["gpus_per_task"] for r in roles)
-    record_event("submitted", f"{name} submitted to {queue.name}: {gpus} GPUs", actor=submitter, job=job,
+    gpus = gpu_equivalents(role_rows)  # GPU-equivalents, as the API's `gpus` (2 x 0.5 = 1)
+    request = gpu_request(role_rows)
+    what = f"{gpus} GPUs" if all(p.isdigit() for p in request.split("+")) else f"{gpus} GPU-equivalents ({request})"
+    record_event("submitted", f"{name} submitted to {queue.name}: {what}", actor=submitter, job=job,
                  queue=queue, time=now, data={"roles": [{k: v for k, v in r.items() if k != "env"} for r in roles],
                                                "env_names": sorted({k for r in roles for k in r["env"]}),
                                                "max_restarts": max_restarts, "priority": priority, "gpus": gpus,

@@ -37,7 +37,10 @@ class GpuSerializer(ModelSerializer):
 class NodeSerializer(ModelSerializer):
     domain = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     gpus = GpuSerializer(many=True, read_only=True)
-    allocated_gpus = serializers.IntegerField(read_only=True)
+    allocated_gpus = serializers.SerializerMethodField(
+        help_text="GPU-equivalents held by the node's live allocations: 1 per whole GPU (and per MIG instance), "
+                  "the share per fraction or GPU-memory share (4 tasks x 0.5 on one GPU = 2, 2 x 0.8 = 1.6); "
+                  "an integer when whole, else rounded to 3 decimals")
     scheduling_domain = serializers.SerializerMethodField(
         help_text="the tier-1 domain the scheduler places in: the node's domain, or node:<name> for a node "
                   "without one (it is a domain of its own)")
@@ -51,6 +54,10 @@ class NodeSerializer(ModelSerializer):
                   "gpus"]
         read_only_fields = fields
 
+
+    def get_allocated_gpus(self, node) -> float:
+        total = float(getattr(node, "allocated_gpus", 0) or 0)
+        return int(total) if total.is_integer() else round(total, 3)
 
     def get_scheduling_domain(self, node) -> str:
         return node.domain.name if node.domain_id else node_domain(node.name)

@@ -4,7 +4,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ... import queries
-from ...models import Allocation, Job, JobRole, Task, Team
+from ...gpu_request import gpu_request, job_gpus
+from ...models import Job, JobRole, Task, Team
 from .base import ModelSerializer, Serializer
 from .fields import INT32_MAX, FiniteFloatField, text_input, count_field
 
@@ -206,31 +207,10 @@ class JobSerializer(ModelSerializer):
                 "deadline": job.preempt_deadline.isoformat() if job.preempt_deadline else None}
 
     def get_gpus(self, job) -> float:
-        total, memory_roles = 0.0, []
-        for r in job.roles.all():
-            if r.gpu_milli:
-                total += r.tasks * r.gpu_milli / 1000
-            elif r.gpu_memory_mib:
-                memory_roles.append(r.pk)
-            else:
-                total += r.tasks * r.gpus_per_task
-        if memory_roles:  # their share is known once bound (the GPU's memory decides it)
-            total += sum(Allocation.objects.filter(task__role_id__in=memory_roles, released_at__isnull=True)
-                         .values_list("gpu_milli", flat=True)) / 1000
-        return int(total) if float(total).is_integer() else round(total, 3)
+        return job_gpus(job)
 
     def get_gpu_request(self, job) -> str:
-        parts = []
-        for r in job.roles.all():
-            if r.gpu_milli:
-                parts.append(f"{r.tasks}x{r.gpu_milli / 1000:g}")
-            elif r.gpu_memory_mib:
-                parts.append(f"{r.tasks}x{r.gpu_memory_mib}MiB")
-            elif r.mig_profile:
-                parts.append(f"{r.tasks * r.gpus_per_task}x{r.mig_profile}")
-            else:
-                parts.append(str(r.tasks * r.gpus_per_task))
-        return "+".join(parts)
+        return gpu_request(job.roles.all())
 
     def get_nodes(self, job) -> list[str]:
         return queries.node_names(job)

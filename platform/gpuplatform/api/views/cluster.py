@@ -1,5 +1,6 @@
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Case, Count, F, FloatField, Q, Sum, Value, When
+from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
@@ -54,6 +55,15 @@ class DomainViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(out)
 
 
+# GPU-equivalents held on a node by its live allocations: 1 per whole GPU (and per MIG instance), the share
+# (gpu_milli / 1000) per fraction or GPU-memory share; 4 x 0.5 = 2 (NodeSerializer.allocated_gpus).
+ALLOCATED_GPU_EQUIVALENTS = Coalesce(Sum(
+    Case(When(gpus__allocations__gpu_milli__gt=0, then=F("gpus__allocations__gpu_milli") / Value(1000.0)),
+         default=Value(1.0), output_field=FloatField()),
+    filter=Q(gpus__allocations__isnull=False, gpus__allocations__released_at__isnull=True)), Value(0.0),
+    output_field=FloatField())
+
+
 class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
     """GPU servers, by name. Platform admins cordon / drain / uncordon; the node agent (platform admins or
     the `node-agents` group) registers nodes and sends heartbeats."""
@@ -77,7 +87,7 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         return (Node.objects.select_related("domain").prefetch_related("gpus")
-                .annotate(allocated_gpus=Count("gpus__allocations", filter=Q(gpus__allocations__released_at__isnull=True)))
+                .annotate(allocated_gpus=ALLOCATED_GPU_EQUIVALENTS)
                 .order_by("name"))
 
     def _node_response(self, node, **kwargs) -> Response:

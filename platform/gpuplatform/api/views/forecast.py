@@ -15,9 +15,11 @@ from rest_framework.views import APIView
 from ...models import Job
 from ...scheduling.forecast import WhatIfDenied, what_if_live
 from ..serializers.base import Serializer
+from ..serializers.fields import FiniteFloatField, count_field
+from ..serializers.jobs import GpusPerTaskField
 
 REQUIRED = {
-    "submit": ("queue", "tasks", "gpus_per_task"),
+    "submit": ("queue", "tasks"),
     "set_quota": ("queue", "flavor"),
     "set_weight": ("queue", "weight"),
     "drain_nodes": ("nodes",),
@@ -35,7 +37,19 @@ class ChangeSerializer(Serializer):
     id = serializers.CharField(required=False, max_length=100, help_text="submit: the hypothetical job's name")
     queue = serializers.CharField(required=False, max_length=200)
     tasks = serializers.IntegerField(required=False, min_value=1, max_value=4096)
-    gpus_per_task = serializers.IntegerField(required=False, min_value=0, max_value=64)
+    # the submit change's role fields are job submission's (JobRoleSerializer's fields; its rules,
+    # job_rules.check_roles, are applied by scheduling.forecast.submit_roles)
+    gpus_per_task = GpusPerTaskField(required=False, help_text="submit: whole GPUs per task (default 1), or a "
+                                                               "fraction of one GPU in (0, 1)")
+    gpu_fraction = FiniteFloatField(required=False, help_text="submit: a share of one GPU per task, in (0, 1)")
+    gpu_memory_mib = count_field(required=False, help_text="submit: GPU memory per task on one shared GPU")
+    mig_profile = serializers.CharField(required=False, max_length=32, help_text="submit: MIG profile, e.g. 1g.18gb")
+    mig_count = count_field(required=False, help_text="submit: MIG instances per task (default 1)")
+    cpu_milli = count_field(required=False)
+    memory_mib = count_field(required=False)
+    preemptible = serializers.BooleanField(required=False)
+    interruptible = serializers.BooleanField(required=False, help_text="submit: as on job submission (must be "
+                                                                       "preemptible)")
     min_available = serializers.IntegerField(required=False, min_value=1, max_value=4096)
     priority = serializers.IntegerField(required=False, min_value=-2**31, max_value=2**31 - 1)
     time_limit = serializers.IntegerField(required=False, min_value=1, help_text="seconds")
@@ -62,7 +76,9 @@ class ChangeSerializer(Serializer):
         if kind == "set_quota" and not {"guarantee", "quota", "limit"} & set(attrs):
             raise serializers.ValidationError({"quota": ["set_quota needs guarantee, quota or limit"]})
         allowed = set(REQUIRED[kind]) | {"kind"} | {
-            "submit": {"id", "min_available", "priority", "time_limit", "topology_mode", "highest_tier", "flavors"},
+            "submit": {"id", "gpus_per_task", "min_available", "priority", "time_limit", "topology_mode",
+                       "highest_tier", "flavors", "gpu_fraction", "gpu_memory_mib", "mig_profile", "mig_count",
+                       "cpu_milli", "memory_mib", "preemptible", "interruptible"},
             "set_quota": {"guarantee", "quota", "limit"}, "add_nodes": {"flavor", "domain"}}.get(kind, set())
         extra = sorted(set(attrs) - allowed)
         if extra:

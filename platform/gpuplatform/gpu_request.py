@@ -1,0 +1,67 @@
+"""What a job asks for in GPUs, the one computation the API, the pages and the `submitted` Event share.
+
+    gpu_equivalents(roles, bound_milli=0) -> int | float   GPU-equivalents (3 x 0.5 = 1.5)
+    job_gpus(job) -> int | float                            the same for a saved job (memory shares once bound)
+    gpu_request(roles) -> str                               '1+2x0.25': per role, joined with '+'
+    role_per_task(role) -> str                              one task's request: '2', '0.25', '40000MiB', '1x1g.18gb'
+
+`roles` are JobRole rows or anything with their fields (tasks, gpus_per_task, gpu_milli, gpu_memory_mib,
+mig_profile). Pure reads: no writes, no errors.
+"""
+from __future__ import annotations
+
+
+def gpu_equivalents(roles, bound_milli: int = 0) -> int | float:
+    """Sum over roles of tasks x gpus_per_task for whole GPUs (and MIG instances: one each), tasks x the
+    fraction for shares (gpu_milli / 1000); a gpu_memory_mib role counts only `bound_milli` (thousandths of a
+    GPU its bound tasks hold: its share depends on the GPU, so 0 while pending). An int when whole, else
+    rounded to 3 decimals."""
+    total = bound_milli / 1000
+    for r in roles:
+        if getattr(r, "gpu_milli", 0):
+            total += r.tasks * r.gpu_milli / 1000
+        elif not getattr(r, "gpu_memory_mib", 0):
+            total += r.tasks * r.gpus_per_task
+    return int(total) if float(total).is_integer() else round(total, 3)
+
+
+def job_gpus(job) -> int | float:
+    """gpu_equivalents of a saved job's roles, with its memory-share roles' live allocations (one query,
+    only when it has such a role)."""
+    from .models import Allocation
+
+    roles = list(job.roles.all())
+    memory_roles = [r.pk for r in roles if getattr(r, "gpu_memory_mib", 0) and not r.gpu_milli]
+    bound = 0
+    if memory_roles:
+        bound = sum(Allocation.objects.filter(task__role_id__in=memory_roles, released_at__isnull=True)
+                    .values_list("gpu_milli", flat=True))
+    return gpu_equivalents(roles, bound)
+
+
+def role_per_task(r) -> str:
+    """What one task of the role asks for: '2' (whole GPUs), '0.25' (a fraction of one GPU), '40000MiB' (GPU
+    memory on one shared GPU), '1x1g.18gb' (MIG instances)."""
+    if getattr(r, "gpu_milli", 0):
+        return f"{r.gpu_milli / 1000:g}"
+    if getattr(r, "gpu_memory_mib", 0):
+        return f"{r.gpu_memory_mib}MiB"
+    if getattr(r, "mig_profile", ""):
+        return f"{r.gpus_per_task}x{r.mig_profile}"
+    return str(r.gpus_per_task)
+
+
+def gpu_request(roles) -> str:
+    """What the job asks for per role, joined with '+': '4' (whole GPUs), '3x0.5' (fractions of one GPU),
+    '2x20000MiB' (GPU memory on one shared GPU), '2x1g.18gb' (MIG instances)."""
+    parts = []
+    for r in roles:
+        if getattr(r, "gpu_milli", 0):
+            parts.append(f"{r.tasks}x{r.gpu_milli / 1000:g}")
+        elif getattr(r, "gpu_memory_mib", 0):
+            parts.append(f"{r.tasks}x{r.gpu_memory_mib}MiB")
+        elif getattr(r, "mig_profile", ""):
+            parts.append(f"{r.tasks * r.gpus_per_task}x{r.mig_profile}")
+        else:
+            parts.append(str(r.tasks * r.gpus_per_task))
+    return "+".join(parts)
