@@ -112,6 +112,17 @@ def philly_size_mix() -> list[tuple[int, float]]:
     return [(g, c / total) for g, c in sorted(counts.items())]
 
 
+def first_fit(free: list[int], order, per: int, tasks: int) -> list[int] | None:
+    """The first `tasks` node indices in `order` with at least `per` free GPUs (free[k]), or None when fewer fit."""
+    chosen = []
+    for k in order:
+        if free[k] >= per:
+            chosen.append(k)
+            if len(chosen) == tasks:
+                return chosen
+    return None
+
+
 def shape(gpus: int, gpus_per_node: int = 4) -> tuple[int, int]:
     """(tasks, gpus_per_task): up to one node -> one task; more -> tasks of a whole node each."""
     if gpus <= gpus_per_node:
@@ -166,14 +177,8 @@ def scale_world(*, racks: int = 280, nodes_per_rack: int = 18, gpus_per_node: in
         r0 = rng.randrange(0, racks - span + 1)
         lo, hi = r0 * nodes_per_rack, (r0 + span) * nodes_per_rack
         start = rng.randrange(lo, hi)
-        order = list(range(start, hi)) + list(range(lo, start))
-        chosen = []
-        for k in order:
-            if free[k] >= per:
-                chosen.append(k)
-                if len(chosen) == tasks:
-                    break
-        if len(chosen) < tasks:
+        chosen = first_fit(free, [*range(start, hi), *range(lo, start)], per, tasks)
+        if chosen is None:
             continue
         placements = []
         for i, k in enumerate(chosen):

@@ -77,14 +77,8 @@ def _fill(rng: random.Random, gpus: list[int], sizes, occupancy: float, *, split
             break
         tasks, per = C.shape(g, max(gpus)) if split else (1, g)
         start = rng.randrange(len(free))
-        order = list(range(start, len(free))) + list(range(start))
-        chosen = []
-        for k in order:
-            if free[k] >= per:
-                chosen.append(k)
-                if len(chosen) == tasks:
-                    break
-        if len(chosen) < tasks:
+        chosen = C.first_fit(free, [*range(start, len(free)), *range(start)], per, tasks)
+        if chosen is None:
             continue
         for k in chosen:
             free[k] -= per

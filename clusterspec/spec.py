@@ -78,3 +78,26 @@ class Trace:
     jobs: tuple[TraceJob, ...]
     notes: tuple[str, ...] = ()
     stats: dict = field(default_factory=dict)  # e.g. {"fractional": 3078}
+
+
+def vc_partitioned_cluster(vcs: dict[str, int], *, borrow: bool, gpus_per_node: int = 8,
+                           name: str = "helios-philly") -> "ClusterSpec":
+    """The Helios simulator's cluster (S-Lab-System-Group/HeliosArtifact, one virtual cluster per Philly VC) as a
+    ClusterSpec: `vcs` {VC: nodes} in one row of nodes of `gpus_per_node` GPUs ("gpu" flavor), leaf switches
+    of 16 nodes under one spine, each node its own tier-1 domain; a root queue over the whole cluster and one
+    queue per VC guaranteed its nodes' GPUs, limited to them unless `borrow`. Used by
+    benchmarks/peers/helios_vs_ours.py and the replay digests (tests/sim/test_replay_digest.py)."""
+    nodes_n = sum(vcs.values())
+    domains = [DomainSpec("spine", 3)]
+    nodes = []
+    for k in range(nodes_n):
+        if k % 16 == 0:
+            domains.append(DomainSpec(f"leaf{k // 16}", 2, "spine"))
+        domains.append(DomainSpec(f"m{k}", 1, f"leaf{k // 16}"))
+        nodes.append(NodeSpec(f"n{k:04d}", "gpu", gpus_per_node, domain=f"m{k}"))
+    total = nodes_n * gpus_per_node
+    queues = [QueueSpec("root", None, None, 1.0, {"gpu": (0, total, total)})]
+    for vc, n in vcs.items():
+        share = gpus_per_node * n
+        queues.append(QueueSpec(vc, "root", vc, 1.0, {"gpu": (share, share, None if borrow else share)}))
+    return ClusterSpec(name, tuple(nodes), tuple(domains), tuple(queues))

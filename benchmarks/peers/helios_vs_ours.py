@@ -87,20 +87,8 @@ def run_helios(vcs: dict, jobs: list, policy: str, out: Path) -> dict:
 def run_ours(product: Path, vcs: dict, jobs: list, borrow: bool) -> dict:
     from scheduler.core import CycleConfig
     from scheduler.sim.replay import replay
-    from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
-    nodes_n = sum(vcs.values())
-    domains = [DomainSpec("spine", 3)]
-    nodes = []
-    for k in range(nodes_n):
-        if k % 16 == 0:
-            domains.append(DomainSpec(f"leaf{k // 16}", 2, "spine"))
-        domains.append(DomainSpec(f"m{k}", 1, f"leaf{k // 16}"))
-        nodes.append(NodeSpec(f"n{k:04d}", "gpu", 8, domain=f"m{k}"))
-    total = nodes_n * 8
-    queues = [QueueSpec("root", None, None, 1.0, {"gpu": (0, total, total)})]
-    for vc, n in vcs.items():
-        queues.append(QueueSpec(vc, "root", vc, 1.0, {"gpu": (8 * n, 8 * n, None if borrow else 8 * n)}))
-    cluster = ClusterSpec("helios-philly", tuple(nodes), tuple(domains), tuple(queues))
+    from clusterspec.spec import Trace, TraceJob, vc_partitioned_cluster
+    cluster = vc_partitioned_cluster(vcs, borrow=borrow)
     trace = Trace("philly-slice", tuple(TraceJob(j["id"], j["vc"], float(j["submit"]), float(j["duration"]), j["tasks"],
                                                  j["per"], min_available=j["tasks"]) for j in jobs))
     t0, c0 = time.perf_counter(), time.process_time()

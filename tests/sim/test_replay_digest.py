@@ -27,7 +27,7 @@ if __name__ == "__main__":
     sys.path[:0] = [str(ROOT), str(ROOT / "platform")]
 
 from clusterspec.importers import load_cluster, load_trace  # noqa: E402
-from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob  # noqa: E402
+from clusterspec.spec import Trace, TraceJob, vc_partitioned_cluster  # noqa: E402
 from scheduler.core import CycleConfig, run_cycle  # noqa: E402
 
 VC_NODES = ROOT / "data" / "philly" / "philly_vc_nodes.csv"
@@ -40,19 +40,7 @@ def helios_slice(days: float, *, borrow: bool, start: float = 30.0, max_hours: f
         vcs = {r["vc"]: max(1, round(int(r["node num"]) * vc_scale)) for r in csv.DictReader(f)}
     trace = load_trace("philly", compress=1.0, start_days=start, until_days=start + days)
     jobs = [j for j in trace.jobs if j.queue in vcs and j.tasks * j.gpus_per_task <= vcs[j.queue] * 8]
-    nodes_n = sum(vcs.values())
-    domains = [DomainSpec("spine", 3)]
-    nodes = []
-    for k in range(nodes_n):
-        if k % 16 == 0:
-            domains.append(DomainSpec(f"leaf{k // 16}", 2, "spine"))
-        domains.append(DomainSpec(f"m{k}", 1, f"leaf{k // 16}"))
-        nodes.append(NodeSpec(f"n{k:04d}", "gpu", 8, domain=f"m{k}"))
-    total = nodes_n * 8
-    queues = [QueueSpec("root", None, None, 1.0, {"gpu": (0, total, total)})]
-    for vc, n in vcs.items():
-        queues.append(QueueSpec(vc, "root", vc, 1.0, {"gpu": (8 * n, 8 * n, None if borrow else 8 * n)}))
-    cluster = ClusterSpec("helios-philly", tuple(nodes), tuple(domains), tuple(queues))
+    cluster = vc_partitioned_cluster(vcs, borrow=borrow)
     trace = Trace("philly-slice", tuple(
         TraceJob(j.id, j.queue, float(round(j.submit)), float(max(1, round(min(j.duration, max_hours * 3600)))),
                  j.tasks, j.gpus_per_task, min_available=j.tasks) for j in jobs))

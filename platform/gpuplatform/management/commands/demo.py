@@ -238,6 +238,17 @@ class Command(BaseCommand):
         self.stdout.write(message)
         self.stdout.flush()
 
+    @staticmethod
+    def _run_until_stopped(stop: threading.Event, began: float, duration: float | None, every_second=None) -> None:
+        """Wait until `stop` is set (Ctrl-C) or `duration` seconds (None: no limit) have passed since `began`
+        (time.monotonic), calling `every_second()` once a second."""
+        while not stop.is_set():
+            stop.wait(1.0)
+            if duration is not None and time.monotonic() - began > duration:
+                return
+            if every_second is not None:
+                every_second()
+
     # -- the run -----------------------------------------------------------------------------------
 
     def handle(self, *args, **opts):
@@ -502,10 +513,7 @@ class Command(BaseCommand):
                   "Ctrl-C stops the server, the backend and the local Slurm (its jobs are cancelled).", "=" * 72, ""]
         self._say("\n".join(lines))
         try:
-            while not stop.is_set():
-                stop.wait(1.0)
-                if opts["duration_seconds"] is not None and time.monotonic() - began > opts["duration_seconds"]:
-                    break
+            self._run_until_stopped(stop, began, opts["duration_seconds"])
         finally:
             stop.set()
             self._say("stopping the backend and the local Slurm ...")
@@ -570,15 +578,14 @@ class Command(BaseCommand):
                   "  gpuctl logs <job id> --follow       # its rank 0 output; gpuctl cancel <id> stops it",
                   "Ctrl-C stops the server, the agents and every task they run.", "=" * 72, ""]
         self._say("\n".join(lines))
+        def watch_agents() -> None:
+            dead = [a.name for a in agents if not a.alive()]
+            if dead:
+                self._say(f"agent(s) exited: {', '.join(dead)} (see {root}/<name>.log)")
+                agents[:] = [a for a in agents if a.alive()]
+
         try:
-            while not stop.is_set():
-                stop.wait(1.0)
-                if opts["duration_seconds"] is not None and time.monotonic() - began > opts["duration_seconds"]:
-                    break
-                dead = [a.name for a in agents if not a.alive()]
-                if dead:
-                    self._say(f"agent(s) exited: {', '.join(dead)} (see {root}/<name>.log)")
-                    agents = [a for a in agents if a.alive()]
+            self._run_until_stopped(stop, began, opts["duration_seconds"], every_second=watch_agents)
         finally:
             stop.set()
             self._say("stopping the agents and their tasks ...")
