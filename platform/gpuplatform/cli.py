@@ -6,7 +6,7 @@
                   [--max-restarts 2] [--time-limit 3600] [--min-available 4] [--priority 5] [--flavor H100]
                   [--topology hard --highest-tier 2] [--team alpha]
     gpuctl submit --queue alpha --name train-7b --gpus 8 -- python3 train.py --epochs 3   # argv after --
-    gpuctl submit --file job.json          # the POST /api/v1/jobs/ body as JSON (or .yaml / .yml)
+    gpuctl submit --file job.json          # the POST /api/v1/jobs/ body as JSON (or .yaml / .yml; - = stdin)
     gpuctl list [--state pending] [--queue alpha] [--team alpha] [--limit 50]
     gpuctl get 42
     gpuctl logs 42 [--task 17 | --task worker-1] [--attempt 0] [--follow]
@@ -110,12 +110,18 @@ JOB_HEADER = ["ID", "NAME", "TEAM", "QUEUE", "STATE", "GPUS", "PRIO", "NODES / P
 
 
 def read_body(path: str) -> dict:
-    """The POST /api/v1/jobs/ body from a JSON file, or YAML when the name ends in .yaml / .yml. Raises
-    UsageError: unreadable, not parseable, not an object."""
+    """The POST /api/v1/jobs/ body from a JSON file, or YAML when the name ends in .yaml / .yml; path "-"
+    reads standard input (JSON, or YAML when it is not JSON). Raises UsageError: unreadable, not parseable,
+    not an object."""
     yaml_file = path.lower().endswith((".yaml", ".yml"))
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        if path == "-":
+            path = "standard input"
+            text = sys.stdin.buffer.read().decode("utf-8")
+            yaml_file = not _is_json(text)
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
@@ -132,9 +138,20 @@ def read_body(path: str) -> dict:
             body = json.loads(text)
         except ValueError as exc:
             raise UsageError(f"{path} is not valid JSON: {exc}") from None
+    if body is None:
+        raise UsageError(f"{path} is empty (expected one object: the job)")
     if not isinstance(body, dict):
         raise UsageError(f"{path} must hold one object (the job), not {type(body).__name__}")
     return body
+
+
+def _is_json(text: str) -> bool:
+    """Whether text parses as JSON (standard input carries no file name to tell JSON from YAML)."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_env(pairs: list[str] | None) -> dict[str, str]:
@@ -404,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("submit", help="submit a job (one role, or --file for the full body)")
-    s.add_argument("--file", help="JSON body of POST /api/v1/jobs/")
+    s.add_argument("--file", help="JSON body of POST /api/v1/jobs/ (.yaml / .yml: YAML; '-': standard input)")
     s.add_argument("--queue")
     s.add_argument("--name")
     s.add_argument("--team", help="team slug (default: the queue's)")

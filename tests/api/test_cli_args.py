@@ -125,6 +125,34 @@ def test_file_bodies_pass_the_run_fields_through_and_flags_override(api, tmp_pat
     capsys.readouterr()
 
 
+@pytest.mark.parametrize("text", [
+    '{"name": "x", "queue": "alpha", "command": "python3 train.py", "roles": [{"name": "worker", "tasks": 2}]}',
+    "name: x\nqueue: alpha\ncommand: python3 train.py\nroles:\n  - {name: worker, tasks: 2}\n",
+])
+def test_file_dash_reads_the_body_from_standard_input(api, capsys, monkeypatch, text):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert cli.main([*API, "submit", "--file", "-", "--max-restarts", "2"]) == 0
+    assert sent_body(api) == {"name": "x", "queue": "alpha", "command": "python3 train.py",
+                              "roles": [{"name": "worker", "tasks": 2}], "max_restarts": 2}
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("name: [unclosed", "standard input is not valid YAML"),
+    ("[1, 2]", "standard input must hold one object (the job), not list"),
+    ("", "standard input is empty (expected one object: the job)"),
+])
+def test_bad_standard_input_is_a_clear_error(api, capsys, monkeypatch, text, message):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert cli.main([*API, "submit", "--file", "-"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("gpuctl submit: ") and "Traceback" not in err
+
+
 @pytest.mark.parametrize("name, text, message", [
     ("bad.json", "{not json", "is not valid JSON"),
     ("bad.yml", "name: [unclosed", "is not valid YAML"),
