@@ -185,9 +185,13 @@ def test_hardware_health_event_beats_the_log():
 
 def test_platform_causes_come_from_the_platform():
     tasks = [engine.TaskEvidence("worker[0]", "n1", 10.0, signal=15, own_end=False, log="got TERM")]
-    for cause in ("cancelled", "preempted", "time_limit", "gang_start_timeout"):
+    # the action is what the lifecycle does next: cancelled and time-limited jobs end, the others requeue
+    expected = {"cancelled": "cancel_retries", "preempted": "retry", "time_limit": "cancel_retries",
+                "gang_start_timeout": "retry"}
+    for cause, action in expected.items():
         d = engine.diagnose(tasks, rules=RULES, platform={"cause": cause, "text": "x"})
         assert d.category == "platform" and d.evidence[0]["source"] == "event"
+        assert d.action == action, cause
     assert engine.diagnose(tasks, rules=RULES, platform={"cause": "node_lost", "text": "n1"}).category == "platform"
 
 

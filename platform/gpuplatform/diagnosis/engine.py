@@ -271,8 +271,11 @@ def diagnose(tasks: Sequence[TaskEvidence], *, rules: RuleSet, health: Sequence[
     if cause and cause != "node_lost":
         words = cause.replace("_", " ")  # the platform's text often starts with the cause already ("time limit of 3 s")
         summary = ptext if ptext.lower().startswith(words) else f"{words}: {ptext}" if ptext else words
+        # what the lifecycle does next: a cancelled job never runs again and a time limit ends the job
+        # (release.py: failed, no restart, as Slurm's TIMEOUT); preemption and a gang start timeout requeue it
+        action = "cancel_retries" if cause in ("cancelled", "time_limit") else "retry"
         return Diagnosis("platform", summary,
-                         action="retry", evidence=[{"task": None, "source": "event", "line": None, "text": ptext or cause}],
+                         action=action, evidence=[{"task": None, "source": "event", "line": None, "text": ptext or cause}],
                          rule=f"platform:{cause}")
     ordered = sorted(tasks, key=lambda t: (t.ended_at is None, t.ended_at or 0.0, t.task))
     matches = {t.task: sorted(_scan(t, rules), key=_Match.key) for t in ordered}
