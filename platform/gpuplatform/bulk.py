@@ -102,13 +102,25 @@ def insert_rows(model, columns, rows: list[tuple]) -> None:
     from psycopg.types.json import Jsonb
 
     meta = model._meta
-    cols = ", ".join(connection.ops.quote_name(_field(meta, c).column) for c in columns)
+    fields = [_field(meta, c) for c in columns]
+    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    # JSON columns wrapped as Jsonb (only those: a per-value type test cost ~0.1 s on 23,000 rows)
+    json_at = [i for i, f in enumerate(fields) if f.get_internal_type() == "JSONField"]
     connection.ensure_connection()
     with connection.cursor() as cur:
         try:
             with cur.cursor.copy(f"COPY {connection.ops.quote_name(meta.db_table)} ({cols}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row([Jsonb(v) if isinstance(v, (dict, list)) else v for v in row])
+                write = copy.write_row
+                if not json_at:
+                    for row in rows:
+                        write(row)
+                else:
+                    for row in rows:
+                        row = list(row)
+                        for i in json_at:
+                            if row[i] is not None:
+                                row[i] = Jsonb(row[i])
+                        write(row)
         except pg_errors.UniqueViolation as exc:
             raise IntegrityError(str(exc)) from exc
 

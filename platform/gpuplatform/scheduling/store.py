@@ -429,20 +429,20 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
         cycle_number = stats.cycle_number = row.number
         tasks_by_role: dict[tuple, list[int]] = defaultdict(list)
         simulated: set[int] = set()  # jobs without a command: their tasks run at once wherever they land
-        for tid, jid, role, sim in (Task.objects.filter(job_id__any=job_ids, state="pending").order_by("role_id", "index")
-                                    .values_list("id", "job_id", "role__name", "job__simulated")):
+        for tid, jid, role, sim in rows(Task.objects.filter(job_id__any=job_ids, state="pending")
+                                        .order_by("role_id", "index"), ("id", "job_id", "role__name", "job__simulated")):
             tasks_by_role[(jid, role)].append(tid)
             if sim:
                 simulated.add(jid)
         gpu_ids: dict[str, dict] = {}
-        for gid, idx, nid, nname in (Gpu.objects.filter(node__name__any=node_names, node__state="ready", health="healthy")
-                                     .values_list("id", "index", "node_id", "node__name")):
+        for gid, idx, nid, nname in rows(Gpu.objects.filter(node__name__any=node_names, node__state="ready",
+                                                            health="healthy"), ("id", "index", "node_id", "node__name")):
             gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["gpus"][idx] = gid
-        for nid, nname, executor in (Node.objects.filter(name__any=node_names, state="ready")
-                                     .values_list("id", "name", "executor")):
+        for nid, nname, executor in rows(Node.objects.filter(name__any=node_names, state="ready"),
+                                         ("id", "name", "executor")):
             gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["agent"] = executor in Node.PROCESS_EXECUTORS  # CPU-only too
-        for iid, uuid, idx, nname in (MigInstance.objects.filter(gpu__node__name__any=node_names)
-                                      .values_list("id", "uuid", "gpu__index", "gpu__node__name")):
+        for iid, uuid, idx, nname in rows(MigInstance.objects.filter(gpu__node__name__any=node_names),
+                                          ("id", "uuid", "gpu__index", "gpu__node__name")):
             if nname in gpu_ids:
                 gpu_ids[nname].setdefault("mig", {})[uuid] = (idx, iid)
         events = _bind_all(result.bindings, clock, tasks_by_role, simulated, gpu_ids, cycle_number)
