@@ -55,6 +55,10 @@ def json_value(value):
     return json.loads(value) if isinstance(value, str) else value
 
 
+_INTEGER_TYPES = {"AutoField", "BigAutoField", "SmallAutoField", "IntegerField", "BigIntegerField", "SmallIntegerField",
+                  "PositiveIntegerField", "PositiveBigIntegerField", "PositiveSmallIntegerField"}
+
+
 @Field.register_lookup
 class AnyOf(Lookup):
     """`field__any=values`: the rows whose field is one of `values` (a list), like `__in`, but on PostgreSQL
@@ -68,8 +72,16 @@ class AnyOf(Lookup):
     can_use_none_as_rhs = False
 
     def get_prep_lookup(self):
-        prep = self.lhs.output_field.get_prep_value
-        return [prep(v) for v in self.rhs]
+        values = list(self.rhs)
+        field = self.lhs.output_field
+        try:
+            kind = (field.target_field if field.is_relation else field).get_internal_type()
+        except Exception:  # noqa: BLE001 - a relation over several columns: no fast path
+            kind = ""
+        if kind in _INTEGER_TYPES and all(type(v) is int for v in values):
+            return values  # ids already ints (the cycle's lists of 10,000-20,000): get_prep_value is the identity
+        prep = field.get_prep_value
+        return [prep(v) for v in values]
 
     def as_sql(self, compiler, connection):
         lhs, lhs_params = self.process_lhs(compiler, connection)

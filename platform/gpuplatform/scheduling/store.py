@@ -252,15 +252,17 @@ def _bind(binding, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_num
 def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_number: int):
     """Start every job of the cycle with a handful of bulk statements (the fast path): lock the jobs still
     pending, check each decision against the rows, then one INSERT of all allocations, bulk task and job
-    updates. Returns (events, [(job id, why stale)]), or None when the INSERT hits the one-live-allocation
+    updates. Returns (events, [(job id, why stale)], {job id: its excluded nodes, for the locked jobs that
+    have some}), or None when the INSERT hits the one-live-allocation
     index (a racing cycle bound a GPU): the savepoint rolls back and the caller goes job by job.
 
     A task on a node whose executor is a node agent (and whose job has a command) is `bound` until the
     agent reports its process started; any other task (simulated nodes, trace jobs) is `running` at once.
     A job with every task running is running (started_at = clock), else admitted."""
     ids = sorted(b.job_id for b in bindings)  # locked in id order, as lifecycle.lock_jobs does
-    pending = set(Job.objects.select_for_update(no_key=True).filter(pk__any=ids, state="pending")
-                  .order_by("pk").values_list("id", flat=True))
+    # the lock also reads each job's excluded nodes (for _excluded_node_events: no second read of the ids)
+    pending = dict(rows(Job.objects.select_for_update(no_key=True).filter(pk__any=ids, state="pending")
+                        .order_by("pk"), ("id", "excluded_nodes")))
     stale, jobs, tasks, allocations, events = [], [], [], [], []
     for b in bindings:
         if b.job_id not in pending:
@@ -285,7 +287,8 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
         return None
     update_rows(Task, tasks, ["node_id", "state"], {})
     update_rows(Job, jobs, ["placement_domain", "placement_tier", "state", "started_at"], bind_fields(clock))
-    return events, stale
+    excluded = {jid: nodes for jid, nodes in pending.items() if nodes not in (None, "[]", [])}
+    return events, stale, {jid: json_value(nodes) for jid, nodes in excluded.items()}
 
 
 def _rows_for(binding, clock: datetime, tasks_by_role, simulated, gpu_ids):
@@ -361,10 +364,10 @@ def _apply_growths(growths, *, clock: datetime, cycle_number: int, stats: ApplyS
 def _gpus_text(tasks, gpus: int) -> str:
     """What the bound tasks hold: "<n> GPUs" for whole GPUs; fractions as GPU-equivalents and their shares
     ("1.5 GPU-equivalents (3 shares of 0.5 GPU)"); MIG instances counted as such."""
+    if not any(getattr(t, "gpu_milli", 0) or getattr(t, "mig", ()) for t in tasks):
+        return f"{gpus} GPUs"  # whole GPUs (the common case: one pass)
     milli = [t.gpu_milli for t in tasks if getattr(t, "gpu_milli", 0)]
     mig = sum(len(getattr(t, "mig", ()) or ()) for t in tasks)
-    if not milli and not mig:
-        return f"{gpus} GPUs"
     whole = sum(len(t.gpus) for t in tasks if not getattr(t, "gpu_milli", 0) and not getattr(t, "mig", ()))
     parts = [f"{whole} GPUs"] if whole else []
     if milli:
@@ -387,13 +390,17 @@ def _admitted_event(binding, clock: datetime, cycle_number: int, nodes: int, gpu
             "data": data}
 
 
-def _excluded_node_events(bindings, bound: set, clock: datetime, cycle_number: int) -> list[dict]:
+def _excluded_node_events(bindings, bound: set, clock: datetime, cycle_number: int,
+                          excluded: dict | None = None) -> list[dict]:
     """An Event for each job bound onto a node its diagnosis excluded: the engine puts it there only when
-    nothing else fits (JobInfo.avoid_nodes), and the job says so."""
+    nothing else fits (JobInfo.avoid_nodes), and the job says so. `excluded`: {job id: excluded nodes} as
+    _bind_all's lock read them (None: read here)."""
     if not bound:
         return []
-    excluded = {jid: set(nodes or ()) for jid, nodes in Job.objects.filter(pk__any=list(bound))
-                .exclude(excluded_nodes=[]).values_list("id", "excluded_nodes") if nodes}
+    if excluded is None:
+        excluded = dict(Job.objects.filter(pk__any=list(bound)).exclude(excluded_nodes=[])
+                        .values_list("id", "excluded_nodes"))
+    excluded = {jid: set(nodes or ()) for jid, nodes in excluded.items() if nodes and jid in bound}
     out = []
     for b in bindings:
         used = sorted(excluded.get(b.job_id, set()) & {p.node for p in b.tasks})
@@ -445,6 +452,7 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
                                           ("id", "uuid", "gpu__index", "gpu__node__name")):
             if nname in gpu_ids:
                 gpu_ids[nname].setdefault("mig", {})[uuid] = (idx, iid)
+        excluded = None  # {job id: excluded nodes}, from _bind_all's lock (the slow path reads them afterwards)
         events = _bind_all(result.bindings, clock, tasks_by_role, simulated, gpu_ids, cycle_number)
         if events is None:  # a racing cycle bound one of these GPUs: job by job, each in its own savepoint
             events = []
@@ -457,13 +465,14 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
                     stats.stale.append((binding.job_id, why))
                     log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, binding.job_id, why)
         else:
-            events, stale = events
+            events, stale, excluded = events
             for job_id, why in stale:
                 stats.stale.append((job_id, why))
                 log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, job_id, why)
         stats.binds = len(events)
         stats.stale_skipped = len(stats.stale)
-        events += _excluded_node_events(result.bindings, {e["job_id"] for e in events}, clock, cycle_number)
+        events += _excluded_node_events(result.bindings, {e["job_id"] for e in events}, clock, cycle_number,
+                                        excluded)
         record_events(events)
         stale = evict.apply_evictions(result, clock=clock, cycle_number=cycle_number, stats=stats)
         evict.apply_holds(result, clock=clock, cycle_number=cycle_number, stale=stale)
