@@ -5,9 +5,8 @@ caller's transaction.
 """
 from __future__ import annotations
 
-from collections import defaultdict
-
 import json
+from collections import defaultdict
 
 from django.db import IntegrityError, connection
 from django.db.models import Field, FloatField, ForeignObject, Func, Lookup

@@ -73,10 +73,6 @@ class ApplyStats:
     stale: list[tuple[object, str]] = field(default_factory=list)  # (job id, why)
 
 
-def _ts(value: datetime | None) -> float | None:
-    return value.timestamp() if value is not None else None
-
-
 def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapshot, SnapshotIndex]:
     """Read the cluster into a Snapshot (11 queries, one consistent view). `now`: epoch seconds (default:
     wall clock); `cycle`: the cycle's number (rescheduling runs every config.reschedule_every cycles).
