@@ -5,12 +5,57 @@ caller's transaction.
 """
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 from django.db import IntegrityError, connection
-from django.db.models import Field, ForeignObject, Lookup
+from django.db.models import Field, FloatField, ForeignObject, Func, Lookup
 
-__all__ = ["AnyOf", "insert_rows", "update_rows"]
+__all__ = ["AnyOf", "insert_rows", "json_value", "rows", "update_rows"]
+
+
+class _Epoch(Func):
+    """A datetime column as float seconds since the epoch, computed by PostgreSQL (no datetime built)."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)::float8"
+    output_field = FloatField()
+
+
+def rows(queryset, fields, times=()) -> list[tuple]:
+    """The queryset's rows as plain tuples of `fields` (the scheduling cycle's snapshot read: tens of thousands
+    of rows). `times`: the datetime fields among `fields`, returned as float epoch seconds (None stays None).
+
+    On PostgreSQL the queryset's SQL runs on the raw cursor: no per-row Django converters; the server computes
+    the epoch seconds (EXTRACT(EPOCH ...)::float8 is the correctly rounded double of the exact microsecond
+    value, as datetime.timestamp() is, so both give the same float); JSON columns come back as their text
+    (decode with json_value). Elsewhere values_list, with the times converted in Python."""
+    if connection.vendor == "postgresql":
+        names = [f"_epoch_{f}" if f in times else f for f in fields]
+        qs = queryset.annotate(**{f"_epoch_{f}": _Epoch(f) for f in times}).values_list(*names)
+        sql, params = qs.query.sql_with_params()
+        with connection.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall()
+    out = queryset.values_list(*fields)
+    pos = [i for i, f in enumerate(fields) if f in times]
+    if not pos:
+        return list(out)
+    result = []
+    for row in out:
+        row = list(row)
+        for i in pos:
+            row[i] = row[i].timestamp() if row[i] is not None else None
+        result.append(tuple(row))
+    return result
+
+
+def json_value(value):
+    """A JSON column's value as read by `rows`: the text decoded on PostgreSQL, already decoded elsewhere."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+_INTEGER_TYPES = {"AutoField", "BigAutoField", "SmallAutoField", "IntegerField", "BigIntegerField", "SmallIntegerField",
+                  "PositiveIntegerField", "PositiveBigIntegerField", "PositiveSmallIntegerField"}
 
 
 @Field.register_lookup
@@ -26,8 +71,16 @@ class AnyOf(Lookup):
     can_use_none_as_rhs = False
 
     def get_prep_lookup(self):
-        prep = self.lhs.output_field.get_prep_value
-        return [prep(v) for v in self.rhs]
+        values = list(self.rhs)
+        field = self.lhs.output_field
+        try:
+            kind = (field.target_field if field.is_relation else field).get_internal_type()
+        except Exception:  # noqa: BLE001 - a relation over several columns: no fast path
+            kind = ""
+        if kind in _INTEGER_TYPES and all(type(v) is int for v in values):
+            return values  # ids already ints (the cycle's lists of 10,000-20,000): get_prep_value is the identity
+        prep = field.get_prep_value
+        return [prep(v) for v in values]
 
     def as_sql(self, compiler, connection):
         lhs, lhs_params = self.process_lhs(compiler, connection)
@@ -60,13 +113,25 @@ def insert_rows(model, columns, rows: list[tuple]) -> None:
     from psycopg.types.json import Jsonb
 
     meta = model._meta
-    cols = ", ".join(connection.ops.quote_name(_field(meta, c).column) for c in columns)
+    fields = [_field(meta, c) for c in columns]
+    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    # JSON columns wrapped as Jsonb (only those: a per-value type test cost ~0.1 s on 23,000 rows)
+    json_at = [i for i, f in enumerate(fields) if f.get_internal_type() == "JSONField"]
     connection.ensure_connection()
     with connection.cursor() as cur:
         try:
             with cur.cursor.copy(f"COPY {connection.ops.quote_name(meta.db_table)} ({cols}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row([Jsonb(v) if isinstance(v, (dict, list)) else v for v in row])
+                write = copy.write_row
+                if not json_at:
+                    for row in rows:
+                        write(row)
+                else:
+                    for row in rows:
+                        row = list(row)
+                        for i in json_at:
+                            if row[i] is not None:
+                                row[i] = Jsonb(row[i])
+                        write(row)
         except pg_errors.UniqueViolation as exc:
             raise IntegrityError(str(exc)) from exc
 

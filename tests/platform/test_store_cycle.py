@@ -226,3 +226,58 @@ def test_any_lookup_matches_in_with_one_array_parameter(submit):
     if connection.vendor == "postgresql":
         sql = q.captured_queries[0]["sql"]
         assert "= ANY(" in sql and " IN (" not in sql  # one array parameter, not 5,000 placeholders
+
+
+def test_rows_reads_plain_tuples_with_epoch_times(submit):
+    """gpuplatform.bulk.rows, the snapshot read's and the apply's reader: the same rows as values_list, the
+    `times` as the float that datetime.timestamp() gives (microseconds kept, None kept), JSON columns decoded
+    by json_value (text from the raw cursor on PostgreSQL, already decoded elsewhere)."""
+    from datetime import timedelta
+
+    from gpuplatform.bulk import json_value, rows
+
+    a, b = submit("a", tasks=1, gpus=1), submit("b", tasks=1, gpus=1)
+    at = CLOCK + timedelta(seconds=12, microseconds=345678)
+    Job.objects.filter(pk=a.pk).update(not_before=at, excluded_nodes=["n1", "n2"])
+    fields = ("id", "queue__name", "submitted_at", "not_before", "excluded_nodes", "preemptible")
+    got = rows(Job.objects.filter(pk__in=[a.pk, b.pk]).order_by("id"), fields, times=("submitted_at", "not_before"))
+    want = list(Job.objects.filter(pk__in=[a.pk, b.pk]).order_by("id").values_list(*fields))
+    assert [r[0] for r in got] == [a.pk, b.pk] and [r[1] for r in got] == [w[1] for w in want]
+    for g, w in zip(got, want):
+        assert g[2] == w[2].timestamp() and isinstance(g[2], float)
+        assert g[3] == (w[3].timestamp() if w[3] is not None else None)
+        assert json_value(g[4]) == w[4] and g[5] is w[5]
+    assert got[0][3] == at.timestamp() and got[1][3] is None and json_value(got[0][4]) == ["n1", "n2"]
+
+
+def test_the_cycle_runs_with_the_cyclic_gc_paused_and_restores_it(submit, monkeypatch):
+    """run_cycle_once pauses Python's cyclic collector while it runs (store.cyclic_gc_paused) and puts it
+    back as it was, also when the cycle fails; a collector the caller had disabled stays disabled."""
+    import gc
+
+    seen = []
+
+    def engine(snapshot, config=None, cache=None):
+        seen.append(gc.isenabled())
+        return first_fit(snapshot, config)
+
+    monkeypatch.setattr("scheduler.core.run_cycle", engine)
+    submit("j", tasks=1, gpus=1)
+    assert gc.isenabled()
+    assert store.run_cycle_once(clock=CLOCK).binds == 1
+    assert seen == [False] and gc.isenabled()
+
+    def crash(snapshot, config=None, cache=None):
+        raise RuntimeError("engine bug")
+
+    monkeypatch.setattr("scheduler.core.run_cycle", crash)
+    with pytest.raises(RuntimeError):
+        store.run_cycle_once(clock=CLOCK)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with store.cyclic_gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
