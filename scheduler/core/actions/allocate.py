@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -28,7 +29,7 @@ from ..plugins.predicates import flavor_plans, role_flavors
 from ..plugins.quota import INF, job_order_key
 from ..session import Session
 from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement, utc_iso
-from .backfill import Reservations
+from .backfill import BACKFILL, ROOM_CODES, Reservations
 
 _UNSET = object()
 
@@ -56,9 +57,15 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     out = Allocation()
     admission = Admission(session, reservations, memo)
     order = _QueueOrder(session, shares, admission)
+    fair = session.config.fair_share
+    kept = _PendingOrder.of(memo) if memo is not None and fair else None
+    if kept is not None:  # the queues' sorted lists kept across cycles: only the jobs that came or went move
+        by_queue, special = kept.update(pending, session.queues)
+    else:
+        by_queue, special = None, sorted(pending, key=job_order_key)
     rest, holders = [], []
     held = session.queues.held  # pending job id -> hold charged at snapshot time
-    for job in sorted(pending, key=job_order_key):
+    for job in special:
         if job.not_before is not None and job.not_before > session.now:
             session.queues.drop_hold(job.id)
             out.reasons[job.id] = PendingReason("backoff", f"requeued after attempt {job.attempts}; "
@@ -73,21 +80,34 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
         session.holds.hold(job.id, job.reserved)
     for job in holders:
         _serve_nomination(session, admission, order, job, out)
-    by_queue: dict[str, list[JobInfo]] = defaultdict(list)
-    for job in rest:
-        by_queue[job.queue].append(job)
-    heap = []
-    for q, jobs in by_queue.items():
-        if session.config.fair_share:  # job_key is job_order_key: `rest` is in that order already
-            jobs.reverse()  # pop() from the end = next job (keys end with the job id: no ties)
-        else:
-            jobs.sort(key=order.job_key, reverse=True)
-        heap.append((order.queue_key(q, jobs[-1]), q))
+    if by_queue is None:
+        by_queue = defaultdict(list)
+        for job in rest:
+            by_queue[job.queue].append(job)
+        for q, jobs in by_queue.items():
+            if fair:  # job_key is job_order_key: `rest` is in that order already
+                jobs.reverse()  # pop() from the end = next job (keys end with the job id: no ties)
+            else:
+                jobs.sort(key=order.job_key, reverse=True)
+    else:
+        for job in rest:  # the few jobs kept out of the lists (backoff, reservations) that are tried now
+            jobs = by_queue.get(job.queue)
+            if jobs is None:
+                by_queue[job.queue] = [job]
+            else:  # descending order: the next job at the end
+                jobs.insert(len(jobs) - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key), job)
+    heap = [(order.queue_key(q, jobs[-1]), q) for q, jobs in by_queue.items()]
     heapq.heapify(heap)
     attempt, place, waiting = reservations.attempt, admission.place, reservations.waiting
     queue_key, share = order.queue_key, order.share
     failed, reasons = out.failed_order, out.reasons
     heappop, heappush = heapq.heappop, heapq.heappush
+    # The common case taken without the call chain (same answers): a job refused from Admission's table of
+    # refusals (the same shape at the same QueueTree.version), and the queue key from _QueueOrder's table;
+    # only on a one-flavor cluster with no GPU shares, where both tables are keyed by the shape id alone
+    quick = (memo is not None and fair and session.sharing is None and len(session.state.flavors) == 1)
+    queues, memo_get, refused, keys = session.queues, admission.memo.get, admission._refused, order._keys
+    holds, now = session.holds, session.now
     while heap:
         key, q = heappop(heap)
         jobs = by_queue[q]
@@ -99,22 +119,120 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                 continue
         while True:
             job = jobs.pop()
-            before = share(q)
-            outcome = attempt(job, place)
-            if isinstance(outcome, Binding):
-                out.bindings.append(replace(outcome, share_before=before, share_after=share(q)))
-            else:
+            outcome = None
+            if quick:
+                entry = memo_get(id(job))
+                if entry is not None and entry[0] is job and not job.avoid_nodes:
+                    until = reservations.until  # Reservations.attempt's backfill_open
+                    if until is None or not holds.holding(BACKFILL):
+                        opened = None
+                    else:
+                        opened = (now + job.time_limit if job.time_limit is not None else INF) <= until
+                    if opened is not True:  # (a backfill attempt releases the reserved GPUs: the long way)
+                        cached = refused.get((entry[5], opened))
+                        if cached is not None and cached[0] == queues.version:
+                            outcome = cached[1]
+            if outcome is None:
+                before = share(q)
+                outcome = attempt(job, place)
+                if isinstance(outcome, Binding):
+                    out.bindings.append(replace(outcome, share_before=before, share_after=share(q)))
+                    outcome = None
+            if outcome is not None:
                 failed.append(job)
-                reasons[job.id] = waiting(job, outcome)
+                reasons[job.id] = waiting(job, outcome) if outcome.code in ROOM_CODES else outcome
             if not jobs:
                 break
-            key = queue_key(q, jobs[-1])
+            head = jobs[-1]
+            key = None
+            if quick:
+                entry = memo_get(id(head))
+                if entry is not None and entry[0] is head:
+                    cached = keys.get(entry[5])
+                    if cached is not None and cached[0] == queues.version:
+                        key = cached[1]
+            if key is None:
+                key = queue_key(q, head)
             # pushing (key, q) back would pop it again at once when it is still the least entry: go on with
             # the queue's next job without the round trip (the same order); the borrowers' turn goes through it
             if (heap and heap[0] < (key, q)) or (before_borrowers is not None and key[0] is True):
                 heappush(heap, (key, q))
                 break
     return out
+
+
+class _PendingOrder:
+    """The pending jobs of the last cycle, per queue in descending job_order_key (the next job last),
+    kept in the engine cache's job memo (key "pending order") and brought up to date from the jobs that
+    came and went: the replay passes the same frozen JobInfo objects cycle after cycle, so most cycles
+    move a few jobs instead of sorting and grouping every pending job. Jobs in requeue backoff or holding
+    a reservation are kept apart (`special`, classified by allocate every cycle). Entries hold their jobs,
+    so an id is never reused while it is kept."""
+
+    __slots__ = ("jobs", "lists", "special")
+
+    def __init__(self):
+        self.jobs: dict[int, JobInfo] = {}  # id(job) -> job, every pending job of the last cycle
+        self.lists: dict[str, list[JobInfo]] = {}  # queue -> its ordinary jobs, descending job_order_key
+        self.special: dict[int, JobInfo] = {}  # id(job) -> job in backoff or with a reservation
+
+    @staticmethod
+    def of(memo: dict) -> "_PendingOrder":
+        kept = memo.get("pending order")
+        if kept is None:
+            kept = memo["pending order"] = _PendingOrder()
+        return kept
+
+    def update(self, pending: list[JobInfo], queues) -> tuple[dict, list]:
+        """(queue -> a fresh list of its ordinary jobs, next last; the special jobs in job_order_key order)
+        for `pending`; the holds charged at snapshot time for ordinary jobs are dropped here (allocate does
+        so for every job it tries)."""
+        now = dict(zip(map(id, pending), pending))
+        old = self.jobs
+        if len(now) != len(pending):  # the same object twice: never from a snapshot, but keep the old way
+            self.__init__()
+            return None, sorted(pending, key=job_order_key)
+        gone = old.keys() - now.keys()
+        came = now.keys() - old.keys()
+        lists, special = self.lists, self.special
+        if len(gone) + len(came) > len(now) // 4 + 8:  # many changes: sort them all
+            lists.clear()
+            special.clear()
+            for job in sorted(pending, key=job_order_key):
+                if job.not_before is not None or job.reserved:
+                    special[id(job)] = job
+                else:
+                    lists.setdefault(job.queue, []).append(job)
+            for jobs in lists.values():
+                jobs.reverse()
+        else:
+            for i in gone:
+                job = old[i]
+                if special.pop(i, None) is None:
+                    jobs = lists[job.queue]
+                    at = len(jobs) - 1 - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key)
+                    assert jobs[at] is job
+                    del jobs[at]
+                    if not jobs:
+                        del lists[job.queue]
+            for i in came:
+                job = now[i]
+                if job.not_before is not None or job.reserved:
+                    special[i] = job
+                    continue
+                jobs = lists.get(job.queue)
+                if jobs is None:
+                    lists[job.queue] = [job]
+                else:
+                    jobs.insert(len(jobs) - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key), job)
+        self.jobs = now
+        held = queues.held
+        if held:
+            ordinary = {job.id for job in pending if id(job) not in special}
+            for job_id in [j for j in held if j in ordinary]:
+                queues.drop_hold(job_id)
+        return ({q: jobs[:] for q, jobs in lists.items()},
+                sorted(special.values(), key=job_order_key) if special else [])
 
 
 class _QueueOrder:

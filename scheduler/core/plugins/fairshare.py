@@ -134,16 +134,62 @@ def schedulable_gpus(nodes) -> dict[str, int]:
     return dict(out)
 
 
-def pending_demand(pending, flavors) -> dict[str, dict[str, int]]:
+def pending_demand(pending, flavors, memo: dict | None = None) -> dict[str, dict[str, int]]:
     """queue -> flavor -> GPUs requested by its pending jobs; a job that may take several flavors counts
     on each (fair_shares' `pending_demand`). A fraction counts as its GPU-equivalents (gpu_milli / 1000; a
-    memory request as one GPU at most), MIG instances not at all (resources of their own)."""
+    memory request as one GPU at most), MIG instances not at all (resources of their own).
+    memo: the engine cache's job memo (EngineCache.job_memo), or None: the sums are then kept there
+    (key "pending demand") and brought up to date from the jobs that came and went since the last call
+    (whole GPUs only: integer sums, exact in any order; any fraction, and the whole list is summed)."""
+    if memo is None:
+        return _demand(pending, flavors)
+    kept = memo.get("pending demand")
+    now = dict(zip(map(id, pending), pending))
+    if kept is None or len(now) != len(pending) or kept[2] or kept[3] != flavors:
+        # new, the same object twice, a fraction in the last list, or other flavors: start over
+        kept = memo["pending demand"] = [{}, {}, False, frozenset(flavors)]
+    jobs, sums = kept[0], kept[1]
+    gone = jobs.keys() - now.keys()
+    came = now.keys() - jobs.keys()
+    for i in gone:
+        q, gpus, allowed = _one(jobs[i], flavors)
+        per = sums[q]
+        for f in allowed:
+            per[f] -= gpus
+    for i in came:
+        job = now[i]
+        q, gpus, allowed = _one(job, flavors)
+        if gpus.__class__ is not int:
+            kept[2] = True  # a fraction: floats, whose sums depend on their order
+            kept[0] = {}
+            return _demand(pending, flavors)
+        per = sums.get(q)
+        if per is None:
+            per = sums[q] = {}
+        for f in allowed:
+            per[f] = per.get(f, 0) + gpus
+    kept[0] = now
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for q, per in sums.items():
+        for f, gpus in per.items():
+            if gpus:  # a zero sum and a missing one read the same (fair_shares: demand.get(f, 0.0))
+                out[q][f] = gpus
+    return out
+
+
+def _one(job, flavors) -> tuple:
+    """(queue, GPUs counted, the flavors they count on) of one pending job (pending_demand)."""
+    gpus = job.gpus_requested
+    if any(r.shares for r in job.roles):
+        gpus = sum(r.tasks * (r.gpu_milli / 1000 if r.gpu_milli else 0 if r.mig_profile else r.gpus_per_task)
+                   for r in job.roles)
+    return job.queue, gpus, allowed_flavors(job.roles, flavors)
+
+
+def _demand(pending, flavors) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for job in pending:
-        gpus = job.gpus_requested
-        if any(r.shares for r in job.roles):
-            gpus = sum(r.tasks * (r.gpu_milli / 1000 if r.gpu_milli else 0 if r.mig_profile else r.gpus_per_task)
-                       for r in job.roles)
-        for f in allowed_flavors(job.roles, flavors):
-            out[job.queue][f] += gpus
+        q, gpus, allowed = _one(job, flavors)
+        for f in allowed:
+            out[q][f] += gpus
     return out
