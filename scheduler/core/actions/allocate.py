@@ -63,7 +63,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
         by_queue, special = kept.update(pending, session.queues)
     else:
         by_queue, special = None, sorted(pending, key=job_order_key)
-    rest, holders = [], []
+    rest, holders, mixed = [], [], set()
     held = session.queues.held  # pending job id -> hold charged at snapshot time
     for job in special:
         if job.not_before is not None and job.not_before > session.now:
@@ -91,6 +91,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                 jobs.sort(key=order.job_key, reverse=True)
     else:
         for job in rest:  # the few jobs kept out of the lists (backoff, reservations) that are tried now
+            mixed.add(job.queue)
             jobs = by_queue.get(job.queue)
             if jobs is None:
                 by_queue[job.queue] = [job]
@@ -108,6 +109,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     quick = (memo is not None and fair and session.sharing is None and len(session.state.flavors) == 1)
     queues, memo_get, refused, keys = session.queues, admission.memo.get, admission._refused, order._keys
     holds, now = session.holds, session.now
+    bulk = _Bulk(session, reservations, admission, order) if quick and kept is not None else None
     while heap:
         key, q = heappop(heap)
         jobs = by_queue[q]
@@ -117,7 +119,16 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
             if jobs and queue_key(q, jobs[-1]) != key:  # the evictions moved usage
                 heappush(heap, (queue_key(q, jobs[-1]), q))
                 continue
+        index = kept.index(q, admission) if bulk is not None and q not in mixed else None
         while True:
+            if index is not None and bulk.run(jobs, index, key, failed, reasons):
+                if not jobs:
+                    break
+                key = queue_key(q, jobs[-1])
+                if (heap and heap[0] < (key, q)) or (before_borrowers is not None and key[0] is True):
+                    heappush(heap, (key, q))
+                    break
+                continue
             job = jobs.pop()
             outcome = None
             if quick:
@@ -169,12 +180,28 @@ class _PendingOrder:
     a reservation are kept apart (`special`, classified by allocate every cycle). Entries hold their jobs,
     so an id is never reused while it is kept."""
 
-    __slots__ = ("jobs", "lists", "special")
+    __slots__ = ("jobs", "lists", "special", "indexes")
 
     def __init__(self):
         self.jobs: dict[int, JobInfo] = {}  # id(job) -> job, every pending job of the last cycle
         self.lists: dict[str, list[JobInfo]] = {}  # queue -> its ordinary jobs, descending job_order_key
         self.special: dict[int, JobInfo] = {}  # id(job) -> job in backoff or with a reservation
+        self.indexes: dict[str, tuple] = {}  # queue -> its list's index (`index`), while the list is unchanged
+
+    def index(self, queue: str, admission: Admission) -> tuple:
+        """(refusal key per job, job id per job, refusal key -> its positions ascending) of the queue's
+        list (positions in the list, next job last); a refusal key is (shape id, time limit, avoid_nodes):
+        what Admission's table of refusals and Reservations.attempt read of a job."""
+        found = self.indexes.get(queue)
+        if found is None:
+            facts = admission.facts
+            jobs = self.lists[queue]
+            shapes = [(facts(j)[5], j.time_limit, j.avoid_nodes) for j in jobs]
+            at: dict[tuple, list[int]] = {}
+            for i, shape in enumerate(shapes):
+                at.setdefault(shape, []).append(i)
+            found = self.indexes[queue] = (shapes, [j.id for j in jobs], at)
+        return found
 
     @staticmethod
     def of(memo: dict) -> "_PendingOrder":
@@ -198,6 +225,7 @@ class _PendingOrder:
         if len(gone) + len(came) > len(now) // 4 + 8:  # many changes: sort them all
             lists.clear()
             special.clear()
+            self.indexes.clear()
             for job in sorted(pending, key=job_order_key):
                 if job.not_before is not None or job.reserved:
                     special[id(job)] = job
@@ -213,6 +241,7 @@ class _PendingOrder:
                     at = len(jobs) - 1 - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key)
                     assert jobs[at] is job
                     del jobs[at]
+                    self.indexes.pop(job.queue, None)
                     if not jobs:
                         del lists[job.queue]
             for i in came:
@@ -220,6 +249,7 @@ class _PendingOrder:
                 if job.not_before is not None or job.reserved:
                     special[i] = job
                     continue
+                self.indexes.pop(job.queue, None)
                 jobs = lists.get(job.queue)
                 if jobs is None:
                     lists[job.queue] = [job]
@@ -233,6 +263,85 @@ class _PendingOrder:
                 queues.drop_hold(job_id)
         return ({q: jobs[:] for q, jobs in lists.items()},
                 sorted(special.values(), key=job_order_key) if special else [])
+
+
+class _Bulk:
+    """Refuses, in one step, the run of a queue's next jobs whose answers are all in the cycle's tables:
+    each job's refusal (Admission's table: its shape at this QueueTree.version, under the backfill window
+    its time limit gets, with no reservation or drain that its refusal could make) and its queue key equal
+    to the key the queue was taken with. Trying them one by one would give each that refusal, charge
+    nothing, and keep the queue the least in the order (its key unchanged) until the run ends: the same
+    failed_order and reasons, in the same order."""
+
+    __slots__ = ("session", "reservations", "admission", "refused", "keys", "token", "answers")
+
+    def __init__(self, session: Session, reservations: Reservations, admission: Admission, order: _QueueOrder):
+        self.session, self.reservations = session, reservations
+        self.refused, self.keys, self.admission = admission._refused, order._keys, admission
+        self.token = None  # (version, table writes, reservation window, whether waiting() changes nothing, queue key)
+        self.answers: dict = {}  # refusal key -> its refusal or None, under `token`
+
+    def _answer(self, shape: tuple, key: tuple, quiet: bool):
+        sid, limit, avoid = shape
+        if avoid:
+            return None
+        session, reservations = self.session, self.reservations
+        until = reservations.until
+        if until is None or not session.holds.holding(BACKFILL):
+            opened = None
+        else:
+            opened = (session.now + limit if limit is not None else INF) <= until
+            if opened:  # a backfill attempt releases the reserved GPUs: the long way
+                return None
+        version = session.queues.version
+        cached = self.refused.get((sid, opened))
+        if cached is None or cached[0] != version:
+            return None
+        outcome = cached[1]
+        if outcome.code in ROOM_CODES and not quiet:
+            return None
+        head = self.keys.get(sid)
+        if head is None or head[0] != version or head[1] != key:
+            return None
+        return outcome
+
+    def run(self, jobs: list, index: tuple, key: tuple, failed: list, reasons: dict) -> bool:
+        """Refuse the run at the end of `jobs` (the queue's list, next job last; `index` its
+        _PendingOrder.index) when its next job's answer is known; False when it is not (try it)."""
+        shapes, ids, at = index
+        n = len(jobs)
+        reservations, config = self.reservations, self.session.config
+        quiet = not config.backfill or (reservations._tried and (  # Reservations.waiting changes nothing
+            reservations.until is not None or reservations._drained or reservations.count >= config.max_reservations))
+        token = (self.session.queues.version, self.admission.writes, reservations.until,
+                 self.session.holds.holding(BACKFILL), quiet, key)
+        answers = self.answers
+        if token != self.token:
+            self.token = token
+            answers.clear()
+        head = shapes[n - 1]
+        outcome = answers.get(head, _UNSET)
+        if outcome is _UNSET:
+            outcome = answers[head] = self._answer(head, key, quiet)
+        if outcome is None:
+            return False
+        stop = -1  # the nearest job to the end whose answer is not known
+        for shape, places in at.items():
+            found = answers.get(shape, _UNSET)
+            if found is _UNSET:
+                found = answers[shape] = self._answer(shape, key, quiet)
+            if found is None:
+                i = bisect_left(places, n)
+                if i and places[i - 1] > stop:
+                    stop = places[i - 1]
+        lo = stop + 1
+        run = jobs[lo:]
+        run.reverse()
+        failed.extend(run)
+        get = answers.__getitem__
+        reasons.update(zip(ids[n - 1:lo - 1 if lo else None:-1], map(get, shapes[n - 1:lo - 1 if lo else None:-1])))
+        del jobs[lo:]
+        return True
 
 
 class _QueueOrder:
@@ -295,6 +404,7 @@ class _QueueOrder:
         share = min(self.flavor_share(q, f) for f in flavors)
         key = (not within, share, q) if self.shares else (not within, share / queues.weight(q), q)
         self._keys[ck] = (queues.version, key)
+        self.admission.writes += 1
         return key
 
 
@@ -311,6 +421,7 @@ class Admission:
         self._room: dict[tuple, tuple] = {}  # (queue, flavor, kind) -> (QueueTree.version, room, binding level)
         self._refused: dict[tuple, tuple] = {}  # (shape id, [flavors,] backfill_open) -> (version, PendingReason)
         self._searched = False  # whether the current place() ran a search
+        self.writes = 0  # entries written to _refused and to the queue order's table of keys (_Bulk)
         self._flavors: dict = {}  # job id -> its flavors this cycle (clusters of several flavors)
 
     def facts(self, job: JobInfo) -> list:
@@ -406,6 +517,7 @@ class Admission:
         outcome = live[0] if live else reasons[0]
         if key is not None and not self._searched:
             self._refused[key] = (session.queues.version, outcome)
+            self.writes += 1
         return outcome
 
     def _shape_id(self, job: JobInfo) -> int:
