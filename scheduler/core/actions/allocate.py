@@ -194,9 +194,14 @@ class _PendingOrder:
         what Admission's table of refusals and Reservations.attempt read of a job."""
         found = self.indexes.get(queue)
         if found is None:
-            facts = admission.facts
+            facts, memo_get = admission.facts, admission.memo.get
             jobs = self.lists[queue]
-            shapes = [(facts(j)[5], j.time_limit, j.avoid_nodes) for j in jobs]
+            shapes = []
+            for j in jobs:
+                entry = memo_get(id(j))
+                if entry is None or entry[0] is not j:
+                    entry = facts(j)
+                shapes.append((entry[5], j.time_limit, j.avoid_nodes))
             at: dict[tuple, list[int]] = {}
             for i, shape in enumerate(shapes):
                 at.setdefault(shape, []).append(i)
