@@ -27,6 +27,7 @@ from ..plugins.fairshare import EPS, dominant_share, usage_offset
 from ..plugins.feasibility import mixed_never_fits
 from ..plugins.predicates import flavor_plans, role_flavors
 from ..plugins.quota import INF, job_order_key
+from ..cache import PendingChanges
 from ..session import Session
 from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement, utc_iso
 from .backfill import BACKFILL, ROOM_CODES, Reservations
@@ -60,7 +61,9 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     fair = session.config.fair_share
     kept = _PendingOrder.of(memo) if memo is not None and fair else None
     if kept is not None:  # the queues' sorted lists kept across cycles: only the jobs that came or went move
-        by_queue, special = kept.update(pending, session.queues)
+        by_queue, special = kept.update(pending, session.queues, admission)
+        if by_queue is None:
+            kept = None
     else:
         by_queue, special = None, sorted(pending, key=job_order_key)
     rest, holders, mixed = [], [], set()
@@ -119,7 +122,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
             if jobs and queue_key(q, jobs[-1]) != key:  # the evictions moved usage
                 heappush(heap, (queue_key(q, jobs[-1]), q))
                 continue
-        index = kept.index(q, admission) if bulk is not None and q not in mixed else None
+        index = kept.index(q) if bulk is not None and q not in mixed else None
         while True:
             if index is not None and bulk.run(jobs, index, key, failed, reasons):
                 if not jobs:
@@ -175,38 +178,20 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
 class _PendingOrder:
     """The pending jobs of the last cycle, per queue in descending job_order_key (the next job last),
     kept in the engine cache's job memo (key "pending order") and brought up to date from the jobs that
-    came and went: the replay passes the same frozen JobInfo objects cycle after cycle, so most cycles
-    move a few jobs instead of sorting and grouping every pending job. Jobs in requeue backoff or holding
-    a reservation are kept apart (`special`, classified by allocate every cycle). Entries hold their jobs,
-    so an id is never reused while it is kept."""
+    came and went (cache.PendingChanges): the replay passes the same frozen JobInfo objects cycle after
+    cycle, so most cycles move a few jobs instead of sorting and grouping every pending job. Jobs in
+    requeue backoff or holding a reservation are kept apart (`special`, classified by allocate every
+    cycle). Beside each queue's list, each job's refusal key and id (`index`). Holds its jobs, so an id
+    is never reused while it is kept."""
 
-    __slots__ = ("jobs", "lists", "special", "indexes")
+    __slots__ = ("epoch", "lists", "special", "positions")
 
     def __init__(self):
-        self.jobs: dict[int, JobInfo] = {}  # id(job) -> job, every pending job of the last cycle
-        self.lists: dict[str, list[JobInfo]] = {}  # queue -> its ordinary jobs, descending job_order_key
+        self.epoch = -1  # PendingChanges.epoch of the list this is up to date with
+        # queue -> (its ordinary jobs, descending job_order_key; their refusal keys; their ids)
+        self.lists: dict[str, tuple[list, list, list]] = {}
         self.special: dict[int, JobInfo] = {}  # id(job) -> job in backoff or with a reservation
-        self.indexes: dict[str, tuple] = {}  # queue -> its list's index (`index`), while the list is unchanged
-
-    def index(self, queue: str, admission: Admission) -> tuple:
-        """(refusal key per job, job id per job, refusal key -> its positions ascending) of the queue's
-        list (positions in the list, next job last); a refusal key is (shape id, time limit, avoid_nodes):
-        what Admission's table of refusals and Reservations.attempt read of a job."""
-        found = self.indexes.get(queue)
-        if found is None:
-            facts, memo_get = admission.facts, admission.memo.get
-            jobs = self.lists[queue]
-            shapes = []
-            for j in jobs:
-                entry = memo_get(id(j))
-                if entry is None or entry[0] is not j:
-                    entry = facts(j)
-                shapes.append((entry[5], j.time_limit, j.avoid_nodes))
-            at: dict[tuple, list[int]] = {}
-            for i, shape in enumerate(shapes):
-                at.setdefault(shape, []).append(i)
-            found = self.indexes[queue] = (shapes, [j.id for j in jobs], at)
-        return found
+        self.positions: dict[str, dict] = {}  # queue -> refusal key -> its positions in the list, ascending
 
     @staticmethod
     def of(memo: dict) -> "_PendingOrder":
@@ -215,59 +200,87 @@ class _PendingOrder:
             kept = memo["pending order"] = _PendingOrder()
         return kept
 
-    def update(self, pending: list[JobInfo], queues) -> tuple[dict, list]:
+    @staticmethod
+    def _shape(job: JobInfo, admission: Admission) -> tuple:
+        """The job's refusal key: (shape id, time limit, avoid_nodes), what Admission's table of refusals
+        and Reservations.attempt read of a job."""
+        return admission.facts(job)[5], job.time_limit, job.avoid_nodes
+
+    def update(self, pending: list[JobInfo], queues, admission: Admission) -> tuple:
         """(queue -> a fresh list of its ordinary jobs, next last; the special jobs in job_order_key order)
-        for `pending`; the holds charged at snapshot time for ordinary jobs are dropped here (allocate does
-        so for every job it tries)."""
-        now = dict(zip(map(id, pending), pending))
-        old = self.jobs
-        if len(now) != len(pending):  # the same object twice: never from a snapshot, but keep the old way
+        for `pending`, or (None, every job in job_order_key order) when a job is in the list twice; the holds
+        charged at snapshot time for ordinary jobs are dropped here (allocate does so for every job it tries)."""
+        changes = PendingChanges.of(admission.memo).advance(pending)
+        if len(changes.ids) != len(pending):  # the same object twice: never from a snapshot, but keep the old way
             self.__init__()
             return None, sorted(pending, key=job_order_key)
-        gone = old.keys() - now.keys()
-        came = now.keys() - old.keys()
-        lists, special = self.lists, self.special
-        if len(gone) + len(came) > len(now) // 4 + 8:  # many changes: sort them all
-            lists.clear()
+        lists, special, positions = self.lists, self.special, self.positions
+        came, gone = changes.came, changes.gone
+        if self.epoch == changes.epoch:
+            pass  # the same list again
+        elif not changes.valid or self.epoch != changes.epoch - 1 or len(gone) + len(came) > len(pending) // 4 + 8:
+            lists.clear()  # many changes: sort them all
             special.clear()
-            self.indexes.clear()
+            positions.clear()
             for job in sorted(pending, key=job_order_key):
                 if job.not_before is not None or job.reserved:
                     special[id(job)] = job
                 else:
-                    lists.setdefault(job.queue, []).append(job)
-            for jobs in lists.values():
+                    line = lists.get(job.queue)
+                    if line is None:
+                        line = lists[job.queue] = ([], [], [])
+                    line[0].append(job)
+            for q, (jobs, shapes, ids) in lists.items():
                 jobs.reverse()
+                shapes.extend(self._shape(j, admission) for j in jobs)
+                ids.extend(j.id for j in jobs)
         else:
-            for i in gone:
-                job = old[i]
-                if special.pop(i, None) is None:
-                    jobs = lists[job.queue]
+            for job in gone:
+                if special.pop(id(job), None) is None:
+                    jobs, shapes, ids = lists[job.queue]
                     at = len(jobs) - 1 - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key)
                     assert jobs[at] is job
-                    del jobs[at]
-                    self.indexes.pop(job.queue, None)
+                    del jobs[at], shapes[at], ids[at]
+                    positions.pop(job.queue, None)
                     if not jobs:
                         del lists[job.queue]
-            for i in came:
-                job = now[i]
+            for job in came:
                 if job.not_before is not None or job.reserved:
-                    special[i] = job
+                    special[id(job)] = job
                     continue
-                self.indexes.pop(job.queue, None)
-                jobs = lists.get(job.queue)
-                if jobs is None:
-                    lists[job.queue] = [job]
+                positions.pop(job.queue, None)
+                line = lists.get(job.queue)
+                if line is None:
+                    lists[job.queue] = ([job], [self._shape(job, admission)], [job.id])
                 else:
-                    jobs.insert(len(jobs) - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key), job)
-        self.jobs = now
+                    jobs, shapes, ids = line
+                    at = len(jobs) - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key)
+                    jobs.insert(at, job)
+                    shapes.insert(at, self._shape(job, admission))
+                    ids.insert(at, job.id)
+        self.epoch = changes.epoch
         held = queues.held
         if held:
             ordinary = {job.id for job in pending if id(job) not in special}
             for job_id in [j for j in held if j in ordinary]:
                 queues.drop_hold(job_id)
-        return ({q: jobs[:] for q, jobs in lists.items()},
+        return ({q: line[0][:] for q, line in lists.items()},
                 sorted(special.values(), key=job_order_key) if special else [])
+
+    def index(self, queue: str) -> tuple:
+        """(refusal key per job, job id per job, refusal key -> its positions ascending) of the queue's
+        list as `update` returned it (positions in the list, next job last)."""
+        _, shapes, ids = self.lists[queue]
+        at = self.positions.get(queue)
+        if at is None:
+            at = self.positions[queue] = {}
+            for i, shape in enumerate(shapes):
+                places = at.get(shape)
+                if places is None:
+                    at[shape] = [i]
+                else:
+                    places.append(i)
+        return shapes, ids, at
 
 
 class _Bulk:

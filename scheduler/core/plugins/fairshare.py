@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ..cache import PendingChanges
 from .predicates import allowed_flavors
 from .quota import QueueTree
 
@@ -138,39 +139,49 @@ def pending_demand(pending, flavors, memo: dict | None = None) -> dict[str, dict
     """queue -> flavor -> GPUs requested by its pending jobs; a job that may take several flavors counts
     on each (fair_shares' `pending_demand`). A fraction counts as its GPU-equivalents (gpu_milli / 1000; a
     memory request as one GPU at most), MIG instances not at all (resources of their own).
-    memo: the engine cache's job memo (EngineCache.job_memo), or None: the sums are then kept there
-    (key "pending demand") and brought up to date from the jobs that came and went since the last call
-    (whole GPUs only: integer sums, exact in any order; any fraction, and the whole list is summed)."""
+    memo: the engine cache's job memo (EngineCache.job_memo), or None (sum the list). With a memo the
+    sums are kept there (key "pending demand") and brought up to date from the jobs that came and went
+    since the last call (cache.PendingChanges), for whole GPUs only: integer sums are exact in any order;
+    with any fraction the whole list is summed, in its order."""
     if memo is None:
         return _demand(pending, flavors)
-    kept = memo.get("pending demand")
-    now = dict(zip(map(id, pending), pending))
-    if kept is None or len(now) != len(pending) or kept[2] or kept[3] != flavors:
-        # new, the same object twice, a fraction in the last list, or other flavors: start over
-        kept = memo["pending demand"] = [{}, {}, False, frozenset(flavors)]
-    jobs, sums = kept[0], kept[1]
-    gone = jobs.keys() - now.keys()
-    came = now.keys() - jobs.keys()
-    for i in gone:
-        q, gpus, allowed = _one(jobs[i], flavors)
-        per = sums[q]
-        for f in allowed:
-            per[f] -= gpus
-    for i in came:
-        job = now[i]
-        q, gpus, allowed = _one(job, flavors)
-        if gpus.__class__ is not int:
-            kept[2] = True  # a fraction: floats, whose sums depend on their order
-            kept[0] = {}
-            return _demand(pending, flavors)
-        per = sums.get(q)
-        if per is None:
-            per = sums[q] = {}
-        for f in allowed:
-            per[f] = per.get(f, 0) + gpus
-    kept[0] = now
+    changes = PendingChanges.of(memo).advance(pending)
+    kept = memo.get("pending demand")  # [PendingChanges.epoch, queue -> flavor -> GPUs, flavors]
+    if kept is not None and kept[0] == changes.epoch and kept[2] == flavors:
+        pass  # the same list again
+    elif kept is not None and changes.valid and kept[0] == changes.epoch - 1 and kept[2] == flavors:
+        sums = kept[1]
+        for job in changes.gone:
+            q, gpus, allowed = _one(job, flavors)
+            per = sums[q]
+            for f in allowed:
+                per[f] -= gpus
+        for job in changes.came:
+            q, gpus, allowed = _one(job, flavors)
+            if gpus.__class__ is not int:  # a fraction: floats, whose sums depend on their order
+                del memo["pending demand"]
+                return _demand(pending, flavors)
+            per = sums.get(q)
+            if per is None:
+                per = sums[q] = {}
+            for f in allowed:
+                per[f] = per.get(f, 0) + gpus
+        kept[0] = changes.epoch
+    else:  # start over
+        memo.pop("pending demand", None)
+        sums = {}
+        for job in pending:
+            q, gpus, allowed = _one(job, flavors)
+            if gpus.__class__ is not int:
+                return _demand(pending, flavors)
+            per = sums.get(q)
+            if per is None:
+                per = sums[q] = {}
+            for f in allowed:
+                per[f] = per.get(f, 0) + gpus
+        kept = memo["pending demand"] = [changes.epoch, sums, frozenset(flavors)]
     out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for q, per in sums.items():
+    for q, per in kept[1].items():
         for f, gpus in per.items():
             if gpus:  # a zero sum and a missing one read the same (fair_shares: demand.get(f, 0.0))
                 out[q][f] = gpus

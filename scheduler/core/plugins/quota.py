@@ -178,8 +178,11 @@ class QueueTree:
             value = self._claimed(queue, flavor)
             parent = self.queues[queue].parent if queue in self.queues else None
             if parent in self.queues:
-                unassigned = self.entitlement(parent, flavor) - sum(
-                    self._claimed(c, flavor) for c in self._children(parent))
+                kids = self._entitled.get((parent, flavor, "children"))  # what the siblings' quotas claim
+                if kids is None:
+                    kids = self._entitled[(parent, flavor, "children")] = sum(
+                        self._claimed(c, flavor) for c in self._children(parent))
+                unassigned = self.entitlement(parent, flavor) - kids
                 value += max(0.0, unassigned)
             self._entitled[key] = value
         return value
