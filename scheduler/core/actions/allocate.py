@@ -184,7 +184,7 @@ class _PendingOrder:
     cycle). Beside each queue's list, each job's refusal key and id (`index`). Holds its jobs, so an id
     is never reused while it is kept."""
 
-    __slots__ = ("epoch", "lists", "special", "positions")
+    __slots__ = ("epoch", "lists", "special", "positions", "codes", "shapes")
 
     def __init__(self):
         self.epoch = -1  # PendingChanges.epoch of the list this is up to date with
@@ -192,6 +192,8 @@ class _PendingOrder:
         self.lists: dict[str, tuple[list, list, list]] = {}
         self.special: dict[int, JobInfo] = {}  # id(job) -> job in backoff or with a reservation
         self.positions: dict[str, dict] = {}  # queue -> refusal key -> its positions in the list, ascending
+        self.codes: dict[tuple, int] = {}  # (shape id, avoid_nodes) -> its refusal key, a small number
+        self.shapes: list[tuple] = []  # refusal key -> (shape id, avoid_nodes)
 
     @staticmethod
     def of(memo: dict) -> "_PendingOrder":
@@ -200,11 +202,16 @@ class _PendingOrder:
             kept = memo["pending order"] = _PendingOrder()
         return kept
 
-    @staticmethod
-    def _shape(job: JobInfo, admission: Admission) -> tuple:
-        """The job's refusal key: (shape id, time limit, avoid_nodes), what Admission's table of refusals
-        and Reservations.attempt read of a job."""
-        return admission.facts(job)[5], job.time_limit, job.avoid_nodes
+    def _shape(self, job: JobInfo, admission: Admission) -> int:
+        """The job's refusal key: a number for (shape id, avoid_nodes), what Admission's table of refusals
+        reads of a job when no backfill reservation is in force (with one, its time limit too: _Bulk
+        stands aside then)."""
+        shape = (admission.facts(job)[5], job.avoid_nodes)
+        code = self.codes.get(shape)
+        if code is None:
+            code = self.codes[shape] = len(self.shapes)
+            self.shapes.append(shape)
+        return code
 
     def update(self, pending: list[JobInfo], queues, admission: Admission) -> tuple:
         """(queue -> a fresh list of its ordinary jobs, next last; the special jobs in job_order_key order)
@@ -280,7 +287,7 @@ class _PendingOrder:
                     at[shape] = [i]
                 else:
                     places.append(i)
-        return shapes, ids, at
+        return shapes, ids, at, self.shapes
 
 
 class _Bulk:
@@ -300,19 +307,14 @@ class _Bulk:
         self.answers: dict = {}  # refusal key -> its refusal or None, under `token`
 
     def _answer(self, shape: tuple, key: tuple, quiet: bool):
-        sid, limit, avoid = shape
+        sid, avoid = shape
         if avoid:
             return None
-        session, reservations = self.session, self.reservations
-        until = reservations.until
-        if until is None or not session.holds.holding(BACKFILL):
-            opened = None
-        else:
-            opened = (session.now + limit if limit is not None else INF) <= until
-            if opened:  # a backfill attempt releases the reserved GPUs: the long way
-                return None
+        session = self.session
+        if self.reservations.until is not None and session.holds.holding(BACKFILL):
+            return None  # a job's answer depends on its time limit (Reservations.attempt): one by one
         version = session.queues.version
-        cached = self.refused.get((sid, opened))
+        cached = self.refused.get((sid, None))
         if cached is None or cached[0] != version:
             return None
         outcome = cached[1]
@@ -326,7 +328,7 @@ class _Bulk:
     def run(self, jobs: list, index: tuple, key: tuple, failed: list, reasons: dict) -> bool:
         """Refuse the run at the end of `jobs` (the queue's list, next job last; `index` its
         _PendingOrder.index) when its next job's answer is known; False when it is not (try it)."""
-        shapes, ids, at = index
+        shapes, ids, at, decode = index
         n = len(jobs)
         reservations, config = self.reservations, self.session.config
         quiet = not config.backfill or (reservations._tried and (  # Reservations.waiting changes nothing
@@ -340,14 +342,14 @@ class _Bulk:
         head = shapes[n - 1]
         outcome = answers.get(head, _UNSET)
         if outcome is _UNSET:
-            outcome = answers[head] = self._answer(head, key, quiet)
+            outcome = answers[head] = self._answer(decode[head], key, quiet)
         if outcome is None:
             return False
         stop = -1  # the nearest job to the end whose answer is not known
         for shape, places in at.items():
             found = answers.get(shape, _UNSET)
             if found is _UNSET:
-                found = answers[shape] = self._answer(shape, key, quiet)
+                found = answers[shape] = self._answer(decode[shape], key, quiet)
             if found is None:
                 i = bisect_left(places, n)
                 if i and places[i - 1] > stop:
