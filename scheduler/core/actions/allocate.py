@@ -13,6 +13,11 @@ A job that cannot start does not block the jobs behind it; its failed attempt is
 first job that cannot start for lack of room gets a backfill reservation (actions/backfill.py,
 `Reservations`). Once a shape (flavor, roles, topology) fails for lack of room, later jobs of the same
 shape fail without a search: the cluster only gets fuller here.
+
+Speed (issue 16, the same decisions): with the engine cache's job memo, the queues' sorted pending lists
+are kept across cycles and brought up to date from the jobs that came and went (_PendingOrder); a job
+refused from the cycle's table of refusals skips the call chain; and a queue's run of next jobs whose
+refusals and keys are all known is refused in one step (_Bulk), in the order trying them one by one gives.
 """
 from __future__ import annotations
 
@@ -22,12 +27,12 @@ from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
+from ..cache import PendingChanges
 from ..domain_tree import common_domain
 from ..plugins.fairshare import EPS, dominant_share, usage_offset
 from ..plugins.feasibility import mixed_never_fits
 from ..plugins.predicates import flavor_plans, role_flavors
 from ..plugins.quota import INF, job_order_key
-from ..cache import PendingChanges
 from ..session import Session
 from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement, utc_iso
 from .backfill import BACKFILL, ROOM_CODES, Reservations
