@@ -425,7 +425,9 @@ class _QueueOrder:
         cached = self._keys.get(ck)
         if cached is not None and cached[0] == queues.version:
             return cached[1]
-        within = any(queues.within_entitlement(q, f, need) for f in flavors)
+        # QueueTree.within_entitlement, from the entitlement room kept per (queue, flavor) at this version
+        room = self.admission._headroom
+        within = any(room(q, f, True)[0] >= need for f in flavors)
         share = min(self.flavor_share(q, f) for f in flavors)
         key = (not within, share, q) if self.shares else (not within, share / queues.weight(q), q)
         self._keys[ck] = (queues.version, key)
