@@ -168,7 +168,8 @@ class EngineCache:
 
 class PendingChanges:
     """The pending jobs that came and went between two cycles, by identity, kept in the engine cache's job
-    memo (key "pending changes", `of`) and shared by its users in one cycle (plugins.fairshare.pending_demand,
+    memo (key ("pending changes", thread): each thread running cycles on one EngineCache keeps its own, so
+    none moves another's; `of`) and shared by its users in one cycle (plugins.fairshare.pending_demand,
     actions.allocate): `advance(pending)` once per new list (again with the same list: nothing moves).
     `epoch` counts the lists seen; a user that kept what it derived at epoch e may apply `came` and
     `gone` when `epoch` is e + 1 and `valid`, else it starts over from the whole list. Holds the jobs of the
@@ -187,9 +188,10 @@ class PendingChanges:
 
     @staticmethod
     def of(memo: dict) -> "PendingChanges":
-        kept = memo.get("pending changes")
+        key = ("pending changes", threading.get_ident())
+        kept = memo.get(key)
         if kept is None:
-            kept = memo["pending changes"] = PendingChanges()
+            kept = memo[key] = PendingChanges()
         return kept
 
     def advance(self, pending: list) -> "PendingChanges":

@@ -80,3 +80,34 @@ def test_kept_pending_matches_each_list(seed: int) -> None:
             assert ids == [j.id for j in js]
             assert [decode[s] for s in shapes] == [(admission.facts(j)[5], j.avoid_nodes) for j in js]
             assert {s: [i for i, x in enumerate(shapes) if x == s] for s in set(shapes)} == at
+
+
+def test_threads_alternating_on_one_memo() -> None:
+    """Cycles run by different threads on one engine cache (its job memo), alternating between two
+    different pending sets, each get the answer for their own list (the kept state is per thread, and a
+    thread's state is right whatever list it saw last)."""
+    import threading
+    rng = random.Random(3)
+    pool = [_job(rng, n) for n in range(40)]
+    memo: dict = {}
+    admission = _Admission(memo)
+    errors: list = []
+
+    def one(pending: list) -> None:
+        try:
+            assert _nonzero(pending_demand(pending, {"A", "B"}, memo)) == _nonzero(pending_demand(pending, {"A", "B"}))
+            by_queue, _ = _PendingOrder.of(memo).update(pending, _Queues(), admission)
+            expected: dict = {}
+            for j in sorted((j for j in pending if j.not_before is None), key=job_order_key):
+                expected.setdefault(j.queue, []).append(id(j))
+            assert {q: [id(j) for j in reversed(js)] for q, js in by_queue.items()} == expected
+        except AssertionError as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    for step in range(10):
+        for half in (pool[:25], pool[15:]):  # two threads, two different lists, one after the other
+            pending = [j for j in half if rng.random() < 0.9]
+            t = threading.Thread(target=one, args=(pending,))
+            t.start()
+            t.join()
+    assert not errors

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import threading
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -182,7 +183,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
 
 class _PendingOrder:
     """The pending jobs of the last cycle, per queue in descending job_order_key (the next job last),
-    kept in the engine cache's job memo (key "pending order") and brought up to date from the jobs that
+    kept in the engine cache's job memo (key ("pending order", thread)) and brought up to date from the jobs that
     came and went (cache.PendingChanges): the replay passes the same frozen JobInfo objects cycle after
     cycle, so most cycles move a few jobs instead of sorting and grouping every pending job. Jobs in
     requeue backoff or holding a reservation are kept apart (`special`, classified by allocate every
@@ -202,9 +203,10 @@ class _PendingOrder:
 
     @staticmethod
     def of(memo: dict) -> "_PendingOrder":
-        kept = memo.get("pending order")
+        key = ("pending order", threading.get_ident())  # one per thread, like cache.PendingChanges
+        kept = memo.get(key)
         if kept is None:
-            kept = memo["pending order"] = _PendingOrder()
+            kept = memo[key] = _PendingOrder()
         return kept
 
     def _shape(self, job: JobInfo, admission: Admission) -> int:

@@ -14,6 +14,7 @@ share used to order queues follows DRF (Ghodsi et al., "Dominant Resource Fairne
 """
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 
 from ..cache import PendingChanges
@@ -140,13 +141,14 @@ def pending_demand(pending, flavors, memo: dict | None = None) -> dict[str, dict
     on each (fair_shares' `pending_demand`). A fraction counts as its GPU-equivalents (gpu_milli / 1000; a
     memory request as one GPU at most), MIG instances not at all (resources of their own).
     memo: the engine cache's job memo (EngineCache.job_memo), or None (sum the list). With a memo the
-    sums are kept there (key "pending demand") and brought up to date from the jobs that came and went
+    sums are kept there (key ("pending demand", thread)) and brought up to date from the jobs that came and went
     since the last call (cache.PendingChanges), for whole GPUs only: integer sums are exact in any order;
     with any fraction the whole list is summed, in its order."""
     if memo is None:
         return _demand(pending, flavors)
     changes = PendingChanges.of(memo).advance(pending)
-    kept = memo.get("pending demand")  # [PendingChanges.epoch, queue -> flavor -> GPUs, flavors]
+    key = ("pending demand", threading.get_ident())  # one per thread, like PendingChanges
+    kept = memo.get(key)  # [PendingChanges.epoch, queue -> flavor -> GPUs, flavors]
     if kept is not None and kept[0] == changes.epoch and kept[2] == flavors:
         pass  # the same list again
     elif kept is not None and changes.valid and kept[0] == changes.epoch - 1 and kept[2] == flavors:
@@ -159,7 +161,7 @@ def pending_demand(pending, flavors, memo: dict | None = None) -> dict[str, dict
         for job in changes.came:
             q, gpus, allowed = _one(job, flavors)
             if gpus.__class__ is not int:  # a fraction: floats, whose sums depend on their order
-                del memo["pending demand"]
+                del memo[key]
                 return _demand(pending, flavors)
             per = sums.get(q)
             if per is None:
@@ -168,7 +170,7 @@ def pending_demand(pending, flavors, memo: dict | None = None) -> dict[str, dict
                 per[f] = per.get(f, 0) + gpus
         kept[0] = changes.epoch
     else:  # start over
-        memo.pop("pending demand", None)
+        memo.pop(key, None)
         sums = {}
         for job in pending:
             q, gpus, allowed = _one(job, flavors)
@@ -179,7 +181,7 @@ def pending_demand(pending, flavors, memo: dict | None = None) -> dict[str, dict
                 per = sums[q] = {}
             for f in allowed:
                 per[f] = per.get(f, 0) + gpus
-        kept = memo["pending demand"] = [changes.epoch, sums, frozenset(flavors)]
+        kept = memo[key] = [changes.epoch, sums, frozenset(flavors)]
     out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for q, per in kept[1].items():
         for f, gpus in per.items():
