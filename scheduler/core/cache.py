@@ -18,6 +18,8 @@ engines that alternate between clusters should each have their own, or they rebu
 from __future__ import annotations
 
 import threading
+from itertools import compress
+from operator import is_
 from typing import Callable, TypeVar
 
 from .domain_tree import DomainTree, build_tree
@@ -162,3 +164,61 @@ class EngineCache:
             if self._feasibility is None:
                 self._feasibility = build()
             return self._feasibility
+
+
+class PendingChanges:
+    """The pending jobs that came and went between two cycles, by identity, kept in the engine cache's job
+    memo (key ("pending changes", thread): each thread running cycles on one EngineCache keeps its own, so
+    none moves another's; `of`) and shared by its users in one cycle (plugins.fairshare.pending_demand,
+    actions.allocate): `advance(pending)` once per new list (again with the same list: nothing moves).
+    `epoch` counts the lists seen; a user that kept what it derived at epoch e may apply `came` and
+    `gone` when `epoch` is e + 1 and `valid`, else it starts over from the whole list. Holds the jobs of the
+    last list, so an id is never reused while it is kept."""
+
+    __slots__ = ("pending", "ids", "jobs", "came", "gone", "epoch", "valid")
+
+    def __init__(self) -> None:
+        self.pending = None  # the last list seen (held: `is` tells the same list)
+        self.ids: set = set()  # id() of its jobs
+        self.jobs: dict = {}  # id(job) -> job
+        self.came: list = []  # jobs of the last list that the one before lacked
+        self.gone: list = []  # jobs of the list before that the last one lacks
+        self.epoch = 0
+        self.valid = False  # False: no list before, or a job twice in it or in the last one (users start over)
+
+    @staticmethod
+    def of(memo: dict) -> "PendingChanges":
+        key = ("pending changes", threading.get_ident())
+        kept = memo.get(key)
+        if kept is None:
+            kept = memo[key] = PendingChanges()
+        return kept
+
+    def advance(self, pending: list) -> "PendingChanges":
+        if pending is self.pending:
+            return self
+        before = self.pending
+        if before is not None and len(pending) == len(before) == len(self.ids) and pending == before:
+            # the same jobs in the same order (list equality: identity first, C-level; a JobInfo equal but
+            # not identical compares its fields, rare, and is then taken as unchanged only if it is the same
+            # object, checked below)
+            if all(map(is_, pending, before)):
+                self.pending, self.came, self.gone, self.valid = pending, [], [], True
+                self.epoch += 1
+                return self
+        ids = set(map(id, pending))
+        # each list's jobs once (its id set says it all), the last one's too
+        self.valid = before is not None and len(ids) == len(pending) and len(self.ids) == len(before)
+        jobs = self.jobs
+        gone_ids, came_ids = self.ids - ids, ids - self.ids
+        self.gone = [jobs.pop(i) for i in gone_ids]
+        if came_ids:
+            self.came = list(compress(pending, map(came_ids.__contains__, map(id, pending))))
+            jobs.update(zip(map(id, self.came), self.came))
+        else:
+            self.came = []
+        if len(jobs) != len(ids):  # a job twice in the list: keep one entry per id
+            self.jobs = dict(zip(map(id, pending), pending))
+        self.pending, self.ids = pending, ids
+        self.epoch += 1
+        return self

@@ -74,8 +74,10 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     state = ClusterState(snapshot, static, cache=cache)
     queues = QueueTree(snapshot, static)
     pending = [j for j in snapshot.jobs if j.state == "pending"]
+    memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
     if config.fair_share and snapshot.queues:
-        result.fair_share = fair_shares(queues, schedulable_gpus(snapshot.nodes), pending_demand(pending, state.flavors))
+        result.fair_share = fair_shares(queues, schedulable_gpus(snapshot.nodes),
+                                        pending_demand(pending, state.flavors, memo))
     session = Session(state, queues, config, snapshot, cache=cache)
     if share_hook is not None:
         session.sharing = share_hook(session)
@@ -89,7 +91,6 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
         tried = list(so_far.failed_order)
         early.append((*run_evictions(session, tried, so_far.reasons, taken=taken), {j.id for j in tried}))
 
-    memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
     allocation = allocate(session, pending, reservations, shares=result.fair_share, before_borrowers=before_borrowers,
                           memo=memo)
     result.bindings, result.pending = allocation.bindings, allocation.reasons

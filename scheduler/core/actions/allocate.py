@@ -13,14 +13,22 @@ A job that cannot start does not block the jobs behind it; its failed attempt is
 first job that cannot start for lack of room gets a backfill reservation (actions/backfill.py,
 `Reservations`). Once a shape (flavor, roles, topology) fails for lack of room, later jobs of the same
 shape fail without a search: the cluster only gets fuller here.
+
+Speed (issue 16, the same decisions): with the engine cache's job memo, the queues' sorted pending lists
+are kept across cycles and brought up to date from the jobs that came and went (_PendingOrder); a job
+refused from the cycle's table of refusals skips the call chain; and a queue's run of next jobs whose
+refusals and keys are all known is refused in one step (_Bulk), in the order trying them one by one gives.
 """
 from __future__ import annotations
 
 import heapq
 import itertools
+import threading
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
+from ..cache import PendingChanges
 from ..domain_tree import common_domain
 from ..plugins.fairshare import EPS, dominant_share, usage_offset
 from ..plugins.feasibility import mixed_never_fits
@@ -28,7 +36,7 @@ from ..plugins.predicates import flavor_plans, role_flavors
 from ..plugins.quota import INF, job_order_key
 from ..session import Session
 from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement, utc_iso
-from .backfill import Reservations
+from .backfill import BACKFILL, ROOM_CODES, Reservations
 
 _UNSET = object()
 
@@ -56,9 +64,17 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     out = Allocation()
     admission = Admission(session, reservations, memo)
     order = _QueueOrder(session, shares, admission)
-    rest, holders = [], []
+    fair = session.config.fair_share
+    kept = _PendingOrder.of(memo) if memo is not None and fair else None
+    if kept is not None:  # the queues' sorted lists kept across cycles: only the jobs that came or went move
+        by_queue, special = kept.update(pending, session.queues, admission)
+        if by_queue is None:
+            kept = None
+    else:
+        by_queue, special = None, sorted(pending, key=job_order_key)
+    rest, holders, mixed = [], [], set()
     held = session.queues.held  # pending job id -> hold charged at snapshot time
-    for job in sorted(pending, key=job_order_key):
+    for job in special:
         if job.not_before is not None and job.not_before > session.now:
             session.queues.drop_hold(job.id)
             out.reasons[job.id] = PendingReason("backoff", f"requeued after attempt {job.attempts}; "
@@ -73,21 +89,36 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
         session.holds.hold(job.id, job.reserved)
     for job in holders:
         _serve_nomination(session, admission, order, job, out)
-    by_queue: dict[str, list[JobInfo]] = defaultdict(list)
-    for job in rest:
-        by_queue[job.queue].append(job)
-    heap = []
-    for q, jobs in by_queue.items():
-        if session.config.fair_share:  # job_key is job_order_key: `rest` is in that order already
-            jobs.reverse()  # pop() from the end = next job (keys end with the job id: no ties)
-        else:
-            jobs.sort(key=order.job_key, reverse=True)
-        heap.append((order.queue_key(q, jobs[-1]), q))
+    if by_queue is None:
+        by_queue = defaultdict(list)
+        for job in rest:
+            by_queue[job.queue].append(job)
+        for q, jobs in by_queue.items():
+            if fair:  # job_key is job_order_key: `rest` is in that order already
+                jobs.reverse()  # pop() from the end = next job (keys end with the job id: no ties)
+            else:
+                jobs.sort(key=order.job_key, reverse=True)
+    else:
+        for job in rest:  # the few jobs kept out of the lists (backoff, reservations) that are tried now
+            mixed.add(job.queue)
+            jobs = by_queue.get(job.queue)
+            if jobs is None:
+                by_queue[job.queue] = [job]
+            else:  # descending order: the next job at the end
+                jobs.insert(len(jobs) - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key), job)
+    heap = [(order.queue_key(q, jobs[-1]), q) for q, jobs in by_queue.items()]
     heapq.heapify(heap)
     attempt, place, waiting = reservations.attempt, admission.place, reservations.waiting
     queue_key, share = order.queue_key, order.share
     failed, reasons = out.failed_order, out.reasons
     heappop, heappush = heapq.heappop, heapq.heappush
+    # The common case taken without the call chain (same answers): a job refused from Admission's table of
+    # refusals (the same shape at the same QueueTree.version), and the queue key from _QueueOrder's table;
+    # only on a one-flavor cluster with no GPU shares, where both tables are keyed by the shape id alone
+    quick = (memo is not None and fair and session.sharing is None and len(session.state.flavors) == 1)
+    queues, memo_get, refused, keys = session.queues, admission.memo.get, admission._refused, order._keys
+    holds, now = session.holds, session.now
+    bulk = _Bulk(session, reservations, admission, order) if quick and kept is not None else None
     while heap:
         key, q = heappop(heap)
         jobs = by_queue[q]
@@ -97,24 +128,247 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
             if jobs and queue_key(q, jobs[-1]) != key:  # the evictions moved usage
                 heappush(heap, (queue_key(q, jobs[-1]), q))
                 continue
+        index = kept.index(q) if bulk is not None and q not in mixed else None
         while True:
+            if index is not None and bulk.run(jobs, index, key, failed, reasons):
+                if not jobs:
+                    break
+                key = queue_key(q, jobs[-1])
+                if (heap and heap[0] < (key, q)) or (before_borrowers is not None and key[0] is True):
+                    heappush(heap, (key, q))
+                    break
+                continue
             job = jobs.pop()
-            before = share(q)
-            outcome = attempt(job, place)
-            if isinstance(outcome, Binding):
-                out.bindings.append(replace(outcome, share_before=before, share_after=share(q)))
-            else:
+            outcome = None
+            if quick:
+                entry = memo_get(id(job))
+                if entry is not None and entry[0] is job and not job.avoid_nodes:
+                    until = reservations.until  # Reservations.attempt's backfill_open
+                    if until is None or not holds.holding(BACKFILL):
+                        opened = None
+                    else:
+                        opened = (now + job.time_limit if job.time_limit is not None else INF) <= until
+                    if opened is not True:  # (a backfill attempt releases the reserved GPUs: the long way)
+                        cached = refused.get((entry[5], opened))
+                        if cached is not None and cached[0] == queues.version:
+                            outcome = cached[1]
+            if outcome is None:
+                before = share(q)
+                outcome = attempt(job, place)
+                if isinstance(outcome, Binding):
+                    out.bindings.append(replace(outcome, share_before=before, share_after=share(q)))
+                    outcome = None
+            if outcome is not None:
                 failed.append(job)
-                reasons[job.id] = waiting(job, outcome)
+                reasons[job.id] = waiting(job, outcome) if outcome.code in ROOM_CODES else outcome
             if not jobs:
                 break
-            key = queue_key(q, jobs[-1])
+            head = jobs[-1]
+            key = None
+            if quick:
+                entry = memo_get(id(head))
+                if entry is not None and entry[0] is head:
+                    cached = keys.get(entry[5])
+                    if cached is not None and cached[0] == queues.version:
+                        key = cached[1]
+            if key is None:
+                key = queue_key(q, head)
             # pushing (key, q) back would pop it again at once when it is still the least entry: go on with
             # the queue's next job without the round trip (the same order); the borrowers' turn goes through it
             if (heap and heap[0] < (key, q)) or (before_borrowers is not None and key[0] is True):
                 heappush(heap, (key, q))
                 break
     return out
+
+
+class _PendingOrder:
+    """The pending jobs of the last cycle, per queue in descending job_order_key (the next job last),
+    kept in the engine cache's job memo (key ("pending order", thread)) and brought up to date from the jobs that
+    came and went (cache.PendingChanges): the replay passes the same frozen JobInfo objects cycle after
+    cycle, so most cycles move a few jobs instead of sorting and grouping every pending job. Jobs in
+    requeue backoff or holding a reservation are kept apart (`special`, classified by allocate every
+    cycle). Beside each queue's list, each job's refusal key and id (`index`). Holds its jobs, so an id
+    is never reused while it is kept."""
+
+    __slots__ = ("epoch", "lists", "special", "positions", "codes", "shapes")
+
+    def __init__(self):
+        self.epoch = -1  # PendingChanges.epoch of the list this is up to date with
+        # queue -> (its ordinary jobs, descending job_order_key; their refusal keys; their ids)
+        self.lists: dict[str, tuple[list, list, list]] = {}
+        self.special: dict[int, JobInfo] = {}  # id(job) -> job in backoff or with a reservation
+        self.positions: dict[str, dict] = {}  # queue -> refusal key -> its positions in the list, ascending
+        self.codes: dict[tuple, int] = {}  # (shape id, avoid_nodes) -> its refusal key, a small number
+        self.shapes: list[tuple] = []  # refusal key -> (shape id, avoid_nodes)
+
+    @staticmethod
+    def of(memo: dict) -> "_PendingOrder":
+        key = ("pending order", threading.get_ident())  # one per thread, like cache.PendingChanges
+        kept = memo.get(key)
+        if kept is None:
+            kept = memo[key] = _PendingOrder()
+        return kept
+
+    def _shape(self, job: JobInfo, admission: Admission) -> int:
+        """The job's refusal key: a number for (shape id, avoid_nodes), what Admission's table of refusals
+        reads of a job when no backfill reservation is in force (with one, its time limit too: _Bulk
+        stands aside then)."""
+        shape = (admission.facts(job)[5], job.avoid_nodes)
+        code = self.codes.get(shape)
+        if code is None:
+            code = self.codes[shape] = len(self.shapes)
+            self.shapes.append(shape)
+        return code
+
+    def update(self, pending: list[JobInfo], queues, admission: Admission) -> tuple:
+        """(queue -> a fresh list of its ordinary jobs, next last; the special jobs in job_order_key order)
+        for `pending`, or (None, every job in job_order_key order) when a job is in the list twice; the holds
+        charged at snapshot time for ordinary jobs are dropped here (allocate does so for every job it tries)."""
+        changes = PendingChanges.of(admission.memo).advance(pending)
+        if len(changes.ids) != len(pending):  # the same object twice: never from a snapshot, but keep the old way
+            self.__init__()
+            return None, sorted(pending, key=job_order_key)
+        lists, special, positions = self.lists, self.special, self.positions
+        came, gone = changes.came, changes.gone
+        if self.epoch == changes.epoch:
+            pass  # the same list again
+        elif not changes.valid or self.epoch != changes.epoch - 1 or len(gone) + len(came) > len(pending) // 4 + 8:
+            lists.clear()  # many changes: sort them all
+            special.clear()
+            positions.clear()
+            for job in sorted(pending, key=job_order_key):
+                if job.not_before is not None or job.reserved:
+                    special[id(job)] = job
+                else:
+                    line = lists.get(job.queue)
+                    if line is None:
+                        line = lists[job.queue] = ([], [], [])
+                    line[0].append(job)
+            for q, (jobs, shapes, ids) in lists.items():
+                jobs.reverse()
+                shapes.extend(self._shape(j, admission) for j in jobs)
+                ids.extend(j.id for j in jobs)
+        else:
+            for job in gone:
+                if special.pop(id(job), None) is None:
+                    jobs, shapes, ids = lists[job.queue]
+                    at = len(jobs) - 1 - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key)
+                    assert jobs[at] is job
+                    del jobs[at], shapes[at], ids[at]
+                    positions.pop(job.queue, None)
+                    if not jobs:
+                        del lists[job.queue]
+            for job in came:
+                if job.not_before is not None or job.reserved:
+                    special[id(job)] = job
+                    continue
+                positions.pop(job.queue, None)
+                line = lists.get(job.queue)
+                if line is None:
+                    lists[job.queue] = ([job], [self._shape(job, admission)], [job.id])
+                else:
+                    jobs, shapes, ids = line
+                    at = len(jobs) - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key)
+                    jobs.insert(at, job)
+                    shapes.insert(at, self._shape(job, admission))
+                    ids.insert(at, job.id)
+        self.epoch = changes.epoch
+        held = queues.held
+        if held:
+            ordinary = {job.id for job in pending if id(job) not in special}
+            for job_id in [j for j in held if j in ordinary]:
+                queues.drop_hold(job_id)
+        return ({q: line[0][:] for q, line in lists.items()},
+                sorted(special.values(), key=job_order_key) if special else [])
+
+    def index(self, queue: str) -> tuple:
+        """(refusal key per job, job id per job, refusal key -> its positions ascending) of the queue's
+        list as `update` returned it (positions in the list, next job last)."""
+        _, shapes, ids = self.lists[queue]
+        at = self.positions.get(queue)
+        if at is None:
+            at = self.positions[queue] = {}
+            for i, shape in enumerate(shapes):
+                places = at.get(shape)
+                if places is None:
+                    at[shape] = [i]
+                else:
+                    places.append(i)
+        return shapes, ids, at, self.shapes
+
+
+class _Bulk:
+    """Refuses, in one step, the run of a queue's next jobs whose answers are all in the cycle's tables:
+    each job's refusal (Admission's table: its shape at this QueueTree.version, under the backfill window
+    its time limit gets, with no reservation or drain that its refusal could make) and its queue key equal
+    to the key the queue was taken with. Trying them one by one would give each that refusal, charge
+    nothing, and keep the queue the least in the order (its key unchanged) until the run ends: the same
+    failed_order and reasons, in the same order."""
+
+    __slots__ = ("session", "reservations", "admission", "refused", "keys", "token", "answers")
+
+    def __init__(self, session: Session, reservations: Reservations, admission: Admission, order: _QueueOrder):
+        self.session, self.reservations = session, reservations
+        self.refused, self.keys, self.admission = admission._refused, order._keys, admission
+        self.token = None  # (version, table writes, reservation window, whether waiting() changes nothing, queue key)
+        self.answers: dict = {}  # refusal key -> its refusal or None, under `token`
+
+    def _answer(self, shape: tuple, key: tuple, quiet: bool):
+        sid, avoid = shape
+        if avoid:
+            return None
+        session = self.session
+        if self.reservations.until is not None and session.holds.holding(BACKFILL):
+            return None  # a job's answer depends on its time limit (Reservations.attempt): one by one
+        version = session.queues.version
+        cached = self.refused.get((sid, None))
+        if cached is None or cached[0] != version:
+            return None
+        outcome = cached[1]
+        if outcome.code in ROOM_CODES and not quiet:
+            return None
+        head = self.keys.get(sid)
+        if head is None or head[0] != version or head[1] != key:
+            return None
+        return outcome
+
+    def run(self, jobs: list, index: tuple, key: tuple, failed: list, reasons: dict) -> bool:
+        """Refuse the run at the end of `jobs` (the queue's list, next job last; `index` its
+        _PendingOrder.index) when its next job's answer is known; False when it is not (try it)."""
+        shapes, ids, at, decode = index
+        n = len(jobs)
+        reservations, config = self.reservations, self.session.config
+        quiet = not config.backfill or (reservations._tried and (  # Reservations.waiting changes nothing
+            reservations.until is not None or reservations._drained or reservations.count >= config.max_reservations))
+        token = (self.session.queues.version, self.admission.writes, reservations.until,
+                 self.session.holds.holding(BACKFILL), quiet, key)
+        answers = self.answers
+        if token != self.token:
+            self.token = token
+            answers.clear()
+        head = shapes[n - 1]
+        outcome = answers.get(head, _UNSET)
+        if outcome is _UNSET:
+            outcome = answers[head] = self._answer(decode[head], key, quiet)
+        if outcome is None:
+            return False
+        stop = -1  # the nearest job to the end whose answer is not known
+        for shape, places in at.items():
+            found = answers.get(shape, _UNSET)
+            if found is _UNSET:
+                found = answers[shape] = self._answer(decode[shape], key, quiet)
+            if found is None:
+                i = bisect_left(places, n)
+                if i and places[i - 1] > stop:
+                    stop = places[i - 1]
+        lo = stop + 1
+        run = jobs[lo:]
+        run.reverse()
+        failed.extend(run)
+        get = answers.__getitem__
+        reasons.update(zip(ids[n - 1:lo - 1 if lo else None:-1], map(get, shapes[n - 1:lo - 1 if lo else None:-1])))
+        del jobs[lo:]
+        return True
 
 
 class _QueueOrder:
@@ -173,10 +427,13 @@ class _QueueOrder:
         cached = self._keys.get(ck)
         if cached is not None and cached[0] == queues.version:
             return cached[1]
-        within = any(queues.within_entitlement(q, f, need) for f in flavors)
+        # QueueTree.within_entitlement, from the entitlement room kept per (queue, flavor) at this version
+        room = self.admission._headroom
+        within = any(room(q, f, True)[0] >= need for f in flavors)
         share = min(self.flavor_share(q, f) for f in flavors)
         key = (not within, share, q) if self.shares else (not within, share / queues.weight(q), q)
         self._keys[ck] = (queues.version, key)
+        self.admission.writes += 1
         return key
 
 
@@ -193,6 +450,7 @@ class Admission:
         self._room: dict[tuple, tuple] = {}  # (queue, flavor, kind) -> (QueueTree.version, room, binding level)
         self._refused: dict[tuple, tuple] = {}  # (shape id, [flavors,] backfill_open) -> (version, PendingReason)
         self._searched = False  # whether the current place() ran a search
+        self.writes = 0  # entries written to _refused and to the queue order's table of keys (_Bulk)
         self._flavors: dict = {}  # job id -> its flavors this cycle (clusters of several flavors)
 
     def facts(self, job: JobInfo) -> list:
@@ -288,6 +546,7 @@ class Admission:
         outcome = live[0] if live else reasons[0]
         if key is not None and not self._searched:
             self._refused[key] = (session.queues.version, outcome)
+            self.writes += 1
         return outcome
 
     def _shape_id(self, job: JobInfo) -> int:

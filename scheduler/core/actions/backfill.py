@@ -45,9 +45,20 @@ class Reservations:
         self.session = session
         self.until: float | None = None
         self.estimated_start: dict = {}
-        self.count = sum(1 for j in pending if j.reserved)
+        self._pending = pending
+        self._count: int | None = None  # counted when first asked (most cycles never ask)
         self._tried = False  # one EASY reservation per cycle: for the first job that waits
         self._drained = False  # at most one new drain reservation per cycle
+
+    @property
+    def count(self) -> int:
+        if self._count is None:
+            self._count = sum(1 for j in self._pending if j.reserved)
+        return self._count
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self._count = value
 
     def attempt(self, job: JobInfo, place: Place) -> Binding | PendingReason:
         """place(job) under the reservation in force: a job that ends before it starts may use its GPUs

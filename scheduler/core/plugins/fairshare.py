@@ -14,8 +14,10 @@ share used to order queues follows DRF (Ghodsi et al., "Dominant Resource Fairne
 """
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 
+from ..cache import PendingChanges
 from .predicates import allowed_flavors
 from .quota import QueueTree
 
@@ -134,16 +136,73 @@ def schedulable_gpus(nodes) -> dict[str, int]:
     return dict(out)
 
 
-def pending_demand(pending, flavors) -> dict[str, dict[str, int]]:
+def pending_demand(pending, flavors, memo: dict | None = None) -> dict[str, dict[str, int]]:
     """queue -> flavor -> GPUs requested by its pending jobs; a job that may take several flavors counts
     on each (fair_shares' `pending_demand`). A fraction counts as its GPU-equivalents (gpu_milli / 1000; a
-    memory request as one GPU at most), MIG instances not at all (resources of their own)."""
+    memory request as one GPU at most), MIG instances not at all (resources of their own).
+    memo: the engine cache's job memo (EngineCache.job_memo), or None (sum the list). With a memo the
+    sums are kept there (key ("pending demand", thread)) and brought up to date from the jobs that came and went
+    since the last call (cache.PendingChanges), for whole GPUs only: integer sums are exact in any order;
+    with any fraction the whole list is summed, in its order."""
+    if memo is None:
+        return _demand(pending, flavors)
+    changes = PendingChanges.of(memo).advance(pending)
+    key = ("pending demand", threading.get_ident())  # one per thread, like PendingChanges
+    kept = memo.get(key)  # [PendingChanges.epoch, queue -> flavor -> GPUs, flavors]
+    if kept is not None and kept[0] == changes.epoch and kept[2] == flavors:
+        pass  # the same list again
+    elif kept is not None and changes.valid and kept[0] == changes.epoch - 1 and kept[2] == flavors:
+        sums = kept[1]
+        for job in changes.gone:
+            q, gpus, allowed = _one(job, flavors)
+            per = sums[q]
+            for f in allowed:
+                per[f] -= gpus
+        for job in changes.came:
+            q, gpus, allowed = _one(job, flavors)
+            if gpus.__class__ is not int:  # a fraction: floats, whose sums depend on their order
+                del memo[key]
+                return _demand(pending, flavors)
+            per = sums.get(q)
+            if per is None:
+                per = sums[q] = {}
+            for f in allowed:
+                per[f] = per.get(f, 0) + gpus
+        kept[0] = changes.epoch
+    else:  # start over
+        memo.pop(key, None)
+        sums = {}
+        for job in pending:
+            q, gpus, allowed = _one(job, flavors)
+            if gpus.__class__ is not int:
+                return _demand(pending, flavors)
+            per = sums.get(q)
+            if per is None:
+                per = sums[q] = {}
+            for f in allowed:
+                per[f] = per.get(f, 0) + gpus
+        kept = memo[key] = [changes.epoch, sums, frozenset(flavors)]
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for q, per in kept[1].items():
+        for f, gpus in per.items():
+            if gpus:  # a zero sum and a missing one read the same (fair_shares: demand.get(f, 0.0))
+                out[q][f] = gpus
+    return out
+
+
+def _one(job, flavors) -> tuple:
+    """(queue, GPUs counted, the flavors they count on) of one pending job (pending_demand)."""
+    gpus = job.gpus_requested
+    if any(r.shares for r in job.roles):
+        gpus = sum(r.tasks * (r.gpu_milli / 1000 if r.gpu_milli else 0 if r.mig_profile else r.gpus_per_task)
+                   for r in job.roles)
+    return job.queue, gpus, allowed_flavors(job.roles, flavors)
+
+
+def _demand(pending, flavors) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for job in pending:
-        gpus = job.gpus_requested
-        if any(r.shares for r in job.roles):
-            gpus = sum(r.tasks * (r.gpu_milli / 1000 if r.gpu_milli else 0 if r.mig_profile else r.gpus_per_task)
-                       for r in job.roles)
-        for f in allowed_flavors(job.roles, flavors):
-            out[job.queue][f] += gpus
+        q, gpus, allowed = _one(job, flavors)
+        for f in allowed:
+            out[q][f] += gpus
     return out

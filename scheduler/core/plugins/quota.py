@@ -52,19 +52,24 @@ class QueueTree:
         # running jobs' GPUs summed per (queue, flavor) first, then charged once each (the same usage as a
         # charge per task, without walking every queue chain once per task)
         totals: dict[tuple[str, str], int] = {}
-        for job in snapshot.jobs:
-            if job.state != "running" or not self.known(job.queue):
-                continue  # pending, or being evicted: its GPUs are promised to the holder (charged below)
-            for t in job.placement:
-                if t.gpus:
-                    key = (job.queue, node_flavor.get(t.node, ""))
-                    totals[key] = totals.get(key, 0) + len(t.gpus)
+        holders = []  # pending jobs holding GPUs (charged below)
+        open_world, names, flavor_of = self.open_world, self.queues, node_flavor.get
+        for job in snapshot.jobs:  # one pass: the jobs' state, queue and placement only
+            state = job.state
+            if state == "running":
+                if open_world or job.queue in names:
+                    for t in job.placement:
+                        if t.gpus:
+                            key = (job.queue, flavor_of(t.node, ""))
+                            totals[key] = totals.get(key, 0) + len(t.gpus)
+            elif state == "pending" and job.reserved and (open_world or job.queue in names):
+                holders.append(job)
+            # else being evicted: its GPUs are promised to the holder
         for (queue, flavor), gpus in totals.items():
             self.charge(queue, flavor, gpus)
         for queue, resource, amount in snapshot.share_usage:  # running fractions and MIG instances (sharing.py)
             if self.known(queue):
                 self.charge(queue, resource, amount)
-        holders = [job for job in snapshot.jobs if job.state == "pending" and job.reserved and self.known(job.queue)]
         if holders:
             self.running_on({t.node for job in holders for t in job.reserved})  # one pass for them all
         for job in holders:
@@ -173,8 +178,11 @@ class QueueTree:
             value = self._claimed(queue, flavor)
             parent = self.queues[queue].parent if queue in self.queues else None
             if parent in self.queues:
-                unassigned = self.entitlement(parent, flavor) - sum(
-                    self._claimed(c, flavor) for c in self._children(parent))
+                kids = self._entitled.get((parent, flavor, "children"))  # what the siblings' quotas claim
+                if kids is None:
+                    kids = self._entitled[(parent, flavor, "children")] = sum(
+                        self._claimed(c, flavor) for c in self._children(parent))
+                unassigned = self.entitlement(parent, flavor) - kids
                 value += max(0.0, unassigned)
             self._entitled[key] = value
         return value
