@@ -60,3 +60,52 @@ def test_preferred_tier_above_highest_is_refused(submit):
     job = submit("j")
     with pytest.raises(IntegrityError), transaction.atomic():
         Job.objects.filter(pk=job.pk).update(highest_tier=1, preferred_tier=2)
+
+
+# Issue 16 (migration 0021_e2e2): the tables a scheduling cycle writes in bulk carry no index that another index
+# already covers, and keep every foreign key constraint.
+_CYCLE_MODELS = ("Job", "Task", "Allocation", "Event")
+
+
+def _constraints(model):
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        return connection.introspection.get_constraints(cur, model._meta.db_table)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", _CYCLE_MODELS)
+def test_cycle_tables_keep_every_foreign_key(name):
+    from django.apps import apps
+
+    model = apps.get_model("gpuplatform", name)
+    constrained = {c["columns"][0] for c in _constraints(model).values() if c["foreign_key"]}
+    fks = {f.column for f in model._meta.concrete_fields if f.is_relation}
+    assert fks and fks <= constrained, fks - constrained
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", _CYCLE_MODELS)
+def test_cycle_tables_have_no_index_that_another_leads_with(name):
+    """Each index is one more entry per row a cycle writes: an index whose columns lead another is redundant."""
+    from django.apps import apps
+
+    model = apps.get_model("gpuplatform", name)
+    indexes = [tuple(c["columns"]) for c in _constraints(model).values()
+               if (c["index"] or c["unique"]) and c["columns"]]
+    redundant = [(a, b) for a in indexes for b in indexes if len(a) < len(b) and b[:len(a)] == a]
+    assert not redundant, redundant
+
+
+@pytest.mark.django_db
+def test_allocation_of_a_missing_job_is_refused(submit):
+    from django.db import connection
+
+    job, (t0, _) = _job_with_task(submit)
+    row = Allocation.objects.create(task=t0, gpu=Gpu.objects.first(), job_id=job.pk + 10_000, created_at=timezone.now())
+    try:
+        with pytest.raises(IntegrityError), transaction.atomic():
+            connection.check_constraints(table_names=[Allocation._meta.db_table])
+    finally:
+        Allocation.objects.filter(pk=row.pk).delete()  # (SQLite's test teardown checks the constraints again)

@@ -5,20 +5,35 @@ __all__ = ["Event", "SchedulerCycle", "ClusterSample", "QueueSample"]
 
 
 class Event(models.Model):
-    """Append-only audit log: submissions, admissions, preemptions, quota changes, node transitions."""
+    """Append-only audit log: submissions, admissions, preemptions, quota changes, node transitions.
+
+    Indexes (issue 16: a cycle writes one "admitted" Event per started job, 10,000 in the headline cycle, and
+    each index is one more entry per row): `kind` by a plain index (Meta.indexes; `db_index=True` on PostgreSQL
+    added a varchar_pattern_ops twin for LIKE, which nothing runs on kinds); `actor`, `queue` and `node`,
+    null on most events (every admission), only where set (partial indexes: `= x`, `IN (...)` and the foreign
+    keys' checks use them)."""
 
     time = models.DateTimeField(db_index=True)
-    kind = models.CharField(max_length=40, db_index=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    kind = models.CharField(max_length=40)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                              db_index=False)
     job = models.ForeignKey("gpuplatform.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
-    queue = models.ForeignKey("gpuplatform.Queue", null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
-    node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    queue = models.ForeignKey("gpuplatform.Queue", null=True, blank=True, on_delete=models.SET_NULL, related_name="events",
+                              db_index=False)
+    node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="events",
+                             db_index=False)
     cycle = models.PositiveIntegerField(null=True, blank=True)
     message = models.TextField()
     data = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-time", "-id"]
+        indexes = [
+            models.Index(fields=["kind"], name="event_kind"),
+            models.Index(fields=["actor"], condition=models.Q(actor__isnull=False), name="event_actor_set"),
+            models.Index(fields=["queue"], condition=models.Q(queue__isnull=False), name="event_queue_set"),
+            models.Index(fields=["node"], condition=models.Q(node__isnull=False), name="event_node_set"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.time:%Y-%m-%d %H:%M:%S} {self.kind}: {self.message}"
