@@ -53,7 +53,7 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     a function of the cycle's Session returning sharing's walk hook (Session.sharing), so that the allocate walk
     takes whole-GPU and sharing jobs in one fair-share order.
     Raises TopologyError on an inconsistent domain tree."""
-    if not whole_only and has_sharing(snapshot):
+    if not whole_only and has_sharing(snapshot, cache):
         result = run_cycle_sharing(snapshot, config, partial(run_cycle, whole_only=True), cache=cache)
     else:
         result = _run_cycle(snapshot, config or CycleConfig(), cache, share_hook)
@@ -74,6 +74,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     state = ClusterState(snapshot, static, cache=cache)
     queues = QueueTree(snapshot, static)
     pending = [j for j in snapshot.jobs if j.state == "pending"]
+    facts = cache.scan(snapshot) if cache is not None else None  # what scans of every job would find
     if config.fair_share and snapshot.queues:
         result.fair_share = fair_shares(queues, schedulable_gpus(snapshot.nodes), pending_demand(pending, state.flavors))
     session = Session(state, queues, config, snapshot, cache=cache)
@@ -87,7 +88,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
 
     def before_borrowers(so_far) -> None:
         tried = list(so_far.failed_order)
-        early.append((*run_evictions(session, tried, so_far.reasons, taken=taken), {j.id for j in tried}))
+        early.append((*run_evictions(session, tried, so_far.reasons, taken=taken, facts=facts), {j.id for j in tried}))
 
     memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
     allocation = allocate(session, pending, reservations, shares=result.fair_share, before_borrowers=before_borrowers,
@@ -97,7 +98,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     evictions, decisions, tried = early[0] if early else ([], [], set())
     rest = [j for j in allocation.failed_order if j.id not in tried]
     more, more_decisions = run_evictions(session, rest, result.pending, taken=taken,
-                                         limit=config.max_preemptors - len(decisions))
+                                         limit=config.max_preemptors - len(decisions), facts=facts)
     result.evictions, result.decisions = evictions + more, decisions + more_decisions
     if reschedule_due(session):
         moved = reschedule(session, allocation.failed_order, result.pending, {e.job_id for e in result.evictions})
@@ -106,7 +107,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
         result.moves, result.advice = moved.moves, moved.advice
     nominated = set(session.nominated)
     waiting = [j for j in allocation.failed_order if j.id not in nominated]
-    result.growths = grow(session, waiting)
+    result.growths = grow(session, waiting, facts)
     result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in session.nominated.items()]
     result.withdrawals = withdrawals(snapshot, session.nominated)
     result.estimated_start = reservations.estimated_start
