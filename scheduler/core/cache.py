@@ -173,4 +173,4 @@ class EngineCache:
         with self.lock:
             if self._index is None:
                 self._index = SnapshotIndex()
-            return self._index.update(snapshot.jobs, snapshot.nodes).facts()
+            return self._index.update(snapshot.jobs, snapshot.nodes)

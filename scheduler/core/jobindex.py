@@ -16,9 +16,14 @@ Figures (exact, for the last snapshot given):
   jobs actions/grow.py may find missing GPUs);
 - preemptible_priorities: priority -> count of running preemptible jobs (actions/evict.py: nobody may preempt
   when none has a lower priority than a waiting job).
+
+A producer that knows every change to its jobs (the replay's scheduler.sim.state) keeps a `JobCounts` itself
+and hands its figures over with the jobs tuple (`FactTuple`: a tuple with `job_facts`), so no pass over the
+jobs is made at all; a tuple without them (any other caller, or a tuple rebuilt from it) is indexed here.
 """
 from __future__ import annotations
 
+from itertools import compress
 from typing import NamedTuple
 
 
@@ -39,51 +44,23 @@ def _node_shares(n) -> bool:
     return bool(n.mig) or any(m != "exclusive" for m in n.gpu_modes)
 
 
-class SnapshotIndex:
-    """Facts about the last snapshot's jobs and nodes (module docstring); `update` brings it to a new one."""
+class JobCounts:
+    """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
 
-    __slots__ = ("jobs", "nodes", "job_by_id", "node_by_id", "sharing_jobs", "sharing_nodes", "short",
-                 "preemptible_priorities")
+    __slots__ = ("sharing_jobs", "short", "preemptible_priorities")
 
     def __init__(self) -> None:
-        self.jobs: tuple | None = None  # the jobs tuple last indexed (held: `is` identifies it)
-        self.nodes: tuple | None = None
-        self.job_by_id: dict = {}  # id(job) -> job, for the last jobs tuple
-        self.node_by_id: dict = {}
         self.sharing_jobs = 0
-        self.sharing_nodes = 0
-        self.short: set[int] = set()
+        self.short = 0
         self.preemptible_priorities: dict[int, int] = {}
 
-    def update(self, jobs: tuple, nodes: tuple) -> SnapshotIndex:
-        if jobs is not self.jobs:
-            cur = dict(zip(map(id, jobs), jobs))
-            prev = self.job_by_id
-            for i in prev.keys() - cur.keys():
-                self._job(i, prev[i], -1)
-            for i in cur.keys() - prev.keys():
-                self._job(i, cur[i], 1)
-            self.job_by_id, self.jobs = cur, jobs
-        if nodes is not self.nodes:
-            cur = dict(zip(map(id, nodes), nodes))
-            prev = self.node_by_id
-            for i in prev.keys() - cur.keys():
-                self.sharing_nodes -= _node_shares(prev[i])
-            for i in cur.keys() - prev.keys():
-                self.sharing_nodes += _node_shares(cur[i])
-            self.node_by_id, self.nodes = cur, nodes
-        return self
-
-    def _job(self, i: int, job, sign: int) -> None:
+    def add(self, job, sign: int = 1) -> None:
         if any(r.shares for r in job.roles):
             self.sharing_jobs += sign
         if job.state != "running":
             return
         if job.placement and len(job.placement) < _tasks(job):
-            if sign > 0:
-                self.short.add(i)
-            else:
-                self.short.discard(i)
+            self.short += sign
         if job.preemptible:
             per = self.preemptible_priorities
             left = per.get(job.priority, 0) + sign
@@ -92,7 +69,66 @@ class SnapshotIndex:
             else:
                 del per[job.priority]
 
-    def facts(self) -> Facts:
-        """The Facts of the last snapshot given to `update`."""
+    def remove(self, job) -> None:
+        self.add(job, -1)
+
+    def facts(self) -> tuple[bool, bool, int | None]:
+        """(sharing, short, lowest_preemptible) as in Facts."""
         per = self.preemptible_priorities
-        return Facts(self.sharing_jobs > 0 or self.sharing_nodes > 0, bool(self.short), min(per) if per else None)
+        return self.sharing_jobs > 0, self.short > 0, min(per) if per else None
+
+
+class FactTuple(tuple):
+    """A snapshot's jobs tuple with their figures (`job_facts`: JobCounts.facts() of exactly these jobs) from
+    a producer that keeps a JobCounts of them; a copy or any other tuple has job_facts None."""
+
+    job_facts: tuple | None = None
+
+
+def with_facts(jobs, counts: JobCounts) -> FactTuple:
+    """`jobs` (an iterable of the very jobs `counts` counts) as a FactTuple carrying their figures."""
+    out = FactTuple(jobs)
+    out.job_facts = counts.facts()
+    return out
+
+
+class SnapshotIndex:
+    """Facts about the last snapshot's jobs and nodes (module docstring); `update` brings it to a new one."""
+
+    __slots__ = ("jobs", "nodes", "job_ids", "job_by_id", "node_by_id", "counts", "sharing_nodes")
+
+    def __init__(self) -> None:
+        self.jobs: tuple | None = None  # the jobs tuple last indexed (held: `is` identifies it)
+        self.nodes: tuple | None = None
+        self.job_ids: set[int] = set()  # id(job) of the last jobs tuple
+        self.job_by_id: dict = {}  # id(job) -> job, for the last jobs tuple
+        self.node_by_id: dict = {}
+        self.counts = JobCounts()
+        self.sharing_nodes = 0
+
+    def update(self, jobs: tuple, nodes: tuple) -> Facts:
+        """The Facts of a snapshot's jobs and nodes; the jobs are indexed unless they carry their figures."""
+        given = getattr(jobs, "job_facts", None)
+        if given is None and jobs is not self.jobs:
+            ids = set(map(id, jobs))
+            prev, counts = self.job_by_id, self.counts
+            for i in self.job_ids - ids:
+                counts.remove(prev.pop(i))
+            added = ids - self.job_ids
+            if added:
+                for job in compress(jobs, map(added.__contains__, map(id, jobs))):
+                    i = id(job)
+                    if i not in prev:  # the same object twice in `jobs`: counted once (figures are any / min)
+                        prev[i] = job
+                        counts.add(job)
+            self.job_ids, self.jobs = ids, jobs
+        if nodes is not self.nodes:
+            cur = dict(zip(map(id, nodes), nodes))
+            prev = self.node_by_id
+            for i in prev.keys() - cur.keys():
+                self.sharing_nodes -= _node_shares(prev[i])
+            for i in cur.keys() - prev.keys():
+                self.sharing_nodes += _node_shares(cur[i])
+            self.node_by_id, self.nodes = cur, nodes
+        sharing, short, lowest = given if given is not None else self.counts.facts()
+        return Facts(sharing or self.sharing_nodes > 0, short, lowest)
