@@ -116,7 +116,9 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     result.metrics = cluster_metrics(state, held=sum(map(holds.gpus_held, holds.held)), cache=cache)
     result.metrics["by_group"] = metrics_by_group(state, result.metrics, cache=cache)
     result.metrics["pending_jobs"] = len(result.pending)
-    result.metrics["running_jobs"] = sum(1 for j in snapshot.jobs if j.state != "pending") + len(result.bindings)
+    live = facts.live if facts is not None else None
+    result.metrics["running_jobs"] = (sum(1 for j in snapshot.jobs if j.state != "pending") if live is None else live) \
+        + len(result.bindings)
     result.metrics["grown_tasks"] = sum(len(b.tasks) for b in result.growths)
     result.metrics["queue_usage"] = {q: dict(u) for q, u in queues.usage.items()}
     t4 = time.perf_counter()

@@ -33,6 +33,7 @@ class Facts(NamedTuple):
     sharing: bool  # sharing.has_sharing: a sharing job, or a node with MIG or a non-exclusive GPU
     short: bool  # some running job with a placement places fewer tasks than its roles' tasks
     lowest_preemptible: int | None  # the lowest priority of a running preemptible job (None: there is none)
+    live: int | None  # jobs not pending (running or preempting); None: not known (the same object twice)
 
 
 def _tasks(job) -> int:
@@ -47,9 +48,10 @@ def _node_shares(n) -> bool:
 class JobCounts:
     """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
 
-    __slots__ = ("sharing_jobs", "short", "preemptible_priorities")
+    __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live")
 
     def __init__(self) -> None:
+        self.live = 0
         self.sharing_jobs = 0
         self.short = 0
         self.preemptible_priorities: dict[int, int] = {}
@@ -57,6 +59,9 @@ class JobCounts:
     def add(self, job, sign: int = 1) -> None:
         if any(r.shares for r in job.roles):
             self.sharing_jobs += sign
+        if job.state == "pending":
+            return
+        self.live += sign
         if job.state != "running":
             return
         if job.placement and len(job.placement) < _tasks(job):
@@ -72,10 +77,10 @@ class JobCounts:
     def remove(self, job) -> None:
         self.add(job, -1)
 
-    def facts(self) -> tuple[bool, bool, int | None]:
-        """(sharing, short, lowest_preemptible) as in Facts."""
+    def facts(self) -> tuple[bool, bool, int | None, int]:
+        """(sharing, short, lowest_preemptible, live) as in Facts."""
         per = self.preemptible_priorities
-        return self.sharing_jobs > 0, self.short > 0, min(per) if per else None
+        return self.sharing_jobs > 0, self.short > 0, min(per) if per else None, self.live
 
 
 class FactTuple(tuple):
@@ -95,7 +100,7 @@ def with_facts(jobs, counts: JobCounts) -> FactTuple:
 class SnapshotIndex:
     """Facts about the last snapshot's jobs and nodes (module docstring); `update` brings it to a new one."""
 
-    __slots__ = ("jobs", "nodes", "job_ids", "job_by_id", "node_by_id", "counts", "sharing_nodes")
+    __slots__ = ("jobs", "nodes", "job_ids", "job_by_id", "node_by_id", "counts", "sharing_nodes", "last")
 
     def __init__(self) -> None:
         self.jobs: tuple | None = None  # the jobs tuple last indexed (held: `is` identifies it)
@@ -105,9 +110,12 @@ class SnapshotIndex:
         self.node_by_id: dict = {}
         self.counts = JobCounts()
         self.sharing_nodes = 0
+        self.last: Facts | None = None  # the Facts of (self.jobs, self.nodes)
 
     def update(self, jobs: tuple, nodes: tuple) -> Facts:
         """The Facts of a snapshot's jobs and nodes; the jobs are indexed unless they carry their figures."""
+        if jobs is self.jobs and nodes is self.nodes and self.last is not None:
+            return self.last
         given = getattr(jobs, "job_facts", None)
         if given is None and jobs is not self.jobs:
             ids = set(map(id, jobs))
@@ -130,5 +138,9 @@ class SnapshotIndex:
             for i in cur.keys() - prev.keys():
                 self.sharing_nodes += _node_shares(cur[i])
             self.node_by_id, self.nodes = cur, nodes
-        sharing, short, lowest = given if given is not None else self.counts.facts()
-        return Facts(sharing or self.sharing_nodes > 0, short, lowest)
+        sharing, short, lowest, live = given if given is not None else self.counts.facts()
+        if given is None and len(self.job_ids) != len(jobs):
+            live = None  # some job object listed twice: counted once here
+        self.jobs = jobs
+        self.last = Facts(sharing or self.sharing_nodes > 0, short, lowest, live)
+        return self.last
