@@ -48,10 +48,11 @@ def _node_shares(n) -> bool:
 class JobCounts:
     """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
 
-    __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live")
+    __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live", "pending_gpus")
 
     def __init__(self) -> None:
         self.live = 0
+        self.pending_gpus = 0  # GPUs requested by the pending jobs (JobInfo.gpus_requested)
         self.sharing_jobs = 0
         self.short = 0
         self.preemptible_priorities: dict[int, int] = {}
@@ -60,6 +61,7 @@ class JobCounts:
         if any(r.shares for r in job.roles):
             self.sharing_jobs += sign
         if job.state == "pending":
+            self.pending_gpus += sign * job.gpus_requested
             return
         self.live += sign
         if job.state != "running":

@@ -1,5 +1,5 @@
 """The job figures a cycle takes instead of scanning every job (core/jobindex.py, issue 16): the ones the replay's
-state keeps per change (snapshot.jobs.job_facts) and the ones EngineCache.scan keeps by identity for any other
+state keeps per change (snapshot.jobs.job_facts, and the pending jobs' GPUs for the fairness meter) and the ones EngineCache.scan keeps by identity for any other
 tuple are, every cycle, those of a scan of every job and node from scratch; and the engine decides the same
 with them as without a cache. Slices: Philly at 0.05 scale (reclaim evictions, grace periods) with some jobs
 elastic (min_available 1, so running jobs are short of tasks and grow), some of higher priority (preemption)
@@ -14,7 +14,7 @@ from clusterspec.spec import Trace
 from scheduler.core import EngineCache, run_cycle
 from scheduler.core.jobindex import FactTuple, JobCounts, SnapshotIndex, _node_shares
 from scheduler.core.sharing import has_sharing
-from scheduler.sim.replay import replay
+from scheduler.sim.replay import Replay
 
 
 def scratch(snapshot) -> tuple:
@@ -50,6 +50,7 @@ def checked_replay(fractions: bool):
         for j in snapshot.jobs:
             counts.add(j)
         assert snapshot.jobs.job_facts == counts.facts()
+        assert run.state.counts.pending_gpus == sum(j.gpus_requested for j in snapshot.jobs if j.state == "pending")
         if snapshot.jobs:  # a job listed twice: its count is not known
             assert index.update((*snapshot.jobs, *snapshot.jobs[:1]), snapshot.nodes).live is None
         assert tuple(cache.scan(snapshot)) == expected  # from the replay's figures
@@ -62,8 +63,8 @@ def checked_replay(fractions: bool):
         seen["preempt"] += sum(e.rule == "preempt" for e in result.evictions)
         return result
 
-    report = replay(load_cluster("philly", scale=0.05), mixed_trace(fractions), engine=engine, time_limit_factor=1.0)
-    return seen, report
+    run = Replay(load_cluster("philly", scale=0.05), mixed_trace(fractions), engine=engine, time_limit_factor=1.0)
+    return seen, run.run()
 
 
 def test_replay_job_facts_match_a_scan_every_cycle():
