@@ -55,7 +55,7 @@ class ClusterState:
             self.mem_free: list[int | None] = start.mem[:]
             self.healthy_gpus: list[int] = start.healthy[:]
             # every (domain, flavor) below a node of that flavor has an entry, 0 included
-            self.dom_free: list[dict[str, int]] = list(map(defaultdict.copy, start.dom_free))
+            self.dom_free: list[dict[str, int]] = list(map(dict.copy, start.dom_free))  # plain dicts: copied fast
             self.free_hist: list[int] = start.hist[:]
             # per (tier, flavor): free GPUs -> domains with exactly that many free, and the sorted free values,
             # so the best-fit domain for a request is found without scanning every domain of the tier (kept in
@@ -275,7 +275,7 @@ def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None, *, ex
     if start is None or len(start.nodes) != len(nodes):
         start = _Start()
         start.free, start.healthy, start.cpu, start.mem = [], [], [], []
-        start.dom_free = [defaultdict(int, dict.fromkeys(flavors, 0)) for flavors in static.dom_flavors]
+        start.dom_free = [dict.fromkeys(flavors, 0) for flavors in static.dom_flavors]  # every flavor below d
         start.hist = [0] * static.hist_size
         dom_free, hist = start.dom_free, start.hist
         for k, n in enumerate(nodes):
