@@ -57,7 +57,7 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
         result = run_cycle_sharing(snapshot, config, partial(run_cycle, whole_only=True), cache=cache)
     else:
         result = _run_cycle(snapshot, config or CycleConfig(), cache, share_hook)
-    if not whole_only and has_spares(snapshot):
+    if not whole_only and (cache.scan(snapshot).spares if cache is not None else has_spares(snapshot)):
         t0 = time.perf_counter()
         spare_pass(snapshot, config or CycleConfig(), result, cache)
         result.timings["spares"] = time.perf_counter() - t0
@@ -74,13 +74,16 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     state = ClusterState(snapshot, static, cache=cache)
     queues = QueueTree(snapshot, static)
     pending = [j for j in snapshot.jobs if j.state == "pending"]
-    facts = cache.scan(snapshot) if cache is not None else None  # what scans of every job would find
+    facts = cache.scan(snapshot) if cache is not None else None  # what scans of every job and node would find
     if config.fair_share and snapshot.queues:
-        result.fair_share = fair_shares(queues, schedulable_gpus(snapshot.nodes), pending_demand(pending, state.flavors))
+        capacity = facts.schedulable if facts is not None and facts.schedulable is not None \
+            else schedulable_gpus(snapshot.nodes)
+        result.fair_share = fair_shares(queues, capacity, pending_demand(pending, state.flavors))
     session = Session(state, queues, config, snapshot, cache=cache)
     if share_hook is not None:
         session.sharing = share_hook(session)
-    hold_moving(session)  # new places of jobs being moved by rescheduling stay held
+    if facts is None or facts.moving:
+        hold_moving(session)  # new places of jobs being moved by rescheduling stay held
     reservations = Reservations(session, pending)
     t1 = time.perf_counter()
     taken: set = set()  # tasks evicted this cycle

@@ -15,7 +15,11 @@ Figures (exact, for the last snapshot given):
 - short: ids of running jobs with a placement and fewer placed tasks than their roles' tasks (the only
   jobs actions/grow.py may find missing GPUs);
 - preemptible_priorities: priority -> count of running preemptible jobs (actions/evict.py: nobody may preempt
-  when none has a lower priority than a waiting job).
+  when none has a lower priority than a waiting job);
+- live: jobs not pending (the running_jobs metric); moving: jobs not pending with `reserved` (the new places
+  of jobs being moved, actions/reschedule.hold_moving);
+- per node: ready spares (spares.has_spares), and the healthy GPUs of schedulable nodes per flavor
+  (plugins.fairshare.schedulable_gpus, when every node is schedulable: else the caller's own pass).
 
 A producer that knows every change to its jobs (the replay's scheduler.sim.state) keeps a `JobCounts` itself
 and hands its figures over with the jobs tuple (`FactTuple`: a tuple with `job_facts`), so no pass over the
@@ -24,6 +28,7 @@ jobs is made at all; a tuple without them (any other caller, or a tuple rebuilt 
 from __future__ import annotations
 
 from itertools import compress
+from operator import attrgetter
 from typing import NamedTuple
 
 
@@ -34,6 +39,12 @@ class Facts(NamedTuple):
     short: bool  # some running job with a placement places fewer tasks than its roles' tasks
     lowest_preemptible: int | None  # the lowest priority of a running preemptible job (None: there is none)
     live: int | None  # jobs not pending (running or preempting); None: not known (the same object twice)
+    moving: bool  # some job not pending has `reserved` (the new place of a job being moved)
+    spares: bool  # spares.has_spares: some node is a ready hot spare
+    schedulable: dict | None  # plugins.fairshare.schedulable_gpus(nodes) (a fresh dict); None: not known here
+
+
+_flavor = attrgetter("flavor")
 
 
 def _tasks(job) -> int:
@@ -48,10 +59,11 @@ def _node_shares(n) -> bool:
 class JobCounts:
     """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
 
-    __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live", "pending_gpus")
+    __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live", "pending_gpus", "moving")
 
     def __init__(self) -> None:
         self.live = 0
+        self.moving = 0
         self.pending_gpus = 0  # GPUs requested by the pending jobs (JobInfo.gpus_requested)
         self.sharing_jobs = 0
         self.short = 0
@@ -64,6 +76,8 @@ class JobCounts:
             self.pending_gpus += sign * job.gpus_requested
             return
         self.live += sign
+        if job.reserved:
+            self.moving += sign
         if job.state != "running":
             return
         if job.placement and len(job.placement) < _tasks(job):
@@ -79,10 +93,10 @@ class JobCounts:
     def remove(self, job) -> None:
         self.add(job, -1)
 
-    def facts(self) -> tuple[bool, bool, int | None, int]:
-        """(sharing, short, lowest_preemptible, live) as in Facts."""
+    def facts(self) -> tuple[bool, bool, int | None, int, bool]:
+        """(sharing, short, lowest_preemptible, live, moving) as in Facts."""
         per = self.preemptible_priorities
-        return self.sharing_jobs > 0, self.short > 0, min(per) if per else None, self.live
+        return self.sharing_jobs > 0, self.short > 0, min(per) if per else None, self.live, self.moving > 0
 
 
 class FactTuple(tuple):
@@ -102,16 +116,21 @@ def with_facts(jobs, counts: JobCounts) -> FactTuple:
 class SnapshotIndex:
     """Facts about the last snapshot's jobs and nodes (module docstring); `update` brings it to a new one."""
 
-    __slots__ = ("jobs", "nodes", "job_ids", "job_by_id", "node_by_id", "counts", "sharing_nodes", "last")
+    __slots__ = ("jobs", "nodes", "job_ids", "job_by_id", "node_ids", "node_by_id", "counts", "sharing_nodes",
+                 "spare_ready", "unschedulable", "healthy", "last")
 
     def __init__(self) -> None:
         self.jobs: tuple | None = None  # the jobs tuple last indexed (held: `is` identifies it)
         self.nodes: tuple | None = None
         self.job_ids: set[int] = set()  # id(job) of the last jobs tuple
         self.job_by_id: dict = {}  # id(job) -> job, for the last jobs tuple
+        self.node_ids: set[int] = set()
         self.node_by_id: dict = {}
         self.counts = JobCounts()
         self.sharing_nodes = 0
+        self.spare_ready = 0  # nodes that are ready hot spares
+        self.unschedulable = 0  # nodes not schedulable (down, or spares)
+        self.healthy: dict[str, int] = {}  # flavor -> healthy GPUs of schedulable nodes
         self.last: Facts | None = None  # the Facts of (self.jobs, self.nodes)
 
     def update(self, jobs: tuple, nodes: tuple) -> Facts:
@@ -133,16 +152,34 @@ class SnapshotIndex:
                         counts.add(job)
             self.job_ids, self.jobs = ids, jobs
         if nodes is not self.nodes:
-            cur = dict(zip(map(id, nodes), nodes))
+            ids = set(map(id, nodes))
             prev = self.node_by_id
-            for i in prev.keys() - cur.keys():
-                self.sharing_nodes -= _node_shares(prev[i])
-            for i in cur.keys() - prev.keys():
-                self.sharing_nodes += _node_shares(cur[i])
-            self.node_by_id, self.nodes = cur, nodes
-        sharing, short, lowest, live = given if given is not None else self.counts.facts()
+            for i in self.node_ids - ids:
+                self._node(prev.pop(i), -1)
+            added = ids - self.node_ids
+            if added:
+                for node in compress(nodes, map(added.__contains__, map(id, nodes))):
+                    if id(node) not in prev:
+                        prev[id(node)] = node
+                        self._node(node, 1)
+            self.node_ids, self.nodes = ids, nodes
+        sharing, short, lowest, live, moving = given if given is not None else self.counts.facts()
         if given is None and len(self.job_ids) != len(jobs):
             live = None  # some job object listed twice: counted once here
+        schedulable = None
+        if not self.unschedulable and len(self.node_ids) == len(nodes):  # every node, each once: flavors in node order
+            healthy = self.healthy
+            schedulable = {f: healthy[f] for f in dict.fromkeys(map(_flavor, nodes))}
         self.jobs = jobs
-        self.last = Facts(sharing or self.sharing_nodes > 0, short, lowest, live)
+        self.last = Facts(sharing or self.sharing_nodes > 0, short, lowest, live, moving, self.spare_ready > 0,
+                          schedulable)
         return self.last
+
+    def _node(self, n, sign: int) -> None:
+        self.sharing_nodes += sign * _node_shares(n)
+        if n.spare and n.state == "ready":
+            self.spare_ready += sign
+        if n.schedulable:
+            self.healthy[n.flavor] = self.healthy.get(n.flavor, 0) + sign * (n.gpus - len(n.unhealthy))
+        else:
+            self.unschedulable += sign
