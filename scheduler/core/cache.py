@@ -88,7 +88,8 @@ class EngineCache:
     to every `run_cycle` of that engine; `builds` counts the ClusterStatic objects it built (1 while the
     cluster's shape never changes)."""
 
-    __slots__ = ("_domains", "_nodes", "_static", "_start", "_feasibility", "lock", "builds", "_jobs", "_jobs_key", "_books")
+    __slots__ = ("_domains", "_nodes", "_static", "_start", "_feasibility", "lock", "builds", "_jobs", "_jobs_key", "_books",
+                 "_index")
 
     def __init__(self) -> None:
         self._domains: tuple | None = None
@@ -101,6 +102,7 @@ class EngineCache:
         self._jobs: dict = {}  # job_memo's table
         self._jobs_key = None  # (ClusterStatic, CycleConfig) the table was filled for
         self._books: tuple = (None, {})  # (ClusterStatic, node set -> metrics.MetricsBook)
+        self._index = None  # jobindex.SnapshotIndex of the last snapshot scanned
 
     def static_for(self, snapshot: Snapshot) -> ClusterStatic:
         """The ClusterStatic of the snapshot's cluster: the one kept when its shape is the last one seen
@@ -164,6 +166,16 @@ class EngineCache:
             if self._feasibility is None:
                 self._feasibility = build()
             return self._feasibility
+
+    def scan(self, snapshot: Snapshot):
+        """jobindex.Facts of the snapshot's jobs and nodes: what a cycle would get by a scan of every job and
+        node, from a jobindex.SnapshotIndex brought up to date from the last snapshot scanned by identity (only
+        objects that left or arrived are looked at)."""
+        from .jobindex import SnapshotIndex
+        with self.lock:
+            if self._index is None:
+                self._index = SnapshotIndex()
+            return self._index.update(snapshot.jobs, snapshot.nodes)
 
 
 class PendingChanges:

@@ -53,11 +53,11 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     a function of the cycle's Session returning sharing's walk hook (Session.sharing), so that the allocate walk
     takes whole-GPU and sharing jobs in one fair-share order.
     Raises TopologyError on an inconsistent domain tree."""
-    if not whole_only and has_sharing(snapshot):
+    if not whole_only and has_sharing(snapshot, cache):
         result = run_cycle_sharing(snapshot, config, partial(run_cycle, whole_only=True), cache=cache)
     else:
         result = _run_cycle(snapshot, config or CycleConfig(), cache, share_hook)
-    if not whole_only and has_spares(snapshot):
+    if not whole_only and (cache.scan(snapshot).spares if cache is not None else has_spares(snapshot)):
         t0 = time.perf_counter()
         spare_pass(snapshot, config or CycleConfig(), result, cache)
         result.timings["spares"] = time.perf_counter() - t0
@@ -75,13 +75,16 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     queues = QueueTree(snapshot, static)
     pending = [j for j in snapshot.jobs if j.state == "pending"]
     memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
+    facts = cache.scan(snapshot) if cache is not None else None  # what scans of every job and node would find
     if config.fair_share and snapshot.queues:
-        result.fair_share = fair_shares(queues, schedulable_gpus(snapshot.nodes),
-                                        pending_demand(pending, state.flavors, memo))
+        capacity = facts.schedulable if facts is not None and facts.schedulable is not None \
+            else schedulable_gpus(snapshot.nodes)
+        result.fair_share = fair_shares(queues, capacity, pending_demand(pending, state.flavors, memo))
     session = Session(state, queues, config, snapshot, cache=cache)
     if share_hook is not None:
         session.sharing = share_hook(session)
-    hold_moving(session)  # new places of jobs being moved by rescheduling stay held
+    if facts is None or facts.moving:
+        hold_moving(session)  # new places of jobs being moved by rescheduling stay held
     reservations = Reservations(session, pending)
     t1 = time.perf_counter()
     taken: set = set()  # tasks evicted this cycle
@@ -89,7 +92,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
 
     def before_borrowers(so_far) -> None:
         tried = list(so_far.failed_order)
-        early.append((*run_evictions(session, tried, so_far.reasons, taken=taken), {j.id for j in tried}))
+        early.append((*run_evictions(session, tried, so_far.reasons, taken=taken, facts=facts), {j.id for j in tried}))
 
     allocation = allocate(session, pending, reservations, shares=result.fair_share, before_borrowers=before_borrowers,
                           memo=memo)
@@ -98,7 +101,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     evictions, decisions, tried = early[0] if early else ([], [], set())
     rest = [j for j in allocation.failed_order if j.id not in tried]
     more, more_decisions = run_evictions(session, rest, result.pending, taken=taken,
-                                         limit=config.max_preemptors - len(decisions))
+                                         limit=config.max_preemptors - len(decisions), facts=facts)
     result.evictions, result.decisions = evictions + more, decisions + more_decisions
     if reschedule_due(session):
         moved = reschedule(session, allocation.failed_order, result.pending, {e.job_id for e in result.evictions})
@@ -107,7 +110,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
         result.moves, result.advice = moved.moves, moved.advice
     nominated = set(session.nominated)
     waiting = [j for j in allocation.failed_order if j.id not in nominated]
-    result.growths = grow(session, waiting)
+    result.growths = grow(session, waiting, facts)
     result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in session.nominated.items()]
     result.withdrawals = withdrawals(snapshot, session.nominated)
     result.estimated_start = reservations.estimated_start
@@ -116,7 +119,9 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     result.metrics = cluster_metrics(state, held=sum(map(holds.gpus_held, holds.held)), cache=cache)
     result.metrics["by_group"] = metrics_by_group(state, result.metrics, cache=cache)
     result.metrics["pending_jobs"] = len(result.pending)
-    result.metrics["running_jobs"] = sum(1 for j in snapshot.jobs if j.state != "pending") + len(result.bindings)
+    live = facts.live if facts is not None else None
+    result.metrics["running_jobs"] = (sum(1 for j in snapshot.jobs if j.state != "pending") if live is None else live) \
+        + len(result.bindings)
     result.metrics["grown_tasks"] = sum(len(b.tasks) for b in result.growths)
     result.metrics["queue_usage"] = {q: dict(u) for q, u in queues.usage.items()}
     t4 = time.perf_counter()

@@ -15,6 +15,8 @@
 """
 from __future__ import annotations
 
+from itertools import compress
+from operator import ne, or_
 from typing import Iterable
 
 from .state import ClusterState
@@ -107,6 +109,7 @@ class MetricsBook:
         tree = state.tree
         n = len(tree.names)
         self.index = tuple(range(len(state.nodes))) if nodes is None else nodes
+        self.whole_range = self.index == tuple(range(len(state.nodes)))  # members: every node, in order
         self.free = [-1] * len(self.index)  # per member: free GPUs when last counted (-1: never)
         self.healthy = [0] * len(self.index)
         self.dom_free, self.dom_healthy = [0] * n, [0] * n
@@ -129,10 +132,14 @@ class MetricsBook:
     def metrics(self, state: ClusterState, held: int) -> dict:
         tree = state.tree
         index, free, healthy_gpus = self.index, state.free, state.healthy_gpus
-        frees = [len(free[k]) for k in index]
-        healthies = [healthy_gpus[k] for k in index]
+        if self.whole_range:  # every node: no indexing (C-level passes, no Python loop over the nodes)
+            frees = list(map(len, free))
+            healthies = healthy_gpus[:]
+        else:
+            frees = list(map(len, map(free.__getitem__, index)))
+            healthies = list(map(healthy_gpus.__getitem__, index))
         old_free, old_healthy = self.free, self.healthy
-        changed = [i for i in range(len(index)) if frees[i] != old_free[i] or healthies[i] != old_healthy[i]]
+        changed = list(compress(range(len(index)), map(or_, map(ne, frees, old_free), map(ne, healthies, old_healthy))))
         touched: set[int] = set()
         chains, all_nodes = tree.node_chain, state.nodes
         counts, whole, dom_free, dom_healthy, lowest = self.counts, self.whole, self.dom_free, self.dom_healthy, self.lowest

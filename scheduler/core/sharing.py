@@ -126,8 +126,12 @@ def task_memory(role: RoleInfo, gpu_memory_mib: int) -> int:
     return role.gpu_memory_mib or role.gpu_milli * gpu_memory_mib // FULL
 
 
-def has_sharing(snapshot: Snapshot) -> bool:
-    """Whether the snapshot holds a non-exclusive GPU or a sharing job (else the whole-GPU engine alone runs)."""
+def has_sharing(snapshot: Snapshot, cache=None) -> bool:
+    """Whether the snapshot holds a non-exclusive GPU or a sharing job (else the whole-GPU engine alone runs).
+    cache: the engine's EngineCache: the answer is kept up to date there from the jobs and nodes that changed
+    since its last snapshot (EngineCache.scan, the same test) instead of a scan of every one."""
+    if cache is not None:
+        return cache.scan(snapshot).sharing
     for n in snapshot.nodes:
         if n.mig or any(m != "exclusive" for m in n.gpu_modes):
             return True

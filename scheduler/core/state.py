@@ -46,7 +46,8 @@ class ClusterState:
         # the free capacity at snapshot time: with a cache, brought up to date from its previous snapshot and
         # copied under its lock (another cycle sharing the cache updates it in place)
         with cache.lock if cache is not None else nullcontext():
-            start = _snapshot_capacity(static, snapshot.nodes, cache.take_start(static) if cache is not None else None)
+            start = _snapshot_capacity(static, snapshot.nodes, cache.take_start(static) if cache is not None else None,
+                                       exact=cache is not None)
             if cache is not None:
                 cache.keep_start(static, start)
             self.free: list[list[int]] = list(map(list.copy, start.free))
@@ -54,26 +55,21 @@ class ClusterState:
             self.mem_free: list[int | None] = start.mem[:]
             self.healthy_gpus: list[int] = start.healthy[:]
             # every (domain, flavor) below a node of that flavor has an entry, 0 included
-            self.dom_free: list[dict[str, int]] = list(map(defaultdict.copy, start.dom_free))
+            self.dom_free: list[dict[str, int]] = list(map(dict.copy, start.dom_free))  # plain dicts: copied fast
             self.free_hist: list[int] = start.hist[:]
-        # per (tier, flavor): free GPUs -> domains with exactly that many free, and the sorted free values,
-        # so the best-fit domain for a request is found without scanning every domain of the tier
-        self.buckets: dict[tuple[int, str], dict[int, set[int]]] = defaultdict(dict)
-        self.bucket_keys: dict[tuple[int, str], list[int]] = defaultdict(list)
-        tiers, buckets = tree.tiers, self.buckets
-        for d, per_flavor in enumerate(self.dom_free):
-            tier = tiers[d]
-            for flavor, free in per_flavor.items():
-                members = buckets[(tier, flavor)].get(free)
-                if members is None:
-                    buckets[(tier, flavor)][free] = {d}
-                else:
-                    members.add(d)
-        for key, per_free in buckets.items():
-            self.bucket_keys[key] = sorted(per_free)
-        # per (tier, flavor): free GPUs f -> the domains of the tier with a node of exactly f free GPUs of the
-        # flavor (exact_fit_domains); built on first use, then kept up to date by _shift
-        self.exact: dict[tuple[int, str], list[set[int]]] | None = None
+            # per (tier, flavor): free GPUs -> domains with exactly that many free, and the sorted free values,
+            # so the best-fit domain for a request is found without scanning every domain of the tier (kept in
+            # the _Start: copied here, a set per (tier, flavor, free value), not rebuilt from dom_free)
+            self.buckets: dict[tuple[int, str], dict[int, set[int]]] = defaultdict(
+                dict, {key: {f: members.copy() for f, members in per_free.items()}
+                       for key, per_free in start.buckets.items()})
+            self.bucket_keys: dict[tuple[int, str], list[int]] = defaultdict(
+                list, {key: keys[:] for key, keys in start.bucket_keys.items()})
+            # per (tier, flavor): free GPUs f -> the domains of the tier with a node of exactly f free GPUs of the
+            # flavor (exact_fit_domains); the _Start's copy with a cache, else built on first use; kept up to date
+            # by _shift
+            self.exact: dict[tuple[int, str], list[set[int]]] | None = None if start.exact is None else {
+                key: [members.copy() for members in sets] for key, sets in start.exact.items()}
 
     def _bucket_add(self, key: tuple[int, str], free: int, d: int) -> None:
         buckets = self.buckets[key]
@@ -112,17 +108,7 @@ class ClusterState:
         """For `tier` and `flavor`: index f -> the domains of that tier holding a node with exactly f free GPUs
         of the flavor (0 <= f < hist_width; from the free-count histograms). Live sets: read only."""
         if self.exact is None:
-            exact: dict[tuple[int, str], list[set[int]]] = {}
-            hist, width, tiers = self.free_hist, self.hist_width, self.tree.tiers
-            for d, per_flavor in enumerate(self.hist_off):
-                for fl, off in per_flavor.items():
-                    sets = exact.get((tiers[d], fl))
-                    if sets is None:
-                        sets = exact[(tiers[d], fl)] = [set() for _ in range(width)]
-                    for f in range(width):
-                        if hist[off + f]:
-                            sets[f].add(d)
-            self.exact = exact
+            self.exact = _exact_index(self.tree.tiers, self.hist_off, self.free_hist, self.hist_width)
         return self.exact.get((tier, flavor), [])
 
     def pack_slots(self, d: int, flavor: str, gpus_per_task: int) -> int:
@@ -246,11 +232,26 @@ class ClusterState:
                 sets[now].add(d)
 
 
+def _exact_index(tiers, hist_off, hist, width) -> dict[tuple[int, str], list[set[int]]]:
+    """ClusterState.exact_fit_domains' index, built from the free-count histograms."""
+    exact: dict[tuple[int, str], list[set[int]]] = {}
+    for d, per_flavor in enumerate(hist_off):
+        for fl, off in per_flavor.items():
+            sets = exact.get((tiers[d], fl))
+            if sets is None:
+                sets = exact[(tiers[d], fl)] = [set() for _ in range(width)]
+            for f in range(width):
+                if hist[off + f]:
+                    sets[f].add(d)
+    return exact
+
+
 class _Start:
     """Free capacity at snapshot time (before any decision), kept in an EngineCache and brought up to date
-    from one snapshot to the next by recomputing only the nodes whose NodeInfo object changed."""
+    from one snapshot to the next by recomputing only the nodes whose NodeInfo object changed; with the
+    ClusterState's indexes over it (buckets, bucket_keys, exact: None unless asked for), kept the same way."""
 
-    __slots__ = ("nodes", "free", "cpu", "mem", "healthy", "dom_free", "hist")
+    __slots__ = ("nodes", "free", "cpu", "mem", "healthy", "dom_free", "hist", "buckets", "bucket_keys", "exact")
 
 
 def _node_capacity(n: NodeInfo) -> tuple[list[int], int, int | None, int | None]:
@@ -266,14 +267,15 @@ def _node_capacity(n: NodeInfo) -> tuple[list[int], int, int | None, int | None]
             n.memory_mib - n.memory_used if n.memory_mib else None)
 
 
-def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None) -> _Start:
+def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None, *, exact: bool = False) -> _Start:
     """The _Start of `nodes` (which have static's shape): `start`, the previous snapshot's (of the same
-    static), updated in place, or a new one when None."""
-    chains, offs = static.tree.node_chain, static.hist_off
+    static), updated in place, or a new one when None. exact: build its exact-fit index if it has none (then
+    kept up to date with it)."""
+    chains, offs, tiers = static.tree.node_chain, static.hist_off, static.tree.tiers
     if start is None or len(start.nodes) != len(nodes):
         start = _Start()
         start.free, start.healthy, start.cpu, start.mem = [], [], [], []
-        start.dom_free = [defaultdict(int, dict.fromkeys(flavors, 0)) for flavors in static.dom_flavors]
+        start.dom_free = [dict.fromkeys(flavors, 0) for flavors in static.dom_flavors]  # every flavor below d
         start.hist = [0] * static.hist_size
         dom_free, hist = start.dom_free, start.hist
         for k, n in enumerate(nodes):
@@ -287,8 +289,21 @@ def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None) -> _S
                 if f:
                     dom_free[d][flavor] += f
                 hist[offs[d][flavor] + f] += 1
+        buckets: dict[tuple[int, str], dict[int, set[int]]] = defaultdict(dict)
+        for d, per_flavor in enumerate(dom_free):
+            tier = tiers[d]
+            for flavor, free in per_flavor.items():
+                members = buckets[(tier, flavor)].get(free)
+                if members is None:
+                    buckets[(tier, flavor)][free] = {d}
+                else:
+                    members.add(d)
+        start.buckets = dict(buckets)
+        start.bucket_keys = {key: sorted(per_free) for key, per_free in buckets.items()}
+        start.exact = None
     else:
         dom_free, hist, seen = start.dom_free, start.hist, start.nodes
+        buckets, bucket_keys, exact_sets = start.buckets, start.bucket_keys, start.exact
         for k, n in enumerate(nodes):
             if n is seen[k]:
                 continue
@@ -297,9 +312,30 @@ def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None) -> _S
             start.free[k], start.healthy[k], start.cpu[k], start.mem[k] = free, count, cpu, mem
             if now != was:
                 for d in chains[k]:
-                    dom_free[d][flavor] += now - was
+                    old = dom_free[d][flavor]
+                    dom_free[d][flavor] = old + now - was
+                    key = (tiers[d], flavor)
+                    per_free, keys = buckets[key], bucket_keys[key]
+                    members = per_free[old]
+                    members.discard(d)
+                    if not members:
+                        del per_free[old]
+                        del keys[bisect_left(keys, old)]
+                    members = per_free.get(old + now - was)
+                    if members is None:
+                        per_free[old + now - was] = {d}
+                        insort(keys, old + now - was)
+                    else:
+                        members.add(d)
                     off = offs[d][flavor]
                     hist[off + was] -= 1
                     hist[off + now] += 1
+                    if exact_sets is not None:
+                        sets = exact_sets[key]
+                        if not hist[off + was]:
+                            sets[was].discard(d)
+                        sets[now].add(d)
+    if exact and start.exact is None:
+        start.exact = _exact_index(tiers, offs, start.hist, static.hist_width)
     start.nodes = tuple(nodes)
     return start

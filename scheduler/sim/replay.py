@@ -465,7 +465,7 @@ class Replay:
         t3 = time.perf_counter()
         if self.meter is not None:
             fair = result.fair_share or snapshot_fair_share(snapshot)
-            demand = state.used_gpus + sum(j.gpus_requested for j in state.pending.values())
+            demand = state.used_gpus + state.counts.pending_gpus  # + GPUs requested by the pending jobs
             self.meter.observe(now, fair, state.queue_used, demand, state.capacity - state.down_gpus)
         self.ledger.cycle(now, result.metrics.get("fragmentation_rate"), (t1 - t0) * 1e3, (t2 - t1) * 1e3,
                           (t3 - t2) * 1e3)
@@ -486,8 +486,13 @@ class Replay:
         elapsed = now - self.decayed_at if self.decayed_at is not None else half_life * 50
         self.decayed_at = now
         state = self.state
-        state.queues = tuple(replace(q, recent_usage=decay_usage(dict(q.recent_usage), usage.get(q.name, {}), elapsed,
-                                                                 half_life)) for q in state.queues)
+        queues = []
+        for q in state.queues:
+            recent = decay_usage(dict(q.recent_usage), usage.get(q.name, {}), elapsed, half_life)
+            # the same figures in the same order (an idle queue's, or a fixed point): the same QueueInfo
+            same = len(recent) == len(q.recent_usage) and list(recent.items()) == list(q.recent_usage.items())
+            queues.append(q if same else replace(q, recent_usage=recent))
+        state.queues = tuple(queues)
 
     def _start(self, binding, now: float) -> None:
         state = self.state

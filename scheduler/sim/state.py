@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from clusterspec.spec import ClusterSpec, TraceJob
+from scheduler.core.jobindex import JobCounts, with_facts
 from scheduler.core.snapshot import (
     Binding, DomainInfo, JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot,
 )
@@ -48,6 +49,40 @@ def queue_infos(cluster: ClusterSpec, extra: set[str] = frozenset()) -> tuple[Qu
     ]
     out.extend(QueueInfo(name=name) for name in sorted(extra))
     return tuple(out)
+
+
+class _Jobs(dict):
+    """job id -> JobInfo, counting its jobs in a JobCounts (shared by the pending and the running jobs) on every
+    change, so that each snapshot carries their figures (core.jobindex.FactTuple) without a pass over them."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self, counts: JobCounts):
+        super().__init__()
+        self.counts = counts
+
+    def __setitem__(self, key, job) -> None:
+        old = self.get(key)
+        if old is not None:
+            self.counts.remove(old)
+        dict.__setitem__(self, key, job)
+        self.counts.add(job)
+
+    def __delitem__(self, key) -> None:
+        self.counts.remove(self[key])
+        dict.__delitem__(self, key)
+
+    def pop(self, key, *default):
+        if key not in self:
+            return dict.pop(self, key, *default)
+        job = dict.pop(self, key)
+        self.counts.remove(job)
+        return job
+
+    def _untracked(self, *args, **kwargs):
+        raise TypeError("set or delete jobs one at a time (their counts are kept per change)")
+
+    clear = update = setdefault = popitem = __ior__ = _untracked
 
 
 class ClusterState:
@@ -88,8 +123,9 @@ class ClusterState:
         self.down_gpus = sum(n.gpus for n in nodes if n.state != "ready")  # GPUs of nodes not ready
         self.used_gpus = 0
         self.queue_used: dict[str, int] = {}  # queue -> GPUs held by its jobs (running, preempting, partial)
-        self.pending: dict = {}  # job id -> JobInfo, in submit order
-        self.running: dict = {}  # job id -> JobInfo (state running or preempting, with placement)
+        self.counts = JobCounts()  # figures of the pending and running jobs (core.jobindex), kept per change
+        self.pending: dict = _Jobs(self.counts)  # job id -> JobInfo, in submit order
+        self.running: dict = _Jobs(self.counts)  # job id -> JobInfo (state running or preempting, with placement)
         self._held: set = set()  # pending job ids with GPUs held for them
         self.partial_gpus = 0  # GPUs bound to tasks of pending jobs whose gang is not complete (gang=False)
         self._hold_gpus: set = set()  # (node, gpu) nominated for pending jobs (set_holds)
@@ -130,7 +166,7 @@ class ClusterState:
                 spare=name in self.spare_nodes,
             )
         self._dirty.clear()
-        jobs = (*self.running.values(), *self.pending.values())
+        jobs = with_facts((*self.running.values(), *self.pending.values()), self.counts)
         return Snapshot(nodes=tuple(self._nodes), domains=self.domains, queues=self.queues, jobs=jobs, now=now)
 
     def bind(self, binding: Binding, now: float, *, gang: bool = True) -> JobInfo | None:

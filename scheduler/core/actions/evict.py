@@ -11,34 +11,43 @@ the victims have released them) and records an audit decision with the queues' u
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 from ..plugins.victims import victim_units
 from ..session import Session
 from ..snapshot import Eviction, JobInfo, PendingReason, Snapshot, Withdrawal
 from .preempt import preempt
 from .reclaim import anyone_borrowing, reclaim, reclaim_may_help
 
+_priority = attrgetter("priority")
 EVICT_CODES = {"insufficient_gpus", "no_domain", "no_packing", "queue_limit"}  # reasons an eviction may cure
 
 
 def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, *, taken: set | None = None,
-                  limit: int | None = None) -> tuple[list[Eviction], list[dict]]:
+                  limit: int | None = None, facts=None) -> tuple[list[Eviction], list[dict]]:
     """Evictions made for the jobs of `failed_order` (module docstring), and one audit decision per
     beneficiary: {rule, beneficiary, queue, victims: [{job, tasks, gpus}], usage_before, usage_after}.
     reasons: job id -> PendingReason, updated in place for each beneficiary ("nominated"). taken: the
     (job id, role, index) of tasks already evicted this cycle (by an earlier call), updated in place; limit:
-    how many jobs may evict (default config.max_preemptors)."""
+    how many jobs may evict (default config.max_preemptors). facts: the session snapshot's jobindex.Facts
+    (EngineCache.scan) or None: with nobody borrowing, when no running preemptible job has a lower priority
+    than the highest of `failed_order`, no job may preempt and none is screened (the same empty answer)."""
     config, queues, state = session.config, session.queues, session.state
     if not (config.preemption or config.reclaim):
         return [], []
     limit = config.max_preemptors if limit is None else limit
     if limit <= 0 or not failed_order:
         return [], []
+    borrowing = config.reclaim and anyone_borrowing(queues)
+    if facts is not None and not borrowing:  # only preemption could help: is any running job below any waiting one?
+        low = facts.lowest_preemptible
+        if not config.preemption or low is None or low >= max(map(_priority, failed_order)):
+            return [], []
     running = [j for j in session.snapshot.jobs if j.state == "running"]
     lowest_priority: dict[str, int] = {}
     for j in running:
         if j.preemptible:
             lowest_priority[j.queue] = min(lowest_priority.get(j.queue, j.priority), j.priority)
-    borrowing = config.reclaim and anyone_borrowing(queues)
     preemptors = []
     helps: dict[tuple, bool] = {}  # (queue, flavor, GPUs needed) -> reclaim_may_help; usage is fixed here
     for job in failed_order:  # cheap screening before any victim search

@@ -34,9 +34,13 @@ def _tasks(job: JobInfo) -> int:
     return roles[0].tasks if len(roles) == 1 else sum(r.tasks for r in roles)
 
 
-def grow(session: Session, waiting: list[JobInfo]) -> list[Binding]:
+def grow(session: Session, waiting: list[JobInfo], facts=None) -> list[Binding]:
     """Bindings of the new tasks of running jobs (module docstring); applied to the state and charged.
-    waiting: the pending jobs that did not start this cycle (and hold nothing)."""
+    waiting: the pending jobs that did not start this cycle (and hold nothing). facts: the snapshot's
+    jobindex.Facts (EngineCache.scan) or None: when no running job places fewer tasks than its roles want
+    (Facts.short), none can grow and the jobs are not scanned."""
+    if facts is not None and not facts.short:
+        return []
     state, queues, tree = session.state, session.queues, session.tree
     releasing: dict = {}  # job id -> its surplus tasks being released (not to be placed twice)
     for j in session.snapshot.jobs:

@@ -1,0 +1,185 @@
+"""Facts about a snapshot's jobs and nodes that a cycle would otherwise find by a scan of every one of them,
+kept between cycles by identity (EngineCache.scan).
+
+The objects of a snapshot are frozen (JobInfo, NodeInfo, RoleInfo, TaskPlacement): an object seen in the
+previous snapshot has the same fields now. `SnapshotIndex.update` compares the object ids of the new
+snapshot's jobs and nodes with those of the previous one (set operations on dict keys, no Python loop over
+unchanged objects) and applies only the objects that left or arrived. It holds every indexed object, so an
+id is never reused while its entry lives. The replay passes the same objects every cycle and only the jobs
+that started, ended or changed state are applied; the platform builds new objects each cycle and gets a
+full pass (the same work as the scans it replaces).
+
+Figures (exact, for the last snapshot given):
+- sharing_jobs: jobs with a role that asks for a fraction or MIG instances (sharing.job_shares);
+- sharing_nodes: nodes with MIG or a GPU whose mode is not "exclusive" (sharing.has_sharing's node test);
+- short: ids of running jobs with a placement and fewer placed tasks than their roles' tasks (the only
+  jobs actions/grow.py may find missing GPUs);
+- preemptible_priorities: priority -> count of running preemptible jobs (actions/evict.py: nobody may preempt
+  when none has a lower priority than a waiting job);
+- live: jobs not pending (the running_jobs metric); moving: jobs not pending with `reserved` (the new places
+  of jobs being moved, actions/reschedule.hold_moving);
+- per node: ready spares (spares.has_spares), and the healthy GPUs of schedulable nodes per flavor
+  (plugins.fairshare.schedulable_gpus, when every node is schedulable: else the caller's own pass).
+
+A producer that knows every change to its jobs (the replay's scheduler.sim.state) keeps a `JobCounts` itself
+and hands its figures over with the jobs tuple (`FactTuple`: a tuple with `job_facts`), so no pass over the
+jobs is made at all; a tuple without them (any other caller, or a tuple rebuilt from it) is indexed here.
+"""
+from __future__ import annotations
+
+from itertools import compress
+from operator import attrgetter
+from typing import NamedTuple
+
+
+class Facts(NamedTuple):
+    """What a cycle asks of its snapshot's jobs and nodes (SnapshotIndex.facts)."""
+
+    sharing: bool  # sharing.has_sharing: a sharing job, or a node with MIG or a non-exclusive GPU
+    short: bool  # some running job with a placement places fewer tasks than its roles' tasks
+    lowest_preemptible: int | None  # the lowest priority of a running preemptible job (None: there is none)
+    live: int | None  # jobs not pending (running or preempting); None: not known (the same object twice)
+    moving: bool  # some job not pending has `reserved` (the new place of a job being moved)
+    spares: bool  # spares.has_spares: some node is a ready hot spare
+    schedulable: dict | None  # plugins.fairshare.schedulable_gpus(nodes) (a fresh dict); None: not known here
+
+
+_flavor = attrgetter("flavor")
+
+
+def _tasks(job) -> int:
+    roles = job.roles
+    return roles[0].tasks if len(roles) == 1 else sum(r.tasks for r in roles)
+
+
+def _node_shares(n) -> bool:
+    return bool(n.mig) or any(m != "exclusive" for m in n.gpu_modes)
+
+
+class JobCounts:
+    """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
+
+    __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live", "pending_gpus", "moving")
+
+    def __init__(self) -> None:
+        self.live = 0
+        self.moving = 0
+        self.pending_gpus = 0  # GPUs requested by the pending jobs (JobInfo.gpus_requested)
+        self.sharing_jobs = 0
+        self.short = 0
+        self.preemptible_priorities: dict[int, int] = {}
+
+    def add(self, job, sign: int = 1) -> None:
+        if any(r.shares for r in job.roles):
+            self.sharing_jobs += sign
+        if job.state == "pending":
+            self.pending_gpus += sign * job.gpus_requested
+            return
+        self.live += sign
+        if job.reserved:
+            self.moving += sign
+        if job.state != "running":
+            return
+        if job.placement and len(job.placement) < _tasks(job):
+            self.short += sign
+        if job.preemptible:
+            per = self.preemptible_priorities
+            left = per.get(job.priority, 0) + sign
+            if left:
+                per[job.priority] = left
+            else:
+                del per[job.priority]
+
+    def remove(self, job) -> None:
+        self.add(job, -1)
+
+    def facts(self) -> tuple[bool, bool, int | None, int, bool]:
+        """(sharing, short, lowest_preemptible, live, moving) as in Facts."""
+        per = self.preemptible_priorities
+        return self.sharing_jobs > 0, self.short > 0, min(per) if per else None, self.live, self.moving > 0
+
+
+class FactTuple(tuple):
+    """A snapshot's jobs tuple with their figures (`job_facts`: JobCounts.facts() of exactly these jobs) from
+    a producer that keeps a JobCounts of them; a copy or any other tuple has job_facts None."""
+
+    job_facts: tuple | None = None
+
+
+def with_facts(jobs, counts: JobCounts) -> FactTuple:
+    """`jobs` (an iterable of the very jobs `counts` counts) as a FactTuple carrying their figures."""
+    out = FactTuple(jobs)
+    out.job_facts = counts.facts()
+    return out
+
+
+class SnapshotIndex:
+    """Facts about the last snapshot's jobs and nodes (module docstring); `update` brings it to a new one."""
+
+    __slots__ = ("jobs", "nodes", "job_ids", "job_by_id", "node_ids", "node_by_id", "counts", "sharing_nodes",
+                 "spare_ready", "unschedulable", "healthy", "last")
+
+    def __init__(self) -> None:
+        self.jobs: tuple | None = None  # the jobs tuple last indexed (held: `is` identifies it)
+        self.nodes: tuple | None = None
+        self.job_ids: set[int] = set()  # id(job) of the last jobs tuple
+        self.job_by_id: dict = {}  # id(job) -> job, for the last jobs tuple
+        self.node_ids: set[int] = set()
+        self.node_by_id: dict = {}
+        self.counts = JobCounts()
+        self.sharing_nodes = 0
+        self.spare_ready = 0  # nodes that are ready hot spares
+        self.unschedulable = 0  # nodes not schedulable (down, or spares)
+        self.healthy: dict[str, int] = {}  # flavor -> healthy GPUs of schedulable nodes
+        self.last: Facts | None = None  # the Facts of (self.jobs, self.nodes)
+
+    def update(self, jobs: tuple, nodes: tuple) -> Facts:
+        """The Facts of a snapshot's jobs and nodes; the jobs are indexed unless they carry their figures."""
+        if jobs is self.jobs and nodes is self.nodes and self.last is not None:
+            return self.last
+        given = getattr(jobs, "job_facts", None)
+        if given is None and jobs is not self.jobs:
+            ids = set(map(id, jobs))
+            prev, counts = self.job_by_id, self.counts
+            for i in self.job_ids - ids:
+                counts.remove(prev.pop(i))
+            added = ids - self.job_ids
+            if added:
+                for job in compress(jobs, map(added.__contains__, map(id, jobs))):
+                    i = id(job)
+                    if i not in prev:  # the same object twice in `jobs`: counted once (figures are any / min)
+                        prev[i] = job
+                        counts.add(job)
+            self.job_ids, self.jobs = ids, jobs
+        if nodes is not self.nodes:
+            ids = set(map(id, nodes))
+            prev = self.node_by_id
+            for i in self.node_ids - ids:
+                self._node(prev.pop(i), -1)
+            added = ids - self.node_ids
+            if added:
+                for node in compress(nodes, map(added.__contains__, map(id, nodes))):
+                    if id(node) not in prev:
+                        prev[id(node)] = node
+                        self._node(node, 1)
+            self.node_ids, self.nodes = ids, nodes
+        sharing, short, lowest, live, moving = given if given is not None else self.counts.facts()
+        if given is None and len(self.job_ids) != len(jobs):
+            live = None  # some job object listed twice: counted once here
+        schedulable = None
+        if not self.unschedulable and len(self.node_ids) == len(nodes):  # every node, each once: flavors in node order
+            healthy = self.healthy
+            schedulable = {f: healthy[f] for f in dict.fromkeys(map(_flavor, nodes))}
+        self.jobs = jobs
+        self.last = Facts(sharing or self.sharing_nodes > 0, short, lowest, live, moving, self.spare_ready > 0,
+                          schedulable)
+        return self.last
+
+    def _node(self, n, sign: int) -> None:
+        self.sharing_nodes += sign * _node_shares(n)
+        if n.spare and n.state == "ready":
+            self.spare_ready += sign
+        if n.schedulable:
+            self.healthy[n.flavor] = self.healthy.get(n.flavor, 0) + sign * (n.gpus - len(n.unhealthy))
+        else:
+            self.unschedulable += sign

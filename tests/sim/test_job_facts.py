@@ -1,0 +1,95 @@
+"""The job figures a cycle takes instead of scanning every job (core/jobindex.py, issue 16): the ones the replay's
+state keeps per change (snapshot.jobs.job_facts, and the pending jobs' GPUs for the fairness meter) and the ones EngineCache.scan keeps by identity for any other
+tuple are, every cycle, those of a scan of every job and node from scratch; and the engine decides the same
+with them as without a cache. Slices: Philly at 0.05 scale (reclaim evictions, grace periods) with some jobs
+elastic (min_available 1, so running jobs are short of tasks and grow), some of higher priority (preemption)
+and some fractional (GPU sharing), under exact time limits; nodes fail and come back in one of them."""
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+
+from clusterspec.importers import load_cluster, load_trace
+from clusterspec.spec import Trace
+from scheduler.core import EngineCache, run_cycle
+from scheduler.core.jobindex import FactTuple, JobCounts, SnapshotIndex, _node_shares
+from scheduler.core.plugins.fairshare import schedulable_gpus
+from scheduler.core.sharing import has_sharing
+from scheduler.core.spares import has_spares
+from scheduler.sim.failures import FailureModel
+from scheduler.sim.replay import Replay
+
+
+def scratch(snapshot) -> tuple:
+    """Facts' figures by a pass over every job and node."""
+    running = [j for j in snapshot.jobs if j.state == "running"]
+    short = any(j.placement and len(j.placement) < sum(r.tasks for r in j.roles) for j in running)
+    prios = [j.priority for j in running if j.preemptible]
+    return (has_sharing(snapshot), bool(short), min(prios) if prios else None,
+            sum(j.state != "pending" for j in snapshot.jobs), any(j.state != "pending" and j.reserved for j in snapshot.jobs),
+            has_spares(snapshot), schedulable_gpus(snapshot.nodes))
+
+
+def mixed_trace(fractions: bool) -> Trace:
+    trace = load_trace("philly", start_days=40.0, until_days=40.25)
+    jobs = []
+    for i, j in enumerate(trace.jobs):
+        if j.tasks * j.gpus_per_task > 1 and i % 2 == 0:  # elastic: may start short of tasks and grow
+            j = replace(j, tasks=j.tasks * j.gpus_per_task, gpus_per_task=1, min_available=1)
+        if i % 5 == 0:
+            j = replace(j, priority=2)  # preempts lower-priority jobs of its queue
+        if fractions and j.tasks == 1 and j.gpus_per_task == 1 and i % 7 == 0:
+            j = replace(j, gpu_milli=500)
+        jobs.append(j)
+    return Trace("mixed", tuple(jobs))
+
+
+def checked_replay(fractions: bool):
+    seen = {"cycles": 0, "short": 0, "sharing": 0, "preempt": 0, "down": 0}
+    cache, index = EngineCache(), SnapshotIndex()
+
+    def engine(snapshot, config):
+        expected = scratch(snapshot)
+        assert isinstance(snapshot.jobs, FactTuple)
+        counts = JobCounts()
+        for j in snapshot.jobs:
+            counts.add(j)
+        assert snapshot.jobs.job_facts == counts.facts()
+        assert run.state.counts.pending_gpus == sum(j.gpus_requested for j in snapshot.jobs if j.state == "pending")
+        if snapshot.jobs:  # a job listed twice: its count is not known
+            assert index.update((*snapshot.jobs, *snapshot.jobs[:1]), snapshot.nodes).live is None
+        for facts in (cache.scan(snapshot), index.update(tuple(snapshot.jobs), snapshot.nodes)):  # replay's, by identity
+            assert tuple(facts)[:-1] == expected[:-1]
+            if facts.schedulable is None:  # only while some node is down (then the cycle makes its own pass)
+                assert any(not n.schedulable for n in snapshot.nodes)
+                seen["down"] += 1
+            else:
+                assert list(facts.schedulable.items()) == list(expected[-1].items())  # the same order too
+        assert index.sharing_nodes == sum(map(_node_shares, snapshot.nodes))
+        seen["cycles"] += 1
+        seen["short"] += expected[1]
+        seen["sharing"] += expected[0]
+        result = run_cycle(snapshot, config, cache=cache)
+        seen["preempt"] += sum(e.rule == "preempt" for e in result.evictions)
+        return result
+
+    failures = FailureModel(rate=20.0, repair_time=3600.0, seed=3) if fractions else None  # nodes go down and back
+    run = Replay(load_cluster("philly", scale=0.05), mixed_trace(fractions), engine=engine, time_limit_factor=1.0,
+                 failures=failures)
+    return seen, run.run()
+
+
+def test_replay_job_facts_match_a_scan_every_cycle():
+    seen, report = checked_replay(fractions=False)
+    assert seen["cycles"] > 50 and report.jobs_started > 100
+    assert seen["short"] > 0 and seen["preempt"] > 0  # the figures were not all trivially empty
+    seen, report = checked_replay(fractions=True)
+    assert seen["sharing"] > 0 and 0 < seen["down"] < seen["cycles"]
+
+
+def test_cached_engine_decides_as_uncached_on_the_mixed_slice():
+    from scheduler.sim.digest import replay_digest
+    cluster = load_cluster("philly", scale=0.05)
+    cached = replay_digest(cluster, mixed_trace(False), time_limit_factor=1.0)
+    uncached = replay_digest(cluster, mixed_trace(False), engine=partial(run_cycle, cache=None), time_limit_factor=1.0)
+    assert cached[0] == uncached[0] and cached[2] == uncached[2] > 50
