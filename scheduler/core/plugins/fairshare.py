@@ -136,6 +136,21 @@ def schedulable_gpus(nodes) -> dict[str, int]:
     return dict(out)
 
 
+def _add_whole(sums: dict, jobs, flavors) -> bool:
+    """Add the jobs' whole-GPU demand to sums (queue -> flavor -> GPUs); False (sums then partly added) at the
+    first job asking for a fraction, whose float sums depend on their order."""
+    for job in jobs:
+        q, gpus, allowed = _one(job, flavors)
+        if gpus.__class__ is not int:
+            return False
+        per = sums.get(q)
+        if per is None:
+            per = sums[q] = {}
+        for f in allowed:
+            per[f] = per.get(f, 0) + gpus
+    return True
+
+
 def pending_demand(pending, flavors, memo: dict | None = None) -> dict[str, dict[str, int]]:
     """queue -> flavor -> GPUs requested by its pending jobs; a job that may take several flavors counts
     on each (fair_shares' `pending_demand`). A fraction counts as its GPU-equivalents (gpu_milli / 1000; a
@@ -158,29 +173,15 @@ def pending_demand(pending, flavors, memo: dict | None = None) -> dict[str, dict
             per = sums[q]
             for f in allowed:
                 per[f] -= gpus
-        for job in changes.came:
-            q, gpus, allowed = _one(job, flavors)
-            if gpus.__class__ is not int:  # a fraction: floats, whose sums depend on their order
-                del memo[key]
-                return _demand(pending, flavors)
-            per = sums.get(q)
-            if per is None:
-                per = sums[q] = {}
-            for f in allowed:
-                per[f] = per.get(f, 0) + gpus
+        if not _add_whole(sums, changes.came, flavors):  # a fraction: floats, whose sums depend on their order
+            del memo[key]
+            return _demand(pending, flavors)
         kept[0] = changes.epoch
     else:  # start over
         memo.pop(key, None)
         sums = {}
-        for job in pending:
-            q, gpus, allowed = _one(job, flavors)
-            if gpus.__class__ is not int:
-                return _demand(pending, flavors)
-            per = sums.get(q)
-            if per is None:
-                per = sums[q] = {}
-            for f in allowed:
-                per[f] = per.get(f, 0) + gpus
+        if not _add_whole(sums, pending, flavors):
+            return _demand(pending, flavors)
         kept = memo[key] = [changes.epoch, sums, frozenset(flavors)]
     out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for q, per in kept[1].items():
