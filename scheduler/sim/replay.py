@@ -29,14 +29,14 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from functools import partial
 from typing import Callable, NamedTuple
 
 from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import EngineCache, run_cycle
 from scheduler.core.plugins.fairshare import decay_usage
-from scheduler.core.snapshot import CycleConfig, CycleResult, Snapshot
+from scheduler.core.snapshot import CycleConfig, CycleResult, QueueInfo, Snapshot
 from scheduler.core.spares import plan_restart
 from scheduler.sim.fairness import FairnessMeter, leaf_teams, snapshot_fair_share
 from scheduler.sim.failures import Checkpointing, FailureModel
@@ -45,6 +45,10 @@ from scheduler.sim.report import ReplayReport, queueing_summary, tier_capacity
 from scheduler.sim.state import ClusterState, job_info, queue_infos
 
 Engine = Callable[[Snapshot, CycleConfig], CycleResult]
+
+# Replay._decay builds QueueInfo positionally (dataclasses.replace costs ~3x as much, once per queue per
+# cycle): a field added to QueueInfo must be added there too, and this says so at import
+assert [f.name for f in fields(QueueInfo)] == ["name", "parent", "weight", "quotas", "state", "recent_usage"]
 
 
 class Progress(NamedTuple):
@@ -491,7 +495,7 @@ class Replay:
             recent = decay_usage(dict(q.recent_usage), usage.get(q.name, {}), elapsed, half_life)
             # the same figures in the same order (an idle queue's, or a fixed point): the same QueueInfo
             same = len(recent) == len(q.recent_usage) and list(recent.items()) == list(q.recent_usage.items())
-            queues.append(q if same else replace(q, recent_usage=recent))
+            queues.append(q if same else QueueInfo(q.name, q.parent, q.weight, q.quotas, q.state, recent))
         state.queues = tuple(queues)
 
     def _start(self, binding, now: float) -> None:
