@@ -36,8 +36,9 @@ expected workload M (with popularity p_m), the fragment F_n(m) is
 and F_n(M) = sum_m p_m F_n(m). A task goes to the (node, GPU) whose use gives the smallest increase
 F_n(M | after) - F_n(M | before) (fragmentation gradient descent). M is the caller's expected workload
 (Snapshot.workload: the task types of the workload's history, `workload_of`), as FGD takes its "target workload"
-from the trace, or without one the mix of the tasks the snapshot holds (running and pending); kind, GPUs and CPU
-rounded up to 2 cores; the 32 most frequent types. Before the score, a tie-break-free rule keeps fractions off whole GPUs that a
+from the trace, or without one the mix of the tasks the snapshot holds (running and pending); by kind, GPUs and
+CPU (exact, as FGD's typical pods: rounding it up to 2-core steps lost 0.25 point of allocation on the openb
+122-node sample, benchmarks/RESULTS.md); the 32 most frequent types. Before the score, a tie-break-free rule keeps fractions off whole GPUs that a
 pending whole-GPU task needs: a fully free auto GPU on a node whose free whole GPUs equal some pending
 whole-GPU task's size is used only when nothing else fits. MIG tasks take existing instances (no
 reconfiguration), best fit: the node with the fewest free instances of the profile that still fits.
@@ -63,7 +64,7 @@ FULL = 1000  # thousandths of a GPU
 MODES = ("exclusive", "shared", "mig", "auto")
 MIX_TYPES = 32  # task types kept in the expected workload
 MAX_VICTIM_UNITS = 64  # victim units tried per sharing preemptor (bounds the search's cost)
-CPU_STEP = 2000  # millicores: task CPU is rounded up to this step in the expected workload
+CPU_STEP = 1  # millicores: task CPU is rounded up to this step in the expected workload (1 = exact, as FGD)
 
 
 def mig_resource(flavor: str, profile: str) -> str:
