@@ -24,9 +24,13 @@ annotation) and ours see the same order. No deletions, a pod that does not fit o
 
 simon: scripts/generate_config_and_run.py -e -b -f <input> -<POLICY> 1000 (workload tuning off, so it
 schedules exactly this list), curve read from its per-pod "[Alloc]" log lines (Used GPU Milli =
-requested, Used GPUs = occupied, Arrived GPU Milli). Ours: benchmarks/openb_fgd.run (one engine cycle
+requested, Used GPUs = occupied, Arrived GPU Milli). simon's policies run in the background, in parallel
+with ours (each its own process; its CPU = user + system of its process tree, os.wait4), so that one run
+of the script at 1,213 nodes fits a session. Ours: benchmarks/openb_fgd.run (one engine cycle
 per --batch arrivals, default 1 = pod by pod like simon) on load_openb_cluster / load_openb_trace of the
-same CSV files. Both share GPUs: ours places fractions with scheduler/core/sharing.py (FGD's score, every
+same CSV files, each config with its own EngineCache (as the platform keeps one), the FGD score given the
+pod list's request mix as its expected workload (Snapshot.workload), as simon takes its typical pods from
+the same list. `--ours full` / `--policies ""` run a subset. Both share GPUs: ours places fractions with scheduler/core/sharing.py (FGD's score, every
 openb GPU in mode "auto"); whole-GPU pods go through the regular engine (binpack) in `ours_full`, and are
 placed by the same FGD score in `ours_fgd_whole` (CycleConfig(fgd_whole=True), as simon places every pod).
 """
