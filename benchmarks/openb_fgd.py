@@ -19,6 +19,8 @@ importer keeps fractional requests as fractions (3,078 pods in the default trace
 policy packs them by scheduler/core/sharing.py's FGD score on GPUs in mode "auto". The kube-like
 reference does not share GPUs (it gives a fractional pod a whole GPU, as before). In full mode the
 policy `full_fgd_whole` (CycleConfig(fgd_whole=True)) places one-task whole-GPU pods by the FGD score too.
+Every cycle's snapshot carries the trace's request mix as the FGD score's expected workload (Snapshot.workload,
+sharing.workload_of), as the FGD simulator takes its typical pods from the pod list it replays.
 """
 from __future__ import annotations
 

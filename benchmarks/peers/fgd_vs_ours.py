@@ -140,13 +140,17 @@ def finish_simon(run: dict, stop: float) -> dict:
     run["out"].close()
     if run["proc"].returncode:
         raise SystemExit(f"simon failed ({run['proc'].returncode}): see {run['out'].name}")
-    logs = list(run["exp"].glob("log-*.log"))
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, **read_simon(run["exp"], stop)}
+
+
+def read_simon(exp: Path, stop: float) -> dict:
+    """pods scheduled or failed, failed, curve at the marks reached, from simon's log (complete or still growing)."""
+    logs = list(exp.glob("log-*.log"))
     text = logs[0].read_text(errors="replace")
     points = [(int(m[4]) / (int(m[3]) * 1000), int(m[2]) / (int(m[3]) * 1000), int(m[1]) / int(m[3]))
               for m in ALLOC.findall(text)]
     failed = len(re.findall(r"failed to schedule pod", text))
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "pods": len(points), "failed": failed, "curve": curve_from(points, stop), "log": str(logs[0])}
+    return {"pods": len(points), "failed": failed, "curve": curve_from(points, stop), "log": str(logs[0])}
 
 
 def run_ours(product: Path, inp: Path, stop: float, batch: int, kube: bool, configs=("full", "fgd_whole")) -> dict:
@@ -183,9 +187,17 @@ def main() -> None:
     ap.add_argument("--kube", action="store_true", help="also our kube-like spread baseline")
     ap.add_argument("--ours", default="full,fgd_whole", help="our configs: full (CycleConfig()), fgd_whole")
     ap.add_argument("--product", default=".")
+    ap.add_argument("--read-simon", action="store_true", help="only print what the simon logs of this input hold "
+                    "so far (a run still going, or stopped)")
     args = ap.parse_args()
     frac = 1.0 if args.full else (args.node_frac or 0.1)
     product = Path(args.product)
+    if args.read_simon:
+        for exp in sorted((WORK / "fgd-input" / f"frac{frac:g}-stop{args.stop:g}").glob("simon-*/")):
+            r = read_simon(exp, args.stop)
+            print(f"{exp.name}: {r['pods']} pods, {r['failed']} failed; " + ", ".join(
+                f"{c['arrived']:.0%}: {c['requested']:.1%} / {c['occupied']:.1%}" for c in r["curve"]))
+        return
     if not (FGD / "bin" / "simon").exists():
         raise SystemExit("bin/simon missing: see the build steps in this script's docstring")
     inp, info = build_input(product, frac, args.stop)
