@@ -19,6 +19,8 @@ importer keeps fractional requests as fractions (3,078 pods in the default trace
 policy packs them by scheduler/core/sharing.py's FGD score on GPUs in mode "auto". The kube-like
 reference does not share GPUs (it gives a fractional pod a whole GPU, as before). In full mode the
 policy `full_fgd_whole` (CycleConfig(fgd_whole=True)) places one-task whole-GPU pods by the FGD score too.
+Every cycle's snapshot carries the trace's request mix as the FGD score's expected workload (Snapshot.workload,
+sharing.workload_of), as the FGD simulator takes its typical pods from the pod list it replays.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from functools import partial
 
 from scheduler.core import CycleConfig, EngineCache, run_cycle
 from scheduler.core.baselines import run_cycle_kube
+from scheduler.core.sharing import workload_of
 from scheduler.sim.state import ClusterState, job_info, queue_infos
 
 MARKS = [round(0.1 * i, 1) for i in range(1, 14)]  # 10 % .. 130 %
@@ -42,8 +45,11 @@ def requested(job) -> float:
     return job.tasks * job.gpus_per_task if job.gpu_milli >= 1000 else job.tasks * job.gpu_milli / 1000.0
 
 
-def run(cluster, trace, engine, config, batch: int, stop: float = 1.3) -> dict:
+def run(cluster, trace, engine, config, batch: int, stop: float = 1.3, workload: bool = True) -> dict:
+    """workload: give the FGD score the trace's request mix as its expected workload (Snapshot.workload), as the
+    FGD simulator takes its target workload from the pod list it replays; off = the mix of the snapshot's jobs."""
     state = ClusterState(cluster, queue_infos(cluster))
+    mix = workload_of(job_info(j) for j in trace.jobs) if workload else ()
     cap = state.capacity
     jobs = list(trace.jobs)
     by_id: dict = {}
@@ -57,7 +63,8 @@ def run(cluster, trace, engine, config, batch: int, stop: float = 1.3) -> dict:
     def cycle() -> None:
         nonlocal placed_req, failed, cycles, engine_s
         t0 = time.perf_counter()
-        result = engine(state.snapshot(0.0), config)
+        snap = state.snapshot(0.0)
+        result = engine(replace(snap, workload=mix) if mix else snap, config)
         engine_s += time.perf_counter() - t0
         cycles += 1
         for b in result.bindings:

@@ -24,9 +24,13 @@ annotation) and ours see the same order. No deletions, a pod that does not fit o
 
 simon: scripts/generate_config_and_run.py -e -b -f <input> -<POLICY> 1000 (workload tuning off, so it
 schedules exactly this list), curve read from its per-pod "[Alloc]" log lines (Used GPU Milli =
-requested, Used GPUs = occupied, Arrived GPU Milli). Ours: benchmarks/openb_fgd.run (one engine cycle
+requested, Used GPUs = occupied, Arrived GPU Milli). simon's policies run in the background, in parallel
+with ours (each its own process; its CPU = user + system of its process tree, os.wait4), so that one run
+of the script at 1,213 nodes fits a session. Ours: benchmarks/openb_fgd.run (one engine cycle
 per --batch arrivals, default 1 = pod by pod like simon) on load_openb_cluster / load_openb_trace of the
-same CSV files. Both share GPUs: ours places fractions with scheduler/core/sharing.py (FGD's score, every
+same CSV files, each config with its own EngineCache (as the platform keeps one), the FGD score given the
+pod list's request mix as its expected workload (Snapshot.workload), as simon takes its typical pods from
+the same list. `--ours full` / `--policies ""` run a subset. Both share GPUs: ours places fractions with scheduler/core/sharing.py (FGD's score, every
 openb GPU in mode "auto"); whole-GPU pods go through the regular engine (binpack) in `ours_full`, and are
 placed by the same FGD score in `ours_fgd_whole` (CycleConfig(fgd_whole=True), as simon places every pod).
 """
@@ -114,35 +118,54 @@ def curve_from(points, stop: float) -> list:
     return out
 
 
-def run_simon(inp: Path, policy: str, stop: float) -> dict:
+def start_simon(inp: Path, policy: str):
+    """Start one simon policy in the background (it runs while ours does; CPU is counted per process tree)."""
     exp = inp / f"simon-{policy}"
     exp.mkdir(exist_ok=True)
     for old in exp.glob("*"):
         old.unlink()
     cmd = [sys.executable, "scripts/generate_config_and_run.py", "-d", str(exp), "-e", "-b", "-f", str(inp / "simon"),
            f"-{policy}", "1000"]
-    t0, c0 = time.perf_counter(), os.times()
-    subprocess.run(cmd, cwd=FGD, check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    c1 = os.times()
+    out = open(inp / f"simon-{policy}.out", "w")
+    return {"exp": exp, "t0": time.perf_counter(), "proc": subprocess.Popen(cmd, cwd=FGD, stdout=out, stderr=subprocess.STDOUT),
+            "out": out}
+
+
+def finish_simon(run: dict, stop: float) -> dict:
+    """Wait for a simon run; its CPU = user + system of its process tree (os.wait4: the child and the children
+    it waited for, i.e. the simon binary)."""
+    _, status, usage = os.wait4(run["proc"].pid, 0)
+    run["proc"].returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - run["t0"]
+    run["out"].close()
+    if run["proc"].returncode:
+        raise SystemExit(f"simon failed ({run['proc'].returncode}): see {run['out'].name}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, **read_simon(run["exp"], stop)}
+
+
+def read_simon(exp: Path, stop: float) -> dict:
+    """pods scheduled or failed, failed, curve at the marks reached, from simon's log (complete or still growing)."""
     logs = list(exp.glob("log-*.log"))
     text = logs[0].read_text(errors="replace")
     points = [(int(m[4]) / (int(m[3]) * 1000), int(m[2]) / (int(m[3]) * 1000), int(m[1]) / int(m[3]))
               for m in ALLOC.findall(text)]
     failed = len(re.findall(r"failed to schedule pod", text))
-    return {"wall_s": wall, "cpu_s": (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system),
-            "pods": len(points), "failed": failed, "curve": curve_from(points, stop), "log": str(logs[0])}
+    return {"pods": len(points), "failed": failed, "curve": curve_from(points, stop), "log": str(logs[0])}
 
 
-def run_ours(product: Path, inp: Path, stop: float, batch: int, kube: bool) -> dict:
+def run_ours(product: Path, inp: Path, stop: float, batch: int, kube: bool, configs=("full", "fgd_whole")) -> dict:
     sys.path[:0] = [str(product), str(product / "platform"), str(product / "benchmarks")]
     from clusterspec.importers.openb import load_openb_cluster, load_openb_trace
-    from scheduler.core import CycleConfig, run_cycle
+    from functools import partial
+    from scheduler.core import CycleConfig, EngineCache, run_cycle
     import openb_fgd
     cluster = load_openb_cluster(inp / "nodes.csv", path_pod_csv=inp / "pods.csv")
     trace = load_openb_trace(inp / "pods.csv")
     res = {}
-    runs = [("ours_full", run_cycle, CycleConfig()), ("ours_fgd_whole", run_cycle, CycleConfig(fgd_whole=True))]
+    # each config with its own EngineCache, as the platform keeps one (scheduling.store.ENGINE_CACHE)
+    runs = [("ours_full", partial(run_cycle, cache=EngineCache()), CycleConfig()),
+            ("ours_fgd_whole", partial(run_cycle, cache=EngineCache()), CycleConfig(fgd_whole=True))]
+    runs = [r for r in runs if r[0][len("ours_"):] in configs]
     if kube:
         from scheduler.core.baselines import run_cycle_kube
         runs.append(("ours_kube_like", run_cycle_kube, openb_fgd.KUBE))
@@ -162,30 +185,42 @@ def main() -> None:
     ap.add_argument("--policies", default="FGD,BestFit", help="simon score plugins (FGD,BestFit,GpuPacking,DotProd,GpuClustering,Random)")
     ap.add_argument("--batch", type=int, default=1, help="our arrivals per engine cycle (1 = pod by pod, like simon)")
     ap.add_argument("--kube", action="store_true", help="also our kube-like spread baseline")
+    ap.add_argument("--ours", default="full,fgd_whole", help="our configs: full (CycleConfig()), fgd_whole")
     ap.add_argument("--product", default=".")
+    ap.add_argument("--read-simon", action="store_true", help="only print what the simon logs of this input hold "
+                    "so far (a run still going, or stopped)")
     args = ap.parse_args()
     frac = 1.0 if args.full else (args.node_frac or 0.1)
     product = Path(args.product)
+    if args.read_simon:
+        for exp in sorted((WORK / "fgd-input" / f"frac{frac:g}-stop{args.stop:g}").glob("simon-*/")):
+            r = read_simon(exp, args.stop)
+            print(f"{exp.name}: {r['pods']} pods, {r['failed']} failed; " + ", ".join(
+                f"{c['arrived']:.0%}: {c['requested']:.1%} / {c['occupied']:.1%}" for c in r["curve"]))
+        return
     if not (FGD / "bin" / "simon").exists():
         raise SystemExit("bin/simon missing: see the build steps in this script's docstring")
     inp, info = build_input(product, frac, args.stop)
     print(f"input {inp}: {info['nodes']} GPU nodes / {info['gpus']} GPUs, {info['pods']} GPU pods "
           f"({info['fractional']} fractional) arriving {info['arrived']:.2f}x capacity; load average "
           f"{os.getloadavg()[0]:.1f}", flush=True)
-    results = run_ours(product, inp, args.stop, args.batch, args.kube)
+    simon = {pol: start_simon(inp, pol) for pol in args.policies.split(",") if pol}  # in parallel with ours
+    results = run_ours(product, inp, args.stop, args.batch, args.kube, tuple(args.ours.split(",")))
     for k, r in results.items():
         print(f"{k}: {r['pods']} pods, {r['failed']} failed, {r['cycles']} cycles, wall {r['wall_s']:.1f} s "
-              f"(engine {r['engine_seconds']:.1f} s), {r['pods'] / r['wall_s']:.0f} pods/s", flush=True)
-    for pol in [p for p in args.policies.split(",") if p]:
-        r = run_simon(inp, pol, args.stop)
+              f"(engine {r['engine_seconds']:.1f} s), {r['pods'] / r['wall_s']:.0f} pods/s; load average "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
+    for pol, run in simon.items():
+        r = finish_simon(run, args.stop)
         results[f"simon_{pol}"] = r
         print(f"simon_{pol}: {r['pods']} pods, {r['failed']} failed, wall {r['wall_s']:.1f} s (CPU {r['cpu_s']:.1f} s), "
-              f"{r['pods'] / r['wall_s']:.0f} pods/s", flush=True)
+              f"{r['pods'] / r['wall_s']:.0f} pods/s; load average {os.getloadavg()[0]:.1f}", flush=True)
     names = list(results)
-    print("\n| arrived | " + " | ".join(f"{n} req / occ" for n in names) + " | ours_full / " +
+    print("\n| arrived | " + " | ".join(f"{n} req / occ" for n in names) + f" | {names[0]} / " +
           " , ".join(n for n in names if n.startswith("simon")) + " (requested) |")
     print("| --- |" + " --- |" * (len(names) + 1))
-    for k, mark in enumerate(results["ours_full"]["curve"]):
+    first = next(n for n in names if n.startswith("ours"))
+    for k, mark in enumerate(results[first]["curve"]):
         cells, ratios = [], []
         for n in names:
             c = results[n]["curve"][k] if k < len(results[n]["curve"]) else None

@@ -34,9 +34,11 @@ expected workload M (with popularity p_m), the fragment F_n(m) is
   - else the unallocated resource of the GPUs whose free share is below m's demand: free_g < d_m for a
     fractional m, free_g < 1 (a partly used GPU) for a whole-GPU m;
 and F_n(M) = sum_m p_m F_n(m). A task goes to the (node, GPU) whose use gives the smallest increase
-F_n(M | after) - F_n(M | before) (fragmentation gradient descent). M is the mix of the tasks the snapshot
-holds (running and pending; kind, GPUs and CPU rounded up to 2 cores; the 32 most frequent), as FGD takes its
-"target workload" from the trace. Before the score, a tie-break-free rule keeps fractions off whole GPUs that a
+F_n(M | after) - F_n(M | before) (fragmentation gradient descent). M is the caller's expected workload
+(Snapshot.workload: the task types of the workload's history, `workload_of`), as FGD takes its "target workload"
+from the trace, or without one the mix of the tasks the snapshot holds (running and pending); by kind, GPUs and
+CPU (exact, as FGD's typical pods: rounding it up to 2-core steps lost 0.25 point of allocation on the openb
+122-node sample, benchmarks/RESULTS.md); the 32 most frequent types. Before the score, a tie-break-free rule keeps fractions off whole GPUs that a
 pending whole-GPU task needs: a fully free auto GPU on a node whose free whole GPUs equal some pending
 whole-GPU task's size is used only when nothing else fits. MIG tasks take existing instances (no
 reconfiguration), best fit: the node with the fewest free instances of the profile that still fits.
@@ -62,7 +64,7 @@ FULL = 1000  # thousandths of a GPU
 MODES = ("exclusive", "shared", "mig", "auto")
 MIX_TYPES = 32  # task types kept in the expected workload
 MAX_VICTIM_UNITS = 64  # victim units tried per sharing preemptor (bounds the search's cost)
-CPU_STEP = 2000  # millicores: task CPU is rounded up to this step in the expected workload
+CPU_STEP = 1  # millicores: task CPU is rounded up to this step in the expected workload (1 = exact, as FGD)
 
 
 def mig_resource(flavor: str, profile: str) -> str:
@@ -207,10 +209,11 @@ def whole_view(snapshot: Snapshot, usage: Usage, routed: set = frozenset(), walk
 
 # -- FGD score ----------------------------------------------------------------------------------------
 
-def workload_mix(jobs) -> list[tuple[float, int, int, int]]:
-    """The expected request mix M: [(p_m, demand milli per GPU, GPUs, CPU millicores)], p summing to 1.
-    Fractional tasks are (milli, 1); whole-GPU tasks (1000, gpus_per_task); MIG tasks are left out (they use
-    instances, not shares). CPU is rounded up to 2-core steps; the MIX_TYPES most frequent types are kept."""
+def workload_of(jobs) -> tuple[tuple[int, int, int, float], ...]:
+    """The task types of `jobs` (JobInfos) as Snapshot.workload: (GPU thousandths per GPU, GPUs per task, CPU
+    millicores, tasks), one entry per type, most frequent first. Fractional tasks are (milli, 1); whole-GPU tasks
+    (1000, gpus_per_task); MIG tasks and memory-sized fractions are left out (instances, or a share that depends
+    on the GPU). CPU is rounded up to CPU_STEP."""
     counts: Counter = Counter()
     for job in jobs:
         for r in job.roles:
@@ -223,6 +226,16 @@ def workload_mix(jobs) -> list[tuple[float, int, int, int]]:
                 continue  # its share depends on the GPU: not a type of its own
             elif r.gpus_per_task:
                 counts[(FULL, r.gpus_per_task, cpu)] += r.tasks
+    return tuple((d, k, cpu, float(c)) for (d, k, cpu), c in counts.most_common())
+
+
+def workload_mix(jobs, expected=()) -> list[tuple[float, int, int, int]]:
+    """The expected request mix M: [(p_m, demand milli per GPU, GPUs, CPU millicores)], p summing to 1, the
+    MIX_TYPES most frequent types of `expected` (Snapshot.workload: the workload's history, as FGD takes its target
+    workload from the trace) or, when that is empty, of `jobs` (workload_of)."""
+    counts: Counter = Counter()
+    for d, k, cpu, c in expected or workload_of(jobs):
+        counts[(d, k, -(-cpu // CPU_STEP) * CPU_STEP)] += c
     top = counts.most_common(MIX_TYPES)
     total = sum(c for _, c in top) or 1
     return [(c / total, d, k, cpu) for (d, k, cpu), c in top]
@@ -495,7 +508,7 @@ def run_cycle_sharing(snapshot: Snapshot, config: CycleConfig | None, whole_engi
                 taken_whole[t.node].update(t.gpus)
     whole_needs = {r.gpus_per_task for j in snapshot.jobs if j.state == "pending" and j.id not in routed
                    for r in j.roles if r.gpus_per_task and not r.shares}
-    placer = Placer(snapshot, usage, taken_whole, workload_mix(snapshot.jobs), whole_needs, all_nodes=bool(routed))
+    placer = Placer(snapshot, usage, taken_whole, workload_mix(snapshot.jobs, snapshot.workload), whole_needs, all_nodes=bool(routed))
     walked = {j.id for j in snapshot.jobs if j.state == "pending" and j.id not in routed and j.id not in never
               and job_shares(j) and whole_part(j) is None and not _held_shares(j)}
     walk = _Walk(snapshot, placer, flavor_of)

@@ -233,6 +233,10 @@ class Snapshot:
     # (queue, resource, amount) charged to the queues besides the jobs' whole GPUs: the GPU-equivalents (flavor)
     # and MIG instances ("<flavor>/mig-<profile>") of running sharing jobs, which sharing.whole_view leaves out
     share_usage: tuple[tuple[str, str, float], ...] = ()
+    # the expected request mix of the FGD score (sharing.py, FGD's "target workload"): (GPU thousandths per GPU
+    # (1000 = whole GPUs), GPUs per task, CPU millicores per task, tasks), as the caller knows it from the workload's
+    # history (sharing.workload_of); empty = the mix of this snapshot's own jobs (running and pending)
+    workload: tuple[tuple[int, int, int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from scheduler.core import (
     CycleConfig, JobInfo, MigInstance, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement, run_cycle,
 )
-from scheduler.core.sharing import FULL, fragment, mig_resource, workload_mix
+from scheduler.core.sharing import FULL, fragment, mig_resource, workload_mix, workload_of
 
 H200_MEM = 143_771
 
@@ -156,6 +156,21 @@ def test_fgd_whole_places_one_task_whole_jobs_by_the_score():
     # off: the engine's binpack places them (rule allocate), never on GPU 0 of a (it holds a fraction)
     r = run_cycle(snap([a, b], [half, job("one", gpus=1)]))
     assert bound(r)["one"].rule == "allocate" and (bound(r)["one"].tasks[0].node, bound(r)["one"].tasks[0].gpus) != ("a", (0,))
+
+
+def test_expected_workload_steers_the_fgd_score():
+    # GPU 0 holds 0.4 (0.6 free), GPU 1 is free; a 0.3 task arrives. With the snapshot's own mix {0.4, 0.3} both
+    # types still fit after it on GPU 1 (0.6 and 0.7 left): no fragment grows there, on GPU 0 the 0.3 left is a
+    # fragment for the 0.4 type. With an expected workload of 0.7 tasks only (Snapshot.workload), GPU 0's 0.6 is a
+    # fragment already and the task fills it (the fragment shrinks), while on GPU 1 it would leave no 0.7 room.
+    n = NodeInfo(name="n", flavor="T4", gpus=2, gpu_modes=("shared", "shared"))
+    held = job("held", milli=400, state="running", placement=(TaskPlacement("worker", 0, "n", (0,), gpu_milli=400),))
+    s = snap([n], [held, job("new", milli=300)])
+    assert bound(run_cycle(s))["new"].tasks[0].gpus == (1,)
+    expected = workload_of([job("a", milli=700), job("b", milli=700)])
+    assert expected == ((700, 1, 0, 2.0),)
+    assert workload_mix(s.jobs, expected) == [(1.0, 700, 1, 0)]
+    assert bound(run_cycle(replace(s, workload=expected)))["new"].tasks[0].gpus == (0,)
 
 
 # -- properties ---------------------------------------------------------------------------------------

@@ -483,3 +483,33 @@ def test_job_fields_take_no_strings_for_numbers_in_json(api):
         r = api.post("/api/v1/jobs/", body, format="json")
         field = next(iter(role))
         assert r.status_code == 400 and field in str(r.json()) and "JSON number" in str(r.json()), r.content
+
+
+def test_snapshot_carries_the_submitted_workload_for_the_fgd_score(api):
+    """Snapshot.workload (FGD's target workload): the GPU task shapes submitted lately, whatever became of the
+    jobs; MIG and memory-sized requests left out (instances, or a share that depends on the GPU)."""
+    from gpuplatform.models import Job
+    from gpuplatform.scheduling import store
+
+    for name, role in (("whole", {"gpus_per_task": 4}), ("half", {"gpus_per_task": 0.5}),
+                       ("half2", {"gpu_fraction": 0.5}), ("mem", {"gpu_memory_mib": 40_000}),
+                       ("mig", {"mig_profile": "1g.18gb"})):
+        assert submit(api, name, role).status_code == 201
+    Job.objects.filter(name="half2").update(state="cancelled")
+    snap, _ = store.build_snapshot(CLOCK.timestamp())
+    assert [(m, g, n) for m, g, _, n in snap.workload] == [(500, 1, 2.0), (1000, 4, 1.0)]
+    assert len(snap.jobs) == 4  # half2 is not live, yet counted in the workload
+
+
+def test_the_workload_reads_only_the_most_recent_jobs(api, monkeypatch):
+    """The read is bounded by the primary key (job.submitted_at has no index): the shapes of the
+    WORKLOAD_JOBS most recent jobs only."""
+    from gpuplatform.scheduling import store
+
+    for name, role in (("old", {"gpus_per_task": 4}), ("new1", {"gpus_per_task": 0.5}),
+                       ("new2", {"gpu_fraction": 0.5})):
+        assert submit(api, name, role).status_code == 201
+    monkeypatch.setattr(store, "WORKLOAD_JOBS", 2)
+    assert [(m, g, n) for m, g, _, n in store.sharing_workload(CLOCK.timestamp())] == [(500, 1, 2.0)]
+    monkeypatch.setattr(store, "WORKLOAD_JOBS", 3)
+    assert [(m, g, n) for m, g, _, n in store.sharing_workload(CLOCK.timestamp())] == [(500, 1, 2.0), (1000, 4, 1.0)]

@@ -19,10 +19,10 @@ import traceback
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone as dt_timezone
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
 from gpuplatform.audit import record_events
@@ -73,10 +73,33 @@ class ApplyStats:
     stale: list[tuple[object, str]] = field(default_factory=list)  # (job id, why)
 
 
+# GPU sharing: the FGD score's expected workload (Snapshot.workload) = the task shapes submitted in this window,
+# among the WORKLOAD_JOBS most recent jobs (a bound read through the primary key: job.submitted_at has no index,
+# and a cycle must not scan the whole job history)
+WORKLOAD_WINDOW = 7 * 24 * 3600.0  # seconds
+WORKLOAD_JOBS = 10_000
+
+
+def sharing_workload(now: float) -> tuple:
+    """Snapshot.workload (scheduler/core/sharing.py, FGD's "target workload"): the GPU task shapes of the jobs
+    submitted in the last WORKLOAD_WINDOW (at most the WORKLOAD_JOBS most recent), whatever became of them
+    (finished, cancelled, still pending): (GPU thousandths (1000 = whole GPUs), GPUs per task, CPU millicores,
+    tasks), most frequent first. Two queries, both bounded by the primary key."""
+    since = datetime.fromtimestamp(now - WORKLOAD_WINDOW, tz=dt_timezone.utc)
+    first = Job.objects.order_by("-id").values_list("id", flat=True)[WORKLOAD_JOBS - 1:WORKLOAD_JOBS].first()
+    recent = JobRole.objects.filter(job_id__gte=first) if first is not None else JobRole.objects.all()
+    shape_rows = (recent.filter(job__submitted_at__gte=since, mig_profile="", gpu_memory_mib=0)
+                  .filter(Q(gpu_milli__gt=0) | Q(gpus_per_task__gt=0))
+                  .values_list("gpu_milli", "gpus_per_task", "cpu_milli").annotate(n=Sum("tasks")))
+    shapes = [(milli or 1000, 1 if milli else gpus, cpu, float(n)) for milli, gpus, cpu, n in shape_rows]
+    return tuple(sorted(shapes, key=lambda t: (-t[3], t[:3])))
+
+
 def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapshot, SnapshotIndex]:
-    """Read the cluster into a Snapshot (11 queries, one consistent view). `now`: epoch seconds (default:
-    wall clock); `cycle`: the cycle's number (rescheduling runs every config.reschedule_every cycles).
-    Pending jobs' RoleInfo.tasks counts the role's tasks still pending; running ones carry placements."""
+    """Read the cluster into a Snapshot (11 queries, one consistent view; 12th and 13th, `sharing_workload`, when some
+    GPU is shared or auto). `now`: epoch seconds (default: wall clock); `cycle`: the cycle's number (rescheduling
+    runs every config.reschedule_every cycles). Pending jobs' RoleInfo.tasks counts the role's tasks still
+    pending; running ones carry placements."""
     now = _time.time() if now is None else now
     live = ("pending", *Job.LIVE_STATES)
     # bulk.rows: plain tuples from the raw cursor on PostgreSQL (no per-row converters), times as float
@@ -215,7 +238,9 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
             migratable=migratable, min_run_before_move=float(min_run),
             checkpoint_grace=float(ckpt_grace) if ckpt_grace is not None else None, interruptible=interruptible))
     snap = Snapshot(nodes=node_infos, domains=tuple(domains), queues=queue_infos, jobs=tuple(job_infos), now=now,
-                    cycle=cycle, recent_moves=moves)
+                    cycle=cycle, recent_moves=moves,
+                    workload=sharing_workload(now) if any(m in ("shared", "auto") for g in modes.values()
+                                                          for m in g.values()) else ())
     return snap, index
 
 
