@@ -111,14 +111,15 @@ JOB_HEADER = ["ID", "NAME", "TEAM", "QUEUE", "STATE", "GPUS", "PRIO", "NODES / P
 
 def read_body(path: str) -> dict:
     """The POST /api/v1/jobs/ body from a JSON file, or YAML when the name ends in .yaml / .yml; path "-"
-    reads standard input (JSON, or YAML when it is not JSON). Raises UsageError: unreadable, not parseable,
-    not an object."""
+    reads standard input: JSON when its first character is "{" or "[" (then strict JSON: a malformed body is
+    refused, never read again as YAML), else YAML. A key given twice in one object is refused in both, as
+    the API refuses it. Raises UsageError: unreadable, not parseable, a duplicate key, not an object."""
     yaml_file = path.lower().endswith((".yaml", ".yml"))
     try:
         if path == "-":
             path = "standard input"
             text = sys.stdin.buffer.read().decode("utf-8")
-            yaml_file = not _is_json(text)
+            yaml_file = not text.lstrip().startswith(("{", "["))
         else:
             with open(path, encoding="utf-8") as fh:
                 text = fh.read()
@@ -130,12 +131,12 @@ def read_body(path: str) -> dict:
         import yaml  # PyYAML, a dependency of the platform
 
         try:
-            body = yaml.safe_load(text)
+            body = yaml.load(text, Loader=_unique_key_loader())
         except yaml.YAMLError as exc:
             raise UsageError(f"{path} is not valid YAML: {exc}") from None
     else:
         try:
-            body = json.loads(text)
+            body = json.loads(text, object_pairs_hook=_unique_keys)
         except ValueError as exc:
             raise UsageError(f"{path} is not valid JSON: {exc}") from None
     if body is None:
@@ -145,13 +146,34 @@ def read_body(path: str) -> dict:
     return body
 
 
-def _is_json(text: str) -> bool:
-    """Whether text parses as JSON (standard input carries no file name to tell JSON from YAML)."""
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
+def _unique_keys(pairs: list) -> dict:
+    """json.loads' object_pairs_hook: an object, refusing a key given twice (json keeps the last silently)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r} (each key may be given once)")
+        out[key] = value
+    return out
+
+
+def _unique_key_loader():
+    """A yaml.SafeLoader that refuses a mapping key given twice (PyYAML keeps the last silently)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    continue  # an unhashable key: PyYAML's own construct_mapping refuses it
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (each key may be given once)", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def parse_env(pairs: list[str] | None) -> dict[str, str]:

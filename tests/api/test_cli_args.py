@@ -140,6 +140,10 @@ def test_file_dash_reads_the_body_from_standard_input(api, capsys, monkeypatch, 
 
 
 @pytest.mark.parametrize("text, message", [
+    ('{"name": "x", "queue": "alpha", "roles": [{"name": "w", "tasks": 010}]}', "standard input is not valid JSON"),
+    ('{"name": "x", "queue": "alpha",}', "standard input is not valid JSON"),
+    ('{"name": "x", "roles": [{"tasks": 8, "name": "w", "tasks": 1}]}', "duplicate key 'tasks'"),
+    ("name: x\nroles:\n  - {tasks: 8, name: w, tasks: 1}\n", "duplicate key 'tasks'"),
     ("name: [unclosed", "standard input is not valid YAML"),
     ("[1, 2]", "standard input must hold one object (the job), not list"),
     ("", "standard input is empty (expected one object: the job)"),
@@ -154,6 +158,8 @@ def test_bad_standard_input_is_a_clear_error(api, capsys, monkeypatch, text, mes
 
 
 @pytest.mark.parametrize("name, text, message", [
+    ("dup.json", '{"name": "x", "queue": "alpha", "name": "y"}', "duplicate key 'name' (each key may be given once)"),
+    ("dup.yaml", "name: x\nqueue: alpha\nname: y\n", "duplicate key 'name' (each key may be given once)"),
     ("bad.json", "{not json", "is not valid JSON"),
     ("bad.yml", "name: [unclosed", "is not valid YAML"),
     ("list.json", "[1, 2]", "must hold one object (the job), not list"),
