@@ -97,9 +97,19 @@ def test_demo_command_runs_the_replay(tiny_importers):
     assert ClusterSample.objects.exists()
     teams = set(Job.objects.filter(state="succeeded").values_list("team__name", flat=True))
     assert teams == {"red", "blue"}
-    # a second run starts clean and reuses the loaded cluster and the users
+    # a second run starts clean and reuses the loaded cluster and the users; a team created meanwhile gets no
+    # login with the shared password, and an account the demo did not make keeps its own (new-user trial 3)
+    from gpuplatform.models import Team
+
+    Team.objects.create(name="green", slug="green")
+    own = User.objects.create_user("blue2", password="own-secret-1")
+    Team.objects.create(name="blue2", slug="blue2")
     call_command("demo", "--no-server", "--duration-seconds", "1", "--start-day", "0", "--tick", "0.2",
-                 "--password", "pw-demo-123", stdout=io.StringIO())
+                 "--password", "pw-demo-456", stdout=io.StringIO())
+    assert not User.objects.filter(username="green").exists()
+    own.refresh_from_db()
+    assert own.check_password("own-secret-1") and not own.check_password("pw-demo-456")
+    assert User.objects.get(username="blue").check_password("pw-demo-456")  # the demo's own login: reset
     assert Job.objects.filter(external_id="big0").count() == 1
     from gpuplatform.models import Event
 

@@ -103,7 +103,10 @@ def start_server(host: str, port: int):
     """Serve the WSGI app in a daemon thread; returns the server (call .shutdown() to stop)."""
     from django.core.servers.basehttp import ThreadedWSGIServer, get_internal_wsgi_application
 
-    httpd = ThreadedWSGIServer((host, port), _QuietHandler.make(), allow_reuse_address=True)
+    class Server(ThreadedWSGIServer):
+        request_queue_size = 128  # Django's 10 reset connections under a burst of 30 clients (new-user trial 3)
+
+    httpd = Server((host, port), _QuietHandler.make(), allow_reuse_address=True)
     httpd.daemon_threads = True
     httpd.set_app(get_internal_wsgi_application())
     thread = threading.Thread(target=httpd.serve_forever, name="demo-web", daemon=True)
@@ -212,21 +215,29 @@ class Command(BaseCommand):
             self._say(f"  {note}")
 
     def _users(self, password: str | None) -> list[tuple[str, str, str]]:
-        """Create or reset the admin and one member per team; returns (username, password, role) rows."""
+        """Create or reset the admin and one member per team; returns (username, password, role) rows. Team
+        logins are made on the first run only (the admin account is new), for the imported teams, and marked
+        as the demo's (email <team>@demo.invalid); later runs reset only those. A team an admin creates later
+        gets no login with the shared password, and an account the demo did not make is never touched."""
         from gpuplatform import services
         from gpuplatform.models import Membership, Team
 
         User = get_user_model()
         admin_pw = password or secrets.token_urlsafe(9)
         team_pw = password or secrets.token_urlsafe(9)
-        admin, _ = User.objects.get_or_create(username="admin", defaults={"email": "admin@example.invalid"})
+        admin, first_run = User.objects.get_or_create(username="admin", defaults={"email": "admin@example.invalid"})
         admin.is_staff = admin.is_superuser = True
         admin.set_password(admin_pw)
         admin.save()
         rows = [("admin", admin_pw, "platform admin (sees every team)")]
         team_hash = make_password(team_pw)  # hashing is slow on purpose: once for every team user
         for team in Team.objects.order_by("name"):
-            user, _ = User.objects.get_or_create(username=team.name)
+            marker = f"{team.name}@demo.invalid"
+            user = User.objects.filter(username=team.name).first()
+            if user is None and first_run:
+                user = User.objects.create(username=team.name, email=marker)
+            if user is None or user.email != marker:
+                continue  # a team created after the first run, or an account the demo did not make
             user.password = team_hash
             user.save(update_fields=["password"])
             if not Membership.objects.filter(user=user, team=team).exists():
