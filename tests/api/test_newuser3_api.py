@@ -1,6 +1,6 @@
-"""List query parameters refused as the README promises (new-user trial 3, item 9): a boolean filter with a
+"""New-user trial 3: list query parameters refused as the README promises (item 9): a boolean filter with a
 value other than true / false / 1 / 0 and a `format` naming no renderer (or given twice) are 400s naming the
-parameter, not a silently unfiltered list or DRF's 404."""
+parameter, not a silently unfiltered list or DRF's 404; a sub-group larger than its role (item 8)."""
 from __future__ import annotations
 
 import pytest
@@ -41,3 +41,19 @@ def test_a_known_format_still_works(admin, jobs):
     r = admin.get("/api/v1/jobs/?format=json")
     assert r.status_code == 200 and len(r.json()["results"]) == 2
     assert admin.get(f"/api/v1/jobs/{jobs['own'].pk}/?format=xml").status_code == 400
+
+
+@pytest.mark.parametrize("extra", [{"group_highest_tier": 1}, {}])
+def test_a_sub_group_larger_than_its_role_is_refused_naming_group_size(admin, extra):
+    """Item 8: group_size 100 on a role of 4 tasks was accepted (with a tier) or refused for the tier alone."""
+    from gpuplatform.models import Job
+
+    before = Job.objects.count()
+    r = admin.post("/api/v1/jobs/", {"queue": "alpha", "name": "big-group", "command": ["true"], "roles": [
+        {"name": "w", "tasks": 4, "gpus_per_task": 1, "group_size": 100, **extra}]}, format="json")
+    assert r.status_code == 400, r.content
+    assert r.json()["roles[0].group_size"] == ["group_size (100) must not exceed tasks (4)"], r.json()
+    assert Job.objects.count() == before
+    ok = admin.post("/api/v1/jobs/", {"queue": "alpha", "name": "ok-group", "command": ["true"], "roles": [
+        {"name": "w", "tasks": 4, "gpus_per_task": 1, "group_size": 4, "group_highest_tier": 1}]}, format="json")
+    assert ok.status_code == 201, ok.content
