@@ -132,6 +132,8 @@ def _check_group(raw: dict, role: dict, f: str, errors: dict[str, str]) -> None:
         errors[f + "group_size"] = "a sub-group needs group_size (tasks per group)"
     elif not _is_int(size) or size < 1 or size > MAX_TASKS_PER_JOB:
         errors[f + "group_size"] = f"group_size must be a whole number from 1 to {MAX_TASKS_PER_JOB}"
+    elif _is_int(role["tasks"]) and size > role["tasks"]:
+        errors[f + "group_size"] = f"group_size ({size}) must not exceed tasks ({role['tasks']})"
     if tier is None:
         errors[f + "group_highest_tier"] = "a sub-group needs group_highest_tier (the tier each group stays inside)"
     elif not errs and (not _is_int(tier) or tier < 1 or tier > MAX_TIER):

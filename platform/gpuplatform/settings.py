@@ -185,6 +185,8 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {"job-submit": os.environ.get("JOB_SUBMIT_THROTTLE", "120/min"),
                                "what-if": os.environ.get("WHAT_IF_THROTTLE", "30/min")},  # per user
     "EXCEPTION_HANDLER": "gpuplatform.api.exceptions.exception_handler",
+    # ?format= naming no renderer is a 400 naming `format`, not DRF's 404 (api/negotiation.py)
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "gpuplatform.api.negotiation.StrictFormatNegotiation",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU platform control plane API",

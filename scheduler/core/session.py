@@ -295,11 +295,23 @@ class Session:
                 f"{rule}")
         total_free = state.domain_free(tree.root, flavor)
         if total_free < need:
-            return PendingReason("insufficient_gpus", f"needs {need} {flavor} GPUs at once; {total_free} free")
+            return PendingReason("insufficient_gpus", f"needs {need} {flavor} GPUs at once; {total_free} free"
+                                                      f"{self._off_text(flavor)}")
         best = max(tree.by_tier.get(cap, ()), key=lambda d: state.domain_free(d, flavor), default=tree.root)
         return PendingReason(
             "no_domain", f"no tier-{cap} domain has {need} free {flavor} GPUs (most: "
             f"{state.domain_free(best, flavor)} in {tree.names[best]})")
+
+    def _off_text(self, flavor: str) -> str:
+        """For a whole-GPU gang short of free GPUs: the GPUs of `flavor` on schedulable nodes in mode shared or
+        mig (sharing.py: they take fractions or MIG instances only, never a whole-GPU task, so they are not
+        counted free), as " (N more ... )", or "" when there are none (a cluster without sharing: unchanged)."""
+        off = sum(1 for n in self.snapshot.nodes if n.gpu_modes and n.flavor == flavor and n.schedulable
+                  for m in n.gpu_modes[:n.gpus] if m in ("shared", "mig"))
+        if not off:
+            return ""
+        return (f" (+{off} in mode shared or mig: {'it takes' if off == 1 else 'they take'} fractions or MIG "
+                f"instances only, not whole-GPU tasks)")
 
     def enclosing(self, d: int, nodes: list[int]) -> int:
         """The lowest domain at or above domain d that holds every node index in `nodes`."""

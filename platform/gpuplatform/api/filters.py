@@ -2,6 +2,8 @@
 from datetime import timezone as dt_timezone
 
 import django_filters as df
+from django import forms
+from django_filters.widgets import BooleanWidget
 from rest_framework.exceptions import ValidationError
 
 from ..models import ClusterSample, Domain, Event, Job, Membership, Node, Queue, Quota, SchedulerCycle, Team
@@ -18,6 +20,33 @@ class UtcDateTimeFilter(df.IsoDateTimeFilter):
             except (OverflowError, ValueError):
                 raise ValidationError({self.field_name: ["date-time out of range"]}) from None
         return super().filter(qs, value)
+
+
+class StrictBooleanWidget(BooleanWidget):
+    """true / false / 1 / 0 (any case) as BooleanWidget; any other non-empty value is passed on for the field to
+    refuse (BooleanWidget turns it into None: `?never_fits=maybe` silently filtered nothing)."""
+
+    def value_from_datadict(self, data, files, name):
+        value = data.get(name)
+        if isinstance(value, str) and value and value.lower() not in ("true", "false", "1", "0"):
+            return value
+        return super().value_from_datadict(data, files, name)
+
+
+class StrictBooleanField(forms.NullBooleanField):
+    def to_python(self, value):
+        if isinstance(value, str) and value:
+            raise forms.ValidationError("must be true or false (or 1 / 0)")
+        return super().to_python(value)
+
+
+class StrictBooleanFilter(df.BooleanFilter):
+    """A boolean query parameter that refuses a value other than true / false / 1 / 0 (a 400 naming it)."""
+    field_class = StrictBooleanField
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("widget", StrictBooleanWidget)
+        super().__init__(*args, **kwargs)
 
 
 class CharInFilter(df.BaseInFilter, df.CharFilter):
@@ -44,7 +73,7 @@ class MembershipFilterSet(df.FilterSet):
 class QueueFilterSet(df.FilterSet):
     parent = df.CharFilter(field_name="parent__name", help_text="parent queue name")
     team = df.CharFilter(field_name="team__slug", help_text="team slug")
-    root = df.BooleanFilter(field_name="parent", lookup_expr="isnull", help_text="only root queues")
+    root = StrictBooleanFilter(field_name="parent", lookup_expr="isnull", help_text="only root queues")
 
     class Meta:
         model = Queue
@@ -83,6 +112,7 @@ class JobFilterSet(df.FilterSet):
     submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
     submitted_before = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
     name = df.CharFilter(lookup_expr="icontains")
+    never_fits = StrictBooleanFilter(help_text="true: only jobs that can never fit; false: only the others")
 
     class Meta:
         model = Job
@@ -106,7 +136,7 @@ class EventFilterSet(df.FilterSet):
 class SchedulerCycleFilterSet(df.FilterSet):
     since = UtcDateTimeFilter(field_name="started_at", lookup_expr="gte")
     until = UtcDateTimeFilter(field_name="started_at", lookup_expr="lt")
-    failed = df.BooleanFilter(method="filter_failed", help_text="only cycles that raised (true) or not (false)")
+    failed = StrictBooleanFilter(method="filter_failed", help_text="only cycles that raised (true) or not (false)")
 
     class Meta:
         model = SchedulerCycle

@@ -161,6 +161,24 @@ class Capacity:
                 return None
         where = "this cluster" if cap is None or len(domains) == 1 and domains[0] == self.state.tree.root \
             else f"every tier-{cap} domain"
+        if largest >= need:  # enough GPUs in some domain: a role's tasks do not pack onto its nodes (one node per task)
+            for role in job.roles:
+                if not role.gpus_per_task:
+                    continue
+                slots = max((sum((g // role.gpus_per_task) * n for g, n in self.sizes[d].get(flavor, {}).items())
+                             for d in domains), default=0)
+                if slots < role.effective_min:
+                    hosts = max((sum(n for g, n in self.sizes[d].get(flavor, {}).items() if g >= role.gpus_per_task)
+                                 for d in domains), default=0)
+                    head = (f"can never fit: role {role.name}: {role.effective_min} tasks of {role.gpus_per_task} "
+                            f"{flavor} GPUs (each task on one node) need ")
+                    scope = "this cluster" if where == "this cluster" else f"one tier-{cap} domain"
+                    if slots == hosts:  # one task per node: name the nodes
+                        why = (f"{role.effective_min} nodes with {role.gpus_per_task} or more GPUs; {scope} has "
+                               + (f"{hosts}" if scope == "this cluster" else f"at most {hosts}"))
+                    else:
+                        why = f"room for {role.effective_min} such tasks; the nodes of {scope} hold at most {slots}"
+                    return PendingReason("never_fits_domain", head + why, terminal=True)
         return PendingReason(
             "never_fits_domain", f"can never fit: needs {need} {flavor} GPUs in one domain, exceeds {where} "
             f"(largest holds {largest})", terminal=True)
