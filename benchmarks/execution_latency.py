@@ -43,6 +43,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -500,7 +501,7 @@ class Bench:
         """64 `sleep` tasks on `agents`, then CPU and memory over `window` seconds."""
         self.set_poll(poll)
         idle = {a.name: memory_mib(a.process.pid) for a in agents}
-        job = self.submit(64, SLEEP, f"footprint-{label}-{poll}")
+        job = self.submit(64, SLEEP, re.sub(r"[^A-Za-z0-9._-]+", "-", f"footprint-{label}-{poll}"))  # a job name
         t_sub = time.monotonic()
         self.wait_running(job, 64)
         t_run = time.monotonic() - t_sub
