@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Mapping, Sequence
 
 from gpuplatform.borrowing import borrowed
+from gpuplatform.gpu_request import as_gpus
 from scheduler.sim.report import SIZE_BUCKETS, size_bucket
 
 from .figures import _iso, _layout, plain
@@ -25,10 +26,10 @@ def watermark_figure(queue: str, samples: Sequence[Mapping], *, height: int = 24
     held (reserved) for its jobs that have not started, stacked on top, against guarantee, quota, limit,
     pending demand and the engine's fair share."""
     x = [_iso(s["time"]) for s in samples]
-    used = [int(s["used"]) for s in samples]
+    used = [as_gpus(s["used"]) for s in samples]  # GPU-equivalents: 103.5 stays 103.5
     quota = [int(s["quota"]) for s in samples]
     data = [
-        _line("used within quota", x, [min(u, q) for u, q in zip(used, quota)], STATE_COLORS["running"],
+        _line("used within quota", x, [as_gpus(min(u, q)) for u, q in zip(used, quota)], STATE_COLORS["running"],
               stackgroup="used", line={"width": 0.5}),
         _line("borrowed (above quota)", x, [borrowed(u, q) for u, q in zip(used, quota)], SERIES_COLORS["borrowed"],
               stackgroup="used", line={"width": 0.5}),
@@ -37,7 +38,7 @@ def watermark_figure(queue: str, samples: Sequence[Mapping], *, height: int = 24
         _line("guarantee", x, [s["guarantee"] for s in samples], SERIES_COLORS["guarantee"], line={"dash": "dot"}),
         _line("quota", x, quota, SERIES_COLORS["quota"]),
         _line("limit", x, [s["limit"] for s in samples], SERIES_COLORS["limit"], line={"dash": "dash"}),
-        _line("pending demand", x, [s["pending_demand"] for s in samples], SERIES_COLORS["pending_demand"],
+        _line("pending demand", x, [as_gpus(s["pending_demand"]) for s in samples], SERIES_COLORS["pending_demand"],
               line={"dash": "dashdot"}),
     ]
     if any(s.get("fair_share") is not None for s in samples):

@@ -11,6 +11,8 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Iterable, Mapping, Sequence
 
+from gpuplatform.gpu_request import as_gpus
+
 from .states import PALETTE, SERIES_COLORS, STATE_COLORS
 
 FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12}
@@ -93,8 +95,8 @@ def queue_usage_figure(rows: Iterable[Mapping], *, max_queues: int = 16) -> dict
         t = _iso(r["time"])
         times.setdefault(t, None)
         name = r.get("queue__name") or r.get("queue")
-        per_queue.setdefault(name, {})[t] = per_queue.get(name, {}).get(t, 0) + int(r["used"])
-        totals[name] = totals.get(name, 0) + int(r["used"])
+        per_queue.setdefault(name, {})[t] = as_gpus(per_queue.get(name, {}).get(t, 0) + r["used"])  # GPU-equivalents
+        totals[name] = totals.get(name, 0) + r["used"]
     x = list(times)
     ranked = sorted(per_queue, key=lambda q: (-totals[q], q))
     shown, rest = ranked[:max_queues], ranked[max_queues:]
@@ -109,7 +111,7 @@ def queue_usage_figure(rows: Iterable[Mapping], *, max_queues: int = 16) -> dict
     if rest:
         data.append({
             "type": "scatter", "mode": "lines", "name": "other queues", "x": x,
-            "y": [sum(per_queue[q].get(t, 0) for q in rest) for t in x],
+            "y": [as_gpus(sum(per_queue[q].get(t, 0) for q in rest)) for t in x],
             "stackgroup": "used", "line": {"width": 0.5, "color": "#a0aec0"},
         })
     return {"data": data, "layout": _layout("GPUs used per queue", yaxis={"title": {"text": "GPUs"}}, height=320)}

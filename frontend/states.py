@@ -45,6 +45,7 @@ GPU_STATE_COLORS: dict[str, str] = {
     "running": STATE_COLORS["running"],         # held by a job within its queue's quota
     "borrowed": "#805ad5",                      # purple: held by a job above its queue's quota
     "preempting": STATE_COLORS["preempting"],   # held by a job in its eviction grace period
+    "held": "#319795",                          # teal: reserved for a job that has not started (not free)
     "unhealthy": STATE_COLORS["failed"],        # GPU unhealthy (XID/ECC) or node not ready
     "cordoned": "#4a5568",                      # free GPU on a cordoned or draining node
 }
@@ -53,7 +54,7 @@ GPU_STATE_COLORS: dict[str, str] = {
 SERIES_COLORS.update({
     "borrowed": GPU_STATE_COLORS["borrowed"],
     "fair_share": "#2b6cb0",
-    "held": "#319795",  # teal: reserved for the queue's jobs that have not started
+    "held": GPU_STATE_COLORS["held"],  # teal: reserved for the queue's jobs that have not started
     "free_gpus": GPU_STATE_COLORS["free"],
     "domain_completeness": "#2f855a",
 })

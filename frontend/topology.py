@@ -10,7 +10,8 @@ Two levels, so the map stays light at 20,000 GPUs:
 
 A GPU's state, first match wins: unhealthy (GPU unhealthy or node not ready) > preempting (its job is in
 its grace period) > borrowed (above its queue's quota, gpuplatform/borrowing.py) > running (held by
-any other job) > cordoned (free, node cordoned or draining) > free.
+any other job) > held (not allocated, reserved for a job that has not started: counted apart, as the
+cluster page and /metrics count held GPUs, never as free) > cordoned (free, node cordoned or draining) > free.
 """
 from __future__ import annotations
 
@@ -35,14 +36,18 @@ def natural_key(name: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name or "")]
 
 
-def gpu_state(health: str, node_state: str, job: dict | None, borrowed: bool) -> str:
-    """borrowed: this GPU is one of its queue's borrowed GPUs (borrowing.borrowed_gpu_ids)."""
+def gpu_state(health: str, node_state: str, job: dict | None, borrowed: bool, held: bool = False) -> str:
+    """borrowed: this GPU is one of its queue's borrowed GPUs (borrowing.borrowed_gpu_ids); held: it is
+    reserved for a job that has not started (Job.reserved: dashboard_queries.held_gpu_ids), which the
+    scheduler counts as held, not free (scheduler/core/metrics.py: schedulable = allocated + held + free)."""
     if health != "healthy" or node_state == "not_ready":
         return "unhealthy"
     if job is not None:
         if job["state"] == "preempting":
             return "preempting"
         return "borrowed" if borrowed else "running"
+    if held:
+        return "held"
     return "cordoned" if node_state in ("cordoned", "draining") else "free"
 
 
@@ -93,14 +98,16 @@ def _job_label(job: dict | None, visible) -> str:
 def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas: dict[int, int],
                      zoom: str | None = None, team: str | None = None, job: int | None = None,
                      visible_team_ids: set[int] | None = None, gpu_cell_limit: int = GPU_CELL_LIMIT,
-                     shares: dict[int, dict] | None = None) -> dict:
+                     shares: dict[int, dict] | None = None, held_gpus: set[int] | frozenset = frozenset()) -> dict:
     """domains: (id, name, tier, parent_id); gpus: (gpu_id, index, health, node_id, node, node_state,
     flavor, domain_id) — already filtered by flavor; allocations {gpu_id: job_id} (all live ones: a job's
     GPU count comes from them); jobs: live job dicts (dashboard_queries.live_jobs); quotas {queue_id: GPUs};
     shares {gpu_id: {"text", "used", "jobs", "instances"}} (dashboard_queries.gpu_shares): a shared GPU's used
     share (a label on its cell, every fraction's job in its hover) or a MIG GPU's instances (dots on its cell),
     with the text in its hover and row ("share"), when zoomed to GPUs (_gpu_level); the team / job filter
-    matches a shared GPU when any job holding a fraction of it matches. zoom: a domain name (None = the cluster).
+    matches a shared GPU when any job holding a fraction of it matches. held_gpus: GPU ids reserved for jobs
+    that have not started (dashboard_queries.held_gpu_ids): state "held" unless allocated. zoom: a domain name
+    (None = the cluster).
     team / job: GPUs not held by that team's / job's jobs are dimmed. Unknown zoom raises KeyError."""
     tree = Tree(domains, key=itemgetter(0), parent=itemgetter(3))
     by_id = tree.rows
@@ -126,7 +133,7 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
         j = jobs_by_id.get(allocations.get(g[0]))
         frac = (shares or {}).get(g[0]) or {}  # a shared GPU matches when any job holding a fraction of it does
         match = matches(j) or any(matches(live.get(jid)) for jid, _ in frac.get("jobs") or ())
-        cells.append((g, gpu_state(g[2], g[5], j, g[0] in borrowed), j, match))
+        cells.append((g, gpu_state(g[2], g[5], j, g[0] in borrowed, g[0] in held_gpus), j, match))
     # The totals follow the team / job filter (what is highlighted), over the zoomed and flavor-filtered GPUs.
     totals = {s: 0 for s in GPU_STATES}
     for c in cells:
@@ -212,7 +219,7 @@ def _domain_level(cells, by_id, visible, filtering, shares=None, live=None):
 
 
 MIG_COLORS = {"used": "#1a202c", "free": "#ffffff"}  # a MIG instance's dot on its GPU's cell
-DARK_CELLS = ("running", "borrowed", "preempting", "unhealthy", "cordoned")  # cells that take a white label
+DARK_CELLS = ("running", "borrowed", "preempting", "held", "unhealthy", "cordoned")  # cells that take a white label
 
 
 def _mig_offsets(n: int) -> list[tuple[float, float]]:
@@ -271,6 +278,8 @@ def _gpu_level(cells, by_id, visible, filtering, shares=None, live=None):
                 fractions = [(jobs_by_id.get(jid), part) for jid, part in share.get("jobs") or ()]
                 if fractions:  # every job holding a fraction of it, with its share
                     who = "<br>".join(f"{part:g} GPU: {_job_label(fj, visible) or 'a job'}" for fj, part in fractions)
+                elif state == "held":
+                    who = "held (reserved) for a job that has not started"
                 else:
                     who = _job_label(j, visible)
                 t["hovertext"].append(f"<b>{plain(node)}</b> GPU {g[1]} · {plain(g[6])} · {state}"

@@ -106,7 +106,8 @@ def build_topology(user, *, zoom=None, team=None, flavor=None, job=None) -> dict
         domains = [*domains, *own.values()]
     return topology_payload(domains=domains, gpus=gpus, allocations=dq.live_allocations(),
                             jobs=dq.live_jobs(), quotas=dq.queue_quotas(), zoom=zoom, team=team, job=job,
-                            visible_team_ids=access.visible_team_ids(user), shares=dq.gpu_shares())
+                            visible_team_ids=access.visible_team_ids(user), shares=dq.gpu_shares(),
+                            held_gpus=dq.held_gpu_ids())
 
 
 class BadParam(ValueError):

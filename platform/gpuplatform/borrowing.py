@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from .gpu_request import as_gpus
+
 __all__ = ["BORROWED_DEFINITION", "borrowed", "borrowed_gpu_ids"]
 
 BORROWED_DEFINITION = (
@@ -19,9 +21,9 @@ BORROWED_DEFINITION = (
     "the map counts exactly what the queue tree counts. Reclaim takes borrowed GPUs back first.")
 
 
-def borrowed(used: int, quota: int | None) -> int:
-    """GPUs above quota: max(0, used - quota) (quota None counts as 0)."""
-    return max(0, (used or 0) - (quota or 0))
+def borrowed(used: int | float, quota: int | None) -> int | float:
+    """GPUs above quota: max(0, used - quota) (quota None counts as 0); GPU-equivalents when used is (3.5)."""
+    return as_gpus(max(0, (used or 0) - (quota or 0)))
 
 
 def borrowed_gpu_ids(jobs, allocations: dict[int, int], quotas: dict[int, int]) -> set[int]:

@@ -12,6 +12,7 @@ from django.db.models import F, Sum
 from django.db.models.functions import Coalesce
 
 from . import queries
+from .gpu_request import as_gpus
 from .models import Allocation, ClusterSample, Gpu, Job, JobRole, Node, Queue, QueueSample, Team
 from .trees import Tree
 
@@ -43,6 +44,20 @@ def domainless_node_exists(name: str) -> bool:
 def live_allocations() -> dict[int, int]:
     """{gpu_id: job_id} of every live allocation (released_at null)."""
     return dict(Allocation.objects.filter(released_at__isnull=True).order_by().values_list("gpu_id", "job_id"))
+
+
+def held_gpu_ids() -> set[int]:
+    """GPU ids the latest cycle held for jobs that have not started (a gang's or an eviction beneficiary's hold,
+    the backfill / drain reservation) and not bound since: the GPUs its ClusterSample.held_gpus counts
+    (ClusterSample.held_at), so the topology map shows them held, not free, and its totals agree with the
+    cluster page and /metrics. Three small queries."""
+    held_at = ClusterSample.objects.order_by("-time", "-id").values_list("held_at", flat=True).first() or {}
+    wanted = {(str(node), int(g)) for node, gpus in held_at.items() for g in gpus}
+    if not wanted:
+        return set()
+    allocated = set(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
+    return {gid for gid, node, index in Gpu.objects.filter(node__name__in={n for n, _ in wanted})
+            .values_list("id", "node__name", "index") if (node, index) in wanted and gid not in allocated}
 
 
 def gpu_shares() -> dict[int, dict]:
@@ -116,7 +131,7 @@ def queue_tree() -> Tree:
     if last_time is not None:
         for s in QueueSample.objects.filter(time=last_time).values(
                 "queue_id", "used", "held", "guarantee", "quota", "limit", "pending_demand", "fair_share"):
-            latest[s["queue_id"]] = s
+            latest[s["queue_id"]] = _gpus(s)
     tree = queries.queue_tree()
     for q in tree.rows.values():
         q["sample"] = latest.get(q["id"])
@@ -131,7 +146,15 @@ def watermark_series(queue_id: int, since: datetime | None = None, limit: int = 
     rows = list(qs.order_by("-time").values("time", "used", "held", "guarantee", "quota", "limit", "pending_demand",
                                             "fair_share")[:limit])
     rows.reverse()
-    return rows
+    return [_gpus(r) for r in rows]
+
+
+def _gpus(sample: dict) -> dict:
+    """A QueueSample row with used / pending_demand (GPU-equivalents, float columns) as shown: 105, 103.5."""
+    for key in ("used", "pending_demand"):
+        if key in sample:
+            sample[key] = as_gpus(sample[key])
+    return sample
 
 
 # --- fragmentation ----------------------------------------------------------------------------------

@@ -4,6 +4,11 @@
     job_gpus(job) -> int | float                            the same for a saved job (memory shares once bound)
     gpu_request(roles) -> str                               '1+2x0.25': per role, joined with '+'
     role_per_task(role) -> str                              one task's request: '2', '0.25', '40000MiB', '1x1g.18gb'
+    as_gpus(value) -> int | float                           a GPU count for display: 105, 103.5 (never 103.49999)
+    from_milli(milli) -> int | float                        thousandths of a GPU-equivalent (SQL sums) as GPUs
+
+The SQL side (sums over many jobs in one query) is queries.role_gpu_milli / queries.allocation_gpu_milli: the same
+rules in thousandths, turned back into GPUs with from_milli.
 
 `roles` are JobRole rows or anything with their fields (tasks, gpus_per_task, gpu_milli, gpu_memory_mib,
 mig_profile). Pure reads: no writes, no errors.
@@ -22,7 +27,21 @@ def gpu_equivalents(roles, bound_milli: int = 0) -> int | float:
             total += r.tasks * r.gpu_milli / 1000
         elif not getattr(r, "gpu_memory_mib", 0):
             total += r.tasks * r.gpus_per_task
-    return int(total) if float(total).is_integer() else round(total, 3)
+    return as_gpus(total)
+
+
+def as_gpus(value) -> int | float:
+    """A GPU count as shown everywhere: an int when whole (105, not 105.0), else rounded to 3 decimals (103.5,
+    not 103.49999). None stays None."""
+    if value is None:
+        return None
+    value = round(float(value), 3)
+    return int(value) if value.is_integer() else value
+
+
+def from_milli(milli) -> int | float:
+    """Thousandths of a GPU-equivalent (an integer sum, e.g. from queries.allocation_gpu_milli) as GPUs."""
+    return as_gpus((milli or 0) / 1000)
 
 
 def job_gpus(job) -> int | float:

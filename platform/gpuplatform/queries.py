@@ -18,7 +18,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from .access import visible_jobs
-from .gpu_request import role_per_task
+from .gpu_request import as_gpus, from_milli, role_per_task
 from .models import (
     Allocation, ClusterSample, Domain, Event, Job, JobRole, Queue, QueueSample, Quota, SchedulerCycle, Task, Team,
 )
@@ -56,13 +56,9 @@ def job_list(user, *, team: str | None = None, state: str | None = None, queue: 
         if text.lstrip("#").isdigit() and len(text) < 18:
             match |= Q(pk=int(text.lstrip("#")))
         qs = qs.filter(match)
-    # thousandths of a GPU-equivalent, as gpu_request.gpu_equivalents counts (a share: tasks x gpu_milli; a
-    # GPU-memory role: 0 here, its share is known once bound), an integer the keyset cursor can carry
+    # thousandths of a GPU-equivalent (role_gpu_milli), an integer the keyset cursor can carry
     milli = (JobRole.objects.filter(job=OuterRef("pk")).order_by().values("job")
-             .annotate(n=Sum(Case(When(gpu_milli__gt=0, then=F("tasks") * F("gpu_milli")),
-                                  When(gpu_memory_mib__gt=0, then=Value(0)),
-                                  default=F("tasks") * F("gpus_per_task") * 1000, output_field=IntegerField())))
-             .values("n"))
+             .annotate(n=Sum(role_gpu_milli())).values("n"))
     return (
         qs.select_related("team", "queue", "submitter")
         .annotate(gpus_milli=Coalesce(Subquery(milli, output_field=IntegerField()), 0))
@@ -72,6 +68,26 @@ def job_list(user, *, team: str | None = None, state: str | None = None, queue: 
         )
         .order_by("-submitted_at", "-id")
     )
+
+
+# --- GPU-equivalents in SQL -------------------------------------------------------------------------
+# The SQL twins of gpu_request.gpu_equivalents, in thousandths of a GPU (integers: sums stay exact; turn them
+# back into GPUs with gpu_request.from_milli). Every page, sample and metric that sums GPUs over many jobs uses
+# these two, so a 0.25 share counts 0.25 everywhere, as the scheduler charges it against the queue's quota.
+
+def role_gpu_milli(prefix: str = ""):
+    """Thousandths of a GPU-equivalent a JobRole row asks for (`prefix`: the path to the role, e.g. "roles__"):
+    tasks x gpu_milli for a share; 0 for a GPU-memory role (its share is known once bound, as
+    gpu_equivalents counts it while pending); else tasks x gpus_per_task x 1000 (whole GPUs, MIG instances)."""
+    return Case(When(**{f"{prefix}gpu_milli__gt": 0}, then=F(f"{prefix}tasks") * F(f"{prefix}gpu_milli")),
+                When(**{f"{prefix}gpu_memory_mib__gt": 0}, then=Value(0)),
+                default=F(f"{prefix}tasks") * F(f"{prefix}gpus_per_task") * 1000, output_field=IntegerField())
+
+
+def allocation_gpu_milli():
+    """Thousandths of a GPU-equivalent an Allocation row holds: its gpu_milli for a share (a fraction or a
+    bound GPU-memory share, as gpu_request.job_gpus counts them), 1000 for a whole GPU or a MIG instance."""
+    return Case(When(gpu_milli__gt=0, then=F("gpu_milli")), default=Value(1000), output_field=IntegerField())
 
 
 def node_names(job: Job) -> list[str]:
@@ -169,11 +185,11 @@ def job_counts_by_team(team_ids: set[int] | None = None) -> list[TeamCounts]:
 class QueueUsage:
     queue: str
     team: str | None
-    used: int
+    used: int | float            # GPU-equivalents (a 0.25 share counts 0.25)
     guarantee: int
     quota: int
     limit: int | None
-    pending_demand: int
+    pending_demand: int | float  # GPU-equivalents
     pending_jobs: int
     running_jobs: int
 
@@ -182,8 +198,23 @@ class QueueUsage:
         return self.used / self.quota if self.quota else None
 
 
+def queue_gpu_milli() -> tuple[dict[int, int], dict[int, int]]:
+    """({queue id: thousandths of a GPU-equivalent its live allocations hold}, {queue id: thousandths its
+    pending jobs ask for}), each queue's own jobs (not its subtree). One query each; the cluster page, the
+    API's queue usage and the per-cycle QueueSamples (hence /metrics) all read these."""
+    used = dict(
+        Allocation.objects.filter(released_at__isnull=True).values("job__queue_id")
+        .annotate(n=Sum(allocation_gpu_milli())).order_by().values_list("job__queue_id", "n")
+    )
+    demand = dict(
+        JobRole.objects.filter(job__state=Job.State.PENDING).values("job__queue_id")
+        .annotate(n=Sum(role_gpu_milli())).order_by().values_list("job__queue_id", "n")
+    )
+    return used, demand
+
+
 def queue_usage(team_ids: set[int] | None = None) -> list[QueueUsage]:
-    """Live per-queue usage (GPUs allocated now) against quota, summed over GPU flavors; an inner
+    """Live per-queue usage (GPU-equivalents allocated now: queue_gpu_milli) against quota, summed over GPU flavors; an inner
     queue's used, demand and job counts are those of its whole subtree. Team queues first, then inner
     (platform) queues.
 
@@ -192,15 +223,8 @@ def queue_usage(team_ids: set[int] | None = None) -> list[QueueUsage]:
     queues = Queue.objects.select_related("team").order_by("name")
     if team_ids is not None:
         queues = queues.filter(team_id__in=team_ids)
-    used = dict(
-        Allocation.objects.filter(released_at__isnull=True).values("job__queue_id")
-        .annotate(n=Count("id")).order_by().values_list("job__queue_id", "n")
-    )
+    used, demand = queue_gpu_milli()
     quotas = queue_quotas()
-    demand = dict(
-        JobRole.objects.filter(job__state=Job.State.PENDING).values("job__queue_id")
-        .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).order_by().values_list("job__queue_id", "n")
-    )
     counts: dict[int, dict[str, int]] = defaultdict(dict)
     for qid, state, n in (Job.objects.filter(state__in=(Job.State.PENDING, *Job.LIVE_STATES))
                           .values("queue_id", "state").annotate(n=Count("id")).order_by()
@@ -210,13 +234,14 @@ def queue_usage(team_ids: set[int] | None = None) -> list[QueueUsage]:
                  sum(c.get(s, 0) for s in Job.LIVE_STATES)) for qid, c in counts.items()}
     for qid, n in used.items():
         own.setdefault(qid, (n, demand.get(qid) or 0, 0, 0))
-    totals = queue_tree().rollup(own, 4)  # used, demand, pending, running of each queue's subtree
+    totals = queue_tree().rollup(own, 4)  # used, demand (thousandths), pending, running of each queue's subtree
     out = []
     for q in queues:
         quota = quotas.get(q.id, NO_QUOTA)
         u, d, p, r = totals.get(q.id, [0, 0, 0, 0])
-        out.append(QueueUsage(queue=q.name, team=q.team.name if q.team else None, used=u, guarantee=quota.guarantee,
-                              quota=quota.quota, limit=quota.limit, pending_demand=d, pending_jobs=p, running_jobs=r))
+        out.append(QueueUsage(queue=q.name, team=q.team.name if q.team else None, used=from_milli(u),
+                              guarantee=quota.guarantee, quota=quota.quota, limit=quota.limit,
+                              pending_demand=from_milli(d), pending_jobs=p, running_jobs=r))
     out.sort(key=lambda x: (x.team is None, x.queue))
     return out
 
@@ -288,4 +313,7 @@ def queue_series(since: datetime | None = None, team_ids: set[int] | None = None
         qs = qs.filter(time__gte=since)
     if team_ids is not None:
         qs = qs.filter(queue__team_id__in=team_ids)
-    return list(qs.order_by("time", "queue__name").values("time", "queue__name", "used", "quota", "pending_demand"))
+    rows = list(qs.order_by("time", "queue__name").values("time", "queue__name", "used", "quota", "pending_demand"))
+    for r in rows:  # GPU-equivalents (float columns) as shown: 105, 103.5
+        r["used"], r["pending_demand"] = as_gpus(r["used"]), as_gpus(r["pending_demand"])
+    return rows

@@ -117,6 +117,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     t3 = time.perf_counter()
     holds = session.holds
     result.metrics = cluster_metrics(state, held=sum(map(holds.gpus_held, holds.held)), cache=cache)
+    result.held = holds.by_node()
     result.metrics["by_group"] = metrics_by_group(state, result.metrics, cache=cache)
     result.metrics["pending_jobs"] = len(result.pending)
     live = facts.live if facts is not None else None

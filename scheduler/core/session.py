@@ -132,6 +132,15 @@ class Holds:
         """GPUs taken for `key` now."""
         return sum(len(g) for _, g in self.held.get(key, ()))
 
+    def by_node(self) -> dict[str, tuple[int, ...]]:
+        """Every GPU taken now, all keys together: {node name: sorted GPU indices} (CycleResult.held; holds take
+        only free GPUs, so no GPU is in two holds and the count is sum(map(gpus_held, held)))."""
+        out: dict[str, set[int]] = {}
+        for taken in self.held.values():
+            for k, gpus in taken:
+                out.setdefault(self.state.nodes[k].name, set()).update(gpus)
+        return {name: tuple(sorted(g)) for name, g in sorted(out.items())}
+
 
 class Session:
     """One cycle's context for the actions (module docstring). Built once per cycle by run_cycle."""

@@ -377,3 +377,6 @@ class CycleResult:
     fair_share: dict[str, dict[str, float]] = field(default_factory=dict)  # queue -> flavor -> GPUs
     metrics: dict = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    # the GPUs counted in metrics["held_gpus"]: node name -> GPU indices held at the cycle's end (every hold:
+    # nominations, the backfill / drain reservation), so a map can show which GPUs are held, not only how many
+    held: dict[str, tuple[int, ...]] = field(default_factory=dict)

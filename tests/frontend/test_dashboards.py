@@ -44,7 +44,7 @@ def test_topology_cluster_level_aggregates_per_domain(client, world):
     assert p["level"] == "domains" and p["gpus"] == 8
     assert p["totals"]["running"] + p["totals"]["borrowed"] == 4 and p["totals"]["free"] == 4
     assert p["rows"] == [{"domain": "nvl-0", "parent": "leaf-0", "gpus": 8, "free": 4, "running": 4, "borrowed": 0,
-                          "preempting": 0, "unhealthy": 0, "cordoned": 0, "jobs": 1, "matching_gpus": 4}]
+                          "preempting": 0, "held": 0, "unhealthy": 0, "cordoned": 0, "jobs": 1, "matching_gpus": 4}]
 
 
 def test_topology_zoom_shows_gpus_and_hides_other_teams_job_names(client, world):

@@ -49,7 +49,7 @@ def test_cluster_level_counts_per_domain_and_is_a_valid_figure():
     p = build()
     go.Figure(p["figure"])
     json.dumps(p)
-    assert p["level"] == "domains" and p["totals"] == {"free": 1, "running": 2, "borrowed": 1, "preempting": 1,
+    assert p["level"] == "domains" and p["totals"] == {"free": 1, "running": 2, "borrowed": 1, "preempting": 1, "held": 0,
                                                        "unhealthy": 1, "cordoned": 2}
     assert [(r["domain"], r["free"], r["running"], r["borrowed"]) for r in p["rows"]] == [("nvl0", 1, 2, 1), ("nvl1", 0, 0, 0)]
     assert {t["type"] for t in p["figure"]["data"]} == {"bar"}

@@ -66,6 +66,9 @@ class ClusterSample(models.Model):
     allocated_gpus = models.PositiveIntegerField(help_text="bound to jobs (running, starting or stopping)")
     held_gpus = models.PositiveIntegerField(default=0, help_text="held for jobs not started (reservations, "
                                                                  "eviction beneficiaries): neither allocated nor free")
+    held_at = models.JSONField(
+        default=dict, blank=True,
+        help_text="which GPUs held_gpus counts: {node name: [GPU indices]} (CycleResult.held), for the topology map")
     free_gpus = models.PositiveIntegerField()
     allocation_rate = models.FloatField()
     fragmentation_rate = models.FloatField()
@@ -92,11 +95,12 @@ class QueueSample(models.Model):
 
     time = models.DateTimeField(db_index=True)
     queue = models.ForeignKey("gpuplatform.Queue", on_delete=models.CASCADE, related_name="samples")
-    used = models.PositiveIntegerField()
+    # GPU-equivalents (a 0.25 share counts 0.25, as against the quota: queries.queue_gpu_milli)
+    used = models.FloatField(help_text="GPU-equivalents allocated to the subtree's jobs")
     guarantee = models.PositiveIntegerField()
     quota = models.PositiveIntegerField()
     limit = models.PositiveIntegerField(null=True, blank=True)
-    pending_demand = models.PositiveIntegerField()
+    pending_demand = models.FloatField(help_text="GPU-equivalents the subtree's pending jobs ask for")
     held = models.PositiveIntegerField(
         default=0, help_text="GPUs held (reserved) for the subtree's jobs that have not started, GPUs")
     fair_share = models.FloatField(null=True, blank=True, help_text="the engine's water-filled fair share, GPUs")

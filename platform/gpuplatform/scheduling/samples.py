@@ -7,27 +7,28 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Count, F, Sum
-
 from gpuplatform import queries
-from gpuplatform.models import Allocation, ClusterSample, Job, JobRole, QueueSample
+from gpuplatform.gpu_request import from_milli
+from gpuplatform.models import ClusterSample, Job, QueueSample
 from gpuplatform.scheduling.evict import HOLDER_STATES, decode_reserved
 
 
 def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending: int,
-                  fair_share: dict | None = None) -> None:
+                  fair_share: dict | None = None, held: dict | None = None) -> None:
     """Insert the ClusterSample from the engine's `metrics` (missing keys default to 0 / {}) and the
-    QueueSamples (6 queries; `held` = GPUs in the Job.reserved of the subtree's pending / preempting jobs). Parents' numbers are the sums of their subtree's usage and demand (the queue
+    QueueSamples (6 queries; used and pending_demand in GPU-equivalents, queries.queue_gpu_milli; `held` = GPUs in the Job.reserved of the subtree's pending / preempting jobs). Parents' numbers are the sums of their subtree's usage and demand (the queue
     tree: queries.queue_tree); quota, guarantee and limit are the queue's own, summed over flavors
     (queries.queue_quotas: limit None when a flavor has no cap of its own).
     `fair_share`: the engine's {queue name: {flavor: GPUs}}; QueueSample.fair_share = its sum over flavors
-    (None for a queue the engine gave no share)."""
+    (None for a queue the engine gave no share). `held`: CycleResult.held, the GPUs held_gpus counts
+    ({node name: GPU indices}), stored as ClusterSample.held_at for the topology map."""
     m = metrics or {}
     running = Job.objects.filter(state__in=Job.LIVE_STATES).count()
     ClusterSample.objects.create(
         time=clock, cycle=cycle_number,
         schedulable_gpus=int(m.get("schedulable_gpus", 0) or 0), allocated_gpus=int(m.get("allocated_gpus", 0) or 0),
-        held_gpus=int(m.get("held_gpus", 0) or 0), free_gpus=int(m.get("free_gpus", 0) or 0), allocation_rate=float(m.get("allocation_rate", 0.0) or 0.0),
+        held_gpus=int(m.get("held_gpus", 0) or 0), held_at={str(n): list(g) for n, g in (held or {}).items()},
+        free_gpus=int(m.get("free_gpus", 0) or 0), allocation_rate=float(m.get("allocation_rate", 0.0) or 0.0),
         fragmentation_rate=float(m.get("fragmentation_rate", 0.0) or 0.0),
         largest_runnable={str(k): v for k, v in (m.get("largest_runnable") or {}).items()},
         domain_completeness=float(m.get("domain_completeness", 0.0) or 0.0),
@@ -38,19 +39,17 @@ def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending:
         return
     share = {q["id"]: float(sum(fair_share[q["name"]].values())) for q in tree.rows.values()
              if q["name"] in (fair_share or {})}
-    used = dict(Allocation.objects.filter(released_at__isnull=True).values("job__queue_id")
-                .annotate(n=Count("id")).values_list("job__queue_id", "n"))
-    demand = dict(JobRole.objects.filter(job__state="pending").values("job__queue_id")
-                  .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).values_list("job__queue_id", "n"))
+    used, demand = queries.queue_gpu_milli()  # thousandths of GPU-equivalents (a 0.25 share counts 0.25)
     held: dict[int, int] = {}  # GPUs reserved for jobs not started (evict.apply_holds ran before this)
     for qid, reserved in Job.objects.filter(state__in=HOLDER_STATES, reserved__isnull=False).values_list(
             "queue_id", "reserved"):
         held[qid] = held.get(qid, 0) + sum(len(t.gpus) for t in decode_reserved(reserved))
     quotas = queries.queue_quotas()
     own = {qid: (used.get(qid, 0), demand.get(qid) or 0, held.get(qid, 0)) for qid in set(used) | set(demand) | set(held)}
-    totals = tree.rollup(own, 3)  # used, pending demand and held GPUs of each queue's subtree
+    totals = tree.rollup(own, 3)  # used, pending demand (thousandths) and held GPUs of each queue's subtree
     QueueSample.objects.bulk_create([
-        QueueSample(time=clock, queue_id=qid, used=totals[qid][0], pending_demand=totals[qid][1], held=totals[qid][2],
+        QueueSample(time=clock, queue_id=qid, used=from_milli(totals[qid][0]), pending_demand=from_milli(totals[qid][1]),
+                    held=totals[qid][2],
                     guarantee=quotas.get(qid, queries.NO_QUOTA).guarantee, quota=quotas.get(qid, queries.NO_QUOTA).quota,
                     limit=quotas.get(qid, queries.NO_QUOTA).limit, fair_share=share.get(qid))
         for qid in tree.rows])

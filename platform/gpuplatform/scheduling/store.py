@@ -504,7 +504,7 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
             duration_ms=duration_ms, timings=dict(result.timings), binds=stats.binds, evictions=stats.evictions,
             pending=len(result.pending), stale_skipped=stats.stale_skipped)
         samples.write_samples(result.metrics, clock=clock, cycle_number=cycle_number, pending=len(result.pending),
-                              fair_share=result.fair_share)
+                              fair_share=result.fair_share, held=getattr(result, "held", None))
         close_idle_queues(at=clock)  # closing queues whose last job ended outside end_job (trace replays)
     return stats
 

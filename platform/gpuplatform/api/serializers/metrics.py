@@ -2,6 +2,7 @@ from rest_framework import serializers
 
 from ... import access
 from ...event_visibility import redacted
+from ...gpu_request import as_gpus
 from ...models import ClusterSample, Event, SchedulerCycle
 from .base import ModelSerializer, Serializer
 
@@ -51,14 +52,21 @@ class ClusterSampleSerializer(ModelSerializer):
         read_only_fields = fields
 
 
+class GpuEquivalentsField(serializers.FloatField):
+    """A GPU-equivalent count: an integer when whole (105), else a number with at most 3 decimals (103.5)."""
+
+    def to_representation(self, value):
+        return as_gpus(value)
+
+
 class QueueUsageSerializer(Serializer):
     queue = serializers.CharField()
     team = serializers.CharField(allow_null=True)
-    used = serializers.IntegerField(help_text="GPUs allocated now (subtree)")
+    used = GpuEquivalentsField(help_text="GPU-equivalents allocated now (subtree): a 0.25 share counts 0.25")
     guarantee = serializers.IntegerField()
     quota = serializers.IntegerField()
     limit = serializers.IntegerField(allow_null=True)
-    pending_demand = serializers.IntegerField(help_text="GPUs requested by pending jobs (subtree)")
+    pending_demand = GpuEquivalentsField(help_text="GPU-equivalents requested by pending jobs (subtree)")
     pending_jobs = serializers.IntegerField()
     running_jobs = serializers.IntegerField()
 

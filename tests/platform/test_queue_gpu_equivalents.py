@@ -1,0 +1,92 @@
+"""New-user trial 3, item 3: a queue's used GPUs count a fractional share as GPU-equivalents (0.1 counts 0.1, not a
+whole GPU) on every surface, as the scheduler charges it against the quota and as the jobs API's `gpus` says: the
+cluster page's "Queue usage vs quota" table, the API's queue usage, the stored QueueSample (the queue charts and
+their CSV) and Prometheus' gpuplatform_queue_allocated_gpus; and the number prints as 2.3, not 2.3000000000000003."""
+from __future__ import annotations
+
+import csv
+import io
+from datetime import datetime, timedelta, timezone as tz
+
+import pytest
+from rest_framework.test import APIClient
+
+from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec
+
+CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
+SLEEP = ["sleep", "3600"]
+
+
+@pytest.fixture
+def shares_world(db, settings, django_user_model):
+    """Queue q (team alpha) runs one job: a trainer of 2 whole GPUs and 3 serve tasks of 0.1 GPU on the shared
+    GPU 0 (2.3 GPU-equivalents on 3 GPUs); then a pending job of 3 x 0.25 is submitted (0.75 of demand)."""
+    from gpuplatform import services
+    from gpuplatform.models import Job, Node, Queue
+    from gpuplatform.scheduling import store
+
+    settings.REDIS_URL = ""
+    services.load_cluster_spec(ClusterSpec(name="one", nodes=(NodeSpec("n1", "H200", 8),),
+                                           queues=(QueueSpec("q", team="alpha", quotas={"H200": (0, 8, 8)}),)))
+    services.set_gpu_sharing(Node.objects.get(name="n1"), 0, "shared")
+    queue = Queue.objects.get(name="q")
+    job = services.submit_job(team=queue.team, queue=queue, name="mixed", command=SLEEP, submitted_at=CLOCK,
+                              roles=[{"name": "trainer", "tasks": 1, "gpus_per_task": 2},
+                                     {"name": "serve", "tasks": 3, "gpu_fraction": 0.1}])
+    store.run_cycle_once(clock=CLOCK)
+    assert Job.objects.get(pk=job.pk).state in Job.LIVE_STATES
+    services.submit_job(team=queue.team, queue=queue, name="later", command=SLEEP,
+                        submitted_at=CLOCK + timedelta(seconds=5),
+                        roles=[{"name": "nb", "tasks": 3, "gpu_fraction": 0.25}])
+    user = django_user_model.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
+    return {"job": job, "user": user}
+
+
+def test_queue_used_is_gpu_equivalents_everywhere(shares_world):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpuplatform import queries
+    from gpuplatform.gpu_request import job_gpus
+    from gpuplatform.models import Allocation, QueueSample
+
+    live = Allocation.objects.filter(released_at__isnull=True)
+    assert live.count() == 5 and sorted(live.values_list("gpu_milli", flat=True)) == [0, 0, 100, 100, 100]
+    assert job_gpus(shares_world["job"]) == 2.3  # the jobs API's `gpus`: the number every surface must show
+
+    usage = {u.queue: u for u in queries.queue_usage()}["q"]
+    assert (usage.used, usage.pending_demand) == (2.3, 0.75)
+
+    client = APIClient()
+    client.force_login(shares_world["user"])
+    jobs = client.get("/api/v1/jobs/?state=running&queue=q").json()["results"]
+    assert sum(j["gpus"] for j in jobs) == pytest.approx(2.3)
+    api = {q["queue"]: q for q in client.get("/api/v1/cluster-metrics/current/").json()["queues"]}["q"]
+    assert (api["used"], api["pending_demand"]) == (2.3, 0.75)
+
+    page = client.get("/cluster/")
+    assert {u.queue: u.used for u in page.context["queue_usage"]}["q"] == 2.3
+    assert '<td class="num">2.3</td>' in page.content.decode()
+
+    sample = QueueSample.objects.filter(queue__name="q").order_by("-time").first()
+    assert sample.used == pytest.approx(2.3) and sample.pending_demand == 0  # the cycle saw no pending job
+    rows = list(csv.DictReader(io.StringIO(client.get("/queues/data.json?format=csv").content.decode())))
+    assert [r["used"] for r in rows if r["queue"] == "q"] == ["2.3"]
+    data = client.get("/queues/data.json").json()
+    used_trace = next(t for t in data["figures"][f"q{sample.queue_id}"]["data"] if t["name"] == "used within quota")
+    assert used_trace["y"] == [2.3]
+
+    text = APIClient().get("/metrics").content.decode()
+    used = {s.labels["queue"]: s.value for f in text_string_to_metric_families(text)
+            if f.name == "gpuplatform_queue_allocated_gpus" for s in f.samples}
+    assert used["q"] == pytest.approx(2.3)
+    assert 'gpuplatform_queue_allocated_gpus{queue="q",team="alpha"} 2.3\n' in text
+
+
+def test_as_gpus_prints_whole_counts_as_integers_and_rounds_float_noise():
+    from gpuplatform.borrowing import borrowed
+    from gpuplatform.gpu_request import as_gpus, from_milli
+
+    assert as_gpus(105.0) == 105 and isinstance(as_gpus(105.0), int)
+    assert as_gpus(0.1 + 0.2) == 0.3 and str(as_gpus(103.49999999999)) == "103.5"
+    assert from_milli(103_500) == 103.5 and from_milli(None) == 0 and as_gpus(None) is None
+    assert str(borrowed(103.3, 100)) == "3.3" and borrowed(4, 8) == 0
