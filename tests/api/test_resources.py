@@ -349,6 +349,9 @@ def test_schema_and_docs(admin):
     assert any(p["name"] == "If-Match" for p in paths["/api/v1/quotas/{id}/"]["put"]["parameters"])
     docs = admin.get("/api/docs/")
     assert docs.status_code == 200 and b"swagger" in docs.content.lower() and b"cdn" not in docs.content.lower()
+    redoc = admin.get("/api/redoc/")  # offline too: ReDoc from our static files, no web fonts (new-user trial 3)
+    assert redoc.status_code == 200 and b"redoc" in redoc.content.lower()
+    assert b"https://" not in redoc.content and b"<title>" in redoc.content
 
 
 # --- Prometheus -------------------------------------------------------------------------------------
