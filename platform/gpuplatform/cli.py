@@ -103,7 +103,18 @@ def _job_line(j: dict) -> list:
     req = j.get("gpu_request") or ""
     if req and req != str(gpus):  # a share, memory or MIG request: the GPU-equivalents and what was asked
         gpus = f"{gpus} ({req})"
-    return [j["id"], j["name"], j["team"], j["queue"], j["state"], gpus, j["priority"], where[:60]]
+    return [j["id"], j["name"], j["team"], j["queue"], _state(j), gpus, j["priority"], where[:60]]
+
+
+def _state(j: dict) -> str:
+    """The job's state as a person reads it: a job stopping with grace (state "preempting") that will end rather
+    than wait in its queue again says so ("cancelling", "stopping"), from the API's `stop.target`."""
+    target = (j.get("stop") or {}).get("target") if j["state"] == "preempting" else None
+    if target == "cancelled":
+        return "cancelling"
+    if target in ("failed", "succeeded", "restart"):
+        return f"stopping ({target})"
+    return j["state"]
 
 
 JOB_HEADER = ["ID", "NAME", "TEAM", "QUEUE", "STATE", "GPUS", "PRIO", "NODES / POSITION REASON"]

@@ -305,3 +305,17 @@ def test_list_into_a_closed_pipe_exits_quietly(tmp_path):
     proc.stdout.close()  # what head does after its lines
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_job_stopping_toward_an_end_says_so_in_the_list(api, capsys):
+    """New-user trial 3 item 14: a cancelled job stopping with grace read "preempting"."""
+    base = {"team": "alpha", "queue": "alpha", "gpus": 1, "priority": 0, "nodes": ["n0"], "position": None,
+            "pending_reason": ""}
+    jobs = [{**base, "id": 1, "name": "c", "state": "preempting", "stop": {"target": "cancelled"}},
+            {**base, "id": 2, "name": "p", "state": "preempting", "stop": {"target": "requeue"}},
+            {**base, "id": 3, "name": "f", "state": "preempting", "stop": {"target": "failed"}},
+            {**base, "id": 4, "name": "r", "state": "running", "stop": None}]
+    api.answers = lambda method, path, params: {"count": 4, "next": None, "results": jobs}
+    assert cli.main([*API, "list"]) == 0
+    rows = {line.split()[0]: line.split()[4] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows == {"1": "cancelling", "2": "preempting", "3": "stopping", "4": "running"}
