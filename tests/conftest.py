@@ -56,3 +56,27 @@ def _fresh_rule_tables():
     clear()
     yield
     clear()
+
+
+@pytest.fixture
+def held_world(db, django_user_model):
+    """One 8-GPU node: a running 6-GPU job, then a pending 8-GPU job the cycle holds the 2 free GPUs for
+    (free 0, held 2). Returns a staff user. Used by the held-GPU tests of the API and of the topology map."""
+    from datetime import datetime, timedelta, timezone as tz
+
+    from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec
+    from gpuplatform import services
+    from gpuplatform.models import Queue
+    from gpuplatform.scheduling import store
+
+    clock = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
+    services.load_cluster_spec(ClusterSpec(name="one", nodes=(NodeSpec("n1", "H100", 8),),
+                                           queues=(QueueSpec("q", team="alpha", quotas={"H100": (0, 8, 8)}),)))
+    queue = Queue.objects.get(name="q")
+    services.submit_job(team=queue.team, queue=queue, name="r6", roles=[{"tasks": 1, "gpus_per_task": 6}],
+                        command=["sleep", "3600"], time_limit_seconds=600, submitted_at=clock)
+    store.run_cycle_once(clock=clock)
+    services.submit_job(team=queue.team, queue=queue, name="big", roles=[{"tasks": 1, "gpus_per_task": 8}],
+                        command=["sleep", "3600"], submitted_at=clock)
+    store.run_cycle_once(clock=clock + timedelta(seconds=10))
+    return django_user_model.objects.create_user("ops", password="pw", is_staff=True)

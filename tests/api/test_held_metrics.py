@@ -3,32 +3,10 @@ counted apart (held), never as allocated, in the stored sample, the cluster page
 /metrics; and the cluster page and the API answer show one snapshot."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone as tz
-
 import pytest
 from rest_framework.test import APIClient
 
 from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec
-
-CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
-
-
-@pytest.fixture
-def held_world(db, django_user_model):
-    from gpuplatform import services
-    from gpuplatform.models import Queue
-    from gpuplatform.scheduling import store
-
-    services.load_cluster_spec(ClusterSpec(name="one", nodes=(NodeSpec("n1", "H100", 8),),
-                                           queues=(QueueSpec("q", team="alpha", quotas={"H100": (0, 8, 8)}),)))
-    queue = Queue.objects.get(name="q")
-    services.submit_job(team=queue.team, queue=queue, name="r6", roles=[{"tasks": 1, "gpus_per_task": 6}],
-                        command=["sleep", "3600"], time_limit_seconds=600, submitted_at=CLOCK)
-    store.run_cycle_once(clock=CLOCK)
-    services.submit_job(team=queue.team, queue=queue, name="big", roles=[{"tasks": 1, "gpus_per_task": 8}],
-                        command=["sleep", "3600"], submitted_at=CLOCK)
-    store.run_cycle_once(clock=CLOCK + timedelta(seconds=10))
-    return django_user_model.objects.create_user("ops", password="pw", is_staff=True)
 
 
 def test_metrics_held_gpus_not_allocated(held_world):
