@@ -72,10 +72,10 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     # the tree and shape indexes: the cache's while the cluster is unchanged
     static = cache.static_for(snapshot) if cache is not None else ClusterStatic(snapshot)
     state = ClusterState(snapshot, static, cache=cache)
-    queues = QueueTree(snapshot, static)
+    facts = cache.scan(snapshot) if cache is not None else None  # what scans of every job and node would find
+    queues = QueueTree(snapshot, static, facts)
     pending = [j for j in snapshot.jobs if j.state == "pending"]
     memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
-    facts = cache.scan(snapshot) if cache is not None else None  # what scans of every job and node would find
     if config.fair_share and snapshot.queues:
         capacity = facts.schedulable if facts is not None and facts.schedulable is not None \
             else schedulable_gpus(snapshot.nodes)

@@ -42,6 +42,10 @@ class Facts(NamedTuple):
     moving: bool  # some job not pending has `reserved` (the new place of a job being moved)
     spares: bool  # spares.has_spares: some node is a ready hot spare
     schedulable: dict | None  # plugins.fairshare.schedulable_gpus(nodes) (a fresh dict); None: not known here
+    # (queue, node) -> GPUs of running jobs' tasks there (a fresh dict; plugins.quota.QueueTree charges them), and
+    # how many pending jobs hold GPUs (`reserved`); None: not known here (some job object listed twice)
+    running_gpus: dict | None = None
+    holding: int | None = None
 
 
 _flavor = attrgetter("flavor")
@@ -59,7 +63,8 @@ def _node_shares(n) -> bool:
 class JobCounts:
     """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
 
-    __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live", "pending_gpus", "moving")
+    __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live", "pending_gpus", "moving", "running_gpus",
+                 "holding")
 
     def __init__(self) -> None:
         self.live = 0
@@ -68,18 +73,31 @@ class JobCounts:
         self.sharing_jobs = 0
         self.short = 0
         self.preemptible_priorities: dict[int, int] = {}
+        self.running_gpus: dict[tuple[str, str], int] = {}  # (queue, node) -> GPUs of running jobs' tasks there
+        self.holding = 0  # pending jobs with `reserved` (GPUs held for them)
 
     def add(self, job, sign: int = 1) -> None:
         if any(r.shares for r in job.roles):
             self.sharing_jobs += sign
         if job.state == "pending":
             self.pending_gpus += sign * job.gpus_requested
+            if job.reserved:
+                self.holding += sign
             return
         self.live += sign
         if job.reserved:
             self.moving += sign
         if job.state != "running":
             return
+        per = self.running_gpus
+        for t in job.placement:
+            if t.gpus:
+                key = (job.queue, t.node)
+                left = per.get(key, 0) + sign * len(t.gpus)
+                if left:
+                    per[key] = left
+                else:
+                    del per[key]
         if job.placement and len(job.placement) < _tasks(job):
             self.short += sign
         if job.preemptible:
@@ -93,10 +111,11 @@ class JobCounts:
     def remove(self, job) -> None:
         self.add(job, -1)
 
-    def facts(self) -> tuple[bool, bool, int | None, int, bool]:
-        """(sharing, short, lowest_preemptible, live, moving) as in Facts."""
+    def facts(self) -> tuple:
+        """(sharing, short, lowest_preemptible, live, moving, running_gpus (a copy), holding) as in Facts."""
         per = self.preemptible_priorities
-        return self.sharing_jobs > 0, self.short > 0, min(per) if per else None, self.live, self.moving > 0
+        return (self.sharing_jobs > 0, self.short > 0, min(per) if per else None, self.live, self.moving > 0,
+                dict(self.running_gpus), self.holding)
 
 
 class FactTuple(tuple):
@@ -163,16 +182,16 @@ class SnapshotIndex:
                         prev[id(node)] = node
                         self._node(node, 1)
             self.node_ids, self.nodes = ids, nodes
-        sharing, short, lowest, live, moving = given if given is not None else self.counts.facts()
+        sharing, short, lowest, live, moving, running, holding = given if given is not None else self.counts.facts()
         if given is None and len(self.job_ids) != len(jobs):
-            live = None  # some job object listed twice: counted once here
+            live = running = holding = None  # some job object listed twice: counted once here
         schedulable = None
         if not self.unschedulable and len(self.node_ids) == len(nodes):  # every node, each once: flavors in node order
             healthy = self.healthy
             schedulable = {f: healthy[f] for f in dict.fromkeys(map(_flavor, nodes))}
         self.jobs = jobs
         self.last = Facts(sharing or self.sharing_nodes > 0, short, lowest, live, moving, self.spare_ready > 0,
-                          schedulable)
+                          schedulable, running, holding)
         return self.last
 
     def _node(self, n, sign: int) -> None:

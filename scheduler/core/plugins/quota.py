@@ -26,8 +26,11 @@ INF = math.inf
 
 
 class QueueTree:
-    def __init__(self, snapshot: Snapshot, static=None):
-        """static: the snapshot's domain_tree.ClusterStatic, when the caller has it (saves two node scans)."""
+    def __init__(self, snapshot: Snapshot, static=None, facts=None):
+        """static: the snapshot's domain_tree.ClusterStatic, when the caller has it (saves two node scans).
+        facts: the snapshot's jobindex.Facts, when the caller has them (EngineCache.scan): the running jobs' GPUs
+        per (queue, node) and the count of holding jobs then come from them instead of a pass over every job
+        (the same charges: integer sums per (queue, flavor))."""
         self.queues: dict[str, QueueInfo] = {q.name: q for q in snapshot.queues}
         self.open_world = not self.queues  # no queues defined: every job's queue is accepted, no caps
         self.usage: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -54,17 +57,27 @@ class QueueTree:
         totals: dict[tuple[str, str], int] = {}
         holders = []  # pending jobs holding GPUs (charged below)
         open_world, names, flavor_of = self.open_world, self.queues, node_flavor.get
-        for job in snapshot.jobs:  # one pass: the jobs' state, queue and placement only
-            state = job.state
-            if state == "running":
-                if open_world or job.queue in names:
-                    for t in job.placement:
-                        if t.gpus:
-                            key = (job.queue, flavor_of(t.node, ""))
-                            totals[key] = totals.get(key, 0) + len(t.gpus)
-            elif state == "pending" and job.reserved and (open_world or job.queue in names):
-                holders.append(job)
-            # else being evicted: its GPUs are promised to the holder
+        running = facts.running_gpus if facts is not None and facts.holding is not None else None
+        if running is not None:  # kept per change by the caller's index: no pass over the jobs
+            for (queue, node), gpus in running.items():
+                if open_world or queue in names:
+                    key = (queue, flavor_of(node, ""))
+                    totals[key] = totals.get(key, 0) + gpus
+            if facts.holding:
+                holders = [j for j in snapshot.jobs if j.state == "pending" and j.reserved
+                           and (open_world or j.queue in names)]
+        else:
+            for job in snapshot.jobs:  # one pass: the jobs' state, queue and placement only
+                state = job.state
+                if state == "running":
+                    if open_world or job.queue in names:
+                        for t in job.placement:
+                            if t.gpus:
+                                key = (job.queue, flavor_of(t.node, ""))
+                                totals[key] = totals.get(key, 0) + len(t.gpus)
+                elif state == "pending" and job.reserved and (open_world or job.queue in names):
+                    holders.append(job)
+                # else being evicted: its GPUs are promised to the holder
         for (queue, flavor), gpus in totals.items():
             self.charge(queue, flavor, gpus)
         for queue, resource, amount in snapshot.share_usage:  # running fractions and MIG instances (sharing.py)
