@@ -144,6 +144,17 @@ def _processes_with(marker: str) -> list[int]:
     return pids
 
 
+def cancel_and_expect_no_process(backend, job, marker: str) -> None:
+    """Cancel the job, wait until it reads cancelled, then up to 15 s for every process named with `marker`
+    to be gone; none may be left."""
+    services.cancel_job(job)
+    drive(backend, lambda: state(job) == "cancelled", timeout=90, what="cancelled")
+    end = time.monotonic() + 15
+    while _processes_with(marker) and time.monotonic() < end:
+        time.sleep(0.3)
+    assert _processes_with(marker) == []
+
+
 def test_cancel_leaves_no_process_behind(backend):
     marker = f"gpp-marker-{os.getpid()}-{time.monotonic_ns()}"
     # a task that ignores SIGTERM and leaves a grandchild: only the KILL at the deadline ends it
@@ -151,12 +162,7 @@ def test_cancel_leaves_no_process_behind(backend):
                  tasks=1)
     bind(job, ("gpn1", (0,)))
     drive(backend, lambda: state(job) == "running" and len(_processes_with(marker)) >= 2, what="it runs")
-    services.cancel_job(job)
-    drive(backend, lambda: state(job) == "cancelled", timeout=90, what="cancelled")
-    end = time.monotonic() + 15
-    while _processes_with(marker) and time.monotonic() < end:
-        time.sleep(0.3)
-    assert _processes_with(marker) == []
+    cancel_and_expect_no_process(backend, job, marker)
 
 
 def test_a_time_limit_ends_as_time_limit(backend):
@@ -275,10 +281,5 @@ def test_a_gang_whose_roles_differ_runs_as_one_heterogeneous_job_and_cancel_leav
     assert {w["node_rank"] for w in (w0, w1)} == {"1"} and {w["lws"] for w in (w0, w1)} == {"2"}
     assert {x["world"] for x in lines} == {"3"} and len({x["master"] for x in lines}) == 1
     assert {w0["cuda"], w1["cuda"]} == {"0", "1"}  # each worker its own GPU of gpn1's two
-    services.cancel_job(job)
-    drive(backend, lambda: state(job) == "cancelled", timeout=90, what="cancelled")
-    end = time.monotonic() + 15
-    while _processes_with(marker) and time.monotonic() < end:
-        time.sleep(0.3)
-    assert _processes_with(marker) == []
+    cancel_and_expect_no_process(backend, job, marker)
     assert {c.state for c in {j.job_id: j for j in backend.cli.jobs()}[job.slurm_job_id].components} == {"CANCELLED"}
