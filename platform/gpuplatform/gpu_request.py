@@ -75,11 +75,9 @@ def gpu_request(roles) -> str:
     '2x20000MiB' (GPU memory on one shared GPU), '2x1g.18gb' (MIG instances)."""
     parts = []
     for r in roles:
-        if getattr(r, "gpu_milli", 0):
-            parts.append(f"{r.tasks}x{r.gpu_milli / 1000:g}")
-        elif getattr(r, "gpu_memory_mib", 0):
-            parts.append(f"{r.tasks}x{r.gpu_memory_mib}MiB")
-        elif getattr(r, "mig_profile", ""):
+        if getattr(r, "gpu_milli", 0) or getattr(r, "gpu_memory_mib", 0):  # a share of one GPU per task
+            parts.append(f"{r.tasks}x{role_per_task(r)}")
+        elif getattr(r, "mig_profile", ""):  # instances in all, not per task
             parts.append(f"{r.tasks * r.gpus_per_task}x{r.mig_profile}")
         else:
             parts.append(str(r.tasks * r.gpus_per_task))
