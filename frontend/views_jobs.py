@@ -16,7 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from gpuplatform import access, dashboard_queries, queries, services
 from gpuplatform.federation.manager import is_manager, submit_as
 from gpuplatform.inputs import renders_form_errors
-from gpuplatform.models import Domain, Team
+from gpuplatform.models import Domain, Job, Team
 
 from .forms import JobForm, RoleFormSet, apply_service_errors
 
@@ -66,13 +66,37 @@ def job_new(request):
                 _shape_warning(request, job, [f.role() for f in roles.forms], data)
                 return redirect("frontend:job-detail", pk=job.pk)
     else:
-        team = kwargs["teams"][0] if len(kwargs["teams"]) == 1 else ""
-        queue = next((q for q, t in kwargs["queues"] if t == team), "")
+        team, queue = _initial_team_queue(request, kwargs)
         form = JobForm(initial={"team": team, "queue": queue}, **kwargs)
         roles = RoleFormSet(prefix="roles", form_kwargs={"flavors": flavors, "tiers": kwargs.get("tiers", ())})
     return render(request, "frontend/job_form.html", {
         "form": form, "roles": roles, "queue_teams": dict(kwargs["queues"]),
     })  # an invalid form comes back with 200, like Django's FormView (a 400 page is a console error)
+
+
+def _initial_team_queue(request, kwargs: dict) -> tuple[str, str]:
+    """The team and queue the empty form starts with: `?team=` / `?queue=` when the user may submit there,
+    else the only team, else the team and queue of the user's last submitted job (a user in several teams
+    mostly submits where they did last); the queue defaults to the team's first open leaf queue."""
+    teams, queues = kwargs["teams"], kwargs["queues"]
+    team, queue = request.GET.get("team", ""), request.GET.get("queue", "")
+    if team not in teams:
+        team = ""
+    if (queue, team or dict(queues).get(queue)) not in queues:
+        queue = ""
+    if not team and queue:
+        team = dict(queues)[queue]
+    if not team:
+        if len(teams) == 1:
+            team = teams[0]
+        else:
+            last = (Job.objects.filter(submitter=request.user, team__name__in=teams)
+                    .order_by("-id").values_list("team__name", "queue__name").first())
+            if last:
+                team, queue = last[0], (last[1] if (last[1], last[0]) in queues else "")
+    if not queue:
+        queue = next((q for q, t in queues if t == team), "")
+    return team, queue
 
 
 def _member_flavors() -> list[str]:

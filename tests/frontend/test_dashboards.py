@@ -407,3 +407,31 @@ def test_wait_boxes_carry_plotly_quartiles_not_every_wait():
     assert "y" not in box and len(json.dumps(figs)) < 5_000
     one = wait_figures([{"wait_seconds": 7200, "gpus": 8, "team": "blue"}])["by_team"]["data"][0]
     assert one["q1"] == one["median"] == one["q3"] == one["lowerfence"] == [2.0]
+
+
+def _initial(response, field: str) -> str:
+    """The value the job form's <select name=field> starts with ("" when no option is selected)."""
+    import re
+    select = re.search(rf'<select name="{field}".*?</select>', response.content.decode(), re.S).group(0)
+    chosen = re.search(r'<option value="([^"]*)"[^>]*selected', select)
+    return chosen.group(1) if chosen else ""
+
+
+def test_job_form_preselects_the_team_of_the_last_job_for_a_user_in_two_teams(client, world):
+    """A user in two teams gets no team preselected until they have submitted; then the form starts on the
+    team and queue of their last job; `?team=` / `?queue=` choose it explicitly, and one the user may not
+    submit to is ignored."""
+    Membership.objects.create(user=world["alice"], team=world["blue"])
+    client.force_login(world["alice"])
+    page = client.get("/jobs/new/")
+    assert (_initial(page, "team"), _initial(page, "queue")) == ("", "")
+    assert client.post("/jobs/new/", roles_post(team="blue", queue="blue")).status_code == 302
+    page = client.get("/jobs/new/")
+    assert (_initial(page, "team"), _initial(page, "queue")) == ("blue", "blue")
+    page = client.get("/jobs/new/?team=red")
+    assert (_initial(page, "team"), _initial(page, "queue")) == ("red", "red")
+    page = client.get("/jobs/new/?queue=red")
+    assert (_initial(page, "team"), _initial(page, "queue")) == ("red", "red")
+    Membership.objects.filter(user=world["alice"], team=world["blue"]).delete()
+    page = client.get("/jobs/new/?team=blue&queue=blue")  # no longer a member: ignored, the only team
+    assert (_initial(page, "team"), _initial(page, "queue")) == ("red", "red")
