@@ -133,6 +133,14 @@ def _box(name: str, hours: list[float], color: str) -> dict:
             "marker": {"color": color}, "hoverinfo": "y+name"}
 
 
+def job_size(row: Mapping) -> str:
+    """The size bucket of a wait_times row: its GPU-equivalents' bucket ("<1" for a share of one GPU), and
+    "<1" for a job asking only GPU-memory shares (its GPU-equivalents are 0 until bound)."""
+    if not row["gpus"] and row.get("memory_share"):
+        return "<1"
+    return size_bucket(row["gpus"])
+
+
 def wait_figures(rows: Sequence[Mapping], *, max_teams: int = 20) -> dict:
     """Wait-time distributions (hours, box plots of precomputed quartiles, whiskers at min / max):
     'by_size' (the replay report's job size buckets, scheduler.sim.report.SIZE_BUCKETS: "0" = CPU-only
@@ -140,7 +148,7 @@ def wait_figures(rows: Sequence[Mapping], *, max_teams: int = 20) -> dict:
     by_size, by_team = defaultdict(list), defaultdict(list)
     for r in rows:
         hours = round(r["wait_seconds"] / 3600, 4)
-        by_size[size_bucket(r["gpus"])].append(hours)
+        by_size[job_size(r)].append(hours)
         by_team[r["team"]].append(hours)
     labels = [label for label, _, _ in SIZE_BUCKETS if label in by_size]
     size_data = [_box(f"{b} ({len(by_size[b])})", by_size[b], PALETTE[i % len(PALETTE)]) for i, b in enumerate(labels)]
@@ -161,7 +169,7 @@ def wait_summary(rows: Sequence[Mapping]) -> list[dict]:
     """p50 / p90 / p99 wait (seconds) and job count per size bucket, for the table and the CSV."""
     by_size = defaultdict(list)
     for r in rows:
-        by_size[size_bucket(r["gpus"])].append(r["wait_seconds"])
+        by_size[job_size(r)].append(r["wait_seconds"])
 
     def pct(vals, p):
         vals = sorted(vals)

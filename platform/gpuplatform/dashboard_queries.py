@@ -12,7 +12,7 @@ from django.db.models import F, Sum
 from django.db.models.functions import Coalesce
 
 from . import queries
-from .gpu_request import as_gpus
+from .gpu_request import as_gpus, from_milli
 from .models import Allocation, ClusterSample, Gpu, Job, JobRole, Node, Queue, QueueSample, Team
 from .trees import Tree
 
@@ -173,13 +173,18 @@ def fragmentation_series(limit: int = 2000) -> list[dict]:
 # --- queueing ---------------------------------------------------------------------------------------
 
 def wait_times(limit: int = 5000) -> list[dict]:
-    """The latest `limit` started jobs: gpus, team, wait seconds (started - submitted). Warm-start jobs
+    """The latest `limit` started jobs: gpus (GPU-equivalents asked for: whole GPUs and MIG instances one
+    each, fractions as their share, queries.role_gpu_milli), memory_share (the job has a GPU-memory role,
+    whose share is not counted in gpus), team, wait seconds (started - submitted). Warm-start jobs
     (Job.warm_start: a replay's jobs already running at its start) are left out: their wait never happened."""
     jobs = list(Job.objects.filter(started_at__isnull=False, warm_start=False).order_by("-started_at")
                 .values("id", "submitted_at", "started_at", team_name=F("team__name"))[:limit])
-    gpus = dict(JobRole.objects.filter(job_id__in=[j["id"] for j in jobs]).values("job_id")
-                .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).order_by().values_list("job_id", "n"))
-    return [{"team": j["team_name"], "gpus": gpus.get(j["id"]) or 0,
+    ids = [j["id"] for j in jobs]
+    milli = dict(JobRole.objects.filter(job_id__in=ids).values("job_id")
+                 .annotate(n=Sum(queries.role_gpu_milli())).order_by().values_list("job_id", "n"))
+    memory = set(JobRole.objects.filter(job_id__in=ids, gpu_memory_mib__gt=0, gpu_milli=0)
+                 .values_list("job_id", flat=True))
+    return [{"team": j["team_name"], "gpus": from_milli(milli.get(j["id"])), "memory_share": j["id"] in memory,
              "wait_seconds": max(0.0, (j["started_at"] - j["submitted_at"]).total_seconds())} for j in jobs]
 
 

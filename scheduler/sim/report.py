@@ -10,15 +10,22 @@ from dataclasses import asdict, dataclass, field
 
 from clusterspec.spec import ClusterSpec
 
-# Job size buckets by requested GPUs: (label, lowest, highest) inclusive.
-SIZE_BUCKETS: tuple[tuple[str, int, float], ...] = (
-    ("0", 0, 0), ("1", 1, 1), ("2-4", 2, 4), ("5-8", 5, 8), ("9-32", 9, 32), ("33-128", 33, 128),
-    (">128", 129, math.inf),
+# Job size buckets by requested GPUs (GPU-equivalents): (label, lowest, highest) inclusive. "<1" holds jobs
+# that ask for a share of one GPU (a fraction or a GPU-memory share: the platform's wait times; the replay's
+# jobs ask for whole GPUs).
+SIZE_BUCKETS: tuple[tuple[str, float, float], ...] = (
+    ("0", 0, 0), ("<1", 0.001, 0.999), ("1", 1, 1), ("2-4", 2, 4), ("5-8", 5, 8), ("9-32", 9, 32),
+    ("33-128", 33, 128), (">128", 129, math.inf),
 )
 
 
-def size_bucket(gpus: int) -> str:
-    """The label of the size bucket holding a job of `gpus` GPUs ("0" = CPU-only jobs)."""
+def size_bucket(gpus: int | float) -> str:
+    """The label of the size bucket holding a job of `gpus` GPU-equivalents ("0" = CPU-only jobs, "<1" =
+    a share of one GPU); a fractional size above 1 counts as the whole GPUs it spans (1.5 -> "2-4").
+    Raises ValueError for a negative size."""
+    if 0 < gpus < 1:
+        return "<1"
+    gpus = math.ceil(gpus)
     for label, lo, hi in SIZE_BUCKETS:
         if lo <= gpus <= hi:
             return label

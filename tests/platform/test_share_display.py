@@ -95,3 +95,23 @@ def test_forecast_api_takes_the_submission_role_and_job_fields(api):  # noqa: F8
     assert r.status_code == 400 and "must be preemptible" in str(r.json()["changes[0].interruptible"]), r.content
     r = ask(gpu_fraction=0.5, mig_profile="1g.18gb")
     assert r.status_code == 400 and "changes[0].mig_profile" in r.json(), r.content
+
+
+def test_queueing_page_buckets_shares_by_gpu_equivalents(api, boss):  # noqa: F811
+    """The queueing page's wait-time size buckets count a share as a share (new-user report 3): 0.5 GPU is
+    "<1", 3 x 0.5 = 1.5 GPU-equivalents spans 2 GPUs ("2-4"), one whole GPU is "1"; the rows carry the
+    GPU-equivalents."""
+    from gpuplatform.models import Job
+    from gpuplatform.scheduling import store
+
+    for name, role in (("half", {"gpu_fraction": 0.5}), ("threehalves", {"tasks": 3, "gpu_fraction": 0.5}),
+                       ("one", {"gpus_per_task": 1})):
+        assert submit(api, name, role).status_code == 201
+    store.run_cycle_once(clock=CLOCK)
+    assert not Job.objects.filter(state="pending").values_list("name", "pending_reason")
+    data = boss.get("/queueing/data.json").json()
+    csv = boss.get("/queueing/data.json?format=csv").content.decode().splitlines()
+    gpus = csv[0].split(",").index("gpus")
+    assert sorted(float(line.split(",")[gpus]) for line in csv[1:]) == [0.5, 1, 1.5]
+    assert {s["size"]: s["jobs"] for s in data["summary"]} == {"<1": 1, "1": 1, "2-4": 1}
+    assert "<1 (1)" in str(data["figures"]["by_size"]["data"])

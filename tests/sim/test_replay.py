@@ -208,6 +208,9 @@ def test_empty_trace():
 def test_helpers():
     assert [size_bucket(g) for g in (0, 1, 2, 4, 5, 8, 9, 32, 33, 128, 129)] == [
         "0", "1", "2-4", "2-4", "5-8", "5-8", "9-32", "9-32", "33-128", "33-128", ">128"]
+    assert [size_bucket(g) for g in (0.001, 0.5, 0.999, 1.5, 4.25, 8.001)] == ["<1", "<1", "<1", "2-4", "5-8", "9-32"]
+    with pytest.raises(ValueError):
+        size_bucket(-1)
     assert percentile([], 50) is None and percentile([1.0, 3.0], 50) == 2.0
 
 
