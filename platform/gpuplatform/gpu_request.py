@@ -2,7 +2,7 @@
 
     gpu_equivalents(roles, bound_milli=0) -> int | float   GPU-equivalents (3 x 0.5 = 1.5)
     job_gpus(job) -> int | float                            the same for a saved job (memory shares once bound)
-    gpu_request(roles) -> str                               '1+2x0.25': per role, joined with '+'
+    gpu_request(roles) -> str                               '1+2x0.25': per role, joined with '+' ('64 roles of 8' for a run)
     role_per_task(role) -> str                              one task's request: '2', '0.25', '40000MiB', '1x1g.18gb'
     as_gpus(value) -> int | float                           a GPU count for display: 105, 103.5 (never 103.49999)
     from_milli(milli) -> int | float                        thousandths of a GPU-equivalent (SQL sums) as GPUs
@@ -72,7 +72,9 @@ def role_per_task(r) -> str:
 
 def gpu_request(roles) -> str:
     """What the job asks for per role, joined with '+': '4' (whole GPUs), '3x0.5' (fractions of one GPU),
-    '2x20000MiB' (GPU memory on one shared GPU), '2x1g.18gb' (MIG instances)."""
+    '2x20000MiB' (GPU memory on one shared GPU), '2x1g.18gb' (MIG instances). A run of three or more
+    consecutive roles asking the same is written once with its count: 64 roles of one 8-GPU task each read
+    '64 roles of 8', not 64 terms."""
     parts = []
     for r in roles:
         if getattr(r, "gpu_milli", 0) or getattr(r, "gpu_memory_mib", 0):  # a share of one GPU per task
@@ -81,4 +83,10 @@ def gpu_request(roles) -> str:
             parts.append(f"{r.tasks * r.gpus_per_task}x{r.mig_profile}")
         else:
             parts.append(str(r.tasks * r.gpus_per_task))
-    return "+".join(parts)
+    runs: list[list] = []
+    for part in parts:
+        if runs and runs[-1][0] == part:
+            runs[-1][1] += 1
+        else:
+            runs.append([part, 1])
+    return "+".join(f"{n} roles of {part}" if n >= 3 else "+".join([part] * n) for part, n in runs)

@@ -90,3 +90,17 @@ def test_as_gpus_prints_whole_counts_as_integers_and_rounds_float_noise():
     assert as_gpus(0.1 + 0.2) == 0.3 and str(as_gpus(103.49999999999)) == "103.5"
     assert from_milli(103_500) == 103.5 and from_milli(None) == 0 and as_gpus(None) is None
     assert str(borrowed(103.3, 100)) == "3.3" and borrowed(4, 8) == 0
+
+
+def test_gpu_request_writes_a_run_of_equal_roles_once():
+    """New-user report 3: a 64-role job's GPU string listed 64 terms. A run of three or more equal roles
+    is written once with its count; shorter runs and different roles keep one term each."""
+    from types import SimpleNamespace as R
+
+    from gpuplatform.gpu_request import gpu_request
+
+    whole = R(tasks=1, gpus_per_task=8, gpu_milli=0, gpu_memory_mib=0, mig_profile="")
+    half = R(tasks=2, gpus_per_task=1, gpu_milli=500, gpu_memory_mib=0, mig_profile="")
+    assert gpu_request([whole] * 64) == "64 roles of 8"
+    assert gpu_request([whole, whole]) == "8+8"
+    assert gpu_request([half] + [whole] * 3 + [half]) == "2x0.5+3 roles of 8+2x0.5"
