@@ -95,7 +95,7 @@ class JobForm(forms.Form):
     team = forms.ChoiceField()
     queue = forms.ChoiceField(help_text="a leaf queue of the team")
     priority = _number(initial=0, min_value=-rules.MAX_PRIORITY, max_value=rules.MAX_PRIORITY,
-                       help_text="higher runs first inside the queue; may preempt lower ones")
+                       help_text="higher runs first inside the queue; may preempt lower ones; above 0 only for team admins")
     preemptible = forms.BooleanField(required=False, initial=True,
                                      help_text="may be evicted (after a grace period) for higher-priority work")
     interruptible = forms.BooleanField(required=False, initial=False,

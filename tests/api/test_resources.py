@@ -234,7 +234,9 @@ def test_job_submit_position_list_detail(client_for):
     j = first.json()
     assert (j["team"], j["queue"], j["submitter"], j["state"], j["gpus"], j["position"]) == \
         ("alpha", "alpha", "mike", "pending", 16, None)  # no cycle has placed it in the order yet
-    urgent = member.post("/api/v1/jobs/", job_body("urgent", priority=10), format="json").json()
+    refused = member.post("/api/v1/jobs/", job_body("urgent", priority=10), format="json")
+    assert refused.status_code == 400 and "team admin" in refused.json()["priority"][0]  # a member: 0 or lower
+    urgent = client_for("team_admin").post("/api/v1/jobs/", job_body("urgent", priority=10), format="json").json()
     Node.objects.update(state="cordoned")  # nothing starts: the cycle only orders the pending jobs
     store.run_cycle_once()
     assert member.get(f"/api/v1/jobs/{urgent['id']}/").json()["position"] == 1

@@ -22,6 +22,21 @@ __all__ = ["submit_job", "cancel_job", "finish_job", "set_job_priority"]
 
 
 @transaction.atomic
+def check_submit_priority(submitter, team: Team, priority) -> None:
+    """A priority above 0 is a team admin's (or a platform admin's) to give, at submission as when changed
+    later (api.permissions.JobPermission): a plain member submits at 0 or below, so resubmitting at a high
+    priority cannot preempt a teammate's running gang that the member could not reprioritize. Jobs without a
+    submitter (a replayed trace, the services' own callers) are not checked. Raises ValidationError naming
+    "priority"."""
+    from ..access import can_manage_team
+
+    if submitter is None or not isinstance(priority, int) or priority <= 0:
+        return
+    if not can_manage_team(submitter, team.pk):
+        raise ValidationError({"priority": f"a priority above 0 is given by a team admin of {team.name}; "
+                                           f"members submit at priority 0 or lower (got {priority})"})
+
+
 def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int = 0, preemptible: bool = True,
                topology_mode: str = "none", highest_tier: int | None = None, preferred_tier: int | None = None,
                time_limit_seconds: int | None = None, duration_seconds: float | None = None, submitter=None,
@@ -60,6 +75,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     """
     check_migration(migratable, min_run_before_move_seconds, checkpoint_grace_seconds)
     check_interruptible(interruptible, preemptible)
+    check_submit_priority(submitter, team, priority)
     queue = resolve_queue(queue, "queue")
     if queue is None:
         raise ValidationError({"queue": "queue is required"})
