@@ -36,36 +36,49 @@ _NONE: frozenset = frozenset()
 _PLAIN = [("off", _NONE)]
 
 
-def _node_fit_first(state: ClusterState, tier: int, domains, flavor: str, need: int, lead: list):
-    """Reorder `domains` (the tier's domains in best-fit order, candidate_domains) for a one-node task of
-    `need` GPUs of `flavor`: first the domain holding the node with the fewest free GPUs >= need (among the
-    domains with such a node, the first in candidate_domains' order), then the others in their order. From
-    the exact-fit index (ClusterState.exact_fit_domains: no node scan, no walk over the domains). Sets
-    lead[:] = [domain, its node's free GPUs] while that domain is tried."""
+def _lead_domain(state: ClusterState, tier: int, flavor: str, need: int) -> tuple[int, int] | None:
+    """For a one-node task of `need` GPUs of `flavor`: (the domain of `tier` holding the node with the fewest
+    free GPUs >= need, among the domains with such a node the first in candidate_domains' order; that node's
+    free GPUs), or None when no node of a tier domain has need free GPUs. From the exact-fit index
+    (ClusterState.exact_fit_domains: no node scan, no walk over the domains)."""
     by_free = state.exact_fit_domains(tier, flavor)
     for fit in range(need, len(by_free)):
         hits = by_free[fit]
         if hits:
             break
     else:
+        return None
+    if len(hits) == 1:
+        for first in hits:
+            return first, fit
+    # the first of candidate_domains' order: least free, then the fullest parent, the fewest nodes, the name
+    tree, dom_free, parents, sizes, names = state.tree, state.dom_free, state.tree.parent, state.tree.nodes_under, \
+        state.tree.names
+
+    def rank(d: int) -> tuple:
+        parent = parents[d]
+        return (dom_free[parent].get(flavor, 0) if parent >= 0 else 0, len(sizes[d]), names[d])
+
+    if len(hits) <= 8:
+        first = min(hits, key=lambda d: (dom_free[d].get(flavor, 0), rank(d)))
+    else:  # many: the least-free buckets first, usually the first holds one
+        first = next(min((d for d in members if d in hits), key=rank, default=None)
+                     for _, members in state.domains_with_free(tier, flavor, need)
+                     if not members.isdisjoint(hits))
+    return first, fit
+
+
+def _node_fit_first(state: ClusterState, tier: int, domains, flavor: str, need: int, lead: list):
+    """Reorder `domains` (the tier's domains in best-fit order, candidate_domains) for a one-node task of
+    `need` GPUs of `flavor`: first the domain holding the node with the fewest free GPUs >= need (among the
+    domains with such a node, the first in candidate_domains' order: _lead_domain), then the others in their
+    order. Sets lead[:] = [domain, its node's free GPUs] while that domain is tried."""
+    found = _lead_domain(state, tier, flavor, need)
+    if found is None:
         yield from domains
         return
-    if len(hits) == 1:
-        (first,) = hits
-    else:  # the first of candidate_domains' order: least free, then the fullest parent, the fewest nodes, the name
-        tree, dom_free = state.tree, state.dom_free
-
-        def rank(d: int) -> tuple:
-            parent = tree.parent[d]
-            return (dom_free[parent].get(flavor, 0) if parent >= 0 else 0, len(tree.nodes_under[d]), tree.names[d])
-
-        if len(hits) <= 8:
-            first = min(hits, key=lambda d: (dom_free[d].get(flavor, 0), rank(d)))
-        else:  # many: the least-free buckets first, usually the first holds one
-            first = next(min((d for d in members if d in hits), key=rank, default=None)
-                         for _, members in state.domains_with_free(tier, flavor, need)
-                         if not members.isdisjoint(hits))
-    lead[:] = [first, fit]
+    first = found[0]
+    lead[:] = found
     yield first
     lead.clear()  # the lead domain has been tried: the others keep their own node order
     for d in domains:
@@ -146,7 +159,7 @@ class Session:
     """One cycle's context for the actions (module docstring). Built once per cycle by run_cycle."""
 
     __slots__ = ("state", "queues", "config", "snapshot", "tree", "now", "capacity", "holds", "nominated", "_levels",
-                 "_numa_known", "sharing")
+                 "_numa_known", "sharing", "_by_name")
 
     def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig, snapshot: Snapshot, *,
                  cache: EngineCache | None = None):
@@ -162,6 +175,7 @@ class Session:
         # GPU shares in this cycle (sharing._Walk: place(job), complete(job, binding) for a mixed job's whole-GPU
         # part, `mixed` ids): the allocate walk places sharing jobs through it; None: no sharing in this cycle
         self.sharing = None
+        self._by_name: dict[tuple[int, str], list[int]] = {}  # (leaf domain, flavor) -> its nodes by (name, index)
 
     def nominate(self, job: JobInfo, tasks: tuple[TaskPlacement, ...], *, all_gpus: bool = False) -> None:
         """Hold the tasks' GPUs for the job from now on, and after this cycle (a Nomination), charged to
@@ -236,6 +250,14 @@ class Session:
         of this (the common case) makes one pass."""
         state, tree, capacity, topology = self.state, self.tree, self.capacity, self.config.topology
         levels = [tree.tiers[within]] if within is not None else self._tier_levels(job, cap)
+        roles = job.roles
+        if within is None and len(roles) == 1 and levels and topology and self.config.binpack:
+            role = roles[0]  # one task of one role on the plain pass: its first try without a node order
+            if role.tasks == 1 and role.gpus_per_task and role.min_available > 0 \
+                    and self._passes(job, (flavor,)) is _PLAIN:
+                placed = self._one_task(job, role, flavor, levels[0])
+                if placed is not None:
+                    return placed
         extra = (room - need) if room != INF else INF
         packing_failure: tuple[int, RoleInfo, str] | None = None  # the first failed domain, its role, the pass
         gpu_roles = sorted((r for r in job.roles if r.gpus_per_task and r.effective_min),
@@ -310,6 +332,46 @@ class Session:
         return PendingReason(
             "no_domain", f"no tier-{cap} domain has {need} free {flavor} GPUs (most: "
             f"{state.domain_free(best, flavor)} in {tree.names[best]})")
+
+    def _one_task(self, job: JobInfo, role: RoleInfo, flavor: str, tier: int) -> Binding | None:
+        """search's first try for a job of one role of one task (the plain pass, binpack, topology on), made
+        without the domain's node order: the lead domain (_lead_domain) at the job's first tier and in it the
+        node search would try first, when that domain is a leaf (nodes only). There node_order puts first the
+        node of least free GPUs >= the task's, the least name among equals, which is a node with exactly the
+        lead's free count (no tier domain has a node with fewer that still holds the task), and
+        _exact_fit_first keeps it there; the domain passes search's checks (it has a node holding the task,
+        so its free GPUs, domain_fits and pack_slots allow it). When that node holds the task (CPU and memory
+        too: first fit takes it), the task goes there, GPUs by pick_gpus, as pack_gang would place it; the
+        job has no tasks above its minimum, so add_tasks adds none. None, with the state unchanged, when any
+        of this does not hold: search then runs in full and reaches the same answer its own way."""
+        state = self.state
+        gpus = role.gpus_per_task
+        found = _lead_domain(state, tier, flavor, gpus)
+        if found is None:
+            return None
+        d, fit = found
+        tree = self.tree
+        if tree.children[d]:
+            return None
+        free = state.free
+        by_name = self._by_name.get((d, flavor))
+        if by_name is None:
+            names = state.static.node_names
+            by_name = self._by_name[(d, flavor)] = sorted(state.static.direct_by_flavor[d].get(flavor, ()),
+                                                          key=lambda k: (names[k], k))
+        for k in by_name:
+            if len(free[k]) == fit:
+                break
+        else:
+            return None
+        cpu, mem = role.cpu_milli, role.memory_mib
+        if not state.fits(k, gpus, cpu, mem):
+            return None
+        picked = state.pick_gpus(k, gpus)
+        state.take(k, picked, cpu, mem)
+        return Binding(job_id=job.id, tasks=(TaskPlacement(role=role.name, index=0, node=state.nodes[k].name,
+                                                           gpus=picked),),
+                       domain=tree.names[d], tier=tree.tiers[d])
 
     def _off_text(self, flavor: str) -> str:
         """For a whole-GPU gang short of free GPUs: the GPUs of `flavor` on schedulable nodes in mode shared or
