@@ -18,6 +18,8 @@ none keeps a reference to another action's internals. Units: GPUs, seconds of th
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from .cache import EngineCache
 from .plugins.feasibility import Capacity
 from .plugins.gang import PackFailure, pack_gang
@@ -60,12 +62,20 @@ def _lead_domain(state: ClusterState, tier: int, flavor: str, need: int) -> tupl
         return (dom_free[parent].get(flavor, 0) if parent >= 0 else 0, len(sizes[d]), names[d])
 
     if len(hits) <= 8:
-        first = min(hits, key=lambda d: (dom_free[d].get(flavor, 0), rank(d)))
-    else:  # many: the least-free buckets first, usually the first holds one
-        first = next(min((d for d in members if d in hits), key=rank, default=None)
-                     for _, members in state.domains_with_free(tier, flavor, need)
-                     if not members.isdisjoint(hits))
-    return first, fit
+        return min(hits, key=lambda d: (dom_free[d].get(flavor, 0), rank(d))), fit
+    # many: the buckets of domains by free GPUs (state.domains_with_free), least free first; the first that
+    # holds a hit holds the least-free ones, and among them rank decides
+    key = (tier, flavor)
+    keys, buckets = state.bucket_keys[key], state.buckets[key]
+    for i in range(bisect_left(keys, need), len(keys)):
+        members = buckets.get(keys[i])
+        if members and not members.isdisjoint(hits):
+            both = members & hits
+            if len(both) == 1:
+                for first in both:
+                    return first, fit
+            return min(both, key=rank), fit
+    return None  # not reached: a hit has a node of >= need free GPUs, so its domain is in a bucket >= need
 
 
 def _node_fit_first(state: ClusterState, tier: int, domains, flavor: str, need: int, lead: list):
@@ -159,7 +169,7 @@ class Session:
     """One cycle's context for the actions (module docstring). Built once per cycle by run_cycle."""
 
     __slots__ = ("state", "queues", "config", "snapshot", "tree", "now", "capacity", "holds", "nominated", "_levels",
-                 "_numa_known", "sharing", "_by_name")
+                 "_numa_known", "sharing", "_by_name", "_quick")
 
     def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig, snapshot: Snapshot, *,
                  cache: EngineCache | None = None):
@@ -176,6 +186,7 @@ class Session:
         # part, `mixed` ids): the allocate walk places sharing jobs through it; None: no sharing in this cycle
         self.sharing = None
         self._by_name: dict[tuple[int, str], list[int]] = {}  # (leaf domain, flavor) -> its nodes by (name, index)
+        self._quick: dict[tuple[int, str], int] = {}  # (shape id, flavor) -> _one_task_tier
 
     def nominate(self, job: JobInfo, tasks: tuple[TaskPlacement, ...], *, all_gpus: bool = False) -> None:
         """Hold the tasks' GPUs for the job from now on, and after this cycle (a Nomination), charged to
@@ -239,10 +250,12 @@ class Session:
         need = job.gpus_min
         return self.search(job, flavor, cap=self.tier_cap(job), need=need, room=max(target, need), within=within)
 
-    def search(self, job: JobInfo, flavor: str, *, cap: int, need: int, room: float, within: int | None = None
-               ) -> Binding | PendingReason:
+    def search(self, job: JobInfo, flavor: str, *, cap: int, need: int, room: float, within: int | None = None,
+               shape: int | None = None) -> Binding | PendingReason:
         """try_place with what the caller already computed: cap = tier_cap(job), need = job.gpus_min,
-        room = the most GPUs the placement may take (>= need; INF = no bound).
+        room = the most GPUs the placement may take (>= need; INF = no bound). shape: the job's shape id
+        (Admission.facts: its roles, numa, tier cap and preferred tier), under which whether the job takes
+        the one-task shortcut (_one_task) and at which tier is remembered for the cycle; None: worked out.
 
         Per tier, the domains are tried in passes from the strictest rule to the loosest the job allows:
         first with every task inside one NUMA node and every sub-group whole, then (numa "prefer", soft
@@ -250,12 +263,15 @@ class Session:
         of this (the common case) makes one pass."""
         state, tree, capacity, topology = self.state, self.tree, self.capacity, self.config.topology
         levels = [tree.tiers[within]] if within is not None else self._tier_levels(job, cap)
-        roles = job.roles
-        if within is None and len(roles) == 1 and levels and topology and self.config.binpack:
-            role = roles[0]  # one task of one role on the plain pass: its first try without a node order
-            if role.tasks == 1 and role.gpus_per_task and role.min_available > 0 \
-                    and self._passes(job, (flavor,)) is _PLAIN:
-                placed = self._one_task(job, role, flavor, levels[0])
+        if within is None:  # one task of one role on the plain pass: its first try without a node order
+            if shape is None:
+                first = self._one_task_tier(job, flavor, levels)
+            else:
+                first = self._quick.get((shape, flavor))
+                if first is None:
+                    first = self._quick[(shape, flavor)] = self._one_task_tier(job, flavor, levels)
+            if first:
+                placed = self._one_task(job, job.roles[0], flavor, first)
                 if placed is not None:
                     return placed
         extra = (room - need) if room != INF else INF
@@ -332,6 +348,18 @@ class Session:
         return PendingReason(
             "no_domain", f"no tier-{cap} domain has {need} free {flavor} GPUs (most: "
             f"{state.domain_free(best, flavor)} in {tree.names[best]})")
+
+    def _one_task_tier(self, job: JobInfo, flavor: str, levels: list[int]) -> int:
+        """The tier search tries first when the job takes the one-task shortcut (_one_task: one role of one
+        task, on the plain pass, binpack and topology on), else 0."""
+        roles = job.roles
+        if len(roles) != 1 or not levels or not self.config.topology or not self.config.binpack:
+            return 0
+        role = roles[0]
+        if role.tasks != 1 or not role.gpus_per_task or role.min_available <= 0 \
+                or self._passes(job, (flavor,)) is not _PLAIN:
+            return 0
+        return levels[0]
 
     def _one_task(self, job: JobInfo, role: RoleInfo, flavor: str, tier: int) -> Binding | None:
         """search's first try for a job of one role of one task (the plain pass, binpack, topology on), made
