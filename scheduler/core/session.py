@@ -261,19 +261,18 @@ class Session:
         first with every task inside one NUMA node and every sub-group whole, then (numa "prefer", soft
         groups) without; a hard rule (numa "single", a hard group) is never relaxed. A job that needs none
         of this (the common case) makes one pass."""
-        state, tree, capacity, topology = self.state, self.tree, self.capacity, self.config.topology
-        levels = [tree.tiers[within]] if within is not None else self._tier_levels(job, cap)
         if within is None:  # one task of one role on the plain pass: its first try without a node order
-            if shape is None:
-                first = self._one_task_tier(job, flavor, levels)
-            else:
-                first = self._quick.get((shape, flavor))
-                if first is None:
-                    first = self._quick[(shape, flavor)] = self._one_task_tier(job, flavor, levels)
+            first = self._quick.get((shape, flavor)) if shape is not None else None
+            if first is None:
+                first = self._one_task_tier(job, flavor, self._tier_levels(job, cap))
+                if shape is not None:
+                    self._quick[(shape, flavor)] = first
             if first:
                 placed = self._one_task(job, job.roles[0], flavor, first)
                 if placed is not None:
                     return placed
+        state, tree, capacity, topology = self.state, self.tree, self.capacity, self.config.topology
+        levels = [tree.tiers[within]] if within is not None else self._tier_levels(job, cap)
         extra = (room - need) if room != INF else INF
         packing_failure: tuple[int, RoleInfo, str] | None = None  # the first failed domain, its role, the pass
         gpu_roles = sorted((r for r in job.roles if r.gpus_per_task and r.effective_min),
@@ -392,13 +391,13 @@ class Session:
                 break
         else:
             return None
-        cpu, mem = role.cpu_milli, role.memory_mib
-        if not state.fits(k, gpus, cpu, mem):
+        node, cpu, mem = state.nodes[k], role.cpu_milli, role.memory_mib
+        if not node.schedulable or (cpu and not state.fits(k, gpus, cpu, mem)) \
+                or (mem and not state.fits(k, gpus, cpu, mem)):  # state.fits (its GPUs are free: fit >= gpus)
             return None
         picked = state.pick_gpus(k, gpus)
         state.take(k, picked, cpu, mem)
-        return Binding(job_id=job.id, tasks=(TaskPlacement(role=role.name, index=0, node=state.nodes[k].name,
-                                                           gpus=picked),),
+        return Binding(job_id=job.id, tasks=(TaskPlacement(role=role.name, index=0, node=node.name, gpus=picked),),
                        domain=tree.names[d], tier=tree.tiers[d])
 
     def _off_text(self, flavor: str) -> str:
