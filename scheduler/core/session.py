@@ -397,8 +397,7 @@ class Session:
             return None
         picked = state.pick_gpus(k, gpus)
         state.take(k, picked, cpu, mem)
-        return Binding(job_id=job.id, tasks=(TaskPlacement(role=role.name, index=0, node=node.name, gpus=picked),),
-                       domain=tree.names[d], tier=tree.tiers[d])
+        return Binding(job.id, (TaskPlacement(role.name, 0, node.name, picked),), tree.names[d], tree.tiers[d])
 
     def _off_text(self, flavor: str) -> str:
         """For a whole-GPU gang short of free GPUs: the GPUs of `flavor` on schedulable nodes in mode shared or
