@@ -149,6 +149,8 @@ class ClusterState:
         free = self.free[k]
         if count == 0:
             return ()
+        if count == 1 and len(free) == 1:  # the one free GPU, whatever its NUMA node
+            return (free[0],)
         numa = self.nodes[k].gpu_numa
         if not numa:
             return tuple(sorted(free)[:count])
