@@ -301,8 +301,11 @@ class Session:
                         continue  # not enough free now, or nodes too small for its tasks even when empty
                     # cheap necessary condition: each GPU role's minimum fits the nodes' free GPUs taken whole
                     # tasks at a time (no node scan); when it fails, pack_gang would fail too
-                    short = next((r for r in gpu_roles
-                                  if state.pack_slots(d, flavor, r.gpus_per_task) < r.effective_min), None)
+                    short = None
+                    for r in gpu_roles:
+                        if state.pack_slots(d, flavor, r.gpus_per_task) < r.effective_min:
+                            short = r
+                            break
                     if short is not None and (packing_failure is not None or short is gpu_roles[0]):
                         # pack_gang places roles in gpu_roles' order from an empty statement: the first role short
                         # of slots is the one it reports; for a later role it could report an earlier one, so
