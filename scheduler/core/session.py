@@ -18,6 +18,8 @@ none keeps a reference to another action's internals. Units: GPUs, seconds of th
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from .cache import EngineCache
 from .plugins.feasibility import Capacity
 from .plugins.gang import PackFailure, pack_gang
@@ -36,36 +38,57 @@ _NONE: frozenset = frozenset()
 _PLAIN = [("off", _NONE)]
 
 
-def _node_fit_first(state: ClusterState, tier: int, domains, flavor: str, need: int, lead: list):
-    """Reorder `domains` (the tier's domains in best-fit order, candidate_domains) for a one-node task of
-    `need` GPUs of `flavor`: first the domain holding the node with the fewest free GPUs >= need (among the
-    domains with such a node, the first in candidate_domains' order), then the others in their order. From
-    the exact-fit index (ClusterState.exact_fit_domains: no node scan, no walk over the domains). Sets
-    lead[:] = [domain, its node's free GPUs] while that domain is tried."""
+def _lead_domain(state: ClusterState, tier: int, flavor: str, need: int) -> tuple[int, int] | None:
+    """For a one-node task of `need` GPUs of `flavor`: (the domain of `tier` holding the node with the fewest
+    free GPUs >= need, among the domains with such a node the first in candidate_domains' order; that node's
+    free GPUs), or None when no node of a tier domain has need free GPUs. From the exact-fit index
+    (ClusterState.exact_fit_domains: no node scan, no walk over the domains)."""
     by_free = state.exact_fit_domains(tier, flavor)
     for fit in range(need, len(by_free)):
         hits = by_free[fit]
         if hits:
             break
     else:
+        return None
+    if len(hits) == 1:
+        for first in hits:
+            return first, fit
+    # the first of candidate_domains' order: least free, then the fullest parent, the fewest nodes, the name
+    tree, dom_free, parents, sizes, names = state.tree, state.dom_free, state.tree.parent, state.tree.nodes_under, \
+        state.tree.names
+
+    def rank(d: int) -> tuple:
+        parent = parents[d]
+        return (dom_free[parent].get(flavor, 0) if parent >= 0 else 0, len(sizes[d]), names[d])
+
+    if len(hits) <= 8:
+        return min(hits, key=lambda d: (dom_free[d].get(flavor, 0), rank(d))), fit
+    # many: the buckets of domains by free GPUs (state.domains_with_free), least free first; the first that
+    # holds a hit holds the least-free ones, and among them rank decides
+    key = (tier, flavor)
+    keys, buckets = state.bucket_keys[key], state.buckets[key]
+    for i in range(bisect_left(keys, need), len(keys)):
+        members = buckets.get(keys[i])
+        if members and not members.isdisjoint(hits):
+            both = members & hits
+            if len(both) == 1:
+                for first in both:
+                    return first, fit
+            return min(both, key=rank), fit
+    return None  # not reached: a hit has a node of >= need free GPUs, so its domain is in a bucket >= need
+
+
+def _node_fit_first(state: ClusterState, tier: int, domains, flavor: str, need: int, lead: list):
+    """Reorder `domains` (the tier's domains in best-fit order, candidate_domains) for a one-node task of
+    `need` GPUs of `flavor`: first the domain holding the node with the fewest free GPUs >= need (among the
+    domains with such a node, the first in candidate_domains' order: _lead_domain), then the others in their
+    order. Sets lead[:] = [domain, its node's free GPUs] while that domain is tried."""
+    found = _lead_domain(state, tier, flavor, need)
+    if found is None:
         yield from domains
         return
-    if len(hits) == 1:
-        (first,) = hits
-    else:  # the first of candidate_domains' order: least free, then the fullest parent, the fewest nodes, the name
-        tree, dom_free = state.tree, state.dom_free
-
-        def rank(d: int) -> tuple:
-            parent = tree.parent[d]
-            return (dom_free[parent].get(flavor, 0) if parent >= 0 else 0, len(tree.nodes_under[d]), tree.names[d])
-
-        if len(hits) <= 8:
-            first = min(hits, key=lambda d: (dom_free[d].get(flavor, 0), rank(d)))
-        else:  # many: the least-free buckets first, usually the first holds one
-            first = next(min((d for d in members if d in hits), key=rank, default=None)
-                         for _, members in state.domains_with_free(tier, flavor, need)
-                         if not members.isdisjoint(hits))
-    lead[:] = [first, fit]
+    first = found[0]
+    lead[:] = found
     yield first
     lead.clear()  # the lead domain has been tried: the others keep their own node order
     for d in domains:
@@ -146,7 +169,7 @@ class Session:
     """One cycle's context for the actions (module docstring). Built once per cycle by run_cycle."""
 
     __slots__ = ("state", "queues", "config", "snapshot", "tree", "now", "capacity", "holds", "nominated", "_levels",
-                 "_numa_known", "sharing")
+                 "_numa_known", "sharing", "_by_name", "_quick")
 
     def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig, snapshot: Snapshot, *,
                  cache: EngineCache | None = None):
@@ -162,6 +185,8 @@ class Session:
         # GPU shares in this cycle (sharing._Walk: place(job), complete(job, binding) for a mixed job's whole-GPU
         # part, `mixed` ids): the allocate walk places sharing jobs through it; None: no sharing in this cycle
         self.sharing = None
+        self._by_name: dict[tuple[int, str], list[int]] = {}  # (leaf domain, flavor) -> its nodes by (name, index)
+        self._quick: dict[tuple[int, str], int] = {}  # (shape id, flavor) -> _one_task_tier
 
     def nominate(self, job: JobInfo, tasks: tuple[TaskPlacement, ...], *, all_gpus: bool = False) -> None:
         """Hold the tasks' GPUs for the job from now on, and after this cycle (a Nomination), charged to
@@ -225,15 +250,27 @@ class Session:
         need = job.gpus_min
         return self.search(job, flavor, cap=self.tier_cap(job), need=need, room=max(target, need), within=within)
 
-    def search(self, job: JobInfo, flavor: str, *, cap: int, need: int, room: float, within: int | None = None
-               ) -> Binding | PendingReason:
+    def search(self, job: JobInfo, flavor: str, *, cap: int, need: int, room: float, within: int | None = None,
+               shape: int | None = None) -> Binding | PendingReason:
         """try_place with what the caller already computed: cap = tier_cap(job), need = job.gpus_min,
-        room = the most GPUs the placement may take (>= need; INF = no bound).
+        room = the most GPUs the placement may take (>= need; INF = no bound). shape: the job's shape id
+        (Admission.facts: its roles, numa, tier cap and preferred tier), under which whether the job takes
+        the one-task shortcut (_one_task) and at which tier is remembered for the cycle; None: worked out.
 
         Per tier, the domains are tried in passes from the strictest rule to the loosest the job allows:
         first with every task inside one NUMA node and every sub-group whole, then (numa "prefer", soft
         groups) without; a hard rule (numa "single", a hard group) is never relaxed. A job that needs none
         of this (the common case) makes one pass."""
+        if within is None:  # one task of one role on the plain pass: its first try without a node order
+            first = self._quick.get((shape, flavor)) if shape is not None else None
+            if first is None:
+                first = self._one_task_tier(job, flavor, self._tier_levels(job, cap))
+                if shape is not None:
+                    self._quick[(shape, flavor)] = first
+            if first:
+                placed = self._one_task(job, job.roles[0], flavor, first)
+                if placed is not None:
+                    return placed
         state, tree, capacity, topology = self.state, self.tree, self.capacity, self.config.topology
         levels = [tree.tiers[within]] if within is not None else self._tier_levels(job, cap)
         extra = (room - need) if room != INF else INF
@@ -264,8 +301,11 @@ class Session:
                         continue  # not enough free now, or nodes too small for its tasks even when empty
                     # cheap necessary condition: each GPU role's minimum fits the nodes' free GPUs taken whole
                     # tasks at a time (no node scan); when it fails, pack_gang would fail too
-                    short = next((r for r in gpu_roles
-                                  if state.pack_slots(d, flavor, r.gpus_per_task) < r.effective_min), None)
+                    short = None
+                    for r in gpu_roles:
+                        if state.pack_slots(d, flavor, r.gpus_per_task) < r.effective_min:
+                            short = r
+                            break
                     if short is not None and (packing_failure is not None or short is gpu_roles[0]):
                         # pack_gang places roles in gpu_roles' order from an empty statement: the first role short
                         # of slots is the one it reports; for a later role it could report an earlier one, so
@@ -310,6 +350,57 @@ class Session:
         return PendingReason(
             "no_domain", f"no tier-{cap} domain has {need} free {flavor} GPUs (most: "
             f"{state.domain_free(best, flavor)} in {tree.names[best]})")
+
+    def _one_task_tier(self, job: JobInfo, flavor: str, levels: list[int]) -> int:
+        """The tier search tries first when the job takes the one-task shortcut (_one_task: one role of one
+        task, on the plain pass, binpack and topology on), else 0."""
+        roles = job.roles
+        if len(roles) != 1 or not levels or not self.config.topology or not self.config.binpack:
+            return 0
+        role = roles[0]
+        if role.tasks != 1 or not role.gpus_per_task or role.min_available <= 0 \
+                or self._passes(job, (flavor,)) is not _PLAIN:
+            return 0
+        return levels[0]
+
+    def _one_task(self, job: JobInfo, role: RoleInfo, flavor: str, tier: int) -> Binding | None:
+        """search's first try for a job of one role of one task (the plain pass, binpack, topology on), made
+        without the domain's node order: the lead domain (_lead_domain) at the job's first tier and in it the
+        node search would try first, when that domain is a leaf (nodes only). There node_order puts first the
+        node of least free GPUs >= the task's, the least name among equals, which is a node with exactly the
+        lead's free count (no tier domain has a node with fewer that still holds the task), and
+        _exact_fit_first keeps it there; the domain passes search's checks (it has a node holding the task,
+        so its free GPUs, domain_fits and pack_slots allow it). When that node holds the task (CPU and memory
+        too: first fit takes it), the task goes there, GPUs by pick_gpus, as pack_gang would place it; the
+        job has no tasks above its minimum, so add_tasks adds none. None, with the state unchanged, when any
+        of this does not hold: search then runs in full and reaches the same answer its own way."""
+        state = self.state
+        gpus = role.gpus_per_task
+        found = _lead_domain(state, tier, flavor, gpus)
+        if found is None:
+            return None
+        d, fit = found
+        tree = self.tree
+        if tree.children[d]:
+            return None
+        free = state.free
+        by_name = self._by_name.get((d, flavor))
+        if by_name is None:
+            names = state.static.node_names
+            by_name = self._by_name[(d, flavor)] = sorted(state.static.direct_by_flavor[d].get(flavor, ()),
+                                                          key=lambda k: (names[k], k))
+        for k in by_name:
+            if len(free[k]) == fit:
+                break
+        else:
+            return None
+        node, cpu, mem = state.nodes[k], role.cpu_milli, role.memory_mib
+        if not node.schedulable or (cpu and not state.fits(k, gpus, cpu, mem)) \
+                or (mem and not state.fits(k, gpus, cpu, mem)):  # state.fits (its GPUs are free: fit >= gpus)
+            return None
+        picked = state.pick_gpus(k, gpus)
+        state.take(k, picked, cpu, mem)
+        return Binding(job.id, (TaskPlacement(role.name, 0, node.name, picked),), tree.names[d], tree.tiers[d])
 
     def _off_text(self, flavor: str) -> str:
         """For a whole-GPU gang short of free GPUs: the GPUs of `flavor` on schedulable nodes in mode shared or

@@ -149,15 +149,25 @@ class ClusterState:
         free = self.free[k]
         if count == 0:
             return ()
+        if count == 1 and len(free) == 1:  # the one free GPU, whatever its NUMA node
+            return (free[0],)
         numa = self.nodes[k].gpu_numa
         if not numa:
             return tuple(sorted(free)[:count])
-        groups: dict[int, list[int]] = defaultdict(list)
+        groups: dict[int, list[int]] = {}
+        width = len(numa)
         for g in free:
-            groups[numa[g] if g < len(numa) else -1].append(g)
-        fitting = [gs for gs in groups.values() if len(gs) >= count]
-        if fitting:
-            best = min(fitting, key=lambda gs: (len(gs), min(gs)))
+            z = numa[g] if g < width else -1
+            members = groups.get(z)
+            if members is None:
+                groups[z] = [g]
+            else:
+                members.append(g)
+        best = None
+        for gs in groups.values():  # the fitting group with fewest GPUs, then the least GPU index
+            if len(gs) >= count and (best is None or (len(gs), min(gs)) < (len(best), min(best))):
+                best = gs
+        if best is not None:
             return tuple(sorted(best)[:count])
         picked: list[int] = []
         for gs in sorted(groups.values(), key=lambda gs: (-len(gs), min(gs))):
@@ -210,23 +220,39 @@ class ClusterState:
         self.free_hist, self.hist_off, self.hist_width = hist, offs, width
 
     def _shift(self, k: int, delta: int) -> None:
-        """Node k's free GPUs changed by delta (already applied to self.free[k])."""
+        """Node k's free GPUs changed by delta (already applied to self.free[k]): the aggregates of every domain
+        on its chain (free GPUs, the best-fit buckets as _bucket_move keeps them, the free-count histogram, the
+        exact-fit index), written out in one loop (it runs for every task placed or given back)."""
         flavor = self.nodes[k].flavor
-        dom_free = self.dom_free
         now = len(self.free[k])
         was = now - delta
         if now >= self.hist_width:
             self._widen(now + 1)
-        hist, hist_off, exact = self.free_hist, self.hist_off, self.exact
+        dom_free, hist, hist_off, exact = self.dom_free, self.free_hist, self.hist_off, self.exact
+        buckets, bucket_keys, tiers = self.buckets, self.bucket_keys, self.tree.tiers
         for d in self.tree.node_chain[k]:
-            old = dom_free[d][flavor]
-            dom_free[d][flavor] = old + delta
-            self._bucket_move(d, flavor, old, old + delta)
+            per = dom_free[d]
+            old = per[flavor]
+            new = per[flavor] = old + delta
+            key = (tiers[d], flavor)
+            by_free = buckets[key]
+            members = by_free[old]
+            members.discard(d)
+            if not members:
+                del by_free[old]
+                keys = bucket_keys[key]
+                del keys[bisect_left(keys, old)]
+            members = by_free.get(new)
+            if members is None:
+                by_free[new] = {d}
+                insort(bucket_keys[key], new)
+            else:
+                members.add(d)
             off = hist_off[d][flavor]
             hist[off + was] -= 1
             hist[off + now] += 1
             if exact is not None:
-                sets = exact[(self.tree.tiers[d], flavor)]
+                sets = exact[key]
                 if not hist[off + was]:
                     sets[was].discard(d)
                 sets[now].add(d)

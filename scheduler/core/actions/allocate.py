@@ -452,6 +452,7 @@ class Admission:
         self._searched = False  # whether the current place() ran a search
         self.writes = 0  # entries written to _refused and to the queue order's table of keys (_Bulk)
         self._flavors: dict = {}  # job id -> its flavors this cycle (clusters of several flavors)
+        self._never: dict = {}  # (shape id, flavor) -> capacity.never_fits of the shape's jobs, this cycle
 
     def facts(self, job: JobInfo) -> list:
         """The job's JobFacts entry, derived from the frozen JobInfo alone and memoised by identity (`memo`):
@@ -538,7 +539,7 @@ class Admission:
         self._searched = False
         reasons: list[PendingReason] = []
         for flavor in flavors:
-            outcome = self._place_flavor(job, flavor, backfill_open)
+            outcome = self._place_flavor(job, flavor, backfill_open, facts)
             if isinstance(outcome, Binding):
                 return outcome
             reasons.append(outcome)
@@ -629,10 +630,13 @@ class Admission:
         live = [r for r in reasons if not r.terminal]
         return live[0] if live else reasons[0]
 
-    def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None) -> Binding | PendingReason:
+    def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None, facts: list | None = None
+                      ) -> Binding | PendingReason:
+        """facts: the job's facts entry when the caller has it (Admission.facts)."""
         session = self.session
         queues, config = session.queues, session.config
-        facts = self.facts(job)
+        if facts is None:
+            facts = self.facts(job)
         need = facts[1]
         limits = self._static_limits.get((job.queue, flavor))
         if limits is None:  # the queues' limits do not change within a cycle
@@ -643,8 +647,12 @@ class Admission:
                                  f"needs {need} {flavor} GPUs, above queue {limiter} limit of {int(limit)}", terminal=True)
         cap = facts[2]
         never = facts[4].get(flavor, _UNSET)
-        if never is _UNSET:
-            never = facts[4][flavor] = session.capacity.never_fits(job, flavor, cap if config.topology else None)
+        if never is _UNSET:  # the same for every job of its shape id (never_fits reads its roles, numa and cap)
+            never = self._never.get((facts[5], flavor), _UNSET)
+            if never is _UNSET:
+                never = self._never[(facts[5], flavor)] = session.capacity.never_fits(
+                    job, flavor, cap if config.topology else None)
+            facts[4][flavor] = never
         if never is not None:
             return never
         room, limiter = self._headroom(job.queue, flavor)
@@ -665,7 +673,7 @@ class Admission:
         if cached is not None:
             return cached
         self._searched = True
-        outcome = session.search(job, flavor, cap=cap, need=need, room=room)  # room >= need here
+        outcome = session.search(job, flavor, cap=cap, need=need, room=room, shape=facts[5])  # room >= need here
         if isinstance(outcome, PendingReason):
             until = self.reservations.until
             if backfill_open is False and until is not None:
