@@ -166,7 +166,7 @@ class ClusterState:
                 spare=name in self.spare_nodes,
             )
         self._dirty.clear()
-        jobs = with_facts((*self.running.values(), *self.pending.values()), self.counts)
+        jobs = with_facts((*self.running.values(), *self.pending.values()), self.counts, len(self.running))
         return Snapshot(nodes=tuple(self._nodes), domains=self.domains, queues=self.queues, jobs=jobs, now=now)
 
     def bind(self, binding: Binding, now: float, *, gang: bool = True) -> JobInfo | None:

@@ -76,10 +76,10 @@ def test_kept_pending_matches_each_list(seed: int) -> None:
         assert [id(j) for j in special] == [id(j) for j in sorted(
             (j for j in pending if j.not_before is not None or j.reserved), key=job_order_key)], step
         for q, js in by_queue.items():  # the index beside each list
-            shapes, ids, at, decode = kept.index(q)
+            shapes, ids, distinct, backwards, decode = kept.index(q)
             assert ids == [j.id for j in js]
             assert [decode[s] for s in shapes] == [(admission.facts(j)[5], j.avoid_nodes) for j in js]
-            assert {s: [i for i, x in enumerate(shapes) if x == s] for s in set(shapes)} == at
+            assert list(distinct) == list(dict.fromkeys(shapes)) and backwards == shapes[::-1]
 
 
 def test_threads_alternating_on_one_memo() -> None:

@@ -197,7 +197,7 @@ class _PendingOrder:
         # queue -> (its ordinary jobs, descending job_order_key; their refusal keys; their ids)
         self.lists: dict[str, tuple[list, list, list]] = {}
         self.special: dict[int, JobInfo] = {}  # id(job) -> job in backoff or with a reservation
-        self.positions: dict[str, dict] = {}  # queue -> refusal key -> its positions in the list, ascending
+        self.positions: dict[str, tuple] = {}  # queue -> (its distinct refusal keys, its refusal keys reversed)
         self.codes: dict[tuple, int] = {}  # (shape id, avoid_nodes) -> its refusal key, a small number
         self.shapes: list[tuple] = []  # refusal key -> (shape id, avoid_nodes)
 
@@ -282,19 +282,13 @@ class _PendingOrder:
                 sorted(special.values(), key=job_order_key) if special else [])
 
     def index(self, queue: str) -> tuple:
-        """(refusal key per job, job id per job, refusal key -> its positions ascending) of the queue's
-        list as `update` returned it (positions in the list, next job last)."""
+        """(refusal key per job, job id per job, the queue's distinct refusal keys, the refusal keys reversed
+        (next job first), refusal key -> (shape id, avoid_nodes)) of the queue's list as `update` returned it."""
         _, shapes, ids = self.lists[queue]
         at = self.positions.get(queue)
-        if at is None:
-            at = self.positions[queue] = {}
-            for i, shape in enumerate(shapes):
-                places = at.get(shape)
-                if places is None:
-                    at[shape] = [i]
-                else:
-                    places.append(i)
-        return shapes, ids, at, self.shapes
+        if at is None:  # C-level: a dict of the distinct keys (in first-seen order) and a reversed copy
+            at = self.positions[queue] = (dict.fromkeys(shapes), shapes[::-1])
+        return shapes, ids, at[0], at[1], self.shapes
 
 
 class _Bulk:
@@ -335,7 +329,7 @@ class _Bulk:
     def run(self, jobs: list, index: tuple, key: tuple, failed: list, reasons: dict) -> bool:
         """Refuse the run at the end of `jobs` (the queue's list, next job last; `index` its
         _PendingOrder.index) when its next job's answer is known; False when it is not (try it)."""
-        shapes, ids, at, decode = index
+        shapes, ids, distinct, backwards, decode = index
         n = len(jobs)
         reservations, config = self.reservations, self.session.config
         quiet = not config.backfill or (reservations._tried and (  # Reservations.waiting changes nothing
@@ -352,15 +346,21 @@ class _Bulk:
             outcome = answers[head] = self._answer(decode[head], key, quiet)
         if outcome is None:
             return False
-        stop = -1  # the nearest job to the end whose answer is not known
-        for shape, places in at.items():
+        # the nearest job to the end whose answer is not known: in the reversed keys (the list's jobs already
+        # taken this cycle first, len(backwards) - n of them) the first of each unknown key from there on
+        skip = len(backwards) - n
+        first = len(backwards)
+        for shape in distinct:
             found = answers.get(shape, _UNSET)
             if found is _UNSET:
                 found = answers[shape] = self._answer(decode[shape], key, quiet)
             if found is None:
-                i = bisect_left(places, n)
-                if i and places[i - 1] > stop:
-                    stop = places[i - 1]
+                try:
+                    i = backwards.index(shape, skip, first)
+                except ValueError:
+                    continue
+                first = i
+        stop = len(backwards) - 1 - first
         lo = stop + 1
         run = jobs[lo:]
         run.reverse()
