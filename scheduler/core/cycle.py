@@ -75,15 +75,15 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     static = cache.static_for(snapshot) if cache is not None else ClusterStatic(snapshot)
     state = ClusterState(snapshot, static, cache=cache)
     facts = cache.scan(snapshot) if cache is not None else None  # what scans of every job and node would find
-    queues = QueueTree(snapshot, static, facts)
     # the pending jobs in snapshot order: a producer that keeps its jobs apart hands where they begin (FactTuple)
     start = snapshot.jobs.pending_from if facts is not None and type(snapshot.jobs) is FactTuple else None
     pending = list(snapshot.jobs[start:]) if start is not None else [j for j in snapshot.jobs if j.state == "pending"]
     memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
+    queues = QueueTree(snapshot, static, facts, memo)
     if config.fair_share and snapshot.queues:
         capacity = facts.schedulable if facts is not None and facts.schedulable is not None \
             else schedulable_gpus(snapshot.nodes)
-        result.fair_share = fair_shares(queues, capacity, pending_demand(pending, state.flavors, memo))
+        result.fair_share = fair_shares(queues, capacity, pending_demand(pending, state.flavors, memo), memo)
     session = Session(state, queues, config, snapshot, cache=cache)
     if share_hook is not None:
         session.sharing = share_hook(session)
