@@ -119,6 +119,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     queues, memo_get, refused, keys = session.queues, admission.memo.get, admission._refused, order._keys
     holds, now = session.holds, session.now
     bulk = _Bulk(session, reservations, admission, order) if quick and kept is not None else None
+    lasting = _KeptRefusals.of(memo, queues, next(iter(session.state.flavors))) if quick else None
     while heap:
         key, q = heappop(heap)
         jobs = by_queue[q]
@@ -139,7 +140,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                     break
                 continue
             job = jobs.pop()
-            outcome = None
+            outcome = shape = None
             if quick:
                 entry = memo_get(id(job))
                 if entry is not None and entry[0] is job and not job.avoid_nodes:
@@ -149,15 +150,23 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                     else:
                         opened = (now + job.time_limit if job.time_limit is not None else INF) <= until
                     if opened is not True:  # (a backfill attempt releases the reserved GPUs: the long way)
-                        cached = refused.get((entry[5], opened))
+                        shape = (entry[5], opened)
+                        cached = refused.get(shape)
                         if cached is not None and cached[0] == queues.version:
                             outcome = cached[1]
+                        else:  # refused by its queue's limit in an earlier cycle at the same usage of its chain
+                            outcome = lasting.get(shape, job.queue)
+                            if outcome is not None:  # what _place writes for that refusal
+                                refused[shape] = (queues.version, outcome)
+                                admission.writes += 1
             if outcome is None:
                 before = share(q)
                 outcome = attempt(job, place)
                 if isinstance(outcome, Binding):
                     out.bindings.append(replace(outcome, share_before=before, share_after=share(q)))
                     outcome = None
+                elif shape is not None:
+                    lasting.put(shape, job.queue, outcome, refused.get(shape))
             if outcome is not None:
                 failed.append(job)
                 reasons[job.id] = waiting(job, outcome) if outcome.code in ROOM_CODES else outcome
@@ -179,6 +188,52 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                 heappush(heap, (key, q))
                 break
     return out
+
+
+class _KeptRefusals:
+    """Refusals by a queue's limit kept across cycles (the engine cache's job memo, key ("kept refusals",
+    thread)), on a one-flavor cluster without GPU shares (allocate's quick path). A refusal that _place decided
+    without a search with code "queue_limit" or "never_fits_queue_limit" is a function of the job's shape id
+    (its queue, roles, preemptible, ...: its need), the backfill window (`shape` = (shape id, backfill_open)),
+    the queues' limits and entitlements (QueueTree.static_key, the same cluster: the memo's) and the usage of
+    the flavor at each level of its queue's chain; it is given again while all of these are the same. Other
+    refusals (static feasibility, a shape that failed a search this cycle) are not kept."""
+
+    __slots__ = ("static_key", "flavor", "table", "queues")
+    CODES = ("queue_limit", "never_fits_queue_limit")
+
+    def __init__(self, static_key, flavor: str):
+        self.static_key, self.flavor = static_key, flavor
+        self.table: dict[tuple, tuple] = {}  # (shape id, backfill_open) -> (chain usage, PendingReason)
+
+    @staticmethod
+    def of(memo: dict, queues, flavor: str) -> "_KeptRefusals":
+        key = ("kept refusals", threading.get_ident())
+        kept = memo.get(key)
+        if kept is None or kept.flavor != flavor or kept.static_key != queues.static_key:
+            kept = memo[key] = _KeptRefusals(queues.static_key, flavor)
+        kept.queues = queues
+        return kept
+
+    def _usage(self, queue: str) -> tuple:
+        usage, flavor = self.queues.usage, self.flavor
+        out = []
+        for level in self.queues.chain(queue):
+            per = usage.get(level)
+            out.append(per.get(flavor, 0) if per is not None else 0)
+        return tuple(out)
+
+    def get(self, shape: tuple, queue: str):
+        kept = self.table.get(shape)
+        if kept is None or kept[0] != self._usage(queue):
+            return None
+        return kept[1]
+
+    def put(self, shape: tuple, queue: str, outcome: PendingReason, written) -> None:
+        """Keep `outcome` when _place wrote it to Admission's table at this version (decided without a search)."""
+        if outcome.code in self.CODES and written is not None and written[1] is outcome \
+                and written[0] == self.queues.version:
+            self.table[shape] = (self._usage(queue), outcome)
 
 
 class _PendingOrder:
