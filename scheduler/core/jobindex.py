@@ -202,7 +202,10 @@ class SnapshotIndex:
         schedulable = None
         if not self.unschedulable and len(self.node_ids) == len(nodes):  # every node, each once: flavors in node order
             healthy = self.healthy
-            schedulable = {f: healthy[f] for f in dict.fromkeys(map(_flavor, nodes))}
+            if len(healthy) == 1 and nodes:  # every node adds its flavor's key: they all have this one
+                schedulable = dict(healthy)
+            else:
+                schedulable = {f: healthy[f] for f in dict.fromkeys(map(_flavor, nodes))}
         self.jobs = jobs
         self.last = Facts(sharing or self.sharing_nodes > 0, short, lowest, live, moving, self.spare_ready > 0,
                           schedulable, running, holding, evicting)
