@@ -103,7 +103,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     result.bindings, result.pending = allocation.bindings, allocation.reasons
     t2 = time.perf_counter()
     evictions, decisions, tried = early[0] if early else ([], [], 0)
-    rest = _after(allocation.failed_order, tried)
+    rest = _after(allocation.failed_order, tried, start is not None and snapshot.jobs.unique_ids)
     more, more_decisions = run_evictions(session, rest, result.pending, taken=taken,
                                          limit=config.max_preemptors - len(decisions), facts=facts)
     result.evictions, result.decisions = evictions + more, decisions + more_decisions
@@ -137,13 +137,16 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
 _job_id = attrgetter("id")
 
 
-def _after(failed_order: list, tried: int) -> list:
+def _after(failed_order: list, tried: int, unique: bool = False) -> list:
     """The jobs of failed_order whose ids are none of its first `tried` jobs' (the eviction phase's second
     round: those tried before the first borrower had theirs). failed_order only grows during allocate, so
-    these are the jobs past the first `tried`, unless a job id is in the list twice (checked, C-level)."""
+    these are the jobs past the first `tried`, unless a job id is in the list twice (checked, C-level, unless
+    `unique`: the snapshot's job ids are unique, FactTuple.unique_ids, and allocate tries each job once)."""
     if not tried:
         return list(failed_order)
     rest = failed_order[tried:]
+    if unique:
+        return rest
     seen = set(map(_job_id, failed_order[:tried]))
     if seen.isdisjoint(map(_job_id, rest)):
         return rest

@@ -132,16 +132,19 @@ class FactTuple(tuple):
 
     job_facts: tuple | None = None
     pending_from: int | None = None
+    unique_ids: bool = False  # the producer keeps its jobs by id: no two have the same id
 
 
-def with_facts(jobs, counts: JobCounts, pending_from: int | None = None) -> FactTuple:
+def with_facts(jobs, counts: JobCounts, pending_from: int | None = None, unique_ids: bool = False) -> FactTuple:
     """`jobs` (an iterable of the very jobs `counts` counts) as a FactTuple carrying their figures.
     pending_from: the producer lists the jobs not pending first, then from this index on the pending ones
-    (kept only when it equals the count of jobs not pending, JobCounts.live)."""
+    (kept only when it equals the count of jobs not pending, JobCounts.live); unique_ids: no two jobs have the
+    same id (a producer that keeps them in dicts by id)."""
     out = FactTuple(jobs)
     out.job_facts = counts.facts()
     if pending_from is not None and pending_from == counts.live:
         out.pending_from = pending_from
+    out.unique_ids = unique_ids
     return out
 
 

@@ -67,6 +67,7 @@ def checked_replay(fractions: bool):
         assert start is not None
         assert list(snapshot.jobs[start:]) == [j for j in snapshot.jobs if j.state == "pending"]
         assert all(j.state != "pending" for j in snapshot.jobs[:start])
+        assert snapshot.jobs.unique_ids and len({j.id for j in snapshot.jobs}) == len(snapshot.jobs)
         assert run.state.counts.pending_gpus == sum(j.gpus_requested for j in snapshot.jobs if j.state == "pending")
         if snapshot.jobs:  # a job listed twice: its count is not known
             assert index.update((*snapshot.jobs, *snapshot.jobs[:1]), snapshot.nodes).live is None
