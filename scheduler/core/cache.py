@@ -218,6 +218,16 @@ class PendingChanges:
                 self.pending, self.came, self.gone, self.valid = pending, [], [], True
                 self.epoch += 1
                 return self
+        if before is not None and len(pending) > len(before) == len(self.ids) and all(map(is_, pending, before)):
+            # the last list with jobs added at its end (a replay's arrivals): only those are looked at
+            came = pending[len(before):]
+            came_ids = set(map(id, came))
+            if len(came_ids) == len(came) and self.ids.isdisjoint(came_ids):
+                self.ids |= came_ids
+                self.jobs.update(zip(map(id, came), came))
+                self.pending, self.came, self.gone, self.valid = pending, came, [], True
+                self.epoch += 1
+                return self
         ids = set(map(id, pending))
         # each list's jobs once (its id set says it all), the last one's too
         self.valid = before is not None and len(ids) == len(pending) and len(self.ids) == len(before)

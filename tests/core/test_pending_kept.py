@@ -57,9 +57,15 @@ def test_kept_pending_matches_each_list(seed: int) -> None:
             i = rng.randrange(len(pool))
             pool[i] = replace(pool[i], attempts=pool[i].attempts + 1) if rng.random() < 0.5 else _job(rng, n)
             n += 1
-        pending = rng.sample(pool, rng.randint(0, len(pool))) if rng.random() < 0.2 else \
-            [j for j in pool if rng.random() < 0.9]
-        rng.shuffle(pending)
+        if step and rng.random() < 0.25:  # the last list with jobs added at its end (arrivals), one maybe twice
+            listed = {j.id for j in pending}  # a job id once per list, as in a snapshot
+            pending = [*pending, *(j for j in pool if rng.random() < 0.1 and j.id not in listed)]
+            if pending and rng.random() < 0.1:
+                pending.append(rng.choice(pending))
+        else:
+            pending = rng.sample(pool, rng.randint(0, len(pool))) if rng.random() < 0.2 else \
+                [j for j in pool if rng.random() < 0.9]
+            rng.shuffle(pending)
         if pending and rng.random() < 0.05:
             pending.append(pending[0])  # the same object twice
         assert _nonzero(pending_demand(pending, flavors, memo)) == _nonzero(pending_demand(pending, flavors)), step
