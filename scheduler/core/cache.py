@@ -23,6 +23,7 @@ from operator import is_
 from typing import Callable, TypeVar
 
 from .domain_tree import DomainTree, build_tree
+from .jobindex import SnapshotIndex
 from .snapshot import Snapshot
 
 T = TypeVar("T")
@@ -171,7 +172,6 @@ class EngineCache:
         """jobindex.Facts of the snapshot's jobs and nodes: what a cycle would get by a scan of every job and
         node, from a jobindex.SnapshotIndex brought up to date from the last snapshot scanned by identity (only
         objects that left or arrived are looked at)."""
-        from .jobindex import SnapshotIndex
         with self.lock:
             if self._index is None:
                 self._index = SnapshotIndex()
