@@ -23,6 +23,7 @@ from operator import is_
 from typing import Callable, TypeVar
 
 from .domain_tree import DomainTree, build_tree
+from .jobindex import SnapshotIndex
 from .snapshot import Snapshot
 
 T = TypeVar("T")
@@ -171,7 +172,6 @@ class EngineCache:
         """jobindex.Facts of the snapshot's jobs and nodes: what a cycle would get by a scan of every job and
         node, from a jobindex.SnapshotIndex brought up to date from the last snapshot scanned by identity (only
         objects that left or arrived are looked at)."""
-        from .jobindex import SnapshotIndex
         with self.lock:
             if self._index is None:
                 self._index = SnapshotIndex()
@@ -216,6 +216,16 @@ class PendingChanges:
             # object, checked below)
             if all(map(is_, pending, before)):
                 self.pending, self.came, self.gone, self.valid = pending, [], [], True
+                self.epoch += 1
+                return self
+        if before is not None and len(pending) > len(before) == len(self.ids) and all(map(is_, pending, before)):
+            # the last list with jobs added at its end (a replay's arrivals): only those are looked at
+            came = pending[len(before):]
+            came_ids = set(map(id, came))
+            if len(came_ids) == len(came) and self.ids.isdisjoint(came_ids):
+                self.ids |= came_ids
+                self.jobs.update(zip(map(id, came), came))
+                self.pending, self.came, self.gone, self.valid = pending, came, [], True
                 self.epoch += 1
                 return self
         ids = set(map(id, pending))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
+from operator import attrgetter
 
 from .actions.allocate import allocate
 from .actions.backfill import Reservations
@@ -34,6 +35,7 @@ from .actions.evict import run_evictions, withdrawals
 from .actions.grow import grow
 from .actions.reschedule import due as reschedule_due, hold_moving, reschedule
 from .cache import ClusterStatic, EngineCache
+from .jobindex import FactTuple
 from .metrics import cluster_metrics, metrics_by_group
 from .plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
 from .plugins.quota import QueueTree
@@ -73,13 +75,15 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     static = cache.static_for(snapshot) if cache is not None else ClusterStatic(snapshot)
     state = ClusterState(snapshot, static, cache=cache)
     facts = cache.scan(snapshot) if cache is not None else None  # what scans of every job and node would find
-    queues = QueueTree(snapshot, static, facts)
-    pending = [j for j in snapshot.jobs if j.state == "pending"]
+    # the pending jobs in snapshot order: a producer that keeps its jobs apart hands where they begin (FactTuple)
+    start = snapshot.jobs.pending_from if facts is not None and type(snapshot.jobs) is FactTuple else None
+    pending = list(snapshot.jobs[start:]) if start is not None else [j for j in snapshot.jobs if j.state == "pending"]
     memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
+    queues = QueueTree(snapshot, static, facts, memo)
     if config.fair_share and snapshot.queues:
         capacity = facts.schedulable if facts is not None and facts.schedulable is not None \
             else schedulable_gpus(snapshot.nodes)
-        result.fair_share = fair_shares(queues, capacity, pending_demand(pending, state.flavors, memo))
+        result.fair_share = fair_shares(queues, capacity, pending_demand(pending, state.flavors, memo), memo)
     session = Session(state, queues, config, snapshot, cache=cache)
     if share_hook is not None:
         session.sharing = share_hook(session)
@@ -92,14 +96,14 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
 
     def before_borrowers(so_far) -> None:
         tried = list(so_far.failed_order)
-        early.append((*run_evictions(session, tried, so_far.reasons, taken=taken, facts=facts), {j.id for j in tried}))
+        early.append((*run_evictions(session, tried, so_far.reasons, taken=taken, facts=facts), len(tried)))
 
     allocation = allocate(session, pending, reservations, shares=result.fair_share, before_borrowers=before_borrowers,
                           memo=memo)
     result.bindings, result.pending = allocation.bindings, allocation.reasons
     t2 = time.perf_counter()
-    evictions, decisions, tried = early[0] if early else ([], [], set())
-    rest = [j for j in allocation.failed_order if j.id not in tried]
+    evictions, decisions, tried = early[0] if early else ([], [], 0)
+    rest = _after(allocation.failed_order, tried, start is not None and snapshot.jobs.unique_ids)
     more, more_decisions = run_evictions(session, rest, result.pending, taken=taken,
                                          limit=config.max_preemptors - len(decisions), facts=facts)
     result.evictions, result.decisions = evictions + more, decisions + more_decisions
@@ -108,11 +112,11 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
         result.evictions += moved.evictions
         result.decisions += moved.decisions
         result.moves, result.advice = moved.moves, moved.advice
-    nominated = set(session.nominated)
-    waiting = [j for j in allocation.failed_order if j.id not in nominated]
+    nominated = session.nominated
+    waiting = [j for j in allocation.failed_order if j.id not in nominated] if nominated else allocation.failed_order
     result.growths = grow(session, waiting, facts)
     result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in session.nominated.items()]
-    result.withdrawals = withdrawals(snapshot, session.nominated)
+    result.withdrawals = withdrawals(snapshot, session.nominated, facts)
     result.estimated_start = reservations.estimated_start
     t3 = time.perf_counter()
     holds = session.holds
@@ -128,3 +132,22 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     t4 = time.perf_counter()
     result.timings = {"open": t1 - t0, "allocate": t2 - t1, "preempt": t3 - t2, "metrics": t4 - t3, "total": t4 - t0}
     return result
+
+
+_job_id = attrgetter("id")
+
+
+def _after(failed_order: list, tried: int, unique: bool = False) -> list:
+    """The jobs of failed_order whose ids are none of its first `tried` jobs' (the eviction phase's second
+    round: those tried before the first borrower had theirs). failed_order only grows during allocate, so
+    these are the jobs past the first `tried`, unless a job id is in the list twice (checked, C-level, unless
+    `unique`: the snapshot's job ids are unique, FactTuple.unique_ids, and allocate tries each job once)."""
+    if not tried:
+        return list(failed_order)
+    rest = failed_order[tried:]
+    if unique:
+        return rest
+    seen = set(map(_job_id, failed_order[:tried]))
+    if seen.isdisjoint(map(_job_id, rest)):
+        return rest
+    return [j for j in rest if j.id not in seen]

@@ -46,6 +46,9 @@ class Facts(NamedTuple):
     # how many pending jobs hold GPUs (`reserved`); None: not known here (some job object listed twice)
     running_gpus: dict | None = None
     holding: int | None = None
+    # jobs being evicted for a beneficiary (state "preempting" with `evicted_for`: actions/evict.withdrawals looks
+    # only when there is one); None: not known here
+    evicting: int | None = None
 
 
 _flavor = attrgetter("flavor")
@@ -64,7 +67,7 @@ class JobCounts:
     """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
 
     __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live", "pending_gpus", "moving", "running_gpus",
-                 "holding")
+                 "holding", "evicting")
 
     def __init__(self) -> None:
         self.live = 0
@@ -75,6 +78,7 @@ class JobCounts:
         self.preemptible_priorities: dict[int, int] = {}
         self.running_gpus: dict[tuple[str, str], int] = {}  # (queue, node) -> GPUs of running jobs' tasks there
         self.holding = 0  # pending jobs with `reserved` (GPUs held for them)
+        self.evicting = 0  # jobs "preempting" with `evicted_for`
 
     def add(self, job, sign: int = 1) -> None:
         if any(r.shares for r in job.roles):
@@ -88,6 +92,8 @@ class JobCounts:
         if job.reserved:
             self.moving += sign
         if job.state != "running":
+            if job.state == "preempting" and job.evicted_for is not None:
+                self.evicting += sign
             return
         per = self.running_gpus
         for t in job.placement:
@@ -112,23 +118,33 @@ class JobCounts:
         self.add(job, -1)
 
     def facts(self) -> tuple:
-        """(sharing, short, lowest_preemptible, live, moving, running_gpus (a copy), holding) as in Facts."""
+        """(sharing, short, lowest_preemptible, live, moving, running_gpus (a copy), holding, evicting) as in Facts."""
         per = self.preemptible_priorities
         return (self.sharing_jobs > 0, self.short > 0, min(per) if per else None, self.live, self.moving > 0,
-                dict(self.running_gpus), self.holding)
+                dict(self.running_gpus), self.holding, self.evicting)
 
 
 class FactTuple(tuple):
     """A snapshot's jobs tuple with their figures (`job_facts`: JobCounts.facts() of exactly these jobs) from
-    a producer that keeps a JobCounts of them; a copy or any other tuple has job_facts None."""
+    a producer that keeps a JobCounts of them; a copy or any other tuple has job_facts None. `pending_from`:
+    where the pending jobs begin when the producer lists every job not pending first and then the pending ones
+    (the cycle takes them as `jobs[pending_from:]` instead of a pass over every job), else None."""
 
     job_facts: tuple | None = None
+    pending_from: int | None = None
+    unique_ids: bool = False  # the producer keeps its jobs by id: no two have the same id
 
 
-def with_facts(jobs, counts: JobCounts) -> FactTuple:
-    """`jobs` (an iterable of the very jobs `counts` counts) as a FactTuple carrying their figures."""
+def with_facts(jobs, counts: JobCounts, pending_from: int | None = None, unique_ids: bool = False) -> FactTuple:
+    """`jobs` (an iterable of the very jobs `counts` counts) as a FactTuple carrying their figures.
+    pending_from: the producer lists the jobs not pending first, then from this index on the pending ones
+    (kept only when it equals the count of jobs not pending, JobCounts.live); unique_ids: no two jobs have the
+    same id (a producer that keeps them in dicts by id)."""
     out = FactTuple(jobs)
     out.job_facts = counts.facts()
+    if pending_from is not None and pending_from == counts.live:
+        out.pending_from = pending_from
+    out.unique_ids = unique_ids
     return out
 
 
@@ -182,16 +198,20 @@ class SnapshotIndex:
                         prev[id(node)] = node
                         self._node(node, 1)
             self.node_ids, self.nodes = ids, nodes
-        sharing, short, lowest, live, moving, running, holding = given if given is not None else self.counts.facts()
+        sharing, short, lowest, live, moving, running, holding, evicting = \
+            given if given is not None else self.counts.facts()
         if given is None and len(self.job_ids) != len(jobs):
             live = running = holding = None  # some job object listed twice: counted once here
         schedulable = None
         if not self.unschedulable and len(self.node_ids) == len(nodes):  # every node, each once: flavors in node order
             healthy = self.healthy
-            schedulable = {f: healthy[f] for f in dict.fromkeys(map(_flavor, nodes))}
+            if len(healthy) == 1 and nodes:  # every node adds its flavor's key: they all have this one
+                schedulable = dict(healthy)
+            else:
+                schedulable = {f: healthy[f] for f in dict.fromkeys(map(_flavor, nodes))}
         self.jobs = jobs
         self.last = Facts(sharing or self.sharing_nodes > 0, short, lowest, live, moving, self.spare_ready > 0,
-                          schedulable, running, holding)
+                          schedulable, running, holding, evicting)
         return self.last
 
     def _node(self, n, sign: int) -> None:

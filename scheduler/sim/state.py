@@ -166,7 +166,8 @@ class ClusterState:
                 spare=name in self.spare_nodes,
             )
         self._dirty.clear()
-        jobs = with_facts((*self.running.values(), *self.pending.values()), self.counts)
+        jobs = with_facts((*self.running.values(), *self.pending.values()), self.counts, len(self.running),
+                          unique_ids=True)  # two dicts by job id, a job in one of them only
         return Snapshot(nodes=tuple(self._nodes), domains=self.domains, queues=self.queues, jobs=jobs, now=now)
 
     def bind(self, binding: Binding, now: float, *, gang: bool = True) -> JobInfo | None:

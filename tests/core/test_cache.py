@@ -89,3 +89,18 @@ def test_cache_follows_a_changed_shape():
     grown = world.node(name="extra", gpus=8, domain="rack1")
     assert decisions(run_cycle(grown.snapshot(), cache=cache)) == decisions(run_cycle(grown.snapshot()))
     assert cache.builds == 2
+
+
+def test_withdrawal_found_with_the_cache_when_a_job_is_being_evicted():
+    """evict.withdrawals looks at the jobs only when the cache's facts count one being evicted: with one
+    EngineCache, a cycle with no such job, one whose beneficiary is gone (withdrawn, as without a cache), none."""
+    world = World().nodes(count=1, gpus=4, flavor="A100").queue(name="q", quota={"A100": 4})
+    world.running(name="lo", nodes=[world.node_infos[0].name], gpus_per_task=2)
+    base = world.snapshot()
+    releasing = tuple(replace(j, state="preempting", evicted_for="gone") if j.id == "lo" else j for j in base.jobs)
+    cache = EngineCache()
+    for jobs, expected in ((base.jobs, []), (releasing, ["lo"]), (base.jobs, [])):
+        snapshot = replace(base, jobs=jobs)
+        cached, fresh = run_cycle(snapshot, cache=cache), run_cycle(snapshot)
+        assert [w.job_id for w in cached.withdrawals] == [w.job_id for w in fresh.withdrawals] == expected
+        assert cache.scan(snapshot).evicting == len(expected)

@@ -33,7 +33,8 @@ def scratch(snapshot) -> tuple:
     holding = sum(1 for j in snapshot.jobs if j.state == "pending" and j.reserved)
     return (has_sharing(snapshot), bool(short), min(prios) if prios else None,
             sum(j.state != "pending" for j in snapshot.jobs), any(j.state != "pending" and j.reserved for j in snapshot.jobs),
-            has_spares(snapshot), schedulable_gpus(snapshot.nodes), gpus, holding)
+            has_spares(snapshot), schedulable_gpus(snapshot.nodes), gpus, holding,
+            sum(1 for j in snapshot.jobs if j.state == "preempting" and j.evicted_for is not None))
 
 
 def mixed_trace(fractions: bool) -> Trace:
@@ -51,7 +52,7 @@ def mixed_trace(fractions: bool) -> Trace:
 
 
 def checked_replay(fractions: bool):
-    seen = {"cycles": 0, "short": 0, "sharing": 0, "preempt": 0, "down": 0, "holding": 0}
+    seen = {"cycles": 0, "short": 0, "sharing": 0, "preempt": 0, "down": 0, "holding": 0, "evicting": 0}
     cache, index = EngineCache(), SnapshotIndex()
 
     def engine(snapshot, config):
@@ -61,12 +62,19 @@ def checked_replay(fractions: bool):
         for j in snapshot.jobs:
             counts.add(j)
         assert snapshot.jobs.job_facts == counts.facts()
+        # the pending jobs from where the producer says they begin: exactly those a scan finds, in the same order
+        start = snapshot.jobs.pending_from
+        assert start is not None
+        assert list(snapshot.jobs[start:]) == [j for j in snapshot.jobs if j.state == "pending"]
+        assert all(j.state != "pending" for j in snapshot.jobs[:start])
+        assert snapshot.jobs.unique_ids and len({j.id for j in snapshot.jobs}) == len(snapshot.jobs)
         assert run.state.counts.pending_gpus == sum(j.gpus_requested for j in snapshot.jobs if j.state == "pending")
         if snapshot.jobs:  # a job listed twice: its count is not known
             assert index.update((*snapshot.jobs, *snapshot.jobs[:1]), snapshot.nodes).live is None
         for facts in (cache.scan(snapshot), index.update(tuple(snapshot.jobs), snapshot.nodes)):  # replay's, by identity
             assert tuple(facts)[:6] == expected[:6]
-            assert (facts.running_gpus, facts.holding) == expected[7:]
+            assert (facts.running_gpus, facts.holding, facts.evicting) == expected[7:]
+            seen["evicting"] += bool(facts.evicting)
             seen["holding"] += bool(facts.holding)
             if facts.schedulable is None:  # only while some node is down (then the cycle makes its own pass)
                 assert any(not n.schedulable for n in snapshot.nodes)

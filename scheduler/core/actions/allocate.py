@@ -119,6 +119,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     queues, memo_get, refused, keys = session.queues, admission.memo.get, admission._refused, order._keys
     holds, now = session.holds, session.now
     bulk = _Bulk(session, reservations, admission, order) if quick and kept is not None else None
+    lasting = _KeptRefusals.of(memo, queues, next(iter(session.state.flavors))) if quick else None
     while heap:
         key, q = heappop(heap)
         jobs = by_queue[q]
@@ -139,7 +140,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                     break
                 continue
             job = jobs.pop()
-            outcome = None
+            outcome = shape = None
             if quick:
                 entry = memo_get(id(job))
                 if entry is not None and entry[0] is job and not job.avoid_nodes:
@@ -149,15 +150,23 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                     else:
                         opened = (now + job.time_limit if job.time_limit is not None else INF) <= until
                     if opened is not True:  # (a backfill attempt releases the reserved GPUs: the long way)
-                        cached = refused.get((entry[5], opened))
+                        shape = (entry[5], opened)
+                        cached = refused.get(shape)
                         if cached is not None and cached[0] == queues.version:
                             outcome = cached[1]
+                        else:  # refused by its queue's limit in an earlier cycle at the same usage of its chain
+                            outcome = lasting.get(shape, job.queue)
+                            if outcome is not None:  # what _place writes for that refusal
+                                refused[shape] = (queues.version, outcome)
+                                admission.writes += 1
             if outcome is None:
                 before = share(q)
                 outcome = attempt(job, place)
                 if isinstance(outcome, Binding):
                     out.bindings.append(replace(outcome, share_before=before, share_after=share(q)))
                     outcome = None
+                elif shape is not None:
+                    lasting.put(shape, job.queue, outcome, refused.get(shape))
             if outcome is not None:
                 failed.append(job)
                 reasons[job.id] = waiting(job, outcome) if outcome.code in ROOM_CODES else outcome
@@ -181,6 +190,52 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     return out
 
 
+class _KeptRefusals:
+    """Refusals by a queue's limit kept across cycles (the engine cache's job memo, key ("kept refusals",
+    thread)), on a one-flavor cluster without GPU shares (allocate's quick path). A refusal that _place decided
+    without a search with code "queue_limit" or "never_fits_queue_limit" is a function of the job's shape id
+    (its queue, roles, preemptible, ...: its need), the backfill window (`shape` = (shape id, backfill_open)),
+    the queues' limits and entitlements (QueueTree.static_key, the same cluster: the memo's) and the usage of
+    the flavor at each level of its queue's chain; it is given again while all of these are the same. Other
+    refusals (static feasibility, a shape that failed a search this cycle) are not kept."""
+
+    __slots__ = ("static_key", "flavor", "table", "queues")
+    CODES = ("queue_limit", "never_fits_queue_limit")
+
+    def __init__(self, static_key, flavor: str):
+        self.static_key, self.flavor = static_key, flavor
+        self.table: dict[tuple, tuple] = {}  # (shape id, backfill_open) -> (chain usage, PendingReason)
+
+    @staticmethod
+    def of(memo: dict, queues, flavor: str) -> "_KeptRefusals":
+        key = ("kept refusals", threading.get_ident())
+        kept = memo.get(key)
+        if kept is None or kept.flavor != flavor or kept.static_key != queues.static_key:
+            kept = memo[key] = _KeptRefusals(queues.static_key, flavor)
+        kept.queues = queues
+        return kept
+
+    def _usage(self, queue: str) -> tuple:
+        usage, flavor = self.queues.usage, self.flavor
+        out = []
+        for level in self.queues.chain(queue):
+            per = usage.get(level)
+            out.append(per.get(flavor, 0) if per is not None else 0)
+        return tuple(out)
+
+    def get(self, shape: tuple, queue: str):
+        kept = self.table.get(shape)
+        if kept is None or kept[0] != self._usage(queue):
+            return None
+        return kept[1]
+
+    def put(self, shape: tuple, queue: str, outcome: PendingReason, written) -> None:
+        """Keep `outcome` when _place wrote it to Admission's table at this version (decided without a search)."""
+        if outcome.code in self.CODES and written is not None and written[1] is outcome \
+                and written[0] == self.queues.version:
+            self.table[shape] = (self._usage(queue), outcome)
+
+
 class _PendingOrder:
     """The pending jobs of the last cycle, per queue in descending job_order_key (the next job last),
     kept in the engine cache's job memo (key ("pending order", thread)) and brought up to date from the jobs that
@@ -197,7 +252,7 @@ class _PendingOrder:
         # queue -> (its ordinary jobs, descending job_order_key; their refusal keys; their ids)
         self.lists: dict[str, tuple[list, list, list]] = {}
         self.special: dict[int, JobInfo] = {}  # id(job) -> job in backoff or with a reservation
-        self.positions: dict[str, dict] = {}  # queue -> refusal key -> its positions in the list, ascending
+        self.positions: dict[str, tuple] = {}  # queue -> (its distinct refusal keys, its refusal keys reversed)
         self.codes: dict[tuple, int] = {}  # (shape id, avoid_nodes) -> its refusal key, a small number
         self.shapes: list[tuple] = []  # refusal key -> (shape id, avoid_nodes)
 
@@ -282,19 +337,13 @@ class _PendingOrder:
                 sorted(special.values(), key=job_order_key) if special else [])
 
     def index(self, queue: str) -> tuple:
-        """(refusal key per job, job id per job, refusal key -> its positions ascending) of the queue's
-        list as `update` returned it (positions in the list, next job last)."""
+        """(refusal key per job, job id per job, the queue's distinct refusal keys, the refusal keys reversed
+        (next job first), refusal key -> (shape id, avoid_nodes)) of the queue's list as `update` returned it."""
         _, shapes, ids = self.lists[queue]
         at = self.positions.get(queue)
-        if at is None:
-            at = self.positions[queue] = {}
-            for i, shape in enumerate(shapes):
-                places = at.get(shape)
-                if places is None:
-                    at[shape] = [i]
-                else:
-                    places.append(i)
-        return shapes, ids, at, self.shapes
+        if at is None:  # C-level: a dict of the distinct keys (in first-seen order) and a reversed copy
+            at = self.positions[queue] = (dict.fromkeys(shapes), shapes[::-1])
+        return shapes, ids, at[0], at[1], self.shapes
 
 
 class _Bulk:
@@ -335,7 +384,7 @@ class _Bulk:
     def run(self, jobs: list, index: tuple, key: tuple, failed: list, reasons: dict) -> bool:
         """Refuse the run at the end of `jobs` (the queue's list, next job last; `index` its
         _PendingOrder.index) when its next job's answer is known; False when it is not (try it)."""
-        shapes, ids, at, decode = index
+        shapes, ids, distinct, backwards, decode = index
         n = len(jobs)
         reservations, config = self.reservations, self.session.config
         quiet = not config.backfill or (reservations._tried and (  # Reservations.waiting changes nothing
@@ -352,15 +401,21 @@ class _Bulk:
             outcome = answers[head] = self._answer(decode[head], key, quiet)
         if outcome is None:
             return False
-        stop = -1  # the nearest job to the end whose answer is not known
-        for shape, places in at.items():
+        # the nearest job to the end whose answer is not known: in the reversed keys (the list's jobs already
+        # taken this cycle first, len(backwards) - n of them) the first of each unknown key from there on
+        skip = len(backwards) - n
+        first = len(backwards)
+        for shape in distinct:
             found = answers.get(shape, _UNSET)
             if found is _UNSET:
                 found = answers[shape] = self._answer(decode[shape], key, quiet)
             if found is None:
-                i = bisect_left(places, n)
-                if i and places[i - 1] > stop:
-                    stop = places[i - 1]
+                try:
+                    i = backwards.index(shape, skip, first)
+                except ValueError:
+                    continue
+                first = i
+        stop = len(backwards) - 1 - first
         lo = stop + 1
         run = jobs[lo:]
         run.reverse()

@@ -124,11 +124,14 @@ def _usage(queues, names: set[str]) -> dict:
     return {q: dict(queues.usage.get(q, {})) for q in sorted(names)}
 
 
-def withdrawals(snapshot: Snapshot, nominated: dict) -> list[Withdrawal]:
+def withdrawals(snapshot: Snapshot, nominated: dict, facts=None) -> list[Withdrawal]:
     """Evictions to take back: every job (or released tasks) still in its grace period ("preempting", with
     `evicted_for`) whose GPUs are none of those held for its beneficiary after this cycle (`nominated`: job
     id -> TaskPlacements): the beneficiary was cancelled or ended, started elsewhere, or no longer needs
-    them. Killing a job for nobody is pure loss; the victim keeps running without a restart."""
+    them. Killing a job for nobody is pure loss; the victim keeps running without a restart.
+    facts: the snapshot's jobindex.Facts or None; with no job being evicted (Facts.evicting) none is looked at."""
+    if facts is not None and facts.evicting == 0:
+        return []
     jobs = None  # job id -> JobInfo, built at the first withdrawal (most cycles have none)
     out = []
     for job in snapshot.jobs:

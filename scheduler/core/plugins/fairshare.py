@@ -52,11 +52,14 @@ def water_fill(amount: float, children: list[tuple[str, float, float, float, flo
     return share
 
 
-def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dict[str, dict[str, int]]
-                ) -> dict[str, dict[str, float]]:
+def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dict[str, dict[str, int]],
+                memo: dict | None = None) -> dict[str, dict[str, float]]:
     """queue -> flavor -> fair share in GPUs. capacity: schedulable GPUs per flavor; pending_demand:
     leaf queue -> flavor -> GPUs requested by its pending jobs (a job that may take several flavors counts
-    on each)."""
+    on each). memo: the engine cache's job memo, or None: the last answer is kept there (key ("fair shares",
+    thread)) and given again (a copy) when its inputs are the same: the queues' static key (names, parents,
+    weights, quotas), the capacity, and each queue's min(limit, demand) per flavor, all the water-filling reads
+    of the demand (a queue's demand above its limit does not move its share)."""
     children: dict[str | None, list[str]] = defaultdict(list)
     for name, info in queues.queues.items():
         parent = info.parent if info.parent in queues.queues else None
@@ -69,6 +72,22 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
     for q, per_flavor in queues.usage.items():  # usage is already charged up the chain
         for flavor, gpus in per_flavor.items():
             demand[q][flavor] += gpus
+    if memo is not None:
+        caps = []
+        for q, info in queues.queues.items():
+            per, quotas = demand.get(q), info.quotas
+            for flavor in capacity:
+                quota = quotas.get(flavor)
+                d = per.get(flavor, 0.0) if per is not None else 0.0
+                caps.append(min(quota.limit, d) if quota and quota.limit is not None else d)
+        key = (queues.static_key, tuple(capacity.items()), tuple(caps))
+        slot = ("fair shares", threading.get_ident())
+        kept = memo.get(slot)
+        if kept is not None and kept[0] == key:
+            return {q: dict(per) for q, per in kept[1].items()}
+        answer = fair_shares(queues, capacity, pending_demand)
+        memo[slot] = (key, {q: dict(per) for q, per in answer.items()})
+        return answer
     out: dict[str, dict[str, float]] = defaultdict(dict)
 
     def split(parent: str | None, flavor: str, amount: float) -> None:

@@ -18,6 +18,7 @@ Units: GPUs.
 from __future__ import annotations
 
 import math
+import threading
 from collections import defaultdict
 
 from ..snapshot import JobInfo, QueueInfo, Snapshot
@@ -25,16 +26,42 @@ from ..snapshot import JobInfo, QueueInfo, Snapshot
 INF = math.inf
 
 
+class _Statics:
+    """What a QueueTree derives from its queues' names, parents, weights and quotas alone (chains, children,
+    entitlements: static within a cycle, and across cycles while those are the same), kept in the engine
+    cache's job memo (key ("queue statics", thread)) under `key`, filled on demand."""
+
+    __slots__ = ("key", "chains", "entitled", "kids")
+
+    def __init__(self, key):
+        self.key = key
+        self.chains: dict[str, tuple[str, ...]] = {}
+        self.entitled: dict[tuple, float] = {}
+        self.kids: dict | None = None
+
+
 class QueueTree:
-    def __init__(self, snapshot: Snapshot, static=None, facts=None):
+    def __init__(self, snapshot: Snapshot, static=None, facts=None, memo: dict | None = None):
         """static: the snapshot's domain_tree.ClusterStatic, when the caller has it (saves two node scans).
         facts: the snapshot's jobindex.Facts, when the caller has them (EngineCache.scan): the running jobs' GPUs
         per (queue, node) and the count of holding jobs then come from them instead of a pass over every job
-        (the same charges: integer sums per (queue, flavor))."""
+        (the same charges: integer sums per (queue, flavor)). memo: the engine cache's job memo, or None: the
+        chains, children and entitlements are then kept there while the queues' names, parents, weights and
+        quotas are the same (`static_key`; a QueueInfo's recent usage may change)."""
         self.queues: dict[str, QueueInfo] = {q.name: q for q in snapshot.queues}
         self.open_world = not self.queues  # no queues defined: every job's queue is accepted, no caps
         self.usage: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self._chains: dict[str, tuple[str, ...]] = {}
+        # (name, parent, weight, quotas) per queue: what fair shares and entitlements read of the queues
+        self.static_key = tuple((q.name, q.parent, q.weight, q.quotas) for q in snapshot.queues)
+        kept = None
+        if memo is not None:
+            slot = ("queue statics", threading.get_ident())
+            kept = memo.get(slot)
+            if kept is None or kept.key != self.static_key:
+                kept = memo[slot] = _Statics(self.static_key)
+            self.static_key = kept.key
+        self._statics = kept
+        self._chains: dict[str, tuple[str, ...]] = {} if kept is None else kept.chains
         self.version = 0  # bumped by every charge, the only writer of usage
         # a limit at or above the cluster's whole capacity of a flavor can only bind when the cluster is
         # full, which says "no free GPUs", not "over the limit": such limits are treated as no cap
@@ -47,8 +74,8 @@ class QueueTree:
             for n in snapshot.nodes:
                 self.capacity[n.flavor] += n.gpus
         self._node_flavor = node_flavor
-        self._entitled: dict[tuple[str, str], float] = {}
-        self._kids: dict[str | None, list[str]] | None = None
+        self._entitled: dict[tuple[str, str], float] = {} if kept is None else kept.entitled
+        self._kids: dict[str | None, list[str]] | None = None if kept is None else kept.kids
         self.held: dict = {}  # pending job id -> (queue, flavor -> GPUs) charged for its hold
         self._snapshot = snapshot
         self._running_on: dict[str, set[int]] = {}  # node -> GPUs of running jobs there, for the nodes asked
@@ -172,6 +199,8 @@ class QueueTree:
             kids = self._kids = defaultdict(list)
             for q, info in self.queues.items():
                 kids[info.parent if info.parent in self.queues else None].append(q)
+            if self._statics is not None:
+                self._statics.kids = kids
         return kids.get(name, [])
 
     def _claimed(self, name: str, flavor: str) -> float:
