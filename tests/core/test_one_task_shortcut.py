@@ -68,11 +68,9 @@ def _decisions(result) -> tuple:
     return result.bindings, result.pending, result.evictions, result.nominations, result.metrics
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_shortcut_decides_as_the_full_search(seed: int, monkeypatch) -> None:
-    rng = random.Random(seed)
-    snapshot = _world(rng)
-    config = CycleConfig(binpack=rng.random() < 0.9, topology=rng.random() < 0.9)
+@pytest.fixture
+def calls(monkeypatch) -> dict:
+    """Session._one_task counted: {"taken": placed by the shortcut, "declined": left to the full search}."""
     calls = {"taken": 0, "declined": 0}
     shortcut = Session._one_task
 
@@ -82,6 +80,14 @@ def test_shortcut_decides_as_the_full_search(seed: int, monkeypatch) -> None:
         return placed
 
     monkeypatch.setattr(Session, "_one_task", counted)
+    return calls
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_shortcut_decides_as_the_full_search(seed: int, monkeypatch, calls) -> None:
+    rng = random.Random(seed)
+    snapshot = _world(rng)
+    config = CycleConfig(binpack=rng.random() < 0.9, topology=rng.random() < 0.9)
     fast = [_decisions(run_cycle(snapshot, config)), _decisions(run_cycle(snapshot, config, cache=EngineCache()))]
     monkeypatch.setattr(Session, "_one_task_tier", lambda self, job, flavor, levels: 0)  # the shortcut off
     taken = calls["taken"]
@@ -90,17 +96,8 @@ def test_shortcut_decides_as_the_full_search(seed: int, monkeypatch) -> None:
     assert fast == full
 
 
-def test_the_worlds_exercise_both_ways(monkeypatch) -> None:
+def test_the_worlds_exercise_both_ways(calls) -> None:
     """Across the seeds above the shortcut both places jobs and declines (then the full search runs)."""
-    calls = {"taken": 0, "declined": 0}
-    shortcut = Session._one_task
-
-    def counted(self, *args):
-        placed = shortcut(self, *args)
-        calls["taken" if placed is not None else "declined"] += 1
-        return placed
-
-    monkeypatch.setattr(Session, "_one_task", counted)
     for seed in range(40):
         rng = random.Random(seed)
         snapshot = _world(rng)
