@@ -95,10 +95,27 @@ def sharing_workload(now: float) -> tuple:
     return tuple(sorted(shapes, key=lambda t: (-t[3], t[:3])))
 
 
-def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapshot, SnapshotIndex]:
+@dataclass
+class SnapshotMemo:
+    """What build_snapshot may reuse from its previous read (one per reader: run_cycle_once keeps SNAPSHOT_MEMO):
+    each JobInfo with the exact inputs it was built from, {job id: ((job row, role arguments, placements), JobInfo)}.
+    A JobInfo is a pure function of those inputs, all read again every cycle, so one whose inputs compare equal
+    is the same object again: no write can be missed (no timestamp or version column is trusted), and a job gone
+    from the read is dropped. Building 15,000 frozen JobInfo and their RoleInfo took ~0.08 s of CPU per cycle on
+    the headline world; a running job's or a waiting job's inputs rarely change between cycles."""
+
+    jobs: dict = field(default_factory=dict)
+
+
+SNAPSHOT_MEMO = SnapshotMemo()
+
+
+def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMemo | None = None
+                   ) -> tuple[Snapshot, SnapshotIndex]:
     """Read the cluster into a Snapshot (11 queries, one consistent view; 12th and 13th, `sharing_workload`, when some
     GPU is shared or auto). `now`: epoch seconds (default: wall clock); `cycle`: the cycle's number (rescheduling
-    runs every config.reschedule_every cycles). Pending jobs' RoleInfo.tasks counts the role's tasks still
+    runs every config.reschedule_every cycles); `memo`: a SnapshotMemo whose JobInfos built from equal inputs are
+    reused (and which is updated to this read). Pending jobs' RoleInfo.tasks counts the role's tasks still
     pending; running ones carry placements."""
     now = _time.time() if now is None else now
     live = ("pending", *Job.LIVE_STATES)
@@ -195,7 +212,8 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
     queue_infos = tuple(QueueInfo(name, parent, weight, quota_map.get(qid, {}), state, json_value(recent) or {})
                         for qid, name, parent, weight, state, recent in queues)
 
-    job_roles: dict[int, list[RoleInfo]] = defaultdict(list)
+    # each role the engine sees, as RoleInfo's arguments (built into RoleInfo objects only for a JobInfo not reused)
+    job_roles: dict[int, list[tuple]] = defaultdict(list)
     role_specs: dict[tuple[int, str], tuple] = {}
     job_state = {j[0]: j[9] for j in jobs}
     for rid, job_id, name, tasks, gpt, min_av, cpu, mem, flavor, group, group_tier, group_mode, gmilli, gmem, mig in roles:
@@ -205,23 +223,36 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
         wanted = pending_count.get(rid, 0) + (placed_per_role.get((job_id, name), 0)
                                               if job_state.get(job_id) != "pending" else 0)
         if wanted > 0:
-            job_roles[job_id].append(RoleInfo(name, wanted, gpt, min_av, cpu, mem, role_specs[(job_id, name)][3],
-                                              group_size=group or 0, group_highest_tier=group_tier,
-                                              group_mode=group_mode or "hard", gpu_milli=gmilli,
-                                              gpu_memory_mib=gmem, mig_profile=mig))
+            job_roles[job_id].append((name, wanted, gpt, min_av, cpu, mem, role_specs[(job_id, name)][3], group or 0,
+                                      group_tier, group_mode or "hard", gmilli, gmem, mig))
 
     index = SnapshotIndex(node_ids={n[1]: n[0] for n in nodes})
     job_infos = []
-    for (jid, queue, prio, submitted, preemptible, mode, hi, pref, tlimit, state, started, name, reserved,
+    reused = memo.jobs if memo is not None else {}
+    kept: dict = {}  # this read's JobInfos by job id, with the inputs they were built from (the memo's next state)
+    for row in jobs:
+        (jid, queue, prio, submitted, preemptible, mode, hi, pref, tlimit, state, started, name, reserved,
          not_before, attempts, bound_at, excluded, evicted_for, stop_target, numa_policy,
-         migratable, min_run, ckpt_grace, interruptible) in jobs:
+         migratable, min_run, ckpt_grace, interruptible) = row
         if jid in releasing:
             job_infos.append(releasing_job(jid, queue, name, releasing[jid], role_specs, release_for.get(jid)))
-        if not job_roles.get(jid):
+        job_role_args = job_roles.get(jid)
+        if not job_role_args:
             continue
         index.job_queue[jid] = queue
-        job_infos.append(JobInfo(
-            id=jid, queue=queue, roles=tuple(job_roles[jid]), priority=prio, submit_time=submitted,
+        # a JobInfo is a function of its job row, its roles' arguments and its placements only: the one built from
+        # equal inputs by an earlier read is reused (SnapshotMemo)
+        key = (row, job_role_args, placements.get(jid))
+        prior = reused.get(jid)
+        if prior is not None and prior[0] == key:
+            kept[jid] = prior
+            job_infos.append(prior[1])
+            continue
+        info = JobInfo(
+            id=jid, queue=queue, roles=tuple(RoleInfo(n, w, g, m, c, mm, f, group_size=gs, group_highest_tier=gt,
+                                                      group_mode=gm, gpu_milli=gmilli, gpu_memory_mib=gmem, mig_profile=mig)
+                                             for n, w, g, m, c, mm, f, gs, gt, gm, gmilli, gmem, mig in job_role_args),
+            priority=prio, submit_time=submitted,
             preemptible=preemptible, topology_mode=mode, highest_tier=hi, preferred_tier=pref,
             time_limit=float(tlimit) if tlimit is not None else None,
             state="running" if state == "admitted" else state,
@@ -236,7 +267,11 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0) -> tuple[Snapsho
             evicted_for=evicted_for if state == "preempting" and stop_target in evict.REQUEUE_STOPS else None,
             numa=numa_policy or "prefer",
             migratable=migratable, min_run_before_move=float(min_run),
-            checkpoint_grace=float(ckpt_grace) if ckpt_grace is not None else None, interruptible=interruptible))
+            checkpoint_grace=float(ckpt_grace) if ckpt_grace is not None else None, interruptible=interruptible)
+        kept[jid] = (key, info)
+        job_infos.append(info)
+    if memo is not None:
+        memo.jobs = kept
     snap = Snapshot(nodes=node_infos, domains=tuple(domains), queues=queue_infos, jobs=tuple(job_infos), now=now,
                     cycle=cycle, recent_moves=moves,
                     workload=sharing_workload(now) if any(m in ("shared", "auto") for g in modes.values()
@@ -590,7 +625,7 @@ def run_cycle_once(*, clock: datetime | None = None, config=None, detect: bool =
         try:
             with cyclic_gc_paused():
                 release.release_expired(clock, cycle_number=number)
-                snapshot, _ = build_snapshot(clock.timestamp(), cycle=number)
+                snapshot, _ = build_snapshot(clock.timestamp(), cycle=number, memo=SNAPSHOT_MEMO)
                 t1 = _time.perf_counter()
                 result = run_cycle(snapshot, config, cache=ENGINE_CACHE)
                 result.timings.setdefault("snapshot_ms", (t1 - t0) * 1000)
