@@ -34,6 +34,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, fields, replace
 from functools import partial
+from itertools import compress
+from operator import attrgetter
 from typing import Callable, NamedTuple
 
 from clusterspec.spec import ClusterSpec, Trace
@@ -47,6 +49,7 @@ from scheduler.sim.report import ReplayReport, queueing_summary, tier_capacity
 from scheduler.sim.state import ClusterState, job_info, queue_infos
 
 Engine = Callable[[Snapshot, CycleConfig], CycleResult]
+_terminal = attrgetter("terminal")
 
 # Replay._decay builds QueueInfo positionally (dataclasses.replace costs ~3x as much, once per queue per
 # cycle): a field added to QueueInfo must be added there too, and this says so at import
@@ -462,11 +465,12 @@ class Replay:
             self.resched["moves"] += 1
             self.resched["moved_gpus"] += move.gpus
         state.set_holds({n.job_id: n.tasks for n in getattr(result, "nominations", ())})
-        for job_id, reason in result.pending.items():
-            if reason.terminal and job_id in state.pending:
+        pending = result.pending  # every waiting job's reason, each cycle: the terminal ones picked at C level
+        for job_id in compress(pending, map(_terminal, pending.values())):
+            if job_id in state.pending:
                 state.drop(job_id)
                 self.awaiting_restart.pop(job_id, None)
-                self.ledger.rejected(reason.code)
+                self.ledger.rejected(pending[job_id].code)
         self._decay(now, result)
         t3 = time.perf_counter()
         if self.meter is not None:
