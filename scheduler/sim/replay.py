@@ -26,16 +26,20 @@ Pure: no Django, no I/O. Units: seconds of simulated time, GPUs; wall times in s
 """
 from __future__ import annotations
 
+import gc
 import heapq
 import math
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, fields, replace
 from functools import partial
+from itertools import compress
+from operator import attrgetter
 from typing import Callable, NamedTuple
 
 from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import EngineCache, run_cycle
-from scheduler.core.plugins.fairshare import decay_usage
 from scheduler.core.snapshot import CycleConfig, CycleResult, QueueInfo, Snapshot
 from scheduler.core.spares import plan_restart
 from scheduler.sim.fairness import FairnessMeter, leaf_teams, snapshot_fair_share
@@ -45,6 +49,7 @@ from scheduler.sim.report import ReplayReport, queueing_summary, tier_capacity
 from scheduler.sim.state import ClusterState, job_info, queue_infos
 
 Engine = Callable[[Snapshot, CycleConfig], CycleResult]
+_terminal = attrgetter("terminal")
 
 # Replay._decay builds QueueInfo positionally (dataclasses.replace costs ~3x as much, once per queue per
 # cycle): a field added to QueueInfo must be added there too, and this says so at import
@@ -460,11 +465,12 @@ class Replay:
             self.resched["moves"] += 1
             self.resched["moved_gpus"] += move.gpus
         state.set_holds({n.job_id: n.tasks for n in getattr(result, "nominations", ())})
-        for job_id, reason in result.pending.items():
-            if reason.terminal and job_id in state.pending:
+        pending = result.pending  # every waiting job's reason, each cycle: the terminal ones picked at C level
+        for job_id in compress(pending, map(_terminal, pending.values())):
+            if job_id in state.pending:
                 state.drop(job_id)
                 self.awaiting_restart.pop(job_id, None)
-                self.ledger.rejected(reason.code)
+                self.ledger.rejected(pending[job_id].code)
         self._decay(now, result)
         t3 = time.perf_counter()
         if self.meter is not None:
@@ -489,14 +495,24 @@ class Replay:
         usage = result.metrics.get("queue_usage", {})
         elapsed = now - self.decayed_at if self.decayed_at is not None else half_life * 50
         self.decayed_at = now
-        state = self.state
+        # fairshare.decay_usage inlined (~16 queues a cycle, every cycle): the same factors, the same
+        # expression per flavor and the same key order (set(recent) | set(current)), so the same floats
+        keep = 0.5 ** (max(elapsed, 0.0) / half_life) if half_life > 0 else 0.0
+        rest = 1 - keep
         queues = []
-        for q in state.queues:
-            recent = decay_usage(dict(q.recent_usage), usage.get(q.name, {}), elapsed, half_life)
+        for q in self.state.queues:
+            old = q.recent_usage
+            current = usage.get(q.name)
+            if not old and not current:  # decay_usage gives {}: the same QueueInfo
+                queues.append(q)
+                continue
+            if current is None:
+                current = {}
+            recent = {f: old.get(f, 0.0) * keep + current.get(f, 0.0) * rest for f in set(old) | set(current)}
             # the same figures in the same order (an idle queue's, or a fixed point): the same QueueInfo
-            same = len(recent) == len(q.recent_usage) and list(recent.items()) == list(q.recent_usage.items())
+            same = len(recent) == len(old) and list(recent.items()) == list(old.items())
             queues.append(q if same else QueueInfo(q.name, q.parent, q.weight, q.quotas, q.state, recent))
-        state.queues = tuple(queues)
+        self.state.queues = tuple(queues)
 
     def _start(self, binding, now: float) -> None:
         state = self.state
@@ -579,6 +595,10 @@ class Replay:
     # -- the run ----------------------------------------------------------------------------------
     def run(self) -> ReplayReport:
         """Play every event up to `until` (or until nothing is left to happen) and return the report."""
+        with _long_run_gc():
+            return self._run()
+
+    def _run(self) -> ReplayReport:
         jobs, state, interval = self.jobs, self.state, self.cycle_interval
         while True:
             next_job = min(
@@ -639,6 +659,32 @@ class Replay:
                               failures=failures, wall_seconds=time.perf_counter() - self.wall0)
         report.rescheduling = self.rescheduling_summary()
         return report
+
+
+_gc_lock = threading.Lock()
+_gc_runs = 0  # replays running in this process (threads): the first freezes, the last unfreezes
+
+
+@contextmanager
+def _long_run_gc():
+    """What exists when a replay starts (the trace, the cluster, the process's modules) is frozen for its
+    duration (gc.freeze: the collector's full passes no longer traverse it; gc.unfreeze hands it back to the
+    oldest generation at the end). Decisions do not depend on it. Philly days 28-39 (10,049 cycles, process
+    time in gc.callbacks): collections 0.89 s of 12.7 s -> 0.66 s, full ones 0.46 -> 0.22 s; a young
+    generation of 20,000 instead of 700 saved nothing more (fewer but longer young passes), so the thresholds
+    stay Python's (benchmarks/RESULTS.md, issue 16, philly16)."""
+    global _gc_runs
+    with _gc_lock:
+        _gc_runs += 1
+        if _gc_runs == 1:
+            gc.freeze()
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_runs -= 1
+            if _gc_runs == 0:
+                gc.unfreeze()
 
 
 def spare_groups(cluster: ClusterSpec) -> dict[str, str]:
