@@ -21,6 +21,7 @@ from .states import PALETTE
 HARDWARE_OR_NETWORK = ("gpu_hardware", "nccl_network")
 CATEGORY_ORDER = ("gpu_hardware", "cuda_oom", "host_oom", "cuda_error", "storage", "nan_loss", "user_error",
                   "nccl_network", "nccl_timeout", "platform", "unknown")
+NO_FAILED_ATTEMPT = "No failed attempt."  # what the tables say too (_failure_tables.html)
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -51,7 +52,10 @@ def failure_payload(rows: list[dict], *, nodes_by_flavor: dict[str, int], now: d
     lost_fig = {"data": [{"type": "bar", "x": cats, "y": [round(lost[c], 3) for c in cats],
                           "marker": {"color": [_cat_color(c) for c in cats]}}],
                 "layout": {**_layout("GPU-hours lost by category", yaxis={"title": {"text": "GPU-hours"}}),
+                           "xaxis": {"type": "category", "gridcolor": "#edf2f7"},  # categories, not dates
                            "showlegend": False}}
+    if not failed:  # say so instead of drawing empty axes (a date axis around Jan 2000)
+        over_time["empty"] = lost_fig["empty"] = NO_FAILED_ATTEMPT
     per_node: dict[str, Counter] = defaultdict(Counter)
     for r in failed:
         if r["node"]:
