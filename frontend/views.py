@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from gpuplatform import access, queries
+from gpuplatform import access, clock, queries
 from gpuplatform.event_visibility import redacted
 from gpuplatform.gpu_request import gpu_request, job_gpus
 from gpuplatform.federation.manager import is_manager, visible_federated_jobs
@@ -199,7 +199,7 @@ def job_list(request):
 HISTORY_KINDS = {
     "submitted": "pending", "admitted": "admitted", "running": "running", "preempted": "preempting",
     "reclaimed": "preempting", "evicted": "preempting", "requeued": "pending", "requeued_after_failure": "pending",
-    "gang_start_timeout": "pending", "cancelled": "cancelled", "succeeded": "succeeded", "failed": "failed",
+    "gang_start_timeout": "pending", "cancel_requested": "preempting", "cancelled": "cancelled", "succeeded": "succeeded", "failed": "failed",
 }
 
 
@@ -259,7 +259,7 @@ def job_detail(request, pk: int):
         "allocations": allocations,
         "live_allocations": sum(1 for a in allocations if a.released_at is None),
         "nodes": queries.node_names(job),
-        "run_time": human_seconds(job.duration_seconds),
+        **_run_time(job),
         "time_limit": human_seconds(job.time_limit_seconds),
         "events": events,
         "history": state_history(job, events),
@@ -269,6 +269,20 @@ def job_detail(request, pk: int):
         "state_colors": STATE_COLORS,
         "idle": IdleAllocation.objects.filter(job=job, ended_at__isnull=True).first(),
     })
+
+
+def _run_time(job) -> dict:
+    """The job page's run time: a replayed trace job's own duration; else started -> finished, or started ->
+    now (the cluster clock) while it runs; "—" before it started (new-user report 7, F22)."""
+    if job.duration_seconds is not None:
+        return {"run_time": human_seconds(job.duration_seconds), "run_time_note": "replayed workload"}
+    if job.started_at is None:
+        return {"run_time": "—", "run_time_note": ""}
+    if job.finished_at is not None:
+        return {"run_time": human_seconds(max(0.0, (job.finished_at - job.started_at).total_seconds())),
+                "run_time_note": "started to finished"}
+    return {"run_time": human_seconds(max(0.0, (clock.now() - job.started_at).total_seconds())),
+            "run_time_note": "since it started"}
 
 
 @never_cache
