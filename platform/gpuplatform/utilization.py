@@ -17,7 +17,7 @@ Where each span comes from:
   with the simulated executor, runs at once; an agent task that never started is startup throughout); after a failure (`task_failed`, `requeued_after_failure`,
   `node_failed` on its node) the rest is lost_to_failure, and since the platform does not know a job's
   checkpoints, so is the attempt's whole run before it (its work was not kept); after a stop (`stopping`,
-  `preempted`, `reclaimed`, `evicted`, `cancelled`, `time_limit`) the rest is grace_and_startup; idle
+  `preempted`, `reclaimed`, `evicted`, `cancel_requested`, `cancelled`, `time_limit`) the rest is grace_and_startup; idle
   periods (IdleAllocation) are idle_allocated; the remainder is useful;
 - waiting: from one ClusterSample with pending_jobs > 0 to the next sample;
 - held, per GPU: the GPUs nominated for a pending gang (`hold_set` Events written when the cycle sets or
@@ -42,7 +42,8 @@ from . import clock
 from .models import Allocation, ClusterSample, Event, Gpu, GpuSample, IdleAllocation, Job, Node
 
 FAILURE_KINDS = {"task_failed", "requeued_after_failure"}
-STOP_KINDS = {"stopping", "preempted", "reclaimed", "evicted", "cancelled", "time_limit", "stopped_for_spare"}
+STOP_KINDS = {"stopping", "preempted", "reclaimed", "evicted", "cancel_requested", "cancelled", "time_limit",
+              "stopped_for_spare"}
 DOWN_KINDS = {"node_not_ready", "node_failed"}
 SCOPES = ("cluster", "flavor", "queue", "team", "job")
 
