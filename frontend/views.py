@@ -141,6 +141,7 @@ JOB_COLUMNS = [  # (sort key, header, numeric)
     ("started", "started", False), ("finished", "finished", False), ("duration", "duration", True),
     (None, "placement", False), (None, "nodes", False), (None, "pending reason", False),
 ]
+PENDING_HIDDEN_COLUMNS = frozenset({"finished", "duration", "placement", "nodes"})  # empty for a pending job
 
 
 @login_required
@@ -157,14 +158,27 @@ def job_list(request):
                           search=filters["q"] or None)
     page = job_paging.keyset_page(qs, sort=request.GET.get("sort"), cursor=request.GET.get("cursor"),
                                   limit=JOBS_PER_PAGE)
+    # A search for a job id shows that job first (new-user report 7 F11: ?q=321 listed 50 philly-321xx jobs
+    # and not job #321), on the first page; the rest keep the chosen order.
+    page_rows = list(page.rows)
+    text = filters["q"].lstrip("#")
+    if text.isdigit() and len(text) < 18 and not request.GET.get("cursor"):
+        exact = next((j for j in page_rows if j.pk == int(text)), None) or qs.filter(pk=int(text)).first()
+        if exact is not None:
+            page_rows = [exact] + [j for j in page_rows if j.pk != exact.pk]
     rows = []
-    for j in page.rows:
+    for j in page_rows:
         duration = (j.finished_at - j.started_at).total_seconds() if j.finished_at and j.started_at else None
         rows.append({"job": j, "gpus": job_gpus(j), "shape": queries.shape(j), "nodes": queries.node_names(j), "duration": duration})
     base = {k: v for k, v in filters.items() if v}
     sort_value = ("-" if page.descending else "") + page.sort
+    # Pending jobs have no finish, duration, placement or nodes: those columns go, so the pending reason is
+    # on screen at 1400 px (new-user report 7 F8).
+    hidden = PENDING_HIDDEN_COLUMNS if filters["state"] == "pending" else frozenset()
     columns = []
     for key, label, numeric in JOB_COLUMNS:
+        if label in hidden:
+            continue
         link = None
         if key:
             flip = f"-{key}" if (page.sort == key and not page.descending) else key  # first click: ascending
@@ -178,6 +192,7 @@ def job_list(request):
         "rows": rows,
         "count": qs.count(),
         "columns": columns,
+        "hide": {label: True for label in hidden},
         "filters": filters,
         "sort": sort_value,
         "teams": visible_teams,
@@ -327,7 +342,13 @@ def node_list(request):
     elif health:
         qs = qs.filter(state=health)
     counts = dict(Node.objects.values("state").annotate(n=Count("id")).values_list("state", "n"))
-    page = Paginator(qs, 200).get_page(request.GET.get("page"))
+    # Natural order of names (m2 before m10, new-user report 7 F12): sorted here, then the page's rows read.
+    from .topology import natural_key
+
+    order = [pk for pk, _ in sorted(qs.values_list("id", "name"), key=lambda r: natural_key(r[1]))]
+    page = Paginator(order, 200).get_page(request.GET.get("page"))
+    rows = {n.pk: n for n in qs.filter(pk__in=list(page.object_list))}
+    page.object_list = [rows[pk] for pk in page.object_list if pk in rows]
     return render(request, "frontend/node_list.html", {
         "page": page, "health": health, "filters": NODE_HEALTH_FILTERS, "counts": counts,
         "mismatches": [n for n in Node.objects.exclude(topology_mismatches=[]).order_by("name")[:100]],
