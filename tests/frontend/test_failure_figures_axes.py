@@ -22,7 +22,9 @@ def test_gpu_hours_lost_are_bars_on_a_category_axis():
     assert lost["layout"]["xaxis"]["type"] == "category"
     assert lost["data"][0]["x"] == ["cuda_oom", "platform"] and lost["data"][0]["y"] == [2.0, 1.0]
     assert "empty" not in lost and "empty" not in figs["by_category"]
-    assert figs["by_category"]["layout"]["xaxis"]["type"] == "date"  # per day: dates
+    per_day = figs["by_category"]
+    assert per_day["layout"]["xaxis"]["type"] == "date" and per_day["layout"]["xaxis"]["dtick"] == 86_400_000
+    assert per_day["data"][0]["x"] == ["2017-09-28"] and per_day["data"][0]["width"] == 0.8 * 86_400_000
 
 
 def test_without_a_failed_attempt_both_charts_say_so():
