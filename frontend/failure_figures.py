@@ -21,6 +21,8 @@ from .states import PALETTE
 HARDWARE_OR_NETWORK = ("gpu_hardware", "nccl_network")
 CATEGORY_ORDER = ("gpu_hardware", "cuda_oom", "host_oom", "cuda_error", "storage", "nan_loss", "user_error",
                   "nccl_network", "nccl_timeout", "platform", "unknown")
+DAY_MS = 86_400_000  # a day on a plotly date axis
+NO_FAILED_ATTEMPT = "No failed attempt."  # what the tables say too (_failure_tables.html)
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -44,14 +46,20 @@ def failure_payload(rows: list[dict], *, nodes_by_flavor: dict[str, int], now: d
         by_day[cat][r["ended_at"].date().isoformat()] += 1
         lost[cat] += r["gpu_seconds"] / 3600
     cats = [c for c in CATEGORY_ORDER if c in by_day]
+    # One bar per day, a day wide, on day ticks: with a single day plotly otherwise zooms to milliseconds.
     over_time = {"data": [{"type": "bar", "name": c, "x": days, "y": [by_day[c][d] for d in days],
-                           "marker": {"color": _cat_color(c)}} for c in cats],
+                           "width": DAY_MS * 0.8, "marker": {"color": _cat_color(c)}} for c in cats],
                  "layout": {**_layout("Failed attempts by category, per day", yaxis={"title": {"text": "attempts"}}),
+                            "xaxis": {"type": "date", "gridcolor": "#edf2f7", "tickformat": "%b %d",
+                                      "dtick": DAY_MS},
                             "barmode": "stack"}}
     lost_fig = {"data": [{"type": "bar", "x": cats, "y": [round(lost[c], 3) for c in cats],
                           "marker": {"color": [_cat_color(c) for c in cats]}}],
                 "layout": {**_layout("GPU-hours lost by category", yaxis={"title": {"text": "GPU-hours"}}),
+                           "xaxis": {"type": "category", "gridcolor": "#edf2f7"},  # categories, not dates
                            "showlegend": False}}
+    if not failed:  # say so instead of drawing empty axes (a date axis around Jan 2000)
+        over_time["empty"] = lost_fig["empty"] = NO_FAILED_ATTEMPT
     per_node: dict[str, Counter] = defaultdict(Counter)
     for r in failed:
         if r["node"]:

@@ -3,7 +3,8 @@
 Every column can be the sort key (`?sort=name`, `?sort=-duration`); the job id breaks ties in the same
 direction, so the order is total and a page continues strictly after the last row shown: jobs submitted
 while someone reads page 3 do not shift page 4 (offset pages did). Columns that may be empty (started,
-finished, duration) sort the empty ones as the smallest value (last when descending).
+finished) sort the empty ones as the smallest value (last when descending); an empty duration (a job that
+has not finished) sorts last in both directions.
 
     page = keyset_page(queryset, sort="-submitted", cursor=request.GET.get("cursor"), limit=50)
     page.rows, page.next_cursor, page.previous_cursor
@@ -23,6 +24,7 @@ from gpuplatform.keyset import keyset_filter
 
 FAR_PAST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 NO_DURATION = timedelta(seconds=-1)
+LAST_DURATION = timedelta(days=365 * 1000)  # above any run: sorts "no duration" last when ascending
 
 # column -> (expression, kind of value for the cursor)
 SORTS = {
@@ -31,6 +33,10 @@ SORTS = {
     "finished": (lambda: Coalesce(F("finished_at"), Value(FAR_PAST)), "dt"),
     "duration": (lambda: Coalesce(ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField()),
                                   Value(NO_DURATION), output_field=DurationField()), "td"),
+    # ascending: jobs without a duration (not finished) after the finished ones, not first (F12)
+    "duration_asc": (lambda: Coalesce(ExpressionWrapper(F("finished_at") - F("started_at"),
+                                                        output_field=DurationField()),
+                                      Value(LAST_DURATION), output_field=DurationField()), "td"),
     "name": (lambda: F("name"), "str"),
     "team": (lambda: F("team__name"), "str"),
     "queue": (lambda: F("queue__name"), "str"),
@@ -46,7 +52,7 @@ def parse_sort(value: str | None) -> tuple[str, bool]:
     """'-duration' -> ('duration', True). Unknown columns fall back to the default (newest first)."""
     value = (value or DEFAULT_SORT).strip()
     column, descending = value.lstrip("-"), value.startswith("-")
-    if column not in SORTS:
+    if column not in SORTS or column == "duration_asc":
         column, descending = DEFAULT_SORT.lstrip("-"), True
     return column, descending
 
@@ -90,7 +96,7 @@ class Page:
 
 def keyset_page(queryset, *, sort: str | None, cursor: str | None, limit: int) -> Page:
     column, descending = parse_sort(sort)
-    expression, kind = SORTS[column]
+    expression, kind = SORTS["duration_asc" if column == "duration" and not descending else column]
     qs = queryset.annotate(sort_key=expression())
     order = ["-sort_key", "-id"] if descending else ["sort_key", "id"]
     reverse = ["sort_key", "id"] if descending else ["-sort_key", "-id"]

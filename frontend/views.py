@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from gpuplatform import access, queries
+from gpuplatform import access, clock, queries
 from gpuplatform.event_visibility import redacted
 from gpuplatform.gpu_request import gpu_request, job_gpus
 from gpuplatform.federation.manager import is_manager, visible_federated_jobs
@@ -141,6 +141,7 @@ JOB_COLUMNS = [  # (sort key, header, numeric)
     ("started", "started", False), ("finished", "finished", False), ("duration", "duration", True),
     (None, "placement", False), (None, "nodes", False), (None, "pending reason", False),
 ]
+PENDING_HIDDEN_COLUMNS = frozenset({"finished", "duration", "placement", "nodes"})  # empty for a pending job
 
 
 @login_required
@@ -157,14 +158,27 @@ def job_list(request):
                           search=filters["q"] or None)
     page = job_paging.keyset_page(qs, sort=request.GET.get("sort"), cursor=request.GET.get("cursor"),
                                   limit=JOBS_PER_PAGE)
+    # A search for a job id shows that job first (new-user report 7 F11: ?q=321 listed 50 philly-321xx jobs
+    # and not job #321), on the first page; the rest keep the chosen order.
+    page_rows = list(page.rows)
+    text = filters["q"].lstrip("#")
+    if text.isdigit() and len(text) < 18 and not request.GET.get("cursor"):
+        exact = next((j for j in page_rows if j.pk == int(text)), None) or qs.filter(pk=int(text)).first()
+        if exact is not None:
+            page_rows = [exact] + [j for j in page_rows if j.pk != exact.pk]
     rows = []
-    for j in page.rows:
+    for j in page_rows:
         duration = (j.finished_at - j.started_at).total_seconds() if j.finished_at and j.started_at else None
         rows.append({"job": j, "gpus": job_gpus(j), "shape": queries.shape(j), "nodes": queries.node_names(j), "duration": duration})
     base = {k: v for k, v in filters.items() if v}
     sort_value = ("-" if page.descending else "") + page.sort
+    # Pending jobs have no finish, duration, placement or nodes: those columns go, so the pending reason is
+    # on screen at 1400 px (new-user report 7 F8).
+    hidden = PENDING_HIDDEN_COLUMNS if filters["state"] == "pending" else frozenset()
     columns = []
     for key, label, numeric in JOB_COLUMNS:
+        if label in hidden:
+            continue
         link = None
         if key:
             flip = f"-{key}" if (page.sort == key and not page.descending) else key  # first click: ascending
@@ -178,6 +192,7 @@ def job_list(request):
         "rows": rows,
         "count": qs.count(),
         "columns": columns,
+        "hide": {label: True for label in hidden},
         "filters": filters,
         "sort": sort_value,
         "teams": visible_teams,
@@ -199,7 +214,7 @@ def job_list(request):
 HISTORY_KINDS = {
     "submitted": "pending", "admitted": "admitted", "running": "running", "preempted": "preempting",
     "reclaimed": "preempting", "evicted": "preempting", "requeued": "pending", "requeued_after_failure": "pending",
-    "gang_start_timeout": "pending", "cancelled": "cancelled", "succeeded": "succeeded", "failed": "failed",
+    "gang_start_timeout": "pending", "cancel_requested": "preempting", "cancelled": "cancelled", "succeeded": "succeeded", "failed": "failed",
 }
 
 
@@ -259,7 +274,7 @@ def job_detail(request, pk: int):
         "allocations": allocations,
         "live_allocations": sum(1 for a in allocations if a.released_at is None),
         "nodes": queries.node_names(job),
-        "run_time": human_seconds(job.duration_seconds),
+        **_run_time(job),
         "time_limit": human_seconds(job.time_limit_seconds),
         "events": events,
         "history": state_history(job, events),
@@ -269,6 +284,20 @@ def job_detail(request, pk: int):
         "state_colors": STATE_COLORS,
         "idle": IdleAllocation.objects.filter(job=job, ended_at__isnull=True).first(),
     })
+
+
+def _run_time(job) -> dict:
+    """The job page's run time: a replayed trace job's own duration; else started -> finished, or started ->
+    now (the cluster clock) while it runs; "—" before it started (new-user report 7, F22)."""
+    if job.duration_seconds is not None:
+        return {"run_time": human_seconds(job.duration_seconds), "run_time_note": "replayed workload"}
+    if job.started_at is None:
+        return {"run_time": "—", "run_time_note": ""}
+    if job.finished_at is not None:
+        return {"run_time": human_seconds(max(0.0, (job.finished_at - job.started_at).total_seconds())),
+                "run_time_note": "started to finished"}
+    return {"run_time": human_seconds(max(0.0, (clock.now() - job.started_at).total_seconds())),
+            "run_time_note": "since it started"}
 
 
 @never_cache
@@ -313,7 +342,13 @@ def node_list(request):
     elif health:
         qs = qs.filter(state=health)
     counts = dict(Node.objects.values("state").annotate(n=Count("id")).values_list("state", "n"))
-    page = Paginator(qs, 200).get_page(request.GET.get("page"))
+    # Natural order of names (m2 before m10, new-user report 7 F12): sorted here, then the page's rows read.
+    from .topology import natural_key
+
+    order = [pk for pk, _ in sorted(qs.values_list("id", "name"), key=lambda r: natural_key(r[1]))]
+    page = Paginator(order, 200).get_page(request.GET.get("page"))
+    rows = {n.pk: n for n in qs.filter(pk__in=list(page.object_list))}
+    page.object_list = [rows[pk] for pk in page.object_list if pk in rows]
     return render(request, "frontend/node_list.html", {
         "page": page, "health": health, "filters": NODE_HEALTH_FILTERS, "counts": counts,
         "mismatches": [n for n in Node.objects.exclude(topology_mismatches=[]).order_by("name")[:100]],

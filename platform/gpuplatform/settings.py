@@ -88,6 +88,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_BODY_MAX_BYTES
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The embedded default: a web thread and the in-process loop share one file.
     DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
+    # Django's backend, with BEGIN IMMEDIATE retried on a lock SQLite does not wait for itself
+    # (dbbackends/sqlite3/base.py): a concurrent writer queues instead of answering 503.
+    DATABASES["default"]["ENGINE"] = "gpuplatform.dbbackends.sqlite3"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [  # also with DEBUG on: a password set in development must pass too

@@ -5,7 +5,9 @@ scheduler.core.gpu_hours (the one the replay uses). Read-only.
 
 Where each span comes from:
 
-- capacity: every node's GPUs over the whole window (labels flavor, node);
+- capacity: every node's GPUs over the window, from the node's registration when it registered inside it
+  (its `node_registered` Event that created it; a node of a loaded cluster spec: the whole window) (labels
+  flavor, node);
 - down, per GPU: its node from `node_not_ready` / `node_failed` to `node_ready`, and the GPU itself from a
   `gpu_health` change to unhealthy to the change back to healthy (the Events' history; a node not_ready or
   a GPU unhealthy now with no such Event at all: from `since`), minus the time a task still held it (a
@@ -15,7 +17,7 @@ Where each span comes from:
   with the simulated executor, runs at once; an agent task that never started is startup throughout); after a failure (`task_failed`, `requeued_after_failure`,
   `node_failed` on its node) the rest is lost_to_failure, and since the platform does not know a job's
   checkpoints, so is the attempt's whole run before it (its work was not kept); after a stop (`stopping`,
-  `preempted`, `reclaimed`, `evicted`, `cancelled`, `time_limit`) the rest is grace_and_startup; idle
+  `preempted`, `reclaimed`, `evicted`, `cancel_requested`, `cancelled`, `time_limit`) the rest is grace_and_startup; idle
   periods (IdleAllocation) are idle_allocated; the remainder is useful;
 - waiting: from one ClusterSample with pending_jobs > 0 to the next sample;
 - held, per GPU: the GPUs nominated for a pending gang (`hold_set` Events written when the cycle sets or
@@ -40,7 +42,8 @@ from . import clock
 from .models import Allocation, ClusterSample, Event, Gpu, GpuSample, IdleAllocation, Job, Node
 
 FAILURE_KINDS = {"task_failed", "requeued_after_failure"}
-STOP_KINDS = {"stopping", "preempted", "reclaimed", "evicted", "cancelled", "time_limit", "stopped_for_spare"}
+STOP_KINDS = {"stopping", "preempted", "reclaimed", "evicted", "cancel_requested", "cancelled", "time_limit",
+              "stopped_for_spare"}
 DOWN_KINDS = {"node_not_ready", "node_failed"}
 SCOPES = ("cluster", "flavor", "queue", "team", "job")
 
@@ -96,6 +99,18 @@ def _open_closed(events: list, is_open, is_close, since: float, until: float, op
     return [(max(a, since), min(b, until)) for a, b in out if min(b, until) > max(a, since)]
 
 
+def _node_starts(nodes: list, since: float) -> dict:
+    """node id -> when its capacity starts in a window from `since`: the node's registration (its first
+    `node_registered` Event that created it, on the cluster clock) when that is later, else `since`. Nodes
+    of a loaded cluster spec have no such Event: they count over the whole window. A removed node's row is
+    gone, so it counts nowhere."""
+    born: dict = {}
+    for node_id, t in Event.objects.filter(kind="node_registered", node_id__in=[n[0] for n in nodes],
+                                           data__created=True).values_list("node_id", "time"):
+        born[node_id] = min(born.get(node_id, _ts(t)), _ts(t))
+    return {n[0]: max(since, born.get(n[0], since)) for n in nodes}
+
+
 def _node_spans(since: datetime, until: datetime, flavor: str | None) -> tuple[list, list, dict]:
     """(capacity spans, down and held spans, node info) over the window; see the module docstring. Every
     span of this function is per GPU and never overlaps an allocation of that GPU, nor down and held each
@@ -104,7 +119,9 @@ def _node_spans(since: datetime, until: datetime, flavor: str | None) -> tuple[l
     if flavor:
         nodes = [n for n in nodes if n[2] == flavor]
     s, u = _ts(since), _ts(until)
-    cap = [gpu_hours.Span.of(s, u, n[3], "capacity", flavor=n[2], node=n[1]) for n in nodes]
+    start = _node_starts(nodes, s)
+    nodes = [n for n in nodes if start[n[0]] < u]  # registered after the window: no capacity in it
+    cap = [gpu_hours.Span.of(start[n[0]], u, n[3], "capacity", flavor=n[2], node=n[1]) for n in nodes]
     info = {n[0]: n for n in nodes}
     node_ev: dict[int, list] = {}
     gpu_ev: dict[tuple, list] = {}
@@ -127,11 +144,12 @@ def _node_spans(since: datetime, until: datetime, flavor: str | None) -> tuple[l
     held = _held_intervals(since, until, {n[1]: n[0] for n in nodes})
     use = []
     for node_id, (_, name, fl, gpus, state, _executor) in info.items():
+        ns = start[node_id]
         node_down = _open_closed(node_ev.get(node_id, []), lambda k: k in DOWN_KINDS, lambda k: k == "node_ready",
-                                 s, u, state == Node.State.NOT_READY)
+                                 ns, u, state == Node.State.NOT_READY)
         for idx in range(gpus):
             gpu_down = _open_closed(gpu_ev.get((node_id, idx), []), lambda healthy: not healthy,
-                                    lambda healthy: healthy, s, u, (node_id, idx) in unhealthy_now)
+                                    lambda healthy: healthy, ns, u, (node_id, idx) in unhealthy_now)
             busy = _union(allocated.get((node_id, idx), []))
             down = _minus(_union(node_down + gpu_down), busy)  # a failed task's GPUs are its own (lost)
             use += [gpu_hours.Span.of(a, b, 1, "down", flavor=fl, node=name) for a, b in down]

@@ -109,23 +109,29 @@ def test_a_node_agent_token_is_hashed_long_lived_and_replaced_on_reissue(cluster
     assert row.expiry - timezone.now() > timedelta(days=364)  # AGENT_TOKEN_TTL_DAYS
 
 
+@pytest.mark.django_db(transaction=True)  # SQLite's schema editor refuses to open inside the test's transaction
 def test_the_migration_hashes_plaintext_tokens_and_they_keep_working(users):
     """A database from before this change holds DRF's authtoken_token rows in plaintext: the data
-    migration turns each into a hashed knox token (agents get the agent lifetime) and empties the table."""
+    migration turns each into a hashed knox token (agents get the agent lifetime) and empties the table.
+    It runs in a schema editor, as `migrate` runs it, on PostgreSQL and on SQLite alike."""
     agent = get_user_model().objects.create_user("agent-x")
     agent.groups.add(Group.objects.get_or_create(name="node-agents")[0])
     old_member, old_agent = "a" * 40, "b1" * 20
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE authtoken_token (key varchar(40) PRIMARY KEY, created timestamp, user_id integer)")
-        cursor.execute("INSERT INTO authtoken_token VALUES (%s, %s, %s), (%s, %s, %s)",
-                       [old_member, timezone.now(), users["member"].pk, old_agent, timezone.now(), agent.pk])
-    migration = importlib.import_module("gpuplatform.migrations.0014_trust")
-    with connection.schema_editor() as editor:
-        migration.hash_plaintext_tokens(apps, editor)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM authtoken_token")
-        assert cursor.fetchone()[0] == 0
-        cursor.execute("DROP TABLE authtoken_token")
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO authtoken_token VALUES (%s, %s, %s), (%s, %s, %s)",
+                           [old_member, timezone.now(), users["member"].pk, old_agent, timezone.now(), agent.pk])
+        migration = importlib.import_module("gpuplatform.migrations.0014_trust")
+        with connection.schema_editor() as editor:
+            migration.hash_plaintext_tokens(apps, editor)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM authtoken_token")
+            assert cursor.fetchone()[0] == 0
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE authtoken_token")
     assert old_member not in stored_values() and old_agent not in stored_values()
     assert with_token(old_member).get("/api/v1/me/").json()["username"] == "mike"
     ttl = {t.user.username: t.expiry - timezone.now() for t in AuthToken.objects.select_related("user")}

@@ -210,3 +210,24 @@ def test_a_spare_nodes_idle_gpus_are_held(admin, jobs, at):
     assert row["held"] == pytest.approx(8 * 1.5)
     assert Node.objects.get(name="n1").spare is True
     assert sum(row[b] for b in BUCKETS) == pytest.approx(row["capacity"], abs=1e-9)
+
+
+def test_a_node_registered_inside_the_window_counts_capacity_from_its_registration(admin, history, at):  # noqa: F811
+    """New-user report 7, F23: 4 GPUs that registered minutes ago did not exist for the window's other hours;
+    a node of the loaded spec (no registration Event) still counts over the whole window."""
+    from gpuplatform import services
+    from gpuplatform.models import Node
+
+    at(90 * 60)  # registered at T0 + 90 min
+    services.register_node("late", flavor="H100", gpus=[{"index": i} for i in range(4)])
+    at(2 * H)
+    row = get(admin, since=T0.isoformat(), until=(T0 + timedelta(hours=2)).isoformat())["results"][0]
+    assert row["capacity"] == pytest.approx(32 * 2 + 4 * 0.5)  # not 4 x 2 h
+    assert math.isclose(sum(row[b] for b in BUCKETS), row["capacity"], rel_tol=1e-9)
+    series = get(admin, since=T0.isoformat(), until=(T0 + timedelta(hours=2)).isoformat(), step=1800)
+    caps = [b["capacity"] for b in series["series"]["cluster"]]
+    assert caps == pytest.approx([16.0, 16.0, 16.0, 18.0])
+    # a window that ends before the registration: no capacity of it at all
+    before = get(admin, since=T0.isoformat(), until=(T0 + timedelta(hours=1)).isoformat())["results"][0]
+    assert before["capacity"] == pytest.approx(32.0)
+    assert Node.objects.filter(name="late").exists()

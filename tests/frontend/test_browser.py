@@ -218,6 +218,7 @@ def test_gang_job_from_submission_to_cancel(browser, live_server, cluster):
     page.wait_for_selector("#topology[data-level=gpus] .main-svg")
     totals = page.locator("#topology-totals").inner_text()
     assert "10 of 16 GPUs match the filter" in totals and "10 running" in totals, totals
+    assert "the legend counts every GPU on the map" in totals, totals  # two "running" counts, told apart
     p.shot("topology-job")
 
     # The whole cluster, then a click on a domain zooms in.

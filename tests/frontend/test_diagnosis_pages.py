@@ -58,6 +58,11 @@ def test_failure_page_charts_and_numbers_agree(browser, live_server, cluster):
     page = p.go("/failures/")
     wait_js(page, "document.getElementById('fig-by_category').dataset.points > 0")
     wait_js(page, "document.getElementById('fig-gpu_hours').dataset.points > 0")
+    # the bar is drawn (on a category axis; a date axis drew nothing, new-user report 7 F21)
+    assert page.evaluate("document.getElementById('fig-gpu_hours')._fullLayout.xaxis.type") == "category"
+    wait_js(page, "Array.from(document.querySelectorAll('#fig-gpu_hours .xtick text'))"
+                  ".some(function (t) { return t.textContent === 'cuda_oom'; })")
+    assert page.locator("#fig-gpu_hours .bars .point").count() == 1
     assert page.text_content("#failed-attempts").strip() == "1 of 1"
     summary = page.evaluate("fetch('/failures/data.json').then(r => r.json())")["summary"]
     lost = Attempt.objects.get(job=job).gpu_seconds / 3600
@@ -68,6 +73,19 @@ def test_failure_page_charts_and_numbers_agree(browser, live_server, cluster):
     assert "cuda_oom" in row and str(summary["gpu_hours_lost"]) in row  # the table says what the summary says
     assert page.locator("#failure-nodes tbody th").first.text_content() == Attempt.objects.get(job=job).nodes[0]
     p.shot("failures")
+    p.assert_clean()
+
+
+def test_failure_page_without_failed_attempts_says_so_instead_of_empty_charts(browser, live_server, cluster):
+    """No failed attempt: both charts show the tables' text, not empty axes around Jan 2000 (F15)."""
+    p = Page(browser, live_server.url)
+    login(p)
+    page = p.go("/failures/")
+    for key in ("by_category", "gpu_hours"):
+        wait_js(page, f"document.getElementById('fig-{key}').dataset.empty !== undefined")
+        assert page.text_content(f"#fig-{key}").strip() == "No failed attempt."
+        assert page.locator(f"#fig-{key} .main-svg").count() == 0
+    p.shot("failures-empty")
     p.assert_clean()
 
 

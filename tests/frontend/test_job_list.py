@@ -94,3 +94,44 @@ def test_job_pages_are_live_regions(client, world):
     assert 'id="job-tasks" data-live' in running and 'id="job-events" data-live' in running
     done = client.get(f"/jobs/{world['jobs']['blue-done'].pk}/").content.decode()
     assert "data-live-done" in done
+
+
+def test_a_search_for_an_id_shows_that_job_first(client, world, make_job, monkeypatch):
+    """New-user report 7, F11: ?q=<id> also matches names containing the digits (philly-321xx); the job with
+    that id comes first, not somewhere on a later page."""
+    from frontend import views
+
+    monkeypatch.setattr(views, "JOBS_PER_PAGE", 3)
+    target = world["jobs"]["red-pending"]
+    for i in range(5):  # newer jobs whose names contain the id: they fill the first page (newest first)
+        make_job(world["red"], world["queues"]["red"], f"philly-{target.pk}{i}", Job.State.PENDING,
+                 at=T0 + timedelta(days=1, minutes=i))
+    client.force_login(world["admin"])
+    html = client.get(f"/jobs/?q={target.pk}").content.decode()
+    ids = _ids(html)
+    assert ids[0] == target.pk and len(ids) == len(set(ids)) == 4  # the match, then the first page
+    assert _ids(client.get(f"/jobs/?q=%23{target.pk}").content.decode())[0] == target.pk
+
+
+def test_duration_ascending_lists_finished_jobs_before_unfinished_ones(client, world):
+    """F12: ascending by duration, jobs without one (not finished: "—") come after the finished ones."""
+    client.force_login(world["admin"])
+    done = world["jobs"]["blue-done"]
+    Job.objects.filter(pk=done.pk).update(finished_at=done.started_at + timedelta(hours=2))
+    ids = _ids(client.get("/jobs/?sort=duration").content.decode())
+    assert ids[0] == done.pk, ids
+    assert _ids(client.get("/jobs/?sort=-duration").content.decode())[0] == done.pk
+
+
+def test_pending_filter_drops_the_columns_a_pending_job_leaves_empty(client, world):
+    """F8: on ?state=pending the finished, duration, placement and nodes columns go (always empty there), so
+    the pending reason is on screen; every row has as many cells as the header."""
+    client.force_login(world["admin"])
+    html = client.get("/jobs/?state=pending").content.decode()
+    head = re.search(r"<thead>(.*?)</thead>", html, re.S).group(1)
+    assert "pending reason" in head and ">finished" not in head and ">duration" not in head
+    assert ">placement<" not in head and ">nodes<" not in head
+    n = head.count("<th ")
+    for row in re.findall(r'<tr data-job="\d+">(.*?)</tr>', html, re.S):
+        assert row.count("<td") + row.count("<th ") == n
+    assert ">finished" in client.get("/jobs/").content.decode()  # other lists keep them

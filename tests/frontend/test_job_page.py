@@ -162,3 +162,29 @@ def test_the_log_views_url_answers_the_signed_in_user(client, world):
     assert answer["complete"] is True and answer["trimmed"] is False
     more = client.get(f"{url}?task={task.pk}&offset=13&limit=65536").json()
     assert (more["data"], more["next_offset"], more["complete"]) == ("", 13, True)
+
+
+def _run_time(html: str) -> str:
+    m = re.search(r'<dd id="job-run-time">(.*?)</dd>', html, re.S)
+    assert m, "no run time on the page"
+    return re.sub(r"<[^>]+>", "", m.group(1)).strip()
+
+
+def test_run_time_of_a_real_job_and_the_external_id_label(client, world, monkeypatch):
+    """New-user report 7, F22 / F18: a job that is not a replayed trace job shows its run time (started ->
+    finished, or started -> now while it runs), and its external_id is labelled as the submitter's own id,
+    not a "trace id"."""
+    from gpuplatform import clock
+
+    job = world["jobs"]["red-running"]
+    Job.objects.filter(pk=job.pk).update(duration_seconds=None, started_at=T0, finished_at=None, external_id="ci-4711")
+    monkeypatch.setattr(clock, "now", lambda: T0 + timedelta(minutes=5, seconds=30))
+    html = _page(client, world, job)
+    assert _run_time(html).startswith("5m") and "since it started" in _run_time(html)
+    assert ">trace id<" not in html
+    assert ">external id<" in html and "ci-4711 <span class=\"muted small\">(the submitter's own id)" in html
+    Job.objects.filter(pk=job.pk).update(state=Job.State.SUCCEEDED, finished_at=T0 + timedelta(hours=1, minutes=2))
+    assert _run_time(_page(client, world, job)).startswith("1h 2m") and "started to finished" in _run_time(
+        _page(client, world, job))
+    Job.objects.filter(pk=job.pk).update(started_at=None, finished_at=None, state=Job.State.PENDING)
+    assert _run_time(_page(client, world, job)).startswith("—")

@@ -61,6 +61,11 @@ def test_utilization_page_draws_the_buckets_and_filters_change_them(browser, liv
     assert int(page.get_attribute("#fig-ledger", "data-points")) > 0
     traces = page.evaluate("document.getElementById('fig-ledger').data.map(t => t.name)")
     assert traces[-1] == "effective utilization" and {"useful", "lost to failure", "free"} <= set(traces)
+    # the % axis lines up with the GPU axis: 100 % at the capacity (8 GPUs), 50 % at 4 (new-user report 7, F9)
+    left, right = page.evaluate("(() => { var l = document.getElementById('fig-ledger')._fullLayout;"
+                                " return [[l.yaxis.l2p(8), l.yaxis.l2p(4), l.yaxis.l2p(0)],"
+                                " [l.yaxis2.l2p(100), l.yaxis2.l2p(50), l.yaxis2.l2p(0)]]; })()")
+    assert left == pytest.approx(right, abs=0.5), (left, right)
     values = _bucket_values(page)
     assert values["idle_allocated"] == "no telemetry"  # no GPU reported: never a zero
     assert float(values["lost_to_failure"]) > 0 and float(values["useful"]) > 0

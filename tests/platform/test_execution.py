@@ -465,6 +465,35 @@ def test_cancel_holds_the_gpus_until_the_last_process_exits(submit, agents):
     assert "user asked" in job.end_reason
 
 
+@pytest.mark.parametrize("on_agents", [True, False])
+def test_one_cancel_writes_a_request_and_an_end_event_without_repeating_itself(submit, agents, on_agents):
+    """New-user report 7, F6: one cancel wrote two `cancelled` Events, the end one reading "burst3 cancelled:
+    burst3 cancelled: my reason". Now: a `cancel_requested` Event (the stop) and one `cancelled` Event (the
+    end), each saying the reason once; so does the attempt's diagnosis."""
+    from gpuplatform.models import Attempt, Event
+
+    from gpuplatform.models import Node
+
+    if not on_agents:  # the demo's case: a (non-simulated) job on a simulated node, no process to wait for
+        Node.objects.filter(name="n0").update(executor=Node.Executor.SIMULATED)
+    job = submit("burst3", tasks=1, gpus=8)
+    bind(job, ("n0", EIGHT))
+    if on_agents:
+        start_all(job)
+    services.cancel_job(job, reason="my reason", at=at(100))
+    if on_agents:
+        report(tasks_of(job)[0], "exited", 103, signal=15)
+    job.refresh_from_db()
+    assert job.state == "cancelled" and job.end_reason == "my reason"
+    events = list(Event.objects.filter(job=job, kind__in=("cancel_requested", "cancelled")).order_by("time", "id")
+                  .values_list("kind", "message"))
+    assert [k for k, _ in events] == ["cancel_requested", "cancelled"], events
+    assert events[1][1] == "burst3 cancelled: my reason"
+    assert all(m.count("my reason") == 1 and m.count("cancelled") <= 1 for _, m in events), events
+    attempt = Attempt.objects.get(job=job)
+    assert "burst3 cancelled" not in str(attempt.diagnosis), attempt.diagnosis
+
+
 def test_cancel_of_a_gang_that_does_not_exit_ends_at_the_deadline(submit, agents):
     job = submit("gang", tasks=2, gpus=8)
     bind(job, ("n0", EIGHT), ("n1", EIGHT))

@@ -49,8 +49,11 @@
     }
     var totals = document.getElementById("topology-totals");
     if (totals) {
-      var scope = (p.filters.team || p.filters.job) ? p.shown_gpus + " of " + p.gpus + " GPUs match the filter · " : p.gpus + " GPUs shown · ";
-      totals.textContent = scope + Object.keys(p.totals).map(function (s) { return p.totals[s] + " " + s; }).join(" · ");
+      var counts = Object.keys(p.totals).map(function (s) { return p.totals[s] + " " + s; }).join(" · ");
+      // Filtered, these count the matching GPUs while the legend counts every GPU drawn: say which is which.
+      totals.textContent = (p.filters.team || p.filters.job)
+        ? p.shown_gpus + " of " + p.gpus + " GPUs match the filter: " + counts + " (the legend counts every GPU on the map)"
+        : p.gpus + " GPUs shown · " + counts;
     }
     if (!bound) {
       bound = true;

@@ -176,17 +176,22 @@ def cancel_job(job: Job, *, actor=None, reason: str = "", at: datetime | None = 
     already ending. The job's state is read from the database (locked), never taken from `job`, which may
     be stale: a job that started since it was loaded must still get its stop."""
     at = at or clock.now()
-    text = f"{job.name} cancelled" + (f": {reason}" if reason else "")
+    # The stop's reason is the user's (or who asked), never "<name> cancelled: ..." again: the request is a
+    # `cancel_requested` Event, the end one `cancelled` Event "<name> cancelled: <why>" (new-user report 7, F6:
+    # one cancel wrote two `cancelled` Events reading "burst3 cancelled: burst3 cancelled: my reason").
+    username = getattr(actor, "username", "") if actor is not None else ""
+    why = reason or (f"requested by {username}" if username else "requested")
+    text = f"{job.name} cancelled: {why}"
     current = Job.objects.select_for_update(no_key=True).filter(pk=job.pk).values_list("state", flat=True).first()
     if current in Job.LIVE_STATES and not job.simulated:
-        if stop_job(job.pk, at=at, target="cancelled", reason=text, kind="cancelled", actor=actor):
+        if stop_job(job.pk, at=at, target="cancelled", reason=why, kind="cancel_requested", actor=actor):
             job.refresh_from_db()
             request_cycle_on_commit()
             return job
         job.refresh_from_db()
         if job.state == Job.State.PREEMPTING:
             raise ValidationError({"state": f"job is already stopping (it ends as {job.stop_target})"})
-    return _end_job(job, Job.State.CANCELLED, at, actor, "cancelled", text, Task.State.RELEASED)
+    return _end_job(job, Job.State.CANCELLED, at, actor, "cancelled", text, Task.State.RELEASED, reason=why)
 
 
 @transaction.atomic

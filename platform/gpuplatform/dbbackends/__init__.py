@@ -1,0 +1,1 @@
+"""Database backends of the platform (settings.DATABASES picks them)."""
