@@ -167,7 +167,8 @@ def ensure_demo_team(password: str, gpus: int):
     member, _ = User.objects.get_or_create(username="demo")
     member.set_password(password)
     member.save()
-    services.add_member(team, member, "member")
+    if not team.memberships.filter(user=member).exists():  # a role given since (admin) is kept: a team's
+        services.add_member(team, member, "member")        # last admin cannot be demoted (services.tenancy)
     return team
 
 
