@@ -113,7 +113,15 @@ def cluster(request):
 @conditional_json
 def cluster_metrics(request):
     """What the cluster page polls: the numbers, table fragments and the figure dicts; `cursor` and, with
-    ?since=<cursor>, only the charts' new points (frontend/delta.py; a malformed `since` is a 400)."""
+    ?since=<cursor>, only the charts' new points (frontend/delta.py; a malformed `since` is a 400, and so is any
+    other parameter or one given twice: views_dashboards.query_errors)."""
+    from .views_dashboards import query_errors
+
+    errors = query_errors(request, ("since",))
+    if errors is None and request.GET.get("format", "json") != "json":
+        errors = {"format": ["must be json (this endpoint has no CSV)"]}
+    if errors:
+        return JsonResponse(errors, status=400)
     ctx = _cluster_context(request)
     cycle = ctx["cycle"]
     payload = {
@@ -153,9 +161,12 @@ def job_list(request):
     if is_manager():
         return redirect("federation")
     filters = {k: (request.GET.get(k) or "").strip() for k in ("q", "team", "state", "queue", "submitter")}
+    errors = job_list_errors(request, filters)
     qs = queries.job_list(request.user, team=filters["team"] or None, state=filters["state"] or None,
                           queue=filters["queue"] or None, submitter=filters["submitter"] or None,
                           search=filters["q"] or None)
+    if errors:
+        qs = qs.none()  # a typo'd filter lists nothing and says why, never the whole cluster
     page = job_paging.keyset_page(qs, sort=request.GET.get("sort"), cursor=request.GET.get("cursor"),
                                   limit=JOBS_PER_PAGE)
     # A search for a job id shows that job first (new-user report 7 F11: ?q=321 listed 50 philly-321xx jobs
@@ -187,7 +198,7 @@ def job_list(request):
                         "active": page.sort == key, "descending": page.descending})
     here = {**base, "sort": sort_value}
     visible_teams = access.visible_teams(request.user).order_by("name").values_list("name", flat=True)
-    return render(request, "frontend/job_list.html", {
+    return render(request, "frontend/job_list.html", status=400 if errors else 200, context={
         "page": page,
         "rows": rows,
         "count": qs.count(),
@@ -200,14 +211,34 @@ def job_list(request):
                   .values_list("name", flat=True),
         "submitters": get_user_model().objects.filter(job__in=access.visible_jobs(request.user)).distinct()
                       .order_by("username").values_list("username", flat=True)[:500],
-        "states": [*Job.State.values, "live", "finished"],
+        "states": list(JOB_LIST_STATES),
         "next_url": "?" + urlencode({**here, "cursor": page.next_cursor}) if page.next_cursor else None,
         "previous_url": "?" + urlencode({**here, "cursor": page.previous_cursor}) if page.previous_cursor else None,
         "first_url": "?" + urlencode(here) if request.GET.get("cursor") else None,
-        "filtered": any(filters.values()),
+        "filtered": any(filters.values()) or bool(errors),
+        "filter_errors": errors,
         "idle_ids": set(IdleAllocation.objects.filter(ended_at__isnull=True, job_id__in=[r["job"].pk for r in rows])
                         .values_list("job_id", flat=True)),
     })
+
+
+JOB_LIST_STATES = (*Job.State.values, "live", "finished")
+
+
+def job_list_errors(request, filters: dict) -> list[str]:
+    """The jobs page's filter and sort values it cannot read, as "param: rule" lines (the page shows them
+    above an empty list, with a 400): a state or sort column that does not exist, or a parameter given twice
+    (the REST API's rules, docs/api.md; new-user trial 7, F2/F3)."""
+    from gpuplatform.api.filters import repeated_params
+
+    errors = [f"{name}: {' '.join(m)}" for name, m in repeated_params(request.GET).items()]
+    if filters["state"] and filters["state"] not in JOB_LIST_STATES:
+        errors.append(f"state: unknown state {filters['state'][:40]!r}; one of {', '.join(JOB_LIST_STATES)}")
+    sort = (request.GET.get("sort") or "").strip()
+    if sort and sort.lstrip("-") not in job_paging.SORTS:
+        errors.append(f"sort: unknown column {sort[:40]!r}; one of {', '.join(job_paging.SORTS)} "
+                      f"(a leading - sorts descending)")
+    return errors
 
 
 # Event kinds that change a job's state, and the state they lead to (the job page's state history).

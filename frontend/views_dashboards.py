@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from functools import lru_cache
+from functools import lru_cache, wraps
 from pathlib import Path
 
 from django.conf import settings
@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET
 
 from gpuplatform import dashboard_queries as dq
 from gpuplatform import access, queries
+from gpuplatform.api.filters import refuse_unknown_params
 from gpuplatform.borrowing import borrowed
 from gpuplatform.models import Team
 
@@ -72,6 +73,35 @@ def data_response(request, payload: dict, rows: list[dict], name: str, tables: d
 def _json_view(fn):
     """A polled JSON view: login, GET only, never cached by proxies, ETag / 304 when unchanged."""
     return never_cache(login_required(require_GET(conditional_json(fn))))
+
+
+DATA_PARAMS = ("format", "table", "since")  # what data_response reads on every JSON endpoint
+
+
+def query_errors(request, known=(), multi=()) -> dict | None:
+    """{param: [message]} when the query has a parameter outside `known` (and data_response's own) or one
+    given twice: the REST API's rule (docs/api.md), through its own check (api.filters.refuse_unknown_params),
+    so a typo'd or repeated parameter is a 400 naming it, never the default data silently. None when fine."""
+    from rest_framework.exceptions import ValidationError
+
+    try:
+        refuse_unknown_params(request, (*known, *DATA_PARAMS), multi)
+    except ValidationError as exc:
+        return {k: [str(m) for m in v] for k, v in exc.detail.items()}
+    return None
+
+
+def takes_params(*known):
+    """Decorator (under @_json_view) of a page's JSON endpoint: query_errors as a JSON 400."""
+    def decorate(fn):
+        @wraps(fn)
+        def wrapped(request, *args, **kwargs):
+            errors = query_errors(request, known)
+            if errors:
+                return JsonResponse(errors, status=400)
+            return fn(request, *args, **kwargs)
+        return wrapped
+    return decorate
 
 
 # --- topology ---------------------------------------------------------------------------------------
@@ -126,11 +156,18 @@ def _topology_params(request) -> dict:
         if not job.isdigit() or int(job) < 1 or len(job) > 18:
             raise BadParam("job", f"must be a job id (a positive whole number), got {job[:40]!r}")
         job = int(job)
-    return {"zoom": request.GET.get("zoom") or None, "team": request.GET.get("team") or None,
-            "flavor": request.GET.get("flavor") or None, "job": job}
+    team, flavor = request.GET.get("team") or None, request.GET.get("flavor") or None
+    # Team names are public (the cluster page shows every team's counts): an unknown one is a 400 naming it,
+    # not an all-zero map; the same for a flavor no node has.
+    if team is not None and not Team.objects.filter(name=team).exists():
+        raise BadParam("team", f"no team named {team[:60]!r}")
+    if flavor is not None and flavor not in dq.flavors():
+        raise BadParam("flavor", f"no node has flavor {flavor[:60]!r}; flavors: {', '.join(dq.flavors())}")
+    return {"zoom": request.GET.get("zoom") or None, "team": team, "flavor": flavor, "job": job}
 
 
 @_json_view
+@takes_params("zoom", "team", "flavor", "job")
 def topology_json(request):
     """The topology map's data. A bad `job` is a JSON 400 naming it; an unknown domain or a job the user
     may not see a JSON 404 (a JSON endpoint answers JSON)."""
@@ -189,6 +226,7 @@ def _queues_payload() -> dict:
 
 
 @_json_view
+@takes_params()
 def queues_json(request):
     p = _queues_payload()
     html = render_to_string("frontend/_queue_tree.html", {"tree": p["tree"], "half_life_days": p["half_life_days"]},
@@ -234,6 +272,7 @@ def _sharing_latest(sample) -> dict | None:
 
 
 @_json_view
+@takes_params()
 def fragmentation_json(request):
     """?format=csv: the series (with fgd_gpus_<flavor>: the FGD measure per flavor); ?format=csv&table=groups:
     the latest per flavor and node size. `sharing`: the latest cycle's GPU-sharing figures (or null)."""
@@ -291,6 +330,7 @@ PENDING_COLUMNS = ("position", "queue_position", "name", "team_name", "queue_nam
 
 
 @_json_view
+@takes_params()
 def queueing_json(request):
     p = _queueing_payload(request.user)
     pending = [{k: j[k] for k in PENDING_COLUMNS} for j in p["pending"]]
@@ -359,6 +399,7 @@ def _failures_payload(user) -> dict:
 
 
 @_json_view
+@takes_params()
 def failures_json(request):
     p = _failures_payload(request.user)
     html = render_to_string("frontend/_failure_tables.html", p, request=request)

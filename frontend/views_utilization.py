@@ -8,6 +8,7 @@ from datetime import timedelta, timezone
 
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
+from django.http import HttpResponseBadRequest, JsonResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 
@@ -18,7 +19,7 @@ from gpuplatform.utilization import top_jobs_lost_to_failure, utilization
 from scheduler.core.gpu_hours import BUCKETS
 
 from .figures import _layout
-from .views_dashboards import _json_view, data_response
+from .views_dashboards import _json_view, data_response, query_errors
 
 WINDOWS = {"6h": timedelta(hours=6), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 BINS = 48
@@ -107,8 +108,22 @@ def _payload(request) -> dict:
                      for s in series]}
 
 
+PARAMS = ("window", "flavor", "queue", "team")  # the page's filters (it passes its own query to data.json)
+
+
+def _query_errors(request) -> dict | None:
+    """A parameter the page does not read, one given twice, or a window outside WINDOWS: {param: [message]}."""
+    errors = query_errors(request, PARAMS)
+    if errors is None and request.GET.get("window") not in (None, "", *WINDOWS):
+        errors = {"window": [f"must be one of {', '.join(WINDOWS)}"]}
+    return errors
+
+
 @_json_view
 def utilization_json(request):
+    errors = _query_errors(request)
+    if errors:
+        return JsonResponse(errors, status=400)
     p = _payload(request)
     html = render_to_string("frontend/_utilization_tables.html", p, request=request)
     return data_response(request, {"figures": p["figures"], "latest": {"effective_utilization": p["effective_utilization"]},
@@ -117,6 +132,10 @@ def utilization_json(request):
 
 @login_required
 def utilization_page(request):
+    errors = _query_errors(request)
+    if errors:  # as the topology page answers a bad parameter
+        return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
+                                      content_type="text/plain; charset=utf-8")
     return render(request, "frontend/utilization.html", _payload(request))
 
 

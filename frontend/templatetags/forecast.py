@@ -1,7 +1,8 @@
 """{% estimate job %}: a pending job's forecast in words, the one wording of every page.
 
 "in about 2 h 10 m (90 %: 5 h)" from Job.estimated_start / estimated_start_p90 (a model or a values()
-dict) relative to the cluster clock; "starts at the next cycle" when due; "no estimate: <reason>" when
+dict) relative to the cluster clock; "starts at the next cycle" when due; "overdue: was due 7 h ago (estimate
+out of date, ...)" when the cluster clock has passed it; "no estimate: <reason>" when
 the forecast has none (Job.estimate_note); "not forecast yet" before the first forecast ran.
 """
 from __future__ import annotations
@@ -34,6 +35,11 @@ def estimate_words(start: datetime | None, p90: datetime | None, note: str, esti
             return "not forecast yet"
         return f"no estimate: {note}" if note else "no estimate"
     lead = (start - now).total_seconds()
+    if lead <= -60:
+        # An estimate the cluster clock has passed (the demo's clock runs 600x between two forecasts): say so,
+        # with its age, rather than "at the next cycle" next to a time already gone (new-user trial 7, F7).
+        age = f", forecast {duration_words((now - estimated_at).total_seconds())} ago" if estimated_at else ""
+        return f"overdue: was due {duration_words(-lead)} ago (estimate out of date{age})"
     text = "at the next cycle" if lead < 60 else f"in about {duration_words(lead)}"
     if p90 is not None and (p90 - start).total_seconds() >= 60:
         text += f" (90 %: {duration_words((p90 - now).total_seconds())})"

@@ -7,7 +7,7 @@
                   [--topology hard --highest-tier 2] [--team alpha]
     gpuctl submit --queue alpha --name train-7b --gpus 8 -- python3 train.py --epochs 3   # argv after --
     gpuctl submit --file job.json          # the POST /api/v1/jobs/ body as JSON (or .yaml / .yml; - = stdin)
-    gpuctl list [--state pending] [--queue alpha] [--team alpha] [--limit 50]
+    gpuctl list [--state pending] [--queue alpha] [--team alpha] [--limit 50 | --all] [--json]
     gpuctl get 42
     gpuctl logs 42 [--task 17 | --task worker-1] [--attempt 0] [--follow]
     gpuctl cancel 42 [--reason "wrong data"]
@@ -53,6 +53,12 @@ class ApiError(Exception):
     def __init__(self, status: int, body):
         self.status, self.body = status, body
         super().__init__(f"HTTP {status}")
+
+
+def api_base(url: str) -> str:
+    """The server's address from GPUCTL_API / --api: a trailing /api/v1 (a natural thing to set, the API's own
+    path) is dropped, since every request path already starts with it (new-user trial 7, F12)."""
+    return re.sub(r"/api/v1/*$", "", url.rstrip("/"))
 
 
 class Client:
@@ -316,9 +322,25 @@ def cmd_submit(client: Client, a) -> object:
     return job
 
 
+PAGE_MAX = 500  # the most jobs one GET /api/v1/jobs/ answers (?limit=, docs/api.md)
+
+
 def cmd_list(client: Client, a) -> object:
-    page, _ = client.get("/api/v1/jobs/", state=a.state, queue=a.queue, team=a.team, limit=a.limit)
-    return page
+    """Up to --limit jobs (every job with --all), newest first: pages of at most PAGE_MAX, following the
+    API's `next` links. Returns {"count", "results", "next"} (next: where more would start, or null)."""
+    if a.limit is not None and a.limit < 1:
+        raise UsageError(f"--limit must be at least 1 (got {a.limit}); --all lists every job")
+    want = None if a.all else (a.limit or 50)
+    page, _ = client.get("/api/v1/jobs/", state=a.state, queue=a.queue, team=a.team,
+                         limit=PAGE_MAX if want is None else min(want, PAGE_MAX))
+    rows = list(page["results"])
+    while page.get("next") and (want is None or len(rows) < want):
+        page, _ = client.request("GET", page["next"])
+        rows += page["results"]
+    more = page.get("next") or (want is not None and len(rows) > want)
+    rows = rows if want is None else rows[:want]
+    return {"count": page.get("count"), "results": rows, "next": page.get("next") if more else None,
+            "shown": len(rows)}
 
 
 def cmd_get(client: Client, a) -> object:
@@ -422,7 +444,8 @@ def _print(result, a, command: str) -> None:
     elif command == "list":
         print(_table([_job_line(j) for j in result["results"]], JOB_HEADER))
         if result.get("next"):
-            print(f"... {result['count']} jobs in all; use --limit")
+            print(f"... {result['count']} jobs in all, {result.get('shown', len(result['results']))} shown: "
+                  f"--limit N for more, --all for every one (or filter with --state / --queue / --team)")
     elif command in ("submit", "get", "cancel"):
         print(_table([_job_line(result)], JOB_HEADER))
     elif command == "set-sharing":
@@ -452,8 +475,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", default=os.environ.get("GPUCTL_TOKEN", ""), help="API token (env GPUCTL_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the API's JSON answers")
     sub = p.add_subparsers(dest="command", required=True)
+    # --json is accepted after the subcommand too (`gpuctl list --json`): SUPPRESS keeps a --json given
+    # before it when the subcommand's is absent
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print the API's JSON answers")
 
-    s = sub.add_parser("submit", help="submit a job (one role, or --file for the full body)")
+    s = sub.add_parser("submit", parents=[common], help="submit a job (one role, or --file for the full body)")
     s.add_argument("--file", help="JSON body of POST /api/v1/jobs/ (.yaml / .yml: YAML; '-': standard input)")
     s.add_argument("--queue")
     s.add_argument("--name")
@@ -485,26 +513,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--completion-role", help="the job succeeds when this role's tasks exit 0 (default: every role)")
     s.add_argument("argv", nargs="*", metavar="-- ARGV", help="the command as separate words, after --")
 
-    s = sub.add_parser("list", help="list jobs you may see")
+    s = sub.add_parser("list", parents=[common], help="list jobs you may see")
     s.add_argument("--state")
     s.add_argument("--queue")
     s.add_argument("--team")
-    s.add_argument("--limit", type=int, default=50)
+    shown = s.add_mutually_exclusive_group()
+    shown.add_argument("--limit", type=int, default=50,
+                       help=f"at most this many jobs, newest first (default 50; pages of {PAGE_MAX} are followed)")
+    shown.add_argument("--all", action="store_true", help="every job (follows the API's pages)")
 
-    s = sub.add_parser("get", help="one job")
+    s = sub.add_parser("get", parents=[common], help="one job")
     s.add_argument("id", type=int)
 
-    s = sub.add_parser("logs", help="print a task's output (stdout and stderr)")
+    s = sub.add_parser("logs", parents=[common], help="print a task's output (stdout and stderr)")
     s.add_argument("id", type=int, help="job id")
     s.add_argument("--task", help="task id, or role-index such as worker-1 (default: the job's first task)")
     s.add_argument("--attempt", type=int, help="an earlier attempt (default: the current one)")
     s.add_argument("--follow", "-f", action="store_true", help="keep printing until the task has ended")
 
-    s = sub.add_parser("cancel", help="cancel a job")
+    s = sub.add_parser("cancel", parents=[common], help="cancel a job")
     s.add_argument("id", type=int)
     s.add_argument("--reason")
 
-    s = sub.add_parser("set-quota", help="create or change a queue's quota for a GPU flavor (platform admins)")
+    s = sub.add_parser("set-quota", parents=[common], help="create or change a queue's quota for a GPU flavor (platform admins)")
     s.add_argument("queue")
     s.add_argument("flavor")
     s.add_argument("--guarantee", type=int)
@@ -513,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     limit.add_argument("--limit", type=int)
     limit.add_argument("--no-limit", action="store_true", help="no cap of its own (the parent's)")
 
-    s = sub.add_parser("set-sharing", help="set a node's GPUs to exclusive, shared (fractions) or auto (platform admins)")
+    s = sub.add_parser("set-sharing", parents=[common], help="set a node's GPUs to exclusive, shared (fractions) or auto (platform admins)")
     s.add_argument("node")
     s.add_argument("mode", choices=["exclusive", "shared", "auto"])
     s.add_argument("--gpus", help="GPU indexes, e.g. 3,4 (default: every GPU of the node not in MIG mode)")
@@ -535,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpuctl: the API address must start with http:// or https:// (got {a.api!r}; set GPUCTL_API)",
               file=sys.stderr)
         return 2
-    client = Client(a.api, a.token)
+    client = Client(api_base(a.api), a.token)
     try:
         result = COMMANDS[a.command](client, a)
     except ApiError as exc:

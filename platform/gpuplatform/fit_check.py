@@ -54,6 +54,17 @@ def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: 
     return reason.message if reason is not None else None
 
 
+def refusal(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None,
+            numa: str = "prefer") -> str | None:
+    """Submission's refusal of a job that can never fit this cluster ("can never fit this cluster: ..."), or
+    None: what POST /api/v1/jobs/ (services.submit_job) and a what-if `submit` change
+    (scheduling.forecast.submit_roles) answer under "roles"."""
+    why = never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa)
+    if not why:
+        return None
+    return why if why.startswith("can never fit") else f"can never fit this cluster: {why}"
+
+
 def _never_fits_shares(roles: list[dict]) -> str | None:
     """A job of GPU shares (scheduler/core/sharing.py) never fits when a task asks more milli-CPU or memory
     than every node of its flavors has (0 = unconstrained), no GPU of an allowed flavor takes

@@ -329,3 +329,27 @@ def test_a_key_given_twice_in_a_nested_object_is_named_with_its_path(api, jobs, 
     r = api.generic("POST", url, text, content_type="application/json")
     assert r.status_code == 400 and list(r.json()) == [path], r.content
     assert "given twice" in r.json()[path][0]
+
+
+@pytest.mark.parametrize("path,repeated", [
+    ("/api/v1/jobs/?limit=1&limit=2", "limit"),
+    ("/api/v1/jobs/?queue=alpha&queue=beta", "queue"),
+    ("/api/v1/nodes/?flavor=H100&flavor=H200", "flavor"),
+    ("/api/v1/events/?kind=submitted&kind=cancelled", "kind"),
+    ("/api/v1/utilization/?step=3600&step=60", "step"),
+])
+def test_a_repeated_single_valued_parameter_is_a_400_naming_it(api, jobs, path, repeated):
+    """One of two values silently kept (the last) is what new-user trial 7 (F3) saw; a 400 instead."""
+    r = api.get(path)
+    assert r.status_code == 400 and list(r.json()) == [repeated], r.content
+    assert "more than once" in r.json()[repeated][0]
+
+
+def test_a_documented_multi_valued_parameter_may_repeat(api, jobs):
+    """`state` is documented "repeat for several states": both states are listed."""
+    from gpuplatform.models import Job
+
+    Job.objects.filter(pk=jobs["other"].pk).update(state="running")
+    r = api.get("/api/v1/jobs/?state=pending&state=running")
+    assert r.status_code == 200, r.content
+    assert {j["id"] for j in r.json()["results"]} == {jobs["own"].pk, jobs["other"].pk}

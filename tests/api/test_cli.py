@@ -152,3 +152,31 @@ def test_bad_file_and_bad_address_are_clear_errors(tmp_path, capsys):
         assert expected in capsys.readouterr().err
     assert main(["--api", "not-a-url", "list"]) == 2
     assert "must start with http" in capsys.readouterr().err
+
+
+def test_list_follows_next_links_past_one_page(gpuctl, users, monkeypatch, live_server, capsys):
+    """`gpuctl list --limit N` past the API's page cap follows the `next` links, `--all` lists every job, the
+    hint names both; `GPUCTL_API=<server>/api/v1` works (the path is not doubled); `--json` goes after the
+    subcommand too (new-user trial 7, F10/F12)."""
+    from gpuplatform import cli, services
+    from gpuplatform.models import Queue
+
+    monkeypatch.setattr(cli, "PAGE_MAX", 2, raising=False)  # the API's cap is 500: two per page here
+    alpha = Queue.objects.get(name="alpha")
+    for i in range(5):
+        services.submit_job(command=["true"], team=alpha.team, queue=alpha, name=f"many{i}",
+                            roles=[{"tasks": 1, "gpus_per_task": 1}], submitter=users["member"])
+    code, out, _ = gpuctl("member", "list", "--limit", "4")
+    assert code == 0 and sum("many" in line for line in out.splitlines()) == 4
+    assert "5 jobs in all" in out and "--all" in out
+    code, out, _ = gpuctl("member", "list", "--all")
+    assert code == 0 and sum("many" in line for line in out.splitlines()) == 5 and "in all" not in out
+    code, out, _ = gpuctl("member", "list", "--json", "--limit", "3")
+    assert code == 0 and [j["name"] for j in json.loads(out)["results"]] == ["many4", "many3", "many2"]
+    from gpuplatform.services import issue_api_token
+
+    token = issue_api_token(users["member"])[0]
+    assert cli.main(["--api", live_server.url + "/api/v1/", "--token", token, "list", "--limit", "1"]) == 0
+    assert "many4" in capsys.readouterr().out
+    code, _, err = gpuctl("member", "list", "--limit", "0")
+    assert code == 2 and "--limit" in err

@@ -119,3 +119,22 @@ def test_bad_changes_are_400_naming_the_field(busy, admin, body, field):
     # Error keys are field paths (docs/api.md): "changes" is named by "changes" or "changes[0].<field>".
     assert r.status_code == 400 and any(k == field or k.startswith(field + "[") or k.startswith(field + ".")
                                         for k in r.json()), r.content
+
+
+@pytest.mark.parametrize("change", [
+    {"kind": "submit", "queue": "alpha", "tasks": 1, "gpus_per_task": 16},
+    {"kind": "submit", "queue": "alpha", "tasks": 1, "gpus_per_task": 16, "flavors": ["H100"]},
+])
+def test_a_submit_change_submission_would_refuse_is_a_400_naming_roles(busy, client_for, change):
+    """16 GPUs per task on 8-GPU nodes: POST /api/v1/jobs/ refuses it ("roles": can never fit this cluster);
+    the what-if answers the same through the same check, not a 200 "can never start" (new-user trial 7, F5)."""
+    member = client_for("member")
+    r = member.post(URL, {"changes": [{"kind": "submit", "queue": "alpha", "tasks": 1, "gpus_per_task": 8}, change]},
+                    format="json")
+    assert r.status_code == 400, r.content
+    assert list(r.json()) == ["changes[1].roles"] and r.json()["changes[1].roles"][0].startswith("can never fit")
+    job = member.post("/api/v1/jobs/", {"queue": "alpha", "name": "big", "command": SLEEP,
+                                        "roles": [{"name": "w", "tasks": 1, "gpus_per_task": 16}]}, format="json")
+    assert job.status_code == 400
+    for message in (job.json()["roles"][0], r.json()["changes[1].roles"][0]):
+        assert message.startswith("can never fit this cluster") and "16 GPUs per task" in message, message

@@ -155,3 +155,48 @@ def test_demo_help_lists_each_option_once():
     assert "--federation" in described and "--local-agents" in described
     assert len(described) == len(set(described)), [o for o in described if described.count(o) > 1]
     assert options.count("docs/federation.md") == 1
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--speed", "-5"], "--speed"), (["--speed", "0"], "--speed"), (["--speed", "nan"], "--speed"),
+    (["--scale", "0"], "--scale"), (["--scale", "100"], "--scale"), (["--scale", "-1"], "--scale"),
+    (["--cluster", "nosuch"], "--cluster"), (["--tick", "-1"], "--tick"),
+    (["--duration-seconds", "-1"], "--duration-seconds"),
+])
+@pytest.mark.django_db
+def test_demo_refuses_bad_options_before_doing_anything(args, option):
+    """A bad --speed / --scale / --cluster is an argument error naming the option, before the banner and
+    before any database work: no traceback (new-user trial 7, F14)."""
+    from django.core.management.base import CommandError
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command("demo", "--no-server", "--duration-seconds", "1", *args, stdout=out, stderr=err)
+    assert option in str(caught.value)
+    assert out.getvalue() == ""  # no banner, no "database migrated"
+
+
+@pytest.mark.django_db
+def test_demo_scale_is_the_philly_importers_only():
+    from django.core.management.base import CommandError
+
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="--scale"):
+        call_command("demo", "--no-server", "--cluster", "openb", "--scale", "0.5", stdout=out)
+    assert out.getvalue() == ""
+
+
+@pytest.mark.django_db
+def test_demo_warns_that_scale_and_cluster_do_not_apply_to_a_loaded_cluster(tiny_importers):
+    call_command("demo", "--no-server", "--duration-seconds", "0.5", "--start-day", "0", "--tick", "0.2",
+                 "--password", "pw-demo-123", stdout=io.StringIO())
+    out, err = io.StringIO(), io.StringIO()
+    call_command("demo", "--no-server", "--duration-seconds", "0.5", "--start-day", "0", "--tick", "0.2",
+                 "--password", "pw-demo-123", "--scale", "0.5", "--cluster", "philly", stdout=out, stderr=err)
+    text = out.getvalue() + err.getvalue()
+    assert "--scale" in text and "--cluster" in text and "already loaded" in text
+    assert "start fresh" in text
+    out, err = io.StringIO(), io.StringIO()
+    call_command("demo", "--no-server", "--duration-seconds", "0.5", "--start-day", "0", "--tick", "0.2",
+                 "--password", "pw-demo-123", stdout=out, stderr=err)
+    assert "do not apply" not in out.getvalue() + err.getvalue()  # no option given: nothing to warn about

@@ -117,3 +117,14 @@ def test_queueing_page_plots_the_committed_accuracy_figures(client, world, setti
     assert json.loads(initial)["forecast_accuracy"]["data"][0]["x"] == [1.0, 2.0]  # the plot has data
     # drawn once from the page: the 5 s poll does not carry the (static, ~50 KB) figure again
     assert "forecast_accuracy" not in client.get("/queueing/data.json").json()["figures"]
+
+
+def test_an_estimate_already_in_the_past_reads_overdue_not_the_next_cycle():
+    """The demo's clock runs 600x: an estimate made hours of cluster time ago may lie in the past. It is
+    shown as overdue with its age, never as "at the next cycle" (new-user trial 7, F7)."""
+    start = T0 - timedelta(hours=7)
+    words = estimate_words(start, start + timedelta(minutes=5), "", start - timedelta(minutes=5), T0)
+    assert "next cycle" not in words and words.startswith("overdue"), words
+    assert "7 h" in words and "7 h 5 m" in words  # due 7 h ago; forecast made 7 h 5 m ago
+    assert estimate_words(T0 - timedelta(seconds=30), None, "", T0 - timedelta(minutes=1), T0).startswith(
+        "at the next cycle")  # within a cycle: still "next cycle"

@@ -172,10 +172,27 @@ class KnownQueryParams:
         if known is None:
             return queryset
         unknown = sorted(set(request.query_params) - known)
+        errors = repeated_params(request.query_params, self.multi_valued(queryset, view))
         if unknown:
             takes = ", ".join(sorted(known))
-            raise ValidationError({name: [f"unknown query parameter; this list takes: {takes}"] for name in unknown})
+            errors.update({name: [f"unknown query parameter; this list takes: {takes}"] for name in unknown})
+        if errors:
+            raise ValidationError(errors)
         return queryset
+
+    @staticmethod
+    def multi_valued(queryset, view) -> set[str]:
+        """The parameters that may be repeated: the filterset's multiple-choice filters (`?state=a&state=b`,
+        documented "repeat for several states"); any other given twice is a 400 (repeated_params)."""
+        from django_filters.rest_framework import DjangoFilterBackend
+
+        names = set()
+        for backend in view.filter_backends:
+            if isinstance(backend, type) and issubclass(backend, DjangoFilterBackend):
+                filterset = backend().get_filterset_class(view, queryset)
+                if filterset is not None:
+                    names |= {n for n, f in filterset.base_filters.items() if isinstance(f, df.MultipleChoiceFilter)}
+        return names
 
     def get_schema_operation_parameters(self, view) -> list:
         return []  # it adds no parameter; the other backends document theirs
@@ -206,14 +223,31 @@ class KnownQueryParams:
         return names
 
 
-def refuse_unknown_params(request, known) -> None:
-    """For a view that reads its query parameters itself (an APIView): a parameter outside `known` is a 400
-    naming it, as KnownQueryParams answers on a list (`?start=` where the view reads `since` must not give
-    the default window silently). `format` (DRF's format override) is always known."""
+REPEATED = "given more than once: send it once"
+
+
+def repeated_params(query, multi=()) -> dict[str, list[str]]:
+    """{name: [message]} for each parameter of `query` (a QueryDict) given more than once that is not in
+    `multi` (the documented multi-valued ones): `?limit=1&limit=2` or `?state=running&state=pending` on a
+    single-valued state would otherwise keep one of them silently (new-user trial 7, F3)."""
+    return {name: [REPEATED] for name in sorted(query) if name not in multi and len(query.getlist(name)) > 1}
+
+
+def refuse_unknown_params(request, known, multi=()) -> None:
+    """For a view that reads its query parameters itself (an APIView, or a page's JSON endpoint: `request`
+    may be a plain Django request): a parameter outside `known` is a 400 naming it, as KnownQueryParams
+    answers on a list (`?start=` where the view reads `since` must not give the default window silently),
+    and so is one given more than once unless it is in `multi`. `format` (DRF's format override) is always
+    known."""
     from rest_framework.settings import api_settings
 
+    query = getattr(request, "query_params", None)
+    query = request.GET if query is None else query
     allowed = set(known) | {api_settings.URL_FORMAT_OVERRIDE}
-    unknown = sorted(set(request.query_params) - allowed)
+    unknown = sorted(set(query) - allowed)
+    errors = repeated_params(query, multi)
     if unknown:
         takes = ", ".join(sorted(allowed))
-        raise ValidationError({name: [f"unknown query parameter; this endpoint takes: {takes}"] for name in unknown})
+        errors.update({name: [f"unknown query parameter; this endpoint takes: {takes}"] for name in unknown})
+    if errors:
+        raise ValidationError(errors)

@@ -8,7 +8,22 @@ from ..auth_throttle import RevokeAuthToken, ThrottledObtainAuthToken
 
 app_name = "api"
 
-router = DefaultRouter()
+# Endpoints outside the router's viewsets, listed by the API root too (GET /api/v1/ showed only the
+# viewsets: new-user trial 7, F20): root key -> URL name (a name that does not resolve is left out).
+EXTRA_ROOT = {"me": "me", "forecast": "forecast", "utilization": "utilization", "auth-token": "auth-token",
+              "auth-token/revoke": "auth-token-revoke", "federation/clusters": "federation-cluster-list",
+              "federation/jobs": "federation-job-list", "federation/member/jobs": "federation-member-job-list",
+              "federation/member/forecast": "federation-member-forecast",
+              "federation/member/summary": "federation-member-summary"}
+
+
+class Router(DefaultRouter):
+    def get_api_root_view(self, api_urls=None):
+        root = {prefix: self.routes[0].name.format(basename=basename) for prefix, _, basename in self.registry}
+        return self.APIRootView.as_view(api_root_dict={**root, **EXTRA_ROOT})
+
+
+router = Router()
 router.register("teams", views.TeamViewSet, basename="team")
 router.register("memberships", views.MembershipViewSet, basename="membership")
 router.register("queues", views.QueueViewSet, basename="queue")

@@ -201,6 +201,7 @@ def submit_roles(changes: list[dict]) -> list[dict]:
     ("gpu_fraction", or "roles[1].gpu_fraction" for a change with roles)."""
     from scheduler.forecast.whatif import WhatIfError
 
+    from .. import fit_check
     from ..errors import ValidationError
     from ..job_rules import check_roles
     from ..services.jobs import check_interruptible
@@ -221,6 +222,13 @@ def submit_roles(changes: list[dict]) -> list[dict]:
             check_interruptible(ch.get("interruptible", False), ch.get("preemptible", True))
         except ValidationError as exc:
             raise WhatIfError(i, "interruptible", exc.errors["interruptible"]) from None
+        # A job submission refuses as never fitting this cluster (16 GPUs per task on 8-GPU nodes) is a 400
+        # naming "roles", as POST /api/v1/jobs/ answers, through the same check (fit_check.never_fits), not an
+        # answer that it "can never start" (docs/forecast.md; new-user trial 7, F5).
+        why = fit_check.refusal([{**r, "flavor": "|".join(f)} if f else r for r, f in zip(roles, flavors)],
+                                topology_mode=ch.get("topology_mode") or "none", highest_tier=ch.get("highest_tier"))
+        if why:
+            raise WhatIfError(i, "roles", why)
         specs = [{"name": r["name"], "tasks": r["tasks"], "gpus_per_task": r["gpus_per_task"],
                   "min_available": r["min_available"], "flavors": f, "cpu_milli": r["cpu_milli"],
                   "memory_mib": r["memory_mib"], "gpu_milli": r["gpu_milli"], "gpu_memory_mib": r["gpu_memory_mib"],

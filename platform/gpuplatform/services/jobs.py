@@ -93,9 +93,9 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                       completion_role=completion_role or "",
                       container_runtimes=set(Node.objects.exclude(container_runtime="")
                                              .values_list("container_runtime", flat=True).distinct()))
-    why = fit_check.never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa)
+    why = fit_check.refusal(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa)
     if why:
-        raise ValidationError({"roles": why if why.startswith("can never fit") else f"can never fit this cluster: {why}"})
+        raise ValidationError({"roles": why})
     now = submitted_at or clock.now()
     job = Job.objects.create(team=team, queue=queue, submitter=submitter, name=name, external_id=external_id,
                              priority=priority, preemptible=preemptible, topology_mode=topology_mode,

@@ -38,6 +38,8 @@ def add_member(team: Team, user, role: str = "member", *, actor=None) -> Members
     current = Membership.objects.select_for_update().filter(user=user, team=team).first()
     if current is not None and current.role == role:
         return current
+    if current is not None:
+        _refuse_last_admin(current, f"cannot make them {role}")
     membership, _ = Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
     record_event("member_added", f"{user} is {role} of {team.name}", actor=actor,
                  data={"team": team.name, "user": str(user), "role": role})
@@ -46,8 +48,23 @@ def add_member(team: Team, user, role: str = "member", *, actor=None) -> Members
 
 @transaction.atomic
 def remove_member(membership: Membership, *, actor=None) -> None:
-    """Remove a user from a team. Their jobs stay (they belong to the team)."""
+    """Remove a user from a team. Their jobs stay (they belong to the team). Raises ValidationError ("role")
+    for the team's last admin (_refuse_last_admin)."""
+    _refuse_last_admin(membership, "cannot remove them")
     team, user, role = membership.team, membership.user, membership.role
     Membership.objects.filter(pk=membership.pk).delete()
     record_event("member_removed", f"{user} is no longer {role} of {team.name}", actor=actor,
                  data={"team": team.name, "user": str(user), "role": role})
+
+
+def _refuse_last_admin(membership: Membership, what: str) -> None:
+    """A team that has an admin keeps one: removing or demoting its last admin is refused (ValidationError
+    naming "role"), whoever asks, a platform admin included (a team admin deleting their own membership left
+    the team with nobody to manage it; new-user trial 7, F19). Deleting the team itself removes its
+    memberships without asking. The team's admin rows are locked first, so two admins demoting each other
+    at once cannot both succeed."""
+    admins = list(Membership.objects.select_for_update().filter(team_id=membership.team_id, role=Membership.Role.ADMIN)
+                  .order_by("pk").values_list("pk", flat=True))
+    if admins == [membership.pk]:
+        raise_if({"role": f"{membership.user} is the last admin of team {membership.team.name}: {what}; make another "
+                          f"member admin first (a team keeps at least one admin)"})

@@ -58,6 +58,32 @@ DEFAULT_SPEED = 600.0  # simulated seconds per wall second: 10 minutes of trace 
 BUSY_FRACTION = 1.0
 DEFAULT_TICK = 0.5  # wall seconds between two scheduling cycles (at least)
 MAX_STEP = 1800.0  # a tick never advances the cluster clock by more than 30 simulated minutes
+DEFAULT_CLUSTER = "philly"
+
+
+def _number(minimum: float | None = None, *, above: float | None = None, at_most: float | None = None):
+    """An argparse `type` for a finite float with bounds: a value outside them is argparse's own error naming
+    the option (`argument --speed: must be > 0, got -5`), before anything runs (new-user trial 7, F14)."""
+    import argparse
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if above is not None and value <= above:
+            raise argparse.ArgumentTypeError(f"must be > {above:g}, got {text}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum:g}, got {text}")
+        if at_most is not None and value > at_most:
+            raise argparse.ArgumentTypeError(f"must be at most {at_most:g}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
 
 
 def _reset_workload() -> dict:
@@ -141,7 +167,8 @@ def ensure_demo_team(password: str, gpus: int):
     member, _ = User.objects.get_or_create(username="demo")
     member.set_password(password)
     member.save()
-    services.add_member(team, member, "member")
+    if not team.memberships.filter(user=member).exists():  # a role given since (admin) is kept: a team's
+        services.add_member(team, member, "member")        # last admin cannot be demoted (services.tenancy)
     return team
 
 
@@ -151,19 +178,25 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--speed", type=float, default=DEFAULT_SPEED,
+        parser.add_argument("--speed", type=_number(above=0), default=DEFAULT_SPEED,
                             help=f"simulated seconds per wall second (default {DEFAULT_SPEED:g} = 10 min/s)")
-        parser.add_argument("--start-day", type=float, default=None,
+        parser.add_argument("--start-day", type=_number(), default=None,
                             help="replay day of the trace to start at (default: the first hour at which the "
                                  "trace's running jobs ask for the whole cluster)")
-        parser.add_argument("--cluster", default="philly", help="cluster name in the importer registry")
+        from clusterspec.importers import CLUSTERS
+
+        parser.add_argument("--cluster", default=None, choices=CLUSTERS,
+                            help=f"cluster in the importer registry (default {DEFAULT_CLUSTER}; loaded on a fresh "
+                                 f"database only)")
         parser.add_argument("--trace", default="philly", help="trace name in the importer registry")
-        parser.add_argument("--scale", type=float, default=None, help="cluster scale (importer default if unset)")
-        parser.add_argument("--compress", type=float, default=None,
+        parser.add_argument("--scale", type=_number(above=0, at_most=1), default=None,
+                            help="Philly cluster scale in (0, 1] (importer default if unset; fresh database only)")
+        parser.add_argument("--compress", type=_number(), default=None,
                             help="trace arrival compression (importer default if unset)")
-        parser.add_argument("--tick", type=float, default=DEFAULT_TICK, help="wall seconds between cycles")
+        parser.add_argument("--tick", type=_number(minimum=0), default=DEFAULT_TICK,
+                            help="wall seconds between cycles")
         parser.add_argument("--no-server", action="store_true", help="do not start the web server (tests)")
-        parser.add_argument("--duration-seconds", type=float, default=None,
+        parser.add_argument("--duration-seconds", type=_number(minimum=0), default=None,
                             help="stop after this many wall seconds (default: run until Ctrl-C)")
         parser.add_argument("--password", default=None,
                             help="password for every demo user (default: a random one, printed)")
@@ -204,10 +237,17 @@ class Command(BaseCommand):
 
         if Node.objects.exists():
             self._say(f"cluster already loaded: {Node.objects.count()} nodes")
+            given = [o for o in ("cluster", "scale") if opts[o] is not None]
+            if given:
+                names = " and ".join(f"--{o}" for o in given)
+                self.stderr.write(
+                    f"warning: {names} do not apply: a cluster is already loaded in this database ({connection.vendor}"
+                    f" {connection.settings_dict.get('NAME')}); to start fresh with them, delete that database "
+                    f"(`make demo`: rm db.sqlite3) or point DATABASE_URL at a new one")
             return
         t0 = time.monotonic()
         kwargs = {} if opts["scale"] is None else {"scale": opts["scale"]}
-        spec = load_cluster(opts["cluster"], **kwargs)
+        spec = load_cluster(opts["cluster"] or DEFAULT_CLUSTER, **kwargs)
         counts = services.load_cluster_spec(spec)
         self._say(f"cluster {spec.name} loaded in {time.monotonic() - t0:.1f}s: {counts.get('nodes')} nodes, "
                   f"{spec.gpus} GPUs, {counts.get('domains')} domains, {counts.get('queues')} queues")
@@ -269,6 +309,8 @@ class Command(BaseCommand):
         from gpuplatform.trace_feeder import SimClock, TraceFeeder, busy_start_seconds, trace_epoch
 
         t_start = time.monotonic()
+        if opts["scale"] is not None and (opts["cluster"] or DEFAULT_CLUSTER) != "philly":
+            raise CommandError(f"--scale applies to the philly cluster only, not --cluster {opts['cluster']}")
         if opts["local_agents"] < 0 or opts["gpus_per_agent"] < 1 or opts["gpus_per_agent"] > 64:
             raise CommandError("--local-agents must be >= 0 and --gpus-per-agent from 1 to 64")
         if opts["federation"]:

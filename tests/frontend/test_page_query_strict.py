@@ -1,0 +1,78 @@
+"""The pages' JSON endpoints answer unknown, invalid and repeated query parameters as the REST API does: a
+400 naming the parameter and the rule, never the default data (new-user trial 7, F2/F3). The parameters the
+pages' own JavaScript sends stay accepted."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+ENDPOINTS = ["/utilization/data.json", "/cluster/metrics.json", "/queues/data.json", "/topology.json",
+             "/fragmentation/data.json", "/queueing/data.json", "/failures/data.json"]
+
+
+@pytest.mark.parametrize("url", ENDPOINTS)
+def test_an_unknown_parameter_is_a_400_naming_it(client, world, url):
+    client.force_login(world["admin"])
+    r = client.get(url + "?foo=1")
+    assert r.status_code == 400, (r.status_code, r.content[:200])
+    assert list(r.json()) == ["foo"] and "unknown query parameter" in r.json()["foo"][0]
+
+
+@pytest.mark.parametrize("url", ENDPOINTS)
+def test_a_repeated_parameter_is_a_400_naming_it(client, world, url):
+    client.force_login(world["admin"])
+    since = "2026-12-01T00:00:00%2B00:00"
+    r = client.get(f"{url}?since={since}&since={since}")
+    assert r.status_code == 400 and "more than once" in r.json()["since"][0], r.content[:200]
+
+
+@pytest.mark.parametrize("query,param", [
+    ("step=0", "step"), ("scope=bogus", "scope"), ("until=2017-09-10T00:00:00Z", "until"),
+    ("window=2d", "window"), ("window=6h&window=7d", "window"),
+])
+def test_utilization_data_refuses_what_the_page_does_not_read(client, world, query, param):
+    client.force_login(world["admin"])
+    r = client.get("/utilization/data.json?" + query)
+    assert r.status_code == 400 and param in r.json(), r.content[:200]
+    page = client.get("/utilization/?" + query)
+    assert page.status_code == 400 and param in page.content.decode()
+
+
+@pytest.mark.parametrize("query,param", [("team=nosuch", "team"), ("flavor=nosuch", "flavor")])
+def test_topology_refuses_an_unknown_team_or_flavor(client, world, query, param):
+    client.force_login(world["admin"])
+    r = client.get("/topology.json?" + query)
+    assert r.status_code == 400 and param in r.json(), r.content[:200]
+
+
+def test_what_the_pages_send_is_accepted(client, world):
+    """The query strings of the pages' scripts: dashboard.js (the page's own query and `since`), topology.js
+    (zoom, team, flavor, job, format=csv), cluster.js (since), and the CSV links (format, table)."""
+    client.force_login(world["admin"])
+    since = "2026-12-01T00:00:00%2B00:00"
+    job = world["jobs"]["red-running"].pk
+    for url in ["/utilization/data.json?window=6h&flavor=&queue=&team=", f"/utilization/data.json?&since={since}",
+                f"/utilization/data.json?window=7d&since={since}",
+                "/utilization/?window=6h&flavor=&queue=&team=",
+                f"/cluster/metrics.json?since={since}", "/cluster/metrics.json",
+                f"/queues/data.json?since={since}", "/queues/data.json?format=csv",
+                f"/topology.json?zoom=nvl-0&team=red&job={job}", "/topology.json?flavor=P100&format=csv",
+                f"/fragmentation/data.json?since={since}", "/fragmentation/data.json?format=csv&table=groups",
+                f"/queueing/data.json?since={since}", "/queueing/data.json?format=csv&table=pending",
+                f"/failures/data.json?since={since}"]:
+        r = client.get(url)
+        assert r.status_code == 200, (url, r.status_code, r.content[:200])
+
+
+@pytest.mark.parametrize("query,param", [("state=bogus", "state"), ("sort=bogus", "sort"),
+                                         ("state=running&state=pending", "state")])
+def test_the_jobs_page_shows_a_bad_filter_instead_of_every_job(client, world, query, param):
+    client.force_login(world["admin"])
+    r = client.get("/jobs/?" + query)
+    assert r.status_code == 400
+    text = r.content.decode()
+    assert 'id="filter-errors"' in text and f"{param}:" in text
+    assert 'data-job="' not in text  # no job listed
+    ok = client.get("/jobs/?state=running&sort=-duration")
+    assert ok.status_code == 200 and 'id="filter-errors"' not in ok.content.decode()
