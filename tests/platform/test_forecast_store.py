@@ -119,3 +119,18 @@ def test_forecast_task_eager(submit):
     assert tasks.run_forecast.apply(kwargs={"clock": later}).get() == {"skipped": True, "reason": "not due"}
     due = (CLOCK + timedelta(seconds=61)).isoformat()
     assert tasks.run_forecast.apply(kwargs={"clock": due}).get()["skipped"] is False
+
+
+def test_the_summary_line_is_info_once_a_minute(submit, caplog, monkeypatch):
+    """The demo's forecast follows its 600x clock (several a second): its summary is logged at INFO at most once
+    a minute of wall time, the others at DEBUG, so the demo's console is not flooded."""
+    import logging
+
+    _fill(submit, time_limit_seconds=3600)
+    submit("a", tasks=1, gpus=8, time_limit_seconds=600, submitted_at=CLOCK)
+    monkeypatch.setattr(fc, "_last_info", [-fc.INFO_EVERY_SECONDS])
+    with caplog.at_level(logging.DEBUG, logger="gpuplatform.scheduling.forecast"):
+        for i in range(3):
+            fc.run_forecast_once(clock=CLOCK + timedelta(seconds=20 + i))
+    levels = [r.levelno for r in caplog.records if r.getMessage().startswith("forecast: ")]
+    assert levels == [logging.INFO, logging.DEBUG, logging.DEBUG]

@@ -30,6 +30,8 @@ from gpuplatform.scheduling.locks import single_flight
 from scheduler.forecast import RuntimeEstimator, forecast_start
 
 log = logging.getLogger("gpuplatform.scheduling.forecast")
+INFO_EVERY_SECONDS = 60.0  # the forecast's summary line at INFO at most this often (wall seconds)
+_last_info = [-INFO_EVERY_SECONDS]  # time.monotonic() of the last one
 FORECAST_LOCK_KEY = 0x6770_7566_6363  # "gpufcc": the forecast's own advisory lock
 SOURCES = {"time_limit": "its time limit", "user_shape": "the submitter's recent jobs of this size",
            "queue": "the queue's recent jobs", "cluster": "the cluster's recent jobs",
@@ -148,7 +150,13 @@ def run_forecast_once(*, clock: datetime | None = None) -> dict | None:
     summary = {"jobs": len(rows), "estimated": sum(1 for r in rows if r[1] is not None),
                "no_estimate": sum(1 for r in rows if r[1] is None), "cycles": info["cycles"] + info["cycles_p90"],
                "wall_s": round(wall, 3)}
-    log.info("forecast: %s", summary)
+    # at INFO once a minute at most (the demo's forecast follows its 600x clock: several a second), else DEBUG
+    now = _time.monotonic()
+    if now - _last_info[0] >= INFO_EVERY_SECONDS:
+        _last_info[0] = now
+        log.info("forecast: %s", summary)
+    else:
+        log.debug("forecast: %s", summary)
     return summary
 
 
