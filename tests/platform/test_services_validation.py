@@ -220,3 +220,20 @@ def test_a_task_bigger_than_every_node_on_cpu_or_memory_is_refused_at_submission
     assert not Job.objects.filter(name="huge").exists()
     assert submit("fits", roles=[{"name": "w", "tasks": 1, "gpus_per_task": 1, "cpu_milli": 64_000,
                                   "memory_mib": 512_000}]).pk
+
+
+def test_submit_job_is_atomic(alpha, monkeypatch):
+    """A failure at submission's last write (its `submitted` Event) leaves no job, role or task behind: the
+    service runs in one transaction (a decorator once slipped onto the helper above it)."""
+    from gpuplatform.services import jobs as job_services
+
+    team, queue = alpha
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("audit write failed")
+
+    monkeypatch.setattr(job_services, "record_event", broken)
+    before = counts()
+    with pytest.raises(RuntimeError):
+        services.submit_job(team=team, queue=queue, name="half", roles=[role()], command=SLEEP)
+    assert counts() == before

@@ -21,7 +21,6 @@ from .base import request_cycle_on_commit, resolve_queue
 __all__ = ["submit_job", "cancel_job", "finish_job", "set_job_priority"]
 
 
-@transaction.atomic
 def check_submit_priority(submitter, team: Team, priority) -> None:
     """A priority above 0 is a team admin's (or a platform admin's) to give, at submission as when changed
     later (api.permissions.JobPermission): a plain member submits at 0 or below, so resubmitting at a high
@@ -37,6 +36,7 @@ def check_submit_priority(submitter, team: Team, priority) -> None:
                                            f"members submit at priority 0 or lower (got {priority})"})
 
 
+@transaction.atomic
 def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int = 0, preemptible: bool = True,
                topology_mode: str = "none", highest_tier: int | None = None, preferred_tier: int | None = None,
                time_limit_seconds: int | None = None, duration_seconds: float | None = None, submitter=None,
