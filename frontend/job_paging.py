@@ -26,17 +26,19 @@ FAR_PAST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 NO_DURATION = timedelta(seconds=-1)
 LAST_DURATION = timedelta(days=365 * 1000)  # above any run: sorts "no duration" last when ascending
 
+
+def _duration(empty: timedelta):
+    """finished_at - started_at, `empty` for a job that has not finished."""
+    return Coalesce(ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField()),
+                    Value(empty), output_field=DurationField())
+
+
 # column -> (expression, kind of value for the cursor)
 SORTS = {
     "submitted": (lambda: F("submitted_at"), "dt"),
     "started": (lambda: Coalesce(F("started_at"), Value(FAR_PAST)), "dt"),
     "finished": (lambda: Coalesce(F("finished_at"), Value(FAR_PAST)), "dt"),
-    "duration": (lambda: Coalesce(ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField()),
-                                  Value(NO_DURATION), output_field=DurationField()), "td"),
-    # ascending: jobs without a duration (not finished) after the finished ones, not first (F12)
-    "duration_asc": (lambda: Coalesce(ExpressionWrapper(F("finished_at") - F("started_at"),
-                                                        output_field=DurationField()),
-                                      Value(LAST_DURATION), output_field=DurationField()), "td"),
+    "duration": (lambda: _duration(NO_DURATION), "td"),
     "name": (lambda: F("name"), "str"),
     "team": (lambda: F("team__name"), "str"),
     "queue": (lambda: F("queue__name"), "str"),
@@ -45,6 +47,8 @@ SORTS = {
     "priority": (lambda: F("priority"), "int"),
     "id": (lambda: F("id"), "int"),
 }
+# a column whose ascending order needs another expression: an unfinished job's duration sorts last, not first
+ASCENDING = {"duration": lambda: _duration(LAST_DURATION)}
 DEFAULT_SORT = "-submitted"
 
 
@@ -52,7 +56,7 @@ def parse_sort(value: str | None) -> tuple[str, bool]:
     """'-duration' -> ('duration', True). Unknown columns fall back to the default (newest first)."""
     value = (value or DEFAULT_SORT).strip()
     column, descending = value.lstrip("-"), value.startswith("-")
-    if column not in SORTS or column == "duration_asc":
+    if column not in SORTS:
         column, descending = DEFAULT_SORT.lstrip("-"), True
     return column, descending
 
@@ -96,7 +100,9 @@ class Page:
 
 def keyset_page(queryset, *, sort: str | None, cursor: str | None, limit: int) -> Page:
     column, descending = parse_sort(sort)
-    expression, kind = SORTS["duration_asc" if column == "duration" and not descending else column]
+    expression, kind = SORTS[column]
+    if not descending and column in ASCENDING:
+        expression = ASCENDING[column]
     qs = queryset.annotate(sort_key=expression())
     order = ["-sort_key", "-id"] if descending else ["sort_key", "id"]
     reverse = ["sort_key", "id"] if descending else ["-sort_key", "-id"]

@@ -54,8 +54,7 @@ def _lead_domain(state: ClusterState, tier: int, flavor: str, need: int) -> tupl
         for first in hits:
             return first, fit
     # the first of candidate_domains' order: least free, then the fullest parent, the fewest nodes, the name
-    tree, dom_free, parents, sizes, names = state.tree, state.dom_free, state.tree.parent, state.tree.nodes_under, \
-        state.tree.names
+    dom_free, parents, sizes, names = state.dom_free, state.tree.parent, state.tree.nodes_under, state.tree.names
 
     def rank(d: int) -> tuple:
         parent = parents[d]
@@ -395,8 +394,7 @@ class Session:
         else:
             return None
         node, cpu, mem = state.nodes[k], role.cpu_milli, role.memory_mib
-        if not node.schedulable or (cpu and not state.fits(k, gpus, cpu, mem)) \
-                or (mem and not state.fits(k, gpus, cpu, mem)):  # state.fits (its GPUs are free: fit >= gpus)
+        if not node.schedulable or ((cpu or mem) and not state.fits(k, gpus, cpu, mem)):  # its GPUs are free
             return None
         picked = state.pick_gpus(k, gpus)
         state.take(k, picked, cpu, mem)

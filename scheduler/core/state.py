@@ -71,25 +71,6 @@ class ClusterState:
             self.exact: dict[tuple[int, str], list[set[int]]] | None = None if start.exact is None else {
                 key: [members.copy() for members in sets] for key, sets in start.exact.items()}
 
-    def _bucket_add(self, key: tuple[int, str], free: int, d: int) -> None:
-        buckets = self.buckets[key]
-        members = buckets.get(free)
-        if members is None:
-            buckets[free] = {d}
-            insort(self.bucket_keys[key], free)
-        else:
-            members.add(d)
-
-    def _bucket_move(self, d: int, flavor: str, old: int, new: int) -> None:
-        key = (self.tree.tiers[d], flavor)
-        members = self.buckets[key][old]
-        members.discard(d)
-        if not members:
-            del self.buckets[key][old]
-            keys = self.bucket_keys[key]
-            del keys[bisect_left(keys, old)]
-        self._bucket_add(key, new, d)
-
     def domains_with_free(self, tier: int, flavor: str, need: int, *, most_free_first: bool = False):
         """Yield (free, domain set) for domains of `tier` with at least `need` free GPUs of `flavor`,
         least free first (best fit), or most free first. The sets are live: copy before mutating the state."""
@@ -221,7 +202,7 @@ class ClusterState:
 
     def _shift(self, k: int, delta: int) -> None:
         """Node k's free GPUs changed by delta (already applied to self.free[k]): the aggregates of every domain
-        on its chain (free GPUs, the best-fit buckets as _bucket_move keeps them, the free-count histogram, the
+        on its chain (free GPUs, the best-fit buckets and their sorted keys, the free-count histogram, the
         exact-fit index), written out in one loop (it runs for every task placed or given back)."""
         flavor = self.nodes[k].flavor
         now = len(self.free[k])

@@ -40,6 +40,7 @@ from typing import Callable, NamedTuple
 
 from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import EngineCache, run_cycle
+from scheduler.core.plugins.fairshare import decay_usage
 from scheduler.core.snapshot import CycleConfig, CycleResult, QueueInfo, Snapshot
 from scheduler.core.spares import plan_restart
 from scheduler.sim.fairness import FairnessMeter, leaf_teams, snapshot_fair_share
@@ -495,10 +496,6 @@ class Replay:
         usage = result.metrics.get("queue_usage", {})
         elapsed = now - self.decayed_at if self.decayed_at is not None else half_life * 50
         self.decayed_at = now
-        # fairshare.decay_usage inlined (~16 queues a cycle, every cycle): the same factors, the same
-        # expression per flavor and the same key order (set(recent) | set(current)), so the same floats
-        keep = 0.5 ** (max(elapsed, 0.0) / half_life) if half_life > 0 else 0.0
-        rest = 1 - keep
         queues = []
         for q in self.state.queues:
             old = q.recent_usage
@@ -506,9 +503,7 @@ class Replay:
             if not old and not current:  # decay_usage gives {}: the same QueueInfo
                 queues.append(q)
                 continue
-            if current is None:
-                current = {}
-            recent = {f: old.get(f, 0.0) * keep + current.get(f, 0.0) * rest for f in set(old) | set(current)}
+            recent = decay_usage(old, current or {}, elapsed, half_life)
             # the same figures in the same order (an idle queue's, or a fixed point): the same QueueInfo
             same = len(recent) == len(old) and list(recent.items()) == list(old.items())
             queues.append(q if same else QueueInfo(q.name, q.parent, q.weight, q.quotas, q.state, recent))

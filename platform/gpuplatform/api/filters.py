@@ -171,13 +171,7 @@ class KnownQueryParams:
         known = self.known(request, queryset, view)
         if known is None:
             return queryset
-        unknown = sorted(set(request.query_params) - known)
-        errors = repeated_params(request.query_params, self.multi_valued(queryset, view))
-        if unknown:
-            takes = ", ".join(sorted(known))
-            errors.update({name: [f"unknown query parameter; this list takes: {takes}"] for name in unknown})
-        if errors:
-            raise ValidationError(errors)
+        _refuse(request.query_params, known, self.multi_valued(queryset, view), "list")
         return queryset
 
     @staticmethod
@@ -242,12 +236,17 @@ def refuse_unknown_params(request, known, multi=()) -> None:
     from rest_framework.settings import api_settings
 
     query = getattr(request, "query_params", None)
-    query = request.GET if query is None else query
-    allowed = set(known) | {api_settings.URL_FORMAT_OVERRIDE}
-    unknown = sorted(set(query) - allowed)
+    _refuse(request.GET if query is None else query, set(known) | {api_settings.URL_FORMAT_OVERRIDE}, multi,
+            "endpoint")
+
+
+def _refuse(query, allowed: set, multi, what: str) -> None:
+    """Raise ValidationError {param: [message]} for each parameter of `query` outside `allowed` and each one
+    given twice that is not in `multi` (KnownQueryParams on a list, refuse_unknown_params elsewhere)."""
     errors = repeated_params(query, multi)
+    unknown = sorted(set(query) - allowed)
     if unknown:
         takes = ", ".join(sorted(allowed))
-        errors.update({name: [f"unknown query parameter; this endpoint takes: {takes}"] for name in unknown})
+        errors.update({name: [f"unknown query parameter; this {what} takes: {takes}"] for name in unknown})
     if errors:
         raise ValidationError(errors)

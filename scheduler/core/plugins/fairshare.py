@@ -85,9 +85,6 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
         kept = memo.get(slot)
         if kept is not None and kept[0] == key:
             return {q: dict(per) for q, per in kept[1].items()}
-        answer = fair_shares(queues, capacity, pending_demand)
-        memo[slot] = (key, {q: dict(per) for q, per in answer.items()})
-        return answer
     out: dict[str, dict[str, float]] = defaultdict(dict)
 
     def split(parent: str | None, flavor: str, amount: float) -> None:
@@ -106,6 +103,8 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
 
     for flavor, amount in capacity.items():
         split(None, flavor, float(amount))
+    if memo is not None:
+        memo[slot] = (key, {q: dict(per) for q, per in out.items()})
     return dict(out)
 
 
