@@ -28,7 +28,7 @@ jobs is made at all; a tuple without them (any other caller, or a tuple rebuilt 
 from __future__ import annotations
 
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, is_not
 from typing import NamedTuple
 
 
@@ -133,17 +133,24 @@ class FactTuple(tuple):
     job_facts: tuple | None = None
     pending_from: int | None = None
     unique_ids: bool = False  # the producer keeps its jobs by id: no two have the same id
+    # (token of the producer's previous snapshot, this snapshot's token, pending jobs that came (in list order),
+    # pending jobs that went) since that snapshot: cache.PendingChanges.advance takes them instead of diffing
+    # the whole list when the list it saw last is that snapshot's; None: not known
+    pending_changes: tuple | None = None
 
 
-def with_facts(jobs, counts: JobCounts, pending_from: int | None = None, unique_ids: bool = False) -> FactTuple:
+def with_facts(jobs, counts: JobCounts, pending_from: int | None = None, unique_ids: bool = False,
+               pending_changes: tuple | None = None) -> FactTuple:
     """`jobs` (an iterable of the very jobs `counts` counts) as a FactTuple carrying their figures.
     pending_from: the producer lists the jobs not pending first, then from this index on the pending ones
     (kept only when it equals the count of jobs not pending, JobCounts.live); unique_ids: no two jobs have the
-    same id (a producer that keeps them in dicts by id)."""
+    same id (a producer that keeps them in dicts by id); pending_changes: FactTuple.pending_changes (kept only
+    with pending_from)."""
     out = FactTuple(jobs)
     out.job_facts = counts.facts()
     if pending_from is not None and pending_from == counts.live:
         out.pending_from = pending_from
+        out.pending_changes = pending_changes
     out.unique_ids = unique_ids
     return out
 
@@ -186,6 +193,25 @@ class SnapshotIndex:
                         prev[i] = job
                         counts.add(job)
             self.job_ids, self.jobs = ids, jobs
+        before = self.nodes
+        if nodes is not before and before is not None and len(nodes) == len(before) == len(self.node_ids):
+            # the same positions (a producer that replaces only the nodes that changed): the changed ones only,
+            # found C-level, when their new objects are none of the indexed ones and each once (else the sets)
+            at = list(compress(range(len(nodes)), map(is_not, nodes, before)))
+            prev = self.node_by_id
+            new = [nodes[k] for k in at]
+            new_ids = set(map(id, new))
+            if len(new_ids) == len(new) and new_ids.isdisjoint(prev):
+                old_ids = self.node_ids
+                for k in at:
+                    old = prev.pop(id(before[k]))
+                    old_ids.discard(id(old))
+                    self._node(old, -1)
+                for node in new:
+                    prev[id(node)] = node
+                    self._node(node, 1)
+                old_ids |= new_ids
+                self.nodes = nodes
         if nodes is not self.nodes:
             ids = set(map(id, nodes))
             prev = self.node_by_id

@@ -124,6 +124,7 @@ class MetricsBook:
         self.counted = 0  # lowest-tier domains with healthy GPUs
         self.complete = 0  # of those, all free or all used
         self.free_nodes = 0  # members whose healthy GPUs (some) are all free, as of the last `metrics`
+        self.answer: dict | None = None  # the dict the last `metrics` returned (identity: metrics_by_group's `whole`)
 
     def _flags(self, d: int) -> tuple[bool, bool]:
         healthy = self.dom_healthy[d]
@@ -193,8 +194,9 @@ class MetricsBook:
             running_max = max(running_max, max(per) if per else 0)
             largest[t] = running_max
         frag_by_tier = {t: (1 - v / free_total if free_total else 0.0) for t, v in largest.items()}
-        return _figures(tree, schedulable, free_total, held, largest, frag_by_tier,
-                        self.complete / self.counted if self.counted else 1.0)
+        self.answer = _figures(tree, schedulable, free_total, held, largest, frag_by_tier,
+                               self.complete / self.counted if self.counted else 1.0)
+        return self.answer
 
 
 def metrics_by_group(state: ClusterState, whole: dict | None = None, *, cache=None) -> dict[str, dict]:
@@ -218,8 +220,11 @@ def metrics_by_group(state: ClusterState, whole: dict | None = None, *, cache=No
             with cache.lock:
                 key = None if whole is not None and len(groups) == 1 else members
                 book = cache.metrics_book(state.static, key, lambda: MetricsBook(state, key))
-                figures = book.metrics(state, 0)  # brings free_nodes up to date (nothing to do after cluster_metrics)
-                m = whole if key is None else figures
+                if key is None and book.answer is whole:  # cluster_metrics' own answer: free_nodes is up to date
+                    m = whole
+                else:
+                    figures = book.metrics(state, 0)  # brings free_nodes up to date
+                    m = whole if key is None else figures
                 free_nodes = book.free_nodes
         out[f"{flavor} x{size}"] = {
             "flavor": flavor, "node_gpus": size, "nodes": len(members), "free_nodes": free_nodes,
