@@ -140,7 +140,10 @@ class MetricsBook:
             frees = list(map(len, map(free.__getitem__, index)))
             healthies = list(map(healthy_gpus.__getitem__, index))
         old_free, old_healthy = self.free, self.healthy
-        changed = list(compress(range(len(index)), map(or_, map(ne, frees, old_free), map(ne, healthies, old_healthy))))
+        if healthies == old_healthy:  # the usual case: only free counts moved
+            changed = list(compress(range(len(index)), map(ne, frees, old_free)))
+        else:
+            changed = list(compress(range(len(index)), map(or_, map(ne, frees, old_free), map(ne, healthies, old_healthy))))
         touched: set[int] = set()
         chains, all_nodes = tree.node_chain, state.nodes
         counts, whole, dom_free, dom_healthy, lowest = self.counts, self.whole, self.dom_free, self.dom_healthy, self.lowest

@@ -505,7 +505,7 @@ class Replay:
                 continue
             recent = decay_usage(old, current or {}, elapsed, half_life)
             # the same figures in the same order (an idle queue's, or a fixed point): the same QueueInfo
-            same = len(recent) == len(old) and list(recent.items()) == list(old.items())
+            same = recent == old and (len(recent) < 2 or list(recent) == list(old))
             queues.append(q if same else QueueInfo(q.name, q.parent, q.weight, q.quotas, q.state, recent))
         self.state.queues = tuple(queues)
 

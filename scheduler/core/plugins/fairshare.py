@@ -60,23 +60,28 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
     thread)) and given again (a copy) when its inputs are the same: the queues' static key (names, parents,
     weights, quotas), the capacity, and each queue's min(limit, demand) per flavor, all the water-filling reads
     of the demand (a queue's demand above its limit does not move its share)."""
-    children: dict[str | None, list[str]] = defaultdict(list)
-    for name, info in queues.queues.items():
-        parent = info.parent if info.parent in queues.queues else None
-        children[parent].append(name)
-    demand: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    children = queues.children  # parent (None: the top) -> its queues, in the queues' order
+    demand: dict[str, dict[str, float]] = {}  # queue -> flavor -> GPUs (float sums from 0.0, in this order)
+    chain = queues.chain
     for q, per_flavor in pending_demand.items():
         for flavor, gpus in per_flavor.items():
-            for chain_q in queues.chain(q):
-                demand[chain_q][flavor] += gpus
+            for chain_q in chain(q):
+                per = demand.get(chain_q)
+                if per is None:
+                    per = demand[chain_q] = {}
+                per[flavor] = per.get(flavor, 0.0) + gpus
     for q, per_flavor in queues.usage.items():  # usage is already charged up the chain
+        per = demand.get(q)
+        if per is None:
+            per = demand[q] = {}
         for flavor, gpus in per_flavor.items():
-            demand[q][flavor] += gpus
+            per[flavor] = per.get(flavor, 0.0) + gpus
     if memo is not None:
         caps = []
+        flavors = tuple(capacity)
         for q, info in queues.queues.items():
             per, quotas = demand.get(q), info.quotas
-            for flavor in capacity:
+            for flavor in flavors:
                 quota = quotas.get(flavor)
                 d = per.get(flavor, 0.0) if per is not None else 0.0
                 caps.append(min(quota.limit, d) if quota and quota.limit is not None else d)
@@ -88,13 +93,14 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
     out: dict[str, dict[str, float]] = defaultdict(dict)
 
     def split(parent: str | None, flavor: str, amount: float) -> None:
-        kids = children.get(parent, [])
+        kids = children(parent)
         if not kids:
             return
         rows = []
         for q in kids:
             quota = queues.queues[q].quotas.get(flavor)
-            d = demand[q].get(flavor, 0.0)
+            per = demand.get(q)
+            d = per.get(flavor, 0.0) if per is not None else 0.0
             limit = quota.limit if quota and quota.limit is not None else float("inf")
             rows.append((q, quota.quota if quota else 0, min(limit, d), queues.weight(q), d))
         for q, value in water_fill(amount, rows).items():
@@ -130,6 +136,9 @@ def decay_usage(recent: dict[str, float], current: dict[str, float], elapsed: fl
     Slurm's fair-share factor decays historical usage with PriorityDecayHalfLife the same way; a queue that
     used the cluster heavily `half_life` seconds ago weighs half as much as one using it now."""
     keep = 0.5 ** (max(elapsed, 0.0) / half_life) if half_life > 0 else 0.0
+    if len(current) == 1 and (not recent or (len(recent) == 1 and recent.keys() == current.keys())):
+        for f in current:  # one flavor (the set below would hold it alone): the same expression
+            return {f: recent.get(f, 0.0) * keep + current[f] * (1 - keep)}
     flavors = set(recent) | set(current)
     return {f: recent.get(f, 0.0) * keep + current.get(f, 0.0) * (1 - keep) for f in flavors}
 
@@ -138,10 +147,16 @@ def usage_offset(queues: QueueTree) -> dict[str, dict[str, float]]:
     """recent_usage - usage at snapshot, per queue and flavor, so ordering by usage + offset orders by the
     decayed history while admissions made during the cycle still count."""
     out: dict[str, dict[str, float]] = {}
+    usage = queues.usage
     for name, info in queues.queues.items():
-        if info.recent_usage:
-            now = queues.usage.get(name, {})
-            out[name] = {f: info.recent_usage.get(f, 0.0) - now.get(f, 0) for f in set(info.recent_usage) | set(now)}
+        recent = info.recent_usage
+        if recent:
+            now = usage.get(name, {})
+            if len(recent) == 1 and (not now or (len(now) == 1 and now.keys() == recent.keys())):
+                for f in recent:  # one flavor (the set below would hold it alone): the same expression
+                    out[name] = {f: recent.get(f, 0.0) - now.get(f, 0)}
+                continue
+            out[name] = {f: recent.get(f, 0.0) - now.get(f, 0) for f in set(recent) | set(now)}
     return out
 
 

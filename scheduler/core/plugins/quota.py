@@ -20,10 +20,12 @@ from __future__ import annotations
 import math
 import threading
 from collections import defaultdict
+from operator import attrgetter
 
 from ..snapshot import JobInfo, QueueInfo, Snapshot
 
 INF = math.inf
+_static_fields = attrgetter("name", "parent", "weight", "quotas")  # QueueTree.static_key's entry of a queue
 
 
 class _Statics:
@@ -52,7 +54,7 @@ class QueueTree:
         self.open_world = not self.queues  # no queues defined: every job's queue is accepted, no caps
         self.usage: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         # (name, parent, weight, quotas) per queue: what fair shares and entitlements read of the queues
-        self.static_key = tuple((q.name, q.parent, q.weight, q.quotas) for q in snapshot.queues)
+        self.static_key = tuple(map(_static_fields, snapshot.queues))
         kept = None
         if memo is not None:
             slot = ("queue statics", threading.get_ident())
@@ -105,8 +107,11 @@ class QueueTree:
                 elif state == "pending" and job.reserved and (open_world or job.queue in names):
                     holders.append(job)
                 # else being evicted: its GPUs are promised to the holder
-        for (queue, flavor), gpus in totals.items():
-            self.charge(queue, flavor, gpus)
+        usage, chain = self.usage, self.chain
+        for (queue, flavor), gpus in totals.items():  # self.charge(queue, flavor, gpus), inlined
+            for q in chain(queue):
+                usage[q][flavor] += gpus
+        self.version += len(totals)
         for queue, resource, amount in snapshot.share_usage:  # running fractions and MIG instances (sharing.py)
             if self.known(queue):
                 self.charge(queue, resource, amount)
@@ -192,6 +197,11 @@ class QueueTree:
             return None
         quota = info.quotas.get(flavor)
         return quota.quota if quota else 0
+
+    def children(self, name: str | None) -> list[str]:
+        """The queues whose parent is `name` (None: the top-level queues, and those whose parent is unknown), in
+        the queues' order. Static (kept with the chains); do not mutate."""
+        return self._children(name)
 
     def _children(self, name: str | None) -> list[str]:
         kids = self._kids
