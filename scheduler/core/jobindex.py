@@ -201,7 +201,7 @@ class SnapshotIndex:
             prev = self.node_by_id
             new = [nodes[k] for k in at]
             new_ids = set(map(id, new))
-            if len(new_ids) == len(new) and new_ids.isdisjoint(prev):
+            if len(new_ids) == len(new) and new_ids.isdisjoint(self.node_ids):
                 old_ids = self.node_ids
                 for k in at:
                     old = prev.pop(id(before[k]))

@@ -40,6 +40,7 @@ from typing import Callable, NamedTuple
 
 from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import EngineCache, run_cycle
+from scheduler.core.cycle import run_cycle as cycle_run
 from scheduler.core.plugins.fairshare import decay_usage
 from scheduler.core.snapshot import CycleConfig, CycleResult, QueueInfo, Snapshot
 from scheduler.core.spares import plan_restart
@@ -145,8 +146,8 @@ class Replay:
                  interruptible: Callable | None = None):
         self.wall0 = time.perf_counter()
         self.config = config = config or CycleConfig()
-        if engine is None or engine is run_cycle:
-            engine = partial(run_cycle, cache=EngineCache())
+        if engine is None or engine is run_cycle:  # the engine's own function (scheduler.core's defers its import)
+            engine = partial(cycle_run, cache=EngineCache())
         self.engine = engine
         self.ckpt = checkpoint or Checkpointing()
         self.gang = getattr(engine, "gang", True)  # False: the engine may bind part of a job (ClusterState.bind)

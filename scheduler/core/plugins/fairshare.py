@@ -19,7 +19,7 @@ from collections import defaultdict
 
 from ..cache import PendingChanges
 from .predicates import allowed_flavors
-from .quota import QueueTree
+from .quota import INF, QueueTree
 
 EPS = 1e-9
 
@@ -27,12 +27,12 @@ EPS = 1e-9
 def water_fill(amount: float, children: list[tuple[str, float, float, float, float]]) -> dict[str, float]:
     """Split `amount` among children given as (name, quota, cap, weight, demand); cap = min(limit, demand).
     Returns name -> share. Pure; exposed for tests."""
-    share = {name: 0.0 for name, *_ in children}
-    first = {name: min(quota, cap) for name, quota, cap, _, _ in children}
+    first = {}
+    for name, quota, cap, _, _ in children:
+        first[name] = min(quota, cap)
     total = sum(first.values())
     scale = min(1.0, amount / total) if total > EPS else 0.0
-    for name, value in first.items():
-        share[name] = value * scale
+    share = {name: value * scale for name, value in first.items()}  # every child's key, in the children's order
     remaining = amount - sum(share.values())
     active = [(name, cap, weight) for name, _, cap, weight, _ in children if share[name] < cap - EPS and weight > 0]
     while remaining > EPS and active:
@@ -91,6 +91,7 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
         if kept is not None and kept[0] == key:
             return {q: dict(per) for q, per in kept[1].items()}
     out: dict[str, dict[str, float]] = defaultdict(dict)
+    infos = queues.queues
 
     def split(parent: str | None, flavor: str, amount: float) -> None:
         kids = children(parent)
@@ -98,11 +99,12 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
             return
         rows = []
         for q in kids:
-            quota = queues.queues[q].quotas.get(flavor)
+            info = infos[q]
+            quota = info.quotas.get(flavor)
             per = demand.get(q)
             d = per.get(flavor, 0.0) if per is not None else 0.0
-            limit = quota.limit if quota and quota.limit is not None else float("inf")
-            rows.append((q, quota.quota if quota else 0, min(limit, d), queues.weight(q), d))
+            limit = quota.limit if quota and quota.limit is not None else INF
+            rows.append((q, quota.quota if quota else 0, min(limit, d), info.weight, d))
         for q, value in water_fill(amount, rows).items():
             out[q][flavor] = value
             split(q, flavor, value)
