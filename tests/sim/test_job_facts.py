@@ -77,6 +77,10 @@ def checked_replay(fractions: bool):
         for facts in (cache.scan(snapshot), index.update(tuple(snapshot.jobs), snapshot.nodes)):  # replay's, by identity
             assert tuple(facts)[:6] == expected[:6]
             assert (facts.running_gpus, facts.holding, facts.evicting) == expected[7:]
+            per_queue: dict = {}  # the running GPUs per queue (QueueTree's totals on a one-flavor cluster)
+            for (queue, _), gpus in expected[7].items():
+                per_queue[queue] = per_queue.get(queue, 0) + gpus
+            assert facts.running_queues == per_queue
             seen["evicting"] += bool(facts.evicting)
             seen["holding"] += bool(facts.holding)
             if facts.schedulable is None:  # only while some node is down (then the cycle makes its own pass)

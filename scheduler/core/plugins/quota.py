@@ -20,12 +20,13 @@ from __future__ import annotations
 import math
 import threading
 from collections import defaultdict
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from ..snapshot import JobInfo, QueueInfo, Snapshot
 
 INF = math.inf
 _static_fields = attrgetter("name", "parent", "weight", "quotas")  # QueueTree.static_key's entry of a queue
+_node_of = itemgetter(1)  # (queue, node) -> node
 
 
 class _Statics:
@@ -87,11 +88,21 @@ class QueueTree:
         holders = []  # pending jobs holding GPUs (charged below)
         open_world, names, flavor_of = self.open_world, self.queues, node_flavor.get
         running = facts.running_gpus if facts is not None and facts.holding is not None else None
-        if running is not None:  # kept per change by the caller's index: no pass over the jobs
+        by_queue = facts.running_queues if running is not None else None
+        if by_queue is not None and len(self.capacity) == 1 and all(map(node_flavor.__contains__,
+                                                                         map(_node_of, running))):
+            # one flavor on every node, and every running task on a known node: the per-queue sums are the totals
+            # (integers, exact in any order; usage's keys may come in another order, which nothing reads)
+            (flavor,) = self.capacity
+            for queue, gpus in by_queue.items():
+                if open_world or queue in names:
+                    totals[(queue, flavor)] = gpus
+        elif running is not None:  # kept per change by the caller's index: no pass over the jobs
             for (queue, node), gpus in running.items():
                 if open_world or queue in names:
                     key = (queue, flavor_of(node, ""))
                     totals[key] = totals.get(key, 0) + gpus
+        if running is not None:
             if facts.holding:
                 holders = [j for j in snapshot.jobs if j.state == "pending" and j.reserved
                            and (open_world or j.queue in names)]
