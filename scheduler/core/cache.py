@@ -143,7 +143,8 @@ class EngineCache:
         so does growing past 2 x `live` + 1,000 entries (jobs that left)."""
         key = (static, config)
         jobs = self._jobs
-        if self._jobs_key is None or self._jobs_key[0] is not static or self._jobs_key[1] != config \
+        kept = self._jobs_key
+        if kept is None or kept[0] is not static or (kept[1] is not config and kept[1] != config) \
                 or len(jobs) > 2 * live + 1000:
             jobs = self._jobs = {}
             self._jobs_key = key
