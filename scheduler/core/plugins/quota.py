@@ -275,8 +275,12 @@ class QueueTree:
         if self.open_world or queue not in self.queues:
             return INF, None
         best, who = INF, None
+        entitled, usage = self._entitled, self.usage
         for q in self.chain(queue):
-            room = self.entitlement(q, flavor) - self.usage[q][flavor]
+            e = entitled.get((q, flavor))  # entitlement(q, flavor), kept
+            if e is None:
+                e = self.entitlement(q, flavor)
+            room = e - usage[q][flavor]
             if room < best:
                 best, who = room, q
         return best, who
