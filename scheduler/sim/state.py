@@ -240,10 +240,11 @@ class ClusterState:
                 name in self.spare_nodes)
             self._nodes[self._order[name]] = NodeInfo(*a)
         self._dirty.clear()
-        delta, token = self.pending.mark(), object()
+        delta, token = self.pending.mark(), object()  # the pending jobs that came and went since the last snapshot
+        given = None if delta is None or self._token is None else (self._token, token, *delta)
         jobs = with_facts((*self.running.values(), *self.pending.values()), self.counts, len(self.running),
                           unique_ids=True,  # two dicts by job id, a job in one of them only
-                          pending_changes=None if delta is None or self._token is None else (self._token, token, *delta))
+                          pending_changes=given)
         self._token = token
         return Snapshot(nodes=tuple(self._nodes), domains=self.domains, queues=self.queues, jobs=jobs, now=now)
 
