@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from itertools import compress
-from operator import is_
+from operator import is_, is_not
 from typing import Callable, TypeVar
 
 from .domain_tree import DomainTree, build_tree
@@ -77,9 +77,11 @@ def _same_shape(nodes: tuple, seen: tuple) -> bool:
         return True
     if len(nodes) != len(seen):
         return False
-    for a, b in zip(nodes, seen):  # NodeInfo is frozen: an identical object has identical fields
-        if a is not b and (a.name != b.name or a.flavor != b.flavor or a.gpus != b.gpus or a.domain != b.domain
-                          or a.cpu_milli != b.cpu_milli or a.memory_mib != b.memory_mib):
+    # NodeInfo is frozen: an identical object has identical fields (those that differ found C-level)
+    for k in compress(range(len(nodes)), map(is_not, nodes, seen)):
+        a, b = nodes[k], seen[k]
+        if (a.name != b.name or a.flavor != b.flavor or a.gpus != b.gpus or a.domain != b.domain
+                or a.cpu_milli != b.cpu_milli or a.memory_mib != b.memory_mib):
             return False
     return True
 
@@ -141,7 +143,8 @@ class EngineCache:
         so does growing past 2 x `live` + 1,000 entries (jobs that left)."""
         key = (static, config)
         jobs = self._jobs
-        if self._jobs_key is None or self._jobs_key[0] is not static or self._jobs_key[1] != config \
+        kept = self._jobs_key
+        if kept is None or kept[0] is not static or (kept[1] is not config and kept[1] != config) \
                 or len(jobs) > 2 * live + 1000:
             jobs = self._jobs = {}
             self._jobs_key = key
@@ -187,7 +190,7 @@ class PendingChanges:
     `gone` when `epoch` is e + 1 and `valid`, else it starts over from the whole list. Holds the jobs of the
     last list, so an id is never reused while it is kept."""
 
-    __slots__ = ("pending", "ids", "jobs", "came", "gone", "epoch", "valid")
+    __slots__ = ("pending", "ids", "jobs", "came", "gone", "epoch", "valid", "token")
 
     def __init__(self) -> None:
         self.pending = None  # the last list seen (held: `is` tells the same list)
@@ -197,6 +200,7 @@ class PendingChanges:
         self.gone: list = []  # jobs of the list before that the last one lacks
         self.epoch = 0
         self.valid = False  # False: no list before, or a job twice in it or in the last one (users start over)
+        self.token = None  # the producer's token of the last list (jobindex.FactTuple.pending_changes), or None
 
     @staticmethod
     def of(memo: dict) -> "PendingChanges":
@@ -206,10 +210,30 @@ class PendingChanges:
             kept = memo[key] = PendingChanges()
         return kept
 
-    def advance(self, pending: list) -> "PendingChanges":
+    def advance(self, pending: list, given: tuple | None = None) -> "PendingChanges":
+        """Bring the changes up to `pending` (class docstring). given: the producer's changes since the list
+        seen last (jobindex.FactTuple.pending_changes of the snapshot `pending` comes from, or None): taken as
+        they are when their first token is that list's (only the jobs that came and went are looked at)."""
         if pending is self.pending:
             return self
         before = self.pending
+        token, self.token = self.token, None if given is None else given[1]
+        if given is not None and token is not None and given[0] is token and len(self.ids) == len(before):
+            came, gone = given[2], given[3]
+            jobs, ids = self.jobs, self.ids
+            gone_ids = list(map(id, gone))
+            came_ids = set(map(id, came))
+            if (len(pending) == len(before) - len(gone) + len(came) and len(came_ids) == len(came)
+                    and all(map(jobs.__contains__, gone_ids)) and len(set(gone_ids)) == len(gone_ids)
+                    and came_ids.isdisjoint(ids)):
+                for i in gone_ids:
+                    del jobs[i]
+                ids.difference_update(gone_ids)
+                ids |= came_ids
+                jobs.update(zip(map(id, came), came))
+                self.pending, self.came, self.gone, self.valid = pending, list(came), list(gone), True
+                self.epoch += 1
+                return self
         if before is not None and len(pending) == len(before) == len(self.ids) and pending == before:
             # the same jobs in the same order (list equality: identity first, C-level; a JobInfo equal but
             # not identical compares its fields, rare, and is then taken as unchanged only if it is the same

@@ -34,7 +34,7 @@ from .actions.backfill import Reservations
 from .actions.evict import run_evictions, withdrawals
 from .actions.grow import grow
 from .actions.reschedule import due as reschedule_due, hold_moving, reschedule
-from .cache import ClusterStatic, EngineCache
+from .cache import ClusterStatic, EngineCache, PendingChanges
 from .jobindex import FactTuple
 from .metrics import cluster_metrics, metrics_by_group
 from .plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
@@ -79,6 +79,8 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     start = snapshot.jobs.pending_from if facts is not None and type(snapshot.jobs) is FactTuple else None
     pending = list(snapshot.jobs[start:]) if start is not None else [j for j in snapshot.jobs if j.state == "pending"]
     memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
+    if start is not None and memo is not None:  # the producer's changes to the pending list, for its users
+        PendingChanges.of(memo).advance(pending, snapshot.jobs.pending_changes)
     queues = QueueTree(snapshot, static, facts, memo)
     if config.fair_share and snapshot.queues:
         capacity = facts.schedulable if facts is not None and facts.schedulable is not None \

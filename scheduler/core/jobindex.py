@@ -28,7 +28,7 @@ jobs is made at all; a tuple without them (any other caller, or a tuple rebuilt 
 from __future__ import annotations
 
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, is_not
 from typing import NamedTuple
 
 
@@ -49,6 +49,8 @@ class Facts(NamedTuple):
     # jobs being evicted for a beneficiary (state "preempting" with `evicted_for`: actions/evict.withdrawals looks
     # only when there is one); None: not known here
     evicting: int | None = None
+    # queue -> GPUs of its running jobs' tasks (running_gpus summed per queue, a fresh dict); None: not known here
+    running_queues: dict | None = None
 
 
 _flavor = attrgetter("flavor")
@@ -67,7 +69,7 @@ class JobCounts:
     """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
 
     __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live", "pending_gpus", "moving", "running_gpus",
-                 "holding", "evicting")
+                 "holding", "evicting", "running_queues")
 
     def __init__(self) -> None:
         self.live = 0
@@ -79,6 +81,7 @@ class JobCounts:
         self.running_gpus: dict[tuple[str, str], int] = {}  # (queue, node) -> GPUs of running jobs' tasks there
         self.holding = 0  # pending jobs with `reserved` (GPUs held for them)
         self.evicting = 0  # jobs "preempting" with `evicted_for`
+        self.running_queues: dict[str, int] = {}  # queue -> GPUs of its running jobs' tasks (running_gpus per queue)
 
     def add(self, job, sign: int = 1) -> None:
         if any(r.shares for r in job.roles):
@@ -96,6 +99,7 @@ class JobCounts:
                 self.evicting += sign
             return
         per = self.running_gpus
+        total = 0
         for t in job.placement:
             if t.gpus:
                 key = (job.queue, t.node)
@@ -104,6 +108,14 @@ class JobCounts:
                     per[key] = left
                 else:
                     del per[key]
+                total += len(t.gpus)
+        if total:
+            per = self.running_queues
+            left = per.get(job.queue, 0) + sign * total
+            if left:
+                per[job.queue] = left
+            else:
+                del per[job.queue]
         if job.placement and len(job.placement) < _tasks(job):
             self.short += sign
         if job.preemptible:
@@ -118,10 +130,11 @@ class JobCounts:
         self.add(job, -1)
 
     def facts(self) -> tuple:
-        """(sharing, short, lowest_preemptible, live, moving, running_gpus (a copy), holding, evicting) as in Facts."""
+        """(sharing, short, lowest_preemptible, live, moving, running_gpus (a copy), holding, evicting,
+        running_queues (a copy)) as in Facts."""
         per = self.preemptible_priorities
         return (self.sharing_jobs > 0, self.short > 0, min(per) if per else None, self.live, self.moving > 0,
-                dict(self.running_gpus), self.holding, self.evicting)
+                dict(self.running_gpus), self.holding, self.evicting, dict(self.running_queues))
 
 
 class FactTuple(tuple):
@@ -133,17 +146,24 @@ class FactTuple(tuple):
     job_facts: tuple | None = None
     pending_from: int | None = None
     unique_ids: bool = False  # the producer keeps its jobs by id: no two have the same id
+    # (token of the producer's previous snapshot, this snapshot's token, pending jobs that came (in list order),
+    # pending jobs that went) since that snapshot: cache.PendingChanges.advance takes them instead of diffing
+    # the whole list when the list it saw last is that snapshot's; None: not known
+    pending_changes: tuple | None = None
 
 
-def with_facts(jobs, counts: JobCounts, pending_from: int | None = None, unique_ids: bool = False) -> FactTuple:
+def with_facts(jobs, counts: JobCounts, pending_from: int | None = None, unique_ids: bool = False,
+               pending_changes: tuple | None = None) -> FactTuple:
     """`jobs` (an iterable of the very jobs `counts` counts) as a FactTuple carrying their figures.
     pending_from: the producer lists the jobs not pending first, then from this index on the pending ones
     (kept only when it equals the count of jobs not pending, JobCounts.live); unique_ids: no two jobs have the
-    same id (a producer that keeps them in dicts by id)."""
+    same id (a producer that keeps them in dicts by id); pending_changes: FactTuple.pending_changes (kept only
+    with pending_from)."""
     out = FactTuple(jobs)
     out.job_facts = counts.facts()
     if pending_from is not None and pending_from == counts.live:
         out.pending_from = pending_from
+        out.pending_changes = pending_changes
     out.unique_ids = unique_ids
     return out
 
@@ -186,6 +206,25 @@ class SnapshotIndex:
                         prev[i] = job
                         counts.add(job)
             self.job_ids, self.jobs = ids, jobs
+        before = self.nodes
+        if nodes is not before and before is not None and len(nodes) == len(before) == len(self.node_ids):
+            # the same positions (a producer that replaces only the nodes that changed): the changed ones only,
+            # found C-level, when their new objects are none of the indexed ones and each once (else the sets)
+            at = list(compress(range(len(nodes)), map(is_not, nodes, before)))
+            prev = self.node_by_id
+            new = [nodes[k] for k in at]
+            new_ids = set(map(id, new))
+            if len(new_ids) == len(new) and new_ids.isdisjoint(self.node_ids):
+                old_ids = self.node_ids
+                for k in at:
+                    old = prev.pop(id(before[k]))
+                    old_ids.discard(id(old))
+                    self._node(old, -1)
+                for node in new:
+                    prev[id(node)] = node
+                    self._node(node, 1)
+                old_ids |= new_ids
+                self.nodes = nodes
         if nodes is not self.nodes:
             ids = set(map(id, nodes))
             prev = self.node_by_id
@@ -198,10 +237,10 @@ class SnapshotIndex:
                         prev[id(node)] = node
                         self._node(node, 1)
             self.node_ids, self.nodes = ids, nodes
-        sharing, short, lowest, live, moving, running, holding, evicting = \
+        sharing, short, lowest, live, moving, running, holding, evicting, queues = \
             given if given is not None else self.counts.facts()
         if given is None and len(self.job_ids) != len(jobs):
-            live = running = holding = None  # some job object listed twice: counted once here
+            live = running = holding = queues = None  # some job object listed twice: counted once here
         schedulable = None
         if not self.unschedulable and len(self.node_ids) == len(nodes):  # every node, each once: flavors in node order
             healthy = self.healthy
@@ -211,7 +250,7 @@ class SnapshotIndex:
                 schedulable = {f: healthy[f] for f in dict.fromkeys(map(_flavor, nodes))}
         self.jobs = jobs
         self.last = Facts(sharing or self.sharing_nodes > 0, short, lowest, live, moving, self.spare_ready > 0,
-                          schedulable, running, holding, evicting)
+                          schedulable, running, holding, evicting, queues)
         return self.last
 
     def _node(self, n, sign: int) -> None:

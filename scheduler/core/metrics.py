@@ -124,28 +124,60 @@ class MetricsBook:
         self.counted = 0  # lowest-tier domains with healthy GPUs
         self.complete = 0  # of those, all free or all used
         self.free_nodes = 0  # members whose healthy GPUs (some) are all free, as of the last `metrics`
+        self.answer: dict | None = None  # the dict the last `metrics` returned (identity: metrics_by_group's `whole`)
+        self.free_total = 0  # free / healthy GPUs of the members as of the last `metrics` (kept per changed node)
+        self.healthy_total = 0
+        # what the last `metrics` saw, for books of fewer nodes brought up to date right after it (`source`): its
+        # count, the node indices whose counts changed, and every member's free and healthy GPUs (lists of the
+        # state it read, by member position; for a book of every node, by node index)
+        self.sync = 0
+        self.changed: list[int] = []
+        self.frees_now: list[int] = []
+        self.healthies_now: list[int] = []
+        self.seen: int | None = None  # the source book's `sync` this book was last brought up to date with
+        self.pos = None if self.whole_range else {k: i for i, k in enumerate(self.index)}  # node -> member position
 
     def _flags(self, d: int) -> tuple[bool, bool]:
         healthy = self.dom_healthy[d]
         return healthy > 0, healthy > 0 and self.dom_free[d] in (0, healthy)
 
-    def metrics(self, state: ClusterState, held: int) -> dict:
+    def metrics(self, state: ClusterState, held: int, source: MetricsBook | None = None) -> dict:
+        """cluster_metrics' figures of the members on `state`, the book brought up to date with it. source: the
+        book of every node, brought up to date with this same state just before (metrics_by_group): when this
+        book was last brought up to date right after that book's previous update, the nodes that changed are
+        the source's changed nodes among the members (no pass over the members)."""
         tree = state.tree
         index, free, healthy_gpus = self.index, state.free, state.healthy_gpus
-        if self.whole_range:  # every node: no indexing (C-level passes, no Python loop over the nodes)
-            frees = list(map(len, free))
-            healthies = healthy_gpus[:]
-        else:
-            frees = list(map(len, map(free.__getitem__, index)))
-            healthies = list(map(healthy_gpus.__getitem__, index))
         old_free, old_healthy = self.free, self.healthy
-        changed = list(compress(range(len(index)), map(or_, map(ne, frees, old_free), map(ne, healthies, old_healthy))))
+        pos = self.pos
+        if source is not None and pos is not None and self.seen is not None and self.seen == source.sync - 1:
+            frees, healthies = source.frees_now, source.healthies_now  # by node index
+            items = [(pos[k], frees[k], healthies[k]) for k in source.changed if k in pos]
+        else:
+            if self.whole_range:  # every node: no indexing (C-level passes, no Python loop over the nodes)
+                frees = list(map(len, free))
+                healthies = healthy_gpus  # read only here; the book keeps its own copy (self.healthy)
+            else:
+                frees = list(map(len, map(free.__getitem__, index)))
+                healthies = list(map(healthy_gpus.__getitem__, index))
+            if healthies == old_healthy:  # the usual case: only free counts moved
+                changed = list(compress(range(len(index)), map(ne, frees, old_free)))
+            else:
+                changed = list(compress(range(len(index)), map(or_, map(ne, frees, old_free),
+                                                                 map(ne, healthies, old_healthy))))
+            items = [(i, frees[i], healthies[i]) for i in changed]
+            if self.whole_range:
+                self.changed, self.frees_now, self.healthies_now = changed, frees, healthies
+        self.sync += 1
+        self.seen = source.sync if source is not None else None
         touched: set[int] = set()
         chains, all_nodes = tree.node_chain, state.nodes
         counts, whole, dom_free, dom_healthy, lowest = self.counts, self.whole, self.dom_free, self.dom_healthy, self.lowest
-        for i in changed:
+        for i, nf, nh in items:
             k = index[i]
-            of, oh, nf, nh = old_free[i], old_healthy[i], frees[i], healthies[i]
+            of, oh = old_free[i], old_healthy[i]
+            self.free_total += nf - max(of, 0)
+            self.healthy_total += nh - oh
             was_free, is_free = of >= 0 and oh > 0 and of == oh, nh > 0 and nf == nh
             self.free_nodes += is_free - was_free
             old_pool = of if was_free else 0
@@ -185,7 +217,7 @@ class MetricsBook:
                 c, w = self._flags(d)
                 self.counted += c
                 self.complete += w
-        schedulable, free_total = sum(healthies), sum(frees)
+        schedulable, free_total = self.healthy_total, self.free_total  # sum of the members' counts (kept per node)
         largest: dict[int, int] = {}
         running_max = 0
         for t in tree.tier_levels:
@@ -193,8 +225,9 @@ class MetricsBook:
             running_max = max(running_max, max(per) if per else 0)
             largest[t] = running_max
         frag_by_tier = {t: (1 - v / free_total if free_total else 0.0) for t, v in largest.items()}
-        return _figures(tree, schedulable, free_total, held, largest, frag_by_tier,
-                        self.complete / self.counted if self.counted else 1.0)
+        self.answer = _figures(tree, schedulable, free_total, held, largest, frag_by_tier,
+                               self.complete / self.counted if self.counted else 1.0)
+        return self.answer
 
 
 def metrics_by_group(state: ClusterState, whole: dict | None = None, *, cache=None) -> dict[str, dict]:
@@ -218,8 +251,16 @@ def metrics_by_group(state: ClusterState, whole: dict | None = None, *, cache=No
             with cache.lock:
                 key = None if whole is not None and len(groups) == 1 else members
                 book = cache.metrics_book(state.static, key, lambda: MetricsBook(state, key))
-                figures = book.metrics(state, 0)  # brings free_nodes up to date (nothing to do after cluster_metrics)
-                m = whole if key is None else figures
+                if key is None and book.answer is whole:  # cluster_metrics' own answer: free_nodes is up to date
+                    m = whole
+                else:
+                    source = None  # the whole cluster's book, when `whole` is its answer on this state
+                    if whole is not None:
+                        source = cache.metrics_book(state.static, None, lambda: MetricsBook(state, None))
+                        if source.answer is not whole:
+                            source = None
+                    figures = book.metrics(state, 0, source)  # brings free_nodes up to date
+                    m = whole if key is None else figures
                 free_nodes = book.free_nodes
         out[f"{flavor} x{size}"] = {
             "flavor": flavor, "node_gpus": size, "nodes": len(members), "free_nodes": free_nodes,

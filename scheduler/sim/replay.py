@@ -40,6 +40,7 @@ from typing import Callable, NamedTuple
 
 from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import EngineCache, run_cycle
+from scheduler.core.cycle import run_cycle as cycle_run
 from scheduler.core.plugins.fairshare import decay_usage
 from scheduler.core.snapshot import CycleConfig, CycleResult, QueueInfo, Snapshot
 from scheduler.core.spares import plan_restart
@@ -145,8 +146,8 @@ class Replay:
                  interruptible: Callable | None = None):
         self.wall0 = time.perf_counter()
         self.config = config = config or CycleConfig()
-        if engine is None or engine is run_cycle:
-            engine = partial(run_cycle, cache=EngineCache())
+        if engine is None or engine is run_cycle:  # the engine's own function (scheduler.core's defers its import)
+            engine = partial(cycle_run, cache=EngineCache())
         self.engine = engine
         self.ckpt = checkpoint or Checkpointing()
         self.gang = getattr(engine, "gang", True)  # False: the engine may bind part of a job (ClusterState.bind)
@@ -505,7 +506,7 @@ class Replay:
                 continue
             recent = decay_usage(old, current or {}, elapsed, half_life)
             # the same figures in the same order (an idle queue's, or a fixed point): the same QueueInfo
-            same = len(recent) == len(old) and list(recent.items()) == list(old.items())
+            same = recent == old and (len(recent) < 2 or list(recent) == list(old))
             queues.append(q if same else QueueInfo(q.name, q.parent, q.weight, q.quotas, q.state, recent))
         self.state.queues = tuple(queues)
 

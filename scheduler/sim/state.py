@@ -10,7 +10,7 @@ Units: GPUs, millicores, MiB, seconds of simulated time.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from clusterspec.spec import ClusterSpec, TraceJob
 from scheduler.core.jobindex import JobCounts, with_facts
@@ -19,6 +19,10 @@ from scheduler.core.snapshot import (
 )
 
 ROLE = "worker"  # trace jobs have one role
+# NodeInfo's fields in order, and where those a snapshot sets are (ClusterState.snapshot builds a changed node
+# positionally from its base's fields: the same object as dataclasses.replace gives, at half the cost)
+_NODE_FIELDS = tuple(f.name for f in fields(NodeInfo))
+_USED, _CPU, _MEM, _STATE, _SPARE = map(_NODE_FIELDS.index, ("used", "cpu_used", "memory_used", "state", "spare"))
 
 
 def job_info(job: TraceJob, time_limit: float | None = None) -> JobInfo:
@@ -85,6 +89,69 @@ class _Jobs(dict):
     clear = update = setdefault = popitem = __ior__ = _untracked
 
 
+_ABSENT = object()  # _Pending.changes: the key had no job at the last mark
+
+
+class _Pending(_Jobs):
+    """The pending jobs (a _Jobs), also recording what changed since the last `mark`: per key changed, the job it
+    had then (`changes`), and the keys set while absent, in order (`appended`: such a key goes to the dict's end).
+    `delta` gives the jobs that came and went since the mark (core.cache.PendingChanges' terms) without a pass
+    over the jobs."""
+
+    __slots__ = ("changes", "appended")
+
+    def __init__(self, counts: JobCounts):
+        super().__init__(counts)
+        self.changes: dict = {}
+        self.appended: list = []
+
+    def __setitem__(self, key, job) -> None:
+        old = self.get(key, _ABSENT)
+        if key not in self.changes:
+            self.changes[key] = old
+        if old is _ABSENT:
+            self.appended.append(key)
+        _Jobs.__setitem__(self, key, job)
+
+    def __delitem__(self, key) -> None:
+        if key not in self.changes and key in self:
+            self.changes[key] = self[key]
+        _Jobs.__delitem__(self, key)
+
+    def pop(self, key, *default):
+        if key not in self.changes and key in self:
+            self.changes[key] = self[key]
+        return _Jobs.pop(self, key, *default)
+
+    def mark(self) -> tuple | None:
+        """(jobs that came, in dict order; jobs that went) since the last mark, or None when some key kept its
+        place but got another job (its place in the order is not known here); starts a new record."""
+        changes, appended = self.changes, self.appended
+        self.changes, self.appended = {}, []
+        if not changes:
+            return (), ()
+        gone = []
+        get = self.get
+        for key, old in changes.items():
+            new = get(key, _ABSENT)
+            if new is old:
+                continue
+            if old is not _ABSENT:
+                gone.append(old)
+                if new is not _ABSENT and key not in appended:  # replaced in place (never absent since the mark)
+                    return None
+        tail = {}  # the keys set while absent, in the order of their last insertion (the dict's order at its end)
+        for key in appended:
+            tail.pop(key, None)
+            tail[key] = None
+        came = []
+        for key in tail:
+            new = get(key, _ABSENT)
+            if new is not _ABSENT and new is not changes[key]:
+                came.append(new)
+        return came, gone
+
+
 class ClusterState:
     """GPUs in use per node, live jobs, and the snapshot built from them."""
 
@@ -118,13 +185,15 @@ class ClusterState:
         self._cpu: dict[str, int] = {n.name: n.cpu_used for n in nodes}
         self._mem: dict[str, int] = {n.name: n.memory_used for n in nodes}
         self._dirty: set[str] = set()
+        self._node_args: dict[str, list] = {}  # node -> its base NodeInfo's fields, in order (snapshot)
         self._state: dict[str, str] = {n.name: n.state for n in nodes}
         self.capacity = sum(n.gpus for n in self._nodes)  # GPUs of the cluster (all nodes, up or down)
         self.down_gpus = sum(n.gpus for n in nodes if n.state != "ready")  # GPUs of nodes not ready
         self.used_gpus = 0
         self.queue_used: dict[str, int] = {}  # queue -> GPUs held by its jobs (running, preempting, partial)
         self.counts = JobCounts()  # figures of the pending and running jobs (core.jobindex), kept per change
-        self.pending: dict = _Jobs(self.counts)  # job id -> JobInfo, in submit order
+        self.pending: dict = _Pending(self.counts)  # job id -> JobInfo, in submit order
+        self._token = None  # the last snapshot's mark (FactTuple.pending_changes)
         self.running: dict = _Jobs(self.counts)  # job id -> JobInfo (state running or preempting, with placement)
         self._held: set = set()  # pending job ids with GPUs held for them
         self.partial_gpus = 0  # GPUs bound to tasks of pending jobs whose gang is not complete (gang=False)
@@ -159,15 +228,24 @@ class ClusterState:
 
     def snapshot(self, now: float) -> Snapshot:
         """A frozen view of the current state at simulated time `now` (seconds)."""
-        for name in self._dirty:
-            self._nodes[self._order[name]] = replace(
-                self._base[name], used=frozenset(self._used[name]),
-                cpu_used=self._cpu[name], memory_used=self._mem[name], state=self._state[name],
-                spare=name in self.spare_nodes,
-            )
+        args = self._node_args
+        for name in self._dirty:  # replace(base, used=..., cpu_used=..., memory_used=..., state=..., spare=...)
+            a = args.get(name)
+            if a is None:
+                base = self._base[name]
+                a = args[name] = [getattr(base, f) for f in _NODE_FIELDS]
+            a = a[:]
+            a[_USED], a[_CPU], a[_MEM], a[_STATE], a[_SPARE] = (
+                frozenset(self._used[name]), self._cpu[name], self._mem[name], self._state[name],
+                name in self.spare_nodes)
+            self._nodes[self._order[name]] = NodeInfo(*a)
         self._dirty.clear()
+        delta, token = self.pending.mark(), object()  # the pending jobs that came and went since the last snapshot
+        given = None if delta is None or self._token is None else (self._token, token, *delta)
         jobs = with_facts((*self.running.values(), *self.pending.values()), self.counts, len(self.running),
-                          unique_ids=True)  # two dicts by job id, a job in one of them only
+                          unique_ids=True,  # two dicts by job id, a job in one of them only
+                          pending_changes=given)
+        self._token = token
         return Snapshot(nodes=tuple(self._nodes), domains=self.domains, queues=self.queues, jobs=jobs, now=now)
 
     def bind(self, binding: Binding, now: float, *, gang: bool = True) -> JobInfo | None:

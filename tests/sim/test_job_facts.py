@@ -12,6 +12,7 @@ from functools import partial
 from clusterspec.importers import load_cluster, load_trace
 from clusterspec.spec import Trace
 from scheduler.core import EngineCache, run_cycle
+from scheduler.core.cache import PendingChanges
 from scheduler.core.jobindex import FactTuple, JobCounts, SnapshotIndex, _node_shares
 from scheduler.core.plugins.fairshare import schedulable_gpus
 from scheduler.core.sharing import has_sharing
@@ -52,8 +53,10 @@ def mixed_trace(fractions: bool) -> Trace:
 
 
 def checked_replay(fractions: bool):
-    seen = {"cycles": 0, "short": 0, "sharing": 0, "preempt": 0, "down": 0, "holding": 0, "evicting": 0}
+    seen = {"cycles": 0, "short": 0, "sharing": 0, "preempt": 0, "down": 0, "holding": 0, "evicting": 0, "given": 0,
+            "moved": 0}
     cache, index = EngineCache(), SnapshotIndex()
+    handed, diffed = PendingChanges(), PendingChanges()  # with the producer's changes, and by the lists alone
 
     def engine(snapshot, config):
         expected = scratch(snapshot)
@@ -74,6 +77,10 @@ def checked_replay(fractions: bool):
         for facts in (cache.scan(snapshot), index.update(tuple(snapshot.jobs), snapshot.nodes)):  # replay's, by identity
             assert tuple(facts)[:6] == expected[:6]
             assert (facts.running_gpus, facts.holding, facts.evicting) == expected[7:]
+            per_queue: dict = {}  # the running GPUs per queue (QueueTree's totals on a one-flavor cluster)
+            for (queue, _), gpus in expected[7].items():
+                per_queue[queue] = per_queue.get(queue, 0) + gpus
+            assert facts.running_queues == per_queue
             seen["evicting"] += bool(facts.evicting)
             seen["holding"] += bool(facts.holding)
             if facts.schedulable is None:  # only while some node is down (then the cycle makes its own pass)
@@ -82,6 +89,17 @@ def checked_replay(fractions: bool):
             else:
                 assert list(facts.schedulable.items()) == list(expected[6].items())  # the same order too
         assert index.sharing_nodes == sum(map(_node_shares, snapshot.nodes))
+        # the producer's changes to the pending list (FactTuple.pending_changes) give what diffing the lists gives
+        pending, given = list(snapshot.jobs[start:]), snapshot.jobs.pending_changes
+        taken = given is not None and given[0] is handed.token
+        handed.advance(pending, given)
+        diffed.advance(pending)
+        assert list(map(id, handed.came)) == list(map(id, diffed.came))  # the same jobs in the same order
+        assert sorted(map(id, handed.gone)) == sorted(map(id, diffed.gone))
+        assert (handed.ids, handed.valid, handed.epoch) == (diffed.ids, diffed.valid, diffed.epoch)
+        assert handed.jobs.keys() == diffed.jobs.keys()
+        seen["given"] += taken
+        seen["moved"] += taken and bool(handed.came or handed.gone)
         seen["cycles"] += 1
         seen["short"] += expected[1]
         seen["sharing"] += expected[0]
@@ -100,6 +118,7 @@ def test_replay_job_facts_match_a_scan_every_cycle():
     assert seen["cycles"] > 50 and report.jobs_started > 100
     assert seen["short"] > 0 and seen["preempt"] > 0  # the figures were not all trivially empty
     assert seen["holding"] > 0  # pending jobs held GPUs (QueueTree charges their holds from the kept count)
+    assert seen["given"] > seen["cycles"] // 2 and seen["moved"] > seen["cycles"] // 4  # the producer's changes taken
     seen, report = checked_replay(fractions=True)
     assert seen["sharing"] > 0 and 0 < seen["down"] < seen["cycles"]
 

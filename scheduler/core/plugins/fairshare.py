@@ -19,7 +19,7 @@ from collections import defaultdict
 
 from ..cache import PendingChanges
 from .predicates import allowed_flavors
-from .quota import QueueTree
+from .quota import INF, QueueTree
 
 EPS = 1e-9
 
@@ -27,12 +27,12 @@ EPS = 1e-9
 def water_fill(amount: float, children: list[tuple[str, float, float, float, float]]) -> dict[str, float]:
     """Split `amount` among children given as (name, quota, cap, weight, demand); cap = min(limit, demand).
     Returns name -> share. Pure; exposed for tests."""
-    share = {name: 0.0 for name, *_ in children}
-    first = {name: min(quota, cap) for name, quota, cap, _, _ in children}
+    first = {}
+    for name, quota, cap, _, _ in children:
+        first[name] = min(quota, cap)
     total = sum(first.values())
     scale = min(1.0, amount / total) if total > EPS else 0.0
-    for name, value in first.items():
-        share[name] = value * scale
+    share = {name: value * scale for name, value in first.items()}  # every child's key, in the children's order
     remaining = amount - sum(share.values())
     active = [(name, cap, weight) for name, _, cap, weight, _ in children if share[name] < cap - EPS and weight > 0]
     while remaining > EPS and active:
@@ -60,23 +60,28 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
     thread)) and given again (a copy) when its inputs are the same: the queues' static key (names, parents,
     weights, quotas), the capacity, and each queue's min(limit, demand) per flavor, all the water-filling reads
     of the demand (a queue's demand above its limit does not move its share)."""
-    children: dict[str | None, list[str]] = defaultdict(list)
-    for name, info in queues.queues.items():
-        parent = info.parent if info.parent in queues.queues else None
-        children[parent].append(name)
-    demand: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    children = queues.children  # parent (None: the top) -> its queues, in the queues' order
+    demand: dict[str, dict[str, float]] = {}  # queue -> flavor -> GPUs (float sums from 0.0, in this order)
+    chain = queues.chain
     for q, per_flavor in pending_demand.items():
         for flavor, gpus in per_flavor.items():
-            for chain_q in queues.chain(q):
-                demand[chain_q][flavor] += gpus
+            for chain_q in chain(q):
+                per = demand.get(chain_q)
+                if per is None:
+                    per = demand[chain_q] = {}
+                per[flavor] = per.get(flavor, 0.0) + gpus
     for q, per_flavor in queues.usage.items():  # usage is already charged up the chain
+        per = demand.get(q)
+        if per is None:
+            per = demand[q] = {}
         for flavor, gpus in per_flavor.items():
-            demand[q][flavor] += gpus
+            per[flavor] = per.get(flavor, 0.0) + gpus
     if memo is not None:
         caps = []
+        flavors = tuple(capacity)
         for q, info in queues.queues.items():
             per, quotas = demand.get(q), info.quotas
-            for flavor in capacity:
+            for flavor in flavors:
                 quota = quotas.get(flavor)
                 d = per.get(flavor, 0.0) if per is not None else 0.0
                 caps.append(min(quota.limit, d) if quota and quota.limit is not None else d)
@@ -86,17 +91,20 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
         if kept is not None and kept[0] == key:
             return {q: dict(per) for q, per in kept[1].items()}
     out: dict[str, dict[str, float]] = defaultdict(dict)
+    infos = queues.queues
 
     def split(parent: str | None, flavor: str, amount: float) -> None:
-        kids = children.get(parent, [])
+        kids = children(parent)
         if not kids:
             return
         rows = []
         for q in kids:
-            quota = queues.queues[q].quotas.get(flavor)
-            d = demand[q].get(flavor, 0.0)
-            limit = quota.limit if quota and quota.limit is not None else float("inf")
-            rows.append((q, quota.quota if quota else 0, min(limit, d), queues.weight(q), d))
+            info = infos[q]
+            quota = info.quotas.get(flavor)
+            per = demand.get(q)
+            d = per.get(flavor, 0.0) if per is not None else 0.0
+            limit = quota.limit if quota and quota.limit is not None else INF
+            rows.append((q, quota.quota if quota else 0, min(limit, d), info.weight, d))
         for q, value in water_fill(amount, rows).items():
             out[q][flavor] = value
             split(q, flavor, value)
@@ -130,6 +138,9 @@ def decay_usage(recent: dict[str, float], current: dict[str, float], elapsed: fl
     Slurm's fair-share factor decays historical usage with PriorityDecayHalfLife the same way; a queue that
     used the cluster heavily `half_life` seconds ago weighs half as much as one using it now."""
     keep = 0.5 ** (max(elapsed, 0.0) / half_life) if half_life > 0 else 0.0
+    if len(current) == 1 and (not recent or (len(recent) == 1 and recent.keys() == current.keys())):
+        for f in current:  # one flavor (the set below would hold it alone): the same expression
+            return {f: recent.get(f, 0.0) * keep + current[f] * (1 - keep)}
     flavors = set(recent) | set(current)
     return {f: recent.get(f, 0.0) * keep + current.get(f, 0.0) * (1 - keep) for f in flavors}
 
@@ -138,10 +149,16 @@ def usage_offset(queues: QueueTree) -> dict[str, dict[str, float]]:
     """recent_usage - usage at snapshot, per queue and flavor, so ordering by usage + offset orders by the
     decayed history while admissions made during the cycle still count."""
     out: dict[str, dict[str, float]] = {}
+    usage = queues.usage
     for name, info in queues.queues.items():
-        if info.recent_usage:
-            now = queues.usage.get(name, {})
-            out[name] = {f: info.recent_usage.get(f, 0.0) - now.get(f, 0) for f in set(info.recent_usage) | set(now)}
+        recent = info.recent_usage
+        if recent:
+            now = usage.get(name, {})
+            if len(recent) == 1 and (not now or (len(now) == 1 and now.keys() == recent.keys())):
+                for f in recent:  # one flavor (the set below would hold it alone): the same expression
+                    out[name] = {f: recent.get(f, 0.0) - now.get(f, 0)}
+                continue
+            out[name] = {f: recent.get(f, 0.0) - now.get(f, 0) for f in set(recent) | set(now)}
     return out
 
 

@@ -20,10 +20,13 @@ from __future__ import annotations
 import math
 import threading
 from collections import defaultdict
+from operator import attrgetter, itemgetter
 
 from ..snapshot import JobInfo, QueueInfo, Snapshot
 
 INF = math.inf
+_static_fields = attrgetter("name", "parent", "weight", "quotas")  # QueueTree.static_key's entry of a queue
+_node_of = itemgetter(1)  # (queue, node) -> node
 
 
 class _Statics:
@@ -52,7 +55,7 @@ class QueueTree:
         self.open_world = not self.queues  # no queues defined: every job's queue is accepted, no caps
         self.usage: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         # (name, parent, weight, quotas) per queue: what fair shares and entitlements read of the queues
-        self.static_key = tuple((q.name, q.parent, q.weight, q.quotas) for q in snapshot.queues)
+        self.static_key = tuple(map(_static_fields, snapshot.queues))
         kept = None
         if memo is not None:
             slot = ("queue statics", threading.get_ident())
@@ -85,11 +88,21 @@ class QueueTree:
         holders = []  # pending jobs holding GPUs (charged below)
         open_world, names, flavor_of = self.open_world, self.queues, node_flavor.get
         running = facts.running_gpus if facts is not None and facts.holding is not None else None
-        if running is not None:  # kept per change by the caller's index: no pass over the jobs
+        by_queue = facts.running_queues if running is not None else None
+        if by_queue is not None and len(self.capacity) == 1 and all(map(node_flavor.__contains__,
+                                                                         map(_node_of, running))):
+            # one flavor on every node, and every running task on a known node: the per-queue sums are the totals
+            # (integers, exact in any order; usage's keys may come in another order, which nothing reads)
+            (flavor,) = self.capacity
+            for queue, gpus in by_queue.items():
+                if open_world or queue in names:
+                    totals[(queue, flavor)] = gpus
+        elif running is not None:  # kept per change by the caller's index: no pass over the jobs
             for (queue, node), gpus in running.items():
                 if open_world or queue in names:
                     key = (queue, flavor_of(node, ""))
                     totals[key] = totals.get(key, 0) + gpus
+        if running is not None:
             if facts.holding:
                 holders = [j for j in snapshot.jobs if j.state == "pending" and j.reserved
                            and (open_world or j.queue in names)]
@@ -105,8 +118,11 @@ class QueueTree:
                 elif state == "pending" and job.reserved and (open_world or job.queue in names):
                     holders.append(job)
                 # else being evicted: its GPUs are promised to the holder
-        for (queue, flavor), gpus in totals.items():
-            self.charge(queue, flavor, gpus)
+        usage, chain = self.usage, self.chain
+        for (queue, flavor), gpus in totals.items():  # self.charge(queue, flavor, gpus), inlined
+            for q in chain(queue):
+                usage[q][flavor] += gpus
+        self.version += len(totals)
         for queue, resource, amount in snapshot.share_usage:  # running fractions and MIG instances (sharing.py)
             if self.known(queue):
                 self.charge(queue, resource, amount)
@@ -193,6 +209,11 @@ class QueueTree:
         quota = info.quotas.get(flavor)
         return quota.quota if quota else 0
 
+    def children(self, name: str | None) -> list[str]:
+        """The queues whose parent is `name` (None: the top-level queues, and those whose parent is unknown), in
+        the queues' order. Static (kept with the chains); do not mutate."""
+        return self._children(name)
+
     def _children(self, name: str | None) -> list[str]:
         kids = self._kids
         if kids is None:
@@ -254,8 +275,12 @@ class QueueTree:
         if self.open_world or queue not in self.queues:
             return INF, None
         best, who = INF, None
+        entitled, usage = self._entitled, self.usage
         for q in self.chain(queue):
-            room = self.entitlement(q, flavor) - self.usage[q][flavor]
+            e = entitled.get((q, flavor))  # entitlement(q, flavor), kept
+            if e is None:
+                e = self.entitlement(q, flavor)
+            room = e - usage[q][flavor]
             if room < best:
                 best, who = room, q
         return best, who
