@@ -373,14 +373,22 @@ class Session:
         too: first fit takes it), the task goes there, GPUs by pick_gpus, as pack_gang would place it; the
         job has no tasks above its minimum, so add_tasks adds none. None, with the state unchanged, when any
         of this does not hold: search then runs in full and reaches the same answer its own way."""
+        taken = self._one_task_take(role.gpus_per_task, role.cpu_milli, role.memory_mib, flavor, tier)
+        if taken is None:
+            return None
+        name, picked, d = taken
+        tree = self.tree
+        return Binding(job.id, (TaskPlacement(role.name, 0, name, picked),), tree.names[d], tree.tiers[d])
+
+    def _one_task_take(self, gpus: int, cpu: int, mem: int, flavor: str, tier: int):
+        """_one_task's work for a task of `gpus` GPUs (> 0), `cpu` millicores and `mem` MiB: (the node's name, the
+        GPU indices taken, the lead domain's index), applied to the state, or None with the state unchanged."""
         state = self.state
-        gpus = role.gpus_per_task
         found = _lead_domain(state, tier, flavor, gpus)
         if found is None:
             return None
         d, fit = found
-        tree = self.tree
-        if tree.children[d]:
+        if self.tree.children[d]:
             return None
         free = state.free
         by_name = self._by_name.get((d, flavor))
@@ -393,12 +401,12 @@ class Session:
                 break
         else:
             return None
-        node, cpu, mem = state.nodes[k], role.cpu_milli, role.memory_mib
+        node = state.nodes[k]
         if not node.schedulable or ((cpu or mem) and not state.fits(k, gpus, cpu, mem)):  # its GPUs are free
             return None
         picked = state.pick_gpus(k, gpus)
         state.take(k, picked, cpu, mem)
-        return Binding(job.id, (TaskPlacement(role.name, 0, node.name, picked),), tree.names[d], tree.tiers[d])
+        return node.name, picked, d
 
     def _off_text(self, flavor: str) -> str:
         """For a whole-GPU gang short of free GPUs: the GPUs of `flavor` on schedulable nodes in mode shared or

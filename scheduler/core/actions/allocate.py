@@ -120,6 +120,8 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     holds, now = session.holds, session.now
     bulk = _Bulk(session, reservations, admission, order) if quick and kept is not None else None
     lasting = _KeptRefusals.of(memo, queues, next(iter(session.state.flavors))) if quick else None
+    lane, bindings = admission.lane, out.bindings
+    names, tiers = session.tree.names, session.tree.tiers
     while heap:
         key, q = heappop(heap)
         jobs = by_queue[q]
@@ -161,12 +163,21 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                                 admission.writes += 1
             if outcome is None:
                 before = share(q)
-                outcome = attempt(job, place)
-                if isinstance(outcome, Binding):
-                    out.bindings.append(replace(outcome, share_before=before, share_after=share(q)))
-                    outcome = None
-                elif shape is not None:
-                    lasting.put(shape, job.queue, outcome, refused.get(shape))
+                # no backfill window in force (shape[1] None): a one-task job's short lane, else the long way
+                taken = lane(job, entry) if shape is not None and shape[1] is None else None
+                if taken is not None:
+                    name, picked, d, role = taken
+                    bindings.append(Binding(job.id, (TaskPlacement(role, 0, name, picked),), names[d], tiers[d],
+                                            "allocate", before, share(q)))
+                else:
+                    outcome = attempt(job, place)
+                    if isinstance(outcome, Binding):
+                        bindings.append(Binding(outcome.job_id, outcome.tasks, outcome.domain, outcome.tier,
+                                                outcome.rule, before, share(q)) if type(outcome) is Binding
+                                        else replace(outcome, share_before=before, share_after=share(q)))
+                        outcome = None
+                    elif shape is not None:
+                        lasting.put(shape, job.queue, outcome, refused.get(shape))
             if outcome is not None:
                 failed.append(job)
                 reasons[job.id] = waiting(job, outcome) if outcome.code in ROOM_CODES else outcome
@@ -508,6 +519,7 @@ class Admission:
         self.writes = 0  # entries written to _refused and to the queue order's table of keys (_Bulk)
         self._flavors: dict = {}  # job id -> its flavors this cycle (clusters of several flavors)
         self._never: dict = {}  # (shape id, flavor) -> capacity.never_fits of the shape's jobs, this cycle
+        self._lanes: dict = {}  # shape id -> what `lane` reads of its jobs, or None (not for the lane), this cycle
 
     def facts(self, job: JobInfo) -> list:
         """The job's JobFacts entry, derived from the frozen JobInfo alone and memoised by identity (`memo`):
@@ -516,20 +528,34 @@ class Admission:
         None with several: their order follows the free GPUs)]."""
         entry = self.memo.get(id(job))
         if entry is None or entry[0] is not job:
-            session = self.session
-            cap = session.tier_cap(job)
-            key = (job.queue, job.roles, job.numa, job.preemptible, cap, job.preferred_tier)
-            ids = self.memo.get("shape ids")
-            if ids is None:
-                ids = self.memo.setdefault("shape ids", ({}, itertools.count()))
-            entry = [job, job.gpus_min, cap,
-                     tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib, r.group_size,
-                            r.group_highest_tier, r.group_mode) for r in job.roles), {},
-                     # numbers from a counter: two shapes never share one, even from two threads
-                     ids[0].setdefault(key, next(ids[1])),
-                     tuple(session.flavors(job)) if len(session.state.flavors) == 1 else None]
-            self.memo[id(job)] = entry
+            # what follows from the fields below alone, kept per their values in the memo (jobs of one shape share
+            # it): one dict lookup per new job instead of deriving each value again
+            key = (job.queue, job.roles, job.numa, job.preemptible, job.topology_mode, job.highest_tier,
+                   job.preferred_tier)
+            shapes = self.memo.get("shape facts")
+            if shapes is None:
+                shapes = self.memo.setdefault("shape facts", {})
+            known = shapes.get(key)
+            if known is None:
+                known = shapes.setdefault(key, self._shape_facts(job))
+            sid, cap, need, roles, flavors = known
+            entry = self.memo[id(job)] = [job, need, cap, roles, {}, sid, flavors]
         return entry
+
+    def _shape_facts(self, job: JobInfo) -> tuple:
+        """(shape id, tier cap, gpus_min, the roles' shape key, the flavors on a one-flavor cluster or None) of a
+        job: facts' entry but for the job and its static-feasibility dict."""
+        session = self.session
+        cap = session.tier_cap(job)
+        key = (job.queue, job.roles, job.numa, job.preemptible, cap, job.preferred_tier)
+        ids = self.memo.get("shape ids")
+        if ids is None:
+            ids = self.memo.setdefault("shape ids", ({}, itertools.count()))
+        # numbers from a counter: two shapes never share one, even from two threads
+        return (ids[0].setdefault(key, next(ids[1])), cap, job.gpus_min,
+                tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib, r.group_size,
+                       r.group_highest_tier, r.group_mode) for r in job.roles),
+                tuple(session.flavors(job)) if len(session.state.flavors) == 1 else None)
 
     def flavors(self, job: JobInfo) -> tuple:
         """Session.flavors(job) as a tuple: the memoised one on a one-flavor cluster, else as first asked
@@ -570,6 +596,67 @@ class Admission:
                 outcome = self._place(job, backfill_open)
                 return sharing.complete(job, outcome) if isinstance(outcome, Binding) else outcome
         return self._place(job, backfill_open)
+
+    def lane(self, job: JobInfo, entry: list):
+        """`place(job)` for a job of one task of one role (Session._one_task's shortcut) with no backfill reservation
+        in force, on allocate's quick path (a one-flavor cluster, no GPU shares; the job has no avoid_nodes and
+        no refusal in the table at this version): the same checks as place / _place / _place_flavor in their
+        order (queue known, roles, static limit, static feasibility, headroom, quota room when not preemptible,
+        a failed shape) and the shortcut's placement, charged to the queue, without building the call chain and
+        a Binding the caller would copy. (node name, GPU indices, lead domain index, role name) when it placed
+        the task; None when any of this does not hold, with the state and the usage unchanged: `place` then
+        decides the long way (and reaches the same refusal, or its full search). entry: the job's facts."""
+        sid = entry[5]
+        lane = self._lanes.get(sid, _UNSET)
+        if lane is _UNSET:
+            lane = self._lanes[sid] = self._lane(job, entry)
+        if lane is None:
+            return None
+        flavor, need, gpus, cpu, mem, tier, shape, role, preemptible = lane
+        queue = job.queue
+        room = self._headroom(queue, flavor)[0]
+        if need > room:
+            return None
+        if not preemptible and need > self._headroom(queue, flavor, True)[0]:
+            return None
+        if shape in self.failed_shapes:
+            return None
+        taken = self.session._one_task_take(gpus, cpu, mem, flavor, tier)
+        if taken is None:
+            return None
+        self.session.queues.charge(queue, flavor, gpus)
+        return (*taken, role)
+
+    def _lane(self, job: JobInfo, entry: list):
+        """What `lane` reads of a job's shape id (the same for every job of it: its queue, roles, numa, preemptible,
+        tier cap and preferred tier), checked and filled as _place_flavor would: None when the lane never applies
+        to the shape this cycle (place decides those jobs)."""
+        session = self.session
+        flavors = entry[6]
+        if not session.queues.known(job.queue) or not job.roles or len(job.roles) != 1 or flavors is None \
+                or len(flavors) != 1:
+            return None
+        flavor, need, cap, role = flavors[0], entry[1], entry[2], job.roles[0]
+        limits = self._static_limits.get((job.queue, flavor))
+        if limits is None:
+            limits = self._static_limits[(job.queue, flavor)] = session.queues.static_limit(job.queue, flavor)
+        if need > limits[0]:
+            return None
+        never = self._never.get((entry[5], flavor), _UNSET)
+        if never is _UNSET:
+            never = self._never[(entry[5], flavor)] = session.capacity.never_fits(
+                job, flavor, cap if session.config.topology else None)
+        if never is not None:
+            return None
+        tier = session._quick.get((entry[5], flavor))
+        if tier is None:
+            tier = session._quick[(entry[5], flavor)] = session._one_task_tier(job, flavor,
+                                                                               session._tier_levels(job, cap))
+        if not tier:
+            return None
+        shape = (flavor, cap, job.preferred_tier, None, job.numa, entry[3])
+        return (flavor, need, role.gpus_per_task, role.cpu_milli, role.memory_mib, tier, shape, role.name,
+                job.preemptible)
 
     def _place(self, job: JobInfo, backfill_open: bool | None) -> Binding | PendingReason:
         session = self.session
