@@ -184,7 +184,8 @@ class PendingChanges:
     none moves another's; `of`) and shared by its users in one cycle (plugins.fairshare.pending_demand,
     actions.allocate): `advance(pending)` once per new list (again with the same list: nothing moves).
     `epoch` counts the lists seen; a user that kept what it derived at epoch e may apply `came` and
-    `gone` when `epoch` is e + 1 and `valid`, else it starts over from the whole list. Holds the jobs of the
+    `gone` when `epoch` is e + 1 and `valid`, else it starts over from the whole list (`valid` is also False
+    when no job of the last list is in this one: starting over is then less work). Holds the jobs of the
     last list, so an id is never reused while it is kept."""
 
     __slots__ = ("pending", "ids", "jobs", "came", "gone", "epoch", "valid")
@@ -229,8 +230,10 @@ class PendingChanges:
                 self.epoch += 1
                 return self
         ids = set(map(id, pending))
-        # each list's jobs once (its id set says it all), the last one's too
-        self.valid = before is not None and len(ids) == len(pending) and len(self.ids) == len(before)
+        # each list's jobs once (its id set says it all), the last one's too; and some job kept from the last list
+        # (when every job is new, as in a platform snapshot, users start over: less work than taking each job out)
+        self.valid = before is not None and len(ids) == len(pending) and len(self.ids) == len(before) \
+            and not self.ids.isdisjoint(ids)
         jobs = self.jobs
         gone_ids, came_ids = self.ids - ids, ids - self.ids
         self.gone = [jobs.pop(i) for i in gone_ids]

@@ -81,7 +81,16 @@ class JobCounts:
         self.evicting = 0  # jobs "preempting" with `evicted_for`
 
     def add(self, job, sign: int = 1) -> None:
-        if any(r.shares for r in job.roles):
+        roles = job.roles
+        if len(roles) == 1 and job.state == "pending":  # the common pending job, its properties read out
+            r = roles[0]
+            if r.gpu_milli or r.gpu_memory_mib or r.mig_profile:  # RoleInfo.shares
+                self.sharing_jobs += sign
+            self.pending_gpus += sign * (r.tasks * r.gpus_per_task)  # JobInfo.gpus_requested
+            if job.reserved:
+                self.holding += sign
+            return
+        if any(r.shares for r in roles):
             self.sharing_jobs += sign
         if job.state == "pending":
             self.pending_gpus += sign * job.gpus_requested
@@ -176,6 +185,10 @@ class SnapshotIndex:
         if given is None and jobs is not self.jobs:
             ids = set(map(id, jobs))
             prev, counts = self.job_by_id, self.counts
+            if prev and self.job_ids.isdisjoint(ids):  # every job object is new (a platform snapshot): start over
+                prev.clear()
+                counts = self.counts = JobCounts()  # what taking every job out leaves (zero sums, empty dicts)
+                self.job_ids = set()
             for i in self.job_ids - ids:
                 counts.remove(prev.pop(i))
             added = ids - self.job_ids
@@ -189,6 +202,11 @@ class SnapshotIndex:
         if nodes is not self.nodes:
             ids = set(map(id, nodes))
             prev = self.node_by_id
+            if prev and self.node_ids.isdisjoint(ids):  # every node object is new: start over
+                prev.clear()
+                self.node_ids = set()
+                self.sharing_nodes = self.spare_ready = self.unschedulable = 0
+                self.healthy = {}
             for i in self.node_ids - ids:
                 self._node(prev.pop(i), -1)
             added = ids - self.node_ids

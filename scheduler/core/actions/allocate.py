@@ -397,6 +397,10 @@ class _Bulk:
         _PendingOrder.index) when its next job's answer is known; False when it is not (try it)."""
         shapes, ids, distinct, backwards, decode = index
         n = len(jobs)
+        sid, avoid = decode[shapes[n - 1]]
+        cached = self.refused.get((sid, None))
+        if avoid or cached is None or cached[0] != self.session.queues.version:
+            return False  # what _answer finds for the next job whatever the token (the table has no refusal for it)
         reservations, config = self.reservations, self.session.config
         quiet = not config.backfill or (reservations._tried and (  # Reservations.waiting changes nothing
             reservations.until is not None or reservations._drained or reservations.count >= config.max_reservations))
@@ -495,8 +499,12 @@ class _QueueOrder:
             return cached[1]
         # QueueTree.within_entitlement, from the entitlement room kept per (queue, flavor) at this version
         room = self.admission._headroom
-        within = any(room(q, f, True)[0] >= need for f in flavors)
-        share = min(self.flavor_share(q, f) for f in flavors)
+        if len(flavors) == 1:  # the same as below, without the generators
+            within = room(q, flavors[0], True)[0] >= need
+            share = self.flavor_share(q, flavors[0])
+        else:
+            within = any(room(q, f, True)[0] >= need for f in flavors)
+            share = min(self.flavor_share(q, f) for f in flavors)
         key = (not within, share, q) if self.shares else (not within, share / queues.weight(q), q)
         self._keys[ck] = (queues.version, key)
         self.admission.writes += 1
