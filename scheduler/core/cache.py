@@ -36,7 +36,7 @@ class ClusterStatic:
     Raises TopologyError (domain_tree.build_tree) on an inconsistent domain tree."""
 
     __slots__ = ("tree", "node_index", "flavors", "node_names", "node_flavor", "flavor_gpus", "direct_by_flavor",
-                 "dom_flavors", "hist_width", "hist_off", "hist_size")
+                 "dom_flavors", "hist_width", "hist_off", "hist_size", "size_name_rank")
 
     def __init__(self, snapshot: Snapshot, tree: DomainTree | None = None):
         nodes = snapshot.nodes
@@ -70,6 +70,11 @@ class ClusterStatic:
             self.hist_off.append({f: (slot + i) * width for i, f in enumerate(flavors)})
             slot += len(flavors)
         self.hist_size = slot * width
+        # domain -> its position in the order of (nodes below it, name): a domain's place in candidate_domains' order
+        # among domains of equal free GPUs and equally free parents, as one number (names are unique)
+        self.size_name_rank = [0] * len(tree.names)
+        for i, d in enumerate(sorted(range(len(tree.names)), key=lambda d: (len(tree.nodes_under[d]), tree.names[d]))):
+            self.size_name_rank[d] = i
 
 
 def _same_shape(nodes: tuple, seen: tuple) -> bool:

@@ -120,7 +120,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     holds, now = session.holds, session.now
     bulk = _Bulk(session, reservations, admission, order) if quick and kept is not None else None
     lasting = _KeptRefusals.of(memo, queues, next(iter(session.state.flavors))) if quick else None
-    lane, bindings = admission.lane, out.bindings
+    lane, bindings, unchanged = admission.lane, out.bindings, admission.unchanged
     names, tiers = session.tree.names, session.tree.tiers
     while heap:
         key, q = heappop(heap)
@@ -189,7 +189,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                 entry = memo_get(id(head))
                 if entry is not None and entry[0] is head:
                     cached = keys.get(entry[5])
-                    if cached is not None and cached[0] == queues.version:
+                    if cached is not None and (cached[0] == queues.version or unchanged(q, cached[0])):
                         key = cached[1]
             if key is None:
                 key = queue_key(q, head)
@@ -462,7 +462,7 @@ class _QueueOrder:
         bindings (share_before / share_after)."""
         version = self.queues.version
         cached = self._shares_at.get(q)
-        if cached is not None and cached[0] == version:
+        if cached is not None and (cached[0] == version or self.admission.unchanged(q, cached[0])):
             return cached[1]
         value = dominant_share(self.queues, self.shares, q, self.offset) if self.shares else self.queues.share(q)
         self._shares_at[q] = (version, value)
@@ -495,7 +495,7 @@ class _QueueOrder:
         # cycle follow a failed attempt, which charged nothing
         ck = facts[5] if facts[6] is not None else (facts[5], flavors)
         cached = self._keys.get(ck)
-        if cached is not None and cached[0] == queues.version:
+        if cached is not None and (cached[0] == queues.version or self.admission.unchanged(q, cached[0])):
             return cached[1]
         # QueueTree.within_entitlement, from the entitlement room kept per (queue, flavor) at this version
         room = self.admission._headroom
@@ -528,12 +528,16 @@ class Admission:
         self._flavors: dict = {}  # job id -> its flavors this cycle (clusters of several flavors)
         self._never: dict = {}  # (shape id, flavor) -> capacity.never_fits of the shape's jobs, this cycle
         self._lanes: dict = {}  # shape id -> what `lane` reads of its jobs, or None (not for the lane), this cycle
+        # charges through `charge`: queue level -> QueueTree.version after the last one that reached it, for every
+        # charge from version _tracked_from to _tracked_to (any charge made elsewhere starts it over)
+        self._touched: dict[str, int] = {}
+        self._tracked_from = self._tracked_to = -1
 
-    def facts(self, job: JobInfo) -> list:
+    def facts(self, job: JobInfo) -> tuple:
         """The job's JobFacts entry, derived from the frozen JobInfo alone and memoised by identity (`memo`):
-        [job, gpus_min, tier cap, roles' shape key, flavor -> static feasibility (capacity.never_fits),
-        shape id (`_shape_id`), the flavors it may run on when the cluster has one flavor (Session.flavors;
-        None with several: their order follows the free GPUs)]."""
+        (job, gpus_min, tier cap, roles' shape key, flavor -> static feasibility (capacity.never_fits; one dict per
+        shape), shape id (`_shape_id`), the flavors it may run on when the cluster has one flavor (Session.flavors;
+        None with several: their order follows the free GPUs))."""
         entry = self.memo.get(id(job))
         if entry is None or entry[0] is not job:
             # what follows from the fields below alone, kept per their values in the memo (jobs of one shape share
@@ -546,23 +550,24 @@ class Admission:
             known = shapes.get(key)
             if known is None:
                 known = shapes.setdefault(key, self._shape_facts(job))
-            sid, cap, need, roles, flavors = known
-            entry = self.memo[id(job)] = [job, need, cap, roles, {}, sid, flavors]
+            entry = self.memo[id(job)] = (job, *known)
         return entry
 
     def _shape_facts(self, job: JobInfo) -> tuple:
-        """(shape id, tier cap, gpus_min, the roles' shape key, the flavors on a one-flavor cluster or None) of a
-        job: facts' entry but for the job and its static-feasibility dict."""
+        """facts' entry but for the job itself: (gpus_min, tier cap, the roles' shape key, flavor -> static
+        feasibility (shared by the jobs of the shape: never_fits reads only what makes the shape), shape id, the
+        flavors on a one-flavor cluster or None)."""
         session = self.session
         cap = session.tier_cap(job)
         key = (job.queue, job.roles, job.numa, job.preemptible, cap, job.preferred_tier)
         ids = self.memo.get("shape ids")
         if ids is None:
             ids = self.memo.setdefault("shape ids", ({}, itertools.count()))
-        # numbers from a counter: two shapes never share one, even from two threads
-        return (ids[0].setdefault(key, next(ids[1])), cap, job.gpus_min,
+        return (job.gpus_min, cap,
                 tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib, r.group_size,
-                       r.group_highest_tier, r.group_mode) for r in job.roles),
+                       r.group_highest_tier, r.group_mode) for r in job.roles), {},
+                # numbers from a counter: two shapes never share one, even from two threads
+                ids[0].setdefault(key, next(ids[1])),
                 tuple(session.flavors(job)) if len(session.state.flavors) == 1 else None)
 
     def flavors(self, job: JobInfo) -> tuple:
@@ -576,12 +581,40 @@ class Admission:
             flavors = self._flavors[job.id] = tuple(self.session.flavors(job))
         return flavors
 
+    def charge(self, queue: str, flavor: str, gpus: int) -> None:
+        """QueueTree.charge, noting the levels of the queue's chain it reached (`unchanged`)."""
+        queues = self.session.queues
+        if queues.version != self._tracked_to:  # a charge made elsewhere since the last one here: start over
+            self._touched.clear()
+            self._tracked_from = queues.version
+        queues.charge(queue, flavor, gpus)
+        version = self._tracked_to = queues.version
+        touched = self._touched
+        for level in queues.chain(queue):
+            touched[level] = version
+
+    def unchanged(self, queue: str, since: int) -> bool:
+        """Whether the usage of every level of the queue's chain is what it was at QueueTree.version `since`: the
+        same version, or every charge since went through `charge` and none reached the chain. (A value derived
+        from those usages at `since` still holds: the share of a busy cycle's queue after other queues' starts.)"""
+        queues = self.session.queues
+        version = queues.version
+        if since == version:
+            return True
+        if version != self._tracked_to or since < self._tracked_from:
+            return False
+        touched = self._touched
+        for level in queues.chain(queue):
+            if touched.get(level, -1) > since:
+                return False
+        return True
+
     def _headroom(self, queue: str, flavor: str, entitled: bool = False) -> tuple:
-        """QueueTree.headroom (entitled: entitlement_room), recomputed only after usage changed."""
+        """QueueTree.headroom (entitled: entitlement_room), recomputed only after the usage of its chain changed."""
         queues = self.session.queues
         key = (queue, flavor, entitled)
         cached = self._room.get(key)
-        if cached is not None and cached[0] == queues.version:
+        if cached is not None and (cached[0] == queues.version or self.unchanged(queue, cached[0])):
             return cached[1]
         value = queues.entitlement_room(queue, flavor) if entitled else queues.headroom(queue, flavor)
         self._room[key] = (queues.version, value)
@@ -605,7 +638,7 @@ class Admission:
                 return sharing.complete(job, outcome) if isinstance(outcome, Binding) else outcome
         return self._place(job, backfill_open)
 
-    def lane(self, job: JobInfo, entry: list):
+    def lane(self, job: JobInfo, entry: tuple):
         """`place(job)` for a job of one task of one role (Session._one_task's shortcut) with no backfill reservation
         in force, on allocate's quick path (a one-flavor cluster, no GPU shares; the job has no avoid_nodes and
         no refusal in the table at this version): the same checks as place / _place / _place_flavor in their
@@ -632,10 +665,10 @@ class Admission:
         taken = self.session._one_task_take(gpus, cpu, mem, flavor, tier)
         if taken is None:
             return None
-        self.session.queues.charge(queue, flavor, gpus)
+        self.charge(queue, flavor, gpus)
         return (*taken, role)
 
-    def _lane(self, job: JobInfo, entry: list):
+    def _lane(self, job: JobInfo, entry: tuple):
         """What `lane` reads of a job's shape id (the same for every job of it: its queue, roles, numa, preemptible,
         tier cap and preferred tier), checked and filled as _place_flavor would: None when the lane never applies
         to the shape this cycle (place decides those jobs)."""
@@ -780,7 +813,7 @@ class Admission:
         live = [r for r in reasons if not r.terminal]
         return live[0] if live else reasons[0]
 
-    def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None, facts: list | None = None
+    def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None, facts: tuple | None = None
                       ) -> Binding | PendingReason:
         """facts: the job's facts entry when the caller has it (Admission.facts)."""
         session = self.session
@@ -833,7 +866,7 @@ class Admission:
         else:
             for t in outcome.tasks:
                 if t.gpus:
-                    queues.charge(job.queue, flavor, len(t.gpus))
+                    self.charge(job.queue, flavor, len(t.gpus))
         return outcome
 
 
