@@ -653,10 +653,9 @@ class Admission:
             lane = self._lanes[sid] = self._lane(job, entry)
         if lane is None:
             return None
-        flavor, need, gpus, cpu, mem, tier, shape, role, preemptible = lane
+        flavor, need, gpus, cpu, mem, tier, shape, role, preemptible, capped = lane
         queue = job.queue
-        room = self._headroom(queue, flavor)[0]
-        if need > room:
+        if capped and need > self._headroom(queue, flavor)[0]:
             return None
         if not preemptible and need > self._headroom(queue, flavor, True)[0]:
             return None
@@ -683,6 +682,8 @@ class Admission:
             limits = self._static_limits[(job.queue, flavor)] = session.queues.static_limit(job.queue, flavor)
         if need > limits[0]:
             return None
+        # no limit on the chain below the flavor's whole capacity: QueueTree.headroom is (INF, None) at any usage
+        capped = limits[0] < session.queues.capacity[flavor]
         never = self._never.get((entry[5], flavor), _UNSET)
         if never is _UNSET:
             never = self._never[(entry[5], flavor)] = session.capacity.never_fits(
@@ -697,7 +698,7 @@ class Admission:
             return None
         shape = (flavor, cap, job.preferred_tier, None, job.numa, entry[3])
         return (flavor, need, role.gpus_per_task, role.cpu_milli, role.memory_mib, tier, shape, role.name,
-                job.preemptible)
+                job.preemptible, capped)
 
     def _place(self, job: JobInfo, backfill_open: bool | None) -> Binding | PendingReason:
         session = self.session
