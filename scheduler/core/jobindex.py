@@ -185,10 +185,15 @@ class SnapshotIndex:
         if given is None and jobs is not self.jobs:
             ids = set(map(id, jobs))
             prev, counts = self.job_by_id, self.counts
-            if prev and self.job_ids.isdisjoint(ids):  # every job object is new (a platform snapshot): start over
+            if not prev or self.job_ids.isdisjoint(ids):  # every job object is new (a platform snapshot): start over
                 prev.clear()
                 counts = self.counts = JobCounts()  # what taking every job out leaves (zero sums, empty dicts)
                 self.job_ids = set()
+                prev.update(zip(map(id, jobs), jobs))  # each object once, where it first appears (as below)
+                add = counts.add
+                for job in prev.values():
+                    add(job)
+                self.job_ids, self.jobs = ids, jobs
             for i in self.job_ids - ids:
                 counts.remove(prev.pop(i))
             added = ids - self.job_ids

@@ -157,7 +157,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                         if cached is not None and cached[0] == queues.version:
                             outcome = cached[1]
                         else:  # refused by its queue's limit in an earlier cycle at the same usage of its chain
-                            outcome = lasting.get(shape, job.queue)
+                            outcome = lasting.get(shape, job.queue) if lasting.table else None
                             if outcome is not None:  # what _place writes for that refusal
                                 refused[shape] = (queues.version, outcome)
                                 admission.writes += 1
