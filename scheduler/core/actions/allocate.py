@@ -121,6 +121,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     bulk = _Bulk(session, reservations, admission, order) if quick and kept is not None else None
     lasting = _KeptRefusals.of(memo, queues, next(iter(session.state.flavors))) if quick else None
     lane, bindings, unchanged = admission.lane, out.bindings, admission.unchanged
+    indexes: dict = {}  # queue -> kept.index(queue)
     names, tiers = session.tree.names, session.tree.tiers
     while heap:
         key, q = heappop(heap)
@@ -131,9 +132,15 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
             if jobs and queue_key(q, jobs[-1]) != key:  # the evictions moved usage
                 heappush(heap, (queue_key(q, jobs[-1]), q))
                 continue
-        index = kept.index(q) if bulk is not None and q not in mixed else None
+        if bulk is not None and q not in mixed:  # the queue's index, the same all cycle (its list does not change)
+            index = indexes.get(q)
+            if index is None:
+                index = indexes[q] = kept.index(q)
+        else:
+            index = None
         while True:
-            if index is not None and bulk.run(jobs, index, key, failed, reasons):
+            # (with no refusal in the table, the run's next job's answer is unknown: bulk.run would say so)
+            if index is not None and refused and bulk.run(jobs, index, key, failed, reasons):
                 if not jobs:
                     break
                 key = queue_key(q, jobs[-1])
