@@ -18,6 +18,9 @@ Speed (issue 16, the same decisions): with the engine cache's job memo, the queu
 are kept across cycles and brought up to date from the jobs that came and went (_PendingOrder); a job
 refused from the cycle's table of refusals skips the call chain; and a queue's run of next jobs whose
 refusals and keys are all known is refused in one step (_Bulk), in the order trying them one by one gives.
+A job of one task with no backfill reservation in force takes Admission.lane (place's checks in their order and
+the one-task shortcut, without the call chain); a queue's share, headroom and key are kept while no charge
+reached its chain (Admission.charge / unchanged), not only while no charge at all was made.
 """
 from __future__ import annotations
 
