@@ -607,13 +607,15 @@ class Admission:
         """Whether the usage of every level of the queue's chain is what it was at QueueTree.version `since`: the
         same version, or every charge since went through `charge` and none reached the chain. (A value derived
         from those usages at `since` still holds: the share of a busy cycle's queue after other queues' starts.)"""
+        touched = self._touched
+        if touched.get(queue, -1) > since:  # a charge since reached the queue itself (the usual answer)
+            return False
         queues = self.session.queues
         version = queues.version
         if since == version:
             return True
         if version != self._tracked_to or since < self._tracked_from:
             return False
-        touched = self._touched
         for level in queues.chain(queue):
             if touched.get(level, -1) > since:
                 return False
