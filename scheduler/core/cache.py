@@ -36,7 +36,7 @@ class ClusterStatic:
     Raises TopologyError (domain_tree.build_tree) on an inconsistent domain tree."""
 
     __slots__ = ("tree", "node_index", "flavors", "node_names", "node_flavor", "flavor_gpus", "direct_by_flavor",
-                 "dom_flavors", "hist_width", "hist_off", "hist_size")
+                 "dom_flavors", "hist_width", "hist_off", "hist_size", "size_name_rank")
 
     def __init__(self, snapshot: Snapshot, tree: DomainTree | None = None):
         nodes = snapshot.nodes
@@ -70,6 +70,11 @@ class ClusterStatic:
             self.hist_off.append({f: (slot + i) * width for i, f in enumerate(flavors)})
             slot += len(flavors)
         self.hist_size = slot * width
+        # domain -> its position in the order of (nodes below it, name): a domain's place in candidate_domains' order
+        # among domains of equal free GPUs and equally free parents, as one number (names are unique)
+        self.size_name_rank = [0] * len(tree.names)
+        for i, d in enumerate(sorted(range(len(tree.names)), key=lambda d: (len(tree.nodes_under[d]), tree.names[d]))):
+            self.size_name_rank[d] = i
 
 
 def _same_shape(nodes: tuple, seen: tuple) -> bool:
@@ -187,7 +192,8 @@ class PendingChanges:
     none moves another's; `of`) and shared by its users in one cycle (plugins.fairshare.pending_demand,
     actions.allocate): `advance(pending)` once per new list (again with the same list: nothing moves).
     `epoch` counts the lists seen; a user that kept what it derived at epoch e may apply `came` and
-    `gone` when `epoch` is e + 1 and `valid`, else it starts over from the whole list. Holds the jobs of the
+    `gone` when `epoch` is e + 1 and `valid`, else it starts over from the whole list (`valid` is also False
+    when no job of the last list is in this one: starting over is then less work). Holds the jobs of the
     last list, so an id is never reused while it is kept."""
 
     __slots__ = ("pending", "ids", "jobs", "came", "gone", "epoch", "valid", "token")
@@ -253,8 +259,10 @@ class PendingChanges:
                 self.epoch += 1
                 return self
         ids = set(map(id, pending))
-        # each list's jobs once (its id set says it all), the last one's too
-        self.valid = before is not None and len(ids) == len(pending) and len(self.ids) == len(before)
+        # each list's jobs once (its id set says it all), the last one's too; and some job kept from the last list
+        # (when every job is new, as in a platform snapshot, users start over: less work than taking each job out)
+        self.valid = before is not None and len(ids) == len(pending) and len(self.ids) == len(before) \
+            and not self.ids.isdisjoint(ids)
         jobs = self.jobs
         gone_ids, came_ids = self.ids - ids, ids - self.ids
         self.gone = [jobs.pop(i) for i in gone_ids]

@@ -84,7 +84,16 @@ class JobCounts:
         self.running_queues: dict[str, int] = {}  # queue -> GPUs of its running jobs' tasks (running_gpus per queue)
 
     def add(self, job, sign: int = 1) -> None:
-        if any(r.shares for r in job.roles):
+        roles = job.roles
+        if len(roles) == 1 and job.state == "pending":  # the common pending job, its properties read out
+            r = roles[0]
+            if r.gpu_milli or r.gpu_memory_mib or r.mig_profile:  # RoleInfo.shares
+                self.sharing_jobs += sign
+            self.pending_gpus += sign * (r.tasks * r.gpus_per_task)  # JobInfo.gpus_requested
+            if job.reserved:
+                self.holding += sign
+            return
+        if any(r.shares for r in roles):
             self.sharing_jobs += sign
         if job.state == "pending":
             self.pending_gpus += sign * job.gpus_requested
@@ -196,6 +205,15 @@ class SnapshotIndex:
         if given is None and jobs is not self.jobs:
             ids = set(map(id, jobs))
             prev, counts = self.job_by_id, self.counts
+            if not prev or self.job_ids.isdisjoint(ids):  # every job object is new (a platform snapshot): start over
+                prev.clear()
+                counts = self.counts = JobCounts()  # what taking every job out leaves (zero sums, empty dicts)
+                self.job_ids = set()
+                prev.update(zip(map(id, jobs), jobs))  # each object once, where it first appears (as below)
+                add = counts.add
+                for job in prev.values():
+                    add(job)
+                self.job_ids, self.jobs = ids, jobs
             for i in self.job_ids - ids:
                 counts.remove(prev.pop(i))
             added = ids - self.job_ids
@@ -228,6 +246,11 @@ class SnapshotIndex:
         if nodes is not self.nodes:
             ids = set(map(id, nodes))
             prev = self.node_by_id
+            if prev and self.node_ids.isdisjoint(ids):  # every node object is new: start over
+                prev.clear()
+                self.node_ids = set()
+                self.sharing_nodes = self.spare_ready = self.unschedulable = 0
+                self.healthy = {}
             for i in self.node_ids - ids:
                 self._node(prev.pop(i), -1)
             added = ids - self.node_ids

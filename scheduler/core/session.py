@@ -53,12 +53,13 @@ def _lead_domain(state: ClusterState, tier: int, flavor: str, need: int) -> tupl
     if len(hits) == 1:
         for first in hits:
             return first, fit
-    # the first of candidate_domains' order: least free, then the fullest parent, the fewest nodes, the name
-    dom_free, parents, sizes, names = state.dom_free, state.tree.parent, state.tree.nodes_under, state.tree.names
+    # the first of candidate_domains' order: least free, then the fullest parent, the fewest nodes, the name (the
+    # last two as one number, ClusterStatic.size_name_rank)
+    dom_free, parents, order = state.dom_free, state.tree.parent, state.static.size_name_rank
 
     def rank(d: int) -> tuple:
         parent = parents[d]
-        return (dom_free[parent].get(flavor, 0) if parent >= 0 else 0, len(sizes[d]), names[d])
+        return (dom_free[parent].get(flavor, 0) if parent >= 0 else 0, order[d])
 
     if len(hits) <= 8:
         return min(hits, key=lambda d: (dom_free[d].get(flavor, 0), rank(d))), fit
@@ -168,7 +169,7 @@ class Session:
     """One cycle's context for the actions (module docstring). Built once per cycle by run_cycle."""
 
     __slots__ = ("state", "queues", "config", "snapshot", "tree", "now", "capacity", "holds", "nominated", "_levels",
-                 "_numa_known", "sharing", "_by_name", "_quick")
+                 "_numa_known", "sharing", "_by_name", "_quick", "_last_take")
 
     def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig, snapshot: Snapshot, *,
                  cache: EngineCache | None = None):
@@ -186,6 +187,8 @@ class Session:
         self.sharing = None
         self._by_name: dict[tuple[int, str], list[int]] = {}  # (leaf domain, flavor) -> its nodes by (name, index)
         self._quick: dict[tuple[int, str], int] = {}  # (shape id, flavor) -> _one_task_tier
+        # (ClusterState.moves, gpus, tier, flavor, node, domain) of _one_task_take's last placement, or None
+        self._last_take: tuple | None = None
 
     def nominate(self, job: JobInfo, tasks: tuple[TaskPlacement, ...], *, all_gpus: bool = False) -> None:
         """Hold the tasks' GPUs for the job from now on, and after this cycle (a Nomination), charged to
@@ -373,32 +376,52 @@ class Session:
         too: first fit takes it), the task goes there, GPUs by pick_gpus, as pack_gang would place it; the
         job has no tasks above its minimum, so add_tasks adds none. None, with the state unchanged, when any
         of this does not hold: search then runs in full and reaches the same answer its own way."""
-        state = self.state
-        gpus = role.gpus_per_task
-        found = _lead_domain(state, tier, flavor, gpus)
-        if found is None:
+        taken = self._one_task_take(role.gpus_per_task, role.cpu_milli, role.memory_mib, flavor, tier)
+        if taken is None:
             return None
-        d, fit = found
+        name, picked, d = taken
         tree = self.tree
-        if tree.children[d]:
-            return None
-        free = state.free
-        by_name = self._by_name.get((d, flavor))
-        if by_name is None:
-            names = state.static.node_names
-            by_name = self._by_name[(d, flavor)] = sorted(state.static.direct_by_flavor[d].get(flavor, ()),
-                                                          key=lambda k: (names[k], k))
-        for k in by_name:
-            if len(free[k]) == fit:
-                break
+        return Binding(job.id, (TaskPlacement(role.name, 0, name, picked),), tree.names[d], tree.tiers[d])
+
+    def _one_task_take(self, gpus: int, cpu: int, mem: int, flavor: str, tier: int):
+        """_one_task's work for a task of `gpus` GPUs (> 0), `cpu` millicores and `mem` MiB: (the node's name, the
+        GPU indices taken, the lead domain's index), applied to the state, or None with the state unchanged.
+
+        The node the last call placed a task of the same (tier, flavor, gpus) on is taken again without the lead
+        domain's search when nothing else moved since (ClusterState.moves) and it still has `gpus` free: that call
+        found no node of a tier domain with free GPUs in [gpus, fit) (fit: the node's free GPUs then) and only this
+        node changed, so its fit - gpus free GPUs are now the fewest >= gpus, on this node alone: _lead_domain
+        gives its (leaf) domain, which no other node of the flavor shares that count with."""
+        state = self.state
+        last = self._last_take
+        if last is not None and last[0] == state.moves and last[1] == gpus and last[2] == tier and last[3] == flavor \
+                and len(state.free[last[4]]) >= gpus:
+            k, d = last[4], last[5]
         else:
-            return None
-        node, cpu, mem = state.nodes[k], role.cpu_milli, role.memory_mib
+            found = _lead_domain(state, tier, flavor, gpus)
+            if found is None:
+                return None
+            d, fit = found
+            if self.tree.children[d]:
+                return None
+            free = state.free
+            by_name = self._by_name.get((d, flavor))
+            if by_name is None:
+                names = state.static.node_names
+                by_name = self._by_name[(d, flavor)] = sorted(state.static.direct_by_flavor[d].get(flavor, ()),
+                                                              key=lambda k: (names[k], k))
+            for k in by_name:
+                if len(free[k]) == fit:
+                    break
+            else:
+                return None
+        node = state.nodes[k]
         if not node.schedulable or ((cpu or mem) and not state.fits(k, gpus, cpu, mem)):  # its GPUs are free
             return None
         picked = state.pick_gpus(k, gpus)
         state.take(k, picked, cpu, mem)
-        return Binding(job.id, (TaskPlacement(role.name, 0, node.name, picked),), tree.names[d], tree.tiers[d])
+        self._last_take = (state.moves, gpus, tier, flavor, k, d)
+        return node.name, picked, d
 
     def _off_text(self, flavor: str) -> str:
         """For a whole-GPU gang short of free GPUs: the GPUs of `flavor` on schedulable nodes in mode shared or

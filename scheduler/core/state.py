@@ -24,7 +24,7 @@ class DoubleBindError(AssertionError):
 class ClusterState:
     __slots__ = ("nodes", "tree", "free", "cpu_free", "mem_free", "dom_free", "flavors", "node_index",
                  "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width", "hist_off", "static", "touched",
-                 "exact")
+                 "exact", "moves")
 
     def __init__(self, snapshot: Snapshot, static: ClusterStatic | None = None, *, cache: EngineCache | None = None):
         """static: the snapshot's ClusterStatic (built here when None: from `cache` when given, else anew).
@@ -35,6 +35,7 @@ class ClusterState:
             static = cache.static_for(snapshot) if cache is not None else ClusterStatic(snapshot)
         self.static = static
         self.touched: set[int] | None = None  # node indices take / give changed since the set was cleared (sharing.py)
+        self.moves = 0  # take and give calls so far (Session._one_task_take: nothing else moved since its last take)
         self.nodes = snapshot.nodes
         self.tree = tree = static.tree
         self.node_index = static.node_index
@@ -158,6 +159,7 @@ class ClusterState:
         return tuple(picked)
 
     def take(self, k: int, gpus: tuple[int, ...], cpu: int, mem: int) -> None:
+        self.moves += 1
         if self.touched is not None:
             self.touched.add(k)
         free = self.free[k]
@@ -174,6 +176,7 @@ class ClusterState:
             self._shift(k, -len(gpus))
 
     def give(self, k: int, gpus: tuple[int, ...], cpu: int, mem: int) -> None:
+        self.moves += 1
         if self.touched is not None:
             self.touched.add(k)
         self.free[k].extend(gpus)

@@ -18,6 +18,9 @@ Speed (issue 16, the same decisions): with the engine cache's job memo, the queu
 are kept across cycles and brought up to date from the jobs that came and went (_PendingOrder); a job
 refused from the cycle's table of refusals skips the call chain; and a queue's run of next jobs whose
 refusals and keys are all known is refused in one step (_Bulk), in the order trying them one by one gives.
+A job of one task with no backfill reservation in force takes Admission.lane (place's checks in their order and
+the one-task shortcut, without the call chain); a queue's share, headroom and key are kept while no charge
+reached its chain (Admission.charge / unchanged), not only while no charge at all was made.
 """
 from __future__ import annotations
 
@@ -120,6 +123,9 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     holds, now = session.holds, session.now
     bulk = _Bulk(session, reservations, admission, order) if quick and kept is not None else None
     lasting = _KeptRefusals.of(memo, queues, next(iter(session.state.flavors))) if quick else None
+    lane, bindings, unchanged = admission.lane, out.bindings, admission.unchanged
+    indexes: dict = {}  # queue -> kept.index(queue)
+    names, tiers = session.tree.names, session.tree.tiers
     while heap:
         key, q = heappop(heap)
         jobs = by_queue[q]
@@ -129,9 +135,15 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
             if jobs and queue_key(q, jobs[-1]) != key:  # the evictions moved usage
                 heappush(heap, (queue_key(q, jobs[-1]), q))
                 continue
-        index = kept.index(q) if bulk is not None and q not in mixed else None
+        if bulk is not None and q not in mixed:  # the queue's index, the same all cycle (its list does not change)
+            index = indexes.get(q)
+            if index is None:
+                index = indexes[q] = kept.index(q)
+        else:
+            index = None
         while True:
-            if index is not None and bulk.run(jobs, index, key, failed, reasons):
+            # (with no refusal in the table, the run's next job's answer is unknown: bulk.run would say so)
+            if index is not None and refused and bulk.run(jobs, index, key, failed, reasons):
                 if not jobs:
                     break
                 key = queue_key(q, jobs[-1])
@@ -155,18 +167,27 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                         if cached is not None and cached[0] == queues.version:
                             outcome = cached[1]
                         else:  # refused by its queue's limit in an earlier cycle at the same usage of its chain
-                            outcome = lasting.get(shape, job.queue)
+                            outcome = lasting.get(shape, job.queue) if lasting.table else None
                             if outcome is not None:  # what _place writes for that refusal
                                 refused[shape] = (queues.version, outcome)
                                 admission.writes += 1
             if outcome is None:
                 before = share(q)
-                outcome = attempt(job, place)
-                if isinstance(outcome, Binding):
-                    out.bindings.append(replace(outcome, share_before=before, share_after=share(q)))
-                    outcome = None
-                elif shape is not None:
-                    lasting.put(shape, job.queue, outcome, refused.get(shape))
+                # no backfill window in force (shape[1] None): a one-task job's short lane, else the long way
+                taken = lane(job, entry) if shape is not None and shape[1] is None else None
+                if taken is not None:
+                    name, picked, d, role = taken
+                    bindings.append(Binding(job.id, (TaskPlacement(role, 0, name, picked),), names[d], tiers[d],
+                                            "allocate", before, share(q)))
+                else:
+                    outcome = attempt(job, place)
+                    if isinstance(outcome, Binding):
+                        bindings.append(Binding(outcome.job_id, outcome.tasks, outcome.domain, outcome.tier,
+                                                outcome.rule, before, share(q)) if type(outcome) is Binding
+                                        else replace(outcome, share_before=before, share_after=share(q)))
+                        outcome = None
+                    elif shape is not None:
+                        lasting.put(shape, job.queue, outcome, refused.get(shape))
             if outcome is not None:
                 failed.append(job)
                 reasons[job.id] = waiting(job, outcome) if outcome.code in ROOM_CODES else outcome
@@ -178,7 +199,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                 entry = memo_get(id(head))
                 if entry is not None and entry[0] is head:
                     cached = keys.get(entry[5])
-                    if cached is not None and cached[0] == queues.version:
+                    if cached is not None and (cached[0] == queues.version or unchanged(q, cached[0])):
                         key = cached[1]
             if key is None:
                 key = queue_key(q, head)
@@ -386,6 +407,10 @@ class _Bulk:
         _PendingOrder.index) when its next job's answer is known; False when it is not (try it)."""
         shapes, ids, distinct, backwards, decode = index
         n = len(jobs)
+        sid, avoid = decode[shapes[n - 1]]
+        cached = self.refused.get((sid, None))
+        if avoid or cached is None or cached[0] != self.session.queues.version:
+            return False  # what _answer finds for the next job whatever the token (the table has no refusal for it)
         reservations, config = self.reservations, self.session.config
         quiet = not config.backfill or (reservations._tried and (  # Reservations.waiting changes nothing
             reservations.until is not None or reservations._drained or reservations.count >= config.max_reservations))
@@ -447,7 +472,7 @@ class _QueueOrder:
         bindings (share_before / share_after)."""
         version = self.queues.version
         cached = self._shares_at.get(q)
-        if cached is not None and cached[0] == version:
+        if cached is not None and (cached[0] == version or self.admission.unchanged(q, cached[0])):
             return cached[1]
         value = dominant_share(self.queues, self.shares, q, self.offset) if self.shares else self.queues.share(q)
         self._shares_at[q] = (version, value)
@@ -480,12 +505,16 @@ class _QueueOrder:
         # cycle follow a failed attempt, which charged nothing
         ck = facts[5] if facts[6] is not None else (facts[5], flavors)
         cached = self._keys.get(ck)
-        if cached is not None and cached[0] == queues.version:
+        if cached is not None and (cached[0] == queues.version or self.admission.unchanged(q, cached[0])):
             return cached[1]
         # QueueTree.within_entitlement, from the entitlement room kept per (queue, flavor) at this version
         room = self.admission._headroom
-        within = any(room(q, f, True)[0] >= need for f in flavors)
-        share = min(self.flavor_share(q, f) for f in flavors)
+        if len(flavors) == 1:  # the same as below, without the generators
+            within = room(q, flavors[0], True)[0] >= need
+            share = self.flavor_share(q, flavors[0])
+        else:
+            within = any(room(q, f, True)[0] >= need for f in flavors)
+            share = min(self.flavor_share(q, f) for f in flavors)
         key = (not within, share, q) if self.shares else (not within, share / queues.weight(q), q)
         self._keys[ck] = (queues.version, key)
         self.admission.writes += 1
@@ -508,28 +537,48 @@ class Admission:
         self.writes = 0  # entries written to _refused and to the queue order's table of keys (_Bulk)
         self._flavors: dict = {}  # job id -> its flavors this cycle (clusters of several flavors)
         self._never: dict = {}  # (shape id, flavor) -> capacity.never_fits of the shape's jobs, this cycle
+        self._lanes: dict = {}  # shape id -> what `lane` reads of its jobs, or None (not for the lane), this cycle
+        # charges through `charge`: queue level -> QueueTree.version after the last one that reached it, for every
+        # charge from version _tracked_from to _tracked_to (any charge made elsewhere starts it over)
+        self._touched: dict[str, int] = {}
+        self._tracked_from = self._tracked_to = -1
 
-    def facts(self, job: JobInfo) -> list:
+    def facts(self, job: JobInfo) -> tuple:
         """The job's JobFacts entry, derived from the frozen JobInfo alone and memoised by identity (`memo`):
-        [job, gpus_min, tier cap, roles' shape key, flavor -> static feasibility (capacity.never_fits),
-        shape id (`_shape_id`), the flavors it may run on when the cluster has one flavor (Session.flavors;
-        None with several: their order follows the free GPUs)]."""
+        (job, gpus_min, tier cap, roles' shape key, flavor -> static feasibility (capacity.never_fits; one dict per
+        shape), shape id (`_shape_id`), the flavors it may run on when the cluster has one flavor (Session.flavors;
+        None with several: their order follows the free GPUs))."""
         entry = self.memo.get(id(job))
         if entry is None or entry[0] is not job:
-            session = self.session
-            cap = session.tier_cap(job)
-            key = (job.queue, job.roles, job.numa, job.preemptible, cap, job.preferred_tier)
-            ids = self.memo.get("shape ids")
-            if ids is None:
-                ids = self.memo.setdefault("shape ids", ({}, itertools.count()))
-            entry = [job, job.gpus_min, cap,
-                     tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib, r.group_size,
-                            r.group_highest_tier, r.group_mode) for r in job.roles), {},
-                     # numbers from a counter: two shapes never share one, even from two threads
-                     ids[0].setdefault(key, next(ids[1])),
-                     tuple(session.flavors(job)) if len(session.state.flavors) == 1 else None]
-            self.memo[id(job)] = entry
+            # what follows from the fields below alone, kept per their values in the memo (jobs of one shape share
+            # it): one dict lookup per new job instead of deriving each value again
+            key = (job.queue, job.roles, job.numa, job.preemptible, job.topology_mode, job.highest_tier,
+                   job.preferred_tier)
+            shapes = self.memo.get("shape facts")
+            if shapes is None:
+                shapes = self.memo.setdefault("shape facts", {})
+            known = shapes.get(key)
+            if known is None:
+                known = shapes.setdefault(key, self._shape_facts(job))
+            entry = self.memo[id(job)] = (job, *known)
         return entry
+
+    def _shape_facts(self, job: JobInfo) -> tuple:
+        """facts' entry but for the job itself: (gpus_min, tier cap, the roles' shape key, flavor -> static
+        feasibility (shared by the jobs of the shape: never_fits reads only what makes the shape), shape id, the
+        flavors on a one-flavor cluster or None)."""
+        session = self.session
+        cap = session.tier_cap(job)
+        key = (job.queue, job.roles, job.numa, job.preemptible, cap, job.preferred_tier)
+        ids = self.memo.get("shape ids")
+        if ids is None:
+            ids = self.memo.setdefault("shape ids", ({}, itertools.count()))
+        return (job.gpus_min, cap,
+                tuple((r.gpus_per_task, r.effective_min, r.cpu_milli, r.memory_mib, r.group_size,
+                       r.group_highest_tier, r.group_mode) for r in job.roles), {},
+                # numbers from a counter: two shapes never share one, even from two threads
+                ids[0].setdefault(key, next(ids[1])),
+                tuple(session.flavors(job)) if len(session.state.flavors) == 1 else None)
 
     def flavors(self, job: JobInfo) -> tuple:
         """Session.flavors(job) as a tuple: the memoised one on a one-flavor cluster, else as first asked
@@ -542,12 +591,42 @@ class Admission:
             flavors = self._flavors[job.id] = tuple(self.session.flavors(job))
         return flavors
 
+    def charge(self, queue: str, flavor: str, gpus: int) -> None:
+        """QueueTree.charge, noting the levels of the queue's chain it reached (`unchanged`)."""
+        queues = self.session.queues
+        if queues.version != self._tracked_to:  # a charge made elsewhere since the last one here: start over
+            self._touched.clear()
+            self._tracked_from = queues.version
+        queues.charge(queue, flavor, gpus)
+        version = self._tracked_to = queues.version
+        touched = self._touched
+        for level in queues.chain(queue):
+            touched[level] = version
+
+    def unchanged(self, queue: str, since: int) -> bool:
+        """Whether the usage of every level of the queue's chain is what it was at QueueTree.version `since`: the
+        same version, or every charge since went through `charge` and none reached the chain. (A value derived
+        from those usages at `since` still holds: the share of a busy cycle's queue after other queues' starts.)"""
+        touched = self._touched
+        if touched.get(queue, -1) > since:  # a charge since reached the queue itself (the usual answer)
+            return False
+        queues = self.session.queues
+        version = queues.version
+        if since == version:
+            return True
+        if version != self._tracked_to or since < self._tracked_from:
+            return False
+        for level in queues.chain(queue):
+            if touched.get(level, -1) > since:
+                return False
+        return True
+
     def _headroom(self, queue: str, flavor: str, entitled: bool = False) -> tuple:
-        """QueueTree.headroom (entitled: entitlement_room), recomputed only after usage changed."""
+        """QueueTree.headroom (entitled: entitlement_room), recomputed only after the usage of its chain changed."""
         queues = self.session.queues
         key = (queue, flavor, entitled)
         cached = self._room.get(key)
-        if cached is not None and cached[0] == queues.version:
+        if cached is not None and (cached[0] == queues.version or self.unchanged(queue, cached[0])):
             return cached[1]
         value = queues.entitlement_room(queue, flavor) if entitled else queues.headroom(queue, flavor)
         self._room[key] = (queues.version, value)
@@ -570,6 +649,68 @@ class Admission:
                 outcome = self._place(job, backfill_open)
                 return sharing.complete(job, outcome) if isinstance(outcome, Binding) else outcome
         return self._place(job, backfill_open)
+
+    def lane(self, job: JobInfo, entry: tuple):
+        """`place(job)` for a job of one task of one role (Session._one_task's shortcut) with no backfill reservation
+        in force, on allocate's quick path (a one-flavor cluster, no GPU shares; the job has no avoid_nodes and
+        no refusal in the table at this version): the same checks as place / _place / _place_flavor in their
+        order (queue known, roles, static limit, static feasibility, headroom, quota room when not preemptible,
+        a failed shape) and the shortcut's placement, charged to the queue, without building the call chain and
+        a Binding the caller would copy. (node name, GPU indices, lead domain index, role name) when it placed
+        the task; None when any of this does not hold, with the state and the usage unchanged: `place` then
+        decides the long way (and reaches the same refusal, or its full search). entry: the job's facts."""
+        sid = entry[5]
+        lane = self._lanes.get(sid, _UNSET)
+        if lane is _UNSET:
+            lane = self._lanes[sid] = self._lane(job, entry)
+        if lane is None:
+            return None
+        flavor, need, gpus, cpu, mem, tier, shape, role, preemptible, capped = lane
+        queue = job.queue
+        if capped and need > self._headroom(queue, flavor)[0]:
+            return None
+        if not preemptible and need > self._headroom(queue, flavor, True)[0]:
+            return None
+        if shape in self.failed_shapes:
+            return None
+        taken = self.session._one_task_take(gpus, cpu, mem, flavor, tier)
+        if taken is None:
+            return None
+        self.charge(queue, flavor, gpus)
+        return (*taken, role)
+
+    def _lane(self, job: JobInfo, entry: tuple):
+        """What `lane` reads of a job's shape id (the same for every job of it: its queue, roles, numa, preemptible,
+        tier cap and preferred tier), checked and filled as _place_flavor would: None when the lane never applies
+        to the shape this cycle (place decides those jobs)."""
+        session = self.session
+        flavors = entry[6]
+        if not session.queues.known(job.queue) or not job.roles or len(job.roles) != 1 or flavors is None \
+                or len(flavors) != 1:
+            return None
+        flavor, need, cap, role = flavors[0], entry[1], entry[2], job.roles[0]
+        limits = self._static_limits.get((job.queue, flavor))
+        if limits is None:
+            limits = self._static_limits[(job.queue, flavor)] = session.queues.static_limit(job.queue, flavor)
+        if need > limits[0]:
+            return None
+        # no limit on the chain below the flavor's whole capacity: QueueTree.headroom is (INF, None) at any usage
+        capped = limits[0] < session.queues.capacity[flavor]
+        never = self._never.get((entry[5], flavor), _UNSET)
+        if never is _UNSET:
+            never = self._never[(entry[5], flavor)] = session.capacity.never_fits(
+                job, flavor, cap if session.config.topology else None)
+        if never is not None:
+            return None
+        tier = session._quick.get((entry[5], flavor))
+        if tier is None:
+            tier = session._quick[(entry[5], flavor)] = session._one_task_tier(job, flavor,
+                                                                               session._tier_levels(job, cap))
+        if not tier:
+            return None
+        shape = (flavor, cap, job.preferred_tier, None, job.numa, entry[3])
+        return (flavor, need, role.gpus_per_task, role.cpu_milli, role.memory_mib, tier, shape, role.name,
+                job.preemptible, capped)
 
     def _place(self, job: JobInfo, backfill_open: bool | None) -> Binding | PendingReason:
         session = self.session
@@ -685,7 +826,7 @@ class Admission:
         live = [r for r in reasons if not r.terminal]
         return live[0] if live else reasons[0]
 
-    def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None, facts: list | None = None
+    def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None, facts: tuple | None = None
                       ) -> Binding | PendingReason:
         """facts: the job's facts entry when the caller has it (Admission.facts)."""
         session = self.session
@@ -738,7 +879,7 @@ class Admission:
         else:
             for t in outcome.tasks:
                 if t.gpus:
-                    queues.charge(job.queue, flavor, len(t.gpus))
+                    self.charge(job.queue, flavor, len(t.gpus))
         return outcome
 
 
