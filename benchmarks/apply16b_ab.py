@@ -1,0 +1,254 @@
+"""The cycle's snapshot read and apply on PostgreSQL, old and new code side by side in one process (issue 16,
+branch apply16b): a world loaded once into a throw-away database (BENCH_DB names it), then
+`store.run_cycle_once` REPS times per variant, alternating, the starts undone between runs (_db.reset_pending).
+Per run: the split (snapshot, engine, apply), the apply's process CPU, its statements' summed wall time and
+the commit's; then medians per variant.
+
+    BENCH_DB=<db> WORLD=bind REPS=3 VARIANTS=old,new python benchmarks/apply16b_ab.py
+
+WORLD=bind: bind_throughput's world (20,000 pending one-GPU jobs, 20,160 GPUs); WORLD=headline: cycle_scale's
+(10,000 pending, 5,000 running). A variant is a set of monkeypatches (VARIANTS below) applied for its runs only:
+`old` puts back the bulk writer of main as it was before this branch (copied here), `new` is the code as it is.
+PROFILE=1: one `new` cycle under cProfile (top functions of the apply printed), STATEMENTS=1: the statements'
+summed time per statement kind.
+
+Wall times on a shared machine are noisy: compare within one run, alternating.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+import _common as C
+import _db
+
+
+def _old_insert_rows(model, columns, rows):
+    """gpuplatform.bulk.insert_rows as on main before this branch: COPY with write_row per row."""
+    from django.db import IntegrityError, connection
+    from psycopg import errors as pg_errors
+    from psycopg.types.json import Jsonb
+
+    from gpuplatform.bulk import _field
+
+    if not rows:
+        return
+    meta = model._meta
+    fields = [_field(meta, c) for c in columns]
+    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    json_at = [i for i, f in enumerate(fields) if f.get_internal_type() == "JSONField"]
+    connection.ensure_connection()
+    with connection.cursor() as cur:
+        try:
+            with cur.cursor.copy(f"COPY {connection.ops.quote_name(meta.db_table)} ({cols}) FROM STDIN") as copy:
+                write = copy.write_row
+                for row in rows:
+                    if json_at:
+                        row = list(row)
+                        for i in json_at:
+                            if row[i] is not None:
+                                row[i] = Jsonb(row[i])
+                    write(row)
+        except pg_errors.UniqueViolation as exc:
+            raise IntegrityError(str(exc)) from exc
+
+
+def _old_update_rows(model, rows, columns, constants, where=None):
+    """gpuplatform.bulk.update_rows' PostgreSQL path as on main before this branch: psycopg adapts each
+    column as a Python list."""
+    from django.db import connection
+
+    from gpuplatform.bulk import _field
+
+    if not rows:
+        return 0
+    where = where or {}
+    meta = model._meta
+    quote = connection.ops.quote_name
+    fields = [_field(meta, c) for c in columns]
+    types = ["bigint"] + [f.db_type(connection).split("(")[0] for f in fields]
+    const_fields = [(_field(meta, k), v) for k, v in constants.items()]
+    where_fields = [(_field(meta, k), v) for k, v in where.items()]
+    sets = [f"{quote(f.column)} = v.c{i}" for i, f in enumerate(fields)]
+    sets += [f"{quote(f.column)} = %s" for f, _ in const_fields]
+    conditions = "".join(f" AND t.{quote(f.column)} = %s" for f, _ in where_fields)
+    arrays = ", ".join(f"%s::{t}[]" for t in types)
+    names = ", ".join(["id"] + [f"c{i}" for i in range(len(fields))])
+    params = ([f.get_db_prep_save(v, connection) for f, v in const_fields] + [list(col) for col in zip(*rows)]
+              + [f.get_db_prep_save(v, connection) for f, v in where_fields])
+    with connection.cursor() as cur:
+        cur.execute(f"UPDATE {quote(meta.db_table)} AS t SET {', '.join(sets)} FROM unnest({arrays}) AS v({names}) "
+                    f"WHERE t.id = v.id{conditions}", params)
+        return cur.rowcount
+
+
+def _patches(name):
+    """[(module, attribute, value)] for a variant."""
+    from gpuplatform import bulk
+
+    if name == "new":
+        return []
+    if name == "old":
+        return [(bulk, "insert_rows", _old_insert_rows), (bulk, "update_rows", _old_update_rows)]
+    if name == "old_copy":
+        return [(bulk, "insert_rows", _old_insert_rows)]
+    if name == "old_update":
+        return [(bulk, "update_rows", _old_update_rows)]
+    raise SystemExit(f"unknown variant {name}")
+
+
+def _apply_patches(patches):
+    """Patch the attribute where it is defined and wherever it was imported by name (store, audit)."""
+    from gpuplatform import audit  # noqa: F401
+    from gpuplatform.scheduling import evict, store
+
+    undo = []
+    for mod, attr, value in patches:
+        original = getattr(mod, attr)
+        for m in (mod, store, evict):
+            if getattr(m, attr, None) is original:
+                undo.append((m, attr, original))
+                setattr(m, attr, value)
+    return undo
+
+
+def _trace(state) -> None:
+    """TRACE=1: wall time per step of the cycle (wrappers around the functions named below)."""
+    from gpuplatform import bulk
+    from gpuplatform.scheduling import evict, release, samples, store, usage_decay
+
+    def wrap(mod, attr, label):
+        fn = getattr(mod, attr)
+
+        def timed(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                tr = state.setdefault("trace", {})
+                tr[label] = tr.get(label, 0.0) + time.perf_counter() - t
+        setattr(mod, attr, timed)
+
+    for mod, attr in [(release, "release_expired"), (store, "build_snapshot"), (store, "rows"),
+                      (store, "insert_rows"), (store, "update_rows"), (store, "record_events"),
+                      (store, "_bind_all"), (store, "_excluded_node_events"), (evict, "apply_evictions"),
+                      (evict, "apply_holds"), (store, "_update_pending"), (samples, "write_samples"),
+                      (store, "close_idle_queues"), (store, "reserve_cycle"), (usage_decay, "record")]:
+        wrap(mod, attr, f"{mod.__name__.rsplit('.', 1)[-1]}.{attr}")
+    del bulk
+
+
+def main() -> None:
+    reps = int(os.environ.get("REPS", "3"))
+    names = os.environ.get("VARIANTS", "old,new").split(",")
+    which = os.environ.get("WORLD", "bind")
+    if which == "bind":
+        import bind_throughput
+
+        world = bind_throughput.world(280, 20_000, 1)
+    else:
+        world = C.scale_world(racks=280, pending=10_000, running=5_000)
+    with _db.bench_database("bench_apply16b_ab"):
+        loaded = _db.load_world(world)
+        import logging
+
+        from django.db import connection
+
+        from gpuplatform.scheduling import store
+
+        logging.getLogger("gpuplatform.scheduling.store").setLevel(logging.WARNING)
+        with connection.cursor() as cur:
+            cur.execute("VACUUM ANALYZE")
+        state = {"statements": 0.0, "commit": 0.0, "cpu": 0.0, "by": {}}
+
+        def timed(execute, sql, params, many, context):
+            t = time.perf_counter()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                dt = time.perf_counter() - t
+                state["statements"] += dt
+                key = sql[:70]
+                state["by"][key] = state["by"].get(key, 0.0) + dt
+
+        commit = connection._commit
+
+        def timed_commit():
+            t = time.perf_counter()
+            try:
+                return commit()
+            finally:
+                state["commit"] += time.perf_counter() - t
+
+        apply = store.apply_result
+
+        def measured(*args, **kwargs):
+            state.update(statements=0.0, commit=0.0, by={})
+            c0 = time.process_time()
+            connection._commit = timed_commit
+            try:
+                with connection.execute_wrapper(timed):
+                    return apply(*args, **kwargs)
+            finally:
+                connection._commit = commit
+                state["cpu"] = time.process_time() - c0
+
+        store.apply_result = measured
+        results: dict[str, list] = {n: [] for n in names}
+        first = True
+        if os.environ.get("PROFILE"):
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            store_apply = measured
+
+            def profiled(*a, **k):
+                prof.enable()
+                try:
+                    return store_apply(*a, **k)
+                finally:
+                    prof.disable()
+
+            store.apply_result = profiled
+            r = _db.timed_cycle()
+            print(r)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+            for k, v in sorted(state["by"].items(), key=lambda kv: -kv[1])[:15]:
+                print(f"  {v:.3f} {k}")
+            print(f"  commit {state['commit']:.3f}")
+            return
+        if os.environ.get("TRACE"):
+            _trace(state)
+        for rep in range(reps):
+            for name in names:
+                if not first:
+                    _db.reset_pending(loaded["pending_ids"])
+                first = False
+                undo = _apply_patches(_patches(name))
+                try:
+                    r = _db.timed_cycle()
+                finally:
+                    for m, attr, value in reversed(undo):
+                        setattr(m, attr, value)
+                row = {"total": r["total"], "snapshot": r["snapshot"], "engine": r["engine"], "apply": r["apply"],
+                       "cpu": state["cpu"], "statements": state["statements"], "commit": state["commit"]}
+                results[name].append(row)
+                print(f"rep {rep + 1} {name:10s} load {os.getloadavg()[0]:.1f}: total {r['total']:.3f} = snapshot "
+                      f"{r['snapshot']:.3f} + engine {r['engine']:.3f} + apply {r['apply']:.3f} (apply CPU "
+                      f"{state['cpu']:.3f}, statements {state['statements']:.3f}, commit {state['commit']:.3f}), "
+                      f"binds {r['binds']}", flush=True)
+                if os.environ.get("TRACE"):
+                    print("    " + ", ".join(f"{k} {v:.3f}" for k, v in state.pop("trace").items()))
+                if os.environ.get("STATEMENTS"):
+                    for k, v in sorted(state["by"].items(), key=lambda kv: -kv[1])[:10]:
+                        print(f"    {v:.3f} {k}")
+        print("medians:")
+        for name, rows in results.items():
+            print(f"  {name:10s} " + ", ".join(f"{k} {statistics.median(r[k] for r in rows):.3f}" for k in rows[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
