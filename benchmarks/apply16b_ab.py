@@ -8,7 +8,9 @@ the commit's; then medians per variant.
 
 WORLD=bind: bind_throughput's world (20,000 pending one-GPU jobs, 20,160 GPUs); WORLD=headline: cycle_scale's
 (10,000 pending, 5,000 running). A variant is a set of monkeypatches (VARIANTS below) applied for its runs only:
-`old` puts back the bulk writer of main as it was before this branch (copied here), `new` is the code as it is.
+`old` puts back main's apply as it was before this branch (COPY through write_row, update_rows' lists adapted by
+psycopg (copied here), no overlap), `old_copy` / `old_update` / `old_overlap` one of those parts only, `new` is
+the code as it is.
 PROFILE=1: one `new` cycle under cProfile (top functions of the apply printed), STATEMENTS=1: the statements'
 summed time per statement kind.
 
@@ -23,36 +25,6 @@ import time
 
 import _common as C
 import _db
-
-
-def _old_insert_rows(model, columns, rows):
-    """gpuplatform.bulk.insert_rows as on main before this branch: COPY with write_row per row."""
-    from django.db import IntegrityError, connection
-    from psycopg import errors as pg_errors
-    from psycopg.types.json import Jsonb
-
-    from gpuplatform.bulk import _field
-
-    if not rows:
-        return
-    meta = model._meta
-    fields = [_field(meta, c) for c in columns]
-    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    json_at = [i for i, f in enumerate(fields) if f.get_internal_type() == "JSONField"]
-    connection.ensure_connection()
-    with connection.cursor() as cur:
-        try:
-            with cur.cursor.copy(f"COPY {connection.ops.quote_name(meta.db_table)} ({cols}) FROM STDIN") as copy:
-                write = copy.write_row
-                for row in rows:
-                    if json_at:
-                        row = list(row)
-                        for i in json_at:
-                            if row[i] is not None:
-                                row[i] = Jsonb(row[i])
-                    write(row)
-        except pg_errors.UniqueViolation as exc:
-            raise IntegrityError(str(exc)) from exc
 
 
 def _old_update_rows(model, rows, columns, constants, where=None):
@@ -87,15 +59,23 @@ def _old_update_rows(model, rows, columns, constants, where=None):
 def _patches(name):
     """[(module, attribute, value)] for a variant."""
     from gpuplatform import bulk
+    from gpuplatform.scheduling import store
 
+    def unformatted(model, columns, rows, vendor="postgresql"):  # COPY through write_row, as before
+        return bulk.CopyRows(model, columns, list(rows), None)
+
+    def sequential(work, db_work, parallel):
+        db_work()
+        return work()
+
+    old = {"copy": (bulk, "copy_rows", unformatted), "update": (bulk, "update_rows", _old_update_rows),
+           "overlap": (store, "_overlapped", sequential)}
     if name == "new":
         return []
     if name == "old":
-        return [(bulk, "insert_rows", _old_insert_rows), (bulk, "update_rows", _old_update_rows)]
-    if name == "old_copy":
-        return [(bulk, "insert_rows", _old_insert_rows)]
-    if name == "old_update":
-        return [(bulk, "update_rows", _old_update_rows)]
+        return list(old.values())
+    if name.startswith("old_"):  # old_copy, old_update, old_overlap: that one part as before
+        return [old[name[4:]]]
     raise SystemExit(f"unknown variant {name}")
 
 
@@ -131,7 +111,9 @@ def _trace(state) -> None:
                 tr[label] = tr.get(label, 0.0) + time.perf_counter() - t
         setattr(mod, attr, timed)
 
-    for mod, attr in [(release, "release_expired"), (store, "build_snapshot"), (store, "rows"),
+    import scheduler.core
+
+    for mod, attr in [(scheduler.core, "run_cycle"), (store, "apply_result"), (release, "release_expired"), (store, "build_snapshot"), (store, "rows"),
                       (store, "insert_rows"), (store, "update_rows"), (store, "record_events"),
                       (store, "_bind_all"), (store, "_excluded_node_events"), (evict, "apply_evictions"),
                       (evict, "apply_holds"), (store, "_update_pending"), (samples, "write_samples"),
