@@ -9,7 +9,8 @@ the commit's; then medians per variant.
 WORLD=bind: bind_throughput's world (20,000 pending one-GPU jobs, 20,160 GPUs); WORLD=headline: cycle_scale's
 (10,000 pending, 5,000 running). A variant is a set of monkeypatches (VARIANTS below) applied for its runs only:
 `old` puts back main's apply as it was before this branch (COPY through write_row, update_rows' lists adapted by
-psycopg (copied here), no overlap), `old_copy` / `old_update` / `old_overlap` one of those parts only, `new` is
+psycopg (copied here), no overlap, every foreign-key check at the commit), `old_copy` / `old_update` /
+`old_overlap` / `old_checks` one of those parts only, `new` is
 the code as it is.
 PROFILE=1: one `new` cycle under cProfile (top functions of the apply printed), STATEMENTS=1: the statements'
 summed time per statement kind.
@@ -69,7 +70,7 @@ def _patches(name):
         return work()
 
     old = {"copy": (bulk, "copy_rows", unformatted), "update": (bulk, "update_rows", _old_update_rows),
-           "overlap": (store, "_overlapped", sequential)}
+           "overlap": (store, "_overlapped", sequential), "checks": (store, "_run_deferred_checks", lambda: None)}
     if name == "new":
         return []
     if name == "old":
@@ -146,14 +147,15 @@ def main() -> None:
         state = {"statements": 0.0, "commit": 0.0, "cpu": 0.0, "by": {}}
 
         def timed(execute, sql, params, many, context):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), backend_cpu()
             try:
                 return execute(sql, params, many, context)
             finally:
                 dt = time.perf_counter() - t
                 state["statements"] += dt
                 key = sql[:70]
-                state["by"][key] = state["by"].get(key, 0.0) + dt
+                w, sc = state["by"].get(key, (0.0, 0.0))
+                state["by"][key] = (w + dt, sc + backend_cpu() - c)
 
         commit = connection._commit
 
@@ -166,8 +168,19 @@ def main() -> None:
 
         apply = store.apply_result
 
+        def backend_cpu() -> float:
+            """CPU seconds (user + system) of this connection's server process so far (/proc: same machine)."""
+            pid = connection.connection.info.backend_pid if connection.connection is not None else 0
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except OSError:
+                return float("nan")
+
         def measured(*args, **kwargs):
             state.update(statements=0.0, commit=0.0, by={})
+            s0 = backend_cpu()
             c0 = time.process_time()
             connection._commit = timed_commit
             try:
@@ -176,8 +189,36 @@ def main() -> None:
             finally:
                 connection._commit = commit
                 state["cpu"] = time.process_time() - c0
+                state["server"] = backend_cpu() - s0
 
         store.apply_result = measured
+        snapshot = store.build_snapshot
+
+        def measured_snapshot(*args, **kwargs):  # SNAPSHOT=1: the snapshot read's statements, client and server CPU
+            if not os.environ.get("SNAPSHOT"):
+                return snapshot(*args, **kwargs)
+            state["by"] = {}
+            s0, c0, w0 = backend_cpu(), time.process_time(), time.perf_counter()
+            prof = None
+            if os.environ.get("SNAPSHOT") == "profile":
+                import cProfile
+
+                prof = cProfile.Profile()
+                prof.enable()
+            with connection.execute_wrapper(timed):
+                out = snapshot(*args, **kwargs)
+            if prof is not None:
+                import pstats
+
+                prof.disable()
+                pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+            print(f"  snapshot wall {time.perf_counter() - w0:.3f}, client CPU {time.process_time() - c0:.3f}, "
+                  f"server CPU {backend_cpu() - s0:.2f}")
+            for k, v in sorted(state["by"].items(), key=lambda kv: -kv[1][0])[:12]:
+                print(f"    wall {v[0]:.3f} server CPU {v[1]:.2f} {k}")
+            return out
+
+        store.build_snapshot = measured_snapshot
         results: dict[str, list] = {n: [] for n in names}
         first = True
         if os.environ.get("PROFILE"):
@@ -198,8 +239,8 @@ def main() -> None:
             r = _db.timed_cycle()
             print(r)
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
-            for k, v in sorted(state["by"].items(), key=lambda kv: -kv[1])[:15]:
-                print(f"  {v:.3f} {k}")
+            for k, v in sorted(state["by"].items(), key=lambda kv: -kv[1][0])[:15]:
+                print(f"  wall {v[0]:.3f} server CPU {v[1]:.2f} {k}")
             print(f"  commit {state['commit']:.3f}")
             return
         if os.environ.get("TRACE"):
@@ -216,17 +257,17 @@ def main() -> None:
                     for m, attr, value in reversed(undo):
                         setattr(m, attr, value)
                 row = {"total": r["total"], "snapshot": r["snapshot"], "engine": r["engine"], "apply": r["apply"],
-                       "cpu": state["cpu"], "statements": state["statements"], "commit": state["commit"]}
+                       "cpu": state["cpu"], "server": state["server"], "statements": state["statements"], "commit": state["commit"]}
                 results[name].append(row)
                 print(f"rep {rep + 1} {name:10s} load {os.getloadavg()[0]:.1f}: total {r['total']:.3f} = snapshot "
                       f"{r['snapshot']:.3f} + engine {r['engine']:.3f} + apply {r['apply']:.3f} (apply CPU "
-                      f"{state['cpu']:.3f}, statements {state['statements']:.3f}, commit {state['commit']:.3f}), "
+                      f"{state['cpu']:.3f}, server CPU {state['server']:.2f}, statements {state['statements']:.3f}, commit {state['commit']:.3f}), "
                       f"binds {r['binds']}", flush=True)
                 if os.environ.get("TRACE"):
                     print("    " + ", ".join(f"{k} {v:.3f}" for k, v in state.pop("trace").items()))
                 if os.environ.get("STATEMENTS"):
-                    for k, v in sorted(state["by"].items(), key=lambda kv: -kv[1])[:10]:
-                        print(f"    {v:.3f} {k}")
+                    for k, v in sorted(state["by"].items(), key=lambda kv: -kv[1][0])[:10]:
+                        print(f"    wall {v[0]:.3f} server CPU {v[1]:.2f} {k}")
         print("medians:")
         for name, rows in results.items():
             print(f"  {name:10s} " + ", ".join(f"{k} {statistics.median(r[k] for r in rows):.3f}" for k in rows[0]))
