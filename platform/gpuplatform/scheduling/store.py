@@ -359,7 +359,8 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
         _run_deferred_checks()  # the allocations' (task, GPU, job: the job rows still carry the lock above)
         update_rows(Task, tasks, ["node_id", "state"], {})
 
-    admitted, out, formatted = _overlapped(events, tasks_written, vendor == "postgresql" and len(started) >= 1000)
+    admitted, out, formatted = _overlapped(events, tasks_written,
+                                           vendor == "postgresql" and len(started) >= PARALLEL_FORMAT_MIN)
     record_events(formatted)
     _run_deferred_checks()  # the events' (job: still the locked row version, no new row lock)
     update_rows(Job, jobs, ["placement_domain", "placement_tier", "state", "started_at"], bind_fields(clock))
@@ -378,6 +379,10 @@ def _run_deferred_checks() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:
             cur.execute("SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED")
+
+
+# the fewest starts for which _bind_all formats its Events in a worker thread (below, a thread costs more than it saves)
+PARALLEL_FORMAT_MIN = 1000
 
 
 def _overlapped(work, db_work, parallel: bool):
