@@ -104,17 +104,20 @@ def _trace(state) -> None:
         fn = getattr(mod, attr)
 
         def timed(*a, **k):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), state["backend_cpu"]()
             try:
                 return fn(*a, **k)
             finally:
                 tr = state.setdefault("trace", {})
-                tr[label] = tr.get(label, 0.0) + time.perf_counter() - t
+                w, sc = tr.get(label, (0.0, 0.0))
+                tr[label] = (w + time.perf_counter() - t, sc + state["backend_cpu"]() - c)
         setattr(mod, attr, timed)
 
     import scheduler.core
 
-    for mod, attr in [(scheduler.core, "run_cycle"), (store, "apply_result"), (release, "release_expired"), (store, "build_snapshot"), (store, "rows"),
+
+
+    for mod, attr in [(store, "_run_deferred_checks"), (scheduler.core, "run_cycle"), (store, "apply_result"), (release, "release_expired"), (store, "build_snapshot"), (store, "rows"),
                       (store, "insert_rows"), (store, "update_rows"), (store, "record_events"),
                       (store, "_bind_all"), (store, "_excluded_node_events"), (evict, "apply_evictions"),
                       (evict, "apply_holds"), (store, "_update_pending"), (samples, "write_samples"),
@@ -177,6 +180,8 @@ def main() -> None:
                 return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
             except OSError:
                 return float("nan")
+
+        state["backend_cpu"] = backend_cpu
 
         def measured(*args, **kwargs):
             state.update(statements=0.0, commit=0.0, by={})
@@ -264,7 +269,7 @@ def main() -> None:
                       f"{state['cpu']:.3f}, server CPU {state['server']:.2f}, statements {state['statements']:.3f}, commit {state['commit']:.3f}), "
                       f"binds {r['binds']}", flush=True)
                 if os.environ.get("TRACE"):
-                    print("    " + ", ".join(f"{k} {v:.3f}" for k, v in state.pop("trace").items()))
+                    print("    " + ", ".join(f"{k} {v[0]:.3f} (server {v[1]:.2f})" for k, v in state.pop("trace").items()))
                 if os.environ.get("STATEMENTS"):
                     for k, v in sorted(state["by"].items(), key=lambda kv: -kv[1][0])[:10]:
                         print(f"    wall {v[0]:.3f} server CPU {v[1]:.2f} {k}")

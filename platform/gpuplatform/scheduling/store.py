@@ -310,8 +310,8 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
     """Start every job of the cycle with a handful of bulk statements (the fast path): lock the jobs still
     pending, check each decision against the rows, then one INSERT of all allocations, bulk task and job
     updates, and the Events (written here). Returns ("admitted" Events, excluded-node Events
-    (_excluded_node_events), [(job id, why stale)]), or None when the INSERT hits the one-live-allocation index (a racing cycle bound a GPU): the savepoint
-    rolls back and the caller goes job by job.
+    (_excluded_node_events), [(job id, why stale)]), or None when the INSERT hits the one-live-allocation
+    index (a racing cycle bound a GPU): the savepoint rolls back and the caller goes job by job.
 
     Order: the lock, the allocations, their foreign-key checks and the task update (while a worker thread builds
     and formats the Events: JSON, COPY text, ~0.15 s of client CPU for 20,000 starts, _overlapped), the Events and
