@@ -4,7 +4,9 @@ rolled back: lock the pending jobs FOR NO KEY UPDATE (as _bind_all does), then t
 `SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED` (the deferred checks queued so far run there), and a
 last `fk` stands for the commit's. Prints per order the median total and steps.
 
-    BENCH_DB=<db> REPS=5 python benchmarks/apply16b_order.py
+    BENCH_DB=<db> REPS=5 [ORDERS=now,branch] python benchmarks/apply16b_order.py
+    BENCH_DB=<db> REPS=5 FK_COSTS=1 python benchmarks/apply16b_order.py   # this branch's order with some foreign
+                                       # keys dropped inside the rolled-back transaction: what each costs (experiment)
 """
 from __future__ import annotations
 
@@ -19,11 +21,26 @@ STEP = {}
 STEP["lock"] = ("SELECT id FROM gpuplatform_job WHERE id IN (SELECT DISTINCT job_id FROM e2e2_plan) "
                 "AND state = 'pending' ORDER BY id FOR NO KEY UPDATE")
 STEP["fk"] = "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED"
+# experiments only (inside the rolled-back transaction): what some foreign keys cost, by dropping them for the run
+STEP["drop_event_null_fks"] = ("ALTER TABLE gpuplatform_event DROP CONSTRAINT gpuplatform_event_actor_id_b728e953_fk_auth_user_id, "
+                               "DROP CONSTRAINT gpuplatform_event_node_id_41fd425e_fk_gpuplatform_node_id, "
+                               "DROP CONSTRAINT gpuplatform_event_queue_id_2520d37e_fk_gpuplatform_queue_id")
+STEP["drop_alloc_job_fk"] = ("ALTER TABLE gpuplatform_allocation DROP CONSTRAINT "
+                             "gpuplatform_allocation_job_id_4ca6c166_fk_gpuplatform_job_id")
+STEP["drop_alloc_mig_fk"] = ("ALTER TABLE gpuplatform_allocation DROP CONSTRAINT "
+                             "gpuplatform_allocati_mig_instance_id_7d12585d_fk_gpuplatfo")
 ORDERS = {
     "now": ["lock", "allocations", "tasks", "jobs", "events", "fk"],
     "checks_before_job_update": ["lock", "allocations", "events", "fk", "tasks", "jobs", "fk"],
     "alloc_checks_first": ["lock", "allocations", "fk", "tasks", "jobs", "events", "fk"],
+    "branch": ["lock", "allocations", "fk", "tasks", "events", "fk", "jobs", "fk"],  # store._bind_all now
 }
+if os.environ.get("ORDERS"):  # ORDERS=now,branch
+    ORDERS = {k: ORDERS[k] for k in os.environ["ORDERS"].split(",")}
+if os.environ.get("FK_COSTS"):  # what the foreign keys cost, the order of this branch
+    base = ["lock", "allocations", "fk", "tasks", "events", "fk", "jobs", "fk"]
+    ORDERS = {"branch": base, "no_event_null_fks": ["drop_event_null_fks"] + base,
+              "no_alloc_job_fk": ["drop_alloc_job_fk"] + base, "no_alloc_mig_fk": ["drop_alloc_mig_fk"] + base}
 
 
 class _Rollback(Exception):
