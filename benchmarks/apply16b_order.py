@@ -1,0 +1,89 @@
+"""The order of the apply's bulk writes and its foreign-key checks, as plain SQL side by side (issue 16, branch apply16b):
+the headline world loaded into a throw-away database (BENCH_DB), then per order, alternating, in a transaction that is
+rolled back: lock the pending jobs FOR NO KEY UPDATE (as _bind_all does), then the steps in the order given; `fk` is
+`SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED` (the deferred checks queued so far run there), and a
+last `fk` stands for the commit's. Prints per order the median total and steps.
+
+    BENCH_DB=<db> REPS=5 [ORDERS=now,branch] python benchmarks/apply16b_order.py
+    BENCH_DB=<db> REPS=5 FK_COSTS=1 python benchmarks/apply16b_order.py   # this branch's order with some foreign
+                                       # keys dropped inside the rolled-back transaction: what each costs (experiment)
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+import _common as C
+import _db
+STEP = {}
+STEP["lock"] = ("SELECT id FROM gpuplatform_job WHERE id IN (SELECT DISTINCT job_id FROM e2e2_plan) "
+                "AND state = 'pending' ORDER BY id FOR NO KEY UPDATE")
+STEP["fk"] = "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED"
+# experiments only (inside the rolled-back transaction): what some foreign keys cost, by dropping them for the run
+STEP["drop_event_null_fks"] = ("ALTER TABLE gpuplatform_event DROP CONSTRAINT gpuplatform_event_actor_id_b728e953_fk_auth_user_id, "
+                               "DROP CONSTRAINT gpuplatform_event_node_id_41fd425e_fk_gpuplatform_node_id, "
+                               "DROP CONSTRAINT gpuplatform_event_queue_id_2520d37e_fk_gpuplatform_queue_id")
+STEP["drop_alloc_job_fk"] = ("ALTER TABLE gpuplatform_allocation DROP CONSTRAINT "
+                             "gpuplatform_allocation_job_id_4ca6c166_fk_gpuplatform_job_id")
+STEP["drop_alloc_mig_fk"] = ("ALTER TABLE gpuplatform_allocation DROP CONSTRAINT "
+                             "gpuplatform_allocati_mig_instance_id_7d12585d_fk_gpuplatfo")
+ORDERS = {
+    "now": ["lock", "allocations", "tasks", "jobs", "events", "fk"],
+    "checks_before_job_update": ["lock", "allocations", "events", "fk", "tasks", "jobs", "fk"],
+    "alloc_checks_first": ["lock", "allocations", "fk", "tasks", "jobs", "events", "fk"],
+    "branch": ["lock", "allocations", "fk", "tasks", "events", "fk", "jobs", "fk"],  # store._bind_all now
+}
+if os.environ.get("ORDERS"):  # ORDERS=now,branch
+    ORDERS = {k: ORDERS[k] for k in os.environ["ORDERS"].split(",")}
+if os.environ.get("FK_COSTS"):  # what the foreign keys cost, the order of this branch
+    base = ["lock", "allocations", "fk", "tasks", "events", "fk", "jobs", "fk"]
+    ORDERS = {"branch": base, "no_event_null_fks": ["drop_event_null_fks"] + base,
+              "no_alloc_job_fk": ["drop_alloc_job_fk"] + base, "no_alloc_mig_fk": ["drop_alloc_mig_fk"] + base}
+
+
+class _Rollback(Exception):
+    pass
+
+
+def main() -> None:
+    reps = int(os.environ.get("REPS", "5"))
+    world = C.scale_world(racks=280, pending=10_000, running=5_000)
+    with _db.bench_database("bench_apply16b_order"):
+        _db.load_world(world)
+        from django.db import connection, transaction
+
+        from apply_schema_ab import _PLAN, _STEPS  # after the database is set up (it imports a migration)
+
+        STEP.update(_STEPS)
+        with connection.cursor() as cur:
+            cur.execute(_PLAN)
+            cur.execute("ANALYZE e2e2_plan")
+            cur.execute("VACUUM ANALYZE")
+        res = {n: [] for n in ORDERS}
+        for _ in range(reps):
+            for name, steps in ORDERS.items():
+                times = []
+                with connection.cursor() as cur:
+                    try:
+                        with transaction.atomic():
+                            for step in steps:
+                                t = time.perf_counter()
+                                cur.execute(STEP[step])
+                                times.append(time.perf_counter() - t)
+                            raise _Rollback
+                    except _Rollback:
+                        pass
+                res[name].append(times)
+                print(f"{name:26s} total {sum(times):.3f} = " + " + ".join(f"{s} {t:.3f}" for s, t in zip(steps, times)),
+                      flush=True)
+        print(f"medians of {reps}, load {os.getloadavg()[0]:.1f}:")
+        for name, steps in ORDERS.items():
+            med = [statistics.median(r[i] for r in res[name]) for i in range(len(steps))]
+            print(f"  {name:26s} total {statistics.median(sum(r) for r in res[name]):.3f} = "
+                  + " + ".join(f"{s} {t:.3f}" for s, t in zip(steps, med)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
