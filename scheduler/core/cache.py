@@ -237,7 +237,9 @@ class PendingChanges:
                 ids.difference_update(gone_ids)
                 ids |= came_ids
                 jobs.update(zip(map(id, came), came))
-                self.pending, self.came, self.gone, self.valid = pending, list(came), list(gone), True
+                # valid as the diff below says: False when no job of the last list is kept (users start over)
+                self.valid = not gone or len(before) > len(gone)
+                self.pending, self.came, self.gone = pending, list(came), list(gone)
                 self.epoch += 1
                 return self
         if before is not None and len(pending) == len(before) == len(self.ids) and pending == before:
