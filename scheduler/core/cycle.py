@@ -12,8 +12,8 @@ Phases, each timed in CycleResult.timings (seconds):
      GPUs other queues borrowed; the freed GPUs are held for them (actions/evict.py, preempt.py, reclaim.py).
      The jobs within their queue's entitlement that could not start do so before the first job that would
      borrow is tried (allocate's `before_borrowers`), the rest after allocate;
-     then running elastic jobs not evicted this cycle grow into what is left (actions/grow.py), and evictions still in their
-     grace period whose beneficiary no longer holds the victim's GPUs (it left, started elsewhere, or its
+     then running elastic jobs not evicted this cycle grow into what is left (actions/grow.py), and evictions
+     still in their grace period whose beneficiary no longer holds the victim's GPUs (it left, started elsewhere, or its
      hold moved) are withdrawn (`withdrawals`); every `reschedule_every` cycles, jobs blocked by fragmentation alone
      may have migratable jobs moved out of their way, or get advice (actions/reschedule.py);
   4. metrics: allocation rate, largest runnable job per tier, fragmentation rate, domain completeness;

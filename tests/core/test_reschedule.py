@@ -251,7 +251,8 @@ def test_largest_runnable_is_judged_after_this_cycles_bindings():
     snap = w.snapshot(now=3600)
     result = run_cycle(snap, ON)
     check_result(snap, result)
-    assert {t.node for b in result.bindings if b.job_id == "p1" for t in b.tasks} == {"rack2-n1", "rack2-n2", "rack2-n3"}
+    [p1] = [b for b in result.bindings if b.job_id == "p1"]
+    assert {t.node for t in p1.tasks} == {"rack2-n1", "rack2-n2", "rack2-n3"}
     assert [(m.job_id, [t.node for t in m.tasks]) for m in result.moves] == [("r4", ["rack2-n4"])]
     assert _largest(snap)[1] == 32 and _largest(_after_moves(snap, result))[1] == 24  # the snapshot's view
     assert _largest(_as_left(snap, result, moved=False))[1] == 8
