@@ -12,8 +12,8 @@ Phases, each timed in CycleResult.timings (seconds):
      GPUs other queues borrowed; the freed GPUs are held for them (actions/evict.py, preempt.py, reclaim.py).
      The jobs within their queue's entitlement that could not start do so before the first job that would
      borrow is tried (allocate's `before_borrowers`), the rest after allocate;
-     then running elastic jobs grow into what is left (actions/grow.py), and evictions still in their
-     grace period whose beneficiary no longer holds the victim's GPUs (it left, started elsewhere, or its
+     then running elastic jobs not evicted this cycle grow into what is left (actions/grow.py), and evictions
+     still in their grace period whose beneficiary no longer holds the victim's GPUs (it left, started elsewhere, or its
      hold moved) are withdrawn (`withdrawals`); every `reschedule_every` cycles, jobs blocked by fragmentation alone
      may have migratable jobs moved out of their way, or get advice (actions/reschedule.py);
   4. metrics: allocation rate, largest runnable job per tier, fragmentation rate, domain completeness;
@@ -116,7 +116,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
         result.moves, result.advice = moved.moves, moved.advice
     nominated = session.nominated
     waiting = [j for j in allocation.failed_order if j.id not in nominated] if nominated else allocation.failed_order
-    result.growths = grow(session, waiting, facts)
+    result.growths = grow(session, waiting, facts, {e.job_id for e in result.evictions})  # the evicted never grow
     result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in session.nominated.items()]
     result.withdrawals = withdrawals(snapshot, session.nominated, facts)
     result.estimated_start = reservations.estimated_start

@@ -1,10 +1,13 @@
 """Property tests over many cycles: no thrashing in a stable world, guarantees and limits hold at every
 level after every eviction, and a big job at the head of its queue is not starved by a stream of small
 jobs (hypothesis, random clusters, queues and job streams)."""
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.testing import World, role
+from scheduler.core import run_cycle
+from scheduler.core.testing import World, check_result, role
 from scheduler.sim.scenario import ScenarioRunner
 
 
@@ -50,6 +53,49 @@ def test_stable_world_stops_evicting_and_keeps_guarantees(world, grace):
     # every beneficiary of an eviction eventually started (no eviction for a job that does not start)
     for ev in runner.evictions:
         assert ev.beneficiary in runner.started or ev.beneficiary in runner.finished
+
+
+def _wanting(snapshot, job_id, tasks, min_available):
+    """The snapshot with running job `job_id` wanting `tasks` tasks (it runs fewer: an elastic job short of
+    tasks, which grow places when they fit)."""
+    return replace(snapshot, jobs=tuple(
+        replace(j, roles=(role(tasks=tasks, gpus_per_task=j.roles[0].gpus_per_task, min_available=min_available),))
+        if j.id == job_id else j for j in snapshot.jobs))
+
+
+def test_job_preempted_this_cycle_does_not_grow():
+    """Reduced from the stability property ("j2: bound and evicted"): elastic j2 runs 3 of its 4 one-GPU tasks;
+    j0 (priority 1, not preemptible) may run only within q0's entitlement, so it preempts j2 (priority 0);
+    n1/7 is still free, and grow used to give it to j2 in the same cycle: a job evicted and given a task at
+    once (the task would start, then be killed with the job)."""
+    w = (World().nodes(count=1, gpus=8, flavor="A100").queue(name="root", quota={"A100": 8})
+         .queue(name="q0", parent="root", quota={"A100": 4}, limit={"A100": 7})
+         .queue(name="q1", parent="root", quota={"A100": 4}, limit={"A100": 4})
+         .running(name="j1", queue="q0", nodes=["n1", "n1"], gpus_per_task=2, priority=2, preemptible=False)
+         .running(name="j2", queue="q0", nodes=["n1"] * 3, gpus_per_task=1)
+         .job(name="j0", queue="q0", tasks=1, gpus_per_task=1, priority=1, preemptible=False))
+    snap = _wanting(w.snapshot(now=10), "j2", 4, 3)
+    result = run_cycle(snap)
+    check_result(snap, result)
+    assert [(e.job_id, e.rule, e.beneficiary, e.tasks) for e in result.evictions] == [("j2", "preempt", "j0", ())]
+    assert [(n.job_id, [(t.node, t.gpus) for t in n.tasks]) for n in result.nominations] == [("j0", [("n1", (4,))])]
+    assert result.growths == [] and result.metrics["free_gpus"] == 1  # n1/7 stays free
+
+
+def test_job_reclaimed_this_cycle_does_not_grow_back():
+    """Variant with a partial eviction: jb (qb, 2 x 2 GPUs) reclaims one surplus task of elastic ja (qa
+    borrows; 5 of 8 one-GPU tasks) to get n3 whole; n5/1 stays free (jb cannot use one GPU), and grow used to
+    give ja a task there in the cycle that took one back."""
+    w = (World().nodes(count=5, gpus=2).queue(name="qa", quota={"H100": 2}).queue(name="qb", quota={"H100": 6})
+         .running(name="ja", queue="qa", nodes=["n1", "n1", "n2", "n2", "n3"], gpus_per_task=1, min_available=2)
+         .running(name="x", queue="qb", nodes=["n5"], gpus_per_task=1, preemptible=False)
+         .job(name="jb", queue="qb", tasks=2, gpus_per_task=2, submit=10))
+    snap = _wanting(w.snapshot(now=20), "ja", 8, 2)
+    result = run_cycle(snap)
+    check_result(snap, result)
+    assert [(e.job_id, e.rule, e.beneficiary, e.tasks) for e in result.evictions] == [
+        ("ja", "reclaim", "jb", (("worker", 4),))]
+    assert result.growths == []
 
 
 @settings(max_examples=40, deadline=None)

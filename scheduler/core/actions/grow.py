@@ -1,10 +1,12 @@
 """The grow action: a running elastic job's missing tasks (above min_available, e.g. surplus tasks that were
 reclaimed, or that did not fit at start) are placed when they fit (DESIGN section 5).
 
-    grow(session, waiting) -> list[Binding]   (rule "grow", one per job that got tasks)
+    grow(session, waiting, facts, evicted) -> list[Binding]   (rule "grow", one per job that got tasks)
 
 Runs after allocate and the eviction phase, so pending jobs, holds and reservations come first: the GPUs
-held for beneficiaries, drains and the EASY reservation are out of the pool. Jobs are taken lowest share
+held for beneficiaries, drains and the EASY reservation are out of the pool. A job evicted this cycle,
+wholly or some of its tasks (preempt, reclaim, reschedule), does not grow: it is leaving, or giving tasks
+back, in this very cycle (a job is never both evicted and given tasks in one cycle). Jobs are taken lowest share
 of their flavor first (the allocate order's measure). Each job grows on the flavor it runs on, within
 its queue's limits at every level; a non-preemptible job only within its queue's entitlement (it could
 never be reclaimed); and a job grows past its queue's entitlement (borrowing) only while no job of
@@ -13,6 +15,8 @@ at once). Topology: the new tasks go first inside the lowest domain holding the 
 up to the job's tier cap (a hard constraint keeps them inside its domain of highest_tier). Units: GPUs.
 """
 from __future__ import annotations
+
+from typing import Collection
 
 from ..domain_tree import common_domain
 from ..plugins.quota import INF
@@ -34,11 +38,12 @@ def _tasks(job: JobInfo) -> int:
     return roles[0].tasks if len(roles) == 1 else sum(r.tasks for r in roles)
 
 
-def grow(session: Session, waiting: list[JobInfo], facts=None) -> list[Binding]:
+def grow(session: Session, waiting: list[JobInfo], facts=None, evicted: Collection = ()) -> list[Binding]:
     """Bindings of the new tasks of running jobs (module docstring); applied to the state and charged.
     waiting: the pending jobs that did not start this cycle (and hold nothing). facts: the snapshot's
     jobindex.Facts (EngineCache.scan) or None: when no running job places fewer tasks than its roles want
-    (Facts.short), none can grow and the jobs are not scanned."""
+    (Facts.short), none can grow and the jobs are not scanned. evicted: ids of the jobs with an eviction this
+    cycle (whole or partial): they do not grow."""
     if facts is not None and not facts.short:
         return []
     state, queues, tree = session.state, session.queues, session.tree
@@ -49,7 +54,8 @@ def grow(session: Session, waiting: list[JobInfo], facts=None) -> list[Binding]:
     # a job running every task of every role misses none (task indices are unique and below the role's
     # count): only the others are asked (missing_gpus)
     growing = [j for j in session.snapshot.jobs if j.state == "running" and j.placement and queues.known(j.queue)
-               and (len(j.placement) < _tasks(j) and missing_gpus(j, releasing.get(j.id, ())))]
+               and (len(j.placement) < _tasks(j) and missing_gpus(j, releasing.get(j.id, ())))
+               and j.id not in evicted]
     if not growing:
         return []
     flavor_of = state.static.node_flavor  # node name -> flavor

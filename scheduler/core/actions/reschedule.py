@@ -16,7 +16,9 @@ chosen job must then find a new place of the same size and flavor outside the GP
 topology rule applies); the beneficiary's placement counts as taken. A plan is kept only when
   - every moved job has its new place (never a move that does not let the waiting job start),
   - the largest runnable job (metrics.cluster_metrics' largest_runnable) at the domain's tier and every
-    tier above is not lower once the moved jobs sit at their new places and their old GPUs are free,
+    tier above is not lower once the moved jobs sit at their new places and their old GPUs are free, than
+    without the moves; both in the state as this cycle's allocate and eviction phases (and earlier plans)
+    left it: its bindings and holds taken, not the snapshot's,
 and among the plans the one with the fewest moves, then fewest GPUs moved, wins (lowest tier first).
 
 Applying a plan: the moved jobs are evicted gracefully (Eviction rule "reschedule", `grace` = their
