@@ -4,7 +4,9 @@ refused at every level, and one flat error shape for serializer and service erro
 the API and the job form)."""
 from __future__ import annotations
 
+import base64
 import inspect
+import json
 from pathlib import Path
 
 import pytest
@@ -180,6 +182,19 @@ def test_pagination_stable_variants_same_timestamp_other_order_and_events(client
     for bad in ("garbage", "eyJ2IjpbMV0sImQiOiJuIiwibyI6WyItaWQiXX0"):  # a cursor of another ordering
         r = member.get(f"/api/v1/jobs/?cursor={bad}")
         assert r.status_code == 400 and "cursor" in r.json()
+
+    def forged(values, order):  # a cursor as the API writes one (base64 JSON, unsigned: anyone can write one)
+        raw = json.dumps({"v": values, "d": "n", "o": order}).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    # nulls in a forged cursor (new-user report 8 F1: 500 "Cannot use None as a query value"): 400 naming it
+    for url, order, values in (("/api/v1/jobs/", ["-submitted_at", "-id"], [None, None]),
+                               ("/api/v1/jobs/", ["-submitted_at", "-id"], ["2017-09-28T00:00:00+00:00", None]),
+                               ("/api/v1/jobs/?ordering=name", ["name", "id"], [None, 3]),
+                               ("/api/v1/events/", ["-time", "-id"], [None, None])):
+        sep = "&" if "?" in url else "?"
+        r = (admin if "events" in url else member).get(f"{url}{sep}cursor={forged(values, order)}")
+        assert r.status_code == 400 and "cursor" in r.json(), (url, values, r.status_code)
     assert member.get("/api/v1/jobs/?ordering=estimated_start").status_code == 400
     assert member.get("/api/v1/jobs/?limit=0").status_code == 400
 

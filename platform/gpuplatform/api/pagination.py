@@ -75,7 +75,10 @@ class KeysetPagination(BasePagination):
             if order != ordering or direction not in ("n", "p") or len(values) != len(ordering):
                 raise ValueError
             fields = [model._meta.get_field("id" if s.lstrip("-") == "pk" else s.lstrip("-")) for s in ordering]
-            return [f.to_python(v) for f, v in zip(fields, values)], direction
+            values = [f.to_python(v) for f, v in zip(fields, values)]
+            if any(v is None for v in values):
+                raise ValueError  # the ordering columns hold no NULL: not a cursor this list gave
+            return values, direction
         except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, DjangoValidationError,
                 FieldDoesNotExist):
             raise ValidationError({self.cursor_query_param: [
