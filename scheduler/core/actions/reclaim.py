@@ -76,10 +76,8 @@ def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flav
             if limiter == job.queue:
                 return None
             candidates = [u for u in candidates if limiter in queues.chain(u.job.queue)]
-        ledger = ReclaimLedger(queues, job.queue, flavor_of)
         found = find_victims(session, job, flavor, target=target, units=candidates,
-                             allows=lambda u: ledger.allows(u.job, u.tasks), take=lambda u: ledger.take(u.job, u.tasks),
-                             give_back=lambda u: ledger.give_back(u.job, u.tasks), room=limit_room)
+                             ledger=ReclaimLedger(queues, job.queue, flavor_of), room=limit_room)
         if found is not None:
             placement, victims = found
             return placement, eviction_records(victims, "reclaim", job)
