@@ -115,36 +115,37 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
     need = job.gpus_min
     needs = _slot_needs(job)
     claim = ledger.claim if ledger is not None else None
+    mark = ledger.mark() if ledger is not None else None
     counts: _Freed | None = _Freed(state, root, flavor, need, needs)  # None once the Trial holds the victims
     trial = Trial(state)
     chosen: list[Unit] = []
     chosen_gpus = 0
-    taken: dict[object, set] = {}
+    taken: dict[object, list] = {}  # victim job id -> the tasks chosen of it so far, per unit
     best: Binding | None = None
     for unit in units[:MAX_VICTIM_UNITS]:
         vjob = unit.job
-        done = taken.get(vjob.id)
-        if done is None:
+        prior = taken.get(vjob.id)
+        if prior is None:
             tasks = unit.tasks
-        else:
+        else:  # the rest of a job some of whose tasks were chosen (surplus units, then its whole unit)
+            done = {(t.role, t.index) for ts in prior for t in ts}
             tasks = tuple(t for t in unit.tasks if (t.role, t.index) not in done)
             unit = Unit(vjob, tasks, whole=unit.whole)
         if not tasks:
             continue
         if claim is not None and not claim(vjob, tasks):
             continue
-        if done is None:
-            taken[vjob.id] = {(t.role, t.index) for t in tasks}
+        if prior is None:
+            taken[vjob.id] = [tasks]
         else:
-            done.update((t.role, t.index) for t in tasks)
+            prior.append(tasks)
         chosen.append(unit)
         chosen_gpus += unit.gpus
         if counts is not None:
             if not counts.add(tasks):
                 continue
             counts = None
-            for u in chosen:
-                trial.free_tasks(u.job, u.tasks)
+            trial.free_many([(u.job, u.tasks) for u in chosen])
         else:
             trial.free_tasks(vjob, tasks)
             if state.domain_free(root, flavor) < need or _short_of_slots(session, flavor, needs):
@@ -159,8 +160,7 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
     if best is None:
         trial.undo()
         if ledger is not None:
-            for unit in chosen:
-                ledger.give_back(unit.job, unit.tasks)
+            ledger.reset(mark)  # every chosen unit given back
         return None
     size = _gpus(best)
     kept = list(chosen)

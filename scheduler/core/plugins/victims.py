@@ -13,8 +13,10 @@ Rules (Volcano's preempt / reclaim actions, Kueue's classical preemption):
 """
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import itemgetter
 
 from ..snapshot import JobInfo, TaskPlacement
 from .quota import QueueTree
@@ -25,31 +27,54 @@ class Unit:
     job: JobInfo
     tasks: tuple[TaskPlacement, ...]
     whole: bool
+    gpus: int = field(init=False, compare=False)  # GPUs of the tasks (computed once: read per unit by the searches)
 
-    @property
-    def gpus(self) -> int:
-        return sum(len(t.gpus) for t in self.tasks)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", sum(len(t.gpus) for t in self.tasks))
+
+
+_first = itemgetter(0)
+_kept = threading.local()  # per thread: id(job) -> (job, its surplus entries, its whole entry) of the last call
+
+
+def _job_units(job: JobInfo) -> tuple[list[tuple[tuple, Unit]], tuple[tuple, Unit]]:
+    """A running preemptible job's (surplus entries, whole entry): (sort key, Unit), from the JobInfo alone."""
+    start = job.start_time or 0.0
+    surplus = []
+    by_role: dict[str, list[TaskPlacement]] = defaultdict(list)
+    for t in job.placement:
+        by_role[t.role].append(t)
+    mins = {r.name: r.min_available for r in job.roles}
+    for role, tasks in by_role.items():
+        tasks.sort(key=lambda t: t.index, reverse=True)
+        for t in tasks[: max(0, len(tasks) - mins.get(role, len(tasks)))]:
+            surplus.append(((job.priority, -start, -t.index, str(job.id)), Unit(job, (t,), whole=False)))
+    unit = Unit(job, job.placement, whole=True)
+    return surplus, ((job.priority, -start, unit.gpus, str(job.id)), unit)
 
 
 def victim_units(running: list[JobInfo]) -> list[Unit]:
+    """The evictable units of `running`, in order (module docstring). A job's units and sort keys are derived
+    from its JobInfo alone, so they are kept per job object from one call to the next (per thread; each entry
+    holds its job, so an id is never reused while kept; only the last call's jobs are kept): a caller that
+    passes the same frozen objects cycle after cycle (the replay) builds each job's units once."""
+    kept = getattr(_kept, "jobs", None) or {}
+    now: dict[int, tuple] = {}
     surplus: list[tuple[tuple, Unit]] = []
     whole: list[tuple[tuple, Unit]] = []
     for job in running:
         if job.state != "running" or not job.preemptible or not job.placement:
             continue
-        start = job.start_time or 0.0
-        by_role: dict[str, list[TaskPlacement]] = defaultdict(list)
-        for t in job.placement:
-            by_role[t.role].append(t)
-        mins = {r.name: r.min_available for r in job.roles}
-        for role, tasks in by_role.items():
-            tasks.sort(key=lambda t: t.index, reverse=True)
-            for t in tasks[: max(0, len(tasks) - mins.get(role, len(tasks)))]:
-                surplus.append(((job.priority, -start, -t.index, str(job.id)), Unit(job, (t,), whole=False)))
-        gpus = sum(len(t.gpus) for t in job.placement)
-        whole.append(((job.priority, -start, gpus, str(job.id)), Unit(job, job.placement, whole=True)))
-    surplus.sort(key=lambda x: x[0])
-    whole.sort(key=lambda x: x[0])
+        entry = kept.get(id(job))
+        if entry is None or entry[0] is not job:
+            entry = (job, *_job_units(job))
+        now[id(job)] = entry
+        if entry[1]:
+            surplus.extend(entry[1])
+        whole.append(entry[2])
+    _kept.jobs = now
+    surplus.sort(key=_first)
+    whole.sort(key=_first)
     return [u for _, u in surplus] + [u for _, u in whole]
 
 
@@ -69,6 +94,7 @@ class ReclaimLedger:
         self.delta: dict[tuple[str, str], int] = {}
         self._levels_of: dict[str, list[str]] = {}  # victim queue -> its levels below the shared ancestor
         self._bounds: dict[tuple[str, str], tuple[int, float]] = {}  # (level, flavor) -> (guarantee, entitlement)
+        self._closed: set[tuple[str, str]] = set()  # (victim queue, flavor) refused for good (claim)
 
     def _levels(self, queue: str) -> list[str]:
         levels = self._levels_of.get(queue)
@@ -98,9 +124,9 @@ class ReclaimLedger:
         levels = self._levels(job.queue)
         if not levels:
             return False
-        return self._allows(levels, self._per_flavor(tasks))
+        return self._allows(job.queue, levels, self._per_flavor(tasks))
 
-    def _allows(self, levels: list[str], per_flavor) -> bool:
+    def _allows(self, queue: str, levels: list[str], per_flavor) -> bool:
         usage, delta, bounds = self.queues.usage, self.delta, self._bounds
         for flavor, gpus in per_flavor:
             borrowing = False
@@ -113,16 +139,34 @@ class ReclaimLedger:
                 if now > bound[1]:
                     borrowing = True
             if not borrowing:
+                self._closed.add((queue, flavor))
                 return False
         return True
 
     def claim(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> bool:
-        """allows, then take when it does: whether the tasks were taken."""
-        levels = self._levels(job.queue)
+        """allows, then take when it does: whether the tasks were taken.
+
+        Once a unit of queue V was refused because no level of V was above its entitlement in some flavor f
+        (every level read), every later unit of V whose tasks are all on f is refused at once: the levels'
+        usage is fixed and what is taken only grows until something is given back (which forgets these), so
+        the same check would refuse it, reading the same usage entries."""
+        queue = job.queue
+        levels = self._levels_of.get(queue)
+        if levels is None:
+            levels = self._levels(queue)
         if not levels:
             return False
-        per_flavor = self._per_flavor(tasks)
-        if not self._allows(levels, per_flavor):
+        if len(tasks) == 1:
+            t = tasks[0]
+            flavor = self.flavor_of[t.node]
+            if (queue, flavor) in self._closed:
+                return False
+            per_flavor = ((flavor, len(t.gpus)),)
+        else:
+            per_flavor = self._per_flavor(tasks)
+            if len(per_flavor) == 1 and (queue, next(iter(per_flavor))[0]) in self._closed:
+                return False
+        if not self._allows(queue, levels, per_flavor):
             return False
         self._add(levels, per_flavor, 1)
         return True
@@ -138,4 +182,14 @@ class ReclaimLedger:
         self._add(self._levels(job.queue), self._per_flavor(tasks), 1)
 
     def give_back(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> None:
+        self._closed.clear()
         self._add(self._levels(job.queue), self._per_flavor(tasks), -1)
+
+    def mark(self) -> dict:
+        """What has been taken so far, for `reset`."""
+        return dict(self.delta)
+
+    def reset(self, mark: dict) -> None:
+        """Give back everything taken since `mark` was made (in one step)."""
+        self._closed.clear()
+        self.delta = dict(mark)
