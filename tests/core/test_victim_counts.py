@@ -135,7 +135,7 @@ def old_find_victims(session, job, flavor, *, target, units, allows, take, give_
     return final, kept
 
 
-def _reference(session, job, flavor, *, target, units, ledger=None, room=float("inf")):
+def _reference(session, job, flavor, *, target, units, ledger=None, room=float("inf"), walks=None, walk=None):
     if ledger is None:
         return old_find_victims(session, job, flavor, target=target, units=units, allows=lambda u: True,
                                 take=lambda u: None, give_back=lambda u: None, room=room)
@@ -156,8 +156,14 @@ def reference_search():
 def counted_searches():
     """{"searches": find_victims calls, "none": those that returned None, "tried": those that tried a placement}."""
     real, real_place = victim_search.find_victims, victim_search.Session.try_place
-    seen = {"searches": 0, "none": 0, "tried": 0}
+    real_passes = victim_search._Freed.passes_with
+    seen = {"searches": 0, "none": 0, "tried": 0, "walks kept": 0}
     tries = [0]
+
+    def passes_with(self, added):
+        answer = real_passes(self, added)
+        seen["walks kept"] += not answer
+        return answer
 
     def place(self, *args, **kwargs):
         tries[0] += 1
@@ -172,7 +178,8 @@ def counted_searches():
         return found
 
     with mock.patch.object(reclaim_mod, "find_victims", search), mock.patch.object(preempt_mod, "find_victims", search), \
-            mock.patch.object(victim_search.Session, "try_place", place):
+            mock.patch.object(victim_search.Session, "try_place", place), \
+            mock.patch.object(victim_search._Freed, "passes_with", passes_with):
         yield seen
 
 
@@ -238,7 +245,7 @@ def _world(rng: random.Random) -> World:
 
 
 def test_random_worlds_decide_as_the_reference():
-    totals = {"searches": 0, "none": 0, "tried": 0}
+    totals = {"searches": 0, "none": 0, "tried": 0, "walks kept": 0}
     evicted = 0
     for seed in range(150):
         snapshot = _world(random.Random(seed)).snapshot()

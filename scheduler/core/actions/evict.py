@@ -81,18 +81,20 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     evicted: set[tuple] = taken if taken is not None else set()
     if evicted:
         units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
+    walks: dict = {}  # reclaim's victim walks that never passed (victim_search.find_victims), while units and usage hold
     for job in preemptors:
         found = None
         for flavor in session.flavors(job):
             if config.preemption:
                 found = preempt(session, job, flavor, units)
             if found is None and config.reclaim and reclaim_may_help(queues, job, flavor):
-                found = reclaim(session, job, flavor, units, flavor_of)
+                found = reclaim(session, job, flavor, units, flavor_of, walks)
             if found is not None:
                 break
         if found is None:
             continue
         placement, evs = found
+        walks.clear()  # units and usage change: the walks kept so far no longer hold
         for ev in evs:
             evicted.update((ev.job_id, t.role, t.index) for t in placement_of(victims_by_id, ev))
         units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]

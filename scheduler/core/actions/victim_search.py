@@ -80,6 +80,19 @@ class _Freed:
                 slots[g] += (was + n) // g - was // g
         return self.free >= self.need and not _short_of_counted_slots(slots, self.needs)
 
+    def passes_with(self, added: dict[int, int]) -> bool:
+        """Whether the cluster could hold the job with `added` (node index -> GPUs, another _Freed's `added`)
+        freed on top of the state (this one's counts are left as they are)."""
+        free, slots = self.free + sum(added.values()), dict(self.slots)
+        if free < self.need:
+            return False
+        state_free = self.state.free
+        for k, n in added.items():
+            was = len(state_free[k])
+            for g in slots:
+                slots[g] += (was + n) // g - was // g
+        return not _short_of_counted_slots(slots, self.needs)
+
 
 def _short_of_counted_slots(slots: dict[int, int], needs: tuple[tuple[int, int], ...] | None) -> bool:
     """_short_of_slots on counted figures: slots = GPUs per task -> the pack_slots bound at the root."""
@@ -87,7 +100,8 @@ def _short_of_counted_slots(slots: dict[int, int], needs: tuple[tuple[int, int],
 
 
 def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, units: list[Unit],
-                 ledger: ReclaimLedger | None = None, room: float = float("inf")) -> tuple[Binding, list[Unit]] | None:
+                 ledger: ReclaimLedger | None = None, room: float = float("inf"), walks: dict | None = None,
+                 walk=None) -> tuple[Binding, list[Unit]] | None:
     """The placement the job gets on `flavor` GPUs (aiming at `target` GPUs) and the fewest victim units,
     taken in `units` order, that make room for it; None when no prefix of `units` does (or none is needed).
     ledger: the rule's veto on a unit and its bookkeeping as units are chosen and given back (reclaim's
@@ -105,7 +119,14 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
     (which units are chosen depends on it alone, never on the state), so the choice, every placement
     attempt and the result are those of freeing unit by unit; a search whose counts never pass (on the whole
     Philly replay most of them: the victims' GPUs never empty a node or two for the job) returns None
-    without touching the state."""
+    without touching the state.
+
+    walks, walk: the caller's memo of walks that never passed and the key of this one, which must stand for
+    `units` and the ledger's starting point (the beneficiary's queue chain, the queues' usage): the units
+    chosen depend on those alone, not on the job or the state, so the GPUs per node a walk under the same key
+    would free are those kept; when they do not let this job pass either (the counts only grow along a walk,
+    so its last counts are its highest), None at once. The caller empties the memo when the units or the
+    usage change."""
     state = session.state
 
     def fits(placed, freed: int) -> bool:  # freed: the victims' GPUs
@@ -117,6 +138,10 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
     claim = ledger.claim if ledger is not None else None
     mark = ledger.mark() if ledger is not None else None
     counts: _Freed | None = _Freed(state, root, flavor, need, needs)  # None once the Trial holds the victims
+    if walks is not None:
+        freed = walks.get(walk)
+        if freed is not None and not counts.passes_with(freed):
+            return None
     trial = Trial(state)
     chosen: list[Unit] = []
     chosen_gpus = 0
@@ -158,6 +183,8 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
                 if _gpus(placed) >= target:
                     break
     if best is None:
+        if counts is not None and walks is not None:  # a walk that never passed: its GPUs per node, kept
+            walks[walk] = counts.added
         trial.undo()
         if ledger is not None:
             ledger.reset(mark)  # every chosen unit given back
