@@ -190,8 +190,8 @@ def _decisions(result) -> tuple:
 
 def _world(rng: random.Random) -> World:
     """Racks of 8-GPU H100 nodes (and sometimes a rack of 4-GPU A100 nodes); queues root > {org > {owner,
-    lender}, other}: lender and other run jobs far above their quotas (some elastic, some not preemptible,
-    some on unhealthy GPUs or nodes that are not ready), owner waits with gangs (reclaim), and lender's own
+    lender}, other, owner2}: lender and other run jobs far above their quotas (some elastic, some not preemptible,
+    some on unhealthy GPUs or nodes that are not ready), owner and owner2 wait with gangs (reclaim), and lender's own
     high-priority jobs may preempt its low-priority ones."""
     world = World()
     world.racks(count=2, nodes_per_rack=rng.choice([2, 3, 4]), gpus=8)
@@ -215,6 +215,7 @@ def _world(rng: random.Random) -> World:
                 guarantee={"H100": rng.choice([0, 2, 4])})
     world.queue(name="other", parent="root", quota={"H100": rng.choice([0, 8]), "A100": rng.choice([0, 4])},
                 guarantee={"H100": rng.choice([0, 4])})
+    world.queue(name="owner2", parent="root", quota={"H100": rng.choice([8, 16])})
     for i in range(rng.randint(4, 16)):
         free = [n for n in world.node_infos if n.gpus - len(n.used) >= 1]
         if not free:
@@ -237,7 +238,7 @@ def _world(rng: random.Random) -> World:
                       preemptible=rng.random() < 0.85, min_available=1 if elastic else None)
     for j in range(rng.randint(1, 5)):
         tasks = rng.randint(1, 3)
-        world.job(name=f"want{j}", queue=rng.choice(["owner", "owner", "lender"]), priority=rng.choice([0, 2]),
+        world.job(name=f"want{j}", queue=rng.choice(["owner", "owner", "owner2", "lender"]), priority=rng.choice([0, 2]),
                   roles=[role(tasks=tasks, gpus_per_task=rng.choice([1, 2, 4, 8]), min_available=rng.randint(1, tasks),
                               flavors=rng.choice([(), (), ("A100",)]) if len(flavors) > 1 else ())],
                   submit=float(j), topology_mode=rng.choice(["none", "hard"]), highest_tier=1)
@@ -247,7 +248,7 @@ def _world(rng: random.Random) -> World:
 def test_random_worlds_decide_as_the_reference():
     totals = {"searches": 0, "none": 0, "tried": 0, "walks kept": 0}
     evicted = 0
-    for seed in range(150):
+    for seed in range(600):
         snapshot = _world(random.Random(seed)).snapshot()
         config = CycleConfig(max_preemptors=random.Random(seed).choice([1, 8]))
         with counted_searches() as seen:
