@@ -46,7 +46,12 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
             return [], []
     running = [j for j in session.snapshot.jobs if j.state == "running"]
     lowest_priority: dict[str, int] = {}
-    for j in running:
+    # with the facts, when no running preemptible job is below the highest waiting priority no job may
+    # preempt: the per-queue lowest priorities are not needed (each would be >= every waiting job's priority)
+    low = facts.lowest_preemptible if facts is not None else None
+    may_any_preempt = config.preemption and (facts is None or (low is not None
+                                                               and low < max(map(_priority, failed_order))))
+    for j in running if may_any_preempt else ():
         if j.preemptible:
             lowest_priority[j.queue] = min(lowest_priority.get(j.queue, j.priority), j.priority)
     preemptors = []
