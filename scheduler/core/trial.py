@@ -26,6 +26,41 @@ class Trial:
         """Make the tasks' GPUs (on ready nodes, healthy) free; returns the GPUs freed."""
         return self._move(job, tasks, "give")
 
+    def free_many(self, moves) -> int:
+        """free_tasks for each (job, tasks) of `moves`, in order, with one state change per node: the state
+        ends the same as after freeing them one by one (each node's freed GPUs appended to its free list in
+        the same order, the same CPU and memory sums; ClusterState's aggregates depend on a node's count
+        alone, not on the steps that led to it), for one _shift per node instead of one per task. Undone by
+        `undo` like the rest. Returns the GPUs freed."""
+        state, usable_of = self.state, self._usable
+        per_node: dict[int, list] = {}  # node index -> [GPUs in freeing order, CPU, memory]
+        for job, tasks in moves:
+            roles = None
+            for t in tasks:
+                usable = usable_of(t)
+                if usable is None:
+                    continue
+                k, gpus = usable
+                if roles is None:
+                    roles = {r.name: r for r in job.roles}
+                role = roles.get(t.role)
+                cpu, mem = (role.cpu_milli, role.memory_mib) if role else (0, 0)
+                acc = per_node.get(k)
+                if acc is None:
+                    per_node[k] = [list(gpus), cpu, mem]
+                else:
+                    acc[0].extend(gpus)
+                    acc[1] += cpu
+                    acc[2] += mem
+        moved = 0
+        ops = self.ops
+        for k, (gpus, cpu, mem) in per_node.items():
+            gpus = tuple(gpus)
+            state.give(k, gpus, cpu, mem)
+            ops.append(("give", k, gpus, cpu, mem))
+            moved += len(gpus)
+        return moved
+
     def unfree_tasks(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> int:
         """Take back GPUs that free_tasks freed (a victim that turned out not to be needed)."""
         return self._move(job, tasks, "take")

@@ -11,6 +11,7 @@ the victims have released them) and records an audit decision with the queues' u
 """
 from __future__ import annotations
 
+import threading
 from operator import attrgetter
 
 from ..plugins.victims import victim_units
@@ -45,11 +46,18 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
             return [], []
     running = [j for j in session.snapshot.jobs if j.state == "running"]
     lowest_priority: dict[str, int] = {}
-    for j in running:
+    # with the facts, when no running preemptible job is below the highest waiting priority no job may
+    # preempt: the per-queue lowest priorities are not needed (each would be >= every waiting job's priority)
+    low = facts.lowest_preemptible if facts is not None else None
+    may_any_preempt = config.preemption and (facts is None or (low is not None
+                                                               and low < max(map(_priority, failed_order))))
+    for j in running if may_any_preempt else ():
         if j.preemptible:
             lowest_priority[j.queue] = min(lowest_priority.get(j.queue, j.priority), j.priority)
     preemptors = []
     helps: dict[tuple, bool] = {}  # (queue, flavor, GPUs needed) -> reclaim_may_help; usage is fixed here
+    shapes = _shapes(state.static, len(failed_order)) if borrowing else None
+    one_flavor = len(state.flavors) == 1
     for job in failed_order:  # cheap screening before any victim search
         reason = reasons.get(job.id)
         if reason is None or reason.code not in EVICT_CODES:
@@ -57,8 +65,11 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
         may_preempt = config.preemption and lowest_priority.get(job.queue, job.priority) < job.priority
         may_reclaim = False
         if borrowing:
-            need = job.gpus_min
-            for f in session.flavors(job):
+            shape = shapes.get(id(job))
+            if shape is None or shape[0] is not job:
+                shape = shapes[id(job)] = (job, job.gpus_min, tuple(session.flavors(job)) if one_flavor else None)
+            need = shape[1]
+            for f in shape[2] if one_flavor else session.flavors(job):
                 key = (job.queue, f, need)
                 helps_f = helps.get(key)
                 if helps_f is None:
@@ -81,18 +92,20 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     evicted: set[tuple] = taken if taken is not None else set()
     if evicted:
         units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
+    walks: dict = {}  # reclaim's victim walks that never passed (victim_search.find_victims), while units and usage hold
     for job in preemptors:
         found = None
         for flavor in session.flavors(job):
             if config.preemption:
                 found = preempt(session, job, flavor, units)
             if found is None and config.reclaim and reclaim_may_help(queues, job, flavor):
-                found = reclaim(session, job, flavor, units, flavor_of)
+                found = reclaim(session, job, flavor, units, flavor_of, walks)
             if found is not None:
                 break
         if found is None:
             continue
         placement, evs = found
+        walks.clear()  # units and usage change: the walks kept so far no longer hold
         for ev in evs:
             evicted.update((ev.job_id, t.role, t.index) for t in placement_of(victims_by_id, ev))
         units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
@@ -112,6 +125,20 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
                           "victims": [{"job": e.job_id, "tasks": list(e.tasks), "gpus": e.gpus} for e in evs],
                           "usage_before": before, "usage_after": _usage(queues, involved)})
     return evictions, decisions
+
+
+_kept = threading.local()  # per thread: (ClusterStatic, {id(job): (job, gpus_min, flavors or None)})
+
+
+def _shapes(static, live: int) -> dict:
+    """The screen's per-job figures kept across calls (per thread): id(job) -> (job, its minimum GPUs, its
+    flavors on a one-flavor cluster (session.flavors: then fixed by the cluster's flavors and the job), else
+    None), for pending JobInfo objects passed again (the replay's). Entries hold their job, so an id is never
+    reused while kept; emptied for another cluster shape or past 2 x `live` + 1,000 entries."""
+    kept = getattr(_kept, "shapes", None)
+    if kept is None or kept[0] is not static or len(kept[1]) > 2 * live + 1000:
+        kept = _kept.shapes = (static, {})
+    return kept[1]
 
 
 def placement_of(jobs: dict, ev: Eviction):

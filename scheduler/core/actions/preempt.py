@@ -26,8 +26,7 @@ def preempt(session: Session, job: JobInfo, flavor: str, units: list[Unit]
     if job.gpus_min > room + freeable:
         return None
     target = int(min(job.gpus_requested, room + freeable))
-    found = find_victims(session, job, flavor, target=max(target, job.gpus_min), units=candidates,
-                         allows=lambda u: True, take=lambda u: None, give_back=lambda u: None, room=room)
+    found = find_victims(session, job, flavor, target=max(target, job.gpus_min), units=candidates, room=room)
     if found is None:
         return None
     placement, victims = found

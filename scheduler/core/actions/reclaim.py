@@ -48,11 +48,14 @@ def anyone_borrowing(queues: QueueTree) -> bool:
     return False
 
 
-def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flavor_of: dict[str, str]
-            ) -> tuple[Binding, list[Eviction]] | None:
+def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flavor_of: dict[str, str],
+            walks: dict | None = None) -> tuple[Binding, list[Eviction]] | None:
     """(the placement the job starts on once the victims are gone, the Evictions) or None, on `flavor`
     GPUs; units: the evictable units of the running jobs, least work lost first (plugins.victims);
-    flavor_of: node name -> flavor."""
+    flavor_of: node name -> flavor. walks: a memo for victim_search.find_victims kept by the caller while
+    `units` and the queues' usage stay the same (emptied when either changes), or None: its keys are (the
+    job's queue, flavor, depth, whether only victims below the binding limit count), which fix the
+    candidates and the ledger's starting point."""
     queues = session.queues
     chain = queues.chain(job.queue)
     others = [u for u in units if u.job.queue != job.queue and queues.known(u.job.queue)]
@@ -70,16 +73,16 @@ def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flav
             break  # a wider circle adds levels: the room only shrinks
         target = int(min(job.gpus_requested, room))
         candidates = [u for u in others if depth_of[u.job.queue] <= depth]
-        if limit_room < target:
+        limited = limit_room < target
+        if limited:
             # a limit binds (e.g. the root's, when the cluster is full): only victims below the binding
             # level make room under it, and only their GPUs count
             if limiter == job.queue:
                 return None
             candidates = [u for u in candidates if limiter in queues.chain(u.job.queue)]
-        ledger = ReclaimLedger(queues, job.queue, flavor_of)
         found = find_victims(session, job, flavor, target=target, units=candidates,
-                             allows=lambda u: ledger.allows(u.job, u.tasks), take=lambda u: ledger.take(u.job, u.tasks),
-                             give_back=lambda u: ledger.give_back(u.job, u.tasks), room=limit_room)
+                             ledger=ReclaimLedger(queues, job.queue, flavor_of), room=limit_room, walks=walks,
+                             walk=(job.queue, flavor, depth, limited))
         if found is not None:
             placement, victims = found
             return placement, eviction_records(victims, "reclaim", job)

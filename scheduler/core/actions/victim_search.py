@@ -9,11 +9,10 @@ their GPUs. No eviction is ever proposed for a job that would not start on the f
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from ..plugins.victims import Unit
+from ..plugins.victims import ReclaimLedger, Unit
 from ..session import Session
 from ..snapshot import Binding, Eviction, JobInfo
+from ..state import ClusterState
 from ..trial import Trial, release_binding
 
 MAX_VICTIM_UNITS = 256  # bounds the search's cost per preemptor
@@ -44,15 +43,90 @@ def _short_of_slots(session: Session, flavor: str, needs: tuple[tuple[int, int],
     return any(state.pack_slots(root, flavor, gpus) < tasks for gpus, tasks in needs)
 
 
+class _Freed:
+    """What the root's aggregates would say once some victims' tasks are freed, counted without freeing
+    them: the free `flavor` GPUs below the root (domain_free) and, per (GPUs per task) of `needs`, the
+    pack_slots bound (sum over nodes of free // GPUs per task), from the state's figures plus, per node, the
+    GPUs the tasks would free (Trial.free_tasks: the healthy GPUs of tasks on schedulable nodes)."""
+
+    __slots__ = ("state", "flavor", "need", "needs", "free", "slots", "added")
+
+    def __init__(self, state: ClusterState, root: int, flavor: str, need: int, needs):
+        self.state, self.flavor, self.need, self.needs = state, flavor, need, needs
+        self.free = state.domain_free(root, flavor)
+        self.slots = {} if needs is None else {g: state.pack_slots(root, flavor, g) for g, _ in needs}
+        self.added: dict[int, int] = {}  # node index -> GPUs the chosen tasks free there
+
+    def add(self, tasks) -> bool:
+        """Count the tasks as freed; whether the cluster could then hold the job (not domain_free < need and
+        not _short_of_slots)."""
+        state, slots, added = self.state, self.slots, self.added
+        node_index, nodes = state.node_index, state.nodes
+        for t in tasks:
+            k = node_index.get(t.node)
+            if k is None:
+                continue
+            node = nodes[k]
+            if not node.schedulable or node.flavor != self.flavor:
+                continue
+            bad = node.unhealthy
+            n = len(t.gpus) if not bad else sum(1 for g in t.gpus if g not in bad)
+            if not n:
+                continue
+            self.free += n
+            was = len(state.free[k]) + added.get(k, 0)
+            added[k] = added.get(k, 0) + n
+            for g in slots:
+                slots[g] += (was + n) // g - was // g
+        return self.free >= self.need and not _short_of_counted_slots(slots, self.needs)
+
+    def passes_with(self, added: dict[int, int]) -> bool:
+        """Whether the cluster could hold the job with `added` (node index -> GPUs, another _Freed's `added`)
+        freed on top of the state (this one's counts are left as they are)."""
+        free, slots = self.free + sum(added.values()), dict(self.slots)
+        if free < self.need:
+            return False
+        state_free = self.state.free
+        for k, n in added.items():
+            was = len(state_free[k])
+            for g in slots:
+                slots[g] += (was + n) // g - was // g
+        return not _short_of_counted_slots(slots, self.needs)
+
+
+def _short_of_counted_slots(slots: dict[int, int], needs: tuple[tuple[int, int], ...] | None) -> bool:
+    """_short_of_slots on counted figures: slots = GPUs per task -> the pack_slots bound at the root."""
+    return needs is not None and any(slots[gpus] < tasks for gpus, tasks in needs)
+
+
 def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, units: list[Unit],
-                 allows: Callable[[Unit], bool], take: Callable[[Unit], None],
-                 give_back: Callable[[Unit], None], room: float = float("inf")) -> tuple[Binding, list[Unit]] | None:
+                 ledger: ReclaimLedger | None = None, room: float = float("inf"), walks: dict | None = None,
+                 walk=None) -> tuple[Binding, list[Unit]] | None:
     """The placement the job gets on `flavor` GPUs (aiming at `target` GPUs) and the fewest victim units,
     taken in `units` order, that make room for it; None when no prefix of `units` does (or none is needed).
-    allows / take / give_back: the rule's veto on a unit, and its bookkeeping as a unit is chosen and
-    given back (reclaim's ledger). room: the queue headroom before evictions when victims come from the
-    job's own queue (preempt): a placement counts only if it fits room + the victims' GPUs. The session's
-    state is left unchanged."""
+    ledger: the rule's veto on a unit and its bookkeeping as units are chosen and given back (reclaim's
+    plugins.victims.ReclaimLedger: `claim` = allows, then take; `give_back`); None = every unit allowed, no
+    bookkeeping (preempt). room: the queue headroom before evictions when victims come from the job's own
+    queue (preempt): a placement counts only if it fits room + the victims' GPUs. The session's state is
+    left unchanged.
+
+    Units are chosen in order (those the ledger refuses skipped) and, after each, a placement is tried once
+    the cluster could hold the job: the root domain has its minimum GPUs free and `_short_of_slots` does not
+    refuse it. Until that first happens nothing is freed in the state: the free GPUs per node that freeing
+    the chosen units would give are counted instead (`_Freed`: the same figures the state's root aggregates
+    would hold, since a Trial frees exactly a task's healthy GPUs on a schedulable node), and the units are
+    freed in the Trial at once when the counts first pass. The ledger sees the same calls in the same order
+    (which units are chosen depends on it alone, never on the state), so the choice, every placement
+    attempt and the result are those of freeing unit by unit; a search whose counts never pass (on the whole
+    Philly replay most of them: the victims' GPUs never empty a node or two for the job) returns None
+    without touching the state.
+
+    walks, walk: the caller's memo of walks that never passed and the key of this one, which must stand for
+    `units` and the ledger's starting point (the beneficiary's queue chain, the queues' usage): the units
+    chosen depend on those alone, not on the job or the state, so the GPUs per node a walk under the same key
+    would free are those kept; when they do not let this job pass either (the counts only grow along a walk,
+    so its last counts are its highest), None at once. The caller empties the memo when the units or the
+    usage change."""
     state = session.state
 
     def fits(placed, freed: int) -> bool:  # freed: the victims' GPUs
@@ -61,26 +135,46 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
     root = session.tree.root
     need = job.gpus_min
     needs = _slot_needs(job)
+    claim = ledger.claim if ledger is not None else None
+    mark = ledger.mark() if ledger is not None else None
+    counts: _Freed | None = _Freed(state, root, flavor, need, needs)  # None once the Trial holds the victims
+    if walks is not None:
+        freed = walks.get(walk)
+        if freed is not None and not counts.passes_with(freed):
+            return None
     trial = Trial(state)
     chosen: list[Unit] = []
     chosen_gpus = 0
-    taken: dict[object, set] = {}
+    taken: dict[object, list] = {}  # victim job id -> the tasks chosen of it so far, per unit
     best: Binding | None = None
     for unit in units[:MAX_VICTIM_UNITS]:
-        done = taken.setdefault(unit.job.id, set())
-        tasks = tuple(t for t in unit.tasks if (t.role, t.index) not in done)
+        vjob = unit.job
+        prior = taken.get(vjob.id)
+        if prior is None:
+            tasks = unit.tasks
+        else:  # the rest of a job some of whose tasks were chosen (surplus units, then its whole unit)
+            done = {(t.role, t.index) for ts in prior for t in ts}
+            tasks = tuple(t for t in unit.tasks if (t.role, t.index) not in done)
+            unit = Unit(vjob, tasks, whole=unit.whole)
         if not tasks:
             continue
-        unit = Unit(unit.job, tasks, whole=unit.whole)
-        if not allows(unit):
+        if claim is not None and not claim(vjob, tasks):
             continue
-        trial.free_tasks(unit.job, unit.tasks)
-        take(unit)
-        done.update((t.role, t.index) for t in unit.tasks)
+        if prior is None:
+            taken[vjob.id] = [tasks]
+        else:
+            prior.append(tasks)
         chosen.append(unit)
         chosen_gpus += unit.gpus
-        if state.domain_free(root, flavor) < need or _short_of_slots(session, flavor, needs):
-            continue
+        if counts is not None:
+            if not counts.add(tasks):
+                continue
+            counts = None
+            trial.free_many([(u.job, u.tasks) for u in chosen])
+        else:
+            trial.free_tasks(vjob, tasks)
+            if state.domain_free(root, flavor) < need or _short_of_slots(session, flavor, needs):
+                continue
         placed = session.try_place(job, flavor, target=min(target, room + chosen_gpus))
         if isinstance(placed, Binding):
             release_binding(state, job, placed)
@@ -89,9 +183,11 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
                 if _gpus(placed) >= target:
                     break
     if best is None:
+        if counts is not None and walks is not None:  # a walk that never passed: its GPUs per node, kept
+            walks[walk] = counts.added
         trial.undo()
-        for unit in chosen:
-            give_back(unit)
+        if ledger is not None:
+            ledger.reset(mark)  # every chosen unit given back
         return None
     size = _gpus(best)
     kept = list(chosen)
@@ -105,7 +201,8 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
         if isinstance(placed, Binding):
             release_binding(state, job, placed)
         if fits(placed, kept_gpus - unit.gpus) and _gpus(placed) >= size:
-            give_back(unit)
+            if ledger is not None:
+                ledger.give_back(unit.job, unit.tasks)
             kept = rest
             kept_gpus -= unit.gpus
             continue

@@ -13,8 +13,10 @@ Rules (Volcano's preempt / reclaim actions, Kueue's classical preemption):
 """
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import itemgetter
 
 from ..snapshot import JobInfo, TaskPlacement
 from .quota import QueueTree
@@ -25,78 +27,169 @@ class Unit:
     job: JobInfo
     tasks: tuple[TaskPlacement, ...]
     whole: bool
+    gpus: int = field(init=False, compare=False)  # GPUs of the tasks (computed once: read per unit by the searches)
 
-    @property
-    def gpus(self) -> int:
-        return sum(len(t.gpus) for t in self.tasks)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", sum(len(t.gpus) for t in self.tasks))
+
+
+_first = itemgetter(0)
+_kept = threading.local()  # per thread: id(job) -> (job, its surplus entries, its whole entry) of the last call
+
+
+def _job_units(job: JobInfo) -> tuple[list[tuple[tuple, Unit]], tuple[tuple, Unit]]:
+    """A running preemptible job's (surplus entries, whole entry): (sort key, Unit), from the JobInfo alone."""
+    start = job.start_time or 0.0
+    surplus = []
+    by_role: dict[str, list[TaskPlacement]] = defaultdict(list)
+    for t in job.placement:
+        by_role[t.role].append(t)
+    mins = {r.name: r.min_available for r in job.roles}
+    for role, tasks in by_role.items():
+        tasks.sort(key=lambda t: t.index, reverse=True)
+        for t in tasks[: max(0, len(tasks) - mins.get(role, len(tasks)))]:
+            surplus.append(((job.priority, -start, -t.index, str(job.id)), Unit(job, (t,), whole=False)))
+    unit = Unit(job, job.placement, whole=True)
+    return surplus, ((job.priority, -start, unit.gpus, str(job.id)), unit)
 
 
 def victim_units(running: list[JobInfo]) -> list[Unit]:
+    """The evictable units of `running`, in order (module docstring). A job's units and sort keys are derived
+    from its JobInfo alone, so they are kept per job object from one call to the next (per thread; each entry
+    holds its job, so an id is never reused while kept; only the last call's jobs are kept): a caller that
+    passes the same frozen objects cycle after cycle (the replay) builds each job's units once."""
+    kept = getattr(_kept, "jobs", None) or {}
+    now: dict[int, tuple] = {}
     surplus: list[tuple[tuple, Unit]] = []
     whole: list[tuple[tuple, Unit]] = []
     for job in running:
         if job.state != "running" or not job.preemptible or not job.placement:
             continue
-        start = job.start_time or 0.0
-        by_role: dict[str, list[TaskPlacement]] = defaultdict(list)
-        for t in job.placement:
-            by_role[t.role].append(t)
-        mins = {r.name: r.min_available for r in job.roles}
-        for role, tasks in by_role.items():
-            tasks.sort(key=lambda t: t.index, reverse=True)
-            for t in tasks[: max(0, len(tasks) - mins.get(role, len(tasks)))]:
-                surplus.append(((job.priority, -start, -t.index, str(job.id)), Unit(job, (t,), whole=False)))
-        gpus = sum(len(t.gpus) for t in job.placement)
-        whole.append(((job.priority, -start, gpus, str(job.id)), Unit(job, job.placement, whole=True)))
-    surplus.sort(key=lambda x: x[0])
-    whole.sort(key=lambda x: x[0])
+        entry = kept.get(id(job))
+        if entry is None or entry[0] is not job:
+            entry = (job, *_job_units(job))
+        now[id(job)] = entry
+        if entry[1]:
+            surplus.extend(entry[1])
+        whole.append(entry[2])
+    _kept.jobs = now
+    surplus.sort(key=_first)
+    whole.sort(key=_first)
     return [u for _, u in surplus] + [u for _, u in whole]
 
 
 class ReclaimLedger:
     """Tentative usage of the queues that victims come from, so several victims of one queue never take
-    it below its quota (or a level below its guarantee)."""
+    it below its quota (or a level below its guarantee).
+
+    Kept per ledger (one victim search): each victim queue's levels (its chain less the beneficiary's), and
+    per (level, flavor) its guarantee and entitlement (static within a cycle); `delta` holds the GPUs taken
+    per (level, flavor). The usage read is the QueueTree's, level by level as before (its defaultdicts fill
+    in the same keys in the same order)."""
 
     def __init__(self, queues: QueueTree, beneficiary_queue: str, flavor_of: dict[str, str]):
         self.queues = queues
         self.shared = set(queues.chain(beneficiary_queue))
         self.flavor_of = flavor_of
-        self.delta: dict[tuple[str, str], int] = defaultdict(int)
+        self.delta: dict[tuple[str, str], int] = {}
+        self._levels_of: dict[str, list[str]] = {}  # victim queue -> its levels below the shared ancestor
+        self._bounds: dict[tuple[str, str], tuple[int, float]] = {}  # (level, flavor) -> (guarantee, entitlement)
+        self._closed: set[tuple[str, str]] = set()  # (victim queue, flavor) refused for good (claim)
 
     def _levels(self, queue: str) -> list[str]:
-        return [q for q in self.queues.chain(queue) if q not in self.shared]
+        levels = self._levels_of.get(queue)
+        if levels is None:
+            levels = self._levels_of[queue] = [q for q in self.queues.chain(queue) if q not in self.shared]
+        return levels
 
-    def _per_flavor(self, tasks: tuple[TaskPlacement, ...]) -> dict[str, int]:
-        out: dict[str, int] = defaultdict(int)
+    def _per_flavor(self, tasks: tuple[TaskPlacement, ...]):
+        """(flavor, GPUs) pairs of the tasks, flavors in first-seen order."""
+        if len(tasks) == 1:
+            t = tasks[0]
+            return ((self.flavor_of[t.node], len(t.gpus)),)
+        out: dict[str, int] = {}
+        flavor_of = self.flavor_of
         for t in tasks:
-            out[self.flavor_of[t.node]] += len(t.gpus)
-        return out
+            f = flavor_of[t.node]
+            out[f] = out.get(f, 0) + len(t.gpus)
+        return out.items()
+
+    def _bound(self, q: str, flavor: str) -> tuple[int, float]:
+        info = self.queues.queues.get(q)
+        quota = info.quotas.get(flavor) if info else None
+        bound = self._bounds[(q, flavor)] = (quota.guarantee if quota else 0, self.queues.entitlement(q, flavor))
+        return bound
 
     def allows(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> bool:
         levels = self._levels(job.queue)
         if not levels:
             return False
-        for flavor, gpus in self._per_flavor(tasks).items():
+        return self._allows(job.queue, levels, self._per_flavor(tasks))
+
+    def _allows(self, queue: str, levels: list[str], per_flavor) -> bool:
+        usage, delta, bounds = self.queues.usage, self.delta, self._bounds
+        for flavor, gpus in per_flavor:
             borrowing = False
             for q in levels:
-                info = self.queues.queues.get(q)
-                quota = info.quotas.get(flavor) if info else None
-                guarantee = quota.guarantee if quota else 0
-                now = self.queues.usage[q][flavor] - self.delta[(q, flavor)]
-                if now - gpus < guarantee:
+                key = (q, flavor)
+                bound = bounds.get(key) or self._bound(q, flavor)
+                now = usage[q][flavor] - delta.get(key, 0)
+                if now - gpus < bound[0]:
                     return False
-                if now > self.queues.entitlement(q, flavor):
+                if now > bound[1]:
                     borrowing = True
             if not borrowing:
+                self._closed.add((queue, flavor))
                 return False
         return True
 
+    def claim(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> bool:
+        """allows, then take when it does: whether the tasks were taken.
+
+        Once a unit of queue V was refused because no level of V was above its entitlement in some flavor f
+        (every level read), every later unit of V whose tasks are all on f is refused at once: the levels'
+        usage is fixed and what is taken only grows until something is given back (which forgets these), so
+        the same check would refuse it, reading the same usage entries."""
+        queue = job.queue
+        levels = self._levels_of.get(queue)
+        if levels is None:
+            levels = self._levels(queue)
+        if not levels:
+            return False
+        if len(tasks) == 1:
+            t = tasks[0]
+            flavor = self.flavor_of[t.node]
+            if (queue, flavor) in self._closed:
+                return False
+            per_flavor = ((flavor, len(t.gpus)),)
+        else:
+            per_flavor = self._per_flavor(tasks)
+            if len(per_flavor) == 1 and (queue, next(iter(per_flavor))[0]) in self._closed:
+                return False
+        if not self._allows(queue, levels, per_flavor):
+            return False
+        self._add(levels, per_flavor, 1)
+        return True
+
+    def _add(self, levels: list[str], per_flavor, sign: int) -> None:
+        delta = self.delta
+        for flavor, gpus in per_flavor:
+            for q in levels:
+                key = (q, flavor)
+                delta[key] = delta.get(key, 0) + sign * gpus
+
     def take(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> None:
-        for flavor, gpus in self._per_flavor(tasks).items():
-            for q in self._levels(job.queue):
-                self.delta[(q, flavor)] += gpus
+        self._add(self._levels(job.queue), self._per_flavor(tasks), 1)
 
     def give_back(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> None:
-        for flavor, gpus in self._per_flavor(tasks).items():
-            for q in self._levels(job.queue):
-                self.delta[(q, flavor)] -= gpus
+        self._closed.clear()
+        self._add(self._levels(job.queue), self._per_flavor(tasks), -1)
+
+    def mark(self) -> dict:
+        """What has been taken so far, for `reset`."""
+        return dict(self.delta)
+
+    def reset(self, mark: dict) -> None:
+        """Give back everything taken since `mark` was made (in one step)."""
+        self._closed.clear()
+        self.delta = dict(mark)
