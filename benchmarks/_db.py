@@ -4,8 +4,9 @@
         if ok: load_world(snapshot)
 
 The server is taken from BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/postgres); the
-benchmark database name is fixed per script and dropped before and after use. Django is configured
-for it through DATABASE_URL before django.setup(), so this must run before anything imports models.
+benchmark database name is fixed per script and dropped before and after use. Django is pointed at it
+(use_database: set up with it, or switched to it when another benchmark set Django up earlier in the same
+process) and pointed back at what it used before when the block ends.
 """
 from __future__ import annotations
 
@@ -54,27 +55,64 @@ def bench_database(name: str):
     _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     _admin(f'CREATE DATABASE "{name}"')
     u = urlparse(SERVER_URL)
-    os.environ["DATABASE_URL"] = f"{u.scheme}://{u.netloc}/{name}"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplatform.settings")
+    before = {k: os.environ.get(k) for k in ("DATABASE_URL", "REDIS_URL")}
     os.environ["REDIS_URL"] = ""  # no broker: submissions must not enqueue cycles
-    import django
-    from django.conf import settings
-
-    if not settings.configured or not getattr(bench_database, "_setup", False):
-        django.setup()
-        bench_database._setup = True
-    from django.db import connections
-
-    settings.DATABASES["default"]["NAME"] = name  # in case settings were read before (smoke test)
-    connections["default"].close()
+    previous = use_database(f"{u.scheme}://{u.netloc}/{name}")
     from django.core.management import call_command
 
     try:
         call_command("migrate", verbosity=0)
         yield True
     finally:
+        from django.conf import settings
+        from django.db import connections
+
         connections.close_all()
         _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        # the process as it was: a later benchmark in the same process (benchmarks/run.py) must not be left
+        # pointing at the database just dropped (new-user report 8 F18: topology_payload failed so in `make bench`)
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if previous is not None:
+            settings.DATABASES["default"] = previous
+            _forget_connections()
+
+
+def use_database(url: str) -> dict | None:
+    """Point this process's Django at database `url` (DATABASE_URL): set up Django with it, or, when settings
+    were read already (another benchmark ran first in this process), replace the default database's settings
+    (gpuplatform.settings.database_config) and drop the open connection. Returns the settings it replaced,
+    None when Django was set up here."""
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplatform.settings")
+    import django
+    from django.apps import apps
+    from django.conf import settings
+
+    if not apps.ready:
+        django.setup()
+        return None
+    from gpuplatform.settings import database_config
+
+    previous = settings.DATABASES["default"]
+    settings.DATABASES["default"] = database_config(url)
+    _forget_connections()
+    return previous
+
+
+def _forget_connections() -> None:
+    """Close the default connection and make Django read its settings again on the next use."""
+    from django.db import connections
+
+    connections.close_all()
+    connections.__dict__.pop("settings", None)  # a cached_property of the settings it was built from
+    try:
+        del connections["default"]
+    except AttributeError:  # no connection object in this thread
+        pass
 
 
 def load_world(snapshot) -> dict:

@@ -685,12 +685,10 @@ def run(args, argv) -> dict:
                     "command": "python benchmarks/execution_latency.py " + " ".join(argv)}
     tmp = Path(tempfile.mkdtemp(prefix="gpuplatform-exec-bench-"))
     vendor, url = choose_database(args.db, tmp)
-    os.environ["DATABASE_URL"] = url
     os.environ["REDIS_URL"] = ""  # no broker: the in-process loop runs the cycles, as in the local mode
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplatform.settings")
-    import django
+    import _db
 
-    django.setup()
+    _db.use_database(url)  # also when another benchmark set Django up earlier in this process (benchmarks/run.py)
     quiet_logs()
     report["database"] = vendor
     bench = Bench(args, tmp)

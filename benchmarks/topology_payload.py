@@ -23,26 +23,22 @@ import _common
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats and jobs (CI)")
+    ap.add_argument("--tiny", action="store_true", help="a smoke test: a small world, one request per view, no file")
     ap.add_argument("--repeat", type=int, default=None, help="timed requests per view (default 15, quick 5)")
     ap.add_argument("--db-url", default=None, help="database URL (default: a temporary SQLite file)")
     args = ap.parse_args(argv)
-    repeat = args.repeat or (5 if args.quick else 15)
+    repeat = args.repeat or (1 if args.tiny else 5 if args.quick else 15)
     tmp = None
-    if args.db_url:
-        os.environ["DATABASE_URL"] = args.db_url
-    else:
+    if not args.db_url:
         tmp = tempfile.NamedTemporaryFile(prefix="topology-bench-", suffix=".sqlite3", delete=False)
-        os.environ["DATABASE_URL"] = f"sqlite:///{tmp.name}"
     os.environ["REDIS_URL"] = ""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplatform.settings")
-    import django
+    import _db
 
-    django.setup()
+    _db.use_database(args.db_url or f"sqlite:///{tmp.name}")  # also after another benchmark in this process
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.test import RequestFactory
 
-    import _db
     from frontend import views_dashboards
     from gpuplatform.models import Allocation, Gpu, Job
     from gpuplatform.scheduling.store import run_cycle_once
@@ -50,7 +46,8 @@ def main(argv=None) -> dict:
     try:
         call_command("migrate", verbosity=0)
         t0 = time.perf_counter()
-        world = _common.scale_world(pending=2000 if args.quick else 8000, running=1500 if args.quick else 5000)
+        world = _common.scale_world(pending=200 if args.tiny else 2000 if args.quick else 8000,
+                                    running=150 if args.tiny else 1500 if args.quick else 5000)
         _db.load_world(world)
         cycle = run_cycle_once(clock=_db.EPOCH)
         setup_s = time.perf_counter() - t0
@@ -81,7 +78,8 @@ def main(argv=None) -> dict:
                 times.append(s)
             out["views"][label] = {"query": query or "(none)", "median_ms": round(1000 * statistics.median(times), 1),
                                    "max_ms": round(1000 * max(times), 1), "json_bytes": size}
-        _common.save("topology_payload", out)
+        if not args.tiny:
+            _common.save("topology_payload", out)
         return out
     finally:
         if tmp is not None:

@@ -71,26 +71,33 @@ TEMPLATES = [
     }
 ]
 
-DATABASES = {
-    "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+
+def database_config(url: str) -> dict:
+    """Django's DATABASES entry for a database URL (postgres://..., sqlite:///path), with this project's options.
+    Also used by the benchmarks that point an already configured process at another database."""
+    config = dj_database_url.parse(
+        url,
         conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "0")),
         conn_health_checks=True,  # a persistent connection is checked before reuse (PostgreSQL restarted)
     )
-}
-if DATABASES["default"]["ENGINE"].endswith("postgresql"):
-    # A stopped or unreachable server answers within seconds (-> 503), never after the OS's TCP timeout.
-    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 3)
+    if config["ENGINE"].endswith("postgresql"):
+        # A stopped or unreachable server answers within seconds (-> 503), never after the OS's TCP timeout.
+        config.setdefault("OPTIONS", {}).setdefault("connect_timeout", 3)
+    if config["ENGINE"].endswith("sqlite3"):
+        # The embedded default: a web thread and the in-process loop share one file.
+        config.setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
+        # Django's backend, with BEGIN IMMEDIATE retried on a lock SQLite does not wait for itself
+        # (dbbackends/sqlite3/base.py): a concurrent writer queues instead of answering 503.
+        config["ENGINE"] = "gpuplatform.dbbackends.sqlite3"
+    return config
+
+
+DATABASES = {"default": database_config(os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+
 # Request bodies: refused with 413 above this size before parsing (gpuplatform/inputs.py); Django's own
 # form-parsing cap agrees.
 REQUEST_BODY_MAX_BYTES = int(os.environ.get("REQUEST_BODY_MAX_BYTES", str(1 << 20)))
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_BODY_MAX_BYTES
-if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    # The embedded default: a web thread and the in-process loop share one file.
-    DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
-    # Django's backend, with BEGIN IMMEDIATE retried on a lock SQLite does not wait for itself
-    # (dbbackends/sqlite3/base.py): a concurrent writer queues instead of answering 503.
-    DATABASES["default"]["ENGINE"] = "gpuplatform.dbbackends.sqlite3"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [  # also with DEBUG on: a password set in development must pass too

@@ -43,6 +43,14 @@ def test_benchmark_scripts_run_in_their_tiniest_setting():
                              text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
         assert "tasks/s" in out.stdout
+        # `make bench` runs every script in one process: a benchmark after bind_throughput's throw-away database
+        # (dropped) must not be left pointing at it (new-user report 8 F18: topology_payload crashed so)
+        both = ("import sys; sys.path.insert(0, sys.argv[1]); import bind_throughput, topology_payload; "
+                "bind_throughput.main(['--tiny']); r = topology_payload.main(['--tiny']); "
+                "assert r['views'], r")
+        out = subprocess.run([sys.executable, "-c", both, str(BENCH)], capture_output=True, text=True, timeout=300,
+                             cwd=BENCH.parent)
+        assert out.returncode == 0, out.stderr[-2000:]
 
 
 def test_kube_like_engine_holds_partial_gangs_in_the_replay():
