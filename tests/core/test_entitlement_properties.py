@@ -154,3 +154,48 @@ def test_a_job_within_quota_never_waits_while_a_borrower_of_its_flavor_starts(wo
     for j in waiting:
         started = j.id in {b.job_id for b in again.bindings} or j.id in {n.job_id for n in again.nominations}
         assert not started, f"{j.id} (within its queue's entitlement) waits while a borrower of its flavor starts"
+
+
+def _elastic_vs_small(a10_gpus: int, small: int = 1, small_quota: int = 1) -> World:
+    """The reduced case of the stored Hypothesis example: queue a (A10 quota 2) has an elastic job of 2 tasks
+    x 2 GPUs (min_available 1: 2 GPUs within a's entitlement, the second task would borrow); queue b
+    (A10 quota `small_quota`) has a job of `small` GPUs, within its entitlement, submitted later."""
+    return (World().nodes(count=1, gpus=a10_gpus, flavor="A10", prefix="A10-")
+            .queue(name="a", quota={"A10": 2}).queue(name="b", quota={"A10": small_quota})
+            .job(name="elastic", queue="a", tasks=2, gpus_per_task=2, min_available=1, flavors=["A10"], submit=0)
+            .job(name="small", queue="b", tasks=1, gpus_per_task=small, flavors=["A10"], submit=1))
+
+
+def test_elastic_tasks_past_the_entitlement_do_not_take_a_within_quota_jobs_gpus():
+    """The elastic job goes first (both queues within their entitlement, a's job submitted first), but its
+    second task borrows: it used to take all 4 GPUs at start and leave b's 1-GPU job (within b's quota)
+    waiting. The tasks past the entitlement are a borrow: placed after every job within its entitlement."""
+    world = _elastic_vs_small(4)
+    snapshot = world.snapshot()
+    result = run_cycle(snapshot)
+    check_result(snapshot, result)
+    started = {b.job_id: sum(len(t.gpus) for t in b.tasks) for b in result.bindings}
+    assert started == {"elastic": 2, "small": 1}
+
+
+def test_elastic_tasks_past_the_entitlement_start_when_no_within_quota_job_needs_the_gpus():
+    """The control: with room for both, the elastic job still takes every task at start (the borrowed task
+    is placed once every job within its entitlement has been tried), in one binding."""
+    world = _elastic_vs_small(8)
+    snapshot = world.snapshot()
+    result = run_cycle(snapshot)
+    check_result(snapshot, result)
+    started = {b.job_id: sum(len(t.gpus) for t in b.tasks) for b in result.bindings}
+    assert started == {"elastic": 4, "small": 1}
+    assert [b.job_id for b in result.bindings] == ["elastic", "small"]
+
+
+def test_elastic_tasks_past_the_entitlement_wait_while_a_within_quota_job_waits():
+    """b's 3-GPU job (within b's quota of 3) cannot start next to the elastic job's 2 GPUs; the elastic job
+    does not borrow the 2 GPUs left (b's job would reclaim them at once: the grow rule, docs/quotas.md)."""
+    world = _elastic_vs_small(4, small=3, small_quota=3)
+    snapshot = world.snapshot()
+    result = run_cycle(snapshot)
+    check_result(snapshot, result)
+    started = {b.job_id: sum(len(t.gpus) for t in b.tasks) for b in result.bindings}
+    assert started == {"elastic": 2}
