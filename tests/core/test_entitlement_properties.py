@@ -199,3 +199,20 @@ def test_elastic_tasks_past_the_entitlement_wait_while_a_within_quota_job_waits(
     check_result(snapshot, result)
     started = {b.job_id: sum(len(t.gpus) for t in b.tasks) for b in result.bindings}
     assert started == {"elastic": 2}
+
+
+def test_a_job_within_its_entitlement_on_one_flavor_does_not_borrow_another_ahead_of_a_within_quota_job():
+    """b's job may run on H100 or A10 and is within b's entitlement on A10 only; H100 has the most free GPUs,
+    so it was tried there first and borrowed an H100 GPU in the walk's first part (b's share is the lowest),
+    leaving a's 8-GPU job (within a's H100 quota) 7 free GPUs. It runs on A10, where it does not borrow."""
+    world = (World().nodes(count=2, gpus=8, flavor="H100", prefix="H100-")
+             .nodes(count=1, gpus=4, flavor="A10", prefix="A10-")
+             .queue(name="a", quota={"H100": 16}).queue(name="b", quota={"A10": 1})
+             .running(name="r", queue="a", nodes=["H100-2"], gpus_per_task=8)
+             .job(name="big", queue="a", tasks=1, gpus_per_task=8, flavors=["H100"], submit=0)
+             .job(name="either", queue="b", tasks=1, gpus_per_task=1, flavors=["H100", "A10"], submit=1))
+    snapshot = world.snapshot()
+    result = run_cycle(snapshot)
+    check_result(snapshot, result)
+    where = {b.job_id: {t.node for t in b.tasks} for b in result.bindings}
+    assert where == {"big": {"H100-1"}, "either": {"A10-1"}}

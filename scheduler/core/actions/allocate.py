@@ -8,7 +8,11 @@ flavor it asks for (it would not borrow: QueueTree.within_entitlement) before an
 borrow, and among those the lowest share of that flavor (usage, decayed when usage_half_life is set, over
 its water-filled fair share; the flavor the job asks for, not the maximum over flavors, so a queue's heavy
 use of one GPU model does not push its job for another model back), re-evaluated after every admission;
-inside a queue higher priority, then earlier submission.
+inside a queue higher priority, then earlier submission. A job started before the borrowers borrows nothing
+while a job of another queue may still wait within its own entitlement for the flavor (docs/quotas.md,
+"Order"): an elastic job's tasks past its entitlement are added to its binding when the borrowers' turn comes
+(Admission._within_first, _extend), and a job of several flavors tries first those it does not borrow on
+(Admission._unborrowed_first).
 A job that cannot start does not block the jobs behind it; its failed attempt is rolled back first. The
 first job that cannot start for lack of room gets a backfill reservation (actions/backfill.py,
 `Reservations`). Once a shape (flavor, roles, topology) fails for lack of room, later jobs of the same
@@ -752,6 +756,8 @@ class Admission:
         flavors = facts[6] if facts[6] is not None else tuple(session.flavors(job))  # most free first, now
         if not flavors:
             return self._place_mixed(job)
+        if len(flavors) > 1 and self.rival is not None:
+            flavors = self._unborrowed_first(job, flavors, facts[1])
         if job.avoid_nodes:
             avoided = self._place_avoiding(job, flavors, backfill_open)
             if avoided is not None:
@@ -918,6 +924,19 @@ class Admission:
                     self.charge(job.queue, flavor, len(t.gpus))
         return outcome
 
+
+    def _unborrowed_first(self, job: JobInfo, flavors: tuple, need: int) -> tuple:
+        """The job's flavors (most free first) with those it would not borrow on first when the first one would
+        borrow while a job of another queue may wait within its own entitlement for it (`rival`): a job within
+        its entitlement on one flavor goes before the borrowers (the queue order) and does not borrow another
+        flavor's GPUs there. Otherwise `flavors` unchanged."""
+        room = self._headroom
+        if room(job.queue, flavors[0], True)[0] >= need:
+            return flavors
+        within = tuple(f for f in flavors if room(job.queue, f, True)[0] >= need)
+        if not within or not self.rival(job, flavors[0]):
+            return flavors
+        return within + tuple(f for f in flavors if f not in within)
 
     def _within_first(self, job: JobInfo, flavor: str, need: int, room: float) -> float:
         """The room of an elastic job whose minimum fits its queue's entitlement (it starts in the walk's first
