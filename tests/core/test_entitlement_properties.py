@@ -238,3 +238,20 @@ def test_a_job_of_several_flavors_borrows_only_in_the_borrowers_turn():
     assert result.bindings == []
     assert {(e.job_id, e.beneficiary) for e in result.evictions} == {("r", "b"), ("ra", "e")}
     assert {n.job_id for n in result.nominations} == {"b", "e"}
+
+
+def test_a_queue_whose_parent_fills_up_goes_with_the_borrowers():
+    """c0 and c1 live on their parent's quota of 4 H100 (no quota of their own); c0's job takes it. c1's 4-GPU
+    job then borrows, but c1's place in the queue order was worked out before that charge to the shared
+    parent and still said "within": it started ahead of t's 1-GPU job (within t's quota) and took the last 4
+    GPUs. A queue's place is checked again when it comes up, so c1 waits for the borrowers' turn."""
+    world = (World().nodes(count=1, gpus=8, flavor="H100", prefix="H100-")
+             .queue(name="p", quota={"H100": 4}).queue(name="p-c0", parent="p").queue(name="p-c1", parent="p")
+             .queue(name="t", quota={"H100": 1})
+             .job(name="small", queue="t", tasks=1, gpus_per_task=1, flavors=["H100"], submit=0)
+             .job(name="first", queue="p-c0", tasks=1, gpus_per_task=4, flavors=["H100"], submit=1)
+             .job(name="second", queue="p-c1", tasks=1, gpus_per_task=4, flavors=["H100"], submit=2))
+    snapshot = world.snapshot()
+    result = run_cycle(snapshot)
+    check_result(snapshot, result)
+    assert {b.job_id for b in result.bindings} == {"first", "small"}

@@ -7,7 +7,9 @@ reservation) first; then, across queues, a queue whose next job fits inside its 
 flavor it asks for (it would not borrow: QueueTree.within_entitlement) before any whose next job would
 borrow, and among those the lowest share of that flavor (usage, decayed when usage_half_life is set, over
 its water-filled fair share; the flavor the job asks for, not the maximum over flavors, so a queue's heavy
-use of one GPU model does not push its job for another model back), re-evaluated after every admission;
+use of one GPU model does not push its job for another model back), re-evaluated after every admission
+(a queue's own, and a within-entitlement key again when it comes up: a charge to a queue sharing an ancestor
+can make its next job borrow);
 inside a queue higher priority, then earlier submission. A job started before the borrowers borrows nothing
 while a job of another queue may still wait within its own entitlement for the flavor (docs/quotas.md,
 "Order"): an elastic job's tasks past its entitlement are added to its binding when the borrowers' turn comes
@@ -155,6 +157,11 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     while heap:
         key, q = heappop(heap)
         jobs = by_queue[q]
+        if key[0] is False and jobs:  # a charge to a queue sharing an ancestor may have made its next job borrow
+            fresh = queue_key(q, jobs[-1])
+            if fresh != key:
+                heappush(heap, (fresh, q))
+                continue
         if key[0] is True and (before_borrowers is not None or deferred):  # (borrows?, ...): the borrowers begin
             if before_borrowers is not None:
                 before_borrowers(out)
