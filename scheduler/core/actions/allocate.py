@@ -12,8 +12,8 @@ use of one GPU model does not push its job for another model back), re-evaluated
 can make its next job borrow);
 inside a queue higher priority, then earlier submission. A job started before the borrowers borrows nothing
 while a job of another queue may still wait within its own entitlement for the flavor (docs/quotas.md,
-"Order"): an elastic job's tasks past its entitlement are added to its binding when the borrowers' turn comes
-(Admission._within_first, _extend), and a job of several flavors is tried without the flavors it would
+"Order"): an elastic job's tasks past its entitlement are added to its binding after every other job was
+tried (Admission._within_first, _extend), and a job of several flavors is tried without the flavors it would
 borrow on, then with them in the borrowers' turn (Admission._unborrowed_first, `retried`).
 A job that cannot start does not block the jobs behind it; its failed attempt is rolled back first. The
 first job that cannot start for lack of room gets a backfill reservation (actions/backfill.py,
@@ -138,7 +138,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
         return False
 
     admission.rival = waits
-    deferred, skipped = admission.deferred, admission.skipped
+    deferred, skipped = admission.deferred, admission.skipped  # (Admission._within_first, _unborrowed_first)
     attempt, place, waiting = reservations.attempt, admission.place, reservations.waiting
     queue_key, share = order.queue_key, order.share
     failed, reasons = out.failed_order, out.reasons
@@ -162,12 +162,9 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
             if fresh != key:
                 heappush(heap, (fresh, q))
                 continue
-        if key[0] is True and (before_borrowers is not None or deferred):  # (borrows?, ...): the borrowers begin
-            if before_borrowers is not None:
-                before_borrowers(out)
-                before_borrowers = None
-            if deferred:  # the tasks past the entitlement kept back so far (Admission._within_first)
-                _extend(session, admission, order, out.bindings, lambda j, f: waits(j, f, True))
+        if before_borrowers is not None and key[0] is True:  # (borrows?, share, queue): the borrowers begin
+            before_borrowers(out)
+            before_borrowers = None
             if jobs and queue_key(q, jobs[-1]) != key:  # the evictions moved usage
                 heappush(heap, (queue_key(q, jobs[-1]), q))
                 continue
@@ -183,7 +180,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                 if not jobs:
                     break
                 key = queue_key(q, jobs[-1])
-                if (heap and heap[0] < (key, q)) or (key[0] is True and (before_borrowers is not None or deferred)):
+                if (heap and heap[0] < (key, q)) or (before_borrowers is not None and key[0] is True):
                     heappush(heap, (key, q))
                     break
                 continue
@@ -247,10 +244,10 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                 key = queue_key(q, head)
             # pushing (key, q) back would pop it again at once when it is still the least entry: go on with
             # the queue's next job without the round trip (the same order); the borrowers' turn goes through it
-            if (heap and heap[0] < (key, q)) or (key[0] is True and (before_borrowers is not None or deferred)):
+            if (heap and heap[0] < (key, q)) or (before_borrowers is not None and key[0] is True):
                 heappush(heap, (key, q))
                 break
-    if deferred:
+    if deferred:  # the tasks past the entitlement kept back (Admission._within_first), after every other job
         _extend(session, admission, order, out.bindings, lambda j, f: waits(j, f, True))
     admission.rival = None
     return out
@@ -594,7 +591,7 @@ class Admission:
         # an elastic job's tasks past its queue's entitlement are a borrow: while `rival(job, flavor)` (set by
         # allocate) says a job of another queue may still wait within its own entitlement for that flavor, the
         # job starts with its tasks within the entitlement only (job id -> (job, flavor): the rest is placed
-        # when the borrowers' turn comes, allocate's _extend)
+        # after every other job was tried, allocate's _extend)
         self.rival = None
         self.deferred: dict = {}
         # job ids of several flavors tried without the flavors they would borrow on (_unborrowed_first), and those
@@ -979,8 +976,8 @@ class Admission:
 
 
 def _extend(session: Session, admission: Admission, order, bindings: list, waits) -> None:
-    """Place the tasks past their queue's entitlement that Admission kept back (`deferred`) now that every job
-    within its entitlement has been tried (the borrowers' turn, or the end of the walk): each started job takes
+    """Place the tasks past their queue's entitlement that Admission kept back (`deferred`) once every other job
+    has been tried (the end of the walk: they borrow, after the borrowers, like grow's): each started job takes
     the tasks that fit within its queue's limits, added to its binding (one per job), unless a job of another
     queue still waits within its entitlement for the flavor (`waits(job, flavor)`: it would reclaim them at
     once; the grow action places them in a later cycle, under the same rule)."""
