@@ -235,28 +235,6 @@ def test_a_job_within_its_entitlement_on_one_flavor_does_not_borrow_another_ahea
     assert where == {"big": {"H100-1"}, "either": {"A10-1"}}
 
 
-def test_a_job_of_several_flavors_borrows_only_in_the_borrowers_turn():
-    """e (queue either) may run on H100 or A10 and is within its entitlement on A10 only, where no GPU is free;
-    b's 8-GPU job (within big's H100 quota) fails first with 4 free GPUs and would reclaim lender's 4 borrowed
-    ones. e used to borrow 2 of the free H100 GPUs in the walk's first part, so b's reclaim could no longer
-    free 8. e is tried on H100 in the borrowers' turn, after b's reclaim holds those GPUs: b reclaims, and e
-    reclaims lender's borrowed A10 GPUs in turn."""
-    world = (World().nodes(count=1, gpus=8, flavor="H100", prefix="H100-")
-             .nodes(count=1, gpus=4, flavor="A10", prefix="A10-")
-             .queue(name="lender", quota={"H100": 1}).queue(name="big", quota={"H100": 8})
-             .queue(name="either", quota={"A10": 2})
-             .running(name="r", queue="lender", nodes=["H100-1"], gpus_per_task=4)
-             .running(name="ra", queue="lender", nodes=["A10-1"], gpus_per_task=4)
-             .job(name="e", queue="either", tasks=1, gpus_per_task=2, flavors=["H100", "A10"], submit=0)
-             .job(name="b", queue="big", tasks=1, gpus_per_task=8, flavors=["H100"], submit=1))
-    snapshot = world.snapshot()
-    result = run_cycle(snapshot)
-    check_result(snapshot, result)
-    assert result.bindings == []
-    assert {(e.job_id, e.beneficiary) for e in result.evictions} == {("r", "b"), ("ra", "e")}
-    assert {n.job_id for n in result.nominations} == {"b", "e"}
-
-
 def test_a_queue_whose_parent_fills_up_goes_with_the_borrowers():
     """c0 and c1 live on their parent's quota of 4 H100 (no quota of their own); c0's job takes it. c1's 4-GPU
     job then borrows, but c1's place in the queue order was worked out before that charge to the shared

@@ -13,8 +13,8 @@ can make its next job borrow);
 inside a queue higher priority, then earlier submission. A job started before the borrowers borrows nothing
 while a job of another queue may still wait within its own entitlement for the flavor (docs/quotas.md,
 "Order"): an elastic job's tasks past its entitlement are added to its binding after every other job was
-tried (Admission._within_first, _extend), and a job of several flavors is tried without the flavors it would
-borrow on, then with them in the borrowers' turn (Admission._unborrowed_first, `retried`).
+tried (Admission._within_first, _extend), and a job of several flavors tries first those it does not borrow
+on (Admission._unborrowed_first).
 A job that cannot start does not block the jobs behind it; its failed attempt is rolled back first. The
 first job that cannot start for lack of room gets a backfill reservation (actions/backfill.py,
 `Reservations`). Once a shape (flavor, roles, topology) fails for lack of room, later jobs of the same
@@ -138,7 +138,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
         return False
 
     admission.rival = waits
-    deferred, skipped = admission.deferred, admission.skipped  # (Admission._within_first, _unborrowed_first)
+    deferred = admission.deferred  # (Admission._within_first)
     attempt, place, waiting = reservations.attempt, admission.place, reservations.waiting
     queue_key, share = order.queue_key, order.share
     failed, reasons = out.failed_order, out.reasons
@@ -222,12 +222,6 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                     elif shape is not None:
                         lasting.put(shape, job.queue, outcome, refused.get(shape))
             if outcome is not None:
-                if skipped and job.id in skipped:  # not tried on the flavors it would borrow: again as a borrower
-                    skipped.discard(job.id)
-                    admission.retried.add(job.id)
-                    jobs.append(job)
-                    heappush(heap, (queue_key(q, job), q))
-                    break
                 failed.append(job)
                 reasons[job.id] = waiting(job, outcome) if outcome.code in ROOM_CODES else outcome
             if not jobs:
@@ -537,10 +531,6 @@ class _QueueOrder:
         """(whether the head job would borrow, its flavor's share, the queue); plain FIFO: (submit, id, queue)."""
         if not self.config.fair_share:  # plain FIFO across queues
             return (head.submit_time, str(head.id), q)
-        retried = self.admission.retried
-        if retried and head.id in retried:  # tried without the flavors it borrows on: now a borrower
-            share = min(self.flavor_share(q, f) for f in self.admission.flavors(head))
-            return (True, share, q) if self.shares else (True, share / self.queues.weight(q), q)
         facts = self.admission.facts(head)
         flavors = facts[6] if facts[6] is not None else self.admission.flavors(head)
         if not flavors:
@@ -594,10 +584,6 @@ class Admission:
         # after every other job was tried, allocate's _extend)
         self.rival = None
         self.deferred: dict = {}
-        # job ids of several flavors tried without the flavors they would borrow on (_unborrowed_first), and those
-        # tried again in the borrowers' turn (their queue key then says they borrow: _QueueOrder.queue_key)
-        self.skipped: set = set()
-        self.retried: set = set()
 
     def facts(self, job: JobInfo) -> tuple:
         """The job's JobFacts entry, derived from the frozen JobInfo alone and memoised by identity (`memo`):
@@ -944,22 +930,17 @@ class Admission:
 
 
     def _unborrowed_first(self, job: JobInfo, flavors: tuple, need: int) -> tuple:
-        """The job's flavors (most free first) less those it would borrow on while a job of another queue may
-        wait within its own entitlement for them (`rival`), when it is within its entitlement on another: it
-        goes before the borrowers (the queue order), so it does not borrow those there; it is noted in `skipped`
-        (allocate tries it again, with all its flavors, in the borrowers' turn: `retried`). Otherwise, and in
-        that second try (those it does not borrow on first), `flavors` unchanged or reordered."""
+        """The job's flavors (most free first) with those it would not borrow on first when the first one would
+        borrow while a job of another queue may wait within its own entitlement for it (`rival`): a job within
+        its entitlement on one flavor goes before the borrowers (the queue order) and does not borrow another
+        flavor's GPUs there when it fits where it does not. Otherwise `flavors` unchanged."""
         room = self._headroom
+        if room(job.queue, flavors[0], True)[0] >= need:
+            return flavors
         within = tuple(f for f in flavors if room(job.queue, f, True)[0] >= need)
-        if not within or len(within) == len(flavors):
+        if not within or not self.rival(job, flavors[0]):
             return flavors
-        if job.id in self.retried:
-            return within + tuple(f for f in flavors if f not in within)
-        blocked = {f for f in flavors if f not in within and self.rival(job, f)}
-        if not blocked:
-            return flavors
-        self.skipped.add(job.id)
-        return tuple(f for f in flavors if f not in blocked)
+        return within + tuple(f for f in flavors if f not in within)
 
     def _within_first(self, job: JobInfo, flavor: str, need: int, room: float) -> float:
         """The room of an elastic job whose minimum fits its queue's entitlement (it starts in the walk's first
