@@ -7,8 +7,14 @@ reservation) first; then, across queues, a queue whose next job fits inside its 
 flavor it asks for (it would not borrow: QueueTree.within_entitlement) before any whose next job would
 borrow, and among those the lowest share of that flavor (usage, decayed when usage_half_life is set, over
 its water-filled fair share; the flavor the job asks for, not the maximum over flavors, so a queue's heavy
-use of one GPU model does not push its job for another model back), re-evaluated after every admission;
-inside a queue higher priority, then earlier submission.
+use of one GPU model does not push its job for another model back), re-evaluated after every admission
+(a queue's own, and a within-entitlement key again when it comes up: a charge to a queue sharing an ancestor
+can make its next job borrow);
+inside a queue higher priority, then earlier submission. A job started before the borrowers borrows nothing
+while a job of another queue may still wait within its own entitlement for the flavor (docs/quotas.md,
+"Order"): an elastic job's tasks past its entitlement are added to its binding after every other job was
+tried (Admission._within_first, _extend), and a job of several flavors tries first those it does not borrow
+on (Admission._unborrowed_first).
 A job that cannot start does not block the jobs behind it; its failed attempt is rolled back first. The
 first job that cannot start for lack of room gets a backfill reservation (actions/backfill.py,
 `Reservations`). Once a shape (flavor, roles, topology) fails for lack of room, later jobs of the same
@@ -111,6 +117,28 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                 jobs.insert(len(jobs) - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key), job)
     heap = [(order.queue_key(q, jobs[-1]), q) for q, jobs in by_queue.items()]
     heapq.heapify(heap)
+    nominated, entitled = session.nominated, admission._headroom
+
+    def waits(job: JobInfo, flavor: str, tried_only: bool = False) -> bool:
+        """Whether a job of another queue than `job`'s waits within its own entitlement for `flavor`: tried and
+        refused (not for good, holding nothing), or (unless tried_only) not tried yet."""
+        mine = job.queue
+        for other in out.failed_order:
+            if other.queue != mine and other.id not in nominated and flavor in admission.flavors(other) \
+                    and entitled(other.queue, flavor, True)[0] >= other.gpus_min:
+                reason = out.reasons.get(other.id)
+                if reason is None or not reason.terminal:
+                    return True
+        if not tried_only:
+            for q, jobs in by_queue.items():
+                if q != mine:
+                    for other in jobs:
+                        if flavor in admission.flavors(other) and entitled(q, flavor, True)[0] >= other.gpus_min:
+                            return True
+        return False
+
+    admission.rival = waits
+    deferred = admission.deferred  # (Admission._within_first)
     attempt, place, waiting = reservations.attempt, admission.place, reservations.waiting
     queue_key, share = order.queue_key, order.share
     failed, reasons = out.failed_order, out.reasons
@@ -129,6 +157,11 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     while heap:
         key, q = heappop(heap)
         jobs = by_queue[q]
+        if key[0] is False and jobs:  # a charge to a queue sharing an ancestor may have made its next job borrow
+            fresh = queue_key(q, jobs[-1])
+            if fresh != key:
+                heappush(heap, (fresh, q))
+                continue
         if before_borrowers is not None and key[0] is True:  # (borrows?, share, queue): the borrowers begin
             before_borrowers(out)
             before_borrowers = None
@@ -208,6 +241,9 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
             if (heap and heap[0] < (key, q)) or (before_borrowers is not None and key[0] is True):
                 heappush(heap, (key, q))
                 break
+    if deferred:  # the tasks past the entitlement kept back (Admission._within_first), after every other job
+        _extend(session, admission, order, out.bindings, lambda j, f: waits(j, f, True))
+    admission.rival = None
     return out
 
 
@@ -542,6 +578,12 @@ class Admission:
         # charge from version _tracked_from to _tracked_to (any charge made elsewhere starts it over)
         self._touched: dict[str, int] = {}
         self._tracked_from = self._tracked_to = -1
+        # an elastic job's tasks past its queue's entitlement are a borrow: while `rival(job, flavor)` (set by
+        # allocate) says a job of another queue may still wait within its own entitlement for that flavor, the
+        # job starts with its tasks within the entitlement only (job id -> (job, flavor): the rest is placed
+        # after every other job was tried, allocate's _extend)
+        self.rival = None
+        self.deferred: dict = {}
 
     def facts(self, job: JobInfo) -> tuple:
         """The job's JobFacts entry, derived from the frozen JobInfo alone and memoised by identity (`memo`):
@@ -718,6 +760,8 @@ class Admission:
         flavors = facts[6] if facts[6] is not None else tuple(session.flavors(job))  # most free first, now
         if not flavors:
             return self._place_mixed(job)
+        if len(flavors) > 1 and self.rival is not None:
+            flavors = self._unborrowed_first(job, flavors, facts[1])
         if job.avoid_nodes:
             avoided = self._place_avoiding(job, flavors, backfill_open)
             if avoided is not None:
@@ -864,6 +908,8 @@ class Admission:
                                      f"uses {used} of its quota of {int(used + within)} {flavor} GPUs (its "
                                      f"entitlement, docs/quotas.md), job needs {need}")
             room = min(room, within)
+        elif room > need and self.rival is not None:
+            room = self._within_first(job, flavor, need, room)
         shape = (flavor, cap, job.preferred_tier, backfill_open, job.numa, facts[3])
         cached = self.failed_shapes.get(shape)
         if cached is not None:
@@ -881,6 +927,59 @@ class Admission:
                 if t.gpus:
                     self.charge(job.queue, flavor, len(t.gpus))
         return outcome
+
+
+    def _unborrowed_first(self, job: JobInfo, flavors: tuple, need: int) -> tuple:
+        """The job's flavors (most free first) with those it would not borrow on first when the first one would
+        borrow while a job of another queue may wait within its own entitlement for it (`rival`): a job within
+        its entitlement on one flavor goes before the borrowers (the queue order) and does not borrow another
+        flavor's GPUs there when it fits where it does not. Otherwise `flavors` unchanged."""
+        room = self._headroom
+        if room(job.queue, flavors[0], True)[0] >= need:
+            return flavors
+        within = tuple(f for f in flavors if room(job.queue, f, True)[0] >= need)
+        if not within or not self.rival(job, flavors[0]):
+            return flavors
+        return within + tuple(f for f in flavors if f not in within)
+
+    def _within_first(self, job: JobInfo, flavor: str, need: int, room: float) -> float:
+        """The room of an elastic job whose minimum fits its queue's entitlement (it starts in the walk's first
+        part, before every borrower) but whose tasks above the minimum would borrow: its entitlement room
+        while a job of another queue may still wait within its own entitlement for the flavor (`rival`), the
+        job then noted in `deferred`; else `room` unchanged. Units: GPUs."""
+        within = self._headroom(job.queue, flavor, True)[0]
+        if within >= room or within < need:
+            return room  # nothing past the entitlement, or the job borrows anyway (a borrower's turn)
+        if sum(r.tasks * r.gpus_per_task for r in job.roles) <= within or not self.rival(job, flavor):
+            return room
+        self.deferred[job.id] = (job, flavor)
+        return within
+
+
+def _extend(session: Session, admission: Admission, order, bindings: list, waits) -> None:
+    """Place the tasks past their queue's entitlement that Admission kept back (`deferred`) once every other job
+    has been tried (the end of the walk: they borrow, after the borrowers, like grow's): each started job takes
+    the tasks that fit within its queue's limits, added to its binding (one per job), unless a job of another
+    queue still waits within its entitlement for the flavor (`waits(job, flavor)`: it would reclaim them at
+    once; the grow action places them in a later cycle, under the same rule)."""
+    deferred = admission.deferred
+    at = {b.job_id: i for i, b in enumerate(bindings) if b.job_id in deferred}
+    items = sorted(((at[j], job, flavor) for j, (job, flavor) in deferred.items() if j in at), key=lambda x: x[0])
+    deferred.clear()
+    state, tree = session.state, session.tree
+    for i, job, flavor in items:
+        if waits(job, flavor):
+            continue
+        b = bindings[i]
+        budget = admission._headroom(job.queue, flavor)[0]
+        d = tree.index[b.domain]
+        new = session.add_tasks(job, flavor, b.tasks, d, cap=session.tier_cap(job), budget=budget)
+        if not new:
+            continue
+        admission.charge(job.queue, flavor, sum(len(t.gpus) for t in new))
+        d = session.enclosing(d, [state.node_index[t.node] for t in new])
+        bindings[i] = replace(b, tasks=b.tasks + new, domain=tree.names[d], tier=tree.tiers[d],
+                              share_after=order.share(job.queue))
 
 
 def _reservation_valid(session: Session, job: JobInfo) -> bool:
