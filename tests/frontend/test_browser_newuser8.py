@@ -1,0 +1,45 @@
+"""Browser tests of new-user trial 8 (Playwright, Debian's Chromium, as test_browser.py): the Queues page's
+"Try a quota change" shows the quota service's refusal (F2) in the form's own words (F9)."""
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from tests.frontend.test_browser import Page, browser, cluster, login, wait_js  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _try(page, **values):
+    for k in ("guarantee", "quota", "limit"):
+        # a text input, so a value a number input would refuse ("abc") reaches the script as typed
+        page.evaluate(f"(() => {{ const e = document.getElementById('qt-{k}'); e.type = 'text'; "
+                      f"e.value = {values.get(k, '')!r}; }})()")
+    page.evaluate("document.getElementById('quota-try-status').textContent = ''")
+    page.evaluate("document.getElementById('quota-try-form').requestSubmit()")
+    wait_js(page, "(t => t !== '' && t !== 'forecasting…')(document.getElementById('quota-try-status').textContent)")
+    return page.inner_text("#quota-try-status")
+
+
+def test_quota_try_shows_the_quota_rules_refusal_in_the_forms_words(browser, live_server, cluster):  # noqa: F811
+    from gpuplatform.models import Quota
+
+    quotas = list(Quota.objects.values_list())
+    get_user_model().objects.create_user("boss", password="pw-boss-123", is_staff=True, is_superuser=True)
+    admin = Page(browser, live_server.url)
+    login(admin, "boss", "pw-boss-123")
+    page = admin.go("/queues/")
+    page.select_option("#qt-queue", "red")
+    # root 128 = red 48 + blue 32 + room 48: red at 100 sums the children to 132 (F2: the what-if forecast it)
+    status = _try(page, quota="100")
+    assert status == ("cannot try this: quota: children's quotas would sum to 132, above the parent queue's "
+                      "quota (128) for H100"), status
+    assert page.locator("#quota-try-result").is_hidden()
+    # F9: "abc" is not a whole number (it was sent as null: "changes[0].quota: This field may not be null.")
+    status = _try(page, guarantee="-1", quota="abc")
+    assert "changes[0]" not in status and "null" not in status, status
+    assert "quota: must be a whole number of GPUs" in status, status
+    status = _try(page, guarantee="-1")
+    assert status.startswith("cannot try this: guarantee: ") and "changes[0]" not in status, status
+    assert list(Quota.objects.values_list()) == quotas
+    admin.context.close()
