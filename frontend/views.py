@@ -54,6 +54,8 @@ def _numbers(sample, totals: dict) -> dict:
         "allocated_gpus": sample.allocated_gpus if sample else None,
         "held_gpus": sample.held_gpus if sample else None,
         "schedulable_gpus": sample.schedulable_gpus if sample else None,
+        # the cycle the sample figures above come from (the queue table's rows are live: new-user trial 8, F3)
+        "sample_cycle": sample.cycle if sample else None,
         "effective_utilization": _effective_today(),
         **{f"jobs_{k}": v for k, v in totals.items()},
     }

@@ -206,3 +206,14 @@ def test_cluster_page_marks_the_members_own_team(client, world):
     assert html.count("your team") == 1  # red only
     client.force_login(world["admin"])
     assert "your team" not in client.get("/cluster/").content.decode()
+
+
+def test_cluster_page_says_which_moment_the_cards_and_the_queue_table_show(client, world):
+    """New-user trial 8, F3: the allocation card (the latest cycle's sample) said "now" while the queue table
+    beside it is live; the card names its cycle (updated by metrics.json) and the table says it is live."""
+    client.force_login(world["alice"])
+    html = client.get("/cluster/").content.decode()
+    assert 'allocated / schedulable as cycle <span data-metric="sample_cycle">3</span> left them' in html
+    assert "schedulable, now" not in html
+    assert "live: jobs started or ended since the last cycle count here" in html
+    assert client.get("/cluster/metrics.json").json()["numbers"]["sample_cycle"] == 3
