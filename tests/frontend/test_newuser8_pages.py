@@ -1,0 +1,32 @@
+"""New-user trial 8 (notes/newuser8.md), the pages' findings: F7 (the job form's role formset is capped and
+speaks the API's words), F5 (a pending job's log box), F15 (page JSON endpoints answer 401 JSON)."""
+from __future__ import annotations
+
+import html as html_lib
+
+from gpuplatform.models import Job
+
+from tests.frontend.test_dashboards import roles_post
+
+
+def test_a_huge_roles_total_builds_no_more_forms_than_the_maximum(client, world):
+    """F7: roles-TOTAL_FORMS=100000 built 1,016 role forms (Django's absolute_max = max_num + 1000), each with
+    three "This field is required.": a 6 MB page. At most 16 forms are built now; nothing is stored."""
+    client.force_login(world["alice"])
+    jobs = Job.objects.count()
+    response = client.post("/jobs/new/", roles_post(**{"roles-TOTAL_FORMS": "100000"}))
+    page = html_lib.unescape(response.content.decode())
+    assert response.status_code == 200 and Job.objects.count() == jobs
+    assert len(response.content) < 300_000, len(response.content)
+    assert page.count('name="roles-15-name"') == 1 and 'name="roles-16-name"' not in page
+    assert "at most 16 roles" in page
+
+
+def test_no_roles_says_what_the_api_says(client, world):
+    """F7: roles-TOTAL_FORMS=0 gave Django's "Please submit at least 1 form."; the API says "a job needs at
+    least one role" (job_rules.NO_ROLES), and so does the form."""
+    client.force_login(world["alice"])
+    response = client.post("/jobs/new/", roles_post(**{"roles-TOTAL_FORMS": "0"}))
+    page = html_lib.unescape(response.content.decode())
+    assert response.status_code == 200 and "a job needs at least one role" in page
+    assert "Please submit at least" not in page
