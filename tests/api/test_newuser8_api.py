@@ -24,3 +24,15 @@ def test_current_metrics_say_which_moment_the_sample_and_the_queue_rows_show(adm
     assert {q["queue"]: q["used"] for q in current["queues"]}["root"] in (2, 4)  # live: released or stopping
     rows_at = datetime.fromisoformat(current["queues_time"].replace("Z", "+00:00"))
     assert rows_at >= datetime.fromisoformat(current["sample"]["time"].replace("Z", "+00:00"))
+
+
+def test_an_empty_idempotency_key_is_a_400_naming_it(client_for):
+    """F12: the docs say a key is 1-200 visible characters; an empty (or blank) header must not be taken as
+    "no key"."""
+    from gpuplatform.models import Job
+
+    member = client_for("member")
+    for key in ("", " ", "\t"):
+        r = member.post("/api/v1/jobs/", job_body(name="nokey"), format="json", HTTP_IDEMPOTENCY_KEY=key)
+        assert r.status_code == 400 and list(r.json()) == ["Idempotency-Key"], (key, r.content)
+    assert not Job.objects.filter(name="nokey").exists()
