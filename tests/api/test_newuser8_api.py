@@ -36,3 +36,10 @@ def test_an_empty_idempotency_key_is_a_400_naming_it(client_for):
         r = member.post("/api/v1/jobs/", job_body(name="nokey"), format="json", HTTP_IDEMPOTENCY_KEY=key)
         assert r.status_code == 400 and list(r.json()) == ["Idempotency-Key"], (key, r.content)
     assert not Job.objects.filter(name="nokey").exists()
+
+
+def test_the_log_answer_carries_the_tasks_state(client_for, jobs):
+    """F5: the job page's log box said "running" for a pending job: the answer says the task's state."""
+    task = jobs["own"].tasks.get()
+    r = client_for("member").get(f"/api/v1/jobs/{jobs['own'].pk}/logs/?task={task.pk}")
+    assert r.status_code == 200 and r.json()["state"] == "pending" and r.json()["size"] == 0, r.content

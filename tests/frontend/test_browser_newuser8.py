@@ -43,3 +43,21 @@ def test_quota_try_shows_the_quota_rules_refusal_in_the_forms_words(browser, liv
     assert status.startswith("cannot try this: guarantee: ") and "changes[0]" not in status, status
     assert list(Quota.objects.values_list()) == quotas
     admin.context.close()
+
+
+def test_a_pending_jobs_log_box_says_no_log_yet(browser, live_server, cluster):  # noqa: F811
+    """F5: the Logs box of a pending job said "worker-0 · attempt 0 · 0 B · running, updating every 2 s"."""
+    from gpuplatform import services
+    from gpuplatform.models import Team
+
+    job = services.submit_job(command=["sleep", "60"], team=Team.objects.get(name="red"), queue="red",
+                              name="waits", roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 8}])
+    p = Page(browser, live_server.url)
+    login(p)
+    page = p.go(f"/jobs/{job.pk}/")
+    wait_js(page, "document.getElementById('log-status').textContent.indexOf('attempt') >= 0")
+    status = page.inner_text("#log-status")
+    assert "running" not in status, status
+    assert status == "worker-0 · attempt 0 · 0 B · no log yet: the task is pending (not placed yet), checking every 2 s"
+    p.assert_clean()
+    p.context.close()
