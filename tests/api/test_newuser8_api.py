@@ -43,3 +43,20 @@ def test_the_log_answer_carries_the_tasks_state(client_for, jobs):
     task = jobs["own"].tasks.get()
     r = client_for("member").get(f"/api/v1/jobs/{jobs['own'].pk}/logs/?task={task.pk}")
     assert r.status_code == 200 and r.json()["state"] == "pending" and r.json()["size"] == 0, r.content
+
+
+def test_a_members_priority_change_names_the_real_rule(client_for, jobs):
+    """F13: a member (who may cancel the job) was told "you may not change jobs of this team". The rule is
+    that a priority change needs a team admin. Object permissions come before the body everywhere in the
+    API (views/base.py: 404 / 403 first), so a wrong type from a member is that 403 too; a team admin gets
+    the type error."""
+    url = f"/api/v1/jobs/{jobs['own'].pk}/"
+    member = client_for("member")
+    for body in ({"priority": 10}, {"priority": "x"}):
+        r = member.patch(url, body, format="json")
+        assert r.status_code == 403, r.content
+        assert r.json()["detail"] == ("changing a job's priority needs a team admin of alpha (or a platform admin); "
+                                      "members may submit and cancel its jobs")
+    r = client_for("team_admin").patch(url, {"priority": "x"}, format="json")
+    assert r.status_code == 400 and list(r.json()) == ["priority"], r.content
+    assert client_for("team_admin").patch(url, {"priority": 10}, format="json").status_code == 200
