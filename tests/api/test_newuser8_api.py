@@ -60,3 +60,21 @@ def test_a_members_priority_change_names_the_real_rule(client_for, jobs):
     r = client_for("team_admin").patch(url, {"priority": "x"}, format="json")
     assert r.status_code == 400 and list(r.json()) == ["priority"], r.content
     assert client_for("team_admin").patch(url, {"priority": 10}, format="json").status_code == 200
+
+
+def test_unknown_names_are_said_as_job_submission_says_them(admin, client_for, users):
+    """F14: DRF's "Object with name=nope does not exist." (set-quota, queue creation, memberships) and
+    django-filter's "Select a valid choice..." (events ?job=abc) become "unknown queue 'nope'" etc."""
+    r = admin.post("/api/v1/quotas/", {"queue": "nope", "flavor": "H100", "quota": 1}, format="json")
+    assert r.status_code == 400 and r.json() == {"queue": ["unknown queue 'nope'"]}, r.content
+    r = admin.post("/api/v1/queues/", {"name": "q-new", "parent": "root", "team": "nope"}, format="json")
+    assert r.status_code == 400 and r.json() == {"team": ["unknown team 'nope'"]}, r.content
+    r = admin.post("/api/v1/memberships/", {"team": "alpha", "user": "nobody", "role": "member"}, format="json")
+    assert r.status_code == 400 and r.json() == {"user": ["unknown user 'nobody'"]}, r.content
+    r = client_for("member").post("/api/v1/jobs/", job_body(team="nope"), format="json")
+    assert r.status_code == 400 and r.json() == {"team": ["unknown team 'nope'"]}, r.content
+    for value, message in (("abc", "a job id is a whole number"), ("0", "a job id is 1 or more"),
+                           ("99999999999999999999", "no job has an id that large")):
+        r = admin.get(f"/api/v1/events/?job={value}")
+        assert r.status_code == 400 and r.json() == {"job": [message]}, r.content
+    assert admin.get("/api/v1/events/?job=123456").json()["count"] == 0
