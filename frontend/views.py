@@ -24,7 +24,7 @@ from gpuplatform.models import IdleAllocation, Job
 from gpuplatform.telemetry import task_summary
 
 from . import figures, job_paging, job_run
-from .conditional import conditional_json
+from .conditional import conditional_json, login_required_json
 from .delta import BadSince, with_since
 from .states import STATE_COLORS
 from .templatetags.units import human_seconds
@@ -110,7 +110,7 @@ def cluster(request):
 
 
 @never_cache
-@login_required
+@login_required_json
 @require_GET
 @conditional_json
 def cluster_metrics(request):

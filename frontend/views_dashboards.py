@@ -27,7 +27,7 @@ from gpuplatform.borrowing import borrowed
 from gpuplatform.models import Team
 
 from . import dashboard_figures as dfig
-from .conditional import conditional_json
+from .conditional import conditional_json, login_required_json
 from .delta import BadSince, with_since
 from .states import GPU_STATE_COLORS
 from .topology import BORROWED_DEFINITION, topology_payload
@@ -71,8 +71,9 @@ def data_response(request, payload: dict, rows: list[dict], name: str, tables: d
 
 
 def _json_view(fn):
-    """A polled JSON view: login, GET only, never cached by proxies, ETag / 304 when unchanged."""
-    return never_cache(login_required(require_GET(conditional_json(fn))))
+    """A polled JSON view: signed in (else a JSON 401), GET only, never cached by proxies, ETag / 304 when
+    unchanged."""
+    return never_cache(login_required_json(require_GET(conditional_json(fn))))
 
 
 DATA_PARAMS = ("format", "table", "since")  # what data_response reads on every JSON endpoint

@@ -30,3 +30,23 @@ def test_no_roles_says_what_the_api_says(client, world):
     page = html_lib.unescape(response.content.decode())
     assert response.status_code == 200 and "a job needs at least one role" in page
     assert "Please submit at least" not in page
+
+
+JSON_ENDPOINTS = ("/cluster/metrics.json", "/topology.json", "/queues/data.json", "/fragmentation/data.json",
+                  "/queueing/data.json", "/failures/data.json", "/utilization/data.json")
+
+
+def test_page_json_endpoints_answer_401_json_without_a_session(client, world):
+    """F15: `curl /cluster/metrics.json` was a 302 to the HTML login; the REST API answers a JSON 401. The
+    page JSON endpoints do too now; the HTML pages keep their redirect to the login."""
+    for url in JSON_ENDPOINTS:
+        r = client.get(url)
+        assert r.status_code == 401 and r["Content-Type"] == "application/json", (url, r.status_code)
+        assert r.json() == {"detail": "Authentication credentials were not provided."}, url
+    r = client.post("/jobs/new/estimate/", {})
+    assert r.status_code == 401 and r["Content-Type"] == "application/json", r.status_code
+    for page in ("/cluster/", "/queues/", "/utilization/", "/jobs/"):
+        r = client.get(page)
+        assert r.status_code == 302 and r["Location"].startswith("/accounts/login/"), page
+    client.force_login(world["alice"])
+    assert all(client.get(url).status_code == 200 for url in JSON_ENDPOINTS)
