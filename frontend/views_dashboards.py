@@ -320,7 +320,7 @@ def _queueing_payload(user) -> dict:
     shown = [j for j in order if visible is None or j["team_id"] in visible][:200]
     accuracy_fig, accuracy = _forecast_accuracy()
     return {"figures": {**dfig.wait_figures(waits), **accuracy_fig}, "summary": dfig.wait_summary(waits),
-            "accuracy": accuracy, "pending": shown,
+            "accuracy": accuracy, "pending": shown, "pending_all_visible": visible is None,
             "pending_total": len(order), "rows": [{"team": w["team"], "gpus": w["gpus"],
                                                    "wait_seconds": w["wait_seconds"]} for w in waits]}
 

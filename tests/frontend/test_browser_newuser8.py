@@ -61,3 +61,38 @@ def test_a_pending_jobs_log_box_says_no_log_yet(browser, live_server, cluster): 
     assert status == "worker-0 · attempt 0 · 0 B · no log yet: the task is pending (not placed yet), checking every 2 s"
     p.assert_clean()
     p.context.close()
+
+
+def test_mixed_job_list_fits_a_1400_px_window_with_the_pending_reason_on_screen(browser, live_server, cluster):  # noqa: F811
+    """F16: on the unfiltered jobs page (running and pending rows, every column) a long job name and a
+    pending job's start estimate kept the table 1,526 px wide in a 1,358 px card: the pending reason was
+    behind the horizontal scroll. Names and estimates wrap now."""
+    from django.utils import timezone
+
+    from gpuplatform import services
+    from gpuplatform.models import Team
+    from gpuplatform.scheduling.forecast import run_forecast_once
+
+    red = Team.objects.get(name="red")
+    for i in range(3):
+        services.submit_job(command=["sleep", "60"], team=red, queue="red",
+                            name=f"red-wide-{i}-pretraining-sweep-lr3e-4-bs2048",
+                            roles=[{"name": "worker", "tasks": 16, "gpus_per_task": 8}])
+    cluster["run_cycle"](clock=timezone.now())
+    run_forecast_once()
+    p = Page(browser, live_server.url)
+    p.context.close()
+    p.context = browser.new_context(viewport={"width": 1400, "height": 900})
+    p.page = p.context.new_page()
+    login(p)
+    page = p.go("/jobs/")
+    text = page.inner_text("#job-table")
+    assert "estimated in" in text and "placement" in text and "nodes" in text  # every column, an estimate
+    scroll_width, client_width, reason_right, box_right = page.evaluate(
+        "(() => { var t = document.getElementById('job-table'), c = t.parentElement;"
+        " var r = t.querySelector('td.reason').getBoundingClientRect(), b = c.getBoundingClientRect();"
+        " return [t.scrollWidth, c.clientWidth, r.right, b.right]; })()")
+    assert scroll_width <= client_width and reason_right <= box_right + 1, (scroll_width, client_width)
+    p.shot("jobs-mixed-1400")
+    p.assert_clean()
+    p.context.close()

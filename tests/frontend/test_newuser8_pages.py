@@ -50,3 +50,11 @@ def test_page_json_endpoints_answer_401_json_without_a_session(client, world):
         assert r.status_code == 302 and r["Location"].startswith("/accounts/login/"), page
     client.force_login(world["alice"])
     assert all(client.get(url).status_code == 200 for url in JSON_ENDPOINTS)
+
+
+def test_queueing_says_all_shown_to_a_platform_admin(client, world):
+    """F16 (last note): a platform admin sees every pending job but was told "yours shown"."""
+    client.force_login(world["admin"])
+    assert "2 pending jobs in the cluster; all shown." in client.get("/queueing/").content.decode()
+    client.force_login(world["alice"])
+    assert "2 pending jobs in the cluster; yours shown." in client.get("/queueing/").content.decode()
