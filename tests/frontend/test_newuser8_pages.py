@@ -58,3 +58,17 @@ def test_queueing_says_all_shown_to_a_platform_admin(client, world):
     assert "2 pending jobs in the cluster; all shown." in client.get("/queueing/").content.decode()
     client.force_login(world["alice"])
     assert "2 pending jobs in the cluster; yours shown." in client.get("/queueing/").content.decode()
+
+
+def test_sharing_with_gpus_per_task_blank_gets_the_apis_rule(client, world):
+    """F8: MIG instances with "GPUs per task" blanked answered "roles-0-gpus_per_task: This field is required."
+    although the help says MIG instances are "instead of whole GPUs"; the API's rule is the message now.
+    Blank with no sharing field asks for the number in words."""
+    client.force_login(world["alice"])
+    jobs = Job.objects.count()
+    page = html_lib.unescape(client.post("/jobs/new/", roles_post(**{
+        "roles-0-gpus_per_task": "", "roles-0-mig_count": "2"})).content.decode())
+    assert "mig_count needs mig_profile" in page and "This field is required." not in page
+    page = html_lib.unescape(client.post("/jobs/new/", roles_post(**{"roles-0-gpus_per_task": ""})).content.decode())
+    assert "enter the GPUs per task (0 or more), or ask for a GPU fraction" in page
+    assert Job.objects.count() == jobs
