@@ -24,7 +24,7 @@ from gpuplatform import dashboard_queries as dq
 from gpuplatform import access, queries
 from gpuplatform.api.filters import refuse_unknown_params
 from gpuplatform.borrowing import borrowed
-from gpuplatform.models import Team
+from gpuplatform.models import Queue, Team
 
 from . import dashboard_figures as dfig
 from .conditional import conditional_json, login_required_json
@@ -149,6 +149,18 @@ class BadParam(ValueError):
         self.param = param
 
 
+def unknown_name(param: str, value: str) -> str | None:
+    """The message for a page filter that names no team / queue / node flavor (they are public: the cluster
+    and queues pages show them all), else None. One wording for topology and utilization."""
+    if param == "team" and not Team.objects.filter(name=value).exists():
+        return f"no team named {value[:60]!r}"
+    if param == "queue" and not Queue.objects.filter(name=value).exists():
+        return f"no queue named {value[:60]!r}"
+    if param == "flavor" and value not in dq.flavors():
+        return f"no node has flavor {value[:60]!r}; flavors: {', '.join(dq.flavors())}"
+    return None
+
+
 def _topology_params(request) -> dict:
     """The topology page's parameters. Raises BadParam for a `job` that is not a job id (a positive whole
     number)."""
@@ -160,10 +172,10 @@ def _topology_params(request) -> dict:
     team, flavor = request.GET.get("team") or None, request.GET.get("flavor") or None
     # Team names are public (the cluster page shows every team's counts): an unknown one is a 400 naming it,
     # not an all-zero map; the same for a flavor no node has.
-    if team is not None and not Team.objects.filter(name=team).exists():
-        raise BadParam("team", f"no team named {team[:60]!r}")
-    if flavor is not None and flavor not in dq.flavors():
-        raise BadParam("flavor", f"no node has flavor {flavor[:60]!r}; flavors: {', '.join(dq.flavors())}")
+    for param, value in (("team", team), ("flavor", flavor)):
+        why = unknown_name(param, value) if value is not None else None
+        if why:
+            raise BadParam(param, why)
     return {"zoom": request.GET.get("zoom") or None, "team": team, "flavor": flavor, "job": job}
 
 

@@ -78,3 +78,12 @@ def test_unknown_names_are_said_as_job_submission_says_them(admin, client_for, u
         r = admin.get(f"/api/v1/events/?job={value}")
         assert r.status_code == 400 and r.json() == {"job": [message]}, r.content
     assert admin.get("/api/v1/events/?job=123456").json()["count"] == 0
+
+
+def test_a_job_filter_naming_no_team_or_queue_is_a_400_naming_it(client_for, jobs):
+    """F10: /api/v1/jobs/?queue=nope answered 200 count 0 (and gpuctl list --team nope an empty table)."""
+    member = client_for("member")
+    assert member.get("/api/v1/jobs/?queue=nope").json() == {"queue": ["unknown queue 'nope'"]}
+    assert member.get("/api/v1/jobs/?team=nope").json() == {"team": ["unknown team 'nope'"]}
+    assert member.get("/api/v1/jobs/?queue=alpha").json()["count"] == 1
+    assert member.get("/api/v1/jobs/?queue=beta").json()["count"] == 0  # a queue of another team: none visible

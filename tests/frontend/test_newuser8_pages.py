@@ -72,3 +72,16 @@ def test_sharing_with_gpus_per_task_blank_gets_the_apis_rule(client, world):
     page = html_lib.unescape(client.post("/jobs/new/", roles_post(**{"roles-0-gpus_per_task": ""})).content.decode())
     assert "enter the GPUs per task (0 or more), or ask for a GPU fraction" in page
     assert Job.objects.count() == jobs
+
+
+def test_utilization_filters_naming_nothing_are_a_400_naming_them(client, world):
+    """F10: /utilization/data.json?team=nope answered 200 with empty series; topology.json answers 400
+    {"team": ["no team named 'nope'"]} (docs/api.md: an unknown value is a 400 naming it). Same check now."""
+    client.force_login(world["alice"])
+    for param, message in (("team", "no team named 'nope'"), ("queue", "no queue named 'nope'"),
+                           ("flavor", "no node has flavor 'nope'")):
+        r = client.get(f"/utilization/data.json?{param}=nope")
+        assert r.status_code == 400 and r.json()[param][0].startswith(message), (param, r.content)
+        assert client.get(f"/utilization/?{param}=nope").status_code == 400
+    assert client.get("/topology.json?team=nope").json() == {"team": ["no team named 'nope'"]}
+    assert client.get("/utilization/data.json?team=red&queue=red").status_code == 200

@@ -104,9 +104,24 @@ class NodeFilterSet(df.FilterSet):
         fields = ["name", "flavor", "state", "domain"]
 
 
+class NamedFilter(df.CharFilter):
+    """A filter by a public name (a team's slug, a queue's name): one that names nothing is a 400
+    `{"<param>": ["unknown team 'nope'"]}` (the body fields' wording), not an empty list that reads as "none
+    match" (new-user trial 8, F10; docs/api.md: an unknown value is a 400 naming it)."""
+
+    def __init__(self, *args, model=None, lookup: str = "name", what: str = "object", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.named_model, self.named_lookup, self.what = model, lookup, what  # (the filterset sets .model)
+
+    def filter(self, qs, value):
+        if value not in (None, "") and not self.named_model.objects.filter(**{self.named_lookup: value}).exists():
+            raise ValidationError({self.field_name.split("__")[0]: [f"unknown {self.what} {value[:60]!r}"]})
+        return super().filter(qs, value)
+
+
 class JobFilterSet(df.FilterSet):
-    team = df.CharFilter(field_name="team__slug", help_text="team slug")
-    queue = df.CharFilter(field_name="queue__name", help_text="queue name")
+    team = NamedFilter(field_name="team__slug", model=Team, lookup="slug", what="team", help_text="team slug")
+    queue = NamedFilter(field_name="queue__name", model=Queue, what="queue", help_text="queue name")
     submitter = df.CharFilter(field_name="submitter__username", help_text="username")
     state = df.MultipleChoiceFilter(choices=Job.State.choices, help_text="repeat for several states")
     submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
