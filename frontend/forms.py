@@ -180,7 +180,9 @@ class RoleForm(forms.Form):
                            widget=forms.TextInput(attrs={"pattern": NAME_PATTERN, "title": f"Use {NAME_HELP}.",
                                                          "size": 10}))
     tasks = _number(min_value=1, max_value=rules.MAX_TASKS_PER_JOB, initial=1)
-    gpus_per_task = _number(min_value=0, max_value=rules.MAX_GPUS_PER_TASK, initial=1, label="GPUs per task")
+    # not required: a role asking for a share of a GPU or MIG instances may leave it blank (clean)
+    gpus_per_task = _number(min_value=0, max_value=rules.MAX_GPUS_PER_TASK, initial=1, label="GPUs per task",
+                            required=False)
     cpu_milli = _number(min_value=0, max_value=rules.MAX_CPU_MILLI, initial=0, required=False,
                         label="CPU per task (millicores)")
     memory_mib = _number(min_value=0, max_value=rules.MAX_MEMORY_MIB, initial=0, required=False,
@@ -212,8 +214,20 @@ class RoleForm(forms.Form):
         for f in self.fields.values():
             f.widget.attrs.setdefault("class", "role-input")
 
+    SHARING_FIELDS = ("gpu_fraction", "gpu_memory_mib", "mig_profile", "mig_count")
+
     def clean(self):
         data = super().clean()
+        if data.get("gpus_per_task") is None and "gpus_per_task" not in self.errors:
+            # GPUs per task left blank: a role that asks for a GPU fraction, GPU memory or MIG instances
+            # ("instead of whole GPUs") is one GPU's share, which the API's rules then judge (a mig_count
+            # without a profile: "mig_count needs mig_profile ..."), not "This field is required." (new-user
+            # trial 8, F8); a role that asks for none of them needs the number
+            if any(data.get(k) not in (None, "") for k in self.SHARING_FIELDS):
+                data["gpus_per_task"] = 1
+            else:
+                self.add_error("gpus_per_task", "enter the GPUs per task (0 or more), or ask for a GPU fraction, "
+                                                "GPU memory or MIG instances instead")
         tasks, min_av = data.get("tasks"), data.get("min_available")
         if tasks and min_av and min_av > tasks:
             self.add_error("min_available", f"min available ({min_av}) must not exceed tasks ({tasks})")
@@ -237,8 +251,22 @@ class RoleForm(forms.Form):
                    if d.get("group_size") or d.get("group_highest_tier") is not None else {})}
 
 
-RoleFormSet = forms.formset_factory(RoleForm, extra=0, min_num=1, validate_min=True, max_num=16,
-                                    validate_max=True)
+MAX_FORM_ROLES = 16
+
+
+class BaseRoleFormSet(forms.BaseFormSet):
+    """The roles of the submit form, in the API's words: none is job_rules.NO_ROLES (Django's "Please submit at
+    least 1 form." named no role); at most MAX_FORM_ROLES forms are ever built (absolute_max: a post with
+    roles-TOTAL_FORMS=100000 built 1,016 forms, a 6 MB page, new-user trial 8 F7)."""
+
+    default_error_messages = {
+        "too_few_forms": rules.NO_ROLES,
+        "too_many_forms": "a job submitted from this form has at most %(num)d roles",
+    }
+
+
+RoleFormSet = forms.formset_factory(RoleForm, formset=BaseRoleFormSet, extra=0, min_num=1, validate_min=True,
+                                    max_num=MAX_FORM_ROLES, validate_max=True, absolute_max=MAX_FORM_ROLES)
 
 
 def apply_service_errors(errors: dict[str, str], form: JobForm, roles) -> None:

@@ -24,7 +24,7 @@ from gpuplatform.models import IdleAllocation, Job
 from gpuplatform.telemetry import task_summary
 
 from . import figures, job_paging, job_run
-from .conditional import conditional_json
+from .conditional import conditional_json, login_required_json
 from .delta import BadSince, with_since
 from .states import STATE_COLORS
 from .templatetags.units import human_seconds
@@ -54,6 +54,8 @@ def _numbers(sample, totals: dict) -> dict:
         "allocated_gpus": sample.allocated_gpus if sample else None,
         "held_gpus": sample.held_gpus if sample else None,
         "schedulable_gpus": sample.schedulable_gpus if sample else None,
+        # the cycle the sample figures above come from (the queue table's rows are live: new-user trial 8, F3)
+        "sample_cycle": sample.cycle if sample else None,
         "effective_utilization": _effective_today(),
         **{f"jobs_{k}": v for k, v in totals.items()},
     }
@@ -108,7 +110,7 @@ def cluster(request):
 
 
 @never_cache
-@login_required
+@login_required_json
 @require_GET
 @conditional_json
 def cluster_metrics(request):

@@ -24,10 +24,10 @@ from gpuplatform import dashboard_queries as dq
 from gpuplatform import access, queries
 from gpuplatform.api.filters import refuse_unknown_params
 from gpuplatform.borrowing import borrowed
-from gpuplatform.models import Team
+from gpuplatform.models import Queue, Team
 
 from . import dashboard_figures as dfig
-from .conditional import conditional_json
+from .conditional import conditional_json, login_required_json
 from .delta import BadSince, with_since
 from .states import GPU_STATE_COLORS
 from .topology import BORROWED_DEFINITION, topology_payload
@@ -71,8 +71,9 @@ def data_response(request, payload: dict, rows: list[dict], name: str, tables: d
 
 
 def _json_view(fn):
-    """A polled JSON view: login, GET only, never cached by proxies, ETag / 304 when unchanged."""
-    return never_cache(login_required(require_GET(conditional_json(fn))))
+    """A polled JSON view: signed in (else a JSON 401), GET only, never cached by proxies, ETag / 304 when
+    unchanged."""
+    return never_cache(login_required_json(require_GET(conditional_json(fn))))
 
 
 DATA_PARAMS = ("format", "table", "since")  # what data_response reads on every JSON endpoint
@@ -148,6 +149,18 @@ class BadParam(ValueError):
         self.param = param
 
 
+def unknown_name(param: str, value: str) -> str | None:
+    """The message for a page filter that names no team / queue / node flavor (they are public: the cluster
+    and queues pages show them all), else None. One wording for topology and utilization."""
+    if param == "team" and not Team.objects.filter(name=value).exists():
+        return f"no team named {value[:60]!r}"
+    if param == "queue" and not Queue.objects.filter(name=value).exists():
+        return f"no queue named {value[:60]!r}"
+    if param == "flavor" and value not in dq.flavors():
+        return f"no node has flavor {value[:60]!r}; flavors: {', '.join(dq.flavors())}"
+    return None
+
+
 def _topology_params(request) -> dict:
     """The topology page's parameters. Raises BadParam for a `job` that is not a job id (a positive whole
     number)."""
@@ -159,10 +172,10 @@ def _topology_params(request) -> dict:
     team, flavor = request.GET.get("team") or None, request.GET.get("flavor") or None
     # Team names are public (the cluster page shows every team's counts): an unknown one is a 400 naming it,
     # not an all-zero map; the same for a flavor no node has.
-    if team is not None and not Team.objects.filter(name=team).exists():
-        raise BadParam("team", f"no team named {team[:60]!r}")
-    if flavor is not None and flavor not in dq.flavors():
-        raise BadParam("flavor", f"no node has flavor {flavor[:60]!r}; flavors: {', '.join(dq.flavors())}")
+    for param, value in (("team", team), ("flavor", flavor)):
+        why = unknown_name(param, value) if value is not None else None
+        if why:
+            raise BadParam(param, why)
     return {"zoom": request.GET.get("zoom") or None, "team": team, "flavor": flavor, "job": job}
 
 
@@ -319,7 +332,7 @@ def _queueing_payload(user) -> dict:
     shown = [j for j in order if visible is None or j["team_id"] in visible][:200]
     accuracy_fig, accuracy = _forecast_accuracy()
     return {"figures": {**dfig.wait_figures(waits), **accuracy_fig}, "summary": dfig.wait_summary(waits),
-            "accuracy": accuracy, "pending": shown,
+            "accuracy": accuracy, "pending": shown, "pending_all_visible": visible is None,
             "pending_total": len(order), "rows": [{"team": w["team"], "gpus": w["gpus"],
                                                    "wait_seconds": w["wait_seconds"]} for w in waits]}
 

@@ -18,6 +18,7 @@ from gpuplatform.federation.manager import is_manager, submit_as
 from gpuplatform.inputs import renders_form_errors
 from gpuplatform.models import Domain, Job, Team
 
+from .conditional import login_required_json
 from .forms import JobForm, RoleFormSet, apply_service_errors
 
 
@@ -193,7 +194,7 @@ def can_act(user, job) -> bool:
     return access.can_submit(user, job.team_id)
 
 
-@login_required
+@login_required_json
 @require_POST
 def job_estimate(request):
     """The submit form's "would start in about ..." (issue #15): the job as filled in so far, as a

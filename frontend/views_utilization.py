@@ -19,7 +19,7 @@ from gpuplatform.utilization import top_jobs_lost_to_failure, utilization
 from scheduler.core.gpu_hours import BUCKETS
 
 from .figures import _layout
-from .views_dashboards import _json_view, data_response, query_errors
+from .views_dashboards import _json_view, data_response, query_errors, unknown_name
 
 WINDOWS = {"6h": timedelta(hours=6), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 BINS = 48
@@ -116,6 +116,9 @@ def _query_errors(request) -> dict | None:
     errors = query_errors(request, PARAMS)
     if errors is None and request.GET.get("window") not in (None, "", *WINDOWS):
         errors = {"window": [f"must be one of {', '.join(WINDOWS)}"]}
+    if errors is None:  # a filter naming nothing is a 400 naming it, as on topology (new-user trial 8, F10)
+        errors = {p: [why] for p in ("team", "queue", "flavor")
+                  if request.GET.get(p) and (why := unknown_name(p, request.GET[p]))} or None
     return errors
 
 

@@ -110,8 +110,7 @@ class QuotaForm(forms.ModelForm):
         g, q, lim = data.get("guarantee"), data.get("quota"), data.get("limit")
         if queue is None or not flavor or g is None or q is None:
             return data
-        errors = (quota_rules.check_flavor(flavor, queue.pk, quota=q, guarantee=g) or quota_rules.check_triple("", g, q, lim)
-                  or quota_rules.check_against_tree(queue.pk, queue.parent_id, flavor, q, lim))
+        errors = quota_rules.check_quota(queue, flavor, g, q, lim)
         for field, message in errors.items():
             self.add_error(field if field in self.fields else None, message)
         return data

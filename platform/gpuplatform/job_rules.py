@@ -199,6 +199,9 @@ def _check_sharing(raw: dict, role: dict, f: str, errors: dict) -> None:
         role.update(mig_profile=profile, gpus_per_task=count)
 
 
+NO_ROLES = "a job needs at least one role"  # the API's message; the submit form's formset says it too
+
+
 def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
     """Normalise role dicts (defaults: name worker/role<i>, gpus_per_task 1, cpu/memory 0,
     min_available = tasks, flavor blank) and collect rule violations. Each role asks for one kind of GPU
@@ -206,7 +209,7 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
     workers: one gang, scheduler/core/sharing.py)."""
     errors: dict[str, str] = {}
     if not isinstance(roles, (list, tuple)) or not roles:
-        return [], {"roles": "a job needs at least one role"}
+        return [], {"roles": NO_ROLES}
     out, names = [], set()
     for i, raw in enumerate(roles):
         f = f"roles[{i}]."

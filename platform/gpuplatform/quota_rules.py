@@ -134,6 +134,21 @@ def check_root_capacity(queue_id: int | None, flavor: str, quota: int, prefix: s
     return {}
 
 
+def check_quota(queue: Queue, flavor: str, guarantee, quota, limit, changed: frozenset | set | None = None,
+                prefix: str = "") -> dict[str, str]:
+    """Every rule one queue's (flavor) guarantee / quota / limit must keep, in the order services.set_quota
+    reports them: the flavor (check_flavor), the triple (check_triple), then the tree (check_against_tree).
+    The one entry point for the quota service, the Django admin's quota form and the what-if's set_quota
+    change (POST /api/v1/forecast/), so a quota the admin cannot save is not forecast either. Keys are
+    `prefix` + field name."""
+    errors = check_flavor(flavor, queue.pk, f"{prefix}flavor", quota=quota, guarantee=guarantee)
+    if not errors:
+        errors.update(check_triple(prefix, guarantee, quota, limit, changed))
+    if not errors:
+        errors.update(check_against_tree(queue.pk, queue.parent_id, flavor, quota, limit, prefix))
+    return errors
+
+
 def makes_cycle(queue_id: int, new_parent_id: int | None) -> bool:
     """True when making `new_parent_id` the parent of `queue_id` would close a loop in the queue tree."""
     node, seen = new_parent_id, set()

@@ -138,3 +138,37 @@ def test_a_submit_change_submission_would_refuse_is_a_400_naming_roles(busy, cli
     assert job.status_code == 400
     for message in (job.json()["roles"][0], r.json()["changes[1].roles"][0]):
         assert message.startswith("can never fit this cluster") and "16 GPUs per task" in message, message
+
+
+@pytest.mark.parametrize("change, field, rule", [
+    # alpha + beta = 16 + 16 = root's 32: 17 makes the children sum above the parent's quota
+    ({"kind": "set_quota", "queue": "alpha", "flavor": "H100", "quota": 17}, "changes[0].quota",
+     "children's quotas would sum to 33, above the parent queue's quota (32)"),
+    ({"kind": "set_quota", "queue": "beta", "flavor": "H100", "quota": 100000}, "changes[0].quota",
+     "children's quotas would sum to 100016"),
+    ({"kind": "set_quota", "queue": "root", "flavor": "H100", "quota": 100000, "limit": None}, "changes[0].quota",
+     "root queues' quotas would sum to 100000, above the cluster's 32 H100 GPUs"),
+    ({"kind": "set_quota", "queue": "alpha", "flavor": "H100", "guarantee": 20}, "changes[0].guarantee",
+     "guarantee (20) must not exceed quota (16)"),
+    ({"kind": "set_quota", "queue": "alpha", "flavor": "H100", "limit": 40}, "changes[0].limit",
+     "above the parent queue's limit (32)"),
+])
+def test_a_quota_change_the_quota_service_refuses_is_a_400_naming_field_and_rule(busy, admin, change, field, rule):
+    """New-user trial 8, F2: the what-if forecast quotas that PATCH /api/v1/quotas/ refuses (children summing
+    above the parent's quota, huge values). The same rules (quota_rules.check_quota) now refuse them."""
+    before = table_rows()
+    r = admin.post(URL, {"changes": [change]}, format="json")
+    assert r.status_code == 400, r.content
+    assert list(r.json()) == [field] and rule in r.json()[field][0], r.content
+    assert table_rows() == before
+
+
+def test_quota_changes_are_checked_in_order_against_the_tree_the_earlier_ones_leave(busy, admin):
+    """Raising the parent first makes room for a child's raise in the same what-if; nothing is written."""
+    before = table_rows()
+    both = [{"kind": "set_quota", "queue": "beta", "flavor": "H100", "quota": 8},
+            {"kind": "set_quota", "queue": "alpha", "flavor": "H100", "quota": 24, "limit": 32}]
+    assert admin.post(URL, {"changes": both}, format="json").status_code == 200
+    r = admin.post(URL, {"changes": both[1:]}, format="json")
+    assert r.status_code == 400 and "changes[0].quota" in r.json(), r.content
+    assert table_rows() == before

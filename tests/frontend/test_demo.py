@@ -200,3 +200,20 @@ def test_demo_warns_that_scale_and_cluster_do_not_apply_to_a_loaded_cluster(tiny
     call_command("demo", "--no-server", "--duration-seconds", "0.5", "--start-day", "0", "--tick", "0.2",
                  "--password", "pw-demo-123", stdout=out, stderr=err)
     assert "do not apply" not in out.getvalue() + err.getvalue()  # no option given: nothing to warn about
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_set_up_events_are_on_the_cluster_clock_below_the_replays(tiny_importers):
+    """New-user trial 8, F4: the set-up's events (team_created, member_added, queue_created) were stamped at
+    wall time, years after the replay's simulated time, so they stayed at the top of the newest-first events
+    list. They are at the trace's t = 0 now, before every replayed job's events."""
+    from gpuplatform.models import Event
+
+    call_command("demo", "--no-server", "--duration-seconds", "2", "--start-day", "0", "--speed", "600",
+                 "--tick", "0.2", "--password", "pw-demo-123", stdout=io.StringIO())
+    setup = Event.objects.filter(kind__in=("team_created", "member_added", "queue_created"))
+    assert setup.exists()
+    epoch = datetime(2017, 10, 3, tzinfo=timezone.utc)
+    assert set(setup.values_list("time", flat=True)) == {epoch}
+    newest = Event.objects.order_by("-time", "-id").first()
+    assert newest.kind not in ("team_created", "member_added", "queue_created") and newest.time >= epoch

@@ -6,7 +6,7 @@ from django.urls import reverse
 
 pytestmark = pytest.mark.django_db
 
-PAGES = ["/", "/cluster/", "/cluster/metrics.json", "/jobs/"]
+PAGES = ["/", "/cluster/", "/jobs/"]
 
 
 @pytest.mark.parametrize("url", PAGES)
@@ -14,6 +14,11 @@ def test_pages_require_login(client, world, url):
     response = client.get(url)
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("login"))
+
+
+def test_page_json_requires_login_with_a_json_401(client, world):
+    response = client.get("/cluster/metrics.json")  # as the REST API answers (new-user trial 8, F15)
+    assert response.status_code == 401 and response.json()["detail"]
 
 
 def test_job_detail_requires_login(client, world):
@@ -206,3 +211,14 @@ def test_cluster_page_marks_the_members_own_team(client, world):
     assert html.count("your team") == 1  # red only
     client.force_login(world["admin"])
     assert "your team" not in client.get("/cluster/").content.decode()
+
+
+def test_cluster_page_says_which_moment_the_cards_and_the_queue_table_show(client, world):
+    """New-user trial 8, F3: the allocation card (the latest cycle's sample) said "now" while the queue table
+    beside it is live; the card names its cycle (updated by metrics.json) and the table says it is live."""
+    client.force_login(world["alice"])
+    html = client.get("/cluster/").content.decode()
+    assert 'allocated / schedulable as cycle <span data-metric="sample_cycle">3</span> left them' in html
+    assert "schedulable, now" not in html
+    assert "live: jobs started or ended since the last cycle count here" in html
+    assert client.get("/cluster/metrics.json").json()["numbers"]["sample_cycle"] == 3

@@ -17,10 +17,20 @@
 
   form.addEventListener("submit", function (ev) {
     ev.preventDefault();
-    var change = {kind: "set_quota", queue: form.queue.value, flavor: form.flavor.value};
+    var change = {kind: "set_quota", queue: form.queue.value, flavor: form.flavor.value}, bad = [];
     ["guarantee", "quota", "limit"].forEach(function (k) {
-      if (form[k].value !== "") change[k] = parseInt(form[k].value, 10);
+      var v = form[k].value.trim();
+      // A browser gives "" for text it cannot read as a number ("abc"): badInput tells the two apart.
+      if (form[k].validity && form[k].validity.badInput) v = "?";
+      if (v === "") return;
+      if (/^-?\d+$/.test(v)) change[k] = parseInt(v, 10);
+      else bad.push(k + ": must be a whole number of GPUs (or empty: unchanged)");
     });
+    if (bad.length) {
+      out.textContent = "cannot try this: " + bad.join("; ");
+      table.hidden = true;
+      return;
+    }
     out.textContent = "forecasting…";
     fetch(form.dataset.url, {method: "POST", credentials: "same-origin",
                              headers: {"Content-Type": "application/json",
@@ -29,8 +39,9 @@
       .then(function (r) { return r.json().then(function (d) { return {ok: r.ok, d: d}; }); })
       .then(function (res) {
         if (!res.ok) {
+          // the API names a change's field "changes[0].quota": the form calls it "quota"
           out.textContent = "cannot try this: " + Object.keys(res.d).map(function (k) {
-            return k + ": " + [].concat(res.d[k]).join(" "); }).join("; ");
+            return k.replace(/^changes\[0\]\./, "") + ": " + [].concat(res.d[k]).join(" "); }).join("; ");
           table.hidden = true;
           return;
         }

@@ -94,8 +94,12 @@
     offset = p.next_offset;
     showNote();
     var done = p.complete && p.next_offset >= p.size;
+    var every = ", checking every " + interval / 1000 + " s";
+    var waiting = !p.complete && !p.size && (p.state === "pending" || p.state === "bound");  // not started yet
     setStatus((p.name || "task") + " · attempt " + p.attempt + " · " + kib(p.size) +
-              (done ? " · ended, output complete" : p.complete ? " · ended, fetching the rest" : " · running, updating every " + interval / 1000 + " s"));
+              (done ? " · ended, output complete" : p.complete ? " · ended, fetching the rest"
+               : waiting ? " · no log yet: the task is " + (p.state === "pending" ? "pending (not placed yet)" : "starting") + every
+               : " · running, updating every " + interval / 1000 + " s"));
     if (done) { poller.stop(); poller = null; return; }
     if (moved && p.next_offset < p.size) soon();  // more is there already: catch up
   }

@@ -104,9 +104,24 @@ class NodeFilterSet(df.FilterSet):
         fields = ["name", "flavor", "state", "domain"]
 
 
+class NamedFilter(df.CharFilter):
+    """A filter by a public name (a team's slug, a queue's name): one that names nothing is a 400
+    `{"<param>": ["unknown team 'nope'"]}` (the body fields' wording), not an empty list that reads as "none
+    match" (new-user trial 8, F10; docs/api.md: an unknown value is a 400 naming it)."""
+
+    def __init__(self, *args, model=None, lookup: str = "name", what: str = "object", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.named_model, self.named_lookup, self.what = model, lookup, what  # (the filterset sets .model)
+
+    def filter(self, qs, value):
+        if value not in (None, "") and not self.named_model.objects.filter(**{self.named_lookup: value}).exists():
+            raise ValidationError({self.field_name.split("__")[0]: [f"unknown {self.what} {value[:60]!r}"]})
+        return super().filter(qs, value)
+
+
 class JobFilterSet(df.FilterSet):
-    team = df.CharFilter(field_name="team__slug", help_text="team slug")
-    queue = df.CharFilter(field_name="queue__name", help_text="queue name")
+    team = NamedFilter(field_name="team__slug", model=Team, lookup="slug", what="team", help_text="team slug")
+    queue = NamedFilter(field_name="queue__name", model=Queue, what="queue", help_text="queue name")
     submitter = df.CharFilter(field_name="submitter__username", help_text="username")
     state = df.MultipleChoiceFilter(choices=Job.State.choices, help_text="repeat for several states")
     submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
@@ -119,7 +134,24 @@ class JobFilterSet(df.FilterSet):
         fields = ["team", "queue", "submitter", "state", "never_fits", "name", "external_id"]
 
 
+class IdFilter(df.Filter):
+    """An object's id: a whole number from 1 (a BigAutoField's range). A word is "an id is a whole number",
+    not django-filter's "Select a valid choice. That choice is not one of the available choices." (new-user
+    trial 8, F14); an id with no visible object matches nothing, as an unknown name does."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args, what: str = "object", **kwargs):
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", 2**63 - 1)
+        kwargs.setdefault("error_messages", {"invalid": f"a {what} id is a whole number",
+                                             "min_value": f"a {what} id is 1 or more",
+                                             "max_value": f"no {what} has an id that large"})
+        super().__init__(*args, **kwargs)
+
+
 class EventFilterSet(df.FilterSet):
+    job = IdFilter(field_name="job_id", what="job", help_text="job id")
     kind = df.CharFilter(help_text="event kind, e.g. submitted, admitted, quota_changed, cordoned")
     kind__in = CharInFilter(field_name="kind", help_text="several kinds, comma separated")
     actor = df.CharFilter(field_name="actor__username", help_text="username")

@@ -88,7 +88,13 @@ class JobPermission(BasePermission):
         if request.method in SAFE_METHODS:
             return True
         if view.action in ("update", "partial_update"):
-            return can_manage_team(request.user, obj.team_id)
+            if can_manage_team(request.user, obj.team_id):
+                return True
+            # the rule itself (new-user trial 8, F13: "you may not change jobs of this team" to a member who
+            # may cancel the job); checked before the body, as every object permission is (403 before 400)
+            self.message = (f"changing a job's priority needs a team admin of {obj.team.name} (or a platform "
+                            f"admin); members may submit and cancel its jobs")
+            return False
         return can_submit(request.user, obj.team_id)
 
 

@@ -107,7 +107,9 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
     """Up to `limit` bytes (capped at the read limit) of `task`'s output from byte `offset`, of `attempt`
     (default: the job's current one, or the last one that logged). Returns {task, name, attempt, offset
     (where the returned data starts), next_offset, size (bytes stored so far), trimmed (output before
-    `offset` is gone), data, complete (the task attempt has ended and nothing more is stored)}."""
+    `offset` is gone), data, complete (the task attempt has ended and nothing more is stored), state (the
+    task's state now: "pending" before it is placed, so a reader can say "no log yet" rather than "running";
+    that of the current attempt, so a past attempt's reader judges by `complete`)}."""
     limits = log_limits()
     limit = min(max(int(limit or limits["read"]), 1), limits["read"])
     job_attempt = Job.objects.filter(pk=task.job_id).values_list("attempts", flat=True).first() or 0
@@ -151,4 +153,5 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
     ended = attempt < job_attempt or task.state not in Task.OPEN_STATES
     return {"task": task.pk, "name": f"{task.role.name}-{task.index}", "attempt": attempt, "offset": start,
             "next_offset": at, "size": size, "trimmed": bool(trimmed),
-            "data": b"".join(parts).decode("utf-8", errors="replace"), "complete": bool(ended and at >= size)}
+            "data": b"".join(parts).decode("utf-8", errors="replace"), "complete": bool(ended and at >= size),
+            "state": task.state}

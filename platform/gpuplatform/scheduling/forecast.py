@@ -245,9 +245,55 @@ def submit_roles(changes: list[dict]) -> list[dict]:
     return out
 
 
+def check_quota_changes(changes: list[dict]) -> None:
+    """Each `set_quota` change must be a quota the quota admin could save: the quota service's rules
+    (quota_rules.check_quota: flavor, guarantee <= quota <= limit, the children's sum within the parent's
+    quota, the root queues' within the cluster). Fields a change leaves out keep the queue's current values
+    (0 / 0 / no limit without a row). The changes are checked in order, each against the tree as the earlier
+    ones leave it: they are applied in a transaction that is always rolled back (nothing is written). A
+    change naming an unknown queue is left to the engine's what-if (its "no queue" error). Raises
+    scheduler.forecast.whatif.WhatIfError(index, field, the rule)."""
+    from django.db import transaction
+
+    from scheduler.forecast.whatif import WhatIfError
+
+    from .. import quota_rules
+    from ..models import Queue, Quota
+
+    if not any(ch.get("kind") == "set_quota" for ch in changes):
+        return
+
+    class _Undo(Exception):
+        pass
+
+    try:
+        with transaction.atomic():
+            for i, ch in enumerate(changes):
+                if ch.get("kind") != "set_quota":
+                    continue
+                queue = Queue.objects.filter(name=ch.get("queue")).first()
+                if queue is None:
+                    continue
+                flavor = ch["flavor"]
+                current = Quota.objects.filter(queue=queue, flavor=flavor).values_list(
+                    "guarantee", "quota", "limit").first() or (0, 0, None)
+                given = {k for k in ("guarantee", "quota", "limit") if k in ch}
+                g, q, lim = (ch[k] if k in ch else v for k, v in zip(("guarantee", "quota", "limit"), current))
+                errors = quota_rules.check_quota(queue, flavor, g, q, lim, given)
+                if errors:
+                    field, message = next(iter(errors.items()))
+                    raise WhatIfError(i, field, message)
+                Quota.objects.update_or_create(queue=queue, flavor=flavor,
+                                               defaults={"guarantee": g, "quota": q, "limit": lim})
+            raise _Undo
+    except _Undo:
+        pass
+
+
 def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) -> dict:
     """The what-if on the live cluster at cluster time `clock`: permissions (check_what_if_access), the
-    snapshot the cycle would read, scheduler.forecast.whatif.what_if with the platform's estimator. Reads
+    quota changes checked by the quota service's rules
+    (check_quota_changes), the snapshot the cycle would read, scheduler.forecast.whatif.what_if with the platform's estimator. Reads
     only: nothing is written. Returns the API's answer (api/views/forecast.py documents it). Raises
     WhatIfDenied, scheduler.forecast.whatif.WhatIfError."""
     from gpuplatform import access, clock as cluster_clock
@@ -256,6 +302,7 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     from scheduler.forecast.whatif import what_if
 
     check_what_if_access(user, changes)
+    check_quota_changes(changes)
     changes = submit_roles(changes)
     clock = clock or cluster_clock.now()
     snapshot, _ = build_snapshot(clock.timestamp())

@@ -109,12 +109,7 @@ def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int 
     quota > limit, limit above the parent's, siblings' quotas summing above the parent's, quota below the
     children's sum, limit below a child's. `changed`: the names a partial update sent, so a rule between two
     values is reported on the one the request changed (quota_rules.check_triple)."""
-    errors = quota_rules.check_flavor(flavor, queue.pk, quota=quota, guarantee=guarantee)
-    if not errors:
-        errors.update(quota_rules.check_triple("", guarantee, quota, limit, changed))
-    if not errors:
-        errors.update(quota_rules.check_against_tree(queue.pk, queue.parent_id, flavor, quota, limit))
-    raise_if(errors)
+    raise_if(quota_rules.check_quota(queue, flavor, guarantee, quota, limit, changed))
     old = Quota.objects.filter(queue=queue, flavor=flavor).values_list("guarantee", "quota", "limit").first()
     row, _ = Quota.objects.update_or_create(queue=queue, flavor=flavor,
                                             defaults={"guarantee": guarantee, "quota": quota, "limit": limit})

@@ -15,6 +15,14 @@ def count_field(**kwargs) -> serializers.IntegerField:
     return serializers.IntegerField(**kwargs)
 
 
+def named_field(what: str, slug_field: str, queryset, **kwargs) -> serializers.SlugRelatedField:
+    """A related object given by its name (`slug_field`). An unknown name is "unknown <what> 'nope'", the
+    words job submission uses (services.base), not DRF's "Object with name=nope does not exist." (new-user
+    trial 8, F14: gpuctl set-quota, queue creation)."""
+    kwargs["error_messages"] = {"does_not_exist": f"unknown {what} " + "{value!r}", **kwargs.get("error_messages", {})}
+    return serializers.SlugRelatedField(slug_field=slug_field, queryset=queryset, **kwargs)
+
+
 class FiniteFloatField(serializers.FloatField):
     """A real number that is finite: 'nan' / 'inf' (form-encoded bodies, query strings) are refused with
     the field's 'invalid' message instead of reaching the database and the fair-share order."""

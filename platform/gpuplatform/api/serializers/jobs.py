@@ -7,7 +7,7 @@ from ... import queries
 from ...gpu_request import gpu_request, job_gpus
 from ...models import Job, JobRole, Task, Team
 from .base import ModelSerializer, Serializer
-from .fields import INT32_MAX, FiniteFloatField, text_input, count_field
+from .fields import INT32_MAX, FiniteFloatField, count_field, named_field, text_input
 
 
 @extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1, "maximum": 32767},
@@ -233,9 +233,8 @@ class JobSubmitSerializer(Serializer):
                                         help_text="your own id for this job (a CI run, a trace id); stored and "
                                                   "returned, filter with ?external_id=")
     queue = serializers.CharField(max_length=100, help_text="leaf queue name")
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all(), required=False,
-                                        allow_null=True, default=None,
-                                        help_text="team slug; default: the queue's team, or your only team")
+    team = named_field("team", "slug", Team.objects.all(), required=False, allow_null=True, default=None,
+                       help_text="team slug; default: the queue's team, or your only team")
     priority = serializers.IntegerField(default=0, min_value=-INT32_MAX, max_value=INT32_MAX)
     preemptible = serializers.BooleanField(default=True)
     interruptible = serializers.BooleanField(default=False, help_text="the job may be stopped at once, without a "

@@ -72,6 +72,10 @@ class QueueUsageSerializer(Serializer):
 
 
 class ClusterMetricsSerializer(Serializer):
-    sample = ClusterSampleSerializer(allow_null=True, help_text="the latest cycle's cluster sample")
+    sample = ClusterSampleSerializer(allow_null=True, help_text="the latest cycle's cluster sample: the cluster as "
+                                                                "cycle `sample.cycle` left it at `sample.time`")
     cycle = SchedulerCycleSerializer(allow_null=True, help_text="the latest scheduling cycle")
-    queues = QueueUsageSerializer(many=True, help_text="live usage of the queues you may see")
+    queues = QueueUsageSerializer(many=True, help_text="live usage of the queues you may see, read at `queues_time`")
+    queues_time = serializers.DateTimeField(help_text="the cluster clock when `queues` was read: jobs submitted, "
+                                                      "started or ended since `sample.time` are in `queues`, not in "
+                                                      "`sample`, so their sums may differ from it by those")

@@ -2,13 +2,13 @@ from rest_framework import serializers
 
 from ...models import Queue, Quota, Team
 from .base import ModelSerializer, Serializer
-from .fields import FiniteFloatField, count_field
+from .fields import FiniteFloatField, count_field, named_field
 
 
 class QuotaSerializer(ModelSerializer):
     """One queue's quota for one GPU flavor, in GPUs: guarantee <= quota <= limit (limit null = the parent's)."""
 
-    queue = serializers.SlugRelatedField(slug_field="name", queryset=Queue.objects.all())
+    queue = named_field("queue", "name", Queue.objects.all())
     flavor = serializers.CharField(max_length=64)
     guarantee = count_field(default=0)
     quota = count_field(default=0)
@@ -51,8 +51,8 @@ class QueueCreateSerializer(Serializer):
     name = serializers.CharField(max_length=100)
     parent = serializers.CharField(max_length=100, allow_null=True, required=False, default=None,
                                    help_text="parent queue name; null = a root queue")
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all(), allow_null=True,
-                                        required=False, default=None, help_text="owning team (leaf queues)")
+    team = named_field("team", "slug", Team.objects.all(), allow_null=True, required=False, default=None,
+                       help_text="owning team (leaf queues)")
     weight = FiniteFloatField(default=1.0, min_value=-1e12, max_value=1e12)
     state = serializers.CharField(default="open", max_length=16)
     quotas = QuotaTripleSerializer(many=True, required=False, default=list)

@@ -3,6 +3,7 @@ from rest_framework import serializers
 
 from ...models import Membership, Team
 from .base import ModelSerializer
+from .fields import named_field
 
 
 class TeamSerializer(ModelSerializer):
@@ -16,8 +17,8 @@ class TeamSerializer(ModelSerializer):
 
 
 class MembershipSerializer(ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
-    user = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all())
+    team = named_field("team", "slug", Team.objects.all())
+    user = named_field("user", "username", get_user_model().objects.all())
 
     class Meta:
         model = Membership

@@ -204,7 +204,8 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
         """A task's combined stdout/stderr as its node agent sent it: at most 64 KiB from byte `offset`
         (`next_offset` continues), of `attempt` (default: the current one). Kept per task attempt: 1 MiB
         (TASK_LOG_MAX_BYTES), oldest output trimmed first (`trimmed`). `complete` once the task has ended
-        and everything stored was served. 400 naming `task` for a task the job does not have.
+        and everything stored was served; `state` is the task's state now (`pending`: not placed yet, no log
+        to expect). 400 naming `task` for a task the job does not have.
         On a federation manager: the FederatedJob's logs, proxied from its worker."""
         from ...federation.manager import is_manager
 

@@ -14,11 +14,13 @@ the same trace). Touches no database, so it works before `migrate`.
 
 Start: the Philly file has ~70 arrivals in its first 19.5 days, so a Philly replay starts at day 20
 (DEFAULT_START_DAYS["philly"]), where the busy part begins; --start 0 replays from the first arrival.
---until counts days from the start.
+--until counts days from the start (above zero); --start, --grace-period and --half-life are zero or more,
+--cycle-interval above zero: another value is refused naming the option.
 """
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -101,8 +103,28 @@ class Command(BaseCommand):
                             help="skip the per-cycle fairness measurement (saves a fair-share computation per cycle "
                                  "under --policy fifo)")
 
+    # (option, the least value allowed, whether that value itself is allowed): a span must be a finite
+    # number of days or seconds; --until 0 or -1 replayed nothing and printed an empty report (new-user 8, F11)
+    SPANS = (("until", 0.0, False), ("start", 0.0, True), ("cycle_interval", 0.0, False),
+             ("grace_period", 0.0, True), ("half_life", 0.0, True))
+
+    @classmethod
+    def check_spans(cls, opts: dict) -> None:
+        """CommandError naming the first span option that is not a finite number above (or, where allowed,
+        at) its least value; None (not given) passes."""
+        for name, least, inclusive in cls.SPANS:
+            value = opts.get(name)
+            if value is None:
+                continue
+            if not math.isfinite(value) or value < least or (value == least and not inclusive):
+                flag = "--" + name.replace("_", "-")
+                rule = f"{'zero or more' if inclusive else 'above zero'}"
+                raise CommandError(f"{flag} must be a finite number {rule}, got {value:g}")
+
     def handle(self, *args, **opts):
         from clusterspec.importers import load_cluster, load_trace, load_trace_file
+
+        self.check_spans(opts)
 
         as_file = opts["trace"] not in ("philly", "openb", "openb-default") and (
             "/" in opts["trace"] or opts["trace"].endswith(".csv") or Path(opts["trace"]).exists())
