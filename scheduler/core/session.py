@@ -127,15 +127,17 @@ class Holds:
 
     def retake(self, key) -> int:
         """Take again the GPUs wanted for `key` that are free now. Returns GPUs taken."""
-        held = []
+        held, taken, state = [], 0, self.state
+        free_of, take = state.free, state.take
         for k, gpus in self.wanted.get(key, ()):
-            free = set(self.state.free[k])
-            mine = tuple(g for g in gpus if g in free)
+            free = free_of[k]  # a node's few free GPUs: a list lookup, no set built
+            mine = tuple([g for g in gpus if g in free])
             if mine:
-                self.state.take(k, mine, 0, 0)
+                take(k, mine, 0, 0)
                 held.append((k, mine))
+                taken += len(mine)
         self.held[key] = held
-        return sum(len(g) for _, g in held)
+        return taken
 
     def release(self, key) -> None:
         """Give the GPUs held for `key` back to the pool (the hold is still wanted: `retake` restores it)."""

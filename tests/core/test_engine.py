@@ -312,3 +312,18 @@ def test_a_backed_off_job_says_when_it_retries_as_an_iso_utc_time(engine):
     reason = result.pending["j"]
     assert reason.code == "backoff" and "2026-12-01T11:33:49Z" in reason.message, reason.message
     assert "t=" not in reason.message and "1796124829" not in reason.message
+
+
+def test_a_holder_left_waiting_holds_the_gpus_another_holder_gave_up():
+    """Holders whose reservations overlap (issue 16, allocate's nomination path kept its hold's derivation): a
+    is served first, holds n1's free GPUs 5-7 and starts on n2 instead, giving them up; b, still waiting for
+    GPU 3, then holds 5-7 (all free now), not only the GPUs it held at the start of the cycle (none)."""
+    from scheduler.core.snapshot import TaskPlacement
+
+    world = (World().node(name="n1", gpus=8, used=5).node(name="n2", gpus=4)
+             .job(name="a", gpus_per_task=4, priority=5, reserved=[TaskPlacement("worker", 0, "n1", (4, 5, 6, 7))])
+             .job(name="b", gpus_per_task=4, reserved=[TaskPlacement("worker", 0, "n1", (3, 5, 6, 7))]))
+    result = world.cycle()
+    assert [(b.job_id, b.tasks[0].node) for b in result.bindings] == [("a", "n2")]
+    assert result.pending["b"].code == "nominated"
+    assert result.held == {"n1": (5, 6, 7)}

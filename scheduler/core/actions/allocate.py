@@ -986,11 +986,16 @@ def _reservation_valid(session: Session, job: JobInfo) -> bool:
     """False when a reserved GPU's node is gone or not ready, or the GPU is unhealthy: the job is then
     scheduled like any other."""
     state = session.state
+    node_index, nodes = state.node_index, state.nodes
     for t in job.reserved:
-        k = state.node_index.get(t.node)
-        if k is None or not state.nodes[k].schedulable:
+        k = node_index.get(t.node)
+        if k is None:
             return False
-        if any(g in state.nodes[k].unhealthy for g in t.gpus):
+        node = nodes[k]
+        if not node.schedulable:
+            return False
+        unhealthy = node.unhealthy
+        if unhealthy and any(g in unhealthy for g in t.gpus):
             return False
     return True
 
@@ -1000,11 +1005,14 @@ def _serve_nomination(session: Session, admission: Admission, order: _QueueOrder
     """Start a job on the GPUs reserved for it (an eviction's beneficiary, or a starving job's drain
     reservation) once they are all free (held for it); meanwhile it may start anywhere else that fits,
     and the reserved GPUs that are free stay held for it."""
-    holds = session.holds
-    total = sum(len(t.gpus) for t in job.reserved)
+    holds, queues = session.holds, session.queues
+    total = 0
+    for t in job.reserved:
+        total += len(t.gpus)
     waiting = total - holds.gpus_held(job.id)
+    charged = queues.held.get(job.id)  # (queue, flavor -> GPUs): its hold as QueueTree.charge_hold charged it
     holds.release(job.id)
-    session.queues.drop_hold(job.id)  # its placement is charged instead, or the hold again
+    queues.drop_hold(job.id)  # its placement is charged instead, or the hold again
     before = order.share(job.queue)
     outcome = _bind_exactly(session, job) if not waiting else admission.place(job)
     if isinstance(outcome, Binding):
@@ -1012,7 +1020,19 @@ def _serve_nomination(session: Session, admission: Admission, order: _QueueOrder
         out.bindings.append(replace(outcome, rule="reservation" if not waiting else "allocate",
                                     share_before=before, share_after=order.share(job.queue)))
         return
-    session.nominate(job, job.reserved)
+    if charged is not None and charged[0] == job.queue and job.id in holds.wanted:
+        # session.nominate(job, job.reserved) without deriving the hold again: Holds.hold would want the same
+        # tasks on the same nodes (kept by release), and QueueTree.charge_hold on the same tasks (no victims:
+        # all_gpus False, as every charge of a job's reserved tasks before this point) charges the same GPUs
+        # per flavor again. (retake, not the GPUs just released: another holder's GPUs freed since count too)
+        holds.retake(job.id)
+        session.nominated[job.id] = job.reserved
+        charge, per_flavor = queues.charge, charged[1]
+        for flavor, gpus in per_flavor.items():
+            charge(job.queue, flavor, gpus)
+        queues.held[job.id] = (job.queue, dict(per_flavor))
+    else:
+        session.nominate(job, job.reserved)
     out.reasons[job.id] = PendingReason("nominated", f"{outcome.message}; {waiting} GPUs reserved for it are "
                                                      f"still in use (evicted jobs releasing, or jobs draining)")
 
