@@ -6,8 +6,9 @@ A fresh database holds the 20,160-GPU NVL72-style cluster (benchmarks/_common.sc
 running); N jobs of T one-GPU tasks are inserted in bulk (default 20,000 x 1), then
 `gpuplatform.scheduling.store.run_cycle_once` runs until no job is left pending (or a cycle binds nothing).
 Throughput = tasks bound / the cycles' summed wall time (snapshot read + engine + apply + commit).
-Target: >= 5,000 tasks/s (anchors: kube-scheduler's scheduler_perf gates 680 pods/s at 5,000 nodes /
-10,000 pods and 810 pods/s at 50,000 pods, YuniKorn 833 pods/s at 5,000 nodes, Slurm 500 jobs/s).
+Target: >= 10,000 tasks/s (issue 16; the first round asked 5,000). Anchors: kube-scheduler's scheduler_perf gates
+680 pods/s at 5,000 nodes / 10,000 pods and 810 pods/s at 50,000 pods, YuniKorn 833 pods/s at 5,000 nodes, Slurm
+500 jobs/s.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import time
 import _common as C
 from scheduler.core.snapshot import JobInfo, RoleInfo, Snapshot
 
-TARGET = 5000.0
+TARGET = 10000.0  # issue 16 (the first round asked 5,000)
 
 
 def world(racks: int, jobs: int, tasks_per_job: int) -> Snapshot:
