@@ -291,10 +291,10 @@ def check_quota_changes(changes: list[dict]) -> None:
 
 
 def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) -> dict:
-    """The what-if on the live cluster at cluster time `clock`: permissions (check_what_if_access), the
-    quota changes checked by the quota service's rules
-    (check_quota_changes), the snapshot the cycle would read, scheduler.forecast.whatif.what_if with the platform's estimator. Reads
-    only: nothing is written. Returns the API's answer (api/views/forecast.py documents it). Raises
+    """The what-if on the live cluster at cluster time `clock`: permissions (check_what_if_access), the quota
+    changes checked by the quota service's rules (check_quota_changes), the snapshot the cycle would read,
+    scheduler.forecast.whatif.what_if with the platform's estimator. Nothing is kept: the quota check's writes
+    are rolled back. Returns the API's answer (api/views/forecast.py documents it). Raises
     WhatIfDenied, scheduler.forecast.whatif.WhatIfError."""
     from gpuplatform import access, clock as cluster_clock
     from gpuplatform.models import Job as JobModel
