@@ -81,6 +81,30 @@ def bench_database(name: str):
             _forget_connections()
 
 
+@contextmanager
+def timed_commits(state: dict):
+    """Within the block, each commit of Django's default connection adds its wall seconds to state["commit"] (the
+    apply benchmarks' split of a cycle's apply into statements and the commit, where deferred checks run)."""
+    import time
+
+    from django.db import connection
+
+    commit = connection._commit
+
+    def timed_commit():
+        t = time.perf_counter()
+        try:
+            return commit()
+        finally:
+            state["commit"] += time.perf_counter() - t
+
+    connection._commit = timed_commit
+    try:
+        yield
+    finally:
+        connection._commit = commit
+
+
 def use_database(url: str) -> dict | None:
     """Point this process's Django at database `url` (DATABASE_URL): set up Django with it, or, when settings
     were read already (another benchmark ran first in this process), replace the default database's settings

@@ -160,15 +160,6 @@ def main() -> None:
                 w, sc = state["by"].get(key, (0.0, 0.0))
                 state["by"][key] = (w + dt, sc + backend_cpu() - c)
 
-        commit = connection._commit
-
-        def timed_commit():
-            t = time.perf_counter()
-            try:
-                return commit()
-            finally:
-                state["commit"] += time.perf_counter() - t
-
         apply = store.apply_result
 
         def backend_cpu() -> float:
@@ -187,12 +178,10 @@ def main() -> None:
             state.update(statements=0.0, commit=0.0, by={})
             s0 = backend_cpu()
             c0 = time.process_time()
-            connection._commit = timed_commit
             try:
-                with connection.execute_wrapper(timed):
+                with _db.timed_commits(state), connection.execute_wrapper(timed):
                     return apply(*args, **kwargs)
             finally:
-                connection._commit = commit
                 state["cpu"] = time.process_time() - c0
                 state["server"] = backend_cpu() - s0
 

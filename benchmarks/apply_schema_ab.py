@@ -140,25 +140,12 @@ def cycle(names, reps, loaded) -> None:
         finally:
             state["statements"] += time.perf_counter() - t
 
-    commit = connection._commit
-
-    def timed_commit():
-        t = time.perf_counter()
-        try:
-            return commit()
-        finally:
-            state["commit"] += time.perf_counter() - t
-
     apply = store.apply_result
 
     def measured(*args, **kwargs):
         state.update(statements=0.0, commit=0.0)
-        connection._commit = timed_commit
-        try:
-            with connection.execute_wrapper(timed):
-                return apply(*args, **kwargs)
-        finally:
-            connection._commit = commit
+        with _db.timed_commits(state), connection.execute_wrapper(timed):
+            return apply(*args, **kwargs)
 
     store.apply_result = measured
     results: dict[str, list] = {n: [] for n in names}
