@@ -98,7 +98,8 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
 
     def before_borrowers(so_far) -> None:
         tried = list(so_far.failed_order)
-        early.append((*run_evictions(session, tried, so_far.reasons, taken=taken, facts=facts), len(tried)))
+        early.append((*run_evictions(session, tried, so_far.reasons, taken=taken, facts=facts, memo=memo),
+                      len(tried)))
 
     allocation = allocate(session, pending, reservations, shares=result.fair_share, before_borrowers=before_borrowers,
                           memo=memo)
@@ -107,7 +108,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     evictions, decisions, tried = early[0] if early else ([], [], 0)
     rest = _after(allocation.failed_order, tried, start is not None and snapshot.jobs.unique_ids)
     more, more_decisions = run_evictions(session, rest, result.pending, taken=taken,
-                                         limit=config.max_preemptors - len(decisions), facts=facts)
+                                         limit=config.max_preemptors - len(decisions), facts=facts, memo=memo)
     result.evictions, result.decisions = evictions + more, decisions + more_decisions
     if reschedule_due(session):
         moved = reschedule(session, allocation.failed_order, result.pending, {e.job_id for e in result.evictions})

@@ -152,7 +152,6 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     bulk = _Bulk(session, reservations, admission, order) if quick and kept is not None else None
     lasting = _KeptRefusals.of(memo, queues, next(iter(session.state.flavors))) if quick else None
     lane, bindings, unchanged = admission.lane, out.bindings, admission.unchanged
-    indexes: dict = {}  # queue -> kept.index(queue)
     names, tiers = session.tree.names, session.tree.tiers
     while heap:
         key, q = heappop(heap)
@@ -168,12 +167,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
             if jobs and queue_key(q, jobs[-1]) != key:  # the evictions moved usage
                 heappush(heap, (queue_key(q, jobs[-1]), q))
                 continue
-        if bulk is not None and q not in mixed:  # the queue's index, the same all cycle (its list does not change)
-            index = indexes.get(q)
-            if index is None:
-                index = indexes[q] = kept.index(q)
-        else:
-            index = None
+        index = kept.index(q) if bulk is not None and q not in mixed else None
         while True:
             # (with no refusal in the table, the run's next job's answer is unknown: bulk.run would say so)
             if index is not None and refused and bulk.run(jobs, index, key, failed, reasons):
@@ -950,7 +944,7 @@ class Admission:
         within = self._headroom(job.queue, flavor, True)[0]
         if within >= room or within < need:
             return room  # nothing past the entitlement, or the job borrows anyway (a borrower's turn)
-        if sum(r.tasks * r.gpus_per_task for r in job.roles) <= within or not self.rival(job, flavor):
+        if job.gpus_requested <= within or not self.rival(job, flavor):
             return room
         self.deferred[job.id] = (job, flavor)
         return within

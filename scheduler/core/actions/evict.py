@@ -11,7 +11,6 @@ the victims have released them) and records an audit decision with the queues' u
 """
 from __future__ import annotations
 
-import threading
 from operator import attrgetter
 
 from ..plugins.victims import victim_units
@@ -25,14 +24,17 @@ EVICT_CODES = {"insufficient_gpus", "no_domain", "no_packing", "queue_limit"}  #
 
 
 def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, *, taken: set | None = None,
-                  limit: int | None = None, facts=None) -> tuple[list[Eviction], list[dict]]:
+                  limit: int | None = None, facts=None,
+                  memo: dict | None = None) -> tuple[list[Eviction], list[dict]]:
     """Evictions made for the jobs of `failed_order` (module docstring), and one audit decision per
     beneficiary: {rule, beneficiary, queue, victims: [{job, tasks, gpus}], usage_before, usage_after}.
     reasons: job id -> PendingReason, updated in place for each beneficiary ("nominated"). taken: the
     (job id, role, index) of tasks already evicted this cycle (by an earlier call), updated in place; limit:
     how many jobs may evict (default config.max_preemptors). facts: the session snapshot's jobindex.Facts
     (EngineCache.scan) or None: with nobody borrowing, when no running preemptible job has a lower priority
-    than the highest of `failed_order`, no job may preempt and none is screened (the same empty answer)."""
+    than the highest of `failed_order`, no job may preempt and none is screened (the same empty answer).
+    memo: the cycle's job memo (EngineCache.job_memo, which allocate filled: actions.allocate.Admission.facts),
+    read for each job's minimum GPUs and, on a one-flavor cluster, its flavors; None: worked out here."""
     config, queues, state = session.config, session.queues, session.state
     if not (config.preemption or config.reclaim):
         return [], []
@@ -40,23 +42,20 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     if limit <= 0 or not failed_order:
         return [], []
     borrowing = config.reclaim and anyone_borrowing(queues)
-    if facts is not None and not borrowing:  # only preemption could help: is any running job below any waiting one?
-        low = facts.lowest_preemptible
-        if not config.preemption or low is None or low >= max(map(_priority, failed_order)):
-            return [], []
-    running = [j for j in session.snapshot.jobs if j.state == "running"]
-    lowest_priority: dict[str, int] = {}
     # with the facts, when no running preemptible job is below the highest waiting priority no job may
     # preempt: the per-queue lowest priorities are not needed (each would be >= every waiting job's priority)
     low = facts.lowest_preemptible if facts is not None else None
     may_any_preempt = config.preemption and (facts is None or (low is not None
                                                                and low < max(map(_priority, failed_order))))
+    if facts is not None and not borrowing and not may_any_preempt:
+        return [], []  # only preemption could help, and no running job is below any waiting one
+    running = [j for j in session.snapshot.jobs if j.state == "running"]
+    lowest_priority: dict[str, int] = {}
     for j in running if may_any_preempt else ():
         if j.preemptible:
             lowest_priority[j.queue] = min(lowest_priority.get(j.queue, j.priority), j.priority)
     preemptors = []
     helps: dict[tuple, bool] = {}  # (queue, flavor, GPUs needed) -> reclaim_may_help; usage is fixed here
-    shapes = _shapes(state.static, len(failed_order)) if borrowing else None
     one_flavor = len(state.flavors) == 1
     for job in failed_order:  # cheap screening before any victim search
         reason = reasons.get(job.id)
@@ -65,11 +64,12 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
         may_preempt = config.preemption and lowest_priority.get(job.queue, job.priority) < job.priority
         may_reclaim = False
         if borrowing:
-            shape = shapes.get(id(job))
-            if shape is None or shape[0] is not job:
-                shape = shapes[id(job)] = (job, job.gpus_min, tuple(session.flavors(job)) if one_flavor else None)
-            need = shape[1]
-            for f in shape[2] if one_flavor else session.flavors(job):
+            entry = memo.get(id(job)) if memo is not None else None  # Admission.facts: (job, gpus_min, .., flavors)
+            if entry is not None and entry[0] is job:
+                need, flavors = entry[1], entry[6] if one_flavor else None
+            else:
+                need, flavors = job.gpus_min, None
+            for f in flavors if flavors is not None else session.flavors(job):
                 key = (job.queue, f, need)
                 helps_f = helps.get(key)
                 if helps_f is None:
@@ -125,20 +125,6 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
                           "victims": [{"job": e.job_id, "tasks": list(e.tasks), "gpus": e.gpus} for e in evs],
                           "usage_before": before, "usage_after": _usage(queues, involved)})
     return evictions, decisions
-
-
-_kept = threading.local()  # per thread: (ClusterStatic, {id(job): (job, gpus_min, flavors or None)})
-
-
-def _shapes(static, live: int) -> dict:
-    """The screen's per-job figures kept across calls (per thread): id(job) -> (job, its minimum GPUs, its
-    flavors on a one-flavor cluster (session.flavors: then fixed by the cluster's flavors and the job), else
-    None), for pending JobInfo objects passed again (the replay's). Entries hold their job, so an id is never
-    reused while kept; emptied for another cluster shape or past 2 x `live` + 1,000 entries."""
-    kept = getattr(_kept, "shapes", None)
-    if kept is None or kept[0] is not static or len(kept[1]) > 2 * live + 1000:
-        kept = _kept.shapes = (static, {})
-    return kept[1]
 
 
 def placement_of(jobs: dict, ev: Eviction):

@@ -104,11 +104,11 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
                  walk=None) -> tuple[Binding, list[Unit]] | None:
     """The placement the job gets on `flavor` GPUs (aiming at `target` GPUs) and the fewest victim units,
     taken in `units` order, that make room for it; None when no prefix of `units` does (or none is needed).
-    ledger: the rule's veto on a unit and its bookkeeping as units are chosen and given back (reclaim's
-    plugins.victims.ReclaimLedger: `claim` = allows, then take; `give_back`); None = every unit allowed, no
-    bookkeeping (preempt). room: the queue headroom before evictions when victims come from the job's own
-    queue (preempt): a placement counts only if it fits room + the victims' GPUs. The session's state is
-    left unchanged.
+    ledger: the rule's veto on a unit and its bookkeeping as units are chosen (reclaim's
+    plugins.victims.ReclaimLedger.claim; a new ledger per search: the fill-back and a failed search leave it as it
+    is, since nothing reads it afterwards); None = every unit allowed, no bookkeeping (preempt). room: the queue
+    headroom before evictions when victims come from the job's own queue (preempt): a placement counts only if it
+    fits room + the victims' GPUs. The session's state is left unchanged.
 
     Units are chosen in order (those the ledger refuses skipped) and, after each, a placement is tried once
     the cluster could hold the job: the root domain has its minimum GPUs free and `_short_of_slots` does not
@@ -136,7 +136,6 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
     need = job.gpus_min
     needs = _slot_needs(job)
     claim = ledger.claim if ledger is not None else None
-    mark = ledger.mark() if ledger is not None else None
     counts: _Freed | None = _Freed(state, root, flavor, need, needs)  # None once the Trial holds the victims
     if walks is not None:
         freed = walks.get(walk)
@@ -186,8 +185,6 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
         if counts is not None and walks is not None:  # a walk that never passed: its GPUs per node, kept
             walks[walk] = counts.added
         trial.undo()
-        if ledger is not None:
-            ledger.reset(mark)  # every chosen unit given back
         return None
     size = _gpus(best)
     kept = list(chosen)
@@ -201,8 +198,6 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
         if isinstance(placed, Binding):
             release_binding(state, job, placed)
         if fits(placed, kept_gpus - unit.gpus) and _gpus(placed) >= size:
-            if ledger is not None:
-                ledger.give_back(unit.job, unit.tasks)
             kept = rest
             kept_gpus -= unit.gpus
             continue

@@ -82,10 +82,10 @@ class ReclaimLedger:
     """Tentative usage of the queues that victims come from, so several victims of one queue never take
     it below its quota (or a level below its guarantee).
 
-    Kept per ledger (one victim search): each victim queue's levels (its chain less the beneficiary's), and
-    per (level, flavor) its guarantee and entitlement (static within a cycle); `delta` holds the GPUs taken
-    per (level, flavor). The usage read is the QueueTree's, level by level as before (its defaultdicts fill
-    in the same keys in the same order)."""
+    Kept per ledger (one victim search): each victim queue's levels (its chain less the beneficiary's), and per
+    (level, flavor) its guarantee and entitlement (static within a cycle); `delta` holds the GPUs taken per (level,
+    flavor), only ever growing (nothing is given back). The usage read is the QueueTree's, level by level as before
+    (its defaultdicts fill in the same keys in the same order)."""
 
     def __init__(self, queues: QueueTree, beneficiary_queue: str, flavor_of: dict[str, str]):
         self.queues = queues
@@ -120,12 +120,6 @@ class ReclaimLedger:
         bound = self._bounds[(q, flavor)] = (quota.guarantee if quota else 0, self.queues.entitlement(q, flavor))
         return bound
 
-    def allows(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> bool:
-        levels = self._levels(job.queue)
-        if not levels:
-            return False
-        return self._allows(job.queue, levels, self._per_flavor(tasks))
-
     def _allows(self, queue: str, levels: list[str], per_flavor) -> bool:
         usage, delta, bounds = self.queues.usage, self.delta, self._bounds
         for flavor, gpus in per_flavor:
@@ -144,16 +138,16 @@ class ReclaimLedger:
         return True
 
     def claim(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> bool:
-        """allows, then take when it does: whether the tasks were taken.
+        """Whether the rule allows taking the tasks (no level of V's below its guarantee after, some level above
+        its entitlement before, in each flavor), and then takes them: whether the tasks were taken. Nothing is
+        given back: a ledger lives for one victim search, whose caller drops it.
 
         Once a unit of queue V was refused because no level of V was above its entitlement in some flavor f
         (every level read), every later unit of V whose tasks are all on f is refused at once: the levels'
-        usage is fixed and what is taken only grows until something is given back (which forgets these), so
-        the same check would refuse it, reading the same usage entries."""
+        usage is fixed and what is taken only grows, so the same check would refuse it, reading the same usage
+        entries."""
         queue = job.queue
-        levels = self._levels_of.get(queue)
-        if levels is None:
-            levels = self._levels(queue)
+        levels = self._levels(queue)
         if not levels:
             return False
         if len(tasks) == 1:
@@ -168,28 +162,13 @@ class ReclaimLedger:
                 return False
         if not self._allows(queue, levels, per_flavor):
             return False
-        self._add(levels, per_flavor, 1)
+        self._add(levels, per_flavor)
         return True
 
-    def _add(self, levels: list[str], per_flavor, sign: int) -> None:
+    def _add(self, levels: list[str], per_flavor) -> None:
         delta = self.delta
         for flavor, gpus in per_flavor:
             for q in levels:
                 key = (q, flavor)
-                delta[key] = delta.get(key, 0) + sign * gpus
+                delta[key] = delta.get(key, 0) + gpus
 
-    def take(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> None:
-        self._add(self._levels(job.queue), self._per_flavor(tasks), 1)
-
-    def give_back(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> None:
-        self._closed.clear()
-        self._add(self._levels(job.queue), self._per_flavor(tasks), -1)
-
-    def mark(self) -> dict:
-        """What has been taken so far, for `reset`."""
-        return dict(self.delta)
-
-    def reset(self, mark: dict) -> None:
-        """Give back everything taken since `mark` was made (in one step)."""
-        self._closed.clear()
-        self.delta = dict(mark)
