@@ -43,10 +43,6 @@ if os.environ.get("FK_COSTS"):  # what the foreign keys cost, the order of this 
               "no_alloc_job_fk": ["drop_alloc_job_fk"] + base, "no_alloc_mig_fk": ["drop_alloc_mig_fk"] + base}
 
 
-class _Rollback(Exception):
-    pass
-
-
 def main() -> None:
     reps = int(os.environ.get("REPS", "5"))
     world = C.scale_world(racks=280, pending=10_000, running=5_000)
@@ -54,7 +50,7 @@ def main() -> None:
         _db.load_world(world)
         from django.db import connection, transaction
 
-        from apply_schema_ab import _PLAN, _STEPS  # after the database is set up (it imports a migration)
+        from apply_schema_ab import _PLAN, _STEPS, _Rollback  # after the database is set up (it imports a migration)
 
         STEP.update(_STEPS)
         with connection.cursor() as cur:

@@ -34,19 +34,17 @@ def conditional_json(view):
     return wrapped
 
 
-NOT_SIGNED_IN = "Authentication credentials were not provided."  # the REST API's 401 detail (DRF's words)
-
-
 def login_required_json(view):
     """Decorator for the pages' JSON endpoints (metrics.json, data.json, the estimate): a request without a
     signed-in session is a JSON 401 `{"detail": ...}`, as the REST API answers, not a 302 to the HTML login
     page that a script would read as HTML (new-user trial 8, F15). The HTML pages keep login_required's
     redirect."""
     from django.http import JsonResponse
+    from rest_framework.exceptions import NotAuthenticated
 
     @wraps(view)
     def wrapped(request, *args, **kwargs):
         if not request.user.is_authenticated:
-            return JsonResponse({"detail": NOT_SIGNED_IN}, status=401)
+            return JsonResponse({"detail": str(NotAuthenticated.default_detail)}, status=401)  # the API's words
         return view(request, *args, **kwargs)
     return wrapped

@@ -156,8 +156,10 @@ def unknown_name(param: str, value: str) -> str | None:
         return f"no team named {value[:60]!r}"
     if param == "queue" and not Queue.objects.filter(name=value).exists():
         return f"no queue named {value[:60]!r}"
-    if param == "flavor" and value not in dq.flavors():
-        return f"no node has flavor {value[:60]!r}; flavors: {', '.join(dq.flavors())}"
+    if param == "flavor":
+        flavors = dq.flavors()
+        if value not in flavors:
+            return f"no node has flavor {value[:60]!r}; flavors: {', '.join(flavors)}"
     return None
 
 

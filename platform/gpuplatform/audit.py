@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Iterable
 
+from django.db import connection
+
 from . import bulk, clock
 from .models import Event
 
@@ -41,8 +43,6 @@ def record_events(events) -> int:
     """Append many audit rows in one statement. Each event is a dict with `kind`, `message` and `time`,
     and optionally `data`, `cycle`, `job_id`, `queue_id`, `node_id`, `actor_id` (ids only: the cycle
     writes thousands); or `events` is what event_rows made of such dicts. Returns how many were written."""
-    rows = events if isinstance(events, bulk.CopyRows) else [
-        (e["time"], e["kind"], e["message"], e.get("data") or {}, e.get("cycle"), e.get("job_id"), e.get("queue_id"),
-         e.get("node_id"), e.get("actor_id")) for e in events]
+    rows = events if isinstance(events, bulk.CopyRows) else event_rows(events, connection.vendor)
     bulk.insert_rows(Event, EVENT_FIELDS, rows)
     return len(rows)

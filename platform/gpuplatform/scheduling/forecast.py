@@ -263,31 +263,25 @@ def check_quota_changes(changes: list[dict]) -> None:
     if not any(ch.get("kind") == "set_quota" for ch in changes):
         return
 
-    class _Undo(Exception):
-        pass
-
-    try:
-        with transaction.atomic():
-            for i, ch in enumerate(changes):
-                if ch.get("kind") != "set_quota":
-                    continue
-                queue = Queue.objects.filter(name=ch.get("queue")).first()
-                if queue is None:
-                    continue
-                flavor = ch["flavor"]
-                current = Quota.objects.filter(queue=queue, flavor=flavor).values_list(
-                    "guarantee", "quota", "limit").first() or (0, 0, None)
-                given = {k for k in ("guarantee", "quota", "limit") if k in ch}
-                g, q, lim = (ch[k] if k in ch else v for k, v in zip(("guarantee", "quota", "limit"), current))
-                errors = quota_rules.check_quota(queue, flavor, g, q, lim, given)
-                if errors:
-                    field, message = next(iter(errors.items()))
-                    raise WhatIfError(i, field, message)
-                Quota.objects.update_or_create(queue=queue, flavor=flavor,
-                                               defaults={"guarantee": g, "quota": q, "limit": lim})
-            raise _Undo
-    except _Undo:
-        pass
+    with transaction.atomic():
+        for i, ch in enumerate(changes):
+            if ch.get("kind") != "set_quota":
+                continue
+            queue = Queue.objects.filter(name=ch.get("queue")).first()
+            if queue is None:
+                continue
+            flavor = ch["flavor"]
+            current = Quota.objects.filter(queue=queue, flavor=flavor).values_list(
+                "guarantee", "quota", "limit").first() or (0, 0, None)
+            given = {k for k in ("guarantee", "quota", "limit") if k in ch}
+            g, q, lim = (ch[k] if k in ch else v for k, v in zip(("guarantee", "quota", "limit"), current))
+            errors = quota_rules.check_quota(queue, flavor, g, q, lim, given)
+            if errors:
+                field, message = next(iter(errors.items()))
+                raise WhatIfError(i, field, message)
+            Quota.objects.update_or_create(queue=queue, flavor=flavor,
+                                           defaults={"guarantee": g, "quota": q, "limit": lim})
+        transaction.set_rollback(True)  # checked, not saved
 
 
 def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) -> dict:

@@ -309,8 +309,8 @@ def _bind(binding, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_num
 def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_number: int):
     """Start every job of the cycle with a handful of bulk statements (the fast path): lock the jobs still
     pending, check each decision against the rows, then one INSERT of all allocations, bulk task and job
-    updates, and the Events (written here). Returns ("admitted" Events, excluded-node Events
-    (_excluded_node_events), [(job id, why stale)]), or None when the INSERT hits the one-live-allocation
+    updates, and the Events (written here: the admissions and _excluded_node_events). Returns ("admitted"
+    Events, [(job id, why stale)]), or None when the INSERT hits the one-live-allocation
     index (a racing cycle bound a GPU): the savepoint rolls back and the caller goes job by job.
 
     Order: the lock, the allocations, their foreign-key checks and the task update (while a worker thread builds
@@ -364,7 +364,7 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
     record_events(formatted)
     _run_deferred_checks()  # the events' (job: still the locked row version, no new row lock)
     update_rows(Job, jobs, ["placement_domain", "placement_tier", "state", "started_at"], bind_fields(clock))
-    return admitted, out[len(admitted):], stale
+    return admitted, stale
 
 
 def _run_deferred_checks() -> None:
@@ -521,7 +521,7 @@ def _excluded_node_events(bindings, bound: set, clock: datetime, cycle_number: i
     if not bound:
         return []
     if excluded is None:
-        excluded = dict(Job.objects.filter(pk__any=Many(list(bound))).exclude(excluded_nodes=[])
+        excluded = dict(Job.objects.filter(pk__any=Many(bound)).exclude(excluded_nodes=[])
                         .values_list("id", "excluded_nodes"))
     excluded = {jid: set(nodes or ()) for jid, nodes in excluded.items() if nodes and jid in bound}
     out = []
@@ -588,15 +588,14 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
                     log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, binding.job_id, why)
             stats.binds = len(events)
             events += _excluded_node_events(result.bindings, {e["job_id"] for e in events}, clock, cycle_number)
-            stats.stale_skipped = len(stats.stale)
             record_events(events)
         else:
-            admitted, _, stale = events  # the Events are written
+            admitted, stale = events  # the Events are written
             stats.binds = len(admitted)
             for job_id, why in stale:
                 stats.stale.append((job_id, why))
                 log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, job_id, why)
-            stats.stale_skipped = len(stats.stale)
+        stats.stale_skipped = len(stats.stale)
         stale = evict.apply_evictions(result, clock=clock, cycle_number=cycle_number, stats=stats)
         evict.apply_holds(result, clock=clock, cycle_number=cycle_number, stale=stale)
         evict.apply_withdrawals(result, clock=clock, cycle_number=cycle_number)

@@ -43,11 +43,7 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
         if not isinstance(triple, (tuple, list)) or len(triple) != 3:
             errors[f"quotas[{flavor}]"] = "expected (guarantee, quota, limit)"
             continue
-        bad = (quota_rules.check_flavor(flavor, None, f"{prefix}flavor", quota=triple[1], guarantee=triple[0])
-               or quota_rules.check_triple(prefix, *triple))
-        if not bad:
-            bad = quota_rules.check_against_tree(None, parent.pk if parent else None, flavor, triple[1], triple[2], prefix)
-        errors.update(bad)
+        errors.update(quota_rules.check_quota(Queue(parent=parent), flavor, *triple, prefix=prefix))  # not saved yet
     raise_if(errors)
     queue = Queue.objects.create(name=name, parent=parent, team=team, weight=weight, state=state)
     Quota.objects.bulk_create([Quota(queue=queue, flavor=f, guarantee=g, quota=q, limit=lim)

@@ -103,22 +103,22 @@ class Command(BaseCommand):
                             help="skip the per-cycle fairness measurement (saves a fair-share computation per cycle "
                                  "under --policy fifo)")
 
-    # (option, the least value allowed, whether that value itself is allowed): a span must be a finite
-    # number of days or seconds; --until 0 or -1 replayed nothing and printed an empty report (new-user 8, F11)
-    SPANS = (("until", 0.0, False), ("start", 0.0, True), ("cycle_interval", 0.0, False),
-             ("grace_period", 0.0, True), ("half_life", 0.0, True))
+    # (option, whether zero is allowed): a span must be a finite number of days or seconds, never negative;
+    # --until 0 or -1 replayed nothing and printed an empty report (new-user 8, F11)
+    SPANS = (("until", False), ("start", True), ("cycle_interval", False), ("grace_period", True),
+             ("half_life", True))
 
     @classmethod
     def check_spans(cls, opts: dict) -> None:
-        """CommandError naming the first span option that is not a finite number above (or, where allowed,
-        at) its least value; None (not given) passes."""
-        for name, least, inclusive in cls.SPANS:
+        """CommandError naming the first span option that is not a finite number above zero (or, where
+        allowed, zero); None (not given) passes."""
+        for name, zero_allowed in cls.SPANS:
             value = opts.get(name)
             if value is None:
                 continue
-            if not math.isfinite(value) or value < least or (value == least and not inclusive):
+            if not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed):
                 flag = "--" + name.replace("_", "-")
-                rule = f"{'zero or more' if inclusive else 'above zero'}"
+                rule = "zero or more" if zero_allowed else "above zero"
                 raise CommandError(f"{flag} must be a finite number {rule}, got {value:g}")
 
     def handle(self, *args, **opts):
