@@ -36,6 +36,7 @@ import threading
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
 from ..cache import PendingChanges
 from ..domain_tree import common_domain
@@ -48,6 +49,8 @@ from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement, utc_iso
 from .backfill import BACKFILL, ROOM_CODES, Reservations
 
 _UNSET = object()
+_code, _id = attrgetter("code"), attrgetter("id")
+_LIMIT_CODES = frozenset(("queue_limit", "never_fits_queue_limit"))  # refusals by the queue's limits alone
 
 
 @dataclass(slots=True)
@@ -152,6 +155,14 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     bulk = _Bulk(session, reservations, admission, order) if quick and kept is not None else None
     lasting = _KeptRefusals.of(memo, queues, next(iter(session.state.flavors))) if quick else None
     lane, bindings, unchanged = admission.lane, out.bindings, admission.unchanged
+    holding = holds.holding
+    if bulk is not None:
+        flavor = next(iter(session.state.flavors))
+        headroom = admission._headroom
+
+        def queue_state(q: str) -> tuple:
+            """What a queue_limit refusal of the queue's jobs reads of the usage (_PendingOrder.keep)."""
+            return headroom(q, flavor), headroom(q, flavor, True)
     names, tiers = session.tree.names, session.tree.tiers
     while heap:
         key, q = heappop(heap)
@@ -167,7 +178,24 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
             if jobs and queue_key(q, jobs[-1]) != key:  # the evictions moved usage
                 heappush(heap, (queue_key(q, jobs[-1]), q))
                 continue
-        index = kept.index(q) if bulk is not None and q not in mixed else None
+        index = start = None
+        if bulk is not None and q not in mixed:
+            if len(jobs) == len(kept.lists[q][0]):  # the queue's whole list: its outcome may be the last cycle's
+                if not holding(BACKFILL) or reservations.until is None:
+                    start = (queue_state(q), len(failed), len(reasons), len(bindings))
+                    done = kept.outcomes.get(q)
+                    if done is not None and done.state == start[0] and done.static_key is queues.static_key:
+                        # every next job's key is the head's (keep): the walk would try them all in one run
+                        # unless that key is not the least, or the borrowers' turn begins with it
+                        head = queue_key(q, jobs[-1])
+                        if not ((heap and heap[0] < (head, q)) or (before_borrowers is not None and head[0] is True)):
+                            given = kept.given(q, done)
+                            if given is not None:
+                                failed.extend(done.run)  # what trying them one by one gives (_QueueOutcome)
+                                reasons.update(given)
+                                jobs.clear()
+                                continue
+            index = kept.index(q)
         while True:
             # (with no refusal in the table, the run's next job's answer is unknown: bulk.run would say so)
             if index is not None and refused and bulk.run(jobs, index, key, failed, reasons):
@@ -235,6 +263,8 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
             if (heap and heap[0] < (key, q)) or (before_borrowers is not None and key[0] is True):
                 heappush(heap, (key, q))
                 break
+        if start is not None and not jobs:
+            kept.keep(q, start, failed, reasons, len(bindings), queues.static_key)
     if deferred:  # the tasks past the entitlement kept back (Admission._within_first), after every other job
         _extend(session, admission, order, out.bindings, lambda j, f: waits(j, f, True))
     admission.rival = None
@@ -296,7 +326,7 @@ class _PendingOrder:
     cycle). Beside each queue's list, each job's refusal key and id (`index`). Holds its jobs, so an id
     is never reused while it is kept."""
 
-    __slots__ = ("epoch", "lists", "special", "positions", "codes", "shapes")
+    __slots__ = ("epoch", "lists", "special", "positions", "codes", "shapes", "needs", "outcomes")
 
     def __init__(self):
         self.epoch = -1  # PendingChanges.epoch of the list this is up to date with
@@ -306,6 +336,9 @@ class _PendingOrder:
         self.positions: dict[str, tuple] = {}  # queue -> (its distinct refusal keys, its refusal keys reversed)
         self.codes: dict[tuple, int] = {}  # (shape id, avoid_nodes) -> its refusal key, a small number
         self.shapes: list[tuple] = []  # refusal key -> (shape id, avoid_nodes)
+        self.needs: list[int] = []  # refusal key -> the minimum GPUs of its jobs
+        # queue -> its whole list's outcome when every job of it was refused by the queue's limits (`keep`)
+        self.outcomes: dict[str, _QueueOutcome] = {}
 
     @staticmethod
     def of(memo: dict) -> "_PendingOrder":
@@ -319,11 +352,13 @@ class _PendingOrder:
         """The job's refusal key: a number for (shape id, avoid_nodes), what Admission's table of refusals
         reads of a job when no backfill reservation is in force (with one, its time limit too: _Bulk
         stands aside then)."""
-        shape = (admission.facts(job)[5], job.avoid_nodes)
+        facts = admission.facts(job)
+        shape = (facts[5], job.avoid_nodes)
         code = self.codes.get(shape)
         if code is None:
             code = self.codes[shape] = len(self.shapes)
             self.shapes.append(shape)
+            self.needs.append(facts[1])
         return code
 
     def update(self, pending: list[JobInfo], queues, admission: Admission) -> tuple:
@@ -334,7 +369,7 @@ class _PendingOrder:
         if len(changes.ids) != len(pending):  # the same object twice: never from a snapshot, but keep the old way
             self.__init__()
             return None, sorted(pending, key=job_order_key)
-        lists, special, positions = self.lists, self.special, self.positions
+        lists, special, positions, outcomes = self.lists, self.special, self.positions, self.outcomes
         came, gone = changes.came, changes.gone
         if self.epoch == changes.epoch:
             pass  # the same list again
@@ -342,6 +377,7 @@ class _PendingOrder:
             lists.clear()  # many changes: sort them all
             special.clear()
             positions.clear()
+            self.outcomes.clear()
             for job in sorted(pending, key=job_order_key):
                 if job.not_before is not None or job.reserved:
                     special[id(job)] = job
@@ -360,6 +396,9 @@ class _PendingOrder:
                     jobs, shapes, ids = lists[job.queue]
                     at = len(jobs) - 1 - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key)
                     assert jobs[at] is job
+                    done = outcomes.get(job.queue)
+                    if done is not None and not done.drop(len(jobs) - 1 - at, job):  # (run: the list reversed)
+                        del outcomes[job.queue]
                     del jobs[at], shapes[at], ids[at]
                     positions.pop(job.queue, None)
                     if not jobs:
@@ -372,12 +411,17 @@ class _PendingOrder:
                 line = lists.get(job.queue)
                 if line is None:
                     lists[job.queue] = ([job], [self._shape(job, admission)], [job.id])
+                    outcomes.pop(job.queue, None)
                 else:
                     jobs, shapes, ids = line
                     at = len(jobs) - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key)
+                    code = self._shape(job, admission)
                     jobs.insert(at, job)
-                    shapes.insert(at, self._shape(job, admission))
+                    shapes.insert(at, code)
                     ids.insert(at, job.id)
+                    done = outcomes.get(job.queue)
+                    if done is not None and not done.add(len(jobs) - 1 - at, job, code, self.needs[code]):
+                        del outcomes[job.queue]
         self.epoch = changes.epoch
         held = queues.held
         if held:
@@ -387,6 +431,42 @@ class _PendingOrder:
         return ({q: line[0][:] for q, line in lists.items()},
                 sorted(special.values(), key=job_order_key) if special else [])
 
+    def keep(self, queue: str, start: tuple, failed: list, reasons: dict, bound: int, static_key) -> None:
+        """Keep the outcome of the queue's turn that just ended (_QueueOutcome) when trying its whole list (as
+        `update` returned it, in one run from the queue's first turn: `start` = (its state, len(failed),
+        len(reasons), len(bindings)) then) bound nothing and no job of it has avoid_nodes (allocate checks that no
+        backfill window was in force, the reasons' codes are checked when the outcome is first used)."""
+        state, at, known, bindings = start
+        run = failed[at:]
+        if bound != bindings or len(run) != len(self.lists[queue][0]) or len(reasons) - known != len(run):
+            return
+        shapes, needs = self.shapes, self.needs
+        _, ids, distinct, backwards, _ = self.index(queue)
+        if any(shapes[c][1] for c in distinct):  # a job with avoid_nodes
+            return
+        # every job's queue key the same at this state: the entitlement room covers all of their needs or none
+        room = state[1][0]
+        within = room >= max(needs[c] for c in distinct)
+        if not within and room >= min(needs[c] for c in distinct):
+            return
+        # the run's reasons in its order (each job of it wrote one new key: its id, as the count says)
+        given = list(itertools.islice(reasons.values(), known, None))
+        answers = {c: given[backwards.index(c)] for c in distinct}
+        self.outcomes[queue] = _QueueOutcome(state, static_key, run, ids[::-1], given, answers, within)
+
+    def given(self, queue: str, outcome: "_QueueOutcome"):
+        """The reasons of a kept outcome (job id -> reason, in the run's order), or None (and the outcome dropped)
+        when one of them is not a refusal by the queue's limits."""
+        given = outcome.given
+        if given is None:
+            if not outcome.checked:
+                if not set(map(_code, outcome.reasons)) <= _LIMIT_CODES:
+                    del self.outcomes[queue]
+                    return None
+                outcome.checked = True
+            given = outcome.given = dict(zip(outcome.ids, outcome.reasons))
+        return given
+
     def index(self, queue: str) -> tuple:
         """(refusal key per job, job id per job, the queue's distinct refusal keys, the refusal keys reversed
         (next job first), refusal key -> (shape id, avoid_nodes)) of the queue's list as `update` returned it."""
@@ -395,6 +475,49 @@ class _PendingOrder:
         if at is None:  # C-level: a dict of the distinct keys (in first-seen order) and a reversed copy
             at = self.positions[queue] = (dict.fromkeys(shapes), shapes[::-1])
         return shapes, ids, at[0], at[1], self.shapes
+
+
+class _QueueOutcome:
+    """What trying a queue's whole list gave in one run when every job of it was refused (_PendingOrder.keep),
+    kept across cycles in _PendingOrder.outcomes and brought up to date as jobs of the queue come and go.
+
+    Why it holds: a refusal by the queue's limits ("queue_limit", "never_fits_queue_limit") is _place_flavor's,
+    decided before any search from the job's shape (its queue, need, preemptible: the static limit) and from the
+    queue's headroom and entitlement room (room and binding level; that level's usage is its limit or
+    entitlement less the room): `state`. Under the same state and the same limits (`static_key`) a job of the
+    same refusal key gets the same refusal (`answers`), and the queue key of each next job is (whether its need
+    fits the entitlement room: `within`, the same for all of them, the queue's share, the queue): constant along
+    the run. So allocate, finding the queue at the same state with no backfill window in force, its next key the
+    least and not the borrowers' turn, takes `run` as its failed_order run and `reasons` as their reasons, in
+    one step: what trying them one by one gives."""
+
+    __slots__ = ("state", "static_key", "run", "ids", "reasons", "answers", "within", "given", "checked")
+
+    def __init__(self, state, static_key, run: list, ids: list, reasons: list, answers: dict, within: bool):
+        self.state, self.static_key, self.run, self.ids, self.reasons = state, static_key, run, ids, reasons
+        self.answers, self.within = answers, within  # refusal key -> its refusal at `state`; the jobs' key[0]
+        self.given: dict | None = None  # job id -> reason, made when first used
+        self.checked = False  # whether every reason's code was found a refusal by the limits
+
+    def drop(self, i: int, job: JobInfo) -> bool:
+        """The job at position i of the run left the queue (False: it is not there)."""
+        if self.run[i] is not job:
+            return False
+        del self.run[i], self.ids[i], self.reasons[i]
+        self.given = None
+        return True
+
+    def add(self, i: int, job: JobInfo, code: int, need: int) -> bool:
+        """A job of refusal key `code` and minimum GPUs `need` joined the queue at position i of the run: False
+        when its answer is not known (a refusal key not in the run) or its queue key would differ."""
+        reason = self.answers.get(code)
+        if reason is None or (self.state[1][0] >= need) is not self.within:
+            return False
+        self.run.insert(i, job)
+        self.ids.insert(i, job.id)
+        self.reasons.insert(i, reason)
+        self.given = None
+        return True
 
 
 class _Bulk:
