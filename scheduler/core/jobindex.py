@@ -15,7 +15,8 @@ Figures (exact, for the last snapshot given):
 - short: ids of running jobs with a placement and fewer placed tasks than their roles' tasks (the only
   jobs actions/grow.py may find missing GPUs);
 - preemptible_priorities: priority -> count of running preemptible jobs (actions/evict.py: nobody may preempt
-  when none has a lower priority than a waiting job);
+  when none has a lower priority than a waiting job); pending_priorities: the same of the pending jobs (their
+  highest, highest_pending);
 - live: jobs not pending (the running_jobs metric); moving: jobs not pending with `reserved` (the new places
   of jobs being moved, actions/reschedule.hold_moving);
 - per node: ready spares (spares.has_spares), and the healthy GPUs of schedulable nodes per flavor
@@ -51,6 +52,9 @@ class Facts(NamedTuple):
     evicting: int | None = None
     # queue -> GPUs of its running jobs' tasks (running_gpus summed per queue, a fresh dict); None: not known here
     running_queues: dict | None = None
+    # the highest priority of a pending job (None: no pending job; actions/evict.py: no waiting job can be above
+    # the running preemptible ones when this one is not)
+    highest_pending: int | None = None
 
 
 _flavor = attrgetter("flavor")
@@ -69,7 +73,7 @@ class JobCounts:
     """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
 
     __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live", "pending_gpus", "moving", "running_gpus",
-                 "holding", "evicting", "running_queues")
+                 "holding", "evicting", "running_queues", "pending_priorities")
 
     def __init__(self) -> None:
         self.live = 0
@@ -82,6 +86,7 @@ class JobCounts:
         self.holding = 0  # pending jobs with `reserved` (GPUs held for them)
         self.evicting = 0  # jobs "preempting" with `evicted_for`
         self.running_queues: dict[str, int] = {}  # queue -> GPUs of its running jobs' tasks (running_gpus per queue)
+        self.pending_priorities: dict[int, int] = {}  # priority -> count of pending jobs
 
     def add(self, job, sign: int = 1) -> None:
         roles = job.roles
@@ -92,6 +97,12 @@ class JobCounts:
             self.pending_gpus += sign * (r.tasks * r.gpus_per_task)  # JobInfo.gpus_requested
             if job.reserved:
                 self.holding += sign
+            per = self.pending_priorities
+            left = per.get(job.priority, 0) + sign
+            if left:
+                per[job.priority] = left
+            else:
+                del per[job.priority]
             return
         if any(r.shares for r in roles):
             self.sharing_jobs += sign
@@ -99,6 +110,12 @@ class JobCounts:
             self.pending_gpus += sign * job.gpus_requested
             if job.reserved:
                 self.holding += sign
+            per = self.pending_priorities
+            left = per.get(job.priority, 0) + sign
+            if left:
+                per[job.priority] = left
+            else:
+                del per[job.priority]
             return
         self.live += sign
         if job.reserved:
@@ -140,10 +157,11 @@ class JobCounts:
 
     def facts(self) -> tuple:
         """(sharing, short, lowest_preemptible, live, moving, running_gpus (a copy), holding, evicting,
-        running_queues (a copy)) as in Facts."""
-        per = self.preemptible_priorities
+        running_queues (a copy), highest_pending) as in Facts."""
+        per, waiting = self.preemptible_priorities, self.pending_priorities
         return (self.sharing_jobs > 0, self.short > 0, min(per) if per else None, self.live, self.moving > 0,
-                dict(self.running_gpus), self.holding, self.evicting, dict(self.running_queues))
+                dict(self.running_gpus), self.holding, self.evicting, dict(self.running_queues),
+                max(waiting) if waiting else None)
 
 
 class FactTuple(tuple):
@@ -260,7 +278,7 @@ class SnapshotIndex:
                         prev[id(node)] = node
                         self._node(node, 1)
             self.node_ids, self.nodes = ids, nodes
-        sharing, short, lowest, live, moving, running, holding, evicting, queues = \
+        sharing, short, lowest, live, moving, running, holding, evicting, queues, highest = \
             given if given is not None else self.counts.facts()
         if given is None and len(self.job_ids) != len(jobs):
             live = running = holding = queues = None  # some job object listed twice: counted once here
@@ -273,7 +291,7 @@ class SnapshotIndex:
                 schedulable = {f: healthy[f] for f in dict.fromkeys(map(_flavor, nodes))}
         self.jobs = jobs
         self.last = Facts(sharing or self.sharing_nodes > 0, short, lowest, live, moving, self.spare_ready > 0,
-                          schedulable, running, holding, evicting, queues)
+                          schedulable, running, holding, evicting, queues, highest)
         return self.last
 
     def _node(self, n, sign: int) -> None:

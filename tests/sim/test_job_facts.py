@@ -35,7 +35,8 @@ def scratch(snapshot) -> tuple:
     return (has_sharing(snapshot), bool(short), min(prios) if prios else None,
             sum(j.state != "pending" for j in snapshot.jobs), any(j.state != "pending" and j.reserved for j in snapshot.jobs),
             has_spares(snapshot), schedulable_gpus(snapshot.nodes), gpus, holding,
-            sum(1 for j in snapshot.jobs if j.state == "preempting" and j.evicted_for is not None))
+            sum(1 for j in snapshot.jobs if j.state == "preempting" and j.evicted_for is not None),
+            max((j.priority for j in snapshot.jobs if j.state == "pending"), default=None))
 
 
 def mixed_trace(fractions: bool) -> Trace:
@@ -76,7 +77,7 @@ def checked_replay(fractions: bool):
             assert index.update((*snapshot.jobs, *snapshot.jobs[:1]), snapshot.nodes).live is None
         for facts in (cache.scan(snapshot), index.update(tuple(snapshot.jobs), snapshot.nodes)):  # replay's, by identity
             assert tuple(facts)[:6] == expected[:6]
-            assert (facts.running_gpus, facts.holding, facts.evicting) == expected[7:]
+            assert (facts.running_gpus, facts.holding, facts.evicting, facts.highest_pending) == expected[7:]
             per_queue: dict = {}  # the running GPUs per queue (QueueTree's totals on a one-flavor cluster)
             for (queue, _), gpus in expected[7].items():
                 per_queue[queue] = per_queue.get(queue, 0) + gpus

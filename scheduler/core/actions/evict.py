@@ -44,9 +44,11 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     borrowing = config.reclaim and anyone_borrowing(queues)
     # with the facts, when no running preemptible job is below the highest waiting priority no job may
     # preempt: the per-queue lowest priorities are not needed (each would be >= every waiting job's priority)
+    # (failed_order's jobs are pending jobs of the snapshot: none is above the highest of them, kept by the facts)
     low = facts.lowest_preemptible if facts is not None else None
-    may_any_preempt = config.preemption and (facts is None or (low is not None
-                                                               and low < max(map(_priority, failed_order))))
+    may_any_preempt = config.preemption and (facts is None or (
+        low is not None and (facts.highest_pending is None or low < facts.highest_pending)
+        and low < max(map(_priority, failed_order))))
     if facts is not None and not borrowing and not may_any_preempt:
         return [], []  # only preemption could help, and no running job is below any waiting one
     running = [j for j in session.snapshot.jobs if j.state == "running"]
