@@ -455,8 +455,9 @@ class _PendingOrder:
         self.outcomes[queue] = _QueueOutcome(state, static_key, run, ids[::-1], given, answers, within)
 
     def given(self, queue: str, outcome: "_QueueOutcome"):
-        """The reasons of a kept outcome (job id -> reason, in the run's order), or None (and the outcome dropped)
-        when one of them is not a refusal by the queue's limits."""
+        """The reasons of a kept outcome for dict.update ((job id, reason) pairs in the run's order: a dict once the
+        outcome is used a second time unchanged), or None (and the outcome dropped) when one of them is not a
+        refusal by the queue's limits."""
         given = outcome.given
         if given is None:
             if not outcome.checked:
@@ -464,6 +465,9 @@ class _PendingOrder:
                     del self.outcomes[queue]
                     return None
                 outcome.checked = True
+            if not outcome.used:  # a queue patched every cycle: the pairs alone (a dict made and merged costs more)
+                outcome.used = True
+                return zip(outcome.ids, outcome.reasons)
             given = outcome.given = dict(zip(outcome.ids, outcome.reasons))
         return given
 
@@ -491,20 +495,21 @@ class _QueueOutcome:
     least and not the borrowers' turn, takes `run` as its failed_order run and `reasons` as their reasons, in
     one step: what trying them one by one gives."""
 
-    __slots__ = ("state", "static_key", "run", "ids", "reasons", "answers", "within", "given", "checked")
+    __slots__ = ("state", "static_key", "run", "ids", "reasons", "answers", "within", "given", "checked", "used")
 
     def __init__(self, state, static_key, run: list, ids: list, reasons: list, answers: dict, within: bool):
         self.state, self.static_key, self.run, self.ids, self.reasons = state, static_key, run, ids, reasons
         self.answers, self.within = answers, within  # refusal key -> its refusal at `state`; the jobs' key[0]
-        self.given: dict | None = None  # job id -> reason, made when first used
+        self.given: dict | None = None  # job id -> reason, made when used a second time unchanged
         self.checked = False  # whether every reason's code was found a refusal by the limits
+        self.used = False  # whether it was taken since it was made or last changed
 
     def drop(self, i: int, job: JobInfo) -> bool:
         """The job at position i of the run left the queue (False: it is not there)."""
         if self.run[i] is not job:
             return False
         del self.run[i], self.ids[i], self.reasons[i]
-        self.given = None
+        self.given, self.used = None, False
         return True
 
     def add(self, i: int, job: JobInfo, code: int, need: int) -> bool:
@@ -516,7 +521,7 @@ class _QueueOutcome:
         self.run.insert(i, job)
         self.ids.insert(i, job.id)
         self.reasons.insert(i, reason)
-        self.given = None
+        self.given, self.used = None, False
         return True
 
 
