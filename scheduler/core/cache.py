@@ -97,7 +97,7 @@ class EngineCache:
     cluster's shape never changes)."""
 
     __slots__ = ("_domains", "_nodes", "_static", "_start", "_feasibility", "lock", "builds", "_jobs", "_jobs_key", "_books",
-                 "_index")
+                 "_index", "_lent")
 
     def __init__(self) -> None:
         self._domains: tuple | None = None
@@ -111,6 +111,7 @@ class EngineCache:
         self._jobs_key = None  # (ClusterStatic, CycleConfig) the table was filled for
         self._books: tuple = (None, {})  # (ClusterStatic, node set -> metrics.MetricsBook)
         self._index = None  # jobindex.SnapshotIndex of the last snapshot scanned
+        self._lent: dict = {}  # thread -> (ClusterStatic, state.ClusterState) working on the capacity it took (lend)
 
     def static_for(self, snapshot: Snapshot) -> ClusterStatic:
         """The ClusterStatic of the snapshot's cluster: the one kept when its shape is the last one seen
@@ -138,6 +139,27 @@ class EngineCache:
         """Keep `start` (state._Start) as the free capacity of `static`'s latest snapshot. Caller holds `lock`."""
         if static is self._static:
             self._start = start
+
+    def lend(self, static: ClusterStatic, start, state) -> bool:
+        """Let `state` (a state.ClusterState) work on `start`, the capacity of `static`'s latest snapshot, without a
+        copy, until `settle` (this thread's next one) takes it back restored; False (keep_start it, and copy) when
+        `static` is not the kept one. A cycle that never settles (it raised) leaves the cache holding no capacity:
+        the next one is computed anew. Caller holds `lock`."""
+        if static is not self._static:
+            return False
+        self._lent[threading.get_ident()] = (static, state)
+        return True
+
+    def settle(self) -> None:
+        """The capacity this thread's last cycle was lent (`lend`), restored to its snapshot's figures
+        (ClusterState.restore) and kept again, unless the cache keeps another one by now or its shape changed.
+        Called once a cycle's decisions are made (core.cycle.run_cycle); its ClusterState is not used after."""
+        with self.lock:
+            lent = self._lent.pop(threading.get_ident(), None)
+            if lent is not None:
+                start = lent[1].restore()
+                if start is not None and lent[0] is self._static and self._start is None:
+                    self._start = start
 
     def job_memo(self, static: ClusterStatic, config, live: int) -> dict:
         """id(job) -> [job, derived values...]: what the engine derives from a pending JobInfo alone for the

@@ -64,6 +64,8 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
         spare_pass(snapshot, config or CycleConfig(), result, cache)
         result.timings["spares"] = time.perf_counter() - t0
         result.timings["total"] = result.timings.get("total", 0.0) + result.timings["spares"]
+    if not whole_only and cache is not None:
+        cache.settle()  # the capacity the cycle's ClusterState worked on, back to the cache (EngineCache.lend)
     return result
 
 

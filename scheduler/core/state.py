@@ -24,7 +24,7 @@ class DoubleBindError(AssertionError):
 class ClusterState:
     __slots__ = ("nodes", "tree", "free", "cpu_free", "mem_free", "dom_free", "flavors", "node_index",
                  "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width", "hist_off", "static", "touched",
-                 "exact", "moves")
+                 "exact", "moves", "_undo", "_lent")
 
     def __init__(self, snapshot: Snapshot, static: ClusterStatic | None = None, *, cache: EngineCache | None = None):
         """static: the snapshot's ClusterStatic (built here when None: from `cache` when given, else anew).
@@ -46,9 +46,21 @@ class ClusterState:
         self.hist_width, self.hist_off = static.hist_width, static.hist_off
         # the free capacity at snapshot time: with a cache, brought up to date from its previous snapshot and
         # copied under its lock (another cycle sharing the cache updates it in place)
+        self._undo: dict | None = None  # node -> (free GPUs, CPU, memory) before its first change, while lent
+        self._lent: _Start | None = None
         with cache.lock if cache is not None else nullcontext():
             start = _snapshot_capacity(static, snapshot.nodes, cache.take_start(static) if cache is not None else None,
                                        exact=cache is not None)
+            if cache is not None and cache.lend(static, start, self):
+                # the kept capacity itself, no copy: `take` and `give` note each node's figures before its first
+                # change, and `restore` (EngineCache.settle, at the end of run_cycle) puts them back, so the cache
+                # keeps the snapshot's capacity (the same figures a copy would have left it)
+                self._undo, self._lent = {}, start
+                self.free, self.cpu_free, self.mem_free = start.free, start.cpu, start.mem
+                self.healthy_gpus = start.healthy[:]  # never changed here (a copy: metrics books keep what they read)
+                self.dom_free, self.free_hist = start.dom_free, start.hist
+                self.buckets, self.bucket_keys, self.exact = start.buckets, start.bucket_keys, start.exact
+                return
             if cache is not None:
                 cache.keep_start(static, start)
             self.free: list[list[int]] = list(map(list.copy, start.free))
@@ -163,6 +175,9 @@ class ClusterState:
         if self.touched is not None:
             self.touched.add(k)
         free = self.free[k]
+        undo = self._undo
+        if undo is not None and k not in undo:
+            undo[k] = (free[:], self.cpu_free[k], self.mem_free[k])
         for g in gpus:
             try:
                 free.remove(g)
@@ -179,6 +194,9 @@ class ClusterState:
         self.moves += 1
         if self.touched is not None:
             self.touched.add(k)
+        undo = self._undo
+        if undo is not None and k not in undo:
+            undo[k] = (self.free[k][:], self.cpu_free[k], self.mem_free[k])
         self.free[k].extend(gpus)
         if self.cpu_free[k] is not None:
             self.cpu_free[k] += cpu
@@ -186,6 +204,24 @@ class ClusterState:
             self.mem_free[k] += mem
         if gpus:
             self._shift(k, len(gpus))
+
+    def restore(self) -> "_Start | None":
+        """Put the lent capacity (EngineCache.lend) back as it was at snapshot time: each changed node's free GPUs,
+        CPU and memory, and the aggregates of its domain chain moved back by its change of free GPUs (the same
+        figures and index contents: they are functions of the nodes' free counts). Returns it, or None when it
+        cannot be (the histogram was re-laid: `_widen`) or nothing is lent. The state must not be used after."""
+        start, undo = self._lent, self._undo
+        self._lent = self._undo = None
+        if start is None or self.free_hist is not start.hist or self.hist_off is not self.static.hist_off:
+            return None
+        static = self.static
+        chains, offs, tiers, nodes = static.tree.node_chain, static.hist_off, static.tree.tiers, self.nodes
+        for k, (free, cpu, mem) in undo.items():
+            now = len(start.free[k])
+            start.free[k], start.cpu[k], start.mem[k] = free, cpu, mem
+            if now != len(free):
+                _move(start, chains[k], tiers, offs, nodes[k].flavor, now, len(free))
+        return start
 
     def _widen(self, width: int) -> None:
         """Re-lay the histogram with room for `width` - 1 free GPUs per node (only for a snapshot that
@@ -277,6 +313,37 @@ def _node_capacity(n: NodeInfo) -> tuple[list[int], int, int | None, int | None]
             n.memory_mib - n.memory_used if n.memory_mib else None)
 
 
+def _move(start: _Start, chain, tiers, offs, flavor: str, was: int, now: int) -> None:
+    """A node's free GPUs of `flavor` went from `was` to `now` (its own figures already set): the aggregates of
+    its domain chain in `start` (free GPUs, best-fit buckets and their sorted keys, histogram, exact-fit index)."""
+    dom_free, hist, buckets, bucket_keys, exact_sets = start.dom_free, start.hist, start.buckets, start.bucket_keys, \
+        start.exact
+    for d in chain:
+        old = dom_free[d][flavor]
+        dom_free[d][flavor] = old + now - was
+        key = (tiers[d], flavor)
+        per_free, keys = buckets[key], bucket_keys[key]
+        members = per_free[old]
+        members.discard(d)
+        if not members:
+            del per_free[old]
+            del keys[bisect_left(keys, old)]
+        members = per_free.get(old + now - was)
+        if members is None:
+            per_free[old + now - was] = {d}
+            insort(keys, old + now - was)
+        else:
+            members.add(d)
+        off = offs[d][flavor]
+        hist[off + was] -= 1
+        hist[off + now] += 1
+        if exact_sets is not None:
+            sets = exact_sets[key]
+            if not hist[off + was]:
+                sets[was].discard(d)
+            sets[now].add(d)
+
+
 def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None, *, exact: bool = False) -> _Start:
     """The _Start of `nodes` (which have static's shape): `start`, the previous snapshot's (of the same
     static), updated in place, or a new one when None. exact: build its exact-fit index if it has none (then
@@ -308,12 +375,11 @@ def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None, *, ex
                     buckets[(tier, flavor)][free] = {d}
                 else:
                     members.add(d)
-        start.buckets = dict(buckets)
-        start.bucket_keys = {key: sorted(per_free) for key, per_free in buckets.items()}
+        start.buckets = buckets  # defaultdicts, as ClusterState's (a lent start is the state's own)
+        start.bucket_keys = defaultdict(list, {key: sorted(per_free) for key, per_free in buckets.items()})
         start.exact = None
     else:
-        dom_free, hist, seen = start.dom_free, start.hist, start.nodes
-        buckets, bucket_keys, exact_sets = start.buckets, start.bucket_keys, start.exact
+        seen = start.nodes
         for k, n in enumerate(nodes):
             if n is seen[k]:
                 continue
@@ -321,30 +387,7 @@ def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None, *, ex
             was, now, flavor = len(start.free[k]), len(free), n.flavor  # flavor: same shape, same flavor
             start.free[k], start.healthy[k], start.cpu[k], start.mem[k] = free, count, cpu, mem
             if now != was:
-                for d in chains[k]:
-                    old = dom_free[d][flavor]
-                    dom_free[d][flavor] = old + now - was
-                    key = (tiers[d], flavor)
-                    per_free, keys = buckets[key], bucket_keys[key]
-                    members = per_free[old]
-                    members.discard(d)
-                    if not members:
-                        del per_free[old]
-                        del keys[bisect_left(keys, old)]
-                    members = per_free.get(old + now - was)
-                    if members is None:
-                        per_free[old + now - was] = {d}
-                        insort(keys, old + now - was)
-                    else:
-                        members.add(d)
-                    off = offs[d][flavor]
-                    hist[off + was] -= 1
-                    hist[off + now] += 1
-                    if exact_sets is not None:
-                        sets = exact_sets[key]
-                        if not hist[off + was]:
-                            sets[was].discard(d)
-                        sets[now].add(d)
+                _move(start, chains[k], tiers, offs, flavor, was, now)
     if exact and start.exact is None:
         start.exact = _exact_index(tiers, offs, start.hist, static.hist_width)
     start.nodes = tuple(nodes)

@@ -291,7 +291,8 @@ class _KeptRefusals:
     def of(memo: dict, queues, flavor: str) -> "_KeptRefusals":
         key = ("kept refusals", threading.get_ident())
         kept = memo.get(key)
-        if kept is None or kept.flavor != flavor or kept.static_key != queues.static_key:
+        if kept is None or kept.flavor != flavor or (kept.static_key is not queues.static_key
+                                                     and kept.static_key != queues.static_key):
             kept = memo[key] = _KeptRefusals(queues.static_key, flavor)
         kept.queues = queues
         return kept
