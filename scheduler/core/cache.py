@@ -9,7 +9,8 @@ read-only once built.
 and a what-if run passes none (`None` = build everything from the snapshot, reuse nothing), so no run
 can evict another's entries and two engines can run side by side. It holds, for the last cluster shape
 it saw, the ClusterStatic, the free capacity at the last snapshot (`state.ClusterState` brings it up to
-date node by node) and the shape-derived tables of static feasibility (`plugins.feasibility`). A
+date node by node, works on it during the cycle and has it restored by `settle`) and the shape-derived
+tables of static feasibility (`plugins.feasibility`). A
 snapshot of another shape replaces all of them. Entries are exact: a shape is reused only when the
 domains are equal and every node has the same (name, flavor, gpus, domain) in the same order, never
 keyed on id(). One cache may be shared by threads (its lock serializes the capacity update), but two

@@ -5,7 +5,9 @@ that are not ready), free CPU (millicores) and memory (MiB; None = unconstrained
 flavor) the number of free GPUs below it. `take` and `give` move one task's resources and update the
 aggregates along the node's domain chain (depth = number of tiers), so a job that cannot fit a domain
 is rejected without looking at its nodes. With an EngineCache, the free capacity at snapshot time is
-brought up to date from the cache's previous snapshot (only nodes whose NodeInfo changed are recomputed).
+brought up to date from the cache's previous snapshot (only nodes whose NodeInfo changed are recomputed), and
+the state works on it without a copy: the cache lends it (EngineCache.lend) and run_cycle's EngineCache.settle
+has it put back as the snapshot had it (`restore`, from each changed node's figures before its first change).
 """
 from __future__ import annotations
 

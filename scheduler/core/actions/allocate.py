@@ -26,7 +26,9 @@ refused from the cycle's table of refusals skips the call chain; and a queue's r
 refusals and keys are all known is refused in one step (_Bulk), in the order trying them one by one gives.
 A job of one task with no backfill reservation in force takes Admission.lane (place's checks in their order and
 the one-task shortcut, without the call chain); a queue's share, headroom and key are kept while no charge
-reached its chain (Admission.charge / unchanged), not only while no charge at all was made.
+reached its chain (Admission.charge / unchanged), not only while no charge at all was made. A queue whose whole
+list was refused by its limits in an earlier cycle, at the same headroom and entitlement room, takes that
+outcome in one step at its first turn (_QueueOutcome, kept across cycles and patched as its jobs come and go).
 """
 from __future__ import annotations
 
