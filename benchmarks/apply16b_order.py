@@ -29,6 +29,24 @@ STEP["drop_alloc_job_fk"] = ("ALTER TABLE gpuplatform_allocation DROP CONSTRAINT
                              "gpuplatform_allocation_job_id_4ca6c166_fk_gpuplatform_job_id")
 STEP["drop_alloc_mig_fk"] = ("ALTER TABLE gpuplatform_allocation DROP CONSTRAINT "
                              "gpuplatform_allocati_mig_instance_id_7d12585d_fk_gpuplatfo")
+STEP["drop_alloc_task_fk"] = ("ALTER TABLE gpuplatform_allocation DROP CONSTRAINT "
+                              "gpuplatform_allocation_task_id_5eb731c7_fk_gpuplatform_task_id")
+STEP["drop_alloc_gpu_fk"] = ("ALTER TABLE gpuplatform_allocation DROP CONSTRAINT "
+                             "gpuplatform_allocation_gpu_id_3d3081fb_fk_gpuplatform_gpu_id")
+STEP["drop_task_node_fk"] = "ALTER TABLE gpuplatform_task DROP CONSTRAINT gpuplatform_task_node_id_7a1932d5_fk_gpuplatform_node_id"
+STEP["drop_event_job_fk"] = "ALTER TABLE gpuplatform_event DROP CONSTRAINT gpuplatform_event_job_id_8f49d8d2_fk_gpuplatform_job_id"
+# the same references checked by one statement each (what store._bind_all does after migration 0023_e2e9)
+STEP["drop_e2e9_fks"] = "; ".join([STEP["drop_alloc_job_fk"], STEP["drop_alloc_task_fk"], STEP["drop_alloc_gpu_fk"],
+                                   STEP["drop_event_job_fk"]])
+STEP["drop_e2e9_fks_but_task"] = "; ".join([STEP["drop_alloc_job_fk"], STEP["drop_alloc_gpu_fk"],
+                                            STEP["drop_event_job_fk"]])
+STEP["lock_gpus"] = ("SELECT count(*) FROM (SELECT 1 FROM gpuplatform_gpu WHERE id = ANY(ARRAY(SELECT gid FROM e2e2_plan)) "
+                     "FOR KEY SHARE) s")
+STEP["lock_tasks"] = ("SELECT count(*) FROM (SELECT 1 FROM gpuplatform_task WHERE id = ANY(ARRAY(SELECT DISTINCT tid FROM "
+                      "e2e2_plan)) FOR KEY SHARE) s")
+STEP["lock_jobs"] = ("SELECT count(*) FROM (SELECT 1 FROM gpuplatform_job WHERE id = ANY(ARRAY(SELECT DISTINCT job_id FROM "
+                     "e2e2_plan)) FOR KEY SHARE) s")
+STEP["replica"] = "SET LOCAL session_replication_role = replica"  # no foreign-key trigger at all: a lower bound
 ORDERS = {
     "now": ["lock", "allocations", "tasks", "jobs", "events", "fk"],
     "checks_before_job_update": ["lock", "allocations", "events", "fk", "tasks", "jobs", "fk"],
@@ -41,6 +59,16 @@ if os.environ.get("FK_COSTS"):  # what the foreign keys cost, the order of this 
     base = ["lock", "allocations", "fk", "tasks", "events", "fk", "jobs", "fk"]
     ORDERS = {"branch": base, "no_event_null_fks": ["drop_event_null_fks"] + base,
               "no_alloc_job_fk": ["drop_alloc_job_fk"] + base, "no_alloc_mig_fk": ["drop_alloc_mig_fk"] + base}
+    if os.environ["FK_COSTS"] == "all":  # each foreign key the starts check, dropped alone, and none at all (session 9, e2e9)
+        ORDERS = {"branch": base, **{f"no_{k[5:]}": [k] + base for k in (
+            "drop_alloc_job_fk", "drop_alloc_task_fk", "drop_alloc_gpu_fk", "drop_task_node_fk", "drop_event_job_fk")},
+            "replica": ["replica"] + base}
+    if os.environ["FK_COSTS"] == "e2e9":  # main's checks against migration 0023_e2e9's bulk checks
+        ORDERS = {"branch": base, "e2e9": ["drop_e2e9_fks", "lock", "allocations", "lock_gpus", "lock_tasks", "fk",
+                                           "tasks", "events", "lock_jobs", "fk", "jobs", "fk"],
+                  "e2e9_keep_task_fk": ["drop_e2e9_fks_but_task", "lock", "allocations", "lock_gpus", "fk", "tasks",
+                                        "events", "lock_jobs", "fk", "jobs", "fk"],
+                  "e2e9_nolock": ["drop_e2e9_fks", "lock", "allocations", "fk", "tasks", "events", "fk", "jobs", "fk"]}
 
 
 def main() -> None:
