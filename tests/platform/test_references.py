@@ -1,4 +1,4 @@
-"""Migration 0023_e2e9: allocation.task_id / gpu_id / job_id and event.job_id have no database constraint; their one
+"""Migration 0023_e2e9: allocation.task_id / job_id and event.job_id have no database constraint; their one
 writers check them in bulk (gpuplatform.allocations.write_allocations, gpuplatform.audit). A missing row fails the
 write as the constraint did; deletions still cascade, protect and set null (Django's on_delete)."""
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _fks(table: str) -> dict[str, str]:
 
 
 def test_the_checked_columns_have_no_constraint_and_the_others_keep_theirs(db):
-    assert _fks("gpuplatform_allocation") == {"mig_instance_id": "gpuplatform_miginstance"}
+    assert _fks("gpuplatform_allocation") == {"gpu_id": "gpuplatform_gpu", "mig_instance_id": "gpuplatform_miginstance"}
     assert set(_fks("gpuplatform_event")) == {"actor_id", "queue_id", "node_id"}
     assert _fks("gpuplatform_task")["job_id"] == "gpuplatform_job"  # what makes allocation.job_id implied
 
@@ -35,11 +35,11 @@ def _row(task, gpu, job=None):
     return (task.pk, gpu.pk if isinstance(gpu, Gpu) else gpu, (job or task.job_id), CLOCK, 0, 0, None)
 
 
-@pytest.mark.parametrize("wrong", ["gpu", "task", "job"])
+@pytest.mark.parametrize("wrong", ["task", "job"])
 def test_an_allocation_naming_a_missing_row_fails(submit, wrong):
     job, other = submit("a", tasks=1, gpus=1), submit("b", tasks=1, gpus=1)
     task, gpu = Task.objects.get(job=job), Gpu.objects.get(node__name="n0", index=0)
-    row = {"gpu": _row(task, 10**9), "task": (10**9, gpu.pk, job.pk, CLOCK, 0, 0, None),
+    row = {"task": (10**9, gpu.pk, job.pk, CLOCK, 0, 0, None),
            "job": _row(task, gpu, job=other.pk)}[wrong]  # a real job, but not the task's
     with pytest.raises(IntegrityError, match="allocation"):
         with transaction.atomic():
@@ -72,22 +72,22 @@ def test_an_event_naming_a_missing_job_fails(submit):
     assert Event.objects.filter(kind__in=("x", "y")).count() == 2
 
 
-def test_a_cycle_whose_allocation_names_a_missing_gpu_is_rolled_back_whole(submit, monkeypatch):
+def test_a_cycle_whose_allocation_names_a_task_of_another_job_is_rolled_back_whole(submit, monkeypatch):
     a, b = submit("a", tasks=1, gpus=1), submit("b", tasks=1, gpus=1)
     rows_for = store._rows_for
 
-    def wrong_gpu(binding, *args):
+    def wrong_task(binding, *args):
         allocations, tasks = rows_for(binding, *args)
         if binding.job_id == b.pk:
-            allocations = [(t, 10**9, *rest) for t, _, *rest in allocations]
+            allocations = [(Task.objects.get(job=a).pk, *rest) for _, *rest in allocations]
         return allocations, tasks
 
-    monkeypatch.setattr(store, "_rows_for", wrong_gpu)
+    monkeypatch.setattr(store, "_rows_for", wrong_task)
     result = CycleResult(bindings=[Binding(j.pk, (TaskPlacement("worker", 0, "n0", (i,)),), "nvl-a1", 1)
                                    for i, j in enumerate((a, b))])
     before = (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state")),
               Event.objects.count())
-    with pytest.raises(IntegrityError, match="allocation.gpu_id"):
+    with pytest.raises(IntegrityError, match=r"allocation\.(task|job)_id"):
         store.apply_result(result, clock=CLOCK, cycle_number=1)
     assert not Allocation.objects.exists()
     assert (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state")),
@@ -112,7 +112,7 @@ def test_deletions_still_cascade_protect_and_set_null(submit):
 
 @pytest.mark.django_db(transaction=True)
 def test_checked_rows_are_locked_for_key_share_until_the_commit(cluster):
-    """PostgreSQL: the GPU and job rows a write names stay locked as the constraint's check kept them: another
+    """PostgreSQL: the task and job rows a write names stay locked as the constraint's check kept them: another
     transaction cannot delete them (FOR UPDATE NOWAIT fails) until this one ends."""
     if connection.vendor != "postgresql":
         pytest.skip("row locks: PostgreSQL")
@@ -130,7 +130,7 @@ def test_checked_rows_are_locked_for_key_share_until_the_commit(cluster):
         audit.record_event("x", "locked", job_id=job.pk)
         with psycopg.connect(**{k: v for k, v in params.items() if k in ("dbname", "user", "password", "host", "port")},
                              autocommit=True) as other:
-            for table, pk in (("gpuplatform_gpu", gpu.pk), ("gpuplatform_task", task.pk), ("gpuplatform_job", job.pk)):
+            for table, pk in (("gpuplatform_task", task.pk), ("gpuplatform_job", job.pk)):
                 with pytest.raises(psycopg.errors.LockNotAvailable):
                     other.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE NOWAIT", [pk])
                 other.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR KEY SHARE NOWAIT", [pk])  # readers pass

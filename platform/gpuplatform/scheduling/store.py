@@ -354,8 +354,8 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
         return admitted, out, event_rows(out, vendor)
 
     def tasks_written():
-        check_references(allocations)  # task (and its job), GPU: one statement each (allocations.py)
-        _run_deferred_checks()  # the allocations' MIG instances (null on nearly all rows)
+        check_references(allocations)  # task and its job: one statement (allocations.py)
+        _run_deferred_checks()  # the allocations' GPU and MIG instance (the job rows still carry the lock above)
         update_rows(Task, tasks, ["node_id", "state"], {})
 
     admitted, out, formatted = _overlapped(events, tasks_written,

@@ -157,11 +157,7 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
              if v is not None}
     Node.objects.filter(pk=node.pk).update(flavor=flavor, gpu_count=len(gpus), cpu_milli=cpu_milli,
                                            memory_mib=memory_mib, labels=merged, last_heartbeat=now, **extra)
-    doomed = Gpu.objects.filter(node=node).exclude(index__in=[g["index"] for g in gpus])
-    # locked before Django's PROTECT looks for their allocations: allocation.gpu_id has no database constraint
-    # (migration 0023_e2e9), and a cycle writing an allocation of one of them holds it FOR KEY SHARE meanwhile
-    if list(doomed.select_for_update().values_list("pk", flat=True)):
-        doomed.delete()
+    Gpu.objects.filter(node=node).exclude(index__in=[g["index"] for g in gpus]).delete()
     for g in gpus:
         gpu, _ = Gpu.objects.update_or_create(node=node, index=g["index"], defaults={
             "uuid": g.get("uuid") or "", "numa_node": g.get("numa_node"),
