@@ -1,5 +1,5 @@
-"""Migration 0023_e2e9 side by side in one process (issue 16, session 9, branch e2e9): the four foreign-key
-constraints (allocation.task_id / gpu_id / job_id, event.job_id) checked row by row by PostgreSQL, as on main,
+"""Migration 0023_e2e9 side by side in one process (issue 16, session 9, branch e2e9): the three foreign-key
+constraints (allocation.task_id / job_id, event.job_id) checked row by row by PostgreSQL, as on main,
 against the writers' bulk checks (bulk.lock_keys), on one loaded database, alternating.
 
     BENCH_DB=<db> WORLD=headline REPS=4 python benchmarks/e2e9_ab.py
@@ -23,8 +23,6 @@ import _db
 
 _FKS = [("gpuplatform_allocation", "gpuplatform_allocation_task_id_5eb731c7_fk_gpuplatform_task_id", "task_id",
          "gpuplatform_task"),
-        ("gpuplatform_allocation", "gpuplatform_allocation_gpu_id_3d3081fb_fk_gpuplatform_gpu_id", "gpu_id",
-         "gpuplatform_gpu"),
         ("gpuplatform_allocation", "gpuplatform_allocation_job_id_4ca6c166_fk_gpuplatform_job_id", "job_id",
          "gpuplatform_job"),
         ("gpuplatform_event", "gpuplatform_event_job_id_8f49d8d2_fk_gpuplatform_job_id", "job_id", "gpuplatform_job")]
