@@ -46,7 +46,7 @@ def check_references(rows) -> None:
     one statement whatever the number of rows. Raises django.db.IntegrityError."""
     if not rows:
         return
-    tasks = {r[0]: r[2] for r in rows}
-    if len(tasks) != len({(r[0], r[2]) for r in rows}):
+    tasks = {r[0]: r[2] for r in rows}  # task id -> job id (the last row's)
+    if any(tasks[r[0]] != r[2] for r in rows):
         raise IntegrityError("allocation.job_id: one task's allocations name different jobs")
     bulk.lock_keys(Task, list(tasks), also=("job_id", list(tasks.values())), what="allocation.task_id / job_id")

@@ -62,4 +62,4 @@ def check_jobs(rows) -> None:
     """event.job_id's foreign-key check for the rows record_events wrote (migration 0023_e2e9): every job id
     named is a Job row, locked FOR KEY SHARE until the transaction ends (one statement). Raises IntegrityError."""
     raw = rows.rows if isinstance(rows, bulk.CopyRows) else rows
-    bulk.lock_keys(Job, {r[_JOB_AT] for r in raw if r[_JOB_AT] is not None}, what="event.job_id")
+    bulk.lock_keys(Job, [r[_JOB_AT] for r in raw if r[_JOB_AT] is not None], what="event.job_id")
