@@ -30,8 +30,9 @@ def write_allocations(rows, *, check: bool = True) -> int:
     or None)] (ALLOCATION_FIELDS). Returns how many were written. Raises django.db.IntegrityError when a GPU or MIG
     instance already has a live allocation (the partial unique indexes: the caller's savepoint rolls back) or, when
     `check` (the default), when a task is missing or is not a task of the job named (above); a missing GPU or MIG
-    instance fails at the foreign-key check (deferred: at the commit, or the caller's SET CONSTRAINTS). `check=False`: the caller runs
-    check_references itself later in the same transaction (the cycle does, before its task update)."""
+    instance fails at its foreign key's check (deferred: at the commit, or at the caller's SET CONSTRAINTS).
+    `check=False`: the caller runs check_references itself later in the same transaction (the cycle does, before
+    its task update)."""
     rows = rows if isinstance(rows, list) else list(rows)
     if not rows:
         return 0

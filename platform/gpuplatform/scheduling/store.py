@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from gpuplatform.allocations import check_references, write_allocations
 from gpuplatform.audit import event_rows, record_events
-from gpuplatform.bulk import Many, insert_rows, json_value, rows, update_rows
+from gpuplatform.bulk import Many, json_value, rows, update_rows
 from gpuplatform.lifecycle import close_idle_queues
 from gpuplatform.queries import one_snapshot
 from gpuplatform.models import (
