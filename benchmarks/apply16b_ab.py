@@ -96,6 +96,7 @@ def _apply_patches(patches):
 
 def _trace(state) -> None:
     """TRACE=1: wall time per step of the cycle (wrappers around the functions named below)."""
+    from gpuplatform import bulk
     from gpuplatform.scheduling import evict, release, samples, store, usage_decay
 
     def wrap(mod, attr, label):
@@ -114,7 +115,7 @@ def _trace(state) -> None:
     import scheduler.core
 
     for mod, attr in [(store, "_run_deferred_checks"), (scheduler.core, "run_cycle"), (store, "apply_result"),
-                      (release, "release_expired"), (store, "build_snapshot"), (store, "rows"), (store, "insert_rows"), (store, "update_rows"), (store, "record_events"),
+                      (release, "release_expired"), (store, "build_snapshot"), (store, "rows"), (bulk, "insert_rows"), (store, "check_references"), (store, "update_rows"), (store, "record_events"),
                       (store, "_bind_all"), (store, "_excluded_node_events"), (evict, "apply_evictions"),
                       (evict, "apply_holds"), (store, "_update_pending"), (samples, "write_samples"),
                       (store, "close_idle_queues"), (store, "reserve_cycle"), (usage_decay, "record")]:

@@ -4,12 +4,23 @@ Submissions in tests ask for a scheduling cycle after commit; with REDIS_URL set
 message, and the integration tests' worker adds its queue, bindings and results. The keys each Redis
 database used by this run (REDIS_URL, INTEGRATION_REDIS_URL) did not hold when the session started are
 deleted when it ends. Keys that were there before the run are left alone.
+
+Hypothesis: under CI (the CI variable set, as .ci/run does) the property tests run derandomized (the same
+examples on every run, no example database), so a CI verdict depends on the commit, not on the draw; a failure
+prints its reproduction blob. Outside CI they draw fresh examples on every run, which is where new
+counter-examples are found (each found one becomes a fixed-world test, as tests/core/test_reclaim_known_gaps.py).
+A test's own @settings override only the keys it names.
 """
 from __future__ import annotations
 
 import os
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 
 def _clients():

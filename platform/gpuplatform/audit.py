@@ -1,6 +1,9 @@
 """The audit writer: every `Event` row of the platform is written here, one at a time (`record_event`) or
 many at once (`record_events`, the scheduling cycle's decisions: COPY on PostgreSQL). Nothing else creates
 Events (tests/platform/test_layers.py checks the source). Call inside the caller's transaction.
+
+event.job_id has no foreign-key constraint in the database (migration 0023_e2e9): both writers check the job ids
+they write (bulk.lock_keys: one statement, FOR KEY SHARE, IntegrityError when a job is missing).
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from typing import Iterable
 from django.db import connection
 
 from . import bulk, clock
-from .models import Event
+from .models import Event, Job
 
 __all__ = ["record_event", "record_events", "event_rows", "EVENT_FIELDS"]
 
@@ -23,6 +26,9 @@ def record_event(kind: str, message: str, *, actor=None, job=None, queue=None, n
                  node_id=None) -> Event:
     """Append one audit row (time defaults to the cluster clock). Objects (`job`, `queue`, `node`) or
     their ids (`job_id`, ...) name what it is about."""
+    jid = job.pk if job is not None else job_id
+    if jid is not None:
+        bulk.lock_keys(Job, [jid], what="event.job_id")  # the foreign key's check (models.events.Event)
     return Event.objects.create(kind=kind, message=message, actor=actor, job=job, queue=queue, node=node,
                                 job_id=job.pk if job is not None else job_id,
                                 queue_id=queue.pk if queue is not None else queue_id,
@@ -45,4 +51,15 @@ def record_events(events) -> int:
     writes thousands); or `events` is what event_rows made of such dicts. Returns how many were written."""
     rows = events if isinstance(events, bulk.CopyRows) else event_rows(events, connection.vendor)
     bulk.insert_rows(Event, EVENT_FIELDS, rows)
+    check_jobs(rows)
     return len(rows)
+
+
+_JOB_AT = EVENT_FIELDS.index("job_id")
+
+
+def check_jobs(rows) -> None:
+    """event.job_id's foreign-key check for the rows record_events wrote (migration 0023_e2e9): every job id
+    named is a Job row, locked FOR KEY SHARE until the transaction ends (one statement). Raises IntegrityError."""
+    raw = rows.rows if isinstance(rows, bulk.CopyRows) else rows
+    bulk.lock_keys(Job, [r[_JOB_AT] for r in raw if r[_JOB_AT] is not None], what="event.job_id")

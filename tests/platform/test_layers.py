@@ -1,6 +1,6 @@
 """Facts written once, checked on the source (ast, no imports): every Event row is written by the audit
-writer (gpuplatform/audit.py) and every node state change by the node state machine
-(gpuplatform/services/node_states.py)."""
+writer (gpuplatform/audit.py), every Allocation row by gpuplatform/allocations.py, and every node state change by
+the node state machine (gpuplatform/services/node_states.py)."""
 from __future__ import annotations
 
 import ast
@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("platform/gpuplatform", "frontend", "scheduler")
 AUDIT = "platform/gpuplatform/audit.py"
 NODE_STATES = "platform/gpuplatform/services/node_states.py"
+ALLOCATIONS = "platform/gpuplatform/allocations.py"
 WRITES = {"create", "bulk_create", "get_or_create", "update_or_create", "update", "bulk_update"}
 
 
@@ -53,6 +54,27 @@ def test_every_event_is_written_by_the_audit_writer():
                   and call.args[0].id == "Event"):
                 found.append(f"{rel}:{call.lineno} insert_rows(Event, ...)")
     assert not found, "Events written outside gpuplatform/audit.py:\n" + "\n".join(found)
+
+
+def test_every_allocation_is_written_by_the_allocation_writer():
+    """allocation.task_id / gpu_id / job_id have no database constraint (migration 0023_e2e9): the one writer checks
+    them, so no other module may create Allocation rows or change those columns."""
+    found = []
+    for rel, tree in _modules():
+        if rel in (ALLOCATIONS, "platform/gpuplatform/models/workloads.py"):
+            continue
+        for call in _calls(tree):
+            func = call.func
+            if _manager_model(func) == "Allocation" and (func.attr != "update" or any(
+                    k.arg in ("task", "task_id", "gpu", "gpu_id", "job", "job_id") for k in call.keywords)):
+                found.append(f"{rel}:{call.lineno} Allocation.objects.{func.attr}")
+            elif isinstance(func, ast.Name) and func.id == "Allocation" and call.keywords:
+                found.append(f"{rel}:{call.lineno} Allocation(...) built")
+            elif (isinstance(func, (ast.Name, ast.Attribute)) and getattr(func, "id", getattr(func, "attr", "")) in
+                  ("insert_rows", "copy_rows") and call.args and isinstance(call.args[0], ast.Name)
+                  and call.args[0].id == "Allocation"):
+                found.append(f"{rel}:{call.lineno} {getattr(func, 'id', getattr(func, 'attr', ''))}(Allocation, ...)")
+    assert not found, "Allocations written outside gpuplatform/allocations.py:\n" + "\n".join(found)
 
 
 def test_every_node_state_change_goes_through_the_state_machine():

@@ -11,13 +11,19 @@ class Event(models.Model):
     each index is one more entry per row): `kind` by a plain index (Meta.indexes; `db_index=True` on PostgreSQL
     added a varchar_pattern_ops twin for LIKE, which nothing runs on kinds); `actor`, `queue` and `node`,
     null on most events (every admission), only where set (partial indexes: `= x`, `IN (...)` and the foreign
-    keys' checks use them)."""
+    keys' checks use them).
+
+    `job` has no foreign-key constraint in the database (migration 0023_e2e9, issue 16: the cycle's 10,000 admission
+    Events were 10,000 row-by-row checks): the audit writer, the one writer of Events, checks the job ids of what it
+    writes in one statement with the same lock (bulk.lock_keys: FOR KEY SHARE until the transaction ends); a job's
+    deletion still sets it null (Django's on_delete)."""
 
     time = models.DateTimeField(db_index=True)
     kind = models.CharField(max_length=40)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                               db_index=False)
-    job = models.ForeignKey("gpuplatform.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    job = models.ForeignKey("gpuplatform.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="events",
+                            db_constraint=False)
     queue = models.ForeignKey("gpuplatform.Queue", null=True, blank=True, on_delete=models.SET_NULL, related_name="events",
                               db_index=False)
     node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="events",

@@ -245,12 +245,17 @@ class Task(models.Model):
 class Allocation(models.Model):
     """One GPU bound to one task, whole, as a fraction (gpu_milli > 0) or one of its MIG instances. The partial
     unique indexes make the database refuse a double binding of a whole GPU or of an instance; fractions on one
-    GPU are checked by the engine (never over 1000 thousandths) under the cycle's single-flight lock."""
+    GPU are checked by the engine (never over 1000 thousandths) under the cycle's single-flight lock.
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="allocations")
+    task and job have no foreign-key constraint in the database (migration 0023_e2e9, issue 16): the one writer,
+    gpuplatform.allocations.write_allocations, checks them in bulk with the same lock (its docstring); job is
+    always the task's job, so it is implied by the task's own foreign key. on_delete still applies (Django's)."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="allocations", db_constraint=False)
     gpu = models.ForeignKey("gpuplatform.Gpu", on_delete=models.PROTECT, related_name="allocations")
     # always the task's job (written with it by the cycle); no index of its own: (job, released_at) leads with it
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations", db_index=False)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations", db_index=False,
+                            db_constraint=False)
     created_at = models.DateTimeField()
     released_at = models.DateTimeField(null=True, blank=True)
     # a fraction of the GPU (thousandths, memory MiB; 0 = the whole GPU) or one MIG instance of it

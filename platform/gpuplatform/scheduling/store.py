@@ -26,8 +26,9 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
+from gpuplatform.allocations import check_references, write_allocations
 from gpuplatform.audit import event_rows, record_events
-from gpuplatform.bulk import Many, insert_rows, json_value, rows, update_rows
+from gpuplatform.bulk import Many, json_value, rows, update_rows
 from gpuplatform.lifecycle import close_idle_queues
 from gpuplatform.queries import one_snapshot
 from gpuplatform.models import (
@@ -294,16 +295,14 @@ def _bind(binding, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_num
         placement_domain=binding.domain or "", placement_tier=binding.tier, **bind_fields(clock))
     if not started:
         raise _Stale("job is no longer pending")
-    allocations = [Allocation(task_id=t, gpu_id=g, job_id=j, created_at=c, gpu_milli=m, gpu_memory_mib=mm,
-                              mig_instance_id=mi) for t, g, j, c, m, mm, mi in rows]
-    Allocation.objects.bulk_create(allocations)  # IntegrityError: a GPU already has a live allocation
+    write_allocations(rows)  # IntegrityError: a GPU already has a live allocation
     by_node = defaultdict(list)
     for task_id, node_id, state in tasks:
         by_node[(node_id, state)].append(task_id)
     for (node_id, state), ids in by_node.items():
         if Task.objects.filter(pk__in=ids, state="pending").update(state=state, node_id=node_id) != len(ids):
             raise _Stale("a task is no longer pending")
-    return _admitted_event(binding, clock, cycle_number, len({n for n, _ in by_node}), len(allocations))
+    return _admitted_event(binding, clock, cycle_number, len({n for n, _ in by_node}), len(rows))
 
 
 def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_number: int):
@@ -342,8 +341,7 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
         started.append((b, len({n for _, n, _ in job_tasks}), len(job_allocs)))
     try:
         with transaction.atomic():
-            insert_rows(Allocation, ["task_id", "gpu_id", "job_id", "created_at", "gpu_milli", "gpu_memory_mib",
-                                     "mig_instance_id"], allocations)
+            write_allocations(allocations, check=False)  # checked below, before the task update
     except IntegrityError:
         return None
     excluded = {jid: json_value(nodes) for jid, nodes in pending.items() if nodes not in (None, "[]", [])}
@@ -356,7 +354,8 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
         return admitted, out, event_rows(out, vendor)
 
     def tasks_written():
-        _run_deferred_checks()  # the allocations' (task, GPU, job: the job rows still carry the lock above)
+        check_references(allocations)  # task and its job: one statement (allocations.py)
+        _run_deferred_checks()  # the allocations' GPU and MIG instance (the job rows still carry the lock above)
         update_rows(Task, tasks, ["node_id", "state"], {})
 
     admitted, out, formatted = _overlapped(events, tasks_written,
@@ -467,8 +466,7 @@ def _apply_growths(growths, *, clock: datetime, cycle_number: int, stats: ApplyS
                     if len(gpus) != len(p.gpus):
                         raise _Stale(f"a GPU of {p.node} is unhealthy or unknown")
                     state = "bound" if node[1] in Node.PROCESS_EXECUTORS and not task[1] else "running"
-                    Allocation.objects.bulk_create([Allocation(task_id=task[0], gpu_id=gpus[i], job_id=g.job_id,
-                                                               created_at=clock) for i in p.gpus])
+                    write_allocations([(task[0], gpus[i], g.job_id, clock, 0, 0, None) for i in p.gpus])
                     if not Task.objects.filter(pk=task[0], state="pending").update(state=state, node_id=node[0]):
                         raise _Stale(f"task {p.role}[{p.index}] is no longer pending")
                     rows.append([p.role, p.index, p.node, list(p.gpus)])

@@ -38,6 +38,7 @@ from django.db import transaction
 from django.db.models import F, Max
 
 from .. import clock
+from ..allocations import write_allocations
 from ..audit import record_event, record_events
 from ..execution import append_log, master_port, node_assignments, report_task_event, stop_job
 from ..execution.assignments import nodes_assignments
@@ -384,8 +385,7 @@ class SlurmBackend:
             changes += [{"task": t["task"], "node": target.name, "gpus": mine, "recorded": False}
                         for t, target, mine in moves if t["task"] not in done]
             Allocation.objects.filter(task_id__in=[t["task"] for t, _, _ in ok], released_at__isnull=True).delete()
-            Allocation.objects.bulk_create([Allocation(task_id=t["task"], gpu_id=gid, job_id=job_id, created_at=now)
-                                            for t, _, _ in ok for gid in ids[t["task"]]])
+            write_allocations([(t["task"], gid, job_id, now, 0, 0, None) for t, _, _ in ok for gid in ids[t["task"]]])
             for t, target, mine in ok:
                 Task.objects.filter(pk=t["task"]).update(node=target)
                 changes.append({"task": t["task"], "node": target.name, "gpus": mine, "recorded": True})

@@ -1,0 +1,136 @@
+"""Migration 0023_e2e9: allocation.task_id / job_id and event.job_id have no database constraint; their one
+writers check them in bulk (gpuplatform.allocations.write_allocations, gpuplatform.audit). A missing row fails the
+write as the constraint did; deletions still cascade, protect and set null (Django's on_delete)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone as tz
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.db.models import ProtectedError
+
+from gpuplatform import audit, services
+from gpuplatform.allocations import write_allocations
+from gpuplatform.models import Allocation, Event, Gpu, Job, Node, Task
+from gpuplatform.scheduling import store
+from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
+
+CLOCK = datetime(2024, 3, 1, 12, 0, tzinfo=tz.utc)
+
+
+def _fks(table: str) -> dict[str, str]:
+    """{column: referenced table} of the table's foreign-key constraints in the database."""
+    with connection.cursor() as cur:
+        found = connection.introspection.get_constraints(cur, table)
+    return {c["columns"][0]: c["foreign_key"][0] for c in found.values() if c["foreign_key"]}
+
+
+def test_the_checked_columns_have_no_constraint_and_the_others_keep_theirs(db):
+    assert _fks("gpuplatform_allocation") == {"gpu_id": "gpuplatform_gpu", "mig_instance_id": "gpuplatform_miginstance"}
+    assert set(_fks("gpuplatform_event")) == {"actor_id", "queue_id", "node_id"}
+    assert _fks("gpuplatform_task")["job_id"] == "gpuplatform_job"  # what makes allocation.job_id implied
+
+
+def _row(task, gpu, job=None):
+    return (task.pk, gpu.pk if isinstance(gpu, Gpu) else gpu, (job or task.job_id), CLOCK, 0, 0, None)
+
+
+@pytest.mark.parametrize("wrong", ["task", "job"])
+def test_an_allocation_naming_a_missing_row_fails(submit, wrong):
+    job, other = submit("a", tasks=1, gpus=1), submit("b", tasks=1, gpus=1)
+    task, gpu = Task.objects.get(job=job), Gpu.objects.get(node__name="n0", index=0)
+    row = {"task": (10**9, gpu.pk, job.pk, CLOCK, 0, 0, None),
+           "job": _row(task, gpu, job=other.pk)}[wrong]  # a real job, but not the task's
+    with pytest.raises(IntegrityError, match="allocation"):
+        with transaction.atomic():
+            write_allocations([_row(Task.objects.get(job=other), Gpu.objects.get(node__name="n0", index=1)), row])
+    assert not Allocation.objects.exists()
+
+
+def test_allocations_of_existing_rows_are_written(submit):
+    job = submit("a", tasks=2, gpus=1)
+    t0, t1 = Task.objects.filter(job=job).order_by("index")
+    gpus = list(Gpu.objects.filter(node__name="n1").order_by("index")[:2])
+    assert write_allocations([_row(t0, gpus[0]), _row(t1, gpus[1])]) == 2
+    assert sorted(Allocation.objects.values_list("task_id", "gpu_id", "job_id")) == sorted(
+        [(t0.pk, gpus[0].pk, job.pk), (t1.pk, gpus[1].pk, job.pk)])
+
+
+def test_an_event_naming_a_missing_job_fails(submit):
+    job = submit("a")
+    before = Event.objects.count()
+    with pytest.raises(IntegrityError, match="event.job_id"):
+        with transaction.atomic():
+            audit.record_events([{"time": CLOCK, "kind": "x", "message": "ok", "job_id": job.pk},
+                                 {"time": CLOCK, "kind": "x", "message": "no such job", "job_id": 10**9}])
+    with pytest.raises(IntegrityError, match="event.job_id"):
+        with transaction.atomic():
+            audit.record_event("x", "no such job", job_id=10**9)
+    assert Event.objects.count() == before
+    audit.record_events([{"time": CLOCK, "kind": "x", "message": "ok", "job_id": job.pk},
+                         {"time": CLOCK, "kind": "y", "message": "no job"}])
+    assert Event.objects.filter(kind__in=("x", "y")).count() == 2
+
+
+def test_a_cycle_whose_allocation_names_a_task_of_another_job_is_rolled_back_whole(submit, monkeypatch):
+    a, b = submit("a", tasks=1, gpus=1), submit("b", tasks=1, gpus=1)
+    rows_for = store._rows_for
+
+    def wrong_task(binding, *args):
+        allocations, tasks = rows_for(binding, *args)
+        if binding.job_id == b.pk:
+            allocations = [(Task.objects.get(job=a).pk, *rest) for _, *rest in allocations]
+        return allocations, tasks
+
+    monkeypatch.setattr(store, "_rows_for", wrong_task)
+    result = CycleResult(bindings=[Binding(j.pk, (TaskPlacement("worker", 0, "n0", (i,)),), "nvl-a1", 1)
+                                   for i, j in enumerate((a, b))])
+    before = (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state")),
+              Event.objects.count())
+    with pytest.raises(IntegrityError, match=r"allocation\.(task|job)_id"):
+        store.apply_result(result, clock=CLOCK, cycle_number=1)
+    assert not Allocation.objects.exists()
+    assert (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state")),
+            Event.objects.count()) == before
+
+
+def test_deletions_still_cascade_protect_and_set_null(submit):
+    job = submit("a", tasks=1, gpus=1)
+    store.apply_result(CycleResult(bindings=[Binding(job.pk, (TaskPlacement("worker", 0, "n2", (3,)),), "nvl-a2", 1)]),
+                       clock=CLOCK, cycle_number=1)
+    assert Allocation.objects.filter(job=job).count() == 1 and Event.objects.filter(job=job).exists()
+    node = Node.objects.get(name="n2")
+    gpus = [{"index": g.index} for g in Gpu.objects.filter(node=node).exclude(index=3)]
+    with pytest.raises(ProtectedError):  # register_node dropping GPU 3: its allocation protects it
+        with transaction.atomic():
+            services.register_node("n2", flavor=node.flavor, gpus=gpus)
+    assert Gpu.objects.filter(node=node, index=3).exists()
+    Job.objects.filter(pk=job.pk).delete()
+    assert not Allocation.objects.exists() and not Task.objects.exists()
+    assert Event.objects.filter(kind="admitted", job__isnull=True).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_checked_rows_are_locked_for_key_share_until_the_commit(cluster):
+    """PostgreSQL: the task and job rows a write names stay locked as the constraint's check kept them: another
+    transaction cannot delete them (FOR UPDATE NOWAIT fails) until this one ends."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: PostgreSQL")
+    import psycopg
+
+    from gpuplatform.models import Queue, Team
+
+    job = services.submit_job(command=["sleep", "1"], team=Team.objects.get(name="alpha"),
+                              queue=Queue.objects.get(name="alpha"), name="a",
+                              roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 1}])
+    task, gpu = Task.objects.get(job=job), Gpu.objects.get(node__name="n0", index=0)
+    params = connection.get_connection_params()
+    with transaction.atomic():
+        write_allocations([_row(task, gpu)])
+        audit.record_event("x", "locked", job_id=job.pk)
+        with psycopg.connect(**{k: v for k, v in params.items() if k in ("dbname", "user", "password", "host", "port")},
+                             autocommit=True) as other:
+            for table, pk in (("gpuplatform_task", task.pk), ("gpuplatform_job", job.pk)):
+                with pytest.raises(psycopg.errors.LockNotAvailable):
+                    other.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE NOWAIT", [pk])
+                other.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR KEY SHARE NOWAIT", [pk])  # readers pass
