@@ -578,6 +578,9 @@ class Admission:
         # after every other job was tried, allocate's _extend)
         self.rival = None
         self.deferred: dict = {}
+        # a holder's hold key whose GPUs are given back (Holds.release) just before its attempt's search, if it
+        # reaches one (allocate's _serve_nomination); None once released, or when there is none
+        self.opening = None
 
     def facts(self, job: JobInfo) -> tuple:
         """The job's JobFacts entry, derived from the frozen JobInfo alone and memoised by identity (`memo`):
@@ -909,6 +912,9 @@ class Admission:
         if cached is not None:
             return cached
         self._searched = True
+        if self.opening is not None:  # a holder's own attempt: its hold is given back for the search
+            session.holds.release(self.opening)
+            self.opening = None
         outcome = session.search(job, flavor, cap=cap, need=need, room=room, shape=facts[5])  # room >= need here
         if isinstance(outcome, PendingReason):
             until = self.reservations.until
@@ -1005,16 +1011,41 @@ def _serve_nomination(session: Session, admission: Admission, order: _QueueOrder
         total += len(t.gpus)
     waiting = total - holds.gpus_held(job.id)
     charged = queues.held.get(job.id)  # (queue, flavor -> GPUs): its hold as QueueTree.charge_hold charged it
-    holds.release(job.id)
+    # The hold is given back for the job's own attempt only when the attempt reads the free GPUs: on a one-flavor
+    # cluster without GPU shares, for a job with no avoid_nodes, `place` reads them in its search alone (most
+    # attempts are refused before one: by the queue's limits, or a shape that failed this cycle), so the release
+    # waits there (Admission.opening). An attempt refused without a search changes no free GPU, and its
+    # release + retake would give back and take again the same GPUs: the same free lists, aggregates and holds,
+    # unless a GPU it wants that it does not hold is free now (another holder started elsewhere): then both run.
+    lazy = bool(waiting and session.sharing is None and session.state.touched is None and not job.avoid_nodes
+                and admission.facts(job)[6])
+    if lazy:
+        admission.opening = job.id
+    else:
+        holds.release(job.id)
     queues.drop_hold(job.id)  # its placement is charged instead, or the hold again
     before = order.share(job.queue)
     outcome = _bind_exactly(session, job) if not waiting else admission.place(job)
+    if lazy and admission.opening is not None:  # no search: nothing was released
+        admission.opening = None
+        if isinstance(outcome, Binding) or _wants_free(holds, session.state.free, job.id):
+            holds.release(job.id)
+            lazy = False
     if isinstance(outcome, Binding):
         holds.drop(job.id)
         out.bindings.append(replace(outcome, rule="reservation" if not waiting else "allocate",
                                     share_before=before, share_after=order.share(job.queue)))
         return
-    if charged is not None and charged[0] == job.queue and job.id in holds.wanted:
+    if lazy and job.id in holds.held:  # its hold as it was: nominated again on it, charged as at snapshot time
+        session.nominated[job.id] = job.reserved
+        if charged is not None and charged[0] == job.queue:
+            charge, per_flavor = queues.charge, charged[1]
+            for flavor, gpus in per_flavor.items():
+                charge(job.queue, flavor, gpus)
+            queues.held[job.id] = (job.queue, dict(per_flavor))
+        else:
+            queues.charge_hold(job.id, job.queue, job.reserved)
+    elif charged is not None and charged[0] == job.queue and job.id in holds.wanted:
         # session.nominate(job, job.reserved) without deriving the hold again: Holds.hold would want the same
         # tasks on the same nodes (kept by release), and QueueTree.charge_hold on the same tasks (no victims:
         # all_gpus False, as every charge of a job's reserved tasks before this point) charges the same GPUs
@@ -1029,6 +1060,18 @@ def _serve_nomination(session: Session, admission: Admission, order: _QueueOrder
         session.nominate(job, job.reserved)
     out.reasons[job.id] = PendingReason("nominated", f"{outcome.message}; {waiting} GPUs reserved for it are "
                                                      f"still in use (evicted jobs releasing, or jobs draining)")
+
+
+def _wants_free(holds, free: list, key) -> bool:
+    """Whether a GPU the hold of `key` wants is free now (`free`: ClusterState.free; the GPUs it holds are
+    taken, so not free): its retake would take more than it holds."""
+    for k, gpus in holds.wanted.get(key, ()):
+        on = free[k]
+        if on:
+            for g in gpus:
+                if g in on:
+                    return True
+    return False
 
 
 def _bind_exactly(session: Session, job: JobInfo) -> Binding:

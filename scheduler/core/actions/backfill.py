@@ -20,6 +20,8 @@ Times are seconds of the cluster clock.
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 from typing import Callable
 
 from ..plugins.quota import INF
@@ -30,6 +32,7 @@ from ..trial import Trial, release_binding
 BACKFILL = "backfill"  # the hold key of the EASY reservation's GPUs
 ROOM_CODES = {"insufficient_gpus", "no_domain", "no_packing"}  # waiting for GPUs may help: worth a reservation
 DRAIN_CANDIDATES = 4  # domains tried per drain reservation
+_time_limit = attrgetter("time_limit")
 
 Place = Callable[..., "Binding | PendingReason"]  # Admission.place(job, backfill_open=...)
 
@@ -127,8 +130,11 @@ def shadow_reservation(session: Session, job: JobInfo, flavor: str, snapshot: Sn
                        ) -> tuple[float, Binding] | None:
     """(estimated start in seconds of cluster time, the placement then), or None when the job fits no
     time at which running jobs with a time limit have ended. The state is left unchanged."""
-    ends = sorted((j.start_time + j.time_limit, str(j.id), j) for j in snapshot.jobs
-                  if j.state != "pending" and j.start_time is not None and j.time_limit is not None)
+    # the jobs with a time limit first (C-level: a trace without limits makes no Python loop over its jobs)
+    jobs = snapshot.jobs
+    timed = compress(jobs, map(is_not, map(_time_limit, jobs), repeat(None)))
+    ends = sorted((j.start_time + j.time_limit, str(j.id), j) for j in timed
+                  if j.state != "pending" and j.start_time is not None)
     if not ends:
         return None
     state, root = session.state, session.tree.root
