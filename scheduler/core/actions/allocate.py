@@ -296,7 +296,7 @@ class _PendingOrder:
     cycle). Beside each queue's list, each job's refusal key and id (`index`). Holds its jobs, so an id
     is never reused while it is kept."""
 
-    __slots__ = ("epoch", "lists", "special", "positions", "codes", "shapes")
+    __slots__ = ("epoch", "lists", "special", "positions", "codes", "shapes", "ordinary")
 
     def __init__(self):
         self.epoch = -1  # PendingChanges.epoch of the list this is up to date with
@@ -306,6 +306,7 @@ class _PendingOrder:
         self.positions: dict[str, tuple] = {}  # queue -> (its distinct refusal keys, its refusal keys reversed)
         self.codes: dict[tuple, int] = {}  # (shape id, avoid_nodes) -> its refusal key, a small number
         self.shapes: list[tuple] = []  # refusal key -> (shape id, avoid_nodes)
+        self.ordinary: dict = {}  # job id -> how many of the ordinary jobs (those in `lists`) have it
 
     @staticmethod
     def of(memo: dict) -> "_PendingOrder":
@@ -342,6 +343,7 @@ class _PendingOrder:
             lists.clear()  # many changes: sort them all
             special.clear()
             positions.clear()
+            ordinary = self.ordinary = {}
             for job in sorted(pending, key=job_order_key):
                 if job.not_before is not None or job.reserved:
                     special[id(job)] = job
@@ -350,13 +352,20 @@ class _PendingOrder:
                     if line is None:
                         line = lists[job.queue] = ([], [], [])
                     line[0].append(job)
+                    ordinary[job.id] = ordinary.get(job.id, 0) + 1
             for q, (jobs, shapes, ids) in lists.items():
                 jobs.reverse()
                 shapes.extend(self._shape(j, admission) for j in jobs)
                 ids.extend(j.id for j in jobs)
         else:
+            ordinary = self.ordinary
             for job in gone:
                 if special.pop(id(job), None) is None:
+                    left = ordinary[job.id] - 1
+                    if left:
+                        ordinary[job.id] = left
+                    else:
+                        del ordinary[job.id]
                     jobs, shapes, ids = lists[job.queue]
                     at = len(jobs) - 1 - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key)
                     assert jobs[at] is job
@@ -369,6 +378,7 @@ class _PendingOrder:
                     special[id(job)] = job
                     continue
                 positions.pop(job.queue, None)
+                ordinary[job.id] = ordinary.get(job.id, 0) + 1
                 line = lists.get(job.queue)
                 if line is None:
                     lists[job.queue] = ([job], [self._shape(job, admission)], [job.id])
@@ -381,7 +391,7 @@ class _PendingOrder:
         self.epoch = changes.epoch
         held = queues.held
         if held:
-            ordinary = {job.id for job in pending if id(job) not in special}
+            ordinary = self.ordinary  # the ids of the jobs not in `special`, counted as they came and went
             for job_id in [j for j in held if j in ordinary]:
                 queues.drop_hold(job_id)
         return ({q: line[0][:] for q, line in lists.items()},
