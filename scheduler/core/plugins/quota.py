@@ -20,8 +20,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import defaultdict
-from itertools import chain, compress, repeat
-from operator import attrgetter, eq, itemgetter
+from operator import attrgetter, itemgetter
 
 from ..jobindex import FactTuple
 from ..snapshot import JobInfo, QueueInfo, Snapshot
@@ -30,7 +29,6 @@ INF = math.inf
 _static_fields = attrgetter("name", "parent", "weight", "quotas")  # QueueTree.static_key's entry of a queue
 _node_of = itemgetter(1)  # (queue, node) -> node
 _reserved = attrgetter("reserved")
-_state, _placement, _node = attrgetter("state"), attrgetter("placement"), attrgetter("node")
 
 
 class _Statics:
@@ -110,10 +108,6 @@ class QueueTree:
         jobs = snapshot.jobs
         start = jobs.pending_from if facts is not None and type(jobs) is FactTuple else None
         self._live = jobs if start is None else jobs[:start]
-        # every queue with GPUs of running jobs is known (the facts' per-queue sums): running_on need not ask
-        queues_running = facts.running_queues if facts is not None else None
-        self._all_known = open_world or (queues_running is not None
-                                         and all(map(names.__contains__, queues_running)))
         if running is not None:
             if facts.holding:
                 holders = [j for j in filter(_reserved, jobs if start is None else jobs[start:])
@@ -150,18 +144,11 @@ class QueueTree:
         missing = {n for n in nodes if n not in known}
         if missing:
             found: dict[str, set[int]] = {n: set() for n in missing}
-            live = self._live  # the jobs not pending, the running ones among them
-            if self._all_known:  # C-level passes: the running jobs' tasks, those on the nodes asked
-                tasks = list(chain.from_iterable(map(_placement, compress(live, map(eq, map(_state, live),
-                                                                                    repeat("running"))))))
-                for t in compress(tasks, map(missing.__contains__, map(_node, tasks))):
-                    found[t.node].update(t.gpus)
-            else:
-                for job in live:
-                    if job.state == "running":
-                        for t in job.placement:
-                            if t.node in missing and self.known(job.queue):
-                                found[t.node].update(t.gpus)
+            for job in self._live:  # the jobs not pending (running ones among them): the nodes first, then the queue
+                if job.state == "running":
+                    for t in job.placement:
+                        if t.node in missing and self.known(job.queue):
+                            found[t.node].update(t.gpus)
             known.update(found)
         return known
 
