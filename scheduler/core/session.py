@@ -280,8 +280,12 @@ class Session:
         levels = [tree.tiers[within]] if within is not None else self._tier_levels(job, cap)
         extra = (room - need) if room != INF else INF
         packing_failure: tuple[int, RoleInfo, str] | None = None  # the first failed domain, its role, the pass
-        gpu_roles = sorted((r for r in job.roles if r.gpus_per_task and r.effective_min),
-                           key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))  # pack_gang's order
+        roles = job.roles
+        if len(roles) == 1:  # the common job of one role: nothing to order
+            gpu_roles = [roles[0]] if roles[0].gpus_per_task and roles[0].effective_min else []
+        else:
+            gpu_roles = sorted((r for r in roles if r.gpus_per_task and r.effective_min),
+                               key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))  # pack_gang's order
         passes = self._passes(job, (flavor,))
         binpack = self.config.binpack
         # a job of one GPU task (one node, whatever its tier): the node is chosen by best fit across the tier's

@@ -588,8 +588,8 @@ class Admission:
         # after every other job was tried, allocate's _extend)
         self.rival = None
         self.deferred: dict = {}
-        # a holder's hold key whose GPUs are given back (Holds.release) just before its attempt's search, if it
-        # reaches one (allocate's _serve_nomination); None once released, or when there is none
+        # called once just before a search, when set (then None again): a holder's hold given back for its own
+        # attempt only if that attempt reaches a search (allocate's _serve_nomination)
         self.opening = None
 
     def facts(self, job: JobInfo) -> tuple:
@@ -923,8 +923,8 @@ class Admission:
             return cached
         self._searched = True
         if self.opening is not None:  # a holder's own attempt: its hold is given back for the search
-            session.holds.release(self.opening)
-            self.opening = None
+            opening, self.opening = self.opening, None
+            opening()
         outcome = session.search(job, flavor, cap=cap, need=need, room=room, shape=facts[5])  # room >= need here
         if isinstance(outcome, PendingReason):
             until = self.reservations.until
@@ -1027,20 +1027,33 @@ def _serve_nomination(session: Session, admission: Admission, order: _QueueOrder
     # waits there (Admission.opening). An attempt refused without a search changes no free GPU, and its
     # release + retake would give back and take again the same GPUs: the same free lists, aggregates and holds,
     # unless a GPU it wants that it does not hold is free now (another holder started elsewhere): then both run.
+    # The queue's share before the start (Binding.share_before) is read at the same point: only a search can
+    # start such a job, and no charge comes between the hold's uncharge and the search.
     lazy = bool(waiting and session.sharing is None and session.state.touched is None and not job.avoid_nodes
                 and admission.facts(job)[6])
     if lazy:
-        admission.opening = job.id
+        before = []
+
+        def opening() -> None:
+            holds.release(job.id)
+            before.append(order.share(job.queue))
+
+        admission.opening = opening
     else:
         holds.release(job.id)
     queues.drop_hold(job.id)  # its placement is charged instead, or the hold again
-    before = order.share(job.queue)
+    if not lazy:
+        before = order.share(job.queue)
     outcome = _bind_exactly(session, job) if not waiting else admission.place(job)
-    if lazy and admission.opening is not None:  # no search: nothing was released
-        admission.opening = None
-        if isinstance(outcome, Binding) or _wants_free(holds, session.state.free, job.id):
-            holds.release(job.id)
-            lazy = False
+    if lazy:
+        if admission.opening is not None:  # no search: nothing was released
+            admission.opening = None
+            assert not isinstance(outcome, Binding), "a holder started without a search"
+            if _wants_free(holds, session.state.free, job.id):
+                holds.release(job.id)
+                lazy = False
+        else:
+            before = before[0]
     if isinstance(outcome, Binding):
         holds.drop(job.id)
         out.bindings.append(replace(outcome, rule="reservation" if not waiting else "allocate",
