@@ -171,7 +171,7 @@ class Session:
     """One cycle's context for the actions (module docstring). Built once per cycle by run_cycle."""
 
     __slots__ = ("state", "queues", "config", "snapshot", "tree", "now", "capacity", "holds", "nominated", "_levels",
-                 "_numa_known", "sharing", "_by_name", "_quick", "_last_take")
+                 "_numa_known", "sharing", "_by_name", "_quick", "_last_take", "_off")
 
     def __init__(self, state: ClusterState, queues: QueueTree, config: CycleConfig, snapshot: Snapshot, *,
                  cache: EngineCache | None = None):
@@ -191,6 +191,7 @@ class Session:
         self._quick: dict[tuple[int, str], int] = {}  # (shape id, flavor) -> _one_task_tier
         # (ClusterState.moves, gpus, tier, flavor, node, domain) of _one_task_take's last placement, or None
         self._last_take: tuple | None = None
+        self._off: dict[str, str] = {}  # flavor -> _off_text (the snapshot's nodes: the same all cycle)
 
     def nominate(self, job: JobInfo, tasks: tuple[TaskPlacement, ...], *, all_gpus: bool = False) -> None:
         """Hold the tasks' GPUs for the job from now on, and after this cycle (a Nomination), charged to
@@ -279,8 +280,12 @@ class Session:
         levels = [tree.tiers[within]] if within is not None else self._tier_levels(job, cap)
         extra = (room - need) if room != INF else INF
         packing_failure: tuple[int, RoleInfo, str] | None = None  # the first failed domain, its role, the pass
-        gpu_roles = sorted((r for r in job.roles if r.gpus_per_task and r.effective_min),
-                           key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))  # pack_gang's order
+        roles = job.roles
+        if len(roles) == 1:  # the common job of one role: nothing to order
+            gpu_roles = [roles[0]] if roles[0].gpus_per_task and roles[0].effective_min else []
+        else:
+            gpu_roles = sorted((r for r in roles if r.gpus_per_task and r.effective_min),
+                               key=lambda r: (-r.gpus_per_task, -r.cpu_milli, r.name))  # pack_gang's order
         passes = self._passes(job, (flavor,))
         binpack = self.config.binpack
         # a job of one GPU task (one node, whatever its tier): the node is chosen by best fit across the tier's
@@ -428,7 +433,14 @@ class Session:
     def _off_text(self, flavor: str) -> str:
         """For a whole-GPU gang short of free GPUs: the GPUs of `flavor` on schedulable nodes in mode shared or
         mig (sharing.py: they take fractions or MIG instances only, never a whole-GPU task, so they are not
-        counted free), as " (N more ... )", or "" when there are none (a cluster without sharing: unchanged)."""
+        counted free), as " (N more ... )", or "" when there are none (a cluster without sharing: unchanged).
+        Worked out once per flavor in a cycle."""
+        text = self._off.get(flavor)
+        if text is None:
+            text = self._off[flavor] = self._off_count(flavor)
+        return text
+
+    def _off_count(self, flavor: str) -> str:
         off = sum(1 for n in self.snapshot.nodes if n.gpu_modes and n.flavor == flavor and n.schedulable
                   for m in n.gpu_modes[:n.gpus] if m in ("shared", "mig"))
         if not off:

@@ -327,3 +327,19 @@ def test_a_holder_left_waiting_holds_the_gpus_another_holder_gave_up():
     assert [(b.job_id, b.tasks[0].node) for b in result.bindings] == [("a", "n2")]
     assert result.pending["b"].code == "nominated"
     assert result.held == {"n1": (5, 6, 7)}
+
+
+def test_a_holder_refused_without_a_search_still_holds_the_gpus_another_holder_gave_up():
+    """The same with b refused without a search (issue 16, session 9: a holder's hold is given back only for a
+    search): c, of b's shape, is served before b and fails its search (n1's three free GPUs, n2 taken by a, n3
+    full), so b is refused from the cycle's failed shapes; b must still take n1's GPUs 5-7, freed by a."""
+    from scheduler.core.snapshot import TaskPlacement
+
+    world = (World().node(name="n1", gpus=8, used=5).node(name="n2", gpus=4).node(name="n3", gpus=4, used=4)
+             .job(name="a", gpus_per_task=4, priority=5, reserved=[TaskPlacement("worker", 0, "n1", (4, 5, 6, 7))])
+             .job(name="c", gpus_per_task=4, priority=3, reserved=[TaskPlacement("worker", 0, "n3", (0, 1, 2, 3))])
+             .job(name="b", gpus_per_task=4, reserved=[TaskPlacement("worker", 0, "n1", (3, 5, 6, 7))]))
+    result = world.cycle()
+    assert [(b.job_id, b.tasks[0].node) for b in result.bindings] == [("a", "n2")]
+    assert result.pending["b"].code == result.pending["c"].code == "nominated"
+    assert result.held == {"n1": (5, 6, 7)}

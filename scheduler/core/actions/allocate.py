@@ -329,7 +329,7 @@ class _PendingOrder:
     cycle). Beside each queue's list, each job's refusal key and id (`index`). Holds its jobs, so an id
     is never reused while it is kept."""
 
-    __slots__ = ("epoch", "lists", "special", "positions", "codes", "shapes", "needs", "outcomes")
+    __slots__ = ("epoch", "lists", "special", "positions", "codes", "shapes", "needs", "outcomes", "ordinary")
 
     def __init__(self):
         self.epoch = -1  # PendingChanges.epoch of the list this is up to date with
@@ -342,6 +342,7 @@ class _PendingOrder:
         self.needs: list[int] = []  # refusal key -> the minimum GPUs of its jobs
         # queue -> its whole list's outcome when every job of it was refused by the queue's limits (`keep`)
         self.outcomes: dict[str, _QueueOutcome] = {}
+        self.ordinary: dict = {}  # job id -> how many of the ordinary jobs (those in `lists`) have it
 
     @staticmethod
     def of(memo: dict) -> "_PendingOrder":
@@ -381,6 +382,7 @@ class _PendingOrder:
             special.clear()
             positions.clear()
             self.outcomes.clear()
+            ordinary = self.ordinary = {}
             for job in sorted(pending, key=job_order_key):
                 if job.not_before is not None or job.reserved:
                     special[id(job)] = job
@@ -389,13 +391,20 @@ class _PendingOrder:
                     if line is None:
                         line = lists[job.queue] = ([], [], [])
                     line[0].append(job)
+                    ordinary[job.id] = ordinary.get(job.id, 0) + 1
             for q, (jobs, shapes, ids) in lists.items():
                 jobs.reverse()
                 shapes.extend(self._shape(j, admission) for j in jobs)
                 ids.extend(j.id for j in jobs)
         else:
+            ordinary = self.ordinary
             for job in gone:
                 if special.pop(id(job), None) is None:
+                    left = ordinary[job.id] - 1
+                    if left:
+                        ordinary[job.id] = left
+                    else:
+                        del ordinary[job.id]
                     jobs, shapes, ids = lists[job.queue]
                     at = len(jobs) - 1 - bisect_left(jobs[::-1], job_order_key(job), key=job_order_key)
                     assert jobs[at] is job
@@ -411,6 +420,7 @@ class _PendingOrder:
                     special[id(job)] = job
                     continue
                 positions.pop(job.queue, None)
+                ordinary[job.id] = ordinary.get(job.id, 0) + 1
                 line = lists.get(job.queue)
                 if line is None:
                     lists[job.queue] = ([job], [self._shape(job, admission)], [job.id])
@@ -428,7 +438,7 @@ class _PendingOrder:
         self.epoch = changes.epoch
         held = queues.held
         if held:
-            ordinary = {job.id for job in pending if id(job) not in special}
+            ordinary = self.ordinary  # the ids of the jobs not in `special`, counted as they came and went
             for job_id in [j for j in held if j in ordinary]:
                 queues.drop_hold(job_id)
         return ({q: line[0][:] for q, line in lists.items()},
@@ -709,6 +719,9 @@ class Admission:
         # after every other job was tried, allocate's _extend)
         self.rival = None
         self.deferred: dict = {}
+        # called once just before a search, when set (then None again): a holder's hold given back for its own
+        # attempt only if that attempt reaches a search (allocate's _serve_nomination)
+        self.opening = None
 
     def facts(self, job: JobInfo) -> tuple:
         """The job's JobFacts entry, derived from the frozen JobInfo alone and memoised by identity (`memo`):
@@ -1040,6 +1053,9 @@ class Admission:
         if cached is not None:
             return cached
         self._searched = True
+        if self.opening is not None:  # a holder's own attempt: its hold is given back for the search
+            opening, self.opening = self.opening, None
+            opening()
         outcome = session.search(job, flavor, cap=cap, need=need, room=room, shape=facts[5])  # room >= need here
         if isinstance(outcome, PendingReason):
             until = self.reservations.until
@@ -1136,16 +1152,54 @@ def _serve_nomination(session: Session, admission: Admission, order: _QueueOrder
         total += len(t.gpus)
     waiting = total - holds.gpus_held(job.id)
     charged = queues.held.get(job.id)  # (queue, flavor -> GPUs): its hold as QueueTree.charge_hold charged it
-    holds.release(job.id)
+    # The hold is given back for the job's own attempt only when the attempt reads the free GPUs: on a one-flavor
+    # cluster without GPU shares, for a job with no avoid_nodes, `place` reads them in its search alone (most
+    # attempts are refused before one: by the queue's limits, or a shape that failed this cycle), so the release
+    # waits there (Admission.opening). An attempt refused without a search changes no free GPU, and its
+    # release + retake would give back and take again the same GPUs: the same free lists, aggregates and holds,
+    # unless a GPU it wants that it does not hold is free now (another holder started elsewhere): then both run.
+    # The queue's share before the start (Binding.share_before) is read at the same point: only a search can
+    # start such a job, and no charge comes between the hold's uncharge and the search.
+    lazy = bool(waiting and session.sharing is None and session.state.touched is None and not job.avoid_nodes
+                and admission.facts(job)[6])
+    if lazy:
+        before = []
+
+        def opening() -> None:
+            holds.release(job.id)
+            before.append(order.share(job.queue))
+
+        admission.opening = opening
+    else:
+        holds.release(job.id)
     queues.drop_hold(job.id)  # its placement is charged instead, or the hold again
-    before = order.share(job.queue)
+    if not lazy:
+        before = order.share(job.queue)
     outcome = _bind_exactly(session, job) if not waiting else admission.place(job)
+    if lazy:
+        if admission.opening is not None:  # no search: nothing was released
+            admission.opening = None
+            assert not isinstance(outcome, Binding), "a holder started without a search"
+            if _wants_free(holds, session.state.free, job.id):
+                holds.release(job.id)
+                lazy = False
+        else:
+            before = before[0]
     if isinstance(outcome, Binding):
         holds.drop(job.id)
         out.bindings.append(replace(outcome, rule="reservation" if not waiting else "allocate",
                                     share_before=before, share_after=order.share(job.queue)))
         return
-    if charged is not None and charged[0] == job.queue and job.id in holds.wanted:
+    if lazy and job.id in holds.held:  # its hold as it was: nominated again on it, charged as at snapshot time
+        session.nominated[job.id] = job.reserved
+        if charged is not None and charged[0] == job.queue:
+            charge, per_flavor = queues.charge, charged[1]
+            for flavor, gpus in per_flavor.items():
+                charge(job.queue, flavor, gpus)
+            queues.held[job.id] = (job.queue, dict(per_flavor))
+        else:
+            queues.charge_hold(job.id, job.queue, job.reserved)
+    elif charged is not None and charged[0] == job.queue and job.id in holds.wanted:
         # session.nominate(job, job.reserved) without deriving the hold again: Holds.hold would want the same
         # tasks on the same nodes (kept by release), and QueueTree.charge_hold on the same tasks (no victims:
         # all_gpus False, as every charge of a job's reserved tasks before this point) charges the same GPUs
@@ -1160,6 +1214,18 @@ def _serve_nomination(session: Session, admission: Admission, order: _QueueOrder
         session.nominate(job, job.reserved)
     out.reasons[job.id] = PendingReason("nominated", f"{outcome.message}; {waiting} GPUs reserved for it are "
                                                      f"still in use (evicted jobs releasing, or jobs draining)")
+
+
+def _wants_free(holds, free: list, key) -> bool:
+    """Whether a GPU the hold of `key` wants is free now (`free`: ClusterState.free; the GPUs it holds are
+    taken, so not free): its retake would take more than it holds."""
+    for k, gpus in holds.wanted.get(key, ()):
+        on = free[k]
+        if on:
+            for g in gpus:
+                if g in on:
+                    return True
+    return False
 
 
 def _bind_exactly(session: Session, job: JobInfo) -> Binding:

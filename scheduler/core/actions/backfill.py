@@ -20,8 +20,11 @@ Times are seconds of the cluster clock.
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 from typing import Callable
 
+from ..jobindex import FactTuple
 from ..plugins.quota import INF
 from ..session import Session
 from ..snapshot import Binding, JobInfo, PendingReason, Snapshot
@@ -30,6 +33,7 @@ from ..trial import Trial, release_binding
 BACKFILL = "backfill"  # the hold key of the EASY reservation's GPUs
 ROOM_CODES = {"insufficient_gpus", "no_domain", "no_packing"}  # waiting for GPUs may help: worth a reservation
 DRAIN_CANDIDATES = 4  # domains tried per drain reservation
+_time_limit = attrgetter("time_limit")
 
 Place = Callable[..., "Binding | PendingReason"]  # Admission.place(job, backfill_open=...)
 
@@ -127,8 +131,11 @@ def shadow_reservation(session: Session, job: JobInfo, flavor: str, snapshot: Sn
                        ) -> tuple[float, Binding] | None:
     """(estimated start in seconds of cluster time, the placement then), or None when the job fits no
     time at which running jobs with a time limit have ended. The state is left unchanged."""
-    ends = sorted((j.start_time + j.time_limit, str(j.id), j) for j in snapshot.jobs
-                  if j.state != "pending" and j.start_time is not None and j.time_limit is not None)
+    # the jobs with a time limit first (C-level: a trace without limits makes no Python loop over its jobs)
+    jobs = _not_pending(snapshot.jobs)
+    timed = compress(jobs, map(is_not, map(_time_limit, jobs), repeat(None)))
+    ends = sorted((j.start_time + j.time_limit, str(j.id), j) for j in timed
+                  if j.state != "pending" and j.start_time is not None)
     if not ends:
         return None
     state, root = session.state, session.tree.root
@@ -147,24 +154,37 @@ def shadow_reservation(session: Session, job: JobInfo, flavor: str, snapshot: Sn
     return found
 
 
+def _not_pending(jobs):
+    """`jobs` (a snapshot's), or only those before its pending ones when a producer's FactTuple says where
+    those begin (jobindex.FactTuple.pending_from): every job not pending either way."""
+    start = jobs.pending_from if type(jobs) is FactTuple else None
+    return jobs if start is None else jobs[:start]
+
+
 def drain_reservation(session: Session, job: JobInfo, flavor: str) -> Binding | None:
     """Where a starving job should wait: in the first of its tier levels (Session.tier_levels) whose
     domains could hold it once emptied, the domains with the most free GPUs (least to drain) are tried in
     turn; in each, every running task is released on a Trial and the job placed. Returns that placement,
     or None (the state is left unchanged)."""
     state, tree, capacity, topology = session.state, session.tree, session.capacity, session.config.topology
-    by_node: dict[str, list] = {}
-    for running in session.snapshot.jobs:
-        if running.state != "pending":
-            for t in running.placement:
-                by_node.setdefault(t.node, []).append((running, t))
     for tier in session.tier_levels(job):
         domains = [d for d in (tree.by_tier[tier] if topology else [tree.root])
                    if capacity.domain_fits(job, flavor, d)]
         if not domains:
             continue
         domains.sort(key=lambda d: (-state.domain_free(d, flavor), tree.names[d]))
-        for d in domains[:DRAIN_CANDIDATES]:
+        chosen = domains[:DRAIN_CANDIDATES]
+        # the running tasks on the nodes of the chosen domains, per node in the snapshot's job order (a job not
+        # pending holds its placement; a producer's FactTuple lists those jobs first)
+        nodes = state.nodes
+        wanted = {nodes[k].name for d in chosen for k in tree.nodes_under[d]}
+        by_node: dict[str, list] = {}
+        for running in _not_pending(session.snapshot.jobs):
+            if running.state != "pending":
+                for t in running.placement:
+                    if t.node in wanted:
+                        by_node.setdefault(t.node, []).append((running, t))
+        for d in chosen:
             trial = Trial(state)
             for k in tree.nodes_under[d]:
                 for running, t in by_node.get(state.nodes[k].name, ()):

@@ -22,11 +22,13 @@ import threading
 from collections import defaultdict
 from operator import attrgetter, itemgetter
 
+from ..jobindex import FactTuple
 from ..snapshot import JobInfo, QueueInfo, Snapshot
 
 INF = math.inf
 _static_fields = attrgetter("name", "parent", "weight", "quotas")  # QueueTree.static_key's entry of a queue
 _node_of = itemgetter(1)  # (queue, node) -> node
+_reserved = attrgetter("reserved")
 
 
 class _Statics:
@@ -80,7 +82,6 @@ class QueueTree:
         self._entitled: dict[tuple[str, str], float] = {} if kept is None else kept.entitled
         self._kids: dict[str | None, list[str]] | None = None if kept is None else kept.kids
         self.held: dict = {}  # pending job id -> (queue, flavor -> GPUs) charged for its hold
-        self._snapshot = snapshot
         self._running_on: dict[str, set[int]] = {}  # node -> GPUs of running jobs there, for the nodes asked
         # running jobs' GPUs summed per (queue, flavor) first, then charged once each (the same usage as a
         # charge per task, without walking every queue chain once per task)
@@ -102,10 +103,15 @@ class QueueTree:
                 if open_world or queue in names:
                     key = (queue, flavor_of(node, ""))
                     totals[key] = totals.get(key, 0) + gpus
+        # the jobs not pending, and the pending ones: a producer's FactTuple lists them apart (pending_from), and
+        # only jobs not pending can run (running_on's pass) and only pending ones hold (the holders, in order)
+        jobs = snapshot.jobs
+        start = jobs.pending_from if facts is not None and type(jobs) is FactTuple else None
+        self._live = jobs if start is None else jobs[:start]
         if running is not None:
             if facts.holding:
-                holders = [j for j in snapshot.jobs if j.state == "pending" and j.reserved
-                           and (open_world or j.queue in names)]
+                holders = [j for j in filter(_reserved, jobs if start is None else jobs[start:])
+                           if j.state == "pending" and (open_world or j.queue in names)]
         else:
             for job in snapshot.jobs:  # one pass: the jobs' state, queue and placement only
                 state = job.state
@@ -138,10 +144,10 @@ class QueueTree:
         missing = {n for n in nodes if n not in known}
         if missing:
             found: dict[str, set[int]] = {n: set() for n in missing}
-            for job in self._snapshot.jobs:
-                if job.state == "running" and self.known(job.queue):
+            for job in self._live:  # the jobs not pending (running ones among them): the nodes first, then the queue
+                if job.state == "running":
                     for t in job.placement:
-                        if t.node in missing:
+                        if t.node in missing and self.known(job.queue):
                             found[t.node].update(t.gpus)
             known.update(found)
         return known
