@@ -195,3 +195,41 @@ def test_an_eviction_stays_while_another_job_holds_its_gpus():
         result = run_cycle(snapshot)
         check_result(snapshot, result)
         assert [w.job_id for w in result.withdrawals] == withdrawn
+
+
+def _being_evicted(guarantee: int, queue: str) -> tuple:
+    """One 8-GPU node: t2c0's run2 (GPUs 0-3) runs, its run3 (GPUs 4-7) is being evicted (an earlier cycle) for
+    t0's j0, which holds GPU 4; a new 1-GPU job j1 of `queue` waits. t2 has quota 2 and `guarantee`."""
+    from dataclasses import replace
+    w = World().nodes(count=1, gpus=8, flavor="A10", prefix="A10-")
+    w.queue(name="t0", quota={"A10": 9}).queue(name="t1", quota={"A10": 1})
+    w.queue(name="t2", quota={"A10": 2}, guarantee={"A10": guarantee})
+    w.queue(name="t2c0", parent="t2", quota={"A10": 0}).queue(name="t2c1", parent="t2", quota={"A10": 0})
+    w.running(name="run2", queue="t2c0", nodes=["A10-1"], gpus_per_task=4, started=0.0)
+    w.running(name="run3", queue="t2c0", nodes=["A10-1"], gpus_per_task=4, started=1.0)
+    w.job(name="j0", queue="t0", tasks=1, gpus_per_task=1, flavors=["A10"], submit=0.0,
+          reserved=[TaskPlacement(role="worker", index=0, node="A10-1", gpus=(4,))])
+    w.job(name="j1", queue=queue, tasks=1, gpus_per_task=1, flavors=["A10"], submit=1.0)
+    snapshot = w.snapshot()
+    jobs = tuple(replace(j, state="preempting", evicted_for="j0") if j.id == "run3" else j for j in snapshot.jobs)
+    snapshot = replace(snapshot, jobs=jobs)
+    result = run_cycle(snapshot)
+    check_result(snapshot, result)
+    return snapshot, result
+
+
+def test_a_later_cycle_uses_the_gpus_an_earlier_eviction_is_still_releasing():
+    """Across cycles: t1's job (within t1's quota of 1) takes one of the three GPUs run3 is releasing beyond j0's
+    hold instead of evicting run2; so does t2c1's job, which could not evict run2 at all (t2's guarantee)."""
+    for guarantee, queue in ((0, "t1"), (2, "t2c1")):
+        snapshot, result = _being_evicted(guarantee, queue)
+        assert result.evictions == [] and result.withdrawals == [], queue
+        holds = _holds(result)
+        assert holds["j0"] == [("A10-1", 4)]
+        assert len(holds["j1"]) == 1 and holds["j1"][0] in {("A10-1", g) for g in (5, 6, 7)}, holds
+
+
+def test_gpus_an_earlier_eviction_is_releasing_go_only_to_a_job_entitled_to_reclaim_them():
+    """t2c0's own new job may not take them back (GPUs reclaimed from a queue never go back to it this way)."""
+    _, result = _being_evicted(0, "t2c0")
+    assert result.evictions == [] and set(_holds(result)) == {"j0"}

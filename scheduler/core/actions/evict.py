@@ -8,9 +8,10 @@ to reclaim). For each, preempt (actions/preempt.py) and then reclaim (actions/re
 flavor; a success evicts its victims (never evicted twice in one cycle), charges the queues as if the
 victims were gone and the job placed, holds the job's GPUs for it (a Nomination: it starts on them once
 the victims have released them) and records an audit decision with the queues' usage before and after.
-GPUs that the cycle's evictions free beyond their beneficiaries' holds (a 4-GPU gang evicted for a 1-GPU job)
-are handed to the later searches as already freed (`_releasing`): a job that fits on them gets a hold on
-them with no eviction of its own (an audit decision with no victims), instead of a second eviction.
+GPUs that evictions still in their grace period free beyond their beneficiaries' holds (a 4-GPU gang evicted
+for a 1-GPU job; this cycle's evictions, and earlier cycles' that stand) are handed to the searches as already
+freed (`_releasing`): a job that fits on them gets a hold on them with no eviction of its own (an audit decision
+with no victims), instead of a second eviction.
 """
 from __future__ import annotations
 
@@ -95,10 +96,12 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     evictions: list[Eviction] = []
     decisions: list[dict] = []
     evicted: dict[tuple, str] = taken if taken is not None else {}
-    releasing: list = []  # (victim, its tasks' GPUs no hold wants, rule), of this cycle's evictions
+    earlier = _standing(session, facts)  # evictions of earlier cycles still releasing GPUs for a holder
+    releasing: list = []  # (victim, its tasks' GPUs no hold wants, rule), of those and this cycle's evictions
     if evicted:
         units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
-        releasing = _releasing(session, victims_by_id, evicted)
+    if evicted or earlier:
+        releasing = _releasing(session, victims_by_id, evicted, earlier)
     walks: dict = {}  # reclaim's victim walks that never passed (victim_search.find_victims), while units and usage hold
     for job in preemptors:
         found = None
@@ -127,7 +130,7 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
                 if t.gpus:
                     queues.charge(queue_of[ev.job_id], flavor_of[t.node], -len(t.gpus))
         session.nominate(job, placement.tasks, all_gpus=True)  # charged to the holder's queue
-        releasing = _releasing(session, victims_by_id, evicted)  # the hold and the victims change them
+        releasing = _releasing(session, victims_by_id, evicted, earlier)  # the hold and the victims change them
         evictions.extend(evs)
         if evs:
             gpus = sum(e.gpus for e in evs)
@@ -135,35 +138,62 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
                                                          f"it (grace period); it starts on them next")
         else:
             reasons[job.id] = PendingReason("nominated", f"{rule}: holds {sum(len(t.gpus) for t in placement.tasks)} "
-                                                         f"GPUs that jobs evicted this cycle are releasing (grace "
-                                                         f"period); it starts on them next")
+                                                         f"GPUs that evicted jobs are releasing (grace period); it "
+                                                         f"starts on them next")
         decisions.append({"rule": rule, "beneficiary": job.id, "queue": job.queue,
                           "victims": [{"job": e.job_id, "tasks": list(e.tasks), "gpus": e.gpus} for e in evs],
                           "usage_before": before, "usage_after": _usage(queues, involved)})
     return evictions, decisions
 
 
-def _releasing(session: Session, jobs: dict, evicted: dict) -> list:
-    """(victim, tasks, rule) for each job with tasks evicted this cycle (`evicted`: (job id, role, index) ->
-    rule), in eviction order: its evicted tasks, each with only the GPUs that no hold wants (Holds.wanted: a
-    beneficiary's hold, a drain or backfill reservation); tasks left with no GPU are left out."""
+def _standing(session: Session, facts) -> list:
+    """(job, rule) of the snapshot's jobs being evicted by an earlier cycle ("preempting" with `evicted_for`)
+    whose beneficiary holds some of their GPUs in this cycle (the eviction stands: `withdrawals` keeps it), in
+    snapshot order; rule: "preempt" when the beneficiary is of the victim's queue, else "reclaim". Jobs on GPU
+    shares or MIG instances are left out (a shared GPU is not released with one of its jobs)."""
+    nominated = session.nominated
+    if not nominated or (facts is not None and facts.evicting == 0):
+        return []
+    out, queue_of = [], None
+    for job in session.snapshot.jobs:
+        if job.state != "preempting" or job.evicted_for is None:
+            continue
+        held = nominated.get(job.evicted_for)
+        if not held or any(t.gpu_milli or t.mig for t in job.placement):
+            continue
+        mine = {(t.node, g) for t in job.placement for g in t.gpus}
+        if not any((t.node, g) in mine for t in held for g in t.gpus):
+            continue
+        if queue_of is None:
+            queue_of = {j.id: j.queue for j in session.snapshot.jobs if j.state == "pending"}
+        out.append((job, "preempt" if queue_of.get(job.evicted_for) == job.queue else "reclaim"))
+    return out
+
+
+def _releasing(session: Session, jobs: dict, evicted: dict, earlier: list = ()) -> list:
+    """(victim, tasks, rule) for each job being evicted by an earlier cycle (`earlier`: (job, rule), _standing)
+    and each with tasks evicted this cycle (`evicted`: (job id, role, index) -> rule), in that order: its
+    (evicted) tasks, each with only the GPUs that no hold wants (Holds.wanted: a beneficiary's hold, a drain or
+    backfill reservation) and that are not free already; tasks left with no GPU are left out."""
     state = session.state
     wanted = {(k, g) for taken in session.holds.wanted.values() for k, gpus in taken for g in gpus}
-    node_index = state.node_index
+    node_index, free = state.node_index, state.free
     by_job: dict = {}
     for (job_id, role, index), rule in evicted.items():
         by_job.setdefault(job_id, ({}, rule))[0][(role, index)] = True
     out = []
-    for job_id, (keys, rule) in by_job.items():
-        victim = jobs.get(job_id)
+    for victim, rule, keys in [(j, r, None) for j, r in earlier] + [(jobs.get(i), r, keys)
+                                                                     for i, (keys, r) in by_job.items()]:
         if victim is None:
             continue
         tasks = []
         for t in victim.placement:
-            if (t.role, t.index) not in keys or not t.gpus:
+            if (keys is not None and (t.role, t.index) not in keys) or not t.gpus:
                 continue
             k = node_index.get(t.node)
-            gpus = tuple(g for g in t.gpus if (k, g) not in wanted)
+            if k is None:
+                continue
+            gpus = tuple(g for g in t.gpus if (k, g) not in wanted and g not in free[k])
             if gpus:
                 tasks.append(t if len(gpus) == len(t.gpus) else replace(t, gpus=gpus))
         if tasks:

@@ -12,9 +12,10 @@ A job takes back GPUs that other queues borrowed above their entitlement (plugin
   queue is protected while it is within its entitlement, not by a gang that reaches past it), never below
   a level's guarantee; nor a level both chains share, counting the GPUs the job takes there (when the
   victims free more than it takes, the move lowers the shared ancestor);
-- GPUs this cycle's earlier evictions free beyond their beneficiaries' holds count as already-taken victims
-  of their queue: a search uses them first and evicts nobody else while they suffice (the job then holds
-  GPUs being released, with no eviction of its own).
+- GPUs that evictions still in their grace period (this cycle's, or an earlier cycle's that stands) free
+  beyond their beneficiaries' holds count as already-taken victims of their queue: a search uses them
+  first and evicts nobody else while they suffice (the job then holds GPUs being released, with no
+  eviction of its own).
 
 Victims are searched from the closest branch outward: first siblings (the deepest shared ancestor), then
 cousins, and so on, each time with the claim bounded by the levels that move. It aims at min(the job's full
@@ -61,9 +62,9 @@ def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flav
     victim_search.find_victims kept by the caller while `units`, `releasing` and the queues' usage stay the
     same (emptied when any changes), or None: its keys are (the job's queue, flavor, depth, whether only
     victims below the binding limit count), which fix the candidates and the ledger's starting point.
-    releasing: (victim, tasks) whose GPUs this cycle's evictions free and no hold wants: those of another
-    queue count as already-taken victims of that queue (its depth: the circle they come from), so a search
-    uses them before it evicts anyone else (victim_search.find_victims)."""
+    releasing: (victim, tasks) whose GPUs evictions in their grace period free and no hold wants: those of
+    another queue count as already-taken victims of that queue (its depth: the circle they come from), so a
+    search uses them before it evicts anyone else (victim_search.find_victims)."""
     queues = session.queues
     chain = queues.chain(job.queue)
     others = [u for u in units if u.job.queue != job.queue and queues.known(u.job.queue)]

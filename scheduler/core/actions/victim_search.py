@@ -105,11 +105,11 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
                  ) -> tuple[Binding, list[Unit]] | None:
     """The placement the job gets on `flavor` GPUs (aiming at `target` GPUs) and the fewest victim units,
     taken in `units` order, that make room for it; None when no prefix of `units` does (or none is needed).
-    releasing: (victim, tasks) whose GPUs this cycle's evictions already free and no hold wants (the caller's
-    choice of those the rule lets this job use): counted as freed before any unit, at no cost (neither a
-    victim nor a ledger claim; their queues were uncharged when they were evicted, so `room` already counts
-    them). A placement that needs no unit but uses some of those GPUs is returned with no victims (a hold on
-    GPUs being released: a second eviction in the cycle never evicts more while they suffice).
+    releasing: (victim, tasks) whose GPUs evictions in their grace period already free and no hold wants
+    (the caller's choice of those the rule lets this job use): counted as freed before any unit, at no cost
+    (neither a victim nor a ledger claim; their queues were uncharged when they were evicted, so `room`
+    already counts them). A placement that needs no unit but uses some of those GPUs is returned with no
+    victims (a hold on GPUs being released: a second eviction never evicts more while they suffice).
     ledger: the rule's veto on a unit and its bookkeeping as units are chosen (reclaim's
     plugins.victims.ReclaimLedger.claim; a new ledger per search: the fill-back and a failed search leave it as it
     is, since nothing reads it afterwards); None = every unit allowed, no bookkeeping (preempt). room: the queue
