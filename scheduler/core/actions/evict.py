@@ -34,9 +34,8 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     """Evictions made for the jobs of `failed_order` (module docstring), and one audit decision per
     beneficiary: {rule, beneficiary, queue, victims: [{job, tasks, gpus}], usage_before, usage_after}.
     reasons: job id -> PendingReason, updated in place for each beneficiary ("nominated"). taken: (job id, role,
-    index) -> rule ("preempt" or "reclaim") of the tasks already evicted this cycle (by an earlier call), updated
-    in place; limit:
-    how many jobs may evict (default config.max_preemptors). facts: the session snapshot's jobindex.Facts
+    index) -> rule ("preempt" or "reclaim") of the tasks already evicted this cycle (by an earlier call),
+    updated in place; limit: how many jobs may evict (default config.max_preemptors). facts: the session snapshot's jobindex.Facts
     (EngineCache.scan) or None: with nobody borrowing, when no running preemptible job has a lower priority
     than the highest of `failed_order`, no job may preempt and none is screened (the same empty answer).
     memo: the cycle's job memo (EngineCache.job_memo, which allocate filled: actions.allocate.Admission.facts),
