@@ -233,3 +233,23 @@ def test_gpus_an_earlier_eviction_is_releasing_go_only_to_a_job_entitled_to_recl
     """t2c0's own new job may not take them back (GPUs reclaimed from a queue never go back to it this way)."""
     _, result = _being_evicted(0, "t2c0")
     assert result.evictions == [] and set(_holds(result)) == {"j0"}
+
+
+def test_the_beneficiarys_queue_may_borrow_an_idle_gpu_after_its_reclaim():
+    """What the entitlement property reported as a violation (reduced from its seed 13) and docs/quotas.md
+    allows: t0 (A10 quota 3, H100 0) starts j0 (1 A10 GPU); its next job j4 borrows H100, so t0 goes with the
+    borrowers and j3 reclaims t1's 2-GPU job first (t0 at 3, its entitlement); then t0's 1-GPU j8 borrows the
+    one idle A10 GPU (t0 at 4). That GPU was idle before the reclaim: any queue may borrow it, the
+    beneficiary's too. The property leaves such starts out of the beneficiary's usage."""
+    w = World().nodes(count=1, gpus=4, flavor="H100", prefix="H100-").nodes(count=1, gpus=4, flavor="A10", prefix="A10-")
+    w.queue(name="t0", quota={"A10": 3, "H100": 0}).queue(name="t1", quota={"A10": 0})
+    w.running(name="run0", queue="t1", nodes=["A10-1"], gpus_per_task=2, started=0.0)
+    for name, gpus, flavor, submit in (("j0", 1, "A10", 0.0), ("j3", 2, "A10", 3.0), ("j4", 1, "H100", 4.0),
+                                       ("j8", 1, "A10", 8.0)):
+        w.job(name=name, queue="t0", tasks=1, gpus_per_task=gpus, flavors=[flavor], submit=submit)
+    snapshot, result = _run(w)
+    assert [(e.job_id, e.beneficiary) for e in result.evictions] == [("run0", "j3")]
+    assert sorted(b.job_id for b in result.bindings) == ["j0", "j4", "j8"]
+    from tests.core.test_entitlement_properties import _after
+    assert _after(snapshot, result).usage["t0"]["A10"] == 4  # every start counted: over t0's entitlement of 3
+    assert _after(snapshot, result, borrowers_out=True).usage["t0"]["A10"] == 3  # the borrow left out
