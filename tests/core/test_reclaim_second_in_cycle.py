@@ -241,7 +241,8 @@ def test_the_beneficiarys_queue_may_borrow_an_idle_gpu_after_its_reclaim():
     borrowers and j3 reclaims t1's 2-GPU job first (t0 at 3, its entitlement); then t0's 1-GPU j8 borrows the
     one idle A10 GPU (t0 at 4). That GPU was idle before the reclaim: any queue may borrow it, the
     beneficiary's too. The property leaves such starts out of the beneficiary's usage."""
-    w = World().nodes(count=1, gpus=4, flavor="H100", prefix="H100-").nodes(count=1, gpus=4, flavor="A10", prefix="A10-")
+    w = World().nodes(count=1, gpus=4, flavor="H100", prefix="H100-")
+    w.nodes(count=1, gpus=4, flavor="A10", prefix="A10-")
     w.queue(name="t0", quota={"A10": 3, "H100": 0}).queue(name="t1", quota={"A10": 0})
     w.running(name="run0", queue="t1", nodes=["A10-1"], gpus_per_task=2, started=0.0)
     for name, gpus, flavor, submit in (("j0", 1, "A10", 0.0), ("j3", 2, "A10", 3.0), ("j4", 1, "H100", 4.0),
