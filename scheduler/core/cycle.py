@@ -95,7 +95,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
         hold_moving(session)  # new places of jobs being moved by rescheduling stay held
     reservations = Reservations(session, pending)
     t1 = time.perf_counter()
-    taken: set = set()  # tasks evicted this cycle
+    taken: dict = {}  # (job id, role, index) of the tasks evicted this cycle -> the rule
     early: list = []  # (evictions, decisions, jobs tried) of the phase run before the first borrower
 
     def before_borrowers(so_far) -> None:

@@ -26,8 +26,8 @@ from tests.sim.test_replay_digest import run
 class OldLedger:
     """plugins.victims.ReclaimLedger before this change (levels and per-flavor sums rebuilt per call)."""
 
-    def __init__(self, queues, shared: set, flavor_of):
-        self.queues, self.shared, self.flavor_of = queues, shared, flavor_of
+    def __init__(self, queues, shared: set, flavor_of, credit=None):
+        self.queues, self.shared, self.flavor_of, self.credit = queues, shared, flavor_of, credit
         self.delta = defaultdict(int)
 
     def _levels(self, queue):
@@ -56,21 +56,34 @@ class OldLedger:
                     borrowing = True
             if not borrowing:
                 return False
+        for flavor, gpus in self._per_flavor(tasks).items():  # the shared levels' guarantees (credit: the job's)
+            gets = self.credit[1] if self.credit is not None and self.credit[0] == flavor else 0
+            for q in self.queues.chain(job.queue):
+                if q not in self.shared:
+                    continue
+                info = self.queues.queues.get(q)
+                quota = info.quotas.get(flavor) if info else None
+                now = self.queues.usage[q][flavor]
+                after = now - self.delta[(q, flavor)] - gpus + gets
+                if quota is not None and after < quota.guarantee and after < now:
+                    return False
         return True
 
     def take(self, job, tasks):
         for flavor, gpus in self._per_flavor(tasks).items():
-            for q in self._levels(job.queue):
+            for q in self.queues.chain(job.queue):
                 self.delta[(q, flavor)] += gpus
 
     def give_back(self, job, tasks):
         for flavor, gpus in self._per_flavor(tasks).items():
-            for q in self._levels(job.queue):
+            for q in self.queues.chain(job.queue):
                 self.delta[(q, flavor)] -= gpus
 
 
-def old_find_victims(session, job, flavor, *, target, units, allows, take, give_back, room=float("inf")):
-    """victim_search.find_victims before this change: each chosen unit freed in the Trial at once."""
+def old_find_victims(session, job, flavor, *, target, units, allows, take, give_back, room=float("inf"),
+                     releasing=()):
+    """victim_search.find_victims before this change: each chosen unit freed in the Trial at once (the GPUs
+    being released, `releasing`, freed first)."""
     state = session.state
     _gpus, _short_of_slots = victim_search._gpus, victim_search._short_of_slots
 
@@ -82,7 +95,15 @@ def old_find_victims(session, job, flavor, *, target, units, allows, take, give_
     needs = victim_search._slot_needs(job)
     trial = Trial(state)
     chosen, chosen_gpus, taken, best = [], 0, {}, None
-    for unit in units[:victim_search.MAX_VICTIM_UNITS]:
+    for victim, tasks in releasing:
+        trial.free_tasks(victim, tasks)
+    if releasing and not (state.domain_free(root, flavor) < need or _short_of_slots(session, flavor, needs)):
+        placed = session.try_place(job, flavor, target=min(target, room))
+        if isinstance(placed, Binding):
+            release_binding(state, job, placed)
+            if fits(placed, 0):
+                best = placed
+    for unit in units[:victim_search.MAX_VICTIM_UNITS] if best is None or _gpus(best) < target else ():
         done = taken.setdefault(unit.job.id, set())
         tasks = tuple(t for t in unit.tasks if (t.role, t.index) not in done)
         if not tasks:
@@ -131,18 +152,20 @@ def old_find_victims(session, job, flavor, *, target, units, allows, take, give_
     release_binding(state, job, final)
     trial.undo()
     if not kept:
-        return None
+        mine = {(t.node, g) for _, tasks in releasing for t in tasks for g in t.gpus}
+        return (final, kept) if any((t.node, g) in mine for t in final.tasks for g in t.gpus) else None
     return final, kept
 
 
-def _reference(session, job, flavor, *, target, units, ledger=None, room=float("inf"), walks=None, walk=None):
+def _reference(session, job, flavor, *, target, units, ledger=None, room=float("inf"), walks=None, walk=None,
+               releasing=()):
     if ledger is None:
         return old_find_victims(session, job, flavor, target=target, units=units, allows=lambda u: True,
-                                take=lambda u: None, give_back=lambda u: None, room=room)
-    old = OldLedger(ledger.queues, ledger.shared, ledger.flavor_of)
+                                take=lambda u: None, give_back=lambda u: None, room=room, releasing=releasing)
+    old = OldLedger(ledger.queues, ledger.shared, ledger.flavor_of, ledger.credit)
     return old_find_victims(session, job, flavor, target=target, units=units,
                             allows=lambda u: old.allows(u.job, u.tasks), take=lambda u: old.take(u.job, u.tasks),
-                            give_back=lambda u: old.give_back(u.job, u.tasks), room=room)
+                            give_back=lambda u: old.give_back(u.job, u.tasks), room=room, releasing=releasing)
 
 
 @contextmanager

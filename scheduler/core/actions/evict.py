@@ -8,9 +8,14 @@ to reclaim). For each, preempt (actions/preempt.py) and then reclaim (actions/re
 flavor; a success evicts its victims (never evicted twice in one cycle), charges the queues as if the
 victims were gone and the job placed, holds the job's GPUs for it (a Nomination: it starts on them once
 the victims have released them) and records an audit decision with the queues' usage before and after.
+GPUs that evictions still in their grace period free beyond their beneficiaries' holds (a 4-GPU gang evicted
+for a 1-GPU job; this cycle's evictions, and earlier cycles' that stand) are handed to the searches as already
+freed (`_releasing`): a job that fits on them gets a hold on them with no eviction of its own (an audit decision
+with no victims), instead of a second eviction.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from operator import attrgetter
 
 from ..plugins.victims import victim_units
@@ -23,14 +28,14 @@ _priority = attrgetter("priority")
 EVICT_CODES = {"insufficient_gpus", "no_domain", "no_packing", "queue_limit"}  # reasons an eviction may cure
 
 
-def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, *, taken: set | None = None,
+def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, *, taken: dict | None = None,
                   limit: int | None = None, facts=None,
                   memo: dict | None = None) -> tuple[list[Eviction], list[dict]]:
     """Evictions made for the jobs of `failed_order` (module docstring), and one audit decision per
     beneficiary: {rule, beneficiary, queue, victims: [{job, tasks, gpus}], usage_before, usage_after}.
-    reasons: job id -> PendingReason, updated in place for each beneficiary ("nominated"). taken: the
-    (job id, role, index) of tasks already evicted this cycle (by an earlier call), updated in place; limit:
-    how many jobs may evict (default config.max_preemptors). facts: the session snapshot's jobindex.Facts
+    reasons: job id -> PendingReason, updated in place for each beneficiary ("nominated"). taken: (job id, role,
+    index) -> rule ("preempt" or "reclaim") of the tasks already evicted this cycle (by an earlier call),
+    updated in place; limit: how many jobs may evict (default config.max_preemptors). facts: the session snapshot's jobindex.Facts
     (EngineCache.scan) or None: with nobody borrowing, when no running preemptible job has a lower priority
     than the highest of `failed_order`, no job may preempt and none is screened (the same empty answer).
     memo: the cycle's job memo (EngineCache.job_memo, which allocate filled: actions.allocate.Admission.facts),
@@ -91,25 +96,33 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     victims_by_id = {j.id: j for j in running}
     evictions: list[Eviction] = []
     decisions: list[dict] = []
-    evicted: set[tuple] = taken if taken is not None else set()
+    evicted: dict[tuple, str] = taken if taken is not None else {}
+    earlier = _standing(session, facts)  # evictions of earlier cycles still releasing GPUs for a holder
+    releasing: list = []  # (victim, its tasks' GPUs no hold wants, rule), of those and this cycle's evictions
     if evicted:
         units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
+    if evicted or earlier:
+        releasing = _releasing(session, victims_by_id, evicted, earlier)
     walks: dict = {}  # reclaim's victim walks that never passed (victim_search.find_victims), while units and usage hold
     for job in preemptors:
         found = None
         for flavor in session.flavors(job):
             if config.preemption:
-                found = preempt(session, job, flavor, units)
+                found = preempt(session, job, flavor, units,
+                                [(v, ts) for v, ts, rule in releasing if rule == "preempt"] if releasing else ())
+                rule = "preempt"
             if found is None and config.reclaim and reclaim_may_help(queues, job, flavor):
-                found = reclaim(session, job, flavor, units, flavor_of, walks)
+                found = reclaim(session, job, flavor, units, flavor_of, walks,
+                                [(v, ts) for v, ts, _ in releasing] if releasing else ())
+                rule = "reclaim"
             if found is not None:
                 break
         if found is None:
             continue
         placement, evs = found
-        walks.clear()  # units and usage change: the walks kept so far no longer hold
+        walks.clear()  # units, GPUs being released and usage change: the walks kept so far no longer hold
         for ev in evs:
-            evicted.update((ev.job_id, t.role, t.index) for t in placement_of(victims_by_id, ev))
+            evicted.update(((ev.job_id, t.role, t.index), ev.rule) for t in placement_of(victims_by_id, ev))
         units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
         involved = {job.queue} | {queue_of[e.job_id] for e in evs}
         before = _usage(queues, involved)
@@ -118,15 +131,75 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
                 if t.gpus:
                     queues.charge(queue_of[ev.job_id], flavor_of[t.node], -len(t.gpus))
         session.nominate(job, placement.tasks, all_gpus=True)  # charged to the holder's queue
+        releasing = _releasing(session, victims_by_id, evicted, earlier)  # the hold and the victims change them
         evictions.extend(evs)
-        rule = evs[0].rule
-        gpus = sum(e.gpus for e in evs)
-        reasons[job.id] = PendingReason("nominated", f"{rule}: {len(evs)} victim(s) releasing {gpus} GPUs for it "
-                                                     f"(grace period); it starts on them next")
+        if evs:
+            gpus = sum(e.gpus for e in evs)
+            reasons[job.id] = PendingReason("nominated", f"{rule}: {len(evs)} victim(s) releasing {gpus} GPUs for "
+                                                         f"it (grace period); it starts on them next")
+        else:
+            reasons[job.id] = PendingReason("nominated", f"{rule}: holds {sum(len(t.gpus) for t in placement.tasks)} "
+                                                         f"GPUs that evicted jobs are releasing (grace period); it "
+                                                         f"starts on them next")
         decisions.append({"rule": rule, "beneficiary": job.id, "queue": job.queue,
                           "victims": [{"job": e.job_id, "tasks": list(e.tasks), "gpus": e.gpus} for e in evs],
                           "usage_before": before, "usage_after": _usage(queues, involved)})
     return evictions, decisions
+
+
+def _standing(session: Session, facts) -> list:
+    """(job, rule) of the snapshot's jobs being evicted by an earlier cycle ("preempting" with `evicted_for`)
+    whose beneficiary holds some of their GPUs in this cycle (the eviction stands: `withdrawals` keeps it), in
+    snapshot order; rule: "preempt" when the beneficiary is of the victim's queue, else "reclaim". Jobs on GPU
+    shares or MIG instances are left out (a shared GPU is not released with one of its jobs)."""
+    nominated = session.nominated
+    if not nominated or (facts is not None and facts.evicting == 0):
+        return []
+    out, queue_of = [], None
+    for job in session.snapshot.jobs:
+        if job.state != "preempting" or job.evicted_for is None:
+            continue
+        held = nominated.get(job.evicted_for)
+        if not held or any(t.gpu_milli or t.mig for t in job.placement):
+            continue
+        mine = {(t.node, g) for t in job.placement for g in t.gpus}
+        if not any((t.node, g) in mine for t in held for g in t.gpus):
+            continue
+        if queue_of is None:
+            queue_of = {j.id: j.queue for j in session.snapshot.jobs if j.state == "pending"}
+        out.append((job, "preempt" if queue_of.get(job.evicted_for) == job.queue else "reclaim"))
+    return out
+
+
+def _releasing(session: Session, jobs: dict, evicted: dict, earlier: list = ()) -> list:
+    """(victim, tasks, rule) for each job being evicted by an earlier cycle (`earlier`: (job, rule), _standing)
+    and each with tasks evicted this cycle (`evicted`: (job id, role, index) -> rule), in that order: its
+    (evicted) tasks, each with only the GPUs that no hold wants (Holds.wanted: a beneficiary's hold, a drain or
+    backfill reservation) and that are not free already; tasks left with no GPU are left out."""
+    state = session.state
+    wanted = {(k, g) for taken in session.holds.wanted.values() for k, gpus in taken for g in gpus}
+    node_index, free = state.node_index, state.free
+    by_job: dict = {}
+    for (job_id, role, index), rule in evicted.items():
+        by_job.setdefault(job_id, ({}, rule))[0][(role, index)] = True
+    out = []
+    for victim, rule, keys in [(j, r, None) for j, r in earlier] + [(jobs.get(i), r, keys)
+                                                                     for i, (keys, r) in by_job.items()]:
+        if victim is None:
+            continue
+        tasks = []
+        for t in victim.placement:
+            if (keys is not None and (t.role, t.index) not in keys) or not t.gpus:
+                continue
+            k = node_index.get(t.node)
+            if k is None:
+                continue
+            gpus = tuple(g for g in t.gpus if (k, g) not in wanted and g not in free[k])
+            if gpus:
+                tasks.append(t if len(gpus) == len(t.gpus) else replace(t, gpus=gpus))
+        if tasks:
+            out.append((victim, tuple(tasks), rule))
+    return out
 
 
 def placement_of(jobs: dict, ev: Eviction):
@@ -143,11 +216,14 @@ def withdrawals(snapshot: Snapshot, nominated: dict, facts=None) -> list[Withdra
     """Evictions to take back: every job (or released tasks) still in its grace period ("preempting", with
     `evicted_for`) whose GPUs are none of those held for its beneficiary after this cycle (`nominated`: job
     id -> TaskPlacements): the beneficiary was cancelled or ended, started elsewhere, or no longer needs
-    them. Killing a job for nobody is pure loss; the victim keeps running without a restart.
+    them. Killing a job for nobody is pure loss; the victim keeps running without a restart. An eviction
+    whose GPUs another job holds (one that took GPUs the eviction frees beyond its beneficiary's hold,
+    run_evictions) stands: it is no longer for nobody, and that job's hold waits on those GPUs.
     facts: the snapshot's jobindex.Facts or None; with no job being evicted (Facts.evicting) none is looked at."""
     if facts is not None and facts.evicting == 0:
         return []
     jobs = None  # job id -> JobInfo, built at the first withdrawal (most cycles have none)
+    every = None  # (node, GPU) of every hold, built at the first eviction whose own beneficiary holds none of it
     out = []
     for job in snapshot.jobs:
         if job.state != "preempting" or job.evicted_for is None:
@@ -155,6 +231,10 @@ def withdrawals(snapshot: Snapshot, nominated: dict, facts=None) -> list[Withdra
         held = nominated.get(job.evicted_for, ())
         mine = {(t.node, g) for t in job.placement for g in t.gpus}
         if any((t.node, g) in mine for t in held for g in t.gpus):
+            continue
+        if every is None:
+            every = {(t.node, g) for tasks in nominated.values() for t in tasks for g in t.gpus}
+        if not mine.isdisjoint(every):
             continue
         if jobs is None:
             jobs = {j.id: j for j in snapshot.jobs}

@@ -4,13 +4,18 @@ A job takes back GPUs that other queues borrowed above their entitlement (plugin
 .entitlement; docs/quotas.md), so that its own queue gets what it deserves:
 
 - beneficiary side: for a victim queue V, only the levels of the job's chain below the lowest ancestor it
-  shares with V are checked (a move between siblings leaves every shared ancestor's usage unchanged): at
+  shares with V are checked (a move between siblings never raises a shared ancestor past what it frees): at
   each of them usage + the GPUs claimed <= entitlement. GPUs already held for the queue's jobs count as
   its usage, so a second job cannot claim past the entitlement while the first one's victims drain;
 - victim side (plugins.victims.ReclaimLedger): a unit may be taken while some level of V's chain below the
   shared ancestor is still above its entitlement (the unit that crosses the line may take it below: a
   queue is protected while it is within its entitlement, not by a gang that reaches past it), never below
-  a level's guarantee.
+  a level's guarantee; nor a level both chains share, counting the GPUs the job takes there (when the
+  victims free more than it takes, the move lowers the shared ancestor);
+- GPUs that evictions still in their grace period (this cycle's, or an earlier cycle's that stands) free
+  beyond their beneficiaries' holds count as already-taken victims of their queue: a search uses them
+  first and evicts nobody else while they suffice (the job then holds GPUs being released, with no
+  eviction of its own).
 
 Victims are searched from the closest branch outward: first siblings (the deepest shared ancestor), then
 cousins, and so on, each time with the claim bounded by the levels that move. It aims at min(the job's full
@@ -22,7 +27,7 @@ from __future__ import annotations
 from ..plugins.quota import QueueTree
 from ..plugins.victims import ReclaimLedger, Unit
 from ..session import Session
-from ..snapshot import Binding, Eviction, JobInfo
+from ..snapshot import Binding, Eviction, JobInfo, TaskPlacement
 from .victim_search import eviction_records, find_victims
 
 
@@ -49,24 +54,29 @@ def anyone_borrowing(queues: QueueTree) -> bool:
 
 
 def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flavor_of: dict[str, str],
-            walks: dict | None = None) -> tuple[Binding, list[Eviction]] | None:
-    """(the placement the job starts on once the victims are gone, the Evictions) or None, on `flavor`
-    GPUs; units: the evictable units of the running jobs, least work lost first (plugins.victims);
-    flavor_of: node name -> flavor. walks: a memo for victim_search.find_victims kept by the caller while
-    `units` and the queues' usage stay the same (emptied when either changes), or None: its keys are (the
-    job's queue, flavor, depth, whether only victims below the binding limit count), which fix the
-    candidates and the ledger's starting point."""
+            walks: dict | None = None, releasing: list[tuple[JobInfo, tuple[TaskPlacement, ...]]] = ()
+            ) -> tuple[Binding, list[Eviction]] | None:
+    """(the placement the job starts on once the victims are gone, the Evictions; none when it gets GPUs
+    being released) or None, on `flavor` GPUs; units: the evictable units of the running jobs, least work
+    lost first (plugins.victims); flavor_of: node name -> flavor. walks: a memo for
+    victim_search.find_victims kept by the caller while `units`, `releasing` and the queues' usage stay the
+    same (emptied when any changes), or None: its keys are (the job's queue, flavor, depth, whether only
+    victims below the binding limit count), which fix the candidates and the ledger's starting point.
+    releasing: (victim, tasks) whose GPUs evictions in their grace period free and no hold wants: those of
+    another queue count as already-taken victims of that queue (its depth: the circle they come from), so a
+    search uses them before it evicts anyone else (victim_search.find_victims)."""
     queues = session.queues
     chain = queues.chain(job.queue)
     others = [u for u in units if u.job.queue != job.queue and queues.known(u.job.queue)]
-    if not others:
+    freed = [(v, ts) for v, ts in releasing if v.queue != job.queue and queues.known(v.queue)]
+    if not others and not freed:
         return None
     limit_room, limiter = queues.headroom(job.queue, flavor)
     # depth = how many levels of the job's chain lie below the ancestor shared with the victim's queue
     depth_of: dict[str, int] = {}
-    for u in others:
-        if u.job.queue not in depth_of:
-            depth_of[u.job.queue] = len(queues.below_common(job.queue, u.job.queue))
+    for q in [u.job.queue for u in others] + [v.queue for v, _ in freed]:
+        if q not in depth_of:
+            depth_of[q] = len(queues.below_common(job.queue, q))
     for depth in sorted(set(depth_of.values())):
         room = queues.claim_room(chain[:depth], flavor)
         if room < job.gpus_min:
@@ -81,8 +91,9 @@ def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flav
                 return None
             candidates = [u for u in candidates if limiter in queues.chain(u.job.queue)]
         found = find_victims(session, job, flavor, target=target, units=candidates,
-                             ledger=ReclaimLedger(queues, job.queue, flavor_of), room=limit_room, walks=walks,
-                             walk=(job.queue, flavor, depth, limited))
+                             ledger=ReclaimLedger(queues, job.queue, flavor_of, (flavor, job.gpus_min)),
+                             room=limit_room, walks=walks, walk=(job.queue, flavor, depth, limited),
+                             releasing=[(v, ts) for v, ts in freed if depth_of[v.queue] <= depth])
         if found is not None:
             placement, victims = found
             return placement, eviction_records(victims, "reclaim", job)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..plugins.victims import ReclaimLedger, Unit
 from ..session import Session
-from ..snapshot import Binding, Eviction, JobInfo
+from ..snapshot import Binding, Eviction, JobInfo, TaskPlacement
 from ..state import ClusterState
 from ..trial import Trial, release_binding
 
@@ -101,9 +101,15 @@ def _short_of_counted_slots(slots: dict[int, int], needs: tuple[tuple[int, int],
 
 def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, units: list[Unit],
                  ledger: ReclaimLedger | None = None, room: float = float("inf"), walks: dict | None = None,
-                 walk=None) -> tuple[Binding, list[Unit]] | None:
+                 walk=None, releasing: list[tuple[JobInfo, tuple[TaskPlacement, ...]]] = ()
+                 ) -> tuple[Binding, list[Unit]] | None:
     """The placement the job gets on `flavor` GPUs (aiming at `target` GPUs) and the fewest victim units,
     taken in `units` order, that make room for it; None when no prefix of `units` does (or none is needed).
+    releasing: (victim, tasks) whose GPUs evictions in their grace period already free and no hold wants
+    (the caller's choice of those the rule lets this job use): counted as freed before any unit, at no cost
+    (neither a victim nor a ledger claim; their queues were uncharged when they were evicted, so `room`
+    already counts them). A placement that needs no unit but uses some of those GPUs is returned with no
+    victims (a hold on GPUs being released: a second eviction never evicts more while they suffice).
     ledger: the rule's veto on a unit and its bookkeeping as units are chosen (reclaim's
     plugins.victims.ReclaimLedger.claim; a new ledger per search: the fill-back and a failed search leave it as it
     is, since nothing reads it afterwards); None = every unit allowed, no bookkeeping (preempt). room: the queue
@@ -146,7 +152,20 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
     chosen_gpus = 0
     taken: dict[object, list] = {}  # victim job id -> the tasks chosen of it so far, per unit
     best: Binding | None = None
-    for unit in units[:MAX_VICTIM_UNITS]:
+    pre = list(releasing)
+    if pre:  # GPUs already being released: freed first, then a placement on them alone is tried
+        passed = False
+        for _, tasks in pre:
+            passed = counts.add(tasks)
+        if passed:
+            counts = None
+            trial.free_many(pre)
+            placed = session.try_place(job, flavor, target=min(target, room))
+            if isinstance(placed, Binding):
+                release_binding(state, job, placed)
+                if fits(placed, 0):
+                    best = placed
+    for unit in units[:MAX_VICTIM_UNITS] if best is None or _gpus(best) < target else ():
         vjob = unit.job
         prior = taken.get(vjob.id)
         if prior is None:
@@ -169,7 +188,7 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
             if not counts.add(tasks):
                 continue
             counts = None
-            trial.free_many([(u.job, u.tasks) for u in chosen])
+            trial.free_many(pre + [(u.job, u.tasks) for u in chosen])
         else:
             trial.free_tasks(vjob, tasks)
             if state.domain_free(root, flavor) < need or _short_of_slots(session, flavor, needs):
@@ -206,7 +225,10 @@ def find_victims(session: Session, job: JobInfo, flavor: str, *, target: int, un
     assert fits(final, kept_gpus), "fill-back left a victim set that no longer fits"
     release_binding(state, job, final)
     trial.undo()
-    if not kept:  # it fits without evicting anyone: nothing to do here
+    if not kept:  # it fits without evicting anyone: a hold on GPUs being released, or nothing to do here
+        mine = {(t.node, g) for _, tasks in pre for t in tasks for g in t.gpus}
+        if mine and any((t.node, g) in mine for t in final.tasks for g in t.gpus):
+            return final, kept
         return None
     return final, kept
 
