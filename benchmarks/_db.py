@@ -81,6 +81,30 @@ def bench_database(name: str):
             _forget_connections()
 
 
+def backend_cpu() -> float:
+    """CPU seconds (user + system) of the default connection's server process so far, read from /proc (the
+    server runs on this machine); NaN when it cannot be read (no connection yet, another machine)."""
+    from django.db import connection
+
+    pid = connection.connection.info.backend_pid if connection.connection is not None else 0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return float("nan")
+
+
+def ab_world(which: str):
+    """The A/B scripts' worlds: "bind" = bind_throughput.py's (280 racks, 20,000 one-GPU jobs), else the headline
+    world of cycle_scale.py (20,160 GPUs, 10,000 pending, 5,000 running)."""
+    if which == "bind":
+        import bind_throughput
+
+        return bind_throughput.world(280, 20_000, 1)
+    return _common.scale_world(racks=280, pending=10_000, running=5_000)
+
+
 @contextmanager
 def timed_commits(state: dict):
     """Within the block, each commit of Django's default connection adds its wall seconds to state["commit"] (the

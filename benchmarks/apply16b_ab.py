@@ -24,7 +24,6 @@ import statistics
 import sys
 import time
 
-import _common as C
 import _db
 
 
@@ -125,13 +124,7 @@ def _trace(state) -> None:
 def main() -> None:
     reps = int(os.environ.get("REPS", "3"))
     names = os.environ.get("VARIANTS", "old,new").split(",")
-    which = os.environ.get("WORLD", "bind")
-    if which == "bind":
-        import bind_throughput
-
-        world = bind_throughput.world(280, 20_000, 1)
-    else:
-        world = C.scale_world(racks=280, pending=10_000, running=5_000)
+    world = _db.ab_world(os.environ.get("WORLD", "bind"))
     with _db.bench_database("bench_apply16b_ab"):
         loaded = _db.load_world(world)
         import logging
@@ -158,16 +151,7 @@ def main() -> None:
 
         apply = store.apply_result
 
-        def backend_cpu() -> float:
-            """CPU seconds (user + system) of this connection's server process so far (/proc: same machine)."""
-            pid = connection.connection.info.backend_pid if connection.connection is not None else 0
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            except OSError:
-                return float("nan")
-
+        backend_cpu = _db.backend_cpu
         state["backend_cpu"] = backend_cpu
 
         def measured(*args, **kwargs):

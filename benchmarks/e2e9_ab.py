@@ -18,7 +18,6 @@ import statistics
 import sys
 import time
 
-import _common as C
 import _db
 
 _FKS = [("gpuplatform_allocation", "gpuplatform_allocation_task_id_5eb731c7_fk_gpuplatform_task_id", "task_id",
@@ -52,12 +51,7 @@ def _variant(name, cur, undo=False):
 def main() -> None:
     reps = int(os.environ.get("REPS", "4"))
     names = os.environ.get("VARIANTS", "fk,e2e9").split(",")
-    if os.environ.get("WORLD", "headline") == "bind":
-        import bind_throughput
-
-        world = bind_throughput.world(280, 20_000, 1)
-    else:
-        world = C.scale_world(racks=280, pending=10_000, running=5_000)
+    world = _db.ab_world(os.environ.get("WORLD", "headline"))
     with _db.bench_database("bench_e2e9_ab"):
         loaded = _db.load_world(world)
         import logging
@@ -70,15 +64,7 @@ def main() -> None:
         with connection.cursor() as cur:
             cur.execute("VACUUM ANALYZE")
 
-        def backend_cpu() -> float:
-            pid = connection.connection.info.backend_pid if connection.connection is not None else 0
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            except OSError:
-                return float("nan")
-
+        backend_cpu = _db.backend_cpu
         state = {}
         apply = store.apply_result
 
