@@ -90,11 +90,15 @@ class JobCounts:
 
     def add(self, job, sign: int = 1) -> None:
         roles = job.roles
-        if len(roles) == 1 and job.state == "pending":  # the common pending job, its properties read out
-            r = roles[0]
-            if r.gpu_milli or r.gpu_memory_mib or r.mig_profile:  # RoleInfo.shares
+        if job.state == "pending":
+            if len(roles) == 1:  # the common pending job, its properties read out
+                r = roles[0]
+                shares, gpus = r.gpu_milli or r.gpu_memory_mib or r.mig_profile, r.tasks * r.gpus_per_task
+            else:  # RoleInfo.shares, JobInfo.gpus_requested
+                shares, gpus = any(r.shares for r in roles), job.gpus_requested
+            if shares:
                 self.sharing_jobs += sign
-            self.pending_gpus += sign * (r.tasks * r.gpus_per_task)  # JobInfo.gpus_requested
+            self.pending_gpus += sign * gpus
             if job.reserved:
                 self.holding += sign
             per = self.pending_priorities
@@ -106,17 +110,6 @@ class JobCounts:
             return
         if any(r.shares for r in roles):
             self.sharing_jobs += sign
-        if job.state == "pending":
-            self.pending_gpus += sign * job.gpus_requested
-            if job.reserved:
-                self.holding += sign
-            per = self.pending_priorities
-            left = per.get(job.priority, 0) + sign
-            if left:
-                per[job.priority] = left
-            else:
-                del per[job.priority]
-            return
         self.live += sign
         if job.reserved:
             self.moving += sign
