@@ -130,6 +130,9 @@ def cluster_metrics(request):
         "clock": cycle.clock.isoformat() if cycle else None,
         "cycle": cycle.number if cycle else None,
         "cycle_ms": round(cycle.duration_ms, 1) if cycle else None,
+        # that cycle's own figures (the header's); numbers.jobs_* are live counts (new-user trial 9, F4)
+        "cycle_started": cycle.binds if cycle else None,
+        "cycle_pending": cycle.pending if cycle else None,
         "numbers": ctx["numbers"],
         "largest_runnable": {str(t): g for t, g in ctx["largest_runnable"]},
         "html": {
