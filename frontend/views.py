@@ -233,16 +233,29 @@ JOB_LIST_STATES = (*Job.State.values, "live", "finished")
 def job_list_errors(request, filters: dict) -> list[str]:
     """The jobs page's filter and sort values it cannot read, as "param: rule" lines (the page shows them
     above an empty list, with a 400): a state or sort column that does not exist, or a parameter given twice
-    (the REST API's rules, docs/api.md; new-user trial 7, F2/F3)."""
-    from gpuplatform.api.filters import repeated_params
+    (the REST API's rules, docs/api.md; new-user trial 7, F2/F3), a team, queue or submitter that names
+    nothing (api.filters.unknown_name, the API's NamedFilter wording), a cursor this list did not make
+    (new-user trial 9, F7)."""
+    from gpuplatform.api.filters import repeated_params, unknown_name
+    from gpuplatform.models import Queue, Team
 
     errors = [f"{name}: {' '.join(m)}" for name, m in repeated_params(request.GET).items()]
     if filters["state"] and filters["state"] not in JOB_LIST_STATES:
         errors.append(f"state: unknown state {filters['state'][:40]!r}; one of {', '.join(JOB_LIST_STATES)}")
+    team = filters["team"]
+    if team and unknown_name(Team, "slug", team, "team") and unknown_name(Team, "name", team, "team"):
+        errors.append(f"team: {unknown_name(Team, 'name', team, 'team')}")
+    for param, model, lookup, what in (("queue", Queue, "name", "queue"),
+                                       ("submitter", get_user_model(), "username", "user")):
+        error = filters[param] and unknown_name(model, lookup, filters[param], what)
+        if error:
+            errors.append(f"{param}: {error}")
     sort = (request.GET.get("sort") or "").strip()
     if sort and sort.lstrip("-") not in job_paging.SORTS:
         errors.append(f"sort: unknown column {sort[:40]!r}; one of {', '.join(job_paging.SORTS)} "
                       f"(a leading - sorts descending)")
+    elif job_paging.cursor_error(request.GET.get("cursor"), sort):
+        errors.append(job_paging.cursor_error(request.GET.get("cursor"), sort))
     return errors
 
 
@@ -364,9 +377,19 @@ def node_list(request):
 
     from gpuplatform.models import Node
 
+    from gpuplatform.api.filters import repeated_params
+
     health = request.GET.get("health") or ""
+    # a filter the page cannot read is a 400 saying so above an empty table, never every node (trial 9, F7)
+    errors = [f"{name}: {' '.join(m)}" for name, m in repeated_params(request.GET).items()]
+    errors += [f"{name}: unknown query parameter; this page takes: health, page"
+               for name in sorted(set(request.GET) - {"health", "page"})]
     if health and health not in NODE_HEALTH_FILTERS:
+        errors.append(f"health: unknown filter {health[:40]!r}; one of {', '.join(NODE_HEALTH_FILTERS)}")
         health = ""
+    number = request.GET.get("page") or "1"
+    if not (number.isdigit() and len(number) < 10 and int(number) >= 1):
+        errors.append("page: a page number is a whole number from 1")
     qs = (Node.objects.select_related("domain").order_by("name")
           .annotate(unhealthy_gpus=Count("gpus", filter=Q(gpus__health="unhealthy"))))
     if health == "unhealthy":
@@ -382,11 +405,11 @@ def node_list(request):
     from .topology import natural_key
 
     order = [pk for pk, _ in sorted(qs.values_list("id", "name"), key=lambda r: natural_key(r[1]))]
-    page = Paginator(order, 200).get_page(request.GET.get("page"))
+    page = Paginator([] if errors else order, 200).get_page(request.GET.get("page"))
     rows = {n.pk: n for n in qs.filter(pk__in=list(page.object_list))}
     page.object_list = [rows[pk] for pk in page.object_list if pk in rows]
-    return render(request, "frontend/node_list.html", {
-        "page": page, "health": health, "filters": NODE_HEALTH_FILTERS, "counts": counts,
+    return render(request, "frontend/node_list.html", status=400 if errors else 200, context={
+        "page": page, "health": health, "filters": NODE_HEALTH_FILTERS, "counts": counts, "filter_errors": errors,
         "mismatches": [n for n in Node.objects.exclude(topology_mismatches=[]).order_by("name")[:100]],
     })
 
