@@ -26,3 +26,21 @@ def test_filters_naming_nothing_are_a_400_naming_the_parameter(admin, client_for
     assert client_for("member").get("/api/v1/jobs/?submitter=mike").json()["count"] == 1
     assert client_for("member").get("/api/v1/jobs/?submitter=bob").json()["count"] == 0  # another team's
     assert admin.get("/api/v1/nodes/?flavor=H100").json()["count"] > 0
+
+
+def test_an_empty_quota_patch_writes_nothing_and_keeps_the_etag(admin):
+    """F11: PATCH /api/v1/quotas/<id>/ {} with a valid If-Match answered 200 with a new updated_at and ETag,
+    so another admin's pending edit got a 412 for a no-op. A change to the same values writes nothing."""
+    from gpuplatform.models import Event, Quota
+
+    row = Quota.objects.get(queue__name="alpha", flavor="H100")
+    url = f"/api/v1/quotas/{row.pk}/"
+    before = admin.get(url)
+    events = Event.objects.filter(kind="quota_changed").count()
+    for body in ({}, {"quota": row.quota}, {"guarantee": row.guarantee, "quota": row.quota, "limit": row.limit}):
+        r = admin.patch(url, body, format="json", HTTP_IF_MATCH=before["ETag"])
+        assert r.status_code == 200 and r["ETag"] == before["ETag"], (body, r.content)
+        assert r.json()["updated_at"] == before.json()["updated_at"]
+    assert Event.objects.filter(kind="quota_changed").count() == events
+    r = admin.patch(url, {"quota": row.quota - 1}, format="json", HTTP_IF_MATCH=before["ETag"])
+    assert r.status_code == 200 and r["ETag"] != before["ETag"]

@@ -104,9 +104,12 @@ def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int 
     flavor (empty, or a GPU model no node has) or guarantee / quota / limit: negative, guarantee > quota,
     quota > limit, limit above the parent's, siblings' quotas summing above the parent's, quota below the
     children's sum, limit below a child's. `changed`: the names a partial update sent, so a rule between two
-    values is reported on the one the request changed (quota_rules.check_triple)."""
+    values is reported on the one the request changed (quota_rules.check_triple). Values equal to the row's
+    write nothing (no event, no cycle; updated_at and so the ETag stay)."""
     raise_if(quota_rules.check_quota(queue, flavor, guarantee, quota, limit, changed))
     old = Quota.objects.filter(queue=queue, flavor=flavor).values_list("guarantee", "quota", "limit").first()
+    if old == (guarantee, quota, limit):  # a no-op (PATCH {}): no write, so updated_at and the ETag stay
+        return Quota.objects.get(queue=queue, flavor=flavor)
     row, _ = Quota.objects.update_or_create(queue=queue, flavor=flavor,
                                             defaults={"guarantee": guarantee, "quota": quota, "limit": limit})
     record_event("quota_changed", f"quota of {queue.name}/{flavor}: {guarantee}/{quota}/{limit}", actor=actor,
