@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_safe
 
 from gpuplatform import access, clock, queries
 from gpuplatform.event_visibility import redacted
@@ -105,6 +105,7 @@ def _cluster_numbers(request) -> dict:
 
 
 @login_required
+@require_safe
 def cluster(request):
     return render(request, "frontend/cluster.html", _cluster_context(request))
 
@@ -158,6 +159,7 @@ PENDING_HIDDEN_COLUMNS = frozenset({"finished", "duration", "placement", "nodes"
 
 
 @login_required
+@require_safe  # a page: GET / HEAD only (DELETE /jobs/ answered the list: trial 9, F12)
 def job_list(request):
     """The jobs page: search (id, name, external id), filters (team, state, queue, submitter), sort by any
     sortable column (?sort=-duration), keyset pages (?cursor=, from the next / previous links). It updates
@@ -285,6 +287,7 @@ def state_history(job, events) -> list[dict]:
 
 
 @login_required
+@require_safe
 def job_detail(request, pk: int):
     if is_manager():  # a federated job: its row on /federation/ (where it went, why, its state)
         if not visible_federated_jobs(request.user).filter(pk=pk).exists():
@@ -368,6 +371,7 @@ NODE_HEALTH_FILTERS = ("ready", "cordoned", "draining", "not_ready", "in_repair"
 
 
 @login_required
+@require_safe
 def node_list(request):
     """The nodes with their health: state, why and since when it is out of service, unhealthy GPUs, topology
     mismatches; filtered by `health` (a node state, "unhealthy": a GPU unhealthy or a health reason set,
