@@ -72,3 +72,14 @@ def test_a_queues_grace_period_is_set_over_rest_and_closed_asked_says_closing(ad
     r = admin.patch("/api/v1/queues/t9q/", {"state": "closed"}, format="json",
                     HTTP_IF_MATCH=admin.get("/api/v1/queues/t9q/")["ETag"])  # no jobs: closed at once
     assert r.json()["state"] == "closed" and "state_note" not in r.json()
+
+
+def test_a_team_name_clashing_in_letter_case_is_refused_on_the_name(admin):
+    """F17: POST /api/v1/teams/ {"name": "ALPHA"} after alpha answered {"slug": ["slug 'alpha' is empty or
+    taken"]}, though the client sent no slug. The rule is the name's, and says which team has the slug."""
+    r = admin.post("/api/v1/teams/", {"name": "ALPHA"}, format="json")
+    assert r.status_code == 400 and list(r.json()) == ["name"], r.content
+    assert "makes the slug 'alpha', which team 'alpha' already has" in r.json()["name"][0]
+    r = admin.post("/api/v1/teams/", {"name": "gamma", "slug": "alpha"}, format="json")
+    assert r.status_code == 400 and r.json() == {"slug": ["slug 'alpha' is taken by team 'alpha'"]}, r.content
+    assert admin.post("/api/v1/teams/", {"name": "ALPHA", "slug": "alpha-2"}, format="json").status_code == 201
