@@ -22,7 +22,8 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
     {flavor: (guarantee, quota, limit or None)} in GPUs.
 
     Raises ValidationError: name empty, taken or breaking the name rule (names.py) ("name"), unknown parent ("parent"), weight <= 0 ("weight"),
-    bad state, a grace period outside 0..86400 s ("preemption_grace_seconds"), quota rules per flavor ("quotas[<flavor>].<guarantee|quota|limit>"): negative,
+    bad state, a grace period outside 0..86400 s ("preemption_grace_seconds"),
+    quota rules per flavor ("quotas[<flavor>].<guarantee|quota|limit>"): negative,
     guarantee > quota, quota > limit, limit above the parent's limit, children's quotas above the parent's.
     """
     parent = resolve_queue(parent, "parent")
@@ -62,7 +63,8 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
 def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state: str | None = None,
                  preemption_grace_seconds: int | None = None, actor=None) -> Queue:
     """Change a queue's parent (`...` = keep; None = make it a root), weight, state (open | closing |
-    closed | draining) or preemption grace period (seconds a preempted job gets to checkpoint, 0..86400). Closing (state "closing", or "closed" asked while the queue still has pending or
+    closed | draining) or preemption grace period (seconds a preempted job gets to checkpoint, 0..86400).
+    Closing (state "closing", or "closed" asked while the queue still has pending or
     live jobs) takes no new jobs and lets its jobs run to their end; the queue becomes closed when its last
     job ends (lifecycle.close_idle_queues; at once when it has none).
     Raises ValidationError: unknown parent, a parent change that makes a cycle ("parent"), weight <= 0,
