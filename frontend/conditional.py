@@ -38,13 +38,23 @@ def login_required_json(view):
     """Decorator for the pages' JSON endpoints (metrics.json, data.json, the estimate): a request without a
     signed-in session is a JSON 401 `{"detail": ...}`, as the REST API answers, not a 302 to the HTML login
     page that a script would read as HTML (new-user trial 8, F15). The HTML pages keep login_required's
-    redirect."""
+    redirect. A signed-in unsafe request without a valid CSRF token is a JSON 403 {"detail": "CSRF Failed: ..."}."""
     from django.http import JsonResponse
+    from django.views.decorators.csrf import csrf_exempt
+    from rest_framework.authentication import CSRFCheck
     from rest_framework.exceptions import NotAuthenticated
 
     @wraps(view)
     def wrapped(request, *args, **kwargs):
         if not request.user.is_authenticated:
             return JsonResponse({"detail": str(NotAuthenticated.default_detail)}, status=401)  # the API's words
+        # The CSRF check runs here, after the session check, and answers in JSON as the API's session
+        # authentication does (rest_framework.authentication.SessionAuthentication.enforce_csrf): the
+        # middleware's HTML 403 came first for a POST without a session (new-user trial 9, F12).
+        check = CSRFCheck(lambda _request: None)
+        check.process_request(request)
+        reason = check.process_view(request, None, (), {})
+        if reason:
+            return JsonResponse({"detail": f"CSRF Failed: {reason}"}, status=403)
         return view(request, *args, **kwargs)
-    return wrapped
+    return csrf_exempt(wrapped)

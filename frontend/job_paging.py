@@ -61,6 +61,18 @@ def parse_sort(value: str | None) -> tuple[str, bool]:
     return column, descending
 
 
+def cursor_error(cursor: str | None, sort: str | None) -> str | None:
+    """The rule a `cursor` breaks (the jobs page says it with a 400 rather than show page 1 silently), or None:
+    it must be a token this page made for the list's sort (from its next / previous links)."""
+    if not cursor:
+        return None
+    column, _ = parse_sort(sort)
+    if _decode(cursor, SORTS[column][1]) is None:
+        return (f"cursor: not a page of this list sorted by {column}; follow the page's next / previous links "
+                f"(or leave it out for the first page)")
+    return None
+
+
 def _encode(value, kind: str, pk: int, direction: str) -> str:
     if kind == "dt":
         value = value.isoformat()

@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_safe
 
 from gpuplatform import access, clock, queries
 from gpuplatform.event_visibility import redacted
@@ -105,6 +105,7 @@ def _cluster_numbers(request) -> dict:
 
 
 @login_required
+@require_safe
 def cluster(request):
     return render(request, "frontend/cluster.html", _cluster_context(request))
 
@@ -130,6 +131,9 @@ def cluster_metrics(request):
         "clock": cycle.clock.isoformat() if cycle else None,
         "cycle": cycle.number if cycle else None,
         "cycle_ms": round(cycle.duration_ms, 1) if cycle else None,
+        # that cycle's own figures (the header's); numbers.jobs_* are live counts (new-user trial 9, F4)
+        "cycle_started": cycle.binds if cycle else None,
+        "cycle_pending": cycle.pending if cycle else None,
         "numbers": ctx["numbers"],
         "largest_runnable": {str(t): g for t, g in ctx["largest_runnable"]},
         "html": {
@@ -155,6 +159,7 @@ PENDING_HIDDEN_COLUMNS = frozenset({"finished", "duration", "placement", "nodes"
 
 
 @login_required
+@require_safe  # a page: GET / HEAD only (DELETE /jobs/ answered the list: trial 9, F12)
 def job_list(request):
     """The jobs page: search (id, name, external id), filters (team, state, queue, submitter), sort by any
     sortable column (?sort=-duration), keyset pages (?cursor=, from the next / previous links). It updates
@@ -230,16 +235,29 @@ JOB_LIST_STATES = (*Job.State.values, "live", "finished")
 def job_list_errors(request, filters: dict) -> list[str]:
     """The jobs page's filter and sort values it cannot read, as "param: rule" lines (the page shows them
     above an empty list, with a 400): a state or sort column that does not exist, or a parameter given twice
-    (the REST API's rules, docs/api.md; new-user trial 7, F2/F3)."""
-    from gpuplatform.api.filters import repeated_params
+    (the REST API's rules, docs/api.md; new-user trial 7, F2/F3), a team, queue or submitter that names
+    nothing (api.filters.unknown_name, the API's NamedFilter wording), a cursor this list did not make
+    (new-user trial 9, F7)."""
+    from gpuplatform.api.filters import repeated_params, unknown_name
+    from gpuplatform.models import Queue, Team
 
     errors = [f"{name}: {' '.join(m)}" for name, m in repeated_params(request.GET).items()]
     if filters["state"] and filters["state"] not in JOB_LIST_STATES:
         errors.append(f"state: unknown state {filters['state'][:40]!r}; one of {', '.join(JOB_LIST_STATES)}")
+    team = filters["team"]
+    if team and unknown_name(Team, "slug", team, "team") and unknown_name(Team, "name", team, "team"):
+        errors.append(f"team: {unknown_name(Team, 'name', team, 'team')}")
+    for param, model, lookup, what in (("queue", Queue, "name", "queue"),
+                                       ("submitter", get_user_model(), "username", "user")):
+        error = filters[param] and unknown_name(model, lookup, filters[param], what)
+        if error:
+            errors.append(f"{param}: {error}")
     sort = (request.GET.get("sort") or "").strip()
     if sort and sort.lstrip("-") not in job_paging.SORTS:
         errors.append(f"sort: unknown column {sort[:40]!r}; one of {', '.join(job_paging.SORTS)} "
                       f"(a leading - sorts descending)")
+    elif job_paging.cursor_error(request.GET.get("cursor"), sort):
+        errors.append(job_paging.cursor_error(request.GET.get("cursor"), sort))
     return errors
 
 
@@ -269,6 +287,7 @@ def state_history(job, events) -> list[dict]:
 
 
 @login_required
+@require_safe
 def job_detail(request, pk: int):
     if is_manager():  # a federated job: its row on /federation/ (where it went, why, its state)
         if not visible_federated_jobs(request.user).filter(pk=pk).exists():
@@ -352,6 +371,7 @@ NODE_HEALTH_FILTERS = ("ready", "cordoned", "draining", "not_ready", "in_repair"
 
 
 @login_required
+@require_safe
 def node_list(request):
     """The nodes with their health: state, why and since when it is out of service, unhealthy GPUs, topology
     mismatches; filtered by `health` (a node state, "unhealthy": a GPU unhealthy or a health reason set,
@@ -361,9 +381,19 @@ def node_list(request):
 
     from gpuplatform.models import Node
 
+    from gpuplatform.api.filters import repeated_params
+
     health = request.GET.get("health") or ""
+    # a filter the page cannot read is a 400 saying so above an empty table, never every node (trial 9, F7)
+    errors = [f"{name}: {' '.join(m)}" for name, m in repeated_params(request.GET).items()]
+    errors += [f"{name}: unknown query parameter; this page takes: health, page"
+               for name in sorted(set(request.GET) - {"health", "page"})]
     if health and health not in NODE_HEALTH_FILTERS:
+        errors.append(f"health: unknown filter {health[:40]!r}; one of {', '.join(NODE_HEALTH_FILTERS)}")
         health = ""
+    number = request.GET.get("page") or "1"
+    if not (number.isdigit() and len(number) < 10 and int(number) >= 1):
+        errors.append("page: a page number is a whole number from 1")
     qs = (Node.objects.select_related("domain").order_by("name")
           .annotate(unhealthy_gpus=Count("gpus", filter=Q(gpus__health="unhealthy"))))
     if health == "unhealthy":
@@ -379,11 +409,11 @@ def node_list(request):
     from .topology import natural_key
 
     order = [pk for pk, _ in sorted(qs.values_list("id", "name"), key=lambda r: natural_key(r[1]))]
-    page = Paginator(order, 200).get_page(request.GET.get("page"))
+    page = Paginator([] if errors else order, 200).get_page(request.GET.get("page"))
     rows = {n.pk: n for n in qs.filter(pk__in=list(page.object_list))}
     page.object_list = [rows[pk] for pk in page.object_list if pk in rows]
-    return render(request, "frontend/node_list.html", {
-        "page": page, "health": health, "filters": NODE_HEALTH_FILTERS, "counts": counts,
+    return render(request, "frontend/node_list.html", status=400 if errors else 200, context={
+        "page": page, "health": health, "filters": NODE_HEALTH_FILTERS, "counts": counts, "filter_errors": errors,
         "mismatches": [n for n in Node.objects.exclude(topology_mismatches=[]).order_by("name")[:100]],
     })
 

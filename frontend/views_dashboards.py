@@ -18,7 +18,7 @@ from scheduler.core.domain_tree import is_node_domain, node_domain
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_safe
 
 from gpuplatform import dashboard_queries as dq
 from gpuplatform import access, queries
@@ -196,6 +196,7 @@ def topology_json(request):
 
 
 @login_required
+@require_safe
 def topology(request):
     try:
         params = _topology_params(request)
@@ -250,6 +251,7 @@ def queues_json(request):
 
 
 @login_required
+@require_safe
 def queues_page(request):
     p = _queues_payload()
     return render(request, "frontend/queues.html", {**p, "gpu_colors": GPU_STATE_COLORS,
@@ -301,6 +303,7 @@ def fragmentation_json(request):
 
 
 @login_required
+@require_safe
 def fragmentation_page(request):
     from gpuplatform.scheduling.advice import fragmentation_advice
 
@@ -358,6 +361,7 @@ def queueing_json(request):
 
 
 @login_required
+@require_safe
 def queueing_page(request):
     return render(request, "frontend/queueing.html", _queueing_payload(request.user))
 
@@ -423,5 +427,6 @@ def failures_json(request):
 
 
 @login_required
+@require_safe
 def failures_page(request):
     return render(request, "frontend/failures.html", _failures_payload(request.user))

@@ -11,6 +11,7 @@ from django.core.cache import cache
 from django.http import HttpResponseBadRequest, JsonResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.views.decorators.http import require_safe
 
 from gpuplatform import access, clock
 from gpuplatform.models import Node, Queue, Team
@@ -134,6 +135,7 @@ def utilization_json(request):
 
 
 @login_required
+@require_safe
 def utilization_page(request):
     errors = _query_errors(request)
     if errors:  # as the topology page answers a bad parameter

@@ -20,7 +20,7 @@ from django.db.models.functions import Coalesce
 from .access import visible_jobs
 from .gpu_request import as_gpus, from_milli, role_per_task
 from .models import (
-    Allocation, ClusterSample, Domain, Event, Job, JobRole, Queue, QueueSample, Quota, SchedulerCycle, Task, Team,
+    Allocation, ClusterSample, Domain, Event, Job, JobRole, Node, Queue, QueueSample, Quota, SchedulerCycle, Task, Team,
 )
 from .trees import Tree
 
@@ -268,8 +268,13 @@ def queue_tree(queues=None) -> Tree:
 
 @dataclass(frozen=True)
 class QuotaTotals:
-    """A queue's own quota summed over GPU flavors, in GPUs. `limit` is None when a flavor of the queue
-    has no cap of its own (or the queue has no quota at all): then nothing caps the total."""
+    """A queue's own quota summed over GPU flavors, in GPUs. `limit` is the cap the scheduler enforces, as a
+    total: the sum over the GPU flavors the cluster's nodes have of the queue's own limit for that flavor.
+    It is None (no cap of its own) when one of those flavors has no limit: a null limit, or no quota row
+    for it (the engine caps a flavor only where a row gives a limit, plugins/quota.QueueTree.static_limit).
+    A flavor no node has adds nothing (no GPU of it can be held), whatever its limit; neither does a MIG
+    resource "<flavor>/mig-<profile>" (counted in instances, its GPUs are its model's). While the cluster
+    has no nodes yet, the quota rows' flavors stand for the cluster's."""
 
     guarantee: int = 0
     quota: int = 0
@@ -280,17 +285,25 @@ NO_QUOTA = QuotaTotals()
 
 
 def queue_quotas() -> dict[int, QuotaTotals]:
-    """{queue id: QuotaTotals} of every queue with a quota row; a queue without one has NO_QUOTA."""
-    acc: dict[int, list] = defaultdict(lambda: [0, 0, 0, False])  # guarantee, quota, limit, uncapped
-    for qid, g, q, lim in Quota.objects.values_list("queue_id", "guarantee", "quota", "limit"):
-        a = acc[qid]
-        a[0] += g
-        a[1] += q
-        if lim is None:
-            a[3] = True
-        else:
-            a[2] += lim
-    return {qid: QuotaTotals(g, q, None if uncapped else lim) for qid, (g, q, lim, uncapped) in acc.items()}
+    """{queue id: QuotaTotals} of every queue with a quota row; a queue without one has NO_QUOTA. The one
+    place a queue's total guarantee / quota / limit is computed: the API's queue usage, the Cluster page,
+    the queues CSV, /metrics and the watermark samples all read it."""
+    rows = list(Quota.objects.values_list("queue_id", "flavor", "guarantee", "quota", "limit"))
+    flavors = set(Node.objects.values_list("flavor", flat=True).distinct()) or \
+        {f for _, f, *_ in rows if "/mig-" not in f}
+    sums: dict[int, list] = defaultdict(lambda: [0, 0])  # guarantee, quota
+    limits: dict[int, dict[str, int | None]] = defaultdict(dict)
+    for qid, flavor, g, q, lim in rows:
+        sums[qid][0] += g
+        sums[qid][1] += q
+        if flavor in flavors:
+            limits[qid][flavor] = lim
+    out = {}
+    for qid, (g, q) in sums.items():
+        own = limits[qid]
+        capped = bool(flavors) and all(own.get(f) is not None for f in flavors)
+        out[qid] = QuotaTotals(g, q, sum(own[f] for f in flavors) if capped else None)
+    return out
 
 
 def cluster_series(limit: int = 600) -> list[dict]:

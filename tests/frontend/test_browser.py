@@ -323,3 +323,19 @@ def test_fractional_job_shows_on_the_map(browser, live_server, cluster):
     assert "GPU 0" in hover and "shared, 0.25 used" in hover and "notebook" in hover
     p.shot("topology-fraction")
     p.assert_clean()
+
+
+def test_cluster_header_keeps_saying_its_figures_are_the_cycles_after_a_poll(browser, live_server, cluster):
+    """New-user trial 9, F4: the header's started / pending are that cycle's, the Jobs card's are live; the
+    poll (cluster.js) rewrites the header with the same words, and the card keeps its "live" label."""
+    p = Page(browser, live_server.url)
+    login(p)
+    page = p.go("/cluster/")
+    first = page.inner_text("#cycle-info")
+    cluster["run_cycle"]()
+    wait_js(page, f"document.getElementById('cycle-info').textContent != {first!r}", timeout=15_000)  # polled
+    assert re.fullmatch(r"cycle \d+ · \d+ ms · in that cycle: \d+ started, \d+ left pending",
+                        page.inner_text("#cycle-info").strip()), page.inner_text("#cycle-info")
+    assert "live counts, not as the cycle left them" in page.inner_text("section.stats")
+    p.assert_clean()
+    p.context.close()

@@ -76,3 +76,26 @@ def test_the_jobs_page_shows_a_bad_filter_instead_of_every_job(client, world, qu
     assert 'data-job="' not in text  # no job listed
     ok = client.get("/jobs/?state=running&sort=-duration")
     assert ok.status_code == 200 and 'id="filter-errors"' not in ok.content.decode()
+
+
+@pytest.mark.parametrize("url,line", [
+    ("/jobs/?team=nope", "team: unknown team &#x27;nope&#x27;"),
+    ("/jobs/?queue=nope", "queue: unknown queue &#x27;nope&#x27;"),
+    ("/jobs/?submitter=nope", "submitter: unknown user &#x27;nope&#x27;"),
+    ("/jobs/?cursor=garbage", "cursor: not a page of this list sorted by submitted"),
+    ("/nodes/?state=bogus", "state: unknown query parameter; this page takes: health, page"),
+    ("/nodes/?health=bogus", "health: unknown filter &#x27;bogus&#x27;"),
+    ("/nodes/?page=x", "page: a page number is a whole number from 1"),
+])
+def test_page_filters_naming_nothing_are_a_400_saying_so(client, world, url, line):
+    """New-user trial 9, F7: /jobs/?team=nope and ?queue=nope answered 200 "0 shown", ?cursor=garbage page 1
+    and /nodes/?state=bogus every node. Each is a 400 naming the parameter and the rule (the API's wording)
+    above an empty list; the names that exist still filter."""
+    client.force_login(world["admin"])
+    r = client.get(url)
+    text = r.content.decode()
+    assert r.status_code == 400 and 'id="filter-errors"' in text and line in text, (url, r.status_code)
+    assert 'data-job="' not in text and 'data-node="' not in text
+    for ok in ("/jobs/?team=red&queue=red&submitter=", "/nodes/?health=ready", "/nodes/?page=1"):
+        r = client.get(ok)
+        assert r.status_code == 200 and 'id="filter-errors"' not in r.content.decode(), ok

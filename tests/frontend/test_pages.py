@@ -222,3 +222,15 @@ def test_cluster_page_says_which_moment_the_cards_and_the_queue_table_show(clien
     assert "schedulable, now" not in html
     assert "live: jobs started or ended since the last cycle count here" in html
     assert client.get("/cluster/metrics.json").json()["numbers"]["sample_cycle"] == 3
+
+
+def test_cluster_page_labels_the_cycles_counts_apart_from_the_live_job_counts(client, world):
+    """New-user trial 9, F4: the header's "cycle 406 ... 97 pending" (that cycle's snapshot) and the Jobs card's
+    "267 pending" (live rows) stood side by side under one cycle label. Each now says where it comes from, on
+    the page and in what metrics.json gives the page's poll."""
+    client.force_login(world["alice"])
+    html = client.get("/cluster/").content.decode()
+    assert "cycle 3 · 13 ms · in that cycle: 1 started, 2 left pending" in html
+    assert '<span class="label">jobs now</span>' in html and "live counts, not as the cycle left them" in html
+    data = client.get("/cluster/metrics.json").json()
+    assert (data["cycle"], data["cycle_started"], data["cycle_pending"]) == (3, 1, 2)

@@ -81,3 +81,19 @@ def test_load_cluster_spec_creates_everything(cluster):
 def test_update_queue_state(cluster, state):
     queue = services.update_queue(Queue.objects.get(name="beta"), state=state)
     assert Queue.objects.get(pk=queue.pk).state == state
+
+
+def test_priority_change_losing_to_a_cancel_names_the_state_the_job_is_in(submit):
+    """New-user trial 9, F5: a priority change racing a cancel answered "job is pending; a finished job's
+    priority cannot change" for a cancelled job (the caller's copy, read before the lock). The message now
+    gives the state read after the update found no unfinished row, and nothing is written."""
+    from gpuplatform.errors import ValidationError
+
+    stale = submit("racy", tasks=1, gpus=1)
+    services.cancel_job(Job.objects.get(pk=stale.pk))  # the cancel commits first; `stale` still says pending
+    assert stale.state == Job.State.PENDING
+    with pytest.raises(ValidationError) as err:
+        services.set_job_priority(stale, 7)
+    assert err.value.errors == {"state": "job is cancelled; a finished job's priority cannot change"}
+    assert Job.objects.get(pk=stale.pk).priority == 0
+    assert not Event.objects.filter(kind="priority_changed", job=stale).exists()

@@ -36,7 +36,10 @@
     var clock = document.getElementById("cluster-clock");
     if (clock) { clock.textContent = formatClock(payload.clock); clock.setAttribute("datetime", payload.clock || ""); }
     var info = document.getElementById("cycle-info");
-    if (info && payload.cycle !== null) info.textContent = "cycle " + payload.cycle + " · " + Math.round(payload.cycle_ms) + " ms";
+    if (info && payload.cycle !== null) {
+      info.textContent = "cycle " + payload.cycle + " · " + Math.round(payload.cycle_ms) + " ms · in that cycle: " +
+        payload.cycle_started + " started, " + payload.cycle_pending + " left pending";
+    }
     [["largest-runnable", "largest"], ["team-counts", "teams"], ["queue-usage", "queues"]].forEach(function (p) {
       var el = document.getElementById(p[0]);
       if (el && payload.html[p[1]] !== undefined) el.innerHTML = payload.html[p[1]];

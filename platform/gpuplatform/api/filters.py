@@ -3,6 +3,7 @@ from datetime import timezone as dt_timezone
 
 import django_filters as df
 from django import forms
+from django.contrib.auth import get_user_model
 from django_filters.widgets import BooleanWidget
 from rest_framework.exceptions import ValidationError
 
@@ -53,6 +54,32 @@ class CharInFilter(df.BaseInFilter, df.CharFilter):
     """`?kind__in=a,b`"""
 
 
+class NamedFilter(df.CharFilter):
+    """A filter by a public name (a team's slug, a queue's name): one that names nothing is a 400
+    `{"<param>": ["unknown team 'nope'"]}` (the body fields' wording), not an empty list that reads as "none
+    match" (new-user trial 8, F10; docs/api.md: an unknown value is a 400 naming it)."""
+
+    def __init__(self, *args, model=None, lookup: str = "name", what: str = "object", hint: str = "", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.named_model, self.named_lookup, self.what = model, lookup, what  # (the filterset sets .model)
+        self.hint = hint
+
+    def filter(self, qs, value):
+        if value not in (None, ""):
+            error = unknown_name(self.named_model, self.named_lookup, value, self.what, self.hint)
+            if error:
+                raise ValidationError({self.field_name.split("__")[0]: [error]})
+        return super().filter(qs, value)
+
+
+def unknown_name(model, lookup: str, value: str, what: str, hint: str = "") -> str | None:
+    """The rule a filter value breaks when it names no `model` row (`lookup`=value), as NamedFilter and the
+    pages' filters word it: "unknown team 'nope'" (+ `hint`); None when some row has it."""
+    if model.objects.filter(**{lookup: value}).exists():
+        return None
+    return f"unknown {what} {value[:60]!r}{hint}"
+
+
 class TeamFilterSet(df.FilterSet):
     name = df.CharFilter(lookup_expr="icontains")
 
@@ -62,8 +89,9 @@ class TeamFilterSet(df.FilterSet):
 
 
 class MembershipFilterSet(df.FilterSet):
-    team = df.CharFilter(field_name="team__slug", help_text="team slug")
-    user = df.CharFilter(field_name="user__username", help_text="username")
+    team = NamedFilter(field_name="team__slug", model=Team, lookup="slug", what="team", help_text="team slug")
+    user = NamedFilter(field_name="user__username", model=get_user_model(), lookup="username", what="user",
+                       help_text="username")
 
     class Meta:
         model = Membership
@@ -71,8 +99,8 @@ class MembershipFilterSet(df.FilterSet):
 
 
 class QueueFilterSet(df.FilterSet):
-    parent = df.CharFilter(field_name="parent__name", help_text="parent queue name")
-    team = df.CharFilter(field_name="team__slug", help_text="team slug")
+    parent = NamedFilter(field_name="parent__name", model=Queue, what="queue", help_text="parent queue name")
+    team = NamedFilter(field_name="team__slug", model=Team, lookup="slug", what="team", help_text="team slug")
     root = StrictBooleanFilter(field_name="parent", lookup_expr="isnull", help_text="only root queues")
 
     class Meta:
@@ -81,7 +109,7 @@ class QueueFilterSet(df.FilterSet):
 
 
 class QuotaFilterSet(df.FilterSet):
-    queue = df.CharFilter(field_name="queue__name", help_text="queue name")
+    queue = NamedFilter(field_name="queue__name", model=Queue, what="queue", help_text="queue name")
 
     class Meta:
         model = Quota
@@ -89,7 +117,7 @@ class QuotaFilterSet(df.FilterSet):
 
 
 class DomainFilterSet(df.FilterSet):
-    parent = df.CharFilter(field_name="parent__name", help_text="parent domain name")
+    parent = NamedFilter(field_name="parent__name", model=Domain, what="domain", help_text="parent domain name")
 
     class Meta:
         model = Domain
@@ -97,32 +125,19 @@ class DomainFilterSet(df.FilterSet):
 
 
 class NodeFilterSet(df.FilterSet):
-    domain = df.CharFilter(field_name="domain__name", help_text="lowest-tier domain name")
+    domain = NamedFilter(field_name="domain__name", model=Domain, what="domain", help_text="lowest-tier domain name")
+    flavor = NamedFilter(model=Node, lookup="flavor", what="flavor", hint=": no node has it", help_text="GPU model")
 
     class Meta:
         model = Node
         fields = ["name", "flavor", "state", "domain"]
 
 
-class NamedFilter(df.CharFilter):
-    """A filter by a public name (a team's slug, a queue's name): one that names nothing is a 400
-    `{"<param>": ["unknown team 'nope'"]}` (the body fields' wording), not an empty list that reads as "none
-    match" (new-user trial 8, F10; docs/api.md: an unknown value is a 400 naming it)."""
-
-    def __init__(self, *args, model=None, lookup: str = "name", what: str = "object", **kwargs):
-        super().__init__(*args, **kwargs)
-        self.named_model, self.named_lookup, self.what = model, lookup, what  # (the filterset sets .model)
-
-    def filter(self, qs, value):
-        if value not in (None, "") and not self.named_model.objects.filter(**{self.named_lookup: value}).exists():
-            raise ValidationError({self.field_name.split("__")[0]: [f"unknown {self.what} {value[:60]!r}"]})
-        return super().filter(qs, value)
-
-
 class JobFilterSet(df.FilterSet):
     team = NamedFilter(field_name="team__slug", model=Team, lookup="slug", what="team", help_text="team slug")
     queue = NamedFilter(field_name="queue__name", model=Queue, what="queue", help_text="queue name")
-    submitter = df.CharFilter(field_name="submitter__username", help_text="username")
+    submitter = NamedFilter(field_name="submitter__username", model=get_user_model(), lookup="username",
+                            what="user", help_text="username")
     state = df.MultipleChoiceFilter(choices=Job.State.choices, help_text="repeat for several states")
     submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
     submitted_before = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
@@ -152,11 +167,13 @@ class IdFilter(df.Filter):
 
 class EventFilterSet(df.FilterSet):
     job = IdFilter(field_name="job_id", what="job", help_text="job id")
-    kind = df.CharFilter(help_text="event kind, e.g. submitted, admitted, quota_changed, cordoned")
+    kind = NamedFilter(model=Event, lookup="kind", what="event kind", hint=": no event of that kind has been recorded",
+                       help_text="event kind, e.g. submitted, admitted, quota_changed, cordoned")
     kind__in = CharInFilter(field_name="kind", help_text="several kinds, comma separated")
-    actor = df.CharFilter(field_name="actor__username", help_text="username")
-    queue = df.CharFilter(field_name="queue__name", help_text="queue name")
-    node = df.CharFilter(field_name="node__name", help_text="node name")
+    actor = NamedFilter(field_name="actor__username", model=get_user_model(), lookup="username", what="user",
+                        help_text="username")
+    queue = NamedFilter(field_name="queue__name", model=Queue, what="queue", help_text="queue name")
+    node = NamedFilter(field_name="node__name", model=Node, what="node", help_text="node name")
     since = UtcDateTimeFilter(field_name="time", lookup_expr="gte")
     until = UtcDateTimeFilter(field_name="time", lookup_expr="lt")
 

@@ -213,6 +213,9 @@ def set_job_priority(job: Job, priority: int, *, actor=None) -> Job:
     old = job.priority
     if not Job.objects.filter(pk=job.pk).exclude(state__in=Job.FINAL_STATES).update(
             priority=priority, updated_at=timezone.now()):
+        # the state read after the update's row lock, not the caller's copy: a cancel that committed first
+        # makes this "job is cancelled", never the stale "job is pending" (new-user trial 9, F5)
+        job.state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first() or "gone"
         raise ValidationError({"state": f"job is {job.state}; a finished job's priority cannot change"})
     record_event("priority_changed", f"{job.name}: priority {old} -> {priority}", actor=actor, job=job,
                  queue=job.queue, data={"old": old, "new": priority})

@@ -17,12 +17,13 @@ __all__ = ["create_queue", "update_queue", "set_quota", "delete_queue"]
 
 @transaction.atomic
 def create_queue(name: str, parent=None, team: Team | None = None, weight: float = 1, quotas=None, *,
-                 state: str = "open", actor=None) -> Queue:
+                 state: str = "open", preemption_grace_seconds: int = 30, actor=None) -> Queue:
     """Create a queue under `parent` (Queue, name or id; None = a root) with quotas
     {flavor: (guarantee, quota, limit or None)} in GPUs.
 
     Raises ValidationError: name empty, taken or breaking the name rule (names.py) ("name"), unknown parent ("parent"), weight <= 0 ("weight"),
-    bad state, quota rules per flavor ("quotas[<flavor>].<guarantee|quota|limit>"): negative,
+    bad state, a grace period outside 0..86400 s ("preemption_grace_seconds"),
+    quota rules per flavor ("quotas[<flavor>].<guarantee|quota|limit>"): negative,
     guarantee > quota, quota > limit, limit above the parent's limit, children's quotas above the parent's.
     """
     parent = resolve_queue(parent, "parent")
@@ -35,6 +36,8 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
         errors["weight"] = "weight must be a positive finite number"
     if state not in Queue.State.values:
         errors["state"] = f"state must be one of {Queue.State.values}"
+    if _grace_error(preemption_grace_seconds):
+        errors["preemption_grace_seconds"] = _grace_error(preemption_grace_seconds)
     if parent is not None and Job.objects.filter(queue=parent).exists():
         errors["parent"] = (f"queue {parent.name} has jobs: a queue that runs jobs cannot get child queues "
                             f"(its jobs would sit on an inner queue)")
@@ -45,24 +48,27 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
             continue
         errors.update(quota_rules.check_quota(Queue(parent=parent), flavor, *triple, prefix=prefix))  # not saved yet
     raise_if(errors)
-    queue = Queue.objects.create(name=name, parent=parent, team=team, weight=weight, state=state)
+    queue = Queue.objects.create(name=name, parent=parent, team=team, weight=weight, state=state,
+                                 preemption_grace_seconds=preemption_grace_seconds)
     Quota.objects.bulk_create([Quota(queue=queue, flavor=f, guarantee=g, quota=q, limit=lim)
                                for f, (g, q, lim) in (quotas or {}).items()])
     record_event("queue_created", f"queue {name} created", actor=actor, queue=queue,
                  data={"parent": parent.name if parent else None, "team": team.name if team else None,
-                       "weight": weight, "quotas": {f: list(t) for f, t in (quotas or {}).items()}})
+                       "weight": weight, "preemption_grace_seconds": preemption_grace_seconds,
+                       "quotas": {f: list(t) for f, t in (quotas or {}).items()}})
     return queue
 
 
 @transaction.atomic
 def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state: str | None = None,
-                 actor=None) -> Queue:
-    """Change a queue's parent (`...` = keep; None = make it a root), weight or state (open | closing |
-    closed | draining). Closing (state "closing", or "closed" asked while the queue still has pending or
+                 preemption_grace_seconds: int | None = None, actor=None) -> Queue:
+    """Change a queue's parent (`...` = keep; None = make it a root), weight, state (open | closing |
+    closed | draining) or preemption grace period (seconds a preempted job gets to checkpoint, 0..86400).
+    Closing (state "closing", or "closed" asked while the queue still has pending or
     live jobs) takes no new jobs and lets its jobs run to their end; the queue becomes closed when its last
     job ends (lifecycle.close_idle_queues; at once when it has none).
     Raises ValidationError: unknown parent, a parent change that makes a cycle ("parent"), weight <= 0,
-    unknown state."""
+    unknown state, a grace period outside 0..86400 ("preemption_grace_seconds")."""
     errors: dict[str, str] = {}
     changes: dict = {}
     if parent is not ...:
@@ -82,6 +88,10 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
         elif state == Queue.State.CLOSED:
             state = Queue.State.CLOSING  # closed only once its last job has ended: close_idle_queues below
         changes["state"] = state
+    if preemption_grace_seconds is not None:
+        if _grace_error(preemption_grace_seconds):
+            errors["preemption_grace_seconds"] = _grace_error(preemption_grace_seconds)
+        changes["preemption_grace_seconds"] = preemption_grace_seconds
     raise_if(errors)
     if parent is not ...:
         queue.parent = parent
@@ -89,6 +99,8 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
         queue.weight = weight
     if state is not None:
         queue.state = state
+    if preemption_grace_seconds is not None:
+        queue.preemption_grace_seconds = preemption_grace_seconds
     queue.save()
     record_event("queue_updated", f"queue {queue.name} updated", actor=actor, queue=queue, data=changes)
     if state == Queue.State.CLOSING:
@@ -104,9 +116,12 @@ def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int 
     flavor (empty, or a GPU model no node has) or guarantee / quota / limit: negative, guarantee > quota,
     quota > limit, limit above the parent's, siblings' quotas summing above the parent's, quota below the
     children's sum, limit below a child's. `changed`: the names a partial update sent, so a rule between two
-    values is reported on the one the request changed (quota_rules.check_triple)."""
+    values is reported on the one the request changed (quota_rules.check_triple). Values equal to the row's
+    write nothing (no event, no cycle; updated_at and so the ETag stay)."""
     raise_if(quota_rules.check_quota(queue, flavor, guarantee, quota, limit, changed))
     old = Quota.objects.filter(queue=queue, flavor=flavor).values_list("guarantee", "quota", "limit").first()
+    if old == (guarantee, quota, limit):  # a no-op (PATCH {}): no write, so updated_at and the ETag stay
+        return Quota.objects.get(queue=queue, flavor=flavor)
     row, _ = Quota.objects.update_or_create(queue=queue, flavor=flavor,
                                             defaults={"guarantee": guarantee, "quota": quota, "limit": limit})
     record_event("quota_changed", f"quota of {queue.name}/{flavor}: {guarantee}/{quota}/{limit}", actor=actor,
@@ -146,3 +161,13 @@ def _positive_number(value) -> bool:
     """A weight: a real number > 0 and finite (NaN compares greater than every number in PostgreSQL, so
     a NaN weight would pass the table's `weight > 0` check and break the fair-share order)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+MAX_GRACE_SECONDS = 86400
+
+
+def _grace_error(seconds) -> str | None:
+    """The rule a preemption grace period breaks: a whole number of seconds from 0 to a day."""
+    if not isinstance(seconds, int) or isinstance(seconds, bool) or not 0 <= seconds <= MAX_GRACE_SECONDS:
+        return f"preemption_grace_seconds must be a whole number of seconds from 0 to {MAX_GRACE_SECONDS}"
+    return None

@@ -15,15 +15,27 @@ __all__ = ["create_team", "add_member", "remove_member"]
 @transaction.atomic
 def create_team(name: str, *, slug: str | None = None, description: str = "", actor=None) -> Team:
     """Create a team. Raises ValidationError: name empty, taken or breaking the name rule (names.py)
-    ("name"), slug empty or taken ("slug")."""
+    ("name"), a name whose slug (made from it when none is sent) is empty or another team's ("name"), a slug
+    sent that another team has ("slug")."""
     errors = {}
     if name_error("team", name):
         errors["name"] = name_error("team", name)
     elif Team.objects.filter(name=name).exists():
         errors["name"] = f"a team named {name!r} already exists"
+    given = bool(slug)
     slug = slug or slugify(name if isinstance(name, str) else "")
-    if not slug or Team.objects.filter(slug=slug).exists():
-        errors["slug"] = f"slug {slug!r} is empty or taken"
+    holder = Team.objects.filter(slug=slug).values_list("name", flat=True).first() if slug else None
+    if given and holder is not None:
+        errors["slug"] = f"slug {slug!r} is taken by team {holder!r}"
+    elif not given and "name" not in errors:
+        # the client sent no slug: the rule broken is the name's (new-user trial 9, F17: "TRIAL9TEAM" after
+        # "trial9team" read "slug 'trial9team' is empty or taken")
+        if not slug:
+            errors["name"] = "a team name needs a letter or digit to make its slug from (or send a slug)"
+        elif holder is not None:
+            errors["name"] = (f"team name {name!r} makes the slug {slug!r}, which team {holder!r} already has "
+                              f"(names differing only in letter case or punctuation clash); pick another name or "
+                              f"send a slug")
     raise_if(errors)
     team = Team.objects.create(name=name, slug=slug, description=description)
     record_event("team_created", f"team {name} created", actor=actor, data={"team": name})

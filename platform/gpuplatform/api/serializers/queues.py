@@ -55,6 +55,8 @@ class QueueCreateSerializer(Serializer):
                        help_text="owning team (leaf queues)")
     weight = FiniteFloatField(default=1.0, min_value=-1e12, max_value=1e12)
     state = serializers.CharField(default="open", max_length=16)
+    preemption_grace_seconds = count_field(default=30, help_text="seconds a preempted job gets to checkpoint "
+                                                                 "(0 to 86400)")
     quotas = QuotaTripleSerializer(many=True, required=False, default=list)
 
 
@@ -62,7 +64,11 @@ class QueueUpdateSerializer(Serializer):
     parent = serializers.CharField(max_length=100, allow_null=True, required=False,
                                    help_text="new parent queue name; null = make it a root")
     weight = FiniteFloatField(required=False, min_value=-1e12, max_value=1e12)
-    state = serializers.CharField(required=False, max_length=16)
+    state = serializers.CharField(required=False, max_length=16,
+                                  help_text="closed while the queue has pending or live jobs gives closing: it "
+                                            "takes no new jobs and becomes closed when its last job ends")
+    preemption_grace_seconds = count_field(required=False, help_text="seconds a preempted job gets to "
+                                                                      "checkpoint (0 to 86400)")
 
 
 class QueueTreeSerializer(Serializer):

@@ -39,7 +39,8 @@ class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
                 raise services.ValidationError({f"quotas[{i}].flavor": f"flavor {q['flavor']} listed twice"})
             quotas[q["flavor"]] = (q["guarantee"], q["quota"], q["limit"])
         queue = services.create_queue(d["name"], parent=d["parent"], team=d["team"], weight=d["weight"],
-                                      quotas=quotas, state=d["state"], actor=request.user)
+                                      quotas=quotas, state=d["state"],
+                                      preemption_grace_seconds=d["preemption_grace_seconds"], actor=request.user)
         queue = self.get_queryset().get(pk=queue.pk)
         return self.with_etag(Response(QueueSerializer(queue).data, status=status.HTTP_201_CREATED), queue)
 
@@ -51,9 +52,14 @@ class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
         with atomic():
             queue = self.locked_object()
             services.update_queue(queue, parent=d["parent"] if "parent" in d else ..., weight=d.get("weight"),
-                                  state=d.get("state"), actor=request.user)
+                                  state=d.get("state"), preemption_grace_seconds=d.get("preemption_grace_seconds"),
+                                  actor=request.user)
         queue = self.get_queryset().get(pk=queue.pk)
-        return self.with_etag(Response(QueueSerializer(queue).data), queue)
+        data = QueueSerializer(queue).data
+        if d.get("state") == "closed" and queue.state == "closing":  # new-user trial 9, F10: say why it differs
+            data["state_note"] = ("closed asked, closing given: the queue still has pending or live jobs; it takes "
+                                  "no new jobs and becomes closed when its last job ends")
+        return self.with_etag(Response(data), queue)
 
     @extend_schema(request=QueueUpdateSerializer, responses={200: QueueSerializer}, parameters=[IF_MATCH])
     def update(self, request, name=None):
