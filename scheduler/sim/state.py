@@ -242,7 +242,8 @@ class ClusterState:
         self._dirty.clear()
         delta, token = self.pending.mark(), object()  # the pending jobs that came and went since the last snapshot
         given = None if delta is None or self._token is None else (self._token, token, *delta)
-        jobs = with_facts((*self.running.values(), *self.pending.values()), self.counts, len(self.running),
+        # a list, not a tuple: with_facts copies it into its FactTuple once (a tuple here is a second copy: 2x)
+        jobs = with_facts([*self.running.values(), *self.pending.values()], self.counts, len(self.running),
                           unique_ids=True,  # two dicts by job id, a job in one of them only
                           pending_changes=given)
         self._token = token
