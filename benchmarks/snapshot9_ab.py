@@ -5,7 +5,8 @@ on the headline world (20,160 GPUs, 10,000 pending, 5,000 running), variants alt
 
 Variants: `serial` = each query run and fetched in turn (bulk.rows one by one, as on main); `pipeline` = the code as it
 is (the queries sent in one psycopg pipeline, bulk.rows_many). Per run: wall, client CPU, the server
-process's CPU (/proc). PROFILE=1: per query wall / client CPU / server CPU of one serial read.
+process's CPU (/proc). CYCLE=1: whole cycles instead (store.run_cycle_once, the starts undone between runs), split
+into snapshot, engine and apply. PROFILE=1: per query wall / client CPU / server CPU of one serial read.
 """
 from __future__ import annotations
 
@@ -53,6 +54,29 @@ def main() -> None:
 
         def serial(*reads):  # main's reads: bulk.rows one after the other
             return [bulk.rows(*r) for r in reads]
+        if os.environ.get("CYCLE"):
+            import logging
+
+            logging.getLogger("gpuplatform.scheduling.store").setLevel(logging.WARNING)
+            from gpuplatform.models import Job
+            loaded_ids = list(Job.objects.filter(state="pending").values_list("id", flat=True))
+            cycles = {n: [] for n in names}
+            _db.timed_cycle()  # warm-up: the snapshot memo filled, as in a run of cycles
+            _db.reset_pending(loaded_ids)
+            for rep in range(reps):
+                for name in names:
+                    store.rows_many = pipelined if name == "pipeline" else serial
+                    r = _db.timed_cycle()
+                    _db.reset_pending(loaded_ids)
+                    cycles[name].append(r)
+                    print(f"rep {rep + 1} {name:8s} load {os.getloadavg()[0]:.1f}: total {r['total']:.3f} = snapshot "
+                          f"{r['snapshot']:.3f} + engine {r['engine']:.3f} + apply {r['apply']:.3f}, binds {r['binds']}",
+                          flush=True)
+            print("medians:")
+            for name, rs in cycles.items():
+                print(f"  {name:8s} " + ", ".join(f"{k} {statistics.median(r[k] for r in rs):.3f}"
+                                                  for k in ("total", "snapshot", "engine", "apply")))
+            return
         snap = {}
         results = {n: [] for n in names}
         for rep in range(reps):
