@@ -63,8 +63,8 @@ def rows_many(*reads) -> list[list[tuple]]:
     On PostgreSQL inside a transaction, the queries go out together in one psycopg pipeline (libpq pipeline
     mode): one round trip for all of them instead of one each, and the server runs the next query while this
     process converts the rows of the one before. Elsewhere (or outside a transaction: pipeline mode's implicit
-    transaction would end at its sync) `rows` one read after the other. Errors: a query's error is raised (the
-    transaction is then aborted, as by `rows`)."""
+    transaction would end at its sync) `rows` one read after the other. Errors: a query's error is raised as
+    Django's DatabaseError subclass, as by `rows` (the transaction is then aborted)."""
     reads = [(r[0], r[1], r[2] if len(r) > 2 else ()) for r in reads]
     if connection.vendor != "postgresql" or not connection.in_atomic_block:
         return [rows(q, f, t) for q, f, t in reads]
@@ -73,7 +73,7 @@ def rows_many(*reads) -> list[list[tuple]]:
     raw = connection.connection
     cursors = [raw.cursor() for _ in statements]
     try:
-        with raw.pipeline():
+        with connection.wrap_database_errors, raw.pipeline():  # psycopg's errors as Django's, as `rows` raises them
             for cur, (sql, params) in zip(cursors, statements):
                 cur.execute(sql, params, prepare=False)
             return [cur.fetchall() for cur in cursors]

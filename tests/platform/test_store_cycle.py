@@ -273,6 +273,16 @@ def test_rows_many_reads_as_rows_does_in_one_pipeline(submit):
         assert [len(g) for g in got] == [2, 3, 0, Node.objects.count()] and got[0][0][3] is not None
         assert Job.objects.filter(pk=b.pk).exists()  # the connection is out of pipeline mode
     assert rows_many() == [] and rows_many(reads[1]) == [rows(*reads[1])]
+    # PostgreSQL (SQLite's division by zero is NULL): a failing read raises Django's error (the transaction rolls
+    # back) and the connection reads on afterwards
+    from django.db import DatabaseError, connection
+
+    if connection.vendor != "postgresql":
+        return
+    with pytest.raises(DatabaseError):
+        with transaction.atomic():
+            rows_many(reads[1], (Job.objects.extra(where=["1 / (id - id) = 1"]), ("id",)), reads[3])
+    assert rows_many(reads[1]) == [rows(*reads[1])]
 
 
 def test_the_cycle_runs_with_the_cyclic_gc_paused_and_restores_it(submit, monkeypatch):
