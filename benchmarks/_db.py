@@ -225,7 +225,7 @@ def load_world(snapshot) -> dict:
 
 def reset_pending(pending_ids: list[int]) -> None:
     """Undo a cycle's starts for the given jobs (delete their allocations and admission events, tasks
-    and jobs back to pending), so the same cycle can be timed again on the same database."""
+    and jobs back to pending, bound_at cleared), so the same cycle can be timed again on the same database."""
     from django.db import transaction
 
     from gpuplatform.models import Allocation, Event, Job, SchedulerCycle, Task
@@ -235,8 +235,11 @@ def reset_pending(pending_ids: list[int]) -> None:
             ids = pending_ids[i:i + 20000]
             Allocation.objects.filter(job_id__in=ids).delete()
             Task.objects.filter(job_id__in=ids).update(state="pending", node=None)
+            # bound_at too: the undone jobs' rows as they were read before the cycle (a bound_at left behind made
+            # every undone job's row differ from the snapshot memo's, so a rerun rebuilt 10,000 JobInfos that a
+            # production cycle reuses)
             Job.objects.filter(id__in=ids).update(state="pending", started_at=None, placement_domain="",
-                                                  placement_tier=None)
+                                                  placement_tier=None, bound_at=None)
         Event.objects.filter(kind="admitted").delete()
         SchedulerCycle.objects.all().delete()
     from django.db import connection

@@ -17,7 +17,10 @@ __all__ = ["AnyOf", "CopyRows", "Many", "copy_rows", "insert_rows", "json_value"
 class _Epoch(Func):
     """A datetime column as float seconds since the epoch, computed by PostgreSQL (no datetime built)."""
 
-    template = "EXTRACT(EPOCH FROM %(expressions)s)::float8"
+    # date_part gives float8 directly: (microseconds since 2000 - the epoch's, exact in a double) / 1e6, one
+    # correctly rounded division, the same double as EXTRACT(EPOCH ...)::float8 (exact numeric, then rounded),
+    # without EXTRACT's numeric arithmetic (~0.3 us of server CPU a value: 60,000 times a headline snapshot)
+    template = "date_part('epoch', %(expressions)s)"
     output_field = FloatField()
 
 
@@ -30,9 +33,7 @@ def rows(queryset, fields, times=()) -> list[tuple]:
     value, as datetime.timestamp() is, so both give the same float); JSON columns come back as their text
     (decode with json_value). Elsewhere values_list, with the times converted in Python."""
     if connection.vendor == "postgresql":
-        names = [f"_epoch_{f}" if f in times else f for f in fields]
-        qs = queryset.annotate(**{f"_epoch_{f}": _Epoch(f) for f in times}).values_list(*names)
-        sql, params = qs.query.sql_with_params()
+        sql, params = _rows_sql(queryset, fields, times)
         with connection.cursor() as cur:
             cur.execute(sql, params)
             return cur.fetchall()
@@ -47,6 +48,38 @@ def rows(queryset, fields, times=()) -> list[tuple]:
             row[i] = row[i].timestamp() if row[i] is not None else None
         result.append(tuple(row))
     return result
+
+
+def _rows_sql(queryset, fields, times) -> tuple[str, tuple]:
+    names = [f"_epoch_{f}" if f in times else f for f in fields]
+    qs = queryset.annotate(**{f"_epoch_{f}": _Epoch(f) for f in times}).values_list(*names)
+    return qs.query.sql_with_params()
+
+
+def rows_many(*reads) -> list[list[tuple]]:
+    """`rows` for several reads at once: each read is (queryset, fields) or (queryset, fields, times); returns
+    their rows in the same order, each as `rows` returns it (same values, same types).
+
+    On PostgreSQL inside a transaction, the queries go out together in one psycopg pipeline (libpq pipeline
+    mode): one round trip for all of them instead of one each, and the server runs the next query while this
+    process converts the rows of the one before. Elsewhere (or outside a transaction: pipeline mode's implicit
+    transaction would end at its sync) `rows` one read after the other. Errors: a query's error is raised as
+    Django's DatabaseError subclass, as by `rows` (the transaction is then aborted)."""
+    reads = [(r[0], r[1], r[2] if len(r) > 2 else ()) for r in reads]
+    if connection.vendor != "postgresql" or not connection.in_atomic_block:
+        return [rows(q, f, t) for q, f, t in reads]
+    statements = [_rows_sql(q, f, t) for q, f, t in reads]
+    connection.ensure_connection()
+    raw = connection.connection
+    cursors = [raw.cursor() for _ in statements]
+    try:
+        with connection.wrap_database_errors, raw.pipeline():  # psycopg's errors as Django's, as `rows` raises them
+            for cur, (sql, params) in zip(cursors, statements):
+                cur.execute(sql, params, prepare=False)
+            return [cur.fetchall() for cur in cursors]
+    finally:
+        for cur in cursors:
+            cur.close()
 
 
 def json_value(value):

@@ -250,6 +250,41 @@ def test_rows_reads_plain_tuples_with_epoch_times(submit):
     assert got[0][3] == at.timestamp() and got[1][3] is None and json_value(got[0][4]) == ["n1", "n2"]
 
 
+def test_rows_many_reads_as_rows_does_in_one_pipeline(submit):
+    """gpuplatform.bulk.rows_many, the snapshot read's reader (one psycopg pipeline on PostgreSQL inside a
+    transaction): each read's rows equal `rows`'s, in the order given (times as floats, an empty read empty), and
+    the connection reads normally afterwards."""
+    from datetime import timedelta
+
+    from django.db import transaction
+
+    from gpuplatform.bulk import rows, rows_many
+
+    a, b = submit("a", tasks=2, gpus=1), submit("b", tasks=1, gpus=1)
+    Job.objects.filter(pk=a.pk).update(not_before=CLOCK + timedelta(microseconds=7), excluded_nodes=["n1"])
+    reads = [(Job.objects.order_by("id"), ("id", "queue__name", "submitted_at", "not_before", "excluded_nodes"),
+              ("submitted_at", "not_before")),
+             (Task.objects.order_by("id"), ("id", "job_id", "role__name", "state")),
+             (Job.objects.filter(state="running"), ("id",)),
+             (Node.objects.order_by("name"), ("name", "gpu_count"))]
+    with transaction.atomic():
+        got = rows_many(*reads)
+        assert got == [rows(*r) for r in reads]
+        assert [len(g) for g in got] == [2, 3, 0, Node.objects.count()] and got[0][0][3] is not None
+        assert Job.objects.filter(pk=b.pk).exists()  # the connection is out of pipeline mode
+    assert rows_many() == [] and rows_many(reads[1]) == [rows(*reads[1])]
+    # PostgreSQL (SQLite's division by zero is NULL): a failing read raises Django's error (the transaction rolls
+    # back) and the connection reads on afterwards
+    from django.db import DatabaseError, connection
+
+    if connection.vendor != "postgresql":
+        return
+    with pytest.raises(DatabaseError):
+        with transaction.atomic():
+            rows_many(reads[1], (Job.objects.extra(where=["1 / (id - id) = 1"]), ("id",)), reads[3])
+    assert rows_many(reads[1]) == [rows(*reads[1])]
+
+
 def test_the_cycle_runs_with_the_cyclic_gc_paused_and_restores_it(submit, monkeypatch):
     """run_cycle_once pauses Python's cyclic collector while it runs (store.cyclic_gc_paused) and puts it
     back as it was, also when the cycle fails; a collector the caller had disabled stays disabled."""
