@@ -171,10 +171,10 @@ def test_a_second_preemption_uses_the_gpus_the_first_one_freed():
     assert set(holds["hi1"]) <= _gpus_of(snapshot, "low1")
 
 
-def test_an_eviction_stays_while_another_job_holds_its_gpus():
+def test_an_eviction_is_withdrawn_when_its_own_beneficiary_left_even_if_another_job_holds_its_gpus():
     """Next cycle: run3 is being evicted for j0, which has been cancelled, and j1 holds one of run3's GPUs
-    (the first world's outcome). run3's eviction is not withdrawn (j1's hold waits on it); once no hold wants
-    its GPUs it is."""
+    (the first world's outcome). run3's eviction is withdrawn all the same: only the beneficiary's own hold
+    keeps an eviction (a snapshot cannot tell j1's hold from a drain reservation, which must never kill a job)."""
     def world(with_j1: bool) -> World:
         w = World().nodes(count=1, gpus=8, flavor="A10", prefix="A10-")
         w.queue(name="t2", quota={"A10": 2}, guarantee={"A10": 2})
@@ -187,7 +187,7 @@ def test_an_eviction_stays_while_another_job_holds_its_gpus():
         return w
 
     from dataclasses import replace
-    for with_j1, withdrawn in ((True, []), (False, ["run3"])):
+    for with_j1, withdrawn in ((True, ["run3"]), (False, ["run3"])):
         snapshot = world(with_j1).snapshot()
         jobs = tuple(replace(j, state="preempting", evicted_for="j0") if j.id == "run3" else j for j in snapshot.jobs)
         snapshot = replace(snapshot, jobs=jobs)
@@ -195,6 +195,8 @@ def test_an_eviction_stays_while_another_job_holds_its_gpus():
         result = run_cycle(snapshot)
         check_result(snapshot, result)
         assert [w.job_id for w in result.withdrawals] == withdrawn
+        if with_j1:  # j1 keeps its hold on GPU 5, now a running job's: it tries again from its next cycle
+            assert _holds(result)["j1"] == [("A10-1", 5)]
 
 
 def _being_evicted(guarantee: int, queue: str) -> tuple:

@@ -10,8 +10,9 @@ victims were gone and the job placed, holds the job's GPUs for it (a Nomination:
 the victims have released them) and records an audit decision with the queues' usage before and after.
 GPUs that evictions still in their grace period free beyond their beneficiaries' holds (a 4-GPU gang evicted
 for a 1-GPU job; this cycle's evictions, and earlier cycles' that stand) are handed to the searches as already
-freed (`_releasing`): a job that fits on them gets a hold on them with no eviction of its own (an audit decision
-with no victims), instead of a second eviction.
+freed (`_releasing`): a job that fits on them gets a hold on them with no eviction of its own (a decision with
+no victims in CycleResult.decisions, and the pending reason "nominated ... holds N GPUs that evicted jobs are
+releasing"; the platform writes decision Events only for decisions with victims), instead of a second eviction.
 """
 from __future__ import annotations
 
@@ -216,14 +217,15 @@ def withdrawals(snapshot: Snapshot, nominated: dict, facts=None) -> list[Withdra
     """Evictions to take back: every job (or released tasks) still in its grace period ("preempting", with
     `evicted_for`) whose GPUs are none of those held for its beneficiary after this cycle (`nominated`: job
     id -> TaskPlacements): the beneficiary was cancelled or ended, started elsewhere, or no longer needs
-    them. Killing a job for nobody is pure loss; the victim keeps running without a restart. An eviction
-    whose GPUs another job holds (one that took GPUs the eviction frees beyond its beneficiary's hold,
-    run_evictions) stands: it is no longer for nobody, and that job's hold waits on those GPUs.
+    them. Killing a job for nobody is pure loss; the victim keeps running without a restart. Only the
+    beneficiary's own hold keeps an eviction: another job's hold on its GPUs (one that took GPUs the eviction
+    frees beyond the beneficiary's hold, run_evictions; a drain reservation; a move) does not, since nothing
+    in the snapshot tells those apart, and a drain reservation must never kill a job. Such a hold is then on
+    GPUs a running job keeps: its holder tries again from its next cycle.
     facts: the snapshot's jobindex.Facts or None; with no job being evicted (Facts.evicting) none is looked at."""
     if facts is not None and facts.evicting == 0:
         return []
     jobs = None  # job id -> JobInfo, built at the first withdrawal (most cycles have none)
-    every = None  # (node, GPU) of every hold, built at the first eviction whose own beneficiary holds none of it
     out = []
     for job in snapshot.jobs:
         if job.state != "preempting" or job.evicted_for is None:
@@ -231,10 +233,6 @@ def withdrawals(snapshot: Snapshot, nominated: dict, facts=None) -> list[Withdra
         held = nominated.get(job.evicted_for, ())
         mine = {(t.node, g) for t in job.placement for g in t.gpus}
         if any((t.node, g) in mine for t in held for g in t.gpus):
-            continue
-        if every is None:
-            every = {(t.node, g) for tasks in nominated.values() for t in tasks for g in t.gpus}
-        if not mine.isdisjoint(every):
             continue
         if jobs is None:
             jobs = {j.id: j for j in snapshot.jobs}
