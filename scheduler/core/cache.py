@@ -151,6 +151,12 @@ class EngineCache:
         self._lent[threading.get_ident()] = (static, state)
         return True
 
+    def drop_lent(self) -> None:
+        """Forget the capacity this thread's cycle was lent (`lend`) without restoring it: the cycle raised, its
+        ClusterState may be half-changed and is not kept (the next cycle computes the capacity anew)."""
+        with self.lock:
+            self._lent.pop(threading.get_ident(), None)
+
     def settle(self) -> None:
         """The capacity this thread's last cycle was lent (`lend`), restored to its snapshot's figures
         (ClusterState.restore) and kept again, unless the cache keeps another one by now or its shape changed.

@@ -55,15 +55,20 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     a function of the cycle's Session returning sharing's walk hook (Session.sharing), so that the allocate walk
     takes whole-GPU and sharing jobs in one fair-share order.
     Raises TopologyError on an inconsistent domain tree."""
-    if not whole_only and has_sharing(snapshot, cache):
-        result = run_cycle_sharing(snapshot, config, partial(run_cycle, whole_only=True), cache=cache)
-    else:
-        result = _run_cycle(snapshot, config or CycleConfig(), cache, share_hook)
-    if not whole_only and (cache.scan(snapshot).spares if cache is not None else has_spares(snapshot)):
-        t0 = time.perf_counter()
-        spare_pass(snapshot, config or CycleConfig(), result, cache)
-        result.timings["spares"] = time.perf_counter() - t0
-        result.timings["total"] = result.timings.get("total", 0.0) + result.timings["spares"]
+    try:
+        if not whole_only and has_sharing(snapshot, cache):
+            result = run_cycle_sharing(snapshot, config, partial(run_cycle, whole_only=True), cache=cache)
+        else:
+            result = _run_cycle(snapshot, config or CycleConfig(), cache, share_hook)
+        if not whole_only and (cache.scan(snapshot).spares if cache is not None else has_spares(snapshot)):
+            t0 = time.perf_counter()
+            spare_pass(snapshot, config or CycleConfig(), result, cache)
+            result.timings["spares"] = time.perf_counter() - t0
+            result.timings["total"] = result.timings.get("total", 0.0) + result.timings["spares"]
+    except BaseException:
+        if not whole_only and cache is not None:
+            cache.drop_lent()  # the cycle's half-changed capacity: not kept, the next cycle computes it anew
+        raise
     if not whole_only and cache is not None:
         cache.settle()  # the capacity the cycle's ClusterState worked on, back to the cache (EngineCache.lend)
     return result

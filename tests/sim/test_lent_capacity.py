@@ -42,3 +42,33 @@ def test_lent_capacity_comes_back_as_the_snapshot_has_it(name: str) -> None:
         cluster, trace = helios_slice(0.1, borrow=False, start=30.4)
         replay(cluster, trace, engine=engine, config=CycleConfig(), cycle_interval=1.0, fairness=False)
     assert seen["kept"] > 100 and seen["moved"] > 20
+
+
+def test_a_cycle_that_raises_keeps_nothing_it_was_lent(monkeypatch) -> None:
+    """A cycle that raises after its ClusterState took GPUs (allocate placed jobs, then failed): the cache keeps
+    neither that half-changed capacity nor the reference to it (EngineCache.drop_lent), and the next cycle's
+    kept capacity is the snapshot's again."""
+    from scheduler.core import cycle as cycle_module
+    from scheduler.core.testing import World
+
+    w = World().nodes(count=2, gpus=8, flavor="A10", prefix="A10-").queue(name="q", quota={"A10": 16})
+    for i in range(3):
+        w.job(name=f"j{i}", queue="q", tasks=1, gpus_per_task=4, flavors=["A10"], submit=float(i))
+    snapshot = w.snapshot()
+    cache = EngineCache()
+    run_cycle(snapshot, cache=cache)  # the capacity kept
+    real = cycle_module.allocate
+
+    def failing(session, *args, **kwargs):
+        real(session, *args, **kwargs)  # takes GPUs on the lent capacity
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(cycle_module, "allocate", failing)
+    with pytest.raises(RuntimeError):
+        run_cycle(snapshot, cache=cache)
+    assert cache._lent == {}
+    monkeypatch.setattr(cycle_module, "allocate", real)
+    result = run_cycle(snapshot, cache=cache)
+    assert len(result.bindings) == 3
+    fresh = _snapshot_capacity(cache._static, snapshot.nodes, None, exact=True)
+    assert _figures(cache._start) == _figures(fresh)
