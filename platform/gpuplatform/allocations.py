@@ -9,7 +9,9 @@ starts); `write_allocations` checks the same references with one statement (bulk
 (FOR KEY SHARE on the task rows until the transaction ends): the task exists AND is a task of the allocation's job,
 so job_id is implied by the task's own foreign key to its job (task.job_id, kept). A missing task, or a task of
 another job, raises django.db.IntegrityError, as the constraint did: the caller's transaction fails. Tasks are
-deleted only with their job (Django's CASCADE, which deletes their allocations too). The GPU's and the MIG
+deleted only with their job (Django's CASCADE, which deletes their allocations too). Unlike the constraint, this
+checks the insert side only: the database no longer re-checks on a job's delete, so the one deleter of jobs (the
+demo's workload reset) locks the job and task tables EXCLUSIVE first, waiting for every writer holding those locks. The GPU's and the MIG
 instance's foreign keys keep their constraints.
 """
 from __future__ import annotations

@@ -90,11 +90,19 @@ def _reset_workload() -> dict:
     """Forget the previous demo run's workload; the cluster, teams, queues and users stay.
 
     Housekeeping of the demo's own replayed data, not a platform action, so it is not a service."""
-    from gpuplatform.models import Allocation, ClusterSample, Event, Job, QueueSample, SchedulerCycle
+    from gpuplatform.models import Allocation, ClusterSample, Event, Job, QueueSample, SchedulerCycle, Task
 
     from django.db.models import Q
 
     with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # allocation.job_id / task_id and event.job_id have no foreign-key constraint (migration 0023_e2e9):
+            # their writers lock the jobs and tasks they name FOR KEY SHARE. EXCLUSIVE waits for every such writer
+            # (a cycle, an agent's report) to end and keeps new ones out until the deletes commit, so no row
+            # written meanwhile is left naming a deleted job (plain reads go on)
+            with connection.cursor() as cur:
+                tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in (Job, Task))
+                cur.execute(f"LOCK TABLE {tables} IN EXCLUSIVE MODE")
         counts = {"jobs": Job.objects.count()}
         Allocation.objects.all().delete()
         # The jobs' and the cycles' events go; the audit of teams, queues, quotas and users stays.
