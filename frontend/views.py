@@ -247,8 +247,11 @@ def job_list_errors(request, filters: dict) -> list[str]:
     team = filters["team"]
     if team and unknown_name(Team, "slug", team, "team") and unknown_name(Team, "name", team, "team"):
         errors.append(f"team: {unknown_name(Team, 'name', team, 'team')}")
-    for param, model, lookup, what in (("queue", Queue, "name", "queue"),
-                                       ("submitter", get_user_model(), "username", "user")):
+    # a user name is checked for admins only (api.filters.NamedFilter._may_tell: a non-admin is not told who has
+    # an account; an unknown one just lists nothing)
+    names = (("queue", Queue, "name", "queue"),) + ((("submitter", get_user_model(), "username", "user"),)
+                                                    if request.user.is_staff else ())
+    for param, model, lookup, what in names:
         error = filters[param] and unknown_name(model, lookup, filters[param], what)
         if error:
             errors.append(f"{param}: {error}")

@@ -26,6 +26,10 @@ def test_filters_naming_nothing_are_a_400_naming_the_parameter(admin, client_for
     assert admin.get("/api/v1/events/?kind=evicted").json()["count"] == 0
     assert client_for("member").get("/api/v1/jobs/?submitter=mike").json()["count"] == 1
     assert client_for("member").get("/api/v1/jobs/?submitter=bob").json()["count"] == 0  # another team's
+    # a non-admin is not told which user names exist: an unknown one filters to nothing, as a known one may
+    for url in ("/api/v1/jobs/?submitter=nope", "/api/v1/memberships/?user=nope"):
+        r = client_for("member").get(url)
+        assert r.status_code == 200 and r.json()["count"] == 0, (url, r.content)
     assert admin.get("/api/v1/nodes/?flavor=H100").json()["count"] > 0
 
 

@@ -65,11 +65,19 @@ class NamedFilter(df.CharFilter):
         self.hint = hint
 
     def filter(self, qs, value):
-        if value not in (None, ""):
+        if value not in (None, "") and self._may_tell():
             error = unknown_name(self.named_model, self.named_lookup, value, self.what, self.hint)
             if error:
                 raise ValidationError({self.field_name.split("__")[0]: [error]})
         return super().filter(qs, value)
+
+    def _may_tell(self) -> bool:
+        """Whether the caller may learn that the name exists: always, but for a user name asked by a non-admin
+        (a 400 for one that does not exist would tell who has an account; theirs just filters to nothing)."""
+        if self.named_model is not get_user_model():
+            return True
+        request = getattr(self.parent, "request", None)
+        return bool(request is not None and getattr(request.user, "is_staff", False))
 
 
 def unknown_name(model, lookup: str, value: str, what: str, hint: str = "") -> str | None:
