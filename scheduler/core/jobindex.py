@@ -69,6 +69,15 @@ def _node_shares(n) -> bool:
     return bool(n.mig) or any(m != "exclusive" for m in n.gpu_modes)
 
 
+def _tally(counts: dict, key, change: int) -> None:
+    """counts[key] += change, the key dropped when it reaches 0 (JobCounts' per-key counters hold no zeros)."""
+    left = counts.get(key, 0) + change
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
+
+
 class JobCounts:
     """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
 
@@ -101,12 +110,7 @@ class JobCounts:
             self.pending_gpus += sign * gpus
             if job.reserved:
                 self.holding += sign
-            per = self.pending_priorities
-            left = per.get(job.priority, 0) + sign
-            if left:
-                per[job.priority] = left
-            else:
-                del per[job.priority]
+            _tally(self.pending_priorities, job.priority, sign)
             return
         if any(r.shares for r in roles):
             self.sharing_jobs += sign
@@ -121,29 +125,14 @@ class JobCounts:
         total = 0
         for t in job.placement:
             if t.gpus:
-                key = (job.queue, t.node)
-                left = per.get(key, 0) + sign * len(t.gpus)
-                if left:
-                    per[key] = left
-                else:
-                    del per[key]
+                _tally(per, (job.queue, t.node), sign * len(t.gpus))
                 total += len(t.gpus)
         if total:
-            per = self.running_queues
-            left = per.get(job.queue, 0) + sign * total
-            if left:
-                per[job.queue] = left
-            else:
-                del per[job.queue]
+            _tally(self.running_queues, job.queue, sign * total)
         if job.placement and len(job.placement) < _tasks(job):
             self.short += sign
         if job.preemptible:
-            per = self.preemptible_priorities
-            left = per.get(job.priority, 0) + sign
-            if left:
-                per[job.priority] = left
-            else:
-                del per[job.priority]
+            _tally(self.preemptible_priorities, job.priority, sign)
 
     def remove(self, job) -> None:
         self.add(job, -1)
