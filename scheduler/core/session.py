@@ -19,6 +19,7 @@ none keeps a reference to another action's internals. Units: GPUs, seconds of th
 from __future__ import annotations
 
 from bisect import bisect_left
+from operator import attrgetter
 
 from .cache import EngineCache
 from .plugins.feasibility import Capacity
@@ -30,6 +31,7 @@ from .snapshot import Binding, CycleConfig, JobInfo, PendingReason, RoleInfo, Sn
 from .state import ClusterState
 from .statement import Statement
 
+_gpu_numa = attrgetter("gpu_numa")
 
 _OFF = ("off",)
 _STRICT = ("strict",)
@@ -534,7 +536,7 @@ class Session:
         NUMA counts only for a task of more than one GPU that some NUMA node of its flavors could hold
         (a task larger than every NUMA node, e.g. a whole node's GPUs, is never aligned: no pass for it)."""
         if self._numa_known is None:
-            self._numa_known = any(n.gpu_numa for n in self.snapshot.nodes)
+            self._numa_known = any(map(_gpu_numa, self.snapshot.nodes))
         numa_modes = _OFF
         if self._numa_known or job.numa == "single":
             max_zone = self.capacity.max_zone

@@ -14,6 +14,8 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import defaultdict
 from contextlib import nullcontext
+from itertools import compress
+from operator import is_not
 
 from .cache import ClusterStatic, EngineCache
 from .snapshot import NodeInfo, Snapshot
@@ -381,10 +383,9 @@ def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None, *, ex
         start.bucket_keys = defaultdict(list, {key: sorted(per_free) for key, per_free in buckets.items()})
         start.exact = None
     else:
-        seen = start.nodes
-        for k, n in enumerate(nodes):
-            if n is seen[k]:
-                continue
+        # the nodes whose NodeInfo is not the previous snapshot's (C-level: a producer keeps unchanged ones)
+        for k in compress(range(len(nodes)), map(is_not, nodes, start.nodes)):
+            n = nodes[k]
             free, count, cpu, mem = _node_capacity(n)
             was, now, flavor = len(start.free[k]), len(free), n.flavor  # flavor: same shape, same flavor
             start.free[k], start.healthy[k], start.cpu[k], start.mem[k] = free, count, cpu, mem

@@ -64,8 +64,9 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
     demand: dict[str, dict[str, float]] = {}  # queue -> flavor -> GPUs (float sums from 0.0, in this order)
     chain = queues.chain
     for q, per_flavor in pending_demand.items():
+        levels = chain(q)
         for flavor, gpus in per_flavor.items():
-            for chain_q in chain(q):
+            for chain_q in levels:
                 per = demand.get(chain_q)
                 if per is None:
                     per = demand[chain_q] = {}
@@ -77,17 +78,26 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
         for flavor, gpus in per_flavor.items():
             per[flavor] = per.get(flavor, 0.0) + gpus
     if memo is not None:
-        caps = []
-        flavors = tuple(capacity)
-        for q, info in queues.queues.items():
-            per, quotas = demand.get(q), info.quotas
-            for flavor in flavors:
-                quota = quotas.get(flavor)
-                d = per.get(flavor, 0.0) if per is not None else 0.0
-                caps.append(min(quota.limit, d) if quota and quota.limit is not None else d)
-        key = (queues.static_key, tuple(capacity.items()), tuple(caps))
         slot = ("fair shares", threading.get_ident())
         kept = memo.get(slot)
+        flavors = tuple(capacity)
+        # per queue (in the queues' order) its limit per flavor, INF for none: kept with the answer while the
+        # queues' static fields and the flavors are the same
+        if kept is not None and kept[2] is queues.static_key and kept[3] == flavors:
+            limits = kept[4]
+        else:
+            limits = []
+            for q, info in queues.queues.items():
+                quotas = info.quotas
+                for flavor in flavors:
+                    quota = quotas.get(flavor)
+                    limits.append((q, flavor, quota.limit if quota and quota.limit is not None else INF))
+        caps = []
+        for q, flavor, limit in limits:  # min(limit, demand): all the water-filling reads of the demand
+            per = demand.get(q)
+            d = per.get(flavor, 0.0) if per is not None else 0.0
+            caps.append(d if d < limit else limit)
+        key = (queues.static_key, tuple(capacity.items()), caps)
         if kept is not None and kept[0] == key:
             return {q: dict(per) for q, per in kept[1].items()}
     out: dict[str, dict[str, float]] = defaultdict(dict)
@@ -112,7 +122,7 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
     for flavor, amount in capacity.items():
         split(None, flavor, float(amount))
     if memo is not None:
-        memo[slot] = (key, {q: dict(per) for q, per in out.items()})
+        memo[slot] = (key, {q: dict(per) for q, per in out.items()}, queues.static_key, flavors, limits)
     return dict(out)
 
 

@@ -95,9 +95,19 @@ class QueueTree:
             # one flavor on every node, and every running task on a known node: the per-queue sums are the totals
             # (integers, exact in any order; usage's keys may come in another order, which nothing reads)
             (flavor,) = self.capacity
+            # charged up each chain here, summed per level first (the same usage, its keys in the same order of
+            # first charge; one defaultdict per level made once instead of a lambda call and a += per charge)
+            sums: dict[str, int] = {}
+            chains, chain, charged = self._chains, self.chain, 0
             for queue, gpus in by_queue.items():
                 if open_world or queue in names:
-                    totals[(queue, flavor)] = gpus
+                    charged += 1
+                    for q in chains.get(queue) or chain(queue):
+                        sums[q] = sums.get(q, 0) + gpus
+            usage = self.usage
+            for q, gpus in sums.items():
+                usage[q] = defaultdict(int, ((flavor, gpus),))
+            self.version += charged
         elif running is not None:  # kept per change by the caller's index: no pass over the jobs
             for (queue, node), gpus in running.items():
                 if open_world or queue in names:
