@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import threading
 from itertools import compress
-from operator import is_, is_not
+from operator import is_
 from typing import Callable, TypeVar
 
 from .domain_tree import DomainTree, build_tree
-from .jobindex import SnapshotIndex
+from .jobindex import SnapshotIndex, changed_positions
 from .snapshot import Snapshot
 
 T = TypeVar("T")
@@ -84,7 +84,7 @@ def _same_shape(nodes: tuple, seen: tuple) -> bool:
     if len(nodes) != len(seen):
         return False
     # NodeInfo is frozen: an identical object has identical fields (those that differ found C-level)
-    for k in compress(range(len(nodes)), map(is_not, nodes, seen)):
+    for k in changed_positions(nodes, seen):
         a, b = nodes[k], seen[k]
         if (a.name != b.name or a.flavor != b.flavor or a.gpus != b.gpus or a.domain != b.domain
                 or a.cpu_milli != b.cpu_milli or a.memory_mib != b.memory_mib):

@@ -37,7 +37,7 @@ from .actions.reschedule import due as reschedule_due, hold_moving, reschedule
 from .cache import ClusterStatic, EngineCache, PendingChanges
 from .jobindex import FactTuple
 from .metrics import cluster_metrics, metrics_by_group
-from .plugins.fairshare import fair_shares, pending_demand, schedulable_gpus
+from .plugins.fairshare import cycle_fair_shares, fair_shares, pending_demand, schedulable_gpus
 from .plugins.quota import QueueTree
 from .session import Session
 from .sharing import has_sharing, run_cycle_sharing
@@ -92,7 +92,8 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     if config.fair_share and snapshot.queues:
         capacity = facts.schedulable if facts is not None and facts.schedulable is not None \
             else schedulable_gpus(snapshot.nodes)
-        result.fair_share = fair_shares(queues, capacity, pending_demand(pending, state.flavors, memo), memo)
+        result.fair_share = fair_shares(queues, capacity, pending_demand(pending, state.flavors), None) \
+            if memo is None else cycle_fair_shares(queues, capacity, pending, state.flavors, memo)
     session = Session(state, queues, config, snapshot, cache=cache)
     if share_hook is not None:
         session.sharing = share_hook(session)

@@ -33,6 +33,21 @@ from operator import attrgetter, is_not
 from typing import NamedTuple
 
 
+_last_changed: list = [None]  # (nodes, seen, positions) of the last changed_positions call
+
+
+def changed_positions(nodes: tuple, seen: tuple) -> list[int]:
+    """The positions k (of tuples of one length) where nodes[k] is not seen[k]: the nodes a producer replaced since
+    the snapshot whose node tuple is `seen`. The answer for the last pair asked is kept (by identity): the engine
+    cache, its snapshot index and the capacity update each ask it of the same two snapshots once a cycle."""
+    last = _last_changed[0]
+    if last is not None and last[0] is nodes and last[1] is seen:
+        return last[2]
+    at = list(compress(range(len(nodes)), map(is_not, nodes, seen)))
+    _last_changed[0] = (nodes, seen, at)
+    return at
+
+
 class Facts(NamedTuple):
     """What a cycle asks of its snapshot's jobs and nodes (SnapshotIndex.facts)."""
 
@@ -228,7 +243,7 @@ class SnapshotIndex:
         if nodes is not before and before is not None and len(nodes) == len(before) == len(self.node_ids):
             # the same positions (a producer that replaces only the nodes that changed): the changed ones only,
             # found C-level, when their new objects are none of the indexed ones and each once (else the sets)
-            at = list(compress(range(len(nodes)), map(is_not, nodes, before)))
+            at = changed_positions(nodes, before)
             prev = self.node_by_id
             new = [nodes[k] for k in at]
             new_ids = set(map(id, new))

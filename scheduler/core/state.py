@@ -14,10 +14,9 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import defaultdict
 from contextlib import nullcontext
-from itertools import compress
-from operator import is_not
 
 from .cache import ClusterStatic, EngineCache
+from .jobindex import changed_positions
 from .snapshot import NodeInfo, Snapshot
 
 
@@ -384,7 +383,7 @@ def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None, *, ex
         start.exact = None
     else:
         # the nodes whose NodeInfo is not the previous snapshot's (C-level: a producer keeps unchanged ones)
-        for k in compress(range(len(nodes)), map(is_not, nodes, start.nodes)):
+        for k in changed_positions(nodes, start.nodes):
             n = nodes[k]
             free, count, cpu, mem = _node_capacity(n)
             was, now, flavor = len(start.free[k]), len(free), n.flavor  # flavor: same shape, same flavor

@@ -206,6 +206,20 @@ def pending_demand(pending, flavors, memo: dict | None = None) -> dict[str, dict
     with any fraction the whole list is summed, in its order."""
     if memo is None:
         return _demand(pending, flavors)
+    sums = _kept_sums(pending, flavors, memo)
+    if sums is None:  # a fraction: floats, whose sums depend on their order
+        return _demand(pending, flavors)
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for q, per in sums.items():
+        for f, gpus in per.items():
+            if gpus:  # a zero sum and a missing one read the same (fair_shares: demand.get(f, 0.0))
+                out[q][f] = gpus
+    return out
+
+
+def _kept_sums(pending, flavors, memo: dict) -> dict | None:
+    """pending_demand's sums kept in the memo, brought up to date with `pending`: queue -> flavor -> GPUs
+    (integers; a sum may be 0), or None when a pending job asks for a fraction (pending_demand then sums the list)."""
     changes = PendingChanges.of(memo).advance(pending)
     key = ("pending demand", threading.get_ident())  # one per thread, like PendingChanges
     kept = memo.get(key)  # [PendingChanges.epoch, queue -> flavor -> GPUs, flavors]
@@ -218,22 +232,47 @@ def pending_demand(pending, flavors, memo: dict | None = None) -> dict[str, dict
             per = sums[q]
             for f in allowed:
                 per[f] -= gpus
-        if not _add_whole(sums, changes.came, flavors):  # a fraction: floats, whose sums depend on their order
+        if not _add_whole(sums, changes.came, flavors):
             del memo[key]
-            return _demand(pending, flavors)
+            return None
         kept[0] = changes.epoch
     else:  # start over
         memo.pop(key, None)
         sums = {}
         if not _add_whole(sums, pending, flavors):
-            return _demand(pending, flavors)
+            return None
         kept = memo[key] = [changes.epoch, sums, frozenset(flavors)]
-    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for q, per in kept[1].items():
-        for f, gpus in per.items():
-            if gpus:  # a zero sum and a missing one read the same (fair_shares: demand.get(f, 0.0))
-                out[q][f] = gpus
-    return out
+    return kept[1]
+
+
+def cycle_fair_shares(queues: QueueTree, capacity: dict[str, int], pending, flavors, memo: dict
+                      ) -> dict[str, dict[str, float]]:
+    """fair_shares(queues, capacity, pending_demand(pending, flavors, memo), memo): the same answer. On a cluster of
+    one flavor, whether the last answer holds (its inputs' min(limit, demand) per queue, the same key) is checked
+    first from the kept pending sums and the queues' usage alone, integers exact in any order, without building
+    the demand dicts those two calls build; they run only when it does not. memo: the engine cache's job memo."""
+    if len(capacity) == 1:
+        kept = memo.get(("fair shares", threading.get_ident()))
+        if kept is not None and kept[2] is queues.static_key and kept[3] == tuple(capacity):
+            sums = _kept_sums(pending, flavors, memo)
+            if sums is not None:
+                (flavor,) = capacity
+                below: dict[str, int] = {}  # queue -> GPUs asked by the pending jobs of its subtree
+                chain = queues.chain
+                for q, per in sums.items():
+                    gpus = per.get(flavor)
+                    if gpus:
+                        for level in chain(q):
+                            below[level] = below.get(level, 0) + gpus
+                usage = queues.usage
+                caps = []
+                for q, _, limit in kept[4]:  # fair_shares' caps, in its order
+                    used = usage.get(q)
+                    d = below.get(q, 0) + (used.get(flavor, 0) if used is not None else 0)
+                    caps.append(d if d < limit else limit)
+                if kept[0] == (queues.static_key, tuple(capacity.items()), caps):
+                    return {q: dict(per) for q, per in kept[1].items()}
+    return fair_shares(queues, capacity, pending_demand(pending, flavors, memo), memo)
 
 
 def _one(job, flavors) -> tuple:
