@@ -21,7 +21,7 @@ from django.db import IntegrityError
 from . import bulk
 from .models import Allocation, Task
 
-__all__ = ["ALLOCATION_FIELDS", "write_allocations"]
+__all__ = ["ALLOCATION_FIELDS", "check_references", "check_updated_tasks", "write_allocations"]
 
 # The columns of write_allocations' rows, in order.
 ALLOCATION_FIELDS = ("task_id", "gpu_id", "job_id", "created_at", "gpu_milli", "gpu_memory_mib", "mig_instance_id")
@@ -53,3 +53,19 @@ def check_references(rows) -> None:
     if any(tasks[r[0]] != r[2] for r in rows):
         raise IntegrityError("allocation.job_id: one task's allocations name different jobs")
     bulk.lock_keys(Task, list(tasks), also=("job_id", list(tasks.values())), what="allocation.task_id / job_id")
+
+
+def check_updated_tasks(rows, task_jobs: dict) -> None:
+    """The same check for allocation rows whose tasks the caller has itself updated in this transaction with a
+    per-row compare-and-set on the task's job (the scheduling cycle's task update: `UPDATE task ... WHERE id = v.id
+    AND job_id = v.job`, every row counted): `task_jobs` = {task id: job id} of exactly the task rows that update
+    changed. Those rows exist, are tasks of those jobs and are locked (FOR UPDATE, stronger than the FOR KEY SHARE
+    of check_references) until the transaction ends, so what is left to check needs no statement: each allocation
+    names one of them, with its job. Raises django.db.IntegrityError as check_references does."""
+    wrong = [(r[0], r[2]) for r in rows if task_jobs.get(r[0], _NONE) != r[2]]
+    if wrong:
+        raise IntegrityError(f"allocation.task_id / job_id: {len(wrong)} allocation(s) naming no task of their job "
+                             f"updated here (first {wrong[:5]})")
+
+
+_NONE = object()
