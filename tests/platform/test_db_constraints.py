@@ -66,7 +66,7 @@ def test_preferred_tier_above_highest_is_refused(submit):
 # already covers, and keep every foreign key constraint but the three that migration 0023_e2e9 moved to their one
 # writer (allocations.write_allocations, audit: checked in bulk, tests/platform/test_references.py).
 _CYCLE_MODELS = ("Job", "Task", "Allocation", "Event")
-_WRITER_CHECKED = {"Allocation": {"task_id", "job_id"}, "Event": {"job_id"}}
+_WRITER_CHECKED = {"Allocation": {"task_id", "job_id", "gpu_id"}, "Event": {"job_id"}}  # gpu_id: 0024_e2e10
 
 
 def _constraints(model):

@@ -26,7 +26,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
-from gpuplatform.allocations import check_updated_tasks, write_allocations
+from gpuplatform.allocations import check_gpus, check_updated_tasks, write_allocations
 from gpuplatform.audit import event_rows, record_events
 from gpuplatform.bulk import Many, json_value, rows_many, update_rows
 from gpuplatform.lifecycle import close_idle_queues
@@ -321,10 +321,10 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
     COPY text, ~0.15 s of client CPU for 20,000 starts, _overlapped), the Events (COPY), the job update. The
     allocations' task and job references are checked by the task update itself (a compare-and-set on each task's
     job, every row counted: allocations.check_updated_tasks), the Events' jobs are the locked ones (audit.record_events'
-    locked_jobs), so neither needs a statement of its own; the foreign keys the database keeps (the allocation's GPU
-    and MIG instance, the task's node, the Event's null actor, queue and node) are checked at the commit, as
-    PostgreSQL defers them (none of them references a job row, so the job update's new row versions are not locked
-    again there).
+    locked_jobs), so neither needs a statement of its own; the GPUs in one statement (allocations.check_gpus); the
+    foreign keys the database keeps (the allocation's MIG instance, the task's node, the Event's null actor, queue
+    and node) are checked at the commit, as PostgreSQL defers them (none of them references a job row, so the job
+    update's new row versions are not locked again there).
 
     A task on a node whose executor is a node agent (and whose job has a command) is `bound` until the
     agent reports its process started; any other task (simulated nodes, trace jobs) is `running` at once.
@@ -347,7 +347,7 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
         started.append((b, len({n for _, n, _ in job_tasks}), len(job_allocs)))
     try:
         with transaction.atomic():
-            write_allocations(allocations, check=False)  # checked below, before the task update
+            write_allocations(allocations, check=False)  # checked below, with the task update
     except IntegrityError:
         return None
     excluded = {jid: json_value(nodes) for jid, nodes in pending.items() if nodes not in (None, "[]", [])}
@@ -365,6 +365,7 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
         if update_rows(Task, tasks, ["node_id", "state"], {}, match=("job_id",)) != len(tasks):
             raise IntegrityError("allocation.task_id / job_id: a task to place is gone or is not of its job")
         check_updated_tasks(allocations, {t[0]: t[3] for t in tasks})
+        check_gpus(allocations)  # allocation.gpu_id (0024_e2e10): one statement, FOR KEY SHARE
 
     admitted, out, formatted = _overlapped(events, tasks_written,
                                            vendor == "postgresql" and len(started) >= PARALLEL_FORMAT_MIN)
