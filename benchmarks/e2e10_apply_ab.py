@@ -11,7 +11,8 @@ WAL flush are not in the figures. Variants (VARIANT_PATCHES below): `base` = the
 the code as it is; `nofk` = the code as it is with allocation.gpu_id's and task.node_id's foreign keys dropped inside
 the rolled-back run (an experiment: what those two constraints' row-by-row checks cost); `gpufk` = the code as it is
 with allocation.gpu_id's constraint back (NOT VALID, added inside the rolled-back run) and allocations.check_gpus off,
-i.e. the GPU checked as before migration 0024_e2e10.
+i.e. the GPU checked as before migration 0024_e2e10; `fks` = the same for the GPU and the node (allocations.check_nodes
+off too): both as before 0024_e2e10.
 """
 from __future__ import annotations
 
@@ -25,11 +26,14 @@ import _db
 
 _DROP_GPU_NODE_FKS = (
     "ALTER TABLE gpuplatform_allocation DROP CONSTRAINT IF EXISTS gpuplatform_allocation_gpu_id_3d3081fb_fk_gpuplatform_gpu_id; "
-    "ALTER TABLE gpuplatform_task DROP CONSTRAINT gpuplatform_task_node_id_7a1932d5_fk_gpuplatform_node_id")
+    "ALTER TABLE gpuplatform_task DROP CONSTRAINT IF EXISTS gpuplatform_task_node_id_7a1932d5_fk_gpuplatform_node_id")
 
 
 _ADD_GPU_FK = ("ALTER TABLE gpuplatform_allocation ADD CONSTRAINT gpuplatform_allocation_gpu_id_3d3081fb_fk_gpuplatform_gpu_id "
                "FOREIGN KEY (gpu_id) REFERENCES gpuplatform_gpu (id) DEFERRABLE INITIALLY DEFERRED NOT VALID")
+
+_ADD_NODE_FK = ("ALTER TABLE gpuplatform_task ADD CONSTRAINT gpuplatform_task_node_id_7a1932d5_fk_gpuplatform_node_id "
+                "FOREIGN KEY (node_id) REFERENCES gpuplatform_node (id) DEFERRABLE INITIALLY DEFERRED NOT VALID")
 
 
 class _Rollback(Exception):
@@ -81,7 +85,7 @@ def main() -> None:
                 r[0] += time.perf_counter() - w
                 r[1] += cpu() - c
 
-        check_gpus = getattr(store, "check_gpus", None)
+        check_gpus, check_nodes = getattr(store, "check_gpus", None), getattr(store, "check_nodes", None)
         res = {n: [] for n in names}
         for rep in range(reps):
             for name in names:
@@ -94,10 +98,14 @@ def main() -> None:
                         if name == "nofk":  # experiment: the GPU and node keys dropped inside the rolled-back run
                             with connection.cursor() as cur:
                                 cur.execute(_DROP_GPU_NODE_FKS)
-                        if name == "gpufk":  # before 0024_e2e10: the GPU's constraint, no bulk check
+                        if name in ("gpufk", "fks"):  # before 0024_e2e10: the GPU's (node's) constraint, no bulk check
                             with connection.cursor() as cur:
                                 cur.execute(_ADD_GPU_FK)
+                                if name == "fks":
+                                    cur.execute(_ADD_NODE_FK)
                             store.check_gpus = lambda rows: None
+                            if name == "fks":
+                                store.check_nodes = lambda ids: None
                         w, c, s = time.perf_counter(), time.process_time(), cpu()
                         if os.environ.get("STATEMENTS"):
                             with connection.execute_wrapper(timed):
@@ -111,7 +119,7 @@ def main() -> None:
                 except _Rollback:
                     pass
                 finally:
-                    store.check_gpus = check_gpus
+                    store.check_gpus, store.check_nodes = check_gpus, check_nodes
                 res[name].append((wall, ccpu, scpu))
                 print(f"rep {rep + 1} {name:10s} load {os.getloadavg()[0]:.1f}: apply wall {wall:.3f} client CPU "
                       f"{ccpu:.3f} server CPU {scpu:.3f} binds {stats.binds}", flush=True)

@@ -17,16 +17,19 @@ Migration 0024_e2e10 dropped allocation.gpu_id's constraint too (13,035 row-by-r
 `write_allocations` checks the GPU ids in one statement with the same lock (FOR KEY SHARE on the GPU rows), and a
 deferred constraint trigger on the GPU table refuses, at the deleter's commit, the delete (or re-keying) of a GPU an
 allocation names: a delete waits for the writer's lock, then sees its allocation (the migration's docstring). The MIG
-instance's foreign key keeps its constraint.
+instance's foreign key keeps its constraint. The same migration dropped task.node_id's: every writer of a task's node
+calls `check_nodes` (the cycle's starts and growth, the Slurm backend's re-placement), and the node table has the
+same trigger.
 """
 from __future__ import annotations
 
 from django.db import IntegrityError
 
 from . import bulk
-from .models import Allocation, Gpu, Task
+from .models import Allocation, Gpu, Node, Task
 
-__all__ = ["ALLOCATION_FIELDS", "check_gpus", "check_references", "check_updated_tasks", "write_allocations"]
+__all__ = ["ALLOCATION_FIELDS", "check_gpus", "check_nodes", "check_references", "check_updated_tasks",
+           "write_allocations"]
 
 # The columns of write_allocations' rows, in order.
 ALLOCATION_FIELDS = ("task_id", "gpu_id", "job_id", "created_at", "gpu_milli", "gpu_memory_mib", "mig_instance_id")
@@ -58,6 +61,14 @@ def check_gpus(rows) -> None:
     transaction ends (one statement, bulk.lock_keys), so no GPU they name can be deleted before the commit (and a
     delete after it fails at the GPU table's trigger). Raises django.db.IntegrityError."""
     bulk.lock_keys(Gpu, [r[_GPU_AT] for r in rows], what="allocation.gpu_id")
+
+
+def check_nodes(node_ids) -> None:
+    """task.node_id's check (migration 0024_e2e10), for every writer that places tasks on nodes, after its update in
+    the same transaction: every node id exists, locked FOR KEY SHARE until the transaction ends (one statement), so
+    none can be deleted before the commit (and a delete after it fails at the node table's trigger). None is not
+    checked (a task off its node). Raises django.db.IntegrityError."""
+    bulk.lock_keys(Node, [n for n in node_ids if n is not None], what="task.node_id")
 
 
 def check_references(rows) -> None:

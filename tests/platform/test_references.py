@@ -1,7 +1,7 @@
 """Migration 0023_e2e9: allocation.task_id / job_id and event.job_id have no database constraint; their one
 writers check them in bulk (gpuplatform.allocations.write_allocations, gpuplatform.audit). Migration 0024_e2e10: nor
-allocation.gpu_id (write_allocations checks it; a deferred constraint trigger on the GPU table refuses the delete of a
-GPU an allocation names). A missing row fails the write as the constraint did; deletions still cascade, protect and
+allocation.gpu_id nor task.node_id (write_allocations and allocations.check_nodes check them; deferred constraint
+triggers on the GPU and node tables refuse the delete of a GPU an allocation names, of a node a task names). A missing row fails the write as the constraint did; deletions still cascade, protect and
 set null (Django's on_delete)."""
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def _fks(table: str) -> dict[str, str]:
 def test_the_checked_columns_have_no_constraint_and_the_others_keep_theirs(db):
     assert _fks("gpuplatform_allocation") == {"mig_instance_id": "gpuplatform_miginstance"}
     assert set(_fks("gpuplatform_event")) == {"actor_id", "queue_id", "node_id"}
-    assert _fks("gpuplatform_task")["job_id"] == "gpuplatform_job"  # what makes allocation.job_id implied
+    assert _fks("gpuplatform_task") == {"job_id": "gpuplatform_job",  # what makes allocation.job_id implied
+                                        "role_id": "gpuplatform_jobrole"}  # node_id: 0024_e2e10
 
 
 def _row(task, gpu, job=None):
@@ -212,3 +213,45 @@ def test_a_gpu_delete_racing_a_write_waits_and_fails(cluster):
             other.execute("DELETE FROM gpuplatform_gpu WHERE id = %s", [gpu.pk])
     assert Gpu.objects.filter(pk=gpu.pk).exists()
     Allocation.objects.all().delete()
+
+
+def test_a_cycle_placing_a_task_on_a_missing_node_is_rolled_back_whole(submit, monkeypatch):
+    """task.node_id (migration 0024_e2e10): the cycle's bulk path checks the nodes it places tasks on
+    (allocations.check_nodes): a node id that names no node fails the cycle, nothing of it is left."""
+    a, b = submit("a", tasks=1, gpus=1), submit("b", tasks=1, gpus=1)
+    rows_for = store._rows_for
+
+    def missing_node(binding, *args):
+        allocations, tasks = rows_for(binding, *args)
+        if binding.job_id == b.pk:
+            tasks = [(task, 10**9, state) for task, _, state in tasks]
+        return allocations, tasks
+
+    monkeypatch.setattr(store, "_rows_for", missing_node)
+    result = CycleResult(bindings=[Binding(j.pk, (TaskPlacement("worker", 0, "n0", (i,)),), "nvl-a1", 1)
+                                   for i, j in enumerate((a, b))])
+    before = (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state", "node_id")),
+              Event.objects.count())
+    with pytest.raises(IntegrityError, match=r"task\.node_id"):
+        store.apply_result(result, clock=CLOCK, cycle_number=1)
+    assert not Allocation.objects.exists()
+    assert (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state", "node_id")),
+            Event.objects.count()) == before
+
+
+def test_the_database_refuses_deleting_a_node_a_task_names(submit):
+    """PostgreSQL (migration 0024_e2e10): a raw DELETE of a node a task still names fails at the node table's deferred
+    trigger; Django's delete sets the node's tasks' node to null first and passes."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the trigger is PostgreSQL's")
+    job = submit("a", tasks=1, gpus=1)
+    node = Node.objects.get(name="n3")
+    Task.objects.filter(job=job).update(node=node)
+    with pytest.raises(IntegrityError, match="gpuplatform_task"):
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("DELETE FROM gpuplatform_gpu WHERE node_id = %s", [node.pk])
+            cur.execute("DELETE FROM gpuplatform_node WHERE id = %s", [node.pk])
+            cur.execute("SET CONSTRAINTS ALL IMMEDIATE")  # what the commit runs
+    assert Node.objects.filter(pk=node.pk).exists()
+    node.delete()  # Django's SET_NULL first
+    assert Task.objects.get(job=job).node_id is None

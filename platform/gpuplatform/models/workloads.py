@@ -225,7 +225,11 @@ class Task(models.Model):
     role = models.ForeignKey(JobRole, on_delete=models.CASCADE, related_name="task_set", db_index=False)
     index = models.PositiveIntegerField()
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
-    node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+    # no foreign-key constraint (migration 0024_e2e10): the writers of a task's node check it in bulk
+    # (gpuplatform.allocations.check_nodes, FOR KEY SHARE), and a deferred constraint trigger on the node table
+    # refuses a node's delete while a task names it (Django's SET_NULL clears the node's tasks first)
+    node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks",
+                             db_constraint=False)
     release_deadline = models.DateTimeField(null=True, blank=True)
     release_for = models.BigIntegerField(
         null=True, blank=True, help_text="while releasing for an eviction: the id of the job its GPUs go to")

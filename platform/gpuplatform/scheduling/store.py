@@ -26,7 +26,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
-from gpuplatform.allocations import check_gpus, check_updated_tasks, write_allocations
+from gpuplatform.allocations import check_gpus, check_nodes, check_updated_tasks, write_allocations
 from gpuplatform.audit import event_rows, record_events
 from gpuplatform.bulk import Many, json_value, rows_many, update_rows
 from gpuplatform.lifecycle import close_idle_queues
@@ -306,6 +306,7 @@ def _bind(binding, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_num
     for (node_id, state), ids in by_node.items():
         if Task.objects.filter(pk__in=ids, state="pending").update(state=state, node_id=node_id) != len(ids):
             raise _Stale("a task is no longer pending")
+    check_nodes({node_id for node_id, _ in by_node})  # task.node_id (0024_e2e10)
     return _admitted_event(binding, clock, cycle_number, len({n for n, _ in by_node}), len(rows))
 
 
@@ -322,8 +323,8 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
     allocations' task and job references are checked by the task update itself (a compare-and-set on each task's
     job, every row counted: allocations.check_updated_tasks), the Events' jobs are the locked ones (audit.record_events'
     locked_jobs), so neither needs a statement of its own; the GPUs in one statement (allocations.check_gpus); the
-    foreign keys the database keeps (the allocation's MIG instance, the task's node, the Event's null actor, queue
-    and node) are checked at the commit, as PostgreSQL defers them (none of them references a job row, so the job
+    nodes likewise (allocations.check_nodes); the foreign keys the database keeps (the allocation's MIG instance,
+    the Event's null actor, queue and node) are checked at the commit, as PostgreSQL defers them (none of them references a job row, so the job
     update's new row versions are not locked again there).
 
     A task on a node whose executor is a node agent (and whose job has a command) is `bound` until the
@@ -365,7 +366,8 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
         if update_rows(Task, tasks, ["node_id", "state"], {}, match=("job_id",)) != len(tasks):
             raise IntegrityError("allocation.task_id / job_id: a task to place is gone or is not of its job")
         check_updated_tasks(allocations, {t[0]: t[3] for t in tasks})
-        check_gpus(allocations)  # allocation.gpu_id (0024_e2e10): one statement, FOR KEY SHARE
+        check_gpus(allocations)  # allocation.gpu_id and task.node_id (0024_e2e10): one statement each, FOR KEY SHARE
+        check_nodes({t[1] for t in tasks})
 
     admitted, out, formatted = _overlapped(events, tasks_written,
                                            vendor == "postgresql" and len(started) >= PARALLEL_FORMAT_MIN)
@@ -462,6 +464,7 @@ def _apply_growths(growths, *, clock: datetime, cycle_number: int, stats: ApplyS
                     write_allocations([(task[0], gpus[i], g.job_id, clock, 0, 0, None) for i in p.gpus])
                     if not Task.objects.filter(pk=task[0], state="pending").update(state=state, node_id=node[0]):
                         raise _Stale(f"task {p.role}[{p.index}] is no longer pending")
+                    check_nodes([node[0]])  # task.node_id (0024_e2e10)
                     rows.append([p.role, p.index, p.node, list(p.gpus)])
         except (_Stale, IntegrityError) as exc:
             why = str(exc) if isinstance(exc, _Stale) else "a GPU is already bound (racing cycle)"
