@@ -12,7 +12,8 @@ the code as it is; `nofk` = the code as it is with allocation.gpu_id's and task.
 the rolled-back run (an experiment: what those two constraints' row-by-row checks cost); `gpufk` = the code as it is
 with allocation.gpu_id's constraint back (NOT VALID, added inside the rolled-back run) and allocations.check_gpus off,
 i.e. the GPU checked as before migration 0024_e2e10; `fks` = the same for the GPU and the node (allocations.check_nodes
-off too): both as before 0024_e2e10.
+off too): both as before 0024_e2e10; `nothread` = the code as it is with the Events formatted in this thread
+after the task update (store.PARALLEL_FORMAT_MIN out of reach).
 """
 from __future__ import annotations
 
@@ -86,6 +87,7 @@ def main() -> None:
                 r[1] += cpu() - c
 
         check_gpus, check_nodes = getattr(store, "check_gpus", None), getattr(store, "check_nodes", None)
+        parallel_min = store.PARALLEL_FORMAT_MIN
         res = {n: [] for n in names}
         for rep in range(reps):
             for name in names:
@@ -98,6 +100,7 @@ def main() -> None:
                         if name == "nofk":  # experiment: the GPU and node keys dropped inside the rolled-back run
                             with connection.cursor() as cur:
                                 cur.execute(_DROP_GPU_NODE_FKS)
+                        store.PARALLEL_FORMAT_MIN = 10**9 if name == "nothread" else parallel_min
                         if name in ("gpufk", "fks"):  # before 0024_e2e10: the GPU's (node's) constraint, no bulk check
                             with connection.cursor() as cur:
                                 cur.execute(_ADD_GPU_FK)
