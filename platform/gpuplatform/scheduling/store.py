@@ -322,10 +322,10 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
     COPY text, ~0.15 s of client CPU for 20,000 starts, _overlapped), the Events (COPY), the job update. The
     allocations' task and job references are checked by the task update itself (a compare-and-set on each task's
     job, every row counted: allocations.check_updated_tasks), the Events' jobs are the locked ones (audit.record_events'
-    locked_jobs), so neither needs a statement of its own; the GPUs in one statement (allocations.check_gpus); the
-    nodes likewise (allocations.check_nodes); the foreign keys the database keeps (the allocation's MIG instance,
-    the Event's null actor, queue and node) are checked at the commit, as PostgreSQL defers them (none of them references a job row, so the job
-    update's new row versions are not locked again there).
+    locked_jobs), so neither needs a statement of its own; the GPUs and the nodes in one statement each
+    (allocations.check_gpus, check_nodes: migration 0024_e2e10); the foreign keys the database keeps (the
+    allocation's MIG instance, the Event's null actor, queue and node) are checked at the commit, as PostgreSQL
+    defers them (none references a job row, so the job update's new row versions are not locked again there).
 
     A task on a node whose executor is a node agent (and whose job has a command) is `bound` until the
     agent reports its process started; any other task (simulated nodes, trace jobs) is `running` at once.
