@@ -99,7 +99,9 @@ def _trace(state) -> None:
     from gpuplatform.scheduling import evict, release, samples, store, usage_decay
 
     def wrap(mod, attr, label):
-        fn = getattr(mod, attr)
+        fn = getattr(mod, attr, None)
+        if fn is None:  # gone since (e2e10: store.check_references, store._run_deferred_checks, store.rows)
+            return
 
         def timed(*a, **k):
             t, c = time.perf_counter(), state["backend_cpu"]()
@@ -114,7 +116,7 @@ def _trace(state) -> None:
     import scheduler.core
 
     for mod, attr in [(store, "_run_deferred_checks"), (scheduler.core, "run_cycle"), (store, "apply_result"),
-                      (release, "release_expired"), (store, "build_snapshot"), (store, "rows"), (bulk, "insert_rows"), (store, "check_references"), (store, "update_rows"), (store, "record_events"),
+                      (release, "release_expired"), (store, "build_snapshot"), (store, "rows_many"), (bulk, "insert_rows"), (store, "check_references"), (store, "update_rows"), (store, "record_events"),
                       (store, "_bind_all"), (store, "_excluded_node_events"), (evict, "apply_evictions"),
                       (evict, "apply_holds"), (store, "_update_pending"), (samples, "write_samples"),
                       (store, "close_idle_queues"), (store, "reserve_cycle"), (usage_decay, "record")]:

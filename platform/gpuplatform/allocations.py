@@ -11,17 +11,25 @@ so job_id is implied by the task's own foreign key to its job (task.job_id, kept
 another job, raises django.db.IntegrityError, as the constraint did: the caller's transaction fails. Tasks are
 deleted only with their job (Django's CASCADE, which deletes their allocations too). Unlike the constraint, this
 checks the insert side only: the database no longer re-checks on a job's delete, so the one deleter of jobs (the
-demo's workload reset) locks the job and task tables EXCLUSIVE first, waiting for every writer holding those locks. The GPU's and the MIG
-instance's foreign keys keep their constraints.
+demo's workload reset) locks the job and task tables EXCLUSIVE first, waiting for every writer holding those locks.
+
+Migration 0024_e2e10 dropped allocation.gpu_id's constraint too (13,035 row-by-row checks per headline cycle):
+`write_allocations` checks the GPU ids in one statement with the same lock (FOR KEY SHARE on the GPU rows), and a
+deferred constraint trigger on the GPU table refuses, at the deleter's commit, the delete (or re-keying) of a GPU an
+allocation names: a delete waits for the writer's lock, then sees its allocation (the migration's docstring). The MIG
+instance's foreign key keeps its constraint. The same migration dropped task.node_id's: every writer of a task's node
+calls `check_nodes` (the cycle's starts and growth, the Slurm backend's re-placement), and the node table has the
+same trigger.
 """
 from __future__ import annotations
 
 from django.db import IntegrityError
 
 from . import bulk
-from .models import Allocation, Task
+from .models import Allocation, Gpu, Node, Task
 
-__all__ = ["ALLOCATION_FIELDS", "write_allocations"]
+__all__ = ["ALLOCATION_FIELDS", "check_gpus", "check_nodes", "check_references", "check_updated_tasks",
+           "write_allocations"]
 
 # The columns of write_allocations' rows, in order.
 ALLOCATION_FIELDS = ("task_id", "gpu_id", "job_id", "created_at", "gpu_milli", "gpu_memory_mib", "mig_instance_id")
@@ -31,17 +39,36 @@ def write_allocations(rows, *, check: bool = True) -> int:
     """Insert allocations: `rows` = [(task id, GPU id, job id, created_at, gpu_milli, gpu_memory_mib, MIG instance id
     or None)] (ALLOCATION_FIELDS). Returns how many were written. Raises django.db.IntegrityError when a GPU or MIG
     instance already has a live allocation (the partial unique indexes: the caller's savepoint rolls back) or, when
-    `check` (the default), when a task is missing or is not a task of the job named (above); a missing GPU or MIG
-    instance fails at its foreign key's check (deferred: at the commit, or at the caller's SET CONSTRAINTS).
-    `check=False`: the caller runs check_references itself later in the same transaction (the cycle does, before
-    its task update)."""
+    `check` (the default), when a task is missing or is not a task of the job named, or a GPU is missing (above); a
+    missing MIG instance fails at its foreign key's check (deferred: at the commit).
+    `check=False`: the caller runs the checks itself later in the same transaction, check_gpus and check_references
+    (or check_updated_tasks: the cycle, with its task update)."""
     rows = rows if isinstance(rows, list) else list(rows)
     if not rows:
         return 0
     bulk.insert_rows(Allocation, ALLOCATION_FIELDS, rows)
     if check:
         check_references(rows)
+        check_gpus(rows)
     return len(rows)
+
+
+_GPU_AT = ALLOCATION_FIELDS.index("gpu_id")
+
+
+def check_gpus(rows) -> None:
+    """allocation.gpu_id's check (migration 0024_e2e10): every GPU the rows name exists, locked FOR KEY SHARE until the
+    transaction ends (one statement, bulk.lock_keys), so no GPU they name can be deleted before the commit (and a
+    delete after it fails at the GPU table's trigger). Raises django.db.IntegrityError."""
+    bulk.lock_keys(Gpu, [r[_GPU_AT] for r in rows], what="allocation.gpu_id")
+
+
+def check_nodes(node_ids) -> None:
+    """task.node_id's check (migration 0024_e2e10), for every writer that places tasks on nodes, after its update in
+    the same transaction: every node id exists, locked FOR KEY SHARE until the transaction ends (one statement), so
+    none can be deleted before the commit (and a delete after it fails at the node table's trigger). None is not
+    checked (a task off its node). Raises django.db.IntegrityError."""
+    bulk.lock_keys(Node, [n for n in node_ids if n is not None], what="task.node_id")
 
 
 def check_references(rows) -> None:
@@ -53,3 +80,19 @@ def check_references(rows) -> None:
     if any(tasks[r[0]] != r[2] for r in rows):
         raise IntegrityError("allocation.job_id: one task's allocations name different jobs")
     bulk.lock_keys(Task, list(tasks), also=("job_id", list(tasks.values())), what="allocation.task_id / job_id")
+
+
+def check_updated_tasks(rows, task_jobs: dict) -> None:
+    """The same check for allocation rows whose tasks the caller has itself updated in this transaction with a
+    per-row compare-and-set on the task's job (the scheduling cycle's task update: `UPDATE task ... WHERE id = v.id
+    AND job_id = v.job`, every row counted): `task_jobs` = {task id: job id} of exactly the task rows that update
+    changed. Those rows exist, are tasks of those jobs and are locked (FOR UPDATE, stronger than the FOR KEY SHARE
+    of check_references) until the transaction ends, so what is left to check needs no statement: each allocation
+    names one of them, with its job. Raises django.db.IntegrityError as check_references does."""
+    wrong = [(r[0], r[2]) for r in rows if task_jobs.get(r[0], _NONE) != r[2]]
+    if wrong:
+        raise IntegrityError(f"allocation.task_id / job_id: {len(wrong)} allocation(s) naming no task of their job "
+                             f"updated here (first {wrong[:5]})")
+
+
+_NONE = object()

@@ -45,21 +45,26 @@ def event_rows(events: Iterable[dict], vendor: str = "postgresql") -> bulk.CopyR
     return bulk.copy_rows(Event, EVENT_FIELDS, rows, vendor)
 
 
-def record_events(events) -> int:
+def record_events(events, *, locked_jobs=frozenset()) -> int:
     """Append many audit rows in one statement. Each event is a dict with `kind`, `message` and `time`,
     and optionally `data`, `cycle`, `job_id`, `queue_id`, `node_id`, `actor_id` (ids only: the cycle
-    writes thousands); or `events` is what event_rows made of such dicts. Returns how many were written."""
+    writes thousands); or `events` is what event_rows made of such dicts. Returns how many were written.
+    `locked_jobs`: job ids whose rows the caller has read FOR NO KEY UPDATE (or updated) in this transaction
+    (the scheduling cycle's bind lock): they exist and are locked more strongly than the job check's FOR KEY SHARE
+    until the transaction ends, so the check reads only the other job ids named."""
     rows = events if isinstance(events, bulk.CopyRows) else event_rows(events, connection.vendor)
     bulk.insert_rows(Event, EVENT_FIELDS, rows)
-    check_jobs(rows)
+    check_jobs(rows, locked_jobs)
     return len(rows)
 
 
 _JOB_AT = EVENT_FIELDS.index("job_id")
 
 
-def check_jobs(rows) -> None:
+def check_jobs(rows, locked_jobs=frozenset()) -> None:
     """event.job_id's foreign-key check for the rows record_events wrote (migration 0023_e2e9): every job id
-    named is a Job row, locked FOR KEY SHARE until the transaction ends (one statement). Raises IntegrityError."""
+    named is a Job row, locked FOR KEY SHARE until the transaction ends (one statement; none when every job id named
+    is in `locked_jobs`, rows the caller holds locked already: record_events). Raises IntegrityError."""
     raw = rows.rows if isinstance(rows, bulk.CopyRows) else rows
-    bulk.lock_keys(Job, [r[_JOB_AT] for r in raw if r[_JOB_AT] is not None], what="event.job_id")
+    bulk.lock_keys(Job, [r[_JOB_AT] for r in raw if r[_JOB_AT] is not None and r[_JOB_AT] not in locked_jobs],
+                   what="event.job_id")

@@ -285,32 +285,41 @@ def _write_rows(copy, fields, rows) -> None:
         write(row)
 
 
-def update_rows(model, rows: list[tuple], columns: list[str], constants: dict, where: dict | None = None) -> int:
+def update_rows(model, rows: list[tuple], columns: list[str], constants: dict, where: dict | None = None,
+                match: tuple[str, ...] = ()) -> int:
     """UPDATE many rows: per row `columns` from rows = [(pk, *values)], `constants` for all, only rows that
     also match `where` ({field: value}, e.g. a compare-and-set on the state). Returns the rows updated.
+    `match`: columns compared per row (a per-row compare-and-set, e.g. a task still of the job named): their
+    values follow the set columns' in each row, rows = [(pk, *values, *matched)]; a row whose current values differ
+    is not updated (nor counted).
     On PostgreSQL one UPDATE ... FROM unnest(array per column) (Django's bulk_update builds CASE WHEN per
     row: 47 s for 10k jobs and 20k tasks; a VALUES list costs seconds in parameter handling); elsewhere
     UPDATE ... FROM (VALUES ...) in chunks on SQLite, one update() per distinct row of values elsewhere."""
     if not rows:
         return 0
     where = where or {}
+    match = tuple(match)
     if connection.vendor == "sqlite":
-        return _update_rows_sqlite(model, rows, columns, constants, where)
+        return _update_rows_sqlite(model, rows, columns, constants, where, match)
     if connection.vendor != "postgresql":
         groups: dict[tuple, list] = defaultdict(list)
         for pk, *values in rows:
             groups[tuple(values)].append(pk)
         updated = 0
+        width = len(columns)
         for values, pks in groups.items():
             for i in range(0, len(pks), 500):
-                updated += model.objects.filter(pk__in=pks[i:i + 500], **where).update(
-                    **dict(zip(columns, values)), **constants)
+                updated += model.objects.filter(pk__in=pks[i:i + 500], **where,
+                                                **dict(zip(match, values[width:]))).update(
+                    **dict(zip(columns, values[:width])), **constants)
         return updated
     meta = model._meta
     quote = connection.ops.quote_name
     fields = [_field(meta, c) for c in columns]
     const_fields = [(_field(meta, k), v) for k, v in constants.items()]
     ids, *values = [list(col) for col in zip(*rows)]
+    matched = [(_field(meta, c), col) for c, col in zip(match, values[len(columns):])]
+    values = values[:len(columns)]
     per_row = []  # (field, its values) of the columns whose value differs between rows
     for f, col in zip(fields, values):
         first = col[0]
@@ -322,10 +331,12 @@ def update_rows(model, rows: list[tuple], columns: list[str], constants: dict, w
     sets = [f"{quote(f.column)} = v.c{i}" for i, (f, _) in enumerate(per_row)]
     sets += [f"{quote(f.column)} = %s" for f, _ in const_fields]
     conditions = "".join(f" AND t.{quote(f.column)} = %s" for f, _ in where_fields)
-    arrays = ", ".join(f"%s::{t}[]" for t in ["bigint"] + [f.db_type(connection).split("(")[0] for f, _ in per_row])
-    names = ", ".join(["id"] + [f"c{i}" for i in range(len(per_row))])
+    conditions += "".join(f" AND t.{quote(f.column)} = v.m{i}" for i, (f, _) in enumerate(matched))
+    arrays = ", ".join(f"%s::{t}[]" for t in ["bigint"] + [f.db_type(connection).split("(")[0]
+                                                          for f, _ in per_row + matched])
+    names = ", ".join(["id"] + [f"c{i}" for i in range(len(per_row))] + [f"m{i}" for i in range(len(matched))])
     params = ([f.get_db_prep_save(v, connection) for f, v in const_fields]
-              + [_array_param(meta.pk, ids)] + [_array_param(f, col) for f, col in per_row]
+              + [_array_param(meta.pk, ids)] + [_array_param(f, col) for f, col in per_row + matched]
               + [f.get_db_prep_save(v, connection) for f, v in where_fields])
     with connection.cursor() as cur:
         cur.execute(f"UPDATE {quote(meta.db_table)} AS t SET {', '.join(sets)} FROM unnest({arrays}) AS v({names}) "
@@ -396,17 +407,19 @@ def _array_literal(kind: str, values) -> str:
     return "{" + ",".join(texts) + "}"
 
 
-def _update_rows_sqlite(model, rows, columns, constants, where) -> int:
+def _update_rows_sqlite(model, rows, columns, constants, where, match=()) -> int:
     """SQLite (3.33+): UPDATE t SET c = v.columnN ... FROM (VALUES (...), ...) AS v WHERE t.id = v.column1,
     in chunks under the 999 host parameters of older builds."""
     meta = model._meta
     quote = connection.ops.quote_name
-    fields = [_field(meta, c) for c in columns]
+    matched = [_field(meta, c) for c in match]
+    fields = [_field(meta, c) for c in columns] + matched
     const_fields = [(_field(meta, k), v) for k, v in constants.items()]
     where_fields = [(_field(meta, k), v) for k, v in where.items()]
-    sets = [f"{quote(f.column)} = v.column{i + 2}" for i, f in enumerate(fields)]
+    sets = [f"{quote(f.column)} = v.column{i + 2}" for i, f in enumerate(fields[:len(columns)])]
     sets += [f"{quote(f.column)} = %s" for f, _ in const_fields]
     conditions = "".join(f" AND t.{quote(f.column)} = %s" for f, _ in where_fields)
+    conditions += "".join(f" AND t.{quote(f.column)} = v.column{len(columns) + i + 2}" for i, f in enumerate(matched))
     head = [f.get_db_prep_save(v, connection) for f, v in const_fields]
     tail = [f.get_db_prep_save(v, connection) for f, v in where_fields]
     width = len(fields) + 1

@@ -64,9 +64,11 @@ def test_preferred_tier_above_highest_is_refused(submit):
 
 # Issue 16 (migration 0021_e2e2): the tables a scheduling cycle writes in bulk carry no index that another index
 # already covers, and keep every foreign key constraint but the three that migration 0023_e2e9 moved to their one
-# writer (allocations.write_allocations, audit: checked in bulk, tests/platform/test_references.py).
+# writer (allocations.write_allocations, audit: checked in bulk, tests/platform/test_references.py) and the two of
+# 0024_e2e10 (allocation.gpu_id, task.node_id: checked in bulk by their writers, deletes refused by triggers).
 _CYCLE_MODELS = ("Job", "Task", "Allocation", "Event")
-_WRITER_CHECKED = {"Allocation": {"task_id", "job_id"}, "Event": {"job_id"}}
+_WRITER_CHECKED = {"Allocation": {"task_id", "job_id", "gpu_id"}, "Event": {"job_id"},
+                   "Task": {"node_id"}}  # gpu_id, node_id: 0024_e2e10
 
 
 def _constraints(model):

@@ -1,6 +1,8 @@
 """Migration 0023_e2e9: allocation.task_id / job_id and event.job_id have no database constraint; their one
-writers check them in bulk (gpuplatform.allocations.write_allocations, gpuplatform.audit). A missing row fails the
-write as the constraint did; deletions still cascade, protect and set null (Django's on_delete)."""
+writers check them in bulk (gpuplatform.allocations.write_allocations, gpuplatform.audit). Migration 0024_e2e10: nor
+allocation.gpu_id nor task.node_id (write_allocations and allocations.check_nodes check them; deferred constraint
+triggers on the GPU and node tables refuse the delete of a GPU an allocation names, of a node a task names). A missing row fails the write as the constraint did; deletions still cascade, protect and
+set null (Django's on_delete)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone as tz
@@ -26,21 +28,23 @@ def _fks(table: str) -> dict[str, str]:
 
 
 def test_the_checked_columns_have_no_constraint_and_the_others_keep_theirs(db):
-    assert _fks("gpuplatform_allocation") == {"gpu_id": "gpuplatform_gpu", "mig_instance_id": "gpuplatform_miginstance"}
+    assert _fks("gpuplatform_allocation") == {"mig_instance_id": "gpuplatform_miginstance"}
     assert set(_fks("gpuplatform_event")) == {"actor_id", "queue_id", "node_id"}
-    assert _fks("gpuplatform_task")["job_id"] == "gpuplatform_job"  # what makes allocation.job_id implied
+    assert _fks("gpuplatform_task") == {"job_id": "gpuplatform_job",  # what makes allocation.job_id implied
+                                        "role_id": "gpuplatform_jobrole"}  # node_id: 0024_e2e10
 
 
 def _row(task, gpu, job=None):
     return (task.pk, gpu.pk if isinstance(gpu, Gpu) else gpu, (job or task.job_id), CLOCK, 0, 0, None)
 
 
-@pytest.mark.parametrize("wrong", ["task", "job"])
+@pytest.mark.parametrize("wrong", ["task", "job", "gpu"])
 def test_an_allocation_naming_a_missing_row_fails(submit, wrong):
     job, other = submit("a", tasks=1, gpus=1), submit("b", tasks=1, gpus=1)
     task, gpu = Task.objects.get(job=job), Gpu.objects.get(node__name="n0", index=0)
     row = {"task": (10**9, gpu.pk, job.pk, CLOCK, 0, 0, None),
-           "job": _row(task, gpu, job=other.pk)}[wrong]  # a real job, but not the task's
+           "job": _row(task, gpu, job=other.pk),  # a real job, but not the task's
+           "gpu": _row(task, 10**9)}[wrong]
     with pytest.raises(IntegrityError, match="allocation"):
         with transaction.atomic():
             write_allocations([_row(Task.objects.get(job=other), Gpu.objects.get(node__name="n0", index=1)), row])
@@ -134,3 +138,120 @@ def test_checked_rows_are_locked_for_key_share_until_the_commit(cluster):
                 with pytest.raises(psycopg.errors.LockNotAvailable):
                     other.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE NOWAIT", [pk])
                 other.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR KEY SHARE NOWAIT", [pk])  # readers pass
+
+
+def test_a_cycle_naming_a_missing_gpu_is_rolled_back_whole(submit, monkeypatch):
+    """The cycle's bulk path checks the GPUs it writes (allocations.check_gpus, with its task update): a GPU id that
+    names no GPU fails the cycle, nothing of it is left."""
+    a, b = submit("a", tasks=1, gpus=1), submit("b", tasks=1, gpus=1)
+    rows_for = store._rows_for
+
+    def missing_gpu(binding, *args):
+        allocations, tasks = rows_for(binding, *args)
+        if binding.job_id == b.pk:
+            allocations = [(task, 10**9, *rest) for task, _, *rest in allocations]
+        return allocations, tasks
+
+    monkeypatch.setattr(store, "_rows_for", missing_gpu)
+    result = CycleResult(bindings=[Binding(j.pk, (TaskPlacement("worker", 0, "n0", (i,)),), "nvl-a1", 1)
+                                   for i, j in enumerate((a, b))])
+    before = (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state")),
+              Event.objects.count())
+    with pytest.raises(IntegrityError, match=r"allocation\.gpu_id"):
+        store.apply_result(result, clock=CLOCK, cycle_number=1)
+    assert not Allocation.objects.exists()
+    assert (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state")),
+            Event.objects.count()) == before
+
+
+def test_the_database_refuses_deleting_a_gpu_an_allocation_names(submit):
+    """PostgreSQL (migration 0024_e2e10): without Django's PROTECT (a raw DELETE), the GPU table's deferred trigger
+    refuses the delete at the commit, as the foreign key did; a GPU no allocation names is deleted."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the trigger is PostgreSQL's")
+    job = submit("a", tasks=1, gpus=1)
+    gpu, free = Gpu.objects.get(node__name="n0", index=0), Gpu.objects.get(node__name="n0", index=1)
+    write_allocations([_row(Task.objects.get(job=job), gpu)])
+    with pytest.raises(IntegrityError, match="gpuplatform_allocation"):
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("DELETE FROM gpuplatform_gpu WHERE id = %s", [gpu.pk])
+            cur.execute("SET CONSTRAINTS ALL IMMEDIATE")  # what the commit runs
+    with pytest.raises(IntegrityError, match="gpuplatform_allocation"):
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("UPDATE gpuplatform_gpu SET id = %s WHERE id = %s", [10**9, gpu.pk])
+            cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    assert Gpu.objects.filter(pk=gpu.pk).exists()
+    with transaction.atomic(), connection.cursor() as cur:  # unnamed: deleted; the named one's own row rewritten
+        cur.execute("DELETE FROM gpuplatform_gpu WHERE id = %s", [free.pk])
+        cur.execute("UPDATE gpuplatform_gpu SET health = health WHERE id = %s", [gpu.pk])
+        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    assert not Gpu.objects.filter(pk=free.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_gpu_delete_racing_a_write_waits_and_fails(cluster):
+    """PostgreSQL: a GPU row a write names stays locked FOR KEY SHARE until it commits (another transaction's delete
+    cannot take it); a delete that waited for the commit then fails at the trigger, as it did at the foreign key."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: PostgreSQL")
+    import psycopg
+
+    from gpuplatform.models import Queue, Team
+
+    job = services.submit_job(command=["sleep", "1"], team=Team.objects.get(name="alpha"),
+                              queue=Queue.objects.get(name="alpha"), name="a",
+                              roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 1}])
+    task, gpu = Task.objects.get(job=job), Gpu.objects.get(node__name="n0", index=0)
+    params = {k: v for k, v in connection.get_connection_params().items()
+              if k in ("dbname", "user", "password", "host", "port")}
+    with psycopg.connect(**params, autocommit=True) as other:
+        with transaction.atomic():
+            write_allocations([_row(task, gpu)])
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                other.execute("SELECT 1 FROM gpuplatform_gpu WHERE id = %s FOR UPDATE NOWAIT", [gpu.pk])
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):  # committed: the delete now fails at its check
+            other.execute("DELETE FROM gpuplatform_gpu WHERE id = %s", [gpu.pk])
+    assert Gpu.objects.filter(pk=gpu.pk).exists()
+    Allocation.objects.all().delete()
+
+
+def test_a_cycle_placing_a_task_on_a_missing_node_is_rolled_back_whole(submit, monkeypatch):
+    """task.node_id (migration 0024_e2e10): the cycle's bulk path checks the nodes it places tasks on
+    (allocations.check_nodes): a node id that names no node fails the cycle, nothing of it is left."""
+    a, b = submit("a", tasks=1, gpus=1), submit("b", tasks=1, gpus=1)
+    rows_for = store._rows_for
+
+    def missing_node(binding, *args):
+        allocations, tasks = rows_for(binding, *args)
+        if binding.job_id == b.pk:
+            tasks = [(task, 10**9, state) for task, _, state in tasks]
+        return allocations, tasks
+
+    monkeypatch.setattr(store, "_rows_for", missing_node)
+    result = CycleResult(bindings=[Binding(j.pk, (TaskPlacement("worker", 0, "n0", (i,)),), "nvl-a1", 1)
+                                   for i, j in enumerate((a, b))])
+    before = (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state", "node_id")),
+              Event.objects.count())
+    with pytest.raises(IntegrityError, match=r"task\.node_id"):
+        store.apply_result(result, clock=CLOCK, cycle_number=1)
+    assert not Allocation.objects.exists()
+    assert (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state", "node_id")),
+            Event.objects.count()) == before
+
+
+def test_the_database_refuses_deleting_a_node_a_task_names(submit):
+    """PostgreSQL (migration 0024_e2e10): a raw DELETE of a node a task still names fails at the node table's deferred
+    trigger; Django's delete sets the node's tasks' node to null first and passes."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the trigger is PostgreSQL's")
+    job = submit("a", tasks=1, gpus=1)
+    node = Node.objects.get(name="n3")
+    Task.objects.filter(job=job).update(node=node)
+    with pytest.raises(IntegrityError, match="gpuplatform_task"):
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("DELETE FROM gpuplatform_gpu WHERE node_id = %s", [node.pk])
+            cur.execute("DELETE FROM gpuplatform_node WHERE id = %s", [node.pk])
+            cur.execute("SET CONSTRAINTS ALL IMMEDIATE")  # what the commit runs
+    assert Node.objects.filter(pk=node.pk).exists()
+    node.delete()  # Django's SET_NULL first
+    assert Task.objects.get(job=job).node_id is None

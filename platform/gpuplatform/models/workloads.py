@@ -225,7 +225,11 @@ class Task(models.Model):
     role = models.ForeignKey(JobRole, on_delete=models.CASCADE, related_name="task_set", db_index=False)
     index = models.PositiveIntegerField()
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
-    node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+    # no foreign-key constraint (migration 0024_e2e10): the writers of a task's node check it in bulk
+    # (gpuplatform.allocations.check_nodes, FOR KEY SHARE), and a deferred constraint trigger on the node table
+    # refuses a node's delete while a task names it (Django's SET_NULL clears the node's tasks first)
+    node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks",
+                             db_constraint=False)
     release_deadline = models.DateTimeField(null=True, blank=True)
     release_for = models.BigIntegerField(
         null=True, blank=True, help_text="while releasing for an eviction: the id of the job its GPUs go to")
@@ -247,12 +251,15 @@ class Allocation(models.Model):
     unique indexes make the database refuse a double binding of a whole GPU or of an instance; fractions on one
     GPU are checked by the engine (never over 1000 thousandths) under the cycle's single-flight lock.
 
-    task and job have no foreign-key constraint in the database (migration 0023_e2e9, issue 16): the one writer,
-    gpuplatform.allocations.write_allocations, checks them in bulk with the same lock (its docstring); job is
-    always the task's job, so it is implied by the task's own foreign key. on_delete still applies (Django's)."""
+    task and job have no foreign-key constraint in the database (migration 0023_e2e9, issue 16), nor gpu (0024_e2e10):
+    the one writer, gpuplatform.allocations.write_allocations, checks them in bulk with the same lock (its docstring);
+    job is always the task's job, so it is implied by the task's own foreign key; a GPU named by an allocation cannot
+    be deleted (a deferred constraint trigger, PostgreSQL). on_delete still applies (Django's)."""
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="allocations", db_constraint=False)
-    gpu = models.ForeignKey("gpuplatform.Gpu", on_delete=models.PROTECT, related_name="allocations")
+    # no foreign-key constraint either (migration 0024_e2e10): write_allocations checks the GPUs in bulk (FOR KEY
+    # SHARE), and a deferred constraint trigger on the GPU table refuses a GPU's delete while an allocation names it
+    gpu = models.ForeignKey("gpuplatform.Gpu", on_delete=models.PROTECT, related_name="allocations", db_constraint=False)
     # always the task's job (written with it by the cycle); no index of its own: (job, released_at) leads with it
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations", db_index=False,
                             db_constraint=False)

@@ -26,9 +26,9 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
-from gpuplatform.allocations import check_references, write_allocations
+from gpuplatform.allocations import check_gpus, check_nodes, check_updated_tasks, write_allocations
 from gpuplatform.audit import event_rows, record_events
-from gpuplatform.bulk import Many, json_value, rows, rows_many, update_rows
+from gpuplatform.bulk import Many, json_value, rows_many, update_rows
 from gpuplatform.lifecycle import close_idle_queues
 from gpuplatform.queries import one_snapshot
 from gpuplatform.models import (
@@ -306,27 +306,30 @@ def _bind(binding, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_num
     for (node_id, state), ids in by_node.items():
         if Task.objects.filter(pk__in=ids, state="pending").update(state=state, node_id=node_id) != len(ids):
             raise _Stale("a task is no longer pending")
+    check_nodes({node_id for node_id, _ in by_node})  # task.node_id (0024_e2e10)
     return _admitted_event(binding, clock, cycle_number, len({n for n, _ in by_node}), len(rows))
 
 
-def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_number: int):
-    """Start every job of the cycle with a handful of bulk statements (the fast path): lock the jobs still
-    pending, check each decision against the rows, then one INSERT of all allocations, bulk task and job
-    updates, and the Events (written here: the admissions and _excluded_node_events). Returns ("admitted"
-    Events, [(job id, why stale)]), or None when the INSERT hits the one-live-allocation
-    index (a racing cycle bound a GPU): the savepoint rolls back and the caller goes job by job.
+def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycle_number: int, pending: dict):
+    """Start every job of the cycle with a handful of bulk statements (the fast path): `pending` = {job id: excluded
+    nodes} of the jobs still pending, locked by the caller (apply_result's bind lock); check each decision against
+    the rows, then one INSERT of all allocations, bulk task and job updates, and the Events (written here: the
+    admissions and _excluded_node_events). Returns ("admitted" Events, [(job id, why stale)]), or None when the
+    INSERT hits the one-live-allocation index (a racing cycle bound a GPU): the savepoint rolls back and the caller
+    goes job by job.
 
-    Order: the lock, the allocations, their foreign-key checks and the task update (while a worker thread builds
-    and formats the Events: JSON, COPY text, ~0.15 s of client CPU for 20,000 starts, _overlapped), the Events and
-    their checks, then the job update (_run_deferred_checks: why the checks come before it).
+    Statements: the allocations (COPY), the task update (while a worker thread builds and formats the Events: JSON,
+    COPY text, ~0.15 s of client CPU for 20,000 starts, _overlapped), the Events (COPY), the job update. The
+    allocations' task and job references are checked by the task update itself (a compare-and-set on each task's
+    job, every row counted: allocations.check_updated_tasks), the Events' jobs are the locked ones (audit.record_events'
+    locked_jobs), so neither needs a statement of its own; the GPUs and the nodes in one statement each
+    (allocations.check_gpus, check_nodes: migration 0024_e2e10); the foreign keys the database keeps (the
+    allocation's MIG instance, the Event's null actor, queue and node) are checked at the commit, as PostgreSQL
+    defers them (none references a job row, so the job update's new row versions are not locked again there).
 
     A task on a node whose executor is a node agent (and whose job has a command) is `bound` until the
     agent reports its process started; any other task (simulated nodes, trace jobs) is `running` at once.
     A job with every task running is running (started_at = clock), else admitted."""
-    ids = sorted(b.job_id for b in bindings)  # locked in id order, as lifecycle.lock_jobs does
-    # the lock also reads each job's excluded nodes (for _excluded_node_events: no second read of the ids)
-    pending = dict(rows(Job.objects.select_for_update(no_key=True).filter(pk__any=Many(ids), state="pending")
-                        .order_by("pk"), ("id", "excluded_nodes")))
     stale, jobs, tasks, allocations, started = [], [], [], [], []
     for b in bindings:
         if b.job_id not in pending:
@@ -338,14 +341,14 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
             stale.append((b.job_id, str(exc)))
             continue
         allocations += job_allocs
-        tasks += job_tasks
+        tasks += [(task_id, node_id, state, b.job_id) for task_id, node_id, state in job_tasks]
         immediate = all(state == "running" for _, _, state in job_tasks)
         jobs.append((b.job_id, b.domain or "", b.tier, "running" if immediate else "admitted",
                      clock if immediate else None))
         started.append((b, len({n for _, n, _ in job_tasks}), len(job_allocs)))
     try:
         with transaction.atomic():
-            write_allocations(allocations, check=False)  # checked below, before the task update
+            write_allocations(allocations, check=False)  # checked below, with the task update
     except IntegrityError:
         return None
     excluded = {jid: json_value(nodes) for jid, nodes in pending.items() if nodes not in (None, "[]", [])}
@@ -358,31 +361,19 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
         return admitted, out, event_rows(out, vendor)
 
     def tasks_written():
-        check_references(allocations)  # task and its job: one statement (allocations.py)
-        _run_deferred_checks()  # the allocations' GPU and MIG instance (the job rows still carry the lock above)
-        update_rows(Task, tasks, ["node_id", "state"], {})
+        # each task still of the job the allocations name (the per-row compare-and-set), every one counted: the
+        # allocations' task and job references checked by this statement (allocations.check_updated_tasks)
+        if update_rows(Task, tasks, ["node_id", "state"], {}, match=("job_id",)) != len(tasks):
+            raise IntegrityError("allocation.task_id / job_id: a task to place is gone or is not of its job")
+        check_updated_tasks(allocations, {t[0]: t[3] for t in tasks})
+        check_gpus(allocations)  # allocation.gpu_id and task.node_id (0024_e2e10): one statement each, FOR KEY SHARE
+        check_nodes({t[1] for t in tasks})
 
     admitted, out, formatted = _overlapped(events, tasks_written,
                                            vendor == "postgresql" and len(started) >= PARALLEL_FORMAT_MIN)
-    record_events(formatted)
-    _run_deferred_checks()  # the events' (job: still the locked row version, no new row lock)
+    record_events(formatted, locked_jobs=pending)  # every job named is one of the locked ones
     update_rows(Job, jobs, ["placement_domain", "placement_tier", "state", "started_at"], bind_fields(clock))
     return admitted, stale
-
-
-def _run_deferred_checks() -> None:
-    """PostgreSQL: run the deferred foreign-key checks queued so far now instead of at the commit (SET CONSTRAINTS
-    ALL IMMEDIATE fires them), and defer the later ones again (every deferrable constraint of the schema is a foreign
-    key declared INITIALLY DEFERRED). _bind_all runs the allocations' and the events' checks before it updates the
-    job rows: each check locks its referenced row FOR KEY SHARE, and while a job row is the version this transaction
-    locked FOR NO KEY UPDATE that lock is already held (no write), where after the UPDATE every new row version
-    had to be locked and WAL-logged again at the commit (benchmarks/apply16b_order.py, 10,000 starts as plain SQL:
-    the bulk writes with their checks 1.23 -> 0.96 s). The same checks, the same locks (taken before the job update
-    instead of at the commit, still after the bind lock), the same outcome: a violation fails the transaction here
-    instead of at the commit. Elsewhere nothing."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cur:
-            cur.execute("SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED")
 
 
 # the fewest starts for which _bind_all formats its Events in a worker thread (below, a thread costs more than it saves)
@@ -473,6 +464,7 @@ def _apply_growths(growths, *, clock: datetime, cycle_number: int, stats: ApplyS
                     write_allocations([(task[0], gpus[i], g.job_id, clock, 0, 0, None) for i in p.gpus])
                     if not Task.objects.filter(pk=task[0], state="pending").update(state=state, node_id=node[0]):
                         raise _Stale(f"task {p.role}[{p.index}] is no longer pending")
+                    check_nodes([node[0]])  # task.node_id (0024_e2e10)
                     rows.append([p.role, p.index, p.node, list(p.gpus)])
         except (_Stale, IntegrityError) as exc:
             why = str(exc) if isinstance(exc, _Stale) else "a GPU is already bound (racing cycle)"
@@ -561,23 +553,37 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
         cycle_number = stats.cycle_number = row.number
         tasks_by_role: dict[tuple, list[int]] = defaultdict(list)
         simulated: set[int] = set()  # jobs without a command: their tasks run at once wherever they land
-        for tid, jid, role, sim in rows(Task.objects.filter(job_id__any=Many(job_ids), state="pending")
-                                        .order_by("role_id", "index"), ("id", "job_id", "role__name", "job__simulated")):
-            tasks_by_role[(jid, role)].append(tid)
-            if sim:
-                simulated.add(jid)
         gpu_ids: dict[str, dict] = {}
-        for gid, idx, nid, nname in rows(Gpu.objects.filter(node__name__any=Many(node_names), node__state="ready",
-                                                            health="healthy"), ("id", "index", "node_id", "node__name")):
-            gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["gpus"][idx] = gid
-        for nid, nname, executor in rows(Node.objects.filter(name__any=Many(node_names), state="ready"),
-                                         ("id", "name", "executor")):
-            gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["agent"] = executor in Node.PROCESS_EXECUTORS  # CPU-only too
-        for iid, uuid, idx, nname in rows(MigInstance.objects.filter(gpu__node__name__any=Many(node_names)),
-                                          ("id", "uuid", "gpu__index", "gpu__node__name")):
-            if nname in gpu_ids:
-                gpu_ids[nname].setdefault("mig", {})[uuid] = (idx, iid)
-        events = _bind_all(result.bindings, clock, tasks_by_role, simulated, gpu_ids, cycle_number)
+        pending: dict = {}
+        if job_ids:
+            # the bind lock, then what the decisions name, in one round trip (bulk.rows_many: one psycopg pipeline on
+            # PostgreSQL): the jobs still pending locked FOR NO KEY UPDATE in id order, as lifecycle.lock_jobs does
+            # (with each one's excluded nodes, for _excluded_node_events), then their pending tasks (read after the
+            # lock: a locked pending job's tasks stay as read), the ready nodes' healthy GPUs, the nodes, their MIG
+            # instances
+            locked, task_rows, gpu_rows, node_rows, mig_rows = rows_many(
+                (Job.objects.select_for_update(no_key=True).filter(pk__any=Many(sorted(job_ids)), state="pending")
+                 .order_by("pk"), ("id", "excluded_nodes")),
+                (Task.objects.filter(job_id__any=Many(job_ids), state="pending").order_by("role_id", "index"),
+                 ("id", "job_id", "role__name", "job__simulated")),
+                (Gpu.objects.filter(node__name__any=Many(node_names), node__state="ready", health="healthy"),
+                 ("id", "index", "node_id", "node__name")),
+                (Node.objects.filter(name__any=Many(node_names), state="ready"), ("id", "name", "executor")),
+                (MigInstance.objects.filter(gpu__node__name__any=Many(node_names)),
+                 ("id", "uuid", "gpu__index", "gpu__node__name")))
+            pending = dict(locked)
+            for tid, jid, role, sim in task_rows:
+                tasks_by_role[(jid, role)].append(tid)
+                if sim:
+                    simulated.add(jid)
+            for gid, idx, nid, nname in gpu_rows:
+                gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["gpus"][idx] = gid
+            for nid, nname, executor in node_rows:
+                gpu_ids.setdefault(nname, {"id": nid, "gpus": {}})["agent"] = executor in Node.PROCESS_EXECUTORS  # CPU-only too
+            for iid, uuid, idx, nname in mig_rows:
+                if nname in gpu_ids:
+                    gpu_ids[nname].setdefault("mig", {})[uuid] = (idx, iid)
+        events = _bind_all(result.bindings, clock, tasks_by_role, simulated, gpu_ids, cycle_number, pending)
         if events is None:  # a racing cycle bound one of these GPUs: job by job, each in its own savepoint
             events = []
             for binding in result.bindings:
@@ -590,7 +596,7 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
                     log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, binding.job_id, why)
             stats.binds = len(events)
             events += _excluded_node_events(result.bindings, {e["job_id"] for e in events}, clock, cycle_number)
-            record_events(events)
+            record_events(events, locked_jobs=pending)  # their jobs locked above
         else:
             admitted, stale = events  # the Events are written
             stats.binds = len(admitted)

@@ -38,7 +38,7 @@ from django.db import transaction
 from django.db.models import F, Max
 
 from .. import clock
-from ..allocations import write_allocations
+from ..allocations import check_nodes, write_allocations
 from ..audit import record_event, record_events
 from ..execution import append_log, master_port, node_assignments, report_task_event, stop_job
 from ..execution.assignments import nodes_assignments
@@ -388,6 +388,7 @@ class SlurmBackend:
             write_allocations([(t["task"], gid, job_id, now, 0, 0, None) for t, _, _ in ok for gid in ids[t["task"]]])
             for t, target, mine in ok:
                 Task.objects.filter(pk=t["task"]).update(node=target)
+                check_nodes([target.pk])  # task.node_id (migration 0024_e2e10)
                 changes.append({"task": t["task"], "node": target.name, "gpus": mine, "recorded": True})
             self._save(job_id, {**record, "gpus": sj.gpus, "nodes": sj.node_list})
             if changes:
