@@ -40,6 +40,7 @@ import urllib.parse
 import urllib.request
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # job_rules.ENV_NAME; the server checks the rest
+MAX_ENV_NAME_CHARS = 256  # job_rules.MAX_ENV_NAME_CHARS (the CLI imports nothing of the server)
 LOG_POLL_SECONDS = 2.0
 LOG_LIMIT_BYTES = 65536  # the most the logs API serves per call
 _sleep = time.sleep  # the --follow wait (tests replace it)
@@ -201,6 +202,9 @@ def parse_env(pairs: list[str] | None) -> dict[str, str]:
         name, eq, value = pair.partition("=")
         if not eq:
             raise UsageError(f"--env expects NAME=VALUE, got {pair!r}")
+        if len(name) > MAX_ENV_NAME_CHARS:
+            raise UsageError(f"--env {name[:40]}...: a variable name is at most {MAX_ENV_NAME_CHARS} characters "
+                             f"(this one has {len(name)})")
         if not ENV_NAME.match(name):
             raise UsageError(f"--env {pair!r}: {name!r} is not a variable name (letters, digits and _, "
                              f"not starting with a digit)")
