@@ -198,7 +198,9 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
         (`next_offset` continues), of `attempt` (default: the current one). Kept per task attempt: 1 MiB
         (TASK_LOG_MAX_BYTES), oldest output trimmed first (`trimmed`). `complete` once the task has ended
         and everything stored was served; `state` is the task's state now (`pending`: not placed yet, no log
-        to expect). 400 naming `task` for a task the job does not have.
+        to expect). With nothing stored, `note` says why (not started yet, no output yet, or no process runs
+        the task: a simulated job or node) and `expect_output` is false when nothing will ever come.
+        400 naming `task` for a task the job does not have.
         On a federation manager: the FederatedJob's logs, proxied from its worker."""
         from ...federation.manager import is_manager
 
