@@ -65,6 +65,8 @@ def parse_env(text: str) -> tuple[dict[str, str], dict[str, int]]:
         shown = line if len(line) <= 40 else line[:37] + "..."
         if not eq:
             problems.append(f"line {number}: expected NAME=value, got {shown!r}")
+        elif len(name) > rules.MAX_ENV_NAME_CHARS:
+            problems.append(f"line {number}: {rules.env_name_shown(name)!r}: {rules.env_name_too_long(name)}")
         elif not rules.ENV_NAME.match(name):
             problems.append(f"line {number}: {name!r} is not a variable name (letters, digits and _, "
                             f"not starting with a digit)")

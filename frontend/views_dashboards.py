@@ -342,8 +342,9 @@ def _queueing_payload(user) -> dict:
                                                    "wait_seconds": w["wait_seconds"]} for w in waits]}
 
 
-# the CSV columns of /queueing/data.json?format=csv&table=pending (its header even when nothing is pending)
-PENDING_COLUMNS = ("position", "queue_position", "name", "team_name", "queue_name", "gpus", "priority", "submitted_at",
+# the CSV columns of /queueing/data.json?format=csv&table=pending (its header even when nothing is pending);
+# `position` is the jobs API's (in the job's queue), `overall_position` the place among all pending jobs
+PENDING_COLUMNS = ("position", "overall_position", "name", "team_name", "queue_name", "gpus", "priority", "submitted_at",
                    "estimated_start", "estimated_start_p90", "estimate_note", "pending_reason")
 
 

@@ -1,7 +1,8 @@
 """Django admin for platform staff. Every write goes through `gpuplatform.services` (audited, validated):
 
-- Queue and Quota: add/change call create_queue / update_queue / set_quota; a ValidationError is shown on
-  the form. Deleting is disabled (queues hold jobs; a quota is set to 0 instead).
+- Queue and Quota: add/change call create_queue / update_queue / set_quota (ServiceAdmin: a ValidationError the
+  service raises is shown on the form, one WARNING line in the log, nothing stored). Deleting is disabled
+  (queues hold jobs; a quota is set to 0 instead). A queue's grace period is set here too, under the same rule.
 - Job, Task, Allocation, Event, samples, cycles: read-only (jobs are submitted over REST or the pages);
   jobs have a "cancel" action, nodes "cordon / drain / uncordon" actions, all through services.
 - Team, Membership, Domain, Node, Gpu: plain admin for inventory fixes (no scheduling rules depend on
@@ -13,6 +14,7 @@ from django import forms
 from django.contrib import admin, messages
 
 from . import quota_rules, services
+from .admin_services import ServiceAdmin
 from .names import name_error
 from .models import (
     Allocation, Attempt, ClusterSample, DiagnosisRule, HealthRule, Domain, Event, Gpu, Job, JobRole, Membership, Node, Queue, QueueSample, Quota,
@@ -88,11 +90,18 @@ class QueueForm(forms.ModelForm):
         model = Queue
         fields = "__all__"
 
+    preemption_grace_seconds = forms.IntegerField(
+        initial=30, required=False,
+        help_text="seconds a preempted or reclaimed job gets to checkpoint: 0 to 86400 (blank: unchanged, 30 when new)")
+
     def clean(self):
         data = super().clean()
         parent = data.get("parent")
         if self.instance.pk and parent is not None and quota_rules.makes_cycle(self.instance.pk, parent.pk):
             self.add_error("parent", "this parent would create a cycle in the queue tree")
+        grace = data.get("preemption_grace_seconds")
+        if grace is not None and services.queue_grace_error(grace):  # the service's rule, shown on the field
+            self.add_error("preemption_grace_seconds", services.queue_grace_error(grace))
         return data
 
 
@@ -117,7 +126,7 @@ class QuotaForm(forms.ModelForm):
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(ServiceAdmin):
     list_display = ("name", "parent", "team", "weight", "state")
     list_filter = ("state", "team")
     search_fields = ("name",)
@@ -125,26 +134,26 @@ class QueueAdmin(admin.ModelAdmin):
     fields = ("name", "parent", "team", "weight", "state", "preemption_grace_seconds")
 
     def get_readonly_fields(self, request, obj=None):
-        return ("name", "team", "preemption_grace_seconds") if obj else ("preemption_grace_seconds",)
+        return ("name", "team") if obj else ()
 
     def has_delete_permission(self, request, obj=None):
         return False
 
     def save_model(self, request, obj, form, change):
-        try:
-            if change:
-                saved = services.update_queue(obj, parent=obj.parent, weight=obj.weight, state=obj.state,
-                                              actor=request.user)
-            else:
-                saved = services.create_queue(obj.name, parent=obj.parent, team=obj.team, weight=obj.weight,
-                                              state=obj.state, actor=request.user)
-            obj.pk = saved.pk
-        except services.ValidationError as exc:  # a race after the form's check: nothing was stored
-            messages.error(request, f"not saved: {exc}")
+        """Through the service (atomic, audited); a refusal becomes form errors (ServiceAdmin)."""
+        grace = form.cleaned_data.get("preemption_grace_seconds")  # None: unchanged (a new queue: 30)
+        if change:
+            saved = services.update_queue(Queue.objects.get(pk=obj.pk), parent=obj.parent, weight=obj.weight,
+                                          state=obj.state, preemption_grace_seconds=grace, actor=request.user)
+        else:
+            saved = services.create_queue(obj.name, parent=obj.parent, team=obj.team, weight=obj.weight,
+                                          state=obj.state, actor=request.user,
+                                          preemption_grace_seconds=30 if grace is None else grace)
+        obj.pk = saved.pk
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(ServiceAdmin):
     list_display = ("queue", "flavor", "guarantee", "quota", "limit", "updated_at")
     list_filter = ("flavor",)
     search_fields = ("queue__name",)
@@ -157,11 +166,9 @@ class QuotaAdmin(admin.ModelAdmin):
         return False
 
     def save_model(self, request, obj, form, change):
-        try:
-            saved = services.set_quota(obj.queue, obj.flavor, obj.guarantee, obj.quota, obj.limit, actor=request.user)
-            obj.pk = saved.pk
-        except services.ValidationError as exc:  # a race after the form's check: nothing was stored
-            messages.error(request, f"not saved: {exc}")
+        """Through the service; a refusal (a race after the form's check) becomes form errors (ServiceAdmin)."""
+        saved = services.set_quota(obj.queue, obj.flavor, obj.guarantee, obj.quota, obj.limit, actor=request.user)
+        obj.pk = saved.pk
 
 
 @admin.register(Domain)
@@ -202,7 +209,7 @@ class NodeAdmin(admin.ModelAdmin):
                _service_action(services.start_validation, "Validate (in repair -> validating)")]
 
 
-class _RuleAdmin(admin.ModelAdmin):
+class _RuleAdmin(ServiceAdmin):
     """Rules are saved through their service (validated by the same parser as the shipped table, audited)."""
 
     service = None

@@ -20,7 +20,9 @@ is everything after `--`; `--env NAME=VALUE` may be repeated; `--time-limit` is 
 these flags and the job's own (--name, --queue, --team, --priority, --no-preempt, --topology, --highest-tier,
 --numa), when given, override the file's fields; the role flags (--role, --tasks, --gpus, --cpu-milli,
 --min-available, --flavor, --group-size, --group-tier) are refused with it (exit 2): set roles in the file. `logs` prints a task's combined stdout/stderr (the
-first task unless `--task`); `--follow` keeps polling every 2 s until the task has ended.
+first task unless `--task`); `--follow` keeps polling every 2 s until the task has ended. With nothing to show,
+`logs` says why on stderr (not started yet, no output, or a simulated job or node that runs no process, which
+--follow does not wait for) and exits 0, as `list` does with no jobs.
 
 `--json` prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
 are printed), 2 bad usage or the API unreachable, 130 interrupted. set-quota reads the quota's ETag and
@@ -40,6 +42,7 @@ import urllib.parse
 import urllib.request
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # job_rules.ENV_NAME; the server checks the rest
+MAX_ENV_NAME_CHARS = 256  # job_rules.MAX_ENV_NAME_CHARS (the CLI imports nothing of the server)
 LOG_POLL_SECONDS = 2.0
 LOG_LIMIT_BYTES = 65536  # the most the logs API serves per call
 _sleep = time.sleep  # the --follow wait (tests replace it)
@@ -201,6 +204,9 @@ def parse_env(pairs: list[str] | None) -> dict[str, str]:
         name, eq, value = pair.partition("=")
         if not eq:
             raise UsageError(f"--env expects NAME=VALUE, got {pair!r}")
+        if len(name) > MAX_ENV_NAME_CHARS:
+            raise UsageError(f"--env {name[:40]}...: a variable name is at most {MAX_ENV_NAME_CHARS} characters "
+                             f"(this one has {len(name)})")
         if not ENV_NAME.match(name):
             raise UsageError(f"--env {pair!r}: {name!r} is not a variable name (letters, digits and _, "
                              f"not starting with a digit)")
@@ -380,6 +386,7 @@ def cmd_logs(client: Client, a, out=None, err=None) -> None:
     out, err = out or sys.stdout, err or sys.stderr
     task = a.task or first_task(client, a.id)
     offset, seen = None, None  # seen: the attempt shown so far
+    shown, noted = False, False  # any output printed; the reason for none printed
     while True:
         page, _ = client.get(f"/api/v1/jobs/{a.id}/logs/", task=task, attempt=a.attempt, offset=offset,
                              limit=LOG_LIMIT_BYTES)
@@ -395,13 +402,18 @@ def cmd_logs(client: Client, a, out=None, err=None) -> None:
             _write(out, json.dumps(page) + "\n")
         else:
             _write(out, page["data"])
+        shown = shown or bool(page["data"])
+        if not shown and not noted and not a.json and page.get("note"):
+            # Nothing to show: say why (no process runs it, not started yet, ...), exit 0 as `list` with no jobs
+            _write(err, f"gpuctl logs: {page['note']}\n")
+            noted = True
         if page["next_offset"] <= (offset if offset is not None else -1) and page["next_offset"] < page["size"]:
             raise UsageError(f"the logs API did not move past offset {offset}")  # never loop forever
         offset = page["next_offset"]
         if offset < page["size"]:
             continue  # more is there already
-        if not a.follow or page.get("complete"):
-            return None
+        if not a.follow or page.get("complete") or page.get("expect_output") is False:
+            return None  # (no process runs this task: following it would wait for ever)
         _sleep(LOG_POLL_SECONDS)
 
 

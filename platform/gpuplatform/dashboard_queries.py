@@ -191,15 +191,18 @@ def wait_times(limit: int = 5000) -> list[dict]:
 def pending_jobs() -> list[dict]:
     """Every pending job in the order the last scheduling cycle considered them (Job.pending_position,
     written by the cycle; jobs submitted since come last, by submission): id, name, team, queue, priority,
-    submitted_at, pending_reason, estimated_start, never_fits, gpus, position (overall) and
-    queue_position (in its queue), both None until a cycle has seen the job."""
+    submitted_at, pending_reason, estimated_start, never_fits, gpus (GPU-equivalents, as the jobs API's
+    `gpus`: queries.role_gpu_milli), `position` (in its queue: the jobs API's `position`, from the same
+    expression, queries.pending_queue_position) and `overall_position` (among all pending jobs), both None
+    until a cycle has seen the job."""
     rows = list(Job.objects.filter(state=Job.State.PENDING)
                 .order_by(F("pending_position").asc(nulls_last=True), "submitted_at", "id").values(
         "id", "name", "team_id", "queue_id", "priority", "submitted_at", "pending_reason", "estimated_start",
-        "estimated_start_p90", "estimate_note", "estimated_at", "never_fits", "reserved", "queue_position", position=F("pending_position"), team_name=F("team__name"),
-        queue_name=F("queue__name")))
-    gpus = dict(JobRole.objects.filter(job__state=Job.State.PENDING).values("job_id")
-                .annotate(n=Sum(F("tasks") * F("gpus_per_task"))).order_by().values_list("job_id", "n"))
+        "estimated_start_p90", "estimate_note", "estimated_at", "never_fits", "reserved",
+        position=queries.pending_queue_position(), overall_position=F("pending_position"),
+        team_name=F("team__name"), queue_name=F("queue__name")))
+    milli = dict(JobRole.objects.filter(job__state=Job.State.PENDING).values("job_id")
+                 .annotate(n=Sum(queries.role_gpu_milli())).order_by().values_list("job_id", "n"))
     for r in rows:
-        r["gpus"] = gpus.get(r["id"]) or 0
+        r["gpus"] = from_milli(milli.get(r["id"]) or 0)
     return rows

@@ -43,6 +43,7 @@ MAX_TIER = 32767
 MAX_ARGV = 256
 MAX_COMMAND_CHARS = 16384
 MAX_ENV_VARS = 128
+MAX_ENV_NAME_CHARS = 256  # a variable name; longer ones are refused, and named in errors by their first characters
 MAX_ENV_VALUE_CHARS = 4096
 MAX_PATH_CHARS = 500
 MAX_IMAGE_CHARS = 300
@@ -356,6 +357,18 @@ def parse_command(value, field: str = "command") -> tuple[list[str], dict[str, s
     return argv, {}
 
 
+def env_name_shown(name) -> str:
+    """A variable name as an error shows it (in the field path too): whole up to 40 characters, else its
+    first 40 and '...'."""
+    text = name if isinstance(name, str) else repr(name)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def env_name_too_long(name: str) -> str:
+    """The rule an over-long variable name breaks (the API, the job form and gpuctl say it alike)."""
+    return f"a variable name is at most {MAX_ENV_NAME_CHARS} characters (this one has {len(name)})"
+
+
 def check_env(value, field: str = "env") -> tuple[dict[str, str], dict[str, str]]:
     """{name: value} with names like shell variables, not set by the platform (PLATFORM_ENV, GPUPLATFORM_*),
     string values (numbers are turned into strings). Returns (env, errors)."""
@@ -367,8 +380,10 @@ def check_env(value, field: str = "env") -> tuple[dict[str, str], dict[str, str]
         return {}, {field: f"env may have at most {MAX_ENV_VARS} variables"}
     out, errors = {}, {}
     for name, val in value.items():
-        key = f"{field}.{name}"
-        if not isinstance(name, str) or not ENV_NAME.match(name):
+        key = f"{field}.{env_name_shown(name)}"
+        if isinstance(name, str) and len(name) > MAX_ENV_NAME_CHARS:
+            errors[key] = env_name_too_long(name)
+        elif not isinstance(name, str) or not ENV_NAME.match(name):
             errors[key] = "a variable name is letters, digits and _ and does not start with a digit"
         elif name in PLATFORM_ENV or name.startswith(PLATFORM_ENV_PREFIX):
             errors[key] = f"{name} is set by the platform for every task and cannot be overridden"

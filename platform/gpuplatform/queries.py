@@ -90,6 +90,15 @@ def allocation_gpu_milli():
     return Case(When(gpu_milli__gt=0, then=F("gpu_milli")), default=Value(1000), output_field=IntegerField())
 
 
+def pending_queue_position():
+    """A job's `position`, the one definition the jobs API and the queueing page's table and CSV read: its
+    1-based place among the pending jobs of its queue in the order the last scheduling cycle considered them
+    (Job.queue_position, written by the cycle: scheduling/store._update_pending); None for a job that is
+    not pending and for one submitted since the last cycle. The overall order (Job.pending_position) is
+    shown as `overall_position` where it is shown at all, never under the name `position`."""
+    return Case(When(state=Job.State.PENDING, then=F("queue_position")), default=None, output_field=IntegerField())
+
+
 def node_names(job: Job) -> list[str]:
     """Distinct node names of a job's tasks (prefetched by job_list), in first-seen order."""
     seen: dict[str, None] = {}

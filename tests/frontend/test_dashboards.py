@@ -74,7 +74,7 @@ def test_pending_csv_with_nothing_pending_is_a_header(client, world):
     Job.objects.filter(state="pending").delete()
     client.force_login(world["admin"])
     body = client.get("/queueing/data.json?format=csv&table=pending").content.decode()
-    assert body.splitlines() == ["position,queue_position,name,team_name,queue_name,gpus,priority,submitted_at,"
+    assert body.splitlines() == ["position,overall_position,name,team_name,queue_name,gpus,priority,submitted_at,"
                                  "estimated_start,estimated_start_p90,estimate_note,pending_reason"]
 
 

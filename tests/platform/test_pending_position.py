@@ -38,7 +38,8 @@ def test_positions_follow_the_engines_order_not_priority_or_submission(cluster):
     # beta is furthest below its fair share, so the engine considers its job first, whatever the
     # priorities and submit times of alpha's jobs; inside alpha, the higher priority first.
     assert positions() == {"beta-late": (1, 1), "alpha-urgent": (2, 1), "alpha-old": (3, 2)}
-    assert [(j["name"], j["position"], j["queue_position"]) for j in dashboard_queries.pending_jobs()] == \
+    # the page's table and CSV: `position` is the API's (in the queue), the overall order `overall_position`
+    assert [(j["name"], j["overall_position"], j["position"]) for j in dashboard_queries.pending_jobs()] == \
         [("beta-late", 1, 1), ("alpha-urgent", 2, 1), ("alpha-old", 3, 2)]
 
 

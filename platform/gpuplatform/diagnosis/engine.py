@@ -33,6 +33,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from .. import regex_safety
+
 __all__ = [
     "CATEGORIES", "ROOT_CATEGORIES", "CONSEQUENCE_CATEGORIES", "PRECEDENCE", "ACTIONS", "HEALTH_ACTIONS",
     "HEALTH_SIGNALS", "RuleError", "Rule", "RuleSet", "TaskEvidence", "HealthEvidence", "Diagnosis",
@@ -158,9 +160,14 @@ def parse_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> RuleSet:
         if pattern:
             if not isinstance(pattern, str):
                 raise RuleError(f"{where}.pattern", "pattern must be a string")
+            flags = re.IGNORECASE if entry.get("ignore_case") else 0
+            if where.startswith("extra"):  # an admin's rule: also safe to run on every log line (regex_safety)
+                unsafe = regex_safety.problem(pattern, flags)
+                if unsafe:
+                    raise RuleError(f"{where}.pattern", unsafe)
             try:
-                compiled = re.compile(pattern, re.IGNORECASE if entry.get("ignore_case") else 0)
-            except re.error as exc:
+                compiled = re.compile(pattern, flags)
+            except (re.error, RecursionError, OverflowError) as exc:
                 raise RuleError(f"{where}.pattern", f"not a valid regular expression: {exc}") from None
             if entry.get("xids") is not None:
                 if "xid" not in compiled.groupindex:

@@ -109,7 +109,9 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
     (where the returned data starts), next_offset, size (bytes stored so far), trimmed (output before
     `offset` is gone), data, complete (the task attempt has ended and nothing more is stored), state (the
     task's state now: "pending" before it is placed, so a reader can say "no log yet" rather than "running";
-    that of the current attempt, so a past attempt's reader judges by `complete`)}."""
+    that of the current attempt, so a past attempt's reader judges by `complete`), note (why nothing is
+    stored, when nothing is: not started yet, no output yet, or no process runs this task; "" otherwise),
+    expect_output (false when no process runs the task, a simulated job or node: nothing will come)}."""
     limits = log_limits()
     limit = min(max(int(limit or limits["read"]), 1), limits["read"])
     job_attempt = Job.objects.filter(pk=task.job_id).values_list("attempts", flat=True).first() or 0
@@ -151,7 +153,30 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
         if cut < len(raw):
             break  # the limit ended inside this chunk: the next read continues here, not after it
     ended = attempt < job_attempt or task.state not in Task.OPEN_STATES
-    return {"task": task.pk, "name": f"{task.role.name}-{task.index}", "attempt": attempt, "offset": start,
+    name = f"{task.role.name}-{task.index}"
+    note, expect_output = _no_output_note(task, name, ended=ended) if size == 0 else ("", True)
+    return {"task": task.pk, "name": name, "attempt": attempt, "offset": start,
             "next_offset": at, "size": size, "trimmed": bool(trimmed),
             "data": b"".join(parts).decode("utf-8", errors="replace"), "complete": bool(ended and at >= size),
-            "state": task.state}
+            "state": task.state, "note": note, "expect_output": expect_output}
+
+
+def _no_output_note(task: Task, name: str, *, ended: bool) -> tuple[str, bool]:
+    """(why an attempt of `task` has no output stored, whether output can still come) for read_log. No process
+    runs a task of a simulated job (a replayed trace job: no command) nor one bound to a node whose executor
+    is `simulated` (make demo): nothing is ever logged for it, and a reader that waits would wait for ever."""
+    from ..models import Node
+
+    job = Job.objects.filter(pk=task.job_id).values("simulated").first() or {}
+    if job.get("simulated"):
+        return (f"job {task.job_id} is a replayed trace job (simulated): it runs no process, so task {name} has "
+                f"no output"), False
+    node = Node.objects.filter(pk=task.node_id).values("name", "executor").first() if task.node_id else None
+    if node and node["executor"] == Node.Executor.SIMULATED:
+        return (f"task {name} is on node {node['name']}, a simulated node (executor 'simulated'): no process is "
+                f"started there, so it has no output; a node agent runs real commands (make demo-local)"), False
+    if task.state == Task.State.PENDING and not ended:
+        return f"task {name} has not started yet (not placed on a node): no output so far", True
+    if ended:
+        return f"task {name} wrote no output", True
+    return f"task {name} has written no output yet", True

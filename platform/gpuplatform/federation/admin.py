@@ -3,6 +3,7 @@ services, so every change is audited) and the federated jobs (read-only)."""
 from django import forms
 from django.contrib import admin
 
+from ..admin_services import ServiceAdmin
 from ..models import FederatedJob, MemberCluster
 from . import manager
 from .secrets import masked
@@ -26,7 +27,7 @@ class MemberClusterForm(forms.ModelForm):
 
 
 @admin.register(MemberCluster)
-class MemberClusterAdmin(admin.ModelAdmin):
+class MemberClusterAdmin(ServiceAdmin):
     form = MemberClusterForm
     list_display = ("name", "api_url", "state", "enabled", "cost_per_gpu_hour", "last_sync_at", "token_status")
     readonly_fields = ("state", "last_sync_at", "last_error", "sync_bytes", "token_status")

@@ -12,7 +12,7 @@ from ..models import Job, Queue, Quota, Team
 from ..names import name_error
 from .base import raise_if, request_cycle_on_commit, resolve_queue
 
-__all__ = ["create_queue", "update_queue", "set_quota", "delete_queue"]
+__all__ = ["create_queue", "update_queue", "set_quota", "delete_queue", "queue_grace_error"]
 
 
 @transaction.atomic
@@ -36,8 +36,8 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
         errors["weight"] = "weight must be a positive finite number"
     if state not in Queue.State.values:
         errors["state"] = f"state must be one of {Queue.State.values}"
-    if _grace_error(preemption_grace_seconds):
-        errors["preemption_grace_seconds"] = _grace_error(preemption_grace_seconds)
+    if queue_grace_error(preemption_grace_seconds):
+        errors["preemption_grace_seconds"] = queue_grace_error(preemption_grace_seconds)
     if parent is not None and Job.objects.filter(queue=parent).exists():
         errors["parent"] = (f"queue {parent.name} has jobs: a queue that runs jobs cannot get child queues "
                             f"(its jobs would sit on an inner queue)")
@@ -89,8 +89,8 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
             state = Queue.State.CLOSING  # closed only once its last job has ended: close_idle_queues below
         changes["state"] = state
     if preemption_grace_seconds is not None:
-        if _grace_error(preemption_grace_seconds):
-            errors["preemption_grace_seconds"] = _grace_error(preemption_grace_seconds)
+        if queue_grace_error(preemption_grace_seconds):
+            errors["preemption_grace_seconds"] = queue_grace_error(preemption_grace_seconds)
         changes["preemption_grace_seconds"] = preemption_grace_seconds
     raise_if(errors)
     if parent is not ...:
@@ -166,8 +166,9 @@ def _positive_number(value) -> bool:
 MAX_GRACE_SECONDS = 86400
 
 
-def _grace_error(seconds) -> str | None:
-    """The rule a preemption grace period breaks: a whole number of seconds from 0 to a day."""
+def queue_grace_error(seconds) -> str | None:
+    """The rule a preemption grace period breaks: a whole number of seconds from 0 to a day (None: none).
+    create_queue / update_queue apply it; the admin's queue form shows it on its field."""
     if not isinstance(seconds, int) or isinstance(seconds, bool) or not 0 <= seconds <= MAX_GRACE_SECONDS:
         return f"preemption_grace_seconds must be a whole number of seconds from 0 to {MAX_GRACE_SECONDS}"
     return None

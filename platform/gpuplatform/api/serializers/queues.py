@@ -47,6 +47,20 @@ class QueueSerializer(ModelSerializer):
         read_only_fields = fields
 
 
+class QueueChangedSerializer(QueueSerializer):
+    """The answer to PATCH / PUT /api/v1/queues/<name>/: the queue, plus `state_note` when the state given
+    differs from the one asked (closed asked, closing given). Response only (not required: absent otherwise)."""
+
+    state_note = serializers.CharField(
+        required=False,
+        help_text="only when `state: closed` was asked and `closing` given: why (the queue still has pending or "
+                  "live jobs; it takes no new jobs and becomes closed when its last job ends)")
+
+    class Meta(QueueSerializer.Meta):
+        fields = QueueSerializer.Meta.fields + ["state_note"]
+        read_only_fields = QueueSerializer.Meta.fields
+
+
 class QueueCreateSerializer(Serializer):
     name = serializers.CharField(max_length=100)
     parent = serializers.CharField(max_length=100, allow_null=True, required=False, default=None,

@@ -1,7 +1,7 @@
 import logging
 
 from django.db import DatabaseError
-from django.db.models import Case, F, IntegerField, Prefetch, When
+from django.db.models import Prefetch
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -10,7 +10,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 
-from ... import access, execution, services
+from ... import access, execution, queries, services
 from ...models import Job, JobRole, Membership, Queue, Task
 from ..filters import JobFilterSet
 from ..idempotency import IdempotentCreateMixin
@@ -52,13 +52,6 @@ def read_job_log(job: Job, params) -> dict:
     if d["attempt"] is not None and d["attempt"] > job.attempts:
         raise services.ValidationError({"attempt": f"job {job.pk} has had attempts 0 to {job.attempts} only"})
     return execution.read_log(task, attempt=d["attempt"], offset=d["offset"], limit=d["limit"])
-
-
-def _position():
-    """1-based place among the pending jobs of the same queue in the order the last scheduling cycle
-    considered them (Job.queue_position, written by the cycle); null for jobs that are not pending and
-    for jobs submitted since the last cycle."""
-    return Case(When(state=Job.State.PENDING, then=F("queue_position")), default=None, output_field=IntegerField())
 
 
 class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -111,7 +104,7 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
                                                  "started_at", "ended_at", "exit_code", "exit_signal",
                                                  "end_message")),
                                   "attempt_records")
-                .annotate(position=_position())
+                .annotate(position=queries.pending_queue_position())
                 .order_by("-submitted_at", "-id"))
 
     def _job_data(self, pk: int) -> dict:
@@ -205,7 +198,9 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
         (`next_offset` continues), of `attempt` (default: the current one). Kept per task attempt: 1 MiB
         (TASK_LOG_MAX_BYTES), oldest output trimmed first (`trimmed`). `complete` once the task has ended
         and everything stored was served; `state` is the task's state now (`pending`: not placed yet, no log
-        to expect). 400 naming `task` for a task the job does not have.
+        to expect). With nothing stored, `note` says why (not started yet, no output yet, or no process runs
+        the task: a simulated job or node) and `expect_output` is false when nothing will ever come.
+        400 naming `task` for a task the job does not have.
         On a federation manager: the FederatedJob's logs, proxied from its worker."""
         from ...federation.manager import is_manager
 

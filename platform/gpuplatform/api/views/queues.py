@@ -9,7 +9,7 @@ from ..filters import QueueFilterSet, QuotaFilterSet
 from ..idempotency import IdempotentCreateMixin
 from ..permissions import IsPlatformAdminOrReadOnly
 from ..serializers import QueueCreateSerializer, QueueSerializer, QueueTreeSerializer, QueueUpdateSerializer, QuotaSerializer
-from ..serializers.queues import QuotaUpdateSerializer
+from ..serializers.queues import QueueChangedSerializer, QuotaUpdateSerializer
 from .base import IF_MATCH, ETagMixin, atomic
 
 
@@ -44,7 +44,7 @@ class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
         queue = self.get_queryset().get(pk=queue.pk)
         return self.with_etag(Response(QueueSerializer(queue).data, status=status.HTTP_201_CREATED), queue)
 
-    @extend_schema(request=QueueUpdateSerializer, responses={200: QueueSerializer}, parameters=[IF_MATCH])
+    @extend_schema(request=QueueUpdateSerializer, responses={200: QueueChangedSerializer}, parameters=[IF_MATCH])
     def partial_update(self, request, name=None):
         body = QueueUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -61,7 +61,7 @@ class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
                                   "no new jobs and becomes closed when its last job ends")
         return self.with_etag(Response(data), queue)
 
-    @extend_schema(request=QueueUpdateSerializer, responses={200: QueueSerializer}, parameters=[IF_MATCH])
+    @extend_schema(request=QueueUpdateSerializer, responses={200: QueueChangedSerializer}, parameters=[IF_MATCH])
     def update(self, request, name=None):
         return self.partial_update(request, name=name)
 
