@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import compress, islice, repeat
 from math import inf as INF
-from operator import attrgetter, is_, itemgetter, not_
+from operator import attrgetter, is_, itemgetter
 
 from ..plugins.victims import victim_units
 from ..session import Session
@@ -254,8 +254,11 @@ def _screen(queues, flavor: str, failed_order: list, reasons: dict, memo: dict, 
     if not borrowing:
         return []
     closed = _closed(queues, flavor)
-    if closed:
-        failed_order = list(compress(failed_order, map(not_, map(closed.__contains__, map(_job_queue, failed_order)))))
+    if closed:  # the jobs of the other known queues (reclaim_may_help passes no job of an unknown queue)
+        open_ = queues.queues.keys() - closed
+        if not open_:
+            return []
+        failed_order = list(compress(failed_order, map(open_.__contains__, map(_job_queue, failed_order))))
         if not failed_order:
             return []
     entries = list(map(memo.get, map(id, failed_order)))
