@@ -197,7 +197,8 @@ class ClusterState:
         self.running: dict = _Jobs(self.counts)  # job id -> JobInfo (state running or preempting, with placement)
         self._held: set = set()  # pending job ids with GPUs held for them
         self.partial_gpus = 0  # GPUs bound to tasks of pending jobs whose gang is not complete (gang=False)
-        self._hold_gpus: set = set()  # (node, gpu) nominated for pending jobs (set_holds)
+        self._hold_gpus: dict = {}  # node -> its GPUs nominated for pending jobs (set_holds)
+        self._holds_given: dict = {}  # the holds set_holds was last given (job id -> placements)
         self.version = 0  # bumped whenever GPUs are bound, released or nominated (reserved_gpus' cache key)
         self._reserved = (-1, 0)
         self.down_nodes: set = {n.name for n in nodes if n.state != "ready"}
@@ -516,8 +517,18 @@ class ClusterState:
             elif job is None and job_id in self.running:  # a job being moved: its new place (rescheduling)
                 self.running[job_id] = replace(self.running[job_id], reserved=tuple(tasks))
         self._held = set(holds)
-        self._hold_gpus = {(t.node, g) for tasks in holds.values() for t in tasks for g in t.gpus
-                           if not (t.gpu_milli or t.mig)}  # whole GPUs held (a held share is not a GPU)
+        if holds != self._holds_given:  # (most cycles nominate the same holders on the same tasks again)
+            self._holds_given = dict(holds)
+            per_node: dict = {}  # whole GPUs held (a held share is not a GPU), per node
+            for tasks in holds.values():
+                for t in tasks:
+                    if t.gpus and not (t.gpu_milli or t.mig):
+                        on = per_node.get(t.node)
+                        if on is None:
+                            per_node[t.node] = set(t.gpus)
+                        else:
+                            on.update(t.gpus)
+            self._hold_gpus = per_node
         self.version += 1
 
     def drop(self, job_id) -> JobInfo:
@@ -572,8 +583,9 @@ class ClusterState:
         """Nominated GPUs (held for pending jobs) that no job uses now: a nomination may cover GPUs its
         victims or a draining job still hold; those count as theirs."""
         if self._reserved[0] != self.version:
-            used = self._used
-            self._reserved = (self.version, sum(1 for n, g in self._hold_gpus if g not in used[n]))
+            used = self._used  # per node, the held GPUs less those in use (C-level set differences)
+            self._reserved = (self.version, sum(map(len, map(set.difference, self._hold_gpus.values(),
+                                                             map(used.__getitem__, self._hold_gpus)))))
         return self._reserved[1]
 
     def down_unallocated_gpus(self) -> int:

@@ -17,7 +17,9 @@ releasing"; the platform writes decision Events only for decisions with victims)
 from __future__ import annotations
 
 from dataclasses import replace
-from operator import attrgetter
+from itertools import compress, islice, repeat
+from math import inf as INF
+from operator import attrgetter, is_, itemgetter
 
 from ..plugins.victims import victim_units
 from ..session import Session
@@ -57,40 +59,24 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
         and low < max(map(_priority, failed_order))))
     if facts is not None and not borrowing and not may_any_preempt:
         return [], []  # only preemption could help, and no running job is below any waiting one
-    running = [j for j in session.snapshot.jobs if j.state == "running"]
+    running = [j for j in session.snapshot.jobs if j.state == "running"] if may_any_preempt else None
     lowest_priority: dict[str, int] = {}
     for j in running if may_any_preempt else ():
         if j.preemptible:
             lowest_priority[j.queue] = min(lowest_priority.get(j.queue, j.priority), j.priority)
-    preemptors = []
     helps: dict[tuple, bool] = {}  # (queue, flavor, GPUs needed) -> reclaim_may_help; usage is fixed here
     one_flavor = len(state.flavors) == 1
-    for job in failed_order:  # cheap screening before any victim search
-        reason = reasons.get(job.id)
-        if reason is None or reason.code not in EVICT_CODES:
-            continue
-        may_preempt = config.preemption and lowest_priority.get(job.queue, job.priority) < job.priority
-        may_reclaim = False
-        if borrowing:
-            entry = memo.get(id(job)) if memo is not None else None  # Admission.facts: (job, gpus_min, .., flavors)
-            if entry is not None and entry[0] is job:
-                need, flavors = entry[1], entry[6] if one_flavor else None
-            else:
-                need, flavors = job.gpus_min, None
-            for f in flavors if flavors is not None else session.flavors(job):
-                key = (job.queue, f, need)
-                helps_f = helps.get(key)
-                if helps_f is None:
-                    helps_f = helps[key] = reclaim_may_help(queues, job, f)
-                if helps_f:
-                    may_reclaim = True
-                    break
-        if may_preempt or may_reclaim:
-            preemptors.append(job)
-            if len(preemptors) >= limit:
-                break
+    preemptors = None
+    if memo is not None and one_flavor and not (config.preemption and lowest_priority):
+        preemptors = _screen(queues, next(iter(state.flavors)), failed_order, reasons, memo, borrowing, helps,
+                             limit)
+    if preemptors is None:
+        preemptors = _screen_each(session, failed_order, reasons, memo, borrowing, helps, limit, lowest_priority,
+                                  one_flavor)
     if not preemptors:
         return [], []
+    if running is None:  # the victims' candidates: only once some job passed the screen
+        running = [j for j in session.snapshot.jobs if j.state == "running"]
     flavor_of = state.static.node_flavor  # node name -> flavor
     queue_of = {j.id: j.queue for j in session.snapshot.jobs}
     units = victim_units(running)
@@ -146,6 +132,143 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
                           "victims": [{"job": e.job_id, "tasks": list(e.tasks), "gpus": e.gpus} for e in evs],
                           "usage_before": before, "usage_after": _usage(queues, involved)})
     return evictions, decisions
+
+
+def _screen_each(session: Session, failed_order: list, reasons: dict, memo, borrowing: bool, helps: dict, limit: int,
+                 lowest_priority: dict, one_flavor: bool) -> list:
+    """run_evictions' cheap screen before any victim search, one job at a time: the first `limit` jobs of
+    failed_order refused for a reason an eviction may cure (EVICT_CODES) that may preempt (a lower-priority
+    preemptible job runs in their queue: `lowest_priority`) or reclaim (someone borrows, and reclaim_may_help for
+    one of their flavors; `helps` memoises it per (queue, flavor, GPUs needed))."""
+    config, queues = session.config, session.queues
+    preemptors = []
+    for job in failed_order:  # cheap screening before any victim search
+        reason = reasons.get(job.id)
+        if reason is None or reason.code not in EVICT_CODES:
+            continue
+        may_preempt = config.preemption and lowest_priority.get(job.queue, job.priority) < job.priority
+        may_reclaim = False
+        if borrowing:
+            entry = memo.get(id(job)) if memo is not None else None  # Admission.facts: (job, gpus_min, .., flavors)
+            if entry is not None and entry[0] is job:
+                need, flavors = entry[1], entry[6] if one_flavor else None
+            else:
+                need, flavors = job.gpus_min, None
+            for f in flavors if flavors is not None else session.flavors(job):
+                key = (job.queue, f, need)
+                helps_f = helps.get(key)
+                if helps_f is None:
+                    helps_f = helps[key] = reclaim_may_help(queues, job, f)
+                if helps_f:
+                    may_reclaim = True
+                    break
+        if may_preempt or may_reclaim:
+            preemptors.append(job)
+            if len(preemptors) >= limit:
+                break
+    return preemptors
+
+
+class _Probe:
+    """What reclaim_may_help reads of a job (its queue and minimum GPUs), for _screen's table."""
+
+    __slots__ = ("queue", "gpus_min")
+
+    def __init__(self, queue: str, gpus_min: int):
+        self.queue, self.gpus_min = queue, gpus_min
+
+
+class _Answers(dict):
+    """(reason code, queue, GPUs needed, flavors) -> whether a job of those passes the screen (a missing key
+    is worked out on first use: C-level lookups for every job after the first of its kind)."""
+
+    __slots__ = ("queues", "borrowing", "helps")
+
+    def __missing__(self, key) -> bool:
+        code, queue, need, flavors = key
+        ok = False
+        if code in EVICT_CODES and self.borrowing:
+            probe = None
+            for f in flavors:
+                helps_f = self.helps.get((queue, f, need))
+                if helps_f is None:
+                    if probe is None:
+                        probe = _Probe(queue, need)
+                    helps_f = self.helps[(queue, f, need)] = reclaim_may_help(self.queues, probe, f)
+                if helps_f:
+                    ok = True
+                    break
+        self[key] = ok
+        return ok
+
+
+class _NoReason:
+    code = None
+
+
+_NO_REASON = _NoReason()
+_entry_job, _entry_need, _entry_flavors = itemgetter(0), itemgetter(1), itemgetter(6)
+_code, _job_id, _job_queue = attrgetter("code"), attrgetter("id"), attrgetter("queue")
+
+
+def _closed(queues, flavor: str) -> set:
+    """The known queues none of whose jobs reclaim_may_help says may reclaim `flavor` GPUs, whatever their minimum
+    (>= 0): a job passes when its minimum is at most the queue's claim room and, when the queue's own limit binds
+    its headroom, at most that headroom too, so a queue where that bound is below 0 passes none. Worked out from the
+    usage as it stands, without adding a key to it (QueueTree.usage is a defaultdict: reclaim_may_help's reads add
+    the levels and flavor it reads; a queue whose chain is not all there is left open, for those reads to happen)."""
+    usage, capacity, out = queues.usage, queues.capacity[flavor], set()
+    for q in queues.queues:
+        here = usage.get(q)
+        if here is None or flavor not in here:
+            continue
+        bound = queues.entitlement(q, flavor) - here[flavor]  # claim_room((q,), flavor)
+        best, who, known = INF, None, True  # headroom(q, flavor)
+        for level in queues.chain(q):
+            info = queues.queues.get(level)
+            quota = info.quotas.get(flavor) if info else None
+            if quota is not None and quota.limit is not None and quota.limit < capacity:
+                per = usage.get(level)
+                if per is None or flavor not in per:
+                    known = False
+                    break
+                room = quota.limit - per[flavor]
+                if room < best:
+                    best, who = room, level
+        if not known:
+            continue
+        if who == q:
+            bound = min(bound, best)
+        if bound < 0:
+            out.add(q)
+    return out
+
+
+def _screen(queues, flavor: str, failed_order: list, reasons: dict, memo: dict, borrowing: bool, helps: dict,
+            limit: int):
+    """_screen_each's answer with no job able to preempt (no lower-priority preemptible job runs in any queue) on a
+    one-flavor cluster (`flavor`), without a Python step per job: only reclaim can help, so the jobs of queues that
+    may not reclaim (_closed) are left out, and of the others a job passes by its reason's code, queue, minimum GPUs
+    and flavors alone (the job memo's entries: Admission.facts), each kind worked out once (_Answers); None when one
+    of those jobs has no entry in the memo (then one job at a time)."""
+    if not borrowing:
+        return []
+    closed = _closed(queues, flavor)
+    if closed:  # the jobs of the other known queues (reclaim_may_help passes no job of an unknown queue)
+        open_ = queues.queues.keys() - closed
+        if not open_:
+            return []
+        failed_order = list(compress(failed_order, map(open_.__contains__, map(_job_queue, failed_order))))
+        if not failed_order:
+            return []
+    entries = list(map(memo.get, map(id, failed_order)))
+    if None in entries or not all(map(is_, map(_entry_job, entries), failed_order)):
+        return None
+    answers = _Answers()
+    answers.queues, answers.borrowing, answers.helps = queues, borrowing, helps
+    keys = zip(map(_code, map(reasons.get, map(_job_id, failed_order), repeat(_NO_REASON))),
+               map(_job_queue, failed_order), map(_entry_need, entries), map(_entry_flavors, entries))
+    return list(islice(compress(failed_order, map(answers.__getitem__, keys)), limit))
 
 
 def _standing(session: Session, facts) -> list:
