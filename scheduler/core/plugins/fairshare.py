@@ -60,7 +60,6 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
     thread)) and given again (a copy) when its inputs are the same: the queues' static key (names, parents,
     weights, quotas), the capacity, and each queue's min(limit, demand) per flavor, all the water-filling reads
     of the demand (a queue's demand above its limit does not move its share)."""
-    children = queues.children  # parent (None: the top) -> its queues, in the queues' order
     demand: dict[str, dict[str, float]] = {}  # queue -> flavor -> GPUs (float sums from 0.0, in this order)
     chain = queues.chain
     for q, per_flavor in pending_demand.items():
@@ -100,8 +99,17 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
         key = (queues.static_key, tuple(capacity.items()), caps)
         if kept is not None and kept[0] == key:
             return {q: dict(per) for q, per in kept[1].items()}
+    out = _fill(queues, capacity, demand)
+    if memo is not None:
+        memo[slot] = (key, {q: dict(per) for q, per in out.items()}, queues.static_key, flavors, limits)
+    return out
+
+
+def _fill(queues: QueueTree, capacity: dict[str, int], demand: dict[str, dict[str, float]]) -> dict:
+    """fair_shares' water-filling down the queue tree, per flavor: queue -> flavor -> GPUs. demand: queue -> flavor
+    -> GPUs in use and asked for, summed over the subtree (a queue or flavor missing reads 0.0)."""
+    children, infos = queues.children, queues.queues  # parent (None: the top) -> its queues, in the queues' order
     out: dict[str, dict[str, float]] = defaultdict(dict)
-    infos = queues.queues
 
     def split(parent: str | None, flavor: str, amount: float) -> None:
         kids = children(parent)
@@ -121,8 +129,6 @@ def fair_shares(queues: QueueTree, capacity: dict[str, int], pending_demand: dic
 
     for flavor, amount in capacity.items():
         split(None, flavor, float(amount))
-    if memo is not None:
-        memo[slot] = (key, {q: dict(per) for q, per in out.items()}, queues.static_key, flavors, limits)
     return dict(out)
 
 
@@ -250,7 +256,8 @@ def cycle_fair_shares(queues: QueueTree, capacity: dict[str, int], pending, flav
     """fair_shares(queues, capacity, pending_demand(pending, flavors, memo), memo): the same answer. On a cluster of
     one flavor, whether the last answer holds (its inputs' min(limit, demand) per queue, the same key) is checked
     first from the kept pending sums and the queues' usage alone, integers exact in any order, without building
-    the demand dicts those two calls build; they run only when it does not. memo: the engine cache's job memo."""
+    the demand dicts those two calls build (the water-filling, when it does not, reads the demand found so). memo:
+    the engine cache's job memo."""
     if len(capacity) == 1:
         kept = memo.get(("fair shares", threading.get_ident()))
         if kept is not None and kept[2] is queues.static_key and kept[3] == tuple(capacity):
@@ -264,14 +271,21 @@ def cycle_fair_shares(queues: QueueTree, capacity: dict[str, int], pending, flav
                     if gpus:
                         for level in chain(q):
                             below[level] = below.get(level, 0) + gpus
-                usage = queues.usage
-                caps = []
-                for q, _, limit in kept[4]:  # fair_shares' caps, in its order
+                usage, limits = queues.usage, kept[4]
+                caps, demand = [], {}
+                for q, _, limit in limits:  # fair_shares' caps, in its order
                     used = usage.get(q)
                     d = below.get(q, 0) + (used.get(flavor, 0) if used is not None else 0)
+                    demand[q] = d
                     caps.append(d if d < limit else limit)
-                if kept[0] == (queues.static_key, tuple(capacity.items()), caps):
+                key = (queues.static_key, tuple(capacity.items()), caps)
+                if kept[0] == key:
                     return {q: dict(per) for q, per in kept[1].items()}
+                # fair_shares' demand of the queues it reads, as its float sums give them (integers: exact)
+                out = _fill(queues, capacity, {q: {flavor: float(d)} for q, d in demand.items()})
+                memo[("fair shares", threading.get_ident())] = (key, {q: dict(per) for q, per in out.items()},
+                                                                queues.static_key, kept[3], limits)
+                return out
     return fair_shares(queues, capacity, pending_demand(pending, flavors, memo), memo)
 
 
