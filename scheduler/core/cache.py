@@ -78,13 +78,13 @@ class ClusterStatic:
             self.size_name_rank[d] = i
 
 
-def _same_shape(nodes: tuple, seen: tuple) -> bool:
+def _same_shape(nodes: tuple, seen: tuple, changed=changed_positions) -> bool:
     if nodes is seen:
         return True
     if len(nodes) != len(seen):
         return False
     # NodeInfo is frozen: an identical object has identical fields (those that differ found C-level)
-    for k in changed_positions(nodes, seen):
+    for k in changed(nodes, seen):
         a, b = nodes[k], seen[k]
         if (a.name != b.name or a.flavor != b.flavor or a.gpus != b.gpus or a.domain != b.domain
                 or a.cpu_milli != b.cpu_milli or a.memory_mib != b.memory_mib):
@@ -98,7 +98,7 @@ class EngineCache:
     cluster's shape never changes)."""
 
     __slots__ = ("_domains", "_nodes", "_static", "_start", "_feasibility", "lock", "builds", "_jobs", "_jobs_key", "_books",
-                 "_index", "_lent")
+                 "_index", "_lent", "_changed")
 
     def __init__(self) -> None:
         self._domains: tuple | None = None
@@ -113,6 +113,7 @@ class EngineCache:
         self._books: tuple = (None, {})  # (ClusterStatic, node set -> metrics.MetricsBook)
         self._index = None  # jobindex.SnapshotIndex of the last snapshot scanned
         self._lent: dict = {}  # thread -> (ClusterStatic, state.ClusterState) working on the capacity it took (lend)
+        self._changed: tuple | None = None  # (nodes, seen, positions) of the last changed_positions call
 
     def static_for(self, snapshot: Snapshot) -> ClusterStatic:
         """The ClusterStatic of the snapshot's cluster: the one kept when its shape is the last one seen
@@ -123,12 +124,23 @@ class EngineCache:
         with self.lock:
             static = self._static
             if static is None or not (domains is self._domains or domains == self._domains) \
-                    or not _same_shape(nodes, self._nodes):
+                    or not _same_shape(nodes, self._nodes, self.changed_positions):
                 static = ClusterStatic(snapshot)
                 self.builds += 1
                 self._static, self._start, self._feasibility = static, None, None
             self._domains, self._nodes = domains, nodes
             return static
+
+    def changed_positions(self, nodes: tuple, seen: tuple) -> list[int]:
+        """jobindex.changed_positions(nodes, seen), kept for the last pair asked (by identity; the list is shared,
+        not to be changed): the shape check, the snapshot index and the capacity update each ask it of the same two
+        snapshots once a cycle."""
+        last = self._changed
+        if last is not None and last[0] is nodes and last[1] is seen:
+            return last[2]
+        at = changed_positions(nodes, seen)
+        self._changed = (nodes, seen, at)
+        return at
 
     def take_start(self, static: ClusterStatic):
         """The free capacity kept for `static` (state._Start, or None), handed over: the cache holds none
@@ -212,6 +224,7 @@ class EngineCache:
         with self.lock:
             if self._index is None:
                 self._index = SnapshotIndex()
+                self._index.changed = self.changed_positions
             return self._index.update(snapshot.jobs, snapshot.nodes)
 
 

@@ -33,19 +33,10 @@ from operator import attrgetter, is_not
 from typing import NamedTuple
 
 
-_last_changed: list = [None]  # (nodes, seen, positions) of the last changed_positions call
-
-
 def changed_positions(nodes: tuple, seen: tuple) -> list[int]:
     """The positions k (of tuples of one length) where nodes[k] is not seen[k]: the nodes a producer replaced since
-    the snapshot whose node tuple is `seen`. The answer for the last pair asked is kept (by identity): the engine
-    cache, its snapshot index and the capacity update each ask it of the same two snapshots once a cycle."""
-    last = _last_changed[0]
-    if last is not None and last[0] is nodes and last[1] is seen:
-        return last[2]
-    at = list(compress(range(len(nodes)), map(is_not, nodes, seen)))
-    _last_changed[0] = (nodes, seen, at)
-    return at
+    the snapshot whose node tuple is `seen`, found C-level. EngineCache.changed_positions keeps the last answer."""
+    return list(compress(range(len(nodes)), map(is_not, nodes, seen)))
 
 
 class Facts(NamedTuple):
@@ -196,7 +187,7 @@ class SnapshotIndex:
     """Facts about the last snapshot's jobs and nodes (module docstring); `update` brings it to a new one."""
 
     __slots__ = ("jobs", "nodes", "job_ids", "job_by_id", "node_ids", "node_by_id", "counts", "sharing_nodes",
-                 "spare_ready", "unschedulable", "healthy", "last")
+                 "spare_ready", "unschedulable", "healthy", "last", "changed")
 
     def __init__(self) -> None:
         self.jobs: tuple | None = None  # the jobs tuple last indexed (held: `is` identifies it)
@@ -211,6 +202,7 @@ class SnapshotIndex:
         self.unschedulable = 0  # nodes not schedulable (down, or spares)
         self.healthy: dict[str, int] = {}  # flavor -> healthy GPUs of schedulable nodes
         self.last: Facts | None = None  # the Facts of (self.jobs, self.nodes)
+        self.changed = changed_positions  # (nodes, seen) -> changed positions (the engine cache's, which keeps one)
 
     def update(self, jobs: tuple, nodes: tuple) -> Facts:
         """The Facts of a snapshot's jobs and nodes; the jobs are indexed unless they carry their figures."""
@@ -243,7 +235,7 @@ class SnapshotIndex:
         if nodes is not before and before is not None and len(nodes) == len(before) == len(self.node_ids):
             # the same positions (a producer that replaces only the nodes that changed): the changed ones only,
             # found C-level, when their new objects are none of the indexed ones and each once (else the sets)
-            at = changed_positions(nodes, before)
+            at = self.changed(nodes, before)
             prev = self.node_by_id
             new = [nodes[k] for k in at]
             new_ids = set(map(id, new))

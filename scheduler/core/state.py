@@ -53,7 +53,8 @@ class ClusterState:
         self._lent: _Start | None = None
         with cache.lock if cache is not None else nullcontext():
             start = _snapshot_capacity(static, snapshot.nodes, cache.take_start(static) if cache is not None else None,
-                                       exact=cache is not None)
+                                       exact=cache is not None,
+                                       changed=cache.changed_positions if cache is not None else changed_positions)
             if cache is not None and cache.lend(static, start, self):
                 # the kept capacity itself, no copy: `take` and `give` note each node's figures before its first
                 # change, and `restore` (EngineCache.settle, at the end of run_cycle) puts them back, so the cache
@@ -347,10 +348,11 @@ def _move(start: _Start, chain, tiers, offs, flavor: str, was: int, now: int) ->
             sets[now].add(d)
 
 
-def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None, *, exact: bool = False) -> _Start:
+def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None, *, exact: bool = False,
+                       changed=changed_positions) -> _Start:
     """The _Start of `nodes` (which have static's shape): `start`, the previous snapshot's (of the same
     static), updated in place, or a new one when None. exact: build its exact-fit index if it has none (then
-    kept up to date with it)."""
+    kept up to date with it). changed: (nodes, seen) -> the positions of the nodes replaced (EngineCache's)."""
     chains, offs, tiers = static.tree.node_chain, static.hist_off, static.tree.tiers
     if start is None or len(start.nodes) != len(nodes):
         start = _Start()
@@ -383,7 +385,7 @@ def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None, *, ex
         start.exact = None
     else:
         # the nodes whose NodeInfo is not the previous snapshot's (C-level: a producer keeps unchanged ones)
-        for k in changed_positions(nodes, start.nodes):
+        for k in changed(nodes, start.nodes):
             n = nodes[k]
             free, count, cpu, mem = _node_capacity(n)
             was, now, flavor = len(start.free[k]), len(free), n.flavor  # flavor: same shape, same flavor
