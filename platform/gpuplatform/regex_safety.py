@@ -30,6 +30,7 @@ any repeat (`\\w*\\w*x`) pass it.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 import re._constants as C  # noqa: N812
 import re._parser as sre_parse
 
@@ -204,7 +205,8 @@ _EMPTY = _Chars()
 _ANY = _Chars(neg=True)
 
 
-def _fold(code: int) -> set[int]:
+@lru_cache(maxsize=4096)
+def _fold(code: int) -> frozenset[int]:
     """`code` and the characters that match it when case is ignored (always counted: more, never less)."""
     out = {code}
     ch = chr(code)
@@ -212,6 +214,46 @@ def _fold(code: int) -> set[int]:
         out.update(ord(v) for v in variant)
     for c in list(out):
         out.update(_EXTRA_CASES.get(c, ()))
+    return frozenset(out)
+
+
+def _category(cat: str, inverted: bool, ascii_only: bool) -> _Chars:
+    if ascii_only:
+        return _Chars(_ASCII_CATEGORY[cat], neg=inverted)
+    return _Chars(cats={cat}, neg=inverted)
+
+
+@lru_cache(maxsize=1024)
+def _class_chars(items: tuple, ascii_only: bool) -> _Chars:
+    """The characters of a class `[...]` (parsed items), over-approximated (_Chars). Cached: a pattern's walk asks
+    for the same class's set again at every level."""
+    negate = bool(items) and items[0][0] is C.NEGATE
+    if negate:
+        items = items[1:]
+    out = _EMPTY
+    for kind, value in items:
+        if kind is C.LITERAL:
+            part = _Chars({value} if negate else _fold(value))
+        elif kind is C.RANGE:
+            lo, hi = value
+            if hi - lo > _RANGE_CAP:
+                if negate:
+                    continue  # excluding fewer characters than the class does: more, never less
+                return _ANY
+            codes: set[int] = set(range(lo, hi + 1))
+            if not negate:
+                for code in range(lo, hi + 1):
+                    codes |= _fold(code)
+            part = _Chars(codes)
+        elif kind is C.CATEGORY and value in _CATEGORIES:
+            part = _category(*_CATEGORIES[value], ascii_only)
+        else:  # anything else: any character (a negated class: excludes none)
+            if negate:
+                continue
+            return _ANY
+        out = out | part
+    if negate:
+        return _ANY if out.neg else _Chars(out.codes, out.cats, neg=True)
     return out
 
 
@@ -224,41 +266,8 @@ class _Judge:
 
     # what a piece can start with
 
-    def _category(self, cat: str, inverted: bool) -> _Chars:
-        if self.ascii_only:
-            return _Chars(_ASCII_CATEGORY[cat], neg=inverted)
-        return _Chars(cats={cat}, neg=inverted)
-
     def _class(self, items) -> _Chars:
-        items = list(items)
-        negate = bool(items) and items[0][0] is C.NEGATE
-        if negate:
-            items = items[1:]
-        out = _EMPTY
-        for kind, value in items:
-            if kind is C.LITERAL:
-                part = _Chars({value} if negate else _fold(value))
-            elif kind is C.RANGE:
-                lo, hi = value
-                if hi - lo > _RANGE_CAP:
-                    if negate:
-                        continue  # excluding fewer characters than the class does: more, never less
-                    return _ANY
-                codes: set[int] = set(range(lo, hi + 1))
-                if not negate:
-                    for code in range(lo, hi + 1):
-                        codes |= _fold(code)
-                part = _Chars(codes)
-            elif kind is C.CATEGORY and value in _CATEGORIES:
-                part = self._category(*_CATEGORIES[value])
-            else:  # anything else: any character (a negated class: excludes none)
-                if negate:
-                    continue
-                return _ANY
-            out = out | part
-        if negate:
-            return _ANY if out.neg else _Chars(out.codes, out.cats, neg=True)
-        return out
+        return _class_chars(tuple(items), self.ascii_only)
 
     def first(self, seq) -> tuple[_Chars, bool]:
         """(the characters a match of `seq` can start with, whether it can match the empty string)."""
