@@ -342,17 +342,20 @@ def _queueing_payload(user) -> dict:
                                                    "wait_seconds": w["wait_seconds"]} for w in waits]}
 
 
-# the CSV columns of /queueing/data.json?format=csv&table=pending (its header even when nothing is pending);
-# `position` is the jobs API's (in the job's queue), `overall_position` the place among all pending jobs
+# the CSV columns of /queueing/data.json?format=csv&table=pending (its header even when nothing is pending; docs/api.md,
+# "The queueing page's pending table (CSV)"): `position` is the jobs API's
+# (in the job's queue), `overall_position` the place among all pending jobs. Changed in trialfix10: `position` was the
+# overall place and `queue_position` the place in the queue; `queue_position` stays, the same number as `position`,
+# for one release (deprecated: to be removed), so a consumer that read it keeps its number under its name.
 PENDING_COLUMNS = ("position", "overall_position", "name", "team_name", "queue_name", "gpus", "priority", "submitted_at",
-                   "estimated_start", "estimated_start_p90", "estimate_note", "pending_reason")
+                   "estimated_start", "estimated_start_p90", "estimate_note", "pending_reason", "queue_position")
 
 
 @_json_view
 @takes_params()
 def queueing_json(request):
     p = _queueing_payload(request.user)
-    pending = [{k: j[k] for k in PENDING_COLUMNS} for j in p["pending"]]
+    pending = [{k: j["position" if k == "queue_position" else k] for k in PENDING_COLUMNS} for j in p["pending"]]
     html = render_to_string("frontend/_pending.html", p, request=request)
     # The forecast-accuracy figure (~50 KB) comes from a committed benchmark file, not from the cluster: the
     # page draws it once from its own HTML, and the poll does not carry it again on every change.

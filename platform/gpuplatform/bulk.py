@@ -344,12 +344,17 @@ def update_rows(model, rows: list[tuple], columns: list[str], constants: dict, w
         return cur.rowcount
 
 
+class MissingReference(IntegrityError):
+    """lock_keys' refusal: a referenced row does not exist (deleted meanwhile, or never there). An IntegrityError as
+    the dropped foreign-key constraint raised, told apart from a unique index's violation (a racing writer)."""
+
+
 def lock_keys(model, ids, *, also: tuple[str, list] | None = None, what: str = "") -> None:
     """A foreign key's check, for many rows in one statement (migration 0023_e2e9: the scheduling cycle's
     allocations and Events, whose per-row checks cost ~5 us each on the server): every id of `ids` must be the
     primary key of a `model` row (and, with `also` = (column, values), that row's column must equal the value given
-    at the same position; then `ids` must be distinct), else django.db.IntegrityError naming the first ids missing
-    (`what`: the referencing column, for the message). On PostgreSQL the rows are locked FOR KEY SHARE, as
+    at the same position; then `ids` must be distinct), else MissingReference (an IntegrityError) naming the first
+    ids missing (`what`: the referencing column, for the message). On PostgreSQL the rows are locked FOR KEY SHARE, as
     PostgreSQL's own check does: no other transaction can delete them or change their key until the caller's
     transaction ends. Elsewhere (SQLite: one writer at a time) a plain read. Call inside the caller's transaction."""
     ids = list(ids) if also is not None else list(set(ids))
@@ -377,7 +382,7 @@ def lock_keys(model, ids, *, also: tuple[str, list] | None = None, what: str = "
         present = set(model._base_manager.filter(pk__any=Many(ids)).values_list("pk", also[0]))
         missing = sorted(set(zip(ids, also[1])) - present)
     if missing:
-        raise IntegrityError(f"{what or meta.db_table}: {len(missing)} reference(s) to no {meta.object_name} row "
+        raise MissingReference(f"{what or meta.db_table}: {len(missing)} reference(s) to no {meta.object_name} row "
                              f"(first {missing[:5]})")
 
 

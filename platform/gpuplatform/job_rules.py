@@ -369,6 +369,17 @@ def env_name_too_long(name: str) -> str:
     return f"a variable name is at most {MAX_ENV_NAME_CHARS} characters (this one has {len(name)})"
 
 
+def _env_key(field: str, name, index: int, taken) -> str:
+    """The field an error about variable `name` is reported on: `env.NAME` with the whole name when it is at
+    most MAX_ENV_NAME_CHARS characters; an over-long (or non-string) one by its first 40 and '...', and
+    `#<index>` (its place in the object) when that is already an error's key, so two errors never merge."""
+    if isinstance(name, str) and len(name) <= MAX_ENV_NAME_CHARS:
+        key = f"{field}.{name}"
+    else:
+        key = f"{field}.{env_name_shown(name)}"
+    return f"{key}#{index}" if key in taken else key
+
+
 def check_env(value, field: str = "env") -> tuple[dict[str, str], dict[str, str]]:
     """{name: value} with names like shell variables, not set by the platform (PLATFORM_ENV, GPUPLATFORM_*),
     string values (numbers are turned into strings). Returns (env, errors)."""
@@ -379,8 +390,8 @@ def check_env(value, field: str = "env") -> tuple[dict[str, str], dict[str, str]
     if len(value) > MAX_ENV_VARS:
         return {}, {field: f"env may have at most {MAX_ENV_VARS} variables"}
     out, errors = {}, {}
-    for name, val in value.items():
-        key = f"{field}.{env_name_shown(name)}"
+    for index, (name, val) in enumerate(value.items()):
+        key = _env_key(field, name, index, errors)
         if isinstance(name, str) and len(name) > MAX_ENV_NAME_CHARS:
             errors[key] = env_name_too_long(name)
         elif not isinstance(name, str) or not ENV_NAME.match(name):

@@ -69,6 +69,10 @@ def test_csv_position_and_gpus_are_the_apis(users, admin):
         assert rows[name]["position"] == str(job["position"]), (name, rows[name], job["position"])
         assert float(rows[name]["gpus"]) == float(job["gpus"]), (name, rows[name]["gpus"], job["gpus"])
     assert {rows[n]["overall_position"] for n in rows} == {"1", "2", "3"}  # the overall order, named as such
+    # review 10 #4: `queue_position` (the place in the queue before F14 too) stays for one release, the same number,
+    # so a consumer that read it does not break or get another number
+    assert {name: r["queue_position"] for name, r in rows.items()} == \
+        {name: str(j["position"]) for name, j in api.items()}
 
 
 # --- F9: env names, diagnosis patterns -------------------------------------------------------------------
@@ -116,6 +120,23 @@ def test_an_over_long_env_name_is_a_400_naming_the_field_and_the_rule(client_for
         cli_env([f"{long}=1"])
 
 
+def test_env_errors_name_the_whole_variable_and_stay_apart(client_for):
+    """Review 10 #5: every env error was keyed by the name's first 40 characters: a valid 45-character name was not
+    named exactly, and two such names with bad values made one error. A name up to MAX_ENV_NAME_CHARS is the key
+    whole; over-long ones are shortened and kept apart by their place (#<index>)."""
+    from gpuplatform import job_rules
+
+    one, two = "A" * 45 + "_ONE", "A" * 45 + "_TWO"
+    _env, errors = job_rules.check_env({one: "x" * 5000, two: "y" * 5000})
+    assert set(errors) == {f"env.{one}", f"env.{two}"}
+    full = "B" * job_rules.MAX_ENV_NAME_CHARS
+    assert set(job_rules.check_env({full: 1})[1]) == {f"env.{full}"}
+    _env, errors = job_rules.check_env({"C" * 300 + "1": "x", "C" * 300 + "2": "y"}, "roles[0].env")
+    assert len(errors) == 2 and all(k.startswith("roles[0].env." + "C" * 40 + "...") and len(k) < 80 for k in errors)
+    r = client_for("member").post("/api/v1/jobs/", _job(env={one: "x" * 5000, two: "y" * 5000}), format="json")
+    assert r.status_code == 400 and set(r.json()) == {f"env.{one}", f"env.{two}"}, r.content
+
+
 RULE = {"name": "mine", "category": "user_error", "action": "retry", "source": "our runbook"}
 
 
@@ -126,6 +147,8 @@ RULE = {"name": "mine", "category": "user_error", "action": "retry", "source": "
     ("(.*a){20}", "repeated"),
     ("(a|aa)+$", "alternatives"),               # overlapping alternatives under a repeat
     ("(?:a|a?)+b", "alternatives"),
+    ("(?>(a+)+b)", "repeated"),                 # review 10 #1: an atomic group's body is judged (it was accepted)
+    ("(?:(a+)+b)*+", "repeated"),               # ... and a possessive repeat's
     ("(", "not a valid regular expression"),
     ("a{99999999999}", "not a valid regular expression"),
     ("(" * 900 + ")" * 900, "nested"),           # deeper than the parser's recursion: a 400, not a 500
@@ -149,10 +172,15 @@ def test_an_unsafe_or_invalid_diagnosis_pattern_is_a_400_naming_pattern(admin, c
 @pytest.mark.parametrize("pattern", [
     "CUDA error: (?P<what>\\w+)", "NCCL WARN .*timed out", "^Traceback", "(?:foo|bar)+baz", "(ab|cd)*e",
     "(?>a+)+$", "(a++)+$", "[A-Z]{3,}_ERROR",
+    # review 10 #3: repetitions that end with a character their variable part cannot match (were refused)
+    "peer (\\d{1,3}\\.){3}\\d{1,3} unreachable", "version (?:\\d+\\.)+\\d+", "(\\[[^\\]]*\\])+: ", "(?>ab|a)+c",
 ])
 def test_safe_patterns_are_still_accepted(admin, pattern):
+    from tests.diagnosis.test_regex_safety import LIMIT_S, slowest_search
+
     r = admin.post("/api/v1/diagnosis-rules/", {**RULE, "pattern": pattern}, format="json")
     assert r.status_code == 201, (pattern, r.content)
+    assert slowest_search(pattern) < LIMIT_S, pattern  # and runs fast on lines built to be hard for it
 
 
 def test_the_admins_rule_form_refuses_an_unsafe_pattern(admin_client, cluster):
@@ -164,18 +192,41 @@ def test_the_admins_rule_form_refuses_an_unsafe_pattern(admin_client, cluster):
     assert not DiagnosisRule.objects.exists()
 
 
-def test_the_shipped_table_still_parses_and_a_stored_unsafe_rule_is_skipped(db, caplog):
+def test_the_shipped_table_still_parses_and_a_stored_unsafe_rule_is_skipped_alone(db, caplog):
     """The check is for admins' rules; the shipped table (reviewed code) keeps its patterns. A rule written
-    around the service before this check is skipped when the tables load (a warning, no hang)."""
+    around the service (or stored before this check) is skipped when the tables load, with a warning naming it,
+    and no hang. Review 10 #2 / #7: it used to drop every admin rule with it (this test stored no other rule):
+    the valid rules stored beside it stay in force."""
     from gpuplatform.diagnosis import tables
     from gpuplatform.models import DiagnosisRule
 
     tables.load_shipped()
+    DiagnosisRule.objects.create(**{**RULE, "name": "good"}, pattern="CUDA error: out of memory")
     DiagnosisRule.objects.create(**RULE, pattern="(a+)+$")
+    DiagnosisRule.objects.create(**{**RULE, "name": "ipv4"}, pattern=r"peer (\d{1,3}\.){3}\d{1,3} unreachable")
+    DiagnosisRule.objects.create(**{**RULE, "name": "bad-regex"}, pattern="(")
     tables.invalidate()
-    rules = tables.rule_set()
-    assert all(r.id != "mine" for r in rules.rules)
-    assert any("skipped" in r.getMessage() for r in caplog.records)
+    ids = {r.id for r in tables.rule_set().rules}
+    assert {"admin:good", "admin:ipv4"} <= ids
+    assert not {"admin:mine", "admin:bad-regex"} & ids
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 2 and any("'mine'" in m and "repeated" in m for m in skipped), skipped
+    assert any("'bad-regex'" in m for m in skipped), skipped
+    _no_tracebacks(caplog)
+
+
+def test_a_stored_health_rule_that_does_not_parse_is_skipped_alone(db, caplog):
+    from gpuplatform.diagnosis import tables
+    from gpuplatform.models import HealthRule
+
+    common = {"action": "record", "category": "gpu_hardware", "source": "ours"}
+    HealthRule.objects.create(name="hot", signal="thermal_slowdown_seconds", op="gt", value=60, **common)
+    HealthRule.objects.create(name="broken", signal="thermal_slowdown_seconds", op="in", value=60, **common)
+    tables.invalidate()
+    _version, rules = tables.health_rules()
+    ids = {r.id for r in rules}
+    assert "admin:hot" in ids and "admin:broken" not in ids
+    assert any("'broken'" in r.getMessage() for r in caplog.records)
 
 
 # --- F16: gpuctl logs of a job that runs no process --------------------------------------------------------

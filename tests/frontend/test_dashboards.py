@@ -75,7 +75,7 @@ def test_pending_csv_with_nothing_pending_is_a_header(client, world):
     client.force_login(world["admin"])
     body = client.get("/queueing/data.json?format=csv&table=pending").content.decode()
     assert body.splitlines() == ["position,overall_position,name,team_name,queue_name,gpus,priority,submitted_at,"
-                                 "estimated_start,estimated_start_p90,estimate_note,pending_reason"]
+                                 "estimated_start,estimated_start_p90,estimate_note,pending_reason,queue_position"]
 
 
 def test_queues_page_has_a_figure_per_team_queue(client, world):

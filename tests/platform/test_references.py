@@ -215,6 +215,59 @@ def test_a_gpu_delete_racing_a_write_waits_and_fails(cluster):
     Allocation.objects.all().delete()
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("what", ["gpu", "node"])
+def test_a_write_racing_a_delete_in_flight_waits_and_fails(cluster, what):
+    """PostgreSQL, the other order (review 10 #8): the deleter goes first (its DELETE done, not committed, its deferred
+    trigger not yet run), the writer inserts and checks (write_allocations / check_nodes: FOR KEY SHARE), which waits
+    for the deleter; the deleter commits (its trigger passes: the insert is not committed); the writer's check then
+    finds the row gone and fails. No allocation or task is left naming the deleted row."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: PostgreSQL")
+    import threading
+    import time
+
+    import psycopg
+
+    from gpuplatform.allocations import check_nodes
+    from gpuplatform.models import Queue, Team
+
+    job = services.submit_job(command=["sleep", "1"], team=Team.objects.get(name="alpha"),
+                              queue=Queue.objects.get(name="alpha"), name="a",
+                              roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 1}])
+    task = Task.objects.get(job=job)
+    node = Node.objects.get(name="n3")
+    gpu = Gpu.objects.filter(node=node).first()
+    params = {k: v for k, v in connection.get_connection_params().items()
+              if k in ("dbname", "user", "password", "host", "port")}
+    other = psycopg.connect(**params)
+    try:
+        if what == "gpu":
+            other.execute("DELETE FROM gpuplatform_gpu WHERE id = %s", [gpu.pk])
+        else:
+            other.execute("DELETE FROM gpuplatform_gpu WHERE node_id = %s", [node.pk])
+            other.execute("DELETE FROM gpuplatform_node WHERE id = %s", [node.pk])
+        committer = threading.Timer(1.0, other.commit)
+        committer.start()
+        started = time.monotonic()
+        with pytest.raises(IntegrityError, match=r"allocation\.gpu_id" if what == "gpu" else r"task\.node_id"):
+            with transaction.atomic():
+                if what == "gpu":
+                    write_allocations([_row(task, gpu)])
+                else:
+                    Task.objects.filter(pk=task.pk).update(node_id=node.pk)
+                    check_nodes([node.pk])
+        waited = time.monotonic() - started
+        committer.join()
+    finally:
+        other.close()
+    assert waited >= 0.5, waited  # the check waited for the deleter's commit
+    assert not Gpu.objects.filter(pk=gpu.pk).exists()
+    assert not Allocation.objects.filter(gpu_id=gpu.pk).exists()
+    if what == "node":
+        assert not Node.objects.filter(pk=node.pk).exists() and not Task.objects.filter(node_id=node.pk).exists()
+
+
 def test_a_cycle_placing_a_task_on_a_missing_node_is_rolled_back_whole(submit, monkeypatch):
     """task.node_id (migration 0024_e2e10): the cycle's bulk path checks the nodes it places tasks on
     (allocations.check_nodes): a node id that names no node fails the cycle, nothing of it is left."""

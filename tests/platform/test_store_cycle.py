@@ -108,6 +108,29 @@ def test_stale_bindings_are_skipped_not_forced(submit):
     assert SchedulerCycle.objects.get(number=2).stale_skipped == 3
 
 
+def test_a_gpu_deleted_mid_cycle_is_reported_as_deleted_not_as_a_racing_cycle(submit, monkeypatch):
+    """Review 10 #9: in the job-by-job path a GPU deleted after the cycle read it fails write_allocations' reference
+    check (bulk.MissingReference); it was reported as "a GPU is already bound (racing cycle)". The racer (a GPU
+    bound by another job: a unique index) keeps that reason; the deleted GPU's job says what happened."""
+    holder, racer, orphan = (submit(n, tasks=1, gpus=2) for n in ("holder", "racer", "orphan"))
+    store.apply_result(CycleResult(bindings=[bind(holder, ("n0", (0, 1)))]), clock=CLOCK, cycle_number=1)
+    gone = Gpu.objects.get(node__name="n2", index=0)
+    real = store._bind_all
+
+    def delete_then_bind(*args, **kwargs):  # after the cycle read the GPU ids: the GPU goes meanwhile
+        Gpu.objects.filter(pk=gone.pk).delete()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "_bind_all", delete_then_bind)
+    result = CycleResult(bindings=[bind(racer, ("n0", (1, 2))), bind(orphan, ("n2", (0, 1)))])
+    stats = store.apply_result(result, clock=CLOCK, cycle_number=2)
+    why = dict(stats.stale)
+    assert (stats.binds, set(why)) == (0, {racer.pk, orphan.pk})
+    assert why[racer.pk] == "a GPU is already bound (racing cycle)"
+    assert "deleted meanwhile" in why[orphan.pk] and "allocation.gpu_id" in why[orphan.pk], why
+    assert not Allocation.objects.filter(job__in=[racer, orphan]).exists()
+
+
 def test_crashed_cycle_leaves_the_database_unchanged(submit, monkeypatch):
     submit("a", tasks=2, gpus=4)
 

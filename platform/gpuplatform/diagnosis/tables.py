@@ -1,8 +1,9 @@
 """The rule tables: shipped YAML (read once, at start: apps.py calls `load_shipped`) + admins' rows.
 
 `rule_set()` -> engine.RuleSet and `health_rules()` -> (version, rules): the shipped table followed by the
-enabled DiagnosisRule / HealthRule rows. An admin row that does not parse is skipped with a warning (the
-service that saves rows validates them first, so this only guards rows written around it).
+enabled DiagnosisRule / HealthRule rows. An admin row that does not parse is skipped alone, with a warning
+naming it (the service that saves rows validates them first, so this guards rows written around it, and rows
+stored before a stricter check, e.g. regex_safety's: the other admin rows stay in force).
 
 Cached per process (every heartbeat judges its signals: no query and no regex compile each time): the
 parsed tables are kept until a rule row is saved or deleted (post_save / post_delete of DiagnosisRule and
@@ -51,11 +52,23 @@ def load_shipped() -> None:
 
 
 def _with_admin_rows(parse, shipped: dict, model, what: str):
-    """parse(shipped, the model's enabled rows), or parse(shipped) alone when a row does not parse."""
-    rows = [r.as_entry() for r in model.objects.filter(enabled=True)]
+    """parse(shipped, the model's enabled rows that parse): a row that does not (a bad pattern, a pattern the
+    regex_safety check refuses, a duplicate name) is skipped alone, with a warning naming it; the others stay."""
+    kept, ids = [], set()
+    for row in model.objects.filter(enabled=True):
+        entry = row.as_entry()
+        try:
+            if entry["id"] in ids:
+                raise engine.RuleError("id", f"duplicate id {entry['id']!r}")
+            parse(shipped, [entry])
+        except engine.RuleError as exc:
+            log.warning("admin %s rule %r skipped: %s", what, row.name, exc)
+            continue
+        kept.append(entry)
+        ids.add(entry["id"])
     try:
-        return parse(shipped, rows)
-    except engine.RuleError as exc:
+        return parse(shipped, kept)
+    except engine.RuleError as exc:  # each parsed alone: not expected
         log.warning("admin %s rules skipped: %s", what, exc)
         return parse(shipped)
 

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from gpuplatform.allocations import check_gpus, check_nodes, check_updated_tasks, write_allocations
 from gpuplatform.audit import event_rows, record_events
-from gpuplatform.bulk import Many, json_value, rows_many, update_rows
+from gpuplatform.bulk import Many, MissingReference, json_value, rows_many, update_rows
 from gpuplatform.lifecycle import close_idle_queues
 from gpuplatform.queries import one_snapshot
 from gpuplatform.models import (
@@ -438,6 +438,17 @@ def _rows_for(binding, clock: datetime, tasks_by_role, simulated, gpu_ids):
     return allocations, tasks
 
 
+def _stale_why(exc: Exception) -> str:
+    """Why a decision was skipped in its savepoint: a _Stale says it; a reference check (bulk.MissingReference: the
+    GPU, node or task was deleted after the cycle read it) names the column and ids; any other IntegrityError is a
+    unique index's: a racing cycle bound one of the GPUs first."""
+    if isinstance(exc, _Stale):
+        return str(exc)
+    if isinstance(exc, MissingReference):
+        return f"deleted meanwhile ({exc})"
+    return "a GPU is already bound (racing cycle)"
+
+
 def _apply_growths(growths, *, clock: datetime, cycle_number: int, stats: ApplyStats) -> None:
     """New tasks of running elastic jobs (the engine's growths): each task row (job, role, index), still
     pending, gets its GPUs and goes running (bound on a node agent's node, for a job with a command). One
@@ -467,7 +478,7 @@ def _apply_growths(growths, *, clock: datetime, cycle_number: int, stats: ApplyS
                     check_nodes([node[0]])  # task.node_id (0024_e2e10)
                     rows.append([p.role, p.index, p.node, list(p.gpus)])
         except (_Stale, IntegrityError) as exc:
-            why = str(exc) if isinstance(exc, _Stale) else "a GPU is already bound (racing cycle)"
+            why = _stale_why(exc)
             stats.stale.append((g.job_id, f"grow: {why}"))
             stats.stale_skipped += 1
             log.info("cycle %s: stale growth of job %s skipped: %s", cycle_number, g.job_id, why)
@@ -591,7 +602,7 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
                     with transaction.atomic():
                         events.append(_bind(binding, clock, tasks_by_role, simulated, gpu_ids, cycle_number))
                 except (_Stale, IntegrityError) as exc:
-                    why = str(exc) if isinstance(exc, _Stale) else "a GPU is already bound (racing cycle)"
+                    why = _stale_why(exc)
                     stats.stale.append((binding.job_id, why))
                     log.info("cycle %s: stale decision for job %s skipped: %s", cycle_number, binding.job_id, why)
             stats.binds = len(events)
