@@ -6,7 +6,8 @@ Loads the headline world (20,160 GPUs, 10,000 pending, 5,000 running) once, then
 an empty SnapshotMemo (cold: every JobInfo built, as the first cycle of a process) and again with that memo (warm);
 wall, this process's CPU, the server process's CPU. The first cold read is the process's first (its type and query
 caches empty), reported apart. Prints a digest of the snapshot (repr, `now` zeroed) to compare two trees' snapshots.
-PROFILE=1: cProfile of one more cold read (top 25 by tottime).
+PROFILE=1: cProfile of one more cold read (top 25 by tottime), PROFILE=warm: of a warm one; the collector off (as in
+run_cycle_once). NOGC=1: the timed reads with the collector off too.
 """
 from __future__ import annotations
 
@@ -68,13 +69,17 @@ def main() -> None:
             print(f"median {name}: " + ", ".join(f"{k} {statistics.median(r[k] for r in rs):.3f}" for k in rs[0]))
         if os.environ.get("PROFILE"):
             prof = cProfile.Profile()
+            memo = store.SnapshotMemo()
+            if os.environ["PROFILE"] == "warm":
+                store.build_snapshot(now, memo=memo)
             gc.collect()
+            gc.disable()
             prof.enable()
-            store.build_snapshot(now, memo=store.SnapshotMemo())
+            store.build_snapshot(now, memo=memo)
             prof.disable()
+            gc.enable()
             st = pstats.Stats(prof)
             st.sort_stats("tottime").print_stats(25)
-            st.print_callees("store.py:258")
 
 
 if __name__ == "__main__":

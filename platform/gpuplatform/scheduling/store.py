@@ -277,7 +277,8 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
         flavors = flavors_of.get(flavor)
         if flavors is None:
             flavors = flavors_of[flavor] = tuple(f for f in flavor.split("|") if f)
-        role_specs[(job_id, name)] = (gpt, cpu, mem, flavors)
+        if job_id in releasing:  # what evict.releasing_job needs of the roles of a job releasing surplus tasks
+            role_specs[(job_id, name)] = (gpt, cpu, mem, flavors)
         # a running job's role: its tasks placed, being released, and waiting to be placed again (elastic
         # tasks above min_available that were reclaimed or did not fit: the engine grows the job into them)
         wanted = pending_count.get(rid, 0)
