@@ -55,6 +55,7 @@ def test_objects_are_what_the_keyword_constructors_make(submit):
     plain, _ = store.build_snapshot(CLOCK.timestamp())
     assert cold == warm == plain and repr(cold) == repr(plain)
     assert all(a is b for a, b in zip(cold.jobs, warm.jobs))  # nothing written between: the memo's objects
+    assert all(a is b for a, b in zip(cold.nodes, warm.nodes))
 
     running = [j for j in cold.jobs if j.state == "running"]
     pending = [j for j in cold.jobs if j.state == "pending"]
@@ -83,3 +84,23 @@ def test_objects_are_what_the_keyword_constructors_make(submit):
     assert same["same0"].avoid_nodes == frozenset({"n1"}) and same["same1"].avoid_nodes == frozenset()
     ps = [j for j in cold.jobs if len(j.roles) == 2]
     assert ps and all({r.name: r.flavors for r in j.roles} == {"worker": (), "ps": ("H100", "A100")} for j in ps)
+
+
+def test_a_node_is_the_same_object_until_its_inputs_change(submit):
+    memo = store.SnapshotMemo()
+    submit("one", tasks=1, gpus=2)
+    first, _ = store.build_snapshot(CLOCK.timestamp(), memo=memo)
+    result = run_cycle(first, CycleConfig())
+    store.apply_result(result, clock=CLOCK, cycle_number=1)
+    second, _ = store.build_snapshot(CLOCK.timestamp(), memo=memo)
+    (placed,) = result.bindings[0].tasks
+    for a, b in zip(first.nodes, second.nodes):
+        assert (a is b) == (a.name != placed.node) and a.name == b.name
+    assert next(n for n in second.nodes if n.name == placed.node).used == frozenset(placed.gpus)
+    Gpu.objects.filter(node__name="n0", index=5).update(health="unhealthy")
+    third, _ = store.build_snapshot(CLOCK.timestamp(), memo=memo)
+    for b, c in zip(second.nodes, third.nodes):
+        assert (b is c) == (b.name != "n0")
+    assert third.nodes[[n.name for n in third.nodes].index("n0")].unhealthy == frozenset({5})
+    plain, _ = store.build_snapshot(CLOCK.timestamp())
+    assert plain == third

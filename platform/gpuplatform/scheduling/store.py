@@ -105,9 +105,14 @@ class SnapshotMemo:
     A JobInfo is a pure function of those inputs, all read again every cycle, so one whose inputs compare equal
     is the same object again: no write can be missed (no timestamp or version column is trusted), and a job gone
     from the read is dropped. Building 15,000 frozen JobInfo and their RoleInfo took ~0.08 s of CPU per cycle on
-    the headline world; a running job's or a waiting job's inputs rarely change between cycles."""
+    the headline world; a running job's or a waiting job's inputs rarely change between cycles.
+
+    `nodes`: the same for each NodeInfo, {node id: (NodeInfo's arguments, NodeInfo)}. Building one costs about what
+    comparing its arguments does, but the engine's cache (scheduler.core.cache, jobindex.changed_positions) works
+    only on the nodes whose object changed since its last snapshot: an unchanged node must be the same object."""
 
     jobs: dict = field(default_factory=dict)
+    nodes: dict = field(default_factory=dict)
 
 
 SNAPSHOT_MEMO = SnapshotMemo()
@@ -241,6 +246,8 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
 
     node_infos = []
     empty = frozenset()
+    reused_nodes = memo.nodes if memo is not None else {}
+    kept_nodes: dict = {}
     indices: dict[int, tuple[int, ...]] = {}  # GPU count -> (0, 1, ..., count - 1)
     for nid, name, flavor, count, cpu, mem, domain, state, spare in nodes:
         gpu_numa = numa.get(nid)
@@ -254,13 +261,21 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
         else:
             gpu_numa = ()
         bad, busy = unhealthy.get(nid), used.get(nid)
-        # positional: NodeInfo's field order (checked by _check_field_order below)
-        node_infos.append(NodeInfo(
-            name, flavor, count, domain, gpu_numa, cpu, mem, state, frozenset(bad) if bad else empty,
-            frozenset(busy) if busy else empty, cpu_used.get(nid, 0), mem_used.get(nid, 0),
-            tuple(modes[nid].get(i, "exclusive") for i in range(count)) if nid in modes else (),
-            gpu_mem.get(nid, 0), tuple(mig_of[nid]) if nid in mig_of else (), spare))
+        # NodeInfo's arguments, positional (its field order, checked by _check_field_order below)
+        args = (name, flavor, count, domain, gpu_numa, cpu, mem, state, frozenset(bad) if bad else empty,
+                frozenset(busy) if busy else empty, cpu_used.get(nid, 0), mem_used.get(nid, 0),
+                tuple(modes[nid].get(i, "exclusive") for i in range(count)) if nid in modes else (),
+                gpu_mem.get(nid, 0), tuple(mig_of[nid]) if nid in mig_of else (), spare)
+        prior = reused_nodes.get(nid)
+        if prior is not None and prior[0] == args:
+            info = prior[1]  # equal arguments: the same NodeInfo again (SnapshotMemo.nodes)
+        else:
+            info = NodeInfo(*args)
+        kept_nodes[nid] = (args, info)
+        node_infos.append(info)
     node_infos = tuple(node_infos)
+    if memo is not None:
+        memo.nodes = kept_nodes
 
     quota_map: dict[int, dict[str, QuotaInfo]] = defaultdict(dict)
     for qid, flavor, g, q, lim in quotas:
