@@ -342,7 +342,8 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
             started if started is not None else bound_at,  # start_time
             name,
             # reserved: a preempting job's = its new place, when rescheduling moves it (evict.apply_holds)
-            decode_reserved(json_value(reserved)) if reserved is not None and state in ("pending", "preempting") else (),
+            decode_reserved(json_value(reserved)) if reserved is not None and state in ("pending", "preempting")
+            else (),
             not_before if state == "pending" else None, attempts,
             # avoid_nodes
             frozenset(json_value(excluded) or ()) if state == "pending" and excluded not in (None, "[]") else _NO_NODES,
