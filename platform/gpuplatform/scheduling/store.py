@@ -19,7 +19,8 @@ import time as _time
 import traceback
 from collections import Counter, defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from operator import itemgetter
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone as dt_timezone
 
 from django.db import IntegrityError, connection, transaction
@@ -104,12 +105,44 @@ class SnapshotMemo:
     A JobInfo is a pure function of those inputs, all read again every cycle, so one whose inputs compare equal
     is the same object again: no write can be missed (no timestamp or version column is trusted), and a job gone
     from the read is dropped. Building 15,000 frozen JobInfo and their RoleInfo took ~0.08 s of CPU per cycle on
-    the headline world; a running job's or a waiting job's inputs rarely change between cycles."""
+    the headline world; a running job's or a waiting job's inputs rarely change between cycles.
+
+    `nodes`: the same for each NodeInfo, {node id: (NodeInfo's arguments, NodeInfo)}. Building one costs about what
+    comparing its arguments does, but the engine's cache (scheduler.core.cache, jobindex.changed_positions) works
+    only on the nodes whose object changed since its last snapshot: an unchanged node must be the same object."""
 
     jobs: dict = field(default_factory=dict)
+    nodes: dict = field(default_factory=dict)
 
 
 SNAPSHOT_MEMO = SnapshotMemo()
+
+_ROLE_INDEX = itemgetter(0, 1)  # a placement tuple's (role, index): a JobInfo's placements are in that order
+_NO_NODES: frozenset = frozenset()
+
+
+def _check_field_order() -> None:
+    """build_snapshot builds NodeInfo, RoleInfo, JobInfo and TaskPlacement with positional arguments (a keyword call
+    of JobInfo's 26 fields took twice as long: ~15,000 of them in a cold read of the headline world); a field added,
+    removed or moved in scheduler/core/snapshot.py must be matched there, so the order it was written for is checked
+    at import."""
+    expected = {
+        NodeInfo: "name flavor gpus domain gpu_numa cpu_milli memory_mib state unhealthy used cpu_used memory_used "
+                  "gpu_modes gpu_memory_mib mig spare",
+        RoleInfo: "name tasks gpus_per_task min_available cpu_milli memory_mib flavors group_size group_highest_tier "
+                  "group_mode gpu_milli gpu_memory_mib mig_profile",
+        TaskPlacement: "role index node gpus gpu_milli gpu_memory_mib mig",
+        JobInfo: "id queue roles priority submit_time preemptible topology_mode highest_tier preferred_tier time_limit "
+                 "state placement start_time name reserved not_before attempts avoid_nodes evicted_for part_of numa "
+                 "migratable min_run_before_move checkpoint_grace interruptible",
+    }
+    for cls, names in expected.items():
+        got = [f.name for f in fields(cls)]
+        if got != names.split():
+            raise ImportError(f"{cls.__name__}'s fields changed: {got} (update build_snapshot's positional calls)")
+
+
+_check_field_order()
 
 
 def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMemo | None = None
@@ -186,31 +219,63 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
         task_gpus[task_id].append(idx)
     cpu_used: dict[int, int] = defaultdict(int)
     mem_used: dict[int, int] = defaultdict(int)
-    placements: dict[int, list[TaskPlacement]] = defaultdict(list)
+    # a placed task as TaskPlacement's arguments (role, index, node, GPUs, milli, memory, MIG UUIDs): built into a
+    # TaskPlacement only for a JobInfo not reused (SnapshotMemo), and compared as plain tuples by the memo
+    placements: dict[int, list[tuple]] = defaultdict(list)
     releasing: dict[int, list[TaskPlacement]] = defaultdict(list)  # surplus tasks evicted, still holding GPUs
     placed_per_role: dict[tuple[int, str], int] = defaultdict(int)  # placed or being released
     release_for: dict[int, int] = {}  # job id -> the beneficiary its releasing tasks are evicted for
+    no_share = (0, 0, ())
     for task_id, job_id, role, idx, node_name, node_id, cpu, mem, task_state, beneficiary in held:
         cpu_used[node_id] += cpu
         mem_used[node_id] += mem
-        milli, gmem, mig_uuids = task_share.get(task_id, (0, 0, ()))
-        placement = TaskPlacement(role, idx, node_name, tuple(sorted(task_gpus.get(task_id, ()))), milli, gmem, mig_uuids)
+        milli, gmem, mig_uuids = task_share.get(task_id, no_share)
+        gpu_list = task_gpus.get(task_id)
+        if gpu_list is None:
+            gpu_tuple = ()
+        else:
+            gpu_list.sort()
+            gpu_tuple = tuple(gpu_list)
         placed_per_role[(job_id, role)] += 1
         if task_state == "releasing":
-            releasing[job_id].append(placement)
+            releasing[job_id].append(TaskPlacement(role, idx, node_name, gpu_tuple, milli, gmem, mig_uuids))
             if beneficiary is not None:
                 release_for.setdefault(job_id, beneficiary)
         else:
-            placements[job_id].append(placement)
+            placements[job_id].append((role, idx, node_name, gpu_tuple, milli, gmem, mig_uuids))
 
-    node_infos = tuple(
-        NodeInfo(name=name, flavor=flavor, gpus=count, domain=domain,
-                 gpu_numa=tuple(numa[nid].get(i, 0) for i in range(count)) if numa.get(nid) else (),
-                 cpu_milli=cpu, memory_mib=mem, state=state, unhealthy=frozenset(unhealthy.get(nid, ())),
-                 used=frozenset(used.get(nid, ())), cpu_used=cpu_used.get(nid, 0), memory_used=mem_used.get(nid, 0),
-                 gpu_modes=tuple(modes[nid].get(i, "exclusive") for i in range(count)) if nid in modes else (),
-                 gpu_memory_mib=gpu_mem.get(nid, 0), mig=tuple(mig_of.get(nid, ())), spare=spare)
-        for nid, name, flavor, count, cpu, mem, domain, state, spare in nodes)
+    node_infos = []
+    empty = frozenset()
+    reused_nodes = memo.nodes if memo is not None else {}
+    kept_nodes: dict = {}
+    indices: dict[int, tuple[int, ...]] = {}  # GPU count -> (0, 1, ..., count - 1)
+    for nid, name, flavor, count, cpu, mem, domain, state, spare in nodes:
+        gpu_numa = numa.get(nid)
+        if gpu_numa:
+            # GPU i's NUMA node, 0 where none was read; the dict's values as they are when it holds 0..count-1 in order
+            in_order = indices.get(count)
+            if in_order is None:
+                in_order = indices[count] = tuple(range(count))
+            gpu_numa = (tuple(gpu_numa.values()) if tuple(gpu_numa) == in_order
+                        else tuple(gpu_numa.get(i, 0) for i in range(count)))
+        else:
+            gpu_numa = ()
+        bad, busy = unhealthy.get(nid), used.get(nid)
+        # NodeInfo's arguments, positional (its field order, checked by _check_field_order below)
+        args = (name, flavor, count, domain, gpu_numa, cpu, mem, state, frozenset(bad) if bad else empty,
+                frozenset(busy) if busy else empty, cpu_used.get(nid, 0), mem_used.get(nid, 0),
+                tuple(modes[nid].get(i, "exclusive") for i in range(count)) if nid in modes else (),
+                gpu_mem.get(nid, 0), tuple(mig_of[nid]) if nid in mig_of else (), spare)
+        prior = reused_nodes.get(nid)
+        if prior is not None and prior[0] == args:
+            info = prior[1]  # equal arguments: the same NodeInfo again (SnapshotMemo.nodes)
+        else:
+            info = NodeInfo(*args)
+        kept_nodes[nid] = (args, info)
+        node_infos.append(info)
+    node_infos = tuple(node_infos)
+    if memo is not None:
+        memo.nodes = kept_nodes
 
     quota_map: dict[int, dict[str, QuotaInfo]] = defaultdict(dict)
     for qid, flavor, g, q, lim in quotas:
@@ -222,20 +287,27 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
     job_roles: dict[int, list[tuple]] = defaultdict(list)
     role_specs: dict[tuple[int, str], tuple] = {}
     job_state = {j[0]: j[9] for j in jobs}
+    flavors_of: dict[str, tuple[str, ...]] = {}  # the flavor column ("a|b") -> its flavors, split once per value
     for rid, job_id, name, tasks, gpt, min_av, cpu, mem, flavor, group, group_tier, group_mode, gmilli, gmem, mig in roles:
-        role_specs[(job_id, name)] = (gpt, cpu, mem, tuple(f for f in flavor.split("|") if f))
+        flavors = flavors_of.get(flavor)
+        if flavors is None:
+            flavors = flavors_of[flavor] = tuple(f for f in flavor.split("|") if f)
+        if job_id in releasing:  # what evict.releasing_job needs of the roles of a job releasing surplus tasks
+            role_specs[(job_id, name)] = (gpt, cpu, mem, flavors)
         # a running job's role: its tasks placed, being released, and waiting to be placed again (elastic
         # tasks above min_available that were reclaimed or did not fit: the engine grows the job into them)
-        wanted = pending_count.get(rid, 0) + (placed_per_role.get((job_id, name), 0)
-                                              if job_state.get(job_id) != "pending" else 0)
+        wanted = pending_count.get(rid, 0)
+        if job_state.get(job_id) != "pending":
+            wanted += placed_per_role.get((job_id, name), 0)
         if wanted > 0:
-            job_roles[job_id].append((name, wanted, gpt, min_av, cpu, mem, role_specs[(job_id, name)][3], group or 0,
+            job_roles[job_id].append((name, wanted, gpt, min_av, cpu, mem, flavors, group or 0,
                                       group_tier, group_mode or "hard", gmilli, gmem, mig))
 
     index = SnapshotIndex(node_ids={n[1]: n[0] for n in nodes})
     job_infos = []
     reused = memo.jobs if memo is not None else {}
     kept: dict = {}  # this read's JobInfos by job id, with the inputs they were built from (the memo's next state)
+    role_tuples: dict[tuple, tuple[RoleInfo, ...]] = {}
     for row in jobs:
         (jid, queue, prio, submitted, preemptible, mode, hi, pref, tlimit, state, started, name, reserved,
          not_before, attempts, bound_at, excluded, evicted_for, stop_target, numa_policy,
@@ -254,26 +326,32 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
             kept[jid] = prior
             job_infos.append(prior[1])
             continue
+        # the roles: one tuple of RoleInfo per distinct list of role arguments in this read, shared by the jobs of one
+        # shape (equal objects either way: frozen, compared and hashed by value)
+        role_key = tuple(job_role_args)
+        role_infos = role_tuples.get(role_key)
+        if role_infos is None:
+            role_infos = role_tuples[role_key] = tuple(RoleInfo(*args) for args in job_role_args)
+        placed = placements.get(jid)
+        # positional: JobInfo's field order (checked by _check_field_order below)
         info = JobInfo(
-            id=jid, queue=queue, roles=tuple(RoleInfo(n, w, g, m, c, mm, f, group_size=gs, group_highest_tier=gt,
-                                                      group_mode=gm, gpu_milli=gmilli, gpu_memory_mib=gmem, mig_profile=mig)
-                                             for n, w, g, m, c, mm, f, gs, gt, gm, gmilli, gmem, mig in job_role_args),
-            priority=prio, submit_time=submitted,
-            preemptible=preemptible, topology_mode=mode, highest_tier=hi, preferred_tier=pref,
-            time_limit=float(tlimit) if tlimit is not None else None,
-            state="running" if state == "admitted" else state,
-            placement=tuple(sorted(placements.get(jid, ()), key=lambda p: (p.role, p.index))),
-            start_time=started if started is not None else bound_at, name=name,
-            # a preempting job's reserved = its new place, when rescheduling moves it (evict.apply_holds)
-            reserved=decode_reserved(json_value(reserved)) if reserved is not None and state in ("pending", "preempting")
+            jid, queue, role_infos, prio, submitted, preemptible, mode, hi, pref,
+            float(tlimit) if tlimit is not None else None,  # time_limit
+            "running" if state == "admitted" else state,
+            tuple(TaskPlacement(*p) for p in sorted(placed, key=_ROLE_INDEX)) if placed else (),  # by (role, index)
+            started if started is not None else bound_at,  # start_time
+            name,
+            # reserved: a preempting job's = its new place, when rescheduling moves it (evict.apply_holds)
+            decode_reserved(json_value(reserved)) if reserved is not None and state in ("pending", "preempting")
             else (),
-            not_before=not_before if state == "pending" else None, attempts=attempts,
-            avoid_nodes=frozenset(json_value(excluded) or ()) if state == "pending" and excluded not in (None, "[]")
-            else frozenset(),
-            evicted_for=evicted_for if state == "preempting" and stop_target in evict.REQUEUE_STOPS else None,
-            numa=numa_policy or "prefer",
-            migratable=migratable, min_run_before_move=float(min_run),
-            checkpoint_grace=float(ckpt_grace) if ckpt_grace is not None else None, interruptible=interruptible)
+            not_before if state == "pending" else None, attempts,
+            # avoid_nodes
+            frozenset(json_value(excluded) or ()) if state == "pending" and excluded not in (None, "[]") else _NO_NODES,
+            evicted_for if state == "preempting" and stop_target in evict.REQUEUE_STOPS else None,
+            None,  # part_of
+            numa_policy or "prefer", migratable, float(min_run),
+            float(ckpt_grace) if ckpt_grace is not None else None,  # checkpoint_grace
+            interruptible)
         kept[jid] = (key, info)
         job_infos.append(info)
     if memo is not None:
