@@ -735,7 +735,6 @@ class Admission:
         # while allocate serves the holders (JobInfo.reserved): (the last cycle's, this cycle's) job id -> (job, key,
         # PendingReason) of its failed search (`_recalled`); else None
         self.recall: tuple[dict, dict] | None = None
-        self._seen: tuple | None = None  # (ClusterState.moves, its free GPUs, CPU, memory then) for `_recalled`
 
     def facts(self, job: JobInfo) -> tuple:
         """The job's JobFacts entry, derived from the frozen JobInfo alone and memoised by identity (`memo`):
@@ -1100,16 +1099,12 @@ class Admission:
         held (release + retake would give back and take the same GPUs, the other GPUs' order unchanged)."""
         session = self.session
         state = session.state
-        seen = self._seen
-        if seen is None or seen[0] != state.moves:  # the state's figures, taken again once it moved (take, give)
-            seen = self._seen = (state.moves, list(map(tuple, state.free)), tuple(state.cpu_free),
-                                 tuple(state.mem_free))
-        free = seen[1]
+        free = list(map(tuple, state.free))
         if self.opening is not None:  # the free GPUs as the search would see them: once the hold is given back
-            free = free.copy()
             for k, gpus in session.holds.held.get(job.id, ()):  # (Holds.release: each node's list extended)
                 free[k] += gpus
-        key = (state.epoch, tuple(free), seen[2], seen[3], flavor, cap, need, room, shape, backfill_open)
+        key = (state.epoch, tuple(free), tuple(state.cpu_free), tuple(state.mem_free), flavor, cap, need, room,
+               shape, backfill_open)
         last, now = self.recall
         entry = last.get(id(job))
         if entry is not None and entry[0] is job and entry[1] == key:
