@@ -14,9 +14,6 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import defaultdict
 from contextlib import nullcontext
-from dataclasses import fields
-from itertools import count as _count
-from operator import attrgetter
 
 from .cache import ClusterStatic, EngineCache
 from .jobindex import changed_positions
@@ -30,7 +27,7 @@ class DoubleBindError(AssertionError):
 class ClusterState:
     __slots__ = ("nodes", "tree", "free", "cpu_free", "mem_free", "dom_free", "flavors", "node_index",
                  "healthy_gpus", "buckets", "bucket_keys", "free_hist", "hist_width", "hist_off", "static", "touched",
-                 "exact", "moves", "_undo", "_lent", "epoch")
+                 "exact", "moves", "_undo", "_lent")
 
     def __init__(self, snapshot: Snapshot, static: ClusterStatic | None = None, *, cache: EngineCache | None = None):
         """static: the snapshot's ClusterStatic (built here when None: from `cache` when given, else anew).
@@ -42,9 +39,6 @@ class ClusterState:
         self.static = static
         self.touched: set[int] | None = None  # node indices take / give changed since the set was cleared (sharing.py)
         self.moves = 0  # take and give calls so far (Session._one_task_take: nothing else moved since its last take)
-        # the snapshot's nodes but for their usage, named (_Start.epoch): two states of one epoch whose free GPUs
-        # (in order), CPU and memory are equal are the same state; None without a cache
-        self.epoch: int | None = None
         self.nodes = snapshot.nodes
         self.tree = tree = static.tree
         self.node_index = static.node_index
@@ -60,8 +54,6 @@ class ClusterState:
         with cache.lock if cache is not None else nullcontext():
             start = _snapshot_capacity(static, snapshot.nodes, cache.take_start(static) if cache is not None else None,
                                        exact=cache is not None)
-            if cache is not None:
-                self.epoch = start.epoch
             if cache is not None and cache.lend(static, start, self):
                 # the kept capacity itself, no copy: `take` and `give` note each node's figures before its first
                 # change, and `restore` (EngineCache.settle, at the end of run_cycle) puts them back, so the cache
@@ -303,18 +295,12 @@ def _exact_index(tiers, hist_off, hist, width) -> dict[tuple[int, str], list[set
     return exact
 
 
-_EPOCHS = _count(1)  # _Start.epoch: never reused (a counter: two threads never share one)
-# a NodeInfo's fields but its usage (used GPUs, CPU and memory: what a start or an end changes)
-_fixed = attrgetter(*(f.name for f in fields(NodeInfo) if f.name not in ("used", "cpu_used", "memory_used")))
-
-
 class _Start:
     """Free capacity at snapshot time (before any decision), kept in an EngineCache and brought up to date
     from one snapshot to the next by recomputing only the nodes whose NodeInfo object changed; with the
     ClusterState's indexes over it (buckets, bucket_keys, exact: None unless asked for), kept the same way."""
 
-    __slots__ = ("nodes", "free", "cpu", "mem", "healthy", "dom_free", "hist", "buckets", "bucket_keys", "exact",
-                 "epoch")
+    __slots__ = ("nodes", "free", "cpu", "mem", "healthy", "dom_free", "hist", "buckets", "bucket_keys", "exact")
 
 
 def _node_capacity(n: NodeInfo) -> tuple[list[int], int, int | None, int | None]:
@@ -395,13 +381,10 @@ def _snapshot_capacity(static: ClusterStatic, nodes, start: _Start | None, *, ex
         start.buckets = buckets  # defaultdicts, as ClusterState's (a lent start is the state's own)
         start.bucket_keys = defaultdict(list, {key: sorted(per_free) for key, per_free in buckets.items()})
         start.exact = None
-        start.epoch = next(_EPOCHS)
     else:
         # the nodes whose NodeInfo is not the previous snapshot's (C-level: a producer keeps unchanged ones)
         for k in changed_positions(nodes, start.nodes):
             n = nodes[k]
-            if _fixed(n) != _fixed(start.nodes[k]):  # more than its usage changed: a new epoch (ClusterState.epoch)
-                start.epoch = next(_EPOCHS)
             free, count, cpu, mem = _node_capacity(n)
             was, now, flavor = len(start.free[k]), len(free), n.flavor  # flavor: same shape, same flavor
             start.free[k], start.healthy[k], start.cpu[k], start.mem[k] = free, count, cpu, mem

@@ -53,7 +53,6 @@ from .backfill import BACKFILL, ROOM_CODES, Reservations
 _UNSET = object()
 _code, _id = attrgetter("code"), attrgetter("id")
 _LIMIT_CODES = frozenset(("queue_limit", "never_fits_queue_limit"))  # refusals by the queue's limits alone
-_RECALLED = "holder searches"  # the engine memo's key of Admission.recall's entries of the last cycle
 
 
 @dataclass(slots=True)
@@ -100,19 +99,10 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
             if held:
                 session.queues.drop_hold(job.id)  # charged at snapshot time (QueueTree); the hold is not kept
             rest.append(job)
-    state = session.state
-    # the holders' failed searches, kept across cycles (Admission.recall)
-    recall = holders and memo is not None and state.epoch is not None and session.sharing is None \
-        and state.touched is None
-    if recall:
-        admission.recall = (memo.get(_RECALLED) or {}, {})
     for job in holders:  # every hold first, so no holder's attempt elsewhere takes another's GPUs
         session.holds.hold(job.id, job.reserved)
     for job in holders:
         _serve_nomination(session, admission, order, job, out)
-    if recall:
-        memo[_RECALLED] = admission.recall[1]  # this cycle's entries only: the holders that left are forgotten
-        admission.recall = None
     if by_queue is None:
         by_queue = defaultdict(list)
         for job in rest:
@@ -732,9 +722,6 @@ class Admission:
         # called once just before a search, when set (then None again): a holder's hold given back for its own
         # attempt only if that attempt reaches a search (allocate's _serve_nomination)
         self.opening = None
-        # while allocate serves the holders (JobInfo.reserved): (the last cycle's, this cycle's) job id -> (job, key,
-        # PendingReason) of its failed search (`_recalled`); else None
-        self.recall: tuple[dict, dict] | None = None
 
     def facts(self, job: JobInfo) -> tuple:
         """The job's JobFacts entry, derived from the frozen JobInfo alone and memoised by identity (`memo`):
@@ -1066,13 +1053,10 @@ class Admission:
         if cached is not None:
             return cached
         self._searched = True
-        if self.recall is not None:  # a holder's attempt while allocate serves them
-            outcome = self._recalled(job, flavor, cap, need, room, facts[5], backfill_open)
-        else:
-            if self.opening is not None:  # a holder's own attempt: its hold is given back for the search
-                opening, self.opening = self.opening, None
-                opening()
-            outcome = session.search(job, flavor, cap=cap, need=need, room=room, shape=facts[5])  # room >= need here
+        if self.opening is not None:  # a holder's own attempt: its hold is given back for the search
+            opening, self.opening = self.opening, None
+            opening()
+        outcome = session.search(job, flavor, cap=cap, need=need, room=room, shape=facts[5])  # room >= need here
         if isinstance(outcome, PendingReason):
             until = self.reservations.until
             if backfill_open is False and until is not None:
@@ -1085,40 +1069,6 @@ class Admission:
                     self.charge(job.queue, flavor, len(t.gpus))
         return outcome
 
-    def _recalled(self, job: JobInfo, flavor: str, cap: int, need: int, room: float, shape: int,
-                  backfill_open: bool | None) -> Binding | PendingReason:
-        """session.search for a holder (while `recall` is set): the answer of its last cycle's search when that one
-        failed with the same arguments on the same state. Why it holds: search reads the state (free GPUs in their
-        order, CPU and memory per node, and the aggregates and indexes, which are functions of them: the cache's
-        restored capacity and a fresh one decide alike), the snapshot's nodes but for their usage (the used GPUs,
-        CPU and memory are read through the state), the cluster shape and the config (the memo's: a new shape or
-        config empties it), the job (the same object) and the arguments. Equal epochs (ClusterState.epoch) are the
-        same nodes but for their usage; the state's figures are compared whole. A failed search that moved nothing
-        (take, give) is kept only. When the answer is reused, a holder's lazy hold (`opening`) is kept, not given
-        back and taken again: as for its attempts refused before a search (_serve_nomination), the same GPUs stay
-        held (release + retake would give back and take the same GPUs, the other GPUs' order unchanged)."""
-        session = self.session
-        state = session.state
-        free = list(map(tuple, state.free))
-        if self.opening is not None:  # the free GPUs as the search would see them: once the hold is given back
-            for k, gpus in session.holds.held.get(job.id, ()):  # (Holds.release: each node's list extended)
-                free[k] += gpus
-        key = (state.epoch, tuple(free), tuple(state.cpu_free), tuple(state.mem_free), flavor, cap, need, room,
-               shape, backfill_open)
-        last, now = self.recall
-        entry = last.get(id(job))
-        if entry is not None and entry[0] is job and entry[1] == key:
-            # no search: a lazy hold (Admission.opening) is not given back, as for an attempt refused before one
-            now[id(job)] = entry
-            return entry[2]
-        if self.opening is not None:
-            opening, self.opening = self.opening, None
-            opening()
-        moves = state.moves
-        outcome = self.session.search(job, flavor, cap=cap, need=need, room=room, shape=shape)
-        if isinstance(outcome, PendingReason) and state.moves == moves:
-            now[id(job)] = (job, key, outcome)
-        return outcome
 
     def _unborrowed_first(self, job: JobInfo, flavors: tuple, need: int) -> tuple:
         """The job's flavors (most free first) with those it would not borrow on first when the first one would
