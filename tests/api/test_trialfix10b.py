@@ -58,3 +58,101 @@ def test_priority_change_reads_the_old_value_from_the_row_not_the_callers_copy(j
     services.set_job_priority(stale, 7)
     last = Event.objects.filter(kind="priority_changed", job=stale).latest("id")
     assert (last.data["old"], last.data["new"]) == (5, 7) and "5 -> 7" in last.message
+
+
+# --- F3: the what-if's submit change answers submission's 400 ---------------------------------------------
+
+def _queue_world():
+    """alpha (a leaf of team alpha) gets a child `alpha-kid` -> alpha is an inner queue; beta is closing."""
+    from gpuplatform import services
+    from gpuplatform.models import Queue
+
+    alpha = Queue.objects.get(name="alpha")
+    services.create_queue("kid", parent="beta", team=alpha.team)  # beta: an inner queue now
+    services.create_queue("shut", parent="root", team=alpha.team)
+    services.update_queue(Queue.objects.get(name="shut"), state="closing")
+
+
+@pytest.mark.parametrize("queue, rule", [
+    ("beta", "is not a leaf queue"), ("root", "is not a leaf queue"), ("shut", "accepts no new jobs"),
+    ("nope", "unknown queue"),
+])
+def test_what_if_submit_is_refused_where_submission_is(users, admin, queue, rule):
+    """F3: a hypothetical job to an inner queue (root, beta with a child) or a closing one was forecast (200,
+    an estimated start) while POST /api/v1/jobs/ answers 400 on `queue`. Both read job_rules.submit_queue_error:
+    the what-if is the same 400 on changes[i].queue."""
+    from tests.api.helpers_api import job_body
+
+    _queue_world()
+    real = admin.post("/api/v1/jobs/", job_body(queue=queue, team="alpha"), format="json")
+    assert real.status_code == 400 and rule in str(real.json()), real.content
+    r = admin.post("/api/v1/forecast/", {"changes": [{"kind": "submit", "queue": "alpha", "tasks": 1},
+                                                      {"kind": "submit", "queue": queue, "tasks": 1}]}, format="json")
+    assert r.status_code == 400, r.content
+    assert list(r.json()) == ["changes[1].queue"] and rule in r.json()["changes[1].queue"][0]
+    if queue != "nope":  # (an unknown name is worded by the API serializer there)
+        assert r.json()["changes[1].queue"] == real.json()["queue"]  # the same words
+    assert admin.post("/api/v1/forecast/", {"changes": [{"kind": "submit", "queue": "alpha", "tasks": 1}]},
+                      format="json").status_code == 200
+
+
+def test_what_if_submit_priority_is_submissions_rule(users, client_for):
+    """F3, the same kind: a member may not submit above priority 0 (services.jobs.check_submit_priority); the
+    what-if answered a forecast for it."""
+    member = client_for("member")
+    real = member.post("/api/v1/jobs/", {"name": "p", "queue": "alpha", "command": "sleep 1", "priority": 5,
+                                         "roles": [{"name": "w", "tasks": 1, "gpus_per_task": 1}]}, format="json")
+    assert real.status_code == 400 and "priority" in real.json()
+    r = member.post("/api/v1/forecast/", {"changes": [{"kind": "submit", "queue": "alpha", "tasks": 1,
+                                                       "priority": 5}]}, format="json")
+    assert r.status_code == 400 and r.json() == {"changes[0].priority": real.json()["priority"]}, r.content
+
+
+# --- F7: one queue weight range ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("weight, ok", [(1e-300, False), (0.0005, False), (0.001, True), (1.5, True),
+                                        (1e6, True), (1e9, False), (1e300, False)])
+def test_queue_weight_range_is_one_rule(users, admin, weight, ok):
+    """F7: the queue API stored 1e-300 and 1e9 (its bound was 1e12) while the what-if's set_weight refused
+    below 0.001 and above 1e6. One range (services.queues.WEIGHT_MIN..WEIGHT_MAX) with one message for the
+    queue API (create and PATCH), the service and the what-if."""
+    from gpuplatform import services
+    from gpuplatform.models import Queue
+
+    created = admin.post("/api/v1/queues/", {"name": "w1", "parent": "root", "weight": weight}, format="json")
+    whatif = admin.post("/api/v1/forecast/", {"changes": [{"kind": "set_weight", "queue": "alpha",
+                                                            "weight": weight}]}, format="json")
+    etag = admin.get("/api/v1/queues/alpha/")["ETag"]
+    patched = admin.patch("/api/v1/queues/alpha/", {"weight": weight}, format="json", HTTP_IF_MATCH=etag)
+    if ok:
+        assert (created.status_code, whatif.status_code, patched.status_code) == (201, 200, 200)
+        assert Queue.objects.get(name="w1").weight == weight
+        return
+    rule = "weight must be a number from 0.001 to 1,000,000"
+    assert created.status_code == 400 and created.json()["weight"] == [rule], created.content
+    assert patched.status_code == 400 and patched.json()["weight"] == [rule], patched.content
+    assert whatif.status_code == 400 and rule in str(whatif.json()), whatif.content
+    assert not Queue.objects.filter(name="w1").exists() and Queue.objects.get(name="alpha").weight == 1.0
+    with pytest.raises(services.ValidationError) as exc:
+        services.update_queue(Queue.objects.get(name="alpha"), weight=weight)
+    assert exc.value.errors == {"weight": rule}
+
+
+# --- F6: utilization filters that name nothing ---------------------------------------------------------------
+
+@pytest.mark.parametrize("params, field, words", [
+    ({"team": "nope"}, "team", "unknown team 'nope'"),
+    ({"queue": "nope"}, "queue", "unknown queue 'nope'"),
+    ({"flavor": "nope", "scope": "team"}, "flavor", "unknown flavor 'nope': no node has it"),
+])
+def test_utilization_filter_naming_nothing_is_a_400(users, client_for, params, field, words):
+    """F6: GET /api/v1/utilization/?team=nope answered 200 with zero GPU-hours, while the page's JSON and the
+    lists answer 400 naming the filter. Now the lists' rule and words (api.filters.unknown_name), for members
+    and admins alike (team, queue and flavor names are public); a real name still answers 200, another team's
+    queue too (its rows are just not the member's)."""
+    for role in ("staff", "member"):
+        r = client_for(role).get("/api/v1/utilization/", params)
+        assert r.status_code == 400 and r.json() == {field: [words]}, (role, r.content)
+    member = client_for("member")
+    for ok in ({"team": "alpha"}, {"queue": "beta"}, {"flavor": "H100", "scope": "team"}):
+        assert member.get("/api/v1/utilization/", ok).status_code == 200, ok
