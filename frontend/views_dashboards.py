@@ -41,7 +41,7 @@ FORMATS = ("json", "csv")
 def data_response(request, payload: dict, rows: list[dict], name: str, tables: dict[str, list[dict]] | None = None,
                   columns: dict[str, tuple[str, ...]] | None = None):
     """JSON (default) or, with ?format=csv, the rows behind the charts as CSV (with ?table=<name>, the rows of
-    one of `tables` instead; `columns`: a table's header, written even when it has no rows). JSON carries `cursor` and, with ?since=<cursor>, only the time-series figures'
+    one of `tables` instead, every one; ?table=<name> without format=csv: those rows as JSON, {table, count, rows}); `columns`: a table's header, written even when it has no rows). JSON carries `cursor` and, with ?since=<cursor>, only the time-series figures'
     new points (frontend/delta.py). A malformed `since`, a `format` other than json / csv or a `table` this
     endpoint does not have is a 400 naming the parameter and what it takes (never the default silently)."""
     fmt, table = request.GET.get("format", "json"), request.GET.get("table")
@@ -52,6 +52,9 @@ def data_response(request, payload: dict, rows: list[dict], name: str, tables: d
             takes = f"one of {', '.join(sorted(tables))}" if tables else "none here (this endpoint has one table)"
             return JsonResponse({"table": [f"unknown table {table!r}; takes {takes}"]}, status=400)
         rows = tables[table]
+    if fmt == "json" and table is not None:  # one table's rows, all of them, as JSON (the CSV's rows)
+        return JsonResponse({"table": table, "count": len(rows), "rows": rows},
+                            json_dumps_params={"separators": (",", ":")})
     if fmt == "csv":
         out = io.StringIO()
         header = (columns or {}).get(table) or ("empty",)
@@ -330,16 +333,25 @@ def _forecast_accuracy_of(path: str, mtime_ns: int, size: int) -> tuple[dict, li
     return dfig.forecast_accuracy(json.loads(Path(path).read_text()))
 
 
+PENDING_ON_PAGE = 200  # rows of the pending list drawn on the page; the CSV / JSON table has every one
+
+
 def _queueing_payload(user) -> dict:
+    """The queueing page's data. `pending_rows`: every pending job the user may see, in the cycle's order (the
+    CSV / JSON table `pending`); `pending`: the first PENDING_ON_PAGE of them (the page's list), with the counts
+    its sentence states (`pending_total` in the cluster, `pending_visible` of them the user's,
+    `pending_truncated`). New-user trial 10, F5: the export was cut at 200 rows without a word and the sentence
+    said both "all shown" and "(first 200)"."""
     waits = dq.wait_times()
     order = dq.pending_jobs()
     visible = access.visible_team_ids(user)
-    shown = [j for j in order if visible is None or j["team_id"] in visible][:200]
+    rows = [j for j in order if visible is None or j["team_id"] in visible]
     accuracy_fig, accuracy = _forecast_accuracy()
     return {"figures": {**dfig.wait_figures(waits), **accuracy_fig}, "summary": dfig.wait_summary(waits),
-            "accuracy": accuracy, "pending": shown, "pending_all_visible": visible is None,
-            "pending_total": len(order), "rows": [{"team": w["team"], "gpus": w["gpus"],
-                                                   "wait_seconds": w["wait_seconds"]} for w in waits]}
+            "accuracy": accuracy, "pending": rows[:PENDING_ON_PAGE], "pending_rows": rows,
+            "pending_all_visible": visible is None, "pending_total": len(order), "pending_visible": len(rows),
+            "pending_truncated": len(rows) > PENDING_ON_PAGE, "pending_on_page": PENDING_ON_PAGE,
+            "rows": [{"team": w["team"], "gpus": w["gpus"], "wait_seconds": w["wait_seconds"]} for w in waits]}
 
 
 # the CSV columns of /queueing/data.json?format=csv&table=pending (its header even when nothing is pending; docs/api.md,
@@ -355,12 +367,16 @@ PENDING_COLUMNS = ("position", "overall_position", "name", "team_name", "queue_n
 @takes_params()
 def queueing_json(request):
     p = _queueing_payload(request.user)
-    pending = [{k: j["position" if k == "queue_position" else k] for k in PENDING_COLUMNS} for j in p["pending"]]
+    pending = [{k: j["position" if k == "queue_position" else k] for k in PENDING_COLUMNS}
+               for j in p["pending_rows"]]  # every row, never the page's cut
     html = render_to_string("frontend/_pending.html", p, request=request)
     # The forecast-accuracy figure (~50 KB) comes from a committed benchmark file, not from the cluster: the
     # page draws it once from its own HTML, and the poll does not carry it again on every change.
     figures = {k: v for k, v in p["figures"].items() if k != "forecast_accuracy"}
-    return data_response(request, {"figures": figures, "summary": p["summary"], "html": {"pending-list": html}},
+    counts = {"total": p["pending_total"], "yours": p["pending_visible"], "on_page": len(p["pending"]),
+              "truncated": p["pending_truncated"], "all_rows": "?table=pending (JSON) or ?format=csv&table=pending"}
+    return data_response(request, {"figures": figures, "summary": p["summary"], "pending": counts,
+                                   "html": {"pending-list": html}},
                          p["rows"], "queueing", tables={"pending": pending}, columns={"pending": PENDING_COLUMNS})
 
 

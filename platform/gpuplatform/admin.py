@@ -7,6 +7,9 @@
   jobs have a "cancel" action, nodes "cordon / drain / uncordon" actions, all through services.
 - Team, Membership, Domain, Node, Gpu: plain admin for inventory fixes (no scheduling rules depend on
   their admin edits beyond what the database constraints enforce).
+- Queue and Quota change forms carry the version of the row they were opened with (VersionedForm): a save
+  after someone else changed the row (REST, gpuctl, another admin) is refused with a form error, as REST's
+  If-Match answers 412, never a silent overwrite.
 """
 from __future__ import annotations
 
@@ -83,8 +86,39 @@ class MembershipAdmin(admin.ModelAdmin):
     list_filter = ("role", "team")
 
 
-class QueueForm(forms.ModelForm):
+class VersionedForm(forms.ModelForm):
+    """Optimistic concurrency on an admin change form, as the REST API's If-Match (new-user trial 10, F1: a stale
+    quota form silently reverted a REST change). The form carries, hidden, the version of the row it was opened
+    with (`version_of`: services.queue_version / quota_version); a save whose row changed since is refused with a
+    form error above the form, and the service checks it again under the row lock (expected_version=) so a change
+    committed between this check and the save is refused too."""
+
+    version_of = None  # staticmethod(row -> version)
+    version = forms.CharField(widget=forms.HiddenInput, required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["version"].initial = type(self).version_of(self.instance)
+
+    def clean(self):
+        data = super().clean()
+        if self.instance.pk:  # clean() runs before the posted values are put on the instance: it is the row now
+            sent = data.get("version")
+            if not sent:
+                self.add_error(None, "this form carries no version of the row it was opened with; reload the page "
+                                     "and make your change again")
+            elif sent != type(self).version_of(self.instance):
+                self.add_error(None, f"this {self.instance._meta.verbose_name} was changed by someone else since you "
+                                     f"opened it; reload the page to see the current values and make your change "
+                                     f"again")
+        return data
+
+
+class QueueForm(VersionedForm):
     """Runs the service's tree rule on the form so a refused change shows as a form error."""
+
+    version_of = staticmethod(services.queue_version)
 
     class Meta:
         model = Queue
@@ -99,18 +133,23 @@ class QueueForm(forms.ModelForm):
         parent = data.get("parent")
         if self.instance.pk and parent is not None and quota_rules.makes_cycle(self.instance.pk, parent.pk):
             self.add_error("parent", "this parent would create a cycle in the queue tree")
+        weight = data.get("weight")
+        if weight is not None and services.queue_weight_error(weight):  # the service's rule, shown on the field
+            self.add_error("weight", services.queue_weight_error(weight))
         grace = data.get("preemption_grace_seconds")
         if grace is not None and services.queue_grace_error(grace):  # the service's rule, shown on the field
             self.add_error("preemption_grace_seconds", services.queue_grace_error(grace))
         return data
 
 
-class QuotaForm(forms.ModelForm):
+class QuotaForm(VersionedForm):
     """Runs the quota rules of services.set_quota on the form (the service checks again when saving)."""
+
+    version_of = staticmethod(services.quota_version)
 
     class Meta:
         model = Quota
-        fields = ("queue", "flavor", "guarantee", "quota", "limit")
+        fields = ("queue", "flavor", "guarantee", "quota", "limit", "version")
 
     def clean(self):
         data = super().clean()
@@ -131,7 +170,7 @@ class QueueAdmin(ServiceAdmin):
     list_filter = ("state", "team")
     search_fields = ("name",)
     form = QueueForm
-    fields = ("name", "parent", "team", "weight", "state", "preemption_grace_seconds")
+    fields = ("name", "parent", "team", "weight", "state", "preemption_grace_seconds", "version")
 
     def get_readonly_fields(self, request, obj=None):
         return ("name", "team") if obj else ()
@@ -144,7 +183,8 @@ class QueueAdmin(ServiceAdmin):
         grace = form.cleaned_data.get("preemption_grace_seconds")  # None: unchanged (a new queue: 30)
         if change:
             saved = services.update_queue(Queue.objects.get(pk=obj.pk), parent=obj.parent, weight=obj.weight,
-                                          state=obj.state, preemption_grace_seconds=grace, actor=request.user)
+                                          state=obj.state, preemption_grace_seconds=grace, actor=request.user,
+                                          expected_version=form.cleaned_data.get("version") or "")
         else:
             saved = services.create_queue(obj.name, parent=obj.parent, team=obj.team, weight=obj.weight,
                                           state=obj.state, actor=request.user,
@@ -167,7 +207,8 @@ class QuotaAdmin(ServiceAdmin):
 
     def save_model(self, request, obj, form, change):
         """Through the service; a refusal (a race after the form's check) becomes form errors (ServiceAdmin)."""
-        saved = services.set_quota(obj.queue, obj.flavor, obj.guarantee, obj.quota, obj.limit, actor=request.user)
+        saved = services.set_quota(obj.queue, obj.flavor, obj.guarantee, obj.quota, obj.limit, actor=request.user,
+                                   expected_version=(form.cleaned_data.get("version") or "") if change else None)
         obj.pk = saved.pk
 
 

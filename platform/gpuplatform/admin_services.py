@@ -47,7 +47,8 @@ class ServiceAdmin(admin.ModelAdmin):
             def clean(self):
                 data = super().clean()
                 for field, message in errors.items():
-                    if field in self.fields:
+                    if field in self.fields and not self.fields[field].widget.is_hidden:  # (a hidden field's
+                        # error would not show: the form's `version` goes above the form)
                         self.add_error(field, message)
                     else:
                         self.add_error(None, message if field in ("__all__", "non_field_errors")

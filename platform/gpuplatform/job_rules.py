@@ -270,6 +270,19 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
     return out, errors
 
 
+def submit_queue_error(queue, *, has_children: bool, team=None) -> str | None:
+    """The rule a queue breaks as the target of a new job: not open (closing, closed, draining), not a leaf, or
+    another team's. One rule for submission (check_job) and the what-if's `submit` change
+    (scheduling.forecast.check_submit_changes; new-user trial 10, F3). None when it takes the job."""
+    if queue.state != "open":
+        return f"queue {queue.name} is {queue.state} and accepts no new jobs"
+    if has_children:
+        return f"queue {queue.name} is not a leaf queue; submit to one of its children"
+    if queue.team_id is not None and team is not None and queue.team_id != team.pk:
+        return f"queue {queue.name} belongs to another team"
+    return None
+
+
 def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, topology_mode, highest_tier,
               preferred_tier, time_limit_seconds, duration_seconds, tiers: set[int], error_class,
               command=None, env=None, working_dir="", image="", max_restarts=0, completion_role="",
@@ -294,12 +307,8 @@ def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, t
                                       simulated=duration_seconds is not None, container_runtimes=container_runtimes))
     if name_error("job", name):
         errors["name"] = name_error("job", name)
-    if queue.state != "open":
-        errors["queue"] = f"queue {queue.name} is {queue.state} and accepts no new jobs"
-    elif queue_has_children:
-        errors["queue"] = f"queue {queue.name} is not a leaf queue; submit to one of its children"
-    elif queue.team_id is not None and team is not None and queue.team_id != team.pk:
-        errors["queue"] = f"queue {queue.name} belongs to another team"
+    if queue_error := submit_queue_error(queue, has_children=queue_has_children, team=team):
+        errors["queue"] = queue_error
     if not _is_int(priority):
         errors["priority"] = "priority must be a whole number"
     elif abs(priority) > MAX_PRIORITY:

@@ -340,6 +340,7 @@ def test_the_admin_sets_a_queues_grace_period_through_the_service(admin_client, 
     """The admin's queue form showed preemption_grace_seconds read-only, so the service's rule (0-86400) held
     over REST only and admins could not set it there at all. The form now takes it, and the save goes through
     create_queue / update_queue (atomic, audited): out of range is a form error naming the rule."""
+    from gpuplatform import services
     from gpuplatform.models import Event, Queue
 
     root = Queue.objects.get(name="root").pk
@@ -356,11 +357,13 @@ def test_the_admin_sets_a_queues_grace_period_through_the_service(admin_client, 
     url = f"/admin/gpuplatform/queue/{queue.pk}/change/"
     r = admin_client.post(url, {"parent": root, "weight": 1, "state": "open", "preemption_grace_seconds": -1})
     assert r.status_code == 200 and "from 0 to 86400" in r.content.decode()
-    r = admin_client.post(url, {"parent": root, "weight": 1, "state": "open", "preemption_grace_seconds": 600})
+    r = admin_client.post(url, {"parent": root, "weight": 1, "state": "open", "preemption_grace_seconds": 600,
+                                "version": services.queue_version(queue)})  # the form's version (trial 10, F1)
     assert r.status_code == 302
     assert Queue.objects.get(pk=queue.pk).preemption_grace_seconds == 600
     assert Event.objects.filter(kind="queue_updated", queue=queue).latest("id").data["preemption_grace_seconds"] == 600
-    r = admin_client.post(url, {"parent": root, "weight": 2, "state": "open"})  # left blank: unchanged
+    r = admin_client.post(url, {"parent": root, "weight": 2, "state": "open",  # left blank: unchanged
+                                "version": services.queue_version(Queue.objects.get(pk=queue.pk))})
     assert r.status_code == 302 and Queue.objects.get(pk=queue.pk).preemption_grace_seconds == 600
     r = admin_client.post("/admin/gpuplatform/queue/add/", {"name": "gq2", "parent": root, "weight": 1,
                                                             "state": "open"})

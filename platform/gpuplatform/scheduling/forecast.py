@@ -195,6 +195,35 @@ def check_what_if_access(user, changes: list[dict]) -> None:
                 raise WhatIfDenied(i, "you may submit (hypothetically too) to your own teams' queues only")
 
 
+def check_submit_changes(user, changes: list[dict]) -> None:
+    """Each `submit` change must be a job submission would take, by submission's own rules: the queue exists
+    and takes new jobs (job_rules.submit_queue_error: open, a leaf, the team's) and the priority is the
+    asker's to give (services.jobs.check_submit_priority); the roles are checked by submit_roles. A what-if
+    never forecasts a job POST /api/v1/jobs/ refuses (new-user trial 10, F3: root, inner and closing queues
+    were forecast). Raises scheduler.forecast.whatif.WhatIfError(index, field, the rule)."""
+    from scheduler.forecast.whatif import WhatIfError
+
+    from ..errors import ValidationError
+    from ..job_rules import submit_queue_error
+    from ..models import Queue
+    from ..services.jobs import check_submit_priority
+
+    for i, ch in enumerate(changes):
+        if ch.get("kind") != "submit":
+            continue
+        queue = Queue.objects.select_related("team").filter(name=ch.get("queue")).first()
+        if queue is None:
+            raise WhatIfError(i, "queue", f"unknown queue {str(ch.get('queue'))[:60]!r}")
+        why = submit_queue_error(queue, has_children=Queue.objects.filter(parent=queue).exists(), team=queue.team)
+        if why:
+            raise WhatIfError(i, "queue", why)
+        if queue.team is not None:
+            try:
+                check_submit_priority(user, queue.team, ch.get("priority", 0))
+            except ValidationError as exc:
+                raise WhatIfError(i, "priority", exc.errors["priority"]) from None
+
+
 # a submit change's fields that describe its one role (a change without "roles"), as job submission names them
 SUBMIT_ROLE_FIELDS = ("tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "gpu_fraction",
                       "gpu_memory_mib", "mig_profile", "mig_count")
@@ -285,7 +314,8 @@ def check_quota_changes(changes: list[dict]) -> None:
 
 
 def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) -> dict:
-    """The what-if on the live cluster at cluster time `clock`: permissions (check_what_if_access), the quota
+    """The what-if on the live cluster at cluster time `clock`: permissions (check_what_if_access), the submit
+    changes' queue and priority by submission's rules (check_submit_changes), the quota
     changes checked by the quota service's rules (check_quota_changes), the snapshot the cycle would read,
     scheduler.forecast.whatif.what_if with the platform's estimator. Nothing is kept: the quota check's writes
     are rolled back. Returns the API's answer (api/views/forecast.py documents it). Raises
@@ -296,6 +326,7 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     from scheduler.forecast.whatif import what_if
 
     check_what_if_access(user, changes)
+    check_submit_changes(user, changes)
     check_quota_changes(changes)
     changes = submit_roles(changes)
     clock = clock or cluster_clock.now()

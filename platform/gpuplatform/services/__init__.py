@@ -35,7 +35,8 @@ from .nodes import (
     set_spare, uncordon_node,
 )
 from .rules import save_diagnosis_rule, save_health_rule
-from .queues import create_queue, delete_queue, queue_grace_error, set_quota, update_queue
+from .queues import (create_queue, delete_queue, queue_grace_error, queue_version, queue_weight_error, quota_version,
+                     set_quota, update_queue)
 from .reschedule import request_moves
 from .tenancy import add_member, create_team, remove_member
 from .tokens import issue_api_token, revoke_api_tokens
@@ -44,7 +45,8 @@ from .topology import TopologyPlan, apply_topology, plan_topology, topology_from
 __all__ = [
     "ValidationError", "request_cycle_on_commit",
     "create_team", "add_member", "remove_member",
-    "create_queue", "update_queue", "set_quota", "delete_queue", "queue_grace_error",
+    "create_queue", "update_queue", "set_quota", "delete_queue", "queue_grace_error", "queue_weight_error",
+    "queue_version", "quota_version",
     "submit_job", "cancel_job", "finish_job", "set_job_priority", "report_task_running",
     "register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node", "issue_node_agent_token", "set_spare",
     "set_gpu_sharing", "set_node_gpu_sharing",

@@ -210,13 +210,16 @@ def set_job_priority(job: Job, priority: int, *, actor=None) -> Job:
     Raises ValidationError: priority not a whole number ("priority"), job finished ("state")."""
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise ValidationError({"priority": "priority must be a whole number"})
-    old = job.priority
-    if not Job.objects.filter(pk=job.pk).exclude(state__in=Job.FINAL_STATES).update(
-            priority=priority, updated_at=timezone.now()):
-        # the state read after the update's row lock, not the caller's copy: a cancel that committed first
-        # makes this "job is cancelled", never the stale "job is pending" (new-user trial 9, F5)
-        job.state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first() or "gone"
+    # The read-modify-write under the job's row lock: the old priority (the audit trail's "from") and the state
+    # are the row's as locked, not the caller's copy, so concurrent changes queue up and their events chain
+    # (0 -> 3 -> 1 ...; new-user trial 10, F12: two transitions "from 0" were written), and a cancel that
+    # committed first makes this "job is cancelled", never the stale "job is pending" (new-user trial 9, F5).
+    row = Job.objects.select_for_update().filter(pk=job.pk).values_list("priority", "state").first()
+    old, state = row if row else (job.priority, "gone")
+    if state in Job.FINAL_STATES or row is None:
+        job.state = state
         raise ValidationError({"state": f"job is {job.state}; a finished job's priority cannot change"})
+    Job.objects.filter(pk=job.pk).update(priority=priority, updated_at=timezone.now())
     record_event("priority_changed", f"{job.name}: priority {old} -> {priority}", actor=actor, job=job,
                  queue=job.queue, data={"old": old, "new": priority})
     job.refresh_from_db()

@@ -1,6 +1,8 @@
 """The queue tree and its quotas (models/queues.py). The rules are quota_rules.py's."""
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 
 from django.db import transaction
@@ -10,9 +12,32 @@ from ..audit import record_event
 from ..lifecycle import close_idle_queues
 from ..models import Job, Queue, Quota, Team
 from ..names import name_error
+from ..errors import ValidationError
 from .base import raise_if, request_cycle_on_commit, resolve_queue
 
-__all__ = ["create_queue", "update_queue", "set_quota", "delete_queue", "queue_grace_error"]
+__all__ = ["create_queue", "update_queue", "set_quota", "delete_queue", "queue_grace_error", "queue_weight_error",
+           "queue_version", "quota_version", "WEIGHT_MIN", "WEIGHT_MAX"]
+
+
+def _version(values) -> str:
+    return hashlib.sha256(json.dumps(list(values), default=str).encode()).hexdigest()[:16]
+
+
+def queue_version(queue: Queue) -> str:
+    """The version of what an admin edits on a queue (parent, weight, state, grace period): a form carries the
+    one it was opened with, and update_queue(expected_version=...) refuses a save when it changed since
+    (optimistic concurrency, as the REST API's If-Match; new-user trial 10, F1)."""
+    return _version((queue.parent_id, queue.weight, queue.state, queue.preemption_grace_seconds))
+
+
+def quota_version(row: Quota) -> str:
+    """The version of a quota row's guarantee / quota / limit (see queue_version; set_quota(expected_version=))."""
+    return _version((row.guarantee, row.quota, row.limit))
+
+
+def _stale(what: str, now: str) -> ValidationError:
+    return ValidationError({"version": f"this {what} was changed by someone else since you opened it (now {now}); "
+                                       f"reload it and make your change again"})
 
 
 @transaction.atomic
@@ -21,7 +46,7 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
     """Create a queue under `parent` (Queue, name or id; None = a root) with quotas
     {flavor: (guarantee, quota, limit or None)} in GPUs.
 
-    Raises ValidationError: name empty, taken or breaking the name rule (names.py) ("name"), unknown parent ("parent"), weight <= 0 ("weight"),
+    Raises ValidationError: name empty, taken or breaking the name rule (names.py) ("name"), unknown parent ("parent"), weight outside 0.001..1,000,000 ("weight"),
     bad state, a grace period outside 0..86400 s ("preemption_grace_seconds"),
     quota rules per flavor ("quotas[<flavor>].<guarantee|quota|limit>"): negative,
     guarantee > quota, quota > limit, limit above the parent's limit, children's quotas above the parent's.
@@ -32,8 +57,8 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
         errors["name"] = name_error("queue", name)
     elif Queue.objects.filter(name=name).exists():
         errors["name"] = f"a queue named {name!r} already exists"
-    if not _positive_number(weight):
-        errors["weight"] = "weight must be a positive finite number"
+    if queue_weight_error(weight):
+        errors["weight"] = queue_weight_error(weight)
     if state not in Queue.State.values:
         errors["state"] = f"state must be one of {Queue.State.values}"
     if queue_grace_error(preemption_grace_seconds):
@@ -61,14 +86,20 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
 
 @transaction.atomic
 def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state: str | None = None,
-                 preemption_grace_seconds: int | None = None, actor=None) -> Queue:
+                 preemption_grace_seconds: int | None = None, actor=None, expected_version: str | None = None) -> Queue:
     """Change a queue's parent (`...` = keep; None = make it a root), weight, state (open | closing |
     closed | draining) or preemption grace period (seconds a preempted job gets to checkpoint, 0..86400).
     Closing (state "closing", or "closed" asked while the queue still has pending or
     live jobs) takes no new jobs and lets its jobs run to their end; the queue becomes closed when its last
     job ends (lifecycle.close_idle_queues; at once when it has none).
-    Raises ValidationError: unknown parent, a parent change that makes a cycle ("parent"), weight <= 0,
-    unknown state, a grace period outside 0..86400 ("preemption_grace_seconds")."""
+    Raises ValidationError: unknown parent, a parent change that makes a cycle ("parent"), weight outside 0.001..1,000,000,
+    unknown state, a grace period outside 0..86400 ("preemption_grace_seconds"); `expected_version` (the
+    queue_version the caller's form was opened with) no longer the queue's ("version": changed since)."""
+    if expected_version is not None:
+        locked = Queue.objects.select_for_update().get(pk=queue.pk)  # the check and the write under one lock
+        if queue_version(locked) != expected_version:
+            raise _stale("queue", f"parent {locked.parent.name if locked.parent_id else 'none'}, weight "
+                                   f"{locked.weight}, state {locked.state}, grace {locked.preemption_grace_seconds} s")
     errors: dict[str, str] = {}
     changes: dict = {}
     if parent is not ...:
@@ -79,8 +110,8 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
             errors["parent"] = f"queue {parent.name} has jobs: a queue that runs jobs cannot get child queues"
         changes["parent"] = parent.name if parent else None
     if weight is not None:
-        if not _positive_number(weight):
-            errors["weight"] = "weight must be a positive finite number"
+        if queue_weight_error(weight):
+            errors["weight"] = queue_weight_error(weight)
         changes["weight"] = weight
     if state is not None:
         if state not in Queue.State.values:
@@ -111,13 +142,19 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
 
 @transaction.atomic
 def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int | None, actor=None,
-              changed: set | None = None) -> Quota:
+              changed: set | None = None, expected_version: str | None = None) -> Quota:
     """Create or change `queue`'s quota for GPU `flavor` (GPUs). Raises ValidationError naming
     flavor (empty, or a GPU model no node has) or guarantee / quota / limit: negative, guarantee > quota,
     quota > limit, limit above the parent's, siblings' quotas summing above the parent's, quota below the
     children's sum, limit below a child's. `changed`: the names a partial update sent, so a rule between two
     values is reported on the one the request changed (quota_rules.check_triple). Values equal to the row's
-    write nothing (no event, no cycle; updated_at and so the ETag stay)."""
+    write nothing (no event, no cycle; updated_at and so the ETag stay). `expected_version`: the quota_version
+    the caller's form was opened with; refused ("version") when the row changed since (or is gone)."""
+    if expected_version is not None:
+        locked = Quota.objects.select_for_update().filter(queue=queue, flavor=flavor).first()
+        if locked is None or quota_version(locked) != expected_version:
+            raise _stale("quota", "no such quota" if locked is None else
+                         f"guarantee {locked.guarantee}, quota {locked.quota}, limit {locked.limit}")
     raise_if(quota_rules.check_quota(queue, flavor, guarantee, quota, limit, changed))
     old = Quota.objects.filter(queue=queue, flavor=flavor).values_list("guarantee", "quota", "limit").first()
     if old == (guarantee, quota, limit):  # a no-op (PATCH {}): no write, so updated_at and the ETag stay
@@ -161,6 +198,20 @@ def _positive_number(value) -> bool:
     """A weight: a real number > 0 and finite (NaN compares greater than every number in PostgreSQL, so
     a NaN weight would pass the table's `weight > 0` check and break the fair-share order)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+# A queue's weight (its share of idle capacity against its siblings'): one range for the queue API, the admin
+# form, the cluster spec loader and the what-if's set_weight (new-user trial 10, F7: 1e-300 and 1e9 were stored
+# while the what-if refused them, and 1e-300 is a zero weight in all but name).
+WEIGHT_MIN = 0.001
+WEIGHT_MAX = 1_000_000
+
+
+def queue_weight_error(weight) -> str | None:
+    """The rule a queue weight breaks: a finite number from WEIGHT_MIN to WEIGHT_MAX (None: none)."""
+    if not _positive_number(weight) or not WEIGHT_MIN <= weight <= WEIGHT_MAX:
+        return f"weight must be a number from {WEIGHT_MIN} to {WEIGHT_MAX:,}"
+    return None
 
 
 MAX_GRACE_SECONDS = 86400

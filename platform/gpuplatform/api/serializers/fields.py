@@ -34,6 +34,18 @@ class FiniteFloatField(serializers.FloatField):
         return value
 
 
+def weight_field(**kwargs) -> FiniteFloatField:
+    """A queue weight: the queue service's one range (services.queues.WEIGHT_MIN..WEIGHT_MAX) with its message,
+    for the queue API and the what-if's set_weight alike (new-user trial 10, F7)."""
+    from ...services.queues import WEIGHT_MAX, WEIGHT_MIN, queue_weight_error
+
+    rule = queue_weight_error(None)
+    return FiniteFloatField(min_value=WEIGHT_MIN, max_value=WEIGHT_MAX,
+                            error_messages={"min_value": rule, "max_value": rule, "invalid": rule},
+                            help_text=f"share of idle capacity against sibling queues: {WEIGHT_MIN} to {WEIGHT_MAX:,}",
+                            **kwargs)
+
+
 def make_strings_strict() -> None:
     """Strings must be strings: DRF's CharField (and its subclasses: slug, regex, e-mail, URL, IP fields)
     turns a JSON number into text (`{"reason": 5}` -> "5"); from here on it refuses anything but a string

@@ -2,7 +2,7 @@ from rest_framework import serializers
 
 from ...models import Queue, Quota, Team
 from .base import ModelSerializer, Serializer
-from .fields import FiniteFloatField, count_field, named_field
+from .fields import count_field, named_field, weight_field
 
 
 class QuotaSerializer(ModelSerializer):
@@ -67,7 +67,7 @@ class QueueCreateSerializer(Serializer):
                                    help_text="parent queue name; null = a root queue")
     team = named_field("team", "slug", Team.objects.all(), allow_null=True, required=False, default=None,
                        help_text="owning team (leaf queues)")
-    weight = FiniteFloatField(default=1.0, min_value=-1e12, max_value=1e12)
+    weight = weight_field(default=1.0)
     state = serializers.CharField(default="open", max_length=16)
     preemption_grace_seconds = count_field(default=30, help_text="seconds a preempted job gets to checkpoint "
                                                                  "(0 to 86400)")
@@ -77,7 +77,7 @@ class QueueCreateSerializer(Serializer):
 class QueueUpdateSerializer(Serializer):
     parent = serializers.CharField(max_length=100, allow_null=True, required=False,
                                    help_text="new parent queue name; null = make it a root")
-    weight = FiniteFloatField(required=False, min_value=-1e12, max_value=1e12)
+    weight = weight_field(required=False)
     state = serializers.CharField(required=False, max_length=16,
                                   help_text="closed while the queue has pending or live jobs gives closing: it "
                                             "takes no new jobs and becomes closed when its last job ends")

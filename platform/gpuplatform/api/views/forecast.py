@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from ...models import Job
 from ...scheduling.forecast import WhatIfDenied, what_if_live
 from ..serializers.base import Serializer
-from ..serializers.fields import FiniteFloatField, count_field
+from ..serializers.fields import FiniteFloatField, count_field, weight_field
 from ..serializers.jobs import GpusPerTaskField
 
 REQUIRED = {
@@ -60,7 +60,7 @@ class ChangeSerializer(Serializer):
     guarantee = serializers.IntegerField(required=False, min_value=0, max_value=10**7)
     quota = serializers.IntegerField(required=False, min_value=0, max_value=10**7)
     limit = serializers.IntegerField(required=False, min_value=0, max_value=10**7, allow_null=True)
-    weight = serializers.FloatField(required=False, min_value=0.001, max_value=10**6)
+    weight = weight_field(required=False)
     nodes = serializers.ListField(child=serializers.CharField(max_length=200), required=False, min_length=1,
                                   max_length=10000)
     count = serializers.IntegerField(required=False, min_value=1, max_value=10000)

@@ -11,7 +11,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ... import access, clock
-from ..filters import refuse_unknown_params
+from ...models import Node, Queue, Team
+from ..filters import refuse_unknown_params, unknown_name
 from ...telemetry import idle_allocations
 from ...utilization import SCOPES, top_jobs_lost_to_failure, utilization
 
@@ -72,6 +73,16 @@ class UtilizationView(APIView):
         for name in ("flavor", "queue", "team"):
             if "\x00" in (q.get(name) or ""):
                 raise ValidationError({name: ["must not contain NUL characters"]})
+        # A filter that names nothing is a 400 naming it, the lists' rule (api.filters.NamedFilter, the same
+        # words; docs/api.md), not an empty ledger that reads as "zero GPU-hours" (new-user trial 10, F6). Team,
+        # queue and flavor names are public (the queues and cluster pages show them all): told to everyone; a
+        # queue or team of another team is no error, its rows are just not yours.
+        named = {"team": (Team, "name", "team", ""), "queue": (Queue, "name", "queue", ""),
+                 "flavor": (Node, "flavor", "flavor", ": no node has it")}
+        errors = {name: [why] for name, (model, lookup, what, hint) in named.items()
+                  if q.get(name) and (why := unknown_name(model, lookup, q[name], what, hint))}
+        if errors:
+            raise ValidationError(errors)
         team_ids = access.visible_team_ids(request.user)
         # cluster / flavor totals are aggregates (no job, team or queue named): the same for everyone, as on
         # the cluster page; queue / team / job scopes, the queue / team filters and the job lists are limited
