@@ -211,6 +211,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "gpuplatform.api.schema.add_error_responses"],
+    # a queue's state choices appear in Queue and QueueChanged (PATCH's answer): one named enum, not "State332Enum"
+    "ENUM_NAME_OVERRIDES": {"QueueStateEnum": "gpuplatform.models.queues.Queue.State"},
 }
 # A creating POST's Idempotency-Key is remembered per user this long (api/idempotency.py)
 IDEMPOTENCY_KEY_TTL_SECONDS = int(os.environ.get("IDEMPOTENCY_KEY_TTL_SECONDS", "86400"))
