@@ -39,6 +39,16 @@ def _world(seed: int) -> World:
     return w
 
 
+def _one_by_one(queues, failed_order, reasons, memo, borrowing, limit) -> list:
+    """The one-by-one screen's answer (evict._screen_each) for what _screen was asked, preemption off."""
+    class _Session:
+        config, queues = None, None
+    session = _Session()
+    session.queues = queues
+    session.config = type("C", (), {"preemption": False})()
+    return evict._screen_each(session, failed_order, reasons, memo, borrowing, {}, limit, {}, True)
+
+
 @pytest.mark.parametrize("seed", range(60))
 def test_the_c_level_screen_picks_what_the_one_by_one_screen_picks(seed, monkeypatch):
     calls = []
@@ -49,13 +59,7 @@ def test_the_c_level_screen_picks_what_the_one_by_one_screen_picks(seed, monkeyp
         got = fast(queues, flavor, failed_order, reasons, memo, borrowing, helps, limit)
         assert {q: dict(per) for q, per in queues.usage.items()} == usage  # no usage key added
 
-        class _Session:
-            config, queues = None, None
-        session = _Session()
-        session.queues = queues
-        session.config = type("C", (), {"preemption": False})()
-        want = evict._screen_each(session, failed_order, reasons, memo, borrowing, {}, limit, {}, True)
-        calls.append((got, want))
+        calls.append((got, _one_by_one(queues, failed_order, reasons, memo, borrowing, limit)))
         return got
 
     monkeypatch.setattr(evict, "_screen", both)
@@ -135,12 +139,7 @@ def test_the_c_level_screen_answers_and_picks_jobs_on_reclaim_worlds(monkeypatch
         nonlocal answered, picked
         got = fast(queues, flavor, failed_order, reasons, memo, borrowing, helps, limit)
         if got is not None:
-            class _Session:
-                config, queues = None, None
-            session = _Session()
-            session.queues = queues
-            session.config = type("C", (), {"preemption": False})()
-            want = evict._screen_each(session, failed_order, reasons, memo, borrowing, {}, limit, {}, True)
+            want = _one_by_one(queues, failed_order, reasons, memo, borrowing, limit)
             assert [j.id for j in got] == [j.id for j in want]
             answered += 1
             picked += bool(got)

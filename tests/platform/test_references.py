@@ -27,6 +27,20 @@ def _fks(table: str) -> dict[str, str]:
     return {c["columns"][0]: c["foreign_key"][0] for c in found.values() if c["foreign_key"]}
 
 
+def _fails_whole(a, b, match: str) -> None:
+    """Starting jobs a and b (one 1-GPU task each, on n0's GPUs 0 and 1) raises IntegrityError matching `match`
+    and leaves the jobs, tasks, allocations and Events as they were (the cycle rolls back whole)."""
+    result = CycleResult(bindings=[Binding(j.pk, (TaskPlacement("worker", 0, "n0", (i,)),), "nvl-a1", 1)
+                                   for i, j in enumerate((a, b))])
+    before = (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state")),
+              Event.objects.count())
+    with pytest.raises(IntegrityError, match=match):
+        store.apply_result(result, clock=CLOCK, cycle_number=1)
+    assert not Allocation.objects.exists()
+    assert (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state")),
+            Event.objects.count()) == before
+
+
 def test_the_checked_columns_have_no_constraint_and_the_others_keep_theirs(db):
     assert _fks("gpuplatform_allocation") == {"mig_instance_id": "gpuplatform_miginstance"}
     assert set(_fks("gpuplatform_event")) == {"actor_id", "queue_id", "node_id"}
@@ -87,15 +101,7 @@ def test_a_cycle_whose_allocation_names_a_task_of_another_job_is_rolled_back_who
         return allocations, tasks
 
     monkeypatch.setattr(store, "_rows_for", wrong_task)
-    result = CycleResult(bindings=[Binding(j.pk, (TaskPlacement("worker", 0, "n0", (i,)),), "nvl-a1", 1)
-                                   for i, j in enumerate((a, b))])
-    before = (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state")),
-              Event.objects.count())
-    with pytest.raises(IntegrityError, match=r"allocation\.(task|job)_id"):
-        store.apply_result(result, clock=CLOCK, cycle_number=1)
-    assert not Allocation.objects.exists()
-    assert (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state")),
-            Event.objects.count()) == before
+    _fails_whole(a, b, r"allocation\.(task|job)_id")
 
 
 def test_deletions_still_cascade_protect_and_set_null(submit):
@@ -153,15 +159,7 @@ def test_a_cycle_naming_a_missing_gpu_is_rolled_back_whole(submit, monkeypatch):
         return allocations, tasks
 
     monkeypatch.setattr(store, "_rows_for", missing_gpu)
-    result = CycleResult(bindings=[Binding(j.pk, (TaskPlacement("worker", 0, "n0", (i,)),), "nvl-a1", 1)
-                                   for i, j in enumerate((a, b))])
-    before = (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state")),
-              Event.objects.count())
-    with pytest.raises(IntegrityError, match=r"allocation\.gpu_id"):
-        store.apply_result(result, clock=CLOCK, cycle_number=1)
-    assert not Allocation.objects.exists()
-    assert (list(Job.objects.values_list("id", "state")), list(Task.objects.values_list("id", "state")),
-            Event.objects.count()) == before
+    _fails_whole(a, b, r"allocation\.gpu_id")
 
 
 def test_the_database_refuses_deleting_a_gpu_an_allocation_names(submit):
