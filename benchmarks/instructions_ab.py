@@ -3,7 +3,7 @@
     python benchmarks/instructions_ab.py ROOT [ROOT2 ...] [--days 2] [--parallel]
 
 Wall and CPU time on a shared two-core box move by 10-40 % with the other work on it, more than most single
-speed-ups; the number of instructions a run executes does not (two runs of one tree agree within ~0.03 %).
+speed-ups; the number of instructions a run executes does not (two runs of one tree agree within ~0.04 %).
 Each ROOT (a checkout: its `scheduler`, `clusterspec` and tests/sim/test_replay_digest.py's helios_slice) is
 run under `valgrind --tool=cachegrind --cache-sim=no` twice: once up to the replay (interpreter start, imports,
 trace load) and once through it; the difference is the replay's own instructions. PYTHONHASHSEED=0 fixes string
