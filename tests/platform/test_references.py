@@ -120,6 +120,16 @@ def test_deletions_still_cascade_protect_and_set_null(submit):
     assert Event.objects.filter(kind="admitted", job__isnull=True).count() == 1
 
 
+def _one_gpu_job():
+    """(job, its task, GPU n0/0): a 1-GPU job submitted to queue alpha, for the row-lock tests."""
+    from gpuplatform.models import Queue, Team
+
+    job = services.submit_job(command=["sleep", "1"], team=Team.objects.get(name="alpha"),
+                              queue=Queue.objects.get(name="alpha"), name="a",
+                              roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 1}])
+    return job, Task.objects.get(job=job), Gpu.objects.get(node__name="n0", index=0)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_checked_rows_are_locked_for_key_share_until_the_commit(cluster):
     """PostgreSQL: the task and job rows a write names stay locked as the constraint's check kept them: another
@@ -128,12 +138,7 @@ def test_checked_rows_are_locked_for_key_share_until_the_commit(cluster):
         pytest.skip("row locks: PostgreSQL")
     import psycopg
 
-    from gpuplatform.models import Queue, Team
-
-    job = services.submit_job(command=["sleep", "1"], team=Team.objects.get(name="alpha"),
-                              queue=Queue.objects.get(name="alpha"), name="a",
-                              roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 1}])
-    task, gpu = Task.objects.get(job=job), Gpu.objects.get(node__name="n0", index=0)
+    job, task, gpu = _one_gpu_job()
     params = connection.get_connection_params()
     with transaction.atomic():
         write_allocations([_row(task, gpu)])
@@ -194,12 +199,7 @@ def test_a_gpu_delete_racing_a_write_waits_and_fails(cluster):
         pytest.skip("row locks: PostgreSQL")
     import psycopg
 
-    from gpuplatform.models import Queue, Team
-
-    job = services.submit_job(command=["sleep", "1"], team=Team.objects.get(name="alpha"),
-                              queue=Queue.objects.get(name="alpha"), name="a",
-                              roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 1}])
-    task, gpu = Task.objects.get(job=job), Gpu.objects.get(node__name="n0", index=0)
+    job, task, gpu = _one_gpu_job()
     params = {k: v for k, v in connection.get_connection_params().items()
               if k in ("dbname", "user", "password", "host", "port")}
     with psycopg.connect(**params, autocommit=True) as other:
