@@ -58,6 +58,7 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
     try:
         if not whole_only and has_sharing(snapshot, cache):
             result = run_cycle_sharing(snapshot, config, partial(run_cycle, whole_only=True), cache=cache)
+            result.terminal = None  # sharing's own reasons are not listed (CycleResult.terminal)
         else:
             result = _run_cycle(snapshot, config or CycleConfig(), cache, share_hook)
         if not whole_only and (cache.scan(snapshot).spares if cache is not None else has_spares(snapshot)):
@@ -129,6 +130,8 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in session.nominated.items()]
     result.withdrawals = withdrawals(snapshot, session.nominated, facts)
     result.estimated_start = reservations.estimated_start
+    pending_reasons = result.pending  # every writer of a reason has run: allocate listed the terminal ones it gave
+    result.terminal = [j for j in allocation.terminal if pending_reasons[j].terminal] if allocation.terminal else []
     t3 = time.perf_counter()
     holds = session.holds
     result.metrics = cluster_metrics(state, held=sum(map(holds.gpus_held, holds.held)), cache=cache)

@@ -380,3 +380,7 @@ class CycleResult:
     # the GPUs counted in metrics["held_gpus"]: node name -> GPU indices held at the cycle's end (every hold:
     # nominations, the backfill / drain reservation), so a map can show which GPUs are held, not only how many
     held: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # the ids of the jobs whose reason in `pending` is terminal, in the order they were given one; None when the
+    # engine does not say (a reader then scans `pending`); run_cycle's whole-GPU path says, so its caller need not
+    # read every waiting job's reason each cycle to find the few that never start (the replay's drop)
+    terminal: list[JobId] | None = None

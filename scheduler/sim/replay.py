@@ -483,8 +483,9 @@ class Replay:
             self.resched["moves"] += 1
             self.resched["moved_gpus"] += move.gpus
         state.set_holds({n.job_id: n.tasks for n in getattr(result, "nominations", ())})
-        pending = result.pending  # every waiting job's reason, each cycle: the terminal ones picked at C level
-        for job_id in compress(pending, map(_terminal, pending.values())):
+        pending = result.pending
+        terminal = getattr(result, "terminal", None)  # the engine's list, else every reason read (C level)
+        for job_id in compress(pending, map(_terminal, pending.values())) if terminal is None else terminal:
             if job_id in state.pending:
                 state.drop(job_id)
                 self.awaiting_restart.pop(job_id, None)

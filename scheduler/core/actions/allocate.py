@@ -51,7 +51,7 @@ from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement, utc_iso
 from .backfill import BACKFILL, ROOM_CODES, Reservations
 
 _UNSET = object()
-_code, _id = attrgetter("code"), attrgetter("id")
+_code, _id, _terminal = attrgetter("code"), attrgetter("id"), attrgetter("terminal")
 _LIMIT_CODES = frozenset(("queue_limit", "never_fits_queue_limit"))  # refusals by the queue's limits alone
 
 
@@ -64,6 +64,9 @@ class Allocation:
     bindings: list[Binding] = field(default_factory=list)
     reasons: dict = field(default_factory=dict)
     failed_order: list[JobInfo] = field(default_factory=list)
+    # the ids of the jobs given a terminal reason here, at least every one whose reason in `reasons` is terminal
+    # (a later writer may have replaced it: CycleResult.terminal keeps those still terminal)
+    terminal: list = field(default_factory=list)
 
 
 def allocate(session: Session, pending: list[JobInfo], reservations: Reservations, *,
@@ -146,7 +149,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     deferred = admission.deferred  # (Admission._within_first)
     attempt, place, waiting = reservations.attempt, admission.place, reservations.waiting
     queue_key, share = order.queue_key, order.share
-    failed, reasons = out.failed_order, out.reasons
+    failed, reasons, terminal = out.failed_order, out.reasons, out.terminal
     heappop, heappush = heapq.heappop, heapq.heappush
     # The common case taken without the call chain (same answers): a job refused from Admission's table of
     # refusals (the same shape at the same QueueTree.version), and the queue key from _QueueOrder's table;
@@ -154,7 +157,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     quick = (memo is not None and fair and session.sharing is None and len(session.state.flavors) == 1)
     queues, memo_get, refused, keys = session.queues, admission.memo.get, admission._refused, order._keys
     holds, now = session.holds, session.now
-    bulk = _Bulk(session, reservations, admission, order) if quick and kept is not None else None
+    bulk = _Bulk(session, reservations, admission, order, terminal) if quick and kept is not None else None
     lasting = _KeptRefusals.of(memo, queues, next(iter(session.state.flavors))) if quick else None
     lane, bindings, unchanged = admission.lane, out.bindings, admission.unchanged
     holding = holds.holding
@@ -195,6 +198,8 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                             if given is not None:
                                 failed.extend(done.run)  # what trying them one by one gives (_QueueOutcome)
                                 reasons.update(given)
+                                if done.terminal:
+                                    terminal.extend(i for i, r in zip(done.ids, done.reasons) if r.terminal)
                                 jobs.clear()
                                 continue
             index = kept.index(q)
@@ -247,7 +252,11 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                         lasting.put(shape, job.queue, outcome, refused.get(shape))
             if outcome is not None:
                 failed.append(job)
-                reasons[job.id] = waiting(job, outcome) if outcome.code in ROOM_CODES else outcome
+                if outcome.code in ROOM_CODES:
+                    outcome = waiting(job, outcome)
+                reasons[job.id] = outcome
+                if outcome.terminal:
+                    terminal.append(job.id)
             if not jobs:
                 break
             head = jobs[-1]
@@ -508,11 +517,13 @@ class _QueueOutcome:
     least and not the borrowers' turn, takes `run` as its failed_order run and `reasons` as their reasons, in
     one step: what trying them one by one gives."""
 
-    __slots__ = ("state", "static_key", "run", "ids", "reasons", "answers", "within", "given", "checked", "used")
+    __slots__ = ("state", "static_key", "run", "ids", "reasons", "answers", "within", "given", "checked", "used",
+                 "terminal")
 
     def __init__(self, state, static_key, run: list, ids: list, reasons: list, answers: dict, within: bool):
         self.state, self.static_key, self.run, self.ids, self.reasons = state, static_key, run, ids, reasons
         self.answers, self.within = answers, within  # refusal key -> its refusal at `state`; the jobs' key[0]
+        self.terminal = any(map(_terminal, reasons))  # whether a reason of the run may be terminal (Allocation.terminal)
         self.given: dict | None = None  # job id -> reason, made when used a second time unchanged
         self.checked = False  # whether every reason's code was found a refusal by the limits
         self.used = False  # whether it was taken since it was made or last changed
@@ -534,6 +545,7 @@ class _QueueOutcome:
         self.run.insert(i, job)
         self.ids.insert(i, job.id)
         self.reasons.insert(i, reason)
+        self.terminal = self.terminal or reason.terminal
         self.given, self.used = None, False
         return True
 
@@ -546,13 +558,16 @@ class _Bulk:
     nothing, and keep the queue the least in the order (its key unchanged) until the run ends: the same
     failed_order and reasons, in the same order."""
 
-    __slots__ = ("session", "reservations", "admission", "refused", "keys", "token", "answers")
+    __slots__ = ("session", "reservations", "admission", "refused", "keys", "token", "answers", "terminal", "seen")
 
-    def __init__(self, session: Session, reservations: Reservations, admission: Admission, order: _QueueOrder):
+    def __init__(self, session: Session, reservations: Reservations, admission: Admission, order: _QueueOrder,
+                 terminal: list):
         self.session, self.reservations = session, reservations
         self.refused, self.keys, self.admission = admission._refused, order._keys, admission
         self.token = None  # (version, table writes, reservation window, whether waiting() changes nothing, queue key)
         self.answers: dict = {}  # refusal key -> its refusal or None, under `token`
+        self.terminal = terminal  # Allocation.terminal: the ids of a run refused with a terminal reason join it
+        self.seen = False  # whether an answer this cycle was a terminal reason
 
     def _answer(self, shape: tuple, key: tuple, quiet: bool):
         sid, avoid = shape
@@ -595,6 +610,8 @@ class _Bulk:
         outcome = answers.get(head, _UNSET)
         if outcome is _UNSET:
             outcome = answers[head] = self._answer(decode[head], key, quiet)
+            if outcome is not None and outcome.terminal:
+                self.seen = True
         if outcome is None:
             return False
         # the nearest job to the end whose answer is not known: in the reversed keys (the list's jobs already
@@ -605,6 +622,8 @@ class _Bulk:
             found = answers.get(shape, _UNSET)
             if found is _UNSET:
                 found = answers[shape] = self._answer(decode[shape], key, quiet)
+                if found is not None and found.terminal:
+                    self.seen = True
             if found is None:
                 try:
                     i = backwards.index(shape, skip, first)
@@ -618,6 +637,9 @@ class _Bulk:
         failed.extend(run)
         get = answers.__getitem__
         reasons.update(zip(ids[n - 1:lo - 1 if lo else None:-1], map(get, shapes[n - 1:lo - 1 if lo else None:-1])))
+        if self.seen:  # a terminal answer was given this cycle: the run's jobs that got one
+            self.terminal.extend(i for i, c in zip(ids[n - 1:lo - 1 if lo else None:-1],
+                                                   shapes[n - 1:lo - 1 if lo else None:-1]) if answers[c].terminal)
         del jobs[lo:]
         return True
 
