@@ -4,7 +4,8 @@
         if ok: load_world(snapshot)
 
 The server is taken from BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/postgres); the
-benchmark database name is fixed per script and dropped before and after use. Django is pointed at it
+benchmark database is named per script and process (`database_name`: two runs at once never share or drop each
+other's) and dropped before and after use. Django is pointed at it
 (use_database: set up with it, or switched to it when another benchmark set Django up earlier in the same
 process) and pointed back at what it used before when the block ends.
 """
@@ -44,11 +45,17 @@ def _admin(sql: str) -> None:
         conn.execute(sql)
 
 
+def database_name(name: str) -> str:
+    """The database a benchmark creates and drops: BENCH_DB when set (the caller's own), else `name` and this
+    process's id ("bench_cycle_scale_4242"), so two benchmark runs at once on one server (two `make bench`, two
+    users) never drop each other's database (new-user trial 10, F14)."""
+    return os.environ.get("BENCH_DB") or f"{name}_{os.getpid()}"
+
+
 @contextmanager
 def bench_database(name: str):
-    """Create database `name` on the server, point Django at it, migrate, yield; drop it afterwards.
-    BENCH_DB, when set, names the database instead (a helper's own, so that two runs never share one)."""
-    name = os.environ.get("BENCH_DB") or name
+    """Create database `database_name(name)` on the server, point Django at it, migrate, yield; drop it afterwards."""
+    name = database_name(name)
     problem = postgres_available()
     if problem:
         raise RuntimeError(problem)

@@ -20,6 +20,12 @@ import time
 import _common
 
 
+def results_name(quick: bool) -> str:
+    """The results file's name: a quick run (`make bench`) writes topology_payload_quick.json (ignored by git), so
+    it never overwrites the committed full-run figures (new-user trial 10, F19)."""
+    return "topology_payload_quick" if quick else "topology_payload"
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats and jobs (CI)")
@@ -79,7 +85,7 @@ def main(argv=None) -> dict:
             out["views"][label] = {"query": query or "(none)", "median_ms": round(1000 * statistics.median(times), 1),
                                    "max_ms": round(1000 * max(times), 1), "json_bytes": size}
         if not args.tiny:
-            _common.save("topology_payload", out)
+            _common.save(results_name(args.quick), out)
         return out
     finally:
         if tmp is not None:

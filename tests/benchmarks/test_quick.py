@@ -65,3 +65,23 @@ def test_kube_like_engine_holds_partial_gangs_in_the_replay():
     # y bound one pod at t=1 and held its node until x ended at t=100: 8 GPUs busy over [1, 100)
     assert rep.queueing["p99"] == pytest.approx(99.0, abs=1.5)
     assert rep.mean_allocation_rate > 0.9
+
+
+def test_quick_runs_leave_committed_results_and_other_runs_databases_alone(monkeypatch):
+    """`make bench` (run.py --quick) writes only result files git ignores, never the committed full-run figures
+    (new-user trial 10, F19: topology_payload's quick run overwrote topology_payload.json); each run's throw-away
+    database is its own (F14: a fixed name, dropped WITH (FORCE), let a second run drop the first one's)."""
+    import _db
+    import topology_payload
+
+    ignored = set((BENCH / "results" / ".gitignore").read_text().split())
+    assert f"{topology_payload.results_name(True)}.json" in ignored
+    assert f"{topology_payload.results_name(False)}.json" not in ignored
+    assert (BENCH / "results" / f"{topology_payload.results_name(False)}.json").exists()  # the committed figures
+    monkeypatch.delenv("BENCH_DB", raising=False)
+    monkeypatch.setattr(os, "getpid", lambda: 101)
+    first = _db.database_name("bench_cycle_scale")
+    monkeypatch.setattr(os, "getpid", lambda: 102)
+    assert first == "bench_cycle_scale_101" != _db.database_name("bench_cycle_scale")
+    monkeypatch.setenv("BENCH_DB", "mine")
+    assert _db.database_name("bench_cycle_scale") == "mine"
