@@ -36,12 +36,12 @@ def summary_line(name: str, r: dict) -> str:
         if "median" in e:
             m = e["median"]
             s += (f"; PostgreSQL end to end {m['total']:.2f} s = snapshot {m['snapshot']:.2f} + engine "
-                  f"{m['engine']:.2f} + apply {m['apply']:.2f} (target 2)")
+                  f"{m['engine']:.2f} + apply {m['apply']:.2f} (target {r['targets']['end_to_end_s']['target']:g} s, issue 16)")
         elif e.get("skipped"):
             s += f"; end to end skipped ({e['skipped']})"
         return s + f"; peak RSS {r['peak_rss_mib']:.0f} MiB"
     if name == "bind_throughput":
-        return f"{r['tasks_bound']} tasks in {r['wall_seconds']:.2f} s = {r['tasks_per_second']:.0f} tasks/s (target 5000)"
+        return f"{r['tasks_bound']} tasks in {r['wall_seconds']:.2f} s = {r['tasks_per_second']:.0f} tasks/s (target {r['target']['target']:,.0f}, issue 16)"
     if name == "replay_speed":
         rep = r["report"]
         days = "whole trace" if r["until_days"] is None else f"{r['until_days']} days"
