@@ -504,6 +504,8 @@ class ClusterState:
     def set_holds(self, holds: dict) -> None:
         """GPUs held for pending jobs (the engine's nominations in force): job id -> placements; a hold on a
         running (preempting) job is the new place of a job being moved, kept on it until it is requeued."""
+        if not holds and not self._held and not self._holds_given:
+            return  # no hold before or now (most cycles): nothing below would change
         for job_id in self._held - holds.keys():
             if job_id in self.pending:
                 self.pending[job_id] = replace(self.pending[job_id], reserved=())
