@@ -138,7 +138,24 @@ def dominant_share(queues: QueueTree, shares: dict[str, dict[str, float]], queue
     offset: per queue and flavor, added to the live usage (decayed history minus usage at snapshot)."""
     best = 0.0
     fair = shares.get(queue, {})
-    used_by_flavor = dict(queues.usage.get(queue, {}))
+    usage = queues.usage.get(queue)
+    extra = offset.get(queue) if offset else None
+    if (not usage or len(usage) == 1) and (not extra or len(extra) == 1):
+        # at most one flavor in each (one call per start): the same sum and comparisons as below, without the
+        # dict copy and the loops; two different flavors go below
+        (flavor, used), = usage.items() if usage else ((None, 0),)
+        if extra:
+            (other, more), = extra.items()
+            if flavor is None or other == flavor:
+                flavor, used = other, used + more
+            else:
+                flavor = None
+        if flavor is not None or not extra:
+            if flavor is None or not used > EPS:
+                return best
+            f = fair.get(flavor, 0.0)
+            return max(best, used / f if f > EPS else 1e6 + used)
+    used_by_flavor = dict(usage or {})
     for flavor, extra in (offset or {}).get(queue, {}).items():
         used_by_flavor[flavor] = used_by_flavor.get(flavor, 0) + extra
     for flavor, used in used_by_flavor.items():
