@@ -132,8 +132,13 @@ class ShapeCheckViewSet(viewsets.GenericViewSet):
         body = ShapeCheckSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
-        if not Queue.objects.filter(name=d["queue"]).exists():
+        queue = Queue.objects.filter(name=d["queue"]).only("team_id").first()
+        if queue is None:
             raise serializers.ValidationError({"queue": f"unknown queue {d['queue']!r}"})
+        # Another team's queue is not the asker's to probe (its estimated starts read that team's quota and
+        # jobs): 403, as job submission answers a queue of a team one is not in (new-user trial 11, F4).
+        if queue.team_id is not None and not access.visible_queues(request.user).filter(pk=queue.pk).exists():
+            raise PermissionDenied("only members of the queue's team (or platform admins) may check shapes on it")
         out = shape_check(roles=[dict(r) for r in d["roles"]], queue=d["queue"], topology_mode=d["topology_mode"],
                           highest_tier=d["highest_tier"])
         for a in out:
