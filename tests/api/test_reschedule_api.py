@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from gpuplatform import clock, services
 from gpuplatform.models import Event, Job, Queue, SchedulerCycle, Team
 from gpuplatform.scheduling import store
@@ -123,3 +125,19 @@ def test_shape_check_on_another_teams_queue_is_forbidden(client_for):
     r = client_for("member").post("/api/v1/shape-check/", body, format="json")
     assert r.status_code == 403 and "team" in r.data["detail"]
     assert client_for("staff").post("/api/v1/shape-check/", body, format="json").status_code == 200
+
+
+@pytest.mark.parametrize("roles, field, words", [
+    ([{"tasks": 3, "gpus_per_task": 6, "min_available": 9}], "roles[0].min_available", "must not exceed tasks"),
+    ([{"name": "a", "tasks": 1, "gpus_per_task": 6}, {"name": "a", "tasks": 1, "gpus_per_task": 6}], "roles[1].name",
+     "duplicate role name"),
+    ([{"tasks": 1, "gpus_per_task": 16}], "roles", "can never fit this cluster"),
+    ([{"tasks": 1, "gpus_per_task": 6, "flavor": "nosuch"}], "roles", "no node of flavor nosuch"),
+])
+def test_shape_check_refuses_a_shape_submission_would_refuse(client_for, roles, field, words):
+    """New-user trial 11, F21: the shape check answered shapes job submission refuses (min_available above tasks,
+    duplicate role names, a task larger than every node, an unknown flavor) with advice or an empty list; they
+    are a 400 naming the field and the rule, by submission's own checks (job_rules.check_roles, fit_check)."""
+    r = client_for("member").post("/api/v1/shape-check/", {"queue": "alpha", "roles": roles}, format="json")
+    assert r.status_code == 400, r.content
+    assert words in " ".join(r.data[field])

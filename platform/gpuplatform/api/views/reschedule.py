@@ -129,9 +129,21 @@ class ShapeCheckViewSet(viewsets.GenericViewSet):
         from ...models import Queue
         from ...scheduling.advice import shape_check
 
+        from ... import fit_check
+        from ...job_rules import check_roles
+
         body = ShapeCheckSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
+        # The roles by job submission's own rules (min_available within tasks, unique names, ...) and its never-fits
+        # refusal: a shape submission would refuse is a 400 naming the field, not advice on it (new-user trial 11,
+        # F21: min_available 9 of 3 tasks was answered with advice)
+        roles, errors = check_roles([{k: v for k, v in r.items() if v is not None} for r in d["roles"]])
+        if errors:
+            raise serializers.ValidationError(errors)
+        why = fit_check.refusal(roles, topology_mode=d["topology_mode"], highest_tier=d["highest_tier"])
+        if why:
+            raise serializers.ValidationError({"roles": why})
         queue = Queue.objects.filter(name=d["queue"]).only("team_id").first()
         if queue is None:
             raise serializers.ValidationError({"queue": f"unknown queue {d['queue']!r}"})
