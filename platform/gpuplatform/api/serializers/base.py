@@ -37,11 +37,13 @@ def _form_errors(serializer, data) -> dict:
         if field.read_only:
             continue
         given = name in data or any(k.startswith((f"{name}[", f"{name}.")) for k in data)
-        if isinstance(field, (serializers.BaseSerializer, serializers.ListField, serializers.DictField)):
-            if given or field.required:
-                errors[name] = [NEEDS_JSON.format(what=f"{name} (a list of objects)" if isinstance(
-                    field, (serializers.ListSerializer, serializers.ListField)) else f"{name} (an object)",
-                    example='{"%s": [{...}]}' % name)]
+        # nested objects only: a list of plain values (`nodes=a&nodes=b`) has a form encoding DRF reads
+        if isinstance(field, serializers.BaseSerializer) or (isinstance(field, serializers.ListField) and isinstance(
+                field.child, (serializers.BaseSerializer, serializers.DictField, serializers.JSONField))):
+            if given or (field.required and not getattr(serializer.root, "partial", False)):
+                many = isinstance(field, (serializers.ListSerializer, serializers.ListField))
+                errors[name] = [NEEDS_JSON.format(what=f"{name} (a list of objects)" if many else f"{name} (an object)",
+                                                  example=('{"%s": [{...}]}' if many else '{"%s": {...}}') % name)]
         elif isinstance(field, serializers.JSONField) and name in data:
             try:
                 json.loads(data[name])
