@@ -237,3 +237,18 @@ def test_gpu_agent_refuses_bad_numbers_naming_the_option(args, option):
         call_command("gpu_agent", "--api", "http://127.0.0.1:1", "--token", "x", "--once", *args,
                      stdout=io.StringIO(), stderr=io.StringIO())
     assert option in str(caught.value) and ("must be" in str(caught.value) or "not a whole number" in str(caught.value))
+
+
+@pytest.mark.parametrize("command, args, option", [
+    ("slurm_backend", ["--once", "--poll", "-1"], "--poll"), ("slurm_backend", ["--once", "--poll", "0"], "--poll"),
+    ("import_topology", ["x.yaml", "--format", "kueue", "--lowest-tier", "-1"], "--lowest-tier"),
+    ("import_topology", ["x.yaml", "--format", "kueue", "--lowest-tier", "0"], "--lowest-tier"),
+])
+def test_other_commands_refuse_bad_numbers_naming_the_option(command, args, option):
+    """F22's kind in the other commands: `slurm_backend --poll -1` ran a round and then died in time.sleep(-1)
+    (--poll 0 fell back to the setting silently), `import_topology --lowest-tier -1` built tier -1 domains."""
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError) as caught:
+        call_command(command, *args, stdout=io.StringIO(), stderr=io.StringIO())
+    assert option in str(caught.value) and "must be" in str(caught.value)
