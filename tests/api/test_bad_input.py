@@ -385,3 +385,15 @@ def test_a_multipart_job_submission_with_roles_is_told_to_send_json(api):
                                    "roles": '[{"tasks": 1, "gpus_per_task": 1}]'})
     assert r.status_code == 400 and "Content-Type: application/json" in r.json()["roles"][0], r.content[:300]
     assert "command" not in r.json()  # JSON text is how a form writes the command
+
+
+@pytest.mark.parametrize("url", ["/api/v1/queues/tree/", "/api/v1/domains/tree/", "/api/v1/cluster-metrics/current/",
+                                 "/api/v1/fragmentation-advice/", "/api/v1/me/"])
+def test_endpoints_that_read_no_parameter_refuse_an_unknown_one(api, url):
+    """New-user trial 11, F21: the trees, the current metrics, the fragmentation advice and /me answered
+    `?team=alpha` (a filter they do not have) with everything, as if it had applied; a 400 naming it now, as the
+    lists answer (docs/api.md). `format` stays accepted."""
+    r = api.get(url + "?team=alpha")
+    assert r.status_code == 400, (r.status_code, r.content[:200])
+    assert "unknown query parameter" in r.json()["team"][0]
+    assert api.get(url).status_code == 200 and api.get(url + "?format=json").status_code == 200
