@@ -174,6 +174,12 @@ def _topology_params(request) -> dict:
         if not job.isdigit() or int(job) < 1 or len(job) > 18:
             raise BadParam("job", f"must be a job id (a positive whole number), got {job[:40]!r}")
         job = int(job)
+    zoom = request.GET.get("zoom") or None
+    # Domain names are public too (the page lists them all): a zoom naming none is a 400 naming it, not a page
+    # whose map then fails to load (new-user trial 11, F11)
+    if zoom is not None and not (dq.domainless_node_exists(zoom[len(node_domain("")):]) if is_node_domain(zoom)
+                                 else any(d[1] == zoom for d in dq.domains())):
+        raise BadParam("zoom", f"no domain named {zoom[:60]!r}")
     team, flavor = request.GET.get("team") or None, request.GET.get("flavor") or None
     # Team names are public (the cluster page shows every team's counts): an unknown one is a 400 naming it,
     # not an all-zero map; the same for a flavor no node has.
@@ -181,11 +187,14 @@ def _topology_params(request) -> dict:
         why = unknown_name(param, value) if value is not None else None
         if why:
             raise BadParam(param, why)
-    return {"zoom": request.GET.get("zoom") or None, "team": team, "flavor": flavor, "job": job}
+    return {"zoom": zoom, "team": team, "flavor": flavor, "job": job}
+
+
+TOPOLOGY_PARAMS = ("zoom", "team", "flavor", "job")
 
 
 @_json_view
-@takes_params("zoom", "team", "flavor", "job")
+@takes_params(*TOPOLOGY_PARAMS)
 def topology_json(request):
     """The topology map's data. A bad `job` is a JSON 400 naming it; an unknown domain or a job the user
     may not see a JSON 404 (a JSON endpoint answers JSON)."""
@@ -201,6 +210,12 @@ def topology_json(request):
 @login_required
 @require_safe
 def topology(request):
+    # a parameter the page does not read, or one given twice, is a 400 naming it, as topology.json and the
+    # utilization page answer (new-user trial 11, F11: the page took ?foo=1 and ?team=a&team=b silently)
+    errors = query_errors(request, TOPOLOGY_PARAMS)
+    if errors:
+        return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
+                                      content_type="text/plain; charset=utf-8")
     try:
         params = _topology_params(request)
     except BadParam as exc:

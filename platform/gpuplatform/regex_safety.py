@@ -23,9 +23,17 @@ hang every failed job's diagnosis. `problem(pattern)` returns the rule a pattern
   are accepted); but while it looks for that match its body backtracks as usual, so the body is judged as a
   pattern of its own (`(?>(a+)+b)` and `(?:(a+)+b)*+` are refused). A look-around's body likewise.
 
+- adjacent unbounded repeats (`+`, `*`, `{n,}`) that can match the same characters, with only optional pieces
+  between them (`\\s*`, `-?`, an anchor), may split one run of characters between them in many ways: k of them
+  in a row try some n^(k-1) splits of a run of n before a later piece fails. Two in a row (`\\w*\\w*x`, n^2) are
+  accepted; three or more (`\\d+\\s*\\d+\\s*\\d+x`, cubic) are refused (new-user trial 11, F2). A required piece
+  between them that the repeats cannot match (`\\d+\\s+\\d+\\s+\\d+`, `\\d+,\\d+,\\d+`, `.*x.*y.*z`), a
+  bounded repeat (`\\d{1,6}`) or a possessive one (`\\d++`) ends the run. A group holding just one repeat
+  (`(\\d+)`) counts as that repeat.
+
 The check is a static judgement of the pattern, not a proof: it refuses some safe patterns (`(?:ab|a)+`, whose
-alternatives start alike: write `(?>ab|a)+` or `(?:ab?)+`), and polynomial patterns of adjacent repeats outside
-any repeat (`\\w*\\w*x`) pass it.
+alternatives start alike: write `(?>ab|a)+` or `(?:ab?)+`), and polynomial patterns that are not a run of
+adjacent repeats (`\\w+a\\w+a\\w+b`, whose repeats are separated by a character they match) pass it.
 """
 from __future__ import annotations
 
@@ -56,6 +64,12 @@ REPEAT_RULE = ("a repeated part contains another repeat or an optional piece tha
 ALTERNATIVES_RULE = ("a repeated part contains alternatives that can start with the same character (e.g. (a|aa)+ "
                      "or (a|a?)+): such a pattern can take exponential time on one log line; make the "
                      "alternatives start differently, or the group atomic (?>...)")
+
+CHAIN_RULE = ("three or more unbounded repeats in a row can match the same characters with only optional pieces "
+              "between them (e.g. \\d+\\s*\\d+\\s*\\d+x): such a pattern can take polynomial time (cubic or worse) on "
+              "one log line; separate them with a required character they cannot match (e.g. \\d+\\s+\\d+), bound "
+              "them (e.g. \\d{1,6}), or make them possessive (\\d++)")
+MAX_CHAIN = 2  # adjacent overlapping unbounded repeats allowed in a row (two: quadratic at worst)
 
 
 class _Unsafe(Exception):
@@ -331,6 +345,7 @@ class _Judge:
         including the next repetition's start (the part's exit is not counted: a repeat that ends is one
         choice for the whole text, not one per repetition)."""
         seq = list(seq)
+        self._chain(seq)
         follows = []
         following = after
         for op, av in reversed(seq):
@@ -340,6 +355,26 @@ class _Judge:
         follows.reverse()
         for (op, av), then in zip(seq, follows):
             self.item(op, av, then, loop=loop)
+
+    def _chain(self, seq) -> None:
+        """Refuse a run of more than MAX_CHAIN adjacent unbounded repeats whose characters overlap, with only
+        optional pieces between them (module docstring; CHAIN_RULE)."""
+        run, last = 0, None
+        for op, av in seq:
+            chars, nullable = self.first_item(op, av)
+            if _unbounded(op, av):
+                if last is not None and chars.meets(last):
+                    run += 1
+                elif nullable and last is not None:
+                    continue  # an optional separator the run's characters do not meet (\s* between \d+)
+                else:
+                    run = 1
+                last = chars
+                if run > MAX_CHAIN:
+                    raise _Unsafe(CHAIN_RULE)
+            elif not nullable:
+                run, last = 0, None  # a required piece ends the run
+            # else: an optional piece (x?, an anchor, a look-around) between two repeats keeps the run
 
     def item(self, op, av, after: _Chars, *, loop: bool) -> None:
         if op in _REPEATS:
@@ -399,6 +434,13 @@ class _Judge:
             if self.bounded_paths > MAX_BOUNDED_PATHS:
                 raise
             self.walk(body, _EMPTY, loop=False)
+
+
+def _unbounded(op, av) -> bool:
+    """An unbounded greedy or lazy repeat (`+`, `*`, `{n,}`), or a group holding just one."""
+    while op is C.SUBPATTERN and len(av[3]) == 1:
+        op, av = av[3][0]
+    return op in _REPEATS and av[1] >= C.MAXREPEAT
 
 
 def _paths(seq) -> float:

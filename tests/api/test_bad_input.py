@@ -353,3 +353,47 @@ def test_a_documented_multi_valued_parameter_may_repeat(api, jobs):
     r = api.get("/api/v1/jobs/?state=pending&state=running")
     assert r.status_code == 200, r.content
     assert {j["id"] for j in r.json()["results"]} == {jobs["own"].pk, jobs["other"].pk}
+
+
+@pytest.mark.parametrize("url, body, field, words", [
+    ("/api/v1/jobs/", "name=j&queue=alpha&command=%5B%22sleep%22%2C%2260%22%5D&roles=%5B%7B%22tasks%22%3A1%7D%5D",
+     "roles", "send the request as JSON"),
+    ("/api/v1/jobs/", "name=j&queue=alpha&command=%5B%22sleep%22%5D&roles%5B0%5Dtasks=1", "roles",
+     "send the request as JSON"),
+    ("/api/v1/jobs/", "name=j&queue=alpha&command=%5B%22sleep%22%5D", "roles", "a list of objects"),
+    ("/api/v1/jobs/", "name=j&queue=alpha&command=sleep+60&roles=x", "command", "is JSON text"),
+    ("/api/v1/shape-check/", "queue=alpha&roles=%5B%5D", "roles", "send the request as JSON"),
+    ("/api/v1/forecast/", "changes=%5B%5D", "changes", "send the request as JSON"),
+])
+def test_a_form_encoded_body_is_told_that_lists_of_objects_need_json(api, url, body, field, words):
+    """New-user trial 11, F23: a form-encoded job submission with roles was answered "roles: This field is
+    required." (and "command: Value must be valid JSON." for `command=sleep 60`); it names the field and says
+    to send JSON. Nothing is created."""
+    from gpuplatform.models import Job
+
+    before = Job.objects.count()
+    for content_type in ("application/x-www-form-urlencoded",):
+        r = api.generic("POST", url, body, content_type=content_type)
+        assert r.status_code == 400, (r.status_code, r.content[:300])
+        assert words in " ".join(r.json()[field]), r.content[:400]
+    assert Job.objects.count() == before
+
+
+def test_a_multipart_job_submission_with_roles_is_told_to_send_json(api):
+    """F23, multipart (`curl -F`): the same message."""
+    r = api.post("/api/v1/jobs/", {"name": "j", "queue": "alpha", "command": '["sleep", "1"]',
+                                   "roles": '[{"tasks": 1, "gpus_per_task": 1}]'})
+    assert r.status_code == 400 and "Content-Type: application/json" in r.json()["roles"][0], r.content[:300]
+    assert "command" not in r.json()  # JSON text is how a form writes the command
+
+
+@pytest.mark.parametrize("url", ["/api/v1/queues/tree/", "/api/v1/domains/tree/", "/api/v1/cluster-metrics/current/",
+                                 "/api/v1/fragmentation-advice/", "/api/v1/me/"])
+def test_endpoints_that_read_no_parameter_refuse_an_unknown_one(api, url):
+    """New-user trial 11, F21: the trees, the current metrics, the fragmentation advice and /me answered
+    `?team=alpha` (a filter they do not have) with everything, as if it had applied; a 400 naming it now, as the
+    lists answer (docs/api.md). `format` stays accepted."""
+    r = api.get(url + "?team=alpha")
+    assert r.status_code == 400, (r.status_code, r.content[:200])
+    assert "unknown query parameter" in r.json()["team"][0]
+    assert api.get(url).status_code == 200 and api.get(url + "?format=json").status_code == 200

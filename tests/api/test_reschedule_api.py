@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from gpuplatform import clock, services
 from gpuplatform.models import Event, Job, Queue, SchedulerCycle, Team
 from gpuplatform.scheduling import store
@@ -95,3 +97,47 @@ def test_shape_check_suggests_the_packing_shape_with_both_estimated_starts(clien
     assert r.status_code == 200 and r.data == []
     r = c.post("/api/v1/shape-check/", {"queue": "nope", "roles": [{"tasks": 1, "gpus_per_task": 6}]}, format="json")
     assert r.status_code == 400 and "queue" in r.data
+
+
+def test_shape_check_on_mixed_node_sizes_judges_the_nodes_that_hold_a_task(client_for):
+    """New-user trial 11, F4: on a cluster of mixed node sizes (Philly: 80 2-GPU and 58 8-GPU nodes) the check
+    judged by the commonest size of all nodes (2 here: six 2-GPU nodes beside the four 8-GPU ones), which holds no
+    6-GPU task, and gave no advice. It judges by the nodes that can hold one task now."""
+    from gpuplatform import services
+
+    for i in range(6):
+        services.register_node(f"small-{i}", flavor="H100", cpu_milli=1000, memory_mib=1000,
+                               gpus=[{"index": g, "uuid": f"GPU-s{i}-{g}", "health": "healthy"} for g in range(2)])
+    c = client_for("member")
+    r = c.post("/api/v1/shape-check/", {"queue": "alpha", "roles": [{"tasks": 1, "gpus_per_task": 6}]}, format="json")
+    assert r.status_code == 200, r.content
+    [a] = r.data
+    assert a["node_gpus"] == 8 and a["stranded_per_node"] == 2 and a["suggested"] == {"tasks": 1, "gpus_per_task": 8}
+    # a shape that packs the 8-GPU nodes and fits the 2-GPU ones too: nothing to say
+    r = c.post("/api/v1/shape-check/", {"queue": "alpha", "roles": [{"tasks": 4, "gpus_per_task": 2}]}, format="json")
+    assert r.status_code == 200 and r.data == []
+
+
+def test_shape_check_on_another_teams_queue_is_forbidden(client_for):
+    """F4: a member of team alpha got the estimated starts of shapes on team beta's queue; 403 now, as job
+    submission answers; a platform admin still may."""
+    body = {"queue": "beta", "roles": [{"tasks": 2, "gpus_per_task": 6}]}
+    r = client_for("member").post("/api/v1/shape-check/", body, format="json")
+    assert r.status_code == 403 and "team" in r.data["detail"]
+    assert client_for("staff").post("/api/v1/shape-check/", body, format="json").status_code == 200
+
+
+@pytest.mark.parametrize("roles, field, words", [
+    ([{"tasks": 3, "gpus_per_task": 6, "min_available": 9}], "roles[0].min_available", "must not exceed tasks"),
+    ([{"name": "a", "tasks": 1, "gpus_per_task": 6}, {"name": "a", "tasks": 1, "gpus_per_task": 6}], "roles[1].name",
+     "duplicate role name"),
+    ([{"tasks": 1, "gpus_per_task": 16}], "roles", "can never fit this cluster"),
+    ([{"tasks": 1, "gpus_per_task": 6, "flavor": "nosuch"}], "roles", "no node of flavor nosuch"),
+])
+def test_shape_check_refuses_a_shape_submission_would_refuse(client_for, roles, field, words):
+    """New-user trial 11, F21: the shape check answered shapes job submission refuses (min_available above tasks,
+    duplicate role names, a task larger than every node, an unknown flavor) with advice or an empty list; they
+    are a 400 naming the field and the rule, by submission's own checks (job_rules.check_roles, fit_check)."""
+    r = client_for("member").post("/api/v1/shape-check/", {"queue": "alpha", "roles": roles}, format="json")
+    assert r.status_code == 400, r.content
+    assert words in " ".join(r.data[field])

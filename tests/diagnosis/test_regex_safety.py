@@ -32,6 +32,11 @@ REFUSED = [
     # #1: an atomic group / possessive repeat is one piece for what is around it, but its body is judged
     (r"(?>(a+)+b)", "repeat"), (r"(?:(a+)+b)*+", "repeat"), (r"(?>(a|aa)+c)", "alternatives"),
     (r"(?=(a+)+b)", "repeat"), (r"^(?!(a+)+b)", "repeat"), (r"x(?>y|(?:a|aa)+z)", "alternatives"),
+    # new-user trial 11, F2: three or more adjacent unbounded repeats that overlap, only optional pieces between
+    # them: cubic or worse (n^(k-1) splits of a run of n)
+    (r"\d+\s*\d+\s*\d+x", "in a row"), (r"(\d+)\s*(\d+)\s*(\d+)x", "in a row"), (r"\w*\w*\w*x", "in a row"),
+    (r".*.*.*x", "in a row"), (r"a+-?a+-?a+b", "in a row"), (r"(?>\d+\s*\d+\s*\d+x)", "in a row"),
+    (r"x(?:\w+\s*\w+\s*\w+y|z)", "in a row"),
 ]
 
 ACCEPTED = [
@@ -41,6 +46,9 @@ ACCEPTED = [
     r"(\d{1,3}\.){3}\d{1,3}", r"peer (\d{1,3}\.){3}\d{1,3} unreachable", r"(?:\d+\.)+\d+", r"(\[[^\]]*\])+",
     r"(?:[a-z]+_)+[a-z]+", r"(?:[^,]*,)+x", r"(?:key=\w+;)+", r"(ab?)+c", r"(?>ab|a)+c", r"(?:\w{1,3}){3}!",
     r"(?i)(?:error|warn)(?:ing)?: (?:\w+ )+failed", r"(?:\s*\[\w+\])+:", r"(?a)(?:\d+[^\d])+x",
+    # F2: a run of repeats ended by a required piece they cannot match, bounded or possessive repeats, or two
+    r"\d+\s+\d+\s+\d+x", r"\d+,\d+,\d+x", r".*x.*y.*z", r"\d++\s*\d++\s*\d++x", r"\d{1,6}\s*\d{1,6}\s*\d{1,6}x",
+    r"(?i)error.*gpu\s*\d+.*failed", r"[a-z]+\s*\d+\s*[A-Z]+x",
     # #10: a ( inside a class is a character, not a group
     "[(]" * 51, r"[^(]*\(" * 30,
 ]

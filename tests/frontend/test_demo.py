@@ -162,6 +162,11 @@ def test_demo_help_lists_each_option_once():
     (["--scale", "0"], "--scale"), (["--scale", "100"], "--scale"), (["--scale", "-1"], "--scale"),
     (["--cluster", "nosuch"], "--cluster"), (["--tick", "-1"], "--tick"),
     (["--duration-seconds", "-1"], "--duration-seconds"),
+    # new-user trial 11, F22: --port 99999 ended in an OverflowError traceback from socket.bind
+    (["--port", "99999"], "--port"), (["--port", "0"], "--port"), (["--port", "-1"], "--port"),
+    (["--port", "http"], "--port"), (["--local-agents", "-2"], "--local-agents"),
+    (["--gpus-per-agent", "0"], "--gpus-per-agent"), (["--gpus-per-agent", "65"], "--gpus-per-agent"),
+    (["--federation", "-1"], "--federation"), (["--port", "65535", "--federation", "2"], "--federation"),
 ])
 @pytest.mark.django_db
 def test_demo_refuses_bad_options_before_doing_anything(args, option):
@@ -217,3 +222,33 @@ def test_demo_set_up_events_are_on_the_cluster_clock_below_the_replays(tiny_impo
     assert set(setup.values_list("time", flat=True)) == {epoch}
     newest = Event.objects.order_by("-time", "-id").first()
     assert newest.kind not in ("team_created", "member_added", "queue_created") and newest.time >= epoch
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--interval", "nan"], "--interval"), (["--interval", "0"], "--interval"), (["--poll", "-1"], "--poll"),
+    (["--telemetry-seconds", "-5"], "--telemetry-seconds"), (["--gpus", "0"], "--gpus"), (["--gpus", "two"], "--gpus"),
+])
+def test_gpu_agent_refuses_bad_numbers_naming_the_option(args, option):
+    """New-user trial 11, F22 (the same kind as `demo --port 99999`): the agent's numeric options are checked by
+    argparse, naming the option; --interval nan passed the old `<= 0` check and --telemetry-seconds -5 was taken."""
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError) as caught:
+        call_command("gpu_agent", "--api", "http://127.0.0.1:1", "--token", "x", "--once", *args,
+                     stdout=io.StringIO(), stderr=io.StringIO())
+    assert option in str(caught.value) and ("must be" in str(caught.value) or "not a whole number" in str(caught.value))
+
+
+@pytest.mark.parametrize("command, args, option", [
+    ("slurm_backend", ["--once", "--poll", "-1"], "--poll"), ("slurm_backend", ["--once", "--poll", "0"], "--poll"),
+    ("import_topology", ["x.yaml", "--format", "kueue", "--lowest-tier", "-1"], "--lowest-tier"),
+    ("import_topology", ["x.yaml", "--format", "kueue", "--lowest-tier", "0"], "--lowest-tier"),
+])
+def test_other_commands_refuse_bad_numbers_naming_the_option(command, args, option):
+    """F22's kind in the other commands: `slurm_backend --poll -1` ran a round and then died in time.sleep(-1)
+    (--poll 0 fell back to the setting silently), `import_topology --lowest-tier -1` built tier -1 domains."""
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError) as caught:
+        call_command(command, *args, stdout=io.StringIO(), stderr=io.StringIO())
+    assert option in str(caught.value) and "must be" in str(caught.value)

@@ -46,6 +46,24 @@ def test_topology_refuses_an_unknown_team_or_flavor(client, world, query, param)
     assert r.status_code == 400 and param in r.json(), r.content[:200]
 
 
+@pytest.mark.parametrize("query,param,words", [
+    ("foo=1", "foo", "unknown query parameter"), ("team=red&team=blue", "team", "more than once"),
+    ("zoom=nosuch", "zoom", "no domain named 'nosuch'"), ("zoom=node:nosuch", "zoom", "no domain named"),
+    ("team=nosuch", "team", "no team named"), ("flavor=nosuch", "flavor", "no node has flavor"),
+    ("job=abc", "job", "job id"),
+])
+def test_the_topology_page_refuses_a_filter_naming_nothing_or_not_its_own(client, world, query, param, words):
+    """New-user trial 11, F11: the topology page (HTML) took an unknown parameter, a repeated one and a zoom naming
+    no domain with a 200 (the map then failed to load or showed everything); a 400 naming the parameter and the
+    rule now, as topology.json and the utilization page answer."""
+    client.force_login(world["admin"])
+    page = client.get("/topology/?" + query)
+    text = page.content.decode()
+    assert page.status_code == 400 and text.startswith(f"{param}:") and words in text, text[:200]
+    data = client.get("/topology.json?" + query)
+    assert data.status_code == 400 and words in data.json()[param][0]
+
+
 def test_what_the_pages_send_is_accepted(client, world):
     """The query strings of the pages' scripts: dashboard.js (the page's own query and `since`), topology.js
     (zoom, team, flavor, job, format=csv), cluster.js (since), and the CSV links (format, table)."""
@@ -58,6 +76,7 @@ def test_what_the_pages_send_is_accepted(client, world):
                 f"/cluster/metrics.json?since={since}", "/cluster/metrics.json",
                 f"/queues/data.json?since={since}", "/queues/data.json?format=csv",
                 f"/topology.json?zoom=nvl-0&team=red&job={job}", "/topology.json?flavor=P100&format=csv",
+                f"/topology/?zoom=nvl-0&team=red&job={job}", "/topology/?flavor=P100", "/topology/?zoom=&team=",
                 f"/fragmentation/data.json?since={since}", "/fragmentation/data.json?format=csv&table=groups",
                 f"/queueing/data.json?since={since}", "/queueing/data.json?format=csv&table=pending",
                 f"/failures/data.json?since={since}"]:

@@ -145,3 +145,43 @@ def test_half_life_option_sets_the_decayed_usage_order(registry, tmp_path):
     path = tmp_path / "default.json"
     call_command("replay", "--cluster", "c", "--trace", "tr", "--json", str(path), stdout=io.StringIO())
     assert json.loads(path.read_text())["config"]["usage_half_life"] == 7 * 86400.0
+
+
+def test_start_past_the_traces_last_arrival_is_an_error_naming_the_span(registry):
+    """New-user trial 11, F13: `--start 400` replayed an empty trace and printed an empty report; it names the
+    trace's span now (the file-less registry trace: arrivals at hours 0..4)."""
+    with pytest.raises(command.CommandError, match=r"--start 1: the trace tr has no job .* span days 0\.0 to 0\.2"):
+        call_command("replay", "--cluster", "c", "--trace", "tr", "--start", "1", stdout=io.StringIO())
+
+
+def test_until_past_the_traces_last_arrival_says_so(registry, tmp_path):
+    """F13: an --until beyond the last arrival ran on silently; the report's notes say so (and the summary)."""
+    out, path = io.StringIO(), tmp_path / "r.json"
+    call_command("replay", "--cluster", "c", "--trace", "tr", "--until", "3", "--json", str(path), stdout=out)
+    note = [n for n in json.loads(path.read_text())["notes"] if n.startswith("--until 3 days is past")]
+    assert note and "day 0.17" in note[0]
+    assert "is past the trace's last arrival" in out.getvalue()
+    out, path = io.StringIO(), tmp_path / "inside.json"
+    call_command("replay", "--cluster", "c", "--trace", "tr", "--until", "0.1", "--json", str(path), stdout=out)
+    assert not any("past the trace" in n for n in json.loads(path.read_text())["notes"])
+
+
+def test_a_job_bigger_than_the_cluster_is_rejected_for_that_not_a_queue_limit(monkeypatch, tmp_path):
+    """F13: a job asking more GPUs than the whole cluster was rejected as `never_fits_queue_limit` ("above queue
+    limit"), hiding that it can never fit anywhere; the production engine names the cluster now. A job only
+    above its queue's limit keeps that reason."""
+    cluster = ClusterSpec("c", (NodeSpec("n0", "X", 8), NodeSpec("n1", "X", 8)),
+                          queues=(QueueSpec("q", team="t", quotas={"X": (0, 4, 4)}),))
+    trace = Trace("tr", (TraceJob("huge", "q", 0.0, 600.0, 4, 8), TraceJob("over-limit", "q", 0.0, 600.0, 1, 8)))
+    monkeypatch.setattr(importers, "load_cluster", lambda name, **o: cluster, raising=False)
+    monkeypatch.setattr(importers, "load_trace", lambda name, **o: trace, raising=False)
+    path = tmp_path / "r.json"
+    call_command("replay", "--cluster", "c", "--trace", "tr", "--json", str(path), stdout=io.StringIO())
+    data = json.loads(path.read_text())
+    assert data["rejected_by_code"] == {"never_fits_domain": 1, "never_fits_queue_limit": 1}
+
+
+@pytest.mark.parametrize("flag", ["--time-limit-factor"])
+def test_time_limit_factor_must_be_above_zero(registry, flag):
+    with pytest.raises(command.CommandError, match=f"{flag} must be a finite number above zero"):
+        call_command("replay", "--cluster", "c", "--trace", "tr", flag, "-1", stdout=io.StringIO())

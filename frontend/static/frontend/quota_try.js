@@ -6,6 +6,24 @@
   if (!form) return;
   var out = document.getElementById("quota-try-status");
   var table = document.getElementById("quota-try-result");
+  // Each try is numbered: an answer is shown only while it is the latest try's and the form still says what was
+  // tried. An earlier, slower answer arriving after a later try, or an answer left on screen after the form was
+  // edited (or after a failed try), showed a stale forecast as the answer to the change now in the form
+  // (new-user trial 11, F15).
+  var tries = 0;
+
+  function clear(message) {
+    table.hidden = true;
+    table.querySelector("tbody").textContent = "";
+    out.textContent = message;
+  }
+
+  function edited() {
+    tries += 1;  // an answer still on its way is for the old values: dropped when it comes
+    if (!table.hidden || out.textContent) clear("The change was edited: press Try it for its forecast.");
+  }
+  form.addEventListener("input", edited);
+  form.addEventListener("change", edited);
 
   function words(s) {
     if (s === null || s === undefined) return "—";
@@ -26,23 +44,26 @@
       if (/^-?\d+$/.test(v)) change[k] = parseInt(v, 10);
       else bad.push(k + ": must be a whole number of GPUs (or empty: unchanged)");
     });
+    tries += 1;
+    var mine = tries;
     if (bad.length) {
-      out.textContent = "cannot try this: " + bad.join("; ");
-      table.hidden = true;
+      clear("cannot try this: " + bad.join("; "));
       return;
     }
-    out.textContent = "forecasting…";
+    clear("forecasting…");
+    var what = change.queue + " " + change.flavor + ["guarantee", "quota", "limit"].filter(function (k) {
+      return k in change; }).map(function (k) { return ", " + k + " " + change[k]; }).join("");
     fetch(form.dataset.url, {method: "POST", credentials: "same-origin",
                              headers: {"Content-Type": "application/json",
                                        "X-CSRFToken": form.querySelector("[name=csrfmiddlewaretoken]").value},
                              body: JSON.stringify({changes: [change]})})
       .then(function (r) { return r.json().then(function (d) { return {ok: r.ok, d: d}; }); })
       .then(function (res) {
+        if (mine !== tries) return;  // a later try, or an edit, came since: this answer is stale
         if (!res.ok) {
           // the API names a change's field "changes[0].quota": the form calls it "quota"
-          out.textContent = "cannot try this: " + Object.keys(res.d).map(function (k) {
-            return k.replace(/^changes\[0\]\./, "") + ": " + [].concat(res.d[k]).join(" "); }).join("; ");
-          table.hidden = true;
+          clear("cannot try this: " + Object.keys(res.d).map(function (k) {
+            return k.replace(/^changes\[0\]\./, "") + ": " + [].concat(res.d[k]).join(" "); }).join("; "));
           return;
         }
         var body = table.querySelector("tbody");
@@ -60,9 +81,9 @@
         });
         table.hidden = false;
         var ev = res.d.evictions.length;
-        out.textContent = "Forecast from the cluster at " + res.d.now + ": " + ev + " eviction" + (ev === 1 ? "" : "s") +
-          " the change would cause. Nothing was saved.";
+        out.textContent = "Forecast of " + what + " from the cluster at " + res.d.now + ": " + ev + " eviction" +
+          (ev === 1 ? "" : "s") + " the change would cause. Nothing was saved.";
       })
-      .catch(function () { out.textContent = "no answer from the server"; });
+      .catch(function () { if (mine === tries) clear("no answer from the server"); });
   });
 })();

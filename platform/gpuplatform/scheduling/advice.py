@@ -35,7 +35,8 @@ def fragmentation_advice(now: float | None = None) -> list[dict]:
 def shape_check(*, roles: list[dict], queue: str, topology_mode: str = "none", highest_tier: int | None = None,
                 now: float | None = None) -> list[dict]:
     """Shape steering for a job about to be submitted (scheduler.core.shapes.steer): for each GPU role whose
-    tasks strand GPUs on the nodes of its flavor (the most common node size of the flavors it may use),
+    tasks strand GPUs on the nodes it may use (of the flavors it accepts, with room for one of its tasks: the node size
+    holding most of their GPUs),
     {role, stranded_per_node, stranded, suggested: {tasks, gpus_per_task}, message, estimated_start:
     {asked, suggested}}. The estimated starts are the engine's what-if on the cluster now: "now" when the
     job would start in this cycle, else the backfill reservation's estimate (epoch seconds) when it is the
@@ -51,10 +52,16 @@ def shape_check(*, roles: list[dict], queue: str, topology_mode: str = "none", h
     for i, r in enumerate(roles):
         gpt, tasks = int(r.get("gpus_per_task") or 0), int(r.get("tasks") or 0)
         wanted = {f for f in str(r.get("flavor") or "").split("|") if f}
-        sizes = Counter(n.gpus for n in snapshot.nodes if n.gpus and (not wanted or n.flavor in wanted))
+        # The nodes a task of the role can land on: of a flavor it accepts and at least gpus_per_task GPUs. Judged
+        # by the size holding most of their GPUs: on a cluster of mixed sizes (Philly: 80 2-GPU and 58 8-GPU nodes)
+        # the commonest size of all nodes (2) holds no 6-GPU task, and 1 x 6 got no advice (new-user trial 11, F4).
+        sizes = Counter()
+        for n in snapshot.nodes:
+            if n.gpus and n.gpus >= gpt and (not wanted or n.flavor in wanted):
+                sizes[n.gpus] += n.gpus
         if not gpt or not sizes:
             continue
-        advice = steer(tasks, gpt, sizes.most_common(1)[0][0])
+        advice = steer(tasks, gpt, max(sizes, key=lambda g: (sizes[g], g)))
         if advice is None:
             continue
         starts = {}

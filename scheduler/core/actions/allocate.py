@@ -1008,8 +1008,9 @@ class Admission:
                 if not job.preemptible:
                     room = min(room, queues.quota_room(job.queue, flavor)[0])
                 if need > limit:
-                    blocked = PendingReason("never_fits_queue_limit", f"needs {need} {flavor} GPUs, above queue "
-                                            f"{limiter} limit of {int(limit)}", terminal=True)
+                    why = f"above queue {limiter} limit of {int(limit)}"
+                    blocked = session.capacity.beyond_cluster(need, flavor, why) or PendingReason(
+                        "never_fits_queue_limit", f"needs {need} {flavor} GPUs, {why}", terminal=True)
                 elif need > room:
                     blocked = PendingReason("queue_limit", f"queue {at} has room for {int(room)} more {flavor} "
                                             f"GPUs, job needs {need}")
@@ -1043,8 +1044,9 @@ class Admission:
             limits = self._static_limits[(job.queue, flavor)] = queues.static_limit(job.queue, flavor)
         limit, limiter = limits
         if need > limit:
-            return PendingReason("never_fits_queue_limit",
-                                 f"needs {need} {flavor} GPUs, above queue {limiter} limit of {int(limit)}", terminal=True)
+            why = f"above queue {limiter} limit of {int(limit)}"
+            return session.capacity.beyond_cluster(need, flavor, why) or PendingReason(
+                "never_fits_queue_limit", f"needs {need} {flavor} GPUs, {why}", terminal=True)
         cap = facts[2]
         never = facts[4].get(flavor, _UNSET)
         if never is _UNSET:  # the same for every job of its shape id (never_fits reads its roles, numa and cap)

@@ -87,6 +87,20 @@ class Capacity:
                                            f"(largest has {max(caps)})", terminal=True)
         return None
 
+    def cluster_gpus(self, flavor: str) -> int:
+        """The GPUs of `flavor` in the whole cluster (every node, whatever its state)."""
+        return sum(g * n for g, n in self.sizes[self.state.tree.root].get(flavor, {}).items())
+
+    def beyond_cluster(self, need: int, flavor: str, why: str) -> PendingReason | None:
+        """A terminal never_fits_domain when `need` GPUs of `flavor` exceed the whole cluster's, else None. The
+        allocator asks it before blaming a queue's limit (`why`, said too): a job bigger than the cluster is
+        refused for that, not "above queue limit" (new-user trial 11, F13)."""
+        total = self.cluster_gpus(flavor)
+        if need <= total:
+            return None
+        return PendingReason("never_fits_domain", f"can never fit: needs {need} {flavor} GPUs, more than the whole "
+                             f"cluster has ({total}); {why}", terminal=True)
+
     def _maximal_domains(self, cap: int | None) -> list[int]:
         tree = self.state.tree
         if cap is None:

@@ -5,7 +5,7 @@ from rest_framework.response import Response
 
 from ... import access, queries, services
 from ...models import Quota
-from ..filters import QueueFilterSet, QuotaFilterSet
+from ..filters import QueueFilterSet, QuotaFilterSet, refuse_unknown_params
 from ..idempotency import IdempotentCreateMixin
 from ..permissions import IsPlatformAdminOrReadOnly
 from ..serializers import QueueCreateSerializer, QueueSerializer, QueueTreeSerializer, QueueUpdateSerializer, QuotaSerializer
@@ -69,6 +69,7 @@ class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
     @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
     def tree(self, request):
         """The queue tree you may see, nested from the roots, with each queue's quotas."""
+        refuse_unknown_params(request, ())  # it reads none: ?foo= is a 400 naming it, as on the lists (trial 11, F21)
         tree = queries.queue_tree(self.get_queryset())
         return Response(tree.nest(lambda q: {
             "name": q.name, "team": q.team.slug if q.team else None, "weight": q.weight, "state": q.state,

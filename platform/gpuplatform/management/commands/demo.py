@@ -48,6 +48,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connection, transaction
 
+from gpuplatform.management import options
+
 log = logging.getLogger("gpuplatform.demo")
 
 DEFAULT_SPEED = 600.0  # simulated seconds per wall second: 10 minutes of trace a second
@@ -62,28 +64,8 @@ DEFAULT_CLUSTER = "philly"
 
 
 def _number(minimum: float | None = None, *, above: float | None = None, at_most: float | None = None):
-    """An argparse `type` for a finite float with bounds: a value outside them is argparse's own error naming
-    the option (`argument --speed: must be > 0, got -5`), before anything runs (new-user trial 7, F14)."""
-    import argparse
-    import math
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-        if above is not None and value <= above:
-            raise argparse.ArgumentTypeError(f"must be > {above:g}, got {text}")
-        if minimum is not None and value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum:g}, got {text}")
-        if at_most is not None and value > at_most:
-            raise argparse.ArgumentTypeError(f"must be at most {at_most:g}, got {text}")
-        return value
-
-    parse.__name__ = "number"
-    return parse
+    """An argparse `type` for a finite float with bounds (gpuplatform.management.options.number)."""
+    return options.number(minimum, above=above, at_most=at_most)
 
 
 def _reset_workload() -> dict:
@@ -185,7 +167,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--port", type=options.PORT, default=8000, help="web server port, 1 to 65535 (default 8000)")
         parser.add_argument("--speed", type=_number(above=0), default=DEFAULT_SPEED,
                             help=f"simulated seconds per wall second (default {DEFAULT_SPEED:g} = 10 min/s)")
         parser.add_argument("--start-day", type=_number(), default=None,
@@ -213,16 +195,16 @@ class Command(BaseCommand):
                                  "start day are submitted at once, with their remaining run time)")
         parser.add_argument("--keep", action="store_true",
                             help="keep the previous run's jobs and samples instead of starting clean")
-        parser.add_argument("--local-agents", type=int, default=0, metavar="N",
+        parser.add_argument("--local-agents", type=options.integer(0), default=0, metavar="N",
                             help="local mode: run N node agents on this machine that run the jobs for real "
                                  "(no trace replay; see the module docstring)")
         parser.add_argument("--slurm", action="store_true",
                             help="run over a private local Slurm of two nodes (needs root and `make slurm`)")
-        parser.add_argument("--gpus-per-agent", type=int, default=2, metavar="K",
+        parser.add_argument("--gpus-per-agent", type=options.integer(1, 64), default=2, metavar="K",
                             help="local mode: GPUs each agent reports, copies of the recorded H200 (default 2)")
         parser.add_argument("--real-gpus", action="store_true",
                             help="local mode: the agents read this machine's GPUs through NVML")
-        parser.add_argument("--federation", type=int, default=0, metavar="N",
+        parser.add_argument("--federation", type=options.integer(0), default=0, metavar="N",
                             help="a federation manager on --port and N local-mode workers on the next ports, each "
                                  "its own database (gpuplatform/federation/local.py, docs/federation.md)")
 
@@ -321,6 +303,9 @@ class Command(BaseCommand):
             raise CommandError(f"--scale applies to the philly cluster only, not --cluster {opts['cluster']}")
         if opts["local_agents"] < 0 or opts["gpus_per_agent"] < 1 or opts["gpus_per_agent"] > 64:
             raise CommandError("--local-agents must be >= 0 and --gpus-per-agent from 1 to 64")
+        if opts["federation"] < 0 or opts["federation"] and opts["port"] + opts["federation"] > 65535:
+            raise CommandError(f"--federation N serves its workers on --port + 1 .. --port + N: N must be >= 0 and "
+                               f"--port + N at most 65535, got --port {opts['port']} --federation {opts['federation']}")
         if opts["federation"]:
             from gpuplatform.federation.local import run as run_federation
 

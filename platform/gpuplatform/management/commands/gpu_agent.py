@@ -24,6 +24,8 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
+from gpuplatform.management import options
+
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
@@ -72,7 +74,8 @@ class Command(BaseCommand):
         parser.add_argument("--node-name", default=None, help="node name (default: this host's name)")
         parser.add_argument("--once", action="store_true",
                             help="register, send one heartbeat, exit (runs no task)")
-        parser.add_argument("--interval", type=float, default=30.0, help="seconds between heartbeats (default 30)")
+        parser.add_argument("--interval", type=options.number(above=0), default=30.0,
+                            help="seconds between heartbeats (default 30)")
         parser.add_argument("--nvidia-smi-xml", default=None, help="read `nvidia-smi -q -x` output from this file")
         parser.add_argument("--no-exec", action="store_true",
                             help="inventory and heartbeats only: never fetch assignments nor start a task")
@@ -84,14 +87,14 @@ class Command(BaseCommand):
         parser.add_argument("--runtime", default="", choices=["", "docker", "podman"],
                             help="container runtime for tasks with an image (default none: such tasks end "
                                  "with exit code 125)")
-        parser.add_argument("--poll", type=float, default=2.0,
+        parser.add_argument("--poll", type=options.number(above=0), default=2.0,
                             help="seconds between assignment polls until the server sends poll_seconds (default 2)")
-        parser.add_argument("--telemetry-seconds", type=float, default=None,
+        parser.add_argument("--telemetry-seconds", type=options.number(minimum=0), default=None,
                             help="seconds between GPU telemetry samples (default settings.TELEMETRY_SECONDS, 10; "
                                  "0 = no telemetry)")
         parser.add_argument("--dcgm-exporter", default=None, metavar="URL",
                             help="read telemetry from this dcgm-exporter /metrics URL instead of NVML")
-        parser.add_argument("--gpus", type=int, default=None, metavar="K",
+        parser.add_argument("--gpus", type=options.integer(1), default=None, metavar="K",
                             help="LOCAL DEMO ONLY: report K copies of the first GPU of the inventory (indexes "
                                  "0..K-1, distinct UUIDs derived from its UUID, the node name and the index); "
                                  "they are not real devices")

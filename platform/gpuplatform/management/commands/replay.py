@@ -105,8 +105,9 @@ class Command(BaseCommand):
 
     # (option, whether zero is allowed): a span must be a finite number of days or seconds, never negative;
     # --until 0 or -1 replayed nothing and printed an empty report (new-user 8, F11)
+    # --time-limit-factor -1 was taken too (new-user trial 11, F22: a negative time limit for every job)
     SPANS = (("until", False), ("start", True), ("cycle_interval", False), ("grace_period", True),
-             ("half_life", True))
+             ("half_life", True), ("time_limit_factor", False))
 
     @classmethod
     def check_spans(cls, opts: dict) -> None:
@@ -141,8 +142,16 @@ class Command(BaseCommand):
         except (KeyError, TypeError, ValueError) as exc:
             raise CommandError(f"cannot load cluster/trace: {exc}") from exc
         if start and not native_start:
+            whole = trace
             trace = shift_trace(trace, start)
+        elif start and not trace.jobs:
+            whole = load_trace(opts["trace"], **{k: v for k, v in trace_opts.items() if k != "start_days"})
+        else:
+            whole = trace
+        if not trace.jobs:
+            raise CommandError(self._empty_window(opts["trace"], start, whole))
         until = None if opts["until"] is None else opts["until"] * DAY
+        past_end = self._past_end(trace, opts["until"])
         try:
             failures = None
             if opts["failure_rate"]:
@@ -154,6 +163,8 @@ class Command(BaseCommand):
         self.stdout.write(f"cluster {cluster.name}: {len(cluster.nodes)} nodes, {cluster.gpus} GPUs; "
                           f"trace {trace.name}: {len(trace.jobs)} jobs from day {start:g}")
 
+        if past_end and (opts["compare"] or opts["what_if"]):  # one report alone prints it among its notes
+            self.stderr.write(f"note: {past_end}")
         policies = ["full", "fifo"] if opts["compare"] else [opts["policy"]]
         runs = {p: (cluster, POLICIES[p]) for p in policies}
         if opts["what_if"]:
@@ -183,6 +194,8 @@ class Command(BaseCommand):
             data["options"]["policy"] = policy
             data["cluster_notes"], data["trace_notes"] = list(cluster.notes), list(trace.notes)
             data["trace_stats"] = dict(trace.stats)
+            if past_end:
+                data["notes"] = [*data.get("notes", []), past_end]
             out[policy] = data
             if not opts["compare"]:
                 self.stdout.write(summary(data))
@@ -192,6 +205,29 @@ class Command(BaseCommand):
             body = out if opts["compare"] else out[policies[0]]
             Path(opts["json_path"]).write_text(json.dumps(body, indent=2, allow_nan=False, default=str))
             self.stdout.write(f"report written to {opts['json_path']}")
+
+    @staticmethod
+    def _empty_window(name: str, start: float, whole) -> str:
+        """Why the replay has nothing to replay: the trace is empty, or --start is past its last arrival (new-user
+        trial 11, F13: `--start 400` printed an empty report)."""
+        if not whole.jobs:
+            return f"the trace {name} has no jobs"
+        first = min(j.submit for j in whole.jobs) / DAY
+        last = max(j.submit for j in whole.jobs) / DAY
+        return (f"--start {start:g}: the trace {name} has no job arriving at or after day {start:g} (its arrivals "
+                f"span days {first:.1f} to {last:.1f}); give a --start of at most {math.floor(last * 10) / 10:g}")
+
+    @staticmethod
+    def _past_end(trace, until_days: float | None) -> str | None:
+        """A note when --until reaches past the trace's last arrival (days from the start): no job arrives after it,
+        so the replay only drains what is left (new-user trial 11, F13: it ran on silently)."""
+        if until_days is None or not trace.jobs:
+            return None
+        last = max(j.submit for j in trace.jobs) / DAY
+        if until_days <= last:
+            return None
+        return (f"--until {until_days:g} days is past the trace's last arrival (day {last:.2f} from the start): no job "
+                f"arrives after that, so the rest of the span only drains the jobs left (and counts in the span's rates)")
 
     def _variants(self, path: str, cluster) -> dict:
         """{name: (ClusterSpec, CycleConfig)} from a what-if file (YAML or JSON); CommandError if unreadable."""

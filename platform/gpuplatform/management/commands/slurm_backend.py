@@ -6,13 +6,15 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from gpuplatform.management import options
+
 
 class Command(BaseCommand):
     help = "Drive a Slurm cluster: gangs bound to Slurm nodes become Slurm jobs (docs/slurm.md)"
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="one round, then exit")
-        parser.add_argument("--poll", type=float, default=None, help="seconds between rounds (SLURM_POLL_SECONDS)")
+        parser.add_argument("--poll", type=options.number(above=0), default=None, help="seconds between rounds (SLURM_POLL_SECONDS)")
         parser.add_argument("--mode", choices=["placement", "admission"], default=None, help="SLURM_MODE")
 
     def handle(self, *args, **opts):
