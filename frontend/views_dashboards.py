@@ -176,7 +176,7 @@ def _topology_params(request) -> dict:
         job = int(job)
     zoom = request.GET.get("zoom") or None
     # Domain names are public too (the page lists them all): a zoom naming none is a 400 naming it, not a page
-    # whose map then fails to load (new-user trial 11, F11)
+    # whose map then fails to load (new-user trial 10, F11)
     if zoom is not None and not (dq.domainless_node_exists(zoom[len(node_domain("")):]) if is_node_domain(zoom)
                                  else any(d[1] == zoom for d in dq.domains())):
         raise BadParam("zoom", f"no domain named {zoom[:60]!r}")
@@ -211,7 +211,7 @@ def topology_json(request):
 @require_safe
 def topology(request):
     # a parameter the page does not read, or one given twice, is a 400 naming it, as topology.json and the
-    # utilization page answer (new-user trial 11, F11: the page took ?foo=1 and ?team=a&team=b silently)
+    # utilization page answer (new-user trial 10, F11: the page took ?foo=1 and ?team=a&team=b silently)
     errors = query_errors(request, TOPOLOGY_PARAMS)
     if errors:
         return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),

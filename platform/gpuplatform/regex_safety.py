@@ -26,7 +26,7 @@ hang every failed job's diagnosis. `problem(pattern)` returns the rule a pattern
 - adjacent unbounded repeats (`+`, `*`, `{n,}`) that can match the same characters, with only optional pieces
   between them (`\\s*`, `-?`, an anchor), may split one run of characters between them in many ways: k of them
   in a row try some n^(k-1) splits of a run of n before a later piece fails. Two in a row (`\\w*\\w*x`, n^2) are
-  accepted; three or more (`\\d+\\s*\\d+\\s*\\d+x`, cubic) are refused (new-user trial 11, F2). A required piece
+  accepted; three or more (`\\d+\\s*\\d+\\s*\\d+x`, cubic) are refused (new-user trial 10, F2). A required piece
   between them that the repeats cannot match (`\\d+\\s+\\d+\\s+\\d+`, `\\d+,\\d+,\\d+`, `.*x.*y.*z`), a
   bounded repeat (`\\d{1,6}`) or a possessive one (`\\d++`) ends the run. A group holding just one repeat
   (`(\\d+)`) counts as that repeat.

@@ -33,7 +33,7 @@ MATRIX = [
     ("fragmentation advice", "get", "/api/v1/fragmentation-advice/", None, False, READ),
     ("shape check", "post", "/api/v1/shape-check/", {"queue": "alpha", "roles": [{"tasks": 2, "gpus_per_task": 6}]},
      False, exp(200, 200, 200, 200, 403)),
-    # another team's queue: 403, as job submission answers (new-user trial 11, F4: it was answered)
+    # another team's queue: 403, as job submission answers (new-user trial 10, F4: it was answered)
     ("shape check other", "post", "/api/v1/shape-check/",
      {"queue": "beta", "roles": [{"tasks": 2, "gpus_per_task": 6}]}, False, exp(200, 403, 403, 403, 403)),
     ("fragmentation act", "post", "/api/v1/fragmentation-advice/act/", {"beneficiary": 999999, "jobs": [1]}, False,

@@ -366,7 +366,7 @@ def test_a_documented_multi_valued_parameter_may_repeat(api, jobs):
     ("/api/v1/forecast/", "changes=%5B%5D", "changes", "send the request as JSON"),
 ])
 def test_a_form_encoded_body_is_told_that_lists_of_objects_need_json(api, url, body, field, words):
-    """New-user trial 11, F23: a form-encoded job submission with roles was answered "roles: This field is
+    """New-user trial 10, F23: a form-encoded job submission with roles was answered "roles: This field is
     required." (and "command: Value must be valid JSON." for `command=sleep 60`); it names the field and says
     to send JSON. Nothing is created."""
     from gpuplatform.models import Job
@@ -390,7 +390,7 @@ def test_a_multipart_job_submission_with_roles_is_told_to_send_json(api):
 @pytest.mark.parametrize("url", ["/api/v1/queues/tree/", "/api/v1/domains/tree/", "/api/v1/cluster-metrics/current/",
                                  "/api/v1/fragmentation-advice/", "/api/v1/me/"])
 def test_endpoints_that_read_no_parameter_refuse_an_unknown_one(api, url):
-    """New-user trial 11, F21: the trees, the current metrics, the fragmentation advice and /me answered
+    """New-user trial 10, F21: the trees, the current metrics, the fragmentation advice and /me answered
     `?team=alpha` (a filter they do not have) with everything, as if it had applied; a 400 naming it now, as the
     lists answer (docs/api.md). `format` stays accepted."""
     r = api.get(url + "?team=alpha")

@@ -50,7 +50,7 @@ def test_topology_map_shows_domainless_nodes(held_world):
     zoomed = client.get("/topology.json", {"zoom": "node:n1"})
     assert zoomed.status_code == 200 and zoomed.json()["zoom"] == {"name": "node:n1", "tier": 1}
     assert zoomed.json()["gpus"] == 8
-    # a zoom naming no domain (nor a domainless node) is a 400 naming zoom (new-user trial 11, F11: a 404)
+    # a zoom naming no domain (nor a domainless node) is a 400 naming zoom (new-user trial 10, F11: a 404)
     nope = client.get("/topology.json", {"zoom": "node:nope"})
     assert nope.status_code == 400 and "no domain named" in nope.json()["zoom"][0]
 

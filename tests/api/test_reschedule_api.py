@@ -100,7 +100,7 @@ def test_shape_check_suggests_the_packing_shape_with_both_estimated_starts(clien
 
 
 def test_shape_check_on_mixed_node_sizes_judges_the_nodes_that_hold_a_task(client_for):
-    """New-user trial 11, F4: on a cluster of mixed node sizes (Philly: 80 2-GPU and 58 8-GPU nodes) the check
+    """New-user trial 10, F4: on a cluster of mixed node sizes (Philly: 80 2-GPU and 58 8-GPU nodes) the check
     judged by the commonest size of all nodes (2 here: six 2-GPU nodes beside the four 8-GPU ones), which holds no
     6-GPU task, and gave no advice. It judges by the nodes that can hold one task now."""
     from gpuplatform import services
@@ -135,7 +135,7 @@ def test_shape_check_on_another_teams_queue_is_forbidden(client_for):
     ([{"tasks": 1, "gpus_per_task": 6, "flavor": "nosuch"}], "roles", "no node of flavor nosuch"),
 ])
 def test_shape_check_refuses_a_shape_submission_would_refuse(client_for, roles, field, words):
-    """New-user trial 11, F21: the shape check answered shapes job submission refuses (min_available above tasks,
+    """New-user trial 10, F21: the shape check answered shapes job submission refuses (min_available above tasks,
     duplicate role names, a task larger than every node, an unknown flavor) with advice or an empty list; they
     are a 400 naming the field and the rule, by submission's own checks (job_rules.check_roles, fit_check)."""
     r = client_for("member").post("/api/v1/shape-check/", {"queue": "alpha", "roles": roles}, format="json")

@@ -152,7 +152,7 @@ RULE = {"name": "mine", "category": "user_error", "action": "retry", "source": "
     ("(", "not a valid regular expression"),
     ("a{99999999999}", "not a valid regular expression"),
     ("(" * 900 + ")" * 900, "nested"),           # deeper than the parser's recursion: a 400, not a 500
-    ("\\d+\\s*\\d+\\s*\\d+x", "three or more unbounded repeats in a row"),  # new-user trial 11, F2: cubic
+    ("\\d+\\s*\\d+\\s*\\d+x", "three or more unbounded repeats in a row"),  # new-user trial 10, F2: cubic
 ])
 def test_an_unsafe_or_invalid_diagnosis_pattern_is_a_400_naming_pattern(admin, caplog, pattern, rule):
     """F9: POST /api/v1/diagnosis-rules/ accepted (a+)+$, which takes exponential time on a log line of a's

@@ -32,7 +32,7 @@ REFUSED = [
     # #1: an atomic group / possessive repeat is one piece for what is around it, but its body is judged
     (r"(?>(a+)+b)", "repeat"), (r"(?:(a+)+b)*+", "repeat"), (r"(?>(a|aa)+c)", "alternatives"),
     (r"(?=(a+)+b)", "repeat"), (r"^(?!(a+)+b)", "repeat"), (r"x(?>y|(?:a|aa)+z)", "alternatives"),
-    # new-user trial 11, F2: three or more adjacent unbounded repeats that overlap, only optional pieces between
+    # new-user trial 10, F2: three or more adjacent unbounded repeats that overlap, only optional pieces between
     # them: cubic or worse (n^(k-1) splits of a run of n)
     (r"\d+\s*\d+\s*\d+x", "in a row"), (r"(\d+)\s*(\d+)\s*(\d+)x", "in a row"), (r"\w*\w*\w*x", "in a row"),
     (r".*.*.*x", "in a row"), (r"a+-?a+-?a+b", "in a row"), (r"(?>\d+\s*\d+\s*\d+x)", "in a row"),

@@ -53,7 +53,7 @@ def test_topology_zoom_shows_gpus_and_hides_other_teams_job_names(client, world)
     p = client.get("/topology.json?zoom=nvl-0").json()
     assert p["level"] == "gpus" and [d["name"] for d in p["path"]] == ["spine", "leaf-0", "nvl-0"]
     assert {r["job"] for r in p["rows"]} == {"red-running", ""}
-    # a zoom naming no domain is a 400 naming it (domain names are public; new-user trial 11, F11: it was a 404)
+    # a zoom naming no domain is a 400 naming it (domain names are public; new-user trial 10, F11: it was a 404)
     r = client.get("/topology.json?zoom=nope")
     assert r.status_code == 400 and "no domain named 'nope'" in r.json()["zoom"][0]
     blue = world["jobs"]["blue-done"]

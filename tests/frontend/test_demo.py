@@ -162,7 +162,7 @@ def test_demo_help_lists_each_option_once():
     (["--scale", "0"], "--scale"), (["--scale", "100"], "--scale"), (["--scale", "-1"], "--scale"),
     (["--cluster", "nosuch"], "--cluster"), (["--tick", "-1"], "--tick"),
     (["--duration-seconds", "-1"], "--duration-seconds"),
-    # new-user trial 11, F22: --port 99999 ended in an OverflowError traceback from socket.bind
+    # new-user trial 10, F22: --port 99999 ended in an OverflowError traceback from socket.bind
     (["--port", "99999"], "--port"), (["--port", "0"], "--port"), (["--port", "-1"], "--port"),
     (["--port", "http"], "--port"), (["--local-agents", "-2"], "--local-agents"),
     (["--gpus-per-agent", "0"], "--gpus-per-agent"), (["--gpus-per-agent", "65"], "--gpus-per-agent"),
@@ -229,7 +229,7 @@ def test_demo_set_up_events_are_on_the_cluster_clock_below_the_replays(tiny_impo
     (["--telemetry-seconds", "-5"], "--telemetry-seconds"), (["--gpus", "0"], "--gpus"), (["--gpus", "two"], "--gpus"),
 ])
 def test_gpu_agent_refuses_bad_numbers_naming_the_option(args, option):
-    """New-user trial 11, F22 (the same kind as `demo --port 99999`): the agent's numeric options are checked by
+    """New-user trial 10, F22 (the same kind as `demo --port 99999`): the agent's numeric options are checked by
     argparse, naming the option; --interval nan passed the old `<= 0` check and --telemetry-seconds -5 was taken."""
     from django.core.management.base import CommandError
 

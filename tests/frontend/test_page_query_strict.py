@@ -53,7 +53,7 @@ def test_topology_refuses_an_unknown_team_or_flavor(client, world, query, param)
     ("job=abc", "job", "job id"),
 ])
 def test_the_topology_page_refuses_a_filter_naming_nothing_or_not_its_own(client, world, query, param, words):
-    """New-user trial 11, F11: the topology page (HTML) took an unknown parameter, a repeated one and a zoom naming
+    """New-user trial 10, F11: the topology page (HTML) took an unknown parameter, a repeated one and a zoom naming
     no domain with a 200 (the map then failed to load or showed everything); a 400 naming the parameter and the
     rule now, as topology.json and the utilization page answer."""
     client.force_login(world["admin"])

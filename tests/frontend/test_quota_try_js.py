@@ -1,5 +1,5 @@
 """The queues page's quota what-if (frontend/static/frontend/quota_try.js) under node with a stub DOM and fetch:
-the answer shown is always the latest try's, for the values the form holds (new-user trial 11, F15: an earlier,
+the answer shown is always the latest try's, for the values the form holds (new-user trial 10, F15: an earlier,
 slower answer overwrote a later one, and an answer stayed on screen after the form was edited or a try failed).
 Skipped without node; the browser tests (test_browser.py) drive the real page."""
 from __future__ import annotations

@@ -148,7 +148,7 @@ def test_half_life_option_sets_the_decayed_usage_order(registry, tmp_path):
 
 
 def test_start_past_the_traces_last_arrival_is_an_error_naming_the_span(registry):
-    """New-user trial 11, F13: `--start 400` replayed an empty trace and printed an empty report; it names the
+    """New-user trial 10, F13: `--start 400` replayed an empty trace and printed an empty report; it names the
     trace's span now (the file-less registry trace: arrivals at hours 0..4)."""
     with pytest.raises(command.CommandError, match=r"--start 1: the trace tr has no job .* span days 0\.0 to 0\.2"):
         call_command("replay", "--cluster", "c", "--trace", "tr", "--start", "1", stdout=io.StringIO())

@@ -9,7 +9,7 @@
   // Each try is numbered: an answer is shown only while it is the latest try's and the form still says what was
   // tried. An earlier, slower answer arriving after a later try, or an answer left on screen after the form was
   // edited (or after a failed try), showed a stale forecast as the answer to the change now in the form
-  // (new-user trial 11, F15).
+  // (new-user trial 10, F15).
   var tries = 0;
 
   function clear(message) {

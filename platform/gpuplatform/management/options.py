@@ -1,6 +1,6 @@
 """argparse `type`s for the management commands' numeric options: a value outside its bounds is argparse's own
 usage error naming the option (`argument --port: must be from 1 to 65535, got 99999`) before anything runs,
-never a traceback from deep inside (new-user trial 7, F14; trial 11, F22: `demo --port 99999` ended in an
+never a traceback from deep inside (new-user trial 7, F14; trial 10, F22: `demo --port 99999` ended in an
 OverflowError from socket.bind)."""
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def shape_check(*, roles: list[dict], queue: str, topology_mode: str = "none", h
         wanted = {f for f in str(r.get("flavor") or "").split("|") if f}
         # The nodes a task of the role can land on: of a flavor it accepts and at least gpus_per_task GPUs. Judged
         # by the size holding most of their GPUs: on a cluster of mixed sizes (Philly: 80 2-GPU and 58 8-GPU nodes)
-        # the commonest size of all nodes (2) holds no 6-GPU task, and 1 x 6 got no advice (new-user trial 11, F4).
+        # the commonest size of all nodes (2) holds no 6-GPU task, and 1 x 6 got no advice (new-user trial 10, F4).
         sizes = Counter()
         for n in snapshot.nodes:
             if n.gpus and n.gpus >= gpt and (not wanted or n.flavor in wanted):

@@ -94,7 +94,7 @@ class Capacity:
     def beyond_cluster(self, need: int, flavor: str, why: str) -> PendingReason | None:
         """A terminal never_fits_domain when `need` GPUs of `flavor` exceed the whole cluster's, else None. The
         allocator asks it before blaming a queue's limit (`why`, said too): a job bigger than the cluster is
-        refused for that, not "above queue limit" (new-user trial 11, F13)."""
+        refused for that, not "above queue limit" (new-user trial 10, F13)."""
         total = self.cluster_gpus(flavor)
         if need <= total:
             return None

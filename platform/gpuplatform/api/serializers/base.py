@@ -25,7 +25,7 @@ def _form_errors(serializer, data) -> dict:
     """For a form-encoded (or multipart) body, a QueryDict: the fields it cannot carry, each with the rule. A
     list of objects (a job's `roles`, `subgroups`, a what-if's `changes`) has no form encoding here, and a JSON
     field (`command`, `env`) is JSON text there: without this a form-encoded job with roles was answered
-    "roles: This field is required." and "command: Value must be valid JSON." (new-user trial 11, F23)."""
+    "roles: This field is required." and "command: Value must be valid JSON." (new-user trial 10, F23)."""
     import json
 
     from django.http import QueryDict

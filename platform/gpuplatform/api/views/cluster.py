@@ -44,7 +44,7 @@ class DomainViewSet(viewsets.ReadOnlyModelViewSet):
         """The whole domain tree, nested from the top tier, with the nodes hanging off each lowest domain. A
         node without a domain is listed as the tier-1 domain it is for placement, "node:<name>", after the
         tree's roots, with `"domainless": true`."""
-        refuse_unknown_params(request, ())  # it reads none: ?foo= is a 400 naming it, as on the lists (trial 11, F21)
+        refuse_unknown_params(request, ())  # it reads none: ?foo= is a 400 naming it, as on the lists (trial 10, F21)
         tree = queries.domain_tree()
         nodes: dict = {}
         for dom_id, name in Node.objects.values_list("domain_id", "name").order_by("name"):

@@ -68,7 +68,7 @@ class ClusterMetricsViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         as the latest cycle left it (`sample.time`); the queue rows are the live rows (`queues_time`): a job
         submitted or ended after the cycle is counted by the rows only (new-user trial 8, F3: alloc 536 in
         the sample, 535 in the rows' sum, with nothing saying which moment each showed)."""
-        refuse_unknown_params(request, ())  # it reads none: ?foo= is a 400 naming it, as on the lists (trial 11, F21)
+        refuse_unknown_params(request, ())  # it reads none: ?foo= is a 400 naming it, as on the lists (trial 10, F21)
         with queries.one_snapshot():
             usage = queries.queue_usage(access.visible_team_ids(request.user))
             sample, cycle = queries.latest_cluster_sample(), queries.latest_cycle()

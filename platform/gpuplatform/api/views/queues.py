@@ -69,7 +69,7 @@ class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
     @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
     def tree(self, request):
         """The queue tree you may see, nested from the roots, with each queue's quotas."""
-        refuse_unknown_params(request, ())  # it reads none: ?foo= is a 400 naming it, as on the lists (trial 11, F21)
+        refuse_unknown_params(request, ())  # it reads none: ?foo= is a 400 naming it, as on the lists (trial 10, F21)
         tree = queries.queue_tree(self.get_queryset())
         return Response(tree.nest(lambda q: {
             "name": q.name, "team": q.team.slug if q.team else None, "weight": q.weight, "state": q.state,

@@ -64,7 +64,7 @@ class FragmentationAdviceViewSet(viewsets.GenericViewSet):
     def list(self, request):
         """Moves of running jobs that are not migratable which would let a job blocked by fragmentation
         alone start: "moving jobs 812, 907 would free rack r12 for job 1033 (64 GPUs, waiting 3 h)"."""
-        refuse_unknown_params(request, ())  # it reads none: ?foo= is a 400 naming it, as on the lists (trial 11, F21)
+        refuse_unknown_params(request, ())  # it reads none: ?foo= is a 400 naming it, as on the lists (trial 10, F21)
         return Response(AdviceSerializer(fragmentation_advice(), many=True).data)
 
     @extend_schema(request=MoveRequestSerializer, responses={200: MoveResultSerializer})
@@ -138,7 +138,7 @@ class ShapeCheckViewSet(viewsets.GenericViewSet):
         body.is_valid(raise_exception=True)
         d = body.validated_data
         # The roles by job submission's own rules (min_available within tasks, unique names, ...) and its never-fits
-        # refusal: a shape submission would refuse is a 400 naming the field, not advice on it (new-user trial 11,
+        # refusal: a shape submission would refuse is a 400 naming the field, not advice on it (new-user trial 10,
         # F21: min_available 9 of 3 tasks was answered with advice)
         roles, errors = check_roles([{k: v for k, v in r.items() if v is not None} for r in d["roles"]])
         if errors:
@@ -150,7 +150,7 @@ class ShapeCheckViewSet(viewsets.GenericViewSet):
         if queue is None:
             raise serializers.ValidationError({"queue": f"unknown queue {d['queue']!r}"})
         # Another team's queue is not the asker's to probe (its estimated starts read that team's quota and
-        # jobs): 403, as job submission answers a queue of a team one is not in (new-user trial 11, F4).
+        # jobs): 403, as job submission answers a queue of a team one is not in (new-user trial 10, F4).
         if queue.team_id is not None and not access.visible_queues(request.user).filter(pk=queue.pk).exists():
             raise PermissionDenied("only members of the queue's team (or platform admins) may check shapes on it")
         out = shape_check(roles=[dict(r) for r in d["roles"]], queue=d["queue"], topology_mode=d["topology_mode"],

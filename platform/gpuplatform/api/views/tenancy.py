@@ -87,7 +87,7 @@ class MeView(APIView):
         "teams": {"type": "array", "items": {"type": "object", "properties": {
             "team": {"type": "string"}, "role": {"type": "string"}}}}}}})
     def get(self, request):
-        refuse_unknown_params(request, ())  # it reads none: ?foo= is a 400 naming it (new-user trial 11, F21)
+        refuse_unknown_params(request, ())  # it reads none: ?foo= is a 400 naming it (new-user trial 10, F21)
         teams = [{"team": slug, "role": role} for slug, role in
                  Membership.objects.filter(user=request.user).values_list("team__slug", "role").order_by("team__slug")]
         return Response({"username": request.user.get_username(), "platform_admin": access.is_platform_admin(request.user),

@@ -105,7 +105,7 @@ class Command(BaseCommand):
 
     # (option, whether zero is allowed): a span must be a finite number of days or seconds, never negative;
     # --until 0 or -1 replayed nothing and printed an empty report (new-user 8, F11)
-    # --time-limit-factor -1 was taken too (new-user trial 11, F22: a negative time limit for every job)
+    # --time-limit-factor -1 was taken too (new-user trial 10, F22: a negative time limit for every job)
     SPANS = (("until", False), ("start", True), ("cycle_interval", False), ("grace_period", True),
              ("half_life", True), ("time_limit_factor", False))
 
@@ -209,7 +209,7 @@ class Command(BaseCommand):
     @staticmethod
     def _empty_window(name: str, start: float, whole) -> str:
         """Why the replay has nothing to replay: the trace is empty, or --start is past its last arrival (new-user
-        trial 11, F13: `--start 400` printed an empty report)."""
+        trial 10, F13: `--start 400` printed an empty report)."""
         if not whole.jobs:
             return f"the trace {name} has no jobs"
         first = min(j.submit for j in whole.jobs) / DAY
@@ -220,7 +220,7 @@ class Command(BaseCommand):
     @staticmethod
     def _past_end(trace, until_days: float | None) -> str | None:
         """A note when --until reaches past the trace's last arrival (days from the start): no job arrives after it,
-        so the replay only drains what is left (new-user trial 11, F13: it ran on silently)."""
+        so the replay only drains what is left (new-user trial 10, F13: it ran on silently)."""
         if until_days is None or not trace.jobs:
             return None
         last = max(j.submit for j in trace.jobs) / DAY
