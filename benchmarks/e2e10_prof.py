@@ -70,6 +70,9 @@ def main() -> None:
         wrap(store, "rows_many", "reads (rows_many)")
         wrap(store, "_bind_all")
         wrap(store, "write_allocations")
+        if hasattr(store, "write_allocation_batches"):  # session 11 (e2e11): the COPY fed batch by batch
+            wrap(store, "write_allocation_batches")
+            wrap(bulk.Together, "run", "together (pipeline)")
         wrap(store, "update_rows")
         wrap(store, "record_events")
         wrap(audit, "check_jobs")

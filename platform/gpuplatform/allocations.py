@@ -29,7 +29,7 @@ from . import bulk
 from .models import Allocation, Gpu, Node, Task
 
 __all__ = ["ALLOCATION_FIELDS", "check_gpus", "check_nodes", "check_references", "check_updated_tasks",
-           "write_allocations"]
+           "write_allocation_batches", "write_allocations"]
 
 # The columns of write_allocations' rows, in order.
 ALLOCATION_FIELDS = ("task_id", "gpu_id", "job_id", "created_at", "gpu_milli", "gpu_memory_mib", "mig_instance_id")
@@ -53,22 +53,40 @@ def write_allocations(rows, *, check: bool = True) -> int:
     return len(rows)
 
 
+def write_allocation_batches(batches) -> int:
+    """Insert allocations that come in batches (an iterable of lists of rows as write_allocations takes them), in one
+    statement (bulk.insert_batches: on PostgreSQL one COPY that sends each batch as it comes, so the server inserts one
+    while the caller builds the next). Returns how many were written. The unique indexes as write_allocations'; the
+    references are NOT checked here: the caller runs check_gpus and check_references (or check_updated_tasks) later in
+    the same transaction (the scheduling cycle's fast path, with its task update), as write_allocations(check=False)."""
+    return bulk.insert_batches(Allocation, ALLOCATION_FIELDS, batches)
+
+
 _GPU_AT = ALLOCATION_FIELDS.index("gpu_id")
 
 
-def check_gpus(rows) -> None:
+def check_gpus(rows, together: bulk.Together | None = None) -> bulk.Pending | None:
     """allocation.gpu_id's check (migration 0024_e2e10): every GPU the rows name exists, locked FOR KEY SHARE until the
     transaction ends (one statement, bulk.lock_keys), so no GPU they name can be deleted before the commit (and a
-    delete after it fails at the GPU table's trigger). Raises django.db.IntegrityError."""
-    bulk.lock_keys(Gpu, [r[_GPU_AT] for r in rows], what="allocation.gpu_id")
+    delete after it fails at the GPU table's trigger). Raises django.db.IntegrityError. `together` (bulk.together):
+    the statement queued there; the Pending returned raises from its check()."""
+    ids = [r[_GPU_AT] for r in rows]
+    if together is not None:
+        return together.lock_keys(Gpu, ids, what="allocation.gpu_id")
+    bulk.lock_keys(Gpu, ids, what="allocation.gpu_id")
+    return None
 
 
-def check_nodes(node_ids) -> None:
+def check_nodes(node_ids, together: bulk.Together | None = None) -> bulk.Pending | None:
     """task.node_id's check (migration 0024_e2e10), for every writer that places tasks on nodes, after its update in
     the same transaction: every node id exists, locked FOR KEY SHARE until the transaction ends (one statement), so
     none can be deleted before the commit (and a delete after it fails at the node table's trigger). None is not
-    checked (a task off its node). Raises django.db.IntegrityError."""
-    bulk.lock_keys(Node, [n for n in node_ids if n is not None], what="task.node_id")
+    checked (a task off its node). Raises django.db.IntegrityError. `together`: as check_gpus'."""
+    ids = [n for n in node_ids if n is not None]
+    if together is not None:
+        return together.lock_keys(Node, ids, what="task.node_id")
+    bulk.lock_keys(Node, ids, what="task.node_id")
+    return None
 
 
 def check_references(rows) -> None:

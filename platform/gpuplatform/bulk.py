@@ -5,13 +5,15 @@ caller's transaction.
 """
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
+from contextlib import contextmanager
 
 from django.db import IntegrityError, connection
 from django.db.models import Field, FloatField, ForeignObject, Func, Lookup
 
-__all__ = ["AnyOf", "CopyRows", "Many", "copy_rows", "insert_rows", "json_value", "lock_keys", "rows", "update_rows"]
+__all__ = ["AnyOf", "CopyRows", "Many", "copy_rows", "insert_rows", "json_value", "lock_keys", "rows", "together", "update_rows"]
 
 
 class _Epoch(Func):
@@ -270,6 +272,48 @@ def insert_rows(model, columns, rows) -> None:
             raise IntegrityError(str(exc)) from exc
 
 
+def insert_batches(model, columns, batches) -> int:
+    """insert_rows for rows that come in batches (an iterable of lists of tuples in `columns` order), in ONE statement:
+    on PostgreSQL one COPY, each batch formatted (copy_rows) and sent as it comes, so the server inserts one batch
+    while the caller's iterator builds the next (the scheduling cycle builds its allocation rows so). Elsewhere
+    bulk_create per batch. Returns the rows written. Errors as insert_rows' (a unique index's: IntegrityError).
+    The iterator must not use the database connection after its first batch (the COPY is open then); its first batch
+    is taken before the COPY starts."""
+    if connection.vendor != "postgresql":
+        written = 0
+        for batch in batches:
+            insert_rows(model, columns, batch)
+            written += len(batch)
+        return written
+    from psycopg import errors as pg_errors
+
+    meta = model._meta
+    fields = [_field(meta, c) for c in columns]
+    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    batches = iter(batches)
+    first = next(batches, None)
+    if first is None:
+        return 0
+    connection.ensure_connection()
+    written = 0
+    with connection.cursor() as cur:
+        try:
+            with cur.cursor.copy(f"COPY {connection.ops.quote_name(meta.db_table)} ({cols}) FROM STDIN") as copy:
+                for batch in itertools.chain((first,), batches):
+                    if not batch:
+                        continue
+                    prepared = copy_rows(model, columns, batch)
+                    if prepared.chunks is not None:
+                        for chunk in prepared.chunks:
+                            copy.write(chunk)
+                    else:
+                        _write_rows(copy, fields, prepared.rows)
+                    written += len(batch)
+        except pg_errors.UniqueViolation as exc:
+            raise IntegrityError(str(exc)) from exc
+    return written
+
+
 def _write_rows(copy, fields, rows) -> None:
     """COPY through psycopg's write_row (any column type), JSON columns wrapped as Jsonb."""
     from psycopg.types.json import Jsonb
@@ -313,6 +357,14 @@ def update_rows(model, rows: list[tuple], columns: list[str], constants: dict, w
                                                 **dict(zip(match, values[width:]))).update(
                     **dict(zip(columns, values[:width])), **constants)
         return updated
+    sql, params = _update_sql(model, rows, columns, constants, where, match)
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.rowcount
+
+
+def _update_sql(model, rows, columns, constants, where, match) -> tuple[str, list]:
+    """update_rows' statement on PostgreSQL: (sql, params) of one UPDATE ... FROM unnest(...)."""
     meta = model._meta
     quote = connection.ops.quote_name
     fields = [_field(meta, c) for c in columns]
@@ -338,10 +390,8 @@ def update_rows(model, rows: list[tuple], columns: list[str], constants: dict, w
     params = ([f.get_db_prep_save(v, connection) for f, v in const_fields]
               + [_array_param(meta.pk, ids)] + [_array_param(f, col) for f, col in per_row + matched]
               + [f.get_db_prep_save(v, connection) for f, v in where_fields])
-    with connection.cursor() as cur:
-        cur.execute(f"UPDATE {quote(meta.db_table)} AS t SET {', '.join(sets)} FROM unnest({arrays}) AS v({names}) "
-                    f"WHERE t.id = v.id{conditions}", params)
-        return cur.rowcount
+    return (f"UPDATE {quote(meta.db_table)} AS t SET {', '.join(sets)} FROM unnest({arrays}) AS v({names}) "
+            f"WHERE t.id = v.id{conditions}", params)
 
 
 class MissingReference(IntegrityError):
@@ -360,21 +410,32 @@ def lock_keys(model, ids, *, also: tuple[str, list] | None = None, what: str = "
     ids = list(ids) if also is not None else list(set(ids))
     if not ids:
         return
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute(*_lock_sql(model, ids, also))
+            if cur.fetchone()[0] == len(ids):
+                return
+    _refuse_missing(model, ids, also, what)
+
+
+def _lock_sql(model, ids: list, also) -> tuple[str, list]:
+    """lock_keys' statement on PostgreSQL: the rows locked FOR KEY SHARE, counted."""
     meta = model._meta
     quote = connection.ops.quote_name
     table, pk = quote(meta.db_table), quote(meta.pk.column)
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cur:
-            if also is None:
-                cur.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {pk} = ANY(%s::bigint[]) "
-                            f"FOR KEY SHARE) s", [_int_array(ids)])
-            else:
-                col = quote(_field(meta, also[0]).column)
-                cur.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} t JOIN unnest(%s::bigint[], %s::bigint[]) "
-                            f"AS v(id, c) ON t.{pk} = v.id AND t.{col} = v.c FOR KEY SHARE OF t) s",
-                            [_int_array(ids), _int_array(also[1])])
-            if cur.fetchone()[0] == len(ids):
-                return
+    if also is None:
+        return (f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {pk} = ANY(%s::bigint[]) FOR KEY SHARE) s",
+                [_int_array(ids)])
+    col = quote(_field(meta, also[0]).column)
+    return (f"SELECT count(*) FROM (SELECT 1 FROM {table} t JOIN unnest(%s::bigint[], %s::bigint[]) "
+            f"AS v(id, c) ON t.{pk} = v.id AND t.{col} = v.c FOR KEY SHARE OF t) s",
+            [_int_array(ids), _int_array(also[1])])
+
+
+def _refuse_missing(model, ids: list, also, what: str) -> None:
+    """lock_keys' answer when the count fell short (or without a count: elsewhere than PostgreSQL): MissingReference
+    naming the first ids missing."""
+    meta = model._meta
     if also is None:
         present = set(model._base_manager.filter(pk__any=Many(ids)).values_list("pk", flat=True))
         missing = sorted(set(ids) - present)
@@ -384,6 +445,94 @@ def lock_keys(model, ids, *, also: tuple[str, list] | None = None, what: str = "
     if missing:
         raise MissingReference(f"{what or meta.db_table}: {len(missing)} reference(s) to no {meta.object_name} row "
                              f"(first {missing[:5]})")
+
+
+class Together:
+    """Writes and reference checks of one transaction sent to PostgreSQL together (`together()`): each call queues
+    its statement and returns a Pending; the block's end sends them all in one psycopg pipeline (libpq pipeline mode:
+    the server runs them back to back, no round trip and no client work between them), after which each Pending has
+    its answer. Elsewhere each call runs at once (the same statement as update_rows / lock_keys). The caller reads the
+    answers after the block, in the order it chooses: a lock's refusal (MissingReference) is raised by its `check()`,
+    not by the block, so the same error comes first as when the statements ran one by one. An error of a statement
+    (a constraint, a lock timeout) is raised by the block, as Django's DatabaseError subclass; the ones queued after it
+    are not run (the transaction is aborted: the caller's atomic block rolls back)."""
+
+    def __init__(self):
+        self.queued: list = []  # (sql, params, Pending)
+        self.pipelined = connection.vendor == "postgresql" and connection.in_atomic_block
+
+    def update_rows(self, model, rows: list[tuple], columns: list[str], constants: dict, where: dict | None = None,
+                    match: tuple[str, ...] = ()) -> "Pending":
+        """update_rows' statement; its Pending's `value` is the rows updated."""
+        pending = Pending()
+        if not rows:
+            pending.value = 0
+        elif self.pipelined:
+            self.queued.append((*_update_sql(model, rows, columns, constants, where or {}, tuple(match)), pending))
+        else:
+            pending.value = update_rows(model, rows, columns, constants, where, match)
+        return pending
+
+    def lock_keys(self, model, ids, *, also: tuple[str, list] | None = None, what: str = "") -> "Pending":
+        """lock_keys' statement; its Pending's `check()` raises MissingReference as lock_keys would."""
+        ids = list(ids) if also is not None else list(set(ids))
+        pending = Pending()
+        if not ids:
+            pending.value = 0
+        elif self.pipelined:
+            self.queued.append((*_lock_sql(model, ids, also), pending))
+        elif connection.vendor == "postgresql":  # outside a transaction: at once, as lock_keys
+            with connection.cursor() as cur:
+                cur.execute(*_lock_sql(model, ids, also))
+                pending.value = cur.fetchone()[0]
+        pending.refuse = (model, ids, also, what)
+        return pending
+
+    def run(self) -> None:
+        if not self.queued:
+            return
+        connection.ensure_connection()
+        raw = connection.connection
+        cursors = [raw.cursor() for _ in self.queued]
+        try:
+            with connection.wrap_database_errors:  # psycopg's errors as Django's, as the one-by-one calls raise them
+                with raw.pipeline():
+                    for cur, (sql, params, _) in zip(cursors, self.queued):
+                        cur.execute(sql, params, prepare=False)
+                for cur, (_, _, pending) in zip(cursors, self.queued):
+                    pending.value = cur.fetchone()[0] if cur.description is not None else cur.rowcount
+        finally:
+            for cur in cursors:
+                cur.close()
+            self.queued = []
+
+
+class Pending:
+    """One statement's answer from Together: `value` (rows updated, or rows locked) once the block has run."""
+
+    __slots__ = ("value", "refuse")
+
+    def __init__(self):
+        self.value = None
+        self.refuse = None
+
+    def check(self) -> None:
+        """For a lock_keys: MissingReference unless every id named was locked (a PostgreSQL count of all of them);
+        elsewhere the plain read lock_keys makes."""
+        if self.refuse is None:
+            return
+        model, ids, also, what = self.refuse
+        if ids and self.value != len(ids):
+            _refuse_missing(model, ids, also, what)
+
+
+@contextmanager
+def together():
+    """A Together whose queued statements are sent at the end of the block (see Together). PostgreSQL: inside a
+    transaction only (pipeline mode's implicit transaction would end at its sync); outside one, one by one."""
+    batch = Together()
+    yield batch
+    batch.run()
 
 
 def _int_array(values) -> str:
