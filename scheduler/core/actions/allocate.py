@@ -708,7 +708,8 @@ class Admission:
         self.writes = 0  # entries written to _refused and to the queue order's table of keys (_Bulk)
         self._flavors: dict = {}  # job id -> its flavors this cycle (clusters of several flavors)
         self._never: dict = {}  # (shape id, flavor) -> capacity.never_fits of the shape's jobs, this cycle
-        self._lanes: dict = {}  # shape id -> what `lane` reads of its jobs, or None (not for the lane), this cycle
+        # shape id -> what `lane` reads of its jobs, or None (not for the lane): kept across cycles (_kept_lanes)
+        self._lanes: dict | None = None
         # charges through `charge`: queue level -> QueueTree.version after the last one that reached it, for every
         # charge from version _tracked_from to _tracked_to (any charge made elsewhere starts it over)
         self._touched: dict[str, int] = {}
@@ -840,9 +841,12 @@ class Admission:
         the task; None when any of this does not hold, with the state and the usage unchanged: `place` then
         decides the long way (and reaches the same refusal, or its full search). entry: the job's facts."""
         sid = entry[5]
-        lane = self._lanes.get(sid, _UNSET)
+        lanes = self._lanes
+        if lanes is None:
+            lanes = self._lanes = self._kept_lanes()
+        lane = lanes.get(sid, _UNSET)
         if lane is _UNSET:
-            lane = self._lanes[sid] = self._lane(job, entry)
+            lane = lanes[sid] = self._lane(job, entry)
         if lane is None:
             return None
         flavor, need, gpus, cpu, mem, tier, shape, role, preemptible, capped = lane
@@ -858,6 +862,24 @@ class Admission:
             return None
         self.charge(queue, flavor, gpus)
         return (*taken, role)
+
+    def _kept_lanes(self) -> dict:
+        """The table of `_lane`'s answers (shape id -> answer), kept in the job memo across cycles (key ("lanes",
+        thread)) while what `_lane` reads besides the job's shape id is the same: the queues' names, parents and
+        quotas (QueueTree's kept statics, `static_key`: known queues, static limits), the cluster's shape and the
+        config (the memo's own key: capacity per flavor, static feasibility, tier levels, the largest NUMA node)
+        and whether any node reports its GPUs' NUMA layout (Session.numa_known: the search passes). Without
+        kept statics (no memo) the table is this cycle's alone."""
+        session = self.session
+        statics = session.queues._statics
+        if statics is None:
+            return {}
+        key = ("lanes", threading.get_ident())
+        token = (statics, session.numa_known())
+        kept = self.memo.get(key)
+        if kept is None or kept[0] is not token[0] or kept[1] != token[1]:
+            kept = self.memo[key] = (*token, {})
+        return kept[2]
 
     def _lane(self, job: JobInfo, entry: tuple):
         """What `lane` reads of a job's shape id (the same for every job of it: its queue, roles, numa, preemptible,
