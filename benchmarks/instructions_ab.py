@@ -94,7 +94,7 @@ def main() -> None:
     for row in rows:
         print(f"{row['root']}: {row['replay_instructions']:,} instructions in the replay "
               f"({row['replay_instructions'] / base:.4f} of the first), {row['cycles']} cycles, "
-              (f"mean allocation {row['mean_queue_s']}" if args.philly else f"mean queue {row['mean_queue_s']} s"))
+              + (f"mean allocation {row['mean_queue_s']}" if args.philly else f"mean queue {row['mean_queue_s']} s"))
 
 
 if __name__ == "__main__":
