@@ -88,7 +88,7 @@ class JobCounts:
     """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
 
     __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live", "pending_gpus", "moving", "running_gpus",
-                 "holding", "evicting", "running_queues", "pending_priorities")
+                 "holding", "evicting", "running_queues", "pending_priorities", "timed")
 
     def __init__(self) -> None:
         self.live = 0
@@ -102,6 +102,7 @@ class JobCounts:
         self.evicting = 0  # jobs "preempting" with `evicted_for`
         self.running_queues: dict[str, int] = {}  # queue -> GPUs of its running jobs' tasks (running_gpus per queue)
         self.pending_priorities: dict[int, int] = {}  # priority -> count of pending jobs
+        self.timed = 0  # jobs not pending with a time limit (actions/backfill.shadow_reservation's only input jobs)
 
     def add(self, job, sign: int = 1) -> None:
         roles = job.roles
@@ -123,6 +124,8 @@ class JobCounts:
         self.live += sign
         if job.reserved:
             self.moving += sign
+        if job.time_limit is not None:
+            self.timed += sign
         if job.state != "running":
             if job.state == "preempting" and job.evicted_for is not None:
                 self.evicting += sign
@@ -161,6 +164,9 @@ class FactTuple(tuple):
     job_facts: tuple | None = None
     pending_from: int | None = None
     unique_ids: bool = False  # the producer keeps its jobs by id: no two have the same id
+    # how many jobs not pending have a time limit (JobCounts.timed; 0: backfill's shadow finds no end to wait
+    # for without a pass over the jobs); None: not known
+    timed: int | None = None
     # (token of the producer's previous snapshot, this snapshot's token, pending jobs that came (in list order),
     # pending jobs that went) since that snapshot: cache.PendingChanges.advance takes them instead of diffing
     # the whole list when the list it saw last is that snapshot's; None: not known
@@ -180,6 +186,7 @@ def with_facts(jobs, counts: JobCounts, pending_from: int | None = None, unique_
         out.pending_from = pending_from
         out.pending_changes = pending_changes
     out.unique_ids = unique_ids
+    out.timed = counts.timed
     return out
 
 

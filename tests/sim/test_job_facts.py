@@ -54,7 +54,7 @@ def mixed_trace(fractions: bool) -> Trace:
 
 
 def checked_replay(fractions: bool):
-    seen = {"cycles": 0, "short": 0, "sharing": 0, "preempt": 0, "down": 0, "holding": 0, "evicting": 0, "given": 0,
+    seen = {"timed": 0, "cycles": 0, "short": 0, "sharing": 0, "preempt": 0, "down": 0, "holding": 0, "evicting": 0, "given": 0,
             "moved": 0}
     cache, index = EngineCache(), SnapshotIndex()
     handed, diffed = PendingChanges(), PendingChanges()  # with the producer's changes, and by the lists alone
@@ -66,6 +66,10 @@ def checked_replay(fractions: bool):
         for j in snapshot.jobs:
             counts.add(j)
         assert snapshot.jobs.job_facts == counts.facts()
+        # the jobs not pending with a time limit (backfill's shadow_reservation skips its pass when there is none)
+        timed = sum(1 for j in snapshot.jobs if j.state != "pending" and j.time_limit is not None)
+        assert snapshot.jobs.timed == counts.timed == timed
+        seen["timed"] += timed > 0
         # the pending jobs from where the producer says they begin: exactly those a scan finds, in the same order
         start = snapshot.jobs.pending_from
         assert start is not None
@@ -118,6 +122,7 @@ def test_replay_job_facts_match_a_scan_every_cycle():
     seen, report = checked_replay(fractions=False)
     assert seen["cycles"] > 50 and report.jobs_started > 100
     assert seen["short"] > 0 and seen["preempt"] > 0  # the figures were not all trivially empty
+    assert seen["timed"] > 50  # jobs with time limits ran (their count was checked, not only zeros)
     assert seen["holding"] > 0  # pending jobs held GPUs (QueueTree charges their holds from the kept count)
     assert seen["given"] > seen["cycles"] // 2 and seen["moved"] > seen["cycles"] // 4  # the producer's changes taken
     seen, report = checked_replay(fractions=True)
