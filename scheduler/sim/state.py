@@ -11,6 +11,7 @@ Units: GPUs, millicores, MiB, seconds of simulated time.
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from operator import attrgetter
 
 from clusterspec.spec import ClusterSpec, TraceJob
 from scheduler.core.jobindex import JobCounts, with_facts
@@ -23,6 +24,24 @@ ROLE = "worker"  # trace jobs have one role
 # positionally from its base's fields: the same object as dataclasses.replace gives, at half the cost)
 _NODE_FIELDS = tuple(f.name for f in fields(NodeInfo))
 _USED, _CPU, _MEM, _STATE, _SPARE = map(_NODE_FIELDS.index, ("used", "cpu_used", "memory_used", "state", "spare"))
+# JobInfo's fields read at once, and each field's slot setter (_job_with)
+_JOB_FIELDS = tuple(f.name for f in fields(JobInfo))
+_job_values = attrgetter(*_JOB_FIELDS)
+_JOB_SET = {name: getattr(JobInfo, name).__set__ for name in _JOB_FIELDS}
+_job_setters = tuple(_JOB_SET.values())
+
+
+def _job_with(job: JobInfo, **changes) -> JobInfo:
+    """dataclasses.replace(job, **changes) for a JobInfo (frozen, slots, no __post_init__, every field in
+    __init__): the same value, its slots set directly instead of through replace's field walk and __init__."""
+    if type(job) is not JobInfo:
+        return replace(job, **changes)
+    new = object.__new__(JobInfo)
+    for set_, value in zip(_job_setters, _job_values(job)):
+        set_(new, value)
+    for name, value in changes.items():
+        _JOB_SET[name](new, value)
+    return new
 
 
 def job_info(job: TraceJob, time_limit: float | None = None) -> JobInfo:
@@ -306,7 +325,7 @@ class ClusterState:
             self.partial_gpus -= sum(len(t.gpus) for t in job.placement)
             binding = replace(binding, tasks=placement)
         del self.pending[job.id]
-        started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now, reserved=())
+        started = _job_with(job, state="running", placement=tuple(binding.tasks), start_time=now, reserved=())
         self.running[job.id] = started
         return started
 
@@ -362,7 +381,7 @@ class ClusterState:
         self.queue_used[job.queue] = (self.queue_used.get(job.queue, 0) + sum(add.values()) / 1000 + len(instances)
                                       + len(whole))
         del self.pending[job.id]
-        started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now, reserved=())
+        started = _job_with(job, state="running", placement=tuple(binding.tasks), start_time=now, reserved=())
         self.running[job.id] = started
         return started
 

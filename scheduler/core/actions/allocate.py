@@ -1234,8 +1234,23 @@ def _serve_nomination(session: Session, admission: Admission, order: _QueueOrder
         queues.held[job.id] = (job.queue, dict(per_flavor))
     else:
         session.nominate(job, job.reserved)
-    out.reasons[job.id] = PendingReason("nominated", f"{outcome.message}; {waiting} GPUs reserved for it are "
-                                                     f"still in use (evicted jobs releasing, or jobs draining)")
+    out.reasons[job.id] = _nominated(admission.memo, outcome.message, waiting)
+
+
+def _nominated(memo: dict, message: str, waiting: int) -> PendingReason:
+    """A waiting holder's reason: its attempt's message and the reserved GPUs still in use. The same (frozen, equal)
+    object for the same two values, kept in the job memo (key ("nominated reasons", thread); at most 4,096, then
+    started over): a holder waits with the same reason cycle after cycle."""
+    key = ("nominated reasons", threading.get_ident())
+    kept = memo.get(key)
+    if kept is None or len(kept) > 4096:
+        kept = memo[key] = {}
+    reason = kept.get((message, waiting))
+    if reason is None:
+        reason = kept[(message, waiting)] = PendingReason(
+            "nominated", f"{message}; {waiting} GPUs reserved for it are still in use (evicted jobs releasing, or "
+                         f"jobs draining)")
+    return reason
 
 
 def _wants_free(holds, free: list, key) -> bool:
