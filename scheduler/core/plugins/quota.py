@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import defaultdict
+from itertools import compress
 from operator import attrgetter, itemgetter
 
 from ..jobindex import FactTuple
@@ -43,6 +44,59 @@ class _Statics:
         self.chains: dict[str, tuple[str, ...]] = {}
         self.entitled: dict[tuple, float] = {}
         self.kids: dict | None = None
+
+
+_UNSET = object()
+
+
+class _RunningKept:
+    """QueueTree.running_on's answers kept across cycles in the engine cache's job memo (key ("running on", thread)):
+    per node, the GPUs of each running job of a known queue with a task there (node -> id(job) -> GPU indices),
+    brought up to date from the jobs not pending that came and went since the last snapshot, by identity (the replay
+    passes the same frozen JobInfo objects cycle after cycle; a job changing state is a new object). Valid while
+    the queues' names are the same (`statics`, QueueTree's kept statics: which queues are known). Holds the jobs it
+    indexes, so an id is never reused while it is kept."""
+
+    __slots__ = ("statics", "jobs", "by_node")
+
+    def __init__(self, statics):
+        self.statics = statics
+        self.jobs: dict[int, JobInfo] = {}  # id(job) -> job, the jobs not pending of the last snapshot
+        self.by_node: dict[str, dict[int, tuple]] = {}  # node -> id(job) -> its running GPUs there
+
+    def advance(self, live, known) -> bool:
+        """Bring the index to `live` (the snapshot's jobs not pending, or every job); False when a job object is
+        listed twice (not indexed: the caller makes running_on's pass)."""
+        jobs, by_node = self.jobs, self.by_node
+        ids = set(map(id, live))
+        if len(ids) != len(live):
+            return False
+        gone = jobs.keys() - ids
+        came = ids - jobs.keys()
+        if len(gone) + len(came) > len(live) // 2 + 8:  # mostly new objects (a platform snapshot): start over
+            jobs.clear()
+            by_node.clear()
+            gone, came = (), ids
+        for i in gone:
+            job = jobs.pop(i)
+            for t in job.placement:
+                per = by_node.get(t.node)
+                if per is not None and per.pop(i, None) is not None and not per:
+                    del by_node[t.node]
+        if came:
+            for job in compress(live, map(came.__contains__, map(id, live))):  # C-level: the new ones only
+                i = id(job)
+                if i not in jobs:
+                    jobs[i] = job
+                    if job.state == "running" and known(job.queue):
+                        for t in job.placement:
+                            per = by_node.get(t.node)
+                            if per is None:
+                                by_node[t.node] = {i: tuple(t.gpus)}
+                            else:
+                                had = per.get(i)
+                                per[i] = tuple(t.gpus) if had is None else (*had, *t.gpus)
+        return True
 
 
 class QueueTree:
@@ -83,6 +137,8 @@ class QueueTree:
         self._kids: dict[str | None, list[str]] | None = None if kept is None else kept.kids
         self.held: dict = {}  # pending job id -> (queue, flavor -> GPUs) charged for its hold
         self._running_on: dict[str, set[int]] = {}  # node -> GPUs of running jobs there, for the nodes asked
+        # the running jobs' tasks per node kept across cycles (_RunningKept), looked up on the first running_on call
+        self._memo, self._kept_running = memo, _UNSET
         # running jobs' GPUs summed per (queue, flavor) first, then charged once each (the same usage as a
         # charge per task, without walking every queue chain once per task)
         totals: dict[tuple[str, str], int] = {}
@@ -153,6 +209,18 @@ class QueueTree:
         known = self._running_on
         missing = {n for n in nodes if n not in known}
         if missing:
+            kept = self._kept_running
+            if kept is _UNSET:
+                kept = self._kept_running = self._running_kept()
+            if kept is not None:  # the same sets from the kept index of the running tasks per node
+                by_node = kept.by_node
+                for n in missing:
+                    found_on = known[n] = set()
+                    per = by_node.get(n)
+                    if per:
+                        for gpus in per.values():
+                            found_on.update(gpus)
+                return known
             found: dict[str, set[int]] = {n: set() for n in missing}
             for job in self._live:  # the jobs not pending (running ones among them): the nodes first, then the queue
                 if job.state == "running":
@@ -161,6 +229,21 @@ class QueueTree:
                             found[t.node].update(t.gpus)
             known.update(found)
         return known
+
+    def _running_kept(self) -> "_RunningKept | None":
+        """The memo's _RunningKept (key ("running on", thread)) brought up to date with this snapshot's jobs not
+        pending, or None (no memo; or a job object listed twice: running_on's pass then)."""
+        memo, statics = self._memo, self._statics
+        if memo is None or statics is None:
+            return None
+        slot = ("running on", threading.get_ident())
+        kept = memo.get(slot)
+        if kept is None or kept.statics is not statics:
+            kept = memo[slot] = _RunningKept(statics)
+        if not kept.advance(self._live, self.known):
+            del memo[slot]
+            return None
+        return kept
 
     def charge_hold(self, job_id, queue: str, tasks, *, all_gpus: bool = False) -> None:
         """Charge GPUs held for a pending job to its queue: those of `tasks` (TaskPlacements) that no job

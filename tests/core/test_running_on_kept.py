@@ -1,0 +1,97 @@
+"""QueueTree.running_on from the running tasks per node kept across cycles (issue 16, plugins/quota._RunningKept):
+over many random snapshots (running and preempting jobs of known and unknown queues coming and going, jobs of
+several tasks on one node, a job changing state as a new object, the same objects passed again, the queues
+changing, whole new job objects as a platform builds them), every answer equals the one-pass answer of a QueueTree
+without a memo; with the removal of the jobs that left taken out, the same sequence finds a wrong answer."""
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from scheduler.core.plugins import quota
+from scheduler.core.plugins.quota import QueueTree
+from scheduler.core.snapshot import JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement
+
+NODES = tuple(NodeInfo(name=f"n{i}", flavor="A", gpus=8) for i in range(8))
+
+
+def _queues(rng: random.Random) -> tuple[QueueInfo, ...]:
+    names = [q for q in "abcd" if rng.random() < 0.8] or ["a"]
+    return tuple(QueueInfo(q, quotas={"A": QuotaInfo(0, 8, None)}) for q in names)
+
+
+def _job(rng: random.Random, serial: int, free: dict) -> JobInfo | None:
+    tasks = []
+    for index in range(rng.choice([1, 1, 1, 2, 3])):
+        node = rng.choice(NODES).name
+        gpus = free[node][:rng.randint(0, 3)]
+        del free[node][:len(gpus)]
+        tasks.append(TaskPlacement("w", index, node, tuple(gpus)))
+    return JobInfo(id=f"j{serial}", queue=rng.choice("abcde"), roles=(RoleInfo("w", len(tasks), 1, 1),),
+                   state=rng.choice(["running", "running", "running", "preempting"]), placement=tuple(tasks))
+
+
+def _run(rng: random.Random, steps: int) -> tuple[int, int, int]:
+    """(answers compared, wrong answers, cycles answered from the kept index)."""
+    memo: dict = {}
+    queues = _queues(rng)
+    live: list[JobInfo] = []
+    free = {n.name: list(range(8)) for n in NODES}
+    serial = compared = wrong = indexed = 0
+    pending = (JobInfo(id="p", queue="a", roles=(RoleInfo("w", 1, 1, 1),)),)
+    for _ in range(steps):
+        roll = rng.random()
+        if roll < 0.05:
+            queues = _queues(rng)
+        elif roll < 0.08:  # every object new (a platform's snapshot)
+            live = [replace(j) for j in live]
+        for _ in range(rng.randint(0, 3)):  # jobs leave
+            if live:
+                job = live.pop(rng.randrange(len(live)))
+                for t in job.placement:
+                    free[t.node].extend(t.gpus)
+        for _ in range(rng.randint(0, 2)):  # a job changes state: a new object
+            if live:
+                i = rng.randrange(len(live))
+                live[i] = replace(live[i], state="preempting" if live[i].state == "running" else "running")
+        for _ in range(rng.randint(0, 3)):
+            serial += 1
+            live.append(_job(rng, serial, free))
+        jobs = tuple(live) + pending
+        if rng.random() < 0.05 and live:
+            jobs = jobs + (live[0],)  # an object twice: the one-pass answer
+        snapshot = Snapshot(nodes=NODES, queues=queues, jobs=jobs)
+        kept, fresh = QueueTree(snapshot, memo=memo), QueueTree(snapshot)
+        for _ in range(rng.randint(0, 3)):  # cycles that ask nothing, one ask, several
+            asked = rng.sample([n.name for n in NODES], rng.randint(1, 4))
+            got, want = kept.running_on(asked), fresh.running_on(asked)
+            for n in asked:
+                compared += 1
+                wrong += got[n] != want[n]
+        indexed += isinstance(kept._kept_running, quota._RunningKept)
+    return compared, wrong, indexed
+
+
+def test_kept_running_on_equals_the_one_pass_answer() -> None:
+    compared, wrong, indexed = _run(random.Random(7), 600)
+    assert wrong == 0
+    assert compared > 1500 and indexed > 300
+
+
+def test_an_index_that_keeps_jobs_that_left_goes_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = quota._RunningKept.advance
+
+    def forgetful(self, live, known) -> bool:  # the jobs that left stay indexed
+        jobs = dict(self.jobs)
+        ok = original(self, live, known)
+        for i, job in jobs.items():
+            if i not in self.jobs and job.state == "running" and known(job.queue):
+                for t in job.placement:
+                    self.by_node.setdefault(t.node, {})[i] = tuple(t.gpus)
+        return ok
+
+    monkeypatch.setattr(quota._RunningKept, "advance", forgetful)
+    _, wrong, _ = _run(random.Random(7), 600)
+    assert wrong > 0
