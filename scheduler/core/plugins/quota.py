@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import threading
 from collections import defaultdict
-from itertools import compress
 from operator import attrgetter, itemgetter
 
 from ..jobindex import FactTuple
@@ -52,51 +51,48 @@ _UNSET = object()
 class _RunningKept:
     """QueueTree.running_on's answers kept across cycles in the engine cache's job memo (key ("running on", thread)):
     per node, the GPUs of each running job of a known queue with a task there (node -> id(job) -> GPU indices),
-    brought up to date from the jobs not pending that came and went since the last snapshot, by identity (the replay
-    passes the same frozen JobInfo objects cycle after cycle; a job changing state is a new object). Valid while
-    the queues' names are the same (`statics`, QueueTree's kept statics: which queues are known). Holds the jobs it
-    indexes, so an id is never reused while it is kept."""
+    brought up to date from the jobs not pending that came and went as a producer hands them
+    (FactTuple.live_changes: the replay's state records them per change; a job changing state is a new object), so
+    no cycle passes over every running job. `token`: the producer's token of the snapshot it is up to date with
+    (None: none). Valid while the queues' names are the same (`statics`, QueueTree's kept statics: which queues are
+    known). Holds the jobs it indexes, so an id is never reused while it is kept."""
 
-    __slots__ = ("statics", "jobs", "by_node")
+    __slots__ = ("statics", "jobs", "by_node", "token")
 
     def __init__(self, statics):
         self.statics = statics
-        self.jobs: dict[int, JobInfo] = {}  # id(job) -> job, the jobs not pending of the last snapshot
+        self.jobs: dict[int, JobInfo] = {}  # id(job) -> job, the jobs not pending as of `token`
         self.by_node: dict[str, dict[int, tuple]] = {}  # node -> id(job) -> its running GPUs there
+        self.token = None
 
-    def advance(self, live, known) -> bool:
-        """Bring the index to `live` (the snapshot's jobs not pending, or every job); False when a job object is
-        listed twice (not indexed: the caller makes running_on's pass)."""
+    def rebuild(self, live, known) -> None:
+        """Index `live` (the snapshot's jobs not pending) from scratch."""
+        self.jobs.clear()
+        self.by_node.clear()
+        self.apply(live, (), known)
+
+    def apply(self, came, gone, known) -> None:
+        """The jobs of `gone` left, those of `came` arrived (the producer's changes since the indexed snapshot)."""
         jobs, by_node = self.jobs, self.by_node
-        ids = set(map(id, live))
-        if len(ids) != len(live):
-            return False
-        gone = jobs.keys() - ids
-        came = ids - jobs.keys()
-        if len(gone) + len(came) > len(live) // 2 + 8:  # mostly new objects (a platform snapshot): start over
-            jobs.clear()
-            by_node.clear()
-            gone, came = (), ids
-        for i in gone:
-            job = jobs.pop(i)
+        for job in gone:
+            i = id(job)
+            if jobs.pop(i, None) is None:
+                continue
             for t in job.placement:
                 per = by_node.get(t.node)
                 if per is not None and per.pop(i, None) is not None and not per:
                     del by_node[t.node]
-        if came:
-            for job in compress(live, map(came.__contains__, map(id, live))):  # C-level: the new ones only
-                i = id(job)
-                if i not in jobs:
-                    jobs[i] = job
-                    if job.state == "running" and known(job.queue):
-                        for t in job.placement:
-                            per = by_node.get(t.node)
-                            if per is None:
-                                by_node[t.node] = {i: tuple(t.gpus)}
-                            else:
-                                had = per.get(i)
-                                per[i] = tuple(t.gpus) if had is None else (*had, *t.gpus)
-        return True
+        for job in came:
+            i = id(job)
+            jobs[i] = job
+            if job.state == "running" and known(job.queue):
+                for t in job.placement:
+                    per = by_node.get(t.node)
+                    if per is None:
+                        by_node[t.node] = {i: tuple(t.gpus)}
+                    else:
+                        had = per.get(i)
+                        per[i] = tuple(t.gpus) if had is None else (*had, *t.gpus)
 
 
 class QueueTree:
@@ -174,6 +170,15 @@ class QueueTree:
         jobs = snapshot.jobs
         start = jobs.pending_from if facts is not None and type(jobs) is FactTuple else None
         self._live = jobs if start is None else jobs[:start]
+        # the producer's changes to the jobs not pending since its previous snapshot (FactTuple.live_changes): the
+        # kept running tasks per node (_RunningKept), when there is one up to date with that snapshot, move with them
+        self._live_changes = jobs.live_changes if start is not None else None
+        if self._live_changes is not None and memo is not None and kept is not None:
+            running_kept = memo.get(("running on", threading.get_ident()))
+            if running_kept is not None and running_kept.statics is kept \
+                    and running_kept.token is self._live_changes[0] and running_kept.token is not None:
+                running_kept.apply(self._live_changes[2], self._live_changes[3], self.known)
+                running_kept.token = self._live_changes[1]
         if running is not None:
             if facts.holding:
                 holders = [j for j in filter(_reserved, jobs if start is None else jobs[start:])
@@ -231,18 +236,19 @@ class QueueTree:
         return known
 
     def _running_kept(self) -> "_RunningKept | None":
-        """The memo's _RunningKept (key ("running on", thread)) brought up to date with this snapshot's jobs not
-        pending, or None (no memo; or a job object listed twice: running_on's pass then)."""
-        memo, statics = self._memo, self._statics
-        if memo is None or statics is None:
+        """The memo's _RunningKept (key ("running on", thread)) up to date with this snapshot's jobs not pending (made
+        from them when there is none, or it is not up to date), or None: no memo, or a snapshot whose producer does
+        not hand its changes (FactTuple.live_changes; running_on's pass then)."""
+        memo, statics, live_changes = self._memo, self._statics, self._live_changes
+        if memo is None or statics is None or live_changes is None:
             return None
         slot = ("running on", threading.get_ident())
         kept = memo.get(slot)
         if kept is None or kept.statics is not statics:
             kept = memo[slot] = _RunningKept(statics)
-        if not kept.advance(self._live, self.known):
-            del memo[slot]
-            return None
+        if kept.token is not live_changes[1]:  # (__init__ brought a kept one from the previous snapshot forward)
+            kept.rebuild(self._live, self.known)
+            kept.token = live_changes[1]
         return kept
 
     def charge_hold(self, job_id, queue: str, tasks, *, all_gpus: bool = False) -> None:
