@@ -1,8 +1,10 @@
 """QueueTree.running_on from the running tasks per node kept across cycles (issue 16, plugins/quota._RunningKept):
 over many random snapshots (running and preempting jobs of known and unknown queues coming and going, jobs of
 several tasks on one node, a job changing state as a new object, the same objects passed again, the queues
-changing, whole new job objects as a platform builds them), every answer equals the one-pass answer of a QueueTree
-without a memo; with the removal of the jobs that left taken out, the same sequence finds a wrong answer."""
+changing, whole new job objects as a platform builds them), every answer, and the holds of pending jobs charged
+to their queues (QueueTree.held and usage, with the kept GPUs per flavor of a holder whose nodes no running job came
+to or left), equal those of a QueueTree without a memo; with the removal of the jobs that left
+taken out, or a holder's stamp blind to the nodes' changes, the same sequence finds wrong answers."""
 from __future__ import annotations
 
 import random
@@ -35,14 +37,21 @@ def _job(rng: random.Random, serial: int, free: dict) -> JobInfo | None:
                    state=rng.choice(["running", "running", "running", "preempting"]), placement=tuple(tasks))
 
 
+def _holder(rng: random.Random, serial: int) -> JobInfo:
+    tasks = tuple(TaskPlacement("w", i, rng.choice(NODES).name, tuple(sorted(rng.sample(range(8), rng.randint(1, 8)))))
+                  for i in range(rng.randint(1, 3)))
+    return JobInfo(id=f"h{serial}", queue=rng.choice("abcde"), roles=(RoleInfo("w", len(tasks), 1, 1),),
+                   reserved=tasks)
+
+
 def _run(rng: random.Random, steps: int) -> tuple[int, int, int]:
     """(answers compared, wrong answers, cycles answered from the kept index)."""
     memo: dict = {}
     queues = _queues(rng)
     live: list[JobInfo] = []
     free = {n.name: list(range(8)) for n in NODES}
-    serial = compared = wrong = indexed = 0
-    pending = (JobInfo(id="p", queue="a", roles=(RoleInfo("w", 1, 1, 1),)),)
+    serial = compared = wrong = indexed = held = 0
+    holders = [_holder(rng, h) for h in range(4)]  # pending jobs holding GPUs (QueueTree charges their holds)
     before: dict = {}  # id -> job of the jobs not pending in the previous snapshot
     last = None  # its token
     for _ in range(steps):
@@ -63,6 +72,9 @@ def _run(rng: random.Random, steps: int) -> tuple[int, int, int]:
         for _ in range(rng.randint(0, 3)):
             serial += 1
             live.append(_job(rng, serial, free))
+        if rng.random() < 0.2:  # a holder's hold moves (a new object), or another holder comes
+            holders[rng.randrange(len(holders))] = _holder(rng, serial)
+        pending = tuple(holders) + (JobInfo(id="p", queue="a", roles=(RoleInfo("w", 1, 1, 1),)),)
         # the producer's changes since its previous snapshot (by identity, in no particular order)
         now_ids = {id(j): j for j in live}
         came = [j for i, j in now_ids.items() if i not in before]
@@ -81,6 +93,10 @@ def _run(rng: random.Random, steps: int) -> tuple[int, int, int]:
         for _ in range(2 if rng.random() < 0.1 else 1):  # sometimes the same snapshot twice
             kept = QueueTree(snapshot, memo=memo, facts=SimpleNamespace(running_gpus=None, holding=None))
             fresh = QueueTree(snapshot)
+            # the holds charged at snapshot time (their GPUs no running job occupies): the same usage and holds
+            wrong += kept.held != fresh.held
+            wrong += {q: dict(u) for q, u in kept.usage.items()} != {q: dict(u) for q, u in fresh.usage.items()}
+            held += len(kept.held)
             for _ in range(rng.randint(0, 3)):  # cycles that ask nothing, one ask, several
                 asked = rng.sample([n.name for n in NODES], rng.randint(1, 4))
                 got, want = kept.running_on(asked), fresh.running_on(asked)
@@ -88,6 +104,7 @@ def _run(rng: random.Random, steps: int) -> tuple[int, int, int]:
                     compared += 1
                     wrong += got[n] != want[n]
             indexed += isinstance(kept._kept_running, quota._RunningKept)
+    assert held > 1000
     return compared, wrong, indexed
 
 
@@ -104,5 +121,11 @@ def test_an_index_that_keeps_jobs_that_left_goes_wrong(monkeypatch: pytest.Monke
         original(self, came, (), known)
 
     monkeypatch.setattr(quota._RunningKept, "apply", forgetful)
+    _, wrong, _ = _run(random.Random(7), 600)
+    assert wrong > 0
+
+
+def test_a_stamp_blind_to_the_nodes_goes_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(quota._RunningKept, "stamp", lambda self, tasks: (self.epoch,))
     _, wrong, _ = _run(random.Random(7), 600)
     assert wrong > 0

@@ -57,36 +57,52 @@ class _RunningKept:
     (None: none). Valid while the queues' names are the same (`statics`, QueueTree's kept statics: which queues are
     known). Holds the jobs it indexes, so an id is never reused while it is kept."""
 
-    __slots__ = ("statics", "jobs", "by_node", "token")
+    __slots__ = ("statics", "jobs", "by_node", "token", "versions", "epoch", "charges")
 
     def __init__(self, statics):
         self.statics = statics
         self.jobs: dict[int, JobInfo] = {}  # id(job) -> job, the jobs not pending as of `token`
         self.by_node: dict[str, dict[int, tuple]] = {}  # node -> id(job) -> its running GPUs there
         self.token = None
+        # per node, a count of the changes to its entry (by_node), and of the rebuilds: a stamp of the nodes of a
+        # hold's tasks (`stamp`) is the same only while running_on's answer for each of them is
+        self.versions: dict[str, int] = {}
+        self.epoch = 0
+        # id(holder) -> (the holder, its stamp, GPUs per flavor charged for its reserved tasks: QueueTree.held's)
+        self.charges: dict[int, tuple] = {}
+
+    def stamp(self, tasks) -> tuple:
+        versions = self.versions
+        return (self.epoch, *[versions.get(t.node, 0) for t in tasks])
 
     def rebuild(self, live, known) -> None:
         """Index `live` (the snapshot's jobs not pending) from scratch."""
         self.jobs.clear()
         self.by_node.clear()
+        self.versions.clear()
+        self.charges.clear()
+        self.epoch += 1
         self.apply(live, (), known)
 
     def apply(self, came, gone, known) -> None:
         """The jobs of `gone` left, those of `came` arrived (the producer's changes since the indexed snapshot)."""
-        jobs, by_node = self.jobs, self.by_node
+        jobs, by_node, versions = self.jobs, self.by_node, self.versions
         for job in gone:
             i = id(job)
             if jobs.pop(i, None) is None:
                 continue
             for t in job.placement:
                 per = by_node.get(t.node)
-                if per is not None and per.pop(i, None) is not None and not per:
-                    del by_node[t.node]
+                if per is not None and per.pop(i, None) is not None:
+                    versions[t.node] = versions.get(t.node, 0) + 1
+                    if not per:
+                        del by_node[t.node]
         for job in came:
             i = id(job)
             jobs[i] = job
             if job.state == "running" and known(job.queue):
                 for t in job.placement:
+                    versions[t.node] = versions.get(t.node, 0) + 1
                     per = by_node.get(t.node)
                     if per is None:
                         by_node[t.node] = {i: tuple(t.gpus)}
@@ -204,9 +220,16 @@ class QueueTree:
             if self.known(queue):
                 self.charge(queue, resource, amount)
         if holders:
-            self.running_on({t.node for job in holders for t in job.reserved})  # one pass for them all
-        for job in holders:
-            self.charge_hold(job.id, job.queue, job.reserved)
+            kept = self._kept_running
+            if kept is _UNSET:
+                kept = self._kept_running = self._running_kept()
+            if kept is None:
+                self.running_on({t.node for job in holders for t in job.reserved})  # one pass for them all
+                for job in holders:
+                    self.charge_hold(job.id, job.queue, job.reserved)
+            else:
+                for job in holders:
+                    self._charge_reserved(job, kept)
 
     def running_on(self, nodes) -> dict[str, set[int]]:
         """node -> GPU indices of jobs running there at snapshot time (known queues; not those being
@@ -250,6 +273,24 @@ class QueueTree:
             kept.rebuild(self._live, self.known)
             kept.token = live_changes[1]
         return kept
+
+    def _charge_reserved(self, job: JobInfo, kept: _RunningKept) -> None:
+        """charge_hold(job.id, job.queue, job.reserved), its GPUs per flavor taken from the kept index's last answer
+        for the same job object while no running job came to or left a node of its reserved tasks since
+        (_RunningKept.stamp): the same charges, in the same order."""
+        stamp = kept.stamp(job.reserved)
+        entry = kept.charges.get(id(job))
+        if entry is not None and entry[0] is job and entry[1] == stamp:
+            queue, per_flavor = job.queue, entry[2]
+            self.drop_hold(job.id)
+            for flavor, gpus in per_flavor.items():
+                self.charge(queue, flavor, gpus)
+            self.held[job.id] = (queue, dict(per_flavor))
+            return
+        self.charge_hold(job.id, job.queue, job.reserved)
+        if len(kept.charges) > 1024:
+            kept.charges.clear()
+        kept.charges[id(job)] = (job, stamp, dict(self.held[job.id][1]))
 
     def charge_hold(self, job_id, queue: str, tasks, *, all_gpus: bool = False) -> None:
         """Charge GPUs held for a pending job to its queue: those of `tasks` (TaskPlacements) that no job
