@@ -100,7 +100,8 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
         session.sharing = share_hook(session)
     if facts is None or facts.moving:
         hold_moving(session)  # new places of jobs being moved by rescheduling stay held
-    reservations = Reservations(session, pending)
+    # the pending jobs holding a reservation: counted by the snapshot's index (all of its pending jobs are `pending`)
+    reservations = Reservations(session, pending, facts.holding if facts is not None else None)
     t1 = time.perf_counter()
     taken: dict = {}  # (job id, role, index) of the tasks evicted this cycle -> the rule
     early: list = []  # (evictions, decisions, jobs tried) of the phase run before the first borrower

@@ -88,7 +88,7 @@ class JobCounts:
     """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
 
     __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live", "pending_gpus", "moving", "running_gpus",
-                 "holding", "evicting", "running_queues", "pending_priorities")
+                 "holding", "evicting", "running_queues", "pending_priorities", "timed")
 
     def __init__(self) -> None:
         self.live = 0
@@ -102,6 +102,7 @@ class JobCounts:
         self.evicting = 0  # jobs "preempting" with `evicted_for`
         self.running_queues: dict[str, int] = {}  # queue -> GPUs of its running jobs' tasks (running_gpus per queue)
         self.pending_priorities: dict[int, int] = {}  # priority -> count of pending jobs
+        self.timed = 0  # jobs not pending with a time limit (actions/backfill.shadow_reservation's only input jobs)
 
     def add(self, job, sign: int = 1) -> None:
         roles = job.roles
@@ -123,6 +124,8 @@ class JobCounts:
         self.live += sign
         if job.reserved:
             self.moving += sign
+        if job.time_limit is not None:
+            self.timed += sign
         if job.state != "running":
             if job.state == "preempting" and job.evicted_for is not None:
                 self.evicting += sign
@@ -161,6 +164,13 @@ class FactTuple(tuple):
     job_facts: tuple | None = None
     pending_from: int | None = None
     unique_ids: bool = False  # the producer keeps its jobs by id: no two have the same id
+    # (token of the producer's previous snapshot, this snapshot's token, jobs not pending that came, jobs not pending
+    # that went) since that snapshot, in no particular order (plugins.quota's kept running tasks per node); None:
+    # not known. Kept only with pending_from
+    live_changes: tuple | None = None
+    # how many jobs not pending have a time limit (JobCounts.timed; 0: backfill's shadow finds no end to wait
+    # for without a pass over the jobs); None: not known
+    timed: int | None = None
     # (token of the producer's previous snapshot, this snapshot's token, pending jobs that came (in list order),
     # pending jobs that went) since that snapshot: cache.PendingChanges.advance takes them instead of diffing
     # the whole list when the list it saw last is that snapshot's; None: not known
@@ -168,18 +178,20 @@ class FactTuple(tuple):
 
 
 def with_facts(jobs, counts: JobCounts, pending_from: int | None = None, unique_ids: bool = False,
-               pending_changes: tuple | None = None) -> FactTuple:
+               pending_changes: tuple | None = None, live_changes: tuple | None = None) -> FactTuple:
     """`jobs` (an iterable of the very jobs `counts` counts) as a FactTuple carrying their figures.
     pending_from: the producer lists the jobs not pending first, then from this index on the pending ones
     (kept only when it equals the count of jobs not pending, JobCounts.live); unique_ids: no two jobs have the
-    same id (a producer that keeps them in dicts by id); pending_changes: FactTuple.pending_changes (kept only
+    same id (a producer that keeps them in dicts by id); pending_changes, live_changes: FactTuple's (kept only
     with pending_from)."""
     out = FactTuple(jobs)
     out.job_facts = counts.facts()
     if pending_from is not None and pending_from == counts.live:
         out.pending_from = pending_from
         out.pending_changes = pending_changes
+        out.live_changes = live_changes
     out.unique_ids = unique_ids
+    out.timed = counts.timed
     return out
 
 

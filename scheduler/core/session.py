@@ -531,14 +531,19 @@ class Session:
             return PendingReason("insufficient_gpus", f"needs {wants} GPUs at once; free: {', '.join(short)}")
         return PendingReason("no_domain", f"no tier-{cap} domain has {wants} free GPUs at once")
 
+    def numa_known(self) -> bool:
+        """Whether any node of the snapshot reports its GPUs' NUMA layout (computed once per cycle)."""
+        known = self._numa_known
+        if known is None:
+            known = self._numa_known = any(map(_gpu_numa, self.snapshot.nodes))
+        return known
+
     def _passes(self, job: JobInfo, flavors: tuple[str, ...]) -> list[tuple[str, frozenset]]:
         """The (numa mode, grouped role names) passes of the search, strictest first (search docstring).
         NUMA counts only for a task of more than one GPU that some NUMA node of its flavors could hold
         (a task larger than every NUMA node, e.g. a whole node's GPUs, is never aligned: no pass for it)."""
-        if self._numa_known is None:
-            self._numa_known = any(map(_gpu_numa, self.snapshot.nodes))
         numa_modes = _OFF
-        if self._numa_known or job.numa == "single":
+        if self.numa_known() or job.numa == "single":
             max_zone = self.capacity.max_zone
             zone = max_zone.get(flavors[0], 0) if len(flavors) == 1 else max((max_zone.get(f, 0) for f in flavors),
                                                                              default=0)

@@ -11,6 +11,7 @@ Units: GPUs, millicores, MiB, seconds of simulated time.
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from operator import attrgetter
 
 from clusterspec.spec import ClusterSpec, TraceJob
 from scheduler.core.jobindex import JobCounts, with_facts
@@ -23,6 +24,24 @@ ROLE = "worker"  # trace jobs have one role
 # positionally from its base's fields: the same object as dataclasses.replace gives, at half the cost)
 _NODE_FIELDS = tuple(f.name for f in fields(NodeInfo))
 _USED, _CPU, _MEM, _STATE, _SPARE = map(_NODE_FIELDS.index, ("used", "cpu_used", "memory_used", "state", "spare"))
+# JobInfo's fields read at once, and each field's slot setter (_job_with)
+_JOB_FIELDS = tuple(f.name for f in fields(JobInfo))
+_job_values = attrgetter(*_JOB_FIELDS)
+_JOB_SET = {name: getattr(JobInfo, name).__set__ for name in _JOB_FIELDS}
+_job_setters = tuple(_JOB_SET.values())
+
+
+def _job_with(job: JobInfo, **changes) -> JobInfo:
+    """dataclasses.replace(job, **changes) for a JobInfo (frozen, slots, no __post_init__, every field in
+    __init__): the same value, its slots set directly instead of through replace's field walk and __init__."""
+    if type(job) is not JobInfo:
+        return replace(job, **changes)
+    new = object.__new__(JobInfo)
+    for set_, value in zip(_job_setters, _job_values(job)):
+        set_(new, value)
+    for name, value in changes.items():
+        _JOB_SET[name](new, value)
+    return new
 
 
 def job_info(job: TraceJob, time_limit: float | None = None) -> JobInfo:
@@ -90,6 +109,47 @@ class _Jobs(dict):
 
 
 _ABSENT = object()  # _Pending.changes: the key had no job at the last mark
+
+
+class _Live(_Jobs):
+    """The jobs not pending (a _Jobs), also recording the job each changed key had at the last `mark`, so that
+    `mark` gives the jobs that came and went since then (in no particular order) without a pass over the jobs."""
+
+    __slots__ = ("changes",)
+
+    def __init__(self, counts: JobCounts):
+        super().__init__(counts)
+        self.changes: dict = {}
+
+    def __setitem__(self, key, job) -> None:
+        if key not in self.changes:
+            self.changes[key] = self.get(key, _ABSENT)
+        _Jobs.__setitem__(self, key, job)
+
+    def __delitem__(self, key) -> None:
+        if key not in self.changes and key in self:
+            self.changes[key] = self[key]
+        _Jobs.__delitem__(self, key)
+
+    def pop(self, key, *default):
+        if key not in self.changes and key in self:
+            self.changes[key] = self[key]
+        return _Jobs.pop(self, key, *default)
+
+    def mark(self) -> tuple:
+        """(jobs that came, jobs that went) since the last mark; starts a new record."""
+        changes = self.changes
+        self.changes = {}
+        came, gone = [], []
+        get = self.get
+        for key, old in changes.items():
+            new = get(key, _ABSENT)
+            if new is not old:
+                if old is not _ABSENT:
+                    gone.append(old)
+                if new is not _ABSENT:
+                    came.append(new)
+        return came, gone
 
 
 class _Pending(_Jobs):
@@ -194,7 +254,7 @@ class ClusterState:
         self.counts = JobCounts()  # figures of the pending and running jobs (core.jobindex), kept per change
         self.pending: dict = _Pending(self.counts)  # job id -> JobInfo, in submit order
         self._token = None  # the last snapshot's mark (FactTuple.pending_changes)
-        self.running: dict = _Jobs(self.counts)  # job id -> JobInfo (state running or preempting, with placement)
+        self.running: dict = _Live(self.counts)  # job id -> JobInfo (state running or preempting, with placement)
         self._held: set = set()  # pending job ids with GPUs held for them
         self.partial_gpus = 0  # GPUs bound to tasks of pending jobs whose gang is not complete (gang=False)
         self._hold_gpus: dict = {}  # node -> its GPUs nominated for pending jobs (set_holds)
@@ -244,9 +304,11 @@ class ClusterState:
         delta, token = self.pending.mark(), object()  # the pending jobs that came and went since the last snapshot
         given = None if delta is None or self._token is None else (self._token, token, *delta)
         # a list, not a tuple: with_facts copies it into its FactTuple once (a tuple here is a second copy: 2x)
+        came, gone = self.running.mark()  # the jobs not pending that came and went since the last snapshot
+        live = None if self._token is None else (self._token, token, came, gone)
         jobs = with_facts([*self.running.values(), *self.pending.values()], self.counts, len(self.running),
                           unique_ids=True,  # two dicts by job id, a job in one of them only
-                          pending_changes=given)
+                          pending_changes=given, live_changes=live)
         self._token = token
         return Snapshot(nodes=tuple(self._nodes), domains=self.domains, queues=self.queues, jobs=jobs, now=now)
 
@@ -306,7 +368,7 @@ class ClusterState:
             self.partial_gpus -= sum(len(t.gpus) for t in job.placement)
             binding = replace(binding, tasks=placement)
         del self.pending[job.id]
-        started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now, reserved=())
+        started = _job_with(job, state="running", placement=tuple(binding.tasks), start_time=now, reserved=())
         self.running[job.id] = started
         return started
 
@@ -362,7 +424,7 @@ class ClusterState:
         self.queue_used[job.queue] = (self.queue_used.get(job.queue, 0) + sum(add.values()) / 1000 + len(instances)
                                       + len(whole))
         del self.pending[job.id]
-        started = replace(job, state="running", placement=tuple(binding.tasks), start_time=now, reserved=())
+        started = _job_with(job, state="running", placement=tuple(binding.tasks), start_time=now, reserved=())
         self.running[job.id] = started
         return started
 

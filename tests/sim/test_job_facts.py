@@ -54,7 +54,8 @@ def mixed_trace(fractions: bool) -> Trace:
 
 
 def checked_replay(fractions: bool):
-    seen = {"cycles": 0, "short": 0, "sharing": 0, "preempt": 0, "down": 0, "holding": 0, "evicting": 0, "given": 0,
+    last_live: list = [None, {}]  # (token, id -> job not pending) of the previous snapshot
+    seen = {"live_changes": 0, "timed": 0, "cycles": 0, "short": 0, "sharing": 0, "preempt": 0, "down": 0, "holding": 0, "evicting": 0, "given": 0,
             "moved": 0}
     cache, index = EngineCache(), SnapshotIndex()
     handed, diffed = PendingChanges(), PendingChanges()  # with the producer's changes, and by the lists alone
@@ -66,6 +67,19 @@ def checked_replay(fractions: bool):
         for j in snapshot.jobs:
             counts.add(j)
         assert snapshot.jobs.job_facts == counts.facts()
+        # the jobs not pending with a time limit (backfill's shadow_reservation skips its pass when there is none)
+        timed = sum(1 for j in snapshot.jobs if j.state != "pending" and j.time_limit is not None)
+        assert snapshot.jobs.timed == counts.timed == timed
+        seen["timed"] += timed > 0
+        # the jobs not pending that came and went since the previous snapshot (FactTuple.live_changes): exactly
+        # what a diff by identity of the two snapshots' jobs not pending gives
+        live_now = {id(j): j for j in snapshot.jobs[:snapshot.jobs.pending_from]}
+        changes = snapshot.jobs.live_changes
+        if changes is not None and changes[0] is last_live[0]:  # (snapshots the engine is not given break the chain)
+            assert sorted(map(id, changes[2])) == sorted(i for i in live_now if i not in last_live[1])
+            assert sorted(map(id, changes[3])) == sorted(i for i in last_live[1] if i not in live_now)
+            seen["live_changes"] += bool(changes[2] or changes[3])
+        last_live[:] = [changes[1] if changes is not None else None, live_now]
         # the pending jobs from where the producer says they begin: exactly those a scan finds, in the same order
         start = snapshot.jobs.pending_from
         assert start is not None
@@ -118,6 +132,8 @@ def test_replay_job_facts_match_a_scan_every_cycle():
     seen, report = checked_replay(fractions=False)
     assert seen["cycles"] > 50 and report.jobs_started > 100
     assert seen["short"] > 0 and seen["preempt"] > 0  # the figures were not all trivially empty
+    assert seen["timed"] > 50  # jobs with time limits ran (their count was checked, not only zeros)
+    assert seen["live_changes"] > 50  # the producer's changes to the jobs not pending were checked
     assert seen["holding"] > 0  # pending jobs held GPUs (QueueTree charges their holds from the kept count)
     assert seen["given"] > seen["cycles"] // 2 and seen["moved"] > seen["cycles"] // 4  # the producer's changes taken
     seen, report = checked_replay(fractions=True)

@@ -730,7 +730,8 @@ class Admission:
         self.writes = 0  # entries written to _refused and to the queue order's table of keys (_Bulk)
         self._flavors: dict = {}  # job id -> its flavors this cycle (clusters of several flavors)
         self._never: dict = {}  # (shape id, flavor) -> capacity.never_fits of the shape's jobs, this cycle
-        self._lanes: dict = {}  # shape id -> what `lane` reads of its jobs, or None (not for the lane), this cycle
+        # shape id -> what `lane` reads of its jobs, or None (not for the lane): kept across cycles (_kept_lanes)
+        self._lanes: dict | None = None
         # charges through `charge`: queue level -> QueueTree.version after the last one that reached it, for every
         # charge from version _tracked_from to _tracked_to (any charge made elsewhere starts it over)
         self._touched: dict[str, int] = {}
@@ -862,9 +863,12 @@ class Admission:
         the task; None when any of this does not hold, with the state and the usage unchanged: `place` then
         decides the long way (and reaches the same refusal, or its full search). entry: the job's facts."""
         sid = entry[5]
-        lane = self._lanes.get(sid, _UNSET)
+        lanes = self._lanes
+        if lanes is None:
+            lanes = self._lanes = self._kept_lanes()
+        lane = lanes.get(sid, _UNSET)
         if lane is _UNSET:
-            lane = self._lanes[sid] = self._lane(job, entry)
+            lane = lanes[sid] = self._lane(job, entry)
         if lane is None:
             return None
         flavor, need, gpus, cpu, mem, tier, shape, role, preemptible, capped = lane
@@ -880,6 +884,24 @@ class Admission:
             return None
         self.charge(queue, flavor, gpus)
         return (*taken, role)
+
+    def _kept_lanes(self) -> dict:
+        """The table of `_lane`'s answers (shape id -> answer), kept in the job memo across cycles (key ("lanes",
+        thread)) while what `_lane` reads besides the job's shape id is the same: the queues' names, parents and
+        quotas (QueueTree's kept statics, `static_key`: known queues, static limits), the cluster's shape and the
+        config (the memo's own key: capacity per flavor, static feasibility, tier levels, the largest NUMA node)
+        and whether any node reports its GPUs' NUMA layout (Session.numa_known: the search passes). Without
+        kept statics (no memo) the table is this cycle's alone."""
+        session = self.session
+        statics = session.queues._statics
+        if statics is None:
+            return {}
+        key = ("lanes", threading.get_ident())
+        token = (statics, session.numa_known())
+        kept = self.memo.get(key)
+        if kept is None or kept[0] is not token[0] or kept[1] != token[1]:
+            kept = self.memo[key] = (*token, {})
+        return kept[2]
 
     def _lane(self, job: JobInfo, entry: tuple):
         """What `lane` reads of a job's shape id (the same for every job of it: its queue, roles, numa, preemptible,
@@ -1236,8 +1258,23 @@ def _serve_nomination(session: Session, admission: Admission, order: _QueueOrder
         queues.held[job.id] = (job.queue, dict(per_flavor))
     else:
         session.nominate(job, job.reserved)
-    out.reasons[job.id] = PendingReason("nominated", f"{outcome.message}; {waiting} GPUs reserved for it are "
-                                                     f"still in use (evicted jobs releasing, or jobs draining)")
+    out.reasons[job.id] = _nominated(admission.memo, outcome.message, waiting)
+
+
+def _nominated(memo: dict, message: str, waiting: int) -> PendingReason:
+    """A waiting holder's reason: its attempt's message and the reserved GPUs still in use. The same (frozen, equal)
+    object for the same two values, kept in the job memo (key ("nominated reasons", thread); at most 4,096, then
+    started over): a holder waits with the same reason cycle after cycle."""
+    key = ("nominated reasons", threading.get_ident())
+    kept = memo.get(key)
+    if kept is None or len(kept) > 4096:
+        kept = memo[key] = {}
+    reason = kept.get((message, waiting))
+    if reason is None:
+        reason = kept[(message, waiting)] = PendingReason(
+            "nominated", f"{message}; {waiting} GPUs reserved for it are still in use (evicted jobs releasing, or "
+                         f"jobs draining)")
+    return reason
 
 
 def _wants_free(holds, free: list, key) -> bool:

@@ -45,12 +45,14 @@ class Reservations:
     estimated start of the job holding it; count: jobs holding a reservation (those of earlier cycles,
     `JobInfo.reserved`, included)."""
 
-    def __init__(self, session: Session, pending: list[JobInfo]):
+    def __init__(self, session: Session, pending: list[JobInfo], holding: int | None = None):
+        """holding: how many of `pending` hold a reservation (`reserved`), when the caller knows it
+        (jobindex.Facts.holding of the snapshot whose pending jobs these are), else None: counted when asked."""
         self.session = session
         self.until: float | None = None
         self.estimated_start: dict = {}
         self._pending = pending
-        self._count: int | None = None  # counted when first asked (most cycles never ask)
+        self._count: int | None = holding  # counted when first asked (most cycles never ask)
         self._tried = False  # one EASY reservation per cycle: for the first job that waits
         self._drained = False  # at most one new drain reservation per cycle
 
@@ -131,8 +133,12 @@ def shadow_reservation(session: Session, job: JobInfo, flavor: str, snapshot: Sn
                        ) -> tuple[float, Binding] | None:
     """(estimated start in seconds of cluster time, the placement then), or None when the job fits no
     time at which running jobs with a time limit have ended. The state is left unchanged."""
-    # the jobs with a time limit first (C-level: a trace without limits makes no Python loop over its jobs)
-    jobs = _not_pending(snapshot.jobs)
+    # the jobs with a time limit first (C-level: a trace without limits makes no Python loop over its jobs); a
+    # producer that counts them (FactTuple.timed) says when there is none, without a pass over the jobs
+    jobs = snapshot.jobs
+    if type(jobs) is FactTuple and jobs.timed == 0:
+        return None
+    jobs = _not_pending(jobs)
     timed = compress(jobs, map(is_not, map(_time_limit, jobs), repeat(None)))
     ends = sorted((j.start_time + j.time_limit, str(j.id), j) for j in timed
                   if j.state != "pending" and j.start_time is not None)

@@ -45,6 +45,72 @@ class _Statics:
         self.kids: dict | None = None
 
 
+_UNSET = object()
+
+
+class _RunningKept:
+    """QueueTree.running_on's answers kept across cycles in the engine cache's job memo (key ("running on", thread)):
+    per node, the GPUs of each running job of a known queue with a task there (node -> id(job) -> GPU indices),
+    brought up to date from the jobs not pending that came and went as a producer hands them
+    (FactTuple.live_changes: the replay's state records them per change; a job changing state is a new object), so
+    no cycle passes over every running job. `token`: the producer's token of the snapshot it is up to date with
+    (None: none). Valid while the queues' names are the same (`statics`, QueueTree's kept statics: which queues are
+    known). Holds the jobs it indexes, so an id is never reused while it is kept."""
+
+    __slots__ = ("statics", "jobs", "by_node", "token", "versions", "epoch", "charges")
+
+    def __init__(self, statics):
+        self.statics = statics
+        self.jobs: dict[int, JobInfo] = {}  # id(job) -> job, the jobs not pending as of `token`
+        self.by_node: dict[str, dict[int, tuple]] = {}  # node -> id(job) -> its running GPUs there
+        self.token = None
+        # per node, a count of the changes to its entry (by_node), and of the rebuilds: a stamp of the nodes of a
+        # hold's tasks (`stamp`) is the same only while running_on's answer for each of them is
+        self.versions: dict[str, int] = {}
+        self.epoch = 0
+        # id(holder) -> (the holder, its stamp, GPUs per flavor charged for its reserved tasks: QueueTree.held's)
+        self.charges: dict[int, tuple] = {}
+
+    def stamp(self, tasks) -> tuple:
+        versions = self.versions
+        return (self.epoch, *[versions.get(t.node, 0) for t in tasks])
+
+    def rebuild(self, live, known) -> None:
+        """Index `live` (the snapshot's jobs not pending) from scratch."""
+        self.jobs.clear()
+        self.by_node.clear()
+        self.versions.clear()
+        self.charges.clear()
+        self.epoch += 1
+        self.apply(live, (), known)
+
+    def apply(self, came, gone, known) -> None:
+        """The jobs of `gone` left, those of `came` arrived (the producer's changes since the indexed snapshot)."""
+        jobs, by_node, versions = self.jobs, self.by_node, self.versions
+        for job in gone:
+            i = id(job)
+            if jobs.pop(i, None) is None:
+                continue
+            for t in job.placement:
+                per = by_node.get(t.node)
+                if per is not None and per.pop(i, None) is not None:
+                    versions[t.node] = versions.get(t.node, 0) + 1
+                    if not per:
+                        del by_node[t.node]
+        for job in came:
+            i = id(job)
+            jobs[i] = job
+            if job.state == "running" and known(job.queue):
+                for t in job.placement:
+                    versions[t.node] = versions.get(t.node, 0) + 1
+                    per = by_node.get(t.node)
+                    if per is None:
+                        by_node[t.node] = {i: tuple(t.gpus)}
+                    else:
+                        had = per.get(i)
+                        per[i] = tuple(t.gpus) if had is None else (*had, *t.gpus)
+
+
 class QueueTree:
     def __init__(self, snapshot: Snapshot, static=None, facts=None, memo: dict | None = None):
         """static: the snapshot's domain_tree.ClusterStatic, when the caller has it (saves two node scans).
@@ -83,6 +149,8 @@ class QueueTree:
         self._kids: dict[str | None, list[str]] | None = None if kept is None else kept.kids
         self.held: dict = {}  # pending job id -> (queue, flavor -> GPUs) charged for its hold
         self._running_on: dict[str, set[int]] = {}  # node -> GPUs of running jobs there, for the nodes asked
+        # the running jobs' tasks per node kept across cycles (_RunningKept), looked up on the first running_on call
+        self._memo, self._kept_running = memo, _UNSET
         # running jobs' GPUs summed per (queue, flavor) first, then charged once each (the same usage as a
         # charge per task, without walking every queue chain once per task)
         totals: dict[tuple[str, str], int] = {}
@@ -118,6 +186,15 @@ class QueueTree:
         jobs = snapshot.jobs
         start = jobs.pending_from if facts is not None and type(jobs) is FactTuple else None
         self._live = jobs if start is None else jobs[:start]
+        # the producer's changes to the jobs not pending since its previous snapshot (FactTuple.live_changes): the
+        # kept running tasks per node (_RunningKept), when there is one up to date with that snapshot, move with them
+        self._live_changes = jobs.live_changes if start is not None else None
+        if self._live_changes is not None and memo is not None and kept is not None:
+            running_kept = memo.get(("running on", threading.get_ident()))
+            if running_kept is not None and running_kept.statics is kept \
+                    and running_kept.token is self._live_changes[0] and running_kept.token is not None:
+                running_kept.apply(self._live_changes[2], self._live_changes[3], self.known)
+                running_kept.token = self._live_changes[1]
         if running is not None:
             if facts.holding:
                 holders = [j for j in filter(_reserved, jobs if start is None else jobs[start:])
@@ -143,9 +220,16 @@ class QueueTree:
             if self.known(queue):
                 self.charge(queue, resource, amount)
         if holders:
-            self.running_on({t.node for job in holders for t in job.reserved})  # one pass for them all
-        for job in holders:
-            self.charge_hold(job.id, job.queue, job.reserved)
+            kept = self._kept_running
+            if kept is _UNSET:
+                kept = self._kept_running = self._running_kept()
+            if kept is None:
+                self.running_on({t.node for job in holders for t in job.reserved})  # one pass for them all
+                for job in holders:
+                    self.charge_hold(job.id, job.queue, job.reserved)
+            else:
+                for job in holders:
+                    self._charge_reserved(job, kept)
 
     def running_on(self, nodes) -> dict[str, set[int]]:
         """node -> GPU indices of jobs running there at snapshot time (known queues; not those being
@@ -153,6 +237,18 @@ class QueueTree:
         known = self._running_on
         missing = {n for n in nodes if n not in known}
         if missing:
+            kept = self._kept_running
+            if kept is _UNSET:
+                kept = self._kept_running = self._running_kept()
+            if kept is not None:  # the same sets from the kept index of the running tasks per node
+                by_node = kept.by_node
+                for n in missing:
+                    found_on = known[n] = set()
+                    per = by_node.get(n)
+                    if per:
+                        for gpus in per.values():
+                            found_on.update(gpus)
+                return known
             found: dict[str, set[int]] = {n: set() for n in missing}
             for job in self._live:  # the jobs not pending (running ones among them): the nodes first, then the queue
                 if job.state == "running":
@@ -161,6 +257,40 @@ class QueueTree:
                             found[t.node].update(t.gpus)
             known.update(found)
         return known
+
+    def _running_kept(self) -> "_RunningKept | None":
+        """The memo's _RunningKept (key ("running on", thread)) up to date with this snapshot's jobs not pending (made
+        from them when there is none, or it is not up to date), or None: no memo, or a snapshot whose producer does
+        not hand its changes (FactTuple.live_changes; running_on's pass then)."""
+        memo, statics, live_changes = self._memo, self._statics, self._live_changes
+        if memo is None or statics is None or live_changes is None:
+            return None
+        slot = ("running on", threading.get_ident())
+        kept = memo.get(slot)
+        if kept is None or kept.statics is not statics:
+            kept = memo[slot] = _RunningKept(statics)
+        if kept.token is not live_changes[1]:  # (__init__ brought a kept one from the previous snapshot forward)
+            kept.rebuild(self._live, self.known)
+            kept.token = live_changes[1]
+        return kept
+
+    def _charge_reserved(self, job: JobInfo, kept: _RunningKept) -> None:
+        """charge_hold(job.id, job.queue, job.reserved), its GPUs per flavor taken from the kept index's last answer
+        for the same job object while no running job came to or left a node of its reserved tasks since
+        (_RunningKept.stamp): the same charges, in the same order."""
+        stamp = kept.stamp(job.reserved)
+        entry = kept.charges.get(id(job))
+        if entry is not None and entry[0] is job and entry[1] == stamp:
+            queue, per_flavor = job.queue, entry[2]
+            self.drop_hold(job.id)
+            for flavor, gpus in per_flavor.items():
+                self.charge(queue, flavor, gpus)
+            self.held[job.id] = (queue, dict(per_flavor))
+            return
+        self.charge_hold(job.id, job.queue, job.reserved)
+        if len(kept.charges) > 1024:
+            kept.charges.clear()
+        kept.charges[id(job)] = (job, stamp, dict(self.held[job.id][1]))
 
     def charge_hold(self, job_id, queue: str, tasks, *, all_gpus: bool = False) -> None:
         """Charge GPUs held for a pending job to its queue: those of `tasks` (TaskPlacements) that no job
