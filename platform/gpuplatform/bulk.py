@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from django.db import IntegrityError, connection
 from django.db.models import Field, FloatField, ForeignObject, Func, Lookup
 
-__all__ = ["AnyOf", "CopyRows", "Many", "copy_rows", "insert_rows", "json_value", "lock_keys", "rows", "together", "update_rows"]
+__all__ = ["AnyOf", "CopyRows", "Many", "Pending", "Together", "copy_rows", "insert_batches", "insert_rows", "json_value",
+           "lock_keys", "rows", "together", "update_rows"]
 
 
 class _Epoch(Func):
@@ -252,24 +253,27 @@ def insert_rows(model, columns, rows) -> None:
         rows = rows.rows if isinstance(rows, CopyRows) else rows
         model.objects.bulk_create([model(**dict(zip(columns, row))) for row in rows], batch_size=2000)
         return
-    from psycopg import errors as pg_errors
-
     prepared = rows if isinstance(rows, CopyRows) and rows.chunks is not None else copy_rows(
         model, columns, rows.rows if isinstance(rows, CopyRows) else rows)
+    _copy_in(model, columns, (prepared,))
+
+
+def _copy_in(model, columns, prepared) -> None:
+    """One COPY into model's table of every CopyRows of the iterable `prepared`, each written as it comes (its text
+    chunks, or psycopg's write_row when it has none). Database errors come as Django's (wrap_database_errors: a
+    unique index's is IntegrityError; a lost connection marks it unusable for Django)."""
     meta = model._meta
     fields = [_field(meta, c) for c in columns]
     cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     connection.ensure_connection()
-    with connection.cursor() as cur:
-        try:
-            with cur.cursor.copy(f"COPY {connection.ops.quote_name(meta.db_table)} ({cols}) FROM STDIN") as copy:
-                if prepared.chunks is not None:
-                    for chunk in prepared.chunks:
+    with connection.wrap_database_errors, connection.cursor() as cur:
+        with cur.cursor.copy(f"COPY {connection.ops.quote_name(meta.db_table)} ({cols}) FROM STDIN") as copy:
+            for rows in prepared:
+                if rows.chunks is not None:
+                    for chunk in rows.chunks:
                         copy.write(chunk)
                 else:
-                    _write_rows(copy, fields, prepared.rows)
-        except pg_errors.UniqueViolation as exc:
-            raise IntegrityError(str(exc)) from exc
+                    _write_rows(copy, fields, rows.rows)
 
 
 def insert_batches(model, columns, batches) -> int:
@@ -285,32 +289,20 @@ def insert_batches(model, columns, batches) -> int:
             insert_rows(model, columns, batch)
             written += len(batch)
         return written
-    from psycopg import errors as pg_errors
-
-    meta = model._meta
-    fields = [_field(meta, c) for c in columns]
-    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     batches = iter(batches)
     first = next(batches, None)
     if first is None:
         return 0
-    connection.ensure_connection()
     written = 0
-    with connection.cursor() as cur:
-        try:
-            with cur.cursor.copy(f"COPY {connection.ops.quote_name(meta.db_table)} ({cols}) FROM STDIN") as copy:
-                for batch in itertools.chain((first,), batches):
-                    if not batch:
-                        continue
-                    prepared = copy_rows(model, columns, batch)
-                    if prepared.chunks is not None:
-                        for chunk in prepared.chunks:
-                            copy.write(chunk)
-                    else:
-                        _write_rows(copy, fields, prepared.rows)
-                    written += len(batch)
-        except pg_errors.UniqueViolation as exc:
-            raise IntegrityError(str(exc)) from exc
+
+    def prepared():
+        nonlocal written
+        for batch in itertools.chain((first,), batches):
+            if batch:
+                yield copy_rows(model, columns, batch)
+                written += len(batch)
+
+    _copy_in(model, columns, prepared())
     return written
 
 

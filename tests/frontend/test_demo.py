@@ -243,6 +243,7 @@ def test_gpu_agent_refuses_bad_numbers_naming_the_option(args, option):
     ("slurm_backend", ["--once", "--poll", "-1"], "--poll"), ("slurm_backend", ["--once", "--poll", "0"], "--poll"),
     ("import_topology", ["x.yaml", "--format", "kueue", "--lowest-tier", "-1"], "--lowest-tier"),
     ("import_topology", ["x.yaml", "--format", "kueue", "--lowest-tier", "0"], "--lowest-tier"),
+    ("import_topology", ["x.yaml", "--format", "kueue", "--lowest-tier", "40000"], "--lowest-tier"),  # review 11 R9
 ])
 def test_other_commands_refuse_bad_numbers_naming_the_option(command, args, option):
     """F22's kind in the other commands: `slurm_backend --poll -1` ran a round and then died in time.sleep(-1)

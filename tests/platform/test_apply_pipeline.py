@@ -158,3 +158,30 @@ def test_a_racing_gpu_in_a_later_batch_sends_the_cycle_job_by_job(submit, monkey
     assert dict(Job.objects.values_list("name", "state")) == {"holder": "running", "first": "running",
                                                               "second": "running", "racer": "pending"}
     assert Allocation.objects.filter(released_at__isnull=True).count() == 6
+
+
+def test_an_error_while_the_copy_is_open_leaves_nothing_and_the_connection_usable(submit):
+    """Review 11, R4/R5: the batches' iterator failing after the first batch went, and a database error that is not a
+    unique index's (a NOT NULL column given None), leave no row, come as Django's own errors (the caller's
+    `except DatabaseError` sees them) and leave the connection usable for the next statement."""
+    from django.db import DatabaseError
+
+    job = submit("copy")
+    task = Task.objects.get(job=job)
+    gpus = list(Gpu.objects.filter(node__name="n0").order_by("index")[:2])
+
+    def failing():
+        yield [_row(task, gpus[0])]
+        raise RuntimeError("the caller's iterator failed")
+
+    before = Allocation.objects.count()
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            bulk.insert_batches(Allocation, ALLOCATION_FIELDS, failing())
+    assert Allocation.objects.count() == before
+    with pytest.raises(DatabaseError):  # created_at is NOT NULL
+        with transaction.atomic():
+            bulk.insert_batches(Allocation, ALLOCATION_FIELDS, [[_row(task, gpus[0])], [(task.pk, gpus[1].pk, job.pk,
+                                                                                         None, 0, 0, None)]])
+    assert Allocation.objects.count() == before
+    assert Job.objects.filter(pk=job.pk).exists()  # the connection answers

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from django.core.management.base import CommandError
 
+from ... import job_rules
 from .. import options
 from ..base import DatabaseCommand
 
@@ -30,7 +31,7 @@ class Command(DatabaseCommand):
                             help="check node names against the database and use their labels (regex/label selectors, kueue)")
         parser.add_argument("--nodes", default=None, help="a kubectl node list (YAML/JSON) giving node names and labels")
         parser.add_argument("--topology", default=None, help="slurm-yaml: topology name; kueue: Topology name")
-        parser.add_argument("--lowest-tier", type=options.integer(1), default=None, help="kueue / k8s-labels: tier of the lowest unknown level")
+        parser.add_argument("--lowest-tier", type=options.integer(1, job_rules.MAX_TIER), default=None, help="kueue / k8s-labels: tier of the lowest unknown level")
         parser.add_argument("--delete-missing", action="store_true", help="delete domains the file does not have")
         parser.add_argument("--skip-unknown-nodes", action="store_true",
                             help="apply even if the file names nodes the database does not have (they are ignored)")
