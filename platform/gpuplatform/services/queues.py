@@ -92,7 +92,8 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
     Closing (state "closing", or "closed" asked while the queue still has pending or
     live jobs) takes no new jobs and lets its jobs run to their end; the queue becomes closed when its last
     job ends (lifecycle.close_idle_queues; at once when it has none).
-    Raises ValidationError: unknown parent, a parent change that makes a cycle ("parent"), weight outside 0.001..1,000,000,
+    Raises ValidationError: unknown parent, a parent change that makes a cycle or breaks a quota rule at the new
+    place (quota_rules.check_parent: the queue's quotas and limits checked as a quota change there) ("parent"), weight outside 0.001..1,000,000,
     unknown state, a grace period outside 0..86400 ("preemption_grace_seconds"); `expected_version` (the
     queue_version the caller's form was opened with) no longer the queue's ("version": changed since)."""
     if expected_version is not None:
@@ -108,6 +109,8 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
             errors["parent"] = f"making {parent.name} the parent of {queue.name} would create a cycle"
         elif parent is not None and Job.objects.filter(queue=parent).exists():
             errors["parent"] = f"queue {parent.name} has jobs: a queue that runs jobs cannot get child queues"
+        else:
+            errors.update(quota_rules.check_parent(queue, parent))
         changes["parent"] = parent.name if parent else None
     if weight is not None:
         if queue_weight_error(weight):
