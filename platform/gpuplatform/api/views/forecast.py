@@ -52,9 +52,12 @@ class ChangeSerializer(Serializer):
                                                                        "preemptible)")
     min_available = serializers.IntegerField(required=False, min_value=1, max_value=4096)
     priority = serializers.IntegerField(required=False, min_value=-2**31, max_value=2**31 - 1)
-    time_limit = serializers.IntegerField(required=False, min_value=1, help_text="seconds")
+    # time_limit and highest_tier: submission's rules (job_rules.check_placement_and_limit, applied by
+    # scheduling.forecast.check_submit_changes), not bounds of their own (new-user trial 11, F5)
+    time_limit = serializers.IntegerField(required=False, help_text="seconds, 1 to 366 days as on submission")
     topology_mode = serializers.ChoiceField(required=False, choices=Job.TopologyMode.choices)
-    highest_tier = serializers.IntegerField(required=False, min_value=1, max_value=16)
+    highest_tier = serializers.IntegerField(required=False, min_value=-2**31, max_value=2**31 - 1,
+                                            help_text="a tier this cluster has, as on submission")
     flavors = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=16)
     flavor = serializers.CharField(required=False, max_length=64)
     guarantee = serializers.IntegerField(required=False, min_value=0, max_value=10**7)

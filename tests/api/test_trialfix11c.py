@@ -1,0 +1,52 @@
+"""New-user trial 11 findings fixed on branch trialfix11c (notes/trialfix11c.md): F5 (the what-if forecast took
+hypothetical jobs that submission refuses), F7 (closing a parent queue; submissions under a closed one), F11 (an
+unbounded what-if), F17 (If-Match and PUT on queues). F2 (re-parenting past the quota rules) is in
+tests/platform/test_queue_reparent.py and tests/api/test_invalid_queue_tree.py."""
+from __future__ import annotations
+
+import pytest
+
+from gpuplatform.models import Job, Queue
+
+URL = "/api/v1/forecast/"
+SLEEP = ["sleep", "3600"]
+
+
+def _submit_change(**fields):
+    return {"changes": [{"kind": "submit", "queue": "alpha", "tasks": 1, **fields}]}
+
+
+# --- F5: the what-if's submit change by submission's own rules ----------------------------------------------
+
+@pytest.mark.parametrize("fields, field, words", [
+    ({"topology_mode": "hard", "highest_tier": 5}, "highest_tier", "no such tier in this cluster: 5 (tiers: [1, 2])"),
+    ({"topology_mode": "hard", "highest_tier": 99}, "highest_tier", "no such tier in this cluster: 99"),
+    ({"highest_tier": 0}, "highest_tier", "highest_tier must be a tier number from 1"),
+    ({"topology_mode": "hard"}, "highest_tier", "a hard topology constraint needs highest_tier"),
+    ({"time_limit": 10**12}, "time_limit", "time_limit must be a whole number of seconds from 1 to 31622400"),
+    ({"time_limit": 0}, "time_limit", "from 1 to 31622400"),
+])
+def test_what_if_submit_refused_as_submission_refuses(admin, fields, field, words):
+    r = admin.post(URL, _submit_change(**fields), format="json")
+    assert r.status_code == 400, r.content
+    assert words in r.json()[f"changes[0].{field}"][0], r.json()
+
+
+def test_what_if_submit_tier_refused_on_the_same_rule_as_submission(admin):
+    """The what-if's message is the one POST /api/v1/jobs/ gives for the same tier."""
+    job = admin.post("/api/v1/jobs/", {"queue": "alpha", "name": "t", "command": SLEEP, "topology_mode": "hard",
+                                       "highest_tier": 5, "roles": [{"tasks": 1}]}, format="json")
+    what_if = admin.post(URL, _submit_change(topology_mode="hard", highest_tier=5), format="json")
+    assert job.status_code == what_if.status_code == 400
+    assert job.json()["highest_tier"] == what_if.json()["changes[0].highest_tier"]
+
+
+def test_what_if_submit_id_clashing_with_a_real_job_is_refused(admin, jobs):
+    real = Job.objects.order_by("pk").first()
+    r = admin.post(URL, _submit_change(id=str(real.pk)), format="json")
+    assert r.status_code == 400, r.content
+    assert f"'{real.pk}' is already a real job's id" in r.json()["changes[0].id"][0]
+    ok = admin.post(URL, _submit_change(id="probe", time_limit=3600, topology_mode="hard", highest_tier=2),
+                    format="json")
+    assert ok.status_code == 200, ok.content
+    assert any(j["id"] == "probe" and j["hypothetical"] for j in ok.json()["jobs"])
