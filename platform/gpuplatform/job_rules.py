@@ -270,12 +270,17 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
     return out, errors
 
 
-def submit_queue_error(queue, *, has_children: bool, team=None) -> str | None:
-    """The rule a queue breaks as the target of a new job: not open (closing, closed, draining), not a leaf, or
-    another team's. One rule for submission (check_job) and the what-if's `submit` change
+def submit_queue_error(queue, *, has_children: bool, team=None, closed_ancestor: tuple[str, str] | None = None
+                       ) -> str | None:
+    """The rule a queue breaks as the target of a new job: not open (closing, closed, draining), under a queue
+    that is not open (`closed_ancestor`: lifecycle.closed_ancestor's (name, state); new-user trial 11, F7), not
+    a leaf, or another team's. One rule for submission (check_job) and the what-if's `submit` change
     (scheduling.forecast.check_submit_changes; new-user trial 10, F3). None when it takes the job."""
     if queue.state != "open":
         return f"queue {queue.name} is {queue.state} and accepts no new jobs"
+    if closed_ancestor is not None:
+        return (f"queue {queue.name} is under queue {closed_ancestor[0]}, which is {closed_ancestor[1]}: "
+                f"it accepts no new jobs")
     if has_children:
         return f"queue {queue.name} is not a leaf queue; submit to one of its children"
     if queue.team_id is not None and team is not None and queue.team_id != team.pk:
@@ -314,7 +319,8 @@ def check_placement_and_limit(*, topology_mode, highest_tier, preferred_tier, ti
 def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, topology_mode, highest_tier,
               preferred_tier, time_limit_seconds, duration_seconds, tiers: set[int], error_class,
               command=None, env=None, working_dir="", image="", max_restarts=0, completion_role="",
-              container_runtimes: set[str] = frozenset(), numa="prefer", subgroups=None) -> list[dict]:
+              container_runtimes: set[str] = frozenset(), numa="prefer", subgroups=None,
+              closed_ancestor: tuple[str, str] | None = None) -> list[dict]:
     """All submission rules; `tiers` is the set of domain tiers present in the cluster. Returns the roles
     normalised, each with its resolved command, env, working_dir and image (check_execution) and its
     sub-group (group_size, group_highest_tier, group_mode; from the role's keys or the job's `subgroups`).
@@ -335,7 +341,8 @@ def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, t
                                       simulated=duration_seconds is not None, container_runtimes=container_runtimes))
     if name_error("job", name):
         errors["name"] = name_error("job", name)
-    if queue_error := submit_queue_error(queue, has_children=queue_has_children, team=team):
+    if queue_error := submit_queue_error(queue, has_children=queue_has_children, team=team,
+                                         closed_ancestor=closed_ancestor):
         errors["queue"] = queue_error
     if not _is_int(priority):
         errors["priority"] = "priority must be a whole number"

@@ -50,3 +50,18 @@ def test_what_if_submit_id_clashing_with_a_real_job_is_refused(admin, jobs):
                     format="json")
     assert ok.status_code == 200, ok.content
     assert any(j["id"] == "probe" and j["hypothetical"] for j in ok.json()["jobs"])
+
+
+# --- F7: a queue under a closed (closing) parent takes no new jobs, by the API and in the what-if -----------
+
+def test_submission_and_what_if_under_a_closing_root_are_refused(admin, jobs):
+    etag = admin.get("/api/v1/queues/root/")["ETag"]
+    r = admin.patch("/api/v1/queues/root/", {"state": "closed"}, format="json", HTTP_IF_MATCH=etag)
+    assert r.status_code == 200 and r.json()["state"] == "closing", r.content  # alpha / beta have live jobs
+    r = admin.post("/api/v1/jobs/", {"queue": "alpha", "name": "t", "command": SLEEP, "roles": [{"tasks": 1}]},
+                   format="json")
+    assert r.status_code == 400, r.content
+    assert r.json()["queue"] == ["queue alpha is under queue root, which is closing: it accepts no new jobs"]
+    r = admin.post(URL, _submit_change(), format="json")
+    assert r.status_code == 400 and "under queue root, which is closing" in r.json()["changes[0].queue"][0]
+    assert Queue.objects.get(name="root").state == "closing"

@@ -207,6 +207,7 @@ def check_submit_changes(user, changes: list[dict]) -> None:
 
     from ..errors import ValidationError
     from ..job_rules import submit_queue_error
+    from ..lifecycle import closed_ancestor
     from ..models import Queue
     from ..services.jobs import check_submit_priority
 
@@ -219,7 +220,8 @@ def check_submit_changes(user, changes: list[dict]) -> None:
         queue = Queue.objects.select_related("team").filter(name=ch.get("queue")).first()
         if queue is None:
             raise WhatIfError(i, "queue", f"unknown queue {str(ch.get('queue'))[:60]!r}")
-        why = submit_queue_error(queue, has_children=Queue.objects.filter(parent=queue).exists(), team=queue.team)
+        why = submit_queue_error(queue, has_children=Queue.objects.filter(parent=queue).exists(), team=queue.team,
+                                 closed_ancestor=closed_ancestor(queue.pk))
         if why:
             raise WhatIfError(i, "queue", why)
         if queue.team is not None:

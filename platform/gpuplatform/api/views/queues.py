@@ -57,8 +57,9 @@ class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
         queue = self.get_queryset().get(pk=queue.pk)
         data = QueueSerializer(queue).data
         if d.get("state") == "closed" and queue.state == "closing":  # new-user trial 9, F10: say why it differs
-            data["state_note"] = ("closed asked, closing given: the queue still has pending or live jobs; it takes "
-                                  "no new jobs and becomes closed when its last job ends")
+            data["state_note"] = ("closed asked, closing given: the queue still has pending or live jobs (its own "
+                                  "or its subtree's); it takes no new jobs, nor do the queues below it, and "
+                                  "becomes closed when its last job ends")
         return self.with_etag(Response(data), queue)
 
     @extend_schema(request=QueueUpdateSerializer, responses={200: QueueChangedSerializer}, parameters=[IF_MATCH])
