@@ -65,3 +65,23 @@ def test_submission_and_what_if_under_a_closing_root_are_refused(admin, jobs):
     r = admin.post(URL, _submit_change(), format="json")
     assert r.status_code == 400 and "under queue root, which is closing" in r.json()["changes[0].queue"][0]
     assert Queue.objects.get(name="root").state == "closing"
+
+
+# --- F11: one what-if's work is bounded -----------------------------------------------------------------------
+
+def test_what_if_bounds_its_changes_and_added_nodes(admin, cluster):
+    MAX_CHANGES = 20  # docs/forecast.md; 512 added nodes in all
+    weight = {"kind": "set_weight", "queue": "alpha", "weight": 2}
+    assert admin.post(URL, {"changes": [weight] * MAX_CHANGES}, format="json").status_code == 200
+    r = admin.post(URL, {"changes": [weight] * (MAX_CHANGES + 1)}, format="json")
+    assert r.status_code == 400 and r.json()["changes"] == ["at most 20 changes per what-if (ask several what-ifs)"]
+    r = admin.post(URL, {"changes": [{"kind": "add_nodes", "count": 513, "gpus": 8}]}, format="json")
+    assert r.status_code == 400 and r.json() == {"changes[0].count": ["Ensure this value is less than or equal to 512."]}, r.json()
+    many = [{"kind": "add_nodes", "count": 200, "gpus": 8}] * 3
+    r = admin.post(URL, {"changes": many}, format="json")
+    assert r.status_code == 400, r.content
+    assert r.json() == {"changes[2].count": ["the what-if's add_nodes changes would add 600 nodes; at most 512 in all"]}
+    assert admin.post(URL, {"changes": many[:2]}, format="json").status_code == 200
+    from gpuplatform.api.views import forecast
+
+    assert (forecast.MAX_CHANGES, forecast.MAX_ADDED_NODES) == (20, 512)

@@ -18,6 +18,12 @@ from ..serializers.base import Serializer
 from ..serializers.fields import FiniteFloatField, count_field, weight_field
 from ..serializers.jobs import GpusPerTaskField
 
+# Bounds on one what-if's work (new-user trial 11, F11: 50 add_nodes changes of 10,000 nodes ran past 10
+# minutes and grew the web process to 3.5 GB; one of them took 25.8 s). Both forecasts of a what-if grow with
+# the hypothetical cluster, so the nodes a request adds are capped in all, not per change.
+MAX_CHANGES = 20  # changes per what-if
+MAX_ADDED_NODES = 512  # nodes all of a what-if's add_nodes changes add together (a change's `count` at most this)
+
 REQUIRED = {
     "submit": ("queue", "tasks"),
     "set_quota": ("queue", "flavor"),
@@ -66,7 +72,9 @@ class ChangeSerializer(Serializer):
     weight = weight_field(required=False)
     nodes = serializers.ListField(child=serializers.CharField(max_length=200), required=False, min_length=1,
                                   max_length=10000)
-    count = serializers.IntegerField(required=False, min_value=1, max_value=10000)
+    count = serializers.IntegerField(required=False, min_value=1, max_value=MAX_ADDED_NODES,
+                                     help_text=f"add_nodes: nodes to add; at most {MAX_ADDED_NODES} in all the "
+                                               f"request's add_nodes changes")
     gpus = serializers.IntegerField(required=False, min_value=1, max_value=64)
     domain = serializers.CharField(required=False, max_length=200)
     job = serializers.IntegerField(required=False, min_value=1)
@@ -90,7 +98,19 @@ class ChangeSerializer(Serializer):
 
 
 class WhatIfSerializer(Serializer):
-    changes = ChangeSerializer(many=True, allow_empty=True, max_length=50)
+    changes = ChangeSerializer(many=True, allow_empty=True, max_length=MAX_CHANGES, error_messages={
+        "max_length": f"at most {MAX_CHANGES} changes per what-if (ask several what-ifs)"})
+
+    def validate(self, attrs):
+        added = 0
+        for i, ch in enumerate(attrs["changes"]):
+            if ch["kind"] == "add_nodes":
+                added += ch["count"]
+                if added > MAX_ADDED_NODES:
+                    raise serializers.ValidationError({f"changes[{i}].count": [
+                        f"the what-if's add_nodes changes would add {added} nodes; at most {MAX_ADDED_NODES} in "
+                        f"all"]})
+        return attrs
 
 
 class WhatIfThrottle(UserRateThrottle):
