@@ -85,3 +85,36 @@ def test_what_if_bounds_its_changes_and_added_nodes(admin, cluster):
     from gpuplatform.api.views import forecast
 
     assert (forecast.MAX_CHANGES, forecast.MAX_ADDED_NODES) == (20, 512)
+
+
+# --- F17: If-Match compares strongly, `*` is allowed; PUT on a queue replaces the whole queue -------------------
+
+def test_if_match_weak_tag_fails_star_and_lists_match(admin, cluster):
+    from gpuplatform.models import Quota
+
+    row = Quota.objects.get(queue__name="alpha", flavor="H100")
+    url = f"/api/v1/quotas/{row.pk}/"
+    etag = admin.get(url)["ETag"]
+    r = admin.patch(url, {"quota": 15}, format="json", HTTP_IF_MATCH=f"W/{etag}")
+    assert r.status_code == 412, r.content  # RFC 9110: If-Match uses the strong comparison
+    assert Quota.objects.get(pk=row.pk).quota == 16
+    r = admin.patch(url, {"quota": 15}, format="json", HTTP_IF_MATCH=f'"nope", {etag}')
+    assert r.status_code == 200, r.content  # one tag of the list matches
+    r = admin.patch(url, {"quota": 14}, format="json", HTTP_IF_MATCH="*")
+    assert r.status_code == 200, r.content  # "*": any current representation, documented in docs/api.md
+    assert Quota.objects.get(pk=row.pk).quota == 14
+
+
+def test_put_on_a_queue_needs_the_whole_queue(admin, cluster):
+    etag = admin.get("/api/v1/queues/beta/")["ETag"]
+    r = admin.put("/api/v1/queues/beta/", {"weight": 3}, format="json", HTTP_IF_MATCH=etag)
+    assert r.status_code == 400, r.content
+    assert set(r.json()) == {"parent", "state", "preemption_grace_seconds"}
+    assert Queue.objects.get(name="beta").weight == 2
+    whole = {"parent": "root", "weight": 3, "state": "open", "preemption_grace_seconds": 60}
+    r = admin.put("/api/v1/queues/beta/", whole, format="json", HTTP_IF_MATCH=etag)
+    assert r.status_code == 200, r.content
+    beta = Queue.objects.get(name="beta")
+    assert (beta.weight, beta.preemption_grace_seconds) == (3, 60)
+    r = admin.patch("/api/v1/queues/beta/", {"weight": 4}, format="json", HTTP_IF_MATCH=r["ETag"])
+    assert r.status_code == 200 and Queue.objects.get(name="beta").weight == 4  # PATCH: some fields
