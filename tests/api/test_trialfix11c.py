@@ -41,6 +41,15 @@ def test_what_if_submit_tier_refused_on_the_same_rule_as_submission(admin):
     assert job.json()["highest_tier"] == what_if.json()["changes[0].highest_tier"]
 
 
+def test_what_if_submit_takes_tier_names_as_submission_does(admin):
+    """Submission takes "leaf" / "tier-2" for a tier; the what-if refused them (an integer field of its own)."""
+    for tier in ("leaf", "tier-2", 2):
+        r = admin.post(URL, _submit_change(topology_mode="hard", highest_tier=tier), format="json")
+        assert r.status_code == 200, (tier, r.content)
+    r = admin.post(URL, _submit_change(topology_mode="hard", highest_tier="nope"), format="json")
+    assert r.status_code == 400 and "unknown tier name 'nope'" in r.json()["changes[0].highest_tier"][0]
+
+
 def test_what_if_submit_id_clashing_with_a_real_job_is_refused(admin, jobs):
     real = Job.objects.order_by("pk").first()
     r = admin.post(URL, _submit_change(id=str(real.pk)), format="json")

@@ -211,7 +211,7 @@ def check_submit_changes(user, changes: list[dict]) -> None:
     from ..models import Queue
     from ..services.jobs import check_submit_priority
 
-    from ..job_rules import check_placement_and_limit
+    from ..job_rules import check_placement_and_limit, resolve_tier
     from ..models import Domain
     tiers = None
     for i, ch in enumerate(changes):
@@ -231,8 +231,13 @@ def check_submit_changes(user, changes: list[dict]) -> None:
                 raise WhatIfError(i, "priority", exc.errors["priority"]) from None
         if tiers is None:
             tiers = set(Domain.objects.values_list("tier", flat=True).distinct())
+        tier, errors = resolve_tier(ch.get("highest_tier"), "highest_tier")  # a name ("leaf") as on submission
+        if errors:
+            raise WhatIfError(i, "highest_tier", errors["highest_tier"])
+        if tier is not None:
+            ch["highest_tier"] = tier  # the number, as the engine's what-if reads it
         errors = check_placement_and_limit(topology_mode=ch.get("topology_mode") or "none",
-                                           highest_tier=ch.get("highest_tier"), preferred_tier=None,
+                                           highest_tier=tier, preferred_tier=None,
                                            time_limit_seconds=ch.get("time_limit"), tiers=tiers,
                                            time_limit_field="time_limit")
         if errors:

@@ -16,7 +16,7 @@ from ...models import Job
 from ...scheduling.forecast import WhatIfDenied, what_if_live
 from ..serializers.base import Serializer
 from ..serializers.fields import FiniteFloatField, count_field, weight_field
-from ..serializers.jobs import GpusPerTaskField
+from ..serializers.jobs import GpusPerTaskField, TierField
 
 # Bounds on one what-if's work (new-user trial 11, F11: 50 add_nodes changes of 10,000 nodes ran past 10
 # minutes and grew the web process to 3.5 GB; one of them took 25.8 s). Both forecasts of a what-if grow with
@@ -62,8 +62,8 @@ class ChangeSerializer(Serializer):
     # scheduling.forecast.check_submit_changes), not bounds of their own (new-user trial 11, F5)
     time_limit = serializers.IntegerField(required=False, help_text="seconds, 1 to 366 days as on submission")
     topology_mode = serializers.ChoiceField(required=False, choices=Job.TopologyMode.choices)
-    highest_tier = serializers.IntegerField(required=False, min_value=-2**31, max_value=2**31 - 1,
-                                            help_text="a tier this cluster has, as on submission")
+    highest_tier = TierField(required=False, help_text="a tier this cluster has, by number or name, as on "
+                                                       "submission")
     flavors = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=16)
     flavor = serializers.CharField(required=False, max_length=64)
     guarantee = serializers.IntegerField(required=False, min_value=0, max_value=10**7)
