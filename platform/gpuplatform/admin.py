@@ -133,6 +133,9 @@ class QueueForm(VersionedForm):
         parent = data.get("parent")
         if self.instance.pk and parent is not None and quota_rules.makes_cycle(self.instance.pk, parent.pk):
             self.add_error("parent", "this parent would create a cycle in the queue tree")
+        elif self.instance.pk:  # the service's quota rules for a move, shown on the field (update_queue checks again)
+            for message in quota_rules.check_parent(self.instance, parent).values():
+                self.add_error("parent", message)
         weight = data.get("weight")
         if weight is not None and services.queue_weight_error(weight):  # the service's rule, shown on the field
             self.add_error("weight", services.queue_weight_error(weight))

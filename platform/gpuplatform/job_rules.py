@@ -270,12 +270,17 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
     return out, errors
 
 
-def submit_queue_error(queue, *, has_children: bool, team=None) -> str | None:
-    """The rule a queue breaks as the target of a new job: not open (closing, closed, draining), not a leaf, or
-    another team's. One rule for submission (check_job) and the what-if's `submit` change
+def submit_queue_error(queue, *, has_children: bool, team=None, closed_ancestor: tuple[str, str] | None = None
+                       ) -> str | None:
+    """The rule a queue breaks as the target of a new job: not open (closing, closed, draining), under a queue
+    that is not open (`closed_ancestor`: lifecycle.closed_ancestor's (name, state); new-user trial 11, F7), not
+    a leaf, or another team's. One rule for submission (check_job) and the what-if's `submit` change
     (scheduling.forecast.check_submit_changes; new-user trial 10, F3). None when it takes the job."""
     if queue.state != "open":
         return f"queue {queue.name} is {queue.state} and accepts no new jobs"
+    if closed_ancestor is not None:
+        return (f"queue {queue.name} is under queue {closed_ancestor[0]}, which is {closed_ancestor[1]}: "
+                f"it accepts no new jobs")
     if has_children:
         return f"queue {queue.name} is not a leaf queue; submit to one of its children"
     if queue.team_id is not None and team is not None and queue.team_id != team.pk:
@@ -283,10 +288,39 @@ def submit_queue_error(queue, *, has_children: bool, team=None) -> str | None:
     return None
 
 
+def check_placement_and_limit(*, topology_mode, highest_tier, preferred_tier, time_limit_seconds, tiers: set[int],
+                              time_limit_field: str = "time_limit_seconds") -> dict[str, str]:
+    """A job's topology (topology_mode, highest_tier and preferred_tier: tiers this cluster has) and time limit
+    (1 s .. 366 days) rules: one rule for submission (check_job) and the what-if's `submit` change
+    (scheduling.forecast.check_submit_changes, its `time_limit` as `time_limit_field`; new-user trial 11, F5:
+    tier 5 of a 3-tier cluster and a 10^12 s limit were forecast). Tiers already resolved (resolve_tier)."""
+    errors: dict[str, str] = {}
+    if topology_mode not in TOPOLOGY_MODES:
+        errors["topology_mode"] = f"topology_mode must be one of {TOPOLOGY_MODES}"
+    elif topology_mode == "hard" and highest_tier is None:
+        errors["highest_tier"] = "a hard topology constraint needs highest_tier (the highest tier it may span)"
+    for key, tier in (("highest_tier", highest_tier), ("preferred_tier", preferred_tier)):
+        if tier is None:
+            continue
+        if not _is_int(tier) or tier < 1 or tier > MAX_TIER:
+            errors[key] = f"{key} must be a tier number from 1 to {MAX_TIER}"
+        elif tier not in tiers:
+            errors[key] = f"no such tier in this cluster: {tier} (tiers: {sorted(tiers) or 'none'})"
+    if (key := "preferred_tier") not in errors and "highest_tier" not in errors and highest_tier is not None \
+            and preferred_tier is not None and preferred_tier > highest_tier:
+        errors[key] = f"preferred_tier ({preferred_tier}) must not be above highest_tier ({highest_tier})"
+    if time_limit_seconds is not None and (not _is_int(time_limit_seconds) or time_limit_seconds <= 0
+                                           or time_limit_seconds > MAX_TIME_LIMIT_SECONDS):
+        errors[time_limit_field] = (f"{time_limit_field} must be a whole number of seconds from 1 to "
+                                    f"{MAX_TIME_LIMIT_SECONDS} (366 days)")
+    return errors
+
+
 def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, topology_mode, highest_tier,
               preferred_tier, time_limit_seconds, duration_seconds, tiers: set[int], error_class,
               command=None, env=None, working_dir="", image="", max_restarts=0, completion_role="",
-              container_runtimes: set[str] = frozenset(), numa="prefer", subgroups=None) -> list[dict]:
+              container_runtimes: set[str] = frozenset(), numa="prefer", subgroups=None,
+              closed_ancestor: tuple[str, str] | None = None) -> list[dict]:
     """All submission rules; `tiers` is the set of domain tiers present in the cluster. Returns the roles
     normalised, each with its resolved command, env, working_dir and image (check_execution) and its
     sub-group (group_size, group_highest_tier, group_mode; from the role's keys or the job's `subgroups`).
@@ -307,30 +341,16 @@ def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, t
                                       simulated=duration_seconds is not None, container_runtimes=container_runtimes))
     if name_error("job", name):
         errors["name"] = name_error("job", name)
-    if queue_error := submit_queue_error(queue, has_children=queue_has_children, team=team):
+    if queue_error := submit_queue_error(queue, has_children=queue_has_children, team=team,
+                                         closed_ancestor=closed_ancestor):
         errors["queue"] = queue_error
     if not _is_int(priority):
         errors["priority"] = "priority must be a whole number"
     elif abs(priority) > MAX_PRIORITY:
         errors["priority"] = f"priority must be between -{MAX_PRIORITY} and {MAX_PRIORITY}"
-    if topology_mode not in TOPOLOGY_MODES:
-        errors["topology_mode"] = f"topology_mode must be one of {TOPOLOGY_MODES}"
-    elif topology_mode == "hard" and highest_tier is None:
-        errors["highest_tier"] = "a hard topology constraint needs highest_tier (the highest tier it may span)"
-    for key, tier in (("highest_tier", highest_tier), ("preferred_tier", preferred_tier)):
-        if tier is None:
-            continue
-        if not _is_int(tier) or tier < 1 or tier > MAX_TIER:
-            errors[key] = f"{key} must be a tier number from 1 to {MAX_TIER}"
-        elif tier not in tiers:
-            errors[key] = f"no such tier in this cluster: {tier} (tiers: {sorted(tiers) or 'none'})"
-    if (key := "preferred_tier") not in errors and "highest_tier" not in errors and highest_tier is not None \
-            and preferred_tier is not None and preferred_tier > highest_tier:
-        errors[key] = f"preferred_tier ({preferred_tier}) must not be above highest_tier ({highest_tier})"
-    if time_limit_seconds is not None and (not _is_int(time_limit_seconds) or time_limit_seconds <= 0
-                                           or time_limit_seconds > MAX_TIME_LIMIT_SECONDS):
-        errors["time_limit_seconds"] = (f"time_limit_seconds must be a whole number of seconds from 1 to "
-                                        f"{MAX_TIME_LIMIT_SECONDS} (366 days)")
+    errors.update(check_placement_and_limit(topology_mode=topology_mode, highest_tier=highest_tier,
+                                            preferred_tier=preferred_tier, time_limit_seconds=time_limit_seconds,
+                                            tiers=tiers))
     if duration_seconds is not None and (not isinstance(duration_seconds, (int, float)) or duration_seconds < 0
                                          or duration_seconds > 10 * MAX_TIME_LIMIT_SECONDS):
         errors["duration_seconds"] = "duration_seconds must be between 0 and ten years"

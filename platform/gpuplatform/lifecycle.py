@@ -186,20 +186,54 @@ def end_job(job_id, state: str, *, at: datetime, kind: str, message: str, reason
 
 
 def close_idle_queues(queue_ids=None, *, at: datetime | None = None, actor=None) -> list[str]:
-    """Close every `closing` queue (of `queue_ids`, or all when None) that has no pending or live job
-    left: state -> closed, one `queue_closed` Event each. Returns the names of the queues closed."""
+    """Close every `closing` queue (of `queue_ids` and their ancestors, or all when None) with no pending or live
+    job left in its subtree (itself and every queue below it: an inner queue closed while its leaves have jobs is
+    closing until the last of them ends; new-user trial 11, F7): state -> closed, one `queue_closed` Event each.
+    Returns the names of the queues closed."""
     from .models import Queue  # the queue models sit beside the workload ones; imported here to keep the top small
 
-    candidates = Queue.objects.filter(state=Queue.State.CLOSING)
+    closing = dict(Queue.objects.filter(state=Queue.State.CLOSING).values_list("id", "name"))
+    if not closing:
+        return []
+    parent = dict(Queue.objects.values_list("id", "parent_id"))
+
+    def up(qid):  # qid and its ancestors (a loop, which the services never store, ends the walk)
+        seen = set()
+        while qid is not None and qid not in seen:
+            seen.add(qid)
+            yield qid
+            qid = parent.get(qid)
+
     if queue_ids is not None:
-        candidates = candidates.filter(pk__in=list(queue_ids))
-    busy = Job.objects.filter(state__in=(Job.State.PENDING, *Job.LIVE_STATES)).values("queue_id")
-    idle = list(candidates.exclude(pk__in=busy).values_list("id", "name"))
+        wanted = {a for q in queue_ids for a in up(q)}
+        closing = {q: n for q, n in closing.items() if q in wanted}
+    busy_leaves = Job.objects.filter(state__in=(Job.State.PENDING, *Job.LIVE_STATES)).values_list(
+        "queue_id", flat=True).distinct()
+    busy = {a for q in busy_leaves for a in up(q)}
+    idle = [(q, n) for q, n in closing.items() if q not in busy]
     if not idle:
         return []
     Queue.objects.filter(pk__in=[q for q, _ in idle], state=Queue.State.CLOSING).update(
         state=Queue.State.CLOSED, updated_at=timezone.now())
-    for qid, name in idle:
+    for qid, name in sorted(idle, key=lambda r: r[1]):
         record_event("queue_closed", f"queue {name} closed: its last job ended", time=at, queue_id=qid, actor=actor,
                      data={"queue": name, "from": "closing"})
-    return [name for _, name in idle]
+    return sorted(name for _, name in idle)
+
+
+def closed_ancestor(queue_id: int | None) -> tuple[str, str] | None:
+    """(name, state) of the nearest queue above `queue_id` that is not open (closing, closed, draining): its
+    subtree takes no new jobs (job_rules.submit_queue_error; new-user trial 11, F7). None when all are open."""
+    from .models import Queue
+
+    seen = set()
+    qid = Queue.objects.filter(pk=queue_id).values_list("parent_id", flat=True).first() if queue_id else None
+    while qid is not None and qid not in seen:
+        seen.add(qid)
+        row = Queue.objects.filter(pk=qid).values_list("name", "state", "parent_id").first()
+        if row is None:
+            return None
+        if row[1] != Queue.State.OPEN:
+            return row[0], row[1]
+        qid = row[2]
+    return None

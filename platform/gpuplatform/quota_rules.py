@@ -149,6 +149,44 @@ def check_quota(queue: Queue, flavor: str, guarantee, quota, limit, changed: fro
     return errors
 
 
+def subtree_ids(queue_id: int) -> list[int]:
+    """`queue_id` and every queue below it (one query per level; queue trees are shallow)."""
+    out, level, seen = [queue_id], [queue_id], {queue_id}
+    while level:
+        level = [q for q in Queue.objects.filter(parent_id__in=level).values_list("id", flat=True) if q not in seen]
+        seen.update(level)
+        out.extend(level)
+    return out
+
+
+def check_parent(queue: Queue, parent: Queue | None, field: str = "parent") -> dict[str, str]:
+    """Every quota rule that depends on a queue's parent, for moving existing `queue` (with its quotas and its
+    subtree) under `parent` (None = make it a root): per flavor of its quotas, the tree rules of a quota change
+    at the new place (check_against_tree: its limit within the parent's limit, the children's quotas within
+    the parent's quota, root queues within the cluster), and no limit in its subtree above the new parent's
+    (effective) limit. The one re-parent check of services.update_queue (the queue API's PATCH / PUT `parent`,
+    the admin's queue form), so a move cannot build a tree a quota change would be refused for (new-user
+    trial 11, F2). Reported on `field`, naming the rule; empty when the parent does not change."""
+    parent_id = parent.pk if parent is not None else None
+    if queue.pk is None or parent_id == queue.parent_id:
+        return {}
+    where = f"under {parent.name}" if parent is not None else "to the top (a root queue)"
+    for flavor, quota, limit in Quota.objects.filter(queue_id=queue.pk).order_by("flavor").values_list(
+            "flavor", "quota", "limit"):
+        errors = check_against_tree(queue.pk, parent_id, flavor, quota, limit)
+        if errors:
+            return {field: f"moving {queue.name} {where} breaks a quota rule: {next(iter(errors.values()))}"}
+    if parent_id is not None:
+        below = (Quota.objects.filter(queue_id__in=subtree_ids(queue.pk), limit__isnull=False)
+                 .values_list("flavor", "limit", "queue__name").order_by("flavor", "-limit"))
+        for flavor, limit, name in below:
+            parent_limit = effective_limit(parent_id, flavor)
+            if parent_limit is not None and limit > parent_limit:
+                return {field: f"moving {queue.name} {where} breaks a quota rule: queue {name}'s limit ({limit}) "
+                               f"is above the parent queue's limit ({parent_limit}) for {flavor}"}
+    return {}
+
+
 def makes_cycle(queue_id: int, new_parent_id: int | None) -> bool:
     """True when making `new_parent_id` the parent of `queue_id` would close a loop in the queue tree."""
     node, seen = new_parent_id, set()

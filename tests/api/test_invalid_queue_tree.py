@@ -147,3 +147,21 @@ def test_bad_request_refused_nothing_stored_and_scheduling_goes_on(name):
     cycle = store.run_cycle_once()
     assert cycle is not None and not cycle.error
     assert Job.objects.get(name="valid").state == Job.State.RUNNING
+
+
+def test_patch_parent_is_checked_by_the_quota_rules(db):
+    """New-user trial 11, F2: PATCH {"parent": ...} moved a queue with quota 20 under a parent with quota 10
+    (200); it is a 400 on `parent` naming the rule, and nothing changes."""
+    from gpuplatform.models import Queue
+
+    api = _world()
+    assert api.post("/api/v1/queues/", {"name": "p10", "parent": "root", "quotas": [
+        {"flavor": "H100", "guarantee": 0, "quota": 10}]}, format="json").status_code == 201
+    assert api.post("/api/v1/queues/", {"name": "c20", "parent": "root", "quotas": [
+        {"flavor": "H100", "guarantee": 0, "quota": 20}]}, format="json").status_code == 201
+    etag = api.get("/api/v1/queues/c20/")["ETag"]
+    before = table_counts()
+    r = api.patch("/api/v1/queues/c20/", {"parent": "p10"}, format="json", HTTP_IF_MATCH=etag)
+    assert r.status_code == 400, r.content
+    assert "children's quotas would sum to 20, above the parent queue's quota (10)" in r.json()["parent"][0]
+    assert table_counts() == before and Queue.objects.get(name="c20").parent.name == "root"

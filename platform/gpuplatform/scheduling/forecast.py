@@ -197,24 +197,31 @@ def check_what_if_access(user, changes: list[dict]) -> None:
 
 def check_submit_changes(user, changes: list[dict]) -> None:
     """Each `submit` change must be a job submission would take, by submission's own rules: the queue exists
-    and takes new jobs (job_rules.submit_queue_error: open, a leaf, the team's) and the priority is the
-    asker's to give (services.jobs.check_submit_priority); the roles are checked by submit_roles. A what-if
+    and takes new jobs (job_rules.submit_queue_error: open, a leaf, the team's), the priority is the
+    asker's to give (services.jobs.check_submit_priority), topology_mode / highest_tier (a tier this cluster
+    has) and time_limit (1 s .. 366 days) by job_rules.check_placement_and_limit, and `id` must not be a real job's
+    id (new-user trial 11, F5); the roles are checked by submit_roles. A what-if
     never forecasts a job POST /api/v1/jobs/ refuses (new-user trial 10, F3: root, inner and closing queues
     were forecast). Raises scheduler.forecast.whatif.WhatIfError(index, field, the rule)."""
     from scheduler.forecast.whatif import WhatIfError
 
     from ..errors import ValidationError
     from ..job_rules import submit_queue_error
+    from ..lifecycle import closed_ancestor
     from ..models import Queue
     from ..services.jobs import check_submit_priority
 
+    from ..job_rules import check_placement_and_limit, resolve_tier
+    from ..models import Domain
+    tiers = None
     for i, ch in enumerate(changes):
         if ch.get("kind") != "submit":
             continue
         queue = Queue.objects.select_related("team").filter(name=ch.get("queue")).first()
         if queue is None:
             raise WhatIfError(i, "queue", f"unknown queue {str(ch.get('queue'))[:60]!r}")
-        why = submit_queue_error(queue, has_children=Queue.objects.filter(parent=queue).exists(), team=queue.team)
+        why = submit_queue_error(queue, has_children=Queue.objects.filter(parent=queue).exists(), team=queue.team,
+                                 closed_ancestor=closed_ancestor(queue.pk))
         if why:
             raise WhatIfError(i, "queue", why)
         if queue.team is not None:
@@ -222,6 +229,25 @@ def check_submit_changes(user, changes: list[dict]) -> None:
                 check_submit_priority(user, queue.team, ch.get("priority", 0))
             except ValidationError as exc:
                 raise WhatIfError(i, "priority", exc.errors["priority"]) from None
+        if tiers is None:
+            tiers = set(Domain.objects.values_list("tier", flat=True).distinct())
+        tier, errors = resolve_tier(ch.get("highest_tier"), "highest_tier")  # a name ("leaf") as on submission
+        if errors:
+            raise WhatIfError(i, "highest_tier", errors["highest_tier"])
+        if tier is not None:
+            ch["highest_tier"] = tier  # the number, as the engine's what-if reads it
+        errors = check_placement_and_limit(topology_mode=ch.get("topology_mode") or "none",
+                                           highest_tier=tier, preferred_tier=None,
+                                           time_limit_seconds=ch.get("time_limit"), tiers=tiers,
+                                           time_limit_field="time_limit")
+        if errors:
+            field, message = next(iter(errors.items()))
+            raise WhatIfError(i, field, message)
+        jid = ch.get("id")
+        if jid is not None:  # the hypothetical job's label in the answer: not a real job's id
+            if jid.isascii() and jid.isdigit() and len(jid) <= 18 and Job.objects.filter(pk=int(jid)).exists():
+                raise WhatIfError(i, "id", f"{jid!r} is already a real job's id; give the hypothetical job "
+                                           f"another one")
 
 
 # a submit change's fields that describe its one role (a change without "roles"), as job submission names them

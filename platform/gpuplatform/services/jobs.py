@@ -14,7 +14,7 @@ from ..errors import ValidationError
 from ..execution import stop_job
 from ..gpu_request import gpu_equivalents, gpu_request
 from ..job_rules import check_job, resolve_tier
-from ..lifecycle import end_job
+from ..lifecycle import closed_ancestor, end_job
 from ..models import Domain, Job, JobRole, Node, Queue, Task, Team
 from .base import request_cycle_on_commit, resolve_queue
 
@@ -85,7 +85,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     preferred_tier, preferred_errors = resolve_tier(preferred_tier, "preferred_tier")
     if tier_errors or preferred_errors:
         raise ValidationError({**tier_errors, **preferred_errors})
-    roles = check_job(numa=numa, subgroups=subgroups,team=team, queue=queue, queue_has_children=has_children, name=name, roles=roles,
+    roles = check_job(numa=numa, subgroups=subgroups, closed_ancestor=closed_ancestor(queue.pk), team=team, queue=queue, queue_has_children=has_children, name=name, roles=roles,
                       priority=priority, topology_mode=topology_mode, highest_tier=highest_tier,
                       preferred_tier=preferred_tier, time_limit_seconds=time_limit_seconds,
                       duration_seconds=duration_seconds, tiers=tiers, error_class=ValidationError,

@@ -9,7 +9,7 @@ from django.db import transaction
 
 from .. import quota_rules
 from ..audit import record_event
-from ..lifecycle import close_idle_queues
+from ..lifecycle import close_idle_queues, closed_ancestor
 from ..models import Job, Queue, Quota, Team
 from ..names import name_error
 from ..errors import ValidationError
@@ -89,10 +89,12 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
                  preemption_grace_seconds: int | None = None, actor=None, expected_version: str | None = None) -> Queue:
     """Change a queue's parent (`...` = keep; None = make it a root), weight, state (open | closing |
     closed | draining) or preemption grace period (seconds a preempted job gets to checkpoint, 0..86400).
-    Closing (state "closing", or "closed" asked while the queue still has pending or
-    live jobs) takes no new jobs and lets its jobs run to their end; the queue becomes closed when its last
-    job ends (lifecycle.close_idle_queues; at once when it has none).
-    Raises ValidationError: unknown parent, a parent change that makes a cycle ("parent"), weight outside 0.001..1,000,000,
+    Closing (state "closing", or "closed" asked while the queue or any queue below it still has pending or
+    live jobs) takes no new jobs, in the queue or anywhere below it, and lets its subtree's jobs run to their
+    end; the queue becomes closed when the last job of its subtree ends (lifecycle.close_idle_queues; at once
+    when it has none). A queue with live jobs below it cannot move under a closed queue ("parent").
+    Raises ValidationError: unknown parent, a parent change that makes a cycle or breaks a quota rule at the new
+    place (quota_rules.check_parent: the queue's quotas and limits checked as a quota change there) ("parent"), weight outside 0.001..1,000,000,
     unknown state, a grace period outside 0..86400 ("preemption_grace_seconds"); `expected_version` (the
     queue_version the caller's form was opened with) no longer the queue's ("version": changed since)."""
     if expected_version is not None:
@@ -108,6 +110,15 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
             errors["parent"] = f"making {parent.name} the parent of {queue.name} would create a cycle"
         elif parent is not None and Job.objects.filter(queue=parent).exists():
             errors["parent"] = f"queue {parent.name} has jobs: a queue that runs jobs cannot get child queues"
+        else:
+            errors.update(quota_rules.check_parent(queue, parent))
+        if "parent" not in errors and parent is not None and parent.pk != queue.parent_id:
+            above = (parent.name, parent.state) if parent.state == Queue.State.CLOSED else closed_ancestor(parent.pk)
+            if above is not None and above[1] == Queue.State.CLOSED and Job.objects.filter(
+                    queue_id__in=quota_rules.subtree_ids(queue.pk),
+                    state__in=(Job.State.PENDING, *Job.LIVE_STATES)).exists():
+                errors["parent"] = (f"queue {above[0]} is closed (no live job below it); {queue.name} has pending "
+                                    f"or live jobs in its subtree and cannot move under it")
         changes["parent"] = parent.name if parent else None
     if weight is not None:
         if queue_weight_error(weight):

@@ -85,6 +85,17 @@ class QueueUpdateSerializer(Serializer):
                                                                       "checkpoint (0 to 86400)")
 
 
+class QueueReplaceSerializer(QueueUpdateSerializer):
+    """PUT /api/v1/queues/<name>/: the whole writable queue (parent, weight, state, preemption_grace_seconds),
+    every field required, as PUT on a quota needs its whole triple (RFC 9110: PUT replaces; PATCH changes some;
+    new-user trial 11, F17: PUT {"weight": 2} was a partial update)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for field in self.fields.values():
+            field.required = True
+
+
 class QueueTreeSerializer(Serializer):
     name = serializers.CharField()
     team = serializers.CharField(allow_null=True)

@@ -12,7 +12,8 @@ from rest_framework.exceptions import APIException
 
 IF_MATCH = OpenApiParameter(
     "If-Match", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True,
-    description="the ETag from your last GET of this object; 412 if it changed since, 428 if missing")
+    description="the ETag from your last GET of this object; 412 if it changed since (or a weak W/ tag), 428 if "
+                "missing; `*` matches any current version (overwrites without the check)")
 
 
 class PreconditionRequired(APIException):
@@ -52,7 +53,10 @@ class ETagMixin:
         header = self.request.headers.get("If-Match")
         if not header:
             raise PreconditionRequired()
-        tags = {t.strip().removeprefix("W/") for t in header.split(",") if t.strip()}
+        # RFC 9110 13.1.1: If-Match compares strongly (a weak W/"..." tag matches nothing) and "*" matches any
+        # current representation: an explicit "overwrite whatever is there", allowed and documented (docs/api.md;
+        # new-user trial 11, F17). A list matches when one of its tags does.
+        tags = {t.strip() for t in header.split(",") if t.strip()}
         if "*" not in tags and self.etag_for(obj) not in tags:
             raise PreconditionFailed()
         return obj

@@ -16,7 +16,13 @@ from ...models import Job
 from ...scheduling.forecast import WhatIfDenied, what_if_live
 from ..serializers.base import Serializer
 from ..serializers.fields import FiniteFloatField, count_field, weight_field
-from ..serializers.jobs import GpusPerTaskField
+from ..serializers.jobs import GpusPerTaskField, TierField
+
+# Bounds on one what-if's work (new-user trial 11, F11: 50 add_nodes changes of 10,000 nodes ran past 10
+# minutes and grew the web process to 3.5 GB; one of them took 25.8 s). Both forecasts of a what-if grow with
+# the hypothetical cluster, so the nodes a request adds are capped in all, not per change.
+MAX_CHANGES = 20  # changes per what-if
+MAX_ADDED_NODES = 512  # nodes all of a what-if's add_nodes changes add together (a change's `count` at most this)
 
 REQUIRED = {
     "submit": ("queue", "tasks"),
@@ -52,9 +58,12 @@ class ChangeSerializer(Serializer):
                                                                        "preemptible)")
     min_available = serializers.IntegerField(required=False, min_value=1, max_value=4096)
     priority = serializers.IntegerField(required=False, min_value=-2**31, max_value=2**31 - 1)
-    time_limit = serializers.IntegerField(required=False, min_value=1, help_text="seconds")
+    # time_limit and highest_tier: submission's rules (job_rules.check_placement_and_limit, applied by
+    # scheduling.forecast.check_submit_changes), not bounds of their own (new-user trial 11, F5)
+    time_limit = serializers.IntegerField(required=False, help_text="seconds, 1 to 366 days as on submission")
     topology_mode = serializers.ChoiceField(required=False, choices=Job.TopologyMode.choices)
-    highest_tier = serializers.IntegerField(required=False, min_value=1, max_value=16)
+    highest_tier = TierField(required=False, help_text="a tier this cluster has, by number or name, as on "
+                                                       "submission")
     flavors = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=16)
     flavor = serializers.CharField(required=False, max_length=64)
     guarantee = serializers.IntegerField(required=False, min_value=0, max_value=10**7)
@@ -63,7 +72,9 @@ class ChangeSerializer(Serializer):
     weight = weight_field(required=False)
     nodes = serializers.ListField(child=serializers.CharField(max_length=200), required=False, min_length=1,
                                   max_length=10000)
-    count = serializers.IntegerField(required=False, min_value=1, max_value=10000)
+    count = serializers.IntegerField(required=False, min_value=1, max_value=MAX_ADDED_NODES,
+                                     help_text=f"add_nodes: nodes to add; at most {MAX_ADDED_NODES} in all the "
+                                               f"request's add_nodes changes")
     gpus = serializers.IntegerField(required=False, min_value=1, max_value=64)
     domain = serializers.CharField(required=False, max_length=200)
     job = serializers.IntegerField(required=False, min_value=1)
@@ -87,7 +98,19 @@ class ChangeSerializer(Serializer):
 
 
 class WhatIfSerializer(Serializer):
-    changes = ChangeSerializer(many=True, allow_empty=True, max_length=50)
+    changes = ChangeSerializer(many=True, allow_empty=True, max_length=MAX_CHANGES, error_messages={
+        "max_length": f"at most {MAX_CHANGES} changes per what-if (ask several what-ifs)"})
+
+    def validate(self, attrs):
+        added = 0
+        for i, ch in enumerate(attrs["changes"]):
+            if ch["kind"] == "add_nodes":
+                added += ch["count"]
+                if added > MAX_ADDED_NODES:
+                    raise serializers.ValidationError({f"changes[{i}].count": [
+                        f"the what-if's add_nodes changes would add {added} nodes; at most {MAX_ADDED_NODES} in "
+                        f"all"]})
+        return attrs
 
 
 class WhatIfThrottle(UserRateThrottle):

@@ -9,7 +9,7 @@ from ..filters import QueueFilterSet, QuotaFilterSet, refuse_unknown_params
 from ..idempotency import IdempotentCreateMixin
 from ..permissions import IsPlatformAdminOrReadOnly
 from ..serializers import QueueCreateSerializer, QueueSerializer, QueueTreeSerializer, QueueUpdateSerializer, QuotaSerializer
-from ..serializers.queues import QueueChangedSerializer, QuotaUpdateSerializer
+from ..serializers.queues import QueueChangedSerializer, QueueReplaceSerializer, QuotaUpdateSerializer
 from .base import IF_MATCH, ETagMixin, atomic
 
 
@@ -46,7 +46,15 @@ class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
 
     @extend_schema(request=QueueUpdateSerializer, responses={200: QueueChangedSerializer}, parameters=[IF_MATCH])
     def partial_update(self, request, name=None):
-        body = QueueUpdateSerializer(data=request.data)
+        return self._update(request, QueueUpdateSerializer)
+
+    @extend_schema(request=QueueReplaceSerializer, responses={200: QueueChangedSerializer}, parameters=[IF_MATCH])
+    def update(self, request, name=None):
+        """PUT: the whole queue (parent, weight, state, preemption_grace_seconds, each required); PATCH changes some."""
+        return self._update(request, QueueReplaceSerializer)
+
+    def _update(self, request, serializer_class):
+        body = serializer_class(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
         with atomic():
@@ -57,13 +65,10 @@ class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
         queue = self.get_queryset().get(pk=queue.pk)
         data = QueueSerializer(queue).data
         if d.get("state") == "closed" and queue.state == "closing":  # new-user trial 9, F10: say why it differs
-            data["state_note"] = ("closed asked, closing given: the queue still has pending or live jobs; it takes "
-                                  "no new jobs and becomes closed when its last job ends")
+            data["state_note"] = ("closed asked, closing given: the queue still has pending or live jobs (its own "
+                                  "or its subtree's); it takes no new jobs, nor do the queues below it, and "
+                                  "becomes closed when its last job ends")
         return self.with_etag(Response(data), queue)
-
-    @extend_schema(request=QueueUpdateSerializer, responses={200: QueueChangedSerializer}, parameters=[IF_MATCH])
-    def update(self, request, name=None):
-        return self.partial_update(request, name=name)
 
     @extend_schema(responses={200: QueueTreeSerializer(many=True)})
     @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
