@@ -115,19 +115,45 @@ class _QuietHandler:
         return Handler
 
 
-def start_server(host: str, port: int):
-    """Serve the WSGI app in a daemon thread; returns the server (call .shutdown() to stop)."""
-    from django.core.servers.basehttp import ThreadedWSGIServer, get_internal_wsgi_application
+def bind_server(host: str, port: int):
+    """Bind and listen on host:port without serving yet (raises OSError when the port is taken); `serve` starts
+    it. The demos bind first, before they migrate, clear or change anything, so a second demo started on a busy
+    port refuses without touching the running one's database (new-user trial 11, F1)."""
+    from django.core.servers.basehttp import ThreadedWSGIServer
 
     class Server(ThreadedWSGIServer):
         request_queue_size = 128  # Django's 10 reset connections under a burst of 30 clients (new-user trial 3)
 
     httpd = Server((host, port), _QuietHandler.make(), allow_reuse_address=True)
     httpd.daemon_threads = True
+    return httpd
+
+
+def serve(httpd):
+    """Serve the WSGI app on a server from `bind_server` in a daemon thread; returns it (.shutdown() stops)."""
+    from django.core.servers.basehttp import get_internal_wsgi_application
+
     httpd.set_app(get_internal_wsgi_application())
     thread = threading.Thread(target=httpd.serve_forever, name="demo-web", daemon=True)
     thread.start()
     return httpd
+
+
+def start_server(host: str, port: int):
+    """Serve the WSGI app in a daemon thread; returns the server (call .shutdown() to stop)."""
+    return serve(bind_server(host, port))
+
+
+def listen_or_refuse(host: str, port: int):
+    """`bind_server`, or a CommandError saying that something (most likely a demo) already listens there and
+    that nothing was changed."""
+    try:
+        return bind_server(host, port)
+    except OSError as exc:
+        raise CommandError(
+            f"cannot listen on {host}:{port}: {exc}: a demo (or another server) already runs there. Nothing "
+            f"was changed (its jobs are untouched): stop it first, or use --port (and another DATABASE_URL, "
+            f"or --keep: a second demo on the same database clears its workload)") from exc
 
 
 def _token_line(api: str, password: str) -> str:
@@ -322,42 +348,46 @@ class Command(BaseCommand):
             raise CommandError(f"cannot load trace {opts['trace']!r}: {exc}") from exc
         epoch = trace_epoch(trace)
         t_trace = time.monotonic() - t0
-        self._migrate()
-        # The set-up's audit events (teams, queues, members) are stamped on the cluster clock too, at the trace's
-        # t = 0, before every replayed job's: at wall time (years after the replay's) they stayed at the top of
-        # the newest-first events list and buried the replay and the admin's own actions (new-user trial 8, F4).
-        cluster_clock.use(lambda: epoch)
+        # Every check that can refuse comes before anything is cleared or changed: the port first (a demo
+        # already running there keeps its jobs), then the replay's start (new-user trial 11, F1).
+        server = None if opts["no_server"] else listen_or_refuse(opts["host"], opts["port"])
         try:
-            self._load_cluster(opts)
-            if not opts["keep"]:
-                cleared = _reset_workload()
-                if cleared["jobs"]:
-                    self._say(f"previous demo workload cleared ({cleared['jobs']} jobs)")
-            users = self._users(opts["password"])
-        finally:
-            cluster_clock.use(None)
-        t0 = time.monotonic() - t_trace
-        start_day = opts["start_day"]
-        if start_day is None:
-            busy = busy_start_seconds(trace, Gpu.objects.count(), fraction=BUSY_FRACTION)
-            start_day = (busy or 0.0) / 86400.0
-        feeder = TraceFeeder(trace, epoch=epoch, start_seconds=start_day * 86400.0,
-                             warm_start=not opts["cold_start"])
-        if feeder.start is None:
-            raise CommandError(f"trace {trace.name} has no job after replay day {start_day:g}")
+            self._migrate()
+            # The set-up's audit events (teams, queues, members) are stamped on the cluster clock too, at the
+            # trace's t = 0, before every replayed job's: at wall time (years after the replay's) they stayed at
+            # the top of the newest-first events list and buried the replay and the admin's own actions
+            # (new-user trial 8, F4).
+            cluster_clock.use(lambda: epoch)
+            try:
+                self._load_cluster(opts)
+                t0 = time.monotonic() - t_trace
+                start_day = opts["start_day"]
+                if start_day is None:
+                    busy = busy_start_seconds(trace, Gpu.objects.count(), fraction=BUSY_FRACTION)
+                    start_day = (busy or 0.0) / 86400.0
+                feeder = TraceFeeder(trace, epoch=epoch, start_seconds=start_day * 86400.0,
+                                     warm_start=not opts["cold_start"])
+                if feeder.start is None:
+                    raise CommandError(f"trace {trace.name} has no job after replay day {start_day:g}")
+                if not opts["keep"]:
+                    cleared = _reset_workload()
+                    if cleared["jobs"]:
+                        self._say(f"previous demo workload cleared ({cleared['jobs']} jobs)")
+                users = self._users(opts["password"])
+            finally:
+                cluster_clock.use(None)
+        except BaseException:
+            if server is not None:
+                server.server_close()
+            raise
         warm = "cold start" if opts["cold_start"] else f"{feeder.warm_jobs} running then (warm start)"
         self._say(f"trace {trace.name} read in {time.monotonic() - t0:.1f}s: {len(trace.jobs)} jobs; replay from "
                   f"day {start_day:.2f}: {warm}, {feeder.remaining} submitted from then on")
         for note in trace.notes:
             self._say(f"  {note}")
 
-        server = None
-        if not opts["no_server"]:
-            try:
-                server = start_server(opts["host"], opts["port"])
-            except OSError as exc:
-                raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc} "
-                                   f"(another demo running? use --port)") from exc
+        if server is not None:
+            serve(server)
         self._banner(opts, users, server is not None, feeder, time.monotonic() - t_start)
 
         if not settings.DEBUG:
@@ -460,6 +490,16 @@ class Command(BaseCommand):
 
     # -- local mode: the product for real on this machine ---------------------------------------------
 
+    @staticmethod
+    def _refuse_other_nodes(executor: str) -> None:
+        from gpuplatform.models import Node
+
+        simulated = Node.objects.exclude(executor=executor).count()
+        if simulated:
+            raise CommandError(f"this database holds other nodes ({simulated} not run by {executor}): run "
+                               f"this mode on another database, e.g. `make demo-local` / `make demo-slurm` "
+                               f"(DATABASE_URL=sqlite:///db-local.sqlite3 / db-slurm.sqlite3); nothing was changed")
+
     def _local_setup(self, opts, *, executor: str = "agent", gpus: int | None = None
                      ) -> tuple[list[tuple[str, str, str]], str]:
         """Team `demo`, its queue (quota = every local GPU), users admin and demo, the node-agents user and
@@ -468,13 +508,9 @@ class Command(BaseCommand):
 
         from gpuplatform import services
         from gpuplatform.api.permissions import NODE_AGENT_GROUP
-        from gpuplatform.models import Node, NodeAgentScope
+        from gpuplatform.models import NodeAgentScope
 
-        simulated = Node.objects.exclude(executor=executor).count()
-        if simulated:
-            raise CommandError(f"this database holds other nodes ({simulated} not run by {executor}): run "
-                               f"this mode on another database, e.g. `make demo-local` / `make demo-slurm` "
-                               f"(DATABASE_URL=sqlite:///db-local.sqlite3 / db-slurm.sqlite3)")
+        self._refuse_other_nodes(executor)
         User = get_user_model()
         password = opts["password"] or secrets.token_urlsafe(9)
         gpus = opts["local_agents"] * opts["gpus_per_agent"] if gpus is None else gpus
@@ -506,28 +542,32 @@ class Command(BaseCommand):
         if missing:
             raise CommandError(f"Slurm is not installed (missing {', '.join(missing)}): `make slurm` "
                                f"(apt-get install {' '.join(PACKAGES)})")
-        self._migrate()
-        if not opts["keep"]:
-            _reset_workload()
-        nodes, gpus = ("gpn1", "gpn2"), 2
-        users, _ = self._local_setup(opts, executor="slurm", gpus=len(nodes) * gpus)
         if opts["no_server"]:
             raise CommandError("--slurm needs the web server")
+        # Every check that can refuse (the port, another mode's nodes, the local Slurm's start) comes before the
+        # previous workload is cleared (new-user trial 11, F1).
+        server = listen_or_refuse(opts["host"], opts["port"])
+        nodes, gpus = ("gpn1", "gpn2"), 2
         root = Path(settings.BASE_DIR) / ".demo-slurm"
         local = LocalSlurm(root / "slurm", nodes=nodes, gpus=gpus, cpus=4)
         try:
-            local.start()
-        except SlurmSetupError as exc:
+            self._migrate()
+            self._refuse_other_nodes("slurm")
+            try:
+                local.start()
+            except SlurmSetupError as exc:
+                raise CommandError(str(exc)) from exc
+            if not opts["keep"]:
+                _reset_workload()
+            users, _ = self._local_setup(opts, executor="slurm", gpus=len(nodes) * gpus)
+            backend = SlurmBackend(SlurmCLI(SubprocessRunner(str(local.conf)), partition="gpuplatform"),
+                                   output_dir=str(root / "output"), jobcomp_file=str(local.jobcomp), flavor="H200")
+            backend.sync_nodes(timezone.now())
+        except BaseException:
             local.stop()
-            raise CommandError(str(exc)) from exc
-        backend = SlurmBackend(SlurmCLI(SubprocessRunner(str(local.conf)), partition="gpuplatform"),
-                               output_dir=str(root / "output"), jobcomp_file=str(local.jobcomp), flavor="H200")
-        backend.sync_nodes(timezone.now())
-        try:
-            server = start_server(opts["host"], opts["port"])
-        except OSError as exc:
-            local.stop()
-            raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc} (use --port)") from exc
+            server.server_close()
+            raise
+        serve(server)
         stop = threading.Event()
         loop = threading.Thread(target=run_loop, name="demo-cycle", daemon=True,
                                 kwargs={"interval_seconds": 1.0, "clock_fn": timezone.now, "stop_event": stop,
@@ -586,20 +626,25 @@ class Command(BaseCommand):
         from gpuplatform.models import Job, Node
         from gpuplatform.scheduling.tasks import run_loop
 
-        self._migrate()
-        if not opts["keep"]:
-            _reset_workload()
-        users, token = self._local_setup(opts)
+        if opts["no_server"]:
+            raise CommandError("--local-agents needs the web server: the agents talk to it over REST")
+        # The port and another mode's nodes are checked before the previous workload is cleared (new-user
+        # trial 11, F1).
+        server = listen_or_refuse(opts["host"], opts["port"])
+        try:
+            self._migrate()
+            self._refuse_other_nodes("agent")
+            if not opts["keep"]:
+                _reset_workload()
+            users, token = self._local_setup(opts)
+        except BaseException:
+            server.server_close()
+            raise
+        serve(server)
         # This process answers the agents' assignments calls: they poll at the interval it tells them.
         settings.AGENT_POLL_SECONDS = 1.0
         if not settings.DEBUG:
             logging.getLogger("gpuplatform.scheduling.store").setLevel(logging.WARNING)  # a line per cycle is too much
-        if opts["no_server"]:
-            raise CommandError("--local-agents needs the web server: the agents talk to it over REST")
-        try:
-            server = start_server(opts["host"], opts["port"])
-        except OSError as exc:
-            raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc} (use --port)") from exc
         api = f"http://127.0.0.1:{opts['port']}"
         root = Path(os.environ.get("DEMO_AGENTS_DIR") or Path(settings.BASE_DIR) / ".demo-agents")
         agents = start_agents(api, token, opts["local_agents"], root=root, gpus=opts["gpus_per_agent"],
