@@ -356,6 +356,7 @@ def _run_time(job) -> dict:
 
 
 @never_cache
+@require_safe  # GET / HEAD; another method is a 405 with Allow (new-user trial 11, F15: POST answered 200)
 def healthz(request):
     """200 when the database answers (the web container's health check); no login. The database alone:
     a broker outage does not make the web tier unhealthy (see `readyz` for every dependency)."""
@@ -444,6 +445,7 @@ def _check_redis() -> str:
 
 
 @never_cache
+@require_safe
 def readyz(request):
     """Readiness, per dependency: {"database": "ok" | "unavailable: <error>", "redis": ..., "ready": bool};
     200 when every configured dependency answers, else 503 (with Retry-After). No login; each check is
