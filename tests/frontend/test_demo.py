@@ -298,3 +298,31 @@ def test_a_second_demo_on_a_busy_port_refuses_before_clearing_anything(tiny_impo
         call_command("demo", "--no-server", "--start-day", "400", "--duration-seconds", "1",
                      stdout=io.StringIO(), stderr=io.StringIO())
     assert Job.objects.count() == jobs
+
+
+@pytest.mark.django_db
+def test_keep_continues_the_kept_workload_instead_of_replaying_it_again(tiny_importers):
+    """New-user trial 11, F4: `make demo --keep` replayed the trace again on top of the kept jobs: the warm start
+    and arrivals came in a second time (trace jobs live twice) and the clock went back to the start, so the
+    previous run's samples stayed the newest. With --keep the clock goes on from the kept workload's and no
+    trace job is submitted twice."""
+    from django.db.models import Count, Max
+
+    call_command("demo", "--no-server", "--duration-seconds", "1.5", "--start-day", "0", "--speed", "600",
+                 "--tick", "0.2", "--password", "pw-demo-123", stdout=io.StringIO())
+    kept = set(Job.objects.values_list("pk", flat=True))
+    stopped = SchedulerCycle.objects.aggregate(t=Max("clock"))["t"]
+    assert kept and stopped
+    out, err = io.StringIO(), io.StringIO()
+    call_command("demo", "--no-server", "--keep", "--duration-seconds", "1.5", "--start-day", "0", "--speed", "600",
+                 "--tick", "0.2", "--password", "pw-demo-123", stdout=out, stderr=err)
+    assert "continuing the kept workload" in out.getvalue()
+    assert "--start-day do not apply with --keep" in err.getvalue()
+    assert kept <= set(Job.objects.values_list("pk", flat=True))  # the kept jobs stay
+    twice = list(Job.objects.values("external_id").annotate(n=Count("id")).filter(n__gt=1))
+    assert twice == []  # no trace job submitted again
+    new_cycles = SchedulerCycle.objects.filter(clock__gt=stopped)
+    assert new_cycles.exists()
+    assert not SchedulerCycle.objects.filter(number__gt=max(new_cycles.values_list("number", flat=True)),
+                                             clock__lt=stopped).exists()
+    assert SchedulerCycle.objects.order_by("-number").first().clock >= stopped  # the clock did not go back

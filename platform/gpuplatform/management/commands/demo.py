@@ -3,7 +3,9 @@
 1. migrate the database (SQLite by default; WAL mode so the pages read while the loop writes);
 2. load the Philly cluster through the importer registry and services.load_cluster_spec, unless loaded;
 3. create the platform admin and one user per team (username = team name), print how to log in;
-4. clear the previous demo's workload (jobs, events, samples, cycles; the cluster and users stay);
+4. clear the previous demo's workload (jobs, events, samples, cycles; the cluster and users stay), or with --keep
+   continue it from its cluster clock (no trace job submitted twice). Every check that can refuse (the port
+   first) comes before this step;
 5. serve the pages on 127.0.0.1:8000 in a thread (Django's WSGI server, threaded, no autoreload);
 6. replay the Philly trace on a simulated clock from a busy point of the trace (warm start: the jobs
    the trace has running there come in at once with their remaining run time): every tick the
@@ -94,6 +96,19 @@ def _reset_workload() -> dict:
         ClusterSample.objects.all().delete()
         SchedulerCycle.objects.all().delete()
     return counts
+
+
+def _kept_clock() -> datetime | None:
+    """Where a kept demo workload's cluster clock stopped: the latest cycle's clock, sample or job submission
+    (None when the database holds no workload)."""
+    from django.db.models import Max
+
+    from gpuplatform.models import ClusterSample, Job, SchedulerCycle
+
+    times = [SchedulerCycle.objects.aggregate(t=Max("clock"))["t"], ClusterSample.objects.aggregate(t=Max("time"))["t"],
+             Job.objects.aggregate(t=Max("submitted_at"))["t"]]
+    times = [t for t in times if t is not None]
+    return max(times) if times else None
 
 
 class _QuietHandler:
@@ -220,7 +235,8 @@ class Command(BaseCommand):
                             help="start on an empty cluster (default: the jobs the trace has running at the "
                                  "start day are submitted at once, with their remaining run time)")
         parser.add_argument("--keep", action="store_true",
-                            help="keep the previous run's jobs and samples instead of starting clean")
+                            help="keep the previous run's jobs and samples and continue from its cluster clock (the trace's "
+                                 "later arrivals only; no trace job is submitted twice) instead of starting clean")
         parser.add_argument("--local-agents", type=options.integer(0), default=0, metavar="N",
                             help="local mode: run N node agents on this machine that run the jobs for real "
                                  "(no trace replay; see the module docstring)")
@@ -361,14 +377,32 @@ class Command(BaseCommand):
             try:
                 self._load_cluster(opts)
                 t0 = time.monotonic() - t_trace
-                start_day = opts["start_day"]
-                if start_day is None:
-                    busy = busy_start_seconds(trace, Gpu.objects.count(), fraction=BUSY_FRACTION)
-                    start_day = (busy or 0.0) / 86400.0
-                feeder = TraceFeeder(trace, epoch=epoch, start_seconds=start_day * 86400.0,
-                                     warm_start=not opts["cold_start"])
-                if feeder.start is None:
-                    raise CommandError(f"trace {trace.name} has no job after replay day {start_day:g}")
+                resume = _kept_clock() if opts["keep"] else None
+                if resume is not None:
+                    # --keep on a kept workload continues it: the clock goes on from where the last run stopped
+                    # and only the trace's later arrivals come in; the warm start and the trace jobs already in
+                    # the database are not submitted again (new-user trial 11, F4: they were live twice and the
+                    # clock went back)
+                    from gpuplatform.models import Job
+
+                    start_day = (resume - epoch).total_seconds() / 86400.0
+                    feeder = TraceFeeder(trace, epoch=epoch, start_seconds=start_day * 86400.0, warm_start=False,
+                                         skip_ids=set(Job.objects.exclude(external_id="")
+                                                      .values_list("external_id", flat=True)))
+                    given = [o for o, v in (("start_day", opts["start_day"] is not None), ("cold_start", opts["cold_start"])) if v]
+                    if given:
+                        self.stderr.write(f"warning: {' and '.join('--' + o.replace('_', '-') for o in given)} do "
+                                          f"not apply with --keep: the kept workload continues from its clock")
+                else:
+                    start_day = opts["start_day"]
+                    if start_day is None:
+                        busy = busy_start_seconds(trace, Gpu.objects.count(), fraction=BUSY_FRACTION)
+                        start_day = (busy or 0.0) / 86400.0
+                    feeder = TraceFeeder(trace, epoch=epoch, start_seconds=start_day * 86400.0,
+                                         warm_start=not opts["cold_start"])
+                    if feeder.start is None:
+                        raise CommandError(f"trace {trace.name} has no job after replay day {start_day:g}")
+                start = resume or feeder.start
                 if not opts["keep"]:
                     cleared = _reset_workload()
                     if cleared["jobs"]:
@@ -380,7 +414,10 @@ class Command(BaseCommand):
             if server is not None:
                 server.server_close()
             raise
-        warm = "cold start" if opts["cold_start"] else f"{feeder.warm_jobs} running then (warm start)"
+        if resume is not None:
+            warm = f"continuing the kept workload at {resume:%Y-%m-%d %H:%M} (--keep)"
+        else:
+            warm = "cold start" if opts["cold_start"] else f"{feeder.warm_jobs} running then (warm start)"
         self._say(f"trace {trace.name} read in {time.monotonic() - t0:.1f}s: {len(trace.jobs)} jobs; replay from "
                   f"day {start_day:.2f}: {warm}, {feeder.remaining} submitted from then on")
         for note in trace.notes:
@@ -388,11 +425,11 @@ class Command(BaseCommand):
 
         if server is not None:
             serve(server)
-        self._banner(opts, users, server is not None, feeder, time.monotonic() - t_start)
+        self._banner(opts, users, server is not None, feeder, start, time.monotonic() - t_start)
 
         if not settings.DEBUG:
             logging.getLogger("gpuplatform.scheduling.store").setLevel(logging.WARNING)  # a line per cycle is too much
-        clock = SimClock(feeder.start, speed=opts["speed"], max_step=MAX_STEP)
+        clock = SimClock(start, speed=opts["speed"], max_step=MAX_STEP)
         cluster_clock.use(lambda: clock.now)  # jobs submitted from the pages or the API get the simulated time
         stop = threading.Event()
         if threading.current_thread() is threading.main_thread():
@@ -463,13 +500,13 @@ class Command(BaseCommand):
         self._say(f"[{now:%Y-%m-%d %H:%M}] pending {counts.get('pending', 0)}, running {counts.get('running', 0)}, "
                   f"finished {finished}; allocation {alloc}, fragmentation {frag}")
 
-    def _banner(self, opts, users, serving: bool, feeder, setup_seconds: float):
+    def _banner(self, opts, users, serving: bool, feeder, start: datetime, setup_seconds: float):
         url = f"http://{opts['host']}:{opts['port']}/"
         lines = ["", "=" * 72]
         if serving:
             lines.append(f"GPU platform demo: open {url}  (set-up took {setup_seconds:.0f}s)")
         lines += [
-            f"Replaying trace {feeder.trace.name} from {feeder.start:%Y-%m-%d %H:%M} (cluster clock) at "
+            f"Replaying trace {feeder.trace.name} from {start:%Y-%m-%d %H:%M} (cluster clock) at "
             f"{opts['speed'] / 60:g} simulated minutes per second. Ctrl-C stops.",
             "",
             "Log in as:",
