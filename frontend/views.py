@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_safe
 
 from gpuplatform import access, clock, queries
@@ -360,6 +361,7 @@ def _run_time(job) -> dict:
 
 
 @never_cache
+@csrf_exempt  # takes no unsafe method: a POST is the 405 below, not Django's HTML CSRF page
 @require_safe  # GET / HEAD; another method is a 405 with Allow (new-user trial 11, F15: POST answered 200)
 def healthz(request):
     """200 when the database answers (the web container's health check); no login. The database alone:
@@ -449,6 +451,7 @@ def _check_redis() -> str:
 
 
 @never_cache
+@csrf_exempt
 @require_safe
 def readyz(request):
     """Readiness, per dependency: {"database": "ok" | "unavailable: <error>", "redis": ..., "ready": bool};
