@@ -27,6 +27,9 @@ from .figures import plain
 from .states import GPU_STATE_COLORS
 
 GPU_STATES = tuple(GPU_STATE_COLORS)
+# The CSV header of the map's rows at each level (frontend.views_dashboards.data_response)
+TOPOLOGY_COLUMNS = {"domains": ("domain", "parent", "gpus", *GPU_STATES, "jobs", "matching_gpus"),
+                    "gpus": ("domain", "node", "gpu", "flavor", "state", "job", "team", "queue", "share")}
 GPU_CELL_LIMIT = 2400     # zoomed views up to this many GPUs draw one square per GPU
 WRAP = 48                 # columns before a row of blocks wraps
 UNIT_PX = 24              # pixels per row unit

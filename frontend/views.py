@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_safe
 
 from gpuplatform import access, clock, queries
@@ -167,7 +168,9 @@ def job_list(request):
     jobs are federated ones: redirect to /federation/, which lists them."""
     if is_manager():
         return redirect("federation")
-    filters = {k: (request.GET.get(k) or "").strip() for k in ("q", "team", "state", "queue", "submitter")}
+    filters = {k: (request.GET.get(k) or "").strip() for k in ("q", "team", "queue", "submitter")}
+    # `state` is repeatable, as on the jobs API (`?state=pending&state=running` lists both; new-user trial 11, F14)
+    filters["state"] = list(dict.fromkeys(v.strip() for v in request.GET.getlist("state") if v.strip()))
     errors = job_list_errors(request, filters)
     qs = queries.job_list(request.user, team=filters["team"] or None, state=filters["state"] or None,
                           queue=filters["queue"] or None, submitter=filters["submitter"] or None,
@@ -192,7 +195,7 @@ def job_list(request):
     sort_value = ("-" if page.descending else "") + page.sort
     # Pending jobs have no finish, duration, placement or nodes: those columns go, so the pending reason is
     # on screen at 1400 px (new-user report 7 F8).
-    hidden = PENDING_HIDDEN_COLUMNS if filters["state"] == "pending" else frozenset()
+    hidden = PENDING_HIDDEN_COLUMNS if filters["state"] == ["pending"] else frozenset()
     columns = []
     for key, label, numeric in JOB_COLUMNS:
         if label in hidden:
@@ -200,7 +203,7 @@ def job_list(request):
         link = None
         if key:
             flip = f"-{key}" if (page.sort == key and not page.descending) else key  # first click: ascending
-            link = "?" + urlencode({**base, "sort": flip})
+            link = "?" + urlencode({**base, "sort": flip}, doseq=True)
         columns.append({"key": key, "label": label, "numeric": numeric, "link": link,
                         "active": page.sort == key, "descending": page.descending})
     here = {**base, "sort": sort_value}
@@ -219,9 +222,10 @@ def job_list(request):
         "submitters": get_user_model().objects.filter(job__in=access.visible_jobs(request.user)).distinct()
                       .order_by("username").values_list("username", flat=True)[:500],
         "states": list(JOB_LIST_STATES),
-        "next_url": "?" + urlencode({**here, "cursor": page.next_cursor}) if page.next_cursor else None,
-        "previous_url": "?" + urlencode({**here, "cursor": page.previous_cursor}) if page.previous_cursor else None,
-        "first_url": "?" + urlencode(here) if request.GET.get("cursor") else None,
+        "next_url": "?" + urlencode({**here, "cursor": page.next_cursor}, doseq=True) if page.next_cursor else None,
+        "previous_url": ("?" + urlencode({**here, "cursor": page.previous_cursor}, doseq=True)
+                         if page.previous_cursor else None),
+        "first_url": "?" + urlencode(here, doseq=True) if request.GET.get("cursor") else None,
         "filtered": any(filters.values()) or bool(errors),
         "filter_errors": errors,
         "idle_ids": set(IdleAllocation.objects.filter(ended_at__isnull=True, job_id__in=[r["job"].pk for r in rows])
@@ -241,9 +245,10 @@ def job_list_errors(request, filters: dict) -> list[str]:
     from gpuplatform.api.filters import repeated_params, unknown_name
     from gpuplatform.models import Queue, Team
 
-    errors = [f"{name}: {' '.join(m)}" for name, m in repeated_params(request.GET).items()]
-    if filters["state"] and filters["state"] not in JOB_LIST_STATES:
-        errors.append(f"state: unknown state {filters['state'][:40]!r}; one of {', '.join(JOB_LIST_STATES)}")
+    errors = [f"{name}: {' '.join(m)}" for name, m in repeated_params(request.GET, multi=("state",)).items()]
+    for state in filters["state"]:
+        if state not in JOB_LIST_STATES:
+            errors.append(f"state: unknown state {state[:40]!r}; one of {', '.join(JOB_LIST_STATES)}")
     team = filters["team"]
     if team and unknown_name(Team, "slug", team, "team") and unknown_name(Team, "name", team, "team"):
         errors.append(f"team: {unknown_name(Team, 'name', team, 'team')}")
@@ -356,6 +361,8 @@ def _run_time(job) -> dict:
 
 
 @never_cache
+@csrf_exempt  # takes no unsafe method: a POST is the 405 below, not Django's HTML CSRF page
+@require_safe  # GET / HEAD; another method is a 405 with Allow (new-user trial 11, F15: POST answered 200)
 def healthz(request):
     """200 when the database answers (the web container's health check); no login. The database alone:
     a broker outage does not make the web tier unhealthy (see `readyz` for every dependency)."""
@@ -444,6 +451,8 @@ def _check_redis() -> str:
 
 
 @never_cache
+@csrf_exempt
+@require_safe
 def readyz(request):
     """Readiness, per dependency: {"database": "ok" | "unavailable: <error>", "redis": ..., "ready": bool};
     200 when every configured dependency answers, else 503 (with Retry-After). No login; each check is

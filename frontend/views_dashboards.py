@@ -30,18 +30,29 @@ from . import dashboard_figures as dfig
 from .conditional import conditional_json, login_required_json
 from .delta import BadSince, with_since
 from .states import GPU_STATE_COLORS
-from .topology import BORROWED_DEFINITION, topology_payload
+from .topology import BORROWED_DEFINITION, TOPOLOGY_COLUMNS, topology_payload
 
 POINTS = 400
+
+# The CSV headers of the pages' tables (data_response's `columns`): an empty table is still a CSV with them.
+QUEUE_COLUMNS = ("queue", "time", "used", "held", "guarantee", "quota", "limit", "pending_demand", "fair_share")
+FRAGMENTATION_COLUMNS = ("time", "fragmentation_rate", "free_gpus", "domain_completeness")
+GROUP_COLUMNS = ("group", "flavor", "node_gpus", "nodes", "free_nodes", "schedulable_gpus", "free_gpus",
+                 "largest_runnable", "fragmentation_rate")
+WAIT_COLUMNS = ("team", "gpus", "wait_seconds")
+FAILURE_COLUMNS = ("category", "failed_attempts", "gpu_hours_lost")
 
 
 FORMATS = ("json", "csv")
 
 
 def data_response(request, payload: dict, rows: list[dict], name: str, tables: dict[str, list[dict]] | None = None,
-                  columns: dict[str, tuple[str, ...]] | None = None):
+                  *, columns: dict[str | None, tuple[str, ...]]):
     """JSON (default) or, with ?format=csv, the rows behind the charts as CSV (with ?table=<name>, the rows of
-    one of `tables` instead, every one; ?table=<name> without format=csv: those rows as JSON, {table, count, rows}); `columns`: a table's header, written even when it has no rows). JSON carries `cursor` and, with ?since=<cursor>, only the time-series figures'
+    one of `tables` instead, every one; ?table=<name> without format=csv: those rows as JSON, {table, count, rows}).
+    `columns`: each table's header (key None: `rows`', the charts' table), written even when it has no rows: an
+    empty CSV is its header row, never a one-column "empty" (new-user trial 11, F16); a table given no header is a
+    programming error (KeyError). JSON carries `cursor` and, with ?since=<cursor>, only the time-series figures'
     new points (frontend/delta.py). A malformed `since`, a `format` other than json / csv or a `table` this
     endpoint does not have is a 400 naming the parameter and what it takes (never the default silently)."""
     fmt, table = request.GET.get("format", "json"), request.GET.get("table")
@@ -57,9 +68,10 @@ def data_response(request, payload: dict, rows: list[dict], name: str, tables: d
                             json_dumps_params={"separators": (",", ":")})
     if fmt == "csv":
         out = io.StringIO()
-        header = (columns or {}).get(table) or ("empty",)
-        fields = list(dict.fromkeys(k for r in rows for k in r)) or list(header)  # every row's columns (a flavor's
-        # FGD column starts with the first cycle that measures it), in first-seen order
+        header = columns[table]
+        # the header's columns, then any other a row has (a flavor's FGD column starts with the first cycle that
+        # measures it), in first-seen order
+        fields = list(dict.fromkeys([*header, *(k for r in rows for k in r)]))
         writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
@@ -204,7 +216,8 @@ def topology_json(request):
         return JsonResponse({exc.param: [str(exc)]}, status=400)
     except Http404 as exc:
         return JsonResponse({"detail": str(exc)}, status=404)
-    return data_response(request, payload, payload["rows"], "topology")
+    return data_response(request, payload, payload["rows"], "topology",
+                         columns={None: TOPOLOGY_COLUMNS[payload.get("level", "domains")]})
 
 
 @login_required
@@ -265,7 +278,8 @@ def queues_json(request):
     p = _queues_payload()
     html = render_to_string("frontend/_queue_tree.html", {"tree": p["tree"], "half_life_days": p["half_life_days"]},
                             request=request)
-    return data_response(request, {"figures": p["figures"], "html": {"queue-tree": html}}, p["rows"], "queue-watermarks")
+    return data_response(request, {"figures": p["figures"], "html": {"queue-tree": html}}, p["rows"], "queue-watermarks",
+                         columns={None: QUEUE_COLUMNS})
 
 
 @login_required
@@ -317,7 +331,8 @@ def fragmentation_json(request):
     return data_response(request, {"figures": p["figures"], "latest": p["latest"], "groups": p["groups"],
                                    "sharing": p["sharing"],
                                    "html": {"fragmentation-groups": html, "fragmentation-sharing": sharing}},
-                         p["rows"], "fragmentation", tables={"groups": p["groups"]})
+                         p["rows"], "fragmentation", tables={"groups": p["groups"]},
+                         columns={None: FRAGMENTATION_COLUMNS, "groups": GROUP_COLUMNS})
 
 
 @login_required
@@ -392,7 +407,7 @@ def queueing_json(request):
               "truncated": p["pending_truncated"], "all_rows": "?table=pending (JSON) or ?format=csv&table=pending"}
     return data_response(request, {"figures": figures, "summary": p["summary"], "pending": counts,
                                    "html": {"pending-list": html}},
-                         p["rows"], "queueing", tables={"pending": pending}, columns={"pending": PENDING_COLUMNS})
+                         p["rows"], "queueing", tables={"pending": pending}, columns={None: WAIT_COLUMNS, "pending": PENDING_COLUMNS})
 
 
 @login_required
@@ -458,7 +473,7 @@ def failures_json(request):
     p = _failures_payload(request.user)
     html = render_to_string("frontend/_failure_tables.html", p, request=request)
     return data_response(request, {"figures": p["figures"], "summary": p["summary"], "html": {"failure-tables": html}},
-                         p["rows"], "failures")
+                         p["rows"], "failures", columns={None: FAILURE_COLUMNS})
 
 
 @login_required

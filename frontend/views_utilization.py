@@ -131,7 +131,8 @@ def utilization_json(request):
     p = _payload(request)
     html = render_to_string("frontend/_utilization_tables.html", p, request=request)
     return data_response(request, {"figures": p["figures"], "latest": {"effective_utilization": p["effective_utilization"]},
-                                   "html": {"utilization-tables": html}}, p["rows"], "utilization")
+                                   "html": {"utilization-tables": html}}, p["rows"], "utilization",
+                         columns={None: ("time", *BUCKETS, "capacity")})
 
 
 @login_required

@@ -31,7 +31,7 @@ import math
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 
 log = logging.getLogger("gpuplatform.inputs")
 
@@ -190,6 +190,34 @@ class DatabaseUnavailableMiddleware:
             log.warning("database unavailable: %s", exception.__class__.__name__)
             return database_unavailable()
         return None
+
+
+class MethodNotAllowedMiddleware:
+    """A 405 says what is allowed and why in its body, as the REST API does: Django's require_GET / require_safe /
+    require_POST answer an empty body (only the Allow header). JSON (`{"detail": "Method \"PUT\" not
+    allowed."}`, the API's words) on the JSON endpoints (/api/..., *.json, or a client that asks for JSON), a
+    line of text elsewhere (new-user trial 11, F15)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if response.status_code != 405 or getattr(response, "streaming", False) or response.content:
+            return response
+        allow = response.get("Allow", "")
+        detail = f'Method "{request.method}" not allowed.'
+        wants_json = (request.path.startswith("/api/") or request.path.endswith(".json")
+                      or "application/json" in request.headers.get("Accept", ""))
+        if wants_json:
+            new = JsonResponse({"detail": detail, "allowed": [m.strip() for m in allow.split(",") if m.strip()]},
+                               status=405)
+        else:
+            new = HttpResponse(f"{detail} Allowed: {allow}\n", status=405, content_type="text/plain; charset=utf-8")
+        for header, value in response.items():
+            if header.lower() not in ("content-type", "content-length"):
+                new[header] = value
+        return new
 
 
 def database_unavailable() -> JsonResponse:

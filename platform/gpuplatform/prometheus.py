@@ -45,6 +45,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
 from django.http import HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_safe
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -209,6 +211,8 @@ REGISTRY = CollectorRegistry(auto_describe=False)
 REGISTRY.register(PlatformCollector())
 
 
+@csrf_exempt  # takes no unsafe method: a POST is the 405 of require_safe, not Django's HTML CSRF page
+@require_safe  # GET / HEAD; another method is a 405 with Allow (new-user trial 11, F15: POST answered 200)
 def metrics_view(request):
     """GET /metrics. Closed (403) with DJANGO_PRODUCTION=1 and no METRICS_TOKEN. Open on a laptop unless
     METRICS_TOKEN is set (settings or environment); then it needs

@@ -6,6 +6,7 @@ Every function returns plain values or lazy querysets; none writes. Who sees wha
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,7 +28,7 @@ from .trees import Tree
 
 # --- jobs -------------------------------------------------------------------------------------------
 
-def job_list(user, *, team: str | None = None, state: str | None = None, queue: str | None = None,
+def job_list(user, *, team: str | None = None, state: str | Sequence[str] | None = None, queue: str | None = None,
              submitter: str | None = None, search: str | None = None) -> QuerySet[Job]:
     """Jobs the user may see, newest first, filtered by team (name or slug), state, queue (name), submitter
     (username) and `search` (a job id, or text found in the name or the external id).
@@ -40,12 +41,11 @@ def job_list(user, *, team: str | None = None, state: str | None = None, queue: 
     qs = visible_jobs(user)
     if team:
         qs = qs.filter(Q(team__name=team) | Q(team__slug=team))
-    if state == "finished":
-        qs = qs.filter(state__in=Job.FINAL_STATES)
-    elif state == "live":
-        qs = qs.filter(state__in=Job.LIVE_STATES)
-    elif state:
-        qs = qs.filter(state=state)
+    if state:  # one state or several (the jobs page's repeated ?state=, as the jobs API's)
+        wanted = set()
+        for s in ([state] if isinstance(state, str) else state):
+            wanted.update(Job.FINAL_STATES if s == "finished" else Job.LIVE_STATES if s == "live" else (s,))
+        qs = qs.filter(state__in=sorted(wanted))
     if queue:
         qs = qs.filter(queue__name=queue)
     if submitter:

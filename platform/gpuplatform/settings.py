@@ -40,6 +40,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "gpuplatform.inputs.MethodNotAllowedMiddleware",  # a 405 with a body (JSON on the JSON endpoints) and Allow
     "gpuplatform.inputs.InputGuardMiddleware",  # 413 / 400 before any parsing (the one input normaliser)
     "gpuplatform.inputs.DatabaseUnavailableMiddleware",  # database lost -> 503 JSON + Retry-After
     "csp.middleware.CSPMiddleware",  # Content-Security-Policy (CONTENT_SECURITY_POLICY below)

@@ -76,8 +76,11 @@ class TraceFeeder:
     """Submits a trace's jobs and completes them, on the simulated clock. Not thread-safe; one per loop."""
 
     def __init__(self, trace, *, epoch: datetime, start_seconds: float = 0.0, warm_start: bool = False,
-                 name_prefix: str | None = None, batch: int = 200):
+                 name_prefix: str | None = None, batch: int = 200, skip_ids: set[str] | frozenset = frozenset()):
         self.trace = trace
+        # trace job ids (external_id) already in the database: never submitted again (the demo's --keep resumes
+        # a kept workload; new-user trial 11, F4)
+        self.skip_ids = skip_ids
         self.epoch = epoch
         self.start_seconds = start_seconds
         self.name_prefix = name_prefix if name_prefix is not None else f"{trace.name}-"
@@ -153,6 +156,9 @@ class TraceFeeder:
             tj = self._jobs[self._next]
             if self.at(tj.submit) > now:
                 break
+            if str(tj.id) in self.skip_ids:
+                self._next += 1
+                continue
             arrived += self._submit(tj, tj.duration)  # a failure (database locked) raises: retried next tick
             self._next += 1
         count += arrived

@@ -15,6 +15,8 @@ SLEEP = ["sleep", "3600"]
 
 # --- F12: concurrent priority changes chain in the audit trail -------------------------------------------
 
+@pytest.mark.services
+@pytest.mark.postgresql("the job's row lock (SELECT ... FOR UPDATE) under four concurrent PATCHes")
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_priority_changes_write_a_chain(client_for, jobs):
     """F12: four parallel PATCH {"priority": N} each read the old priority from their own copy of the job, so

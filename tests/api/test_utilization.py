@@ -231,3 +231,47 @@ def test_a_node_registered_inside_the_window_counts_capacity_from_its_registrati
     before = get(admin, since=T0.isoformat(), until=(T0 + timedelta(hours=1)).isoformat())["results"][0]
     assert before["capacity"] == pytest.approx(32.0)
     assert Node.objects.filter(name="late").exists()
+
+
+@pytest.mark.parametrize("params,field", [
+    # new-user trial 11, F3: until in year 1 was a 500 (OverflowError computing the default since), with since too
+    ({"until": "0001-01-01T23:59:59Z"}, "until"),
+    ({"since": "0001-01-01T00:00:00Z", "until": "0001-01-01T12:00:00Z"}, "since"),
+    ({"since": "1969-12-31T00:00:00Z", "until": "1970-01-02T00:00:00Z"}, "since"),
+    ({"until": "9999-12-31T23:59:59Z"}, "until"),
+    ({"since": "9999-12-31T00:00:00Z", "until": "9999-12-31T23:59:59Z"}, "since"),
+    ({"since": "0001-01-01T00:00:00+05:00"}, "since"),
+    ({"until": "9999-12-31T23:59:59-05:00"}, "until"),
+])
+def test_out_of_range_times_are_400s_naming_the_parameter_and_the_range(admin, history, params, field):
+    r = admin.get("/api/v1/utilization/", params)
+    assert r.status_code == 400 and field in r.json(), r.content
+    assert "1970-01-01T00:00:00Z to 9999-01-01T00:00:00Z" in r.json()[field][0]
+
+
+def test_a_window_after_the_cluster_clock_is_refused_not_changed(admin, history):
+    """The ledger ends at the cluster clock (T0 + 2 h here): a window that starts after it was answered with a
+    made-up one-second window (until = since + 1 s, new-user trial 11, F3); an until past it ends at the clock,
+    which the answer's `until` says."""
+    r = admin.get("/api/v1/utilization/", {"since": (T0 + timedelta(days=3)).isoformat(),
+                                          "until": (T0 + timedelta(days=4)).isoformat()})
+    assert r.status_code == 400 and "cluster clock" in r.json()["since"][0], r.content
+    out = get(admin, since=T0.isoformat(), until=(T0 + timedelta(days=4)).isoformat())
+    assert out["until"].startswith((T0 + timedelta(hours=2)).isoformat()[:19])
+
+
+@pytest.mark.parametrize("url,field", [
+    ("/api/v1/events/?since=0001-01-01T00:00:00Z", "since"),
+    ("/api/v1/events/?until=9999-12-31T23:59:59Z", "until"),
+    ("/api/v1/events/?since=0001-01-01T00:00:00%2B05:00", "since"),
+    ("/api/v1/jobs/?submitted_after=0001-01-01T00:00:00Z", "submitted_after"),
+    ("/api/v1/jobs/?submitted_before=9999-12-31T23:59:59-05:00", "submitted_before"),
+    ("/api/v1/cluster-metrics/?until=0001-01-01T00:00:00Z", "until"),
+    ("/api/v1/scheduler-cycles/?since=9999-06-01T00:00:00Z", "since"),
+])
+def test_the_lists_refuse_out_of_range_times_naming_the_parameter(admin, url, field):
+    """The same kind as F3 on every endpoint taking a time: a 400 keyed by the parameter (it said `time` /
+    `submitted_at`, the model's field, before) with the allowed range."""
+    r = admin.get(url)
+    assert r.status_code == 400 and field in r.json(), r.content
+    assert "1970-01-01T00:00:00Z to 9999-01-01T00:00:00Z" in r.json()[field][0]

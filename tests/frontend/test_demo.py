@@ -253,3 +253,77 @@ def test_other_commands_refuse_bad_numbers_naming_the_option(command, args, opti
     with pytest.raises(CommandError) as caught:
         call_command(command, *args, stdout=io.StringIO(), stderr=io.StringIO())
     assert option in str(caught.value) and "must be" in str(caught.value)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.django_db
+def test_a_second_demo_on_a_busy_port_refuses_before_clearing_anything(tiny_importers):
+    """New-user trial 11, F1: `make demo` run again while a demo served on the port printed "previous demo
+    workload cleared (4228 jobs)" (the running demo lost every job) and only then failed with "Address already
+    in use". The port is bound before the database is touched; the refusal says a demo runs there. The local
+    and Slurm modes check it (and their other refusals) before clearing too."""
+    import socket
+
+    from django.core.management.base import CommandError
+
+    call_command("demo", "--no-server", "--duration-seconds", "1", "--start-day", "0", "--tick", "0.2",
+                 "--password", "pw-demo-123", stdout=io.StringIO())
+    jobs = Job.objects.count()
+    assert jobs
+    with socket.socket() as busy:  # the running demo's listening socket
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        for extra in ([], ["--keep"], ["--local-agents", "1"]):
+            out = io.StringIO()
+            with pytest.raises(CommandError) as caught:
+                call_command("demo", "--port", str(port), "--duration-seconds", "1", "--start-day", "0",
+                             "--password", "pw-demo-123", *extra, stdout=out, stderr=io.StringIO())
+            assert "already runs there" in str(caught.value) and "Nothing was changed" in str(caught.value)
+            assert "cleared" not in out.getvalue() and "migrated" not in out.getvalue()
+            assert Job.objects.count() == jobs
+    # local mode on this (simulated) cluster's database refuses before clearing as well
+    with pytest.raises(CommandError, match="other nodes"):
+        call_command("demo", "--local-agents", "1", "--port", str(_free_port()), "--duration-seconds", "1",
+                     stdout=io.StringIO(), stderr=io.StringIO())
+    assert Job.objects.count() == jobs
+    # and a replay day past the trace is refused before the reset
+    with pytest.raises(CommandError, match="no job after replay day"):
+        call_command("demo", "--no-server", "--start-day", "400", "--duration-seconds", "1",
+                     stdout=io.StringIO(), stderr=io.StringIO())
+    assert Job.objects.count() == jobs
+
+
+@pytest.mark.django_db
+def test_keep_continues_the_kept_workload_instead_of_replaying_it_again(tiny_importers):
+    """New-user trial 11, F4: `make demo --keep` replayed the trace again on top of the kept jobs: the warm start
+    and arrivals came in a second time (trace jobs live twice) and the clock went back to the start, so the
+    previous run's samples stayed the newest. With --keep the clock goes on from the kept workload's and no
+    trace job is submitted twice."""
+    from django.db.models import Count, Max
+
+    call_command("demo", "--no-server", "--duration-seconds", "1.5", "--start-day", "0", "--speed", "600",
+                 "--tick", "0.2", "--password", "pw-demo-123", stdout=io.StringIO())
+    kept = set(Job.objects.values_list("pk", flat=True))
+    stopped = SchedulerCycle.objects.aggregate(t=Max("clock"))["t"]
+    assert kept and stopped
+    out, err = io.StringIO(), io.StringIO()
+    call_command("demo", "--no-server", "--keep", "--duration-seconds", "1.5", "--start-day", "0", "--speed", "600",
+                 "--tick", "0.2", "--password", "pw-demo-123", stdout=out, stderr=err)
+    assert "continuing the kept workload" in out.getvalue()
+    assert "--start-day do not apply with --keep" in err.getvalue()
+    assert kept <= set(Job.objects.values_list("pk", flat=True))  # the kept jobs stay
+    twice = list(Job.objects.values("external_id").annotate(n=Count("id")).filter(n__gt=1))
+    assert twice == []  # no trace job submitted again
+    new_cycles = SchedulerCycle.objects.filter(clock__gt=stopped)
+    assert new_cycles.exists()
+    assert not SchedulerCycle.objects.filter(number__gt=max(new_cycles.values_list("number", flat=True)),
+                                             clock__lt=stopped).exists()
+    assert SchedulerCycle.objects.order_by("-number").first().clock >= stopped  # the clock did not go back

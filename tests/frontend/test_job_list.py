@@ -136,3 +136,24 @@ def test_pending_filter_drops_the_columns_a_pending_job_leaves_empty(client, wor
     for row in re.findall(r'<tr data-job="\d+">(.*?)</tr>', html, re.S):
         assert row.count("<td") + row.count("<th ") == n
     assert ">finished" in client.get("/jobs/").content.decode()  # other lists keep them
+
+
+def test_state_is_repeatable_as_on_the_jobs_api(client, world, make_job):
+    """New-user trial 11, F14: /jobs/?state=pending&state=running answered 400 "given more than once", while
+    GET /api/v1/jobs/?state=pending&state=running (documented) lists both. The page takes what the API takes
+    (and its own live / finished), keeps every state in its sort and page links, and still refuses an unknown
+    state among them or another parameter given twice."""
+    client.force_login(world["admin"])
+    want = sorted(Job.objects.filter(state__in=("pending", "running")).values_list("pk", flat=True))
+    assert len(set(Job.objects.filter(pk__in=want).values_list("state", flat=True))) == 2  # both states exist
+    r = client.get("/jobs/?state=pending&state=running")
+    html = r.content.decode()
+    assert r.status_code == 200 and 'id="filter-errors"' not in html, html[:500]
+    assert sorted(_ids(html)) == want
+    api = client.get("/api/v1/jobs/?state=pending&state=running&limit=500").json()
+    assert sorted(j["id"] for j in api["results"]) == want
+    assert "state=pending&amp;state=running" in html  # the sort links keep both states
+    both = _ids(client.get("/jobs/?state=finished&state=pending").content.decode())
+    assert sorted(both) == sorted(Job.objects.filter(state__in=[*Job.FINAL_STATES, "pending"]).values_list("pk", flat=True))
+    assert client.get("/jobs/?state=pending&state=nope").status_code == 400
+    assert client.get("/jobs/?team=red&team=blue").status_code == 400

@@ -37,3 +37,31 @@ def test_page_json_without_a_session_is_a_json_401_and_without_csrf_a_json_403(w
     r = signed_in.post("/topology.json", HTTP_X_CSRFTOKEN=signed_in.cookies["csrftoken"].value)
     assert r.status_code == 405  # past the checks, the method rule
     assert signed_in.get("/topology.json").status_code == 200
+
+
+@pytest.mark.parametrize("url", ["/metrics", "/healthz", "/readyz"])
+def test_metrics_and_health_answer_get_and_head_only(db, url):
+    """New-user trial 11, F15: POST /metrics answered the metrics text and POST /healthz `ok` (200)."""
+    client = Client(enforce_csrf_checks=True)  # as curl: no CSRF token, still the 405 (not the CSRF page)
+    assert client.get(url).status_code in (200, 503) and client.head(url).status_code in (200, 503)
+    for method in ("post", "put", "delete", "patch"):
+        r = getattr(client, method)(url)
+        assert r.status_code == 405 and "GET" in r["Allow"], (method, url, r.status_code)
+        assert r.content.decode().startswith(f'Method "{method.upper()}" not allowed.'), r.content
+
+
+@pytest.mark.parametrize("method, url", [("post", "/cluster/metrics.json"), ("delete", "/topology.json"),
+                                         ("put", "/queues/data.json"), ("patch", "/failures/data.json"),
+                                         ("post", "/utilization/data.json")])
+def test_a_page_json_endpoint_answers_405_in_json_with_allow(world, method, url):
+    """New-user trial 11, F15: the pages' JSON endpoints answered 405 with an empty body; the API answers
+    {"detail": "Method \\"PUT\\" not allowed."}. The same words now, with the Allow header; the pages' 405 has a
+    line of text."""
+    client = Client()
+    client.force_login(world["admin"])
+    r = getattr(client, method)(url)
+    assert r.status_code == 405 and "GET" in r["Allow"] and r["Content-Type"] == "application/json", r
+    assert r.json()["detail"] == f'Method "{method.upper()}" not allowed.' and "GET" in r.json()["allowed"]
+    page = client.delete("/jobs/")
+    assert page.status_code == 405 and "GET" in page["Allow"]
+    assert page.content.decode().startswith('Method "DELETE" not allowed. Allowed: ')

@@ -85,7 +85,7 @@ def test_what_the_pages_send_is_accepted(client, world):
 
 
 @pytest.mark.parametrize("query,param", [("state=bogus", "state"), ("sort=bogus", "sort"),
-                                         ("state=running&state=pending", "state")])
+                                         ("sort=name&sort=team", "sort"), ("state=running&state=bogus", "state")])
 def test_the_jobs_page_shows_a_bad_filter_instead_of_every_job(client, world, query, param):
     client.force_login(world["admin"])
     r = client.get("/jobs/?" + query)

@@ -130,12 +130,12 @@ def _one_gpu_job():
     return job, Task.objects.get(job=job), Gpu.objects.get(node__name="n0", index=0)
 
 
+@pytest.mark.services
+@pytest.mark.postgresql("row locks: PostgreSQL")
 @pytest.mark.django_db(transaction=True)
 def test_checked_rows_are_locked_for_key_share_until_the_commit(cluster):
     """PostgreSQL: the task and job rows a write names stay locked as the constraint's check kept them: another
     transaction cannot delete them (FOR UPDATE NOWAIT fails) until this one ends."""
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks: PostgreSQL")
     import psycopg
 
     job, task, gpu = _one_gpu_job()
@@ -167,11 +167,11 @@ def test_a_cycle_naming_a_missing_gpu_is_rolled_back_whole(submit, monkeypatch):
     _fails_whole(a, b, r"allocation\.gpu_id")
 
 
+@pytest.mark.services
+@pytest.mark.postgresql("the trigger is PostgreSQL's")
 def test_the_database_refuses_deleting_a_gpu_an_allocation_names(submit):
     """PostgreSQL (migration 0024_e2e10): without Django's PROTECT (a raw DELETE), the GPU table's deferred trigger
     refuses the delete at the commit, as the foreign key did; a GPU no allocation names is deleted."""
-    if connection.vendor != "postgresql":
-        pytest.skip("the trigger is PostgreSQL's")
     job = submit("a", tasks=1, gpus=1)
     gpu, free = Gpu.objects.get(node__name="n0", index=0), Gpu.objects.get(node__name="n0", index=1)
     write_allocations([_row(Task.objects.get(job=job), gpu)])
@@ -191,12 +191,12 @@ def test_the_database_refuses_deleting_a_gpu_an_allocation_names(submit):
     assert not Gpu.objects.filter(pk=free.pk).exists()
 
 
+@pytest.mark.services
+@pytest.mark.postgresql("row locks: PostgreSQL")
 @pytest.mark.django_db(transaction=True)
 def test_a_gpu_delete_racing_a_write_waits_and_fails(cluster):
     """PostgreSQL: a GPU row a write names stays locked FOR KEY SHARE until it commits (another transaction's delete
     cannot take it); a delete that waited for the commit then fails at the trigger, as it did at the foreign key."""
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks: PostgreSQL")
     import psycopg
 
     job, task, gpu = _one_gpu_job()
@@ -213,6 +213,8 @@ def test_a_gpu_delete_racing_a_write_waits_and_fails(cluster):
     Allocation.objects.all().delete()
 
 
+@pytest.mark.services
+@pytest.mark.postgresql("row locks: PostgreSQL")
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("what", ["gpu", "node"])
 def test_a_write_racing_a_delete_in_flight_waits_and_fails(cluster, what):
@@ -220,8 +222,6 @@ def test_a_write_racing_a_delete_in_flight_waits_and_fails(cluster, what):
     trigger not yet run), the writer inserts and checks (write_allocations / check_nodes: FOR KEY SHARE), which waits
     for the deleter; the deleter commits (its trigger passes: the insert is not committed); the writer's check then
     finds the row gone and fails. No allocation or task is left naming the deleted row."""
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks: PostgreSQL")
     import threading
     import time
 
@@ -290,11 +290,11 @@ def test_a_cycle_placing_a_task_on_a_missing_node_is_rolled_back_whole(submit, m
             Event.objects.count()) == before
 
 
+@pytest.mark.services
+@pytest.mark.postgresql("the trigger is PostgreSQL's")
 def test_the_database_refuses_deleting_a_node_a_task_names(submit):
     """PostgreSQL (migration 0024_e2e10): a raw DELETE of a node a task still names fails at the node table's deferred
     trigger; Django's delete sets the node's tasks' node to null first and passes."""
-    if connection.vendor != "postgresql":
-        pytest.skip("the trigger is PostgreSQL's")
     job = submit("a", tasks=1, gpus=1)
     node = Node.objects.get(name="n3")
     Task.objects.filter(job=job).update(node=node)

@@ -1,5 +1,5 @@
 """django-filter FilterSets, one per resource (query parameters of the list endpoints)."""
-from datetime import timezone as dt_timezone
+from datetime import datetime, timezone as dt_timezone
 
 import django_filters as df
 from django import forms
@@ -10,17 +10,61 @@ from rest_framework.exceptions import ValidationError
 from ..models import ClusterSample, Domain, Event, Job, Membership, Node, Queue, Quota, SchedulerCycle, Team
 
 
-class UtcDateTimeFilter(df.IsoDateTimeFilter):
-    """ISO 8601 date-time, compared in UTC: PostgreSQL refuses UTC offsets beyond +-15:59, which ISO 8601
-    (and Python) allow, so the value is normalised before it reaches the database."""
+# The times a query parameter may name (since / until / submitted_after ...): every endpoint refuses one outside
+# with a 400 naming the parameter and this range, instead of a 500 from date arithmetic near year 1 / 9999 or
+# a window changed without a word (new-user trial 11, F3).
+TIME_MIN = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+TIME_MAX = datetime(9999, 1, 1, tzinfo=dt_timezone.utc)
+TIME_RANGE = "from 1970-01-01T00:00:00Z to 9999-01-01T00:00:00Z"
+TIME_OUT_OF_RANGE = f"date-time out of range: must be {TIME_RANGE}"
 
-    def filter(self, qs, value):
+
+def time_in_range(value: datetime) -> datetime:
+    """`value` (aware; naive is read as UTC) in UTC; ValueError(TIME_OUT_OF_RANGE) outside TIME_MIN..TIME_MAX."""
+    try:
+        value = (value if value.tzinfo else value.replace(tzinfo=dt_timezone.utc)).astimezone(dt_timezone.utc)
+    except (OverflowError, ValueError):
+        raise ValueError(TIME_OUT_OF_RANGE) from None
+    if not TIME_MIN <= value <= TIME_MAX:
+        raise ValueError(TIME_OUT_OF_RANGE)
+    return value
+
+
+def time_param(request, name: str) -> datetime | None:
+    """The query parameter `name` as an ISO 8601 time in UTC (None when absent or empty); a ValidationError naming
+    it when it is not one or is outside TIME_RANGE. A time without an offset is UTC."""
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        t = datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+"))
+    except ValueError:
+        raise ValidationError({name: ["must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z"]}) from None
+    try:
+        return time_in_range(t)
+    except ValueError as exc:
+        raise ValidationError({name: [str(exc)]}) from None
+
+
+class UtcDateTimeField(df.fields.IsoDateTimeField):
+    """IsoDateTimeField in UTC within TIME_RANGE: the form error is keyed by the parameter's name."""
+
+    def clean(self, value):
+        value = super().clean(value)
         if value is not None:
             try:
-                value = value.astimezone(dt_timezone.utc)
-            except (OverflowError, ValueError):
-                raise ValidationError({self.field_name: ["date-time out of range"]}) from None
-        return super().filter(qs, value)
+                value = time_in_range(value)
+            except ValueError as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return value
+
+
+class UtcDateTimeFilter(df.IsoDateTimeFilter):
+    """ISO 8601 date-time, compared in UTC: PostgreSQL refuses UTC offsets beyond +-15:59, which ISO 8601
+    (and Python) allow, so the value is normalised before it reaches the database; outside TIME_RANGE it is a
+    400 naming the parameter and the range (UtcDateTimeField)."""
+
+    field_class = UtcDateTimeField
 
 
 class StrictBooleanWidget(BooleanWidget):

@@ -1,7 +1,7 @@
 """GET /api/v1/utilization/: the GPU-hour ledger (gpuplatform/utilization.py, DESIGN section 14)."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from ... import access, clock
 from ...models import Node, Queue, Team
-from ..filters import refuse_unknown_params, unknown_name
+from ..filters import TIME_MIN, TIME_RANGE, refuse_unknown_params, time_param, unknown_name
 from ...telemetry import idle_allocations
 from ...utilization import SCOPES, top_jobs_lost_to_failure, utilization
 
@@ -20,17 +20,6 @@ MAX_WINDOW = timedelta(days=100)
 MAX_BINS = 2000
 DEFINITION = ("effective utilization = useful / (capacity - down) GPU-hours; useful = allocated to a running task "
               "whose work was kept and not idle")
-
-
-def _time(request, name: str, default: datetime) -> datetime:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        t = datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+"))
-    except ValueError:
-        raise ValidationError({name: ["must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z"]}) from None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
 class UtilizationView(APIView):
@@ -56,10 +45,31 @@ class UtilizationView(APIView):
         if scope not in SCOPES:
             raise ValidationError({"scope": [f"must be one of {', '.join(SCOPES)}"]})
         now = clock.now()
-        until = _time(request, "until", now)
-        since = _time(request, "since", until - timedelta(days=1))
+        # Both parsed and range-checked (api.filters.TIME_RANGE) before any arithmetic: the default since
+        # (until - 1 day) of until=0001-01-01... was a 500 (new-user trial 11, F3).
+        times, errors = {}, {}
+        for name in ("since", "until"):  # both named when both are wrong
+            try:
+                times[name] = time_param(request, name)
+            except ValidationError as exc:
+                errors.update(exc.detail)
+        if errors:
+            raise ValidationError(errors)
+        since, given_until = times["since"], times["until"]
+        until = now if given_until is None else given_until
+        if since is None:
+            if until - TIME_MIN < timedelta(days=1):
+                raise ValidationError({"until": [f"must be at least a day after the start of the range ({TIME_RANGE}) "
+                                                 f"without since"]})
+            since = until - timedelta(days=1)
         if until <= since:
             raise ValidationError({"until": ["must be after since"]})
+        # The ledger ends at the cluster clock (no GPU-hours after now): an until past it is answered up to the clock
+        # (the answer's `until` says so); a window that starts at or after the clock has nothing to answer, and
+        # was answered with a made-up one-second window ending at since + 1 s.
+        if since >= now:
+            raise ValidationError({"since": [f"must be before the cluster clock ({now.isoformat()}): the ledger "
+                                             f"has no GPU-hours after it"]})
         if until - since > MAX_WINDOW:
             raise ValidationError({"since": [f"the window may span at most {MAX_WINDOW.days} days"]})
         step = None

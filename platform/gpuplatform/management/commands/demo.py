@@ -3,7 +3,9 @@
 1. migrate the database (SQLite by default; WAL mode so the pages read while the loop writes);
 2. load the Philly cluster through the importer registry and services.load_cluster_spec, unless loaded;
 3. create the platform admin and one user per team (username = team name), print how to log in;
-4. clear the previous demo's workload (jobs, events, samples, cycles; the cluster and users stay);
+4. clear the previous demo's workload (jobs, events, samples, cycles; the cluster and users stay), or with --keep
+   continue it from its cluster clock (no trace job submitted twice). Every check that can refuse (the port
+   first) comes before this step;
 5. serve the pages on 127.0.0.1:8000 in a thread (Django's WSGI server, threaded, no autoreload);
 6. replay the Philly trace on a simulated clock from a busy point of the trace (warm start: the jobs
    the trace has running there come in at once with their remaining run time): every tick the
@@ -96,6 +98,19 @@ def _reset_workload() -> dict:
     return counts
 
 
+def _kept_clock() -> datetime | None:
+    """Where a kept demo workload's cluster clock stopped: the latest cycle's clock, sample or job submission
+    (None when the database holds no workload)."""
+    from django.db.models import Max
+
+    from gpuplatform.models import ClusterSample, Job, SchedulerCycle
+
+    times = [SchedulerCycle.objects.aggregate(t=Max("clock"))["t"], ClusterSample.objects.aggregate(t=Max("time"))["t"],
+             Job.objects.aggregate(t=Max("submitted_at"))["t"]]
+    times = [t for t in times if t is not None]
+    return max(times) if times else None
+
+
 class _QuietHandler:
     """Request handler factory that logs only errors and page loads, not the dashboard's polling."""
 
@@ -115,19 +130,45 @@ class _QuietHandler:
         return Handler
 
 
-def start_server(host: str, port: int):
-    """Serve the WSGI app in a daemon thread; returns the server (call .shutdown() to stop)."""
-    from django.core.servers.basehttp import ThreadedWSGIServer, get_internal_wsgi_application
+def bind_server(host: str, port: int):
+    """Bind and listen on host:port without serving yet (raises OSError when the port is taken); `serve` starts
+    it. The demos bind first, before they migrate, clear or change anything, so a second demo started on a busy
+    port refuses without touching the running one's database (new-user trial 11, F1)."""
+    from django.core.servers.basehttp import ThreadedWSGIServer
 
     class Server(ThreadedWSGIServer):
         request_queue_size = 128  # Django's 10 reset connections under a burst of 30 clients (new-user trial 3)
 
     httpd = Server((host, port), _QuietHandler.make(), allow_reuse_address=True)
     httpd.daemon_threads = True
+    return httpd
+
+
+def serve(httpd):
+    """Serve the WSGI app on a server from `bind_server` in a daemon thread; returns it (.shutdown() stops)."""
+    from django.core.servers.basehttp import get_internal_wsgi_application
+
     httpd.set_app(get_internal_wsgi_application())
     thread = threading.Thread(target=httpd.serve_forever, name="demo-web", daemon=True)
     thread.start()
     return httpd
+
+
+def start_server(host: str, port: int):
+    """Serve the WSGI app in a daemon thread; returns the server (call .shutdown() to stop)."""
+    return serve(bind_server(host, port))
+
+
+def listen_or_refuse(host: str, port: int):
+    """`bind_server`, or a CommandError saying that something (most likely a demo) already listens there and
+    that nothing was changed."""
+    try:
+        return bind_server(host, port)
+    except OSError as exc:
+        raise CommandError(
+            f"cannot listen on {host}:{port}: {exc}: a demo (or another server) already runs there. Nothing "
+            f"was changed (its jobs are untouched): stop it first, or use --port (and another DATABASE_URL, "
+            f"or --keep: a second demo on the same database clears its workload)") from exc
 
 
 def _token_line(api: str, password: str) -> str:
@@ -194,7 +235,8 @@ class Command(BaseCommand):
                             help="start on an empty cluster (default: the jobs the trace has running at the "
                                  "start day are submitted at once, with their remaining run time)")
         parser.add_argument("--keep", action="store_true",
-                            help="keep the previous run's jobs and samples instead of starting clean")
+                            help="keep the previous run's jobs and samples and continue from its cluster clock (the trace's "
+                                 "later arrivals only; no trace job is submitted twice) instead of starting clean")
         parser.add_argument("--local-agents", type=options.integer(0), default=0, metavar="N",
                             help="local mode: run N node agents on this machine that run the jobs for real "
                                  "(no trace replay; see the module docstring)")
@@ -322,47 +364,72 @@ class Command(BaseCommand):
             raise CommandError(f"cannot load trace {opts['trace']!r}: {exc}") from exc
         epoch = trace_epoch(trace)
         t_trace = time.monotonic() - t0
-        self._migrate()
-        # The set-up's audit events (teams, queues, members) are stamped on the cluster clock too, at the trace's
-        # t = 0, before every replayed job's: at wall time (years after the replay's) they stayed at the top of
-        # the newest-first events list and buried the replay and the admin's own actions (new-user trial 8, F4).
-        cluster_clock.use(lambda: epoch)
+        # Every check that can refuse comes before anything is cleared or changed: the port first (a demo
+        # already running there keeps its jobs), then the replay's start (new-user trial 11, F1).
+        server = None if opts["no_server"] else listen_or_refuse(opts["host"], opts["port"])
         try:
-            self._load_cluster(opts)
-            if not opts["keep"]:
-                cleared = _reset_workload()
-                if cleared["jobs"]:
-                    self._say(f"previous demo workload cleared ({cleared['jobs']} jobs)")
-            users = self._users(opts["password"])
-        finally:
-            cluster_clock.use(None)
-        t0 = time.monotonic() - t_trace
-        start_day = opts["start_day"]
-        if start_day is None:
-            busy = busy_start_seconds(trace, Gpu.objects.count(), fraction=BUSY_FRACTION)
-            start_day = (busy or 0.0) / 86400.0
-        feeder = TraceFeeder(trace, epoch=epoch, start_seconds=start_day * 86400.0,
-                             warm_start=not opts["cold_start"])
-        if feeder.start is None:
-            raise CommandError(f"trace {trace.name} has no job after replay day {start_day:g}")
-        warm = "cold start" if opts["cold_start"] else f"{feeder.warm_jobs} running then (warm start)"
+            self._migrate()
+            # The set-up's audit events (teams, queues, members) are stamped on the cluster clock too, at the
+            # trace's t = 0, before every replayed job's: at wall time (years after the replay's) they stayed at
+            # the top of the newest-first events list and buried the replay and the admin's own actions
+            # (new-user trial 8, F4).
+            cluster_clock.use(lambda: epoch)
+            try:
+                self._load_cluster(opts)
+                t0 = time.monotonic() - t_trace
+                resume = _kept_clock() if opts["keep"] else None
+                if resume is not None:
+                    # --keep on a kept workload continues it: the clock goes on from where the last run stopped
+                    # and only the trace's later arrivals come in; the warm start and the trace jobs already in
+                    # the database are not submitted again (new-user trial 11, F4: they were live twice and the
+                    # clock went back)
+                    from gpuplatform.models import Job
+
+                    start_day = (resume - epoch).total_seconds() / 86400.0
+                    feeder = TraceFeeder(trace, epoch=epoch, start_seconds=start_day * 86400.0, warm_start=False,
+                                         skip_ids=set(Job.objects.exclude(external_id="")
+                                                      .values_list("external_id", flat=True)))
+                    given = [o for o, v in (("start_day", opts["start_day"] is not None), ("cold_start", opts["cold_start"])) if v]
+                    if given:
+                        self.stderr.write(f"warning: {' and '.join('--' + o.replace('_', '-') for o in given)} do "
+                                          f"not apply with --keep: the kept workload continues from its clock")
+                else:
+                    start_day = opts["start_day"]
+                    if start_day is None:
+                        busy = busy_start_seconds(trace, Gpu.objects.count(), fraction=BUSY_FRACTION)
+                        start_day = (busy or 0.0) / 86400.0
+                    feeder = TraceFeeder(trace, epoch=epoch, start_seconds=start_day * 86400.0,
+                                         warm_start=not opts["cold_start"])
+                    if feeder.start is None:
+                        raise CommandError(f"trace {trace.name} has no job after replay day {start_day:g}")
+                start = resume or feeder.start
+                if not opts["keep"]:
+                    cleared = _reset_workload()
+                    if cleared["jobs"]:
+                        self._say(f"previous demo workload cleared ({cleared['jobs']} jobs)")
+                users = self._users(opts["password"])
+            finally:
+                cluster_clock.use(None)
+        except BaseException:
+            if server is not None:
+                server.server_close()
+            raise
+        if resume is not None:
+            warm = f"continuing the kept workload at {resume:%Y-%m-%d %H:%M} (--keep)"
+        else:
+            warm = "cold start" if opts["cold_start"] else f"{feeder.warm_jobs} running then (warm start)"
         self._say(f"trace {trace.name} read in {time.monotonic() - t0:.1f}s: {len(trace.jobs)} jobs; replay from "
                   f"day {start_day:.2f}: {warm}, {feeder.remaining} submitted from then on")
         for note in trace.notes:
             self._say(f"  {note}")
 
-        server = None
-        if not opts["no_server"]:
-            try:
-                server = start_server(opts["host"], opts["port"])
-            except OSError as exc:
-                raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc} "
-                                   f"(another demo running? use --port)") from exc
-        self._banner(opts, users, server is not None, feeder, time.monotonic() - t_start)
+        if server is not None:
+            serve(server)
+        self._banner(opts, users, server is not None, feeder, start, time.monotonic() - t_start)
 
         if not settings.DEBUG:
             logging.getLogger("gpuplatform.scheduling.store").setLevel(logging.WARNING)  # a line per cycle is too much
-        clock = SimClock(feeder.start, speed=opts["speed"], max_step=MAX_STEP)
+        clock = SimClock(start, speed=opts["speed"], max_step=MAX_STEP)
         cluster_clock.use(lambda: clock.now)  # jobs submitted from the pages or the API get the simulated time
         stop = threading.Event()
         if threading.current_thread() is threading.main_thread():
@@ -433,13 +500,13 @@ class Command(BaseCommand):
         self._say(f"[{now:%Y-%m-%d %H:%M}] pending {counts.get('pending', 0)}, running {counts.get('running', 0)}, "
                   f"finished {finished}; allocation {alloc}, fragmentation {frag}")
 
-    def _banner(self, opts, users, serving: bool, feeder, setup_seconds: float):
+    def _banner(self, opts, users, serving: bool, feeder, start: datetime, setup_seconds: float):
         url = f"http://{opts['host']}:{opts['port']}/"
         lines = ["", "=" * 72]
         if serving:
             lines.append(f"GPU platform demo: open {url}  (set-up took {setup_seconds:.0f}s)")
         lines += [
-            f"Replaying trace {feeder.trace.name} from {feeder.start:%Y-%m-%d %H:%M} (cluster clock) at "
+            f"Replaying trace {feeder.trace.name} from {start:%Y-%m-%d %H:%M} (cluster clock) at "
             f"{opts['speed'] / 60:g} simulated minutes per second. Ctrl-C stops.",
             "",
             "Log in as:",
@@ -460,6 +527,16 @@ class Command(BaseCommand):
 
     # -- local mode: the product for real on this machine ---------------------------------------------
 
+    @staticmethod
+    def _refuse_other_nodes(executor: str) -> None:
+        from gpuplatform.models import Node
+
+        simulated = Node.objects.exclude(executor=executor).count()
+        if simulated:
+            raise CommandError(f"this database holds other nodes ({simulated} not run by {executor}): run "
+                               f"this mode on another database, e.g. `make demo-local` / `make demo-slurm` "
+                               f"(DATABASE_URL=sqlite:///db-local.sqlite3 / db-slurm.sqlite3); nothing was changed")
+
     def _local_setup(self, opts, *, executor: str = "agent", gpus: int | None = None
                      ) -> tuple[list[tuple[str, str, str]], str]:
         """Team `demo`, its queue (quota = every local GPU), users admin and demo, the node-agents user and
@@ -468,13 +545,9 @@ class Command(BaseCommand):
 
         from gpuplatform import services
         from gpuplatform.api.permissions import NODE_AGENT_GROUP
-        from gpuplatform.models import Node, NodeAgentScope
+        from gpuplatform.models import NodeAgentScope
 
-        simulated = Node.objects.exclude(executor=executor).count()
-        if simulated:
-            raise CommandError(f"this database holds other nodes ({simulated} not run by {executor}): run "
-                               f"this mode on another database, e.g. `make demo-local` / `make demo-slurm` "
-                               f"(DATABASE_URL=sqlite:///db-local.sqlite3 / db-slurm.sqlite3)")
+        self._refuse_other_nodes(executor)
         User = get_user_model()
         password = opts["password"] or secrets.token_urlsafe(9)
         gpus = opts["local_agents"] * opts["gpus_per_agent"] if gpus is None else gpus
@@ -506,28 +579,32 @@ class Command(BaseCommand):
         if missing:
             raise CommandError(f"Slurm is not installed (missing {', '.join(missing)}): `make slurm` "
                                f"(apt-get install {' '.join(PACKAGES)})")
-        self._migrate()
-        if not opts["keep"]:
-            _reset_workload()
-        nodes, gpus = ("gpn1", "gpn2"), 2
-        users, _ = self._local_setup(opts, executor="slurm", gpus=len(nodes) * gpus)
         if opts["no_server"]:
             raise CommandError("--slurm needs the web server")
+        # Every check that can refuse (the port, another mode's nodes, the local Slurm's start) comes before the
+        # previous workload is cleared (new-user trial 11, F1).
+        server = listen_or_refuse(opts["host"], opts["port"])
+        nodes, gpus = ("gpn1", "gpn2"), 2
         root = Path(settings.BASE_DIR) / ".demo-slurm"
         local = LocalSlurm(root / "slurm", nodes=nodes, gpus=gpus, cpus=4)
         try:
-            local.start()
-        except SlurmSetupError as exc:
+            self._migrate()
+            self._refuse_other_nodes("slurm")
+            try:
+                local.start()
+            except SlurmSetupError as exc:
+                raise CommandError(str(exc)) from exc
+            if not opts["keep"]:
+                _reset_workload()
+            users, _ = self._local_setup(opts, executor="slurm", gpus=len(nodes) * gpus)
+            backend = SlurmBackend(SlurmCLI(SubprocessRunner(str(local.conf)), partition="gpuplatform"),
+                                   output_dir=str(root / "output"), jobcomp_file=str(local.jobcomp), flavor="H200")
+            backend.sync_nodes(timezone.now())
+        except BaseException:
             local.stop()
-            raise CommandError(str(exc)) from exc
-        backend = SlurmBackend(SlurmCLI(SubprocessRunner(str(local.conf)), partition="gpuplatform"),
-                               output_dir=str(root / "output"), jobcomp_file=str(local.jobcomp), flavor="H200")
-        backend.sync_nodes(timezone.now())
-        try:
-            server = start_server(opts["host"], opts["port"])
-        except OSError as exc:
-            local.stop()
-            raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc} (use --port)") from exc
+            server.server_close()
+            raise
+        serve(server)
         stop = threading.Event()
         loop = threading.Thread(target=run_loop, name="demo-cycle", daemon=True,
                                 kwargs={"interval_seconds": 1.0, "clock_fn": timezone.now, "stop_event": stop,
@@ -586,20 +663,25 @@ class Command(BaseCommand):
         from gpuplatform.models import Job, Node
         from gpuplatform.scheduling.tasks import run_loop
 
-        self._migrate()
-        if not opts["keep"]:
-            _reset_workload()
-        users, token = self._local_setup(opts)
+        if opts["no_server"]:
+            raise CommandError("--local-agents needs the web server: the agents talk to it over REST")
+        # The port and another mode's nodes are checked before the previous workload is cleared (new-user
+        # trial 11, F1).
+        server = listen_or_refuse(opts["host"], opts["port"])
+        try:
+            self._migrate()
+            self._refuse_other_nodes("agent")
+            if not opts["keep"]:
+                _reset_workload()
+            users, token = self._local_setup(opts)
+        except BaseException:
+            server.server_close()
+            raise
+        serve(server)
         # This process answers the agents' assignments calls: they poll at the interval it tells them.
         settings.AGENT_POLL_SECONDS = 1.0
         if not settings.DEBUG:
             logging.getLogger("gpuplatform.scheduling.store").setLevel(logging.WARNING)  # a line per cycle is too much
-        if opts["no_server"]:
-            raise CommandError("--local-agents needs the web server: the agents talk to it over REST")
-        try:
-            server = start_server(opts["host"], opts["port"])
-        except OSError as exc:
-            raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc} (use --port)") from exc
         api = f"http://127.0.0.1:{opts['port']}"
         root = Path(os.environ.get("DEMO_AGENTS_DIR") or Path(settings.BASE_DIR) / ".demo-agents")
         agents = start_agents(api, token, opts["local_agents"], root=root, gpus=opts["gpus_per_agent"],
