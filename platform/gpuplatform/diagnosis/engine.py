@@ -31,6 +31,9 @@ from __future__ import annotations
 
 import logging
 import re
+import re._parser as sre_parse
+import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -61,11 +64,14 @@ HEALTH_SIGNALS = ("xid", "ecc_dbe_volatile", "row_remap_failure", "thermal_slowd
                   "power_slowdown_seconds", "nvlink_down", "heartbeat_lost_seconds", "gpu_missing",
                   "repeat_offender_jobs")
 MAX_LINE = 500  # evidence text is cut to this many characters
-# The most one rule's search of one log line may take (seconds). regex_safety refuses the admin patterns known to
-# backtrack badly, but no check finds them all (a cubic chain inside a group passed it: review 11, R1) and a log
-# line may be 256 KiB long, so a search past this limit stops (regex's timeout), the rule is skipped for the rest
-# of that task's log and a warning names it: one pattern cannot stall the diagnosis of every failed job.
+# An admin's rule is searched with time limits (the `regex` package's timeout). regex_safety refuses the patterns
+# known to backtrack badly, but no static check finds them all (a cubic chain inside a group passed it: review 11,
+# R1) and a log line may be 256 KiB long: a search of one line stops after LINE_SEARCH_SECONDS (that line is skipped
+# for that rule), and the rule's searches of one task's log take at most RULE_LOG_SECONDS in all (then the rule is
+# left out of the rest of that log); a warning names the rule. The shipped rules are Python's `re`, unlimited: they
+# are tested on adversarial lines (tests/diagnosis), and `regex` runs some of them slower (review 11, S1).
 LINE_SEARCH_SECONDS = 0.05
+RULE_LOG_SECONDS = 0.5
 
 
 class RuleError(ValueError):
@@ -84,15 +90,18 @@ class Rule:
     category: str
     action: str
     source: str
-    pattern: regex.Pattern | None = None
+    pattern: re.Pattern | regex.Pattern | None = None
     xids: frozenset[int] = frozenset()
     when: Mapping[str, Any] = field(default_factory=dict)
     order: int = 0  # position in the table: within a category, earlier rules are the more specific
+    limited: bool = False  # an admin's rule: `pattern` is a regex.Pattern searched with a time limit
 
-    def match_line(self, line: str) -> bool:
-        """Whether the pattern (and its xids) matches `line`. Raises TimeoutError when the search takes more than
-        LINE_SEARCH_SECONDS."""
-        m = self.pattern.search(line, timeout=LINE_SEARCH_SECONDS) if self.pattern is not None else None
+    def match_line(self, line: str, timeout: float | None = None) -> bool:
+        """Whether the pattern (and its xids) matches `line`. timeout: seconds, for a `limited` rule (None: none).
+        Raises TimeoutError when a limited search runs past it."""
+        if self.pattern is None:
+            return False
+        m = self.pattern.search(line, timeout=timeout) if self.limited else self.pattern.search(line)
         if m is None:
             return False
         if self.xids:
@@ -172,14 +181,25 @@ def parse_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> RuleSet:
         if pattern:
             if not isinstance(pattern, str):
                 raise RuleError(f"{where}.pattern", "pattern must be a string")
-            flags = regex.IGNORECASE if entry.get("ignore_case") else 0
-            if where.startswith("extra"):  # an admin's rule: also safe to run on every log line (regex_safety)
-                unsafe = regex_safety.problem(pattern, flags)
-                if unsafe:
-                    raise RuleError(f"{where}.pattern", unsafe)
+            flags = re.IGNORECASE if entry.get("ignore_case") else 0
+            admins = where.startswith("extra")
             try:
-                re.compile(pattern, flags)  # Python's own syntax: what docs/diagnosis.md promises
-                compiled = regex.compile(pattern, flags)
+                with warnings.catch_warnings():
+                    # re's parser warns where a later Python (and the regex package, which runs admins' rules) reads
+                    # the pattern otherwise: `[[:digit:]]` is a set of characters to re, a POSIX class to regex, so
+                    # regex_safety would judge one pattern and regex run another (review 11, S3). The parser itself,
+                    # not re.compile: compiled patterns are cached, and a cached one warns no more.
+                    warnings.simplefilter("error", FutureWarning)
+                    sre_parse.parse(pattern, flags)
+                compiled = re.compile(pattern, flags)
+                if admins:  # an admin's rule: also safe to run on every log line (regex_safety), then time-limited
+                    unsafe = regex_safety.problem(pattern, flags)
+                    if unsafe:
+                        raise RuleError(f"{where}.pattern", unsafe)
+                    compiled = regex.compile(pattern, flags)
+            except FutureWarning as exc:
+                raise RuleError(f"{where}.pattern", f"ambiguous: {exc} (escape a literal '[' as '\\[', or use a "
+                                                     f"class such as \\d instead of [[:digit:]])") from None
             except (re.error, regex.error, RecursionError, OverflowError) as exc:
                 raise RuleError(f"{where}.pattern", f"not a valid regular expression: {exc}") from None
             if entry.get("xids") is not None:
@@ -197,7 +217,8 @@ def parse_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> RuleSet:
                 if not vals or not all(isinstance(x, int) and not isinstance(x, bool) for x in vals):
                     raise RuleError(f"{where}.when.{k}", "must be an integer or a list of integers")
         rules.append(Rule(id=rid, category=category, action=action, source=source.strip(), pattern=compiled,
-                          xids=xids, when=dict(when or {}), order=order))
+                          xids=xids, when=dict(when or {}), order=order,
+                          limited=compiled is not None and where.startswith("extra")))
     return RuleSet(version=str(table.get("version", "")), rules=tuple(rules))
 
 
@@ -259,6 +280,7 @@ class _Match:
 def _scan(task: TaskEvidence, rules: RuleSet) -> list[_Match]:
     found = []
     line_rules = rules.line_rules
+    budget: dict[str, float] = {}  # admin rule id -> seconds of searching left in this log (RULE_LOG_SECONDS)
     offset = task.log_offset
     for i, line in enumerate(task.log.split("\n"), start=1):
         here, offset = offset, offset + len(line.encode("utf-8", "replace")) + 1
@@ -266,13 +288,23 @@ def _scan(task: TaskEvidence, rules: RuleSet) -> list[_Match]:
         if not line.strip():
             continue
         for rule in line_rules:
-            try:
+            if rule.limited:  # an admin's rule: LINE_SEARCH_SECONDS per line, RULE_LOG_SECONDS per log
+                left = budget.get(rule.id, RULE_LOG_SECONDS)
+                t0 = time.perf_counter()
+                try:
+                    hit = rule.match_line(line, min(LINE_SEARCH_SECONDS, left))
+                except TimeoutError:
+                    hit = False
+                    if rule.id not in budget:
+                        logger.warning("diagnosis rule %s took over %s s on line %d of task %s (%d characters): that "
+                                       "line is skipped for it", rule.id, LINE_SEARCH_SECONDS, i, task.task, len(line))
+                left = budget[rule.id] = left - (time.perf_counter() - t0)
+                if left <= 0:
+                    logger.warning("diagnosis rule %s spent its %s s on task %s's log by line %d and is skipped for "
+                                   "the rest of it", rule.id, RULE_LOG_SECONDS, task.task, i)
+                    line_rules = tuple(r for r in line_rules if r is not rule)
+            else:
                 hit = rule.match_line(line)
-            except TimeoutError:  # (LINE_SEARCH_SECONDS) the rule is left out of the rest of this log
-                logger.warning("diagnosis rule %s took over %s s on line %d of task %s (%d characters) and was "
-                               "skipped for the rest of its log", rule.id, LINE_SEARCH_SECONDS, i, task.task, len(line))
-                line_rules = tuple(r for r in line_rules if r is not rule)
-                continue
             if hit:
                 found.append(_Match(rule, task, i, line.strip()[:MAX_LINE], here))
     return found
