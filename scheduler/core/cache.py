@@ -87,7 +87,7 @@ def _same_shape(nodes: tuple, seen: tuple, changed=changed_positions) -> bool:
     for k in changed(nodes, seen):
         a, b = nodes[k], seen[k]
         if (a.name != b.name or a.flavor != b.flavor or a.gpus != b.gpus or a.domain != b.domain
-                or a.cpu_milli != b.cpu_milli or a.memory_mib != b.memory_mib):
+                or a.cpu_milli != b.cpu_milli or a.memory_mib != b.memory_mib or a.gpu_numa != b.gpu_numa):
             return False
     return True
 
@@ -117,7 +117,8 @@ class EngineCache:
 
     def static_for(self, snapshot: Snapshot) -> ClusterStatic:
         """The ClusterStatic of the snapshot's cluster: the one kept when its shape is the last one seen
-        (domains equal, every node the same (name, flavor, gpus, domain, cpu_milli, memory_mib) in the same order; identity is
+        (domains equal, every node the same (name, flavor, gpus, domain, cpu_milli, memory_mib, gpu_numa: the
+        NUMA layout Capacity's max_zone and never-fits answers read) in the same order; identity is
         checked first, full equality only for objects that differ), else a new one, which replaces the
         kept one and the entries derived from it. Raises TopologyError on an inconsistent domain tree."""
         domains, nodes = tuple(snapshot.domains), tuple(snapshot.nodes)
