@@ -70,11 +70,12 @@ def _count(root: str, days, through: bool) -> tuple[int, str]:
 
 
 def measure(root: str, days) -> dict:
-    """{'root', 'replay_instructions', 'cycles', 'mean_queue_s'} of one checkout."""
+    """{'root', 'replay_instructions', 'cycles', 'figure'} of one checkout: figure = the report's mean queueing delay
+    (s; the Helios slice) or mean allocation rate (--philly)."""
     setup, _ = _count(root, days, False)
     total, report = _count(root, days, True)
     _, cycles, mean = report.split()
-    return {"root": root, "replay_instructions": total - setup, "cycles": int(cycles), "mean_queue_s": mean}
+    return {"root": root, "replay_instructions": total - setup, "cycles": int(cycles), "figure": mean}
 
 
 def main() -> None:
@@ -94,7 +95,7 @@ def main() -> None:
     for row in rows:
         print(f"{row['root']}: {row['replay_instructions']:,} instructions in the replay "
               f"({row['replay_instructions'] / base:.4f} of the first), {row['cycles']} cycles, "
-              + (f"mean allocation {row['mean_queue_s']}" if args.philly else f"mean queue {row['mean_queue_s']} s"))
+              + (f"mean allocation {row['figure']}" if args.philly else f"mean queue {row['figure']} s"))
 
 
 if __name__ == "__main__":

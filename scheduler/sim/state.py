@@ -29,6 +29,9 @@ _JOB_FIELDS = tuple(f.name for f in fields(JobInfo))
 _job_values = attrgetter(*_JOB_FIELDS)
 _JOB_SET = {name: getattr(JobInfo, name).__set__ for name in _JOB_FIELDS}
 _job_setters = tuple(_JOB_SET.values())
+# _job_with sets the slots directly: a JobInfo that gained a __post_init__ (a check or a derived field) would be
+# built without it, so this says so at import (review 11, S7)
+assert not hasattr(JobInfo, "__post_init__"), "JobInfo has a __post_init__: _job_with must call it (or use replace)"
 
 
 def _job_with(job: JobInfo, **changes) -> JobInfo:
