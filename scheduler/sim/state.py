@@ -114,20 +114,15 @@ class _Jobs(dict):
 _ABSENT = object()  # _Pending.changes: the key had no job at the last mark
 
 
-class _Live(_Jobs):
-    """The jobs not pending (a _Jobs), also recording the job each changed key had at the last `mark`, so that
-    `mark` gives the jobs that came and went since then (in no particular order) without a pass over the jobs."""
+class _Recorded(_Jobs):
+    """A _Jobs recording, per key changed since the last `mark`, the job it had then (`changes`; _ABSENT: none):
+    the removals here, the writes in each subclass."""
 
     __slots__ = ("changes",)
 
     def __init__(self, counts: JobCounts):
         super().__init__(counts)
         self.changes: dict = {}
-
-    def __setitem__(self, key, job) -> None:
-        if key not in self.changes:
-            self.changes[key] = self.get(key, _ABSENT)
-        _Jobs.__setitem__(self, key, job)
 
     def __delitem__(self, key) -> None:
         if key not in self.changes and key in self:
@@ -138,6 +133,18 @@ class _Live(_Jobs):
         if key not in self.changes and key in self:
             self.changes[key] = self[key]
         return _Jobs.pop(self, key, *default)
+
+
+class _Live(_Recorded):
+    """The jobs not pending (a _Recorded), so that `mark` gives the jobs that came and went since the last one (in
+    no particular order) without a pass over the jobs."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key, job) -> None:
+        if key not in self.changes:
+            self.changes[key] = self.get(key, _ABSENT)
+        _Jobs.__setitem__(self, key, job)
 
     def mark(self) -> tuple:
         """(jobs that came, jobs that went) since the last mark; starts a new record."""
@@ -155,17 +162,16 @@ class _Live(_Jobs):
         return came, gone
 
 
-class _Pending(_Jobs):
-    """The pending jobs (a _Jobs), also recording what changed since the last `mark`: per key changed, the job it
+class _Pending(_Recorded):
+    """The pending jobs (a _Recorded), also recording what changed since the last `mark`: per key changed, the job it
     had then (`changes`), and the keys set while absent, in order (`appended`: such a key goes to the dict's end).
     `delta` gives the jobs that came and went since the mark (core.cache.PendingChanges' terms) without a pass
     over the jobs."""
 
-    __slots__ = ("changes", "appended")
+    __slots__ = ("appended",)
 
     def __init__(self, counts: JobCounts):
         super().__init__(counts)
-        self.changes: dict = {}
         self.appended: list = []
 
     def __setitem__(self, key, job) -> None:
@@ -175,16 +181,6 @@ class _Pending(_Jobs):
         if old is _ABSENT:
             self.appended.append(key)
         _Jobs.__setitem__(self, key, job)
-
-    def __delitem__(self, key) -> None:
-        if key not in self.changes and key in self:
-            self.changes[key] = self[key]
-        _Jobs.__delitem__(self, key)
-
-    def pop(self, key, *default):
-        if key not in self.changes and key in self:
-            self.changes[key] = self[key]
-        return _Jobs.pop(self, key, *default)
 
     def mark(self) -> tuple | None:
         """(jobs that came, in dict order; jobs that went) since the last mark, or None when some key kept its
