@@ -281,11 +281,7 @@ class QueueTree:
         stamp = kept.stamp(job.reserved)
         entry = kept.charges.get(id(job))
         if entry is not None and entry[0] is job and entry[1] == stamp:
-            queue, per_flavor = job.queue, entry[2]
-            self.drop_hold(job.id)
-            for flavor, gpus in per_flavor.items():
-                self.charge(queue, flavor, gpus)
-            self.held[job.id] = (queue, dict(per_flavor))
+            self._hold(job.id, job.queue, entry[2])
             return
         self.charge_hold(job.id, job.queue, job.reserved)
         if len(kept.charges) > 1024:
@@ -297,7 +293,6 @@ class QueueTree:
         running at snapshot time occupies (a drain reservation's GPUs still running their own job count
         once, there), or all of them (`all_gpus`: the eviction phase has uncharged the victims already).
         Replaces any hold charged for the job before."""
-        self.drop_hold(job_id)
         per_flavor: dict[str, int] = defaultdict(int)
         running = None if all_gpus else self.running_on({t.node for t in tasks})
         for t in tasks:
@@ -305,6 +300,11 @@ class QueueTree:
             free = sum(1 for g in t.gpus if g not in busy)
             if free:
                 per_flavor[self._node_flavor.get(t.node, "")] += free
+        self._hold(job_id, queue, per_flavor)
+
+    def _hold(self, job_id, queue: str, per_flavor: dict[str, int]) -> None:
+        """The job's hold charged anew: the one charged before dropped, then `per_flavor` (flavor -> GPUs)."""
+        self.drop_hold(job_id)
         for flavor, gpus in per_flavor.items():
             self.charge(queue, flavor, gpus)
         self.held[job_id] = (queue, dict(per_flavor))
