@@ -183,6 +183,12 @@ def parse_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> RuleSet:
                 raise RuleError(f"{where}.pattern", "pattern must be a string")
             flags = re.IGNORECASE if entry.get("ignore_case") else 0
             admins = where.startswith("extra")
+            if admins:  # an admin's rule: also safe to run on every log line (regex_safety), then time-limited below
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FutureWarning)  # (an ambiguous set is refused below, every time)
+                    unsafe = regex_safety.problem(pattern, flags)
+                if unsafe:
+                    raise RuleError(f"{where}.pattern", unsafe)
             try:
                 with warnings.catch_warnings():
                     # re's parser warns where a later Python (and the regex package, which runs admins' rules) reads
@@ -192,10 +198,7 @@ def parse_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> RuleSet:
                     warnings.simplefilter("error", FutureWarning)
                     sre_parse.parse(pattern, flags)
                 compiled = re.compile(pattern, flags)
-                if admins:  # an admin's rule: also safe to run on every log line (regex_safety), then time-limited
-                    unsafe = regex_safety.problem(pattern, flags)
-                    if unsafe:
-                        raise RuleError(f"{where}.pattern", unsafe)
+                if admins:
                     compiled = regex.compile(pattern, flags)
             except FutureWarning as exc:
                 raise RuleError(f"{where}.pattern", f"ambiguous: {exc} (escape a literal '[' as '\\[', or use a "
