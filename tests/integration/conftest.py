@@ -126,8 +126,11 @@ def stop_worker(proc: subprocess.Popen) -> None:
 @pytest.fixture(scope="session")
 def celery_worker(django_db_setup, django_db_blocker, celery_queue, tmp_path_factory):
     """Start `celery -A gpuplatform worker --pool=solo` against the pytest-django test database and this
-    session's private queue; point this process's Celery app at the same broker and queue. Stopped (and
-    its DB connection closed) before the test database is dropped."""
+    session's private queue. Stopped (and its DB connection closed) before the test database is dropped. This
+    process's Celery app points at the same broker and queue only during the tests that use the worker
+    (`_app_on_the_worker`): a later test elsewhere whose submission asks for a cycle on commit must not have the
+    live worker run one on the test database while that test flushes it (CI, session 11: a TRUNCATE deadlocked
+    with such a cycle in tests/platform/test_references.py)."""
     problem = _services_problem()
     if problem:
         if os.environ.get("CI"):
@@ -135,12 +138,26 @@ def celery_worker(django_db_setup, django_db_blocker, celery_queue, tmp_path_fac
         pytest.skip(problem)
     from gpuplatform.celery import app
 
-    saved = {k: app.conf[k] for k in ("broker_url", "result_backend", "task_default_queue")}
     log_path = tmp_path_factory.mktemp("celery") / "worker.log"
     proc = start_worker(celery_queue, log_path)
     try:
-        _point_app_at(app, broker_url=REDIS_URL, result_backend=REDIS_URL, task_default_queue=celery_queue)
-        yield {"queue": celery_queue, "log": log_path, "process": proc}
+        yield {"queue": celery_queue, "log": log_path, "process": proc, "app": app}
+    finally:
+        stop_worker(proc)
+
+
+@pytest.fixture(autouse=True)
+def _app_on_the_worker(request):
+    """For a test that uses the session's worker (`celery_worker`, directly or through another fixture): this
+    process's Celery app sent to the worker's broker and queue during the test, back as it was after it."""
+    if "celery_worker" not in request.fixturenames:
+        yield
+        return
+    worker = request.getfixturevalue("celery_worker")
+    app = worker["app"]
+    saved = {k: app.conf[k] for k in ("broker_url", "result_backend", "task_default_queue")}
+    _point_app_at(app, broker_url=REDIS_URL, result_backend=REDIS_URL, task_default_queue=worker["queue"])
+    try:
+        yield
     finally:
         _point_app_at(app, **saved)
-        stop_worker(proc)
