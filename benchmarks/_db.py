@@ -114,6 +114,40 @@ def ab_world(which: str):
     return _common.scale_world(racks=280, pending=10_000, running=5_000)
 
 
+def store_variants() -> dict:
+    """{"this": this tree's gpuplatform.scheduling.store}, and "base": another tree's store.py (the file BASE names,
+    loaded as gpuplatform.scheduling.store_base) when BASE is set: the A/B scripts' two applies in one process."""
+    import importlib.util
+    import sys
+
+    from gpuplatform.scheduling import store
+
+    if not os.environ.get("BASE"):
+        return {"this": store}
+    spec = importlib.util.spec_from_file_location("gpuplatform.scheduling.store_base", os.environ["BASE"])
+    base = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(base)
+    return {"base": base, "this": store}
+
+
+def one_engine_result():
+    """(clock, CycleResult) of one engine run on the loaded world's snapshot, as the cycle makes them (store's
+    snapshot read and engine cache, the default config), after VACUUM ANALYZE: what the apply A/B scripts apply."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from gpuplatform.scheduling import store, usage_decay
+    from scheduler.core import run_cycle
+
+    with connection.cursor() as cur:
+        cur.execute("VACUUM ANALYZE")
+    clock = timezone.now()
+    snapshot, _ = store.build_snapshot(clock.timestamp(), cycle=1, memo=store.SnapshotMemo())
+    result = run_cycle(snapshot, usage_decay.default_config(), cache=store.ENGINE_CACHE)
+    print(f"engine: {len(result.bindings)} bindings", flush=True)
+    return clock, result
+
+
 @contextmanager
 def timed_commits(state: dict):
     """Within the block, each commit of Django's default connection adds its wall seconds to state["commit"] (the

@@ -61,18 +61,11 @@ def main() -> None:
         import logging
 
         from django.db import connection, transaction
-        from django.utils import timezone
 
-        from scheduler.core import run_cycle
-        from gpuplatform.scheduling import store, usage_decay
+        from gpuplatform.scheduling import store
 
         logging.getLogger("gpuplatform.scheduling.store").setLevel(logging.WARNING)
-        with connection.cursor() as cur:
-            cur.execute("VACUUM ANALYZE")
-        clock = timezone.now()
-        snapshot, _ = store.build_snapshot(clock.timestamp(), cycle=1, memo=store.SnapshotMemo())
-        result = run_cycle(snapshot, usage_decay.default_config(), cache=store.ENGINE_CACHE)
-        print(f"engine: {len(result.bindings)} bindings", flush=True)
+        clock, result = _db.one_engine_result()
         cpu = _db.backend_cpu
         by: dict = {}
 

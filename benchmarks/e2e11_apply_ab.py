@@ -13,7 +13,6 @@ other modules: bulk, allocations, audit); without BASE only this tree's runs. `G
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
 import statistics
 import sys
@@ -34,28 +33,17 @@ def main() -> None:
         import logging
 
         from django.db import connection, transaction
-        from django.utils import timezone
 
-        from scheduler.core import run_cycle
-        from gpuplatform.scheduling import store, usage_decay
+        from gpuplatform.scheduling import store
 
-        variants = {"this": store}
-        if os.environ.get("BASE"):
-            spec = importlib.util.spec_from_file_location("gpuplatform.scheduling.store_base", os.environ["BASE"])
-            base = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(base)
-            variants = {"base": base, "this": store}
+        variants = _db.store_variants()
         logging.getLogger("gpuplatform.scheduling.store").setLevel(logging.WARNING)
-        with connection.cursor() as cur:
-            if os.environ.get("FILLFACTOR"):  # experiment: job and task pages with room for an update's new version
+        if os.environ.get("FILLFACTOR"):  # experiment: job and task pages with room for an update's new version
+            with connection.cursor() as cur:
                 for table in ("gpuplatform_job", "gpuplatform_task"):
                     cur.execute(f"ALTER TABLE {table} SET (fillfactor = {int(os.environ['FILLFACTOR'])})")
                     cur.execute(f"VACUUM FULL {table}")
-            cur.execute("VACUUM ANALYZE")
-        clock = timezone.now()
-        snapshot, _ = store.build_snapshot(clock.timestamp(), cycle=1, memo=store.SnapshotMemo())
-        result = run_cycle(snapshot, usage_decay.default_config(), cache=store.ENGINE_CACHE)
-        print(f"engine: {len(result.bindings)} bindings", flush=True)
+        clock, result = _db.one_engine_result()
         cpu = _db.backend_cpu
         drop = [x for x in os.environ.get("DROP", "").split(",") if x]
         if drop:  # experiment: this tree's apply with these indexes dropped inside the rolled-back run

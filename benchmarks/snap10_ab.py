@@ -18,7 +18,6 @@ import cProfile
 import dataclasses
 import gc
 import hashlib
-import importlib.util
 import os
 import pstats
 import statistics
@@ -37,12 +36,7 @@ def main() -> None:
 
         from gpuplatform.scheduling import store
 
-        variants = {"this": store}
-        if os.environ.get("BASE"):
-            spec = importlib.util.spec_from_file_location("gpuplatform.scheduling.store_base", os.environ["BASE"])
-            base = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(base)
-            variants = {"base": base, "this": store}
+        variants = _db.store_variants()
         with connection.cursor() as cur:
             cur.execute("VACUUM ANALYZE")
         now = time.time()

@@ -21,6 +21,7 @@ preemption grace period (preempt, reclaim, drain) has none: the job did nothing 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from operator import itemgetter
 
 from django.conf import settings
 from django.db import transaction
@@ -31,6 +32,7 @@ from . import clock
 from .audit import record_event
 from .diagnosis.attempts import close_attempt, mark_recovered
 from .models import Allocation, Job, Task
+from .trees import Tree
 
 # What a node reported about a task's process in the attempt that ended (cleared when the gang is requeued).
 TASK_RUN_RESET = {"pid": None, "started_at": None, "ended_at": None, "exit_code": None, "exit_signal": None,
@@ -195,21 +197,13 @@ def close_idle_queues(queue_ids=None, *, at: datetime | None = None, actor=None)
     closing = dict(Queue.objects.filter(state=Queue.State.CLOSING).values_list("id", "name"))
     if not closing:
         return []
-    parent = dict(Queue.objects.values_list("id", "parent_id"))
-
-    def up(qid):  # qid and its ancestors (a loop, which the services never store, ends the walk)
-        seen = set()
-        while qid is not None and qid not in seen:
-            seen.add(qid)
-            yield qid
-            qid = parent.get(qid)
-
+    tree = Tree(Queue.objects.values_list("id", "parent_id"), key=itemgetter(0), parent=itemgetter(1))
     if queue_ids is not None:
-        wanted = {a for q in queue_ids for a in up(q)}
+        wanted = {a for q in queue_ids for a in tree.ancestors(q)}
         closing = {q: n for q, n in closing.items() if q in wanted}
     busy_leaves = Job.objects.filter(state__in=(Job.State.PENDING, *Job.LIVE_STATES)).values_list(
         "queue_id", flat=True).distinct()
-    busy = {a for q in busy_leaves for a in up(q)}
+    busy = {a for q in busy_leaves for a in tree.ancestors(q)}
     idle = [(q, n) for q, n in closing.items() if q not in busy]
     if not idle:
         return []

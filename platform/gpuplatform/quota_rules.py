@@ -5,9 +5,12 @@ broken rules of one call at once; services raise `ValidationError` with it.
 """
 from __future__ import annotations
 
+from operator import itemgetter
+
 from django.db.models import Sum
 
 from .models import Queue, Quota
+from .trees import Tree
 
 Triple = tuple[int, int, "int | None"]
 
@@ -149,14 +152,9 @@ def check_quota(queue: Queue, flavor: str, guarantee, quota, limit, changed: fro
     return errors
 
 
-def subtree_ids(queue_id: int) -> list[int]:
-    """`queue_id` and every queue below it (one query per level; queue trees are shallow)."""
-    out, level, seen = [queue_id], [queue_id], {queue_id}
-    while level:
-        level = [q for q in Queue.objects.filter(parent_id__in=level).values_list("id", flat=True) if q not in seen]
-        seen.update(level)
-        out.extend(level)
-    return out
+def subtree_ids(queue_id: int) -> set[int]:
+    """`queue_id` and every queue below it (trees.Tree over the queues' parents, one query)."""
+    return Tree(Queue.objects.values_list("id", "parent_id"), key=itemgetter(0), parent=itemgetter(1)).subtree(queue_id)
 
 
 def check_parent(queue: Queue, parent: Queue | None, field: str = "parent") -> dict[str, str]:
