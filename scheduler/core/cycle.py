@@ -32,6 +32,7 @@ from operator import attrgetter
 from .actions.allocate import allocate
 from .actions.backfill import Reservations
 from .actions.evict import run_evictions, withdrawals
+from .actions.reclaim import anyone_borrowing
 from .actions.grow import grow
 from .actions.reschedule import due as reschedule_due, hold_moving, reschedule
 from .cache import ClusterStatic, EngineCache, PendingChanges
@@ -133,6 +134,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     result.estimated_start = reservations.estimated_start
     pending_reasons = result.pending  # every writer of a reason has run: allocate listed the terminal ones it gave
     result.terminal = [j for j in allocation.terminal if pending_reasons[j].terminal] if allocation.terminal else []
+    result.settled_until = settled_until(session, facts, reservations, allocation, result)
     t3 = time.perf_counter()
     holds = session.holds
     result.metrics = cluster_metrics(state, held=sum(map(holds.gpus_held, holds.held)), cache=cache)
@@ -147,6 +149,48 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     t4 = time.perf_counter()
     result.timings = {"open": t1 - t0, "allocate": t2 - t1, "preempt": t3 - t2, "metrics": t4 - t3, "total": t4 - t0}
     return result
+
+
+def settled_until(session: Session, facts, reservations: Reservations, allocation, result: CycleResult
+                  ) -> float | None:
+    """Until when (seconds of cluster time) a cycle on the state this one leaves would decide nothing new
+    (CycleResult.settled_until), or None when that is not shown. Shown, conservatively, when no rule of the
+    cycle can act on that state before then:
+
+    - a placement: every job refused here was refused with at least the free GPUs and queue headroom it would
+      find then (within a cycle GPUs are only taken, never freed, and usage only grows; a search that fails
+      fails on fewer free GPUs too: allocate's failed shapes rest on the same), and the order of the attempts
+      (the queues' decayed usage) changes no refusal; the holders of standing reservations were served first
+      here and their reserved GPUs are not free: so every refusal holds again. Not shown when a holder started
+      or lost its hold (its held GPUs came free during the cycle), or the cluster has several flavors or GPU
+      shares (the rival rule of _unborrowed_first), or a pending job is elastic (_within_first, grow);
+    - an eviction: nobody borrows after this cycle's charges (no reclaim) and no preemptible job runs below the
+      priority of a waiting job (every pending job has one priority, no running preemptible job is below it);
+    - a reservation: no job has a time limit (no EASY shadow), no drain or eviction was made here, and no job
+      refused for lack of room starves before the bound (Reservations.starves_at) while fewer than
+      max_reservations jobs hold GPUs; no requeue backoff ends before it (Allocation.retry_at);
+    - nothing else: no growth, withdrawal, move, rescheduling, hot spare or eviction in its grace period.
+
+    facts: the snapshot's jobindex.Facts (EngineCache.scan), None: not shown (nothing counted)."""
+    config = session.config
+    if (facts is None or facts.pending_elastic is None or facts.sharing or facts.spares or facts.moving or facts.short
+            or facts.evicting or facts.timed or facts.pending_timed or facts.pending_elastic
+            or config.reschedule or config.reschedule_advice or len(session.state.flavors) != 1):
+        return None
+    if (result.evictions or result.growths or result.withdrawals or result.decisions or result.moves
+            or reservations.until is not None or reservations._drained
+            or len(result.nominations) != (facts.holding or 0)):
+        return None  # (a nomination here is a standing hold served again: none new, none started or dropped)
+    highest = facts.highest_pending
+    if config.preemption and highest is not None and (facts.lowest_pending != highest or (
+            facts.lowest_preemptible is not None and facts.lowest_preemptible < highest)):
+        return None
+    if config.reclaim and anyone_borrowing(session.queues):
+        return None
+    until = allocation.retry_at
+    if config.backfill and len(result.nominations) < config.max_reservations:
+        until = min(until, reservations.starves_at)
+    return until if until > session.now else None
 
 
 _job_id = attrgetter("id")

@@ -19,6 +19,9 @@ Figures (exact, for the last snapshot given):
   highest, highest_pending);
 - live: jobs not pending (the running_jobs metric); moving: jobs not pending with `reserved` (the new places
   of jobs being moved, actions/reschedule.hold_moving);
+- lowest_pending, timed, pending_timed, pending_elastic: the lowest pending priority, the jobs not pending and
+  the pending jobs with a time limit, the pending jobs asking for more tasks than their gang minimum (what a
+  cycle's fixed point rests on: cycle.settled_until);
 - per node: ready spares (spares.has_spares), and the healthy GPUs of schedulable nodes per flavor
   (plugins.fairshare.schedulable_gpus, when every node is schedulable: else the caller's own pass).
 
@@ -61,6 +64,13 @@ class Facts(NamedTuple):
     # the highest priority of a pending job (None: no pending job; actions/evict.py: no waiting job can be above
     # the running preemptible ones when this one is not)
     highest_pending: int | None = None
+    # the lowest priority of a pending job (None: no pending job), jobs not pending with a time limit, and the pending
+    # jobs with a time limit and those asking for more tasks than their gang minimum (elastic): what a cycle's
+    # fixed point depends on (cycle.settled_until); None: not known here
+    lowest_pending: int | None = None
+    timed: int | None = None
+    pending_timed: int | None = None
+    pending_elastic: int | None = None
 
 
 _flavor = attrgetter("flavor")
@@ -88,7 +98,8 @@ class JobCounts:
     """The job figures of a set of jobs (module docstring), kept by `add` and `remove` of each job."""
 
     __slots__ = ("sharing_jobs", "short", "preemptible_priorities", "live", "pending_gpus", "moving", "running_gpus",
-                 "holding", "evicting", "running_queues", "pending_priorities", "timed")
+                 "holding", "evicting", "running_queues", "pending_priorities", "timed", "pending_timed",
+                 "pending_elastic")
 
     def __init__(self) -> None:
         self.live = 0
@@ -103,6 +114,8 @@ class JobCounts:
         self.running_queues: dict[str, int] = {}  # queue -> GPUs of its running jobs' tasks (running_gpus per queue)
         self.pending_priorities: dict[int, int] = {}  # priority -> count of pending jobs
         self.timed = 0  # jobs not pending with a time limit (actions/backfill.shadow_reservation's only input jobs)
+        self.pending_timed = 0  # pending jobs with a time limit
+        self.pending_elastic = 0  # pending jobs with a role asking for more tasks than its gang minimum
 
     def add(self, job, sign: int = 1) -> None:
         roles = job.roles
@@ -110,8 +123,14 @@ class JobCounts:
             if len(roles) == 1:  # the common pending job, its properties read out
                 r = roles[0]
                 shares, gpus = r.gpu_milli or r.gpu_memory_mib or r.mig_profile, r.tasks * r.gpus_per_task
+                if r.min_available < r.tasks:
+                    self.pending_elastic += sign
             else:  # RoleInfo.shares, JobInfo.gpus_requested
                 shares, gpus = any(r.shares for r in roles), job.gpus_requested
+                if any(r.min_available < r.tasks for r in roles):
+                    self.pending_elastic += sign
+            if job.time_limit is not None:
+                self.pending_timed += sign
             if shares:
                 self.sharing_jobs += sign
             self.pending_gpus += sign * gpus
@@ -148,11 +167,13 @@ class JobCounts:
 
     def facts(self) -> tuple:
         """(sharing, short, lowest_preemptible, live, moving, running_gpus (a copy), holding, evicting,
-        running_queues (a copy), highest_pending) as in Facts."""
+        running_queues (a copy), highest_pending, lowest_pending, timed, pending_timed, pending_elastic) as in
+        Facts."""
         per, waiting = self.preemptible_priorities, self.pending_priorities
         return (self.sharing_jobs > 0, self.short > 0, min(per) if per else None, self.live, self.moving > 0,
                 dict(self.running_gpus), self.holding, self.evicting, dict(self.running_queues),
-                max(waiting) if waiting else None)
+                max(waiting) if waiting else None, min(waiting) if waiting else None, self.timed,
+                self.pending_timed, self.pending_elastic)
 
 
 class FactTuple(tuple):
@@ -279,10 +300,11 @@ class SnapshotIndex:
                         prev[id(node)] = node
                         self._node(node, 1)
             self.node_ids, self.nodes = ids, nodes
-        sharing, short, lowest, live, moving, running, holding, evicting, queues, highest = \
+        sharing, short, lowest, live, moving, running, holding, evicting, queues, highest, *settle = \
             given if given is not None else self.counts.facts()
         if given is None and len(self.job_ids) != len(jobs):
             live = running = holding = queues = None  # some job object listed twice: counted once here
+            settle = ()
         schedulable = None
         if not self.unschedulable and len(self.node_ids) == len(nodes):  # every node, each once: flavors in node order
             healthy = self.healthy
@@ -292,7 +314,7 @@ class SnapshotIndex:
                 schedulable = {f: healthy[f] for f in dict.fromkeys(map(_flavor, nodes))}
         self.jobs = jobs
         self.last = Facts(sharing or self.sharing_nodes > 0, short, lowest, live, moving, self.spare_ready > 0,
-                          schedulable, running, holding, evicting, queues, highest)
+                          schedulable, running, holding, evicting, queues, highest, *settle)
         return self.last
 
     def _node(self, n, sign: int) -> None:

@@ -71,6 +71,10 @@ class ForecastingReplay(Replay):
                                     time_limit=job.time_limit)
         return e.median, e.p90
 
+    def settled(self, now: float) -> bool:
+        """Replay.settled, except where a forecast is due (`cycle` samples then, with the engine's estimates)."""
+        return not (now >= self.next_sample and self.state.pending) and super().settled(now)
+
     def cycle(self, now: float) -> CycleResult:
         sampled = None
         if now >= self.next_sample and self.state.pending:

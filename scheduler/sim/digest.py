@@ -72,6 +72,7 @@ def recording_engine(engine: Callable | None = None) -> tuple[Callable, Digest]:
         return result
 
     recorded.gang = getattr(engine, "gang", True)  # Replay reads it
+    recorded.every_cycle = True  # Replay calls it every cycle, a settled one too (Replay.settled): each is recorded
     return recorded, digest
 
 

@@ -167,6 +167,8 @@ class Replay:
         self.engine = engine
         self.ckpt = checkpoint or Checkpointing()
         self.gang = getattr(engine, "gang", True)  # False: the engine may bind part of a job (ClusterState.bind)
+        # True: the engine is called every cycle, a settled one too (Replay.settled; sim.digest's recording engine)
+        self.every_cycle = getattr(engine, "every_cycle", False)
         self.cycle_interval, self.until, self.grace_period = cycle_interval, until, grace_period
         self.time_limit_factor, self.failures, self.progress = time_limit_factor, failures, progress
         self.migratable, self.restart_cost = migratable, restart_cost
@@ -219,7 +221,10 @@ class Replay:
         self.arrival = 0  # index in jobs of the next arrival
         self.last_cycle = -math.inf
         self.rerun = False
-        self.last_pending: dict = {}
+        self.last_pending: dict | None = {}  # None: the last cycle was settled (`settled`): worked out at the close
+        self.last_result: CycleResult | None = None
+        self.settled_until: float | None = None  # the last engine cycle's CycleResult.settled_until
+        self.settled_at: tuple | None = None  # (time, queues) of the last settled cycle's state
         self.streams = failures.streams(cluster.nodes) if failures is not None and failures.rate > 0 else {}
         for node in cluster.nodes:
             if node.name in self.streams:
@@ -502,7 +507,44 @@ class Replay:
         self.last_cycle = now
         self.rerun = bool(result.bindings) and bool(state.pending)
         self.last_pending = result.pending
+        self.last_result = result
+        self.settled_until = getattr(result, "settled_until", None)
         return result
+
+    def settled(self, now: float) -> bool:
+        """Whether the cycle due at `now` is the last one's fixed point: nothing happened since it (no arrival, job
+        or node event up to `now`) and `now` is before its CycleResult.settled_until, so the engine would start,
+        evict and hold nothing new (core.cycle.settled_until). Not with the fairness meter on (it reads each
+        cycle's fair shares)."""
+        until = self.settled_until
+        if until is None or now >= until or self.meter is not None or self.every_cycle:
+            return False
+        if self.events and self.events[0][0] <= now or self.node_events and self.node_events[0][0] <= now:
+            return False
+        return not (self.arrival < len(self.jobs) and self.jobs[self.arrival].submit <= now)
+
+    def settled_cycle(self, now: float) -> None:
+        """The cycle at `now` when `settled(now)`: what `cycle` does with the engine's answer, without the engine.
+        It would start, evict, grow, withdraw and nominate nothing (its holds are the standing ones), drop no job
+        (no new terminal reason: those depend on the cluster and the job alone) and report the metrics of the same
+        state (the last cycle's, taken on the state its bindings left; the waiting count less the jobs dropped);
+        only its pending reasons may word a refusal otherwise (a job refused by its queue's limit where the last
+        cycle found no room first): those are worked out at the close if it is the last cycle (`_close`), from its
+        state. A subclass whose `cycle` does more (forecast.accuracy's sampling) says when in `settled`."""
+        t0 = time.perf_counter()
+        for job_id, record in self.awaiting_requeue.items():
+            record["requeued"] = now
+            self.awaiting_restart[job_id] = record
+        self.awaiting_requeue.clear()
+        result = self.last_result
+        self.settled_at = (now, self.state.queues)
+        self._decay(now, result)
+        t3 = time.perf_counter()
+        self.ledger.cycle(now, result.metrics.get("fragmentation_rate"), 0.0, 0.0, (t3 - t0) * 1e3)
+        self._observe_largest(now, result.metrics.get("largest_runnable"))
+        self.last_cycle = now
+        self.rerun = False
+        self.last_pending = None
 
     def _decay(self, now: float, result: CycleResult) -> None:
         """Keep every queue's decayed usage (QueueInfo.recent_usage) as the platform does after each cycle
@@ -638,12 +680,16 @@ class Replay:
             now = max(next_event, self.last_cycle + interval)
             if self.until is not None and now > self.until:
                 break
+            settled = self.settled(now)  # (before this interval's events: settled when there are none)
             self.process_until(now)
             while self.arrival < len(jobs) and jobs[self.arrival].submit <= now:
                 self.arrive(jobs[self.arrival])
                 self.arrival += 1
             self._advance(now)
-            self.cycle(now)
+            if settled:
+                self.settled_cycle(now)
+            else:
+                self.cycle(now)
             if self.progress is not None:
                 report = self.report
                 self.progress(Progress(now, self.arrival, report.jobs_started, report.jobs_finished,
@@ -654,6 +700,12 @@ class Replay:
         """Close the books at `until`, or at the last arrival, completion, release or detection: jobs still
         running are credited with their progress and released, then the ledger fills the report."""
         state, ledger = self.state, self.ledger
+        if self.last_pending is None:  # the last cycle was settled: its reasons, from the state it saw
+            at, queues = self.settled_at
+            decayed, state.queues = state.queues, queues
+            snapshot = state.snapshot(at)
+            state.queues = decayed
+            self.last_pending = self.engine(snapshot, self.config).pending
         end = self.last_event if self.until is None else max(self.until, ledger.clock)
         self.process_until(end)
         self._advance(end)

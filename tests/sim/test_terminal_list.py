@@ -36,6 +36,8 @@ def _oversized_slice(days: float = 0.5):
 class _Checked:
     """The engine, checking each result's terminal list against a scan of its reasons."""
 
+    every_cycle = True  # called for a settled cycle too (Replay.settled): every cycle's list is checked
+
     def __init__(self):
         self.cache, self.cycles, self.terminal = EngineCache(), 0, 0
 

@@ -67,6 +67,7 @@ class Allocation:
     # the ids of the jobs given a terminal reason here, at least every one whose reason in `reasons` is terminal
     # (a later writer may have replaced it: CycleResult.terminal keeps those still terminal)
     terminal: list = field(default_factory=list)
+    retry_at: float = INF  # the earliest requeue backoff still in force (JobInfo.not_before, seconds), INF: none
 
 
 def allocate(session: Session, pending: list[JobInfo], reservations: Reservations, *,
@@ -93,6 +94,8 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
     held = session.queues.held  # pending job id -> hold charged at snapshot time
     for job in special:
         if job.not_before is not None and job.not_before > session.now:
+            if job.not_before < out.retry_at:
+                out.retry_at = job.not_before
             session.queues.drop_hold(job.id)
             out.reasons[job.id] = PendingReason("backoff", f"requeued after attempt {job.attempts}; "
                                                            f"retries at {utc_iso(job.not_before)}")

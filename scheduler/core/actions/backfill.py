@@ -55,6 +55,9 @@ class Reservations:
         self._count: int | None = holding  # counted when first asked (most cycles never ask)
         self._tried = False  # one EASY reservation per cycle: for the first job that waits
         self._drained = False  # at most one new drain reservation per cycle
+        # the earliest time (seconds) at which a job refused here for lack of room starves (its submit time +
+        # starvation_seconds): from then on a cycle may make a drain reservation for it (cycle.settled_until)
+        self.starves_at = INF
 
     @property
     def count(self) -> int:
@@ -86,8 +89,12 @@ class Reservations:
         """The job could not start (`reason`): reserve for it if it is the first to wait for room, or drain
         for it if it starves with no EASY reservation this cycle. Returns the reason, its message extended
         with the reservation made."""
-        if reason.code not in ROOM_CODES or not self.session.config.backfill:
+        config = self.session.config
+        if reason.code not in ROOM_CODES or not config.backfill:
             return reason
+        starves = job.submit_time + config.starvation_seconds
+        if starves < self.starves_at:
+            self.starves_at = starves
         if not self._tried:
             self._tried = True
             reason = self._reserve(job, reason)

@@ -1,0 +1,133 @@
+"""Settled cycles (issue 16): a cycle due on the very state the last one left (nothing came, ended or changed since,
+before the last result's CycleResult.settled_until) is run by the replay without the engine (Replay.settled_cycle).
+
+Each such cycle is checked here against the engine's own answer on that state (a fresh engine with no cache, so
+the engine cache's memos are not what is checked): no start, eviction, growth, withdrawal, move or decision; the
+same holds, held GPUs, metrics and waiting jobs; no terminal reason. And each replay's report equals, field by
+field (timings left out), the report of the same replay with the engine called every cycle.
+
+Slices: the Helios slice partitioned (every re-run is settled there) and with borrowing (reclaim), a Philly window
+at 0.05 scale with and without time limits (holds, reclaim, backfill), and random traces on a small cluster with
+mixed priorities, elastic gangs and queues that borrow (the certificate must refuse what could act)."""
+from __future__ import annotations
+
+import random
+from dataclasses import asdict
+from functools import partial
+
+import pytest
+
+from clusterspec.importers import load_cluster, load_trace
+from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
+from scheduler.core import EngineCache, run_cycle
+from scheduler.core.snapshot import CycleConfig
+from scheduler.sim.replay import Replay
+
+from tests.sim.test_replay_digest import helios_slice
+
+
+class _Verified(Replay):
+    """A replay whose settled cycles are each checked against a fresh engine's answer on the same state."""
+
+    checked = 0
+
+    def settled_cycle(self, now: float) -> None:
+        last = self.last_result
+        fresh = run_cycle(self.state.snapshot(now), self.config)
+        assert not (fresh.bindings or fresh.evictions or fresh.growths or fresh.withdrawals or fresh.moves
+                    or fresh.decisions), (now, fresh.bindings, fresh.evictions, fresh.decisions)
+        assert sorted(map(repr, fresh.nominations)) == sorted(map(repr, last.nominations))
+        assert fresh.held == last.held
+        # the jobs the last cycle gave a terminal reason were dropped since: the waiting count is theirs less
+        gone = {j for j, r in last.pending.items() if r.terminal}
+        assert fresh.metrics == {**last.metrics, "pending_jobs": last.metrics["pending_jobs"] - len(gone)}
+        assert fresh.pending.keys() == last.pending.keys() - gone
+        assert not any(r.terminal for r in fresh.pending.values())
+        self.checked += 1
+        super().settled_cycle(now)
+
+
+def _every_cycle():
+    engine = partial(run_cycle, cache=EngineCache())
+    engine.every_cycle = True  # Replay: no settled cycle
+    return engine
+
+
+def _fields(report) -> dict:
+    def walk(value, path):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                yield from walk(v, f"{path}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                yield from walk(v, f"{path}[{i}]")
+        elif not any(s in path for s in ("wall", "_ms")):
+            yield path, value
+    return dict(walk(asdict(report), ""))
+
+
+def _both(cluster, trace, **kw) -> int:
+    """Replay with settled cycles (each checked) and with the engine every cycle; the reports must agree. Returns
+    how many cycles were settled."""
+    run = _Verified(cluster, trace, **kw)
+    settled = run.run()
+    every = Replay(cluster, trace, engine=_every_cycle(), **kw).run()
+    assert settled.cycles == every.cycles
+    a, b = _fields(settled), _fields(every)
+    assert a.keys() == b.keys()
+    assert {k: a[k] for k in a if a[k] != b[k]} == {}
+    return run.checked
+
+
+def test_every_rerun_of_the_partitioned_helios_slice_is_settled_and_checked():
+    cluster, trace = helios_slice(0.3, borrow=False, start=30.4)
+    assert _both(cluster, trace, config=CycleConfig(), cycle_interval=1.0, fairness=False) > 50
+
+
+def test_helios_slice_with_borrowing():
+    cluster, trace = helios_slice(0.2, borrow=True, start=30.4)
+    _both(cluster, trace, config=CycleConfig(), cycle_interval=1.0, fairness=False)
+
+
+@pytest.mark.parametrize("limits", [None, 1.0], ids=["no limits", "time limits"])
+def test_philly_window_with_reclaim_and_holds(limits):
+    cluster = load_cluster("philly", scale=0.05)  # 128 GPUs: queues contend, reclaim evicts
+    trace = load_trace("philly", start_days=40.0, until_days=40.3)
+    checked = _both(cluster, trace, fairness=False, time_limit_factor=limits)
+    if limits is not None:
+        assert checked == 0  # a job with a time limit: the EASY shadow moves with the clock
+
+
+def _small(rng: random.Random, borrow: bool = True) -> tuple[ClusterSpec, Trace]:
+    nodes = tuple(NodeSpec(f"n{i}", "H100", 8, domain=f"leaf{i // 2}") for i in range(6))
+    domains = (DomainSpec("spine", 2), *(DomainSpec(f"leaf{i}", 1, "spine") for i in range(3)))
+    limit = 48 if borrow else 16
+    queues = (QueueSpec("qa", quotas={"H100": (16, 16, limit)}), QueueSpec("qb", quotas={"H100": (16, 16, limit)}),
+              QueueSpec("qc", quotas={"H100": (8, 8, 8)}))
+    jobs = []
+    t = 0.0
+    for i in range(160):
+        t += rng.expovariate(1 / 90)
+        tasks = rng.choice((1, 1, 1, 2, 4))
+        per = rng.choice((1, 2, 4, 8)) if tasks == 1 else 8
+        elastic = tasks > 1 and rng.random() < 0.2
+        jobs.append(TraceJob(f"j{i}", rng.choice(("qa", "qa", "qb", "qc")), round(t), rng.uniform(60, 4 * 3600),
+                             tasks, per, min_available=1 if elastic else None,
+                             priority=rng.choice((0, 0, 0, 5)) if rng.random() < 0.5 else 0))
+    return ClusterSpec("small", nodes=nodes, domains=domains, queues=queues), Trace("random", tuple(jobs))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_traces_with_priorities_elastic_gangs_and_borrowing(seed):
+    cluster, trace = _small(random.Random(seed))
+    _both(cluster, trace, fairness=False)
+
+
+def test_random_traces_of_one_priority_without_borrowing_settle():
+    checked = 0
+    for seed in range(3):
+        cluster, trace = _small(random.Random(seed), borrow=False)
+        plain = Trace(trace.name, tuple(TraceJob(j.id, j.queue, j.submit, j.duration, j.tasks, j.gpus_per_task)
+                                        for j in trace.jobs))
+        checked += _both(cluster, plain, fairness=False)
+    assert checked > 0
