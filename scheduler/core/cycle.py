@@ -31,8 +31,8 @@ from operator import attrgetter
 
 from .actions.allocate import allocate
 from .actions.backfill import Reservations
-from .actions.evict import run_evictions, withdrawals
-from .actions.reclaim import anyone_borrowing
+from .actions.evict import Probe, run_evictions, withdrawals
+from .actions.reclaim import anyone_borrowing, reclaim_may_help
 from .actions.grow import grow
 from .actions.reschedule import due as reschedule_due, hold_moving, reschedule
 from .cache import ClusterStatic, EngineCache, PendingChanges
@@ -83,19 +83,7 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     # the tree and shape indexes: the cache's while the cluster is unchanged
     static = cache.static_for(snapshot) if cache is not None else ClusterStatic(snapshot)
     state = ClusterState(snapshot, static, cache=cache)
-    facts = cache.scan(snapshot) if cache is not None else None  # what scans of every job and node would find
-    # the pending jobs in snapshot order: a producer that keeps its jobs apart hands where they begin (FactTuple)
-    start = snapshot.jobs.pending_from if facts is not None and type(snapshot.jobs) is FactTuple else None
-    pending = list(snapshot.jobs[start:]) if start is not None else [j for j in snapshot.jobs if j.state == "pending"]
-    memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
-    if start is not None and memo is not None:  # the producer's changes to the pending list, for its users
-        PendingChanges.of(memo).advance(pending, snapshot.jobs.pending_changes)
-    queues = QueueTree(snapshot, static, facts, memo)
-    if config.fair_share and snapshot.queues:
-        capacity = facts.schedulable if facts is not None and facts.schedulable is not None \
-            else schedulable_gpus(snapshot.nodes)
-        result.fair_share = fair_shares(queues, capacity, pending_demand(pending, state.flavors), None) \
-            if memo is None else cycle_fair_shares(queues, capacity, pending, state.flavors, memo)
+    facts, start, pending, memo, queues, result.fair_share = _opening(snapshot, config, cache, static)
     session = Session(state, queues, config, snapshot, cache=cache)
     if share_hook is not None:
         session.sharing = share_hook(session)
@@ -134,7 +122,6 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     result.estimated_start = reservations.estimated_start
     pending_reasons = result.pending  # every writer of a reason has run: allocate listed the terminal ones it gave
     result.terminal = [j for j in allocation.terminal if pending_reasons[j].terminal] if allocation.terminal else []
-    result.settled_until = settled_until(session, facts, reservations, allocation, result)
     t3 = time.perf_counter()
     holds = session.holds
     result.metrics = cluster_metrics(state, held=sum(map(holds.gpus_held, holds.held)), cache=cache)
@@ -146,9 +133,42 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
         + len(result.bindings)
     result.metrics["grown_tasks"] = sum(len(b.tasks) for b in result.growths)
     result.metrics["queue_usage"] = {q: dict(u) for q, u in queues.usage.items()}
+    result.settled_until = settled_until(session, facts, reservations, allocation, result)  # (reads add usage keys)
     t4 = time.perf_counter()
     result.timings = {"open": t1 - t0, "allocate": t2 - t1, "preempt": t3 - t2, "metrics": t4 - t3, "total": t4 - t0}
     return result
+
+
+def _opening(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | None, static: ClusterStatic) -> tuple:
+    """Phase 1 less the cycle's ClusterState: (the snapshot's Facts or None, where its pending jobs begin or None,
+    the pending jobs in snapshot order, the cache's job memo or None, the QueueTree, the fair shares or {})."""
+    facts = cache.scan(snapshot) if cache is not None else None  # what scans of every job and node would find
+    # the pending jobs in snapshot order: a producer that keeps its jobs apart hands where they begin (FactTuple)
+    start = snapshot.jobs.pending_from if facts is not None and type(snapshot.jobs) is FactTuple else None
+    pending = list(snapshot.jobs[start:]) if start is not None else [j for j in snapshot.jobs if j.state == "pending"]
+    memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
+    if start is not None and memo is not None:  # the producer's changes to the pending list, for its users
+        PendingChanges.of(memo).advance(pending, snapshot.jobs.pending_changes)
+    queues = QueueTree(snapshot, static, facts, memo)
+    shares = {}
+    if config.fair_share and snapshot.queues:
+        capacity = facts.schedulable if facts is not None and facts.schedulable is not None \
+            else schedulable_gpus(snapshot.nodes)
+        flavors = set(static.flavors)  # (ClusterState.flavors)
+        shares = fair_shares(queues, capacity, pending_demand(pending, flavors), None) \
+            if memo is None else cycle_fair_shares(queues, capacity, pending, flavors, memo)
+    return facts, start, pending, memo, queues, shares
+
+
+def fair_share_of(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: EngineCache | None = None
+                  ) -> dict[str, dict[str, float]]:
+    """The fair shares run_cycle reports for `snapshot` (CycleResult.fair_share: queue -> flavor -> GPUs; {} with
+    fair_share off or no queue) on the whole-GPU path, without the rest of the cycle: for a caller that needs them
+    for a cycle it knows to be settled (CycleResult.settled_until: no GPU shares). cache: the caller's engine's,
+    which keeps its memos as that cycle would."""
+    config = config or CycleConfig()
+    static = cache.static_for(snapshot) if cache is not None else ClusterStatic(snapshot)
+    return _opening(snapshot, config, cache, static)[5]
 
 
 def settled_until(session: Session, facts, reservations: Reservations, allocation, result: CycleResult
@@ -164,7 +184,8 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
       here and their reserved GPUs are not free: so every refusal holds again. Not shown when a holder started
       or lost its hold (its held GPUs came free during the cycle), or the cluster has several flavors or GPU
       shares (the rival rule of _unborrowed_first), or a pending job is elastic (_within_first, grow);
-    - an eviction: nobody borrows after this cycle's charges (no reclaim) and no preemptible job runs below the
+    - an eviction: no waiting job may reclaim (nobody borrows after this cycle's charges, or reclaim_may_help, the
+      eviction phase's screen, passes no queue's least need at that usage) and no preemptible job runs below the
       priority of a waiting job (every pending job has one priority, no running preemptible job is below it);
     - a reservation: no job has a time limit (no EASY shadow), no drain or eviction was made here, and no job
       refused for lack of room starves before the bound (Reservations.starves_at) while fewer than
@@ -185,8 +206,15 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
     if config.preemption and highest is not None and (facts.lowest_pending != highest or (
             facts.lowest_preemptible is not None and facts.lowest_preemptible < highest)):
         return None
-    if config.reclaim and anyone_borrowing(session.queues):
-        return None
+    queues = session.queues
+    if config.reclaim and anyone_borrowing(queues):
+        kept = allocation.kept
+        if kept is None:
+            return None
+        (flavor,) = session.state.flavors
+        for queue, need in kept.least_needs().items():
+            if reclaim_may_help(queues, Probe(queue, need), flavor):
+                return None
     until = allocation.retry_at
     if config.backfill and len(result.nominations) < config.max_reservations:
         until = min(until, reservations.starves_at)

@@ -40,7 +40,7 @@ from typing import Callable, NamedTuple
 
 from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import EngineCache, run_cycle
-from scheduler.core.cycle import run_cycle as cycle_run
+from scheduler.core.cycle import fair_share_of, run_cycle as cycle_run
 from scheduler.core.plugins.fairshare import decay_usage
 from scheduler.core.snapshot import CycleConfig, CycleResult, QueueInfo, Snapshot
 from scheduler.core.spares import plan_restart
@@ -162,8 +162,10 @@ class Replay:
                  interruptible: Callable | None = None):
         self.wall0 = time.perf_counter()
         self.config = config = config or CycleConfig()
+        self.cache = None  # the engine's EngineCache when the replay made the engine
         if engine is None or engine is run_cycle:  # the engine's own function (scheduler.core's defers its import)
-            engine = partial(cycle_run, cache=EngineCache())
+            self.cache = EngineCache()
+            engine = partial(cycle_run, cache=self.cache)
         self.engine = engine
         self.ckpt = checkpoint or Checkpointing()
         self.gang = getattr(engine, "gang", True)  # False: the engine may bind part of a job (ClusterState.bind)
@@ -514,10 +516,10 @@ class Replay:
     def settled(self, now: float) -> bool:
         """Whether the cycle due at `now` is the last one's fixed point: nothing happened since it (no arrival, job
         or node event up to `now`) and `now` is before its CycleResult.settled_until, so the engine would start,
-        evict and hold nothing new (core.cycle.settled_until). Not with the fairness meter on (it reads each
-        cycle's fair shares)."""
+        evict and hold nothing new (core.cycle.settled_until). Never for an engine that is to see every cycle
+        (`every_cycle`)."""
         until = self.settled_until
-        if until is None or now >= until or self.meter is not None or self.every_cycle:
+        if until is None or now >= until or self.every_cycle:
             return False
         if self.events and self.events[0][0] <= now or self.node_events and self.node_events[0][0] <= now:
             return False
@@ -536,10 +538,17 @@ class Replay:
             record["requeued"] = now
             self.awaiting_restart[job_id] = record
         self.awaiting_requeue.clear()
-        result = self.last_result
-        self.settled_at = (now, self.state.queues)
+        result, state = self.last_result, self.state
+        self.settled_at = (now, state.queues)
+        fair = None
+        if self.meter is not None:  # the fair shares the engine would report (core.cycle.fair_share_of)
+            snapshot = state.snapshot(now)
+            fair = fair_share_of(snapshot, self.config, cache=self.cache) or snapshot_fair_share(snapshot)
         self._decay(now, result)
         t3 = time.perf_counter()
+        if fair is not None:
+            demand = state.used_gpus + state.counts.pending_gpus
+            self.meter.observe(now, fair, state.queue_used, demand, state.capacity - state.down_gpus)
         self.ledger.cycle(now, result.metrics.get("fragmentation_rate"), 0.0, 0.0, (t3 - t0) * 1e3)
         self._observe_largest(now, result.metrics.get("largest_runnable"))
         self.last_cycle = now

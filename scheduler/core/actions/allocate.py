@@ -68,6 +68,9 @@ class Allocation:
     # (a later writer may have replaced it: CycleResult.terminal keeps those still terminal)
     terminal: list = field(default_factory=list)
     retry_at: float = INF  # the earliest requeue backoff still in force (JobInfo.not_before, seconds), INF: none
+    # the pending jobs' lists kept across cycles (_PendingOrder) as this cycle brought them up to date, None: not
+    # kept this cycle (no job memo, fair share off, or a job listed twice)
+    kept: object = None
 
 
 def allocate(session: Session, pending: list[JobInfo], reservations: Reservations, *,
@@ -279,6 +282,7 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
                 break
         if start is not None and not jobs:
             kept.keep(q, start, failed, reasons, len(bindings), queues.static_key)
+    out.kept = kept
     if deferred:  # the tasks past the entitlement kept back (Admission._within_first), after every other job
         _extend(session, admission, order, out.bindings, lambda j, f: waits(j, f, True))
     admission.rival = None
@@ -455,6 +459,18 @@ class _PendingOrder:
                 queues.drop_hold(job_id)
         return ({q: line[0][:] for q, line in lists.items()},
                 sorted(special.values(), key=job_order_key) if special else [])
+
+    def least_needs(self) -> dict:
+        """queue -> the least minimum GPUs (JobInfo.gpus_min) of a job of its pending list as `update` last brought
+        it up to date (those kept apart included: in backoff or holding a reservation)."""
+        needs, out = self.needs, {}
+        for q in self.lists:
+            out[q] = min(needs[c] for c in self.index(q)[2])
+        for job in self.special.values():
+            need = job.gpus_min
+            if need < out.get(job.queue, need + 1):
+                out[job.queue] = need
+        return out
 
     def keep(self, queue: str, start: tuple, failed: list, reasons: dict, bound: int, static_key) -> None:
         """Keep the outcome of the queue's turn that just ended (_QueueOutcome) when trying its whole list (as

@@ -169,8 +169,9 @@ def _screen_each(session: Session, failed_order: list, reasons: dict, memo, borr
     return preemptors
 
 
-class _Probe:
-    """What reclaim_may_help reads of a job (its queue and minimum GPUs), for _screen's table."""
+class Probe:
+    """What reclaim_may_help reads of a job (its queue and minimum GPUs), for _screen's table and
+    cycle.settled_until."""
 
     __slots__ = ("queue", "gpus_min")
 
@@ -193,7 +194,7 @@ class _Answers(dict):
                 helps_f = self.helps.get((queue, f, need))
                 if helps_f is None:
                     if probe is None:
-                        probe = _Probe(queue, need)
+                        probe = Probe(queue, need)
                     helps_f = self.helps[(queue, f, need)] = reclaim_may_help(self.queues, probe, f)
                 if helps_f:
                     ok = True
