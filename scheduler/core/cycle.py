@@ -192,8 +192,12 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
       max_reservations jobs hold GPUs; no requeue backoff ends before it (Allocation.retry_at);
     - nothing else: no growth, withdrawal, move, rescheduling, hot spare or eviction in its grace period.
 
+    Worked out only after a cycle that started a job while others still wait: the cycle after which a caller runs
+    the next one on the same state (the replay's re-run); None after any other.
     facts: the snapshot's jobindex.Facts (EngineCache.scan), None: not shown (nothing counted)."""
     config = session.config
+    if not result.bindings or len(result.pending) == len(result.terminal or ()):
+        return None
     if (facts is None or facts.pending_elastic is None or facts.sharing or facts.spares or facts.moving or facts.short
             or facts.evicting or facts.timed or facts.pending_timed or facts.pending_elastic
             or config.reschedule or config.reschedule_advice or len(session.state.flavors) != 1):

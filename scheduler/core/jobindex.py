@@ -85,7 +85,7 @@ def _node_shares(n) -> bool:
     return bool(n.mig) or any(m != "exclusive" for m in n.gpu_modes)
 
 
-def _tally(counts: dict, key, change: int) -> None:
+def tally(counts: dict, key, change: int) -> None:
     """counts[key] += change, the key dropped when it reaches 0 (JobCounts' per-key counters hold no zeros)."""
     left = counts.get(key, 0) + change
     if left:
@@ -136,7 +136,7 @@ class JobCounts:
             self.pending_gpus += sign * gpus
             if job.reserved:
                 self.holding += sign
-            _tally(self.pending_priorities, job.priority, sign)
+            tally(self.pending_priorities, job.priority, sign)
             return
         if any(r.shares for r in roles):
             self.sharing_jobs += sign
@@ -153,14 +153,14 @@ class JobCounts:
         total = 0
         for t in job.placement:
             if t.gpus:
-                _tally(per, (job.queue, t.node), sign * len(t.gpus))
+                tally(per, (job.queue, t.node), sign * len(t.gpus))
                 total += len(t.gpus)
         if total:
-            _tally(self.running_queues, job.queue, sign * total)
+            tally(self.running_queues, job.queue, sign * total)
         if job.placement and len(job.placement) < _tasks(job):
             self.short += sign
         if job.preemptible:
-            _tally(self.preemptible_priorities, job.priority, sign)
+            tally(self.preemptible_priorities, job.priority, sign)
 
     def remove(self, job) -> None:
         self.add(job, -1)

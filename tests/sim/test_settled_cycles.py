@@ -12,6 +12,7 @@ mixed priorities, elastic gangs and queues that borrow (the certificate must ref
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import asdict
 from functools import partial
 
@@ -20,6 +21,7 @@ import pytest
 from clusterspec.importers import load_cluster, load_trace
 from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
 from scheduler.core import EngineCache, run_cycle
+from scheduler.core.actions.allocate import _PendingOrder
 from scheduler.core.snapshot import CycleConfig
 from scheduler.sim.replay import Replay
 
@@ -30,6 +32,14 @@ class _Verified(Replay):
     """A replay whose settled cycles are each checked against a fresh engine's answer on the same state."""
 
     checked = 0
+
+    def cycle(self, now: float):
+        result = super().cycle(now)
+        # the kept per-queue counts of refusal keys (least_needs' source) are those of the kept lists
+        kept = _PendingOrder.of(self.cache.job_memo(self.cache._static, self.config, 0)) if self.cache._static else None
+        if kept is not None and kept.epoch >= 0:
+            assert kept.kinds == {q: dict(Counter(shapes)) for q, (_, shapes, _) in kept.lists.items()}
+        return result
 
     def settled_cycle(self, now: float) -> None:
         last = self.last_result

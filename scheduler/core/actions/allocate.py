@@ -42,6 +42,7 @@ from operator import attrgetter
 
 from ..cache import PendingChanges
 from ..domain_tree import common_domain
+from ..jobindex import tally
 from ..plugins.fairshare import EPS, dominant_share, usage_offset
 from ..plugins.feasibility import mixed_never_fits
 from ..plugins.predicates import flavor_plans, role_flavors
@@ -345,7 +346,7 @@ class _PendingOrder:
     cycle). Beside each queue's list, each job's refusal key and id (`index`). Holds its jobs, so an id
     is never reused while it is kept."""
 
-    __slots__ = ("epoch", "lists", "special", "positions", "codes", "shapes", "needs", "outcomes", "ordinary")
+    __slots__ = ("epoch", "lists", "special", "positions", "codes", "shapes", "needs", "outcomes", "ordinary", "kinds")
 
     def __init__(self):
         self.epoch = -1  # PendingChanges.epoch of the list this is up to date with
@@ -359,6 +360,7 @@ class _PendingOrder:
         # queue -> its whole list's outcome when every job of it was refused by the queue's limits (`keep`)
         self.outcomes: dict[str, _QueueOutcome] = {}
         self.ordinary: dict = {}  # job id -> how many of the ordinary jobs (those in `lists`) have it
+        self.kinds: dict[str, dict[int, int]] = {}  # queue -> refusal key -> how many of its ordinary jobs have it
 
     @staticmethod
     def of(memo: dict) -> "_PendingOrder":
@@ -395,6 +397,7 @@ class _PendingOrder:
             pass  # the same list again
         elif not changes.valid or self.epoch != changes.epoch - 1 or len(gone) + len(came) > len(pending) // 4 + 8:
             lists.clear()  # many changes: sort them all
+            self.kinds.clear()
             special.clear()
             positions.clear()
             self.outcomes.clear()
@@ -411,6 +414,9 @@ class _PendingOrder:
             for q, (jobs, shapes, ids) in lists.items():
                 jobs.reverse()
                 shapes.extend(self._shape(j, admission) for j in jobs)
+                kinds = self.kinds[q] = {}
+                for c in shapes:
+                    kinds[c] = kinds.get(c, 0) + 1
                 ids.extend(j.id for j in jobs)
         else:
             ordinary = self.ordinary
@@ -427,10 +433,11 @@ class _PendingOrder:
                     done = outcomes.get(job.queue)
                     if done is not None and not done.drop(len(jobs) - 1 - at, job):  # (run: the list reversed)
                         del outcomes[job.queue]
+                    tally(self.kinds[job.queue], shapes[at], -1)
                     del jobs[at], shapes[at], ids[at]
                     positions.pop(job.queue, None)
                     if not jobs:
-                        del lists[job.queue]
+                        del lists[job.queue], self.kinds[job.queue]
             for job in came:
                 if job.not_before is not None or job.reserved:
                     special[id(job)] = job
@@ -439,7 +446,9 @@ class _PendingOrder:
                 ordinary[job.id] = ordinary.get(job.id, 0) + 1
                 line = lists.get(job.queue)
                 if line is None:
-                    lists[job.queue] = ([job], [self._shape(job, admission)], [job.id])
+                    code = self._shape(job, admission)
+                    lists[job.queue] = ([job], [code], [job.id])
+                    self.kinds[job.queue] = {code: 1}
                     outcomes.pop(job.queue, None)
                 else:
                     jobs, shapes, ids = line
@@ -447,6 +456,7 @@ class _PendingOrder:
                     code = self._shape(job, admission)
                     jobs.insert(at, job)
                     shapes.insert(at, code)
+                    tally(self.kinds[job.queue], code, 1)
                     ids.insert(at, job.id)
                     done = outcomes.get(job.queue)
                     if done is not None and not done.add(len(jobs) - 1 - at, job, code, self.needs[code]):
@@ -464,8 +474,8 @@ class _PendingOrder:
         """queue -> the least minimum GPUs (JobInfo.gpus_min) of a job of its pending list as `update` last brought
         it up to date (those kept apart included: in backoff or holding a reservation)."""
         needs, out = self.needs, {}
-        for q in self.lists:
-            out[q] = min(needs[c] for c in self.index(q)[2])
+        for q, kinds in self.kinds.items():
+            out[q] = min(needs[c] for c in kinds)
         for job in self.special.values():
             need = job.gpus_min
             if need < out.get(job.queue, need + 1):
