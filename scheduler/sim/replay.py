@@ -4,7 +4,11 @@ Events are job arrivals (trace `submit`) and completions (start + `duration`). E
 scheduling cycle runs at the time of the next event, but never sooner than `cycle_interval` seconds after
 the previous cycle, so a busy trace runs at most one cycle per interval and an idle cluster jumps straight
 to its next event (empty time is never stepped through). A cycle that started jobs while others still
-wait is followed by another one an interval later, since starting them changed the state.
+wait is followed by another one an interval later, since starting them changed the state. When nothing happened
+in that interval (no arrival, job or node event) and the engine said its result was a fixed point until later
+(CycleResult.settled_until, core.cycle.settled_until), that re-run is settled: it is counted, measured and
+decayed like any cycle, but the engine is not called (it would start, evict and hold nothing new;
+`Replay.settled_cycle`, tests/sim/test_settled_cycles.py).
 
 Also measured (issue #3): per-team fairness, Jain's index of usage / fair share each cycle averaged over
 time (scheduler.sim.fairness), and evictions per started job. Optional (issue #6): injected node
