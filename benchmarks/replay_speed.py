@@ -87,7 +87,8 @@ def main(argv=None) -> dict:
                       f"{1e3 * r['cpu'] / r['cycles']:5.2f} ms CPU / cycle, pending max {r['pending_max']}")
         out["profile_days"] = days.report()
         print(out["profile_days"])
-    if not args.tiny:
+    # the recorded results are whole runs: a run cut short (--until) or profiled by day windows is not one
+    if not args.tiny and args.until is None and not args.profile_days:
         C.save(f"replay_speed_{out['mode']}{'_profile' if profiler else ''}", out)
     return out
 
