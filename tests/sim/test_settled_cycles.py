@@ -145,3 +145,25 @@ def test_random_traces_of_one_priority_without_borrowing_settle():
                                         for j in trace.jobs))
         checked += _both(cluster, plain, fairness=False)
     assert checked > 0
+
+
+@pytest.mark.parametrize("variant", ["failures and checkpoints", "spares", "rescheduling"])
+def test_replay_options_keep_the_reports_equal(variant):
+    """Node failures (jobs requeued after detection), hot spares with interruptible jobs, and rescheduling of
+    migratable jobs: the certificate refuses what these could change (a failure, a repair and a detection are
+    events; spares and rescheduling are never settled) and the reports stay equal."""
+    from scheduler.sim.failures import Checkpointing, FailureModel
+    cluster = load_cluster("philly", scale=0.05)
+    trace = load_trace("philly", start_days=40.0, until_days=40.3)
+    kw: dict = {"fairness": True, "cycle_interval": 5.0}
+    if variant == "failures and checkpoints":
+        kw.update(failures=FailureModel(rate=200.0, detection_timeout=120.0, repair_time=1800.0, seed=3),
+                  checkpoint=Checkpointing(interval=900.0, cost=30.0))
+    elif variant == "spares":
+        kw.update(spares=1, interruptible=lambda job: sum(map(ord, job.id)) % 3 == 0)
+    else:
+        kw.update(config=CycleConfig(reschedule=True),
+                  migratable=lambda job: {"migratable": True, "min_run_before_move": 600.0, "checkpoint_grace": 60.0})
+    checked = _both(cluster, trace, **kw)
+    if variant == "failures and checkpoints":
+        assert checked > 0  # settled between failures
