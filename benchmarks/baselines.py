@@ -42,6 +42,8 @@ POLICIES = (
 class Recorder:
     """Wraps an engine: keeps each cycle's metrics (time series) and each job's final placement tier."""
 
+    every_cycle = True  # the replay calls it every cycle, a settled one too (Replay.settled): a point each
+
     def __init__(self, engine):
         self.engine = engine
         self.gang = getattr(engine, "gang", True)

@@ -60,6 +60,7 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
         if not whole_only and has_sharing(snapshot, cache):
             result = run_cycle_sharing(snapshot, config, partial(run_cycle, whole_only=True), cache=cache)
             result.terminal = None  # sharing's own reasons are not listed (CycleResult.terminal)
+            result.settled_until = None  # shown for the whole-GPU path alone (settled_until)
         else:
             result = _run_cycle(snapshot, config or CycleConfig(), cache, share_hook)
         if not whole_only and (cache.scan(snapshot).spares if cache is not None else has_spares(snapshot)):
@@ -83,7 +84,19 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     # the tree and shape indexes: the cache's while the cluster is unchanged
     static = cache.static_for(snapshot) if cache is not None else ClusterStatic(snapshot)
     state = ClusterState(snapshot, static, cache=cache)
-    facts, start, pending, memo, queues, result.fair_share = _opening(snapshot, config, cache, static)
+    facts = cache.scan(snapshot) if cache is not None else None  # what scans of every job and node would find
+    # the pending jobs in snapshot order: a producer that keeps its jobs apart hands where they begin (FactTuple)
+    start = snapshot.jobs.pending_from if facts is not None and type(snapshot.jobs) is FactTuple else None
+    pending = list(snapshot.jobs[start:]) if start is not None else [j for j in snapshot.jobs if j.state == "pending"]
+    memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
+    if start is not None and memo is not None:  # the producer's changes to the pending list, for its users
+        PendingChanges.of(memo).advance(pending, snapshot.jobs.pending_changes)
+    queues = QueueTree(snapshot, static, facts, memo)
+    if config.fair_share and snapshot.queues:
+        capacity = facts.schedulable if facts is not None and facts.schedulable is not None \
+            else schedulable_gpus(snapshot.nodes)
+        result.fair_share = fair_shares(queues, capacity, pending_demand(pending, state.flavors), None) \
+            if memo is None else cycle_fair_shares(queues, capacity, pending, state.flavors, memo)
     session = Session(state, queues, config, snapshot, cache=cache)
     if share_hook is not None:
         session.sharing = share_hook(session)
@@ -139,38 +152,6 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     return result
 
 
-def _opening(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | None, static: ClusterStatic) -> tuple:
-    """Phase 1 less the cycle's ClusterState: (the snapshot's Facts or None, where its pending jobs begin or None,
-    the pending jobs in snapshot order, the cache's job memo or None, the QueueTree, the fair shares or {})."""
-    facts = cache.scan(snapshot) if cache is not None else None  # what scans of every job and node would find
-    # the pending jobs in snapshot order: a producer that keeps its jobs apart hands where they begin (FactTuple)
-    start = snapshot.jobs.pending_from if facts is not None and type(snapshot.jobs) is FactTuple else None
-    pending = list(snapshot.jobs[start:]) if start is not None else [j for j in snapshot.jobs if j.state == "pending"]
-    memo = cache.job_memo(static, config, len(pending)) if cache is not None else None
-    if start is not None and memo is not None:  # the producer's changes to the pending list, for its users
-        PendingChanges.of(memo).advance(pending, snapshot.jobs.pending_changes)
-    queues = QueueTree(snapshot, static, facts, memo)
-    shares = {}
-    if config.fair_share and snapshot.queues:
-        capacity = facts.schedulable if facts is not None and facts.schedulable is not None \
-            else schedulable_gpus(snapshot.nodes)
-        flavors = set(static.flavors)  # (ClusterState.flavors)
-        shares = fair_shares(queues, capacity, pending_demand(pending, flavors), None) \
-            if memo is None else cycle_fair_shares(queues, capacity, pending, flavors, memo)
-    return facts, start, pending, memo, queues, shares
-
-
-def fair_share_of(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: EngineCache | None = None
-                  ) -> dict[str, dict[str, float]]:
-    """The fair shares run_cycle reports for `snapshot` (CycleResult.fair_share: queue -> flavor -> GPUs; {} with
-    fair_share off or no queue) on the whole-GPU path, without the rest of the cycle: for a caller that needs them
-    for a cycle it knows to be settled (CycleResult.settled_until: no GPU shares). cache: the caller's engine's,
-    which keeps its memos as that cycle would."""
-    config = config or CycleConfig()
-    static = cache.static_for(snapshot) if cache is not None else ClusterStatic(snapshot)
-    return _opening(snapshot, config, cache, static)[5]
-
-
 def settled_until(session: Session, facts, reservations: Reservations, allocation, result: CycleResult
                   ) -> float | None:
     """Until when (seconds of cluster time) a cycle on the state this one leaves would decide nothing new
@@ -179,9 +160,9 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
 
     - a placement: every job refused here was refused with at least the free GPUs and queue headroom it would
       find then (within a cycle GPUs are only taken, never freed, and usage only grows; a search that fails
-      fails on fewer free GPUs too: allocate's failed shapes rest on the same), and the order of the attempts
-      (the queues' decayed usage) changes no refusal; the holders of standing reservations were served first
-      here and their reserved GPUs are not free: so every refusal holds again. Not shown when a holder started
+      fails on fewer free GPUs too, as allocate's failed shapes already assume within a cycle), and the order of
+      the attempts (the queues' decayed usage) changes no refusal; the holders of standing reservations were
+      served first here and their reserved GPUs are not free: so every refusal holds again. Not shown when a holder started
       or lost its hold (its held GPUs came free during the cycle), or the cluster has several flavors or GPU
       shares (the rival rule of _unborrowed_first), or a pending job is elastic (_within_first, grow);
     - an eviction: no waiting job may reclaim (nobody borrows after this cycle's charges, or reclaim_may_help, the
@@ -192,11 +173,13 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
       max_reservations jobs hold GPUs; no requeue backoff ends before it (Allocation.retry_at);
     - nothing else: no growth, withdrawal, move, rescheduling, hot spare or eviction in its grace period.
 
-    Worked out only after a cycle that started a job while others still wait: the cycle after which a caller runs
-    the next one on the same state (the replay's re-run); None after any other.
+    Worked out only after a cycle of the whole-GPU path that started a job while others still wait and gave no job a
+    terminal reason: the cycle after which a caller runs the next one on the same state (the replay's re-run; with
+    no job dropped, that state's pending demand plus usage per queue is this cycle's, so its fair shares and
+    metrics are this cycle's too); None after any other.
     facts: the snapshot's jobindex.Facts (EngineCache.scan), None: not shown (nothing counted)."""
     config = session.config
-    if not result.bindings or len(result.pending) == len(result.terminal or ()):
+    if not result.bindings or not result.pending or result.terminal:
         return None
     if (facts is None or facts.pending_elastic is None or facts.sharing or facts.spares or facts.moving or facts.short
             or facts.evicting or facts.timed or facts.pending_timed or facts.pending_elastic

@@ -147,12 +147,14 @@ class Ledger:
         return record
 
     # -- cycles -----------------------------------------------------------------------------------
-    def cycle(self, now: float, fragmentation_rate: float | None, snapshot_ms: float, engine_ms: float,
+    def cycle(self, now: float, fragmentation_rate: float | None, snapshot_ms: float, engine_ms: float | None,
               apply_ms: float) -> None:
-        """A cycle ran at `now`: the fragmentation rate it reported holds until the next one."""
-        self.snapshot_ms += snapshot_ms
-        self.engine_ms.append(engine_ms)
-        self.apply_ms += apply_ms
+        """A cycle ran at `now`: the fragmentation rate it reported holds until the next one. engine_ms None: a
+        settled cycle (the replay did not call the engine): counted, but not in the per-call timings."""
+        if engine_ms is not None:
+            self.snapshot_ms += snapshot_ms
+            self.engine_ms.append(engine_ms)
+            self.apply_ms += apply_ms
         if self.frag_now is not None:
             self.frag_integral += self.frag_now * (now - self.frag_since)
             self.frag_span += now - self.frag_since

@@ -44,7 +44,7 @@ from typing import Callable, NamedTuple
 
 from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import EngineCache, run_cycle
-from scheduler.core.cycle import fair_share_of, run_cycle as cycle_run
+from scheduler.core.cycle import run_cycle as cycle_run
 from scheduler.core.plugins.fairshare import decay_usage
 from scheduler.core.snapshot import CycleConfig, CycleResult, QueueInfo, Snapshot
 from scheduler.core.spares import plan_restart
@@ -166,10 +166,8 @@ class Replay:
                  interruptible: Callable | None = None):
         self.wall0 = time.perf_counter()
         self.config = config = config or CycleConfig()
-        self.cache = None  # the engine's EngineCache when the replay made the engine
         if engine is None or engine is run_cycle:  # the engine's own function (scheduler.core's defers its import)
-            self.cache = EngineCache()
-            engine = partial(cycle_run, cache=self.cache)
+            engine = partial(cycle_run, cache=EngineCache())
         self.engine = engine
         self.ckpt = checkpoint or Checkpointing()
         self.gang = getattr(engine, "gang", True)  # False: the engine may bind part of a job (ClusterState.bind)
@@ -229,6 +227,7 @@ class Replay:
         self.rerun = False
         self.last_pending: dict | None = {}  # None: the last cycle was settled (`settled`): worked out at the close
         self.last_result: CycleResult | None = None
+        self.last_fair: dict | None = None  # the last engine cycle's fair shares, for the fairness meter
         self.settled_until: float | None = None  # the last engine cycle's CycleResult.settled_until
         self.settled_at: tuple | None = None  # (time, queues) of the last settled cycle's state
         self.streams = failures.streams(cluster.nodes) if failures is not None and failures.rate > 0 else {}
@@ -468,10 +467,7 @@ class Replay:
     def cycle(self, now: float) -> CycleResult:
         """Run the engine on the state at `now` and apply its result: starts, evictions, holds, rejections."""
         state = self.state
-        for job_id, record in self.awaiting_requeue.items():
-            record["requeued"] = now
-            self.awaiting_restart[job_id] = record
-        self.awaiting_requeue.clear()
+        self._seen_requeued(now)
         t0 = time.perf_counter()
         snapshot = state.snapshot(now)
         if self.config.reschedule or self.config.reschedule_advice:
@@ -501,21 +497,35 @@ class Replay:
                 state.drop(job_id)
                 self.awaiting_restart.pop(job_id, None)
                 self.ledger.rejected(pending[job_id].code)
-        self._decay(now, result)
-        t3 = time.perf_counter()
-        if self.meter is not None:
-            fair = result.fair_share or snapshot_fair_share(snapshot)
-            demand = state.used_gpus + state.counts.pending_gpus  # + GPUs requested by the pending jobs
-            self.meter.observe(now, fair, state.queue_used, demand, state.capacity - state.down_gpus)
-        self.ledger.cycle(now, result.metrics.get("fragmentation_rate"), (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-                          (t3 - t2) * 1e3)
-        self._observe_largest(now, result.metrics.get("largest_runnable"))
-        self.last_cycle = now
+        fair = (result.fair_share or snapshot_fair_share(snapshot)) if self.meter is not None else None
+        self._cycle_done(now, result, fair, (t1 - t0) * 1e3, (t2 - t1) * 1e3, t2)
         self.rerun = bool(result.bindings) and bool(state.pending)
         self.last_pending = result.pending
-        self.last_result = result
+        self.last_result, self.last_fair = result, fair
         self.settled_until = getattr(result, "settled_until", None)
         return result
+
+    def _seen_requeued(self, now: float) -> None:
+        """The jobs released after a failure are seen pending again by the cycle at `now` (time to requeue)."""
+        for job_id, record in self.awaiting_requeue.items():
+            record["requeued"] = now
+            self.awaiting_restart[job_id] = record
+        self.awaiting_requeue.clear()
+
+    def _cycle_done(self, now: float, result: CycleResult, fair: dict | None, snapshot_ms: float,
+                    engine_ms: float | None, t2: float) -> None:
+        """What every cycle at `now` ends with, its result applied: the queues' usage decayed, the fairness meter
+        (fair: the cycle's fair shares, None with the meter off), the ledger's cycle (engine_ms None: a settled
+        cycle, no engine call; apply time from t2, a perf_counter reading) and the largest runnable job."""
+        state = self.state
+        self._decay(now, result)
+        t3 = time.perf_counter()
+        if fair is not None:
+            demand = state.used_gpus + state.counts.pending_gpus  # + GPUs requested by the pending jobs
+            self.meter.observe(now, fair, state.queue_used, demand, state.capacity - state.down_gpus)
+        self.ledger.cycle(now, result.metrics.get("fragmentation_rate"), snapshot_ms, engine_ms, (t3 - t2) * 1e3)
+        self._observe_largest(now, result.metrics.get("largest_runnable"))
+        self.last_cycle = now
 
     def settled(self, now: float) -> bool:
         """Whether the cycle due at `now` is the last one's fixed point: nothing happened since it (no arrival, job
@@ -531,31 +541,15 @@ class Replay:
 
     def settled_cycle(self, now: float) -> None:
         """The cycle at `now` when `settled(now)`: what `cycle` does with the engine's answer, without the engine.
-        It would start, evict, grow, withdraw and nominate nothing (its holds are the standing ones), drop no job
-        (no new terminal reason: those depend on the cluster and the job alone) and report the metrics of the same
-        state (the last cycle's, taken on the state its bindings left; the waiting count less the jobs dropped);
-        only its pending reasons may word a refusal otherwise (a job refused by its queue's limit where the last
-        cycle found no room first): those are worked out at the close if it is the last cycle (`_close`), from its
-        state. A subclass whose `cycle` does more (forecast.accuracy's sampling) says when in `settled`."""
-        t0 = time.perf_counter()
-        for job_id, record in self.awaiting_requeue.items():
-            record["requeued"] = now
-            self.awaiting_restart[job_id] = record
-        self.awaiting_requeue.clear()
-        result, state = self.last_result, self.state
-        self.settled_at = (now, state.queues)
-        fair = None
-        if self.meter is not None:  # the fair shares the engine would report (core.cycle.fair_share_of)
-            snapshot = state.snapshot(now)
-            fair = fair_share_of(snapshot, self.config, cache=self.cache) or snapshot_fair_share(snapshot)
-        self._decay(now, result)
-        t3 = time.perf_counter()
-        if fair is not None:
-            demand = state.used_gpus + state.counts.pending_gpus
-            self.meter.observe(now, fair, state.queue_used, demand, state.capacity - state.down_gpus)
-        self.ledger.cycle(now, result.metrics.get("fragmentation_rate"), 0.0, 0.0, (t3 - t0) * 1e3)
-        self._observe_largest(now, result.metrics.get("largest_runnable"))
-        self.last_cycle = now
+        The engine would start, evict, grow, withdraw and nominate nothing (its holds are the standing ones) and give
+        no terminal reason; its state is the last cycle's end state (that cycle dropped no job: settled_until), so
+        its fair shares and metrics are the last cycle's, taken on that state. Only its pending reasons may word a
+        refusal otherwise (a job refused by its queue's limit where the last cycle found no room first): those are
+        worked out at the close if it is the last cycle (`_close`), from its state. A subclass whose `cycle` does
+        more (forecast.accuracy's sampling) says when in `settled`."""
+        self._seen_requeued(now)
+        self.settled_at = (now, self.state.queues)
+        self._cycle_done(now, self.last_result, self.last_fair, 0.0, None, time.perf_counter())
         self.rerun = False
         self.last_pending = None
 

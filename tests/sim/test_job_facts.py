@@ -36,7 +36,12 @@ def scratch(snapshot) -> tuple:
             sum(j.state != "pending" for j in snapshot.jobs), any(j.state != "pending" and j.reserved for j in snapshot.jobs),
             has_spares(snapshot), schedulable_gpus(snapshot.nodes), gpus, holding,
             sum(1 for j in snapshot.jobs if j.state == "preempting" and j.evicted_for is not None),
-            max((j.priority for j in snapshot.jobs if j.state == "pending"), default=None))
+            max((j.priority for j in snapshot.jobs if j.state == "pending"), default=None),
+            # what a cycle's fixed point rests on (core.cycle.settled_until)
+            min((j.priority for j in snapshot.jobs if j.state == "pending"), default=None),
+            sum(1 for j in snapshot.jobs if j.state != "pending" and j.time_limit is not None),
+            sum(1 for j in snapshot.jobs if j.state == "pending" and j.time_limit is not None),
+            sum(1 for j in snapshot.jobs if j.state == "pending" and any(r.min_available < r.tasks for r in j.roles)))
 
 
 def mixed_trace(fractions: bool) -> Trace:
@@ -55,7 +60,7 @@ def mixed_trace(fractions: bool) -> Trace:
 
 def checked_replay(fractions: bool):
     last_live: list = [None, {}]  # (token, id -> job not pending) of the previous snapshot
-    seen = {"live_changes": 0, "timed": 0, "cycles": 0, "short": 0, "sharing": 0, "preempt": 0, "down": 0, "holding": 0, "evicting": 0, "given": 0,
+    seen = {"live_changes": 0, "timed": 0, "elastic": 0, "cycles": 0, "short": 0, "sharing": 0, "preempt": 0, "down": 0, "holding": 0, "evicting": 0, "given": 0,
             "moved": 0}
     cache, index = EngineCache(), SnapshotIndex()
     handed, diffed = PendingChanges(), PendingChanges()  # with the producer's changes, and by the lists alone
@@ -91,7 +96,9 @@ def checked_replay(fractions: bool):
             assert index.update((*snapshot.jobs, *snapshot.jobs[:1]), snapshot.nodes).live is None
         for facts in (cache.scan(snapshot), index.update(tuple(snapshot.jobs), snapshot.nodes)):  # replay's, by identity
             assert tuple(facts)[:6] == expected[:6]
-            assert (facts.running_gpus, facts.holding, facts.evicting, facts.highest_pending) == expected[7:]
+            assert (facts.running_gpus, facts.holding, facts.evicting, facts.highest_pending) == expected[7:11]
+            assert (facts.lowest_pending, facts.timed, facts.pending_timed, facts.pending_elastic) == expected[11:]
+            seen["elastic"] += bool(facts.pending_elastic)
             per_queue: dict = {}  # the running GPUs per queue (QueueTree's totals on a one-flavor cluster)
             for (queue, _), gpus in expected[7].items():
                 per_queue[queue] = per_queue.get(queue, 0) + gpus
@@ -133,6 +140,7 @@ def test_replay_job_facts_match_a_scan_every_cycle():
     assert seen["cycles"] > 50 and report.jobs_started > 100
     assert seen["short"] > 0 and seen["preempt"] > 0  # the figures were not all trivially empty
     assert seen["timed"] > 50  # jobs with time limits ran (their count was checked, not only zeros)
+    assert seen["elastic"] > 0  # elastic jobs waited (their count was checked, not only zeros)
     assert seen["live_changes"] > 50  # the producer's changes to the jobs not pending were checked
     assert seen["holding"] > 0  # pending jobs held GPUs (QueueTree charges their holds from the kept count)
     assert seen["given"] > seen["cycles"] // 2 and seen["moved"] > seen["cycles"] // 4  # the producer's changes taken

@@ -12,6 +12,7 @@ mixed priorities, elastic gangs and queues that borrow (the certificate must ref
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 from dataclasses import asdict
 from functools import partial
@@ -21,7 +22,6 @@ import pytest
 from clusterspec.importers import load_cluster, load_trace
 from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
 from scheduler.core import EngineCache, run_cycle
-from scheduler.core.actions.allocate import _PendingOrder
 from scheduler.core.snapshot import CycleConfig
 from scheduler.sim.replay import Replay
 
@@ -36,7 +36,8 @@ class _Verified(Replay):
     def cycle(self, now: float):
         result = super().cycle(now)
         # the kept per-queue counts of refusal keys (least_needs' source) are those of the kept lists
-        kept = _PendingOrder.of(self.cache.job_memo(self.cache._static, self.config, 0)) if self.cache._static else None
+        memo = self.engine.keywords["cache"]._jobs  # the job memo, read without EngineCache.job_memo's upkeep
+        kept = memo.get(("pending order", threading.get_ident()))
         if kept is not None and kept.epoch >= 0:
             assert kept.kinds == {q: dict(Counter(shapes)) for q, (_, shapes, _) in kept.lists.items()}
         return result
@@ -48,10 +49,10 @@ class _Verified(Replay):
                     or fresh.decisions), (now, fresh.bindings, fresh.evictions, fresh.decisions)
         assert sorted(map(repr, fresh.nominations)) == sorted(map(repr, last.nominations))
         assert fresh.held == last.held
-        # the jobs the last cycle gave a terminal reason were dropped since: the waiting count is theirs less
-        gone = {j for j, r in last.pending.items() if r.terminal}
-        assert fresh.metrics == {**last.metrics, "pending_jobs": last.metrics["pending_jobs"] - len(gone)}
-        assert fresh.pending.keys() == last.pending.keys() - gone
+        # the same state (the last cycle dropped no job): the same metrics, fair shares and waiting jobs
+        assert fresh.metrics == last.metrics
+        assert fresh.fair_share == last.fair_share
+        assert fresh.pending.keys() == last.pending.keys()
         assert not any(r.terminal for r in fresh.pending.values())
         self.checked += 1
         super().settled_cycle(now)
@@ -109,7 +110,7 @@ def test_philly_window_with_reclaim_and_holds(limits, fairness):
     if limits is not None:
         assert checked == 0  # a job with a time limit: the EASY shadow moves with the clock
     else:
-        assert checked > 0  # (the fairness meter's fair shares of a settled cycle: core.cycle.fair_share_of)
+        assert checked > 0  # (with the fairness meter: the last cycle's fair shares, Replay.settled_cycle)
 
 
 def _small(rng: random.Random, borrow: bool = True) -> tuple[ClusterSpec, Trace]:
