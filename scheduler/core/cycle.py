@@ -162,9 +162,10 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
       find then (within a cycle GPUs are only taken, never freed, and usage only grows; a search that fails
       fails on fewer free GPUs too, as allocate's failed shapes already assume within a cycle), and the order of
       the attempts (the queues' decayed usage) changes no refusal; the holders of standing reservations were
-      served first here and their reserved GPUs are not free: so every refusal holds again. Not shown when a holder started
-      or lost its hold (its held GPUs came free during the cycle), or the cluster has several flavors or GPU
-      shares (the rival rule of _unborrowed_first), or a pending job is elastic (_within_first, grow);
+      served first here and their reserved GPUs are not free: so every refusal holds again. Not shown when a
+      holder started or lost its hold (its held GPUs came free during the cycle), or the cluster has several
+      flavors or GPU shares (the rival rule of _unborrowed_first), or a pending job is elastic (_within_first,
+      grow);
     - an eviction: no waiting job may reclaim (nobody borrows after this cycle's charges, or reclaim_may_help, the
       eviction phase's screen, passes no queue's least need at that usage) and no preemptible job runs below the
       priority of a waiting job (every pending job has one priority, no running preemptible job is below it);

@@ -308,7 +308,8 @@ def summary(d: dict) -> str:
         ("effective utilization", _ledger_text(d.get("gpu_hours") or {})),
         ("topology alignment", f"{_pct(d['topology_alignment'])} of {d['multi_node_jobs']:,} multi-node jobs"),
         ("cycles", f"{d['cycles']:,} (every >= {d['cycle_interval']:.0f}s simulated)"),
-        ("engine ms / cycle", f"mean {d['engine_mean_ms']:.2f}, max {d['engine_max_ms']:.1f}"),
+        ("engine ms / call", f"mean {d['engine_mean_ms']:.2f}, max {d['engine_max_ms']:.1f} "
+                             f"(settled cycles call none)"),
         ("snapshot / apply ms", f"{d['snapshot_mean_ms']:.2f} / {d['apply_mean_ms']:.2f}"),
         ("wall time", f"{d['wall_seconds']:.1f}s"),
     ]
