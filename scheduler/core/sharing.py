@@ -627,7 +627,9 @@ class _Walk:
             name = node.name
             free = set(state.free[k])
             shares = usage.milli.get(name) or {}
-            placer.taken_whole[name] = {g for g in layout(node)[1] if g not in free and not shares.get(g)}
+            # a GPU a job holds whole at snapshot time stays held whole even when a share is held on it too (a
+            # sharing beneficiary's hold on the GPU of a whole-GPU victim still in its grace period)
+            placer.taken_whole[name] = {g for g in layout(node)[1] if g not in free and not shares.get(g)} | node.used
             if node.cpu_milli and state.cpu_free[k] is not None:
                 usage.cpu[name] = node.cpu_milli - node.cpu_used - state.cpu_free[k]
             if node.memory_mib and state.mem_free[k] is not None:
@@ -910,6 +912,17 @@ class _Evictor:
                 rest = tuple(t for t in victim.placement if (t.role, t.index) not in freed[e.job_id])
                 if rest:
                     self._free(victim, rest, -1)
+        # the victims' whole GPUs are free for the search alone: until the victims release them (grace period) no
+        # share but the beneficiary's hold goes there (its hold is bound by serve_hold once they are released)
+        placer = self.placer
+        for unit in kept:
+            victim = victims[unit.job.id]
+            for t in victim.placement:
+                if t.gpus and not t.gpu_milli and not t.mig:
+                    placer.taken_whole.setdefault(t.node, set()).update(t.gpus)
+                    room = placer.rooms.get(t.node)
+                    if room is not None:
+                        placer.rooms[t.node] = _NodeRoom(room.node, placer.usage, placer.taken_whole[t.node])
         before = {q: usage.get(q, {}) for q in sorted({job.queue} | {u.job.queue for u in kept})}
         for key, amount in _charges(job, tasks, self.flavor_of).items():
             queues.charge(job.queue, key, amount)

@@ -118,3 +118,24 @@ def test_quota_stays_kept_when_evicting_inside_a_queue():
     r = run_cycle(snap([shared("s1"), shared("s2")], [frac("lo", 600, node="s1"), want("hi", 600)], quotas))
     assert [e.job_id for e in r.evictions] == ["lo"]
     assert r.decisions[0]["usage_before"]["q"]["T4"] == 0.6 and r.decisions[0]["usage_after"]["q"]["T4"] == 0.6
+
+
+def test_a_whole_gpu_victim_keeps_its_gpu_until_released():
+    """A whole-GPU job on an auto GPU evicted for a fraction holds that GPU whole through its grace period: no share
+    is bound there, neither another job's in the same cycle nor the beneficiary's own in the next one (both used to
+    be: the replay's safety net caught the GPU bound twice); the beneficiary starts there once the victim is gone."""
+    node = replace(shared(mode="auto"), used=frozenset({0}))
+    whole = replace(job("w", gpus=1, state="running", placement=(TaskPlacement("worker", 0, "s", (0,)),)),
+                    start_time=0.0)
+    hi, other = want("hi", 500), want("other", 500, priority=0)
+    r = run_cycle(snap([node], [whole, hi, other]))
+    assert [e.job_id for e in r.evictions] == ["w"] and [n.job_id for n in r.nominations] == ["hi"]
+    assert not r.bindings  # "other" does not take the rest of the victim's GPU while it is still held
+    held = r.nominations[0].tasks
+    # next cycle: the victim is releasing (preempting, still on the GPU whole), the holder holds its share
+    releasing = replace(whole, state="preempting", evicted_for="hi")
+    r = run_cycle(snap([node], [releasing, replace(hi, reserved=held), other]))
+    assert not r.bindings and [n.job_id for n in r.nominations] == ["hi"] and r.pending["hi"].code == "nominated"
+    # the victim is gone: the holder starts on its held share (and the other fraction fits beside it)
+    r = run_cycle(snap([replace(node, used=frozenset())], [replace(hi, reserved=held), other]))
+    assert bound(r)["hi"].tasks == held and "other" in bound(r)
