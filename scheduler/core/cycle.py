@@ -187,7 +187,7 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
             or config.reschedule or config.reschedule_advice or len(session.state.flavors) != 1):
         return None
     if (result.evictions or result.growths or result.withdrawals or result.decisions or result.moves
-            or reservations.until is not None or reservations._drained
+            or reservations.until is not None or reservations.drained
             or len(result.nominations) != (facts.holding or 0)):
         return None  # (a nomination here is a standing hold served again: none new, none started or dropped)
     highest = facts.highest_pending

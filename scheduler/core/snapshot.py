@@ -384,8 +384,8 @@ class CycleResult:
     # engine does not say (a reader then scans `pending`); run_cycle's whole-GPU path says, so its caller need not
     # read every waiting job's reason each cycle to find the few that never start (the replay's drop)
     terminal: list[JobId] | None = None
-    # a fixed point: a cycle on the state this one leaves (its snapshot with its bindings applied, the jobs given a
-    # terminal reason gone, and nothing else changed: no job came, ended or changed, no node changed) at any time
-    # before this (seconds of cluster time) starts, evicts, grows, withdraws and holds nothing new
-    # (core.cycle.settled_until); None: not known
+    # a fixed point: a cycle on the state this one leaves (its snapshot with its bindings applied and nothing else
+    # changed: no job came, ended or changed, no node changed) at any time before this (seconds of cluster time)
+    # starts, evicts, grows, withdraws and holds nothing new (core.cycle.settled_until: shown only on the whole-GPU
+    # path, after a cycle that started a job and dropped none); None: not known
     settled_until: float | None = None

@@ -60,6 +60,11 @@ class Reservations:
         self.starves_at = INF
 
     @property
+    def drained(self) -> bool:
+        """Whether this cycle made a drain reservation (at most one a cycle)."""
+        return self._drained
+
+    @property
     def count(self) -> int:
         if self._count is None:
             self._count = sum(1 for j in self._pending if j.reserved)
