@@ -185,3 +185,29 @@ def test_a_job_bigger_than_the_cluster_is_rejected_for_that_not_a_queue_limit(mo
 def test_time_limit_factor_must_be_above_zero(registry, flag):
     with pytest.raises(command.CommandError, match=f"{flag} must be a finite number above zero"):
         call_command("replay", "--cluster", "c", "--trace", "tr", flag, "-1", stdout=io.StringIO())
+
+
+def test_what_if_weights_hold_the_apis_range_and_a_string_is_not_a_number(registry, tmp_path):
+    """New-user trial 12, F13: weights of 1e9 and 1e-7 were replayed though the API's set_weight takes 0.001 to
+    1,000,000; YAML 1.1 reads `1e308` as a string, which was refused as "must be a number > 0"."""
+    bad = tmp_path / "bad.yaml"
+    for weight, needle in (("1000000000.0", r"b\.weights\.q: weight must be a number from 0\.001 to 1,000,000"),
+                           ("0.0000001", r"b\.weights\.q: weight must be a number from 0\.001 to 1,000,000"),
+                           ("1e308", r"b\.weights\.q: '1e308' is not a number")):
+        bad.write_text(f"a: {{}}\nb: {{weights: {{q: {weight}}}}}\n")
+        with pytest.raises(command.CommandError, match=needle):
+            call_command("replay", "--cluster", "c", "--trace", "tr", "--what-if", str(bad), stdout=io.StringIO())
+
+
+def test_a_json_write_that_fails_after_the_replay_is_one_line(registry, tmp_path, monkeypatch):
+    """F1: a write that fails after the check (the disk filled, the directory went away) is a CommandError naming
+    --json, never a traceback."""
+    from pathlib import Path
+
+    def fail(self, *a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", fail)
+    path = tmp_path / "r.json"
+    with pytest.raises(command.CommandError, match=f"--json {path}: cannot write it: .*No space left"):
+        call_command("replay", "--cluster", "c", "--trace", "tr", "--json", str(path), stdout=io.StringIO())
