@@ -113,6 +113,35 @@ def make_numbers_and_booleans_strict() -> None:
     serializers.BooleanField.to_internal_value = bool_value
 
 
+CHOICES_LISTED = 20  # a choice error lists up to this many choices
+
+
+def make_choices_listed() -> None:
+    """A choice error says what the choices are: DRF's ChoiceField (and MultipleChoiceField, the
+    ModelSerializer's fields of a column with choices) answers '"maybe" is not a valid choice.' without them
+    (new-user trial 12, F7: numa, sharing, a membership's role, a forecast change's kind). From here on the
+    default message goes on '; one of: a, b, c'; a field's own message is kept. Called once from ready()."""
+    if getattr(serializers.ChoiceField.to_internal_value, "choices_listed", False):
+        return
+    lenient = serializers.ChoiceField.to_internal_value
+    default = str(serializers.ChoiceField.default_error_messages["invalid_choice"])
+
+    def to_internal_value(self, data):
+        try:
+            return lenient(self, data)
+        except serializers.ValidationError:
+            if str(self.error_messages.get("invalid_choice")) != default:
+                raise
+            choices = [c for c in self.choice_strings_to_values if c != ""]
+            listed = ", ".join(choices[:CHOICES_LISTED]) + (", ..." if len(choices) > CHOICES_LISTED else "")
+            shown = str(data) if len(str(data)) <= 40 else str(data)[:40] + "..."
+            raise serializers.ValidationError(f'"{shown}" is not a valid choice; one of: {listed}',
+                                              code="invalid_choice") from None
+
+    to_internal_value.choices_listed = True
+    serializers.ChoiceField.to_internal_value = to_internal_value
+
+
 def _json_kind(value) -> str:
     """A JSON value's kind in words, for an error message."""
     if isinstance(value, bool):
