@@ -31,6 +31,7 @@ TOPOLOGY_MODES = ("none", "soft", "hard")
 # memory), and keep every number inside the database's integer columns.
 MAX_TASKS_PER_JOB = 4096
 MAX_GPUS_PER_TASK = 64
+MAX_ROLES = 64  # roles of one job (the API's list bound; the submit form builds at most frontend.forms.MAX_FORM_ROLES)
 # GPU sharing (DESIGN section 12): a MIG profile as NVIDIA names it, "<slices>g.<memory>gb" (1g.18gb, 3g.71gb)
 MIG_PROFILE = re.compile(r"^[1-7]g\.[0-9]{1,4}gb(\+me)?$")
 MAX_MIG_INSTANCES = 56  # 7 per GPU x 8 GPUs

@@ -299,7 +299,7 @@ def test_quota_patch_refuses_a_string_number_and_form_posts_keep_text(api, clust
     url = f"/api/v1/quotas/{Quota.objects.get(queue__name='alpha').pk}/"
     etag = api.get(url)["ETag"]
     r = api.patch(url, {"quota": "8"}, format="json", HTTP_IF_MATCH=etag)
-    assert r.status_code == 400 and "must be a JSON integer" in r.json()["quota"][0], r.content
+    assert r.status_code == 400 and "must be a whole number, not a string" in r.json()["quota"][0], r.content
     # a form-encoded body is all text: "8" is how it writes a number
     r = api.generic("PATCH", url, "quota=8", content_type="application/x-www-form-urlencoded", HTTP_IF_MATCH=etag)
     assert r.status_code == 200 and r.json()["quota"] == 8, r.content
@@ -421,3 +421,16 @@ def test_an_infinite_number_is_refused_on_its_own_path(api, jobs, field):
             + field + '": -1e999}]}').replace('"gpus_per_task": 1, "gpus_per_task"', '"gpus_per_task"')
     r = api.generic("POST", "/api/v1/jobs/", body, content_type="application/json")
     assert r.status_code == 400 and r.json() == {f"roles[0].{field}": ["must be a finite number"]}, r.content
+
+
+def test_an_integral_float_is_a_whole_number_and_the_words_say_so(api, jobs):
+    """New-user trial 12, F8: `"tasks": 1.0`, `1e0` and `"priority": -1e2` are taken (on purpose: a number with no
+    fraction), while the refusal of 1.5 said "a JSON integer"; the words are "a whole number" now."""
+    for tasks, priority in ((1.0, -1e2), (1e0, 0)):
+        ok = api.post("/api/v1/jobs/", _job(priority=priority, roles=[{"name": "w", "tasks": tasks, "gpus_per_task": 1}]),
+                      format="json")
+        assert ok.status_code == 201 and ok.json()["priority"] == int(priority), ok.content
+    r = api.post("/api/v1/jobs/", _job(roles=[{"name": "w", "tasks": 1.5, "gpus_per_task": 1}]), format="json")
+    assert r.status_code == 400 and r.json()["roles[0].tasks"] == ["must be a whole number (a number with no fraction)"]
+    r = api.post("/api/v1/jobs/", _job(priority="5"), format="json")
+    assert r.status_code == 400 and r.json()["priority"] == ["must be a whole number, not a string ('5')"]

@@ -76,7 +76,7 @@ def make_numbers_and_booleans_strict() -> None:
     " 5 " into numbers and its BooleanField turns "yes", 0 and 1 into booleans. From here on, in a JSON
     body, an IntegerField (and its subclasses, the ModelSerializer's mapped integer columns, a ListField's
     integer children) takes only a JSON number with no fraction (2 or 2.0, never true), a FloatField only a
-    JSON number (never "0.5"), and a BooleanField only true / false; anything else is a 400 naming the field ("must be a JSON integer ..."). Form posts,
+    JSON number (never "0.5"), and a BooleanField only true / false; anything else is a 400 naming the field ("must be a whole number ..."). Form posts,
     multipart bodies and query strings (QueryDict input: all text) keep DRF's parsing of text.
     Called once from the app's ready() with make_strings_strict (the same rule for strings); idempotent.
     A global rule rather than field subclasses: it covers every declared field, the ModelSerializer's
@@ -91,9 +91,11 @@ def make_numbers_and_booleans_strict() -> None:
         if not text_input(self):
             if isinstance(data, bool) or not isinstance(data, (int, float)):
                 raise serializers.ValidationError(
-                    f"must be a JSON integer, not {_json_kind(data)}", code="invalid")
+                    f"must be a whole number, not {_json_kind(data)}", code="invalid")
+            # 2.0 and 2e0 are taken as 2 on purpose (a number with no fraction), so the words say "whole number",
+            # not "JSON integer" (new-user trial 12, F8)
             if isinstance(data, float) and not (math.isfinite(data) and data.is_integer()):
-                raise serializers.ValidationError("must be a whole number (a JSON integer)", code="invalid")
+                raise serializers.ValidationError("must be a whole number (a number with no fraction)", code="invalid")
         return lenient_int(self, data)
 
     def float_value(self, data):

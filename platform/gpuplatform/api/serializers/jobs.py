@@ -5,7 +5,7 @@ from rest_framework import serializers
 
 from ... import queries
 from ...gpu_request import gpu_request, job_gpus
-from ...job_rules import MAX_GPUS_PER_TASK
+from ...job_rules import MAX_GPUS_PER_TASK, MAX_ROLES
 from ...models import Job, JobRole, Task, Team
 from .base import ModelSerializer, Serializer
 from .fields import INT32_MAX, FiniteFloatField, count_field, named_field, text_input
@@ -270,7 +270,7 @@ class JobSubmitSerializer(Serializer):
     completion_role = serializers.CharField(max_length=64, required=False, allow_blank=True, default="",
                                             help_text="the role whose tasks all exiting 0 ends the job succeeded "
                                                       "(blank: every role)")
-    roles = JobRoleSerializer(many=True, max_length=64)
+    roles = JobRoleSerializer(many=True, max_length=MAX_ROLES)
     subgroups = SubgroupSerializer(many=True, required=False, default=None, allow_null=True, max_length=64)
 
 
