@@ -7,7 +7,7 @@ A what-if file (YAML or JSON) maps a variant name to its changes from the cluste
       policy: full                  # full | fifo (manage.py replay's POLICIES), default full
       config: {backfill: false}     # CycleConfig fields over the policy's
       quotas: {vision: {P100: [8, 64, 128]}}   # queue -> flavor -> [guarantee, quota, limit or null]
-      weights: {vision: 2.0}
+      weights: {vision: 2.0}        # queue -> weight, 0.001 to 1,000,000 (the API's range)
 
 `apply_variant(cluster, variant, policies)` -> (ClusterSpec, CycleConfig); raises VariantError naming the
 variant's field at fault (an unknown policy, config field, queue, or a quota breaking guarantee <= quota <=
