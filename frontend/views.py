@@ -112,18 +112,20 @@ def cluster(request):
 
 
 @never_cache
+@require_GET  # before the session and CSRF checks: a wrong method is a 405 with Allow (new-user trial 12, F12)
 @login_required_json
-@require_GET
 @conditional_json
 def cluster_metrics(request):
     """What the cluster page polls: the numbers, table fragments and the figure dicts; `cursor` and, with
     ?since=<cursor>, only the charts' new points (frontend/delta.py; a malformed `since` is a 400, and so is any
-    other parameter or one given twice: views_dashboards.query_errors)."""
-    from .views_dashboards import query_errors
+    other parameter or one given twice: views_dashboards.query_errors; it has no `table`)."""
+    from .views_dashboards import query_errors, table_error
 
     errors = query_errors(request, ("since",))
     if errors is None and request.GET.get("format", "json") != "json":
         errors = {"format": ["must be json (this endpoint has no CSV)"]}
+    if errors is None and request.GET.get("table") is not None:  # read, then ignored (new-user trial 12, F3)
+        errors = table_error(request.GET["table"], None)
     if errors:
         return JsonResponse(errors, status=400)
     ctx = _cluster_context(request)

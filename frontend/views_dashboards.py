@@ -46,6 +46,12 @@ FAILURE_COLUMNS = ("category", "failed_attempts", "gpu_hours_lost")
 FORMATS = ("json", "csv")
 
 
+def table_error(table: str, tables: dict | None) -> dict:
+    """The 400 body for a `table` an endpoint does not have: the pages' JSON endpoints' one answer."""
+    takes = f"one of {', '.join(sorted(tables))}" if tables else "none here (this endpoint has one table)"
+    return {"table": [f"unknown table {table!r}; takes {takes}"]}
+
+
 def data_response(request, payload: dict, rows: list[dict], name: str, tables: dict[str, list[dict]] | None = None,
                   *, columns: dict[str | None, tuple[str, ...]]):
     """JSON (default) or, with ?format=csv, the rows behind the charts as CSV (with ?table=<name>, the rows of
@@ -60,8 +66,7 @@ def data_response(request, payload: dict, rows: list[dict], name: str, tables: d
         return JsonResponse({"format": [f"must be one of {', '.join(FORMATS)}"]}, status=400)
     if table is not None:
         if table not in (tables or {}):
-            takes = f"one of {', '.join(sorted(tables))}" if tables else "none here (this endpoint has one table)"
-            return JsonResponse({"table": [f"unknown table {table!r}; takes {takes}"]}, status=400)
+            return JsonResponse(table_error(table, tables), status=400)
         rows = tables[table]
     if fmt == "json" and table is not None:  # one table's rows, all of them, as JSON (the CSV's rows)
         return JsonResponse({"table": table, "count": len(rows), "rows": rows},
@@ -86,9 +91,10 @@ def data_response(request, payload: dict, rows: list[dict], name: str, tables: d
 
 
 def _json_view(fn):
-    """A polled JSON view: signed in (else a JSON 401), GET only, never cached by proxies, ETag / 304 when
-    unchanged."""
-    return never_cache(login_required_json(require_GET(conditional_json(fn))))
+    """A polled JSON view: GET only (another method is a 405 with Allow before the session and CSRF checks: it
+    changes nothing, new-user trial 12, F12), signed in (else a JSON 401), never cached by proxies, ETag / 304
+    when unchanged."""
+    return never_cache(require_GET(login_required_json(conditional_json(fn))))
 
 
 DATA_PARAMS = ("format", "table", "since")  # what data_response reads on every JSON endpoint

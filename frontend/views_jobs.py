@@ -194,8 +194,8 @@ def can_act(user, job) -> bool:
     return access.can_submit(user, job.team_id)
 
 
+@require_POST  # a wrong method is a 405 before the session and CSRF checks (new-user trial 12, F12)
 @login_required_json
-@require_POST
 def job_estimate(request):
     """The submit form's "would start in about ..." (issue #15): the job as filled in so far, as a
     hypothetical submission to the live cluster's what-if (gpuplatform.scheduling.forecast.what_if_live).

@@ -25,7 +25,8 @@ first task unless `--task`); `--follow` keeps polling every 2 s until the task h
 --follow does not wait for) and exits 0, as `list` does with no jobs.
 
 `--json` prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
-are printed), 2 bad usage or the API unreachable, 130 interrupted. set-quota reads the quota's ETag and
+are printed), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON), 130
+interrupted. set-quota reads the quota's ETag and
 sends it back in If-Match, so it fails (412) rather than overwrite a change made since.
 """
 from __future__ import annotations
@@ -582,6 +583,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = COMMANDS[a.command](client, a)
     except ApiError as exc:
+        if not isinstance(exc.body, (dict, list)):  # the API answers JSON, even its 404s: an HTML page is not
+            # it (new-user trial 12, F16: a wrong base path printed the server's whole 404 page)
+            print(f"gpuctl: no GPU platform API at {a.api} (HTTP {exc.status})", file=sys.stderr)
+            return 2
         print(f"gpuctl: refused (HTTP {exc.status})", file=sys.stderr)
         if isinstance(exc.body, dict):
             for field, problems in exc.body.items():

@@ -42,6 +42,9 @@ INT_MESSAGE = f"must be a whole number between {INT64_MIN} and {INT64_MAX}"
 DEFAULT_BODY_MAX_BYTES = 1 << 20  # 1 MiB: the largest legitimate body (a log chunk) is 64 KiB + JSON
 
 
+FINITE_MESSAGE = "must be a finite number"
+
+
 class InputError(ValueError):
     """A value no endpoint accepts: `field` names where it was (dotted path for JSON), `message` the rule."""
 
@@ -91,7 +94,7 @@ def check_value(value, field: str = "", depth: int = 0, nul_tolerant: frozenset 
         return
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise InputError(field or "non_field_errors", "must be a finite number")
+            raise InputError(field or "non_field_errors", FINITE_MESSAGE)
     elif isinstance(value, dict):
         for key, item in value.items():
             name = str(key).replace("\x00", "")

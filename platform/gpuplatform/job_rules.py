@@ -31,6 +31,7 @@ TOPOLOGY_MODES = ("none", "soft", "hard")
 # memory), and keep every number inside the database's integer columns.
 MAX_TASKS_PER_JOB = 4096
 MAX_GPUS_PER_TASK = 64
+MAX_ROLES = 64  # roles of one job (the API's list bound; the submit form builds at most frontend.forms.MAX_FORM_ROLES)
 # GPU sharing (DESIGN section 12): a MIG profile as NVIDIA names it, "<slices>g.<memory>gb" (1g.18gb, 3g.71gb)
 MIG_PROFILE = re.compile(r"^[1-7]g\.[0-9]{1,4}gb(\+me)?$")
 MAX_MIG_INSTANCES = 56  # 7 per GPU x 8 GPUs
@@ -148,9 +149,11 @@ def _check_sharing(raw: dict, role: dict, f: str, errors: dict) -> None:
     or mig_count (default 1) MIG instances of mig_profile. Sets role gpu_milli (thousandths), gpu_memory_mib,
     mig_profile and gpus_per_task (1 for a fraction, mig_count for MIG); refusals name the field."""
     gpt = raw.get("gpus_per_task")
-    fraction = raw.get("gpu_fraction")
+    fraction, fraction_field = raw.get("gpu_fraction"), "gpu_fraction"
     if isinstance(gpt, float) and not isinstance(gpt, bool) and 0 < gpt < 1 and fraction is None:
-        fraction, gpt = gpt, None  # "gpus_per_task: 0.5" is a fraction of one GPU
+        # "gpus_per_task: 0.5" is a fraction of one GPU; its errors are on gpus_per_task, the field sent
+        # (new-user trial 12, F6: 0.0001 was refused on gpu_fraction and as "a whole number" on gpus_per_task)
+        fraction, gpt, fraction_field = gpt, None, "gpus_per_task"
     memory, profile, count = raw.get("gpu_memory_mib"), raw.get("mig_profile") or "", raw.get("mig_count")
     # a gpu_fraction given at all is a fraction request (0 is refused below, never read as "whole GPUs")
     kinds = [k for k, v in (("gpu_fraction", fraction), ("gpu_memory_mib", memory), ("mig_profile", profile))
@@ -178,7 +181,9 @@ def _check_sharing(raw: dict, role: dict, f: str, errors: dict) -> None:
     if kinds[0] == "gpu_fraction":
         milli = round(fraction * 1000)
         if not 1 <= milli <= 999:
-            errors[f + "gpu_fraction"] = "gpu_fraction must be at least 0.001 and at most 0.999"
+            errors[f + fraction_field] = (
+                "gpu_fraction must be at least 0.001 and at most 0.999" if fraction_field == "gpu_fraction" else
+                "gpus_per_task must be a whole number of GPUs, or a fraction of one GPU from 0.001 to 0.999")
             return
         role.update(gpu_milli=milli, gpus_per_task=1)
     elif kinds[0] == "gpu_memory_mib":

@@ -7,7 +7,7 @@ A what-if file (YAML or JSON) maps a variant name to its changes from the cluste
       policy: full                  # full | fifo (manage.py replay's POLICIES), default full
       config: {backfill: false}     # CycleConfig fields over the policy's
       quotas: {vision: {P100: [8, 64, 128]}}   # queue -> flavor -> [guarantee, quota, limit or null]
-      weights: {vision: 2.0}
+      weights: {vision: 2.0}        # queue -> weight, 0.001 to 1,000,000 (the API's range)
 
 `apply_variant(cluster, variant, policies)` -> (ClusterSpec, CycleConfig); raises VariantError naming the
 variant's field at fault (an unknown policy, config field, queue, or a quota breaking guarantee <= quota <=
@@ -15,11 +15,16 @@ limit). Pure: no I/O (the command reads the file).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import fields, replace
 
 from clusterspec.spec import ClusterSpec
 from scheduler.core.snapshot import CycleConfig
 
+# a queue weight's range: the platform's (gpuplatform.services.queues.WEIGHT_MIN/MAX, the API's set_weight), which
+# scheduler/ may not import (new-user trial 12, F13: 1e9 and 1e-7 were replayed)
+WEIGHT_MIN = 0.001
+WEIGHT_MAX = 1_000_000
 ALLOWED = {"policy", "config", "quotas", "weights"}
 
 
@@ -65,7 +70,11 @@ def apply_variant(cluster: ClusterSpec, variant: dict, policies: dict[str, Cycle
     for qname, weight in (variant.get("weights") or {}).items():
         if qname not in queues:
             raise VariantError(f"{name}.weights.{qname}: no such queue")
-        if not isinstance(weight, (int, float)) or weight <= 0:
-            raise VariantError(f"{name}.weights.{qname}: must be a number > 0")
+        if isinstance(weight, str):
+            raise VariantError(f"{name}.weights.{qname}: {weight!r} is not a number (YAML reads a number such as 1e3 "
+                               f"without a dot in it as a string: write 1.0e3)")
+        if (isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight)
+                or not WEIGHT_MIN <= weight <= WEIGHT_MAX):
+            raise VariantError(f"{name}.weights.{qname}: weight must be a number from {WEIGHT_MIN} to {WEIGHT_MAX:,}")
         queues[qname] = replace(queues[qname], weight=float(weight))
     return replace(cluster, queues=tuple(queues.values())), config

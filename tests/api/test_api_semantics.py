@@ -99,6 +99,11 @@ def test_idempotency_variants_other_endpoints_failures_and_expiry(admin, client_
         r = member.post("/api/v1/jobs/", _body(), format="json", HTTP_IDEMPOTENCY_KEY=key)
         assert r.status_code == 400 and "Idempotency-Key" in r.json(), key
     assert Job.objects.count() == 2
+    # new-user trial 12, F10: the header sent twice reaches Django joined by a comma (wsgiref, gunicorn) and acted
+    # as one combined key
+    r = member.post("/api/v1/jobs/", _body(), format="json", HTTP_IDEMPOTENCY_KEY="t12-a,t12-b")
+    assert r.status_code == 400 and "given more than once" in r.json()["Idempotency-Key"][0], r.content
+    assert Job.objects.count() == 2
 
     settings.IDEMPOTENCY_KEY_TTL_SECONDS = 86400
     agent = client_for("agent")

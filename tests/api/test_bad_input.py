@@ -299,7 +299,7 @@ def test_quota_patch_refuses_a_string_number_and_form_posts_keep_text(api, clust
     url = f"/api/v1/quotas/{Quota.objects.get(queue__name='alpha').pk}/"
     etag = api.get(url)["ETag"]
     r = api.patch(url, {"quota": "8"}, format="json", HTTP_IF_MATCH=etag)
-    assert r.status_code == 400 and "must be a JSON integer" in r.json()["quota"][0], r.content
+    assert r.status_code == 400 and "must be a whole number, not a string" in r.json()["quota"][0], r.content
     # a form-encoded body is all text: "8" is how it writes a number
     r = api.generic("PATCH", url, "quota=8", content_type="application/x-www-form-urlencoded", HTTP_IF_MATCH=etag)
     assert r.status_code == 200 and r.json()["quota"] == 8, r.content
@@ -397,3 +397,40 @@ def test_endpoints_that_read_no_parameter_refuse_an_unknown_one(api, url):
     assert r.status_code == 400, (r.status_code, r.content[:200])
     assert "unknown query parameter" in r.json()["team"][0]
     assert api.get(url).status_code == 200 and api.get(url + "?format=json").status_code == 200
+
+
+@pytest.mark.parametrize("sign", ["", "-"])
+def test_an_integer_too_long_to_convert_is_a_400_on_its_path_without_python_internals(api, jobs, sign):
+    """New-user trial 12, F2: a 5001-digit integer got a parse error naming no field and telling the user to call
+    sys.set_int_max_str_digits(); it is a 400 on its own path saying how long it is, and nothing is stored."""
+    from gpuplatform.models import Job
+
+    before = Job.objects.count()
+    body = ('{"name": "j", "queue": "alpha", "command": "echo", "roles": [{"tasks": ' + sign + "1" + "0" * 5000
+            + ', "gpus_per_task": 1}]}')
+    r = api.generic("POST", "/api/v1/jobs/", body, content_type="application/json")
+    assert r.status_code == 400, (r.status_code, r.content[:300])
+    assert r.json() == {"roles[0].tasks": ["a number of 5001 digits: more than the 4300 digits a number may have"]}
+    assert Job.objects.count() == before
+
+
+@pytest.mark.parametrize("field", ["gpus_per_task", "cpu_milli", "gpu_fraction"])
+def test_an_infinite_number_is_refused_on_its_own_path(api, jobs, field):
+    """F5: `roles[0].gpus_per_task: 1e999` was reported on `roles`; top-level fields named themselves already."""
+    body = ('{"name": "j", "queue": "alpha", "command": "echo", "roles": [{"tasks": 1, "gpus_per_task": 1, "'
+            + field + '": -1e999}]}').replace('"gpus_per_task": 1, "gpus_per_task"', '"gpus_per_task"')
+    r = api.generic("POST", "/api/v1/jobs/", body, content_type="application/json")
+    assert r.status_code == 400 and r.json() == {f"roles[0].{field}": ["must be a finite number"]}, r.content
+
+
+def test_an_integral_float_is_a_whole_number_and_the_words_say_so(api, jobs):
+    """New-user trial 12, F8: `"tasks": 1.0`, `1e0` and `"priority": -1e2` are taken (on purpose: a number with no
+    fraction), while the refusal of 1.5 said "a JSON integer"; the words are "a whole number" now."""
+    for tasks, priority in ((1.0, -1e2), (1e0, 0)):
+        ok = api.post("/api/v1/jobs/", _job(priority=priority, roles=[{"name": "w", "tasks": tasks, "gpus_per_task": 1}]),
+                      format="json")
+        assert ok.status_code == 201 and ok.json()["priority"] == int(priority), ok.content
+    r = api.post("/api/v1/jobs/", _job(roles=[{"name": "w", "tasks": 1.5, "gpus_per_task": 1}]), format="json")
+    assert r.status_code == 400 and r.json()["roles[0].tasks"] == ["must be a whole number (a number with no fraction)"]
+    r = api.post("/api/v1/jobs/", _job(priority="5"), format="json")
+    assert r.status_code == 400 and r.json()["priority"] == ["must be a whole number, not a string ('5')"]

@@ -319,3 +319,15 @@ def test_a_job_stopping_toward_an_end_says_so_in_the_list(api, capsys):
     assert cli.main([*API, "list"]) == 0
     rows = {line.split()[0]: line.split()[4] for line in capsys.readouterr().out.splitlines()[1:]}
     assert rows == {"1": "cancelling", "2": "preempting", "3": "stopping", "4": "running"}
+
+
+def test_a_base_path_that_is_not_the_api_is_one_line(api, capsys):
+    """New-user trial 12, F16: `gpuctl --api http://host/nope list` printed "refused (HTTP 404)" and then the
+    server's whole HTML 404 page; an answer that is not JSON means no API there: one line, exit 2."""
+    def not_found(method, path, body):
+        raise cli.ApiError(404, "<!doctype html>\n<html><title>Not Found</title><h1>Not Found</h1></html>\n")
+
+    api.answers = not_found
+    code = cli.main(["--api", "http://gpu.example:8000/nope", "--token", "t", "list"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == "gpuctl: no GPU platform API at http://gpu.example:8000/nope (HTTP 404)\n", err

@@ -5,6 +5,7 @@ submitted alongside is accepted and bound by the next scheduling cycle.
 World: 12 nodes x 8 H100 (96 GPUs); queue `root` with H100 quota 96. A root queue has nothing above it
 to borrow from, so its cap is written as limit 96 (the case's "the parent's 96").
 Rows after the case's own list cover the rest of issue #5's bad inputs (unknown tier, never fits).
+A quota is named by its place in the body's `quotas` list (`quotas[0].quota`, new-user trial 12, F9).
 """
 from __future__ import annotations
 
@@ -59,23 +60,23 @@ def _closed_root():
 ROWS = {
     "child limit above the parent's": (None, "post", "/api/v1/queues/",
         {"name": "q1", "parent": "root", "quotas": [{"flavor": "H100", "quota": 0, "limit": 200}]},
-        "quotas[H100].limit", "above the parent"),
+        "quotas[0].limit", "above the parent"),
     "negative quota": (None, "post", "/api/v1/queues/",
         {"name": "q2", "parent": "root", "quotas": [{"flavor": "H100", "quota": -5}]},
-        "quotas[H100].quota", "negative"),
+        "quotas[0].quota", "negative"),
     "guarantee above quota": (None, "post", "/api/v1/queues/",
         {"name": "q3", "parent": "root", "quotas": [{"flavor": "H100", "guarantee": 10, "quota": 5}]},
-        "quotas[H100].guarantee", "must not exceed quota"),
+        "quotas[0].guarantee", "must not exceed quota"),
     "quota above limit": (None, "post", "/api/v1/queues/",
         {"name": "q4", "parent": "root", "quotas": [{"flavor": "H100", "quota": 10, "limit": 5}]},
-        "quotas[H100].quota", "must not exceed limit"),
+        "quotas[0].quota", "must not exceed limit"),
     "unknown parent": (None, "post", "/api/v1/queues/", {"name": "q5", "parent": "no-such-queue"},
         "parent", "unknown queue"),
     "root under its own descendant (cycle)": (_child, "patch", "/api/v1/queues/root/", {"parent": "child-a"},
         "parent", "cycle"),
     "children's quotas above the parent's (new child)": (_child, "post", "/api/v1/queues/",
         {"name": "q7", "parent": "root", "quotas": [{"flavor": "H100", "quota": 50}]},
-        "quotas[H100].quota", "above the parent"),
+        "quotas[0].quota", "above the parent"),
     "children's quotas above the parent's (raised child)": (_child, "put", "quota-of:child-a",
         {"guarantee": 0, "quota": 100, "limit": None}, "quota", "above the parent"),
     "min_available above tasks": (None, "post", "/api/v1/jobs/", _job(tasks=4, min_available=5),

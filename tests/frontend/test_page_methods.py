@@ -25,18 +25,34 @@ def test_a_page_answers_get_and_head_only(world, url):
 
 
 def test_page_json_without_a_session_is_a_json_401_and_without_csrf_a_json_403(world):
+    """A method the endpoint takes: the session check, then CSRF, both in JSON (trial 9, F12)."""
     anonymous = Client(enforce_csrf_checks=True)
-    for url in ("/topology.json", "/cluster/metrics.json", "/queues/data.json", "/jobs/new/estimate/"):
-        r = anonymous.post(url)
+    for url in ("/topology.json", "/cluster/metrics.json", "/queues/data.json"):
+        r = anonymous.get(url)
         assert r.status_code == 401 and r.json() == {"detail": "Authentication credentials were not provided."}, url
+    r = anonymous.post("/jobs/new/estimate/")
+    assert r.status_code == 401 and r.json() == {"detail": "Authentication credentials were not provided."}
     signed_in = Client(enforce_csrf_checks=True)
     signed_in.force_login(world["admin"])
-    r = signed_in.post("/topology.json")
+    r = signed_in.post("/jobs/new/estimate/")
     assert r.status_code == 403 and r.json()["detail"].startswith("CSRF Failed"), r.content
-    signed_in.get("/jobs/")
-    r = signed_in.post("/topology.json", HTTP_X_CSRFTOKEN=signed_in.cookies["csrftoken"].value)
-    assert r.status_code == 405  # past the checks, the method rule
     assert signed_in.get("/topology.json").status_code == 200
+
+
+@pytest.mark.parametrize("method", ["delete", "put", "patch", "post"])
+@pytest.mark.parametrize("signed_in", [False, True])
+def test_a_wrong_method_on_page_json_is_a_405_before_the_session_and_csrf_checks(world, method, signed_in):
+    """New-user trial 12, F12: DELETE /cluster/metrics.json without a CSRF token answered 403 "CSRF Failed" (401
+    without a session); a method the endpoint does not take changes nothing, so it is the 405 with Allow first."""
+    client = Client(enforce_csrf_checks=True)  # as curl: no CSRF token
+    if signed_in:
+        client.force_login(world["admin"])
+    for url in ("/cluster/metrics.json", "/topology.json", "/queues/data.json", "/utilization/data.json"):
+        r = getattr(client, method)(url)
+        assert r.status_code == 405 and "GET" in r["Allow"], (method, url, r.status_code, r.content[:200])
+        assert r.json()["detail"] == f'Method "{method.upper()}" not allowed.'
+    r = client.get("/jobs/new/estimate/")
+    assert r.status_code == 405 and "POST" in r["Allow"], r.content[:200]
 
 
 @pytest.mark.parametrize("url", ["/metrics", "/healthz", "/readyz"])

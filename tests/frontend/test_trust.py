@@ -120,6 +120,8 @@ def test_docs_pages(client, world, name, anchor):
     ("/fragmentation/data.json?format=csv&table=bogus", "table"),
     ("/queueing/data.json?format=csv&table=groups", "table"),  # fragmentation's table, not this endpoint's
     ("/queues/data.json?format=csv&table=pending", "table"),  # an endpoint with one table
+    ("/cluster/metrics.json?table=x", "table"),  # new-user trial 12, F3: read, then ignored (200, the whole body)
+    ("/cluster/metrics.json?table=pending", "table"),
 ])
 def test_unknown_values_of_known_data_parameters_are_a_400_naming_them(client, world, url, param):
     client.force_login(world["alice"])

@@ -24,3 +24,11 @@ def test_a_negative_or_zero_span_is_refused_naming_the_option(args, needle):
     with pytest.raises(CommandError, match=needle.replace("+", r"\+")):
         call_command("replay", "--cluster", "philly", "--trace", "philly", *args, stdout=out)
     assert out.getvalue() == ""  # refused before anything is loaded or replayed
+
+
+def test_a_compression_that_leaves_nothing_past_the_default_start_names_compress():
+    """F13: `--compress 1e9` said "--start 20: ..." though no --start was given."""
+    with pytest.raises(CommandError, match=r"^--compress 1e\+09: the trace philly's arrivals span days 0\.0 to 0\.0 "
+                                           r"once compressed, all before its default start \(day 20\)"):
+        call_command("replay", "--cluster", "philly", "--trace", "philly", "--compress", "1e9", stdout=io.StringIO())
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import re
 
 import pytest
 from django.core.management import call_command
@@ -185,3 +186,61 @@ def test_a_job_bigger_than_the_cluster_is_rejected_for_that_not_a_queue_limit(mo
 def test_time_limit_factor_must_be_above_zero(registry, flag):
     with pytest.raises(command.CommandError, match=f"{flag} must be a finite number above zero"):
         call_command("replay", "--cluster", "c", "--trace", "tr", flag, "-1", stdout=io.StringIO())
+
+
+def test_what_if_weights_hold_the_apis_range_and_a_string_is_not_a_number(registry, tmp_path):
+    """New-user trial 12, F13: weights of 1e9 and 1e-7 were replayed though the API's set_weight takes 0.001 to
+    1,000,000; YAML 1.1 reads `1e308` as a string, which was refused as "must be a number > 0"."""
+    bad = tmp_path / "bad.yaml"
+    for weight, needle in (("1000000000.0", r"b\.weights\.q: weight must be a number from 0\.001 to 1,000,000"),
+                           ("0.0000001", r"b\.weights\.q: weight must be a number from 0\.001 to 1,000,000"),
+                           ("1e308", r"b\.weights\.q: '1e308' is not a number")):
+        bad.write_text(f"a: {{}}\nb: {{weights: {{q: {weight}}}}}\n")
+        with pytest.raises(command.CommandError, match=needle):
+            call_command("replay", "--cluster", "c", "--trace", "tr", "--what-if", str(bad), stdout=io.StringIO())
+
+
+def test_a_json_write_that_fails_after_the_replay_is_one_line(registry, tmp_path, monkeypatch):
+    """F1: a write that fails after the check (the disk filled, the directory went away) is a CommandError naming
+    --json, never a traceback."""
+    from pathlib import Path
+
+    def fail(self, *a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", fail)
+    path = tmp_path / "r.json"
+    with pytest.raises(command.CommandError, match=f"--json {re.escape(str(path))}: cannot write it: .*No space left"):
+        call_command("replay", "--cluster", "c", "--trace", "tr", "--json", str(path), stdout=io.StringIO())
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--detection-timeout", "-1"], "--detection-timeout must be a finite number zero or more, got -1"),
+    (["--repair-time", "-1"], "--repair-time must be a finite number zero or more, got -1"),
+    (["--failure-rate", "-1"], "--failure-rate must be a finite number zero or more, got -1"),
+    (["--failure-rate", "1e9"], "--failure-rate must be at most 100,000 failures per 1,000 GPU-days, got 1e+09"),
+    (["--compress", "inf"], "--compress must be a finite number above zero, got inf"),
+    (["--compress", "0"], "--compress must be a finite number above zero, got 0"),
+])
+def test_failure_and_compress_options_are_refused_naming_the_option(registry, args, needle):
+    """New-user trial 12, F13: --detection-timeout -1 (no failure rate) replayed as normal, --failure-rate 1e9 ran
+    for minutes without an end, --compress inf blamed a --start never given. (--until bounds the replay a missing
+    check would run.)"""
+    out = io.StringIO()
+    with pytest.raises(command.CommandError, match=needle.replace("+", r"\+")):
+        call_command("replay", "--cluster", "c", "--trace", "tr", "--until", "0.05", *args, stdout=out)
+    assert out.getvalue() == "" and registry == {}  # refused before anything is loaded or replayed
+
+
+@pytest.mark.parametrize("where, needle", [
+    ("missing/x.json", "cannot write it: no such directory"),
+    ("", "cannot write it: it is a directory"),
+])
+def test_a_json_path_that_cannot_be_written_is_refused_before_the_replay(registry, tmp_path, where, needle):
+    """New-user trial 12, F1: `--json /nonexistent/dir/x.json` (or a directory) ran the whole replay, then printed a
+    traceback from write_text; it is a one-line CommandError naming --json and the path, before anything runs."""
+    path = str(tmp_path / where) if where else str(tmp_path)
+    out = io.StringIO()
+    with pytest.raises(command.CommandError, match=f"^--json {re.escape(path)}: {needle}"):
+        call_command("replay", "--cluster", "c", "--trace", "tr", "--json", path, stdout=out)
+    assert out.getvalue() == "" and registry == {}

@@ -42,6 +42,9 @@ def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
     def walk(node, path: str) -> None:
         if isinstance(node, dict):
             for key, value in node.items():
+                if isinstance(key, int) and path:  # a ListField's item: gpus[0], not gpus.0 (new-user trial 12, F9)
+                    walk(value, f"{path}[{key}]")
+                    continue
                 key = str(key)
                 walk(value, path if key in (NON_FIELD, "__all__") else (f"{path}.{key}" if path else key))
         elif isinstance(node, (list, tuple)):

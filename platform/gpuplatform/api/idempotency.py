@@ -1,6 +1,6 @@
 """`Idempotency-Key` on every creating POST: a retried submission never creates a second object.
 
-A client sends `Idempotency-Key: <1-200 visible ASCII characters>` with a POST that creates (a job, a queue,
+A client sends `Idempotency-Key: <1-200 visible ASCII characters, no comma>` (once) with a POST that creates (a job, a queue,
 a quota, a team, a membership, a node registration). The key is remembered per user for
 IDEMPOTENCY_KEY_TTL_SECONDS (default 86,400 s = one day) together with the request's fingerprint (method,
 path, canonical JSON body) and the response:
@@ -38,7 +38,7 @@ MAX_KEY_CHARS = 200
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
-    description="optional, 1-200 visible ASCII characters: a retry with the same key and body answers with the "
+    description="optional, once, 1-200 visible ASCII characters but a comma: a retry with the same key and body answers with the "
                 "first response (header `Idempotent-Replayed: true`) instead of creating again; the same key with "
                 "another body is a 409. Remembered per user for IDEMPOTENCY_KEY_TTL_SECONDS (default one day); "
                 "failed requests are not remembered.")
@@ -87,6 +87,10 @@ class IdempotentCreateMixin:
         key = request.headers.get(HEADER)
         if key is None:
             return None
+        if "," in key:  # the server joins a header sent twice with a comma (new-user trial 12, F10: two keys
+            # acted as one combined key)
+            raise ValidationError({HEADER: ["given more than once: send one Idempotency-Key header (a key holds no "
+                                            "comma)"]})
         if not key or len(key) > MAX_KEY_CHARS or not all(33 <= ord(c) <= 126 for c in key):
             raise ValidationError({HEADER: [f"an idempotency key is 1-{MAX_KEY_CHARS} visible ASCII characters "
                                             f"(no spaces)"]})

@@ -5,11 +5,15 @@ a key or string, a non-finite number (`1e999`) or nesting deeper than JSON_MAX_D
 field. An integer of any size is left to its field (its own path and bounds); the paths of those beyond
 64 bits are kept on the request (`oversized_paths`) for the API's database-overflow backstop. A key given
 twice in one object (`{"name": "a", "name": "b"}`: JSON leaves it undefined, Python keeps the last) is a
-400 naming the key with its full path (`roles[0].tasks`, `changes[1].kind`)."""
+400 naming the key with its full path (`roles[0].tasks`, `changes[1].kind`). An integer of more digits than
+Python converts (sys.get_int_max_str_digits(), 4300) is a 400 on its path too, saying so (new-user trial 12, F2:
+the message named no field and told the user to change an interpreter setting). A non-finite number is refused on
+its own path (`roles[0].gpus_per_task`: trial 12, F5); a NUL on its request field."""
 from __future__ import annotations
 
 import codecs
 import json
+import sys
 
 from django.conf import settings
 from rest_framework import parsers
@@ -17,7 +21,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.exceptions import ValidationError
 from rest_framework.utils.json import strict_constant  # NaN / Infinity are not JSON (DRF's STRICT_JSON)
 
-from ..inputs import InputError, check_value, oversized_paths, top_field
+from ..inputs import FINITE_MESSAGE, InputError, api_path, check_value, oversized_paths, top_field
 
 
 class JSONParser(parsers.JSONParser):
@@ -31,16 +35,37 @@ class JSONParser(parsers.JSONParser):
             raise ParseError("JSON parse error - nested too deeply") from None
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
+        too_long = _paths_of(data, _LongInteger)
+        if too_long:
+            where, number = too_long[0]
+            raise ValidationError({where or "non_field_errors": [
+                f"a number of {number.digits} digits: more than the {number.limit} digits a number may have"]})
         view = (parser_context or {}).get("view")
         tolerant = frozenset(getattr(view, "nul_tolerant_fields", {}).get(getattr(view, "action", None), ()))
         try:
             check_value(data, nul_tolerant=tolerant)
         except InputError as exc:
-            raise ValidationError({top_field(exc.field): [exc.message]}) from None
+            where = api_path(exc.field) if exc.message == FINITE_MESSAGE else top_field(exc.field)
+            raise ValidationError({where: [exc.message]}) from None
         request = (parser_context or {}).get("request")
         if request is not None:
             request.oversized_paths = oversized_paths(data)
         return data
+
+
+class _LongInteger:
+    """An integer literal longer than int() converts (json.load's parse_int raised ValueError): its digit count."""
+
+    def __init__(self, text: str):
+        self.digits = len(text.lstrip("-"))
+        self.limit = sys.get_int_max_str_digits()
+
+
+def _int(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return _LongInteger(text)
 
 
 class _DuplicateKey(ValueError):
@@ -63,12 +88,26 @@ def _load(fp, **kwargs):
             found.append((out, key))
         return out
 
-    data = json.load(fp, object_pairs_hook=unique_keys, **kwargs)
+    data = json.load(fp, object_pairs_hook=unique_keys, parse_int=_int, **kwargs)
     if found:
         target, key = found[0]
         where = _path_of(data, target)
         raise _DuplicateKey(f"{where}.{key}" if where else key)
     return data
+
+
+def _paths_of(value, kind: type) -> list[tuple[str, object]]:
+    """(API path, item) of every item of type `kind` inside `value`, in document order; iterative like _path_of."""
+    found, stack = [], [(value, "")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, kind):
+            found.append((where, value))
+        elif isinstance(value, dict):
+            stack.extend(reversed([(v, f"{where}.{k}" if where else k) for k, v in value.items()]))
+        elif isinstance(value, list):
+            stack.extend(reversed([(v, f"{where}[{i}]") for i, v in enumerate(value)]))
+    return found
 
 
 def _path_of(value, target: dict) -> str:

@@ -76,7 +76,7 @@ def make_numbers_and_booleans_strict() -> None:
     " 5 " into numbers and its BooleanField turns "yes", 0 and 1 into booleans. From here on, in a JSON
     body, an IntegerField (and its subclasses, the ModelSerializer's mapped integer columns, a ListField's
     integer children) takes only a JSON number with no fraction (2 or 2.0, never true), a FloatField only a
-    JSON number (never "0.5"), and a BooleanField only true / false; anything else is a 400 naming the field ("must be a JSON integer ..."). Form posts,
+    JSON number (never "0.5"), and a BooleanField only true / false; anything else is a 400 naming the field ("must be a whole number ..."). Form posts,
     multipart bodies and query strings (QueryDict input: all text) keep DRF's parsing of text.
     Called once from the app's ready() with make_strings_strict (the same rule for strings); idempotent.
     A global rule rather than field subclasses: it covers every declared field, the ModelSerializer's
@@ -91,9 +91,11 @@ def make_numbers_and_booleans_strict() -> None:
         if not text_input(self):
             if isinstance(data, bool) or not isinstance(data, (int, float)):
                 raise serializers.ValidationError(
-                    f"must be a JSON integer, not {_json_kind(data)}", code="invalid")
+                    f"must be a whole number, not {_json_kind(data)}", code="invalid")
+            # 2.0 and 2e0 are taken as 2 on purpose (a number with no fraction), so the words say "whole number",
+            # not "JSON integer" (new-user trial 12, F8)
             if isinstance(data, float) and not (math.isfinite(data) and data.is_integer()):
-                raise serializers.ValidationError("must be a whole number (a JSON integer)", code="invalid")
+                raise serializers.ValidationError("must be a whole number (a number with no fraction)", code="invalid")
         return lenient_int(self, data)
 
     def float_value(self, data):
@@ -111,6 +113,35 @@ def make_numbers_and_booleans_strict() -> None:
     serializers.IntegerField.to_internal_value = int_value
     serializers.FloatField.to_internal_value = float_value
     serializers.BooleanField.to_internal_value = bool_value
+
+
+CHOICES_LISTED = 20  # a choice error lists up to this many choices
+
+
+def make_choices_listed() -> None:
+    """A choice error says what the choices are: DRF's ChoiceField (and MultipleChoiceField, the
+    ModelSerializer's fields of a column with choices) answers '"maybe" is not a valid choice.' without them
+    (new-user trial 12, F7: numa, sharing, a membership's role, a forecast change's kind). From here on the
+    default message goes on '; one of: a, b, c'; a field's own message is kept. Called once from ready()."""
+    if getattr(serializers.ChoiceField.to_internal_value, "choices_listed", False):
+        return
+    lenient = serializers.ChoiceField.to_internal_value
+    default = str(serializers.ChoiceField.default_error_messages["invalid_choice"])
+
+    def to_internal_value(self, data):
+        try:
+            return lenient(self, data)
+        except serializers.ValidationError:
+            if str(self.error_messages.get("invalid_choice")) != default:
+                raise
+            choices = [c for c in self.choice_strings_to_values if c != ""]
+            listed = ", ".join(choices[:CHOICES_LISTED]) + (", ..." if len(choices) > CHOICES_LISTED else "")
+            shown = str(data) if len(str(data)) <= 40 else str(data)[:40] + "..."
+            raise serializers.ValidationError(f'"{shown}" is not a valid choice; one of: {listed}',
+                                              code="invalid_choice") from None
+
+    to_internal_value.choices_listed = True
+    serializers.ChoiceField.to_internal_value = to_internal_value
 
 
 def _json_kind(value) -> str:

@@ -5,6 +5,7 @@ from rest_framework import serializers
 
 from ... import queries
 from ...gpu_request import gpu_request, job_gpus
+from ...job_rules import MAX_GPUS_PER_TASK, MAX_ROLES
 from ...models import Job, JobRole, Task, Team
 from .base import ModelSerializer, Serializer
 from .fields import INT32_MAX, FiniteFloatField, count_field, named_field, text_input
@@ -48,8 +49,10 @@ class GpusPerTaskField(serializers.Field):
             raise serializers.ValidationError("a whole number of GPUs or a fraction of one GPU in (0, 1)")
         if isinstance(data, float) and data.is_integer():
             data = int(data)
-        if isinstance(data, int) and abs(data) > INT32_MAX:
-            raise serializers.ValidationError(f"must be at most {INT32_MAX}")
+        if isinstance(data, int) and abs(data) > INT32_MAX:  # the service's rule, before a 32-bit column's
+            # (new-user trial 12, F6: 1e308 was "must be at most 2147483647")
+            raise serializers.ValidationError("gpus_per_task must not be negative" if data < 0 else
+                                              f"gpus_per_task must be at most {MAX_GPUS_PER_TASK}")
         return data
 
     def to_representation(self, value):
@@ -92,7 +95,9 @@ class JobRoleSerializer(ModelSerializer):
                              help_text="sub-group: tasks per group kept inside one domain of tier <= group_highest_tier")
     group_highest_tier = TierField(required=False, allow_null=True, default=None)
     group_mode = serializers.CharField(read_only=True, help_text="hard | soft")
-    topology_mode = serializers.CharField(required=False, allow_null=True, default=None, write_only=True, max_length=8,
+    # no max_length on topology_mode: the choice rule (job_rules.TOPOLOGY_MODES) names the choices; "strictest"
+    # was "no more than 8 characters" (new-user trial 12, F7)
+    topology_mode = serializers.CharField(required=False, allow_null=True, default=None, write_only=True,
                                           help_text="the sub-group's mode: hard (default) | soft | none")
     highest_tier = TierField(required=False, allow_null=True, default=None, write_only=True,
                              help_text="shorthand: all the role's tasks inside one domain of this tier")
@@ -223,7 +228,7 @@ class SubgroupSerializer(Serializer):
     role = serializers.CharField(max_length=64)
     group_size = count_field()
     group_highest_tier = TierField()
-    topology_mode = serializers.CharField(max_length=8, required=False, help_text="hard (default) | soft")
+    topology_mode = serializers.CharField(required=False, help_text="hard (default) | soft")
 
 
 class JobSubmitSerializer(Serializer):
@@ -240,7 +245,7 @@ class JobSubmitSerializer(Serializer):
     interruptible = serializers.BooleanField(default=False, help_text="the job may be stopped at once, without a "
                                                                       "grace period: it may also run on hot spares "
                                                                       "(must be preemptible)")
-    topology_mode = serializers.CharField(default="none", max_length=8, help_text="none | soft | hard")
+    topology_mode = serializers.CharField(default="none", help_text="none | soft | hard")
     highest_tier = TierField(required=False, allow_null=True, default=None,
                              help_text="tier number or name (tier-1, nvlink, leaf, spine)")
     preferred_tier = TierField(required=False, allow_null=True, default=None)
@@ -265,7 +270,7 @@ class JobSubmitSerializer(Serializer):
     completion_role = serializers.CharField(max_length=64, required=False, allow_blank=True, default="",
                                             help_text="the role whose tasks all exiting 0 ends the job succeeded "
                                                       "(blank: every role)")
-    roles = JobRoleSerializer(many=True, max_length=64)
+    roles = JobRoleSerializer(many=True, max_length=MAX_ROLES)
     subgroups = SubgroupSerializer(many=True, required=False, default=None, allow_null=True, max_length=64)
 
 

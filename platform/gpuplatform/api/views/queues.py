@@ -38,9 +38,15 @@ class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
             if q["flavor"] in quotas:
                 raise services.ValidationError({f"quotas[{i}].flavor": f"flavor {q['flavor']} listed twice"})
             quotas[q["flavor"]] = (q["guarantee"], q["quota"], q["limit"])
-        queue = services.create_queue(d["name"], parent=d["parent"], team=d["team"], weight=d["weight"],
-                                      quotas=quotas, state=d["state"],
-                                      preemption_grace_seconds=d["preemption_grace_seconds"], actor=request.user)
+        try:
+            queue = services.create_queue(d["name"], parent=d["parent"], team=d["team"], weight=d["weight"],
+                                          quotas=quotas, state=d["state"],
+                                          preemption_grace_seconds=d["preemption_grace_seconds"], actor=request.user)
+        except services.ValidationError as exc:
+            # the service names a quota by its flavor (quotas[<flavor>].quota); the body's quotas are a list, so
+            # the path is its item's (quotas[0].quota, as roles[0].tasks: new-user trial 12, F9)
+            index = {flavor: i for i, flavor in enumerate(quotas)}
+            raise services.ValidationError({_quota_path(k, index): v for k, v in exc.errors.items()}) from None
         queue = self.get_queryset().get(pk=queue.pk)
         return self.with_etag(Response(QueueSerializer(queue).data, status=status.HTTP_201_CREATED), queue)
 
@@ -125,3 +131,12 @@ class QuotaViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
                                      d["limit"] if "limit" in d else row.limit, actor=request.user,
                                      changed=set(d))
         return self.with_etag(Response(QuotaSerializer(row).data), row)
+
+
+def _quota_path(key: str, index: dict[str, int]) -> str:
+    """'quotas[H100].quota' -> 'quotas[0].quota' when H100 is the body's first quota; any other key as it is."""
+    if key.startswith("quotas[") and "]" in key:
+        flavor, rest = key[len("quotas["):].split("]", 1)
+        if flavor in index:
+            return f"quotas[{index[flavor]}]{rest}"
+    return key

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +33,9 @@ from scheduler.sim.failures import REFERENCE_RATE, Checkpointing, FailureModel
 from scheduler.sim.replay import Progress, replay
 
 DAY = 86400.0
+# --failure-rate's bound: 100 failures per GPU-day, ~200,000 times Llama 3's rate (REFERENCE_RATE); a node of
+# 8 GPUs then fails about every 2 minutes of up-time, and a replay still ends (new-user trial 12, F13)
+MAX_FAILURE_RATE = 100_000
 DEFAULT_START_DAYS = {"philly": 20.0}  # first day of the trace's busy part; other traces start at 0
 POLICIES = {
     "full": CycleConfig(),
@@ -106,8 +110,10 @@ class Command(BaseCommand):
     # (option, whether zero is allowed): a span must be a finite number of days or seconds, never negative;
     # --until 0 or -1 replayed nothing and printed an empty report (new-user 8, F11)
     # --time-limit-factor -1 was taken too (new-user trial 10, F22: a negative time limit for every job)
+    # --detection-timeout -1 and --repair-time -1 were taken without a failure rate (new-user trial 12, F13)
     SPANS = (("until", False), ("start", True), ("cycle_interval", False), ("grace_period", True),
-             ("half_life", True), ("time_limit_factor", False))
+             ("half_life", True), ("time_limit_factor", False), ("failure_rate", True), ("detection_timeout", True),
+             ("repair_time", True), ("checkpoint_cost", True), ("compress", False))
 
     @classmethod
     def check_spans(cls, opts: dict) -> None:
@@ -122,14 +128,39 @@ class Command(BaseCommand):
                 rule = "zero or more" if zero_allowed else "above zero"
                 raise CommandError(f"{flag} must be a finite number {rule}, got {value:g}")
 
+    @staticmethod
+    def check_failure_options(opts: dict) -> None:
+        """CommandError if --failure-rate is above MAX_FAILURE_RATE (new-user trial 12, F13: --failure-rate 1e9 ran
+        for minutes without an end)."""
+        if opts.get("failure_rate") is not None and opts["failure_rate"] > MAX_FAILURE_RATE:
+            raise CommandError(f"--failure-rate must be at most {MAX_FAILURE_RATE:,} failures per 1,000 GPU-days, "
+                               f"got {opts['failure_rate']:g}")
+
+    @staticmethod
+    def check_writable(path: str) -> None:
+        """CommandError if the --json file cannot be written, checked before the replay runs (new-user trial 12,
+        F1: a missing directory or a directory as the path printed a traceback after the whole replay had run)."""
+        target = Path(path)
+        parent = target.parent
+        if target.is_dir():
+            raise CommandError(f"--json {path}: cannot write it: it is a directory")
+        if not parent.is_dir():
+            raise CommandError(f"--json {path}: cannot write it: no such directory {parent}")
+        if not os.access(target if target.exists() else parent, os.W_OK):
+            raise CommandError(f"--json {path}: cannot write it: permission denied")
+
     def handle(self, *args, **opts):
         from clusterspec.importers import load_cluster, load_trace, load_trace_file
 
         self.check_spans(opts)
+        self.check_failure_options(opts)
+        if opts["json_path"]:
+            self.check_writable(opts["json_path"])
 
         as_file = opts["trace"] not in ("philly", "openb", "openb-default") and (
             "/" in opts["trace"] or opts["trace"].endswith(".csv") or Path(opts["trace"]).exists())
-        start = opts["start"] if opts["start"] is not None else DEFAULT_START_DAYS.get(opts["trace"], 0.0)
+        start_given = opts["start"] is not None
+        start = opts["start"] if start_given else DEFAULT_START_DAYS.get(opts["trace"], 0.0)
         opts["start"] = start
         cluster_opts = {} if opts["scale"] is None else {"scale": opts["scale"]}
         trace_opts = {} if opts["compress"] is None else {"compress": opts["compress"]}
@@ -149,7 +180,7 @@ class Command(BaseCommand):
         else:
             whole = trace
         if not trace.jobs:
-            raise CommandError(self._empty_window(opts["trace"], start, whole))
+            raise CommandError(self._empty_window(opts["trace"], start, whole, None if start_given else opts["compress"]))
         until = None if opts["until"] is None else opts["until"] * DAY
         past_end = self._past_end(trace, opts["until"])
         try:
@@ -203,17 +234,26 @@ class Command(BaseCommand):
             self.stdout.write(compare(out))
         if opts["json_path"]:
             body = out if opts["compare"] else out[policies[0]]
-            Path(opts["json_path"]).write_text(json.dumps(body, indent=2, allow_nan=False, default=str))
+            try:
+                Path(opts["json_path"]).write_text(json.dumps(body, indent=2, allow_nan=False, default=str))
+            except OSError as exc:
+                raise CommandError(f"--json {opts['json_path']}: cannot write it: {exc}") from exc
             self.stdout.write(f"report written to {opts['json_path']}")
 
     @staticmethod
-    def _empty_window(name: str, start: float, whole) -> str:
+    def _empty_window(name: str, start: float, whole, compress: float | None = None) -> str:
         """Why the replay has nothing to replay: the trace is empty, or --start is past its last arrival (new-user
-        trial 10, F13: `--start 400` printed an empty report)."""
+        trial 10, F13: `--start 400` printed an empty report). `compress`: the --compress given with no --start, so
+        the default start is past what the compression left (new-user trial 12, F13: `--compress 1e9` blamed a
+        --start never given)."""
         if not whole.jobs:
             return f"the trace {name} has no jobs"
         first = min(j.submit for j in whole.jobs) / DAY
         last = max(j.submit for j in whole.jobs) / DAY
+        if compress is not None:
+            return (f"--compress {compress:g}: the trace {name}'s arrivals span days {first:.1f} to {last:.1f} once "
+                    f"compressed, all before its default start (day {start:g}); give a smaller --compress or a "
+                    f"--start of at most {math.floor(last * 10) / 10:g}")
         return (f"--start {start:g}: the trace {name} has no job arriving at or after day {start:g} (its arrivals "
                 f"span days {first:.1f} to {last:.1f}); give a --start of at most {math.floor(last * 10) / 10:g}")
 
