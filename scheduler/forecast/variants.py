@@ -21,8 +21,8 @@ from dataclasses import fields, replace
 from clusterspec.spec import ClusterSpec
 from scheduler.core.snapshot import CycleConfig
 
-# a queue weight's range: the platform's (gpuplatform.services.queues.WEIGHT_MIN/MAX, the API's set_weight), which
-# scheduler/ may not import (new-user trial 12, F13: 1e9 and 1e-7 were replayed)
+# a queue weight's range, one for the replay's variants and the platform (gpuplatform.services.queues imports it:
+# the queue API, the admin form, the what-if's set_weight); new-user trial 12, F13: 1e9 and 1e-7 were replayed
 WEIGHT_MIN = 0.001
 WEIGHT_MAX = 1_000_000
 ALLOWED = {"policy", "config", "quotas", "weights"}

@@ -7,6 +7,8 @@ import math
 
 from django.db import transaction
 
+from scheduler.forecast.variants import WEIGHT_MAX, WEIGHT_MIN
+
 from .. import quota_rules
 from ..audit import record_event
 from ..lifecycle import close_idle_queues, closed_ancestor
@@ -212,10 +214,9 @@ def _positive_number(value) -> bool:
 
 
 # A queue's weight (its share of idle capacity against its siblings'): one range for the queue API, the admin
-# form, the cluster spec loader and the what-if's set_weight (new-user trial 10, F7: 1e-300 and 1e9 were stored
-# while the what-if refused them, and 1e-300 is a zero weight in all but name).
-WEIGHT_MIN = 0.001
-WEIGHT_MAX = 1_000_000
+# form, the cluster spec loader, the what-if's set_weight and the replay's what-if variants (new-user trial 10,
+# F7: 1e-300 and 1e9 were stored while the what-if refused them, and 1e-300 is a zero weight in all but name).
+# Kept in scheduler.forecast.variants, which may not import the platform.
 
 
 def queue_weight_error(weight) -> str | None:
