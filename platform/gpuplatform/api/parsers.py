@@ -31,15 +31,14 @@ class JSONParser(parsers.JSONParser):
             data = _load(codecs.getreader(encoding)(stream), parse_constant=strict_constant)
         except _DuplicateKey as exc:
             raise ValidationError({exc.path: ["given twice in one JSON object: send each field once"]}) from None
+        except _TooLong as exc:
+            raise ValidationError({exc.path or "non_field_errors": [
+                f"a number of {exc.number.digits} digits: more than the {exc.number.limit} digits a number may have"]}
+            ) from None
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply") from None
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
-        too_long = _paths_of(data, _LongInteger)
-        if too_long:
-            where, number = too_long[0]
-            raise ValidationError({where or "non_field_errors": [
-                f"a number of {number.digits} digits: more than the {number.limit} digits a number may have"]})
         view = (parser_context or {}).get("view")
         tolerant = frozenset(getattr(view, "nul_tolerant_fields", {}).get(getattr(view, "action", None), ()))
         try:
@@ -61,11 +60,12 @@ class _LongInteger:
         self.limit = sys.get_int_max_str_digits()
 
 
-def _int(text: str):
-    try:
-        return int(text)
-    except ValueError:
-        return _LongInteger(text)
+
+
+class _TooLong(ValueError):
+    def __init__(self, path: str, number: _LongInteger):
+        super().__init__(f"integer too long at {path!r}")
+        self.path, self.number = path, number
 
 
 class _DuplicateKey(ValueError):
@@ -77,8 +77,18 @@ class _DuplicateKey(ValueError):
 def _load(fp, **kwargs):
     """json.load refusing a key given twice in one object: raises _DuplicateKey naming the key with its full
     path. The object_pairs_hook sees objects innermost first and cannot know where they are, so it notes the
-    first such object and its key; once parsed, the document is searched for that object (on error only)."""
+    first such object and its key; once parsed, the document is searched for that object (on error only). An
+    integer literal longer than int() converts is parsed as a _LongInteger: the first one raises _TooLong with its
+    path (searched for on error only, like a duplicate key's)."""
     found: list[tuple[dict, str]] = []
+    long: list[_LongInteger] = []
+
+    def parse_int(text: str):
+        try:
+            return int(text)
+        except ValueError:
+            long.append(_LongInteger(text))
+            return long[-1]
 
     def unique_keys(pairs: list) -> dict:
         out = dict(pairs)
@@ -88,29 +98,17 @@ def _load(fp, **kwargs):
             found.append((out, key))
         return out
 
-    data = json.load(fp, object_pairs_hook=unique_keys, parse_int=_int, **kwargs)
+    data = json.load(fp, object_pairs_hook=unique_keys, parse_int=parse_int, **kwargs)
     if found:
         target, key = found[0]
         where = _path_of(data, target)
         raise _DuplicateKey(f"{where}.{key}" if where else key)
+    if long:
+        raise _TooLong(_path_of(data, long[0]), long[0])
     return data
 
 
-def _paths_of(value, kind: type) -> list[tuple[str, object]]:
-    """(API path, item) of every item of type `kind` inside `value`, in document order; iterative like _path_of."""
-    found, stack = [], [(value, "")]
-    while stack:
-        value, where = stack.pop()
-        if isinstance(value, kind):
-            found.append((where, value))
-        elif isinstance(value, dict):
-            stack.extend(reversed([(v, f"{where}.{k}" if where else k) for k, v in value.items()]))
-        elif isinstance(value, list):
-            stack.extend(reversed([(v, f"{where}[{i}]") for i, v in enumerate(value)]))
-    return found
-
-
-def _path_of(value, target: dict) -> str:
+def _path_of(value, target) -> str:
     """The path of the object `target` (by identity) inside `value`: "" for the top, "roles[0]", "a.b[2]".
     Iterative: a body nested as deeply as JSON allows must not hit Python's recursion limit here."""
     stack = [(value, "")]
