@@ -77,6 +77,52 @@ def test_multi_rank_watchdog_after_oom_is_diagnosed_cuda_oom_when_the_last_attem
     assert any(e["text"] == WATCHDOG for e in a.diagnosis["evidence"])  # the consequence is kept as evidence
 
 
+def test_a_rank_whose_last_lines_arrive_after_the_stop_deadline_still_counts_as_evidence(submit, agents):
+    """The gang is stopped toward failed; the surviving rank's agent is slow, the stop deadline passes and the
+    job ends without its log; its last lines (and its exit, refused: the task ended) arrive later. The
+    attempt's diagnosis is read again with them (the flake of session 12's CI run, made deterministic)."""
+    job = submit("oom", tasks=2, gpus=8)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    start_all(job)
+    t0, t1 = tasks_of(job)
+    log(t1, OOM)
+    report(t1, "exited", 30, exit_code=1)
+    store.run_cycle_once(clock=at(30 + 3600))  # far past any stop grace: ended without t0's exit
+    job.refresh_from_db()
+    assert job.state == "failed"
+    a = Attempt.objects.get(job=job)
+    assert a.category == "cuda_oom" and not any(e["text"] == WATCHDOG for e in a.diagnosis["evidence"])
+    first = dict(a.diagnosis)
+    log(t0, "step 9\n")  # output that matches nothing changes nothing
+    a.refresh_from_db()
+    assert a.diagnosis == first
+    log(t0, WATCHDOG + "\n", offset=7)
+    assert report(t0, "exited", 3700, signal=6)[0] is False  # too late for the task: it was released
+    a.refresh_from_db()
+    assert (a.category, a.diagnosis["task"]) == ("cuda_oom", "worker[1]")
+    assert any(e["text"] == WATCHDOG and e["task"] == "worker[0]" for e in a.diagnosis["evidence"]), a.diagnosis
+    assert not Event.objects.filter(job=job, kind="diagnosis_updated").exists()  # same category: no event
+
+
+def test_a_late_hardware_line_changes_the_category_and_is_audited(submit, agents):
+    job = submit("late-xid", tasks=2, gpus=8)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    start_all(job)
+    t0, t1 = tasks_of(job)
+    log(t1, WATCHDOG.replace("rank0", "rank1") + "\n")
+    report(t1, "exited", 30, signal=6)
+    store.run_cycle_once(clock=at(30 + 3600))
+    a = Attempt.objects.get(job=job)
+    assert a.category == "nccl_timeout"
+    log(t0, "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n")
+    a.refresh_from_db()
+    assert (a.category, a.diagnosis["node"]) == ("gpu_hardware", "n0")
+    e = Event.objects.get(job=job, kind="diagnosis_updated")
+    assert (e.data["category"], e.data["was"]) == ("gpu_hardware", "nccl_timeout")
+    job.refresh_from_db()
+    assert job.state == "failed" and job.excluded_nodes == []  # the end's actions are not taken again
+
+
 def test_user_error_cancels_the_remaining_restarts(submit, agents):
     job = submit("typo", tasks=1, gpus=8, max_restarts=2)
     bind(job, ("n0", EIGHT))

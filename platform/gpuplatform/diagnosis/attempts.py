@@ -8,7 +8,9 @@ the end, the platform's own cause), diagnoses it (engine.diagnose), stores an At
 node's repeat-offender health rule (signal repeat_offender_jobs: different jobs within
 REPEAT_OFFENDER_WINDOW_SECONDS; shipped: 3 -> cordon). `diagnose_now(job_id)` is the same diagnosis before the attempt ends (the
 failing task's report decides `cancel_retries` with it). `mark_recovered(job_id, at)` closes the
-previous attempt's recovery time when every task of the next one runs.
+previous attempt's recovery time when every task of the next one runs. `refresh_late_evidence(job_id,
+number, at=)` diagnoses an ended job's last attempt again when a task's last log lines arrive after it was
+recorded (its stop deadline passed first): the stored diagnosis then reads the whole log.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from ..audit import record_event
 from ..models import Allocation, Attempt, Event, Job, Node, Task, TaskLog
 from . import engine, tables
 
-__all__ = ["close_attempt", "diagnose_now", "mark_recovered", "platform_cause", "reuse_evidence", "HARDWARE_OR_NETWORK"]
+__all__ = ["close_attempt", "diagnose_now", "mark_recovered", "platform_cause", "refresh_late_evidence", "reuse_evidence",
+           "HARDWARE_OR_NETWORK"]
 
 HARDWARE_OR_NETWORK = ("gpu_hardware", "nccl_network")
 LOG_TAIL_BYTES = 256 * 1024
@@ -199,6 +202,35 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
     if failed and diagnosis.category in HARDWARE_OR_NETWORK and diagnosis.node:
         _repeat_offender(diagnosis.node, at)
     return attempt
+
+
+def refresh_late_evidence(job_id: int, number: int, *, at: datetime) -> bool:
+    """Diagnose attempt `number` of job `job_id` again from the logs held now, when output of one of its
+    tasks arrived after the attempt was recorded: a gang stopped toward `failed` ends at its stop deadline,
+    and a rank that was slow to exit ships its last lines (the watchdog's timeout, a late XID) after that.
+    Only the job's last attempt of an ended job is refreshed (its tasks still describe it), only a failed
+    attempt diagnosed from its tasks (a platform cause does not read logs), and only the stored diagnosis
+    changes: the actions taken at the end (node exclusion, repeat-offender count) stay as they were. A
+    changed category is audited as a `diagnosis_updated` Event. Returns True when the diagnosis changed."""
+    job = Job.objects.filter(pk=job_id).values("attempts", "state", "name", "queue_id").first()
+    if job is None or job["attempts"] != number or job["state"] not in Job.FINAL_STATES:
+        return False
+    attempt = Attempt.objects.filter(job_id=job_id, number=number, failed=True, diagnosis__isnull=False).first()
+    if attempt is None or str(attempt.diagnosis.get("rule", "")).startswith("platform:"):
+        return False
+    tasks, health, _, _, _ = _evidence(job_id, number, attempt.ended_at, attempt.started_at)
+    diagnosis = engine.diagnose(tasks, rules=tables.rule_set(), health=health)
+    if diagnosis.to_dict() == attempt.diagnosis:
+        return False
+    before = attempt.category
+    Attempt.objects.filter(pk=attempt.pk).update(diagnosis=diagnosis.to_dict(), category=diagnosis.category)
+    if diagnosis.category != before:
+        record_event("diagnosis_updated", f"{job['name']} attempt {number}: {diagnosis.category} (was {before}) "
+                                          f"from log lines that arrived after it ended ({diagnosis.summary[:200]})",
+                     time=at, job_id=job_id, queue_id=job["queue_id"],
+                     data={"attempt": number, "category": diagnosis.category, "was": before, "rule": diagnosis.rule,
+                           "node": diagnosis.node, "task": diagnosis.task})
+    return True
 
 
 def _repeat_offender(node_name: str, at: datetime) -> None:

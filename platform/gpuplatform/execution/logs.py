@@ -19,6 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Sum
 
 from .. import clock
+from ..diagnosis.attempts import refresh_late_evidence
 from ..models import Job, Task, TaskLog
 
 __all__ = ["append_log", "read_log", "log_limits"]
@@ -35,12 +36,13 @@ def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
     """Store one chunk from `node`'s agent. Returns (accepted, detail, next_offset). Refused: unknown
     task, an attempt the job has not reached, a chunk over the size limit, a negative offset. A chunk of
     an attempt that has just ended (its last lines) is accepted from the node that ran it. NUL characters
-    are stored as "?" (one byte for one: offsets stay the agent's)."""
+    are stored as "?" (one byte for one: offsets stay the agent's). A chunk that arrives after its job ended
+diagnoses the attempt again with it (diagnosis.attempts.refresh_late_evidence)."""
     limits = log_limits()
-    row = Task.objects.filter(pk=task_id).values_list("job__attempts", "node_id").first()
+    row = Task.objects.filter(pk=task_id).values_list("job__attempts", "node_id", "job__state", "job_id").first()
     if row is None:
         return False, f"unknown task {task_id}", offset
-    attempts, node_id = row
+    attempts, node_id, job_state, job_id = row
     data = data.replace("\x00", "?")  # PostgreSQL text cannot hold NUL; one byte for one keeps the offsets
     raw = data.encode("utf-8", errors="replace")
     if attempt > attempts or attempt < 0:
@@ -60,6 +62,8 @@ def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
     except IntegrityError:
         return True, "already stored", offset + len(raw)
     _trim(task_id, attempt, limits["task"])
+    if attempt == attempts and job_state in Job.FINAL_STATES:  # the last lines of an attempt already recorded
+        refresh_late_evidence(job_id, attempt, at=at or clock.now())
     return True, "", offset + len(raw)
 
 
