@@ -60,14 +60,21 @@ def test_oom_rank_is_the_root_cause_and_the_gang_is_requeued_in_the_same_request
     assert admin_client.get(f"/api/v1/jobs/{job.pk}/").json()["attempts"][0]["recovery_seconds"] == 67.0
 
 
-def test_multi_rank_watchdog_after_oom_is_diagnosed_cuda_oom_when_the_last_attempt_ends(submit, agents):
-    """No restarts: the gang is stopped toward failed, the timed-out rank ends later; cuda_oom on worker[1]."""
-    job = submit("oom", tasks=2, gpus=8)
+def two_ranks_one_failed(submit, name: str, line: str, **exit_kw):
+    """A 2-task gang without restarts on n0 and n1, running; worker[1] printed `line` and exited at t=30 (exit_kw):
+    the gang is stopped toward failed, worker[0] still on its node. Returns (job, worker[0], worker[1])."""
+    job = submit(name, tasks=2, gpus=8)
     bind(job, ("n0", EIGHT), ("n1", EIGHT))
     start_all(job)
     t0, t1 = tasks_of(job)
-    log(t1, OOM)
-    report(t1, "exited", 30, exit_code=1)
+    log(t1, line)
+    report(t1, "exited", 30, **exit_kw)
+    return job, t0, t1
+
+
+def test_multi_rank_watchdog_after_oom_is_diagnosed_cuda_oom_when_the_last_attempt_ends(submit, agents):
+    """No restarts: the gang is stopped toward failed, the timed-out rank ends later; cuda_oom on worker[1]."""
+    job, t0, t1 = two_ranks_one_failed(submit, "oom", OOM, exit_code=1)
     log(t0, WATCHDOG)
     report(t0, "exited", 33, signal=6)
     job.refresh_from_db()
@@ -81,12 +88,7 @@ def test_a_rank_whose_last_lines_arrive_after_the_stop_deadline_still_counts_as_
     """The gang is stopped toward failed; the surviving rank's agent is slow, the stop deadline passes and the
     job ends without its log; its last lines (and its exit, refused: the task ended) arrive later. The
     attempt's diagnosis is read again with them (the flake of session 12's CI run, made deterministic)."""
-    job = submit("oom", tasks=2, gpus=8)
-    bind(job, ("n0", EIGHT), ("n1", EIGHT))
-    start_all(job)
-    t0, t1 = tasks_of(job)
-    log(t1, OOM)
-    report(t1, "exited", 30, exit_code=1)
+    job, t0, t1 = two_ranks_one_failed(submit, "oom", OOM, exit_code=1)
     store.run_cycle_once(clock=at(30 + 3600))  # far past any stop grace: ended without t0's exit
     job.refresh_from_db()
     assert job.state == "failed"
@@ -105,12 +107,7 @@ def test_a_rank_whose_last_lines_arrive_after_the_stop_deadline_still_counts_as_
 
 
 def test_a_late_hardware_line_changes_the_category_and_is_audited(submit, agents):
-    job = submit("late-xid", tasks=2, gpus=8)
-    bind(job, ("n0", EIGHT), ("n1", EIGHT))
-    start_all(job)
-    t0, t1 = tasks_of(job)
-    log(t1, WATCHDOG.replace("rank0", "rank1") + "\n")
-    report(t1, "exited", 30, signal=6)
+    job, t0, t1 = two_ranks_one_failed(submit, "late-xid", WATCHDOG.replace("rank0", "rank1") + "\n", signal=6)
     store.run_cycle_once(clock=at(30 + 3600))
     a = Attempt.objects.get(job=job)
     assert a.category == "nccl_timeout"
