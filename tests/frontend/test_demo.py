@@ -301,6 +301,65 @@ def test_a_second_demo_on_a_busy_port_refuses_before_clearing_anything(tiny_impo
     assert Job.objects.count() == jobs
 
 
+def test_a_database_hold_refuses_a_second_holder_until_released(tmp_path):
+    """demo.DatabaseHold on a SQLite file (a flock beside it, naming its holder): a second hold refuses, naming the
+    first; once released, the database can be held again. A database in memory is held by nobody."""
+    from django.core.management.base import CommandError
+
+    from gpuplatform.management.commands.demo import DatabaseHold
+
+    name = str(tmp_path / "db.sqlite3")
+    first = DatabaseHold(8123, vendor="sqlite", name=name).acquire()
+    with pytest.raises(CommandError) as caught:
+        DatabaseHold(8124, vendor="sqlite", name=name).acquire()
+    assert "another demo runs on this database" in str(caught.value) and "port 8123" in str(caught.value)
+    assert "Nothing was changed" in str(caught.value)
+    first.release()
+    DatabaseHold(None, vendor="sqlite", name=name).acquire().release()
+    for memory in (":memory:", "file:memorydb_default?mode=memory&cache=shared"):
+        DatabaseHold(1, vendor="sqlite", name=memory).acquire()
+        DatabaseHold(2, vendor="sqlite", name=memory).acquire()  # nothing held: no refusal
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_demo_on_the_same_database_refuses_before_clearing_anything(tiny_importers, tmp_path, monkeypatch):
+    """A second `make demo` on another port but the same database cleared the running demo's workload (README
+    said so: "give it its own DATABASE_URL"), and both then ran a scheduling loop on it. While a demo runs it
+    holds its database (DatabaseHold: a flock beside the SQLite file, an advisory lock on PostgreSQL); another demo,
+    in any mode, with or without --keep, refuses before it migrates, clears or changes anything, naming the holder.
+    On PostgreSQL (CI) the tests' own database is held; on SQLite the tests' database is in memory, which no other
+    process can open, so the hold is taken on a file in tmp_path as on db.sqlite3."""
+    from django.core.management.base import CommandError
+    from django.db import connection
+
+    from gpuplatform.management.commands import demo
+
+    if connection.vendor == "sqlite":
+        monkeypatch.setattr(demo, "demo_database", lambda: {"vendor": "sqlite", "name": str(tmp_path / "db.sqlite3")})
+    call_command("demo", "--no-server", "--duration-seconds", "1", "--start-day", "0", "--tick", "0.2",
+                 "--password", "pw-demo-123", stdout=io.StringIO())
+    jobs = Job.objects.count()
+    assert jobs
+    running = demo.DatabaseHold(8123, **demo.demo_database()).acquire()  # the first demo, still running
+    try:
+        for extra in (["--no-server"], ["--no-server", "--keep"], ["--port", str(_free_port())],
+                      ["--local-agents", "1", "--port", str(_free_port())]):
+            out = io.StringIO()
+            with pytest.raises(CommandError) as caught:
+                call_command("demo", "--duration-seconds", "1", "--start-day", "0", "--password", "pw-demo-123",
+                             *extra, stdout=out, stderr=io.StringIO())
+            assert "another demo runs on this database" in str(caught.value), extra
+            assert "Nothing was changed" in str(caught.value) and "port 8123" in str(caught.value)
+            assert "cleared" not in out.getvalue() and "migrated" not in out.getvalue()
+            assert Job.objects.count() == jobs
+    finally:
+        running.release()
+    # once the first demo has stopped, the database is free again; the demo gives its hold back when it ends
+    for _ in range(2):
+        call_command("demo", "--no-server", "--duration-seconds", "1", "--start-day", "0", "--tick", "0.2",
+                     "--password", "pw-demo-123", stdout=io.StringIO())
+
+
 @pytest.mark.django_db
 def test_keep_continues_the_kept_workload_instead_of_replaying_it_again(tiny_importers):
     """New-user trial 11, F4: `make demo --keep` replayed the trace again on top of the kept jobs: the warm start

@@ -5,7 +5,7 @@
 3. create the platform admin and one user per team (username = team name), print how to log in;
 4. clear the previous demo's workload (jobs, events, samples, cycles; the cluster and users stay), or with --keep
    continue it from its cluster clock (no trace job submitted twice). Every check that can refuse (the port
-   first) comes before this step;
+   first, then another demo running on the same database: DatabaseHold) comes before this step;
 5. serve the pages on 127.0.0.1:8000 in a thread (Django's WSGI server, threaded, no autoreload);
 6. replay the Philly trace on a simulated clock from a busy point of the trace (warm start: the jobs
    the trace has running there come in at once with their remaining run time): every tick the
@@ -167,8 +167,86 @@ def listen_or_refuse(host: str, port: int):
     except OSError as exc:
         raise CommandError(
             f"cannot listen on {host}:{port}: {exc}: a demo (or another server) already runs there. Nothing "
-            f"was changed (its jobs are untouched): stop it first, or use --port (and another DATABASE_URL, "
-            f"or --keep: a second demo on the same database clears its workload)") from exc
+            f"was changed (its jobs are untouched): stop it first, or use --port and another DATABASE_URL (a "
+            f"second demo on the same database refuses)") from exc
+
+
+DEMO_LOCK_KEY = 0x67707564  # the PostgreSQL advisory lock a demo holds on its database while it runs ("gpud")
+
+
+def demo_database() -> dict:
+    """The database a demo holds while it runs: DatabaseHold's vendor and name (Django's default database)."""
+    return {"vendor": connection.vendor, "name": str(settings.DATABASES["default"].get("NAME") or "")}
+
+
+class DatabaseHold:
+    """This process's claim on the demo's database while a demo runs on it, so that a second demo on the same
+    database (another port, the same DATABASE_URL or db.sqlite3) refuses before it clears or mixes the first
+    one's workload (both would run a scheduling loop on it). SQLite: an exclusive flock on `<database file>.demo-lock`
+    (its text says who holds it); PostgreSQL: a session-level advisory lock (DEMO_LOCK_KEY, per database) on a
+    connection of its own, named after the holder (application_name). Both end with the process. An in-memory SQLite
+    database (the tests') and other backends are not held. `release()` gives it back."""
+
+    def __init__(self, port: int | None, *, vendor: str | None = None, name: str | None = None):
+        """port: the demo's (None: --no-server); vendor / name: the database's (default: Django's default one)."""
+        self.port, self._file, self._conn = port, None, None
+        self.vendor = vendor or connection.vendor
+        self.name = str(settings.DATABASES["default"].get("NAME") or "") if name is None else name
+        self.who = f"pid {os.getpid()}, " + (f"port {port}" if port is not None else "no web server")
+
+    def acquire(self) -> "DatabaseHold":
+        """Hold the database, or raise CommandError naming the demo that holds it (nothing changed)."""
+        vendor, name = self.vendor, self.name
+        if vendor == "sqlite" and name and name != ":memory:" and "mode=memory" not in name:
+            import fcntl
+
+            path = name + ".demo-lock"
+            fh = open(path, "a+")
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.seek(0)
+                holder = fh.read().strip() or "another process"
+                fh.close()
+                self._refuse(holder, name)
+            fh.seek(0)
+            fh.truncate()
+            fh.write(self.who)
+            fh.flush()
+            self._file = fh
+        elif vendor == "postgresql":
+            conn = connection.get_new_connection(connection.get_connection_params())
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SELECT set_config('application_name', %s, false)", [f"gpuplatform demo ({self.who})"])
+                cur.execute("SELECT pg_try_advisory_lock(%s)", [DEMO_LOCK_KEY])
+                if not cur.fetchone()[0]:
+                    cur.execute("SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                                "WHERE l.locktype = 'advisory' AND l.granted AND l.objid = %s AND l.database = "
+                                "(SELECT oid FROM pg_database WHERE datname = current_database())",
+                                [DEMO_LOCK_KEY & 0xFFFFFFFF])
+                    row = cur.fetchone()
+                    conn.close()
+                    self._refuse(row[0] if row and row[0] else "another process", name)
+            self._conn = conn
+        return self
+
+    def _refuse(self, holder: str, name: str) -> None:
+        raise CommandError(
+            f"another demo runs on this database ({name}; held by {holder}): a second one would clear or mix its "
+            f"workload. Nothing was changed (its jobs are untouched): stop it first, or give this one its own "
+            f"database (DATABASE_URL=sqlite:///other.sqlite3)")
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the descriptor drops the flock
+            self._file = None
+        if self._conn is not None:
+            try:
+                self._conn.close()  # the session ends: its advisory lock with it
+            except Exception:  # noqa: BLE001 - a connection already gone holds nothing
+                pass
+            self._conn = None
 
 
 def _token_line(api: str, password: str) -> str:
@@ -335,6 +413,20 @@ class Command(BaseCommand):
     # -- the run -----------------------------------------------------------------------------------
 
     def handle(self, *args, **opts):
+        self._held = None
+        try:
+            return self._handle(**opts)
+        finally:
+            if self._held is not None:
+                self._held.release()
+                self._held = None
+
+    def _hold_database(self, opts) -> None:
+        """After the port (a demo on the same port is told so first) and before anything is migrated, cleared or
+        changed: refuse when another demo runs on this database (DatabaseHold), else hold it until the demo ends."""
+        self._held = DatabaseHold(None if opts.get("no_server") else opts["port"], **demo_database()).acquire()
+
+    def _handle(self, **opts):
         from clusterspec.importers import load_trace
         from gpuplatform.models import Gpu
         from gpuplatform import clock as cluster_clock
@@ -368,6 +460,7 @@ class Command(BaseCommand):
         # already running there keeps its jobs), then the replay's start (new-user trial 11, F1).
         server = None if opts["no_server"] else listen_or_refuse(opts["host"], opts["port"])
         try:
+            self._hold_database(opts)
             self._migrate()
             # The set-up's audit events (teams, queues, members) are stamped on the cluster clock too, at the
             # trace's t = 0, before every replayed job's: at wall time (years after the replay's) they stayed at
@@ -588,6 +681,7 @@ class Command(BaseCommand):
         root = Path(settings.BASE_DIR) / ".demo-slurm"
         local = LocalSlurm(root / "slurm", nodes=nodes, gpus=gpus, cpus=4)
         try:
+            self._hold_database(opts)
             self._migrate()
             self._refuse_other_nodes("slurm")
             try:
@@ -669,6 +763,7 @@ class Command(BaseCommand):
         # trial 11, F1).
         server = listen_or_refuse(opts["host"], opts["port"])
         try:
+            self._hold_database(opts)
             self._migrate()
             self._refuse_other_nodes("agent")
             if not opts["keep"]:
