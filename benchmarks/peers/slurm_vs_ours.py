@@ -44,9 +44,12 @@ bf_resolution 60 s, bf_max_job_test 100,000, bf_continue, bf_interval 2 s) vs ou
 CycleConfig(backfill=True) (EASY: one reservation for the first job that cannot start, computed from the
 running jobs' start + time limit; later jobs may use its GPUs only if they end before it starts).
 
-Both Slurm policies: default_queue_depth 100,000, sched_interval 2 s and max_sched_time 60 s (the main
-scheduler's pass is otherwise cut after 2 s: sched/builtin then started 51 of 300 jobs on a cluster with
-23 whole nodes free and waited for the next pass). Slurm's decisions are counted once it is quiet: no new
+Both Slurm policies: default_queue_depth 100,000, sched_interval 2 s and max_sched_time 60 s with
+MessageTimeout 120 s (the main scheduler's pass is otherwise cut after 2 s: sched/builtin then started 51 of
+300 jobs on a cluster with 23 whole nodes free and waited for the next pass). Slurm takes max_sched_time only
+up to MessageTimeout / 2 (default 10 s / 2): above it, it logs "Invalid max_sched_time" and falls back to
+min(MessageTimeout / 2, 2 s) (src/slurmctld/job_scheduler.c), which the runs before session 13 did: their
+passes were still cut at 2 s. Slurm's decisions are counted once it is quiet: no new
 start for 8 s and two passes of the scheduler that starts jobs (main under sched/builtin, backfill under
 sched/backfill) completed since the last start. CPU: slurmctld's user + system CPU (/proc, all threads)
 from partition UP to its last start; ours: process CPU of the cycle. The machine is shared: compare ratios
@@ -278,6 +281,7 @@ PriorityType=priority/basic
 GresTypes=gpu
 TopologyPlugin=topology/tree
 SlurmctldDebug=error
+{'' if defaults else 'MessageTimeout=120'}
 PrivateData=cloud
 SuspendProgram=/bin/true
 ResumeProgram=/bin/true
