@@ -103,7 +103,8 @@ def test_a_rank_whose_last_lines_arrive_after_the_stop_deadline_still_counts_as_
     a.refresh_from_db()
     assert (a.category, a.diagnosis["task"]) == ("cuda_oom", "worker[1]")
     assert any(e["text"] == WATCHDOG and e["task"] == "worker[0]" for e in a.diagnosis["evidence"]), a.diagnosis
-    assert not Event.objects.filter(job=job, kind="diagnosis_updated").exists()  # same category: no event
+    e = Event.objects.get(job=job, kind="diagnosis_updated")  # the change is audited, once
+    assert (e.data["category"], e.data["was"]) == ("cuda_oom", "cuda_oom") and "more evidence" in e.message
 
 
 def test_a_late_hardware_line_changes_the_category_and_is_audited(submit, agents):

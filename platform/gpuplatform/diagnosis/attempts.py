@@ -210,8 +210,8 @@ def refresh_late_evidence(job_id: int, number: int, *, at: datetime) -> bool:
     and a rank that was slow to exit ships its last lines (the watchdog's timeout, a late XID) after that.
     Only the job's last attempt of an ended job is refreshed (its tasks still describe it), only a failed
     attempt diagnosed from its tasks (a platform cause does not read logs), and only the stored diagnosis
-    changes: the actions taken at the end (node exclusion, repeat-offender count) stay as they were. A
-    changed category is audited as a `diagnosis_updated` Event. Returns True when the diagnosis changed."""
+    changes: the actions taken at the end (node exclusion, repeat-offender count) stay as they were. Each change
+    is audited as a `diagnosis_updated` Event. Returns True when the diagnosis changed."""
     job = Job.objects.filter(pk=job_id).values("attempts", "state", "name", "queue_id").first()
     if job is None or job["attempts"] != number or job["state"] not in Job.FINAL_STATES:
         return False
@@ -224,12 +224,12 @@ def refresh_late_evidence(job_id: int, number: int, *, at: datetime) -> bool:
         return False
     before = attempt.category
     Attempt.objects.filter(pk=attempt.pk).update(diagnosis=diagnosis.to_dict(), category=diagnosis.category)
-    if diagnosis.category != before:
-        record_event("diagnosis_updated", f"{job['name']} attempt {number}: {diagnosis.category} (was {before}) "
-                                          f"from log lines that arrived after it ended ({diagnosis.summary[:200]})",
-                     time=at, job_id=job_id, queue_id=job["queue_id"],
-                     data={"attempt": number, "category": diagnosis.category, "was": before, "rule": diagnosis.rule,
-                           "node": diagnosis.node, "task": diagnosis.task})
+    what = f"{diagnosis.category} (was {before})" if diagnosis.category != before else f"{before}, more evidence"
+    record_event("diagnosis_updated", f"{job['name']} attempt {number}: {what} from log lines that arrived after it "
+                                      f"ended ({diagnosis.summary[:200]})",
+                 time=at, job_id=job_id, queue_id=job["queue_id"],
+                 data={"attempt": number, "category": diagnosis.category, "was": before, "rule": diagnosis.rule,
+                       "node": diagnosis.node, "task": diagnosis.task, "evidence": len(diagnosis.evidence)})
     return True
 
 
