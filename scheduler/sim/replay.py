@@ -499,12 +499,19 @@ class Replay:
         state.set_holds({n.job_id: n.tasks for n in getattr(result, "nominations", ())})
         pending = result.pending
         terminal = getattr(result, "terminal", None)  # the engine's list, else every reason read (C level)
+        rejected = set()
         for job_id in compress(pending, map(_terminal, pending.values())) if terminal is None else terminal:
             if job_id in state.pending:
-                state.drop(job_id)
+                job = state.drop(job_id)
                 self.awaiting_restart.pop(job_id, None)
-                self.ledger.rejected(pending[job_id].code)
-        fair = (result.fair_share or snapshot_fair_share(snapshot)) if self.meter is not None else None
+                self.ledger.rejected(pending[job_id].code, job.queue)
+                rejected.add(job_id)
+        fair = None
+        if self.meter is not None:
+            # the shares that hold from now to the next cycle: a job rejected now has no demand after it (new-user
+            # trial 13, F14b: a team whose only job was rejected kept its share of the cluster until the next cycle)
+            fair = snapshot_fair_share(snapshot, rejected) if rejected else (
+                result.fair_share or snapshot_fair_share(snapshot))
         self._cycle_done(now, result, fair, (t1 - t0) * 1e3, (t2 - t1) * 1e3, t2)
         self.rerun = bool(result.bindings) and bool(state.pending)
         self.last_pending = result.pending

@@ -1,5 +1,6 @@
 """New-user trial 13 findings on `manage.py replay` (notes/fix13.md): F14a (`--until 2` reported a simulated span of
-1.85 days: the span began at the first arrival, not at the start the user gave)."""
+1.85 days: the span began at the first arrival, not at the start the user gave) and F14b (a team whose only job was
+rejected showed a fair share in the per-team table: the rejected job's demand was kept until the next cycle)."""
 from __future__ import annotations
 
 import io
@@ -66,3 +67,34 @@ def test_until_2_reports_a_span_of_2_days_in_the_command(shipped, tmp_path):
     data = json.loads(path.read_text())
     assert data["span_days"] == pytest.approx(2.0) and data["gpu_hours"]["capacity"] == pytest.approx(2 * 48.0)
     assert data["mean_allocation_rate"] == pytest.approx(5 * 600.0 / (2 * 2 * DAY))
+
+
+# --- F14b: a rejected job has no demand after its rejection ---------------------------------------------------
+
+def _rejected_trace() -> Trace:
+    """B's only job asks 32 GPUs of a 16-GPU cluster (rejected at once); A runs two small jobs 2 h apart, so
+    the cycle after the rejection is 10 minutes later and the next one 2 h later."""
+    return Trace("t", (TraceJob("big", "qb", 0.0, 3600.0, 4, 8), TraceJob("a1", "qa", 0.0, 600.0, 1, 1),
+                       TraceJob("a2", "qa", 7200.0, 600.0, 1, 1)))
+
+
+def test_a_team_whose_only_job_was_rejected_has_no_fair_share():
+    report = replay(_cluster(nodes=2, gpus=8), _rejected_trace())
+    assert report.rejected_by_code == {"never_fits_domain": 1}
+    teams = report.fairness["teams"]
+    assert teams.get("B", {}).get("fair_share_gpu_hours", 0.0) == 0.0, teams
+    assert teams["A"]["mean_usage_over_fair_share"] == pytest.approx(1.0)
+    assert report.fairness["jain_mean"] == pytest.approx(1.0)  # B's 0 / 16 GPUs pulled it down
+    assert report.rejected_by_team == {"B": 1}
+
+
+def test_the_team_table_shows_a_rejected_teams_row_and_says_what_fair_means(shipped):
+    shipped.cluster, shipped.trace = _cluster(nodes=2, gpus=8), _rejected_trace()
+    out = io.StringIO()
+    call_command("replay", "--cluster", "c", "--trace", "tr", stdout=out)
+    lines = out.getvalue().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("team "))
+    assert lines[header].split() == ["team", "usage/fair", "h", "demand", "GPU-h", "used", "GPU-h", "fair", "rejected"]
+    assert lines[header + 1].split() == ["A", "1.00", "0", "0", "0", "0"]
+    assert lines[header + 2].split() == ["B", "-", "0", "0", "0", "1"]
+    assert lines[header + 3].startswith("GPU-h fair: the team's water-filled fair share while it had demand")

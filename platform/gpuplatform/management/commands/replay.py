@@ -331,6 +331,11 @@ def _num(x, fmt=".3f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+# a team's per-team figures when it never had demand (fairness.FairnessMeter.summary's shape): only rejections
+NO_DEMAND = {"mean_usage_over_fair_share": None, "hours_with_demand": 0.0, "gpu_hours_used": 0.0,
+             "fair_share_gpu_hours": 0.0}
+
+
 def summary(d: dict) -> str:
     """A readable table of a report dict (ReplayReport.to_dict() plus policy/options)."""
     fair = d.get("fairness") or {}
@@ -365,12 +370,20 @@ def summary(d: dict) -> str:
     for label, q in [("all", d["queueing"]), *d["queueing_by_size"].items()]:
         lines.append(f"{label:<24}{q['count']:>8,}{_fmt_seconds(q['p50']):>9}{_fmt_seconds(q['p90']):>9}"
                      f"{_fmt_seconds(q['p99']):>9}")
-    if fair.get("teams"):
+    # per team: a team whose every job was rejected had no demand (its row: "-", zeros and its rejections; new-user
+    # trial 13, F14b: it showed the fair share its rejected job's demand had for the time to the next cycle)
+    rejected = d.get("rejected_by_team") or {}
+    teams = sorted(set(fair.get("teams") or {}) | set(rejected)) if fair else []
+    if teams:
         lines.append("")
-        lines.append(f"{'team':<12}{'usage/fair':>11}{'h demand':>10}{'GPU-h used':>12}{'GPU-h fair':>12}")
-        for team, t in fair["teams"].items():
+        lines.append(f"{'team':<12}{'usage/fair':>11}{'h demand':>10}{'GPU-h used':>12}{'GPU-h fair':>12}"
+                     f"{'rejected':>10}")
+        for team in teams:
+            t = fair["teams"].get(team) or NO_DEMAND
             lines.append(f"{team:<12}{_num(t['mean_usage_over_fair_share'], '.2f'):>11}{t['hours_with_demand']:>10.0f}"
-                         f"{t['gpu_hours_used']:>12,.0f}{t['fair_share_gpu_hours']:>12,.0f}")
+                         f"{t['gpu_hours_used']:>12,.0f}{t['fair_share_gpu_hours']:>12,.0f}{rejected.get(team, 0):>10,}")
+        lines.append("GPU-h fair: the team's water-filled fair share while it had demand (GPUs its running and pending "
+                     "jobs use or ask for); a rejected job has no demand from its rejection on")
     f = d.get("failures") or {}
     if f:
         lines.append("")
