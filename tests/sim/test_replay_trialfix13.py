@@ -7,7 +7,7 @@ import io
 import json
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from clusterspec import importers
 from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec, Trace, TraceJob
@@ -98,3 +98,23 @@ def test_the_team_table_shows_a_rejected_teams_row_and_says_what_fair_means(ship
     assert lines[header + 1].split() == ["A", "1.00", "0", "0", "0", "0"]
     assert lines[header + 2].split() == ["B", "-", "0", "0", "0", "1"]
     assert lines[header + 3].startswith("GPU-h fair: the team's water-filled fair share while it had demand")
+
+
+# --- the quota rule of the API in the replay's what-if variants ----------------------------------------------
+
+@pytest.mark.parametrize("triple, needle", [
+    ("[0, 10000000000, null]", "quota must be a whole number of GPUs from 0 to 2147483647"),
+    ("[-1, 1, 1]", "guarantee must be a whole number of GPUs from 0 to 2147483647"),
+    ("[0, 1, 2147483648]", "limit must be a whole number of GPUs from 0 to 2147483647"),
+    ("[0, '5', null]", "quota must be a whole number of GPUs from 0 to 2147483647"),
+])
+def test_what_if_quotas_hold_the_apis_range(shipped, tmp_path, triple, needle):
+    """A variant's quota was any number (int() of it: '5' and 1e12 replayed); the quota API's rule now."""
+    shipped.trace = Trace("tr", (TraceJob("j", "qa", 0.0, 600.0, 1, 1),))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"a: {{}}\nb: {{quotas: {{qa: {{X: {triple}}}}}}}\n")
+    with pytest.raises(CommandError, match=rf"--what-if .*: b\.quotas\.qa\.X: {needle}"):
+        call_command("replay", "--cluster", "c", "--trace", "tr", "--what-if", str(bad), stdout=io.StringIO())
+    good = tmp_path / "good.yaml"
+    good.write_text("a: {}\nb: {quotas: {qa: {X: [0, 2.0, 2147483647]}}}\n")  # 2.0 is 2, as in the API
+    call_command("replay", "--cluster", "c", "--trace", "tr", "--what-if", str(good), stdout=io.StringIO())
