@@ -120,7 +120,8 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
             if flavor not in flavors:
                 raise WhatIfError(i, "flavor", f"no node has flavor {flavor!r}")
             for name in ("guarantee", "quota", "limit"):  # the quota API's rule (variants.quota_error)
-                error = None if name not in ch or (name == "limit" and ch[name] is None) else quota_error(name, ch[name])
+                given = name in ch and not (name == "limit" and ch[name] is None)
+                error = quota_error(name, ch[name]) if given else None
                 if error:
                     raise WhatIfError(i, name, error)
             old = q.quotas.get(flavor, QuotaInfo())

@@ -116,9 +116,10 @@ def replay(
     until: stop at this many seconds of trace time (jobs submitted later are never seen); the span ends there.
     start: where the span begins, in seconds of trace time: the simulated span (until - start), the allocation
         rate and the GPU-hour ledger count from it (the cluster is idle up to the first arrival; the mean
-        fragmentation rate is the cycles' own, from the first cycle on). None = the first arrival. `manage.py replay` passes 0, its window's start (--start, re-based),
-        so that `--until 2` is a span of 2 days, not 2 days less the time to the first arrival (new-user trial
-        13, F14a: "1.85 days"). A start after the first arrival counts as the first arrival.
+        fragmentation rate is the cycles' own, from the first cycle on). None = the first arrival. `manage.py
+        replay` passes 0, its window's start (--start, re-based), so that `--until 2` is a span of 2 days, not 2
+        days less the time to the first arrival (new-user trial 13, F14a: "1.85 days"). A start after the first
+        arrival counts as the first arrival.
     cycle_interval: the least simulated time between two cycles, in seconds.
     grace_period: seconds an evicted job keeps its GPUs (state "preempting") before they are freed; a
         whole-gang victim is then requeued with its original submit time and resumes with the work it
