@@ -9,6 +9,8 @@ from operator import itemgetter
 
 from django.db.models import Sum
 
+from scheduler.forecast.variants import quota_error
+
 from .models import Queue, Quota
 from .trees import Tree
 
@@ -16,17 +18,18 @@ Triple = tuple[int, int, "int | None"]
 
 
 def check_triple(prefix: str, guarantee, quota, limit, changed: frozenset | set | None = None) -> dict[str, str]:
-    """guarantee, quota, limit: non-negative integers, guarantee <= quota <= limit (limit None = no cap).
-    `changed`: the names a partial update sent (None = all). A rule between two values is reported on the
-    one the request changed (PATCH {"limit": 1} under quota 4 -> "limit"), on the smaller one otherwise."""
+    """guarantee, quota, limit: whole numbers of GPUs from 0 to QUOTA_MAX (scheduler.forecast.variants: one rule
+    for the quota API, the admin, the forecast's set_quota and the replay's what-if), guarantee <= quota <= limit
+    (limit None = no cap). `changed`: the names a partial update sent (None = all). A rule between two values is
+    reported on the one the request changed (PATCH {"limit": 1} under quota 4 -> "limit"), on the smaller one
+    otherwise."""
     errors: dict[str, str] = {}
     for name, value in (("guarantee", guarantee), ("quota", quota), ("limit", limit)):
         if value is None and name == "limit":
             continue
-        if not isinstance(value, int) or isinstance(value, bool):
-            errors[f"{prefix}{name}"] = f"{name} must be a whole number of GPUs"
-        elif value < 0:
-            errors[f"{prefix}{name}"] = f"{name} must not be negative"
+        error = quota_error(name, value)
+        if error:
+            errors[f"{prefix}{name}"] = error
     if errors:
         return errors
     def on(lower: str, upper: str) -> str:

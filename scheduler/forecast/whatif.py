@@ -8,7 +8,8 @@ Changes (plain dicts, as the API takes them; `kind` says which):
    (or "roles": [{"name", "tasks", "gpus_per_task", "min_available", "flavors"}] for several roles);
    a role may also carry cpu_milli, memory_mib and one GPU-sharing kind (gpu_milli thousandths of one GPU,
    gpu_memory_mib, or mig_profile with gpus_per_task instances), the job "preemptible" and "interruptible"
-  {"kind": "set_quota", "queue", "flavor", "guarantee"?, "quota"?, "limit"?}   (fields not given stay)
+  {"kind": "set_quota", "queue", "flavor", "guarantee"?, "quota"?, "limit"?}   (fields not given stay; GPUs, 0 to
+   variants.QUOTA_MAX, limit null = no cap)
   {"kind": "set_weight", "queue", "weight"}
   {"kind": "drain_nodes", "nodes": [names]}   no new work; their running jobs are stopped and requeued
   {"kind": "add_nodes", "count", "gpus", "flavor", "domain"=None, "prefix"="whatif-node"}
@@ -25,6 +26,7 @@ from typing import Callable, Hashable
 from scheduler.core.snapshot import JobInfo, NodeInfo, QuotaInfo, RoleInfo, Snapshot
 
 from .forecast import JobForecast, forecast_start
+from .variants import quota_error
 
 KINDS = ("submit", "set_quota", "set_weight", "drain_nodes", "add_nodes", "set_priority", "cancel")
 
@@ -117,6 +119,11 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
             flavor = ch.get("flavor")
             if flavor not in flavors:
                 raise WhatIfError(i, "flavor", f"no node has flavor {flavor!r}")
+            for name in ("guarantee", "quota", "limit"):  # the quota API's rule (variants.quota_error)
+                given = name in ch and not (name == "limit" and ch[name] is None)
+                error = quota_error(name, ch[name]) if given else None
+                if error:
+                    raise WhatIfError(i, name, error)
             old = q.quotas.get(flavor, QuotaInfo())
             new = QuotaInfo(guarantee=int(ch.get("guarantee", old.guarantee)), quota=int(ch.get("quota", old.quota)),
                             limit=ch["limit"] if "limit" in ch else old.limit)

@@ -43,10 +43,11 @@ def jain_index(values) -> float | None:
     return total * total / (len(xs) * squares)
 
 
-def snapshot_fair_share(snapshot: Snapshot) -> dict[str, dict[str, float]]:
+def snapshot_fair_share(snapshot: Snapshot, leaving=frozenset()) -> dict[str, dict[str, float]]:
     """queue -> flavor -> water-filled fair share (GPUs) of a snapshot, computed as run_cycle does with
-    fair_share on; for policies whose engine does not compute it (plain FIFO)."""
-    pending = [j for j in snapshot.jobs if j.state == "pending"]
+    fair_share on; for policies whose engine does not compute it (plain FIFO), and for the state a cycle leaves
+    when it rejected jobs: `leaving` (job ids) are left out of the demand (a rejected job has none after it)."""
+    pending = [j for j in snapshot.jobs if j.state == "pending" and j.id not in leaving]
     flavors = {n.flavor for n in snapshot.nodes}
     return fair_shares(QueueTree(snapshot), schedulable_gpus(snapshot.nodes), pending_demand(pending, flavors))
 

@@ -130,10 +130,14 @@ class Ledger:
         by_rule[rule] = by_rule.get(rule, 0) - 1
         self.report.evictions_withdrawn += 1
 
-    def rejected(self, code: str) -> None:
+    def rejected(self, code: str, queue: str | None = None) -> None:
+        """A job of `queue` was rejected for `code` (the engine's terminal reason): counted by code and by team."""
         report = self.report
         report.jobs_rejected += 1
         report.rejected_by_code[code] = report.rejected_by_code.get(code, 0) + 1
+        if queue is not None:
+            team = self.team_of.get(queue, queue)
+            report.rejected_by_team[team] = report.rejected_by_team.get(team, 0) + 1
 
     # -- nodes ------------------------------------------------------------------------------------
     def node_failed(self, hit_jobs: bool) -> None:

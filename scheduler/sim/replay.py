@@ -107,12 +107,19 @@ def replay(
     restart_cost: float = 0.0,
     spares: int = 0,
     interruptible: Callable | None = None,
+    start: float | None = None,
 ) -> ReplayReport:
     """Replay `trace` on `cluster` with `engine` and return what was measured.
 
     engine: the scheduling engine, called as engine(snapshot, config) once per cycle; None = the real one
         (run_cycle) with an EngineCache of this replay's own, so replays never share engine caches.
-    until: stop at this many seconds of trace time (jobs submitted later are never seen).
+    until: stop at this many seconds of trace time (jobs submitted later are never seen); the span ends there.
+    start: where the span begins, in seconds of trace time: the simulated span (until - start), the allocation
+        rate and the GPU-hour ledger count from it (the cluster is idle up to the first arrival; the mean
+        fragmentation rate is the cycles' own, from the first cycle on). None = the first arrival. `manage.py
+        replay` passes 0, its window's start (--start, re-based), so that `--until 2` is a span of 2 days, not 2
+        days less the time to the first arrival (new-user trial 13, F14a: "1.85 days"). A start after the first
+        arrival counts as the first arrival.
     cycle_interval: the least simulated time between two cycles, in seconds.
     grace_period: seconds an evicted job keeps its GPUs (state "preempting") before they are freed; a
         whole-gang victim is then requeued with its original submit time and resumes with the work it
@@ -145,7 +152,7 @@ def replay(
     return Replay(cluster, trace, config=config, engine=engine, cycle_interval=cycle_interval, until=until,
                   grace_period=grace_period, time_limit_factor=time_limit_factor, failures=failures,
                   checkpoint=checkpoint, fairness=fairness, progress=progress, migratable=migratable,
-                  restart_cost=restart_cost, spares=spares, interruptible=interruptible).run()
+                  restart_cost=restart_cost, spares=spares, interruptible=interruptible, start=start).run()
 
 
 class Replay:
@@ -163,7 +170,7 @@ class Replay:
                  failures: FailureModel | None = None, checkpoint: Checkpointing | None = None,
                  fairness: bool = True, progress: Callable[[Progress], None] | None = None,
                  migratable: Callable | None = None, restart_cost: float = 0.0, spares: int = 0,
-                 interruptible: Callable | None = None):
+                 interruptible: Callable | None = None, start: float | None = None):
         self.wall0 = time.perf_counter()
         self.config = config = config or CycleConfig()
         if engine is None or engine is run_cycle:  # the engine's own function (scheduler.core's defers its import)
@@ -206,7 +213,8 @@ class Replay:
             teams = leaf_teams(cluster.queues)
             teams.update({name: name for name in missing})
             self.meter = FairnessMeter(teams)
-        self.start = start = jobs[0].submit if jobs else 0.0
+        first = jobs[0].submit if jobs else 0.0
+        self.start = start = first if start is None else min(start, first)  # where the span begins (`replay`)
         self.ledger = Ledger(report, start=start, team_of=team_of, checkpoint=self.ckpt, tier_capacity=capacity)
         self.last_event = start  # time of the latest arrival, completion, release or detection processed
         self.events: list[tuple] = []
@@ -492,12 +500,19 @@ class Replay:
         state.set_holds({n.job_id: n.tasks for n in getattr(result, "nominations", ())})
         pending = result.pending
         terminal = getattr(result, "terminal", None)  # the engine's list, else every reason read (C level)
+        rejected = set()
         for job_id in compress(pending, map(_terminal, pending.values())) if terminal is None else terminal:
             if job_id in state.pending:
-                state.drop(job_id)
+                job = state.drop(job_id)
                 self.awaiting_restart.pop(job_id, None)
-                self.ledger.rejected(pending[job_id].code)
-        fair = (result.fair_share or snapshot_fair_share(snapshot)) if self.meter is not None else None
+                self.ledger.rejected(pending[job_id].code, job.queue)
+                rejected.add(job_id)
+        fair = None
+        if self.meter is not None:
+            # the shares that hold from now to the next cycle: a job rejected now has no demand after it (new-user
+            # trial 13, F14b: a team whose only job was rejected kept its share of the cluster until the next cycle)
+            fair = snapshot_fair_share(snapshot, rejected) if rejected else (
+                result.fair_share or snapshot_fair_share(snapshot))
         self._cycle_done(now, result, fair, (t1 - t0) * 1e3, (t2 - t1) * 1e3, t2)
         self.rerun = bool(result.bindings) and bool(state.pending)
         self.last_pending = result.pending
@@ -689,6 +704,10 @@ class Replay:
                 break
             settled = self.settled(now)  # (before this interval's events: settled when there are none)
             self.process_until(now)
+            if self.arrival < len(jobs) and self.ledger.clock < jobs[self.arrival].submit <= now:
+                # the books up to this batch's first arrival, before it: nothing of it waited earlier (the time
+                # from the span's start to the first arrival is free, not free_fragmented: replay(start=))
+                self._advance(jobs[self.arrival].submit)
             while self.arrival < len(jobs) and jobs[self.arrival].submit <= now:
                 self.arrive(jobs[self.arrival])
                 self.arrival += 1

@@ -107,6 +107,7 @@ class ReplayReport:
     evictions_by_rule: dict = field(default_factory=dict)
     evictions_withdrawn: int = 0  # evictions taken back in their grace period (their beneficiary left); not counted above
     rejected_by_code: dict = field(default_factory=dict)
+    rejected_by_team: dict = field(default_factory=dict)  # team (queue name when none) -> jobs rejected
     pending_by_code: dict = field(default_factory=dict)
     mean_allocation_rate: float = 0.0
     mean_fragmentation_rate: float | None = None

@@ -55,7 +55,7 @@ def test_pages_refuse_nul_in_the_query(client, users, page):
 @pytest.mark.parametrize("body,field", [
     ({"team": "\x00"}, "team"),
     ({"queue": "\x00"}, "queue"),  # variant
-    ({"labels": {"k": ["a", {"b\x00": 1}]}}, "labels"),  # variant: a NUL key deep inside
+    ({"labels": {"k": ["a", {"b\x00": 1}]}}, "labels.k[1].b"),  # variant: a NUL key deep inside, on its path (trial 13)
     ({"priority": 10**30}, "priority"),  # variant: an integer no column holds
 ])
 def test_bad_json_values_are_a_400_naming_the_field(api, jobs, body, field):

@@ -101,3 +101,17 @@ def test_bad_changes_name_the_index_and_field(change, field):
     with pytest.raises(WhatIfError) as err:
         what_if(_world().snapshot(), [{"kind": "set_weight", "queue": "a", "weight": 2}, change], est)
     assert err.value.index == 1 and err.value.field == field
+
+
+@pytest.mark.parametrize("field, value", [("guarantee", -1), ("quota", 2**31), ("limit", 10**30), ("quota", 2.5),
+                                          ("limit", True)])
+def test_a_quota_outside_the_quota_apis_range_is_refused_naming_the_field_and_the_rule(field, value):
+    """New-user trial 13: the quota API takes 0 to 2147483647 GPUs, the what-if took any number (its API 0 to
+    10,000,000); one rule now (scheduler.forecast.variants.quota_error), on the field it breaks."""
+    change = {"kind": "set_quota", "queue": "a", "flavor": "H100", field: value}
+    with pytest.raises(WhatIfError) as err:
+        what_if(_world().snapshot(), [change], est)
+    assert (err.value.index, err.value.field) == (0, field)
+    assert err.value.message == f"{field} must be a whole number of GPUs from 0 to 2147483647"
+    top = {"kind": "set_quota", "queue": "a", "flavor": "H100", "limit": 2**31 - 1}  # the API's largest: taken
+    assert what_if(_world().snapshot(), [top], est).after

@@ -8,7 +8,9 @@ twice in one object (`{"name": "a", "name": "b"}`: JSON leaves it undefined, Pyt
 400 naming the key with its full path (`roles[0].tasks`, `changes[1].kind`). An integer of more digits than
 Python converts (sys.get_int_max_str_digits(), 4300) is a 400 on its path too, saying so (new-user trial 12, F2:
 the message named no field and told the user to change an interpreter setting). A non-finite number is refused on
-its own path (`roles[0].gpus_per_task`: trial 12, F5); a NUL on its request field."""
+its own path (`roles[0].gpus_per_task`: trial 12, F5), and so is a NUL (`roles[1].name`, `command[2]`, `env.A`; a
+NUL in a key: the key without it), as the fields' own errors are (new-user trial 13: a NUL anywhere in `roles` was
+reported on `roles`). Nesting too deep is reported on the request field (its path would be as deep)."""
 from __future__ import annotations
 
 import codecs
@@ -21,7 +23,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.exceptions import ValidationError
 from rest_framework.utils.json import strict_constant  # NaN / Infinity are not JSON (DRF's STRICT_JSON)
 
-from ..inputs import FINITE_MESSAGE, InputError, api_path, check_value, oversized_paths, top_field
+from ..inputs import FINITE_MESSAGE, NUL_MESSAGE, InputError, api_path, check_value, oversized_paths, top_field
 
 
 class JSONParser(parsers.JSONParser):
@@ -44,7 +46,7 @@ class JSONParser(parsers.JSONParser):
         try:
             check_value(data, nul_tolerant=tolerant)
         except InputError as exc:
-            where = api_path(exc.field) if exc.message == FINITE_MESSAGE else top_field(exc.field)
+            where = api_path(exc.field) if exc.message in (FINITE_MESSAGE, NUL_MESSAGE) else top_field(exc.field)
             raise ValidationError({where: [exc.message]}) from None
         request = (parser_context or {}).get("request")
         if request is not None:

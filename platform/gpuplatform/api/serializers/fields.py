@@ -15,6 +15,18 @@ def count_field(**kwargs) -> serializers.IntegerField:
     return serializers.IntegerField(**kwargs)
 
 
+def quota_field(name: str, **kwargs) -> serializers.IntegerField:
+    """A queue's guarantee, quota or limit (`name`), in GPUs: the one quota rule (scheduler.forecast.variants.QUOTA_MAX,
+    quota_error) with its message naming the field, for the quota API and the forecast's set_quota alike (new-user
+    trial 13: the forecast took 0 to 10,000,000, the quota API -2147483647 to 2147483647, then refused a negative)."""
+    from scheduler.forecast.variants import QUOTA_MAX, quota_error
+
+    rule = quota_error(name, None)
+    return serializers.IntegerField(min_value=0, max_value=QUOTA_MAX, error_messages={
+        "min_value": rule, "max_value": rule, "invalid": rule, "max_string_length": rule},
+        help_text=f"GPUs, 0 to {QUOTA_MAX}", **kwargs)
+
+
 def named_field(what: str, slug_field: str, queryset, **kwargs) -> serializers.SlugRelatedField:
     """A related object given by its name (`slug_field`). An unknown name is "unknown <what> 'nope'", the
     words job submission uses (services.base), not DRF's "Object with name=nope does not exist." (new-user

@@ -2,7 +2,7 @@ from rest_framework import serializers
 
 from ...models import Queue, Quota, Team
 from .base import ModelSerializer, Serializer
-from .fields import count_field, named_field, weight_field
+from .fields import count_field, named_field, quota_field, weight_field
 
 
 class QuotaSerializer(ModelSerializer):
@@ -10,9 +10,9 @@ class QuotaSerializer(ModelSerializer):
 
     queue = named_field("queue", "name", Queue.objects.all())
     flavor = serializers.CharField(max_length=64)
-    guarantee = count_field(default=0)
-    quota = count_field(default=0)
-    limit = count_field(allow_null=True, required=False, default=None)
+    guarantee = quota_field("guarantee", default=0)
+    quota = quota_field("quota", default=0)
+    limit = quota_field("limit", allow_null=True, required=False, default=None)
 
     class Meta:
         model = Quota
@@ -22,16 +22,16 @@ class QuotaSerializer(ModelSerializer):
 
 
 class QuotaUpdateSerializer(Serializer):
-    guarantee = count_field()
-    quota = count_field()
-    limit = count_field(allow_null=True)
+    guarantee = quota_field("guarantee")
+    quota = quota_field("quota")
+    limit = quota_field("limit", allow_null=True)
 
 
 class QuotaTripleSerializer(Serializer):
     flavor = serializers.CharField(max_length=64)
-    guarantee = count_field(default=0)
-    quota = count_field(default=0)
-    limit = count_field(allow_null=True, required=False, default=None)
+    guarantee = quota_field("guarantee", default=0)
+    quota = quota_field("quota", default=0)
+    limit = quota_field("limit", allow_null=True, required=False, default=None)
 
 
 class QueueSerializer(ModelSerializer):

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from ...models import Job
 from ...scheduling.forecast import WhatIfDenied, what_if_live
 from ..serializers.base import Serializer
-from ..serializers.fields import FiniteFloatField, count_field, weight_field
+from ..serializers.fields import FiniteFloatField, count_field, quota_field, weight_field
 from ..serializers.jobs import GpusPerTaskField, TierField
 
 # Bounds on one what-if's work (new-user trial 11, F11: 50 add_nodes changes of 10,000 nodes ran past 10
@@ -66,9 +66,9 @@ class ChangeSerializer(Serializer):
                                                        "submission")
     flavors = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=16)
     flavor = serializers.CharField(required=False, max_length=64)
-    guarantee = serializers.IntegerField(required=False, min_value=0, max_value=10**7)
-    quota = serializers.IntegerField(required=False, min_value=0, max_value=10**7)
-    limit = serializers.IntegerField(required=False, min_value=0, max_value=10**7, allow_null=True)
+    guarantee = quota_field("guarantee", required=False)  # the quota API's rule (fields.quota_field)
+    quota = quota_field("quota", required=False)
+    limit = quota_field("limit", required=False, allow_null=True)
     weight = weight_field(required=False)
     nodes = serializers.ListField(child=serializers.CharField(max_length=200), required=False, min_length=1,
                                   max_length=10000)

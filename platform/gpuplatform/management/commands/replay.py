@@ -16,6 +16,11 @@ Start: the Philly file has ~70 arrivals in its first 19.5 days, so a Philly repl
 (DEFAULT_START_DAYS["philly"]), where the busy part begins; --start 0 replays from the first arrival.
 --until counts days from the start (above zero); --start, --grace-period and --half-life are zero or more,
 --cycle-interval above zero: another value is refused naming the option.
+
+Span: the report's "simulated span" and every rate over it (allocation, fragmentation, the GPU-hour ledger) run
+from the start (trace day --start, re-based to 0; the cluster is idle until the first arrival) to --until, or
+without --until to the last event; `--until 2` is a span of 2 days (new-user trial 13, F14a: it said 1.85 days,
+the span then began at the first arrival, 0.15 days after day 20).
 """
 from __future__ import annotations
 
@@ -209,7 +214,7 @@ class Command(BaseCommand):
             try:
                 if opts.get("half_life") is not None:
                     run_config = replace(run_config, usage_half_life=opts["half_life"] * 86400.0 or None)
-                report = replay(run_cluster, trace, config=run_config, until=until,
+                report = replay(run_cluster, trace, config=run_config, until=until, start=0.0,
                                 cycle_interval=opts["cycle_interval"], grace_period=opts["grace_period"],
                                 time_limit_factor=opts["time_limit_factor"], failures=failures,
                                 checkpoint=checkpoint, fairness=not opts["no_fairness"], progress=progress)
@@ -293,7 +298,7 @@ class Command(BaseCommand):
             return None, None
         from tqdm import tqdm
 
-        first = min(j.submit for j in trace.jobs)
+        first = 0.0  # the window's start: the replay's span begins there (replay(start=0.0))
         last = max(j.submit + j.duration for j in trace.jobs)
         total = ((until if until is not None else last) - first) / DAY
         bar = tqdm(total=round(total, 2), unit="day", file=out, dynamic_ncols=True, desc=policy,
@@ -324,6 +329,11 @@ def _pct(x) -> str:
 
 def _num(x, fmt=".3f") -> str:
     return "-" if x is None else format(x, fmt)
+
+
+# a team's per-team figures when it never had demand (fairness.FairnessMeter.summary's shape): only rejections
+NO_DEMAND = {"mean_usage_over_fair_share": None, "hours_with_demand": 0.0, "gpu_hours_used": 0.0,
+             "fair_share_gpu_hours": 0.0}
 
 
 def summary(d: dict) -> str:
@@ -360,12 +370,20 @@ def summary(d: dict) -> str:
     for label, q in [("all", d["queueing"]), *d["queueing_by_size"].items()]:
         lines.append(f"{label:<24}{q['count']:>8,}{_fmt_seconds(q['p50']):>9}{_fmt_seconds(q['p90']):>9}"
                      f"{_fmt_seconds(q['p99']):>9}")
-    if fair.get("teams"):
+    # per team: a team whose every job was rejected had no demand (its row: "-", zeros and its rejections; new-user
+    # trial 13, F14b: it showed the fair share its rejected job's demand had for the time to the next cycle)
+    rejected = d.get("rejected_by_team") or {}
+    teams = sorted(set(fair.get("teams") or {}) | set(rejected)) if fair else []
+    if teams:
         lines.append("")
-        lines.append(f"{'team':<12}{'usage/fair':>11}{'h demand':>10}{'GPU-h used':>12}{'GPU-h fair':>12}")
-        for team, t in fair["teams"].items():
+        lines.append(f"{'team':<12}{'usage/fair':>11}{'h demand':>10}{'GPU-h used':>12}{'GPU-h fair':>12}"
+                     f"{'rejected':>10}")
+        for team in teams:
+            t = fair["teams"].get(team) or NO_DEMAND
             lines.append(f"{team:<12}{_num(t['mean_usage_over_fair_share'], '.2f'):>11}{t['hours_with_demand']:>10.0f}"
-                         f"{t['gpu_hours_used']:>12,.0f}{t['fair_share_gpu_hours']:>12,.0f}")
+                         f"{t['gpu_hours_used']:>12,.0f}{t['fair_share_gpu_hours']:>12,.0f}{rejected.get(team, 0):>10,}")
+        lines.append("GPU-h fair: the team's water-filled fair share while it had demand (GPUs its running and pending "
+                     "jobs use or ask for); a rejected job has no demand from its rejection on")
     f = d.get("failures") or {}
     if f:
         lines.append("")
