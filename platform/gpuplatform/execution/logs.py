@@ -37,7 +37,7 @@ def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
     task, an attempt the job has not reached, a chunk over the size limit, a negative offset. A chunk of
     an attempt that has just ended (its last lines) is accepted from the node that ran it. NUL characters
     are stored as "?" (one byte for one: offsets stay the agent's). A chunk that arrives after its job ended
-diagnoses the attempt again with it (diagnosis.attempts.refresh_late_evidence)."""
+    diagnoses the attempt again with it (diagnosis.attempts.refresh_late_evidence)."""
     limits = log_limits()
     row = Task.objects.filter(pk=task_id).values_list("job__attempts", "node_id", "job__state", "job_id").first()
     if row is None:
