@@ -20,6 +20,7 @@ from django.db.models import Max, Sum
 
 from .. import clock
 from ..diagnosis.attempts import refresh_late_evidence
+from ..lifecycle import lock_jobs
 from ..models import Job, Task, TaskLog
 
 __all__ = ["append_log", "read_log", "log_limits"]
@@ -37,7 +38,10 @@ def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
     task, an attempt the job has not reached, a chunk over the size limit, a negative offset. A chunk of
     an attempt that has just ended (its last lines) is accepted from the node that ran it. NUL characters
     are stored as "?" (one byte for one: offsets stay the agent's). A chunk that arrives after its job ended
-    diagnoses the attempt again with it (diagnosis.attempts.refresh_late_evidence)."""
+    diagnoses the attempt again with it (diagnosis.attempts.refresh_late_evidence). A chunk of an attempt that is
+    ending or has ended (its job preempting or final) is stored holding the job's row, as the end holds it: the end
+    reads the chunk or the chunk's refresh reads the end's record, late chunks are refreshed one after the other,
+    and the chunk and the refreshed diagnosis are committed together (review 13: R1, R2, R7)."""
     limits = log_limits()
     row = Task.objects.filter(pk=task_id).values_list("job__attempts", "node_id", "job__state", "job_id").first()
     if row is None:
@@ -55,15 +59,21 @@ def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
         return False, f"a log chunk may hold at most {limits['chunk']} bytes", offset
     if not raw:
         return True, "", offset
-    try:
-        with transaction.atomic():
-            TaskLog.objects.create(task_id=task_id, attempt=attempt, offset=offset, size=len(raw), data=data,
-                                   created_at=at or clock.now())
-    except IntegrityError:
-        return True, "already stored", offset + len(raw)
-    _trim(task_id, attempt, limits["task"])
-    if attempt == attempts and job_state in Job.FINAL_STATES:  # the last lines of an attempt already recorded
-        refresh_late_evidence(job_id, attempt, at=at or clock.now())
+    with transaction.atomic():
+        if attempt == attempts and job_state in (Job.State.PREEMPTING, *Job.FINAL_STATES):
+            # the attempt ends now or has ended: hold the job's row (as the lifecycle's end does) so that the end
+            # reads this chunk, or this chunk's refresh reads the end's record and every other late chunk
+            lock_jobs([job_id])
+            attempts, job_state = Job.objects.filter(pk=job_id).values_list("attempts", "state").first()
+        try:
+            with transaction.atomic():
+                TaskLog.objects.create(task_id=task_id, attempt=attempt, offset=offset, size=len(raw), data=data,
+                                       created_at=at or clock.now())
+        except IntegrityError:
+            return True, "already stored", offset + len(raw)
+        _trim(task_id, attempt, limits["task"])
+        if attempt == attempts and job_state in Job.FINAL_STATES:  # the last lines of an attempt already recorded
+            refresh_late_evidence(job_id, attempt, at=at or clock.now())
     return True, "", offset + len(raw)
 
 
