@@ -343,7 +343,8 @@ def test_a_second_demo_on_the_same_database_refuses_before_clearing_anything(tin
     running = demo.DatabaseHold(8123, **demo.demo_database()).acquire()  # the first demo, still running
     try:
         for extra in (["--no-server"], ["--no-server", "--keep"], ["--port", str(_free_port())],
-                      ["--local-agents", "1", "--port", str(_free_port())]):
+                      ["--local-agents", "1", "--port", str(_free_port())],
+                      ["--federation", "1", "--port", str(_free_port())]):  # review 13, R6: the manager's too
             out = io.StringIO()
             with pytest.raises(CommandError) as caught:
                 call_command("demo", "--duration-seconds", "1", "--start-day", "0", "--password", "pw-demo-123",

@@ -118,7 +118,63 @@ def test_a_late_hardware_line_changes_the_category_and_is_audited(submit, agents
     e = Event.objects.get(job=job, kind="diagnosis_updated")
     assert (e.data["category"], e.data["was"]) == ("gpu_hardware", "nccl_timeout")
     job.refresh_from_db()
-    assert job.state == "failed" and job.excluded_nodes == []  # the end's actions are not taken again
+    assert job.state == "failed"
+
+
+XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+
+
+def test_a_late_hardware_line_counts_toward_the_repeat_offender_rule(submit, agents):
+    """Review 13, R3: two jobs failed gpu_hardware on n0 in time; a third one's XID line arrives after it ended. Its
+    attempt then reads gpu_hardware on n0, and n0 (3 jobs: the shipped rule cordons) is taken out as it would have
+    been with the line in time."""
+    for k in range(3):
+        job, t0, t1 = two_ranks_one_failed(submit, f"hw{k}", "step\n", exit_code=1)
+        if k < 2:
+            log(t0, XID79)  # in time
+        store.run_cycle_once(clock=at(30 + 3600 * (k + 1)))
+        assert Job.objects.get(pk=job.pk).state == "failed"
+    assert Node.objects.get(name="n0").state == "ready"  # the third job's attempt: unknown so far
+    log(t0, XID79)  # late
+    assert (Attempt.objects.get(job=job).category, Attempt.objects.get(job=job).diagnosis["node"]) == ("gpu_hardware", "n0")
+    assert Node.objects.get(name="n0").state == "cordoned"
+
+
+def test_a_late_chunk_that_matches_no_rule_reads_nothing_else(submit, agents, monkeypatch):
+    """Review 13, R5: every late chunk re-read every rank's 256 KiB tail. A chunk with no line a rule matches cannot
+    change the diagnosis: the gang's logs are not read; a line cut between two chunks is still read whole."""
+    from gpuplatform.diagnosis import attempts as attempts_module
+
+    job, t0, t1 = two_ranks_one_failed(submit, "quiet", OOM + "\n", exit_code=1)
+    store.run_cycle_once(clock=at(30 + 3600))
+    reads = []
+    real = attempts_module._evidence
+    monkeypatch.setattr(attempts_module, "_evidence", lambda *a, **kw: reads.append(a) or real(*a, **kw))
+    log(t0, "step 9 of 10\n" * 50)
+    assert reads == []
+    head, tail = WATCHDOG[:40], WATCHDOG[40:] + "\n"  # the watchdog's line split across two chunks
+    log(t0, head, offset=650)
+    log(t0, tail, offset=650 + len(head))
+    assert len(reads) == 1
+    assert any(e["text"] == WATCHDOG for e in Attempt.objects.get(job=job).diagnosis["evidence"])
+
+
+def test_a_past_attempts_log_is_taken_only_from_a_node_it_ran_on(submit, agents):
+    """Review 13, R8: a past attempt's chunk was accepted from any node (the node check read the task's current
+    placement only)."""
+    job = submit("restart", tasks=2, gpus=8, max_restarts=1)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    start_all(job)
+    t0, t1 = tasks_of(job)
+    report(t1, "exited", 30, exit_code=1)
+    job.refresh_from_db()
+    assert job.attempts == 1
+    other = Node.objects.exclude(name__in=("n0", "n1")).order_by("name").first()
+    ok, detail, _ = execution.append_log(other, task_id=t1.pk, attempt=0, offset=0, data="forged\n")
+    assert not ok and "did not run on node" in detail
+    ok, detail, _ = execution.append_log(Node.objects.get(name="n1"), task_id=t1.pk, attempt=0, offset=0,
+                                         data="its own last line\n")
+    assert ok, detail
 
 
 def test_user_error_cancels_the_remaining_restarts(submit, agents):

@@ -204,14 +204,20 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
     return attempt
 
 
-def refresh_late_evidence(job_id: int, number: int, *, at: datetime) -> bool:
+def refresh_late_evidence(job_id: int, number: int, *, at: datetime, text: str | None = None) -> bool:
     """Diagnose attempt `number` of job `job_id` again from the logs held now, when output of one of its
     tasks arrived after the attempt was recorded: a gang stopped toward `failed` ends at its stop deadline,
     and a rank that was slow to exit ships its last lines (the watchdog's timeout, a late XID) after that.
     Only the job's last attempt of an ended job is refreshed (its tasks still describe it), only a failed
     attempt diagnosed from its tasks (a platform cause does not read logs), and only the stored diagnosis
-    changes: the actions taken at the end (node exclusion, repeat-offender count) stay as they were. Each change
-    is audited as a `diagnosis_updated` Event. Returns True when the diagnosis changed."""
+    changes, audited as a `diagnosis_updated` Event; the job's end is not redone (no node exclusion for a job that
+    has ended), but a category that becomes a hardware or network one counts toward its node's repeat-offender
+    rule as it would have at the end. `text`: the late output (with the start of the line it continues): when
+    no rule matches a line of it, nothing it adds can change the diagnosis and the gang's logs are not read again
+    (review 13, R5: every late chunk re-read every rank's tail). Returns True when the diagnosis changed."""
+    rules = tables.rule_set()
+    if text is not None and not engine.log_matches(text, rules):
+        return False
     job = Job.objects.filter(pk=job_id).values("attempts", "state", "name", "queue_id").first()
     if job is None or job["attempts"] != number or job["state"] not in Job.FINAL_STATES:
         return False
@@ -219,7 +225,7 @@ def refresh_late_evidence(job_id: int, number: int, *, at: datetime) -> bool:
     if attempt is None or str(attempt.diagnosis.get("rule", "")).startswith("platform:"):
         return False
     tasks, health, _, _, _ = _evidence(job_id, number, attempt.ended_at, attempt.started_at)
-    diagnosis = engine.diagnose(tasks, rules=tables.rule_set(), health=health)
+    diagnosis = engine.diagnose(tasks, rules=rules, health=health)
     if diagnosis.to_dict() == attempt.diagnosis:
         return False
     before = attempt.category
@@ -230,6 +236,8 @@ def refresh_late_evidence(job_id: int, number: int, *, at: datetime) -> bool:
                  time=at, job_id=job_id, queue_id=job["queue_id"],
                  data={"attempt": number, "category": diagnosis.category, "was": before, "rule": diagnosis.rule,
                        "node": diagnosis.node, "task": diagnosis.task, "evidence": len(diagnosis.evidence)})
+    if diagnosis.category in HARDWARE_OR_NETWORK and before not in HARDWARE_OR_NETWORK and diagnosis.node:
+        _repeat_offender(diagnosis.node, attempt.ended_at)  # review 13, R3: as the end would have counted it
     return True
 
 

@@ -313,6 +313,11 @@ def _scan(task: TaskEvidence, rules: RuleSet) -> list[_Match]:
     return found
 
 
+def log_matches(text: str, rules: RuleSet) -> bool:
+    """Whether some line rule of `rules` matches a line of `text` (the search a diagnosis runs on a log tail)."""
+    return bool(_scan(TaskEvidence(task="", log=text), rules))
+
+
 def _ev(m: _Match) -> dict:
     return {"task": m.task.task, "source": "log", "line": m.line_no, "offset": m.offset, "text": m.text}
 

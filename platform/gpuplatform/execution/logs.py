@@ -21,7 +21,7 @@ from django.db.models import Max, Sum
 from .. import clock
 from ..diagnosis.attempts import refresh_late_evidence
 from ..lifecycle import lock_jobs
-from ..models import Job, Task, TaskLog
+from ..models import Attempt, Job, Task, TaskLog
 
 __all__ = ["append_log", "read_log", "log_limits"]
 
@@ -35,8 +35,9 @@ def log_limits() -> dict[str, int]:
 def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
                at: datetime | None = None) -> tuple[bool, str, int]:
     """Store one chunk from `node`'s agent. Returns (accepted, detail, next_offset). Refused: unknown
-    task, an attempt the job has not reached, a chunk over the size limit, a negative offset. A chunk of
-    an attempt that has just ended (its last lines) is accepted from the node that ran it. NUL characters
+    task, an attempt the job has not reached, a chunk over the size limit, a negative offset, a past attempt's
+    chunk from a node that attempt did not run on. A chunk of an attempt that has just ended (its last lines) is
+    accepted from the node that ran it. NUL characters
     are stored as "?" (one byte for one: offsets stay the agent's). A chunk that arrives after its job ended
     diagnoses the attempt again with it (diagnosis.attempts.refresh_late_evidence). A chunk of an attempt that is
     ending or has ended (its job preempting or final) is stored holding the job's row, as the end holds it: the end
@@ -53,6 +54,10 @@ def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
         return False, f"attempt {attempt} does not exist (the job is on attempt {attempts})", offset
     if attempt == attempts and node_id != node.pk:  # a task not placed in this attempt is on no node
         return False, f"task {task_id} is not on node {node.name}", offset
+    if attempt < attempts:  # a past attempt's last lines: only from a node that attempt ran on (review 13, R8)
+        ran_on = Attempt.objects.filter(job_id=job_id, number=attempt).values_list("nodes", flat=True).first()
+        if not ran_on or node.name not in ran_on:
+            return False, f"task {task_id}'s attempt {attempt} did not run on node {node.name}", offset
     if offset < 0:
         return False, "offset must be >= 0", offset
     if len(raw) > limits["chunk"]:
@@ -73,8 +78,18 @@ def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
             return True, "already stored", offset + len(raw)
         _trim(task_id, attempt, limits["task"])
         if attempt == attempts and job_state in Job.FINAL_STATES:  # the last lines of an attempt already recorded
-            refresh_late_evidence(job_id, attempt, at=at or clock.now())
+            refresh_late_evidence(job_id, attempt, at=at or clock.now(),
+                                  text=_line_start(task_id, attempt, offset) + data)
     return True, "", offset + len(raw)
+
+
+def _line_start(task_id: int, attempt: int, offset: int) -> str:
+    """The start of the line a chunk at `offset` continues: the text after the last newline of the stored chunk
+    before it ("" when it starts a line or nothing is stored before it), so that a line cut between two chunks is
+    read whole."""
+    before = (TaskLog.objects.filter(task_id=task_id, attempt=attempt, offset__lt=offset).order_by("-offset")
+              .values_list("data", flat=True).first())
+    return before.rpartition("\n")[2] if before else ""
 
 
 def _trim(task_id: int, attempt: int, budget: int) -> None:

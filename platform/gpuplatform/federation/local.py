@@ -56,6 +56,7 @@ def run(cmd, opts) -> None:
     password = opts["password"] or secrets.token_urlsafe(9)
     root = Path(os.environ.get("FEDERATION_DEMO_DIR") or Path(settings.BASE_DIR) / ".demo-federation")
     root.mkdir(exist_ok=True)
+    cmd._hold_database(opts)  # the manager's database, as every demo mode holds its own (demo_hold)
     cmd._migrate()
     workers, procs = [], []
     stop = threading.Event()

@@ -71,10 +71,12 @@ class DatabaseHold:
         return self
 
     def _refuse(self, holder: str, name: str) -> None:
+        other = ("DATABASE_URL=sqlite:///db-second.sqlite3" if self.vendor == "sqlite"
+                 else "DATABASE_URL=postgres://.../another_database")
         raise CommandError(
             f"another demo runs on this database ({name}; held by {holder}): a second one would clear or mix its "
             f"workload. Nothing was changed (its jobs are untouched): stop it first, or give this one its own "
-            f"database (DATABASE_URL=sqlite:///other.sqlite3)")
+            f"database ({other})")
 
     def release(self) -> None:
         if self._file is not None:
