@@ -236,8 +236,26 @@ def unmark_spare(node, *, actor=None):
     return services.set_spare(node, False, actor=actor)
 
 
+class NodeForm(forms.ModelForm):
+    """The one name rule (names.py) on the admin's node form: a node every per-node URL can name (new-user trial
+    13, F2). A node registered before the rule under a name that breaks it is renamed here (its agent is then
+    started with --node-name NEW)."""
+
+    class Meta:
+        model = Node
+        fields = "__all__"
+
+    def clean_name(self):
+        name = self.cleaned_data.get("name")
+        message = name_error("node", name)
+        if message:
+            raise forms.ValidationError(message)
+        return name
+
+
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
+    form = NodeForm
     list_filter = ("state", "spare", "flavor", "domain__tier")
     search_fields = ("name",)
     readonly_fields = ("state", "spare")  # changed through the actions, which audit the change

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from .models import Domain, Gpu, Node, Queue, Team
+from .names import name_error
 
 
 @transaction.atomic
@@ -17,7 +18,7 @@ def load_cluster_spec(spec, *, actor=None) -> dict:
     `gpu_numa`), teams named by queues, and queues with quotas (parents first).
 
     Returns counts {"domains", "nodes", "gpus", "teams", "queues"}. Raises services.ValidationError:
-    a node name already exists ("nodes"), a node's or domain's unknown domain ("nodes[i].domain",
+    a node name already exists ("nodes"), a node name that breaks the name rule ("nodes[i].name", names.py), a node's or domain's unknown domain ("nodes[i].domain",
     "domains[i].parent"), bad gpu_numa length, or any create_queue rule ("queues[<name>].<field>").
     Nothing is stored when it raises.
     """
@@ -37,6 +38,8 @@ def load_cluster_spec(spec, *, actor=None) -> dict:
         if d.parent is not None and d.parent not in known:
             errors[f"domains[{i}].parent"] = f"unknown domain {d.parent!r}"
     for i, n in enumerate(spec.nodes):
+        if name_error("node", n.name):  # the one name rule (names.py): a node every per-node URL can name
+            errors[f"nodes[{i}].name"] = name_error("node", n.name)
         if n.domain is not None and n.domain not in known:
             errors[f"nodes[{i}].domain"] = f"unknown domain {n.domain!r}"
         if n.gpu_numa and len(n.gpu_numa) != n.gpus:

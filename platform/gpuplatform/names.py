@@ -1,5 +1,7 @@
-"""The one name rule of the platform: jobs, roles, queues and teams, for the form, the API, the admin, the
-importers and the services alike (issue 13: the API accepted `<script>...` and `jöb` that the form refused).
+"""The one name rule of the platform: jobs, roles, queues, teams and nodes, for the form, the API, the admin, the
+importers and the services alike (issue 13: the API accepted `<script>...` and `jöb` that the form refused; new-user
+trial 13, F2: a node registered as `../../etc/x y` was ready and took jobs, but no per-node URL could name it, so it
+could never be cordoned or drained).
 
 A name is ASCII letters, digits, '.', '_' and '-', starting with a letter or digit, and at most a length
 that depends on the column. The form gives NAME_PATTERN to the browser as the input's `pattern`.
@@ -11,11 +13,11 @@ import re
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._\-]*"
 NAME_RE = re.compile(f"^{NAME_PATTERN}$")
 NAME_HELP = "letters, digits, '.', '_' and '-', starting with a letter or digit"
-MAX_CHARS = {"job": 200, "role": 64, "queue": 100, "team": 100}
+MAX_CHARS = {"job": 200, "role": 64, "queue": 100, "team": 100, "node": 200}
 
 
 def name_error(kind: str, value) -> str | None:
-    """The message for a `kind` ("job", "role", "queue", "team") name that breaks the rule, naming the rule
+    """The message for a `kind` ("job", "role", "queue", "team", "node") name that breaks the rule, naming the rule
     (empty, too long, or characters), or None for a good name. Callers key it by their field ("name",
     "roles[0].name")."""
     limit = MAX_CHARS[kind]

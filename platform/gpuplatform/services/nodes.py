@@ -14,6 +14,7 @@ from ..diagnosis.health import audit_topology, judge_gpu_signals, record_validat
 from ..errors import ValidationError
 from ..lifecycle import evict_jobs_on_nodes
 from ..models import Allocation, Gpu, MigInstance, Node
+from ..names import name_error
 from . import node_states
 from .base import request_cycle_on_commit
 
@@ -129,11 +130,11 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     nodes reach it: MASTER_ADDR), `runtime` (its agent's container runtime: docker, podman or "").
     `accept=False`: a node created by this call joins cordoned, awaiting an admin's acceptance
     (uncordon_node); an existing node keeps its state either way.
-    Raises ValidationError: empty name or flavor, negative cpu/memory, bad GPU index or health, unknown
+    Raises ValidationError: a name that breaks the name rule (names.py), an empty flavor, negative cpu/memory, bad GPU index or health, unknown
     executor or runtime."""
     errors = {}
-    if not name or not name.strip():
-        errors["name"] = "name must not be empty"
+    if name_error("node", name):  # every per-node URL must be able to name it (new-user trial 13, F2)
+        errors["name"] = name_error("node", name)
     if not flavor:
         errors["flavor"] = "flavor (GPU model) must not be empty"
     if not isinstance(cpu_milli, int) or cpu_milli < 0:

@@ -138,13 +138,24 @@ class GpuReportSerializer(Serializer):
 
 
 class NodeRegisterSerializer(Serializer):
-    name = serializers.CharField(max_length=200)
+    name = serializers.CharField(help_text="letters, digits, '.', '_' and '-', starting with a letter or digit; at "
+                                           "most 200 characters (validate_name: the one name rule, names.py)")
     flavor = serializers.CharField(max_length=64, allow_blank=True)
     cpu_milli = count_field(default=0)
     memory_mib = count_field(default=0)
     labels = serializers.DictField(child=serializers.CharField(max_length=500, allow_blank=True), required=False,
                                    default=dict)
     gpus = GpuReportSerializer(many=True, max_length=1024)
+
+    def validate_name(self, value):
+        """The one name rule (names.py): every per-node URL (/api/v1/nodes/<name>/cordon/) must be able to name
+        the node, and the agent's state directory is named after it (new-user trial 13, F2)."""
+        from ...names import name_error
+
+        message = name_error("node", value)
+        if message:
+            raise serializers.ValidationError(message)
+        return value
 
     def validate_labels(self, value):
         """Label names: 1-200 characters, no NUL (PostgreSQL's jsonb cannot hold one)."""

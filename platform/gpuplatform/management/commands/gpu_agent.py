@@ -25,6 +25,7 @@ import threading
 from django.core.management.base import BaseCommand, CommandError
 
 from gpuplatform.management import options
+from gpuplatform.names import name_error
 
 
 def _interrupt(signum, frame):
@@ -115,6 +116,9 @@ class Command(BaseCommand):
             raise CommandError("--gpus must be >= 1")
         token = agent_token(opts["token"], opts["token_file"])
         name = opts["node_name"] or socket.gethostname()
+        if name_error("node", name):  # the server refuses it too; the state directory is named after it
+            raise CommandError(f"--node-name {name!r}: {name_error('node', name)}"
+                               + ("" if opts["node_name"] else " (this host's name; give --node-name NAME)"))
         execute = not (opts["once"] or opts["no_exec"])
         runtime = (opts["runtime"] or "") if execute else ""  # a node that runs nothing offers no runtime
         if runtime and not shutil.which(runtime):
