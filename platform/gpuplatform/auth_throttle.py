@@ -26,10 +26,11 @@ from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.authtoken.serializers import AuthTokenSerializer
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from .api.serializers.base import Serializer, StrictFieldsMixin
 
 
 def _limits() -> tuple[int, int, int, int]:
@@ -77,6 +78,13 @@ def record_success(request, username: str) -> None:
 LOCKED_MESSAGE = "too many failed sign-in attempts; try again later"
 
 
+class StrictAuthTokenSerializer(StrictFieldsMixin, AuthTokenSerializer):
+    """DRF's username + password check, with the rules of every other body of the API (api/serializers/base.py):
+    an unknown field and a form key given twice are refused naming them, as the project's JSON parser refuses a
+    JSON key given twice (new-user trial 13, F3: `{"username": "demo", "username": "admin", ...}` issued a token
+    for admin, the last, while a proxy or a log reading the first saw demo)."""
+
+
 _TOKEN_RESPONSE = inline_serializer("IssuedToken", {
     "token": serializers.CharField(help_text="the token (64 hex characters): shown once, only a hash is kept"),
     "expiry": serializers.DateTimeField(help_text="when it stops working (API_TOKEN_TTL_DAYS after issue)")})
@@ -84,19 +92,19 @@ _TOKEN_RESPONSE = inline_serializer("IssuedToken", {
 
 class ThrottledObtainAuthToken(APIView):
     """POST username + password -> {"token", "expiry"}: a NEW token each time (services.issue_api_token:
-    stored hashed, shown only in this response, valid API_TOKEN_TTL_DAYS); 400 for wrong credentials, 429
-    + Retry-After once locked out (see the module docstring)."""
+    stored hashed, shown only in this response, valid API_TOKEN_TTL_DAYS); 400 for wrong credentials, an unknown
+    field or a key given twice (JSON or form), 429 + Retry-After once locked out (see the module docstring)."""
 
     authentication_classes = ()
     permission_classes = ()
     throttle_classes = ()
-    parser_classes = (FormParser, MultiPartParser, JSONParser)
-    serializer_class = AuthTokenSerializer
+    # the API's parsers (settings: api/parsers.JSONParser refuses a JSON key given twice), not DRF's lenient one
+    serializer_class = StrictAuthTokenSerializer
 
     def get_serializer(self, *args, **kwargs):
         return self.serializer_class(*args, context={"request": self.request}, **kwargs)
 
-    @extend_schema(request=AuthTokenSerializer, responses={200: _TOKEN_RESPONSE, 400: OpenApiResponse(
+    @extend_schema(request=StrictAuthTokenSerializer, responses={200: _TOKEN_RESPONSE, 400: OpenApiResponse(
         description="wrong username or password"), 429: OpenApiResponse(description="locked out; see Retry-After")})
     def post(self, request, *args, **kwargs):
         data = request.data if hasattr(request.data, "get") else {}  # a JSON list or scalar: a 400 below
@@ -117,6 +125,11 @@ class ThrottledObtainAuthToken(APIView):
         return Response({"token": token, "expiry": expiry})
 
 
+class RevokeTokensSerializer(Serializer):
+    all = serializers.BooleanField(required=False, default=False,
+                                   help_text="revoke every token of the user, not only this one")
+
+
 class RevokeAuthToken(APIView):
     """POST (authenticated with a token) -> 204: that token stops working at once. With `{"all": true}`:
     every token of the user (services.revoke_api_tokens). A session (browser) user may only revoke all."""
@@ -124,23 +137,18 @@ class RevokeAuthToken(APIView):
     permission_classes = (IsAuthenticated,)
     throttle_classes = ()
 
-    @extend_schema(request=inline_serializer("RevokeTokens", {"all": serializers.BooleanField(
-        required=False, default=False, help_text="revoke every token of the user, not only this one")}),
-        responses={204: OpenApiResponse(description="revoked"), 400: OpenApiResponse(
-            description="`all` is not a boolean, or a session request without all=true")})
+    @extend_schema(request=RevokeTokensSerializer, responses={204: OpenApiResponse(description="revoked"), 400: (
+        OpenApiResponse(description="an unknown field, `all` given twice or not a boolean, or a session request "
+                                    "without all=true"))})
     def post(self, request, *args, **kwargs):
         from knox.models import AuthToken
 
         from .errors import ValidationError
         from .services import revoke_api_tokens
 
-        data = request.data if hasattr(request.data, "get") else {}
-        unknown = sorted(set(data) - {"all"})
-        if unknown:
-            raise ValidationError({unknown[0]: "unknown field: this endpoint takes only `all`"})
-        everything = data.get("all", False)
-        if not isinstance(everything, bool):
-            raise ValidationError({"all": "must be true or false"})
+        body = RevokeTokensSerializer(data=request.data if hasattr(request.data, "get") else {})
+        body.is_valid(raise_exception=True)  # unknown fields, a key given twice, a non-boolean: 400 naming it
+        everything = body.validated_data["all"]
         if not everything and not isinstance(request.auth, AuthToken):
             raise ValidationError({"all": "signed in without a token: only all=true (every token) can be revoked"})
         revoke_api_tokens(request.user, token=None if everything else request.auth, actor=request.user)
@@ -151,6 +159,10 @@ class ThrottledLoginView(auth_views.LoginView):
     """Django's login page with the same lock-out: a locked-out POST answers 429 with Retry-After."""
 
     def post(self, request, *args, **kwargs):
+        repeated = [key for key in ("username", "password") if len(request.POST.getlist(key)) > 1]
+        if repeated:  # the form would read the last silently, as the API's token endpoint did (trial 13, F3)
+            return HttpResponse(f"{repeated[0]}: given more than once: send it once\n", status=400,
+                                content_type="text/plain")
         username = request.POST.get("username", "")
         wait = locked_out(request, username)
         if wait:

@@ -69,3 +69,73 @@ def test_the_agent_refuses_a_bad_node_name_before_it_sends_anything():
     with pytest.raises(CommandError, match=r"--node-name '\.\./\.\./etc/x y': a node name uses"):
         call_command("gpu_agent", "--api", "http://127.0.0.1:9", "--token", "t", "--once",
                      "--node-name", "../../etc/x y", stdout=io.StringIO())
+
+
+# --- F3: the token endpoints are as strict as the rest of the API ---------------------------------------------
+
+def _token_post(body: str, content_type: str = "application/json"):
+    from rest_framework.test import APIClient
+
+    return APIClient().generic("POST", "/api/v1/auth-token/", body, content_type=content_type)
+
+
+@pytest.mark.parametrize("body, content_type", [
+    ('{"username": "vera", "username": "admin", "password": "pw"}', "application/json"),
+    ("username=vera&username=admin&password=pw", "application/x-www-form-urlencoded"),
+], ids=["json", "form"])
+def test_the_token_endpoint_refuses_a_username_given_twice(users, body, content_type):
+    from knox.models import AuthToken
+
+    r = _token_post(body, content_type)
+    assert r.status_code == 400, r.content
+    assert list(r.json()) == ["username"] and "given" in r.json()["username"][0] and "once" in r.json()["username"][0]
+    assert not AuthToken.objects.filter(user=users["staff"]).exists()  # no token issued for the last one
+
+
+@pytest.mark.parametrize("body, content_type", [
+    ('{"username": "admin", "password": "pw", "extra": 1}', "application/json"),
+    ("username=admin&password=pw&extra=1", "application/x-www-form-urlencoded"),
+], ids=["json", "form"])
+def test_the_token_endpoint_refuses_an_unknown_field(users, body, content_type):
+    r = _token_post(body, content_type)
+    assert r.status_code == 400, r.content
+    assert list(r.json()) == ["extra"] and r.json()["extra"][0].startswith("unknown field")
+
+
+def test_the_token_endpoint_still_issues_a_token(users):
+    assert _token_post('{"username": "admin", "password": "pw"}').status_code == 200
+    assert _token_post("username=admin&password=pw", "application/x-www-form-urlencoded").status_code == 200
+
+
+def test_revoke_refuses_all_given_twice_and_takes_a_form_boolean(users):
+    from rest_framework.test import APIClient
+
+    token, _ = services.issue_api_token(users["member"])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    r = client.generic("POST", "/api/v1/auth-token/revoke/", "all=false&all=true",
+                       content_type="application/x-www-form-urlencoded")
+    assert r.status_code == 400 and list(r.json()) == ["all"], r.content
+    assert client.get("/api/v1/me/").status_code == 200  # nothing revoked
+    r = client.generic("POST", "/api/v1/auth-token/revoke/", "all=true", content_type="application/x-www-form-urlencoded")
+    assert r.status_code == 204, r.content  # a form's text boolean, as every other form field
+    assert client.get("/api/v1/me/").status_code == 401
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("/api/v1/queues/", "name=qa&name=qb&parent=root", "name"),
+    ("/api/v1/nodes/{node}/cordon/", "reason=a&reason=b", "reason"),
+    ("/api/v1/nodes/{node}/validation/", "passed=true&passed=false", "passed"),
+])
+def test_a_form_key_given_twice_is_refused_everywhere(admin, path, body, field):
+    r = admin.generic("POST", path.format(node=Node.objects.first().name), body,
+                      content_type="application/x-www-form-urlencoded")
+    assert r.status_code == 400 and r.json() == {field: ["given more than once: send it once"]}, r.content
+
+
+def test_the_login_page_refuses_a_username_given_twice(users):
+    from django.test import Client
+
+    r = Client().post("/accounts/login/", "username=vera&username=admin&password=pw",
+                      content_type="application/x-www-form-urlencoded")
+    assert r.status_code == 400 and b"username: given more than once" in r.content

@@ -54,9 +54,32 @@ def _form_errors(serializer, data) -> dict:
     return errors
 
 
+GIVEN_TWICE = "given more than once: send it once"
+
+
+def _repeated_form_keys(serializer, data) -> dict:
+    """For a form-encoded (or multipart) body: each key given more than once (`username=a&username=b`) whose
+    field takes one value, with the rule. DRF reads the last silently, so a proxy or log reading the first saw
+    another request than the one served (new-user trial 13, F3); a JSON body's repeated key is refused by the
+    parser (api/parsers.py). A list of plain values (`nodes=a&nodes=b`) is how a form sends a list: kept."""
+    from django.http import QueryDict
+
+    if not isinstance(data, QueryDict):
+        return {}
+    errors = {}
+    for key, values in data.lists():
+        field = serializer.fields.get(key)
+        many = isinstance(field, (serializers.ListField, serializers.MultipleChoiceField,
+                                  serializers.ManyRelatedField, serializers.ListSerializer))
+        if len(values) > 1 and not many and key not in _TRANSPORT_KEYS:
+            errors[key] = [GIVEN_TWICE]
+    return errors
+
+
 class StrictFieldsMixin:
     """Refuse unknown keys with 400 ({"<key>": ["unknown field; accepted: ..."]}). Read-only fields count as
-    unknown in a request body (they are set by the server)."""
+    unknown in a request body (they are set by the server). In a form-encoded body a key given more than once
+    is refused too ({"<key>": ["given more than once: send it once"]}), as a JSON body's is by the parser."""
 
     ignored_fields: tuple[str, ...] = ()
 
@@ -73,6 +96,9 @@ class StrictFieldsMixin:
                 raise serializers.ValidationError(
                     {key: [f"unknown field (not dropped: the request is refused); accepted fields: {accepted}"]
                      for key in unknown})
+            repeated = _repeated_form_keys(self, data)
+            if repeated:
+                raise serializers.ValidationError(repeated)
         return super().to_internal_value(data)
 
 
