@@ -687,6 +687,26 @@ def test_log_chunks_refused(running):
     assert not TaskLog.objects.exists()
 
 
+def test_a_chunk_far_past_the_stored_end_is_refused_even_after_the_job_ended(running, settings):
+    """New-user trial 13, F4: a finished task's log took a chunk at offset 2^62 and then read 4.6 EB "in size".
+    A gap up to TASK_LOG_MAX_BYTES (what an attempt keeps) is kept as before; further out the chunk is refused
+    and next_offset is the stored end, which the agent resumes from (agent/runner.py ack_logs)."""
+    settings.TASK_LOG_MAX_BYTES = 1000
+    t0, _ = tasks_of(running)
+    assert log(t0, 0, "hello\n") == (True, "", 6)
+    assert log(t0, 6 + 1000, "after the largest gap") == (True, "", 1027)  # end 6 + 1000: still kept
+    ok, why, nxt = log(t0, 1027 + 1001, "too far")
+    assert (ok, nxt) == (False, 1027) and "more than 1000 bytes (TASK_LOG_MAX_BYTES) past the 1027 bytes" in why
+    for task in tasks_of(running):
+        report(task, "exited", 20, exit_code=0)
+    assert Job.objects.get(pk=running.pk).state == "succeeded"
+    ok, why, nxt = log(t0, 2**62, "hello")
+    assert (ok, nxt) == (False, 1027) and "send its output from 1027" in why
+    page = execution.read_log(Task.objects.get(pk=t0.pk))
+    assert page["size"] == 1027 and "hello" not in page["data"][6:]
+    assert log(t0, 1027, "last words\n") == (True, "", 1038)  # the attempt's last lines, contiguous: still taken
+
+
 def test_log_reads_default_to_the_last_attempt_that_logged(submit, agents):
     """After a restart, before the new attempt has printed anything, the default read shows the attempt that
     failed (its output explains the restart), not an empty page."""

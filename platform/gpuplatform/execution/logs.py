@@ -8,7 +8,9 @@ the next character still returns that character, so paging always progresses).
 
 Offsets are byte offsets in the attempt's output as the agent counts them. A chunk whose offset is
 already stored is a retry and is dropped (idempotent); one that starts past the end (the agent skipped
-output) is kept, leaving a gap.
+output) is kept, leaving a gap, if the gap is at most TASK_LOG_MAX_BYTES (what an attempt keeps): a chunk
+further out is refused with the stored end as `next_offset`, which the agent resumes from (new-user trial 13,
+F4: a chunk at offset 2^62 made a finished task's log 4.6 EB "in size", the gap claimed as output).
 """
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ def log_limits() -> dict[str, int]:
 def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
                at: datetime | None = None) -> tuple[bool, str, int]:
     """Store one chunk from `node`'s agent. Returns (accepted, detail, next_offset). Refused: unknown
-    task, an attempt the job has not reached, a chunk over the size limit, a negative offset, a past attempt's
+    task, an attempt the job has not reached, a chunk over the size limit, a negative offset, an offset more
+    than TASK_LOG_MAX_BYTES past what is stored of the attempt (next_offset: the stored end), a past attempt's
     chunk from a node that attempt did not run on. A chunk of an attempt that has just ended (its last lines) is
     accepted from the node that ran it. NUL characters
     are stored as "?" (one byte for one: offsets stay the agent's). A chunk that arrives after its job ended
@@ -64,6 +67,10 @@ def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
         return False, f"a log chunk may hold at most {limits['chunk']} bytes", offset
     if not raw:
         return True, "", offset
+    end = _stored_end(task_id, attempt)
+    if offset > end + limits["task"]:
+        return False, (f"offset {offset} is more than {limits['task']} bytes (TASK_LOG_MAX_BYTES) past the "
+                       f"{end} bytes stored of task {task_id} attempt {attempt}: send its output from {end}"), end
     with transaction.atomic():
         if attempt == attempts and job_state in (Job.State.PREEMPTING, *Job.FINAL_STATES):
             # the attempt ends now or has ended: hold the job's row (as the lifecycle's end does) so that the end
@@ -90,6 +97,13 @@ def _line_start(task_id: int, attempt: int, offset: int) -> str:
     before = (TaskLog.objects.filter(task_id=task_id, attempt=attempt, offset__lt=offset).order_by("-offset")
               .values_list("data", flat=True).first())
     return before.rpartition("\n")[2] if before else ""
+
+
+def _stored_end(task_id: int, attempt: int) -> int:
+    """The byte offset just after the last chunk stored of the attempt (0 when none): what read_log calls size."""
+    last = (TaskLog.objects.filter(task_id=task_id, attempt=attempt).order_by("-offset")
+            .values_list("offset", "size").first())
+    return last[0] + last[1] if last else 0
 
 
 def _trim(task_id: int, attempt: int, budget: int) -> None:
