@@ -139,3 +139,33 @@ def test_the_login_page_refuses_a_username_given_twice(users):
     r = Client().post("/accounts/login/", "username=vera&username=admin&password=pw",
                       content_type="application/x-www-form-urlencoded")
     assert r.status_code == 400 and b"username: given more than once" in r.content
+
+
+# --- F13: a node clock thousands of years off -------------------------------------------------------------------
+
+@pytest.mark.parametrize("when, direction", [("9999-12-31T23:59:59+14:00", "ahead of"),
+                                             ("0001-01-01T00:00:00-14:00", "behind")])
+def test_a_heartbeat_with_an_absurd_clock_counts_but_its_offset_is_not_kept(client_for, admin, when, direction):
+    from gpuplatform.models import Event
+
+    agent = client_for("agent")
+    assert agent.post("/api/v1/nodes/register/", {"name": "clocky", **INVENTORY}, format="json").status_code == 201
+    r = agent.post("/api/v1/nodes/clocky/heartbeat/", {"time": when}, format="json")
+    assert r.status_code == 200, r.content
+    (warning,) = r.json()["warnings"]["time"]
+    assert f"years) {direction} the server's" in warning and "NODE_CLOCK_MAX_OFFSET_SECONDS" in warning
+    node = admin.get("/api/v1/nodes/clocky/").json()
+    assert node["clock_offset_seconds"] is None and node["last_heartbeat"] is not None
+    agent.post("/api/v1/nodes/clocky/heartbeat/", {"time": when}, format="json")
+    assert Event.objects.filter(kind="node_clock", node__name="clocky").count() == 1  # flagged, not once a beat
+
+
+def test_a_heartbeat_with_a_sane_clock_keeps_its_offset(client_for):
+    from datetime import datetime, timedelta, timezone
+
+    agent = client_for("agent")
+    agent.post("/api/v1/nodes/register/", {"name": "clocky", **INVENTORY}, format="json")
+    when = (datetime.now(timezone.utc) + timedelta(seconds=30)).isoformat()
+    r = agent.post("/api/v1/nodes/clocky/heartbeat/", {"time": when}, format="json")
+    assert r.status_code == 200 and "warnings" not in r.json(), r.content
+    assert 25 < r.json()["clock_offset_seconds"] < 35

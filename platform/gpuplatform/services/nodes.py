@@ -209,7 +209,8 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
     """Store a heartbeat: last_heartbeat = `at`, the time the SERVER received it (default: the cluster
     clock; never the node's own clock, which drifts) and each reported GPU's health ({index, health,
     health_reason}). `node_time`, the time the node put in it, is kept only as the node's clock offset
-    (Node.clock_offset_seconds). A not_ready node returns to the state it had (node_states.py). Raises ValidationError: unknown
+    (Node.clock_offset_seconds), and only within NODE_CLOCK_MAX_OFFSET_SECONDS of `at`: further out the offset
+    is cleared, the returned node's `clock_warning` says why and a `node_clock` Event flags it (hourly at most). A not_ready node returns to the state it had (node_states.py). Raises ValidationError: unknown
     node ("name": register first), bad GPU entries, a GPU index the node does not have."""
     node = Node.objects.select_for_update().filter(name=name).first()
     if node is None:
@@ -229,9 +230,11 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
             changes.append({"index": row.index, "from": row.health, "to": health, "reason": reason})
             Gpu.objects.filter(pk=row.pk).update(health=health, health_reason=reason)
     at = at or clock.now()
-    Node.objects.filter(pk=node.pk).update(
-        last_heartbeat=at,
-        clock_offset_seconds=round((node_time - at).total_seconds(), 3) if node_time is not None else None)
+    offset = round((node_time - at).total_seconds(), 3) if node_time is not None else None
+    warning = clock_warning(offset)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=at, clock_offset_seconds=None if warning else offset)
+    if warning:
+        _flag_clock(node, offset, warning, at=at, actor=actor)
     if changes:
         record_event("gpu_health", f"{name}: " + "; ".join(f"gpu{c['index']} {c['from']} -> {c['to']}"
                                                          + (f" ({c['reason']})" if c["reason"] else "") for c in changes),
@@ -246,7 +249,41 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
         record_validation(node, passed=check["passed"], detail="; ".join(check["problems"]) or "every GPU visible and "
                           "healthy, topology labels agree", actor=actor, at=at)
         node.refresh_from_db()
+    node.clock_warning = warning  # for the heartbeat's answer (api/views/cluster.py)
     return node
+
+
+def clock_warning(offset: float | None) -> str:
+    """Why a node clock `offset` seconds from the server's (node minus server) is not kept, or "" when it is (None:
+    no time sent). New-user trial 13, F13: a heartbeat with year 9999 was stored as a 7,978-year clock offset,
+    which telemetry timestamps are then shifted by."""
+    from django.conf import settings
+
+    bound = float(getattr(settings, "NODE_CLOCK_MAX_OFFSET_SECONDS", 86400))
+    if offset is None or abs(offset) <= bound:
+        return ""
+    years = abs(offset) / (365.25 * 86400)
+    size = f"{years:,.0f} years" if years >= 1 else f"{abs(offset) / 86400:,.1f} days"
+    return (f"the node's clock is {abs(offset):,.0f} s ({size}) {'ahead of' if offset > 0 else 'behind'} the "
+            f"server's: more than NODE_CLOCK_MAX_OFFSET_SECONDS ({bound:,.0f}); the heartbeat counts (the server's "
+            f"receive time), but this time is not kept as the node's clock offset: set the node's clock (NTP)")
+
+
+CLOCK_EVENT_EVERY_SECONDS = 3600
+
+
+def _flag_clock(node: Node, offset: float, warning: str, *, at: datetime, actor) -> None:
+    """A `node_clock` Event for a node whose clock is off beyond the bound, at most once an hour per node (its
+    heartbeats come every few seconds)."""
+    from datetime import timedelta
+
+    from ..models import Event
+
+    if Event.objects.filter(kind="node_clock", node=node, time__gt=at - timedelta(seconds=CLOCK_EVENT_EVERY_SECONDS),
+                            time__lte=at).exists():
+        return
+    record_event("node_clock", f"{node.name}: {warning}", actor=actor, node=node, data={"offset_seconds": offset},
+                 time=at)
 
 
 def _carries_inventory(gpus: list[dict]) -> bool:

@@ -179,13 +179,19 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=HeartbeatSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
     def heartbeat(self, request, name=None):
-        """The node agent's heartbeat: last_heartbeat and each GPU's health; a not_ready node comes back."""
+        """The node agent's heartbeat: last_heartbeat and each GPU's health; a not_ready node comes back. A `time`
+        more than NODE_CLOCK_MAX_OFFSET_SECONDS from the server's clock is not kept as the node's clock offset: the
+        answer then carries `"warnings": {"time": ["..."]}` (the heartbeat still counts)."""
         node = self.get_object()
         body = HeartbeatSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
-        services.record_heartbeat(node.name, gpus=[dict(g) for g in d["gpus"]], node_time=d["time"], actor=request.user)
-        return self._node_response(node)
+        beat = services.record_heartbeat(node.name, gpus=[dict(g) for g in d["gpus"]], node_time=d["time"],
+                                         actor=request.user)
+        response = self._node_response(node)
+        if beat.clock_warning:  # taken, but the node's clock is not believable: said, on the field (trial 13, F13)
+            response.data = {**response.data, "warnings": {"time": [beat.clock_warning]}}
+        return response
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"], filterset_class=None, pagination_class=None)
