@@ -197,7 +197,10 @@ def test_gang_start_timeout_requeues_with_backoff_doubling_to_the_cap(submit, se
         assert (job.state, job.attempts, job.submitted_at) == ("pending", attempt, at(-10))
         assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
         waits.append((job.not_before - now).total_seconds())
-        assert job.pending_reason.startswith(f"requeued after attempt {attempt}")
+        # attempts count from 0, as the API's attempts list: attempt - 1 ended, attempt comes (trial 13, F9)
+        assert job.pending_reason.startswith(f"requeued after attempt {attempt - 1}; attempt {attempt} retries at")
+        ended = job.attempt_records.order_by("-number").values_list("number", flat=True).first()
+        assert ended == attempt - 1 and f"after attempt {ended};" in job.pending_reason  # the API's attempt number
         now = job.not_before
     assert waits == [60, 120, 240, 480, 960, 1920, 3600, 3600]
     assert Event.objects.filter(kind="gang_start_timeout", job=job).count() == 8
@@ -231,6 +234,6 @@ def test_backoff_pending_reason_comes_from_the_engine(submit):
     Job.objects.filter(pk=job.pk).update(not_before=at(100), attempts=2)
     store.run_cycle_once(clock=at(0))
     job.refresh_from_db()
-    assert job.state == "pending" and "requeued after attempt 2" in job.pending_reason
+    assert job.state == "pending" and "requeued after attempt 1; attempt 2 retries at" in job.pending_reason
     store.run_cycle_once(clock=at(100))
     assert Job.objects.get(pk=job.pk).state == "running"

@@ -74,6 +74,14 @@ class Allocation:
     kept: object = None
 
 
+def backoff_reason(attempts: int, not_before: float) -> str:
+    """The pending reason of a gang waiting out its requeue backoff: `attempts` is the number of the attempt to
+    come (Job.attempts), so the attempt that ended is `attempts - 1`, numbered from 0 as everywhere else."""
+    if attempts < 1:
+        return f"waiting for its first attempt; starts at {utc_iso(not_before)} at the earliest"
+    return f"requeued after attempt {attempts - 1}; attempt {attempts} retries at {utc_iso(not_before)}"
+
+
 def allocate(session: Session, pending: list[JobInfo], reservations: Reservations, *,
              shares: dict | None = None, before_borrowers=None, memo: dict | None = None) -> Allocation:
     """Start what fits of `pending` (the snapshot's pending jobs) on the session's state, charging their
@@ -101,8 +109,10 @@ def allocate(session: Session, pending: list[JobInfo], reservations: Reservation
             if job.not_before < out.retry_at:
                 out.retry_at = job.not_before
             session.queues.drop_hold(job.id)
-            out.reasons[job.id] = PendingReason("backoff", f"requeued after attempt {job.attempts}; "
-                                                           f"retries at {utc_iso(job.not_before)}")
+            # job.attempts is the attempt to come; the one that ended is the one before, numbered from 0 as the
+            # API's attempts list and the job page number them (new-user trial 13, F9: "after attempt 1" when
+            # attempt 0 had failed)
+            out.reasons[job.id] = PendingReason("backoff", backoff_reason(job.attempts, job.not_before))
         elif job.reserved and _reservation_valid(session, job):
             holders.append(job)
         else:
