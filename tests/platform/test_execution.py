@@ -827,6 +827,27 @@ def test_job_logs_endpoint(clients, submit):
     assert clients["other"].get(f"/api/v1/jobs/{other.pk}/logs/").status_code == 200
 
 
+def test_the_logs_endpoint_takes_the_task_as_failed_task_names_it(clients, submit):
+    """New-user trial 13, F8: failed_task and diagnosis.task say worker[1], the tasks list worker-1; the logs
+    endpoint refused worker[1]. Both spellings name the same task."""
+    job = submit("gang", tasks=2, gpus=8)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    start_all(job)
+    t0, t1 = tasks_of(job)
+    log(t1, 0, "Traceback: rank 1 fails\n")
+    report(t1, "exited", 10, exit_code=3)
+    job.refresh_from_db()
+    assert job.failed_task == "worker[1]"
+    url = f"/api/v1/jobs/{job.pk}/logs/"
+    by_failed = clients["member"].get(url, {"task": job.failed_task})
+    assert by_failed.status_code == 200, by_failed.content
+    assert (by_failed.json()["task"], by_failed.json()["data"]) == (t1.pk, "Traceback: rank 1 fails\n")
+    assert clients["member"].get(url, {"task": "worker-1"}).json()["task"] == t1.pk
+    for unknown in ("worker[9]", "worker[]", "worker[x]", "[1]"):
+        answer = clients["member"].get(url, {"task": unknown})
+        assert answer.status_code == 400 and "worker[0]" in answer.json()["task"][0], (unknown, answer.content)
+
+
 def test_what_a_process_printed_never_makes_a_report_malformed(clients, submit):
     """A node agent drops a report answered 400 with every event in it: a NUL in a task's output or a long
     "lost" message must not cost the exit reports sent alongside."""

@@ -276,7 +276,8 @@ class JobSubmitSerializer(Serializer):
 
 class LogQuerySerializer(Serializer):
     task = serializers.CharField(max_length=80, required=False, default="",
-                                 help_text="task id or role-index (e.g. worker-0); default: the job's first task")
+                                 help_text="task id, role-index (e.g. worker-0, the tasks' `name`) or role[index] "
+                                           "(worker[0], as failed_task names it); default: the job's first task")
     attempt = count_field(min_value=0, required=False, allow_null=True, default=None)
     offset = serializers.IntegerField(min_value=0, max_value=2**62, required=False, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=65536, required=False, default=65536)

@@ -1,4 +1,5 @@
 import logging
+import re
 
 from django.db import DatabaseError
 from django.db.models import Prefetch
@@ -30,6 +31,9 @@ class JobSubmitThrottle(UserRateThrottle):
     scope = "job-submit"
 
 
+TASK_BRACKETS = re.compile(r"^(.+)\[(\d+)\]$")  # worker[1]: how failed_task and a diagnosis name a task
+
+
 def read_job_log(job: Job, params) -> dict:
     """The logs answer for `job` from the query `params` (LogQuerySerializer: task, attempt, offset, limit);
     also what a federation worker serves its manager (federation/worker_api.py). Raises ValidationError
@@ -44,11 +48,14 @@ def read_job_log(job: Job, params) -> dict:
     elif key.isdigit():
         task = tasks.filter(pk=int(key)).first()
     else:
-        role, _, index = key.rpartition("-")
+        # role-index (the tasks list's `name`, worker-1) or role[index] (the job's failed_task and diagnosis.task,
+        # worker[1]): the same task, so either spelling a job shows finds it (new-user trial 13, F8)
+        bracketed = TASK_BRACKETS.match(key)
+        role, _, index = (bracketed.group(1), "", bracketed.group(2)) if bracketed else key.rpartition("-")
         task = tasks.filter(role__name=role, index=int(index)).first() if index.isdigit() else None
     if task is None:
-        raise services.ValidationError({"task": f"job {job.pk} has no task {key!r} (give its id or role-index, "
-                                                f"e.g. worker-0)"})
+        raise services.ValidationError({"task": f"job {job.pk} has no task {key!r} (give its id, role-index or "
+                                                f"role[index], e.g. worker-0 or worker[0])"})
     if d["attempt"] is not None and d["attempt"] > job.attempts:
         raise services.ValidationError({"attempt": f"job {job.pk} has had attempts 0 to {job.attempts} only"})
     return execution.read_log(task, attempt=d["attempt"], offset=d["offset"], limit=d["limit"])
