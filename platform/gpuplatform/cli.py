@@ -26,7 +26,8 @@ first task unless `--task`); `--follow` keeps polling every 2 s until the task h
 
 `--json` prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
 are printed), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON), 130
-interrupted. set-quota reads the quota's ETag and
+interrupted. set-quota changes only the values given (the others keep theirs; a new quota starts at
+guarantee 0, quota 0, no limit; no value at all is a usage error), reads the quota's ETag and
 sends it back in If-Match, so it fails (412) rather than overwrite a change made since.
 """
 from __future__ import annotations
@@ -423,6 +424,13 @@ def cmd_cancel(client: Client, a) -> object:
 
 
 def cmd_set_quota(client: Client, a) -> object:
+    """Change only the values given (a PATCH: --quota 3 keeps the guarantee and the limit); a quota that does
+    not exist yet is created with the others at guarantee 0, quota 0, no limit. Nothing given is a usage error,
+    not a silent no-op that prints the current values (new-user trial 13, F16: README said "exactly these
+    values", the tool changed only those given)."""
+    if a.guarantee is None and a.quota is None and a.limit is None and not a.no_limit:
+        raise UsageError("give at least one of --guarantee, --quota, --limit or --no-limit (only the values given "
+                         "change; GET /api/v1/quotas/?queue=...&flavor=... shows the current ones)")
     found, _ = client.get("/api/v1/quotas/", queue=a.queue, flavor=a.flavor)
     limit = None if a.no_limit else a.limit
     if not found["results"]:
@@ -548,7 +556,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("id", type=int)
     s.add_argument("--reason")
 
-    s = sub.add_parser("set-quota", parents=[common], help="create or change a queue's quota for a GPU flavor (platform admins)")
+    s = sub.add_parser("set-quota", parents=[common], help="create or change a queue's quota for a GPU flavor (platform admins)",
+                       description="Change only the values given; the others keep theirs (a new quota: guarantee 0, "
+                                   "quota 0, no limit). At least one value is needed.")
     s.add_argument("queue")
     s.add_argument("flavor")
     s.add_argument("--guarantee", type=int)

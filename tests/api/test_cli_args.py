@@ -331,3 +331,20 @@ def test_a_base_path_that_is_not_the_api_is_one_line(api, capsys):
     code = cli.main(["--api", "http://gpu.example:8000/nope", "--token", "t", "list"])
     err = capsys.readouterr().err
     assert code == 2 and err == "gpuctl: no GPU platform API at http://gpu.example:8000/nope (HTTP 404)\n", err
+
+
+def test_set_quota_without_a_value_is_a_usage_error_not_a_silent_no_op(api, capsys):
+    """New-user trial 13, F16: `gpuctl set-quota demo H200` with no value printed the current values, rc 0, as if
+    it had set something. It changes only the values given (README), so none given is exit 2 saying so."""
+    code = cli.main([*API, "set-quota", "alpha", "H100"])
+    assert code == 2
+    assert "give at least one of --guarantee, --quota, --limit or --no-limit" in capsys.readouterr().err
+    assert api.calls == []  # nothing asked of the server
+
+
+def test_set_quota_patches_only_the_values_given(api, capsys):
+    FakeApi.answers = lambda method, path, body: (
+        {"results": [{"id": 3}]} if method == "GET" and path == "/api/v1/quotas/" else
+        {"queue": "alpha", "flavor": "H100", "guarantee": 1, "quota": 3, "limit": 4})
+    assert cli.main([*API, "set-quota", "alpha", "H100", "--quota", "3"]) == 0, capsys.readouterr().err
+    assert [c for c in api.calls if c[0] == "PATCH"] == [("PATCH", "/api/v1/quotas/3/", {"quota": 3})]
