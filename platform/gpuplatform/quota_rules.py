@@ -42,9 +42,35 @@ def check_triple(prefix: str, guarantee, quota, limit, changed: frozenset | set 
     return errors
 
 
+FLAVOR_MAX_CHARS = 64
+
+
+def flavor_error(flavor) -> str | None:
+    """The rule of a quota's flavor, or None: one GPU model named by the name rule (names.py: letters, digits,
+    '.', '_', '-', as the node agent derives it: 'NVIDIA H200' -> H200), or a MIG profile's resource
+    '<model>/mig-<profile>' (1g.18gb). New-user trial 13, F11: 'H200 🚀' and 'H200|A100' were quota flavors,
+    the second (a job's "either") never matching a node."""
+    from .job_rules import MIG_PROFILE
+    from .names import NAME_HELP, NAME_RE
+
+    if not isinstance(flavor, str):
+        return "a flavor is a string"
+    model, mig, profile = flavor.partition("/mig-")
+    if "|" in flavor:
+        return (f"a quota is for one GPU flavor; {flavor[:40]!r} names several ('|', either, is for a job's "
+                f"flavor only): one quota per flavor")
+    if not NAME_RE.match(model) or (mig and not MIG_PROFILE.match(profile)):
+        return (f"a flavor is a GPU model that uses {NAME_HELP} (e.g. H200), or <model>/mig-<profile> "
+                f"(H200/mig-1g.18gb); {flavor[:40]!r} is not")
+    if len(flavor) > FLAVOR_MAX_CHARS:
+        return f"a flavor must be at most {FLAVOR_MAX_CHARS} characters"
+    return None
+
+
 def check_flavor(flavor: str, queue_id: int | None = None, field: str = "flavor", quota=0,
                  guarantee=0) -> dict[str, str]:
-    """A quota's flavor must be a GPU model some node has, or its guarantee and quota must be 0 (set up ahead
+    """A quota's flavor must follow the flavor rule (flavor_error; not re-checked for a row the queue already
+    has), and be a GPU model some node has, or its guarantee and quota must be 0 (set up ahead
     of nodes that have not joined yet). Not checked while the cluster has no nodes at all (being set up),
     nor for a flavor the queue already has a quota row for (its nodes may have left). Reported on `field`,
     so a typo ("nope") reads "unknown flavor", not a sum rule of the tree. A MIG resource
@@ -53,6 +79,9 @@ def check_flavor(flavor: str, queue_id: int | None = None, field: str = "flavor"
 
     if not flavor:
         return {field: "flavor must not be empty"}
+    rule = flavor_error(flavor)
+    if rule and not (queue_id is not None and Quota.objects.filter(queue_id=queue_id, flavor=flavor).exists()):
+        return {field: rule}  # a row stored before the rule can still be changed (or deleted)
     positive = any(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (quota, guarantee))
     if not positive:
         return {}

@@ -169,3 +169,33 @@ def test_a_heartbeat_with_a_sane_clock_keeps_its_offset(client_for):
     r = agent.post("/api/v1/nodes/clocky/heartbeat/", {"time": when}, format="json")
     assert r.status_code == 200 and "warnings" not in r.json(), r.content
     assert 25 < r.json()["clock_offset_seconds"] < 35
+
+
+# --- F11: quota flavors and names as strings -----------------------------------------------------------------
+
+@pytest.mark.parametrize("flavor, words", [("H200 🚀", "a flavor is a GPU model that uses letters, digits"),
+                                           ("H200|A100", "a quota is for one GPU flavor"),
+                                           ("H100/mig-lots", "<model>/mig-<profile>")])
+def test_a_quota_flavor_follows_the_flavor_rule(admin, flavor, words):
+    from gpuplatform.models import Quota
+
+    before = Quota.objects.count()
+    r = admin.post("/api/v1/quotas/", {"queue": "alpha", "flavor": flavor, "guarantee": 0, "quota": 0, "limit": 0},
+                   format="json")
+    assert r.status_code == 400 and list(r.json()) == ["flavor"] and words in r.json()["flavor"][0], r.content
+    assert Quota.objects.count() == before
+
+
+def test_good_quota_flavors_are_still_taken(admin):
+    for flavor in ("A100-SXM4-80GB", "H100/mig-1g.10gb+me"):
+        r = admin.post("/api/v1/quotas/", {"queue": "alpha", "flavor": flavor, "guarantee": 0, "quota": 0,
+                                           "limit": 0}, format="json")
+        assert r.status_code == 201, (flavor, r.content)
+
+
+def test_a_name_given_as_a_number_is_refused_as_on_job_submission(admin):
+    r = admin.post("/api/v1/quotas/", {"queue": 1, "flavor": "H100", "guarantee": 0, "quota": 0}, format="json")
+    assert r.status_code == 400 and r.json() == {"queue": ["Not a valid string."]}, r.content
+    job = admin.post("/api/v1/jobs/", {"queue": 1, "name": "j", "command": "true",
+                                       "roles": [{"name": "w", "tasks": 1}]}, format="json")
+    assert job.status_code == 400 and job.json()["queue"] == ["Not a valid string."]  # the same words

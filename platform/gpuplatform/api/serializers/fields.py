@@ -27,12 +27,24 @@ def quota_field(name: str, **kwargs) -> serializers.IntegerField:
         help_text=f"GPUs, 0 to {QUOTA_MAX}", **kwargs)
 
 
+class NamedField(serializers.SlugRelatedField):
+    """A SlugRelatedField that takes a string only: DRF looks up `{"queue": 1}` as the name '1' ("unknown queue
+    '1'"), where every string field of the API refuses a number (new-user trial 13, F11: POST /quotas/ turned 1
+    into '1' while POST /jobs/ answered "Not a valid string."). A form's values are text anyway."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            raise serializers.ValidationError(str(serializers.CharField.default_error_messages["invalid"]),
+                                              code="invalid")
+        return super().to_internal_value(data)
+
+
 def named_field(what: str, slug_field: str, queryset, **kwargs) -> serializers.SlugRelatedField:
-    """A related object given by its name (`slug_field`). An unknown name is "unknown <what> 'nope'", the
-    words job submission uses (services.base), not DRF's "Object with name=nope does not exist." (new-user
+    """A related object given by its name (`slug_field`), a string. An unknown name is "unknown <what> 'nope'",
+    the words job submission uses (services.base), not DRF's "Object with name=nope does not exist." (new-user
     trial 8, F14: gpuctl set-quota, queue creation)."""
     kwargs["error_messages"] = {"does_not_exist": f"unknown {what} " + "{value!r}", **kwargs.get("error_messages", {})}
-    return serializers.SlugRelatedField(slug_field=slug_field, queryset=queryset, **kwargs)
+    return NamedField(slug_field=slug_field, queryset=queryset, **kwargs)
 
 
 class FiniteFloatField(serializers.FloatField):
