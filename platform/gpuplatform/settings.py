@@ -270,9 +270,10 @@ FEDERATION_FORECAST_PROBES = int(os.environ.get("FEDERATION_FORECAST_PROBES", "6
 FEDERATION_TOKEN_KEY = os.environ.get("FEDERATION_TOKEN_KEY", "")  # encrypts member tokens (default: SECRET_KEY)
 HEARTBEAT_TIMEOUT_SECONDS = float(os.environ.get("HEARTBEAT_TIMEOUT_SECONDS", "60"))  # silent longer -> not_ready
 NODE_FAILURE_GRACE_SECONDS = float(os.environ.get("NODE_FAILURE_GRACE_SECONDS", "120"))  # not_ready longer -> tasks fail
-# A heartbeat whose node clock is further than this from the server's is still taken (liveness is the server's
-# receive time) but its offset is not kept, and the node is flagged (services.nodes.record_heartbeat)
-NODE_CLOCK_MAX_OFFSET_SECONDS = float(os.environ.get("NODE_CLOCK_MAX_OFFSET_SECONDS", "86400"))
+# A heartbeat whose node clock is further than this (366 days) from the server's is still taken (liveness is the
+# server's receive time) but its offset is not kept, and the node is flagged (services.nodes.record_heartbeat). A
+# clock months off is a real, if wrong, clock whose offset telemetry is shifted by; years off (9999, 0001) is not
+NODE_CLOCK_MAX_OFFSET_SECONDS = float(os.environ.get("NODE_CLOCK_MAX_OFFSET_SECONDS", str(366 * 86400)))
 # The repair path's validation check (docs/diagnosis.md): an argv the node's agent runs when an admin starts
 # validation without a command of their own (e.g. "dcgmi diag -r 2"); empty = the heartbeat check only.
 NODE_VALIDATION_COMMAND = shlex.split(os.environ.get("NODE_VALIDATION_COMMAND", ""))

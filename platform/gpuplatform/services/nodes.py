@@ -259,7 +259,7 @@ def clock_warning(offset: float | None) -> str:
     which telemetry timestamps are then shifted by."""
     from django.conf import settings
 
-    bound = float(getattr(settings, "NODE_CLOCK_MAX_OFFSET_SECONDS", 86400))
+    bound = float(getattr(settings, "NODE_CLOCK_MAX_OFFSET_SECONDS", 366 * 86400))
     if offset is None or abs(offset) <= bound:
         return ""
     years = abs(offset) / (365.25 * 86400)
