@@ -65,6 +65,21 @@ def test_the_admin_node_form_holds_the_rule(cluster):
     assert form.errors["name"] == [name_error("node", "x/y")]
 
 
+def test_a_node_named_before_the_rule_can_be_cordoned_and_renamed_in_the_admin(cluster):
+    """The remedy docs/api.md gives for a node registered before the rule: the admin addresses it by id."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    bad = Node.objects.first()
+    Node.objects.filter(pk=bad.pk).update(name="../../etc/x y")  # as registered before the rule
+    client = Client()
+    client.force_login(get_user_model().objects.create_superuser("root", "root@example.com", "pw"))
+    client.post("/admin/gpuplatform/node/", {"action": "action_cordon_node", "_selected_action": [bad.pk]})
+    assert Node.objects.get(pk=bad.pk).state == "cordoned"
+    with pytest.raises(services.ValidationError):  # and its agent is told at its next registration
+        services.register_node("../../etc/x y", flavor=bad.flavor, gpus=[{"index": 0}])
+
+
 def test_the_agent_refuses_a_bad_node_name_before_it_sends_anything():
     with pytest.raises(CommandError, match=r"--node-name '\.\./\.\./etc/x y': a node name uses"):
         call_command("gpu_agent", "--api", "http://127.0.0.1:9", "--token", "t", "--once",
