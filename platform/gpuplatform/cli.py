@@ -520,7 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--command", dest="command_line", metavar="COMMAND", help='what every task runs, one line split like a shell would: '
                                      '"python3 train.py --epochs 3" (or give the argv after --)')
     s.add_argument("--env", action="append", metavar="NAME=VALUE", help="an environment variable (repeatable)")
-    s.add_argument("--workdir", help="working directory (blank = the task's own directory on the node)")
+    s.add_argument("--workdir", help="working directory: an absolute path on the node (blank = the task's own "
+                   "directory on the node)")
     s.add_argument("--image", help="container image (needs a node agent with docker or podman)")
     s.add_argument("--max-restarts", type=int, help="restarts of the whole gang after a task fails (default 0)")
     s.add_argument("--completion-role", help="the job succeeds when this role's tasks exit 0 (default: every role)")

@@ -292,3 +292,16 @@ def test_health_rules_judge_signals():
     assert act({"thermal_slowdown_seconds": 400}) == "cordon"
     assert act({"nvlink_down": 1}) == "drain"
     assert act({}) is None
+
+
+def test_the_agents_cannot_start_line_is_the_evidence_not_the_bare_exit_status():
+    """trial 13, F14: a task whose working directory did not exist was diagnosed from its exit status 127 alone
+    ("command not found"); the supervisor's own "cannot start" line in the log says what happened."""
+    for line, code in (("[gpuplatform] cannot start 'true': working directory '/srv/missing': No such file or "
+                        "directory", 127),
+                       ("[gpuplatform] cannot start 'train.sh': Permission denied", 126),
+                       ("[gpuplatform] cannot start 'trainn': No such file or directory", 127)):
+        d = one_task(line, exit_code=code)
+        assert (d.category, d.action, d.rule) == ("user_error", "cancel_retries", "agent-cannot-start"), d
+        assert d.evidence[0] == {"task": "worker[0]", "source": "log", "line": 1, "offset": 0, "text": line}
+        assert line in d.summary

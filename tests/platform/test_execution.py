@@ -151,12 +151,12 @@ def test_a_string_command_is_split_with_shlex_and_roles_inherit_the_job(alpha):
         env={"A": "job", "B": "2"}, working_dir=" /srv/run ", max_restarts=2, completion_role="launcher",
         roles=[{"name": "launcher", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 1000, "command": "bash -c 'echo hi'",
                 "env": {"A": "role"}},
-               {"name": "worker", "tasks": 2, "gpus_per_task": 1, "working_dir": "rel"}])
+               {"name": "worker", "tasks": 2, "gpus_per_task": 1, "working_dir": "/srv/rel"}])
     launcher, work = JobRole.objects.filter(job=job).order_by("id")
     assert launcher.command == ["bash", "-c", "echo hi"]
     assert work.command == ["python3", "train.py", "--name", "my run", "--lr=1e-3"]
     assert launcher.env == {"A": "role", "B": "2"} and work.env == {"A": "job", "B": "2"}
-    assert (launcher.working_dir, work.working_dir) == ("/srv/run", "rel")
+    assert (launcher.working_dir, work.working_dir) == ("/srv/run", "/srv/rel")
     assert (job.max_restarts, job.restarts, job.completion_role, job.simulated) == (2, 0, "launcher", False)
     submitted = Event.objects.get(kind="submitted", job=job)
     assert submitted.data["env_names"] == ["A", "B"] and "env" not in submitted.data["roles"][0]  # values stay private
