@@ -504,6 +504,19 @@ def test_cancel_of_a_gang_that_does_not_exit_ends_at_the_deadline(submit, agents
     store.run_cycle_once(clock=at(130))
     job.refresh_from_db()
     assert (job.state, job.finished_at) == ("cancelled", at(130)) and live(job) == []
+    # new-user trial 13, F17/F19: the agents' SIGKILL reports arrive after the end; each task keeps how it ended
+    # (it showed exit_signal null and no end message), once; the job is unchanged
+    t0, t1 = tasks_of(job)
+    assert (t0.state, t0.exit_signal, t0.end_message) == ("released", None, "")
+    assert report(t0, "exited", 131, signal=9) == (True, "")
+    assert report(t1, "lost", 132, message="agent restarted; process gone, no exit status") == (True, "")
+    t0, t1 = tasks_of(job)
+    assert (t0.state, t0.exit_code, t0.exit_signal, t0.end_message) == ("released", None, 9,
+                                                                        "was killed by signal 9 (SIGKILL)")
+    assert (t1.state, t1.exit_signal, t1.end_message) == ("released", None, "agent restarted; process gone, no exit "
+                                                                              "status")
+    assert report(t0, "exited", 133, exit_code=0)[0] is False  # kept once
+    assert Job.objects.get(pk=job.pk).finished_at == at(130) and Job.objects.get(pk=job.pk).state == "cancelled"
 
 
 def test_cancel_of_a_job_on_simulated_nodes_ends_at_once(submit):
