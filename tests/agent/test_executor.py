@@ -427,3 +427,26 @@ def test_sigkill_end_and_the_supervisors_oom_evidence(ex):
         assert (d.category, d.rule) == ("host_oom", "agent-oom-kill-counter"), d
     d = engine.diagnose([engine.TaskEvidence("worker[0]", "n0", 1.0, signal=9, log=log_of(ex, (5, 0)))], rules=rules)
     assert d.category == ("host_oom" if "OOM killer killed" in log_of(ex, (5, 0)) else "unknown")
+
+
+def test_the_kernels_oom_line_for_the_tasks_pid_is_the_supervisors_first_evidence(tmp_path):
+    """Where /dev/kmsg is readable the supervisor looks for the kernel's own line naming its child's pid; only that
+    pid's line counts (another process's OOM kill is not this task's)."""
+    from gpuplatform.agent import supervise
+    from gpuplatform.diagnosis import engine
+    from gpuplatform.diagnosis.tables import shipped_rules
+
+    records = ["Linux version 6.1", "Out of memory: Killed process 999 (other) total-vm:1kB",
+               "Memory cgroup out of memory: Killed process 4242 (python) total-vm:9876kB, anon-rss:5432kB",
+               "oom_reaper: reaped process 4242 (python)"]
+    assert supervise._kernel_oom_line(4242, records) == records[2]
+    assert supervise._kernel_oom_line(42, records) is None and supervise._kernel_oom_line(4242, []) is None
+    line = f"[gpuplatform] kernel log: {records[2]}"
+    d = engine.diagnose([engine.TaskEvidence("worker[0]", "n0", 1.0, signal=9, log=line)],
+                        rules=engine.parse_rules(shipped_rules()))
+    assert (d.category, d.rule, d.evidence[0]["text"]) == ("host_oom", "kernel-oom-killer", line)
+    # a file that is not there (or not readable) gives no records; a readable one gives each record's message
+    assert list(supervise._kmsg_records(str(tmp_path / "absent"))) == []
+    fake = tmp_path / "kmsg"
+    fake.write_text("6,1,5,-;Out of memory: Killed process 7 (x)\n")
+    assert list(supervise._kmsg_records(str(fake))) == ["Out of memory: Killed process 7 (x)"]
