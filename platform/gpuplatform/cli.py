@@ -435,8 +435,9 @@ END_WAIT_POLLS = 5  # LOG_POLL_SECONDS each: a gang's end follows its first fail
 
 def _task_end(t: dict) -> str:
     how = (f"killed by signal {t['exit_signal']}" if t.get("exit_signal") is not None else
-           f"exit code {t['exit_code']}" if t.get("exit_code") is not None else "")
-    return ", ".join(x for x in (t.get("state") or "ended", how, (t.get("end_message") or "")[:200]) if x)
+           f"exit code {t['exit_code']}" if t.get("exit_code") is not None else
+           (t.get("end_message") or "")[:200])  # (the end message says the exit again, but for a lost task)
+    return ", ".join(x for x in (t.get("state") or "ended", how) if x)
 
 
 def _follow_end(client: Client, job_id, page: dict, err) -> None:

@@ -221,13 +221,16 @@ def test_logs_follow_polls_until_complete_and_restarts_on_a_new_attempt(api, cap
 
 @pytest.mark.parametrize("job_state, task, code, end", [
     # new-user trial 13, F20: the job exited with code 4; gpuctl printed nothing about it and exited 0
-    ("failed", {"state": "failed", "exit_code": 4, "exit_signal": None},
+    ("failed", {"state": "failed", "exit_code": 4, "exit_signal": None, "end_message": "exited with code 4"},
      3, "gpuctl logs: worker-0 ended: failed, exit code 4; job 7 failed: task worker[0] exited with code 4 "
         "[diagnosis unknown]\n"),
     ("succeeded", {"state": "succeeded", "exit_code": 0, "exit_signal": None},
      0, "gpuctl logs: worker-0 ended: succeeded, exit code 0; job 7 succeeded\n"),
     ("cancelled", {"state": "released", "exit_code": None, "exit_signal": 9, "end_message": ""},
      3, "gpuctl logs: worker-0 ended: released, killed by signal 9; job 7 cancelled: cancelled by admin\n"),
+    ("failed", {"state": "failed", "exit_code": None, "exit_signal": None, "end_message": "agent restarted; no exit"},
+     3, "gpuctl logs: worker-0 ended: failed, agent restarted; no exit; job 7 failed: task worker[0] exited with "
+        "code 4 [diagnosis unknown]\n"),
 ])
 def test_logs_follow_ends_saying_how_the_task_and_job_ended_and_fails_with_them(api, capsys, monkeypatch, job_state,
                                                                                 task, code, end):
