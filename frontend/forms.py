@@ -130,8 +130,8 @@ class JobForm(forms.Form):
                           widget=forms.Textarea(attrs={"rows": 3, "placeholder": ENV_EXAMPLE, "spellcheck": "false",
                                                        "class": "wide"}))
     working_dir = forms.CharField(required=False, max_length=rules.MAX_PATH_CHARS, label="Working directory",
-                                  help_text="blank = the task's own directory on the node; relative = under the "
-                                            "node agent's work directory",
+                                  help_text="blank = the task's own directory on the node; otherwise an "
+                                            "absolute path (starting with /)",
                                   widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}))
     image = forms.CharField(required=False, max_length=rules.MAX_IMAGE_CHARS, label="Container image",
                             help_text="optional, e.g. nvcr.io/nvidia/pytorch:24.05-py3; blank = a plain process",

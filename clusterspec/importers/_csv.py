@@ -11,10 +11,13 @@ from __future__ import annotations
 import csv
 import math
 import os
+import unicodedata
 from datetime import datetime
 from typing import Iterator, Sequence
 
 from .errors import ImportFormatError
+
+MAX_TEXT = 256  # characters in a text cell (a name, a model, a queue): enough for every shipped trace
 
 
 class Row:
@@ -32,14 +35,22 @@ class Row:
     def error(self, column: str | None, rule: str) -> ImportFormatError:
         return ImportFormatError(self.path, self.line, column, rule)
 
-    def text(self, column: str, *, allow_empty: bool = False) -> str:
+    def text(self, column: str, *, allow_empty: bool = False, max_length: int = MAX_TEXT) -> str:
+        """A cell of at most `max_length` characters, none of them a control character (a NUL, an escape
+        sequence: they would reach a terminal or a report raw; new-user trial 13, F6)."""
         value = self._cells[column]
         if not value and not allow_empty:
             raise self.error(column, "expected a non-empty value, got ''")
+        bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+        if bad is not None:
+            raise self.error(column, f"expected text without control characters, got {value!r} (holds {bad!r})")
+        if len(value) > max_length:
+            raise self.error(column, f"expected at most {max_length} characters, got {len(value)}")
         return value
 
-    def integer(self, column: str, *, minimum: int | None = None, empty: int | None = None) -> int:
-        """An integer >= minimum. `empty` (if not None) is returned for an empty cell."""
+    def integer(self, column: str, *, minimum: int | None = None, empty: int | None = None,
+                maximum: int | None = None) -> int:
+        """An integer >= minimum (and <= maximum). `empty` (if not None) is returned for an empty cell."""
         value = self._cells[column]
         if value == "" and empty is not None:
             return empty
@@ -51,10 +62,13 @@ class Row:
             kind = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}.get(
                 minimum, f"an integer >= {minimum}")
             raise self.error(column, f"expected {kind}, got {value!r}")
+        if maximum is not None and number > maximum:
+            raise self.error(column, f"expected an integer <= {maximum:,}, got {value!r}")
         return number
 
-    def number(self, column: str, *, minimum: float | None = None) -> float:
-        """A finite number >= minimum."""
+    def number(self, column: str, *, minimum: float | None = None, maximum: float | None = None,
+               unit: str = "") -> float:
+        """A finite number >= minimum (and <= maximum; `unit` names the bound's unit in the message)."""
         value = self._cells[column]
         try:
             number = float(value)
@@ -65,6 +79,9 @@ class Row:
             if minimum not in (None, 0):
                 kind = f"a number >= {minimum}"
             raise self.error(column, f"expected {kind}, got {value!r}")
+        if maximum is not None and number > maximum:
+            bound = f"{int(maximum):,}" if float(maximum).is_integer() else f"{maximum:,g}"
+            raise self.error(column, f"expected a number <= {bound}{unit}, got {value!r}")
         return number
 
     def timestamp(self, column: str) -> datetime:

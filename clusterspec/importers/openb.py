@@ -57,6 +57,12 @@ QOS_CLASSES = ("LS", "BE", "Burstable", "Guaranteed")
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
                "creation_time", "deletion_time")
+# A pod row's bounds, as the Philly importer's (new-user trial 13, F6): a run of at most 366 days (the platform's
+# longest time limit; the shipped list's longest is 145 days), times within 3660 days of the trace's start, at
+# most MAX_GPUS GPUs (the shipped list's largest pod has 8).
+MAX_DURATION = 366 * 86400
+MAX_TIME = 3660 * 86400
+MAX_GPUS = 65_536
 
 
 def load_openb_cluster(path_node_csv, *, path_pod_csv=None, name: str = "openb") -> ClusterSpec:
@@ -117,7 +123,7 @@ def load_openb_trace(path_pod_csv, *, name: str = "openb-default") -> Trace:
         pod = row.text("name")
         cpu = row.integer("cpu_milli", minimum=0)
         memory = row.integer("memory_mib", minimum=0)
-        num_gpu = row.integer("num_gpu", minimum=0)
+        num_gpu = row.integer("num_gpu", minimum=0, maximum=MAX_GPUS)
         gpu_milli = row.integer("gpu_milli", minimum=0)
         if num_gpu > 0 and not 1 <= gpu_milli <= 1000:
             raise row.error("gpu_milli", f"expected 1..1000 for a GPU pod, got {gpu_milli}")
@@ -128,10 +134,13 @@ def load_openb_trace(path_pod_csv, *, name: str = "openb-default") -> Trace:
         qos = row.text("qos")
         if qos not in QOS_CLASSES:
             raise row.error("qos", f"expected one of {', '.join(QOS_CLASSES)}, got {qos!r}")
-        created = row.integer("creation_time", minimum=0)
-        deleted = row.integer("deletion_time", minimum=0, empty=-1)
+        created = row.integer("creation_time", minimum=0, maximum=MAX_TIME)
+        deleted = row.integer("deletion_time", minimum=0, empty=-1, maximum=MAX_TIME)
         if deleted != -1 and deleted < created:
             raise row.error("deletion_time", f"expected >= creation_time {created}, got {deleted}")
+        if deleted != -1 and deleted - created > MAX_DURATION:
+            raise row.error("deletion_time", f"expected at most {MAX_DURATION:,} seconds (366 days) after creation_time "
+                                             f"{created}, got {deleted}")
         end = max(end, created, deleted)
         phase = row.get("pod_phase")
         parsed.append((pod, cpu, memory, num_gpu, gpu_milli, flavors, qos, created, deleted, phase))

@@ -24,8 +24,12 @@ first task unless `--task`); `--follow` keeps polling every 2 s until the task h
 `logs` says why on stderr (not started yet, no output, or a simulated job or node that runs no process, which
 --follow does not wait for) and exits 0, as `list` does with no jobs.
 
+`logs --follow` ends by saying on stderr how the task and its job ended (`gpuctl logs: worker-0 ended: failed,
+exit code 4; job 34 failed: task worker[0] exited with code 4 [diagnosis unknown]`).
+
 `--json` prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
-are printed), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON), 130
+are printed), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON), 3
+`logs --follow` saw the task fail or its job fail or be cancelled (as `srun` exits non-zero), 130
 interrupted. set-quota changes only the values given (the others keep theirs; a new quota starts at
 guarantee 0, quota 0, no limit; no value at all is a usage error), reads the quota's ETag and
 sends it back in If-Match, so it fails (412) rather than overwrite a change made since.
@@ -52,6 +56,11 @@ _sleep = time.sleep  # the --follow wait (tests replace it)
 
 class UsageError(Exception):
     """A bad flag or file: printed as "gpuctl <command>: <message>", exit status 2."""
+
+
+class Unsuccessful(Exception):
+    """`logs --follow` followed a task to its end and the task or its job did not succeed: exit status 3 (the
+    end was printed already)."""
 
 
 class ApiError(Exception):
@@ -414,9 +423,49 @@ def cmd_logs(client: Client, a, out=None, err=None) -> None:
         offset = page["next_offset"]
         if offset < page["size"]:
             continue  # more is there already
+        if a.follow and page.get("complete"):
+            return _follow_end(client, a.id, page, err)
         if not a.follow or page.get("complete") or page.get("expect_output") is False:
             return None  # (no process runs this task: following it would wait for ever)
         _sleep(LOG_POLL_SECONDS)
+
+
+JOB_ENDED = ("succeeded", "failed", "cancelled")
+END_WAIT_POLLS = 5  # LOG_POLL_SECONDS each: a gang's end follows its first failed task within its stop grace
+
+
+def _task_end(t: dict) -> str:
+    how = (f"killed by signal {t['exit_signal']}" if t.get("exit_signal") is not None else
+           f"exit code {t['exit_code']}" if t.get("exit_code") is not None else
+           (t.get("end_message") or "")[:200])  # (the end message says the exit again, but for a lost task)
+    return ", ".join(x for x in (t.get("state") or "ended", how) if x)
+
+
+def _follow_end(client: Client, job_id, page: dict, err) -> None:
+    """--follow saw the task end: say on stderr how the task and its job ended (new-user trial 13, F20: a job
+    that exited with code 4 printed nothing and gpuctl exited 0), waiting up to END_WAIT_POLLS polls for the
+    job to end when the task did not succeed. Raises Unsuccessful (exit status 3) when the task or the job
+    failed or the job was cancelled."""
+    for polls in range(END_WAIT_POLLS + 1):
+        job, _ = client.get(f"/api/v1/jobs/{job_id}/")
+        task = next((t for t in job.get("tasks") or [] if t.get("id") == page.get("task")), None) or {}
+        if (job.get("state") in JOB_ENDED or task.get("state") == "succeeded" or polls == END_WAIT_POLLS
+                or job.get("state") == "pending"):
+            break
+        _sleep(LOG_POLL_SECONDS)
+    state = job.get("state") or "unknown"
+    line = f"gpuctl logs: {page.get('name') or page.get('task')} ended: {_task_end(task)}; job {job_id} {state}"
+    if job.get("end_reason"):
+        line += f": {job['end_reason']}"
+    elif state not in JOB_ENDED:
+        line += " (still live)"
+    diagnosis = job.get("diagnosis") or {}
+    if state == "failed" and diagnosis.get("category"):
+        line += f" [diagnosis {diagnosis['category']}]"
+    _write(err, line[:2000] + "\n")
+    if task.get("state") == "failed" or state in ("failed", "cancelled"):
+        raise Unsuccessful(f"job {job_id} {state}")
+    return None
 
 
 def cmd_cancel(client: Client, a) -> object:
@@ -528,7 +577,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--command", dest="command_line", metavar="COMMAND", help='what every task runs, one line split like a shell would: '
                                      '"python3 train.py --epochs 3" (or give the argv after --)')
     s.add_argument("--env", action="append", metavar="NAME=VALUE", help="an environment variable (repeatable)")
-    s.add_argument("--workdir", help="working directory (blank = the task's own directory on the node)")
+    s.add_argument("--workdir", help="working directory: an absolute path on the node (blank = the task's own "
+                   "directory on the node)")
     s.add_argument("--image", help="container image (needs a node agent with docker or podman)")
     s.add_argument("--max-restarts", type=int, help="restarts of the whole gang after a task fails (default 0)")
     s.add_argument("--completion-role", help="the job succeeds when this role's tasks exit 0 (default: every role)")
@@ -550,7 +600,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("id", type=int, help="job id")
     s.add_argument("--task", help="task id, or role-index such as worker-1 (default: the job's first task)")
     s.add_argument("--attempt", type=int, help="an earlier attempt (default: the current one)")
-    s.add_argument("--follow", "-f", action="store_true", help="keep printing until the task has ended")
+    s.add_argument("--follow", "-f", action="store_true", help="keep printing until the task has ended, then say how "
+                   "it and its job ended (exit status 3 when the task or the job failed or was cancelled)")
 
     s = sub.add_parser("cancel", parents=[common], help="cancel a job")
     s.add_argument("id", type=int)
@@ -580,7 +631,7 @@ COMMANDS = {"submit": cmd_submit, "list": cmd_list, "get": cmd_get, "logs": cmd_
 
 def main(argv: list[str] | None = None) -> int:
     """Run one gpuctl command; returns the exit status (0 ok, 1 refused by the API, 2 bad usage or the API
-    unreachable, 130 interrupted)."""
+    unreachable, 3 `logs --follow` saw the task or job fail, 130 interrupted)."""
     try:
         a = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse printed the usage and the problem (or --help)
@@ -608,6 +659,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"gpuctl {a.command}: {exc}", file=sys.stderr)
         return 2
+    except Unsuccessful:
+        return 3
     except KeyboardInterrupt:
         print("", file=sys.stderr)
         return 130

@@ -452,6 +452,17 @@ def _check_text(value, field: str, limit: int, pattern=None, rule: str = "") -> 
     return value, {}
 
 
+def _check_dir(value, field: str) -> tuple[str, dict[str, str]]:
+    """A working directory: blank (the task's own directory on the node) or an absolute path. A relative one was
+    resolved against the node agent's work directory, which the user neither sees nor controls (new-user trial 13,
+    F14: `../../etc` ran in a directory beside the agent's)."""
+    value, bad = _check_text(value, field, MAX_PATH_CHARS)
+    if value and not value.startswith("/"):
+        return "", {field: f"{field.split('.')[-1]} must be an absolute path (starting with /) or blank for the "
+                           f"task's own directory on the node, got {value[:80]!r}"}
+    return value, bad
+
+
 def check_execution(roles: list[dict], *, command, env, working_dir, image, max_restarts, completion_role,
                     simulated: bool, container_runtimes: set[str]) -> dict[str, str]:
     """What each role runs (docs/execution.md). Fills every role's command / env / working_dir / image in
@@ -463,7 +474,7 @@ def check_execution(roles: list[dict], *, command, env, working_dir, image, max_
     errors.update(bad)
     job_env, bad = check_env(env, "env")
     errors.update(bad)
-    job_dir, bad = _check_text(working_dir, "working_dir", MAX_PATH_CHARS)
+    job_dir, bad = _check_dir(working_dir, "working_dir")
     errors.update(bad)
     job_image, bad = _check_text(image, "image", MAX_IMAGE_CHARS, IMAGE_REF, "image must be an image reference "
                                  "such as nvcr.io/nvidia/pytorch:24.05-py3")
@@ -474,7 +485,7 @@ def check_execution(roles: list[dict], *, command, env, working_dir, image, max_
         errors.update(bad)
         role_env, bad = check_env(role.get("env"), f + "env")
         errors.update(bad)
-        role_dir, bad = _check_text(role.get("working_dir"), f + "working_dir", MAX_PATH_CHARS)
+        role_dir, bad = _check_dir(role.get("working_dir"), f + "working_dir")
         errors.update(bad)
         role_image, bad = _check_text(role.get("image"), f + "image", MAX_IMAGE_CHARS, IMAGE_REF,
                                       "image must be an image reference such as nvcr.io/nvidia/pytorch:24.05-py3")

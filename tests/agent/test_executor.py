@@ -396,3 +396,57 @@ def test_work_dir_lock_keeps_a_second_agent_out(tmp_path):
     ex = ProcessExecutor(work)
     ex.lock()
     ex.lock()  # idempotent in the holder
+
+
+def test_sigkill_end_and_the_supervisors_oom_evidence(ex):
+    """trial 13, F1: a task's own `kill -9` ends with signal 9 and no OOM claim in its log (no OOM kill counted on
+    this host meanwhile); when an oom_kill counter grew while the task ran, the supervisor's line says so and the
+    shipped diagnosis rules read that line as host_oom (a SIGKILL alone is `unknown`)."""
+    from gpuplatform.agent import supervise
+    from gpuplatform.diagnosis import engine
+    from gpuplatform.diagnosis.tables import shipped_rules
+
+    before = supervise._oom_counters()
+    assert ex.start(assignment(5, 'echo "user script stops itself"; kill -9 $$')) == "started"
+    assert wait_ended(ex, [(5, 0)])[(5, 0)]["signal"] == 9
+    if supervise._oom_counters() == before:  # nothing was OOM-killed on this host while it ran
+        assert "OOM" not in log_of(ex, (5, 0))
+    assert before.get("/proc/vmstat", 0) >= 0  # read where the kernel has it (Linux >= 4.13)
+    assert supervise._oom_line({"/proc/vmstat": 3}, {"/proc/vmstat": 3}) is None
+    assert supervise._oom_line({}, {"/proc/vmstat": 3}) is None  # not read at the start: no claim
+    cg = "/sys/fs/cgroup/agent/memory.events"
+    line = supervise._oom_line({cg: 0, "/proc/vmstat": 5}, {cg: 1, "/proc/vmstat": 7})
+    assert line == ("the kernel's OOM killer killed 1 process in the task's cgroup while the task ran "
+                    f"({cg} oom_kill 0 -> 1)")  # the task's own cgroup before the host's count
+    host = supervise._oom_line({"/proc/vmstat": 5}, {"/proc/vmstat": 7})
+    assert "killed 2 processes on this host" in host
+    rules = engine.parse_rules(shipped_rules())
+    for text in (line, host):
+        d = engine.diagnose([engine.TaskEvidence("worker[0]", "n0", 1.0, signal=9,
+                                                 log=f"user script stops itself\n[gpuplatform] {text}\n")], rules=rules)
+        assert (d.category, d.rule) == ("host_oom", "agent-oom-kill-counter"), d
+    d = engine.diagnose([engine.TaskEvidence("worker[0]", "n0", 1.0, signal=9, log=log_of(ex, (5, 0)))], rules=rules)
+    assert d.category == ("host_oom" if "OOM killer killed" in log_of(ex, (5, 0)) else "unknown")
+
+
+def test_the_kernels_oom_line_for_the_tasks_pid_is_the_supervisors_first_evidence(tmp_path):
+    """Where /dev/kmsg is readable the supervisor looks for the kernel's own line naming its child's pid; only that
+    pid's line counts (another process's OOM kill is not this task's)."""
+    from gpuplatform.agent import supervise
+    from gpuplatform.diagnosis import engine
+    from gpuplatform.diagnosis.tables import shipped_rules
+
+    records = ["Linux version 6.1", "Out of memory: Killed process 999 (other) total-vm:1kB",
+               "Memory cgroup out of memory: Killed process 4242 (python) total-vm:9876kB, anon-rss:5432kB",
+               "oom_reaper: reaped process 4242 (python)"]
+    assert supervise._kernel_oom_line(4242, records) == records[2]
+    assert supervise._kernel_oom_line(42, records) is None and supervise._kernel_oom_line(4242, []) is None
+    line = f"[gpuplatform] kernel log: {records[2]}"
+    d = engine.diagnose([engine.TaskEvidence("worker[0]", "n0", 1.0, signal=9, log=line)],
+                        rules=engine.parse_rules(shipped_rules()))
+    assert (d.category, d.rule, d.evidence[0]["text"]) == ("host_oom", "kernel-oom-killer", line)
+    # a file that is not there (or not readable) gives no records; a readable one gives each record's message
+    assert list(supervise._kmsg_records(str(tmp_path / "absent"))) == []
+    fake = tmp_path / "kmsg"
+    fake.write_text("6,1,5,-;Out of memory: Killed process 7 (x)\n")
+    assert list(supervise._kmsg_records(str(fake))) == ["Out of memory: Killed process 7 (x)"]

@@ -211,9 +211,56 @@ def test_logs_follow_polls_until_complete_and_restarts_on_a_new_attempt(api, cap
     assert cli.main([*API, "logs", "7", "--task", "worker-0", "--follow"]) == 0
     out = capsys.readouterr()
     assert out.out == "one\ntwo\n" and "--- worker-0: attempt 1 ---" in out.err
-    assert waits == [cli.LOG_POLL_SECONDS, cli.LOG_POLL_SECONDS]
+    # two waits for output; then (the scripted job says no state) END_WAIT_POLLS waits for the job's end
+    assert waits == [cli.LOG_POLL_SECONDS] * (2 + cli.END_WAIT_POLLS)
+    assert "job 7 unknown (still live)" in out.err
     assert all(c[2]["task"] == "worker-0" for c in api.calls if c[1].endswith("/logs/"))
-    assert not [c for c in api.calls if c[1] == "/api/v1/jobs/7/"]  # --task given: no job lookup
+    # --task given: no job lookup for the task; one at the end, for how it ended (the scripted job has no state)
+    assert len([c for c in api.calls if c[1] == "/api/v1/jobs/7/"]) == 1 + cli.END_WAIT_POLLS
+
+
+@pytest.mark.parametrize("job_state, task, code, end", [
+    # new-user trial 13, F20: the job exited with code 4; gpuctl printed nothing about it and exited 0
+    ("failed", {"state": "failed", "exit_code": 4, "exit_signal": None, "end_message": "exited with code 4"},
+     3, "gpuctl logs: worker-0 ended: failed, exit code 4; job 7 failed: task worker[0] exited with code 4 "
+        "[diagnosis unknown]\n"),
+    ("succeeded", {"state": "succeeded", "exit_code": 0, "exit_signal": None},
+     0, "gpuctl logs: worker-0 ended: succeeded, exit code 0; job 7 succeeded\n"),
+    ("cancelled", {"state": "released", "exit_code": None, "exit_signal": 9, "end_message": ""},
+     3, "gpuctl logs: worker-0 ended: released, killed by signal 9; job 7 cancelled: cancelled by admin\n"),
+    ("failed", {"state": "failed", "exit_code": None, "exit_signal": None, "end_message": "agent restarted; no exit"},
+     3, "gpuctl logs: worker-0 ended: failed, agent restarted; no exit; job 7 failed: task worker[0] exited with "
+        "code 4 [diagnosis unknown]\n"),
+])
+def test_logs_follow_ends_saying_how_the_task_and_job_ended_and_fails_with_them(api, capsys, monkeypatch, job_state,
+                                                                                task, code, end):
+    monkeypatch.setattr(cli, "_sleep", lambda _: None)
+    reasons = {"failed": "task worker[0] exited with code 4", "cancelled": "cancelled by admin", "succeeded": ""}
+    job = {"id": 7, "state": job_state, "end_reason": reasons[job_state],
+           "diagnosis": {"category": "unknown"} if job_state == "failed" else None,
+           "tasks": [{"id": 31, "name": "worker-0", **task}]}
+    api.answers = log_api({None: page(0, "tick 1\nbye\n", 11, complete=True)}, job=job)
+    assert cli.main([*API, "logs", "7", "--task", "worker-0", "--follow"]) == code
+    out = capsys.readouterr()
+    assert out.out == "tick 1\nbye\n" and out.err == end, out.err
+    # without --follow: the output only, exit 0 (nothing waited for)
+    assert cli.main([*API, "logs", "7", "--task", "worker-0"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_logs_follow_waits_a_little_for_the_gangs_end_after_a_failed_rank(api, capsys, monkeypatch):
+    """A rank stopped by the platform (SIGTERM) ends before its job is marked failed: gpuctl asks again."""
+    waits = []
+    monkeypatch.setattr(cli, "_sleep", waits.append)
+    states = ["running", "running", "failed"]
+    task = {"id": 31, "name": "worker-0", "state": "released", "exit_code": None, "exit_signal": 15}
+    api.answers = lambda method, path, params: (
+        {"id": 7, "state": states.pop(0), "end_reason": "task worker[1] exited with code 3", "tasks": [task]}
+        if path == "/api/v1/jobs/7/" else page(0, "got TERM\n", 9, complete=True))
+    assert cli.main([*API, "logs", "7", "--task", "worker-0", "--follow"]) == 3
+    assert capsys.readouterr().err == ("gpuctl logs: worker-0 ended: released, killed by signal 15; job 7 failed: "
+                                       "task worker[1] exited with code 3\n")
+    assert waits == [cli.LOG_POLL_SECONDS] * 2
 
 
 def test_logs_json_prints_each_answer(api, capsys):

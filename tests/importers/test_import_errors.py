@@ -136,3 +136,47 @@ def test_importers_are_pure_parsers():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n.split(".")[0] in ("django", "celery", "rest_framework") for n in names), path.name
+
+
+@pytest.mark.parametrize("cells, column, rule", [
+    # new-user trial 13, F6: a duration of 1e300 was replayed (300-digit spans and GPU-hours in the report)
+    ("2017-10-01 00:00:00,1e300,1,1e300,vc1", "duration", "expected a number <= 31,622,400 seconds (366 days), got '1e300'"),
+    ("2017-10-01 00:00:00,31622401,1,31622401,vc1", "duration", "expected a number <= 31,622,400 seconds"),
+    ("2017-10-01 00:00:00,100,1,999999,vc1", "gpu_time", "expected duration x num_gpus = 100, got 999999"),
+    ("2017-10-01 00:00:00,100,4,100,vc1", "gpu_time", "expected duration x num_gpus = 400, got 100"),
+    ("2017-10-01 00:00:00,100,99999999,9999999900,vc1", "num_gpus", "expected an integer <= 65,536"),
+    ("2017-10-01 00:00:00,100,1,100,v\x00c1", "cluster", "expected text without control characters, got 'v\\x00c1'"),
+    ("2017-10-01 00:00:00,100,1,100,v\x1b[31mc1", "cluster", "expected text without control characters"),
+    ("2017-10-01 00:00:00,100,1,100," + "v" * 257, "cluster", "expected at most 256 characters, got 257"),
+])
+def test_philly_rows_hold_sane_bounds(tmp_path, cells, column, rule):
+    path = tmp_path / "jobs.csv"
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 00:00:00,66.0,2,132.0,vc1\n" + cells + "\n")
+    with pytest.raises(ImportFormatError) as info:
+        load_philly_trace(path)
+    assert str(info.value).startswith(f"jobs.csv line 3, column {column}: {rule}"), str(info.value)
+    # the bound itself and a gpu_time within rounding are taken
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 00:00:00,31622400,2,63244800.4,vc1\n")
+    assert load_philly_trace(path).jobs[0].duration == 31622400
+
+
+def test_openb_rows_hold_the_same_bounds(tmp_path):
+    header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+    cases = [
+        ("p,1,1,1,1000,,LS,Running,0,31622401,0\n", "deletion_time", "expected at most 31,622,400 seconds (366 days)"),
+        ("p,1,1,1,1000,,LS,Running,0,99999999999999999999,0\n", "deletion_time", "expected an integer <= 316,224,000"),
+        ("p,1,1,99999,1000,,LS,Running,0,5,0\n", "num_gpu", "expected an integer <= 65,536"),
+        ("p\x07,1,1,1,1000,,LS,Running,0,5,0\n", "name", "expected text without control characters"),
+    ]
+    for line, column, rule in cases:
+        path = tmp_path / "pods.csv"
+        path.write_text(header + "ok,1,1,1,1000,,LS,Running,0,5,0\n" + line)
+        with pytest.raises(ImportFormatError) as info:
+            load_openb_trace(path)
+        assert str(info.value).startswith(f"pods.csv line 3, column {column}: {rule}"), str(info.value)
+
+
+def test_the_shipped_traces_hold_the_bounds():
+    """Every row of the shipped Philly and openb lists is within them (82,247 and 8,152 rows)."""
+    assert len(load_philly_trace(JOBS).jobs) == 82_247
+    assert len(load_openb_trace(PODS).jobs) > 7000

@@ -99,7 +99,10 @@ def test_a_rank_whose_last_lines_arrive_after_the_stop_deadline_still_counts_as_
     a.refresh_from_db()
     assert a.diagnosis == first
     log(t0, WATCHDOG + "\n", offset=7)
-    assert report(t0, "exited", 3700, signal=6)[0] is False  # too late for the task: it was released
+    # the exit is kept on the released task (how it ended: trial 13, F19), nothing else changes
+    assert report(t0, "exited", 3700, signal=6) == (True, "")
+    assert Task.objects.filter(pk=t0.pk).values_list("state", "exit_signal").get() == ("released", 6)
+    assert Job.objects.get(pk=job.pk).state == "failed"
     a.refresh_from_db()
     assert (a.category, a.diagnosis["task"]) == ("cuda_oom", "worker[1]")
     assert any(e["text"] == WATCHDOG and e["task"] == "worker[0]" for e in a.diagnosis["evidence"]), a.diagnosis

@@ -151,12 +151,12 @@ def test_a_string_command_is_split_with_shlex_and_roles_inherit_the_job(alpha):
         env={"A": "job", "B": "2"}, working_dir=" /srv/run ", max_restarts=2, completion_role="launcher",
         roles=[{"name": "launcher", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 1000, "command": "bash -c 'echo hi'",
                 "env": {"A": "role"}},
-               {"name": "worker", "tasks": 2, "gpus_per_task": 1, "working_dir": "rel"}])
+               {"name": "worker", "tasks": 2, "gpus_per_task": 1, "working_dir": "/srv/rel"}])
     launcher, work = JobRole.objects.filter(job=job).order_by("id")
     assert launcher.command == ["bash", "-c", "echo hi"]
     assert work.command == ["python3", "train.py", "--name", "my run", "--lr=1e-3"]
     assert launcher.env == {"A": "role", "B": "2"} and work.env == {"A": "job", "B": "2"}
-    assert (launcher.working_dir, work.working_dir) == ("/srv/run", "rel")
+    assert (launcher.working_dir, work.working_dir) == ("/srv/run", "/srv/rel")
     assert (job.max_restarts, job.restarts, job.completion_role, job.simulated) == (2, 0, "launcher", False)
     submitted = Event.objects.get(kind="submitted", job=job)
     assert submitted.data["env_names"] == ["A", "B"] and "env" not in submitted.data["roles"][0]  # values stay private
@@ -504,6 +504,19 @@ def test_cancel_of_a_gang_that_does_not_exit_ends_at_the_deadline(submit, agents
     store.run_cycle_once(clock=at(130))
     job.refresh_from_db()
     assert (job.state, job.finished_at) == ("cancelled", at(130)) and live(job) == []
+    # new-user trial 13, F17/F19: the agents' SIGKILL reports arrive after the end; each task keeps how it ended
+    # (it showed exit_signal null and no end message), once; the job is unchanged
+    t0, t1 = tasks_of(job)
+    assert (t0.state, t0.exit_signal, t0.end_message) == ("released", None, "")
+    assert report(t0, "exited", 131, signal=9) == (True, "")
+    assert report(t1, "lost", 132, message="agent restarted; process gone, no exit status") == (True, "")
+    t0, t1 = tasks_of(job)
+    assert (t0.state, t0.exit_code, t0.exit_signal, t0.end_message) == ("released", None, 9,
+                                                                        "was killed by signal 9 (SIGKILL)")
+    assert (t1.state, t1.exit_signal, t1.end_message) == ("released", None, "agent restarted; process gone, no exit "
+                                                                              "status")
+    assert report(t0, "exited", 133, exit_code=0)[0] is False  # kept once
+    assert Job.objects.get(pk=job.pk).finished_at == at(130) and Job.objects.get(pk=job.pk).state == "cancelled"
 
 
 def test_cancel_of_a_job_on_simulated_nodes_ends_at_once(submit):

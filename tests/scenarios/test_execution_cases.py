@@ -116,8 +116,16 @@ def test_job_time_limit_enforced():
     waiting.refresh_from_db()
     assert waiting.state == "admitted" and waiting.bound_at == at(630) and len(live(waiting)) == 8
     (task,) = tasks_of(capped)
-    ok, why = report(task, "exited", 631, signal=9)  # the agent's SIGKILL report arrives after the end
-    assert not ok and "already ended" in why and Job.objects.get(pk=capped.pk).state == "failed"
+    assert (task.state, task.exit_signal, task.end_message) == ("released", None, "")
+    # the agent's SIGKILL report arrives after the end: kept on the task (new-user trial 13, F19: it was dropped and
+    # the task showed no signal and no end message), nothing else changes
+    assert report(task, "exited", 631, signal=9) == (True, "")
+    task.refresh_from_db()
+    assert (task.state, task.exit_code, task.exit_signal) == ("released", None, 9)
+    assert task.end_message == "was killed by signal 9 (SIGKILL)" and task.ended_at == at(631)  # when it was seen
+    assert Job.objects.get(pk=capped.pk).state == "failed" and Job.objects.get(pk=capped.pk).finished_at == at(630)
+    ok, why = report(task, "exited", 632, signal=9)  # once: a repeat is refused and changes nothing
+    assert not ok and "already ended" in why
 
 
 def test_time_limit_on_a_two_node_gang_ends_when_the_last_process_exits():

@@ -14,7 +14,14 @@ It must not import anything from gpuplatform (fast start, no Django or Celery). 
    (default: its own cwd), environment = its own (the agent built it);
 5. reaps every child until ARGV's process has exited, then terminates what is left of the tree: SIGTERM to
    every descendant, up to --grace seconds (default 2) of waiting, SIGKILL to the rest, reaps them all;
-6. writes TASKDIR/exit.json atomically, {"exit_code": n} or {"signal": s}, and exits 0.
+6. when ARGV's process was killed by SIGKILL (or exited 137, a shell's "child killed by SIGKILL"), looks for
+   evidence of the kernel's OOM killer: the kernel log's "Killed process <its pid>" line where it may read
+   /dev/kmsg (written as "[gpuplatform] kernel log: <line>"), else the oom_kill counters it can read (its
+   cgroup's memory.events (v2) or memory.oom_control (v1), and the host's /proc/vmstat) read before the start
+   and now: when one grew it writes "[gpuplatform] the kernel's OOM killer killed N process(es) ... while the
+   task ran" into output.log. The diagnosis reads either as host_oom; without them nothing is written: a
+   SIGKILL alone is no proof of an out-of-memory kill (a user's `kill -9`, a watchdog, `timeout -s KILL`);
+7. writes TASKDIR/exit.json atomically, {"exit_code": n} or {"signal": s}, and exits 0.
 
 A command that cannot be started writes one line "[gpuplatform] cannot start ...: <reason>" into
 output.log and exit.json {"exit_code": 127} (not found) or {"exit_code": 126} (permission denied, not
@@ -133,6 +140,87 @@ def _cleanup(grace: float) -> None:
             continue
 
 
+def _oom_counters() -> dict[str, int]:
+    """{where: value} of every OOM-kill counter this process can read: its own cgroup's (v2 memory.events
+    `oom_kill`, v1 memory.oom_control `oom_kill`) and the host's (/proc/vmstat `oom_kill`, Linux >= 4.13).
+    The task's processes are in the supervisor's cgroup unless the task moved them. Missing ones are left out."""
+    files = []
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                parts = line.rstrip("\n").split(":", 2)
+                if len(parts) != 3:
+                    continue
+                if parts[0] == "0" and parts[1] == "":
+                    files.append(f"/sys/fs/cgroup{parts[2].rstrip('/')}/memory.events")
+                elif "memory" in parts[1].split(","):
+                    files.append(f"/sys/fs/cgroup/memory{parts[2].rstrip('/')}/memory.oom_control")
+    except OSError:
+        pass
+    files.append("/proc/vmstat")
+    found = {}
+    for path in files:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and value.strip().isdigit():
+                        found[path] = int(value)
+                        break
+        except OSError:
+            pass
+    return found
+
+
+KMSG_RECORDS = 100_000  # the most kernel log records read after a SIGKILL (the ring buffer holds fewer)
+
+
+def _kmsg_records(path: str = "/dev/kmsg"):
+    """The kernel log's records (message text), oldest first, where this process may read it (root, or
+    kernel.dmesg_restrict = 0); nothing otherwise. Non-blocking: stops at the end of the buffer."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        for _ in range(KMSG_RECORDS):
+            try:
+                raw = os.read(fd, 8192)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # records overwritten while reading: go on with the next
+                    continue
+                return
+            if not raw:
+                return
+            yield raw.decode("utf-8", "replace").split(";", 1)[-1].split("\n", 1)[0]
+    finally:
+        os.close(fd)
+
+
+def _kernel_oom_line(pid: int, records) -> str | None:
+    """The kernel's OOM-killer line naming `pid` ('Out of memory: Killed process <pid> (<comm>) ...', 'Memory
+    cgroup out of memory: Killed process <pid> ...'), the last one, or None."""
+    found = None
+    needle = f"Killed process {pid} ("
+    for text in records:
+        if needle in text and "out of memory" in text.lower():
+            found = text
+    return found
+
+
+def _oom_line(before: dict[str, int], after: dict[str, int]) -> str | None:
+    """The log line naming the OOM kills counted between `before` and `after` (the task's run), or None."""
+    for path in sorted(after, key=lambda p: p == "/proc/vmstat"):  # the cgroup's (the task's own) first
+        if path in before and after[path] > before[path]:
+            n = after[path] - before[path]
+            where = "on this host" if path == "/proc/vmstat" else "in the task's cgroup"
+            return (f"the kernel's OOM killer killed {n} process{'es' if n != 1 else ''} {where} while the task ran "
+                    f"({path} oom_kill {before[path]} -> {after[path]})")
+    return None
+
+
 def _status_result(status: int) -> dict:
     if os.WIFSIGNALED(status):
         return {"signal": os.WTERMSIG(status)}
@@ -183,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                 {"pid": me, "start_time": st[2] if st else None, "boot_id": boot})
     exit_path = os.path.join(task_dir, "exit.json")
     with open(os.path.join(task_dir, "output.log"), "ab", buffering=0) as log_fh:
+        oom_before = _oom_counters()
         try:
             child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_fh, stderr=subprocess.STDOUT,
                                      cwd=cwd, close_fds=True)
@@ -207,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
                 child.returncode = 0  # reaped by us: keep Popen from waiting on it again
                 result = _status_result(status)
         _cleanup(grace)
+        if result.get("signal") == signal.SIGKILL or result.get("exit_code") == 128 + signal.SIGKILL:
+            kernel = _kernel_oom_line(child.pid, _kmsg_records()) if result.get("signal") else None
+            line = f"kernel log: {kernel[:400]}" if kernel else _oom_line(oom_before, _oom_counters())
+            if line:
+                _log_line(log_fh, line)
     _write_json(exit_path, result)
     return 0
 

@@ -24,8 +24,10 @@ see docs/diagnosis.md):
    diagnosis: its highest category by PRECEDENCE, the earliest line of the first rule of that category.
    CONSEQUENCE categories (nccl_network, nccl_timeout) are what the other ranks of a gang print when
    one rank died or hung; they decide only when no task shows a root cause.
-4. Conditions on the end (a SIGKILL the platform did not send: the kernel's OOM killer) come after log
-   patterns, and `unknown` when nothing matched.
+4. Conditions on the end (exit 126 / 127) come after log patterns. Then the `unknown` rules: what is
+   known without a cause (a SIGKILL the platform did not send, a DataLoader worker killed: the OOM killer
+   is the usual sender, but only a kernel OOM line or the supervisor's oom_kill counter line in the log
+   makes it host_oom), their log lines before their end conditions; else `unknown`, no rule.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ CATEGORIES = ("cuda_oom", "nccl_timeout", "nccl_network", "gpu_hardware", "cuda_
               "user_error", "storage", "platform", "unknown")
 # Cause before consequence: the order in which categories win, within one task and across tasks.
 PRECEDENCE = ("gpu_hardware", "cuda_oom", "host_oom", "cuda_error", "storage", "nan_loss", "user_error",
-              "nccl_network", "nccl_timeout")
+              "nccl_network", "nccl_timeout", "unknown")
 ROOT_CATEGORIES = frozenset(("gpu_hardware", "cuda_oom", "host_oom", "cuda_error", "storage", "nan_loss",
                              "user_error"))
 CONSEQUENCE_CATEGORIES = frozenset(("nccl_network", "nccl_timeout"))
@@ -368,7 +370,28 @@ def diagnose(tasks: Sequence[TaskEvidence], *, rules: RuleSet, health: Sequence[
                          evidence=[{"task": None, "source": "event", "line": None, "text": ptext or "node lost"}],
                          rule="platform:node_lost")
 
-    for klass in (ROOT_CATEGORIES, CONSEQUENCE_CATEGORIES):
+    found = _by_class(ordered, matches, (ROOT_CATEGORIES, CONSEQUENCE_CATEGORIES))
+    if found is None:
+        found = _by_end(ordered, rules, unknown=False)
+    if found is None:  # what is known without naming a cause: a line, then an end (a SIGKILL)
+        found = _by_class(ordered, matches, (frozenset(("unknown",)),)) or _by_end(ordered, rules, unknown=True)
+    if found is not None:
+        return found
+    failed = [t for t in ordered if t.failed]
+    first = failed[0] if failed else (ordered[0] if ordered else None)
+    if first is None:
+        return Diagnosis("unknown", "no task evidence", action="retry")
+    return Diagnosis("unknown", f"no rule matched; first task to fail: {first.task} {_exit_ev(first)['text']}",
+                     action="retry", evidence=[_exit_ev(first)], node=first.node, task=first.task)
+
+
+def _why(rule: Rule) -> str:
+    """The first clause of an `unknown` rule's source: what is known and what is not confirmed."""
+    return rule.source.split(";")[0][:300]
+
+
+def _by_class(ordered, matches, classes) -> Diagnosis | None:
+    for klass in classes:
         for t in ordered:
             ms = [m for m in matches[t.task] if m.rule.category in klass]
             if ms:
@@ -378,24 +401,26 @@ def diagnose(tasks: Sequence[TaskEvidence], *, rules: RuleSet, health: Sequence[
                 evidence.append(_exit_ev(t))
                 others = [m for u in ordered if u.task != t.task for m in matches[u.task][:1]]
                 evidence += [_ev(m) for m in others[:2]]  # what the other ranks printed (consequences)
-                return Diagnosis(best.rule.category, f"{_label(best.rule.category)} in {t.task}"
-                                 + (f" on {t.node}" if t.node else "") + f": {best.text[:200]}",
-                                 action=best.rule.action, evidence=evidence, rule=best.rule.id, node=t.node,
-                                 task=t.task)
+                where = f"{t.task}" + (f" on {t.node}" if t.node else "")
+                summary = (f"{where}: {best.text[:200]} ({_why(best.rule)})" if best.rule.category == "unknown"
+                           else f"{_label(best.rule.category)} in {where}: {best.text[:200]}")
+                return Diagnosis(best.rule.category, summary, action=best.rule.action, evidence=evidence,
+                                 rule=best.rule.id, node=t.node, task=t.task)
+    return None
+
+
+def _by_end(ordered, rules: RuleSet, *, unknown: bool) -> Diagnosis | None:
+    """The first own end (not the platform's stop) meeting an end rule: the `unknown` ones or the others."""
     for t in ordered:
         if not t.own_end or not t.failed:
             continue
         for rule in rules.end_rules:
-            if rule.match_end(t.exit_code, t.signal):
-                return Diagnosis(rule.category, f"{_label(rule.category)} in {t.task}: {_exit_ev(t)['text']} "
-                                 f"({rule.source.split(';')[0][:120]})", action=rule.action,
+            if (rule.category == "unknown") == unknown and rule.match_end(t.exit_code, t.signal):
+                summary = (f"{t.task} {_exit_ev(t)['text']}: {_why(rule)}" if unknown else
+                           f"{_label(rule.category)} in {t.task}: {_exit_ev(t)['text']} ({rule.source.split(';')[0][:120]})")
+                return Diagnosis(rule.category, summary, action=rule.action,
                                  evidence=[_exit_ev(t)], rule=rule.id, node=t.node, task=t.task)
-    failed = [t for t in ordered if t.failed]
-    first = failed[0] if failed else (ordered[0] if ordered else None)
-    if first is None:
-        return Diagnosis("unknown", "no task evidence", action="retry")
-    return Diagnosis("unknown", f"no rule matched; first task to fail: {first.task} {_exit_ev(first)['text']}",
-                     action="retry", evidence=[_exit_ev(first)], node=first.node, task=first.task)
+    return None
 
 
 LABELS = {"cuda_oom": "CUDA out of memory", "nccl_timeout": "NCCL collective timeout",

@@ -15,7 +15,9 @@ A stopping job whose last process on a node agent has ended is finalized at once
 so its GPUs are free for the next cycle without waiting for the deadline.
 
 Every report carries the job's attempt: a report for another attempt, for a task not on this node, or a
-repeat of one already applied is refused (accepted False, with the reason) and changes nothing. Times are
+repeat of one already applied is refused (accepted False, with the reason) and changes nothing. The end of a
+task released with its job's end (its process outlived the job's stop deadline) is kept on the task once
+(exit_code / exit_signal / end_message: the SIGKILL of a time limit or a cancel), nothing else changes. Times are
 the server's (cluster) clock.
 """
 from __future__ import annotations
@@ -65,7 +67,8 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
             return False, f"unknown task {task_id}"
         job = (Job.objects.select_for_update(no_key=True).filter(pk=job_id)
                .values("state", "attempts", "name", "restarts", "max_restarts", "completion_role").first())
-        task = Task.objects.filter(pk=task_id).values("state", "node_id", "role__name", "index").first()
+        task = Task.objects.filter(pk=task_id).values("state", "node_id", "role__name", "index", "exit_code",
+                                                      "exit_signal", "end_message").first()
         if job["attempts"] != attempt:
             return False, f"attempt {attempt} is over: the job is on attempt {job['attempts']}"
         if task["node_id"] != node.pk:
@@ -73,10 +76,20 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         label = f"{task['role__name']}[{task['index']}]"
         if event == "started":
             return _started(task_id, task, pid, at, actor)
-        if task["state"] not in Task.ON_NODE_STATES:
-            return False, f"task {label} already ended ({task['state']})"
         failed = event == "lost" or signal is not None or exit_code != 0
         how = describe_exit(exit_code, signal, message) if event == "exited" else describe_exit(None, None, message)
+        if task["state"] not in Task.ON_NODE_STATES:
+            # A task released with its job's end (a cancel, a time limit, a failed gang: the job ends at its stop
+            # deadline) before its process was seen to end: the agent's report of how it ended (SIGKILL at the
+            # deadline, exit 143 on SIGTERM) is kept on the task, once, and changes nothing else (new-user trial 13,
+            # F19: such tasks showed exit_signal null and no end message).
+            if (event in ("exited", "lost") and task["state"] == Task.State.RELEASED and task["exit_code"] is None
+                    and task["exit_signal"] is None and not task["end_message"]):
+                Task.objects.filter(pk=task_id).update(exit_code=exit_code, exit_signal=signal,
+                                                       end_message=(message or how)[:200])
+                Task.objects.filter(pk=task_id, ended_at__isnull=True).update(ended_at=at)  # when it was seen to end
+                return True, ""
+            return False, f"task {label} already ended ({task['state']})"
         if task["state"] == Task.State.RELEASING:  # an evicted surplus task has gone: its GPUs are free now
             release_tasks([task_id], at=at)
             return True, ""
