@@ -57,19 +57,27 @@ class MembershipInline(admin.TabularInline):
     extra = 0
 
 
-class TeamForm(forms.ModelForm):
+class NameRuleForm(forms.ModelForm):
+    """The one name rule (names.py) on an admin form's `name` field; `name_kind` ("team", "node") words its error."""
+
+    name_kind = ""
+
+    def clean_name(self):
+        name = self.cleaned_data.get("name")
+        message = name_error(self.name_kind, name)
+        if message:
+            raise forms.ValidationError(message)
+        return name
+
+
+class TeamForm(NameRuleForm):
     """The one name rule (names.py) on the admin's team form too."""
+
+    name_kind = "team"
 
     class Meta:
         model = Team
         fields = "__all__"
-
-    def clean_name(self):
-        name = self.cleaned_data.get("name")
-        message = name_error("team", name)
-        if message:
-            raise forms.ValidationError(message)
-        return name
 
 
 @admin.register(Team)
@@ -236,21 +244,16 @@ def unmark_spare(node, *, actor=None):
     return services.set_spare(node, False, actor=actor)
 
 
-class NodeForm(forms.ModelForm):
+class NodeForm(NameRuleForm):
     """The one name rule (names.py) on the admin's node form: a node every per-node URL can name (new-user trial
     13, F2). A node registered before the rule under a name that breaks it is renamed here (its agent is then
     started with --node-name NEW)."""
 
+    name_kind = "node"
+
     class Meta:
         model = Node
         fields = "__all__"
-
-    def clean_name(self):
-        name = self.cleaned_data.get("name")
-        message = name_error("node", name)
-        if message:
-            raise forms.ValidationError(message)
-        return name
 
 
 @admin.register(Node)

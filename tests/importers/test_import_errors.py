@@ -100,13 +100,18 @@ def test_openb_bad_values(tmp_path):
         ("p,1,1,1,1000,A||B,LS,Running,0,5,0\n", "gpu_spec", "expected GPU models"),
         ("p,1,1,1,1000,,LS,Running,9,5,0\n", "deletion_time", "expected >= creation_time 9"),
         ("p,1,1,1.5,1000,,LS,Running,0,5,0\n", "num_gpu", "expected a non-negative integer, got '1.5'"),
+        # the bounds a Philly row holds too (new-user trial 13, F6)
+        ("p,1,1,1,1000,,LS,Running,0,31622401,0\n", "deletion_time", "expected at most 31,622,400 seconds (366 days)"),
+        ("p,1,1,1,1000,,LS,Running,0,99999999999999999999,0\n", "deletion_time", "expected an integer <= 316,224,000"),
+        ("p,1,1,99999,1000,,LS,Running,0,5,0\n", "num_gpu", "expected an integer <= 65,536"),
+        ("p\x07,1,1,1,1000,,LS,Running,0,5,0\n", "name", "expected text without control characters"),
     ]
     for line, column, rule in cases:
         path = tmp_path / "pods.csv"
         path.write_text(header + "ok,1,1,1,1000,,LS,Running,0,5,0\n" + line)
         with pytest.raises(ImportFormatError) as info:
             load_openb_trace(path)
-        assert str(info.value).startswith(f"pods.csv line 3, column {column}: {rule}")
+        assert str(info.value).startswith(f"pods.csv line 3, column {column}: {rule}"), str(info.value)
 
 
 def test_openb_node_missing_columns(tmp_path):
@@ -158,22 +163,6 @@ def test_philly_rows_hold_sane_bounds(tmp_path, cells, column, rule):
     # the bound itself and a gpu_time within rounding are taken
     path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 00:00:00,31622400,2,63244800.4,vc1\n")
     assert load_philly_trace(path).jobs[0].duration == 31622400
-
-
-def test_openb_rows_hold_the_same_bounds(tmp_path):
-    header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
-    cases = [
-        ("p,1,1,1,1000,,LS,Running,0,31622401,0\n", "deletion_time", "expected at most 31,622,400 seconds (366 days)"),
-        ("p,1,1,1,1000,,LS,Running,0,99999999999999999999,0\n", "deletion_time", "expected an integer <= 316,224,000"),
-        ("p,1,1,99999,1000,,LS,Running,0,5,0\n", "num_gpu", "expected an integer <= 65,536"),
-        ("p\x07,1,1,1,1000,,LS,Running,0,5,0\n", "name", "expected text without control characters"),
-    ]
-    for line, column, rule in cases:
-        path = tmp_path / "pods.csv"
-        path.write_text(header + "ok,1,1,1,1000,,LS,Running,0,5,0\n" + line)
-        with pytest.raises(ImportFormatError) as info:
-            load_openb_trace(path)
-        assert str(info.value).startswith(f"pods.csv line 3, column {column}: {rule}"), str(info.value)
 
 
 def test_the_shipped_traces_hold_the_bounds():
