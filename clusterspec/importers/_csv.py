@@ -18,6 +18,11 @@ from typing import Iterator, Sequence
 from .errors import ImportFormatError
 
 MAX_TEXT = 256  # characters in a text cell (a name, a model, a queue): enough for every shipped trace
+# A trace job's bounds, one for every importer (new-user trial 13, F6: a duration of 1e300 was replayed and printed
+# as 300-digit numbers): a run of at most 366 days (the platform's longest time limit, time_limit_seconds), at most
+# MAX_JOB_GPUS GPUs (Philly's largest job has 128, openb's largest pod 8).
+MAX_DURATION = 366 * 86400
+MAX_JOB_GPUS = 65_536
 
 
 class Row:

@@ -50,19 +50,16 @@ import os
 
 from clusterspec.spec import ClusterSpec, NodeSpec, QueueSpec, Trace, TraceJob
 
-from ._csv import apportion, read_rows
+from ._csv import MAX_DURATION, MAX_JOB_GPUS, apportion, read_rows
 
 ROOT_QUEUE = "root"
 QOS_CLASSES = ("LS", "BE", "Burstable", "Guaranteed")
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
                "creation_time", "deletion_time")
-# A pod row's bounds, as the Philly importer's (new-user trial 13, F6): a run of at most 366 days (the platform's
-# longest time limit; the shipped list's longest is 145 days), times within 3660 days of the trace's start, at
-# most MAX_GPUS GPUs (the shipped list's largest pod has 8).
-MAX_DURATION = 366 * 86400
+# A pod row's bounds: _csv's MAX_DURATION and MAX_JOB_GPUS (the shipped list's longest pod runs 145 days), and
+# times within 3660 days of the trace's start.
 MAX_TIME = 3660 * 86400
-MAX_GPUS = 65_536
 
 
 def load_openb_cluster(path_node_csv, *, path_pod_csv=None, name: str = "openb") -> ClusterSpec:
@@ -123,7 +120,7 @@ def load_openb_trace(path_pod_csv, *, name: str = "openb-default") -> Trace:
         pod = row.text("name")
         cpu = row.integer("cpu_milli", minimum=0)
         memory = row.integer("memory_mib", minimum=0)
-        num_gpu = row.integer("num_gpu", minimum=0, maximum=MAX_GPUS)
+        num_gpu = row.integer("num_gpu", minimum=0, maximum=MAX_JOB_GPUS)
         gpu_milli = row.integer("gpu_milli", minimum=0)
         if num_gpu > 0 and not 1 <= gpu_milli <= 1000:
             raise row.error("gpu_milli", f"expected 1..1000 for a GPU pod, got {gpu_milli}")

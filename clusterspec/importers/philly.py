@@ -62,7 +62,7 @@ from datetime import datetime
 
 from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
 
-from ._csv import apportion, read_rows
+from ._csv import MAX_DURATION, MAX_JOB_GPUS, apportion, read_rows
 from .errors import ImportFormatError
 
 FLAVOR = "philly-gpu"
@@ -77,11 +77,8 @@ TRACE_ONLY_VCS = ("23dbec", "51b7ef", "795a4c", "925e2b")
 MACHINE_COLUMNS = ("machineId", "number of GPUs", "single GPU mem")
 VC_COLUMNS = ("vc", "node num")
 JOB_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
-# A job row's bounds (new-user trial 13, F6: a duration of 1e300 was replayed and printed as 300-digit numbers):
-# a duration of at most 366 days (the platform's longest time limit, time_limit_seconds), at most MAX_GPUS GPUs
-# (the list's largest job has 128); gpu_time is duration x num_gpus (so in every row of the shipped trace).
-MAX_DURATION = 366 * 86400
-MAX_GPUS = 65_536
+# A job row's bounds: _csv's MAX_DURATION and MAX_JOB_GPUS; gpu_time is duration x num_gpus (so in every row of
+# the shipped trace).
 
 
 def _id_key(machine_id: str):
@@ -200,7 +197,7 @@ def load_philly_trace(path_jobs, *, compress: float = DEFAULT_COMPRESS, until_da
     for row in read_rows(path_jobs, JOB_COLUMNS):
         stamp = row.timestamp("timestamp")
         duration = row.number("duration", minimum=0, maximum=MAX_DURATION, unit=" seconds (366 days)")
-        num_gpus = row.integer("num_gpus", minimum=1, maximum=MAX_GPUS)
+        num_gpus = row.integer("num_gpus", minimum=1, maximum=MAX_JOB_GPUS)
         gpu_time = row.number("gpu_time", minimum=0)
         if abs(gpu_time - duration * num_gpus) > max(1.0, 1e-6 * duration * num_gpus):
             raise row.error("gpu_time", f"expected duration x num_gpus = {duration * num_gpus:g}, got {gpu_time:g}")

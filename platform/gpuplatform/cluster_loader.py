@@ -38,8 +38,8 @@ def load_cluster_spec(spec, *, actor=None) -> dict:
         if d.parent is not None and d.parent not in known:
             errors[f"domains[{i}].parent"] = f"unknown domain {d.parent!r}"
     for i, n in enumerate(spec.nodes):
-        if name_error("node", n.name):  # the one name rule (names.py): a node every per-node URL can name
-            errors[f"nodes[{i}].name"] = name_error("node", n.name)
+        if message := name_error("node", n.name):  # the one name rule (names.py): every per-node URL can name it
+            errors[f"nodes[{i}].name"] = message
         if n.domain is not None and n.domain not in known:
             errors[f"nodes[{i}].domain"] = f"unknown domain {n.domain!r}"
         if n.gpu_numa and len(n.gpu_numa) != n.gpus:

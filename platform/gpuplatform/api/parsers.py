@@ -62,8 +62,6 @@ class _LongInteger:
         self.limit = sys.get_int_max_str_digits()
 
 
-
-
 class _TooLong(ValueError):
     def __init__(self, path: str, number: _LongInteger):
         super().__init__(f"integer too long at {path!r}")

@@ -40,9 +40,8 @@ def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
     task, an attempt the job has not reached, a chunk over the size limit, a negative offset, an offset more
     than TASK_LOG_MAX_BYTES past what is stored of the attempt (next_offset: the stored end), a past attempt's
     chunk from a node that attempt did not run on. A chunk of an attempt that has just ended (its last lines) is
-    accepted from the node that ran it. NUL characters
-    are stored as "?" (one byte for one: offsets stay the agent's). A chunk that arrives after its job ended
-    diagnoses the attempt again with it (diagnosis.attempts.refresh_late_evidence). A chunk of an attempt that is
+    accepted from the node that ran it. NUL characters are stored as "?" (one byte for one: offsets stay the
+    agent's). A chunk that arrives after its job ended diagnoses the attempt again with it (diagnosis.attempts.refresh_late_evidence). A chunk of an attempt that is
     ending or has ended (its job preempting or final) is stored holding the job's row, as the end holds it: the end
     reads the chunk or the chunk's refresh reads the end's record, late chunks are refreshed one after the other,
     and the chunk and the refreshed diagnosis are committed together (review 13: R1, R2, R7)."""
@@ -67,8 +66,8 @@ def append_log(node, *, task_id: int, attempt: int, offset: int, data: str,
         return False, f"a log chunk may hold at most {limits['chunk']} bytes", offset
     if not raw:
         return True, "", offset
-    end = _stored_end(task_id, attempt)
-    if offset > end + limits["task"]:
+    # (an offset within the first TASK_LOG_MAX_BYTES can be no further past the stored end: no read for it)
+    if offset > limits["task"] and offset > (end := _stored_end(task_id, attempt)) + limits["task"]:
         return False, (f"offset {offset} is more than {limits['task']} bytes (TASK_LOG_MAX_BYTES) past the "
                        f"{end} bytes stored of task {task_id} attempt {attempt}: send its output from {end}"), end
     with transaction.atomic():

@@ -26,6 +26,8 @@ import signal as _signal
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 
 from .. import clock
 from ..audit import record_event
@@ -85,9 +87,9 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
             # F19: such tasks showed exit_signal null and no end message).
             if (event in ("exited", "lost") and task["state"] == Task.State.RELEASED and task["exit_code"] is None
                     and task["exit_signal"] is None and not task["end_message"]):
-                Task.objects.filter(pk=task_id).update(exit_code=exit_code, exit_signal=signal,
-                                                       end_message=(message or how)[:200])
-                Task.objects.filter(pk=task_id, ended_at__isnull=True).update(ended_at=at)  # when it was seen to end
+                Task.objects.filter(pk=task_id).update(  # ended_at: when it was seen to end, unless the end set it
+                    exit_code=exit_code, exit_signal=signal, end_message=(message or how)[:200],
+                    ended_at=Coalesce(F("ended_at"), Value(at)))
                 return True, ""
             return False, f"task {label} already ended ({task['state']})"
         if task["state"] == Task.State.RELEASING:  # an evicted surplus task has gone: its GPUs are free now

@@ -4,7 +4,7 @@ seconds, so an Event is written only when something changed (a GPU's health, a n
 Units: GPUs, millicores, MiB, seconds."""
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 
@@ -13,7 +13,7 @@ from ..audit import record_event
 from ..diagnosis.health import audit_topology, judge_gpu_signals, record_validation, validation_check
 from ..errors import ValidationError
 from ..lifecycle import evict_jobs_on_nodes
-from ..models import Allocation, Gpu, MigInstance, Node
+from ..models import Allocation, Event, Gpu, MigInstance, Node
 from ..names import name_error
 from . import node_states
 from .base import request_cycle_on_commit
@@ -133,8 +133,8 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     Raises ValidationError: a name that breaks the name rule (names.py), an empty flavor, negative cpu/memory, bad GPU index or health, unknown
     executor or runtime."""
     errors = {}
-    if name_error("node", name):  # every per-node URL must be able to name it (new-user trial 13, F2)
-        errors["name"] = name_error("node", name)
+    if message := name_error("node", name):  # every per-node URL must be able to name it (new-user trial 13, F2)
+        errors["name"] = message
     if not flavor:
         errors["flavor"] = "flavor (GPU model) must not be empty"
     if not isinstance(cpu_milli, int) or cpu_milli < 0:
@@ -275,10 +275,6 @@ CLOCK_EVENT_EVERY_SECONDS = 3600
 def _flag_clock(node: Node, offset: float, warning: str, *, at: datetime, actor) -> None:
     """A `node_clock` Event for a node whose clock is off beyond the bound, at most once an hour per node (its
     heartbeats come every few seconds)."""
-    from datetime import timedelta
-
-    from ..models import Event
-
     if Event.objects.filter(kind="node_clock", node=node, time__gt=at - timedelta(seconds=CLOCK_EVENT_EVERY_SECONDS),
                             time__lte=at).exists():
         return

@@ -116,8 +116,8 @@ class Command(BaseCommand):
             raise CommandError("--gpus must be >= 1")
         token = agent_token(opts["token"], opts["token_file"])
         name = opts["node_name"] or socket.gethostname()
-        if name_error("node", name):  # the server refuses it too; the state directory is named after it
-            raise CommandError(f"--node-name {name!r}: {name_error('node', name)}"
+        if message := name_error("node", name):  # the server refuses it too; the state directory is named after it
+            raise CommandError(f"--node-name {name!r}: {message}"
                                + ("" if opts["node_name"] else " (this host's name; give --node-name NAME)"))
         execute = not (opts["once"] or opts["no_exec"])
         runtime = (opts["runtime"] or "") if execute else ""  # a node that runs nothing offers no runtime
