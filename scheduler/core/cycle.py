@@ -119,8 +119,10 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
     t2 = time.perf_counter()
     evictions, decisions, tried = early[0] if early else ([], [], 0)
     rest = _after(allocation.failed_order, tried, start is not None and snapshot.jobs.unique_ids)
+    searched: list = []  # the jobs whose victim searches this second round ran, on the state the cycle ends in
     more, more_decisions = run_evictions(session, rest, result.pending, taken=taken,
-                                         limit=config.max_preemptors - len(decisions), facts=facts, memo=memo)
+                                         limit=config.max_preemptors - len(decisions), facts=facts, memo=memo,
+                                         searched=searched)
     result.evictions, result.decisions = evictions + more, decisions + more_decisions
     if reschedule_due(session):
         moved = reschedule(session, allocation.failed_order, result.pending, {e.job_id for e in result.evictions})
@@ -146,14 +148,15 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
         + len(result.bindings)
     result.metrics["grown_tasks"] = sum(len(b.tasks) for b in result.growths)
     result.metrics["queue_usage"] = {q: dict(u) for q, u in queues.usage.items()}
-    result.settled_until = settled_until(session, facts, reservations, allocation, result)  # (reads add usage keys)
+    result.settled_until = settled_until(session, facts, reservations, allocation, result, pending,
+                                         searched)  # (reads add usage keys)
     t4 = time.perf_counter()
     result.timings = {"open": t1 - t0, "allocate": t2 - t1, "preempt": t3 - t2, "metrics": t4 - t3, "total": t4 - t0}
     return result
 
 
-def settled_until(session: Session, facts, reservations: Reservations, allocation, result: CycleResult
-                  ) -> float | None:
+def settled_until(session: Session, facts, reservations: Reservations, allocation, result: CycleResult,
+                  pending: list | None = None, searched: list | None = None) -> float | None:
     """Until when (seconds of cluster time) a cycle on the state this one leaves would decide nothing new
     (CycleResult.settled_until), or None when that is not shown. Shown, conservatively, when no rule of the
     cycle can act on that state before then:
@@ -167,7 +170,8 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
       flavors or GPU shares (the rival rule of _unborrowed_first), or a pending job is elastic (_within_first,
       grow);
     - an eviction: no waiting job may reclaim (nobody borrows after this cycle's charges, or reclaim_may_help, the
-      eviction phase's screen, passes no queue's least need at that usage) and no preemptible job runs below the
+      eviction phase's screen, passes no queue's least need at that usage, or `_searched_here`: every waiting job
+      it passes failed its victim search on that very state here) and no preemptible job runs below the
       priority of a waiting job (every pending job has one priority, no running preemptible job is below it);
     - a reservation: no job has a time limit (no EASY shadow), no drain or eviction was made here, and no job
       refused for lack of room starves before the bound (Reservations.starves_at) while fewer than
@@ -178,7 +182,9 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
     terminal reason: the cycle after which a caller runs the next one on the same state (the replay's re-run; with
     no job dropped, that state's pending demand plus usage per queue is this cycle's, so its fair shares and
     metrics are this cycle's too); None after any other.
-    facts: the snapshot's jobindex.Facts (EngineCache.scan), None: not shown (nothing counted)."""
+    facts: the snapshot's jobindex.Facts (EngineCache.scan), None: not shown (nothing counted). pending: the
+    snapshot's pending jobs (the cycle's list); searched: the jobs whose victim searches the eviction phase's
+    second round ran (run_evictions' `searched`); None: the reclaim screen alone decides."""
     config = session.config
     if not result.bindings or not result.pending or result.terminal:
         return None
@@ -200,13 +206,61 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
         if kept is None:
             return None
         (flavor,) = session.state.flavors
-        for queue, need in kept.least_needs().items():
-            if reclaim_may_help(queues, Probe(queue, need), flavor):
-                return None
+        # the queues some of whose waiting jobs reclaim_may_help passes (it passes a job of a queue iff its minimum GPUs
+        # are at most a bound of the queue's: those of its least need, when any)
+        open_ = [q for q, need in kept.least_needs().items() if reclaim_may_help(queues, Probe(q, need), flavor)]
+        if open_ and (searched is None or pending is None
+                      or not _searched_here(session, allocation, result, pending, searched, flavor, set(open_))):
+            return None
     until = allocation.retry_at
     if config.backfill and len(result.nominations) < config.max_reservations:
         until = min(until, reservations.starves_at)
     return until if until > session.now else None
+
+
+def _searched_here(session: Session, allocation, result: CycleResult, pending: list, searched: list,
+                   flavor: str, open_: set) -> bool:
+    """Whether the eviction phase of a cycle on the state this one leaves (no event between) would decide nothing,
+    though reclaim_may_help passes some waiting job of the queues `open_` there: every job it passes (read on that
+    state's usage: this cycle's end) had its victim search run on that same state in this cycle's second round
+    (`searched`, after allocate: the same usage, free GPUs and holds; no decision was made, so no state changed
+    between the searches) and found nothing; the only victims that cycle's searches would see in addition are this
+    cycle's starts, and each of their queues
+    - is within its entitlement at every level (plugins.victims.ReclaimLedger refuses every unit of a queue none of
+      whose levels below the shared ancestor borrows, and what a search takes only lowers those levels: the starts'
+      units are skipped, and a search walks a prefix of the units it walked here, capped by MAX_VICTIM_UNITS), and
+    - had a preemptible running job already (reclaim's circles, the depths it searches, come from the victims'
+      queues: a new queue could add a circle, a search of its own).
+    Victim order is the JobInfos' alone (victim_units), not the clock's. The caller has checked that no job may
+    preempt and that no eviction of an earlier cycle is releasing GPUs. The re-run's jobs are this cycle's failed
+    ones (its starts gone, nothing dropped), tried in another order: with every search failing, the order, the
+    phase (before the first borrower or after allocate) and max_preemptors change nothing."""
+    queues = session.queues
+    bound = {b.job_id for b in result.bindings}
+    started = {j.queue for j in pending if j.id in bound and j.preemptible}
+    if started:
+        if queues.open_world or not started <= queues.queues.keys():
+            return False
+        for q in started:
+            if queues.entitlement_room(q, flavor)[0] < 0:
+                return False
+        jobs = session.snapshot.jobs
+        live = jobs[:jobs.pending_from] if type(jobs) is FactTuple and jobs.pending_from is not None else jobs
+        victims = {j.queue for j in live if j.state == "running" and j.preemptible and j.placement}
+        if not started <= victims:
+            return False
+    mine = set(map(_job_id, searched))
+    helps: dict = {}
+    for job in allocation.failed_order:
+        if job.queue not in open_ or job.id in mine:
+            continue
+        key = (job.queue, job.gpus_min)
+        passes = helps.get(key)
+        if passes is None:
+            passes = helps[key] = reclaim_may_help(queues, job, flavor)
+        if passes:
+            return False
+    return True
 
 
 _job_id = attrgetter("id")

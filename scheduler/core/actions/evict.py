@@ -33,7 +33,7 @@ EVICT_CODES = {"insufficient_gpus", "no_domain", "no_packing", "queue_limit"}  #
 
 def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, *, taken: dict | None = None,
                   limit: int | None = None, facts=None,
-                  memo: dict | None = None) -> tuple[list[Eviction], list[dict]]:
+                  memo: dict | None = None, searched: list | None = None) -> tuple[list[Eviction], list[dict]]:
     """Evictions made for the jobs of `failed_order` (module docstring), and one audit decision per
     beneficiary: {rule, beneficiary, queue, victims: [{job, tasks, gpus}], usage_before, usage_after}.
     reasons: job id -> PendingReason, updated in place for each beneficiary ("nominated"). taken: (job id, role,
@@ -42,7 +42,9 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     (EngineCache.scan) or None: with nobody borrowing, when no running preemptible job has a lower priority
     than the highest of `failed_order`, no job may preempt and none is screened (the same empty answer).
     memo: the cycle's job memo (EngineCache.job_memo, which allocate filled: actions.allocate.Admission.facts),
-    read for each job's minimum GPUs and, on a one-flavor cluster, its flavors; None: worked out here."""
+    read for each job's minimum GPUs and, on a one-flavor cluster, its flavors; None: worked out here.
+    searched: a list extended with the jobs that passed the screen, whose victim searches ran (in that order; the
+    searches after a success ran on the state it changed), or None."""
     config, queues, state = session.config, session.queues, session.state
     if not (config.preemption or config.reclaim):
         return [], []
@@ -75,6 +77,8 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
                                   one_flavor)
     if not preemptors:
         return [], []
+    if searched is not None:
+        searched.extend(preemptors)
     if running is None:  # the victims' candidates: only once some job passed the screen
         running = [j for j in session.snapshot.jobs if j.state == "running"]
     flavor_of = state.static.node_flavor  # node name -> flavor
