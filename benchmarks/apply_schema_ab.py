@@ -13,9 +13,11 @@ A variant is DDL applied before its run and undone after it, so every run starts
 `base` (as migrated), `before_0021` (the indexes migration 0021_e2e2 dropped or made partial, back as they
 were: the schema of 0020), `no_alloc_job_fk` (allocation.job_id's foreign key dropped; an experiment, not a
 proposal of this script), `replica` (session_replication_role = replica: no foreign-key triggers at all, a
-lower bound).
+lower bound), `before_0025` (the indexes migration 0025_e2eschema dropped or made partial, back as they were: the
+schema of 0024). MODE=cycle also prints the apply's server CPU (the backend process's, /proc: same machine).
 
     BENCH_DB=<db> MODE=micro REPS=7 VARIANTS=before_0021,base python benchmarks/apply_schema_ab.py
+    BENCH_DB=<db> MODE=cycle REPS=6 VARIANTS=before_0025,base python benchmarks/apply_schema_ab.py
 
 Wall times on a shared machine are noisy: compare within one run, alternating.
 """
@@ -29,6 +31,10 @@ import time
 
 import _common as C
 import _db
+
+# the migration module below reads Django's settings (AUTH_USER_MODEL): point them at the bench database first, or
+# they are read with the default DATABASE_URL (SQLite) before bench_database can switch them (session 14)
+os.environ["DATABASE_URL"] = f"{_db.SERVER_URL.rsplit('/', 1)[0]}/{_db.database_name('bench_apply_schema_ab')}"
 
 # (do, undo): the schema of migration 0020 again, on a database migrated to 0021_e2e2 or later
 _BEFORE_0021 = [
@@ -49,6 +55,18 @@ _BEFORE_0021 = [
      "DROP INDEX allocation_one_live_per_mig_instance; CREATE UNIQUE INDEX allocation_one_live_per_mig_instance "
      "ON gpuplatform_allocation (mig_instance_id) WHERE mig_instance_id IS NOT NULL AND released_at IS NULL"),
 ]
+# the schema of migration 0024 again, on a database migrated to 0025_e2eschema or later (session 14)
+_BEFORE_0025 = [
+    ("DROP INDEX job_submitter_set; "
+     "CREATE INDEX gpuplatform_job_submitter_id_50ab0661 ON gpuplatform_job (submitter_id)",
+     "DROP INDEX gpuplatform_job_submitter_id_50ab0661; "
+     "CREATE INDEX job_submitter_set ON gpuplatform_job (submitter_id) WHERE submitter_id IS NOT NULL"),
+    ("CREATE INDEX gpuplatform_gpu_node_id_117319b6 ON gpuplatform_gpu (node_id)",
+     "DROP INDEX gpuplatform_gpu_node_id_117319b6"),
+    ("DROP INDEX event_kind_not_admitted; CREATE INDEX event_kind ON gpuplatform_event (kind)",
+     "DROP INDEX event_kind; "
+     "CREATE INDEX event_kind_not_admitted ON gpuplatform_event (kind) WHERE kind <> 'admitted'"),
+]
 _FK = "gpuplatform_allocation_job_id_4ca6c166_fk_gpuplatform_job_id"
 VARIANTS = {
     "base": [],
@@ -57,6 +75,7 @@ VARIANTS = {
                          f"ALTER TABLE gpuplatform_allocation ADD CONSTRAINT {_FK} FOREIGN KEY (job_id) "
                          "REFERENCES gpuplatform_job (id) DEFERRABLE INITIALLY DEFERRED")],
     "replica": "replica",
+    "before_0025": _BEFORE_0025,
 }
 
 # MODE=micro: the apply's writes as plain SQL over the loaded world (the GPUs: the free ones in id order)
@@ -131,7 +150,7 @@ def cycle(names, reps, loaded) -> None:
 
     from gpuplatform.scheduling import store
 
-    state: dict = {"statements": 0.0, "commit": 0.0}
+    state: dict = {"statements": 0.0, "commit": 0.0, "server": 0.0}
 
     def timed(execute, sql, params, many, context):
         t = time.perf_counter()
@@ -144,8 +163,12 @@ def cycle(names, reps, loaded) -> None:
 
     def measured(*args, **kwargs):
         state.update(statements=0.0, commit=0.0)
-        with _db.timed_commits(state), connection.execute_wrapper(timed):
-            return apply(*args, **kwargs)
+        before = _db.backend_cpu()
+        try:
+            with _db.timed_commits(state), connection.execute_wrapper(timed):
+                return apply(*args, **kwargs)
+        finally:
+            state["server"] = _db.backend_cpu() - before
 
     store.apply_result = measured
     results: dict[str, list] = {n: [] for n in names}
@@ -163,13 +186,15 @@ def cycle(names, reps, loaded) -> None:
             finally:
                 with connection.cursor() as cur:
                     _apply(cur, VARIANTS[name], undo=True)
-            results[name].append({"apply": r["apply"], "statements": state["statements"], "commit": state["commit"]})
+            results[name].append({"apply": r["apply"], "statements": state["statements"], "commit": state["commit"],
+                                  "server": state["server"]})
             print(f"rep {rep + 1} {name:16s} load {os.getloadavg()[0]:.1f}: apply {r['apply']:.3f} (statements "
-                  f"{state['statements']:.3f}, commit {state['commit']:.3f}), binds {r['binds']}", flush=True)
+                  f"{state['statements']:.3f}, commit {state['commit']:.3f}, server CPU {state['server']:.3f}), "
+                  f"binds {r['binds']}", flush=True)
     print("medians:")
     for name, rows in results.items():
         print(f"  {name:16s} " + ", ".join(f"{k} {statistics.median(r[k] for r in rows):.3f}"
-                                           for k in ("apply", "statements", "commit")))
+                                           for k in ("apply", "statements", "commit", "server")))
 
 
 def main() -> None:

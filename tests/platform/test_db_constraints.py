@@ -5,7 +5,7 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from gpuplatform.models import Allocation, Gpu, Job, JobRole, Queue, Quota, Task
+from gpuplatform.models import Allocation, Event, Gpu, Job, JobRole, Queue, Quota, Task
 
 
 def _job_with_task(submit):
@@ -113,3 +113,44 @@ def test_allocation_of_a_missing_job_is_refused(submit):
     with pytest.raises(IntegrityError), transaction.atomic():
         write_allocations([(t0.pk, Gpu.objects.first().pk, job.pk + 10_000, timezone.now(), 0, 0, None)])
     assert not Allocation.objects.exists()
+
+
+# Issue 16 (migration 0025_e2eschema): job.submitter indexed only where set, event.kind for every kind but
+# "admitted" (one per started job), gpu.node by the unique (node, index) index alone. The queries that filter on them
+# still find an index: `= x` / `IN (...)` imply the partial indexes' conditions.
+_PARTIAL_INDEX_QUERIES = [
+    ("job_submitter_set", lambda: Job.objects.filter(submitter_id=1)),
+    ("job_submitter_set", lambda: Job.objects.filter(submitter__username="someone")),
+    ("event_kind_not_admitted", lambda: Event.objects.filter(kind="moved")),
+    ("event_kind_not_admitted", lambda: Event.objects.filter(kind__in=("evicted", "preempted"))),
+    ("gpu_unique_node_index", lambda: Gpu.objects.filter(node_id=1)),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.postgresql("the plans are PostgreSQL's")
+@pytest.mark.parametrize("index,query", _PARTIAL_INDEX_QUERIES, ids=[f"{i}-{n}" for n, (i, _) in
+                                                                     enumerate(_PARTIAL_INDEX_QUERIES)])
+def test_the_cycle_tables_partial_indexes_serve_their_queries(index, query):
+    from django.db import connection
+
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")  # tiny tables: the planner would read them whole
+        plan = query().explain()
+    assert index in plan, plan
+
+
+@pytest.mark.django_db
+def test_the_partial_indexes_leave_the_rows_found_unchanged(submit):
+    from django.contrib.auth import get_user_model
+
+    from gpuplatform import audit
+
+    user = get_user_model().objects.create(username="someone")
+    mine, other = submit("mine", submitter=user), submit("other")
+    assert list(Job.objects.filter(submitter=user)) == [mine] and other.submitter_id is None
+    assert set(Job.objects.filter(submitter__isnull=True)) >= {other}
+    audit.record_event("admitted", "a", job=mine)
+    audit.record_event("moved", "m", job=mine)
+    assert Event.objects.filter(kind="admitted", job=mine).count() == 1
+    assert Event.objects.filter(kind__in=("admitted", "moved"), job=mine).count() == 2

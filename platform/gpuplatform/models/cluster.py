@@ -85,7 +85,8 @@ class Gpu(models.Model):
         HEALTHY = "healthy", "healthy"
         UNHEALTHY = "unhealthy", "unhealthy"
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    # no index of its own: the unique (node, index) constraint's index leads with it (migration 0025_e2eschema)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus", db_index=False)
     index = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=80, blank=True)
     numa_node = models.SmallIntegerField(null=True, blank=True)

@@ -55,7 +55,10 @@ class Job(models.Model):
     # row written, and the cycle rewrites 10,000 job rows when it starts them)
     team = models.ForeignKey("gpuplatform.Team", on_delete=models.PROTECT, related_name="jobs", db_index=False)
     queue = models.ForeignKey("gpuplatform.Queue", on_delete=models.PROTECT, related_name="jobs")
-    submitter = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    # indexed only where set (the partial index below, migration 0025_e2eschema): null on every job a trace replay or
+    # a benchmark submits, and the cycle rewrites every started job's row (one index entry less per start there)
+    submitter = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                  db_index=False)
     name = models.CharField(max_length=200)
     external_id = models.CharField(max_length=100, blank=True, help_text="id in an imported trace")
     priority = models.IntegerField(default=0)
@@ -131,7 +134,8 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
-        indexes = [models.Index(fields=["state", "queue"]), models.Index(fields=["team", "state"])]
+        indexes = [models.Index(fields=["state", "queue"]), models.Index(fields=["team", "state"]),
+                   models.Index(fields=["submitter"], condition=Q(submitter__isnull=False), name="job_submitter_set")]
         constraints = [
             models.CheckConstraint(condition=Q(duration_seconds__isnull=True) | Q(duration_seconds__gte=0),
                                    name="job_duration_non_negative"),
