@@ -21,6 +21,7 @@ from itertools import compress, islice, repeat
 from math import inf as INF
 from operator import attrgetter, is_, itemgetter
 
+from ..jobindex import FactTuple
 from ..plugins.victims import victim_units
 from ..session import Session
 from ..snapshot import Eviction, JobInfo, PendingReason, Snapshot, Withdrawal
@@ -61,7 +62,7 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
         and low < max(map(_priority, failed_order))))
     if facts is not None and not borrowing and not may_any_preempt:
         return [], []  # only preemption could help, and no running job is below any waiting one
-    running = [j for j in session.snapshot.jobs if j.state == "running"] if may_any_preempt else None
+    running = _running(session.snapshot.jobs) if may_any_preempt else None
     lowest_priority: dict[str, int] = {}
     for j in running if may_any_preempt else ():
         if j.preemptible:
@@ -80,9 +81,8 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     if searched is not None:
         searched.extend(preemptors)
     if running is None:  # the victims' candidates: only once some job passed the screen
-        running = [j for j in session.snapshot.jobs if j.state == "running"]
+        running = _running(session.snapshot.jobs)
     flavor_of = state.static.node_flavor  # node name -> flavor
-    queue_of = {j.id: j.queue for j in session.snapshot.jobs}
     units = victim_units(running)
     victims_by_id = {j.id: j for j in running}
     evictions: list[Eviction] = []
@@ -91,7 +91,7 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     earlier = _standing(session, facts)  # evictions of earlier cycles still releasing GPUs for a holder
     releasing: list = []  # (victim, its tasks' GPUs no hold wants, rule), of those and this cycle's evictions
     if evicted:
-        units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
+        units = _unevicted(units, evicted)
     if evicted or earlier:
         releasing = _releasing(session, victims_by_id, evicted, earlier)
     walks: dict = {}  # reclaim's victim walks that never passed (victim_search.find_victims), while units and usage hold
@@ -114,13 +114,13 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
         walks.clear()  # units, GPUs being released and usage change: the walks kept so far no longer hold
         for ev in evs:
             evicted.update(((ev.job_id, t.role, t.index), ev.rule) for t in placement_of(victims_by_id, ev))
-        units = [u for u in units if not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
-        involved = {job.queue} | {queue_of[e.job_id] for e in evs}
+        units = _unevicted(units, evicted)
+        involved = {job.queue} | {victims_by_id[e.job_id].queue for e in evs}  # (the victims are running jobs)
         before = _usage(queues, involved)
         for ev in evs:
             for t in placement_of(victims_by_id, ev):
                 if t.gpus:
-                    queues.charge(queue_of[ev.job_id], flavor_of[t.node], -len(t.gpus))
+                    queues.charge(victims_by_id[ev.job_id].queue, flavor_of[t.node], -len(t.gpus))
         session.nominate(job, placement.tasks, all_gpus=True)  # charged to the holder's queue
         releasing = _releasing(session, victims_by_id, evicted, earlier)  # the hold and the victims change them
         evictions.extend(evs)
@@ -136,6 +136,22 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
                           "victims": [{"job": e.job_id, "tasks": list(e.tasks), "gpus": e.gpus} for e in evs],
                           "usage_before": before, "usage_after": _usage(queues, involved)})
     return evictions, decisions
+
+
+def _running(jobs) -> list[JobInfo]:
+    """The running jobs of a snapshot's jobs, in their order (of those not pending alone when the producer lists
+    them first: jobindex.FactTuple.pending_from)."""
+    if type(jobs) is FactTuple and jobs.pending_from is not None:
+        jobs = jobs[:jobs.pending_from]
+    return [j for j in jobs if j.state == "running"]
+
+
+def _unevicted(units: list, evicted: dict) -> list:
+    """The units none of whose tasks is evicted (`evicted`: (job id, role, index) -> rule), in order; a unit of a
+    job with no task evicted is kept without a look at its tasks."""
+    hit = {key[0] for key in evicted}
+    return [u for u in units if u.job.id not in hit
+            or not any((u.job.id, t.role, t.index) in evicted for t in u.tasks)]
 
 
 def _screen_each(session: Session, failed_order: list, reasons: dict, memo, borrowing: bool, helps: dict, limit: int,

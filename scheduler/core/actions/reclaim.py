@@ -61,13 +61,20 @@ def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flav
     lost first (plugins.victims); flavor_of: node name -> flavor. walks: a memo for
     victim_search.find_victims kept by the caller while `units`, `releasing` and the queues' usage stay the
     same (emptied when any changes), or None: its keys are (the job's queue, flavor, depth, whether only
-    victims below the binding limit count), which fix the candidates and the ledger's starting point.
+    victims below the binding limit count), which fix the candidates and the ledger's starting point, and
+    ("others", the job's queue) for the units of the other queues.
     releasing: (victim, tasks) whose GPUs evictions in their grace period free and no hold wants: those of
     another queue count as already-taken victims of that queue (its depth: the circle they come from), so a
     search uses them before it evicts anyone else (victim_search.find_victims)."""
     queues = session.queues
     chain = queues.chain(job.queue)
-    others = [u for u in units if u.job.queue != job.queue and queues.known(u.job.queue)]
+    # the units of the other known queues: the same for every job of this queue while `units` holds (kept in `walks`
+    # under ("others", queue), a key no walk has: the caller empties it when the units change)
+    others = walks.get(("others", job.queue)) if walks is not None else None
+    if others is None:
+        others = [u for u in units if u.job.queue != job.queue and queues.known(u.job.queue)]
+        if walks is not None:
+            walks[("others", job.queue)] = others
     freed = [(v, ts) for v, ts in releasing if v.queue != job.queue and queues.known(v.queue)]
     if not others and not freed:
         return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import is_, itemgetter
 
 from ..snapshot import JobInfo, TaskPlacement
 from .quota import QueueTree
@@ -36,7 +36,9 @@ class Unit:
 
 
 _first = itemgetter(0)
-_kept = threading.local()  # per thread: id(job) -> (job, its surplus entries, its whole entry) of the last call
+# per thread: `jobs`, id(job) -> (job, its surplus entries, its whole entry) of the last call; `last`, (that call's
+# running jobs, its units)
+_kept = threading.local()
 
 
 def _job_units(job: JobInfo) -> tuple[list[tuple[tuple, Unit]], tuple[tuple, Unit]]:
@@ -59,7 +61,12 @@ def victim_units(running: list[JobInfo]) -> list[Unit]:
     """The evictable units of `running`, in order (module docstring). A job's units and sort keys are derived
     from its JobInfo alone, so they are kept per job object from one call to the next (per thread; each entry
     holds its job, so an id is never reused while kept; only the last call's jobs are kept): a caller that
-    passes the same frozen objects cycle after cycle (the replay) builds each job's units once."""
+    passes the same frozen objects cycle after cycle (the replay) builds each job's units once; the very same jobs in
+    the same order as the last call's (both eviction rounds of a cycle; a cycle where no running job came or went) get
+    the last call's list again (callers read it, never change it)."""
+    last = getattr(_kept, "last", None)
+    if last is not None and len(last[0]) == len(running) and all(map(is_, running, last[0])):
+        return last[1]
     kept = getattr(_kept, "jobs", None) or {}
     now: dict[int, tuple] = {}
     surplus: list[tuple[tuple, Unit]] = []
@@ -77,7 +84,9 @@ def victim_units(running: list[JobInfo]) -> list[Unit]:
     _kept.jobs = now
     surplus.sort(key=_first)
     whole.sort(key=_first)
-    return [u for _, u in surplus] + [u for _, u in whole]
+    units = [u for _, u in surplus] + [u for _, u in whole]
+    _kept.last = (tuple(running), units)
+    return units
 
 
 class ReclaimLedger:
