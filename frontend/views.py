@@ -29,6 +29,7 @@ from .conditional import conditional_json, login_required_json
 from .delta import BadSince, with_since
 from .states import STATE_COLORS
 from .templatetags.units import human_seconds
+from .views_dashboards import zoom_exists
 from .views_jobs import can_act
 
 JOBS_PER_PAGE = 50
@@ -342,7 +343,9 @@ def job_detail(request, pk: int):
         "history": state_history(job, events),
         "can_cancel": job.state not in Job.FINAL_STATES and can_act(request.user, job),
         "show_map": bool(job.placement_domain) and job.state in Job.LIVE_STATES,
-        "map_zoom": job.placement_domain,
+        # The placement domain may be the engine's synthetic root ("cluster": a gang across domainless nodes,
+        # or across top-level domains), which the map shows at its top level, not as a zoom (new-user trial 14, F8).
+        "map_zoom": job.placement_domain if job.placement_domain and zoom_exists(job.placement_domain) else "",
         "state_colors": STATE_COLORS,
         "idle": IdleAllocation.objects.filter(job=job, ended_at__isnull=True).first(),
     })

@@ -204,6 +204,17 @@ def ensure_demo_team(password: str, gpus: int):
     return team
 
 
+def local_stop_message(what: str, live: int | None, left: list[int]) -> str:
+    """The last line of a demo that ran agents: whether every process it started is gone, as checked
+    (`left`: the pids still running). `live`: the jobs still live, or None to leave them out."""
+    jobs = f"{live} job(s) were still live" if live is not None else ""
+    if left:
+        pids = " ".join(map(str, left[:20])) + (" ..." if len(left) > 20 else "")
+        return (f"{what} stopped{f' ({jobs})' if jobs else ''}; {len(left)} process(es) it started still run: "
+                f"pid {pids} (kill them with kill -9)")
+    return f"{what} stopped ({jobs + '; ' if jobs else ''}every process it started is gone, checked)"
+
+
 class Command(BaseCommand):
     help = "Run the demo: migrate, load the Philly cluster, create users, serve the pages, replay the trace."
 
@@ -732,20 +743,24 @@ class Command(BaseCommand):
                   "  gpuctl logs <job id> --follow       # its rank 0 output; gpuctl cancel <id> stops it",
                   "Ctrl-C stops the server, the agents and every task they run.", "=" * 72, ""]
         self._say("\n".join(lines))
+        reported: set[str] = set()
+
         def watch_agents() -> None:
-            dead = [a.name for a in agents if not a.alive()]
+            # A dead agent stays in `agents`: the stop below must still stop (and check) its tasks (new-user
+            # trial 14, F2). Its tasks end by themselves too (the agents run with --stop-tasks-on-exit).
+            dead = [a.name for a in agents if not a.alive() and a.name not in reported]
             if dead:
-                self._say(f"agent(s) exited: {', '.join(dead)} (see {root}/<name>.log)")
-                agents[:] = [a for a in agents if a.alive()]
+                reported.update(dead)
+                self._say(f"agent(s) exited: {', '.join(dead)}; their tasks are stopped (see {root}/<name>.log)")
 
         try:
             self._run_until_stopped(stop, began, opts["duration_seconds"], every_second=watch_agents)
         finally:
             stop.set()
             self._say("stopping the agents and their tasks ...")
-            stop_agents(agents, stop_tasks=True)
+            left = stop_agents(agents, stop_tasks=True)
             loop.join(timeout=10)
             server.shutdown()
             server.server_close()
             live = Job.objects.filter(state__in=Job.LIVE_STATES).count()
-            self._say(f"local demo stopped ({live} job(s) were still live; their processes are gone)")
+            self._say(local_stop_message("local demo", live, left))
