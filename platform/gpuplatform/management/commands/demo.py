@@ -51,7 +51,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connection, transaction
 
 from gpuplatform.management import options
-from gpuplatform.management.demo_hold import DatabaseHold, demo_database
+from gpuplatform.management.demo_hold import DatabaseHold, database_variable, demo_database
 
 log = logging.getLogger("gpuplatform.demo")
 
@@ -168,7 +168,7 @@ def listen_or_refuse(host: str, port: int):
     except OSError as exc:
         raise CommandError(
             f"cannot listen on {host}:{port}: {exc}: a demo (or another server) already runs there. Nothing "
-            f"was changed (its jobs are untouched): stop it first, or use --port and another DATABASE_URL (a "
+            f"was changed (its jobs are untouched): stop it first, or use --port and another {database_variable()} (a "
             f"second demo on the same database refuses)") from exc
 
 
@@ -223,8 +223,9 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=options.PORT, default=8000, help="web server port, 1 to 65535 (default 8000)")
         parser.add_argument("--speed", type=_number(above=0), default=DEFAULT_SPEED,
                             help=f"simulated seconds per wall second (default {DEFAULT_SPEED:g} = 10 min/s)")
-        parser.add_argument("--start-day", type=_number(), default=None,
-                            help="replay day of the trace to start at (default: the first hour at which the "
+        # zero or more, as replay's --start (new-user trial 14, F21: -1 was taken and started at day 0)
+        parser.add_argument("--start-day", type=_number(0), default=None,
+                            help="replay day of the trace to start at, zero or more (default: the first hour at which the "
                                  "trace's running jobs ask for the whole cluster)")
         from clusterspec.importers import CLUSTERS
 
@@ -287,7 +288,7 @@ class Command(BaseCommand):
                 self.stderr.write(
                     f"warning: {names} do not apply: a cluster is already loaded in this database ({connection.vendor}"
                     f" {connection.settings_dict.get('NAME')}); to start fresh with them, delete that database "
-                    f"(`make demo`: rm db.sqlite3) or point DATABASE_URL at a new one")
+                    f"(`make demo`: rm db.sqlite3) or point {database_variable()} at a new one")
             return
         t0 = time.monotonic()
         kwargs = {} if opts["scale"] is None else {"scale": opts["scale"]}
@@ -562,7 +563,7 @@ class Command(BaseCommand):
         if simulated:
             raise CommandError(f"this database holds other nodes ({simulated} not run by {executor}): run "
                                f"this mode on another database, e.g. `make demo-local` / `make demo-slurm` "
-                               f"(DATABASE_URL=sqlite:///db-local.sqlite3 / db-slurm.sqlite3); nothing was changed")
+                               f"({database_variable()}=sqlite:///db-local.sqlite3 / db-slurm.sqlite3); nothing was changed")
 
     def _local_setup(self, opts, *, executor: str = "agent", gpus: int | None = None
                      ) -> tuple[list[tuple[str, str, str]], str]:
