@@ -459,8 +459,9 @@ def _check_redis() -> str:
 @csrf_exempt
 @require_safe
 def readyz(request):
-    """Readiness, per dependency: {"database": "ok" | "unavailable: <error>", "redis": ..., "ready": bool};
-    200 when every configured dependency answers, else 503 (with Retry-After). No login; each check is
+    """Readiness, per dependency: {"database": "ok" | "unavailable: <error>", "redis": ..., "scheduler": "ok" |
+    "stalled: <why>", "ready": bool}; 200 when every configured dependency answers, else 503 (with Retry-After);
+    a stalled scheduler is reported but leaves `ready` as it is (liveness module). No login; each check is
     bounded (PostgreSQL connect_timeout, Redis 0.5 s)."""
     checks, ready = {}, True
     for name, check in (("database", _check_database), ("redis", _check_redis)):
@@ -468,6 +469,13 @@ def readyz(request):
             checks[name] = check()
         except Exception as exc:  # noqa: BLE001 - any failure means not ready
             checks[name], ready = f"unavailable: {exc.__class__.__name__}", False
+    if checks["database"] == "ok":
+        # Whether cycles run (new-user trial 14, F10). Reported, not part of `ready`: this probe is the web
+        # tier's, which serves (and shows the stall on every page) whether or not the scheduler worker runs.
+        from gpuplatform.scheduling.liveness import cycle_stall
+
+        stall = cycle_stall()
+        checks["scheduler"] = f"stalled: {stall}" if stall else "ok"
     response = JsonResponse({**checks, "ready": ready}, status=200 if ready else 503)
     if not ready:
         response["Retry-After"] = "5"
