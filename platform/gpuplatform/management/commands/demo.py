@@ -759,7 +759,8 @@ class Command(BaseCommand):
             dead = [a.name for a in agents if not a.alive() and a.name not in reported]
             if dead:
                 reported.update(dead)
-                self._say(f"agent(s) exited: {', '.join(dead)}; their tasks are stopped (see {root}/<name>.log)")
+                self._say(f"agent(s) exited: {', '.join(dead)}; their tasks are being stopped by their supervisors, "
+                          f"and Ctrl-C checks that none is left (see {root}/<name>.log)")
 
         try:
             self._run_until_stopped(stop, began, opts["duration_seconds"], every_second=watch_agents)
