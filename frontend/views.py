@@ -29,6 +29,7 @@ from .conditional import conditional_json, login_required_json
 from .delta import BadSince, with_since
 from .states import STATE_COLORS
 from .templatetags.units import human_seconds
+from .views_dashboards import zoom_exists
 from .views_jobs import can_act
 
 JOBS_PER_PAGE = 50
@@ -342,7 +343,9 @@ def job_detail(request, pk: int):
         "history": state_history(job, events),
         "can_cancel": job.state not in Job.FINAL_STATES and can_act(request.user, job),
         "show_map": bool(job.placement_domain) and job.state in Job.LIVE_STATES,
-        "map_zoom": job.placement_domain,
+        # The placement domain may be the engine's synthetic root ("cluster": a gang across domainless nodes,
+        # or across top-level domains), which the map shows at its top level, not as a zoom (new-user trial 14, F8).
+        "map_zoom": job.placement_domain if job.placement_domain and zoom_exists(job.placement_domain) else "",
         "state_colors": STATE_COLORS,
         "idle": IdleAllocation.objects.filter(job=job, ended_at__isnull=True).first(),
     })
@@ -456,8 +459,9 @@ def _check_redis() -> str:
 @csrf_exempt
 @require_safe
 def readyz(request):
-    """Readiness, per dependency: {"database": "ok" | "unavailable: <error>", "redis": ..., "ready": bool};
-    200 when every configured dependency answers, else 503 (with Retry-After). No login; each check is
+    """Readiness, per dependency: {"database": "ok" | "unavailable: <error>", "redis": ..., "scheduler": "ok" |
+    "stalled: <why>", "ready": bool}; 200 when every configured dependency answers, else 503 (with Retry-After);
+    a stalled scheduler is reported but leaves `ready` as it is (liveness module). No login; each check is
     bounded (PostgreSQL connect_timeout, Redis 0.5 s)."""
     checks, ready = {}, True
     for name, check in (("database", _check_database), ("redis", _check_redis)):
@@ -465,6 +469,13 @@ def readyz(request):
             checks[name] = check()
         except Exception as exc:  # noqa: BLE001 - any failure means not ready
             checks[name], ready = f"unavailable: {exc.__class__.__name__}", False
+    if checks["database"] == "ok":
+        # Whether cycles run (new-user trial 14, F10). Reported, not part of `ready`: this probe is the web
+        # tier's, which serves (and shows the stall on every page) whether or not the scheduler worker runs.
+        from gpuplatform.scheduling.liveness import cycle_stall
+
+        stall = cycle_stall()
+        checks["scheduler"] = f"stalled: {stall}" if stall else "ok"
     response = JsonResponse({**checks, "ready": ready}, status=200 if ready else 503)
     if not ready:
         response["Retry-After"] = "5"

@@ -184,6 +184,15 @@ def unknown_name(param: str, value: str) -> str | None:
     return None
 
 
+def zoom_exists(name: str) -> bool:
+    """Whether the topology map can zoom into `name`: a domain of the topology or a domainless node's own
+    (node_domain). The engine's synthetic root (domain_tree.ROOT_NAME, "cluster") is neither: it is the map's
+    top level, no zoom."""
+    if is_node_domain(name):
+        return dq.domainless_node_exists(name[len(node_domain("")):])
+    return any(d[1] == name for d in dq.domains())
+
+
 def _topology_params(request) -> dict:
     """The topology page's parameters. Raises BadParam for a `job` that is not a job id (a positive whole
     number)."""
@@ -195,8 +204,7 @@ def _topology_params(request) -> dict:
     zoom = request.GET.get("zoom") or None
     # Domain names are public too (the page lists them all): a zoom naming none is a 400 naming it, not a page
     # whose map then fails to load (new-user trial 10, F11)
-    if zoom is not None and not (dq.domainless_node_exists(zoom[len(node_domain("")):]) if is_node_domain(zoom)
-                                 else any(d[1] == zoom for d in dq.domains())):
+    if zoom is not None and not zoom_exists(zoom):
         raise BadParam("zoom", f"no domain named {zoom[:60]!r}")
     team, flavor = request.GET.get("team") or None, request.GET.get("flavor") or None
     # Team names are public (the cluster page shows every team's counts): an unknown one is a 400 naming it,

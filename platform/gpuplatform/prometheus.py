@@ -23,6 +23,7 @@ Metric names, and what an operator of Kueue or Volcano knows them as:
 | cycle_duration_seconds (gauge, last cycle) | action        | volcano_action_scheduling_latency_microseconds{action}; kueue admission_attempt_duration |
 | e2e_cycle_duration_seconds (histogram)     |               | volcano_e2e_scheduling_latency_milliseconds                        |
 | cycles_total, cycle_errors_total           |               | kueue_admission_attempts_total{result}; volcano schedule attempts  |
+| last_cycle_timestamp_seconds               |               | (ours) wall time the latest cycle started: alert on time() - it     |
 | allocation_rate                            |               | (ours, DESIGN section 6) allocated / schedulable GPUs              |
 | fragmentation_rate                         |               | (ours) 1 - largest runnable job / free GPUs                        |
 | largest_runnable_job_gpus                  | tier          | (ours) most GPUs one job could get in one domain of tier <= t      |
@@ -179,6 +180,12 @@ class PlatformCollector:
                 phase.add_metric([action], float(value))
             phase.add_metric(["e2e"], last.duration_ms / 1000.0)
         yield phase
+        # When the newest cycle started (wall clock, Unix seconds): alert on time() - this (new-user trial 14, F10)
+        started = GaugeMetricFamily(_name("last_cycle_timestamp_seconds"),
+                                    "Wall time the latest scheduling cycle started (Unix seconds); absent before the first.")
+        if last is not None:
+            started.add_metric([], last.started_at.timestamp())
+        yield started
         aggregates = {f"le{i}": Count("id", filter=Q(duration_ms__lte=b * 1000)) for i, b in enumerate(CYCLE_BUCKETS)}
         agg = SchedulerCycle.objects.aggregate(n=Count("id"), total=Sum("duration_ms"),
                                                errors=Count("id", filter=~Q(error="")), binds=Sum("binds"), **aggregates)

@@ -315,13 +315,21 @@ TASK_LOG_CHUNK_MAX_BYTES = 65536
 TASK_LOG_READ_MAX_BYTES = 65536
 # Task names, not import paths: the tasks live in gpuplatform/scheduling/tasks.py and keep the names they
 # were first registered under, which queued messages and beat schedules carry.
+# Each periodic message expires after one period (new-user trial 14, F10): while no worker consumes, beat's
+# messages are dropped when a worker comes back instead of running the whole backlog back to back.
 CELERY_BEAT_SCHEDULE = {
-    "scheduling-cycle": {"task": "scheduler.tasks.run_scheduling_cycle", "schedule": SCHEDULER_CYCLE_SECONDS},
-    "failure-detection": {"task": "scheduler.tasks.detect_node_failures", "schedule": FAILURE_CHECK_SECONDS},
-    "telemetry-maintenance": {"task": "telemetry.tasks.maintain", "schedule": 60.0},
+    "scheduling-cycle": {"task": "scheduler.tasks.run_scheduling_cycle", "schedule": SCHEDULER_CYCLE_SECONDS,
+                         "options": {"expires": SCHEDULER_CYCLE_SECONDS}},
+    "failure-detection": {"task": "scheduler.tasks.detect_node_failures", "schedule": FAILURE_CHECK_SECONDS,
+                          "options": {"expires": FAILURE_CHECK_SECONDS}},
+    "telemetry-maintenance": {"task": "telemetry.tasks.maintain", "schedule": 60.0, "options": {"expires": 60.0}},
 }
 if FEDERATION_ROLE == "manager":
-    CELERY_BEAT_SCHEDULE["federation-round"] = {"task": "federation.tasks.run_round", "schedule": FEDERATION_SYNC_SECONDS}
+    CELERY_BEAT_SCHEDULE["federation-round"] = {"task": "federation.tasks.run_round", "schedule": FEDERATION_SYNC_SECONDS,
+                                                "options": {"expires": FEDERATION_SYNC_SECONDS}}
+# No scheduling cycle for this long is a stall, shown on /readyz, the pages and pending reasons
+# (gpuplatform.scheduling.liveness). 0 = five cycle periods, at least 30 s.
+SCHEDULER_STALL_SECONDS = float(os.environ.get("SCHEDULER_STALL_SECONDS", "0"))
 
 LOGGING = {
     "version": 1,

@@ -381,6 +381,20 @@ def test_job_page_shows_history_and_the_map_for_a_running_job(client, world):
     json.loads(client.get(f"/topology.json?zoom=nvl-0&job={job.pk}").content)
 
 
+@pytest.mark.parametrize("placed", ["cluster", "cluster-root"])
+def test_a_job_placed_on_the_engines_root_has_a_map_at_the_top_level(client, world, placed):
+    """New-user trial 14, F8: a gang across domainless nodes (the local demo's) is placed on the engine's
+    synthetic root "cluster", which is no domain of the map: the page asked /topology.json?zoom=cluster (400,
+    a console error, a broken panel and link). It asks for the top level now, and what it asks for answers."""
+    client.force_login(world["alice"])
+    job = world["jobs"]["red-running"]
+    Job.objects.filter(pk=job.pk).update(placement_domain=placed, placement_tier=3)
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'data-zoom=""' in html and f'data-job="{job.pk}"' in html and "zoom=cluster" not in html
+    assert client.get(f"/topology.json?job={job.pk}").status_code == 200
+    assert client.get(f"/topology/?job={job.pk}").status_code == 200
+
+
 def test_submit_form_takes_numa_and_sub_groups(client, world):
     """The submit form passes numa and a role's sub-group (group size, group tier) to the service, and the
     job page shows them (api-subgroup-tier-limit-ignored.yaml through the form)."""

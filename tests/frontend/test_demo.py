@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -14,6 +15,7 @@ from gpuplatform.models import ClusterSample, Job, Membership, SchedulerCycle
 from gpuplatform.trace_feeder import SimClock, TraceFeeder, trace_epoch
 
 FLAVOR = "gpu"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def tiny_cluster(**_opts) -> ClusterSpec:
@@ -319,6 +321,62 @@ def test_a_database_hold_refuses_a_second_holder_until_released(tmp_path):
     for memory in (":memory:", "file:memorydb_default?mode=memory&cache=shared"):
         DatabaseHold(1, vendor="sqlite", name=memory).acquire()
         DatabaseHold(2, vendor="sqlite", name=memory).acquire()  # nothing held: no refusal
+
+
+@pytest.mark.parametrize("value", ["-1", "-0.5", "nan", "inf"])
+@pytest.mark.django_db
+def test_demo_start_day_follows_replays_start_rule_and_message(value):
+    """New-user trial 14, F21: `demo --start-day -1` ran from day 0 while `replay --start -1` is refused: one rule
+    (a finite number, zero or more) and one message for both."""
+    from django.core.management.base import CommandError
+
+    said = []
+    for command, option in (("demo", "--start-day"), ("replay", "--start")):
+        extra = ["--no-server", "--duration-seconds", "1"] if command == "demo" else ["--cluster", "philly", "--trace", "philly"]
+        with pytest.raises(CommandError) as caught:
+            call_command(command, *extra, option, value, stdout=io.StringIO(), stderr=io.StringIO())
+        assert option in str(caught.value)
+        said.append(str(caught.value).split(option)[-1].lstrip(": "))
+    assert said[0] == said[1] == f"must be a finite number zero or more, got {value}", said
+
+
+def test_the_refusals_name_the_variable_that_picks_the_demos_database(tmp_path, monkeypatch):
+    """New-user trial 14, F9: under make the refusals said "give this one its own database (DATABASE_URL=...)",
+    but every make demo target sets DATABASE_URL itself from DEMO_DB / DEMO_LOCAL_DB / ...: following the advice
+    was refused again. Each target names its variable (DEMO_DB_VARIABLE) and the messages and README use it;
+    `manage.py demo` itself still reads DATABASE_URL."""
+    import re
+
+    from django.core.management.base import CommandError
+
+    from gpuplatform.management.commands.demo import DatabaseHold, listen_or_refuse
+
+    makefile = (REPO / "Makefile").read_text()
+    targets = re.findall(r"DATABASE_URL='\$\((\w+)\)'(.*)manage\.py demo", makefile)
+    assert len(targets) == 4 and all(f"DEMO_DB_VARIABLE={var} " in rest for var, rest in targets), targets
+    name = str(tmp_path / "db.sqlite3")
+    first = DatabaseHold(8123, vendor="sqlite", name=name).acquire()
+    try:
+        for variable, said in (("DEMO_DB", "DEMO_DB=sqlite:///"), ("DEMO_LOCAL_DB", "DEMO_LOCAL_DB=sqlite:///"),
+                               (None, "DATABASE_URL=sqlite:///")):
+            if variable:
+                monkeypatch.setenv("DEMO_DB_VARIABLE", variable)
+            else:
+                monkeypatch.delenv("DEMO_DB_VARIABLE", raising=False)
+            with pytest.raises(CommandError) as caught:
+                DatabaseHold(8124, vendor="sqlite", name=name).acquire()
+            assert said in str(caught.value), str(caught.value)
+            busy = listen_or_refuse("127.0.0.1", 0)
+            try:
+                with pytest.raises(CommandError) as caught:
+                    listen_or_refuse("127.0.0.1", busy.server_address[1])
+                assert f"another {variable or 'DATABASE_URL'} " in str(caught.value), str(caught.value)
+            finally:
+                busy.server_close()
+    finally:
+        first.release()
+    readme = (REPO / "README.md").read_text()
+    assert "its own `DATABASE_URL`" not in readme and "DEMO_DB=sqlite:///" in readme
 
 
 @pytest.mark.django_db(transaction=True)

@@ -250,13 +250,15 @@ class ProcessExecutor:
     work_dir: the agent's work directory (created). runtime: None/"" (no containers), "docker" or "podman"
     (ExecutorError otherwise). supervisor_grace: seconds the supervisor waits between SIGTERM and SIGKILL for
     processes left behind once the task's main process exited. python: the interpreter that runs supervise.py.
+    stop_tasks_on_exit: each supervisor watches this process (supervise.py --watch) and stops its task once the
+    process is gone, however it ended (the local demo's agents); by default tasks outlive an agent's restart.
 
     Drive it with: recover() once after construction (adopts what a previous agent left running), then
     every cycle poll(), stop(...) / start(...) per the assignments, unreported() + mark_reported(...) and
     log_chunk(...) + ack_logs(...) for the reports. Not thread-safe: call it from one thread."""
 
     def __init__(self, work_dir: str, runtime: str | None = None, *, supervisor_grace: float = 2.0,
-                 python: str | None = None):
+                 python: str | None = None, stop_tasks_on_exit: bool = False):
         if runtime and runtime not in RUNTIMES:
             raise ExecutorError(f"unknown container runtime {runtime!r} (expected one of {', '.join(RUNTIMES)})")
         self.work_dir = os.path.abspath(os.path.expanduser(work_dir))
@@ -265,6 +267,7 @@ class ProcessExecutor:
         self.runtime = runtime or ""
         self.supervisor_grace = float(supervisor_grace)
         self.python = python or sys.executable
+        self.stop_tasks_on_exit = bool(stop_tasks_on_exit)
         self._boot = _boot_id()
         self._meta: dict[Key, dict] = {}
         self._procs: dict[Key, subprocess.Popen] = {}
@@ -412,6 +415,9 @@ class ProcessExecutor:
             cwd = tdir  # the runtime's CLI itself runs in the task directory
         cmd = [self.python, "-I", SUPERVISOR, "--dir", tdir, "--cwd", cwd, "--grace", str(self.supervisor_grace),
                "--", *argv]
+        if self.stop_tasks_on_exit:
+            me = proc_stat(os.getpid())
+            cmd[cmd.index("--"):cmd.index("--")] = ["--watch", f"{os.getpid()}:{me.start_time if me else ''}"]
         try:
             with open(os.path.join(tdir, "supervisor.log"), "ab") as sup_log:
                 proc = subprocess.Popen(cmd, cwd=tdir, env=task_env(env_overlay), stdin=subprocess.DEVNULL,

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LocalAgent", "RECORDED_DUMP", "agent_argv", "start_agents", "stop_agents", "stop_tasks_in"]
+__all__ = ["LocalAgent", "RECORDED_DUMP", "agent_argv", "leftover_processes", "start_agents", "stop_agents",
+           "stop_tasks_in"]
 
 REPO = Path(__file__).resolve().parents[3]
 RECORDED_DUMP = REPO / "data" / "nvidia-h200-node" / "nvidia-smi-q.xml"
@@ -37,12 +38,17 @@ class LocalAgent:
 
 
 def agent_argv(api: str, name: str, *, work_dir: Path, gpus: int = 2, poll: float = 1.0,
-               interval: float = 5.0, real_gpus: bool = False, address: str = "127.0.0.1") -> list[str]:
+               interval: float = 5.0, real_gpus: bool = False, address: str = "127.0.0.1",
+               stop_tasks_on_exit: bool = True) -> list[str]:
     """The command line of one local agent (a `manage.py gpu_agent` process). It holds no token: the token
-    goes in the agent's environment (GPUPLATFORM_AGENT_TOKEN), which other users cannot read, not in `ps`."""
+    goes in the agent's environment (GPUPLATFORM_AGENT_TOKEN), which other users cannot read, not in `ps`.
+    stop_tasks_on_exit (default): the agent's tasks end when it does, however it ends (SIGKILL included), so
+    a demo that is killed, or one of whose agents dies, leaves no task behind (new-user trial 14, F2/F3)."""
     argv = [sys.executable, str(REPO / "manage.py"), "gpu_agent", "--api", api,
             "--node-name", name, "--work-dir", str(work_dir), "--poll", str(poll), "--interval", str(interval),
             "--address", address]
+    if stop_tasks_on_exit:
+        argv.append("--stop-tasks-on-exit")
     if not real_gpus:
         argv += ["--nvidia-smi-xml", str(RECORDED_DUMP), "--gpus", str(gpus)]
     return argv
@@ -79,10 +85,12 @@ def start_agents(api: str, token: str, count: int, *, root: Path, gpus: int = 2,
     return agents
 
 
-def stop_agents(agents: list[LocalAgent], *, stop_tasks: bool = True, grace: float = 5.0) -> None:
+def stop_agents(agents: list[LocalAgent], *, stop_tasks: bool = True, grace: float = 5.0) -> list[int]:
     """Stop the agent processes (SIGTERM, then SIGKILL after `grace`). With `stop_tasks`, every task they
     started is stopped too (SIGTERM, SIGKILL after `grace`): a real agent leaves its tasks running across
-    its own restarts, a demo that ends does not."""
+    its own restarts, a demo that ends does not. Pass every agent that was started, dead ones included: a
+    dead agent's tasks are stopped through its work directory. Returns the pids still running afterwards
+    (leftover_processes; [] when everything is gone), checked, not assumed."""
     for agent in agents:
         if agent.alive():
             agent.process.send_signal(signal.SIGTERM)
@@ -95,6 +103,28 @@ def stop_agents(agents: list[LocalAgent], *, stop_tasks: bool = True, grace: flo
             agent.process.wait()
     if stop_tasks:
         stop_tasks_in([agent.work_dir for agent in agents], grace=grace)
+    return leftover_processes(agents, tasks=stop_tasks)
+
+
+def leftover_processes(agents: list[LocalAgent], *, tasks: bool = True,
+                       work_dirs: list[Path] = ()) -> list[int]:
+    """Sorted pids of what still runs of `agents`: the agent processes and (with `tasks`) every live process
+    of every task recorded under their work directories and `work_dirs` (supervisor, descendants, members
+    of its process group or session)."""
+    from .executor import ProcessExecutor
+
+    pids = {agent.process.pid for agent in agents if agent.alive()}
+    dirs = [agent.work_dir for agent in agents] + list(work_dirs) if tasks else []
+    for work_dir in dirs:
+        tasks_dir = Path(work_dir) / "tasks"
+        if not tasks_dir.is_dir():
+            continue
+        ex = ProcessExecutor(str(work_dir))
+        for entry in tasks_dir.iterdir():
+            task, _, attempt = entry.name.partition("-")
+            if task.isdigit() and attempt.isdigit():
+                pids.update(ex.alive_pids((int(task), int(attempt))))
+    return sorted(pids)
 
 
 def stop_tasks_in(work_dirs: list[Path], *, grace: float = 5.0) -> None:

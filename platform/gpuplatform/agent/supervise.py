@@ -1,6 +1,6 @@
 """Task supervisor: one per task attempt, started by the node agent BY PATH (standard library only).
 
-    <python> -I /abs/path/supervise.py --dir TASKDIR [--cwd DIR] [--grace SECONDS] -- ARGV...
+    <python> -I /abs/path/supervise.py --dir TASKDIR [--cwd DIR] [--grace SECONDS] [--watch PID:START] -- ARGV...
 
 It must not import anything from gpuplatform (fast start, no Django or Celery). What it does, in order:
 
@@ -23,6 +23,15 @@ It must not import anything from gpuplatform (fast start, no Django or Celery). 
    SIGKILL alone is no proof of an out-of-memory kill (a user's `kill -9`, a watchdog, `timeout -s KILL`);
 7. writes TASKDIR/exit.json atomically, {"exit_code": n} or {"signal": s}, and exits 0.
 
+With --watch PID:START (an agent started with --stop-tasks-on-exit: the local demo's agents), it also checks
+every WATCH_SECONDS that the process PID, started at START clock ticks since boot (so a reused pid is not
+mistaken for it), still runs; once it is gone (killed with SIGKILL, its demo killed) it writes "[gpuplatform]
+the agent (pid N) is gone: stopping the task" into output.log and terminates the whole task as in step 5
+(SIGTERM to every descendant, --grace seconds, SIGKILL), then goes on with 6 and 7. Polling rather than
+PR_SET_PDEATHSIG: the supervisor runs in a session of its own, the death signal follows the agent's *thread*
+that forked it (not the process), and a signal the supervisor set for itself could be missed if the agent died
+before the prctl; a /proc read every WATCH_SECONDS has none of these gaps.
+
 A command that cannot be started writes one line "[gpuplatform] cannot start ...: <reason>" into
 output.log and exit.json {"exit_code": 127} (not found) or {"exit_code": 126} (permission denied, not
 executable, any other exec error). Bad arguments exit 1 without exit.json. Linux only (/proc, prctl).
@@ -39,6 +48,7 @@ import sys
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
+WATCH_SECONDS = 0.25  # how often a supervisor started with --watch checks that its agent still runs
 
 
 def _set_subreaper() -> bool:
@@ -232,19 +242,25 @@ def _log_line(log_fh, text: str) -> None:
     log_fh.flush()
 
 
-def _parse(argv: list[str]) -> tuple[str, str | None, float, list[str]]:
+def _parse(argv: list[str]) -> tuple[str, str | None, float, tuple[int, int | None] | None, list[str]]:
     if "--" not in argv:
-        raise SystemExit("usage: supervise.py --dir TASKDIR [--cwd DIR] [--grace S] -- ARGV...")
+        raise SystemExit("usage: supervise.py --dir TASKDIR [--cwd DIR] [--grace S] [--watch PID:START] -- ARGV...")
     sep = argv.index("--")
     opts, command = argv[:sep], argv[sep + 1:]
-    task_dir, cwd, grace = None, None, 2.0
+    task_dir, cwd, grace, watch = None, None, 2.0, None
     i = 0
     while i < len(opts):
-        if opts[i] in ("--dir", "--cwd", "--grace") and i + 1 < len(opts):
+        if opts[i] in ("--dir", "--cwd", "--grace", "--watch") and i + 1 < len(opts):
             if opts[i] == "--dir":
                 task_dir = opts[i + 1]
             elif opts[i] == "--cwd":
                 cwd = opts[i + 1]
+            elif opts[i] == "--watch":
+                pid, _, start = opts[i + 1].partition(":")
+                try:
+                    watch = (int(pid), int(start) if start else None)
+                except ValueError:
+                    raise SystemExit(f"supervise.py: --watch takes PID:START, not {opts[i + 1]!r}") from None
             else:
                 grace = float(opts[i + 1])
             i += 2
@@ -252,11 +268,41 @@ def _parse(argv: list[str]) -> tuple[str, str | None, float, list[str]]:
             raise SystemExit(f"supervise.py: unknown argument {opts[i]!r}")
     if not task_dir or not command:
         raise SystemExit("supervise.py: --dir and a command are required")
-    return task_dir, cwd, grace, command
+    return task_dir, cwd, grace, watch, command
+
+
+def _watched_alive(watch: tuple[int, int | None]) -> bool:
+    """True while the watched process (pid, start time) runs: not gone, not a zombie, not a reused pid."""
+    st = _stat(watch[0])
+    return st is not None and st[0] not in ("Z", "X") and (watch[1] is None or st[2] == watch[1])
+
+
+def _wait_child(child_pid: int, watch: tuple[int, int | None] | None, grace: float, log_fh) -> dict:
+    """Reap children until `child_pid` exits; its result. With `watch`: poll, and once the watched agent is
+    gone terminate the task's whole tree (SIGTERM, `grace` seconds, SIGKILL until the child is reaped)."""
+    kill_at = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG if watch else 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:  # cannot happen while the child is unreaped; be safe
+            return {"exit_code": 1}
+        if pid == child_pid:
+            return _status_result(status)
+        if pid:
+            continue  # an orphan re-parented to us: reaped, look again at once
+        if kill_at is None and not _watched_alive(watch):
+            _log_line(log_fh, f"the agent (pid {watch[0]}) is gone: stopping the task")
+            _signal_all(_descendants(os.getpid()), signal.SIGTERM)
+            kill_at = time.monotonic() + grace
+        elif kill_at is not None and time.monotonic() >= kill_at:
+            _signal_all(_descendants(os.getpid()), signal.SIGKILL)
+        time.sleep(WATCH_SECONDS if kill_at is None else 0.02)
 
 
 def main(argv: list[str] | None = None) -> int:
-    task_dir, cwd, grace, command = _parse(sys.argv[1:] if argv is None else argv)
+    task_dir, cwd, grace, watch, command = _parse(sys.argv[1:] if argv is None else argv)
     _set_subreaper()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: None)
@@ -283,18 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                 _log_line(log_fh, f"cannot start {command[0]!r}: {exc.strerror or exc}")
             _write_json(exit_path, {"exit_code": code})
             return 0
-        result = None
-        while result is None:
-            try:
-                pid, status = os.waitpid(-1, 0)
-            except InterruptedError:
-                continue
-            except ChildProcessError:  # cannot happen while the child is unreaped; be safe
-                result = {"exit_code": child.poll() if child.poll() is not None else 1}
-                break
-            if pid == child.pid:
-                child.returncode = 0  # reaped by us: keep Popen from waiting on it again
-                result = _status_result(status)
+        result = _wait_child(child.pid, watch, grace, log_fh)
+        child.returncode = 0  # reaped by us: keep Popen from waiting on it again
         _cleanup(grace)
         if result.get("signal") == signal.SIGKILL or result.get("exit_code") == 128 + signal.SIGKILL:
             kernel = _kernel_oom_line(child.pid, _kmsg_records()) if result.get("signal") else None

@@ -7,7 +7,9 @@ answers, its `federation-manager` service account and token are made (on its dat
 manager: its own database (the command's DATABASE_URL; the make target uses db-federation.sqlite3), team
 `demo` with queue `demo` (federation quota: every worker's GPUs), users admin and demo (--password), the
 members registered (their tokens encrypted), pages and API on --port, and the federation round every 2 s.
-Ctrl-C (or --duration-seconds) stops the round, the server and every worker (each stops its agents and tasks).
+Ctrl-C (or --duration-seconds) stops the round, the server and every worker (each stops its agents and tasks);
+then the tasks left under a worker that died before are stopped too, and the last line says whether anything
+still runs (checked). A manager killed with SIGKILL takes its workers with it (PR_SET_PDEATHSIG).
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ import urllib.request
 from pathlib import Path
 
 from django.conf import settings
+
+from gpuplatform.agent.local import _exit_with_parent
 
 SERVICE_SETUP = """
 from gpuplatform.federation.worker_api import make_service_account
@@ -68,12 +72,16 @@ def run(cmd, opts) -> None:
             port = opts["port"] + 1 + i
             env = {**os.environ, "DATABASE_URL": f"sqlite:///{root / f'worker-{i}.sqlite3'}", "REDIS_URL": "",
                    "FEDERATION_ROLE": "worker", "DEMO_AGENTS_DIR": str(root / f"agents-{i}")}
+            env.pop("DEMO_DB_VARIABLE", None)  # a worker's database is the manager's choice, not a make variable
             args = [sys.executable, "manage.py", "demo", "--local-agents", str(opts["local_agents"] or 2),
                     "--gpus-per-agent", str(opts["gpus_per_agent"]), "--port", str(port), "--password", password]
             if opts["duration_seconds"] is not None:
                 args += ["--duration-seconds", str(opts["duration_seconds"] + 30)]
             log = open(root / f"worker-{i}.log", "ab")
-            procs.append(subprocess.Popen(args, cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT))
+            # A worker gets SIGTERM when this process dies, however (it then stops its agents, whose tasks end
+            # with them): a killed manager leaves nothing running.
+            procs.append(subprocess.Popen(args, cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          preexec_fn=_exit_with_parent))
             workers.append((f"worker-{i}", f"http://127.0.0.1:{port}", env))
         deadline = time.monotonic() + 180
         for (name, url, env), proc in zip(workers, procs):
@@ -146,4 +154,14 @@ def run(cmd, opts) -> None:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        cmd._say("federation demo stopped")
+                proc.wait()
+        # A worker that died (or was killed) before this stop never stopped its agents' tasks: stop what is left
+        # under every worker's agent directories, then check (new-user trial 14, F6).
+        from gpuplatform.agent.local import leftover_processes, stop_tasks_in
+        from gpuplatform.management.commands.demo import local_stop_message
+
+        dirs = [d for i in range(n) if (root / f"agents-{i}").is_dir()
+                for d in sorted((root / f"agents-{i}").iterdir()) if d.is_dir()]
+        stop_tasks_in(dirs, grace=5.0)
+        left = sorted(set(leftover_processes([], work_dirs=dirs)) | {p.pid for p in procs if p.poll() is None})
+        cmd._say(local_stop_message("federation demo", None, left))

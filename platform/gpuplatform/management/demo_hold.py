@@ -18,6 +18,14 @@ def demo_database() -> dict:
     return {"vendor": connection.vendor, "name": str(settings.DATABASES["default"].get("NAME") or "")}
 
 
+def database_variable() -> str:
+    """The variable that picks the demo's database: DATABASE_URL for `manage.py demo`; under make, the
+    Makefile's (DEMO_DB, DEMO_LOCAL_DB, ...), which it names in DEMO_DB_VARIABLE, since each make target sets
+    DATABASE_URL itself whatever the shell has (new-user trial 14, F9)."""
+    name = os.environ.get("DEMO_DB_VARIABLE", "")
+    return name if name.isidentifier() else "DATABASE_URL"
+
+
 class DatabaseHold:
     """This process's claim on the demo's database while a demo runs on it, so that a second demo on the same
     database (another port, the same DATABASE_URL or db.sqlite3) refuses before it clears or mixes the first
@@ -71,8 +79,8 @@ class DatabaseHold:
         return self
 
     def _refuse(self, holder: str, name: str) -> None:
-        other = ("DATABASE_URL=sqlite:///db-second.sqlite3" if self.vendor == "sqlite"
-                 else "DATABASE_URL=postgres://.../another_database")
+        other = (f"{database_variable()}=sqlite:///db-second.sqlite3" if self.vendor == "sqlite"
+                 else f"{database_variable()}=postgres://.../another_database")
         raise CommandError(
             f"another demo runs on this database ({name}; held by {holder}): a second one would clear or mix its "
             f"workload. Nothing was changed (its jobs are untouched): stop it first, or give this one its own "

@@ -8,22 +8,32 @@ import argparse
 import math
 
 
+def _bound(minimum: float | None, above: float | None, at_most: float | None) -> str:
+    """The rule of number()'s bounds in words, as replay's span options say it ("zero or more", "above zero")."""
+    parts = []
+    if above is not None:
+        parts.append("above zero" if above == 0 else f"above {above:g}")
+    if minimum is not None:
+        parts.append("zero or more" if minimum == 0 else f"{minimum:g} or more")
+    if at_most is not None:
+        parts.append(f"at most {at_most:g}")
+    return " and ".join(parts)
+
+
 def number(minimum: float | None = None, *, above: float | None = None, at_most: float | None = None):
-    """A finite float with bounds: `minimum` (>=), `above` (>), `at_most` (<=)."""
+    """A finite float with bounds: `minimum` (>=), `above` (>), `at_most` (<=). A refusal says the whole rule
+    ("must be a finite number zero or more, got -1"), the words replay's span checks use (new-user trial 14, F21)."""
+    rule = _bound(minimum, above, at_most)
+    message = f"must be a finite number{' ' + rule if rule else ''}, got {{}}"
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-        if above is not None and value <= above:
-            raise argparse.ArgumentTypeError(f"must be > {above:g}, got {text}")
-        if minimum is not None and value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum:g}, got {text}")
-        if at_most is not None and value > at_most:
-            raise argparse.ArgumentTypeError(f"must be at most {at_most:g}, got {text}")
+        if (not math.isfinite(value) or (above is not None and value <= above)
+                or (minimum is not None and value < minimum) or (at_most is not None and value > at_most)):
+            raise argparse.ArgumentTypeError(message.format(text))
         return value
 
     parse.__name__ = "number"

@@ -177,6 +177,9 @@ class JobSerializer(ModelSerializer):
     attempt = serializers.IntegerField(source="attempts", read_only=True,
                                        help_text="the current attempt's number (0-based; the agents' `attempt`)")
     diagnosis = serializers.SerializerMethodField(help_text="the diagnosis of the last failed attempt, or null")
+    pending_reason = serializers.SerializerMethodField(
+        help_text="why it waits (pending) or was stopped; while no scheduling cycle runs (the scheduler is down) "
+                  "a pending job's reason says so first")
 
     class Meta:
         model = Job
@@ -200,6 +203,16 @@ class JobSerializer(ModelSerializer):
                  "failed_task": a.failed_task, "diagnosis": a.diagnosis, "fault_at": a.fault_at,
                  "recovered_at": a.recovered_at, "recovery_seconds": a.recovery_seconds}
                 for a in self._attempt_rows(job)]
+
+    def get_pending_reason(self, job) -> str:
+        if job.state != Job.State.PENDING:
+            return job.pending_reason
+        if "cycle_stall" not in self.context:  # once per response: a list's items share the context
+            from gpuplatform.scheduling.liveness import cycle_stall
+
+            self.context["cycle_stall"] = cycle_stall()
+        stall = self.context["cycle_stall"]
+        return f"{stall}; {job.pending_reason}" if stall else job.pending_reason
 
     def get_diagnosis(self, job) -> dict | None:
         failed = [a for a in self._attempt_rows(job) if a.failed and a.diagnosis]

@@ -51,7 +51,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connection, transaction
 
 from gpuplatform.management import options
-from gpuplatform.management.demo_hold import DatabaseHold, demo_database
+from gpuplatform.management.demo_hold import DatabaseHold, database_variable, demo_database
 
 log = logging.getLogger("gpuplatform.demo")
 
@@ -168,7 +168,7 @@ def listen_or_refuse(host: str, port: int):
     except OSError as exc:
         raise CommandError(
             f"cannot listen on {host}:{port}: {exc}: a demo (or another server) already runs there. Nothing "
-            f"was changed (its jobs are untouched): stop it first, or use --port and another DATABASE_URL (a "
+            f"was changed (its jobs are untouched): stop it first, or use --port and another {database_variable()} (a "
             f"second demo on the same database refuses)") from exc
 
 
@@ -204,6 +204,17 @@ def ensure_demo_team(password: str, gpus: int):
     return team
 
 
+def local_stop_message(what: str, live: int | None, left: list[int]) -> str:
+    """The last line of a demo that ran agents: whether every process it started is gone, as checked
+    (`left`: the pids still running). `live`: the jobs still live, or None to leave them out."""
+    jobs = f"{live} job(s) were still live" if live is not None else ""
+    if left:
+        pids = " ".join(map(str, left[:20])) + (" ..." if len(left) > 20 else "")
+        return (f"{what} stopped{f' ({jobs})' if jobs else ''}; {len(left)} process(es) it started still run: "
+                f"pid {pids} (kill them with kill -9)")
+    return f"{what} stopped ({jobs + '; ' if jobs else ''}every process it started is gone, checked)"
+
+
 class Command(BaseCommand):
     help = "Run the demo: migrate, load the Philly cluster, create users, serve the pages, replay the trace."
 
@@ -212,8 +223,9 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=options.PORT, default=8000, help="web server port, 1 to 65535 (default 8000)")
         parser.add_argument("--speed", type=_number(above=0), default=DEFAULT_SPEED,
                             help=f"simulated seconds per wall second (default {DEFAULT_SPEED:g} = 10 min/s)")
-        parser.add_argument("--start-day", type=_number(), default=None,
-                            help="replay day of the trace to start at (default: the first hour at which the "
+        # zero or more, as replay's --start (new-user trial 14, F21: -1 was taken and started at day 0)
+        parser.add_argument("--start-day", type=_number(0), default=None,
+                            help="replay day of the trace to start at, zero or more (default: the first hour at which the "
                                  "trace's running jobs ask for the whole cluster)")
         from clusterspec.importers import CLUSTERS
 
@@ -276,7 +288,7 @@ class Command(BaseCommand):
                 self.stderr.write(
                     f"warning: {names} do not apply: a cluster is already loaded in this database ({connection.vendor}"
                     f" {connection.settings_dict.get('NAME')}); to start fresh with them, delete that database "
-                    f"(`make demo`: rm db.sqlite3) or point DATABASE_URL at a new one")
+                    f"(`make demo`: rm db.sqlite3) or point {database_variable()} at a new one")
             return
         t0 = time.monotonic()
         kwargs = {} if opts["scale"] is None else {"scale": opts["scale"]}
@@ -551,7 +563,7 @@ class Command(BaseCommand):
         if simulated:
             raise CommandError(f"this database holds other nodes ({simulated} not run by {executor}): run "
                                f"this mode on another database, e.g. `make demo-local` / `make demo-slurm` "
-                               f"(DATABASE_URL=sqlite:///db-local.sqlite3 / db-slurm.sqlite3); nothing was changed")
+                               f"({database_variable()}=sqlite:///db-local.sqlite3 / db-slurm.sqlite3); nothing was changed")
 
     def _local_setup(self, opts, *, executor: str = "agent", gpus: int | None = None
                      ) -> tuple[list[tuple[str, str, str]], str]:
@@ -702,22 +714,29 @@ class Command(BaseCommand):
             logging.getLogger("gpuplatform.scheduling.store").setLevel(logging.WARNING)  # a line per cycle is too much
         api = f"http://127.0.0.1:{opts['port']}"
         root = Path(os.environ.get("DEMO_AGENTS_DIR") or Path(settings.BASE_DIR) / ".demo-agents")
+        since = timezone.now()
         agents = start_agents(api, token, opts["local_agents"], root=root, gpus=opts["gpus_per_agent"],
                               poll=1.0, interval=5.0, real_gpus=opts["real_gpus"])
         stop = threading.Event()
         loop = threading.Thread(target=run_loop, name="demo-cycle", daemon=True,
                                 kwargs={"interval_seconds": 1.0, "clock_fn": timezone.now, "stop_event": stop,
                                         "forecast": True})
-        loop.start()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             signal.signal(signal.SIGINT, lambda *_: stop.set())
         began = time.monotonic()
         deadline = began + 30
-        while Node.objects.filter(executor=Node.Executor.AGENT, name__startswith="local-").count() < len(agents):
+        # The cycle (and its failure detection) starts once this run's agents have reported (registration
+        # is a heartbeat), at most 30 s: on a restart the nodes of the last run are there with its last, stale
+        # heartbeats, and a cycle started at once marked every one not_ready before its agent registered a
+        # second later (new-user trial 14, F22). An agent that does not report in 30 s is judged as usual.
+        names = [a.name for a in agents]
+        while Node.objects.filter(executor=Node.Executor.AGENT, name__in=names,
+                                  last_heartbeat__gte=since).count() < len(agents):
             if time.monotonic() > deadline or stop.is_set():
                 break
             stop.wait(0.3)
+        loop.start()
         nodes = list(Node.objects.filter(executor=Node.Executor.AGENT).values_list("name", "gpu_count"))
         example = Path(settings.BASE_DIR) / "examples" / "rendezvous.py"
         lines = ["", "=" * 72, f"GPU platform, local mode: open http://{opts['host']}:{opts['port']}/",
@@ -732,20 +751,25 @@ class Command(BaseCommand):
                   "  gpuctl logs <job id> --follow       # its rank 0 output; gpuctl cancel <id> stops it",
                   "Ctrl-C stops the server, the agents and every task they run.", "=" * 72, ""]
         self._say("\n".join(lines))
+        reported: set[str] = set()
+
         def watch_agents() -> None:
-            dead = [a.name for a in agents if not a.alive()]
+            # A dead agent stays in `agents`: the stop below must still stop (and check) its tasks (new-user
+            # trial 14, F2). Its tasks end by themselves too (the agents run with --stop-tasks-on-exit).
+            dead = [a.name for a in agents if not a.alive() and a.name not in reported]
             if dead:
-                self._say(f"agent(s) exited: {', '.join(dead)} (see {root}/<name>.log)")
-                agents[:] = [a for a in agents if a.alive()]
+                reported.update(dead)
+                self._say(f"agent(s) exited: {', '.join(dead)}; their tasks are being stopped by their supervisors, "
+                          f"and Ctrl-C checks that none is left (see {root}/<name>.log)")
 
         try:
             self._run_until_stopped(stop, began, opts["duration_seconds"], every_second=watch_agents)
         finally:
             stop.set()
             self._say("stopping the agents and their tasks ...")
-            stop_agents(agents, stop_tasks=True)
+            left = stop_agents(agents, stop_tasks=True)
             loop.join(timeout=10)
             server.shutdown()
             server.server_close()
             live = Job.objects.filter(state__in=Job.LIVE_STATES).count()
-            self._say(f"local demo stopped ({live} job(s) were still live; their processes are gone)")
+            self._say(local_stop_message("local demo", live, left))

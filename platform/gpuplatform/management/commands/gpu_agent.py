@@ -88,6 +88,10 @@ class Command(BaseCommand):
         parser.add_argument("--runtime", default="", choices=["", "docker", "podman"],
                             help="container runtime for tasks with an image (default none: such tasks end "
                                  "with exit code 125)")
+        parser.add_argument("--stop-tasks-on-exit", action="store_true",
+                            help="the tasks this agent starts end when it does, however it ends (each task's "
+                                 "supervisor watches it); the local demo's agents. Default: tasks outlive the "
+                                 "agent and a restarted agent adopts them")
         parser.add_argument("--poll", type=options.number(above=0), default=2.0,
                             help="seconds between assignment polls until the server sends poll_seconds (default 2)")
         parser.add_argument("--telemetry-seconds", type=options.number(minimum=0), default=None,
@@ -132,7 +136,7 @@ class Command(BaseCommand):
             executor = None
             if execute:
                 work_dir = opts["work_dir"] or os.path.join(os.path.expanduser("~"), ".gpuplatform-agent", name)
-                executor = ProcessExecutor(work_dir, runtime or None)
+                executor = ProcessExecutor(work_dir, runtime or None, stop_tasks_on_exit=opts["stop_tasks_on_exit"])
                 executor.lock()
                 self.stdout.write(f"{name}: executing tasks, state in {executor.work_dir}")
                 if threading.current_thread() is threading.main_thread():
