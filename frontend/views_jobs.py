@@ -3,6 +3,7 @@ services as the REST API (services.submit_job, services.cancel_job) and the same
 (access.can_submit: a member or admin of the job's team, or a platform admin)."""
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone as dt_timezone
 
 from django.contrib import messages
@@ -269,7 +270,11 @@ def job_estimate(request):
     except WhatIfDenied as exc:
         return JsonResponse({"errors": {"queue": exc.message}}, status=403)
     except WhatIfError as exc:
-        return JsonResponse({"errors": {exc.field: exc.message}}, status=400)
+        # the form's own field names (new-user trial 14, F1 / F13: a time limit past 366 days was filed under
+        # "time_limit", a field the form does not have): time_limit_minutes, roles-0-gpu_fraction
+        field = "time_limit_minutes" if exc.field == "time_limit" else re.sub(r"^roles\[(\d+)\]\.", r"roles-\1-",
+                                                                              exc.field)
+        return JsonResponse({"errors": {field: exc.message}}, status=400)
     mine = next(j for j in answer["jobs"] if j["hypothetical"])["after"]
     parse = datetime.fromisoformat
     start = parse(mine["estimated_start"]) if mine["estimated_start"] else None

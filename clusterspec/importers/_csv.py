@@ -3,7 +3,7 @@
 `read_rows(path, required)` yields `Row` objects carrying their physical line number; the typed
 getters on `Row` raise `ImportFormatError` naming file, line and column. Header names are stripped
 of surrounding spaces (the Philly machine list writes `machineId, number of GPUs, ...`), as are cell
-values. Blank lines are skipped. A row with a different number of fields than the header is an error.
+values; a column named twice in the header is an error. Blank lines are skipped. A row with a different number of fields than the header is an error.
 `apportion` is the shared largest-remainder rule the importers use to split quotas.
 """
 from __future__ import annotations
@@ -111,6 +111,12 @@ def read_rows(path, required: Sequence[str]) -> Iterator[Row]:
         if header is None:
             raise ImportFormatError(name, 1, None, f"empty file: expected a header with columns {', '.join(required)}")
         header = [cell.strip() for cell in header]
+        # a column named twice was read silently with the last one winning (new-user trial 14, F18)
+        twice = next((column for i, column in enumerate(header) if column in header[:i]), None)
+        if twice is not None:
+            raise ImportFormatError(name, reader.line_num, twice or None,
+                                    f"column {twice or '(empty name)'} given twice in the header: name each "
+                                    f"column once (header has: {', '.join(header)})")
         missing = [column for column in required if column not in header]
         if missing:
             raise ImportFormatError(

@@ -368,6 +368,15 @@ def first_task(client: Client, job_id: int) -> str:
     """The task `logs` shows without --task: the job's first task (its id when the job's answer lists
     tasks, else "<first role>-0")."""
     job, _ = client.request("GET", f"/api/v1/jobs/{job_id}/")
+    if isinstance(job, dict) and "remote_id" in job and "tasks" not in job:
+        # a federation manager's job (its FederatedJob: docs/federation.md): the tasks are its member copy's, and
+        # the manager's logs endpoint proxies them, the first task by default (new-user trial 14, F7: "job 1 has no
+        # tasks", exit 0, for a federated job running 2 tasks)
+        if not job.get("cluster") or job.get("remote_id") is None:
+            why = f" ({job['reason']})" if job.get("reason") else ""
+            raise UsageError(f"job {job_id} is a federated job ({job.get('state')}) with no copy on a member cluster "
+                             f"yet, so no logs yet{why}; gpuctl get {job_id} shows where it waits")
+        return ""  # the member job's first task
     tasks = job.get("tasks") if isinstance(job, dict) else None
     if tasks:
         first = tasks[0]

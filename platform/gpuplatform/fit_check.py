@@ -19,14 +19,26 @@ from .models import Domain, Gpu, MigInstance, Node
 
 
 def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None,
-               numa: str = "prefer") -> str | None:
+               numa: str = "prefer", extra_nodes: tuple = ()) -> str | None:
     """Why the job can never fit this cluster (the engine's message), or None when it may fit.
     `roles` are normalised role dicts (job_rules.check_roles): tasks, gpus_per_task, min_available, flavor,
     group_size, group_highest_tier, group_mode. numa "single" also reads the GPUs' NUMA nodes. Roles of GPU
-    shares are checked by `_never_fits_shares`, the others (a mixed job's whole-GPU roles) by the engine."""
+    shares are checked by `_never_fits_shares`, the others (a mixed job's whole-GPU roles) by the engine.
+    `extra_nodes`: NodeInfo of nodes a what-if adds (whole GPUs, mode exclusive), counted with the cluster's."""
+    why = never_fits_reason(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa,
+                            extra_nodes=extra_nodes)
+    return why[1] if why is not None else None
+
+
+def never_fits_reason(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None,
+                      numa: str = "prefer", extra_nodes: tuple = ()) -> tuple[str, str] | None:
+    """never_fits as (code, message): the engine's PendingReason code (never_fits_flavor, never_fits_node,
+    never_fits_cpu, never_fits_memory, never_fits_tier, never_fits_domain, ...) or, for GPU shares,
+    never_fits_cpu, never_fits_memory, never_fits_mig, never_fits_shared or never_fits_shares; None when the job
+    may fit. The code lets a caller name the field at fault (the what-if's `changes[i].flavors`)."""
     sharing = [r for r in roles if r.get("gpu_milli") or r.get("gpu_memory_mib") or r.get("mig_profile")]
     if sharing:
-        why = _never_fits_shares(sharing)
+        why = _never_fits_shares(sharing, extra_nodes)
         roles = [r for r in roles if r not in sharing]  # a mixed job: its whole-GPU roles are checked below
         if why is not None or not roles:
             return why
@@ -40,6 +52,7 @@ def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: 
                       "id", "name", "flavor", "gpu_count", "domain__name", "cpu_milli", "memory_mib"))
     if not nodes:
         return None
+    nodes += tuple(extra_nodes)
     domains = tuple(DomainInfo(n, t, p) for n, t, p in Domain.objects.values_list("name", "tier", "parent__name"))
     infos = tuple(RoleInfo(r["name"], r["tasks"], r["gpus_per_task"], r["min_available"], r.get("cpu_milli", 0),
                            r.get("memory_mib", 0), tuple(f for f in (r.get("flavor") or "").split("|") if f),
@@ -51,28 +64,40 @@ def never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: 
                                    numa=numa)
     except TopologyError:
         return None  # a broken tree is the cycle's problem to report, not a reason to refuse a job
-    return reason.message if reason is not None else None
+    return (reason.code, reason.message) if reason is not None else None
 
 
 def refusal(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None,
             numa: str = "prefer") -> str | None:
     """Submission's refusal of a job that can never fit this cluster ("can never fit this cluster: ..."), or
-    None: what POST /api/v1/jobs/ (services.submit_job) and a what-if `submit` change
-    (scheduling.forecast.submit_roles) answer under "roles"."""
-    why = never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa)
+    None: what POST /api/v1/jobs/ (services.submit_job) and the reschedule API answer under "roles"."""
+    why = refusal_reason(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa)
+    return why[1] if why is not None else None
+
+
+def refusal_reason(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None,
+                   numa: str = "prefer", extra_nodes: tuple = ()) -> tuple[str, str] | None:
+    """refusal as (code, message) (never_fits_reason's code), on the cluster plus `extra_nodes`: a what-if
+    `submit` change (scheduling.forecast.submit_roles) is checked against the cluster its add_nodes changes
+    build (new-user trial 14, F4: "would it fit if we added these nodes?" was refused as never fitting)."""
+    why = never_fits_reason(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa,
+                            extra_nodes=extra_nodes)
     if not why:
         return None
-    return why if why.startswith("can never fit") else f"can never fit this cluster: {why}"
+    code, message = why
+    return code, message if message.startswith("can never fit") else f"can never fit this cluster: {message}"
 
 
-def _never_fits_shares(roles: list[dict]) -> str | None:
+def _never_fits_shares(roles: list[dict], extra_nodes: tuple = ()) -> tuple[str, str] | None:
     """A job of GPU shares (scheduler/core/sharing.py) never fits when a task asks more milli-CPU or memory
     than every node of its flavors has (0 = unconstrained), no GPU of an allowed flavor takes
     fractions (mode shared or auto; with the memory asked for) or no node has mig_count instances of the profile.
-    An empty cluster refuses nothing."""
+    An empty cluster refuses nothing. `extra_nodes` (a what-if's added nodes) have exclusive GPUs: they count for
+    CPU and memory only. Returns (code, message) or None."""
     if not Node.objects.exists():
         return None
     hosts = list(Node.objects.values_list("flavor", "cpu_milli", "memory_mib"))
+    hosts += [(n.flavor, n.cpu_milli, n.memory_mib) for n in extra_nodes]
     for r in roles:
         flavors = [f for f in (r.get("flavor") or "").split("|") if f]
         mine = [h for h in hosts if not flavors or h[0] in flavors]
@@ -80,7 +105,8 @@ def _never_fits_shares(roles: list[dict]) -> str | None:
             want = r.get(key) or 0
             if want and mine and all(h[index] for h in mine) and want > max(h[index] for h in mine):
                 where = "|".join(flavors) + " " if flavors else ""
-                return (f"role {r['name']}: {want} {unit} per task exceeds every {where}node (largest has "
+                return (f"never_fits_{key.split('_')[0]}",
+                        f"role {r['name']}: {want} {unit} per task exceeds every {where}node (largest has "
                         f"{max(h[index] for h in mine)})")
         gpus = Gpu.objects.all()
         if flavors:
@@ -91,19 +117,19 @@ def _never_fits_shares(roles: list[dict]) -> str | None:
                             .values_list("gpu__node_id", flat=True)):
                 per_node[node_id] = per_node.get(node_id, 0) + 1
             if max(per_node.values(), default=0) < r["gpus_per_task"]:
-                return (f"role {r['name']}: no node has {r['gpus_per_task']} MIG instance(s) of profile "
-                        f"{r['mig_profile']}" + (f" on {'|'.join(flavors)}" if flavors else ""))
+                return ("never_fits_mig", f"role {r['name']}: no node has {r['gpus_per_task']} MIG instance(s) of "
+                        f"profile {r['mig_profile']}" + (f" on {'|'.join(flavors)}" if flavors else ""))
             continue
         shareable = gpus.filter(sharing__in=("shared", "auto"))
         if r.get("gpu_memory_mib"):
             shareable = shareable.filter(memory_mib__gte=r["gpu_memory_mib"])
         if not shareable.exists():
             what = f"{r['gpu_memory_mib']} MiB of memory" if r.get("gpu_memory_mib") else "fractions"
-            return f"role {r['name']}: no GPU in mode shared or auto takes {what}" + (
-                f" on {'|'.join(flavors)}" if flavors else "")
+            return ("never_fits_shared", f"role {r['name']}: no GPU in mode shared or auto takes {what}" + (
+                f" on {'|'.join(flavors)}" if flavors else ""))
         why = _too_many_shares(r, flavors, list(shareable.values_list("memory_mib", flat=True)))
         if why is not None:
-            return why
+            return "never_fits_shares", why
     return None
 
 

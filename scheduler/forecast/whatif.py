@@ -12,7 +12,8 @@ Changes (plain dicts, as the API takes them; `kind` says which):
    variants.QUOTA_MAX, limit null = no cap)
   {"kind": "set_weight", "queue", "weight"}
   {"kind": "drain_nodes", "nodes": [names]}   no new work; their running jobs are stopped and requeued
-  {"kind": "add_nodes", "count", "gpus", "flavor", "domain"=None, "prefix"="whatif-node"}
+  {"kind": "add_nodes", "count", "gpus", "flavor"=the first flavor by name, "domain"=None, "prefix"="whatif-node"}
+  (a submit change may ask for a flavor an add_nodes change brings, wherever it stands in the list)
   {"kind": "set_priority", "job", "priority"}
   {"kind": "cancel", "job"}                   pending: gone; running: gone and its GPUs free
 Raises WhatIfError(index, field, message) for a change that names an unknown queue, job, node, flavor or
@@ -70,6 +71,12 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
     queues = {q.name: q for q in snapshot.queues}
     jobs = {j.id: j for j in snapshot.jobs}
     flavors = {n.flavor for n in snapshot.nodes}
+    # an add_nodes change without a flavor adds the cluster's first flavor by name (a set's order would differ
+    # between processes)
+    default_flavor = min(flavors, default="gpu")
+    # a submit change may ask for a flavor only the what-if's add_nodes changes bring (new-user trial 14, F4: "would
+    # it run on the B200 nodes we buy?"); the hypothetical job is forecast on the cluster all the changes build
+    added_flavors = {str(c.get("flavor") or default_flavor) for c in changes if c.get("kind") == "add_nodes"}
     domains = {d.name for d in snapshot.domains}
     hypothetical, removed, drained = [], [], []
     # a hypothetical job is submitted now, after every job already there (it joins the back of its queue)
@@ -96,7 +103,7 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
             if jid in jobs:
                 raise WhatIfError(i, "id", f"{jid!r} is already a job's id")
             for f in ch.get("flavors") or ():
-                if f not in flavors:
+                if f not in flavors and f not in added_flavors:
                     raise WhatIfError(i, "flavors", f"no node has flavor {f!r}")
             specs = ch.get("roles") or [{"name": "worker", "tasks": ch["tasks"], "gpus_per_task": ch["gpus_per_task"],
                                          "min_available": ch.get("min_available"), "flavors": ch.get("flavors")}]
@@ -117,7 +124,7 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
             hypothetical.append(jid)
         elif kind == "set_quota":
             flavor = ch.get("flavor")
-            if flavor not in flavors:
+            if flavor not in flavors and flavor not in added_flavors:
                 raise WhatIfError(i, "flavor", f"no node has flavor {flavor!r}")
             for name in ("guarantee", "quota", "limit"):  # the quota API's rule (variants.quota_error)
                 given = name in ch and not (name == "limit" and ch[name] is None)
@@ -162,7 +169,7 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
             prefix = ch.get("prefix") or "whatif-node"
             for k in range(count):
                 name = f"{prefix}-{i + 1}-{k + 1}"
-                nodes[name] = NodeInfo(name=name, flavor=str(ch.get("flavor") or next(iter(flavors), "gpu")),
+                nodes[name] = NodeInfo(name=name, flavor=str(ch.get("flavor") or default_flavor),
                                        gpus=gpus, domain=dom)
         elif kind == "set_priority":
             job = _job(jobs, i, ch)

@@ -125,19 +125,88 @@ def test_bad_changes_are_400_naming_the_field(busy, admin, body, field):
     {"kind": "submit", "queue": "alpha", "tasks": 1, "gpus_per_task": 16},
     {"kind": "submit", "queue": "alpha", "tasks": 1, "gpus_per_task": 16, "flavors": ["H100"]},
 ])
-def test_a_submit_change_submission_would_refuse_is_a_400_naming_roles(busy, client_for, change):
+def test_a_submit_change_submission_would_refuse_is_a_400_naming_the_field(busy, client_for, change):
     """16 GPUs per task on 8-GPU nodes: POST /api/v1/jobs/ refuses it ("roles": can never fit this cluster);
-    the what-if answers the same through the same check, not a 200 "can never start" (new-user trial 7, F5)."""
+    the what-if answers the same through the same check, not a 200 "can never start" (new-user trial 7, F5),
+    filed under the change's own field (new-user trial 14, F13: it said "roles", a field a change lacks)."""
     member = client_for("member")
     r = member.post(URL, {"changes": [{"kind": "submit", "queue": "alpha", "tasks": 1, "gpus_per_task": 8}, change]},
                     format="json")
     assert r.status_code == 400, r.content
-    assert list(r.json()) == ["changes[1].roles"] and r.json()["changes[1].roles"][0].startswith("can never fit")
+    key = "changes[1].gpus_per_task"
+    assert list(r.json()) == [key] and r.json()[key][0].startswith("can never fit")
     job = member.post("/api/v1/jobs/", {"queue": "alpha", "name": "big", "command": SLEEP,
                                         "roles": [{"name": "w", "tasks": 1, "gpus_per_task": 16}]}, format="json")
     assert job.status_code == 400
-    for message in (job.json()["roles"][0], r.json()["changes[1].roles"][0]):
+    for message in (job.json()["roles"][0], r.json()[key][0]):
         assert message.startswith("can never fit this cluster") and "16 GPUs per task" in message, message
+
+
+@pytest.mark.parametrize("submit, field, rule", [
+    ({"tasks": 1, "gpus_per_task": 8, "flavors": ["ZZ"]}, "flavors", "no node of flavor ZZ"),
+    ({"tasks": 5, "gpus_per_task": 8}, "tasks", "needs 40 H100 GPUs in one domain"),
+    ({"tasks": 8, "gpus_per_task": 8, "min_available": 5}, "min_available", "needs 40 H100 GPUs"),
+    ({"tasks": 1, "gpus_per_task": 16}, "gpus_per_task", "16 GPUs per task"),
+    ({"tasks": 1, "gpus_per_task": 0.5}, "gpus_per_task", "no GPU in mode shared or auto takes fractions"),
+    ({"tasks": 1, "gpu_fraction": 0.5}, "gpu_fraction", "no GPU in mode shared or auto takes fractions"),
+])
+def test_a_never_fitting_submit_change_names_its_own_field(busy, admin, submit, field, rule):
+    """New-user trial 14, F13: every never-fit refusal of a what-if submit was filed under changes[0].roles."""
+    r = admin.post(URL, {"changes": [{"kind": "submit", "queue": "alpha", **submit}]}, format="json")
+    assert r.status_code == 400, r.content
+    assert list(r.json()) == [f"changes[0].{field}"] and rule in r.json()[f"changes[0].{field}"][0], r.content
+
+
+# 48 GPUs for alpha on 64: the root's and alpha's limits (32) raised too, checked against the 64-GPU cluster
+MORE = [{"kind": "set_quota", "queue": "root", "flavor": "H100", "quota": 64, "limit": 64},
+        {"kind": "set_quota", "queue": "alpha", "flavor": "H100", "limit": 64}]
+# a B200 quota for alpha: a flavor only the added nodes have
+B200 = [{"kind": "set_quota", "queue": "root", "flavor": "B200", "quota": 16},
+        {"kind": "set_quota", "queue": "alpha", "flavor": "B200", "quota": 16}]
+
+
+@pytest.mark.parametrize("nodes, submit, quotas", [
+    ({"count": 2, "gpus": 16}, {"tasks": 1, "gpus_per_task": 16}, []),                    # bigger nodes
+    ({"count": 4, "gpus": 8}, {"tasks": 6, "gpus_per_task": 8}, MORE),                    # more nodes: 48 of 64
+    ({"count": 2, "gpus": 8, "flavor": "B200"}, {"tasks": 1, "gpus_per_task": 8, "flavors": ["B200"]}, B200),
+])
+@pytest.mark.parametrize("add_last", [False, True])
+def test_a_what_if_is_checked_against_the_cluster_add_nodes_builds(busy, admin, nodes, submit, quotas, add_last):
+    """New-user trial 14, F4: "would this job run if we added these nodes?" was refused as "can never fit" (the
+    check read today's cluster), and so was a quota for the added GPUs. The submit and set_quota changes are
+    checked against the cluster all the changes build, whatever their order; without the add_nodes change they
+    are still refused; nothing is written."""
+    before = table_rows()
+    add = {"kind": "add_nodes", **nodes}
+    job = {"kind": "submit", "id": "probe", "queue": "alpha", **submit}
+    r = admin.post(URL, {"changes": [*quotas, job, add] if add_last else [add, *quotas, job]}, format="json")
+    assert r.status_code == 200, r.content
+    probe = by_name(r.json())["probe"]
+    assert probe["hypothetical"] and probe["after"]["estimated_start"] is not None, probe["after"]
+    alone = admin.post(URL, {"changes": [job]}, format="json")
+    assert alone.status_code == 400 and next(iter(alone.json().values()))[0].startswith("can never fit"), alone.content
+    if quotas:
+        refused = admin.post(URL, {"changes": quotas}, format="json")
+        assert refused.status_code == 400, refused.content
+        (key, [message]), = refused.json().items()
+        assert (key, message.split(":")[0]) in (("changes[0].quota", "root queues' quotas would sum to 64, above the "
+                                                 "cluster's 32 H100 GPUs"), ("changes[0].flavor", "unknown flavor 'B200'"))
+    assert table_rows() == before
+
+
+@pytest.mark.parametrize("flavor, rule", [
+    ("x y", "a flavor is a GPU model that uses letters, digits"),
+    ("H100|B200", "a quota is for one GPU flavor"),
+    ("H100/mig-1g.10gb", "is a MIG resource, not a GPU model"),
+])
+def test_an_add_nodes_flavor_follows_the_quota_flavor_rule(busy, admin, flavor, rule):
+    """New-user trial 14, F13: add_nodes took a flavor "x y" that the quota API refuses."""
+    r = admin.post(URL, {"changes": [{"kind": "add_nodes", "count": 1, "gpus": 8, "flavor": flavor}]}, format="json")
+    assert r.status_code == 400 and list(r.json()) == ["changes[0].flavor"], r.content
+    assert rule in r.json()["changes[0].flavor"][0], r.content
+    quota = admin.post(URL, {"changes": [{"kind": "set_quota", "queue": "alpha", "flavor": flavor, "quota": 0}]},
+                       format="json")
+    assert quota.status_code == 400 and list(quota.json()) == ["changes[0].flavor"], quota.content
 
 
 @pytest.mark.parametrize("change, field, rule", [

@@ -305,3 +305,19 @@ def test_the_agents_cannot_start_line_is_the_evidence_not_the_bare_exit_status()
         assert (d.category, d.action, d.rule) == ("user_error", "cancel_retries", "agent-cannot-start"), d
         assert d.evidence[0] == {"task": "worker[0]", "source": "log", "line": 1, "offset": 0, "text": line}
         assert line in d.summary
+
+
+@pytest.mark.parametrize("cause, action", [("time_limit", "cancel_retries"), ("cancelled", "cancel_retries"),
+                                           ("preempted", "retry"), ("gang_start_timeout", "retry")])
+def test_the_docs_table_gives_the_platform_causes_action(cause, action):
+    """New-user trial 14, F22: docs/diagnosis.md's table gave the `platform` category the action "retry" while a
+    time-limit failure is diagnosed `platform` with `cancel_retries`. The table's row names each cause's action."""
+    got = engine.diagnose([], rules=shipped_rules(), platform={"cause": cause, "text": "x"})
+    assert (got.category, got.action) == ("platform", action)
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "diagnosis.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `platform`"))
+    actions = row.rstrip(" |").rsplit("|", 1)[1]
+    words = {"time_limit": "a time limit", "cancelled": "a cancel", "preempted": "a preemption",
+             "gang_start_timeout": "a gang start timeout"}[cause]
+    said = actions.split(";")
+    assert any(f"`{action}`" in part and words in part for part in said), actions

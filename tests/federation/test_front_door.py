@@ -9,7 +9,7 @@ import json
 import pytest
 from django.test import Client
 
-from gpuplatform.models import FederatedJob, Job
+from gpuplatform.models import FederatedJob, Job, MemberCluster
 
 pytestmark = pytest.mark.django_db
 
@@ -160,3 +160,42 @@ def test_gpuctl_against_a_manager_submits_lists_and_cancels_federated_jobs(live_
     assert code == 1 and "roles[0].min_available" in err
     code, out, _ = gpuctl("cancel", str(job["id"]), "--reason", "test")
     assert code == 0 and "cancelled" in out and FederatedJob.objects.get(pk=job["id"]).state == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_gpuctl_logs_against_a_manager_shows_the_member_jobs_logs(live_server, users, members, as_manager, capsys,
+                                                                    monkeypatch):
+    """New-user trial 14, F7: `gpuctl logs 1` on a manager said "job 1 has no tasks" and exited 0 for a federated job
+    running 2 tasks. It follows the job's member placement (the manager's logs proxy, the first task by default);
+    before the job has a copy on a member it says so and exits non-zero."""
+    from gpuplatform.cli import main
+    from gpuplatform.federation import dispatch
+    from gpuplatform.services import issue_api_token
+
+    asked = []
+
+    def logs(remote_id, params):
+        asked.append((remote_id, params))
+        return {"task": 7, "name": "worker-0", "attempt": 0, "offset": 0, "next_offset": 6, "size": 6,
+                "trimmed": False, "data": "hello\n", "complete": True, "state": "running"}
+
+    members["east"].logs = logs
+    monkeypatch.setattr(dispatch, "client_for", lambda c: members[c.name])
+    token = issue_api_token(users["member"])[0]
+
+    def gpuctl(*argv):
+        code = main(["--api", live_server.url, "--token", token, *argv])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    code, out, err = gpuctl("--json", "submit", "--queue", "alpha", "--name", "fed-logs", "--tasks", "2", "--gpus",
+                            "1", "--command", "true")
+    assert code == 0, err
+    job_id = json.loads(out)["id"]
+    code, out, err = gpuctl("logs", str(job_id))  # not placed yet: no copy, no logs
+    assert code == 2 and "is a federated job (pending) with no copy on a member cluster yet" in err, (code, err)
+    FederatedJob.objects.filter(pk=job_id).update(state="running", cluster=MemberCluster.objects.get(name="east"),
+                                                  remote_id=41)
+    code, out, err = gpuctl("logs", str(job_id))
+    assert code == 0 and out == "hello\n", (code, out, err)
+    assert asked == [(41, {"offset": 0, "limit": 65536})], asked  # the member job's first task (no task given)

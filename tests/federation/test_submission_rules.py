@@ -161,3 +161,64 @@ def test_never_fits_policy_is_capacity_only():
     assert policy.never_fits(big, []) is None  # nothing known refuses nothing
     wide = policy.JobRequest(id=2, queue="alpha", gpus=16, task_gpus=16)
     assert "fits no node (at most 8)" in policy.never_fits(wide, [roomy])["west"]
+
+
+def test_a_priority_no_member_takes_is_refused_at_submission(client_for, members, factory):
+    """New-user trial 14, F5: priority 5 was accepted by the manager, refused by every member (the manager's
+    account on a member is not a team admin) and waited for ever as "no member cluster is healthy"."""
+    dispatch.run_round(client_for=factory)
+    before = FederatedJob.objects.count()
+    for who in ("member", "team_admin", "staff"):
+        for door in ("/api/v1/jobs/", "/api/v1/federation/jobs/"):
+            r = client_for(who).post(door, {**JOB, "priority": 5}, format="json")
+            assert r.status_code == 400, r.content
+            msg = str(r.json()["priority"])
+            assert "a federated job runs at priority 0 or lower" in msg and "(got 5)" in msg, msg
+    assert FederatedJob.objects.count() == before
+    assert client_for("member").post("/api/v1/jobs/", {**JOB, "priority": 0}, format="json").status_code == 201
+
+
+def test_a_job_every_member_refuses_fails_with_their_answers(users, members, factory):
+    """New-user trial 14, F5: a job every healthy member refused (a GPU share where no GPU takes one) waited for
+    ever as "no member cluster is healthy". Once every member it may go to refused it, it fails with their
+    answers; while one has not, it waits naming the refusals."""
+    from gpuplatform.federation.client import MemberRefused
+
+    def refuse(body, key):
+        raise MemberRefused(400, {"roles": ["can never fit this cluster: role worker: no GPU in mode shared or auto "
+                                            "takes fractions"]})
+
+    alpha = Team.objects.get(name="alpha")
+    members["west"].submit = refuse
+    members["east"].submit = refuse
+    job = manager.submit_federated_job(team=alpha, body=JOB, submitter=users["member"])
+    dispatch.run_round(client_for=factory)  # one member refuses: the other is tried next
+    job.refresh_from_db()
+    assert job.state == "pending" and "refused" in job.reason and "no member cluster is healthy" not in job.reason
+    dispatch.run_round(client_for=factory)
+    dispatch.run_round(client_for=factory)
+    job.refresh_from_db()
+    assert job.state == "failed", (job.state, job.reason)
+    assert job.reason.startswith("every member cluster refused it: east: refused: ") and "west: refused: " in job.reason
+    assert "no GPU in mode shared or auto takes fractions" in job.reason and job.finished_at is not None
+
+
+def test_a_job_refused_by_one_member_and_not_fitting_the_other_now_says_both(users, members, factory):
+    """The pending reason names the member's refusal and the other's present reason, not "no member cluster
+    is healthy" while both are healthy (new-user trial 14, F5)."""
+    from gpuplatform.federation.client import MemberRefused
+
+    def refuse(body, key):
+        raise MemberRefused(400, {"queue": ["closed"]})
+
+    alpha = Team.objects.get(name="alpha")
+    members["west"].submit = refuse
+    members["east"].submit = refuse
+    members["east"].state = summary(limit=4)  # east: alpha's limit is below the job's 8 GPUs
+    job = manager.submit_federated_job(team=alpha, body=JOB, submitter=users["member"])
+    for _ in range(3):
+        dispatch.run_round(client_for=factory)
+    job.refresh_from_db()
+    assert job.state == "pending", job.reason
+    assert job.reason.startswith("no cluster can run it: ") and "west: refused: " in job.reason, job.reason
+    assert "east: " in job.reason and "no member cluster is healthy" not in job.reason

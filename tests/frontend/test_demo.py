@@ -169,6 +169,12 @@ def test_demo_help_lists_each_option_once():
     (["--port", "http"], "--port"), (["--local-agents", "-2"], "--local-agents"),
     (["--gpus-per-agent", "0"], "--gpus-per-agent"), (["--gpus-per-agent", "65"], "--gpus-per-agent"),
     (["--federation", "-1"], "--federation"), (["--port", "65535", "--federation", "2"], "--federation"),
+    # new-user trial 14, F1 / F21: day and second options are bounded (--start-day -1 ran from day 0, as
+    # replay --start -1 is refused; --tick 1e300 overflowed a wait)
+    (["--start-day", "-1"], "--start-day"), (["--start-day", "1e303"], "--start-day"),
+    (["--start-day", "inf"], "--start-day"), (["--start-day", "nan"], "--start-day"),
+    (["--tick", "1e300"], "--tick"), (["--duration-seconds", "1e300"], "--duration-seconds"),
+    (["--compress", "0"], "--compress"), (["--compress", "-1"], "--compress"), (["--compress", "1e-300"], "--compress"),
 ])
 @pytest.mark.django_db
 def test_demo_refuses_bad_options_before_doing_anything(args, option):

@@ -81,6 +81,12 @@ def test_submit_form_estimate_before_submitting(client, world, at_t0):
     r = client.post("/jobs/new/estimate/", _form(tasks="", gpus="x"))
     assert r.status_code == 400 and set(r.json()["errors"]) == {"roles-0-tasks", "roles-0-gpus_per_task"}
     assert client.post("/jobs/new/estimate/", _form(queue="blue")).status_code == 403  # not alice's team
+    # a rule the what-if applies is filed under the form's own field (new-user trial 14, F1 / F13: "time_limit")
+    r = client.post("/jobs/new/estimate/", _form(time_limit_minutes="1000000"))
+    assert r.status_code == 400 and list(r.json()["errors"]) == ["time_limit_minutes"], r.json()
+    assert "366 days" in r.json()["errors"]["time_limit_minutes"]
+    r = client.post("/jobs/new/estimate/", _form(gpus="0", **{"roles-0-gpu_fraction": "1.5"}))
+    assert r.status_code == 400 and list(r.json()["errors"]) == ["roles-0-gpu_fraction"], r.json()
     html = client.get("/jobs/new/").content.decode()
     assert 'id="estimate-start"' in html and "/jobs/new/estimate/" in html
 

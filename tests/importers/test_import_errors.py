@@ -58,6 +58,29 @@ def test_philly_missing_column(tmp_path):
         load_philly_trace(path)
 
 
+def test_duplicate_header_column(tmp_path):
+    """A column named twice was read silently, the last one winning (new-user trial 14, F18)."""
+    path = tmp_path / "dupcol.csv"
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster,cluster\n2017-10-01 00:00:00,100,2,200,vc1,vc2\n")
+    with pytest.raises(ImportFormatError, match=r"^dupcol\.csv line 1, column cluster: column cluster given twice") as info:
+        load_philly_trace(path)
+    assert (info.value.line, info.value.column) == (1, "cluster")
+    # an unused column twice (here with spaces around the name) is refused too, as is an empty name twice
+    spaced = tmp_path / "spaced.csv"
+    spaced.write_text("timestamp,duration,num_gpus,gpu_time,cluster,x, x \n2017-10-01 00:00:00,100,2,200,vc1,1,2\n")
+    with pytest.raises(ImportFormatError, match=r"column x given twice"):
+        load_philly_trace(spaced)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("timestamp,duration,num_gpus,gpu_time,cluster,,\n2017-10-01 00:00:00,100,2,200,vc1,,\n")
+    with pytest.raises(ImportFormatError, match=r"column \(empty name\) given twice"):
+        load_philly_trace(empty)
+    for loader, name, header in [(load_openb_trace, "pods.csv", "name,name"), (load_openb_cluster, "nodes.csv", "sn,sn")]:
+        bad = tmp_path / name
+        bad.write_text(header + "\n")
+        with pytest.raises(ImportFormatError, match=rf"^{name} line 1, column \w+: column \w+ given twice"):
+            loader(bad)
+
+
 def test_empty_files(tmp_path):
     for loader, name in [(load_philly_trace, "philly_jobs_pollux.csv"), (load_openb_trace, "pods.csv"),
                          (load_openb_cluster, "nodes.csv")]:

@@ -32,3 +32,40 @@ def test_a_compression_that_leaves_nothing_past_the_default_start_names_compress
                                            r"once compressed, all before its default start \(day 20\)"):
         call_command("replay", "--cluster", "philly", "--trace", "philly", "--compress", "1e9", stdout=io.StringIO())
 
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--until", "1e303"], "--until must be at most 3,660 days, got 1e+303"),
+    (["--until", "1e304"], "--until must be at most 3,660 days, got 1e+304"),
+    (["--until", "1e20"], "--until must be at most 3,660 days, got 1e+20"),
+    (["--until", "3660.5"], "--until must be at most 3,660 days, got 3660.5"),
+    (["--until=-inf"], "--until must be a finite number above zero, got -inf"),
+    (["--start", "1e300"], "--start must be at most 3,660 days, got 1e+300"),
+    (["--half-life", "1e300"], "--half-life must be at most 3,660 days, got 1e+300"),
+    (["--cycle-interval", "1e300"], "--cycle-interval must be at most 316,224,000 seconds (3660 days), got 1e+300"),
+    (["--grace-period", "1e300"], "--grace-period must be at most 316,224,000 seconds"),
+    (["--detection-timeout", "1e300"], "--detection-timeout must be at most 316,224,000 seconds"),
+    (["--repair-time", "1e300"], "--repair-time must be at most 316,224,000 seconds"),
+    (["--checkpoint-interval", "1e300"], "--checkpoint-interval must be at most 316,224,000 seconds"),
+    (["--checkpoint-interval", "nan"], "--checkpoint-interval must be a finite number above zero, got nan"),
+    (["--checkpoint-cost", "1e300"], "--checkpoint-cost must be at most 316,224,000 seconds"),
+    (["--time-limit-factor", "1e300"], "--time-limit-factor must be at most 1,000 times a job's duration"),
+    (["--compress", "1e-300"], "--compress must be at least 0.001"),
+])
+def test_a_span_past_its_bound_is_refused_naming_the_option_and_the_rule(args, needle):
+    """New-user trial 14, F1: `--until 1e303` ended in a TypeError traceback, `--until 1e304` in an IndexError,
+    and `--until 1e20` printed a 21-digit span and GPU-hour ledger. Every day / second option has an upper bound
+    (options.MAX_DAYS, 3660 days) refused before anything is loaded."""
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="^" + needle.replace("+", r"\+").replace("(", r"\(").replace(")", r"\)")):
+        call_command("replay", "--cluster", "philly", "--trace", "philly", *args, stdout=out)
+    assert out.getvalue() == ""
+
+
+def test_an_until_at_its_bound_runs(tmp_path):
+    """The bound itself (3660 days) replays: the span is what was asked, the rest only drains."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 00:00:00,100,2,200,vc1\n")
+    out = io.StringIO()
+    call_command("replay", "--cluster", "philly", "--trace", str(trace), "--until", "3660", stdout=out)
+    assert "simulated span                  3660.00 days" in out.getvalue()

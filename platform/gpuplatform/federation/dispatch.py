@@ -416,8 +416,14 @@ def dispatch_pending(*, client_for=client_for, limit: int = 500, forecasts: Fore
                    if p.get("generation") == job.generation and str(p.get("outcome", "")).startswith("refused")}
         decision = _decide(job, clusters, client_for, exclude=refused, forecasts=forecasts)
         if decision.cluster is None:
-            _wait(job, "no cluster can run it: " + "; ".join(f"{k}: {v}" for k, v in sorted(decision.rejected.items()))
-                  if decision.rejected else "no member cluster is healthy")
+            if refused and _refused_everywhere(job, clusters, refused):
+                out["failed"] = out.get("failed", 0) + 1
+                continue
+            # the members that refused it this generation say why too (new-user trial 14, F5: a job both healthy
+            # members refused waited as "no member cluster is healthy")
+            why = {**decision.rejected, **_refusals(job)}
+            _wait(job, "no cluster can run it: " + "; ".join(f"{k}: {v}" for k, v in sorted(why.items()))
+                  if why else "no member cluster is healthy")
             out["waiting"] += 1
             continue
         with transaction.atomic():
@@ -435,6 +441,33 @@ def dispatch_pending(*, client_for=client_for, limit: int = 500, forecasts: Fore
         forecasts.forget(decision.cluster)
         out["dispatched"] += 1
     return out
+
+
+def _refusals(job: FederatedJob) -> dict[str, str]:
+    """{member: its refusal} of the job's current generation (placements' outcome "refused: {...}")."""
+    return {p["cluster"]: str(p.get("outcome", "")) for p in job.placements
+            if p.get("generation") == job.generation and str(p.get("outcome", "")).startswith("refused")}
+
+
+def _refused_everywhere(job: FederatedJob, clusters: dict, refused: set) -> bool:
+    """End `job` as failed when every member it may go to (its `clusters`, else all) refused its submission
+    (a 400 of the member's jobs API: a priority its rules refuse, a GPU share no GPU of it takes): it would
+    wait for ever, and the members' answers are the true reason (new-user trial 14, F5). Returns whether it
+    did."""
+    allowed = [name for name in clusters if not job.clusters or name in job.clusters]
+    if not allowed or not set(allowed) <= refused:
+        return False
+    refusals = _refusals(job)
+    reason = ("every member cluster refused it: " + "; ".join(f"{k}: {v}" for k, v in sorted(refusals.items())))[:500]
+    with transaction.atomic():
+        j = FederatedJob.objects.select_for_update().get(pk=job.pk)
+        if j.state != FederatedJob.State.PENDING or j.generation != job.generation:
+            return False
+        j.state, j.reason, j.finished_at = FederatedJob.State.FAILED, reason, timezone.now()
+        j.save()
+        record_event("federation.refused_everywhere", f"{j.name}: every member cluster refused it", data={
+            "federated_job": j.pk, "answers": refusals})
+    return True
 
 
 def _wait(job: FederatedJob, reason: str) -> None:

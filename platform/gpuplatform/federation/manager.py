@@ -189,6 +189,14 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
     roles, errors = check_roles([dict(r) for r in d["roles"]])
     if errors:
         raise ValidationError(errors)
+    # The members' own rule: the federation submits to each member as its federation-managers account (no team,
+    # not a team admin: docs/federation.md), and a member gives a priority above 0 to a team admin only, so every
+    # member refuses such a job; it was accepted and waited for ever (new-user trial 14, F5)
+    if isinstance(d.get("priority"), int) and d["priority"] > 0:
+        raise ValidationError({"priority": f"a federated job runs at priority 0 or lower: the manager submits to its "
+                                           f"member clusters as their federation-managers account, not a team "
+                                           f"admin, and a member takes a priority above 0 from a team admin only "
+                                           f"(got {d['priority']})"})
     gpus = sum(r["tasks"] * r["gpus_per_task"] for r in roles)
     flavors: set[str] = set()
     for r in roles:

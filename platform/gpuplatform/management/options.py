@@ -7,6 +7,13 @@ from __future__ import annotations
 import argparse
 import math
 
+# The longest span a day or second option of replay, demo and the what-if takes: 3660 days (ten years; the openb
+# importer's time bound and the what-if variants' seconds bound, scheduler/forecast/variants.CONFIG_RANGES). A
+# shipped trace spans under 150 days and a job runs at most 366; `replay --until 1e303` ended in a traceback and
+# `--until 1e20` printed a 21-digit span and GPU-hour ledger (new-user trial 14, F1).
+MAX_DAYS = 3660
+MAX_SECONDS = MAX_DAYS * 86400
+
 
 def _bound(minimum: float | None, above: float | None, at_most: float | None) -> str:
     """The rule of number()'s bounds in words, as replay's span options say it ("zero or more", "above zero")."""

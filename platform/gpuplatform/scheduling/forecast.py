@@ -250,6 +250,70 @@ def check_submit_changes(user, changes: list[dict]) -> None:
                                            f"another one")
 
 
+# a never-fit code (fit_check.never_fits_reason) -> the field of a submit change (one role of its own fields) at fault
+NEVER_FITS_FIELDS = {"never_fits_flavor": "flavors", "never_fits_node": "gpus_per_task",
+                     "never_fits_numa": "gpus_per_task", "never_fits_cpu": "cpu_milli",
+                     "never_fits_memory": "memory_mib", "never_fits_tier": "highest_tier", "never_fits_mig": "mig_count"}
+
+
+def _never_fits_field(code: str, change: dict) -> str:
+    """The field of a submit change (without "roles") a never-fit refusal of `code` is filed under: the one the
+    change can alter to fit (new-user trial 14, F13: every refusal was filed under "roles", a field a what-if
+    change does not have). Too many GPUs in one domain: min_available when given, else tasks; a GPU share
+    no GPU takes: the share field the change gave."""
+    if code in NEVER_FITS_FIELDS:
+        return NEVER_FITS_FIELDS[code]
+    if code == "never_fits_shared":
+        return next((f for f in ("gpu_fraction", "gpu_memory_mib") if change.get(f) is not None), "gpus_per_task")
+    return "min_available" if change.get("min_available") is not None else "tasks"
+
+
+def default_node_flavor() -> str:
+    """The flavor of an add_nodes change that names none: the cluster's first GPU flavor by name ("gpu" on a
+    cluster without nodes). One deterministic choice, given to the engine's what-if explicitly."""
+    from ..models import Node
+
+    return Node.objects.order_by("flavor").values_list("flavor", flat=True).first() or "gpu"
+
+
+def check_add_nodes_changes(changes: list[dict]) -> None:
+    """Each `add_nodes` change's flavor must follow the quota API's flavor rule (quota_rules.flavor_error: one
+    GPU model named by the name rule; a MIG resource "<model>/mig-<profile>" is not a node's model): new-user
+    trial 14, F13, "x y" was added as a flavor the quota API refuses. A change without a flavor gets
+    default_node_flavor(). Raises scheduler.forecast.whatif.WhatIfError(index, "flavor", the rule)."""
+    from scheduler.forecast.whatif import WhatIfError
+
+    from ..names import NAME_HELP
+    from ..quota_rules import flavor_error
+
+    default = None
+    for i, ch in enumerate(changes):
+        if ch.get("kind") != "add_nodes":
+            continue
+        flavor = ch.get("flavor")
+        if flavor is None:
+            default = default or default_node_flavor()
+            ch["flavor"] = default
+            continue
+        why = flavor_error(flavor)
+        if why is None and "/mig-" in flavor:
+            why = (f"a node's flavor is a GPU model that uses {NAME_HELP} (e.g. H200); {flavor[:40]!r} is a MIG "
+                   f"resource, not a GPU model")
+        if why:
+            raise WhatIfError(i, "flavor", why)
+
+
+def added_nodes(changes: list[dict]) -> tuple:
+    """NodeInfo of the nodes the what-if's add_nodes changes add (the engine's what-if builds the same:
+    scheduler.forecast.whatif.apply_changes), for the submit changes' never-fit check."""
+    from scheduler.core import NodeInfo
+
+    return tuple(NodeInfo(name=f"whatif-node-{i + 1}-{k + 1}", flavor=str(ch.get("flavor") or default_node_flavor()),
+                          gpus=int(ch["gpus"]), domain=ch.get("domain"))
+                 for i, ch in enumerate(changes) if ch.get("kind") == "add_nodes"
+                 for k in range(int(ch["count"])))
+
+
 # a submit change's fields that describe its one role (a change without "roles"), as job submission names them
 SUBMIT_ROLE_FIELDS = ("tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib", "gpu_fraction",
                       "gpu_memory_mib", "mig_profile", "mig_count")
@@ -269,6 +333,7 @@ def submit_roles(changes: list[dict]) -> list[dict]:
     from ..job_rules import check_roles
     from ..services.jobs import check_interruptible
 
+    extra = added_nodes(changes)
     out = []
     for i, ch in enumerate(changes):
         if ch.get("kind") != "submit":
@@ -285,13 +350,16 @@ def submit_roles(changes: list[dict]) -> list[dict]:
             check_interruptible(ch.get("interruptible", False), ch.get("preemptible", True))
         except ValidationError as exc:
             raise WhatIfError(i, "interruptible", exc.errors["interruptible"]) from None
-        # A job submission refuses as never fitting this cluster (16 GPUs per task on 8-GPU nodes) is a 400
-        # naming "roles", as POST /api/v1/jobs/ answers, through the same check (fit_check.never_fits), not an
-        # answer that it "can never start" (docs/forecast.md; new-user trial 7, F5).
-        why = fit_check.refusal([{**r, "flavor": "|".join(f)} if f else r for r, f in zip(roles, flavors)],
-                                topology_mode=ch.get("topology_mode") or "none", highest_tier=ch.get("highest_tier"))
+        # A job submission refuses as never fitting this cluster (16 GPUs per task on 8-GPU nodes) is a 400,
+        # as POST /api/v1/jobs/ answers, through the same check (fit_check), not an answer that it "can never
+        # start" (docs/forecast.md; new-user trial 7, F5). The cluster is the one the what-if's add_nodes changes
+        # build (new-user trial 14, F4), and the error names the change's own field (F13: it said "roles").
+        why = fit_check.refusal_reason([{**r, "flavor": "|".join(f)} if f else r for r, f in zip(roles, flavors)],
+                                       topology_mode=ch.get("topology_mode") or "none",
+                                       highest_tier=ch.get("highest_tier"), extra_nodes=extra)
         if why:
-            raise WhatIfError(i, "roles", why)
+            code, message = why
+            raise WhatIfError(i, "roles" if given else _never_fits_field(code, ch), message)
         specs = [{"name": r["name"], "tasks": r["tasks"], "gpus_per_task": r["gpus_per_task"],
                   "min_available": r["min_available"], "flavors": f, "cpu_milli": r["cpu_milli"],
                   "memory_mib": r["memory_mib"], "gpu_milli": r["gpu_milli"], "gpu_memory_mib": r["gpu_memory_mib"],
@@ -305,20 +373,29 @@ def check_quota_changes(changes: list[dict]) -> None:
     (quota_rules.check_quota: flavor, guarantee <= quota <= limit, the children's sum within the parent's
     quota, the root queues' within the cluster). Fields a change leaves out keep the queue's current values
     (0 / 0 / no limit without a row). The changes are checked in order, each against the tree as the earlier
-    ones leave it: they are applied in a transaction that is always rolled back (nothing is written). A
+    ones leave it: they are applied in a transaction that is always rolled back (nothing is written). The
+    cluster is the one the what-if's add_nodes changes build (their nodes are added in that transaction too:
+    a quota for the added flavor or GPUs is one the admin could save once they join; new-user trial 14, F4). A
     change naming an unknown queue is left to the engine's what-if (its "no queue" error). Raises
     scheduler.forecast.whatif.WhatIfError(index, field, the rule)."""
+    import uuid
+
     from django.db import transaction
 
     from scheduler.forecast.whatif import WhatIfError
 
     from .. import quota_rules
-    from ..models import Queue, Quota
+    from ..models import Domain, Node, Queue, Quota
 
     if not any(ch.get("kind") == "set_quota" for ch in changes):
         return
 
     with transaction.atomic():
+        tag = uuid.uuid4().hex[:12]
+        domains = dict(Domain.objects.values_list("name", "id"))
+        Node.objects.bulk_create([Node(name=f"whatif-{tag}-{n.name}", flavor=n.flavor, gpu_count=n.gpus,
+                                       domain_id=domains.get(n.domain), state=Node.State.READY)
+                                  for n in added_nodes(changes)])
         for i, ch in enumerate(changes):
             if ch.get("kind") != "set_quota":
                 continue
@@ -353,6 +430,7 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
 
     check_what_if_access(user, changes)
     check_submit_changes(user, changes)
+    check_add_nodes_changes(changes)
     check_quota_changes(changes)
     changes = submit_roles(changes)
     clock = clock or cluster_clock.now()

@@ -33,6 +33,7 @@ Options: --port, --speed (simulated seconds per wall second; default 600 = 10 mi
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import secrets
@@ -69,6 +70,15 @@ DEFAULT_CLUSTER = "philly"
 def _number(minimum: float | None = None, *, above: float | None = None, at_most: float | None = None):
     """An argparse `type` for a finite float with bounds (gpuplatform.management.options.number)."""
     return options.number(minimum, above=above, at_most=at_most)
+
+
+def _start_day(text: str) -> float:
+    """--start-day: replay's --start rule and words (zero or more: "must be a finite number zero or more, got -1";
+    at most options.MAX_DAYS: "must be at most 3,660 days, got 1e+06"), so both commands refuse a day alike."""
+    value = options.number(0)(text)
+    if value > options.MAX_DAYS:
+        raise argparse.ArgumentTypeError(f"must be at most {options.MAX_DAYS:,} days, got {value:g}")
+    return value
 
 
 def _reset_workload() -> dict:
@@ -223,10 +233,11 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=options.PORT, default=8000, help="web server port, 1 to 65535 (default 8000)")
         parser.add_argument("--speed", type=_number(above=0), default=DEFAULT_SPEED,
                             help=f"simulated seconds per wall second (default {DEFAULT_SPEED:g} = 10 min/s)")
-        # zero or more, as replay's --start (new-user trial 14, F21: -1 was taken and started at day 0)
-        parser.add_argument("--start-day", type=_number(0), default=None,
-                            help="replay day of the trace to start at, zero or more (default: the first hour at which the "
-                                 "trace's running jobs ask for the whole cluster)")
+        # day and second options: zero or more and at most options.MAX_DAYS days (new-user trial 14, F1 / F21:
+        # --start-day -1 started at day 0 where replay --start -1 is refused; --tick 1e300 overflowed a wait)
+        parser.add_argument("--start-day", type=_start_day, default=None,
+                            help=f"replay day of the trace to start at, 0 to {options.MAX_DAYS} (default: the first "
+                                 f"hour at which the trace's running jobs ask for the whole cluster)")
         from clusterspec.importers import CLUSTERS
 
         parser.add_argument("--cluster", default=None, choices=CLUSTERS,
@@ -235,13 +246,14 @@ class Command(BaseCommand):
         parser.add_argument("--trace", default="philly", help="trace name in the importer registry")
         parser.add_argument("--scale", type=_number(above=0, at_most=1), default=None,
                             help="Philly cluster scale in (0, 1] (importer default if unset; fresh database only)")
-        parser.add_argument("--compress", type=_number(), default=None,
-                            help="trace arrival compression (importer default if unset)")
-        parser.add_argument("--tick", type=_number(minimum=0), default=DEFAULT_TICK,
-                            help="wall seconds between cycles")
+        parser.add_argument("--compress", type=_number(0.001), default=None,
+                            help="trace arrival compression, at least 0.001 as replay's (importer default if unset)")
+        parser.add_argument("--tick", type=_number(minimum=0, at_most=3600), default=DEFAULT_TICK,
+                            help="wall seconds between cycles, 0 to 3600")
         parser.add_argument("--no-server", action="store_true", help="do not start the web server (tests)")
-        parser.add_argument("--duration-seconds", type=_number(minimum=0), default=None,
-                            help="stop after this many wall seconds (default: run until Ctrl-C)")
+        parser.add_argument("--duration-seconds", type=_number(minimum=0, at_most=options.MAX_SECONDS), default=None,
+                            help=f"stop after this many wall seconds, at most {options.MAX_SECONDS:,} (default: run "
+                                 f"until Ctrl-C)")
         parser.add_argument("--password", default=None,
                             help="password for every demo user (default: a random one, printed)")
         parser.add_argument("--cold-start", action="store_true",

@@ -15,7 +15,9 @@ the same trace). Touches no database, so it works before `migrate`.
 Start: the Philly file has ~70 arrivals in its first 19.5 days, so a Philly replay starts at day 20
 (DEFAULT_START_DAYS["philly"]), where the busy part begins; --start 0 replays from the first arrival.
 --until counts days from the start (above zero); --start, --grace-period and --half-life are zero or more,
---cycle-interval above zero: another value is refused naming the option.
+--cycle-interval above zero: another value is refused naming the option. Every span has an upper bound too
+(options.MAX_DAYS, 3660 days: --until, --start, --half-life; that many seconds for the seconds options;
+--time-limit-factor at most 1,000, --compress at least 0.001): new-user trial 14, F1.
 
 Span: the report's "simulated span" and every rate over it (allocation, fragmentation, the GPU-hour ledger) run
 from the start (trace day --start, re-based to 0; the cluster is idle until the first arrival) to --until, or
@@ -32,6 +34,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+
+from gpuplatform.management.options import MAX_DAYS, MAX_SECONDS
 
 from scheduler.core.snapshot import CycleConfig
 from scheduler.sim.failures import REFERENCE_RATE, Checkpointing, FailureModel
@@ -118,20 +122,33 @@ class Command(BaseCommand):
     # --detection-timeout -1 and --repair-time -1 were taken without a failure rate (new-user trial 12, F13)
     SPANS = (("until", False), ("start", True), ("cycle_interval", False), ("grace_period", True),
              ("half_life", True), ("time_limit_factor", False), ("failure_rate", True), ("detection_timeout", True),
-             ("repair_time", True), ("checkpoint_cost", True), ("compress", False))
+             ("repair_time", True), ("checkpoint_interval", False), ("checkpoint_cost", True), ("compress", False))
+    # (option -> (least, most, unit)): the upper bound of each span, and the least --compress (new-user trial 14,
+    # F1: `--until 1e303` was a traceback, `--until 1e20` a 21-digit span); --failure-rate: check_failure_options
+    BOUNDS = {"until": (None, MAX_DAYS, "days"), "start": (None, MAX_DAYS, "days"),
+              "half_life": (None, MAX_DAYS, "days"),
+              **{name: (None, MAX_SECONDS, f"seconds ({MAX_DAYS} days)") for name in (
+                  "cycle_interval", "grace_period", "detection_timeout", "repair_time", "checkpoint_interval",
+                  "checkpoint_cost")},
+              "time_limit_factor": (None, 1000, "times a job's duration"),
+              "compress": (0.001, None, "(arrivals at most 1,000 times slower)")}
 
     @classmethod
     def check_spans(cls, opts: dict) -> None:
         """CommandError naming the first span option that is not a finite number above zero (or, where
-        allowed, zero); None (not given) passes."""
+        allowed, zero), or is outside BOUNDS; None (not given) passes."""
         for name, zero_allowed in cls.SPANS:
             value = opts.get(name)
             if value is None:
                 continue
+            flag = "--" + name.replace("_", "-")
             if not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed):
-                flag = "--" + name.replace("_", "-")
                 rule = "zero or more" if zero_allowed else "above zero"
                 raise CommandError(f"{flag} must be a finite number {rule}, got {value:g}")
+            least, most, unit = cls.BOUNDS.get(name, (None, None, ""))
+            if (least is not None and value < least) or (most is not None and value > most):
+                span = f"at least {least:g}" if most is None else f"at most {most:,.0f}"
+                raise CommandError(f"{flag} must be {span} {unit}, got {value:g}")
 
     @staticmethod
     def check_failure_options(opts: dict) -> None:
