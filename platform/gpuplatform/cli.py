@@ -29,8 +29,8 @@ exit code 4; job 34 failed: task worker[0] exited with code 4 [diagnosis unknown
 
 `--json` prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
 are printed), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON), 3
-`logs --follow` saw the task fail or its job fail or be cancelled (as `srun` exits non-zero), 130
-interrupted. set-quota changes only the values given (the others keep theirs; a new quota starts at
+`logs --follow` saw the task or its job fail (as `srun` exits non-zero), 4 `logs --follow` saw the job
+cancelled (its task, stopped by the cancel, reads "cancelled"), 130 interrupted. set-quota changes only the values given (the others keep theirs; a new quota starts at
 guarantee 0, quota 0, no limit; no value at all is a usage error), reads the quota's ETag and
 sends it back in If-Match, so it fails (412) rather than overwrite a change made since.
 """
@@ -61,6 +61,11 @@ class UsageError(Exception):
 class Unsuccessful(Exception):
     """`logs --follow` followed a task to its end and the task or its job did not succeed: exit status 3 (the
     end was printed already)."""
+
+
+class Cancelled(Exception):
+    """`logs --follow` followed a task to its end and its job was cancelled (the task did not fail): exit status 4
+    (the end was printed already), so a script tells a cancel from a failure (new-user trial 14, F11)."""
 
 
 class ApiError(Exception):
@@ -434,18 +439,21 @@ JOB_ENDED = ("succeeded", "failed", "cancelled")
 END_WAIT_POLLS = 5  # LOG_POLL_SECONDS each: a gang's end follows its first failed task within its stop grace
 
 
-def _task_end(t: dict) -> str:
+def _task_end(t: dict, job_state: str | None = None) -> str:
+    """'<state>, <how>': a task released by its job's cancel reads "cancelled" (the API's task state is
+    `released`, the cancel stopped it; new-user trial 14, F11)."""
     how = (f"killed by signal {t['exit_signal']}" if t.get("exit_signal") is not None else
            f"exit code {t['exit_code']}" if t.get("exit_code") is not None else
            (t.get("end_message") or "")[:200])  # (the end message says the exit again, but for a lost task)
-    return ", ".join(x for x in (t.get("state") or "ended", how) if x)
+    state = "cancelled" if t.get("state") == "released" and job_state == "cancelled" else t.get("state") or "ended"
+    return ", ".join(x for x in (state, how) if x)
 
 
 def _follow_end(client: Client, job_id, page: dict, err) -> None:
     """--follow saw the task end: say on stderr how the task and its job ended (new-user trial 13, F20: a job
     that exited with code 4 printed nothing and gpuctl exited 0), waiting up to END_WAIT_POLLS polls for the
     job to end when the task did not succeed. Raises Unsuccessful (exit status 3) when the task or the job
-    failed or the job was cancelled."""
+    failed, Cancelled (exit status 4) when the job was cancelled and its task did not fail."""
     for polls in range(END_WAIT_POLLS + 1):
         job, _ = client.get(f"/api/v1/jobs/{job_id}/")
         task = next((t for t in job.get("tasks") or [] if t.get("id") == page.get("task")), None) or {}
@@ -454,7 +462,7 @@ def _follow_end(client: Client, job_id, page: dict, err) -> None:
             break
         _sleep(LOG_POLL_SECONDS)
     state = job.get("state") or "unknown"
-    line = f"gpuctl logs: {page.get('name') or page.get('task')} ended: {_task_end(task)}; job {job_id} {state}"
+    line = f"gpuctl logs: {page.get('name') or page.get('task')} ended: {_task_end(task, state)}; job {job_id} {state}"
     if job.get("end_reason"):
         line += f": {job['end_reason']}"
     elif state not in JOB_ENDED:
@@ -463,8 +471,10 @@ def _follow_end(client: Client, job_id, page: dict, err) -> None:
     if state == "failed" and diagnosis.get("category"):
         line += f" [diagnosis {diagnosis['category']}]"
     _write(err, line[:2000] + "\n")
-    if task.get("state") == "failed" or state in ("failed", "cancelled"):
+    if task.get("state") == "failed" or state == "failed":
         raise Unsuccessful(f"job {job_id} {state}")
+    if state == "cancelled":
+        raise Cancelled(f"job {job_id} cancelled")
     return None
 
 
@@ -601,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task", help="task id, or role-index such as worker-1 (default: the job's first task)")
     s.add_argument("--attempt", type=int, help="an earlier attempt (default: the current one)")
     s.add_argument("--follow", "-f", action="store_true", help="keep printing until the task has ended, then say how "
-                   "it and its job ended (exit status 3 when the task or the job failed or was cancelled)")
+                   "it and its job ended (exit status 3 when the task or the job failed, 4 when the job was cancelled)")
 
     s = sub.add_parser("cancel", parents=[common], help="cancel a job")
     s.add_argument("id", type=int)
@@ -631,7 +641,7 @@ COMMANDS = {"submit": cmd_submit, "list": cmd_list, "get": cmd_get, "logs": cmd_
 
 def main(argv: list[str] | None = None) -> int:
     """Run one gpuctl command; returns the exit status (0 ok, 1 refused by the API, 2 bad usage or the API
-    unreachable, 3 `logs --follow` saw the task or job fail, 130 interrupted)."""
+    unreachable, 3 `logs --follow` saw the task or job fail, 4 it saw the job cancelled, 130 interrupted)."""
     try:
         a = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse printed the usage and the problem (or --help)
@@ -661,6 +671,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Unsuccessful:
         return 3
+    except Cancelled:
+        return 4
     except KeyboardInterrupt:
         print("", file=sys.stderr)
         return 130

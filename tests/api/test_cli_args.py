@@ -226,8 +226,9 @@ def test_logs_follow_polls_until_complete_and_restarts_on_a_new_attempt(api, cap
         "[diagnosis unknown]\n"),
     ("succeeded", {"state": "succeeded", "exit_code": 0, "exit_signal": None},
      0, "gpuctl logs: worker-0 ended: succeeded, exit code 0; job 7 succeeded\n"),
+    # new-user trial 14, F11: a cancel is not a failure: the task reads cancelled, exit 4 (3 is a failure)
     ("cancelled", {"state": "released", "exit_code": None, "exit_signal": 9, "end_message": ""},
-     3, "gpuctl logs: worker-0 ended: released, killed by signal 9; job 7 cancelled: cancelled by admin\n"),
+     4, "gpuctl logs: worker-0 ended: cancelled, killed by signal 9; job 7 cancelled: cancelled by admin\n"),
     ("failed", {"state": "failed", "exit_code": None, "exit_signal": None, "end_message": "agent restarted; no exit"},
      3, "gpuctl logs: worker-0 ended: failed, agent restarted; no exit; job 7 failed: task worker[0] exited with "
         "code 4 [diagnosis unknown]\n"),
