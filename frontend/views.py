@@ -235,7 +235,7 @@ def job_list(request):
     })
 
 
-JOB_LIST_STATES = (*Job.State.values, "live", "finished")
+JOB_LIST_STATES = (*Job.State.values, *Job.STOPPING_WORDS, "live", "finished")
 
 
 def job_list_errors(request, filters: dict) -> list[str]:

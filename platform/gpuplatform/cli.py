@@ -27,6 +27,10 @@ first task unless `--task`); `--follow` keeps polling every 2 s until the task h
 `logs --follow` ends by saying on stderr how the task and its job ended (`gpuctl logs: worker-0 ended: failed,
 exit code 4; job 34 failed: task worker[0] exited with code 4 [diagnosis unknown]`).
 
+`list` shows a job stopping in its grace period (the API's state `preempting`) that will end rather than wait
+again as "cancelling" or "stopping (<what it ends as>)"; `--state cancelling` / `--state stopping` list them
+(the API's filter takes these words).
+
 `--json` prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
 are printed), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON), 3
 `logs --follow` saw the task or its job fail (as `srun` exits non-zero), 4 `logs --follow` saw the job
@@ -595,7 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("argv", nargs="*", metavar="-- ARGV", help="the command as separate words, after --")
 
     s = sub.add_parser("list", parents=[common], help="list jobs you may see")
-    s.add_argument("--state")
+    s.add_argument("--state", action="append", help="a job state (pending, running, preempting, ...), or "
+                   "cancelling / stopping as the STATE column shows them; repeat for several")
     s.add_argument("--queue")
     s.add_argument("--team")
     shown = s.add_mutually_exclusive_group()

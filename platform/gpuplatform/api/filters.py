@@ -208,12 +208,28 @@ class StateFilter(df.MultipleChoiceFilter):
         super().__init__(*args, **kwargs)
 
 
+class JobStateFilter(StateFilter):
+    """The jobs' `state`: a Job.State, or a stopping job's word as gpuctl shows it (`cancelling`, `stopping`:
+    Job.STOPPING_WORDS; new-user trial 14, F12: `--state cancelling` was refused)."""
+
+    def filter(self, qs, value):
+        if not value:
+            return qs
+        from ..queries import job_state_q
+        return qs.filter(job_state_q(value)).distinct() if self.distinct else qs.filter(job_state_q(value))
+
+
+JOB_STATE_CHOICES = [*Job.State.choices, ("cancelling", "cancelling (preempting toward cancelled)"),
+                     ("stopping", "stopping (preempting toward failed, succeeded or a restart)")]
+
+
 class JobFilterSet(df.FilterSet):
     team = NamedFilter(field_name="team__slug", model=Team, lookup="slug", what="team", help_text="team slug")
     queue = NamedFilter(field_name="queue__name", model=Queue, what="queue", help_text="queue name")
     submitter = NamedFilter(field_name="submitter__username", model=get_user_model(), lookup="username",
                             what="user", help_text="username")
-    state = StateFilter(choices=Job.State.choices, help_text="repeat for several states")
+    state = JobStateFilter(choices=JOB_STATE_CHOICES, help_text="repeat for several states; cancelling / stopping: a "
+                                                                 "preempting job that will end cancelled / otherwise")
     submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
     submitted_before = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
     name = df.CharFilter(lookup_expr="icontains")
