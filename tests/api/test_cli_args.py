@@ -264,6 +264,49 @@ def test_logs_follow_waits_a_little_for_the_gangs_end_after_a_failed_rank(api, c
     assert waits == [cli.LOG_POLL_SECONDS] * 2
 
 
+class _Terminal:
+    """A stream that says it is a terminal (or not), keeping what was written."""
+
+    def __init__(self, tty: bool):
+        self.tty, self.text = tty, ""
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+EVIL = "ok\tcol\r\nred \x1b[31mX\x1b[0m \x1b]0;title\x07 over\rwrite \u202eevil \x9b\x7f ü 日本\n"
+
+
+@pytest.mark.parametrize("tty, raw, shown", [
+    (True, False, "ok\tcol\r\nred ^[[31mX^[[0m ^[]0;title^G over^Mwrite <U+202E>evil <U+009B>^? ü 日本\n"),
+    (True, True, EVIL),   # --raw: as it is
+    (False, False, EVIL),  # piped: as it is
+])
+def test_logs_shows_control_characters_visibly_on_a_terminal(api, monkeypatch, tty, raw, shown):
+    """New-user trial 14, F19: a task printing escape sequences (colour, a title change) or a bidi override
+    changed the user's terminal through `gpuctl logs`. On a terminal they are shown as ^[ / <U+202E>, with
+    newline and tab kept; --raw and a pipe get the bytes as they are."""
+    import argparse
+
+    monkeypatch.setattr(cli, "_sleep", lambda _: None)
+    job = {"id": 7, "state": "failed", "end_reason": "task worker[0] \x1b[2Jexited", "tasks": [
+        {"id": 31, "name": "worker-0", "state": "failed", "exit_code": 1, "exit_signal": None}]}
+    api.answers = log_api({None: page(0, EVIL, len(EVIL.encode()), complete=True)}, job=job)
+    out, err = _Terminal(tty), _Terminal(tty)
+    a = argparse.Namespace(id=7, task="worker-0", attempt=None, follow=True, json=False, raw=raw)
+    with pytest.raises(cli.Unsuccessful):
+        cli.cmd_logs(cli.Client("http://x", "t"), a, out=out, err=err)
+    assert out.text == shown
+    assert ("^[[2Jexited" in err.text) == (tty and not raw), err.text
+    assert cli.build_parser().parse_args(["logs", "7", "--raw"]).raw is True
+
+
 def test_logs_json_prints_each_answer(api, capsys):
     api.answers = log_api({None: page(0, "x\n", 2, complete=True)})
     assert cli.main([*API, "--json", "logs", "7", "--follow"]) == 0
