@@ -84,3 +84,63 @@ def test_external_id_and_working_dir_keep_ordinary_text(client_for, users):
                                                     "command": SLEEP, "roles": [{"name": "w", "tasks": 1}]},
                                   format="json")
     assert r.status_code == 400 and "control characters" in r.json()["working_dir"][0], r.content
+
+
+# --- F22: the time range message, offset, "1 GPU", a second cancel --------------------------------------------
+
+@pytest.mark.parametrize("url, param", [("/api/v1/events/?since=99999-01-01", "since"),
+                                        ("/api/v1/jobs/?submitted_after=123456-01-01T00:00:00Z", "submitted_after"),
+                                        ("/api/v1/events/?until=%2B10000-01-01", "until")])
+def test_a_year_past_9999_gets_the_range_message(client_for, users, url, param):
+    r = client_for("member").get(url)
+    assert r.status_code == 400 and r.json() == {param: [
+        "date-time out of range: must be from 1970-01-01T00:00:00Z to 9999-01-01T00:00:00Z"]}, r.content
+
+
+def test_a_time_param_view_gives_the_range_message_too(client_for, users):
+    r = client_for("member").get("/api/v1/utilization/?since=99999-01-01")
+    assert r.status_code == 400 and "date-time out of range" in r.json()["since"][0], r.content
+
+
+def test_offset_is_taken_where_the_docs_say(client_for, users):
+    """docs/api.md: every list takes `offset` but the jobs and events lists, which page by cursor."""
+    api = client_for("member")
+    assert api.get("/api/v1/queues/?offset=1").status_code == 200
+    for url in ("/api/v1/jobs/?offset=5", "/api/v1/events/?offset=5"):
+        r = api.get(url)
+        assert r.status_code == 400 and "unknown query parameter" in r.json()["offset"][0], (url, r.content)
+    from pathlib import Path
+    docs = " ".join((Path(__file__).resolve().parents[2] / "docs/api.md").read_text().split())
+    assert "except the jobs and events lists, which page by `cursor`" in docs
+
+
+def test_one_gpu_is_one_gpu(users):
+    from gpuplatform.models import Event
+    from gpuplatform.wording import count
+
+    assert [count(1, "GPU"), count(2, "GPU"), count(0, "GPU"), count(0.5, "GPU"), count(1, "node")] == \
+        ["1 GPU", "2 GPUs", "0 GPUs", "0.5 GPUs", "1 node"]
+    job = _submit(users, "one")
+    assert Event.objects.get(job=job, kind="submitted").message == "one submitted to alpha: 1 GPU"
+
+
+def test_an_admitted_event_counts_nodes_and_gpus_in_words(users):
+    from types import SimpleNamespace
+
+    from gpuplatform.scheduling.store import _admitted_event
+
+    binding = SimpleNamespace(job_id=1, rule="allocate", domain="nvl-0", tier=1, share_before=0, share_after=0.1,
+                              tasks=[SimpleNamespace(role="w", index=0, node="n0", gpus=(0,), gpu_milli=0, mig=())])
+    message = _admitted_event(binding, None, 1, 1, 1)["message"]
+    assert "on 1 node, 1 GPU" in message, message
+
+
+def test_a_second_cancel_is_a_400_naming_state_as_documented(client_for, users):
+    api = client_for("member")
+    job = _submit(users, "twice")
+    assert api.post(f"/api/v1/jobs/{job.pk}/cancel/", {}, format="json").status_code == 200
+    r = api.post(f"/api/v1/jobs/{job.pk}/cancel/", {}, format="json")
+    assert r.status_code == 400 and r.json() == {"state": ["job is cancelled, not pending or running"]}, r.content
+    from pathlib import Path
+    docs = " ".join((Path(__file__).resolve().parents[2] / "docs/api.md").read_text().split())
+    assert "A request that conflicts with an object's current state is a 400 naming `state`" in docs

@@ -1,4 +1,5 @@
 """django-filter FilterSets, one per resource (query parameters of the list endpoints)."""
+import re
 from datetime import datetime, timezone as dt_timezone
 
 import django_filters as df
@@ -30,6 +31,15 @@ def time_in_range(value: datetime) -> datetime:
     return value
 
 
+_BEYOND_YEAR_9999 = re.compile(r"^\s*[+-]?\d{5,}-\d")  # an ISO 8601 expanded year (99999-01-01): no datetime
+
+
+def beyond_year_9999(raw) -> bool:
+    """A date-time written with a year of five digits or more, which Python cannot read: outside TIME_RANGE, and
+    said so (new-user trial 14, F22: `?since=99999-01-01` got "Enter a valid date/time.", `0001-01-01` the range)."""
+    return isinstance(raw, str) and bool(_BEYOND_YEAR_9999.match(raw))
+
+
 def time_param(request, name: str) -> datetime | None:
     """The query parameter `name` as an ISO 8601 time in UTC (None when absent or empty); a ValidationError naming
     it when it is not one or is outside TIME_RANGE. A time without an offset is UTC."""
@@ -39,6 +49,8 @@ def time_param(request, name: str) -> datetime | None:
     try:
         t = datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+"))
     except ValueError:
+        if beyond_year_9999(raw):
+            raise ValidationError({name: [TIME_OUT_OF_RANGE]}) from None
         raise ValidationError({name: ["must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z"]}) from None
     try:
         return time_in_range(t)
@@ -50,6 +62,8 @@ class UtcDateTimeField(df.fields.IsoDateTimeField):
     """IsoDateTimeField in UTC within TIME_RANGE: the form error is keyed by the parameter's name."""
 
     def clean(self, value):
+        if beyond_year_9999(value):
+            raise forms.ValidationError(TIME_OUT_OF_RANGE)
         value = super().clean(value)
         if value is not None:
             try:
