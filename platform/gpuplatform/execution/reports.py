@@ -101,7 +101,7 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         if job["state"] == Job.State.PREEMPTING and job["stop_target"] == "cancelled":
             # A task stopped by its job's cancel (SIGTERM, exit 143, SIGKILL at the deadline) did not fail: it is
             # released, as the tasks the cancel's end releases are (new-user trial 14, F11: it read "failed")
-            state, end = Task.State.RELEASED, f"{message or how} (stopped by the job's cancel)"
+            state, end = Task.State.RELEASED, message or how
         else:
             state, end = Task.State.FAILED if failed else Task.State.SUCCEEDED, message or how
         Task.objects.filter(pk=task_id).update(
