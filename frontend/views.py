@@ -310,6 +310,12 @@ def state_history(job, events) -> list[dict]:
 @login_required
 @require_safe
 def job_detail(request, pk: int):
+    from .views_dashboards import query_errors
+
+    errors = query_errors(request)  # the job page reads no parameter: one given is a 400 naming it (trial 14, F14)
+    if errors:
+        return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
+                                      content_type="text/plain; charset=utf-8")
     if is_manager():  # a federated job: its row on /federation/ (where it went, why, its state)
         if not visible_federated_jobs(request.user).filter(pk=pk).exists():
             raise Http404("No such federated job, or not one of your teams' jobs.")

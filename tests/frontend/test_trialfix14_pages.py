@@ -51,9 +51,11 @@ def test_the_jobs_page_takes_its_own_parameters(client, world):
     assert client.get("/jobs/?q=&team=red&state=pending&state=running&queue=&submitter=&sort=-name").status_code == 200
 
 
-@pytest.mark.parametrize("url", ["/", "/cluster/", "/queues/", "/fragmentation/", "/queueing/", "/failures/"])
+@pytest.mark.parametrize("url", ["/", "/cluster/", "/queues/", "/fragmentation/", "/queueing/", "/failures/", "job"])
 def test_the_dashboard_pages_refuse_an_unknown_or_repeated_parameter(client, world, url):
     client.force_login(world["admin"])
+    if url == "job":
+        url = f"/jobs/{world['jobs']['red-running'].pk}/"
     r = client.get(url + "?foo=1")
     assert r.status_code == 400 and r.content.decode().startswith("foo: unknown query parameter"), r.content[:200]
     r = client.get(url + "?since=1&since=2")
