@@ -126,6 +126,22 @@ def takes_params(*known):
     return decorate
 
 
+def page_takes(*known):
+    """Decorator of an HTML page: a query parameter it does not read, or one given twice, is a 400 naming it in
+    text, as the topology, nodes and jobs pages answer (new-user trial 14, F14: /?foo=1 and /queues/?foo=1 were
+    a 200 that ignored it)."""
+    def decorate(fn):
+        @wraps(fn)
+        def wrapped(request, *args, **kwargs):
+            errors = query_errors(request, known)
+            if errors:
+                return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
+                                              content_type="text/plain; charset=utf-8")
+            return fn(request, *args, **kwargs)
+        return wrapped
+    return decorate
+
+
 # --- topology ---------------------------------------------------------------------------------------
 
 def build_topology(user, *, zoom=None, team=None, flavor=None, job=None) -> dict:
@@ -298,6 +314,7 @@ def queues_json(request):
 
 @login_required
 @require_safe
+@page_takes()
 def queues_page(request):
     p = _queues_payload()
     return render(request, "frontend/queues.html", {**p, "gpu_colors": GPU_STATE_COLORS,
@@ -351,6 +368,7 @@ def fragmentation_json(request):
 
 @login_required
 @require_safe
+@page_takes()
 def fragmentation_page(request):
     from gpuplatform.scheduling.advice import fragmentation_advice
 
@@ -426,6 +444,7 @@ def queueing_json(request):
 
 @login_required
 @require_safe
+@page_takes()
 def queueing_page(request):
     return render(request, "frontend/queueing.html", _queueing_payload(request.user))
 
@@ -492,5 +511,6 @@ def failures_json(request):
 
 @login_required
 @require_safe
+@page_takes()
 def failures_page(request):
     return render(request, "frontend/failures.html", _failures_payload(request.user))

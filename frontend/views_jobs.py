@@ -16,6 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from gpuplatform import access, dashboard_queries, queries, services
 from gpuplatform.federation.manager import is_manager, submit_as
+from gpuplatform.api.filters import REPEATED
 from gpuplatform.inputs import renders_form_errors
 from gpuplatform.models import Domain, Job, Team
 
@@ -42,7 +43,13 @@ def job_new(request):
     if request.method == "POST":
         form = JobForm(request.POST, **kwargs)
         roles = RoleFormSet(request.POST, prefix="roles", form_kwargs={"flavors": flavors, "tiers": kwargs.get("tiers", ())})
-        if form.is_valid() and roles.is_valid():
+        valid = form.is_valid() and roles.is_valid()
+        # A key given twice is refused, as the API refuses it (README; new-user trial 14, F14: roles-0-tasks=1&
+        # roles-0-tasks=64 submitted 64 tasks, the last value); no field of this form takes several values.
+        for key in sorted(k for k, values in request.POST.lists() if len(values) > 1):
+            form.add_error(None, f"{key}: {REPEATED}")
+            valid = False
+        if valid:
             data = form.cleaned_data
             team = Team.objects.get(name=data["team"])
             minutes = data.get("time_limit_minutes")
@@ -209,7 +216,8 @@ def job_estimate(request):
     from gpuplatform.scheduling.forecast import WhatIfDenied, what_if_live
     from scheduler.forecast.whatif import WhatIfError
 
-    post, errors = request.POST, {}
+    post = request.POST
+    errors = {key: REPEATED for key, values in post.lists() if len(values) > 1}  # the form's rule (F14, trial 14)
 
     def number(name, lo, hi, required=True):
         raw = (post.get(name) or "").strip()

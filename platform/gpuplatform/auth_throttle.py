@@ -7,7 +7,8 @@ counts together) over a window of AUTH_LOCKOUT_WINDOW_SECONDS, three ways:
 - per client address, whatever the username: AUTH_LOCKOUT_ADDRESS_FAILURES (one address spraying names);
 - per username, from every address together: AUTH_LOCKOUT_USER_ANY_ADDRESS_FAILURES (default 10 x the
   per-address figure: guessing spread over many addresses).
-A lock-out refuses further attempts with 429 and `Retry-After` BEFORE the password is hashed (a flood costs
+Only a password that was checked and refused counts: a request refused for its shape (an unknown field, a key
+given twice, a missing username or password) is no sign-in attempt. A lock-out refuses further attempts with 429 and `Retry-After` BEFORE the password is hashed (a flood costs
 no CPU) until the window passes; a success clears the username's counts. The right password is refused too
 while locked out: that is the point. Keying the first count by address means that a stranger's failures
 for a known username do not lock its owner out of their own address (a lock-out anyone could cause: the
@@ -22,6 +23,7 @@ import hashlib
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.core.cache import cache
+from django.core.exceptions import NON_FIELD_ERRORS
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -82,7 +84,17 @@ class StrictAuthTokenSerializer(StrictFieldsMixin, AuthTokenSerializer):
     """DRF's username + password check, with the rules of every other body of the API (api/serializers/base.py):
     an unknown field and a form key given twice are refused naming them, as the project's JSON parser refuses a
     JSON key given twice (new-user trial 13, F3: `{"username": "demo", "username": "admin", ...}` issued a token
-    for admin, the last, while a proxy or a log reading the first saw demo)."""
+    for admin, the last, while a proxy or a log reading the first saw demo).
+
+    `credentials_checked` is true once a username and a password reached the password check: only then is a
+    refusal a failed sign-in that counts toward the lock-out (new-user trial 14, F17: ten requests with the right
+    password and an unknown field locked the user out)."""
+
+    credentials_checked = False
+
+    def validate(self, attrs):
+        self.credentials_checked = bool(attrs.get("username") and attrs.get("password"))
+        return super().validate(attrs)
 
 
 _TOKEN_RESPONSE = inline_serializer("IssuedToken", {
@@ -115,7 +127,8 @@ class ThrottledObtainAuthToken(APIView):
                             headers={"Retry-After": str(wait)})
         serializer = self.get_serializer(data=data)
         if not serializer.is_valid():
-            record_failure(request, username)
+            if serializer.credentials_checked:  # a wrong password; not a request refused for its shape
+                record_failure(request, username)
             return Response(serializer.errors, status=status.HTTP_400_BAD_REQUEST)
         record_success(request, username)
         from .services import issue_api_token
@@ -172,7 +185,9 @@ class ThrottledLoginView(auth_views.LoginView):
         return super().post(request, *args, **kwargs)
 
     def form_invalid(self, form):
-        record_failure(self.request, self.request.POST.get("username", ""))
+        if form.has_error(NON_FIELD_ERRORS, "invalid_login") or form.has_error(NON_FIELD_ERRORS, "inactive"):
+            # the password was checked and refused; an empty field is no sign-in attempt (new-user trial 14, F17)
+            record_failure(self.request, self.request.POST.get("username", ""))
         return super().form_invalid(form)
 
     def form_valid(self, form):

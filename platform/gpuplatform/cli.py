@@ -9,7 +9,7 @@
     gpuctl submit --file job.json          # the POST /api/v1/jobs/ body as JSON (or .yaml / .yml; - = stdin)
     gpuctl list [--state pending] [--queue alpha] [--team alpha] [--limit 50 | --all] [--json]
     gpuctl get 42
-    gpuctl logs 42 [--task 17 | --task worker-1] [--attempt 0] [--follow]
+    gpuctl logs 42 [--task 17 | --task worker-1] [--attempt 0] [--follow] [--raw]
     gpuctl cancel 42 [--reason "wrong data"]
     gpuctl set-quota alpha H100 --guarantee 8 --quota 32 [--limit 64 | --no-limit]
     gpuctl submit --queue alpha --name small --tasks 2 --gpus 0.5 -- python3 serve.py   # half of one shared GPU each
@@ -24,13 +24,22 @@ first task unless `--task`); `--follow` keeps polling every 2 s until the task h
 `logs` says why on stderr (not started yet, no output, or a simulated job or node that runs no process, which
 --follow does not wait for) and exits 0, as `list` does with no jobs.
 
+On a terminal, `logs` shows a control character of the output other than newline and tab (an escape sequence,
+a lone carriage return, a bidi override) visibly, as `cat -v` does (ESC as ^[, U+202E as <U+202E>), so a job
+cannot recolour, retitle or rewrite the terminal; `--raw` writes it as it is. Piped or redirected, the output is
+always written as the task printed it.
+
 `logs --follow` ends by saying on stderr how the task and its job ended (`gpuctl logs: worker-0 ended: failed,
 exit code 4; job 34 failed: task worker[0] exited with code 4 [diagnosis unknown]`).
 
+`list` shows a job stopping in its grace period (the API's state `preempting`) that will end rather than wait
+again as "cancelling" or "stopping (<what it ends as>)"; `--state cancelling` / `--state stopping` list them
+(the API's filter takes these words).
+
 `--json` prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
 are printed), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON), 3
-`logs --follow` saw the task fail or its job fail or be cancelled (as `srun` exits non-zero), 130
-interrupted. set-quota changes only the values given (the others keep theirs; a new quota starts at
+`logs --follow` saw the task or its job fail (as `srun` exits non-zero), 4 `logs --follow` saw the job
+cancelled (its task, stopped by the cancel, reads "cancelled"), 130 interrupted. set-quota changes only the values given (the others keep theirs; a new quota starts at
 guarantee 0, quota 0, no limit; no value at all is a usage error), reads the quota's ETag and
 sends it back in If-Match, so it fails (412) rather than overwrite a change made since.
 """
@@ -61,6 +70,11 @@ class UsageError(Exception):
 class Unsuccessful(Exception):
     """`logs --follow` followed a task to its end and the task or its job did not succeed: exit status 3 (the
     end was printed already)."""
+
+
+class Cancelled(Exception):
+    """`logs --follow` followed a task to its end and its job was cancelled (the task did not fail): exit status 4
+    (the end was printed already), so a script tells a cancel from a failure (new-user trial 14, F11)."""
 
 
 class ApiError(Exception):
@@ -397,6 +411,34 @@ def _write(stream, text: str) -> None:
     stream.flush()
 
 
+def _visible(ch: str) -> str:
+    """How a control character is shown on a terminal: ^[ for ESC (caret notation, as `cat -v` and `less` show
+    C0 controls), ^? for DEL, <U+202E> for a C1 control or a format character (bidi overrides, zero widths)."""
+    code = ord(ch)
+    if code < 0x20:
+        return "^" + chr(code + 0x40)
+    if code == 0x7F:
+        return "^?"
+    return f"<U+{code:04X}>"
+
+
+_CONTROL = re.compile(r"\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e"
+                      r"\u2060-\u2069\ufeff\ufff9-\ufffb]")
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every control character but newline and tab (a CR only before a newline) shown visibly
+    (_visible): a job's escape sequences cannot recolour, retitle or rewrite the user's terminal, nor a bidi
+    override reorder what it shows (new-user trial 14, F19)."""
+    return _CONTROL.sub(lambda m: _visible(m.group()), text)
+
+
+def _for(stream, text: str, raw: bool) -> str:
+    """What `logs` writes: the task's text as it is when piped or with --raw, terminal_safe on a terminal."""
+    isatty = getattr(stream, "isatty", None)
+    return text if raw or not (isatty and isatty()) else terminal_safe(text)
+
+
 def cmd_logs(client: Client, a, out=None, err=None) -> None:
     """Print a task's combined stdout/stderr from GET /api/v1/jobs/{id}/logs/ ({task, name, attempt, offset,
     next_offset, size, trimmed, data, complete}; offsets and sizes in bytes). Reads page after page (at most
@@ -421,7 +463,7 @@ def cmd_logs(client: Client, a, out=None, err=None) -> None:
         if a.json:
             _write(out, json.dumps(page) + "\n")
         else:
-            _write(out, page["data"])
+            _write(out, _for(out, page["data"], getattr(a, "raw", False)))
         shown = shown or bool(page["data"])
         if not shown and not noted and not a.json and page.get("note"):
             # Nothing to show: say why (no process runs it, not started yet, ...), exit 0 as `list` with no jobs
@@ -433,7 +475,7 @@ def cmd_logs(client: Client, a, out=None, err=None) -> None:
         if offset < page["size"]:
             continue  # more is there already
         if a.follow and page.get("complete"):
-            return _follow_end(client, a.id, page, err)
+            return _follow_end(client, a.id, page, err, raw=getattr(a, "raw", False))
         if not a.follow or page.get("complete") or page.get("expect_output") is False:
             return None  # (no process runs this task: following it would wait for ever)
         _sleep(LOG_POLL_SECONDS)
@@ -443,18 +485,21 @@ JOB_ENDED = ("succeeded", "failed", "cancelled")
 END_WAIT_POLLS = 5  # LOG_POLL_SECONDS each: a gang's end follows its first failed task within its stop grace
 
 
-def _task_end(t: dict) -> str:
+def _task_end(t: dict, job_state: str | None = None) -> str:
+    """'<state>, <how>': a task released by its job's cancel reads "cancelled" (the API's task state is
+    `released`, the cancel stopped it; new-user trial 14, F11)."""
     how = (f"killed by signal {t['exit_signal']}" if t.get("exit_signal") is not None else
            f"exit code {t['exit_code']}" if t.get("exit_code") is not None else
            (t.get("end_message") or "")[:200])  # (the end message says the exit again, but for a lost task)
-    return ", ".join(x for x in (t.get("state") or "ended", how) if x)
+    state = "cancelled" if t.get("state") == "released" and job_state == "cancelled" else t.get("state") or "ended"
+    return ", ".join(x for x in (state, how) if x)
 
 
-def _follow_end(client: Client, job_id, page: dict, err) -> None:
+def _follow_end(client: Client, job_id, page: dict, err, raw: bool = False) -> None:
     """--follow saw the task end: say on stderr how the task and its job ended (new-user trial 13, F20: a job
     that exited with code 4 printed nothing and gpuctl exited 0), waiting up to END_WAIT_POLLS polls for the
     job to end when the task did not succeed. Raises Unsuccessful (exit status 3) when the task or the job
-    failed or the job was cancelled."""
+    failed, Cancelled (exit status 4) when the job was cancelled and its task did not fail."""
     for polls in range(END_WAIT_POLLS + 1):
         job, _ = client.get(f"/api/v1/jobs/{job_id}/")
         task = next((t for t in job.get("tasks") or [] if t.get("id") == page.get("task")), None) or {}
@@ -463,7 +508,7 @@ def _follow_end(client: Client, job_id, page: dict, err) -> None:
             break
         _sleep(LOG_POLL_SECONDS)
     state = job.get("state") or "unknown"
-    line = f"gpuctl logs: {page.get('name') or page.get('task')} ended: {_task_end(task)}; job {job_id} {state}"
+    line = f"gpuctl logs: {page.get('name') or page.get('task')} ended: {_task_end(task, state)}; job {job_id} {state}"
     if job.get("end_reason"):
         line += f": {job['end_reason']}"
     elif state not in JOB_ENDED:
@@ -471,9 +516,11 @@ def _follow_end(client: Client, job_id, page: dict, err) -> None:
     diagnosis = job.get("diagnosis") or {}
     if state == "failed" and diagnosis.get("category"):
         line += f" [diagnosis {diagnosis['category']}]"
-    _write(err, line[:2000] + "\n")
-    if task.get("state") == "failed" or state in ("failed", "cancelled"):
+    _write(err, _for(err, line[:2000], raw) + "\n")  # (the end message is the agent's words)
+    if task.get("state") == "failed" or state == "failed":
         raise Unsuccessful(f"job {job_id} {state}")
+    if state == "cancelled":
+        raise Cancelled(f"job {job_id} cancelled")
     return None
 
 
@@ -594,7 +641,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("argv", nargs="*", metavar="-- ARGV", help="the command as separate words, after --")
 
     s = sub.add_parser("list", parents=[common], help="list jobs you may see")
-    s.add_argument("--state")
+    s.add_argument("--state", action="append", help="a job state (pending, running, preempting, ...), or "
+                   "cancelling / stopping as the STATE column shows them; repeat for several")
     s.add_argument("--queue")
     s.add_argument("--team")
     shown = s.add_mutually_exclusive_group()
@@ -609,8 +657,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("id", type=int, help="job id")
     s.add_argument("--task", help="task id, or role-index such as worker-1 (default: the job's first task)")
     s.add_argument("--attempt", type=int, help="an earlier attempt (default: the current one)")
+    s.add_argument("--raw", action="store_true", help="write the output's bytes as they are on a terminal too "
+                   "(by default a terminal gets control characters other than newline and tab shown as ^[ or "
+                   "<U+202E>; piped output is always as it is)")
     s.add_argument("--follow", "-f", action="store_true", help="keep printing until the task has ended, then say how "
-                   "it and its job ended (exit status 3 when the task or the job failed or was cancelled)")
+                   "it and its job ended (exit status 3 when the task or the job failed, 4 when the job was cancelled)")
 
     s = sub.add_parser("cancel", parents=[common], help="cancel a job")
     s.add_argument("id", type=int)
@@ -640,7 +691,7 @@ COMMANDS = {"submit": cmd_submit, "list": cmd_list, "get": cmd_get, "logs": cmd_
 
 def main(argv: list[str] | None = None) -> int:
     """Run one gpuctl command; returns the exit status (0 ok, 1 refused by the API, 2 bad usage or the API
-    unreachable, 3 `logs --follow` saw the task or job fail, 130 interrupted)."""
+    unreachable, 3 `logs --follow` saw the task or job fail, 4 it saw the job cancelled, 130 interrupted)."""
     try:
         a = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse printed the usage and the problem (or --help)
@@ -670,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Unsuccessful:
         return 3
+    except Cancelled:
+        return 4
     except KeyboardInterrupt:
         print("", file=sys.stderr)
         return 130

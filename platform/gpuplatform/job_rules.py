@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from .names import MAX_CHARS, NAME_HELP, NAME_PATTERN, NAME_RE, name_error  # noqa: F401 (re-exported)
+from .names import MAX_CHARS, NAME_HELP, NAME_PATTERN, NAME_RE, control_character_error, name_error  # noqa: F401 (re-exported)
 
 ROLE_FIELDS = ("name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor",
                "command", "env", "working_dir", "image", "group_size", "group_highest_tier", "topology_mode",
@@ -457,6 +457,8 @@ def _check_dir(value, field: str) -> tuple[str, dict[str, str]]:
     resolved against the node agent's work directory, which the user neither sees nor controls (new-user trial 13,
     F14: `../../etc` ran in a directory beside the agent's)."""
     value, bad = _check_text(value, field, MAX_PATH_CHARS)
+    if not bad and control_character_error(field.split(".")[-1], value):  # (new-user trial 14, F16: one text rule)
+        return "", {field: control_character_error(field.split(".")[-1], value)}
     if value and not value.startswith("/"):
         return "", {field: f"{field.split('.')[-1]} must be an absolute path (starting with /) or blank for the "
                            f"task's own directory on the node, got {value[:80]!r}"}

@@ -33,6 +33,7 @@ from .audit import record_event
 from .diagnosis.attempts import close_attempt, mark_recovered
 from .models import Allocation, Job, Task
 from .trees import Tree
+from .wording import count
 
 # What a node reported about a task's process in the attempt that ended (cleared when the gang is requeued).
 TASK_RUN_RESET = {"pid": None, "started_at": None, "ended_at": None, "exit_code": None, "exit_signal": None,
@@ -82,7 +83,7 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
     Task.objects.filter(job_id=job_id).update(state=Task.State.PENDING, node=None, release_deadline=None,
                                               **TASK_RUN_RESET)
     record_event(
-        kind, f"{name} requeued whole ({reason}); attempt {attempts}, {released} GPUs released"
+        kind, f"{name} requeued whole ({reason}); attempt {attempts}, {count(released, 'GPU')} released"
               + (f", retries after {not_before:%H:%M:%S}" if not_before else ""),
         time=at, job_id=job_id, queue_id=queue_id, node=node, actor=actor, cycle=cycle,
         data={"from": old_state, "attempts": attempts, "released_gpus": released, "reason": reason,

@@ -9,6 +9,7 @@ that depends on the column. The form gives NAME_PATTERN to the browser as the in
 from __future__ import annotations
 
 import re
+import unicodedata
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._\-]*"
 NAME_RE = re.compile(f"^{NAME_PATTERN}$")
@@ -28,3 +29,13 @@ def name_error(kind: str, value) -> str | None:
     if len(value) > limit:
         return f"a {kind} name must be at most {limit} characters"
     return None
+
+
+def control_character_error(field: str, value) -> str | None:
+    """The message for free text (an external id, a working directory) that holds a control character (a newline,
+    an escape, DEL, a C1 control: unicodedata category Cc, the trace importers' rule), or None. Such a character
+    reaches terminals, CSV exports and logs as it is (new-user trial 14, F16: `external_id` "a\\nb" was stored)."""
+    bad = next((c for c in value if unicodedata.category(c) == "Cc"), None) if isinstance(value, str) else None
+    if bad is None:
+        return None
+    return f"{field} must be text without control characters ({value[:40]!r} holds {bad!r})"

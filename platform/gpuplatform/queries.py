@@ -28,12 +28,23 @@ from .trees import Tree
 
 # --- jobs -------------------------------------------------------------------------------------------
 
+def job_state_q(states) -> Q:
+    """Jobs in any of `states`: Job.State values and the words for a stopping job (Job.STOPPING_WORDS:
+    `cancelling` = preempting toward cancelled, `stopping` = toward failed, succeeded or a restart)."""
+    plain = sorted(s for s in states if s not in Job.STOPPING_WORDS)
+    q = Q(state__in=plain)
+    for word in sorted(set(states) & set(Job.STOPPING_WORDS)):
+        q |= Q(state=Job.State.PREEMPTING, stop_target__in=Job.STOPPING_WORDS[word])
+    return q
+
+
 def job_list(user, *, team: str | None = None, state: str | Sequence[str] | None = None, queue: str | None = None,
              submitter: str | None = None, search: str | None = None) -> QuerySet[Job]:
     """Jobs the user may see, newest first, filtered by team (name or slug), state, queue (name), submitter
     (username) and `search` (a job id, or text found in the name or the external id).
 
-    State "finished" stands for every final state, "live" for admitted/running/preempting. `gpus_milli`
+    State "finished" stands for every final state, "live" for admitted/running/preempting, "cancelling" and
+    "stopping" for a preempting job that will end (job_state_q). `gpus_milli`
     (GPU-equivalents in thousandths, the jobs page's GPUs sort) is annotated (a subquery, so the rows stay
     one per job and can be ordered and paged by it). Roles and the nodes of the tasks are prefetched, so a
     page of jobs costs a fixed number of queries.
@@ -45,7 +56,7 @@ def job_list(user, *, team: str | None = None, state: str | Sequence[str] | None
         wanted = set()
         for s in ([state] if isinstance(state, str) else state):
             wanted.update(Job.FINAL_STATES if s == "finished" else Job.LIVE_STATES if s == "live" else (s,))
-        qs = qs.filter(state__in=sorted(wanted))
+        qs = qs.filter(job_state_q(wanted))
     if queue:
         qs = qs.filter(queue__name=queue)
     if submitter:

@@ -103,3 +103,26 @@ def test_token_endpoint_answers_400_to_a_body_that_is_not_an_object(users, body)
     """Found by the schema fuzz test: a JSON list as the body was a 500."""
     r = APIClient().generic("POST", "/api/v1/auth-token/", body, content_type="application/json")
     assert r.status_code == 400, r.content[:200]
+
+
+@pytest.mark.parametrize("body, content_type", [
+    ('{"username": "mike", "password": "pw", "x": 1}', "application/json"),  # an unknown field
+    ('{"username": "mike", "password": "pw", "password": "pw"}', "application/json"),  # a key given twice
+    ("username=mike&password=pw&password=pw", "application/x-www-form-urlencoded"),
+    ('{"username": "mike"}', "application/json"),  # no password: nothing to check
+    ("[1]", "application/json"),
+])
+def test_a_request_refused_for_its_shape_is_no_failed_sign_in(users, limits, body, content_type):
+    """New-user trial 14, F17: ten sign-ins with the right password and an unknown field (400) counted as failed
+    attempts and locked the user out (429) for the window. Only a password checked and refused counts."""
+    api = APIClient()
+    for _ in range(7):  # past AUTH_LOCKOUT_USER_FAILURES (5)
+        assert api.generic("POST", "/api/v1/auth-token/", body, content_type=content_type).status_code == 400
+    r = api.post("/api/v1/auth-token/", {"username": "mike", "password": "pw"})
+    assert r.status_code == 200 and r.json()["token"], r.content
+
+
+def test_a_login_form_with_an_empty_field_is_no_failed_sign_in(client, users, limits):
+    for _ in range(7):
+        assert client.post("/accounts/login/", {"username": "mike", "password": ""}).status_code == 200
+    assert client.post("/accounts/login/", {"username": "mike", "password": "pw"}).status_code == 302

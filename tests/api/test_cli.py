@@ -180,3 +180,16 @@ def test_list_follows_next_links_past_one_page(gpuctl, users, monkeypatch, live_
     assert "many4" in capsys.readouterr().out
     code, _, err = gpuctl("member", "list", "--limit", "0")
     assert code == 2 and "--limit" in err
+
+
+def test_list_filters_by_the_state_words_it_shows(gpuctl):
+    """New-user trial 14, F12: `gpuctl list` showed "cancelling" and `--state cancelling` was refused."""
+    from gpuplatform.models import Job
+
+    code, out, _ = gpuctl("member", "--json", "submit", "--queue", "alpha", "--name", "stopper", "--command", "true")
+    job = json.loads(out)["id"]
+    Job.objects.filter(pk=job).update(state="preempting", stop_target="cancelled")
+    code, out, err = gpuctl("member", "list", "--state", "cancelling")
+    assert code == 0 and "stopper" in out and "cancelling" in out, err
+    code, out, err = gpuctl("member", "list", "--state", "stopping", "--state", "pending")
+    assert code == 0 and "stopper" not in out, err

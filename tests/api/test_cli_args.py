@@ -226,8 +226,9 @@ def test_logs_follow_polls_until_complete_and_restarts_on_a_new_attempt(api, cap
         "[diagnosis unknown]\n"),
     ("succeeded", {"state": "succeeded", "exit_code": 0, "exit_signal": None},
      0, "gpuctl logs: worker-0 ended: succeeded, exit code 0; job 7 succeeded\n"),
+    # new-user trial 14, F11: a cancel is not a failure: the task reads cancelled, exit 4 (3 is a failure)
     ("cancelled", {"state": "released", "exit_code": None, "exit_signal": 9, "end_message": ""},
-     3, "gpuctl logs: worker-0 ended: released, killed by signal 9; job 7 cancelled: cancelled by admin\n"),
+     4, "gpuctl logs: worker-0 ended: cancelled, killed by signal 9; job 7 cancelled: cancelled by admin\n"),
     ("failed", {"state": "failed", "exit_code": None, "exit_signal": None, "end_message": "agent restarted; no exit"},
      3, "gpuctl logs: worker-0 ended: failed, agent restarted; no exit; job 7 failed: task worker[0] exited with "
         "code 4 [diagnosis unknown]\n"),
@@ -261,6 +262,49 @@ def test_logs_follow_waits_a_little_for_the_gangs_end_after_a_failed_rank(api, c
     assert capsys.readouterr().err == ("gpuctl logs: worker-0 ended: released, killed by signal 15; job 7 failed: "
                                        "task worker[1] exited with code 3\n")
     assert waits == [cli.LOG_POLL_SECONDS] * 2
+
+
+class _Terminal:
+    """A stream that says it is a terminal (or not), keeping what was written."""
+
+    def __init__(self, tty: bool):
+        self.tty, self.text = tty, ""
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+EVIL = "ok\tcol\r\nred \x1b[31mX\x1b[0m \x1b]0;title\x07 over\rwrite \u202eevil \x9b\x7f ü 日本\n"
+
+
+@pytest.mark.parametrize("tty, raw, shown", [
+    (True, False, "ok\tcol\r\nred ^[[31mX^[[0m ^[]0;title^G over^Mwrite <U+202E>evil <U+009B>^? ü 日本\n"),
+    (True, True, EVIL),   # --raw: as it is
+    (False, False, EVIL),  # piped: as it is
+])
+def test_logs_shows_control_characters_visibly_on_a_terminal(api, monkeypatch, tty, raw, shown):
+    """New-user trial 14, F19: a task printing escape sequences (colour, a title change) or a bidi override
+    changed the user's terminal through `gpuctl logs`. On a terminal they are shown as ^[ / <U+202E>, with
+    newline and tab kept; --raw and a pipe get the bytes as they are."""
+    import argparse
+
+    monkeypatch.setattr(cli, "_sleep", lambda _: None)
+    job = {"id": 7, "state": "failed", "end_reason": "task worker[0] \x1b[2Jexited", "tasks": [
+        {"id": 31, "name": "worker-0", "state": "failed", "exit_code": 1, "exit_signal": None}]}
+    api.answers = log_api({None: page(0, EVIL, len(EVIL.encode()), complete=True)}, job=job)
+    out, err = _Terminal(tty), _Terminal(tty)
+    a = argparse.Namespace(id=7, task="worker-0", attempt=None, follow=True, json=False, raw=raw)
+    with pytest.raises(cli.Unsuccessful):
+        cli.cmd_logs(cli.Client("http://x", "t"), a, out=out, err=err)
+    assert out.text == shown
+    assert ("^[[2Jexited" in err.text) == (tty and not raw), err.text
+    assert cli.build_parser().parse_args(["logs", "7", "--raw"]).raw is True
 
 
 def test_logs_json_prints_each_answer(api, capsys):

@@ -78,3 +78,23 @@ def _plotly_version() -> str:
 
     head = (Path(__file__).resolve().parents[2] / "frontend/static/vendor/plotly-strict.min.js").read_text()[:300]
     return re.search(r"v(\d+\.\d+\.\d+)", head).group(1)
+
+
+def test_redoc_loads_with_no_console_error(browser, live_server, cluster):  # noqa: F811
+    """New-user trial 14, F20: /api/redoc/ logged a CSP violation (ReDoc's sidebar logo from cdn.redoc.ly, refused
+    by img-src) and a 404 (/favicon.ico, the page named no icon). Both gone; nothing is asked of another site."""
+    p = Page(browser, live_server.url)
+    p.page.add_init_script(WATCH)
+    outside, missing = [], []
+    p.page.on("request", lambda r: outside.append(r.url) if not r.url.startswith((p.base, "data:", "blob:" + p.base)) else None)
+    p.page.on("response", lambda r: missing.append(r.url) if r.status >= 400 else None)
+    login(p)
+    p.page.goto(p.base + "/api/redoc/")
+    p.page.wait_for_selector("text=API docs by Redocly")
+    logo = p.page.wait_for_selector("img[alt='redocly logo']", state="attached")
+    assert logo.get_attribute("src").startswith("data:image/svg+xml")
+    p.page.wait_for_load_state("networkidle")
+    assert p.page.evaluate("window.__csp") == []
+    assert outside == [] and missing == [], (outside, missing)
+    p.assert_clean()
+    p.context.close()

@@ -465,6 +465,24 @@ def test_cancel_holds_the_gpus_until_the_last_process_exits(submit, agents):
     assert "user asked" in job.end_reason
 
 
+def test_tasks_stopped_by_a_cancel_are_released_not_failed(submit, agents):
+    """New-user trial 14, F11: a cancelled job's task killed by the cancel's SIGTERM read "failed" (the job and
+    its attempt said cancelled). However it ends in the cancel's grace, the task is released, its exit kept."""
+    job = submit("gang", tasks=2, gpus=8)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    start_all(job)
+    services.cancel_job(job, reason="user asked", at=at(100))
+    t0, t1 = tasks_of(job)
+    report(t0, "exited", 103, signal=15)
+    report(t1, "exited", 104, exit_code=143)
+    rows = list(Task.objects.filter(job=job).order_by("index").values_list("state", "exit_code", "exit_signal",
+                                                                           "end_message"))
+    assert rows == [("released", None, 15, "was killed by signal 15 (SIGTERM)"),
+                    ("released", 143, None, "exited with code 143")], rows
+    job.refresh_from_db()
+    assert (job.state, job.failed_task) == ("cancelled", "")
+
+
 @pytest.mark.parametrize("on_agents", [True, False])
 def test_one_cancel_writes_a_request_and_an_end_event_without_repeating_itself(submit, agents, on_agents):
     """New-user report 7, F6: one cancel wrote two `cancelled` Events, the end one reading "burst3 cancelled:

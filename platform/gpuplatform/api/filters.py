@@ -1,4 +1,5 @@
 """django-filter FilterSets, one per resource (query parameters of the list endpoints)."""
+import re
 from datetime import datetime, timezone as dt_timezone
 
 import django_filters as df
@@ -30,6 +31,15 @@ def time_in_range(value: datetime) -> datetime:
     return value
 
 
+_BEYOND_YEAR_9999 = re.compile(r"^\s*[+-]?\d{5,}-\d")  # an ISO 8601 expanded year (99999-01-01): no datetime
+
+
+def beyond_year_9999(raw) -> bool:
+    """A date-time written with a year of five digits or more, which Python cannot read: outside TIME_RANGE, and
+    said so (new-user trial 14, F22: `?since=99999-01-01` got "Enter a valid date/time.", `0001-01-01` the range)."""
+    return isinstance(raw, str) and bool(_BEYOND_YEAR_9999.match(raw))
+
+
 def time_param(request, name: str) -> datetime | None:
     """The query parameter `name` as an ISO 8601 time in UTC (None when absent or empty); a ValidationError naming
     it when it is not one or is outside TIME_RANGE. A time without an offset is UTC."""
@@ -39,6 +49,8 @@ def time_param(request, name: str) -> datetime | None:
     try:
         t = datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+"))
     except ValueError:
+        if beyond_year_9999(raw):
+            raise ValidationError({name: [TIME_OUT_OF_RANGE]}) from None
         raise ValidationError({name: ["must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z"]}) from None
     try:
         return time_in_range(t)
@@ -50,6 +62,8 @@ class UtcDateTimeField(df.fields.IsoDateTimeField):
     """IsoDateTimeField in UTC within TIME_RANGE: the form error is keyed by the parameter's name."""
 
     def clean(self, value):
+        if beyond_year_9999(value):
+            raise forms.ValidationError(TIME_OUT_OF_RANGE)
         value = super().clean(value)
         if value is not None:
             try:
@@ -208,12 +222,28 @@ class StateFilter(df.MultipleChoiceFilter):
         super().__init__(*args, **kwargs)
 
 
+class JobStateFilter(StateFilter):
+    """The jobs' `state`: a Job.State, or a stopping job's word as gpuctl shows it (`cancelling`, `stopping`:
+    Job.STOPPING_WORDS; new-user trial 14, F12: `--state cancelling` was refused)."""
+
+    def filter(self, qs, value):
+        if not value:
+            return qs
+        from ..queries import job_state_q
+        return qs.filter(job_state_q(value)).distinct() if self.distinct else qs.filter(job_state_q(value))
+
+
+JOB_STATE_CHOICES = [*Job.State.choices, ("cancelling", "cancelling (preempting toward cancelled)"),
+                     ("stopping", "stopping (preempting toward failed, succeeded or a restart)")]
+
+
 class JobFilterSet(df.FilterSet):
     team = NamedFilter(field_name="team__slug", model=Team, lookup="slug", what="team", help_text="team slug")
     queue = NamedFilter(field_name="queue__name", model=Queue, what="queue", help_text="queue name")
     submitter = NamedFilter(field_name="submitter__username", model=get_user_model(), lookup="username",
                             what="user", help_text="username")
-    state = StateFilter(choices=Job.State.choices, help_text="repeat for several states")
+    state = JobStateFilter(choices=JOB_STATE_CHOICES, help_text="repeat for several states; cancelling / stopping: a "
+                                                                 "preempting job that will end cancelled / otherwise")
     submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
     submitted_before = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
     name = df.CharFilter(lookup_expr="icontains")

@@ -10,6 +10,8 @@
   `restart` (restarts < max_restarts: requeued whole with backoff) or `failed`, naming the task and its
   exit code or signal (Job.failed_task / exit_code / exit_signal).
 - "lost": the agent cannot tell how the process ended: a failure.
+- A task of a job stopping toward `cancelled` (a user's cancel) that ends, however it ends, is `released`
+  (its exit kept), not failed: the cancel stopped it.
 
 A stopping job whose last process on a node agent has ended is finalized at once (stops.finalize_stop),
 so its GPUs are free for the next cycle without waiting for the deadline.
@@ -68,7 +70,8 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         if job_id is None:
             return False, f"unknown task {task_id}"
         job = (Job.objects.select_for_update(no_key=True).filter(pk=job_id)
-               .values("state", "attempts", "name", "restarts", "max_restarts", "completion_role").first())
+               .values("state", "attempts", "name", "restarts", "max_restarts", "completion_role", "stop_target")
+               .first())
         task = Task.objects.filter(pk=task_id).values("state", "node_id", "role__name", "index", "exit_code",
                                                       "exit_signal", "end_message").first()
         if job["attempts"] != attempt:
@@ -95,9 +98,14 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         if task["state"] == Task.State.RELEASING:  # an evicted surplus task has gone: its GPUs are free now
             release_tasks([task_id], at=at)
             return True, ""
+        if job["state"] == Job.State.PREEMPTING and job["stop_target"] == "cancelled":
+            # A task stopped by its job's cancel (SIGTERM, exit 143, SIGKILL at the deadline) did not fail: it is
+            # released, as the tasks the cancel's end releases are (new-user trial 14, F11: it read "failed")
+            state, end = Task.State.RELEASED, message or how
+        else:
+            state, end = Task.State.FAILED if failed else Task.State.SUCCEEDED, message or how
         Task.objects.filter(pk=task_id).update(
-            state=Task.State.FAILED if failed else Task.State.SUCCEEDED, ended_at=at, exit_code=exit_code,
-            exit_signal=signal, end_message=(message or how)[:200])
+            state=state, ended_at=at, exit_code=exit_code, exit_signal=signal, end_message=end[:200])
         with reuse_evidence():  # the failure's preview and the attempt's close read the evidence once
             if job["state"] in Job.ACTIVE_STATES:
                 if failed:

@@ -21,6 +21,7 @@ from .. import access
 from ..audit import record_event
 from ..errors import ValidationError
 from ..models import FederatedJob, MemberCluster, Queue
+from ..wording import count
 
 __all__ = ["register_cluster", "update_cluster", "submit_federated_job", "submit_as", "cancel_federated_job",
            "is_manager", "require_manager", "NOT_MANAGER", "FED_FIELDS"]
@@ -209,7 +210,7 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
         restartable=restartable or bool(d["migratable"]))
     job.reason = _never_fits_or_reason(job)
     job.save()
-    record_event("federation.submitted", f"{job.name} submitted to the federation ({gpus} GPUs)", actor=submitter,
+    record_event("federation.submitted", f"{job.name} submitted to the federation ({count(gpus, 'GPU')})", actor=submitter,
                  queue=queue, data={"federated_job": job.pk, "team": team.slug})
     return job
 

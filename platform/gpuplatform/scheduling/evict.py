@@ -31,6 +31,7 @@ from gpuplatform.audit import record_events
 from gpuplatform.event_visibility import render
 from gpuplatform.lifecycle import evict_job
 from gpuplatform.models import Event, Job, Task
+from ..wording import count
 from scheduler.core.snapshot import CycleResult, JobInfo, Move, RoleInfo, TaskPlacement
 
 log = logging.getLogger("gpuplatform.scheduling.store")
@@ -182,7 +183,7 @@ def _evict(ev, info: dict, clock: datetime, cycle_number: int) -> dict:
         if moved != len(ev.tasks):
             raise StaleDecision(f"{len(ev.tasks) - moved} task(s) of {name} no longer running")
     what = "whole gang" if not ev.tasks else f"{len(ev.tasks)} surplus task(s)"
-    template = (f"{ev.rule}: {what} of {{job:{ev.job_id}}} releases {ev.gpus} GPUs at {deadline:%H:%M:%S} "
+    template = (f"{ev.rule}: {what} of {{job:{ev.job_id}}} releases {count(ev.gpus, 'GPU')} at {deadline:%H:%M:%S} "
                 f"for {{job:{ev.beneficiary}}}")
     mentions = _mentions(info, ev.job_id, ev.beneficiary)
     return {"time": clock, "kind": VICTIM_KINDS.get(ev.rule, "evicted"), "job_id": ev.job_id, "queue_id": queue_id,
@@ -208,7 +209,7 @@ def _decision_event(beneficiary, evs, decision, info, victim_events, clock, cycl
     decision["deadlines"] = {str(e.job_id): ve["data"]["deadline"] for e, ve in zip(evs, victim_events)}
     gpus = sum(e.gpus for e in evs)
     victims = ", ".join(f"{{job:{e.job_id}}}" for e in evs)
-    template = (f"{rule} for {{job:{beneficiary}}}: {len(evs)} victim(s) ({victims}) release {gpus} GPUs after "
+    template = (f"{rule} for {{job:{beneficiary}}}: {count(len(evs), 'victim')} ({victims}) release {count(gpus, 'GPU')} after "
                 f"their grace period; they are held for {{job:{beneficiary}}}")
     decision["mentions"] = _mentions(info, beneficiary, *(e.job_id for e in evs))
     decision["message_template"] = template
@@ -241,7 +242,7 @@ def apply_holds(result: CycleResult, *, clock: datetime, cycle_number: int, stal
                 changed.append(job_id)
     if changed:  # the hold's history, for the GPU-hour ledger's `held` (gpuplatform.utilization)
         record_events({"time": clock, "kind": "hold_set", "job_id": j, "cycle": cycle_number,
-                       "message": f"{sum(len(t[3]) for t in held[j])} GPUs held for this job until it can start",
+                       "message": f"{count(sum(len(t[3]) for t in held[j]), 'GPU')} held for this job until it can start",
                        "data": {"reserved": held[j]}} for j in changed)
     dropped = [j for j in current if j not in held]
     if dropped:

@@ -44,6 +44,7 @@ from scheduler.core.snapshot import (
     CycleResult, DomainInfo, JobInfo, MigInstance as MigInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
 )
 from gpuplatform.scheduling.locks import single_flight
+from gpuplatform.wording import count
 
 log = logging.getLogger("gpuplatform.scheduling.store")
 # What this process's production engine reuses between cycles while the cluster's shape is unchanged
@@ -592,24 +593,24 @@ def _gpus_text(tasks, gpus: int) -> str:
     """What the bound tasks hold: "<n> GPUs" for whole GPUs; fractions as GPU-equivalents and their shares
     ("1.5 GPU-equivalents (3 shares of 0.5 GPU)"); MIG instances counted as such."""
     if not any(getattr(t, "gpu_milli", 0) or getattr(t, "mig", ()) for t in tasks):
-        return f"{gpus} GPUs"  # whole GPUs (the common case: one pass)
+        return count(gpus, "GPU")  # whole GPUs (the common case: one pass)
     milli = [t.gpu_milli for t in tasks if getattr(t, "gpu_milli", 0)]
     mig = sum(len(getattr(t, "mig", ()) or ()) for t in tasks)
     whole = sum(len(t.gpus) for t in tasks if not getattr(t, "gpu_milli", 0) and not getattr(t, "mig", ()))
-    parts = [f"{whole} GPUs"] if whole else []
+    parts = [count(whole, "GPU")] if whole else []
     if milli:
         sizes = sorted({m / 1000 for m in milli})
         each = f"{sizes[0]:g} GPU" if len(sizes) == 1 else f"{sizes[0]:g}-{sizes[-1]:g} GPU"
         parts.append(f"{sum(milli) / 1000:g} GPU-equivalents ({len(milli)} shares of {each})")
     if mig:
-        parts.append(f"{mig} MIG instance(s)")
+        parts.append(count(mig, "MIG instance"))
     return ", ".join(parts)
 
 
 def _admitted_event(binding, clock: datetime, cycle_number: int, nodes: int, gpus: int) -> dict:
     """The admission Event, for audit.record_events."""
     message = (f"admitted ({binding.rule}) into {binding.domain or 'the cluster'} (tier {binding.tier}) on "
-               f"{nodes} node(s), {_gpus_text(binding.tasks, gpus)}")
+               f"{count(nodes, 'node')}, {_gpus_text(binding.tasks, gpus)}")
     data = {"domain": binding.domain, "tier": binding.tier, "rule": binding.rule,
             "queue_share_before": round(binding.share_before, 4), "queue_share_after": round(binding.share_after, 4),
             "placement": [[p.role, p.index, p.node, list(p.gpus)] for p in binding.tasks]}

@@ -16,7 +16,9 @@ from ..gpu_request import gpu_equivalents, gpu_request
 from ..job_rules import check_job, resolve_tier
 from ..lifecycle import closed_ancestor, end_job
 from ..models import Domain, Job, JobRole, Node, Queue, Task, Team
+from ..names import control_character_error
 from .base import request_cycle_on_commit, resolve_queue
+from ..wording import count
 
 __all__ = ["submit_job", "cancel_job", "finish_job", "set_job_priority"]
 
@@ -73,6 +75,9 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     stopped at once, without a grace period, so it may also run on hot spares (docs/diagnosis.md, "Spare
     nodes"); it must be preemptible ("interruptible": must be true or false; not with preemptible false).
     """
+    bad_external_id = control_character_error("external_id", external_id)
+    if bad_external_id:
+        raise ValidationError({"external_id": bad_external_id})
     check_migration(migratable, min_run_before_move_seconds, checkpoint_grace_seconds)
     check_interruptible(interruptible, preemptible)
     check_submit_priority(submitter, team, priority)
@@ -112,7 +117,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     Task.objects.bulk_create([Task(job=job, role=r, index=i) for r in role_rows for i in range(r.tasks)])
     gpus = gpu_equivalents(role_rows)  # GPU-equivalents, as the API's `gpus` (2 x 0.5 = 1)
     request = gpu_request(role_rows)
-    what = f"{gpus} GPUs" if all(p.isdigit() for p in request.split("+")) else f"{gpus} GPU-equivalents ({request})"
+    what = count(gpus, "GPU") if all(p.isdigit() for p in request.split("+")) else f"{gpus} GPU-equivalents ({request})"
     record_event("submitted", f"{name} submitted to {queue.name}: {what}", actor=submitter, job=job,
                  queue=queue, time=now, data={"roles": [{k: v for k, v in r.items() if k != "env"} for r in roles],
                                                "env_names": sorted({k for r in roles for k in r["env"]}),

@@ -26,6 +26,7 @@ from django.db.models import Max, Min
 from .. import clock
 from ..audit import record_event
 from ..models import Allocation, GpuSample, IdleAllocation, Job
+from ..wording import count
 
 LEVELS = (GpuSample.RAW, GpuSample.MINUTE)
 
@@ -74,7 +75,7 @@ def detect_idle(now: datetime | None = None) -> dict:
                                                      sm__isnull=False).aggregate(t=Min("time"))["t"]
             since = max(last_busy or agg["first"], job.started_at)
             IdleAllocation.objects.create(job=job, since=since, marked_at=now, gpus=len(gpus))
-            record_event("job_idle", f"{job.name}: {len(gpus)} GPU(s) under {threshold:g} % SM for {minutes:g} min",
+            record_event("job_idle", f"{job.name}: {count(len(gpus), 'GPU')} under {threshold:g} % SM for {minutes:g} min",
                          job=job, time=now, data={"since": since.isoformat(), "gpus": len(gpus)})
             timeout = job.queue.idle_timeout_minutes
             if timeout:

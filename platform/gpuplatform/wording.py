@@ -1,0 +1,8 @@
+"""Counts in sentences: "1 GPU", "2 GPUs", "1 node", "3 nodes" (new-user trial 14, F22: events and job pages said
+"1 GPUs" and "1 node(s)")."""
+from __future__ import annotations
+
+
+def count(n, noun: str, plural: str | None = None) -> str:
+    """`n` and `noun`, plural unless n is exactly 1 (a fraction such as 0.5 or 1.5 is plural: "0.5 GPUs")."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
