@@ -31,7 +31,7 @@ from operator import attrgetter
 
 from .actions.allocate import allocate
 from .actions.backfill import Reservations
-from .actions.evict import Probe, run_evictions, withdrawals
+from .actions.evict import Probe, run_evictions, running_jobs, withdrawals
 from .actions.reclaim import anyone_borrowing, reclaim_may_help
 from .actions.grow import grow
 from .actions.reschedule import due as reschedule_due, hold_moving, reschedule
@@ -208,9 +208,9 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
         (flavor,) = session.state.flavors
         # the queues some of whose waiting jobs reclaim_may_help passes (it passes a job of a queue iff its minimum GPUs
         # are at most a bound of the queue's: those of its least need, when any)
-        open_ = [q for q, need in kept.least_needs().items() if reclaim_may_help(queues, Probe(q, need), flavor)]
+        open_ = {q for q, need in kept.least_needs().items() if reclaim_may_help(queues, Probe(q, need), flavor)}
         if open_ and (searched is None or pending is None
-                      or not _searched_here(session, allocation, result, pending, searched, flavor, set(open_))):
+                      or not _searched_here(session, allocation, result, pending, searched, flavor, open_)):
             return None
     until = allocation.retry_at
     if config.backfill and len(result.nominations) < config.max_reservations:
@@ -244,9 +244,7 @@ def _searched_here(session: Session, allocation, result: CycleResult, pending: l
         for q in started:
             if queues.entitlement_room(q, flavor)[0] < 0:
                 return False
-        jobs = session.snapshot.jobs
-        live = jobs[:jobs.pending_from] if type(jobs) is FactTuple and jobs.pending_from is not None else jobs
-        victims = {j.queue for j in live if j.state == "running" and j.preemptible and j.placement}
+        victims = {j.queue for j in running_jobs(session.snapshot.jobs) if j.preemptible and j.placement}
         if not started <= victims:
             return False
     mine = set(map(_job_id, searched))

@@ -62,7 +62,7 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
         and low < max(map(_priority, failed_order))))
     if facts is not None and not borrowing and not may_any_preempt:
         return [], []  # only preemption could help, and no running job is below any waiting one
-    running = _running(session.snapshot.jobs) if may_any_preempt else None
+    running = running_jobs(session.snapshot.jobs) if may_any_preempt else None
     lowest_priority: dict[str, int] = {}
     for j in running if may_any_preempt else ():
         if j.preemptible:
@@ -81,7 +81,7 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     if searched is not None:
         searched.extend(preemptors)
     if running is None:  # the victims' candidates: only once some job passed the screen
-        running = _running(session.snapshot.jobs)
+        running = running_jobs(session.snapshot.jobs)
     flavor_of = state.static.node_flavor  # node name -> flavor
     units = victim_units(running)
     victims_by_id = {j.id: j for j in running}
@@ -138,7 +138,7 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     return evictions, decisions
 
 
-def _running(jobs) -> list[JobInfo]:
+def running_jobs(jobs) -> list[JobInfo]:
     """The running jobs of a snapshot's jobs, in their order (of those not pending alone when the producer lists
     them first: jobindex.FactTuple.pending_from)."""
     if type(jobs) is FactTuple and jobs.pending_from is not None:
