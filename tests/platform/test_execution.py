@@ -450,9 +450,7 @@ def test_cancel_holds_the_gpus_until_the_last_process_exits(submit, agents):
     assert (job.state, job.stop_target, job.preempt_deadline) == ("preempting", "cancelled", at(130))
     assert len(live(job)) == 16
     assert {a["action"] for n in ("n0", "n1") for a in assignments(n, 100).values()} == {"stop"}
-    with pytest.raises(ValidationError) as exc:
-        services.cancel_job(job, at=at(101))
-    assert "state" in exc.value.errors
+    assert services.cancel_job(job, at=at(101)).preempt_deadline == at(130)  # the same request again: no change
     t0, t1 = tasks_of(job)
     report(t0, "exited", 103, signal=15)
     job.refresh_from_db()
@@ -465,22 +463,63 @@ def test_cancel_holds_the_gpus_until_the_last_process_exits(submit, agents):
     assert "user asked" in job.end_reason
 
 
-def test_tasks_stopped_by_a_cancel_are_released_not_failed(submit, agents):
+@pytest.mark.parametrize("stop", ["cancel", "evict"])
+def test_tasks_stopped_by_a_cancel_are_released_not_failed(submit, agents, stop):
     """New-user trial 14, F11: a cancelled job's task killed by the cancel's SIGTERM read "failed" (the job and
-    its attempt said cancelled). However it ends in the cancel's grace, the task is released, its exit kept."""
+    its attempt said cancelled); so did an evicted gang's. However it ends in the stop's grace, the task is
+    released, its exit kept, and the job ends as the stop says (cancelled; pending again after an eviction)."""
+    from gpuplatform.lifecycle import evict_job
+
     job = submit("gang", tasks=2, gpus=8)
     bind(job, ("n0", EIGHT), ("n1", EIGHT))
     start_all(job)
-    services.cancel_job(job, reason="user asked", at=at(100))
+    if stop == "cancel":
+        services.cancel_job(job, reason="user asked", at=at(100))
+    else:
+        evict_job(job.pk, at=at(100), grace_seconds=30, kind="preempted", reason="reclaimed by its owner")
     t0, t1 = tasks_of(job)
+
+    def rows():
+        return list(Task.objects.filter(job=job).order_by("index").values_list("state", "exit_code", "exit_signal",
+                                                                               "end_message"))
     report(t0, "exited", 103, signal=15)
+    assert rows()[0] == ("released", None, 15, "was killed by signal 15 (SIGTERM)"), rows()  # while t1 still runs
     report(t1, "exited", 104, exit_code=143)
-    rows = list(Task.objects.filter(job=job).order_by("index").values_list("state", "exit_code", "exit_signal",
-                                                                           "end_message"))
-    assert rows == [("released", None, 15, "was killed by signal 15 (SIGTERM)"),
-                    ("released", 143, None, "exited with code 143")], rows
     job.refresh_from_db()
-    assert (job.state, job.failed_task) == ("cancelled", "")
+    if stop == "cancel":
+        assert rows() == [("released", None, 15, "was killed by signal 15 (SIGTERM)"),
+                          ("released", 143, None, "exited with code 143")], rows()
+        assert (job.state, job.failed_task) == ("cancelled", "")
+    else:  # requeued whole: the tasks wait for the next attempt
+        assert [r[0] for r in rows()] == ["pending", "pending"] and (job.state, job.failed_task) == ("pending", "")
+
+
+def test_a_cancel_repeated_while_the_job_is_cancelling_changes_nothing(submit, agents):
+    """Trial 14 leftover: a second cancel while the first waited for the processes answered 400. It is the same
+    request again: the job is returned as it is, with no second `cancel_requested` Event and the first deadline kept;
+    a cancel of a job stopping toward failed still says why not, and so does one of a job that has ended."""
+    from gpuplatform.execution.stops import stop_job
+    from gpuplatform.models import Event
+
+    job = submit("twice", tasks=1, gpus=8)
+    bind(job, ("n0", EIGHT))
+    start_all(job)
+    services.cancel_job(job, reason="first", at=at(100))
+    deadline = Job.objects.get(pk=job.pk).preempt_deadline
+    again = services.cancel_job(job, reason="second", at=at(101))
+    assert (again.state, again.stop_target, again.stop_reason, again.preempt_deadline) == (
+        "preempting", "cancelled", "first", deadline)
+    assert Event.objects.filter(job=job, kind="cancel_requested").count() == 1
+    report(tasks_of(job)[0], "exited", 103, signal=15)
+    with pytest.raises(ValidationError) as err:
+        services.cancel_job(job, reason="third", at=at(104))
+    assert "state" in err.value.errors
+    other = submit("failing", tasks=1, gpus=8)
+    bind(other, ("n1", EIGHT))
+    start_all(other)
+    stop_job(other.pk, at=at(110), target="failed", reason="a task failed", kind="stopping")
+    with pytest.raises(ValidationError, match="already stopping \\(it ends as failed\\)"):
+        services.cancel_job(other, reason="please", at=at(111))
 
 
 @pytest.mark.parametrize("on_agents", [True, False])

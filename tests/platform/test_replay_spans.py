@@ -34,6 +34,20 @@ def test_a_compression_that_leaves_nothing_past_the_default_start_names_compress
 
 
 
+def test_a_compression_that_stretches_the_trace_past_the_longest_replay_is_refused():
+    """Trial 14: `--compress 0.001` (the least taken) stretched Philly's arrivals over about 100,000 days and the
+    replay ran them all; with no --until the horizon must stay within MAX_DAYS. With --until it runs."""
+    out = io.StringIO()
+    with pytest.raises(CommandError, match=r"^the trace philly's arrivals reach day [0-9,]+ from the start once "
+                                           r"stretched by --compress 0\.001, past the longest replay \(3,660 days\); "
+                                           r"give an --until of at most 3,660 days or a larger --compress$"):
+        call_command("replay", "--cluster", "philly", "--trace", "philly", "--compress", "0.001", stdout=out)
+    assert out.getvalue() == ""
+    call_command("replay", "--cluster", "philly", "--trace", "philly", "--compress", "0.001", "--until", "0.5",
+                 "--scale", "0.05", stdout=out)
+    assert "simulated span" in out.getvalue()
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--until", "1e303"], "--until must be at most 3,660 days, got 1e+303"),
     (["--until", "1e304"], "--until must be at most 3,660 days, got 1e+304"),

@@ -98,9 +98,10 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         if task["state"] == Task.State.RELEASING:  # an evicted surplus task has gone: its GPUs are free now
             release_tasks([task_id], at=at)
             return True, ""
-        if job["state"] == Job.State.PREEMPTING and job["stop_target"] == "cancelled":
-            # A task stopped by its job's cancel (SIGTERM, exit 143, SIGKILL at the deadline) did not fail: it is
-            # released, as the tasks the cancel's end releases are (new-user trial 14, F11: it read "failed")
+        if job["state"] == Job.State.PREEMPTING and (job["stop_target"] or "requeue") in ("cancelled", "requeue"):
+            # A task stopped by its job's cancel or eviction (SIGTERM, exit 143, SIGKILL at the deadline) did not
+            # fail: it is released, as the tasks the stop's end releases are (new-user trial 14, F11: it read
+            # "failed"; an evicted gang's tasks still did)
             state, end = Task.State.RELEASED, message or how
         else:
             state, end = Task.State.FAILED if failed else Task.State.SUCCEEDED, message or how

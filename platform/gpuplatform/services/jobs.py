@@ -177,8 +177,10 @@ def cancel_job(job: Job, *, actor=None, reason: str = "", at: datetime | None = 
     """Cancel a pending or running job at `at` (default now). A job whose processes run on node agents is
     stopped with a deadline (execution.stop_job): preempting until its processes have exited or its
     queue's grace period is over, then cancelled with its GPUs released; any other job is cancelled and
-    its GPUs released at once. Raises ValidationError("state") if the job already finished or is
-    already ending. The job's state is read from the database (locked), never taken from `job`, which may
+    its GPUs released at once. A job already being cancelled (preempting toward cancelled) is returned as it
+    is: a cancel repeated while the first one waits for the processes to exit is not an error and writes nothing.
+    Raises ValidationError("state") if the job already finished or is already ending otherwise (failed,
+    succeeded). The job's state is read from the database (locked), never taken from `job`, which may
     be stale: a job that started since it was loaded must still get its stop."""
     at = at or clock.now()
     # The stop's reason is the user's (or who asked), never "<name> cancelled: ..." again: the request is a
@@ -194,6 +196,8 @@ def cancel_job(job: Job, *, actor=None, reason: str = "", at: datetime | None = 
             request_cycle_on_commit()
             return job
         job.refresh_from_db()
+        if job.state == Job.State.PREEMPTING and job.stop_target == Job.State.CANCELLED:
+            return job  # already being cancelled: the same request again changes nothing (no second Event)
         if job.state == Job.State.PREEMPTING:
             raise ValidationError({"state": f"job is already stopping (it ends as {job.stop_target})"})
     return _end_job(job, Job.State.CANCELLED, at, actor, "cancelled", text, Task.State.RELEASED, reason=why)

@@ -203,6 +203,8 @@ class Command(BaseCommand):
             whole = trace
         if not trace.jobs:
             raise CommandError(self._empty_window(opts["trace"], start, whole, None if start_given else opts["compress"]))
+        if opts["until"] is None:
+            self.check_horizon(opts["trace"], trace, opts["compress"])
         until = None if opts["until"] is None else opts["until"] * DAY
         past_end = self._past_end(trace, opts["until"])
         try:
@@ -278,6 +280,19 @@ class Command(BaseCommand):
                     f"--start of at most {math.floor(last * 10) / 10:g}")
         return (f"--start {start:g}: the trace {name} has no job arriving at or after day {start:g} (its arrivals "
                 f"span days {first:.1f} to {last:.1f}); give a --start of at most {math.floor(last * 10) / 10:g}")
+
+    @staticmethod
+    def check_horizon(name: str, trace, compress: float | None) -> None:
+        """CommandError when, with no --until, the replay would run past MAX_DAYS: the trace's last arrival (days
+        from the start, after --compress) is later than that (new-user trial 14: `--compress 0.001` stretched
+        Philly's arrivals over about 100,000 days and replayed them all)."""
+        last = max(j.submit for j in trace.jobs) / DAY
+        if last <= MAX_DAYS:
+            return
+        how = f" once stretched by --compress {compress:g}" if compress is not None else ""
+        fix = " or a larger --compress" if compress is not None else ""
+        raise CommandError(f"the trace {name}'s arrivals reach day {last:,.0f} from the start{how}, past the longest "
+                           f"replay ({MAX_DAYS:,} days); give an --until of at most {MAX_DAYS:,} days{fix}")
 
     @staticmethod
     def _past_end(trace, until_days: float | None) -> str | None:
