@@ -222,6 +222,29 @@ def test_agent_register_and_heartbeat_bodies(client_for):
     assert empty.status_code == 400 and "name" in empty.json()
 
 
+def test_a_gpu_uuid_belongs_to_one_node(client_for):
+    """New-user trial 15, F4: a second node registering a GPU UUID another node holds (a cloned image, a second
+    agent on one host under another name) was a 201, and so was one request listing a UUID twice: two jobs could be
+    bound to one physical GPU. Both are a 400 naming gpus[i].uuid, and nothing is stored; the node itself
+    re-registers its own GPUs as before."""
+    from gpuplatform.models import Gpu, Node
+
+    agent = client_for("agent")
+    body = {"name": "holder", "flavor": "H200", "gpus": [{"index": 0, "uuid": "GPU-aaa"}, {"index": 1, "uuid": "GPU-bbb"}]}
+    assert agent.post("/api/v1/nodes/register/", body, format="json").status_code == 201
+    assert agent.post("/api/v1/nodes/register/", body, format="json").status_code == 201  # its own again: fine
+    clone = agent.post("/api/v1/nodes/register/", {"name": "clone", "flavor": "H200", "gpus": [
+        {"index": 0, "uuid": "GPU-ccc"}, {"index": 1, "uuid": "GPU-bbb"}]}, format="json")
+    assert clone.status_code == 400 and clone.json() == {"gpus[1].uuid": [
+        "uuid GPU-bbb is GPU 1 of node holder: a GPU belongs to one node (re-register holder without it, or delete "
+        "holder, first)"]}, clone.content
+    twice = agent.post("/api/v1/nodes/register/", {"name": "twice", "flavor": "H200", "gpus": [
+        {"index": 0, "uuid": "GPU-dup"}, {"index": 1, "uuid": "GPU-dup"}]}, format="json")
+    assert twice.status_code == 400 and "given twice" in twice.json()["gpus[1].uuid"][0], twice.content
+    assert not Node.objects.filter(name__in=("clone", "twice")).exists()
+    assert Gpu.objects.filter(uuid="GPU-bbb").count() == 1
+
+
 # --- jobs -------------------------------------------------------------------------------------------
 
 def test_job_submit_position_list_detail(client_for):

@@ -364,10 +364,11 @@ def test_topology_audit_flags_mismatches_and_cordons_a_contradicting_node(db):
     assert Event.objects.filter(node=node, kind="topology_audit").exists()
     # agreeing labels: no mismatch, stays ready
     ok = [{**g, "nvlink_peers": [f"0000:{(i + 1) % 4:02x}:00.0"]} for i, g in enumerate(gpus)]
-    node2 = services.register_node("solo2", flavor="H100-80GB-HBM3", gpus=ok)
+    node2 = services.register_node("solo2", flavor="H100-80GB-HBM3",
+                                   gpus=[{**g, "uuid": f"GPU-s2-{i}"} for i, g in enumerate(ok)])  # a GPU has one node
     node2.refresh_from_db()
     assert node2.topology_mismatches == [] and node2.state == "ready"
-    node3 = services.register_node("solo3", flavor="A100", gpus=ok)
+    node3 = services.register_node("solo3", flavor="A100", gpus=[{**g, "uuid": f"GPU-s3-{i}"} for i, g in enumerate(ok)])
     node3.refresh_from_db()
     assert [m["field"] for m in node3.topology_mismatches] == ["flavor"] and node3.state == "ready"
 

@@ -26,11 +26,19 @@ MIG_FIELDS = ("uuid", "profile", "memory_mib", "slices")
 def _check_gpus(gpus: list[dict]) -> dict[str, str]:
     errors = {}
     seen = set()
+    uuids: dict[str, int] = {}
     for i, g in enumerate(gpus):
         idx = g.get("index")
         if not isinstance(idx, int) or idx < 0 or idx in seen:
             errors[f"gpus[{i}].index"] = "index must be a distinct integer >= 0"
         seen.add(idx)
+        uuid = g.get("uuid")
+        if uuid is not None and not isinstance(uuid, str):
+            errors[f"gpus[{i}].uuid"] = "uuid must be a string (the GPU's NVML UUID)"
+        elif uuid and uuid in uuids:  # one physical GPU listed twice (new-user trial 15, F4)
+            errors[f"gpus[{i}].uuid"] = f"uuid {uuid} is given twice (gpus[{uuids[uuid]}] has it): a GPU's UUID is unique"
+        elif uuid:
+            uuids[uuid] = i
         if g.get("health", "healthy") not in Gpu.Health.values:
             errors[f"gpus[{i}].health"] = f"health must be one of {Gpu.Health.values}"
         memory = g.get("memory_mib")
@@ -120,6 +128,20 @@ def set_node_gpu_sharing(node: Node, sharing: str, gpus: list[int] | None = None
     return out
 
 
+def _uuids_held_elsewhere(name: str, gpus: list[dict]) -> dict[str, str]:
+    """{"gpus[i].uuid": why} for each GPU whose UUID another node already holds: a UUID names one physical GPU, so
+    two nodes listing it (a cloned node image, a second agent on one host under another --node-name) would let two
+    jobs be bound to one GPU (new-user trial 15, F4). The other node must re-register without it or be deleted."""
+    wanted = {g["uuid"]: i for i, g in enumerate(gpus) if g.get("uuid")}
+    if not wanted:
+        return {}
+    held = (Gpu.objects.filter(uuid__in=list(wanted)).exclude(node__name=name)
+            .values_list("uuid", "node__name", "index").order_by("node__name", "index"))
+    return {f"gpus[{wanted[uuid]}].uuid": (f"uuid {uuid} is GPU {index} of node {other}: a GPU belongs to one node "
+                                            f"(re-register {other} without it, or delete {other}, first)")
+            for uuid, other, index in held}
+
+
 @transaction.atomic
 def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 0, memory_mib: int = 0,
                   labels: dict | None = None, actor=None, executor: str | None = None, address: str | None = None,
@@ -131,7 +153,7 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     `accept=False`: a node created by this call joins cordoned, awaiting an admin's acceptance
     (uncordon_node); an existing node keeps its state either way.
     Raises ValidationError: a name that breaks the name rule (names.py), an empty flavor, negative cpu/memory, bad GPU index or health, unknown
-    executor or runtime."""
+    executor or runtime, a GPU UUID given twice or held by another node ("gpus[i].uuid")."""
     errors = {}
     if message := name_error("node", name):  # every per-node URL must be able to name it (new-user trial 13, F2)
         errors["name"] = message
@@ -148,6 +170,8 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
         errors["runtime"] = "runtime must be docker, podman or empty"
     if address is not None and (not isinstance(address, str) or len(address) > 200):
         errors["address"] = "address must be a host name or IP address of at most 200 characters"
+    if not errors:
+        errors.update(_uuids_held_elsewhere(name, gpus))
     if errors:
         raise ValidationError(errors)
     now = clock.now()
