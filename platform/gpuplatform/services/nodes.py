@@ -328,9 +328,21 @@ def _periodic_audit(node: Node, gpus: list[dict], at: datetime, actor) -> None:
 
 
 def _set_node_state(node: Node, state: str, actor, reason: str) -> Node:
+    """An admin's (or the Slurm backend's) cordon, drain or uncordon. Out of service, the node keeps why and since
+    when (health_reason: the reason given, else who did it; health_since: now), as a health rule's take_out does:
+    the nodes page and the node API show them (new-user trial 15, F3: they stayed empty, the reason only in the
+    Event). Back to ready, both are cleared."""
     if not node_states.transition(node, state, reason=reason, actor=actor):
         current = Node.objects.filter(pk=node.pk).values_list("state", flat=True).first()
         raise ValidationError({"state": f"node {node.name} changed meanwhile (it is {current}); try again"})
+    if state == Node.State.READY:
+        why, since = "", None
+    else:
+        who = getattr(actor, "username", "") or "an admin"
+        done = {Node.State.CORDONED: "cordoned", Node.State.DRAINING: "drained"}.get(state, state)
+        why, since = (reason or f"{done} by {who}")[:300], clock.now()
+    Node.objects.filter(pk=node.pk).update(health_reason=why, health_since=since)
+    node.health_reason, node.health_since = why, since
     request_cycle_on_commit()
     return node
 
