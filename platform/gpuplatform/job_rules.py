@@ -266,13 +266,30 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
         elif role["tasks"] >= 1 and role["min_available"] > role["tasks"]:
             errors[f + "min_available"] = (f"min_available ({role['min_available']}) must not exceed "
                                            f"tasks ({role['tasks']})")
-        if not isinstance(role["flavor"], str) or len(role["flavor"]) > 200:
-            errors[f + "flavor"] = "flavor must be GPU model names separated by '|'"
+        if message := role_flavor_error(role["flavor"]):
+            errors[f + "flavor"] = message
         _check_group(raw, role, f, errors)
         out.append(role)
     if not errors and sum(r["tasks"] for r in out) > MAX_TASKS_PER_JOB:
         errors["roles"] = f"a job may have at most {MAX_TASKS_PER_JOB} tasks in all its roles"
     return out, errors
+
+
+def role_flavor_error(flavor) -> str | None:
+    """The rule of a role's `flavor`, or None: empty (any GPU model), or GPU model names separated by '|' (either),
+    each by the name rule (names.py, as a quota's flavor: quota_rules.flavor_error), at most 200 characters in all.
+    New-user trial 15, F2: "philly-gpu|<script>...", a newline and a bare "|" were stored as sent (the empty
+    alternative silently dropped)."""
+    if not isinstance(flavor, str) or len(flavor) > 200:
+        return "flavor must be GPU model names separated by '|', at most 200 characters"
+    if not flavor:
+        return None
+    for name in flavor.split("|"):
+        if not name:
+            return f"flavor {flavor[:40]!r} has an empty GPU model name: give models separated by '|' (H100|A100)"
+        if not NAME_RE.match(name):
+            return f"a flavor is GPU model names that use {NAME_HELP}, separated by '|'; {name[:40]!r} is not one"
+    return None
 
 
 def submit_queue_error(queue, *, has_children: bool, team=None, closed_ancestor: tuple[str, str] | None = None

@@ -27,3 +27,35 @@ def test_an_admins_cordon_and_drain_reason_and_time_are_shown_and_cleared_on_unc
     r = admin.post("/api/v1/nodes/n1/cordon/", {}, format="json")
     assert r.json()["health_reason"] == "cordoned by admin", r.content
     assert Node.objects.get(name="n1").health_since is not None
+
+
+# --- F2: a role's flavor -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flavor, needle", [
+    ("H100|<script>alert(1)</script>", "'<script>alert(1)</script>' is not one"),
+    ("H100|ab\ncd", "'ab\\ncd' is not one"),
+    ("|", "has an empty GPU model name"),
+    ("H100|", "has an empty GPU model name"),
+    ("H100 x", "'H100 x' is not one"),
+])
+def test_a_role_flavor_follows_the_flavor_rule(client_for, flavor, needle):
+    """Trial 15 F2: each '|' alternative of a role's flavor is a GPU model name (the quota's rule), none empty; such
+    a flavor was stored as sent (and '|' ran as 'any model')."""
+    from tests.api.helpers_api import job_body, table_counts
+
+    member = client_for("member")  # (its token's Event before the count)
+    before = table_counts()
+    body = job_body("f")
+    body["roles"][0]["flavor"] = flavor
+    r = member.post("/api/v1/jobs/", body, format="json")
+    assert r.status_code == 400 and needle in r.json()["roles[0].flavor"][0], r.content
+    assert table_counts() == before
+
+
+def test_a_good_either_flavor_is_taken(client_for):
+    from tests.api.helpers_api import job_body
+
+    body = job_body("either")
+    body["roles"][0]["flavor"] = "H100|A100"
+    r = client_for("member").post("/api/v1/jobs/", body, format="json")
+    assert r.status_code == 201 and r.json()["roles"][0]["flavor"] == "H100|A100", r.content
