@@ -275,13 +275,16 @@ def check_roles(roles) -> tuple[list[dict], dict[str, str]]:
     return out, errors
 
 
+MAX_FLAVOR_CHARS = 200  # a role's flavor, all its '|' alternatives (the column's length)
+
+
 def role_flavor_error(flavor) -> str | None:
     """The rule of a role's `flavor`, or None: empty (any GPU model), or GPU model names separated by '|' (either),
     each by the name rule (names.py, as a quota's flavor: quota_rules.flavor_error), at most 200 characters in all.
     New-user trial 15, F2: "philly-gpu|<script>...", a newline and a bare "|" were stored as sent (the empty
     alternative silently dropped)."""
-    if not isinstance(flavor, str) or len(flavor) > 200:
-        return "flavor must be GPU model names separated by '|', at most 200 characters"
+    if not isinstance(flavor, str) or len(flavor) > MAX_FLAVOR_CHARS:
+        return f"flavor must be GPU model names separated by '|', at most {MAX_FLAVOR_CHARS} characters"
     if not flavor:
         return None
     for name in flavor.split("|"):

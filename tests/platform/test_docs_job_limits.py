@@ -31,6 +31,7 @@ def test_the_documented_limits_are_the_enforced_ones():
         "`roles[i].cpu_milli`, `roles[i].memory_mib`": [f"0 to {job_rules.MAX_CPU_MILLI}", str(job_rules.MAX_MEMORY_MIB)],
         "`roles[i].group_size`": [f"1 to {job_rules.MAX_TASKS_PER_JOB}"],
         "`roles[i].name`": [f"{MAX_CHARS['role']} characters"],
+        "`roles[i].flavor`": [f"{job_rules.MAX_FLAVOR_CHARS} characters", "name rule", "none empty"],
         "`name`": [f"{MAX_CHARS['job']} characters"],
         "`priority`": [f"-{job_rules.MAX_PRIORITY} to {job_rules.MAX_PRIORITY}"],
         "`time_limit_seconds`": [str(job_rules.MAX_TIME_LIMIT_SECONDS)],
