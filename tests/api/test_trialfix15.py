@@ -59,3 +59,23 @@ def test_a_good_either_flavor_is_taken(client_for):
     body["roles"][0]["flavor"] = "H100|A100"
     r = client_for("member").post("/api/v1/jobs/", body, format="json")
     assert r.status_code == 201 and r.json()["roles"][0]["flavor"] == "H100|A100", r.content
+
+
+# --- F6: a log offset past the end ------------------------------------------------------------------------------
+
+def test_a_log_offset_past_the_end_starts_at_the_end(client_for):
+    """`?offset=1000000` on a 239-byte log answered next_offset 1000000: a follower would skip what came next."""
+    from django.utils import timezone
+
+    from gpuplatform.models import Task, TaskLog
+    from tests.api.helpers_api import job_body
+
+    member = client_for("member")
+    job = member.post("/api/v1/jobs/", job_body("logged"), format="json").json()
+    task = Task.objects.get(job_id=job["id"])
+    TaskLog.objects.create(task=task, attempt=0, offset=0, size=6, data="hello\n", created_at=timezone.now())
+    url = f"/api/v1/jobs/{job['id']}/logs/?task=worker-0&attempt=0"
+    past = member.get(f"{url}&offset=1000000").json()
+    assert (past["offset"], past["next_offset"], past["size"], past["data"]) == (6, 6, 6, ""), past
+    TaskLog.objects.create(task=task, attempt=0, offset=6, size=4, data="more", created_at=timezone.now())
+    assert member.get(f"{url}&offset={past['next_offset']}").json()["data"] == "more"

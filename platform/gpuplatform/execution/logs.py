@@ -148,7 +148,8 @@ def _char_cut(raw: bytes, begin: int, end: int, *, whole: bool) -> int:
 def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: int | None = None) -> dict:
     """Up to `limit` bytes (capped at the read limit) of `task`'s output from byte `offset`, of `attempt`
     (default: the job's current one, or the last one that logged). Returns {task, name, attempt, offset
-    (where the returned data starts), next_offset, size (bytes stored so far), trimmed (output before
+    (where the returned data starts: `offset`, or the first byte kept when it was trimmed, or the stored end when
+    `offset` is past it), next_offset, size (bytes stored so far), trimmed (output before
     `offset` is gone), data, complete (the task attempt has ended and nothing more is stored), state (the
     task's state now: "pending" before it is placed, so a reader can say "no log yet" rather than "running";
     that of the current attempt, so a past attempt's reader judges by `complete`), note (why nothing is
@@ -170,7 +171,9 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
         size = end + last
     first = chunks.order_by("offset").values_list("offset", flat=True).first()
     trimmed = first is not None and offset < first and first > 0
-    start = max(offset, first or 0)
+    # an offset past the stored end starts at the end (`offset` in the answer says so): echoing it as next_offset
+    # made a follower skip every byte between the end and it once the log grew (new-user trial 15, F6)
+    start = min(max(offset, first or 0), size)
     parts, served, at = [], 0, start
     for c_off, c_size, text in (chunks.filter(offset__gte=start - limits["chunk"]).order_by("offset")
                                 .values_list("offset", "size", "data")):
