@@ -175,6 +175,8 @@ def test_demo_help_lists_each_option_once():
     (["--start-day", "inf"], "--start-day"), (["--start-day", "nan"], "--start-day"),
     (["--tick", "1e300"], "--tick"), (["--duration-seconds", "1e300"], "--duration-seconds"),
     (["--compress", "0"], "--compress"), (["--compress", "-1"], "--compress"), (["--compress", "1e-300"], "--compress"),
+    # new-user trial 15, F8: an empty --password was ignored and random passwords printed
+    (["--password", ""], "--password: must not be empty"), (["--password", "  "], "--password: must not be empty"),
 ])
 @pytest.mark.django_db
 def test_demo_refuses_bad_options_before_doing_anything(args, option):

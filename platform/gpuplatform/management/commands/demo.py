@@ -81,6 +81,14 @@ def _start_day(text: str) -> float:
     return value
 
 
+def _password(text: str) -> str:
+    """--password: the demo users' password, not empty or blank (new-user trial 15, F8: `--password ''` was ignored
+    without a word and random passwords printed)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty (leave --password out for a random one, printed)")
+    return text
+
+
 def _reset_workload() -> dict:
     """Forget the previous demo run's workload; the cluster, teams, queues and users stay.
 
@@ -254,7 +262,7 @@ class Command(BaseCommand):
         parser.add_argument("--duration-seconds", type=_number(minimum=0, at_most=options.MAX_SECONDS), default=None,
                             help=f"stop after this many wall seconds, at most {options.MAX_SECONDS:,} (default: run "
                                  f"until Ctrl-C)")
-        parser.add_argument("--password", default=None,
+        parser.add_argument("--password", type=_password, default=None,
                             help="password for every demo user (default: a random one, printed)")
         parser.add_argument("--cold-start", action="store_true",
                             help="start on an empty cluster (default: the jobs the trace has running at the "
