@@ -5,7 +5,9 @@
 - a body longer than settings.REQUEST_BODY_MAX_BYTES (Content-Length, or more bytes than announced) -> 413
   `{"detail": "request body larger than N bytes"}` (the body is never read);
 - a NUL character in the path -> 400 `{"path": ["NUL characters are not accepted"]}`;
-- a query parameter whose name or value holds a NUL -> 400 `{"<param>": ["NUL characters are not accepted"]}`;
+- a query parameter whose name or value holds a NUL -> 400 `{"<param>": ["NUL characters are not accepted"]}`
+  (an HTML page's: the same 400 in text, "<param>: NUL characters are not accepted", as a page names any bad
+  parameter);
 - a form body (url-encoded or multipart: the admin, the browser forms, `curl -d` / `-F`) with a NUL in a name or value -> 400 naming
   the field, unless the view is marked `@renders_form_errors`: a page whose form refuses a NUL itself
   (Django's form fields do) re-renders the form with the error next to the field, never a JSON 400.
@@ -142,7 +144,10 @@ class InputGuardMiddleware:
             return _refuse("", f"request body larger than {limit} bytes", status=413)
         if "\x00" in request.path:
             return _refuse("path", NUL_MESSAGE)
-        return _check_pairs(request.GET, "query")
+        refused = _check_pairs(request.GET, "query")
+        if refused is not None and _is_page(request.path):
+            return _as_text(refused)
+        return refused
 
     def process_view(self, request, view_func, view_args, view_kwargs):
         """The form-body check, once the view is known (a `renders_form_errors` view validates its form)."""
@@ -166,6 +171,21 @@ def _check_pairs(pairs, unnamed: str):
     except InputError as exc:
         return _refuse(exc.field, exc.message)
     return None
+
+
+def _is_page(path: str) -> bool:
+    """An HTML page's path (not the REST API, the admin, or a page's JSON endpoint: *.json)."""
+    return not (path.startswith(("/api/", "/admin/", "/metrics", "/static/")) or path.endswith(".json"))
+
+
+def _as_text(refused: JsonResponse) -> HttpResponse:
+    """A page's 400 in text ("q: NUL characters are not accepted"), as the pages answer any bad parameter
+    (frontend.views_dashboards.page_takes), not the API's JSON (new-user trial 15, F7)."""
+    import json
+
+    errors = json.loads(refused.content)
+    return HttpResponse("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()), status=refused.status_code,
+                        content_type="text/plain; charset=utf-8")
 
 
 def renders_form_errors(view):

@@ -79,3 +79,24 @@ def test_a_log_offset_past_the_end_starts_at_the_end(client_for):
     assert (past["offset"], past["next_offset"], past["size"], past["data"]) == (6, 6, 6, ""), past
     TaskLog.objects.create(task=task, attempt=0, offset=6, size=4, data="more", created_at=timezone.now())
     assert member.get(f"{url}&offset={past['next_offset']}").json()["data"] == "more"
+
+
+# --- F7: a NUL in a page's parameter ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("url", ["/jobs/?q=%00", "/topology/?domain=%00", "/nodes/?health=%00"])
+def test_a_nul_in_a_pages_parameter_is_a_400_in_text(users, url):
+    """Pages answered a NUL with the API's JSON body; they name a bad parameter in text, as for any other."""
+    page = Client()
+    page.force_login(users["staff"])
+    r = page.get(url)
+    assert r.status_code == 400 and r["Content-Type"].startswith("text/plain"), (r.status_code, r["Content-Type"])
+    assert r.content.decode() == f"{url.split('?')[1].split('=')[0]}: NUL characters are not accepted"
+
+
+def test_the_api_and_page_json_keep_the_json_400(admin, users):
+    r = admin.get("/api/v1/jobs/?name=%00")
+    assert r.status_code == 400 and r.json() == {"name": ["NUL characters are not accepted"]}
+    page = Client()
+    page.force_login(users["staff"])
+    r = page.get("/queues/data.json?x=%00")
+    assert r.status_code == 400 and r["Content-Type"].startswith("application/json")
