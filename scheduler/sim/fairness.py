@@ -8,7 +8,8 @@ Discrimination for Resource Allocation in Shared Computer Systems", DEC-TR-301, 
 Here x_i = usage_i / fair_share_i of team i, in GPUs, where fair_share_i is the engine's water-filled
 fair share (scheduler.core.plugins.fairshare.fair_shares: quota first, the rest by weight, capped at
 demand = GPUs in use + GPUs requested by pending jobs), summed over the flavors and leaf queues of the
-team. Teams "with demand" are those whose fair share is > 0 at that moment; a team using GPUs with a
+team; on a cluster of several GPU models a queue's sum over the flavors is capped at its demand in GPUs, each job
+once (a job that may take any model counts on each flavor's water-fill: FairnessMeter.observe's queue_demand). Teams "with demand" are those whose fair share is > 0 at that moment; a team using GPUs with a
 fair share of 0 (a quota-0 queue borrowing while others are entitled to everything) has no finite x_i
 and is left out of J (its usage still shows in the per-team table).
 
@@ -71,13 +72,19 @@ class FairnessMeter:
         self.observations = 0
 
     def observe(self, now: float, fair: dict[str, dict[str, float]], usage: dict[str, float],
-                demand: float, capacity: float) -> float | None:
+                demand: float, capacity: float, queue_demand: dict[str, float] | None = None) -> float | None:
         """Record the state from `now` on. fair: queue -> flavor -> GPUs; usage: queue -> GPUs in use;
-        demand: GPUs in use + requested by pending jobs; capacity: schedulable GPUs. Returns J now."""
+        demand: GPUs in use + requested by pending jobs; capacity: schedulable GPUs; queue_demand: queue -> its
+        demand in GPUs, each job once (fairshare.queue_demand), the cap of the queue's fair share summed over the
+        flavors (None: no cap, one flavor: the sum is that flavor's share, already capped at demand). Without it a
+        job that may take any of 7 flavors was 7 times its GPUs of fair share (new-user trial 15, F1: one 1-GPU job
+        alone on openb read usage/fair 0.14). Returns J now."""
         self._integrate(now)
         per_team: dict[str, list[float]] = {}
         for queue, team in self.teams.items():
             f = sum(fair.get(queue, {}).values())
+            if queue_demand is not None:
+                f = min(f, queue_demand.get(queue, 0.0))
             u = usage.get(queue, 0.0)
             if f <= EPS and u <= 0:
                 continue

@@ -45,7 +45,7 @@ from typing import Callable, NamedTuple
 from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import EngineCache, run_cycle
 from scheduler.core.cycle import run_cycle as cycle_run
-from scheduler.core.plugins.fairshare import decay_usage
+from scheduler.core.plugins.fairshare import decay_usage, queue_demand
 from scheduler.core.snapshot import CycleConfig, CycleResult, QueueInfo, Snapshot
 from scheduler.core.spares import plan_restart
 from scheduler.sim.fairness import FairnessMeter, leaf_teams, snapshot_fair_share
@@ -213,6 +213,9 @@ class Replay:
             teams = leaf_teams(cluster.queues)
             teams.update({name: name for name in missing})
             self.meter = FairnessMeter(teams)
+        # several GPU models: a job's demand counts on each flavor it may take, so the meter caps each queue's fair
+        # share at its demand in GPUs (fairshare.queue_demand); one model needs no cap (and no pass over the jobs)
+        self.multi_flavor = len({n.flavor for n in cluster.nodes}) > 1
         first = jobs[0].submit if jobs else 0.0
         self.start = start = first if start is None else min(start, first)  # where the span begins (`replay`)
         self.ledger = Ledger(report, start=start, team_of=team_of, checkpoint=self.ckpt, tier_capacity=capacity)
@@ -537,7 +540,8 @@ class Replay:
         t3 = time.perf_counter()
         if fair is not None:
             demand = state.used_gpus + state.counts.pending_gpus  # + GPUs requested by the pending jobs
-            self.meter.observe(now, fair, state.queue_used, demand, state.capacity - state.down_gpus)
+            caps = queue_demand(state.pending.values(), state.queue_used) if self.multi_flavor else None
+            self.meter.observe(now, fair, state.queue_used, demand, state.capacity - state.down_gpus, caps)
         self.ledger.cycle(now, result.metrics.get("fragmentation_rate"), snapshot_ms, engine_ms, (t3 - t2) * 1e3)
         self._observe_largest(now, result.metrics.get("largest_runnable"))
         self.last_cycle = now

@@ -267,3 +267,22 @@ def test_an_interruptible_job_runs_on_the_spare_and_is_stopped_at_once_for_the_f
 def test_spares_must_be_a_count():
     with pytest.raises(ValueError, match="spares"):
         replay(rack_of_three(), Trace("t", ()), engine=first_fit, spares=-1)
+
+
+# -- several GPU models (new-user trial 15, F1) -----------------------------------------------------------
+
+@pytest.mark.parametrize("flavors", [1, 7])
+def test_a_job_of_any_flavor_counts_its_gpus_once_in_the_fair_share(tmp_path, flavors):
+    """A job that may take any GPU model counts on each flavor's water-fill, so on openb (7 models) one 1-GPU job
+    alone read a fair share of 7 GPUs (usage/fair 0.14) and two uncontended teams J = 0.903. The team's fair share
+    is capped at its demand in GPUs: usage/fair 1.00 and J = 1 when nobody waits, whatever the number of models."""
+    nodes = tuple(NodeSpec(name=f"n{i}", gpus=8, flavor=f"M{i % flavors}") for i in range(14))
+    cluster = ClusterSpec(name="multi", nodes=nodes, queues=(QueueSpec(name="a"), QueueSpec(name="b")))
+    jobs = (TraceJob(id="1", submit=0.0, duration=3600.0, queue="a", tasks=1, gpus_per_task=8),
+            TraceJob(id="2", submit=0.0, duration=7200.0, queue="b", tasks=2, gpus_per_task=8))
+    report = replay(cluster, Trace(name="t", jobs=jobs))
+    teams = report.fairness["teams"]
+    assert teams["a"]["mean_usage_over_fair_share"] == pytest.approx(1.0), teams
+    assert teams["b"]["mean_usage_over_fair_share"] == pytest.approx(1.0), teams
+    assert teams["a"]["fair_share_gpu_hours"] == pytest.approx(teams["a"]["gpu_hours_used"])
+    assert report.fairness["jain_mean"] == pytest.approx(1.0)

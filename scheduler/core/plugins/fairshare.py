@@ -315,6 +315,19 @@ def _one(job, flavors) -> tuple:
     return job.queue, gpus, allowed_flavors(job.roles, flavors)
 
 
+def queue_demand(pending, usage: dict[str, float]) -> dict[str, float]:
+    """queue -> its demand in GPUs, each job counted once: GPUs in use (`usage`, queue -> GPUs) plus the GPUs its
+    pending jobs request (GPU-equivalents for a fraction, as pending_demand). pending_demand counts a job that may
+    take several flavors on each of them (what each flavor's water-fill must see), so a queue's fair shares summed
+    over the flavors can exceed what it asks for in all; this is the cap a per-queue figure in GPUs takes
+    (scheduler.sim.fairness: new-user trial 15, F1)."""
+    out: dict[str, float] = dict(usage)
+    for job in pending:
+        q, gpus, _ = _one(job, ())
+        out[q] = out.get(q, 0.0) + gpus
+    return out
+
+
 def _demand(pending, flavors) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for job in pending:
