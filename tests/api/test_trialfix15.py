@@ -100,3 +100,29 @@ def test_the_api_and_page_json_keep_the_json_400(admin, users):
     page.force_login(users["staff"])
     r = page.get("/queues/data.json?x=%00")
     assert r.status_code == 400 and r["Content-Type"].startswith("application/json")
+
+
+# --- F5: a large whole float in a whole-number field ----------------------------------------------------------
+
+@pytest.mark.parametrize("field", ["tasks", "min_run_before_move_seconds", "priority"])
+def test_a_large_whole_float_gets_the_fields_bound_not_not_an_integer(client_for, field):
+    """`1e300` (a whole number written with an exponent) answered "A valid integer is required." while the integer
+    literal gets the field's bound: docs/api.md says 2, 2.0 and 2e0 are 2."""
+    from tests.api.helpers_api import job_body
+
+    body = job_body("big")
+    if field == "tasks":
+        body["roles"][0]["tasks"] = 1e300
+        path = "roles[0].tasks"
+    else:
+        body[field] = 1e300
+        path = field
+    r = client_for("member").post("/api/v1/jobs/", body, format="json")
+    assert r.status_code == 400, r.content
+    message = " ".join(r.json()[path])
+    assert "valid integer" not in message and ("less than or equal" in message or "at most" in message
+                                               or "from" in message), message
+    body = job_body("small", gpus=1)
+    body["roles"][0]["tasks"] = 2e0
+    r = client_for("member").post("/api/v1/jobs/", body, format="json")
+    assert r.status_code == 201 and r.json()["roles"][0]["tasks"] == 2, r.content
