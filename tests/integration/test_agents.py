@@ -286,9 +286,9 @@ def test_heartbeats_are_judged_by_the_server_clock(world):
     beating is failed after the timeout and the grace."""
     from datetime import datetime, timedelta, timezone
 
-    inventory = {"flavor": "H200", "gpus": [{"index": 0, "uuid": "GPU-skew-0"}], "executor": "simulated"}
-    for name in ("slow", "fast"):
-        post_json(f"{world.api}/api/v1/nodes/register/", world.agent_token, {"name": name, **inventory})
+    for name in ("slow", "fast"):  # each its own GPU: a UUID belongs to one node
+        post_json(f"{world.api}/api/v1/nodes/register/", world.agent_token, {
+            "name": name, "flavor": "H200", "gpus": [{"index": 0, "uuid": f"GPU-skew-{name}"}], "executor": "simulated"})
     began = time.monotonic()
     while time.monotonic() - began < 10:  # 2.5 x the worker's 4 s timeout
         now = datetime.now(timezone.utc)
