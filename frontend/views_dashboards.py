@@ -24,6 +24,7 @@ from gpuplatform import dashboard_queries as dq
 from gpuplatform import access, queries
 from gpuplatform.api.filters import refuse_unknown_params
 from gpuplatform.borrowing import borrowed
+from gpuplatform.inputs import text_bad_request
 from gpuplatform.models import Queue, Team
 
 from . import dashboard_figures as dfig
@@ -135,8 +136,7 @@ def page_takes(*known):
         def wrapped(request, *args, **kwargs):
             errors = query_errors(request, known)
             if errors:
-                return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
-                                              content_type="text/plain; charset=utf-8")
+                return text_bad_request(errors)
             return fn(request, *args, **kwargs)
         return wrapped
     return decorate
@@ -257,8 +257,7 @@ def topology(request):
     # utilization page answer (new-user trial 10, F11: the page took ?foo=1 and ?team=a&team=b silently)
     errors = query_errors(request, TOPOLOGY_PARAMS)
     if errors:
-        return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
-                                      content_type="text/plain; charset=utf-8")
+        return text_bad_request(errors)
     try:
         params = _topology_params(request)
     except BadParam as exc:

@@ -144,10 +144,11 @@ class InputGuardMiddleware:
             return _refuse("", f"request body larger than {limit} bytes", status=413)
         if "\x00" in request.path:
             return _refuse("path", NUL_MESSAGE)
-        refused = _check_pairs(request.GET, "query")
-        if refused is not None and _is_page(request.path):
-            return _as_text(refused)
-        return refused
+        error = _pair_error(request.GET, "query")
+        if error is None:
+            return None
+        # an HTML page names a bad parameter in text, as for any other (new-user trial 15, F7), the API in JSON
+        return text_bad_request({error[0]: [error[1]]}) if _is_page(request.path) else _refuse(*error)
 
     def process_view(self, request, view_func, view_args, view_kwargs):
         """The form-body check, once the view is known (a `renders_form_errors` view validates its form)."""
@@ -159,18 +160,24 @@ class InputGuardMiddleware:
         return _check_pairs(request.POST, "non_field_errors")
 
 
-def _check_pairs(pairs, unnamed: str):
-    """The 400 refusing the first key or value of `pairs` (a QueryDict) that breaks the text rules
-    (check_text; a NUL in a key is named by the key without it, or `unnamed`), else None."""
+def _pair_error(pairs, unnamed: str) -> tuple[str, str] | None:
+    """(field, message) of the first key or value of `pairs` (a QueryDict) that breaks the text rules (check_text;
+    a NUL in a key is named by the key without it, or `unnamed`), else None."""
     try:
         for key, values in pairs.lists():
             if "\x00" in key:
-                return _refuse(key.replace("\x00", "") or unnamed, NUL_MESSAGE)
+                return key.replace("\x00", "") or unnamed, NUL_MESSAGE
             for value in values:
                 check_text(key, value)
     except InputError as exc:
-        return _refuse(exc.field, exc.message)
+        return exc.field, exc.message
     return None
+
+
+def _check_pairs(pairs, unnamed: str):
+    """The JSON 400 refusing the first key or value of `pairs` that breaks the text rules (_pair_error), else None."""
+    error = _pair_error(pairs, unnamed)
+    return None if error is None else _refuse(*error)
 
 
 def _is_page(path: str) -> bool:
@@ -178,13 +185,10 @@ def _is_page(path: str) -> bool:
     return not (path.startswith(("/api/", "/admin/", "/metrics", "/static/")) or path.endswith(".json"))
 
 
-def _as_text(refused: JsonResponse) -> HttpResponse:
-    """A page's 400 in text ("q: NUL characters are not accepted"), as the pages answer any bad parameter
-    (frontend.views_dashboards.page_takes), not the API's JSON (new-user trial 15, F7)."""
-    import json
-
-    errors = json.loads(refused.content)
-    return HttpResponse("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()), status=refused.status_code,
+def text_bad_request(errors: dict[str, list[str]]) -> HttpResponse:
+    """An HTML page's 400 naming its bad parameters in text ("q: NUL characters are not accepted; foo: ..."), the
+    pages' answer to any bad parameter (frontend.views_dashboards.page_takes, the topology page, this module's)."""
+    return HttpResponse("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()), status=400,
                         content_type="text/plain; charset=utf-8")
 
 

@@ -327,11 +327,11 @@ def _periodic_audit(node: Node, gpus: list[dict], at: datetime, actor) -> None:
     Node.objects.filter(pk=node.pk).update(inventory={**(node.inventory or {}), "audited_at": at.isoformat()})
 
 
-def _set_node_state(node: Node, state: str, actor, reason: str) -> Node:
+def _set_node_state(node: Node, state: str, actor, reason: str, at: datetime | None = None) -> Node:
     """An admin's (or the Slurm backend's) cordon, drain or uncordon. Out of service, the node keeps why and since
     when (health_reason: the reason given, else who did it; health_since: now), as a health rule's take_out does:
     the nodes page and the node API show them (new-user trial 15, F3: they stayed empty, the reason only in the
-    Event). Back to ready, both are cleared."""
+    Event). Back to ready, both are cleared. `at`: the time of the change (default now; the Slurm backend's round)."""
     if not node_states.transition(node, state, reason=reason, actor=actor):
         current = Node.objects.filter(pk=node.pk).values_list("state", flat=True).first()
         raise ValidationError({"state": f"node {node.name} changed meanwhile (it is {current}); try again"})
@@ -340,7 +340,7 @@ def _set_node_state(node: Node, state: str, actor, reason: str) -> Node:
     else:
         who = getattr(actor, "username", "") or "an admin"
         done = {Node.State.CORDONED: "cordoned", Node.State.DRAINING: "drained"}.get(state, state)
-        why, since = (reason or f"{done} by {who}")[:300], clock.now()
+        why, since = (reason or f"{done} by {who}")[:300], at or clock.now()
     Node.objects.filter(pk=node.pk).update(health_reason=why, health_since=since)
     node.health_reason, node.health_since = why, since
     request_cycle_on_commit()
@@ -358,8 +358,9 @@ def drain_node(node: Node, *, actor=None, reason: str = "", at: datetime | None 
     """Mark a node draining (no new work) and evict every running gang with a task on it gracefully: it
     goes preempting with its queue's grace, then is requeued whole (lifecycle.py). The node stays
     unschedulable until uncordoned. Raises ValidationError("state") for a not_ready node."""
-    node = _set_node_state(node, Node.State.DRAINING, actor, reason)
-    evict_jobs_on_nodes([node.pk], at=at or clock.now(), kind="evicted", actor=actor,
+    at = at or clock.now()
+    node = _set_node_state(node, Node.State.DRAINING, actor, reason, at)
+    evict_jobs_on_nodes([node.pk], at=at, kind="evicted", actor=actor,
                         reason=f"node {node.name} is draining" + (f" ({reason})" if reason else ""))
     return node
 

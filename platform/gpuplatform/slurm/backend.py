@@ -525,13 +525,11 @@ class SlurmBackend:
             slurm_reason = sn.reason or ("node down" if sn.down else "drained")
             ours = slurm_reason.startswith(OURS.strip())
             if slurm_out and not ours and node.state == Node.State.READY:
-                Node.objects.filter(pk=node.pk).update(health_reason=f"{THEIRS}{slurm_reason}"[:300], health_since=now)
-                drain_node(node, reason=f"{THEIRS}{slurm_reason}", at=now)
+                drain_node(node, reason=f"{THEIRS}{slurm_reason}", at=now)  # its reason and time kept by drain_node
                 out["drained_here"].append(sn.name)
             elif not slurm_out and node.state in (Node.State.CORDONED, Node.State.DRAINING) \
                     and node.health_reason.startswith(THEIRS):
-                Node.objects.filter(pk=node.pk).update(health_reason="", health_since=None)
-                uncordon_node(node, reason="Slurm: node is back in service")
+                uncordon_node(node, reason="Slurm: node is back in service")  # clears the reason and time
                 out["readied"].append(sn.name)
             elif node.state in (Node.State.CORDONED, Node.State.DRAINING) and not node.health_reason.startswith(THEIRS) \
                     and not sn.drained:
