@@ -591,7 +591,7 @@ def _gpus_arg(text: str) -> int | float:
         return int(value)
     if 0 < value < 1:
         return value
-    raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of GPUs, or a fraction between 0 and 1 (exclusive)")
+    raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of GPUs, or a fraction of one GPU from 0.001 to 0.999")
 
 
 def build_parser() -> argparse.ArgumentParser:

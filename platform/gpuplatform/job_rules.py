@@ -40,6 +40,11 @@ MAX_MEMORY_MIB = 2**31 - 1
 MAX_PRIORITY = 2**31 - 1
 MAX_TIME_LIMIT_SECONDS = 366 * 24 * 3600
 MAX_TIER = 32767
+# One wording of the GPU-share rule for gpus_per_task / gpu_fraction on every path: the API's field, the service,
+# the what-if (new-user trial 16, F2: three wordings and two ranges, and 0.0015 stored as 0.002)
+FRACTION_RULE = "a fraction of one GPU from 0.001 to 0.999 with at most three decimals"
+GPUS_PER_TASK_RULE = f"gpus_per_task must be a whole number of GPUs, or {FRACTION_RULE}"
+GPU_FRACTION_RULE = f"gpu_fraction must be {FRACTION_RULE}, e.g. 0.5"
 # What a task runs: bounded so one submission cannot fill the database or an agent's command line.
 MAX_ARGV = 256
 MAX_COMMAND_CHARS = 16384
@@ -168,22 +173,19 @@ def _check_sharing(raw: dict, role: dict, f: str, errors: dict) -> None:
         return
     if not kinds:
         if isinstance(raw.get("gpus_per_task"), float) and not float(raw["gpus_per_task"]).is_integer():
-            errors[f + "gpus_per_task"] = ("gpus_per_task must be a whole number of GPUs, or a fraction of one GPU "
-                                           "between 0 and 1 (exclusive)")
+            errors[f + "gpus_per_task"] = GPUS_PER_TASK_RULE
         return
     if kinds[0] == "gpu_fraction" and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
                                        or not 0 < fraction < 1):
-        errors[f + "gpu_fraction"] = "gpu_fraction must be a number between 0 and 1 (exclusive), e.g. 0.5"
+        errors[f + "gpu_fraction"] = GPU_FRACTION_RULE
         return
     if gpt not in (None, 1) and kinds[0] != "mig_profile":
         errors[f + "gpus_per_task"] = f"a task with {kinds[0]} takes a share of one GPU: omit gpus_per_task or set it to 1"
         return
     if kinds[0] == "gpu_fraction":
         milli = round(fraction * 1000)
-        if not 1 <= milli <= 999:
-            errors[f + fraction_field] = (
-                "gpu_fraction must be at least 0.001 and at most 0.999" if fraction_field == "gpu_fraction" else
-                "gpus_per_task must be a whole number of GPUs, or a fraction of one GPU from 0.001 to 0.999")
+        if not 1 <= milli <= 999 or abs(fraction * 1000 - milli) > 1e-6:  # thousandths are what is stored
+            errors[f + fraction_field] = GPU_FRACTION_RULE if fraction_field == "gpu_fraction" else GPUS_PER_TASK_RULE
             return
         role.update(gpu_milli=milli, gpus_per_task=1)
     elif kinds[0] == "gpu_memory_mib":

@@ -107,7 +107,7 @@ def effective_limit(queue_id: int | None, flavor: str) -> int | None:
 
 
 def check_against_tree(queue_id: int | None, parent_id: int | None, flavor: str, quota: int,
-                       limit: int | None, prefix: str = "") -> dict[str, str]:
+                       limit: int | None, prefix: str = "", current: int | None = None) -> dict[str, str]:
     """Rules linking one queue's (flavor) quota to its parent and children.
 
     - the child's limit must not be above the parent's (effective) limit;
@@ -115,6 +115,12 @@ def check_against_tree(queue_id: int | None, parent_id: int | None, flavor: str,
       has a quota for this flavor;
     - for an existing queue: its children's quotas must not sum above its new quota, and no child's limit
       may be above its new limit.
+
+    `current`: the queue's quota row for the flavor as it is now, when the change is to that row in place (None: a
+    new row, or a queue moving there, checked as new). The rules then refuse only a change that moves a sum the
+    wrong way: on a tree that already breaks one (nodes that left under the root queues' quotas, or rows written
+    before the queue tree's lock), a cut toward the rule, or a new queue with quota 0, is not refused for the
+    others' excess (new-user trial 16, F4).
     """
     errors: dict[str, str] = {}
     if parent_id is not None:
@@ -129,25 +135,27 @@ def check_against_tree(queue_id: int | None, parent_id: int | None, flavor: str,
             if queue_id is not None:
                 siblings = siblings.exclude(queue_id=queue_id)
             total = (siblings.aggregate(s=Sum("quota"))["s"] or 0) + quota
-            if total > parent_quota:
+            if total > parent_quota and quota > (current or 0):
                 errors[f"{prefix}quota"] = (f"children's quotas would sum to {total}, above the parent queue's "
                                             f"quota ({parent_quota}) for {flavor}")
     else:
-        errors.update(check_root_capacity(queue_id, flavor, quota, prefix))
+        errors.update(check_root_capacity(queue_id, flavor, quota, prefix, current))
     if queue_id is not None:
         children = Quota.objects.filter(queue__parent_id=queue_id, flavor=flavor)
         child_sum = children.aggregate(s=Sum("quota"))["s"] or 0
-        if child_sum > quota:
+        if child_sum > quota and (current is None or quota < current):
             errors[f"{prefix}quota"] = f"quota ({quota}) is below the sum of the children's quotas ({child_sum})"
         if limit is not None and children.filter(limit__gt=limit).exists():
             errors[f"{prefix}limit"] = f"limit ({limit}) is below a child queue's limit"
     return errors
 
 
-def check_root_capacity(queue_id: int | None, flavor: str, quota: int, prefix: str = "") -> dict[str, str]:
+def check_root_capacity(queue_id: int | None, flavor: str, quota: int, prefix: str = "",
+                        current: int | None = None) -> dict[str, str]:
     """Root queues share the cluster: their quotas for a flavor must not sum above the GPUs of that flavor, or for
     a MIG resource "<flavor>/mig-<profile>" above its instances (checked once nodes are registered; a cluster
-    being set up has none yet)."""
+    being set up has none yet). `current`: this queue's root quota now; a quota not above it is not refused
+    (see check_against_tree)."""
     from .models import Node
 
     if not Node.objects.exists():
@@ -163,7 +171,7 @@ def check_root_capacity(queue_id: int | None, flavor: str, quota: int, prefix: s
     if queue_id is not None:
         roots = roots.exclude(queue_id=queue_id)
     total = (roots.aggregate(s=Sum("quota"))["s"] or 0) + quota
-    if total > capacity:
+    if total > capacity and quota > (current or 0):
         what = f"the cluster's {capacity} {flavor} GPUs" if capacity else f"the cluster, which has no {flavor} GPUs"
         return {f"{prefix}quota": f"root queues' quotas would sum to {total}, above {what}"}
     return {}
@@ -180,7 +188,9 @@ def check_quota(queue: Queue, flavor: str, guarantee, quota, limit, changed: fro
     if not errors:
         errors.update(check_triple(prefix, guarantee, quota, limit, changed))
     if not errors:
-        errors.update(check_against_tree(queue.pk, queue.parent_id, flavor, quota, limit, prefix))
+        current = (Quota.objects.filter(queue_id=queue.pk, flavor=flavor).values_list("quota", flat=True).first()
+                   if queue.pk is not None else None)
+        errors.update(check_against_tree(queue.pk, queue.parent_id, flavor, quota, limit, prefix, current))
     return errors
 
 

@@ -58,6 +58,26 @@ class WhatIf:
     info: dict = field(default_factory=dict)
 
 
+def submit_ids(changes: list[dict]) -> dict[int, str]:
+    """Change index -> the id of the hypothetical job each `submit` change adds: its own `id`, else
+    "hypothetical-<index + 1>", or the next free number after it when another change's `id` already reads so
+    (new-user trial 16, F1: an unnamed change was refused for the name the user gave another one)."""
+    given = {ch.get("id") for ch in changes if ch.get("kind") == "submit" and ch.get("id")}
+    out: dict[int, str] = {}
+    for i, ch in enumerate(changes):
+        if ch.get("kind") != "submit":
+            continue
+        jid = ch.get("id")
+        if not jid:
+            n = i + 1
+            while f"hypothetical-{n}" in given:
+                n += 1
+            jid = f"hypothetical-{n}"
+            given.add(jid)
+        out[i] = jid
+    return out
+
+
 def _job(jobs: dict, i: int, change: dict) -> JobInfo:
     job = jobs.get(change.get("job"))
     if job is None:
@@ -90,6 +110,7 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
                                     cpu_used=max(0, n.cpu_used - (role.cpu_milli if role else 0)),
                                     memory_used=max(0, n.memory_used - (role.memory_mib if role else 0)))
 
+    ids = submit_ids(changes)
     for i, ch in enumerate(changes):
         kind = ch.get("kind")
         if kind not in KINDS:
@@ -99,7 +120,7 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
             if q is None:
                 raise WhatIfError(i, "queue", f"no queue {ch.get('queue')!r}")
         if kind == "submit":
-            jid = ch.get("id") or f"hypothetical-{i + 1}"
+            jid = ids[i]
             if jid in jobs:
                 raise WhatIfError(i, "id", f"{jid!r} is already a job's id")
             for f in ch.get("flavors") or ():

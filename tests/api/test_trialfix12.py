@@ -31,10 +31,11 @@ def test_a_too_small_fraction_in_gpus_per_task_is_one_error_on_gpus_per_task(adm
     """0.0001 was refused on gpu_fraction (not sent) and as "must be a whole number" on gpus_per_task."""
     r = admin.post("/api/v1/jobs/", _job(gpus_per_task=0.0001), format="json")
     assert r.status_code == 400 and r.json() == {"roles[0].gpus_per_task": [
-        "gpus_per_task must be a whole number of GPUs, or a fraction of one GPU from 0.001 to 0.999"]}, r.content
+        "gpus_per_task must be a whole number of GPUs, or a fraction of one GPU from 0.001 to 0.999 with at most three "
+        "decimals"]}, r.content
     r = admin.post("/api/v1/jobs/", _job(gpu_fraction=0.0001), format="json")
     assert r.status_code == 400 and r.json() == {"roles[0].gpu_fraction": [
-        "gpu_fraction must be at least 0.001 and at most 0.999"]}, r.content
+        "gpu_fraction must be a fraction of one GPU from 0.001 to 0.999 with at most three decimals, e.g. 0.5"]}, r.content
     assert not Job.objects.exists()
 
 

@@ -426,7 +426,7 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     from gpuplatform import access, clock as cluster_clock
     from gpuplatform.models import Job as JobModel
     from gpuplatform.scheduling.store import build_snapshot
-    from scheduler.forecast.whatif import what_if
+    from scheduler.forecast.whatif import submit_ids, what_if
 
     check_what_if_access(user, changes)
     check_submit_changes(user, changes)
@@ -440,8 +440,7 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     visible = access.visible_team_ids(user)
     ids = [j for j in set(out.before) | set(out.after) if isinstance(j, int)]
     rows = {r[0]: r for r in JobModel.objects.filter(pk__in=ids).values_list("id", "name", "team_id", "queue__name")}
-    hyp_queue = {c.get("id") or f"hypothetical-{i + 1}": c.get("queue") for i, c in enumerate(changes)
-                 if c.get("kind") == "submit"}
+    hyp_queue = {jid: changes[i].get("queue") for i, jid in submit_ids(changes).items()}
 
     def side(f) -> dict:
         if f is None:

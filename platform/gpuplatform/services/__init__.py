@@ -27,7 +27,7 @@ re-exports the public functions, `ValidationError`, `load_cluster_spec` (cluster
 from ..cluster_loader import load_cluster_spec
 from ..errors import ValidationError
 from ..lifecycle import report_task_running
-from .base import request_cycle_on_commit
+from .base import lock_queue_tree, request_cycle_on_commit
 from .jobs import cancel_job, finish_job, set_job_priority, submit_job
 from ..diagnosis.health import record_validation, start_repair, start_validation
 from .nodes import (
@@ -43,7 +43,7 @@ from .tokens import issue_api_token, revoke_api_tokens
 from .topology import TopologyPlan, apply_topology, plan_topology, topology_from_db
 
 __all__ = [
-    "ValidationError", "request_cycle_on_commit",
+    "ValidationError", "request_cycle_on_commit", "lock_queue_tree",
     "create_team", "add_member", "remove_member",
     "create_queue", "update_queue", "set_quota", "delete_queue", "queue_grace_error", "queue_weight_error",
     "queue_version", "quota_version",

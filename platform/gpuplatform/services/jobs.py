@@ -17,7 +17,7 @@ from ..job_rules import check_job, resolve_tier
 from ..lifecycle import closed_ancestor, end_job
 from ..models import Domain, Job, JobRole, Node, Queue, Task, Team
 from ..names import control_character_error
-from .base import request_cycle_on_commit, resolve_queue
+from .base import lock_queue_tree, request_cycle_on_commit, resolve_queue
 from ..wording import count
 
 __all__ = ["submit_job", "cancel_job", "finish_job", "set_job_priority"]
@@ -74,6 +74,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     write its checkpoint; refused with ValidationError naming the field. `interruptible`: the job may be
     stopped at once, without a grace period, so it may also run on hot spares (docs/diagnosis.md, "Spare
     nodes"); it must be preemptible ("interruptible": must be true or false; not with preemptible false).
+    Holds the queue tree's lock shared (lock_queue_tree): a close or move of its queue waits for it, or it for them.
     """
     bad_external_id = control_character_error("external_id", external_id)
     if bad_external_id:
@@ -81,9 +82,11 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     check_migration(migratable, min_run_before_move_seconds, checkpoint_grace_seconds)
     check_interruptible(interruptible, preemptible)
     check_submit_priority(submitter, team, priority)
+    lock_queue_tree(shared=True)  # the queue's state and children read below stay so until this job is committed
     queue = resolve_queue(queue, "queue")
     if queue is None:
         raise ValidationError({"queue": "queue is required"})
+    queue.refresh_from_db(fields=["state", "parent"])  # as of the lock (a close committed since it was loaded)
     tiers = set(Domain.objects.values_list("tier", flat=True).distinct())
     has_children = Queue.objects.filter(parent=queue).exists()
     highest_tier, tier_errors = resolve_tier(highest_tier, "highest_tier")
@@ -215,8 +218,8 @@ def finish_job(job: Job, state: str = "succeeded", at: datetime | None = None, *
 
 @transaction.atomic
 def set_job_priority(job: Job, priority: int, *, actor=None) -> Job:
-    """Change a pending or live job's priority (the order inside its queue; preemption uses it).
-    Raises ValidationError: priority not a whole number ("priority"), job finished ("state")."""
+    """Change a pending or live job's priority (the order inside its queue; preemption uses it). The priority it
+    already has writes nothing (no Event, no cycle). Raises ValidationError: priority not a whole number ("priority"), job finished ("state")."""
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise ValidationError({"priority": "priority must be a whole number"})
     # The read-modify-write under the job's row lock: the old priority (the audit trail's "from") and the state
@@ -228,6 +231,9 @@ def set_job_priority(job: Job, priority: int, *, actor=None) -> Job:
     if state in Job.FINAL_STATES or row is None:
         job.state = state
         raise ValidationError({"state": f"job is {job.state}; a finished job's priority cannot change"})
+    if old == priority:  # nothing changes: no write, no event, no cycle (as a quota set to its values; trial 16, F10)
+        job.refresh_from_db()
+        return job
     Job.objects.filter(pk=job.pk).update(priority=priority, updated_at=timezone.now())
     record_event("priority_changed", f"{job.name}: priority {old} -> {priority}", actor=actor, job=job,
                  queue=job.queue, data={"old": old, "new": priority})

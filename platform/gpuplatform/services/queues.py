@@ -15,7 +15,7 @@ from ..lifecycle import close_idle_queues, closed_ancestor
 from ..models import Job, Queue, Quota, Team
 from ..names import name_error
 from ..errors import ValidationError
-from .base import raise_if, request_cycle_on_commit, resolve_queue
+from .base import lock_queue_tree, raise_if, request_cycle_on_commit, resolve_queue
 
 __all__ = ["create_queue", "update_queue", "set_quota", "delete_queue", "queue_grace_error", "queue_weight_error",
            "queue_version", "quota_version", "WEIGHT_MIN", "WEIGHT_MAX"]
@@ -52,7 +52,9 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
     bad state, a grace period outside 0..86400 s ("preemption_grace_seconds"),
     quota rules per flavor ("quotas[<flavor>].<guarantee|quota|limit>"): negative,
     guarantee > quota, quota > limit, limit above the parent's limit, children's quotas above the parent's.
+    Holds the queue tree's lock (lock_queue_tree) from its checks to its commit.
     """
+    lock_queue_tree()
     parent = resolve_queue(parent, "parent")
     errors: dict[str, str] = {}
     if name_error("queue", name):
@@ -98,7 +100,11 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
     Raises ValidationError: unknown parent, a parent change that makes a cycle or breaks a quota rule at the new
     place (quota_rules.check_parent: the queue's quotas and limits checked as a quota change there) ("parent"), weight outside 0.001..1,000,000,
     unknown state, a grace period outside 0..86400 ("preemption_grace_seconds"); `expected_version` (the
-    queue_version the caller's form was opened with) no longer the queue's ("version": changed since)."""
+    queue_version the caller's form was opened with) no longer the queue's ("version": changed since).
+    Holds the queue tree's lock (lock_queue_tree) from its checks to its commit, and reads `queue` again under
+    it (a field the caller loaded before another change committed is not written back)."""
+    lock_queue_tree()
+    queue.refresh_from_db()
     if expected_version is not None:
         locked = Queue.objects.select_for_update().get(pk=queue.pk)  # the check and the write under one lock
         if queue_version(locked) != expected_version:
@@ -155,14 +161,22 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
 
 @transaction.atomic
 def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int | None, actor=None,
-              changed: set | None = None, expected_version: str | None = None) -> Quota:
+              changed: set | None = None, expected_version: str | None = None, create: bool = False) -> Quota:
     """Create or change `queue`'s quota for GPU `flavor` (GPUs). Raises ValidationError naming
     flavor (empty, or a GPU model no node has) or guarantee / quota / limit: negative, guarantee > quota,
     quota > limit, limit above the parent's, siblings' quotas summing above the parent's, quota below the
     children's sum, limit below a child's. `changed`: the names a partial update sent, so a rule between two
     values is reported on the one the request changed (quota_rules.check_triple). Values equal to the row's
     write nothing (no event, no cycle; updated_at and so the ETag stay). `expected_version`: the quota_version
-    the caller's form was opened with; refused ("version") when the row changed since (or is gone)."""
+    the caller's form was opened with; refused ("version") when the row changed since (or is gone). `create`: the
+    row must not exist yet (the quota API's POST; "flavor": change it with PUT/PATCH). Holds the queue tree's
+    lock (lock_queue_tree) from its checks to its commit, so two changes never both pass a rule on each other's
+    old rows."""
+    lock_queue_tree()
+    queue.refresh_from_db()
+    if create and Quota.objects.filter(queue=queue, flavor=flavor).exists():
+        raise ValidationError({"flavor": f"queue {queue.name} already has a {flavor} quota; change it with PUT/PATCH "
+                                         f"and If-Match"})
     if expected_version is not None:
         locked = Quota.objects.select_for_update().filter(queue=queue, flavor=flavor).first()
         if locked is None or quota_version(locked) != expected_version:
@@ -185,7 +199,8 @@ def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int 
 def delete_queue(queue: Queue, *, actor=None) -> None:
     """Delete an empty leaf queue and its quotas. Raises ValidationError naming the rule: the queue has
     child queues ("children"), or jobs ("jobs": live or pending ones must finish or be cancelled first;
-    finished ones keep the queue for the record: close it instead)."""
+    finished ones keep the queue for the record: close it instead). Holds the queue tree's lock."""
+    lock_queue_tree()
     errors: dict[str, str] = {}
     children = list(Queue.objects.filter(parent=queue).values_list("name", flat=True)[:5])
     if children:

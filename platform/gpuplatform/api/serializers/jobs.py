@@ -5,7 +5,7 @@ from rest_framework import serializers
 
 from ... import queries
 from ...gpu_request import gpu_request, job_gpus
-from ...job_rules import MAX_GPUS_PER_TASK, MAX_ROLES
+from ...job_rules import GPUS_PER_TASK_RULE, MAX_GPUS_PER_TASK, MAX_ROLES
 from ...models import Job, JobRole, Task, Team
 from .base import ModelSerializer, Serializer
 from .fields import INT32_MAX, FiniteFloatField, count_field, named_field, text_input
@@ -34,7 +34,7 @@ class TierField(serializers.Field):
 @extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 0, "maximum": 1,
                                                          "exclusiveMinimum": True, "exclusiveMaximum": True}]})
 class GpusPerTaskField(serializers.Field):
-    """A whole number of GPUs, or a fraction of one GPU in (0, 1) (the same as gpu_fraction); the service
+    """A whole number of GPUs, or a fraction of one GPU from 0.001 to 0.999 (the same as gpu_fraction); the service
     refuses anything else with a message naming gpus_per_task."""
 
     def to_internal_value(self, data):
@@ -44,9 +44,9 @@ class GpusPerTaskField(serializers.Field):
             try:
                 data = float(data) if "." in data else int(data)
             except ValueError:
-                raise serializers.ValidationError("a whole number of GPUs or a fraction of one GPU in (0, 1)")
+                raise serializers.ValidationError(GPUS_PER_TASK_RULE)
         if isinstance(data, bool) or not isinstance(data, (int, float)) or not math.isfinite(data):
-            raise serializers.ValidationError("a whole number of GPUs or a fraction of one GPU in (0, 1)")
+            raise serializers.ValidationError(GPUS_PER_TASK_RULE)
         if isinstance(data, float) and data.is_integer():
             data = int(data)
         if isinstance(data, int) and abs(data) > INT32_MAX:  # the service's rule, before a 32-bit column's

@@ -46,7 +46,7 @@ class ChangeSerializer(Serializer):
     # the submit change's role fields are job submission's (JobRoleSerializer's fields; its rules,
     # job_rules.check_roles, are applied by scheduling.forecast.submit_roles)
     gpus_per_task = GpusPerTaskField(required=False, help_text="submit: whole GPUs per task (default 1), or a "
-                                                               "fraction of one GPU in (0, 1)")
+                                                               "fraction of one GPU from 0.001 to 0.999")
     gpu_fraction = FiniteFloatField(required=False, help_text="submit: a share of one GPU per task, in (0, 1)")
     gpu_memory_mib = count_field(required=False, help_text="submit: GPU memory per task on one shared GPU")
     mig_profile = serializers.CharField(required=False, max_length=32, help_text="submit: MIG profile, e.g. 1g.18gb")

@@ -64,6 +64,7 @@ class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
         body.is_valid(raise_exception=True)
         d = body.validated_data
         with atomic():
+            services.lock_queue_tree()  # before the row's lock (services/base.py)
             queue = self.locked_object()
             services.update_queue(queue, parent=d["parent"] if "parent" in d else ..., weight=d.get("weight"),
                                   state=d.get("state"), preemption_grace_seconds=d.get("preemption_grace_seconds"),
@@ -107,10 +108,8 @@ class QuotaViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
         body = QuotaSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
-        if Quota.objects.filter(queue=d["queue"], flavor=d["flavor"]).exists():
-            raise services.ValidationError({"flavor": f"queue {d['queue'].name} already has a {d['flavor']} quota; "
-                                                      "change it with PUT/PATCH and If-Match"})
-        row = services.set_quota(d["queue"], d["flavor"], d["guarantee"], d["quota"], d["limit"], actor=request.user)
+        row = services.set_quota(d["queue"], d["flavor"], d["guarantee"], d["quota"], d["limit"], actor=request.user,
+                                 create=True)
         return self.with_etag(Response(QuotaSerializer(row).data, status=status.HTTP_201_CREATED), row)
 
     @extend_schema(request=QuotaUpdateSerializer, responses={200: QuotaSerializer}, parameters=[IF_MATCH])
@@ -126,6 +125,7 @@ class QuotaViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
         body.is_valid(raise_exception=True)
         d = body.validated_data
         with atomic():
+            services.lock_queue_tree()  # before the row's lock (services/base.py)
             row = self.locked_object()
             row = services.set_quota(row.queue, row.flavor, d.get("guarantee", row.guarantee), d.get("quota", row.quota),
                                      d["limit"] if "limit" in d else row.limit, actor=request.user,

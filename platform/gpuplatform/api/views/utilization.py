@@ -67,7 +67,11 @@ class UtilizationView(APIView):
         # The ledger ends at the cluster clock (no GPU-hours after now): an until past it is answered up to the clock
         # (the answer's `until` says so); a window that starts at or after the clock has nothing to answer, and
         # was answered with a made-up one-second window ending at since + 1 s.
-        if since >= now:
+        if since >= now:  # named on the parameter sent: since, or until when since is its default (trial 16, F8)
+            if times["since"] is None:
+                raise ValidationError({"until": [f"must be at most a day after the cluster clock ({now.isoformat()}) "
+                                                 f"without since (since defaults to until - 1 day): the ledger has no "
+                                                 f"GPU-hours after the clock"]})
             raise ValidationError({"since": [f"must be before the cluster clock ({now.isoformat()}): the ledger "
                                              f"has no GPU-hours after it"]})
         if until - since > MAX_WINDOW:

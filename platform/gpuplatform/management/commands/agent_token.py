@@ -2,12 +2,13 @@
 nodes (one node per token is the rule; several = a bootstrap token for nodes still to join, which then
 join ready). "*" = every node (a fully trusted agent). Replaces (revokes) the user's previous token. The token
 is printed once: only its hash is stored (services/tokens.py); it expires after AGENT_TOKEN_TTL_DAYS."""
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from gpuplatform import services
+from gpuplatform.management.base import DatabaseCommand
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = __doc__
 
     def add_arguments(self, parser):

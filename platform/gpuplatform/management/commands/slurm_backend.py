@@ -4,12 +4,12 @@ Slurm cluster SLURM_CONF names (or the default /etc/slurm/slurm.conf). --once: o
 import time
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
 
 from gpuplatform.management import options
+from gpuplatform.management.base import DatabaseCommand
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Drive a Slurm cluster: gangs bound to Slurm nodes become Slurm jobs (docs/slurm.md)"
 
     def add_arguments(self, parser):

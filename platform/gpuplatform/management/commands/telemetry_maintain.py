@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand
+from gpuplatform.management.base import DatabaseCommand
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Downsample and expire GPU telemetry, then mark / end idle allocations (docs/telemetry.md)."
 
     def handle(self, *args, **opts):
