@@ -104,3 +104,38 @@ def test_a_priority_set_to_the_value_it_has_writes_nothing(admin, users):
     assert r.status_code == 200 and r.json()["priority"] == 3, r.content
     assert list(Event.objects.filter(kind="priority_changed", job=job).values_list("message", flat=True)) == [
         "same: priority 0 -> 3"]
+
+
+# --- F7: the shape check by submission's rules ----------------------------------------------------------------------
+
+def test_the_shape_check_takes_a_share_and_answers_for_the_whole_gpu_roles(admin):
+    """gpus_per_task 0.5, which submission takes, was "must be a whole number" here; a share strands nothing."""
+    assert admin.post("/api/v1/nodes/n0/sharing/", {"sharing": "shared"}, format="json").status_code == 200
+    r = admin.post("/api/v1/shape-check/", {"queue": "alpha", "roles": [{"tasks": 1, "gpus_per_task": 0.5}]},
+                   format="json")
+    assert r.status_code == 200 and r.json() == [], r.content
+    roles = [{"name": "t", "tasks": 2, "gpus_per_task": 6}, {"name": "w", "tasks": 2, "gpus_per_task": 0.25}]
+    r = admin.post("/api/v1/shape-check/", {"queue": "alpha", "roles": roles}, format="json")
+    assert r.status_code == 200, r.content
+    [a] = r.json()
+    assert a["role"] == "t" and a["suggested"] == {"tasks": 2, "gpus_per_task": 8}
+    assert a["estimated_start"] == {"asked": "now", "suggested": "now"}
+    r = admin.post("/api/v1/shape-check/", {"queue": "alpha", "roles": [{"tasks": 1, "gpus_per_task": 0.0015}]},
+                   format="json")
+    assert r.status_code == 400 and SHARE_RULE in r.json()["roles[0].gpus_per_task"][0], r.content
+
+
+@pytest.mark.parametrize("tier, status, words", [
+    (99, 400, "no such tier in this cluster: 99"),
+    (40000, 400, "tier must be between 1 and 32767"),
+    ("tier-99", 400, "no such tier in this cluster: 99"),
+    ("wide", 400, "unknown tier name 'wide'"),
+    ("nvlink", 200, None),
+    (2, 200, None),
+])
+def test_the_shape_checks_highest_tier_is_submissions(admin, tier, status, words):
+    r = admin.post("/api/v1/shape-check/", {"queue": "alpha", "topology_mode": "hard", "highest_tier": tier,
+                                            "roles": [{"tasks": 2, "gpus_per_task": 6}]}, format="json")
+    assert r.status_code == status, r.content
+    if words:
+        assert words in r.json()["highest_tier"][0], r.content

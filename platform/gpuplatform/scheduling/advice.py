@@ -41,7 +41,9 @@ def shape_check(*, roles: list[dict], queue: str, topology_mode: str = "none", h
     {asked, suggested}}. The estimated starts are the engine's what-if on the cluster now: "now" when the
     job would start in this cycle, else the backfill reservation's estimate (epoch seconds) when it is the
     first job waiting for room, else None (unknown: the engine reserves for one job at a time).
-    roles: [{name, tasks, gpus_per_task, min_available?, flavor?}] as submitted; queue: its name."""
+    roles: [{name, tasks, gpus_per_task, min_available?, flavor?, gpu_milli?, gpu_memory_mib?, mig_profile?}] as
+    job_rules.check_roles normalises them; a role of GPU shares (a fraction, GPU memory, MIG instances) strands no
+    whole GPU and gets no advice, and takes its share in the estimated starts; queue: its name."""
     from collections import Counter
 
     from scheduler.core.shapes import steer
@@ -50,6 +52,8 @@ def shape_check(*, roles: list[dict], queue: str, topology_mode: str = "none", h
     snapshot, _ = store.build_snapshot(_time.time() if now is None else now)
     out = []
     for i, r in enumerate(roles):
+        if r.get("gpu_milli") or r.get("gpu_memory_mib") or r.get("mig_profile"):
+            continue
         gpt, tasks = int(r.get("gpus_per_task") or 0), int(r.get("tasks") or 0)
         wanted = {f for f in str(r.get("flavor") or "").split("|") if f}
         # The nodes a task of the role can land on: of a flavor it accepts and at least gpus_per_task GPUs. Judged
@@ -81,7 +85,9 @@ def _estimated_start(snapshot, roles, queue, topology_mode, highest_tier, JobInf
     role_infos = tuple(RoleInfo(str(r.get("name") or f"role{k}"), int(r["tasks"]), int(r["gpus_per_task"]),
                                 int(r.get("min_available") or r["tasks"]), int(r.get("cpu_milli") or 0),
                                 int(r.get("memory_mib") or 0),
-                                tuple(f for f in str(r.get("flavor") or "").split("|") if f))
+                                tuple(f for f in str(r.get("flavor") or "").split("|") if f),
+                                gpu_milli=int(r.get("gpu_milli") or 0), gpu_memory_mib=int(r.get("gpu_memory_mib") or 0),
+                                mig_profile=str(r.get("mig_profile") or ""))
                        for k, r in enumerate(roles))
     probe = JobInfo(id="shape-check", queue=queue, roles=role_infos, submit_time=snapshot.now,
                     topology_mode=topology_mode, highest_tier=highest_tier, name="shape-check")

@@ -13,6 +13,7 @@ from ...models import Job
 from ...scheduling.advice import fragmentation_advice
 from ..filters import refuse_unknown_params
 from ..serializers.base import Serializer
+from ..serializers.jobs import GpusPerTaskField, TierField
 
 
 class AdviceMoveSerializer(Serializer):
@@ -84,7 +85,8 @@ class FragmentationAdviceViewSet(viewsets.GenericViewSet):
 class ShapeRoleSerializer(Serializer):
     name = serializers.CharField(max_length=64, required=False, default="worker")
     tasks = serializers.IntegerField(min_value=1, max_value=4096)
-    gpus_per_task = serializers.IntegerField(min_value=0, max_value=64)
+    gpus_per_task = GpusPerTaskField(help_text="whole GPUs per task, or a share of one GPU (submission's rule; a "
+                                               "share strands nothing and gets no advice)")
     min_available = serializers.IntegerField(min_value=1, max_value=4096, required=False, allow_null=True, default=None)
     flavor = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
@@ -92,7 +94,8 @@ class ShapeRoleSerializer(Serializer):
 class ShapeCheckSerializer(Serializer):
     queue = serializers.CharField(max_length=100, help_text="leaf queue name")
     topology_mode = serializers.ChoiceField(choices=Job.TopologyMode.choices, default="none")
-    highest_tier = serializers.IntegerField(min_value=1, max_value=32, required=False, allow_null=True, default=None)
+    highest_tier = TierField(required=False, allow_null=True, default=None,
+                             help_text="a tier number or name this cluster has, as on submission")
     roles = ShapeRoleSerializer(many=True, min_length=1, max_length=64)
 
 
@@ -132,7 +135,8 @@ class ShapeCheckViewSet(viewsets.GenericViewSet):
         from ...scheduling.advice import shape_check
 
         from ... import fit_check
-        from ...job_rules import check_roles
+        from ...job_rules import check_placement_and_limit, check_roles, resolve_tier
+        from ...models import Domain
 
         body = ShapeCheckSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -141,9 +145,15 @@ class ShapeCheckViewSet(viewsets.GenericViewSet):
         # refusal: a shape submission would refuse is a 400 naming the field, not advice on it (new-user trial 10,
         # F21: min_available 9 of 3 tasks was answered with advice)
         roles, errors = check_roles([{k: v for k, v in r.items() if v is not None} for r in d["roles"]])
+        # the job's tier by submission's rules too: a name resolved, a tier this cluster has (new-user trial 16, F7:
+        # 99 was "at most 32" here, "no such tier in this cluster" on submission, and 1..32767 in docs/api.md)
+        highest_tier, tier_errors = resolve_tier(d["highest_tier"], "highest_tier")
+        errors.update(tier_errors or check_placement_and_limit(
+            topology_mode=d["topology_mode"], highest_tier=highest_tier, preferred_tier=None, time_limit_seconds=None,
+            tiers=set(Domain.objects.values_list("tier", flat=True).distinct())))
         if errors:
             raise serializers.ValidationError(errors)
-        why = fit_check.refusal(roles, topology_mode=d["topology_mode"], highest_tier=d["highest_tier"])
+        why = fit_check.refusal(roles, topology_mode=d["topology_mode"], highest_tier=highest_tier)
         if why:
             raise serializers.ValidationError({"roles": why})
         queue = Queue.objects.filter(name=d["queue"]).only("team_id").first()
@@ -153,8 +163,7 @@ class ShapeCheckViewSet(viewsets.GenericViewSet):
         # jobs): 403, as job submission answers a queue of a team one is not in (new-user trial 10, F4).
         if queue.team_id is not None and not access.visible_queues(request.user).filter(pk=queue.pk).exists():
             raise PermissionDenied("only members of the queue's team (or platform admins) may check shapes on it")
-        out = shape_check(roles=[dict(r) for r in d["roles"]], queue=d["queue"], topology_mode=d["topology_mode"],
-                          highest_tier=d["highest_tier"])
+        out = shape_check(roles=roles, queue=d["queue"], topology_mode=d["topology_mode"], highest_tier=highest_tier)
         for a in out:
             a["estimated_start"] = {k: (None if v is None else str(v)) for k, v in a["estimated_start"].items()}
         return Response(ShapeAdviceSerializer(out, many=True).data)
