@@ -222,3 +222,21 @@ def test_a_job_refused_by_one_member_and_not_fitting_the_other_now_says_both(use
     assert job.state == "pending", job.reason
     assert job.reason.startswith("no cluster can run it: ") and "west: refused: " in job.reason, job.reason
     assert "east: " in job.reason and "no member cluster is healthy" not in job.reason
+
+
+@pytest.mark.parametrize("extra, field, words", [
+    ({"cluster_selector": []}, "cluster_selector", "an object of label: value strings"),
+    ({"cluster_selector": ""}, "cluster_selector", "an object of label: value strings"),
+    ({"clusters": ["east", "east"]}, "clusters", "member cluster 'east' is named twice"),
+    ({"clusters": {}}, "clusters", "a list of member cluster names"),
+    ({"data_site": 0}, "data_site", "a string of at most 100 characters"),
+])
+def test_federation_fields_are_taken_as_sent_or_refused(client_for, members, extra, field, words):
+    """New-user trial 16, F6: `cluster_selector: []` was stored as {} and `clusters` kept a name twice; a falsy value
+    of the wrong type is refused like any other (null still means none given)."""
+    r = client_for("member").post("/api/v1/federation/jobs/", {**JOB, **extra}, format="json")
+    assert r.status_code == 400 and words in str(r.json()[field]), r.content
+    assert not FederatedJob.objects.exists()
+    r = client_for("member").post("/api/v1/federation/jobs/", {**JOB, "cluster_selector": None, "clusters": None,
+                                                               "data_site": None}, format="json")
+    assert r.status_code == 201 and (r.json()["cluster_selector"], r.json()["clusters"]) == ({}, []), r.content

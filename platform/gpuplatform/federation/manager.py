@@ -162,14 +162,19 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
         raise ValidationError({"body": "a JSON object"})
     fed = {k: body[k] for k in FED_FIELDS if k in body}
     spec = {k: v for k, v in body.items() if k not in FED_FIELDS and k not in ("external_id", "team")}
-    clusters = fed.get("clusters") or []
+    # null is "none given"; any other value is taken as sent, never converted ([] was stored as {}; new-user trial
+    # 16, F6), and a member named twice is refused rather than kept twice
+    clusters = [] if fed.get("clusters") is None else fed["clusters"]
     if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
         raise ValidationError({"clusters": "a list of member cluster names"})
+    twice = next((c for i, c in enumerate(clusters) if c in clusters[:i]), None)
+    if twice is not None:
+        raise ValidationError({"clusters": f"member cluster {twice!r} is named twice"})
     unknown = sorted(set(clusters) - set(MemberCluster.objects.values_list("name", flat=True)))
     if unknown:
         raise ValidationError({"clusters": f"unknown member cluster {unknown[0]!r}"})
-    selector = _check_labels(fed.get("cluster_selector") or {}, "cluster_selector")
-    data_site = fed.get("data_site") or ""
+    selector = _check_labels({} if fed.get("cluster_selector") is None else fed["cluster_selector"], "cluster_selector")
+    data_site = "" if fed.get("data_site") is None else fed["data_site"]
     if not isinstance(data_site, str) or len(data_site) > 100:
         raise ValidationError({"data_site": "a string of at most 100 characters"})
     restartable = fed.get("restartable", False)
@@ -244,7 +249,7 @@ def cancel_federated_job(job: FederatedJob, *, actor=None, reason: str = "", cli
     with transaction.atomic():
         job = FederatedJob.objects.select_for_update().get(pk=job.pk)
         if job.state in FederatedJob.ENDED:
-            raise ValidationError({"state": f"the job already ended ({job.state})"})
+            raise ValidationError({"state": f"job is {job.state}, not pending or running"})  # the jobs API's words
         cluster, remote = job.cluster, job.remote_id
         was = job.state
     stopped = cluster is None
