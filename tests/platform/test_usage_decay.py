@@ -68,3 +68,27 @@ def test_off_orders_by_current_usage(db, settings):
     _submit(queues, teams, "burn", "burner", timezone.now())
     run_cycle_once()
     assert Queue.objects.get(name="burner").recent_usage == {}
+
+
+def test_a_queue_created_while_the_cluster_runs_ramps_up_from_zero(db, settings):
+    """New-user trial 16, F11: a queue's first recorded usage was its whole usage at its first cycle, as if it had
+    used that for ever (an inner queue created over root read 527 GPUs of history at once). It starts from 0 at the
+    last cycle before it, and follows r * 2^(-dt/h) + usage * (1 - 2^(-dt/h)) from there."""
+    from gpuplatform import services
+    from gpuplatform.models import Queue, Team
+    from gpuplatform.scheduling.store import run_cycle_once
+
+    settings.SCHEDULER_USAGE_HALF_LIFE_SECONDS = 6 * 3600
+    queues, teams = _cluster()
+    t0 = timezone.now()
+    run_cycle_once(clock=t0)  # the first cycle of all: every queue starts at its usage (none here)
+    late = services.create_queue("late", team=Team.objects.get(name="fresh"), quotas={"H100": (0, 0, None)})
+    services.submit_job(command=SLEEP, team=late.team, queue=late, name="l1", submitted_at=t0,
+                        roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 2}])
+    run_cycle_once(clock=t0 + timedelta(hours=6))  # starts it: 2 GPUs, folded in over the 6 h since the last cycle
+    run_cycle_once(clock=t0 + timedelta(hours=12))
+    late.refresh_from_db()
+    # 0 at t0 and 2 GPUs as of each cycle since (the usage after its admissions): 2 * (1 - 2^-2) = 1.5 at +12 h;
+    # started at its first cycle's usage it read 2.0 then and 2.0 now
+    assert abs(late.recent_usage["H100"] - 1.5) < 1e-3, late.recent_usage
+    assert not Queue.objects.get(name="burner").recent_usage.get("H100")

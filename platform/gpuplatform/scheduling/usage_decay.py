@@ -27,13 +27,20 @@ def default_config() -> CycleConfig:
 @transaction.atomic
 def record(queue_usage: dict[str, dict[str, float]], clock: datetime, config: CycleConfig) -> int:
     """Fold this cycle's usage (queue -> flavor -> GPUs, after the cycle's admissions) into every queue's
-    decayed usage. Returns the number of queues updated; 0 when the half-life is off."""
+    decayed usage. Returns the number of queues updated; 0 when the half-life is off. A queue new since the last
+    cycle folds in from 0 at that cycle's time; at the first cycle of all, each queue starts at its usage."""
     half_life = config.usage_half_life
     if not half_life:
         return 0
     updated = []
-    for queue in Queue.objects.select_for_update().only("id", "name", "recent_usage", "recent_usage_at"):
-        elapsed = (clock - queue.recent_usage_at).total_seconds() if queue.recent_usage_at else half_life * 50
+    queues = list(Queue.objects.select_for_update().only("id", "name", "recent_usage", "recent_usage_at"))
+    # A queue created since the last cycle had no usage before it: it starts from 0 at that cycle's time and ramps
+    # up as the formula says (new-user trial 16, F11: it started at its first cycle's whole usage, as if it had used
+    # that for ever). At the first cycle of all (no queue has a time yet) every queue starts at its usage now.
+    last = max((q.recent_usage_at for q in queues if q.recent_usage_at is not None), default=None)
+    for queue in queues:
+        since = queue.recent_usage_at or last
+        elapsed = max(0.0, (clock - since).total_seconds()) if since is not None else half_life * 50
         queue.recent_usage = {f: round(v, 4) for f, v in decay_usage(queue.recent_usage or {},
                                                                      queue_usage.get(queue.name, {}),
                                                                      elapsed, half_life).items()}
