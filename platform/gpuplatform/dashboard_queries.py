@@ -12,7 +12,7 @@ from django.db.models import F, Sum
 from django.db.models.functions import Coalesce
 
 from . import queries
-from .gpu_request import as_gpus, from_milli
+from .gpu_request import as_gpus, from_milli, shared_gpu_memory
 from .models import Allocation, ClusterSample, Gpu, Job, JobRole, Node, Queue, QueueSample, Team
 from .trees import Tree
 
@@ -202,7 +202,8 @@ def pending_jobs() -> list[dict]:
         position=queries.pending_queue_position(), overall_position=F("pending_position"),
         team_name=F("team__name"), queue_name=F("queue__name")))
     milli = dict(JobRole.objects.filter(job__state=Job.State.PENDING).values("job_id")
-                 .annotate(n=Sum(queries.role_gpu_milli())).order_by().values_list("job_id", "n"))
+                 .annotate(n=Sum(queries.role_gpu_milli(gpu_memory=shared_gpu_memory()))).order_by()
+                 .values_list("job_id", "n"))
     for r in rows:
         r["gpus"] = from_milli(milli.get(r["id"]) or 0)
     return rows

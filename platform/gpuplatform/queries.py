@@ -14,12 +14,12 @@ from operator import attrgetter, itemgetter
 
 from django.db import connection, transaction
 from django.db.models import (
-    Case, Count, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value, When,
+    BigIntegerField, Case, Count, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value, When,
 )
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Cast, Coalesce
 
 from .access import visible_jobs
-from .gpu_request import as_gpus, from_milli, role_per_task
+from .gpu_request import as_gpus, from_milli, role_per_task, shared_gpu_memory
 from .models import (
     Allocation, ClusterSample, Domain, Event, Job, JobRole, Node, Queue, QueueSample, Quota, SchedulerCycle, Task, Team,
 )
@@ -86,13 +86,18 @@ def job_list(user, *, team: str | None = None, state: str | Sequence[str] | None
 # back into GPUs with gpu_request.from_milli). Every page, sample and metric that sums GPUs over many jobs uses
 # these two, so a 0.25 share counts 0.25 everywhere, as the scheduler charges it against the queue's quota.
 
-def role_gpu_milli(prefix: str = ""):
+def role_gpu_milli(prefix: str = "", gpu_memory: int = 0):
     """Thousandths of a GPU-equivalent a JobRole row asks for (`prefix`: the path to the role, e.g. "roles__"):
-    tasks x gpu_milli for a share; 0 for a GPU-memory role (its share is known once bound, as
-    gpu_equivalents counts it while pending); else tasks x gpus_per_task x 1000 (whole GPUs, MIG instances)."""
+    tasks x gpu_milli for a share; for a GPU-memory role, tasks x its share of a GPU of `gpu_memory` MiB rounded up
+    (a pending job's: gpu_request.shared_gpu_memory, as job_gpus counts it; 0 when `gpu_memory` is 0: a bound
+    one's share is its allocations'); else tasks x gpus_per_task x 1000 (whole GPUs, MIG instances)."""
+    memory = Value(0)
+    if gpu_memory > 0:  # ceil(mib * 1000 / gpu_memory) in integers, as scheduler.core.sharing.task_milli
+        memory = F(f"{prefix}tasks") * ((Cast(F(f"{prefix}gpu_memory_mib"), BigIntegerField()) * 1000
+                                         + (gpu_memory - 1)) / gpu_memory)
     return Case(When(**{f"{prefix}gpu_milli__gt": 0}, then=F(f"{prefix}tasks") * F(f"{prefix}gpu_milli")),
-                When(**{f"{prefix}gpu_memory_mib__gt": 0}, then=Value(0)),
-                default=F(f"{prefix}tasks") * F(f"{prefix}gpus_per_task") * 1000, output_field=IntegerField())
+                When(**{f"{prefix}gpu_memory_mib__gt": 0}, then=memory),
+                default=F(f"{prefix}tasks") * F(f"{prefix}gpus_per_task") * 1000, output_field=BigIntegerField())
 
 
 def allocation_gpu_milli():
@@ -228,7 +233,7 @@ def queue_gpu_milli() -> tuple[dict[int, int], dict[int, int]]:
     )
     demand = dict(
         JobRole.objects.filter(job__state=Job.State.PENDING).values("job__queue_id")
-        .annotate(n=Sum(role_gpu_milli())).order_by().values_list("job__queue_id", "n")
+        .annotate(n=Sum(role_gpu_milli(gpu_memory=shared_gpu_memory()))).order_by().values_list("job__queue_id", "n")
     )
     return used, demand
 

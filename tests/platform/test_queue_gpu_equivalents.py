@@ -104,3 +104,34 @@ def test_gpu_request_writes_a_run_of_equal_roles_once():
     assert gpu_request([whole] * 64) == "64 roles of 8"
     assert gpu_request([whole, whole]) == "8+8"
     assert gpu_request([half] + [whole] * 3 + [half]) == "2x0.5+3 roles of 8+2x0.5"
+
+
+def test_a_pending_gpu_memory_job_counts_its_share_of_the_largest_shared_gpu_everywhere(db, settings, django_user_model):
+    """New-user trial 16, F12: a job asking 20000 MiB of GPU memory read `gpus: 0` while pending (API, gpuctl, the
+    queueing page, the queues' demand) while its pending reason said it "needs 0.14 GPU-equivalents". While pending
+    it now counts its share of the largest GPU that takes shares, rounded up as the engine rounds (the least the
+    scheduler charges it), on every surface; once running, the share it got."""
+    from gpuplatform import dashboard_queries, queries, services
+    from gpuplatform.gpu_request import job_gpus
+    from gpuplatform.models import Event, Gpu, Job, Node, Queue
+    from gpuplatform.scheduling import store
+
+    settings.REDIS_URL = ""
+    services.load_cluster_spec(ClusterSpec(name="one", nodes=(NodeSpec("n1", "H200", 8),),
+                                           queues=(QueueSpec("q", team="alpha", quotas={"H200": (0, 8, 8)}),)))
+    Gpu.objects.update(memory_mib=143771)
+    services.set_gpu_sharing(Node.objects.get(name="n1"), 0, "shared")
+    queue = Queue.objects.get(name="q")
+    job = services.submit_job(team=queue.team, queue=queue, name="mem", command=SLEEP, submitted_at=CLOCK,
+                              roles=[{"name": "w", "tasks": 2, "gpu_memory_mib": 20000}])
+    share = 2 * 0.14  # ceil(20000 x 1000 / 143771) = 140 thousandths per task
+    assert job_gpus(job) == share
+    assert "0.28 GPU-equivalents (2x20000MiB)" in Event.objects.get(kind="submitted", job=job).message
+    assert {u.queue: u for u in queries.queue_usage()}["q"].pending_demand == share
+    assert [r["gpus"] for r in dashboard_queries.pending_jobs()] == [share]
+    client = APIClient()
+    client.force_login(django_user_model.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True))
+    assert client.get(f"/api/v1/jobs/{job.pk}/").json()["gpus"] == share
+    store.run_cycle_once(clock=CLOCK)
+    assert Job.objects.get(pk=job.pk).state in Job.LIVE_STATES
+    assert job_gpus(Job.objects.get(pk=job.pk)) == share  # bound on a GPU of that size: the same share

@@ -12,7 +12,7 @@ from .. import clock, fit_check
 from ..audit import record_event
 from ..errors import ValidationError
 from ..execution import stop_job
-from ..gpu_request import gpu_equivalents, gpu_request
+from ..gpu_request import gpu_equivalents, gpu_request, job_gpus
 from ..job_rules import check_job, resolve_tier
 from ..lifecycle import closed_ancestor, end_job
 from ..models import Domain, Job, JobRole, Node, Queue, Task, Team
@@ -118,7 +118,8 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     if any(r.pk is None for r in role_rows):  # backends without RETURNING
         role_rows = list(JobRole.objects.filter(job=job).order_by("id"))
     Task.objects.bulk_create([Task(job=job, role=r, index=i) for r in role_rows for i in range(r.tasks)])
-    gpus = gpu_equivalents(role_rows)  # GPU-equivalents, as the API's `gpus` (2 x 0.5 = 1)
+    # GPU-equivalents, as the API's `gpus` (2 x 0.5 = 1; a GPU-memory share at its share of the largest shared GPU)
+    gpus = job_gpus(job) if any(r.gpu_memory_mib for r in role_rows) else gpu_equivalents(role_rows)
     request = gpu_request(role_rows)
     what = count(gpus, "GPU") if all(p.isdigit() for p in request.split("+")) else f"{gpus} GPU-equivalents ({request})"
     record_event("submitted", f"{name} submitted to {queue.name}: {what}", actor=submitter, job=job,
