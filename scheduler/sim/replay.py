@@ -216,6 +216,7 @@ class Replay:
         # several GPU models: a job's demand counts on each flavor it may take, so the meter caps each queue's fair
         # share at its demand in GPUs (fairshare.queue_demand); one model needs no cap (and no pass over the jobs)
         self.multi_flavor = len({n.flavor for n in cluster.nodes}) > 1
+        self.capped = _capped_leaves(state.queues, {n.flavor for n in cluster.nodes})
         first = jobs[0].submit if jobs else 0.0
         self.start = start = first if start is None else min(start, first)  # where the span begins (`replay`)
         self.ledger = Ledger(report, start=start, team_of=team_of, checkpoint=self.ckpt, tier_capacity=capacity)
@@ -546,17 +547,58 @@ class Replay:
         self._observe_largest(now, result.metrics.get("largest_runnable"))
         self.last_cycle = now
 
-    def settled(self, now: float) -> bool:
+    def settled(self, now: float) -> bool | str:
         """Whether the cycle due at `now` is the last one's fixed point: nothing happened since it (no arrival, job
         or node event up to `now`) and `now` is before its CycleResult.settled_until, so the engine would start,
-        evict and hold nothing new (core.cycle.settled_until). Never for an engine that is to see every cycle
-        (`every_cycle`)."""
+        evict and hold nothing new (core.cycle.settled_until). "arrivals": the same but for jobs that arrive up to
+        `now`, settled too when `refused_by_limits` holds for them once they are in. Never for an engine that is
+        to see every cycle (`every_cycle`)."""
         until = self.settled_until
         if until is None or now >= until or self.every_cycle:
             return False
         if self.events and self.events[0][0] <= now or self.node_events and self.node_events[0][0] <= now:
             return False
-        return not (self.arrival < len(self.jobs) and self.jobs[self.arrival].submit <= now)
+        if self.arrival < len(self.jobs) and self.jobs[self.arrival].submit <= now:
+            return "arrivals" if self.capped is not None and self.meter is None else False
+        return True
+
+    def refused_by_limits(self, arrived: list) -> bool:
+        """Whether a cycle on the last engine cycle's fixed point (`settled`) plus the pending jobs `arrived` (trace
+        jobs, arrived since) still decides nothing new: each new job is refused by its own queue's limit at the
+        usage that cycle left (CycleResult.metrics["queue_usage"]: running tasks and standing holds; nothing started
+        or ended since), and adds nothing a rule of core.cycle.settled_until reads:
+        - its queue is a leaf whose limit for the cluster's one flavor is set and at most its quota, as every leaf's
+          (`capped`, a static property: no queue can borrow, so no reclaim acts, for this job or another);
+        - its minimum GPUs fit within every limit of its chain (not never_fits_queue_limit: no terminal reason);
+        - no sharing, no time limit, no elastic role, and with preemption on, every pending job still has one
+          priority and no running preemptible job is below it (jobindex.JobCounts after the arrivals);
+        the fairness meter is off (its shares would take the new demand) and the cluster has one flavor.
+        A refused job changes no free GPU, usage or hold, and the order of the other (all refused) attempts changes
+        no refusal; the pending reasons of a settled last cycle are worked out at the close (`_close`)."""
+        counts, capped = self.state.counts, self.capped
+        if counts.sharing_jobs or counts.pending_timed or counts.pending_elastic or self.last_result is None:
+            return False
+        if self.config.preemption:
+            priorities = counts.pending_priorities
+            if len(priorities) != 1:
+                return False
+            if counts.preemptible_priorities and min(counts.preemptible_priorities) < next(iter(priorities)):
+                return False
+        usage = self.last_result.metrics.get("queue_usage")
+        if usage is None:
+            return False
+        flavor, limits = capped
+        pending = self.state.pending
+        for trace_job in arrived:
+            job = pending.get(trace_job.id)
+            bounds = limits.get(job.queue) if job is not None else None
+            if bounds is None or job.not_before is not None or job.reserved:
+                return False
+            own, chain = bounds
+            need = job.gpus_min
+            if need > chain or usage.get(job.queue, {}).get(flavor, 0) + need <= own:
+                return False
+        return True
 
     def settled_cycle(self, now: float) -> None:
         """The cycle at `now` when `settled(now)`: what `cycle` does with the engine's answer, without the engine.
@@ -707,6 +749,7 @@ class Replay:
             if self.until is not None and now > self.until:
                 break
             settled = self.settled(now)  # (before this interval's events: settled when there are none)
+            first = self.arrival
             self.process_until(now)
             if self.arrival < len(jobs) and self.ledger.clock < jobs[self.arrival].submit <= now:
                 # the books up to this batch's first arrival, before it: nothing of it waited earlier (the time
@@ -716,6 +759,8 @@ class Replay:
                 self.arrive(jobs[self.arrival])
                 self.arrival += 1
             self._advance(now)
+            if settled == "arrivals":
+                settled = self.refused_by_limits(jobs[first:self.arrival])
             if settled:
                 self.settled_cycle(now)
             else:
@@ -798,6 +843,34 @@ def spare_groups(cluster: ClusterSpec) -> dict[str, str]:
         tier, up = parent.get(n.domain, (None, None))
         out[n.name] = (up or n.domain or "") if tier == 1 else (n.domain or "")
     return out
+
+
+def _capped_leaves(queues, flavors: set) -> tuple[str, dict[str, tuple[int, int]]] | None:
+    """(the flavor, {leaf queue: (its limit, the least limit of its chain)}) when the cluster has one GPU flavor and
+    every leaf queue has a limit for it at most its quota: then no queue can ever borrow (usage <= limit <= quota
+    <= entitlement at every leaf, and an inner queue's usage is its children's); else None (Replay.refused_by_limits
+    is not tried). Units: GPUs."""
+    if len(flavors) != 1:
+        return None
+    (flavor,) = flavors
+    by_name = {q.name: q for q in queues}
+    parents = {q.parent for q in queues if q.parent is not None}
+    out = {}
+    for q in queues:
+        if q.name in parents:
+            continue
+        own = q.quotas.get(flavor)
+        if own is None or own.limit is None or own.limit > own.quota:
+            return None
+        chain, at, seen = own.limit, by_name.get(q.parent), set()
+        while at is not None and at.name not in seen:
+            seen.add(at.name)
+            quota = at.quotas.get(flavor)
+            if quota is not None and quota.limit is not None:
+                chain = min(chain, quota.limit)
+            at = by_name.get(at.parent)
+        out[q.name] = (own.limit, chain)
+    return flavor, out
 
 
 def _gpus(info) -> int:

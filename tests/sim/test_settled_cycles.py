@@ -32,6 +32,7 @@ class _Verified(Replay):
     """A replay whose settled cycles are each checked against a fresh engine's answer on the same state."""
 
     checked = 0
+    arrivals = 0  # of those, cycles settled with jobs that arrived since the last engine cycle (refused_by_limits)
 
     def cycle(self, now: float):
         result = super().cycle(now)
@@ -49,10 +50,19 @@ class _Verified(Replay):
                     or fresh.decisions), (now, fresh.bindings, fresh.evictions, fresh.decisions)
         assert sorted(map(repr, fresh.nominations)) == sorted(map(repr, last.nominations))
         assert fresh.held == last.held
-        # the same state (the last cycle dropped no job): the same metrics, fair shares and waiting jobs
-        assert fresh.metrics == last.metrics
-        assert fresh.fair_share == last.fair_share
-        assert fresh.pending.keys() == last.pending.keys()
+        # the same state (the last cycle dropped no job): the same metrics, fair shares and waiting jobs; or that
+        # state plus jobs that arrived since, each refused by its queue's limit (Replay.refused_by_limits): then
+        # only the count of waiting jobs differs, and the fair shares (the fairness meter is off: not read)
+        arrived = fresh.pending.keys() - last.pending.keys()
+        assert last.pending.keys() <= fresh.pending.keys()
+        if arrived:
+            assert self.meter is None
+            assert {fresh.pending[j].code for j in arrived} == {"queue_limit"}, [fresh.pending[j] for j in arrived]
+            assert fresh.metrics == {**last.metrics, "pending_jobs": last.metrics["pending_jobs"] + len(arrived)}
+            self.arrivals += 1
+        else:
+            assert fresh.metrics == last.metrics
+            assert fresh.fair_share == last.fair_share
         assert not any(r.terminal for r in fresh.pending.values())
         self.checked += 1
         super().settled_cycle(now)
@@ -77,9 +87,9 @@ def _fields(report) -> dict:
     return dict(walk(asdict(report), ""))
 
 
-def _both(cluster, trace, **kw) -> int:
+def _both(cluster, trace, with_arrivals: list | None = None, **kw) -> int:
     """Replay with settled cycles (each checked) and with the engine every cycle; the reports must agree. Returns
-    how many cycles were settled."""
+    how many cycles were settled (with_arrivals: a list to append how many of those had arrivals to)."""
     run = _Verified(cluster, trace, **kw)
     settled = run.run()
     every = Replay(cluster, trace, engine=_every_cycle(), **kw).run()
@@ -87,12 +97,18 @@ def _both(cluster, trace, **kw) -> int:
     a, b = _fields(settled), _fields(every)
     assert a.keys() == b.keys()
     assert {k: a[k] for k in a if a[k] != b[k]} == {}
+    if with_arrivals is not None:
+        with_arrivals.append(run.arrivals)
     return run.checked
 
 
 def test_every_rerun_of_the_partitioned_helios_slice_is_settled_and_checked():
+    """Partitioned (every leaf's limit is its quota: nobody borrows): the re-runs, and the cycles whose only news is
+    jobs refused by their queue's limit (Replay.refused_by_limits), are settled."""
     cluster, trace = helios_slice(0.3, borrow=False, start=30.4)
-    assert _both(cluster, trace, config=CycleConfig(), cycle_interval=1.0, fairness=False) > 50
+    arrivals = []
+    assert _both(cluster, trace, arrivals, config=CycleConfig(), cycle_interval=1.0, fairness=False) > 50
+    assert arrivals[0] > 20
 
 
 def test_helios_slice_with_borrowing():
@@ -146,6 +162,26 @@ def test_random_traces_of_one_priority_without_borrowing_settle():
                                         for j in trace.jobs))
         checked += _both(cluster, plain, fairness=False)
     assert checked > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_partitioned_traces_settle_arrivals_refused_by_their_queues_limit(seed):
+    """Every queue capped at its quota (no borrowing) and one priority: cycles whose news is only arrivals refused by
+    their queue's limit are settled, each checked against a fresh engine, and the reports stay equal; with mixed
+    priorities (preemption may act) or the fairness meter on (the new demand moves the shares), they are not."""
+    cluster, trace = _small(random.Random(seed), borrow=False)
+    capped = ClusterSpec(cluster.name, nodes=cluster.nodes, domains=cluster.domains,
+                         queues=tuple(QueueSpec(q.name, quotas={"H100": (q.quotas["H100"][0], q.quotas["H100"][1],
+                                                                         q.quotas["H100"][1])}) for q in cluster.queues))
+    plain = Trace(trace.name, tuple(TraceJob(j.id, j.queue, j.submit, j.duration, j.tasks, j.gpus_per_task,
+                                             priority=j.priority) for j in trace.jobs))
+    one = Trace(trace.name, tuple(TraceJob(j.id, j.queue, j.submit, j.duration, j.tasks, j.gpus_per_task)
+                                  for j in trace.jobs))
+    counts = []
+    _both(capped, one, counts, fairness=False)
+    _both(capped, plain, counts, fairness=False)
+    _both(capped, one, counts, fairness=True)
+    assert counts[0] > 0 and counts[2] == 0, counts
 
 
 @pytest.mark.parametrize("variant", ["failures and checkpoints", "spares", "rescheduling"])
