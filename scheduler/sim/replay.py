@@ -46,6 +46,7 @@ from clusterspec.spec import ClusterSpec, Trace
 from scheduler.core import EngineCache, run_cycle
 from scheduler.core.cycle import run_cycle as cycle_run
 from scheduler.core.plugins.fairshare import decay_usage, queue_demand
+from scheduler.core.plugins.feasibility import never_fits
 from scheduler.core.snapshot import CycleConfig, CycleResult, QueueInfo, Snapshot
 from scheduler.core.spares import plan_restart
 from scheduler.sim.fairness import FairnessMeter, leaf_teams, snapshot_fair_share
@@ -217,6 +218,7 @@ class Replay:
         # share at its demand in GPUs (fairshare.queue_demand); one model needs no cap (and no pass over the jobs)
         self.multi_flavor = len({n.flavor for n in cluster.nodes}) > 1
         self.capped = _capped_leaves(state.queues, {n.flavor for n in cluster.nodes})
+        self.may_fit: dict[tuple, bool] = {}  # a job's shape -> not statically never-fitting (refused_by_limits)
         first = jobs[0].submit if jobs else 0.0
         self.start = start = first if start is None else min(start, first)  # where the span begins (`replay`)
         self.ledger = Ledger(report, start=start, team_of=team_of, checkpoint=self.ckpt, tier_capacity=capacity)
@@ -569,7 +571,8 @@ class Replay:
         or ended since), and adds nothing a rule of core.cycle.settled_until reads:
         - its queue is a leaf whose limit for the cluster's one flavor is set and at most its quota, as every leaf's
           (`capped`, a static property: no queue can borrow, so no reclaim acts, for this job or another);
-        - its minimum GPUs fit within every limit of its chain (not never_fits_queue_limit: no terminal reason);
+        - its minimum GPUs fit within every limit of its chain (not never_fits_queue_limit) and the cluster may hold
+          it (feasibility.never_fits, the engine's static rule, checked before the headroom): no terminal reason;
         - no sharing, no time limit, no elastic role, and with preemption on, every pending job still has one
           priority and no running preemptible job is below it (jobindex.JobCounts after the arrivals);
         the fairness meter is off (its shares would take the new demand) and the cluster has one flavor.
@@ -597,6 +600,14 @@ class Replay:
             own, chain = bounds
             need = job.gpus_min
             if need > chain or usage.get(job.queue, {}).get(flavor, 0) + need <= own:
+                return False
+            shape = (job.roles, job.topology_mode, job.highest_tier, job.numa)
+            fits = self.may_fit.get(shape)
+            if fits is None:
+                fits = self.may_fit[shape] = never_fits(
+                    self.state.static_nodes(), self.state.domains, job.roles, topology_mode=job.topology_mode,
+                    highest_tier=job.highest_tier, numa=job.numa) is None
+            if not fits:
                 return False
         return True
 

@@ -269,6 +269,10 @@ class ClusterState:
         self.mig_used: set[str] = set()  # MIG instance UUIDs held
 
     # -- jobs -------------------------------------------------------------------------------------
+    def static_nodes(self) -> tuple[NodeInfo, ...]:
+        """The cluster's nodes as given (flavor, GPUs, domain: its static shape), whatever their state now."""
+        return tuple(self._base.values())
+
     def submit(self, info: JobInfo) -> None:
         """A new pending job (it may already hold GPUs: `reserved`, kept until set_holds says otherwise)."""
         assert info.id not in self.pending and info.id not in self.running, f"duplicate job id {info.id!r}"
