@@ -32,6 +32,7 @@ from . import clock
 from .audit import record_event
 from .diagnosis.attempts import close_attempt, mark_recovered
 from .models import Allocation, Job, Task
+from .scheduling.locks import lock_queue_tree
 from .trees import Tree
 from .wording import count
 
@@ -192,8 +193,22 @@ def close_idle_queues(queue_ids=None, *, at: datetime | None = None, actor=None)
     """Close every `closing` queue (of `queue_ids` and their ancestors, or all when None) with no pending or live
     job left in its subtree (itself and every queue below it: an inner queue closed while its leaves have jobs is
     closing until the last of them ends; new-user trial 11, F7): state -> closed, one `queue_closed` Event each.
-    Returns the names of the queues closed."""
+    When some queue is closing, holds the queue tree's lock (scheduling.locks.lock_queue_tree) and reads the
+    tree, the states and the jobs under it. Returns the names of the queues closed."""
     from .models import Queue  # the queue models sit beside the workload ones; imported here to keep the top small
+
+    if not Queue.objects.filter(state=Queue.State.CLOSING).exists():
+        return []
+    with transaction.atomic():
+        # under the queue tree's lock, read again: a queue moved below a closing one, a job submitted to it, or a
+        # reopen, committed meanwhile, is seen (new-user trial 16b, F6: a move under a closing queue and the cancel
+        # of its last job at once left it closed with the moved queue's pending job inside)
+        lock_queue_tree()
+        return _close_idle(queue_ids, at, actor)
+
+
+def _close_idle(queue_ids, at: datetime | None, actor) -> list[str]:
+    from .models import Queue
 
     closing = dict(Queue.objects.filter(state=Queue.State.CLOSING).values_list("id", "name"))
     if not closing:

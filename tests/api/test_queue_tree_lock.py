@@ -202,3 +202,61 @@ def test_a_parent_below_its_childrens_sum_may_be_raised_toward_it(subqueues):
     services.set_quota(alpha, "H100", 4, 8, 32)  # raised toward 10: taken
     with pytest.raises(services.ValidationError, match=r"quota \(7\) is below the sum of the children's quotas \(10\)"):
         services.set_quota(alpha, "H100", 4, 7, 32)
+
+
+@pytest.fixture
+def closing_parent(cluster):
+    """p (inner, under alpha, closing: its leaf l still has pending job j) and x (a leaf under alpha, pending job k)."""
+    from gpuplatform import services
+    from gpuplatform.models import Queue, Team
+
+    team = Team.objects.get(name="alpha")
+    services.create_queue("p", parent="alpha")
+    leaf, x = services.create_queue("l", parent="p", team=team), services.create_queue("x", parent="alpha", team=team)
+    roles = [{"name": "w", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 100}]
+    j = services.submit_job(team=team, queue=leaf, name="j", command=["sleep", "1"], roles=roles)
+    services.submit_job(team=team, queue=x, name="k", command=["sleep", "1"], roles=roles)
+    services.update_queue(Queue.objects.get(name="p"), state="closed")
+    assert Queue.objects.get(name="p").state == "closing"
+    return j
+
+
+@pytest.mark.services
+@pytest.mark.postgresql("row and advisory locks: PostgreSQL")
+def test_a_move_under_a_closing_queue_while_its_last_job_ends_keeps_it_closing(closing_parent):
+    """New-user trial 16b, F6: the close of a closing queue (its last job cancelled) read the tree without the move
+    under way, and the queue ended closed with the moved queue's pending job below it."""
+    from gpuplatform import services
+    from gpuplatform.models import Event, Job, Queue
+
+    out = _ordered(lambda: services.update_queue(Queue.objects.get(name="x"), parent="p"),
+                   lambda: services.cancel_job(Job.objects.get(pk=closing_parent.pk), reason="done"))
+    assert out["waited"] and "error" not in out, out
+    assert Queue.objects.get(name="p").state == "closing" and Queue.objects.get(name="x").parent.name == "p"
+    assert not Event.objects.filter(kind="queue_closed").exists()
+
+
+@pytest.mark.services
+@pytest.mark.postgresql("row and advisory locks: PostgreSQL")
+def test_a_move_under_a_queue_closed_meanwhile_is_refused(closing_parent):
+    from gpuplatform import services
+    from gpuplatform.models import Job, Queue
+
+    out = _ordered(lambda: services.cancel_job(Job.objects.get(pk=closing_parent.pk), reason="done"),
+                   lambda: services.update_queue(Queue.objects.get(name="x"), parent="p"))
+    assert isinstance(out.get("error"), services.ValidationError), out
+    assert "is closed" in out["error"].errors["parent"]
+    assert Queue.objects.get(name="p").state == "closed" and Queue.objects.get(name="x").parent.name == "alpha"
+
+
+@pytest.mark.services
+@pytest.mark.postgresql("row and advisory locks: PostgreSQL")
+def test_a_reopen_while_the_last_job_ends_writes_no_close(closing_parent):
+    """New-user trial 16b, F4: the queue stayed open but a queue_closed Event was written after the reopen."""
+    from gpuplatform import services
+    from gpuplatform.models import Event, Job, Queue
+
+    out = _ordered(lambda: services.update_queue(Queue.objects.get(name="p"), state="open"),
+                   lambda: services.cancel_job(Job.objects.get(pk=closing_parent.pk), reason="done"))
+    assert "error" not in out, out
+    assert Queue.objects.get(name="p").state == "open" and not Event.objects.filter(kind="queue_closed").exists()

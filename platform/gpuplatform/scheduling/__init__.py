@@ -10,7 +10,7 @@ runs around a cycle:
 - `failures`     node and GPU failure detection (heartbeats, unhealthy GPUs, draining nodes)
 - `samples`      the per-cycle time series for the dashboards
 - `usage_decay`  decayed queue usage for fair-share ordering with memory
-- `locks`        the cycle's single-flight lock
+- `locks`        the cycle's single-flight lock and the queue tree's lock
 - `tasks`        the Celery tasks (beat and workers know them by name), `request_cycle`, the in-process loop
 
 Imports run one way: this package imports `scheduler.core`; nothing under `scheduler/` imports the

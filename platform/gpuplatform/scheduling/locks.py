@@ -1,4 +1,4 @@
-"""Single-flight for the scheduling cycle.
+"""Single-flight for the scheduling cycle, and the queue tree's lock (lock_queue_tree).
 
 PostgreSQL: a session-level advisory lock (`pg_try_advisory_lock`), shared by every process using the
 database, released in `finally` (and by PostgreSQL itself if the process dies with its connection).
@@ -14,6 +14,7 @@ from typing import Iterator
 from django.db import connection
 
 CYCLE_LOCK_KEY = 0x6770_7573_6368  # "gpusch": the advisory lock id of the scheduling cycle
+QUEUE_TREE_LOCK_KEY = 0x6770_7571_7472  # "gpuqtr": the advisory lock id of the queue tree (lock_queue_tree)
 _local_lock = threading.Lock()
 _local_locks: dict[int, threading.Lock] = {CYCLE_LOCK_KEY: _local_lock}  # one per key (the forecast has its own)
 
@@ -39,3 +40,28 @@ def single_flight(key: int = CYCLE_LOCK_KEY) -> Iterator[bool]:
     finally:
         if acquired:
             lock.release()
+
+
+def lock_queue_tree(*, shared: bool = False) -> None:
+    """Serialize the writes that check a rule across several queues, until the current transaction ends.
+
+    Exclusive (`shared` False): a change to the queue tree or its quotas (create_queue, update_queue,
+    set_quota, delete_queue) and a closing queue's close (lifecycle.close_idle_queues), whose rules read the
+    siblings, the parent and the subtree (children's quotas within the parent's, no cycle, no job in a queue that
+    has children, closed only once the subtree is idle). Shared: a job submission, which reads its queue's and its ancestors' state: submissions do not wait
+    for each other, and a close or move waits for those under way (and they for it). Without it, two admins'
+    changes each passed its check against the other's old rows (new-user trial 16: two siblings' quotas raised
+    at once summed to 13 under a parent quota of 8; a queue closed while a job was being submitted to it read
+    `closed` with that job inside; two opposite moves deadlocked and were answered as a database outage).
+
+    PostgreSQL: a transaction-level advisory lock (`pg_advisory_xact_lock[_shared]`), released at commit or
+    rollback. SQLite: nothing to take: its write transactions begin IMMEDIATE (settings), so one runs at a time.
+    Call it first in the transaction, before any row lock (a caller holding a row that a lock holder writes
+    would deadlock). Raises RuntimeError outside a transaction (the lock would end at once)."""
+    if connection.vendor != "postgresql":
+        return
+    if not connection.in_atomic_block:
+        raise RuntimeError("lock_queue_tree needs a transaction (transaction.atomic)")
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock_shared(%s)" if shared else "SELECT pg_advisory_xact_lock(%s)",
+                    [QUEUE_TREE_LOCK_KEY])
