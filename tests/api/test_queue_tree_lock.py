@@ -260,3 +260,61 @@ def test_a_reopen_while_the_last_job_ends_writes_no_close(closing_parent):
                    lambda: services.cancel_job(Job.objects.get(pk=closing_parent.pk), reason="done"))
     assert "error" not in out, out
     assert Queue.objects.get(name="p").state == "open" and not Event.objects.filter(kind="queue_closed").exists()
+
+
+# --- new-user trial 16b, F1-F3: one name at a time (scheduling.locks.lock_name) ----------------------------------
+
+@pytest.mark.services
+@pytest.mark.postgresql("advisory locks: PostgreSQL")
+def test_two_teams_of_one_name_at_once_answer_one_201_and_the_rules_400(cluster):
+    from gpuplatform import services
+    from gpuplatform.models import Team
+
+    out = _ordered(lambda: services.create_team("Same"), lambda: services.create_team("Same"))
+    assert out["waited"] and isinstance(out.get("error"), services.ValidationError), out
+    assert out["error"].errors == {"name": "a team named 'Same' already exists"}
+    assert Team.objects.filter(name="Same").count() == 1
+
+
+@pytest.mark.services
+@pytest.mark.postgresql("advisory locks: PostgreSQL")
+def test_one_membership_added_and_removed_twice_at_once_changes_once(users):
+    from gpuplatform import services
+    from gpuplatform.models import Event, Membership, Team
+
+    team, user = Team.objects.get(name="beta"), users["viewer"]
+    out = _ordered(lambda: services.add_member(team, user, "member"), lambda: services.add_member(team, user, "member"))
+    assert out["waited"] and out["result"].was_added is False, out
+    assert Event.objects.filter(kind="member_added", data__user=str(user), data__team="beta").count() == 1
+    row = Membership.objects.get(team=team, user=user)
+    out = _ordered(lambda: services.remove_member(Membership.objects.get(pk=row.pk)),
+                   lambda: services.remove_member(row))
+    assert out["waited"] and out["result"] is False, out
+    assert Event.objects.filter(kind="member_removed", data__user=str(user), data__team="beta").count() == 1
+
+
+@pytest.mark.services
+@pytest.mark.postgresql("advisory locks: PostgreSQL")
+def test_retries_with_one_idempotency_key_sent_at_once_all_get_the_first_answer(admin):
+    """Ten creations of one queue with one key at once: one 201 and nine replays of it (1-2 of 10 read 400
+    'already exists': their handler ran after the first committed, before the key's row was read)."""
+    from gpuplatform.models import Queue
+
+    barrier, got = threading.Barrier(10), [None] * 10
+
+    def post(i):
+        try:
+            barrier.wait(10)
+            got[i] = admin.post("/api/v1/queues/", {"name": "idem", "parent": "alpha"}, format="json",
+                                HTTP_IDEMPOTENCY_KEY="queue-idem")
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted((r.status_code, r.get("Idempotent-Replayed", "")) for r in got) == [(201, "")] + [(201, "true")] * 9, \
+        [(r.status_code, r.content) for r in got]
+    assert len({r.json()["id"] for r in got}) == 1 and Queue.objects.filter(name="idem").count() == 1

@@ -31,6 +31,7 @@ from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.response import Response
 
 from ..models import IdempotencyKey
+from ..scheduling.locks import lock_name
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -103,6 +104,10 @@ class IdempotentCreateMixin:
         if key is None:
             return
         fp = fingerprint(request)
+        # one key's requests one at a time (dispatch's transaction holds the lock to its commit): a retry sent while
+        # the first is still running waits, then reads its row and replays it, rather than running the handler and
+        # answering its "already exists" (new-user trial 16b, F1)
+        lock_name("idempotency", f"{request.user.pk}:{key}")
         row = IdempotencyKey.objects.filter(user=request.user, key=key, created_at__gte=timezone.now() - ttl()).first()
         if row is not None:
             if row.fingerprint != fp:

@@ -65,3 +65,22 @@ def lock_queue_tree(*, shared: bool = False) -> None:
     with connection.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock_shared(%s)" if shared else "SELECT pg_advisory_xact_lock(%s)",
                     [QUEUE_TREE_LOCK_KEY])
+
+
+def lock_name(namespace: str, value) -> None:
+    """Serialize, until the current transaction ends, the writes that check one name of `namespace` (a team's
+    name or slug, a user's membership of a team, an idempotency key) before they write it: the second waits for the
+    first to commit and then reads its row, so it answers the rule's 400 or the replay, not the unique index's
+    error (new-user trial 16b, F1-F3: two creations of one team name answered a 500; concurrent retries with one
+    Idempotency-Key a 400 "already exists"; one membership added three times read "created" thrice).
+    PostgreSQL: a transaction-level advisory lock on the two-key space (hashtext(namespace), hashtext(value)), apart
+    from the one-key locks above; a hash shared by two values only makes them wait for each other. SQLite: nothing
+    (its write transactions run one at a time). Raises RuntimeError outside a transaction."""
+    if connection.vendor != "postgresql":
+        return
+    if not connection.in_atomic_block:
+        raise RuntimeError("lock_name needs a transaction (transaction.atomic)")
+    with connection.cursor() as cur:
+        # (a NUL, which PostgreSQL text refuses, is left out: the value is refused by its own rule afterwards)
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))",
+                    [namespace, str(value).replace("\x00", "")])

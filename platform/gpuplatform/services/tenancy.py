@@ -7,6 +7,7 @@ from django.utils.text import slugify
 from ..audit import record_event
 from ..models import Membership, Team
 from ..names import name_error
+from ..scheduling.locks import lock_name
 from .base import raise_if
 
 __all__ = ["create_team", "add_member", "remove_member"]
@@ -16,7 +17,11 @@ __all__ = ["create_team", "add_member", "remove_member"]
 def create_team(name: str, *, slug: str | None = None, description: str = "", actor=None) -> Team:
     """Create a team. Raises ValidationError: name empty, taken or breaking the name rule (names.py)
     ("name"), a name whose slug (made from it when none is sent) is empty or another team's ("name"), a slug
-    sent that another team has ("slug")."""
+    sent that another team has ("slug"). Holds the name's and the slug's locks (scheduling.locks.lock_name) from
+    the check to the commit."""
+    if isinstance(name, str):
+        lock_name("team name", name)
+        lock_name("team slug", slug or slugify(name))
     errors = {}
     if name_error("team", name):
         errors["name"] = name_error("team", name)
@@ -45,28 +50,38 @@ def create_team(name: str, *, slug: str | None = None, description: str = "", ac
 @transaction.atomic
 def add_member(team: Team, user, role: str = "member", *, actor=None) -> Membership:
     """Add `user` to `team` with `role` (member | admin | viewer), or change the role of an existing member.
-    A member who already has that role is returned as is: nothing is written, no event recorded."""
+    A member who already has that role is returned as is: nothing is written, no event recorded. The returned
+    membership's `was_added` says whether this call created it (the API's 201 or 200); concurrent calls for one
+    user and team run one after the other (scheduling.locks.lock_name), so one of them adds."""
     raise_if({} if role in Membership.Role.values else {"role": f"role must be one of {Membership.Role.values}"})
+    lock_name("membership", f"{team.pk}:{user.pk}")
     current = Membership.objects.select_for_update().filter(user=user, team=team).first()
     if current is not None and current.role == role:
+        current.was_added = False
         return current
     if current is not None:
         _refuse_last_admin(current, f"cannot make them {role}")
     membership, _ = Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
     record_event("member_added", f"{user} is {role} of {team.name}", actor=actor,
                  data={"team": team.name, "user": str(user), "role": role})
+    membership.was_added = current is None
     return membership
 
 
 @transaction.atomic
-def remove_member(membership: Membership, *, actor=None) -> None:
-    """Remove a user from a team. Their jobs stay (they belong to the team). Raises ValidationError ("role")
-    for the team's last admin (_refuse_last_admin)."""
+def remove_member(membership: Membership, *, actor=None) -> bool:
+    """Remove a user from a team. Their jobs stay (they belong to the team). Returns False, writing nothing, when
+    the membership is gone already (a concurrent removal came first: the API's 404). Raises ValidationError
+    ("role") for the team's last admin (_refuse_last_admin)."""
+    lock_name("membership", f"{membership.team_id}:{membership.user_id}")
+    if not Membership.objects.filter(pk=membership.pk).exists():
+        return False
     _refuse_last_admin(membership, "cannot remove them")
     team, user, role = membership.team, membership.user, membership.role
     Membership.objects.filter(pk=membership.pk).delete()
     record_event("member_removed", f"{user} is no longer {role} of {team.name}", actor=actor,
                  data={"team": team.name, "user": str(user), "role": role})
+    return True
 
 
 def _refuse_last_admin(membership: Membership, what: str) -> None:

@@ -1,6 +1,6 @@
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -62,7 +62,8 @@ class MembershipViewSet(IdempotentCreateMixin, viewsets.ModelViewSet):
         serializer.instance = services.add_member(team, user, data.get("role", current.role), actor=self.request.user)
 
     def perform_destroy(self, instance):
-        services.remove_member(instance, actor=self.request.user)
+        if not services.remove_member(instance, actor=self.request.user):
+            raise NotFound("No Membership matches the given query.")  # removed by a concurrent request
 
     def create(self, request, *args, **kwargs):
         """Add a member: 201 with the new membership; 200 with it when the user was already in the team (the
@@ -71,10 +72,10 @@ class MembershipViewSet(IdempotentCreateMixin, viewsets.ModelViewSet):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        existed = Membership.objects.filter(team=data["team"], user=data["user"]).exists()
         self.perform_create(serializer)
+        added = getattr(serializer.instance, "was_added", True)  # services.add_member's, under its lock
         return Response(self.get_serializer(serializer.instance).data,
-                        status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
+                        status=status.HTTP_201_CREATED if added else status.HTTP_200_OK)
 
 
 class MeView(APIView):
