@@ -2,12 +2,9 @@
 one job is stored and both answers carry its id (api-idempotent-submit.yaml, the race variant)."""
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connections
 
-from tests.api.helpers_api import job_body
+from tests.api.helpers_api import at_once, job_body
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -16,22 +13,8 @@ def test_concurrent_retries_with_one_key_store_one_job(client_for):
     from gpuplatform.models import IdempotencyKey, Job
 
     clients = [client_for("member"), client_for("member")]
-    barrier = threading.Barrier(2)
-    answers = [None, None]
-
-    def post(i):
-        try:
-            barrier.wait(timeout=10)
-            answers[i] = clients[i].post("/api/v1/jobs/", job_body(name="race"), format="json",
-                                         HTTP_IDEMPOTENCY_KEY="race-1")
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=post, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    answers = at_once([lambda c=c: c.post("/api/v1/jobs/", job_body(name="race"), format="json",
+                                          HTTP_IDEMPOTENCY_KEY="race-1") for c in clients])
     assert all(a is not None and a.status_code == 201 for a in answers), [getattr(a, "content", a) for a in answers]
     assert answers[0].json()["id"] == answers[1].json()["id"]
     assert Job.objects.filter(name="race").count() == 1 and IdempotencyKey.objects.filter(key="race-1").count() == 1

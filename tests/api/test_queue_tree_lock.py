@@ -14,6 +14,8 @@ import time
 import pytest
 from django.db import connection, connections, transaction
 
+from tests.api.helpers_api import at_once
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -146,21 +148,9 @@ def test_two_opposite_moves_at_once_answer_the_cycle_not_an_outage(subqueues, ad
     for rnd in range(3):
         for name in (f"m{rnd}a", f"m{rnd}b"):
             assert admin.post("/api/v1/queues/", {"name": name, "parent": "c0"}, format="json").status_code == 201
-        barrier, got = threading.Barrier(2), [None, None]
-
-        def move(i, me, to):
-            try:
-                barrier.wait(10)
-                got[i] = admin.patch(f"/api/v1/queues/{me}/", {"parent": to}, format="json", HTTP_IF_MATCH="*")
-            finally:
-                connections.close_all()
-
         a, b = f"m{rnd}a", f"m{rnd}b"
-        threads = [threading.Thread(target=move, args=(0, a, b)), threading.Thread(target=move, args=(1, b, a))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        got = at_once([lambda x=x, y=y: admin.patch(f"/api/v1/queues/{x}/", {"parent": y}, format="json",
+                                                    HTTP_IF_MATCH="*") for x, y in ((a, b), (b, a))])
         codes = sorted(r.status_code for r in got)
         assert codes == [200, 400], [(r.status_code, r.content) for r in got]
         refused = next(r for r in got if r.status_code == 400).json()
@@ -300,21 +290,8 @@ def test_retries_with_one_idempotency_key_sent_at_once_all_get_the_first_answer(
     'already exists': their handler ran after the first committed, before the key's row was read)."""
     from gpuplatform.models import Queue
 
-    barrier, got = threading.Barrier(10), [None] * 10
-
-    def post(i):
-        try:
-            barrier.wait(10)
-            got[i] = admin.post("/api/v1/queues/", {"name": "idem", "parent": "alpha"}, format="json",
-                                HTTP_IDEMPOTENCY_KEY="queue-idem")
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=post, args=(i,)) for i in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    got = at_once([lambda: admin.post("/api/v1/queues/", {"name": "idem", "parent": "alpha"}, format="json",
+                                      HTTP_IDEMPOTENCY_KEY="queue-idem")] * 10)
     assert sorted((r.status_code, r.get("Idempotent-Replayed", "")) for r in got) == [(201, "")] + [(201, "true")] * 9, \
         [(r.status_code, r.content) for r in got]
     assert len({r.json()["id"] for r in got}) == 1 and Queue.objects.filter(name="idem").count() == 1

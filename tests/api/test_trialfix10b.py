@@ -5,10 +5,9 @@ weight bounds differed between the queue API and the what-if). F1 (the admin's s
 tests/platform/test_admin_services.py."""
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connections
+
+from tests.api.helpers_api import at_once
 
 SLEEP = ["sleep", "3600"]
 
@@ -27,21 +26,8 @@ def test_concurrent_priority_changes_write_a_chain(client_for, jobs):
 
     job = jobs["own"]
     clients = [client_for("team_admin") for _ in range(4)]
-    barrier = threading.Barrier(4)
-    answers = [None] * 4
-
-    def patch(i):
-        try:
-            barrier.wait(timeout=10)
-            answers[i] = clients[i].patch(f"/api/v1/jobs/{job.pk}/", {"priority": i + 1}, format="json")
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=patch, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    answers = at_once([lambda i=i: clients[i].patch(f"/api/v1/jobs/{job.pk}/", {"priority": i + 1}, format="json")
+                       for i in range(4)])
     assert all(a is not None and a.status_code == 200 for a in answers), [getattr(a, "content", a) for a in answers]
     chain = list(Event.objects.filter(kind="priority_changed", job=job).order_by("id").values_list("data", flat=True))
     assert len(chain) == 4
