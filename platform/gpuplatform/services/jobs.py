@@ -86,7 +86,10 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     queue = resolve_queue(queue, "queue")
     if queue is None:
         raise ValidationError({"queue": "queue is required"})
-    queue.refresh_from_db(fields=["state", "parent"])  # as of the lock (a close committed since it was loaded)
+    try:
+        queue.refresh_from_db(fields=["state", "parent"])  # as of the lock (a close committed since it was loaded)
+    except Queue.DoesNotExist:
+        raise ValidationError({"queue": f"unknown queue {queue.name!r} (deleted)"}) from None
     tiers = set(Domain.objects.values_list("tier", flat=True).distinct())
     has_children = Queue.objects.filter(parent=queue).exists()
     highest_tier, tier_errors = resolve_tier(highest_tier, "highest_tier")
