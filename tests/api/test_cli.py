@@ -131,7 +131,7 @@ def test_set_sharing_then_submit_a_fraction_and_see_gpu_equivalents(gpuctl):
     code, out, _ = gpuctl("member", "list")
     assert code == 0 and "1.5 (3x0.5)" in out
     code, _, err = gpuctl("member", "submit", "--queue", "alpha", "--name", "x", "--gpus", "1.5", "--command", "true")
-    assert code == 2 and "fraction between 0 and 1" in err
+    assert code == 2 and "fraction of one GPU from 0.001 to 0.999" in err
 
 
 def test_unreachable_api_exits_2(capsys):
