@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import io
+import threading
+import time
 from pathlib import Path
 from datetime import datetime, timedelta, timezone
 
@@ -453,3 +455,42 @@ def test_keep_continues_the_kept_workload_instead_of_replaying_it_again(tiny_imp
     assert not SchedulerCycle.objects.filter(number__gt=max(new_cycles.values_list("number", flat=True)),
                                              clock__lt=stopped).exists()
     assert SchedulerCycle.objects.order_by("-number").first().clock >= stopped  # the clock did not go back
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_returns_only_once_its_last_forecast_has_ended(tiny_importers, settings, monkeypatch):
+    """The CI run at 22c0f34 lost the teardown of the test above (Django's flush, a TRUNCATE) while a forecast
+    thread, started by the demo's last cycles, still ran after the demo had returned; another test's thread
+    was stopped at "Database access not allowed" the same way. A demo (any loop) that stops waits for its
+    forecast: nothing of it writes after it has returned."""
+    from gpuplatform.scheduling import forecast as store_forecast
+    from gpuplatform.scheduling import tasks
+
+    settings.FORECAST_SECONDS = 1
+    began, ended = threading.Event(), threading.Event()
+
+    def slow_forecast(clock):
+        began.set()
+        time.sleep(2.0)  # longer than the demo's 1 s
+        ended.set()
+
+    monkeypatch.setattr(store_forecast, "run_forecast_once", slow_forecast)
+    monkeypatch.setattr(tasks, "_forecast_thread", [None])
+    monkeypatch.setattr(tasks, "_last_forecast_clock", [None])
+    monkeypatch.setattr(tasks, "_forecast_wall", [0.0, 0.0])
+    call_command("demo", "--no-server", "--duration-seconds", "1", "--start-day", "0", "--tick", "0.2",
+                 "--password", "pw-demo-123", stdout=io.StringIO())
+    assert began.is_set()  # a forecast ran
+    assert ended.is_set()  # and had ended when the demo returned
+    assert not tasks._forecast_thread[0].is_alive()
+
+    stop = threading.Event()
+    began.clear()
+    ended.clear()
+    loop = threading.Thread(target=tasks.run_loop, kwargs={"interval_seconds": 0.1, "clock_fn": lambda: datetime.now(timezone.utc),
+                                                         "stop_event": stop, "forecast": True})
+    loop.start()
+    assert began.wait(10)
+    stop.set()
+    loop.join(10)
+    assert not loop.is_alive() and ended.is_set()  # run_loop, too, returns after its forecast

@@ -64,6 +64,7 @@ def run(cmd, opts) -> None:
     cmd._migrate()
     workers, procs = [], []
     stop = threading.Event()
+    rounder: threading.Thread | None = None
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -120,7 +121,8 @@ def run(cmd, opts) -> None:
                     close_old_connections()
                 stop.wait(2.0)
 
-        threading.Thread(target=rounds, name="federation-round", daemon=True).start()
+        rounder = threading.Thread(target=rounds, name="federation-round", daemon=True)
+        rounder.start()
         example = Path(settings.BASE_DIR) / "examples" / "rendezvous.py"
         cmd._say("\n".join([
             "", "=" * 72, f"Federation: manager on {api}/federation/ with {n} workers ("
@@ -146,6 +148,8 @@ def run(cmd, opts) -> None:
         server.server_close()
     finally:
         stop.set()
+        if rounder is not None:
+            rounder.join(timeout=30)  # a round under way ends before the demo does (it writes)
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

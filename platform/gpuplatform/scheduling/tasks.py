@@ -145,6 +145,18 @@ def forecast_in_thread(clock: datetime) -> threading.Thread | None:
     return thread
 
 
+def wait_for_forecast(timeout_seconds: float = 60.0) -> bool:
+    """Wait up to `timeout_seconds` (wall) for the forecast thread forecast_in_thread started, if one runs.
+    A loop that stops calls it, so that no forecast goes on writing (and holding its connection's locks)
+    after the loop's owner has moved on: the CI run at 22c0f34 lost a test's teardown (its TRUNCATE) to a
+    demo's forecast still running after the demo returned. Returns True when no forecast runs any more."""
+    running = _forecast_thread[0]
+    if running is None or running is threading.current_thread():
+        return True
+    running.join(timeout_seconds)
+    return not running.is_alive()
+
+
 @shared_task(name=DETECT_NODE_FAILURES, ignore_result=False)
 def detect_node_failures(now: str | None = None) -> dict:
     """Periodic failure detection (failures.py) at wall-clock time (or `now`, ISO 8601), under
@@ -248,4 +260,6 @@ def run_loop(*, interval_seconds: float, clock_fn: Callable[[], datetime], stop_
         if on_cycle is not None:
             on_cycle(cycle)
         stop_event.wait(interval_seconds)
+    if forecast:
+        wait_for_forecast()
     return count

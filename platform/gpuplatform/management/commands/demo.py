@@ -506,7 +506,7 @@ class Command(BaseCommand):
     def loop(self, feeder, clock, stop: threading.Event, *, tick: float, duration: float | None) -> int:
         """Feed and schedule until `stop` is set or `duration` wall seconds passed. Returns cycles run."""
         from gpuplatform.scheduling.store import run_cycle_once
-        from gpuplatform.scheduling.tasks import forecast_in_thread
+        from gpuplatform.scheduling.tasks import forecast_in_thread, wait_for_forecast
 
         began = time.monotonic()
         cycles = 0
@@ -533,6 +533,7 @@ class Command(BaseCommand):
                 last_report = t0
                 self._progress(now)
             stop.wait(max(0.0, tick - (time.monotonic() - t0)))
+        wait_for_forecast()  # the demo's last forecast ends with the demo, not after it
         return cycles
 
     def _progress(self, now: datetime):
