@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_safe
 
 from gpuplatform import access, clock, queries
 from gpuplatform.event_visibility import redacted
-from gpuplatform.gpu_request import gpu_request, job_gpus
+from gpuplatform.gpu_request import from_milli, gpu_request, job_gpus
 from gpuplatform.federation.manager import is_manager, visible_federated_jobs
 from gpuplatform.models import IdleAllocation, Job
 from gpuplatform.telemetry import task_summary
@@ -199,7 +199,7 @@ def job_list(request):
     rows = []
     for j in page_rows:
         duration = (j.finished_at - j.started_at).total_seconds() if j.finished_at and j.started_at else None
-        rows.append({"job": j, "gpus": job_gpus(j), "shape": queries.shape(j), "nodes": queries.node_names(j), "duration": duration})
+        rows.append({"job": j, "gpus": from_milli(j.gpus_milli), "shape": queries.shape(j), "nodes": queries.node_names(j), "duration": duration})
     base = {k: v for k, v in filters.items() if v}
     sort_value = ("-" if page.descending else "") + page.sort
     # Pending jobs have no finish, duration, placement or nodes: those columns go, so the pending reason is

@@ -56,21 +56,15 @@ def shared_gpu_memory() -> int:
         m=Max("memory_mib"))["m"] or 0
 
 
-def memory_share_milli(gpu_memory_mib: int, gpu_memory: int) -> int:
-    """Thousandths of a GPU one task asking `gpu_memory_mib` takes of a GPU of `gpu_memory` MiB, rounded up (the
-    engine's rule, scheduler.core.sharing.task_milli); 0 when the GPU's memory is unknown (0)."""
-    from types import SimpleNamespace
-
-    from scheduler.core.sharing import task_milli
-
-    return task_milli(SimpleNamespace(gpu_milli=0, gpu_memory_mib=gpu_memory_mib), gpu_memory)
-
-
-def job_gpus(job, gpu_memory: int | None = None) -> int | float:
+def job_gpus(job, gpu_memory=None) -> int | float:
     """gpu_equivalents of a saved job's roles, with its memory-share roles' live allocations (one query,
     only when it has such a role). A pending job's memory-share roles count, per task, their share of the
-    largest GPU that takes shares (`gpu_memory`, default shared_gpu_memory(): the least the scheduler charges
-    them; new-user trial 16, F12: such a job read 0 while pending, 0.14 in its reason, 0.487 once running)."""
+    largest GPU that takes shares, rounded up as the engine charges it (scheduler.core.sharing.task_milli; new-user
+    trial 16, F12: such a job read 0 while pending, 0.14 in its reason, 0.487 once running). `gpu_memory`: that
+    GPU's MiB, or a function giving it (called only for such a job: a list passes one that reads it once per
+    request), default shared_gpu_memory(). The SQL twin over many jobs is queries.job_gpus_milli."""
+    from scheduler.core.sharing import task_milli
+
     from .models import Allocation, Job
 
     roles = list(job.roles.all())
@@ -78,8 +72,9 @@ def job_gpus(job, gpu_memory: int | None = None) -> int | float:
     bound = 0
     if memory_roles:
         if job.state == Job.State.PENDING:
-            gpu_memory = shared_gpu_memory() if gpu_memory is None else gpu_memory
-            bound = sum(r.tasks * memory_share_milli(r.gpu_memory_mib, gpu_memory) for r in memory_roles)
+            gpu_memory = shared_gpu_memory() if gpu_memory is None else gpu_memory() if callable(gpu_memory) \
+                else gpu_memory
+            bound = sum(r.tasks * task_milli(r, gpu_memory) for r in memory_roles)
         else:
             bound = sum(Allocation.objects.filter(task__role_id__in=[r.pk for r in memory_roles],
                                                   released_at__isnull=True).values_list("gpu_milli", flat=True))

@@ -45,7 +45,7 @@ def job_list(user, *, team: str | None = None, state: str | Sequence[str] | None
 
     State "finished" stands for every final state, "live" for admitted/running/preempting, "cancelling" and
     "stopping" for a preempting job that will end (job_state_q). `gpus_milli`
-    (GPU-equivalents in thousandths, the jobs page's GPUs sort) is annotated (a subquery, so the rows stay
+    (GPU-equivalents in thousandths, job_gpus_milli: the jobs page's GPUs column and sort) is annotated (a subquery, so the rows stay
     one per job and can be ordered and paged by it). Roles and the nodes of the tasks are prefetched, so a
     page of jobs costs a fixed number of queries.
     """
@@ -67,12 +67,9 @@ def job_list(user, *, team: str | None = None, state: str | Sequence[str] | None
         if text.lstrip("#").isdigit() and len(text) < 18:
             match |= Q(pk=int(text.lstrip("#")))
         qs = qs.filter(match)
-    # thousandths of a GPU-equivalent (role_gpu_milli), an integer the keyset cursor can carry
-    milli = (JobRole.objects.filter(job=OuterRef("pk")).order_by().values("job")
-             .annotate(n=Sum(role_gpu_milli())).values("n"))
     return (
         qs.select_related("team", "queue", "submitter")
-        .annotate(gpus_milli=Coalesce(Subquery(milli, output_field=IntegerField()), 0))
+        .annotate(gpus_milli=job_gpus_milli())
         .prefetch_related(
             Prefetch("roles", queryset=JobRole.objects.order_by("id")),
             Prefetch("tasks", queryset=Task.objects.select_related("node").only("id", "job_id", "node__name", "state")),
@@ -98,6 +95,26 @@ def role_gpu_milli(prefix: str = "", gpu_memory: int = 0):
     return Case(When(**{f"{prefix}gpu_milli__gt": 0}, then=F(f"{prefix}tasks") * F(f"{prefix}gpu_milli")),
                 When(**{f"{prefix}gpu_memory_mib__gt": 0}, then=memory),
                 default=F(f"{prefix}tasks") * F(f"{prefix}gpus_per_task") * 1000, output_field=BigIntegerField())
+
+
+def job_gpus_milli(gpu_memory: int | None = None):
+    """A Job row's `gpus` (gpu_request.job_gpus) in thousandths of a GPU-equivalent, an integer the keyset cursor
+    can carry: its roles' role_gpu_milli, and for its GPU-memory roles, while pending their share of a GPU of
+    `gpu_memory` MiB (default shared_gpu_memory(), read once here), else what their live allocations hold. The jobs
+    page sorts by it and shows it, so the order and the numbers are the jobs API's (new-user trial 16: the sort
+    counted a memory share as 0)."""
+    gpu_memory = shared_gpu_memory() if gpu_memory is None else gpu_memory
+    roles = JobRole.objects.filter(job=OuterRef("pk")).order_by().values("job")
+    memory = Q(gpu_memory_mib__gt=0, gpu_milli=0)
+    plain = roles.exclude(memory).annotate(n=Sum(role_gpu_milli())).values("n")
+    pending = roles.filter(memory).annotate(n=Sum(role_gpu_milli(gpu_memory=gpu_memory))).values("n")
+    bound = (Allocation.objects.filter(task__job=OuterRef("pk"), released_at__isnull=True,
+                                       task__role__gpu_memory_mib__gt=0, task__role__gpu_milli=0)
+             .order_by().values("task__job").annotate(n=Sum("gpu_milli")).values("n"))
+    return (Coalesce(Subquery(plain, output_field=BigIntegerField()), 0)
+            + Case(When(state=Job.State.PENDING, then=Coalesce(Subquery(pending, output_field=BigIntegerField()), 0)),
+                   default=Coalesce(Subquery(bound, output_field=BigIntegerField()), 0),
+                   output_field=BigIntegerField()))
 
 
 def allocation_gpu_milli():

@@ -47,6 +47,7 @@ from scheduler.core import EngineCache, run_cycle
 from scheduler.core.cycle import run_cycle as cycle_run
 from scheduler.core.plugins.fairshare import decay_usage, queue_demand
 from scheduler.core.plugins.feasibility import never_fits
+from scheduler.core.plugins.quota import least_limit, queue_chain
 from scheduler.core.snapshot import CycleConfig, CycleResult, QueueInfo, Snapshot
 from scheduler.core.spares import plan_restart
 from scheduler.sim.fairness import FairnessMeter, leaf_teams, snapshot_fair_share
@@ -873,14 +874,7 @@ def _capped_leaves(queues, flavors: set) -> tuple[str, dict[str, tuple[int, int]
         own = q.quotas.get(flavor)
         if own is None or own.limit is None or own.limit > own.quota:
             return None
-        chain, at, seen = own.limit, by_name.get(q.parent), set()
-        while at is not None and at.name not in seen:
-            seen.add(at.name)
-            quota = at.quotas.get(flavor)
-            if quota is not None and quota.limit is not None:
-                chain = min(chain, quota.limit)
-            at = by_name.get(at.parent)
-        out[q.name] = (own.limit, chain)
+        out[q.name] = (own.limit, least_limit(by_name, queue_chain(by_name, q.name), flavor)[0])
     return flavor, out
 
 

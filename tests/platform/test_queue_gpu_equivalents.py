@@ -135,3 +135,56 @@ def test_a_pending_gpu_memory_job_counts_its_share_of_the_largest_shared_gpu_eve
     store.run_cycle_once(clock=CLOCK)
     assert Job.objects.get(pk=job.pk).state in Job.LIVE_STATES
     assert job_gpus(Job.objects.get(pk=job.pk)) == share  # bound on a GPU of that size: the same share
+
+
+def test_the_jobs_page_sorts_and_shows_memory_shares_as_the_jobs_api_counts_them(db, settings, django_user_model):
+    """Trial 16's leftover: the jobs page sorted by GPUs with a memory share counted as 0 (queries.job_list's
+    gpus_milli) while its column and the API counted it (job_gpus), and each pending memory job's row read the
+    largest shared GPU again (one query per row). The page's column and sort are now queries.job_gpus_milli, the
+    SQL twin of job_gpus (pending: the share of the largest shared GPU; running: its live allocations; finished:
+    0), and the API list reads that GPU once per response."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gpuplatform import queries, services
+    from gpuplatform.models import Gpu, Job, Node, Queue
+    from gpuplatform.scheduling import store
+
+    settings.REDIS_URL = ""
+    services.load_cluster_spec(ClusterSpec(name="one", nodes=(NodeSpec("n1", "H200", 8),),
+                                           queues=(QueueSpec("q", team="alpha", quotas={"H200": (0, 8, 8)}),)))
+    Gpu.objects.update(memory_mib=143771)
+    for index in range(4):
+        services.set_gpu_sharing(Node.objects.get(name="n1"), index, "shared")
+    queue = Queue.objects.get(name="q")
+
+    def submit(name, at, **role):
+        return services.submit_job(team=queue.team, queue=queue, name=name, command=SLEEP,
+                                   submitted_at=CLOCK + timedelta(seconds=at), roles=[{"name": "w", **role}])
+
+    running = submit("mem-run", 0, tasks=1, gpu_memory_mib=100000)  # 0.696 of a GPU, bound
+    store.run_cycle_once(clock=CLOCK)
+    assert Job.objects.get(pk=running.pk).state in Job.LIVE_STATES
+    submit("whole", 1, tasks=1, gpus_per_task=4)  # submitted after the cycle: pending
+    for i in range(3):
+        submit(f"mem-{i}", 2 + i, tasks=3, gpu_memory_mib=60000)  # 3 x 0.418 = 1.254 each, pending
+    submit("tenth", 9, tasks=1, gpu_fraction=0.1)
+    user = django_user_model.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
+    client = APIClient()
+    client.force_login(user)
+    with CaptureQueriesContext(connection) as api_queries:
+        api = {j["name"]: j["gpus"] for j in client.get("/api/v1/jobs/?limit=50").json()["results"]}
+    assert api["mem-0"] == api["mem-1"] == 1.254 and api["tenth"] == 0.1 and api["whole"] == 4
+    assert api["mem-run"] == 0.696
+    shared_reads = [q for q in api_queries.captured_queries if 'MAX("gpuplatform_gpu"."memory_mib")' in q["sql"]]
+    assert len(shared_reads) == 1  # once per response, not once per pending memory job
+    sql = {j.name: j.gpus_milli for j in queries.job_list(user)}
+    assert {name: milli / 1000 for name, milli in sql.items()} == api  # the SQL twin gives every job's `gpus`
+
+    page = client.get("/jobs/?sort=-gpus").content.decode()
+    order = [name for name in sorted(api, key=lambda n: (-api[n], n))]
+    positions = {name: page.index(f">{name}<") for name in api}
+    shown = sorted(api, key=positions.get)
+    assert [api[n] for n in shown] == sorted(api.values(), reverse=True), shown  # descending by the API's gpus
+    assert shown[0] == "whole" and shown[-1] == "tenth" and set(shown) == set(order)
+    assert "1.254" in page and "0.696" in page  # the page shows the API's numbers

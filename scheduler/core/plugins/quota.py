@@ -111,6 +111,29 @@ class _RunningKept:
                         per[i] = tuple(t.gpus) if had is None else (*had, *t.gpus)
 
 
+def queue_chain(queues: dict[str, QueueInfo], name: str) -> tuple[str, ...]:
+    """The queue `name` and its ancestors in `queues` (name -> QueueInfo), leaf first; an unknown parent (or a
+    cycle) ends the chain; (name,) for an unknown queue."""
+    out, q, seen = [], name, set()
+    while q is not None and q in queues and q not in seen:
+        out.append(q)
+        seen.add(q)
+        q = queues[q].parent
+    return tuple(out) or (name,)
+
+
+def least_limit(queues: dict[str, QueueInfo], chain, flavor: str) -> tuple[float, str | None]:
+    """(the smallest limit for `flavor` along `chain` (queue names, queue_chain), the queue that sets it): a job
+    needing more GPUs can never run in the chain's leaf; (INF, None) when none is set. Units: GPUs."""
+    best, who = INF, None
+    for q in chain:
+        info = queues.get(q)
+        quota = info.quotas.get(flavor) if info else None
+        if quota is not None and quota.limit is not None and quota.limit < best:
+            best, who = quota.limit, q
+    return best, who
+
+
 class QueueTree:
     def __init__(self, snapshot: Snapshot, static=None, facts=None, memo: dict | None = None):
         """static: the snapshot's domain_tree.ClusterStatic, when the caller has it (saves two node scans).
@@ -322,12 +345,7 @@ class QueueTree:
         """The queue and its ancestors, leaf first. Unknown parents end the chain."""
         chain = self._chains.get(name)
         if chain is None:
-            out, q, seen = [], name, set()
-            while q is not None and q in self.queues and q not in seen:
-                out.append(q)
-                seen.add(q)
-                q = self.queues[q].parent
-            chain = self._chains[name] = tuple(out) or (name,)
+            chain = self._chains[name] = queue_chain(self.queues, name)
         return chain
 
     def charge(self, queue: str, flavor: str, gpus: int) -> None:
@@ -447,13 +465,7 @@ class QueueTree:
 
     def static_limit(self, queue: str, flavor: str) -> tuple[float, str | None]:
         """The smallest limit on the chain for `flavor`: a job needing more can never run in this queue."""
-        best, who = INF, None
-        for q in self.chain(queue):
-            info = self.queues.get(q)
-            quota = info.quotas.get(flavor) if info else None
-            if quota is not None and quota.limit is not None and quota.limit < best:
-                best, who = quota.limit, q
-        return best, who
+        return least_limit(self.queues, self.chain(queue), flavor)
 
     def share(self, queue: str) -> float:
         """Dominant share: max over flavors of usage / quota (DRF's dominant resource, Ghodsi et al.,

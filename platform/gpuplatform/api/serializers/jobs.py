@@ -4,7 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ... import queries
-from ...gpu_request import gpu_request, job_gpus
+from ...gpu_request import gpu_request, job_gpus, shared_gpu_memory
 from ...job_rules import GPUS_PER_TASK_RULE, MAX_GPUS_PER_TASK, MAX_ROLES
 from ...models import Job, JobRole, Task, Team
 from .base import ModelSerializer, Serializer
@@ -225,7 +225,13 @@ class JobSerializer(ModelSerializer):
                 "deadline": job.preempt_deadline.isoformat() if job.preempt_deadline else None}
 
     def get_gpus(self, job) -> float:
-        return job_gpus(job)
+        return job_gpus(job, gpu_memory=self._shared_gpu_memory)
+
+    def _shared_gpu_memory(self) -> int:
+        """gpu_request.shared_gpu_memory, read once per response (a list shares its serializer's context)."""
+        if "shared_gpu_memory" not in self.context:
+            self.context["shared_gpu_memory"] = shared_gpu_memory()
+        return self.context["shared_gpu_memory"]
 
     def get_gpu_request(self, job) -> str:
         return gpu_request(job.roles.all())
