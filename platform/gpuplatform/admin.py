@@ -5,6 +5,7 @@
   (queues hold jobs; a quota is set to 0 instead). A queue's grace period is set here too, under the same rule.
 - Job, Task, Allocation, Event, samples, cycles: read-only (jobs are submitted over REST or the pages);
   jobs have a "cancel" action, nodes "cordon / drain / uncordon" actions, all through services.
+- Team: deleted through services.delete_team (refused, as a message, while it has queues or jobs).
 - Team, Membership, Domain, Node, Gpu: plain admin for inventory fixes (no scheduling rules depend on
   their admin edits beyond what the database constraints enforce).
 - Queue and Quota change forms carry the version of the row they were opened with (VersionedForm): a save
@@ -15,6 +16,9 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
+from django.shortcuts import redirect
+from django.urls import reverse
 
 from . import quota_rules, services
 from .admin_services import ServiceAdmin
@@ -82,10 +86,36 @@ class TeamForm(NameRuleForm):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
+    """A team is deleted through services.delete_team (audited; refused while it has queues or jobs, under the
+    queue tree's lock), from its delete page and from the list's "delete selected" action: a refusal is a
+    message, never a 500 (new-user trial 16b, F5)."""
+
     form = TeamForm
     list_display = ("name", "slug", "created_at")
     search_fields = ("name", "slug")
     inlines = [MembershipInline]
+
+    def delete_model(self, request, obj):
+        services.delete_team(obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for team in queryset:
+            services.delete_team(team, actor=request.user)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except services.ValidationError as exc:  # (the view's transaction is rolled back: nothing deleted)
+            self.message_user(request, str(exc), messages.ERROR)
+            return redirect(reverse("admin:gpuplatform_team_change", args=[object_id]))
+
+    def response_action(self, request, queryset):
+        try:
+            with transaction.atomic():  # all the selected teams, or none
+                return super().response_action(request, queryset)
+        except services.ValidationError as exc:
+            self.message_user(request, f"nothing deleted: {exc}", messages.ERROR)
+            return redirect(reverse("admin:gpuplatform_team_changelist"))
 
 
 @admin.register(Membership)

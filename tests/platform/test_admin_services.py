@@ -110,3 +110,70 @@ def test_service_refuses_a_stale_version_under_the_lock(cluster):
     with pytest.raises(services.ValidationError) as exc:
         services.update_queue(Queue.objects.get(pk=alpha.pk), weight=2, expected_version=opened)
     assert "weight 3" in exc.value.errors["version"] and Queue.objects.get(pk=alpha.pk).weight == 3
+
+
+# --- new-user trial 16b, F5: a team deleted in the admin while a queue is created for it -------------------
+
+def test_a_team_is_deleted_through_the_service_and_refused_while_it_holds_queues(staff):
+    from django.contrib.auth import get_user_model
+
+    from gpuplatform.models import Membership, Team
+
+    empty = services.create_team("empty-team")
+    services.add_member(empty, get_user_model().objects.create_user("member1", password="pw"), "admin")
+    alpha = Queue.objects.get(name="alpha").team
+    with pytest.raises(services.ValidationError) as refused:
+        services.delete_team(alpha)
+    assert "team" in refused.value.errors and "1 queue(s)" in str(refused.value)
+    assert Team.objects.filter(pk=alpha.pk).exists()
+    assert services.delete_team(empty) is True
+    assert not Team.objects.filter(pk=empty.pk).exists() and not Membership.objects.filter(team_id=empty.pk).exists()
+    assert Event.objects.get(kind="team_deleted").data == {"team": "empty-team", "memberships": 1}
+    assert services.delete_team(empty) is False  # gone already (a concurrent delete came first): nothing written
+    assert Event.objects.filter(kind="team_deleted").count() == 1
+
+
+def test_the_admin_delete_page_refuses_a_team_given_a_queue_after_its_check_with_a_message_not_a_500(staff, monkeypatch):
+    """The admin's delete page lists what the delete would take (its check) and deletes on the next POST; a queue
+    created for the team in between met the database's ProtectedError: a 500. The check is made to see no queue
+    here (as it would have before the queue came): the delete is now the service's, refused with a message."""
+    from django.contrib.admin import ModelAdmin
+
+    from gpuplatform.models import Team
+
+    team = services.create_team("raced")
+    original = ModelAdmin.get_deleted_objects
+
+    def before_the_queue_came(self, objs, request):
+        deleted, counts, perms, protected = original(self, objs, request)
+        return deleted, counts, set(), []
+
+    services.create_queue("raced-q", team=team)  # what the API created between the page's check and the delete
+    monkeypatch.setattr(ModelAdmin, "get_deleted_objects", before_the_queue_came)
+    response = staff.post(f"/admin/gpuplatform/team/{team.pk}/delete/", {"post": "yes"}, follow=True)
+    assert response.status_code == 200
+    assert "still has 1 queue(s)" in response.content.decode()
+    assert Team.objects.filter(pk=team.pk).exists() and not Event.objects.filter(kind="team_deleted").exists()
+    listed = staff.post("/admin/gpuplatform/team/", {"action": "delete_selected", "post": "yes",
+                                                      "_selected_action": [team.pk]}, follow=True)
+    assert listed.status_code == 200 and "Nothing deleted: team: team raced still has 1 queue(s)" in listed.content.decode()
+    assert Team.objects.filter(pk=team.pk).exists()
+    empty = services.create_team("empty")
+    gone = staff.post(f"/admin/gpuplatform/team/{empty.pk}/delete/", {"post": "yes"})
+    assert gone.status_code == 302 and not Team.objects.filter(pk=empty.pk).exists()
+    assert Event.objects.get(kind="team_deleted").actor.is_superuser
+
+
+def test_a_queue_for_a_team_deleted_since_it_was_read_is_refused_on_team(db):
+    """The other order of trial 16b's F5: the team is deleted first (delete_team holds the tree's lock), then a
+    queue is created for the Team the request had read before: a 400 on `team`, not the foreign key's error at
+    commit."""
+    from gpuplatform.models import Team
+
+    team = services.create_team("short-lived")
+    stale = Team.objects.get(pk=team.pk)
+    assert services.delete_team(team)
+    with pytest.raises(services.ValidationError) as refused:
+        services.create_queue("orphan", team=stale)
+    assert refused.value.errors == {"team": "team short-lived no longer exists"}
+    assert not Queue.objects.filter(name="orphan").exists()

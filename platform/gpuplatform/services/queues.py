@@ -48,7 +48,8 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
     """Create a queue under `parent` (Queue, name or id; None = a root) with quotas
     {flavor: (guarantee, quota, limit or None)} in GPUs.
 
-    Raises ValidationError: name empty, taken or breaking the name rule (names.py) ("name"), unknown parent ("parent"), weight outside 0.001..1,000,000 ("weight"),
+    Raises ValidationError: name empty, taken or breaking the name rule (names.py) ("name"), unknown parent ("parent"),
+    a team deleted since the caller read it ("team"), weight outside 0.001..1,000,000 ("weight"),
     bad state, a grace period outside 0..86400 s ("preemption_grace_seconds"),
     quota rules per flavor ("quotas[<flavor>].<guarantee|quota|limit>"): negative,
     guarantee > quota, quota > limit, limit above the parent's limit, children's quotas above the parent's.
@@ -67,6 +68,8 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
         errors["state"] = f"state must be one of {Queue.State.values}"
     if queue_grace_error(preemption_grace_seconds):
         errors["preemption_grace_seconds"] = queue_grace_error(preemption_grace_seconds)
+    if team is not None and not Team.objects.filter(pk=team.pk).exists():  # deleted (delete_team) since it was read
+        errors["team"] = f"team {team.name} no longer exists"
     if parent is not None and Job.objects.filter(queue=parent).exists():
         errors["parent"] = (f"queue {parent.name} has jobs: a queue that runs jobs cannot get child queues "
                             f"(its jobs would sit on an inner queue)")
