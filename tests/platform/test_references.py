@@ -111,9 +111,11 @@ def test_deletions_still_cascade_protect_and_set_null(submit):
     assert Allocation.objects.filter(job=job).count() == 1 and Event.objects.filter(job=job).exists()
     node = Node.objects.get(name="n2")
     gpus = [{"index": g.index} for g in Gpu.objects.filter(node=node).exclude(index=3)]
-    with pytest.raises(ProtectedError):  # register_node dropping GPU 3: its allocation protects it
+    services.register_node("n2", flavor=node.flavor, gpus=gpus)  # GPU 3 not reported: kept, unhealthy (_lost_gpus)
+    assert Gpu.objects.get(node=node, index=3).health == "unhealthy"
+    with pytest.raises(ProtectedError):  # its allocation protects it
         with transaction.atomic():
-            services.register_node("n2", flavor=node.flavor, gpus=gpus)
+            Gpu.objects.filter(node=node, index=3).delete()
     assert Gpu.objects.filter(node=node, index=3).exists()
     Job.objects.filter(pk=job.pk).delete()
     assert not Allocation.objects.exists() and not Task.objects.exists()

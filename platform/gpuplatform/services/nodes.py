@@ -147,7 +147,8 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
                   labels: dict | None = None, actor=None, executor: str | None = None, address: str | None = None,
                   runtime: str | None = None, accept: bool = True) -> Node:
     """Create or update node `name` and its GPUs. `gpus`: [{index, uuid, numa_node, health, health_reason}].
-    GPUs the node no longer reports are removed. The domain and state of an existing node are kept.
+    GPUs the node no longer reports are removed, or kept as unhealthy when a task ever ran on them (_lost_gpus;
+    gpu_count counts them). The domain and state of an existing node are kept.
     `executor` ("agent" when a node agent registers; None keeps the node's), `address` (where other
     nodes reach it: MASTER_ADDR), `runtime` (its agent's container runtime: docker, podman or "").
     `accept=False`: a node created by this call joins cordoned, awaiting an admin's acceptance
@@ -180,9 +181,9 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     merged = {**(node.labels or {}), **(labels or {})}
     extra = {k: v for k, v in (("executor", executor), ("address", address), ("container_runtime", runtime))
              if v is not None}
-    Node.objects.filter(pk=node.pk).update(flavor=flavor, gpu_count=len(gpus), cpu_milli=cpu_milli,
+    lost = _lost_gpus(node, gpus)
+    Node.objects.filter(pk=node.pk).update(flavor=flavor, gpu_count=len(gpus) + len(lost), cpu_milli=cpu_milli,
                                            memory_mib=memory_mib, labels=merged, last_heartbeat=now, **extra)
-    Gpu.objects.filter(node=node).exclude(index__in=[g["index"] for g in gpus]).delete()
     for g in gpus:
         gpu, _ = Gpu.objects.update_or_create(node=node, index=g["index"], defaults={
             "uuid": g.get("uuid") or "", "numa_node": g.get("numa_node"),
@@ -193,12 +194,35 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     if _carries_inventory(gpus):
         audit_topology(node, gpus, at=now, actor=actor)
         Node.objects.filter(pk=node.pk).update(inventory={"audited_at": now.isoformat(), "gpus": len(gpus)})
-    record_event("node_registered", f"{name} {'registered' if created else 're-registered'}: {len(gpus)} x {flavor}",
-                 actor=actor, node=node, data={"gpus": len(gpus), "flavor": flavor, "created": created})
+    record_event("node_registered", f"{name} {'registered' if created else 're-registered'}: {len(gpus)} x {flavor}"
+                 + (f"; not reported, kept as unhealthy: {', '.join(f'gpu{i}' for i in lost)}" if lost else ""),
+                 actor=actor, node=node, data={"gpus": len(gpus), "flavor": flavor, "created": created,
+                                               **({"lost_gpus": lost} if lost else {})})
     if created and not accept:
         record_event("node_awaiting_acceptance", f"{name} joined cordoned: an admin accepts it by uncordoning it "
                      f"(its agent's token does not name it)", actor=actor, node=node, data={})
     return node
+
+
+LOST_GPU_REASON = "not reported at the node's last registration (gone from NVML: e.g. fallen off the bus)"
+
+
+def _lost_gpus(node: Node, gpus: list[dict]) -> list[int]:
+    """The GPUs of `node` that a registration no longer reports: removed when nothing was ever allocated on them;
+    kept, marked unhealthy (LOST_GPU_REASON), when an allocation names them (its history stays, and a task still
+    on one is then stopped and requeued by failure detection, as on any unhealthy GPU). Returns the kept ones'
+    indices. New-user trial 16b, F7: a node that re-registered with a GPU fewer was answered 409 "still referenced
+    by other objects", naming no field, and could not register at all while that GPU had ever run a task."""
+    from ..models import Allocation
+
+    gone = Gpu.objects.filter(node=node).exclude(index__in=[g["index"] for g in gpus])
+    used = set(Allocation.objects.filter(gpu__in=gone).values_list("gpu_id", flat=True).distinct())
+    gone.exclude(pk__in=used).delete()
+    kept = list(Gpu.objects.filter(pk__in=used).order_by("index"))
+    for gpu in kept:
+        if (gpu.health, gpu.health_reason) != (Gpu.Health.UNHEALTHY, LOST_GPU_REASON):
+            Gpu.objects.filter(pk=gpu.pk).update(health=Gpu.Health.UNHEALTHY, health_reason=LOST_GPU_REASON)
+    return [gpu.index for gpu in kept]
 
 
 @transaction.atomic

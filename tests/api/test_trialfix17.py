@@ -1,0 +1,53 @@
+"""Findings of new-user trial 16b left open at session 16, and trial 17's, each as the user met them."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from tests.api.conftest import SLEEP
+
+CLOCK = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+
+
+def _gpus(n: int, skip=()) -> list[dict]:
+    return [{"index": i, "uuid": f"GPU-n0-{i}"} for i in range(n) if i not in skip]
+
+
+def test_a_node_that_reports_a_gpu_fewer_re_registers_and_that_gpu_stays_unhealthy(client_for, users):
+    """Trial 16b, F7: a node whose agent re-registered with a GPU fewer (a GPU fallen off the bus, Xid 79, is gone
+    from NVML) was answered 409 "still referenced by other objects", naming no field, once any task had ever run on
+    that GPU: the node could not register again at all. Now the registration goes through; the GPU that ran tasks
+    is kept, unhealthy, with its history (the node's gpu_count still counts it, so the engine never places on it);
+    a task still on it is requeued by failure detection; a GPU that never ran anything is removed."""
+    from gpuplatform import services
+    from gpuplatform.models import Allocation, Event, Gpu, Job, Node, Queue
+    from gpuplatform.scheduling import store
+    from gpuplatform.scheduling.failures import detect_failures
+
+    agent = client_for("agent")
+    assert agent.post("/api/v1/nodes/register/", {"name": "n0", "flavor": "H100", "gpus": _gpus(8)},
+                      format="json").status_code in (200, 201)
+    for other in ("n1", "n2", "n3"):
+        services.cordon_node(Node.objects.get(name=other), reason="this test's jobs go to n0")
+    job = services.submit_job(command=SLEEP, team=Queue.objects.get(name="alpha").team, queue="alpha", name="on-n0",
+                              roles=[{"tasks": 1, "gpus_per_task": 2}], submitter=users["member"], submitted_at=CLOCK)
+    store.run_cycle_once(clock=CLOCK)
+    held = sorted(Allocation.objects.filter(task__job=job).values_list("gpu__index", flat=True))
+    assert len(held) == 2 and Job.objects.get(pk=job.pk).state in Job.LIVE_STATES
+    lost = held[0]
+    # the node comes back without that GPU, and without GPU 7 (which never ran anything), while the job runs
+    again = agent.post("/api/v1/nodes/register/", {"name": "n0", "flavor": "H100", "gpus": _gpus(7, skip={lost})},
+                       format="json")
+    assert again.status_code in (200, 201), again.content
+    rows = {g.index: g for g in Gpu.objects.filter(node__name="n0")}
+    assert sorted(rows) == [i for i in range(7)]  # GPU 7 removed; the lost one kept
+    assert (rows[lost].health, rows[lost].health_reason.startswith("not reported")) == ("unhealthy", True)
+    assert again.json()["gpu_count"] == 7
+    event = Event.objects.filter(kind="node_registered").latest("id")
+    assert event.data["lost_gpus"] == [lost] and f"kept as unhealthy: gpu{lost}" in event.message
+    detect_failures(CLOCK)
+    assert Job.objects.get(pk=job.pk).state in (Job.State.PENDING, Job.State.PREEMPTING)  # requeued off the GPU
+    # the GPU comes back: healthy again, with its history
+    back = agent.post("/api/v1/nodes/register/", {"name": "n0", "flavor": "H100", "gpus": _gpus(8)}, format="json")
+    assert back.status_code in (200, 201) and back.json()["gpu_count"] == 8
+    assert Gpu.objects.get(node__name="n0", index=lost).health == "healthy"
+    assert Allocation.objects.filter(gpu__node__name="n0", gpu__index=lost).exists()
