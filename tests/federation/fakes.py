@@ -22,6 +22,7 @@ class FakeMember:
         self.jobs: dict[int, dict] = {}
         self.keys: dict[str, tuple[str, int]] = {}
         self.reachable = True
+        self.token_refused = False  # answers 401, as a worker whose token for the manager was revoked
         self.lose_next_answer = False
         self.estimates: float | None = None
         self.creates = 0
@@ -32,6 +33,8 @@ class FakeMember:
     def _up(self):
         if not self.reachable:
             raise MemberUnreachable(f"{self.name} is down")
+        if self.token_refused:
+            raise MemberRefused(401, {"detail": "Invalid token."})
 
     def summary(self):
         self._up()

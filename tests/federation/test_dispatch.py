@@ -252,3 +252,23 @@ def test_forecast_cache_keys_and_unanswering_members(settings):
     cache.forget("east")
     cache.estimates(a, ["east"], probe)
     assert calls[-1] == "east" and cache.probes == 5
+
+
+def test_a_worker_that_refuses_the_managers_token_reads_refused_not_unreachable(users, members, factory):
+    """Trial 16, F6 (part): a member whose token at the worker was wrong read `unreachable`, as if the network were
+    down; only its last_error said HTTP 401. It reads `refused`, its last_error says to set a valid token, nothing
+    is dispatched to it, and it is healthy again at the first sync after the token is right."""
+    members["west"].token_refused = True
+    job = submit(users)
+    dispatch.run_round(client_for=factory)
+    west = MemberCluster.objects.get(name="west")
+    assert west.state == "refused" and "HTTP 401" in west.last_error
+    assert "refuses the manager's token" in west.last_error and f"/api/v1/federation/clusters/{west.pk}/" in west.last_error
+    assert fresh(job).cluster.name == "east" and not members["west"].jobs
+    members["west"].reachable = False  # then the network goes too: unreachable, as before
+    dispatch.run_round(client_for=factory)
+    assert MemberCluster.objects.get(name="west").state == "unreachable"
+    members["west"].reachable, members["west"].token_refused = True, False
+    dispatch.run_round(client_for=factory)
+    west = MemberCluster.objects.get(name="west")
+    assert west.state == "healthy" and west.last_error == ""

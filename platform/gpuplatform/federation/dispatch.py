@@ -101,7 +101,14 @@ def sync_cluster(cluster: MemberCluster, *, client_for=client_for, now=None) -> 
                 _member_lost(c)
             else:
                 if c.state != MemberCluster.State.LOST:
-                    c.state = MemberCluster.State.UNREACHABLE
+                    # a worker that answers 401 / 403 is up but takes not the manager's token (revoked, expired,
+                    # mistyped): "refused" says what to fix (trial 16, F6: it read "unreachable"); it is lost after
+                    # WORKER_LOST_SECONDS all the same, since its jobs cannot be seen
+                    refused = isinstance(exc, MemberRefused) and exc.status in (401, 403)
+                    c.state = MemberCluster.State.REFUSED if refused else MemberCluster.State.UNREACHABLE
+                    if refused:
+                        c.last_error = (f"{exc} -- the worker refuses the manager's token for it: set a valid one "
+                                        f"(PATCH /api/v1/federation/clusters/{c.pk}/ with a `token`)")[:500]
                 c.save()
         return False
     copies = summary.pop("jobs", []) or []

@@ -20,6 +20,7 @@ class MemberCluster(models.Model):
         NEW = "new", "new"  # never synced
         HEALTHY = "healthy", "healthy"
         UNREACHABLE = "unreachable", "unreachable"  # the last sync failed; not yet lost
+        REFUSED = "refused", "refused"  # the last sync was answered 401 / 403: the manager's token for it is wrong
         LOST = "lost", "lost"  # unreachable for WORKER_LOST_SECONDS: its jobs were moved
 
     name = models.SlugField(max_length=64, unique=True)
