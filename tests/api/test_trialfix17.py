@@ -51,3 +51,16 @@ def test_a_node_that_reports_a_gpu_fewer_re_registers_and_that_gpu_stays_unhealt
     assert back.status_code in (200, 201) and back.json()["gpu_count"] == 8
     assert Gpu.objects.get(node__name="n0", index=lost).health == "healthy"
     assert Allocation.objects.filter(gpu__node__name="n0", gpu__index=lost).exists()
+
+
+def test_a_migratable_job_must_be_preemptible(client_for):
+    """Trial 16, F7: `migratable: true` with `preemptible: false` was accepted, and the job was never moved (the
+    rescheduler moves only preemptible jobs: a move is a preemption). Refused on `migratable`, as `interruptible`
+    with preemptible false is; either alone, or both true, is accepted."""
+    member = client_for("member")
+    body = {"name": "m", "queue": "alpha", "command": SLEEP, "roles": [{"tasks": 1, "gpus_per_task": 1}]}
+    refused = member.post("/api/v1/jobs/", {**body, "migratable": True, "preemptible": False}, format="json")
+    assert refused.status_code == 400 and list(refused.json()) == ["migratable"]
+    assert "must be preemptible" in refused.json()["migratable"][0]
+    for extra in ({"migratable": True}, {"preemptible": False}, {"migratable": True, "preemptible": True}):
+        assert member.post("/api/v1/jobs/", {**body, **extra}, format="json").status_code == 201, extra

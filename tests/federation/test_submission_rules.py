@@ -240,3 +240,17 @@ def test_federation_fields_are_taken_as_sent_or_refused(client_for, members, ext
     r = client_for("member").post("/api/v1/federation/jobs/", {**JOB, "cluster_selector": None, "clusters": None,
                                                                "data_site": None}, format="json")
     assert r.status_code == 201 and (r.json()["cluster_selector"], r.json()["clusters"]) == ({}, []), r.content
+
+
+def test_manager_refuses_the_pairs_of_fields_every_member_would_refuse(client_for, members, factory):
+    """A federated job that is migratable or interruptible but not preemptible would be refused by every member
+    (services.jobs.check_migration / check_interruptible) and wait at the manager for ever: the manager refuses
+    it at submission, naming the field, as a member does."""
+    member = client_for("member")
+    before = FederatedJob.objects.count()
+    for field in ("migratable", "interruptible"):
+        r = member.post("/api/v1/federation/jobs/", {**JOB, field: True, "preemptible": False}, format="json")
+        assert r.status_code == 400 and list(r.json()) == [field], r.content
+    assert FederatedJob.objects.count() == before
+    ok = member.post("/api/v1/federation/jobs/", {**JOB, "migratable": True}, format="json")
+    assert ok.status_code == 201, ok.content

@@ -203,6 +203,12 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
                                            f"member clusters as their federation-managers account, not a team "
                                            f"admin, and a member takes a priority above 0 from a team admin only "
                                            f"(got {d['priority']})"})
+    # the members' rules that pair fields (a member would refuse the job: it would wait at the manager for ever)
+    from ..services.jobs import check_interruptible, check_migration
+
+    check_migration(d["migratable"], d["min_run_before_move_seconds"], d["checkpoint_grace_seconds"],
+                    preemptible=d["preemptible"])
+    check_interruptible(d["interruptible"], d["preemptible"])
     gpus = sum(r["tasks"] * r["gpus_per_task"] for r in roles)
     flavors: set[str] = set()
     for r in roles:

@@ -79,7 +79,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     bad_external_id = control_character_error("external_id", external_id)
     if bad_external_id:
         raise ValidationError({"external_id": bad_external_id})
-    check_migration(migratable, min_run_before_move_seconds, checkpoint_grace_seconds)
+    check_migration(migratable, min_run_before_move_seconds, checkpoint_grace_seconds, preemptible=preemptible)
     check_interruptible(interruptible, preemptible)
     check_submit_priority(submitter, team, priority)
     lock_queue_tree(shared=True)  # the queue's state and children read below stay so until this job is committed
@@ -141,11 +141,17 @@ MAX_MIN_RUN_BEFORE_MOVE = 7 * 86400  # seconds
 MAX_CHECKPOINT_GRACE = 86400  # seconds
 
 
-def check_migration(migratable, min_run_before_move_seconds, checkpoint_grace_seconds) -> None:
-    """The rescheduling fields' rules. Raises ValidationError naming each bad field."""
+def check_migration(migratable, min_run_before_move_seconds, checkpoint_grace_seconds, *, preemptible=True) -> None:
+    """The rescheduling fields' rules. Raises ValidationError naming each bad field: among them a migratable job
+    that is not preemptible (the scheduler moves a job by preempting it: such a job was accepted and never moved;
+    trial 16, F7)."""
     errors = {}
     if not isinstance(migratable, bool):
         errors["migratable"] = "migratable must be true or false"
+    elif migratable and preemptible is False:
+        errors["migratable"] = ("a migratable job must be preemptible: the scheduler moves a job by preempting it "
+                                "(its checkpoint on SIGTERM, then a restart elsewhere), and preemptible=false keeps "
+                                "it where it runs: drop preemptible=false or migratable=true")
     m = min_run_before_move_seconds
     if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= MAX_MIN_RUN_BEFORE_MOVE:
         errors["min_run_before_move_seconds"] = (f"min_run_before_move_seconds must be a whole number of seconds "
