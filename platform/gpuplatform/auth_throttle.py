@@ -9,7 +9,8 @@ counts together) over a window of AUTH_LOCKOUT_WINDOW_SECONDS, three ways:
   per-address figure: guessing spread over many addresses).
 Only a password that was checked and refused counts: a request refused for its shape (an unknown field, a key
 given twice, a missing username or password) is no sign-in attempt. A lock-out refuses further attempts with 429 and `Retry-After` BEFORE the password is hashed (a flood costs
-no CPU) until the window passes; a success clears the username's counts. The right password is refused too
+no CPU) until the window passes; a success clears the username's counts. Each attempt is counted before its
+password is checked (take_attempt), so concurrent guesses cannot pass the check together. The right password is refused too
 while locked out: that is the point. Keying the first count by address means that a stranger's failures
 for a known username do not lock its owner out of their own address (a lock-out anyone could cause: the
 OWASP authentication cheat sheet's "account lockout" denial of service); only the much higher all-address
@@ -51,30 +52,52 @@ def _keys(request, username: str) -> tuple[str, str, str]:
     return f"auth-fail:user-addr:{user}:{address}", f"auth-fail:addr:{address}", f"auth-fail:user:{user}"
 
 
-def locked_out(request, username: str) -> int:
-    """Seconds to wait (the window) when this username at this address, this address, or this username from
-    every address together is locked out, else 0."""
+def _incr(key: str, window: int) -> int:
+    """Add 1 to the count at `key` (created with the window's expiry; an increment keeps it) and return it."""
+    if cache.add(key, 1, window):
+        return 1
+    try:
+        return cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.add(key, 1, window)
+        return 1
+
+
+def _decr(keys) -> None:
+    for key in keys:
+        try:
+            cache.decr(key)
+        except ValueError:  # expired meanwhile: nothing to take back
+            pass
+
+
+def take_attempt(request, username: str) -> int:
+    """Count this sign-in attempt as a failure BEFORE its password is checked, in one atomic increment per count
+    (the shared cache's INCR), and return the seconds to wait (the window) when that takes this username at this
+    address, this address, or this username from every address past its limit, else 0. A refused attempt takes its
+    increments back (a locked-out request counts nothing more). The password check then either keeps the count (a
+    wrong password), or gives it back (`give_back`: a request refused for its shape) or clears it
+    (`record_success`). Checking first and counting after let concurrent guesses all pass the check: 30 wrong
+    passwords at once had 12 checked against a limit of 10 (new-user trial 16b, F8); now at most the limit are."""
     per_user, per_address, any_address, window = _limits()
     keys = _keys(request, username)
-    counts = cache.get_many(list(keys))
-    if any(counts.get(k, 0) >= limit for k, limit in zip(keys, (per_user, per_address, any_address))):
+    counts = [_incr(key, window) for key in keys]
+    if any(n > limit for n, limit in zip(counts, (per_user, per_address, any_address))):
+        _decr(keys)
         return window
     return 0
 
 
-def record_failure(request, username: str) -> None:
-    window = _limits()[3]
-    for key in _keys(request, username):
-        if not cache.add(key, 1, window):
-            try:
-                cache.incr(key)
-            except ValueError:  # expired between add and incr
-                cache.add(key, 1, window)
+def give_back(request, username: str) -> None:
+    """Take back take_attempt's count: the request was no sign-in attempt (refused for its shape, an empty field)."""
+    _decr(_keys(request, username))
 
 
 def record_success(request, username: str) -> None:
-    user_here, _, user_anywhere = _keys(request, username)
+    """A right password: the username's counts are cleared, and this attempt's count on the address taken back."""
+    user_here, address, user_anywhere = _keys(request, username)
     cache.delete_many([user_here, user_anywhere])
+    _decr([address])
 
 
 LOCKED_MESSAGE = "too many failed sign-in attempts; try again later"
@@ -121,14 +144,19 @@ class ThrottledObtainAuthToken(APIView):
     def post(self, request, *args, **kwargs):
         data = request.data if hasattr(request.data, "get") else {}  # a JSON list or scalar: a 400 below
         username = str(data.get("username", ""))
-        wait = locked_out(request, username)
+        wait = take_attempt(request, username)
         if wait:
             return Response({"detail": LOCKED_MESSAGE}, status=status.HTTP_429_TOO_MANY_REQUESTS,
                             headers={"Retry-After": str(wait)})
         serializer = self.get_serializer(data=data)
-        if not serializer.is_valid():
-            if serializer.credentials_checked:  # a wrong password; not a request refused for its shape
-                record_failure(request, username)
+        try:
+            valid = serializer.is_valid()
+        except BaseException:
+            give_back(request, username)
+            raise
+        if not valid:
+            if not serializer.credentials_checked:  # refused for its shape, not a wrong password: no attempt
+                give_back(request, username)
             return Response(serializer.errors, status=status.HTTP_400_BAD_REQUEST)
         record_success(request, username)
         from .services import issue_api_token
@@ -177,17 +205,21 @@ class ThrottledLoginView(auth_views.LoginView):
             return HttpResponse(f"{repeated[0]}: given more than once: send it once\n", status=400,
                                 content_type="text/plain")
         username = request.POST.get("username", "")
-        wait = locked_out(request, username)
+        wait = take_attempt(request, username)
         if wait:
             response = HttpResponse(LOCKED_MESSAGE + "\n", status=429, content_type="text/plain")
             response["Retry-After"] = str(wait)
             return response
-        return super().post(request, *args, **kwargs)
+        try:
+            return super().post(request, *args, **kwargs)
+        except BaseException:
+            give_back(request, username)
+            raise
 
     def form_invalid(self, form):
-        if form.has_error(NON_FIELD_ERRORS, "invalid_login") or form.has_error(NON_FIELD_ERRORS, "inactive"):
-            # the password was checked and refused; an empty field is no sign-in attempt (new-user trial 14, F17)
-            record_failure(self.request, self.request.POST.get("username", ""))
+        if not (form.has_error(NON_FIELD_ERRORS, "invalid_login") or form.has_error(NON_FIELD_ERRORS, "inactive")):
+            # the password was not checked (an empty field): no sign-in attempt (new-user trial 14, F17)
+            give_back(self.request, self.request.POST.get("username", ""))
         return super().form_invalid(form)
 
     def form_valid(self, form):
