@@ -6,7 +6,9 @@
 - Job, Task, Allocation, Event, samples, cycles: read-only (jobs are submitted over REST or the pages);
   jobs have a "cancel" action, nodes "cordon / drain / uncordon" actions, all through services.
 - Team: deleted through services.delete_team (refused, as a message, while it has queues or jobs).
-- Team, Membership, Domain, Node, Gpu: plain admin for inventory fixes (no scheduling rules depend on
+- Node: renamed and moved between domains here; what its registration reports (GPUs, flavor, CPU, memory) is shown,
+  not edited; nodes join by registering. Gpu: read-only (sharing through the sharing API, health by heartbeats).
+- Team, Membership, Domain: plain admin for inventory fixes (no scheduling rules depend on
   their admin edits beyond what the database constraints enforce).
 - Queue and Quota change forms carry the version of the row they were opened with (VersionedForm): a save
   after someone else changed the row (REST, gpuctl, another admin) is refused with a form error, as REST's
@@ -261,9 +263,17 @@ class DomainAdmin(admin.ModelAdmin):
 
 
 class GpuInline(admin.TabularInline):
+    """A node's GPUs, shown: they are what its agent registers (services.register_node), their sharing mode is set
+    through the sharing API (audited, refused while a GPU is in use) and their health by the heartbeats."""
+
     model = Gpu
     extra = 0
-    fields = ("index", "uuid", "numa_node", "health", "health_reason")
+    fields = ("index", "uuid", "numa_node", "sharing", "memory_mib", "health", "health_reason")
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
 
 
 def mark_spare(node, *, actor=None):
@@ -292,7 +302,20 @@ class NodeAdmin(admin.ModelAdmin):
     list_filter = ("state", "spare", "flavor", "domain__tier")
     search_fields = ("name",)
     readonly_fields = ("state", "spare")  # changed through the actions, which audit the change
+    # Only these are edited here. The rest is what the node's registration reports (services.register_node: the
+    # GPU rows, their count, the flavor its jobs were charged for, the CPU and memory they were placed against) or
+    # what the services keep (its health, heartbeats, validation). Edited here they disagreed with the GPUs and the
+    # jobs (trial 17, F7: gpu_count 100 on an 8-GPU node: phantom GPUs in the metrics, a 20-GPU job accepted and
+    # planned on GPUs that do not exist, stale every cycle)
+    editable_fields = ("name", "domain", "labels")
     inlines = [GpuInline]
+
+    def has_add_permission(self, request):
+        return False  # nodes join by registering (their agent) or from a cluster file (load_cluster), GPUs and all
+
+    def get_readonly_fields(self, request, obj=None):
+        return tuple(f.name for f in Node._meta.fields if f.editable and f.name not in self.editable_fields
+                     and f.name != "id")
     list_display = ("name", "flavor", "gpu_count", "domain", "state", "spare", "health_reason", "health_since",
                     "last_heartbeat")
     actions = [_service_action(mark_spare, "Mark as hot spares (nodes running nothing or only interruptible jobs)"),
@@ -356,7 +379,11 @@ class AttemptAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Gpu)
-class GpuAdmin(admin.ModelAdmin):
+class GpuAdmin(ReadOnlyAdmin):
+    """Read-only (trial 17, F6: its change form set the sharing mode and memory of a GPU in use, which the sharing
+    API refuses, and wrote no Event): sharing through POST /api/v1/nodes/<node>/sharing/ or gpuctl set-sharing,
+    health through the heartbeats (cordon or drain the node to take it out of service)."""
+
     list_display = ("__str__", "node", "index", "numa_node", "health")
     list_filter = ("health", "node__flavor")
     search_fields = ("node__name", "uuid")

@@ -64,3 +64,38 @@ def test_a_migratable_job_must_be_preemptible(client_for):
     assert "must be preemptible" in refused.json()["migratable"][0]
     for extra in ({"migratable": True}, {"preemptible": False}, {"migratable": True, "preemptible": True}):
         assert member.post("/api/v1/jobs/", {**body, **extra}, format="json").status_code == 201, extra
+
+
+def test_agent_token_never_turns_a_persons_account_into_a_node_agent(users):
+    """Trial 17, F9: `manage.py agent_token n0 --user admin` printed a token and made the superuser's password
+    unusable, revoked every API token it had and put it in node-agents: the only superuser was locked out. The
+    same for a team member. Such a user is refused, naming it; a new user or an existing node agent's is served; a
+    node name no node can register under is refused too."""
+    import io
+
+    import pytest
+    from django.contrib.auth import get_user_model
+    from django.core.management import CommandError, call_command
+
+    from gpuplatform.services import issue_api_token
+
+    User = get_user_model()
+    root = User.objects.create_superuser("root", password="pw-root-123")
+    keep, _ = issue_api_token(root)
+    for person in ("root", "mike", "admin"):  # the superuser, a team member, a staff user
+        with pytest.raises(CommandError, match="is a person's account"):
+            call_command("agent_token", "n0", "--user", person, stdout=io.StringIO())
+    root.refresh_from_db()
+    assert root.has_usable_password() and not root.groups.filter(name="node-agents").exists()
+    assert User.objects.get(username="mike").has_usable_password()
+    from knox.auth import TokenAuthentication
+
+    assert TokenAuthentication().authenticate_credentials(keep.encode())[0] == root  # its token still works
+    with pytest.raises(CommandError, match="nodes"):
+        call_command("agent_token", "bad name", stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("agent_token", "n0", stdout=io.StringIO())  # a new user, agent-n0
+    call_command("agent_token", "n0", "--user", "node-agent", stdout=out)  # an existing node agent's user
+    assert len(out.getvalue().strip()) >= 32 and User.objects.get(username="agent-n0").groups.filter(
+        name="node-agents").exists()
+    call_command("agent_token", "*", stdout=io.StringIO())  # every node

@@ -177,3 +177,32 @@ def test_a_queue_for_a_team_deleted_since_it_was_read_is_refused_on_team(db):
         services.create_queue("orphan", team=stale)
     assert refused.value.errors == {"team": "team short-lived no longer exists"}
     assert not Queue.objects.filter(name="orphan").exists()
+
+
+def test_the_admin_edits_a_nodes_name_domain_and_labels_only_and_shows_its_gpus(staff):
+    """Trial 17, F7 and F6: the admin's node form set gpu_count 100 on an 8-GPU node (phantom GPUs in the metrics,
+    a 20-GPU job accepted and planned on GPUs that do not exist, stale every cycle) and changed the flavor and CPU
+    under running jobs; its GPU form set the sharing mode and memory of a GPU in use, which the sharing API refuses,
+    and wrote no Event. What the registration reports is now shown, not edited; the GPU admin is read-only; a node
+    joins by registering, not by the admin's add form. Renaming and moving between domains still work."""
+    from gpuplatform.models import Domain, Gpu
+
+    node = Node.objects.get(name="n0")
+    before = Node.objects.filter(pk=node.pk).values("flavor", "gpu_count", "cpu_milli", "memory_mib").get()
+    page = staff.get(f"/admin/gpuplatform/node/{node.pk}/change/").content.decode()
+    assert 'name="gpu_count"' not in page and 'name="flavor"' not in page and 'name="name"' in page
+    other = Domain.objects.exclude(pk=node.domain_id).filter(tier=node.domain.tier).first()
+    saved = staff.post(f"/admin/gpuplatform/node/{node.pk}/change/", {
+        "name": "n0-renamed", "domain": other.pk, "labels": "{}", "gpu_count": 100, "flavor": "B200",
+        "cpu_milli": 1, "gpus-TOTAL_FORMS": 0, "gpus-INITIAL_FORMS": 0})
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    node.refresh_from_db()
+    assert (node.name, node.domain_id) == ("n0-renamed", other.pk)
+    assert Node.objects.filter(pk=node.pk).values("flavor", "gpu_count", "cpu_milli", "memory_mib").get() == before
+    assert staff.get("/admin/gpuplatform/node/add/").status_code == 403
+    gpu = Gpu.objects.filter(node=node).first()
+    assert staff.post(f"/admin/gpuplatform/gpu/{gpu.pk}/change/", {"sharing": "shared", "memory_mib": 1000,
+                                                                   "health": "unhealthy"}).status_code == 403
+    gpu.refresh_from_db()
+    assert (gpu.sharing, gpu.health) == ("exclusive", "healthy")
+    assert staff.get(f"/admin/gpuplatform/gpu/{gpu.pk}/change/").status_code == 200  # still shown

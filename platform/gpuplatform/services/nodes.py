@@ -231,7 +231,9 @@ def issue_node_agent_token(nodes: list[str], *, actor=None, username: str | None
     (`username`, default "agent-<first node>") is created in the node-agents group if needed, its scope set
     to `nodes`, and a fresh token (hashed, valid AGENT_TOKEN_TTL_DAYS: services/tokens.py) replaces any it
     had. Returns the token, which is not stored and cannot be shown again. Raises ValidationError ("nodes")
-    for an empty list or a blank name."""
+    for an empty list, a blank name or one that breaks the node name rule ("*" is every node); ("username") for an
+    existing user that is not a node agent's (not in the node-agents group, or staff, or a team member): the
+    token's user gets an unusable password and loses its other tokens."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
     from ..models import NodeAgentScope
@@ -239,7 +241,20 @@ def issue_node_agent_token(nodes: list[str], *, actor=None, username: str | None
 
     if not nodes or any(not isinstance(n, str) or not n.strip() for n in nodes):
         raise ValidationError({"nodes": "name at least one node (or \"*\" for every node)"})
-    user, _ = get_user_model().objects.get_or_create(username=username or f"agent-{nodes[0]}"[:150])
+    bad = next((n for n in nodes if n != "*" and name_error("node", n)), None)
+    if bad is not None:  # a node of that name can never register (trial 17, F9: 'bad name' got a token)
+        raise ValidationError({"nodes": f"{bad!r}: {name_error('node', bad)}"})
+    username = username or f"agent-{nodes[0]}"[:150]
+    existing = get_user_model().objects.filter(username=username).first()
+    if existing is not None and (existing.is_staff or existing.is_superuser or existing.memberships.exists()
+                                 or not existing.groups.filter(name="node-agents").exists()):
+        # the agent's user gets an unusable password and loses every token: never a person's account (trial 17, F9:
+        # `--user admin` locked the only superuser out of the admin, the pages and the API)
+        raise ValidationError({"username": f"user {username!r} is a person's account, not a node agent's (not in the "
+                                           f"node-agents group, or staff, or a team member): a node-agent token "
+                                           f"would make its password unusable and revoke its tokens; name a new "
+                                           f"user, or an existing node-agent user"})
+    user, _ = get_user_model().objects.get_or_create(username=username)
     user.set_unusable_password()
     user.save()
     user.groups.add(Group.objects.get_or_create(name="node-agents")[0])

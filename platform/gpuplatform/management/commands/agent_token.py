@@ -1,6 +1,7 @@
 """`manage.py agent_token NODE [NODE ...] [--user NAME]`: print a node-agent API token scoped to the named
 nodes (one node per token is the rule; several = a bootstrap token for nodes still to join, which then
-join ready). "*" = every node (a fully trusted agent). Replaces (revokes) the user's previous token. The token
+join ready). "*" = every node (a fully trusted agent). The user is a node agent's own: a new one, or one already in
+the node-agents group (a person's account is refused). Replaces (revokes) the user's previous tokens. The token
 is printed once: only its hash is stored (services/tokens.py); it expires after AGENT_TOKEN_TTL_DAYS."""
 from django.core.management.base import CommandError
 
