@@ -1,0 +1,54 @@
+"""New-user trial 17b: concurrent writes answer their rule's 400, never a deadlock's 503 or a unique index's 500
+(F10, F14); a blank list filter is a 400 naming it (F12); a detail id that is not a whole number is a 404, not a
+complaint about `format` (F13)."""
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from tests.api.helpers_api import at_once
+
+
+def _team_of_admins(n: int, tag: str):
+    from gpuplatform import services
+
+    team = services.create_team(f"t17b-{tag}")
+    User = get_user_model()
+    members = []
+    for i in range(n):
+        user = User.objects.create_user(f"{tag}-u{i}", password="pw")
+        members.append(services.add_member(team, user, "admin"))
+    return team, members
+
+
+def _statuses(answers) -> list:
+    return sorted(getattr(a, "status_code", None) for a in answers)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.services
+@pytest.mark.postgresql("row and advisory locks: PostgreSQL")
+@pytest.mark.parametrize("verb", ["patch", "mixed"])
+def test_three_admins_demoted_or_removed_at_once_leave_one_and_the_rest_read_the_rule(client_for, verb):
+    """F10: each request locked its own membership row, then every admin row of the team (the last-admin
+    rule): they deadlocked and one answered 503 (three demotions, or removals beside demotions; three removals
+    alone locked the rows in one order). Now the team's lock comes first: 2 succeed, 1 gets the 400."""
+    from gpuplatform.models import Membership
+
+    clients = [client_for("staff") for _ in range(3)]
+    for round_ in range(4):
+        team, members = _team_of_admins(3, f"r{verb}{round_}")
+        if verb == "patch":
+            calls = [lambda c=c, m=m: c.patch(f"/api/v1/memberships/{m.pk}/", {"role": "member"}, format="json")
+                     for c, m in zip(clients, members)]
+        else:  # the first admin removed, the others demoted
+            calls = [lambda c=c, m=m, i=i: (c.delete(f"/api/v1/memberships/{m.pk}/") if i == 0 else
+                                            c.patch(f"/api/v1/memberships/{m.pk}/", {"role": "member"}, format="json"))
+                     for i, (c, m) in enumerate(zip(clients, members))]
+        answers = at_once(calls)
+        assert all(a is not None and a.status_code in (200, 204, 400) for a in answers), \
+            [(a.status_code, a.content) for a in answers if a is not None]
+        assert _statuses(answers).count(400) == 1, [(a.status_code, a.content) for a in answers if a is not None]
+        refused = next(a for a in answers if a.status_code == 400).json()
+        assert "last admin" in refused["role"][0], refused
+        assert Membership.objects.filter(team=team, role="admin").count() == 1
