@@ -514,3 +514,39 @@ def test_the_workload_reads_only_the_most_recent_jobs(api, monkeypatch):
     assert [(m, g, n) for m, g, _, n in store.sharing_workload(CLOCK.timestamp())] == [(500, 1, 2.0)]
     monkeypatch.setattr(store, "WORKLOAD_JOBS", 3)
     assert [(m, g, n) for m, g, _, n in store.sharing_workload(CLOCK.timestamp())] == [(500, 1, 2.0), (1000, 4, 1.0)]
+
+
+def test_a_node_re_partitioned_after_mig_jobs_ran_registers_its_new_layout(api):
+    """Trial 17, F2 (MIG): a node whose GPU was re-partitioned (7 x 1g.18gb -> 2 x 3g.71gb) or had MIG turned off
+    after MIG jobs had run on it was answered 409 "still referenced by other objects" at every registration, even
+    once the jobs had ended: the node could not register again. Instances only released allocations name are now
+    dropped (those allocations keep their GPU and times); one a live allocation holds stays until it is released."""
+    from gpuplatform import services
+    from gpuplatform.models import Allocation, Gpu, Job, MigInstance
+    from gpuplatform.scheduling import store
+
+    for name in ("done", "live"):
+        assert submit(api, name, {"mig_profile": "1g.18gb"}).status_code == 201
+    store.run_cycle_once(clock=CLOCK)
+    done, live = Job.objects.get(name="done"), Job.objects.get(name="live")
+    held = Allocation.objects.get(job=live).mig_instance.uuid
+    services.cancel_job(done)
+    store.run_cycle_once(clock=CLOCK)
+    assert Allocation.objects.get(job=done).released_at is not None
+    gpus = [{"index": i, "uuid": f"GPU-{i}", "memory_mib": H200_MIB} for i in (0, 1, 4, 5, 6, 7)]
+    gpus += [mig_gpu(2, [("3g.71gb", 71_424, 3)] * 2)]
+    new_layout = {"index": 3, "uuid": "GPU-3", "memory_mib": H200_MIB, "mig_mode": "enabled",
+                  "mig": [{"uuid": f"MIG-3-new-{k}", "profile": "3g.71gb", "memory_mib": 71_424, "slices": 3}
+                          for k in range(2)]}
+    services.register_node("mixed", flavor="H200", gpus=sorted(gpus + [new_layout], key=lambda g: g["index"]))
+    on3 = set(MigInstance.objects.filter(gpu__index=3).values_list("uuid", flat=True))
+    assert on3 == {"MIG-3-new-0", "MIG-3-new-1", held}  # the live job's instance stays while it runs
+    history = Allocation.objects.get(job=done)
+    assert history.mig_instance is None and history.gpu.index == 3  # the finished job's record keeps its GPU
+    services.cancel_job(live)
+    store.run_cycle_once(clock=CLOCK)
+    off = {"index": 3, "uuid": "GPU-3", "memory_mib": H200_MIB, "mig_mode": "disabled"}
+    services.register_node("mixed", flavor="H200", gpus=sorted(gpus + [off], key=lambda g: g["index"]))
+    assert not MigInstance.objects.filter(gpu__index=3).exists()
+    assert Gpu.objects.get(node__name="mixed", index=3).sharing == "exclusive"
+    assert Allocation.objects.filter(job__in=[done, live], mig_instance__isnull=True).count() == 2

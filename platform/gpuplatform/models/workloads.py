@@ -277,8 +277,10 @@ class Allocation(models.Model):
     # a fraction of the GPU (thousandths, memory MiB; 0 = the whole GPU) or one MIG instance of it
     gpu_milli = models.PositiveSmallIntegerField(default=0)
     gpu_memory_mib = models.PositiveIntegerField(default=0)
-    # indexed only where set (the partial index below): null on every whole-GPU and fractional allocation
-    mig_instance = models.ForeignKey("gpuplatform.MigInstance", null=True, blank=True, on_delete=models.PROTECT,
+    # indexed only where set (the partial index below): null on every whole-GPU and fractional allocation. A MIG
+    # instance the GPU no longer has (re-partitioned) is dropped at registration once no live allocation holds it
+    # (services/nodes._sync_mig); a released allocation then keeps its GPU and times, without the instance
+    mig_instance = models.ForeignKey("gpuplatform.MigInstance", null=True, blank=True, on_delete=models.SET_NULL,
                                      related_name="allocations", db_index=False)
 
     class Meta:

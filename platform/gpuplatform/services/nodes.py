@@ -61,20 +61,23 @@ def _check_gpus(gpus: list[dict]) -> dict[str, str]:
 def _sync_mig(gpu: Gpu, g: dict) -> None:
     """A GPU's MIG layout as its agent reported it (NVML): `mig_mode` "enabled" with instances -> mode mig and exactly
     those MigInstance rows; `mig_mode` "disabled" on a GPU in mode mig -> back to exclusive, instances dropped.
-    An instance a live allocation holds is never dropped (the database refuses: PROTECT)."""
+    An instance a live allocation holds is kept until that allocation is released (a later registration drops it);
+    one that only released allocations name is dropped, and they keep their GPU and times (trial 17, F2: a node
+    re-partitioned after MIG jobs had run there could never register again: 409 "still referenced")."""
     if g.get("mig_mode") not in ("enabled", "disabled", True, False):
         return  # not reported (no NVML MIG support, or a client that does not read it): keep what is stored
     enabled = g.get("mig_mode") in (True, "enabled")
+    live = Allocation.objects.filter(mig_instance__gpu=gpu, released_at__isnull=True).values("mig_instance_id")
     if enabled and g.get("mig") is not None:
         keep = {inst["uuid"] for inst in g["mig"]}
-        MigInstance.objects.filter(gpu=gpu).exclude(uuid__in=keep).delete()
+        MigInstance.objects.filter(gpu=gpu).exclude(uuid__in=keep).exclude(pk__in=live).delete()
         for inst in g["mig"]:
             MigInstance.objects.update_or_create(uuid=inst["uuid"], defaults={
                 "gpu": gpu, "profile": inst["profile"], "memory_mib": inst.get("memory_mib") or 0,
                 "slices": inst.get("slices") or 0})
         Gpu.objects.filter(pk=gpu.pk).update(sharing=Gpu.Sharing.MIG)
     elif not enabled and gpu.sharing == Gpu.Sharing.MIG:
-        MigInstance.objects.filter(gpu=gpu).delete()
+        MigInstance.objects.filter(gpu=gpu).exclude(pk__in=live).delete()
         Gpu.objects.filter(pk=gpu.pk).update(sharing=Gpu.Sharing.EXCLUSIVE)
 
 
