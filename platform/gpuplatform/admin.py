@@ -59,8 +59,17 @@ def _service_action(func, label: str):
 
 
 class MembershipInline(admin.TabularInline):
+    """A team's members, shown; they are added, changed and removed under Memberships, through the services that
+    keep the team's last admin (trial 17, F8: the inline demoted and removed a team's last admin)."""
+
     model = Membership
     extra = 0
+    fields = ("user", "role")
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
 
 
 class NameRuleForm(forms.ModelForm):
@@ -87,8 +96,9 @@ class TeamForm(NameRuleForm):
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
-    """A team is deleted through services.delete_team (audited; refused while it has queues or jobs, under the
+class TeamAdmin(ServiceAdmin):
+    """A team is added through services.create_team (its name and slug rules, audited) and deleted through
+    services.delete_team (audited; refused while it has queues or jobs, under the
     queue tree's lock), from its delete page and from the list's "delete selected" action: a refusal is a
     message, never a 500 (new-user trial 16b, F5)."""
 
@@ -96,6 +106,12 @@ class TeamAdmin(admin.ModelAdmin):
     list_display = ("name", "slug", "created_at")
     search_fields = ("name", "slug")
     inlines = [MembershipInline]
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            return super().save_model(request, obj, form, change)  # a rename or a description (the name rule: form)
+        obj.pk = services.create_team(obj.name, slug=obj.slug or None, description=obj.description,
+                                      actor=request.user).pk
 
     def delete_model(self, request, obj):
         services.delete_team(obj, actor=request.user)
@@ -121,9 +137,41 @@ class TeamAdmin(admin.ModelAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ServiceAdmin):
+    """Through services.add_member (add, or a role change) and remove_member (delete): audited, and refused when it
+    would leave a team with no admin (a refusal is a form error, or a message on delete)."""
+
     list_display = ("user", "team", "role")
     list_filter = ("role", "team")
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("user", "team") if obj else ()
+
+    def save_model(self, request, obj, form, change):
+        saved = services.add_member(obj.team, obj.user, obj.role, actor=request.user)
+        obj.pk = saved.pk
+
+    def delete_model(self, request, obj):
+        services.remove_member(obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for membership in queryset:
+            services.remove_member(membership, actor=request.user)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except services.ValidationError as exc:  # (the view's transaction is rolled back: nothing removed)
+            self.message_user(request, str(exc), messages.ERROR)
+            return redirect(reverse("admin:gpuplatform_membership_change", args=[object_id]))
+
+    def response_action(self, request, queryset):
+        try:
+            with transaction.atomic():  # all the selected memberships, or none
+                return super().response_action(request, queryset)
+        except services.ValidationError as exc:
+            self.message_user(request, f"nothing removed: {exc}", messages.ERROR)
+            return redirect(reverse("admin:gpuplatform_membership_changelist"))
 
 
 class VersionedForm(forms.ModelForm):

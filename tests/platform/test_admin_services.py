@@ -206,3 +206,34 @@ def test_the_admin_edits_a_nodes_name_domain_and_labels_only_and_shows_its_gpus(
     gpu.refresh_from_db()
     assert (gpu.sharing, gpu.health) == ("exclusive", "healthy")
     assert staff.get(f"/admin/gpuplatform/gpu/{gpu.pk}/change/").status_code == 200  # still shown
+
+
+def test_the_admin_keeps_a_teams_last_admin_and_audits_memberships(staff):
+    """Trial 17, F8: the team form's membership inline demoted and then removed a team's only admin, a rule the API
+    keeps (a team keeps at least one admin). Memberships are now changed under Memberships through add_member /
+    remove_member (audited; the rule's refusal is a form error or a message); the inline shows them; a team added
+    here goes through create_team."""
+    from django.contrib.auth import get_user_model
+
+    from gpuplatform.models import Membership, Team
+
+    added = staff.post("/admin/gpuplatform/team/add/", {"name": "gamma", "slug": "gamma", "description": "",
+                                                         "memberships-TOTAL_FORMS": 0, "memberships-INITIAL_FORMS": 0})
+    assert added.status_code == 302 and Event.objects.filter(kind="team_created", data__team="gamma").exists()
+    gamma = Team.objects.get(name="gamma")
+    boss = get_user_model().objects.create_user("boss", password="pw")
+    services.add_member(gamma, boss, "admin")
+    only = Membership.objects.get(team=gamma, user=boss)
+    page = staff.get(f"/admin/gpuplatform/team/{gamma.pk}/change/").content.decode()
+    assert "boss" in page and 'name="memberships-0-role"' not in page  # shown, not edited in the inline
+    demote = staff.post(f"/admin/gpuplatform/membership/{only.pk}/change/", {"role": "member"})
+    assert demote.status_code == 200 and "last admin" in demote.content.decode()
+    removed = staff.post(f"/admin/gpuplatform/membership/{only.pk}/delete/", {"post": "yes"}, follow=True)
+    assert "last admin" in removed.content.decode()
+    assert Membership.objects.get(pk=only.pk).role == "admin"
+    second = get_user_model().objects.create_user("second", password="pw")
+    assert staff.post("/admin/gpuplatform/membership/add/", {"user": second.pk, "team": gamma.pk,
+                                                               "role": "admin"}).status_code == 302
+    assert staff.post(f"/admin/gpuplatform/membership/{only.pk}/change/", {"role": "member"}).status_code == 302
+    assert Membership.objects.get(pk=only.pk).role == "member"
+    assert Event.objects.filter(kind="member_added", data__user="second").exists()
