@@ -52,3 +52,26 @@ def test_three_admins_demoted_or_removed_at_once_leave_one_and_the_rest_read_the
         refused = next(a for a in answers if a.status_code == 400).json()
         assert "last admin" in refused["role"][0], refused
         assert Membership.objects.filter(team=team, role="admin").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.services
+@pytest.mark.postgresql("advisory locks: PostgreSQL")
+@pytest.mark.parametrize("url,body", [
+    ("/api/v1/diagnosis-rules/", {"name": "rc", "pattern": "y", "category": "cuda_oom", "source": "t"}),
+    ("/api/v1/health-rules/", {"name": "hc0", "signal": "xid", "op": "in", "value": [48], "action": "cordon",
+                               "source": "t"}),
+])
+def test_one_rule_name_added_eight_times_at_once_is_one_201_and_seven_400s(client_for, url, body):
+    """F14: the losers past the name check hit the unique index: 500. Now the name's lock: 1 x 201, 7 x 400."""
+    clients = [client_for("staff") for _ in range(8)]
+    answers = at_once([lambda c=c: c.post(url, body, format="json") for c in clients])
+    assert _statuses(answers) == [201] + [400] * 7, [(getattr(a, "status_code", None), getattr(a, "content", None))
+                                                      for a in answers]
+    for a in answers:
+        if a.status_code == 400:
+            assert "exists" in a.json()["name"][0], a.json()
+    from gpuplatform.models import DiagnosisRule, HealthRule
+
+    model = DiagnosisRule if "diagnosis" in url else HealthRule
+    assert model.objects.filter(name=body["name"]).count() == 1

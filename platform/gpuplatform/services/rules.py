@@ -9,6 +9,7 @@ from ..audit import record_event
 from ..diagnosis import engine, tables
 from ..errors import ValidationError
 from ..models import DiagnosisRule, HealthRule
+from ..scheduling.locks import lock_name
 
 __all__ = ["save_diagnosis_rule", "save_health_rule"]
 
@@ -19,9 +20,12 @@ def _field(exc: engine.RuleError) -> str:
 
 def _save(rule, check, *, kind: str, noun: str, summary: str, actor):
     """The shared steps: a non-empty name unique among the model's rows, `check` (the shipped table's
-    parser) on the rule, save, and a `kind` Event "<noun> <name> added|changed: <summary>"."""
+    parser) on the rule, save, and a `kind` Event "<noun> <name> added|changed: <summary>". Holds the name's lock
+    (scheduling.locks.lock_name) from the check to the commit: of concurrent saves of one name, the later ones read
+    the first's row and get the name's 400, not the unique index's 500 (new-user trial 17b, F14)."""
     if not rule.name:
         raise ValidationError({"name": "name must not be empty"})
+    lock_name(noun, rule.name)
     if type(rule).objects.filter(name=rule.name).exclude(pk=rule.pk).exists():
         raise ValidationError({"name": f"a rule named {rule.name!r} exists"})
     try:
