@@ -144,7 +144,7 @@ def test_a_submit_change_submission_would_refuse_is_a_400_naming_the_field(busy,
 
 @pytest.mark.parametrize("submit, field, rule", [
     ({"tasks": 1, "gpus_per_task": 8, "flavors": ["ZZ"]}, "flavors", "no node of flavor ZZ"),
-    ({"tasks": 5, "gpus_per_task": 8}, "tasks", "needs 40 H100 GPUs in one domain"),
+    ({"tasks": 5, "gpus_per_task": 8}, "tasks", "needs 40 H100 GPUs, this cluster has 32"),
     ({"tasks": 8, "gpus_per_task": 8, "min_available": 5}, "min_available", "needs 40 H100 GPUs"),
     ({"tasks": 1, "gpus_per_task": 16}, "gpus_per_task", "16 GPUs per task"),
     ({"tasks": 1, "gpus_per_task": 0.5}, "gpus_per_task", "no GPU in mode shared or auto takes fractions"),

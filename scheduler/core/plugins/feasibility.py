@@ -193,6 +193,11 @@ class Capacity:
                     else:
                         why = f"room for {role.effective_min} such tasks; the nodes of {scope} hold at most {slots}"
                     return PendingReason("never_fits_domain", head + why, terminal=True)
+        if where == "this cluster":  # no domain constraint: the whole cluster is too small (trial 17: "in one
+            # domain" for a job with topology_mode none read as a topology rule it had not asked for)
+            return PendingReason(
+                "never_fits_domain", f"can never fit: needs {need} {flavor} GPUs, this cluster has {largest}",
+                terminal=True)
         return PendingReason(
             "never_fits_domain", f"can never fit: needs {need} {flavor} GPUs in one domain, exceeds {where} "
             f"(largest holds {largest})", terminal=True)
