@@ -108,9 +108,9 @@ def job_gpus_milli(gpu_memory: int | None = None):
     memory = Q(gpu_memory_mib__gt=0, gpu_milli=0)
     plain = roles.exclude(memory).annotate(n=Sum(role_gpu_milli())).values("n")
     pending = roles.filter(memory).annotate(n=Sum(role_gpu_milli(gpu_memory=gpu_memory))).values("n")
-    bound = (Allocation.objects.filter(task__job=OuterRef("pk"), released_at__isnull=True,
+    bound = (Allocation.objects.filter(job=OuterRef("pk"), released_at__isnull=True,  # the (job, released_at) index
                                        task__role__gpu_memory_mib__gt=0, task__role__gpu_milli=0)
-             .order_by().values("task__job").annotate(n=Sum("gpu_milli")).values("n"))
+             .order_by().values("job").annotate(n=Sum("gpu_milli")).values("n"))
     return (Coalesce(Subquery(plain, output_field=BigIntegerField()), 0)
             + Case(When(state=Job.State.PENDING, then=Coalesce(Subquery(pending, output_field=BigIntegerField()), 0)),
                    default=Coalesce(Subquery(bound, output_field=BigIntegerField()), 0),
