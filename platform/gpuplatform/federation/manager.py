@@ -20,11 +20,13 @@ from django.utils import timezone
 from .. import access
 from ..audit import record_event
 from ..errors import ValidationError
+from ..job_rules import MAX_TIER, check_job, resolve_tier
 from ..models import FederatedJob, MemberCluster, Queue
+from ..names import control_character_error
 from ..wording import count
 
 __all__ = ["register_cluster", "update_cluster", "submit_federated_job", "submit_as", "cancel_federated_job",
-           "is_manager", "require_manager", "NOT_MANAGER", "FED_FIELDS"]
+           "gpu_figures", "job_gpu_figures", "is_manager", "require_manager", "NOT_MANAGER", "FED_FIELDS"]
 
 
 def is_manager() -> bool:
@@ -105,18 +107,46 @@ def update_cluster(cluster: MemberCluster, *, actor=None, **fields) -> MemberClu
     return cluster
 
 
-def _int_tier(value, field: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    m = re.match(r"^tier-(\d+)$", str(value))
-    names = {"nvlink": 1, "leaf": 2, "spine": 3}
-    if m:
-        return int(m.group(1))
-    if str(value) in names:
-        return names[str(value)]
-    raise ValidationError({field: f"unknown tier {value!r}"})
+# The members' container runtimes are theirs to check (a member without one refuses an `image`): at the manager
+# check_job's image rule is given a runtime so that it checks the image reference only.
+MEMBERS_RUNTIMES = frozenset({"(each member's own)"})
+# The tiers a member has are checked by the dispatcher against its summary (dispatch.never_fits): at the manager
+# every tier number from 1 to job_rules.MAX_TIER exists, so check_job applies the tier rules but not the presence one.
+ANY_TIER = range(1, MAX_TIER + 1)
+
+
+def _check_job_rules(d: dict, *, team, queue) -> list[dict]:
+    """The job-level rules a member applies (services.jobs.submit_job), applied at the manager through the same
+    functions, so that a body every member would refuse is a 400 naming the field here rather than a job that
+    ends "every member cluster refused it" (new-user trial 17, F3): external_id without control characters,
+    the rescheduling and interruptible rules (services.jobs.check_migration / check_interruptible), tier names
+    (job_rules.resolve_tier), then job_rules.check_job: roles and sub-groups, name, priority bounds, numa,
+    topology_mode / highest_tier / preferred_tier, time_limit_seconds, command / env / working_dir / image,
+    max_restarts, completion_role, and the queue's own rules (open, a leaf, the team's) on the manager's queue tree.
+    What only a member knows is left to the members and the dispatcher: its tiers and container runtimes,
+    whether the job fits its nodes (never_fits), its queues. `d`: JobSubmitSerializer's validated data.
+    Returns the normalised roles (check_job's). Raises ValidationError naming each bad field."""
+    from ..lifecycle import closed_ancestor
+    from ..services.jobs import check_interruptible, check_migration
+
+    bad_external_id = control_character_error("external_id", d.get("external_id", ""))
+    if bad_external_id:
+        raise ValidationError({"external_id": bad_external_id})
+    check_migration(d["migratable"], d["min_run_before_move_seconds"], d["checkpoint_grace_seconds"],
+                    preemptible=d["preemptible"])
+    check_interruptible(d["interruptible"], d["preemptible"])
+    highest_tier, tier_errors = resolve_tier(d["highest_tier"], "highest_tier")
+    preferred_tier, preferred_errors = resolve_tier(d["preferred_tier"], "preferred_tier")
+    if tier_errors or preferred_errors:
+        raise ValidationError({**tier_errors, **preferred_errors})
+    return check_job(team=team, queue=queue, queue_has_children=Queue.objects.filter(parent=queue).exists(),
+                     closed_ancestor=closed_ancestor(queue.pk), name=d["name"], roles=[dict(r) for r in d["roles"]],
+                     subgroups=[dict(g) for g in d["subgroups"] or ()], priority=d["priority"],
+                     topology_mode=d["topology_mode"], highest_tier=highest_tier, preferred_tier=preferred_tier,
+                     time_limit_seconds=d["time_limit_seconds"], duration_seconds=None, tiers=ANY_TIER,
+                     error_class=ValidationError, command=d["command"], env=d["env"], working_dir=d["working_dir"],
+                     image=d["image"], max_restarts=d["max_restarts"], completion_role=d["completion_role"] or "",
+                     container_runtimes=MEMBERS_RUNTIMES, numa=d["numa"])
 
 
 NOT_MANAGER = "this instance is not a federation manager (FEDERATION_ROLE)"
@@ -180,7 +210,9 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
     restartable = fed.get("restartable", False)
     if not isinstance(restartable, bool):
         raise ValidationError({"restartable": "true or false"})
-    ser = JobSubmitSerializer(data=spec)
+    # external_id is the manager's own on a member copy (FederatedJob.external_id) and is not kept in `spec`, but
+    # it is checked as a worker checks it: a bad one is a 400 here too
+    ser = JobSubmitSerializer(data={**spec, **({"external_id": body["external_id"]} if "external_id" in body else {})})
     if not ser.is_valid():
         field, msgs = next(iter(ser.errors.items()))
         raise ValidationError({field: str(msgs[0] if isinstance(msgs, list) else msgs)})
@@ -190,11 +222,7 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
         raise ValidationError({"queue": f"unknown team queue {d['queue']!r}"})
     if queue.team_id != team.pk:
         raise ValidationError({"queue": f"queue {queue.name} is not team {team.slug}'s"})
-    from ..job_rules import check_roles
-
-    roles, errors = check_roles([dict(r) for r in d["roles"]])
-    if errors:
-        raise ValidationError(errors)
+    roles = _check_job_rules(d, team=team, queue=queue)
     # The members' own rule: the federation submits to each member as its federation-managers account (no team,
     # not a team admin: docs/federation.md), and a member gives a priority above 0 to a team admin only, so every
     # member refuses such a job; it was accepted and waited for ever (new-user trial 14, F5)
@@ -203,27 +231,49 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
                                            f"member clusters as their federation-managers account, not a team "
                                            f"admin, and a member takes a priority above 0 from a team admin only "
                                            f"(got {d['priority']})"})
-    # the members' rules that pair fields (a member would refuse the job: it would wait at the manager for ever)
-    from ..services.jobs import check_interruptible, check_migration
-
-    check_migration(d["migratable"], d["min_run_before_move_seconds"], d["checkpoint_grace_seconds"],
-                    preemptible=d["preemptible"])
-    check_interruptible(d["interruptible"], d["preemptible"])
-    gpus = sum(r["tasks"] * r["gpus_per_task"] for r in roles)
-    flavors: set[str] = set()
+    gpus = sum(r["tasks"] * r["gpus_per_task"] for r in roles)  # whole GPUs to place (dispatch); the API shows
+    flavors: set[str] = set()                                   # GPU-equivalents (api.FederatedJobSerializer)
     for r in roles:
         flavors.update(f for f in (r.get("flavor") or "").split("|") if f)
     job = FederatedJob(
         name=d["name"], team=team, queue=queue.name, submitter=submitter, spec=spec, gpus=gpus,
         task_gpus=max(r["gpus_per_task"] for r in roles), flavors=sorted(flavors),
-        highest_tier=_int_tier(d["highest_tier"], "highest_tier") if d["topology_mode"] == "hard" else None,
+        highest_tier=resolve_tier(d["highest_tier"], "highest_tier")[0] if d["topology_mode"] == "hard" else None,
         clusters=clusters, cluster_selector=selector, data_site=data_site,
         restartable=restartable or bool(d["migratable"]))
     job.reason = _never_fits_or_reason(job)
     job.save()
-    record_event("federation.submitted", f"{job.name} submitted to the federation ({count(gpus, 'GPU')})", actor=submitter,
-                 queue=queue, data={"federated_job": job.pk, "team": team.slug})
+    shown, request = gpu_figures(roles)
+    what = count(shown, "GPU") if all(p.isdigit() for p in request.split("+")) else f"{shown} GPU-equivalents ({request})"
+    record_event("federation.submitted", f"{job.name} submitted to the federation ({what})", actor=submitter,
+                 queue=queue, data={"federated_job": job.pk, "team": team.slug, "gpus": shown, "gpu_request": request})
     return job
+
+
+def gpu_figures(roles) -> tuple[int | float, str]:
+    """What normalised role dicts (job_rules.check_roles / check_job) ask for, as a worker's jobs API shows it
+    (gpu_request.py, the one computation): (GPU-equivalents, e.g. 0.5 for one task of half a GPU; the request,
+    e.g. "1x0.5"). A GPU-memory share counts 0 here (its share depends on the member's GPU; gpu_equivalents
+    of a pending job with no GPU to measure it against). FederatedJob.gpus stays the whole GPUs the dispatcher
+    places (a share takes one GPU)."""
+    from types import SimpleNamespace
+
+    from ..gpu_request import gpu_equivalents, gpu_request
+
+    rows = [SimpleNamespace(**r) for r in roles]
+    return gpu_equivalents(rows), gpu_request(rows)
+
+
+def job_gpu_figures(job: FederatedJob) -> tuple[int | float, str]:
+    """gpu_figures of a stored federated job's roles (its `spec`, checked at submission); a spec whose roles no
+    longer pass (a rule tightened since) shows the stored whole GPUs and a blank request."""
+    from ..job_rules import check_roles
+
+    spec = job.spec if isinstance(job.spec, dict) else {}
+    roles, errors = check_roles(spec.get("roles"))
+    if errors or not roles:
+        return job.gpus, ""
+    return gpu_figures(roles)
 
 
 def submit_as(*, user, body: dict) -> FederatedJob:
@@ -248,7 +298,13 @@ def submit_as(*, user, body: dict) -> FederatedJob:
 
 def cancel_federated_job(job: FederatedJob, *, actor=None, reason: str = "", client_for=None) -> FederatedJob:
     """Cancel at the manager and stop the worker's copy. An unreachable worker's copy is fenced: stopped
-    when the worker answers again (dispatch.sync_cluster). Raises ValidationError("state") once ended."""
+    when the worker answers again (dispatch.sync_cluster). Raises ValidationError("state") once ended.
+
+    One transaction holds the job's row lock from the state check to the write and its Event, the worker's
+    answer included: of cancels sent at once exactly one acts (one `federation.cancelled` Event, one stop sent
+    to the worker) and the others, waiting on the lock, read the job cancelled and get the 400 a second cancel
+    gets (new-user trial 17, F5: 10 at once gave 7 x 200, 7 Events and 7 stops). The worker's answer is
+    bounded by FEDERATION_HTTP_TIMEOUT; a dispatch round touching the job waits for it as well."""
     from .dispatch import client_for as default_client, fence
     from .client import MemberRefused, MemberUnreachable
 
@@ -256,25 +312,22 @@ def cancel_federated_job(job: FederatedJob, *, actor=None, reason: str = "", cli
         job = FederatedJob.objects.select_for_update().get(pk=job.pk)
         if job.state in FederatedJob.ENDED:
             raise ValidationError({"state": f"job is {job.state}, not pending or running"})  # the jobs API's words
-        cluster, remote = job.cluster, job.remote_id
-        was = job.state
-    stopped = cluster is None
-    remote_state = None  # the worker's answer to the cancel; later syncs keep it current (dispatch.sync_cluster)
-    if cluster is not None:
-        try:
-            if remote is None:
-                found = (client_for or default_client)(cluster).find(job.external_id)
-                remote = found["id"] if found else None
-            if remote is not None:
-                answer = (client_for or default_client)(cluster).cancel(
-                    remote, reason or "cancelled at the federation manager")
-                if isinstance(answer, dict) and answer.get("state"):
-                    remote_state = str(answer["state"])
-            stopped = True
-        except (MemberUnreachable, MemberRefused):
-            stopped = False
-    with transaction.atomic():
-        job = FederatedJob.objects.select_for_update().get(pk=job.pk)
+        cluster, remote, was = job.cluster, job.remote_id, job.state
+        stopped = cluster is None
+        remote_state = None  # the worker's answer to the cancel; later syncs keep it current (dispatch.sync_cluster)
+        if cluster is not None:
+            try:
+                if remote is None:
+                    found = (client_for or default_client)(cluster).find(job.external_id)
+                    remote = found["id"] if found else None
+                if remote is not None:
+                    answer = (client_for or default_client)(cluster).cancel(
+                        remote, reason or "cancelled at the federation manager")
+                    if isinstance(answer, dict) and answer.get("state"):
+                        remote_state = str(answer["state"])
+                stopped = True
+            except (MemberUnreachable, MemberRefused):
+                stopped = False
         if not stopped:
             fence(job, "cancelled while its worker was unreachable")
         job.state, job.finished_at = FederatedJob.State.CANCELLED, timezone.now()
