@@ -89,6 +89,15 @@ def test_a_gpu_share_shows_its_gpu_equivalents_and_request_as_on_a_worker(client
     assert sorted(j["gpus"] for j in listed) == [0.5, 0.75, 2, 8]
     event = Event.objects.filter(kind="federation.submitted").order_by("id").first()
     assert "0.5 GPU-equivalents (1x0.5)" in event.message, event.message
+    import re
+
+    from django.test import Client
+
+    web = Client()
+    web.force_login(FederatedJob.objects.first().submitter)
+    html = web.get("/federation/").content.decode()  # the page's GPUs column: the API's numbers
+    rows = re.findall(r'<tr id="fed-job-(\d+)">(?:<td>[^<]*</td>){4}<td>([^<]*)</td>', html)
+    assert sorted(float(g) for _, g in rows) == [0.5, 0.75, 2, 8], rows
 
 
 @pytest.mark.django_db

@@ -5,7 +5,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from ..models import MemberCluster
-from .manager import visible_federated_jobs
+from .manager import job_gpu_figures, visible_federated_jobs
 
 
 @login_required
@@ -18,4 +18,6 @@ def federation_page(request):
                          "flavors": sorted((f, v.get("free", 0), v.get("total", 0)) for f, v in s.get("flavors", {}).items()),
                          "pending": s.get("pending_jobs", 0), "running": s.get("running_jobs", 0)})
     jobs = list(visible_federated_jobs(request.user)[:200])
+    for job in jobs:  # GPU-equivalents, as the API's `gpus` (a half-GPU job read 1 here: trial 17, F4)
+        job.gpu_equivalents, job.gpu_request_text = job_gpu_figures(job)
     return render(request, "federation/index.html", {"clusters": clusters, "jobs": jobs})
