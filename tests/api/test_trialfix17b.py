@@ -75,3 +75,42 @@ def test_one_rule_name_added_eight_times_at_once_is_one_201_and_seven_400s(clien
 
     model = DiagnosisRule if "diagnosis" in url else HealthRule
     assert model.objects.filter(name=body["name"]).count() == 1
+
+
+# --- F12 -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("query,param", [
+    ("external_id=%20", "external_id"), ("external_id=", "external_id"), ("external_id=%0a", "external_id"),
+    ("name=%20", "name"), ("team=%20", "team"), ("queue=%20%20", "queue"), ("submitted_after=", "submitted_after"),
+    ("state=pending&name=%09", "name"), ("submitter=%20", "submitter"),
+])
+def test_a_blank_jobs_filter_is_a_400_naming_it(admin, jobs, query, param):
+    """F12: django-filter skipped a blank value, so ?external_id=%20 listed (and let a script cancel) every job."""
+    r = admin.get(f"/api/v1/jobs/?{query}")
+    assert r.status_code == 400, (r.status_code, r.content[:300])
+    assert list(r.json()) == [param] and "empty value filters nothing" in r.json()[param][0], r.json()
+    assert "list all jobs" in r.json()[param][0]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url,param", [
+    ("/api/v1/memberships/?team=%20", "team"), ("/api/v1/queues/?name=", "name"), ("/api/v1/events/?kind=%20", "kind"),
+    ("/api/v1/nodes/?flavor=%20", "flavor"), ("/api/v1/teams/?slug=", "slug"), ("/api/v1/quotas/?queue=%20", "queue"),
+    ("/api/v1/diagnosis-rules/?enabled=%20", "enabled"),
+])
+def test_a_blank_filter_is_a_400_on_every_list(admin, url, param):
+    r = admin.get(url)
+    assert r.status_code == 400 and list(r.json()) == [param], (r.status_code, r.content[:300])
+
+
+@pytest.mark.django_db
+def test_filled_filters_and_the_jobs_page_with_empty_fields_still_work(admin, jobs, client_for, users):
+    assert admin.get("/api/v1/jobs/?team=alpha&name=alpha").json()["count"] == 1
+    assert admin.get("/api/v1/jobs/?state=pending&state=").json()["count"] == 2  # an empty state item: dropped
+    assert admin.get("/api/v1/jobs/?never_fits=").json()["count"] == 2  # a boolean's empty value: either
+    assert admin.get("/api/v1/jobs/?limit=&ordering=").status_code == 200  # not filters
+    page = client_for("member")
+    page.force_login(users["member"])
+    r = page.get("/jobs/?q=&team=&state=&queue=&submitter=")  # the page's form, nothing filled in
+    assert r.status_code == 200 and b"alpha-job" in r.content

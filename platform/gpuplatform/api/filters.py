@@ -326,8 +326,32 @@ class KnownQueryParams:
         known = self.known(request, queryset, view)
         if known is None:
             return queryset
-        _refuse(request.query_params, known, self.multi_valued(queryset, view), "list")
+        multi = self.multi_valued(queryset, view)
+        _refuse(request.query_params, known, multi, "list")
+        names = self.filter_names(queryset, view)
+        blank = blank_filters(request.query_params, names, queryset.model._meta.verbose_name_plural,
+                              either=multi | self.boolean_names(queryset, view))
+        if blank:
+            raise ValidationError(blank)
         return queryset
+
+    @staticmethod
+    def filter_names(queryset, view, kind=df.Filter) -> set[str]:
+        """The names of the view's filterset's filters of class `kind` (not the paginator's, the ordering's or
+        `format`)."""
+        from django_filters.rest_framework import DjangoFilterBackend
+
+        names = set()
+        for backend in view.filter_backends:
+            if isinstance(backend, type) and issubclass(backend, DjangoFilterBackend):
+                filterset = backend().get_filterset_class(view, queryset)
+                if filterset is not None:
+                    names |= {n for n, f in filterset.base_filters.items() if isinstance(f, kind)}
+        return names
+
+    @classmethod
+    def boolean_names(cls, queryset, view) -> set[str]:
+        return cls.filter_names(queryset, view, df.BooleanFilter)
 
     @staticmethod
     def multi_valued(queryset, view) -> set[str]:
@@ -373,6 +397,20 @@ class KnownQueryParams:
 
 
 REPEATED = "given more than once: send it once"
+
+
+def blank_filters(query, names, plural: str = "objects", either=()) -> dict[str, list[str]]:
+    """{name: [message]} for each list filter of `names` given in `query` with an empty or whitespace-only value:
+    django-filter skips such a value, so `?external_id=` (a script's empty variable) listed, and could lead a
+    script to cancel, every job (new-user trial 17b, F12). The filters in `either` (multiple-choice and boolean:
+    the jobs' `state` and `never_fits`) keep their documented empty value, "any" (`?state=pending&state=`,
+    `?never_fits=`); a whitespace-only one of theirs is refused too. A page's form sends empty fields; the pages
+    read their own parameters and do not come here."""
+    def blank(name, value):
+        return not value.strip() and (value != "" or name not in either)
+
+    return {name: [f"an empty value filters nothing; leave the parameter out to list all {plural}"]
+            for name in sorted(names) if any(blank(name, v) for v in query.getlist(name))}
 
 
 def repeated_params(query, multi=()) -> dict[str, list[str]]:
