@@ -114,3 +114,21 @@ def test_filled_filters_and_the_jobs_page_with_empty_fields_still_work(admin, jo
     page.force_login(users["member"])
     r = page.get("/jobs/?q=&team=&state=&queue=&submitter=")  # the page's form, nothing filled in
     assert r.status_code == 200 and b"alpha-job" in r.content
+
+
+# --- F13 -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_a_detail_id_that_is_not_a_whole_number_is_a_404_not_a_format_error(admin, jobs):
+    """F13: the router's format suffix read /jobs/1.5/ as job 1 in format "5": 400 {"format": [...]}."""
+    job = jobs["own"].pk
+    for url in (f"/api/v1/jobs/{job}.5/", f"/api/v1/jobs/{job}.5", f"/api/v1/jobs/{job}.5/cancel/",
+                "/api/v1/teams/alpha.5/", "/api/v1/memberships/1.0/", "/api/v1/diagnosis-rules/1.5/"):
+        r = admin.get(url)
+        assert r.status_code == 404 and b"format" not in r.content, (url, r.status_code, r.content[:200])
+    r = admin.post(f"/api/v1/jobs/{job}.5/cancel/", {}, format="json")
+    assert r.status_code == 404, r.content
+    assert jobs["own"].__class__.objects.get(pk=job).state == "pending"
+    # the renderers' suffixes still work
+    assert admin.get(f"/api/v1/jobs/{job}.json").json()["id"] == job
+    assert admin.get("/api/v1/queues/alpha.json").json()["name"] == "alpha"

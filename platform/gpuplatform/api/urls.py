@@ -1,6 +1,8 @@
 """API routes: one DefaultRouter, kebab-case plural resource names under /api/v1/ (NetBox style)."""
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
+from rest_framework.settings import api_settings
+from rest_framework.urlpatterns import format_suffix_patterns
 
 from . import views
 from .views.forecast import WhatIfView
@@ -18,6 +20,15 @@ EXTRA_ROOT = {"me": "me", "forecast": "forecast", "utilization": "utilization", 
 
 
 class Router(DefaultRouter):
+    # The format suffix routes (/jobs/1.json) take only the renderers' formats: with any suffix, an id that is not a
+    # whole number (/jobs/1.5/) matched as id 1 with format "5" and was answered {"format": ["must be one of api,
+    # json"]} (new-user trial 17b, F13); now it matches no route: 404.
+    include_format_suffixes = False
+
+    def get_urls(self):
+        formats = sorted({renderer.format for renderer in api_settings.DEFAULT_RENDERER_CLASSES})
+        return format_suffix_patterns(super().get_urls(), allowed=formats)
+
     def get_api_root_view(self, api_urls=None):
         root = {prefix: self.routes[0].name.format(basename=basename) for prefix, _, basename in self.registry}
         return self.APIRootView.as_view(api_root_dict={**root, **EXTRA_ROOT})
