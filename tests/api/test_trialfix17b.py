@@ -1,10 +1,16 @@
 """New-user trial 17b: concurrent writes answer their rule's 400, never a deadlock's 503 or a unique index's 500
-(F10, F14); a blank list filter is a 400 naming it (F12); a detail id that is not a whole number is a 404, not a
+(F10, F14); a queue move and the scheduling cycle's usage record at once both commit (F11); a blank list filter is a 400 naming it (F12); a detail id that is not a whole number is a 404, not a
 complaint about `format` (F13)."""
 from __future__ import annotations
 
+import dataclasses
+import threading
+import time
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection, connections, transaction
+from django.utils import timezone
 
 from tests.api.helpers_api import at_once
 
@@ -132,3 +138,72 @@ def test_a_detail_id_that_is_not_a_whole_number_is_a_404_not_a_format_error(admi
     # the renderers' suffixes still work
     assert admin.get(f"/api/v1/jobs/{job}.json").json()["id"] == job
     assert admin.get("/api/v1/queues/alpha.json").json()["name"] == "alpha"
+
+
+# --- F11 -------------------------------------------------------------------------------------------------------
+
+def _waiting_on_lock() -> bool:
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+        return cur.fetchone()[0] > 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.services
+@pytest.mark.postgresql("row and advisory locks: PostgreSQL")
+def test_a_queue_move_and_the_cycles_usage_record_at_once_both_commit(cluster):
+    """F11: a queue move (the queue tree's lock exclusive, the moved queue's row, and at commit the deferred foreign
+    key check on its new parent's row) and the scheduling cycle's usage_decay.record (every queue's row, in name
+    order) deadlocked: "scheduling cycle N failed ... deadlock detected". The record now takes the tree's lock
+    shared before any queue row, so the two run one after the other. Ordered, not raced (as
+    test_queue_tree_lock.py): the move stops before its commit; the record starts on its own connection, and the
+    move commits only once the record waits on a lock."""
+    from gpuplatform import services
+    from gpuplatform.models import Queue, Team
+    from gpuplatform.scheduling import usage_decay
+
+    team = Team.objects.get(name="alpha")
+    services.create_queue("aa-parent", team=team)  # sorts before the moved queue: the record locks it first
+    moved = services.create_queue("zz-moved", team=team)
+    clock = timezone.now()
+    config = dataclasses.replace(usage_decay.default_config(), usage_half_life=3600)
+    wrote, go, out = threading.Event(), threading.Event(), {}
+
+    def move():  # as the API's PATCH /queues/<name>/ {"parent": ...} (api/views/queues.py _update)
+        try:
+            with transaction.atomic():
+                services.lock_queue_tree()
+                queue = Queue.objects.select_for_update(no_key=True).get(pk=moved.pk)
+                services.update_queue(queue, parent="aa-parent")
+                wrote.set()
+                assert go.wait(30), "the test never let the move commit"
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            out["move_error"] = exc
+        finally:
+            wrote.set()
+            connections.close_all()
+
+    def record():
+        try:
+            out["recorded"] = usage_decay.record({"zz-moved": {"H100": 1.0}}, clock, config)
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            out["record_error"] = exc
+        finally:
+            connections.close_all()
+
+    a = threading.Thread(target=move)
+    a.start()
+    assert wrote.wait(30)
+    b = threading.Thread(target=record)
+    b.start()
+    deadline = time.monotonic() + 30
+    while b.is_alive() and not _waiting_on_lock() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    go.set()
+    a.join(30)
+    b.join(30)
+    assert not a.is_alive() and not b.is_alive()
+    assert "move_error" not in out and "record_error" not in out, out
+    assert out["recorded"] == Queue.objects.count()
+    row = Queue.objects.get(pk=moved.pk)
+    assert row.parent.name == "aa-parent" and row.recent_usage_at == clock and row.recent_usage
