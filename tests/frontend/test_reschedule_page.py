@@ -48,7 +48,7 @@ def test_fragmentation_page_lists_advice_and_the_button_moves(client, users):
 def test_submit_form_takes_migration_fields_and_warns_about_a_stranding_shape(client, users):
     client.force_login(users["member"])
     form = {"name": "six", "team": "alpha", "queue": "alpha", "priority": "0", "command": "sleep 60",
-            "topology_mode": "none", "migratable": "on", "min_run_before_move_minutes": "10",
+            "topology_mode": "none", "preemptible": "on", "migratable": "on", "min_run_before_move_minutes": "10",
             "checkpoint_grace_seconds": "90", "roles-TOTAL_FORMS": "1", "roles-INITIAL_FORMS": "0",
             "roles-MIN_NUM_FORMS": "1", "roles-MAX_NUM_FORMS": "16", "roles-0-name": "worker", "roles-0-tasks": "2",
             "roles-0-gpus_per_task": "6"}
@@ -61,3 +61,7 @@ def test_submit_form_takes_migration_fields_and_warns_about_a_stranding_shape(cl
     bad = dict(form, name="bad", checkpoint_grace_seconds="0")
     r = client.post("/jobs/new/", bad)
     assert r.status_code == 200 and not Job.objects.filter(name="bad").exists()
+    pinned = {k: v for k, v in form.items() if k != "preemptible"}  # unchecked: a migratable job must be preemptible
+    r = client.post("/jobs/new/", dict(pinned, name="pinned"))
+    assert r.status_code == 200 and "must be preemptible" in r.content.decode()
+    assert not Job.objects.filter(name="pinned").exists()
