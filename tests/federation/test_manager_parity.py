@@ -124,6 +124,19 @@ def test_the_federated_job_lists_refuse_unknown_query_parameters_and_values(clie
         assert member.get(door, {"ordering": "name"}).status_code == 200
 
 
+@pytest.mark.django_db
+def test_a_priority_change_of_a_federated_job_is_a_400_naming_priority_not_a_404(client_for, members):
+    """Trial 17, F15: PATCH /api/v1/jobs/<id>/ {"priority": -5} on a manager answered 404 "No Job matches the given
+    query." for the federated job GET had just shown. A federated job's priority is given at submission: a 400 on
+    `priority` saying so; a job the user may not see is still a 404."""
+    admin = client_for("team_admin")
+    jid = admin.post("/api/v1/federation/jobs/", BASE, format="json").json()["id"]
+    assert admin.get(f"/api/v1/jobs/{jid}/").status_code == 200
+    r = admin.patch(f"/api/v1/jobs/{jid}/", {"priority": -5}, format="json")
+    assert r.status_code == 400 and "set at submission" in r.json()["priority"][0], r.content
+    assert client_for("other").patch(f"/api/v1/jobs/{jid}/", {"priority": -5}, format="json").status_code == 404
+
+
 @pytest.mark.services
 @pytest.mark.postgresql("row locks under concurrent requests: PostgreSQL")
 @pytest.mark.django_db(transaction=True)

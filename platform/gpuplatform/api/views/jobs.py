@@ -176,7 +176,15 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
 
     @extend_schema(request=JobUpdateSerializer, responses={200: JobSerializer})
     def partial_update(self, request, pk=None):
-        """Change the job's priority (team admins and platform admins)."""
+        """Change the job's priority (team admins and platform admins). On a federation manager: a 400 on
+        `priority` (a federated job's priority is given at submission; its copy runs at it on its member), not the
+        404 "No Job matches" for a job GET had just shown (new-user trial 17, F15)."""
+        from ...federation.manager import is_manager
+
+        if is_manager():
+            self._federated("retrieve").get_object()  # 404 for a job the user may not see, as GET
+            raise services.ValidationError({"priority": "a federated job's priority is set at submission and cannot "
+                                                        "be changed at the manager (cancel it and submit it again)"})
         job = self.get_object()  # JobPermission: the team's admins (or platform admins) only
         body = JobUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
