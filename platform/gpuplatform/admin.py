@@ -58,6 +58,39 @@ def _service_action(func, label: str):
     return action
 
 
+class ServiceDeleteMixin:
+    """Deletes through `delete_service(obj, actor=)` (audited, its rules checked under its locks), from the delete
+    page and the list's "delete selected" action; a refusal (services.ValidationError) is an error message, never a
+    500, and nothing is deleted (the delete page's transaction is rolled back; the action deletes all or none)."""
+
+    delete_service = None  # staticmethod(obj, *, actor) -> ...
+
+    def delete_model(self, request, obj):
+        type(self).delete_service(obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            type(self).delete_service(obj, actor=request.user)
+
+    def _url(self, view: str, *args) -> str:
+        return reverse(f"admin:{self.model._meta.app_label}_{self.model._meta.model_name}_{view}", args=args)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except services.ValidationError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return redirect(self._url("change", object_id))
+
+    def response_action(self, request, queryset):
+        try:
+            with transaction.atomic():
+                return super().response_action(request, queryset)
+        except services.ValidationError as exc:
+            self.message_user(request, f"nothing deleted: {exc}", messages.ERROR)
+            return redirect(self._url("changelist"))
+
+
 class MembershipInline(admin.TabularInline):
     """A team's members, shown; they are added, changed and removed under Memberships, through the services that
     keep the team's last admin (trial 17, F8: the inline demoted and removed a team's last admin)."""
@@ -96,13 +129,14 @@ class TeamForm(NameRuleForm):
 
 
 @admin.register(Team)
-class TeamAdmin(ServiceAdmin):
+class TeamAdmin(ServiceDeleteMixin, ServiceAdmin):
     """A team is added through services.create_team (its name and slug rules, audited) and deleted through
     services.delete_team (audited; refused while it has queues or jobs, under the
     queue tree's lock), from its delete page and from the list's "delete selected" action: a refusal is a
     message, never a 500 (new-user trial 16b, F5)."""
 
     form = TeamForm
+    delete_service = staticmethod(services.delete_team)
     list_display = ("name", "slug", "created_at")
     search_fields = ("name", "slug")
     inlines = [MembershipInline]
@@ -113,36 +147,15 @@ class TeamAdmin(ServiceAdmin):
         obj.pk = services.create_team(obj.name, slug=obj.slug or None, description=obj.description,
                                       actor=request.user).pk
 
-    def delete_model(self, request, obj):
-        services.delete_team(obj, actor=request.user)
-
-    def delete_queryset(self, request, queryset):
-        for team in queryset:
-            services.delete_team(team, actor=request.user)
-
-    def delete_view(self, request, object_id, extra_context=None):
-        try:
-            return super().delete_view(request, object_id, extra_context)
-        except services.ValidationError as exc:  # (the view's transaction is rolled back: nothing deleted)
-            self.message_user(request, str(exc), messages.ERROR)
-            return redirect(reverse("admin:gpuplatform_team_change", args=[object_id]))
-
-    def response_action(self, request, queryset):
-        try:
-            with transaction.atomic():  # all the selected teams, or none
-                return super().response_action(request, queryset)
-        except services.ValidationError as exc:
-            self.message_user(request, f"nothing deleted: {exc}", messages.ERROR)
-            return redirect(reverse("admin:gpuplatform_team_changelist"))
-
 
 @admin.register(Membership)
-class MembershipAdmin(ServiceAdmin):
+class MembershipAdmin(ServiceDeleteMixin, ServiceAdmin):
     """Through services.add_member (add, or a role change) and remove_member (delete): audited, and refused when it
     would leave a team with no admin (a refusal is a form error, or a message on delete)."""
 
     list_display = ("user", "team", "role")
     list_filter = ("role", "team")
+    delete_service = staticmethod(services.remove_member)
 
     def get_readonly_fields(self, request, obj=None):
         return ("user", "team") if obj else ()
@@ -150,28 +163,6 @@ class MembershipAdmin(ServiceAdmin):
     def save_model(self, request, obj, form, change):
         saved = services.add_member(obj.team, obj.user, obj.role, actor=request.user)
         obj.pk = saved.pk
-
-    def delete_model(self, request, obj):
-        services.remove_member(obj, actor=request.user)
-
-    def delete_queryset(self, request, queryset):
-        for membership in queryset:
-            services.remove_member(membership, actor=request.user)
-
-    def delete_view(self, request, object_id, extra_context=None):
-        try:
-            return super().delete_view(request, object_id, extra_context)
-        except services.ValidationError as exc:  # (the view's transaction is rolled back: nothing removed)
-            self.message_user(request, str(exc), messages.ERROR)
-            return redirect(reverse("admin:gpuplatform_membership_change", args=[object_id]))
-
-    def response_action(self, request, queryset):
-        try:
-            with transaction.atomic():  # all the selected memberships, or none
-                return super().response_action(request, queryset)
-        except services.ValidationError as exc:
-            self.message_user(request, f"nothing removed: {exc}", messages.ERROR)
-            return redirect(reverse("admin:gpuplatform_membership_changelist"))
 
 
 class VersionedForm(forms.ModelForm):

@@ -36,3 +36,59 @@ def at_once(calls) -> list:
         t.join(timeout=60)
     return out
 
+
+def waiting_on_lock() -> bool:
+    """Whether some PostgreSQL backend waits for a lock (pg_locks)."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+        return cur.fetchone()[0] > 0
+
+
+def ordered(first, second):
+    """Run first() in a transaction held open until second() (in its own thread and transaction) waits for a
+    lock or has ended; then commit first. Returns {"result": second's result, or "error": what it raised,
+    "waited": whether it was still running when first was let commit, and "first_error" when first raised}."""
+    import threading
+    import time
+
+    from django.db import connections, transaction
+
+    wrote, go, out = threading.Event(), threading.Event(), {}
+
+    def run_first():
+        try:
+            with transaction.atomic():
+                first()
+                wrote.set()
+                assert go.wait(30), "the test never let the first change commit"
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            out["first_error"] = exc
+        finally:
+            wrote.set()
+            connections.close_all()
+
+    def run_second():
+        try:
+            with transaction.atomic():
+                out["result"] = second()
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            out["error"] = exc
+        finally:
+            connections.close_all()
+
+    a = threading.Thread(target=run_first)
+    a.start()
+    assert wrote.wait(30)
+    b = threading.Thread(target=run_second)
+    b.start()
+    deadline = time.monotonic() + 30
+    while b.is_alive() and not waiting_on_lock() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    out["waited"] = b.is_alive()
+    go.set()
+    a.join(30)
+    b.join(30)
+    assert not a.is_alive() and not b.is_alive()
+    return out

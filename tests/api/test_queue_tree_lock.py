@@ -8,61 +8,11 @@ second starts on its own connection, and the first commits only once the second 
 pg_locks) or has ended. Without the lock the second reads the first's old rows and passes its check."""
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
-from django.db import connection, connections, transaction
 
-from tests.api.helpers_api import at_once
+from tests.api.helpers_api import at_once, ordered
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _waiting_on_lock() -> bool:
-    with connection.cursor() as cur:
-        cur.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
-        return cur.fetchone()[0] > 0
-
-
-def _ordered(first, second):
-    """Run first() in a transaction held open until second() (in its own thread and transaction) waits for a
-    lock or has ended; then commit first. Returns second's result or the exception it raised."""
-    wrote, go, out = threading.Event(), threading.Event(), {}
-
-    def run_first():
-        try:
-            with transaction.atomic():
-                first()
-                wrote.set()
-                assert go.wait(30), "the test never let the first change commit"
-        finally:
-            wrote.set()
-            connections.close_all()
-
-    def run_second():
-        try:
-            with transaction.atomic():
-                out["result"] = second()
-        except Exception as exc:  # noqa: BLE001 - the test reads it
-            out["error"] = exc
-        finally:
-            connections.close_all()
-
-    a = threading.Thread(target=run_first)
-    a.start()
-    assert wrote.wait(30)
-    b = threading.Thread(target=run_second)
-    b.start()
-    deadline = time.monotonic() + 30
-    while b.is_alive() and not _waiting_on_lock() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    out["waited"] = b.is_alive()
-    go.set()
-    a.join(30)
-    b.join(30)
-    assert not a.is_alive() and not b.is_alive()
-    return out
 
 
 @pytest.fixture
@@ -82,7 +32,7 @@ def test_two_siblings_raised_at_once_keep_the_parents_quota(subqueues):
     from gpuplatform.models import Quota
 
     c0, c1 = subqueues
-    out = _ordered(lambda: services.set_quota(c0, "H100", 0, 10, None),
+    out = ordered(lambda: services.set_quota(c0, "H100", 0, 10, None),
                    lambda: services.set_quota(c1, "H100", 0, 10, None))
     assert out["waited"], "the second change did not wait for the first"
     assert isinstance(out.get("error"), services.ValidationError), out
@@ -97,7 +47,7 @@ def test_two_creations_of_one_quota_row_store_one(cluster):
     from gpuplatform.models import Event, Quota
 
     queue = services.create_queue("c0", parent="alpha")
-    out = _ordered(lambda: services.set_quota(queue, "H100", 0, 1, None, create=True),
+    out = ordered(lambda: services.set_quota(queue, "H100", 0, 1, None, create=True),
                    lambda: services.set_quota(queue, "H100", 0, 2, None, create=True))
     assert isinstance(out.get("error"), services.ValidationError), out
     assert out["error"].errors == {"flavor": "queue c0 already has a H100 quota; change it with PUT/PATCH and If-Match"}
@@ -112,7 +62,7 @@ def test_a_close_during_a_submission_waits_and_stays_closing(subqueues):
     from gpuplatform.models import Event, Job, Queue, Team
 
     c0 = subqueues[0]
-    out = _ordered(lambda: services.submit_job(team=Team.objects.get(name="alpha"), queue=c0, name="race",
+    out = ordered(lambda: services.submit_job(team=Team.objects.get(name="alpha"), queue=c0, name="race",
                                                command=["sleep", "1"],
                                                roles=[{"name": "w", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 100}]),
                    lambda: services.update_queue(Queue.objects.get(pk=c0.pk), state="closed"))
@@ -129,7 +79,7 @@ def test_a_submission_during_a_close_is_refused(subqueues):
     from gpuplatform.models import Job, Queue, Team
 
     c0 = subqueues[0]
-    out = _ordered(lambda: services.update_queue(Queue.objects.get(pk=c0.pk), state="closed"),
+    out = ordered(lambda: services.update_queue(Queue.objects.get(pk=c0.pk), state="closed"),
                    lambda: services.submit_job(team=Team.objects.get(name="alpha"), queue=c0, name="late",
                                                command=["sleep", "1"],
                                                roles=[{"name": "w", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 100}]))
@@ -219,7 +169,7 @@ def test_a_move_under_a_closing_queue_while_its_last_job_ends_keeps_it_closing(c
     from gpuplatform import services
     from gpuplatform.models import Event, Job, Queue
 
-    out = _ordered(lambda: services.update_queue(Queue.objects.get(name="x"), parent="p"),
+    out = ordered(lambda: services.update_queue(Queue.objects.get(name="x"), parent="p"),
                    lambda: services.cancel_job(Job.objects.get(pk=closing_parent.pk), reason="done"))
     assert out["waited"] and "error" not in out, out
     assert Queue.objects.get(name="p").state == "closing" and Queue.objects.get(name="x").parent.name == "p"
@@ -232,7 +182,7 @@ def test_a_move_under_a_queue_closed_meanwhile_is_refused(closing_parent):
     from gpuplatform import services
     from gpuplatform.models import Job, Queue
 
-    out = _ordered(lambda: services.cancel_job(Job.objects.get(pk=closing_parent.pk), reason="done"),
+    out = ordered(lambda: services.cancel_job(Job.objects.get(pk=closing_parent.pk), reason="done"),
                    lambda: services.update_queue(Queue.objects.get(name="x"), parent="p"))
     assert isinstance(out.get("error"), services.ValidationError), out
     assert "is closed" in out["error"].errors["parent"]
@@ -246,7 +196,7 @@ def test_a_reopen_while_the_last_job_ends_writes_no_close(closing_parent):
     from gpuplatform import services
     from gpuplatform.models import Event, Job, Queue
 
-    out = _ordered(lambda: services.update_queue(Queue.objects.get(name="p"), state="open"),
+    out = ordered(lambda: services.update_queue(Queue.objects.get(name="p"), state="open"),
                    lambda: services.cancel_job(Job.objects.get(pk=closing_parent.pk), reason="done"))
     assert "error" not in out, out
     assert Queue.objects.get(name="p").state == "open" and not Event.objects.filter(kind="queue_closed").exists()
@@ -260,7 +210,7 @@ def test_two_teams_of_one_name_at_once_answer_one_201_and_the_rules_400(cluster)
     from gpuplatform import services
     from gpuplatform.models import Team
 
-    out = _ordered(lambda: services.create_team("Same"), lambda: services.create_team("Same"))
+    out = ordered(lambda: services.create_team("Same"), lambda: services.create_team("Same"))
     assert out["waited"] and isinstance(out.get("error"), services.ValidationError), out
     assert out["error"].errors == {"name": "a team named 'Same' already exists"}
     assert Team.objects.filter(name="Same").count() == 1
@@ -273,11 +223,11 @@ def test_one_membership_added_and_removed_twice_at_once_changes_once(users):
     from gpuplatform.models import Event, Membership, Team
 
     team, user = Team.objects.get(name="beta"), users["viewer"]
-    out = _ordered(lambda: services.add_member(team, user, "member"), lambda: services.add_member(team, user, "member"))
+    out = ordered(lambda: services.add_member(team, user, "member"), lambda: services.add_member(team, user, "member"))
     assert out["waited"] and out["result"].was_added is False, out
     assert Event.objects.filter(kind="member_added", data__user=str(user), data__team="beta").count() == 1
     row = Membership.objects.get(team=team, user=user)
-    out = _ordered(lambda: services.remove_member(Membership.objects.get(pk=row.pk)),
+    out = ordered(lambda: services.remove_member(Membership.objects.get(pk=row.pk)),
                    lambda: services.remove_member(row))
     assert out["waited"] and out["result"] is False, out
     assert Event.objects.filter(kind="member_removed", data__user=str(user), data__team="beta").count() == 1

@@ -4,15 +4,12 @@ complaint about `format` (F13)."""
 from __future__ import annotations
 
 import dataclasses
-import threading
-import time
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from tests.api.helpers_api import at_once
+from tests.api.helpers_api import at_once, ordered
 
 
 def _team_of_admins(n: int, tag: str):
@@ -142,12 +139,6 @@ def test_a_detail_id_that_is_not_a_whole_number_is_a_404_not_a_format_error(admi
 
 # --- F11 -------------------------------------------------------------------------------------------------------
 
-def _waiting_on_lock() -> bool:
-    with connection.cursor() as cur:
-        cur.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
-        return cur.fetchone()[0] > 0
-
-
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.services
 @pytest.mark.postgresql("row and advisory locks: PostgreSQL")
@@ -167,43 +158,14 @@ def test_a_queue_move_and_the_cycles_usage_record_at_once_both_commit(cluster):
     moved = services.create_queue("zz-moved", team=team)
     clock = timezone.now()
     config = dataclasses.replace(usage_decay.default_config(), usage_half_life=3600)
-    wrote, go, out = threading.Event(), threading.Event(), {}
 
     def move():  # as the API's PATCH /queues/<name>/ {"parent": ...} (api/views/queues.py _update)
-        try:
-            with transaction.atomic():
-                services.lock_queue_tree()
-                queue = Queue.objects.select_for_update(no_key=True).get(pk=moved.pk)
-                services.update_queue(queue, parent="aa-parent")
-                wrote.set()
-                assert go.wait(30), "the test never let the move commit"
-        except Exception as exc:  # noqa: BLE001 - the test reads it
-            out["move_error"] = exc
-        finally:
-            wrote.set()
-            connections.close_all()
+        services.lock_queue_tree()
+        queue = Queue.objects.select_for_update(no_key=True).get(pk=moved.pk)
+        services.update_queue(queue, parent="aa-parent")
 
-    def record():
-        try:
-            out["recorded"] = usage_decay.record({"zz-moved": {"H100": 1.0}}, clock, config)
-        except Exception as exc:  # noqa: BLE001 - the test reads it
-            out["record_error"] = exc
-        finally:
-            connections.close_all()
-
-    a = threading.Thread(target=move)
-    a.start()
-    assert wrote.wait(30)
-    b = threading.Thread(target=record)
-    b.start()
-    deadline = time.monotonic() + 30
-    while b.is_alive() and not _waiting_on_lock() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    go.set()
-    a.join(30)
-    b.join(30)
-    assert not a.is_alive() and not b.is_alive()
-    assert "move_error" not in out and "record_error" not in out, out
-    assert out["recorded"] == Queue.objects.count()
+    out = ordered(move, lambda: usage_decay.record({"zz-moved": {"H100": 1.0}}, clock, config))
+    assert "first_error" not in out and "error" not in out, out
+    assert out["result"] == Queue.objects.count()
     row = Queue.objects.get(pk=moved.pk)
     assert row.parent.name == "aa-parent" and row.recent_usage_at == clock and row.recent_usage
