@@ -44,6 +44,9 @@ def test_a_node_that_reports_a_gpu_fewer_re_registers_and_that_gpu_stays_unhealt
     assert again.json()["gpu_count"] == 7
     event = Event.objects.filter(kind="node_registered").latest("id")
     assert event.data["lost_gpus"] == [lost] and f"kept as unhealthy: gpu{lost}" in event.message
+    beat = agent.post("/api/v1/nodes/n0/heartbeat/", {"gpus": [{"index": lost, "health": "healthy"}]}, format="json")
+    assert beat.status_code == 200 and Gpu.objects.get(pk=rows[lost].pk).health == "unhealthy"  # trial 17c, G4:
+    # a heartbeat does not make a GPU the registration no longer lists healthy again; only a registration does
     detect_failures(CLOCK)
     assert Job.objects.get(pk=job.pk).state in (Job.State.PENDING, Job.State.PREEMPTING)  # requeued off the GPU
     # the GPU comes back: healthy again, with its history

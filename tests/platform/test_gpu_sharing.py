@@ -550,3 +550,51 @@ def test_a_node_re_partitioned_after_mig_jobs_ran_registers_its_new_layout(api):
     assert not MigInstance.objects.filter(gpu__index=3).exists()
     assert Gpu.objects.get(node__name="mixed", index=3).sharing == "exclusive"
     assert Allocation.objects.filter(job__in=[done, live], mig_instance__isnull=True).count() == 2
+
+
+def test_a_mig_instance_in_use_that_the_node_no_longer_reports_takes_its_gpu_out_of_service(api):
+    """Trial 17c, G3 and G10: after a re-partition (or MIG turned off) under a running MIG job, the instance it holds
+    was kept but the GPU went on taking work: a whole-GPU job was bound beside the MIG job (MIG off), or the new
+    layout's instances were filled beside the one in use (10 slices of 7). The GPU is now unhealthy and stays in mode
+    mig until the job is gone (failure detection requeues it), heartbeats do not undo that, and a registration
+    without such an instance makes it healthy again. G2: an instance UUID given twice or another node's is a 400."""
+    from gpuplatform import services
+    from gpuplatform.models import Allocation, Gpu, Job, MigInstance
+    from gpuplatform.scheduling import store
+    from gpuplatform.scheduling.failures import detect_failures
+
+    assert submit(api, "live", {"mig_profile": "1g.18gb"}).status_code == 201
+    store.run_cycle_once(clock=CLOCK)
+    live = Job.objects.get(name="live")
+    held = Allocation.objects.get(job=live).mig_instance
+    index = held.gpu.index
+    others = [{"index": i, "uuid": f"GPU-{i}", "memory_mib": H200_MIB} for i in range(8) if i not in (2, 3)]
+    others += [mig_gpu(2, [("3g.71gb", 71_424, 3)] * 2)] if index != 2 else [mig_gpu(3, [("1g.18gb", 16_384, 1)] * 7)]
+    off = {"index": index, "uuid": f"GPU-{index}", "memory_mib": H200_MIB, "mig_mode": "disabled"}
+    services.register_node("mixed", flavor="H200", gpus=sorted(others + [off], key=lambda g: g["index"]))
+    gpu = Gpu.objects.get(node__name="mixed", index=index)
+    assert (gpu.sharing, gpu.health) == ("mig", "unhealthy") and held.uuid in gpu.health_reason
+    assert MigInstance.objects.filter(pk=held.pk).exists()
+    services.record_heartbeat("mixed", gpus=[{"index": index, "health": "healthy"}])
+    assert Gpu.objects.get(pk=gpu.pk).health == "unhealthy"  # only a registration changes it
+    assert submit(api, "whole", {"gpus_per_task": 1}).status_code == 201
+    store.run_cycle_once(clock=CLOCK)
+    assert not Allocation.objects.filter(gpu=gpu, job__name="whole").exists()  # never beside the MIG job
+    detect_failures(CLOCK)
+    assert Job.objects.get(pk=live.pk).state in ("pending", "preempting")  # requeued off the GPU
+    store.run_cycle_once(clock=CLOCK)
+    assert not Allocation.objects.filter(mig_instance=held, released_at__isnull=True).exists()
+    services.register_node("mixed", flavor="H200", gpus=sorted(others + [off], key=lambda g: g["index"]))
+    gpu.refresh_from_db()
+    assert (gpu.sharing, gpu.health) == ("exclusive", "healthy") and not MigInstance.objects.filter(gpu=gpu).exists()
+    # G2: one instance on two GPUs of one request, or another node's instance: 400 naming it, nothing stored
+    twice = [mig_gpu(2, [("3g.71gb", 71_424, 3)]), {**mig_gpu(3, [("3g.71gb", 71_424, 3)]),
+                                                   "mig": [{**mig_gpu(2, [("3g.71gb", 71_424, 3)])["mig"][0]}]}]
+    with pytest.raises(services.ValidationError) as refused:
+        services.register_node("other", flavor="H200", gpus=[{**g, "uuid": f"OTHER-{g['index']}"} for g in twice])
+    assert list(refused.value.errors) == ["gpus[1].mig[0].uuid"] and "given twice" in str(refused.value)
+    theirs = {**mig_gpu(0, [("3g.71gb", 71_424, 3)]), "uuid": "OTHER-0", "mig": mig_gpu(2, [("3g.71gb", 71_424, 3)])["mig"]}
+    with pytest.raises(services.ValidationError) as refused:
+        services.register_node("other", flavor="H200", gpus=[theirs])
+    assert list(refused.value.errors) == ["gpus[0].mig[0].uuid"] and "node mixed" in str(refused.value)
+    assert MigInstance.objects.get(uuid="MIG-2-0").gpu.node.name == "mixed"

@@ -27,6 +27,7 @@ def _check_gpus(gpus: list[dict]) -> dict[str, str]:
     errors = {}
     seen = set()
     uuids: dict[str, int] = {}
+    mig_uuids: dict[str, str] = {}  # MIG instance UUID -> where this request gives it first
     for i, g in enumerate(gpus):
         idx = g.get("index")
         if not isinstance(idx, int) or idx < 0 or idx in seen:
@@ -55,30 +56,49 @@ def _check_gpus(gpus: list[dict]) -> dict[str, str]:
                     errors[f"gpus[{i}].mig[{k}]"] = "a MIG instance needs a uuid and a profile name"
                 elif any(not isinstance(inst.get(f) or 0, int) or (inst.get(f) or 0) < 0 for f in ("memory_mib", "slices")):
                     errors[f"gpus[{i}].mig[{k}]"] = "memory_mib and slices must be whole numbers >= 0"
+                elif inst["uuid"] in mig_uuids:  # one instance on two GPUs (trial 17c, G2: kept on the last)
+                    errors[f"gpus[{i}].mig[{k}].uuid"] = (f"uuid {inst['uuid']} is given twice ({mig_uuids[inst['uuid']]}"
+                                                          f" has it): a MIG instance's UUID is unique")
+                else:
+                    mig_uuids[inst["uuid"]] = f"gpus[{i}].mig[{k}]"
     return errors
+
+
+MIG_GONE_REASON = "MIG instance(s) in use not in the node's reported MIG layout (re-partitioned or MIG turned off " \
+                  "under a running job)"
 
 
 def _sync_mig(gpu: Gpu, g: dict) -> None:
     """A GPU's MIG layout as its agent reported it (NVML): `mig_mode` "enabled" with instances -> mode mig and exactly
     those MigInstance rows; `mig_mode` "disabled" on a GPU in mode mig -> back to exclusive, instances dropped.
-    An instance a live allocation holds is kept until that allocation is released (a later registration drops it);
-    one that only released allocations name is dropped, and they keep their GPU and times (trial 17, F2: a node
-    re-partitioned after MIG jobs had run there could never register again: 409 "still referenced")."""
+    An instance only released allocations name is dropped (they keep their GPU and times; trial 17, F2: a node
+    re-partitioned after MIG jobs had run there could never register again: 409 "still referenced"). One a live
+    allocation holds that the report no longer lists is kept, and the GPU is marked unhealthy (MIG_GONE_REASON):
+    nothing is placed on it, its slices are not counted twice beside the new layout, the job on it is requeued by
+    failure detection, and the GPU stays in mode mig until then (trial 17c, G3 and G10: a whole-GPU job was bound
+    beside the running MIG job, and new instances were filled beside the one still in use). A later registration
+    with no such instance makes it healthy (the report's health) and drops the old instance."""
     if g.get("mig_mode") not in ("enabled", "disabled", True, False):
         return  # not reported (no NVML MIG support, or a client that does not read it): keep what is stored
     enabled = g.get("mig_mode") in (True, "enabled")
-    live = Allocation.objects.filter(mig_instance__gpu=gpu, released_at__isnull=True).values("mig_instance_id")
-    if enabled and g.get("mig") is not None:
-        keep = {inst["uuid"] for inst in g["mig"]}
-        MigInstance.objects.filter(gpu=gpu).exclude(uuid__in=keep).exclude(pk__in=live).delete()
-        for inst in g["mig"]:
-            MigInstance.objects.update_or_create(uuid=inst["uuid"], defaults={
-                "gpu": gpu, "profile": inst["profile"], "memory_mib": inst.get("memory_mib") or 0,
-                "slices": inst.get("slices") or 0})
-        Gpu.objects.filter(pk=gpu.pk).update(sharing=Gpu.Sharing.MIG)
-    elif not enabled and gpu.sharing == Gpu.Sharing.MIG:
-        MigInstance.objects.filter(gpu=gpu).exclude(pk__in=live).delete()
-        Gpu.objects.filter(pk=gpu.pk).update(sharing=Gpu.Sharing.EXCLUSIVE)
+    if not enabled and gpu.sharing != Gpu.Sharing.MIG:
+        return
+    reported = {inst["uuid"] for inst in g.get("mig") or ()} if enabled else set()
+    if enabled and g.get("mig") is None:
+        return
+    live = set(Allocation.objects.filter(mig_instance__gpu=gpu, released_at__isnull=True)
+               .values_list("mig_instance__uuid", flat=True))
+    gone_live = sorted(live - reported)
+    MigInstance.objects.filter(gpu=gpu).exclude(uuid__in=reported | live).delete()
+    for inst in g.get("mig") or () if enabled else ():
+        MigInstance.objects.update_or_create(uuid=inst["uuid"], defaults={
+            "gpu": gpu, "profile": inst["profile"], "memory_mib": inst.get("memory_mib") or 0,
+            "slices": inst.get("slices") or 0})
+    mode = Gpu.Sharing.MIG if enabled or gone_live else Gpu.Sharing.EXCLUSIVE
+    fields = {"sharing": mode}
+    if gone_live:
+        fields.update(health=Gpu.Health.UNHEALTHY, health_reason=f"{MIG_GONE_REASON}: {', '.join(gone_live)}"[:200])
+    Gpu.objects.filter(pk=gpu.pk).update(**fields)
 
 
 @transaction.atomic
@@ -136,13 +156,22 @@ def _uuids_held_elsewhere(name: str, gpus: list[dict]) -> dict[str, str]:
     two nodes listing it (a cloned node image, a second agent on one host under another --node-name) would let two
     jobs be bound to one GPU (new-user trial 15, F4). The other node must re-register without it or be deleted."""
     wanted = {g["uuid"]: i for i, g in enumerate(gpus) if g.get("uuid")}
-    if not wanted:
-        return {}
     held = (Gpu.objects.filter(uuid__in=list(wanted)).exclude(node__name=name)
             .values_list("uuid", "node__name", "index").order_by("node__name", "index"))
-    return {f"gpus[{wanted[uuid]}].uuid": (f"uuid {uuid} is GPU {index} of node {other}: a GPU belongs to one node "
-                                            f"(re-register {other} without it, or delete {other}, first)")
-            for uuid, other, index in held}
+    out = {f"gpus[{wanted[uuid]}].uuid": (f"uuid {uuid} is GPU {index} of node {other}: a GPU belongs to one node "
+                                           f"(re-register {other} without it, or delete {other}, first)")
+           for uuid, other, index in held}
+    # a MIG instance's UUID too (trial 17c, G2: a registration took another node's instance, a live one included)
+    instances = {inst["uuid"]: (i, k) for i, g in enumerate(gpus) if isinstance(g.get("mig"), list)
+                 for k, inst in enumerate(g["mig"]) if isinstance(inst, dict) and inst.get("uuid")}
+    if instances:
+        taken = (MigInstance.objects.filter(uuid__in=list(instances)).exclude(gpu__node__name=name)
+                 .values_list("uuid", "gpu__node__name", "gpu__index"))
+        for uuid, other, index in taken:
+            i, k = instances[uuid]
+            out[f"gpus[{i}].mig[{k}].uuid"] = (f"uuid {uuid} is a MIG instance of GPU {index} of node {other}: an "
+                                               f"instance belongs to one GPU (re-register {other} without it first)")
+    return out
 
 
 @transaction.atomic
@@ -208,6 +237,7 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
 
 
 LOST_GPU_REASON = "not reported at the node's last registration (gone from NVML: e.g. fallen off the bus)"
+REGISTRATION_REASONS = (LOST_GPU_REASON, MIG_GONE_REASON)  # unhealthy until a registration says otherwise
 
 
 def _lost_gpus(node: Node, gpus: list[dict]) -> list[int]:
@@ -291,6 +321,10 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
     changes = []
     for g in gpus:
         row = have[g["index"]]
+        if row.health_reason.startswith(REGISTRATION_REASONS):
+            # unhealthy by the node's registration (a GPU it no longer lists, a MIG instance in use it no longer
+            # has): only a registration changes that (trial 17c, G4: a heartbeat made a lost GPU healthy again)
+            continue
         health, reason = g.get("health", "healthy"), (g.get("health_reason") or "")[:200]
         if (row.health, row.health_reason) != (health, reason):
             changes.append({"index": row.index, "from": row.health, "to": health, "reason": reason})
