@@ -334,6 +334,18 @@ class NodeForm(NameRuleForm):
         model = Node
         fields = "__all__"
 
+    def clean_labels(self):
+        """The registration's label rule (api.serializers.cluster.NodeRegisterSerializer's `labels`: an object of
+        names of 1-200 characters to strings): any other JSON saved here made every later registration of the node
+        a 500 (trial 17c, G6: labels [1, 2])."""
+        from .api.serializers.cluster import NodeRegisterSerializer
+
+        value = self.cleaned_data.get("labels")
+        check = NodeRegisterSerializer(data={"labels": value}, partial=True)
+        if not check.is_valid() and "labels" in check.errors:
+            raise forms.ValidationError(f"labels: {check.errors['labels']}")
+        return value
+
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):

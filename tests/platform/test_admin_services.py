@@ -237,3 +237,19 @@ def test_the_admin_keeps_a_teams_last_admin_and_audits_memberships(staff):
     assert staff.post(f"/admin/gpuplatform/membership/{only.pk}/change/", {"role": "member"}).status_code == 302
     assert Membership.objects.get(pk=only.pk).role == "member"
     assert Event.objects.filter(kind="member_added", data__user="second").exists()
+
+
+def test_the_admin_takes_node_labels_by_the_registrations_rule(staff):
+    """Trial 17c, G6: labels [1, 2] (or "str", or a nested object) saved in the admin made every later registration
+    of the node a 500 ('list' object is not a mapping). The admin takes labels by the registration's rule."""
+    node = Node.objects.get(name="n1")
+    for bad in ("[1, 2]", '"str"', '{"a": {"b": 1}}', '{"": "x"}'):
+        r = staff.post(f"/admin/gpuplatform/node/{node.pk}/change/", {"name": "n1", "labels": bad,
+                                                                     "gpus-TOTAL_FORMS": 0, "gpus-INITIAL_FORMS": 0})
+        assert r.status_code == 200 and "labels" in r.content.decode(), bad
+    ok = staff.post(f"/admin/gpuplatform/node/{node.pk}/change/", {"name": "n1", "labels": '{"zone": "a"}',
+                                                                  "gpus-TOTAL_FORMS": 0, "gpus-INITIAL_FORMS": 0})
+    assert ok.status_code == 302 and Node.objects.get(pk=node.pk).labels == {"zone": "a"}
+    services.register_node("n1", flavor=node.flavor, gpus=[{"index": i} for i in range(node.gpu_count)],
+                           labels={"rack": "r1"})
+    assert Node.objects.get(pk=node.pk).labels == {"zone": "a", "rack": "r1"}

@@ -210,7 +210,8 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     now = clock.now()
     node, created = Node.objects.get_or_create(name=name, defaults={
         "flavor": flavor, "gpu_count": len(gpus), **({} if accept else {"state": Node.State.CORDONED})})
-    merged = {**(node.labels or {}), **(labels or {})}
+    merged = {**(node.labels if isinstance(node.labels, dict) else {}), **(labels or {})}  # (a non-object stored
+    # before the admin took the registration's label rule: trial 17c, G6) is replaced, not a 500
     extra = {k: v for k, v in (("executor", executor), ("address", address), ("container_runtime", runtime))
              if v is not None}
     lost = _lost_gpus(node, gpus)
