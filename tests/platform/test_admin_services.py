@@ -253,3 +253,19 @@ def test_the_admin_takes_node_labels_by_the_registrations_rule(staff):
     services.register_node("n1", flavor=node.flavor, gpus=[{"index": i} for i in range(node.gpu_count)],
                            labels={"rack": "r1"})
     assert Node.objects.get(pk=node.pk).labels == {"zone": "a", "rack": "r1"}
+
+
+def test_a_member_added_to_a_team_deleted_since_it_was_read_is_refused_on_team(db):
+    """Trial 17c, G7: a membership POST racing the admin's team delete answered a 500 (the foreign key at commit).
+    add_member takes the team's members lock, which delete_team holds too, and then finds the team gone: 400."""
+    from django.contrib.auth import get_user_model
+
+    from gpuplatform.models import Membership, Team
+
+    team = services.create_team("brief")
+    stale = Team.objects.get(pk=team.pk)
+    assert services.delete_team(team)
+    with pytest.raises(services.ValidationError) as refused:
+        services.add_member(stale, get_user_model().objects.create_user("late", password="pw"), "admin")
+    assert refused.value.errors == {"team": "team brief no longer exists"}
+    assert not Membership.objects.filter(user__username="late").exists()

@@ -89,6 +89,9 @@ def add_member(team: Team, user, role: str = "member", *, actor=None) -> Members
     members lock (lock_team_members) before any membership row lock."""
     raise_if({} if role in Membership.Role.values else {"role": f"role must be one of {Membership.Role.values}"})
     lock_team_members(team.pk)
+    if not Team.objects.filter(pk=team.pk).exists():  # deleted (delete_team) since the caller read it: trial 17c,
+        # G7, a 500 from the foreign key at commit
+        raise_if({"team": f"team {team.name} no longer exists"})
     lock_name("membership", f"{team.pk}:{user.pk}")
     current = Membership.objects.select_for_update().filter(user=user, team=team).first()
     if current is not None and current.role == role:
