@@ -161,7 +161,9 @@ class MembershipAdmin(ServiceDeleteMixin, ServiceAdmin):
         return ("user", "team") if obj else ()
 
     def save_model(self, request, obj, form, change):
-        saved = services.add_member(obj.team, obj.user, obj.role, actor=request.user)
+        saved = services.add_member(obj.team, obj.user, obj.role, actor=request.user, existing=change)
+        if saved is None:
+            raise services.ValidationError({"role": "this membership was removed meanwhile: add it again"})
         obj.pk = saved.pk
 
 

@@ -59,6 +59,25 @@ def test_three_admins_demoted_or_removed_at_once_leave_one_and_the_rest_read_the
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.services
+@pytest.mark.postgresql("row and advisory locks: PostgreSQL")
+def test_a_role_change_ordered_after_a_removal_of_the_membership_does_not_bring_it_back(client_for):
+    """Trial 17c, G16: a PATCH of a membership's role racing its DELETE re-created it under a new id: the removed
+    member came back as admin (PATCH /memberships/27/ -> 200 {"id": 28, "role": "admin"}). The removal commits
+    first here; the role change then finds nothing to change: 404, and the member stays removed."""
+    from gpuplatform import services
+    from gpuplatform.models import Membership
+
+    team, (keep, gone) = _team_of_admins(2, "g16")
+    staff = client_for("staff")
+    out = ordered(lambda: services.remove_member(Membership.objects.get(pk=gone.pk)),
+                  lambda: staff.patch(f"/api/v1/memberships/{gone.pk}/", {"role": "member"}, format="json"))
+    assert "first_error" not in out and out["result"].status_code == 404, out
+    assert not Membership.objects.filter(team=team, user=gone.user).exists()
+    assert list(Membership.objects.filter(team=team).values_list("pk", flat=True)) == [keep.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.services
 @pytest.mark.postgresql("advisory locks: PostgreSQL")
 @pytest.mark.parametrize("url,body", [
     ("/api/v1/diagnosis-rules/", {"name": "rc", "pattern": "y", "category": "cuda_oom", "source": "t"}),

@@ -81,12 +81,13 @@ def delete_team(team: Team, *, actor=None) -> bool:
 
 
 @transaction.atomic
-def add_member(team: Team, user, role: str = "member", *, actor=None) -> Membership:
+def add_member(team: Team, user, role: str = "member", *, actor=None, existing: bool = False) -> Membership | None:
     """Add `user` to `team` with `role` (member | admin | viewer), or change the role of an existing member.
     A member who already has that role is returned as is: nothing is written, no event recorded. The returned
     membership's `was_added` says whether this call created it (the API's 201 or 200); concurrent calls for one
     user and team run one after the other (scheduling.locks.lock_name), so one of them adds. Holds the team's
-    members lock (lock_team_members) before any membership row lock."""
+    members lock (lock_team_members) before any membership row lock. `existing`: a role change of a membership
+    the caller read (the API's PATCH, the admin's change form): None, writing nothing, when it is gone."""
     raise_if({} if role in Membership.Role.values else {"role": f"role must be one of {Membership.Role.values}"})
     lock_team_members(team.pk)
     if not Team.objects.filter(pk=team.pk).exists():  # deleted (delete_team) since the caller read it: trial 17c,
@@ -94,6 +95,8 @@ def add_member(team: Team, user, role: str = "member", *, actor=None) -> Members
         raise_if({"team": f"team {team.name} no longer exists"})
     lock_name("membership", f"{team.pk}:{user.pk}")
     current = Membership.objects.select_for_update().filter(user=user, team=team).first()
+    if current is None and existing:  # a role change of a membership removed meanwhile: nothing is re-created
+        return None  # (trial 17c, G16: a PATCH racing a DELETE brought the removed member back as admin)
     if current is not None and current.role == role:
         current.was_added = False
         return current

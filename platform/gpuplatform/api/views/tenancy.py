@@ -59,7 +59,11 @@ class MembershipViewSet(IdempotentCreateMixin, viewsets.ModelViewSet):
         if (team.pk, user.pk) != (current.team_id, current.user_id):
             raise services.ValidationError({"team": "team and user of a membership cannot change; "
                                                     "remove it and add a new one"})
-        serializer.instance = services.add_member(team, user, data.get("role", current.role), actor=self.request.user)
+        changed = services.add_member(team, user, data.get("role", current.role), actor=self.request.user,
+                                      existing=True)
+        if changed is None:
+            raise NotFound("No Membership matches the given query.")  # removed by a concurrent request
+        serializer.instance = changed
 
     def perform_destroy(self, instance):
         if not services.remove_member(instance, actor=self.request.user):
