@@ -598,3 +598,31 @@ def test_a_mig_instance_in_use_that_the_node_no_longer_reports_takes_its_gpu_out
         services.register_node("other", flavor="H200", gpus=[theirs])
     assert list(refused.value.errors) == ["gpus[0].mig[0].uuid"] and "node mixed" in str(refused.value)
     assert MigInstance.objects.get(uuid="MIG-2-0").gpu.node.name == "mixed"
+
+
+def test_mig_turned_on_under_a_running_whole_gpu_job_takes_the_gpu_out_of_service(api):
+    """Trial 17c, G12: a registration turning MIG on for a GPU a whole-GPU job runs on (which the sharing API
+    refuses) succeeded, and MIG jobs were then bound beside that job. The GPU is now unhealthy until the job is gone
+    and a registration reports it again."""
+    from gpuplatform import services
+    from gpuplatform.models import Allocation, Gpu, Job
+    from gpuplatform.scheduling import store
+
+    assert submit(api, "whole", {"gpus_per_task": 4}).status_code == 201
+    store.run_cycle_once(clock=CLOCK)
+    index = Allocation.objects.filter(job__name="whole").first().gpu.index
+    gpus = [{"index": i, "uuid": f"GPU-{i}", "memory_mib": H200_MIB} for i in range(8) if i not in (2, 3, index)]
+    gpus += [mig_gpu(2, [("3g.71gb", 71_424, 3)] * 2), mig_gpu(3, [("1g.18gb", 16_384, 1)] * 7)]
+    gpus += [{**mig_gpu(index, [("1g.18gb", 16_384, 1)] * 7), "uuid": f"GPU-{index}",
+              "mig": [{"uuid": f"MIG-N-{k}", "profile": "1g.18gb", "memory_mib": 16_384, "slices": 1} for k in range(7)]}]
+    services.register_node("mixed", flavor="H200", gpus=sorted(gpus, key=lambda g: g["index"]))
+    gpu = Gpu.objects.get(node__name="mixed", index=index)
+    assert (gpu.sharing, gpu.health) == ("mig", "unhealthy") and "MIG turned on" in gpu.health_reason
+    for i in range(3):
+        assert submit(api, f"mig{i}", {"mig_profile": "1g.18gb"}).status_code == 201
+    store.run_cycle_once(clock=CLOCK)
+    assert not Allocation.objects.filter(gpu=gpu, released_at__isnull=True).exclude(job__name="whole").exists()
+    from gpuplatform.scheduling.failures import detect_failures
+
+    detect_failures(CLOCK)
+    assert Job.objects.get(name="whole").state in ("pending", "preempting")  # requeued off the GPU

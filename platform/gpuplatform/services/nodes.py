@@ -68,6 +68,9 @@ MIG_GONE_REASON = "MIG instance(s) in use not in the node's reported MIG layout 
                   "under a running job)"
 
 
+MIG_ON_REASON = "MIG turned on under a running whole-GPU or shared job"
+
+
 def _sync_mig(gpu: Gpu, g: dict) -> None:
     """A GPU's MIG layout as its agent reported it (NVML): `mig_mode` "enabled" with instances -> mode mig and exactly
     those MigInstance rows; `mig_mode` "disabled" on a GPU in mode mig -> back to exclusive, instances dropped.
@@ -98,6 +101,11 @@ def _sync_mig(gpu: Gpu, g: dict) -> None:
     fields = {"sharing": mode}
     if gone_live:
         fields.update(health=Gpu.Health.UNHEALTHY, health_reason=f"{MIG_GONE_REASON}: {', '.join(gone_live)}"[:200])
+    elif enabled and gpu.sharing != Gpu.Sharing.MIG and Allocation.objects.filter(
+            gpu=gpu, released_at__isnull=True, mig_instance__isnull=True).exists():
+        # MIG turned on under a whole-GPU or shared job (the sharing API refuses that change for a GPU in use):
+        # out of service until that job is gone (trial 17c, G12: MIG jobs were bound beside it)
+        fields.update(health=Gpu.Health.UNHEALTHY, health_reason=MIG_ON_REASON)
     Gpu.objects.filter(pk=gpu.pk).update(**fields)
 
 
@@ -238,7 +246,7 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
 
 
 LOST_GPU_REASON = "not reported at the node's last registration (gone from NVML: e.g. fallen off the bus)"
-REGISTRATION_REASONS = (LOST_GPU_REASON, MIG_GONE_REASON)  # unhealthy until a registration says otherwise
+REGISTRATION_REASONS = (LOST_GPU_REASON, MIG_GONE_REASON, MIG_ON_REASON)  # unhealthy until a registration says otherwise
 
 
 def _lost_gpus(node: Node, gpus: list[dict]) -> list[int]:
