@@ -9,8 +9,9 @@ counts together) over a window of AUTH_LOCKOUT_WINDOW_SECONDS, three ways:
   per-address figure: guessing spread over many addresses).
 Only a password that was checked and refused counts: a request refused for its shape (an unknown field, a key
 given twice, a missing username or password) is no sign-in attempt. A lock-out refuses further attempts with 429 and `Retry-After` BEFORE the password is hashed (a flood costs
-no CPU) until the window passes; a success clears the username's counts. Each attempt is counted before its
-password is checked (take_attempt), so concurrent guesses cannot pass the check together. The right password is refused too
+no CPU) until the window passes; a success does not clear the window's failures (it gives back only its own
+count). Each attempt is counted before its password is checked (take_attempt), so concurrent guesses cannot pass
+the check together. The right password is refused too
 while locked out: that is the point. Keying the first count by address means that a stranger's failures
 for a known username do not lock its owner out of their own address (a lock-out anyone could cause: the
 OWASP authentication cheat sheet's "account lockout" denial of service); only the much higher all-address
@@ -77,7 +78,7 @@ def take_attempt(request, username: str) -> int:
     address, this address, or this username from every address past its limit, else 0. A refused attempt takes its
     increments back (a locked-out request counts nothing more). The password check then either keeps the count (a
     wrong password), or gives it back (`give_back`: a request refused for its shape) or clears it
-    (`record_success`). Checking first and counting after let concurrent guesses all pass the check: 30 wrong
+    (`record_success` gives it back too). Checking first and counting after let concurrent guesses all pass the check: 30 wrong
     passwords at once had 12 checked against a limit of 10 (new-user trial 16b, F8); now at most the limit are."""
     per_user, per_address, any_address, window = _limits()
     keys = _keys(request, username)
@@ -94,10 +95,11 @@ def give_back(request, username: str) -> None:
 
 
 def record_success(request, username: str) -> None:
-    """A right password: the username's counts are cleared, and this attempt's count on the address taken back."""
-    user_here, address, user_anywhere = _keys(request, username)
-    cache.delete_many([user_here, user_anywhere])
-    _decr([address])
+    """A right password: this attempt's counts are given back; the window's failures stay counted. Clearing them
+    on a success also wiped the counts of wrong passwords still in flight (15 wrong and 5 right at once had all 15
+    checked against a limit of 10), and let anyone guess without limit at an account its owner or a script signs
+    in to regularly (trial 17c, G8). django-axes' default (AXES_RESET_ON_SUCCESS off) is the same."""
+    give_back(request, username)
 
 
 LOCKED_MESSAGE = "too many failed sign-in attempts; try again later"
