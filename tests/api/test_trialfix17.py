@@ -96,6 +96,10 @@ def test_agent_token_never_turns_a_persons_account_into_a_node_agent(users):
     assert TokenAuthentication().authenticate_credentials(keep.encode())[0] == root  # its token still works
     with pytest.raises(CommandError, match="nodes"):
         call_command("agent_token", "bad name", stdout=io.StringIO())
+    for name in (" ", "a b", "x" * 151, "ag\x01x", ""):  # trial 17c, G1: Django's username rule
+        with pytest.raises(CommandError, match="username"):
+            call_command("agent_token", "n0", "--user", name, stdout=io.StringIO())
+    assert not User.objects.filter(username__in=[" ", "a b", "ag\x01x"]).exists()
     out = io.StringIO()
     call_command("agent_token", "n0", stdout=io.StringIO())  # a new user, agent-n0
     call_command("agent_token", "n0", "--user", "node-agent", stdout=out)  # an existing node agent's user

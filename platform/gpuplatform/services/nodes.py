@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 
 from .. import clock
@@ -286,8 +287,18 @@ def issue_node_agent_token(nodes: list[str], *, actor=None, username: str | None
     bad = next((n for n in nodes if n != "*" and name_error("node", n)), None)
     if bad is not None:  # a node of that name can never register (trial 17, F9: 'bad name' got a token)
         raise ValidationError({"nodes": f"{bad!r}: {name_error('node', bad)}"})
-    username = username or f"agent-{nodes[0]}"[:150]
-    existing = get_user_model().objects.filter(username=username).first()
+    User = get_user_model()
+    if username is not None:  # one given: Django's own username rule (150 characters: letters, digits, @.+-_; trial
+        # 17c, G1: ' ', 'a b' and control characters were taken, 200 characters a traceback). The default,
+        # agent-<first node>, is the name earlier tokens were issued under ('agent-*' for every node): kept
+        try:
+            User._meta.get_field("username").run_validators(username)
+            if not username:
+                raise DjangoValidationError("a user name is required")
+        except DjangoValidationError as exc:
+            raise ValidationError({"username": f"{username!r}: {' '.join(exc.messages)}"}) from None
+    username = f"agent-{nodes[0]}"[:150] if username is None else username
+    existing = User.objects.filter(username=username).first()
     if existing is not None and (existing.is_staff or existing.is_superuser or existing.memberships.exists()
                                  or not existing.groups.filter(name="node-agents").exists()):
         # the agent's user gets an unusable password and loses every token: never a person's account (trial 17, F9:
@@ -296,7 +307,7 @@ def issue_node_agent_token(nodes: list[str], *, actor=None, username: str | None
                                            f"node-agents group, or staff, or a team member): a node-agent token "
                                            f"would make its password unusable and revoke its tokens; name a new "
                                            f"user, or an existing node-agent user"})
-    user, _ = get_user_model().objects.get_or_create(username=username)
+    user, _ = User.objects.get_or_create(username=username)
     user.set_unusable_password()
     user.save()
     user.groups.add(Group.objects.get_or_create(name="node-agents")[0])
