@@ -366,6 +366,14 @@ class NodeAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False  # nodes join by registering (their agent) or from a cluster file (load_cluster), GPUs and all
 
+    def save_model(self, request, obj, form, change):
+        old = Node.objects.filter(pk=obj.pk).values_list("name", flat=True).first() if change else None
+        super().save_model(request, obj, form, change)
+        if old is not None and old != obj.name:  # the agent's token scope follows; the agent must be restarted
+            services.follow_node_rename(old, obj.name, actor=request.user)
+            self.message_user(request, f"{old} is now {obj.name}: restart its agent with --node-name {obj.name}",
+                              messages.WARNING)
+
     def get_readonly_fields(self, request, obj=None):
         return tuple(f.name for f in Node._meta.fields if f.editable and f.name not in self.editable_fields
                      and f.name != "id")

@@ -188,6 +188,7 @@ def test_the_admin_edits_a_nodes_name_domain_and_labels_only_and_shows_its_gpus(
     from gpuplatform.models import Domain, Gpu
 
     node = Node.objects.get(name="n0")
+    services.issue_node_agent_token(["n0"])  # its agent's token, scoped to n0
     before = Node.objects.filter(pk=node.pk).values("flavor", "gpu_count", "cpu_milli", "memory_mib").get()
     page = staff.get(f"/admin/gpuplatform/node/{node.pk}/change/").content.decode()
     assert 'name="gpu_count"' not in page and 'name="flavor"' not in page and 'name="name"' in page
@@ -198,6 +199,11 @@ def test_the_admin_edits_a_nodes_name_domain_and_labels_only_and_shows_its_gpus(
     assert saved.status_code == 302, saved.content.decode()[:2000]
     node.refresh_from_db()
     assert (node.name, node.domain_id) == ("n0-renamed", other.pk)
+    renamed = Event.objects.get(kind="node_renamed")  # trial 17c, G11: its agents' scopes follow the rename
+    assert renamed.data == {"from": "n0", "to": "n0-renamed", "scopes": 1} and renamed.actor.is_superuser
+    from gpuplatform.models import NodeAgentScope
+
+    assert NodeAgentScope.objects.get(user__username="agent-n0").nodes == ["n0-renamed"]
     assert Node.objects.filter(pk=node.pk).values("flavor", "gpu_count", "cpu_milli", "memory_mib").get() == before
     assert staff.get("/admin/gpuplatform/node/add/").status_code == 403
     gpu = Gpu.objects.filter(node=node).first()

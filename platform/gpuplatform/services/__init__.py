@@ -31,7 +31,7 @@ from .base import lock_queue_tree, request_cycle_on_commit
 from .jobs import cancel_job, finish_job, set_job_priority, submit_job
 from ..diagnosis.health import record_validation, start_repair, start_validation
 from .nodes import (
-    cordon_node, drain_node, issue_node_agent_token, record_heartbeat, register_node, set_gpu_sharing, set_node_gpu_sharing,
+    cordon_node, drain_node, follow_node_rename, issue_node_agent_token, record_heartbeat, register_node, set_gpu_sharing, set_node_gpu_sharing,
     set_spare, uncordon_node,
 )
 from .rules import save_diagnosis_rule, save_health_rule
@@ -48,7 +48,7 @@ __all__ = [
     "create_queue", "update_queue", "set_quota", "delete_queue", "queue_grace_error", "queue_weight_error",
     "queue_version", "quota_version",
     "submit_job", "cancel_job", "finish_job", "set_job_priority", "report_task_running",
-    "register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node", "issue_node_agent_token", "set_spare",
+    "register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node", "issue_node_agent_token", "follow_node_rename", "set_spare",
     "set_gpu_sharing", "set_node_gpu_sharing",
     "start_repair", "start_validation", "record_validation", "save_diagnosis_rule", "save_health_rule",
     "TopologyPlan", "plan_topology", "apply_topology", "topology_from_db",

@@ -269,6 +269,28 @@ def _lost_gpus(node: Node, gpus: list[dict]) -> list[int]:
 
 
 @transaction.atomic
+def follow_node_rename(old: str, new: str, *, actor=None) -> int:
+    """After node `old` was renamed `new` (the admin's node form): every node-agent scope naming `old` names `new`
+    instead, so its token keeps covering the node once its agent runs with --node-name NEW, and a `node_renamed`
+    Event records it (trial 17c, G11: the rename cut the agent off with a 403 for the new name). Returns the number
+    of scopes changed."""
+    from ..models import NodeAgentScope
+
+    changed = 0
+    for scope in NodeAgentScope.objects.select_for_update().order_by("pk"):  # (JSON containment: not on SQLite)
+        if old not in (scope.nodes or ()):
+            continue
+        scope.nodes = [new if n == old else n for n in scope.nodes]
+        scope.save(update_fields=["nodes"])
+        changed += 1
+    node = Node.objects.filter(name=new).first()
+    record_event("node_renamed", f"node {old} renamed {new}: its agent must run with --node-name {new} "
+                 f"({changed} agent token scope(s) follow)", actor=actor, node=node,
+                 data={"from": old, "to": new, "scopes": changed})
+    return changed
+
+
+@transaction.atomic
 def issue_node_agent_token(nodes: list[str], *, actor=None, username: str | None = None) -> str:
     """A node-agent API token scoped to `nodes` (node names; see models.NodeAgentScope): its user
     (`username`, default "agent-<first node>") is created in the node-agents group if needed, its scope set
