@@ -49,6 +49,8 @@ def test_a_node_that_reports_a_gpu_fewer_re_registers_and_that_gpu_stays_unhealt
     # a heartbeat does not make a GPU the registration no longer lists healthy again; only a registration does
     detect_failures(CLOCK)
     assert Job.objects.get(pk=job.pk).state in (Job.State.PENDING, Job.State.PREEMPTING)  # requeued off the GPU
+    requeued = Event.objects.filter(kind="requeued_after_failure", job=job).latest("id")  # trial 17c, G5: not
+    assert "GPU out of service: not reported" in requeued.message and "ECC" not in requeued.message  # "ECC / XID"
     # the GPU comes back: healthy again, with its history
     back = agent.post("/api/v1/nodes/register/", {"name": "n0", "flavor": "H100", "gpus": _gpus(8)}, format="json")
     assert back.status_code in (200, 201) and back.json()["gpu_count"] == 8

@@ -109,9 +109,18 @@ def detect_failures(now: datetime) -> FailureReport:
                                                               "threshold_seconds": fail_after.total_seconds()})
         _fail(on_failed, now, report, "node lost")
 
-        bad_gpu_tasks = set(Allocation.objects.filter(released_at__isnull=True, gpu__health="unhealthy")
-                            .values_list("task_id", flat=True))
-        _fail(_live_tasks(pk__in=list(bad_gpu_tasks)), now, report, "GPU failed (ECC / XID)")
+        from gpuplatform.services.nodes import REGISTRATION_REASONS
+
+        # the cause as the GPU's health says: a fault the agent reported, or taken out of service by the node's
+        # registration (a GPU it no longer lists, a MIG layout changed under the job: trial 17c, G5, which read
+        # "GPU failed (ECC / XID)")
+        bad_gpu_tasks = defaultdict(set)
+        for task_id, why in Allocation.objects.filter(released_at__isnull=True, gpu__health="unhealthy").values_list(
+                "task_id", "gpu__health_reason"):
+            cause = f"GPU out of service: {why}" if why.startswith(REGISTRATION_REASONS) else "GPU failed (ECC / XID)"
+            bad_gpu_tasks[cause].add(task_id)
+        for cause, task_ids in sorted(bad_gpu_tasks.items()):
+            _fail(_live_tasks(pk__in=list(task_ids)), now, report, cause)
 
         draining = list(Node.objects.filter(state=Node.State.DRAINING).values_list("id", flat=True))
         if draining:
