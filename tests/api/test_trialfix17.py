@@ -108,3 +108,14 @@ def test_agent_token_never_turns_a_persons_account_into_a_node_agent(users):
     assert len(out.getvalue().strip()) >= 32 and User.objects.get(username="agent-n0").groups.filter(
         name="node-agents").exists()
     call_command("agent_token", "*", stdout=io.StringIO())  # every node
+
+
+def test_a_blank_utilization_filter_is_a_400_naming_it(admin):
+    """Trial 17c, G15: /api/v1/utilization/?team= answered the whole cluster, where the lists answer a blank filter
+    with a 400 naming it (trial 17b, F12)."""
+    for param in ("team", "queue", "flavor", "scope", "step"):
+        for value in ("", " "):
+            r = admin.get("/api/v1/utilization/", {param: value})
+            assert r.status_code == 400 and list(r.json()) == [param], (param, value, r.content)
+            assert "an empty value filters nothing" in r.json()[param][0]
+    assert admin.get("/api/v1/utilization/", {"team": "alpha"}).status_code == 200

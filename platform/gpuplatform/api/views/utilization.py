@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from ... import access, clock
 from ...models import Node, Queue, Team
-from ..filters import TIME_MIN, TIME_RANGE, refuse_unknown_params, time_param, unknown_name
+from ..filters import TIME_MIN, TIME_RANGE, blank_filters, refuse_unknown_params, time_param, unknown_name
 from ...telemetry import idle_allocations
 from ...utilization import SCOPES, top_jobs_lost_to_failure, utilization
 
@@ -41,6 +41,11 @@ class UtilizationView(APIView):
     def get(self, request):
         q = request.query_params
         refuse_unknown_params(request, self.PARAMS)
+        # a blank filter is a 400 naming it, as on the lists (api.filters.blank_filters): `?team=` answered the
+        # whole cluster (trial 17c, G15)
+        blank = blank_filters(q, {"scope", "flavor", "queue", "team", "step"}, "the cluster's GPU-hours")
+        if blank:
+            raise ValidationError(blank)
         scope = q.get("scope") or "cluster"
         if scope not in SCOPES:
             raise ValidationError({"scope": [f"must be one of {', '.join(SCOPES)}"]})
