@@ -85,15 +85,15 @@ def add_member(team: Team, user, role: str = "member", *, actor=None, existing: 
     """Add `user` to `team` with `role` (member | admin | viewer), or change the role of an existing member.
     A member who already has that role is returned as is: nothing is written, no event recorded. The returned
     membership's `was_added` says whether this call created it (the API's 201 or 200); concurrent calls for one
-    user and team run one after the other (scheduling.locks.lock_name), so one of them adds. Holds the team's
-    members lock (lock_team_members) before any membership row lock. `existing`: a role change of a membership
-    the caller read (the API's PATCH, the admin's change form): None, writing nothing, when it is gone."""
+    team run one after the other under the team's members lock (lock_team_members, taken before any membership
+    row lock), so of calls for one user one adds. `existing`: a role change of a membership the caller read (the
+    API's PATCH, the admin's change form): None, writing nothing, when it is gone. Raises ValidationError: a
+    role that is none ("role"), the team deleted meanwhile ("team"), the team's last admin demoted ("role")."""
     raise_if({} if role in Membership.Role.values else {"role": f"role must be one of {Membership.Role.values}"})
     lock_team_members(team.pk)
     if not Team.objects.filter(pk=team.pk).exists():  # deleted (delete_team) since the caller read it: trial 17c,
         # G7, a 500 from the foreign key at commit
         raise_if({"team": f"team {team.name} no longer exists"})
-    lock_name("membership", f"{team.pk}:{user.pk}")
     current = Membership.objects.select_for_update().filter(user=user, team=team).first()
     if current is None and existing:  # a role change of a membership removed meanwhile: nothing is re-created
         return None  # (trial 17c, G16: a PATCH racing a DELETE brought the removed member back as admin)
@@ -114,9 +114,8 @@ def remove_member(membership: Membership, *, actor=None) -> bool:
     """Remove a user from a team. Their jobs stay (they belong to the team). Returns False, writing nothing, when
     the membership is gone already (a concurrent removal came first: the API's 404). Raises ValidationError
     ("role") for the team's last admin (_refuse_last_admin). Holds the team's members lock (lock_team_members)
-    before any membership row lock."""
+    before any membership row lock: concurrent removals of one membership run one after the other, one removes."""
     lock_team_members(membership.team_id)
-    lock_name("membership", f"{membership.team_id}:{membership.user_id}")
     if not Membership.objects.filter(pk=membership.pk).exists():
         return False
     _refuse_last_admin(membership, "cannot remove them")
@@ -129,7 +128,8 @@ def remove_member(membership: Membership, *, actor=None) -> bool:
 
 def lock_team_members(team_id) -> None:
     """Serialize, until the current transaction ends, the writes to one team's memberships (add, role change,
-    removal, the team's delete), taken before any membership row lock: the last-admin rule locks every admin row
+    removal, the team's delete), taken before any membership row lock. It is the only lock these writes take for
+    a membership: one per membership under it would only repeat it. The last-admin rule locks every admin row
     of the team, so two demotions each holding its own row and then asking for the other's deadlocked (new-user
     trial 17b, F10: three admins demoted at once answered 503 "the database is unavailable"); in one order, the
     later ones read the first's commit and get the rule's 400."""
