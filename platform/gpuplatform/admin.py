@@ -6,6 +6,7 @@
 - Job, Task, Allocation, Event, samples, cycles: read-only (jobs are submitted over REST or the pages);
   jobs have a "cancel" action, nodes "cordon / drain / uncordon" actions, all through services.
 - Team: deleted through services.delete_team (refused, as a message, while it has queues or jobs).
+- User: Django's UserAdmin, but deleted through services.delete_user (refused, as a message, for a team's last admin).
 - Node: renamed and moved between domains here; what its registration reports (GPUs, flavor, CPU, memory) is shown,
   not edited; nodes join by registering. Gpu: read-only (sharing through the sharing API, health by heartbeats).
 - Team, Membership, Domain: plain admin for inventory fixes (no scheduling rules depend on
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import admin as auth_admin, get_user_model
 from django.db import transaction
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -165,6 +167,20 @@ class MembershipAdmin(ServiceDeleteMixin, ServiceAdmin):
         if saved is None:
             raise services.ValidationError({"role": "this membership was removed meanwhile: add it again"})
         obj.pk = saved.pk
+
+
+class UserAdmin(ServiceDeleteMixin, auth_admin.UserAdmin):
+    """Django's UserAdmin (its forms, password change, lists and filters), but an account is deleted through
+    services.delete_user, from its delete page and from the list's "delete selected" action: a team's last admin is
+    refused as a message naming the team(s), nothing deleted (trial 18a, G13: the delete took the team's last admin
+    membership with it)."""
+
+    delete_service = staticmethod(services.delete_user)
+
+
+if admin.site.is_registered(get_user_model()):  # (django.contrib.auth's admin, imported above, registered it)
+    admin.site.unregister(get_user_model())
+admin.site.register(get_user_model(), UserAdmin)
 
 
 class VersionedForm(forms.ModelForm):

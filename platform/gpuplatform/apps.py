@@ -17,3 +17,7 @@ class GpuPlatformConfig(AppConfig):
 
         load_shipped()  # the diagnosis and health rule tables are read (and checked) once, at start
         connect_invalidation()  # a saved or deleted admin rule reloads the cached tables
+
+        from .services.tenancy import connect_user_delete_guard
+
+        connect_user_delete_guard()  # an account deleted by any path keeps every team's last admin (services.delete_user)

@@ -29,3 +29,107 @@ def test_membership_writes_take_the_team_members_lock_and_no_per_membership_lock
     services.add_member(team, users["viewer"], "admin", existing=True)
     assert services.remove_member(row) is True
     assert taken and set(taken) == {"team members"}, taken
+
+
+# --- G13: deleting an account keeps every team's last admin -------------------------------------------------------
+
+@pytest.fixture
+def superuser_page(users):
+    """A Django test client signed in to the admin as a superuser (`root`, apart from the API's users)."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.create_superuser("root", password="pw"))
+    return client
+
+
+def _admins(team_name: str) -> list[str]:
+    return sorted(Membership.objects.filter(team__name=team_name, role="admin").values_list("user__username", flat=True))
+
+
+@pytest.mark.services
+def test_delete_user_refuses_the_last_admin_of_a_team_naming_the_teams(users):
+    alice, bea = users["team_admin"], users["other_admin"]  # alpha's and beta's only admins
+    services.add_member(Team.objects.get(name="beta"), alice, "admin")  # beta: bea and alice
+    with pytest.raises(services.ValidationError) as refused:
+        services.delete_user(alice)
+    assert set(refused.value.errors) == {"user"}
+    message = refused.value.errors["user"]
+    assert "last admin of team(s) alpha:" in message and "beta" not in message, message
+    assert alice.__class__.objects.filter(pk=alice.pk).exists() and _admins("alpha") == ["alice"]
+    assert not Event.objects.filter(kind="user_deleted").exists()
+    # beta's admins may go one at a time, the last one not
+    assert services.delete_user(bea) is True
+    assert _admins("beta") == ["alice"]
+    event = Event.objects.get(kind="user_deleted")
+    assert event.data == {"user": "bea", "teams": {"beta": "admin"}}
+    assert services.delete_user(bea) is False  # gone already: nothing written
+    assert Event.objects.filter(kind="user_deleted").count() == 1
+    with pytest.raises(services.ValidationError) as refused:
+        services.delete_user(alice)
+    assert "last admin of team(s) alpha, beta:" in refused.value.errors["user"]
+    # a plain member (no team left without an admin) goes, with their memberships
+    assert services.delete_user(users["member"]) is True
+    assert not Membership.objects.filter(user__username="mike").exists()
+
+
+@pytest.mark.services
+def test_any_other_path_that_deletes_an_account_is_held_to_the_rule(users):
+    """A queryset delete or a model delete (a shell, another admin action) meets the same refusal, before
+    anything is deleted."""
+    from django.db import transaction
+
+    alice = users["team_admin"]
+    User = alice.__class__
+    with pytest.raises(services.ValidationError, match="last admin of team"), transaction.atomic():
+        User.objects.filter(username__in=["alice", "mike"]).delete()
+    with pytest.raises(services.ValidationError, match="last admin of team"), transaction.atomic():
+        User.objects.get(pk=alice.pk).delete()
+    assert User.objects.filter(username__in=["alice", "mike"]).count() == 2 and _admins("alpha") == ["alice"]
+    User.objects.filter(username="mike").delete()  # not an admin: deleted
+    assert not User.objects.filter(username="mike").exists()
+
+
+def test_the_admin_user_delete_page_and_action_refuse_a_last_admin_with_a_message(users, superuser_page):
+    from django.contrib.auth import get_user_model
+
+    User, alice, mike = get_user_model(), users["team_admin"], users["member"]
+    page = superuser_page.get(f"/admin/auth/user/{alice.pk}/delete/")
+    assert page.status_code == 200  # Django's confirmation page, as before
+    r = superuser_page.post(f"/admin/auth/user/{alice.pk}/delete/", {"post": "yes"}, follow=True)
+    assert r.status_code == 200 and "alice is the last admin of team(s) alpha" in r.content.decode()
+    assert User.objects.filter(pk=alice.pk).exists() and _admins("alpha") == ["alice"]
+    r = superuser_page.post("/admin/auth/user/", {"action": "delete_selected", "post": "yes",
+                                                  "_selected_action": [alice.pk, mike.pk]}, follow=True)
+    assert r.status_code == 200 and "Nothing deleted: user: alice is the last admin of team(s) alpha" in \
+        r.content.decode()
+    assert User.objects.filter(pk__in=[alice.pk, mike.pk]).count() == 2  # all or none
+    assert not Event.objects.filter(kind="user_deleted").exists()
+    # Django's user admin otherwise as it was: the list, the change form, deleting an account that is no last admin
+    assert superuser_page.get("/admin/auth/user/?q=mi").status_code == 200
+    assert superuser_page.get(f"/admin/auth/user/{mike.pk}/password/").status_code == 200
+    r = superuser_page.post(f"/admin/auth/user/{mike.pk}/delete/", {"post": "yes"})
+    assert r.status_code == 302 and not User.objects.filter(pk=mike.pk).exists()
+    assert Event.objects.get(kind="user_deleted").actor.username == "root"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.services
+@pytest.mark.postgresql("advisory and row locks: PostgreSQL")
+def test_an_account_deleted_while_the_other_admin_is_removed_keeps_the_team_an_admin(users):
+    """The removal of the team's other admin commits first; the account's delete, under the same team members lock,
+    reads it and is refused (before, it counted two admins and the team ended with none)."""
+    from tests.api.helpers_api import ordered
+
+    alice = users["team_admin"]
+    mike = services.add_member(Team.objects.get(name="alpha"), users["member"], "admin")
+    out = ordered(lambda: services.remove_member(Membership.objects.get(pk=mike.pk)),
+                  lambda: services.delete_user(alice.__class__.objects.get(pk=alice.pk)))
+    assert out["waited"] and "first_error" not in out and isinstance(out.get("error"), services.ValidationError), out
+    assert "last admin of team(s) alpha" in out["error"].errors["user"]
+    assert _admins("alpha") == ["alice"]
+    out = ordered(lambda: services.add_member(Team.objects.get(name="alpha"), users["member"], "admin"),
+                  lambda: services.delete_user(alice.__class__.objects.get(pk=alice.pk)))
+    assert out["waited"] and "first_error" not in out and "error" not in out and out["result"] is True, out
+    assert _admins("alpha") == ["mike"]

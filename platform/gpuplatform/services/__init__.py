@@ -8,7 +8,7 @@ millicores, MiB, seconds.
 
 The modules mirror models/, over a bottom layer every one of them may use and that uses none of them:
 
-    tenancy.py      teams and members                   (models/tenancy.py)
+    tenancy.py      teams, members, deleting accounts   (models/tenancy.py)
     queues.py       the queue tree and its quotas       (models/queues.py)
     jobs.py         submit, cancel, finish, priority    (models/workloads.py)
     nodes.py        registration, heartbeats, cordon / drain / uncordon (models/cluster.py)
@@ -38,13 +38,13 @@ from .rules import save_diagnosis_rule, save_health_rule
 from .queues import (create_queue, delete_queue, queue_grace_error, queue_version, queue_weight_error, quota_version,
                      set_quota, update_queue)
 from .reschedule import request_moves
-from .tenancy import add_member, create_team, delete_team, remove_member
+from .tenancy import add_member, create_team, delete_team, delete_user, remove_member
 from .tokens import issue_api_token, revoke_api_tokens
 from .topology import TopologyPlan, apply_topology, plan_topology, topology_from_db
 
 __all__ = [
     "ValidationError", "request_cycle_on_commit", "lock_queue_tree",
-    "create_team", "delete_team", "add_member", "remove_member",
+    "create_team", "delete_team", "add_member", "remove_member", "delete_user",
     "create_queue", "update_queue", "set_quota", "delete_queue", "queue_grace_error", "queue_weight_error",
     "queue_version", "quota_version",
     "submit_job", "cancel_job", "finish_job", "set_job_priority", "report_task_running",

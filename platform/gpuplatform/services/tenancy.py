@@ -1,6 +1,7 @@
 """Teams and their members (models/tenancy.py)."""
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import ProtectedError
 from django.utils.text import slugify
@@ -11,7 +12,7 @@ from ..names import name_error
 from ..scheduling.locks import lock_name, lock_queue_tree
 from .base import raise_if
 
-__all__ = ["create_team", "delete_team", "add_member", "remove_member"]
+__all__ = ["create_team", "delete_team", "add_member", "remove_member", "delete_user"]
 
 
 @transaction.atomic
@@ -124,6 +125,73 @@ def remove_member(membership: Membership, *, actor=None) -> bool:
     record_event("member_removed", f"{user} is no longer {role} of {team.name}", actor=actor,
                  data={"team": team.name, "user": str(user), "role": role})
     return True
+
+
+@transaction.atomic
+def delete_user(user, *, actor=None) -> bool:
+    """Delete a user account; its memberships go with it (its jobs stay with their team, the submitter emptied; its
+    events stay, the actor emptied; its API tokens go). Event "user_deleted" {"user", "teams": {slug: role}}.
+    Returns False, writing nothing, when the account is gone already (a concurrent delete came first). Raises
+    ValidationError ("user") when the user is the last admin of a team, naming every such team: a team that has
+    an admin keeps one (_refuse_last_admin), and deleting the account removed its memberships without asking
+    (trial 18a, G13). Holds the members lock (lock_team_members) of each team the user is in, in team order, from
+    the check to the commit, so a role change or removal in one of them at the same time comes before or after."""
+    User = get_user_model()
+    _lock_teams_of(user)
+    row = User.objects.select_for_update().filter(pk=user.pk).first()
+    if row is None:
+        return False
+    _lock_teams_of(row)  # a membership committed before the row's lock (added after the first read)
+    _refuse_last_admin_of(row)
+    name = row.get_username()
+    teams = dict(Membership.objects.filter(user=row).order_by("team__slug").values_list("team__slug", "role"))
+    # recorded before the delete: the Event's actor may be this user (its own account), emptied with the others
+    record_event("user_deleted", f"user {name} deleted ({len(teams)} membership(s) with it)", actor=actor,
+                 data={"user": name, "teams": teams})
+    row.delete()
+    return True
+
+
+def refuse_deleting_a_last_admin(sender, instance, **kwargs) -> None:
+    """pre_delete of the user model (connected at start, apps.py): any other path that deletes an account (a
+    queryset's delete, a shell, a third-party admin action) is held to delete_user's rule: ValidationError ("user")
+    when it is the last admin of a team, under the same locks, before anything is deleted. delete_user itself passes
+    it (its check, again, under the locks it holds)."""
+    if not transaction.get_connection().in_atomic_block:  # (Django deletes in a transaction: never here)
+        return
+    _lock_teams_of(instance)
+    _refuse_last_admin_of(instance)
+
+
+def connect_user_delete_guard() -> None:
+    """Called once at start (apps.py): refuse_deleting_a_last_admin on every delete of the user model."""
+    from django.db.models.signals import pre_delete
+
+    pre_delete.connect(refuse_deleting_a_last_admin, sender=get_user_model(), dispatch_uid="tenancy-user-delete-guard")
+
+
+def _lock_teams_of(user) -> None:
+    """lock_team_members of every team `user` is a member of, in team order (the ones already held are taken again
+    at no cost: advisory locks of one transaction stack)."""
+    for team_id in sorted(set(Membership.objects.filter(user_id=user.pk).values_list("team_id", flat=True))):
+        lock_team_members(team_id)
+
+
+def _refuse_last_admin_of(user) -> None:
+    """ValidationError ("user") naming each team whose only admin `user` is (its admin rows locked, as
+    _refuse_last_admin does)."""
+    own = list(Membership.objects.filter(user_id=user.pk, role=Membership.Role.ADMIN).values_list("team_id", flat=True))
+    if not own:
+        return
+    admins = Membership.objects.select_for_update().filter(team_id__in=own, role=Membership.Role.ADMIN).order_by("pk")
+    count: dict[int, int] = {}
+    for team_id in admins.values_list("team_id", flat=True):
+        count[team_id] = count.get(team_id, 0) + 1
+    last = sorted(Team.objects.filter(pk__in=[t for t in own if count.get(t) == 1]).values_list("name", flat=True))
+    if last:
+        raise_if({"user": f"{user} is the last admin of team(s) {', '.join(last)}: deleting the account would leave "
+                          f"{'it' if len(last) == 1 else 'them'} with no admin; make another member admin of "
+                          f"{'it' if len(last) == 1 else 'each'} first (a team keeps at least one admin)"})
 
 
 def lock_team_members(team_id) -> None:
