@@ -188,7 +188,8 @@ def validation_check(node: Node, gpus: list[dict]) -> dict:
 
 @transaction.atomic
 def record_validation(node: Node, *, passed: bool, detail: str = "", actor=None, at: datetime | None = None) -> Node:
-    """validating -> ready (passed: health reason cleared, GPUs healthy again) or -> in_repair (failed).
+    """validating -> ready (passed: health reason cleared, GPUs healthy again, but for those
+    a registration holds out of service: Gpu.out_of_service) or -> in_repair (failed).
     Raises ValidationError("state") when the node is not validating."""
     from ..services import node_states
 
@@ -205,8 +206,11 @@ def record_validation(node: Node, *, passed: bool, detail: str = "", actor=None,
     fields = {"validation": validation}
     if passed:
         fields.update(health_reason="", health_since=None)
-        back = sorted(Gpu.objects.filter(node=node).exclude(health=Gpu.Health.HEALTHY).values_list("index", flat=True))
-        Gpu.objects.filter(node=node).update(health=Gpu.Health.HEALTHY, health_reason="")
+        # not a GPU the node's registration holds out of service (one it no longer lists, a MIG layout changed
+        # under a job: Gpu.out_of_service): only a registration changes that, as for a heartbeat
+        usable = Gpu.objects.filter(node=node, out_of_service=Gpu.OutOfService.NO)
+        back = sorted(usable.exclude(health=Gpu.Health.HEALTHY).values_list("index", flat=True))
+        usable.update(health=Gpu.Health.HEALTHY, health_reason="")
         if back:
             record_event("gpu_health", f"{node.name}: " + "; ".join(f"gpu{i} unhealthy -> healthy" for i in back)
                          + " (validation passed)", time=at, node=node, actor=actor,

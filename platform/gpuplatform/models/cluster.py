@@ -93,6 +93,18 @@ class Gpu(models.Model):
     health = models.CharField(max_length=16, choices=Health.choices, default=Health.HEALTHY)
     health_reason = models.CharField(max_length=200, blank=True)
 
+    class OutOfService(models.TextChoices):
+        """Why the node's registration holds the GPU unhealthy (services/nodes.py), "" when it does not. Such a GPU
+        stays unhealthy whatever its heartbeats say; only a registration that reports it usable again clears it, and
+        failure detection names it as the cause of a requeue ("GPU out of service: ...")."""
+
+        NO = "", "no (health as its agent reports)"
+        NOT_REPORTED = "not_reported", "not reported at its node's last registration (kept for its history)"
+        MIG_CHANGED = "mig_changed", "its MIG layout changed under a running job"
+
+    out_of_service = models.CharField(max_length=16, choices=OutOfService.choices, default=OutOfService.NO,
+                                      blank=True)
+
     class Sharing(models.TextChoices):
         """How the GPU takes work (scheduler/core/sharing.py, DESIGN section 12)."""
 

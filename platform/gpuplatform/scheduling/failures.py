@@ -16,7 +16,8 @@ embedded loop before each cycle: `detect_failures(now)`.
    Heartbeat rules with another action act on a not_ready node past their threshold: record (an Event),
    cordon / drain (the node resumes cordoned / draining when it reports again).
 3. A GPU reported unhealthy (uncorrectable ECC, fatal XID: see agent/inventory.py) under a live task
-   fails that task the same way.
+   fails that task the same way, as does one its node's registration holds out of service (Gpu.out_of_service:
+   no longer listed, MIG layout changed under the job; the cause then reads "GPU out of service: ...").
    A gang requeued by (2) or (3) restarts at once on a hot spare when one fits (scheduling/spares.py).
 4. A draining node's running gangs are evicted gracefully (preempting with their queue's grace, then
    requeued whole by the release step); services.drain_node does the same at once, this catches races.
@@ -109,15 +110,13 @@ def detect_failures(now: datetime) -> FailureReport:
                                                               "threshold_seconds": fail_after.total_seconds()})
         _fail(on_failed, now, report, "node lost")
 
-        from gpuplatform.services.nodes import REGISTRATION_REASONS
-
-        # the cause as the GPU's health says: a fault the agent reported, or taken out of service by the node's
-        # registration (a GPU it no longer lists, a MIG layout changed under the job: trial 17c, G5, which read
-        # "GPU failed (ECC / XID)")
+        # the cause as the GPU's health says: a fault the agent reported, or held out of service by the node's
+        # registration (Gpu.out_of_service: a GPU it no longer lists, a MIG layout changed under the job: trial 17c,
+        # G5, which read "GPU failed (ECC / XID)")
         bad_gpu_tasks = defaultdict(set)
-        for task_id, why in Allocation.objects.filter(released_at__isnull=True, gpu__health="unhealthy").values_list(
-                "task_id", "gpu__health_reason"):
-            cause = f"GPU out of service: {why}" if why.startswith(REGISTRATION_REASONS) else "GPU failed (ECC / XID)"
+        for task_id, why, held in Allocation.objects.filter(released_at__isnull=True, gpu__health="unhealthy") \
+                .values_list("task_id", "gpu__health_reason", "gpu__out_of_service"):
+            cause = f"GPU out of service: {why}" if held else "GPU failed (ECC / XID)"
             bad_gpu_tasks[cause].add(task_id)
         for cause, task_ids in sorted(bad_gpu_tasks.items()):
             _fail(_live_tasks(pk__in=list(task_ids)), now, report, cause)

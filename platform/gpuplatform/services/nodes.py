@@ -77,7 +77,8 @@ def _sync_mig(gpu: Gpu, g: dict) -> None:
     those MigInstance rows; `mig_mode` "disabled" on a GPU in mode mig -> back to exclusive, instances dropped.
     An instance only released allocations name is dropped (they keep their GPU and times; trial 17, F2: a node
     re-partitioned after MIG jobs had run there could never register again: 409 "still referenced"). One a live
-    allocation holds that the report no longer lists is kept, and the GPU is marked unhealthy (MIG_GONE_REASON):
+    allocation holds that the report no longer lists is kept, and the GPU is held unhealthy (MIG_GONE_REASON;
+    Gpu.out_of_service "mig_changed"):
     nothing is placed on it, its slices are not counted twice beside the new layout, the job on it is requeued by
     failure detection, and the GPU stays in mode mig until then (trial 17c, G3 and G10: a whole-GPU job was bound
     beside the running MIG job, and new instances were filled beside the one still in use). A later registration
@@ -101,12 +102,14 @@ def _sync_mig(gpu: Gpu, g: dict) -> None:
     mode = Gpu.Sharing.MIG if enabled or gone_live else Gpu.Sharing.EXCLUSIVE
     fields = {"sharing": mode}
     if gone_live:
-        fields.update(health=Gpu.Health.UNHEALTHY, health_reason=f"{MIG_GONE_REASON}: {', '.join(gone_live)}"[:200])
+        fields.update(health=Gpu.Health.UNHEALTHY, health_reason=f"{MIG_GONE_REASON}: {', '.join(gone_live)}"[:200],
+                      out_of_service=Gpu.OutOfService.MIG_CHANGED)
     elif enabled and gpu.sharing != Gpu.Sharing.MIG and Allocation.objects.filter(
             gpu=gpu, released_at__isnull=True, mig_instance__isnull=True).exists():
         # MIG turned on under a whole-GPU or shared job (the sharing API refuses that change for a GPU in use):
         # out of service until that job is gone (trial 17c, G12: MIG jobs were bound beside it)
-        fields.update(health=Gpu.Health.UNHEALTHY, health_reason=MIG_ON_REASON)
+        fields.update(health=Gpu.Health.UNHEALTHY, health_reason=MIG_ON_REASON,
+                      out_of_service=Gpu.OutOfService.MIG_CHANGED)
     Gpu.objects.filter(pk=gpu.pk).update(**fields)
 
 
@@ -230,6 +233,7 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
         gpu, _ = Gpu.objects.update_or_create(node=node, index=g["index"], defaults={
             "uuid": g.get("uuid") or "", "numa_node": g.get("numa_node"),
             "health": g.get("health", "healthy"), "health_reason": (g.get("health_reason") or "")[:200],
+            "out_of_service": Gpu.OutOfService.NO,  # reported: usable again, unless _sync_mig holds it
             **({"memory_mib": g["memory_mib"]} if g.get("memory_mib") is not None else {})})
         _sync_mig(gpu, g)
     node.refresh_from_db()
@@ -247,12 +251,11 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
 
 
 LOST_GPU_REASON = "not reported at the node's last registration (gone from NVML: e.g. fallen off the bus)"
-REGISTRATION_REASONS = (LOST_GPU_REASON, MIG_GONE_REASON, MIG_ON_REASON)  # unhealthy until a registration says otherwise
 
 
 def _lost_gpus(node: Node, gpus: list[dict]) -> list[int]:
     """The GPUs of `node` that a registration no longer reports: removed when nothing was ever allocated on them;
-    kept, marked unhealthy (LOST_GPU_REASON), when an allocation names them (its history stays, and a task still
+    kept, held unhealthy (LOST_GPU_REASON; Gpu.out_of_service "not_reported"), when an allocation names them (its history stays, and a task still
     on one is then stopped and requeued by failure detection, as on any unhealthy GPU). Returns the kept ones'
     indices. New-user trial 16b, F7: a node that re-registered with a GPU fewer was answered 409 "still referenced
     by other objects", naming no field, and could not register at all while that GPU had ever run a task."""
@@ -263,8 +266,10 @@ def _lost_gpus(node: Node, gpus: list[dict]) -> list[int]:
     gone.exclude(pk__in=used).delete()
     kept = list(Gpu.objects.filter(pk__in=used).order_by("index"))
     for gpu in kept:
-        if (gpu.health, gpu.health_reason) != (Gpu.Health.UNHEALTHY, LOST_GPU_REASON):
-            Gpu.objects.filter(pk=gpu.pk).update(health=Gpu.Health.UNHEALTHY, health_reason=LOST_GPU_REASON)
+        if (gpu.health, gpu.health_reason, gpu.out_of_service) != (Gpu.Health.UNHEALTHY, LOST_GPU_REASON,
+                                                                    Gpu.OutOfService.NOT_REPORTED):
+            Gpu.objects.filter(pk=gpu.pk).update(health=Gpu.Health.UNHEALTHY, health_reason=LOST_GPU_REASON,
+                                                 out_of_service=Gpu.OutOfService.NOT_REPORTED)
     return [gpu.index for gpu in kept]
 
 
@@ -363,9 +368,9 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
     changes = []
     for g in gpus:
         row = have[g["index"]]
-        if row.health_reason.startswith(REGISTRATION_REASONS):
-            # unhealthy by the node's registration (a GPU it no longer lists, a MIG instance in use it no longer
-            # has): only a registration changes that (trial 17c, G4: a heartbeat made a lost GPU healthy again)
+        if row.out_of_service:
+            # held unhealthy by the node's registration (a GPU it no longer lists, a MIG layout changed under a
+            # job): only a registration changes that (trial 17c, G4: a heartbeat made a lost GPU healthy again)
             continue
         health, reason = g.get("health", "healthy"), (g.get("health_reason") or "")[:200]
         if (row.health, row.health_reason) != (health, reason):

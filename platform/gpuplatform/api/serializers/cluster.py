@@ -30,7 +30,7 @@ class DomainTreeSerializer(Serializer):
 class GpuSerializer(ModelSerializer):
     class Meta:
         model = Gpu
-        fields = ["index", "uuid", "numa_node", "health", "health_reason", "sharing", "memory_mib"]
+        fields = ["index", "uuid", "numa_node", "health", "health_reason", "out_of_service", "sharing", "memory_mib"]
         read_only_fields = fields
 
 
