@@ -119,3 +119,31 @@ def test_migration_0028_marks_the_gpus_whose_reason_was_a_registrations(cluster)
     step(apps, None)
     marked = dict(Gpu.objects.filter(node__name="n1").values_list("index", "out_of_service"))
     assert [marked[i] for i in range(8)] == ["not_reported", "mig_changed", "mig_changed", "", "", "", "", ""]
+
+
+def test_the_gpus_a_registration_no_longer_lists_are_marked_in_one_update(client_for, users):
+    """_lost_gpus marked the GPUs it keeps one UPDATE each (a node losing many GPUs: as many queries); now one for
+    them all, and none when they are already so marked (the node re-registering as it was)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gpuplatform.models import Event, Gpu
+
+    agent = client_for("agent")
+    agent.post("/api/v1/nodes/register/", {"name": "n0", "flavor": "H100", "gpus": _gpus("n0", 8)}, format="json")
+    _, held = _run_one_on("n0", users, gpus=4)
+
+    def register():
+        with CaptureQueriesContext(connection) as seen:
+            r = agent.post("/api/v1/nodes/register/", {"name": "n0", "flavor": "H100",
+                                                       "gpus": _gpus("n0", 8, skip=set(held))}, format="json")
+        assert r.status_code in (200, 201), r.content
+        return [q["sql"] for q in seen.captured_queries
+                if q["sql"].startswith('UPDATE "gpuplatform_gpu"') and "not_reported" in q["sql"]]
+
+    assert len(register()) == 1
+    rows = Gpu.objects.filter(node__name="n0", index__in=held)
+    assert {(g.health, g.out_of_service) for g in rows} == {("unhealthy", "not_reported")}
+    assert Event.objects.filter(kind="node_registered").latest("id").data["lost_gpus"] == held
+    assert register() == []  # already marked: no write
+    assert Gpu.objects.filter(node__name="n0").count() == 8

@@ -264,13 +264,13 @@ def _lost_gpus(node: Node, gpus: list[dict]) -> list[int]:
     gone = Gpu.objects.filter(node=node).exclude(index__in=[g["index"] for g in gpus])
     used = set(Allocation.objects.filter(gpu__in=gone).values_list("gpu_id", flat=True).distinct())
     gone.exclude(pk__in=used).delete()
-    kept = list(Gpu.objects.filter(pk__in=used).order_by("index"))
-    for gpu in kept:
-        if (gpu.health, gpu.health_reason, gpu.out_of_service) != (Gpu.Health.UNHEALTHY, LOST_GPU_REASON,
-                                                                    Gpu.OutOfService.NOT_REPORTED):
-            Gpu.objects.filter(pk=gpu.pk).update(health=Gpu.Health.UNHEALTHY, health_reason=LOST_GPU_REASON,
-                                                 out_of_service=Gpu.OutOfService.NOT_REPORTED)
-    return [gpu.index for gpu in kept]
+    marked = (Gpu.Health.UNHEALTHY, LOST_GPU_REASON, Gpu.OutOfService.NOT_REPORTED)
+    kept = list(Gpu.objects.filter(pk__in=used).order_by("index")
+                .values_list("pk", "index", "health", "health_reason", "out_of_service"))
+    stale = [pk for pk, _, *now in kept if tuple(now) != marked]
+    if stale:  # one UPDATE for them all; none when they are already so marked (a node re-registering as it was)
+        Gpu.objects.filter(pk__in=stale).update(health=marked[0], health_reason=marked[1], out_of_service=marked[2])
+    return [index for _, index, *_ in kept]
 
 
 @transaction.atomic
