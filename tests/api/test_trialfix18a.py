@@ -133,3 +133,49 @@ def test_an_account_deleted_while_the_other_admin_is_removed_keeps_the_team_an_a
                   lambda: services.delete_user(alice.__class__.objects.get(pk=alice.pk)))
     assert out["waited"] and "first_error" not in out and "error" not in out and out["result"] is True, out
     assert _admins("alpha") == ["mike"]
+
+
+# --- G15: the member clusters' list follows the lists' query-parameter rules ---------------------------------------
+
+CLUSTERS = "/api/v1/federation/clusters/"
+
+
+@pytest.fixture
+def member_clusters(users):
+    from gpuplatform.federation import manager
+
+    east = manager.register_cluster(name="east", api_url="http://east.test:8000", token="t-east")
+    west = manager.register_cluster(name="west", api_url="http://west.test:8000", token="t-west", enabled=False)
+    return east, west
+
+
+@pytest.mark.parametrize("query,field,words", [
+    ("foo=1", "foo", "unknown query parameter; this list takes: "),
+    ("nmae=east", "nmae", "unknown query parameter; this list takes: "),
+    ("name=", "name", "an empty value filters nothing; leave the parameter out to list all member clusters"),
+    ("name=%20", "name", "an empty value filters nothing"),
+    ("state=%20", "state", "an empty value filters nothing"),
+    ("enabled=%20", "enabled", "an empty value filters nothing"),
+    ("state=bogus", "state", "unknown state 'bogus'; one of: new, healthy"),
+    ("enabled=maybe", "enabled", "must be true or false"),
+    ("limit=1&limit=2", "limit", "given more than once"),
+])
+def test_the_member_clusters_list_refuses_unknown_blank_and_bad_parameters(client_for, member_clusters, query, field,
+                                                                             words):
+    r = client_for("member").get(f"{CLUSTERS}?{query}")
+    assert r.status_code == 400 and list(r.json()) == [field] and words in r.json()[field][0], r.content
+
+
+def test_the_member_clusters_list_filters(client_for, member_clusters):
+    member = client_for("member")
+
+    def names(query=""):
+        r = member.get(f"{CLUSTERS}?{query}")
+        assert r.status_code == 200, r.content
+        return [c["name"] for c in r.json()["results"]]
+
+    assert names() == ["east", "west"] and names("format=json&limit=1&offset=1&ordering=-name") == ["east"]
+    assert names("name=west") == ["west"] and names("name=nowhere") == []
+    assert names("enabled=true") == ["east"] and names("enabled=0") == ["west"]
+    assert names("state=new&state=healthy") == ["east", "west"] and names("state=lost") == []
+    assert names("state=") == ["east", "west"]  # a multiple-choice filter's empty value keeps meaning "any"
