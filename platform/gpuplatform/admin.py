@@ -27,6 +27,7 @@ from django.urls import reverse
 from . import quota_rules, services
 from .admin_services import ServiceAdmin
 from .names import name_error
+from .services.tenancy import TEAM_DESCRIPTION_MAX, team_description_error
 from .models import (
     Allocation, Attempt, ClusterSample, DiagnosisRule, HealthRule, Domain, Event, Gpu, Job, JobRole, Membership, Node, Queue, QueueSample, Quota,
     SchedulerCycle, Task, Team,
@@ -121,13 +122,22 @@ class NameRuleForm(forms.ModelForm):
 
 
 class TeamForm(NameRuleForm):
-    """The one name rule (names.py) on the admin's team form too."""
+    """The one name rule (names.py) on the admin's team form too, and the description's limit
+    (services.tenancy.team_description_error: a change is saved by the form, a new team by services.create_team)."""
 
     name_kind = "team"
 
     class Meta:
         model = Team
         fields = "__all__"
+        widgets = {"description": forms.Textarea(attrs={"maxlength": TEAM_DESCRIPTION_MAX})}
+
+    def clean_description(self):
+        description = self.cleaned_data.get("description")
+        message = team_description_error(description)
+        if message:
+            raise forms.ValidationError(message)
+        return description
 
 
 @admin.register(Team)

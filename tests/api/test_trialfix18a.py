@@ -179,3 +179,25 @@ def test_the_member_clusters_list_filters(client_for, member_clusters):
     assert names("enabled=true") == ["east"] and names("enabled=0") == ["west"]
     assert names("state=new&state=healthy") == ["east", "west"] and names("state=lost") == []
     assert names("state=") == ["east", "west"]  # a multiple-choice filter's empty value keeps meaning "any"
+
+
+# --- a team's description has a limit ----------------------------------------------------------------------------
+
+def test_a_team_description_past_its_limit_is_a_400_naming_description(admin, superuser_page):
+    r = admin.post("/api/v1/teams/", {"name": "wordy", "description": "x" * 2001}, format="json")
+    assert r.status_code == 400 and list(r.json()) == ["description"] and "2000" in r.json()["description"][0], r.content
+    assert not Team.objects.filter(name="wordy").exists()
+    r = admin.post("/api/v1/teams/", {"name": "wordy", "description": "x" * 2000}, format="json")
+    assert r.status_code == 201 and len(r.json()["description"]) == 2000, r.content
+    with pytest.raises(services.ValidationError) as refused:
+        services.create_team("wordier", description="y" * 2001)
+    assert refused.value.errors == {"description": "a team's description has at most 2000 characters (2001 given)"}
+    with pytest.raises(services.ValidationError) as refused:
+        services.create_team("wordier", description=None)
+    assert list(refused.value.errors) == ["description"]
+    team = Team.objects.get(name="wordy")
+    page = superuser_page.post(f"/admin/gpuplatform/team/{team.pk}/change/",
+                               {"name": "wordy", "slug": "wordy", "description": "z" * 2001,
+                                "memberships-TOTAL_FORMS": 0, "memberships-INITIAL_FORMS": 0})
+    assert page.status_code == 200 and "at most 2000 characters (2001 given)" in page.content.decode()
+    assert Team.objects.get(pk=team.pk).description == "x" * 2000

@@ -12,14 +12,28 @@ from ..names import name_error
 from ..scheduling.locks import lock_name, lock_queue_tree
 from .base import raise_if
 
-__all__ = ["create_team", "delete_team", "add_member", "remove_member", "delete_user"]
+__all__ = ["create_team", "delete_team", "add_member", "remove_member", "delete_user", "TEAM_DESCRIPTION_MAX",
+           "team_description_error"]
+
+TEAM_DESCRIPTION_MAX = 2000  # characters of a team's description (the API, the admin's form; docs/api.md)
+
+
+def team_description_error(description) -> str | None:
+    """The rule a team's `description` breaks, or None: text of at most TEAM_DESCRIPTION_MAX characters (the
+    column has no limit of its own: a megabyte was stored and shown on every teams list; trial 18a)."""
+    if not isinstance(description, str):
+        return "a team's description is text"
+    if len(description) > TEAM_DESCRIPTION_MAX:
+        return f"a team's description has at most {TEAM_DESCRIPTION_MAX} characters ({len(description)} given)"
+    return None
 
 
 @transaction.atomic
 def create_team(name: str, *, slug: str | None = None, description: str = "", actor=None) -> Team:
     """Create a team. Raises ValidationError: name empty, taken or breaking the name rule (names.py)
     ("name"), a name whose slug (made from it when none is sent) is empty or another team's ("name"), a slug
-    sent that another team has ("slug"). Holds the name's and the slug's locks (scheduling.locks.lock_name) from
+    sent that another team has ("slug"), a description that is not text of at most TEAM_DESCRIPTION_MAX
+    characters ("description"). Holds the name's and the slug's locks (scheduling.locks.lock_name) from
     the check to the commit."""
     if isinstance(name, str):
         lock_name("team name", name)
@@ -43,6 +57,8 @@ def create_team(name: str, *, slug: str | None = None, description: str = "", ac
             errors["name"] = (f"team name {name!r} makes the slug {slug!r}, which team {holder!r} already has "
                               f"(names differing only in letter case or punctuation clash); pick another name or "
                               f"send a slug")
+    if team_description_error(description):
+        errors["description"] = team_description_error(description)
     raise_if(errors)
     team = Team.objects.create(name=name, slug=slug, description=description)
     record_event("team_created", f"team {name} created", actor=actor, data={"team": name})

@@ -2,12 +2,15 @@ from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
 from ...models import Membership, Team
+from ...services.tenancy import TEAM_DESCRIPTION_MAX
 from .base import ModelSerializer
 from .fields import named_field
 
 
 class TeamSerializer(ModelSerializer):
     slug = serializers.SlugField(max_length=100, required=False, help_text="default: derived from the name")
+    description = serializers.CharField(max_length=TEAM_DESCRIPTION_MAX, required=False, allow_blank=True,
+                                        help_text=f"free text, at most {TEAM_DESCRIPTION_MAX} characters")
 
     class Meta:
         model = Team
