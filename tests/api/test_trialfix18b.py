@@ -147,3 +147,114 @@ def test_the_gpus_a_registration_no_longer_lists_are_marked_in_one_update(client
     assert Event.objects.filter(kind="node_registered").latest("id").data["lost_gpus"] == held
     assert register() == []  # already marked: no write
     assert Gpu.objects.filter(node__name="n0").count() == 8
+
+
+def test_a_gpu_lost_on_one_node_moves_to_the_node_that_registers_it(client_for, users):
+    """Trial 17c, G14: a GPU kept as lost on n0 (n0's registration no longer listed it; it ran a task) could not be
+    registered by another node: the GPU was moved to n1 and n1's registration was refused for good ("uuid ... is GPU
+    k of node n0"). Now, once no live allocation holds it, n1's registration takes the row over, with its history,
+    healthy as n1 reports it (and exclusive again); a `gpu_moved` Event says from where; both nodes count their GPUs
+    right and the scheduler places on it. While a task still holds it on n0, a 400 names gpus[i].uuid and why."""
+    from gpuplatform import services
+    from gpuplatform.models import Allocation, Event, Gpu, Job, Node, Queue
+    from gpuplatform.scheduling import store
+    from gpuplatform.scheduling.failures import detect_failures
+
+    agent = client_for("agent")
+    assert agent.post("/api/v1/nodes/register/", {"name": "n0", "flavor": "H100", "gpus": _gpus("n0", 8)},
+                      format="json").status_code in (200, 201)
+    job, held = _run_one_on("n0", users, gpus=1)
+    k = held[0]
+    uuid = f"GPU-n0-{k}"
+    assert agent.post("/api/v1/nodes/register/", {"name": "n0", "flavor": "H100", "gpus": _gpus("n0", 8, skip={k})},
+                      format="json").status_code in (200, 201)
+    row = Gpu.objects.get(uuid=uuid)
+    assert (row.node.name, row.out_of_service) == ("n0", "not_reported")
+    to_n1 = {"name": "n1", "flavor": "H100", "gpus": _gpus("n1", 8) + [{"index": 8, "uuid": uuid}]}
+    refused = agent.post("/api/v1/nodes/register/", to_n1, format="json")  # the job still holds it on n0
+    assert refused.status_code == 400 and list(refused.json()) == ["gpus[8].uuid"], refused.content
+    why = refused.json()["gpus[8].uuid"][0]
+    assert "n0" in why and "on-node" in why and "live allocation" in why
+    assert Gpu.objects.get(pk=row.pk).node.name == "n0" and Node.objects.get(name="n1").gpu_count == 8
+    still = {**to_n1, "gpus": _gpus("n1", 8) + [{"index": 8, "uuid": f"GPU-n0-{(k + 1) % 8}"}]}
+    refused = agent.post("/api/v1/nodes/register/", still, format="json")  # one n0 still lists: refused as before
+    assert refused.status_code == 400 and "a GPU belongs to one node" in refused.json()["gpus[8].uuid"][0]
+    detect_failures(CLOCK)  # the job is requeued off the lost GPU: its allocation released
+    services.cancel_job(Job.objects.get(pk=job.pk))
+    assert not Allocation.objects.filter(gpu=row, released_at__isnull=True).exists()
+    services.set_gpu_sharing(row.node, k, "shared")  # n0's admin's choice: not carried to n1
+    moved = agent.post("/api/v1/nodes/register/", to_n1, format="json")
+    assert moved.status_code in (200, 201), moved.content
+    row.refresh_from_db()
+    assert (row.node.name, row.index, row.health, row.out_of_service, row.sharing) == ("n1", 8, "healthy", "",
+                                                                                       "exclusive")
+    assert list(Allocation.objects.filter(gpu=row).values_list("job_id", flat=True)) == [job.pk]  # its history
+    event = Event.objects.filter(kind="gpu_moved").get()
+    assert (event.node.name, event.data["from_node"], event.data["from_index"], event.data["to_index"]) == (
+        "n1", "n0", k, 8) and "moved from n0" in event.message
+    assert moved.json()["gpu_count"] == 9 and Gpu.objects.filter(node__name="n1").count() == 9
+    assert Node.objects.get(name="n0").gpu_count == 7 == Gpu.objects.filter(node__name="n0").count()
+    assert not Gpu.objects.filter(node__name="n0", uuid=uuid).exists()
+    # n0 re-registers as it is: nothing more to keep; n1 re-registers as it is: the GPU stays
+    assert agent.post("/api/v1/nodes/register/", {"name": "n0", "flavor": "H100", "gpus": _gpus("n0", 8, skip={k})},
+                      format="json").json()["gpu_count"] == 7
+    assert agent.post("/api/v1/nodes/register/", to_n1, format="json").json()["gpu_count"] == 9
+    # the scheduler places on it: a 9-GPU task fits n1 only with the moved GPU
+    for node in Node.objects.exclude(name="n1"):
+        if node.state == "ready":
+            services.cordon_node(node)
+    services.uncordon_node(Node.objects.get(name="n1"))
+    nine = services.submit_job(command=SLEEP, team=Queue.objects.get(name="alpha").team, queue="alpha", name="nine",
+                               roles=[{"tasks": 1, "gpus_per_task": 9}], submitter=users["member"], submitted_at=CLOCK)
+    store.run_cycle_once(clock=CLOCK)
+    on = Allocation.objects.filter(job=nine, released_at__isnull=True)
+    assert on.count() == 9 and on.filter(gpu=row).exists()
+
+
+def test_a_moved_gpu_takes_its_slot_and_its_mig_instances_along(client_for, users):
+    """The moved GPU lands at the index the new node reports it at: the GPU that was in that slot is then a GPU the
+    registration no longer lists (kept unhealthy at a free index with its history, as _lost_gpus keeps any). A MIG
+    instance of the moved GPU, listed under it, moves with it; one listed under another GPU is refused, naming it."""
+    from gpuplatform import services
+    from gpuplatform.models import Allocation, Event, Gpu, MigInstance, Node, Queue
+    from gpuplatform.scheduling import store
+
+    agent = client_for("agent")
+    for name in ("n0", "n1"):
+        agent.post("/api/v1/nodes/register/", {"name": name, "flavor": "H100", "gpus": _gpus(name, 8)}, format="json")
+    for name in ("n2", "n3"):
+        services.cordon_node(Node.objects.get(name=name))
+    both = services.submit_job(command=SLEEP, team=Queue.objects.get(name="alpha").team, queue="alpha", name="both",
+                               roles=[{"tasks": 2, "gpus_per_task": 8}], submitter=users["member"], submitted_at=CLOCK)
+    store.run_cycle_once(clock=CLOCK)
+    assert Allocation.objects.filter(job=both).count() == 16  # every GPU of n0 and n1 has a history
+    services.cancel_job(both)
+    store.run_cycle_once(clock=CLOCK)
+    assert not Allocation.objects.filter(job=both, released_at__isnull=True).exists()
+    inst = {"uuid": "MIG-n0-5-0", "profile": "3g.40gb", "memory_mib": 40_000, "slices": 3}
+    mig5 = {"index": 5, "uuid": "GPU-n0-5", "mig_mode": "enabled", "mig": [inst]}
+    agent.post("/api/v1/nodes/register/", {"name": "n0", "flavor": "H100",
+                                           "gpus": [g if g["index"] != 5 else mig5 for g in _gpus("n0", 8)]},
+               format="json")
+    agent.post("/api/v1/nodes/register/", {"name": "n0", "flavor": "H100", "gpus": _gpus("n0", 8, skip={5})},
+               format="json")  # GPU 5 gone from n0, kept (history) with its instance
+    row, instance = Gpu.objects.get(uuid="GPU-n0-5"), MigInstance.objects.get(uuid="MIG-n0-5-0")
+    assert (row.node.name, row.out_of_service, row.sharing, instance.gpu_id) == ("n0", "not_reported", "mig", row.pk)
+    n1 = _gpus("n1", 8)
+    wrong = [{**g, "mig_mode": "enabled", "mig": [inst]} if g["index"] == 0 else g for g in n1]
+    refused = agent.post("/api/v1/nodes/register/", {"name": "n1", "flavor": "H100", "gpus": wrong}, format="json")
+    assert refused.status_code == 400 and list(refused.json()) == ["gpus[0].mig[0].uuid"], refused.content
+    old2 = Gpu.objects.get(uuid="GPU-n1-2")
+    swapped = [mig5 if g["index"] == 2 else g for g in n1]
+    swapped[2] = {**mig5, "index": 2}
+    moved = agent.post("/api/v1/nodes/register/", {"name": "n1", "flavor": "H100", "gpus": swapped}, format="json")
+    assert moved.status_code in (200, 201), moved.content
+    row.refresh_from_db()
+    old2.refresh_from_db()
+    assert (row.node.name, row.index, row.health, row.sharing) == ("n1", 2, "healthy", "mig")
+    assert MigInstance.objects.get(uuid="MIG-n0-5-0").pk == instance.pk and instance.pk in row.mig_instances.values_list(
+        "pk", flat=True)
+    assert (old2.node.name, old2.index, old2.health, old2.out_of_service) == ("n1", 8, "unhealthy", "not_reported")
+    assert Allocation.objects.filter(gpu=old2).exists() and Allocation.objects.filter(gpu=row).exists()
+    assert Event.objects.filter(kind="node_registered").latest("id").data["lost_gpus"] == [8]
+    assert moved.json()["gpu_count"] == 9 and Node.objects.get(name="n0").gpu_count == 7

@@ -4,6 +4,7 @@ seconds, so an Event is written only when something changed (a GPU's health, a n
 Units: GPUs, millicores, MiB, seconds."""
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -163,27 +164,87 @@ def set_node_gpu_sharing(node: Node, sharing: str, gpus: list[int] | None = None
     return out
 
 
-def _uuids_held_elsewhere(name: str, gpus: list[dict]) -> dict[str, str]:
-    """{"gpus[i].uuid": why} for each GPU whose UUID another node already holds: a UUID names one physical GPU, so
-    two nodes listing it (a cloned node image, a second agent on one host under another --node-name) would let two
-    jobs be bound to one GPU (new-user trial 15, F4). The other node must re-register without it or be deleted."""
+def _uuids_held_elsewhere(name: str, gpus: list[dict]) -> tuple[dict[str, str], dict[int, Gpu]]:
+    """(errors, moves). errors: {"gpus[i].uuid": why} for each GPU whose UUID another node already holds: a UUID names
+    one physical GPU, so two nodes listing it (a cloned node image, a second agent on one host under another
+    --node-name) would let two jobs be bound to one GPU (new-user trial 15, F4). The other node must re-register
+    without it or be deleted. Except a GPU its node's last registration no longer listed, kept for its history
+    (Gpu.out_of_service "not_reported"): it was moved to this node, and `moves` maps i to its row (locked), which
+    _move_gpus takes over (trial 17c, G14: the new node's registration was refused for good). Refused while a live
+    allocation holds it (its job is still on the old node until failure detection requeues it). A MIG instance's UUID
+    likewise: another GPU's is refused; a moved GPU's instances, listed under it, move with it."""
     wanted = {g["uuid"]: i for i, g in enumerate(gpus) if g.get("uuid")}
-    held = (Gpu.objects.filter(uuid__in=list(wanted)).exclude(node__name=name)
-            .values_list("uuid", "node__name", "index").order_by("node__name", "index"))
-    out = {f"gpus[{wanted[uuid]}].uuid": (f"uuid {uuid} is GPU {index} of node {other}: a GPU belongs to one node "
-                                           f"(re-register {other} without it, or delete {other}, first)")
-           for uuid, other, index in held}
+    held = list(Gpu.objects.select_for_update(of=("self",)).filter(uuid__in=list(wanted)).exclude(node__name=name)
+                .select_related("node").order_by("node__name", "index"))
+    live: dict[int, list[str]] = {}
+    lost = [g.pk for g in held if g.out_of_service == Gpu.OutOfService.NOT_REPORTED]
+    for gpu_id, job in (Allocation.objects.filter(gpu_id__in=lost, released_at__isnull=True)
+                        .values_list("gpu_id", "job__name").order_by("job__name").distinct()):
+        live.setdefault(gpu_id, []).append(job)
+    out, moves = {}, {}
+    rows_of = Counter(gpu.uuid for gpu in held)
+    for gpu in held:
+        i, other = wanted[gpu.uuid], gpu.node.name
+        if gpu.out_of_service != Gpu.OutOfService.NOT_REPORTED or rows_of[gpu.uuid] > 1:
+            out[f"gpus[{i}].uuid"] = (f"uuid {gpu.uuid} is GPU {gpu.index} of node {other}: a GPU belongs to one node "
+                                      f"(re-register {other} without it, or delete {other}, first)")
+        elif gpu.pk in live:
+            jobs = live[gpu.pk]
+            out[f"gpus[{i}].uuid"] = (f"uuid {gpu.uuid} is GPU {gpu.index} of node {other}, which {other}'s last "
+                                      f"registration no longer listed, but job {', '.join(jobs[:3])}"
+                                      f"{', ...' if len(jobs) > 3 else ''} still holds it there (a live allocation): a "
+                                      f"GPU moves to another node only once no task holds it (failure detection "
+                                      f"requeues that job); register again then")
+        else:
+            moves[i] = gpu
     # a MIG instance's UUID too (trial 17c, G2: a registration took another node's instance, a live one included)
     instances = {inst["uuid"]: (i, k) for i, g in enumerate(gpus) if isinstance(g.get("mig"), list)
                  for k, inst in enumerate(g["mig"]) if isinstance(inst, dict) and inst.get("uuid")}
     if instances:
         taken = (MigInstance.objects.filter(uuid__in=list(instances)).exclude(gpu__node__name=name)
-                 .values_list("uuid", "gpu__node__name", "gpu__index"))
-        for uuid, other, index in taken:
+                 .values_list("uuid", "gpu_id", "gpu__node__name", "gpu__index"))
+        listed_as = {wanted[g.uuid]: g.pk for g in held}  # i -> the other node's row of gpus[i]
+        for uuid, gpu_id, other, index in taken:
             i, k = instances[uuid]
+            if listed_as.get(i) == gpu_id:
+                continue  # an instance of that GPU, listed under it: it moves with it (or gpus[i].uuid says why not)
             out[f"gpus[{i}].mig[{k}].uuid"] = (f"uuid {uuid} is a MIG instance of GPU {index} of node {other}: an "
                                                f"instance belongs to one GPU (re-register {other} without it first)")
-    return out
+    return out, moves
+
+
+def _move_gpus(node: Node, gpus: list[dict], moves: dict[int, Gpu], *, actor=None) -> list[dict]:
+    """Take over each row of `moves` ({i: a GPU another node no longer lists}, _uuids_held_elsewhere) as GPU
+    gpus[i]["index"] of `node`: the row moves with its history (allocations, MIG instances, telemetry, XIDs); its
+    health is then set from this registration (register_node), its sharing back to exclusive unless it is in MIG mode
+    (the old node's admin chose that mode; MIG is the GPU's own, and _sync_mig follows the report). A row of `node`
+    at that index (the GPU that was in that slot) gets a free index above the others, so that _lost_gpus removes it,
+    or keeps it unhealthy when it has a history, as any GPU a registration no longer lists. The old node's gpu_count
+    is its remaining GPUs. A `gpu_moved` Event per GPU. Returns the moves, as its Events' data."""
+    if not moves:
+        return []
+    used = set(Gpu.objects.filter(node=node).values_list("index", flat=True)) | {g["index"] for g in gpus}
+    free = max(used) + 1
+    done = []
+    for i, row in sorted(moves.items()):
+        index, old = gpus[i]["index"], row.node
+        slot = Gpu.objects.filter(node=node, index=index).first()
+        if slot is not None:
+            Gpu.objects.filter(pk=slot.pk).update(index=free)
+            free += 1
+        history = Allocation.objects.filter(gpu=row).count()
+        fields = {"node": node, "index": index}
+        if row.sharing != Gpu.Sharing.MIG:
+            fields["sharing"] = Gpu.Sharing.EXCLUSIVE
+        Gpu.objects.filter(pk=row.pk).update(**fields)
+        Node.objects.filter(pk=old.pk).update(gpu_count=Gpu.objects.filter(node=old).count())
+        data = {"uuid": row.uuid, "from_node": old.name, "from_index": row.index, "to_node": node.name,
+                "to_index": index, "allocations": history}
+        record_event("gpu_moved", f"GPU {row.uuid} moved from {old.name} (gpu{row.index}, not reported at its last "
+                     f"registration) to {node.name} (gpu{index}); its history ({history} allocation(s)) moves with it",
+                     actor=actor, node=node, data=data)
+        done.append(data)
+    return done
 
 
 @transaction.atomic
@@ -197,8 +258,10 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     nodes reach it: MASTER_ADDR), `runtime` (its agent's container runtime: docker, podman or "").
     `accept=False`: a node created by this call joins cordoned, awaiting an admin's acceptance
     (uncordon_node); an existing node keeps its state either way.
+    A GPU (UUID) another node no longer reports, kept there for its history, moves here with it (_move_gpus).
     Raises ValidationError: a name that breaks the name rule (names.py), an empty flavor, negative cpu/memory, bad GPU index or health, unknown
-    executor or runtime, a GPU UUID given twice or held by another node ("gpus[i].uuid")."""
+    executor or runtime, a GPU UUID given twice or held by another node ("gpus[i].uuid": one it still lists, or one
+    a live allocation still holds there), a MIG instance UUID given twice or another GPU's ("gpus[i].mig[k].uuid")."""
     errors = {}
     if message := name_error("node", name):  # every per-node URL must be able to name it (new-user trial 13, F2)
         errors["name"] = message
@@ -215,8 +278,10 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
         errors["runtime"] = "runtime must be docker, podman or empty"
     if address is not None and (not isinstance(address, str) or len(address) > 200):
         errors["address"] = "address must be a host name or IP address of at most 200 characters"
+    moves = {}
     if not errors:
-        errors.update(_uuids_held_elsewhere(name, gpus))
+        held, moves = _uuids_held_elsewhere(name, gpus)
+        errors.update(held)
     if errors:
         raise ValidationError(errors)
     now = clock.now()
@@ -226,6 +291,7 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     # before the admin took the registration's label rule: trial 17c, G6) is replaced, not a 500
     extra = {k: v for k, v in (("executor", executor), ("address", address), ("container_runtime", runtime))
              if v is not None}
+    _move_gpus(node, gpus, moves, actor=actor)
     lost = _lost_gpus(node, gpus)
     Node.objects.filter(pk=node.pk).update(flavor=flavor, gpu_count=len(gpus) + len(lost), cpu_milli=cpu_milli,
                                            memory_mib=memory_mib, labels=merged, last_heartbeat=now, **extra)
