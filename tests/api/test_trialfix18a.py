@@ -201,3 +201,14 @@ def test_a_team_description_past_its_limit_is_a_400_naming_description(admin, su
                                 "memberships-TOTAL_FORMS": 0, "memberships-INITIAL_FORMS": 0})
     assert page.status_code == 200 and "at most 2000 characters (2001 given)" in page.content.decode()
     assert Team.objects.get(pk=team.pk).description == "x" * 2000
+
+
+# --- a what-if drains each node once -----------------------------------------------------------------------------
+
+def test_a_what_if_draining_a_node_named_twice_is_a_400_naming_drain_nodes(admin):
+    r = admin.post("/api/v1/forecast/", {"changes": [{"kind": "drain_nodes", "nodes": ["n0", "n1", "n0"]}]},
+                   format="json")
+    assert r.status_code == 400 and r.json() == {
+        "changes[0].nodes": ["drain_nodes names 'n0' more than once: name each node once"]}, r.content
+    r = admin.post("/api/v1/forecast/", {"changes": [{"kind": "drain_nodes", "nodes": ["n0", "n1"]}]}, format="json")
+    assert r.status_code == 200 and r.json()["written"] is False, r.content

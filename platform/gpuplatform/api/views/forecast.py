@@ -5,6 +5,8 @@ The live cluster is forecast as it is and with the listed changes applied, in me
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAuthenticated
@@ -86,6 +88,12 @@ class ChangeSerializer(Serializer):
             raise serializers.ValidationError({f: [f"required for kind {kind}"] for f in missing})
         if kind == "set_quota" and not {"guarantee", "quota", "limit"} & set(attrs):
             raise serializers.ValidationError({"quota": ["set_quota needs guarantee, quota or limit"]})
+        if kind == "drain_nodes":  # a node named twice: a typo or a script's doubled list (trial 18a)
+            twice = sorted(n for n, times in Counter(attrs["nodes"]).items() if times > 1)
+            if twice:
+                raise serializers.ValidationError({"nodes": [
+                    f"drain_nodes names {', '.join(repr(n) for n in twice[:5])}{', ...' if len(twice) > 5 else ''} "
+                    f"more than once: name each node once"]})
         allowed = set(REQUIRED[kind]) | {"kind"} | {
             "submit": {"id", "gpus_per_task", "min_available", "priority", "time_limit", "topology_mode",
                        "highest_tier", "flavors", "gpu_fraction", "gpu_memory_mib", "mig_profile", "mig_count",
