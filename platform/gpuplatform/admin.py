@@ -45,16 +45,21 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-def _service_action(func, label: str):
+def _service_action(func, label: str, unchanged: str = "unchanged"):
+    """A list action calling `func(obj, actor=)` on each selected row: a refusal is a warning naming the row; the
+    summary counts the rows changed, and apart those for which `func` returned False (nothing to do: `unchanged`
+    words them, "were not spares")."""
     def action(modeladmin, request, queryset):
-        done = 0
+        done = skipped = 0
         for obj in queryset:
             try:
-                func(obj, actor=request.user)
-                done += 1
+                if func(obj, actor=request.user) is False:
+                    skipped += 1
+                else:
+                    done += 1
             except services.ValidationError as exc:
                 modeladmin.message_user(request, f"{obj}: {exc}", messages.WARNING)
-        modeladmin.message_user(request, f"{label}: {done} done")
+        modeladmin.message_user(request, f"{label}: {done} done" + (f" ({skipped} {unchanged})" if skipped else ""))
 
     action.__name__ = f"action_{func.__name__}"
     action.short_description = label
@@ -343,12 +348,22 @@ class GpuInline(admin.TabularInline):
         return False
 
 
-def mark_spare(node, *, actor=None):
-    return services.set_spare(node, True, actor=actor)
+def _set_spare(node, spare: bool, actor) -> bool:
+    """services.set_spare; False when the node already was (or was not) a spare, read under its row lock, which
+    set_spare then takes again: it writes nothing then (trial 18a: "Return spares" counted every selected node as
+    returned, spares or not)."""
+    with transaction.atomic():
+        was = Node.objects.select_for_update().filter(pk=node.pk).values_list("spare", flat=True).first()
+        services.set_spare(node, spare, actor=actor)
+        return was is not None and was != spare
 
 
-def unmark_spare(node, *, actor=None):
-    return services.set_spare(node, False, actor=actor)
+def mark_spare(node, *, actor=None) -> bool:
+    return _set_spare(node, True, actor)
+
+
+def unmark_spare(node, *, actor=None) -> bool:
+    return _set_spare(node, False, actor)
 
 
 class NodeForm(NameRuleForm):
@@ -405,8 +420,9 @@ class NodeAdmin(admin.ModelAdmin):
                      and f.name != "id")
     list_display = ("name", "flavor", "gpu_count", "domain", "state", "spare", "health_reason", "health_since",
                     "last_heartbeat")
-    actions = [_service_action(mark_spare, "Mark as hot spares (nodes running nothing or only interruptible jobs)"),
-               _service_action(unmark_spare, "Return spares to ordinary use"),
+    actions = [_service_action(mark_spare, "Mark as hot spares (nodes running nothing or only interruptible jobs)",
+                               "already spares"),
+               _service_action(unmark_spare, "Return spares to ordinary use", "were not spares"),
                _service_action(services.cordon_node, "Cordon selected nodes"),
                _service_action(services.drain_node, "Drain selected nodes"),
                _service_action(services.uncordon_node, "Uncordon selected nodes"),

@@ -212,3 +212,24 @@ def test_a_what_if_draining_a_node_named_twice_is_a_400_naming_drain_nodes(admin
         "changes[0].nodes": ["drain_nodes names 'n0' more than once: name each node once"]}, r.content
     r = admin.post("/api/v1/forecast/", {"changes": [{"kind": "drain_nodes", "nodes": ["n0", "n1"]}]}, format="json")
     assert r.status_code == 200 and r.json()["written"] is False, r.content
+
+
+# --- the admin's spare actions count the nodes they changed ---------------------------------------------------------
+
+def test_the_admin_return_spares_action_counts_only_the_spares_it_returned(cluster, superuser_page):
+    from gpuplatform.models import Node
+
+    services.set_spare("n0", True)
+    pks = list(Node.objects.filter(name__in=["n0", "n1", "n2"]).values_list("pk", flat=True))
+    r = superuser_page.post("/admin/gpuplatform/node/", {"action": "action_unmark_spare", "_selected_action": pks},
+                            follow=True)
+    page = r.content.decode()
+    assert r.status_code == 200 and "Return spares to ordinary use: 1 done (2 were not spares)" in page, page[-3000:]
+    assert not Node.objects.filter(spare=True).exists()
+    assert Event.objects.filter(kind="node_spare", data__spare=False).count() == 1
+    r = superuser_page.post("/admin/gpuplatform/node/", {"action": "action_mark_spare", "_selected_action": pks[:1]},
+                            follow=True)
+    assert "Mark as hot spares (nodes running nothing or only interruptible jobs): 1 done" in r.content.decode()
+    r = superuser_page.post("/admin/gpuplatform/node/", {"action": "action_mark_spare", "_selected_action": pks[:2]},
+                            follow=True)
+    assert ": 1 done (1 already spares)" in r.content.decode()
