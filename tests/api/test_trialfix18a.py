@@ -233,3 +233,48 @@ def test_the_admin_return_spares_action_counts_only_the_spares_it_returned(clust
     r = superuser_page.post("/admin/gpuplatform/node/", {"action": "action_mark_spare", "_selected_action": pks[:2]},
                             follow=True)
     assert ": 1 done (1 already spares)" in r.content.decode()
+
+
+# --- a member cluster's name taken reads one way, however the requests meet --------------------------------------
+
+TAKEN = {"name": ["a member cluster named 'east' already exists"]}
+EAST = {"name": "east", "api_url": "http://east.test:8000", "token": "t-east"}
+
+
+def test_a_taken_member_cluster_name_has_one_wording_in_the_api_and_the_admin(admin, superuser_page):
+    from gpuplatform.models import MemberCluster
+
+    assert admin.post(CLUSTERS, EAST, format="json").status_code == 201
+    r = admin.post(CLUSTERS, {**EAST, "api_url": "http://other.test:8000"}, format="json")  # after the first's commit
+    assert r.status_code == 400 and r.json() == TAKEN, r.content
+    west = admin.post(CLUSTERS, {**EAST, "name": "west"}, format="json").json()
+    r = admin.patch(f"{CLUSTERS}{west['id']}/", {"name": "east"}, format="json")  # a rename to it
+    assert r.status_code == 400 and r.json() == TAKEN, r.content
+    page = superuser_page.post("/admin/gpuplatform/membercluster/add/",
+                               {"name": "east", "api_url": "http://x.test:8000", "token": "t", "labels": "{}",
+                                "cost_per_gpu_hour": 0, "enabled": "on"})
+    assert page.status_code == 200 and "a member cluster named &#x27;east&#x27; already exists" in page.content.decode()
+    assert sorted(MemberCluster.objects.values_list("name", flat=True)) == ["east", "west"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.services
+@pytest.mark.postgresql("advisory locks: PostgreSQL")
+def test_two_creations_of_one_member_cluster_name_at_once_read_the_same_taken_name(client_for):
+    """The second request passed both the serializer's and the service's check while the first had not committed,
+    then met the unique index (not the service's words); earlier or later it got the serializer's ("member cluster
+    with this name already exists."). Now the name's lock: the second reads the first's row, in the one wording."""
+    from gpuplatform.federation import manager
+    from gpuplatform.models import MemberCluster
+    from tests.api.helpers_api import at_once, ordered
+
+    admin = client_for("staff")
+    out = ordered(lambda: manager.register_cluster(**EAST), lambda: admin.post(CLUSTERS, EAST, format="json"))
+    assert out["waited"] and "first_error" not in out and "error" not in out, out
+    assert out["result"].status_code == 400 and out["result"].json() == TAKEN, out["result"].content
+    clients = [client_for("staff") for _ in range(4)]
+    answers = at_once([lambda c=c: c.post(CLUSTERS, {**EAST, "name": "north"}, format="json") for c in clients])
+    assert sorted(a.status_code for a in answers) == [201, 400, 400, 400], [(a.status_code, a.content) for a in answers]
+    assert {str(a.json()) for a in answers if a.status_code == 400} == {
+        "{'name': [\"a member cluster named 'north' already exists\"]}"}
+    assert MemberCluster.objects.filter(name__in=["east", "north"]).count() == 2

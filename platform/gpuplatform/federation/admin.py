@@ -25,6 +25,10 @@ class MemberClusterForm(forms.ModelForm):
             self.add_error("token", "required for a new member cluster")
         return data
 
+    def validate_unique(self):
+        """A name taken is the service's rule, checked under the name's lock (manager.register_cluster /
+        update_cluster), shown on the field in its one wording (manager.name_taken), not the model form's."""
+
 
 @admin.register(MemberCluster)
 class MemberClusterAdmin(ServiceAdmin):

@@ -67,14 +67,33 @@ def _check_cluster_fields(fields: dict) -> None:
         _check_labels(fields["labels"])
 
 
+def name_taken(name: str) -> str:
+    """The one wording of a member cluster name that is taken (the API, the admin, however the requests meet)."""
+    return f"a member cluster named {name!r} already exists"
+
+
+def _refuse_taken_name(name: str, *, other_than=None) -> None:
+    """ValidationError ("name", name_taken) when another member cluster has `name`. Holds the name's lock
+    (scheduling.locks.lock_name) until the transaction ends, so of two creations (or renames) to one name at
+    once the second reads the first's row and answers this, never the unique index's error (trial 18a: two
+    creations at once answered two different wordings)."""
+    from ..scheduling.locks import lock_name
+
+    lock_name("member cluster name", name)
+    if MemberCluster.objects.filter(name=name).exclude(pk=other_than).exists():
+        raise ValidationError({"name": name_taken(name)})
+
+
 @transaction.atomic
 def register_cluster(*, name: str, api_url: str, token: str, labels: dict | None = None,
                      cost_per_gpu_hour: float = 0.0, enabled: bool = True, actor=None) -> MemberCluster:
+    """Add a member cluster (Event "federation.cluster_added"). Raises ValidationError naming the field: a name
+    that breaks the rule or is taken ("name": name_taken, under the name's lock), an address, a token, labels or a
+    cost that break theirs."""
     fields = {"name": name, "api_url": api_url, "token": token, "labels": labels or {},
               "cost_per_gpu_hour": cost_per_gpu_hour}
     _check_cluster_fields(fields)
-    if MemberCluster.objects.filter(name=name).exists():
-        raise ValidationError({"name": f"a member cluster {name!r} exists"})
+    _refuse_taken_name(name)
     c = MemberCluster(name=name, api_url=api_url.rstrip("/"), labels=fields["labels"],
                       cost_per_gpu_hour=float(cost_per_gpu_hour), enabled=enabled)
     c.set_token(token)
@@ -91,8 +110,8 @@ def update_cluster(cluster: MemberCluster, *, actor=None, **fields) -> MemberClu
     if unknown:
         raise ValidationError({unknown[0]: "not a field of a member cluster"})
     _check_cluster_fields(fields)
-    if "name" in fields and MemberCluster.objects.filter(name=fields["name"]).exclude(pk=cluster.pk).exists():
-        raise ValidationError({"name": f"a member cluster {fields['name']!r} exists"})
+    if "name" in fields:
+        _refuse_taken_name(fields["name"], other_than=cluster.pk)
     cluster = MemberCluster.objects.select_for_update().get(pk=cluster.pk)
     for k, v in fields.items():
         if k == "token":
