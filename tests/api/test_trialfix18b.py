@@ -258,3 +258,31 @@ def test_a_moved_gpu_takes_its_slot_and_its_mig_instances_along(client_for, user
     assert Allocation.objects.filter(gpu=old2).exists() and Allocation.objects.filter(gpu=row).exists()
     assert Event.objects.filter(kind="node_registered").latest("id").data["lost_gpus"] == [8]
     assert moved.json()["gpu_count"] == 9 and Node.objects.get(name="n0").gpu_count == 7
+
+
+def test_a_node_whose_gpu_indices_have_a_gap_is_scheduled_on_its_real_gpus(client_for, users):
+    """The engine numbers a node's GPUs 0..gpus-1. A registration listing indices 0-2 and 4-7 (seven GPUs, no GPU 3)
+    made the snapshot offer GPU 3, which has no row, and hide GPU 7: a 7-GPU job was refused every cycle ('GPU n0/3 is
+    unhealthy or unknown') and a 4-GPU one could be planned on the missing GPU. Now an index with no row is an
+    unhealthy GPU of the snapshot and the highest row is seen: the job of seven starts on the seven real GPUs."""
+    from gpuplatform import services
+    from gpuplatform.models import Allocation, Job, Node, Queue
+    from gpuplatform.scheduling import store
+
+    agent = client_for("agent")
+    r = agent.post("/api/v1/nodes/register/", {"name": "n0", "flavor": "H100", "gpus": _gpus("n0", 8, skip={3})},
+                   format="json")
+    assert r.status_code in (200, 201), r.content
+    assert sorted(Node.objects.get(name="n0").gpus.values_list("index", flat=True)) == [0, 1, 2, 4, 5, 6, 7]
+    (info,) = [n for n in store.build_snapshot(CLOCK.timestamp())[0].nodes if n.name == "n0"]
+    assert (info.gpus, info.unhealthy) == (8, frozenset({3}))
+    for other in Node.objects.exclude(name="n0").filter(state="ready"):
+        services.cordon_node(other, reason="this test's jobs go elsewhere")
+    job = services.submit_job(command=SLEEP, team=Queue.objects.get(name="alpha").team, queue="alpha", name="seven",
+                              roles=[{"tasks": 1, "gpus_per_task": 7}], submitter=users["member"], submitted_at=CLOCK)
+    store.run_cycle_once(clock=CLOCK)
+    job.refresh_from_db()
+    assert job.state != Job.State.PENDING, job.pending_reason
+    held = sorted(Allocation.objects.filter(task__job=job, released_at__isnull=True).values_list("gpu__index",
+                                                                                               flat=True))
+    assert held == [0, 1, 2, 4, 5, 6, 7]
