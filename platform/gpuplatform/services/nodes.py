@@ -224,14 +224,13 @@ def _move_gpus(node: Node, gpus: list[dict], moves: dict[int, Gpu], *, actor=Non
     if not moves:
         return []
     used = set(Gpu.objects.filter(node=node).values_list("index", flat=True)) | {g["index"] for g in gpus}
-    free = max(used) + 1
+    free = iter(_free_indices(used, len(moves)))  # (not max + 1: index 32767 is the column's last)
     done = []
     for i, row in sorted(moves.items()):
         index, old = gpus[i]["index"], row.node
         slot = Gpu.objects.filter(node=node, index=index).first()
         if slot is not None:
-            Gpu.objects.filter(pk=slot.pk).update(index=free)
-            free += 1
+            Gpu.objects.filter(pk=slot.pk).update(index=next(free))
         history = Allocation.objects.filter(gpu=row).count()
         fields = {"node": node, "index": index}
         if row.sharing != Gpu.Sharing.MIG:
@@ -252,8 +251,11 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
                   labels: dict | None = None, actor=None, executor: str | None = None, address: str | None = None,
                   runtime: str | None = None, accept: bool = True) -> Node:
     """Create or update node `name` and its GPUs. `gpus`: [{index, uuid, numa_node, health, health_reason}].
+    A GPU is its UUID: a reported UUID is the node's row with that UUID wherever its index moved (NVML renumbers the
+    GPUs after one fallen off the bus), with its history and allocations; rows and entries without a UUID match by
+    index (_match_gpus, _place_gpus; the node_registered Event's `renumbered` lists the moves).
     GPUs the node no longer reports are removed, or kept as unhealthy when a task ever ran on them (_lost_gpus;
-    gpu_count counts them). The domain and state of an existing node are kept.
+    gpu_count counts them), at an index no reported GPU uses. The domain and state of an existing node are kept.
     `executor` ("agent" when a node agent registers; None keeps the node's), `address` (where other
     nodes reach it: MASTER_ADDR), `runtime` (its agent's container runtime: docker, podman or "").
     `accept=False`: a node created by this call joins cordoned, awaiting an admin's acceptance
@@ -291,24 +293,40 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     # before the admin took the registration's label rule: trial 17c, G6) is replaced, not a 500
     extra = {k: v for k, v in (("executor", executor), ("address", address), ("container_runtime", runtime))
              if v is not None}
+    # one registration (or heartbeat) of a node at a time: the renumbering below reads and moves all its GPU rows
+    Node.objects.select_for_update().filter(pk=node.pk).first()
+    was = dict(Gpu.objects.filter(node=node).values_list("pk", "index"))  # before anything moves (_move_gpus too)
     _move_gpus(node, gpus, moves, actor=actor)
-    lost = _lost_gpus(node, gpus)
+    rows, kept = _place_gpus(node, gpus)
+    lost = [row.index for row in kept]
     Node.objects.filter(pk=node.pk).update(flavor=flavor, gpu_count=len(gpus) + len(lost), cpu_milli=cpu_milli,
                                            memory_mib=memory_mib, labels=merged, last_heartbeat=now, **extra)
-    for g in gpus:
-        gpu, _ = Gpu.objects.update_or_create(node=node, index=g["index"], defaults={
-            "uuid": g.get("uuid") or "", "numa_node": g.get("numa_node"),
-            "health": g.get("health", "healthy"), "health_reason": (g.get("health_reason") or "")[:200],
-            "out_of_service": Gpu.OutOfService.NO,  # reported: usable again, unless _sync_mig holds it
-            **({"memory_mib": g["memory_mib"]} if g.get("memory_mib") is not None else {})})
+    for i, g in enumerate(gpus):
+        fields = {"uuid": g.get("uuid") or "", "numa_node": g.get("numa_node"),
+                  "health": g.get("health", "healthy"), "health_reason": (g.get("health_reason") or "")[:200],
+                  "out_of_service": Gpu.OutOfService.NO,  # reported: usable again, unless _sync_mig holds it
+                  **({"memory_mib": g["memory_mib"]} if g.get("memory_mib") is not None else {})}
+        gpu = rows.get(i)
+        if gpu is None:
+            gpu = Gpu.objects.create(node=node, index=g["index"], **fields)
+        else:
+            Gpu.objects.filter(pk=gpu.pk).update(**fields)
         _sync_mig(gpu, g)
+    # which GPU (UUID) moved from which index to which: NVML renumbered those after one fallen off the bus, or a row
+    # the registration no longer lists went aside to a free index (lost: true)
+    aside = {row.pk for row in kept}
+    renumbered = sorted(({"uuid": uuid, "from": was[pk], "to": index, **({"lost": True} if pk in aside else {})}
+                         for pk, uuid, index in Gpu.objects.filter(node=node, pk__in=list(was))
+                         .values_list("pk", "uuid", "index") if was[pk] != index), key=lambda r: (r["from"], r["to"]))
     node.refresh_from_db()
     if _carries_inventory(gpus):
         audit_topology(node, gpus, at=now, actor=actor)
         Node.objects.filter(pk=node.pk).update(inventory={"audited_at": now.isoformat(), "gpus": len(gpus)})
     record_event("node_registered", f"{name} {'registered' if created else 're-registered'}: {len(gpus)} x {flavor}"
+                 + (f"; renumbered: {', '.join(_moved_words(r) for r in renumbered)}" if renumbered else "")
                  + (f"; not reported, kept as unhealthy: {', '.join(f'gpu{i}' for i in lost)}" if lost else ""),
                  actor=actor, node=node, data={"gpus": len(gpus), "flavor": flavor, "created": created,
+                                               **({"renumbered": renumbered} if renumbered else {}),
                                                **({"lost_gpus": lost} if lost else {})})
     if created and not accept:
         record_event("node_awaiting_acceptance", f"{name} joined cordoned: an admin accepts it by uncordoning it "
@@ -319,24 +337,97 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
 LOST_GPU_REASON = "not reported at the node's last registration (gone from NVML: e.g. fallen off the bus)"
 
 
-def _lost_gpus(node: Node, gpus: list[dict]) -> list[int]:
-    """The GPUs of `node` that a registration no longer reports: removed when nothing was ever allocated on them;
-    kept, held unhealthy (LOST_GPU_REASON; Gpu.out_of_service "not_reported"), when an allocation names them (its history stays, and a task still
-    on one is then stopped and requeued by failure detection, as on any unhealthy GPU). Returns the kept ones'
-    indices. New-user trial 16b, F7: a node that re-registered with a GPU fewer was answered 409 "still referenced
-    by other objects", naming no field, and could not register at all while that GPU had ever run a task."""
-    from ..models import Allocation
+def _moved_words(r: dict) -> str:
+    return f"{r['uuid'] or '(no uuid)'} gpu{r['from']} -> gpu{r['to']}" + (" (not reported)" if r.get("lost") else "")
 
-    gone = Gpu.objects.filter(node=node).exclude(index__in=[g["index"] for g in gpus])
-    used = set(Allocation.objects.filter(gpu__in=gone).values_list("gpu_id", flat=True).distinct())
-    gone.exclude(pk__in=used).delete()
+
+def _free_indices(taken: set[int], n: int) -> list[int]:
+    """The `n` smallest GPU indices >= 0 not in `taken`."""
+    out, i = [], 0
+    while len(out) < n:
+        if i not in taken:
+            out.append(i)
+        i += 1
+    return out
+
+
+def _match_gpus(rows: list[Gpu], gpus: list[dict]) -> dict[int, Gpu]:
+    """{i: the row of the node that is GPU gpus[i]}. A GPU's identity is its UUID: a reported UUID is the node's row
+    with that UUID wherever its index is (NVML numbers the GPUs it sees 0..n-1, so one fallen off the bus renumbers
+    those after it). A row without a UUID (registered by a client that gave none), and an entry without one, match by
+    index as before, when that row is not another entry's by UUID. A row with another UUID at the entry's index is
+    never taken over: that GPU is gone (or replaced) and keeps its own history."""
+    by_uuid: dict[str, list[Gpu]] = {}
+    for row in rows:
+        if row.uuid:
+            by_uuid.setdefault(row.uuid, []).append(row)
+    matched: dict[int, Gpu] = {}
+    taken: set[int] = set()
+    for i, g in enumerate(gpus):
+        same = [row for row in by_uuid.get(g.get("uuid") or "", ()) if row.pk not in taken]
+        if same:  # (two rows with one UUID only where an older registration wrote them: the one at its index first)
+            row = next((r for r in same if r.index == g["index"]), same[0])
+            matched[i] = row
+            taken.add(row.pk)
+    at = {row.index: row for row in rows}
+    for i, g in enumerate(gpus):
+        row = at.get(g["index"])
+        if i not in matched and row is not None and row.pk not in taken and not (row.uuid and g.get("uuid")):
+            matched[i] = row
+            taken.add(row.pk)
+    return matched
+
+
+def _place_gpus(node: Node, gpus: list[dict]) -> tuple[dict[int, Gpu], list[Gpu]]:
+    """Give each of `node`'s GPU rows its place for this registration. ({i: the row of gpus[i]; none for a new GPU,
+    which the caller creates at its index}, the rows kept as lost, in index order.) Each row _match_gpus finds takes
+    the reported index with its history, allocations (a live one included: its task runs on), MIG instances and
+    telemetry. The rows no entry matches are the GPUs the registration no longer lists (_lost_gpus): removed, or kept
+    at their index when no reported GPU uses it, else at the lowest free one (the snapshot counts an index with no
+    reported GPU as unhealthy). The (node, index) constraint is checked row by row, so the rows that change index
+    first go to free indices no row or target uses, then to their own (a permutation never collides)."""
+    rows = list(Gpu.objects.select_for_update().filter(node=node).order_by("index"))
+    matched = _match_gpus(rows, gpus)
+    mine = {row.pk for row in matched.values()}
+    kept = _lost_gpus([row for row in rows if row.pk not in mine])
+    target = {row.pk: gpus[i]["index"] for i, row in matched.items()}
+    reported = {g["index"] for g in gpus}
+    staying = {row.index for row in kept if row.index not in reported}
+    aside = [row for row in kept if row.index in reported]
+    for row, index in zip(aside, _free_indices(reported | staying, len(aside))):
+        target[row.pk] = index
+    for row in kept:
+        target.setdefault(row.pk, row.index)
+    movers = [row for row in rows if row.pk in target and row.index != target[row.pk]]
+    if movers:
+        busy = {row.index for row in rows if row.pk in target} | set(target.values())
+        for row, temporary in zip(movers, _free_indices(busy, len(movers))):
+            row.index = temporary
+        Gpu.objects.bulk_update(movers, ["index"])
+        for row in movers:
+            row.index = target[row.pk]
+        Gpu.objects.bulk_update(movers, ["index"])
+    return matched, sorted(kept, key=lambda row: row.index)
+
+
+def _lost_gpus(gone: list[Gpu]) -> list[Gpu]:
+    """The GPUs of a node that its registration no longer reports (`gone`: _place_gpus): removed when nothing was ever
+    allocated on them; kept, held unhealthy (LOST_GPU_REASON; Gpu.out_of_service "not_reported"), when an allocation
+    names them (its history stays, and a task still on one is then stopped and requeued by failure detection, as on
+    any unhealthy GPU). Returns the kept ones. New-user trial 16b, F7: a node that re-registered with a GPU fewer was
+    answered 409 "still referenced by other objects", naming no field, and could not register at all while that GPU
+    had ever run a task."""
+    if not gone:
+        return []
+    used = set(Allocation.objects.filter(gpu_id__in=[row.pk for row in gone]).values_list("gpu_id", flat=True)
+               .distinct())
+    Gpu.objects.filter(pk__in=[row.pk for row in gone if row.pk not in used]).delete()
+    kept = [row for row in gone if row.pk in used]
     marked = (Gpu.Health.UNHEALTHY, LOST_GPU_REASON, Gpu.OutOfService.NOT_REPORTED)
-    kept = list(Gpu.objects.filter(pk__in=used).order_by("index")
-                .values_list("pk", "index", "health", "health_reason", "out_of_service"))
-    stale = [pk for pk, _, *now in kept if tuple(now) != marked]
+    stale = [row.pk for row in kept if (row.health, row.health_reason, row.out_of_service) != marked]
     if stale:  # one UPDATE for them all; none when they are already so marked (a node re-registering as it was)
         Gpu.objects.filter(pk__in=stale).update(health=marked[0], health_reason=marked[1], out_of_service=marked[2])
-    return [index for _, index, *_ in kept]
+    return kept
 
 
 @transaction.atomic
