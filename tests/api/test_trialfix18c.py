@@ -266,3 +266,44 @@ def test_a_gpu_replaced_in_its_slot_is_a_new_gpu_and_the_old_one_keeps_its_histo
         {"uuid": uuids[slot], "from": slot, "to": 8, "lost": True}]
     _no_uuid_twice("n0")
 
+
+def test_an_agent_registers_again_before_a_heartbeat_under_a_new_gpu_numbering(client_for, users, monkeypatch):
+    """The agent registers once, then sends heartbeats of the inventory it reads each time, GPUs named by NVML index.
+    When NVML's numbering changes under a running agent (a GPU fallen off the bus, the driver reloaded), its next
+    heartbeat named the GPUs by the new indices against rows still numbered the old way: the health of the former GPU
+    3, now 2, landed on the dead GPU's row. Now the agent registers again first (the server moves each UUID to its
+    new index), so the health lands on the GPU it is about; an unchanged inventory is not registered again."""
+    from gpuplatform.agent import runner
+    from gpuplatform.agent.client import AgentError
+    from gpuplatform.agent.inventory import GpuInventory
+    from gpuplatform.models import Event, Gpu
+
+    agent = client_for("agent")
+
+    def post(url, token, body, *, timeout=10.0):  # the agent's HTTP call, answered by this test's server
+        r = agent.post(url.removeprefix("http://control-plane"), body, format="json")
+        if r.status_code >= 300:
+            raise AgentError(f"HTTP {r.status_code}: {r.content[:200]!r}", r.status_code)
+        return r.json()
+
+    monkeypatch.setattr(runner, "post_json", post)
+    uuids = _uuids("n0", 8)
+    gpus = [GpuInventory(index=i, model="NVIDIA H100", memory_mib=81559, uuid=u,
+                         pci_bus_id=f"00000000:{i + 16:02X}:00.0") for i, u in enumerate(uuids)]
+    seen = {"gpus": gpus}
+    loop = runner.AgentLoop("http://control-plane", "token", "n0", lambda: seen["gpus"], None, resources=(64000, 1024))
+    loop.register()
+    loop.heartbeat()
+    loop.heartbeat()
+    assert Event.objects.filter(kind="node_registered", node__name="n0").count() == 1  # nothing changed: once
+    # GPU 2 falls off the bus; NVML numbers the others 0..6, and the former GPU 3 (now 2) reports an XID
+    after = [GpuInventory(**{**g.to_dict(), "index": i}) for i, g in enumerate(g for g in gpus if g.index != 2)]
+    after[2].health, after[2].health_reason = "unhealthy", "XID 48 (double bit ECC)"
+    seen["gpus"] = after
+    loop.heartbeat()
+    rows = {g.uuid: (g.index, g.health) for g in Gpu.objects.filter(node__name="n0")}
+    assert rows == {**{u: (i, "healthy") for i, u in enumerate(u for u in uuids if u != uuids[2])},
+                    uuids[3]: (2, "unhealthy")}  # the dead GPU 2 never ran anything: removed
+    assert Event.objects.filter(kind="node_registered", node__name="n0").count() == 2
+    loop.heartbeat()
+    assert Event.objects.filter(kind="node_registered", node__name="n0").count() == 2

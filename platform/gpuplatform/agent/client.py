@@ -41,7 +41,8 @@ from typing import Callable
 
 from .inventory import GpuInventory, flavor_of
 
-__all__ = ["AgentError", "register_body", "heartbeat_body", "post_json", "get_json", "run_agent", "host_resources"]
+__all__ = ["AgentError", "register_body", "heartbeat_body", "post_json", "get_json", "run_agent", "host_resources",
+           "gpu_identity"]
 
 log = logging.getLogger("gpuplatform.agent")
 
@@ -63,6 +64,14 @@ def host_resources(meminfo: str = "/proc/meminfo") -> tuple[int, int]:
         return cpu, kib // 1024
     except (OSError, StopIteration, ValueError):
         return cpu, 0
+
+
+def gpu_identity(gpus: list[GpuInventory]) -> tuple:
+    """Which GPU each NVML index is ((index, uuid) each): what heartbeats and telemetry, which name GPUs by index, rely
+    on the last registration for. NVML numbers the GPUs it sees 0..n-1, so one gone from it (fallen off the bus, a
+    driver reloaded) renumbers those after it: the agent registers again before a heartbeat under the new numbering
+    (the server follows each GPU's UUID to its new index: services/nodes.py)."""
+    return tuple((g.index, g.uuid) for g in gpus)
 
 
 def register_body(name: str, gpus: list[GpuInventory], *, cpu_milli: int = 0, memory_mib: int = 0,
@@ -155,14 +164,17 @@ def run_agent(api: str, token: str, node_name: str, read: Callable[[], list[GpuI
     cpu, mem = resources if resources is not None else host_resources()
     reg_url = f"{base}/api/v1/nodes/register/"
     beat_url = f"{base}/api/v1/nodes/{urllib.parse.quote(node_name, safe='')}/heartbeat/"
-    registered, beats = False, 0
+    registered, beats = None, 0  # the GPUs (gpu_identity) of the last registration
     while True:
         try:
             gpus = read()
-            if not registered:
+            if registered != gpu_identity(gpus):  # first, or NVML renumbered: heartbeats go by index
+                if registered is not None:
+                    log.warning("GPU inventory changed (%d -> %d GPU(s) or renumbered): registering again",
+                                len(registered), len(gpus))
                 post_json(reg_url, token, register_body(node_name, gpus, cpu_milli=cpu, memory_mib=mem,
                                                         address=address, runtime=runtime))
-                registered = True
+                registered = gpu_identity(gpus)
                 log.info("registered %s with %d GPU(s)", node_name, len(gpus))
             post_json(beat_url, token, heartbeat_body(gpus))
             beats += 1

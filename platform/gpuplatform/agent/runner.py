@@ -29,7 +29,7 @@ import urllib.parse
 from datetime import datetime, timezone
 from typing import Callable
 
-from .client import AgentError, get_json, heartbeat_body, host_resources, post_json, register_body
+from .client import AgentError, get_json, gpu_identity, heartbeat_body, host_resources, post_json, register_body
 from .executor import ExecutorError, ProcessExecutor
 from .inventory import GpuInventory
 from .validation import ValidationRunner
@@ -111,6 +111,7 @@ class AgentLoop:
         # the repair path's validation check (agent/validation.py): started from a heartbeat's answer
         self.validation = ValidationRunner(validation_timeout)
         self.registered = False
+        self.registered_gpus: tuple | None = None  # gpu_identity of the inventory last registered
         self.beats = 0
         self.cycles = 0
         self._recovered = False
@@ -118,19 +119,30 @@ class AgentLoop:
         self.told_never_started: set = set()  # ... and already reported as such
 
     # ---------------------------------------------------------------------------------------------- calls
-    def register(self) -> None:
-        """POST the register body (inventory, address, runtime). Raises AgentError or InventoryError."""
+    def register(self, gpus: list[GpuInventory] | None = None) -> None:
+        """POST the register body (inventory `gpus`, default read now; address, runtime). Raises AgentError or
+        InventoryError."""
         cpu, mem = self.resources
+        gpus = self.read() if gpus is None else gpus
         post_json(self.urls["register"], self.token,
-                  {**register_body(self.node_name, self.read(), cpu_milli=cpu, memory_mib=mem, address=self.address,
+                  {**register_body(self.node_name, gpus, cpu_milli=cpu, memory_mib=mem, address=self.address,
                                    runtime=self.runtime), "executor": "agent"}, timeout=self.timeout)
         self.registered = True
+        self.registered_gpus = gpu_identity(gpus)
         log.info("registered %s", self.node_name)
 
     def heartbeat(self) -> None:
         """POST one heartbeat (GPU health); a validating node's answer starts its check command
-        (agent/validation.py). Raises AgentError or InventoryError."""
-        answer = post_json(self.urls["heartbeat"], self.token, heartbeat_body(self.read()), timeout=self.timeout)
+        (agent/validation.py). A heartbeat names GPUs by NVML index: when the inventory's GPUs are not the ones last
+        registered (NVML renumbered them: one fell off the bus, the driver was reloaded), the node registers again
+        first, so that the server's rows follow (each UUID to its new index) before any health lands on them.
+        Raises AgentError or InventoryError (then no heartbeat is sent)."""
+        gpus = self.read()
+        if self.registered_gpus is not None and gpu_identity(gpus) != self.registered_gpus:
+            log.warning("GPU inventory changed (%d -> %d GPU(s) or renumbered): registering again",
+                        len(self.registered_gpus), len(gpus))
+            self.register(gpus)
+        answer = post_json(self.urls["heartbeat"], self.token, heartbeat_body(gpus), timeout=self.timeout)
         self.beats += 1
         if self.validation.offer(answer):
             log.info("validation check started: %s", (answer.get("validation") or {}).get("check_command"))
