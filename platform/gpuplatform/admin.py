@@ -5,12 +5,14 @@
   (queues hold jobs; a quota is set to 0 instead). A queue's grace period is set here too, under the same rule.
 - Job, Task, Allocation, Event, samples, cycles: read-only (jobs are submitted over REST or the pages);
   jobs have a "cancel" action, nodes "cordon / drain / uncordon" actions, all through services.
-- Team: deleted through services.delete_team (refused, as a message, while it has queues or jobs).
+- Team: added, renamed (its slug stays) and described through services.create_team / update_team (audited, a name
+  taken refused on the form), deleted through services.delete_team (refused, as a message, while it has queues or
+  jobs).
 - User: Django's UserAdmin, but deleted through services.delete_user (refused, as a message, for a team's last admin).
 - Node: renamed and moved between domains here; what its registration reports (GPUs, flavor, CPU, memory) is shown,
   not edited; nodes join by registering. Gpu: read-only (sharing through the sharing API, health by heartbeats).
-- Team, Membership, Domain: plain admin for inventory fixes (no scheduling rules depend on
-  their admin edits beyond what the database constraints enforce).
+- Membership: through services.add_member / remove_member. Domain: plain admin for inventory fixes (no
+  scheduling rules depend on its admin edits beyond what the database constraints enforce).
 - Queue and Quota change forms carry the version of the row they were opened with (VersionedForm): a save
   after someone else changed the row (REST, gpuctl, another admin) is refused with a form error, as REST's
   If-Match answers 412, never a silent overwrite.
@@ -128,7 +130,8 @@ class NameRuleForm(forms.ModelForm):
 
 class TeamForm(NameRuleForm):
     """The one name rule (names.py) on the admin's team form too, and the description's limit
-    (services.tenancy.team_description_error: a change is saved by the form, a new team by services.create_team)."""
+    (services.tenancy.team_description_error), shown on their fields; a new team is saved by services.create_team,
+    a change by services.update_team, which check them again."""
 
     name_kind = "team"
 
@@ -144,10 +147,17 @@ class TeamForm(NameRuleForm):
             raise forms.ValidationError(message)
         return description
 
+    def validate_unique(self):
+        """A name (or slug) taken is the service's rule, checked under the name's lock (services.create_team /
+        update_team), shown on the field in its one wording (services.tenancy.team_name_taken), not the model
+        form's ("Team with this Name already exists.", and an IntegrityError when two saves met)."""
+
 
 @admin.register(Team)
 class TeamAdmin(ServiceDeleteMixin, ServiceAdmin):
-    """A team is added through services.create_team (its name and slug rules, audited) and deleted through
+    """A team is added through services.create_team (its name and slug rules, audited), renamed or described
+    through services.update_team (the same rules, audited as "team_updated"; its slug is read-only here: the API's
+    URLs, jobs, memberships, metrics and federated jobs name the team by it) and deleted through
     services.delete_team (audited; refused while it has queues or jobs, under the
     queue tree's lock), from its delete page and from the list's "delete selected" action: a refusal is a
     message, never a 500 (new-user trial 16b, F5)."""
@@ -158,9 +168,14 @@ class TeamAdmin(ServiceDeleteMixin, ServiceAdmin):
     search_fields = ("name", "slug")
     inlines = [MembershipInline]
 
+    def get_readonly_fields(self, request, obj=None):
+        return ("slug",) if obj else ()
+
     def save_model(self, request, obj, form, change):
-        if change:
-            return super().save_model(request, obj, form, change)  # a rename or a description (the name rule: form)
+        if change:  # a rename and / or a description (the service reads the team's row again, under its locks)
+            if services.update_team(obj, name=obj.name, description=obj.description, actor=request.user) is None:
+                raise services.ValidationError({"name": "this team was deleted meanwhile"})
+            return
         obj.pk = services.create_team(obj.name, slug=obj.slug or None, description=obj.description,
                                       actor=request.user).pk
 

@@ -12,8 +12,8 @@ from ..names import name_error
 from ..scheduling.locks import lock_name, lock_queue_tree
 from .base import raise_if
 
-__all__ = ["create_team", "delete_team", "add_member", "remove_member", "delete_user", "TEAM_DESCRIPTION_MAX",
-           "team_description_error"]
+__all__ = ["create_team", "update_team", "delete_team", "add_member", "remove_member", "delete_user",
+           "TEAM_DESCRIPTION_MAX", "team_description_error", "team_name_taken"]
 
 TEAM_DESCRIPTION_MAX = 2000  # characters of a team's description (the API, the admin's form; docs/api.md)
 
@@ -28,41 +28,111 @@ def team_description_error(description) -> str | None:
     return None
 
 
-@transaction.atomic
-def create_team(name: str, *, slug: str | None = None, description: str = "", actor=None) -> Team:
-    """Create a team. Raises ValidationError: name empty, taken or breaking the name rule (names.py)
-    ("name"), a name whose slug (made from it when none is sent) is empty or another team's ("name"), a slug
-    sent that another team has ("slug"), a description that is not text of at most TEAM_DESCRIPTION_MAX
-    characters ("description"). Holds the name's and the slug's locks (scheduling.locks.lock_name) from
-    the check to the commit."""
-    if isinstance(name, str):
+def team_name_taken(name) -> str:
+    """The one wording of a team name another team has (create_team, update_team: the API and the admin alike,
+    however two requests meet)."""
+    return f"a team named {name!r} already exists"
+
+
+def _lock_team_names(names, slug=None) -> None:
+    """lock_name on each team name of `names`, in one order (sorted: a rename takes its old and its new name, and
+    two renames swapping names would otherwise deadlock), then on `slug` when given: every writer of a team's name
+    (create_team, update_team, delete_team) takes these before any row lock, so of two writes of one name at once
+    the second waits for the first's commit and reads its row (the rule's 400, never the unique index's error)."""
+    for name in sorted({n for n in names if isinstance(n, str)}):
         lock_name("team name", name)
-        lock_name("team slug", slug or slugify(name))
+    if slug:
+        lock_name("team slug", slug)
+
+
+def _team_name_errors(name, *, slug: str | None = None, other_than=None) -> dict:
+    """{"name" | "slug": rule broken} for `name` as a team's name, held with `slug` (None: the slug made from the
+    name; a team's own row `other_than` excluded: a rename): the name rule (names.py), another team's name
+    (team_name_taken), a slug sent that another team has ("slug"), or, no slug sent, a name that makes no slug or
+    another team's (names differing only in letter case or punctuation clash). Called under _lock_team_names."""
     errors = {}
     if name_error("team", name):
         errors["name"] = name_error("team", name)
-    elif Team.objects.filter(name=name).exists():
-        errors["name"] = f"a team named {name!r} already exists"
+    elif Team.objects.filter(name=name).exclude(pk=other_than).exists():
+        errors["name"] = team_name_taken(name)
     given = bool(slug)
     slug = slug or slugify(name if isinstance(name, str) else "")
-    holder = Team.objects.filter(slug=slug).values_list("name", flat=True).first() if slug else None
+    holder = (Team.objects.filter(slug=slug).exclude(pk=other_than).values_list("name", flat=True).first()
+              if slug else None)
     if given and holder is not None:
         errors["slug"] = f"slug {slug!r} is taken by team {holder!r}"
     elif not given and "name" not in errors:
         # the client sent no slug: the rule broken is the name's (new-user trial 9, F17: "TRIAL9TEAM" after
         # "trial9team" read "slug 'trial9team' is empty or taken")
+        hint = "pick another name" if other_than is not None else "pick another name or send a slug"
         if not slug:
             errors["name"] = "a team name needs a letter or digit to make its slug from (or send a slug)"
         elif holder is not None:
             errors["name"] = (f"team name {name!r} makes the slug {slug!r}, which team {holder!r} already has "
-                              f"(names differing only in letter case or punctuation clash); pick another name or "
-                              f"send a slug")
+                              f"(names differing only in letter case or punctuation clash); {hint}")
+    return errors
+
+
+@transaction.atomic
+def create_team(name: str, *, slug: str | None = None, description: str = "", actor=None) -> Team:
+    """Create a team. Raises ValidationError: name empty, taken (team_name_taken) or breaking the name rule
+    (names.py) ("name"), a name whose slug (made from it when none is sent) is empty or another team's ("name"), a
+    slug sent that another team has ("slug"), a description that is not text of at most TEAM_DESCRIPTION_MAX
+    characters ("description"). Holds the name's and the slug's locks (_lock_team_names) from the check to the
+    commit."""
+    if isinstance(name, str):
+        _lock_team_names([name], slug or slugify(name))
+    errors = _team_name_errors(name, slug=slug)
+    slug = slug or slugify(name if isinstance(name, str) else "")
     if team_description_error(description):
         errors["description"] = team_description_error(description)
     raise_if(errors)
     team = Team.objects.create(name=name, slug=slug, description=description)
     record_event("team_created", f"team {name} created", actor=actor, data={"team": name})
     return team
+
+
+@transaction.atomic
+def update_team(team: Team, *, name: str | None = None, description: str | None = None, actor=None) -> Team | None:
+    """Rename a team and / or change its description (None: unchanged); its slug stays, and with it everything
+    that names the team by it: the API's URLs (/api/v1/teams/<slug>/), the `team` of jobs, memberships and queues
+    in the API, the metrics' labels, federated jobs. What refers to the team by its row (queues, jobs, memberships,
+    quotas) follows the rename; Events keep the name the team had when they were written. Returns the team as
+    saved, or None, writing nothing, when it is gone (deleted meanwhile). Nothing changed: the row as it is, no
+    Event. Otherwise one Event "team_updated" {"team", "slug", "changes": {field: {"from", "to"}}}.
+    Raises ValidationError, with create_team's rules (_team_name_errors): a new name that breaks the name rule, is
+    another team's (team_name_taken) or makes another team's slug ("name"); a description that is not text of at
+    most TEAM_DESCRIPTION_MAX characters ("description"). Holds the old and the new name's locks and the new name's
+    slug lock (_lock_team_names, as create_team and delete_team) from the check to the commit, then the team's row:
+    of two renames to one name at once the second reads the first's row and answers the name's 400, never the
+    unique index's IntegrityError."""
+    current = Team.objects.filter(pk=team.pk).values_list("name", flat=True).first()  # not the caller's copy: the
+    if current is None:  # admin hands its form's values, the new name already set
+        return None
+    _lock_team_names([current, name], slugify(name) if isinstance(name, str) else None)
+    row = Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first()
+    if row is None:
+        return None
+    renamed = name is not None and name != row.name  # (renamed by a commit before the lock: its name, read again)
+    errors = _team_name_errors(name, other_than=row.pk) if renamed else {}
+    if description is not None and team_description_error(description):
+        errors["description"] = team_description_error(description)
+    raise_if(errors)
+    changes = {}
+    if renamed:
+        changes["name"] = {"from": row.name, "to": name}
+    if description is not None and description != row.description:
+        changes["description"] = {"from": row.description, "to": description}
+    if not changes:
+        return row
+    old = row.name
+    for field, change in changes.items():
+        setattr(row, field, change["to"])
+    row.save(update_fields=list(changes))
+    what = f"renamed {row.name}" if renamed else "updated"
+    record_event("team_updated", f"team {old} {what} ({', '.join(changes)} changed)", actor=actor,
+                 data={"team": row.name, "slug": row.slug, "changes": changes})
+    return row
 
 
 @transaction.atomic
@@ -75,7 +145,7 @@ def delete_team(team: Team, *, actor=None) -> bool:
     delete finds them (new-user trial 16b, F5: a team deleted in the admin while a queue was created for it
     answered a 500, the database's ProtectedError)."""
     lock_queue_tree()
-    lock_name("team name", team.name)
+    _lock_team_names([team.name])
     lock_team_members(team.pk)  # its memberships go with it: after a role change or removal under way
     if not Team.objects.filter(pk=team.pk).exists():
         return False

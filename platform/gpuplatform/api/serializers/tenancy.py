@@ -19,6 +19,20 @@ class TeamSerializer(ModelSerializer):
         extra_kwargs = {"name": {"validators": []}}  # uniqueness is the service's rule (one message shape)
 
 
+class TeamUpdateSerializer(TeamSerializer):
+    """PATCH /api/v1/teams/<slug>/ (some of name, description) and PUT (both): services.update_team. `slug` may be
+    sent only as it is: a team's slug does not change (the API's URLs, its jobs', memberships' and queues' `team`,
+    the metrics' labels and federated jobs name the team by it)."""
+
+    class Meta(TeamSerializer.Meta):
+        fields = ["name", "slug", "description"]
+        read_only_fields = []
+
+    def __init__(self, *args, replace: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["description"].required = replace  # PUT: name and description; PATCH: any of them
+
+
 class MembershipSerializer(ModelSerializer):
     team = named_field("team", "slug", Team.objects.all())
     user = named_field("user", "username", get_user_model().objects.all())

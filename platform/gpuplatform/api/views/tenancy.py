@@ -11,11 +11,12 @@ from ..filters import MembershipFilterSet, TeamFilterSet, refuse_unknown_params
 from ..permissions import IsPlatformAdminOrReadOnly, MembershipPermission
 from ..idempotency import IdempotentCreateMixin
 from ..serializers import MembershipSerializer, TeamSerializer
+from ..serializers.tenancy import TeamUpdateSerializer
 
 
 class TeamViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
-    """Teams (tenants). Everyone sees the teams they belong to, platform admins all; only platform admins
-    create teams."""
+    """Teams (tenants), by slug. Everyone sees the teams they belong to, platform admins all; only platform admins
+    create teams and change them (PATCH: name and / or description; PUT: both). The slug does not change."""
 
     serializer_class = TeamSerializer
     permission_classes = [IsPlatformAdminOrReadOnly]
@@ -30,6 +31,31 @@ class TeamViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveM
         data = serializer.validated_data
         serializer.instance = services.create_team(data["name"], slug=data.get("slug"),
                                                    description=data.get("description", ""), actor=self.request.user)
+
+    @extend_schema(request=TeamUpdateSerializer, responses={200: TeamSerializer})
+    def partial_update(self, request, slug=None):
+        """Rename a team and / or change its description (services.update_team: create's rules, a name taken
+        is a 400 on `name`, an Event "team_updated"). Its slug, and so this URL, stays."""
+        return self._update(request, replace=False)
+
+    @extend_schema(request=TeamUpdateSerializer, responses={200: TeamSerializer})
+    def update(self, request, slug=None):
+        """PUT: the whole writable team, `name` and `description` (a `slug` sent must be the team's)."""
+        return self._update(request, replace=True)
+
+    def _update(self, request, *, replace: bool):
+        team = self.get_object()  # visibility and permissions first (404 / 403)
+        body = TeamUpdateSerializer(data=request.data, partial=not replace, replace=replace)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        if "slug" in d and d["slug"] != team.slug:
+            raise services.ValidationError({"slug": f"a team's slug does not change ({team.slug!r}): the API's URLs, "
+                                                    f"its jobs, memberships and queues and the metrics name the team "
+                                                    f"by it; rename the team with `name`"})
+        saved = services.update_team(team, name=d.get("name"), description=d.get("description"), actor=request.user)
+        if saved is None:
+            raise NotFound("No Team matches the given query.")  # deleted by a concurrent request
+        return Response(TeamSerializer(saved).data)
 
 
 class MembershipViewSet(IdempotentCreateMixin, viewsets.ModelViewSet):
