@@ -180,3 +180,45 @@ def test_a_rename_takes_the_old_and_the_new_names_lock_in_one_order(users, monke
         orders.append([value for namespace, value in taken if namespace == "team name"])
         assert taken[-1] == ("team slug", other)  # the new name's slug after the names (create_team's order)
     assert orders == [["alpha", "beta"], ["alpha", "beta"]]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.services
+@pytest.mark.postgresql("row and advisory locks: PostgreSQL")
+@pytest.mark.parametrize("first", ["delete_user", "add_member"])
+def test_a_member_added_while_their_account_is_deleted_is_a_400_on_user_or_deleted_with_it(client_for, users, first):
+    """The add inserted its membership with the account's delete uncommitted; the foreign key, checked at commit,
+    failed: an IntegrityError (a 500 through the API). add_member now locks the user's row after the team's members
+    lock (delete_user's order): the delete first, the add waits for it and answers a 400 on `user`; the add first,
+    the delete waits for it and takes the new membership with the account."""
+    from tests.api.helpers_api import ordered
+
+    User = get_user_model()
+    mike = users["member"]  # a member of alpha (not its last admin), added to beta here
+    staff = client_for("staff")
+    delete = lambda: services.delete_user(User.objects.get(pk=mike.pk))  # noqa: E731
+    add = lambda: staff.post("/api/v1/memberships/", {"team": "beta", "user": "mike", "role": "member"},  # noqa: E731
+                             format="json")
+    if first == "delete_user":
+        out = ordered(delete, add)
+        assert out["waited"] and "first_error" not in out and "error" not in out, out
+        assert out["result"].status_code == 400 and out["result"].json() == {
+            "user": ["user mike no longer exists"]}, out["result"].content
+    else:
+        out = ordered(lambda: services.add_member(Team.objects.get(name="beta"), User.objects.get(pk=mike.pk)),
+                      delete)
+        assert out["waited"] and "first_error" not in out and "error" not in out, out
+        assert out["result"] is True
+        assert Event.objects.get(kind="user_deleted").data["teams"] == {"alpha": "member", "beta": "member"}
+    assert not User.objects.filter(pk=mike.pk).exists() and not Membership.objects.filter(user_id=mike.pk).exists()
+
+
+def test_add_member_of_a_deleted_account_is_a_400_on_user_and_a_role_change_finds_nothing(users):
+    mike = users["member"]
+    beta = Team.objects.get(name="beta")
+    services.delete_user(get_user_model().objects.get(pk=mike.pk))
+    with pytest.raises(services.ValidationError) as refused:
+        services.add_member(beta, mike, "member")
+    assert refused.value.errors == {"user": "user mike no longer exists"}
+    assert services.add_member(Team.objects.get(name="alpha"), mike, "admin", existing=True) is None
+    assert not Membership.objects.filter(user_id=mike.pk).exists()

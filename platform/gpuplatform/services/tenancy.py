@@ -175,9 +175,18 @@ def add_member(team: Team, user, role: str = "member", *, actor=None, existing: 
     team run one after the other under the team's members lock (lock_team_members, taken before any membership
     row lock), so of calls for one user one adds. `existing`: a role change of a membership the caller read (the
     API's PATCH, the admin's change form): None, writing nothing, when it is gone. Raises ValidationError: a
-    role that is none ("role"), the team deleted meanwhile ("team"), the team's last admin demoted ("role")."""
+    role that is none ("role"), the team deleted meanwhile ("team"), the user's account deleted meanwhile
+    ("user"), the team's last admin demoted ("role"). The user's row is locked (FOR NO KEY UPDATE) after the team's
+    members lock, delete_user's order (its teams' members locks, then the user's row): an account deleted at the
+    same time is deleted before this reads it (then "user") or after this commits (then with this membership)."""
     raise_if({} if role in Membership.Role.values else {"role": f"role must be one of {Membership.Role.values}"})
     lock_team_members(team.pk)
+    users = get_user_model().objects.select_for_update(no_key=True)
+    if users.filter(pk=user.pk).values_list("pk", flat=True).first() is None:
+        # deleted (delete_user) since the caller read it: the membership's foreign key failed at commit, a 500
+        if existing:
+            return None  # its memberships went with it: the role change finds nothing to change
+        raise_if({"user": f"user {user.get_username()} no longer exists"})
     if not Team.objects.filter(pk=team.pk).exists():  # deleted (delete_team) since the caller read it: trial 17c,
         # G7, a 500 from the foreign key at commit
         raise_if({"team": f"team {team.name} no longer exists"})
