@@ -222,3 +222,28 @@ def test_add_member_of_a_deleted_account_is_a_400_on_user_and_a_role_change_find
     assert refused.value.errors == {"user": "user mike no longer exists"}
     assert services.add_member(Team.objects.get(name="alpha"), mike, "admin", existing=True) is None
     assert not Membership.objects.filter(user_id=mike.pk).exists()
+
+
+# --- lock_name's docstring names its uses ----------------------------------------------------------------------
+
+def test_lock_names_docstring_names_each_module_that_takes_it_and_no_use_it_lost():
+    """It listed "a user's membership of a team", which now takes lock_team_members (one lock per team), and
+    missed the member clusters' and the rules' names."""
+    import ast
+    from pathlib import Path
+
+    import gpuplatform
+    from gpuplatform.scheduling.locks import lock_name
+
+    root = Path(gpuplatform.__file__).parent
+    callers = set()
+    for path in root.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        if any(isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "lock_name"
+               for node in ast.walk(tree)):
+            callers.add(".".join(path.relative_to(root).with_suffix("").parts))
+    callers.discard("scheduling.locks")
+    assert callers == {"services.tenancy", "services.rules", "federation.manager", "api.idempotency"}, callers
+    doc = " ".join(lock_name.__doc__.split())
+    assert all(module in doc for module in callers), doc
+    assert "a user's membership of a team" not in doc

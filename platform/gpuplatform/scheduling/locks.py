@@ -68,11 +68,14 @@ def lock_queue_tree(*, shared: bool = False) -> None:
 
 
 def lock_name(namespace: str, value) -> None:
-    """Serialize, until the current transaction ends, the writes that check one name of `namespace` (a team's
-    name or slug, a user's membership of a team, an idempotency key) before they write it: the second waits for the
-    first to commit and then reads its row, so it answers the rule's 400 or the replay, not the unique index's
-    error (new-user trial 16b, F1-F3: two creations of one team name answered a 500; concurrent retries with one
-    Idempotency-Key a 400 "already exists"; one membership added three times read "created" thrice).
+    """Serialize, until the current transaction ends, the writes that check one name of `namespace` before they
+    write it: a team's name or slug (services.tenancy: create_team, update_team, delete_team), a member cluster's
+    name (federation.manager), a diagnosis or health rule's name (services.rules), an idempotency key
+    (api.idempotency); and one team's membership writes (services.tenancy.lock_team_members: "team members" and the
+    team's id). The second waits for the first to commit and then reads its row, so it answers the rule's 400 or the
+    replay, not the unique index's error (new-user trial 16b, F1-F3: two creations of one team name answered a 500;
+    concurrent retries with one Idempotency-Key a 400 "already exists"; one membership added three times read
+    "created" thrice).
     PostgreSQL: a transaction-level advisory lock on the two-key space (hashtext(namespace), hashtext(value)), apart
     from the one-key locks above; a hash shared by two values only makes them wait for each other. SQLite: nothing
     (its write transactions run one at a time). Raises RuntimeError outside a transaction."""
