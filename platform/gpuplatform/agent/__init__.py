@@ -4,12 +4,14 @@ inventory.py, client.py, runner.py (the assignments/reports loop), executor.py (
 directories) and supervise.py (the per-task supervisor, run by path). Standard library only."""
 from .client import AgentError, get_json, heartbeat_body, post_json, register_body, run_agent
 from .executor import ExecutorError, ProcessExecutor
-from .inventory import GpuInventory, InventoryError, apply_health, demo_copies, read_nvidia_smi_xml, read_nvml
+from .inventory import (
+    GpuInventory, InventoryError, NvmlReader, apply_health, demo_copies, read_nvidia_smi_xml, read_nvml,
+)
 from .runner import AgentLoop
 
-__all__ = ["AgentError", "AgentLoop", "ExecutorError", "GpuInventory", "InventoryError", "ProcessExecutor",
-           "apply_health", "demo_copies", "get_json", "heartbeat_body", "post_json", "read_nvidia_smi_xml",
-           "read_nvml", "register_body", "run_agent", "make_reader", "make_telemetry"]
+__all__ = ["AgentError", "AgentLoop", "ExecutorError", "GpuInventory", "InventoryError", "NvmlReader",
+           "ProcessExecutor", "apply_health", "demo_copies", "get_json", "heartbeat_body", "post_json",
+           "read_nvidia_smi_xml", "read_nvml", "register_body", "run_agent", "make_reader", "make_telemetry"]
 
 
 def make_telemetry(dcgm_exporter_url: str | None = None):
@@ -44,9 +46,10 @@ def make_reader(nvidia_smi_xml: str | None = None):
     except ImportError:
         pynvml = None
     if pynvml is not None:
+        reader = NvmlReader(pynvml)  # keeps each GPU's last read: one NVML loses is reported unhealthy, not dropped
         try:
-            read_nvml(pynvml)
-            return lambda: read_nvml(pynvml)
+            reader()
+            return reader
         except InventoryError:
             pass
     if shutil.which("nvidia-smi"):

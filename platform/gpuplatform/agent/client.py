@@ -78,11 +78,15 @@ def register_body(name: str, gpus: list[GpuInventory], *, cpu_milli: int = 0, me
                   address: str | None = None, runtime: str | None = None) -> dict:
     """The register call's JSON body. `address` (the IP or host name other nodes reach this one at) and
     `runtime` ("" or "docker"/"podman") are included when given (not None)."""
-    model = gpus[0].model if gpus else ""
+    # the node's model from its first GPU that NVML read it for, a healthy one first (one NVML cannot read any more,
+    # never read before, has none: agent/inventory.py read_nvml)
+    named = sorted((g for g in gpus if g.model), key=lambda g: g.health != "healthy")
+    model = named[0].model if named else ""
     labels = {"nvidia.com/gpu.count": str(len(gpus))}
-    if gpus:
+    if named:
         labels["nvidia.com/gpu.product"] = model.replace(" ", "-")
-        labels["nvidia.com/gpu.memory"] = str(gpus[0].memory_mib)
+        if named[0].memory_mib is not None:
+            labels["nvidia.com/gpu.memory"] = str(named[0].memory_mib)
     body = {"name": name, "flavor": flavor_of(model) if model else "", "cpu_milli": cpu_milli,
             "memory_mib": memory_mib, "labels": labels, "gpus": [g.to_dict() for g in gpus]}
     if address is not None:

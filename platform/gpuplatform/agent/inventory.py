@@ -10,8 +10,11 @@ Units: memory in MiB; NUMA node -1/None = unknown. Sources:
   ("MIG-..."), nvmlDeviceGetName ("NVIDIA H200 MIG 1g.18gb": the profile), nvmlDeviceGetMemoryInfo,
   nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId, nvmlDeviceGetAttributes (.gpuInstanceSliceCount);
   nvmlDeviceGetTotalEccErrors (uncorrected, volatile and aggregate), nvmlDeviceGetRetiredPages (double-bit
-  cause), nvmlDeviceGetNvLinkState / nvmlDeviceGetNvLinkRemotePciInfo per link. A call the driver does
-  not support (NVMLError) leaves the field None; a failing nvmlInit raises `InventoryError`.
+  cause), nvmlDeviceGetNvLinkState / nvmlDeviceGetNvLinkRemotePciInfo per link. Every call about one GPU is
+  guarded: one the driver does not support (NVMLError) leaves its field None; a GPU NVML cannot read (fallen off
+  the bus: NVML_ERROR_GPU_IS_LOST while the driver is still loaded) is reported unhealthy as last read, or left
+  out when it never was identified, and the other GPUs are read as ever (read_nvml, NvmlReader). NVML as a whole
+  gone (nvmlInit or nvmlDeviceGetCount failing, NVML_ERROR_DRIVER_NOT_LOADED ...) raises `InventoryError`.
 - `nvidia-smi -q -x` XML (DTD nvsmi_device_v13; example data/nvidia-h200-node/nvidia-smi-q.xml): product_name,
   fb_memory_usage/total, uuid, pci/pci_bus_id, mig_mode/current_mig, ecc_errors/{volatile,aggregate}
   uncorrectable counters, retired_pages/double_bit_retirement/retired_count, remapped_rows/remapped_row_failure.
@@ -25,18 +28,23 @@ https://docs.nvidia.com/deploy/xid-errors/: 48 DBE, 62 micro-controller halt, 64
 """
 from __future__ import annotations
 
+import copy
+import logging
 import os
 import re
 import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["GpuInventory", "InventoryError", "read_nvml", "read_nvidia_smi_xml", "apply_health", "FATAL_XIDS",
-           "flavor_of", "numa_from_sysfs", "demo_copies"]
+__all__ = ["GpuInventory", "InventoryError", "read_nvml", "NvmlReader", "read_nvidia_smi_xml", "apply_health",
+           "FATAL_XIDS", "flavor_of", "numa_from_sysfs", "demo_copies"]
 
 FATAL_XIDS = {48: "double-bit ECC error", 62: "internal micro-controller halt", 64: "ECC row-remapping failure",
               74: "NVLink error", 79: "GPU has fallen off the bus", 95: "uncontained ECC error",
               119: "GSP RPC timeout", 120: "GSP error"}
+
+
+log = logging.getLogger("gpuplatform.agent")
 
 
 class InventoryError(RuntimeError):
@@ -47,7 +55,7 @@ class InventoryError(RuntimeError):
 class GpuInventory:
     index: int
     model: str
-    memory_mib: int
+    memory_mib: int | None  # None: NVML could not read it (read_nvml); the platform keeps what it has
     uuid: str
     pci_bus_id: str
     numa_node: int | None = None
@@ -72,8 +80,10 @@ def flavor_of(model: str) -> str:
     return re.sub(r"^(NVIDIA|Tesla)\s+", "", model.strip()).replace(" ", "-")
 
 
-def apply_health(gpu: GpuInventory) -> GpuInventory:
-    reasons = []
+def apply_health(gpu: GpuInventory, problems: list[str] | tuple = ()) -> GpuInventory:
+    """Judge `gpu` by the health rule (module docstring); `problems`: reasons found while reading it (NVML cannot
+    read the GPU: read_nvml), first in the reason."""
+    reasons = list(problems)
     if gpu.ecc_uncorrected_volatile:
         reasons.append(f"{gpu.ecc_uncorrected_volatile} uncorrectable ECC error(s)")
     if gpu.row_remap_failure:
@@ -105,42 +115,101 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def read_nvml(nvml, *, sysfs_root: str = "/sys", xids: dict[int, list[int]] | None = None) -> list[GpuInventory]:
-    """Read every GPU through the nvidia-ml-py module `nvml` (or a fake with the same functions)."""
-    error = getattr(nvml, "NVMLError", Exception)
+# NVML error codes (nvml.h) by what they say about the read. NVML as a whole is gone: the read fails (InventoryError),
+# as a failing nvmlInit does. One GPU is gone (fallen off the bus, XID 79; or it needs a reset): that GPU is unhealthy.
+NVML_GONE = {1: "uninitialized", 9: "drivernotloaded", 12: "librarynotfound", 18: "librmversionmismatch"}
+GPU_LOST = {15: "gpuislost", 16: "resetrequired"}
 
-    def opt(fn, *args):
+
+def _nvml_error_says(exc: Exception, codes: dict[int, str]) -> bool:
+    """Whether NVMLError `exc` is one of `codes`: by its `value` (nvidia-ml-py), else by its class name or message
+    (NVMLError_GpuIsLost, "NVML_ERROR_GPU_IS_LOST", "GPU is lost"), letters and digits only."""
+    value = getattr(exc, "value", None)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value in codes
+    said = re.sub(r"[^a-z0-9]", "", f"{type(exc).__name__} {exc}".lower())
+    return any(word in said for word in codes.values())
+
+
+def _nvml_error_text(exc: Exception, nvml=None) -> str:
+    """The error's words with its nvml.h name when the module knows its code: "GPU is lost (NVML_ERROR_GPU_IS_LOST)"."""
+    try:
+        text = str(exc).strip()
+    except Exception:  # noqa: BLE001 - nvidia-ml-py asks the library for the words
+        text = ""
+    text = text or type(exc).__name__
+    value = getattr(exc, "value", None)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return text
+    name = next((k for k in dir(nvml) if k.startswith("NVML_ERROR_") and getattr(nvml, k) == value), str(value))
+    return text if name in text else f"{text} ({name})"
+
+
+class _Device:
+    """The NVML calls about one GPU, each guarded: a failing call answers None and is kept in `failures`
+    ((call, error)); one whose error means NVML as a whole is gone raises InventoryError."""
+
+    def __init__(self, nvml, error, index: int):
+        self.nvml, self.error, self.index = nvml, error, index
+        self.failures: list[tuple[str, Exception]] = []
+
+    def __call__(self, name: str, *args):
+        fn = getattr(self.nvml, name, None)
+        if fn is None:  # bindings older than the call: not supported
+            return None
         try:
             return fn(*args)
-        except error:
+        except self.error as exc:
+            if _nvml_error_says(exc, NVML_GONE):
+                raise InventoryError(f"NVML went away while reading GPU {self.index}: {name}: {exc}") from exc
+            self.failures.append((name, exc))
             return None
+
+    def failed(self, *names: str) -> bool:
+        return any(name in names for name, _ in self.failures)
+
+    def lost(self) -> tuple[str, Exception] | None:
+        """The first call that said the GPU is lost (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED), if any."""
+        return next(((n, e) for n, e in self.failures if _nvml_error_says(e, GPU_LOST)), None)
+
+
+def _lost_reason(name: str, exc: Exception | None, nvml=None) -> str:
+    return f"NVML cannot read this GPU ({name}: {'no answer' if exc is None else _nvml_error_text(exc, nvml)})"
+
+
+def read_nvml(nvml, *, sysfs_root: str = "/sys", xids: dict[int, list[int]] | None = None,
+              known: dict[int, GpuInventory] | None = None) -> list[GpuInventory]:
+    """Read every GPU through the nvidia-ml-py module `nvml` (or a fake with the same functions).
+
+    Every call about one GPU is guarded, so one GPU NVML cannot read (fallen off the bus: NVML_ERROR_GPU_IS_LOST
+    on its calls while the driver is still loaded) never hides the others:
+    - a GPU whose handle or UUID cannot be read is reported as it was last read at its index (`known`, which this
+      call keeps up to date: pass the same dict to every read), unhealthy, its health reason naming the NVML error;
+      one never read before (no UUID to name it by) is left out of the inventory;
+    - a call that says the GPU is lost (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED), whichever it is, makes
+      the GPU unhealthy the same way; its topology facts that failed are its last read's;
+    - any other failing call leaves its field None (not supported), as always.
+    NVML as a whole gone raises InventoryError: nvmlInit or nvmlDeviceGetCount failing, or any call answering
+    NVML_ERROR_UNINITIALIZED, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND,
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH."""
+    error = getattr(nvml, "NVMLError", Exception)
+    known = {} if known is None else known
 
     try:
         nvml.nvmlInit()
     except error as exc:
         raise InventoryError(f"nvmlInit failed: {exc}") from exc
     try:
-        gpus = []
-        for i in range(nvml.nvmlDeviceGetCount()):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
-            bus = _text(nvml.nvmlDeviceGetPciInfo(h).busId)
-            numa = opt(getattr(nvml, "nvmlDeviceGetNumaNodeId", lambda _h: None), h)
-            if numa is None or numa < 0:
-                numa = numa_from_sysfs(bus, sysfs_root)
-            mig = opt(nvml.nvmlDeviceGetMigMode, h)
-            unc, vol, agg = 1, 0, 1  # NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC
-            retired = opt(nvml.nvmlDeviceGetRetiredPages, h, 1) if hasattr(nvml, "nvmlDeviceGetRetiredPages") else None
-            gpu = GpuInventory(
-                index=i, model=_text(nvml.nvmlDeviceGetName(h)),
-                memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(h).total) // 2**20,
-                uuid=_text(nvml.nvmlDeviceGetUUID(h)), pci_bus_id=bus, numa_node=numa,
-                mig_mode=None if mig is None else ("enabled" if mig[0] == 1 else "disabled"),
-                ecc_uncorrected_volatile=opt(nvml.nvmlDeviceGetTotalEccErrors, h, unc, vol),
-                ecc_uncorrected_aggregate=opt(nvml.nvmlDeviceGetTotalEccErrors, h, unc, agg),
-                retired_pages_dbe=None if retired is None else len(retired),
-                nvlink_peers=_nvlink_peers(nvml, h, opt), xids=list((xids or {}).get(i, [])),
-                mig=_mig_instances(nvml, h, opt) if mig is not None and mig[0] == 1 else None)
-            gpus.append(apply_health(gpu))
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except error as exc:
+            raise InventoryError(f"nvmlDeviceGetCount failed: {exc}") from exc
+        read = [_read_device(nvml, error, i, sysfs_root, list((xids or {}).get(i, [])), known) for i in range(count)]
+        identified = {gpu.uuid for gpu, named in read if gpu is not None and named}
+        # one reported as last read at its index, whose UUID this read found at another (NVML renumbered): not twice
+        gpus = [gpu for gpu, named in read if gpu is not None and (named or gpu.uuid not in identified)]
+        for g in gpus:
+            known[g.index] = GpuInventory(**{**g.to_dict(), "xids": [], "health": "healthy", "health_reason": ""})
         return gpus
     finally:
         try:
@@ -149,39 +218,116 @@ def read_nvml(nvml, *, sysfs_root: str = "/sys", xids: dict[int, list[int]] | No
             pass
 
 
+def _read_device(nvml, error, i: int, sysfs_root: str, xids: list[int],
+                 known: dict[int, GpuInventory]) -> tuple[GpuInventory | None, bool]:
+    """(GPU `i` (read_nvml), whether this read identified it by its UUID); (None, False) when it cannot be
+    identified and never was."""
+    dev = _Device(nvml, error, i)
+    h = dev("nvmlDeviceGetHandleByIndex", i)
+    uuid_ = None if h is None else dev("nvmlDeviceGetUUID", h)
+    if h is None or uuid_ is None:  # not identified: as last read at this index, unhealthy; else left out
+        name, exc = dev.failures[-1] if dev.failures else ("nvmlDeviceGetUUID", None)
+        last = known.get(i)
+        if last is None:
+            log.warning("GPU %d: %s; never identified: left out of the inventory", i, _lost_reason(name, exc, nvml))
+            return None, False
+        log.warning("GPU %d (%s): %s: reported unhealthy", i, last.uuid, _lost_reason(name, exc, nvml))
+        return apply_health(GpuInventory(**{**copy.deepcopy(last.to_dict()), "index": i, "xids": xids}),
+                            problems=[_lost_reason(name, exc, nvml)]), False
+    uuid_ = _text(uuid_)
+    pci = dev("nvmlDeviceGetPciInfo", h)
+    bus = "" if pci is None else _text(pci.busId)
+    numa = dev("nvmlDeviceGetNumaNodeId", h)
+    if (numa is None or numa < 0) and bus:
+        numa = numa_from_sysfs(bus, sysfs_root)
+    mig = dev("nvmlDeviceGetMigMode", h)
+    unc, vol, agg = 1, 0, 1  # NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC
+    retired = dev("nvmlDeviceGetRetiredPages", h, 1)
+    name = dev("nvmlDeviceGetName", h)
+    memory = dev("nvmlDeviceGetMemoryInfo", h)
+    gpu = GpuInventory(
+        index=i, model="" if name is None else _text(name),
+        memory_mib=None if memory is None else int(memory.total) // 2**20,
+        uuid=uuid_, pci_bus_id=bus, numa_node=numa,
+        mig_mode=None if mig is None else ("enabled" if mig[0] == 1 else "disabled"),
+        ecc_uncorrected_volatile=dev("nvmlDeviceGetTotalEccErrors", h, unc, vol),
+        ecc_uncorrected_aggregate=dev("nvmlDeviceGetTotalEccErrors", h, unc, agg),
+        retired_pages_dbe=None if retired is None else len(retired),
+        nvlink_peers=_nvlink_peers(nvml, h, dev), xids=xids,
+        mig=_mig_instances(nvml, h, dev) if mig is not None and mig[0] == 1 else None)
+    lost = dev.lost()
+    if lost is None:
+        return apply_health(gpu), True
+    # lost under this read: what failed of its identity and topology is as last read (the same UUID)
+    last = next((g for g in known.values() if g.uuid == uuid_), None)
+    if last is not None:
+        failed = {"model": dev.failed("nvmlDeviceGetName"), "memory_mib": dev.failed("nvmlDeviceGetMemoryInfo"),
+                  "pci_bus_id": dev.failed("nvmlDeviceGetPciInfo"),
+                  "numa_node": dev.failed("nvmlDeviceGetNumaNodeId", "nvmlDeviceGetPciInfo"),
+                  "mig_mode": dev.failed("nvmlDeviceGetMigMode"),
+                  "nvlink_peers": dev.failed("nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkRemotePciInfo")}
+        for key, was in failed.items():
+            if was:
+                setattr(gpu, key, copy.deepcopy(getattr(last, key)))
+        if gpu.mig_mode == "enabled" == last.mig_mode and (gpu.mig is None or dev.failed(*MIG_CALLS)):
+            gpu.mig = copy.deepcopy(last.mig)  # its MIG layout as last read: not a layout changed under a job
+    log.warning("GPU %d (%s): %s: reported unhealthy", i, uuid_, _lost_reason(*lost, nvml))
+    return apply_health(gpu, problems=[_lost_reason(*lost, nvml)]), True
+
+
+class NvmlReader:
+    """A no-argument inventory reader through NVML (`nvml`: the nvidia-ml-py module or a fake) that keeps each
+    index's last read GPU (`known`), so that a GPU NVML cannot identify any more is still reported, unhealthy, at its
+    index (read_nvml) for as long as the agent runs."""
+
+    def __init__(self, nvml, *, sysfs_root: str = "/sys"):
+        self.nvml, self.sysfs_root = nvml, sysfs_root
+        self.known: dict[int, GpuInventory] = {}
+
+    def __call__(self, xids: dict[int, list[int]] | None = None) -> list[GpuInventory]:
+        return read_nvml(self.nvml, sysfs_root=self.sysfs_root, xids=xids, known=self.known)
+
+
 MIG_PROFILE_IN_NAME = re.compile(r"(\d+g\.\d+gb(?:\+me)?)")
+MIG_CALLS = ("nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex", "nvmlDeviceGetMemoryInfo",
+             "nvmlDeviceGetAttributes", "nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetGpuInstanceId",
+             "nvmlDeviceGetComputeInstanceId")
 
 
-def _mig_instances(nvml, handle, opt) -> list[dict]:
+def _mig_instances(nvml, handle, dev) -> list[dict]:
     """The MIG devices of a GPU in MIG mode (module docstring), in NVML's index order. The profile is read from
     the device name; a name without one gives "<slices>g.<memory GB, rounded>gb". Slots without a device
-    (NVML_ERROR_NOT_FOUND) are skipped."""
+    (NVML_ERROR_NOT_FOUND) are skipped, as is a device whose UUID or memory cannot be read (every call is `dev`'s,
+    guarded: read_nvml)."""
     out = []
     if not hasattr(nvml, "nvmlDeviceGetMaxMigDeviceCount"):  # bindings older than MIG (R450)
         return out
-    for j in range(opt(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
-        mh = opt(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, j)
+    for j in range(dev("nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
+        mh = dev("nvmlDeviceGetMigDeviceHandleByIndex", handle, j)
         if mh is None:
             continue
-        memory = int(nvml.nvmlDeviceGetMemoryInfo(mh).total) // 2**20
-        attrs = opt(nvml.nvmlDeviceGetAttributes, mh)
+        info, mig_uuid = dev("nvmlDeviceGetMemoryInfo", mh), dev("nvmlDeviceGetUUID", mh)
+        if info is None or mig_uuid is None:
+            continue
+        memory = int(info.total) // 2**20
+        attrs = dev("nvmlDeviceGetAttributes", mh)
         slices = int(getattr(attrs, "gpuInstanceSliceCount", 0) or 0)
-        found = MIG_PROFILE_IN_NAME.search(_text(opt(nvml.nvmlDeviceGetName, mh) or ""))
+        found = MIG_PROFILE_IN_NAME.search(_text(dev("nvmlDeviceGetName", mh) or ""))
         profile = found.group(1) if found else f"{slices}g.{round(memory / 1024)}gb"
-        out.append({"uuid": _text(nvml.nvmlDeviceGetUUID(mh)), "profile": profile, "memory_mib": memory,
-                    "slices": slices, "gpu_instance": opt(nvml.nvmlDeviceGetGpuInstanceId, mh),
-                    "compute_instance": opt(nvml.nvmlDeviceGetComputeInstanceId, mh)})
+        out.append({"uuid": _text(mig_uuid), "profile": profile, "memory_mib": memory,
+                    "slices": slices, "gpu_instance": dev("nvmlDeviceGetGpuInstanceId", mh),
+                    "compute_instance": dev("nvmlDeviceGetComputeInstanceId", mh)})
     return out
 
 
-def _nvlink_peers(nvml, handle, opt) -> list[str]:
+def _nvlink_peers(nvml, handle, dev) -> list[str]:
     peers = []
     for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
-        state = opt(nvml.nvmlDeviceGetNvLinkState, handle, link)
+        state = dev("nvmlDeviceGetNvLinkState", handle, link)
         if state is None:  # not supported (no NVLink, or past the last link)
             break
         if state == 1:
-            remote = opt(nvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+            remote = dev("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
             if remote is not None:
                 peers.append(_text(remote.busId))
     return sorted(set(peers))

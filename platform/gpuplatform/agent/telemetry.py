@@ -16,8 +16,10 @@ NVML calls (nvidia-ml-py, https://docs.nvidia.com/deploy/nvml-api/), one sample 
               nvmlDeviceGetIndex(event.device))
 
 A call the driver does not support (any NVMLError) leaves its field None: never an error, never a zero.
-When the driver goes away mid-run (nvmlDeviceGetCount or a handle fails), `sample()` returns no rows and
-the sampler initialises NVML again at the next call; a GPU that answers nothing gets no row.
+When the driver goes away mid-run (nvmlDeviceGetCount fails), `sample()` returns no rows and the sampler
+initialises NVML again at the next call (as when the GPU count changes). Every call about one GPU is guarded: a
+GPU that answers nothing (fallen off the bus: NVML_ERROR_GPU_IS_LOST), or whose handle NVML does not give (asked
+again at each sample), gets no row; the others are sampled as ever.
 
 Wire format (POST /api/v1/nodes/{name}/telemetry/, one call per heartbeat interval):
 
@@ -81,25 +83,39 @@ class NvmlSampler:
         nvml = self.nvml
         try:
             nvml.nvmlInit()
-            self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+            count = nvml.nvmlDeviceGetCount()
         except self.error as exc:
             log.warning("telemetry: NVML not available: %s", exc)
             self.ready = False
             return False
-        self.event_set = self._opt("nvmlEventSetCreate")
-        if self.event_set is not None:
-            for h in self.handles:
-                self._opt("nvmlDeviceRegisterEvents", h, NVML_EVENT_TYPE_XID_CRITICAL_ERROR, self.event_set)
+        # one handle per index, each guarded: a GPU NVML cannot give one for (lost) is None, asked again at each
+        # sample; the others are sampled as ever
+        self.handles = [None] * count
         self.nvlinks = {}
-        for i, h in enumerate(self.handles):
-            n = 0
-            for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
-                if self._opt("nvmlDeviceGetNvLinkState", h, link) is None:
-                    break
-                n += 1
-            self.nvlinks[i] = n
+        self.event_set = self._opt("nvmlEventSetCreate")
+        for i in range(count):
+            self._handle(i)
         self.ready = True
         return True
+
+    def _handle(self, i: int):
+        """GPU i's handle, got (with its XID events registered and its NVLinks probed) the first time NVML gives
+        it; None while it does not."""
+        if self.handles[i] is not None:
+            return self.handles[i]
+        h = self._opt("nvmlDeviceGetHandleByIndex", i)
+        if h is None:
+            return None
+        self.handles[i] = h
+        if self.event_set is not None:
+            self._opt("nvmlDeviceRegisterEvents", h, NVML_EVENT_TYPE_XID_CRITICAL_ERROR, self.event_set)
+        n = 0
+        for link in range(getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            if self._opt("nvmlDeviceGetNvLinkState", h, link) is None:
+                break
+            n += 1
+        self.nvlinks[i] = n
+        return h
 
     def close(self) -> None:
         if self.event_set is not None:
@@ -114,14 +130,22 @@ class NvmlSampler:
         if not self.ready and not self._init():
             return [], []
         try:
-            self.nvml.nvmlDeviceGetCount()  # the driver is still there
+            count = self.nvml.nvmlDeviceGetCount()  # the driver is still there
         except self.error as exc:
             log.warning("telemetry: NVML went away (%s); will initialise again", exc)
             self.close()
             return [], []
+        if count != len(self.handles):  # NVML numbers its GPUs anew: the handles would name the wrong indexes
+            log.warning("telemetry: NVML sees %d GPU(s), was %d; initialising again", count, len(self.handles))
+            self.close()
+            if not self._init():
+                return [], []
         t = round(self.clock(), 3)
         rows = []
-        for i, h in enumerate(self.handles):
+        for i in range(len(self.handles)):
+            h = self._handle(i)
+            if h is None:
+                continue  # NVML gives no handle for it (lost): no row
             util = self._opt("nvmlDeviceGetUtilizationRates", h)
             mem = self._opt("nvmlDeviceGetMemoryInfo", h)
             power = self._opt("nvmlDeviceGetPowerUsage", h)
@@ -149,7 +173,7 @@ class NvmlSampler:
         out = []
         if self.event_set is None:
             return out
-        index = {id(h): i for i, h in enumerate(self.handles)}
+        index = {id(h): i for i, h in enumerate(self.handles) if h is not None}
         for _ in range(64):  # bounded: at most 64 events per sample
             try:
                 ev = self.nvml.nvmlEventSetWait(self.event_set, 0)
