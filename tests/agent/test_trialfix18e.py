@@ -3,7 +3,8 @@ the driver is still loaded) no longer silences its node. Every call about one GP
 read_nvml, agent/telemetry.py NvmlSampler): that GPU is reported unhealthy, with the NVML error in its health reason, as
 last read at its index (left out when never identified); a metric that fails on one GPU is absent; heartbeats and
 registration go on for the other GPUs, so the node stays ready and only the job on the lost GPU is requeued. NVML as a
-whole gone still fails the read."""
+whole gone still fails the read. And validation no longer counts a GPU row the registration keeps for its history
+(Gpu.out_of_service "not_reported") as a GPU not reported."""
 from __future__ import annotations
 
 import copy
@@ -322,3 +323,43 @@ def test_a_lost_gpu_fails_only_its_job_and_the_node_stays_ready(n0_with_two_jobs
     gpu.refresh_from_db()
     assert (gpu.index, gpu.health, gpu.out_of_service) == (h_gpu, "unhealthy", "")
     assert Node.objects.get(name="n0").gpu_count == N
+
+
+# ------------------------------------------------------------------------------------------------- validation
+def test_validation_does_not_count_a_gpu_kept_as_not_reported_as_missing(_fast, cluster, users, monkeypatch):
+    """A node whose registration keeps a GPU row for its history (gone from NVML, Gpu.out_of_service "not_reported")
+    could never pass validation: "GPUs not reported: [7]" at every heartbeat. It passes now; a GPU the platform
+    expects (not held out of service) that a heartbeat leaves out still fails it."""
+    from gpuplatform import services
+    from gpuplatform.diagnosis.health import start_repair, start_validation, validation_check
+    from gpuplatform.models import Gpu, Node
+
+    nvml = FailingNVML(_dump())
+    reader = NvmlReader(nvml, sysfs_root="/nonexistent")
+    loop = _agent_loop(monkeypatch, reader, users["agent"])
+    loop.register()
+    # GPU 7 ran a task once (a history), then fell off the bus for good: NVML lists 7 GPUs; the agent registers them
+    from tests.api.test_trialfix18b import _run_one_on
+
+    job, held = _run_one_on("n0", users, gpus=N)
+    services.cancel_job(job)
+    gone = copy.deepcopy(nvml.dump)
+    gone["gpus"] = gone["gpus"][:N - 1]
+    nvml.dump = gone
+    loop.register()
+    row = Gpu.objects.get(node__name="n0", index=N - 1)
+    assert (row.health, row.out_of_service) == ("unhealthy", "not_reported")
+    node = Node.objects.get(name="n0")
+    services.cordon_node(node, reason="repair")
+    start_repair(Node.objects.get(name="n0"))
+    start_validation(Node.objects.get(name="n0"))
+    beat = heartbeat_body(reader())
+    check = validation_check(Node.objects.get(name="n0"), beat["gpus"])
+    assert check == {"passed": True, "problems": []}, check
+    loop.heartbeat()  # the heartbeat of a validating node without a check command is the check
+    node = Node.objects.get(name="n0")
+    assert node.state == "ready" and node.validation["passed"] is True, node.validation
+    assert Gpu.objects.get(pk=row.pk).health == "unhealthy"  # still held out of service
+    # a GPU the platform expects, not reported: still a problem
+    check = validation_check(node, [g for g in beat["gpus"] if g["index"] != 3])
+    assert not check["passed"] and "GPUs not reported: [3]" in check["problems"]

@@ -170,13 +170,18 @@ def start_validation(node: Node, *, actor=None, check_command: list | None = Non
 
 def validation_check(node: Node, gpus: list[dict]) -> dict:
     """The platform's side of validation from a heartbeat's GPU list: every registered GPU reported,
-    every one healthy (NVML read them: sane), and the topology audit clean. {"passed", "problems"}."""
+    every one healthy (NVML read them: sane), and the topology audit clean. {"passed", "problems"}.
+    A GPU row the node's registration keeps for its history though the node no longer lists it (Gpu.out_of_service
+    "not_reported": gone from NVML, e.g. fallen off the bus) is known to be gone: not counted as missing (trial 18e:
+    a node with one could never pass validation). Every other GPU the platform holds must be reported."""
     problems = []
-    have = set(Gpu.objects.filter(node=node).values_list("index", flat=True))
+    rows = dict(Gpu.objects.filter(node=node).values_list("index", "out_of_service"))
+    have = set(rows)
+    expected = {index for index, held in rows.items() if held != Gpu.OutOfService.NOT_REPORTED}
     seen = {g.get("index") for g in gpus}
     if len(have) < node.gpu_count:
         problems.append(f"{len(have)} of {node.gpu_count} GPUs registered")
-    missing = sorted(have - seen)
+    missing = sorted(expected - seen)
     if missing:
         problems.append(f"GPUs not reported: {missing}")
     bad = sorted(g.get("index") for g in gpus if g.get("health", "healthy") != "healthy")
@@ -225,19 +230,23 @@ def record_validation(node: Node, *, passed: bool, detail: str = "", actor=None,
 # ----------------------------------------------------------------------------------------- topology audit
 def audit_topology(node: Node, inventory: list[dict], *, at: datetime | None = None, actor=None) -> list[dict]:
     """Compare the agent's inventory ([{index, model, nvlink_peers, numa_node, pci_bus_id}]) with the node's
-    row. Mismatches: gpu_count, flavor, NVLink peers outside the node (its tier-1 domain holds only this
-    node when the peers are local: a peer bus id that is none of its own GPUs contradicts a single-node
-    NVLink domain), NUMA nodes missing. Stores them on the node (an Event when they change); a
-    contradiction of the domain cordons a ready node until an admin decides. Returns the mismatches."""
+    row. Mismatches: gpu_count (less the GPUs kept as not reported: Gpu.out_of_service), flavor, NVLink peers
+    outside the node (its tier-1 domain holds only this node when the peers are local: a peer bus id that is none of
+    its own GPUs contradicts a single-node NVLink domain), NUMA nodes missing. Stores them on the node (an Event when
+    they change); a contradiction of the domain cordons a ready node until an admin decides. Returns the mismatches."""
     from ..agent.inventory import flavor_of
 
     at = at or clock.now()
     node = Node.objects.select_related("domain").get(pk=node.pk)
     found = []
     if inventory:
-        if len(inventory) != node.gpu_count:
+        # gpu_count counts the GPU rows the registration keeps for their history though the node no longer lists them
+        # (Gpu.out_of_service "not_reported"): known to be gone, not expected in the agent's report (trial 18e)
+        gone = Gpu.objects.filter(node=node, out_of_service=Gpu.OutOfService.NOT_REPORTED).count()
+        if len(inventory) != node.gpu_count - gone:
             found.append({"field": "gpu_count", "message": f"agent reports {len(inventory)} GPUs, platform holds "
-                                                           f"{node.gpu_count}"})
+                                                           f"{node.gpu_count - gone}"
+                                                           + (f" (and {gone} kept as not reported)" if gone else "")})
         models = sorted({flavor_of(g.get("model") or "") for g in inventory if g.get("model")})
         if models and models != [node.flavor]:
             found.append({"field": "flavor", "message": f"agent reports {', '.join(models)}, platform holds {node.flavor}"})
