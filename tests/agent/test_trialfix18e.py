@@ -314,7 +314,7 @@ def test_a_lost_gpu_fails_only_its_job_and_the_node_stays_ready(n0_with_two_jobs
     assert gpu.health == "unhealthy" and LOST in gpu.health_reason and call in gpu.health_reason
     assert Gpu.objects.filter(node=node).exclude(index=h_gpu).filter(health="unhealthy").count() == 0
     causes = {e.job_id: e.data["cause"] for e in Event.objects.filter(kind="requeued_after_failure")}
-    assert causes == {hit: "GPU failed (ECC / XID)"}
+    assert causes == {hit: f"GPU failed ({gpu.health_reason})"}  # the agent's reason names the call and the error
     assert Allocation.objects.filter(task__job_id=kept, released_at__isnull=True, gpu__index=k_gpu).exists()
     assert not Allocation.objects.filter(task__job_id=hit, released_at__isnull=True).exists()
     assert Job.objects.get(pk=kept).state not in ("pending", "failed")

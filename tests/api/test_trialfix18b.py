@@ -77,7 +77,7 @@ def test_a_gpu_held_by_its_registration_is_a_field_not_the_words_of_its_reason(c
     assert (bad.health, bad.out_of_service) == ("unhealthy", "")
     detect_failures(CLOCK)
     cause = Event.objects.filter(kind="requeued_after_failure", job=other).latest("id").data["cause"]
-    assert cause == "GPU failed (ECC / XID)"
+    assert cause == f"GPU failed ({LOST_GPU_REASON})"  # a fault the agent reported, in its words: not a hold
     services.record_heartbeat("n0", gpus=[{"index": on[0], "health": "healthy"}])
     assert Gpu.objects.get(pk=bad.pk).health == "healthy"  # was pinned unhealthy by its words
 

@@ -116,7 +116,8 @@ def detect_failures(now: datetime) -> FailureReport:
         bad_gpu_tasks = defaultdict(set)
         for task_id, why, held in Allocation.objects.filter(released_at__isnull=True, gpu__health="unhealthy") \
                 .values_list("task_id", "gpu__health_reason", "gpu__out_of_service"):
-            cause = f"GPU out of service: {why}" if held else "GPU failed (ECC / XID)"
+            # (the agent's reason when it gave one, e.g. an NVML read that says the GPU is lost: trial 18e)
+            cause = f"GPU out of service: {why}" if held else f"GPU failed ({why[:160] if why else 'ECC / XID'})"
             bad_gpu_tasks[cause].add(task_id)
         for cause, task_ids in sorted(bad_gpu_tasks.items()):
             _fail(_live_tasks(pk__in=list(task_ids)), now, report, cause)
