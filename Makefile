@@ -34,11 +34,14 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# two pytest-xdist workers (TEST_WORKERS=0: one process), a test file's tests on one worker (--dist loadfile: a
+# module's fixtures and order as in one process); each worker has its own test database and Redis database
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: install
-	$(PY) -m pytest -m "not services and not slow"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not services and not slow"
 
 # The demo is the embedded default: SQLite (DEMO_DB) and the in-process loop (no broker, REDIS_URL empty),
 # whatever DATABASE_URL / REDIS_URL the shell has (a production DATABASE_URL in the shell is never cleared by a
