@@ -307,3 +307,31 @@ def test_an_agent_registers_again_before_a_heartbeat_under_a_new_gpu_numbering(c
     assert Event.objects.filter(kind="node_registered", node__name="n0").count() == 2
     loop.heartbeat()
     assert Event.objects.filter(kind="node_registered", node__name="n0").count() == 2
+
+
+def test_gpus_held_for_a_pending_job_follow_the_renumbering(client_for, users):
+    """Job.reserved names held GPUs by index. When GPUs 1 and 2 fall off the bus and NVML renumbers the others (the
+    former GPUs 5 and 6 are now 3 and 4), a hold on them names 3 and 4, their new indices, not the GPUs that took 5 and
+    6; a hold on GPU 2, kept on the node for its history and put aside at a free index, follows it there (a cycle
+    drops it: that GPU is unhealthy); a hold on GPU 1, removed from the node, is dropped whole with a hold_dropped
+    Event. Before, every hold kept its indices and pointed at other physical GPUs."""
+    from gpuplatform.models import Allocation, Event, Gpu, Job, Task
+
+    agent = client_for("agent")
+    uuids = _uuids("n0", 8)
+    _register(agent, "n0", _listed(uuids))
+    _only("n0")
+    follows, gone, kept = _submit(users, "follows", 1), _submit(users, "gone", 1), _submit(users, "kept", 1)
+    Job.objects.filter(pk=follows.pk).update(reserved=[["worker", 0, "n0", [5, 6]]])
+    Job.objects.filter(pk=gone.pk).update(reserved=[["worker", 0, "n0", [1]]])
+    Job.objects.filter(pk=kept.pk).update(reserved=[["worker", 0, "n0", [2]]])
+    ran = _submit(users, "ran-on-2", 1)  # GPU 2 ran a task once: its row is kept as lost
+    Allocation.objects.create(task=Task.objects.filter(job=ran).first(), job=ran, created_at=CLOCK, released_at=CLOCK,
+                              gpu=Gpu.objects.get(node__name="n0", uuid=uuids[2]))
+    _register(agent, "n0", _listed([u for u in uuids if u not in (uuids[1], uuids[2])]))
+    at = dict(Gpu.objects.filter(node__name="n0").values_list("uuid", "index"))
+    assert (at[uuids[5]], at[uuids[6]]) == (3, 4) and uuids[1] not in at
+    assert Job.objects.get(pk=follows.pk).reserved == [["worker", 0, "n0", [3, 4]]]
+    assert Job.objects.get(pk=kept.pk).reserved == [["worker", 0, "n0", [at[uuids[2]]]]]
+    assert Job.objects.get(pk=gone.pk).reserved is None
+    assert list(Event.objects.filter(kind="hold_dropped").values_list("job__name", flat=True)) == ["gone"]

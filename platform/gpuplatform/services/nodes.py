@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 
 from .. import clock
-from ..audit import record_event
+from ..audit import record_event, record_events
 from ..diagnosis.health import audit_topology, judge_gpu_signals, record_validation, validation_check
 from ..errors import ValidationError
 from ..lifecycle import evict_jobs_on_nodes
@@ -318,6 +318,8 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     renumbered = sorted(({"uuid": uuid, "from": was[pk], "to": index, **({"lost": True} if pk in aside else {})}
                          for pk, uuid, index in Gpu.objects.filter(node=node, pk__in=list(was))
                          .values_list("pk", "uuid", "index") if was[pk] != index), key=lambda r: (r["from"], r["to"]))
+    if renumbered or len(was) != Gpu.objects.filter(node=node, pk__in=list(was)).count():
+        _follow_holds(node, was, at=now)
     node.refresh_from_db()
     if _carries_inventory(gpus):
         audit_topology(node, gpus, at=now, actor=actor)
@@ -335,6 +337,38 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
 
 
 LOST_GPU_REASON = "not reported at the node's last registration (gone from NVML: e.g. fallen off the bus)"
+
+
+def _follow_holds(node: Node, was: dict[int, int], *, at) -> None:
+    """The GPUs held for pending jobs (Job.reserved: [[role, index, node, GPU indices]], scheduling.evict) follow
+    this registration's renumbering of `node` (`was`: {Gpu pk: its index before}): a hold names GPUs by index, so a
+    hold on a GPU whose index moved names its new index, not the GPU now at the old one; a hold on a GPU that left
+    the node (removed, or moved to another node) is dropped whole, with a hold_dropped Event, as a cycle drops a hold
+    whose GPU is gone (apply_holds). (Trial 18c: holds kept the old indices.)"""
+    from ..models import Job
+    from ..scheduling.evict import HOLDER_STATES
+
+    now_at = dict(Gpu.objects.filter(node=node, pk__in=list(was)).values_list("pk", "index"))
+    to = {index: now_at.get(pk) for pk, index in was.items()}  # old index -> new index; None: gone from the node
+    if all(to[i] == i for i in to):
+        return
+    dropped = []
+    for job in Job.objects.select_for_update().filter(state__in=HOLDER_STATES, reserved__isnull=False).order_by("pk"):
+        entries = job.reserved if isinstance(job.reserved, list) else []
+        mine = [e for e in entries if isinstance(e, list) and len(e) >= 4 and e[2] == node.name]
+        if not mine:
+            continue
+        if any(to.get(g, g) is None for e in mine for g in e[3]):
+            Job.objects.filter(pk=job.pk).update(reserved=None)
+            dropped.append((job.pk, entries))
+            continue
+        moved = [[*e[:3], [to.get(g, g) for g in e[3]], *e[4:]] if e in mine else e for e in entries]
+        if moved != entries:
+            Job.objects.filter(pk=job.pk).update(reserved=moved)
+    if dropped:
+        record_events({"time": at, "kind": "hold_dropped", "job_id": job_id, "node_id": node.pk,
+                       "message": f"GPUs held for this job were given up: a GPU they were on left node {node.name}",
+                       "data": {"reserved": reserved}} for job_id, reserved in dropped)
 
 
 def _moved_words(r: dict) -> str:
