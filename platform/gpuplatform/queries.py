@@ -38,6 +38,16 @@ def job_state_q(states) -> Q:
     return q
 
 
+def find_team(value) -> Team | None:
+    """The one team a `?team=` filter names, everywhere (the API's lists and /api/v1/utilization/, the pages):
+    the team whose slug is `value`, else the team whose name is `value`, else None. Team names and slugs are
+    unique together ignoring letter case (services.tenancy: trial 18f), so a value is one team's slug or name; of
+    rows stored before that rule, the slug wins, never two teams."""
+    if not isinstance(value, str) or not value:
+        return None
+    return Team.objects.filter(slug=value).first() or Team.objects.filter(name=value).first()
+
+
 def job_list(user, *, team: str | None = None, state: str | Sequence[str] | None = None, queue: str | None = None,
              submitter: str | None = None, search: str | None = None) -> QuerySet[Job]:
     """Jobs the user may see, newest first, filtered by team (name or slug), state, queue (name), submitter
@@ -50,8 +60,9 @@ def job_list(user, *, team: str | None = None, state: str | Sequence[str] | None
     page of jobs costs a fixed number of queries.
     """
     qs = visible_jobs(user)
-    if team:
-        qs = qs.filter(Q(team__name=team) | Q(team__slug=team))
+    if team:  # one team (find_team), as every ?team= filter resolves it
+        found = find_team(team)
+        qs = qs.filter(team_id=found.pk) if found is not None else qs.none()
     if state:  # one state or several (the jobs page's repeated ?state=, as the jobs API's)
         wanted = set()
         for s in ([state] if isinstance(state, str) else state):

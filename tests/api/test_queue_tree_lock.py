@@ -212,7 +212,7 @@ def test_two_teams_of_one_name_at_once_answer_one_201_and_the_rules_400(cluster)
 
     out = ordered(lambda: services.create_team("Same"), lambda: services.create_team("Same"))
     assert out["waited"] and isinstance(out.get("error"), services.ValidationError), out
-    assert out["error"].errors == {"name": "a team named 'Same' already exists"}
+    assert out["error"].errors["name"].startswith("a team named 'Same' (slug 'same') already exists")
     assert Team.objects.filter(name="Same").count() == 1
 
 

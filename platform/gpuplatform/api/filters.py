@@ -138,6 +138,25 @@ class NamedFilter(df.CharFilter):
         return bool(request is not None and getattr(request.user, "is_staff", False))
 
 
+class TeamFilter(NamedFilter):
+    """`?team=`: a team's slug or name, resolved to one team as everywhere (queries.find_team: the slug first);
+    one that names no team is a 400 `{"team": ["unknown team 'nope'"]}`."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("field_name", "team")
+        kwargs.setdefault("help_text", "team slug or name")
+        super().__init__(*args, model=Team, lookup="slug", what="team", **kwargs)
+
+    def filter(self, qs, value):
+        if value in (None, ""):
+            return qs
+        from ..queries import find_team
+        team = find_team(value)
+        if team is None:
+            raise ValidationError({"team": [f"unknown team {value[:60]!r}"]})
+        return qs.filter(**{f"{self.field_name}_id": team.pk})
+
+
 def unknown_name(model, lookup: str, value: str, what: str, hint: str = "") -> str | None:
     """The rule a filter value breaks when it names no `model` row (`lookup`=value), as NamedFilter and the
     pages' filters word it: "unknown team 'nope'" (+ `hint`); None when some row has it."""
@@ -155,7 +174,7 @@ class TeamFilterSet(df.FilterSet):
 
 
 class MembershipFilterSet(df.FilterSet):
-    team = NamedFilter(field_name="team__slug", model=Team, lookup="slug", what="team", help_text="team slug")
+    team = TeamFilter()
     user = NamedFilter(field_name="user__username", model=get_user_model(), lookup="username", what="user",
                        help_text="username")
 
@@ -166,7 +185,7 @@ class MembershipFilterSet(df.FilterSet):
 
 class QueueFilterSet(df.FilterSet):
     parent = NamedFilter(field_name="parent__name", model=Queue, what="queue", help_text="parent queue name")
-    team = NamedFilter(field_name="team__slug", model=Team, lookup="slug", what="team", help_text="team slug")
+    team = TeamFilter()
     root = StrictBooleanFilter(field_name="parent", lookup_expr="isnull", help_text="only root queues")
 
     class Meta:
@@ -238,7 +257,7 @@ JOB_STATE_CHOICES = [*Job.State.choices, ("cancelling", "cancelling (preempting 
 
 
 class JobFilterSet(df.FilterSet):
-    team = NamedFilter(field_name="team__slug", model=Team, lookup="slug", what="team", help_text="team slug")
+    team = TeamFilter()
     queue = NamedFilter(field_name="queue__name", model=Queue, what="queue", help_text="queue name")
     submitter = NamedFilter(field_name="submitter__username", model=get_user_model(), lookup="username",
                             what="user", help_text="username")

@@ -28,48 +28,70 @@ def team_description_error(description) -> str | None:
     return None
 
 
-def team_name_taken(name) -> str:
-    """The one wording of a team name another team has (create_team, update_team: the API and the admin alike,
-    however two requests meet)."""
-    return f"a team named {name!r} already exists"
+def team_name_taken(name, holder=None, holder_slug=None) -> str:
+    """The one wording of a team name that clashes with another team (create_team, update_team: the API and the
+    admin alike, however two requests meet), naming that team (`holder`, `holder_slug`; default: `name`)."""
+    holder = name if holder is None else holder
+    slug = f" (slug {holder_slug!r})" if holder_slug else ""
+    return (f"a team named {holder!r}{slug} already exists: team names and slugs are unique ignoring letter case "
+            f"and punctuation")
+
+
+def team_keys(*values) -> set[str]:
+    """The canonical keys a team's name or slug occupies: its casefold and its slugify() (names differing only in
+    letter case or punctuation, and a name against a slug, clash; empty keys left out). Two teams clash when their
+    keys meet (_team_clash); the name locks are taken on these keys (_lock_team_names), so any two writes that
+    could clash wait for each other (trial 18f: renames to `Zeta`, `zeta` and `ze.ta` at once all succeeded)."""
+    keys = set()
+    for value in values:
+        if isinstance(value, str) and value:
+            keys.update(k for k in (value.casefold(), slugify(value)) if k)
+    return keys
 
 
 def _lock_team_names(names, slug=None) -> None:
-    """lock_name on each team name of `names`, in one order (sorted: a rename takes its old and its new name, and
-    two renames swapping names would otherwise deadlock), then on `slug` when given: every writer of a team's name
-    (create_team, update_team, delete_team) takes these before any row lock, so of two writes of one name at once
-    the second waits for the first's commit and reads its row (the rule's 400, never the unique index's error)."""
-    for name in sorted({n for n in names if isinstance(n, str)}):
-        lock_name("team name", name)
+    """lock_name("team name", key) on each canonical key (team_keys) of `names` and `slug`, in one order (sorted: a
+    rename takes its old and its new name's keys, and two renames swapping names would otherwise deadlock), then
+    lock_name("team slug", slug) when given: every writer of a team's name (create_team, update_team, delete_team)
+    takes these before any row lock, so of two writes that could clash (`Zeta`, `zeta`, `ze.ta`; a name and a
+    slug) the second waits for the first's commit and reads its row (the rule's 400, never the unique index's
+    error)."""
+    for key in sorted(team_keys(*names, slug)):
+        lock_name("team name", key)
     if slug:
         lock_name("team slug", slug)
 
 
+def _team_clash(keys: set[str], other_than=None):
+    """(name, slug) of a team other than `other_than` whose keys (team_keys of its name and its slug) meet `keys`,
+    or None. Stored rows are read as they are: a pair that breaks the rule already (written before it) is not
+    refused until one of them is written again."""
+    if not keys:
+        return None
+    for name, slug in Team.objects.exclude(pk=other_than).order_by("pk").values_list("name", "slug").iterator():
+        if team_keys(name, slug) & keys:
+            return name, slug
+    return None
+
+
 def _team_name_errors(name, *, slug: str | None = None, other_than=None) -> dict:
     """{"name" | "slug": rule broken} for `name` as a team's name, held with `slug` (None: the slug made from the
-    name; a team's own row `other_than` excluded: a rename): the name rule (names.py), another team's name
-    (team_name_taken), a slug sent that another team has ("slug"), or, no slug sent, a name that makes no slug or
-    another team's (names differing only in letter case or punctuation clash). Called under _lock_team_names."""
+    name; a team's own row `other_than` excluded: a rename): the name rule (names.py); a name that clashes with
+    another team (team_name_taken): equal to its name or its slug ignoring letter case, or making (slugify) the
+    same slug as its name or its slug; a name that makes no slug, no slug sent; a slug sent that clashes so with
+    another team ("slug"). Called under _lock_team_names."""
     errors = {}
     if name_error("team", name):
         errors["name"] = name_error("team", name)
-    elif Team.objects.filter(name=name).exclude(pk=other_than).exists():
-        errors["name"] = team_name_taken(name)
+    elif (holder := _team_clash(team_keys(name), other_than)) is not None:
+        errors["name"] = team_name_taken(name, *holder)
     given = bool(slug)
-    slug = slug or slugify(name if isinstance(name, str) else "")
-    holder = (Team.objects.filter(slug=slug).exclude(pk=other_than).values_list("name", flat=True).first()
-              if slug else None)
-    if given and holder is not None:
-        errors["slug"] = f"slug {slug!r} is taken by team {holder!r}"
-    elif not given and "name" not in errors:
-        # the client sent no slug: the rule broken is the name's (new-user trial 9, F17: "TRIAL9TEAM" after
-        # "trial9team" read "slug 'trial9team' is empty or taken")
-        hint = "pick another name" if other_than is not None else "pick another name or send a slug"
-        if not slug:
-            errors["name"] = "a team name needs a letter or digit to make its slug from (or send a slug)"
-        elif holder is not None:
-            errors["name"] = (f"team name {name!r} makes the slug {slug!r}, which team {holder!r} already has "
-                              f"(names differing only in letter case or punctuation clash); {hint}")
+    if given:
+        holder = _team_clash(team_keys(slug), other_than)
+        if holder is not None:
+            errors["slug"] = f"slug {slug!r} is taken by team {holder[0]!r}"
+    elif "name" not in errors and not slugify(name if isinstance(name, str) else ""):
+        errors["name"] = "a team name needs a letter or digit to make its slug from (or send a slug)"
     return errors
 
 
@@ -81,7 +103,7 @@ def create_team(name: str, *, slug: str | None = None, description: str = "", ac
     characters ("description"). Holds the name's and the slug's locks (_lock_team_names) from the check to the
     commit."""
     if isinstance(name, str):
-        _lock_team_names([name], slug or slugify(name))
+        _lock_team_names([name], slug or slugify(name))  # (the keys of the name and the slug: team_keys)
     errors = _team_name_errors(name, slug=slug)
     slug = slug or slugify(name if isinstance(name, str) else "")
     if team_description_error(description):
@@ -109,7 +131,9 @@ def update_team(team: Team, *, name: str | None = None, description: str | None 
     current = Team.objects.filter(pk=team.pk).values_list("name", flat=True).first()  # not the caller's copy: the
     if current is None:  # admin hands its form's values, the new name already set
         return None
-    _lock_team_names([current, name], slugify(name) if isinstance(name, str) else None)
+    own_slug = Team.objects.filter(pk=team.pk).values_list("slug", flat=True).first()
+    # the keys (team_keys) of the old and the new name and of the slug the team keeps, then the new name's slug
+    _lock_team_names([current, name, own_slug], slugify(name) if isinstance(name, str) else None)
     row = Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first()
     if row is None:
         return None
@@ -145,7 +169,7 @@ def delete_team(team: Team, *, actor=None) -> bool:
     delete finds them (new-user trial 16b, F5: a team deleted in the admin while a queue was created for it
     answered a 500, the database's ProtectedError)."""
     lock_queue_tree()
-    _lock_team_names([team.name])
+    _lock_team_names([team.name], team.slug)
     lock_team_members(team.pk)  # its memberships go with it: after a role change or removal under way
     if not Team.objects.filter(pk=team.pk).exists():
         return False

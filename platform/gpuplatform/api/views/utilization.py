@@ -11,7 +11,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ... import access, clock
-from ...models import Node, Queue, Team
+from ...models import Node, Queue
+from ...queries import find_team
 from ..filters import TIME_MIN, TIME_RANGE, blank_filters, refuse_unknown_params, time_param, unknown_name
 from ...telemetry import idle_allocations
 from ...utilization import SCOPES, top_jobs_lost_to_failure, utilization
@@ -96,10 +97,15 @@ class UtilizationView(APIView):
         # words; docs/api.md), not an empty ledger that reads as "zero GPU-hours" (new-user trial 10, F6). Team,
         # queue and flavor names are public (the queues and cluster pages show them all): told to everyone; a
         # queue or team of another team is no error, its rows are just not yours.
-        named = {"team": (Team, "name", "team", ""), "queue": (Queue, "name", "queue", ""),
+        named = {"queue": (Queue, "name", "queue", ""),
                  "flavor": (Node, "flavor", "flavor", ": no node has it")}
         errors = {name: [why] for name, (model, lookup, what, hint) in named.items()
                   if q.get(name) and (why := unknown_name(model, lookup, q[name], what, hint))}
+        # `team`: a slug or a name, one team, as every ?team= filter (queries.find_team; trial 18f: `?team=zeta`
+        # meant the team NAMED zeta here and the team with slug zeta on the lists)
+        team = find_team(q["team"]) if q.get("team") else None
+        if q.get("team") and team is None:
+            errors["team"] = [f"unknown team {q['team'][:60]!r}"]
         if errors:
             raise ValidationError(errors)
         team_ids = access.visible_team_ids(request.user)
@@ -108,7 +114,7 @@ class UtilizationView(APIView):
         # to the user's teams
         limit = team_ids if scope in ("queue", "team", "job") or q.get("queue") or q.get("team") else None
         res = utilization(scope, since, until, team_ids=limit, flavor=q.get("flavor") or None,
-                          queue=q.get("queue") or None, team=q.get("team") or None, step=step)
+                          queue=q.get("queue") or None, team=team.name if team else None, step=step)
         rows = [{scope: r.pop("key"), **r} for r in res["rows"]]
         idle = idle_allocations(team_ids, now=now, limit=10)
         return Response({
