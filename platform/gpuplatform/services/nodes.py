@@ -17,6 +17,7 @@ from ..errors import ValidationError
 from ..lifecycle import evict_jobs_on_nodes
 from ..models import Allocation, Event, Gpu, MigInstance, Node
 from ..names import name_error
+from ..scheduling.locks import lock_name
 from . import node_states
 from .base import request_cycle_on_commit
 
@@ -164,6 +165,19 @@ def set_node_gpu_sharing(node: Node, sharing: str, gpus: list[int] | None = None
     return out
 
 
+def _lock_uuids(gpus: list[dict]) -> None:
+    """Hold, until the registration commits, a lock on each GPU and MIG instance UUID it lists (lock_name "gpu
+    uuid", letter case ignored), in sorted order: two registrations listing one UUID run one after the other, so the
+    second reads the first's row and _uuids_held_elsewhere refuses it. (Trial 18, finding 1: two nodes registering
+    one new UUID at once were both answered 201, and a cycle bound a job on each of them to that one GPU; the check
+    locked only rows that already existed.)"""
+    uuids = {g["uuid"].lower() for g in gpus if isinstance(g.get("uuid"), str) and g["uuid"]}
+    uuids |= {inst["uuid"].lower() for g in gpus if isinstance(g.get("mig"), list) for inst in g["mig"]
+              if isinstance(inst, dict) and isinstance(inst.get("uuid"), str) and inst["uuid"]}
+    for uuid in sorted(uuids):
+        lock_name("gpu uuid", uuid)
+
+
 def _uuids_held_elsewhere(name: str, gpus: list[dict]) -> tuple[dict[str, str], dict[int, Gpu]]:
     """(errors, moves). errors: {"gpus[i].uuid": why} for each GPU whose UUID another node already holds: a UUID names
     one physical GPU, so two nodes listing it (a cloned node image, a second agent on one host under another
@@ -282,6 +296,7 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
         errors["address"] = "address must be a host name or IP address of at most 200 characters"
     moves = {}
     if not errors:
+        _lock_uuids(gpus)
         held, moves = _uuids_held_elsewhere(name, gpus)
         errors.update(held)
     if errors:
@@ -302,13 +317,14 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     Node.objects.filter(pk=node.pk).update(flavor=flavor, gpu_count=len(gpus) + len(lost), cpu_milli=cpu_milli,
                                            memory_mib=memory_mib, labels=merged, last_heartbeat=now, **extra)
     for i, g in enumerate(gpus):
-        fields = {"uuid": g.get("uuid") or "", "numa_node": g.get("numa_node"),
+        # (an entry without a UUID keeps the one stored: blanking it let another node claim it; trial 18, finding 6)
+        fields = {**({"uuid": g["uuid"]} if g.get("uuid") else {}), "numa_node": g.get("numa_node"),
                   "health": g.get("health", "healthy"), "health_reason": (g.get("health_reason") or "")[:200],
                   "out_of_service": Gpu.OutOfService.NO,  # reported: usable again, unless _sync_mig holds it
                   **({"memory_mib": g["memory_mib"]} if g.get("memory_mib") is not None else {})}
         gpu = rows.get(i)
         if gpu is None:
-            gpu = Gpu.objects.create(node=node, index=g["index"], **fields)
+            gpu = Gpu.objects.create(node=node, index=g["index"], **{"uuid": "", **fields})
         else:
             Gpu.objects.filter(pk=gpu.pk).update(**fields)
         _sync_mig(gpu, g)
@@ -542,7 +558,8 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
                      actor=None) -> Node:
     """Store a heartbeat: last_heartbeat = `at`, the time the SERVER received it (default: the cluster
     clock; never the node's own clock, which drifts) and each reported GPU's health ({index, health,
-    health_reason}). `node_time`, the time the node put in it, is kept only as the node's clock offset
+    health_reason}, and `uuid`: then the GPU of that UUID on this node wherever its index is, none when the node has
+    no such GPU). `node_time`, the time the node put in it, is kept only as the node's clock offset
     (Node.clock_offset_seconds), and only within NODE_CLOCK_MAX_OFFSET_SECONDS of `at`: further out the offset
     is cleared, the returned node's `clock_warning` says why and a `node_clock` Event flags it (hourly at most). A not_ready node returns to the state it had (node_states.py). Raises ValidationError: unknown
     node ("name": register first), bad GPU entries, a GPU index the node does not have."""
@@ -551,11 +568,23 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
         raise ValidationError({"name": f"unknown node {name!r}: register it first"})
     errors = _check_gpus(gpus)
     have = {g.index: g for g in Gpu.objects.filter(node=node)}
+    # an entry that names its GPU's UUID is that GPU's, at whatever index the server holds it (the node may have been
+    # registered again since: trial 18, finding 2, a lost GPU's health landed on its neighbour and the wrong job was
+    # requeued); a UUID this node does not hold is not applied (the agent registers again when its numbering changes)
+    by_uuid = {row.uuid: row for row in have.values() if row.uuid}
+    rows = []
     for i, g in enumerate(gpus):
-        if isinstance(g.get("index"), int) and g["index"] not in have:
+        uuid = g.get("uuid") if isinstance(g, dict) and isinstance(g.get("uuid"), str) and g.get("uuid") else None
+        if uuid is not None:
+            rows.append(by_uuid.get(uuid))
+        elif isinstance(g, dict) and isinstance(g.get("index"), int) and g["index"] not in have:
             errors[f"gpus[{i}].index"] = f"node {name} has no GPU {g['index']}"
+        else:
+            rows.append(have.get(g.get("index")) if isinstance(g, dict) else None)
     if errors:
         raise ValidationError(errors)
+    # the entries as this server numbers the node's GPUs, for the health rules, the audit and validation below
+    gpus = [{**g, "index": row.index} for g, row in zip(gpus, rows) if row is not None]
     changes = []
     for g in gpus:
         row = have[g["index"]]
