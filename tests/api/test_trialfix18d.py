@@ -244,7 +244,8 @@ def test_lock_names_docstring_names_each_module_that_takes_it_and_no_use_it_lost
                for node in ast.walk(tree)):
             callers.add(".".join(path.relative_to(root).with_suffix("").parts))
     callers.discard("scheduling.locks")
-    assert callers == {"services.tenancy", "services.rules", "federation.manager", "api.idempotency"}, callers
+    assert callers == {"services.tenancy", "services.rules", "federation.manager", "api.idempotency", "services.nodes"}, \
+        callers
     doc = " ".join(lock_name.__doc__.split())
     assert all(module in doc for module in callers), doc
     assert "a user's membership of a team" not in doc

@@ -69,3 +69,18 @@ def test_a_registration_entry_without_a_uuid_keeps_the_stored_one():
     with pytest.raises(services.ValidationError) as err:
         services.register_node("k2", flavor="H100", gpus=[_gpu("k", 0)])
     assert "gpus[0].uuid" in err.value.errors
+
+
+def test_a_gpu_index_past_the_highest_a_node_may_report_is_a_400(client_for):
+    """NVML numbers a node's GPUs 0..count-1 and the engine sees a node's GPUs as 0..its highest index: index 32767 on a
+    4-GPU node was accepted, the metrics read 'H100 x32768' and the engine walked 32,768 GPUs of that node."""
+    from gpuplatform.services.nodes import MAX_GPU_INDEX
+
+    agent = client_for("agent")
+    gpus = [_gpu("big", i) for i in range(3)] + [_gpu("big", 32767)]
+    r = agent.post("/api/v1/nodes/register/", {"name": "big", "flavor": "H100", "gpus": gpus}, format="json")
+    assert r.status_code == 400 and "gpus[3].index" in r.json(), r.content
+    with pytest.raises(services.ValidationError) as err:
+        services.register_node("big", flavor="H100", gpus=[_gpu("big", MAX_GPU_INDEX + 1)])
+    assert err.value.errors == {"gpus[0].index": f"index must be a distinct integer from 0 to {MAX_GPU_INDEX}"}
+    services.register_node("big", flavor="H100", gpus=[_gpu("big", MAX_GPU_INDEX)])  # the highest is taken

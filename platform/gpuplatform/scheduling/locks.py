@@ -71,7 +71,8 @@ def lock_name(namespace: str, value) -> None:
     """Serialize, until the current transaction ends, the writes that check one name of `namespace` before they
     write it: a team's name or slug (services.tenancy: create_team, update_team, delete_team), a member cluster's
     name (federation.manager), a diagnosis or health rule's name (services.rules), an idempotency key
-    (api.idempotency); and one team's membership writes (services.tenancy.lock_team_members: "team members" and the
+    (api.idempotency), a GPU or MIG instance UUID a node registers (services.nodes: "gpu uuid"); and one team's
+    membership writes (services.tenancy.lock_team_members: "team members" and the
     team's id). The second waits for the first to commit and then reads its row, so it answers the rule's 400 or the
     replay, not the unique index's error (new-user trial 16b, F1-F3: two creations of one team name answered a 500;
     concurrent retries with one Idempotency-Key a 400 "already exists"; one membership added three times read

@@ -26,6 +26,13 @@ __all__ = ["register_node", "record_heartbeat", "cordon_node", "drain_node", "un
 MIG_FIELDS = ("uuid", "profile", "memory_mib", "slices")
 
 
+# The highest GPU index a node may report: NVML numbers a node's GPUs 0..count-1 (16 on the largest boards), and the
+# engine sees a node's GPUs as 0..its highest index, an index with no GPU row counting as an unhealthy GPU
+# (scheduling/store.py): index 32767 on a 4-GPU node showed "H100 x32768" and gave the engine 32,768 GPUs to walk
+# (trial 18, finding 4).
+MAX_GPU_INDEX = 63
+
+
 def _check_gpus(gpus: list[dict]) -> dict[str, str]:
     errors = {}
     seen = set()
@@ -33,8 +40,8 @@ def _check_gpus(gpus: list[dict]) -> dict[str, str]:
     mig_uuids: dict[str, str] = {}  # MIG instance UUID -> where this request gives it first
     for i, g in enumerate(gpus):
         idx = g.get("index")
-        if not isinstance(idx, int) or idx < 0 or idx in seen:
-            errors[f"gpus[{i}].index"] = "index must be a distinct integer >= 0"
+        if not isinstance(idx, int) or idx < 0 or idx in seen or idx > MAX_GPU_INDEX:
+            errors[f"gpus[{i}].index"] = f"index must be a distinct integer from 0 to {MAX_GPU_INDEX}"
         seen.add(idx)
         uuid = g.get("uuid")
         if uuid is not None and not isinstance(uuid, str):

@@ -6,6 +6,7 @@ from rest_framework import serializers
 from scheduler.core.domain_tree import node_domain
 
 from ...models import Domain, Gpu, Node
+from ...services.nodes import MAX_GPU_INDEX
 from .base import ModelSerializer, Serializer
 from .fields import count_field
 
@@ -110,7 +111,7 @@ class GpuReportSerializer(Serializer):
 
     ignored_fields = ("ecc_uncorrected_aggregate", "retired_pages_dbe")
 
-    index = count_field(min_value=0, max_value=32767)
+    index = count_field(min_value=0, max_value=MAX_GPU_INDEX)  # (services.nodes: NVML's 0..count-1)
     uuid = serializers.CharField(max_length=80, required=False, default="", allow_blank=True)
     numa_node = count_field(min_value=-32768, max_value=32767, required=False, allow_null=True, default=None)
     health = serializers.CharField(max_length=16, required=False, default="healthy")
