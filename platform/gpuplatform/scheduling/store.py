@@ -197,9 +197,7 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
     unhealthy: dict[int, set[int]] = defaultdict(set)
     modes: dict[int, dict[int, str]] = defaultdict(dict)  # GPU sharing (scheduler/core/sharing.py)
     gpu_mem: dict[int, int] = {}
-    present: dict[int, set[int]] = defaultdict(set)  # node -> the indices of its Gpu rows
     for node_id, idx, numa_node, health, sharing, memory in gpus:
-        present[node_id].add(idx)
         numa[node_id][idx] = numa_node if numa_node is not None else 0
         if health != "healthy":
             unhealthy[node_id].add(idx)
@@ -255,13 +253,13 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
     kept_nodes: dict = {}
     indices: dict[int, tuple[int, ...]] = {}  # GPU count -> (0, 1, ..., count - 1)
     for nid, name, flavor, count, cpu, mem, domain, state, spare in nodes:
-        rows = present.get(nid, empty)
+        rows = numa[nid].keys() if nid in numa else empty  # the indices of its Gpu rows (every row sets numa)
         if len(rows) != count or (rows and max(rows) != count - 1):
             # the engine numbers a node's GPUs 0..gpus-1: an index with no Gpu row (a registration that skipped one,
             # a lost GPU moved to another node) is unhealthy there, never bound, and a row above gpu_count is seen
             # (trial 18b: the engine bound a GPU that was gone and never saw the highest one)
             span = max(count, max(rows) + 1) if rows else count
-            unhealthy[nid].update(set(range(span)) - rows)
+            unhealthy[nid].update(set(range(span)) - set(rows))
             count = span
         gpu_numa = numa.get(nid)
         if gpu_numa:

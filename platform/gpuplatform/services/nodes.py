@@ -338,11 +338,12 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     # which GPU (UUID) moved from which index to which: NVML renumbered those after one fallen off the bus, or a row
     # the registration no longer lists went aside to a free index (lost: true)
     aside = {row.pk for row in kept}
+    now_at = {pk: (uuid, index) for pk, uuid, index in Gpu.objects.filter(node=node, pk__in=list(was))
+              .values_list("pk", "uuid", "index")}  # the rows that stay on the node, where they are now
     renumbered = sorted(({"uuid": uuid, "from": was[pk], "to": index, **({"lost": True} if pk in aside else {})}
-                         for pk, uuid, index in Gpu.objects.filter(node=node, pk__in=list(was))
-                         .values_list("pk", "uuid", "index") if was[pk] != index), key=lambda r: (r["from"], r["to"]))
-    if renumbered or len(was) != Gpu.objects.filter(node=node, pk__in=list(was)).count():
-        _follow_holds(node, was, at=now)
+                         for pk, (uuid, index) in now_at.items() if was[pk] != index), key=lambda r: (r["from"], r["to"]))
+    if renumbered or len(was) != len(now_at):
+        _follow_holds(node, {was[pk]: now_at[pk][1] if pk in now_at else None for pk in was}, at=now)
     node.refresh_from_db()
     if _carries_inventory(gpus):
         audit_topology(node, gpus, at=now, actor=actor)
@@ -362,17 +363,16 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
 LOST_GPU_REASON = "not reported at the node's last registration (gone from NVML: e.g. fallen off the bus)"
 
 
-def _follow_holds(node: Node, was: dict[int, int], *, at) -> None:
+def _follow_holds(node: Node, to: dict[int, int | None], *, at) -> None:
     """The GPUs held for pending jobs (Job.reserved: [[role, index, node, GPU indices]], scheduling.evict) follow
-    this registration's renumbering of `node` (`was`: {Gpu pk: its index before}): a hold names GPUs by index, so a
+    this registration's renumbering of `node` (`to`: {a row's index before: its index now, None when
+    it left the node}): a hold names GPUs by index, so a
     hold on a GPU whose index moved names its new index, not the GPU now at the old one; a hold on a GPU that left
     the node (removed, or moved to another node) is dropped whole, with a hold_dropped Event, as a cycle drops a hold
     whose GPU is gone (apply_holds). (Trial 18c: holds kept the old indices.)"""
     from ..models import Job
     from ..scheduling.evict import HOLDER_STATES
 
-    now_at = dict(Gpu.objects.filter(node=node, pk__in=list(was)).values_list("pk", "index"))
-    to = {index: now_at.get(pk) for pk, index in was.items()}  # old index -> new index; None: gone from the node
     if all(to[i] == i for i in to):
         return
     dropped = []
