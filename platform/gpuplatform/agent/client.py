@@ -42,7 +42,7 @@ from typing import Callable
 from .inventory import GpuInventory, flavor_of
 
 __all__ = ["AgentError", "register_body", "heartbeat_body", "post_json", "get_json", "run_agent", "host_resources",
-           "gpu_identity"]
+           "gpu_identity", "needs_registration"]
 
 log = logging.getLogger("gpuplatform.agent")
 
@@ -72,6 +72,19 @@ def gpu_identity(gpus: list[GpuInventory]) -> tuple:
     driver reloaded) renumbers those after it: the agent registers again before a heartbeat under the new numbering
     (the server follows each GPU's UUID to its new index: services/nodes.py)."""
     return tuple((g.index, g.uuid) for g in gpus)
+
+
+def needs_registration(registered: tuple | None, gpus: list[GpuInventory]) -> bool:
+    """Whether inventory `gpus` must be registered before the next heartbeat: `registered`, the gpu_identity of the
+    last registration, is None (none yet) or not theirs (a GPU gone from NVML, or NVML renumbered them): heartbeats
+    name GPUs by index. A change is logged as a warning (a first registration is not). Both agent loops ask this
+    (run_agent, runner.AgentLoop.heartbeat). Raises nothing."""
+    if registered == gpu_identity(gpus):
+        return False
+    if registered is not None:
+        log.warning("GPU inventory changed (%d -> %d GPU(s) or renumbered): registering again",
+                    len(registered), len(gpus))
+    return True
 
 
 def register_body(name: str, gpus: list[GpuInventory], *, cpu_milli: int = 0, memory_mib: int = 0,
@@ -172,10 +185,7 @@ def run_agent(api: str, token: str, node_name: str, read: Callable[[], list[GpuI
     while True:
         try:
             gpus = read()
-            if registered != gpu_identity(gpus):  # first, or NVML renumbered: heartbeats go by index
-                if registered is not None:
-                    log.warning("GPU inventory changed (%d -> %d GPU(s) or renumbered): registering again",
-                                len(registered), len(gpus))
+            if needs_registration(registered, gpus):  # first, or NVML renumbered: heartbeats go by index
                 post_json(reg_url, token, register_body(node_name, gpus, cpu_milli=cpu, memory_mib=mem,
                                                         address=address, runtime=runtime))
                 registered = gpu_identity(gpus)

@@ -29,7 +29,8 @@ import urllib.parse
 from datetime import datetime, timezone
 from typing import Callable
 
-from .client import AgentError, get_json, gpu_identity, heartbeat_body, host_resources, post_json, register_body
+from .client import (AgentError, get_json, gpu_identity, heartbeat_body, host_resources, needs_registration, post_json,
+                     register_body)
 from .executor import ExecutorError, ProcessExecutor
 from .inventory import GpuInventory
 from .validation import ValidationRunner
@@ -75,7 +76,9 @@ class AgentLoop:
     server says otherwise (its poll_seconds, clamped to [0.05, 60]); resources: (cpu millicores, memory MiB),
     default host_resources(); sleep: the sleep function; timeout: seconds per HTTP call.
 
-    Counters: `beats` (heartbeats sent), `cycles` (assignment rounds), `registered`."""
+    Counters: `beats` (heartbeats sent), `cycles` (assignment rounds). `registered_gpus`: the gpu_identity of the
+    inventory last registered, None until a registration succeeds and again once the server answers 404 (it does not
+    know the node: register again); `registered` is whether it is not None."""
 
     def __init__(self, api: str, token: str, node_name: str, read: Callable[[], list[GpuInventory]],
                  executor: ProcessExecutor, *, address: str | None = None, runtime: str | None = None,
@@ -110,13 +113,17 @@ class AgentLoop:
                      "validation": f"{base}/api/v1/nodes/{node}/validation/"}
         # the repair path's validation check (agent/validation.py): started from a heartbeat's answer
         self.validation = ValidationRunner(validation_timeout)
-        self.registered = False
         self.registered_gpus: tuple | None = None  # gpu_identity of the inventory last registered
         self.beats = 0
         self.cycles = 0
         self._recovered = False
         self.never_started: set = set()  # (task, attempt) told to stop before this agent ever started it
         self.told_never_started: set = set()  # ... and already reported as such
+
+    @property
+    def registered(self) -> bool:
+        """Whether the node is registered (as far as this agent knows): a registration succeeded and no 404 since."""
+        return self.registered_gpus is not None
 
     # ---------------------------------------------------------------------------------------------- calls
     def register(self, gpus: list[GpuInventory] | None = None) -> None:
@@ -127,7 +134,6 @@ class AgentLoop:
         post_json(self.urls["register"], self.token,
                   {**register_body(self.node_name, gpus, cpu_milli=cpu, memory_mib=mem, address=self.address,
                                    runtime=self.runtime), "executor": "agent"}, timeout=self.timeout)
-        self.registered = True
         self.registered_gpus = gpu_identity(gpus)
         log.info("registered %s", self.node_name)
 
@@ -138,9 +144,7 @@ class AgentLoop:
         first, so that the server's rows follow (each UUID to its new index) before any health lands on them.
         Raises AgentError or InventoryError (then no heartbeat is sent)."""
         gpus = self.read()
-        if self.registered_gpus is not None and gpu_identity(gpus) != self.registered_gpus:
-            log.warning("GPU inventory changed (%d -> %d GPU(s) or renumbered): registering again",
-                        len(self.registered_gpus), len(gpus))
+        if self.registered and needs_registration(self.registered_gpus, gpus):
             self.register(gpus)
         answer = post_json(self.urls["heartbeat"], self.token, heartbeat_body(gpus), timeout=self.timeout)
         self.beats += 1
@@ -202,7 +206,7 @@ class AgentLoop:
 
     def _call_failed(self, what: str, exc: Exception) -> None:
         if isinstance(exc, AgentError) and exc.status == 404:
-            self.registered = False  # the control plane does not know this node (any more): register again
+            self.registered_gpus = None  # the control plane does not know this node (any more): register again
         log.warning("agent %s: %s", what, exc)
 
     # ---------------------------------------------------------------------------------------------- round
