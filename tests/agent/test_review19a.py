@@ -1,5 +1,6 @@
 """Review 19a (agent side): one rule for "register again before this heartbeat" in both agent loops
-(client.needs_registration; AgentLoop.registered derived from registered_gpus)."""
+(client.needs_registration; AgentLoop.registered derived from registered_gpus), and a lost GPU logged when it becomes
+lost and when NVML reads it again, not at every read (every heartbeat)."""
 from __future__ import annotations
 
 import logging
@@ -8,8 +9,9 @@ import pytest
 
 from gpuplatform.agent import client, runner
 from gpuplatform.agent.client import AgentError, needs_registration, run_agent
-from gpuplatform.agent.inventory import GpuInventory
+from gpuplatform.agent.inventory import GpuInventory, NvmlReader
 from gpuplatform.agent.runner import AgentLoop
+from tests.agent.test_trialfix18e import LOST, N, FailingNVML, _dump
 
 
 def _gpus(*uuids: str) -> list[GpuInventory]:
@@ -142,3 +144,92 @@ def test_agent_loop_heartbeat_before_any_registration_does_not_register(calls):
                       sleep=lambda s: None)
     agent.heartbeat()
     assert calls.kinds() == ["heartbeat"] and not agent.registered
+
+
+# ---------------------------------------------------------------------------------------- a lost GPU, logged once
+def _lost_lines(caplog) -> list[tuple[str, str]]:
+    out = [(r.levelname, r.getMessage()) for r in caplog.records
+           if r.name == "gpuplatform.agent" and r.getMessage().startswith("GPU ")]
+    caplog.clear()
+    return out
+
+
+@pytest.mark.parametrize("call", ["nvmlDeviceGetHandleByIndex", "nvmlDeviceGetUUID", "nvmlDeviceGetName", "*"])
+def test_a_lost_gpu_is_logged_when_lost_and_when_back_not_at_every_read(call, caplog):
+    caplog.set_level(logging.INFO, logger="gpuplatform.agent")
+    nvml = FailingNVML(_dump())
+    reader = NvmlReader(nvml, sysfs_root="/nonexistent")
+    reader()
+    assert _lost_lines(caplog) == []
+    nvml.fail(call, 2)
+    for _ in range(5):
+        gpus = reader()
+        assert gpus[2].health == "unhealthy" and LOST in gpus[2].health_reason  # reported unhealthy at every read
+    lines = _lost_lines(caplog)
+    assert len(lines) == 1, lines
+    level, text = lines[0]
+    assert level == "WARNING" and text.startswith("GPU 2 (GPU-18e") and LOST in text and "reported unhealthy" in text
+    nvml.failing.clear()
+    for _ in range(3):
+        assert reader()[2].health == "healthy"
+    assert _lost_lines(caplog) == [("INFO", "GPU 2 (GPU-18e00000-0000-0000-0000-000000000002): NVML reads it again")]
+    nvml.fail(call, 2)  # lost again: logged again, once
+    reader()
+    reader()
+    assert [level for level, _ in _lost_lines(caplog)] == ["WARNING"]
+
+
+def test_a_gpu_never_identified_is_logged_once(caplog):
+    caplog.set_level(logging.INFO, logger="gpuplatform.agent")
+    nvml = FailingNVML(_dump())
+    nvml.fail("nvmlDeviceGetUUID", 3)
+    reader = NvmlReader(nvml, sysfs_root="/nonexistent")
+    for _ in range(4):
+        assert [g.index for g in reader()] == [i for i in range(N) if i != 3]
+    lines = _lost_lines(caplog)
+    assert len(lines) == 1 and lines[0][0] == "WARNING" and "never identified" in lines[0][1], lines
+    nvml.failing.clear()
+    assert len(reader()) == N
+    assert _lost_lines(caplog) == [("INFO", "GPU 3 (GPU-18e00000-0000-0000-0000-000000000003): NVML reads it again")]
+
+
+def test_a_lost_gpu_through_the_agent_loop_warns_once_over_many_heartbeats(calls, caplog):
+    caplog.set_level(logging.INFO, logger="gpuplatform.agent")
+    nvml = FailingNVML(_dump())
+    agent = AgentLoop("http://cp", "tok", "n1", NvmlReader(nvml, sysfs_root="/nonexistent"), _NoExecutor(),
+                      resources=(1000, 1024), sleep=lambda s: None)
+    agent.register()
+    nvml.fail("*", 5)
+    for _ in range(6):
+        agent.heartbeat()
+    beats = [body for kind, body in calls.made if kind == "heartbeat"]
+    assert len(beats) == 6 and all(b["gpus"][5]["health"] == "unhealthy" for b in beats)
+    assert len([1 for level, _ in _lost_lines(caplog) if level == "WARNING"]) == 1
+
+
+def test_read_nvml_without_a_lost_set_logs_every_call(caplog):
+    """A one-off read (no `lost` set to remember by) logs what it finds, every call, as before."""
+    from gpuplatform.agent.inventory import read_nvml
+
+    caplog.set_level(logging.INFO, logger="gpuplatform.agent")
+    nvml = FailingNVML(_dump())
+    known: dict = {}
+    read_nvml(nvml, sysfs_root="/nonexistent", known=known)
+    nvml.fail("nvmlDeviceGetName", 1)
+    read_nvml(nvml, sysfs_root="/nonexistent", known=known)
+    read_nvml(nvml, sysfs_root="/nonexistent", known=known)
+    assert [level for level, _ in _lost_lines(caplog)] == ["WARNING", "WARNING"]
+
+
+def test_a_lost_gpu_nvml_stops_listing_is_logged_once_as_gone(caplog):
+    caplog.set_level(logging.INFO, logger="gpuplatform.agent")
+    nvml = FailingNVML(_dump())
+    reader = NvmlReader(nvml, sysfs_root="/nonexistent")
+    reader()
+    nvml.fail("*", N - 1)
+    reader()
+    assert [level for level, _ in _lost_lines(caplog)] == ["WARNING"]
+    nvml.dump["gpus"].pop()  # NVML no longer counts it
+    assert len(reader()) == N - 1 and len(reader()) == N - 1
+    assert _lost_lines(caplog) == [("INFO", f"GPU GPU-18e00000-0000-0000-0000-00000000000{N - 1}: no longer in NVML's "
+                                            f"list (reported lost until now)")]

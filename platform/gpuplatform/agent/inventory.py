@@ -178,7 +178,7 @@ def _lost_reason(name: str, exc: Exception | None, nvml=None) -> str:
 
 
 def read_nvml(nvml, *, sysfs_root: str = "/sys", xids: dict[int, list[int]] | None = None,
-              known: dict[int, GpuInventory] | None = None) -> list[GpuInventory]:
+              known: dict[int, GpuInventory] | None = None, lost: set | None = None) -> list[GpuInventory]:
     """Read every GPU through the nvidia-ml-py module `nvml` (or a fake with the same functions).
 
     Every call about one GPU is guarded, so one GPU NVML cannot read (fallen off the bus: NVML_ERROR_GPU_IS_LOST
@@ -189,6 +189,10 @@ def read_nvml(nvml, *, sysfs_root: str = "/sys", xids: dict[int, list[int]] | No
     - a call that says the GPU is lost (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED), whichever it is, makes
       the GPU unhealthy the same way; its topology facts that failed are its last read's;
     - any other failing call leaves its field None (not supported), as always.
+    A lost GPU is logged as a warning. `lost`: the GPUs the last read found lost, which this call keeps up to date
+    (pass the same set to every read, as NvmlReader does): a GPU is then logged once when it becomes lost and once
+    (info) when NVML reads it again or no longer lists it, not at every read (an agent reads at every heartbeat);
+    without it every lost GPU is logged at every call.
     NVML as a whole gone raises InventoryError: nvmlInit or nvmlDeviceGetCount failing, or any call answering
     NVML_ERROR_UNINITIALIZED, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND,
     NVML_ERROR_LIB_RM_VERSION_MISMATCH."""
@@ -205,9 +209,12 @@ def read_nvml(nvml, *, sysfs_root: str = "/sys", xids: dict[int, list[int]] | No
         except error as exc:
             raise InventoryError(f"nvmlDeviceGetCount failed: {exc}") from exc
         read = [_read_device(nvml, error, i, sysfs_root, list((xids or {}).get(i, [])), known) for i in range(count)]
-        identified = {gpu.uuid for gpu, named in read if gpu is not None and named}
+        identified = {gpu.uuid for gpu, named, _ in read if gpu is not None and named}
         # one reported as last read at its index, whose UUID this read found at another (NVML renumbered): not twice
-        gpus = [gpu for gpu, named in read if gpu is not None and (named or gpu.uuid not in identified)]
+        kept = [(gpu, named, why) for gpu, named, why in read
+                if gpu is None or named or gpu.uuid not in identified]
+        gpus = [gpu for gpu, _, _ in kept if gpu is not None]
+        _log_lost(kept, lost)
         for g in gpus:
             known[g.index] = GpuInventory(**{**g.to_dict(), "xids": [], "health": "healthy", "health_reason": ""})
         return gpus
@@ -218,10 +225,36 @@ def read_nvml(nvml, *, sysfs_root: str = "/sys", xids: dict[int, list[int]] | No
             pass
 
 
+def _log_lost(read: list[tuple[GpuInventory | None, bool, tuple | None]], lost: set | None) -> None:
+    """Log the GPUs `read` (read_nvml: (GPU, identified, (key, why) when NVML cannot read it)) finds lost: each one
+    not in `lost` (the last read's) as a warning, each one of `lost` NVML reads again (or no longer lists) as info;
+    then `lost` holds this read's. `lost` None: every lost GPU, as a warning."""
+    now = {why[0]: why[1] for _, _, why in read if why is not None}
+    for key, message in now.items():
+        if lost is None or key not in lost:
+            log.warning("%s", message)
+    if lost is None:
+        return
+    fine = {}  # the GPUs this read identified and read: by UUID, and by index (for one never identified)
+    for gpu, named, why in read:
+        if gpu is not None and named and why is None:
+            fine[("uuid", gpu.uuid)] = fine[("index", gpu.index)] = gpu
+    for key in sorted(lost - now.keys()):
+        gpu = fine.get(key)
+        if gpu is not None:
+            log.info("GPU %d (%s): NVML reads it again", gpu.index, gpu.uuid)
+        elif key[0] == "uuid":
+            log.info("GPU %s: no longer in NVML's list (reported lost until now)", key[1])
+        # (an index never identified whose GPU is now identified but lost: its warning names it by UUID)
+    lost.clear()
+    lost.update(now)
+
+
 def _read_device(nvml, error, i: int, sysfs_root: str, xids: list[int],
-                 known: dict[int, GpuInventory]) -> tuple[GpuInventory | None, bool]:
-    """(GPU `i` (read_nvml), whether this read identified it by its UUID); (None, False) when it cannot be
-    identified and never was."""
+                 known: dict[int, GpuInventory]) -> tuple[GpuInventory | None, bool, tuple[tuple, str] | None]:
+    """(GPU `i` (read_nvml), whether this read identified it by its UUID, (("uuid", its UUID) or ("index", `i`)
+    when never identified, the warning to log) when NVML cannot read it, else None); (None, False, ...) when it
+    cannot be identified and never was."""
     dev = _Device(nvml, error, i)
     h = dev("nvmlDeviceGetHandleByIndex", i)
     uuid_ = None if h is None else dev("nvmlDeviceGetUUID", h)
@@ -229,11 +262,11 @@ def _read_device(nvml, error, i: int, sysfs_root: str, xids: list[int],
         name, exc = dev.failures[-1] if dev.failures else ("nvmlDeviceGetUUID", None)
         last = known.get(i)
         if last is None:
-            log.warning("GPU %d: %s; never identified: left out of the inventory", i, _lost_reason(name, exc, nvml))
-            return None, False
-        log.warning("GPU %d (%s): %s: reported unhealthy", i, last.uuid, _lost_reason(name, exc, nvml))
-        return apply_health(GpuInventory(**{**copy.deepcopy(last.to_dict()), "index": i, "xids": xids}),
-                            problems=[_lost_reason(name, exc, nvml)]), False
+            return None, False, (("index", i), f"GPU {i}: {_lost_reason(name, exc, nvml)}; never identified: left "
+                                                f"out of the inventory")
+        return (apply_health(GpuInventory(**{**copy.deepcopy(last.to_dict()), "index": i, "xids": xids}),
+                             problems=[_lost_reason(name, exc, nvml)]), False,
+                (("uuid", last.uuid), f"GPU {i} ({last.uuid}): {_lost_reason(name, exc, nvml)}: reported unhealthy"))
     uuid_ = _text(uuid_)
     pci = dev("nvmlDeviceGetPciInfo", h)
     bus = "" if pci is None else _text(pci.busId)
@@ -257,7 +290,7 @@ def _read_device(nvml, error, i: int, sysfs_root: str, xids: list[int],
         mig=_mig_instances(nvml, h, dev) if mig is not None and mig[0] == 1 else None)
     lost = dev.lost()
     if lost is None:
-        return apply_health(gpu), True
+        return apply_health(gpu), True, None
     # lost under this read: what failed of its identity and topology is as last read (the same UUID)
     last = next((g for g in known.values() if g.uuid == uuid_), None)
     if last is not None:
@@ -271,21 +304,24 @@ def _read_device(nvml, error, i: int, sysfs_root: str, xids: list[int],
                 setattr(gpu, key, copy.deepcopy(getattr(last, key)))
         if gpu.mig_mode == "enabled" == last.mig_mode and (gpu.mig is None or dev.failed(*MIG_CALLS)):
             gpu.mig = copy.deepcopy(last.mig)  # its MIG layout as last read: not a layout changed under a job
-    log.warning("GPU %d (%s): %s: reported unhealthy", i, uuid_, _lost_reason(*lost, nvml))
-    return apply_health(gpu, problems=[_lost_reason(*lost, nvml)]), True
+    return (apply_health(gpu, problems=[_lost_reason(*lost, nvml)]), True,
+            (("uuid", uuid_), f"GPU {i} ({uuid_}): {_lost_reason(*lost, nvml)}: reported unhealthy"))
 
 
 class NvmlReader:
     """A no-argument inventory reader through NVML (`nvml`: the nvidia-ml-py module or a fake) that keeps each
     index's last read GPU (`known`), so that a GPU NVML cannot identify any more is still reported, unhealthy, at its
-    index (read_nvml) for as long as the agent runs."""
+    index (read_nvml) for as long as the agent runs, and the GPUs it found lost (`lost`), so that a lost GPU is
+    logged when it becomes lost and when NVML reads it again, not at every read (every heartbeat). Raises
+    InventoryError as read_nvml."""
 
     def __init__(self, nvml, *, sysfs_root: str = "/sys"):
         self.nvml, self.sysfs_root = nvml, sysfs_root
         self.known: dict[int, GpuInventory] = {}
+        self.lost: set = set()
 
     def __call__(self, xids: dict[int, list[int]] | None = None) -> list[GpuInventory]:
-        return read_nvml(self.nvml, sysfs_root=self.sysfs_root, xids=xids, known=self.known)
+        return read_nvml(self.nvml, sysfs_root=self.sysfs_root, xids=xids, known=self.known, lost=self.lost)
 
 
 MIG_PROFILE_IN_NAME = re.compile(r"(\d+g\.\d+gb(?:\+me)?)")
