@@ -100,7 +100,8 @@ def evict_job(job_id, *, at: datetime, grace_seconds: float, kind: str, reason: 
     Returns the deadline, or None when the job is no longer running (stale)."""
     deadline = at + timedelta(seconds=grace_seconds)
     if not Job.objects.filter(pk=job_id, state__in=Job.ACTIVE_STATES).update(
-            state=Job.State.PREEMPTING, preempt_deadline=deadline, evicted_for=evicted_for, updated_at=timezone.now()):
+            state=Job.State.PREEMPTING, preempt_deadline=deadline, evicted_for=evicted_for, stop_reason=reason[:300],
+            updated_at=timezone.now()):
         return None
     if event:
         name, queue_id = Job.objects.filter(pk=job_id).values_list("name", "queue_id").first()

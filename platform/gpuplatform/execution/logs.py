@@ -151,8 +151,9 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
     (where the returned data starts: `offset`, or the first byte kept when it was trimmed, or the stored end when
     `offset` is past it), next_offset, size (bytes stored so far), trimmed (output before
     `offset` is gone), data, complete (the task attempt has ended and nothing more is stored), state (the
-    task's state now: "pending" before it is placed, so a reader can say "no log yet" rather than "running";
-    that of the current attempt, so a past attempt's reader judges by `complete`), note (why nothing is
+    task's state in that attempt: now, for the current attempt ("pending" before it is placed, so a reader can say
+    "no log yet" rather than "running"); for a past attempt, "failed" when its task was the one that failed it
+    (Attempt.failed_task), else "released": the attempt ended, whatever the task runs now), note (why nothing is
     stored, when nothing is: not started yet, no output yet, or no process runs this task; "" otherwise),
     expect_output (false when no process runs the task, a simulated job or node: nothing will come)}."""
     limits = log_limits()
@@ -199,11 +200,16 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
             break  # the limit ended inside this chunk: the next read continues here, not after it
     ended = attempt < job_attempt or task.state not in Task.OPEN_STATES
     name = f"{task.role.name}-{task.index}"
+    state = task.state
+    if attempt < job_attempt:  # new-user trial 19, F2: a past attempt's read gave the running attempt's state
+        failed = (Attempt.objects.filter(job_id=task.job_id, number=attempt)
+                  .values_list("failed_task", flat=True).first())
+        state = Task.State.FAILED if failed == f"{task.role.name}[{task.index}]" else Task.State.RELEASED
     note, expect_output = _no_output_note(task, name, ended=ended) if size == 0 else ("", True)
     return {"task": task.pk, "name": name, "attempt": attempt, "offset": start,
             "next_offset": at, "size": size, "trimmed": bool(trimmed),
             "data": b"".join(parts).decode("utf-8", errors="replace"), "complete": bool(ended and at >= size),
-            "state": task.state, "note": note, "expect_output": expect_output}
+            "state": state, "note": note, "expect_output": expect_output}
 
 
 def _no_output_note(task: Task, name: str, *, ended: bool) -> tuple[str, bool]:

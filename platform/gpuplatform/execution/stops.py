@@ -97,13 +97,13 @@ def finalize_stop(job_id, *, at: datetime, cycle: int | None = None) -> bool:
     """A preempting job whose processes are gone (or whose deadline passed) becomes what its stop_target
     says: requeued, restarted (with backoff), or ended with its GPUs released. False when not preempting."""
     row = Job.objects.filter(pk=job_id, state=Job.State.PREEMPTING).values_list(
-        "stop_target", "stop_reason", "name", "restarts", "max_restarts").first()
+        "stop_target", "stop_reason", "name", "restarts", "max_restarts", "preempt_deadline").first()
     if row is None:
         return False
-    target, reason, name, restarts, max_restarts = row
+    target, reason, name, restarts, max_restarts, deadline = row
     target = target or "requeue"
     if target == "requeue":
-        return requeue_job(job_id, at=at, kind="requeued", reason=reason or "preempted: grace period over",
+        return requeue_job(job_id, at=at, kind="requeued", reason=f"{reason or 'preempted'}: {_how_stopped(deadline, at)}",
                            backoff=False, from_states=(Job.State.PREEMPTING,), cycle=cycle)
     if target == "restart":
         Job.objects.filter(pk=job_id).update(restarts=F("restarts") + 1, end_reason=reason[:300])
@@ -114,6 +114,16 @@ def finalize_stop(job_id, *, at: datetime, cycle: int | None = None) -> bool:
     return end_job(job_id, state, at=at, kind=state if state != Job.State.CANCELLED else "cancelled",
                    message=f"{name} {state}: {reason}" if reason else f"{name} {state}", reason=reason,
                    task_state=Task.State.RELEASED, cycle=cycle, from_states=(Job.State.PREEMPTING,))
+
+
+def _how_stopped(deadline: datetime | None, at: datetime) -> str:
+    """How a stop ended, for the requeue's reason: before its deadline, every process had exited (the job's SIGTERM
+    handler checkpointed and quit: new-user trial 19, F1, where that read "grace period over"); at or after it, the
+    grace period ran out (node agents SIGKILL what is left then)."""
+    if deadline is not None and at < deadline:
+        left = (deadline - at).total_seconds()
+        return f"every task exited {left:.0f} s before its grace period ended"
+    return "grace period over"
 
 
 def _finalize_if_idle(job_id, *, at: datetime, cycle: int | None = None) -> bool:
