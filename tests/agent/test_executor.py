@@ -450,3 +450,41 @@ def test_the_kernels_oom_line_for_the_tasks_pid_is_the_supervisors_first_evidenc
     fake = tmp_path / "kmsg"
     fake.write_text("6,1,5,-;Out of memory: Killed process 7 (x)\n")
     assert list(supervise._kmsg_records(str(fake))) == ["Out of memory: Killed process 7 (x)"]
+
+
+def test_a_stop_signals_each_process_once_in_the_group_and_outside_it(ex):
+    """New-user trial 19, F3: every process of the task's group got SIGTERM twice, from the group's killpg and again
+    one by one, 10 ms apart: a checkpointing handler ran twice. Each process gets one: the group's members from the
+    group signal, a descendant that left the group (setsid) on its own."""
+    counter = textwrap.dedent("""
+        import signal, sys, time
+        n = 0
+        def term(*_):
+            global n
+            n += 1
+        signal.signal(signal.SIGTERM, term)
+        open(sys.argv[1] + ".ready", "w").close()
+        end = None
+        while True:
+            time.sleep(0.02)
+            if n and end is None:
+                end = time.monotonic() + float(sys.argv[2])  # count what else comes in that time
+            if end is not None and time.monotonic() > end:
+                open(sys.argv[1], "w").write(str(n))
+                break
+    """)
+    Path(ex.work_dir).mkdir(parents=True, exist_ok=True)
+    script = Path(ex.work_dir) / "count_term.py"
+    script.write_text(counter)
+    py = sys.executable
+    # the task's main process is the counter itself (exec), so the supervisor's clean-up of what outlives it does not
+    # signal the escaped one (which stops counting first)
+    cmd = f"setsid {py} {script} escaped.txt 0.5 & exec {py} {script} inside.txt 1.0"
+    assert ex.start(assignment(40, cmd)) == "started"
+    tdir = Path(ex.task_dir((40, 0)))
+    wait_for(lambda: (tdir / "inside.txt.ready").exists() and (tdir / "escaped.txt.ready").exists())
+    ex.stop((40, 0), time.monotonic() + 10)
+    wait_for(lambda: (tdir / "inside.txt").exists() and (tdir / "escaped.txt").exists())
+    assert (tdir / "inside.txt").read_text() == "1"
+    assert (tdir / "escaped.txt").read_text() == "1"
+    wait_ended(ex, [(40, 0)])

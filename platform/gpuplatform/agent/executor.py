@@ -493,15 +493,22 @@ class ProcessExecutor:
     def _signal(self, key: Key, sig: int) -> None:
         m = self._meta[key]
         if sig != signal.SIGKILL:
+            # one signal per process (new-user trial 19, F3: the group's members got SIGTERM from killpg and again
+            # one by one, 10 ms apart, entering a checkpointing handler twice): the group at once, then each
+            # process of the task outside it (a descendant that left with setsid / setpgid)
             procs = scan_proc()
             alive, pids = self._task_pids(m, procs)
+            group = None
             if alive:
                 try:
                     os.killpg(m["pid"], sig)
+                    group = m["pid"]
                 except OSError:
                     pass
             for pid in pids:
-                _kill(pid, sig)
+                st = procs.get(pid)
+                if group is None or st is None or st.pgid != group:
+                    _kill(pid, sig)
             return
         # SIGKILL: the descendants first, while the supervisor (their subreaper) is alive to re-parent the
         # orphans of a killed process, until none is left; then the supervisor and its group.
