@@ -4,11 +4,13 @@ seconds, so an Event is written only when something changed (a GPU's health, a n
 Units: GPUs, millicores, MiB, seconds."""
 from __future__ import annotations
 
+import string
 from collections import Counter
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
+from django.db.models.functions import Lower
 
 from .. import clock
 from ..audit import record_event, record_events
@@ -22,7 +24,7 @@ from . import node_states
 from .base import request_cycle_on_commit
 
 __all__ = ["register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node", "set_spare",
-           "set_gpu_sharing", "set_node_gpu_sharing"]
+           "set_gpu_sharing", "set_node_gpu_sharing", "uuid_key"]
 MIG_FIELDS = ("uuid", "profile", "memory_mib", "slices")
 
 
@@ -32,12 +34,35 @@ MIG_FIELDS = ("uuid", "profile", "memory_mib", "slices")
 # (trial 18, finding 4).
 MAX_GPU_INDEX = 63
 
+_FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def uuid_key(uuid: str) -> str:
+    """The one comparison of GPU and MIG instance UUIDs (registration, its UUID locks, the held-elsewhere check,
+    heartbeat entries, MIG layouts): two UUIDs name one device when their keys are equal, letter case ignored (NVML
+    writes "GPU-5a3c..." / "MIG-..."; a lower-case copy of a live GPU's UUID registered on another node was a new GPU:
+    two rows for one physical GPU). ASCII letters only, as SQL lower() folds them on every database; what is stored is
+    what the agent sent. Raises nothing."""
+    return uuid.translate(_FOLD)
+
+
+def _uuid_in(queryset, uuids, field: str = "uuid"):
+    """`queryset` narrowed to the rows whose `field` may be one of `uuids` as uuid_key compares them (SQL lower();
+    the caller keeps a row only when uuid_key of its UUID is one it looks for: uuid_key decides)."""
+    keys = sorted({uuid_key(u) for u in uuids})
+    return queryset.alias(uuid_lower=Lower(field)).filter(uuid_lower__in=keys)
+
+
+def _same_words(sent: str, stored: str) -> str:
+    """`sent`, and `stored` when it differs from it in letter case only."""
+    return sent if sent == stored else f"{sent} ({stored}, letter case aside)"
+
 
 def _check_gpus(gpus: list[dict]) -> dict[str, str]:
     errors = {}
     seen = set()
-    uuids: dict[str, int] = {}
-    mig_uuids: dict[str, str] = {}  # MIG instance UUID -> where this request gives it first
+    uuids: dict[str, tuple[int, str]] = {}  # uuid_key -> (i, the UUID as gpus[i] gives it)
+    mig_uuids: dict[str, tuple[str, str]] = {}  # MIG instance uuid_key -> (where this request gives it first, as given)
     for i, g in enumerate(gpus):
         idx = g.get("index")
         if not isinstance(idx, int) or idx < 0 or idx in seen or idx > MAX_GPU_INDEX:
@@ -46,10 +71,12 @@ def _check_gpus(gpus: list[dict]) -> dict[str, str]:
         uuid = g.get("uuid")
         if uuid is not None and not isinstance(uuid, str):
             errors[f"gpus[{i}].uuid"] = "uuid must be a string (the GPU's NVML UUID)"
-        elif uuid and uuid in uuids:  # one physical GPU listed twice (new-user trial 15, F4)
-            errors[f"gpus[{i}].uuid"] = f"uuid {uuid} is given twice (gpus[{uuids[uuid]}] has it): a GPU's UUID is unique"
+        elif uuid and uuid_key(uuid) in uuids:  # one physical GPU listed twice (new-user trial 15, F4)
+            j, theirs = uuids[uuid_key(uuid)]
+            errors[f"gpus[{i}].uuid"] = (f"uuid {_same_words(uuid, theirs)} is given twice (gpus[{j}] has it): a GPU's "
+                                         f"UUID is unique, letter case ignored")
         elif uuid:
-            uuids[uuid] = i
+            uuids[uuid_key(uuid)] = (i, uuid)
         if g.get("health", "healthy") not in Gpu.Health.values:
             errors[f"gpus[{i}].health"] = f"health must be one of {Gpu.Health.values}"
         memory = g.get("memory_mib")
@@ -66,11 +93,13 @@ def _check_gpus(gpus: list[dict]) -> dict[str, str]:
                     errors[f"gpus[{i}].mig[{k}]"] = "a MIG instance needs a uuid and a profile name"
                 elif any(not isinstance(inst.get(f) or 0, int) or (inst.get(f) or 0) < 0 for f in ("memory_mib", "slices")):
                     errors[f"gpus[{i}].mig[{k}]"] = "memory_mib and slices must be whole numbers >= 0"
-                elif inst["uuid"] in mig_uuids:  # one instance on two GPUs (trial 17c, G2: kept on the last)
-                    errors[f"gpus[{i}].mig[{k}].uuid"] = (f"uuid {inst['uuid']} is given twice ({mig_uuids[inst['uuid']]}"
-                                                          f" has it): a MIG instance's UUID is unique")
+                elif uuid_key(inst["uuid"]) in mig_uuids:  # one instance on two GPUs (trial 17c, G2: kept on the last)
+                    where, theirs = mig_uuids[uuid_key(inst["uuid"])]
+                    errors[f"gpus[{i}].mig[{k}].uuid"] = (f"uuid {_same_words(inst['uuid'], theirs)} is given twice "
+                                                          f"({where} has it): a MIG instance's UUID is unique, letter "
+                                                          f"case ignored")
                 else:
-                    mig_uuids[inst["uuid"]] = f"gpus[{i}].mig[{k}]"
+                    mig_uuids[uuid_key(inst["uuid"])] = (f"gpus[{i}].mig[{k}]", inst["uuid"])
     return errors
 
 
@@ -97,17 +126,26 @@ def _sync_mig(gpu: Gpu, g: dict) -> None:
     enabled = g.get("mig_mode") in (True, "enabled")
     if not enabled and gpu.sharing != Gpu.Sharing.MIG:
         return
-    reported = {inst["uuid"] for inst in g.get("mig") or ()} if enabled else set()
+    reported = {uuid_key(inst["uuid"]) for inst in g.get("mig") or ()} if enabled else set()
     if enabled and g.get("mig") is None:
         return
     live = set(Allocation.objects.filter(mig_instance__gpu=gpu, released_at__isnull=True)
                .values_list("mig_instance__uuid", flat=True))
-    gone_live = sorted(live - reported)
-    MigInstance.objects.filter(gpu=gpu).exclude(uuid__in=reported | live).delete()
+    gone_live = sorted(u for u in live if uuid_key(u) not in reported)
+    keep = reported | {uuid_key(u) for u in live}
+    MigInstance.objects.filter(pk__in=[pk for pk, uuid in MigInstance.objects.filter(gpu=gpu).values_list("pk", "uuid")
+                                       if uuid_key(uuid) not in keep]).delete()
     for inst in g.get("mig") or () if enabled else ():
-        MigInstance.objects.update_or_create(uuid=inst["uuid"], defaults={
-            "gpu": gpu, "profile": inst["profile"], "memory_mib": inst.get("memory_mib") or 0,
-            "slices": inst.get("slices") or 0})
+        # the instance of that UUID (uuid_key), wherever it was: it takes the spelling the agent sent
+        fields = {"uuid": inst["uuid"], "gpu": gpu, "profile": inst["profile"],
+                  "memory_mib": inst.get("memory_mib") or 0, "slices": inst.get("slices") or 0}
+        same = sorted((uuid != inst["uuid"], pk) for pk, uuid in _uuid_in(MigInstance.objects, [inst["uuid"]])
+                      .values_list("pk", "uuid") if uuid_key(uuid) == uuid_key(inst["uuid"]))  # (its spelling first)
+        row = same[0][1] if same else None
+        if row is None:
+            MigInstance.objects.create(**fields)
+        else:
+            MigInstance.objects.filter(pk=row).update(**fields)
     mode = Gpu.Sharing.MIG if enabled or gone_live else Gpu.Sharing.EXCLUSIVE
     fields = {"sharing": mode}
     if gone_live:
@@ -174,12 +212,13 @@ def set_node_gpu_sharing(node: Node, sharing: str, gpus: list[int] | None = None
 
 def _lock_uuids(gpus: list[dict]) -> None:
     """Hold, until the registration commits, a lock on each GPU and MIG instance UUID it lists (lock_name "gpu
-    uuid", letter case ignored), in sorted order: two registrations listing one UUID run one after the other, so the
-    second reads the first's row and _uuids_held_elsewhere refuses it. (Trial 18, finding 1: two nodes registering
-    one new UUID at once were both answered 201, and a cycle bound a job on each of them to that one GPU; the check
-    locked only rows that already existed.)"""
-    uuids = {g["uuid"].lower() for g in gpus if isinstance(g.get("uuid"), str) and g["uuid"]}
-    uuids |= {inst["uuid"].lower() for g in gpus if isinstance(g.get("mig"), list) for inst in g["mig"]
+    uuid", on its uuid_key: one lock for a UUID in any letter case, and one namespace for GPUs and instances), in sorted
+    order: two registrations listing one UUID run one after the other, so the second reads the first's row and
+    _uuids_held_elsewhere refuses it. (Trial 18, finding 1: two nodes registering one new UUID at once were both
+    answered 201, and a cycle bound a job on each of them to that one GPU; the check locked only rows that already
+    existed.)"""
+    uuids = {uuid_key(g["uuid"]) for g in gpus if isinstance(g.get("uuid"), str) and g["uuid"]}
+    uuids |= {uuid_key(inst["uuid"]) for g in gpus if isinstance(g.get("mig"), list) for inst in g["mig"]
               if isinstance(inst, dict) and isinstance(inst.get("uuid"), str) and inst["uuid"]}
     for uuid in sorted(uuids):
         lock_name("gpu uuid", uuid)
@@ -193,25 +232,27 @@ def _uuids_held_elsewhere(name: str, gpus: list[dict]) -> tuple[dict[str, str], 
     (Gpu.out_of_service "not_reported"): it was moved to this node, and `moves` maps i to its row (locked), which
     _move_gpus takes over (trial 17c, G14: the new node's registration was refused for good). Refused while a live
     allocation holds it (its job is still on the old node until failure detection requeues it). A MIG instance's UUID
-    likewise: another GPU's is refused; a moved GPU's instances, listed under it, move with it."""
-    wanted = {g["uuid"]: i for i, g in enumerate(gpus) if g.get("uuid")}
-    held = list(Gpu.objects.select_for_update(of=("self",)).filter(uuid__in=list(wanted)).exclude(node__name=name)
-                .select_related("node").order_by("node__name", "index"))
+    likewise: another GPU's is refused; a moved GPU's instances, listed under it, move with it. UUIDs compare by
+    uuid_key (letter case ignored)."""
+    wanted = {uuid_key(g["uuid"]): i for i, g in enumerate(gpus) if g.get("uuid")}
+    held = [gpu for gpu in _uuid_in(Gpu.objects.select_for_update(of=("self",)), wanted).exclude(node__name=name)
+            .select_related("node").order_by("node__name", "index") if uuid_key(gpu.uuid) in wanted]
     live: dict[int, list[str]] = {}
     lost = [g.pk for g in held if g.out_of_service == Gpu.OutOfService.NOT_REPORTED]
     for gpu_id, job in (Allocation.objects.filter(gpu_id__in=lost, released_at__isnull=True)
                         .values_list("gpu_id", "job__name").order_by("job__name").distinct()):
         live.setdefault(gpu_id, []).append(job)
     out, moves = {}, {}
-    rows_of = Counter(gpu.uuid for gpu in held)
+    rows_of = Counter(uuid_key(gpu.uuid) for gpu in held)
     for gpu in held:
-        i, other = wanted[gpu.uuid], gpu.node.name
-        if gpu.out_of_service != Gpu.OutOfService.NOT_REPORTED or rows_of[gpu.uuid] > 1:
-            out[f"gpus[{i}].uuid"] = (f"uuid {gpu.uuid} is GPU {gpu.index} of node {other}: a GPU belongs to one node "
+        i, other = wanted[uuid_key(gpu.uuid)], gpu.node.name
+        sent = _same_words(gpus[i]["uuid"], gpu.uuid)
+        if gpu.out_of_service != Gpu.OutOfService.NOT_REPORTED or rows_of[uuid_key(gpu.uuid)] > 1:
+            out[f"gpus[{i}].uuid"] = (f"uuid {sent} is GPU {gpu.index} of node {other}: a GPU belongs to one node "
                                       f"(re-register {other} without it, or delete {other}, first)")
         elif gpu.pk in live:
             jobs = live[gpu.pk]
-            out[f"gpus[{i}].uuid"] = (f"uuid {gpu.uuid} is GPU {gpu.index} of node {other}, which {other}'s last "
+            out[f"gpus[{i}].uuid"] = (f"uuid {sent} is GPU {gpu.index} of node {other}, which {other}'s last "
                                       f"registration no longer listed, but job {', '.join(jobs[:3])}"
                                       f"{', ...' if len(jobs) > 3 else ''} still holds it there (a live allocation): a "
                                       f"GPU moves to another node only once no task holds it (failure detection "
@@ -219,18 +260,21 @@ def _uuids_held_elsewhere(name: str, gpus: list[dict]) -> tuple[dict[str, str], 
         else:
             moves[i] = gpu
     # a MIG instance's UUID too (trial 17c, G2: a registration took another node's instance, a live one included)
-    instances = {inst["uuid"]: (i, k) for i, g in enumerate(gpus) if isinstance(g.get("mig"), list)
+    instances = {uuid_key(inst["uuid"]): (i, k) for i, g in enumerate(gpus) if isinstance(g.get("mig"), list)
                  for k, inst in enumerate(g["mig"]) if isinstance(inst, dict) and inst.get("uuid")}
     if instances:
-        taken = (MigInstance.objects.filter(uuid__in=list(instances)).exclude(gpu__node__name=name)
-                 .values_list("uuid", "gpu_id", "gpu__node__name", "gpu__index"))
-        listed_as = {wanted[g.uuid]: g.pk for g in held}  # i -> the other node's row of gpus[i]
+        taken = (_uuid_in(MigInstance.objects, instances).exclude(gpu__node__name=name)
+                 .values_list("uuid", "gpu_id", "gpu__node__name", "gpu__index").order_by("uuid"))
+        listed_as = {wanted[uuid_key(g.uuid)]: g.pk for g in held}  # i -> the other node's row of gpus[i]
         for uuid, gpu_id, other, index in taken:
-            i, k = instances[uuid]
+            if uuid_key(uuid) not in instances:
+                continue
+            i, k = instances[uuid_key(uuid)]
             if listed_as.get(i) == gpu_id:
                 continue  # an instance of that GPU, listed under it: it moves with it (or gpus[i].uuid says why not)
-            out[f"gpus[{i}].mig[{k}].uuid"] = (f"uuid {uuid} is a MIG instance of GPU {index} of node {other}: an "
-                                               f"instance belongs to one GPU (re-register {other} without it first)")
+            out[f"gpus[{i}].mig[{k}].uuid"] = (f"uuid {_same_words(gpus[i]['mig'][k]['uuid'], uuid)} is a MIG "
+                                               f"instance of GPU {index} of node {other}: an instance belongs to one "
+                                               f"GPU (re-register {other} without it first)")
     return out, moves
 
 
@@ -284,7 +328,8 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     A GPU (UUID) another node no longer reports, kept there for its history, moves here with it (_move_gpus).
     Raises ValidationError: a name that breaks the name rule (names.py), an empty flavor, negative cpu/memory, bad GPU index or health, unknown
     executor or runtime, a GPU UUID given twice or held by another node ("gpus[i].uuid": one it still lists, or one
-    a live allocation still holds there), a MIG instance UUID given twice or another GPU's ("gpus[i].mig[k].uuid")."""
+    a live allocation still holds there), a MIG instance UUID given twice or another GPU's ("gpus[i].mig[k].uuid").
+    UUIDs compare by uuid_key (letter case ignored); each is stored as the agent sent it."""
     errors = {}
     if message := name_error("node", name):  # every per-node URL must be able to name it (new-user trial 13, F2)
         errors["name"] = message
@@ -413,15 +458,15 @@ def _match_gpus(rows: list[Gpu], gpus: list[dict]) -> dict[int, Gpu]:
     with that UUID wherever its index is (NVML numbers the GPUs it sees 0..n-1, so one fallen off the bus renumbers
     those after it). A row without a UUID (registered by a client that gave none), and an entry without one, match by
     index as before, when that row is not another entry's by UUID. A row with another UUID at the entry's index is
-    never taken over: that GPU is gone (or replaced) and keeps its own history."""
+    never taken over: that GPU is gone (or replaced) and keeps its own history. UUIDs compare by uuid_key."""
     by_uuid: dict[str, list[Gpu]] = {}
     for row in rows:
         if row.uuid:
-            by_uuid.setdefault(row.uuid, []).append(row)
+            by_uuid.setdefault(uuid_key(row.uuid), []).append(row)
     matched: dict[int, Gpu] = {}
     taken: set[int] = set()
     for i, g in enumerate(gpus):
-        same = [row for row in by_uuid.get(g.get("uuid") or "", ()) if row.pk not in taken]
+        same = [row for row in by_uuid.get(uuid_key(g.get("uuid") or ""), ()) if row.pk not in taken]
         if same:  # (two rows with one UUID only where an older registration wrote them: the one at its index first)
             row = next((r for r in same if r.index == g["index"]), same[0])
             matched[i] = row
@@ -565,8 +610,8 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
                      actor=None) -> Node:
     """Store a heartbeat: last_heartbeat = `at`, the time the SERVER received it (default: the cluster
     clock; never the node's own clock, which drifts) and each reported GPU's health ({index, health,
-    health_reason}, and `uuid`: then the GPU of that UUID on this node wherever its index is, none when the node has
-    no such GPU). `node_time`, the time the node put in it, is kept only as the node's clock offset
+    health_reason}, and `uuid`: then the GPU of that UUID (uuid_key: letter case ignored) on this node wherever its
+    index is, none when the node has no such GPU). `node_time`, the time the node put in it, is kept only as the node's clock offset
     (Node.clock_offset_seconds), and only within NODE_CLOCK_MAX_OFFSET_SECONDS of `at`: further out the offset
     is cleared, the returned node's `clock_warning` says why and a `node_clock` Event flags it (hourly at most). A not_ready node returns to the state it had (node_states.py). Raises ValidationError: unknown
     node ("name": register first), bad GPU entries, a GPU index the node does not have."""
@@ -577,13 +622,14 @@ def record_heartbeat(name: str, *, gpus: list[dict], at: datetime | None = None,
     have = {g.index: g for g in Gpu.objects.filter(node=node)}
     # an entry that names its GPU's UUID is that GPU's, at whatever index the server holds it (the node may have been
     # registered again since: trial 18, finding 2, a lost GPU's health landed on its neighbour and the wrong job was
-    # requeued); a UUID this node does not hold is not applied (the agent registers again when its numbering changes)
-    by_uuid = {row.uuid: row for row in have.values() if row.uuid}
+    # requeued); a UUID this node does not hold is not applied (the agent registers again when its numbering changes).
+    # UUIDs compare by uuid_key (letter case ignored), as registration does
+    by_uuid = {uuid_key(row.uuid): row for row in have.values() if row.uuid}
     rows = []
     for i, g in enumerate(gpus):
         uuid = g.get("uuid") if isinstance(g, dict) and isinstance(g.get("uuid"), str) and g.get("uuid") else None
         if uuid is not None:
-            rows.append(by_uuid.get(uuid))
+            rows.append(by_uuid.get(uuid_key(uuid)))
         elif isinstance(g, dict) and isinstance(g.get("index"), int) and g["index"] not in have:
             errors[f"gpus[{i}].index"] = f"node {name} has no GPU {g['index']}"
         else:
