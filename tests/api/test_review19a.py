@@ -1,6 +1,7 @@
 """Review 19a (server side): one canonical UUID comparison (services.nodes.uuid_key: letter case ignored) for the
 registration's UUID locks, its held-elsewhere check, its own-row matching, MIG layouts and heartbeat entries: a
-lower-case copy of another node's live GPU UUID was accepted as a new GPU (two rows for one physical GPU)."""
+lower-case copy of another node's live GPU UUID was accepted as a new GPU (two rows for one physical GPU). And a UUID
+names one device: a MIG instance's UUID equal to a GPU's (in the registration or stored) is a 400."""
 from __future__ import annotations
 
 import pytest
@@ -132,3 +133,64 @@ def test_the_service_refuses_a_copy_in_other_letter_case_as_the_api_does(holder)
     with pytest.raises(ValidationError) as refused:
         services.register_node("svc", flavor="H100", gpus=[{"index": 0, "uuid": UUID.lower()}])
     assert list(refused.value.errors) == ["gpus[0].uuid"]
+
+
+# ----------------------------------------------------------------------------------- a UUID names one device
+@pytest.mark.parametrize("gpus,field", [
+    # its own GPU's UUID
+    ([{"index": 0, "uuid": "GPU-ONE", "mig_mode": "enabled", "mig": [_mig("GPU-ONE")]}], "gpus[0].mig[0].uuid"),
+    # ... in other letter case
+    ([{"index": 0, "uuid": "GPU-ONE", "mig_mode": "enabled", "mig": [_mig("MIG-X"), _mig("gpu-one")]}],
+     "gpus[0].mig[1].uuid"),
+    # another GPU's of the same registration, listed after it
+    ([{"index": 0, "uuid": "GPU-ONE", "mig_mode": "enabled", "mig": [_mig("GPU-TWO")]}, {"index": 1, "uuid": "GPU-TWO"}],
+     "gpus[0].mig[0].uuid"),
+    # ... listed before it
+    ([{"index": 0, "uuid": "GPU-TWO"}, {"index": 1, "uuid": "GPU-ONE", "mig_mode": "enabled", "mig": [_mig("GPU-TWO")]}],
+     "gpus[1].mig[0].uuid"),
+])
+def test_a_mig_instance_uuid_that_is_a_gpu_uuid_of_the_registration_is_refused(agent, gpus, field):
+    from gpuplatform.models import Node
+
+    r = _register(agent, "mixed", gpus)
+    assert r.status_code == 400 and list(r.json()) == [field], r.content
+    why = r.json()[field][0]
+    assert "is the UUID of GPU gpus[" in why and "a UUID names one device: one GPU or one MIG instance" in why
+    assert not Node.objects.filter(name="mixed").exists()
+
+
+@pytest.mark.parametrize("copy", [UUID, UUID.lower()])
+def test_a_mig_instance_uuid_that_is_a_stored_gpu_uuid_is_refused(agent, holder, copy):
+    from gpuplatform.models import MigInstance
+
+    r = _register(agent, "other", [{"index": 0, "uuid": "GPU-OTHER-0", "mig_mode": "enabled", "mig": [_mig(copy)]}])
+    assert r.status_code == 400 and list(r.json()) == ["gpus[0].mig[0].uuid"], r.content
+    why = r.json()["gpus[0].mig[0].uuid"][0]
+    assert "is the UUID of GPU 0 of node holder: a UUID names one device" in why
+    # this node's own GPU too: holder's GPU 0 given as an instance of its GPU 1
+    r = _register(agent, "holder", [{"index": 0, "uuid": "GPU-REPLACED"},
+                                    {"index": 1, "uuid": OTHER, "mig_mode": "enabled", "mig": [_mig(copy)]}])
+    assert r.status_code == 400 and list(r.json()) == ["gpus[1].mig[0].uuid"], r.content
+    assert not MigInstance.objects.filter(uuid__iexact=UUID).exists()
+
+
+@pytest.mark.parametrize("copy", ["MIG-HOLDER-1-0", "mig-holder-1-0"])
+def test_a_gpu_uuid_that_is_a_stored_mig_instance_uuid_is_refused(agent, holder, copy):
+    from gpuplatform.models import Gpu
+
+    r = _register(agent, "other", [{"index": 0, "uuid": "GPU-OTHER-0"}, {"index": 1, "uuid": copy}])
+    assert r.status_code == 400 and list(r.json()) == ["gpus[1].uuid"], r.content
+    why = r.json()["gpus[1].uuid"][0]
+    assert "is MIG instance 3g.40gb of GPU 1 of node holder: a UUID names one device" in why
+    assert not Gpu.objects.filter(uuid__iexact="MIG-HOLDER-1-0").exists()
+
+
+def test_the_service_refuses_a_gpu_mig_uuid_as_the_api_does(holder):
+    """register_node itself (the API's service) raises the ValidationError, naming the field."""
+    from gpuplatform import services
+    from gpuplatform.errors import ValidationError
+
+    with pytest.raises(ValidationError) as refused:
+        services.register_node("svc", flavor="H100", gpus=[{"index": 0, "uuid": "GPU-S", "mig_mode": "enabled",
+                                                             "mig": [_mig("gpu-s")]}])
+    assert list(refused.value.errors) == ["gpus[0].mig[0].uuid"]

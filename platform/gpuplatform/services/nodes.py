@@ -35,6 +35,7 @@ MIG_FIELDS = ("uuid", "profile", "memory_mib", "slices")
 MAX_GPU_INDEX = 63
 
 _FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+ONE_DEVICE = "a UUID names one device: one GPU or one MIG instance"
 
 
 def uuid_key(uuid: str) -> str:
@@ -100,6 +101,13 @@ def _check_gpus(gpus: list[dict]) -> dict[str, str]:
                                                           f"case ignored")
                 else:
                     mig_uuids[uuid_key(inst["uuid"])] = (f"gpus[{i}].mig[{k}]", inst["uuid"])
+    # a MIG instance's UUID is not a GPU's (its own GPU's or another's): a task given it would get the whole GPU
+    for key, (where, given) in mig_uuids.items():
+        if key in uuids and f"{where}.uuid" not in errors:
+            j, theirs = uuids[key]
+            errors[f"{where}.uuid"] = (f"uuid {_same_words(given, theirs)} is the UUID of GPU gpus[{j}] (index "
+                                       f"{gpus[j].get('index')}) in this registration: {ONE_DEVICE}, letter case "
+                                       f"ignored")
     return errors
 
 
@@ -232,8 +240,9 @@ def _uuids_held_elsewhere(name: str, gpus: list[dict]) -> tuple[dict[str, str], 
     (Gpu.out_of_service "not_reported"): it was moved to this node, and `moves` maps i to its row (locked), which
     _move_gpus takes over (trial 17c, G14: the new node's registration was refused for good). Refused while a live
     allocation holds it (its job is still on the old node until failure detection requeues it). A MIG instance's UUID
-    likewise: another GPU's is refused; a moved GPU's instances, listed under it, move with it. UUIDs compare by
-    uuid_key (letter case ignored)."""
+    likewise: another GPU's is refused; a moved GPU's instances, listed under it, move with it. And a UUID names one
+    device: a MIG instance's that is a stored GPU's (any node's, this one's too) is refused ("gpus[i].mig[k].uuid"), as
+    is a GPU's that is a stored MIG instance's ("gpus[i].uuid"). UUIDs compare by uuid_key (letter case ignored)."""
     wanted = {uuid_key(g["uuid"]): i for i, g in enumerate(gpus) if g.get("uuid")}
     held = [gpu for gpu in _uuid_in(Gpu.objects.select_for_update(of=("self",)), wanted).exclude(node__name=name)
             .select_related("node").order_by("node__name", "index") if uuid_key(gpu.uuid) in wanted]
@@ -259,6 +268,15 @@ def _uuids_held_elsewhere(name: str, gpus: list[dict]) -> tuple[dict[str, str], 
                                       f"requeues that job); register again then")
         else:
             moves[i] = gpu
+    # a GPU's UUID that is a stored MIG instance's (a UUID names one device)
+    if wanted:
+        for uuid, profile, other, index in (_uuid_in(MigInstance.objects, wanted)
+                                            .values_list("uuid", "profile", "gpu__node__name", "gpu__index")
+                                            .order_by("uuid")):
+            i = wanted.get(uuid_key(uuid))
+            if i is not None and f"gpus[{i}].uuid" not in out:
+                out[f"gpus[{i}].uuid"] = (f"uuid {_same_words(gpus[i]['uuid'], uuid)} is MIG instance {profile} of GPU "
+                                          f"{index} of node {other}: {ONE_DEVICE}, letter case ignored")
     # a MIG instance's UUID too (trial 17c, G2: a registration took another node's instance, a live one included)
     instances = {uuid_key(inst["uuid"]): (i, k) for i, g in enumerate(gpus) if isinstance(g.get("mig"), list)
                  for k, inst in enumerate(g["mig"]) if isinstance(inst, dict) and inst.get("uuid")}
@@ -275,6 +293,15 @@ def _uuids_held_elsewhere(name: str, gpus: list[dict]) -> tuple[dict[str, str], 
             out[f"gpus[{i}].mig[{k}].uuid"] = (f"uuid {_same_words(gpus[i]['mig'][k]['uuid'], uuid)} is a MIG "
                                                f"instance of GPU {index} of node {other}: an instance belongs to one "
                                                f"GPU (re-register {other} without it first)")
+        # ... and not a stored GPU's, of any node (this one's too: a task given it would get that whole GPU)
+        for uuid, other, index in (_uuid_in(Gpu.objects, instances).values_list("uuid", "node__name", "index")
+                                   .order_by("node__name", "index")):
+            if uuid_key(uuid) not in instances:
+                continue
+            i, k = instances[uuid_key(uuid)]
+            out.setdefault(f"gpus[{i}].mig[{k}].uuid", f"uuid {_same_words(gpus[i]['mig'][k]['uuid'], uuid)} is the "
+                                                       f"UUID of GPU {index} of node {other}: {ONE_DEVICE}, letter "
+                                                       f"case ignored")
     return out, moves
 
 
@@ -328,8 +355,9 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     A GPU (UUID) another node no longer reports, kept there for its history, moves here with it (_move_gpus).
     Raises ValidationError: a name that breaks the name rule (names.py), an empty flavor, negative cpu/memory, bad GPU index or health, unknown
     executor or runtime, a GPU UUID given twice or held by another node ("gpus[i].uuid": one it still lists, or one
-    a live allocation still holds there), a MIG instance UUID given twice or another GPU's ("gpus[i].mig[k].uuid").
-    UUIDs compare by uuid_key (letter case ignored); each is stored as the agent sent it."""
+    a live allocation still holds there) or a stored MIG instance's, a MIG instance UUID given twice, another GPU's
+    instance's, or a GPU's, in this registration or stored ("gpus[i].mig[k].uuid": a UUID names one device). UUIDs
+    compare by uuid_key (letter case ignored); each is stored as the agent sent it."""
     errors = {}
     if message := name_error("node", name):  # every per-node URL must be able to name it (new-user trial 13, F2)
         errors["name"] = message
