@@ -1,22 +1,91 @@
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
+from django.utils.text import slugify
 
-__all__ = ["Team", "Membership"]
+__all__ = ["Team", "Membership", "canonical_keys", "TEAM_KEY_FIELDS"]
+
+# The canonical keys of a team's name and slug (canonical_keys), stored on its row so that a clash of keys between
+# two teams (services.tenancy._team_clash) is a few indexed lookups, not a read of every team
+TEAM_KEY_FIELDS = ("name_casefold", "name_slugify", "slug_casefold", "slug_slugify")
+
+
+def canonical_keys(value) -> tuple[str, str]:
+    """(casefold, slugify) of a team's name or slug: the canonical keys it occupies ("" for none; not text: none).
+    Two teams clash when a key of one is a key of the other, whichever of name and slug holds it (services.tenancy:
+    team_keys, the name locks and the clash check use this one formula)."""
+    if not isinstance(value, str):
+        return "", ""
+    return value.casefold(), slugify(value)
+
+
+class TeamQuerySet(models.QuerySet):
+    """Keeps the stored keys (TEAM_KEY_FIELDS) in step with `name` and `slug` whatever ORM write changes them:
+    Team.save computes them; bulk_create, bulk_update and update, which do not call it, here too."""
+
+    def bulk_create(self, objs, *args, **kwargs):
+        objs = list(objs)
+        for obj in objs:
+            obj.set_keys()
+        return super().bulk_create(objs, *args, **kwargs)
+
+    def bulk_update(self, objs, fields, *args, **kwargs):
+        objs, fields = list(objs), list(fields)
+        if {"name", "slug"} & set(fields):
+            for obj in objs:
+                obj.set_keys()
+            fields += [f for f in TEAM_KEY_FIELDS if f not in fields]
+        return super().bulk_update(objs, fields, *args, **kwargs)
+
+    def update(self, **kwargs):
+        if not {"name", "slug"} & set(kwargs):
+            return super().update(**kwargs)
+        with transaction.atomic(using=self.db):  # the rows updated, read before (the update may unmatch them)
+            pks = list(self.values_list("pk", flat=True))
+            count = super().update(**kwargs)
+            for team in self.model._base_manager.using(self.db).filter(pk__in=pks).only("pk", "name", "slug"):
+                team.save(update_fields=TEAM_KEY_FIELDS)
+            return count
 
 
 class Team(models.Model):
-    """A tenant: owns leaf queues and jobs. Members act on their own team's jobs only."""
+    """A tenant: owns leaf queues and jobs. Members act on their own team's jobs only.
+
+    `name_casefold`, `name_slugify`, `slug_casefold`, `slug_slugify`: canonical_keys of its name and its slug, written
+    with them (save(); TeamQuerySet), each indexed: the rule that no two teams share a key (services.tenancy) is
+    checked with indexed lookups. Not unique in the database (migration 0029 says why)."""
 
     name = models.CharField(max_length=100, unique=True)
     slug = models.SlugField(max_length=100, unique=True)
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    name_casefold = models.TextField(default="", editable=False)
+    name_slugify = models.TextField(default="", editable=False)
+    slug_casefold = models.TextField(default="", editable=False)
+    slug_slugify = models.TextField(default="", editable=False)
+
+    objects = TeamQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]
+        # plain b-tree indexes (Meta.indexes: no second varchar_pattern_ops index as db_index would add): equality
+        indexes = [models.Index(fields=[field], name=f"team_{field}_idx") for field in TEAM_KEY_FIELDS]
 
     def __str__(self) -> str:
         return self.name
+
+    def set_keys(self) -> None:
+        """The stored keys (TEAM_KEY_FIELDS) from the name and the slug as they are now."""
+        self.name_casefold, self.name_slugify = canonical_keys(self.name)
+        self.slug_casefold, self.slug_slugify = canonical_keys(self.slug)
+
+    def save(self, *args, **kwargs):
+        """Saves the keys with the name and the slug: always computed; written too when `update_fields` names
+        either."""
+        self.set_keys()
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None and {"name", "slug"} & set(update_fields):
+            kwargs["update_fields"] = {*update_fields, *TEAM_KEY_FIELDS}
+        super().save(*args, **kwargs)
 
 
 class Membership(models.Model):

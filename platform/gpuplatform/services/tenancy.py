@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import ProtectedError
+from django.db.models import ProtectedError, Q
 from django.utils.text import slugify
 
 from ..audit import record_event
 from ..models import Membership, Team
+from ..models.tenancy import TEAM_KEY_FIELDS, canonical_keys
 from ..names import name_error
 from ..scheduling.locks import lock_name, lock_queue_tree
 from .base import raise_if
@@ -38,14 +39,15 @@ def team_name_taken(name, holder=None, holder_slug=None) -> str:
 
 
 def team_keys(*values) -> set[str]:
-    """The canonical keys a team's name or slug occupies: its casefold and its slugify() (names differing only in
-    letter case or punctuation, and a name against a slug, clash; empty keys left out). Two teams clash when their
-    keys meet (_team_clash); the name locks are taken on these keys (_lock_team_names), so any two writes that
-    could clash wait for each other (trial 18f: renames to `Zeta`, `zeta` and `ze.ta` at once all succeeded)."""
+    """The canonical keys a team's name or slug occupies: its casefold and its slugify() (models.tenancy.
+    canonical_keys: names differing only in letter case or punctuation, and a name against a slug, clash; empty keys
+    left out). Two teams clash when their keys meet (_team_clash, on the keys stored on each team's row); the name
+    locks are taken on these keys (_lock_team_names), so any two writes that could clash wait for each other (trial
+    18f: renames to `Zeta`, `zeta` and `ze.ta` at once all succeeded)."""
     keys = set()
     for value in values:
         if isinstance(value, str) and value:
-            keys.update(k for k in (value.casefold(), slugify(value)) if k)
+            keys.update(k for k in canonical_keys(value) if k)
     return keys
 
 
@@ -63,15 +65,23 @@ def _lock_team_names(names, slug=None) -> None:
 
 
 def _team_clash(keys: set[str], other_than=None):
-    """(name, slug) of a team other than `other_than` whose keys (team_keys of its name and its slug) meet `keys`,
-    or None. Stored rows are read as they are: a pair that breaks the rule already (written before it) is not
-    refused until one of them is written again."""
+    """(name, slug) of a team other than `other_than` whose keys (team_keys of its name and its slug, stored on its
+    row: TEAM_KEY_FIELDS) meet `keys`, or None; the first such team by id. One query, an indexed lookup per key column
+    (it read every team's name and slug). Stored rows are read as they are: a pair that breaks the rule already
+    (written before it) is not refused until one of them is written again (migration 0029)."""
     if not keys:
         return None
-    for name, slug in Team.objects.exclude(pk=other_than).order_by("pk").values_list("name", "slug").iterator():
-        if team_keys(name, slug) & keys:
-            return name, slug
-    return None
+    keys = sorted(keys)
+    meets = Q()
+    for field in TEAM_KEY_FIELDS:
+        meets |= Q(**{f"{field}__in": keys})
+    teams = Team.objects.filter(meets)
+    if other_than is not None:
+        teams = teams.exclude(pk=other_than)
+    # the few rows that meet them, the first by id taken here: an ORDER BY id LIMIT 1 in SQL may walk the primary
+    # key's index over every team instead of the key columns' indexes
+    found = min(teams.order_by().values_list("pk", "name", "slug"), default=None)
+    return None if found is None else found[1:]
 
 
 def _team_name_errors(name, *, slug: str | None = None, other_than=None) -> dict:

@@ -1,0 +1,111 @@
+"""Review 19b: a team's canonical keys are stored on its row and the clash check is indexed lookups (migration 0029;
+no read of every team on each create and rename), with the same rule and wording."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from gpuplatform import services
+from gpuplatform.models import Team
+from gpuplatform.models.tenancy import TEAM_KEY_FIELDS, canonical_keys
+from gpuplatform.services.tenancy import team_name_taken
+
+pytestmark = pytest.mark.django_db
+
+
+def _stored(team: Team) -> tuple:
+    return tuple(Team.objects.filter(pk=team.pk).values_list(*TEAM_KEY_FIELDS).get())
+
+
+def _expected(name: str, slug: str) -> tuple:
+    return (*canonical_keys(name), *canonical_keys(slug))
+
+
+# --- 1. the canonical keys on the team's row ---------------------------------------------------------------------
+
+def test_every_write_of_a_teams_name_or_slug_writes_its_keys(users):
+    team = services.create_team("Ze.ta", slug="Ze--ta")
+    assert _stored(team) == ("ze.ta", "zeta", "ze--ta", "ze-ta")
+    services.update_team(team, name="Ze.Ta-")  # casefold "ze.ta-", slugify "zeta": both kept
+    assert _stored(team) == ("ze.ta-", "zeta", "ze--ta", "ze-ta")
+    services.update_team(team, description="only the description")  # no name: the keys as they were
+    assert _stored(team) == ("ze.ta-", "zeta", "ze--ta", "ze-ta")
+    # the ORM's other writes too (the fixtures', a shell's): create, a queryset's update, bulk_create, bulk_update
+    plain = Team.objects.create(name="Plain", slug="plain-1")
+    assert _stored(plain) == _expected("Plain", "plain-1")
+    Team.objects.filter(pk=plain.pk).update(name="Omega")
+    assert _stored(plain) == _expected("Omega", "plain-1")
+    made = Team.objects.bulk_create([Team(name="Bulk.A", slug="bulk-a")])[0]
+    assert _stored(Team.objects.get(name="Bulk.A")) == _expected("Bulk.A", "bulk-a")
+    made = Team.objects.get(pk=Team.objects.get(name="Bulk.A").pk)
+    made.name = "Bulk.B"
+    Team.objects.bulk_update([made], ["name"])
+    assert _stored(made) == _expected("Bulk.B", "bulk-a")
+    # and the clash check reads them: a name differing in case from a name set by a queryset's update is refused
+    with pytest.raises(services.ValidationError) as refused:
+        services.create_team("OMEGA", slug="omega-2")
+    assert refused.value.errors == {"name": team_name_taken("OMEGA", "Omega", "plain-1")}
+
+
+def _team_selects(queries) -> list[str]:
+    return [q["sql"] for q in queries if q["sql"].startswith("SELECT") and 'FROM "gpuplatform_team"' in q["sql"]]
+
+
+def test_the_clash_check_is_indexed_lookups_on_the_keys_not_a_read_of_every_team(users):
+    """Before, _team_clash read every team's name and slug (WHERE NOT id IS NULL, in Python) on each create and
+    rename; now each SELECT of the team table a create or a rename makes is by id or by the key columns."""
+    Team.objects.bulk_create([Team(name=f"bulk{i}", slug=f"bulk-{i}") for i in range(40)])
+    with CaptureQueriesContext(connection) as create:
+        services.create_team("newteam", slug="new-team")
+    beta = Team.objects.get(slug="beta")
+    with CaptureQueriesContext(connection) as rename:
+        services.update_team(beta, name="Renamed")
+    for label, captured in (("create", create), ("rename", rename)):
+        selects = _team_selects(captured.captured_queries)
+        clash = [sql for sql in selects if '"name_casefold" IN' in sql]
+        assert clash, (label, selects)
+        for sql in clash:
+            assert all(f'"{field}" IN' in sql for field in TEAM_KEY_FIELDS) and "ORDER BY" not in sql, sql
+        others = [sql for sql in selects if sql not in clash]
+        assert [sql for sql in others if '"gpuplatform_team"."id" =' not in sql] == [], label
+
+
+def test_the_rule_and_its_words_are_as_before_through_the_stored_keys(admin):
+    # a name against another team's slug, by its slugify (ALPHA.), and a slug sent against another team's name
+    assert admin.patch("/api/v1/teams/alpha/", {"name": "zeta"}, format="json").status_code == 200
+    r = admin.post("/api/v1/teams/", {"name": "ALPHA.", "slug": "alpha-2"}, format="json")
+    assert r.status_code == 400 and r.json() == {"name": [team_name_taken("ALPHA.", "zeta", "alpha")]}, r.content
+    r = admin.post("/api/v1/teams/", {"name": "other", "slug": "Zeta"}, format="json")
+    assert r.status_code == 400 and r.json() == {"slug": ["slug 'Zeta' is taken by team 'zeta'"]}, r.content
+    # a team renamed to a variant of its own slug or name: no clash with itself
+    assert admin.patch("/api/v1/teams/alpha/", {"name": "Alpha"}, format="json").status_code == 200
+    assert admin.patch("/api/v1/teams/alpha/", {"name": "ALPHA"}, format="json").status_code == 200
+
+
+def test_a_legacy_clashing_pair_is_kept_and_a_third_team_is_told_the_first_by_id(users):
+    """Rows stored before the rule: kept as they are (the migration fills their keys, refuses nothing); a write into
+    the clash names the first team (by id), as the read of every team did."""
+    alpha, beta = Team.objects.get(slug="alpha"), Team.objects.get(slug="beta")
+    Team.objects.filter(pk=beta.pk).update(name="ALPHA")  # beta named ALPHA next to alpha: a legacy pair
+    assert services.update_team(Team.objects.get(pk=beta.pk), description="still here") is not None
+    with pytest.raises(services.ValidationError) as refused:
+        services.create_team("Alpha", slug="alpha-3")
+    first = min((alpha, beta), key=lambda t: t.pk)
+    first = Team.objects.get(pk=first.pk)
+    assert refused.value.errors == {"name": team_name_taken("Alpha", first.name, first.slug)}
+
+
+def test_the_migration_fills_the_keys_of_every_team_legacy_clashes_included(users):
+    from django.apps import apps
+
+    migration = importlib.import_module("gpuplatform.migrations.0029_team_canonical_keys")
+    beta = Team.objects.get(slug="beta")
+    Team.objects.filter(pk=beta.pk).update(name="ALPHA")  # a clash with alpha (ignoring case): the migration keeps it
+    Team.objects.update(**{field: "" for field in TEAM_KEY_FIELDS})  # as the columns are when added
+    migration.fill_keys(apps, None)
+    for name, slug, *keys in Team.objects.values_list("name", "slug", *TEAM_KEY_FIELDS):
+        assert tuple(keys) == _expected(name, slug), name
+    assert Team.objects.filter(name__in=["alpha", "ALPHA"]).count() == 2
