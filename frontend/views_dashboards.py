@@ -188,8 +188,9 @@ class BadParam(ValueError):
 
 def unknown_name(param: str, value: str) -> str | None:
     """The message for a page filter that names no team / queue / node flavor (they are public: the cluster
-    and queues pages show them all), else None. One wording for topology and utilization."""
-    if param == "team" and not Team.objects.filter(name=value).exists():
+    and queues pages show them all), else None. One wording for topology and utilization. A team is named by its
+    slug or its name, as the API's ?team= (queries.find_team; page_team)."""
+    if param == "team" and queries.find_team(value) is None:
         return f"no team named {value[:60]!r}"
     if param == "queue" and not Queue.objects.filter(name=value).exists():
         return f"no queue named {value[:60]!r}"
@@ -198,6 +199,15 @@ def unknown_name(param: str, value: str) -> str | None:
         if value not in flavors:
             return f"no node has flavor {value[:60]!r}; flavors: {', '.join(flavors)}"
     return None
+
+
+def page_team(value: str | None) -> str | None:
+    """The name of the one team a page's `?team=` names, by its slug or its name (queries.find_team, as every
+    ?team= of the API and the lists: the slug first), or None (none named, or none such: unknown_name words it).
+    The pages filter and select by that name (the topology payload's jobs, the utilization ledger, the filter
+    forms' options): `?team=<slug>` was "no team named" on these pages while the API took it (review 19b)."""
+    team = queries.find_team(value) if value else None
+    return team.name if team is not None else None
 
 
 def zoom_exists(name: str) -> bool:
@@ -229,7 +239,7 @@ def _topology_params(request) -> dict:
         why = unknown_name(param, value) if value is not None else None
         if why:
             raise BadParam(param, why)
-    return {"zoom": zoom, "team": team, "flavor": flavor, "job": job}
+    return {"zoom": zoom, "team": page_team(team), "flavor": flavor, "job": job}
 
 
 TOPOLOGY_PARAMS = ("zoom", "team", "flavor", "job")

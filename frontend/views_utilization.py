@@ -20,7 +20,7 @@ from gpuplatform.utilization import top_jobs_lost_to_failure, utilization
 from scheduler.core.gpu_hours import BUCKETS
 
 from .figures import _layout
-from .views_dashboards import _json_view, data_response, query_errors, unknown_name
+from .views_dashboards import _json_view, data_response, page_team, query_errors, unknown_name
 
 WINDOWS = {"6h": timedelta(hours=6), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 BINS = 48
@@ -48,7 +48,7 @@ def _filters(request, team_ids) -> dict:
     window = request.GET.get("window") if request.GET.get("window") in WINDOWS else "24h"
     return {
         "flavor": request.GET.get("flavor") or "", "queue": request.GET.get("queue") or "",
-        "team": request.GET.get("team") or "", "window": window,
+        "team": page_team(request.GET.get("team")) or "", "window": window,  # a slug or a name: the team's name
         "flavors": sorted(set(Node.objects.values_list("flavor", flat=True))),
         "queues": sorted(queues.values_list("name", flat=True)), "teams": sorted(teams.values_list("name", flat=True)),
         "windows": list(WINDOWS),
