@@ -1,5 +1,6 @@
 """Review 19b: a team's canonical keys are stored on its row and the clash check is indexed lookups (migration 0029;
-no read of every team on each create and rename), with the same rule and wording."""
+no read of every team on each create and rename), with the same rule and wording; a team's description refuses
+control characters other than newline and tab (an ANSI escape was stored)."""
 from __future__ import annotations
 
 import importlib
@@ -109,3 +110,35 @@ def test_the_migration_fills_the_keys_of_every_team_legacy_clashes_included(user
     for name, slug, *keys in Team.objects.values_list("name", "slug", *TEAM_KEY_FIELDS):
         assert tuple(keys) == _expected(name, slug), name
     assert Team.objects.filter(name__in=["alpha", "ALPHA"]).count() == 2
+
+
+# --- 3. a description holds no terminal control characters ---------------------------------------------------------
+
+@pytest.mark.parametrize("description, bad, at", [
+    ("red \x1b[31malert\x1b[0m", "\x1b", 5),
+    ("bell\x07", "\x07", 5),
+    ("DEL\x7f", "\x7f", 4),
+    ("C1 CSI \x9b31m", "\x9b", 8),
+    ("over\rwrite", "\r", 5),  # a carriage return not before a newline rewrites the line on a terminal
+    ("nul\x00", "\x00", 4),
+])
+def test_a_description_with_a_control_character_is_a_400_naming_description_and_the_rule(admin, description, bad, at):
+    rule = (f"a team's description has no control characters other than newline and tab (a carriage return only "
+            f"before a newline): {bad!r} at character {at}")
+    r = admin.post("/api/v1/teams/", {"name": "ansi", "description": description}, format="json")
+    assert r.status_code == 400 and list(r.json()) == ["description"], r.content
+    if bad != "\x00":  # (DRF's own rule for NUL answers first, still naming description)
+        assert r.json() == {"description": [rule]}, r.content
+        r = admin.patch("/api/v1/teams/alpha/", {"description": description}, format="json")
+        assert r.status_code == 400 and r.json() == {"description": [rule]}, r.content
+    assert not Team.objects.filter(name="ansi").exists()
+    assert Team.objects.get(slug="alpha").description == ""
+    with pytest.raises(services.ValidationError) as refused:
+        services.create_team("ansi", description=description)
+    assert refused.value.errors == {"description": rule}
+
+
+def test_newlines_tabs_and_crlf_stay_allowed(admin):
+    text = "line one\n\tindented\r\nline three (a browser's textarea sends CRLF) \u00e9\u4e2d"
+    r = admin.post("/api/v1/teams/", {"name": "multi", "description": text}, format="json")
+    assert r.status_code == 201 and Team.objects.get(name="multi").description == text, r.content

@@ -1,6 +1,8 @@
 """Teams and their members (models/tenancy.py)."""
 from __future__ import annotations
 
+import unicodedata
+
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import ProtectedError, Q
@@ -21,11 +23,18 @@ TEAM_DESCRIPTION_MAX = 2000  # characters of a team's description (the API, the 
 
 def team_description_error(description) -> str | None:
     """The rule a team's `description` breaks, or None: text of at most TEAM_DESCRIPTION_MAX characters (the
-    column has no limit of its own: a megabyte was stored and shown on every teams list; trial 18a)."""
+    column has no limit of its own: a megabyte was stored and shown on every teams list; trial 18a), without
+    control characters (unicodedata category Cc: an escape, DEL, a C1 control) other than newline and tab, a
+    carriage return only before a newline (a browser's textarea sends CRLF): "\\x1b[31m" was stored and reached every
+    terminal that printed the teams list (gpuctl, curl, logs) as the escape it is."""
     if not isinstance(description, str):
         return "a team's description is text"
     if len(description) > TEAM_DESCRIPTION_MAX:
         return f"a team's description has at most {TEAM_DESCRIPTION_MAX} characters ({len(description)} given)"
+    for i, c in enumerate(description):
+        if c not in "\n\t" and unicodedata.category(c) == "Cc" and not (c == "\r" and description[i + 1:i + 2] == "\n"):
+            return (f"a team's description has no control characters other than newline and tab (a carriage return "
+                    f"only before a newline): {c!r} at character {i + 1}")
     return None
 
 
