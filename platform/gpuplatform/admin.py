@@ -68,10 +68,22 @@ def _service_action(func, label: str, unchanged: str = "unchanged"):
     return action
 
 
+class DeleteRefused(services.ValidationError):
+    """The refusals of a "delete selected" action (ServiceDeleteMixin.delete_queryset): `refused`, one
+    services.ValidationError per selected row its service refused, of `selected` rows."""
+
+    def __init__(self, refused: list, selected: int):
+        super().__init__({"__all__": "; ".join(str(exc) for exc in refused)})
+        self.refused, self.selected = refused, selected
+
+
 class ServiceDeleteMixin:
     """Deletes through `delete_service(obj, actor=)` (audited, its rules checked under its locks), from the delete
     page and the list's "delete selected" action; a refusal (services.ValidationError) is an error message, never a
-    500, and nothing is deleted (the delete page's transaction is rolled back; the action deletes all or none)."""
+    500, and nothing is deleted (the delete page's transaction is rolled back). The action deletes all or none, as
+    Django's own does when a selected row is protected: every selected row is tried, in the action's transaction,
+    and when any is refused none is deleted and the message names every refusal (each its row and its rule: a
+    user and the teams it is the last admin of), not only the first (review 19b)."""
 
     delete_service = None  # staticmethod(obj, *, actor) -> ...
 
@@ -79,8 +91,16 @@ class ServiceDeleteMixin:
         type(self).delete_service(obj, actor=request.user)
 
     def delete_queryset(self, request, queryset):
+        refused, selected = [], 0
         for obj in queryset:
-            type(self).delete_service(obj, actor=request.user)
+            selected += 1
+            try:
+                with transaction.atomic():  # (a refused row's writes undone; the rows after it are still tried)
+                    type(self).delete_service(obj, actor=request.user)
+            except services.ValidationError as exc:
+                refused.append(exc)
+        if refused:
+            raise DeleteRefused(refused, selected)
 
     def _url(self, view: str, *args) -> str:
         return reverse(f"admin:{self.model._meta.app_label}_{self.model._meta.model_name}_{view}", args=args)
@@ -96,6 +116,16 @@ class ServiceDeleteMixin:
         try:
             with transaction.atomic():
                 return super().response_action(request, queryset)
+        except DeleteRefused as exc:
+            if len(exc.refused) == 1:
+                self.message_user(request, f"nothing deleted: {exc.refused[0]}", messages.ERROR)
+            else:
+                self.message_user(request, f"nothing deleted: {len(exc.refused)} of the {exc.selected} selected "
+                                           f"{self.model._meta.verbose_name_plural} cannot be deleted (each below); "
+                                           f"the action deletes all or none", messages.ERROR)
+                for refusal in exc.refused:
+                    self.message_user(request, str(refusal), messages.ERROR)
+            return redirect(self._url("changelist"))
         except services.ValidationError as exc:
             self.message_user(request, f"nothing deleted: {exc}", messages.ERROR)
             return redirect(self._url("changelist"))
@@ -203,7 +233,7 @@ class UserAdmin(ServiceDeleteMixin, auth_admin.UserAdmin):
     """Django's UserAdmin (its forms, password change, lists and filters), but an account is deleted through
     services.delete_user, from its delete page and from the list's "delete selected" action: a team's last admin is
     refused as a message naming the team(s), nothing deleted (trial 18a, G13: the delete took the team's last admin
-    membership with it)."""
+    membership with it); of several users selected, every refused one is named with its teams (ServiceDeleteMixin)."""
 
     delete_service = staticmethod(services.delete_user)
 

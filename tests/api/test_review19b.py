@@ -1,6 +1,7 @@
 """Review 19b: a team's canonical keys are stored on its row and the clash check is indexed lookups (migration 0029;
 no read of every team on each create and rename), with the same rule and wording; a team's description refuses
-control characters other than newline and tab (an ANSI escape was stored)."""
+control characters other than newline and tab (an ANSI escape was stored); the admin's "delete selected" names
+every refusal (each user and its teams), deleting none."""
 from __future__ import annotations
 
 import importlib
@@ -10,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from gpuplatform import services
-from gpuplatform.models import Team
+from gpuplatform.models import Event, Membership, Team
 from gpuplatform.models.tenancy import TEAM_KEY_FIELDS, canonical_keys
 from gpuplatform.services.tenancy import team_name_taken
 
@@ -142,3 +143,74 @@ def test_newlines_tabs_and_crlf_stay_allowed(admin):
     text = "line one\n\tindented\r\nline three (a browser's textarea sends CRLF) \u00e9\u4e2d"
     r = admin.post("/api/v1/teams/", {"name": "multi", "description": text}, format="json")
     assert r.status_code == 201 and Team.objects.get(name="multi").description == text, r.content
+
+
+# --- 4. the admin's "delete selected" names every refusal ---------------------------------------------------------
+
+@pytest.fixture
+def superuser_page(users):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.create_superuser("root", password="pw"))
+    return client
+
+
+def _messages(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+@pytest.mark.services
+def test_delete_selected_users_names_every_refused_user_with_its_teams_and_deletes_none(users, superuser_page):
+    alice, bea, mike, vera = users["team_admin"], users["other_admin"], users["member"], users["viewer"]
+    gamma = services.create_team("gamma")
+    services.add_member(gamma, alice, "admin")  # alice: the last admin of alpha and gamma; bea: of beta
+    User = alice.__class__
+    selected = [alice.pk, mike.pk, bea.pk, vera.pk]
+    r = superuser_page.post("/admin/auth/user/", {"action": "delete_selected", "post": "yes",
+                                                  "_selected_action": selected}, follow=True)
+    assert r.status_code == 200
+    shown = _messages(r)
+    assert shown[0] == "nothing deleted: 2 of the 4 selected users cannot be deleted (each below); the action " \
+                       "deletes all or none", shown
+    assert any("alice is the last admin of team(s) alpha, gamma:" in m for m in shown[1:]), shown
+    assert any("bea is the last admin of team(s) beta:" in m for m in shown[1:]), shown
+    assert len(shown) == 3 and not any("mike" in m or "vera" in m for m in shown), shown
+    assert User.objects.filter(pk__in=selected).count() == 4  # all or none: the two allowed ones stay too
+    assert Membership.objects.filter(user__in=selected).count() == 5
+    assert not Event.objects.filter(kind="user_deleted").exists()
+    # without the refused ones, the others go
+    r = superuser_page.post("/admin/auth/user/", {"action": "delete_selected", "post": "yes",
+                                                  "_selected_action": [mike.pk, vera.pk]}, follow=True)
+    assert r.status_code == 200 and not User.objects.filter(pk__in=[mike.pk, vera.pk]).exists()
+    assert Event.objects.filter(kind="user_deleted").count() == 2
+
+
+@pytest.mark.services
+def test_deleting_two_admins_of_one_team_together_is_refused_for_the_one_left_last(users, superuser_page):
+    """The selected rows are tried in turn in one transaction: of alpha's two admins deleted together, the second is
+    alpha's last admin once the first is gone, and is named."""
+    alice, mike = users["team_admin"], users["member"]
+    services.add_member(Team.objects.get(slug="alpha"), mike, "admin")
+    r = superuser_page.post("/admin/auth/user/", {"action": "delete_selected", "post": "yes",
+                                                  "_selected_action": [alice.pk, mike.pk]}, follow=True)
+    shown = _messages(r)
+    assert len(shown) == 1 and shown[0].startswith("nothing deleted: user: ") and \
+        "is the last admin of team(s) alpha" in shown[0], shown
+    assert alice.__class__.objects.filter(pk__in=[alice.pk, mike.pk]).count() == 2
+
+
+@pytest.mark.services
+def test_delete_selected_memberships_names_every_refusal(users, superuser_page):
+    """The same for every admin that deletes through its service (ServiceDeleteMixin): the memberships' last-admin
+    rule. (A team with queues or jobs is refused by Django's own protected-objects page first.)"""
+    alice, bea, mike = users["team_admin"], users["other_admin"], users["member"]
+    rows = [Membership.objects.get(user=u).pk for u in (alice, mike, bea)]
+    r = superuser_page.post("/admin/gpuplatform/membership/", {"action": "delete_selected", "post": "yes",
+                                                               "_selected_action": rows}, follow=True)
+    shown = _messages(r)
+    assert shown[0].startswith("nothing deleted: 2 of the 3 selected memberships cannot be deleted"), shown
+    assert any(m.startswith("role: alice is the last admin of team alpha") for m in shown[1:]), shown
+    assert any(m.startswith("role: bea is the last admin of team beta") for m in shown[1:]), shown
+    assert Membership.objects.filter(pk__in=rows).count() == 3
