@@ -488,3 +488,33 @@ def test_a_stop_signals_each_process_once_in_the_group_and_outside_it(ex):
     assert (tdir / "inside.txt").read_text() == "1"
     assert (tdir / "escaped.txt").read_text() == "1"
     wait_ended(ex, [(40, 0)])
+
+
+def test_a_stopped_task_whose_shell_dies_leaves_its_child_the_stops_grace(ex):
+    """Trial 19 (F3's kin): `sh -c "python train.py; ..."` under a stop: sh died at once on the SIGTERM, and the
+    supervisor's clean-up of what outlived it sent the checkpointing python a second SIGTERM and a SIGKILL 0.5 s
+    (its own grace) later. During a stop what is left keeps the stop's grace, with no second signal."""
+    counter = textwrap.dedent("""
+        import signal, sys, time
+        n = 0
+        def term(*_):
+            global n
+            n += 1
+        signal.signal(signal.SIGTERM, term)
+        open("ready", "w").close()
+        while not n:
+            time.sleep(0.02)
+        time.sleep(1.5)  # a checkpoint longer than the supervisor's own grace (0.5 s here)
+        open("saved.txt", "w").write(str(n))
+    """)
+    Path(ex.work_dir).mkdir(parents=True, exist_ok=True)
+    script = Path(ex.work_dir) / "checkpoint.py"
+    script.write_text(counter)
+    assert ex.start(assignment(41, f"{sys.executable} {script}; echo after")) == "started"
+    tdir = Path(ex.task_dir((41, 0)))
+    wait_for(lambda: (tdir / "ready").exists())
+    ex.stop((41, 0), time.monotonic() + 10)
+    rec = wait_ended(ex, [(41, 0)], timeout=8)[(41, 0)]
+    assert (tdir / "saved.txt").read_text() == "1"
+    assert rec["signal"] == 15  # the shell, killed by the stop's SIGTERM
+    assert ex.alive_pids((41, 0)) == []

@@ -471,13 +471,23 @@ class ProcessExecutor:
             m["stop"] = {"deadline": float(deadline_monotonic), "boot_id": self._boot, "requested_at": time.time(),
                          "killed": False, "container_killed": False}
             self._save(key)
+            self._stop_file(key, deadline_monotonic)  # before the SIGTERM: the supervisor reads it (supervise.py, 5)
             self._signal(key, signal.SIGTERM)
             log.info("stopping task %s-%s: SIGTERM, SIGKILL in %.1f s", *key, deadline_monotonic - time.monotonic())
         elif deadline_monotonic < st["deadline"]:
             st["deadline"] = float(deadline_monotonic)
             self._save(key)
+            self._stop_file(key, deadline_monotonic)
         self._enforce(key, time.monotonic())
         return True
+
+    def _stop_file(self, key: Key, deadline_monotonic: float) -> None:
+        """Tell the task's supervisor the stop's deadline (supervise.STOP_FILE, unix seconds): what outlives the
+        task's main process keeps the stop's grace rather than the supervisor's own."""
+        try:
+            _write_json(self._path(key, "stop.json"), {"deadline": time.time() + deadline_monotonic - time.monotonic()})
+        except OSError as exc:  # the stop goes on: the supervisor then gives what is left its own grace
+            log.warning("task %s-%s: cannot write stop.json: %s", key[0], key[1], exc)
 
     def stopping(self, key: Key) -> bool:
         """True while a stop was requested for a task that has not ended yet."""

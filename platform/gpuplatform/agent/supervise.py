@@ -13,7 +13,12 @@ It must not import anything from gpuplatform (fast start, no Django or Celery). 
 4. starts ARGV as its child: stdin /dev/null, stdout and stderr appended to TASKDIR/output.log, cwd = --cwd
    (default: its own cwd), environment = its own (the agent built it);
 5. reaps every child until ARGV's process has exited, then terminates what is left of the tree: SIGTERM to
-   every descendant, up to --grace seconds (default 2) of waiting, SIGKILL to the rest, reaps them all;
+   every descendant, up to --grace seconds (default 2) of waiting, SIGKILL to the rest, reaps them all. When
+   the agent is stopping the task (it wrote TASKDIR/stop.json, {"deadline": unix seconds}, before its SIGTERM),
+   what is left already has that SIGTERM and keeps the stop's grace: no second SIGTERM, and the SIGKILL comes
+   KILL_MARGIN seconds before the stop's deadline (new-user trial 19: `sh -c "cd d && python train.py"` lost its
+   checkpoint when sh died on the SIGTERM and its python child, checkpointing, was signalled again and killed
+   2 s later);
 6. when ARGV's process was killed by SIGKILL (or exited 137, a shell's "child killed by SIGKILL"), looks for
    evidence of the kernel's OOM killer: the kernel log's "Killed process <its pid>" line where it may read
    /dev/kmsg (written as "[gpuplatform] kernel log: <line>"), else the oom_kill counters it can read (its
@@ -49,6 +54,17 @@ import time
 
 PR_SET_CHILD_SUBREAPER = 36
 WATCH_SECONDS = 0.25  # how often a supervisor started with --watch checks that its agent still runs
+STOP_FILE = "stop.json"  # the agent's stop of the task: {"deadline": unix seconds of its SIGKILL}
+KILL_MARGIN = 0.5  # seconds before a stop's deadline that the supervisor kills what is left (then writes exit.json)
+
+
+def _stop_deadline(task_dir: str) -> float | None:
+    """The deadline (unix seconds) of the agent's stop of this task, or None when it is not being stopped."""
+    try:
+        with open(os.path.join(task_dir, STOP_FILE), encoding="utf-8") as fh:
+            return float(json.load(fh)["deadline"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _set_subreaper() -> bool:
@@ -121,13 +137,19 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
-def _cleanup(grace: float) -> None:
-    """Terminate and reap every remaining descendant: SIGTERM, up to `grace` seconds, SIGKILL."""
+def _cleanup(grace: float, task_dir: str | None = None) -> None:
+    """Terminate and reap every remaining descendant: SIGTERM, up to `grace` seconds, SIGKILL. While the agent
+    stops the task (_stop_deadline of `task_dir`), they have had its SIGTERM: no second one, and they wait until
+    KILL_MARGIN seconds before its deadline instead of `grace`."""
     me = os.getpid()
     left = _descendants(me)
     if left:
-        _signal_all(left, signal.SIGTERM)
-        end = time.monotonic() + grace
+        deadline = _stop_deadline(task_dir) if task_dir else None
+        if deadline is None:
+            _signal_all(left, signal.SIGTERM)
+            end = time.monotonic() + grace
+        else:
+            end = time.monotonic() + max(0.0, deadline - time.time() - KILL_MARGIN)
         while time.monotonic() < end:
             _reap_nohang()
             left = _descendants(me)
@@ -331,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         result = _wait_child(child.pid, watch, grace, log_fh)
         child.returncode = 0  # reaped by us: keep Popen from waiting on it again
-        _cleanup(grace)
+        _cleanup(grace, task_dir)
         if result.get("signal") == signal.SIGKILL or result.get("exit_code") == 128 + signal.SIGKILL:
             kernel = _kernel_oom_line(child.pid, _kmsg_records()) if result.get("signal") else None
             line = f"kernel log: {kernel[:400]}" if kernel else _oom_line(oom_before, _oom_counters())
