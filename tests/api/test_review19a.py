@@ -194,3 +194,24 @@ def test_the_service_refuses_a_gpu_mig_uuid_as_the_api_does(holder):
         services.register_node("svc", flavor="H100", gpus=[{"index": 0, "uuid": "GPU-S", "mig_mode": "enabled",
                                                              "mig": [_mig("gpu-s")]}])
     assert list(refused.value.errors) == ["gpus[0].mig[0].uuid"]
+
+
+# ------------------------------------------------------------------------ a MIG instance's fields within their columns
+@pytest.mark.parametrize("inst,field", [
+    ({"uuid": "MIG-" + "x" * 77, "profile": "3g.40gb"}, "gpus[0].mig[0].uuid"),
+    ({"uuid": "MIG-long-profile", "profile": "p" * 33}, "gpus[0].mig[0].profile"),
+    ({"uuid": "MIG-big-memory", "profile": "3g.40gb", "memory_mib": 2**31}, "gpus[0].mig[0]"),
+    ({"uuid": "MIG-big-slices", "profile": "3g.40gb", "slices": 2**15}, "gpus[0].mig[0]"),
+    ({"uuid": "MIG-bool-slices", "profile": "3g.40gb", "slices": True}, "gpus[0].mig[0]"),
+])
+def test_a_mig_instance_beyond_its_columns_is_a_400_naming_the_field(agent, inst, field):
+    """A MIG uuid over 80 characters, a profile over 32, memory or slices beyond their columns answered a 500 (the
+    database refused the write)."""
+    from gpuplatform.models import Node
+
+    r = _register(agent, "wide", [{"index": 0, "uuid": "GPU-WIDE", "mig_mode": "enabled", "mig": [inst]}])
+    assert r.status_code == 400 and list(r.json()) == [field], r.content
+    assert not Node.objects.filter(name="wide").exists()
+    ok = {**inst, "uuid": inst["uuid"][:80], "profile": inst["profile"][:32], "memory_mib": 2**31 - 1, "slices": 7}
+    r = _register(agent, "wide", [{"index": 0, "uuid": "GPU-WIDE", "mig_mode": "enabled", "mig": [ok]}])
+    assert r.status_code == 201, r.content

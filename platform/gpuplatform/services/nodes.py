@@ -34,6 +34,10 @@ MIG_FIELDS = ("uuid", "profile", "memory_mib", "slices")
 # (trial 18, finding 4).
 MAX_GPU_INDEX = 63
 
+# a MIG instance's fields as MigInstance stores them (models/cluster.py)
+MIG_UUID_MAX, MIG_PROFILE_MAX = 80, 32
+MIG_COUNT_MAX = {"memory_mib": 2**31 - 1, "slices": 2**15 - 1}
+
 _FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 ONE_DEVICE = "a UUID names one device: one GPU or one MIG instance"
 
@@ -92,8 +96,15 @@ def _check_gpus(gpus: list[dict]) -> dict[str, str]:
                 if not isinstance(inst, dict) or not isinstance(inst.get("uuid"), str) or not inst["uuid"] \
                         or not isinstance(inst.get("profile"), str) or not inst["profile"]:
                     errors[f"gpus[{i}].mig[{k}]"] = "a MIG instance needs a uuid and a profile name"
-                elif any(not isinstance(inst.get(f) or 0, int) or (inst.get(f) or 0) < 0 for f in ("memory_mib", "slices")):
-                    errors[f"gpus[{i}].mig[{k}]"] = "memory_mib and slices must be whole numbers >= 0"
+                elif len(inst["uuid"]) > MIG_UUID_MAX:  # (the columns' bounds: beyond them the write was a 500)
+                    errors[f"gpus[{i}].mig[{k}].uuid"] = f"a MIG instance's uuid has at most {MIG_UUID_MAX} characters"
+                elif len(inst["profile"]) > MIG_PROFILE_MAX:
+                    errors[f"gpus[{i}].mig[{k}].profile"] = (f"a MIG profile name (e.g. 3g.71gb) has at most "
+                                                             f"{MIG_PROFILE_MAX} characters")
+                elif any(not isinstance(inst.get(f) or 0, int) or isinstance(inst.get(f), bool)
+                         or not 0 <= (inst.get(f) or 0) <= top for f, top in MIG_COUNT_MAX.items()):
+                    errors[f"gpus[{i}].mig[{k}]"] = (f"memory_mib and slices must be whole numbers from 0 to "
+                                                     f"{MIG_COUNT_MAX['memory_mib']} and {MIG_COUNT_MAX['slices']}")
                 elif uuid_key(inst["uuid"]) in mig_uuids:  # one instance on two GPUs (trial 17c, G2: kept on the last)
                     where, theirs = mig_uuids[uuid_key(inst["uuid"])]
                     errors[f"gpus[{i}].mig[{k}].uuid"] = (f"uuid {_same_words(inst['uuid'], theirs)} is given twice "
@@ -356,7 +367,8 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     Raises ValidationError: a name that breaks the name rule (names.py), an empty flavor, negative cpu/memory, bad GPU index or health, unknown
     executor or runtime, a GPU UUID given twice or held by another node ("gpus[i].uuid": one it still lists, or one
     a live allocation still holds there) or a stored MIG instance's, a MIG instance UUID given twice, another GPU's
-    instance's, or a GPU's, in this registration or stored ("gpus[i].mig[k].uuid": a UUID names one device). UUIDs
+    instance's, or a GPU's, in this registration or stored ("gpus[i].mig[k].uuid": a UUID names one device), a MIG
+    instance without uuid or profile, or beyond its columns ("gpus[i].mig[k]", its ".uuid" or ".profile"). UUIDs
     compare by uuid_key (letter case ignored); each is stored as the agent sent it."""
     errors = {}
     if message := name_error("node", name):  # every per-node URL must be able to name it (new-user trial 13, F2)
