@@ -190,7 +190,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "gpuplatform.api.schema.AutoSchema",  # + Idempotency-Key, error shapes
     # KnownQueryParams first: an unknown parameter on a list is a 400 naming it (api/filters.py)
     "DEFAULT_FILTER_BACKENDS": ["gpuplatform.api.filters.KnownQueryParams",
-                                "django_filters.rest_framework.DjangoFilterBackend", "rest_framework.filters.OrderingFilter"],
+                                "django_filters.rest_framework.DjangoFilterBackend",
+                                "gpuplatform.api.filters.StrictOrderingFilter"],  # ?ordering=nope: a 400
     "DEFAULT_PAGINATION_CLASS": "gpuplatform.api.pagination.StrictLimitOffsetPagination",  # jobs, events: keyset
     "PAGE_SIZE": 50,
     "DEFAULT_THROTTLE_RATES": {"job-submit": os.environ.get("JOB_SUBMIT_THROTTLE", "120/min"),

@@ -7,6 +7,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 from django_filters.widgets import BooleanWidget
 from rest_framework.exceptions import ValidationError
+from rest_framework.filters import OrderingFilter
 
 from ..models import ClusterSample, Domain, Event, Job, Membership, Node, Queue, Quota, SchedulerCycle, Team
 
@@ -413,6 +414,40 @@ class KnownQueryParams:
             if getattr(paginator, attr, None):
                 names.add(getattr(paginator, attr))
         return names
+
+
+class StrictOrderingFilter(OrderingFilter):
+    """DRF's OrderingFilter (the last of DEFAULT_FILTER_BACKENDS) that refuses, on a list, an `ordering` naming a
+    field the list does not order by: DRF drops such a field without a word, so `?ordering=nope` (or
+    `?ordering=-nmae`) gave the default order as though it had been followed. Each part of the comma list, with or
+    without one leading '-', must be one of the view's `ordering_fields` (without them, DRF's default: the
+    serializer's readable model fields); a part that is not is a 400 `{"ordering": ["cannot order by 'nope';
+    choose from created_at, name ('-' for descending)"]}`. A blank part (`?ordering=%20`, `?ordering=name,`) names
+    no field and is refused the same way; `?ordering=` exactly empty is the list's default order, as `?limit=`,
+    `?offset=` and `?cursor=` exactly empty are their defaults (docs/api.md). Only `list` actions are checked, as
+    KnownQueryParams does: a detail read filters its queryset too but has no order."""
+
+    def filter_queryset(self, request, queryset, view):
+        if getattr(view, "action", None) == "list":
+            self.refuse_unknown(request, queryset, view)
+        return super().filter_queryset(request, queryset, view)
+
+    def refuse_unknown(self, request, queryset, view) -> None:
+        raw = request.query_params.get(self.ordering_param)
+        if raw is None or raw == "":
+            return
+        allowed = [name for name, _ in self.get_valid_fields(queryset, view, {"request": request})]
+        bad = [part for part in (p.strip() for p in raw.split(",")) if (part[1:] if part.startswith("-") else part)
+               not in allowed]
+        if bad:
+            raise ValidationError({self.ordering_param: [ordering_error(bad, allowed)]})
+
+
+def ordering_error(bad, allowed) -> str:
+    """The one wording of an ordering a list does not take: the parts refused (quoted, so a blank one shows) and
+    the fields it orders by."""
+    shown = ", ".join(repr(part[:60]) for part in bad[:10])
+    return f"cannot order by {shown}; choose from {', '.join(sorted(allowed))} ('-' for descending)"
 
 
 REPEATED = "given more than once: send it once"
