@@ -64,3 +64,77 @@ def test_the_keyset_lists_refuse_an_ordering_of_only_commas_instead_of_a_500(adm
 def test_a_detail_read_is_not_held_to_the_lists_ordering(admin):
     assert admin.get("/api/v1/teams/alpha/?ordering=nope").status_code == 200
 
+
+# --- list parameters a user reads as a filter: they work or are a 400 naming them (never ignored, never a 500) ----
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", ["/api/v1/diagnosis-rules/", "/api/v1/health-rules/"])
+@pytest.mark.parametrize("value", ["maybe", "yes", "no", "on", "2"])
+def test_a_rule_lists_enabled_that_is_not_a_boolean_is_a_400_naming_it(admin, url, value):
+    r = admin.get(f"{url}?enabled={value}")
+    assert r.status_code == 400 and r.json() == {"enabled": ["must be true or false (or 1 / 0)"]}, \
+        (url, value, r.status_code, r.content[:300])
+
+
+@pytest.mark.django_db
+def test_a_rule_lists_enabled_filters(admin, cluster):
+    from gpuplatform.models import HealthRule
+
+    for name, enabled in (("on", True), ("off", False)):
+        HealthRule.objects.create(name=name, signal="temperature", op=">", value=90, action="cordon", source="x",
+                                  enabled=enabled)
+    names = lambda q: [r["name"] for r in admin.get(f"/api/v1/health-rules/?{q}").json()["results"]]  # noqa: E731
+    assert names("enabled=true") == names("enabled=1") == ["on"] and names("enabled=False") == ["off"]
+    assert sorted(names("enabled=")) == ["off", "on"]  # a boolean's empty value: either (F12)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url,param,value,rule", [
+    ("/api/v1/domains/", "tier", "1.5", "a tier is a whole number from 1 to 32767"),
+    ("/api/v1/domains/", "tier", "0", "a tier is a whole number from 1 to 32767"),
+    ("/api/v1/domains/", "tier", "-1", "a tier is a whole number from 1 to 32767"),
+    ("/api/v1/domains/", "tier", "abc", "a tier is a whole number from 1 to 32767"),
+    ("/api/v1/domains/", "tier", "99999999999999999999", "a tier is a whole number from 1 to 32767"),
+    ("/api/v1/events/", "cycle", "1.5", "a cycle number is a whole number from 0 to 2147483647"),
+    ("/api/v1/events/", "cycle", "-1", "a cycle number is a whole number from 0 to 2147483647"),
+    ("/api/v1/events/", "cycle", "abc", "a cycle number is a whole number from 0 to 2147483647"),
+    ("/api/v1/cluster-metrics/", "cycle", "2.5", "a cycle number is a whole number from 0 to 2147483647"),
+    ("/api/v1/cluster-metrics/", "cycle", "99999999999999999999", "a cycle number is a whole number from 0 to 2147483647"),
+])
+def test_a_whole_number_filter_refuses_a_fraction_or_a_number_outside_naming_it(admin, url, param, value, rule):
+    r = admin.get(f"{url}?{param}={value}")
+    assert r.status_code == 400 and r.json() == {param: [rule]}, (url, value, r.status_code, r.content[:300])
+
+
+@pytest.mark.django_db
+def test_the_whole_number_filters_filter(admin, cluster):
+    tiers = {d["tier"] for d in admin.get("/api/v1/domains/?tier=1").json()["results"]}
+    assert tiers == {1}
+    assert admin.get("/api/v1/domains/?tier=1.0").json()["count"] == admin.get("/api/v1/domains/?tier=1").json()["count"]
+    assert admin.get("/api/v1/events/?cycle=0").status_code == 200
+    assert admin.get("/api/v1/cluster-metrics/?cycle=3").status_code == 200
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", ["/api/v1/teams/", "/api/v1/nodes/", "/api/v1/diagnosis-rules/",
+                                 "/api/v1/federation/clusters/"])
+@pytest.mark.parametrize("query,param", [
+    ("limit=abc", "limit"), ("limit=-1", "limit"), ("limit=0", "limit"), ("limit=501", "limit"), ("limit=1.5", "limit"),
+    ("limit=%20", "limit"), ("offset=-1", "offset"), ("offset=x", "offset"), ("offset=%20", "offset"),
+    ("cursor=garbage", "cursor"), ("page=2", "page"), ("page_size=abc", "page_size"),
+])
+def test_the_offset_lists_refuse_a_paging_parameter_they_cannot_follow(admin, member_clusters, url, query, param):
+    r = admin.get(f"{url}?{query}")
+    assert r.status_code == 400 and list(r.json()) == [param], (url, query, r.status_code, r.content[:300])
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", ["/api/v1/jobs/", "/api/v1/events/"])
+@pytest.mark.parametrize("query,param", [
+    ("limit=abc", "limit"), ("limit=-1", "limit"), ("limit=%20", "limit"), ("offset=5", "offset"),
+    ("cursor=garbage", "cursor"), ("cursor=%20", "cursor"), ("page_size=abc", "page_size"),
+])
+def test_the_keyset_lists_refuse_a_paging_parameter_they_cannot_follow(admin, url, query, param):
+    r = admin.get(f"{url}?{query}")
+    assert r.status_code == 400 and list(r.json()) == [param], (url, query, r.status_code, r.content[:300])
+

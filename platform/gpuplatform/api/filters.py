@@ -9,7 +9,10 @@ from django_filters.widgets import BooleanWidget
 from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
 
-from ..models import ClusterSample, Domain, Event, Job, Membership, Node, Queue, Quota, SchedulerCycle, Team
+from ..job_rules import MAX_TIER
+from ..models import (
+    ClusterSample, DiagnosisRule, Domain, Event, HealthRule, Job, Membership, Node, Queue, Quota, SchedulerCycle, Team,
+)
 
 
 # The times a query parameter may name (since / until / submitted_after ...): every endpoint refuses one outside
@@ -166,6 +169,25 @@ def unknown_name(model, lookup: str, value: str, what: str, hint: str = "") -> s
     return f"unknown {what} {value[:60]!r}{hint}"
 
 
+class WholeNumberFilter(df.Filter):
+    """A whole number from `min_value` to `max_value` (a tier, a cycle number): a word, a fraction or a number
+    outside is a 400 naming the parameter and the range. django-filter's NumberFilter reads a decimal, which the
+    integer column's lookup truncates: `?tier=1.5` listed the tier-1 domains, and `?cycle=-1` read as a cycle
+    that cannot be rather than a mistake (review 19c)."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args, what: str, min_value: int, max_value: int, **kwargs):
+        rule = f"a {what} is a whole number from {min_value} to {max_value}"
+        kwargs.update(min_value=min_value, max_value=max_value,
+                      error_messages={"invalid": rule, "min_value": rule, "max_value": rule})
+        super().__init__(*args, **kwargs)
+
+
+# A scheduler cycle's number (SchedulerCycle.number, Event.cycle, ClusterSample.cycle: PositiveIntegerField)
+CYCLE_NUMBER_MAX = 2**31 - 1
+
+
 class TeamFilterSet(df.FilterSet):
     name = df.CharFilter(lookup_expr="icontains")
 
@@ -204,6 +226,7 @@ class QuotaFilterSet(df.FilterSet):
 
 class DomainFilterSet(df.FilterSet):
     parent = NamedFilter(field_name="parent__name", model=Domain, what="domain", help_text="parent domain name")
+    tier = WholeNumberFilter(what="tier", min_value=1, max_value=MAX_TIER, help_text="1 = NVLink, 2 = leaf, 3 = spine")
 
     class Meta:
         model = Domain
@@ -302,6 +325,8 @@ class EventFilterSet(df.FilterSet):
     node = NamedFilter(field_name="node__name", model=Node, what="node", help_text="node name")
     since = UtcDateTimeFilter(field_name="time", lookup_expr="gte")
     until = UtcDateTimeFilter(field_name="time", lookup_expr="lt")
+    cycle = WholeNumberFilter(what="cycle number", min_value=0, max_value=CYCLE_NUMBER_MAX,
+                              help_text="the scheduler cycle that wrote it")
 
     class Meta:
         model = Event
@@ -321,9 +346,31 @@ class SchedulerCycleFilterSet(df.FilterSet):
         return qs.exclude(error="") if value else qs.filter(error="")
 
 
+class _RuleFilterSet(df.FilterSet):
+    """The diagnosis and health rules' lists: `enabled` is true / false / 1 / 0, anything else a 400 naming it
+    (the rules' filterset_fields gave django-filter's BooleanFilter, which read `?enabled=maybe` or `?enabled=yes`
+    as no filter at all and listed every rule)."""
+
+    enabled = StrictBooleanFilter(help_text="true: the rules in use; false: the ones switched off")
+
+
+class DiagnosisRuleFilterSet(_RuleFilterSet):
+    class Meta:
+        model = DiagnosisRule
+        fields = ["enabled"]
+
+
+class HealthRuleFilterSet(_RuleFilterSet):
+    class Meta:
+        model = HealthRule
+        fields = ["enabled"]
+
+
 class ClusterSampleFilterSet(df.FilterSet):
     since = UtcDateTimeFilter(field_name="time", lookup_expr="gte")
     until = UtcDateTimeFilter(field_name="time", lookup_expr="lt")
+    cycle = WholeNumberFilter(what="cycle number", min_value=0, max_value=CYCLE_NUMBER_MAX,
+                              help_text="the scheduler cycle that took it")
 
     class Meta:
         model = ClusterSample

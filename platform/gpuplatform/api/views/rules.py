@@ -7,6 +7,7 @@ from rest_framework.response import Response
 from ... import services
 from ...diagnosis import tables
 from ...models import DiagnosisRule, HealthRule
+from ..filters import DiagnosisRuleFilterSet, HealthRuleFilterSet
 from ..permissions import IsPlatformAdminOrReadOnly
 from ..serializers.rules import DiagnosisRuleSerializer, HealthRuleSerializer
 
@@ -16,8 +17,7 @@ class _RuleViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     shipped table's parser and audits them); every signed-in user reads them. No delete: set enabled false."""
 
     permission_classes = [IsPlatformAdminOrReadOnly]
-    filterset_fields = ["enabled"]
-    filterset_class = None
+    filterset_class = None  # each rule list's: enabled (api/filters.py)
     ordering_fields = ["id", "name"]
     model = None
     service = None
@@ -47,6 +47,7 @@ class DiagnosisRuleViewSet(_RuleViewSet):
     """Admins' diagnosis rules, used after the shipped table (GET .../shipped/) from the next failure on."""
 
     serializer_class = DiagnosisRuleSerializer
+    filterset_class = DiagnosisRuleFilterSet
     model = DiagnosisRule
     service = staticmethod(services.save_diagnosis_rule)
     shipped_table = staticmethod(tables.shipped_rules)
@@ -56,6 +57,7 @@ class HealthRuleViewSet(_RuleViewSet):
     """Admins' node health rules, used after the shipped table (GET .../shipped/) from the next heartbeat on."""
 
     serializer_class = HealthRuleSerializer
+    filterset_class = HealthRuleFilterSet
     model = HealthRule
     service = staticmethod(services.save_health_rule)
     shipped_table = staticmethod(tables.shipped_health_rules)
