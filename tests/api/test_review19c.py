@@ -138,3 +138,59 @@ def test_the_keyset_lists_refuse_a_paging_parameter_they_cannot_follow(admin, ur
     r = admin.get(f"{url}?{query}")
     assert r.status_code == 400 and list(r.json()) == [param], (url, query, r.status_code, r.content[:300])
 
+
+# --- a member cluster name that breaks the rule: one wording, one function, POST and PATCH / PUT (and the admin) ---
+
+CLUSTERS = "/api/v1/federation/clusters/"
+NAME_RULE = "a member cluster name is 1 to 63 lower-case letters, digits and '-', starting with a letter or digit"
+BROKEN_NAMES = ["Bad_Name", "bad name", "bad.name", "-bad", "BAD", "b\u00e9", "a" * 64, "a" * 200, "", 5, ["x"]]
+
+
+@pytest.fixture
+def superuser_page(users):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.create_superuser("root", password="pw"))
+    return client
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", BROKEN_NAMES, ids=repr)
+def test_a_broken_member_cluster_name_reads_one_way_in_post_patch_and_put(admin, member_clusters, name):
+    from gpuplatform.models import MemberCluster
+
+    west = MemberCluster.objects.get(name="west").pk
+    answers = {
+        "POST": admin.post(CLUSTERS, {"name": name, "api_url": "http://x.test:8000", "token": "t"}, format="json"),
+        "PATCH": admin.patch(f"{CLUSTERS}{west}/", {"name": name}, format="json"),
+        "PUT": admin.put(f"{CLUSTERS}{west}/", {"name": name, "api_url": "http://x.test:8000"}, format="json"),
+    }
+    for method, r in answers.items():
+        assert r.status_code == 400 and r.json() == {"name": [NAME_RULE]}, (method, name, r.status_code, r.content)
+    assert sorted(MemberCluster.objects.values_list("name", flat=True)) == ["east", "west"]
+
+
+@pytest.mark.django_db
+def test_the_name_rule_is_one_function_the_service_and_the_admin_use(admin, member_clusters, superuser_page):
+    from gpuplatform.errors import ValidationError
+    from gpuplatform.federation import manager
+    from gpuplatform.models import MemberCluster
+
+    assert manager.cluster_name_error("Bad_Name") == manager.cluster_name_error("a" * 64) == NAME_RULE
+    assert manager.cluster_name_error("eu-1") is None and manager.cluster_name_error("a" * 63) is None
+    assert manager.cluster_name_error("east\n") == NAME_RULE  # `$` let a trailing newline through
+    with pytest.raises(ValidationError) as exc:
+        manager.update_cluster(MemberCluster.objects.get(name="west"), name="bad.name")
+    assert exc.value.errors == {"name": NAME_RULE}, exc.value.errors
+    for name in ("bad.name", "Bad_Name", "a" * 64):
+        page = superuser_page.post("/admin/gpuplatform/membercluster/add/",
+                                   {"name": name, "api_url": "http://x.test:8000", "token": "t", "labels": "{}",
+                                    "cost_per_gpu_hour": 0, "enabled": "on"})
+        assert page.status_code == 200 and NAME_RULE.replace("'", "&#x27;") in page.content.decode(), name
+    long = "a" * 63
+    r = admin.post(CLUSTERS, {"name": long, "api_url": "http://x.test:8000", "token": "t"}, format="json")
+    assert r.status_code == 201 and r.json()["name"] == long, r.content
+    r = admin.patch(f"{CLUSTERS}{r.json()['id']}/", {"name": "renamed-1"}, format="json")
+    assert r.status_code == 200 and r.json()["name"] == "renamed-1", r.content

@@ -10,6 +10,8 @@ from .secrets import masked
 
 
 class MemberClusterForm(forms.ModelForm):
+    name = forms.CharField(help_text=manager.CLUSTER_NAME_RULE,
+                           error_messages={"required": manager.CLUSTER_NAME_RULE})  # the API's words (clean_name)
     api_url = forms.URLField(max_length=300, assume_scheme="https", help_text="the worker's base address")
     token = forms.CharField(widget=forms.PasswordInput(render_value=False), required=False, max_length=500,
                             help_text="the member's service token (a user in its federation-managers group); "
@@ -18,6 +20,13 @@ class MemberClusterForm(forms.ModelForm):
     class Meta:
         model = MemberCluster
         fields = ["name", "api_url", "token", "labels", "cost_per_gpu_hour", "enabled"]
+
+    def clean_name(self):
+        """The name's rule in its one wording (manager.cluster_name_error), as the API answers it."""
+        error = manager.cluster_name_error(self.cleaned_data["name"])
+        if error:
+            raise forms.ValidationError(error)
+        return self.cleaned_data["name"]
 
     def clean(self):
         data = super().clean()

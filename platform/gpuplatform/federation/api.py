@@ -50,6 +50,11 @@ def submit_response(request) -> Response:
 
 
 class MemberClusterSerializer(ModelSerializer):
+    # the name's rule in its one wording (manager.cluster_name_error), for POST and PATCH / PUT alike; the model's
+    # SlugField answered Django's slug or length words for some broken names, the rule's for others
+    name = serializers.CharField(error_messages={"invalid": manager.CLUSTER_NAME_RULE,
+                                                 "blank": manager.CLUSTER_NAME_RULE},
+                                 help_text=manager.CLUSTER_NAME_RULE)
     token = serializers.CharField(write_only=True, required=False, max_length=500,
                                   help_text="the member's service token (write-only; stored encrypted)")
     token_status = serializers.SerializerMethodField()
@@ -63,9 +68,15 @@ class MemberClusterSerializer(ModelSerializer):
                   "state", "capacity", "backlog", "last_sync_at", "sync_age_s", "last_error", "sync_bytes"]
         read_only_fields = ["id", "token_status", "state", "capacity", "backlog", "last_sync_at", "sync_age_s",
                             "last_error", "sync_bytes"]
-        # a name taken is the service's rule, under the name's lock (manager.name_taken: one wording however two
-        # creations meet; the model's unique validator here answered "member cluster with this name already exists.")
-        extra_kwargs = {"name": {"validators": []}}
+        # (`name` is declared above, without the model's unique validator: a name taken is the service's rule, under
+        # the name's lock; manager.name_taken: one wording however two creations meet, where the model's validator
+        # here answered "member cluster with this name already exists.")
+
+    def validate_name(self, value: str) -> str:
+        error = manager.cluster_name_error(value)
+        if error:
+            raise serializers.ValidationError(error)
+        return value
 
     def get_token_status(self, c) -> str:
         return masked(c.token_encrypted)

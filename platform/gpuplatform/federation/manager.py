@@ -49,9 +49,23 @@ def _check_labels(labels, field: str = "labels") -> dict:
     return dict(labels)
 
 
+CLUSTER_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+CLUSTER_NAME_RULE = "a member cluster name is 1 to 63 lower-case letters, digits and '-', starting with a letter or digit"
+
+
+def cluster_name_error(name) -> str | None:
+    """The one wording of a member cluster name that breaks the rule (CLUSTER_NAME_RULE), for POST and PATCH / PUT
+    /api/v1/federation/clusters/ (the serializer's `name`), the admin's form and register_cluster / update_cluster
+    alike; None when `name` keeps it. The API's name was a SlugField that answered Django's "Enter a valid slug ..."
+    or "Ensure this field has no more than 64 characters." for some broken names and this rule for others."""
+    if isinstance(name, str) and CLUSTER_NAME_RE.fullmatch(name):
+        return None
+    return CLUSTER_NAME_RULE
+
+
 def _check_cluster_fields(fields: dict) -> None:
-    if "name" in fields and not re.match(r"^[a-z0-9][a-z0-9-]{0,62}$", fields["name"] or ""):
-        raise ValidationError({"name": "lower-case letters, digits and '-', starting with a letter or digit"})
+    if "name" in fields and cluster_name_error(fields["name"]):
+        raise ValidationError({"name": cluster_name_error(fields["name"])})
     if "api_url" in fields and not re.match(r"^https?://[^\s/]+(/[^\s]*)?$", fields["api_url"] or ""):
         raise ValidationError({"api_url": "an http:// or https:// address"})
     if "token" in fields and (not isinstance(fields["token"], str) or not 1 <= len(fields["token"]) <= 500):
