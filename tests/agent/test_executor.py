@@ -518,3 +518,17 @@ def test_a_stopped_task_whose_shell_dies_leaves_its_child_the_stops_grace(ex):
     assert (tdir / "saved.txt").read_text() == "1"
     assert rec["signal"] == 15  # the shell, killed by the stop's SIGTERM
     assert ex.alive_pids((41, 0)) == []
+
+
+def test_a_task_that_kills_its_supervisor_leaves_no_process_behind(ex):
+    """New-user trial 19, F9: a task that started a setsid daemon and then SIGKILLed its supervisor ended (its GPUs
+    released) while the daemon, re-parented to init, ran on. Every process of the task carries its TASK_MARK: the
+    task is reported ended only once they are all killed, the daemon included."""
+    script = "setsid sleep 3001 & echo $! > daemon.pid; sleep 0.3; kill -9 $PPID; sleep 3002"
+    assert ex.start(assignment(42, script)) == "started"
+    tdir = Path(ex.task_dir((42, 0)))
+    daemon = wait_for(lambda: read_int(tdir / "daemon.pid"))
+    rec = wait_ended(ex, [(42, 0)])[(42, 0)]
+    assert rec["signal"] == 9  # the supervisor's death: the task ended with it
+    wait_for(lambda: gone(daemon), what="the setsid daemon to be killed")
+    assert ex.alive_pids((42, 0)) == []

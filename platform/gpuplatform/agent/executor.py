@@ -120,6 +120,29 @@ def descendants(root: int, procs: dict[int, ProcStat]) -> list[int]:
     return out
 
 
+TASK_MARK = "GPUPLATFORM_TASK_MARK"  # in every task process's environment: the task attempt's state directory
+
+
+def marked_pids(mark: str, procs: dict[int, ProcStat]) -> list[int]:
+    """Pids of the live processes in `procs` whose environment holds TASK_MARK=`mark` (inherited from the task's
+    supervisor): the task's processes wherever they went, a setsid daemon re-parented to init after its supervisor
+    was killed included (new-user trial 19, F9). A process whose environment this user cannot read is skipped, and
+    so is one that cleared its environment (only a cgroup would hold that one)."""
+    needle = f"\0{TASK_MARK}={mark}\0".encode()
+    out = []
+    for pid, st in procs.items():
+        if st.dead:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if needle in b"\0" + env:
+            out.append(pid)
+    return out
+
+
 def _kill(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
@@ -335,17 +358,26 @@ class ProcessExecutor:
 
     def _task_pids(self, m: dict, procs: dict[int, ProcStat]) -> tuple[bool, list[int]]:
         """(supervisor alive, other live pids of the task: descendants of the supervisor + members of its
-        process group / session). When the supervisor's pid now names another process, its group is not ours."""
+        process group / session + every process carrying the task's TASK_MARK, marked_pids: a daemon that left the
+        session and lost its supervisor too). When the supervisor's pid now names another process, its group is not
+        ours."""
         pid = m.get("pid")
         if not pid or m.get("boot_id") != self._boot:
             return False, []
         alive = self._supervisor_alive(m, procs)
+        pids = set(marked_pids(self._mark(m), procs))
+        pids.discard(pid)  # the supervisor itself (marked too), or another process now holding its pid (unmarked)
         st = procs.get(pid)
         if st is not None and st.start_time != m.get("start_time"):
-            return False, []  # pid reused: nothing of ours can hold that pgid / sid any more
-        pids = set(descendants(pid, procs)) if alive else set()
+            return False, sorted(pids)  # pid reused: nothing of ours can hold that pgid / sid any more
+        if alive:
+            pids.update(descendants(pid, procs))
         pids |= {p.pid for p in procs.values() if not p.dead and p.pid != pid and (p.pgid == pid or p.sid == pid)}
         return alive, sorted(pids)
+
+    def _mark(self, m: dict) -> str:
+        """The TASK_MARK value of the task attempt of `m`: its state directory (unique per agent and attempt)."""
+        return self.task_dir((m["task"], m["attempt"]))
 
     def alive_pids(self, key: Key) -> list[int]:
         """Sorted pids of the task's live processes: the supervisor (when alive), its descendants and the
@@ -420,7 +452,8 @@ class ProcessExecutor:
             cmd[cmd.index("--"):cmd.index("--")] = ["--watch", f"{os.getpid()}:{me.start_time if me else ''}"]
         try:
             with open(os.path.join(tdir, "supervisor.log"), "ab") as sup_log:
-                proc = subprocess.Popen(cmd, cwd=tdir, env=task_env(env_overlay), stdin=subprocess.DEVNULL,
+                proc = subprocess.Popen(cmd, cwd=tdir, env={**task_env(env_overlay), TASK_MARK: self._mark(m)},
+                                        stdin=subprocess.DEVNULL,
                                         stdout=sup_log, stderr=subprocess.STDOUT, start_new_session=True,
                                         close_fds=True)
         except OSError as exc:
@@ -635,14 +668,16 @@ class ProcessExecutor:
                 sup = _read_json(self._path(key, "supervisor.json"))
                 if sup and sup.get("pid"):  # the previous agent died between launching it and saving its pid
                     m.update(pid=sup["pid"], start_time=sup.get("start_time"), boot_id=sup.get("boot_id"))
-            if m.get("pid") and self._supervisor_alive(m):
+            data = _read_json(self._path(key, "exit.json"))
+            status = data is not None and (isinstance(data.get("signal"), int) or isinstance(data.get("exit_code"), int))
+            # a supervisor that wrote exit.json (its last act) has ended, even if it has not exited yet
+            if m.get("pid") and not status and self._supervisor_alive(m):
                 if m.get("stop") and m["stop"].get("boot_id") != self._boot:
                     m["stop"] = None
                 self._save(key)
                 log.info("adopted task %s-%s (supervisor pid %d)", *key, m["pid"])
                 continue
-            data = _read_json(self._path(key, "exit.json"))
-            if data is not None and (isinstance(data.get("signal"), int) or isinstance(data.get("exit_code"), int)):
+            if status:
                 m["result"] = self._result_of(key, None)
             elif m.get("stop") and m["stop"].get("killed"):
                 m["result"] = {"signal": int(signal.SIGKILL)}
