@@ -38,6 +38,12 @@ def read_job_log(job: Job, params) -> dict:
     """The logs answer for `job` from the query `params` (LogQuerySerializer: task, attempt, offset, limit);
     also what a federation worker serves its manager (federation/worker_api.py). Raises ValidationError
     naming `task` or `attempt`."""
+    # the selectors sent empty are refused as a filter sent empty is (docs/api.md), not read as left out: `?task=$T`
+    # with T unset read the first task's log (new-user trial 19, F17); offset and limit are paging, empty = default
+    empty = {name: f"{name} is empty: give a value or leave the parameter out" for name in ("task", "attempt")
+             if name in params and params.get(name) == ""}
+    if empty:
+        raise services.ValidationError(empty)
     q = LogQuerySerializer(data=params)
     q.is_valid(raise_exception=True)
     d = q.validated_data

@@ -1,0 +1,37 @@
+"""New-user trial 19, F17 and F19: the logs endpoint's selectors sent empty, and the admin pages' icon."""
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+
+@pytest.mark.parametrize("param", ["task", "attempt"])
+def test_a_log_selector_sent_empty_is_a_400_not_the_default(client_for, param):
+    """F17: `?task=` read the first task's log (as if left out) while `?task=%20` was a 400: a script whose variable
+    was unset read another task's output. A selector sent empty is a 400 naming it; left out, the default holds."""
+    from django.utils import timezone
+
+    from gpuplatform.models import Task, TaskLog
+    from tests.api.helpers_api import job_body
+
+    member = client_for("member")
+    job = member.post("/api/v1/jobs/", job_body("logged"), format="json").json()
+    task = Task.objects.get(job_id=job["id"])
+    TaskLog.objects.create(task=task, attempt=0, offset=0, size=6, data="hello\n", created_at=timezone.now())
+    url = f"/api/v1/jobs/{job['id']}/logs/"
+    r = member.get(f"{url}?{param}=")
+    assert r.status_code == 400, (r.status_code, r.content)
+    assert r.json() == {param: [f"{param} is empty: give a value or leave the parameter out"]}, r.json()
+    assert member.get(url).json()["data"] == "hello\n"  # left out: the first task, the current attempt
+    assert member.get(f"{url}?offset=&limit=").json()["data"] == "hello\n"  # paging sent empty: its default
+
+
+def test_admin_pages_name_the_site_icon(users):
+    """F19: the admin pages named no icon, so the browser asked for /favicon.ico: a 404 in the console of each."""
+    page = Client()
+    page.force_login(users["staff"])
+    r = page.get("/admin/")
+    assert r.status_code == 200
+    html = r.content.decode()
+    assert '<link rel="icon" type="image/svg+xml" href="/static/frontend/favicon.svg">' in html
+    assert 'id="site-name"' in html  # the admin's own branding kept
