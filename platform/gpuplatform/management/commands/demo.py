@@ -196,19 +196,38 @@ def _token_line(api: str, password: str) -> str:
             f"-d password={password} | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"token\"])')")
 
 
-def ensure_demo_team(password: str, gpus: int):
-    """Team `demo` with its queue `demo` (H200 quota and limit = `gpus`), the platform admin `admin` and the
-    team member `demo`, both with `password`; created or updated, through the services. Returns the team.
-    Local mode, the Slurm demo and the federation demo's manager use it."""
+def ensure_demo_team(password: str, gpus: int, warn=None):
+    """Team `demo` with its queue `demo`, the platform admin `admin` and the team member `demo`, both with
+    `password`; created or updated, through the services. Returns the team. Local mode, the Slurm demo and
+    the federation demo's manager use it.
+
+    The queue's H200 quota (guarantee 0, quota and limit = `gpus`) is set only when the queue has no H200
+    quota yet (its first run): a quota stored by an earlier run, or changed by an admin since, is kept, as
+    README promises ("a quota you changed in the last run is still there"; new-user trial 19, F13). A quota
+    that the quota rules refuse (say another root queue's quota already takes the cluster's GPUs) is not
+    set: `warn(message)` (default: stderr) says so, and the demo starts anyway."""
     from gpuplatform import services
-    from gpuplatform.models import Queue, Team
+    from gpuplatform.errors import ValidationError
+    from gpuplatform.models import Queue, Quota, Team
+
+    def _warn(message: str):
+        (warn or (lambda m: sys.stderr.write(m + "\n")))(f"warning: {message}")
 
     team = Team.objects.filter(name="demo").first() or services.create_team("demo")
     queue = Queue.objects.filter(name="demo").first()
     if queue is None:
-        services.create_queue("demo", team=team, quotas={"H200": (0, gpus, gpus)})
-    else:
-        services.set_quota(queue, "H200", 0, gpus, gpus)
+        try:
+            services.create_queue("demo", team=team, quotas={"H200": (0, gpus, gpus)})
+        except ValidationError as exc:
+            services.create_queue("demo", team=team)
+            _warn(f"queue demo created without its H200 quota ({gpus}/{gpus}), which the quota rules refuse: "
+                  f"{exc}; set one with gpuctl set-quota demo H200 or in the admin")
+    elif not Quota.objects.filter(queue=queue, flavor="H200").exists():
+        try:
+            services.set_quota(queue, "H200", 0, gpus, gpus)
+        except ValidationError as exc:
+            _warn(f"queue demo has no H200 quota and its default ({gpus}/{gpus}) is refused by the quota "
+                  f"rules: {exc}; set one with gpuctl set-quota demo H200 or in the admin")
     User = get_user_model()
     admin, _ = User.objects.get_or_create(username="admin")
     admin.is_staff = admin.is_superuser = True
@@ -600,7 +619,7 @@ class Command(BaseCommand):
         User = get_user_model()
         password = opts["password"] or secrets.token_urlsafe(9)
         gpus = opts["local_agents"] * opts["gpus_per_agent"] if gpus is None else gpus
-        ensure_demo_team(password, gpus)
+        ensure_demo_team(password, gpus, warn=lambda m: self.stderr.write(m))
         agent, _ = User.objects.get_or_create(username="node-agent")
         agent.set_unusable_password()
         agent.save()
