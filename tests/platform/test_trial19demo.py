@@ -66,3 +66,47 @@ def test_a_default_quota_the_rules_refuse_is_a_warning_not_a_crash():
     ensure_demo_team("pw", 4, warn=warnings.append)
     assert _quota("demo") == (0, 4, 4)
 
+
+MAKE_ENV = {"PATH": "/bin", "HOME": "/home/u", "DEMO_ARGS": "--port 8119 --password pw19secret",
+            "MAKEFLAGS": " -- DEMO_ARGS=--port\\ 8119\\ --password\\ pw19secret", "MFLAGS": "-s",
+            "MAKEOVERRIDES": "${-*-command-variables-*-}",
+            "MAKELEVEL": "1", "MAKE_TERMOUT": "/dev/pts/1", "MAKE_TERMERR": "/dev/pts/1",
+            "DEMO_DB_VARIABLE": "DEMO_LOCAL_DB"}
+
+
+def test_task_env_strips_make_and_demo_variables():
+    """F14: MAKEFLAGS / MAKEOVERRIDES / DEMO_ARGS held the admin password and reached every job."""
+    from gpuplatform.agent.executor import task_env
+
+    env = task_env({"GPUPLATFORM_JOB_ID": "42"}, MAKE_ENV)
+    assert "pw19secret" not in repr(env), env
+    assert not {"DEMO_ARGS", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES", "MAKELEVEL", "MAKE_TERMOUT", "MAKE_TERMERR",
+                "DEMO_DB_VARIABLE"} & set(env)
+    assert env["PATH"] == "/bin" and env["HOME"] == "/home/u" and env["GPUPLATFORM_JOB_ID"] == "42"
+    # a job that sets one of these itself (its `env`) keeps it
+    assert task_env({"MAKEFLAGS": "-j4"}, MAKE_ENV)["MAKEFLAGS"] == "-j4"
+
+
+def test_the_local_demo_starts_its_agents_without_make_and_demo_variables(tmp_path, monkeypatch):
+    """F14, better: `make demo-local`'s agents do not carry them at all (an agent of an older version, or a task
+    whose env the agent did not build, has nothing to pass on)."""
+    from gpuplatform.agent import local
+
+    for name, value in MAKE_ENV.items():
+        monkeypatch.setenv(name, value)
+    seen = []
+
+    class FakePopen:
+        def __init__(self, argv, env=None, **kwargs):
+            seen.append(env)
+
+        def poll(self):
+            return None
+
+    monkeypatch.setattr(local.subprocess, "Popen", FakePopen)
+    local.start_agents("http://127.0.0.1:1", "tok", 2, root=tmp_path / "agents")
+    assert len(seen) == 2
+    for env in seen:
+        assert "pw19secret" not in repr(env)
+        assert not {"DEMO_ARGS", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES", "MAKELEVEL", "DEMO_DB_VARIABLE"} & set(env)
+        assert env["GPUPLATFORM_AGENT_TOKEN"] == "tok" and env["HOME"] == "/home/u"

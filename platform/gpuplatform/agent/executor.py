@@ -43,8 +43,12 @@ log = logging.getLogger("gpuplatform.agent.executor")
 
 SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervise.py")
 RUNTIMES = ("docker", "podman")
-SECRET_NAMES = frozenset({"DATABASE_URL", "REDIS_URL", "SECRET_KEY"})
-SECRET_PREFIXES = ("DJANGO_", "GPUCTL_", "GPUPLATFORM_AGENT_")
+# make's own variables carry the command line's assignments (MAKEFLAGS / MAKEOVERRIDES hold
+# `DEMO_ARGS=--password ...` of `make demo-local DEMO_ARGS=...`), and DEMO_* are the demos' settings: an agent
+# started from make, a CI job or a demo hands none of them to a task (new-user trial 19, F14).
+SECRET_NAMES = frozenset({"DATABASE_URL", "REDIS_URL", "SECRET_KEY",
+                          "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES", "MAKELEVEL", "MAKE_TERMOUT", "MAKE_TERMERR"})
+SECRET_PREFIXES = ("DJANGO_", "GPUCTL_", "GPUPLATFORM_AGENT_", "DEMO_")
 LOST_ON_RESTART = "agent restarted; process gone, no exit status"
 
 Key = tuple  # (task: int, attempt: int)
@@ -170,9 +174,10 @@ def _read_json(path: str) -> dict | None:
 
 # ------------------------------------------------------------------------------------ env and argv building
 def task_env(overlay: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:
-    """The task's environment: `base` (default os.environ) without the agent's secrets (names starting with
-    DJANGO_, GPUCTL_, GPUPLATFORM_AGENT_, and DATABASE_URL, REDIS_URL, SECRET_KEY), overlaid with `overlay`
-    (values converted with str)."""
+    """The task's environment: `base` (default os.environ) without the agent's secrets (SECRET_NAMES: DATABASE_URL,
+    REDIS_URL, SECRET_KEY and make's MAKEFLAGS, MFLAGS, MAKEOVERRIDES, MAKELEVEL, MAKE_TERMOUT, MAKE_TERMERR;
+    SECRET_PREFIXES: names starting with DJANGO_, GPUCTL_, GPUPLATFORM_AGENT_, DEMO_), overlaid with `overlay`
+    (values converted with str: a variable the user's job sets itself is kept)."""
     base = os.environ if base is None else base
     env = {k: v for k, v in base.items() if k not in SECRET_NAMES and not k.startswith(SECRET_PREFIXES)}
     env.update({str(k): str(v) for k, v in (overlay or {}).items()})

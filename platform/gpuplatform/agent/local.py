@@ -16,13 +16,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LocalAgent", "RECORDED_DUMP", "agent_argv", "leftover_processes", "start_agents", "stop_agents",
-           "stop_tasks_in"]
+__all__ = ["LocalAgent", "RECORDED_DUMP", "agent_argv", "agent_base_env", "leftover_processes", "start_agents",
+           "stop_agents", "stop_tasks_in"]
 
 REPO = Path(__file__).resolve().parents[3]
 RECORDED_DUMP = REPO / "data" / "nvidia-h200-node" / "nvidia-smi-q.xml"
-# What an agent process must not inherit: it talks REST only.
-_DROP = ("DATABASE_URL", "REDIS_URL", "SECRET_KEY")
+# What an agent process must not inherit: it talks REST only; and make's variables and the demos' DEMO_*
+# (`make demo-local DEMO_ARGS="--password ..."` puts the admin password in DEMO_ARGS, MAKEFLAGS and
+# MAKEOVERRIDES), which its tasks would inherit (new-user trial 19, F14; the agent strips them too,
+# executor.task_env).
+_DROP = ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES", "MAKELEVEL",
+         "MAKE_TERMOUT", "MAKE_TERMERR")
+_DROP_PREFIXES = ("DEMO_",)
+
+
+def agent_base_env(environ=None) -> dict[str, str]:
+    """The environment the local agents start from: `environ` (default os.environ) without _DROP and DEMO_*."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if k not in _DROP and not k.startswith(_DROP_PREFIXES)}
 
 
 @dataclass
@@ -67,7 +78,7 @@ def start_agents(api: str, token: str, count: int, *, root: Path, gpus: int = 2,
     stop_tasks_in(dirs, grace=2.0)
     for work in dirs:
         shutil.rmtree(work / "tasks", ignore_errors=True)
-    base = {k: v for k, v in os.environ.items() if k not in _DROP}
+    base = agent_base_env()
     base.update(env or {})
     base["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "platform"), base.get("PYTHONPATH", "")])
     base["GPUPLATFORM_AGENT_TOKEN"] = token  # not on the command line: `ps` shows that to every local user
