@@ -5,7 +5,9 @@ Input rows (one per ended attempt the user may see): {"job_id", "team", "ended_a
 - failed attempts by category per day (stacked bars), GPU-hours lost by category (failed attempts'
   gpus x duration: the attempt ledger; the GPU-hour ledger's `lost to failure` bucket replaces it when the
   utilization issue lands);
-- the nodes with most failed attempts pointing at them;
+- the nodes with most failed attempts pointing at them: a diagnosis whose category is the node's fault
+  (engine.NODE_FAULT_CATEGORIES: gpu_hardware, nccl_network, platform with a node: a lost node) and names the node;
+  a user error, an OOM or an unknown cause names where the task ran, not a fault of that node (new-user trial 19, F4);
 - mean time between failures per node model: observed node-hours of that model (nodes x the window from
   the first attempt to now) / failed attempts with a hardware or network diagnosis on nodes of that model;
 - recovery time p50 / p90 overall and per ISO week.
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from datetime import datetime
+
+from gpuplatform.diagnosis.engine import NODE_FAULT_CATEGORIES
 
 from .figures import _layout
 from .states import PALETTE
@@ -62,7 +66,7 @@ def failure_payload(rows: list[dict], *, nodes_by_flavor: dict[str, int], now: d
         over_time["empty"] = lost_fig["empty"] = NO_FAILED_ATTEMPT
     per_node: dict[str, Counter] = defaultdict(Counter)
     for r in failed:
-        if r["node"]:
+        if r["node"] and r["category"] in NODE_FAULT_CATEGORIES:
             per_node[r["node"]][r["category"] or "unknown"] += 1
     top_nodes = sorted(per_node.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))[:15]
     nodes_table = [{"node": n, "failed_attempts": sum(c.values()),

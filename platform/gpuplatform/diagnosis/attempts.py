@@ -14,6 +14,7 @@ recorded (its stop deadline passed first): the stored diagnosis then reads the w
 """
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timedelta
@@ -26,8 +27,8 @@ from ..audit import record_event
 from ..models import Allocation, Attempt, Event, Job, Node, Task, TaskLog
 from . import engine, tables
 
-__all__ = ["close_attempt", "diagnose_now", "mark_recovered", "platform_cause", "refresh_late_evidence", "reuse_evidence",
-           "HARDWARE_OR_NETWORK"]
+__all__ = ["close_attempt", "diagnose_now", "lost_nodes", "mark_recovered", "platform_cause", "refresh_late_evidence",
+           "reuse_evidence", "HARDWARE_OR_NETWORK"]
 
 HARDWARE_OR_NETWORK = ("gpu_hardware", "nccl_network")
 LOG_TAIL_BYTES = 256 * 1024
@@ -57,6 +58,32 @@ def platform_cause(kind: str, outcome: str, reason: str) -> tuple[dict | None, b
     if reason.startswith("time limit"):
         return {"cause": "time_limit", "text": reason}, True
     return None, True
+
+
+def lost_nodes(nodes, reason: str, at: datetime) -> list[tuple[str, datetime | None]]:
+    """The attempt's nodes that were lost, as (name, last heartbeat), the earliest silence first: of `nodes`, those
+    `reason` names (failure detection's and the Slurm backend's "node lost: 2 task(s) failed on n0"), else those
+    not_ready or silent beyond HEARTBEAT_TIMEOUT_SECONDS at `at`. A node that never sent a heartbeat has None."""
+    rows = list(Node.objects.filter(name__in=list(nodes)).values_list("name", "last_heartbeat", "state"))
+    named = [r for r in rows if re.search(rf"(?<![\w.-]){re.escape(r[0])}(?![\w.-])", reason or "")]
+    if not named:
+        silent = at - timedelta(seconds=_setting("HEARTBEAT_TIMEOUT_SECONDS", 60))
+        named = [r for r in rows if r[2] == Node.State.NOT_READY or (r[1] is not None and r[1] < silent)]
+    return sorted(((n, last) for n, last, _ in named), key=lambda r: (r[1] is None, r[1] or at, r[0]))
+
+
+def _node_lost_cause(cause: dict | None, nodes, reason: str, at: datetime) -> tuple[dict | None, datetime | None]:
+    """A node_lost platform cause with the lost node's name and last heartbeat added (engine.diagnose names it:
+    new-user trial 19, F4), and that heartbeat (None when unknown)."""
+    if not cause or cause.get("cause") != "node_lost":
+        return cause, None
+    lost = lost_nodes(nodes, reason, at)
+    if not lost:
+        return cause, None
+    name, last = lost[0]
+    if last is None:  # a node that never sent one (the Slurm backend's, an imported one): its name only
+        return {**cause, "node": name}, None
+    return {**cause, "node": name, "heartbeat": f"{name}: last heartbeat at {last:%Y-%m-%d %H:%M:%S} UTC"}, last
 
 
 def _task_rows(job_id: int) -> list[dict]:
@@ -166,6 +193,7 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
         tasks, health, nodes, fault_at = [], [], sorted({r["node__name"] for r in rows}), None
     else:
         tasks, health, nodes, fault_at, rows = _evidence_once(job_id, number, at, started)
+        cause, _ = _node_lost_cause(cause, nodes, reason, at)
         diagnosis = engine.diagnose(tasks, rules=tables.rule_set(), health=health, platform=cause)
         if cause is None and not any(t.failed for t in tasks) and diagnosis.category == "unknown" and not failed:
             diagnosis = None

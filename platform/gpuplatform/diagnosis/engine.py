@@ -46,7 +46,7 @@ from .. import regex_safety
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "CATEGORIES", "ROOT_CATEGORIES", "CONSEQUENCE_CATEGORIES", "PRECEDENCE", "ACTIONS", "HEALTH_ACTIONS",
+    "CATEGORIES", "ROOT_CATEGORIES", "CONSEQUENCE_CATEGORIES", "NODE_FAULT_CATEGORIES", "PRECEDENCE", "ACTIONS", "HEALTH_ACTIONS",
     "HEALTH_SIGNALS", "RuleError", "Rule", "RuleSet", "TaskEvidence", "HealthEvidence", "Diagnosis",
     "parse_rules", "diagnose", "HealthRule", "parse_health_rules", "evaluate_health",
 ]
@@ -59,6 +59,13 @@ PRECEDENCE = ("gpu_hardware", "cuda_oom", "host_oom", "cuda_error", "storage", "
 ROOT_CATEGORIES = frozenset(("gpu_hardware", "cuda_oom", "host_oom", "cuda_error", "storage", "nan_loss",
                              "user_error"))
 CONSEQUENCE_CATEGORIES = frozenset(("nccl_network", "nccl_timeout"))
+# The categories that are the node's fault when the diagnosis names a node (the failure page's "nodes with most
+# failures", new-user trial 19, F4): a GPU's hardware (XID, ECC, NVLink, PCIe, fallen off the bus), the node's network
+# (NCCL transport: InfiniBand, sockets) and `platform` with a node, which only a lost node has (platform:node_lost; a
+# preemption, a cancel, a time limit or a gang start timeout names none). The others name where the failing task ran,
+# not a fault of that node: the user's code or configuration (user_error), its memory use (cuda_oom, host_oom), its
+# kernels (cuda_error, application XIDs), its data (nan_loss), its storage, a consequence (nccl_timeout) or no cause.
+NODE_FAULT_CATEGORIES = frozenset(("gpu_hardware", "nccl_network", "platform"))
 ACTIONS = ("retry", "exclude_node", "cancel_retries")
 HEALTH_ACTIONS = ("record", "cordon", "drain", "fail_tasks")
 # The signals a health rule may test (units: counts, seconds, booleans).
@@ -333,8 +340,9 @@ def _exit_ev(t: TaskEvidence) -> dict:
 def diagnose(tasks: Sequence[TaskEvidence], *, rules: RuleSet, health: Sequence[HealthEvidence] = (),
              platform: Mapping[str, str] | None = None) -> Diagnosis:
     """The root cause of one failed attempt (module docstring). `platform`: {"cause": cancelled |
-    preempted | time_limit | gang_start_timeout | node_lost, "text": the platform's own message}, or
-    None when the attempt ended because a task failed."""
+    preempted | time_limit | gang_start_timeout | node_lost, "text": the platform's own message; for node_lost
+    also "node": the lost node's name and "heartbeat": a line on its last heartbeat}, or None when the attempt
+    ended because a task failed."""
     cause = (platform or {}).get("cause")
     ptext = (platform or {}).get("text", "")
     if cause and cause != "node_lost":
@@ -366,9 +374,13 @@ def diagnose(tasks: Sequence[TaskEvidence], *, rules: RuleSet, health: Sequence[
         return Diagnosis("gpu_hardware", summary, action=action, evidence=evidence, rule=rule, node=node, task=task)
     if cause == "node_lost":  # the requeue reason already reads "node lost: 2 task(s) failed on n0"
         summary = ptext if ptext.lower().startswith("node lost") else f"node lost: {ptext}" if ptext else "node lost"
-        return Diagnosis("platform", summary, action="retry",
-                         evidence=[{"task": None, "source": "event", "line": None, "text": ptext or "node lost"}],
-                         rule="platform:node_lost")
+        evidence = [{"task": None, "source": "event", "line": None, "text": ptext or "node lost"}]
+        if (platform or {}).get("heartbeat"):  # "n0: last heartbeat at 12:00:00" (the fault's time)
+            evidence.append({"task": None, "source": "health", "line": None, "text": platform["heartbeat"][:MAX_LINE]})
+        # the node lost is the fault's node (new-user trial 19, F4: it read None, and the failure page charged the
+        # node with the user errors and OOMs of other attempts instead)
+        return Diagnosis("platform", summary, action="retry", evidence=evidence, rule="platform:node_lost",
+                         node=(platform or {}).get("node") or None)
 
     found = _by_class(ordered, matches, (ROOT_CATEGORIES, CONSEQUENCE_CATEGORIES))
     if found is None:

@@ -1,0 +1,86 @@
+"""New-user trial 19, diagnosis findings (docs/diagnosis.md), at the database level: no agent process, reports applied
+with execution.report_task_event, heartbeats with services.record_heartbeat, failure detection with detect_failures
+at explicit cluster times.
+
+- F4: a lost node is the node's failure on /failures/ (platform:node_lost names it), a user error, a user's OOM or an
+  unknown cause is not charged to the node where the task ran.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone as tz
+
+import pytest
+
+from gpuplatform import services
+from gpuplatform.models import Attempt, Job
+from gpuplatform.scheduling.failures import detect_failures
+from tests.platform.conftest import alpha, cluster, submit  # noqa: F401  (fixtures)
+from tests.platform.test_execution import EIGHT, agents, at, bind, live, start_all  # noqa: F401
+
+
+# --- F4 ------------------------------------------------------------------------------------------------------
+
+def test_a_lost_node_is_named_by_the_node_lost_diagnosis(submit, agents):
+    """Trial 19, F4: the gang on n0 and n1, n0 silent past the heartbeat-loss rule (60 + 120 s): the attempt's
+    diagnosis is platform:node_lost naming n0 (it read node None), with its last heartbeat as evidence."""
+    job = submit("gang", tasks=2, gpus=8)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    start_all(job)
+    for name in ("n0", "n1"):
+        services.record_heartbeat(name, gpus=[], at=at(5))
+    services.record_heartbeat("n1", gpus=[], at=at(170))  # n1 still beats; n0 went silent at 5
+    assert detect_failures(at(190)).requeued == [job.pk]
+    a = Attempt.objects.get(job=job, number=0)
+    d = a.diagnosis
+    assert (a.failed, a.outcome, a.category, d["rule"]) == (True, "requeued", "platform", "platform:node_lost")
+    assert d["node"] == "n0" and "n0" in d["summary"], d
+    assert any(e["text"].startswith("n0: last heartbeat at") for e in d["evidence"]), d["evidence"]
+
+
+def row(category: str, node: str | None, *, failed: bool = True) -> dict:
+    return {"job_id": 1, "team": "t", "ended_at": datetime(2026, 12, 3, 16, 30, tzinfo=tz.utc), "failed": failed,
+            "category": category, "gpu_seconds": 3600.0, "node": node, "node_flavor": "H200", "recovery_seconds": None}
+
+
+def test_the_nodes_table_counts_only_diagnoses_that_are_the_nodes_fault():
+    """Trial 19, F4: /failures/ listed `local-0 | 3 | user_error 2, cuda_oom 1` (a bad command, a bad working directory,
+    a user's OOM) and not the node lost. Only gpu_hardware, nccl_network and a platform diagnosis naming a node (a
+    lost node) point at the node."""
+    from frontend.failure_figures import failure_payload
+
+    rows = [row("user_error", "local-0"), row("user_error", "local-0"), row("cuda_oom", "local-0"),
+            row("unknown", "local-0"), row("host_oom", "local-0"), row("nccl_timeout", "local-0"),
+            row("platform", "local-1"), row("gpu_hardware", "local-1"), row("nccl_network", "local-2"),
+            row("platform", None), row("gpu_hardware", "local-3", failed=False)]
+    p = failure_payload(rows, nodes_by_flavor={"H200": 4}, now=datetime(2026, 12, 3, 17, 0, tzinfo=tz.utc))
+    assert [(n["node"], n["failed_attempts"], n["hardware_or_network"], n["categories"]) for n in p["nodes"]] == [
+        ("local-1", 2, 1, "platform 1, gpu_hardware 1"), ("local-2", 1, 1, "nccl_network 1")]
+    assert p["summary"]["failed_attempts"] == 10  # every failed attempt still counts on the page
+
+
+def test_the_failures_page_charges_the_lost_node_not_the_user_errors(submit, agents, django_user_model, monkeypatch):
+    """End to end: a user error on n1 (exit 127: command not found) and a node loss of n0: the page's node table lists
+    n0 (platform 1) and not n1."""
+    from django.test import Client
+
+    from gpuplatform import clock
+    from tests.platform.test_execution import report, tasks_of
+
+    monkeypatch.setattr(clock, "_source", lambda: at(300))  # the page shows the last 30 days of the cluster clock
+
+    bad = submit("bad", tasks=1, gpus=8)
+    bind(bad, ("n1", EIGHT))
+    start_all(bad)
+    assert report(tasks_of(bad)[0], "exited", 3, exit_code=127) == (True, "")
+    assert Attempt.objects.get(job=bad).category == "user_error"
+    job = submit("gang", tasks=1, gpus=8)
+    bind(job, ("n0", EIGHT))
+    start_all(job, 10)
+    services.record_heartbeat("n0", gpus=[], at=at(10))
+    assert detect_failures(at(200)).requeued == [job.pk]
+    admin = django_user_model.objects.create_superuser("root19", password="pw-root-19x")
+    client = Client()
+    client.force_login(admin)
+    body = client.get("/failures/data.json").json()
+    html = body["html"]["failure-tables"]
+    assert ">n0<" in html and ">n1<" not in html, html
