@@ -4,6 +4,8 @@ at explicit cluster times.
 
 - F4: a lost node is the node's failure on /failures/ (platform:node_lost names it), a user error, a user's OOM or an
   unknown cause is not charged to the node where the task ran.
+- F5: recovery runs from the fault: a lost node's last heartbeat (not the requeue, HEARTBEAT_TIMEOUT +
+  NODE_FAILURE_GRACE later), the moment a time limit was reached (not the SIGKILL after the stop's grace).
 """
 from __future__ import annotations
 
@@ -84,3 +86,56 @@ def test_the_failures_page_charges_the_lost_node_not_the_user_errors(submit, age
     body = client.get("/failures/data.json").json()
     html = body["html"]["failure-tables"]
     assert ">n0<" in html and ">n1<" not in html, html
+
+
+# --- F5 ------------------------------------------------------------------------------------------------------
+
+def test_a_node_loss_is_recovered_from_the_last_heartbeat_not_from_its_detection(submit, agents):
+    """Trial 19, F5: last heartbeat (processes gone) at 16:30:12, requeue at 16:33:13, running again at 16:34:16:
+    recovery read 62.6 s instead of 244 s. Here: n0's last heartbeat at 20, requeued at 200 (backoff 60 s), running
+    again at 270: 250 s, not 70."""
+    from gpuplatform.scheduling import store
+
+    job = submit("gang", tasks=1, gpus=8)
+    bind(job, ("n0", EIGHT))
+    start_all(job, 2)
+    services.record_heartbeat("n0", gpus=[], at=at(20))
+    for name in ("n1", "n2", "n3"):
+        services.record_heartbeat(name, gpus=[], at=at(262))
+    assert detect_failures(at(200)).requeued == [job.pk]
+    a = Attempt.objects.get(job=job, number=0)
+    assert (a.ended_at, a.fault_at) == (at(200), at(20))
+    store.run_cycle_once(clock=at(265))
+    job.refresh_from_db()
+    assert job.state == "admitted" and live(job) and "n0" not in {n for n, _ in live(job)}
+    start_all(job, 270)
+    a.refresh_from_db()
+    assert (a.recovered_at, a.recovery_seconds) == (at(270), 250.0)
+
+
+def test_a_node_already_silent_when_the_gang_was_bound_counts_from_the_binding(submit, agents):
+    """The fault of this attempt cannot be earlier than the attempt: n0's last heartbeat at -30, the gang bound at 0."""
+    services.record_heartbeat("n0", gpus=[], at=at(-30))
+    job = submit("gang", tasks=1, gpus=8)
+    bind(job, ("n0", EIGHT))
+    assert detect_failures(at(200)).requeued == [job.pk]
+    a = Attempt.objects.get(job=job, number=0)
+    assert (a.fault_at, a.diagnosis["node"]) == (at(0), "n0")
+
+
+def test_a_time_limit_fault_is_when_the_limit_was_reached_not_the_sigkill(submit, agents):
+    """Trial 19, F5: job 5's limit was reached at 16:29:04, its fault_at read 16:29:35 (the SIGKILL after the grace).
+    Here the limit (600 s from the start at 0) is seen by the cycle at 610, the SIGKILL ends the task at 640."""
+    from gpuplatform.scheduling import store
+    from tests.platform.test_execution import report, tasks_of
+
+    job = submit("capped", tasks=1, gpus=8, time_limit_seconds=600)
+    bind(job, ("n0", EIGHT))
+    start_all(job, 0)
+    store.run_cycle_once(clock=at(610))
+    assert Job.objects.get(pk=job.pk).state == "preempting"
+    assert report(tasks_of(job)[0], "exited", 640, signal=9) == (True, "")
+    job.refresh_from_db()
+    assert job.state == "failed" and "time limit" in job.end_reason
+    a = Attempt.objects.get(job=job, number=0)
+    assert (a.failed, a.diagnosis["rule"], a.ended_at, a.fault_at) == (True, "platform:time_limit", at(640), at(600))

@@ -86,6 +86,25 @@ def _node_lost_cause(cause: dict | None, nodes, reason: str, at: datetime) -> tu
     return {**cause, "node": name, "heartbeat": f"{name}: last heartbeat at {last:%Y-%m-%d %H:%M:%S} UTC"}, last
 
 
+def _fault_at(fault_at: datetime | None, cause: dict | None, last_heartbeat: datetime | None, job: dict,
+              started: datetime, at: datetime) -> datetime | None:
+    """When the attempt's fault happened (docs/diagnosis.md: recovery runs from the fault; new-user trial 19, F5: a
+    lost node's and a time limit's counted from their detection). A lost node: its last heartbeat (its processes
+    were gone from then on; the requeue comes HEARTBEAT_TIMEOUT + NODE_FAILURE_GRACE later), not before the attempt
+    began (a node already silent when the gang was bound). A time limit: when the limit was reached (the job's
+    start, or its binding while it was still starting, + time_limit_seconds, as execution.enforce_time_limits
+    counts it), not the SIGKILL at the end of the stop's grace. Otherwise the first failing task's end (None: the
+    end itself)."""
+    kind = (cause or {}).get("cause")
+    if kind == "node_lost" and last_heartbeat is not None:
+        fault = max(last_heartbeat, started)
+    elif kind == "time_limit" and job.get("time_limit_seconds") and (job["started_at"] or job["bound_at"]):
+        fault = (job["started_at"] or job["bound_at"]) + timedelta(seconds=job["time_limit_seconds"])
+    else:
+        return fault_at
+    return min(fault, fault_at or at, at)
+
+
 def _task_rows(job_id: int) -> list[dict]:
     return list(Task.objects.filter(job_id=job_id, node__isnull=False).values(
         "id", "role__name", "index", "node__name", "state", "ended_at", "exit_code", "exit_signal", "end_message"))
@@ -179,7 +198,8 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
     """Record the attempt that ends now (module docstring). Returns the Attempt, or None when the job
     never got bound in this attempt (a pending job cancelled) or it is already recorded."""
     job = Job.objects.filter(pk=job_id).values("attempts", "started_at", "bound_at", "name", "queue_id",
-                                               "failed_task", "exit_code", "exit_signal", "excluded_nodes").first()
+                                               "failed_task", "exit_code", "exit_signal", "excluded_nodes",
+                                               "time_limit_seconds").first()
     if job is None or (job["bound_at"] is None and job["started_at"] is None):
         return None
     number = job["attempts"]
@@ -193,8 +213,9 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
         tasks, health, nodes, fault_at = [], [], sorted({r["node__name"] for r in rows}), None
     else:
         tasks, health, nodes, fault_at, rows = _evidence_once(job_id, number, at, started)
-        cause, _ = _node_lost_cause(cause, nodes, reason, at)
+        cause, last_heartbeat = _node_lost_cause(cause, nodes, reason, at)
         diagnosis = engine.diagnose(tasks, rules=tables.rule_set(), health=health, platform=cause)
+        fault_at = _fault_at(fault_at, cause, last_heartbeat, job, started, at)
         if cause is None and not any(t.failed for t in tasks) and diagnosis.category == "unknown" and not failed:
             diagnosis = None
     gpus = Allocation.objects.filter(job_id=job_id, released_at__isnull=True).count()
