@@ -42,9 +42,12 @@ class WhatIfError(ValueError):
 
 @dataclass(slots=True)
 class WhatIf:
-    """before / after: job id -> JobForecast (hypothetical jobs only in after); queues: queue -> {"jobs",
-    "mean_wait_before_s", "mean_wait_after_s", "change_s"} over its jobs with an estimate in both (a
-    hypothetical job's own wait is not in it); evictions: [(time, victim, rule, beneficiary)] the after-run
+    """before / after: job id -> JobForecast (hypothetical jobs only in after); queues: queue -> {"jobs": its
+    jobs pending in either case, hypothetical ones included; "mean_wait_before_s" / "mean_wait_after_s": the
+    mean wait of those that start within the horizon in that case (None: none does; a hypothetical job's wait
+    is in the after mean); "change_s": the mean change of start over the jobs that start in both;
+    "no_start_before" / "no_start_after": how many of them are pending in that case and do not start within
+    the horizon; "hypothetical": how many are the changes' submissions}; evictions: [(time, victim, rule, beneficiary)] the after-run
     has and the before-run has not (drained jobs count with rule "drain"); removed: jobs the changes cancel;
     hypothetical: ids of the submitted jobs; info: cost of both runs."""
 
@@ -222,23 +225,40 @@ def what_if(snapshot: Snapshot, changes: list[dict], estimate: Callable[[JobInfo
                        "after": {k: info_a[k] for k in ("cycles", "cycles_p90", "wall", "wall_p90", "truncated")}})
     queue_of: dict[Hashable, str] = {j.id: j.queue for j in changed.jobs}
     queue_of.update({j.id: j.queue for j in snapshot.jobs})
-    waits: dict[str, tuple[list, list]] = {}
-    for jid, b in before.items():
+    # Per queue, every job pending in either case (hypothetical ones included) counts: a job that starts in
+    # one case and not within the horizon in the other is in `jobs` and in no_start_before / no_start_after,
+    # not dropped (a drain of every node read "0 jobs, no change": new-user trial 19, F6).
+    stats: dict[str, dict] = {}
+    for jid in set(before) | set(after):
+        b: JobForecast | None = before.get(jid)
         a: JobForecast | None = after.get(jid)
-        if a is None or b.start is None or a.start is None:
-            continue
-        w = waits.setdefault(queue_of[jid], ([], []))
-        w[0].append(b.start - snapshot.now)
-        w[1].append(a.start - snapshot.now)
+        st = stats.setdefault(queue_of[jid], {"jobs": 0, "hypothetical": 0, "no_start_before": 0,
+                                              "no_start_after": 0, "b": [], "a": [], "d": []})
+        st["jobs"] += 1
+        st["hypothetical"] += jid in hypothetical
+        if b is not None:
+            if b.start is None:
+                st["no_start_before"] += 1
+            else:
+                st["b"].append(b.start - snapshot.now)
+        if a is not None:
+            if a.start is None:
+                st["no_start_after"] += 1
+            else:
+                st["a"].append(a.start - snapshot.now)
+        if a is not None and b is not None and a.start is not None and b.start is not None:
+            st["d"].append(a.start - b.start)
     # Every leaf queue of the cluster (jobs are submitted to leaves: an admin trying a quota sees each team,
     # also those with nothing waiting), and any queue with pending jobs.
     parents = {q.parent for q in snapshot.queues if q.parent}
     leaves = {q.name for q in snapshot.queues if q.name not in parents}
-    for q in sorted(leaves | {j.queue for j in snapshot.jobs if j.state == "pending"} | set(waits)):
-        b, a = waits.get(q, ([], []))
-        mb, ma = _mean(b), _mean(a)
-        out.queues[q] = {"jobs": len(b), "mean_wait_before_s": mb, "mean_wait_after_s": ma,
-                         "change_s": (ma - mb) if mb is not None and ma is not None else None}
+    for q in sorted(leaves | {j.queue for j in snapshot.jobs if j.state == "pending"} | set(stats)):
+        st = stats.get(q) or {"jobs": 0, "hypothetical": 0, "no_start_before": 0, "no_start_after": 0,
+                              "b": [], "a": [], "d": []}
+        out.queues[q] = {"jobs": st["jobs"], "mean_wait_before_s": _mean(st["b"]),
+                         "mean_wait_after_s": _mean(st["a"]), "change_s": _mean(st["d"]),
+                         "no_start_before": st["no_start_before"], "no_start_after": st["no_start_after"],
+                         "hypothetical": st["hypothetical"]}
     seen = {(victim, rule) for _, victim, rule, _ in info_b["evictions"]}
     out.evictions = [(snapshot.now, j, "drain", None) for j in drained]
     out.evictions += [e for e in info_a["evictions"] if (e[1], e[2]) not in seen]

@@ -61,7 +61,8 @@ def test_quota_limit_change_lets_a_capped_queue_borrow():
     out = what_if(snap, [{"kind": "set_quota", "queue": "b", "flavor": "H100", "limit": 16}], est, resolution=0.0)
     assert out.before["pb"].start == 7200.0  # b is at its limit until r2 ends
     assert out.after["pb"].start == 0.0
-    assert out.queues["b"] == {"jobs": 1, "mean_wait_before_s": 7200.0, "mean_wait_after_s": 0.0, "change_s": -7200.0}
+    assert out.queues["b"] == {"jobs": 1, "mean_wait_before_s": 7200.0, "mean_wait_after_s": 0.0, "change_s": -7200.0,
+                               "no_start_before": 0, "no_start_after": 0, "hypothetical": 0}
 
 
 def test_drain_evicts_and_requeues_the_jobs_on_the_nodes():

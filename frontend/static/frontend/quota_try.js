@@ -70,7 +70,11 @@
         body.textContent = "";
         res.d.queues.forEach(function (q) {
           var tr = document.createElement("tr");
-          [q.queue, String(q.jobs), words(q.mean_wait_before_s), words(q.mean_wait_after_s),
+          // Jobs that do not start within the forecast's horizon in a case are counted and named, not left out
+          // of the table (a drain of every node read "0 jobs": new-user trial 19, F6).
+          function never(n) { return n ? " (" + n + " not within the horizon)" : ""; }
+          [q.queue, String(q.jobs) + (q.hypothetical ? " (" + q.hypothetical + " new)" : ""),
+           words(q.mean_wait_before_s) + never(q.no_start_before), words(q.mean_wait_after_s) + never(q.no_start_after),
            words(q.change_s)].forEach(function (v, i) {
             var td = document.createElement(i ? "td" : "th");
             if (i) td.className = "num"; else td.scope = "row";

@@ -1,0 +1,47 @@
+"""New-user trial 19, F6: the what-if's per-queue summary counts every job of the queue, also those that do
+not start within the horizon in one case (a drain of every node read `"jobs": 0, "mean_wait_before_s": null`
+while every job of the queue stopped starting) and the hypothetical submissions (a `submit` to a queue listed
+it with 0 jobs although the new job waits)."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from gpuplatform.models import Node
+from tests.api.test_forecast_api import CLOCK, URL, busy, by_name  # noqa: F401 (busy: a fixture)
+
+
+def _wait(side):
+    start = side["estimated_start"]
+    return None if start is None else (datetime.fromisoformat(start) - CLOCK).total_seconds()
+
+
+def test_draining_every_node_counts_the_jobs_that_no_longer_start(busy, admin):
+    noop = admin.post(URL, {"changes": []}, format="json").json()
+    before = {q["queue"]: q for q in noop["queues"]}
+    assert before["alpha"]["jobs"] == 1 and before["alpha"].get("no_start_after", 0) == 0
+    r = admin.post(URL, {"changes": [{"kind": "drain_nodes", "nodes": list(Node.objects.values_list("name", flat=True))}]},
+                   format="json")
+    assert r.status_code == 200, r.content
+    answer = r.json()
+    assert all(j["after"]["estimated_start"] is None for j in answer["jobs"])
+    queues = {q["queue"]: q for q in answer["queues"]}
+    # alpha: alpha-wait and the four drained run<i>, pending again and never started; beta: beta-wait
+    assert queues["alpha"]["jobs"] == 5 and queues["alpha"]["no_start_after"] == 5
+    assert queues["alpha"]["mean_wait_before_s"] == before["alpha"]["mean_wait_before_s"] == 55 * 60
+    assert queues["alpha"]["mean_wait_after_s"] is None and queues["alpha"]["change_s"] is None
+    assert queues["beta"]["jobs"] == 1 and queues["beta"]["no_start_after"] == 1
+    assert queues["beta"]["mean_wait_before_s"] == before["beta"]["mean_wait_before_s"] is not None
+
+
+def test_a_hypothetical_submission_counts_in_its_queue(busy, admin):
+    r = admin.post(URL, {"changes": [{"kind": "submit", "id": "probe", "queue": "beta", "tasks": 1,
+                                      "gpus_per_task": 8, "time_limit": 900}]}, format="json")
+    assert r.status_code == 200, r.content
+    answer = r.json()
+    jobs = by_name(answer)
+    beta = {q["queue"]: q for q in answer["queues"]}["beta"]
+    assert beta["jobs"] == 2 and beta["hypothetical"] == 1 and beta["no_start_after"] == 0
+    waits = [_wait(jobs["probe"]["after"]), _wait(jobs["beta-wait"]["after"])]
+    assert None not in waits and beta["mean_wait_after_s"] == sum(waits) / 2
+    # the change of the jobs already there: only beta-wait has a start in both cases
+    assert beta["change_s"] == jobs["beta-wait"]["start_change_s"]
