@@ -132,6 +132,7 @@ def queue_tree() -> Tree:
         for s in QueueSample.objects.filter(time=last_time).values(
                 "queue_id", "used", "held", "guarantee", "quota", "limit", "pending_demand", "fair_share"):
             latest[s["queue_id"]] = _gpus(s)
+        _held_not_allocated(list(latest.values()), last_time)
     tree = queries.queue_tree()
     for q in tree.rows.values():
         q["sample"] = latest.get(q["id"])
@@ -146,7 +147,26 @@ def watermark_series(queue_id: int, since: datetime | None = None, limit: int = 
     rows = list(qs.order_by("-time").values("time", "used", "held", "guarantee", "quota", "limit", "pending_demand",
                                             "fair_share")[:limit])
     rows.reverse()
-    return [_gpus(r) for r in rows]
+    return _held_not_allocated([_gpus(r) for r in rows])
+
+
+def _held_not_allocated(rows: list[dict], time: datetime | None = None) -> list[dict]:
+    """Each sample's `held` as GPUs reserved and NOT allocated, the cluster card's and /metrics' held: a
+    preemptor's hold on GPUs its victim still uses during the grace is in QueueSample.held (Job.reserved),
+    and the queues page stacked it on top of the victim's used GPUs: 6 GPUs in a 4-GPU cluster, above the
+    limit line (new-user trial 19, F8). A queue's held not allocated is at most the cluster's at that cycle
+    (ClusterSample.held_gpus, written with it at the same time): capped there (0 while every held GPU is
+    still in use). Samples without a cluster sample at their time are left as stored. `time`: the rows'
+    time where they have no "time" key. Changes `rows`."""
+    times = {r.get("time", time) for r in rows if r.get("held")}
+    if not times:
+        return rows
+    cluster = dict(ClusterSample.objects.filter(time__in=times).values_list("time", "held_gpus"))
+    for r in rows:
+        at = r.get("time", time)
+        if r.get("held") and at in cluster:
+            r["held"] = min(r["held"], cluster[at])
+    return rows
 
 
 def _gpus(sample: dict) -> dict:

@@ -90,10 +90,11 @@ def test_queues_page_has_a_figure_per_team_queue(client, world):
 
 
 def test_queue_chart_draws_the_held_series_from_the_samples(client, world):
-    from gpuplatform.models import QueueSample
+    from gpuplatform.models import ClusterSample, QueueSample
 
     red = world["queues"]["red"]
     QueueSample.objects.filter(queue=red).update(held=3)
+    ClusterSample.objects.update(held_gpus=3)  # held not allocated: the cluster's too (trial 19, F8)
     client.force_login(world["alice"])
     figure = client.get("/queues/data.json").json()["figures"][f"q{red.pk}"]
     held = next(t for t in figure["data"] if t["name"] == "held (reserved, not started)")
