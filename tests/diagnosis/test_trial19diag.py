@@ -6,6 +6,9 @@ at explicit cluster times.
   unknown cause is not charged to the node where the task ran.
 - F5: recovery runs from the fault: a lost node's last heartbeat (not the requeue, HEARTBEAT_TIMEOUT +
   NODE_FAILURE_GRACE later), the moment a time limit was reached (not the SIGKILL after the stop's grace).
+- F16: a gang whose task fails while others are still bound on a node that is not_ready (or silent) is requeued whole
+  as a lost node (platform:node_lost naming that node), without spending a restart; it ended `failed`, `unknown` on
+  the healthy node.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from datetime import datetime, timedelta, timezone as tz
 import pytest
 
 from gpuplatform import services
-from gpuplatform.models import Attempt, Job
+from gpuplatform.models import Attempt, Event, Job
 from gpuplatform.scheduling.failures import detect_failures
 from tests.platform.conftest import alpha, cluster, submit  # noqa: F401  (fixtures)
 from tests.platform.test_execution import EIGHT, agents, at, bind, live, start_all  # noqa: F401
@@ -139,3 +142,51 @@ def test_a_time_limit_fault_is_when_the_limit_was_reached_not_the_sigkill(submit
     assert job.state == "failed" and "time limit" in job.end_reason
     a = Attempt.objects.get(job=job, number=0)
     assert (a.failed, a.diagnosis["rule"], a.ended_at, a.fault_at) == (True, "platform:time_limit", at(640), at(600))
+
+
+# --- F16 -----------------------------------------------------------------------------------------------------
+
+def frozen_gang(submit, *, detect: bool, n1_beats: bool = False, max_restarts: int = 0):
+    """worker[0] on n0 started at 1, worker[1] bound on n1, whose agent froze after its heartbeat at 0 (n1_beats: it
+    still beats at 100). detect: failure detection ran at 70 (n1 not_ready). worker[0]'s rendezvous gives up at 121,
+    exit 3. Returns the job."""
+    from tests.platform.test_execution import report, tasks_of
+
+    for name in ("n0", "n1"):
+        services.record_heartbeat(name, gpus=[], at=at(0))
+    job = submit("stopgang", tasks=2, gpus=8, max_restarts=max_restarts)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    t0, t1 = tasks_of(job)
+    assert report(t0, "started", 1, pid=100) == (True, "")
+    for t in (60, 120):
+        services.record_heartbeat("n0", gpus=[], at=at(t))
+    if n1_beats:
+        services.record_heartbeat("n1", gpus=[], at=at(100))
+    if detect:
+        assert detect_failures(at(70)).not_ready == ["n1"]
+    assert report(t0, "exited", 121, exit_code=3) == (True, "")
+    job.refresh_from_db()
+    return job
+
+
+@pytest.mark.parametrize("detect", [True, False], ids=["not_ready", "silent-not-yet-detected"])
+def test_a_gang_failing_with_tasks_never_started_on_a_lost_node_is_requeued_as_a_node_loss(submit, agents, detect):
+    job = frozen_gang(submit, detect=detect)
+    assert (job.state, job.attempts, job.restarts) == ("pending", 1, 0) and live(job) == []  # no restart spent
+    a = Attempt.objects.get(job=job, number=0)
+    d = a.diagnosis
+    assert (a.outcome, a.failed, a.category, d["rule"], d["node"]) == (
+        "requeued", True, "platform", "platform:node_lost", "n1"), d
+    assert "worker[1] never started on n1" in d["summary"] and "worker[0] exited with code 3" in d["summary"], d
+    assert ("not ready" if detect else "silent") in d["summary"]
+    e = Event.objects.get(job=job, kind="requeued_after_failure")
+    assert e.data["failed_tasks"] == [["worker", 1, "n1"]] and e.data["cause"] == "node lost"
+    assert not Event.objects.filter(job=job, kind="stopping").exists()
+
+
+def test_a_gang_failing_with_tasks_bound_on_a_live_node_still_fails_as_before(submit, agents):
+    """n1 still beats: its task is merely slow to start; worker[0]'s exit is the gang's failure (stopped toward
+    failed, no restart left), diagnosed from the task."""
+    job = frozen_gang(submit, detect=False, n1_beats=True)
+    assert (job.state, job.stop_target, job.attempts) == ("preempting", "failed", 0)
+    assert not Event.objects.filter(job=job, kind="requeued_after_failure").exists()

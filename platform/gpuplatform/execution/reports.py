@@ -12,6 +12,13 @@
 - "lost": the agent cannot tell how the process ended: a failure.
 - A task of a job stopping toward `cancelled` (a user's cancel) that ends, however it ends, is `released`
   (its exit kept), not failed: the cancel stopped it.
+- A task that fails while other tasks of its gang are still `bound` (never started) on a node that is not_ready
+  or silent beyond HEARTBEAT_TIMEOUT_SECONDS (its agent stopped: frozen, killed, cut off) did not fail for its own
+  sake: the gang could never have run (its ranks wait for the missing ones, then give up). That is the platform's
+  fault, a lost node: the gang is requeued whole at once (kind requeued_after_failure, reason "node lost before the
+  gang started: worker[2], worker[3] never started on n1 (...)", diagnosed platform:node_lost naming n1), without
+  spending a restart, as failure detection does for a node lost under a running gang (new-user trial 19, F16: such
+  a gang ended `failed`, diagnosed `unknown` on the healthy node).
 
 A stopping job whose last process on a node agent has ended is finalized at once (stops.finalize_stop),
 so its GPUs are free for the next cycle without waiting for the deadline.
@@ -25,17 +32,18 @@ the server's (cluster) clock.
 from __future__ import annotations
 
 import signal as _signal
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Value
+from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 
 from .. import clock
 from ..audit import record_event
 from ..diagnosis.attempts import diagnose_now, reuse_evidence
-from ..lifecycle import release_tasks, report_task_running
-from ..models import Job, Task
+from ..lifecycle import release_tasks, report_task_running, requeue_job
+from ..models import Job, Node, Task
 from .stops import _finalize_if_idle, finalize_stop, stop_job
 
 __all__ = ["EVENTS", "report_task_event", "describe_exit"]
@@ -109,7 +117,10 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
             state=state, ended_at=at, exit_code=exit_code, exit_signal=signal, end_message=end[:200])
         with reuse_evidence():  # the failure's preview and the attempt's close read the evidence once
             if job["state"] in Job.ACTIVE_STATES:
-                if failed:
+                unstarted = _unstarted_on_lost_nodes(job_id, at) if failed else []
+                if unstarted:
+                    _requeue_for_lost_node(job_id, job, label, how, exit_code, signal, unstarted, at, actor)
+                elif failed:
                     _fail_gang(job_id, job, label, how, exit_code, signal, at, actor)
                 else:
                     _maybe_succeed(job_id, job, at, actor)
@@ -123,6 +134,38 @@ def _started(task_id, task, pid, at, actor) -> tuple[bool, str]:
     report_task_running(Task.objects.get(pk=task_id), at=at, actor=actor)
     Task.objects.filter(pk=task_id).update(pid=pid)
     return True, ""
+
+
+def _unstarted_on_lost_nodes(job_id, at: datetime) -> list[tuple]:
+    """The job's tasks still bound (never started) on a node that is not_ready or whose last heartbeat is older than
+    HEARTBEAT_TIMEOUT_SECONDS (its agent stopped reporting; failure detection has not run yet): (role, index, node
+    name, node state, last heartbeat), by node. A node that never sent a heartbeat (not monitored) is not judged."""
+    silent = at - timedelta(seconds=float(getattr(settings, "HEARTBEAT_TIMEOUT_SECONDS", 60)))
+    return list(Task.objects.filter(job_id=job_id, state=Task.State.BOUND)
+                .filter(Q(node__state=Node.State.NOT_READY) | Q(node__last_heartbeat__lt=silent))
+                .order_by("node__name", "role_id", "index")
+                .values_list("role__name", "index", "node__name", "node__state", "node__last_heartbeat"))
+
+
+def _requeue_for_lost_node(job_id, job, label, how, exit_code, signal, unstarted, at, actor) -> None:
+    """A task failed while part of its gang never started on a lost node (module docstring): requeue the gang whole
+    now, a platform fault (no restart spent), the reason naming the tasks that never started and their node."""
+    by_node: dict[str, tuple[list[str], str, datetime | None]] = {}
+    for role, index, node, state, last in unstarted:
+        by_node.setdefault(node, ([], state, last))[0].append(f"{role}[{index}]")
+    parts = []
+    for node, (tasks, state, last) in by_node.items():
+        since = f"no heartbeat since {last:%H:%M:%S}" if last else "no heartbeat"
+        parts.append(f"{', '.join(tasks)} never started on {node} "
+                     f"({'not ready' if state == Node.State.NOT_READY else 'silent'}, {since})")
+    reason = f"node lost before the gang started: {'; '.join(parts)}; then task {label} {how}"
+    record_event("task_failed", f"{job['name']}: task {label} {how} while {'; '.join(parts)}: a lost node, the "
+                                "platform's fault; the gang is requeued whole (no restart spent)",
+                 job_id=job_id, time=at, actor=actor,
+                 data={"task": label, "exit_code": exit_code, "signal": signal, "restart": False,
+                       "never_started": [[r, i, n] for r, i, n, _, _ in unstarted], "lost_nodes": sorted(by_node)})
+    requeue_job(job_id, at=at, kind="requeued_after_failure", backoff=True, reason=reason, actor=actor,
+                data={"failed_tasks": [[r, i, n] for r, i, n, _, _ in unstarted], "cause": "node lost", "task": label})
 
 
 def _fail_gang(job_id, job, label, how, exit_code, signal, at, actor) -> None:
