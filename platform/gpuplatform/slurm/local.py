@@ -20,6 +20,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -66,6 +67,18 @@ def _placeholder_device(path: Path) -> None:
         path.symlink_to("/dev/null")
 
 
+def _ancestors(pid: int) -> set[int]:
+    """`pid` and its ancestors (from /proc/<pid>/stat)."""
+    out = set()
+    while pid > 0 and pid not in out:
+        out.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
 def _bin(name: str) -> str:
     return shutil.which(name, path=os.environ.get("PATH", "") + os.pathsep + "/usr/sbin:/sbin") or name
 
@@ -89,6 +102,8 @@ class LocalSlurm:
         self.env.pop("SLURM_JOB_ID", None)
         self._procs: dict[str, subprocess.Popen] = {}
         self.ports: dict[str, int] = {}
+        self.killed: list[str] = []  # what the last sweep killed ("pid command")
+        self.still_running: list[str] = []  # what it could not
 
     # -- configuration -------------------------------------------------------------------------------------
     def write_config(self) -> None:
@@ -218,8 +233,11 @@ class LocalSlurm:
             logs.append(f"--- {f.name}\n" + f.read_text(errors="replace")[-1500:])
         raise SlurmSetupError(f"{what} did not come up within {timeout:.0f} s\n" + "\n".join(logs))
 
-    def stop(self) -> None:
-        """Cancel every job, stop every daemon (SIGTERM, SIGKILL after 5 s) and reap them."""
+    def stop(self) -> list[str]:
+        """Cancel every job, stop every daemon (SIGTERM, SIGKILL after 5 s) and reap them; then kill what is
+        left of this Slurm's nodes (`sweep`: a slurmstepd whose slurmd died survives scancel and its daemon's
+        end, with its tasks: trial 19, F12). Returns what still runs after that ([] normally); `killed` lists
+        what the sweep found."""
         if "slurmctld" in self._procs:
             try:
                 self.run("scancel", "--partition", PARTITION, timeout=5)
@@ -242,6 +260,60 @@ class LocalSlurm:
                     pass
                 p.wait()
         self._procs.clear()
+        return self.sweep()
+
+    def leftovers(self) -> list[tuple[int, str]]:
+        """(pid, command line) of every live process of this Slurm other than this process and its ancestors:
+        a slurmstepd of one of its nodes (GPUPLATFORM_SLURMD_NODE=<conf>:<node>, inherited from its slurmd),
+        a task of one of its jobs (SLURM_CONF=<conf> in its environment: sbatch passes it on), a daemon
+        (SLURM_CONF=<conf>), or anything whose working directory or command line is under `dir`."""
+        marks = {f"GPUPLATFORM_SLURMD_NODE={self.conf}:{n}".encode() for n in self.nodes}
+        marks.add(f"SLURM_CONF={self.conf}".encode())
+        here = str(self.dir)
+        skip = _ancestors(os.getpid())
+        out = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) in skip:
+                continue
+            try:
+                stat_line = (proc / "stat").read_text()
+                if stat_line.rpartition(")")[2].split()[0] in ("Z", "X"):
+                    continue  # a zombie: nothing runs, its parent reaps it
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                try:
+                    cwd = os.readlink(proc / "cwd")
+                except OSError:
+                    cwd = ""
+                env = set((proc / "environ").read_bytes().split(b"\0"))
+            except (OSError, ValueError):
+                continue
+            if env & marks or cwd == here or cwd.startswith(here + "/") or here + "/" in cmd:
+                out.append((int(proc.name), cmd or stat_line.split(" ", 2)[1]))
+        return out
+
+    def sweep(self, timeout: float = 5.0) -> list[str]:
+        """SIGKILL every process `leftovers` finds, wait up to `timeout` s for them to go, and say so on stderr
+        when there were any (killed, and still running). Returns "pid command" of those still running."""
+        found = self.leftovers()
+        self.killed = [f"{pid} {cmd}" for pid, cmd in found]
+        for pid, _ in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        end = time.monotonic() + timeout
+        left = found
+        while left and time.monotonic() < end:
+            time.sleep(0.1)
+            left = self.leftovers()
+        self.still_running = [f"{pid} {cmd}" for pid, cmd in left]
+        if found:
+            print(f"local Slurm {self.dir}: killed {len(found)} process(es) left of its nodes after its daemons "
+                  f"stopped: {'; '.join(self.killed)}", file=sys.stderr)
+        if left:
+            print(f"local Slurm {self.dir}: STILL RUNNING after SIGKILL: {'; '.join(self.still_running)}",
+                  file=sys.stderr)
+        return self.still_running
 
     def __enter__(self) -> "LocalSlurm":
         return self.start()
