@@ -127,7 +127,8 @@ def test_exit_3_in_one_task_fails_the_gang_and_the_stop_goes_to_slurm(slurm, sub
     deadline = job.preempt_deadline
     stats = backend.sync(deadline + timedelta(seconds=1))
     assert stats.killed == [job.pk]
-    assert fake.commands("scancel")[1:] == [f"scancel --full --signal=KILL {jid}", f"scancel {jid}"]
+    # SIGKILL to the step (a job's --signal=KILL is Slurm's cancel: TERM again, trial 19 F3), then the cancel
+    assert fake.commands("scancel")[1:] == [f"scancel --signal=KILL {jid}.0", f"scancel {jid}"]
     backend.sync(deadline + timedelta(seconds=2))  # Slurm says CANCELLED: the last task was killed
     job.refresh_from_db()
     assert job.state == "failed" and job.exit_code == 3
@@ -455,7 +456,8 @@ def test_a_gang_whose_roles_differ_runs_as_one_heterogeneous_slurm_job(slurm3, s
     assert fake.commands("scancel") == [f"scancel --signal=TERM {leader}"]
     job.refresh_from_db()
     backend.sync(job.preempt_deadline + timedelta(seconds=1))
-    assert fake.commands("scancel")[1:] == [f"scancel --full --signal=KILL {leader}", f"scancel {leader}"]
+    assert fake.commands("scancel")[1:] == [f"scancel --signal=KILL {c}.0" for c in sorted(
+        str(p["job_id"]) for p in fake.components(leader))] + [f"scancel {leader}"]  # each component's step
     assert {p["job_state"] for p in fake.components(leader)} == {"CANCELLED"}
     backend.sync(job.preempt_deadline + timedelta(seconds=2))
     job.refresh_from_db()

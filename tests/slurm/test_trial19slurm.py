@@ -44,6 +44,54 @@ def bind(job, *placements, now=None):
     assert stats.binds == 1, stats.stale
 
 
+# -- F3: the launcher forwards no signal ------------------------------------------------------------------------
+
+def count_terms(exit_after: float | None) -> str:
+    """A Python task that prints one line per SIGTERM ("SIGTERM #n at <time>") and exits `exit_after` s after
+    the first (never when None)."""
+    return ("import signal, sys, time\n"
+            "n = 0\n"
+            "def h(*_):\n"
+            "    global n\n"
+            "    n += 1\n"
+            "    print(f'SIGTERM #{n} at {time.time():.3f}', flush=True)\n"
+            "signal.signal(signal.SIGTERM, h)\n"
+            "print('ready', flush=True)\n"
+            "first = None\n"
+            "while True:\n"
+            "    time.sleep(0.02)\n"
+            "    if n and first is None: first = time.monotonic()\n"
+            f"    if first is not None and {exit_after is not None} and time.monotonic() > first + {exit_after or 0}:\n"
+            "        print(f'exiting with {n} TERMs', flush=True); sys.exit(0)\n")
+
+
+def test_the_launcher_does_not_signal_its_task_a_second_time(tmp_path):
+    """Slurm's process tracking signals every process of the step (here: the launcher's process group, as
+    proctrack/pgid; linuxproc and cgroup reach the same processes). The task must get that one SIGTERM, not a
+    second one forwarded by the launcher, and the launcher still writes its exit."""
+    s = build_job([GangTask(task=5, node="gpn1", argv=(sys.executable, "-c", count_terms(0.5)), env={}, working_dir="",
+                            gpus=0)], job_id=1, attempt=0, output_dir=str(tmp_path), partition="p",
+                  master_port=1, time_limit_seconds=None, grace_seconds=0)
+    (tmp_path / "launch.sh").write_text(s.launch)
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_NODELIST": "gpn1", "SLURM_NTASKS": "1", "SLURMD_NODENAME": "gpn1",
+           "SLURM_LOCALID": "0", "SLURM_PROCID": "0", "SLURM_NODEID": "0"}
+    p = subprocess.Popen(["/bin/bash", str(tmp_path / "launch.sh")], env=env, start_new_session=True)
+    try:
+        out = tmp_path / "task-5.out"
+        end = time.monotonic() + 20
+        while not (out.exists() and "ready" in out.read_text()) and time.monotonic() < end:
+            time.sleep(0.05)
+        os.killpg(p.pid, signal.SIGTERM)  # what scancel --signal=TERM does to the step's processes
+        assert p.wait(20) == 0
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    text = out.read_text()
+    assert text.count("SIGTERM #") == 1, text
+    assert "exiting with 1 TERMs" in text
+    assert (tmp_path / "task-5.exit").read_text().strip() == "exit 0"
+
+
 # -- a real Slurm ------------------------------------------------------------------------------------------------
 
 def _need_slurm():
@@ -55,6 +103,84 @@ def _need_slurm():
         if os.environ.get("CI"):
             pytest.fail(f"CI is set and Slurm is missing: {problem}")
         pytest.skip(problem)
+
+
+@pytest.fixture(scope="module")
+def local_slurm(tmp_path_factory):
+    _need_slurm()
+    ls = LocalSlurm(tmp_path_factory.mktemp("slurm19"), nodes=("gpn1", "gpn2"), gpus=2, cpus=4, slurmd_timeout=6)
+    try:
+        ls.start()
+    except SlurmSetupError as exc:
+        ls.stop()
+        pytest.fail(str(exc))
+    yield ls
+    ls.stop()
+
+
+@pytest.fixture
+def backend(local_slurm, db, tmp_path):
+    from tests.platform.helpers_platform import small_spec
+
+    from gpuplatform.models import Queue
+
+    services.load_cluster_spec(small_spec())
+    Queue.objects.update(preemption_grace_seconds=3)  # stops: SIGTERM, SIGKILL 3 s later
+    for n in local_slurm.nodes:
+        if local_slurm._procs.get(f"slurmd-{n}") is None:
+            local_slurm.start_slurmd(n)
+        local_slurm.run("scontrol", "update", f"nodename={n}", "state=resume")
+    local_slurm.wait_idle(local_slurm.nodes, 60)
+    be = SlurmBackend(SlurmCLI(SubprocessRunner(str(local_slurm.conf)), partition="gpuplatform"),
+                      output_dir=str(tmp_path / "out"), mode="placement", start_timeout=60,
+                      jobcomp_file=str(local_slurm.jobcomp), flavor="H100")
+    be.sync_nodes(clock.now())
+    return be
+
+
+def submit_real(name, command, tasks=1, gpus=1, **kw):
+    from gpuplatform.models import Queue, Team
+
+    return services.submit_job(command=command, team=Team.objects.get(name="alpha"),
+                               queue=Queue.objects.get(name="alpha"), name=name,
+                               roles=[{"name": "worker", "tasks": tasks, "gpus_per_task": gpus}], **kw)
+
+
+def drive(backend, until, timeout=40.0, what=""):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        backend.sync()
+        if until():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"not reached within {timeout} s: {what}")
+
+
+def _out_of(backend, job) -> str:
+    task = Task.objects.get(job=job)
+    path = backend._dir(job.pk, Job.objects.get(pk=job.pk).attempts) / f"task-{task.pk}.out"
+    return path.read_text() if path.exists() else ""
+
+
+def _slurm_ended(local_slurm, slurm_id: str) -> bool:
+    out = local_slurm.run("squeue", "-h", "-j", slurm_id, "--states", "all", "-o", "%T").stdout.strip()
+    return out in ("", "CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL")
+
+
+@pytest.mark.services
+def test_a_cancel_on_slurm_signals_the_task_once_then_kills_it_at_the_deadline(backend, local_slurm):
+    """F3 as the trial saw it: `gpuctl cancel` of a job whose Python task counts SIGTERMs (and keeps running)."""
+    job = submit_real("termpy", [sys.executable, "-u", "-c", count_terms(None)])
+    bind(job, ("gpn1", (0,)), now=clock.now())
+    drive(backend, lambda: "ready" in _out_of(backend, job), what="it runs")
+    services.cancel_job(Job.objects.get(pk=job.pk))
+    drive(backend, lambda: Job.objects.get(pk=job.pk).state == "cancelled", timeout=60, what="cancelled")
+    sid = Job.objects.get(pk=job.pk).slurm_job_id
+    drive(backend, lambda: _slurm_ended(local_slurm, sid), timeout=30, what="Slurm ended it")
+    text = _out_of(backend, job)
+    assert text.count("SIGTERM #") == 1, text
+    task = Task.objects.get(job=job)
+    assert task.exit_signal == 9, (task.state, task.exit_code, task.exit_signal, task.end_message)
 
 
 def _marked(conf: Path, nodes) -> list[tuple[int, str]]:

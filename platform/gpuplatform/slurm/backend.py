@@ -20,9 +20,11 @@ jobs: the database holds each gang's Slurm job id, Slurm holds the jobs, named g
    PREEMPTED requeues it whole as a preemption (no restart used), BOOT_FAIL requeues it whole and holds its
    nodes not ready with Slurm's reason until Slurm has had them out of service and back, OUT_OF_MEMORY is "host out of memory", CANCELLED after our kill is SIGKILL, anything else is "lost" with
    Slurm's state and reason.
-4. Stops: a gang whose assignments say "stop" gets `scancel --signal=TERM` (its tasks) at once and
-   `scancel --full --signal=KILL` + `scancel` at its stop deadline (Slurm's process tracking removes every
-   process of the job). A platform job (gpp-...) Slurm runs that the platform no longer lists is cancelled.
+4. Stops: a gang whose assignments say "stop" gets `scancel --signal=TERM` (its tasks; one SIGTERM per
+   process: the launcher forwards nothing) at once and `scancel --signal=KILL <id>.0` (the step, of every
+   component) + `scancel` at its stop deadline (a job's --signal=KILL would be Slurm's cancel: TERM again,
+   KILL after KillWait). A platform job (gpp-...) Slurm runs that the platform no longer lists is cancelled
+   (KILLed as at the deadline when its TERM was sent already).
 """
 from __future__ import annotations
 
@@ -141,11 +143,36 @@ class SlurmBackend:
         for j in jobs:  # platform jobs Slurm runs that the platform no longer lists: cancel them
             if parse_job_name(j.name) and j.name not in listed and not j.ended and j.state != "COMPLETING":
                 try:
-                    self.cli.cancel(j.job_id)
+                    self._cancel_orphan(j, now)
                     stats.orphans_cancelled.append(j.job_id)
                 except SlurmError as exc:
                     stats.errors.append(str(exc))
         return stats
+
+    def _cancel_orphan(self, sj: SlurmJob, now: datetime) -> None:
+        """A platform job Slurm runs that the platform no longer lists (its stop's deadline passed, the cycle
+        released its tasks). When this backend already sent it the stop's SIGTERM, the end is SIGKILL now
+        (`_kill`), as at the deadline: a plain scancel would TERM it a second time and KILL only KillWait later
+        (trial 19, F3). Otherwise `scancel` (Slurm's TERM, KillWait, KILL)."""
+        job_id, attempt = parse_job_name(sj.name)
+        row = Job.objects.filter(pk=job_id).values_list("slurm", flat=True).first() or {}
+        mine = row.get("attempt") == attempt and row.get("job_id") == sj.job_id
+        if mine and row.get("term_at") and not row.get("kill_at"):
+            self._save(job_id, {**row, "kill_at": now.isoformat()})
+            self._kill(sj.job_id, sj)
+        else:
+            self.cli.cancel(sj.job_id)
+
+    def _kill(self, slurm_id: str, sj: SlurmJob | None) -> None:
+        """The stop's deadline: SIGKILL every process of the job's step (of each component's: a het job) at once,
+        then `scancel` ends the job (its batch shell; Slurm's process tracking removes what is left). A step
+        that is not there (not started, already over) is no error: the cancel remains."""
+        for part in (sj.components if sj is not None and sj.components else [sj]):
+            try:
+                self.cli.kill_step(part.job_id if part is not None else slurm_id)
+            except SlurmError as exc:
+                log.info("slurm: KILL to the step of job %s: %s", slurm_id, exc)
+        self.cli.cancel(slurm_id)
 
     def _jobcomp(self) -> dict:
         if not self.jobcomp_file:
@@ -248,8 +275,7 @@ class SlurmBackend:
                 record = self._save(job_id, {**record, "term_at": now.isoformat()})
                 stats.signalled.append(job_id)
             if now >= deadline and not record.get("kill_at"):
-                self.cli.signal(record["job_id"], "KILL", full=True)
-                self.cli.cancel(record["job_id"])
+                self._kill(record["job_id"], sj)
                 record = self._save(job_id, {**record, "kill_at": now.isoformat()})
                 stats.killed.append(job_id)
 

@@ -303,6 +303,13 @@ class SlurmCLI:
         as "abort the step" and kills the tasks at once, before they could stop cleanly."""
         self._run(["scancel", *(["--full"] if full else []), f"--signal={sig}", job_id])
 
+    def kill_step(self, job_id: str, step: int = 0) -> None:
+        """SIGKILL every process of step `step` of job `job_id` (a het job: of one component's job id) at once:
+        `scancel --signal=KILL <id>.<step>`. Not the job: Slurm takes a job's SIGKILL (`scancel --signal=KILL
+        <id>`, with or without --full) as "cancel the job", which is SIGTERM to every process and SIGKILL only
+        KillWait later (Slurm 22.05: a second SIGTERM where the platform promised SIGKILL, trial 19 F3)."""
+        self._run(["scancel", "--signal=KILL", f"{job_id}.{step}"])
+
     def cancel(self, job_id: str) -> None:
         """End the job: Slurm signals, waits KillWait, kills, and its process tracking removes what is left."""
         self._run(["scancel", job_id])

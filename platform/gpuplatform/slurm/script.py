@@ -224,7 +224,11 @@ def build_job(tasks: list[GangTask], *, job_id: int, attempt: int, output_dir: s
                '"$@" >>"$D/task-$T.out" 2>&1 </dev/null &',
                'child=$!',
                'echo "$child" >"$D/task-$T.started"',
-               "trap 'kill -TERM $child 2>/dev/null' TERM INT",
+               # Slurm's signals (scancel --signal, its time limit, its cancel) reach every process of the step,
+               # the command and its children included (process tracking): the launcher forwards nothing (a
+               # forward was a second SIGTERM to the command in the same millisecond, re-entering its
+               # checkpoint handler: trial 19, F3); it only outlives the TERM to write the command's exit
+               "trap ':' TERM INT",
                'while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done',
                'if [ "$rc" -gt 128 ]; then echo "signal $((rc - 128))" >"$D/task-$T.exit.tmp";'
                ' else echo "exit $rc" >"$D/task-$T.exit.tmp"; fi',
