@@ -92,6 +92,62 @@ def test_the_launcher_does_not_signal_its_task_a_second_time(tmp_path):
     assert (tmp_path / "task-5.exit").read_text().strip() == "exit 0"
 
 
+# -- fake Slurm: F10, F11, F3's orphan cancel --------------------------------------------------------------------
+
+@pytest.fixture
+def slurm(cluster, tmp_path):
+    fake = FakeSlurm(nodes=("gpn1", "gpn2"), gpus=2)
+    backend = SlurmBackend(SlurmCLI(fake, partition="gpuplatform"), output_dir=str(tmp_path / "out"),
+                           mode="placement", start_timeout=60, jobcomp_file="", flavor="H100")
+    backend.sync_nodes(T0)
+    return fake, backend
+
+
+def test_a_lost_node_is_recorded_as_a_node_failure_not_a_preemption(slurm, submit):
+    """F10, as the trial saw it: the node goes down (sinfo: down, "Not responding"; the drain evicts the job),
+    then Slurm ends the job NODE_FAIL. Recorded as the agents' failure detection records a lost node."""
+    fake, backend = slurm
+    job = submit("snode", tasks=2, gpus=2)
+    bind(job, ("gpn1", (0, 1)), ("gpn2", (0, 1)))
+    backend.sync(at(1))
+    jid = fake.only(f"gpp-{job.pk}-a0")
+    fake.set_state(jid, "RUNNING")
+    backend.sync(at(2))
+    assert Job.objects.get(pk=job.pk).state == "running"
+    fake.nodes["gpn2"].update(state="down", state_flags=["NOT_RESPONDING"], reason="Not responding")
+    backend.sync(at(3))  # the node's drain here evicts the job (a preemption with grace)
+    assert Job.objects.get(pk=job.pk).state == "preempting"
+    fake.set_state(jid, "NODE_FAIL", reason="NodeDown")
+    backend.sync(at(4))
+    job.refresh_from_db()
+    assert job.state == "pending" and job.attempts == 1 and job.restarts == 0
+    ev = Event.objects.filter(job=job, kind="requeued_after_failure").get()
+    assert "node lost: 1 task(s) failed on gpn2" in ev.message, ev.message
+    assert not Event.objects.filter(job=job, kind="requeued").exists()
+    assert Event.objects.filter(job=job, kind="node_failed", message__contains="NODE_FAIL").exists()
+    attempt = Attempt.objects.get(job=job, number=0)
+    assert attempt.failed is True
+    assert attempt.diagnosis["rule"] == "platform:node_lost", attempt.diagnosis
+    assert "gpn2" in attempt.diagnosis["summary"]
+
+
+def test_a_node_fail_of_a_running_job_is_a_node_failure_too(slurm, submit):
+    fake, backend = slurm
+    job = submit("nf", tasks=2, gpus=1)
+    bind(job, ("gpn1", (0,)), ("gpn2", (0,)))
+    backend.sync(at(1))
+    jid = fake.only(f"gpp-{job.pk}-a0")
+    fake.set_state(jid, "RUNNING")
+    backend.sync(at(2))
+    fake.set_state(jid, "NODE_FAIL", reason="NodeDown")  # sinfo has both nodes up: Slurm does not say which
+    backend.sync(at(3))
+    job.refresh_from_db()
+    assert job.state == "pending" and job.attempts == 1 and job.restarts == 0
+    assert "node lost: 2 task(s) failed on gpn1, gpn2" in Event.objects.get(job=job, kind="requeued_after_failure").message
+    attempt = Attempt.objects.get(job=job, number=0)
+    assert attempt.failed is True and attempt.diagnosis["rule"] == "platform:node_lost"
+
+
 # -- a real Slurm ------------------------------------------------------------------------------------------------
 
 def _need_slurm():

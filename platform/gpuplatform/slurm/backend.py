@@ -16,7 +16,8 @@ jobs: the database holds each gang's Slurm job id, Slurm holds the jobs, named g
 3. What Slurm did, applied through the agents' service functions (execution.report_task_event,
    execution.append_log): a task's launcher started -> "started"; its exit file -> "exited" (code or
    signal); new output -> log chunks (64 KiB per task per round); the Slurm job ended with tasks left
-   unreported -> by Slurm's state: TIMEOUT ends the job as a time limit, NODE_FAIL requeues the gang whole,
+   unreported -> by Slurm's state: TIMEOUT ends the job as a time limit, NODE_FAIL requeues the gang whole as
+   a lost node (requeued_after_failure, "node lost: N task(s) failed on <node>", as failure detection does),
    PREEMPTED requeues it whole as a preemption (no restart used), BOOT_FAIL requeues it whole and holds its
    nodes not ready with Slurm's reason until Slurm has had them out of service and back, OUT_OF_MEMORY is "host out of memory", CANCELLED after our kill is SIGKILL, anything else is "lost" with
    Slurm's state and reason.
@@ -97,6 +98,7 @@ class SlurmBackend:
         self.flavor = flavor or settings.SLURM_GPU_FLAVOR
         self._now = None
         self._submitted: list = []
+        self._slurm_nodes: list = []  # sinfo's nodes of the last node sync
 
     # -- one round ---------------------------------------------------------------------------------------------
     def sync(self, now: datetime | None = None) -> RoundStats:
@@ -461,12 +463,24 @@ class SlurmBackend:
                          reason=f"time limit: Slurm ended job {sid} at its --time (TIMEOUT)")
                 kw = {"signal": 9, "message": f"Slurm job {sid} TIMEOUT"}
             elif state == "NODE_FAIL":
-                why = (f"Slurm job {sid} NODE_FAIL: a node was lost ({reason or 'no reason'}); the gang is requeued "
-                       "whole")
-                if not stop_job(job_id, at=now, target="requeue", kind="node_failed", reason=why):
-                    # already stopping (the node's drain, synced first, evicted it): still say what Slurm saw
-                    record_event("node_failed", why, job_id=job_id, time=now, data={"slurm_job_id": sid})
-                kw = {"message": f"Slurm job {sid} NODE_FAIL: node lost"}
+                # a node failure, recorded as the agents' failure detection records a lost node
+                # (scheduling/failures.py): requeued whole at once, kind requeued_after_failure, reason "node lost:
+                # N task(s) failed on <node>" (the attempt is a failure, diagnosed platform:node_lost), whatever
+                # stop the job was in (the drain of its down node, synced first, evicts it as a preemption:
+                # trial 19, F10)
+                lost = self._lost_nodes(sj, comp, tasks)
+                on_lost = [(n, t) for n, t in tasks if n.name in lost] or list(tasks)
+                why = (f"Slurm job {sid} NODE_FAIL: node {', '.join(lost)} lost ({reason or 'no reason'}); the gang "
+                       "is requeued whole")
+                record_event("node_failed", why, job_id=job_id, time=now,
+                             node=Node.objects.filter(name=lost[0]).first() if len(lost) == 1 else None,
+                             data={"slurm_job_id": sid, "nodes": lost})
+                failed = [[t.get("role", ""), t.get("index"), n.name] for n, t in on_lost]
+                if requeue_job(job_id, at=now, kind="requeued_after_failure", backoff=True,
+                               reason=f"node lost: {len(on_lost)} task(s) failed on {', '.join(lost)}",
+                               data={"failed_tasks": failed, "cause": "node lost", "slurm_job_id": sid}):
+                    stats.requeued.append(job_id)
+                return
             elif state == "PREEMPTED":
                 # Slurm's own preemption (a higher-priority Slurm job, a QOS): the same as a preemption by the
                 # platform -- the gang is requeued whole, no restart used, no backoff
@@ -500,6 +514,14 @@ class SlurmBackend:
                 event = "exited" if "signal" in kw else "lost"
                 self._report(node, t, event, stats, **kw)
 
+    def _lost_nodes(self, sj: SlurmJob | None, comp: dict | None, tasks) -> list[str]:
+        """The nodes of a NODE_FAIL job that Slurm has down or not responding (this round's sinfo), in name
+        order; all of the job's nodes when Slurm no longer says which."""
+        nodes = (sj.node_list if sj is not None and sj.node_list else
+                 expand_hostlist((comp or {}).get("NodeList", "")) or sorted({n.name for n, _ in tasks}))
+        bad = {n.name for n in self._slurm_nodes if n.down or "NOT_RESPONDING" in n.flags}
+        return sorted(set(nodes) & bad) or sorted(set(nodes))
+
     # -- nodes -------------------------------------------------------------------------------------------------
     def _boot_failed(self, names, reason: str, now) -> None:
         """Nodes a Slurm job ended BOOT_FAIL on go not_ready here (node_states.transition, an Event) with
@@ -519,7 +541,8 @@ class SlurmBackend:
         from ..services.nodes import drain_node, record_heartbeat, register_node, uncordon_node
 
         out = {"created": [], "drained_here": [], "drained_in_slurm": [], "resumed": [], "readied": []}
-        for sn in self.cli.nodes():
+        self._slurm_nodes = self.cli.nodes()
+        for sn in self._slurm_nodes:
             node = Node.objects.filter(name=sn.name).first()
             created = node is None
             if node is None:
