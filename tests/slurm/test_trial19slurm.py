@@ -148,6 +148,62 @@ def test_a_node_fail_of_a_running_job_is_a_node_failure_too(slurm, submit):
     assert attempt.failed is True and attempt.diagnosis["rule"] == "platform:node_lost"
 
 
+def test_a_task_released_at_its_time_limit_keeps_how_slurm_ended_it(slurm, submit):
+    """F11: the stop's deadline passes and the cycle's release step (expire_stops) ends the job before the
+    backend's round at the deadline: the tasks are released with no exit. The Slurm job, no longer listed, is
+    killed (SIGKILL: its TERM was sent already -- F3) and, once Slurm has ended it, the task keeps how."""
+    fake, backend = slurm
+    job = submit("tl", tasks=1, gpus=1, time_limit_seconds=10)
+    bind(job, ("gpn1", (0,)))
+    backend.sync(at(1))
+    jid = fake.only(f"gpp-{job.pk}-a0")
+    fake.set_state(jid, "RUNNING")
+    backend.sync(at(2))
+    assert Task.objects.get(job=job).state == "running"
+    assert enforce_time_limits(at(12)) == [job.pk]
+    backend.sync(at(12))
+    assert f"scancel --signal=TERM {jid}" in fake.commands("scancel")
+    job.refresh_from_db()
+    deadline = job.preempt_deadline
+    expire_stops(deadline + timedelta(seconds=1))  # the cycle first
+    job.refresh_from_db()
+    assert job.state == "failed" and Task.objects.get(job=job).state == "released"
+    backend.sync(deadline + timedelta(seconds=2))
+    cmds = fake.commands("scancel")
+    assert cmds[1:] == [f"scancel --signal=KILL {jid}.0", f"scancel {jid}"], cmds  # KILL, no second TERM
+    assert fake.jobs[jid]["job_state"] == "CANCELLED"
+    backend.sync(deadline + timedelta(seconds=3))
+    task = Task.objects.get(job=job)
+    assert (task.state, task.exit_code, task.exit_signal) == ("released", None, 9)
+    assert "SIGKILL" in task.end_message and jid in task.end_message, task.end_message
+    backend.sync(deadline + timedelta(seconds=4))  # once
+    assert Task.objects.get(job=job).end_message == task.end_message
+
+
+def test_a_released_task_whose_launcher_wrote_its_exit_keeps_that_exit(slurm, submit):
+    fake, backend = slurm
+    job = submit("c", tasks=1, gpus=1)
+    bind(job, ("gpn1", (0,)))
+    backend.sync(at(1))
+    jid = fake.only(f"gpp-{job.pk}-a0")
+    fake.set_state(jid, "RUNNING")
+    backend.sync(at(2))
+    services.cancel_job(Job.objects.get(pk=job.pk))
+    backend.sync(at(3))
+    job.refresh_from_db()
+    deadline = job.preempt_deadline
+    expire_stops(deadline + timedelta(seconds=1))
+    assert Job.objects.get(pk=job.pk).state == "cancelled"
+    task = Task.objects.get(job=job)
+    (backend._dir(job.pk, 0) / f"task-{task.pk}.exit").write_text("exit 143\n")
+    backend.sync(deadline + timedelta(seconds=2))  # still running in Slurm: not yet
+    assert Task.objects.get(job=job).exit_code is None
+    fake.set_state(jid, "CANCELLED")
+    backend.sync(deadline + timedelta(seconds=3))
+    task = Task.objects.get(job=job)
+    assert (task.exit_code, task.exit_signal) == (143, None)
+
+
 # -- a real Slurm ------------------------------------------------------------------------------------------------
 
 def _need_slurm():
@@ -237,6 +293,34 @@ def test_a_cancel_on_slurm_signals_the_task_once_then_kills_it_at_the_deadline(b
     assert text.count("SIGTERM #") == 1, text
     task = Task.objects.get(job=job)
     assert task.exit_signal == 9, (task.state, task.exit_code, task.exit_signal, task.end_message)
+
+
+@pytest.mark.services
+def test_a_time_limit_on_slurm_signals_once_and_the_released_task_keeps_its_sigkill(backend, local_slurm):
+    """F3 and F11: a bash task ignoring TERM (logging each) at its time limit; the cycle's release step ends
+    the job at the stop's deadline before the backend's round does. One TERM, then SIGKILL, and the task
+    keeps it (exit_signal 9)."""
+    job = submit_real("tl", ["bash", "-c", "trap 'echo TERM at $(date +%T.%N)' TERM; echo ready; "
+                                           "while :; do sleep 0.1; done"], time_limit_seconds=2)
+    bind(job, ("gpn2", (0,)), now=clock.now())
+    drive(backend, lambda: "ready" in _out_of(backend, job), what="it runs")
+    time.sleep(2.2)
+    assert enforce_time_limits(clock.now()) == [job.pk]
+    drive(backend, lambda: (Job.objects.get(pk=job.pk).slurm or {}).get("term_at"), what="TERM sent")
+    job.refresh_from_db()
+    while clock.now() <= job.preempt_deadline:
+        time.sleep(0.1)
+    expire_stops(clock.now())  # the cycle's release step, before the backend's next round
+    job.refresh_from_db()
+    assert job.state == "failed" and job.end_reason.startswith("time limit")
+    drive(backend, lambda: Task.objects.get(job=job).exit_signal is not None, timeout=30,
+          what="the task keeps how it ended")
+    drive(backend, lambda: _slurm_ended(local_slurm, job.slurm_job_id), timeout=30, what="Slurm ended it")
+    time.sleep(0.5)
+    text = _out_of(backend, job)
+    assert text.count("TERM at") == 1, text
+    task = Task.objects.get(job=job)
+    assert task.state == "released" and task.exit_signal == 9 and "SIGKILL" in task.end_message, task.end_message
 
 
 def _marked(conf: Path, nodes) -> list[tuple[int, str]]:

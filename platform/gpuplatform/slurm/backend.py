@@ -25,7 +25,8 @@ jobs: the database holds each gang's Slurm job id, Slurm holds the jobs, named g
    process: the launcher forwards nothing) at once and `scancel --signal=KILL <id>.0` (the step, of every
    component) + `scancel` at its stop deadline (a job's --signal=KILL would be Slurm's cancel: TERM again,
    KILL after KillWait). A platform job (gpp-...) Slurm runs that the platform no longer lists is cancelled
-   (KILLed as at the deadline when its TERM was sent already).
+   (KILLed as at the deadline when its TERM was sent already); its tasks the platform released before
+   Slurm's job ended keep how it ended (the exit file, else SIGKILL after a CANCELLED / TIMEOUT job).
 """
 from __future__ import annotations
 
@@ -149,6 +150,10 @@ class SlurmBackend:
                     stats.orphans_cancelled.append(j.job_id)
                 except SlurmError as exc:
                     stats.errors.append(str(exc))
+        try:
+            self._record_released(set(gangs), by_name, by_id, completed, now, stats)
+        except SlurmError as exc:
+            stats.errors.append(str(exc))
         return stats
 
     def _cancel_orphan(self, sj: SlurmJob, now: datetime) -> None:
@@ -175,6 +180,54 @@ class SlurmBackend:
             except SlurmError as exc:
                 log.info("slurm: KILL to the step of job %s: %s", slurm_id, exc)
         self.cli.cancel(slurm_id)
+
+    RELEASED_LOOKBACK = timedelta(days=1)
+
+    def _record_released(self, listed: set, by_name, by_id, completed, now, stats: RoundStats) -> None:
+        """Tasks the platform released before Slurm's job ended (a stop whose deadline passed: a time limit, a
+        cancel) keep no exit information unless it is read here once their Slurm job has ended (trial 19,
+        F11): the launcher's exit file when it wrote one, else -- the launcher outlives a SIGTERM, so only a
+        SIGKILL ends it without its file -- SIGKILL after Slurm's own end of the job (CANCELLED, TIMEOUT), or
+        "lost" with Slurm's state. Reported through report_task_event, which keeps it on a released task
+        once and changes nothing else."""
+        rows = list(Task.objects.filter(
+            state=Task.State.RELEASED, exit_code__isnull=True, exit_signal__isnull=True, end_message="",
+            node__executor=Node.Executor.SLURM, job__simulated=False, job__slurm_job_id__gt="",
+            job__finished_at__gte=now - self.RELEASED_LOOKBACK).exclude(job_id__in=listed)
+            .values("id", "job_id", "node_id", "job__attempts", "job__slurm", "started_at"))
+        if not rows:
+            return
+        nodes = {n.pk: n for n in Node.objects.filter(pk__in={r["node_id"] for r in rows})}
+        for r in rows:
+            record = r["job__slurm"] or {}
+            attempt = r["job__attempts"]
+            if record.get("attempt") != attempt or not record.get("job_id") or r["node_id"] not in nodes:
+                continue
+            sid = record["job_id"]
+            sj = by_name.get(job_name(r["job_id"], attempt)) or by_id.get(sid)
+            if sj is not None and sj.job_id != sid:
+                sj = by_id.get(sid)
+            comp = completed.get(sid) if sj is None else None
+            if sj is not None and not sj.ended:
+                continue  # still running or completing: its files are not final yet
+            state = sj.state if sj is not None else (comp or {}).get("JobState", "GONE")
+            d = Path(record.get("dir") or self._dir(r["job_id"], attempt))
+            t = {"task": r["id"], "attempt": attempt}
+            kind, _, value = _read_text(d / f"task-{r['id']}.exit").partition(" ")
+            exit_code = (comp or {}).get("ExitCode") or ""
+            slurm_said = f"Slurm job {sid} {state}" + (f", ExitCode {exit_code}" if exit_code else "")
+            if kind == "signal" and value.isdigit():
+                self._report(nodes[r["node_id"]], t, "exited", stats, signal=int(value))
+            elif kind == "exit" and value.lstrip("-").isdigit():
+                self._report(nodes[r["node_id"]], t, "exited", stats, exit_code=int(value) & 255)
+            elif r["started_at"] is None and not (d / f"task-{r['id']}.started").exists():
+                self._report(nodes[r["node_id"]], t, "lost", stats, message=NEVER_STARTED)
+            elif state in ("CANCELLED", "TIMEOUT"):
+                how = "at the stop deadline" if record.get("kill_at") else "by Slurm"
+                self._report(nodes[r["node_id"]], t, "exited", stats, signal=9,
+                             message=f"was killed by signal 9 (SIGKILL) {how} ({slurm_said})")
+            else:
+                self._report(nodes[r["node_id"]], t, "lost", stats, message=f"{slurm_said}; no exit status")
 
     def _jobcomp(self) -> dict:
         if not self.jobcomp_file:
@@ -636,6 +689,13 @@ def _whole_chars(raw: bytes) -> bytes:
         if len(raw) - i < need:
             return raw[:i]
     return raw
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def _read_int(path: Path) -> int | None:
