@@ -45,3 +45,31 @@ def test_a_hypothetical_submission_counts_in_its_queue(busy, admin):
     assert None not in waits and beta["mean_wait_after_s"] == sum(waits) / 2
     # the change of the jobs already there: only beta-wait has a start in both cases
     assert beta["change_s"] == jobs["beta-wait"]["start_change_s"]
+
+
+# F7: a quota for a flavor that differs from the cluster's only in letter case ------------------------------
+
+def test_a_quota_whose_flavor_differs_only_in_case_is_a_400_naming_flavor(users, admin):
+    from gpuplatform.models import Quota
+
+    rows = Quota.objects.count()
+    r = admin.post("/api/v1/quotas/", {"queue": "alpha", "flavor": "h100", "quota": 0}, format="json")
+    assert r.status_code == 400, r.content
+    assert "'H100'" in " ".join(r.json()["flavor"]) and "letter case" in " ".join(r.json()["flavor"])
+    r = admin.post("/api/v1/queues/", {"name": "gamma", "parent": "root",
+                                       "quotas": [{"flavor": "h100", "guarantee": 0, "quota": 0, "limit": None}]},
+                   format="json")
+    assert r.status_code == 400 and "letter case" in str(r.json()), r.content
+    assert Quota.objects.count() == rows
+    # the cluster's spelling and a new flavor (set up ahead of its nodes) are still accepted
+    assert admin.post("/api/v1/quotas/", {"queue": "alpha", "flavor": "B200", "quota": 0},
+                      format="json").status_code == 201
+
+
+def test_a_quota_is_removed_by_setting_it_to_zero_delete_is_405(users, admin):
+    """Decided (docs/quotas.md, docs/api.md): quota rows are never deleted, over REST or in the admin (their
+    history is in the queue's events); a quota of 0 with no limit is the way to take a flavor away."""
+    from gpuplatform.models import Quota
+
+    row = Quota.objects.get(queue__name="beta", flavor="H100")
+    assert admin.delete(f"/api/v1/quotas/{row.pk}/").status_code == 405

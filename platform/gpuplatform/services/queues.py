@@ -78,6 +78,9 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
         if not isinstance(triple, (tuple, list)) or len(triple) != 3:
             errors[f"quotas[{flavor}]"] = "expected (guarantee, quota, limit)"
             continue
+        if flavor_case_error(flavor):
+            errors[f"{prefix}flavor"] = flavor_case_error(flavor)
+            continue
         errors.update(quota_rules.check_quota(Queue(parent=parent), flavor, *triple, prefix=prefix))  # not saved yet
     raise_if(errors)
     queue = Queue.objects.create(name=name, parent=parent, team=team, weight=weight, state=state,
@@ -162,6 +165,30 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
     return queue
 
 
+def flavor_case_error(flavor: str, queue: Queue | None = None) -> str | None:
+    """A flavor that differs from one the cluster already spells (a node's flavor or another quota's) only in
+    letter case: flavors are case-sensitive, so `h200` next to the nodes' `H200` is a row no job can use (a job
+    asking "h200" is refused "no node of flavor h200"): surely a typo, refused naming the existing spelling
+    (new-user trial 19, F7). The GPU model of a MIG resource "<flavor>/mig-<profile>" is compared. A row
+    `queue` already has for exactly this flavor is not refused (it can still be changed, e.g. set to 0)."""
+    from gpuplatform.models import Node
+
+    if not isinstance(flavor, str) or not flavor:
+        return None
+    if queue is not None and queue.pk is not None and Quota.objects.filter(queue=queue, flavor=flavor).exists():
+        return None
+    model = flavor.partition("/mig-")[0]
+    known = set(Node.objects.values_list("flavor", flat=True).distinct())
+    known |= {f.partition("/mig-")[0] for f in Quota.objects.values_list("flavor", flat=True).distinct()}
+    if model in known:
+        return None
+    same = sorted(k for k in known if k.lower() == model.lower())
+    if not same:
+        return None
+    return (f"flavor {model!r} differs from the cluster's {same[0]!r} only in letter case; flavors are "
+            f"case-sensitive: use {flavor.replace(model, same[0], 1)!r}")
+
+
 @transaction.atomic
 def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int | None, actor=None,
               changed: set | None = None, expected_version: str | None = None, create: bool = False) -> Quota:
@@ -185,6 +212,9 @@ def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int 
         if locked is None or quota_version(locked) != expected_version:
             raise _stale("quota", "no such quota" if locked is None else
                          f"guarantee {locked.guarantee}, quota {locked.quota}, limit {locked.limit}")
+    case = flavor_case_error(flavor, queue)
+    if case:
+        raise ValidationError({"flavor": case})
     raise_if(quota_rules.check_quota(queue, flavor, guarantee, quota, limit, changed))
     old = Quota.objects.filter(queue=queue, flavor=flavor).values_list("guarantee", "quota", "limit").first()
     if old == (guarantee, quota, limit):  # a no-op (PATCH {}): no write, so updated_at and the ETag stay
