@@ -355,11 +355,16 @@ def test_stop_leaves_nothing_of_a_node_whose_slurmd_died(tmp_path):
         while not any("sleep 300" in c for _, c in _marked(ls.conf, ls.nodes)) and time.monotonic() < end:
             time.sleep(0.2)
         assert any("sleep 300" in c for _, c in _marked(ls.conf, ls.nodes)), "the task runs"
+        # a user's shell in the Slurm's directory that exported SLURM_CONF is not the Slurm's: left alone
+        user = subprocess.Popen(["sleep", "120"], cwd=ls.dir, env={**os.environ, "SLURM_CONF": str(ls.conf)})
         os.kill(ls._procs["slurmd-gpz1"].pid, signal.SIGKILL)  # the node's slurmd dies (not kill_slurmd)
         time.sleep(0.5)
         still = ls.stop()
         time.sleep(0.5)
-        left = _marked(ls.conf, ls.nodes)
+        assert user.poll() is None
+        user.kill()
+        user.wait()
+        left = [(pid, c) for pid, c in _marked(ls.conf, ls.nodes) if pid != user.pid]
         assert left == [], left
         assert still == []
         assert any("slurmstepd" in k for k in ls.killed) and any("sleep 300" in k for k in ls.killed), ls.killed

@@ -263,33 +263,37 @@ class LocalSlurm:
         return self.sweep()
 
     def leftovers(self) -> list[tuple[int, str]]:
-        """(pid, command line) of every live process of this Slurm other than this process and its ancestors:
-        a slurmstepd of one of its nodes (GPUPLATFORM_SLURMD_NODE=<conf>:<node>, inherited from its slurmd),
-        a task of one of its jobs (SLURM_CONF=<conf> in its environment: sbatch passes it on), a daemon
-        (SLURM_CONF=<conf>), or anything whose working directory or command line is under `dir`."""
+        """(pid, command line) of every live process of this Slurm's nodes, other than this process and its
+        ancestors: a slurmd or slurmstepd of one of its nodes (GPUPLATFORM_SLURMD_NODE=<conf>:<node>, inherited
+        from its slurmd), a task of one of its jobs (SLURM_CONF=<conf> and a SLURM_JOB_ID in its environment:
+        sbatch passes SLURM_CONF on, slurmstepd adds the job id; a task that detached itself keeps both), and
+        every descendant of those. Not a user's shell that exported SLURM_CONF, nor one whose working
+        directory is under `dir` (no job id, no marked ancestor)."""
         marks = {f"GPUPLATFORM_SLURMD_NODE={self.conf}:{n}".encode() for n in self.nodes}
-        marks.add(f"SLURM_CONF={self.conf}".encode())
-        here = str(self.dir)
+        conf = f"SLURM_CONF={self.conf}".encode()
         skip = _ancestors(os.getpid())
-        out = []
+        procs: dict[int, tuple[int, str, bool]] = {}  # pid -> (ppid, command, marked)
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit() or int(proc.name) in skip:
                 continue
             try:
                 stat_line = (proc / "stat").read_text()
-                if stat_line.rpartition(")")[2].split()[0] in ("Z", "X"):
+                fields = stat_line.rpartition(")")[2].split()
+                if fields[0] in ("Z", "X"):
                     continue  # a zombie: nothing runs, its parent reaps it
                 cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-                try:
-                    cwd = os.readlink(proc / "cwd")
-                except OSError:
-                    cwd = ""
                 env = set((proc / "environ").read_bytes().split(b"\0"))
-            except (OSError, ValueError):
+            except (OSError, ValueError, IndexError):
                 continue
-            if env & marks or cwd == here or cwd.startswith(here + "/") or here + "/" in cmd:
-                out.append((int(proc.name), cmd or stat_line.split(" ", 2)[1]))
-        return out
+            marked = bool(env & marks) or (conf in env and any(e.startswith(b"SLURM_JOB_ID=") for e in env))
+            procs[int(proc.name)] = (int(fields[1]), cmd or stat_line.split(" ", 2)[1], marked)
+        ours = {pid for pid, (_, _, marked) in procs.items() if marked}
+        grew = True
+        while grew:  # and their descendants
+            new = {pid for pid, (ppid, _, _) in procs.items() if ppid in ours and pid not in ours}
+            ours |= new
+            grew = bool(new)
+        return sorted((pid, procs[pid][1]) for pid in ours)
 
     def sweep(self, timeout: float = 5.0) -> list[str]:
         """SIGKILL every process `leftovers` finds, wait up to `timeout` s for them to go, and say so on stderr
