@@ -212,5 +212,13 @@ def forecast_accuracy(data: Mapping | None) -> tuple[dict, list[dict]]:
     layout = _layout(f"Forecast vs actual wait, Philly replay days {data.get('start_day', 0):g}-"
                      f"{data.get('start_day', 0) + data.get('days', 0):g}",
                      yaxis={"title": {"text": "forecast wait (h)"}})
-    layout["xaxis"] = {"title": {"text": "actual wait (h)"}, "gridcolor": "#edf2f7"}
+    layout["xaxis"] = {"title": {"text": "actual wait (h)"}, "gridcolor": "#edf2f7", "automargin": True}
+    # The legend (three long entries) goes above the plot, under the title: below it, at _layout's y -0.18, it
+    # was drawn over the x-axis title at 1400 px (new-user trial 19, F15). The top margin holds the title and
+    # one legend line; a legend that wraps on a narrow screen grows upwards into the margin Plotly widens
+    # (automargin), not over the axes.
+    layout["legend"] = {"orientation": "h", "x": 0, "xanchor": "left", "y": 1.02, "yanchor": "bottom"}
+    layout["margin"] = {**layout["margin"], "t": 72, "b": 44}
+    layout["title"] = {**layout["title"], "y": 0.98, "yanchor": "top"}
+    layout["height"] = 320
     return {"forecast_accuracy": {"data": traces, "layout": layout}}, rows

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.frontend.test_browser import browser, cluster  # noqa: F401 (fixtures)
+
 pytestmark = pytest.mark.django_db
 
 HELD = "held (reserved, not started)"
@@ -35,3 +37,28 @@ def test_a_preemptors_hold_on_gpus_its_victim_still_uses_is_not_stacked_twice(cl
     ClusterSample.objects.update(held_gpus=1)
     figure = client.get("/queues/data.json").json()["figures"][f"q{red.pk}"]
     assert _series(figure, HELD) == [1, 1, 1]
+
+
+def test_the_accuracy_charts_legend_clears_its_x_axis_title(browser, live_server, cluster):  # noqa: F811
+    """F15: at 1400 px the /queueing/ accuracy chart's legend line was drawn over the x-axis title."""
+    from tests.frontend.test_browser import Page, login
+
+    p = Page(browser, live_server.url)
+    login(p)
+    page = p.go("/queueing/")
+    page.wait_for_selector("#fig-forecast_accuracy .legend")
+    boxes = page.evaluate("""() => {
+        const fig = document.getElementById("fig-forecast_accuracy");
+        const box = el => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+        return {legend: box(fig.querySelector(".legend")), xtitle: box(fig.querySelector(".g-xtitle")),
+                title: box(fig.querySelector(".gtitle")), plot: box(fig.querySelector(".nsewdrag")),
+                ticks: box(fig.querySelector(".xaxislayer-above")), fig: box(fig)};
+    }""")
+    lx0, ly0, lx1, ly1 = boxes["legend"]
+    for other in ("xtitle", "ticks", "title", "plot"):  # nor over the title or the points
+        ox0, oy0, ox1, oy1 = boxes[other]
+        apart = ly1 <= oy0 or oy1 <= ly0 or lx1 <= ox0 or ox1 <= lx0
+        assert apart, (other, boxes)
+    assert boxes["fig"][1] <= ly0 and ly1 <= boxes["fig"][3], boxes  # the legend is inside its card
+    page.locator("#fig-forecast_accuracy").screenshot(path="/tmp/t19_accuracy.png")
+    p.assert_clean()
