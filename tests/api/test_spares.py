@@ -152,8 +152,10 @@ def test_a_gang_whose_node_is_lost_restarts_on_the_spare_in_the_same_pass(jobs, 
     assert requeued.data["not_before"] is None and job.not_before is None
     from gpuplatform.models import Attempt
 
-    a = Attempt.objects.get(job=job, number=0)  # the interruption's recovery: running again at detection
-    assert (a.outcome, a.recovered_at, a.recovery_seconds) == ("requeued", now, 0.0)
+    # the interruption's recovery: running again at detection, counted from the fault (n0 was silent before the
+    # gang was bound at T0: the attempt's start), not from the detection (new-user trial 19, F5)
+    a = Attempt.objects.get(job=job, number=0)
+    assert (a.outcome, a.fault_at, a.recovered_at, a.recovery_seconds) == ("requeued", T0, now, 60.0)
 
 
 def test_without_a_fitting_spare_the_gang_waits_for_the_cycle(jobs, at):  # noqa: F811

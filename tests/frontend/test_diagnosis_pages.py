@@ -71,7 +71,8 @@ def test_failure_page_charts_and_numbers_agree(browser, live_server, cluster):
     assert float(page.text_content("#gpu-hours-lost").strip()) == summary["gpu_hours_lost"]
     row = page.text_content("#by-category tbody tr")
     assert "cuda_oom" in row and str(summary["gpu_hours_lost"]) in row  # the table says what the summary says
-    assert page.locator("#failure-nodes tbody th").first.text_content() == Attempt.objects.get(job=job).nodes[0]
+    # a user's OOM is not its node's fault: the nodes table charges no node with it (new-user trial 19, F4)
+    assert page.text_content("#failure-nodes tbody").strip() == "None."
     p.shot("failures")
     p.assert_clean()
 
