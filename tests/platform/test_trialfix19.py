@@ -69,3 +69,21 @@ def test_a_past_attempts_log_reports_that_attempts_task_state(submit, agents):
     execution.append_log(t0.node, task_id=t0.pk, attempt=1, offset=0, data="resumed\n")
     now = execution.read_log(t0)
     assert (now["attempt"], now["state"], now["complete"]) == (1, "running", False), now
+
+
+def test_a_queues_held_gpus_are_its_reserved_gpus_not_allocated(submit):
+    """F8: a preemptor's reservation on GPUs its victim still runs on in its grace was the queue's `held` on top of the
+    victim's used GPUs (the queues chart stacked 6 GPUs in a 4-GPU cluster; the cluster said held 0). A queue's held
+    GPUs are those of its jobs' reservations in the cycle's holds (CycleResult.held, what held_gpus counts)."""
+    from gpuplatform.models import QueueSample
+    from gpuplatform.scheduling.evict import encode_reserved
+    from gpuplatform.scheduling.samples import write_samples
+    from scheduler.core.snapshot import TaskPlacement
+
+    job = submit("preemptor", tasks=1, gpus=4)
+    Job.objects.filter(pk=job.pk).update(reserved=encode_reserved([TaskPlacement("worker", 0, "n0", (0, 1, 2, 3))]))
+    metrics = {"schedulable_gpus": 32, "allocated_gpus": 4, "held_gpus": 1, "free_gpus": 27}
+    write_samples(metrics, clock=at(0), cycle_number=1, pending=1, held={"n0": (3,)})  # GPUs 0-2: the victim's
+    assert QueueSample.objects.get(queue=job.queue, time=at(0)).held == 1
+    write_samples(metrics, clock=at(60), cycle_number=2, pending=1, held=None)  # no holds given: every reserved GPU
+    assert QueueSample.objects.get(queue=job.queue, time=at(60)).held == 4

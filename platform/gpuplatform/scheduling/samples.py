@@ -40,10 +40,19 @@ def write_samples(metrics: dict, *, clock: datetime, cycle_number: int, pending:
     share = {q["id"]: float(sum(fair_share[q["name"]].values())) for q in tree.rows.values()
              if q["name"] in (fair_share or {})}
     used, demand = queries.queue_gpu_milli()  # thousandths of GPU-equivalents (a 0.25 share counts 0.25)
-    held: dict[int, int] = {}  # GPUs reserved for jobs not started (evict.apply_holds ran before this)
+    # GPUs reserved for jobs not started (evict.apply_holds ran before this) and held, not allocated: of a job's
+    # reservation, the GPUs in the cycle's holds (`held`, what held_gpus counts); a reserved GPU its evicted victim
+    # still runs on in its grace is that queue's used GPU, not this one's held (new-user trial 19, F8: the queues
+    # chart stacked both, 6 GPUs in a 4-GPU cluster). Without `held`, every reserved GPU.
+    free_held = None if held is None else {(str(n), g) for n, gpus in held.items() for g in gpus}
+    held_by_queue: dict[int, int] = {}
     for qid, reserved in Job.objects.filter(state__in=HOLDER_STATES, reserved__isnull=False).values_list(
             "queue_id", "reserved"):
-        held[qid] = held.get(qid, 0) + sum(len(t.gpus) for t in decode_reserved(reserved))
+        tasks = decode_reserved(reserved)
+        count = (sum(len(t.gpus) for t in tasks) if free_held is None
+                 else sum(1 for t in tasks for g in t.gpus if (t.node, g) in free_held))
+        held_by_queue[qid] = held_by_queue.get(qid, 0) + count
+    held = held_by_queue
     quotas = queries.queue_quotas()
     own = {qid: (used.get(qid, 0), demand.get(qid) or 0, held.get(qid, 0)) for qid in set(used) | set(demand) | set(held)}
     totals = tree.rollup(own, 3)  # used, pending demand (thousandths) and held GPUs of each queue's subtree
