@@ -719,11 +719,15 @@ class Command(BaseCommand):
             self._say("stopping the backend and the local Slurm ...")
             driver.join(timeout=10)
             loop.join(timeout=10)
-            local.stop()
+            still = local.stop()  # what of this Slurm's nodes still runs after its sweep (trial 19, F12)
             server.shutdown()
             server.server_close()
             live = Job.objects.filter(state__in=Job.LIVE_STATES).count()
-            self._say(f"Slurm demo stopped ({live} job(s) were still live; Slurm cancelled their jobs)")
+            killed = len(getattr(local, "killed", ()) or ())
+            left = (f"{len(still)} process(es) of its nodes STILL RUN: {'; '.join(still[:5])}" if still else
+                    "every process of its nodes is gone, checked"
+                    + (f" ({killed} left over by Slurm were killed)" if killed else ""))
+            self._say(f"Slurm demo stopped ({live} job(s) were still live; Slurm cancelled their jobs; {left})")
 
     def run_local(self, opts) -> None:
         from django.utils import timezone
