@@ -452,34 +452,40 @@ def test_the_kernels_oom_line_for_the_tasks_pid_is_the_supervisors_first_evidenc
     assert list(supervise._kmsg_records(str(fake))) == ["Out of memory: Killed process 7 (x)"]
 
 
+TERM_COUNTER = textwrap.dedent("""
+    import signal, sys, time
+    n = 0
+    def term(*_):
+        global n
+        n += 1
+    signal.signal(signal.SIGTERM, term)
+    open(sys.argv[1] + ".ready", "w").close()
+    while not n:
+        time.sleep(0.02)
+    end = time.monotonic() + float(sys.argv[2])  # a checkpoint that long, counting what else comes meanwhile
+    while time.monotonic() < end:
+        time.sleep(0.02)
+    open(sys.argv[1], "w").write(str(n))
+""")
+
+
+def term_counter(ex) -> str:
+    """`python <script>` of TERM_COUNTER: `... NAME SECONDS` writes NAME.ready once it runs, and after its first
+    SIGTERM waits SECONDS, then writes to NAME the number of SIGTERMs it got."""
+    Path(ex.work_dir).mkdir(parents=True, exist_ok=True)
+    script = Path(ex.work_dir) / "count_term.py"
+    script.write_text(TERM_COUNTER)
+    return f"{sys.executable} {script}"
+
+
 def test_a_stop_signals_each_process_once_in_the_group_and_outside_it(ex):
     """New-user trial 19, F3: every process of the task's group got SIGTERM twice, from the group's killpg and again
     one by one, 10 ms apart: a checkpointing handler ran twice. Each process gets one: the group's members from the
     group signal, a descendant that left the group (setsid) on its own."""
-    counter = textwrap.dedent("""
-        import signal, sys, time
-        n = 0
-        def term(*_):
-            global n
-            n += 1
-        signal.signal(signal.SIGTERM, term)
-        open(sys.argv[1] + ".ready", "w").close()
-        end = None
-        while True:
-            time.sleep(0.02)
-            if n and end is None:
-                end = time.monotonic() + float(sys.argv[2])  # count what else comes in that time
-            if end is not None and time.monotonic() > end:
-                open(sys.argv[1], "w").write(str(n))
-                break
-    """)
-    Path(ex.work_dir).mkdir(parents=True, exist_ok=True)
-    script = Path(ex.work_dir) / "count_term.py"
-    script.write_text(counter)
-    py = sys.executable
+    counter = term_counter(ex)
     # the task's main process is the counter itself (exec), so the supervisor's clean-up of what outlives it does not
     # signal the escaped one (which stops counting first)
-    cmd = f"setsid {py} {script} escaped.txt 0.5 & exec {py} {script} inside.txt 1.0"
+    cmd = f"setsid {counter} escaped.txt 0.5 & exec {counter} inside.txt 1.0"
     assert ex.start(assignment(40, cmd)) == "started"
     tdir = Path(ex.task_dir((40, 0)))
     wait_for(lambda: (tdir / "inside.txt.ready").exists() and (tdir / "escaped.txt.ready").exists())
@@ -494,25 +500,10 @@ def test_a_stopped_task_whose_shell_dies_leaves_its_child_the_stops_grace(ex):
     """Trial 19 (F3's kin): `sh -c "python train.py; ..."` under a stop: sh died at once on the SIGTERM, and the
     supervisor's clean-up of what outlived it sent the checkpointing python a second SIGTERM and a SIGKILL 0.5 s
     (its own grace) later. During a stop what is left keeps the stop's grace, with no second signal."""
-    counter = textwrap.dedent("""
-        import signal, sys, time
-        n = 0
-        def term(*_):
-            global n
-            n += 1
-        signal.signal(signal.SIGTERM, term)
-        open("ready", "w").close()
-        while not n:
-            time.sleep(0.02)
-        time.sleep(1.5)  # a checkpoint longer than the supervisor's own grace (0.5 s here)
-        open("saved.txt", "w").write(str(n))
-    """)
-    Path(ex.work_dir).mkdir(parents=True, exist_ok=True)
-    script = Path(ex.work_dir) / "checkpoint.py"
-    script.write_text(counter)
-    assert ex.start(assignment(41, f"{sys.executable} {script}; echo after")) == "started"
+    # a checkpoint of 1.5 s, longer than the supervisor's own grace (0.5 s here)
+    assert ex.start(assignment(41, f"{term_counter(ex)} saved.txt 1.5; echo after")) == "started"
     tdir = Path(ex.task_dir((41, 0)))
-    wait_for(lambda: (tdir / "ready").exists())
+    wait_for(lambda: (tdir / "saved.txt.ready").exists())
     ex.stop((41, 0), time.monotonic() + 10)
     rec = wait_ended(ex, [(41, 0)], timeout=8)[(41, 0)]
     assert (tdir / "saved.txt").read_text() == "1"
