@@ -26,8 +26,8 @@ from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
 pytestmark = pytest.mark.services
 
 
-@pytest.fixture(scope="module")
-def local_slurm(tmp_path_factory):
+def need_slurm() -> None:
+    """Skip without Slurm (or root, for slurmd) on a laptop; fail under CI=1, where .ci/run installs it."""
     missing = slurm_installed()
     problem = f"Slurm is not installed (missing {', '.join(missing)})" if missing else None
     if not problem and os.geteuid() != 0:
@@ -36,6 +36,11 @@ def local_slurm(tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail(f"CI is set and Slurm is missing: {problem}")
         pytest.skip(problem)
+
+
+@pytest.fixture(scope="module")
+def local_slurm(tmp_path_factory):
+    need_slurm()
     ls = LocalSlurm(tmp_path_factory.mktemp("slurm"), nodes=("gpn1", "gpn2"), gpus=2, cpus=4, slurmd_timeout=6)
     try:
         ls.start()

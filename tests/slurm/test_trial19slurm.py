@@ -24,8 +24,8 @@ from gpuplatform.execution.stops import expire_stops
 from gpuplatform.models import Attempt, Event, Job, SchedulerCycle, Task
 from gpuplatform.scheduling import store
 from gpuplatform.slurm.backend import SlurmBackend
-from gpuplatform.slurm.cli import SlurmCLI, SubprocessRunner
-from gpuplatform.slurm.local import LocalSlurm, SlurmSetupError, slurm_installed
+from gpuplatform.slurm.cli import SlurmCLI
+from gpuplatform.slurm.local import LocalSlurm
 from gpuplatform.slurm.script import GangTask, build_job
 from scheduler.core.snapshot import Binding, CycleResult, TaskPlacement
 from tests.slurm.fake import FakeSlurm
@@ -206,66 +206,12 @@ def test_a_released_task_whose_launcher_wrote_its_exit_keeps_that_exit(slurm, su
 
 # -- a real Slurm ------------------------------------------------------------------------------------------------
 
-def _need_slurm():
-    missing = slurm_installed()
-    problem = f"Slurm is not installed (missing {', '.join(missing)})" if missing else None
-    if not problem and os.geteuid() != 0:
-        problem = "slurmd needs root"
-    if problem:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set and Slurm is missing: {problem}")
-        pytest.skip(problem)
-
-
-@pytest.fixture(scope="module")
-def local_slurm(tmp_path_factory):
-    _need_slurm()
-    ls = LocalSlurm(tmp_path_factory.mktemp("slurm19"), nodes=("gpn1", "gpn2"), gpus=2, cpus=4, slurmd_timeout=6)
-    try:
-        ls.start()
-    except SlurmSetupError as exc:
-        ls.stop()
-        pytest.fail(str(exc))
-    yield ls
-    ls.stop()
-
-
-@pytest.fixture
-def backend(local_slurm, db, tmp_path):
-    from tests.platform.helpers_platform import small_spec
-
-    from gpuplatform.models import Queue
-
-    services.load_cluster_spec(small_spec())
-    Queue.objects.update(preemption_grace_seconds=3)  # stops: SIGTERM, SIGKILL 3 s later
-    for n in local_slurm.nodes:
-        if local_slurm._procs.get(f"slurmd-{n}") is None:
-            local_slurm.start_slurmd(n)
-        local_slurm.run("scontrol", "update", f"nodename={n}", "state=resume")
-    local_slurm.wait_idle(local_slurm.nodes, 60)
-    be = SlurmBackend(SlurmCLI(SubprocessRunner(str(local_slurm.conf)), partition="gpuplatform"),
-                      output_dir=str(tmp_path / "out"), mode="placement", start_timeout=60,
-                      jobcomp_file=str(local_slurm.jobcomp), flavor="H100")
-    be.sync_nodes(clock.now())
-    return be
+# the real Slurm's fixtures and helpers are tests/integration/test_slurm.py's (one LocalSlurm per module)
+from tests.integration.test_slurm import backend, drive, local_slurm, need_slurm, submit  # noqa: E402,F401 (fixtures)
 
 
 def submit_real(name, command, tasks=1, gpus=1, **kw):
-    from gpuplatform.models import Queue, Team
-
-    return services.submit_job(command=command, team=Team.objects.get(name="alpha"),
-                               queue=Queue.objects.get(name="alpha"), name=name,
-                               roles=[{"name": "worker", "tasks": tasks, "gpus_per_task": gpus}], **kw)
-
-
-def drive(backend, until, timeout=40.0, what=""):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        backend.sync()
-        if until():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"not reached within {timeout} s: {what}")
+    return submit(name, command, tasks=tasks, gpus=gpus, **kw)
 
 
 def _out_of(backend, job) -> str:
@@ -344,7 +290,7 @@ def _marked(conf: Path, nodes) -> list[tuple[int, str]]:
 def test_stop_leaves_nothing_of_a_node_whose_slurmd_died(tmp_path):
     """F12: `kill -9` of a node's slurmd while a job runs there leaves its slurmstepd and the task; the local
     Slurm's stop kills them, checks, and says what it killed (and that nothing still runs)."""
-    _need_slurm()
+    need_slurm()
     ls = LocalSlurm(tmp_path / "slurm", nodes=("gpz1",), gpus=1, cpus=2, slurmd_timeout=30)
     ls.start()
     try:
