@@ -523,3 +523,22 @@ def test_a_task_that_kills_its_supervisor_leaves_no_process_behind(ex):
     assert rec["signal"] == 9  # the supervisor's death: the task ended with it
     wait_for(lambda: gone(daemon), what="the setsid daemon to be killed")
     assert ex.alive_pids((42, 0)) == []
+
+
+def test_a_daemon_that_drops_its_mark_and_kills_its_supervisor_is_still_killed(ex):
+    """Trial 19b, F1: a setsid daemon that removed (env -u) or changed its GPUPLATFORM_TASK_MARK, then had the task
+    kill its supervisor, ran on after the task ended. A process the agent saw in the task's tree at a poll stays the
+    task's (while its pid names the same process): killed at the task's end like the rest."""
+    script = ("setsid env -u GPUPLATFORM_TASK_MARK sleep 3001 & echo $! > a.pid; "
+              "setsid env GPUPLATFORM_TASK_MARK=/tmp/elsewhere sleep 3001 & echo $! > b.pid; "
+              "while [ ! -f go ]; do sleep 0.05; done; kill -9 $PPID; sleep 3002")
+    assert ex.start(assignment(43, script)) == "started"
+    tdir = Path(ex.task_dir((43, 0)))
+    a, b = wait_for(lambda: read_int(tdir / "a.pid")), wait_for(lambda: read_int(tdir / "b.pid"))
+    wait_for(lambda: gone(a) is False and gone(b) is False)
+    assert ex.poll() == []  # a poll sees both in the task's tree
+    (tdir / "go").touch()
+    rec = wait_ended(ex, [(43, 0)])[(43, 0)]
+    assert rec["signal"] == 9
+    wait_for(lambda: gone(a) and gone(b), what="the unmarked daemons to be killed")
+    assert ex.alive_pids((43, 0)) == []

@@ -124,6 +124,7 @@ def descendants(root: int, procs: dict[int, ProcStat]) -> list[int]:
     return out
 
 
+MAX_SEEN = 10000  # processes remembered per task (ProcessExecutor._seen)
 TASK_MARK = "GPUPLATFORM_TASK_MARK"  # in every task process's environment: the task attempt's state directory
 
 
@@ -299,6 +300,10 @@ class ProcessExecutor:
         self._boot = _boot_id()
         self._meta: dict[Key, dict] = {}
         self._procs: dict[Key, subprocess.Popen] = {}
+        # every process seen in a live task's tree at a poll: key -> {pid: start_time} (trial 19b, F1: a daemon that
+        # left the session and dropped or changed its TASK_MARK, then killed its supervisor, ran on; remembered, it is
+        # the task's while that pid names the same process). In memory: an agent restart keeps the marks alone.
+        self._seen: dict[Key, dict[int, int]] = {}
         self._waiting: set[Key] = set()
 
     def lock(self) -> None:
@@ -363,14 +368,17 @@ class ProcessExecutor:
 
     def _task_pids(self, m: dict, procs: dict[int, ProcStat]) -> tuple[bool, list[int]]:
         """(supervisor alive, other live pids of the task: descendants of the supervisor + members of its
-        process group / session + every process carrying the task's TASK_MARK, marked_pids: a daemon that left the
-        session and lost its supervisor too). When the supervisor's pid now names another process, its group is not
-        ours."""
+        process group / session + every process carrying the task's TASK_MARK, marked_pids, or seen in its tree at
+        an earlier poll and still the same process, `_seen`: a daemon that left the session and lost its supervisor
+        too). When the supervisor's pid now names another process, its group is not ours."""
         pid = m.get("pid")
         if not pid or m.get("boot_id") != self._boot:
             return False, []
         alive = self._supervisor_alive(m, procs)
         pids = set(marked_pids(self._mark(m), procs))
+        seen = self._seen.get((m["task"], m["attempt"])) or {}
+        pids.update(p for p, start in seen.items()  # still the process seen (not a reused pid)
+                    if (st := procs.get(p)) is not None and not st.dead and st.start_time == start)
         pids.discard(pid)  # the supervisor itself (marked too), or another process now holding its pid (unmarked)
         st = procs.get(pid)
         if st is not None and st.start_time != m.get("start_time"):
@@ -603,7 +611,11 @@ class ProcessExecutor:
         message when the cause is unknown. Processes left in the task's group are SIGKILLed."""
         now = time.monotonic()
         ended = []
-        for key in self.live_keys():
+        live = self.live_keys()
+        procs = scan_proc() if live else {}
+        for key in live:
+            self._remember(key, procs)
+        for key in live:
             m = self._meta[key]
             self._enforce(key, now)
             proc = self._procs.get(key)
@@ -620,9 +632,25 @@ class ProcessExecutor:
             m["ended_at"] = time.time()
             self._save(key)
             self._signal(key, signal.SIGKILL)  # leftovers in its process group / session, if any
+            self._seen.pop(key, None)
             ended.append(self._ended_record(key))
             log.info("task %s-%s ended: %s", *key, m["result"])
         return ended
+
+    def _remember(self, key: Key, procs: dict[int, ProcStat]) -> None:
+        """Add the processes now in the tree of the task's live supervisor (descendants, process group, session:
+        no environment read) to those seen for it (`_seen`, at most MAX_SEEN)."""
+        m = self._meta[key]
+        pid = m.get("pid")
+        if not pid or not self._supervisor_alive(m, procs):
+            return
+        seen = self._seen.setdefault(key, {})
+        if len(seen) >= MAX_SEEN:
+            return
+        for p in descendants(pid, procs):
+            st = procs.get(p)
+            if st is not None and len(seen) < MAX_SEEN:
+                seen.setdefault(p, st.start_time)
 
     def _ended_record(self, key: Key) -> dict:
         r = self._meta[key]["result"]
