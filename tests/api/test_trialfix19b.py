@@ -35,3 +35,33 @@ def test_admin_pages_name_the_site_icon(users):
     html = r.content.decode()
     assert '<link rel="icon" type="image/svg+xml" href="/static/frontend/favicon.svg">' in html
     assert 'id="site-name"' in html  # the admin's own branding kept
+
+
+def test_an_admin_cannot_delete_their_own_account_nor_the_last_platform_admin(users):
+    """Trial 19b, F11 and F12: "delete selected" of the signed-in admin and a member was a 500 (the second delete's
+    Event named the actor deleted just before: a foreign-key error at commit); the admin alone was deleted, and with
+    it the last platform admin. Both are refusals now, nothing deleted, never a 500."""
+    from django.contrib.auth import get_user_model
+
+    from gpuplatform import services
+
+    User = get_user_model()
+    admin, member = users["staff"], users["member"]
+    root = User.objects.create_superuser("root", password="pw")
+    page = Client()
+    page.force_login(root)
+    before = User.objects.count()
+    r = page.post("/admin/auth/user/", {"action": "delete_selected", "_selected_action": [root.pk, member.pk],
+                                        "post": "yes"}, follow=True)
+    assert r.status_code == 200 and User.objects.count() == before, r.status_code
+    assert "you cannot delete your own account" in r.content.decode()
+    assert services.delete_user(root, actor=admin) is True  # another platform admin is left: allowed
+    with pytest.raises(services.ValidationError) as exc:
+        services.delete_user(admin, actor=admin)
+    assert "your own account" in str(exc.value)
+    with pytest.raises(services.ValidationError) as exc:  # by someone else: still the last platform admin
+        services.delete_user(admin, actor=member)
+    assert "last platform admin" in str(exc.value)
+    other = User.objects.create_user("ops-admin", password="pw", is_staff=True)
+    assert services.delete_user(admin, actor=other) is True
+    assert services.delete_user(member, actor=other) is True

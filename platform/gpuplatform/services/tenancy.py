@@ -272,16 +272,29 @@ def delete_user(user, *, actor=None) -> bool:
     Returns False, writing nothing, when the account is gone already (a concurrent delete came first). Raises
     ValidationError ("user") when the user is the last admin of a team, naming every such team: a team that has
     an admin keeps one (_refuse_last_admin), and deleting the account removed its memberships without asking
-    (trial 18a, G13). Holds the members lock (lock_team_members) of each team the user is in, in team order, from
+    (trial 18a, G13), when `actor` is the user (an admin deleting their own account), and when the user is the last
+    active platform admin (staff or superuser). Holds the members lock (lock_team_members) of each team the user is in, in team order, from
     the check to the commit, so a role change or removal in one of them at the same time comes before or after."""
     User = get_user_model()
     _lock_teams_of(user)
+    if user.is_staff or user.is_superuser:  # the platform admins' rows, in one order, before this one's (no deadlock)
+        list(User.objects.select_for_update().filter(Q(is_staff=True) | Q(is_superuser=True)).order_by("pk")
+             .values_list("pk", flat=True))
     row = User.objects.select_for_update().filter(pk=user.pk).first()
     if row is None:
         return False
     _lock_teams_of(row)  # a membership committed before the row's lock (added after the first read)
-    _refuse_last_admin_of(row)
     name = row.get_username()
+    # trial 19b, F11 / F12: an admin deleting their own account (with another in one "delete selected": the second's
+    # Event named the deleted actor, a foreign-key error at commit, a 500) or the last platform admin (nobody could
+    # administer the platform after it)
+    if actor is not None and getattr(actor, "pk", None) == row.pk:
+        raise_if({"user": f"{name}: you cannot delete your own account (another platform admin can)"})
+    if (row.is_active and (row.is_staff or row.is_superuser)
+            and not User.objects.filter(Q(is_staff=True) | Q(is_superuser=True), is_active=True)
+            .exclude(pk=row.pk).exists()):
+        raise_if({"user": f"{name} is the last platform admin (staff or superuser): make another first"})
+    _refuse_last_admin_of(row)
     teams = dict(Membership.objects.filter(user=row).order_by("team__slug").values_list("team__slug", "role"))
     # recorded before the delete: the Event's actor may be this user (its own account), emptied with the others
     record_event("user_deleted", f"user {name} deleted ({len(teams)} membership(s) with it)", actor=actor,
