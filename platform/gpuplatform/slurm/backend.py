@@ -222,7 +222,7 @@ class SlurmBackend:
                 self._report(nodes[r["node_id"]], t, "exited", stats, exit_code=int(value) & 255)
             elif r["started_at"] is None and not (d / f"task-{r['id']}.started").exists():
                 self._report(nodes[r["node_id"]], t, "lost", stats, message=NEVER_STARTED)
-            elif state in ("CANCELLED", "TIMEOUT"):
+            elif state in ("CANCELLED", "TIMEOUT") or (state == "FAILED" and record.get("kill_at")):
                 how = "at the stop deadline" if record.get("kill_at") else "by Slurm"
                 self._report(nodes[r["node_id"]], t, "exited", stats, signal=9,
                              message=f"was killed by signal 9 (SIGKILL) {how} ({slurm_said})")
@@ -554,7 +554,9 @@ class SlurmBackend:
                 kw = {"message": f"Slurm job {sid} BOOT_FAIL: node failed to boot"}
             elif state == "OUT_OF_MEMORY":
                 kw = {"message": f"host out of memory: Slurm job {sid} OUT_OF_MEMORY"}
-            elif state == "CANCELLED" and record.get("kill_at"):
+            elif state in ("CANCELLED", "FAILED") and record.get("kill_at"):
+                # the deadline KILLs the step before it cancels the job (_kill): the batch script may end first, its
+                # srun failed by the KILL, and Slurm's job reads FAILED (seen under load in CI), not CANCELLED
                 kw = {"signal": 9, "message": "killed at the stop deadline"}
             elif state == "CANCELLED" and record.get("term_at"):
                 kw = {"signal": 15, "message": "stopped (scancel --signal=TERM)"}
