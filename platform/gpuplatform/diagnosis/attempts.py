@@ -25,6 +25,7 @@ from django.db.models import F, Sum, Window
 
 from ..audit import record_event
 from ..models import Allocation, Attempt, Event, Job, Node, Task, TaskLog
+from ..models.cluster import lost_node_q
 from . import engine, tables
 
 __all__ = ["close_attempt", "diagnose_now", "lost_nodes", "mark_recovered", "platform_cause", "refresh_late_evidence",
@@ -67,8 +68,8 @@ def lost_nodes(nodes, reason: str, at: datetime) -> list[tuple[str, datetime | N
     rows = list(Node.objects.filter(name__in=list(nodes)).values_list("name", "last_heartbeat", "state"))
     named = [r for r in rows if re.search(rf"(?<![\w.-]){re.escape(r[0])}(?![\w.-])", reason or "")]
     if not named:
-        silent = at - timedelta(seconds=_setting("HEARTBEAT_TIMEOUT_SECONDS", 60))
-        named = [r for r in rows if r[2] == Node.State.NOT_READY or (r[1] is not None and r[1] < silent)]
+        named = list(Node.objects.filter(lost_node_q(at), name__in=list(nodes))
+                     .values_list("name", "last_heartbeat", "state"))
     return sorted(((n, last) for n, last, _ in named), key=lambda r: (r[1] is None, r[1] or at, r[0]))
 
 

@@ -32,11 +32,10 @@ the server's (cluster) clock.
 from __future__ import annotations
 
 import signal as _signal
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q, Value
+from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 
 from .. import clock
@@ -44,6 +43,7 @@ from ..audit import record_event
 from ..diagnosis.attempts import diagnose_now, reuse_evidence
 from ..lifecycle import release_tasks, report_task_running, requeue_job
 from ..models import Job, Node, Task
+from ..models.cluster import lost_node_q
 from .stops import _finalize_if_idle, finalize_stop, stop_job
 
 __all__ = ["EVENTS", "report_task_event", "describe_exit"]
@@ -140,9 +140,7 @@ def _unstarted_on_lost_nodes(job_id, at: datetime) -> list[tuple]:
     """The job's tasks still bound (never started) on a node that is not_ready or whose last heartbeat is older than
     HEARTBEAT_TIMEOUT_SECONDS (its agent stopped reporting; failure detection has not run yet): (role, index, node
     name, node state, last heartbeat), by node. A node that never sent a heartbeat (not monitored) is not judged."""
-    silent = at - timedelta(seconds=float(getattr(settings, "HEARTBEAT_TIMEOUT_SECONDS", 60)))
-    return list(Task.objects.filter(job_id=job_id, state=Task.State.BOUND)
-                .filter(Q(node__state=Node.State.NOT_READY) | Q(node__last_heartbeat__lt=silent))
+    return list(Task.objects.filter(job_id=job_id, state=Task.State.BOUND).filter(lost_node_q(at, "node__"))
                 .order_by("node__name", "role_id", "index")
                 .values_list("role__name", "index", "node__name", "node__state", "node__last_heartbeat"))
 

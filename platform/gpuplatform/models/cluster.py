@@ -1,7 +1,18 @@
+from datetime import datetime, timedelta
+
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-__all__ = ["Domain", "Node", "Gpu"]
+__all__ = ["Domain", "Node", "Gpu", "lost_node_q"]
+
+
+def lost_node_q(at: datetime, prefix: str = "") -> Q:
+    """The nodes lost at `at`: not_ready, or silent beyond HEARTBEAT_TIMEOUT_SECONDS (their agent stopped reporting;
+    failure detection has not run yet). A node that never sent a heartbeat (not monitored) is not judged silent.
+    prefix: the lookup path to the node from the filtered model ("node__" for tasks)."""
+    silent = at - timedelta(seconds=float(getattr(settings, "HEARTBEAT_TIMEOUT_SECONDS", 60)))
+    return Q(**{f"{prefix}state": "not_ready"}) | Q(**{f"{prefix}last_heartbeat__lt": silent})
 
 
 class Domain(models.Model):

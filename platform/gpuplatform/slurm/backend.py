@@ -544,8 +544,7 @@ class SlurmBackend:
             elif state == "BOOT_FAIL":
                 # a node of the allocation failed to boot: a node failure -- requeued whole like NODE_FAIL, and
                 # the nodes are not ready here with Slurm's reason (sync_nodes keeps them so, see there)
-                nodes = (sj.node_list if sj is not None and sj.node_list else
-                         expand_hostlist((comp or {}).get("NodeList", "")) or sorted({n.name for n, _ in tasks}))
+                nodes = _job_nodes(sj, comp, tasks)
                 why = (f"Slurm job {sid} BOOT_FAIL: node {','.join(nodes)} failed to boot ({reason or 'no reason'}); "
                        "the gang is requeued whole")
                 if not stop_job(job_id, at=now, target="requeue", kind="node_failed", reason=why):
@@ -572,8 +571,7 @@ class SlurmBackend:
     def _lost_nodes(self, sj: SlurmJob | None, comp: dict | None, tasks) -> list[str]:
         """The nodes of a NODE_FAIL job that Slurm has down or not responding (this round's sinfo), in name
         order; all of the job's nodes when Slurm no longer says which."""
-        nodes = (sj.node_list if sj is not None and sj.node_list else
-                 expand_hostlist((comp or {}).get("NodeList", "")) or sorted({n.name for n, _ in tasks}))
+        nodes = _job_nodes(sj, comp, tasks)
         bad = {n.name for n in self._slurm_nodes if n.down or "NOT_RESPONDING" in n.flags}
         return sorted(set(nodes) & bad) or sorted(set(nodes))
 
@@ -691,6 +689,14 @@ def _whole_chars(raw: bytes) -> bytes:
         if len(raw) - i < need:
             return raw[:i]
     return raw
+
+
+def _job_nodes(sj: SlurmJob | None, comp: dict | None, tasks) -> list[str]:
+    """An ended Slurm job's nodes: squeue's node list, else the completion record's NodeList, else the nodes of
+    its tasks here (`tasks`: (Node, task) pairs), in name order there."""
+    if sj is not None and sj.node_list:
+        return sj.node_list
+    return expand_hostlist((comp or {}).get("NodeList", "")) or sorted({n.name for n, _ in tasks})
 
 
 def _read_text(path: Path) -> str:
