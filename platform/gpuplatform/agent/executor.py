@@ -148,6 +148,14 @@ def marked_pids(mark: str, procs: dict[int, ProcStat]) -> list[int]:
     return out
 
 
+def _sig_name(sig: int) -> str:
+    """'SIGKILL' for 9; 'unknown' for a number that names no signal."""
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return "unknown"
+
+
 def _kill(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
@@ -666,6 +674,13 @@ class ProcessExecutor:
             if isinstance(data.get("exit_code"), int):
                 return {"exit_code": data["exit_code"] & 0xFF}
         killed = bool(m.get("stop") and m["stop"].get("killed"))
+        if rc is not None and rc < 0 and not m.get("stop"):
+            # the supervisor itself died of a signal nobody on the platform sent, before it recorded the task's end:
+            # not the task's signal (trial 19b, F9: a task's `kill -9 $PPID` read as the task SIGKILLed, diagnosed
+            # with the OOM killer's hint); what the task did is unknown
+            return {"lost": f"the task supervisor was killed by signal {-rc} ({_sig_name(-rc)}) before it recorded the task's "
+                            "end (not sent by the platform: a process of the task, a user's kill or the OOM killer); "
+                            "the task's processes were stopped"}
         if rc is not None and rc < 0:
             return {"signal": -rc}
         if rc is None and killed:
