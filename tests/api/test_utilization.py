@@ -59,8 +59,16 @@ def test_team_and_queue_scopes_and_filters_change_the_answer(admin, history):
     assert set(by_team) == {"alpha", "beta"}
     assert by_team["alpha"]["capacity"] == pytest.approx(4.0) and by_team["alpha"]["free"] == 0
     assert by_team["beta"]["lost_to_failure"] == pytest.approx(by_team["beta"]["capacity"])
-    only = get(admin, scope="cluster", team="alpha", since=T0.isoformat())["results"][0]
+    out = get(admin, scope="cluster", team="alpha", since=T0.isoformat(), step=1800)
+    only = out["results"][0]
     assert only["capacity"] == pytest.approx(4.0) and only["lost_to_failure"] == 0
+    # the filtered row is the team's jobs, labelled so, not "cluster" (trial 19, F18)
+    assert only["cluster"] == "jobs of team alpha" and list(out["series"]) == ["jobs of team alpha"]
+    assert out["filters"] == {"flavor": None, "queue": None, "team": "alpha"}
+    assert out["capacity_basis"] == "the GPU-hours the filtered jobs held"
+    unfiltered = get(admin, since=T0.isoformat())
+    assert unfiltered["results"][0]["cluster"] == "cluster"
+    assert unfiltered["capacity_basis"] == "every GPU of every node over the window"
     series = get(admin, since=T0.isoformat(), step=1800)["series"]["cluster"]
     assert len(series) == 4 and series[0]["useful"] == pytest.approx(1.0)
     assert series[3]["idle_allocated"] == pytest.approx(1.0)

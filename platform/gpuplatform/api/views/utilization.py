@@ -115,11 +115,31 @@ class UtilizationView(APIView):
         limit = team_ids if scope in ("queue", "team", "job") or q.get("queue") or q.get("team") else None
         res = utilization(scope, since, until, team_ids=limit, flavor=q.get("flavor") or None,
                           queue=q.get("queue") or None, team=team.name if team else None, step=step)
-        rows = [{scope: r.pop("key"), **r} for r in res["rows"]]
+        filters = {"flavor": q.get("flavor") or None, "queue": q.get("queue") or None,
+                   "team": team.name if team else None}
+        # A cluster (or flavor) row filtered by queue / team is the GPU-hours those jobs held, not the cluster's:
+        # it is labelled by its filter (trial 19, F18: `?team=alpha` labelled its row "cluster")
+        label = _jobs_label(filters) if scope == "cluster" and (filters["queue"] or filters["team"]) else None
+        rows = [{scope: label or r["key"], **{k: v for k, v in r.items() if k != "key"}} for r in res["rows"]]
+        series = {label or key: v for key, v in res["series"].items()}
         idle = idle_allocations(team_ids, now=now, limit=10)
         return Response({
             "scope": scope, "since": res["since"], "until": res["until"], "telemetry": res["telemetry"],
-            "definition": DEFINITION, "results": rows, "series": res["series"],
+            "definition": DEFINITION, "filters": filters,
+            "capacity_basis": ("the GPU-hours the filtered jobs held" if filters["queue"] or filters["team"]
+                               else "every GPU of every node over the window"),
+            "results": rows, "series": series,
             "top_idle_allocations": idle,
             "top_lost_to_failure": top_jobs_lost_to_failure(since, until, team_ids=team_ids),
         })
+
+
+def _jobs_label(filters: dict) -> str:
+    """'jobs of team alpha', 'jobs of queue q', 'jobs of team alpha in queue q' (+ ' on flavor H200')."""
+    parts = []
+    if filters["team"]:
+        parts.append(f"team {filters['team']}")
+    if filters["queue"]:
+        parts.append(("in " if parts else "of ") + f"queue {filters['queue']}")
+    text = "jobs " + ("of " + parts[0] if filters["team"] else parts[0]) + "".join(" " + p for p in parts[1:])
+    return text + (f" on flavor {filters['flavor']}" if filters["flavor"] else "")
