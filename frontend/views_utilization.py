@@ -102,7 +102,7 @@ def _payload(request) -> dict:
                for b in BUCKETS]
     eff = None if total is None or total["effective_utilization"] is None else round(100 * total["effective_utilization"], 1)
     return {**f, "figures": {"ledger": utilization_figure(series, step)}, "buckets": buckets, "total": total,
-            "effective_utilization": eff, "telemetry": res["telemetry"], "since": since, "until": res["until"],
+            "effective_utilization": eff, "telemetry": res["telemetry"], "since": res["since"], "until": res["until"],
             "idle": idle_allocations(team_ids, now=now, limit=10),
             "lost": top_jobs_lost_to_failure(since, now, team_ids=team_ids), "effective_definition": EFFECTIVE,
             "rows": [{"time": s["time"], **{b: round(s[b], 4) for b in BUCKETS}, "capacity": round(s["capacity"], 4)}

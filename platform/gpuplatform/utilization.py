@@ -25,6 +25,9 @@ Where each span comes from:
   hot spare nodes (`node_spare` Events), minus the time a job runs on them (a nomination may cover its
   victims' GPUs during their grace: those are the victims') and the time they are down.
 
+The window starts no earlier than `records_since()` (the last demo workload reset: the deleted run's busy hours
+would read as free): the answer's `since` says where it started.
+
 Returns {"scope", "since", "until", "rows": [{"key", "capacity", each bucket (GPU-hours),
 "effective_utilization"}], "series": {key: [{"time", buckets...}]} (when step), "telemetry": whether any GPU
 telemetry covers the window (False: idle_allocated cannot be measured and pages say "no telemetry")}.
@@ -308,6 +311,11 @@ def utilization(scope: str, since: datetime, until: datetime, *, team_ids=None, 
         raise ValueError("until must be after since")
     now = clock.now()
     until_eff = min(until, max(now, since + timedelta(seconds=1)))
+    # The records start at the last workload reset (the demo's, module docstring): before it the deleted workload's
+    # busy hours would read as free (trial 19, F18)
+    records = records_since()
+    if records is not None and since < records < until_eff:
+        since = records
     cap, down, info = _node_spans(since, until_eff, flavor)
     if queue or team or team_ids is not None:  # holds of the jobs shown only; spares belong to no team
         ids = None if team_ids is None else {str(t) for t in team_ids}
@@ -333,6 +341,12 @@ def utilization(scope: str, since: datetime, until: datetime, *, team_ids=None, 
     has_telemetry = GpuSample.objects.filter(time__gte=since, time__lt=until_eff).exists()
     return {"scope": scope, "since": since, "until": until_eff, "rows": rows, "series": series,
             "telemetry": has_telemetry}
+
+
+def records_since() -> datetime | None:
+    """When the ledger's records start: the time of the latest `workload_reset` Event (the demo clears its previous
+    run's jobs, allocations and samples and writes one at the new run's clock), or None (never reset)."""
+    return Event.objects.filter(kind="workload_reset").order_by("-pk").values_list("time", flat=True).first()
 
 
 def _merge(res: gpu_hours.LedgerResult, key: str) -> gpu_hours.LedgerResult:

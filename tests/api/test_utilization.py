@@ -283,3 +283,22 @@ def test_the_lists_refuse_out_of_range_times_naming_the_parameter(admin, url, fi
     r = admin.get(url)
     assert r.status_code == 400 and field in r.json(), r.content
     assert "1970-01-01T00:00:00Z to 9999-01-01T00:00:00Z" in r.json()[field][0]
+
+
+def test_the_ledger_starts_at_the_demos_last_workload_reset(admin, history):
+    """Trial 19, F18: after a demo restart (its previous workload deleted) the previous run's busy hours read as free.
+    The demo's reset writes a `workload_reset` Event at the new run's clock and the ledger starts there: the answer's
+    `since` says so, and the capacity and buckets cover only the time after it."""
+    from gpuplatform.management.commands.demo import _reset_workload
+
+    before = get(admin, since=T0.isoformat())["results"][0]
+    assert before["capacity"] == pytest.approx(32 * 2)
+    assert _reset_workload(T0 + timedelta(hours=1.5))["jobs"] == 2
+    out = get(admin, since=T0.isoformat())
+    assert out["since"].startswith((T0 + timedelta(hours=1.5)).isoformat()[:19]), out["since"]
+    row = out["results"][0]
+    assert row["capacity"] == pytest.approx(32 * 0.5) and row["free"] == pytest.approx(32 * 0.5)
+    assert sum(row[b] for b in BUCKETS) == pytest.approx(row["capacity"])
+    # a window wholly after the reset is untouched
+    later = get(admin, since=(T0 + timedelta(hours=1.75)).isoformat())
+    assert later["results"][0]["capacity"] == pytest.approx(32 * 0.25)

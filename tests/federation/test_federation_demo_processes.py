@@ -86,16 +86,17 @@ def test_a_moved_job_runs_once_after_its_lost_worker_returns(tmp_path):
     base = _free_base()
     api = f"http://127.0.0.1:{base}"
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'manager.sqlite3'}", "REDIS_URL": "",
-           "FEDERATION_DEMO_DIR": str(tmp_path / "fed"), "WORKER_LOST_SECONDS": "8", "FEDERATION_HTTP_TIMEOUT": "1"}
+           "FEDERATION_DEMO_DIR": str(tmp_path / "fed"), "WORKER_LOST_SECONDS": "8", "FEDERATION_HTTP_TIMEOUT": "1",
+           "DEMO_PASSWORD": "pw-fed-s20"}  # not on any command line: the manager's nor its workers' (ps)
     log = tmp_path / "demo.log"
-    demo = subprocess.Popen([sys.executable, "manage.py", "demo", "--federation", "2", "--port", str(base),
-                             "--password", "pw"], cwd=REPO, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    demo = subprocess.Popen([sys.executable, "manage.py", "demo", "--federation", "2", "--port", str(base)],
+                            cwd=REPO, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     marker = f"fedmark-{uuid.uuid4().hex[:10]}"
     frozen = None
     try:
         _wait("the federation demo", lambda: demo.poll() is None and b"Federation: manager on" in log.read_bytes()
               or (demo.poll() is not None and pytest.fail(log.read_text()[-3000:])), 300)
-        token = _call(f"{api}/api/v1/auth-token/", form={"username": "demo", "password": "pw"})["token"]
+        token = _call(f"{api}/api/v1/auth-token/", form={"username": "demo", "password": "pw-fed-s20"})["token"]
         job = _call(f"{api}/api/v1/jobs/", token, {  # the ordinary jobs API: the demo's manager federates it
             "name": "once", "queue": "demo", "restartable": True,
             "command": [sys.executable, "-c", "import time; time.sleep(900)", marker],
@@ -108,6 +109,9 @@ def test_a_moved_job_runs_once_after_its_lost_worker_returns(tmp_path):
         port = base + 1 + int(first["cluster"][-1])
         worker_pid = int(subprocess.run(["pgrep", "-f", f"manage.py demo --local-agents 2 --gpus-per-agent 2 --port {port}"],
                                         capture_output=True, text=True).stdout.split()[0])
+        # the password reached the worker in its environment, never its command line (session 19's leftover)
+        assert b"pw-fed-s20" not in Path(f"/proc/{worker_pid}/cmdline").read_bytes()
+        assert b"DEMO_PASSWORD=pw-fed-s20" in Path(f"/proc/{worker_pid}/environ").read_bytes().split(b"\0")
         os.kill(worker_pid, signal.SIGSTOP)
         frozen = worker_pid
         moved = _wait("the job moved to the other worker", lambda: (j := _call(url, token))["cluster"] != first["cluster"]

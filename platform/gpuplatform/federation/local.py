@@ -72,10 +72,11 @@ def run(cmd, opts) -> None:
         for i in range(n):
             port = opts["port"] + 1 + i
             env = {**os.environ, "DATABASE_URL": f"sqlite:///{root / f'worker-{i}.sqlite3'}", "REDIS_URL": "",
-                   "FEDERATION_ROLE": "worker", "DEMO_AGENTS_DIR": str(root / f"agents-{i}")}
+                   "FEDERATION_ROLE": "worker", "DEMO_AGENTS_DIR": str(root / f"agents-{i}"),
+                   "DEMO_PASSWORD": password}  # not on the worker's command line, which every user's ps shows
             env.pop("DEMO_DB_VARIABLE", None)  # a worker's database is the manager's choice, not a make variable
             args = [sys.executable, "manage.py", "demo", "--local-agents", str(opts["local_agents"] or 2),
-                    "--gpus-per-agent", str(opts["gpus_per_agent"]), "--port", str(port), "--password", password]
+                    "--gpus-per-agent", str(opts["gpus_per_agent"]), "--port", str(port)]
             if opts["duration_seconds"] is not None:
                 args += ["--duration-seconds", str(opts["duration_seconds"] + 30)]
             log = open(root / f"worker-{i}.log", "ab")

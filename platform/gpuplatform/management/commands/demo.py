@@ -29,7 +29,7 @@ shows its Slurm job id. Needs root and Debian's munge, slurmctld, slurmd and slu
 
 Options: --port, --speed (simulated seconds per wall second; default 600 = 10 minutes a second),
 --start-day (replay day to start at), --scale / --compress (passed to the importers), --no-server,
---duration-seconds, --tick (wall seconds between cycles), --password, --cold-start, --keep.
+--duration-seconds, --tick (wall seconds between cycles), --password (or DEMO_PASSWORD), --cold-start, --keep.
 """
 from __future__ import annotations
 
@@ -89,13 +89,17 @@ def _password(text: str) -> str:
     return text
 
 
-def _reset_workload() -> dict:
-    """Forget the previous demo run's workload; the cluster, teams, queues and users stay.
+def _reset_workload(at: datetime | None = None) -> dict:
+    """Forget the previous demo run's workload; the cluster, teams, queues and users stay. A `workload_reset` Event
+    at `at` (the new run's cluster clock; default now) marks where the GPU-hour ledger's records start again
+    (gpuplatform.utilization: before it, the deleted run's busy hours would read as free: trial 19, F18).
 
     Housekeeping of the demo's own replayed data, not a platform action, so it is not a service."""
+    from gpuplatform.audit import record_event
     from gpuplatform.models import Allocation, ClusterSample, Event, Job, QueueSample, SchedulerCycle, Task
 
     from django.db.models import Q
+    from django.utils import timezone
 
     with transaction.atomic():
         if connection.vendor == "postgresql":
@@ -114,6 +118,8 @@ def _reset_workload() -> dict:
         QueueSample.objects.all().delete()
         ClusterSample.objects.all().delete()
         SchedulerCycle.objects.all().delete()
+        record_event("workload_reset", f"demo workload reset ({counts['jobs']} jobs cleared): the GPU-hour ledger "
+                     "starts again here", time=at or timezone.now(), data=counts)
     return counts
 
 
@@ -249,7 +255,11 @@ def local_stop_message(what: str, live: int | None, left: list[int]) -> str:
         pids = " ".join(map(str, left[:20])) + (" ..." if len(left) > 20 else "")
         return (f"{what} stopped{f' ({jobs})' if jobs else ''}; {len(left)} process(es) it started still run: "
                 f"pid {pids} (kill them with kill -9)")
-    return f"{what} stopped ({jobs + '; ' if jobs else ''}every process it started is gone, checked)"
+    # what the check cannot see is said, not claimed (trial 19b, F14: a process that escaped within one poll ran on
+    # after "every process ... is gone")
+    return (f"{what} stopped ({jobs + '; ' if jobs else ''}every process it started is gone, checked; out of its "
+            f"sight: a process that dropped its task mark and left its session within one poll of its start, "
+            f"docs/execution.md)")
 
 
 class Command(BaseCommand):
@@ -282,7 +292,8 @@ class Command(BaseCommand):
                             help=f"stop after this many wall seconds, at most {options.MAX_SECONDS:,} (default: run "
                                  f"until Ctrl-C)")
         parser.add_argument("--password", type=_password, default=None,
-                            help="password for every demo user (default: a random one, printed)")
+                            help="password for every demo user (default: $DEMO_PASSWORD, else a random one, printed). "
+                                 "A command line shows in every user's process list: prefer DEMO_PASSWORD")
         parser.add_argument("--cold-start", action="store_true",
                             help="start on an empty cluster (default: the jobs the trace has running at the "
                                  "start day are submitted at once, with their remaining run time)")
@@ -395,6 +406,22 @@ class Command(BaseCommand):
                 self._held.release()
                 self._held = None
 
+    def _demo_password(self, given: str | None) -> str | None:
+        """The demo users' password: --password (with a warning: a command line is in every user's `ps`), else the
+        DEMO_PASSWORD environment variable (not on the command line; never passed on to a task: the agents strip
+        DEMO_*), else None (a random one, printed). Raises CommandError for a blank DEMO_PASSWORD."""
+        if given is not None:
+            self.stderr.write("warning: --password is on this process's command line, which every user of this "
+                              "machine can read (ps); DEMO_PASSWORD=... in the environment keeps it off")
+            return given
+        env = os.environ.get("DEMO_PASSWORD")
+        if env is None:
+            return None
+        try:
+            return _password(env)
+        except argparse.ArgumentTypeError as exc:
+            raise CommandError(f"DEMO_PASSWORD {exc}") from None
+
     def _hold_database(self, opts) -> None:
         """After the port (a demo on the same port is told so first) and before anything is migrated, cleared or
         changed: refuse when another demo runs on this database (DatabaseHold), else hold it until the demo ends."""
@@ -407,6 +434,7 @@ class Command(BaseCommand):
         from gpuplatform.trace_feeder import SimClock, TraceFeeder, busy_start_seconds, trace_epoch
 
         t_start = time.monotonic()
+        opts["password"] = self._demo_password(opts["password"])
         if opts["scale"] is not None and (opts["cluster"] or DEFAULT_CLUSTER) != "philly":
             raise CommandError(f"--scale applies to the philly cluster only, not --cluster {opts['cluster']}")
         if opts["local_agents"] < 0 or opts["gpus_per_agent"] < 1 or opts["gpus_per_agent"] > 64:
@@ -471,7 +499,7 @@ class Command(BaseCommand):
                         raise CommandError(f"trace {trace.name} has no job after replay day {start_day:g}")
                 start = resume or feeder.start
                 if not opts["keep"]:
-                    cleared = _reset_workload()
+                    cleared = _reset_workload(start)
                     if cleared["jobs"]:
                         self._say(f"previous demo workload cleared ({cleared['jobs']} jobs)")
                 users = self._users(opts["password"])
@@ -664,7 +692,7 @@ class Command(BaseCommand):
             except SlurmSetupError as exc:
                 raise CommandError(str(exc)) from exc
             if not opts["keep"]:
-                _reset_workload()
+                _reset_workload(timezone.now())
             users, _ = self._local_setup(opts, executor="slurm", gpus=len(nodes) * gpus)
             backend = SlurmBackend(SlurmCLI(SubprocessRunner(str(local.conf)), partition="gpuplatform"),
                                    output_dir=str(root / "output"), jobcomp_file=str(local.jobcomp), flavor="H200")
@@ -746,7 +774,7 @@ class Command(BaseCommand):
             self._migrate()
             self._refuse_other_nodes("agent")
             if not opts["keep"]:
-                _reset_workload()
+                _reset_workload(timezone.now())
             users, token = self._local_setup(opts)
         except BaseException:
             server.server_close()
