@@ -58,9 +58,12 @@ def backoff_seconds(attempts: int) -> float:
 
 def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
                 from_states=Job.LIVE_STATES,
-                data: dict | None = None, cycle: int | None = None, node=None, actor=None) -> bool:
+                data: dict | None = None, cycle: int | None = None, node=None, actor=None,
+                backoff_from: datetime | None = None) -> bool:
     """Send a live gang back to pending whole (see the module docstring). Returns False, changing
-    nothing, when the job is no longer in one of `from_states` (a stale request)."""
+    nothing, when the job is no longer in one of `from_states` (a stale request). `backoff_from`: when the
+    backoff starts (default `at`): a gang requeued once its survivors of a fault have stopped counts it from the
+    fault (execution.stops, "recover" and "restart"), so waiting for them does not lengthen its recovery."""
     lock_jobs([job_id])
     row = Job.objects.filter(pk=job_id, state__in=from_states).values_list("attempts", "state", "queue_id", "name").first()
     if row is None:
@@ -69,7 +72,8 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
     record = close_attempt(job_id, at=at, outcome="restarted" if kind == "restarted" else "requeued", kind=kind,
                            reason=reason)
     attempts += 1
-    not_before = at + timedelta(seconds=backoff_seconds(attempts)) if backoff else None
+    not_before = (max(at, (backoff_from or at) + timedelta(seconds=backoff_seconds(attempts)))
+                  if backoff else None)
     # a job moved by rescheduling keeps the place held for it (Job.reserved, set while it was preempting)
     keep_hold = old_state == Job.State.PREEMPTING and not backoff
     updated = Job.objects.filter(pk=job_id, state=old_state, attempts=attempts - 1).update(

@@ -20,7 +20,7 @@ from gpuplatform import services
 from gpuplatform.models import Attempt, Event, Job
 from gpuplatform.scheduling.failures import detect_failures
 from tests.platform.conftest import alpha, cluster, submit  # noqa: F401  (fixtures)
-from tests.platform.test_execution import EIGHT, agents, at, bind, live, start_all  # noqa: F401
+from tests.platform.test_execution import EIGHT, agents, at, bind, live, report, start_all, tasks_of  # noqa: F401
 
 
 # --- F4 ------------------------------------------------------------------------------------------------------
@@ -34,7 +34,9 @@ def test_a_lost_node_is_named_by_the_node_lost_diagnosis(submit, agents):
     for name in ("n0", "n1"):
         services.record_heartbeat(name, gpus=[], at=at(5))
     services.record_heartbeat("n1", gpus=[], at=at(170))  # n1 still beats; n0 went silent at 5
-    assert detect_failures(at(190)).requeued == [job.pk]
+    assert detect_failures(at(190)).stopping == [job.pk]  # worker[1] on n1 still runs: stopped first (trial 20, F10)
+    assert report(tasks_of(job)[1], "exited", 191, signal=15) == (True, "")
+    assert Job.objects.get(pk=job.pk).state == "pending"
     a = Attempt.objects.get(job=job, number=0)
     d = a.diagnosis
     assert (a.failed, a.outcome, a.category, d["rule"]) == (True, "requeued", "platform", "platform:node_lost")

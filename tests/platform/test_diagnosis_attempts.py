@@ -33,18 +33,21 @@ def admin_client(db):
     return client
 
 
-def test_oom_rank_is_the_root_cause_and_the_gang_is_requeued_in_the_same_request(submit, agents, admin_client):
+def test_oom_rank_is_the_root_cause_and_the_gang_is_requeued_once_its_survivor_ends(submit, agents, admin_client):
     job = submit("oom", tasks=2, gpus=8, max_restarts=1)
     bind(job, ("n0", EIGHT), ("n1", EIGHT))
     start_all(job)
     t0, t1 = tasks_of(job)
     log(t1, "epoch 0 step 10\n" + OOM + "\n")
     assert report(t1, "exited", 30, exit_code=1) == (True, "")
+    job.refresh_from_db()  # stopped now; requeued when worker[0]'s process has ended (trial 20, F10)
+    assert (job.state, job.stop_target) == ("preempting", "restart") and len(live(job)) == 16
+    assert report(t0, "exited", 32, signal=15) == (True, "")
     job.refresh_from_db()
-    assert (job.state, job.attempts, job.restarts) == ("pending", 1, 1) and live(job) == []  # requeued now
+    assert (job.state, job.attempts, job.restarts) == ("pending", 1, 1) and live(job) == []
     a = Attempt.objects.get(job=job, number=0)
     assert (a.outcome, a.failed, a.category, a.nodes, a.gpus) == ("restarted", True, "cuda_oom", ["n0", "n1"], 16)
-    assert a.fault_at == at(30) and a.ended_at == at(30) and a.gpu_seconds == 16 * 30
+    assert a.fault_at == at(30) and a.ended_at == at(32) and a.gpu_seconds == 16 * 32
     d = a.diagnosis
     assert (d["task"], d["node"], d["action"]) == ("worker[1]", "n1", "retry")
     assert d["evidence"][0] == {"task": "worker[1]", "source": "log", "line": 2, "offset": 16, "text": OOM}
@@ -170,6 +173,7 @@ def test_a_past_attempts_log_is_taken_only_from_a_node_it_ran_on(submit, agents)
     start_all(job)
     t0, t1 = tasks_of(job)
     report(t1, "exited", 30, exit_code=1)
+    report(t0, "exited", 31, signal=15)  # the survivor's end requeues the gang (trial 20, F10)
     job.refresh_from_db()
     assert job.attempts == 1
     other = Node.objects.exclude(name__in=("n0", "n1")).order_by("name").first()
@@ -279,8 +283,14 @@ def test_fatal_xid_in_a_heartbeat_fails_the_gang_now_and_names_gpu_hardware(subm
     assert Job.objects.get(pk=job.pk).state == "running"  # XID 13 is recorded only
     assert Event.objects.filter(kind="health_rule", node__name="n1").get().data["rule"] == "xid-record"
     services.record_heartbeat("n1", gpus=[{"index": 3, "health": "healthy", "xids": [13, 79]}], at=at(30))
+    job.refresh_from_db()  # stopped in the heartbeat's own request; requeued when its processes have ended
+    assert (job.state, job.stop_target, job.preempt_deadline) == ("preempting", "recover", at(60))
+    assert len(live(job)) == 16  # trial 20, F10: not free while its processes run (they were, at 30)
+    t0, t1 = tasks_of(job)
+    assert report(t0, "exited", 31, signal=15) == (True, "") and Job.objects.get(pk=job.pk).state == "preempting"
+    assert report(t1, "exited", 32, signal=15) == (True, "")
     job.refresh_from_db()
-    assert job.state == "pending" and live(job) == []  # requeued in the heartbeat's own request
+    assert job.state == "pending" and live(job) == [] and job.not_before == at(90)  # backoff from the fault
     assert Gpu.objects.get(node__name="n1", index=3).health == "unhealthy"
     a = Attempt.objects.get(job=job)
     assert (a.category, a.failed, a.diagnosis["node"]) == ("gpu_hardware", True, "n1")
@@ -440,6 +450,7 @@ def test_a_failing_report_reads_the_evidence_once_and_tails_come_from_one_query(
         offset += len(chunk)
     log(t1, OOM + "\n", offset=offset)
     log(t0, "rank 0 fine\n")
+    assert report(t0, "exited", 29, exit_code=0) == (True, "")  # no survivor: the failure's request requeues the gang
     tails = attempts._log_tails([t0.pk, t1.pk], 0)
     assert tails[t0.pk] == ("rank 0 fine\n", 0)
     text, start = tails[t1.pk]
@@ -450,3 +461,4 @@ def test_a_failing_report_reads_the_evidence_once_and_tails_come_from_one_query(
     assert report(t1, "exited", 30, exit_code=1) == (True, "")
     assert len(calls) == 1  # diagnose_now's read is close_attempt's
     assert Attempt.objects.get(job=job, number=0).category == "cuda_oom"
+    assert Job.objects.get(pk=job.pk).attempts == 1

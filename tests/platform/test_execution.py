@@ -360,11 +360,15 @@ def test_restarts_requeue_the_gang_whole_with_backoff_then_the_job_fails(submit,
     start_all(job)
     t0, t1 = tasks_of(job)
     report(t1, "exited", 50, signal=9)
-    job.refresh_from_db()  # requeued whole in the same request (fast recovery, docs/diagnosis.md)
-    assert (job.state, job.failed_task, job.exit_signal) == ("pending", "worker[1]", 9)
-    assert not assignments("n0", 51)  # the survivor is no longer listed: its agent stops it (SIGTERM, then SIGKILL)
+    job.refresh_from_db()  # stopped at once (fast recovery, docs/diagnosis.md), with the agents' stop grace (30 s)
+    assert (job.state, job.stop_target, job.failed_task, job.exit_signal) == ("preempting", "restart", "worker[1]", 9)
+    stop = assignments("n0", 51)[t0.pk]  # the survivor is told to stop: SIGTERM now, SIGKILL at the deadline
+    assert (stop["action"], stop["stop_deadline"]) == ("stop", at(80).isoformat())
+    assert len(live(job)) == 16  # trial 20, F10: its GPUs are not free while its process runs (they were, at 50)
+    assert report(t0, "exited", 53, signal=15) == (True, "")  # the survivor quit on SIGTERM: requeued whole now
     job.refresh_from_db()
-    assert (job.state, job.restarts, job.attempts, job.not_before) == ("pending", 1, 1, at(110))
+    assert not assignments("n0", 54)
+    assert (job.state, job.restarts, job.attempts, job.not_before) == ("pending", 1, 1, at(110))  # backoff from 50
     assert job.submitted_at == at(-10) and live(job) == []
     assert set(Task.objects.filter(job=job).values_list("state", "node", "pid", "exit_code")) == {
         ("pending", None, None, None)}
@@ -613,9 +617,10 @@ def test_a_preempted_agent_gang_cancelled_keeps_the_earlier_deadline(submit, age
 @pytest.mark.parametrize("stop,ends", [("cancel", ("cancelled", 0, 0)), ("failure", ("failed", 0, 0))])
 def test_a_node_lost_while_its_gang_is_stopping_ends_the_stop_as_it_says(submit, agents, stop, ends):
     """A long grace (900 s) outlives the node failure detection (60 s + 120 s): the lost node's processes are
-    gone, so the stop is over. A cancelled job is cancelled, a failed one failed; none is requeued as if
-    nothing had happened (a cancelled job would run again). (A failed task with restarts left requeues its
-    gang in the report's own request: test_restarts_requeue_the_gang_whole_with_backoff_then_the_job_fails.)"""
+    gone, counted ended. A cancelled job is cancelled, a failed one failed; none is requeued as if nothing had
+    happened (a cancelled job would run again). The cancelled gang's task on n1, which still beats, is still
+    being stopped: the job keeps its GPUs until that process ends (trial 20, F10: they were released at the
+    detection while it ran), then ends cancelled."""
     from gpuplatform.scheduling.failures import detect_failures
 
     Queue.objects.filter(name="alpha").update(preemption_grace_seconds=900)
@@ -631,9 +636,16 @@ def test_a_node_lost_while_its_gang_is_stopping_ends_the_stop_as_it_says(submit,
     assert Job.objects.get(pk=job.pk).state == "preempting"
     services.record_heartbeat("n1", gpus=[], at=at(150))  # n0 went silent at 0; n1 still beats
     failures = detect_failures(at(180))
+    if stop == "cancel":
+        assert failures.stopping == [job.pk] and failures.ended == []
+        assert Job.objects.get(pk=job.pk).state == "preempting" and len(live(job)) == 16
+        assert [t.state for t in tasks_of(job)] == ["released", "running"]  # n0's counted ended; n1's still runs
+        assert report(tasks_of(job)[1], "exited", 181, signal=15) == (True, "")
+    else:
+        assert failures.ended == [job.pk]
     job.refresh_from_db()
     assert (job.state, job.attempts, job.restarts) == ends and live(job) == []
-    assert failures.ended == [job.pk] and failures.requeued == []
+    assert failures.requeued == []
     assert not Event.objects.filter(kind="requeued_after_failure", job=job).exists()
 
 

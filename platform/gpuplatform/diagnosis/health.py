@@ -106,12 +106,11 @@ def take_out(node: Node, to: str, *, at: datetime, reason: str, actor=None, data
 
 
 def fail_gpu_tasks(node: Node, indices: list, *, at: datetime, reason: str) -> list:
-    """Mark the GPUs unhealthy and requeue now every live gang with a task on them (whole, with backoff);
-    a gang already stopping toward an end or restart ends as its stop says. Returns the job ids."""
-    from ..execution.stops import finalize_stop
-    from ..lifecycle import requeue_job
-    from ..scheduling import spares
-    from ..scheduling.evict import REQUEUE_STOPS
+    """Mark the GPUs unhealthy and requeue every live gang with a task on them (whole, with backoff) once none of
+    its processes runs any more (execution.stop_for_fault: stopped now, with the agents' stop grace; trial 20,
+    F10); a gang already stopping toward an end or restart ends as its stop says. Returns the job ids requeued
+    or stopping toward their requeue."""
+    from ..execution.stops import stop_for_fault
 
     newly = sorted(Gpu.objects.filter(node=node, index__in=indices, health=Gpu.Health.HEALTHY)
                    .values_list("index", flat=True))
@@ -127,14 +126,10 @@ def fail_gpu_tasks(node: Node, indices: list, *, at: datetime, reason: str) -> l
                       .values_list("job_id", flat=True)))
     done = []
     for job_id in jobs:
-        if Job.objects.filter(pk=job_id, state=Job.State.PREEMPTING).exclude(stop_target__in=REQUEUE_STOPS).exists():
-            finalize_stop(job_id, at=at)
-        else:
-            placement = spares.placement_of(job_id)
-            if requeue_job(job_id, at=at, kind="requeued_after_failure", backoff=True, node=node,
-                           reason=f"{reason} on {node.name}", data={"cause": "gpu_failed", "gpus": indices}):
-                done.append(job_id)
-                spares.restart_on_spare(job_id, placement, {node.name}, at=at)
+        outcome = stop_for_fault(job_id, at=at, node=node, reason=f"{reason} on {node.name}",
+                                 data={"cause": "gpu_failed", "gpus": indices}, spare_for=[node.name])
+        if outcome in ("requeued", "stopping"):
+            done.append(job_id)
     return done
 
 

@@ -19,6 +19,9 @@
   gang started: worker[2], worker[3] never started on n1 (...)", diagnosed platform:node_lost naming n1), without
   spending a restart, as failure detection does for a node lost under a running gang (new-user trial 19, F16: such
   a gang ended `failed`, diagnosed `unknown` on the healthy node).
+- A gang broken by a fault (a failed task with restarts left, a lost node) is requeued once its processes on the
+  healthy nodes have ended (stopped now, SIGKILL at the agents' stop grace), its tasks on lost nodes counted ended
+  at once: its GPUs are not offered to another job while a process of it runs there (stops.stop_for_fault).
 
 A stopping job whose last process on a node agent has ended is finalized at once (stops.finalize_stop),
 so its GPUs are free for the next cycle without waiting for the deadline.
@@ -41,14 +44,17 @@ from django.db.models.functions import Coalesce
 from .. import clock
 from ..audit import record_event
 from ..diagnosis.attempts import diagnose_now, reuse_evidence
-from ..lifecycle import release_tasks, report_task_running, requeue_job
+from ..lifecycle import release_tasks, report_task_running
 from ..models import Job, Node, Task
 from ..models.cluster import lost_node_q
-from .stops import _finalize_if_idle, finalize_stop, stop_job
+from .stops import _finalize_if_idle, end_lost_tasks, fault_grace_seconds, stop_for_fault, stop_job
 
 __all__ = ["EVENTS", "report_task_event", "describe_exit"]
 
 EVENTS = ("started", "exited", "lost")
+# the stops whose tasks, however they end in the grace period, are released rather than failed: a cancel, an eviction,
+# and the stop of a broken gang's survivors toward its restart or recovery
+RELEASING_STOPS = ("cancelled", "requeue", "restart", "recover")
 
 
 def describe_exit(exit_code: int | None, signal: int | None, message: str = "") -> str:
@@ -106,10 +112,11 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         if task["state"] == Task.State.RELEASING:  # an evicted surplus task has gone: its GPUs are free now
             release_tasks([task_id], at=at)
             return True, ""
-        if job["state"] == Job.State.PREEMPTING and (job["stop_target"] or "requeue") in ("cancelled", "requeue"):
+        if job["state"] == Job.State.PREEMPTING and (job["stop_target"] or "requeue") in RELEASING_STOPS:
             # A task stopped by its job's cancel or eviction (SIGTERM, exit 143, SIGKILL at the deadline) did not
             # fail: it is released, as the tasks the stop's end releases are (new-user trial 14, F11: it read
-            # "failed"; an evicted gang's tasks still did)
+            # "failed"; an evicted gang's tasks still did). So is a survivor of a fault stopped toward a restart or a
+            # recovery (trial 20, F10): the fault was another task's or its node's
             state, end = Task.State.RELEASED, message or how
         else:
             state, end = Task.State.FAILED if failed else Task.State.SUCCEEDED, message or how
@@ -162,17 +169,19 @@ def _requeue_for_lost_node(job_id, job, label, how, exit_code, signal, unstarted
                  job_id=job_id, time=at, actor=actor,
                  data={"task": label, "exit_code": exit_code, "signal": signal, "restart": False,
                        "never_started": [[r, i, n] for r, i, n, _, _ in unstarted], "lost_nodes": sorted(by_node)})
-    requeue_job(job_id, at=at, kind="requeued_after_failure", backoff=True, reason=reason, actor=actor,
-                data={"failed_tasks": [[r, i, n] for r, i, n, _, _ in unstarted], "cause": "node lost", "task": label})
+    stop_for_fault(job_id, at=at, reason=reason, actor=actor,
+                   data={"failed_tasks": [[r, i, n] for r, i, n, _, _ in unstarted], "cause": "node lost", "task": label})
 
 
 def _fail_gang(job_id, job, label, how, exit_code, signal, at, actor) -> None:
-    """A task failed: stop the gang and, with restarts left, requeue it whole in this same request
-    (docs/diagnosis.md, fast recovery): the gang's other processes are stopped by their agents, which
-    find their tasks no longer listed (SIGTERM now, SIGKILL after the stop grace), and a GPU still held
-    by such a process makes the next attempt's task on it wait (docs/execution.md). Without restarts the
-    job is stopped toward `failed` and keeps its GPUs until its last process exits or the deadline. A diagnosis whose
-    action is `cancel_retries` (a deterministic user error) ends the job now whatever restarts are left."""
+    """A task failed: stop the gang now (docs/diagnosis.md, fast recovery). With restarts left it is stopped toward
+    `restart` with the agents' stop grace (stops.fault_grace_seconds): its other processes get SIGTERM now and
+    SIGKILL at the deadline, and it is requeued whole (backoff counted from this failure) when the last of them
+    has ended or at the deadline; until then it keeps its GPUs (trial 20, F10: it was requeued in this request, and
+    its survivors' GPUs counted free for other jobs and for quota while their processes still ran). Without
+    restarts the job is stopped toward `failed` with the queue's grace and keeps its GPUs likewise. Its tasks on a
+    lost node are counted ended at once (stops.end_lost_tasks). A diagnosis whose action is `cancel_retries` (a
+    deterministic user error) ends the job whatever restarts are left."""
     restart = job["restarts"] < job["max_restarts"]
     reason = f"task {label} {how}"
     Job.objects.filter(pk=job_id).update(failed_task=label, exit_code=exit_code, exit_signal=signal)
@@ -188,10 +197,10 @@ def _fail_gang(job_id, job, label, how, exit_code, signal, at, actor) -> None:
                  job_id=job_id, time=at, actor=actor,
                  data={"task": label, "exit_code": exit_code, "signal": signal, "restart": restart,
                        "cancel_retries": cancelled_retries.rule if cancelled_retries else None})
+    end_lost_tasks(job_id, at)
     stop_job(job_id, at=at, target="restart" if restart else "failed", kind="stopping", reason=reason, actor=actor,
+             grace_seconds=fault_grace_seconds() if restart else None,
              data={"task": label, "exit_code": exit_code, "signal": signal})
-    if restart:  # requeued now: the fault-to-requeue time is this request's (a failed job keeps its GPUs
-        finalize_stop(job_id, at=at)  # until its last process exits, as every stop does)
 
 
 def _maybe_succeed(job_id, job, at, actor) -> None:

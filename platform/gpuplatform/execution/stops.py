@@ -11,12 +11,23 @@ path: the job goes `preempting` with `preempt_deadline` = now + grace (its queue
 | cancelled   | cancelled                                                        |
 | failed      | failed (a task failed with no restart left, or the time limit)   |
 | succeeded   | succeeded (every task of the completion role exited 0)           |
+| recover     | pending whole with backoff, no restart spent (a node or GPU lost under it; stop_for_fault) |
 
 Its GPUs stay held until its last process on a node agent has exited (reports.py) or the deadline has
 passed (the release step, `expire_stops`), whichever comes first: node agents SIGTERM the processes at
 once and SIGKILL them at the deadline. A job with no live task on a node agent (simulated jobs, tasks all
 ended) skips the wait. Functions run inside the caller's transaction; each is a compare-and-set that
 returns False and changes nothing when the job is no longer where it expected.
+
+A fault under a gang (a task failed with restarts left: target restart; a node or GPU lost under it, or a node lost
+before it started: `stop_for_fault`, target recover) is such a stop too, started in the request that reports the
+fault, with the agents' stop grace (AGENT_STOP_GRACE_SECONDS) as deadline (trial 20, F10: the gang was requeued at
+once, and the GPUs of its survivors on the healthy nodes, whose processes the agents were still stopping, were
+counted free for other jobs and for quota). Tasks on a lost node (not_ready, or silent beyond
+HEARTBEAT_TIMEOUT_SECONDS: its agent cannot report) are counted ended at once (`end_lost_tasks`), so a gang with no
+survivor elsewhere is requeued at once, as before. The requeue's backoff counts from the fault, so waiting for the
+survivors does not lengthen the recovery unless they outlive the backoff. A job with no process on a node agent
+(simulated nodes, the trace replay) is requeued at once exactly as before: nothing to wait for.
 """
 from __future__ import annotations
 
@@ -25,14 +36,18 @@ from datetime import datetime, timedelta
 from django.db.models import F, Q
 from django.utils import timezone
 
+from django.conf import settings
+
 from ..audit import record_event
-from ..lifecycle import end_job, requeue_job
-from ..models import Job, Node, Task
+from ..lifecycle import end_job, lock_jobs, requeue_job
+from ..models import Event, Job, Node, Task
+from ..models.cluster import lost_node_q
 
 __all__ = ["STOP_TARGETS", "live_agent_tasks", "has_agent_tasks", "stop_job", "finalize_stop", "expire_stops",
-           "enforce_time_limits"]
+           "enforce_time_limits", "stop_for_fault", "end_lost_tasks", "fault_grace_seconds"]
 
-STOP_TARGETS = ("requeue", "restart", "cancelled", "failed", "succeeded")
+STOP_TARGETS = ("requeue", "restart", "cancelled", "failed", "succeeded")  # stop_job's; "recover": stop_for_fault
+FAULT_KIND = "requeued_after_failure"  # the requeue Event of a recover stop (diagnosis: platform_cause)
 FINAL_TARGETS = {"cancelled": Job.State.CANCELLED, "failed": Job.State.FAILED, "succeeded": Job.State.SUCCEEDED}
 
 
@@ -106,14 +121,125 @@ def finalize_stop(job_id, *, at: datetime, cycle: int | None = None) -> bool:
         return requeue_job(job_id, at=at, kind="requeued", reason=f"{reason or 'preempted'}: {_how_stopped(deadline, at)}",
                            backoff=False, from_states=(Job.State.PREEMPTING,), cycle=cycle)
     if target == "restart":
+        fault_at, _ = _fault_stop(job_id, target)
         Job.objects.filter(pk=job_id).update(restarts=F("restarts") + 1, end_reason=reason[:300])
         return requeue_job(job_id, at=at, kind="restarted", backoff=True, from_states=(Job.State.PREEMPTING,),
                            reason=f"restart {restarts + 1} of {max_restarts}: {reason}", cycle=cycle,
-                           data={"restarts": restarts + 1, "max_restarts": max_restarts})
+                           data={"restarts": restarts + 1, "max_restarts": max_restarts}, backoff_from=fault_at)
+    if target == "recover":
+        return _requeue_recovered(job_id, at=at, reason=reason, deadline=deadline, cycle=cycle)
     state = FINAL_TARGETS[target]
     return end_job(job_id, state, at=at, kind=state if state != Job.State.CANCELLED else "cancelled",
                    message=f"{name} {state}: {reason}" if reason else f"{name} {state}", reason=reason,
                    task_state=Task.State.RELEASED, cycle=cycle, from_states=(Job.State.PREEMPTING,))
+
+
+def fault_grace_seconds() -> float:
+    """The deadline of a fault's stop: the agents' own stop grace (what a task no longer listed gets), not the
+    queue's preemption grace: the gang is broken, its survivors have nothing to finish."""
+    return float(getattr(settings, "AGENT_STOP_GRACE_SECONDS", 30.0))
+
+
+def end_lost_tasks(job_id, at: datetime) -> list[str]:
+    """Count the job's live tasks on a lost node (not_ready, or silent beyond HEARTBEAT_TIMEOUT_SECONDS: models.cluster.
+    lost_node_q) ended now: `released`, ended_at = at, end_message naming the node. Their agent cannot report how
+    they end, and their GPUs are out of the pool with their node. Returns their labels (role[index])."""
+    rows = list(Task.objects.filter(job_id=job_id, state__in=Task.ON_NODE_STATES).filter(lost_node_q(at, "node__"))
+                .values_list("id", "role__name", "index", "node__name", "node__state", "node__last_heartbeat"))
+    by_node: dict[tuple, list[int]] = {}
+    for tid, _, _, node, state, last in rows:
+        by_node.setdefault((node, state, last), []).append(tid)
+    for (node, state, last), ids in by_node.items():
+        since = f"no heartbeat since {last:%H:%M:%S}" if last else "no heartbeat"
+        message = (f"node {node} lost ({'not ready' if state == Node.State.NOT_READY else 'silent'}, {since}): "
+                   "its process cannot be reported, counted ended")
+        Task.objects.filter(pk__in=ids, state__in=Task.ON_NODE_STATES).update(
+            state=Task.State.RELEASED, ended_at=at, end_message=message[:200], release_deadline=None)
+    return [f"{role}[{index}]" for _, role, index, _, _, _ in rows]
+
+
+def stop_for_fault(job_id, *, at: datetime, reason: str, data: dict | None = None, spare_for=(), node=None,
+                   actor=None, cycle: int | None = None) -> str:
+    """A fault under the live gang `job_id` (a node or GPU lost under it, a node lost before it started): it is
+    requeued whole (kind requeued_after_failure, backoff, no restart spent, `reason` and `data` on the requeue's
+    Event), once no process of it is left on a node agent (module docstring). Tasks on lost nodes are counted
+    ended first (end_lost_tasks). Then:
+
+    - nothing left to wait for (all its tasks were on lost nodes, simulated nodes): requeued now, and restarted at
+      once on a hot spare replacing `spare_for` (node names) when one fits (scheduling.spares) -> "requeued";
+    - survivors on healthy nodes: preempting with stop_target "recover" until now + fault_grace_seconds() (an
+      eviction's later deadline is shortened to it); agents SIGTERM them now, SIGKILL at the deadline; the gang is
+      requeued (and tried on a spare) when the last one ends or at the deadline -> "stopping";
+    - a gang already stopping toward an end, a restart or a recovery ends as its stop says, when its last process
+      is gone -> "ended" when that is now, else "stopping".
+
+    "" when the job is not live (stale). Call inside a transaction."""
+    lock_jobs([job_id])
+    row = (Job.objects.filter(pk=job_id, state__in=Job.LIVE_STATES)
+           .values_list("state", "stop_target", "preempt_deadline", "name", "queue_id").first())
+    if row is None:
+        return ""
+    state, target, old_deadline, name, queue_id = row
+    end_lost_tasks(job_id, at)
+    waiting = live_agent_tasks(job_id).exists()
+    if state == Job.State.PREEMPTING and (target or "requeue") != "requeue":
+        if not waiting and finalize_stop(job_id, at=at, cycle=cycle):
+            return "ended"
+        return "stopping"
+    spare_for = sorted(set(spare_for))
+    if not waiting:
+        from ..scheduling import spares  # scheduling imports execution: here, not at the top
+
+        placement = spares.placement_of(job_id) if spare_for else None
+        if not requeue_job(job_id, at=at, kind=FAULT_KIND, backoff=True, reason=reason, data=data, node=node,
+                           actor=actor, cycle=cycle):
+            return ""
+        if placement:
+            spares.restart_on_spare(job_id, placement, spare_for, at=at, actor=actor)
+        return "requeued"
+    deadline = at + timedelta(seconds=fault_grace_seconds())
+    if old_deadline is not None and state == Job.State.PREEMPTING:
+        deadline = min(deadline, old_deadline)
+    if not Job.objects.filter(pk=job_id, state=state).update(
+            state=Job.State.PREEMPTING, stop_target="recover", stop_reason=reason[:300], preempt_deadline=deadline,
+            evicted_for=None, updated_at=timezone.now()):
+        return ""
+    survivors = sorted(f"{r}[{i}] on {n}" for r, i, n in live_agent_tasks(job_id).values_list(
+        "role__name", "index", "node__name"))
+    record_event("stopping", f"{name}: {reason}; its processes still running ({', '.join(survivors)[:200]}) are "
+                             f"stopped until {deadline:%H:%M:%S}, then the gang is requeued whole",
+                 actor=actor, job_id=job_id, queue_id=queue_id, node=node, time=at, cycle=cycle,
+                 data={"target": "recover", "reason": reason, "deadline": deadline.isoformat(), "was": state,
+                       "survivors": survivors, "requeue": data or {}, "spare_for": spare_for})
+    return "stopping"
+
+
+def _fault_stop(job_id, target: str) -> tuple[datetime | None, dict]:
+    """(time, data) of the `stopping` Event that began the job's current stop toward `target` (restart, recover):
+    the fault's time, and what stop_for_fault kept for the requeue. (None, {}) when there is none."""
+    since = Job.objects.filter(pk=job_id).values_list("bound_at", flat=True).first()
+    events = Event.objects.filter(job_id=job_id, kind="stopping", data__target=target)
+    if since is not None:
+        events = events.filter(time__gte=since)
+    found = events.order_by("-pk").values_list("time", "data").first()
+    return found if found is not None else (None, {})
+
+
+def _requeue_recovered(job_id, *, at: datetime, reason: str, deadline: datetime | None, cycle: int | None) -> bool:
+    """The end of a recover stop: the gang's survivors have ended (or the deadline passed); requeue it whole as a
+    failure (backoff from the fault) and try a hot spare for the nodes stop_for_fault named."""
+    from ..scheduling import spares
+
+    fault_at, info = _fault_stop(job_id, "recover")
+    spare_for = list(info.get("spare_for") or [])
+    placement = spares.placement_of(job_id) if spare_for else None
+    if not requeue_job(job_id, at=at, kind=FAULT_KIND, backoff=True, backoff_from=fault_at,
+                       reason=f"{reason or 'fault'}; its other processes: {_how_stopped(deadline, at)}",
+                       from_states=(Job.State.PREEMPTING,), cycle=cycle, data=info.get("requeue") or {}):
+        return False
+    if placement:
+        spares.restart_on_spare(job_id, placement, spare_for, at=at)
+    return True
 
 
 def _how_stopped(deadline: datetime | None, at: datetime) -> str:

@@ -9,16 +9,21 @@ embedded loop before each cycle: `detect_failures(now)`.
 2. A node silent longer than the heartbeat-loss health rule's threshold (diagnosis/health_rules.yaml:
    value "default" = HEARTBEAT_TIMEOUT_SECONDS + NODE_FAILURE_GRACE_SECONDS; an admin's stricter
    `heartbeat_lost_seconds` rule with action fail_tasks lowers it) has failed: the tasks on it fail and
-   each of their gangs is requeued whole at once (all its GPUs released, original submit time, attempts + 1, backoff). Event "node_failed" on the node, one
-   "requeued_after_failure" per job. A gang already stopping toward an end or a restart (cancelled, a
-   failed task, its completion role done, its time limit: gpuplatform.execution.stops) is not requeued:
-   its stop is over, and it ends (or restarts) as the stop says (a cancelled job never runs again).
+   each of their gangs is requeued whole (all its GPUs released, original submit time, attempts + 1, backoff) as
+   soon as none of its processes runs on a healthy node: the tasks on the failed node are counted ended at once,
+   and survivors elsewhere are stopped now with the agents' stop grace, the gang preempting toward "recover" until
+   the last one ends (execution.stop_for_fault; trial 20, F10: their GPUs were released while the processes ran).
+   Event "node_failed" on the node, one "requeued_after_failure" per job. A gang already stopping toward an end
+   or a restart (cancelled, a failed task, its completion role done, its time limit: gpuplatform.execution.stops)
+   is not requeued: it ends (or restarts) as the stop says (a cancelled job never runs again) once its last
+   process is gone.
    Heartbeat rules with another action act on a not_ready node past their threshold: record (an Event),
    cordon / drain (the node resumes cordoned / draining when it reports again).
 3. A GPU reported unhealthy (uncorrectable ECC, fatal XID: see agent/inventory.py) under a live task
    fails that task the same way, as does one its node's registration holds out of service (Gpu.out_of_service:
    no longer listed, MIG layout changed under the job; the cause then reads "GPU out of service: ...").
-   A gang requeued by (2) or (3) restarts at once on a hot spare when one fits (scheduling/spares.py).
+   A gang requeued by (2) or (3) restarts at once on a hot spare when one fits (scheduling/spares.py), at its
+   requeue (after its survivors' stop).
 4. A draining node's running gangs are evicted gracefully (preempting with their queue's grace, then
    requeued whole by the release step); services.drain_node does the same at once, this catches races.
 
@@ -37,16 +42,13 @@ from django.db import transaction
 
 from gpuplatform.audit import record_event
 from gpuplatform.errors import ValidationError
-from gpuplatform.execution import finalize_stop
-from gpuplatform.lifecycle import evict_jobs_on_nodes, release_tasks, requeue_job
+from gpuplatform.execution.stops import stop_for_fault
+from gpuplatform.lifecycle import evict_jobs_on_nodes, release_tasks
 from gpuplatform.models import Allocation, Job, Node, Task
 from gpuplatform.services import node_states
 
-from . import spares
-
 log = logging.getLogger("gpuplatform.scheduling.failures")
 MONITORED_STATES = (Node.State.READY, Node.State.CORDONED, Node.State.DRAINING)
-ENDING_STOPS = ("restart", "cancelled", "failed", "succeeded")  # stop targets that are not a plain requeue
 
 
 @dataclass
@@ -56,6 +58,8 @@ class FailureReport:
     requeued: list = field(default_factory=list)
     drained: list = field(default_factory=list)
     ended: list = field(default_factory=list)  # stopping gangs that ended (or restarted) as their stop said
+    stopping: list = field(default_factory=list)  # gangs whose survivors on healthy nodes are stopped before the
+    # requeue (execution.stop_for_fault), or a stop that waits for them
 
 
 def _seconds(name: str, default: float) -> timedelta:
@@ -126,9 +130,10 @@ def detect_failures(now: datetime) -> FailureReport:
         if draining:
             report.drained = evict_jobs_on_nodes(draining, at=now, kind="evicted",
                                                  reason="its node is draining; requeued whole after the grace period")
-    if report.not_ready or report.requeued or report.drained or report.ended:
-        log.info("failure detection: not_ready %s, failed %s, requeued %s, drained %s, stops ended %s",
-                 report.not_ready, report.failed_nodes, report.requeued, report.drained, report.ended)
+    if report.not_ready or report.requeued or report.drained or report.ended or report.stopping:
+        log.info("failure detection: not_ready %s, failed %s, requeued %s, drained %s, stops ended %s, stopping %s",
+                 report.not_ready, report.failed_nodes, report.requeued, report.drained, report.ended,
+                 report.stopping)
     return report
 
 
@@ -171,22 +176,20 @@ def _live_tasks(**where) -> dict[int, list[tuple]]:
 
 
 def _fail(tasks_by_job: dict, now: datetime, report: FailureReport, cause: str) -> None:
-    """Requeue each job whole; a job whose only affected tasks were already being released (evicted
-    surplus) just loses those tasks now, the rest of its gang is unaffected."""
+    """Requeue each job whole once none of its processes runs on a healthy node (execution.stop_for_fault: its
+    tasks on lost nodes are counted ended, its survivors elsewhere stopped with the agents' stop grace; trial 20,
+    F10); a job whose only affected tasks were already being released (evicted surplus) just loses those tasks
+    now, the rest of its gang is unaffected. A gang already stopping toward an end or a restart ends as its stop
+    says when its last process is gone."""
     for job_id, tasks in sorted(tasks_by_job.items()):
         if all(t[5] == Task.State.RELEASING for t in tasks):
             if release_tasks([t[0] for t in tasks], at=now):
                 record_event("tasks_released", f"{len(tasks)} releasing task(s) lost ({cause}); GPUs released now",
                              time=now, job_id=job_id, data={"tasks": [[t[1], t[2], t[4]] for t in tasks], "cause": cause})
             continue
-        if Job.objects.filter(pk=job_id, state=Job.State.PREEMPTING, stop_target__in=ENDING_STOPS).exists():
-            if finalize_stop(job_id, at=now):
-                report.ended.append(job_id)
-            continue
         failed = [[role, index, node] for _, role, index, _, node, _ in tasks]
-        placement = spares.placement_of(job_id)
-        if requeue_job(job_id, at=now, kind="requeued_after_failure", backoff=True,
-                       reason=f"{cause}: {len(tasks)} task(s) failed on {', '.join(sorted({t[2] for t in failed}))}",
-                       data={"failed_tasks": failed, "cause": cause}):
-            report.requeued.append(job_id)
-            spares.restart_on_spare(job_id, placement, {t[2] for t in failed}, at=now)
+        nodes = sorted({t[2] for t in failed})
+        outcome = stop_for_fault(job_id, at=now, reason=f"{cause}: {len(tasks)} task(s) failed on {', '.join(nodes)}",
+                                 data={"failed_tasks": failed, "cause": cause}, spare_for=nodes)
+        lists = {"requeued": report.requeued, "ended": report.ended, "stopping": report.stopping}
+        lists.get(outcome, []).append(job_id)
