@@ -7,7 +7,10 @@
   jobs have a "cancel" action, nodes "cordon / drain / uncordon" actions, all through services.
 - Team: added, renamed (its slug stays) and described through services.create_team / update_team (audited, a name
   taken refused on the form), deleted through services.delete_team (refused, as a message, while it has queues or
-  jobs).
+  jobs). Teams stored before the team name rule that are one team by it (migration 0030) are a warning on the
+  teams list and on their pages (services.tenancy.team_clashes).
+- Quotas stored before the flavor letter-case rule (`h200` next to the nodes' `H200`) are a warning on the quotas
+  and queues lists and on such a row's page (quota_rules.case_variant_quotas).
 - User: Django's UserAdmin, but deleted through services.delete_user (refused, as a message, for a team's last admin).
 - Node: renamed and moved between domains here; what its registration reports (GPUs, flavor, CPU, memory) is shown,
   not edited; nodes join by registering. Gpu: read-only (sharing through the sharing API, health by heartbeats).
@@ -29,7 +32,7 @@ from django.urls import reverse
 from . import quota_rules, services
 from .admin_services import ServiceAdmin
 from .names import name_error
-from .services.tenancy import TEAM_DESCRIPTION_MAX, team_description_error
+from .services.tenancy import TEAM_DESCRIPTION_MAX, team_clashes, team_description_error
 from .models import (
     Allocation, Attempt, ClusterSample, DiagnosisRule, HealthRule, Domain, Event, Gpu, Job, JobRole, Membership, Node, Queue, QueueSample, Quota,
     SchedulerCycle, Task, Team,
@@ -201,6 +204,16 @@ class TeamAdmin(ServiceDeleteMixin, ServiceAdmin):
     def get_readonly_fields(self, request, obj=None):
         return ("slug",) if obj else ()
 
+    def changelist_view(self, request, extra_context=None):
+        _warn_each(self, request, team_clashes())
+        return super().changelist_view(request, extra_context)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        team = Team.objects.filter(pk=object_id).first() if str(object_id).isdigit() else None
+        if team is not None:
+            _warn_each(self, request, team_clashes(team))
+        return super().change_view(request, object_id, form_url, extra_context)
+
     def save_model(self, request, obj, form, change):
         if change:  # a rename and / or a description (the service reads the team's row again, under its locks)
             if services.update_team(obj, name=obj.name, description=obj.description, actor=request.user) is None:
@@ -322,6 +335,15 @@ class QuotaForm(VersionedForm):
         for field, message in errors.items():
             self.add_error(field if field in self.fields else None, message)
         return data
+
+
+def _warn_each(model_admin, request, warnings: list[str]) -> None:
+    """Each of `warnings` as a WARNING message of the page (rows stored before a rule that now flags them), on a GET
+    only (a POST redirects to a GET, which would show them twice)."""
+    if request.method != "GET":
+        return
+    for warning in warnings:
+        model_admin.message_user(request, warning, messages.WARNING)
 
 
 @admin.register(Queue)

@@ -24,6 +24,7 @@ def load_cluster_spec(spec, *, actor=None) -> dict:
     """
     from . import services
     from .audit import record_event
+    from .services.tenancy import team_named
     from .errors import ValidationError
 
     names = [n.name for n in spec.nodes]
@@ -64,12 +65,17 @@ def load_cluster_spec(spec, *, actor=None) -> dict:
             sharing=n.gpu_sharing)
         for n in spec.nodes for i in range(n.gpus)], batch_size=2000)
 
-    teams = dict(Team.objects.values_list("name", "id"))
+    # a queue's team is the team its name means by the team name rule (services.tenancy.team_named: `ML-Team` in
+    # the file and a team `ml_team` are one team), created when there is none
+    teams: dict[str, int] = {}
     new_teams = 0
     for q in spec.queues:
         if q.team and q.team not in teams:
-            teams[q.team] = services.create_team(q.team, slug=_free_slug(q.team), actor=actor).pk
-            new_teams += 1
+            found = team_named(q.team)
+            if found is None:
+                found = services.create_team(q.team, slug=_free_slug(q.team), actor=actor)
+                new_teams += 1
+            teams[q.team] = found.pk
     queues = 0
     for q in _parents_first(spec.queues):
         if Queue.objects.filter(name=q.name).exists():

@@ -40,12 +40,15 @@ def job_state_q(states) -> Q:
 
 def find_team(value) -> Team | None:
     """The one team a `?team=` filter names, everywhere (the API's lists and /api/v1/utilization/, the pages):
-    the team whose slug is `value`, else the team whose name is `value`, else None. Team names and slugs are
-    unique together ignoring letter case (services.tenancy: trial 18f), so a value is one team's slug or name; of
-    rows stored before that rule, the slug wins, never two teams."""
+    the team whose slug is `value`, else the team whose name is `value`, else the team the value means by the team
+    name rule (services.tenancy.team_named: letter case, '.', '_' and '-' ignored, so `?team=Foo_Bar` is the team
+    `foo-bar`), else None. Team names and slugs are unique together by that rule, so a value is one team's; of rows
+    stored before it (migration 0030), the exact slug wins, then the exact name, then the first by id."""
     if not isinstance(value, str) or not value:
         return None
-    return Team.objects.filter(slug=value).first() or Team.objects.filter(name=value).first()
+    from .services.tenancy import team_named
+
+    return Team.objects.filter(slug=value).first() or Team.objects.filter(name=value).first() or team_named(value)
 
 
 def job_list(user, *, team: str | None = None, state: str | Sequence[str] | None = None, queue: str | None = None,

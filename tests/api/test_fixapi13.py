@@ -25,7 +25,7 @@ def test_registering_a_node_under_a_name_no_url_can_hold_is_refused(client_for, 
     r = client_for("agent").post("/api/v1/nodes/register/", {"name": name, **INVENTORY}, format="json")
     assert r.status_code == 400, r.content
     assert r.json() == {"name": [name_error("node", name)]}
-    assert "letters, digits, '.', '_' and '-'" in name_error("node", name) or "at most 200" in name_error("node", name)
+    assert "ASCII letters (A-Z, a-z), digits (0-9), '.', '_' and '-'" in name_error("node", name) or "at most 200" in name_error("node", name)
     assert Node.objects.count() == before
 
 
@@ -188,7 +188,7 @@ def test_a_heartbeat_with_a_sane_clock_keeps_its_offset(client_for):
 
 # --- F11: quota flavors and names as strings -----------------------------------------------------------------
 
-@pytest.mark.parametrize("flavor, words", [("H200 🚀", "a flavor is a GPU model that uses letters, digits"),
+@pytest.mark.parametrize("flavor, words", [("H200 🚀", "a flavor is a GPU model that uses only ASCII letters"),
                                            ("H200|A100", "a quota is for one GPU flavor"),
                                            ("H100/mig-lots", "<model>/mig-<profile>")])
 def test_a_quota_flavor_follows_the_flavor_rule(admin, flavor, words):

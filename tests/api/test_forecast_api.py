@@ -195,7 +195,7 @@ def test_a_what_if_is_checked_against_the_cluster_add_nodes_builds(busy, admin, 
 
 
 @pytest.mark.parametrize("flavor, rule", [
-    ("x y", "a flavor is a GPU model that uses letters, digits"),
+    ("x y", "a flavor is a GPU model that uses only ASCII letters (A-Z, a-z), digits"),
     ("H100|B200", "a quota is for one GPU flavor"),
     ("H100/mig-1g.10gb", "is a MIG resource, not a GPU model"),
 ])

@@ -298,7 +298,7 @@ def test_a_refused_admin_add_shows_the_error_on_the_form_and_logs_one_line(admin
     r = admin_client.post("/admin/gpuplatform/queue/add/", {"name": "bad name!", "parent": root, "weight": 1,
                                                             "state": "open", "preemption_grace_seconds": 30})
     text = r.content.decode()
-    assert r.status_code == 200 and "a queue name uses letters" in text and "added successfully" not in text
+    assert r.status_code == 200 and "a queue name uses only ASCII letters" in text and "added successfully" not in text
     assert not Queue.objects.filter(name="bad name!").exists() and not LogEntry.objects.exists()
     r = admin_client.post("/admin/gpuplatform/membercluster/add/", {
         "name": "west", "api_url": "https://west.example.com", "token": "t" * 20, "labels": '{"bad label!": "x"}',

@@ -55,8 +55,8 @@ def test_update_team_renames_and_describes_a_team_keeping_its_slug_and_records_w
 @pytest.mark.parametrize("fields,errors", [
     ({"name": "beta"}, {"name": team_name_taken("beta", "beta", "beta")}),
     ({"name": "Beta"}, {"name": team_name_taken("Beta", "beta", "beta")}),
-    ({"name": "no spaces"}, {"name": "a team name uses letters, digits, '.', '_' and '-', starting with a letter or "
-                                     "digit ('no spaces' does not)"}),
+    ({"name": "no spaces"}, {"name": "a team name uses only ASCII letters (A-Z, a-z), digits (0-9), '.', '_' and '-', "
+                                     "starting with a letter or digit ('no spaces' does not: ' ' is not one of them)"}),
     ({"name": ""}, {"name": "a team name must not be empty"}),
     ({"name": "x" * 101}, {"name": "a team name must be at most 100 characters"}),
     ({"description": "d" * 2001}, {"description": "a team's description has at most 2000 characters (2001 given)"}),

@@ -24,7 +24,8 @@ def test_a_rename_then_a_creation_differing_in_case_is_refused(admin):
     # "Mu" makes the slug mu, which no team has (the renamed team kept alpha): it was created
     assert _taken(admin.post("/api/v1/teams/", {"name": "Mu"}, format="json")).startswith(
         "a team named 'mu' (slug 'alpha') already exists")
-    assert _taken(admin.post("/api/v1/teams/", {"name": "M.u", "slug": "m-u"}, format="json")).startswith(
+    # (a slug of its own: "m-u" would be refused too since trial 20, F6, '-' being ignored as '.' is)
+    assert _taken(admin.post("/api/v1/teams/", {"name": "M.u", "slug": "m-u-2"}, format="json")).startswith(
         "a team named 'mu'")
     assert not Team.objects.filter(name__in=["Mu", "M.u"]).exists()
 
@@ -39,8 +40,8 @@ def test_a_creation_then_a_rename_differing_in_case_is_refused(admin):
 def test_a_name_may_not_be_another_teams_slug_nor_a_slug_another_teams_name(admin):
     assert admin.patch("/api/v1/teams/alpha/", {"name": "zeta"}, format="json").status_code == 200
     # a slug sent equal (ignoring case) to another team's name
-    assert _taken(admin.post("/api/v1/teams/", {"name": "other", "slug": "zeta"}, format="json"), "slug") == (
-        "slug 'zeta' is taken by team 'zeta'")
+    assert _taken(admin.post("/api/v1/teams/", {"name": "other", "slug": "zeta"}, format="json"), "slug").startswith(
+        "slug 'zeta' is taken by team 'zeta': ")  # (then the rule: trial 20, F6)
     # a name equal to another team's slug (alpha's, kept by the rename), in any case
     assert _taken(admin.post("/api/v1/teams/", {"name": "ALPHA", "slug": "alpha-2"}, format="json")).startswith(
         "a team named 'zeta' (slug 'alpha') already exists")

@@ -188,7 +188,7 @@ class _Described(HTMLParser):
     ({"name": "bad name!", "priority": "1.5", "roles-0-tasks": "abc", "time_limit_minutes": "0",
       "checkpoint_grace_seconds": "0", "min_run_before_move_minutes": "-1", "max_restarts": "-1",
       "env": "1BAD=x", "command": "'unclosed"},
-     {"id_name_error": "uses letters", "id_priority_error": "whole number", "id_roles-0-tasks_error": "whole number",
+     {"id_name_error": "uses only ASCII letters", "id_priority_error": "whole number", "id_roles-0-tasks_error": "whole number",
       "id_time_limit_minutes_error": "greater than", "id_env_error": "line 1"}),
 ])
 def test_submit_form_every_described_error_is_on_the_page(client, world, over, errors):

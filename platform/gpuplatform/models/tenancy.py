@@ -1,21 +1,27 @@
+import unicodedata
+
 from django.conf import settings
 from django.db import models, transaction
-from django.utils.text import slugify
 
-__all__ = ["Team", "Membership", "canonical_keys", "TEAM_KEY_FIELDS"]
+__all__ = ["Team", "Membership", "canonical_key", "TEAM_KEY_FIELDS", "TEAM_NAME_SEPARATORS"]
 
-# The canonical keys of a team's name and slug (canonical_keys), stored on its row so that a clash of keys between
-# two teams (services.tenancy._team_clash) is a few indexed lookups, not a read of every team
-TEAM_KEY_FIELDS = ("name_casefold", "name_slugify", "slug_casefold", "slug_slugify")
+# The canonical key of a team's name and of its slug (canonical_key), stored on its row so that a clash of keys
+# between two teams (services.tenancy._team_clash) is a few indexed lookups, not a read of every team
+TEAM_KEY_FIELDS = ("name_key", "slug_key")
+# what comparing two team names ignores, besides letter case (canonical_key; the wording: services.tenancy)
+TEAM_NAME_SEPARATORS = "._-"
 
 
-def canonical_keys(value) -> tuple[str, str]:
-    """(casefold, slugify) of a team's name or slug: the canonical keys it occupies ("" for none; not text: none).
-    Two teams clash when a key of one is a key of the other, whichever of name and slug holds it (services.tenancy:
-    team_keys, the name locks and the clash check use this one formula)."""
+def canonical_key(value) -> str:
+    """The key two teams' names and slugs are compared by (the one rule, docs/concepts.md "Teams"): the text
+    normalised NFKC, case-folded, without the separators '.', '_', '-' (TEAM_NAME_SEPARATORS) and without white
+    space. `foo-bar`, `foo_bar`, `Foo.Bar` and `FOOBAR` have one key (`foobar`): one team. "" for a value that is not
+    text or holds nothing else. Two teams clash when the key of the name or slug of one is the key of the name or
+    slug of the other (services.tenancy: team_keys, the name locks and the clash check use this one formula)."""
     if not isinstance(value, str):
-        return "", ""
-    return value.casefold(), slugify(value)
+        return ""
+    folded = unicodedata.normalize("NFKC", value).casefold()
+    return "".join(c for c in folded if c not in TEAM_NAME_SEPARATORS and not c.isspace())
 
 
 class TeamQuerySet(models.QuerySet):
@@ -50,18 +56,16 @@ class TeamQuerySet(models.QuerySet):
 class Team(models.Model):
     """A tenant: owns leaf queues and jobs. Members act on their own team's jobs only.
 
-    `name_casefold`, `name_slugify`, `slug_casefold`, `slug_slugify`: canonical_keys of its name and its slug, written
-    with them (save(); TeamQuerySet), each indexed: the rule that no two teams share a key (services.tenancy) is
-    checked with indexed lookups. Not unique in the database (migration 0029 says why)."""
+    `name_key`, `slug_key`: canonical_key of its name and of its slug, written with them (save(); TeamQuerySet),
+    each indexed: the rule that no two teams share a key (services.tenancy) is checked with indexed lookups. Not
+    unique in the database (migrations 0029 and 0030 say why)."""
 
     name = models.CharField(max_length=100, unique=True)
     slug = models.SlugField(max_length=100, unique=True)
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    name_casefold = models.TextField(default="", editable=False)
-    name_slugify = models.TextField(default="", editable=False)
-    slug_casefold = models.TextField(default="", editable=False)
-    slug_slugify = models.TextField(default="", editable=False)
+    name_key = models.TextField(default="", editable=False)
+    slug_key = models.TextField(default="", editable=False)
 
     objects = TeamQuerySet.as_manager()
 
@@ -75,8 +79,7 @@ class Team(models.Model):
 
     def set_keys(self) -> None:
         """The stored keys (TEAM_KEY_FIELDS) from the name and the slug as they are now."""
-        self.name_casefold, self.name_slugify = canonical_keys(self.name)
-        self.slug_casefold, self.slug_slugify = canonical_keys(self.slug)
+        self.name_key, self.slug_key = canonical_key(self.name), canonical_key(self.slug)
 
     def save(self, *args, **kwargs):
         """Saves the keys with the name and the slug: always computed; written too when `update_fields` names

@@ -1,22 +1,22 @@
 """Teams and their members (models/tenancy.py)."""
 from __future__ import annotations
 
-import unicodedata
-
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import ProtectedError, Q
 from django.utils.text import slugify
 
 from ..audit import record_event
+from ..inputs import text_control_error
 from ..models import Membership, Team
-from ..models.tenancy import TEAM_KEY_FIELDS, canonical_keys
+from ..models.tenancy import TEAM_KEY_FIELDS, canonical_key
 from ..names import name_error
 from ..scheduling.locks import lock_name, lock_queue_tree
 from .base import raise_if
 
 __all__ = ["create_team", "update_team", "delete_team", "add_member", "remove_member", "delete_user",
-           "TEAM_DESCRIPTION_MAX", "team_description_error", "team_name_taken"]
+           "TEAM_DESCRIPTION_MAX", "team_description_error", "team_name_taken", "TEAM_NAME_RULE", "team_named",
+           "team_clashes"]
 
 TEAM_DESCRIPTION_MAX = 2000  # characters of a team's description (the API, the admin's form; docs/api.md)
 
@@ -24,40 +24,79 @@ TEAM_DESCRIPTION_MAX = 2000  # characters of a team's description (the API, the 
 def team_description_error(description) -> str | None:
     """The rule a team's `description` breaks, or None: text of at most TEAM_DESCRIPTION_MAX characters (the
     column has no limit of its own: a megabyte was stored and shown on every teams list; trial 18a), without
-    control characters (unicodedata category Cc: an escape, DEL, a C1 control) other than newline and tab, a
-    carriage return only before a newline (a browser's textarea sends CRLF): "\\x1b[31m" was stored and reached every
-    terminal that printed the teams list (gpuctl, curl, logs) as the escape it is."""
+    control characters (unicodedata category Cc: an escape, DEL, a C1 control such as U+0085, '\\v', '\\f') other
+    than newline and tab, a carriage return only before a newline (a browser's textarea sends CRLF), nor a line or
+    paragraph separator (U+2028 / U+2029; inputs.text_control_error): "\\x1b[31m" was stored and reached every
+    terminal that printed the teams list (gpuctl, curl, logs) as the escape it is. Checked on the text as sent: the
+    API's and the admin's description fields check it before they trim white space (trial 20, F7)."""
     if not isinstance(description, str):
         return "a team's description is text"
     if len(description) > TEAM_DESCRIPTION_MAX:
         return f"a team's description has at most {TEAM_DESCRIPTION_MAX} characters ({len(description)} given)"
-    for i, c in enumerate(description):
-        if c not in "\n\t" and unicodedata.category(c) == "Cc" and not (c == "\r" and description[i + 1:i + 2] == "\n"):
-            return (f"a team's description has no control characters other than newline and tab (a carriage return "
-                    f"only before a newline): {c!r} at character {i + 1}")
+    # the one free-text rule (inputs.text_control_error): Cc, and the line / paragraph separators U+2028 / U+2029
+    where = text_control_error(description)
+    if where:
+        return (f"a team's description has no control characters other than newline and tab (a carriage return "
+                f"only before a newline): {where}")
     return None
+
+
+# The one rule of what makes two team names one team (models.tenancy.canonical_key), in the words every refusal uses
+TEAM_NAME_RULE = ("team names and slugs that differ only in letter case or in the separators '.', '_' and '-' "
+                  "name the same team (foo-bar, foo_bar, Foo.Bar and foobar are one)")
 
 
 def team_name_taken(name, holder=None, holder_slug=None) -> str:
     """The one wording of a team name that clashes with another team (create_team, update_team: the API and the
-    admin alike, however two requests meet), naming that team (`holder`, `holder_slug`; default: `name`)."""
+    admin alike, however two requests meet), naming that team (`holder`, `holder_slug`; default: `name`) and the
+    rule (TEAM_NAME_RULE)."""
     holder = name if holder is None else holder
     slug = f" (slug {holder_slug!r})" if holder_slug else ""
-    return (f"a team named {holder!r}{slug} already exists: team names and slugs are unique ignoring letter case "
-            f"and punctuation")
+    return f"a team named {holder!r}{slug} already exists: {TEAM_NAME_RULE}"
 
 
 def team_keys(*values) -> set[str]:
-    """The canonical keys a team's name or slug occupies: its casefold and its slugify() (models.tenancy.
-    canonical_keys: names differing only in letter case or punctuation, and a name against a slug, clash; empty keys
-    left out). Two teams clash when their keys meet (_team_clash, on the keys stored on each team's row); the name
-    locks are taken on these keys (_lock_team_names), so any two writes that could clash wait for each other (trial
-    18f: renames to `Zeta`, `zeta` and `ze.ta` at once all succeeded)."""
-    keys = set()
-    for value in values:
-        if isinstance(value, str) and value:
-            keys.update(k for k in canonical_keys(value) if k)
-    return keys
+    """The canonical keys a team's name or slug occupies (models.tenancy.canonical_key: NFKC, case-folded, without
+    '.', '_', '-' and white space; empty keys left out). Two teams clash when their keys meet (_team_clash, on the
+    keys stored on each team's row), a name against a slug too; the name locks are taken on these keys
+    (_lock_team_names), so any two writes that could clash wait for each other (trial 18f: renames to `Zeta`, `zeta`
+    and `ze.ta` at once all succeeded)."""
+    return {key for key in map(canonical_key, values) if key}
+
+
+def team_named(value) -> Team | None:
+    """The team a name (or slug) means by the rule (TEAM_NAME_RULE): the team whose name or slug has its canonical
+    key, or None; of teams stored before the rule that share a key, the first by id. For the callers that take a
+    team by name and create it when there is none (the cluster loader's queues' `team`, the demo): `Demo` or
+    `de-mo` next to a team `demo` is that team, not a refused creation."""
+    key = canonical_key(value)
+    if not key:
+        return None
+    return Team.objects.filter(Q(name_key=key) | Q(slug_key=key)).order_by("pk").first()
+
+
+def team_clashes(team: Team | None = None) -> list[str]:
+    """One warning per team whose name is, by the rule (TEAM_NAME_RULE), another team's name or slug: rows stored
+    before the rule (migration 0030 keeps them), naming both and what to do (rename it: a rename that keeps the
+    clash is refused); only the warnings that name `team` when given. Two slugs that are one by the rule are not
+    warned about: a slug does not change (URLs, jobs, metrics and federated jobs name the team by it), and each still
+    names its own team (queries.find_team: the exact slug first). Shown by the teams admin (its list and each such
+    team's page)."""
+    rows = list(Team.objects.order_by("pk").values_list("pk", "name", "slug", *TEAM_KEY_FIELDS))
+    holders: dict[str, list] = {}
+    for pk, name, slug, name_key, slug_key in rows:
+        for key in {name_key, slug_key} - {""}:
+            holders.setdefault(key, []).append((pk, name, slug))
+    out = []
+    for pk, name, slug, name_key, _ in rows:
+        others = [other for other in holders.get(name_key, ()) if other[0] != pk]
+        if not others or (team is not None and team.pk not in {pk, *(o[0] for o in others)}):
+            continue
+        named = ", ".join(f"team {o[1]!r} (slug {o[2]!r})" for o in others)
+        out.append(f"team {name!r} (slug {slug!r}) has a name that is one team with {named} by the rule "
+                   f"({TEAM_NAME_RULE}), stored before the rule: rename it to a name of its own (a rename that keeps "
+                   f"the clash is refused; slugs stay as they are)")
+    return out
 
 
 def _lock_team_names(names, slug=None) -> None:
@@ -96,9 +135,9 @@ def _team_clash(keys: set[str], other_than=None):
 def _team_name_errors(name, *, slug: str | None = None, other_than=None) -> dict:
     """{"name" | "slug": rule broken} for `name` as a team's name, held with `slug` (None: the slug made from the
     name; a team's own row `other_than` excluded: a rename): the name rule (names.py); a name that clashes with
-    another team (team_name_taken): equal to its name or its slug ignoring letter case, or making (slugify) the
-    same slug as its name or its slug; a name that makes no slug, no slug sent; a slug sent that clashes so with
-    another team ("slug"). Called under _lock_team_names."""
+    another team (team_name_taken): its canonical key (team_keys: letter case, '.', '_' and '-' ignored) is the key
+    of that team's name or slug; a name that makes no slug, no slug sent; a slug sent that clashes so with another
+    team ("slug"). Called under _lock_team_names."""
     errors = {}
     if name_error("team", name):
         errors["name"] = name_error("team", name)
@@ -108,7 +147,7 @@ def _team_name_errors(name, *, slug: str | None = None, other_than=None) -> dict
     if given:
         holder = _team_clash(team_keys(slug), other_than)
         if holder is not None:
-            errors["slug"] = f"slug {slug!r} is taken by team {holder[0]!r}"
+            errors["slug"] = f"slug {slug!r} is taken by team {holder[0]!r}: {TEAM_NAME_RULE}"
     elif "name" not in errors and not slugify(name if isinstance(name, str) else ""):
         errors["name"] = "a team name needs a letter or digit to make its slug from (or send a slug)"
     return errors

@@ -214,12 +214,14 @@ def ensure_demo_team(password: str, gpus: int, warn=None):
     set: `warn(message)` (default: stderr) says so, and the demo starts anyway."""
     from gpuplatform import services
     from gpuplatform.errors import ValidationError
-    from gpuplatform.models import Queue, Quota, Team
+    from gpuplatform.models import Queue, Quota
+    from gpuplatform.services.tenancy import team_named
 
     def _warn(message: str):
         (warn or (lambda m: sys.stderr.write(m + "\n")))(f"warning: {message}")
 
-    team = Team.objects.filter(name="demo").first() or services.create_team("demo")
+    # the team "demo" by the team name rule (a team `Demo` or `de-mo` made in the admin is it): not a refused creation
+    team = team_named("demo") or services.create_team("demo")
     queue = Queue.objects.filter(name="demo").first()
     if queue is None:
         try:
