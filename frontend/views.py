@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET, require_safe
 from gpuplatform import access, clock, queries
 from gpuplatform.event_visibility import redacted
 from gpuplatform.gpu_request import from_milli, gpu_request, job_gpus
+from gpuplatform.inputs import whole_number
 from gpuplatform.federation.manager import is_manager, visible_federated_jobs
 from gpuplatform.models import IdleAllocation, Job
 from gpuplatform.telemetry import task_summary
@@ -192,7 +193,7 @@ def job_list(request):
     # and not job #321), on the first page; the rest keep the chosen order.
     page_rows = list(page.rows)
     text = filters["q"].lstrip("#")
-    if text.isdigit() and len(text) < 18 and not request.GET.get("cursor"):
+    if whole_number(text) is not None and len(text) < 18 and not request.GET.get("cursor"):
         exact = next((j for j in page_rows if j.pk == int(text)), None) or qs.filter(pk=int(text)).first()
         if exact is not None:
             page_rows = [exact] + [j for j in page_rows if j.pk != exact.pk]
@@ -424,7 +425,7 @@ def node_list(request):
         errors.append(f"health: unknown filter {health[:40]!r}; one of {', '.join(NODE_HEALTH_FILTERS)}")
         health = ""
     number = request.GET.get("page") or "1"
-    if not (number.isdigit() and len(number) < 10 and int(number) >= 1):
+    if not (len(number) < 10 and (whole_number(number) or 0) >= 1):  # ASCII digits: '\u00b2'.isdigit() was a 500
         errors.append("page: a page number is a whole number from 1")
     qs = (Node.objects.select_related("domain").order_by("name")
           .annotate(unhealthy_gpus=Count("gpus", filter=Q(gpus__health="unhealthy"))))

@@ -24,7 +24,7 @@ from gpuplatform import dashboard_queries as dq
 from gpuplatform import access, queries
 from gpuplatform.api.filters import refuse_unknown_params
 from gpuplatform.borrowing import borrowed
-from gpuplatform.inputs import text_bad_request
+from gpuplatform.inputs import text_bad_request, whole_number
 from gpuplatform.models import Queue, Team
 
 from . import dashboard_figures as dfig
@@ -223,10 +223,11 @@ def _topology_params(request) -> dict:
     """The topology page's parameters. Raises BadParam for a `job` that is not a job id (a positive whole
     number)."""
     job = request.GET.get("job") or None
-    if job is not None:
-        if not job.isdigit() or int(job) < 1 or len(job) > 18:
+    if job is not None:  # ASCII digits (the one number parser; '\u00b2'.isdigit() was a 500 at int())
+        number = whole_number(job) if len(job) <= 18 else None
+        if number is None or number < 1:
             raise BadParam("job", f"must be a job id (a positive whole number), got {job[:40]!r}")
-        job = int(job)
+        job = number
     zoom = request.GET.get("zoom") or None
     # Domain names are public too (the page lists them all): a zoom naming none is a 400 naming it, not a page
     # whose map then fails to load (new-user trial 10, F11)

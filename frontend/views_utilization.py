@@ -5,6 +5,7 @@ gpuplatform.utilization (the same function GET /api/v1/utilization/ answers from
 from __future__ import annotations
 
 from datetime import timedelta, timezone
+from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
@@ -142,7 +143,10 @@ def utilization_page(request):
     if errors:  # as the topology page answers a bad parameter
         return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
                                       content_type="text/plain; charset=utf-8")
-    return render(request, "frontend/utilization.html", _payload(request))
+    # data.json (the poller, the JSON and CSV links) gets the page's query without its empty fields: the filter form
+    # sends "all" as `team=`, and a JSON endpoint refuses a parameter sent empty (inputs.EMPTY_MESSAGE, trial 20)
+    data_query = urlencode([(k, v) for k, values in request.GET.lists() for v in values if v.strip()])
+    return render(request, "frontend/utilization.html", {**_payload(request), "data_query": data_query})
 
 
 def effective_utilization_today() -> float | None:

@@ -173,12 +173,19 @@ class TeamForm(NameRuleForm):
         fields = "__all__"
         widgets = {"description": forms.Textarea(attrs={"maxlength": TEAM_DESCRIPTION_MAX})}
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "description" in self.fields:  # checked as sent, then trimmed (clean_description), as the API does
+            self.fields["description"].strip = False
+
     def clean_description(self):
+        """The description as typed is checked (a '\\v' or U+2028 at either end is refused, never trimmed away:
+        trial 20, F7), then its white space trimmed (api.serializers.tenancy.DescriptionField's rule)."""
         description = self.cleaned_data.get("description")
         message = team_description_error(description)
         if message:
             raise forms.ValidationError(message)
-        return description
+        return description.strip()
 
     def validate_unique(self):
         """A name (or slug) taken is the service's rule, checked under the name's lock (services.create_team /

@@ -8,6 +8,11 @@
 - a query parameter whose name or value holds a NUL -> 400 `{"<param>": ["NUL characters are not accepted"]}`
   (an HTML page's: the same 400 in text, "<param>: NUL characters are not accepted", as a page names any bad
   parameter);
+- on the REST API (`/api/...`) and the pages' JSON endpoints (`*.json`), a query parameter sent empty or only
+  whitespace (`?limit=`, `?state=`, `?task=%20`) -> 400 `{"<param>": [EMPTY_MESSAGE]}`, each such parameter
+  named: one rule for every parameter of every endpoint (docs/api.md, "Query parameters"), so a script whose
+  variable is unset never gets the default (every job, the first task's log) as though it had asked for it. The
+  HTML pages are left out on purpose: their GET forms send every field, the empty ones meaning "no filter";
 - a form body (url-encoded or multipart: the admin, the browser forms, `curl -d` / `-F`) with a NUL in a name or value -> 400 naming
   the field, unless the view is marked `@renders_form_errors`: a page whose form refuses a NUL itself
   (Django's form fields do) re-renders the form with the error next to the field, never a JSON 400.
@@ -24,12 +29,24 @@ can still name the field instead of answering 500.
 `DatabaseUnavailableMiddleware` answers a lost database (OperationalError / InterfaceError: PostgreSQL
 stopped, restarting, refusing connections) with 503 JSON and `Retry-After`, never Django's HTML 500.
 
+Numbers in query parameters (a page `limit`, an `offset`, a tier, a cycle, an id, a log `attempt`, a `step`) are
+read by one parser, `whole_number`: ASCII digits only, with one leading '-' where the parameter takes negatives.
+Python's int() also takes ' 1', '1_0', '+1' and other scripts' digits ('\u0661', Arabic-Indic one), and
+Django's and DRF's integer fields take '1.0': each of those is a 400 naming the parameter and its rule.
+
+Free text (a team's description) holds no control character other than newline and tab (a carriage return only
+before a newline, as a browser's textarea sends it), and no line or paragraph separator (U+2028 / U+2029,
+which terminals and editors break lines at): `text_control_error`, checked on the text as sent, before any
+trimming, so '\v', '\f' or U+0085 is refused wherever it is, never trimmed away at the ends and refused inside.
+
 Errors: `InputError(field, message)` is what `check_value` raises; the API turns it into a 400.
 """
 from __future__ import annotations
 
 import logging
 import math
+import re
+import unicodedata
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
@@ -45,6 +62,58 @@ DEFAULT_BODY_MAX_BYTES = 1 << 20  # 1 MiB: the largest legitimate body (a log ch
 
 
 FINITE_MESSAGE = "must be a finite number"
+EMPTY_MESSAGE = "must not be empty (or only spaces): give a value, or leave the parameter out for its default"
+
+_WHOLE = re.compile(r"[0-9]+")  # ASCII digits (re's \d is any script's digit)
+_WHOLE_MAX_CHARS = 4300  # more digits than int() converts: out of any parameter's range anyway
+
+
+def whole_number(raw, *, negative: bool = False) -> int | None:
+    """`raw` (a query parameter's text) as an int when it is ASCII digits, with one leading '-' if `negative`;
+    else None (a word, '', ' 1', '1.0', '1_0', '+1', '1e3', another script's digits). The range is the caller's
+    rule: parse_whole."""
+    if not isinstance(raw, str) or len(raw) > _WHOLE_MAX_CHARS:
+        return None
+    digits = raw[1:] if negative and raw.startswith("-") else raw
+    return int(raw) if _WHOLE.fullmatch(digits) else None
+
+
+def parse_whole(field: str, raw, min_value: int, max_value: int, message: str | None = None) -> int:
+    """`raw` read by whole_number (negatives when min_value < 0) within min_value..max_value, else InputError
+    naming `field` with `message` (default: "must be a whole number from <min> to <max>")."""
+    value = whole_number(raw, negative=min_value < 0)
+    if value is None or not min_value <= value <= max_value:
+        raise InputError(field, message or f"must be a whole number from {min_value} to {max_value}")
+    return value
+
+
+def blank_params(query) -> dict[str, list[str]]:
+    """{name: [EMPTY_MESSAGE]} for each parameter of `query` (a QueryDict) with a value that is empty or only
+    whitespace (str.strip()'s: a space, '\v', U+0085, U+3000 ...)."""
+    return {name: [EMPTY_MESSAGE] for name in sorted(query) if any(not v.strip() for v in query.getlist(name))}
+
+
+def takes_no_blank_params(path: str) -> bool:
+    """The paths under the empty-parameter rule: the REST API and the pages' JSON endpoints (not the HTML pages,
+    whose forms send empty fields, nor the admin's, whose search box does)."""
+    return path.startswith("/api/") or (path.endswith(".json") and not path.startswith(("/admin/", "/static/")))
+
+
+# A character free text may not hold (text_control_error): Cc (C0, DEL, C1 including U+0085) and the line and
+# paragraph separators; newline and tab are allowed, a carriage return only before a newline.
+_SEPARATORS = ("Zl", "Zp")
+
+
+def text_control_error(text: str) -> str | None:
+    """"<char> at character <n>" for the first character of `text` that free text may not hold (the module
+    docstring), else None. The caller words the rule: "a team's description has no control characters ...: "."""
+    for i, c in enumerate(text):
+        if c in "\n\t":
+            continue
+        category = unicodedata.category(c)
+        if (category == "Cc" and not (c == "\r" and text[i + 1:i + 2] == "\n")) or category in _SEPARATORS:
+            return f"{c!r} at character {i + 1}"
+    return None
 
 
 class InputError(ValueError):
@@ -146,7 +215,8 @@ class InputGuardMiddleware:
             return _refuse("path", NUL_MESSAGE)
         error = _pair_error(request.GET, "query")
         if error is None:
-            return None
+            blank = blank_params(request.GET) if takes_no_blank_params(request.path) else None
+            return JsonResponse(blank, status=400) if blank else None
         # an HTML page names a bad parameter in text, as for any other (new-user trial 15, F7), the API in JSON
         return text_bad_request({error[0]: [error[1]]}) if _is_page(request.path) else _refuse(*error)
 

@@ -20,6 +20,7 @@ from django.db.models.functions import Cast, Coalesce
 
 from .access import visible_jobs
 from .gpu_request import as_gpus, from_milli, role_per_task, shared_gpu_memory
+from .inputs import whole_number
 from .models import (
     Allocation, ClusterSample, Domain, Event, Job, JobRole, Node, Queue, QueueSample, Quota, SchedulerCycle, Task, Team,
 )
@@ -78,8 +79,9 @@ def job_list(user, *, team: str | None = None, state: str | Sequence[str] | None
     if search and search.strip():
         text = search.strip()
         match = Q(name__icontains=text) | Q(external_id__icontains=text)
-        if text.lstrip("#").isdigit() and len(text) < 18:
-            match |= Q(pk=int(text.lstrip("#")))
+        number = whole_number(text.lstrip("#"))  # ASCII digits: '\u00b2'.isdigit() is True and int() a 500
+        if number is not None and len(text) < 18:
+            match |= Q(pk=number)
         qs = qs.filter(match)
     return (
         qs.select_related("team", "queue", "submitter")

@@ -11,6 +11,7 @@ def test_a_log_selector_sent_empty_is_a_400_not_the_default(client_for, param):
     was unset read another task's output. A selector sent empty is a 400 naming it; left out, the default holds."""
     from django.utils import timezone
 
+    from gpuplatform.inputs import EMPTY_MESSAGE
     from gpuplatform.models import Task, TaskLog
     from tests.api.helpers_api import job_body
 
@@ -21,9 +22,10 @@ def test_a_log_selector_sent_empty_is_a_400_not_the_default(client_for, param):
     url = f"/api/v1/jobs/{job['id']}/logs/"
     r = member.get(f"{url}?{param}=")
     assert r.status_code == 400, (r.status_code, r.content)
-    assert r.json() == {param: [f"{param} is empty: give a value or leave the parameter out"]}, r.json()
+    assert r.json() == {param: [EMPTY_MESSAGE]}, r.json()
     assert member.get(url).json()["data"] == "hello\n"  # left out: the first task, the current attempt
-    assert member.get(f"{url}?offset=&limit=").json()["data"] == "hello\n"  # paging sent empty: its default
+    # trial 20, F2: offset and limit sent empty are that 400 too (they were their defaults)
+    assert member.get(f"{url}?offset=&limit=").json() == {"limit": [EMPTY_MESSAGE], "offset": [EMPTY_MESSAGE]}
 
 
 def test_admin_pages_name_the_site_icon(users):

@@ -70,7 +70,8 @@ def test_what_the_pages_send_is_accepted(client, world):
     client.force_login(world["admin"])
     since = "2026-12-01T00:00:00%2B00:00"
     job = world["jobs"]["red-running"].pk
-    for url in ["/utilization/data.json?window=6h&flavor=&queue=&team=", f"/utilization/data.json?&since={since}",
+    # (the utilization page passes its query to data.json without its empty fields: trial 20, F3)
+    for url in ["/utilization/data.json?window=6h", f"/utilization/data.json?&since={since}",
                 f"/utilization/data.json?window=7d&since={since}",
                 "/utilization/?window=6h&flavor=&queue=&team=",
                 f"/cluster/metrics.json?since={since}", "/cluster/metrics.json",

@@ -9,6 +9,7 @@ from django_filters.widgets import BooleanWidget
 from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
 
+from ..inputs import blank_params, whole_number
 from ..job_rules import MAX_TIER
 from ..models import (
     ClusterSample, DiagnosisRule, Domain, Event, HealthRule, Job, Membership, Node, Queue, Quota, SchedulerCycle, Team,
@@ -45,10 +46,11 @@ def beyond_year_9999(raw) -> bool:
 
 
 def time_param(request, name: str) -> datetime | None:
-    """The query parameter `name` as an ISO 8601 time in UTC (None when absent or empty); a ValidationError naming
-    it when it is not one or is outside TIME_RANGE. A time without an offset is UTC."""
+    """The query parameter `name` as an ISO 8601 time in UTC (None when absent); a ValidationError naming it when it
+    is not one (an empty value included: inputs.EMPTY_MESSAGE, refused before any view) or is outside TIME_RANGE. A
+    time without an offset is UTC."""
     raw = request.query_params.get(name)
-    if raw in (None, ""):
+    if raw is None:
         return None
     try:
         t = datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+"))
@@ -86,19 +88,19 @@ class UtcDateTimeFilter(df.IsoDateTimeFilter):
 
 
 class StrictBooleanWidget(BooleanWidget):
-    """true / false / 1 / 0 (any case) as BooleanWidget; any other non-empty value is passed on for the field to
-    refuse (BooleanWidget turns it into None: `?never_fits=maybe` silently filtered nothing)."""
+    """true / false / 1 / 0 (any case) as BooleanWidget; any other value given is passed on for the field to
+    refuse (BooleanWidget turns it into None: `?never_fits=maybe` silently filtered nothing). Left out: None."""
 
     def value_from_datadict(self, data, files, name):
         value = data.get(name)
-        if isinstance(value, str) and value and value.lower() not in ("true", "false", "1", "0"):
+        if isinstance(value, str) and value.lower() not in ("true", "false", "1", "0"):
             return value
         return super().value_from_datadict(data, files, name)
 
 
 class StrictBooleanField(forms.NullBooleanField):
     def to_python(self, value):
-        if isinstance(value, str) and value:
+        if isinstance(value, str):
             raise forms.ValidationError("must be true or false (or 1 / 0)")
         return super().to_python(value)
 
@@ -169,13 +171,28 @@ def unknown_name(model, lookup: str, value: str, what: str, hint: str = "") -> s
     return f"unknown {what} {value[:60]!r}{hint}"
 
 
+class StrictIntegerField(forms.IntegerField):
+    """forms.IntegerField read by the one parser of numbers in query parameters (inputs.whole_number): ASCII digits
+    and a leading '-' (a number below min_value is then its `min_value` message). Django's field also took '1.0',
+    ' 1', '1_0' and other scripts' digits (trial 20, F4): each is its `invalid` message."""
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        number = whole_number(value, negative=True) if isinstance(value, str) else None
+        if number is None:
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return number
+
+
 class WholeNumberFilter(df.Filter):
     """A whole number from `min_value` to `max_value` (a tier, a cycle number): a word, a fraction or a number
     outside is a 400 naming the parameter and the range. django-filter's NumberFilter reads a decimal, which the
     integer column's lookup truncates: `?tier=1.5` listed the tier-1 domains, and `?cycle=-1` read as a cycle
-    that cannot be rather than a mistake (review 19c)."""
+    that cannot be rather than a mistake (review 19c). ASCII digits only (StrictIntegerField): `?tier=1.0` too is
+    that 400."""
 
-    field_class = forms.IntegerField
+    field_class = StrictIntegerField
 
     def __init__(self, *args, what: str, min_value: int, max_value: int, **kwargs):
         rule = f"a {what} is a whole number from {min_value} to {max_value}"
@@ -243,12 +260,10 @@ class NodeFilterSet(df.FilterSet):
 
 
 class _ChoicesListedField(forms.MultipleChoiceField):
-    """A multiple-choice query parameter: an empty value (`?state=`) is ignored like other empty parameters, an
-    unknown one is a 400 listing the choices (new-user trial 12, F7: "Select a valid choice. bogus is not one of the
-    available choices.", and for `?state=` "Select a valid choice.  is not ...")."""
-
-    def to_python(self, value):
-        return [v for v in super().to_python(value) if v != ""]
+    """A multiple-choice query parameter: an unknown value is a 400 listing the choices (new-user trial 12, F7:
+    "Select a valid choice. bogus is not one of the available choices."). An empty one (`?state=`,
+    `?state=pending&state=`) is refused before any view as every empty parameter is (inputs.EMPTY_MESSAGE; it
+    was dropped, so `?state=` listed every job)."""
 
     def validate(self, value):
         for item in value:
@@ -300,9 +315,10 @@ class JobFilterSet(df.FilterSet):
 class IdFilter(df.Filter):
     """An object's id: a whole number from 1 (a BigAutoField's range). A word is "an id is a whole number",
     not django-filter's "Select a valid choice. That choice is not one of the available choices." (new-user
-    trial 8, F14); an id with no visible object matches nothing, as an unknown name does."""
+    trial 8, F14); an id with no visible object matches nothing, as an unknown name does. ASCII digits only
+    (StrictIntegerField)."""
 
-    field_class = forms.IntegerField
+    field_class = StrictIntegerField
 
     def __init__(self, *args, what: str = "object", **kwargs):
         kwargs.setdefault("min_value", 1)
@@ -395,30 +411,11 @@ class KnownQueryParams:
             return queryset
         multi = self.multi_valued(queryset, view)
         _refuse(request.query_params, known, multi, "list")
-        names = self.filter_names(queryset, view)
-        blank = blank_filters(request.query_params, names, queryset.model._meta.verbose_name_plural,
-                              either=multi | self.boolean_names(queryset, view))
+        # (InputGuardMiddleware refuses them first on every request; this keeps the rule for a view called without it)
+        blank = blank_params(request.query_params)
         if blank:
             raise ValidationError(blank)
         return queryset
-
-    @staticmethod
-    def filter_names(queryset, view, kind=df.Filter) -> set[str]:
-        """The names of the view's filterset's filters of class `kind` (not the paginator's, the ordering's or
-        `format`)."""
-        from django_filters.rest_framework import DjangoFilterBackend
-
-        names = set()
-        for backend in view.filter_backends:
-            if isinstance(backend, type) and issubclass(backend, DjangoFilterBackend):
-                filterset = backend().get_filterset_class(view, queryset)
-                if filterset is not None:
-                    names |= {n for n, f in filterset.base_filters.items() if isinstance(f, kind)}
-        return names
-
-    @classmethod
-    def boolean_names(cls, queryset, view) -> set[str]:
-        return cls.filter_names(queryset, view, df.BooleanFilter)
 
     @staticmethod
     def multi_valued(queryset, view) -> set[str]:
@@ -464,14 +461,10 @@ class KnownQueryParams:
 
 
 class StrictOrderingFilter(OrderingFilter):
-    """DRF's OrderingFilter (the last of DEFAULT_FILTER_BACKENDS) that refuses, on a list, an `ordering` naming a
-    field the list does not order by: DRF drops such a field without a word, so `?ordering=nope` (or
-    `?ordering=-nmae`) gave the default order as though it had been followed. Each part of the comma list, with or
-    without one leading '-', must be one of the view's `ordering_fields` (without them, DRF's default: the
-    serializer's readable model fields); a part that is not is a 400 `{"ordering": ["cannot order by 'nope';
-    choose from created_at, name ('-' for descending)"]}`. A blank part (`?ordering=%20`, `?ordering=name,`) names
-    no field and is refused the same way; `?ordering=` exactly empty is the list's default order, as `?limit=`,
-    `?offset=` and `?cursor=` exactly empty are their defaults (docs/api.md). Only `list` actions are checked, as
+    """DRF's OrderingFilter (the last of DEFAULT_FILTER_BACKENDS) that refuses, on a list, an `ordering` it would not
+    follow as written (ordering_specs): DRF drops a field the list does not order by without a word, so
+    `?ordering=nope` (or `?ordering=-nmae`) gave the default order as though it had been followed, and keeps the
+    first of a field named twice (`?ordering=id,-id`: ascending). Only `list` actions are checked, as
     KnownQueryParams does: a detail read filters its queryset too but has no order."""
 
     def filter_queryset(self, request, queryset, view):
@@ -481,13 +474,29 @@ class StrictOrderingFilter(OrderingFilter):
 
     def refuse_unknown(self, request, queryset, view) -> None:
         raw = request.query_params.get(self.ordering_param)
-        if raw is None or raw == "":
-            return
-        allowed = [name for name, _ in self.get_valid_fields(queryset, view, {"request": request})]
-        bad = [part for part in (p.strip() for p in raw.split(",")) if (part[1:] if part.startswith("-") else part)
-               not in allowed]
-        if bad:
-            raise ValidationError({self.ordering_param: [ordering_error(bad, allowed)]})
+        if raw is not None:
+            allowed = [name for name, _ in self.get_valid_fields(queryset, view, {"request": request})]
+            ordering_specs(raw, allowed, self.ordering_param)
+
+
+def ordering_specs(raw: str, allowed, param: str = "ordering") -> list[str]:
+    """The one reading of an `ordering` (the offset lists' StrictOrderingFilter, the keyset lists' pagination): a
+    comma list of parts, each one of `allowed` with or without one leading '-', each field once. Raises a
+    ValidationError naming `param`: for the parts that are not such a field (`?ordering=nope`; a blank part,
+    `?ordering=name,`, names none: "cannot order by ... choose from ..."), and for a field given twice in either
+    direction (`?ordering=id,-id`: "'id' is given more than once ...": which would win is not the client's to
+    guess). Returns the parts, stripped."""
+    specs = [p.strip() for p in raw.split(",")]
+    fields = [s[1:] if s.startswith("-") else s for s in specs]
+    bad = [s for s, f in zip(specs, fields) if f not in allowed]
+    if bad:
+        raise ValidationError({param: [ordering_error(bad, allowed)]})
+    twice = list(dict.fromkeys(f for i, f in enumerate(fields) if f in fields[:i]))
+    if twice:
+        shown = ", ".join(repr(f) for f in twice)
+        raise ValidationError({param: [f"{shown} {'is' if len(twice) == 1 else 'are'} given more than once; order "
+                                       f"by each field once, ascending or with '-' descending"]})
+    return specs
 
 
 def ordering_error(bad, allowed) -> str:
@@ -498,20 +507,6 @@ def ordering_error(bad, allowed) -> str:
 
 
 REPEATED = "given more than once: send it once"
-
-
-def blank_filters(query, names, plural: str = "objects", either=()) -> dict[str, list[str]]:
-    """{name: [message]} for each list filter of `names` given in `query` with an empty or whitespace-only value:
-    django-filter skips such a value, so `?external_id=` (a script's empty variable) listed, and could lead a
-    script to cancel, every job (new-user trial 17b, F12). The filters in `either` (multiple-choice and boolean:
-    the jobs' `state` and `never_fits`) keep their documented empty value, "any" (`?state=pending&state=`,
-    `?never_fits=`); a whitespace-only one of theirs is refused too. A page's form sends empty fields; the pages
-    read their own parameters and do not come here."""
-    def blank(name, value):
-        return not value.strip() and (value != "" or name not in either)
-
-    return {name: [f"an empty value filters nothing; leave the parameter out to list all {plural}"]
-            for name in sorted(names) if any(blank(name, v) for v in query.getlist(name))}
 
 
 def repeated_params(query, multi=()) -> dict[str, list[str]]:

@@ -10,7 +10,8 @@ cursor appear on no later page).
 Query parameters: `limit` (1-500, default PAGE_SIZE), `ordering` (one of the view's `ordering_fields`,
 `-` for descending; default the view's `keyset_ordering`), `cursor` (from a `next` / `previous` link).
 Response: {"count": rows matching the filters, "next": URL | null, "previous": URL | null, "results": [...]}.
-A malformed or foreign cursor is a 400 naming `cursor`.
+A malformed or foreign cursor is a 400 naming `cursor`. Every one of them sent empty is a 400 naming it
+(inputs.EMPTY_MESSAGE: refused before any view), never its default; a number is ASCII digits (inputs.parse_whole).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
+from ..inputs import InputError, parse_whole
 from ..keyset import keyset_filter
 
 MAX_LIMIT = 500
@@ -42,28 +44,15 @@ class KeysetPagination(BasePagination):
     ordering_query_param = "ordering"
 
     def _limit(self, request) -> int:
-        raw = request.query_params.get(self.limit_query_param)
-        if raw in (None, ""):
-            return api_settings.PAGE_SIZE or 50
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ValidationError({self.limit_query_param: [f"a whole number from 1 to {MAX_LIMIT}"]}) from None
-        if not 1 <= value <= MAX_LIMIT:
-            raise ValidationError({self.limit_query_param: [f"a whole number from 1 to {MAX_LIMIT}"]})
-        return value
+        return query_number(request, self.limit_query_param, 1, MAX_LIMIT, api_settings.PAGE_SIZE or 50)
 
     def _ordering(self, request, view) -> list[str]:
-        default = list(getattr(view, "keyset_ordering", ["-id"]))
-        raw = request.query_params.get(self.ordering_query_param, "").strip()
-        if not raw:
-            return default
-        allowed = set(getattr(view, "ordering_fields", ()))
-        specs = [s.strip() for s in raw.split(",") if s.strip()]
-        bad = [s for s in specs if s.lstrip("-") not in allowed]
-        if bad:
-            raise ValidationError({self.ordering_query_param: [
-                f"cannot order by {', '.join(bad)}; choose from {', '.join(sorted(allowed))} ('-' for descending)"]})
+        from .filters import ordering_specs
+
+        raw = request.query_params.get(self.ordering_query_param)
+        if raw is None:
+            return list(getattr(view, "keyset_ordering", ["-id"]))
+        specs = ordering_specs(raw, set(getattr(view, "ordering_fields", ())), self.ordering_query_param)
         if not any(s.lstrip("-") in ("id", "pk") for s in specs):
             specs.append("-id" if specs[-1].startswith("-") else "id")
         return specs
@@ -102,7 +91,7 @@ class KeysetPagination(BasePagination):
         token = request.query_params.get(self.cursor_query_param)
         direction = "n"
         qs = queryset
-        if token:
+        if token is not None:
             values, direction = self._decode(token, self.ordering, queryset.model)
         # a previous page is read backwards from the cursor, then put back in the list's order
         order = self.ordering if direction == "n" else [s[1:] if s.startswith("-") else f"-{s}" for s in self.ordering]
@@ -165,13 +154,16 @@ class StrictLimitOffsetPagination(LimitOffsetPagination):
         return KeysetPagination._limit(self, request)
 
     def get_offset(self, request):
-        raw = request.query_params.get(self.offset_query_param)
-        if raw in (None, ""):
-            return 0
-        try:
-            value = int(raw)
-        except ValueError:
-            value = -1
-        if not 0 <= value <= MAX_OFFSET:
-            raise ValidationError({self.offset_query_param: [f"a whole number from 0 to {MAX_OFFSET}"]})
-        return value
+        return query_number(request, self.offset_query_param, 0, MAX_OFFSET, 0)
+
+
+def query_number(request, name: str, min_value: int, max_value: int, default: int) -> int:
+    """The query parameter `name` read by the one number parser (inputs.parse_whole: ASCII digits, min_value to
+    max_value), `default` when it is left out; a 400 naming it ("a whole number from 1 to 500") otherwise."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        return parse_whole(name, raw, min_value, max_value, f"a whole number from {min_value} to {max_value}")
+    except InputError as exc:
+        raise ValidationError({name: [exc.message]}) from None

@@ -8,6 +8,20 @@ from rest_framework import serializers
 INT32_MAX = 2**31 - 1
 
 
+class QueryIntegerField(serializers.IntegerField):
+    """An integer read from a query parameter by the one number parser (inputs.whole_number): ASCII digits and a
+    leading '-' (below min_value: its min_value message), never DRF's '1.0', ' 1', '1_0' or another script's
+    digits (trial 20, F4): those are its `invalid` message. For query serializers only: a JSON body's 2.0 stays 2."""
+
+    def to_internal_value(self, data):
+        from ...inputs import whole_number
+
+        number = whole_number(data, negative=True) if isinstance(data, str) else None
+        if number is None:
+            self.fail("invalid")
+        return super().to_internal_value(number)
+
+
 def count_field(**kwargs) -> serializers.IntegerField:
     """A whole number of GPUs / tasks / millicores / MiB / seconds; range rules are the services'."""
     kwargs.setdefault("min_value", -INT32_MAX)

@@ -8,7 +8,7 @@ from ...gpu_request import gpu_request, job_gpus, shared_gpu_memory
 from ...job_rules import GPUS_PER_TASK_RULE, MAX_GPUS_PER_TASK, MAX_ROLES
 from ...models import Job, JobRole, Task, Team
 from .base import ModelSerializer, Serializer
-from .fields import INT32_MAX, FiniteFloatField, count_field, named_field, text_input
+from .fields import INT32_MAX, FiniteFloatField, QueryIntegerField, count_field, named_field, text_input
 
 
 @extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1, "maximum": 32767},
@@ -297,9 +297,10 @@ class LogQuerySerializer(Serializer):
     task = serializers.CharField(max_length=80, required=False, default="",
                                  help_text="task id, role-index (e.g. worker-0, the tasks' `name`) or role[index] "
                                            "(worker[0], as failed_task names it); default: the job's first task")
-    attempt = count_field(min_value=0, required=False, allow_null=True, default=None)
-    offset = serializers.IntegerField(min_value=0, max_value=2**62, required=False, default=0)
-    limit = serializers.IntegerField(min_value=1, max_value=65536, required=False, default=65536)
+    # numbers in ASCII digits (QueryIntegerField); a parameter sent empty is refused before the view (docs/api.md)
+    attempt = QueryIntegerField(min_value=0, max_value=INT32_MAX, required=False, allow_null=True, default=None)
+    offset = QueryIntegerField(min_value=0, max_value=2**62, required=False, default=0)
+    limit = QueryIntegerField(min_value=1, max_value=65536, required=False, default=65536)
 
 
 class JobUpdateSerializer(Serializer):

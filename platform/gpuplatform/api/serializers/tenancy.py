@@ -2,15 +2,36 @@ from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
 from ...models import Membership, Team
-from ...services.tenancy import TEAM_DESCRIPTION_MAX
+from ...services.tenancy import TEAM_DESCRIPTION_MAX, team_description_error
 from .base import ModelSerializer
 from .fields import named_field
 
 
+class DescriptionField(serializers.CharField):
+    """A team's description: the text as sent is checked (services.tenancy.team_description_error: no control
+    character, no line / paragraph separator), then its leading and trailing white space trimmed. DRF's own trim ran
+    first, so a description of only '\\v', '\\f', U+0085 or U+2028 was trimmed to "" and stored while the same
+    character inside the text was refused (trial 20, F7); now it is refused wherever it is. Only white space that is
+    not such a character (spaces, tabs, newlines) is trimmed: a description of only spaces is stored as "", as
+    before."""
+
+    def __init__(self, **kwargs):
+        kwargs["trim_whitespace"] = False
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        message = team_description_error(value)
+        if message:
+            raise serializers.ValidationError(message)
+        return value.strip()
+
+
 class TeamSerializer(ModelSerializer):
     slug = serializers.SlugField(max_length=100, required=False, help_text="default: derived from the name")
-    description = serializers.CharField(max_length=TEAM_DESCRIPTION_MAX, required=False, allow_blank=True,
-                                        help_text=f"free text, at most {TEAM_DESCRIPTION_MAX} characters")
+    description = DescriptionField(max_length=TEAM_DESCRIPTION_MAX, required=False, allow_blank=True,
+                                   help_text=f"free text, at most {TEAM_DESCRIPTION_MAX} characters, without control "
+                                             f"characters other than newline and tab")
 
     class Meta:
         model = Team

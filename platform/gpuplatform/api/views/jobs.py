@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 
 from ... import access, execution, queries, services
+from ...inputs import blank_params, whole_number
 from ...models import Job, JobRole, Membership, Queue, Task
 from ..filters import JobFilterSet
 from ..idempotency import IdempotentCreateMixin
@@ -31,19 +32,19 @@ class JobSubmitThrottle(UserRateThrottle):
     scope = "job-submit"
 
 
-TASK_BRACKETS = re.compile(r"^(.+)\[(\d+)\]$")  # worker[1]: how failed_task and a diagnosis name a task
+TASK_BRACKETS = re.compile(r"^(.+)\[([0-9]+)\]$")  # worker[1]: how failed_task and a diagnosis name a task
 
 
 def read_job_log(job: Job, params) -> dict:
     """The logs answer for `job` from the query `params` (LogQuerySerializer: task, attempt, offset, limit);
     also what a federation worker serves its manager (federation/worker_api.py). Raises ValidationError
     naming `task` or `attempt`."""
-    # the selectors sent empty are refused as a filter sent empty is (docs/api.md), not read as left out: `?task=$T`
-    # with T unset read the first task's log (new-user trial 19, F17); offset and limit are paging, empty = default
-    empty = {name: f"{name} is empty: give a value or leave the parameter out" for name in ("task", "attempt")
-             if name in params and params.get(name) == ""}
+    # Any of them sent empty is refused, as every query parameter is (inputs.EMPTY_MESSAGE; InputGuardMiddleware
+    # answers it first), not read as left out: `?task=$T` with T unset read the first task's log (new-user trial 19,
+    # F17), `?offset=$O` the log from its start (trial 20, F2). Numbers in ASCII digits (QueryIntegerField).
+    empty = blank_params(params) if hasattr(params, "getlist") else {}
     if empty:
-        raise services.ValidationError(empty)
+        raise services.ValidationError({name: messages[0] for name, messages in empty.items()})
     q = LogQuerySerializer(data=params)
     q.is_valid(raise_exception=True)
     d = q.validated_data
@@ -51,14 +52,15 @@ def read_job_log(job: Job, params) -> dict:
     key = d["task"].strip()
     if not key:
         task = tasks.first()
-    elif key.isdigit():
-        task = tasks.filter(pk=int(key)).first()
+    elif whole_number(key) is not None:
+        task = tasks.filter(pk=whole_number(key)).first() if len(key) < 19 else None
     else:
         # role-index (the tasks list's `name`, worker-1) or role[index] (the job's failed_task and diagnosis.task,
         # worker[1]): the same task, so either spelling a job shows finds it (new-user trial 13, F8)
         bracketed = TASK_BRACKETS.match(key)
         role, _, index = (bracketed.group(1), "", bracketed.group(2)) if bracketed else key.rpartition("-")
-        task = tasks.filter(role__name=role, index=int(index)).first() if index.isdigit() else None
+        number = whole_number(index)
+        task = tasks.filter(role__name=role, index=number).first() if number is not None and len(index) < 10 else None
     if task is None:
         raise services.ValidationError({"task": f"job {job.pk} has no task {key!r} (give its id, role-index or "
                                                 f"role[index], e.g. worker-0 or worker[0])"})

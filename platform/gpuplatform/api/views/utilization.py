@@ -13,7 +13,8 @@ from rest_framework.views import APIView
 from ... import access, clock
 from ...models import Node, Queue
 from ...queries import find_team
-from ..filters import TIME_MIN, TIME_RANGE, blank_filters, refuse_unknown_params, time_param, unknown_name
+from ..filters import TIME_MIN, TIME_RANGE, refuse_unknown_params, time_param, unknown_name
+from ...inputs import blank_params, whole_number
 from ...telemetry import idle_allocations
 from ...utilization import SCOPES, top_jobs_lost_to_failure, utilization
 
@@ -42,9 +43,9 @@ class UtilizationView(APIView):
     def get(self, request):
         q = request.query_params
         refuse_unknown_params(request, self.PARAMS)
-        # a blank filter is a 400 naming it, as on the lists (api.filters.blank_filters): `?team=` answered the
-        # whole cluster (trial 17c, G15)
-        blank = blank_filters(q, {"scope", "flavor", "queue", "team", "step"}, "the cluster's GPU-hours")
+        # a parameter sent empty is a 400 naming it, as everywhere (inputs.EMPTY_MESSAGE, InputGuardMiddleware first):
+        # `?team=` answered the whole cluster (trial 17c, G15), `?since=` the default window (trial 20, F3)
+        blank = blank_params(q)
         if blank:
             raise ValidationError(blank)
         scope = q.get("scope") or "cluster"
@@ -83,11 +84,12 @@ class UtilizationView(APIView):
         if until - since > MAX_WINDOW:
             raise ValidationError({"since": [f"the window may span at most {MAX_WINDOW.days} days"]})
         step = None
-        if q.get("step"):
-            try:
-                step = float(q["step"])
-            except ValueError:
-                raise ValidationError({"step": ["must be a number of seconds"]}) from None
+        if q.get("step") is not None:
+            # whole seconds in ASCII digits (inputs.whole_number): float() took '1e3', ' 60', 'inf' and other
+            # scripts' digits (trial 20, F4)
+            step = whole_number(q["step"], negative=True)
+            if step is None:
+                raise ValidationError({"step": ["must be a whole number of seconds"]}) from None
             if not step >= 60 or (until - since).total_seconds() / step > MAX_BINS:
                 raise ValidationError({"step": [f"must be >= 60 seconds and give at most {MAX_BINS} bins"]})
         for name in ("flavor", "queue", "team"):
