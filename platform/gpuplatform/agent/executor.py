@@ -91,9 +91,29 @@ def proc_stat(pid: int) -> ProcStat | None:
         return None
 
 
-def scan_proc() -> dict[int, ProcStat]:
-    """Every process visible in /proc: {pid: ProcStat}."""
-    out = {}
+class ProcTable(dict):
+    """{pid: ProcStat} of one /proc scan, with its parent -> children map built once (`children()`), for every task
+    the poll looks at (descendants() rebuilt it per task and per call)."""
+
+    _children: dict[int, list[int]] | None = None
+
+    def children(self) -> dict[int, list[int]]:
+        if self._children is None:
+            self._children = _children_of(self)
+        return self._children
+
+
+def _children_of(procs: dict[int, ProcStat]) -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for st in procs.values():
+        if not st.dead:
+            children.setdefault(st.ppid, []).append(st.pid)
+    return children
+
+
+def scan_proc() -> ProcTable:
+    """Every process visible in /proc: {pid: ProcStat} (a ProcTable)."""
+    out = ProcTable()
     for name in os.listdir("/proc"):
         if name.isdigit():
             st = proc_stat(int(name))
@@ -112,10 +132,7 @@ def _boot_id() -> str:
 
 def descendants(root: int, procs: dict[int, ProcStat]) -> list[int]:
     """Pids of every live descendant of `root` in `procs` (scan_proc()), by the ppid chains."""
-    children: dict[int, list[int]] = {}
-    for st in procs.values():
-        if not st.dead:
-            children.setdefault(st.ppid, []).append(st.pid)
+    children = procs.children() if isinstance(procs, ProcTable) else _children_of(procs)
     out, todo = [], [root]
     while todo:
         for pid in children.get(todo.pop(), []):
