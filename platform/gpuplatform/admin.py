@@ -367,6 +367,10 @@ class QueueAdmin(ServiceAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def changelist_view(self, request, extra_context=None):
+        _warn_each(self, request, quota_rules.case_variant_quotas())  # the queues' quotas: their admin's first page
+        return super().changelist_view(request, extra_context)
+
     def save_model(self, request, obj, form, change):
         """Through the service (atomic, audited); a refusal becomes form errors (ServiceAdmin)."""
         grace = form.cleaned_data.get("preemption_grace_seconds")  # None: unchanged (a new queue: 30)
@@ -393,6 +397,17 @@ class QuotaAdmin(ServiceAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def changelist_view(self, request, extra_context=None):
+        _warn_each(self, request, quota_rules.case_variant_quotas())
+        return super().changelist_view(request, extra_context)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        row = Quota.objects.filter(pk=object_id).select_related("queue").first() if str(object_id).isdigit() else None
+        if row is not None:  # this row's warning, if it has one
+            prefix = f"quota {row.flavor!r} of queue {row.queue.name} "
+            _warn_each(self, request, [w for w in quota_rules.case_variant_quotas() if w.startswith(prefix)])
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def save_model(self, request, obj, form, change):
         """Through the service; a refusal (a race after the form's check) becomes form errors (ServiceAdmin)."""

@@ -93,6 +93,70 @@ def check_flavor(flavor: str, queue_id: int | None = None, field: str = "flavor"
                    f"until such nodes join, its guarantee and quota can only be 0"}
 
 
+def flavor_case_error(flavor: str, queue: Queue | None = None, *, also=()) -> str | None:
+    """A flavor that differs from one the cluster already spells (a node's flavor, another quota's, or one of `also`:
+    the flavors a what-if's add_nodes changes bring before it) only in letter case: flavors are case-sensitive, so
+    `h200` next to the nodes' `H200` is a row no job can use (a job asking "h200" is refused "no node of flavor
+    h200"): surely a typo, refused naming the existing spelling (new-user trial 19, F7). The one rule of the quota
+    service (set_quota, create_queue: the API, gpuctl, the admin) and the what-if's add_nodes and set_quota changes
+    (scheduling/forecast.py; break-it trial 20, F8: `h200` nodes were added next to `H200`). The GPU model of a MIG
+    resource "<flavor>/mig-<profile>" is compared. A row `queue` already has for exactly this flavor is not refused
+    (it can still be changed, e.g. set to 0)."""
+    from .models import Node
+
+    if not isinstance(flavor, str) or not flavor:
+        return None
+    if queue is not None and queue.pk is not None and Quota.objects.filter(queue=queue, flavor=flavor).exists():
+        return None
+    model = flavor.partition("/mig-")[0]
+    known = set(Node.objects.values_list("flavor", flat=True).distinct()) | {f for f in also if isinstance(f, str)}
+    known |= {f.partition("/mig-")[0] for f in Quota.objects.values_list("flavor", flat=True).distinct()}
+    if model in known:
+        return None
+    same = sorted(k for k in known if k.lower() == model.lower())
+    if not same:
+        return None
+    return (f"flavor {model!r} differs from the cluster's {same[0]!r} only in letter case; flavors are "
+            f"case-sensitive: use {flavor.replace(model, same[0], 1)!r}")
+
+
+def case_variant_quotas() -> list[str]:
+    """One warning per quota row stored before flavor_case_error's rule whose flavor differs from the cluster's only
+    in letter case (`h200` next to the nodes' `H200`), naming the row and how to fix it (break-it trial 20, F13:
+    such a row was shown nowhere). The cluster's spelling is the nodes' when a node has one of the spellings, else
+    every other spelling of the quotas (none is known right then). A row with guarantee and quota 0 is inert (no job
+    can use it, it adds nothing; rows are never deleted: docs/quotas.md) and is not flagged. Shown on the quotas and
+    queues pages of the admin."""
+    from .models import Node
+
+    nodes = set(Node.objects.values_list("flavor", flat=True).distinct())
+    rows = list(Quota.objects.order_by("queue__name", "flavor")
+                .values_list("queue__name", "flavor", "guarantee", "quota", "limit"))
+    spelled = {f.partition("/mig-")[0] for _, f, *_ in rows} | nodes
+    out = []
+    for queue, flavor, guarantee, quota, limit in rows:
+        model = flavor.partition("/mig-")[0]
+        if model in nodes or not (guarantee or quota):
+            continue
+        others = sorted(k for k in spelled if k != model and k.lower() == model.lower())
+        node_spelling = [k for k in others if k in nodes]
+        if not others:
+            continue
+        right = node_spelling[0] if node_spelling else None
+        if right is not None:
+            what = (f"differs from the nodes' flavor {right!r} only in letter case: flavors are case-sensitive, so "
+                    f"no job can use it")
+            fix = (f"set {right!r} on queue {queue} (guarantee {guarantee}, quota {quota}, limit "
+                   f"{'none' if limit is None else limit}) and this row to guarantee 0, quota 0, limit 0")
+        else:
+            what = (f"differs from {', '.join(repr(k) for k in others)} of other quotas only in letter case, and no "
+                    f"node has either yet: one of them is a typo")
+            fix = "set the misspelt row to guarantee 0, quota 0, limit 0 and its numbers on the right spelling"
+        out.append(f"quota {flavor!r} of queue {queue} {what}; to fix it, {fix} "
+                   f"(quota rows are never deleted: a row with guarantee and quota 0 is inert)")
+    return out
+
+
 def effective_limit(queue_id: int | None, flavor: str) -> int | None:
     """The nearest non-null limit for `flavor` on the path from `queue_id` to the root (None = no cap).
     One query per ancestor; queue trees are shallow."""

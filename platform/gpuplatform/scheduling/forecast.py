@@ -277,16 +277,20 @@ def default_node_flavor() -> str:
 
 
 def check_add_nodes_changes(changes: list[dict]) -> None:
-    """Each `add_nodes` change's flavor must follow the quota API's flavor rule (quota_rules.flavor_error: one
-    GPU model named by the name rule; a MIG resource "<model>/mig-<profile>" is not a node's model): new-user
-    trial 14, F13, "x y" was added as a flavor the quota API refuses. A change without a flavor gets
-    default_node_flavor(). Raises scheduler.forecast.whatif.WhatIfError(index, "flavor", the rule)."""
+    """Each `add_nodes` change's flavor must follow the quota API's flavor rules: quota_rules.flavor_error (one GPU
+    model named by the name rule; a MIG resource "<model>/mig-<profile>" is not a node's model: new-user trial 14,
+    F13, "x y" was added as a flavor the quota API refuses), and quota_rules.flavor_case_error (not the cluster's
+    flavor, another quota's, or an earlier add_nodes change's, spelt in other letter case: break-it trial 20, F8,
+    `h200` nodes were forecast next to the cluster's `H200`, a flavor no job asking `H200` can use). A change
+    without a flavor gets default_node_flavor(). Raises scheduler.forecast.whatif.WhatIfError(index, "flavor",
+    the rule)."""
     from scheduler.forecast.whatif import WhatIfError
 
     from ..names import NAME_HELP
-    from ..quota_rules import flavor_error
+    from ..quota_rules import flavor_case_error, flavor_error
 
     default = None
+    added: list[str] = []
     for i, ch in enumerate(changes):
         if ch.get("kind") != "add_nodes":
             continue
@@ -294,13 +298,16 @@ def check_add_nodes_changes(changes: list[dict]) -> None:
         if flavor is None:
             default = default or default_node_flavor()
             ch["flavor"] = default
+            added.append(default)
             continue
         why = flavor_error(flavor)
         if why is None and "/mig-" in flavor:
             why = (f"a node's flavor is a GPU model that uses {NAME_HELP} (e.g. H200); {flavor[:40]!r} is a MIG "
                    f"resource, not a GPU model")
+        why = why or flavor_case_error(flavor, also=added)
         if why:
             raise WhatIfError(i, "flavor", why)
+        added.append(flavor)
 
 
 def added_nodes(changes: list[dict]) -> tuple:
@@ -370,7 +377,7 @@ def submit_roles(changes: list[dict]) -> list[dict]:
 
 def check_quota_changes(changes: list[dict]) -> None:
     """Each `set_quota` change must be a quota the quota admin could save: the quota service's rules
-    (quota_rules.check_quota: flavor, guarantee <= quota <= limit, the children's sum within the parent's
+    (quota_rules.flavor_case_error, then quota_rules.check_quota: flavor, guarantee <= quota <= limit, the children's sum within the parent's
     quota, the root queues' within the cluster). Fields a change leaves out keep the queue's current values
     (0 / 0 / no limit without a row). The changes are checked in order, each against the tree as the earlier
     ones leave it: they are applied in a transaction that is always rolled back (nothing is written). The
@@ -403,6 +410,9 @@ def check_quota_changes(changes: list[dict]) -> None:
             if queue is None:
                 continue
             flavor = ch["flavor"]
+            case = quota_rules.flavor_case_error(flavor, queue)  # as services.set_quota checks it first
+            if case:
+                raise WhatIfError(i, "flavor", case)
             current = Quota.objects.filter(queue=queue, flavor=flavor).values_list(
                 "guarantee", "quota", "limit").first() or (0, 0, None)
             given = {k for k in ("guarantee", "quota", "limit") if k in ch}

@@ -165,28 +165,7 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
     return queue
 
 
-def flavor_case_error(flavor: str, queue: Queue | None = None) -> str | None:
-    """A flavor that differs from one the cluster already spells (a node's flavor or another quota's) only in
-    letter case: flavors are case-sensitive, so `h200` next to the nodes' `H200` is a row no job can use (a job
-    asking "h200" is refused "no node of flavor h200"): surely a typo, refused naming the existing spelling
-    (new-user trial 19, F7). The GPU model of a MIG resource "<flavor>/mig-<profile>" is compared. A row
-    `queue` already has for exactly this flavor is not refused (it can still be changed, e.g. set to 0)."""
-    from gpuplatform.models import Node
-
-    if not isinstance(flavor, str) or not flavor:
-        return None
-    if queue is not None and queue.pk is not None and Quota.objects.filter(queue=queue, flavor=flavor).exists():
-        return None
-    model = flavor.partition("/mig-")[0]
-    known = set(Node.objects.values_list("flavor", flat=True).distinct())
-    known |= {f.partition("/mig-")[0] for f in Quota.objects.values_list("flavor", flat=True).distinct()}
-    if model in known:
-        return None
-    same = sorted(k for k in known if k.lower() == model.lower())
-    if not same:
-        return None
-    return (f"flavor {model!r} differs from the cluster's {same[0]!r} only in letter case; flavors are "
-            f"case-sensitive: use {flavor.replace(model, same[0], 1)!r}")
+flavor_case_error = quota_rules.flavor_case_error  # (the rule's home: quota_rules; kept for its callers)
 
 
 @transaction.atomic
