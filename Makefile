@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml | $(PY)
 # module's fixtures and order as in one process); each worker has its own test database and Redis database
 TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 test-fast: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not services and not slow"
