@@ -241,3 +241,36 @@ def test_a_lost_node_under_an_evicted_gang_stops_the_survivor_now(submit, agents
     job.refresh_from_db()
     assert (job.state, job.not_before, live(job)) == ("pending", at(250), [])
     assert Event.objects.filter(job=job, kind="requeued_after_failure").exists()
+
+
+def test_a_gang_start_timeout_waits_for_the_tasks_that_did_start(submit, agents, settings):
+    """worker[0] started on n0, worker[1] never did on n1 (its node still beats): at the gang-start timeout the
+    started process is stopped and the gang requeued when it has ended, its GPUs held until then."""
+    settings.GANG_START_TIMEOUT_SECONDS = 300
+    job = submit("gang", tasks=2, gpus=8)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    t0, t1 = tasks_of(job)
+    assert report(t0, "started", 10, pid=10) == (True, "")
+    store.run_cycle_once(clock=at(311))
+    job.refresh_from_db()
+    assert (job.state, job.stop_target, job.preempt_deadline) == ("preempting", "recover", at(341))
+    assert len(live(job)) == 16
+    assert {a["task"]: a["action"] for a in assignments("n0", 312).values()} == {t0.pk: "stop"}
+    assert not assignments("n1", 312)  # never started: counted ended (its agent stops it, were it starting now)
+    assert Task.objects.get(pk=t1.pk).state == "released"
+    assert report(t0, "exited", 313, signal=15) == (True, "")
+    job.refresh_from_db()
+    assert (job.state, job.attempts, live(job)) == ("pending", 1, [])
+    ev = Event.objects.get(job=job, kind="gang_start_timeout")
+    assert ev.time == at(313) and ev.data["not_running"] == [["worker", 1, "n1"]]
+    assert Attempt.objects.get(job=job, number=0).diagnosis["rule"] == "platform:gang_start_timeout"
+
+
+def test_a_gang_start_timeout_with_nothing_started_requeues_at_once(submit, agents, settings):
+    settings.GANG_START_TIMEOUT_SECONDS = 300
+    job = submit("gang", tasks=2, gpus=8)
+    bind(job, ("n0", EIGHT), ("n1", EIGHT))
+    store.run_cycle_once(clock=at(301))
+    job.refresh_from_db()
+    assert (job.state, job.attempts, live(job)) == ("pending", 1, [])
+    assert Event.objects.get(job=job, kind="gang_start_timeout").time == at(301)

@@ -195,6 +195,9 @@ def test_gang_start_timeout_requeues_with_backoff_doubling_to_the_cap(submit, se
         assert Job.objects.get(pk=job.pk).state == "admitted"
         now += timedelta(seconds=300)
         store.run_cycle_once(clock=now)
+        # the started task's process is stopped first (trial 20, F10): requeued at the agents' stop deadline
+        assert Job.objects.get(pk=job.pk).state == "preempting"
+        store.run_cycle_once(clock=now + timedelta(seconds=30))
         job.refresh_from_db()
         assert (job.state, job.attempts, job.submitted_at) == ("pending", attempt, at(-10))
         assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()

@@ -288,8 +288,10 @@ def test_gang_whose_tasks_stop_reporting_is_requeued_with_backoff(settings):
 
 def test_gang_that_progresses_then_stalls_is_requeued_after_the_timeout_from_its_last_start(settings):
     """Variant: 12 tasks start (every 15 s up to t=180), then nothing. The timeout runs from the last start:
-    still admitted at t=479, requeued whole with backoff at t=480 (180 + 300), every GPU released at once; it
-    is bound again after the backoff and a report of the old attempt is refused."""
+    still admitted at t=479, stopped at t=480 (180 + 300): the 12 started processes are told to stop and the
+    gang keeps its GPUs until they have ended (trial 20, F10: every GPU was released at 480 while they ran);
+    they end at 485, and it is requeued whole then, every GPU released at once, its backoff from 480; it is
+    bound again after the backoff and a report of the old attempt is refused."""
     settings.GANG_START_TIMEOUT_SECONDS = 300
     load(NODES32, gpus=1, quota=32)
     wide = submit("wide", tasks=32, gpus=1, submit_at=-30)
@@ -302,11 +304,15 @@ def test_gang_that_progresses_then_stalls_is_requeued_after_the_timeout_from_its
         wide.refresh_from_db()
         if t < 480:
             assert wide.state == "admitted" and len(live(wide)) == 32, t
+    assert (wide.state, wide.stop_target, len(live(wide))) == ("preempting", "recover", 32)
+    for task in Task.objects.filter(job=wide, state="running").order_by("index"):
+        assert report(task, "exited", 485, signal=15) == (True, "")
+    wide.refresh_from_db()
     assert (wide.state, wide.attempts, wide.not_before, wide.submitted_at) == ("pending", 1, at(540), at(-30))
     assert live(wide) == [] and set(Allocation.objects.filter(job=wide).values_list("released_at", flat=True)) == {
-        at(480)}
+        at(485)}
     timeout = Event.objects.get(kind="gang_start_timeout", job=wide)
-    assert timeout.time == at(480) and timeout.data["running"] == 12 and len(timeout.data["not_running"]) == 20
+    assert timeout.time == at(485) and timeout.data["running"] == 12 and len(timeout.data["not_running"]) == 20
     store.run_cycle_once(clock=at(539))
     assert Job.objects.get(pk=wide.pk).state == "pending"
     store.run_cycle_once(clock=at(540))

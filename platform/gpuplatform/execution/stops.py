@@ -159,11 +159,13 @@ def end_lost_tasks(job_id, at: datetime) -> list[str]:
 
 
 def stop_for_fault(job_id, *, at: datetime, reason: str, data: dict | None = None, spare_for=(), node=None,
-                   actor=None, cycle: int | None = None) -> str:
-    """A fault under the live gang `job_id` (a node or GPU lost under it, a node lost before it started): it is
-    requeued whole (kind requeued_after_failure, backoff, no restart spent, `reason` and `data` on the requeue's
-    Event), once no process of it is left on a node agent (module docstring). Tasks on lost nodes are counted
-    ended first (end_lost_tasks). Then:
+                   actor=None, cycle: int | None = None, kind: str = FAULT_KIND, end_unstarted: str = "") -> str:
+    """A fault under the live gang `job_id` (a node or GPU lost under it, a node lost before it started, the gang
+    start timeout): it is requeued whole (Event `kind`, default requeued_after_failure; backoff, no restart spent,
+    `reason` and `data` on the requeue's Event), once no process of it is left on a node agent (module docstring).
+    Tasks on lost nodes are counted ended first (end_lost_tasks), and with `end_unstarted` (their end message) so are
+    the tasks never reported started (the gang start timeout: a start the agent did make after this finds its task
+    no longer listed and stops it, as before). Then:
 
     - nothing left to wait for (all its tasks were on lost nodes, simulated nodes): requeued now, and restarted at
       once on a hot spare replacing `spare_for` (node names) when one fits (scheduling.spares) -> "requeued";
@@ -181,6 +183,9 @@ def stop_for_fault(job_id, *, at: datetime, reason: str, data: dict | None = Non
         return ""
     state, target, old_deadline, name, queue_id = row
     end_lost_tasks(job_id, at)
+    if end_unstarted:
+        Task.objects.filter(job_id=job_id, state=Task.State.BOUND).update(
+            state=Task.State.RELEASED, ended_at=at, end_message=end_unstarted[:200])
     waiting = live_agent_tasks(job_id).exists()
     if state == Job.State.PREEMPTING and (target or "requeue") != "requeue":
         if not waiting and finalize_stop(job_id, at=at, cycle=cycle):
@@ -191,7 +196,7 @@ def stop_for_fault(job_id, *, at: datetime, reason: str, data: dict | None = Non
         from ..scheduling import spares  # scheduling imports execution: here, not at the top
 
         placement = spares.placement_of(job_id) if spare_for else None
-        if not requeue_job(job_id, at=at, kind=FAULT_KIND, backoff=True, reason=reason, data=data, node=node,
+        if not requeue_job(job_id, at=at, kind=kind, backoff=True, reason=reason, data=data, node=node,
                            actor=actor, cycle=cycle):
             return ""
         if placement:
@@ -210,7 +215,7 @@ def stop_for_fault(job_id, *, at: datetime, reason: str, data: dict | None = Non
                              f"stopped until {deadline:%H:%M:%S}, then the gang is requeued whole",
                  actor=actor, job_id=job_id, queue_id=queue_id, node=node, time=at, cycle=cycle,
                  data={"target": "recover", "reason": reason, "deadline": deadline.isoformat(), "was": state,
-                       "survivors": survivors, "requeue": data or {}, "spare_for": spare_for})
+                       "survivors": survivors, "requeue": data or {}, "spare_for": spare_for, "kind": kind})
     return "stopping"
 
 
@@ -233,7 +238,7 @@ def _requeue_recovered(job_id, *, at: datetime, reason: str, deadline: datetime 
     fault_at, info = _fault_stop(job_id, "recover")
     spare_for = list(info.get("spare_for") or [])
     placement = spares.placement_of(job_id) if spare_for else None
-    if not requeue_job(job_id, at=at, kind=FAULT_KIND, backoff=True, backoff_from=fault_at,
+    if not requeue_job(job_id, at=at, kind=info.get("kind") or FAULT_KIND, backoff=True, backoff_from=fault_at,
                        reason=f"{reason or 'fault'}; its other processes: {_how_stopped(deadline, at)}",
                        from_states=(Job.State.PREEMPTING,), cycle=cycle, data=info.get("requeue") or {}):
         return False

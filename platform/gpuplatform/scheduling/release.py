@@ -9,7 +9,9 @@ snapshot, in a transaction of its own), at cluster time `clock`:
    (the job keeps running with fewer tasks);
 3. gangs still starting (job state "admitted": some task on a node agent has not reported its process
    started) with no start reported for GANG_START_TIMEOUT_SECONDS (since binding or the last task that
-   started: progress, not a fixed clock) are requeued whole with backoff;
+   started: progress, not a fixed clock) are requeued whole with backoff (Event gang_start_timeout), once the
+   processes of the tasks that did start have ended (stopped now with the agents' stop grace:
+   execution.stop_for_fault; those never started are counted ended; at once when none started);
 4. jobs that have run for their `time_limit_seconds` are stopped: SIGTERM now, SIGKILL after their
    queue's grace, then failed with end_reason "time limit".
 
@@ -30,7 +32,8 @@ from django.db.models import Max
 
 from gpuplatform.audit import record_events
 from gpuplatform.execution import enforce_time_limits, expire_stops
-from gpuplatform.lifecycle import release_tasks, requeue_job
+from gpuplatform.execution.stops import stop_for_fault
+from gpuplatform.lifecycle import release_tasks
 from gpuplatform.models import Job, Task
 
 log = logging.getLogger("gpuplatform.scheduling.store")
@@ -77,11 +80,14 @@ def release_expired(clock: datetime, *, cycle_number: int | None = None) -> Rele
             waiting = list(Task.objects.filter(job_id=job_id, state=Task.State.BOUND)
                            .values_list("role__name", "index", "node__name"))
             started = Task.objects.filter(job_id=job_id, state=Task.State.RUNNING).count()
-            if requeue_job(job_id, at=clock, kind="gang_start_timeout", backoff=True,
-                           reason=f"{len(waiting)} task(s) did not report running and no task started for "
-                                  f"{timeout:.0f} s ({started} running)",
-                           from_states=(Job.State.ADMITTED,), cycle=cycle_number,
-                           data={"not_running": [list(t) for t in waiting], "running": started}):
+            # the tasks that did start are processes on their nodes: the gang keeps its GPUs until they have
+            # ended (stopped now; execution.stop_for_fault, trial 20, F10); those that never started are counted
+            # ended, and a gang with none started is requeued now, as before
+            if stop_for_fault(job_id, at=clock, kind="gang_start_timeout", cycle=cycle_number,
+                              end_unstarted=f"never reported started (gang start timeout, {timeout:.0f} s)",
+                              reason=f"{len(waiting)} task(s) did not report running and no task started for "
+                                     f"{timeout:.0f} s ({started} running)",
+                              data={"not_running": [list(t) for t in waiting], "running": started}):
                 stats.timed_out.append(job_id)
         stats.time_limited = enforce_time_limits(clock, cycle=cycle_number)
     if stats.requeued or stats.tasks_released or stats.timed_out or stats.time_limited:
