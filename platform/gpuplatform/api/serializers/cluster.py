@@ -139,8 +139,8 @@ class GpuReportSerializer(Serializer):
 
 
 class NodeRegisterSerializer(Serializer):
-    name = serializers.CharField(help_text="letters, digits, '.', '_' and '-', starting with a letter or digit; at "
-                                           "most 200 characters (validate_name: the one name rule, names.py)")
+    name = serializers.CharField(help_text="only ASCII letters, digits, '.', '_' and '-', starting with a letter or "
+                                           "digit; at most 200 characters (validate_name: the one name rule, names.py)")
     flavor = serializers.CharField(max_length=64, allow_blank=True)
     cpu_milli = count_field(default=0)
     memory_mib = count_field(default=0)

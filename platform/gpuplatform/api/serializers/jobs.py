@@ -251,8 +251,8 @@ class SubgroupSerializer(Serializer):
 
 
 class JobSubmitSerializer(Serializer):
-    name = serializers.CharField(max_length=200, help_text="letters, digits, '.', '_' and '-', starting with a "
-                                                           "letter or digit (the form's rule)")
+    name = serializers.CharField(max_length=200, help_text="only ASCII letters, digits, '.', '_' and '-', starting "
+                                                           "with a letter or digit (the form's rule)")
     external_id = serializers.CharField(max_length=100, required=False, allow_blank=True, default="",
                                         help_text="your own id for this job (a CI run, a trace id); stored and "
                                                   "returned, filter with ?external_id=")
