@@ -116,7 +116,7 @@ def _team_clash(keys: set[str], other_than=None):
     """(name, slug) of a team other than `other_than` whose keys (team_keys of its name and its slug, stored on its
     row: TEAM_KEY_FIELDS) meet `keys`, or None; the first such team by id. One query, an indexed lookup per key column
     (it read every team's name and slug). Stored rows are read as they are: a pair that breaks the rule already
-    (written before it) is not refused until one of them is written again (migration 0029)."""
+    (written before it) is not refused until one of them is written again (migrations 0029, 0030)."""
     if not keys:
         return None
     keys = sorted(keys)
