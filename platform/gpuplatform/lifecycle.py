@@ -16,7 +16,9 @@ whole, every live allocation is released at once (the same `released_at`), every
 with no node, `submitted_at` untouched (the job keeps its place in the order), `attempts` + 1. A requeue
 after a failure (node lost, GPU failed, gang did not start in time) adds a backoff: `not_before` = now +
 min(REQUEUE_BACKOFF_SECONDS * 2**(attempts-1), REQUEUE_BACKOFF_CAP_SECONDS). A requeue at the end of a
-preemption grace period (preempt, reclaim, drain) has none: the job did nothing wrong.
+preemption grace period (preempt, reclaim, drain) has none: the job did nothing wrong. A fault's requeue of a
+gang with processes still on healthy node agents waits for them (execution.stops.stop_for_fault: the gang is
+preempting meanwhile, trial 20, F10); its backoff then counts from the fault (`backoff_from`).
 """
 from __future__ import annotations
 

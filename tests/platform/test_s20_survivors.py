@@ -274,3 +274,37 @@ def test_a_gang_start_timeout_with_nothing_started_requeues_at_once(submit, agen
     job.refresh_from_db()
     assert (job.state, job.attempts, live(job)) == ("pending", 1, [])
     assert Event.objects.get(job=job, kind="gang_start_timeout").time == at(301)
+
+
+def test_a_slurm_gang_restarts_only_once_slurms_job_has_ended(cluster, submit, tmp_path):
+    """The Slurm backend (tests/slurm/fake.py): worker[1]'s exit file says 3 with restarts left; the gang is stopped
+    (scancel --signal=TERM) and keeps its GPUs while Slurm's job still runs; it restarts when Slurm's job ended
+    (the old code requeued it at once and cancelled the Slurm job as no longer listed, its GPUs free meanwhile)."""
+    from datetime import timedelta as td
+
+    from gpuplatform.slurm.backend import SlurmBackend
+    from gpuplatform.slurm.cli import SlurmCLI
+    from tests.slurm.fake import FakeSlurm
+    from tests.slurm.test_backend import T0, bind as slurm_bind, finish, tasks_of as slurm_tasks
+
+    fake = FakeSlurm(nodes=("gpn1", "gpn2"), gpus=2)
+    backend = SlurmBackend(SlurmCLI(fake, partition="gpuplatform"), output_dir=str(tmp_path / "out"),
+                           mode="placement", start_timeout=60, jobcomp_file="", flavor="H100")
+    backend.sync_nodes(T0)
+    job = submit("flaky", tasks=2, gpus=1, max_restarts=1)
+    slurm_bind(job, ("gpn1", (0,)), ("gpn2", (0,)))
+    backend.sync(T0 + td(seconds=1))
+    jid = fake.only(f"gpp-{job.pk}-a0")
+    fake.set_state(jid, "RUNNING")
+    backend.sync(T0 + td(seconds=2))
+    t0, t1 = slurm_tasks(job)
+    finish(backend, t1, "exit 3")
+    backend.sync(T0 + td(seconds=3))
+    job.refresh_from_db()
+    assert (job.state, job.stop_target, job.restarts) == ("preempting", "restart", 0)
+    assert len(live(job)) == 2 and fake.commands("scancel") == [f"scancel --signal=TERM {jid}"]
+    fake.set_state(jid, "CANCELLED")  # worker[0] ended on the TERM: Slurm's job is over
+    backend.sync(T0 + td(seconds=5))
+    job.refresh_from_db()
+    assert (job.state, job.restarts, job.attempts, live(job)) == ("pending", 1, 1, [])
+    assert job.not_before == T0 + td(seconds=63)  # backoff (60 s) from the failure at 3
