@@ -12,7 +12,7 @@ import signal as _signal
 from gpuplatform.models import Job
 
 STOP_TARGET_TEXT = {"": "requeue", "requeue": "requeue", "restart": "restart", "cancelled": "cancelled",
-                    "failed": "failed", "succeeded": "succeeded"}
+                    "failed": "failed", "succeeded": "succeeded", "recover": "requeue after a fault"}
 
 
 def command_line(argv) -> str:

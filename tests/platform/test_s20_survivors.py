@@ -104,6 +104,9 @@ def test_a_lost_node_under_a_running_gang_stops_the_survivor_and_requeues_at_its
     assert len(live(job)) == 16 and not Event.objects.filter(job=job, kind="requeued_after_failure").exists()
     stopping = Event.objects.get(job=job, kind="stopping")
     assert stopping.data["target"] == "recover" and stopping.data["survivors"] == ["worker[1] on n1"]
+    from frontend.job_run import stop_text
+
+    assert stop_text(job).startswith("ends as requeue after a fault by ")  # the job page
     assert "node lost: 1 task(s) failed on n0" in stopping.message
 
     again = detect_failures(at(195))  # the next pass changes nothing and writes nothing
