@@ -311,3 +311,23 @@ def test_a_slurm_gang_restarts_only_once_slurms_job_has_ended(cluster, submit, t
     job.refresh_from_db()
     assert (job.state, job.restarts, job.attempts, live(job)) == ("pending", 1, 1, [])
     assert job.not_before == T0 + td(seconds=63)  # backoff (60 s) from the failure at 3
+
+
+def test_a_fatal_xid_requeues_a_task_on_that_gpu_alone_at_once_and_waits_for_one_with_healthy_gpus(submit, agents):
+    """XID 79 on n1's GPU 3 (a fail_tasks health rule, in the heartbeat's request): the job whose only GPU it was is
+    requeued at once (nothing of it can be offered to another job); the job that also holds GPU 4 keeps it until
+    its process has ended."""
+    alone = submit("alone", tasks=1, gpus=1)
+    bind(alone, ("n1", (3,)))
+    wide = submit("wide", tasks=1, gpus=2)
+    bind(wide, ("n2", (3, 4)))
+    start_all(alone)
+    start_all(wide)
+    services.record_heartbeat("n1", gpus=[{"index": 3, "health": "healthy", "xids": [79]}], at=at(30))
+    services.record_heartbeat("n2", gpus=[{"index": 3, "health": "healthy", "xids": [79]}], at=at(30))
+    alone.refresh_from_db()
+    wide.refresh_from_db()
+    assert (alone.state, live(alone)) == ("pending", [])
+    assert (wide.state, wide.stop_target, live(wide)) == ("preempting", "recover", [("n2", 3), ("n2", 4)])
+    assert report(tasks_of(wide)[0], "exited", 31, signal=15) == (True, "")
+    assert (Job.objects.get(pk=wide.pk).state, live(wide)) == ("pending", [])

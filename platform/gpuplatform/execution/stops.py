@@ -158,12 +158,35 @@ def end_lost_tasks(job_id, at: datetime) -> list[str]:
     return [f"{role}[{index}]" for _, role, index, _, _, _ in rows]
 
 
+def _end_tasks_on_failed_gpus(job_id, at: datetime) -> None:
+    """Count ended the job's live tasks whose every GPU is unhealthy (a fatal XID, a GPU lost to NVML): no GPU of
+    theirs can be offered to another job, so there is nothing to wait for (their agent stops the process when it
+    finds the task no longer listed). A task with a healthy GPU left is waited for."""
+    from ..models import Allocation, Gpu
+
+    live = Allocation.objects.filter(job_id=job_id, released_at__isnull=True, task__state__in=Task.ON_NODE_STATES)
+    if not live.filter(gpu__health=Gpu.Health.UNHEALTHY).exists():
+        return
+    healthy = set(live.exclude(gpu__health=Gpu.Health.UNHEALTHY).values_list("task_id", flat=True))
+    rows = {}
+    for tid, index, why in live.filter(gpu__health=Gpu.Health.UNHEALTHY).values_list("task_id", "gpu__index",
+                                                                                       "gpu__health_reason"):
+        if tid not in healthy:
+            rows.setdefault(tid, []).append((index, why))
+    for tid, gpus in rows.items():
+        message = (f"its GPU{'s' if len(gpus) > 1 else ''} {', '.join(str(i) for i, _ in sorted(gpus))} failed "
+                   f"({gpus[0][1][:80] or 'unhealthy'}): counted ended")
+        Task.objects.filter(pk=tid, state__in=Task.ON_NODE_STATES).update(
+            state=Task.State.RELEASED, ended_at=at, end_message=message[:200], release_deadline=None)
+
+
 def stop_for_fault(job_id, *, at: datetime, reason: str, data: dict | None = None, spare_for=(), node=None,
                    actor=None, cycle: int | None = None, kind: str = FAULT_KIND, end_unstarted: str = "") -> str:
     """A fault under the live gang `job_id` (a node or GPU lost under it, a node lost before it started, the gang
     start timeout): it is requeued whole (Event `kind`, default requeued_after_failure; backoff, no restart spent,
     `reason` and `data` on the requeue's Event), once no process of it is left on a node agent (module docstring).
-    Tasks on lost nodes are counted ended first (end_lost_tasks), and with `end_unstarted` (their end message) so are
+    Tasks on lost nodes are counted ended first (end_lost_tasks), so are tasks whose every GPU is unhealthy (nothing of
+    theirs can be offered to another job), and with `end_unstarted` (their end message) so are
     the tasks never reported started (the gang start timeout: a start the agent did make after this finds its task
     no longer listed and stops it, as before). Then:
 
@@ -183,6 +206,7 @@ def stop_for_fault(job_id, *, at: datetime, reason: str, data: dict | None = Non
         return ""
     state, target, old_deadline, name, queue_id = row
     end_lost_tasks(job_id, at)
+    _end_tasks_on_failed_gpus(job_id, at)
     if end_unstarted:
         Task.objects.filter(job_id=job_id, state=Task.State.BOUND).update(
             state=Task.State.RELEASED, ended_at=at, end_message=end_unstarted[:200])
