@@ -38,6 +38,10 @@ _STRICT = ("strict",)
 _STRICT_THEN_PREFER = ("strict", "prefer")
 _NONE: frozenset = frozenset()
 _PLAIN = [("off", _NONE)]
+# Session.search stops at its first failed domain when the whole cluster is short of slots for the job's first GPU role
+# (no domain can place it; the refusal names that first domain, as the full walk's does). False: the full walk, for
+# tests that compare the two (tests/core/test_s20_hopeless_search.py)
+STOP_WHEN_HOPELESS = True
 
 
 def _lead_domain(state: ClusterState, tier: int, flavor: str, need: int) -> tuple[int, int] | None:
@@ -267,7 +271,13 @@ class Session:
         Per tier, the domains are tried in passes from the strictest rule to the loosest the job allows:
         first with every task inside one NUMA node and every sub-group whole, then (numa "prefer", soft
         groups) without; a hard rule (numa "single", a hard group) is never relaxed. A job that needs none
-        of this (the common case) makes one pass."""
+        of this (the common case) makes one pass.
+
+        Without the walk (the same refusals, issue 16): fewer free GPUs of the flavor in the whole cluster than the
+        minimum (no domain has them: the walk would skip every one); and the walk stops at its first domain short
+        of slots for the first GPU role when the whole cluster is (so is every domain: no later one places it)."""
+        if within is None and STOP_WHEN_HOPELESS and self.state.dom_free[self.tree.root].get(flavor, 0) < need:
+            return self._insufficient(flavor, need)
         if within is None:  # one task of one role on the plain pass: its first try without a node order
             first = self._quick.get((shape, flavor)) if shape is not None else None
             if first is None:
@@ -297,8 +307,13 @@ class Session:
             and gpu_roles[0].tasks == 1 and not any(r.gpus_per_task and r.tasks and r is not gpu_roles[0]
                                                     for r in job.roles)
         lead: list[int] = []  # [domain, free GPUs of the node to try first] while that domain is tried
+        hopeless = False  # no domain can hold the first GPU role's minimum (set at the first failure)
         for tier in levels:
+            if hopeless:
+                break
             for numa, grouped in passes:
+                if hopeless:
+                    break
                 if within is not None:
                     domains = [within]
                 elif not topology:
@@ -321,7 +336,15 @@ class Session:
                         # pack_gang places roles in gpu_roles' order from an empty statement: the first role short
                         # of slots is the one it reports; for a later role it could report an earlier one, so
                         # unless a failure is already recorded, fall through and let it name the role
-                        packing_failure = packing_failure or (d, short, "")
+                        if packing_failure is None:
+                            packing_failure = (d, short, "")
+                            # the whole cluster short of slots for the first GPU role: so is every domain (a
+                            # domain's slots are a sum over some of the cluster's nodes), so no later domain, pass
+                            # or tier places the job, and this first failure is the refusal: the walk stops here
+                            if STOP_WHEN_HOPELESS and short is gpu_roles[0] and state.pack_slots(tree.root, flavor, short.gpus_per_task) \
+                                    < short.effective_min:
+                                hopeless = True
+                                break
                         continue
                     if numa == "off" and not grouped:  # the common job: one node order, first fit
                         order = node_order(state, d, flavor, need, binpack=binpack)
@@ -353,14 +376,18 @@ class Session:
                 f"no node packing fits: {state.domain_free(d, flavor)} free {flavor} GPUs in {tree.names[d]} but no "
                 f"node arrangement holds role {role.name}: {role.effective_min} tasks x {role.gpus_per_task} GPUs"
                 f"{rule}")
-        total_free = state.domain_free(tree.root, flavor)
-        if total_free < need:
-            return PendingReason("insufficient_gpus", f"needs {need} {flavor} GPUs at once; {total_free} free"
-                                                      f"{self._off_text(flavor)}")
+        if state.domain_free(tree.root, flavor) < need:
+            return self._insufficient(flavor, need)
         best = max(tree.by_tier.get(cap, ()), key=lambda d: state.domain_free(d, flavor), default=tree.root)
         return PendingReason(
             "no_domain", f"no tier-{cap} domain has {need} free {flavor} GPUs (most: "
             f"{state.domain_free(best, flavor)} in {tree.names[best]})")
+
+    def _insufficient(self, flavor: str, need: int) -> PendingReason:
+        """search's refusal of a job whose minimum, `need` GPUs of `flavor`, is more than the cluster has free now."""
+        total_free = self.state.domain_free(self.tree.root, flavor)
+        return PendingReason("insufficient_gpus", f"needs {need} {flavor} GPUs at once; {total_free} free"
+                                                  f"{self._off_text(flavor)}")
 
     def _one_task_tier(self, job: JobInfo, flavor: str, levels: list[int]) -> int:
         """The tier search tries first when the job takes the one-task shortcut (_one_task: one role of one
