@@ -378,9 +378,9 @@ def cmd_get(client: Client, a) -> object:
     return client.get(f"/api/v1/jobs/{a.id}/")[0]
 
 
-def first_task(client: Client, job_id: int) -> str:
+def first_task(client: Client, job_id: int) -> str | None:
     """The task `logs` shows without --task: the job's first task (its id when the job's answer lists
-    tasks, else "<first role>-0")."""
+    tasks, else "<first role>-0"; None for a federated job: no `task` sent, the member's first task)."""
     job, _ = client.request("GET", f"/api/v1/jobs/{job_id}/")
     if isinstance(job, dict) and "remote_id" in job and "tasks" not in job:
         # a federation manager's job (its FederatedJob: docs/federation.md): the tasks are its member copy's, and
@@ -390,7 +390,7 @@ def first_task(client: Client, job_id: int) -> str:
             why = f" ({job['reason']})" if job.get("reason") else ""
             raise UsageError(f"job {job_id} is a federated job ({job.get('state')}) with no copy on a member cluster "
                              f"yet, so no logs yet{why}; gpuctl get {job_id} shows where it waits")
-        return ""  # the member job's first task
+        return None  # the member job's first task: `task` left out (sent empty, it is a 400: docs/api.md)
     tasks = job.get("tasks") if isinstance(job, dict) else None
     if tasks:
         first = tasks[0]
