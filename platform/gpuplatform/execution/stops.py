@@ -141,10 +141,11 @@ def fault_grace_seconds() -> float:
 
 
 def end_lost_tasks(job_id, at: datetime) -> list[str]:
-    """Count the job's live tasks on a lost node (not_ready, or silent beyond HEARTBEAT_TIMEOUT_SECONDS: models.cluster.
-    lost_node_q) ended now: `released`, ended_at = at, end_message naming the node. Their agent cannot report how
-    they end, and their GPUs are out of the pool with their node. Returns their labels (role[index])."""
-    rows = list(Task.objects.filter(job_id=job_id, state__in=Task.ON_NODE_STATES).filter(lost_node_q(at, "node__"))
+    """Count the job's live tasks on a node agent (live_agent_tasks: a simulated task is left as it is) on a lost node
+    (not_ready, or silent beyond HEARTBEAT_TIMEOUT_SECONDS: models.cluster.lost_node_q) ended now: `released`,
+    ended_at = at, end_message naming the node. Their agent cannot report how they end, and their GPUs are out of
+    the pool with their node. Returns their labels (role[index])."""
+    rows = list(live_agent_tasks(job_id).filter(lost_node_q(at, "node__"))
                 .values_list("id", "role__name", "index", "node__name", "node__state", "node__last_heartbeat"))
     by_node: dict[tuple, list[int]] = {}
     for tid, _, _, node, state, last in rows:
@@ -164,7 +165,8 @@ def _end_tasks_on_failed_gpus(job_id, at: datetime) -> None:
     finds the task no longer listed). A task with a healthy GPU left is waited for."""
     from ..models import Allocation, Gpu
 
-    live = Allocation.objects.filter(job_id=job_id, released_at__isnull=True, task__state__in=Task.ON_NODE_STATES)
+    live = Allocation.objects.filter(job_id=job_id, released_at__isnull=True,
+                                     task_id__in=live_agent_tasks(job_id).values("id"))
     if not live.filter(gpu__health=Gpu.Health.UNHEALTHY).exists():
         return
     healthy = set(live.exclude(gpu__health=Gpu.Health.UNHEALTHY).values_list("task_id", flat=True))
