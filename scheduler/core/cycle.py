@@ -129,9 +129,13 @@ def _run_cycle(snapshot: Snapshot, config: CycleConfig, cache: EngineCache | Non
         result.evictions += moved.evictions
         result.decisions += moved.decisions
         result.moves, result.advice = moved.moves, moved.advice
-    nominated = session.nominated
-    waiting = [j for j in allocation.failed_order if j.id not in nominated] if nominated else allocation.failed_order
-    result.growths = grow(session, waiting, facts, {e.job_id for e in result.evictions})  # the evicted never grow
+    if facts is not None and not facts.short:
+        result.growths = []  # no running job misses a task: none grows (grow's first test), no waiting list built
+    else:
+        nominated = session.nominated
+        waiting = [j for j in allocation.failed_order if j.id not in nominated] if nominated \
+            else allocation.failed_order
+        result.growths = grow(session, waiting, facts, {e.job_id for e in result.evictions})  # the evicted never grow
     result.nominations = [Nomination(job_id=j, tasks=tasks, rule="hold") for j, tasks in session.nominated.items()]
     result.withdrawals = withdrawals(snapshot, session.nominated, facts)
     result.estimated_start = reservations.estimated_start
