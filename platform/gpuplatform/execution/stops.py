@@ -210,7 +210,7 @@ def stop_for_fault(job_id, *, at: datetime, reason: str, data: dict | None = Non
     end_lost_tasks(job_id, at)
     _end_tasks_on_failed_gpus(job_id, at)
     if end_unstarted:
-        Task.objects.filter(job_id=job_id, state=Task.State.BOUND).update(
+        live_agent_tasks(job_id).filter(state=Task.State.BOUND).update(
             state=Task.State.RELEASED, ended_at=at, end_message=end_unstarted[:200])
     waiting = live_agent_tasks(job_id).exists()
     if state == Job.State.PREEMPTING and (target or "requeue") != "requeue":
