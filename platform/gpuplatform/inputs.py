@@ -31,13 +31,13 @@ stopped, restarting, refusing connections) with 503 JSON and `Retry-After`, neve
 
 Numbers in query parameters (a page `limit`, an `offset`, a tier, a cycle, an id, a log `attempt`, a `step`) are
 read by one parser, `whole_number`: ASCII digits only, with one leading '-' where the parameter takes negatives.
-Python's int() also takes ' 1', '1_0', '+1' and other scripts' digits ('\u0661', Arabic-Indic one), and
+Python's int() also takes ' 1', '1_0', '+1' and other scripts' digits ('\\u0661', Arabic-Indic one), and
 Django's and DRF's integer fields take '1.0': each of those is a 400 naming the parameter and its rule.
 
 Free text (a team's description) holds no control character other than newline and tab (a carriage return only
 before a newline, as a browser's textarea sends it), and no line or paragraph separator (U+2028 / U+2029,
 which terminals and editors break lines at): `text_control_error`, checked on the text as sent, before any
-trimming, so '\v', '\f' or U+0085 is refused wherever it is, never trimmed away at the ends and refused inside.
+trimming, so '\\v', '\\f' or U+0085 is refused wherever it is, never trimmed away at the ends and refused inside.
 
 Errors: `InputError(field, message)` is what `check_value` raises; the API turns it into a 400.
 """
@@ -89,7 +89,7 @@ def parse_whole(field: str, raw, min_value: int, max_value: int, message: str | 
 
 def blank_params(query) -> dict[str, list[str]]:
     """{name: [EMPTY_MESSAGE]} for each parameter of `query` (a QueryDict) with a value that is empty or only
-    whitespace (str.strip()'s: a space, '\v', U+0085, U+3000 ...)."""
+    whitespace (str.strip()'s: a space, '\\v', U+0085, U+3000 ...)."""
     return {name: [EMPTY_MESSAGE] for name in sorted(query) if any(not v.strip() for v in query.getlist(name))}
 
 
@@ -105,8 +105,8 @@ _SEPARATORS = ("Zl", "Zp")
 
 
 def text_control_error(text: str) -> str | None:
-    """"<char> at character <n>" for the first character of `text` that free text may not hold (the module
-    docstring), else None. The caller words the rule: "a team's description has no control characters ...: "."""
+    """The first character of `text` that free text may not hold (the module docstring), as "'\\x0b' at character
+    3", else None. The caller words the rule before it ("a team's description has no control characters ...: ")."""
     for i, c in enumerate(text):
         if c in "\n\t":
             continue
