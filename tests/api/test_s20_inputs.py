@@ -199,7 +199,8 @@ def test_a_log_number_takes_ascii_digits_only(logged, param, value):
 
 
 @pytest.mark.parametrize("task", [quote(SUPERSCRIPT_TWO), quote(ARABIC_ONE), f"worker-{quote(ARABIC_ONE)}",
-                                  f"worker[{quote(ARABIC_ONE)}]", f"worker-{quote(SUPERSCRIPT_TWO)}", "99999999999999999999"])
+                                  f"worker[{quote(ARABIC_ONE)}]", f"worker-{quote(SUPERSCRIPT_TWO)}",
+                                  "99999999999999999999"])
 def test_a_log_task_number_takes_ascii_digits_only(logged, task):
     """`?task=²` was a 500 (isdigit() then int()), `?task=worker-١` the log of worker-1."""
     member, url, _ = logged
