@@ -38,7 +38,8 @@ _STRICT = ("strict",)
 _STRICT_THEN_PREFER = ("strict", "prefer")
 _NONE: frozenset = frozenset()
 _PLAIN = [("off", _NONE)]
-# Session.search stops at its first failed domain when the whole cluster is short of slots for the job's first GPU role
+# Session.search refuses without walking the domains when the cluster has fewer free GPUs of the flavor than the job's
+# minimum, and stops at its first failed domain when the whole cluster is short of slots for the job's first GPU role
 # (no domain can place it; the refusal names that first domain, as the full walk's does). False: the full walk, for
 # tests that compare the two (tests/core/test_s20_hopeless_search.py)
 STOP_WHEN_HOPELESS = True
@@ -341,8 +342,8 @@ class Session:
                             # the whole cluster short of slots for the first GPU role: so is every domain (a
                             # domain's slots are a sum over some of the cluster's nodes), so no later domain, pass
                             # or tier places the job, and this first failure is the refusal: the walk stops here
-                            if STOP_WHEN_HOPELESS and short is gpu_roles[0] and state.pack_slots(tree.root, flavor, short.gpus_per_task) \
-                                    < short.effective_min:
+                            if STOP_WHEN_HOPELESS and short is gpu_roles[0] \
+                                    and state.pack_slots(tree.root, flavor, short.gpus_per_task) < short.effective_min:
                                 hopeless = True
                                 break
                         continue
