@@ -159,8 +159,14 @@ def shadow_reservation(session: Session, job: JobInfo, flavor: str, snapshot: Sn
     state, root = session.state, session.tree.root
     trial = Trial(state)
     found = None
+    # GPUs that holds want (drains, eviction beneficiaries) do not come free for this job when their jobs end
+    others = _wanted_by_others(session, job.id) if session.holds.wanted else None
     for end, _, running in ends:
-        trial.free_tasks(running, running.placement)
+        if others:
+            trial.free_tasks(running, tuple(t for t in map(_without, running.placement, repeat(others))
+                                            if t is not None))
+        else:
+            trial.free_tasks(running, running.placement)
         if state.domain_free(root, flavor) < job.gpus_min:
             continue
         placed = session.try_place(job, flavor, target=job.gpus_min)
@@ -170,6 +176,30 @@ def shadow_reservation(session: Session, job: JobInfo, flavor: str, snapshot: Sn
             break
     trial.undo()
     return found
+
+
+def _wanted_by_others(session: Session, key) -> dict[str, frozenset]:
+    """{node name: GPU indices} that the holds of keys other than `key` want (Holds.wanted: eviction
+    beneficiaries, earlier drains, this cycle's EASY reservation), taken or still in use."""
+    out: dict[str, set] = {}
+    nodes = session.state.nodes
+    for other, taken in session.holds.wanted.items():
+        if other != key:
+            for k, gpus in taken:
+                out.setdefault(nodes[k].name, set()).update(gpus)
+    return {name: frozenset(g) for name, g in out.items()}
+
+
+def _without(task, others: dict[str, frozenset]):
+    """The running task with only the GPUs no other hold wants (others: _wanted_by_others); None when none
+    is left."""
+    held = others.get(task.node)
+    if not held:
+        return task
+    gpus = tuple(g for g in task.gpus if g not in held)
+    if len(gpus) == len(task.gpus):
+        return task
+    return replace(task, gpus=gpus) if gpus else None
 
 
 def _not_pending(jobs):
@@ -196,12 +226,18 @@ def drain_reservation(session: Session, job: JobInfo, flavor: str) -> Binding | 
         # pending holds its placement; a producer's FactTuple lists those jobs first)
         nodes = state.nodes
         wanted = {nodes[k].name for d in chosen for k in tree.nodes_under[d]}
+        # GPUs another hold wants (an earlier drain, an eviction's beneficiary) stay taken on the trial: a drain
+        # that counted them as drained would hold the same GPUs as that one, and both would wait on each other
+        # (trial 20, F2: two starving gangs held 144 GPUs for hours on the same 16 machines)
+        others = _wanted_by_others(session, job.id)
         by_node: dict[str, list] = {}
         for running in _not_pending(session.snapshot.jobs):
             if running.state != "pending":
                 for t in running.placement:
                     if t.node in wanted:
-                        by_node.setdefault(t.node, []).append((running, t))
+                        t = _without(t, others)
+                        if t is not None:
+                            by_node.setdefault(t.node, []).append((running, t))
         for d in chosen:
             trial = Trial(state)
             for k in tree.nodes_under[d]:
