@@ -1,8 +1,9 @@
 """Django admin for platform staff. Every write goes through `gpuplatform.services` (audited, validated):
 
 - Queue and Quota: add/change call create_queue / update_queue / set_quota (ServiceAdmin: a ValidationError the
-  service raises is shown on the form, one WARNING line in the log, nothing stored). Deleting is disabled
-  (queues hold jobs; a quota is set to 0 instead). A queue's grace period is set here too, under the same rule.
+  service raises is shown on the form, one WARNING line in the log, nothing stored). A queue is deleted through
+  services.delete_queue (an empty leaf only: refused, as a message, while it has child queues or jobs); a quota is
+  never deleted (it is set to 0 instead). A queue's grace period is set here too, under the same rule.
 - Job, Task, Allocation, Event, samples, cycles: read-only (jobs are submitted over REST or the pages);
   jobs have a "cancel" action, nodes "cordon / drain / uncordon" actions, all through services.
 - Team: added, renamed (its slug stays) and described through services.create_team / update_team (audited, a name
@@ -354,7 +355,12 @@ def _warn_each(model_admin, request, warnings: list[str]) -> None:
 
 
 @admin.register(Queue)
-class QueueAdmin(ServiceAdmin):
+class QueueAdmin(ServiceDeleteMixin, ServiceAdmin):
+    """Queues are added and changed through create_queue / update_queue and deleted through services.delete_queue
+    (the REST API's DELETE /api/v1/queues/<name>/ too): an empty leaf queue only, with its quotas, audited as
+    "queue_deleted"; a queue with child queues or jobs is refused as a message naming the rule, nothing deleted."""
+
+    delete_service = staticmethod(services.delete_queue)
     list_display = ("name", "parent", "team", "weight", "state")
     list_filter = ("state", "team")
     search_fields = ("name",)
@@ -363,9 +369,6 @@ class QueueAdmin(ServiceAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return ("name", "team") if obj else ()
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def changelist_view(self, request, extra_context=None):
         _warn_each(self, request, quota_rules.case_variant_quotas())  # the queues' quotas: their admin's first page

@@ -211,8 +211,11 @@ def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int 
 def delete_queue(queue: Queue, *, actor=None) -> None:
     """Delete an empty leaf queue and its quotas. Raises ValidationError naming the rule: the queue has
     child queues ("children"), or jobs ("jobs": live or pending ones must finish or be cancelled first;
-    finished ones keep the queue for the record: close it instead). Holds the queue tree's lock."""
+    finished ones keep the queue for the record: close it instead), or it is gone ("queue": deleted by a concurrent
+    request). Holds the queue tree's lock. The REST API's DELETE /api/v1/queues/<name>/ and the admin call it."""
     lock_queue_tree()
+    if not Queue.objects.filter(pk=queue.pk).exists():
+        raise ValidationError({"queue": f"queue {queue.name} no longer exists (deleted meanwhile)"})
     errors: dict[str, str] = {}
     children = list(Queue.objects.filter(parent=queue).values_list("name", flat=True)[:5])
     if children:

@@ -13,9 +13,12 @@ from ..serializers.queues import QueueChangedSerializer, QueueReplaceSerializer,
 from .base import IF_MATCH, ETagMixin, atomic
 
 
-class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                   viewsets.GenericViewSet):
     """The hierarchical queue tree (Volcano Queue / Kueue ClusterQueue + Cohort), by name. Only platform
-    admins create or change queues; updates need `If-Match`. Quotas are edited at /quotas/."""
+    admins create, change or delete queues; updates need `If-Match`. Quotas are edited at /quotas/. DELETE
+    removes an empty leaf queue with its quotas (services.delete_queue: a queue with child queues or with jobs,
+    finished ones included, is a 400 naming the rule, nothing deleted; close it instead)."""
 
     serializer_class = QueueSerializer
     permission_classes = [IsPlatformAdminOrReadOnly]
@@ -76,6 +79,16 @@ class QueueViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
                                   "or its subtree's); it takes no new jobs, nor do the queues below it, and "
                                   "becomes closed when its last job ends")
         return self.with_etag(Response(data), queue)
+
+    @extend_schema(responses={204: None}, description="Delete an empty leaf queue and its quotas (an audited "
+                   "queue_deleted event). 400 naming the rule when it has child queues (`children`) or jobs (`jobs`: "
+                   "pending, running or finished; close the queue instead).")
+    def destroy(self, request, name=None):
+        with atomic():
+            services.lock_queue_tree()  # its children and jobs read under the lock that creating them takes
+            queue = self.get_object()  # after the lock: a queue deleted by a concurrent request is a 404
+            services.delete_queue(queue, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(responses={200: QueueTreeSerializer(many=True)})
     @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
