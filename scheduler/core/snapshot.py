@@ -211,6 +211,10 @@ class JobInfo:
     min_run_before_move: float = 0.0
     checkpoint_grace: float | None = None
     interruptible: bool = False
+    # state "preempting": when its GPUs come free at the latest (seconds of the cluster clock): the end of its stop's
+    # grace period as the caller stored it (the platform's Job.preempt_deadline; a releasing entry's tasks' latest
+    # release_deadline). None = not known (the forecast then assumes its default grace period from now)
+    stop_deadline: float | None = None
 
     @property
     def gpus_requested(self) -> int:
@@ -272,6 +276,7 @@ class CycleConfig:
     usage_half_life: float | None = DEFAULT_USAGE_HALF_LIFE
     starvation_seconds: float = 1800.0  # a job waiting this long gets a drain reservation (when backfill is on)
     max_reservations: int = 8  # jobs holding reservations at once (eviction beneficiaries and drains)
+    max_drains: int = 1  # of those, drain reservations (actions/backfill.py: each holds idle GPUs while it drains)
     # rescheduling (actions/reschedule.py; defaults from benchmarks/reschedule.py, RESULTS.md)
     reschedule: bool = False  # move migratable jobs to unblock a job waiting on fragmentation alone
     reschedule_advice: bool = False  # also plan over jobs that are not migratable, as advice (CycleResult.advice)

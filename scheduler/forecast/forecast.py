@@ -6,7 +6,9 @@
 The snapshot (the live one, or a replay's) is copied into the replay simulator's incremental state
 (scheduler.sim.state.ClusterState) and the SAME engine (scheduler.core.run_cycle, or the caller's) is run
 on it cycle after cycle at simulated times: running jobs end at their expected end (`runtime`), evicted
-ones leave after the grace period and are requeued, pending jobs start when and where the policy starts
+ones leave at the end of their grace period and are requeued (a job already being evicted at its stored stop
+deadline, JobInfo.stop_deadline; one the forecast evicts after its move's checkpoint grace, else its queue's
+grace period, `queue_grace`), pending jobs start when and where the policy starts
 them, until every pending job has started, the horizon has passed or the cycle budget is spent.
 
 Bounded cost: cycles run only when something happens (a job ends, or a cycle started jobs while others
@@ -24,7 +26,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Mapping
 
 from scheduler.core import EngineCache, run_cycle
 from scheduler.core.snapshot import CycleConfig, CycleResult, JobInfo, Snapshot
@@ -54,7 +56,7 @@ class Forecast:
 def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None = None,
              engine: Engine | None = None, horizon: float = 7 * DAY, step: float = 60.0,
              resolution: float = 0.05, max_cycles: int = 400, grace_period: float = 30.0,
-             jobs: set | None = None) -> Forecast:
+             queue_grace: Mapping[str, float] | None = None, jobs: set | None = None) -> Forecast:
     """Run the engine forward from `snapshot` and return when each pending job starts.
 
     runtime: expected total run time (s) of a job given how long it has run (running jobs: now - their
@@ -64,7 +66,11 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
     horizon: simulated seconds after snapshot.now beyond which a job gets "no estimate".
     step: the least simulated time between two cycles (s); resolution: the step also grows to this share
         of the distance from now. max_cycles: the cycle budget.
-    grace_period: seconds an evicted job keeps its GPUs before it is requeued (as the replay does).
+    grace_period: seconds an evicted job keeps its GPUs before it is requeued, where nothing better is known: a
+        job already being evicted ("preempting") with no stop_deadline, or a victim whose queue is not in
+        `queue_grace`. A job being evicted with a stop_deadline leaves at that time (at the first step when it
+        has passed); a victim the forecast evicts leaves after its Eviction's own grace (a move's checkpoint
+        grace), else queue_grace[its queue] (seconds; the platform's Queue.preemption_grace_seconds).
     jobs: stop as soon as these pending job ids have all started (None = every pending job).
     Raises ValueError on a non-positive horizon or step, or a resolution outside [0, 1)."""
     if horizon <= 0 or step <= 0 or not 0 <= resolution < 1 or max_cycles < 1:
@@ -92,11 +98,19 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
             continue
         state.adopt(job)
         if job.state == "preempting":
-            push(now0 + grace_period, "grace", job.id, ())
+            # its GPUs come free at its stored stop deadline (a long checkpoint grace: later than the default)
+            ends = job.stop_deadline if job.stop_deadline is not None else now0 + grace_period
+            push(max(now0, ends), "grace", job.id, ())
         else:
             started = job.start_time if job.start_time is not None else now0
             elapsed = max(0.0, now0 - started)
             live[job.id] = push(max(now0, started + runtime(job, elapsed)), "done", job.id)
+    graces = queue_grace or {}
+
+    def grace_of(queue: str) -> float:
+        g = graces.get(queue)
+        return float(g) if g is not None else grace_period
+
     out = Forecast()
     wanted = set(state.pending) if jobs is None else {j for j in jobs if j in state.pending}
     original = set(state.pending)
@@ -138,7 +152,8 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
                 continue
             state.mark_preempting(ev.job_id)
             live.pop(ev.job_id, None)
-            push(t + grace_period, "grace", ev.job_id, tuple(ev.tasks))
+            grace = ev.grace if ev.grace is not None else grace_of(info.queue)
+            push(t + grace, "grace", ev.job_id, tuple(ev.tasks))
             out.evictions.append((t, ev.job_id, ev.rule, ev.beneficiary))
         state.set_holds({n.job_id: n.tasks for n in result.nominations})
         for job_id, reason in result.pending.items():

@@ -48,14 +48,16 @@ def releasing_id(job_id) -> str:
     return f"{job_id}:releasing"
 
 
-def releasing_job(jid, queue, name, tasks, role_specs, beneficiary=None) -> JobInfo:
+def releasing_job(jid, queue, name, tasks, role_specs, beneficiary=None, deadline: float | None = None) -> JobInfo:
+    """The "preempting" pseudo-job (releasing_id) of a running job's surplus tasks being released: `tasks` their
+    TaskPlacements, `deadline` the latest of their release_deadline (epoch seconds; JobInfo.stop_deadline)."""
     counts: dict[str, int] = defaultdict(int)
     for t in tasks:
         counts[t.role] += 1
     roles = tuple(RoleInfo(r, n, role_specs[(jid, r)][0], n, *role_specs[(jid, r)][1:]) for r, n in sorted(counts.items()))
     return JobInfo(id=releasing_id(jid), queue=queue, roles=roles, state="preempting", name=f"{name} (releasing)",
                    placement=tuple(sorted(tasks, key=lambda p: (p.role, p.index))), evicted_for=beneficiary,
-                   part_of=jid)
+                   part_of=jid, stop_deadline=deadline)
 
 
 def signal_at(deadline: datetime) -> datetime:

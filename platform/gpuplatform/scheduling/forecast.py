@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db.models import Max
 
 from gpuplatform.bulk import update_rows
-from gpuplatform.models import Job, JobRole
+from gpuplatform.models import Job, JobRole, Queue
 from gpuplatform.scheduling import usage_decay
 from gpuplatform.scheduling.locks import single_flight
 from scheduler.forecast import RuntimeEstimator, forecast_start
@@ -99,9 +99,12 @@ def forecast_due(clock: datetime) -> bool:
 
 
 def _engine_kwargs() -> dict:
-    """The forecast's horizon, cycle cap and engine config from the settings (forecast and what-if)."""
+    """The forecast's horizon, cycle cap and engine config from the settings (forecast and what-if), and each
+    queue's grace period (Queue.preemption_grace_seconds: how long a job the forecast evicts keeps its GPUs)."""
     return {"horizon": setting("FORECAST_HORIZON_SECONDS", 7 * 86400),
-            "max_cycles": int(setting("FORECAST_MAX_CYCLES", 400)), "config": usage_decay.default_config()}
+            "max_cycles": int(setting("FORECAST_MAX_CYCLES", 400)), "config": usage_decay.default_config(),
+            "queue_grace": {name: float(grace) for name, grace in
+                            Queue.objects.values_list("name", "preemption_grace_seconds")}}
 
 
 def run_snapshot_forecast(snapshot, estimator: RuntimeEstimator | None = None, **kwargs):

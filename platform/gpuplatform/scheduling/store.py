@@ -137,7 +137,7 @@ def _check_field_order() -> None:
         TaskPlacement: "role index node gpus gpu_milli gpu_memory_mib mig",
         JobInfo: "id queue roles priority submit_time preemptible topology_mode highest_tier preferred_tier time_limit "
                  "state placement start_time name reserved not_before attempts avoid_nodes evicted_for part_of numa "
-                 "migratable min_run_before_move checkpoint_grace interruptible",
+                 "migratable min_run_before_move checkpoint_grace interruptible stop_deadline",
     }
     for cls, names in expected.items():
         got = [f.name for f in fields(cls)]
@@ -170,7 +170,7 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
             (MigInstance.objects.all(), ("gpu__node_id", "gpu__index", "uuid", "profile", "memory_mib", "slices")),
             (Task.objects.filter(job__state__in=Job.LIVE_STATES, state__in=Task.ON_NODE_STATES, node__isnull=False),
              ("id", "job_id", "role__name", "index", "node__name", "node_id", "role__cpu_milli", "role__memory_mib",
-              "state", "release_for")),
+              "state", "release_for", "release_deadline"), ("release_deadline",)),
             (Allocation.objects.filter(released_at__isnull=True),
              ("task_id", "gpu__node_id", "gpu__index", "gpu_milli", "gpu_memory_mib", "mig_instance__uuid")),
             (Domain.objects.all(), ("name", "tier", "parent__name")),
@@ -180,8 +180,9 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
                 "id", "queue__name", "priority", "submitted_at", "preemptible", "topology_mode", "highest_tier",
                 "preferred_tier", "time_limit_seconds", "state", "started_at", "name", "reserved", "not_before",
                 "attempts", "bound_at", "excluded_nodes", "evicted_for", "stop_target", "numa",
-                "migratable", "min_run_before_move_seconds", "checkpoint_grace_seconds", "interruptible"),
-             ("submitted_at", "started_at", "not_before", "bound_at")),
+                "migratable", "min_run_before_move_seconds", "checkpoint_grace_seconds", "interruptible",
+                "preempt_deadline"),
+             ("submitted_at", "started_at", "not_before", "bound_at", "preempt_deadline")),
             (JobRole.objects.filter(job__state__in=live), (
                 "id", "job_id", "name", "tasks", "gpus_per_task", "min_available", "cpu_milli", "memory_mib",
                 "flavor", "group_size", "group_highest_tier", "group_mode", "gpu_milli", "gpu_memory_mib",
@@ -228,8 +229,9 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
     releasing: dict[int, list[TaskPlacement]] = defaultdict(list)  # surplus tasks evicted, still holding GPUs
     placed_per_role: dict[tuple[int, str], int] = defaultdict(int)  # placed or being released
     release_for: dict[int, int] = {}  # job id -> the beneficiary its releasing tasks are evicted for
+    release_by: dict[int, float] = {}  # job id -> the latest release_deadline of its releasing tasks (epoch s)
     no_share = (0, 0, ())
-    for task_id, job_id, role, idx, node_name, node_id, cpu, mem, task_state, beneficiary in held:
+    for task_id, job_id, role, idx, node_name, node_id, cpu, mem, task_state, beneficiary, release_at in held:
         cpu_used[node_id] += cpu
         mem_used[node_id] += mem
         milli, gmem, mig_uuids = task_share.get(task_id, no_share)
@@ -244,6 +246,8 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
             releasing[job_id].append(TaskPlacement(role, idx, node_name, gpu_tuple, milli, gmem, mig_uuids))
             if beneficiary is not None:
                 release_for.setdefault(job_id, beneficiary)
+            if release_at is not None:
+                release_by[job_id] = max(release_at, release_by.get(job_id, release_at))
         else:
             placements[job_id].append((role, idx, node_name, gpu_tuple, milli, gmem, mig_uuids))
 
@@ -322,9 +326,10 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
     for row in jobs:
         (jid, queue, prio, submitted, preemptible, mode, hi, pref, tlimit, state, started, name, reserved,
          not_before, attempts, bound_at, excluded, evicted_for, stop_target, numa_policy,
-         migratable, min_run, ckpt_grace, interruptible) = row
+         migratable, min_run, ckpt_grace, interruptible, stop_deadline) = row
         if jid in releasing:
-            job_infos.append(releasing_job(jid, queue, name, releasing[jid], role_specs, release_for.get(jid)))
+            job_infos.append(releasing_job(jid, queue, name, releasing[jid], role_specs, release_for.get(jid),
+                                           release_by.get(jid)))
         job_role_args = job_roles.get(jid)
         if not job_role_args:
             continue
@@ -362,7 +367,8 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
             None,  # part_of
             numa_policy or "prefer", migratable, float(min_run),
             float(ckpt_grace) if ckpt_grace is not None else None,  # checkpoint_grace
-            interruptible)
+            interruptible,
+            stop_deadline if state == "preempting" else None)  # when its GPUs come free (the forecast reads it)
         kept[jid] = (key, info)
         job_infos.append(info)
     if memo is not None:
