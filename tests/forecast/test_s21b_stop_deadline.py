@@ -53,9 +53,9 @@ def test_surplus_tasks_being_released_free_their_gpus_at_their_release_deadline(
     e = w._jobs["e"]
     kept, surplus = e.placement[:4], e.placement[4:]
     w._jobs["e"] = replace(e, placement=kept, roles=(replace(e.roles[0], tasks=4),))
-    w._jobs["e:releasing"] = JobInfo(id="e:releasing", queue="q", roles=(replace(e.roles[0], tasks=4, min_available=4),),
-                                     state="preempting", placement=surplus, evicted_for="b", part_of="e",
-                                     stop_deadline=1900.0)
+    four = replace(e.roles[0], tasks=4, min_available=4)
+    w._jobs["e:releasing"] = JobInfo(id="e:releasing", queue="q", roles=(four,), state="preempting", placement=surplus,
+                                     evicted_for="b", part_of="e", stop_deadline=1900.0)
     out = forecast(w.snapshot(now=100.0), lambda job, el: 7200.0, resolution=0.0)
     assert out.starts == {"b": 1900.0}
 
