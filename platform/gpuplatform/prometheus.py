@@ -34,6 +34,10 @@ Metric names, and what an operator of Kueue or Volcano knows them as:
 GPU telemetry (DCGM_FI_DEV_* under dcgm-exporter's names and labels, gpuplatform_idle_allocated_gpus):
 gpuplatform/telemetry/exporter.py.
 
+The queue gauges of an inner queue (a department, `root`) are its subtree's: its allocated and pending GPUs and
+its pending and running jobs count every job of every queue below it, as the queues page shows them; summing a
+gauge over all queues counts a job once per level, so sum over the leaf queues (or take the root's).
+
 `queue_fair_share_gpus` is exported only when the samples carry it (QueueSample.fair_share, if the
 schema has it); the other queue gauges come from the latest sample of each queue.
 """
@@ -53,6 +57,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from .models import ClusterSample, Event, Job, Queue, QueueSample, SchedulerCycle
+from .queries import queue_job_counts
 
 PREFIX = "gpuplatform"
 # admission wait buckets (seconds): 1 s .. 1 week, like Kueue's exponential buckets but wider (batch GPU jobs)
@@ -115,8 +120,10 @@ class PlatformCollector:
             ("limit", "queue_limit_gpus", "Hard cap in GPUs including borrowing (absent: no cap of its own)."),
             ("fair_share", "queue_fair_share_gpus", "The queue's water-filled fair share in GPUs, latest cycle."),
             ("pending_demand", "queue_pending_gpus", "GPUs requested by the queue's pending jobs (subtree)."),
-            ("pending", "pending_jobs", "Pending jobs in the queue (own jobs)."),
-            ("running", "running_jobs", "Admitted / running / preempting jobs in the queue (own jobs)."),
+            ("pending", "pending_jobs", "Pending jobs in the queue's subtree (its own and every queue's below it, "
+                                        "as queue_allocated_gpus and the queues page): sum over leaf queues only."),
+            ("running", "running_jobs", "Admitted / running / preempting jobs in the queue's subtree (its own and "
+                                        "every queue's below it, as the queues page): sum over leaf queues only."),
         )}
         queues = {qid: (name, team or "") for qid, name, team in Queue.objects.values_list("id", "name", "team__slug")}
         latest = QueueSample.objects.order_by("-time").values_list("time", flat=True).first()
@@ -133,15 +140,11 @@ class PlatformCollector:
                     fams["limit"].add_metric(lv, row["limit"])
                 if has_fair and row.get("fair_share") is not None:
                     fams["fair_share"].add_metric(lv, row["fair_share"])
-        counts: dict[int, dict[str, int]] = {}
-        for qid, state, n in (Job.objects.filter(state__in=(Job.State.PENDING, *Job.LIVE_STATES))
-                              .values("queue_id", "state").annotate(n=Count("id")).order_by()
-                              .values_list("queue_id", "state", "n")):
-            counts.setdefault(qid, {})[state] = n
+        counts = queue_job_counts(subtree=True)  # the queues page's numbers (queries.queue_usage)
         for qid, lv in queues.items():
-            c = counts.get(qid, {})
-            fams["pending"].add_metric(list(lv), c.get(Job.State.PENDING, 0))
-            fams["running"].add_metric(list(lv), sum(c.get(s, 0) for s in Job.LIVE_STATES))
+            pending, running = counts.get(qid, (0, 0))
+            fams["pending"].add_metric(list(lv), pending)
+            fams["running"].add_metric(list(lv), running)
         yield from fams.values()
 
     # -- histograms and counters -----------------------------------------------------------------------

@@ -271,6 +271,22 @@ def queue_gpu_milli() -> tuple[dict[int, int], dict[int, int]]:
     return used, demand
 
 
+def queue_job_counts(subtree: bool = False) -> dict[int, tuple[int, int]]:
+    """{queue id: (pending jobs, live jobs: admitted / running / preempting ...)}: each queue's own jobs, or with
+    `subtree` its whole subtree's (an inner queue counts every job below it; every queue present, 0s included). The
+    one count of the queues page (queue_usage) and of /metrics' pending_jobs / running_jobs (trial 21, F10: an inner
+    queue showed 0/0 there while the page showed its children's jobs)."""
+    counts: dict[int, dict[str, int]] = defaultdict(dict)
+    for qid, state, n in (Job.objects.filter(state__in=(Job.State.PENDING, *Job.LIVE_STATES))
+                          .values("queue_id", "state").annotate(n=Count("id")).order_by()
+                          .values_list("queue_id", "state", "n")):
+        counts[qid][state] = n
+    own = {qid: (c.get(Job.State.PENDING, 0), sum(c.get(s, 0) for s in Job.LIVE_STATES)) for qid, c in counts.items()}
+    if not subtree:
+        return own
+    return {qid: tuple(v) for qid, v in queue_tree().rollup(own, 2).items()}
+
+
 def queue_usage(team_ids: set[int] | None = None) -> list[QueueUsage]:
     """Live per-queue usage (GPU-equivalents allocated now: queue_gpu_milli) against quota, summed over GPU flavors; an inner
     queue's used, demand and job counts are those of its whole subtree. Team queues first, then inner
@@ -283,13 +299,7 @@ def queue_usage(team_ids: set[int] | None = None) -> list[QueueUsage]:
         queues = queues.filter(team_id__in=team_ids)
     used, demand = queue_gpu_milli()
     quotas = queue_quotas()
-    counts: dict[int, dict[str, int]] = defaultdict(dict)
-    for qid, state, n in (Job.objects.filter(state__in=(Job.State.PENDING, *Job.LIVE_STATES))
-                          .values("queue_id", "state").annotate(n=Count("id")).order_by()
-                          .values_list("queue_id", "state", "n")):
-        counts[qid][state] = n
-    own = {qid: (used.get(qid, 0), demand.get(qid) or 0, c.get(Job.State.PENDING, 0),
-                 sum(c.get(s, 0) for s in Job.LIVE_STATES)) for qid, c in counts.items()}
+    own = {qid: (used.get(qid, 0), demand.get(qid) or 0, *pr) for qid, pr in queue_job_counts().items()}
     for qid, n in used.items():
         own.setdefault(qid, (n, demand.get(qid) or 0, 0, 0))
     totals = queue_tree().rollup(own, 4)  # used, demand (thousandths), pending, running of each queue's subtree
