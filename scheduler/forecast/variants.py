@@ -40,6 +40,7 @@ DAY = 86400
 CONFIG_RANGES = {
     "max_preemptors": (0, 10_000),
     "max_reservations": (0, 10_000),
+    "max_drains": (0, 10_000),
     "reschedule_every": (1, 1_000_000),  # cycles between planning rounds (cycle % reschedule_every)
     "reschedule_moves_per_hour": (0, 1_000_000),
     "reschedule_max_victims": (0, 10_000),

@@ -2,6 +2,9 @@
 an earlier drain waits for as drained, and both then waited on each other for hours), and a holder whose reserved
 GPUs another hold has taken is told so, not that evicted jobs are releasing them."""
 from collections import Counter
+from dataclasses import replace
+
+import pytest
 
 from scheduler.core import CycleConfig, run_cycle
 from scheduler.core.snapshot import TaskPlacement
@@ -28,7 +31,7 @@ def _overlaps(result) -> Counter:
 
 
 def test_a_second_drain_keeps_clear_of_the_first():
-    config = CycleConfig(starvation_seconds=60)
+    config = CycleConfig(starvation_seconds=60, max_drains=2)
     runner = ScenarioRunner(_busy_world(nodes=6, big=3), config=config).run(until=600, every=30)
     holders = set()
     for now, result in runner.history:
@@ -43,12 +46,46 @@ def test_a_second_drain_keeps_clear_of_the_first():
 def test_no_drain_when_only_the_first_drains_gpus_would_do():
     """4 nodes: `small` drains 2; `big` (4 x 8) could only be placed on GPUs `small` waits for, so it gets no drain
     reservation (before the fix it held the GPUs of all 4 nodes, 2 of them wanted by `small` as well)."""
-    config = CycleConfig(starvation_seconds=60)
+    config = CycleConfig(starvation_seconds=60, max_drains=2)
     runner = ScenarioRunner(_busy_world(nodes=4, big=4), config=config).run(until=600, every=30)
     for now, result in runner.history:
         assert not _overlaps(result), (now, _overlaps(result))
         assert "big" not in {n.job_id for n in result.nominations}, now
     assert {n.job_id for n in runner.history[-1][1].nominations} == {"small"}
+
+
+@pytest.mark.parametrize("max_drains", [1, 2])
+def test_drains_in_force_are_capped_by_max_drains(max_drains):
+    """Each drain holds GPUs idle while its nodes drain: at most `max_drains` are in force (the default, 1: one
+    target job at a time, as Volcano's reservation elects one); the next starving gang drains once one starts."""
+    config = CycleConfig(starvation_seconds=60, max_drains=max_drains)
+    world = _busy_world(nodes=6, big=3)
+    runner = ScenarioRunner(world, config=config).run(until=600, every=30)
+    most = max(len(r.nominations) for _, r in runner.history)
+    assert most == max_drains
+    if max_drains == 1:
+        assert {n.job_id for n in runner.history[-1][1].nominations} == {"small"}
+        assert "big" not in {n.job_id for _, r in runner.history for n in r.nominations}
+
+
+def test_the_default_is_one_drain_and_eviction_holds_do_not_count():
+    assert CycleConfig().max_drains == 1
+    # an eviction's beneficiary holding GPUs is not a drain: a starving gang still drains beside it
+    world = World().nodes(count=4, gpus=8).queue(name="q", quota={"H100": 32})
+    for i in (2, 3, 4):
+        world.running(name=f"r{i}", nodes=[f"n{i}"], gpus_per_task=8, duration=10 ** 6)
+    world.running(name="victim", nodes=["n1"], gpus_per_task=8, duration=10 ** 6)
+    held = (TaskPlacement(role="worker", index=0, node="n1", gpus=tuple(range(8))),)
+    world.job(name="beneficiary", tasks=1, gpus_per_task=8, submit=0, reserved=held, priority=5)
+    world.job(name="starving", tasks=1, gpus_per_task=8, submit=0)
+    snapshot = world.snapshot(now=5000)
+    jobs = tuple(replace(j, state="preempting", evicted_for="beneficiary") if j.id == "victim" else j
+                 for j in snapshot.jobs)
+    result = run_cycle(replace(snapshot, jobs=jobs), CycleConfig(starvation_seconds=60))
+    assert {n.job_id for n in result.nominations} == {"beneficiary", "starving"}
+    # the same hold with no eviction for it is a drain: the cap is reached and the starving gang waits
+    result = run_cycle(snapshot, CycleConfig(starvation_seconds=60))
+    assert {n.job_id for n in result.nominations} == {"beneficiary"}
 
 
 def test_a_holder_whose_gpus_another_hold_took_is_told_so():

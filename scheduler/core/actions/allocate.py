@@ -638,7 +638,7 @@ class _Bulk:
             return False  # what _answer finds for the next job whatever the token (the table has no refusal for it)
         reservations, config = self.reservations, self.session.config
         quiet = not config.backfill or (reservations._tried and (  # Reservations.waiting changes nothing
-            reservations.until is not None or reservations._drained or reservations.count >= config.max_reservations))
+            reservations.until is not None or reservations.closed()))
         token = (self.session.queues.version, self.admission.writes, reservations.until,
                  self.session.holds.holding(BACKFILL), quiet, key)
         answers = self.answers

@@ -12,8 +12,12 @@ Feitelson, IEEE TPDS 2001), and drain reservations for jobs that starve anyway.
   computed (no reservation is made).
 - Drain: a job that has waited `starvation_seconds` while no EASY shadow exists this cycle gets the GPUs
   it will start on, in the domain quickest to drain, held for it from now on (a Nomination), so smaller
-  jobs stop taking them as they free up. At most one new drain per cycle, and at most
-  `max_reservations` jobs holding reservations at once (eviction beneficiaries and drains).
+  jobs stop taking them as they free up. At most one new drain per cycle, at most `max_drains` drains in
+  force (default 1: one target job at a time, as Volcano's reservation elects one; each drain holds GPUs
+  idle while its nodes empty, and on whole Philly days 20-40 a second and third drain raised the mean wait
+  of every size but the largest: benchmarks/RESULTS.md, session 21), and at most `max_reservations` jobs
+  holding reservations at once (eviction beneficiaries and drains). A drain never counts GPUs another hold
+  wants as drained (they stay taken on its Trial), so no two holds want the same GPU through a drain.
 
 Times are seconds of the cluster clock.
 """
@@ -55,6 +59,7 @@ class Reservations:
         self._count: int | None = holding  # counted when first asked (most cycles never ask)
         self._tried = False  # one EASY reservation per cycle: for the first job that waits
         self._drained = False  # at most one new drain reservation per cycle
+        self._drains: int | None = None  # drains in force (holders no eviction is for), counted when first asked
         # the earliest time (seconds) at which a job refused here for lack of room starves (its submit time +
         # starvation_seconds): from then on a cycle may make a drain reservation for it (cycle.settled_until)
         self.starves_at = INF
@@ -119,10 +124,25 @@ class Reservations:
         session.holds.hold(BACKFILL, placement.tasks)
         return PendingReason(reason.code, f"{reason.message}; reserved, estimated start t={start:.0f}s")
 
-    def _starving(self, job: JobInfo) -> bool:
+    @property
+    def drains(self) -> int:
+        """Drain reservations in force: pending jobs holding GPUs (`reserved`) that no eviction is for (no job
+        being evicted names them in `evicted_for`), those made this cycle included."""
+        if self._drains is None:
+            targets = {j.evicted_for for j in _not_pending(self.session.snapshot.jobs)
+                       if j.state == "preempting" and j.evicted_for is not None}
+            self._drains = sum(1 for j in self._pending if j.reserved and j.id not in targets)
+        return self._drains
+
+    def closed(self) -> bool:
+        """Whether no new drain reservation can be made this cycle: one was made already, `max_reservations`
+        jobs hold GPUs, or `max_drains` drains are in force."""
         config = self.session.config
-        return (not self._drained and self.count < config.max_reservations
-                and self.session.now - job.submit_time >= config.starvation_seconds)
+        return self._drained or self.count >= config.max_reservations or self.drains >= config.max_drains
+
+    def _starving(self, job: JobInfo) -> bool:
+        return (self.session.now - job.submit_time >= self.session.config.starvation_seconds
+                and not self.closed())
 
     def _drain_for(self, job: JobInfo, reason: PendingReason) -> PendingReason:
         """A persistent reservation for a starving job: the GPUs it will get in the domain quickest to
@@ -134,6 +154,7 @@ class Reservations:
             if placement is not None:
                 self._drained = True
                 self.count += 1
+                self._drains = self.drains + 1
                 session.nominate(job, placement.tasks)
                 waited = (session.now - job.submit_time) / 3600
                 return PendingReason(reason.code, f"{reason.message}; waited {waited:.1f} h: GPUs in "
