@@ -101,7 +101,8 @@ def _job_label(job: dict | None, visible) -> str:
 def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas: dict[int, int],
                      zoom: str | None = None, team: str | None = None, job: int | None = None,
                      visible_team_ids: set[int] | None = None, gpu_cell_limit: int = GPU_CELL_LIMIT,
-                     shares: dict[int, dict] | None = None, held_gpus: set[int] | frozenset = frozenset()) -> dict:
+                     shares: dict[int, dict] | None = None, held_gpus: set[int] | dict | frozenset = frozenset(),
+                     holders: list[dict] | None = None) -> dict:
     """domains: (id, name, tier, parent_id); gpus: (gpu_id, index, health, node_id, node, node_state,
     flavor, domain_id) — already filtered by flavor; allocations {gpu_id: job_id} (all live ones: a job's
     GPU count comes from them); jobs: live job dicts (dashboard_queries.live_jobs); quotas {queue_id: GPUs};
@@ -109,9 +110,12 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
     share (a label on its cell, every fraction's job in its hover) or a MIG GPU's instances (dots on its cell),
     with the text in its hover and row ("share"), when zoomed to GPUs (_gpu_level); the team / job filter
     matches a shared GPU when any job holding a fraction of it matches. held_gpus: GPU ids reserved for jobs
-    that have not started (dashboard_queries.held_gpu_ids): state "held" unless allocated. zoom: a domain name
+    that have not started (dashboard_queries.held_gpu_ids): state "held" unless allocated; or {GPU id: the id of
+    the job it is held for, or None} (dashboard_queries.held_gpu_holders), with `holders` those jobs' dicts (as
+    live_jobs'): a held GPU then belongs to its holder, for the filters and the hovers. zoom: a domain name
     (None = the cluster).
-    team / job: GPUs not held by that team's / job's jobs are dimmed. Unknown zoom raises KeyError."""
+    team / job: GPUs not held by that team's / job's jobs are dimmed: allocated to them, or held for them (a pending
+    job's reservation: trial 21, F15). Unknown zoom raises KeyError."""
     tree = Tree(domains, key=itemgetter(0), parent=itemgetter(3))
     by_id = tree.rows
     zoom_row = None
@@ -131,12 +135,17 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
     def matches(j):
         return j is not None and (not team or j["team_name"] == team) and (not job or j["id"] == job)
 
-    cells = []  # (gpu row, state, job or None, match)
+    held_for = held_gpus if isinstance(held_gpus, dict) else {}
+    holder_by_id = {h["id"]: h for h in holders or ()}
+    cells = []  # (gpu row, state, job or None: the job it is allocated to, or held for when held, match)
     for g in gpus:
         j = jobs_by_id.get(allocations.get(g[0]))
+        state = gpu_state(g[2], g[5], j, g[0] in borrowed, g[0] in held_gpus)
+        if state == "held":
+            j = holder_by_id.get(held_for.get(g[0]))
         frac = (shares or {}).get(g[0]) or {}  # a shared GPU matches when any job holding a fraction of it does
         match = matches(j) or any(matches(live.get(jid)) for jid, _ in frac.get("jobs") or ())
-        cells.append((g, gpu_state(g[2], g[5], j, g[0] in borrowed, g[0] in held_gpus), j, match))
+        cells.append((g, state, j, match))
     # The totals follow the team / job filter (what is highlighted), over the zoomed and flavor-filtered GPUs.
     totals = {s: 0 for s in GPU_STATES}
     for c in cells:
@@ -190,7 +199,8 @@ def _domain_level(cells, by_id, visible, filtering, shares=None, live=None):
             top_jobs = sorted(c["jobs"].items(), key=lambda kv: -kv[1])[:3]
             lines = [f"<b>{plain(dname(did))}</b> · {plain(dname(p)) if p is not None else ''} · {c['gpus']} GPUs",
                      ", ".join(f"{n} {s}" for s, n in sorted(c["states"].items(), key=lambda kv: -kv[1]))]
-            lines += [f"{n} GPUs: {_job_label(job_info[jid], visible)}" for jid, n in top_jobs]
+            lines += [f"{n} GPUs{' held for' if job_info[jid]['state'] == 'pending' else ''}: "
+                      f"{_job_label(job_info[jid], visible)}" for jid, n in top_jobs]
             if len(c["jobs"]) > 3:
                 lines.append(f"+{len(c['jobs']) - 3} more jobs")
             text = "<br>".join(lines)
@@ -282,7 +292,8 @@ def _gpu_level(cells, by_id, visible, filtering, shares=None, live=None):
                 if fractions:  # every job holding a fraction of it, with its share
                     who = "<br>".join(f"{part:g} GPU: {_job_label(fj, visible) or 'a job'}" for fj, part in fractions)
                 elif state == "held":
-                    who = "held (reserved) for a job that has not started"
+                    who = "held (reserved) for a job that has not started" + (
+                        f": {_job_label(j, visible)}" if j is not None else "")
                 else:
                     who = _job_label(j, visible)
                 t["hovertext"].append(f"<b>{plain(node)}</b> GPU {g[1]} · {plain(g[6])} · {state}"

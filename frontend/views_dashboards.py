@@ -172,10 +172,11 @@ def build_topology(user, *, zoom=None, team=None, flavor=None, job=None) -> dict
     if own:
         gpus = [g if g[7] is not None else (*g[:7], own[g[4]][0]) for g in gpus]
         domains = [*domains, *own.values()]
+    holders = dq.held_gpu_holders()
     return topology_payload(domains=domains, gpus=gpus, allocations=dq.live_allocations(),
                             jobs=dq.live_jobs(), quotas=dq.queue_quotas(), zoom=zoom, team=team, job=job,
                             visible_team_ids=access.visible_team_ids(user), shares=dq.gpu_shares(),
-                            held_gpus=dq.held_gpu_ids())
+                            held_gpus=holders, holders=dq.holder_jobs(holders.values()))
 
 
 class BadParam(ValueError):

@@ -51,13 +51,48 @@ def held_gpu_ids() -> set[int]:
     the backfill / drain reservation) and not bound since: the GPUs its ClusterSample.held_gpus counts
     (ClusterSample.held_at), so the topology map shows them held, not free, and its totals agree with the
     cluster page and /metrics. Three small queries."""
+    return set(held_gpu_holders())
+
+
+def held_gpu_holders() -> dict[int, int | None]:
+    """{GPU id: the id of the job it is held for, or None when no job can be named} over held_gpu_ids' GPUs: a
+    nomination's GPUs (an eviction's beneficiary, a drain reservation, a moved job's new place) by the holder's
+    Job.reserved, the rest by the backfill (EASY) reservation, whose one holder is the pending job with a
+    reservation_start (evict.apply_holds writes both with the sample). Five small queries. The topology map's
+    ?job= / ?team= filters and its GPU hovers name the holder (trial 21, F15: ?job= of a pending job holding 2 GPUs
+    showed 0)."""
+    from .scheduling.evict import decode_reserved
+
     held_at = ClusterSample.objects.order_by("-time", "-id").values_list("held_at", flat=True).first() or {}
     wanted = {(str(node), int(g)) for node, gpus in held_at.items() for g in gpus}
     if not wanted:
-        return set()
+        return {}
     allocated = set(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
-    return {gid for gid, node, index in Gpu.objects.filter(node__name__in={n for n, _ in wanted})
-            .values_list("id", "node__name", "index") if (node, index) in wanted and gid not in allocated}
+    ids = {(node, index): gid for gid, node, index in Gpu.objects.filter(node__name__in={n for n, _ in wanted})
+           .values_list("id", "node__name", "index") if (node, index) in wanted and gid not in allocated}
+    holder: dict[tuple[str, int], int] = {}
+    for job_id, reserved in Job.objects.filter(state__in=(Job.State.PENDING, Job.State.PREEMPTING),
+                                               reserved__isnull=False).values_list("id", "reserved"):
+        for task in decode_reserved(reserved):
+            for g in task.gpus:
+                holder[(task.node, g)] = job_id
+    easy = list(Job.objects.filter(state=Job.State.PENDING, reservation_start__isnull=False)
+                .values_list("id", flat=True)[:2])
+    rest = easy[0] if len(easy) == 1 else None  # the backfill reservation holds for one job
+    return {gid: holder.get(key, rest) for key, gid in ids.items()}
+
+
+def holder_jobs(job_ids) -> list[dict]:
+    """The jobs of `job_ids` (holders of held GPUs: held_gpu_holders) as live_jobs' dicts: id, name, state,
+    team_id, team_name, queue_id, queue_name."""
+    keys = ("id", "name", "state", "team_id", "queue_id")
+    rows = [dict(zip(keys, r)) for r in Job.objects.filter(pk__in=set(job_ids) - {None}).values_list(*keys)]
+    if rows:
+        teams = dict(Team.objects.values_list("id", "name"))
+        queues = dict(Queue.objects.values_list("id", "name"))
+        for r in rows:
+            r["team_name"], r["queue_name"] = teams.get(r["team_id"], ""), queues.get(r["queue_id"], "")
+    return rows
 
 
 def gpu_shares() -> dict[int, dict]:
