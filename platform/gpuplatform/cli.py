@@ -146,7 +146,7 @@ def _state(j: dict) -> str:
     target = (j.get("stop") or {}).get("target") if j["state"] == "preempting" else None
     if target == "cancelled":
         return "cancelling"
-    if target in ("failed", "succeeded", "restart"):
+    if target in ("failed", "succeeded", "restart", "recover"):  # Job.STOPPING_WORDS["stopping"] (no Django here)
         return f"stopping ({target})"
     return j["state"]
 

@@ -54,8 +54,14 @@ def test_gpuctl_state_words_are_filter_values():
     from gpuplatform import cli
 
     words = {cli._state({"state": "preempting", "stop": {"target": t}}).split(" ")[0]
-             for t in ("cancelled", "failed", "succeeded", "restart")}
+             for t in ("cancelled", "failed", "succeeded", "restart", "recover")}
     assert words == set(Job.STOPPING_WORDS)
+    # every target a word stands for reads as that word, and no other target does (session 21: "recover", a gang
+    # broken by a fault, read as plain "preempting")
+    for word, targets in Job.STOPPING_WORDS.items():
+        for t in targets:
+            assert cli._state({"state": "preempting", "stop": {"target": t}}).split(" ")[0] == word
+    assert cli._state({"state": "preempting", "stop": {"target": "requeue"}}) == "preempting"
 
 
 def test_an_unknown_state_still_lists_the_choices(client_for, users):

@@ -53,8 +53,9 @@ class Job(models.Model):
     # What a preempting job (a stop in its grace period) is shown as when it will end rather than wait in its
     # queue again, by its stop_target: gpuctl's STATE column says "cancelling" / "stopping (failed)", and the
     # jobs API's and the jobs page's `state` filter take these words (new-user trial 14, F12). `preempting`
-    # still lists every preempting job.
-    STOPPING_WORDS = {"cancelling": ("cancelled",), "stopping": ("failed", "succeeded", "restart")}
+    # still lists every preempting job. "recover": a gang broken by a fault, its survivors stopping before it is
+    # requeued (execution.stops.stop_for_fault).
+    STOPPING_WORDS = {"cancelling": ("cancelled",), "stopping": ("failed", "succeeded", "restart", "recover")}
 
     # no index of its own: the (team, state) index below leads with it (issue 16: one index entry less per job
     # row written, and the cycle rewrites 10,000 job rows when it starts them)
