@@ -1066,13 +1066,17 @@ class Admission:
             for flavor, need in sorted(need_by.items()):
                 limit, limiter = queues.static_limit(job.queue, flavor)
                 room, at = queues.headroom(job.queue, flavor)
-                if not job.preemptible:
-                    room = min(room, queues.quota_room(job.queue, flavor)[0])
+                if not job.preemptible:  # it could never be reclaimed, so it may not borrow (as _place_flavor)
+                    within, level = queues.entitlement_room(job.queue, flavor)
+                    if within < room:
+                        room, at = within, level
                 if need > limit:
                     why = f"above queue {limiter} limit of {int(limit)}"
                     blocked = session.capacity.beyond_cluster(need, flavor, why) or PendingReason(
                         "never_fits_queue_limit", f"needs {need} {flavor} GPUs, {why}", terminal=True)
-                elif need > room:
+                elif not job.preemptible:
+                    blocked = self._never_within_quota(job.queue, flavor, need)
+                if blocked is None and need > room:
                     blocked = PendingReason("queue_limit", f"queue {at} has room for {int(room)} more {flavor} "
                                             f"GPUs, job needs {need}")
                 if blocked is not None:
@@ -1081,7 +1085,10 @@ class Admission:
                 reasons.append(blocked)
                 continue
             # tasks above the minimum only while every flavor's headroom allows: bounded by the tightest
-            room = min(queues.headroom(job.queue, f)[0] - n for f, n in need_by.items()) + job.gpus_min
+            # (a non-preemptible job's within its entitlement too)
+            room = min(min(queues.headroom(job.queue, f)[0],
+                           INF if job.preemptible else queues.entitlement_room(job.queue, f)[0]) - n
+                       for f, n in need_by.items()) + job.gpus_min
             outcome = session.search_mixed(job, plan, cap=cap, room=room)
             if isinstance(outcome, Binding):
                 for t in outcome.tasks:
@@ -1091,6 +1098,22 @@ class Admission:
             reasons.append(outcome)
         live = [r for r in reasons if not r.terminal]
         return live[0] if live else reasons[0]
+
+    def _never_within_quota(self, queue: str, flavor: str, need: int) -> PendingReason | None:
+        """Why a non-preemptible job needing `need` GPUs of `flavor` can never start in `queue` (a terminal
+        never_fits_queue_quota naming the level of the chain and its entitlement), or None. Such a job may not borrow
+        (it could never be reclaimed): it runs only within the entitlement of every level of its queue's chain
+        (QueueTree.static_entitlement: its quota plus what its parents leave unassigned), which no wait raises. A
+        queue with a quota of 0 under a parent with unassigned quota is entitled to that part, and is not refused."""
+        session = self.session
+        entitled, level = session.queues.static_entitlement(queue, flavor)
+        if need <= entitled:
+            return None
+        why = (f"non-preemptible jobs run only within quota (they may not borrow) and queue {level} is entitled to "
+               f"{int(entitled)} (its quota plus what its parents leave unassigned, docs/quotas.md); submit it "
+               f"preemptible or raise the quota")
+        return session.capacity.beyond_cluster(need, flavor, why) or PendingReason(
+            "never_fits_queue_quota", f"can never start: needs {need} {flavor} GPUs; {why}", terminal=True)
 
     def _place_flavor(self, job: JobInfo, flavor: str, backfill_open: bool | None, facts: tuple | None = None
                       ) -> Binding | PendingReason:
@@ -1108,6 +1131,10 @@ class Admission:
             why = f"above queue {limiter} limit of {int(limit)}"
             return session.capacity.beyond_cluster(need, flavor, why) or PendingReason(
                 "never_fits_queue_limit", f"needs {need} {flavor} GPUs, {why}", terminal=True)
+        if not job.preemptible:
+            never = self._never_within_quota(job.queue, flavor, need)
+            if never is not None:
+                return never
         cap = facts[2]
         never = facts[4].get(flavor, _UNSET)
         if never is _UNSET:  # the same for every job of its shape id (never_fits reads its roles, numa and cap)

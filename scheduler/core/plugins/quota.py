@@ -467,6 +467,19 @@ class QueueTree:
         """The smallest limit on the chain for `flavor`: a job needing more can never run in this queue."""
         return least_limit(self.queues, self.chain(queue), flavor)
 
+    def static_entitlement(self, queue: str, flavor: str) -> tuple[float, str | None]:
+        """(the smallest entitlement to `flavor` along the queue's chain, the level that has it): what a job that may
+        not borrow (a non-preemptible one) can ever hold there, whatever runs; (INF, None) with no queues defined or
+        for a queue outside the tree. Static within a cycle (quotas only). Units: GPUs."""
+        if self.open_world or queue not in self.queues:
+            return INF, None
+        best, who = INF, None
+        for q in self.chain(queue):
+            e = self.entitlement(q, flavor)
+            if e < best:
+                best, who = e, q
+        return best, who
+
     def share(self, queue: str) -> float:
         """Dominant share: max over flavors of usage / quota (DRF's dominant resource, Ghodsi et al.,
         NSDI 2011, with per-flavor quotas as the denominators). Usage without quota counts as
