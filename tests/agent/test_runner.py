@@ -35,7 +35,7 @@ class FakeControlPlane:
         self.report_calls: list[dict] = []  # every reports body answered 2xx
         self.failed_reports = 0
         self.fail_next_reports = 1  # the first reports call fails (503): the agent must send it again
-        self.refuse = {(1, "started")}  # answered accepted: false
+        self.refuse = {(1, "exited")}  # answered accepted: false (a refused "started" stops the task: see test_s21a_*)
         self.tasks: list[dict] = []
         self.assignment_calls = 0
 
@@ -227,7 +227,7 @@ def test_gpu_agent_command_executes_a_task(control_plane, tmp_path):
     assert [c["data"] for body in cp.report_calls for c in body["logs"] if c["task"] == 7] == ["from-task-7\n"]
     assert cp.registered[0]["address"] == "127.0.0.1" and len(cp.registered[0]["gpus"]) == 2
     assert os.path.exists(work / "tasks" / "7-0" / "meta.json")
-    assert agent.returncode == 0 and "n1: agent stopped; its tasks keep running" in out, out
+    assert agent.returncode == 0 and "n1: agent stopped; no task of it was running" in out, out
 
 
 def test_stop_of_a_task_never_started_here_is_reported_lost_once(control_plane, tmp_path):

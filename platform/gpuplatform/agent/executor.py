@@ -17,8 +17,9 @@ meta.json: {"task", "attempt", "job", "role", "index", "gpus": [{"index", "uuid"
 "boot_id", "started_at" (epoch s), "started_reported", "result" (null while running, else {"exit_code": n},
 {"signal": s} or {"lost": message}), "exited_reported", "log_offset" (bytes of output.log shipped),
 "stop" (null, or {"deadline": time.monotonic() value, "boot_id", "requested_at" (epoch s), "killed",
-"container_killed"}), "done"}. A meta.json that exists means the attempt was started: it is never started
-again, across agent restarts.
+"container_killed"}), "refused" (absent, or the control plane's reason for refusing the attempt's "started" report:
+its processes are stopped and neither its end nor its output is reported, see refuse()), "done"}. A meta.json that
+exists means the attempt was started: it is never started again, across agent restarts.
 
 Every task runs under `supervise.py` (a separate standard-library script, see there), which leads its own
 process group, is the subreaper of everything the task forks, and records the exit status in exit.json.
@@ -528,6 +529,26 @@ class ProcessExecutor:
         return "ended"
 
     # ------------------------------------------------------------------------------------------------- stop
+    def refuse(self, key: Key, deadline_monotonic: float, why: str) -> bool:
+        """The control plane refused the "started" report of `key` (`why`: its reason, e.g. "task is running, not
+        bound": it counts another start of this attempt as the task, or the attempt is over): these processes are not
+        the task's. They are stopped as stop() does (SIGTERM now, SIGKILL at `deadline_monotonic`), and neither their
+        end nor their output is reported (either would be taken for the task's: new-user trial 21, F4). The record
+        stays (the attempt is never started again) until the processes have ended. Returns stop()'s answer (False:
+        nothing runs here any more). Unknown keys: False."""
+        key = tuple(key)
+        m = self._meta.get(key)
+        if m is None:
+            return False
+        m["refused"] = str(why or "refused")[:300]
+        m["exited_reported"] = True  # its end is not the task's: never reported
+        self._save(key)
+        log.warning("task %s-%s: the control plane refused its start (%s): its processes are stopped and their end "
+                    "is not reported", *key, m["refused"])
+        stopping = self.stop(key, deadline_monotonic)
+        self._maybe_done(key)
+        return stopping
+
     def stop(self, key: Key, deadline_monotonic: float) -> bool:
         """Stop the task: SIGTERM now to its process group and to every descendant of its supervisor, SIGKILL
         to all of them once time.monotonic() >= deadline_monotonic (enforced here and by poll(); for a
@@ -658,8 +679,11 @@ class ProcessExecutor:
             self._save(key)
             self._signal(key, signal.SIGKILL)  # leftovers in its process group / session, if any
             self._seen.pop(key, None)
-            ended.append(self._ended_record(key))
             log.info("task %s-%s ended: %s", *key, m["result"])
+            if m.get("refused"):
+                self._maybe_done(key)  # a refused start's end is not the task's: not listed, not reported
+                continue
+            ended.append(self._ended_record(key))
         return ended
 
     def _remember(self, key: Key, procs: dict[int, ProcStat]) -> None:
@@ -728,7 +752,8 @@ class ProcessExecutor:
                 continue
             self._meta[key] = m
             if m.get("result") is not None:
-                continue  # ended before; its reports / logs may still be due
+                self._maybe_done(key)  # ended before; its reports / logs may still be due
+                continue
             if not m.get("pid"):
                 sup = _read_json(self._path(key, "supervisor.json"))
                 if sup and sup.get("pid"):  # the previous agent died between launching it and saving its pid
@@ -741,6 +766,8 @@ class ProcessExecutor:
                     m["stop"] = None
                 self._save(key)
                 log.info("adopted task %s-%s (supervisor pid %d)", *key, m["pid"])
+                if m.get("refused") and not m.get("stop"):  # a refused start whose stop the last agent did not make
+                    self.stop(key, time.monotonic() + self.supervisor_grace)
                 continue
             if status:
                 m["result"] = self._result_of(key, None)
@@ -795,7 +822,14 @@ class ProcessExecutor:
             return 0
 
     def _maybe_done(self, key: Key) -> None:
-        m = self._meta[key]
+        m = self._meta.get(key)
+        if m is None:
+            return
+        if m.get("refused") and m.get("result") is not None:  # its output is not shipped either
+            m["done"] = True
+            self._save(key)
+            del self._meta[key]
+            return
         if (m.get("result") is not None and m.get("exited_reported") and (m.get("started_reported") or not m.get("pid"))
                 and m.get("log_offset", 0) >= self._log_size(key)):
             m["done"] = True
@@ -803,8 +837,9 @@ class ProcessExecutor:
             del self._meta[key]
 
     def pending_logs(self) -> list[Key]:
-        """Keys whose output.log has bytes not yet shipped, sorted."""
-        return sorted(k for k, m in self._meta.items() if self._log_size(k) > m.get("log_offset", 0))
+        """Keys whose output.log has bytes not yet shipped, sorted (a refused start's output is never shipped)."""
+        return sorted(k for k, m in self._meta.items()
+                      if not m.get("refused") and self._log_size(k) > m.get("log_offset", 0))
 
     def log_chunk(self, key: Key, max_bytes: int = 65536) -> tuple[int, int, str]:
         """(offset, end, text): the output.log bytes [offset, end) not shipped yet, at most `max_bytes`, decoded

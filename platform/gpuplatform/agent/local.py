@@ -67,17 +67,23 @@ def agent_argv(api: str, name: str, *, work_dir: Path, gpus: int = 2, poll: floa
 
 def start_agents(api: str, token: str, count: int, *, root: Path, gpus: int = 2, poll: float = 1.0,
                  interval: float = 5.0, prefix: str = "local", real_gpus: bool = False,
-                 env: dict | None = None) -> list[LocalAgent]:
+                 env: dict | None = None, keep: bool = False) -> list[LocalAgent]:
     """Start `count` agents named <prefix>-0 .. <prefix>-<count-1>, each with work dir root/<name> and its
-    output in root/<name>.log. Returns at once (they register within a second or two)."""
+    output in root/<name>.log. Returns at once (they register within a second or two).
+
+    Tasks a previous local run left behind (its process was killed hard) are stopped first (their ends are
+    recorded in their state directories). Without `keep` their task records go: they belong to that run's
+    jobs, which the demo clears, and an agent never starts a (task, attempt) it has a record of, so a new
+    database's task 1 would never start. With `keep` (the demo's --keep: the jobs stay, and the server still
+    counts those tasks running) the records stay: each agent reports how its tasks ended (or adopts one
+    still running) and never starts them a second time (new-user trial 21, F4: the records went, every
+    kept running task was started again beside the server's record of the first start)."""
     root.mkdir(parents=True, exist_ok=True)
-    # Tasks a previous local run left behind (its process was killed hard) are stopped first, and its task
-    # records go: they belong to that run's jobs, and an agent never starts a (task, attempt) it has a
-    # record of, so a new database's task 1 would never start.
     dirs = [root / f"{prefix}-{i}" for i in range(count)]
     stop_tasks_in(dirs, grace=2.0)
-    for work in dirs:
-        shutil.rmtree(work / "tasks", ignore_errors=True)
+    if not keep:
+        for work in dirs:
+            shutil.rmtree(work / "tasks", ignore_errors=True)
     base = agent_base_env()
     base.update(env or {})
     base["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "platform"), base.get("PYTHONPATH", "")])

@@ -3,19 +3,22 @@ reports out. Standard library only; no Django imports.
 
     GET  {api}/api/v1/nodes/{name}/assignments/  -> {"server_time", "poll_seconds", "stop_grace_seconds",
                                                     "tasks": [{"task", "attempt", "action": "run"|"stop",
-                                                               "stop_deadline", "argv", "env", ...}]}
+                                                               "state", "stop_deadline", "argv", "env", ...}]}
     POST {api}/api/v1/nodes/{name}/reports/      <- {"tasks": [started / exited / lost events],
                                                      "logs": [{"task", "attempt", "offset", "data"}]}
 
 One round (`AgentLoop.sync`): GET the assignments; executor.poll() (ended tasks, SIGKILL deadlines); "stop"
 tasks are stopped with their deadline converted to the local monotonic clock
 (local_deadline = time.monotonic() + (stop_deadline - server_time)), live local tasks that are not listed
-are stopped with stop_grace_seconds, then "run" tasks not started yet are started; finally one reports call
+are stopped with stop_grace_seconds, then "run" tasks not started yet are started (only while the server's "state" of
+the task is "bound": a task it counts running, or releasing, that this agent has no record of starting is never
+started, it is reported lost; new-user trial 21, F4); finally one reports call
 carries every unacknowledged event and up to 64 KiB of new output per task (more calls follow at once while
 a task has a full chunk pending, at most 8 per round).
 
 The outbox is the executor's state directory: an event stays unreported (and is sent again) until the
-server answered it, accepted or not (accepted: false is logged and dropped); a network error or a 5xx
+server answered it, accepted or not (accepted: false is logged and dropped; a refused "started" also stops the
+processes just started, whose end and output are then never reported: executor.refuse); a network error or a 5xx
 keeps everything for the next round; a 400/422 answer drops the call's events (they would fail again);
 a 404 makes the agent register again. The loop never stops on a network error.
 """
@@ -38,6 +41,11 @@ from .validation import ValidationRunner
 __all__ = ["AgentLoop", "primary_address", "parse_server_time", "LOG_CHUNK_BYTES"]
 
 NEVER_STARTED = "stopped before it started on this node"
+# a "run" assignment of a task the server no longer counts as waiting to start (`state` not "bound") that this agent
+# has no record of: started here before and the record lost (another work directory, a wiped one), or started by
+# another agent. Started now it would run a second copy of the attempt (new-user trial 21, F4).
+NOT_STARTED_AGAIN = ("not started: the control plane counts this task {state}, but this agent has no record of "
+                     "starting it (its state directory was lost or replaced); a second copy would run")
 log = logging.getLogger("gpuplatform.agent")
 
 LOG_CHUNK_BYTES = 65536
@@ -117,7 +125,9 @@ class AgentLoop:
         self.beats = 0
         self.cycles = 0
         self._recovered = False
-        self.never_started: set = set()  # (task, attempt) told to stop before this agent ever started it
+        # (task, attempt) -> why it is reported lost without ever being started here: told to stop before this agent
+        # started it (NEVER_STARTED), or listed to run in a state other than bound (NOT_STARTED_AGAIN)
+        self.never_started: dict = {}
         self.told_never_started: set = set()  # ... and already reported as such
 
     @property
@@ -262,9 +272,16 @@ class AgentLoop:
                 else:
                     local = now + self.stop_grace_seconds
                 if not ex.known(key) and key not in self.told_never_started:
-                    self.never_started.add(key)  # never started here: say so, the server need not wait the deadline
+                    # never started here: say so, the server need not wait the deadline
+                    self.never_started.setdefault(key, NEVER_STARTED)
                 ex.stop(key, local)
             elif t.get("action", "run") == "run":
+                state = t.get("state", "bound")  # a server that sends no state: every run task may start
+                if state != "bound" and not ex.known(key):
+                    if key not in self.told_never_started and key not in self.never_started:
+                        log.error("task %s-%s: %s", *key, NOT_STARTED_AGAIN.format(state=state))
+                        self.never_started[key] = NOT_STARTED_AGAIN.format(state=state)
+                    continue
                 runs.append(t)
         for key in ex.live_keys():
             if key not in listed:
@@ -282,9 +299,15 @@ class AgentLoop:
         for _ in range(MAX_REPORT_ROUNDS):
             events = ex.unreported()
             skipped = sorted(k for k in self.never_started if not ex.known(k))
-            events += [{"task": k[0], "attempt": k[1], "event": "lost", "message": NEVER_STARTED} for k in skipped]
+            events += [{"task": k[0], "attempt": k[1], "event": "lost", "message": self.never_started[k]}
+                       for k in skipped]
             logs, chunks, full = [], {}, set()
+            # a task's output goes once the server has accepted its start: the output of a start it refuses is not the
+            # task's (executor.refuse); it waits for the answer to its "started", then goes in the next call at once
+            held = {(e["task"], e["attempt"]) for e in events if e["event"] == "started"}
             for key in ex.pending_logs():
+                if key in held:
+                    continue
                 off, end, text = ex.log_chunk(key, self.log_chunk_bytes)
                 if end > off:
                     logs.append({"task": key[0], "attempt": key[1], "offset": off, "data": text})
@@ -308,7 +331,7 @@ class AgentLoop:
                     self._call_failed("reports", exc)
                     return False
             self._apply_report_answer(events, chunks, answer if isinstance(answer, dict) else {})
-            if not full:
+            if not full and not (held & set(ex.pending_logs())):
                 return True
         return True
 
@@ -320,13 +343,18 @@ class AgentLoop:
                 by_event[(a.get("task"), a.get("attempt"), a.get("event"))] = a
         for e in events:
             a = by_event.get((e["task"], e["attempt"], e["event"]))
+            key = (e["task"], e["attempt"])
             if a is not None and a.get("accepted") is False:
                 log.info("server did not accept %s of task %s-%s: %s", e["event"], e["task"], e["attempt"],
                          a.get("detail", ""))
-            ex.mark_reported((e["task"], e["attempt"]), e["event"])
-            if (e["task"], e["attempt"]) in self.never_started:
-                self.never_started.discard((e["task"], e["attempt"]))
-                self.told_never_started.add((e["task"], e["attempt"]))
+            ex.mark_reported(key, e["event"])
+            if a is not None and a.get("accepted") is False and e["event"] == "started":
+                # the processes just started are not the task's (it runs elsewhere, has ended, or its attempt is
+                # over): none of them may survive, and their end must not be taken for the task's
+                ex.refuse(key, time.monotonic() + self.stop_grace_seconds, a.get("detail", ""))
+            if key in self.never_started and e["event"] == "lost":
+                del self.never_started[key]
+                self.told_never_started.add(key)
         by_log = {}
         for a in answer.get("logs") or []:
             if isinstance(a, dict):

@@ -1,8 +1,10 @@
 """A node's assignments: what its agent must run and stop now (docs/execution.md).
 
 `node_assignments(node, now)` -> {"server_time", "poll_seconds", "stop_grace_seconds", "tasks": [...]}, each
-task {task, attempt, job, job_name, role, index, action ("run" | "stop"), stop_deadline (for "run": the deadline
-of an eviction still only planned, see scheduling.evict.signal_at), argv, env,
+task {task, attempt, job, job_name, role, index, action ("run" | "stop"), state (the task's: "bound" = waiting for
+its agent to start it, "running" = reported started, "releasing"; an agent starts only a bound task: one the server
+counts running that the agent has no record of is reported lost, never started a second time), stop_deadline (for
+"run": the deadline of an eviction still only planned, see scheduling.evict.signal_at), argv, env,
 working_dir, image, gpus: [{index, uuid}]}; a fractional task's one GPU entry also has share_milli (its share,
 thousandths), share_memory_mib (its GPU memory, MiB) and memory_mib (the GPU's memory, MiB; 0 = unknown), so that
 the agent runs tasks sharing a GPU together while their shares sum to at most the GPU. Four queries whatever the
@@ -133,7 +135,8 @@ def nodes_assignments(nodes, now: datetime | None = None) -> dict:
             # withdrawn (scheduling.evict.apply_withdrawals), so the processes run on untouched until then
             action = "run"
         tasks_of[r["node_id"]].append({"task": r["id"], "attempt": attempt, "job": r["job_id"], "job_name": r["job__name"],
-                      "role": r["role__name"], "index": r["index"], "action": action, "stop_deadline": _iso(deadline),
+                      "role": r["role__name"], "index": r["index"], "action": action, "state": r["state"],
+                      "stop_deadline": _iso(deadline),
                       "argv": list(r["role__command"] or []), "env": env, "working_dir": r["role__working_dir"],
                       "image": r["role__image"], "gpus": [{"index": i, "uuid": u, **share_of.get(r["id"], {})} for i, u in gpus[r["id"]]]})
     head = {"server_time": now.isoformat(), "poll_seconds": float(getattr(settings, "AGENT_POLL_SECONDS", 2.0)),

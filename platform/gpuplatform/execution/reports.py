@@ -3,7 +3,8 @@
 `report_task_event(node, task_id=, attempt=, event=, ...)` -> (accepted, detail). Events:
 
 - "started": bound -> running (started_at, pid). The job goes admitted -> running when no task of its
-  gang is still bound (lifecycle.report_task_running does that part).
+  gang is still bound (lifecycle.report_task_running does that part). A repeat with the same pid is accepted and
+  changes nothing; another start of a task not bound is refused, and its agent stops what it started.
 - "exited" with exit_code (0-255) or signal: exit 0 -> the task succeeded; when every placed task of the
   completion role (default: all roles) has succeeded the job is stopped toward `succeeded` (its other
   roles get SIGTERM). Anything else -> the task failed, and a job not already stopping is stopped toward
@@ -27,7 +28,8 @@ A stopping job whose last process on a node agent has ended is finalized at once
 so its GPUs are free for the next cycle without waiting for the deadline.
 
 Every report carries the job's attempt: a report for another attempt, for a task not on this node, or a
-repeat of one already applied is refused (accepted False, with the reason) and changes nothing. The end of a
+repeat of one already applied is refused (accepted False, with the reason) and changes nothing (a "started" repeated
+with the same pid is accepted, changing nothing). The end of a
 task released with its job's end (its process outlived the job's stop deadline) is kept on the task once
 (exit_code / exit_signal / end_message: the SIGKILL of a time limit or a cancel), nothing else changes. Times are
 the server's (cluster) clock.
@@ -136,7 +138,13 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
 
 
 def _started(task_id, task, pid, at, actor) -> tuple[bool, str]:
+    """bound -> running. A repeat of the start already applied (the same supervisor pid: the agent sends it again when
+    the answer was lost) is accepted and changes nothing; any other start of a task that is not bound is refused, and
+    the agent then stops the processes it started (agent.runner: a second copy of the attempt must not run)."""
     if task["state"] != Task.State.BOUND:
+        if (pid is not None and task["state"] in (Task.State.RUNNING, Task.State.RELEASING)
+                and Task.objects.filter(pk=task_id, pid=pid).exists()):
+            return True, "already started (a repeat)"
         return False, f"task is {task['state']}, not bound"
     report_task_running(Task.objects.get(pk=task_id), at=at, actor=actor)
     Task.objects.filter(pk=task_id).update(pid=pid)

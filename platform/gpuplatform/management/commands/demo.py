@@ -790,7 +790,7 @@ class Command(BaseCommand):
         root = Path(os.environ.get("DEMO_AGENTS_DIR") or Path(settings.BASE_DIR) / ".demo-agents")
         since = timezone.now()
         agents = start_agents(api, token, opts["local_agents"], root=root, gpus=opts["gpus_per_agent"],
-                              poll=1.0, interval=5.0, real_gpus=opts["real_gpus"])
+                              poll=1.0, interval=5.0, real_gpus=opts["real_gpus"], keep=opts["keep"])
         stop = threading.Event()
         loop = threading.Thread(target=run_loop, name="demo-cycle", daemon=True,
                                 kwargs={"interval_seconds": 1.0, "clock_fn": timezone.now, "stop_event": stop,

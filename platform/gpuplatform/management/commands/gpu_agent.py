@@ -60,6 +60,24 @@ def agent_token(flag: str | None, path: str | None) -> str:
     return token
 
 
+def stopped_message(name: str, executor) -> str:
+    """The agent's last line on SIGINT / SIGTERM, true for its mode (new-user trial 21, F4b: the local demo's agents,
+    run with --stop-tasks-on-exit, said their tasks "keep running and are adopted" while their supervisors stopped
+    them). `executor`: the agent's ProcessExecutor, or None (--once, --no-exec: it runs no task)."""
+    if executor is None:
+        return f"{name}: agent stopped (it runs no task)"
+    live = len(executor.live_keys())
+    if not live:
+        return f"{name}: agent stopped; no task of it was running"
+    one = live == 1
+    tasks = f"its {live} running task{'' if one else 's'}"
+    if executor.stop_tasks_on_exit:
+        return (f"{name}: agent stopped; {tasks} {'is' if one else 'are'} stopped with it (--stop-tasks-on-exit: "
+                f"each supervisor sends SIGTERM, then SIGKILL after {executor.supervisor_grace:g} s)")
+    return (f"{name}: agent stopped; {tasks} {'keeps' if one else 'keep'} running and {'is' if one else 'are'} "
+            f"adopted at its next start")
+
+
 class Command(BaseCommand):
     help = "Node agent: register this node's GPUs, send heartbeats and run the node's tasks (REST API)."
     requires_system_checks: list = []
@@ -152,6 +170,6 @@ class Command(BaseCommand):
         except (AgentError, InventoryError, ExecutorError, OSError) as exc:
             raise CommandError(str(exc)) from exc
         except KeyboardInterrupt:
-            self.stdout.write(f"{name}: agent stopped; its tasks keep running and are adopted at the next start")
+            self.stdout.write(stopped_message(name, executor))
             return
         self.stdout.write(f"{name}: registered, {beats} heartbeat(s) sent")
