@@ -28,8 +28,8 @@ from ..models import Allocation, Attempt, Event, Job, Node, Task, TaskLog
 from ..models.cluster import lost_node_q
 from . import engine, tables
 
-__all__ = ["close_attempt", "diagnose_now", "lost_nodes", "mark_recovered", "platform_cause", "refresh_late_evidence",
-           "reuse_evidence", "HARDWARE_OR_NETWORK"]
+__all__ = ["attempt_exit", "close_attempt", "diagnose_now", "lost_nodes", "mark_recovered", "platform_cause",
+           "refresh_attempt_exit", "refresh_late_evidence", "reuse_evidence", "HARDWARE_OR_NETWORK"]
 
 HARDWARE_OR_NETWORK = ("gpu_hardware", "nccl_network")
 LOG_TAIL_BYTES = 256 * 1024
@@ -104,6 +104,56 @@ def _fault_at(fault_at: datetime | None, cause: dict | None, last_heartbeat: dat
     else:
         return fault_at
     return min(fault, fault_at or at, at)
+
+
+def attempt_exit(rows: list[dict], cause: dict | None, outcome: str) -> tuple[str, int | None, int | None] | None:
+    """(failed_task, exit_code, signal) of an attempt that ends as `outcome` from its tasks (`rows`: _task_rows) and
+    its platform cause (platform_cause). A success blames no task (the other roles' SIGTERM after the completion role's
+    exit 0 is the platform's): None. A time limit blames no task either: failed_task "", and the exit of the first task (earliest ended_at)
+    that ended by a signal or a non-zero code, the platform's SIGTERM or SIGKILL (new-user trial 21, F12: the task said
+    signal 9, the job and its attempt null). Otherwise the first task to fail, by its role[index]. None when no task
+    says (the job's own fields then stand). The one derivation of the job's and the attempt's exit: close_attempt
+    writes both from it, and refresh_attempt_exit when a task's end is reported after the attempt was recorded."""
+    if outcome == "succeeded":
+        return None
+    ordered = sorted(rows, key=lambda r: (r["ended_at"] is None, r["ended_at"].timestamp() if r["ended_at"] else 0.0))
+    if (cause or {}).get("cause") == "time_limit":
+        for r in ordered:
+            if r["exit_signal"] is not None or (r["exit_code"] or 0) != 0:
+                return "", r["exit_code"], r["exit_signal"]
+        return None
+    for r in ordered:
+        if r["state"] == Task.State.FAILED:
+            return f"{r['role__name']}[{r['index']}]", r["exit_code"], r["exit_signal"]
+    return None
+
+
+def refresh_attempt_exit(job_id: int, number: int) -> bool:
+    """A task of attempt `number` of the ended job `job_id` reported its end after the attempt was recorded (a time
+    limit's SIGKILL at the stop deadline): the attempt's and the job's failed_task / exit_code / exit_signal are
+    derived again from the tasks (attempt_exit) when the attempt ended failed and it is the job's last one. Returns
+    True when they changed. Call inside the report's transaction."""
+    job = Job.objects.filter(pk=job_id).values("attempts", "state", "failed_task", "exit_code", "exit_signal",
+                                               "end_reason").first()
+    if job is None or job["attempts"] != number or job["state"] not in Job.FINAL_STATES:
+        return False
+    attempt = (Attempt.objects.filter(job_id=job_id, number=number)
+               .values("pk", "outcome", "failed_task", "exit_code", "signal").first())
+    if attempt is None or attempt["outcome"] != Job.State.FAILED:
+        return False
+    derived = attempt_exit(_task_rows(job_id), platform_cause("", attempt["outcome"], job["end_reason"])[0],
+                           attempt["outcome"])
+    if derived is None:
+        return False
+    label, code, sig = derived
+    changed = False
+    if (attempt["failed_task"], attempt["exit_code"], attempt["signal"]) != derived:
+        Attempt.objects.filter(pk=attempt["pk"]).update(failed_task=label, exit_code=code, signal=sig)
+        changed = True
+    if (job["failed_task"], job["exit_code"], job["exit_signal"]) != derived:
+        Job.objects.filter(pk=job_id).update(failed_task=label, exit_code=code, exit_signal=sig)
+        changed = True
+    return changed
 
 
 def _task_rows(job_id: int) -> list[dict]:
@@ -220,8 +270,9 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
         if cause is None and not any(t.failed for t in tasks) and diagnosis.category == "unknown" and not failed:
             diagnosis = None
     gpus = Allocation.objects.filter(job_id=job_id, released_at__isnull=True).count()
-    first_failed = next((r for r in sorted(rows, key=lambda r: (r["ended_at"] is None, r["ended_at"] or at))
-                         if r["state"] == Task.State.FAILED), None)
+    label, code, sig = attempt_exit(rows, cause, outcome) or (job["failed_task"], job["exit_code"], job["exit_signal"])
+    if (label, code, sig) != (job["failed_task"], job["exit_code"], job["exit_signal"]):
+        Job.objects.filter(pk=job_id).update(failed_task=label, exit_code=code, exit_signal=sig)
     try:
         # Callers hold the job's row lock (lifecycle.lock_jobs), so two ends of one attempt do not race here;
         # should one still pass the exists() check, the unique (job, number) index decides: the loser records
@@ -230,9 +281,7 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
             attempt = Attempt.objects.create(
                 job_id=job_id, number=number, started_at=started, ended_at=at, outcome=outcome, failed=failed,
                 nodes=nodes, gpus=gpus, gpu_seconds=round(gpus * max((at - started).total_seconds(), 0.0), 3),
-                failed_task=(f"{first_failed['role__name']}[{first_failed['index']}]" if first_failed else job["failed_task"]),
-                exit_code=first_failed["exit_code"] if first_failed else job["exit_code"],
-                signal=first_failed["exit_signal"] if first_failed else job["exit_signal"],
+                failed_task=label, exit_code=code, signal=sig,
                 category=diagnosis.category if diagnosis else "", diagnosis=diagnosis.to_dict() if diagnosis else None,
                 fault_at=(fault_at or at) if failed else None)
     except IntegrityError:

@@ -45,7 +45,7 @@ from django.db.models.functions import Coalesce
 
 from .. import clock
 from ..audit import record_event
-from ..diagnosis.attempts import diagnose_now, reuse_evidence
+from ..diagnosis.attempts import diagnose_now, refresh_attempt_exit, reuse_evidence
 from ..lifecycle import release_tasks, report_task_running
 from ..models import Job, Node, Task
 from ..models.cluster import lost_node_q
@@ -109,6 +109,8 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
                 Task.objects.filter(pk=task_id).update(  # ended_at: when it was seen to end, unless the end set it
                     exit_code=exit_code, exit_signal=signal, end_message=(message or how)[:200],
                     ended_at=Coalesce(F("ended_at"), Value(at)))
+                # the job and its attempt carry the same exit (a time limit's SIGKILL: trial 21, F12)
+                refresh_attempt_exit(job_id, attempt)
                 return True, ""
             return False, f"task {label} already ended ({task['state']})"
         if task["state"] == Task.State.RELEASING:  # an evicted surplus task has gone: its GPUs are free now
