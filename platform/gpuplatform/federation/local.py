@@ -125,6 +125,14 @@ def run(cmd, opts) -> None:
         rounder = threading.Thread(target=rounds, name="federation-round", daemon=True)
         rounder.start()
         example = Path(settings.BASE_DIR) / "examples" / "rendezvous.py"
+        from gpuplatform.management.commands.demo import demo_submit_queue
+
+        queue, note = demo_submit_queue()  # an open queue of team demo (a closed one is never named: trial 21, F14)
+        if queue is None:
+            note = (f"no queue of team demo takes jobs now ({note}): reopen queue demo as admin (web admin, Queues) "
+                    f"before submitting")
+        elif note:
+            note = f"queue {queue}, of team demo: {note}"
         cmd._say("\n".join([
             "", "=" * 72, f"Federation: manager on {api}/federation/ with {n} workers ("
             + ", ".join(u for _, u, _ in workers) + ")",
@@ -133,10 +141,11 @@ def run(cmd, opts) -> None:
             "one worker:",
             f"  TOKEN=$(curl -s -X POST {api}/api/v1/auth-token/ -d username=demo -d password={password} "
             "| python3 -c 'import json,sys; print(json.load(sys.stdin)[\"token\"])')",
-            f"  curl -s -H \"Authorization: Token $TOKEN\" -H 'Content-Type: application/json' "
-            f"{api}/api/v1/jobs/ -d '{{\"name\": \"hello\", \"queue\": \"demo\", \"command\": "
-            f"[\"{sys.executable}\", \"{example}\", \"--sleep\", \"60\"], \"roles\": [{{\"name\": \"worker\", "
-            f"\"tasks\": 2, \"gpus_per_task\": 1}}]}}'",
+            *([f"  curl -s -H \"Authorization: Token $TOKEN\" -H 'Content-Type: application/json' "
+               f"{api}/api/v1/jobs/ -d '{{\"name\": \"hello\", \"queue\": \"{queue}\", \"command\": "
+               f"[\"{sys.executable}\", \"{example}\", \"--sleep\", \"60\"], \"roles\": [{{\"name\": \"worker\", "
+               f"\"tasks\": 2, \"gpus_per_task\": 1}}]}}'"] if queue else []),
+            *([f"  ({note})"] if note else []),
             f"  curl -s -H \"Authorization: Token $TOKEN\" {api}/api/v1/federation/clusters/",
             "Ctrl-C stops the manager and every worker.", "=" * 72, ""]))
         began = time.monotonic()

@@ -67,6 +67,22 @@ MAX_STEP = 1800.0  # a tick never advances the cluster clock by more than 30 sim
 DEFAULT_CLUSTER = "philly"
 
 
+PROGRESS_SECONDS = 10.0  # wall seconds between two progress lines of the trace replay
+
+
+def workload_counts_text() -> str:
+    """"pending P, running R, finished F": the jobs in the database by state (finished = succeeded + failed +
+    cancelled; a kept workload's earlier jobs included). The one source of the replay's progress lines and of its
+    last line, so that their figures agree (new-user trial 21, F17)."""
+    from django.db.models import Count
+
+    from gpuplatform.models import Job
+
+    counts = dict(Job.objects.values("state").annotate(n=Count("id")).order_by().values_list("state", "n"))
+    finished = sum(counts.get(s, 0) for s in ("succeeded", "failed", "cancelled"))
+    return f"pending {counts.get('pending', 0)}, running {counts.get('running', 0)}, finished {finished}"
+
+
 def _number(minimum: float | None = None, *, above: float | None = None, at_most: float | None = None):
     """An argparse `type` for a finite float with bounds (gpuplatform.management.options.number)."""
     return options.number(minimum, above=above, at_most=at_most)
@@ -247,6 +263,43 @@ def ensure_demo_team(password: str, gpus: int, warn=None):
     if not team.memberships.filter(user=member).exists():  # a role given since (admin) is kept: a team's
         services.add_member(team, member, "member")        # last admin cannot be demoted (services.tenancy)
     return team
+
+
+def demo_submit_queue() -> tuple[str | None, str]:
+    """(queue name, note) for the submit hint the demos print: queue `demo` when it takes new jobs
+    (job_rules.submit_queue_error: open, a leaf, no queue above it closing, closed or draining), else the first (by
+    name) queue of team `demo` that does, note saying why `demo` does not; (None, why) when none does. A closed queue
+    is kept as an admin left it (as its quota is), but never named in the hint (new-user trial 21, F14: a kept run
+    printed `gpuctl submit --queue demo` for a closed queue demo, and the submit was refused)."""
+    from gpuplatform.job_rules import submit_queue_error
+    from gpuplatform.lifecycle import closed_ancestor
+    from gpuplatform.models import Queue
+    from gpuplatform.services.tenancy import team_named
+
+    team = team_named("demo")
+    queues = list(Queue.objects.filter(team=team).order_by("name")) if team is not None else []
+    queues.sort(key=lambda q: q.name != "demo")  # queue demo first
+    why = {}
+    for q in queues:
+        why[q.name] = submit_queue_error(q, has_children=Queue.objects.filter(parent=q).exists(), team=team,
+                                         closed_ancestor=closed_ancestor(q.pk))
+        if why[q.name] is None:
+            return q.name, "" if q.name == "demo" else (why.get("demo") or "there is no queue demo")
+    return None, why.get("demo") or "team demo has no queue"
+
+
+def submit_hint_lines(api: str, command: str, *, tasks: int, gpus: int, name: str) -> list[str]:
+    """The `gpuctl submit` line(s) of a demo's banner for an open queue of team demo (demo_submit_queue); when no
+    such queue exists, how to reopen queue demo instead of a command that would be refused."""
+    queue, note = demo_submit_queue()
+    if queue is None:
+        return [f"  no queue of team demo takes jobs now: {note}; reopen it as admin in the web admin (Queues) or with",
+                f"  curl -X PATCH -H \"Authorization: Token $ADMIN_TOKEN\" -H 'Content-Type: application/json' "
+                f"{api}/api/v1/queues/demo/ -d '{{\"state\": \"open\"}}'"]
+    lines = [f"  gpuctl submit --queue {queue} --name {name} --tasks {tasks} --gpus {gpus} --command '{command}'"]
+    if note:
+        lines.append(f"  (queue {queue}, of team demo: {note})")
+    return lines
 
 
 def local_stop_message(what: str, live: int | None, left: list[int]) -> str:
@@ -548,9 +601,11 @@ class Command(BaseCommand):
             if server is not None:
                 server.shutdown()
                 server.server_close()
-            s = feeder.stats
-            self._say(f"demo stopped at cluster time {clock.now:%Y-%m-%d %H:%M}: {s.submitted} jobs submitted, "
-                      f"{s.finished} finished, {feeder.remaining} still to come in the trace")
+            # the figures of the tick lines, read the same way (new-user trial 21, F17: with --keep this line counted
+            # this run's feeder only and disagreed with the last tick); then what this run itself did
+            self._say(f"demo stopped at cluster time {clock.now:%Y-%m-%d %H:%M}: {workload_counts_text()} "
+                      f"({feeder.stats.submitted} trace jobs submitted by this run, {feeder.remaining} still to come "
+                      f"in the trace)")
 
     def loop(self, feeder, clock, stop: threading.Event, *, tick: float, duration: float | None) -> int:
         """Feed and schedule until `stop` is set or `duration` wall seconds passed. Returns cycles run."""
@@ -578,7 +633,7 @@ class Command(BaseCommand):
             finally:
                 if not connection.in_atomic_block:  # (a test's transaction must stay open)
                     close_old_connections()
-            if t0 - last_report >= 10:
+            if t0 - last_report >= PROGRESS_SECONDS:
                 last_report = t0
                 self._progress(now)
             stop.wait(max(0.0, tick - (time.monotonic() - t0)))
@@ -586,17 +641,12 @@ class Command(BaseCommand):
         return cycles
 
     def _progress(self, now: datetime):
-        from django.db.models import Count
+        from gpuplatform.models import ClusterSample
 
-        from gpuplatform.models import ClusterSample, Job
-
-        counts = dict(Job.objects.values("state").annotate(n=Count("id")).order_by().values_list("state", "n"))
         sample = ClusterSample.objects.order_by("-time", "-id").first()
         alloc = f"{100 * sample.allocation_rate:.0f}%" if sample else "-"
         frag = f"{100 * sample.fragmentation_rate:.0f}%" if sample else "-"
-        finished = sum(counts.get(s, 0) for s in ("succeeded", "failed", "cancelled"))
-        self._say(f"[{now:%Y-%m-%d %H:%M}] pending {counts.get('pending', 0)}, running {counts.get('running', 0)}, "
-                  f"finished {finished}; allocation {alloc}, fragmentation {frag}")
+        self._say(f"[{now:%Y-%m-%d %H:%M}] {workload_counts_text()}; allocation {alloc}, fragmentation {frag}")
 
     def _banner(self, opts, users, serving: bool, feeder, start: datetime, setup_seconds: float):
         url = f"http://{opts['host']}:{opts['port']}/"
@@ -737,8 +787,8 @@ class Command(BaseCommand):
         lines += ["", "Submit a 2-node gang (Jobs > Submit, or):",
                   f"  export GPUCTL_API={api}",
                   _token_line(api, users[1][1]),
-                  "  gpuctl submit --queue demo --name hello --tasks 2 --gpus 2 "
-                  "--command 'bash -c \"echo rank $RANK on $SLURMD_NODENAME; sleep 60\"'",
+                  *submit_hint_lines(api, 'bash -c "echo rank $RANK on $SLURMD_NODENAME; sleep 60"', tasks=2, gpus=2,
+                                     name="hello"),
                   f"  SLURM_CONF={local.conf} squeue       # the Slurm job; its id is on the job page",
                   "Ctrl-C stops the server, the backend and the local Slurm (its jobs are cancelled).", "=" * 72, ""]
         self._say("\n".join(lines))
@@ -820,8 +870,7 @@ class Command(BaseCommand):
         lines += ["", "Submit a 2-task gang that rendezvous over TCP (Jobs > Submit, or):",
                   f"  export GPUCTL_API={api}",
                   _token_line(api, users[1][1]),
-                  f"  gpuctl submit --queue demo --name rendezvous --tasks 2 --gpus 1 "
-                  f"--command '{sys.executable} {example} --sleep 60'",
+                  *submit_hint_lines(api, f"{sys.executable} {example} --sleep 60", tasks=2, gpus=1, name="rendezvous"),
                   "  gpuctl logs <job id> --follow       # its rank 0 output; gpuctl cancel <id> stops it",
                   "Ctrl-C stops the server, the agents and every task they run.", "=" * 72, ""]
         self._say("\n".join(lines))
