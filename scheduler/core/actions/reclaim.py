@@ -10,8 +10,8 @@ A job takes back GPUs that other queues borrowed above their entitlement (plugin
 - victim side (plugins.victims.ReclaimLedger): a unit may be taken while some level of V's chain below the
   shared ancestor is still above its entitlement (the unit that crosses the line may take it below: a
   queue is protected while it is within its entitlement, not by a gang that reaches past it), never below
-  a level's guarantee; nor a level both chains share, counting the GPUs the job takes there (when the
-  victims free more than it takes, the move lowers the shared ancestor);
+  a level's guarantee. The levels both chains share are not checked on this side either: a move between
+  siblings is their parent's own business, whose guarantee protects it from other queues (Kueue, KAI);
 - GPUs that evictions still in their grace period (this cycle's, or an earlier cycle's that stands) free
   beyond their beneficiaries' holds count as already-taken victims of their queue: a search uses them
   first and evicts nobody else while they suffice (the job then holds GPUs being released, with no
@@ -98,7 +98,7 @@ def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flav
                 return None
             candidates = [u for u in candidates if limiter in queues.chain(u.job.queue)]
         found = find_victims(session, job, flavor, target=target, units=candidates,
-                             ledger=ReclaimLedger(queues, job.queue, flavor_of, (flavor, job.gpus_min)),
+                             ledger=ReclaimLedger(queues, job.queue, flavor_of),
                              room=limit_room, walks=walks, walk=(job.queue, flavor, depth, limited),
                              releasing=[(v, ts) for v, ts in freed if depth_of[v.queue] <= depth])
         if found is not None:

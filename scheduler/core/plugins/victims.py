@@ -9,9 +9,12 @@ Rules (Volcano's preempt / reclaim actions, Kueue's classical preemption):
 - reclaim: another queue that is borrowing: some level of the victim's queue chain that the
   beneficiary's chain does not share is above its entitlement before the unit is taken (QueueTree
   .entitlement; the unit that crosses the line may take it below: a gang reaching past its queue's
-  entitlement does not protect it), and no such level drops below its guarantee; nor does a level the two
-  chains share, counting the beneficiary's minimum GPUs, which land there too (a move between siblings
-  lowers their parent when the victims free more than the beneficiary takes).
+  entitlement does not protect it), and no such level drops below its guarantee. The levels the two chains
+  share are not checked (Kueue's and KAI's semantics): a reclaim between siblings is their parent's own
+  business, and a parent's guarantee protects it from other queues, not one child from another (trial 21,
+  F16: a parent whose guarantee equalled its quota let a child above its quota keep a sibling below its own
+  waiting for good). GPUs such a move frees beyond what the beneficiary takes are idle, and the parent,
+  below its guarantee, may take them back by reclaim.
 """
 from __future__ import annotations
 
@@ -93,26 +96,18 @@ class ReclaimLedger:
     """Tentative usage of the queues that victims come from, so several victims of one queue never take
     it below its quota (or a level below its guarantee).
 
-    Kept per ledger (one victim search): each victim queue's levels (its chain less the beneficiary's) and
-    shared levels (its chain's levels the beneficiary's shares), and per (level, flavor) its guarantee and
-    entitlement (static within a cycle); `delta` holds the GPUs taken per (level, flavor), only ever growing
-    (nothing is given back). The usage read is the QueueTree's, level by level as before (its defaultdicts fill
-    in the same keys in the same order).
+    Kept per ledger (one victim search): each victim queue's levels (its chain less the beneficiary's), and
+    per (level, flavor) its guarantee and entitlement (static within a cycle); `delta` holds the GPUs taken per
+    (level, flavor), only ever growing (nothing is given back). The usage read is the QueueTree's, level by level
+    (its defaultdicts fill in the same keys in the same order). The levels both chains share are not checked
+    (module docstring)."""
 
-    credit: (flavor, GPUs) the beneficiary is sure to take (its minimum on the flavor it is placed on), or
-    None. A shared level's usage after the search is its usage - the victims' GPUs below it + the beneficiary's
-    placement (at least the credit): a unit is refused when that lower bound would end below the level's
-    guarantee and below its usage now (a move that leaves a shared level no lower is never refused)."""
-
-    def __init__(self, queues: QueueTree, beneficiary_queue: str, flavor_of: dict[str, str],
-                 credit: tuple[str, int] | None = None):
+    def __init__(self, queues: QueueTree, beneficiary_queue: str, flavor_of: dict[str, str]):
         self.queues = queues
         self.shared = set(queues.chain(beneficiary_queue))
         self.flavor_of = flavor_of
-        self.credit = credit
         self.delta: dict[tuple[str, str], int] = {}
         self._levels_of: dict[str, list[str]] = {}  # victim queue -> its levels below the shared ancestor
-        self._common_of: dict[str, list[str]] = {}  # victim queue -> the levels of its chain the beneficiary shares
         self._bounds: dict[tuple[str, str], tuple[int, float]] = {}  # (level, flavor) -> (guarantee, entitlement)
         self._closed: set[tuple[str, str]] = set()  # (victim queue, flavor) refused for good (claim)
 
@@ -120,12 +115,6 @@ class ReclaimLedger:
         levels = self._levels_of.get(queue)
         if levels is None:
             levels = self._levels_of[queue] = [q for q in self.queues.chain(queue) if q not in self.shared]
-        return levels
-
-    def _common(self, queue: str) -> list[str]:
-        levels = self._common_of.get(queue)
-        if levels is None:
-            levels = self._common_of[queue] = [q for q in self.queues.chain(queue) if q in self.shared]
         return levels
 
     def _per_flavor(self, tasks: tuple[TaskPlacement, ...]):
@@ -161,25 +150,11 @@ class ReclaimLedger:
             if not borrowing:
                 self._closed.add((queue, flavor))
                 return False
-        common = self._common(queue)
-        if common:
-            credit = self.credit
-            for flavor, gpus in per_flavor:
-                gets = credit[1] if credit is not None and credit[0] == flavor else 0
-                for q in common:
-                    key = (q, flavor)
-                    guarantee = (bounds.get(key) or self._bound(q, flavor))[0]
-                    if not guarantee:
-                        continue
-                    now = usage[q][flavor]
-                    after = now - delta.get(key, 0) - gpus + gets
-                    if after < guarantee and after < now:
-                        return False
         return True
 
     def claim(self, job: JobInfo, tasks: tuple[TaskPlacement, ...]) -> bool:
         """Whether the rule allows taking the tasks (no level of V's below its guarantee after, some level above
-        its entitlement before, in each flavor; no shared level taken below its guarantee, class docstring),
+        its entitlement before, in each flavor; the shared levels are not checked, module docstring),
         and then takes them: whether the tasks were taken. Nothing is
         given back: a ledger lives for one victim search, whose caller drops it.
 
@@ -204,9 +179,6 @@ class ReclaimLedger:
         if not self._allows(queue, levels, per_flavor):
             return False
         self._add(levels, per_flavor)
-        common = self._common(queue)
-        if common:
-            self._add(common, per_flavor)
         return True
 
     def _add(self, levels: list[str], per_flavor) -> None:
