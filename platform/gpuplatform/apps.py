@@ -8,12 +8,13 @@ class GpuPlatformConfig(AppConfig):
 
     def ready(self):
         from .api.serializers.fields import (make_choices_listed, make_numbers_and_booleans_strict,
-                                             make_strings_strict)
+                                             make_strings_strict, make_text_fields_strict)
         from .diagnosis.tables import connect_invalidation, load_shipped
 
         make_strings_strict()  # {"reason": 5} is a 400, never the text "5" (strict CharField)
         make_numbers_and_booleans_strict()  # {"tasks": "2"}, {"preemptible": "yes"} are 400s in a JSON body
         make_choices_listed()  # {"numa": "maybe"} says what the choices are
+        make_text_fields_strict()  # no control / bidi characters, no text of only white space (trial 21, F13)
 
         load_shipped()  # the diagnosis and health rule tables are read (and checked) once, at start
         connect_invalidation()  # a saved or deleted admin rule reloads the cached tables

@@ -34,10 +34,13 @@ read by one parser, `whole_number`: ASCII digits only, with one leading '-' wher
 Python's int() also takes ' 1', '1_0', '+1' and other scripts' digits ('\\u0661', Arabic-Indic one), and
 Django's and DRF's integer fields take '1.0': each of those is a 400 naming the parameter and its rule.
 
-Free text (a team's description) holds no control character other than newline and tab (a carriage return only
-before a newline, as a browser's textarea sends it), and no line or paragraph separator (U+2028 / U+2029,
-which terminals and editors break lines at): `text_control_error`, checked on the text as sent, before any
-trimming, so '\\v', '\\f' or U+0085 is refused wherever it is, never trimmed away at the ends and refused inside.
+Free text (a team's description, a reason, any text field of the API) holds no control character other than
+newline and tab (a carriage return only before a newline, as a browser's textarea sends it), no line or paragraph
+separator (U+2028 / U+2029, which terminals and editors break lines at) and no invisible format character (the
+bidirectional overrides such as U+202E, zero-width spaces; not the joiners U+200C / U+200D): `text_control_error`,
+checked on the text as sent, before any trimming, so '\\v', '\\f' or U+0085 is refused wherever it is, never
+trimmed away at the ends and refused inside. A text field sent as only white space ("\\n", " ") is refused too,
+never trimmed to "" as if it had been left empty.
 
 Errors: `InputError(field, message)` is what `check_value` raises; the API turns it into a 400.
 """
@@ -99,19 +102,34 @@ def takes_no_blank_params(path: str) -> bool:
     return path.startswith("/api/") or (path.endswith(".json") and not path.startswith(("/admin/", "/static/")))
 
 
-# A character free text may not hold (text_control_error): Cc (C0, DEL, C1 including U+0085) and the line and
-# paragraph separators; newline and tab are allowed, a carriage return only before a newline.
+# A character free text may not hold (text_control_error): Cc (C0, DEL, C1 including U+0085), the line and
+# paragraph separators, and the invisible format characters (Cf): the bidirectional overrides, embeddings and
+# isolates (U+202A..U+202E, U+2066..U+2069, U+200E / U+200F, U+061C) that make a terminal, a log or a page show the
+# text in another order than it is (trial 21, F13: U+202E was stored in a job's fields), zero-width spaces, the byte
+# order mark, the soft hyphen, tag characters. The zero-width joiner and non-joiner (U+200D, U+200C) stay: scripts
+# (Persian, the Indic ones) and emoji sequences need them. Newline and tab are allowed in free text, a carriage
+# return only before a newline; one-line text (names.control_character_error) takes neither.
 _SEPARATORS = ("Zl", "Zp")
+JOINERS = frozenset("\u200c\u200d")
+
+
+def refused_character(c: str) -> bool:
+    """Whether text may never hold `c`, wherever it is and whatever the field: a control character (Cc), a line or
+    paragraph separator, or a format character (Cf) other than the joiners. Newline, tab and CR are Cc: free text
+    lets them through itself (text_control_error)."""
+    category = unicodedata.category(c)
+    return category == "Cc" or category in _SEPARATORS or (category == "Cf" and c not in JOINERS)
 
 
 def text_control_error(text: str) -> str | None:
-    """The first character of `text` that free text may not hold (the module docstring), as "'\\x0b' at character
-    3", else None. The caller words the rule before it ("a team's description has no control characters ...: ")."""
+    """The first character of `text` that free text may not hold (refused_character, newline and tab allowed, a
+    carriage return only before a newline), as "'\\x0b' at character 3", else None. The caller words the rule
+    before it ("a team's description has no control characters ...: "). The API's text fields all follow it
+    (api/serializers/fields.make_text_fields_strict)."""
     for i, c in enumerate(text):
-        if c in "\n\t":
+        if c in "\n\t" or (c == "\r" and text[i + 1:i + 2] == "\n"):
             continue
-        category = unicodedata.category(c)
-        if (category == "Cc" and not (c == "\r" and text[i + 1:i + 2] == "\n")) or category in _SEPARATORS:
+        if refused_character(c):
             return f"{c!r} at character {i + 1}"
     return None
 

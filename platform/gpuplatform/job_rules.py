@@ -12,6 +12,7 @@ import re
 import shlex
 
 from .names import MAX_CHARS, NAME_HELP, NAME_PATTERN, NAME_RE, control_character_error, name_error  # noqa: F401 (re-exported)
+from .inputs import text_control_error
 
 ROLE_FIELDS = ("name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor",
                "command", "env", "working_dir", "image", "group_size", "group_highest_tier", "topology_mode",
@@ -410,6 +411,11 @@ def parse_command(value, field: str = "command") -> tuple[list[str], dict[str, s
         return [], {field: f"command must be at most {MAX_COMMAND_CHARS} characters"}
     if any("\x00" in a for a in argv):
         return [], {field: "command must not contain NUL characters"}
+    for i, arg in enumerate(argv):  # the free-text rule (inputs.text_control_error): no escape, no U+202E
+        where = text_control_error(arg)
+        if where:
+            return [], {field: f"command must be text without control characters other than newline and tab, nor "
+                               f"invisible format characters (argument {i}: {where})"}
     return argv, {}
 
 
@@ -458,16 +464,27 @@ def check_env(value, field: str = "env") -> tuple[dict[str, str], dict[str, str]
             errors[key] = "a value must be a string"
         elif len(val) > MAX_ENV_VALUE_CHARS or "\x00" in val:
             errors[key] = f"a value must be at most {MAX_ENV_VALUE_CHARS} characters, without NUL"
+        elif text_control_error(val):  # the free-text rule (inputs.text_control_error): no escape, no U+202E
+            errors[key] = (f"a value must be text without control characters other than newline and tab, nor "
+                           f"invisible format characters ({text_control_error(val)})")
         else:
             out[name] = val
     return out, errors
 
 
 def _check_text(value, field: str, limit: int, pattern=None, rule: str = "") -> tuple[str, dict[str, str]]:
+    """A one-line text field (a working directory, an image): a string of at most `limit` characters, without
+    control or format characters (names.control_character_error, on the text as sent), not only white space
+    ("\\n" is refused, never trimmed to the field left empty: trial 21, F13), then trimmed and matched to
+    `pattern` (`rule` its refusal). Returns (value, errors)."""
     if value is None:
         return "", {}
     if not isinstance(value, str) or len(value) > limit or "\x00" in value:
         return "", {field: f"{field.split('.')[-1]} must be a string of at most {limit} characters"}
+    if control_character_error(field.split(".")[-1], value):
+        return "", {field: control_character_error(field.split(".")[-1], value)}
+    if value and not value.strip():
+        return "", {field: f"{field.split('.')[-1]} must not be only white space: give a value, or leave it empty"}
     value = value.strip()
     if value and pattern is not None and not pattern.match(value):
         return "", {field: rule}
@@ -478,9 +495,7 @@ def _check_dir(value, field: str) -> tuple[str, dict[str, str]]:
     """A working directory: blank (the task's own directory on the node) or an absolute path. A relative one was
     resolved against the node agent's work directory, which the user neither sees nor controls (new-user trial 13,
     F14: `../../etc` ran in a directory beside the agent's)."""
-    value, bad = _check_text(value, field, MAX_PATH_CHARS)
-    if not bad and control_character_error(field.split(".")[-1], value):  # (new-user trial 14, F16: one text rule)
-        return "", {field: control_character_error(field.split(".")[-1], value)}
+    value, bad = _check_text(value, field, MAX_PATH_CHARS)  # (its control characters: new-user trial 14, F16)
     if value and not value.startswith("/"):
         return "", {field: f"{field.split('.')[-1]} must be an absolute path (starting with /) or blank for the "
                            f"task's own directory on the node, got {value[:80]!r}"}

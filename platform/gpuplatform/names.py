@@ -49,10 +49,14 @@ def _why(value: str) -> str:
 
 
 def control_character_error(field: str, value) -> str | None:
-    """The message for free text (an external id, a working directory) that holds a control character (a newline,
-    an escape, DEL, a C1 control: unicodedata category Cc, the trace importers' rule), or None. Such a character
-    reaches terminals, CSV exports and logs as it is (new-user trial 14, F16: `external_id` "a\\nb" was stored)."""
-    bad = next((c for c in value if unicodedata.category(c) == "Cc"), None) if isinstance(value, str) else None
+    """The message for one-line text (an external id, a working directory) that holds a control character (a
+    newline, a tab, an escape, DEL, a C1 control: unicodedata category Cc, the trace importers' rule), a line or
+    paragraph separator or an invisible format character (a bidirectional override such as U+202E, a zero-width
+    space: inputs.refused_character, the free-text rule's), or None. Such a character reaches terminals, CSV
+    exports and logs as it is (new-user trial 14, F16: `external_id` "a\\nb" was stored; trial 21, F13: U+202E)."""
+    from .inputs import refused_character
+
+    bad = next((c for c in value if refused_character(c)), None) if isinstance(value, str) else None
     if bad is None:
         return None
     return f"{field} must be text without control characters ({value[:40]!r} holds {bad!r})"

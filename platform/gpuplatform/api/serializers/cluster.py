@@ -179,7 +179,10 @@ class ProcessTextField(serializers.CharField):
     """Text a task's process or its agent produced (output, a lost task's message): NUL characters are let
     through for the service to replace (execution.append_log), and with `truncate` a longer text is cut
     instead of refused. A node agent drops a whole report answered 400, its exit events with it, so what a
-    process printed must never make a report malformed."""
+    process printed must never make a report malformed: not a user's text (`user_text`: the API's text rule,
+    fields.make_text_fields_strict, leaves it as printed, escapes and all)."""
+
+    user_text = False
 
     def __init__(self, *, truncate: int | None = None, **kwargs):
         super().__init__(**kwargs)

@@ -52,6 +52,18 @@ class NamedField(serializers.SlugRelatedField):
                                               code="invalid")
         return super().to_internal_value(data)
 
+    def run_validation(self, data=serializers.empty):
+        """A name sent empty or only white space in a JSON body is a 400 (NAME_EMPTY), never the field's default
+        as DRF's related fields make it (`"team": ""` was taken as no team: trial 21, F13): leave the field out, or
+        send null where it may be none. A form's empty field still means none (a form sends every field)."""
+        if isinstance(data, str) and not data.strip() and not text_input(self):
+            raise serializers.ValidationError(NAME_EMPTY, code="blank")
+        return super().run_validation(data)
+
+
+NAME_EMPTY = ("must not be empty (or only white space): give a name, or leave the field out (null where it may be "
+              "none) for its default")
+
 
 def named_field(what: str, slug_field: str, queryset, **kwargs) -> serializers.SlugRelatedField:
     """A related object given by its name (`slug_field`), a string. An unknown name is "unknown <what> 'nope'",
@@ -100,6 +112,51 @@ def make_strings_strict() -> None:
 
     to_internal_value.strict_strings = True
     serializers.CharField.to_internal_value = to_internal_value
+
+
+TEXT_RULE = ("must be text without control characters other than newline and tab, nor invisible format characters "
+             "such as the bidirectional override U+202E or a zero-width space: ")
+BLANK_TEXT = ("must not be only white space: give a value, or leave the field out (or send \"\" where it may be "
+              "empty)")
+
+
+def make_text_fields_strict() -> None:
+    """One rule for every text field of the API (DRF's CharField and its subclasses: slug, regex, e-mail, URL
+    fields; a list's or a dict's text items), applied to the text as sent, before DRF trims it (trial 21, F13):
+
+    - no control character other than newline and tab (a carriage return only before a newline), no line or
+      paragraph separator, no invisible format character (the bidirectional overrides U+202A..U+202E and
+      isolates, zero-width spaces, the byte order mark): inputs.text_control_error, the team description's and the
+      trace importers' rule, 400 "<field>: must be text without control characters ...: '\\u202e' at character 3".
+      One-line fields keep their stricter rules on top (names: names.py; a working directory, an external id:
+      names.control_character_error, which takes no newline or tab either);
+    - a value of only white space ("\\n", " ") is a 400 (BLANK_TEXT), never trimmed to "" as if it had been left
+      empty (a `working_dir` of "\\n" was stored as the task's own directory). "" stays what the field takes.
+
+    Left out: text a process or its agent produced (ProcessTextField, `user_text = False`: output is stored as it
+    was printed), a field that applies the control rule itself in its own words (`own_text_rule`: a team's
+    description, whose text of only white space is stored as "", trial 20), passwords, and a NUL (the input guard's
+    own 400, NUL_MESSAGE). Called once from the app's ready();
+    idempotent."""
+    if getattr(serializers.CharField.run_validation, "text_rule", False):
+        return
+    lenient = serializers.CharField.run_validation
+
+    def run_validation(self, data=serializers.empty):
+        if isinstance(data, str) and getattr(self, "user_text", True) and not getattr(self, "own_text_rule", False) \
+                and "\x00" not in data \
+                and (self.style or {}).get("input_type") != "password":
+            from ...inputs import text_control_error
+
+            where = text_control_error(data)
+            if where:
+                raise serializers.ValidationError(TEXT_RULE + where, code="control")
+            if data and not data.strip():
+                raise serializers.ValidationError(BLANK_TEXT, code="blank")
+        return lenient(self, data)
+
+    run_validation.text_rule = True
+    serializers.CharField.run_validation = run_validation
 
 
 def text_input(field) -> bool:

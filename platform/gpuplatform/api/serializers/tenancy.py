@@ -15,6 +15,8 @@ class DescriptionField(serializers.CharField):
     not such a character (spaces, tabs, newlines) is trimmed: a description of only spaces is stored as "", as
     before."""
 
+    own_text_rule = True  # the same control rule, its own words; blank kept ("" stored): fields.make_text_fields_strict
+
     def __init__(self, **kwargs):
         kwargs["trim_whitespace"] = False
         super().__init__(**kwargs)
