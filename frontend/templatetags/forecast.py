@@ -4,6 +4,7 @@
 dict) relative to the cluster clock; "starts at the next cycle" when due; "overdue: was due 7 h ago (estimate
 out of date, ...)" when the cluster clock has passed it; "no estimate: <reason>" when
 the forecast has none (Job.estimate_note); "not forecast yet" before the first forecast ran.
+{% never job %}: a job refused for good, naming the rule (its queue's limit or quota, or the cluster).
 """
 from __future__ import annotations
 
@@ -50,6 +51,24 @@ def estimate_words(start: datetime | None, p90: datetime | None, note: str, esti
 
 def _get(job, name):
     return job.get(name) if isinstance(job, dict) else getattr(job, name, None)
+
+
+def never_words(rule) -> str:
+    """The estimate of a job refused for good (Job.never_fits), naming the rule: `rule` is
+    dashboard_queries.never_rules' (code, queue, bound) when its queue's quota or limit refuses it, else None (the
+    cluster's own rule: no node, domain or the whole cluster holds it)."""
+    if rule is None:
+        return "never (does not fit this cluster)"
+    code, queue, bound = rule
+    if code == "never_fits_queue_quota":
+        return f"never (non-preemptible, above queue {queue}'s quota of {bound:g} GPUs: it may not borrow)"
+    return f"never (above queue {queue}'s limit of {bound:g} GPUs)"
+
+
+@register.simple_tag
+def never(job) -> str:
+    """{% never job %}: never_words of a pending-list row (dashboard_queries.pending_jobs' `never_rule`)."""
+    return never_words(_get(job, "never_rule"))
 
 
 @register.simple_tag
