@@ -372,6 +372,7 @@ class QueueAdmin(ServiceDeleteMixin, ServiceAdmin):
 
     def changelist_view(self, request, extra_context=None):
         _warn_each(self, request, quota_rules.case_variant_quotas())  # the queues' quotas: their admin's first page
+        _warn_each(self, request, services.queue_clashes())  # queues stored before the queue name rule (trial 21, F9)
         return super().changelist_view(request, extra_context)
 
     def save_model(self, request, obj, form, change):
@@ -468,6 +469,19 @@ class NodeForm(NameRuleForm):
     class Meta:
         model = Node
         fields = "__all__"
+
+    def clean(self):
+        """A rename to another node's name but for letter case is refused on `name` (services.nodes.NODE_NAME_RULE,
+        the registration's rule: host names do not differ by case)."""
+        data = super().clean()
+        name = data.get("name")
+        if isinstance(name, str) and "name" not in self.errors:
+            from .services.nodes import node_name_clash, node_name_taken
+
+            holder = node_name_clash(name, other_than=self.instance.pk)
+            if holder is not None and holder != name:
+                self.add_error("name", node_name_taken(holder))
+        return data
 
     def clean_labels(self):
         """The registration's label rule (api.serializers.cluster.NodeRegisterSerializer's `labels`: an object of

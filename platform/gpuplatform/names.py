@@ -6,8 +6,10 @@ could never be cordoned or drained).
 A name is ASCII letters, digits, '.', '_' and '-', starting with a letter or digit, and at most a length
 that depends on the column. The form gives NAME_PATTERN to the browser as the input's `pattern`. The refusal says
 "ASCII letters" and names a character outside them ('é' is a letter, but not an ASCII one: break-it trial 20, F6,
-"jöb" was refused as if 'ö' were no letter). Names are unique as written, except team names, which are compared by
-their canonical key (models.tenancy.canonical_key: letter case and '.', '_', '-' ignored).
+"jöb" was refused as if 'ö' were no letter). Names are unique as written, except team and queue names, which are
+compared by their canonical key (models.tenancy.canonical_key: letter case and '.', '_', '-' ignored;
+services.tenancy, services.queues.QUEUE_NAME_RULE: trial 21, F9), and node names, host names, compared without letter
+case (services.nodes.NODE_NAME_RULE).
 """
 from __future__ import annotations
 

@@ -364,7 +364,8 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
     `accept=False`: a node created by this call joins cordoned, awaiting an admin's acceptance
     (uncordon_node); an existing node keeps its state either way.
     A GPU (UUID) another node no longer reports, kept there for its history, moves here with it (_move_gpus).
-    Raises ValidationError: a name that breaks the name rule (names.py), an empty flavor, negative cpu/memory, bad GPU index or health, unknown
+    Raises ValidationError: a name that breaks the name rule (names.py) or is another node's but for letter case
+    (NODE_NAME_RULE, node_name_taken; "name"), an empty flavor, negative cpu/memory, bad GPU index or health, unknown
     executor or runtime, a GPU UUID given twice or held by another node ("gpus[i].uuid": one it still lists, or one
     a live allocation still holds there) or a stored MIG instance's, a MIG instance UUID given twice, another GPU's
     instance's, or a GPU's, in this registration or stored ("gpus[i].mig[k].uuid": a UUID names one device), a MIG
@@ -386,6 +387,10 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
         errors["runtime"] = "runtime must be docker, podman or empty"
     if address is not None and (not isinstance(address, str) or len(address) > 200):
         errors["address"] = "address must be a host name or IP address of at most 200 characters"
+    if "name" not in errors:
+        lock_name("node name", name.casefold())  # two registrations of GPU-01 and gpu-01 at once: one at a time
+        if (holder := node_name_clash(name)) is not None:
+            errors["name"] = node_name_taken(holder)
     moves = {}
     if not errors:
         _lock_uuids(gpus)
@@ -570,6 +575,27 @@ def _lost_gpus(gone: list[Gpu]) -> list[Gpu]:
     if stale:  # one UPDATE for them all; none when they are already so marked (a node re-registering as it was)
         Gpu.objects.filter(pk__in=stale).update(health=marked[0], health_reason=marked[1], out_of_service=marked[2])
     return kept
+
+
+# Node names are host names, which DNS compares without letter case (RFC 4343): `GPU-01` registering next to
+# `gpu-01` is the same machine named twice, whose GPUs would be counted twice (trial 21, F9: the queue name rule's
+# kind of fault). Separators are kept: `gpu-01` and `gpu01` are two host names.
+NODE_NAME_RULE = "node names are host names, which do not differ by letter case (GPU-01 and gpu-01 are one machine)"
+
+
+def node_name_clash(name: str, other_than: int | None = None) -> str | None:
+    """The name of a node other than `name` itself (and other than the node of id `other_than`: a rename) that
+    `name` is by the node name rule (NODE_NAME_RULE: letter case ignored), or None."""
+    rows = Node.objects.filter(name__iexact=name).exclude(name=name)
+    if other_than is not None:
+        rows = Node.objects.filter(name__iexact=name).exclude(pk=other_than)
+    return rows.order_by("pk").values_list("name", flat=True).first()
+
+
+def node_name_taken(holder: str) -> str:
+    """The one wording of a node name that is node `holder`'s by the rule (register_node, the admin's rename)."""
+    return (f"a node named {holder!r} is registered already: {NODE_NAME_RULE}; register it as {holder!r} "
+            f"(its agent's --node-name {holder}), or rename that node first")
 
 
 @transaction.atomic

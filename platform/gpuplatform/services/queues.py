@@ -13,12 +13,53 @@ from .. import quota_rules
 from ..audit import record_event
 from ..lifecycle import close_idle_queues, closed_ancestor
 from ..models import Job, Queue, Quota, Team
+from ..models.tenancy import canonical_key
 from ..names import name_error
 from ..errors import ValidationError
 from .base import lock_queue_tree, raise_if, request_cycle_on_commit, resolve_queue
 
 __all__ = ["create_queue", "update_queue", "set_quota", "delete_queue", "queue_grace_error", "queue_weight_error",
+           "QUEUE_NAME_RULE", "queue_named", "queue_name_taken", "queue_clashes",
            "queue_version", "quota_version", "WEIGHT_MIN", "WEIGHT_MAX"]
+
+
+# The one rule of what makes two queue names one queue: the team names' (models.tenancy.canonical_key: NFKC,
+# case-folded, without '.', '_', '-' and white space), in the words every refusal uses (trial 21, F9: `Alpha` was
+# created next to `alpha`, two queues that pages, metrics' labels and people read as one)
+QUEUE_NAME_RULE = ("queue names that differ only in letter case or in the separators '.', '_' and '-' name the same "
+                   "queue (gpu-a, gpu_a, GPU.A and gpua are one)")
+
+
+def queue_named(name) -> str | None:
+    """The name of the queue that `name` means by the queue name rule (QUEUE_NAME_RULE), or None: the queue of that
+    exact name, else the first by id whose canonical key is `name`'s. Reads every queue's name (queues are few, and
+    create_queue calls it under the queue tree's lock, which every queue write holds: no two creates interleave)."""
+    if not isinstance(name, str):
+        return None
+    if Queue.objects.filter(name=name).exists():
+        return name
+    key = canonical_key(name)
+    return next((other for other in Queue.objects.order_by("pk").values_list("name", flat=True)
+                 if canonical_key(other) == key), None) if key else None
+
+
+def queue_name_taken(holder: str) -> str:
+    """The one wording of a queue name that clashes with queue `holder` (create_queue: the API, the admin, the
+    cluster loader and gpuctl alike)."""
+    return f"a queue named {holder!r} already exists: {QUEUE_NAME_RULE}"
+
+
+def queue_clashes() -> list[str]:
+    """One warning per set of queues that are one queue by the rule (QUEUE_NAME_RULE), stored before it: naming them
+    and what to do (a queue cannot be renamed: move the jobs' submitters to one of them and close, then delete, the
+    others). Shown on the admin's queues list; nothing is changed (a queue's name is in its jobs' history, its
+    metrics' labels and its URLs)."""
+    groups: dict[str, list[str]] = {}
+    for name in Queue.objects.order_by("pk").values_list("name", flat=True):
+        groups.setdefault(canonical_key(name), []).append(name)
+    return [f"queues {', '.join(repr(n) for n in names)} are one queue by the rule ({QUEUE_NAME_RULE}), stored before "
+            f"it: submit to one of them, then close and delete the others (a queue is not renamed)"
+            for key, names in groups.items() if key and len(names) > 1]
 
 
 def _version(values) -> str:
@@ -48,7 +89,8 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
     """Create a queue under `parent` (Queue, name or id; None = a root) with quotas
     {flavor: (guarantee, quota, limit or None)} in GPUs.
 
-    Raises ValidationError: name empty, taken or breaking the name rule (names.py) ("name"), unknown parent ("parent"),
+    Raises ValidationError: name empty, breaking the name rule (names.py), or taken: another queue's name by the queue
+    name rule (QUEUE_NAME_RULE: `Alpha` next to `alpha`; queue_name_taken names it) ("name"), unknown parent ("parent"),
     a team deleted since the caller read it ("team"), weight outside 0.001..1,000,000 ("weight"),
     bad state, a grace period outside 0..86400 s ("preemption_grace_seconds"),
     quota rules per flavor ("quotas[<flavor>].<guarantee|quota|limit>"): negative,
@@ -60,8 +102,8 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
     errors: dict[str, str] = {}
     if name_error("queue", name):
         errors["name"] = name_error("queue", name)
-    elif Queue.objects.filter(name=name).exists():
-        errors["name"] = f"a queue named {name!r} already exists"
+    elif (holder := queue_named(name)) is not None:
+        errors["name"] = queue_name_taken(holder)
     if queue_weight_error(weight):
         errors["weight"] = queue_weight_error(weight)
     if state not in Queue.State.values:
