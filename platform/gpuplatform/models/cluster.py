@@ -52,6 +52,12 @@ class Node(models.Model):
     last_heartbeat = models.DateTimeField(null=True, blank=True)  # null = never reported: not monitored
     resume_state = models.CharField(max_length=16, blank=True,
                                     help_text="state to return to when a not_ready node's heartbeat resumes")
+    # When the node entered its state and why (services.node_states.transition writes both with the state, from the
+    # move's reason: "no heartbeat for 60 s (last 2024-03-01T12:00:00+00:00)", an admin's cordon reason, what Slurm
+    # reported): the API and the nodes page show them, e.g. for a not_ready node (trial 21, F11). Null / "" for a node
+    # that has been in its state since it was loaded from a cluster file.
+    state_since = models.DateTimeField(null=True, blank=True, help_text="when the node entered its state")
+    state_reason = models.CharField(max_length=300, blank=True, help_text="why it entered its state")
 
     class Executor(models.TextChoices):
         SIMULATED = "simulated", "simulated (a bound task counts as running; nothing is started)"
@@ -89,6 +95,22 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def out_of_service_reason(self) -> str:
+        """Why the node takes no work, as the nodes page shows it ("" for a ready node with no health reason): a
+        not_ready node's move reason (failure detection's "heartbeat missed: ...", Slurm's), else its health reason
+        (a health rule's, an admin's), else the reason it entered its state."""
+        if self.state == self.State.NOT_READY and self.state_reason:
+            return self.state_reason
+        return self.health_reason or (self.state_reason if self.state != self.State.READY else "")
+
+    @property
+    def out_of_service_since(self):
+        """Since when the node takes no work (the time of out_of_service_reason), or None."""
+        if self.state == self.State.NOT_READY and self.state_since:
+            return self.state_since
+        return self.health_since or (self.state_since if self.state != self.State.READY else None)
 
 
 class Gpu(models.Model):

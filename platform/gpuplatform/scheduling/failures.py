@@ -90,7 +90,8 @@ def detect_failures(now: datetime) -> FailureReport:
             last = node.last_heartbeat
             try:  # a compare-and-set on the heartbeat judged: one arriving meanwhile wins
                 gone = node_states.transition(node, Node.State.NOT_READY, at=now, only_if={"last_heartbeat": last},
-                                              reason=f"no heartbeat since {last:%H:%M:%S}",
+                                              reason=f"heartbeat missed: no heartbeat since {last:%Y-%m-%d %H:%M:%S} "
+                                                     f"UTC (timeout {timeout.total_seconds():g} s)",
                                               data={"last_heartbeat": last.isoformat()})
             except ValidationError:  # its state changed meanwhile (e.g. another detector was first)
                 gone = False

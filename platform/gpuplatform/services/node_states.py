@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from .. import clock
 from ..audit import record_event
 from ..errors import ValidationError
 from ..models import Node
@@ -58,6 +59,8 @@ def transition(node: Node, to: str, *, reason: str = "", actor=None, at: datetim
                only_if: dict | None = None, data: dict | None = None) -> bool:
     """Move `node` to state `to` with an Event (kind from TRANSITIONS; time `at`, default the cluster clock).
 
+    Writes when (`at`) and why (`reason`, at most 300 characters) the node entered the state: Node.state_since,
+    Node.state_reason, which the API and the nodes page show (a not_ready node: since when, "heartbeat missed: ...").
     The state it leaves is read from the row, never taken from `node`, which may be stale. Raises
     ValidationError("state") for a move the table does not allow (and for a not_ready node sent anywhere
     but its resume_state). Going not_ready keeps the state left in `resume_state`; coming back clears it.
@@ -69,18 +72,19 @@ def transition(node: Node, to: str, *, reason: str = "", actor=None, at: datetim
     kind = TRANSITIONS.get((old, to))
     if kind is None or (old == NOT_READY and to != (resume or READY)):
         raise ValidationError({"state": f"node {node.name} is {old}; cannot {VERBS.get(to, 'go ' + str(to))}"})
-    update = {"state": to}
+    when = at or clock.now()
+    update = {"state": to, "state_since": when, "state_reason": (reason or "")[:300]}
     if to == NOT_READY:
         update["resume_state"] = old
     elif old == NOT_READY:
         update["resume_state"] = ""
     if not Node.objects.filter(pk=node.pk, state=old, **(only_if or {})).update(**update):
         return False
-    node.state = to
+    node.state, node.state_since, node.state_reason = to, when, update["state_reason"]
     if "resume_state" in update:
         node.resume_state = update["resume_state"]
     record_event(kind, f"{node.name}: {old} -> {to}" + (f" ({reason})" if reason else ""), actor=actor, node=node,
-                 time=at, data={"from": old, "to": to, "reason": reason, **(data or {})})
+                 time=when, data={"from": old, "to": to, "reason": reason, **(data or {})})
     return True
 
 

@@ -400,7 +400,9 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
         raise ValidationError(errors)
     now = clock.now()
     node, created = Node.objects.get_or_create(name=name, defaults={
-        "flavor": flavor, "gpu_count": len(gpus), **({} if accept else {"state": Node.State.CORDONED})})
+        "flavor": flavor, "gpu_count": len(gpus), "state_since": now,
+        "state_reason": "registered" if accept else "registered: awaiting an admin's acceptance (uncordon it)",
+        **({} if accept else {"state": Node.State.CORDONED})})
     merged = {**(node.labels if isinstance(node.labels, dict) else {}), **(labels or {})}  # (a non-object stored
     # before the admin took the registration's label rule: trial 17c, G6) is replaced, not a 500
     extra = {k: v for k, v in (("executor", executor), ("address", address), ("container_runtime", runtime))

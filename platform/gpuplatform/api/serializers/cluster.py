@@ -49,7 +49,7 @@ class NodeSerializer(ModelSerializer):
     class Meta:
         model = Node
         fields = ["id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib", "domain", "scheduling_domain",
-                  "state", "labels",
+                  "state", "state_since", "state_reason", "labels",
                   "executor", "address", "container_runtime", "last_heartbeat", "clock_offset_seconds",
                   "health_reason", "health_since", "validation", "topology_mismatches", "spare", "allocated_gpus",
                   "gpus"]
