@@ -150,9 +150,9 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
             info = state.running.get(ev.job_id)
             if info is None or info.state == "preempting":
                 continue
-            state.mark_preempting(ev.job_id)
-            live.pop(ev.job_id, None)
             grace = ev.grace if ev.grace is not None else grace_of(info.queue)
+            state.mark_preempting(ev.job_id, deadline=t + grace)
+            live.pop(ev.job_id, None)
             push(t + grace, "grace", ev.job_id, tuple(ev.tasks))
             out.evictions.append((t, ev.job_id, ev.rule, ev.beneficiary))
         state.set_holds({n.job_id: n.tasks for n in result.nominations})

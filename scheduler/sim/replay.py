@@ -701,10 +701,10 @@ class Replay:
         assert info is not None, f"engine evicted job {ev.job_id!r}, which is not running"
         if info.state == "preempting":
             return
-        state.mark_preempting(ev.job_id, ev.beneficiary)
+        grace = self.grace_period if getattr(ev, "grace", None) is None else ev.grace
+        state.mark_preempting(ev.job_id, ev.beneficiary, deadline=now + grace)  # a forecast from here reads it
         self.evict_rule[ev.job_id] = ev.rule
         whole = not ev.tasks or {(t.role, t.index) for t in info.placement} <= set(ev.tasks)
-        grace = self.grace_period if getattr(ev, "grace", None) is None else ev.grace
         if whole and ev.job_id not in self.failed:
             self.evicted_at[ev.job_id] = now
             if self.ckpt.wall(self.left[ev.job_id]) - (now - info.start_time) > grace:

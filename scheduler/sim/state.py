@@ -480,16 +480,17 @@ class ClusterState:
         self.version += 1
         return job
 
-    def mark_preempting(self, job_id, beneficiary=None) -> JobInfo:
+    def mark_preempting(self, job_id, beneficiary=None, deadline: float | None = None) -> JobInfo:
         """A running job starts its grace period: it keeps its GPUs, and the engine sees them as
-        being released (so it may hold them for the eviction's `beneficiary`)."""
-        job = replace(self.running[job_id], state="preempting", evicted_for=beneficiary)
+        being released (so it may hold them for the eviction's `beneficiary`); `deadline`: when they come free
+        (seconds; JobInfo.stop_deadline), None when the caller does not say."""
+        job = replace(self.running[job_id], state="preempting", evicted_for=beneficiary, stop_deadline=deadline)
         self.running[job_id] = job
         return job
 
     def withdraw(self, job_id) -> JobInfo:
         """An eviction is taken back during its grace period: the job runs on (no restart)."""
-        job = replace(self.running[job_id], state="running", evicted_for=None)
+        job = replace(self.running[job_id], state="running", evicted_for=None, stop_deadline=None)
         self.running[job_id] = job
         return job
 
@@ -564,7 +565,8 @@ class ClusterState:
         """Put an evicted (already released) job back in the pending set, keeping its submit time and the
         GPUs held for it (a job moved by rescheduling restarts on its new place)."""
         self.pending[job.id] = replace(job, state="pending", placement=(), start_time=None,
-                                       reserved=job.reserved, attempts=job.attempts + 1, evicted_for=None)
+                                       reserved=job.reserved, attempts=job.attempts + 1, evicted_for=None,
+                                       stop_deadline=None)
 
     def set_holds(self, holds: dict) -> None:
         """GPUs held for pending jobs (the engine's nominations in force): job id -> placements; a hold on a

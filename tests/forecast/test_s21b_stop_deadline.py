@@ -78,3 +78,21 @@ def test_a_victim_the_forecast_evicts_keeps_its_gpus_for_its_queues_grace_period
     # a queue not named: the default grace period
     out = forecast(snap, lambda job, el: 7200.0, resolution=0.0, queue_grace={}, grace_period=30.0)
     assert out.starts == {"b": 160.0}  # released at 130, seen at the next step (60 s after the eviction)
+
+
+def test_the_forecasts_own_evictions_carry_their_deadline_into_later_snapshots():
+    """A job the forecast evicts is seen by the next cycles as preempting with its stop_deadline (the state's
+    mark_preempting), and the deadline is gone once it is requeued."""
+    from scheduler.core import run_cycle
+
+    seen = []
+
+    def engine(snapshot, config, cache=None):
+        seen.extend((snapshot.now, j.state, j.stop_deadline) for j in snapshot.jobs if j.id == "borrower")
+        return run_cycle(snapshot, config, cache=cache)
+
+    forecast(_reclaim_world().snapshot(now=100.0), lambda job, el: 7200.0, resolution=0.0, engine=engine,
+             queue_grace={"t": 900.0})
+    assert seen[0] == (100.0, "running", None)
+    assert (160.0, "preempting", 1000.0) in seen
+    assert all(d is None for _, state, d in seen if state == "pending")
