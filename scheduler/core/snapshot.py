@@ -215,6 +215,9 @@ class JobInfo:
     # grace period as the caller stored it (the platform's Job.preempt_deadline; a releasing entry's tasks' latest
     # release_deadline). None = not known (the forecast then assumes its default grace period from now)
     stop_deadline: float | None = None
+    # state "preempting": the job ends when its stop does (a cancel, or a stop toward failed / succeeded) instead of
+    # waiting in its queue again; the forecast then does not requeue it
+    stop_ends: bool = False
 
     @property
     def gpus_requested(self) -> int:

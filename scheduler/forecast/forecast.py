@@ -133,7 +133,8 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
                 if not tasks or {(p.role, p.index) for p in info.placement} <= set(tasks):
                     live.pop(job_id, None)
                     state.release(job_id)
-                    if not str(job_id).endswith(":releasing"):  # surplus tasks being released just leave
+                    # surplus tasks being released just leave, and so does a job whose stop ends it (a cancel)
+                    if not str(job_id).endswith(":releasing") and not info.stop_ends:
                         state.requeue(info)
                 else:
                     state.shrink(job_id, set(tasks))

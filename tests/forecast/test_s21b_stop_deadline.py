@@ -96,3 +96,19 @@ def test_the_forecasts_own_evictions_carry_their_deadline_into_later_snapshots()
     assert seen[0] == (100.0, "running", None)
     assert (160.0, "preempting", 1000.0) in seen
     assert all(d is None for _, state, d in seen if state == "pending")
+
+
+def test_a_job_whose_stop_ends_it_is_not_requeued():
+    """A job being cancelled (preempting, stop_ends) frees its GPUs at its deadline and never comes back: the job
+    behind it starts then, not after the cancelled job ran again (it was submitted first)."""
+    w = World().nodes(count=1, gpus=8)
+    w.queue(name="q", quota={"H100": 8})
+    w.running(name="c", nodes=["n1"], gpus_per_task=8, started=0.0)
+    w.job(name="p", tasks=1, gpus_per_task=8, submit=50.0)
+    w._jobs["c"] = replace(w._jobs["c"], state="preempting", stop_deadline=600.0, stop_ends=True)
+    out = forecast(w.snapshot(now=100.0), lambda job, el: 7200.0, resolution=0.0)
+    assert out.starts == {"p": 600.0}
+    # the same stop toward a requeue: c (submitted first) runs again before p
+    w._jobs["c"] = replace(w._jobs["c"], stop_ends=False)
+    out = forecast(w.snapshot(now=100.0), lambda job, el: 7200.0, resolution=0.0)
+    assert out.starts == {"p": 7800.0}

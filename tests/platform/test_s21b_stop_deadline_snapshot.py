@@ -43,3 +43,23 @@ def test_snapshot_carries_the_stop_deadline_of_victims_and_released_tasks(submit
     assert releasing.state == "preempting" and releasing.stop_deadline == deadline
     assert jobs[part.pk].stop_deadline is None and jobs[ben.pk].stop_deadline is None  # running, pending
     assert _engine_kwargs()["queue_grace"]["alpha"] == 3600.0
+
+
+def test_snapshot_says_whether_a_stop_ends_the_job(submit):
+    """stop_ends: a cancel (or a stop toward failed / succeeded) ends the job; a requeue or restart does not. The rows
+    as execution.stops.stop_job leaves a job whose processes still run on node agents (preempting, its target)."""
+    from gpuplatform.models import Job
+
+    jobs = {target: submit(f"to-{target}", tasks=1, gpus=1) for target in ("cancelled", "failed", "requeue",
+                                                                            "restart", "")}
+    for i, job in enumerate(jobs.values()):
+        _start(job, ("n0", (i,)), number=i + 1)
+    deadline = CLOCK + timedelta(seconds=600)
+    for target, job in jobs.items():
+        Job.objects.filter(pk=job.pk).update(state="preempting", stop_target=target, preempt_deadline=deadline)
+    snap, _ = store.build_snapshot(now=CLOCK.timestamp() + 5)
+    seen = {j.id: j for j in snap.jobs}
+    assert {t: (seen[j.pk].state, seen[j.pk].stop_ends, seen[j.pk].stop_deadline) for t, j in jobs.items()} == {
+        "cancelled": ("preempting", True, deadline.timestamp()), "failed": ("preempting", True, deadline.timestamp()),
+        "requeue": ("preempting", False, deadline.timestamp()), "restart": ("preempting", False, deadline.timestamp()),
+        "": ("preempting", False, deadline.timestamp())}

@@ -32,6 +32,7 @@ from gpuplatform.allocations import (
 )
 from gpuplatform.audit import event_rows, record_events
 from gpuplatform.bulk import Many, MissingReference, json_value, rows_many, together, update_rows
+from gpuplatform.execution.stops import FINAL_TARGETS
 from gpuplatform.lifecycle import close_idle_queues
 from gpuplatform.queries import one_snapshot
 from gpuplatform.models import (
@@ -137,7 +138,7 @@ def _check_field_order() -> None:
         TaskPlacement: "role index node gpus gpu_milli gpu_memory_mib mig",
         JobInfo: "id queue roles priority submit_time preemptible topology_mode highest_tier preferred_tier time_limit "
                  "state placement start_time name reserved not_before attempts avoid_nodes evicted_for part_of numa "
-                 "migratable min_run_before_move checkpoint_grace interruptible stop_deadline",
+                 "migratable min_run_before_move checkpoint_grace interruptible stop_deadline stop_ends",
     }
     for cls, names in expected.items():
         got = [f.name for f in fields(cls)]
@@ -368,7 +369,8 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
             numa_policy or "prefer", migratable, float(min_run),
             float(ckpt_grace) if ckpt_grace is not None else None,  # checkpoint_grace
             interruptible,
-            stop_deadline if state == "preempting" else None)  # when its GPUs come free (the forecast reads it)
+            stop_deadline if state == "preempting" else None,  # when its GPUs come free (the forecast reads it)
+            state == "preempting" and stop_target in FINAL_TARGETS)  # stop_ends: it will not wait again
         kept[jid] = (key, info)
         job_infos.append(info)
     if memo is not None:
