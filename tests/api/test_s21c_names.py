@@ -19,7 +19,8 @@ def test_a_queue_named_like_another_is_a_400_naming_it(admin, cluster, name):
     r = admin.post("/api/v1/queues/", {"name": name, "parent": "root"}, format="json")
     assert r.status_code == 400 and list(r.json()) == ["name"], r.content
     message = r.json()["name"][0]
-    assert message.startswith("a queue named 'alpha' already exists: queue names that differ only in letter case"), message
+    assert message.startswith("a queue named 'alpha' already exists: queue names that differ only in letter "
+                              "case"), message
     assert not Queue.objects.filter(name=name).exists()
 
 

@@ -72,10 +72,10 @@ def test_other_text_fields_follow_the_same_rule(client_for, admin, jobs):
 @pytest.mark.django_db
 def test_multi_line_free_text_and_joiners_are_still_taken(client_for, jobs):
     member = client_for("member")
-    r = member.post(f"/api/v1/jobs/{jobs['own'].pk}/cancel/", {"reason": "line one\nline two\twith a tab, "
-                                                                         "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645 "
-                                                                         "\U0001f469\u200d\U0001f52c"},
-                    format="json")
+    persian = "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"  # (a zero-width non-joiner inside)
+    scientist = "\U0001f469\u200d\U0001f52c"  # (an emoji sequence: a zero-width joiner)
+    r = member.post(f"/api/v1/jobs/{jobs['own'].pk}/cancel/",
+                    {"reason": f"line one\nline two\twith a tab, {persian} {scientist}"}, format="json")
     assert r.status_code == 200, r.content
     r = member.post("/api/v1/jobs/", body(working_dir="", external_id="", name="ok"), format="json")
     assert r.status_code == 201, r.content
