@@ -86,3 +86,10 @@ def test_the_admin_refuses_a_node_rename_into_another_nodes_name_but_for_case(cl
     assert r.status_code == 200 and "a node named &#x27;n0&#x27; is registered already" in r.content.decode(), \
         r.content.decode()[:3000]
     assert Node.objects.get(pk=node.pk).name == "n1" and not Event.objects.filter(kind="node_renamed").exists()
+
+
+@pytest.mark.django_db
+def test_a_queue_named_by_another_spelling_is_unknown_with_a_hint(client_for, cluster):
+    r = client_for("member").post("/api/v1/jobs/", {"name": "j", "queue": "ALPHA", "command": ["sleep", "1"],
+                                                    "roles": [{"tasks": 1, "gpus_per_task": 1}]}, format="json")
+    assert r.status_code == 400 and r.json() == {"queue": ["unknown queue 'ALPHA' (did you mean 'alpha'?)"]}, r.content

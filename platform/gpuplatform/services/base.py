@@ -18,13 +18,23 @@ def raise_if(errors: dict[str, str]) -> None:
 
 
 def resolve_queue(value, field: str) -> Queue | None:
-    """A Queue, a queue name or a queue id -> the Queue (None stays None). Raises ValidationError(field)."""
+    """A Queue, a queue name or a queue id -> the Queue (None stays None). Raises ValidationError(field): unknown
+    queue, naming the queue it may have meant by the queue name rule (services.queues.queue_named: `ALPHA`)."""
     if value is None or isinstance(value, Queue):
         return value
     found = Queue.objects.filter(name=value).first() if isinstance(value, str) else Queue.objects.filter(pk=value).first()
     if found is None:
-        raise ValidationError({field: f"unknown queue {value!r}"})
+        raise ValidationError({field: unknown_queue(value)})
     return found
+
+
+def unknown_queue(value) -> str:
+    """The one wording of a queue name (or id) that names no queue, naming the queue it may have meant by the queue
+    name rule (services.queues.queue_named: `ALPHA` for `alpha`; names are looked up exactly)."""
+    from .queues import queue_named  # (queues.py imports this module)
+
+    near = queue_named(value) if isinstance(value, str) else None
+    return f"unknown queue {value!r}" + (f" (did you mean {near!r}?)" if near else "")
 
 
 def request_cycle_on_commit() -> None:

@@ -14,6 +14,7 @@ from rest_framework.throttling import UserRateThrottle
 from ... import access, execution, queries, services
 from ...inputs import blank_params, whole_number
 from ...models import Job, JobRole, Membership, Queue, Task
+from ...services.base import unknown_queue
 from ..filters import JobFilterSet
 from ..idempotency import IdempotentCreateMixin
 from ..pagination import KeysetPagination
@@ -132,7 +133,7 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
             return team
         queue = Queue.objects.filter(name=queue_name).select_related("team").first()
         if queue is None:
-            raise services.ValidationError({"queue": f"unknown queue {queue_name!r}"})
+            raise services.ValidationError({"queue": unknown_queue(queue_name)})
         if queue.team is not None:
             return queue.team
         mine = list(Membership.objects.filter(user=user, role__in=access.SUBMIT_ROLES).select_related("team")[:2])
