@@ -72,7 +72,7 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
         return False
     attempts, old_state, queue_id, name = row
     record = close_attempt(job_id, at=at, outcome="restarted" if kind == "restarted" else "requeued", kind=kind,
-                           reason=reason)
+                           reason=reason, data=data)
     attempts += 1
     not_before = (max(at, (backoff_from or at) + timedelta(seconds=backoff_seconds(attempts)))
                   if backoff else None)

@@ -48,7 +48,7 @@ def test_env_exit_zero_and_secrets_removed(ex, monkeypatch):
                                                    "KEEP_ME": "overlaid"})
     assert ex.start(a) == "started"
     assert wait_ended(ex, [(1, 0)])[(1, 0)] == {"task": 1, "attempt": 0, "exit_code": 0, "signal": None,
-                                                "lost": None}
+                                                "lost": None, "cause": None}
     out = log_of(ex, (1, 0))
     assert "CUDA_VISIBLE_DEVICES=GPU-aaa" in out and "USER_VAR=x y" in out and "KEEP_ME=overlaid" in out
     assert "DATABASE_URL" not in out and "DJANGO_SECRET_KEY" not in out and "GPUPLATFORM_AGENT_TOKEN" not in out

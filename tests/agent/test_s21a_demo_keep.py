@@ -35,14 +35,20 @@ def test_a_killed_local_demo_restarted_with_keep_does_not_start_its_running_task
         return state if state not in ("admitted", "running", "preempting") else None
 
     state = wait_for(ended, 60, "the kept job's end to be reported", 0.5)
-    (task,) = _call(f"{second.api}/api/v1/jobs/{job}/", token)["tasks"]
-    # its agent kept its record and reported how it ended (not "no record of starting it")
-    assert "signal" in task["end_message"] and "no record" not in task["end_message"], task
+    body = _call(f"{second.api}/api/v1/jobs/{job}/", token)
+    # its agent kept its record and reported how it ended (not "no record of starting it"): stopped by its supervisor
+    # because the agent exited (--stop-tasks-on-exit), a platform fault: the gang is requeued (backoff), no restart
+    # spent, the attempt diagnosed platform:agent_exited (trial 21: it read "failed", killed by signal 15)
+    (first_attempt,) = body["attempts"]
+    diagnosis = first_attempt["diagnosis"]
+    assert (diagnosis["rule"], diagnosis["node"]) == ("platform:agent_exited", "local-0"), first_attempt
+    assert "no record" not in repr(diagnosis), diagnosis
     log = (root / "local-0.log").read_text(errors="replace")
     starts = re.findall(r"started task (\d+-\d+) ", log)
     assert len(starts) == 1, (starts, log[-3000:])  # the first run's start only
     assert "did not accept started" not in log, log[-3000:]
-    assert state == "failed", state  # its processes ended with the killed demo: reported, not run again
+    # its processes ended with the killed demo: reported, not run again (attempt 1 waits for its backoff)
+    assert (state, body["restarts"], body["attempt"]) == ("pending", 0, 1), body
     assert not _task_processes(root), _task_processes(root)  # no second copy runs
     second.proc.send_signal(signal.SIGINT)
     second.proc.wait(timeout=60)

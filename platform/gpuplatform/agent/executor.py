@@ -6,7 +6,8 @@ Each task attempt gets a state directory `work_dir/tasks/<task>-<attempt>/` hold
 
     meta.json        the executor's record (below), written atomically on every change
     output.log       the task's combined stdout + stderr (appended by the supervisor)
-    exit.json        {"exit_code": n} or {"signal": s}, written by the supervisor when the task ended
+    exit.json        {"exit_code": n} or {"signal": s}, written by the supervisor when the task ended; with
+                     "agent_gone": pid when it stopped the task because the agent it watched exited (--watch)
     supervisor.json  {"pid", "start_time", "boot_id"} written by the supervisor as it starts
     supervisor.log   the supervisor's own stderr (empty unless it crashed)
 
@@ -15,7 +16,8 @@ meta.json: {"task", "attempt", "job", "role", "index", "gpus": [{"index", "uuid"
 "pid" (the supervisor, leader of its own process group and session; null until started), "start_time"
 (the supervisor's start time in clock ticks since boot, from /proc/<pid>/stat: guards against pid reuse),
 "boot_id", "started_at" (epoch s), "started_reported", "result" (null while running, else {"exit_code": n},
-{"signal": s} or {"lost": message}), "exited_reported", "log_offset" (bytes of output.log shipped),
+{"signal": s} or {"lost": message}, the last with "cause": AGENT_EXITED for a task stopped because its watched agent
+exited), "exited_reported", "log_offset" (bytes of output.log shipped),
 "stop" (null, or {"deadline": time.monotonic() value, "boot_id", "requested_at" (epoch s), "killed",
 "container_killed"}), "refused" (absent, or the control plane's reason for refusing the attempt's "started" report:
 its processes are stopped and neither its end nor its output is reported, see refuse()), "done"}. A meta.json that
@@ -38,7 +40,8 @@ import time
 from dataclasses import dataclass
 
 __all__ = ["ProcessExecutor", "ExecutorError", "task_env", "container_argv", "container_name", "ProcStat",
-           "proc_stat", "scan_proc", "descendants", "SUPERVISOR", "RUNTIMES", "SECRET_NAMES", "SECRET_PREFIXES"]
+           "proc_stat", "scan_proc", "descendants", "SUPERVISOR", "RUNTIMES", "SECRET_NAMES", "SECRET_PREFIXES",
+           "AGENT_EXITED", "agent_gone_message"]
 
 log = logging.getLogger("gpuplatform.agent.executor")
 
@@ -51,6 +54,9 @@ SECRET_NAMES = frozenset({"DATABASE_URL", "REDIS_URL", "SECRET_KEY",
                           "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES", "MAKELEVEL", "MAKE_TERMOUT", "MAKE_TERMERR"})
 SECRET_PREFIXES = ("DJANGO_", "GPUCTL_", "GPUPLATFORM_AGENT_", "DEMO_")
 LOST_ON_RESTART = "agent restarted; process gone, no exit status"
+# The cause of a "lost" report whose task was stopped because its node agent exited (supervise.py --watch); the
+# server requeues the gang as a platform fault (docs/execution.md). The report's "cause" field.
+AGENT_EXITED = "agent_exited"
 
 Key = tuple  # (task: int, attempt: int)
 
@@ -172,6 +178,15 @@ def _sig_name(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return "unknown"
+
+
+def agent_gone_message(pid: int, exit_code: int | None, sig: int | None) -> str:
+    """The "lost" message of a task its supervisor stopped because the node agent `pid` it watched exited (supervise.py
+    --watch, exit.json "agent_gone"), naming how the task then ended (`exit_code` or `sig`)."""
+    how = (f"signal {sig} ({_sig_name(sig)})" if sig is not None else
+           f"exit code {exit_code & 0xFF}" if exit_code is not None else "no exit status")
+    return (f"the node agent (pid {pid}) exited while the task ran; its supervisor stopped the task (the agent runs "
+            f"with --stop-tasks-on-exit): it ended with {how}")
 
 
 def _kill(pid: int, sig: int) -> None:
@@ -651,8 +666,10 @@ class ProcessExecutor:
     def poll(self) -> list[dict]:
         """Enforce due SIGKILL deadlines and collect the tasks that ended since the last call.
 
-        Returns [{"task", "attempt", "exit_code": int | None, "signal": int | None, "lost": str | None}], each
-        task once. The result comes from exit.json (written by the supervisor); a supervisor that died
+        Returns [{"task", "attempt", "exit_code": int | None, "signal": int | None, "lost": str | None,
+        "cause": str | None}], each task once. The result comes from exit.json (written by the supervisor; one
+        with "agent_gone", the task stopped because the agent it watched exited, is "lost" with cause
+        AGENT_EXITED, whatever its exit: the platform's fault, not the task's end); a supervisor that died
         without writing it -> the signal it died of (9 when the executor SIGKILLed it), or "lost" with a
         message when the cause is unknown. Processes left in the task's group are SIGKILLed."""
         now = time.monotonic()
@@ -704,12 +721,20 @@ class ProcessExecutor:
     def _ended_record(self, key: Key) -> dict:
         r = self._meta[key]["result"]
         return {"task": key[0], "attempt": key[1], "exit_code": r.get("exit_code"), "signal": r.get("signal"),
-                "lost": r.get("lost")}
+                "lost": r.get("lost"), "cause": r.get("cause")}
 
     def _result_of(self, key: Key, rc: int | None) -> dict:
         m = self._meta[key]
         data = _read_json(self._path(key, "exit.json"))
         if data is not None:
+            gone = data.get("agent_gone")
+            if isinstance(gone, int) and not isinstance(gone, bool) and (
+                    isinstance(data.get("signal"), int) or isinstance(data.get("exit_code"), int)):
+                # its supervisor stopped it because the agent that watched it exited (supervise.py --watch): the
+                # platform's fault, not the task's end (trial 21: a killed demo's tasks read as killed by SIGTERM,
+                # spending a restart)
+                return {"lost": agent_gone_message(gone, data.get("exit_code"), data.get("signal")),
+                        "cause": AGENT_EXITED}
             if isinstance(data.get("signal"), int):
                 return {"signal": data["signal"]}
             if isinstance(data.get("exit_code"), int):
@@ -786,7 +811,8 @@ class ProcessExecutor:
     def unreported(self) -> list[dict]:
         """Report events not yet acknowledged, in order (a task's "started" before its end), in the shape of
         the reports call's "tasks": {"task", "attempt", "event": "started", "pid"}, {..., "event": "exited",
-        "exit_code": int | None, "signal": int | None} or {..., "event": "lost", "message": str}."""
+        "exit_code": int | None, "signal": int | None} or {..., "event": "lost", "message": str} (and "cause":
+        AGENT_EXITED for a task stopped because its agent exited; absent otherwise)."""
         out = []
         for key in sorted(self._meta):
             m = self._meta[key]
@@ -796,7 +822,8 @@ class ProcessExecutor:
             r = m.get("result")
             if r is not None and not m.get("exited_reported"):
                 if "lost" in r:
-                    out.append({**base, "event": "lost", "message": r["lost"]})
+                    cause = {"cause": r["cause"]} if r.get("cause") else {}  # sent only when known
+                    out.append({**base, "event": "lost", "message": r["lost"], **cause})
                 else:
                     out.append({**base, "event": "exited", "exit_code": r.get("exit_code"), "signal": r.get("signal")})
         return out

@@ -32,7 +32,11 @@ With --watch PID:START (an agent started with --stop-tasks-on-exit: the local de
 every WATCH_SECONDS that the process PID, started at START clock ticks since boot (so a reused pid is not
 mistaken for it), still runs; once it is gone (killed with SIGKILL, its demo killed) it writes "[gpuplatform]
 the agent (pid N) is gone: stopping the task" into output.log and terminates the whole task as in step 5
-(SIGTERM to every descendant, --grace seconds, SIGKILL), then goes on with 6 and 7. Polling rather than
+(SIGTERM to every descendant, --grace seconds, SIGKILL), then goes on with 6 and 7; exit.json then also says
+that it stopped the task for that reason: {"signal": 15, "agent_gone": N} (or {"exit_code": n, "agent_gone": N}:
+how the task ended after this stop, N the watched agent's pid). The next agent reports such a task lost because
+its agent exited, the platform's fault (executor._result_of), not the task's own end. A task that ended on its
+own before the agent was seen gone has no "agent_gone". Polling rather than
 PR_SET_PDEATHSIG: the supervisor runs in a session of its own, the death signal follows the agent's *thread*
 that forked it (not the process), and a signal the supervisor set for itself could be missed if the agent died
 before the prctl; a /proc read every WATCH_SECONDS has none of these gaps.
@@ -300,8 +304,9 @@ def _watched_alive(watch: tuple[int, int | None]) -> bool:
 
 
 def _wait_child(child_pid: int, watch: tuple[int, int | None] | None, grace: float, log_fh) -> dict:
-    """Reap children until `child_pid` exits; its result. With `watch`: poll, and once the watched agent is
-    gone terminate the task's whole tree (SIGTERM, `grace` seconds, SIGKILL until the child is reaped)."""
+    """Reap children until `child_pid` exits; its result ({"exit_code": n} or {"signal": s}). With `watch`: poll,
+    and once the watched agent is gone terminate the task's whole tree (SIGTERM, `grace` seconds, SIGKILL until the
+    child is reaped); the result then also has "agent_gone": the watched pid (this stop, not the task, ended it)."""
     kill_at = None
     while True:
         try:
@@ -309,9 +314,9 @@ def _wait_child(child_pid: int, watch: tuple[int, int | None] | None, grace: flo
         except InterruptedError:
             continue
         except ChildProcessError:  # cannot happen while the child is unreaped; be safe
-            return {"exit_code": 1}
+            return {"exit_code": 1, **({"agent_gone": watch[0]} if kill_at is not None else {})}
         if pid == child_pid:
-            return _status_result(status)
+            return {**_status_result(status), **({"agent_gone": watch[0]} if kill_at is not None else {})}
         if pid:
             continue  # an orphan re-parented to us: reaped, look again at once
         if kill_at is None and not _watched_alive(watch):

@@ -40,10 +40,16 @@ def _setting(name: str, default: float) -> float:
     return float(getattr(settings, name, default))
 
 
-def platform_cause(kind: str, outcome: str, reason: str) -> tuple[dict | None, bool]:
+PLATFORM_FAULTS = ("agent_exited",)  # the structured causes of a requeued_after_failure that name a platform fault
+
+
+def platform_cause(kind: str, outcome: str, reason: str, data: dict | None = None) -> tuple[dict | None, bool]:
     """(platform cause for engine.diagnose or None, whether the attempt ended by a fault) from how the
-    lifecycle ended it: kind of the requeue / end Event, the state it ends in, and its reason."""
+    lifecycle ended it: kind of the requeue / end Event, the state it ends in, its reason and its Event's `data`.
+    A requeued_after_failure whose data["cause"] is one of PLATFORM_FAULTS ("agent_exited": execution.reports, a
+    task stopped because its node agent exited) is that cause, {"cause", "text": reason, "node": data["node"]}."""
     reason = reason or ""
+    data = data if isinstance(data, dict) else {}
     if outcome == "succeeded":
         return None, False
     if kind == "cancelled" or outcome == "cancelled":
@@ -53,6 +59,8 @@ def platform_cause(kind: str, outcome: str, reason: str) -> tuple[dict | None, b
     if kind == "gang_start_timeout":
         return {"cause": "gang_start_timeout", "text": reason}, True
     if kind == "requeued_after_failure":
+        if data.get("cause") in PLATFORM_FAULTS:
+            return {"cause": data["cause"], "text": reason, "node": str(data.get("node") or "")}, True
         if reason.startswith("node lost"):
             return {"cause": "node_lost", "text": reason}, True
         return None, True  # a GPU failed: the health events say which
@@ -245,9 +253,11 @@ def diagnose_now(job_id: int, *, at: datetime) -> engine.Diagnosis:
     return engine.diagnose(tasks, rules=tables.rule_set(), health=health)
 
 
-def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason: str) -> Attempt | None:
-    """Record the attempt that ends now (module docstring). Returns the Attempt, or None when the job
-    never got bound in this attempt (a pending job cancelled) or it is already recorded."""
+def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason: str,
+                  data: dict | None = None) -> Attempt | None:
+    """Record the attempt that ends now (module docstring). `data`: the requeue / end Event's data (its "cause"
+    may name a platform fault: platform_cause). Returns the Attempt, or None when the job never got bound in this
+    attempt (a pending job cancelled) or it is already recorded."""
     job = Job.objects.filter(pk=job_id).values("attempts", "started_at", "bound_at", "name", "queue_id",
                                                "failed_task", "exit_code", "exit_signal", "excluded_nodes",
                                                "time_limit_seconds").first()
@@ -257,7 +267,7 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
     if Attempt.objects.filter(job_id=job_id, number=number).exists():
         return None
     started = job["bound_at"] or job["started_at"]
-    cause, failed = platform_cause(kind, outcome, reason)
+    cause, failed = platform_cause(kind, outcome, reason, data)
     diagnosis = None
     if outcome == "succeeded":  # nothing to diagnose: no log or health reads (the trace replay ends many)
         rows = _task_rows(job_id)

@@ -15,7 +15,8 @@ see docs/diagnosis.md):
 `diagnose(tasks, health=, platform=, rules=)` -> Diagnosis. How the root cause is chosen:
 
 1. A platform cause (`platform`: cancelled, preempted, time limit, gang start timeout) names the
-   attempt's end: category `platform`. Node lost is `platform` too, unless (2) finds hardware.
+   attempt's end: category `platform`. Node lost and agent exited (a task stopped because its node agent
+   exited) are `platform` too, naming their node, unless (2) finds hardware.
 2. Hardware first: a `gpu_hardware` match anywhere (a health event of one of the attempt's nodes in the
    window before the end, or a log line such as an NVRM Xid) is the root cause: a broken GPU makes every
    rank fail in some other way afterwards.
@@ -61,11 +62,15 @@ ROOT_CATEGORIES = frozenset(("gpu_hardware", "cuda_oom", "host_oom", "cuda_error
 CONSEQUENCE_CATEGORIES = frozenset(("nccl_network", "nccl_timeout"))
 # The categories that are the node's fault when the diagnosis names a node (the failure page's "nodes with most
 # failures", new-user trial 19, F4): a GPU's hardware (XID, ECC, NVLink, PCIe, fallen off the bus), the node's network
-# (NCCL transport: InfiniBand, sockets) and `platform` with a node, which only a lost node has (platform:node_lost; a
-# preemption, a cancel, a time limit or a gang start timeout names none). The others name where the failing task ran,
+# (NCCL transport: InfiniBand, sockets) and `platform` with a node, which only a node's platform fault has
+# (platform:node_lost, platform:agent_exited: NODE_CAUSES; a preemption, a cancel, a time limit or a gang start
+# timeout names none). The others name where the failing task ran,
 # not a fault of that node: the user's code or configuration (user_error), its memory use (cuda_oom, host_oom), its
 # kernels (cuda_error, application XIDs), its data (nan_loss), its storage, a consequence (nccl_timeout) or no cause.
 NODE_FAULT_CATEGORIES = frozenset(("gpu_hardware", "nccl_network", "platform"))
+# The platform causes that happen on one node and name it: a lost node, and a node whose agent exited while the
+# task ran (its supervisor stopped the task: an agent run with --stop-tasks-on-exit, execution.reports)
+NODE_CAUSES = ("node_lost", "agent_exited")
 ACTIONS = ("retry", "exclude_node", "cancel_retries")
 HEALTH_ACTIONS = ("record", "cordon", "drain", "fail_tasks")
 # The signals a health rule may test (units: counts, seconds, booleans).
@@ -340,12 +345,13 @@ def _exit_ev(t: TaskEvidence) -> dict:
 def diagnose(tasks: Sequence[TaskEvidence], *, rules: RuleSet, health: Sequence[HealthEvidence] = (),
              platform: Mapping[str, str] | None = None) -> Diagnosis:
     """The root cause of one failed attempt (module docstring). `platform`: {"cause": cancelled |
-    preempted | time_limit | gang_start_timeout | node_lost, "text": the platform's own message; for node_lost
-    also "node": the lost node's name and "heartbeat": a line on its last heartbeat}, or None when the attempt
-    ended because a task failed."""
+    preempted | time_limit | gang_start_timeout | node_lost | agent_exited, "text": the platform's own message; for
+    node_lost also "node": the lost node's name and "heartbeat": a line on its last heartbeat; for agent_exited
+    "node": the node whose agent exited}, or None when the attempt ended because a task failed. node_lost and
+    agent_exited (a node's fault: NODE_CAUSES) name their node, after a GPU hardware fault found in the evidence."""
     cause = (platform or {}).get("cause")
     ptext = (platform or {}).get("text", "")
-    if cause and cause != "node_lost":
+    if cause and cause not in NODE_CAUSES:
         words = cause.replace("_", " ")  # the platform's text often starts with the cause already ("time limit of 3 s")
         summary = ptext if ptext.lower().startswith(words) else f"{words}: {ptext}" if ptext else words
         # what the lifecycle does next: a cancelled job never runs again and a time limit ends the job
@@ -380,6 +386,12 @@ def diagnose(tasks: Sequence[TaskEvidence], *, rules: RuleSet, health: Sequence[
         # the node lost is the fault's node (new-user trial 19, F4: it read None, and the failure page charged the
         # node with the user errors and OOMs of other attempts instead)
         return Diagnosis("platform", summary, action="retry", evidence=evidence, rule="platform:node_lost",
+                         node=(platform or {}).get("node") or None)
+    if cause == "agent_exited":  # the requeue reason reads "agent exited on n0: its node agent exited while ..."
+        summary = ptext if ptext.lower().startswith("agent exited") else f"agent exited: {ptext}" if ptext else (
+            "agent exited")
+        evidence = [{"task": None, "source": "event", "line": None, "text": ptext or "agent exited"}]
+        return Diagnosis("platform", summary, action="retry", evidence=evidence, rule="platform:agent_exited",
                          node=(platform or {}).get("node") or None)
 
     found = _by_class(ordered, matches, (ROOT_CATEGORIES, CONSEQUENCE_CATEGORIES))

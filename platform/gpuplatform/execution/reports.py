@@ -10,7 +10,14 @@
   roles get SIGTERM). Anything else -> the task failed, and a job not already stopping is stopped toward
   `restart` (restarts < max_restarts: requeued whole with backoff) or `failed`, naming the task and its
   exit code or signal (Job.failed_task / exit_code / exit_signal).
-- "lost": the agent cannot tell how the process ended: a failure.
+- "lost": the agent cannot tell how the process ended: a failure. Unless its `cause` says the platform ended it:
+  "agent_exited" (AGENT_EXITED: the task's supervisor stopped it because the node agent it watched exited, an agent
+  run with --stop-tasks-on-exit, e.g. the local demo's after a kill -9 of the demo; the next agent reports it) is a
+  platform fault, as a lost node is: the gang is requeued whole through stops.stop_for_fault (kind
+  requeued_after_failure, backoff, no restart spent; its survivors stopped first), the reason naming the node and
+  that its agent exited ("agent exited on n0: ..."), the requeue Event's data {"cause": "agent_exited", "node": n0},
+  the attempt diagnosed platform:agent_exited naming n0 (diagnosis.attempts.platform_cause reads that data). A lost
+  report without a cause (agents before the field) is a failure as before.
 - A task of a job stopping toward `cancelled` (a user's cancel) that ends, however it ends, is `released`
   (its exit kept), not failed: the cancel stopped it.
 - A task that fails while other tasks of its gang are still `bound` (never started) on a node that is not_ready
@@ -51,9 +58,11 @@ from ..models import Job, Node, Task
 from ..models.cluster import lost_node_q
 from .stops import _finalize_if_idle, end_lost_tasks, fault_grace_seconds, stop_for_fault, stop_job
 
-__all__ = ["EVENTS", "report_task_event", "describe_exit"]
+__all__ = ["EVENTS", "LOST_CAUSES", "AGENT_EXITED", "report_task_event", "describe_exit"]
 
 EVENTS = ("started", "exited", "lost")
+AGENT_EXITED = "agent_exited"  # a lost task's supervisor stopped it because its node agent exited (module docstring)
+LOST_CAUSES = (AGENT_EXITED,)  # the known causes a "lost" report may carry (its `cause`; "" = unknown)
 # the stops whose tasks, however they end in the grace period, are released rather than failed: a cancel, an eviction,
 # and the stop of a broken gang's survivors toward its restart or recovery
 RELEASING_STOPS = ("cancelled", "requeue", "restart", "recover")
@@ -74,11 +83,14 @@ def describe_exit(exit_code: int | None, signal: int | None, message: str = "") 
 
 def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int | None = None,
                       exit_code: int | None = None, signal: int | None = None, message: str = "",
-                      at: datetime | None = None, actor=None) -> tuple[bool, str]:
+                      cause: str = "", at: datetime | None = None, actor=None) -> tuple[bool, str]:
     """Apply one report of `node`'s agent. Returns (accepted, detail); detail says why it was refused.
-    Raises ValueError for an unknown event (the API validates before calling)."""
+    `cause`: a lost report's known cause (LOST_CAUSES; "" unknown). Raises ValueError for an unknown event or
+    cause, or a cause on another event (the API validates before calling)."""
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}")
+    if cause and (cause not in LOST_CAUSES or event != "lost"):
+        raise ValueError(f"unknown cause {cause!r} of a {event!r} report")
     at = at or clock.now()
     message = (message or "").replace("\x00", "?")  # the agent's words, stored in text columns
     with transaction.atomic():
@@ -128,8 +140,10 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
             state=state, ended_at=at, exit_code=exit_code, exit_signal=signal, end_message=end[:200])
         with reuse_evidence():  # the failure's preview and the attempt's close read the evidence once
             if job["state"] in Job.ACTIVE_STATES:
-                unstarted = _unstarted_on_lost_nodes(job_id, at) if failed else []
-                if unstarted:
+                unstarted = _unstarted_on_lost_nodes(job_id, at) if failed and not cause else []
+                if cause == AGENT_EXITED:
+                    _requeue_for_agent_exit(job_id, job, task, label, node.name, message, at, actor)
+                elif unstarted:
                     _requeue_for_lost_node(job_id, job, label, how, exit_code, signal, unstarted, at, actor)
                 elif failed:
                     _fail_gang(job_id, job, label, how, exit_code, signal, at, actor)
@@ -181,6 +195,23 @@ def _requeue_for_lost_node(job_id, job, label, how, exit_code, signal, unstarted
                        "never_started": [[r, i, n] for r, i, n, _, _ in unstarted], "lost_nodes": sorted(by_node)})
     stop_for_fault(job_id, at=at, reason=reason, actor=actor,
                    data={"failed_tasks": [[r, i, n] for r, i, n, _, _ in unstarted], "cause": "node lost", "task": label})
+
+
+def _requeue_for_agent_exit(job_id, job, task, label, node_name, message, at, actor) -> None:
+    """A task was stopped because its node agent exited (a lost report with cause AGENT_EXITED, module docstring):
+    the platform's fault, as a lost node is. The gang is requeued whole through stop_for_fault (its survivors stopped
+    first, backoff, no restart spent); the requeue Event's data carries {"cause": AGENT_EXITED, "node"} and the
+    attempt's diagnosis (platform:agent_exited) reads it from there, as platform:node_lost reads a lost node's."""
+    reason = f"agent exited on {node_name}: its node agent exited while task {label} ran, and the task was stopped"
+    record_event("task_failed", f"{job['name']}: task {label} was stopped on {node_name} because its node agent "
+                                "exited (the agent runs with --stop-tasks-on-exit): the platform's fault; the gang is "
+                                "requeued whole (no restart spent)",
+                 job_id=job_id, time=at, actor=actor,
+                 data={"task": label, "exit_code": None, "signal": None, "restart": False, "cause": AGENT_EXITED,
+                       "node": node_name, "message": (message or "")[:300]})
+    stop_for_fault(job_id, at=at, reason=reason, actor=actor,
+                   data={"failed_tasks": [[task["role__name"], task["index"], node_name]], "cause": AGENT_EXITED,
+                         "node": node_name, "task": label})
 
 
 def _fail_gang(job_id, job, label, how, exit_code, signal, at, actor) -> None:

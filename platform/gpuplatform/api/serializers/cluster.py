@@ -5,6 +5,7 @@ from rest_framework import serializers
 
 from scheduler.core.domain_tree import node_domain
 
+from ...execution.reports import LOST_CAUSES
 from ...models import Domain, Gpu, Node
 from ...services.nodes import MAX_GPU_INDEX
 from .base import ModelSerializer, Serializer
@@ -205,10 +206,16 @@ class TaskReportSerializer(Serializer):
     signal = count_field(min_value=1, max_value=128, required=False, allow_null=True, default=None)
     message = ProcessTextField(truncate=500, required=False, default="", allow_blank=True, trim_whitespace=False,
                                help_text="why a task was lost (kept to its first 500 characters)")
+    cause = serializers.ChoiceField(choices=["", *LOST_CAUSES], required=False, default="", allow_blank=True,
+                                    help_text="a lost report's known cause: agent_exited (the task's supervisor "
+                                              "stopped it because its node agent exited; the platform's fault). "
+                                              "Absent or '': unknown (agents before this field send none)")
 
     def validate(self, attrs):
         if attrs["event"] == "exited" and (attrs["exit_code"] is None) == (attrs["signal"] is None):
             raise serializers.ValidationError({"exit_code": "an exited report has exactly one of exit_code and signal"})
+        if attrs["cause"] and attrs["event"] != "lost":
+            raise serializers.ValidationError({"cause": f"only a lost report has a cause, not {attrs['event']!r}"})
         return attrs
 
 
