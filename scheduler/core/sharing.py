@@ -53,7 +53,7 @@ from typing import Callable
 
 from .actions.victim_search import eviction_records
 from .trial import release_binding
-from .plugins.quota import QueueTree
+from .plugins.quota import QueueTree, borrow_refusal
 from .plugins.victims import Unit, victim_units
 from .snapshot import (
     Binding, CycleConfig, CycleResult, JobInfo, Nomination, NodeInfo, PendingReason, RoleInfo, Snapshot,
@@ -688,11 +688,18 @@ def _held_shares(job: JobInfo) -> tuple[TaskPlacement, ...]:
 
 
 def _over_quota(queues: QueueTree, job: JobInfo, tasks, flavor_of) -> tuple | None:
-    """(resource, binding queue, room left) of the first limit the tasks' charges would pass, or None."""
+    """(resource, binding queue, room left, the message or None) of the first limit the tasks' charges would pass,
+    or of the first resource a non-preemptible job would borrow (plugins.quota.borrow_refusal, the whole-GPU
+    allocator's rule: such a job could never be reclaimed), with the refusal's message then; None when they fit."""
     for key, amount in _charges(job, tasks, flavor_of).items():
         room, who = queues.headroom(job.queue, key)
         if amount > room + 1e-9:
-            return key, who, room
+            return key, who, room, None
+        if not job.preemptible:
+            why = borrow_refusal(queues, job.queue, key, amount,
+                                 unit="MIG instances" if "/mig-" in key else "GPU-equivalents")
+            if why is not None:
+                return key, who, room, why
     return None
 
 
@@ -705,8 +712,8 @@ def _refuse_over_quota(placer: Placer, queues: QueueTree, job: JobInfo, tasks, f
     roles = {r.name: r for r in job.roles}
     for t in tasks:
         placer.commit(t, roles[t.role], -1)
-    key, who, room = over
-    return PendingReason("quota", f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
+    key, who, room, why = over
+    return PendingReason("quota", why or f"queue {who} limit of {key} reached ({max(room, 0):g} left)")
 
 
 class _Evictor:

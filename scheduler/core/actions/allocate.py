@@ -46,7 +46,7 @@ from ..jobindex import tally
 from ..plugins.fairshare import EPS, dominant_share, usage_offset
 from ..plugins.feasibility import mixed_never_fits
 from ..plugins.predicates import flavor_plans, role_flavors
-from ..plugins.quota import INF, job_order_key
+from ..plugins.quota import INF, borrow_refusal, job_order_key
 from ..session import Session
 from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement, utc_iso
 from .backfill import BACKFILL, ROOM_CODES, Reservations
@@ -1150,14 +1150,12 @@ class Admission:
             used = queues.usage[limiter][flavor]
             return PendingReason("queue_limit", f"queue {limiter} limit: uses {used} of {int(used + room)} "
                                  f"{flavor} GPUs, job needs {need}")
-        if not job.preemptible:  # it could never be reclaimed, so it may not borrow
-            within, level = self._headroom(job.queue, flavor, True)
-            if need > within:
-                used = queues.usage[level][flavor]
-                return PendingReason("queue_limit", f"non-preemptible jobs run only within quota: queue {level} "
-                                     f"uses {used} of its quota of {int(used + within)} {flavor} GPUs (its "
-                                     f"entitlement, docs/quotas.md), job needs {need}")
-            room = min(room, within)
+        if not job.preemptible:  # it could never be reclaimed, so it may not borrow (the sharing pass's rule too)
+            within = self._headroom(job.queue, flavor, True)
+            why = borrow_refusal(queues, job.queue, flavor, need, within)
+            if why is not None:
+                return PendingReason("queue_limit", why)
+            room = min(room, within[0])
         elif room > need and self.rival is not None:
             room = self._within_first(job, flavor, need, room)
         shape = (flavor, cap, job.preferred_tier, backfill_open, job.numa, facts[3])

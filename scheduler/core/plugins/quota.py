@@ -523,6 +523,27 @@ def queue_refusal(tree: QueueTree, job: JobInfo, flavors) -> tuple[str, str | No
     return found
 
 
+def _amount(x: float) -> str:
+    """A count as people read it: an integer without a decimal point (3.0 -> '3'), else '%g' (2.5)."""
+    return str(int(x)) if x == int(x) else f"{x:g}"
+
+
+def borrow_refusal(tree: QueueTree, queue: str, key: str, need: float, within: tuple[float, str | None] | None = None,
+                   unit: str = "GPUs") -> str | None:
+    """Why a non-preemptible job may not take `need` more of `key` (a flavor's GPUs, a sharing job's GPU-equivalents
+    or a MIG resource's instances) in `queue` now, or None: such a job may not borrow (it could never be reclaimed),
+    so it runs only within the entitlement of every level of its queue's chain (QueueTree.entitlement_room; docs/
+    quotas.md). The one rule of the whole-GPU allocator (actions/allocate.Admission) and of the GPU-sharing pass
+    (sharing._over_quota). within: entitlement_room(queue, key) when the caller has it (kept), else read here.
+    Returns the message of the "queue_limit" reason, naming the level that binds."""
+    room, level = within if within is not None else tree.entitlement_room(queue, key)
+    if need <= room + 1e-9:
+        return None
+    used = tree.usage[level][key]
+    return (f"non-preemptible jobs run only within quota: queue {level} uses {_amount(used)} of its quota of "
+            f"{_amount(used + room)} {key} {unit} (its entitlement, docs/quotas.md), job needs {_amount(need)}")
+
+
 def job_order_key(job: JobInfo) -> tuple:
     """Within a queue: higher priority first, then earlier (original) submission, then id."""
     return (-job.priority, job.submit_time, str(job.id))
