@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import replace
 from unittest import mock
 
 from scheduler.core import CycleConfig, run_cycle
@@ -196,7 +197,11 @@ def counted_searches():
 
 
 def _decisions(result) -> tuple:
-    return (result.bindings, result.pending, result.evictions, result.nominations, result.metrics,
+    """The cycle's decisions and pending reasons, each reason without the clause saying which rule of reclaim refused
+    it (actions.reclaim.refusal_clause: read from the ledger's refusals, which the reference's ledger does not
+    keep)."""
+    pending = {k: replace(r, message=r.message.split("; reclaim: ")[0]) for k, r in result.pending.items()}
+    return (result.bindings, pending, result.evictions, result.nominations, result.metrics,
             repr(result.decisions))
 
 

@@ -37,7 +37,9 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
                   memo: dict | None = None, searched: list | None = None) -> tuple[list[Eviction], list[dict]]:
     """Evictions made for the jobs of `failed_order` (module docstring), and one audit decision per
     beneficiary: {rule, beneficiary, queue, victims: [{job, tasks, gpus}], usage_before, usage_after}.
-    reasons: job id -> PendingReason, updated in place for each beneficiary ("nominated"). taken: (job id, role,
+    reasons: job id -> PendingReason, updated in place for each beneficiary ("nominated"), and for a job whose
+    reclaim search a rule of reclaim refused (its reason's message gets "; reclaim: ..." naming the queue and the
+    rule: actions.reclaim.refusal_clause). taken: (job id, role,
     index) -> rule ("preempt" or "reclaim") of the tasks already evicted this cycle (by an earlier call),
     updated in place; limit: how many jobs may evict (default config.max_preemptors). facts: the session snapshot's jobindex.Facts
     (EngineCache.scan) or None: with nobody borrowing, when no running preemptible job has a lower priority
@@ -97,6 +99,7 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
     walks: dict = {}  # reclaim's victim walks that never passed (victim_search.find_victims), while units and usage hold
     for job in preemptors:
         found = None
+        why: list = []  # the clause saying which rule of reclaim refused it (reclaim's `why`), first flavor first
         for flavor in session.flavors(job):
             if config.preemption:
                 found = preempt(session, job, flavor, units,
@@ -104,11 +107,15 @@ def run_evictions(session: Session, failed_order: list[JobInfo], reasons: dict, 
                 rule = "preempt"
             if found is None and config.reclaim and reclaim_may_help(queues, job, flavor):
                 found = reclaim(session, job, flavor, units, flavor_of, walks,
-                                [(v, ts) for v, ts, _ in releasing] if releasing else ())
+                                [(v, ts) for v, ts, _ in releasing] if releasing else (), why)
                 rule = "reclaim"
             if found is not None:
                 break
         if found is None:
+            if why:  # its reclaim search ran and a rule refused it: said after allocate's reason
+                was = reasons.get(job.id)
+                if was is not None:
+                    reasons[job.id] = PendingReason(was.code, f"{was.message}; {why[0]}", was.terminal)
             continue
         placement, evs = found
         walks.clear()  # units, GPUs being released and usage change: the walks kept so far no longer hold

@@ -24,7 +24,7 @@ phase (actions/evict.py), which applies the result. Units: GPUs.
 """
 from __future__ import annotations
 
-from ..plugins.quota import QueueTree
+from ..plugins.quota import QueueTree, count_text
 from ..plugins.victims import ReclaimLedger, Unit
 from ..session import Session
 from ..snapshot import Binding, Eviction, JobInfo, TaskPlacement
@@ -54,8 +54,8 @@ def anyone_borrowing(queues: QueueTree) -> bool:
 
 
 def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flavor_of: dict[str, str],
-            walks: dict | None = None, releasing: list[tuple[JobInfo, tuple[TaskPlacement, ...]]] = ()
-            ) -> tuple[Binding, list[Eviction]] | None:
+            walks: dict | None = None, releasing: list[tuple[JobInfo, tuple[TaskPlacement, ...]]] = (),
+            why: list[str] | None = None) -> tuple[Binding, list[Eviction]] | None:
     """(the placement the job starts on once the victims are gone, the Evictions; none when it gets GPUs
     being released) or None, on `flavor` GPUs; units: the evictable units of the running jobs, least work
     lost first (plugins.victims); flavor_of: node name -> flavor. walks: a memo for
@@ -65,7 +65,11 @@ def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flav
     ("others", the job's queue) for the units of the other queues.
     releasing: (victim, tasks) whose GPUs evictions in their grace period free and no hold wants: those of
     another queue count as already-taken victims of that queue (its depth: the circle they come from), so a
-    search uses them before it evicts anyone else (victim_search.find_victims)."""
+    search uses them before it evicts anyone else (victim_search.find_victims).
+    why: a list the clause saying which rule of reclaim refused is appended to when the search fails for a rule
+    (refusal_clause; a level of the job's own chain at its entitlement, or victim queues the ledger refused), or
+    None (nothing worked out). The walks that never passed keep their ledger's refusals (key ("refused", walk)),
+    so a job whose walk the memo answers gets the same clause as the first job that walked it."""
     queues = session.queues
     chain = queues.chain(job.queue)
     # the units of the other known queues: the same for every job of this queue while `units` holds (kept in `walks`
@@ -84,9 +88,13 @@ def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flav
     for q in [u.job.queue for u in others] + [v.queue for v, _ in freed]:
         if q not in depth_of:
             depth_of[q] = len(queues.below_common(job.queue, q))
+    refused: dict = {}  # victim queue -> its ledger refusal (ReclaimLedger.refused), over the circles searched
+    short = None  # the level of the job's chain with the least room when a wider circle's room is below its minimum
     for depth in sorted(set(depth_of.values())):
         room = queues.claim_room(chain[:depth], flavor)
         if room < job.gpus_min:
+            if why is not None:
+                short = min(chain[:depth], key=lambda q: queues.entitlement(q, flavor) - queues.usage[q][flavor])
             break  # a wider circle adds levels: the room only shrinks
         target = int(min(job.gpus_requested, room))
         candidates = [u for u in others if depth_of[u.job.queue] <= depth]
@@ -97,11 +105,49 @@ def reclaim(session: Session, job: JobInfo, flavor: str, units: list[Unit], flav
             if limiter == job.queue:
                 return None
             candidates = [u for u in candidates if limiter in queues.chain(u.job.queue)]
-        found = find_victims(session, job, flavor, target=target, units=candidates,
-                             ledger=ReclaimLedger(queues, job.queue, flavor_of),
-                             room=limit_room, walks=walks, walk=(job.queue, flavor, depth, limited),
+        ledger = ReclaimLedger(queues, job.queue, flavor_of)
+        walk = (job.queue, flavor, depth, limited)
+        found = find_victims(session, job, flavor, target=target, units=candidates, ledger=ledger,
+                             room=limit_room, walks=walks, walk=walk,
                              releasing=[(v, ts) for v, ts in freed if depth_of[v.queue] <= depth])
         if found is not None:
             placement, victims = found
             return placement, eviction_records(victims, "reclaim", job)
+        if why is not None:  # a failed walk: its refusals (none read when the memo answered: those kept, the same)
+            seen = ledger.refused
+            if walks is not None:
+                if seen:
+                    walks[("refused", walk)] = seen
+                else:
+                    seen = walks.get(("refused", walk), seen)
+            for q, r in seen.items():
+                refused.setdefault(q, r)
+    if why is not None:
+        clause = refusal_clause(queues, flavor, short, refused)
+        if clause is not None:
+            why.append(clause)
     return None
+
+
+def refusal_clause(queues: QueueTree, flavor: str, short: str | None, refused: dict) -> str | None:
+    """The clause of a waiting job's reason that says which rule of reclaim refused it, or None: `short`, a level of
+    its own chain with no room left below its entitlement for the job's minimum (its chain takes back only up to
+    that: the wider circles were not searched), named first; else the victim queues' refusals (ReclaimLedger.refused,
+    first refused first): several queues none of which borrows, or the first refused queue and its rule (its
+    guarantee, or its entitlement), with how many more refused. Units: GPUs of `flavor`."""
+    if short is not None:
+        used = queues.usage[short][flavor]
+        return (f"reclaim: queue {short} uses {count_text(used)} of its entitlement of "
+                f"{count_text(queues.entitlement(short, flavor))} {flavor} GPUs")
+    if not refused:
+        return None
+    rules = list(refused.values())
+    if len(rules) > 1 and all(r[0] == "entitlement" for r in rules):
+        return "reclaim: no queue borrows GPUs it could take"
+    kind, queue, f, bound = rules[0]
+    if kind == "guarantee":
+        text = f"reclaim: queue {queue} would drop below its guarantee of {count_text(bound)} {f} GPUs"
+    else:
+        text = f"reclaim: queue {queue} is within its entitlement of {count_text(bound)} {f} GPUs"
+    more = len(rules) - 1
+    return text if not more else f"{text} ({more} more queue{'s' if more > 1 else ''} refused)"

@@ -523,9 +523,9 @@ def queue_refusal(tree: QueueTree, job: JobInfo, flavors) -> tuple[str, str | No
     return found
 
 
-def _amount(x: float) -> str:
+def count_text(x: float) -> str:
     """A count as people read it: an integer without a decimal point (3.0 -> '3'), else '%g' (2.5)."""
-    return str(int(x)) if x == int(x) else f"{x:g}"
+    return str(int(x)) if math.isfinite(x) and x == int(x) else f"{x:g}"
 
 
 def borrow_refusal(tree: QueueTree, queue: str, key: str, need: float, within: tuple[float, str | None] | None = None,
@@ -540,8 +540,8 @@ def borrow_refusal(tree: QueueTree, queue: str, key: str, need: float, within: t
     if need <= room + 1e-9:
         return None
     used = tree.usage[level][key]
-    return (f"non-preemptible jobs run only within quota: queue {level} uses {_amount(used)} of its quota of "
-            f"{_amount(used + room)} {key} {unit} (its entitlement, docs/quotas.md), job needs {_amount(need)}")
+    return (f"non-preemptible jobs run only within quota: queue {level} uses {count_text(used)} of its quota of "
+            f"{count_text(used + room)} {key} {unit} (its entitlement, docs/quotas.md), job needs {count_text(need)}")
 
 
 def job_order_key(job: JobInfo) -> tuple:

@@ -110,6 +110,10 @@ class ReclaimLedger:
         self._levels_of: dict[str, list[str]] = {}  # victim queue -> its levels below the shared ancestor
         self._bounds: dict[tuple[str, str], tuple[int, float]] = {}  # (level, flavor) -> (guarantee, entitlement)
         self._closed: set[tuple[str, str]] = set()  # (victim queue, flavor) refused for good (claim)
+        # victim queue -> why its first refused unit was refused, in the order of those refusals (written only when a
+        # unit is refused): ("guarantee", the level that would drop below its guarantee, flavor, that guarantee) or
+        # ("entitlement", the queue, flavor, its entitlement) when no level of its below the shared ancestor borrows
+        self.refused: dict[str, tuple[str, str, str, float]] = {}
 
     def _levels(self, queue: str) -> list[str]:
         levels = self._levels_of.get(queue)
@@ -144,11 +148,15 @@ class ReclaimLedger:
                 bound = bounds.get(key) or self._bound(q, flavor)
                 now = usage[q][flavor] - delta.get(key, 0)
                 if now - gpus < bound[0]:
+                    if queue not in self.refused:
+                        self.refused[queue] = ("guarantee", q, flavor, bound[0])
                     return False
                 if now > bound[1]:
                     borrowing = True
             if not borrowing:
                 self._closed.add((queue, flavor))
+                if queue not in self.refused:
+                    self.refused[queue] = ("entitlement", queue, flavor, bounds[(levels[0], flavor)][1])
                 return False
         return True
 
