@@ -53,7 +53,7 @@ from typing import Callable
 
 from .actions.victim_search import eviction_records
 from .trial import release_binding
-from .plugins.quota import QueueTree, borrow_refusal
+from .plugins.quota import QueueTree, borrow_refusal, never_within_quota
 from .plugins.victims import Unit, victim_units
 from .snapshot import (
     Binding, CycleConfig, CycleResult, JobInfo, Nomination, NodeInfo, PendingReason, RoleInfo, Snapshot,
@@ -1118,7 +1118,10 @@ def limit_never_fits(job: JobInfo, queues: QueueTree, nodes) -> PendingReason | 
     GPU-equivalents (thousandths / 1000; a memory request at its smallest share, on the flavor's largest GPU),
     MIG instances per "<flavor>/mig-<profile>", whole GPUs as GPUs. Flavors considered per role: those of
     nodes that could hold it (a GPU in mode shared / auto for fractions, an instance of the profile for MIG).
-    None when some placement stays within every limit, or when a role has no such flavor (another reason)."""
+    None when some placement stays within every limit, or when a role has no such flavor (another reason).
+    A non-preemptible job may not borrow (plugins.quota.borrow_refusal): for it the smallest entitlement along the
+    chain (QueueTree.static_entitlement) bounds each charge too, and a gang above it on every placement gets the
+    terminal never_fits_queue_quota (plugins.quota.never_within_quota's words), as the whole-GPU allocator's."""
     memory: dict[str, int] = {}  # flavor -> its largest GPU memory among nodes with shared / auto GPUs
     profiles: dict[str, set[str]] = defaultdict(set)
     whole: set[str] = set()
@@ -1158,8 +1161,13 @@ def limit_never_fits(job: JobInfo, queues: QueueTree, nodes) -> PendingReason | 
             for key, amount in sorted(need.items()):
                 limit, who = queues.static_limit(job.queue, key)
                 if amount > limit + 1e-9:
-                    worst = worst or (key, amount, limit, who)
+                    worst = worst or (key, amount, limit, who, None)
                     return True
+                if not job.preemptible:  # it may not borrow (plugins.quota.borrow_refusal): its entitlement binds
+                    entitled, level = queues.static_entitlement(job.queue, key)
+                    if amount > entitled + 1e-9:
+                        worst = worst or (key, amount, entitled, level, never_within_quota(level, entitled))
+                        return True
             return False
         for key, amount in options[i]:
             need[key] = need.get(key, 0.0) + amount
@@ -1171,8 +1179,11 @@ def limit_never_fits(job: JobInfo, queues: QueueTree, nodes) -> PendingReason | 
 
     if not over(0, {}):
         return None
-    key, amount, limit, who = worst
+    key, amount, limit, who, why = worst
     unit = "MIG instances" if "/mig-" in key else "GPU-equivalents" if job_shares(job) else "GPUs"
+    if why is not None:
+        return PendingReason("never_fits_queue_quota", f"can never start: needs {amount:g} {key} {unit}; {why}",
+                             terminal=True)
     return PendingReason("never_fits_queue_limit", f"needs {amount:g} {key} {unit}, above queue {who} limit of "
                          f"{limit:g}", terminal=True)
 

@@ -94,3 +94,17 @@ def test_preemption_off_changes_nothing_for_the_rule():
     r = run_cycle(_one_queue([shared("s", gpus=2)], [*running, _want("np", 500, preemptible=False)]),
                   CycleConfig(preemption=False, reclaim=False))
     assert r.pending["np"].code == "quota"
+
+
+def test_a_non_preemptible_fraction_above_its_queues_entitlement_never_fits():
+    # quota 1 GPU-equivalent: a non-preemptible gang of 3 x 0.5 can never start there (terminal, as a whole-GPU
+    # job above its entitlement), while a preemptible one may borrow and starts on the free GPUs
+    gang = replace(job("np", milli=500, tasks=3, queue="a"), preemptible=False)
+    r = run_cycle(_one_queue([shared("s", gpus=2)], [gang]))
+    reason = r.pending["np"]
+    assert reason.code == "never_fits_queue_quota" and reason.terminal
+    assert reason.message == ("can never start: needs 1.5 T4 GPU-equivalents; non-preemptible jobs run only within "
+                              "quota (they may not borrow) and queue a is entitled to 1 (its quota plus what its "
+                              "parents leave unassigned, docs/quotas.md); submit it preemptible or raise the quota")
+    r = run_cycle(_one_queue([shared("s", gpus=2)], [replace(gang, preemptible=True)]))
+    assert "np" in {b.job_id for b in r.bindings}

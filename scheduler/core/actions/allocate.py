@@ -46,7 +46,7 @@ from ..jobindex import tally
 from ..plugins.fairshare import EPS, dominant_share, usage_offset
 from ..plugins.feasibility import mixed_never_fits
 from ..plugins.predicates import flavor_plans, role_flavors
-from ..plugins.quota import INF, borrow_refusal, job_order_key
+from ..plugins.quota import INF, borrow_refusal, job_order_key, never_within_quota
 from ..session import Session
 from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement, utc_iso
 from .backfill import BACKFILL, ROOM_CODES, Reservations
@@ -1109,9 +1109,7 @@ class Admission:
         entitled, level = session.queues.static_entitlement(queue, flavor)
         if need <= entitled:
             return None
-        why = (f"non-preemptible jobs run only within quota (they may not borrow) and queue {level} is entitled to "
-               f"{int(entitled)} (its quota plus what its parents leave unassigned, docs/quotas.md); submit it "
-               f"preemptible or raise the quota")
+        why = never_within_quota(level, entitled)
         return session.capacity.beyond_cluster(need, flavor, why) or PendingReason(
             "never_fits_queue_quota", f"can never start: needs {need} {flavor} GPUs; {why}", terminal=True)
 

@@ -528,6 +528,16 @@ def count_text(x: float) -> str:
     return str(int(x)) if math.isfinite(x) and x == int(x) else f"{x:g}"
 
 
+def never_within_quota(level: str, entitled: float) -> str:
+    """Why a non-preemptible job whose minimum exceeds `entitled`, the smallest entitlement along its queue's chain
+    (QueueTree.static_entitlement, at `level`), can never start: such a job may not borrow (it could never be
+    reclaimed), and no wait raises an entitlement. The words of the terminal never_fits_queue_quota reason of the
+    whole-GPU allocator (actions/allocate.Admission) and of the GPU-sharing pass (sharing.limit_never_fits)."""
+    return (f"non-preemptible jobs run only within quota (they may not borrow) and queue {level} is entitled to "
+            f"{count_text(entitled)} (its quota plus what its parents leave unassigned, docs/quotas.md); submit it "
+            f"preemptible or raise the quota")
+
+
 def borrow_refusal(tree: QueueTree, queue: str, key: str, need: float, within: tuple[float, str | None] | None = None,
                    unit: str = "GPUs") -> str | None:
     """Why a non-preemptible job may not take `need` more of `key` (a flavor's GPUs, a sharing job's GPU-equivalents
