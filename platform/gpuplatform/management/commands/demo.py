@@ -391,7 +391,7 @@ class Command(BaseCommand):
             if given:
                 names = " and ".join(f"--{o}" for o in given)
                 self.stderr.write(
-                    f"warning: {names} do not apply: a cluster is already loaded in this database ({connection.vendor}"
+                    f"warning: {names} {'does' if len(given) == 1 else 'do'} not apply: a cluster is already loaded in this database ({connection.vendor}"
                     f" {connection.settings_dict.get('NAME')}); to start fresh with them, delete that database "
                     f"(`make demo`: rm db.sqlite3) or point {database_variable()} at a new one")
             return
@@ -541,7 +541,8 @@ class Command(BaseCommand):
                                                       .values_list("external_id", flat=True)))
                     given = [o for o, v in (("start_day", opts["start_day"] is not None), ("cold_start", opts["cold_start"])) if v]
                     if given:
-                        self.stderr.write(f"warning: {' and '.join('--' + o.replace('_', '-') for o in given)} do "
+                        verb = "does" if len(given) == 1 else "do"
+                        self.stderr.write(f"warning: {' and '.join('--' + o.replace('_', '-') for o in given)} {verb} "
                                           f"not apply with --keep: the kept workload continues from its clock")
                 else:
                     start_day = opts["start_day"]
