@@ -475,7 +475,19 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
                      "before": side(b), "after": side(a), "start_change_s": change})
     evictions = [{"job": v, "rule": rule, "beneficiary": ben, "at": _iso(t)} for t, v, rule, ben in out.evictions
                  if visible is None or (rows.get(v) and rows[v][2] in visible)]
-    return {"now": _iso(out.now), "jobs": jobs, "queues": [{"queue": q, **v} for q, v in out.queues.items()],
+    if visible is not None:  # a beneficiary of another team's is not named (its job is hidden, as above)
+        ben_team = dict(JobModel.objects.filter(pk__in=[e["beneficiary"] for e in evictions
+                                                        if isinstance(e["beneficiary"], int)])
+                        .values_list("id", "team_id"))
+        for e in evictions:
+            if e["beneficiary"] not in out.hypothetical and ben_team.get(e["beneficiary"]) not in visible:
+                e["beneficiary"] = None
+    # Per queue: the queues the user sees (the queues API's rule, access.visible_queues); the others are
+    # counted in hidden_queues, as hidden evictions are (new-user trial 21: a member saw every team's waits).
+    shown = (None if visible is None
+             else set(access.visible_queues(user).values_list("name", flat=True)))
+    queues = [{"queue": q, **v} for q, v in out.queues.items() if shown is None or q in shown]
+    return {"now": _iso(out.now), "jobs": jobs, "queues": queues, "hidden_queues": len(out.queues) - len(queues),
             "evictions": evictions, "hidden_evictions": len(out.evictions) - len(evictions),
             "cancelled": out.removed, "cost": out.info, "written": False}
 
