@@ -796,15 +796,15 @@ def _set_node_state(node: Node, state: str, actor, reason: str, at: datetime | N
     when (health_reason: the reason given, else who did it; health_since: now), as a health rule's take_out does:
     the nodes page and the node API show them (new-user trial 15, F3: they stayed empty, the reason only in the
     Event). Back to ready, both are cleared. `at`: the time of the change (default now; the Slurm backend's round)."""
-    if not node_states.transition(node, state, reason=reason, actor=actor):
+    who = getattr(actor, "username", "") or "an admin"
+    done = {Node.State.CORDONED: "cordoned", Node.State.DRAINING: "drained", Node.State.READY: "returned to ready"}
+    # the state's reason is never empty for an admin's move (trial 21, F6: a cordon without a reason left the nodes
+    # page's "why" blank): the reason given, else who did it
+    given = (reason or f"{done.get(state, state)} by {who}")[:300]
+    if not node_states.transition(node, state, reason=given, actor=actor, at=at):
         current = Node.objects.filter(pk=node.pk).values_list("state", flat=True).first()
         raise ValidationError({"state": f"node {node.name} changed meanwhile (it is {current}); try again"})
-    if state == Node.State.READY:
-        why, since = "", None
-    else:
-        who = getattr(actor, "username", "") or "an admin"
-        done = {Node.State.CORDONED: "cordoned", Node.State.DRAINING: "drained"}.get(state, state)
-        why, since = (reason or f"{done} by {who}")[:300], at or clock.now()
+    why, since = ("", None) if state == Node.State.READY else (given, at or clock.now())
     Node.objects.filter(pk=node.pk).update(health_reason=why, health_since=since)
     node.health_reason, node.health_since = why, since
     request_cycle_on_commit()
