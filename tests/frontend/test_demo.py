@@ -216,7 +216,7 @@ def test_demo_warns_that_scale_and_cluster_do_not_apply_to_a_loaded_cluster(tiny
     out, err = io.StringIO(), io.StringIO()
     call_command("demo", "--no-server", "--duration-seconds", "0.5", "--start-day", "0", "--tick", "0.2",
                  "--password", "pw-demo-123", stdout=out, stderr=err)
-    assert "do not apply" not in out.getvalue() + err.getvalue()  # no option given: nothing to warn about
+    assert "not apply" not in out.getvalue() + err.getvalue()  # no option given: nothing to warn about
 
 
 @pytest.mark.django_db(transaction=True)
@@ -446,7 +446,7 @@ def test_keep_continues_the_kept_workload_instead_of_replaying_it_again(tiny_imp
     call_command("demo", "--no-server", "--keep", "--duration-seconds", "1.5", "--start-day", "0", "--speed", "600",
                  "--tick", "0.2", "--password", "pw-demo-123", stdout=out, stderr=err)
     assert "continuing the kept workload" in out.getvalue()
-    assert "--start-day do not apply with --keep" in err.getvalue()
+    assert "--start-day does not apply with --keep" in err.getvalue()
     assert kept <= set(Job.objects.values_list("pk", flat=True))  # the kept jobs stay
     twice = list(Job.objects.values("external_id").annotate(n=Count("id")).filter(n__gt=1))
     assert twice == []  # no trace job submitted again
