@@ -164,6 +164,46 @@ class Holds:
         """GPUs taken for `key` now."""
         return sum(len(g) for _, g in self.held.get(key, ()))
 
+    def wanted_by_others(self, key) -> dict[str, frozenset]:
+        """{node name: GPU indices} that the holds of keys other than `key` want (eviction beneficiaries, drains,
+        this cycle's EASY reservation), taken or still in use: what a reservation for `key` must not count as
+        coming free (actions/backfill.py)."""
+        out: dict[str, set] = {}
+        nodes = self.state.nodes
+        for other, taken in self.wanted.items():
+            if other != key:
+                for k, gpus in taken:
+                    out.setdefault(nodes[k].name, set()).update(gpus)
+        return {name: frozenset(g) for name, g in out.items()}
+
+    def taken_by_others(self, key) -> tuple:
+        """((other key, GPUs) ...), by key, of the GPUs that the hold of `key` wants and another hold has taken now
+        (two holds that want the same GPU: an eviction's beneficiary on GPUs a drain waits for, or holds made before
+        drains kept clear of each other); () when none. A waiting holder's reason names them (actions/allocate.py)."""
+        wanted, held = self.wanted.get(key), self.held
+        if not wanted or len(held) < 2 - (key not in held):
+            return ()
+        have: dict = {}
+        for k, gpus in held.get(key, ()):
+            have.setdefault(k, set()).update(gpus)
+        need: dict = {}  # node index -> GPUs wanted, not held by this key
+        for k, gpus in wanted:
+            on = have.get(k)
+            rest = [g for g in gpus if g not in on] if on else gpus
+            if rest:
+                need.setdefault(k, set()).update(rest)
+        out = []
+        for other, taken in held.items():
+            if other != key:
+                n = 0
+                for k, gpus in taken:
+                    on = need.get(k)
+                    if on:
+                        n += sum(1 for g in gpus if g in on)
+                if n:
+                    out.append((other, n))
+        return tuple(sorted(out, key=lambda kv: str(kv[0])))
+
     def by_node(self) -> dict[str, tuple[int, ...]]:
         """Every GPU taken now, all keys together: {node name: sorted GPU indices} (CycleResult.held; holds take
         only free GPUs, so no GPU is in two holds and the count is sum(map(gpus_held, held)))."""

@@ -1321,42 +1321,13 @@ def _serve_nomination(session: Session, admission: Admission, order: _QueueOrder
     else:
         session.nominate(job, job.reserved)
     waiting = total - holds.gpus_held(job.id)  # (another holder may have started or given GPUs back meanwhile)
-    others = _held_by_others(holds, job.id) if waiting else ()
+    others = holds.taken_by_others(job.id) if waiting else ()
     out.reasons[job.id] = _nominated(admission.memo, outcome.message, waiting, others)
-
-
-def _held_by_others(holds, key) -> tuple:
-    """((other key, GPUs) ...) of the GPUs that the hold of `key` wants and another hold has taken now (two holds
-    that want the same GPU: an eviction's beneficiary on GPUs a drain waits for, or holds made before drains kept
-    clear of each other), by key; () when none."""
-    wanted, held = holds.wanted.get(key), holds.held
-    if not wanted or len(held) < 2 - (key not in held):
-        return ()
-    have: dict = {}
-    for k, gpus in held.get(key, ()):
-        have.setdefault(k, set()).update(gpus)
-    need: dict = {}  # node index -> GPUs wanted, not held by this key
-    for k, gpus in wanted:
-        on = have.get(k)
-        rest = [g for g in gpus if g not in on] if on else gpus
-        if rest:
-            need.setdefault(k, set()).update(rest)
-    out = []
-    for other, taken in held.items():
-        if other != key:
-            n = 0
-            for k, gpus in taken:
-                on = need.get(k)
-                if on:
-                    n += sum(1 for g in gpus if g in on)
-            if n:
-                out.append((other, n))
-    return tuple(sorted(out, key=lambda kv: str(kv[0])))
 
 
 def _nominated(memo: dict, message: str, waiting: int, others: tuple = ()) -> PendingReason:
     """A waiting holder's reason: its attempt's message and the reserved GPUs it does not hold yet: those other
-    holds have taken (`others`: _held_by_others), and the rest, still in use by running jobs. The same (frozen,
+    holds have taken (`others`: Holds.taken_by_others), and the rest, still in use by running jobs. The same (frozen,
     equal) object for the same values, kept in the job memo (key ("nominated reasons", thread); at most 4,096, then
     started over): a holder waits with the same reason cycle after cycle."""
     key = ("nominated reasons", threading.get_ident())

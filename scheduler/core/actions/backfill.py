@@ -181,7 +181,7 @@ def shadow_reservation(session: Session, job: JobInfo, flavor: str, snapshot: Sn
     trial = Trial(state)
     found = None
     # GPUs that holds want (drains, eviction beneficiaries) do not come free for this job when their jobs end
-    others = _wanted_by_others(session, job.id) if session.holds.wanted else None
+    others = session.holds.wanted_by_others(job.id) if session.holds.wanted else None
     for end, _, running in ends:
         if others:
             trial.free_tasks(running, tuple(t for t in map(_without, running.placement, repeat(others))
@@ -199,20 +199,8 @@ def shadow_reservation(session: Session, job: JobInfo, flavor: str, snapshot: Sn
     return found
 
 
-def _wanted_by_others(session: Session, key) -> dict[str, frozenset]:
-    """{node name: GPU indices} that the holds of keys other than `key` want (Holds.wanted: eviction
-    beneficiaries, earlier drains, this cycle's EASY reservation), taken or still in use."""
-    out: dict[str, set] = {}
-    nodes = session.state.nodes
-    for other, taken in session.holds.wanted.items():
-        if other != key:
-            for k, gpus in taken:
-                out.setdefault(nodes[k].name, set()).update(gpus)
-    return {name: frozenset(g) for name, g in out.items()}
-
-
 def _without(task, others: dict[str, frozenset]):
-    """The running task with only the GPUs no other hold wants (others: _wanted_by_others); None when none
+    """The running task with only the GPUs no other hold wants (others: Holds.wanted_by_others); None when none
     is left."""
     held = others.get(task.node)
     if not held:
@@ -250,7 +238,7 @@ def drain_reservation(session: Session, job: JobInfo, flavor: str) -> Binding | 
         # GPUs another hold wants (an earlier drain, an eviction's beneficiary) stay taken on the trial: a drain
         # that counted them as drained would hold the same GPUs as that one, and both would wait on each other
         # (trial 20, F2: two starving gangs held 144 GPUs for hours on the same 16 machines)
-        others = _wanted_by_others(session, job.id)
+        others = session.holds.wanted_by_others(job.id)
         by_node: dict[str, list] = {}
         for running in _not_pending(session.snapshot.jobs):
             if running.state != "pending":
