@@ -25,14 +25,15 @@ help:
 	@echo "make vendor-plotly - refresh frontend/static/vendor/plotly-strict.min.js to the installed plotly's plotly.js (npm)"
 	@echo "Variables: DEMO_ARGS='--speed 1200 --port 8001', DEMO_DB=sqlite:///path.sqlite3"
 
+# Both steps run under a lock on the venv (.ci/venv.py, standard library only): `make demo` and `make demo-local`
+# started together wait for each other, and the one that waited uses the venv the other finished.
 venv: $(PY)
 $(PY):
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) .ci/venv.py $(VENV)
 
 install: $(STAMP)
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+$(STAMP): pyproject.toml
+	$(PYTHON) .ci/venv.py $(VENV) $(STAMP) -- -m pip install -q -e '.[dev]'
 
 # two pytest-xdist workers (TEST_WORKERS=0: one process), a test file's tests on one worker (--dist loadfile: a
 # module's fixtures and order as in one process); each worker has its own test database and Redis database
@@ -70,8 +71,7 @@ demo-federation: install
 # The optional `bench` extra brings OR-Tools (optimum_gap); PostgreSQL parts skip when no server answers.
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): pyproject.toml | $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,bench]'
-	touch $(BENCH_STAMP)
+	$(PYTHON) .ci/venv.py $(VENV) $(BENCH_STAMP) -- -m pip install -q -e '.[dev,bench]'
 
 bench: install $(BENCH_STAMP)
 	$(PY) benchmarks/run.py --quick
