@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_safe
 from gpuplatform import access, clock, queries
 from gpuplatform.event_visibility import redacted
 from gpuplatform.gpu_request import from_milli, gpu_request, job_gpus
-from gpuplatform.inputs import whole_number
+from gpuplatform.inputs import html_only, whole_number
 from gpuplatform.federation.manager import is_manager, visible_federated_jobs
 from gpuplatform.models import IdleAllocation, Job
 from gpuplatform.telemetry import task_summary
@@ -109,10 +109,11 @@ def _cluster_numbers(request) -> dict:
 
 @login_required
 @require_safe
+@html_only("/cluster/metrics.json (this page's numbers and charts)", "/api/v1/cluster-metrics/ (the REST API)")
 def cluster(request):
     from .views_dashboards import query_errors
 
-    errors = query_errors(request)  # an unknown or repeated parameter: a 400 naming it (views_dashboards.page_takes)
+    errors = query_errors(request, page=True)  # an unknown or repeated parameter: a 400 naming it (page_takes)
     if errors:
         return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
                                       content_type="text/plain; charset=utf-8")
@@ -171,6 +172,7 @@ PENDING_HIDDEN_COLUMNS = frozenset({"finished", "duration", "placement", "nodes"
 
 @login_required
 @require_safe  # a page: GET / HEAD only (DELETE /jobs/ answered the list: trial 9, F12)
+@html_only("/api/v1/jobs/ (the REST API)")
 def job_list(request):
     """The jobs page: search (id, name, external id), filters (team, state, queue, submitter), sort by any
     sortable column (?sort=-duration), keyset pages (?cursor=, from the next / previous links). It updates
@@ -311,10 +313,11 @@ def state_history(job, events) -> list[dict]:
 
 @login_required
 @require_safe
+@html_only("/api/v1/jobs/{pk}/ (the REST API; its log: /api/v1/jobs/{pk}/logs/)")
 def job_detail(request, pk: int):
     from .views_dashboards import query_errors
 
-    errors = query_errors(request)  # the job page reads no parameter: one given is a 400 naming it (trial 14, F14)
+    errors = query_errors(request, page=True)  # it reads no parameter: one given is a 400 naming it (trial 14, F14)
     if errors:
         return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
                                       content_type="text/plain; charset=utf-8")
@@ -405,6 +408,7 @@ NODE_HEALTH_FILTERS = ("ready", "cordoned", "draining", "not_ready", "in_repair"
 
 @login_required
 @require_safe
+@html_only("/api/v1/nodes/ (the REST API)")
 def node_list(request):
     """The nodes with their health: state, why and since when it is out of service, unhealthy GPUs, topology
     mismatches; filtered by `health` (a node state, "unhealthy": a GPU unhealthy or a health reason set,

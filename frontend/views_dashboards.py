@@ -24,7 +24,7 @@ from gpuplatform import dashboard_queries as dq
 from gpuplatform import access, queries
 from gpuplatform.api.filters import refuse_unknown_params
 from gpuplatform.borrowing import borrowed
-from gpuplatform.inputs import text_bad_request, whole_number
+from gpuplatform.inputs import html_only, text_bad_request, whole_number
 from gpuplatform.models import Queue, Team
 
 from . import dashboard_figures as dfig
@@ -101,12 +101,22 @@ def _json_view(fn):
 DATA_PARAMS = ("format", "table", "since")  # what data_response reads on every JSON endpoint
 
 
-def query_errors(request, known=(), multi=()) -> dict | None:
+def query_errors(request, known=(), multi=(), *, page: bool = False) -> dict | None:
     """{param: [message]} when the query has a parameter outside `known` (and data_response's own) or one
     given twice: the REST API's rule (docs/api.md), through its own check (api.filters.refuse_unknown_params),
-    so a typo'd or repeated parameter is a 400 naming it, never the default data silently. None when fine."""
+    so a typo'd or repeated parameter is a 400 naming it, never the default data silently. None when fine.
+    `page`: an HTML page's query, which takes only `known`: data_response's `format`, `table` and `since` are its
+    JSON endpoint's (a page took them silently and answered HTML: trial 22, F2; `format` is inputs.html_only's)."""
     from rest_framework.exceptions import ValidationError
 
+    from gpuplatform.api.filters import repeated_params
+
+    if page:
+        takes = f"takes: {', '.join(sorted(known))}" if known else "takes none"
+        errors = repeated_params(request.GET, multi)
+        errors.update({name: [f"unknown query parameter; this page {takes}"]
+                       for name in sorted(set(request.GET) - set(known))})
+        return errors or None
     try:
         refuse_unknown_params(request, (*known, *DATA_PARAMS), multi)
     except ValidationError as exc:
@@ -134,7 +144,7 @@ def page_takes(*known):
     def decorate(fn):
         @wraps(fn)
         def wrapped(request, *args, **kwargs):
-            errors = query_errors(request, known)
+            errors = query_errors(request, known, page=True)
             if errors:
                 return text_bad_request(errors)
             return fn(request, *args, **kwargs)
@@ -264,10 +274,12 @@ def topology_json(request):
 
 @login_required
 @require_safe
+@html_only("/topology.json (the map's data; ?format=csv for its rows)",
+           "/api/v1/domains/ and /api/v1/nodes/ (the REST API)")
 def topology(request):
     # a parameter the page does not read, or one given twice, is a 400 naming it, as topology.json and the
     # utilization page answer (new-user trial 10, F11: the page took ?foo=1 and ?team=a&team=b silently)
-    errors = query_errors(request, TOPOLOGY_PARAMS)
+    errors = query_errors(request, TOPOLOGY_PARAMS, page=True)
     if errors:
         return text_bad_request(errors)
     try:
@@ -325,6 +337,7 @@ def queues_json(request):
 
 @login_required
 @require_safe
+@html_only("/api/v1/queues/ (the REST API)", "/queues/data.json (the charts' data; ?format=csv for their rows)")
 @page_takes()
 def queues_page(request):
     p = _queues_payload()
@@ -379,6 +392,8 @@ def fragmentation_json(request):
 
 @login_required
 @require_safe
+@html_only("/fragmentation/data.json (the charts' data; ?format=csv for their rows)",
+           "/api/v1/cluster-metrics/ (the REST API)")
 @page_takes()
 def fragmentation_page(request):
     from gpuplatform.scheduling.advice import fragmentation_advice
@@ -455,6 +470,8 @@ def queueing_json(request):
 
 @login_required
 @require_safe
+@html_only("/queueing/data.json (the charts' data; ?format=csv for their rows)",
+           "/api/v1/jobs/?state=pending (the REST API)")
 @page_takes()
 def queueing_page(request):
     return render(request, "frontend/queueing.html", _queueing_payload(request.user))
@@ -464,6 +481,7 @@ def queueing_page(request):
 
 @login_required
 @require_GET
+@html_only()
 def doc_page(request, name: str = "concepts"):
     """docs/<name>.md as a page (frontend/docs.py), any file in docs/; the pages link their definitions here."""
     from . import docs
@@ -522,6 +540,8 @@ def failures_json(request):
 
 @login_required
 @require_safe
+@html_only("/failures/data.json (the charts' data; ?format=csv for their rows)",
+           "/api/v1/jobs/?state=failed (the REST API)")
 @page_takes()
 def failures_page(request):
     return render(request, "frontend/failures.html", _failures_payload(request.user))

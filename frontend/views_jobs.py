@@ -17,7 +17,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from gpuplatform import access, dashboard_queries, queries, services
 from gpuplatform.federation.manager import is_manager, submit_as
 from gpuplatform.api.filters import REPEATED
-from gpuplatform.inputs import renders_form_errors
+from gpuplatform.inputs import html_only, renders_form_errors
 from gpuplatform.models import Domain, Job, Team
 
 from .conditional import login_required_json
@@ -34,6 +34,7 @@ def _form_kwargs(user) -> dict:
 @renders_form_errors  # a NUL in a field comes back as that field's error on the form (inputs.py)
 @login_required
 @require_http_methods(["GET", "POST"])
+@html_only("POST /api/v1/jobs/ (the REST API; gpuctl submit)")
 def job_new(request):
     kwargs = _form_kwargs(request.user)
     manager = is_manager()

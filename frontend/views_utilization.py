@@ -15,6 +15,7 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_safe
 
 from gpuplatform import access, clock
+from gpuplatform.inputs import html_only
 from gpuplatform.models import Node, Queue, Team
 from gpuplatform.telemetry import idle_allocations
 from gpuplatform.utilization import top_jobs_lost_to_failure, utilization
@@ -113,9 +114,10 @@ def _payload(request) -> dict:
 PARAMS = ("window", "flavor", "queue", "team")  # the page's filters (it passes its own query to data.json)
 
 
-def _query_errors(request) -> dict | None:
-    """A parameter the page does not read, one given twice, or a window outside WINDOWS: {param: [message]}."""
-    errors = query_errors(request, PARAMS)
+def _query_errors(request, *, page: bool = False) -> dict | None:
+    """A parameter the page does not read, one given twice, or a window outside WINDOWS: {param: [message]}.
+    `page`: the HTML page's query (views_dashboards.query_errors: it takes no format, table or since)."""
+    errors = query_errors(request, PARAMS, page=page)
     if errors is None and request.GET.get("window") not in (None, "", *WINDOWS):
         errors = {"window": [f"must be one of {', '.join(WINDOWS)}"]}
     if errors is None:  # a filter naming nothing is a 400 naming it, as on topology (new-user trial 8, F10)
@@ -138,8 +140,10 @@ def utilization_json(request):
 
 @login_required
 @require_safe
+@html_only("/api/v1/utilization/ (the REST API)",
+           "/utilization/data.json (the charts' data; ?format=csv for their rows)")
 def utilization_page(request):
-    errors = _query_errors(request)
+    errors = _query_errors(request, page=True)
     if errors:  # as the topology page answers a bad parameter
         return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
                                       content_type="text/plain; charset=utf-8")

@@ -280,6 +280,33 @@ def text_bad_request(errors: dict[str, list[str]]) -> HttpResponse:
                         content_type="text/plain; charset=utf-8")
 
 
+FORMAT_ON_PAGE = "this page is HTML only (it takes no format)"
+
+
+def html_only(*twins: str):
+    """Decorator of an HTML page: `?format=` (any value) is a 400 naming the parameter and where the page's data is
+    as JSON, `twins` (each a URL with what it is, filled from the view's keyword arguments: "/api/v1/jobs/{pk}/ (the
+    REST API)"). A page has one format; DRF's `?format=json` convention belongs to the REST API and the pages' JSON
+    endpoints (trial 22, F2: /queues/?format=json answered the page, while /nodes/ and /jobs/ refused it as an
+    unknown parameter). Asked for JSON, the 400 is JSON ({"format": [message]}); otherwise text, as the pages'
+    other 400s. Put it under @login_required (a visitor is sent to the login page first)."""
+    from functools import wraps
+
+    def decorate(view):
+        @wraps(view)  # copies renders_form_errors and the like
+        def wrapped(request, *args, **kwargs):
+            if "format" not in request.GET:
+                return view(request, *args, **kwargs)
+            where = [t.format(**kwargs) for t in twins]
+            message = (f"{FORMAT_ON_PAGE}; its data as JSON: {'; '.join(where)}" if where
+                       else f"{FORMAT_ON_PAGE} and has no JSON form")
+            if request.GET.getlist("format") == ["json"]:
+                return JsonResponse({"format": [message]}, status=400)
+            return text_bad_request({"format": [message]})
+        return wrapped
+    return decorate
+
+
 def renders_form_errors(view):
     """Mark a page view whose Django form refuses NUL characters itself (forms.CharField's validator, a
     choice or number field's own rule): InputGuardMiddleware lets its form body through so the page

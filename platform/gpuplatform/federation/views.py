@@ -4,11 +4,13 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.utils import timezone
 
+from ..inputs import html_only
 from ..models import MemberCluster
 from .manager import job_gpu_figures, visible_federated_jobs
 
 
 @login_required
+@html_only("/api/v1/federation/clusters/ and /api/v1/federation/jobs/ (the REST API)")
 def federation_page(request):
     now = timezone.now()
     clusters = []
