@@ -227,8 +227,9 @@ def test_platform_causes_come_from_the_platform():
                 "gang_start_timeout": "retry"}
     for cause, action in expected.items():
         d = engine.diagnose(tasks, rules=RULES, platform={"cause": cause, "text": "x"})
-        assert d.category == "platform" and d.evidence[0]["source"] == "event"
-        assert d.action == action, cause
+        # a time limit is the user's own (new-user trial 22, F7): user_error, still from the platform's event
+        assert d.category == ("user_error" if cause == "time_limit" else "platform") and d.evidence[0]["source"] == "event"
+        assert (d.action, d.rule) == (action, f"platform:{cause}"), cause
     assert engine.diagnose(tasks, rules=RULES, platform={"cause": "node_lost", "text": "n1"}).category == "platform"
 
 
@@ -307,15 +308,17 @@ def test_the_agents_cannot_start_line_is_the_evidence_not_the_bare_exit_status()
         assert line in d.summary
 
 
-@pytest.mark.parametrize("cause, action", [("time_limit", "cancel_retries"), ("cancelled", "cancel_retries"),
-                                           ("preempted", "retry"), ("gang_start_timeout", "retry")])
-def test_the_docs_table_gives_the_platform_causes_action(cause, action):
+@pytest.mark.parametrize("cause, action, category", [
+    ("time_limit", "cancel_retries", "user_error"), ("cancelled", "cancel_retries", "platform"),
+    ("preempted", "retry", "platform"), ("gang_start_timeout", "retry", "platform")])
+def test_the_docs_table_gives_the_platform_causes_action(cause, action, category):
     """New-user trial 14, F22: docs/diagnosis.md's table gave the `platform` category the action "retry" while a
-    time-limit failure is diagnosed `platform` with `cancel_retries`. The table's row names each cause's action."""
+    time-limit failure is diagnosed with `cancel_retries`. The row of the cause's category names each cause's
+    action (a time limit, the user's own, is in the `user_error` row: new-user trial 22, F7)."""
     got = engine.diagnose([], rules=shipped_rules(), platform={"cause": cause, "text": "x"})
-    assert (got.category, got.action) == ("platform", action)
+    assert (got.category, got.action) == (category, action)
     doc = (Path(__file__).resolve().parents[2] / "docs" / "diagnosis.md").read_text()
-    row = next(line for line in doc.splitlines() if line.startswith("| `platform`"))
+    row = next(line for line in doc.splitlines() if line.startswith(f"| `{category}`"))
     actions = row.rstrip(" |").rsplit("|", 1)[1]
     words = {"time_limit": "a time limit", "cancelled": "a cancel", "preempted": "a preemption",
              "gang_start_timeout": "a gang start timeout"}[cause]

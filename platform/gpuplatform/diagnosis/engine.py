@@ -15,8 +15,10 @@ see docs/diagnosis.md):
 `diagnose(tasks, health=, platform=, rules=)` -> Diagnosis. How the root cause is chosen:
 
 1. A platform cause (`platform`: cancelled, preempted, time limit, gang start timeout) names the
-   attempt's end: category `platform`. Node lost and agent exited (a task stopped because its node agent
-   exited) are `platform` too, naming their node, unless (2) finds hardware.
+   attempt's end: category `platform`, except a time limit, which the user set: `user_error` (rule
+   `platform:time_limit`, the platform's own event, as for the others; new-user trial 22, F7). Node lost and agent
+   exited (a task stopped because its node agent exited) are `platform` too, naming their node, unless (2) finds
+   hardware.
 2. Hardware first: a `gpu_hardware` match anywhere (a health event of one of the attempt's nodes in the
    window before the end, or a log line such as an NVRM Xid) is the root cause: a broken GPU makes every
    rank fail in some other way afterwards.
@@ -71,6 +73,10 @@ NODE_FAULT_CATEGORIES = frozenset(("gpu_hardware", "nccl_network", "platform"))
 # The platform causes that happen on one node and name it: a lost node, and a node whose agent exited while the
 # task ran (its supervisor stopped the task: an agent run with --stop-tasks-on-exit, execution.reports)
 NODE_CAUSES = ("node_lost", "agent_exited")
+# The platform causes the user set in motion: the platform stops the job, but at the user's own request (a time limit
+# is the job's time_limit_seconds, as Slurm's TIMEOUT is the user's). Category of each; the rule stays
+# `platform:<cause>` (the evidence is the platform's own event, never logs).
+USER_CAUSES = {"time_limit": "user_error"}
 ACTIONS = ("retry", "exclude_node", "cancel_retries")
 HEALTH_ACTIONS = ("record", "cordon", "drain", "fail_tasks")
 # The signals a health rule may test (units: counts, seconds, booleans).
@@ -357,7 +363,9 @@ def diagnose(tasks: Sequence[TaskEvidence], *, rules: RuleSet, health: Sequence[
         # what the lifecycle does next: a cancelled job never runs again and a time limit ends the job
         # (release.py: failed, no restart, as Slurm's TIMEOUT); preemption and a gang start timeout requeue it
         action = "cancel_retries" if cause in ("cancelled", "time_limit") else "retry"
-        return Diagnosis("platform", summary,
+        # the platform stopped it, but the limit is the user's own (the job's time_limit_seconds): the user's side
+        category = USER_CAUSES.get(cause, "platform")
+        return Diagnosis(category, summary,
                          action=action, evidence=[{"task": None, "source": "event", "line": None, "text": ptext or cause}],
                          rule=f"platform:{cause}")
     ordered = sorted(tasks, key=lambda t: (t.ended_at is None, t.ended_at or 0.0, t.task))
