@@ -92,7 +92,8 @@ _STEPS = [
     ("tasks", "UPDATE gpuplatform_task t SET node_id = p.node_id, state = 'running' "
               "FROM (SELECT DISTINCT ON (tid) tid, node_id FROM e2e2_plan) p WHERE t.id = p.tid"),
     ("jobs", "UPDATE gpuplatform_job t SET placement_domain = 'r1', placement_tier = 1, state = 'running', "
-             "started_at = now(), bound_at = now(), pending_reason = '', pending_position = NULL, queue_position = NULL, "
+             "started_at = now(), bound_at = now(), pending_reason = '', pending_reason_code = '', pending_position = NULL, "
+             "queue_position = NULL, "
              "never_fits = false, reserved = NULL, estimated_start = NULL, not_before = NULL, estimated_start_p90 = NULL, "
              "estimate_note = '', reservation_start = NULL, updated_at = now() "
              "FROM (SELECT DISTINCT job_id FROM e2e2_plan) p WHERE t.id = p.job_id AND t.state = 'pending'"),

@@ -53,22 +53,27 @@ def _get(job, name):
     return job.get(name) if isinstance(job, dict) else getattr(job, name, None)
 
 
-def never_words(rule) -> str:
-    """The estimate of a job refused for good (Job.never_fits), naming the rule: `rule` is
-    dashboard_queries.never_rules' (code, queue, bound) when its queue's quota or limit refuses it, else None (the
-    cluster's own rule: no node, domain or the whole cluster holds it)."""
-    if rule is None:
-        return "never (does not fit this cluster)"
-    code, queue, bound = rule
+def never_words(code: str | None) -> str:
+    """The estimate of a job refused for good (Job.never_fits), naming the rule from the code of its terminal
+    reason (Job.pending_reason_code, written by the cycle with the words; scheduler.core.snapshot.PENDING_CODES):
+    a limit or, for a non-preemptible job, the quota of a queue of its chain (the reason next to it, the engine's
+    words, names the queue and the bound in the job's own unit: GPUs, GPU-equivalents, MIG instances), else the
+    cluster's own rule (another never_fits_* code: no node, domain or the whole cluster holds it); just "never" for
+    another terminal code (unknown_queue, invalid: the reason says it) or while no cycle gave a code (a row from
+    before migration 0032, until the next cycle)."""
+    if code == "never_fits_queue_limit":
+        return "never (above a queue's limit)"
     if code == "never_fits_queue_quota":
-        return f"never (non-preemptible, above queue {queue}'s quota of {bound:g} GPUs: it may not borrow)"
-    return f"never (above queue {queue}'s limit of {bound:g} GPUs)"
+        return "never (non-preemptible, above a queue's quota: it may not borrow)"
+    if code and code.startswith("never_fits_"):
+        return "never (does not fit this cluster)"
+    return "never"
 
 
 @register.simple_tag
 def never(job) -> str:
-    """{% never job %}: never_words of a pending-list row (dashboard_queries.pending_jobs' `never_rule`)."""
-    return never_words(_get(job, "never_rule"))
+    """{% never job %}: never_words of a pending-list row or a Job (its `pending_reason_code`)."""
+    return never_words(_get(job, "pending_reason_code"))
 
 
 @register.simple_tag

@@ -6,7 +6,6 @@ the views decide which job names to show.
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime
 
 from django.db.models import F, Sum
@@ -14,7 +13,7 @@ from django.db.models.functions import Coalesce
 
 from . import queries
 from .gpu_request import as_gpus, from_milli, shared_gpu_memory
-from .models import Allocation, ClusterSample, Gpu, Job, JobRole, Node, Queue, QueueSample, Quota, Team
+from .models import Allocation, ClusterSample, Gpu, Job, JobRole, Node, Queue, QueueSample, Team
 from .trees import Tree
 
 
@@ -247,14 +246,15 @@ def wait_times(limit: int = 5000) -> list[dict]:
 def pending_jobs() -> list[dict]:
     """Every pending job in the order the last scheduling cycle considered them (Job.pending_position,
     written by the cycle; jobs submitted since come last, by submission): id, name, team, queue, priority,
-    submitted_at, pending_reason, estimated_start, never_fits, gpus (GPU-equivalents, as the jobs API's
-    `gpus`: queries.role_gpu_milli), `position` (in its queue: the jobs API's `position`, from the same
-    expression, queries.pending_queue_position) and `overall_position` (among all pending jobs), both None
-    until a cycle has seen the job."""
+    submitted_at, pending_reason, pending_reason_code (the engine's code for it, written by the cycle with the words:
+    the page names a never-fits job's rule from it, frontend/templatetags/forecast.never_words), estimated_start,
+    never_fits, gpus (GPU-equivalents, as the jobs API's `gpus`: queries.role_gpu_milli), `position` (in its queue:
+    the jobs API's `position`, from the same expression, queries.pending_queue_position) and `overall_position`
+    (among all pending jobs), both None until a cycle has seen the job."""
     rows = list(Job.objects.filter(state=Job.State.PENDING)
                 .order_by(F("pending_position").asc(nulls_last=True), "submitted_at", "id").values(
-        "id", "name", "team_id", "queue_id", "priority", "submitted_at", "pending_reason", "estimated_start",
-        "estimated_start_p90", "estimate_note", "estimated_at", "never_fits", "reserved",
+        "id", "name", "team_id", "queue_id", "priority", "submitted_at", "pending_reason", "pending_reason_code",
+        "estimated_start", "estimated_start_p90", "estimate_note", "estimated_at", "never_fits", "reserved",
         position=queries.pending_queue_position(), overall_position=F("pending_position"),
         team_name=F("team__name"), queue_name=F("queue__name")))
     milli = dict(JobRole.objects.filter(job__state=Job.State.PENDING).values("job_id")
@@ -262,49 +262,4 @@ def pending_jobs() -> list[dict]:
                  .values_list("job_id", "n"))
     for r in rows:
         r["gpus"] = from_milli(milli.get(r["id"]) or 0)
-    rules = never_rules([r["id"] for r in rows if r["never_fits"]])
-    for r in rows:
-        r["never_rule"] = rules.get(r["id"])
     return rows
-
-
-def never_rules(job_ids) -> dict:
-    """{job id: (code, queue, bound in GPUs)} for the jobs of `job_ids` (pending, marked never_fits) that their queue's
-    rules refuse for good (scheduler.core.plugins.quota.queue_refusal: never_fits_queue_limit or
-    never_fits_queue_quota, the allocator's own checks on the queues' quotas and limits as they are now); the
-    others (the cluster's rule refuses them, or a job of GPU shares or of roles on different flavors) are left out.
-    The cycle stores a job's terminal reason as words (Job.pending_reason) and not its code: the queueing page names
-    the rule from this (trial 21, F6: a job over its queue's limit read "does not fit this cluster")."""
-    from scheduler.core import JobInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot
-    from scheduler.core.plugins.predicates import allowed_flavors
-    from scheduler.core.plugins.quota import QueueTree, queue_refusal
-
-    ids = list(job_ids)
-    if not ids:
-        return {}
-    nodes = tuple(NodeInfo(name=n, flavor=f, gpus=g) for n, f, g in Node.objects.values_list("name", "flavor",
-                                                                                            "gpu_count"))
-    quotas: dict = defaultdict(dict)
-    for qid, flavor, g, q, lim in Quota.objects.values_list("queue_id", "flavor", "guarantee", "quota", "limit"):
-        quotas[qid][flavor] = QuotaInfo(g, q, lim)
-    queues = tuple(QueueInfo(name=name, parent=parent, quotas=quotas.get(qid, {}))
-                   for qid, name, parent in Queue.objects.values_list("id", "name", "parent__name"))
-    tree = QueueTree(Snapshot(nodes=nodes, queues=queues))
-    roles: dict = defaultdict(list)
-    shares: set = set()
-    role_rows = JobRole.objects.filter(job_id__in=ids).values_list(
-        "job_id", "name", "tasks", "gpus_per_task", "min_available", "flavor", "gpu_milli", "gpu_memory_mib",
-        "mig_profile")
-    for job_id, name, tasks, gpt, min_av, flavor, milli, gmem, mig in role_rows:
-        if milli or gmem or mig:
-            shares.add(job_id)
-        roles[job_id].append(RoleInfo(name, tasks, gpt, min_av, flavors=tuple(f for f in flavor.split("|") if f)))
-    out = {}
-    for job_id, queue, preemptible in Job.objects.filter(pk__in=ids).values_list("id", "queue__name", "preemptible"):
-        if job_id in shares or not roles.get(job_id):
-            continue
-        job = JobInfo(id=job_id, queue=queue, roles=tuple(roles[job_id]), preemptible=preemptible)
-        refusal = queue_refusal(tree, job, allowed_flavors(job.roles, tree.capacity))
-        if refusal is not None:
-            out[job_id] = refusal
-    return out

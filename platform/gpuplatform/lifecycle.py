@@ -81,7 +81,8 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
     updated = Job.objects.filter(pk=job_id, state=old_state, attempts=attempts - 1).update(
         state=Job.State.PENDING, attempts=attempts, not_before=not_before, started_at=None, bound_at=None,
         preempt_deadline=None, reserved=F("reserved") if keep_hold else None, estimated_start=None, placement_domain="", placement_tier=None,
-        stop_target="", stop_reason="", pending_reason=reason[:500], updated_at=timezone.now())
+        stop_target="", stop_reason="", pending_reason=reason[:500], pending_reason_code="",
+        updated_at=timezone.now())
     if not updated:
         if record is not None:
             record.delete()
@@ -182,7 +183,8 @@ def end_job(job_id, state: str, *, at: datetime, kind: str, message: str, reason
     old_state, queue_id = row
     record = close_attempt(job_id, at=at, outcome=state, kind=kind, reason=reason)
     if not Job.objects.filter(pk=job_id, state=old_state).update(
-            state=state, finished_at=at, pending_reason="", pending_position=None, queue_position=None,
+            state=state, finished_at=at, pending_reason="", pending_reason_code="", pending_position=None,
+            queue_position=None,
             end_reason=reason[:300], reserved=None,
             preempt_deadline=None, estimated_start=None, stop_target="", stop_reason="", updated_at=timezone.now()):
         if record is not None:

@@ -304,6 +304,36 @@ class PendingReason:
     terminal: bool = False
 
 
+# Every PendingReason.code the engine gives (the cycle's, the GPU-sharing pass's and the baselines'), with what it means:
+# the one vocabulary of Job.pending_reason_code, the jobs API's `pending_reason_code` and docs/api.md's table
+# (tests/platform/test_s22r_reason_code.py checks that every code written in scheduler/ is here, and the doc's list).
+# The never_fits_* codes, unknown_queue and invalid are terminal (waiting cannot help); the others may clear later.
+PENDING_CODES: dict[str, str] = {
+    "backoff": "requeued after a failed attempt: not considered again before its backoff ends (not_before)",
+    "insufficient_gpus": "fewer GPUs of its flavor are free than its minimum needs now",
+    "no_domain": "no domain of its topology tier has enough free GPUs now",
+    "no_packing": "enough GPUs are free, but no arrangement of them on nodes holds its tasks now",
+    "queue_limit": "its queue (or a parent) has no room now under a limit, or, non-preemptible, its quota",
+    "quota": "GPU shares: its queue (or a parent) has no room now under a limit, or, non-preemptible, its quota",
+    "no_share": "GPU shares: no GPU has the free share, memory or MIG instance a task needs now",
+    "nominated": "GPUs are being freed for it (evictions or moves in their grace period); it starts on them next",
+    "waiting_pods": "baseline schedulers only (scheduler.core.baselines): some tasks bound, the others wait",
+    "unknown_queue": "its queue is not in the scheduler's view (deleted or moved meanwhile)",
+    "invalid": "the job has no roles",
+    "never_fits_flavor": "a role names GPU flavors no node of this cluster has",
+    "never_fits_node": "a role's GPUs per task exceed every node of its flavor",
+    "never_fits_cpu": "a role's CPU per task exceeds every node it may run on",
+    "never_fits_memory": "a role's memory per task exceeds every node it may run on",
+    "never_fits_numa": "numa: single, and a role's GPUs per task exceed every NUMA node",
+    "never_fits_group": "a role's task group exceeds every domain of its group tier",
+    "never_fits_tier": "this cluster has no domain of the job's highest tier",
+    "never_fits_domain": "its minimum exceeds every domain of its tier, or the whole cluster",
+    "never_fits_queue_limit": "its minimum exceeds a limit of its queue's chain (the reason names the queue and limit)",
+    "never_fits_queue_quota": "non-preemptible (it may not borrow), and its minimum exceeds the entitlement of a "
+                              "queue of its chain (the reason names the queue and its entitlement)",
+}
+
+
 def utc_iso(t: float) -> str:
     """A cluster-clock time (seconds since the Unix epoch, UTC) as ISO 8601 for people:
     1796124829 -> '2026-12-01T11:33:49Z' (whole seconds). Pure: no clock is read."""

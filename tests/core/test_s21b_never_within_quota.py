@@ -104,32 +104,3 @@ def test_a_non_preemptible_job_of_two_flavors_is_held_to_its_entitlement():
     assert [b.job_id for b in _cycle(world(4)).bindings] == ["mx"]
     reason = _cycle(world(0)).pending["mx"]
     assert reason.code == "never_fits_queue_quota" and reason.terminal and "queue z is entitled to 0 " in reason.message
-
-
-@pytest.mark.parametrize("queue, need, preemptible, code", [
-    ({"quota": {"H100": 0}}, 1, False, "never_fits_queue_quota"),
-    ({"quota": {"H100": 2}}, 4, False, "never_fits_queue_quota"),
-    ({"quota": {"H100": 0}, "limit": {"H100": 0}}, 1, True, "never_fits_queue_limit"),
-    ({"quota": {"H100": 0}, "limit": {"H100": 0}}, 1, False, "never_fits_queue_limit"),
-    ({"quota": {"H100": 0}}, 1, True, None),  # it may borrow
-    # bigger than the cluster: the cluster's rule, not the queue's
-    ({"quota": {"H100": 0}, "limit": {"H100": 4}}, 32, True, None),
-])
-def test_queue_refusal_gives_the_allocators_code(queue, need, preemptible, code):
-    """plugins.quota.queue_refusal (for callers that hold a terminal reason's words, not its code: the platform's
-    queueing page) answers with the code the cycle gives."""
-    from scheduler.core.plugins.predicates import allowed_flavors
-    from scheduler.core.plugins.quota import QueueTree, queue_refusal
-
-    w = _world(**queue)
-    w.job(name="j", queue="z", tasks=1 if need <= 8 else need // 8, gpus_per_task=min(need, 8), preemptible=preemptible)
-    snapshot = w.snapshot()
-    tree = QueueTree(snapshot)
-    job = snapshot.jobs[0]
-    refusal = queue_refusal(tree, job, allowed_flavors(job.roles, tree.capacity))
-    assert (refusal[0] if refusal else None) == code
-    reason = _cycle(w).pending.get("j")
-    if code is not None:
-        assert reason.code == code and reason.terminal
-    elif reason is not None:
-        assert reason.code not in ("never_fits_queue_limit", "never_fits_queue_quota")

@@ -17,9 +17,10 @@ class Job(models.Model):
     [gpu indices]], ...], null = nothing held; `preempt_deadline` = when a preempting job's GPUs are
     released (grace period for a checkpoint); `not_before` = requeue backoff; `reservation_start` = the
     backfill reservation's estimate (the cycle's); `bound_at` = when the gang was bound (the gang-start timeout runs
-    from it); `started_at` = when every task reported running; `pending_reason`, `pending_position` and
-    `queue_position` = why a pending job waits and where it stands in the engine's order (the API and
-    the pages read them, never recompute the order).
+    from it); `started_at` = when every task reported running; `pending_reason` (words) with
+    `pending_reason_code` (the engine's code for them), `pending_position` and `queue_position` = why a pending job
+    waits and where it stands in the engine's order (the API and the pages read them, never recompute the order
+    or the rule).
 
     Written by the forecast (gpuplatform/scheduling/forecast.py, scheduler.forecast): `estimated_start` and
     `estimated_start_p90` (every job running to its estimator's 90th percentile), `estimate_note` = the
@@ -102,6 +103,10 @@ class Job(models.Model):
     reservation_start = models.DateTimeField(null=True, blank=True)
     bound_at = models.DateTimeField(null=True, blank=True)
     pending_reason = models.CharField(max_length=500, blank=True)
+    pending_reason_code = models.CharField(
+        max_length=40, blank=True, help_text="the code of the scheduling cycle's reason for pending_reason (its "
+                                             "PendingReason.code, scheduler.core.snapshot.PENDING_CODES); blank "
+                                             "before a cycle saw the job and whenever pending_reason is not a cycle's")
     pending_position = models.PositiveIntegerField(
         null=True, blank=True, help_text="1-based place among all pending jobs in the order the last scheduling "
                                          "cycle considered them; null unless pending (and until a cycle ran)")

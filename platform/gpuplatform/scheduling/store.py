@@ -56,7 +56,8 @@ ENGINE_CACHE = EngineCache()
 def bind_fields(clock: datetime) -> dict:
     """What a bind sets on a job besides its state, started_at and placement (one definition for the fast
     and the slow path): when it was bound, and every field only a pending job carries cleared."""
-    return {"bound_at": clock, "pending_reason": "", "pending_position": None, "queue_position": None,
+    return {"bound_at": clock, "pending_reason": "", "pending_reason_code": "", "pending_position": None,
+            "queue_position": None,
             "never_fits": False, "reserved": None, "estimated_start": None, "not_before": None,
             "estimated_start_p90": None, "estimate_note": "", "reservation_start": None,
             "updated_at": timezone.now()}
@@ -755,7 +756,8 @@ def pending_order(result: CycleResult) -> list:
 
 
 def _update_pending(result: CycleResult) -> int:
-    """Write, for every job still pending, why it waits (pending_reason, never_fits) and where it stands:
+    """Write, for every job still pending, why it waits (pending_reason: the words, pending_reason_code: the engine's
+    code, never_fits) and where it stands:
     pending_position among all pending jobs and queue_position among its queue's, in the engine's order
     (pending_order). The API and the pages read these; nothing recomputes the order. A compare-and-set on
     the state: a job that left pending meanwhile is not touched. Returns the jobs updated."""
@@ -768,9 +770,10 @@ def _update_pending(result: CycleResult) -> int:
             continue  # gone meanwhile
         per_queue[queue_of[job_id]] += 1
         reason = result.pending[job_id]
-        rows.append((job_id, reason.message[:500], bool(reason.terminal), len(rows) + 1, per_queue[queue_of[job_id]]))
-    return update_rows(Job, rows, ["pending_reason", "never_fits", "pending_position", "queue_position"], {},
-                       where={"state": "pending"})
+        rows.append((job_id, reason.message[:500], reason.code[:40], bool(reason.terminal), len(rows) + 1,
+                     per_queue[queue_of[job_id]]))
+    return update_rows(Job, rows, ["pending_reason", "pending_reason_code", "never_fits", "pending_position",
+                                   "queue_position"], {}, where={"state": "pending"})
 
 
 @contextmanager

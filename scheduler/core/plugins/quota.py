@@ -499,30 +499,6 @@ class QueueTree:
         return info.weight if info else 1.0
 
 
-def queue_refusal(tree: QueueTree, job: JobInfo, flavors) -> tuple[str, str | None, float] | None:
-    """(code, the queue whose rule binds, its bound in GPUs) when the job's queue's rules refuse it for good on every
-    flavor of `flavors` (the flavors it may run on): never_fits_queue_limit (its minimum GPUs above a limit of its
-    chain) or never_fits_queue_quota (non-preemptible, its minimum above a level's entitlement: it may not borrow),
-    the allocator's own checks (actions/allocate.Admission._place_flavor), the first flavor's by name. None when some
-    flavor is not refused so, or the job needs more GPUs of a flavor than the cluster has (then the cluster's rule
-    refuses it: Capacity.beyond_cluster), or there is no flavor. For callers that hold a job's terminal reason but
-    not its code (the platform's pages). Units: GPUs."""
-    found = None
-    need = job.gpus_min
-    for flavor in sorted(flavors):
-        if need > tree.capacity.get(flavor, 0):
-            return None
-        limit, who = tree.static_limit(job.queue, flavor)
-        if need > limit:
-            refusal = ("never_fits_queue_limit", who, limit)
-        elif not job.preemptible and need > tree.static_entitlement(job.queue, flavor)[0]:
-            refusal = ("never_fits_queue_quota", *tree.static_entitlement(job.queue, flavor)[::-1])
-        else:
-            return None
-        found = found or refusal
-    return found
-
-
 def count_text(x: float) -> str:
     """A count as people read it: an integer without a decimal point (3.0 -> '3'), else '%g' (2.5)."""
     return str(int(x)) if math.isfinite(x) and x == int(x) else f"{x:g}"

@@ -180,15 +180,19 @@ class JobSerializer(ModelSerializer):
     pending_reason = serializers.SerializerMethodField(
         help_text="why it waits (pending) or was stopped; while no scheduling cycle runs (the scheduler is down) "
                   "a pending job's reason says so first")
+    pending_reason_code = serializers.CharField(
+        read_only=True, help_text="the scheduling cycle's code for pending_reason, stable for programs (docs/api.md, "
+                                  "\"Why a job waits\": insufficient_gpus, never_fits_queue_limit, ...; a final one "
+                                  "comes with never_fits true); \"\" before a cycle saw the job and when the reason "
+                                  "is not a cycle's (a requeue's)")
 
     class Meta:
         model = Job
         fields = ["id", "name", "external_id", "team", "queue", "submitter", "state", "priority", "preemptible",
                   "interruptible", "topology_mode", "highest_tier", "preferred_tier", "numa", "time_limit_seconds",
                   "migratable", "min_run_before_move_seconds", "checkpoint_grace_seconds", "attempt", "attempts", "gpus",
-                  "gpu_request", "roles",
-                  "pending_reason", "never_fits", "position", "estimated_start", "estimated_start_p90",
-                  "estimate_note", "estimated_at", "reserved", "not_before",
+                  "gpu_request", "roles", "pending_reason", "pending_reason_code", "never_fits", "position",
+                  "estimated_start", "estimated_start_p90", "estimate_note", "estimated_at", "reserved", "not_before",
                   "preempt_deadline", "placement_domain", "placement_tier", "nodes", "submitted_at", "started_at",
                   "finished_at", "simulated", "max_restarts", "restarts", "completion_role", "stop", "end_reason",
                   "failed_task", "exit_code", "exit_signal", "tasks", "diagnosis", "excluded_nodes", "slurm_job_id"]
