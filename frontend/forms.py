@@ -14,6 +14,7 @@ from django import forms
 from django.core.exceptions import ValidationError as FormValidationError
 
 from gpuplatform import job_rules as rules
+from gpuplatform.inputs import TextRuleForm
 from gpuplatform.names import name_error
 
 NAME_PATTERN, NAME_HELP = rules.NAME_PATTERN, rules.NAME_HELP  # the one name rule (the API checks it too)
@@ -90,7 +91,7 @@ def _number(min_value=None, required=True, initial=None, help_text="", label=Non
                               help_text=help_text, label=label, widget=forms.NumberInput(attrs={"inputmode": "numeric"}))
 
 
-class JobForm(forms.Form):
+class JobForm(TextRuleForm, forms.Form):
     name = forms.CharField(max_length=200, help_text=NAME_HELP, validators=[name_validator("job")],
                            widget=forms.TextInput(attrs={"pattern": NAME_PATTERN, "title": f"Use {NAME_HELP}.",
                                                          "autocomplete": "off"}))
@@ -177,7 +178,7 @@ class JobForm(forms.Form):
         return data
 
 
-class RoleForm(forms.Form):
+class RoleForm(TextRuleForm, forms.Form):
     name = forms.CharField(max_length=64, initial="worker", label="Role name", validators=[name_validator("role")],
                            widget=forms.TextInput(attrs={"pattern": NAME_PATTERN, "title": f"Use {NAME_HELP}.",
                                                          "size": 10}))

@@ -32,6 +32,7 @@ from django.urls import reverse
 
 from . import quota_rules, services
 from .admin_services import ServiceAdmin
+from .inputs import TextRuleForm
 from .names import name_error
 from .services.tenancy import TEAM_DESCRIPTION_MAX, team_clashes, team_description_error
 from .models import (
@@ -149,7 +150,7 @@ class MembershipInline(admin.TabularInline):
         return False
 
 
-class NameRuleForm(forms.ModelForm):
+class NameRuleForm(TextRuleForm, forms.ModelForm):
     """The one name rule (names.py) on an admin form's `name` field; `name_kind` ("team", "node") words its error."""
 
     name_kind = ""
@@ -168,6 +169,7 @@ class TeamForm(NameRuleForm):
     a change by services.update_team, which check them again."""
 
     name_kind = "team"
+    text_rule_exempt = ("description",)  # its own rule in its own words (clean_description)
 
     class Meta:
         model = Team
@@ -264,7 +266,7 @@ if admin.site.is_registered(get_user_model()):  # (django.contrib.auth's admin, 
 admin.site.register(get_user_model(), UserAdmin)
 
 
-class VersionedForm(forms.ModelForm):
+class VersionedForm(TextRuleForm, forms.ModelForm):
     """Optimistic concurrency on an admin change form, as the REST API's If-Match (new-user trial 10, F1: a stale
     quota form silently reverted a REST change). The form carries, hidden, the version of the row it was opened
     with (`version_of`: services.queue_version / quota_version); a save whose row changed since is refused with a

@@ -16,6 +16,7 @@ import logging
 from django.contrib import admin
 
 from .errors import ValidationError
+from .inputs import TextRuleForm
 
 log = logging.getLogger("gpuplatform.admin")
 
@@ -39,6 +40,8 @@ class ServiceAdmin(admin.ModelAdmin):
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)
+        if not issubclass(form, TextRuleForm):  # the API's text rule on every admin form's text (trial 22, F3)
+            form = type(form.__name__, (TextRuleForm, form), {"__module__": form.__module__})
         errors = getattr(request, _REFUSAL, None)
         if not errors:
             return form

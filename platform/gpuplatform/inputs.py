@@ -134,6 +134,79 @@ def text_control_error(text: str) -> str | None:
     return None
 
 
+TEXT_RULE = ("must be text without control characters other than newline and tab, nor invisible format characters "
+             "such as the bidirectional override U+202E or a zero-width space: ")
+ONE_LINE_RULE = ("must be one line of text, without a newline, a tab or another control character, nor invisible format "
+                 "characters such as the bidirectional override U+202E or a zero-width space: ")
+BLANK_TEXT = ("must not be only white space: give a value, or leave the field out (or send \"\" where it may be "
+              "empty)")
+BLANK_FORM_TEXT = "must not be only white space: give a value, or leave the field empty"
+# Text fields that are one line wherever they are, in the API and the web forms: names (names.py: jobs, roles,
+# queues, teams, nodes, member clusters). "alpha\n" was trimmed to "alpha" and taken (trial 22, F3).
+ONE_LINE_FIELDS = frozenset({"name"})
+
+
+def one_line_error(text: str) -> str | None:
+    """The first character one-line text may not hold (refused_character: newline, tab and CR too), as in
+    text_control_error, else None."""
+    for i, c in enumerate(text):
+        if refused_character(c):
+            return f"{c!r} at character {i + 1}"
+    return None
+
+
+def text_rule_error(text: str, *, one_line: bool = False, blank: str | None = BLANK_TEXT) -> tuple[str, str] | None:
+    """The one text rule of every user text field, on the text as sent (before any trimming), as (message, code):
+    the API's text fields (api.serializers.fields.make_text_fields_strict) and the web forms' (TextRuleForm) alike.
+    Free text: text_control_error (TEXT_RULE, code "control"); one-line text (ONE_LINE_FIELDS): one_line_error
+    (ONE_LINE_RULE); then text of only white space (`blank`, code "blank"; None: not checked). None when the text
+    follows it."""
+    where = one_line_error(text) if one_line else text_control_error(text)
+    if where:
+        return (ONE_LINE_RULE if one_line else TEXT_RULE) + where, "control"
+    if blank is not None and text and not text.strip():
+        return blank, "blank"
+    return None
+
+
+class TextRuleForm:
+    """Mixin of a Django form (the admin's, the job form's): each of its text fields follows the API's text rule
+    (text_rule_error) on the value as typed, before Django trims it, and shows the refusal on the field (trial 22,
+    F3: the queue form trimmed "alpha\n" to "alpha" silently). A field named in ONE_LINE_FIELDS is one line.
+    Left out: `text_rule_exempt` (a field that applies the rule itself in its own words: a team's description),
+    passwords, hidden fields, and a value holding a NUL (Django's own error for it, as the input guard's)."""
+
+    text_rule_exempt: tuple[str, ...] = ()
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        apply_text_rule(self, exempt=self.text_rule_exempt)
+
+
+def apply_text_rule(form, *, exempt=()) -> None:
+    """TextRuleForm's check on each text field of `form` (an instance: its fields are its own copies)."""
+    from django import forms
+
+    for name, field in form.fields.items():
+        if (name in exempt or not isinstance(field, forms.CharField)
+                or isinstance(field.widget, (forms.PasswordInput, forms.HiddenInput))
+                or getattr(field.clean, "text_rule", False)):
+            continue
+
+        # only white space in a required field is Django's "This field is required."; in an optional one it would be
+        # trimmed to "" as though left empty: refused (BLANK_FORM_TEXT)
+        def clean(value, _clean=field.clean, _one_line=name in ONE_LINE_FIELDS,
+                  _blank=None if field.required else BLANK_FORM_TEXT):
+            if isinstance(value, str) and "\x00" not in value:
+                refused = text_rule_error(value, one_line=_one_line, blank=_blank)
+                if refused:
+                    raise forms.ValidationError(refused[0], code=refused[1])
+            return _clean(value)
+
+        clean.text_rule = True
+        field.clean = clean
+
+
 class InputError(ValueError):
     """A value no endpoint accepts: `field` names where it was (dotted path for JSON), `message` the rule."""
 

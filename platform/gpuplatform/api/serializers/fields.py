@@ -114,10 +114,7 @@ def make_strings_strict() -> None:
     serializers.CharField.to_internal_value = to_internal_value
 
 
-TEXT_RULE = ("must be text without control characters other than newline and tab, nor invisible format characters "
-             "such as the bidirectional override U+202E or a zero-width space: ")
-BLANK_TEXT = ("must not be only white space: give a value, or leave the field out (or send \"\" where it may be "
-              "empty)")
+from ...inputs import BLANK_TEXT, ONE_LINE_FIELDS, TEXT_RULE, text_rule_error  # noqa: E402,F401 (the one rule)
 
 
 def make_text_fields_strict() -> None:
@@ -128,8 +125,11 @@ def make_text_fields_strict() -> None:
       paragraph separator, no invisible format character (the bidirectional overrides U+202A..U+202E and
       isolates, zero-width spaces, the byte order mark): inputs.text_control_error, the team description's and the
       trace importers' rule, 400 "<field>: must be text without control characters ...: '\\u202e' at character 3".
-      One-line fields keep their stricter rules on top (names: names.py; a working directory, an external id:
-      names.control_character_error, which takes no newline or tab either);
+      A name (inputs.ONE_LINE_FIELDS; a field's `one_line` says it for another) is one line: no newline or tab
+      either (inputs.ONE_LINE_RULE; "alpha\\n" was trimmed to "alpha" and taken: trial 22, F3), then its name rule
+      (names.py). Other one-line fields keep their stricter rules on top (a working directory, an external id:
+      names.control_character_error, which takes no newline or tab either). The web forms apply the same rule
+      (inputs.TextRuleForm);
     - a value of only white space ("\\n", " ") is a 400 (BLANK_TEXT), never trimmed to "" as if it had been left
       empty (a `working_dir` of "\\n" was stored as the task's own directory). "" stays what the field takes.
 
@@ -146,13 +146,9 @@ def make_text_fields_strict() -> None:
         if isinstance(data, str) and getattr(self, "user_text", True) and not getattr(self, "own_text_rule", False) \
                 and "\x00" not in data \
                 and (self.style or {}).get("input_type") != "password":
-            from ...inputs import text_control_error
-
-            where = text_control_error(data)
-            if where:
-                raise serializers.ValidationError(TEXT_RULE + where, code="control")
-            if data and not data.strip():
-                raise serializers.ValidationError(BLANK_TEXT, code="blank")
+            refused = text_rule_error(data, one_line=getattr(self, "one_line", self.field_name in ONE_LINE_FIELDS))
+            if refused:
+                raise serializers.ValidationError(refused[0], code=refused[1])
         return lenient(self, data)
 
     run_validation.text_rule = True
