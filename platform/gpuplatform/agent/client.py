@@ -48,11 +48,13 @@ log = logging.getLogger("gpuplatform.agent")
 
 
 class AgentError(RuntimeError):
-    """The API refused a request or could not be reached. `status` is the HTTP status or None."""
+    """The API refused a request or could not be reached. `status` is the HTTP status or None; `body` the refusal's
+    decoded JSON ({"tasks[0].cause": ["unknown field ..."]}), None when it had none (or no answer came)."""
 
-    def __init__(self, message: str, status: int | None = None):
+    def __init__(self, message: str, status: int | None = None, body=None):
         super().__init__(message)
         self.status = status
+        self.body = body
 
 
 def host_resources(meminfo: str = "/proc/meminfo") -> tuple[int, int]:
@@ -132,8 +134,13 @@ def _request(method: str, url: str, token: str, body: dict | None, timeout: floa
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
     except urllib.error.HTTPError as exc:
-        detail = exc.read()[:300].decode(errors="replace")
-        raise AgentError(f"{method} {url}: HTTP {exc.code} {detail}", exc.code) from None
+        raw = exc.read(65536)
+        try:
+            body = json.loads(raw) if raw.strip() else None
+        except ValueError:
+            body = None
+        detail = raw[:300].decode(errors="replace")
+        raise AgentError(f"{method} {url}: HTTP {exc.code} {detail}", exc.code, body) from None
     except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: http.client.InvalidURL etc.
         raise AgentError(f"{method} {url}: {exc}") from None
     try:

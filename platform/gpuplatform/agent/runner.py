@@ -21,6 +21,11 @@ server answered it, accepted or not (accepted: false is logged and dropped; a re
 processes just started, whose end and output are then never reported: executor.refuse); a network error or a 5xx
 keeps everything for the next round; a 400/422 answer drops the call's events (they would fail again);
 a 404 makes the agent register again. The loop never stops on a network error.
+
+Version skew: a lost report's `cause` (agent_exited) is newer than some servers, whose strict reports refuse it (a
+400 naming `tasks[i].cause`: "unknown field", or a cause value they do not know). Such a 400 does not drop the call:
+the agent logs once that the server takes no cause, and sends the same events again, and every later lost report,
+without it (the server then diagnoses the loss as it did before the field).
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ from .validation import ValidationRunner
 __all__ = ["AgentLoop", "primary_address", "parse_server_time", "LOG_CHUNK_BYTES"]
 
 NEVER_STARTED = "stopped before it started on this node"
+CAUSE = "cause"  # the optional field of a lost report older servers do not take (refused_fields)
 # a "run" assignment of a task the server no longer counts as waiting to start (`state` not "bound") that this agent
 # has no record of: started here before and the record lost (another work directory, a wiped one), or started by
 # another agent. Started now it would run a second copy of the attempt (new-user trial 21, F4).
@@ -50,6 +56,20 @@ log = logging.getLogger("gpuplatform.agent")
 
 LOG_CHUNK_BYTES = 65536
 MAX_REPORT_ROUNDS = 8
+
+
+def refused_fields(body) -> set[str]:
+    """The field names a 400's body refuses: the last part of each key, flattened ("tasks[0].cause") or nested
+    ({"tasks": [{}, {"cause": [...]}]}), as the API answers a bad field (api/exceptions.flatten_errors)."""
+    names: set[str] = set()
+    if isinstance(body, dict):
+        for key, value in body.items():
+            names.add(str(key).rsplit(".", 1)[-1].split("[", 1)[0])
+            names |= refused_fields(value)
+    elif isinstance(body, list):
+        for item in body:
+            names |= refused_fields(item)
+    return names
 
 
 def primary_address() -> str:
@@ -129,6 +149,7 @@ class AgentLoop:
         # started it (NEVER_STARTED), or listed to run in a state other than bound (NOT_STARTED_AGAIN)
         self.never_started: dict = {}
         self.told_never_started: set = set()  # ... and already reported as such
+        self.send_cause = True  # False once the server refused a lost report's `cause` (an older server)
 
     @property
     def registered(self) -> bool:
@@ -319,10 +340,18 @@ class AgentLoop:
             events = [e for e in events if e["event"] == "started" or (e["task"], e["attempt"]) not in full]
             if not events and not logs:
                 return True
+            if not self.send_cause:
+                events = [{k: v for k, v in e.items() if k != CAUSE} for e in events]
             try:
                 answer = post_json(self.urls["reports"], self.token, {"tasks": events, "logs": logs},
                                    timeout=self.timeout)
             except AgentError as exc:
+                if (exc.status in (400, 422) and self.send_cause and any(CAUSE in e for e in events)
+                        and CAUSE in refused_fields(exc.body)):
+                    self.send_cause = False
+                    log.warning("the control plane does not take a lost report's cause (an older server: %s); "
+                                "lost reports go without it from now on", exc)
+                    continue  # the same events again, without it
                 if exc.status in (400, 422):
                     log.error("reports refused as malformed, dropped (%d events, %d log chunks): %s",
                               len(events), len(logs), exc)
