@@ -276,6 +276,12 @@ def close_attempt(job_id: int, *, at: datetime, outcome: str, kind: str, reason:
         tasks, health, nodes, fault_at, rows = _evidence_once(job_id, number, at, started)
         cause, last_heartbeat = _node_lost_cause(cause, nodes, reason, at)
         diagnosis = engine.diagnose(tasks, rules=tables.rule_set(), health=health, platform=cause)
+        if fault_at is None and (cause or {}).get("cause") in PLATFORM_FAULTS:
+            # the task the platform fault stopped is `released`, not failed (execution.reports: trial 22, F5): the
+            # fault is its end, the task the requeue's data names
+            ends = [r["ended_at"] for r in rows if r["ended_at"]
+                    and f"{r['role__name']}[{r['index']}]" == (data or {}).get("task")]
+            fault_at = min(ends) if ends else None
         fault_at = _fault_at(fault_at, cause, last_heartbeat, job, started, at)
         if cause is None and not any(t.failed for t in tasks) and diagnosis.category == "unknown" and not failed:
             diagnosis = None

@@ -16,8 +16,9 @@
   platform fault, as a lost node is: the gang is requeued whole through stops.stop_for_fault (kind
   requeued_after_failure, backoff, no restart spent; its survivors stopped first), the reason naming the node and
   that its agent exited ("agent exited on n0: ..."), the requeue Event's data {"cause": "agent_exited", "node": n0},
-  the attempt diagnosed platform:agent_exited naming n0 (diagnosis.attempts.platform_cause reads that data). A lost
-  report without a cause (agents before the field) is a failure as before.
+  the attempt diagnosed platform:agent_exited naming n0 (diagnosis.attempts.platform_cause reads that data); the
+  task is `released` with the agent's message, not `failed` (trial 22, F5). A lost report without a cause (agents
+  before the field) is a failure as before.
 - A task of a job stopping toward `cancelled` (a user's cancel) that ends, however it ends, is `released`
   (its exit kept), not failed: the cancel stopped it.
 - A task that fails while other tasks of its gang are still `bound` (never started) on a node that is not_ready
@@ -128,7 +129,12 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         if task["state"] == Task.State.RELEASING:  # an evicted surplus task has gone: its GPUs are free now
             release_tasks([task_id], at=at)
             return True, ""
-        if job["state"] == Job.State.PREEMPTING and (job["stop_target"] or "requeue") in RELEASING_STOPS:
+        if cause == AGENT_EXITED:
+            # stopped by its supervisor because its node agent exited: the platform's fault, not the task's failure
+            # (diagnosed platform:agent_exited, the gang requeued without a restart spent): `released` with the
+            # agent's words, as a lost node's tasks are (stops.end_lost_tasks), never `failed` (trial 22, F5)
+            state, end = Task.State.RELEASED, message or how
+        elif job["state"] == Job.State.PREEMPTING and (job["stop_target"] or "requeue") in RELEASING_STOPS:
             # A task stopped by its job's cancel or eviction (SIGTERM, exit 143, SIGKILL at the deadline) did not
             # fail: it is released, as the tasks the stop's end releases are (new-user trial 14, F11: it read
             # "failed"; an evicted gang's tasks still did). So is a survivor of a fault stopped toward a restart or a
