@@ -17,6 +17,13 @@ a start 10 h out is placed to within resolution x 10 h), so a forecast to horizo
 log(H / step) / resolution cycles whatever the cluster's size, and never more than `max_cycles`. The
 benchmark (benchmarks/forecast_cost.py) records the wall time on the 20,160-GPU world.
 
+A job evicted and requeued (here, or one already being evicted in the snapshot, or one the caller says has done
+work before: `progress`) resumes with the work it has left, as the replay's jobs do (scheduler.sim.replay: it
+checkpoints in its grace period): its run time on restart is runtime(job, work done) - work done, never the run
+time of a fresh job (new-user trial 22, F3: three jobs expected to run 45 h more were forecast to rerun for the
+queue's 1.1 h median once reclaimed, so their GPUs came free two days early and other jobs started up to 25 h
+sooner in the what-if).
+
 A job with no estimate carries the reason: the horizon passed, the cycle budget ran out, or the engine's
 terminal reason (it can never fit). Pure: no Django, no I/O. Units: seconds of the cluster clock.
 """
@@ -51,12 +58,16 @@ class Forecast:
     end: float = 0.0
     wall: float = 0.0
     truncated: bool = False
+    # timeline=True: job id -> [[start, end or None, frozenset((node, gpu))], ...], every run of every job (those
+    # running at the snapshot from their start), in order: what the what-if's explanations read
+    runs: dict = field(default_factory=dict)
 
 
 def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None = None,
              engine: Engine | None = None, horizon: float = 7 * DAY, step: float = 60.0,
              resolution: float = 0.05, max_cycles: int = 400, grace_period: float = 30.0,
-             queue_grace: Mapping[str, float] | None = None, jobs: set | None = None) -> Forecast:
+             queue_grace: Mapping[str, float] | None = None, jobs: set | None = None,
+             progress: Mapping | None = None, timeline: bool = False) -> Forecast:
     """Run the engine forward from `snapshot` and return when each pending job starts.
 
     runtime: expected total run time (s) of a job given how long it has run (running jobs: now - their
@@ -72,6 +83,10 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
         has passed); a victim the forecast evicts leaves after its Eviction's own grace (a move's checkpoint
         grace), else queue_grace[its queue] (seconds; the platform's Queue.preemption_grace_seconds).
     jobs: stop as soon as these pending job ids have all started (None = every pending job).
+    progress: job id -> seconds of work a pending job did before the snapshot (an attempt stopped since: a drained
+        job of the what-if); a job evicted in the forecast adds its attempt's run up to its eviction. Such a job
+        restarts for max(1, runtime(job, done) - done) seconds: the rest of its expected run time.
+    timeline: record every run's GPUs in Forecast.runs.
     Raises ValueError on a non-positive horizon or step, or a resolution outside [0, 1)."""
     if horizon <= 0 or step <= 0 or not 0 <= resolution < 1 or max_cycles < 1:
         raise ValueError("horizon and step must be > 0, resolution in [0, 1), max_cycles >= 1")
@@ -85,6 +100,16 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
     events: list[tuple] = []  # (time, seq, kind, job id, payload); kind "done" | "grace"
     live: dict = {}  # job id -> seq of its live "done" event
     seq = 0
+    done: dict = dict(progress or {})  # job id -> seconds of work done by its earlier attempts
+    stopped: dict = {}  # job id -> when its attempt stopped working (evicted): its work is counted at the requeue
+    runs: dict = {}
+
+    def gpus_of(placement) -> frozenset:
+        return frozenset((p.node, g) for p in placement for g in p.gpus)
+
+    def ended(job_id, when: float) -> None:
+        if timeline and runs.get(job_id) and runs[job_id][-1][1] is None:
+            runs[job_id][-1][1] = when
 
     def push(when: float, kind: str, job_id, payload=None) -> int:
         nonlocal seq
@@ -97,7 +122,10 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
             state.submit(job)
             continue
         state.adopt(job)
+        if timeline:
+            runs[job.id] = [[job.start_time if job.start_time is not None else now0, None, gpus_of(job.placement)]]
         if job.state == "preempting":
+            stopped[job.id] = now0  # it stops working now (its checkpoint in the grace period: as the replay)
             # its GPUs come free at its stored stop deadline (a long checkpoint grace: later than the default)
             ends = job.stop_deadline if job.stop_deadline is not None else now0 + grace_period
             push(max(now0, ends), "grace", job.id, ())
@@ -128,13 +156,17 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
                     continue
                 del live[job_id]
                 state.release(job_id)
+                ended(job_id, t)
             elif job_id in state.running:
                 info = state.running[job_id]
                 if not tasks or {(p.role, p.index) for p in info.placement} <= set(tasks):
                     live.pop(job_id, None)
                     state.release(job_id)
+                    ended(job_id, t)
                     # surplus tasks being released just leave, and so does a job whose stop ends it (a cancel)
                     if not str(job_id).endswith(":releasing") and not info.stop_ends:
+                        began = info.start_time if info.start_time is not None else now0
+                        done[job_id] = done.get(job_id, 0.0) + max(0.0, stopped.pop(job_id, t) - began)
                         state.requeue(info)
                 else:
                     state.shrink(job_id, set(tasks))
@@ -146,13 +178,20 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
                 continue
             if b.job_id in original and b.job_id not in out.starts:
                 out.starts[b.job_id] = t
-            live[b.job_id] = push(t + max(1.0, runtime(started, 0.0)), "done", b.job_id)
+            if timeline:
+                runs.setdefault(b.job_id, []).append([t, None, gpus_of(state.running[b.job_id].placement)])
+            worked = done.get(b.job_id, 0.0)
+            # a restarted job runs the rest of its expected run time (module docstring), a fresh one all of it
+            left = runtime(started, worked) - worked if worked > 0 else runtime(started, 0.0)
+            live[b.job_id] = push(t + max(1.0, left), "done", b.job_id)
         for ev in result.evictions:
             info = state.running.get(ev.job_id)
             if info is None or info.state == "preempting":
                 continue
             grace = ev.grace if ev.grace is not None else grace_of(info.queue)
             state.mark_preempting(ev.job_id, deadline=t + grace)
+            if not ev.tasks or {(p.role, p.index) for p in info.placement} <= set(ev.tasks):
+                stopped.setdefault(ev.job_id, t)
             live.pop(ev.job_id, None)
             push(t + grace, "grace", ev.job_id, tuple(ev.tasks))
             out.evictions.append((t, ev.job_id, ev.rule, ev.beneficiary))
@@ -182,6 +221,7 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
             break
         t = nxt
     out.end = t
+    out.runs = runs
     hours = horizon / 3600.0
     for job_id in original:
         if job_id in out.starts or job_id in out.no_estimate:
@@ -217,7 +257,8 @@ def forecast_start(snapshot: Snapshot, estimate: Callable[[JobInfo, float], tupl
     start is the "90 %" figure: later jobs end later, so starts come later; skipped when no run time the
     first pass used has a spread, as it would be the same run). estimate(job, elapsed) ->
     (median, p90) total run time in seconds. kwargs go to `forecast`. Returns ({job id: JobForecast},
-    {"cycles", "wall", "cycles_p90", "wall_p90", "truncated", "evictions"})."""
+    {"cycles", "wall", "cycles_p90", "wall_p90", "truncated", "evictions", "runs" (the median pass's Forecast.runs),
+    "end"})."""
     spread = [False]
 
     def median_of(job, elapsed):
@@ -241,5 +282,6 @@ def forecast_start(snapshot: Snapshot, estimate: Callable[[JobInfo, float], tupl
     same = p90 is median
     info = {"cycles": median.cycles, "wall": median.wall, "cycles_p90": 0 if same else p90.cycles,
             "wall_p90": 0.0 if same else p90.wall,
-            "truncated": median.truncated or p90.truncated, "evictions": median.evictions}
+            "truncated": median.truncated or p90.truncated, "evictions": median.evictions, "runs": median.runs,
+            "end": median.end}
     return out, info

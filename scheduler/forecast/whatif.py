@@ -18,6 +18,35 @@ Changes (plain dicts, as the API takes them; `kind` says which):
   {"kind": "cancel", "job"}                   pending: gone; running: gone and its GPUs free
 Raises WhatIfError(index, field, message) for a change that names an unknown queue, job, node, flavor or
 domain, or a kind it does not know. Units: seconds, GPUs. Pure: no I/O.
+
+Why jobs move (new-user trial 22, F3: a submission made other teams' jobs start up to 14.7 h earlier, with 8
+evictions, and nothing said why). Both runs are the same engine from the same snapshot, so every difference comes
+from the changes, directly or through what follows from them; `explain` names, for each job whose start moves, the
+job whose GPUs it is about, from the two runs' timelines (Forecast.runs):
+  starts earlier (at time a in the after-run, on GPUs G): on nodes the changes add ("added_nodes")? else who holds G
+  at a without the changes?
+    "cancelled"      a job the changes cancel;
+    "eviction"       a job the after-run has evicted by then (reclaim, preemption, drain) for `beneficiary`: its GPUs
+                     came free (e.g. your job reclaims 4 whole nodes, runs 20 minutes, and a 32-GPU gang that
+                     waited for whole nodes takes them);
+    "freed_earlier"  a job that, with the changes, has already ended there (it started sooner);
+    "displaced"      a job that, with the changes, starts later or elsewhere: this one takes its place;
+    "reordered"      the job that starts there at that moment without the changes, whose GPUs this one takes with
+                     them: the two swap, the scheduler's order between them moved (a submission adds its queue's
+                     demand, which lowers every other queue's water-filled fair share and swaps queues whose usage
+                     over share were close: on the Philly demo data one 1-GPU submission to a third team turned
+                     0.32132 < 0.32149 into 0.32201 > 0.32196 and swapped two teams' next jobs, which moved 19 jobs
+                     by up to 32 h; a quota, weight or priority change moves the order directly);
+    "order"          nobody: the GPUs were free, another job went first without the changes (as "reordered");
+  starts later (at b in the before-run, on G; or not within the horizon): on nodes the changes drain
+  ("drained_nodes")? else who holds G at b with the changes?
+    "taken"          a job that starts there first (one of the changes' submissions: `your job`, or a job that
+                     moved earlier); "freed_later": a job that holds them longer (it started later, or restarted
+                     after an eviction); "reordered": the job it swaps with (as above); "order": nobody.
+Evictions: `evictions` are those only the after-run makes (by victim and rule); `avoided` those only the before-run
+makes; `eviction_why` says of each of `evictions` whether it is for one of the changes' submissions ("for_change") or
+follows from the schedule the changes move ("knock_on", with the victims the before-run evicts for the same
+beneficiary instead).
 """
 from __future__ import annotations
 
@@ -59,6 +88,39 @@ class WhatIf:
     removed: list = field(default_factory=list)
     hypothetical: list = field(default_factory=list)
     info: dict = field(default_factory=dict)
+    why: dict = field(default_factory=dict)  # job id -> Why, for each job whose start differs (explain)
+    avoided: list = field(default_factory=list)  # evictions the before-run makes and the after-run does not
+    eviction_why: list = field(default_factory=list)  # per entry of `evictions`: EvictionWhy
+
+
+# Why a job's start moves: the cause's code (module docstring) and whether it is earlier or later
+EARLIER_CAUSES = ("added_nodes", "cancelled", "eviction", "freed_earlier", "displaced", "reordered", "order")
+LATER_CAUSES = ("drained_nodes", "taken", "freed_later", "reordered", "order")
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """Why a job starts earlier or later with the changes (module docstring): `moved` "earlier" | "later",
+    `cause` (EARLIER_CAUSES / LATER_CAUSES), the other `job` it names (None for "order"), `at` the moment compared
+    (seconds: the job's start in the case where it starts sooner); an "eviction" also has its `rule` and
+    `beneficiary`."""
+
+    moved: str
+    cause: str
+    job: Hashable | None = None
+    at: float | None = None
+    rule: str | None = None
+    beneficiary: Hashable | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionWhy:
+    """An eviction only the after-run makes: "for_change" (its beneficiary is one of the changes' submissions) or
+    "knock_on" (for a job whose turn the changes move); `instead`: victims the before-run evicts for the same
+    beneficiary and the after-run does not."""
+
+    cause: str
+    instead: tuple = ()
 
 
 def submit_ids(changes: list[dict]) -> dict[int, str]:
@@ -209,6 +271,170 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
     return changed, hypothetical, removed, drained
 
 
+def _gpu_index(runs: dict) -> dict:
+    """(node, gpu) -> [(start, end or inf, job id)] of every run in a Forecast.runs."""
+    index: dict = {}
+    for jid, spans in runs.items():
+        for start, end, gpus in spans:
+            for g in gpus:
+                index.setdefault(g, []).append((start, end if end is not None else float("inf"), jid))
+    return index
+
+
+def _holder(index: dict, gpus, t0: float, t1: float, exclude) -> tuple[Hashable | None, float]:
+    """The job (other than `exclude`) that holds the most GPU-seconds of `gpus` from t0 to t1 in a run (a run holds
+    from its start, included, to its end, excluded; t1 <= t0: the holder at t0), and when it first holds them in
+    that window: (job id, time), or (None, t0). Ties by id. The job in the way for most of the window is the one a
+    job's earlier or later start is about (a job holding them for the first minute only is not)."""
+    weight: dict = {}
+    first: dict = {}
+    for g in gpus:
+        for start, end, jid in index.get(g, ()):
+            if jid == exclude:
+                continue
+            if t1 > t0:
+                lo, hi = max(start, t0), min(end, t1)
+                if hi <= lo:
+                    continue
+                w = hi - lo
+            elif start <= t0 < end:
+                lo, w = t0, 1.0
+            else:
+                continue
+            weight[jid] = weight.get(jid, 0.0) + w
+            first[jid] = min(first.get(jid, lo), lo)
+    if not weight:
+        return None, t0
+    best = min(weight, key=lambda j: (-weight[j], str(j)))
+    return best, first[best]
+
+
+def _run_at(runs: dict, jid, start: float):
+    """The run of `jid` that starts at `start`, or None."""
+    return next((r for r in runs.get(jid, ()) if abs(r[0] - start) < 1e-6), None)
+
+
+def explain(before: dict, after: dict, runs_before: dict, runs_after: dict, evictions_after: list,
+            hypothetical=(), removed=(), added_nodes=(), drained_nodes=(), ends=(float("inf"), float("inf"))) -> dict:
+    """job id -> Why for every job pending in both cases whose start differs (module docstring). before / after:
+    job id -> JobForecast; runs_*: the runs' Forecast.runs; evictions_after: the after-run's every eviction
+    [(time, victim, rule, beneficiary)]; removed: the jobs the changes cancel; added_nodes / drained_nodes: names of
+    the nodes the changes add / drain; ends: the simulated time each run reached (the window's end for a job that does
+    not start within the horizon in one case)."""
+    added_nodes, drained_nodes, removed = set(added_nodes), set(drained_nodes), set(removed)
+    idx_b, idx_a = _gpu_index(runs_before), _gpu_index(runs_after)
+    evicted: dict = {}
+    for t, victim, rule, ben in evictions_after:
+        evicted.setdefault(victim, []).append((t, rule, ben))
+    out: dict = {}
+    for jid, b in before.items():
+        a = after.get(jid)
+        if a is None or jid in hypothetical:
+            continue
+        sb, sa = b.start, a.start
+        if sb == sa or (sb is None and sa is None):
+            continue
+        if sa is not None and (sb is None or sa < sb):  # earlier: who holds its after-run GPUs then, without?
+            run = _run_at(runs_after, jid, sa)
+            if run and any(node in added_nodes for node, _ in run[2]):
+                out[jid] = Why("earlier", "added_nodes", at=sa)
+                continue
+            # who is in the way on those GPUs, without the changes, from sa to its start then (sb)
+            k, tk = _holder(idx_b, run[2], sa, sb if sb is not None else ends[0], jid) if run else (None, sa)
+            if k is not None and k in removed:
+                out[jid] = Why("earlier", "cancelled", k, sa)
+                continue
+            if k is None:
+                out[jid] = Why("earlier", "order", at=sa)
+                continue
+            # the holder's run (without the changes) there at tk: since when it held them
+            held_from = max((r[0] for r in runs_before.get(k, ()) if r[0] <= tk), default=None)
+            ev = [e for e in evicted.get(k, ()) if e[0] <= tk and (held_from is None or e[0] >= held_from)]
+            if ev:
+                t, rule, ben = ev[-1]
+                out[jid] = Why("earlier", "eviction", k, sa, rule, ben)
+            elif any(r[0] <= tk and r[1] is not None and r[1] <= tk for r in runs_after.get(k, ())) \
+                    and not any(r[0] <= tk < (r[1] if r[1] is not None else float("inf"))
+                                for r in runs_after.get(k, ())):
+                out[jid] = Why("earlier", "freed_earlier", k, sa)
+            else:
+                out[jid] = Why("earlier", "displaced", k, sa)
+        else:  # later (or not within the horizon): who holds its before-run GPUs then, with the changes?
+            run = _run_at(runs_before, jid, sb)
+            if run and any(node in drained_nodes for node, _ in run[2]):
+                out[jid] = Why("later", "drained_nodes", at=sb)
+                continue
+            # who is in the way on those GPUs, with the changes, from sb to its start then (sa)
+            k, tk = _holder(idx_a, run[2], sb, sa if sa is not None else ends[1], jid) if run else (None, sb)
+            if k is None:
+                out[jid] = Why("later", "order", at=sb)
+                continue
+            run_k = next((r for r in runs_after.get(k, ()) if r[0] <= tk < (r[1] if r[1] is not None
+                                                                            else float("inf"))), None)
+            same = run_k is not None and _run_at(runs_before, k, run_k[0]) is not None
+            out[jid] = Why("later", "freed_later" if same and k not in hypothetical else "taken", k, sb)
+    # Two jobs that swap at one moment (J takes the GPUs K starts on at t without the changes, K's are taken by J):
+    # the order between them moved there; each names the other ("reordered"), and jobs behind name them in turn
+    for jid, w in list(out.items()):
+        k = w.job
+        other = out.get(k)
+        if w.cause == "displaced" and other is not None and other.cause == "taken" and other.job == jid \
+                and other.at == w.at:
+            out[jid] = Why("earlier", "reordered", k, w.at)
+            out[k] = Why("later", "reordered", jid, w.at)
+    return out
+
+
+def explain_evictions(evictions: list, before_evictions: list, after_evictions: list, hypothetical=()) -> list:
+    """EvictionWhy per entry of `evictions` (those only the after-run makes)."""
+    after_victims = {(v, r) for _, v, r, _ in after_evictions}
+    out = []
+    for _, victim, rule, ben in evictions:
+        if ben is not None and ben in hypothetical:
+            out.append(EvictionWhy("for_change"))
+            continue
+        instead = tuple(v for _, v, r, bb in before_evictions
+                        if bb == ben and ben is not None and (v, r) not in after_victims)
+        out.append(EvictionWhy("knock_on", tuple(dict.fromkeys(instead))))
+    return out
+
+
+def describe(why: Why, name: Callable[[Hashable], str] = lambda j: f"job {j}",
+             when: Callable[[float], str] = lambda t: f"{t:g} s") -> str:
+    """One line for a Why, in the answer's words. name(job id) -> how the caller may see that job ("job 12 (train)",
+    "your job h", "a job of another team"); when(seconds) -> a time."""
+    other = name(why.job) if why.job is not None else ""
+    at = when(why.at) if why.at is not None else "then"
+    if why.cause == "eviction":
+        for_whom = f" for {name(why.beneficiary)}" if why.beneficiary is not None else " (a drain)"
+        return (f"starts earlier: the GPUs it starts on at {at} are freed by the {why.rule} of {other}{for_whom}, "
+                f"which happens only with the change")
+    if why.cause == "freed_earlier":
+        return f"starts earlier: {other}, which holds the GPUs it starts on at {at} without the change, ends sooner with it"
+    if why.cause == "displaced":
+        return (f"starts earlier: it takes the GPUs {other} holds at {at} without the change; with the change "
+                f"{other} starts later or elsewhere")
+    if why.cause == "added_nodes":
+        return f"starts earlier: on GPUs of the nodes the change adds, at {at}"
+    if why.cause == "cancelled":
+        return f"starts earlier: on the GPUs of {other}, which the change cancels, at {at}"
+    if why.cause == "drained_nodes":
+        return f"starts later: the GPUs it would start on at {at} are on nodes the change drains"
+    if why.cause == "reordered":
+        first = f"it goes before {other}" if why.moved == "earlier" else f"{other} goes before it"
+        return (f"starts {why.moved}: {first} at {at}, the other way round without the change: the change moves the "
+                f"scheduler's order (a submission adds its queue's demand, which lowers the other queues' fair shares "
+                f"and can swap queues whose use of their share is nearly equal; a quota, weight or priority change "
+                f"moves it directly)")
+    if why.cause == "taken":
+        return f"starts later: {other} takes the GPUs it would start on at {at}"
+    if why.cause == "freed_later":
+        return (f"starts later: {other} holds the GPUs it would start on at {at} longer with the change (it started "
+                f"later, or restarts after an eviction)")
+    return (f"starts {why.moved}: the scheduler's order moved (the change alters the queues' fair shares, usage or "
+            f"priorities), so another job goes first at {at}")
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -218,8 +444,14 @@ def what_if(snapshot: Snapshot, changes: list[dict], estimate: Callable[[JobInfo
     """Forecast `snapshot` as it is and with `changes` applied (apply_changes); kwargs go to
     forecast.forecast (horizon, max_cycles, config, ...). Raises WhatIfError (see the module docstring)."""
     changed, hypothetical, removed, drained = apply_changes(snapshot, changes)
+    kwargs = {**kwargs, "timeline": True}
     before, info_b = forecast_start(snapshot, estimate, **kwargs)
-    after, info_a = forecast_start(changed, estimate, **kwargs)
+    # a drained job resumes with the work it has left (forecast.forecast's `progress`), not as a fresh job
+    running = {j.id: j for j in snapshot.jobs if j.state != "pending"}
+    progress = {jid: max(0.0, snapshot.now - running[jid].start_time) for jid in drained
+                if running[jid].start_time is not None}
+    after, info_a = forecast_start(changed, estimate, **{**kwargs, "progress": {**(kwargs.get("progress") or {}),
+                                                                                **progress}})
     out = WhatIf(now=snapshot.now, before=before, after=after, removed=removed, hypothetical=hypothetical,
                  info={"before": {k: info_b[k] for k in ("cycles", "cycles_p90", "wall", "wall_p90", "truncated")},
                        "after": {k: info_a[k] for k in ("cycles", "cycles_p90", "wall", "wall_p90", "truncated")}})
@@ -262,4 +494,13 @@ def what_if(snapshot: Snapshot, changes: list[dict], estimate: Callable[[JobInfo
     seen = {(victim, rule) for _, victim, rule, _ in info_b["evictions"]}
     out.evictions = [(snapshot.now, j, "drain", None) for j in drained]
     out.evictions += [e for e in info_a["evictions"] if (e[1], e[2]) not in seen]
+    seen_after = {(victim, rule) for _, victim, rule, _ in out.evictions}
+    out.avoided = [e for e in info_b["evictions"] if (e[1], e[2]) not in seen_after]
+    out.eviction_why = explain_evictions(out.evictions, info_b["evictions"], info_a["evictions"], hypothetical)
+    all_after = [(snapshot.now, j, "drain", None) for j in drained] + list(info_a["evictions"])
+    old_nodes = {n.name: n for n in snapshot.nodes}
+    added = [n.name for n in changed.nodes if n.name not in old_nodes]
+    drained_nodes = [n.name for n in changed.nodes if n.name in old_nodes and n.state != old_nodes[n.name].state]
+    out.why = explain(before, after, info_b["runs"], info_a["runs"], all_after, hypothetical, removed, added,
+                      drained_nodes, (info_b["end"], info_a["end"]))
     return out

@@ -439,7 +439,7 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     from gpuplatform import access, clock as cluster_clock
     from gpuplatform.models import Job as JobModel
     from gpuplatform.scheduling.store import build_snapshot
-    from scheduler.forecast.whatif import submit_ids, what_if
+    from scheduler.forecast.whatif import describe, submit_ids, what_if
 
     check_what_if_access(user, changes)
     check_submit_changes(user, changes)
@@ -451,9 +451,42 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     estimate, _sources = estimate_fn(snapshot, build_estimator())
     out = what_if(snapshot, changes, estimate, **_engine_kwargs())
     visible = access.visible_team_ids(user)
-    ids = [j for j in set(out.before) | set(out.after) if isinstance(j, int)]
+    # every job the answer may name: the forecast's, the evictions' victims and beneficiaries, the explanations'
+    named = set(out.before) | set(out.after) | {w.job for w in out.why.values()} | {
+        w.beneficiary for w in out.why.values()}
+    for _, victim, _, ben in [*out.evictions, *out.avoided]:
+        named |= {victim, ben}
+    named |= {v for e in out.eviction_why for v in e.instead}
+    ids = [j for j in named if isinstance(j, int)]
     rows = {r[0]: r for r in JobModel.objects.filter(pk__in=ids).values_list("id", "name", "team_id", "queue__name")}
     hyp_queue = {jid: changes[i].get("queue") for i, jid in submit_ids(changes).items()}
+
+    def seen(jid) -> bool:
+        """A job the caller may see (a hypothetical one, or one of its teams'; an admin sees all)."""
+        return jid in out.hypothetical or visible is None or (rows.get(jid) is not None and rows[jid][2] in visible)
+
+    def name(jid) -> str:
+        """How the answer's words name a job: never another team's job's id or name (new-user trial 22, F3)."""
+        if jid in out.hypothetical:
+            return f"your job {jid!r}"
+        if jid in rows:
+            return f"job {jid} ({rows[jid][1]})" if seen(jid) else "a job of another team"
+        return f"job {jid}" if visible is None else "a job of another team"
+
+    def queue_of(jid) -> str | None:
+        return hyp_queue.get(jid) if jid in out.hypothetical else rows[jid][3] if jid in rows else None
+
+    def hours(t: float) -> str:
+        return f"{(t - out.now) / 3600:.1f} h from now"
+
+    def why_of(jid) -> dict | None:
+        """Why a job's start moves (scheduler.forecast.whatif.explain), as the caller may see it."""
+        w = out.why.get(jid)
+        if w is None:
+            return None
+        return {"moved": w.moved, "cause": w.cause, "job": w.job if w.job is not None and seen(w.job) else None,
+                "rule": w.rule, "beneficiary": w.beneficiary if w.beneficiary is not None and seen(w.beneficiary)
+                else None, "at": _iso(w.at), "text": describe(w, name, hours)}
 
     def side(f) -> dict:
         if f is None:
@@ -472,16 +505,33 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
         change = (a.start - b.start) if (a and b and a.start is not None and b.start is not None) else None
         jobs.append({"id": jid, "name": jid if hyp else rows[jid][1],
                      "queue": hyp_queue[jid] if hyp else rows[jid][3], "hypothetical": hyp,
-                     "before": side(b), "after": side(a), "start_change_s": change})
-    evictions = [{"job": v, "rule": rule, "beneficiary": ben, "at": _iso(t)} for t, v, rule, ben in out.evictions
-                 if visible is None or (rows.get(v) and rows[v][2] in visible)]
-    if visible is not None:  # a beneficiary of another team's is not named (its job is hidden, as above)
-        ben_team = dict(JobModel.objects.filter(pk__in=[e["beneficiary"] for e in evictions
-                                                        if isinstance(e["beneficiary"], int)])
-                        .values_list("id", "team_id"))
-        for e in evictions:
-            if e["beneficiary"] not in out.hypothetical and ben_team.get(e["beneficiary"]) not in visible:
-                e["beneficiary"] = None
+                     "before": side(b), "after": side(a), "start_change_s": change, "why": why_of(jid)})
+
+    def eviction(t, v, rule, ben, why=None) -> dict:
+        """One eviction as the caller may see it: the victim's queue, whom it is for (a beneficiary of another team's
+        is not named: null, as its job is hidden) and, for an eviction only the change makes, why."""
+        ben_seen = ben is not None and seen(ben)
+        out_ = {"job": v, "queue": queue_of(v), "rule": rule, "beneficiary": ben if ben_seen else None,
+                "beneficiary_queue": queue_of(ben) if ben_seen else None, "at": _iso(t)}
+        if why is not None:
+            for_whom = f"for {name(ben)}" if ben is not None else "(a drain)"
+            if rule == "drain":
+                text = f"{name(v)} is stopped and requeued by the drain"
+            elif why.cause == "for_change":
+                text = f"{name(v)} is evicted ({rule}) {for_whom}, one of the changes' jobs"
+            else:
+                instead = [name(i) for i in why.instead]
+                text = (f"{name(v)} is evicted ({rule}) {for_whom}, a knock-on of the schedule the change moves"
+                        + (f"; without the change {', '.join(instead)} is evicted instead" if instead else ""))
+            out_.update({"cause": "drain" if rule == "drain" else why.cause,
+                         "instead": [i for i in why.instead if seen(i)], "text": text})
+        return out_
+
+    whys = dict(zip(((e[1], e[2]) for e in out.evictions), out.eviction_why))
+    evictions = [eviction(t, v, rule, ben, whys.get((v, rule))) for t, v, rule, ben in out.evictions if seen(v)]
+    avoided = [eviction(t, v, rule, ben) for t, v, rule, ben in out.avoided if seen(v)]
+    # evictions of other teams' jobs the changes' own submissions make: counted, never named
+    hidden_for_change = sum(1 for _, v, _, ben in out.evictions if not seen(v) and ben in out.hypothetical)
     # Per queue: the queues the user sees (the queues API's rule, access.visible_queues); the others are
     # counted in hidden_queues, as hidden evictions are (new-user trial 21: a member saw every team's waits).
     shown = (None if visible is None
@@ -489,6 +539,8 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     queues = [{"queue": q, **v} for q, v in out.queues.items() if shown is None or q in shown]
     return {"now": _iso(out.now), "jobs": jobs, "queues": queues, "hidden_queues": len(out.queues) - len(queues),
             "evictions": evictions, "hidden_evictions": len(out.evictions) - len(evictions),
+            "hidden_evictions_for_change": hidden_for_change, "avoided_evictions": avoided,
+            "hidden_avoided_evictions": len(out.avoided) - len(avoided),
             "cancelled": out.removed, "cost": out.info, "written": False}
 
 

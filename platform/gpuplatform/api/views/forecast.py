@@ -135,8 +135,10 @@ class WhatIfView(APIView):
     (count, gpus, flavor, domain); `set_priority` (job, priority); `cancel` (job). Team members may ask about
     their own teams' jobs and hypothetical submissions to their queues; quotas, weights and nodes are for
     platform admins (403 naming the change). Answer: per job you can see (and the hypothetical ones) the
-    estimated start and P90 before and after; per queue the mean wait before and after and its change (s);
-    the evictions the change would cause; `written` is always false. Non-admins see only the queues the
+    estimated start and P90 before and after, and `why` a job's start moves (cause, the job it is about, words:
+    scheduler.forecast.whatif.explain); per queue the mean wait before and after and its change (s); the evictions
+    the change would cause (whose job, its queue, for whom, and whether for the change's own job or a knock-on) and
+    those it avoids; `written` is always false. Non-admins see only the queues the
     queues API shows them (access.visible_queues); the others are counted in `hidden_queues`, other teams'
     evictions in `hidden_evictions`, and another team's job an eviction makes room for reads `beneficiary: null`.
     """
