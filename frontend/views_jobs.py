@@ -290,4 +290,13 @@ def job_estimate(request):
     p90 = parse(mine["estimated_start_p90"]) if mine["estimated_start_p90"] else None
     words = estimate_words(start, p90, mine["no_estimate"] or "", clock.now(), parse(answer["now"]))
     text = words if start is None else f"would start {words}"
-    return JsonResponse({"text": text, **mine})
+    # the running jobs it would stop to start (its reclaims or preemptions: new-user trial 22, F3), other teams'
+    # counted, never named (the what-if's hidden_evictions_for_change)
+    stops = [e for e in answer["evictions"] if e["beneficiary"] == change["id"]]
+    count = len(stops) + answer["hidden_evictions_for_change"]
+    if count:
+        rules = sorted({e["rule"] for e in stops}) or ["reclaim or preemption"]
+        others = answer["hidden_evictions_for_change"]
+        text += (f"; it would stop {count} running job{'s' if count != 1 else ''} to start ({', '.join(rules)}"
+                 + (f"; {others} of other teams" if others else "") + "): they are requeued")
+    return JsonResponse({"text": text, "stops": count, **mine})
