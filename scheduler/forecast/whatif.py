@@ -410,7 +410,8 @@ def describe(why: Why, name: Callable[[Hashable], str] = lambda j: f"job {j}",
         return (f"starts earlier: the GPUs it starts on at {at} are freed by the {why.rule} of {other}{for_whom}, "
                 f"which happens only with the change")
     if why.cause == "freed_earlier":
-        return f"starts earlier: {other}, which holds the GPUs it starts on at {at} without the change, ends sooner with it"
+        return (f"starts earlier: {other}, which holds the GPUs it starts on at {at} without the change, ends sooner "
+                f"with it")
     if why.cause == "displaced":
         return (f"starts earlier: it takes the GPUs {other} holds at {at} without the change; with the change "
                 f"{other} starts later or elsewhere")

@@ -228,7 +228,8 @@ def test_platform_causes_come_from_the_platform():
     for cause, action in expected.items():
         d = engine.diagnose(tasks, rules=RULES, platform={"cause": cause, "text": "x"})
         # a time limit is the user's own (new-user trial 22, F7): user_error, still from the platform's event
-        assert d.category == ("user_error" if cause == "time_limit" else "platform") and d.evidence[0]["source"] == "event"
+        assert d.category == ("user_error" if cause == "time_limit" else "platform")
+        assert d.evidence[0]["source"] == "event"
         assert (d.action, d.rule) == (action, f"platform:{cause}"), cause
     assert engine.diagnose(tasks, rules=RULES, platform={"cause": "node_lost", "text": "n1"}).category == "platform"
 

@@ -11,16 +11,15 @@ from tests.platform.test_execution import EIGHT, agents, at, bind, report, start
 
 
 def test_a_time_limit_is_the_users_side_and_the_other_platform_stops_are_not():
+    none = engine.RuleSet(version="", rules=())
     tasks = [engine.TaskEvidence("worker[0]", "n1", 10.0, signal=15, own_end=False,
                                  log="RuntimeError: CUDA error: an illegal memory access was encountered\n")]
-    d = engine.diagnose(tasks, rules=engine.RuleSet(version="", rules=()), platform={"cause": "time_limit",
-                                                                   "text": "time limit of 600 s reached"})
+    d = engine.diagnose(tasks, rules=none, platform={"cause": "time_limit", "text": "time limit of 600 s reached"})
     assert (d.category, d.rule, d.action) == ("user_error", "platform:time_limit", "cancel_retries")
     assert d.evidence[0]["source"] == "event" and d.node is None
     assert "user_error" not in engine.NODE_FAULT_CATEGORIES  # never charged to the node it ran on
     for cause in ("cancelled", "preempted", "gang_start_timeout"):
-        assert engine.diagnose(tasks, rules=engine.RuleSet(version="", rules=()), platform={"cause": cause, "text": "x"}).category \
-            == "platform", cause
+        assert engine.diagnose(tasks, rules=none, platform={"cause": cause, "text": "x"}).category == "platform", cause
 
 
 def test_a_job_stopped_by_its_time_limit_is_recorded_as_the_users_side(submit, agents):
