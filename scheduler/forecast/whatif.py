@@ -436,6 +436,19 @@ def describe(why: Why, name: Callable[[Hashable], str] = lambda j: f"job {j}",
             f"priorities), so another job goes first at {at}")
 
 
+def describe_eviction(victim, rule: str, beneficiary, why: EvictionWhy,
+                      name: Callable[[Hashable], str] = lambda j: f"job {j}") -> str:
+    """One line for an eviction only the after-run makes (its EvictionWhy), naming jobs by `name` as describe."""
+    if rule == "drain":
+        return f"{name(victim)} is stopped and requeued by the drain"
+    for_whom = f"for {name(beneficiary)}" if beneficiary is not None else "(for no job)"
+    if why.cause == "for_change":
+        return f"{name(victim)} is evicted ({rule}) {for_whom}, one of the changes' jobs"
+    instead = [name(i) for i in why.instead]
+    return (f"{name(victim)} is evicted ({rule}) {for_whom}, a knock-on of the schedule the change moves"
+            + (f"; without the change {', '.join(instead)} is evicted instead" if instead else ""))
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 

@@ -439,7 +439,7 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     from gpuplatform import access, clock as cluster_clock
     from gpuplatform.models import Job as JobModel
     from gpuplatform.scheduling.store import build_snapshot
-    from scheduler.forecast.whatif import describe, submit_ids, what_if
+    from scheduler.forecast.whatif import describe, describe_eviction, submit_ids, what_if
 
     check_what_if_access(user, changes)
     check_submit_changes(user, changes)
@@ -514,17 +514,9 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
         out_ = {"job": v, "queue": queue_of(v), "rule": rule, "beneficiary": ben if ben_seen else None,
                 "beneficiary_queue": queue_of(ben) if ben_seen else None, "at": _iso(t)}
         if why is not None:
-            for_whom = f"for {name(ben)}" if ben is not None else "(a drain)"
-            if rule == "drain":
-                text = f"{name(v)} is stopped and requeued by the drain"
-            elif why.cause == "for_change":
-                text = f"{name(v)} is evicted ({rule}) {for_whom}, one of the changes' jobs"
-            else:
-                instead = [name(i) for i in why.instead]
-                text = (f"{name(v)} is evicted ({rule}) {for_whom}, a knock-on of the schedule the change moves"
-                        + (f"; without the change {', '.join(instead)} is evicted instead" if instead else ""))
             out_.update({"cause": "drain" if rule == "drain" else why.cause,
-                         "instead": [i for i in why.instead if seen(i)], "text": text})
+                         "instead": [i for i in why.instead if seen(i)],
+                         "text": describe_eviction(v, rule, ben, why, name)})
         return out_
 
     whys = dict(zip(((e[1], e[2]) for e in out.evictions), out.eviction_why))
