@@ -179,7 +179,9 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
       priority of a waiting job (every pending job has one priority, no running preemptible job is below it);
     - a reservation: no job has a time limit (no EASY shadow), no drain or eviction was made here, and no job
       refused for lack of room starves before the bound (Reservations.starves_at) while fewer than
-      max_reservations jobs hold GPUs; no requeue backoff ends before it (Allocation.retry_at);
+      max_reservations jobs hold GPUs and fewer than max_drains drains are in force (with no eviction releasing
+      GPUs, every holder is a drain: at max_drains, Reservations.closed refuses a starving job a new drain); no
+      requeue backoff ends before it (Allocation.retry_at);
     - nothing else: no growth, withdrawal, move, rescheduling, hot spare or eviction in its grace period.
 
     Worked out only after a cycle of the whole-GPU path that started a job while others still wait and gave no job a
@@ -217,7 +219,7 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
                       or not _searched_here(session, allocation, result, pending, searched, flavor, open_)):
             return None
     until = allocation.retry_at
-    if config.backfill and len(result.nominations) < config.max_reservations:
+    if config.backfill and len(result.nominations) < min(config.max_reservations, config.max_drains):
         until = min(until, reservations.starves_at)
     return until if until > session.now else None
 
