@@ -111,6 +111,12 @@ class Why:
     at: float | None = None
     rule: str | None = None
     beneficiary: Hashable | None = None
+    # "displaced" only: what `job` does with the change ("later": starts later or not within the horizon; "moved":
+    # starts at the same time on other GPUs; "earlier": starts sooner, on other GPUs), and `via`, the job that holds
+    # the GPUs `job` starts on with the change, without it (None: nobody), and whether the change cancels `via`
+    other: str | None = None
+    via: Hashable | None = None
+    via_cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,9 +315,36 @@ def _holder(index: dict, gpus, t0: float, t1: float, exclude) -> tuple[Hashable 
     return best, first[best]
 
 
+def _removed_holder(index: dict, gpus, t0: float, t1: float, removed):
+    """The first (by id) of the `removed` jobs that holds any of `gpus` between t0 and t1 in a run, or None."""
+    hit = {jid for g in gpus for start, end, jid in index.get(g, ())
+           if jid in removed and start < max(t1, t0 + 1e-9) and end > t0}
+    return min(hit, key=str) if hit else None
+
+
 def _run_at(runs: dict, jid, start: float):
     """The run of `jid` that starts at `start`, or None."""
     return next((r for r in runs.get(jid, ()) if abs(r[0] - start) < 1e-6), None)
+
+
+def _displaced(k, tk: float, sa: float, runs_before: dict, runs_after: dict, idx_b: dict, removed) -> Why:
+    """jid starts earlier, at sa, on GPUs k holds at tk without the changes, and k is neither evicted nor ended by
+    then with them: what k does instead with the changes (Why.other, Why.via). New-user trial 22, G6: a cancel's
+    what-if said job 10 "starts later or elsewhere" while its start did not change (it took the cancelled job's
+    GPUs at the same moment, and job 11 took its place)."""
+    inf = float("inf")
+    run_b = next((r for r in runs_before.get(k, ()) if r[0] <= tk < (r[1] if r[1] is not None else inf)), None)
+    if run_b is None:
+        return Why("earlier", "displaced", k, sa)
+    same = _run_at(runs_after, k, run_b[0])
+    if same is not None:
+        via, _ = _holder(idx_b, same[2], same[0], same[0], k)
+        return Why("earlier", "displaced", k, sa, other="moved", via=via, via_cancelled=via in removed)
+    after_starts = [r[0] for r in runs_after.get(k, ())
+                    if (r[1] if r[1] is not None else inf) > run_b[0] and r[0] <= run_b[0]]
+    if after_starts:  # with the changes k already holds other GPUs by then (it started sooner)
+        return Why("earlier", "displaced", k, sa, other="earlier")
+    return Why("earlier", "displaced", k, sa, other="later")
 
 
 def explain(before: dict, after: dict, runs_before: dict, runs_after: dict, evictions_after: list,
@@ -344,6 +377,13 @@ def explain(before: dict, after: dict, runs_before: dict, runs_after: dict, evic
             if k is not None and k in removed:
                 out[jid] = Why("earlier", "cancelled", k, sa)
                 continue
+            # a job the changes cancel holds some of those GPUs then: that is what lets it start (new-user trial 22,
+            # G6: job 11 took a node job 7, cancelled, and job 10, which went to other GPUs at the same moment,
+            # shared; it named job 10 only, as "starting later or elsewhere")
+            gone = _removed_holder(idx_b, run[2], sa, sb if sb is not None else ends[0], removed) if run else None
+            if gone is not None:
+                out[jid] = Why("earlier", "cancelled", gone, sa)
+                continue
             if k is None:
                 out[jid] = Why("earlier", "order", at=sa)
                 continue
@@ -358,7 +398,7 @@ def explain(before: dict, after: dict, runs_before: dict, runs_after: dict, evic
                                 for r in runs_after.get(k, ())):
                 out[jid] = Why("earlier", "freed_earlier", k, sa)
             else:
-                out[jid] = Why("earlier", "displaced", k, sa)
+                out[jid] = _displaced(k, tk, sa, runs_before, runs_after, idx_b, removed)
         else:  # later (or not within the horizon): who holds its before-run GPUs then, with the changes?
             run = _run_at(runs_before, jid, sb)
             if run and any(node in drained_nodes for node, _ in run[2]):
@@ -400,40 +440,67 @@ def explain_evictions(evictions: list, before_evictions: list, after_evictions: 
 
 
 def describe(why: Why, name: Callable[[Hashable], str] = lambda j: f"job {j}",
-             when: Callable[[float], str] = lambda t: f"{t:g} s") -> str:
+             when: Callable[[float], str] = lambda t: f"at {t:g} s") -> str:
     """One line for a Why, in the answer's words. name(job id) -> how the caller may see that job ("job 12 (train)",
-    "your job h", "a job of another team"); when(seconds) -> a time."""
+    "your job h", "a job of another team"); when(seconds) -> a moment with its preposition ("at 760 s", "in 1 min":
+    from_now). A "displaced" job's line says what the other job does with the change (Why.other): it never says that
+    job starts later when its start does not move (new-user trial 22, G6)."""
     other = name(why.job) if why.job is not None else ""
     at = when(why.at) if why.at is not None else "then"
     if why.cause == "eviction":
         for_whom = f" for {name(why.beneficiary)}" if why.beneficiary is not None else " (a drain)"
-        return (f"starts earlier: the GPUs it starts on at {at} are freed by the {why.rule} of {other}{for_whom}, "
+        return (f"starts earlier: the GPUs it starts on {at} are freed by the {why.rule} of {other}{for_whom}, "
                 f"which happens only with the change")
     if why.cause == "freed_earlier":
-        return (f"starts earlier: {other}, which holds the GPUs it starts on at {at} without the change, ends sooner "
+        return (f"starts earlier: {other}, which holds the GPUs it starts on {at} without the change, ends sooner "
                 f"with it")
     if why.cause == "displaced":
-        return (f"starts earlier: it takes the GPUs {other} holds at {at} without the change; with the change "
-                f"{other} starts later or elsewhere")
+        head = f"starts earlier: it takes the GPUs {other} holds {at} without the change"
+        if why.other == "later":
+            return f"{head}; with the change {other} starts later"
+        if why.other == "earlier":
+            return f"{head}; with the change {other} starts sooner, on other GPUs"
+        if why.other == "moved":
+            if why.via is None:
+                where = ", free then"
+            elif why.via_cancelled:
+                where = f": those of {name(why.via)}, which the change cancels"
+            else:
+                where = f": those {name(why.via)} holds then without the change"
+            return f"{head}; with the change {other} starts at the same time on other GPUs{where}"
+        return f"{head}; with the change {other} does not hold them then"
     if why.cause == "added_nodes":
-        return f"starts earlier: on GPUs of the nodes the change adds, at {at}"
+        return f"starts earlier: on GPUs of the nodes the change adds, {at}"
     if why.cause == "cancelled":
-        return f"starts earlier: on the GPUs of {other}, which the change cancels, at {at}"
+        return f"starts earlier: on the GPUs of {other}, which the change cancels, {at}"
     if why.cause == "drained_nodes":
-        return f"starts later: the GPUs it would start on at {at} are on nodes the change drains"
+        return f"starts later: the GPUs it would start on {at} are on nodes the change drains"
     if why.cause == "reordered":
         first = f"it goes before {other}" if why.moved == "earlier" else f"{other} goes before it"
-        return (f"starts {why.moved}: {first} at {at}, the other way round without the change: the change moves the "
+        return (f"starts {why.moved}: {first} {at}, the other way round without the change: the change moves the "
                 f"scheduler's order (a submission adds its queue's demand, which lowers the other queues' fair shares "
                 f"and can swap queues whose use of their share is nearly equal; a quota, weight or priority change "
                 f"moves it directly)")
     if why.cause == "taken":
-        return f"starts later: {other} takes the GPUs it would start on at {at}"
+        return f"starts later: {other} takes the GPUs it would start on {at}"
     if why.cause == "freed_later":
-        return (f"starts later: {other} holds the GPUs it would start on at {at} longer with the change (it started "
+        return (f"starts later: {other} holds the GPUs it would start on {at} longer with the change (it started "
                 f"later, or restarts after an eviction)")
     return (f"starts {why.moved}: the scheduler's order moved (the change alters the queues' fair shares, usage or "
-            f"priorities), so another job goes first at {at}")
+            f"priorities), so another job goes first {at}")
+
+
+def from_now(t: float, now: float) -> str:
+    """Moment t (seconds) said from `now`, with its preposition: "now", "in 40 s", "in 12 min", "in 2.5 h" (under an
+    hour in minutes or seconds: "0.0 h from now" read as now for a moment a minute ahead, new-user trial 22, G6)."""
+    d = t - now
+    if d < 0.5:
+        return "now"
+    if d < 60:
+        return f"in {d:.0f} s"
+    if d < 3570:
+        return f"in {max(1, round(d / 60))} min"
+    return f"in {d / 3600:.1f} h"
 
 
 def describe_eviction(victim, rule: str, beneficiary, why: EvictionWhy,

@@ -61,7 +61,7 @@ def test_a_members_why_never_names_another_teams_job(busy, client_for, admin, mo
     answer = client_for("member").post(URL, {"changes": []}, format="json").json()
     why = by_name(answer)["alpha-wait"]["why"]
     assert (why["moved"], why["cause"], why["job"]) == ("later", "taken", None)
-    assert why["text"] == "starts later: a job of another team takes the GPUs it would start on at 0.2 h from now"
+    assert why["text"] == "starts later: a job of another team takes the GPUs it would start on in 10 min"
     [ev] = answer["evictions"]
     assert (ev["job"], ev["queue"], ev["beneficiary"], ev["beneficiary_queue"], ev["cause"], ev["instead"]) == (
         own, "alpha", None, None, "knock_on", [])

@@ -439,7 +439,7 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     from gpuplatform import access, clock as cluster_clock
     from gpuplatform.models import Job as JobModel
     from gpuplatform.scheduling.store import build_snapshot
-    from scheduler.forecast.whatif import describe, describe_eviction, submit_ids, what_if
+    from scheduler.forecast.whatif import describe, describe_eviction, from_now, submit_ids, what_if
 
     check_what_if_access(user, changes)
     check_submit_changes(user, changes)
@@ -453,7 +453,7 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     visible = access.visible_team_ids(user)
     # every job the answer may name: the forecast's, the evictions' victims and beneficiaries, the explanations'
     named = set(out.before) | set(out.after) | {w.job for w in out.why.values()} | {
-        w.beneficiary for w in out.why.values()}
+        w.beneficiary for w in out.why.values()} | {w.via for w in out.why.values()}
     for _, victim, _, ben in [*out.evictions, *out.avoided]:
         named |= {victim, ben}
     named |= {v for e in out.eviction_why for v in e.instead}
@@ -476,8 +476,8 @@ def what_if_live(user, changes: list[dict], *, clock: datetime | None = None) ->
     def queue_of(jid) -> str | None:
         return hyp_queue.get(jid) if jid in out.hypothetical else rows[jid][3] if jid in rows else None
 
-    def hours(t: float) -> str:
-        return f"{(t - out.now) / 3600:.1f} h from now"
+    def hours(t: float) -> str:  # "in 1 min", "in 2.5 h" (whatif.from_now)
+        return from_now(t, out.now)
 
     def why_of(jid) -> dict | None:
         """Why a job's start moves (scheduler.forecast.whatif.explain), as the caller may see it."""
