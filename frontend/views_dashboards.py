@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseNotFound, JsonResponse
 
 from scheduler.core.domain_tree import is_node_domain, node_domain
 from django.shortcuts import render
@@ -154,14 +154,23 @@ def page_takes(*known):
 
 # --- topology ---------------------------------------------------------------------------------------
 
+NO_SUCH_JOB = "No such job, or not one of your teams' jobs."
+
+
+def check_job_visible(user, job: int | None) -> None:
+    """Raises Http404 (NO_SUCH_JOB) when `job` is given and is not a job `user` may see: unknown and invisible
+    read the same. The topology page and topology.json check it alike (new-user trial 22, G3: the page was a 200)."""
+    if job is not None and not access.visible_jobs(user).filter(pk=job).exists():
+        raise Http404(NO_SUCH_JOB)
+
+
 def build_topology(user, *, zoom=None, team=None, flavor=None, job=None) -> dict:
     """The /topology.json payload: flat queries, then the pure builder. Raises Http404 for an unknown
     domain or a job the user may not see. A node without a domain is shown as the tier-1 domain it is for
     placement, named as the engine names it (scheduler.core.domain_tree.node_domain: "node:<name>"), and
     can be zoomed into like any domain."""
     domains = dq.domains()
-    if job is not None and not access.visible_jobs(user).filter(pk=job).exists():
-        raise Http404("No such job, or not one of your teams' jobs.")
+    check_job_visible(user, job)
     if zoom and is_node_domain(zoom):
         gpus = [g for g in dq.topology_gpus(None, flavor) if g[7] is None and node_domain(g[4]) == zoom]
         if not gpus and not dq.domainless_node_exists(zoom[len(node_domain("")):]):
@@ -286,6 +295,10 @@ def topology(request):
         params = _topology_params(request)
     except BadParam as exc:
         return HttpResponseBadRequest(f"{exc.param}: {exc}", content_type="text/plain; charset=utf-8")
+    try:  # a job the user may not see (or none such) is a 404 with topology.json's words, in text as the 400s
+        check_job_visible(request.user, params["job"])
+    except Http404 as exc:
+        return HttpResponseNotFound(str(exc), content_type="text/plain; charset=utf-8")
     domains = [{"name": d[1], "tier": d[2]} for d in sorted(dq.domains(), key=lambda d: (-d[2], d[1]))]
     zoom = params["zoom"]
     if zoom and is_node_domain(zoom) and not any(d["name"] == zoom for d in domains):
