@@ -118,7 +118,8 @@ def test_a_lost_node_under_a_running_gang_stops_the_survivor_and_requeues_at_its
     assert live(job) == []
     ev = Event.objects.get(job=job, kind="requeued_after_failure")
     assert ev.time == at(200) and ev.data["failed_tasks"] == [["worker", 0, "n0"]] and ev.data["cause"] == "node lost"
-    assert ev.data["reason"].startswith("node lost: 1 task(s) failed on n0; its other processes: every task exited")
+    assert ev.data["reason"].startswith("node lost: 1 task(s) failed on n0; the job's other tasks (worker[1] on n1) "
+                                        "were stopped with it")
     a = Attempt.objects.get(job=job, number=0)
     assert (a.outcome, a.failed, a.diagnosis["rule"], a.diagnosis["node"]) == ("requeued", True, "platform:node_lost",
                                                                                "n0")
@@ -140,7 +141,8 @@ def test_a_survivor_that_ignores_sigterm_is_waited_for_until_the_deadline_only(s
     assert expire_stops(at(220)) == [job.pk]
     job.refresh_from_db()
     assert (job.state, job.attempts, job.not_before, live(job)) == ("pending", 1, at(250), [])
-    assert job.pending_reason.endswith("its other processes: grace period over")
+    assert job.pending_reason.endswith("the job's other tasks (worker[1] on n1) were stopped with it; those still "
+                                       "running at the stop's deadline were killed")
     assert Attempt.objects.get(job=job, number=0).diagnosis["rule"] == "platform:node_lost"
 
 

@@ -265,12 +265,24 @@ def _requeue_recovered(job_id, *, at: datetime, reason: str, deadline: datetime 
     spare_for = list(info.get("spare_for") or [])
     placement = spares.placement_of(job_id) if spare_for else None
     if not requeue_job(job_id, at=at, kind=info.get("kind") or FAULT_KIND, backoff=True, backoff_from=fault_at,
-                       reason=f"{reason or 'fault'}; its other processes: {_how_stopped(deadline, at)}",
+                       reason=f"{reason or 'fault'}{_others_stopped(info.get('survivors') or [], deadline, at)}",
                        from_states=(Job.State.PREEMPTING,), cycle=cycle, data=info.get("requeue") or {}):
         return False
     if placement:
         spares.restart_on_spare(job_id, placement, spare_for, at=at)
     return True
+
+
+def _others_stopped(survivors: list, deadline: datetime | None, at: datetime) -> str:
+    """What happened to a faulted gang's other tasks, for the requeue's reason: they were stopped with it (and, at
+    or after the deadline, those still running were killed). "" when it had none. New-user trial 22, G7: "its other
+    processes: every task exited 30 s before its grace period ended" left a user asking which grace period."""
+    if not survivors:
+        return ""
+    names = ", ".join(survivors)
+    names = names if len(names) <= 120 else f"{len(survivors)} tasks"
+    killed = "" if deadline is not None and at < deadline else "; those still running at the stop's deadline were killed"
+    return f"; the job's other tasks ({names}) were stopped with it{killed}"
 
 
 def _how_stopped(deadline: datetime | None, at: datetime) -> str:
