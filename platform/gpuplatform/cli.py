@@ -7,7 +7,7 @@
                   [--topology hard --highest-tier 2] [--team alpha]
     gpuctl submit --queue alpha --name train-7b --gpus 8 -- python3 train.py --epochs 3   # argv after --
     gpuctl submit --file job.json          # the POST /api/v1/jobs/ body as JSON (or .yaml / .yml; - = stdin)
-    gpuctl list [--state pending] [--queue alpha] [--team alpha] [--limit 50 | --all] [--json]
+    gpuctl list [--state pending] [--queue alpha] [--team alpha] [--limit 50 | --all] [--json | -o wide]
     gpuctl get 42
     gpuctl logs 42 [--task 17 | --task worker-1] [--attempt 0] [--follow] [--raw]
     gpuctl cancel 42 [--reason "wrong data"]
@@ -36,7 +36,11 @@ exit code 4; job 34 failed: task worker[0] exited with code 4 [diagnosis unknown
 again as "cancelling" or "stopping (<what it ends as>)"; `--state cancelling` / `--state stopping` list them
 (the API's filter takes these words).
 
-`--json` prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
+The job table (`list`, `get`, `submit`, `cancel`) fits its last column (NODES / POSITION REASON) to the terminal's
+width (COLUMNS, else the terminal's own), cutting it with "..." only on a terminal; piped or redirected it is
+never cut, nor with `-o wide` (or `--wide`).
+
+`--json` (or `-o json`) prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
 are printed), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON), 3
 `logs --follow` saw the task or its job fail (as `srun` exits non-zero), 4 `logs --follow` saw the job
 cancelled (its task, stopped by the cancel, reads "cancelled"), 130 interrupted. set-quota changes only the values given (the others keep theirs; a new quota starts at
@@ -50,6 +54,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 import time
 import urllib.error
@@ -120,24 +125,51 @@ class Client:
         return self.request("GET", f"{path}?{query}" if query else path)
 
 
-def _table(rows: list[list], header: list[str]) -> str:
+MIN_LAST_COLUMN = 20  # the fewest characters of the last column a table keeps when it cuts it to fit
+CUT = "..."
+
+
+def _table(rows: list[list], header: list[str], width: int | None = None) -> str:
+    """Rows in columns two spaces apart. With `width`, the last column (a job's nodes or pending reason, the one
+    that runs long) is cut to fit that many characters per line, ending in "...", keeping at least
+    MIN_LAST_COLUMN of it; None never cuts (piped output, -o wide)."""
     cells = [header] + [["" if c is None else str(c) for c in r] for r in rows]
+    if width is not None:
+        lead = sum(max(len(r[i]) for r in cells) + 2 for i in range(len(header) - 1))
+        room = max(width - lead, MIN_LAST_COLUMN)
+        cells = [r[:-1] + [r[-1] if len(r[-1]) <= room else r[-1][:room - len(CUT)] + CUT] for r in cells]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def table_width(a, stream=None) -> int | None:
+    """The width the job table fits to: None (never cut) with -o wide / --wide or when `stream` (stdout) is not a
+    terminal (piped, redirected: a script or `grep` reads whole lines); else COLUMNS when set, or the terminal's
+    width (shutil.get_terminal_size). New-user trial 22, G4: the reason was cut at 60 characters even at
+    COLUMNS=250 and piped, so a retry's time lost its seconds."""
+    stream = sys.stdout if stream is None else stream
+    if getattr(a, "wide", False):
+        return None
+    try:
+        if not stream.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    return shutil.get_terminal_size().columns
 
 
 def _job_line(j: dict) -> list:
     if "generation" in j:  # a federated job (gpuctl against a federation manager): where it went, or why not yet
         where = f"cluster {j['cluster']}" if j.get("cluster") else (j.get("reason") or "")
         prio = (j.get("spec") or {}).get("priority", 0)
-        return [j["id"], j["name"], j["team"], j["queue"], j["state"], j["gpus"], prio, where[:60]]
+        return [j["id"], j["name"], j["team"], j["queue"], j["state"], j["gpus"], prio, where]
     place = f"#{j['position']} " if j.get("position") is not None else ""
     where = ",".join(j.get("nodes") or []) or (f"{place}{j['pending_reason']}" if j["state"] == "pending" else "")
     gpus = j["gpus"]
     req = j.get("gpu_request") or ""
     if req and req != str(gpus):  # a share, memory or MIG request: the GPU-equivalents and what was asked
         gpus = f"{gpus} ({req})"
-    return [j["id"], j["name"], j["team"], j["queue"], _state(j), gpus, j["priority"], where[:60]]
+    return [j["id"], j["name"], j["team"], j["queue"], _state(j), gpus, j["priority"], where]
 
 
 def _state(j: dict) -> str:
@@ -568,12 +600,12 @@ def _print(result, a, command: str) -> None:
     if a.json:
         print(json.dumps(result, indent=2))
     elif command == "list":
-        print(_table([_job_line(j) for j in result["results"]], JOB_HEADER))
+        print(_table([_job_line(j) for j in result["results"]], JOB_HEADER, table_width(a)))
         if result.get("next"):
             print(f"... {result['count']} jobs in all, {result.get('shown', len(result['results']))} shown: "
                   f"--limit N for more, --all for every one (or filter with --state / --queue / --team)")
     elif command in ("submit", "get", "cancel"):
-        print(_table([_job_line(result)], JOB_HEADER))
+        print(_table([_job_line(result)], JOB_HEADER, table_width(a)))
     elif command == "set-sharing":
         print(f"{result['name']}: " + ", ".join(f"GPU {g['index']} {g['sharing']}" for g in result["gpus"]))
     elif command == "set-quota":
@@ -606,6 +638,10 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print the API's JSON answers")
+    common.add_argument("--wide", action="store_true", default=argparse.SUPPRESS,
+                        help="never cut the job table's last column (piped output is never cut either)")
+    common.add_argument("-o", "--output", choices=["wide", "json"], default=argparse.SUPPRESS,
+                        help="wide: as --wide; json: as --json")
 
     s = sub.add_parser("submit", parents=[common], help="submit a job (one role, or --file for the full body)")
     s.add_argument("--file", help="JSON body of POST /api/v1/jobs/ (.yaml / .yml: YAML; '-': standard input)")
@@ -700,6 +736,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpuctl: the API address must start with http:// or https:// (got {a.api!r}; set GPUCTL_API)",
               file=sys.stderr)
         return 2
+    output = getattr(a, "output", None)
+    a.wide = getattr(a, "wide", False) or output == "wide"
+    a.json = a.json or output == "json"
     client = Client(api_base(a.api), a.token)
     try:
         result = COMMANDS[a.command](client, a)
