@@ -3,7 +3,8 @@
 "in about 2 h 10 m (90 %: 5 h)" from Job.estimated_start / estimated_start_p90 (a model or a values()
 dict) relative to the cluster clock; "starts at the next cycle" when due; "overdue: was due 7 h ago (estimate
 out of date, ...)" when the cluster clock has passed it; "no estimate: <reason>" when
-the forecast has none (Job.estimate_note); "not forecast yet" before the first forecast ran.
+the forecast has none (Job.estimate_note); "estimate pending: the next forecast, within 60 s, gives one" for a job
+the forecast has not seen yet (submitted or requeued since: scheduling.forecast.pending_note, the API's words).
 {% never job %}: a job refused for good, naming the rule (its queue's limit or quota, or the cluster).
 """
 from __future__ import annotations
@@ -32,9 +33,11 @@ def duration_words(seconds: float) -> str:
 def estimate_words(start: datetime | None, p90: datetime | None, note: str, estimated_at: datetime | None,
                    now: datetime) -> str:
     if start is None:
-        if estimated_at is None and not note:
-            return "not forecast yet"
-        return f"no estimate: {note}" if note else "no estimate"
+        if not note:  # not forecast since it was submitted or requeued (a bind clears the note, a requeue the start)
+            from gpuplatform.scheduling.forecast import pending_note
+
+            return pending_note()
+        return f"no estimate: {note}"
     lead = (start - now).total_seconds()
     if lead <= -60:
         # An estimate the cluster clock has passed (the demo's clock runs 600x between two forecasts): say so,

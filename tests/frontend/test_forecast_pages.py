@@ -31,7 +31,7 @@ def test_duration_and_estimate_words():
     assert estimate_words(T0, T0, "", T0, T0) == "at the next cycle"
     assert estimate_words(None, None, "not started within the 168 h horizon", T0, T0) == \
         "no estimate: not started within the 168 h horizon"
-    assert estimate_words(None, None, "", None, T0) == "not forecast yet"
+    assert estimate_words(None, None, "", None, T0) == "estimate pending: the next forecast, within 60 s, gives one"
 
 
 def test_pages_show_the_same_estimate(client, world, at_t0):

@@ -93,6 +93,17 @@ def _dt(seconds: float | None) -> datetime | None:
     return datetime.fromtimestamp(seconds, tz=dt_tz.utc) if seconds is not None else None
 
 
+def pending_note() -> str:
+    """What a pending job the forecast has not seen yet carries instead of an estimate (submitted, or requeued by a
+    drain, an eviction or a fault, since the last forecast: its estimated_start is null and its estimate_note
+    empty): when one comes. New-user trial 22, G10: a drain's requeued jobs showed a null start and an empty note
+    for up to a minute, while every pending job is said to have an estimate or "no estimate" with a reason."""
+    every = setting("FORECAST_SECONDS", 60)
+    if every <= 0:
+        return "no estimate: the forecast is off (FORECAST_SECONDS = 0)"
+    return f"estimate pending: the next forecast, within {every:g} s, gives one"
+
+
 def forecast_due(clock: datetime) -> bool:
     last = Job.objects.filter(state="pending").aggregate(t=Max("estimated_at"))["t"]
     return last is None or clock - last >= timedelta(seconds=setting("FORECAST_SECONDS", 60))

@@ -5,7 +5,8 @@ from rest_framework import serializers
 
 from ... import queries
 from ...gpu_request import gpu_request, job_gpus, shared_gpu_memory
-from ...job_rules import GPUS_PER_TASK_RULE, MAX_GPUS_PER_TASK, MAX_ROLES
+from ...job_rules import (GPUS_PER_TASK_RULE, MAX_CPU_MILLI, MAX_GPUS_PER_TASK, MAX_MEMORY_MIB, MAX_MIG_INSTANCES,
+                          MAX_RESTARTS, MAX_ROLES, MAX_TASKS_PER_JOB, MAX_TIME_LIMIT_SECONDS)
 from ...models import Job, JobRole, Task, Team
 from .base import ModelSerializer, Serializer
 from .fields import INT32_MAX, FiniteFloatField, QueryIntegerField, count_field, named_field, text_input
@@ -59,6 +60,9 @@ class GpusPerTaskField(serializers.Field):
         return value
 
 
+GROUP_SIZE_RULE = f"group_size must be a whole number from 1 to {MAX_TASKS_PER_JOB}"  # job_rules._check_group's
+
+
 class JobRoleSerializer(ModelSerializer):
     """A task group: `tasks` replicas of `gpus_per_task` GPUs; the gang needs `min_available` of them
     (default: all). `flavor`: allowed GPU models separated by '|' (blank = any); roles may name different
@@ -70,20 +74,27 @@ class JobRoleSerializer(ModelSerializer):
     GPU-equivalents against the flavor's quota, MIG instances as resources "<flavor>/mig-<profile>"."""
 
     name = serializers.CharField(max_length=64, required=False)
-    tasks = count_field(required=False, default=1)
+    # a value beyond the column's 32 bits gets the service's rule too (job_rules.check_roles; new-user trial 22, G11)
+    tasks = count_field(f"tasks must be at most {MAX_TASKS_PER_JOB}", "tasks must be at least 1", required=False,
+                        default=1)
     gpus_per_task = GpusPerTaskField(required=False, default=1)
     gpu_fraction = FiniteFloatField(required=False, allow_null=True, default=None, write_only=True,
                                     help_text="a share of one GPU per task, in (0, 1); read back as gpu_milli")
     gpu_milli = serializers.IntegerField(read_only=True, help_text="share of one GPU per task in thousandths (0 = whole GPUs)")
-    gpu_memory_mib = count_field(required=False, allow_null=True, default=None,
+    gpu_memory_mib = count_field(f"gpu_memory_mib must be a whole number of MiB from 1 to {MAX_MEMORY_MIB}",
+                                 required=False, allow_null=True, default=None,
                                  help_text="GPU memory per task in MiB on one shared GPU (instead of gpu_fraction)")
     mig_profile = serializers.CharField(max_length=32, required=False, allow_blank=True, default="",
                                         help_text="MIG profile of the task's instances, e.g. 1g.18gb")
-    mig_count = count_field(required=False, allow_null=True, default=None, write_only=True,
+    mig_count = count_field(f"mig_count must be a whole number from 1 to {MAX_MIG_INSTANCES}",
+                            required=False, allow_null=True, default=None, write_only=True,
                             help_text="MIG instances per task (default 1); read back as gpus_per_task")
-    cpu_milli = count_field(required=False, default=0)
-    memory_mib = count_field(required=False, default=0)
-    min_available = count_field(required=False, allow_null=True)
+    cpu_milli = count_field(f"cpu_milli must be at most {MAX_CPU_MILLI}", "cpu_milli must not be negative",
+                            required=False, default=0)
+    memory_mib = count_field(f"memory_mib must be at most {MAX_MEMORY_MIB}", "memory_mib must not be negative",
+                             required=False, default=0)
+    min_available = count_field(f"min_available must not exceed tasks (at most {MAX_TASKS_PER_JOB})",
+                                "min_available must be at least 1", required=False, allow_null=True)
     flavor = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     command = serializers.JSONField(required=False, default=None,
                                     help_text="argv list, or a string split with shlex; default: the job's command")
@@ -91,7 +102,7 @@ class JobRoleSerializer(ModelSerializer):
     working_dir = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     image = serializers.CharField(max_length=300, required=False, allow_blank=True, default="",
                                   help_text="container image (needs a node agent with a container runtime)")
-    group_size = count_field(required=False, allow_null=True, default=None,
+    group_size = count_field(GROUP_SIZE_RULE, required=False, allow_null=True, default=None,
                              help_text="sub-group: tasks per group kept inside one domain of tier <= group_highest_tier")
     group_highest_tier = TierField(required=False, allow_null=True, default=None)
     group_mode = serializers.CharField(read_only=True, help_text="hard | soft")
@@ -153,9 +164,10 @@ class JobSerializer(ModelSerializer):
         read_only=True, allow_null=True,
         help_text="the same when every job runs to its estimator's 90th percentile (a pessimistic start); "
                   "null when that is past the horizon")
-    estimate_note = serializers.CharField(
-        read_only=True, help_text="which run-time estimator the job's own estimate came from, or, with no "
-                                  "estimate, why (horizon passed, can never start, ...)")
+    estimate_note = serializers.SerializerMethodField(
+        help_text="which run-time estimator the job's own estimate came from, or, with no estimate, why (horizon "
+                  "passed, can never start, ...); a pending job the forecast has not seen yet (just submitted or "
+                  "requeued): \"estimate pending: the next forecast, within 60 s, gives one\"")
     estimated_at = serializers.DateTimeField(read_only=True, allow_null=True,
                                              help_text="cluster time of the snapshot the forecast ran from")
     reserved = serializers.JSONField(read_only=True, allow_null=True,
@@ -218,6 +230,13 @@ class JobSerializer(ModelSerializer):
         stall = self.context["cycle_stall"]
         return f"{stall}; {job.pending_reason}" if stall else job.pending_reason
 
+    def get_estimate_note(self, job) -> str:
+        if job.state != Job.State.PENDING or job.estimated_start is not None or job.estimate_note:
+            return job.estimate_note
+        from gpuplatform.scheduling.forecast import pending_note
+
+        return pending_note()
+
     def get_diagnosis(self, job) -> dict | None:
         failed = [a for a in self._attempt_rows(job) if a.failed and a.diagnosis]
         return failed[-1].diagnosis if failed else None
@@ -249,7 +268,7 @@ class SubgroupSerializer(Serializer):
     inside one domain of tier <= `group_highest_tier` (number or name)."""
 
     role = serializers.CharField(max_length=64)
-    group_size = count_field()
+    group_size = count_field(GROUP_SIZE_RULE)
     group_highest_tier = TierField()
     topology_mode = serializers.CharField(required=False, help_text="hard (default) | soft")
 
@@ -275,7 +294,9 @@ class JobSubmitSerializer(Serializer):
     numa = serializers.ChoiceField(choices=["prefer", "single"], default="prefer",
                                    help_text="prefer: each task's GPUs inside one NUMA node when one fits; single: "
                                              "always, or the job waits")
-    time_limit_seconds = count_field(required=False, allow_null=True, default=None)
+    time_limit_seconds = count_field(f"time_limit_seconds must be a whole number of seconds from 1 to "
+                                     f"{MAX_TIME_LIMIT_SECONDS} (366 days)", required=False, allow_null=True,
+                                     default=None)
     migratable = serializers.BooleanField(default=False, help_text="the job checkpoints on SIGTERM and resumes when "
                                                                    "restarted: the scheduler may move it to defragment")
     min_run_before_move_seconds = serializers.IntegerField(default=0, min_value=0, max_value=7 * 86400,
@@ -289,7 +310,8 @@ class JobSubmitSerializer(Serializer):
     env = serializers.JSONField(required=False, default=None, help_text="{NAME: value} for every task")
     working_dir = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     image = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
-    max_restarts = count_field(required=False, default=0, help_text="restarts of the whole gang after a task fails")
+    max_restarts = count_field(f"max_restarts must be a whole number from 0 to {MAX_RESTARTS}",
+                               required=False, default=0, help_text="restarts of the whole gang after a task fails")
     completion_role = serializers.CharField(max_length=64, required=False, allow_blank=True, default="",
                                             help_text="the role whose tasks all exiting 0 ends the job succeeded "
                                                       "(blank: every role)")
