@@ -125,7 +125,7 @@ def run(cmd, opts) -> None:
         rounder = threading.Thread(target=rounds, name="federation-round", daemon=True)
         rounder.start()
         example = Path(settings.BASE_DIR) / "examples" / "rendezvous.py"
-        from gpuplatform.management.commands.demo import demo_submit_queue
+        from gpuplatform.management.commands.demo import demo_submit_queue, token_line
 
         queue, note = demo_submit_queue()  # an open queue of team demo (a closed one is never named: trial 21, F14)
         if queue is None:
@@ -139,8 +139,7 @@ def run(cmd, opts) -> None:
             f"Log in as admin or demo (password {password}) on the manager or any worker.", "",
             f"Submit to the manager (the form at {api}/jobs/new/, gpuctl --api {api}, or REST); it places the job on "
             "one worker:",
-            f"  TOKEN=$(curl -s -X POST {api}/api/v1/auth-token/ -d username=demo -d password={password} "
-            "| python3 -c 'import json,sys; print(json.load(sys.stdin)[\"token\"])')",
+            token_line(api, password, "TOKEN", export=False),
             *([f"  curl -s -H \"Authorization: Token $TOKEN\" -H 'Content-Type: application/json' "
                f"{api}/api/v1/jobs/ -d '{{\"name\": \"hello\", \"queue\": \"{queue}\", \"command\": "
                f"[\"{sys.executable}\", \"{example}\", \"--sleep\", \"60\"], \"roles\": [{{\"name\": \"worker\", "

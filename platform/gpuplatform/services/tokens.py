@@ -59,15 +59,18 @@ def issue_api_token(user, *, ttl: timedelta | None = None, actor=None, purpose: 
 
 
 @transaction.atomic
-def revoke_api_tokens(user, *, token: AuthToken | None = None, actor=None) -> int:
-    """Revoke `token` (one of `user`'s AuthToken rows) or, without it, every token of `user`. Returns how
-    many were revoked; audited as `api_token_revoked`. Raises ValidationError ("token") for a token of
-    another user."""
+def revoke_api_tokens(user, *, token: AuthToken | None = None, keep: int = 0, actor=None) -> int:
+    """Revoke `token` (one of `user`'s AuthToken rows) or, without it, every token of `user` but its `keep`
+    newest (default none kept). Returns how many were revoked; audited as `api_token_revoked`. Raises
+    ValidationError ("token") for a token of another user."""
     if token is not None and token.user_id != user.pk:
         raise ValidationError({"token": "that token belongs to another user"})
     rows = AuthToken.objects.filter(user=user)
     if token is not None:
         rows = rows.filter(digest=token.digest)
+    elif keep > 0:
+        kept = list(rows.order_by("-created", "-digest").values_list("digest", flat=True)[:keep])
+        rows = rows.exclude(digest__in=kept)
     ids = [d[:12] for d in rows.values_list("digest", flat=True)]
     count = rows.delete()[0]
     if count:

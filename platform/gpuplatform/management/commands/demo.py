@@ -212,10 +212,33 @@ def listen_or_refuse(host: str, port: int):
             f"second demo on the same database refuses)") from exc
 
 
-def _token_line(api: str, password: str) -> str:
-    """The shell line the demos print to get user demo's API token into GPUCTL_TOKEN."""
-    return (f"  export GPUCTL_TOKEN=$(curl -s -X POST {api}/api/v1/auth-token/ -d username=demo "
-            f"-d password={password} | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"token\"])')")
+# Reads POST /api/v1/auth-token/'s answer on stdin: prints the token, or says what the server answered instead
+# (a 400 such as "demo already holds 20 unexpired tokens", a wrong password, nothing when it is not running) on
+# stderr and exits 1; never a traceback (new-user trial 22, G5: `...)["token"]` was a KeyError). README shows it.
+TOKEN_FROM_ANSWER = ("python3 -c 'import json,sys; r=sys.stdin.read(); a=json.loads(r) if r[:1]==\"{\" else {}; "
+                     "print(a[\"token\"]) if \"token\" in a else sys.exit(\"no token: \"+(r.strip() or "
+                     "\"no answer (is the server running?)\")[:1000])'")
+
+# The demos' users keep only their newest few API tokens across restarts (revoke_demo_tokens): a token in use in
+# a shell still works after a restart, and the printed token line never meets API_TOKENS_PER_USER (20).
+DEMO_TOKENS_KEPT = 5
+
+
+def token_line(api: str, password: str, variable: str = "GPUCTL_TOKEN", *, export: bool = True) -> str:
+    """The shell line the demos print to get user demo's API token into `variable`; on a refusal it prints the
+    server's answer and the line's status is 1 (the variable is set only with a token)."""
+    fetch = (f"{variable}=$(curl -s -X POST {api}/api/v1/auth-token/ -d username=demo -d password={password} "
+             f"| {TOKEN_FROM_ANSWER})")
+    return f"  {fetch} && export {variable}" if export else f"  {fetch}"
+
+
+def revoke_demo_tokens(users) -> None:
+    """Each of the demo's own `users` keeps its DEMO_TOKENS_KEPT newest API tokens; older ones are revoked (a
+    restart used to keep every one, so the printed token line met API_TOKENS_PER_USER after a few runs)."""
+    from gpuplatform import services
+
+    for user in users:
+        services.revoke_api_tokens(user, keep=DEMO_TOKENS_KEPT)
 
 
 def ensure_demo_team(password: str, gpus: int, warn=None):
@@ -260,6 +283,7 @@ def ensure_demo_team(password: str, gpus: int, warn=None):
     member, _ = User.objects.get_or_create(username="demo")
     member.set_password(password)
     member.save()
+    revoke_demo_tokens([admin, member])
     if not team.memberships.filter(user=member).exists():  # a role given since (admin) is kept: a team's
         services.add_member(team, member, "member")        # last admin cannot be demoted (services.tenancy)
     return team
@@ -420,6 +444,7 @@ class Command(BaseCommand):
         admin.set_password(admin_pw)
         admin.save()
         rows = [("admin", admin_pw, "platform admin (sees every team)")]
+        revoke_demo_tokens([admin])
         team_hash = make_password(team_pw)  # hashing is slow on purpose: once for every team user
         for team in Team.objects.order_by("name"):
             marker = f"{team.name}@demo.invalid"
@@ -430,6 +455,7 @@ class Command(BaseCommand):
                 continue  # a team created after the first run, or an account the demo did not make
             user.password = team_hash
             user.save(update_fields=["password"])
+            revoke_demo_tokens([user])
             if not Membership.objects.filter(user=user, team=team).exists():
                 services.add_member(team, user, "member")
             rows.append((team.name, team_pw, f"member of team {team.name}"))
@@ -787,7 +813,7 @@ class Command(BaseCommand):
         lines += [f"  {u:<6} password {p:<14} {r}" for u, p, r in users]
         lines += ["", "Submit a 2-node gang (Jobs > Submit, or):",
                   f"  export GPUCTL_API={api}",
-                  _token_line(api, users[1][1]),
+                  token_line(api, users[1][1]),
                   *submit_hint_lines(api, 'bash -c "echo rank $RANK on $SLURMD_NODENAME; sleep 60"', tasks=2, gpus=2,
                                      name="hello"),
                   f"  SLURM_CONF={local.conf} squeue       # the Slurm job; its id is on the job page",
@@ -870,7 +896,7 @@ class Command(BaseCommand):
         lines += [f"  {u:<6} password {p:<14} {r}" for u, p, r in users]
         lines += ["", "Submit a 2-task gang that rendezvous over TCP (Jobs > Submit, or):",
                   f"  export GPUCTL_API={api}",
-                  _token_line(api, users[1][1]),
+                  token_line(api, users[1][1]),
                   *submit_hint_lines(api, f"{sys.executable} {example} --sleep 60", tasks=2, gpus=1, name="rendezvous"),
                   "  gpuctl logs <job id> --follow       # its rank 0 output; gpuctl cancel <id> stops it",
                   "Ctrl-C stops the server, the agents and every task they run.", "=" * 72, ""]
@@ -883,8 +909,29 @@ class Command(BaseCommand):
             dead = [a.name for a in agents if not a.alive() and a.name not in reported]
             if dead:
                 reported.update(dead)
+                # The demo knows at once what heartbeat expiry would find only after HEARTBEAT_TIMEOUT_SECONDS +
+                # NODE_FAILURE_GRACE_SECONDS (3 min): report it now through failure handling's service function,
+                # so their jobs are requeued within seconds (new-user trial 22, G8: they stayed `running` 3.5 min)
+                from gpuplatform import clock as cluster_clock
+                from gpuplatform.scheduling.failures import agent_exited
+
+                requeued, stopping = [], []
+                for name in dead:
+                    try:
+                        found = agent_exited(name, at=cluster_clock.now(),
+                                             message="the local demo saw its process end; its tasks' supervisors "
+                                                     "stop them")
+                    except Exception as exc:  # noqa: BLE001 - heartbeat expiry still finds it; the demo goes on
+                        self._say(f"reporting agent {name}'s exit failed ({exc}); heartbeat expiry will find it")
+                        continue
+                    requeued += found.requeued
+                    stopping += found.stopping
+                jobs = sorted(set(requeued) | set(stopping))
                 self._say(f"agent(s) exited: {', '.join(dead)}; their tasks are being stopped by their supervisors, "
-                          f"and Ctrl-C checks that none is left (see {root}/<name>.log)")
+                          f"and Ctrl-C checks that none is left (see {root}/<name>.log); the node(s) are not_ready now"
+                          + (f" and job(s) {', '.join(map(str, jobs))} are requeued whole (after their tasks on other "
+                             f"nodes stop)" if jobs else "")
+                          + "; a restarted agent's registration brings its node back")
 
         try:
             self._run_until_stopped(stop, began, opts["duration_seconds"], every_second=watch_agents)
