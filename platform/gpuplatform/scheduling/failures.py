@@ -138,6 +138,55 @@ def detect_failures(now: datetime) -> FailureReport:
     return report
 
 
+def agent_exited(node_name: str, *, at: datetime, message: str = "", actor=None) -> FailureReport:
+    """A node's agent is known to have exited (the local demo watches its agents' processes; each runs with
+    --stop-tasks-on-exit, so its tasks' supervisors stop them with it): what heartbeat expiry does after
+    HEARTBEAT_TIMEOUT_SECONDS + NODE_FAILURE_GRACE_SECONDS, done now, in one transaction. The node goes not_ready
+    (node_states.transition: Event node_not_ready, reason "node agent exited: ..."; its next heartbeat, a new agent's
+    registration, brings it back), an Event node_failed names the jobs with tasks on it, and each such gang is
+    requeued whole through stops.stop_for_fault as a lost node's is (its tasks there counted ended at once, its
+    survivors elsewhere stopped first; backoff, no restart spent), the requeue's reason and data those of an agent's
+    own agent_exited report ("agent exited on n0: ...", {"cause": "agent_exited", "node": "n0"}: diagnosed
+    platform:agent_exited). New-user trial 22, G8: the demo said the agent had exited, and the job stayed running
+    in the API for 3.5 min, until the heartbeat timeout. A node already not_ready (or unknown, or not monitored)
+    changes nothing: a second call, or heartbeat expiry after this one, writes nothing more."""
+    report = FailureReport()
+    with transaction.atomic():
+        node = Node.objects.filter(name=node_name, state__in=MONITORED_STATES).only("id", "name", "state").first()
+        if node is None:
+            return report
+        words = f"node agent exited ({message})" if message else "node agent exited"
+        try:
+            gone = node_states.transition(node, Node.State.NOT_READY, at=at, reason=words, actor=actor,
+                                          data={"cause": "agent_exited"})
+        except ValidationError:  # its state changed meanwhile
+            gone = False
+        if not gone:
+            return report
+        report.not_ready.append(node.name)
+        on_node = _live_tasks(node_id=node.pk)
+        if on_node:
+            report.failed_nodes.append(node.name)
+            record_event("node_failed", f"{node.name}: {words}; tasks of {len(on_node)} job(s) on it failed",
+                         time=at, node_id=node.pk, actor=actor,
+                         data={"jobs": sorted(on_node), "cause": "agent_exited"})
+        for job_id, tasks in sorted(on_node.items()):
+            if all(t[5] == Task.State.RELEASING for t in tasks):
+                _fail({job_id: tasks}, at, report, "agent exited")
+                continue
+            labels = [f"{role}[{index}]" for _, role, index, _, _, _ in sorted(tasks, key=lambda t: (t[1], t[2]))]
+            ran = (f"task {labels[0]} ran, and the task was stopped" if len(labels) == 1
+                   else f"tasks {', '.join(labels)} ran, and they were stopped")
+            outcome = stop_for_fault(
+                job_id, at=at, actor=actor, spare_for=[node.name],
+                reason=f"agent exited on {node.name}: its node agent exited while {ran}",
+                data={"failed_tasks": [[role, index, node.name] for _, role, index, _, _, _ in tasks],
+                      "cause": "agent_exited", "node": node.name, "task": labels[0]})
+            {"requeued": report.requeued, "ended": report.ended, "stopping": report.stopping}.get(
+                outcome, []).append(job_id)
+    return report
+
+
 def _other_heartbeat_actions(rules, now: datetime) -> None:
     """The heartbeat rules whose action is not fail_tasks, on each not_ready node silent beyond their
     threshold: a `health_rule` Event once per rule and silence (its last heartbeat), and cordon / drain set
