@@ -22,10 +22,15 @@ class QueryIntegerField(serializers.IntegerField):
         return super().to_internal_value(number)
 
 
-def count_field(**kwargs) -> serializers.IntegerField:
-    """A whole number of GPUs / tasks / millicores / MiB / seconds; range rules are the services'."""
+def count_field(rule: str | None = None, low: str | None = None, **kwargs) -> serializers.IntegerField:
+    """A whole number of GPUs / tasks / millicores / MiB / seconds; range rules are the services'. `rule` (and
+    `low`, for a value below the range; default `rule`): the service's words for its range, said for a value
+    beyond the 32-bit column too, whatever its size (new-user trial 22, G11: tasks 10**23 was "less than or equal
+    to 2147483647" while the rule is at most 4096). Without them, DRF's words for the column's bounds."""
     kwargs.setdefault("min_value", -INT32_MAX)
     kwargs.setdefault("max_value", INT32_MAX)
+    if rule is not None:
+        kwargs["error_messages"] = {"max_value": rule, "min_value": low or rule, **kwargs.get("error_messages", {})}
     return serializers.IntegerField(**kwargs)
 
 

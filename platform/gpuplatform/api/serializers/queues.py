@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from ...models import Queue, Quota, Team
+from ...services.queues import MAX_GRACE_SECONDS
 from .base import ModelSerializer, Serializer
 from .fields import count_field, named_field, quota_field, weight_field
 
@@ -61,6 +62,10 @@ class QueueChangedSerializer(QueueSerializer):
         read_only_fields = QueueSerializer.Meta.fields
 
 
+# services.queues.queue_grace_error's words, for a value beyond 32 bits too (new-user trial 22, G11)
+GRACE_RULE = f"preemption_grace_seconds must be a whole number of seconds from 0 to {MAX_GRACE_SECONDS}"
+
+
 class QueueCreateSerializer(Serializer):
     name = serializers.CharField(max_length=100)
     parent = serializers.CharField(max_length=100, allow_null=True, required=False, default=None,
@@ -69,8 +74,8 @@ class QueueCreateSerializer(Serializer):
                        help_text="owning team (leaf queues)")
     weight = weight_field(default=1.0)
     state = serializers.CharField(default="open", max_length=16)
-    preemption_grace_seconds = count_field(default=30, help_text="seconds a preempted job gets to checkpoint "
-                                                                 "(0 to 86400)")
+    preemption_grace_seconds = count_field(GRACE_RULE, default=30,
+                                           help_text="seconds a preempted job gets to checkpoint (0 to 86400)")
     quotas = QuotaTripleSerializer(many=True, required=False, default=list)
 
 
@@ -81,7 +86,7 @@ class QueueUpdateSerializer(Serializer):
     state = serializers.CharField(required=False, max_length=16,
                                   help_text="closed while the queue has pending or live jobs gives closing: it "
                                             "takes no new jobs and becomes closed when its last job ends")
-    preemption_grace_seconds = count_field(required=False, help_text="seconds a preempted job gets to "
+    preemption_grace_seconds = count_field(GRACE_RULE, required=False, help_text="seconds a preempted job gets to "
                                                                       "checkpoint (0 to 86400)")
 
 
