@@ -324,6 +324,12 @@ PENDING_CODES: dict[str, str] = {
     "never_fits_node": "a role's GPUs per task exceed every node of its flavor",
     "never_fits_cpu": "a role's CPU per task exceeds every node it may run on",
     "never_fits_memory": "a role's memory per task exceeds every node it may run on",
+    "never_fits_cpu_gang": "the milli-CPU of a role's minimum tasks (or of all roles' together) can never be packed "
+                           "on the nodes they may run on",
+    "never_fits_memory_gang": "the memory of a role's minimum tasks (or of all roles' together) can never be packed "
+                              "on the nodes they may run on",
+    "never_fits_host_gang": "a role's minimum tasks can never be packed on the nodes it may run on by GPUs, CPU and "
+                            "memory together",
     "never_fits_numa": "numa: single, and a role's GPUs per task exceed every NUMA node",
     "never_fits_group": "a role's task group exceeds every domain of its group tier",
     "never_fits_tier": "this cluster has no domain of the job's highest tier",

@@ -3,7 +3,10 @@
 
 Capacity counts every node of the flavor in any state (a cordoned node may come back). A job never fits
 when a role's task is bigger than every node (in GPUs, milli-CPU or memory), or no domain of tier <= its cap holds its minimum by per-node
-packing at full capacity (sum over nodes of floor(node GPUs / GPUs per task) >= the role's minimum).
+packing at full capacity (sum over nodes of floor(node GPUs / GPUs per task) >= the role's minimum), or the
+cluster's nodes cannot hold a role's minimum by CPU and memory (host_gang_never_fits: per node, how many of
+its tasks fit by GPUs, milli-CPU and memory together, summed over the nodes it may use; exact for one role
+alone), or all roles' minimums together ask more milli-CPU or memory than the nodes they may use have.
 
 `never_fits(nodes, domains, roles, ...)` asks the same rule for a job not yet submitted (the platform's
 submission-time check), with the allocator's flavor rule and tier cap.
@@ -44,18 +47,21 @@ class Capacity:
     def __init__(self, state: ClusterState, cache: EngineCache | None = None):
         self.state = state
         tables = cache.feasibility(state.static, self._tables) if cache is not None else self._tables()
-        self.sizes, self.max_node, self._cache, self._fits_cache, self.max_zone, self.max_host = tables
+        self.sizes, self.max_node, self._cache, self._fits_cache, self.max_zone, self.max_host, self.hosts = tables
 
     def _tables(self) -> tuple:
         """(per domain: flavor -> Counter {node GPU count: nodes}, flavor -> largest node's GPUs, the
         never_fits memo, the domain_fits memo, flavor -> largest NUMA node's GPUs, flavor -> (largest
-        node's milli-CPU, largest node's memory in MiB), None where some node of the flavor is unconstrained)."""
+        node's milli-CPU, largest node's memory in MiB), None where some node of the flavor is unconstrained),
+        flavor -> Counter {(GPUs, milli-CPU, MiB; None = unconstrained): nodes})."""
         state, tree = self.state, self.state.tree
         sizes: list[dict[str, Counter]] = [defaultdict(Counter) for _ in tree.names]
         max_node: dict[str, int] = defaultdict(int)
         max_zone: dict[str, int] = defaultdict(int)
         max_host: dict[str, tuple[int | None, int | None]] = {}
+        hosts: dict[str, Counter] = defaultdict(Counter)
         for k, node in enumerate(state.nodes):
+            hosts[node.flavor][(node.gpus, node.cpu_milli or None, node.memory_mib or None)] += 1
             max_node[node.flavor] = max(max_node[node.flavor], node.gpus)
             max_zone[node.flavor] = max(max_zone[node.flavor], largest_numa_node(node))
             cpu, mem = max_host.get(node.flavor, (0, 0))
@@ -63,7 +69,7 @@ class Capacity:
                                      None if mem is None or not node.memory_mib else max(mem, node.memory_mib))
             for d in tree.node_chain[k]:
                 sizes[d][node.flavor][node.gpus] += 1
-        return sizes, max_node, {}, {}, max_zone, max_host
+        return sizes, max_node, {}, {}, max_zone, max_host, hosts
 
     def host_never_fits(self, role: RoleInfo, flavors: Iterable[str]) -> PendingReason | None:
         """Why one task of `role` fits no node of `flavors` on CPU or memory (a terminal PendingReason
@@ -85,6 +91,78 @@ class Capacity:
             if want > max(caps):
                 return PendingReason(code, f"role {role.name}: {want} {unit} per task exceeds every {where} node "
                                            f"(largest has {max(caps)})", terminal=True)
+        return None
+
+    def host_slots(self, role: RoleInfo, flavors: Iterable[str], resource: str | None = None) -> int | None:
+        """How many tasks of `role` the nodes of `flavors` hold at once, at full capacity: per node the fewest
+        of floor(GPUs / GPUs per task), floor(milli-CPU / per task) and floor(MiB / per task) (an unconstrained
+        node or an unasked resource does not limit), summed. `resource` "cpu_milli" or "memory_mib" counts that
+        resource alone. None when no node limits the role at all (unbounded). Exact for the role alone."""
+        total, bounded = 0, False
+        for flavor in flavors:
+            for (gpus, cpu, mem), n in self.hosts.get(flavor, {}).items():
+                fit = None
+                for want, have, what in ((role.gpus_per_task, gpus, None), (role.cpu_milli, cpu, "cpu_milli"),
+                                         (role.memory_mib, mem, "memory_mib")):
+                    if not want or have is None or resource is not None and what != resource:
+                        continue
+                    fit = have // want if fit is None else min(fit, have // want)
+                if fit is None:
+                    return None  # a node that holds any number of its tasks
+                total, bounded = total + fit * n, True
+        return total if bounded else None
+
+    def host_gang_never_fits(self, job: JobInfo, flavor: str | None) -> PendingReason | None:
+        """Why the job's minimum can never be packed on the cluster's nodes by milli-CPU or memory, whatever
+        else runs (a terminal never_fits_cpu_gang, never_fits_memory_gang or never_fits_host_gang), or None.
+        A GPU role's tasks run on nodes of `flavor` (None: of the flavors the role accepts, a heterogeneous
+        job), a CPU-only role's on any node it accepts. Per role (exact for the role alone): the nodes'
+        slots (host_slots) against its minimum; then all roles together (never wrong, not exact): the
+        milli-CPU and memory their minimums ask against what the nodes any of them may use have. Only asked
+        when some role asks milli-CPU or memory: a GPU-only job's answer is the GPU rule's."""
+        roles = [r for r in job.roles if r.effective_min and (r.cpu_milli or r.memory_mib)]
+        if not roles:
+            return None
+        units = {"cpu_milli": ("milli-CPU", "never_fits_cpu_gang"), "memory_mib": ("MiB of memory",
+                                                                                   "never_fits_memory_gang")}
+        used: set[str] = set()  # the flavors of the nodes any of `roles` may use
+        for role in roles:
+            mine = sorted((flavor,) if role.gpus_per_task and flavor is not None
+                          else role_flavors(role, self.hosts))
+            used.update(mine)
+            need = role.effective_min
+            where = "the cluster's nodes" if len(mine) == len(self.hosts) else f"the {'|'.join(mine)} nodes"
+            for attr, (unit, code) in units.items():
+                want = getattr(role, attr)
+                slots = self.host_slots(role, mine, attr) if want else None
+                if slots is not None and slots < need:
+                    return PendingReason(code, f"role {role.name}: needs {need} x {want} {unit} at once, {where} "
+                                               f"hold at most {slots} such tasks", terminal=True)
+            slots = self.host_slots(role, mine)
+            if slots is not None and slots < need:
+                asks = " + ".join(f"{v} {u}" for v, u in ((role.gpus_per_task, "GPUs"), (role.cpu_milli, "milli-CPU"),
+                                                           (role.memory_mib, "MiB of memory")) if v)
+                return PendingReason("never_fits_host_gang", f"role {role.name}: needs {need} x ({asks}) at once, "
+                                     f"{where} hold at most {slots} such tasks (GPUs, milli-CPU and memory "
+                                     f"together)", terminal=True)
+        if len(roles) < 2:
+            return None
+        for index, (attr, (unit, code)) in enumerate(units.items()):
+            need = sum(getattr(r, attr) * r.effective_min for r in roles)
+            if not need:
+                continue
+            have = 0
+            for f in used:
+                for key, n in self.hosts.get(f, {}).items():
+                    if key[1 + index] is None:
+                        have = None
+                        break
+                    have += key[1 + index] * n
+                if have is None:
+                    break
+            if have is not None and need > have:
+                return PendingReason(code, f"the job's minimum needs {need} {unit} in all, the nodes its roles may "
+                                           f"use have {have}", terminal=True)
         return None
 
     def cluster_gpus(self, flavor: str) -> int:
@@ -132,6 +210,9 @@ class Capacity:
         return reason
 
     def _check(self, job: JobInfo, flavor: str, cap: int | None) -> PendingReason | None:
+        return self._check_gpus(job, flavor, cap) or self.host_gang_never_fits(job, flavor)
+
+    def _check_gpus(self, job: JobInfo, flavor: str, cap: int | None) -> PendingReason | None:
         biggest = self.max_node.get(flavor, 0)
         for role in job.roles:
             if role.gpus_per_task > biggest:
@@ -208,7 +289,8 @@ def never_fits(nodes: Iterable[NodeInfo], domains: Iterable[DomainInfo], roles: 
                ) -> PendingReason | None:
     """Why a job of these roles and topology constraint can never run on this cluster, whatever else runs
     (a terminal PendingReason: never_fits_flavor, never_fits_node, never_fits_cpu, never_fits_memory,
-    never_fits_tier or never_fits_domain),
+    never_fits_numa, never_fits_group, never_fits_tier, never_fits_domain, never_fits_cpu_gang,
+    never_fits_memory_gang or never_fits_host_gang),
     or None when it may fit. The allocator's own rules, with topology on: the flavors every GPU role
     accepts (predicates.allowed_flavors), the tier cap (topology_policy.tier_cap), then
     Capacity.never_fits per flavor; the job never fits only when no flavor may hold it (the reason given
@@ -230,7 +312,8 @@ def mixed_never_fits(capacity: Capacity, job: JobInfo, flavors: Iterable[str], c
                      ) -> PendingReason | None:
     """The static rule for a job whose GPU roles share no flavor (a heterogeneous job): it never fits when
     a GPU role accepts no flavor of this cluster, or no flavor it accepts could hold that role alone
-    (Capacity.never_fits of the role by itself). None = it may fit."""
+    (Capacity.never_fits of the role by itself), or its roles' CPU and memory can never be packed on the
+    nodes they accept (Capacity.host_gang_never_fits, each GPU role on any flavor it accepts). None = it may fit."""
     present = set(flavors)
     for role in job.roles:
         if not role.gpus_per_task:
@@ -246,4 +329,4 @@ def mixed_never_fits(capacity: Capacity, job: JobInfo, flavors: Iterable[str], c
         reasons = [capacity.never_fits(alone, f, cap) for f in sorted(mine)]
         if all(r is not None for r in reasons):
             return reasons[0]
-    return None
+    return capacity.host_gang_never_fits(job, None)
