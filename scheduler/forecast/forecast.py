@@ -201,7 +201,10 @@ def forecast(snapshot: Snapshot, runtime: Runtime, *, config: CycleConfig | None
             if reason.terminal and job_id in state.pending:
                 state.drop(job_id)
                 if job_id in original:
-                    out.no_estimate[job_id] = f"can never start: {reason.message}"
+                    # the engine's own words when they say it already (never_fits_queue_quota's "can never start:
+                    # needs ..."), not said twice (new-user trial 22, G2)
+                    out.no_estimate[job_id] = reason.message if reason.message.startswith("can never start") \
+                        else f"can never start: {reason.message}"
                     wanted.discard(job_id)
         if not (wanted - out.starts.keys()):
             break
