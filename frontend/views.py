@@ -47,6 +47,18 @@ def _effective_today():
     return effective_utilization_today()
 
 
+def shared_apart_text(apart: dict) -> str:
+    """The allocation card's line for the GPUs in mode shared or mig that jobs hold (queries.shared_apart): the rate
+    leaves them out while the queue table's `used` counts their GPU-equivalents, so the card says so ("" when none).
+    New-user trial 22, G9: the card read "100.0 % 1 of 1 GPUs" beside queue demo "used 2"."""
+    gpus, jobs = apart["gpus"], apart["jobs"]
+    if not gpus:
+        return ""
+    return (f"+ {gpus} GPU{'s' if gpus != 1 else ''} shared by {jobs} job{'s' if jobs != 1 else ''} now "
+            f"({apart['gpu_equivalents']} GPU-equivalent{'' if apart['gpu_equivalents'] == 1 else 's'}), counted apart: GPUs in mode shared or MIG are not in the "
+            f"rate; the queue table's used counts them")
+
+
 def _numbers(sample, totals: dict) -> dict:
     """The headline numbers, formatted once for both the page and metrics.json."""
     return {
@@ -59,6 +71,7 @@ def _numbers(sample, totals: dict) -> dict:
         "schedulable_gpus": sample.schedulable_gpus if sample else None,
         # the cycle the sample figures above come from (the queue table's rows are live: new-user trial 8, F3)
         "sample_cycle": sample.cycle if sample else None,
+        "shared_apart": shared_apart_text(queries.shared_apart()),  # live, as the queue table
         "effective_utilization": _effective_today(),
         **{f"jobs_{k}": v for k, v in totals.items()},
     }

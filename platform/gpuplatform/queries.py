@@ -22,7 +22,8 @@ from .access import visible_jobs
 from .gpu_request import as_gpus, from_milli, role_per_task, shared_gpu_memory
 from .inputs import whole_number
 from .models import (
-    Allocation, ClusterSample, Domain, Event, Job, JobRole, Node, Queue, QueueSample, Quota, SchedulerCycle, Task, Team,
+    Allocation, ClusterSample, Domain, Event, Gpu, Job, JobRole, Node, Queue, QueueSample, Quota, SchedulerCycle, Task,
+    Team,
 )
 from .trees import Tree
 
@@ -269,6 +270,17 @@ def queue_gpu_milli() -> tuple[dict[int, int], dict[int, int]]:
         .annotate(n=Sum(role_gpu_milli(gpu_memory=shared_gpu_memory()))).order_by().values_list("job__queue_id", "n")
     )
     return used, demand
+
+
+def shared_apart() -> dict:
+    """What the allocation rate leaves out and the queues' `used` counts (docs/concepts.md, Metrics): the live
+    allocations on GPUs in mode shared or mig, which are neither schedulable nor free. {"gpus": GPUs holding one,
+    "jobs": jobs holding them, "gpu_equivalents": their GPU-equivalents (as queue_gpu_milli counts them)}. One
+    query; the cluster page's allocation card says it (new-user trial 22, G9)."""
+    row = Allocation.objects.filter(released_at__isnull=True, gpu__sharing__in=(Gpu.Sharing.SHARED, Gpu.Sharing.MIG)
+                                    ).aggregate(gpus=Count("gpu_id", distinct=True), jobs=Count("job_id", distinct=True),
+                                                milli=Sum(allocation_gpu_milli()))
+    return {"gpus": row["gpus"], "jobs": row["jobs"], "gpu_equivalents": from_milli(row["milli"] or 0)}
 
 
 def queue_job_counts(subtree: bool = False) -> dict[int, tuple[int, int]]:
