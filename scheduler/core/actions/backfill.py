@@ -31,7 +31,7 @@ from typing import Callable
 from ..jobindex import FactTuple
 from ..plugins.quota import INF
 from ..session import Session
-from ..snapshot import Binding, JobInfo, PendingReason, Snapshot
+from ..snapshot import Binding, JobInfo, PendingReason, Snapshot, utc_iso
 from ..trial import Trial, release_binding
 
 BACKFILL = "backfill"  # the hold key of the EASY reservation's GPUs
@@ -122,7 +122,8 @@ class Reservations:
         self.until = start
         self.estimated_start[job.id] = start
         session.holds.hold(BACKFILL, placement.tasks)
-        return PendingReason(reason.code, f"{reason.message}; reserved, estimated start t={start:.0f}s")
+        # the start as a time people read (new-user trial 22b: "estimated start t=1796360762s"), as backoff's retry
+        return PendingReason(reason.code, f"{reason.message}; reserved, estimated start {utc_iso(start)}")
 
     @property
     def drains(self) -> int:
