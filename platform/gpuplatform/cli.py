@@ -18,7 +18,7 @@
 What a job runs (docs/execution.md): `--command` is one line split like a shell would (shlex), or the argv
 is everything after `--`; `--env NAME=VALUE` may be repeated; `--time-limit` is in seconds. With `--file`,
 these flags and the job's own (--name, --queue, --team, --priority, --no-preempt, --topology, --highest-tier,
---numa), when given, override the file's fields; the role flags (--role, --tasks, --gpus, --cpu-milli,
+--numa), when given, override the file's fields; the role flags (--role, --tasks, --gpus, --cpu-milli, --memory-mib,
 --min-available, --flavor, --group-size, --group-tier) are refused with it (exit 2): set roles in the file. `logs` prints a task's combined stdout/stderr (the
 first task unless `--task`); `--follow` keeps polling every 2 s until the task has ended. With nothing to show,
 `logs` says why on stderr (not started yet, no output, or a simulated job or node that runs no process, which
@@ -324,7 +324,7 @@ def _tier_arg(value: str | None):
 
 # the submit flags that shape the single role built from flags; with --file (whose roles are a list) they are refused
 ROLE_FLAGS = (("--role", "role"), ("--tasks", "tasks"), ("--gpus", "gpus"), ("--cpu-milli", "cpu_milli"),
-              ("--min-available", "min_available"), ("--flavor", "flavor"), ("--group-size", "group_size"),
+              ("--memory-mib", "memory_mib"), ("--min-available", "min_available"), ("--flavor", "flavor"), ("--group-size", "group_size"),
               ("--group-tier", "group_tier"))
 
 
@@ -362,8 +362,10 @@ def submit_body(a) -> dict:
         role["gpus_per_task"] = gpus
     if a.min_available is not None:
         role["min_available"] = a.min_available
-    if a.cpu_milli:
+    if a.cpu_milli is not None:  # any value given goes to the server, whose rule names it (0: none asked)
         role["cpu_milli"] = a.cpu_milli
+    if a.memory_mib is not None:  # (new-user trial 22b: the API takes memory_mib, gpuctl had no flag for it)
+        role["memory_mib"] = a.memory_mib
     if a.group_size is not None or a.group_tier is not None:
         role.update(group_size=a.group_size, group_highest_tier=_tier_arg(a.group_tier))
     body = {"name": a.name, "queue": a.queue, "priority": a.priority or 0, "roles": [role],
@@ -652,7 +654,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tasks", type=int, help="tasks (default 1)")
     s.add_argument("--gpus", type=_gpus_arg,
                    help="GPUs per task (default 1): a whole number, or a fraction of one shared GPU such as 0.5")
-    s.add_argument("--cpu-milli", type=int)
+    s.add_argument("--cpu-milli", type=int, help="milli-CPU per task (1000 = one core; default none asked)")
+    s.add_argument("--memory-mib", type=int, help="memory per task in MiB (default none asked)")
     s.add_argument("--min-available", type=int)
     s.add_argument("--flavor", help="GPU model(s), e.g. H100 or 'H100|A100'")
     s.add_argument("--priority", type=int, help="default 0")

@@ -439,3 +439,18 @@ def test_set_quota_patches_only_the_values_given(api, capsys):
         {"queue": "alpha", "flavor": "H100", "guarantee": 1, "quota": 3, "limit": 4})
     assert cli.main([*API, "set-quota", "alpha", "H100", "--quota", "3"]) == 0, capsys.readouterr().err
     assert [c for c in api.calls if c[0] == "PATCH"] == [("PATCH", "/api/v1/quotas/3/", {"quota": 3})]
+
+
+def test_submit_sends_cpu_and_memory_per_task(api, capsys):
+    """--memory-mib (new-user trial 22b: the API takes memory_mib, gpuctl refused the flag) and --cpu-milli go into
+    the role as given, so the server's rule names a bad value; with --file they are refused like the other role flags."""
+    code = cli.main([*API, "submit", "--queue", "alpha", "--name", "x", "--cpu-milli", "1500", "--memory-mib", "4096",
+                     "--", "sleep", "5"])
+    assert code == 0, capsys.readouterr().err
+    role = sent_body(api)["roles"][0]
+    assert (role["cpu_milli"], role["memory_mib"]) == (1500, 4096)
+    code = cli.main([*API, "submit", "--queue", "alpha", "--name", "x", "--memory-mib", "-5", "--", "sleep", "5"])
+    posts = [c for c in api.calls if c[0] == "POST"]
+    assert code == 0 and posts[-1][2]["roles"][0]["memory_mib"] == -5  # sent: the server refuses it by name
+    with pytest.raises(cli.UsageError, match="--memory-mib cannot be combined with --file"):
+        cli.submit_body(cli.build_parser().parse_args(["submit", "--file", "job.json", "--memory-mib", "10"]))
