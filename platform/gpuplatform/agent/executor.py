@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 __all__ = ["ProcessExecutor", "ExecutorError", "task_env", "container_argv", "container_name", "ProcStat",
            "proc_stat", "scan_proc", "descendants", "SUPERVISOR", "RUNTIMES", "SECRET_NAMES", "SECRET_PREFIXES",
-           "AGENT_EXITED", "agent_gone_message"]
+           "AGENT_EXITED", "agent_gone_message", "agent_exited_stop_message"]
 
 log = logging.getLogger("gpuplatform.agent.executor")
 
@@ -187,6 +187,15 @@ def agent_gone_message(pid: int, exit_code: int | None, sig: int | None) -> str:
            f"exit code {exit_code & 0xFF}" if exit_code is not None else "no exit status")
     return (f"the node agent (pid {pid}) exited while the task ran; its supervisor stopped the task (the agent runs "
             f"with --stop-tasks-on-exit): it ended with {how}")
+
+
+def agent_exited_stop_message(exit_code: int | None, sig: int | None) -> str:
+    """The "lost" message of a task stopped by stop(..., cause=AGENT_EXITED): its agent had exited and what stopped
+    the agents (the local demo's stop_tasks_in) stopped the task before its supervisor saw the agent gone."""
+    how = (f"signal {sig} ({_sig_name(sig)})" if sig is not None else
+           f"exit code {exit_code & 0xFF}" if exit_code is not None else "no exit status")
+    return (f"the node agent exited while the task ran; the task was stopped with it (the demo stopping its agents and "
+            f"their tasks): it ended with {how}")
 
 
 def _kill(pid: int, sig: int) -> None:
@@ -564,11 +573,15 @@ class ProcessExecutor:
         self._maybe_done(key)
         return stopping
 
-    def stop(self, key: Key, deadline_monotonic: float) -> bool:
+    def stop(self, key: Key, deadline_monotonic: float, *, cause: str | None = None) -> bool:
         """Stop the task: SIGTERM now to its process group and to every descendant of its supervisor, SIGKILL
         to all of them once time.monotonic() >= deadline_monotonic (enforced here and by poll(); for a
         container also `<runtime> kill <name>`). Idempotent: a second call only moves the deadline earlier.
-        Returns False when the task is not running here (unknown, not started or already ended)."""
+        cause=AGENT_EXITED: the task is stopped because its agent exited (local.stop_tasks_in, after the demo stopped
+        the agents): saved in meta.json's "stop" before the SIGTERM, so however the task then ends it is reported lost
+        with that cause, as when its supervisor saw the agent gone first (trial 22: a SIGTERMed demo's job failed on
+        one task's "exit code 143" while the other was lost, agent_exited). Returns False when the task is not running
+        here (unknown, not started or already ended)."""
         key = tuple(key)
         m = self._meta.get(key)
         if m is None or not m.get("pid") or m.get("result") is not None:
@@ -576,15 +589,19 @@ class ProcessExecutor:
         st = m.get("stop")
         if st is None or st.get("boot_id") != self._boot:
             m["stop"] = {"deadline": float(deadline_monotonic), "boot_id": self._boot, "requested_at": time.time(),
-                         "killed": False, "container_killed": False}
+                         "killed": False, "container_killed": False, **({"cause": cause} if cause else {})}
             self._save(key)
             self._stop_file(key, deadline_monotonic)  # before the SIGTERM: the supervisor reads it (supervise.py, 5)
             self._signal(key, signal.SIGTERM)
             log.info("stopping task %s-%s: SIGTERM, SIGKILL in %.1f s", *key, deadline_monotonic - time.monotonic())
-        elif deadline_monotonic < st["deadline"]:
-            st["deadline"] = float(deadline_monotonic)
-            self._save(key)
-            self._stop_file(key, deadline_monotonic)
+        else:
+            if cause and not st.get("cause"):
+                st["cause"] = cause
+                self._save(key)
+            if deadline_monotonic < st["deadline"]:
+                st["deadline"] = float(deadline_monotonic)
+                self._save(key)
+                self._stop_file(key, deadline_monotonic)
         self._enforce(key, time.monotonic())
         return True
 
@@ -735,6 +752,14 @@ class ProcessExecutor:
                 # spending a restart)
                 return {"lost": agent_gone_message(gone, data.get("exit_code"), data.get("signal")),
                         "cause": AGENT_EXITED}
+        if (m.get("stop") or {}).get("cause") == AGENT_EXITED:
+            # stopped because its agent had exited, before its supervisor saw the agent gone: the same platform fault
+            sig = data.get("signal") if data is not None and isinstance(data.get("signal"), int) else None
+            code = data.get("exit_code") if data is not None and isinstance(data.get("exit_code"), int) else None
+            if sig is None and code is None and rc is not None and rc < 0:
+                sig = -rc
+            return {"lost": agent_exited_stop_message(code, sig), "cause": AGENT_EXITED}
+        if data is not None:
             if isinstance(data.get("signal"), int):
                 return {"signal": data["signal"]}
             if isinstance(data.get("exit_code"), int):
@@ -794,7 +819,7 @@ class ProcessExecutor:
                 if m.get("refused") and not m.get("stop"):  # a refused start whose stop the last agent did not make
                     self.stop(key, time.monotonic() + self.supervisor_grace)
                 continue
-            if status:
+            if status or (m.get("stop") or {}).get("cause") == AGENT_EXITED:
                 m["result"] = self._result_of(key, None)
             elif m.get("stop") and m["stop"].get("killed"):
                 m["result"] = {"signal": int(signal.SIGKILL)}

@@ -146,8 +146,10 @@ def leftover_processes(agents: list[LocalAgent], *, tasks: bool = True,
 
 def stop_tasks_in(work_dirs: list[Path], *, grace: float = 5.0) -> None:
     """Stop every task an agent started under `work_dirs` (SIGTERM, SIGKILL after `grace`) and wait until
-    none is left (at most grace + 5 s). For agents that are no longer running."""
-    from .executor import ProcessExecutor
+    none is left (at most grace + 5 s). For agents that are no longer running: each task is stopped with
+    cause=AGENT_EXITED, so it is reported lost (agent_exited, the platform's fault) whether its supervisor or this
+    stop came first (trial 22: a SIGTERMed demo's task recorded "exit code 143", failing its job)."""
+    from .executor import AGENT_EXITED, ProcessExecutor
 
     executors = []
     for work_dir in work_dirs:
@@ -155,7 +157,7 @@ def stop_tasks_in(work_dirs: list[Path], *, grace: float = 5.0) -> None:
             ex = ProcessExecutor(str(work_dir))
             ex.recover()
             for key in ex.live_keys():
-                ex.stop(key, time.monotonic() + grace)
+                ex.stop(key, time.monotonic() + grace, cause=AGENT_EXITED)
             executors.append(ex)
     end = time.monotonic() + grace + 5
     while time.monotonic() < end and any(ex.live_keys() for ex in executors):

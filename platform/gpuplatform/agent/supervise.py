@@ -36,7 +36,9 @@ the agent (pid N) is gone: stopping the task" into output.log and terminates the
 that it stopped the task for that reason: {"signal": 15, "agent_gone": N} (or {"exit_code": n, "agent_gone": N}:
 how the task ended after this stop, N the watched agent's pid). The next agent reports such a task lost because
 its agent exited, the platform's fault (executor._result_of), not the task's own end. A task that ended on its
-own before the agent was seen gone has no "agent_gone". Polling rather than
+own before the agent was seen gone has no "agent_gone"; one whose main process is reaped once the agent is already
+gone (stopped by whatever stopped the agent, before the next look) has it too, unless it exited 0 unasked (no
+stop.json). Polling rather than
 PR_SET_PDEATHSIG: the supervisor runs in a session of its own, the death signal follows the agent's *thread*
 that forked it (not the process), and a signal the supervisor set for itself could be missed if the agent died
 before the prctl; a /proc read every WATCH_SECONDS has none of these gaps.
@@ -303,10 +305,23 @@ def _watched_alive(watch: tuple[int, int | None]) -> bool:
     return st is not None and st[0] not in ("Z", "X") and (watch[1] is None or st[2] == watch[1])
 
 
-def _wait_child(child_pid: int, watch: tuple[int, int | None] | None, grace: float, log_fh) -> dict:
+def _gone_at_end(watch: tuple[int, int | None] | None, result: dict, task_dir: str | None) -> bool:
+    """True when the task's main process ended (`result`) after the watched agent was gone though this supervisor had
+    not yet seen it (it looks every WATCH_SECONDS): a stop of the agent's tasks that came first (the local demo's
+    stop_tasks_in, stop.json written, or a SIGTERM to the agent's and the task's processes at once) is the same
+    platform fault (trial 22: one task of a gang read "exit code 143", failing its job). A clean exit 0 that nobody
+    asked for (no stop.json) stays the task's own end."""
+    if not watch or _watched_alive(watch):
+        return False
+    return result != {"exit_code": 0} or (task_dir is not None and _stop_deadline(task_dir) is not None)
+
+
+def _wait_child(child_pid: int, watch: tuple[int, int | None] | None, grace: float, log_fh,
+                task_dir: str | None = None) -> dict:
     """Reap children until `child_pid` exits; its result ({"exit_code": n} or {"signal": s}). With `watch`: poll,
     and once the watched agent is gone terminate the task's whole tree (SIGTERM, `grace` seconds, SIGKILL until the
-    child is reaped); the result then also has "agent_gone": the watched pid (this stop, not the task, ended it)."""
+    child is reaped); the result then also has "agent_gone": the watched pid (this stop, not the task, ended it), as
+    it has when the agent is found gone as the child is reaped (_gone_at_end)."""
     kill_at = None
     while True:
         try:
@@ -316,7 +331,12 @@ def _wait_child(child_pid: int, watch: tuple[int, int | None] | None, grace: flo
         except ChildProcessError:  # cannot happen while the child is unreaped; be safe
             return {"exit_code": 1, **({"agent_gone": watch[0]} if kill_at is not None else {})}
         if pid == child_pid:
-            return {**_status_result(status), **({"agent_gone": watch[0]} if kill_at is not None else {})}
+            result = _status_result(status)
+            if kill_at is not None or _gone_at_end(watch, result, task_dir):
+                if kill_at is None:
+                    _log_line(log_fh, f"the agent (pid {watch[0]}) is gone: the task ended as it was stopped with it")
+                result["agent_gone"] = watch[0]
+            return result
         if pid:
             continue  # an orphan re-parented to us: reaped, look again at once
         if kill_at is None and not _watched_alive(watch):
@@ -356,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
                 _log_line(log_fh, f"cannot start {command[0]!r}: {exc.strerror or exc}")
             _write_json(exit_path, {"exit_code": code})
             return 0
-        result = _wait_child(child.pid, watch, grace, log_fh)
+        result = _wait_child(child.pid, watch, grace, log_fh, task_dir)
         child.returncode = 0  # reaped by us: keep Popen from waiting on it again
         _cleanup(grace, task_dir)
         if result.get("signal") == signal.SIGKILL or result.get("exit_code") == 128 + signal.SIGKILL:
