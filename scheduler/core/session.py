@@ -503,7 +503,7 @@ class Session:
     def _off_text(self, flavor: str) -> str:
         """For a whole-GPU gang short of free GPUs: the GPUs of `flavor` on schedulable nodes in mode shared or
         mig (sharing.py: they take fractions or MIG instances only, never a whole-GPU task, so they are not
-        counted free), as " (N more ... )", or "" when there are none (a cluster without sharing: unchanged).
+        counted free), as " (N more ... )", then those taking no work now (_out_text); "" when there are none.
         Worked out once per flavor in a cycle."""
         text = self._off.get(flavor)
         if text is None:
@@ -513,10 +513,26 @@ class Session:
     def _off_count(self, flavor: str) -> str:
         off = sum(1 for n in self.snapshot.nodes if n.gpu_modes and n.flavor == flavor and n.schedulable
                   for m in n.gpu_modes[:n.gpus] if m in ("shared", "mig"))
-        if not off:
+        text = "" if not off else (f" (+{off} in mode shared or mig: {'it takes' if off == 1 else 'they take'} "
+                                   f"fractions or MIG instances only, not whole-GPU tasks)")
+        return text + self._out_text(flavor, off)
+
+    def _out_text(self, flavor: str, off: int) -> str:
+        """The GPUs of `flavor` that take no work now: on nodes not ready, draining, cordoned or held as hot spares,
+        or unhealthy (the cluster's GPUs less those ClusterState counts healthy and the `off` GPUs in mode shared or
+        mig, which it does not count either), as " (+N on nodes taking no work now ...)", or "" when every GPU may
+        take work (new-user trial 22b: a gang waiting for a dead node
+        read "needs 4 H200 GPUs at once; 0 free", nothing saying half the cluster was not ready)."""
+        state = self.state
+        total = state.static.flavor_gpus.get(flavor, 0)
+        if len(state.static.flavor_gpus) == 1:
+            usable = sum(state.healthy_gpus)
+        else:
+            usable = sum(h for n, h in zip(state.nodes, state.healthy_gpus) if n.flavor == flavor)
+        out = total - usable - off
+        if out <= 0:
             return ""
-        return (f" (+{off} in mode shared or mig: {'it takes' if off == 1 else 'they take'} fractions or MIG "
-                f"instances only, not whole-GPU tasks)")
+        return f" (+{out} on nodes taking no work now: not ready, draining, cordoned or spare; or unhealthy)"
 
     def enclosing(self, d: int, nodes: list[int]) -> int:
         """The lowest domain at or above domain d that holds every node index in `nodes`."""

@@ -58,3 +58,21 @@ def test_gang_short_of_free_gpus_without_sharing_keeps_its_message():
     cluster = [NodeInfo(name="a", flavor="H200", gpus=2, used=frozenset({0})), NodeInfo(name="b", flavor="H200", gpus=2)]
     r = cycle(cluster, [gang()])
     assert r.pending["gang"].message == "needs 4 H200 GPUs at once; 3 free"
+
+
+def test_gang_short_of_free_gpus_names_the_gpus_taking_no_work():
+    """New-user trial 22b: a gang waiting for a dead node read "needs 4 H200 GPUs at once; 0 free" (nothing said half
+    the cluster was not ready): the GPUs on nodes taking no work now, or unhealthy, are named apart."""
+    busy = NodeInfo(name="local-0", flavor="H200", gpus=2, used=frozenset({0, 1}))
+    down = NodeInfo(name="local-1", flavor="H200", gpus=2, state="not_ready")
+    r = cycle([busy, down], [gang()])
+    assert r.pending["gang"].message == ("needs 4 H200 GPUs at once; 0 free (+2 on nodes taking no work now: not "
+                                         "ready, draining, cordoned or spare; or unhealthy)")
+    sick = NodeInfo(name="local-1", flavor="H200", gpus=2, unhealthy=frozenset({1}))
+    shared = NodeInfo(name="local-2", flavor="H200", gpus=2, gpu_modes=("shared", "exclusive"))
+    r = cycle([busy, sick, shared], [gang(tasks=6)])
+    assert r.pending["gang"].message == (
+        "needs 6 H200 GPUs at once; 2 free (+1 in mode shared or mig: it takes fractions or MIG instances only, not "
+        "whole-GPU tasks) (+1 on nodes taking no work now: not ready, draining, cordoned or spare; or unhealthy)")
+    assert cycle([busy, NodeInfo(name="local-1", flavor="H200", gpus=2)], [gang()]).pending["gang"].message == (
+        "needs 4 H200 GPUs at once; 2 free")
