@@ -472,7 +472,9 @@ def describe(why: Why, name: Callable[[Hashable], str] = lambda j: f"job {j}",
     if why.cause == "added_nodes":
         return f"starts earlier: on GPUs of the nodes the change adds, {at}"
     if why.cause == "cancelled":
-        return f"starts earlier: on the GPUs of {other}, which the change cancels, {at}"
+        # the moment first, next to the start it dates (new-user trial 22b: "..., which the change cancels, in 10 min"
+        # read as if the cancel came in 10 min)
+        return f"starts earlier, {at}: on GPUs of {other} (some at least), which the change cancels"
     if why.cause == "drained_nodes":
         return f"starts later: the GPUs it would start on {at} are on nodes the change drains"
     if why.cause == "reordered":

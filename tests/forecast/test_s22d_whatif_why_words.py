@@ -30,7 +30,8 @@ def test_a_cancel_names_the_cancelled_job_not_one_whose_start_does_not_move():
     assert (out.before["j11"].start, out.after["j11"].start) == (3000.0, 100.0)
     assert "j10" not in out.why
     assert (out.why["j11"].cause, out.why["j11"].job) == ("cancelled", "j7")
-    assert describe(out.why["j11"]) == "starts earlier: on the GPUs of job j7, which the change cancels, at 100 s"
+    assert describe(out.why["j11"]) == ("starts earlier, at 100 s: on GPUs of job j7 (some at least), which the "
+                                        "change cancels")
 
 
 def _f(start):
