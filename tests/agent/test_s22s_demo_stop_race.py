@@ -94,6 +94,17 @@ def test_a_stop_with_cause_agent_exited_is_reported_lost_however_the_task_ends(t
     """The executor's side alone (a supervisor that watches no agent, so exit.json has no agent_gone): stop(...,
     cause=AGENT_EXITED) makes the task lost with that cause, its SIGTERM's exit code named in the message."""
     ex = ProcessExecutor(str(tmp_path / "w"), supervisor_grace=0.5)
+    try:
+        _stop_with_cause(ex, tmp_path)
+    finally:  # a failed assertion leaves no task running (each stop's supervisor kills at its deadline)
+        for key in ((5, 0), (6, 0)):
+            try:
+                ex.stop(key, time.monotonic())
+            except Exception:  # noqa: BLE001 (already ended, or never started)
+                pass
+
+
+def _stop_with_cause(ex, tmp_path) -> None:
     key = (5, 0)
     assert ex.start(assignment(5, "trap 'exit 143' TERM; echo up; while :; do sleep 0.05; done")) == "started"
     wait_for(lambda: _says_up(tmp_path / "w" / "tasks" / "5-0" / "output.log"), 10, "the task to run")
