@@ -44,17 +44,6 @@ def _supervise(task_dir: Path, agent: subprocess.Popen, script: str, grace: floa
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-@pytest.fixture
-def procs():
-    """Processes a test started: killed and reaped at the end, whatever happened."""
-    started: list[subprocess.Popen] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=10)
-
-
 @pytest.mark.parametrize("script, end", [
     ("setsid sleep 300 & exec sleep 301", {"signal": 15}),
     ("trap 'exit 0' TERM; while :; do sleep 0.05; done", {"exit_code": 0}),  # a task that quits cleanly on SIGTERM

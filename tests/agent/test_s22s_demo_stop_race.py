@@ -37,16 +37,6 @@ time.sleep(600)
 """
 
 
-@pytest.fixture
-def procs():
-    started: list[subprocess.Popen] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=10)
-
-
 def _says_up(path: Path) -> bool:
     try:
         return path.read_text().startswith("up")
