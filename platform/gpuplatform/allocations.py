@@ -16,20 +16,24 @@ demo's workload reset) locks the job and task tables EXCLUSIVE first, waiting fo
 Migration 0024_e2e10 dropped allocation.gpu_id's constraint too (13,035 row-by-row checks per headline cycle):
 `write_allocations` checks the GPU ids in one statement with the same lock (FOR KEY SHARE on the GPU rows), and a
 deferred constraint trigger on the GPU table refuses, at the deleter's commit, the delete (or re-keying) of a GPU an
-allocation names: a delete waits for the writer's lock, then sees its allocation (the migration's docstring). The MIG
-instance's foreign key keeps its constraint. The same migration dropped task.node_id's: every writer of a task's node
-calls `check_nodes` (the cycle's starts and growth, the Slurm backend's re-placement), and the node table has the
-same trigger.
+allocation names: a delete waits for the writer's lock, then sees its allocation (the migration's docstring). The same
+migration dropped task.node_id's: every writer of a task's node calls `check_nodes` (the cycle's starts and growth, the
+Slurm backend's re-placement), and the node table has the same trigger.
+
+Migration 0033_deferred_fk dropped the last one, allocation.mig_instance_id's: PostgreSQL queues a deferred foreign
+key's check for every row inserted, null or not, and runs the queue at the commit (13,035 null checks per headline
+cycle); `check_mig_instances` checks the instances named (none, for whole GPUs and fractions) with the same lock, and
+the MIG instance table has the same trigger.
 """
 from __future__ import annotations
 
 from django.db import IntegrityError
 
 from . import bulk
-from .models import Allocation, Gpu, Node, Task
+from .models import Allocation, Gpu, MigInstance, Node, Task
 
-__all__ = ["ALLOCATION_FIELDS", "check_gpus", "check_nodes", "check_references", "check_updated_tasks",
-           "write_allocation_batches", "write_allocations"]
+__all__ = ["ALLOCATION_FIELDS", "check_gpus", "check_mig_instances", "check_nodes", "check_references",
+           "check_updated_tasks", "write_allocation_batches", "write_allocations"]
 
 # The columns of write_allocations' rows, in order.
 ALLOCATION_FIELDS = ("task_id", "gpu_id", "job_id", "created_at", "gpu_milli", "gpu_memory_mib", "mig_instance_id")
@@ -39,10 +43,10 @@ def write_allocations(rows, *, check: bool = True) -> int:
     """Insert allocations: `rows` = [(task id, GPU id, job id, created_at, gpu_milli, gpu_memory_mib, MIG instance id
     or None)] (ALLOCATION_FIELDS). Returns how many were written. Raises django.db.IntegrityError when a GPU or MIG
     instance already has a live allocation (the partial unique indexes: the caller's savepoint rolls back) or, when
-    `check` (the default), when a task is missing or is not a task of the job named, or a GPU is missing (above); a
-    missing MIG instance fails at its foreign key's check (deferred: at the commit).
-    `check=False`: the caller runs the checks itself later in the same transaction, check_gpus and check_references
-    (or check_updated_tasks: the cycle, with its task update)."""
+    `check` (the default), when a task is missing or is not a task of the job named, or a GPU or MIG instance is
+    missing (above).
+    `check=False`: the caller runs the checks itself later in the same transaction, check_gpus, check_mig_instances
+    and check_references (or check_updated_tasks: the cycle, with its task update)."""
     rows = rows if isinstance(rows, list) else list(rows)
     if not rows:
         return 0
@@ -50,6 +54,7 @@ def write_allocations(rows, *, check: bool = True) -> int:
     if check:
         check_references(rows)
         check_gpus(rows)
+        check_mig_instances(rows)
     return len(rows)
 
 
@@ -57,12 +62,14 @@ def write_allocation_batches(batches) -> int:
     """Insert allocations that come in batches (an iterable of lists of rows as write_allocations takes them), in one
     statement (bulk.insert_batches: on PostgreSQL one COPY that sends each batch as it comes, so the server inserts one
     while the caller builds the next). Returns how many were written. The unique indexes as write_allocations'; the
-    references are NOT checked here: the caller runs check_gpus and check_references (or check_updated_tasks) later in
+    references are NOT checked here: the caller runs check_gpus, check_mig_instances and check_references (or
+    check_updated_tasks) later in
     the same transaction (the scheduling cycle's fast path, with its task update), as write_allocations(check=False)."""
     return bulk.insert_batches(Allocation, ALLOCATION_FIELDS, batches)
 
 
 _GPU_AT = ALLOCATION_FIELDS.index("gpu_id")
+_MIG_AT = ALLOCATION_FIELDS.index("mig_instance_id")
 
 
 def check_gpus(rows, together: bulk.Together | None = None) -> bulk.Pending | None:
@@ -74,6 +81,18 @@ def check_gpus(rows, together: bulk.Together | None = None) -> bulk.Pending | No
     if together is not None:
         return together.lock_keys(Gpu, ids, what="allocation.gpu_id")
     bulk.lock_keys(Gpu, ids, what="allocation.gpu_id")
+    return None
+
+
+def check_mig_instances(rows, together: bulk.Together | None = None) -> bulk.Pending | None:
+    """allocation.mig_instance_id's check (migration 0033_deferred_fk): every MIG instance the rows name exists, locked
+    FOR KEY SHARE until the transaction ends (one statement; none when no row names one), so none can be deleted
+    before the commit (and a delete after it fails at the instance table's trigger). Raises django.db.IntegrityError.
+    `together`: as check_gpus'."""
+    ids = [r[_MIG_AT] for r in rows if r[_MIG_AT] is not None]
+    if together is not None:
+        return together.lock_keys(MigInstance, ids, what="allocation.mig_instance_id")
+    bulk.lock_keys(MigInstance, ids, what="allocation.mig_instance_id")
     return None
 
 

@@ -2,18 +2,20 @@
 many at once (`record_events`, the scheduling cycle's decisions: COPY on PostgreSQL). Nothing else creates
 Events (tests/platform/test_layers.py checks the source). Call inside the caller's transaction.
 
-event.job_id has no foreign-key constraint in the database (migration 0023_e2e9): both writers check the job ids
-they write (bulk.lock_keys: one statement, FOR KEY SHARE, IntegrityError when a job is missing).
+event.job_id has no foreign-key constraint in the database (migration 0023_e2e9), nor event.actor_id, queue_id and
+node_id (0033_deferred_fk): both writers check the ids they write (bulk.lock_keys: one statement per column that names
+any, FOR KEY SHARE, IntegrityError when a row is missing); null ids need none.
 """
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Iterable
 
+from django.contrib.auth import get_user_model
 from django.db import connection
 
 from . import bulk, clock
-from .models import Event, Job
+from .models import Event, Job, Node, Queue
 
 __all__ = ["record_event", "record_events", "event_rows", "EVENT_FIELDS"]
 
@@ -27,12 +29,16 @@ def record_event(kind: str, message: str, *, actor=None, job=None, queue=None, n
     """Append one audit row (time defaults to the cluster clock). Objects (`job`, `queue`, `node`) or
     their ids (`job_id`, ...) name what it is about."""
     jid = job.pk if job is not None else job_id
-    if jid is not None:
-        bulk.lock_keys(Job, [jid], what="event.job_id")  # the foreign key's check (models.events.Event)
+    qid = queue.pk if queue is not None else queue_id
+    nid = node.pk if node is not None else node_id
+    # the foreign keys' checks (models.events.Event): one statement per id given
+    for model, key, what in ((Job, jid, "event.job_id"), (get_user_model(), actor.pk if actor is not None else None,
+                                                          "event.actor_id"),
+                             (Queue, qid, "event.queue_id"), (Node, nid, "event.node_id")):
+        if key is not None:
+            bulk.lock_keys(model, [key], what=what)
     return Event.objects.create(kind=kind, message=message, actor=actor, job=job, queue=queue, node=node,
-                                job_id=job.pk if job is not None else job_id,
-                                queue_id=queue.pk if queue is not None else queue_id,
-                                node_id=node.pk if node is not None else node_id,
+                                job_id=jid, queue_id=qid, node_id=nid,
                                 data=data or {}, time=time or clock.now(), cycle=cycle)
 
 
@@ -59,12 +65,22 @@ def record_events(events, *, locked_jobs=frozenset()) -> int:
 
 
 _JOB_AT = EVENT_FIELDS.index("job_id")
+# the other writer-checked columns (0033_deferred_fk): (position in a row, referenced model or None for the user
+# model, what)
+_OTHER_KEYS = ((EVENT_FIELDS.index("actor_id"), None, "event.actor_id"),
+               (EVENT_FIELDS.index("queue_id"), Queue, "event.queue_id"),
+               (EVENT_FIELDS.index("node_id"), Node, "event.node_id"))
 
 
 def check_jobs(rows, locked_jobs=frozenset()) -> None:
-    """event.job_id's foreign-key check for the rows record_events wrote (migration 0023_e2e9): every job id
-    named is a Job row, locked FOR KEY SHARE until the transaction ends (one statement; none when every job id named
-    is in `locked_jobs`, rows the caller holds locked already: record_events). Raises IntegrityError."""
+    """The foreign-key checks for the rows record_events wrote (migrations 0023_e2e9, 0033_deferred_fk): every job
+    id named is a Job row, locked FOR KEY SHARE until the transaction ends (one statement; none when every job id named
+    is in `locked_jobs`, rows the caller holds locked already: record_events); likewise every actor, queue and node id
+    named (one statement per column that names any; the cycle's admissions name none). Raises IntegrityError."""
     raw = rows.rows if isinstance(rows, bulk.CopyRows) else rows
     bulk.lock_keys(Job, [r[_JOB_AT] for r in raw if r[_JOB_AT] is not None and r[_JOB_AT] not in locked_jobs],
                    what="event.job_id")
+    for at, model, what in _OTHER_KEYS:
+        ids = {r[at] for r in raw if r[at] is not None}
+        if ids:
+            bulk.lock_keys(model or get_user_model(), ids, what=what)

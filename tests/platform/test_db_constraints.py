@@ -64,11 +64,13 @@ def test_preferred_tier_above_highest_is_refused(submit):
 
 # Issue 16 (migration 0021_e2e2): the tables a scheduling cycle writes in bulk carry no index that another index
 # already covers, and keep every foreign key constraint but the three that migration 0023_e2e9 moved to their one
-# writer (allocations.write_allocations, audit: checked in bulk, tests/platform/test_references.py) and the two of
-# 0024_e2e10 (allocation.gpu_id, task.node_id: checked in bulk by their writers, deletes refused by triggers).
+# writer (allocations.write_allocations, audit: checked in bulk, tests/platform/test_references.py), the two of
+# 0024_e2e10 (allocation.gpu_id, task.node_id: checked in bulk by their writers, deletes refused by triggers) and the
+# four of 0033_deferred_fk (allocation.mig_instance_id, event.actor_id / queue_id / node_id: the same).
 _CYCLE_MODELS = ("Job", "Task", "Allocation", "Event")
-_WRITER_CHECKED = {"Allocation": {"task_id", "job_id", "gpu_id"}, "Event": {"job_id"},
-                   "Task": {"node_id"}}  # gpu_id, node_id: 0024_e2e10
+_WRITER_CHECKED = {"Allocation": {"task_id", "job_id", "gpu_id", "mig_instance_id"},
+                   "Event": {"job_id", "actor_id", "queue_id", "node_id"},
+                   "Task": {"node_id"}}  # gpu_id, node_id: 0024_e2e10; mig_instance_id and the Event's: 0033_deferred_fk
 
 
 def _constraints(model):
@@ -88,7 +90,9 @@ def test_cycle_tables_keep_every_foreign_key(name):
     fks = {f.column for f in model._meta.concrete_fields if f.is_relation}
     checked = _WRITER_CHECKED.get(name, set())
     assert checked <= fks and not checked & constrained
-    assert fks - checked and fks - checked <= constrained, fks - checked - constrained
+    assert fks - checked <= constrained, fks - checked - constrained
+    if name in ("Job", "Task"):  # rows the cycle updates keeping their keys: PostgreSQL queues no check for those
+        assert fks - checked
 
 
 @pytest.mark.django_db

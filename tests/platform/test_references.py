@@ -1,7 +1,8 @@
 """Migration 0023_e2e9: allocation.task_id / job_id and event.job_id have no database constraint; their one
 writers check them in bulk (gpuplatform.allocations.write_allocations, gpuplatform.audit). Migration 0024_e2e10: nor
 allocation.gpu_id nor task.node_id (write_allocations and allocations.check_nodes check them; deferred constraint
-triggers on the GPU and node tables refuse the delete of a GPU an allocation names, of a node a task names). A missing row fails the write as the constraint did; deletions still cascade, protect and
+triggers on the GPU and node tables refuse the delete of a GPU an allocation names, of a node a task names).
+Migration 0033_deferred_fk: nor allocation.mig_instance_id, event.actor_id, queue_id, node_id (the same two halves). A missing row fails the write as the constraint did; deletions still cascade, protect and
 set null (Django's on_delete)."""
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ def _fails_whole(a, b, match: str) -> None:
 
 
 def test_the_checked_columns_have_no_constraint_and_the_others_keep_theirs(db):
-    assert _fks("gpuplatform_allocation") == {"mig_instance_id": "gpuplatform_miginstance"}
-    assert set(_fks("gpuplatform_event")) == {"actor_id", "queue_id", "node_id"}
+    assert _fks("gpuplatform_allocation") == {}  # mig_instance_id: 0033_deferred_fk
+    assert _fks("gpuplatform_event") == {}  # actor_id, queue_id, node_id: 0033_deferred_fk
     assert _fks("gpuplatform_task") == {"job_id": "gpuplatform_job",  # what makes allocation.job_id implied
                                         "role_id": "gpuplatform_jobrole"}  # node_id: 0024_e2e10
 
@@ -308,3 +309,106 @@ def test_the_database_refuses_deleting_a_node_a_task_names(submit):
     assert Node.objects.filter(pk=node.pk).exists()
     node.delete()  # Django's SET_NULL first
     assert Task.objects.get(job=job).node_id is None
+
+
+# Migration 0033_deferred_fk: allocation.mig_instance_id and event.actor_id / queue_id / node_id
+
+
+def _mig_instance(node="n0", index=0):
+    from gpuplatform.models import MigInstance
+
+    gpu = Gpu.objects.get(node__name=node, index=index)
+    return MigInstance.objects.create(gpu=gpu, uuid=f"MIG-test-{node}-{index}", profile="1g.18gb", memory_mib=16384,
+                                      slices=1)
+
+
+def test_an_allocation_naming_a_missing_mig_instance_fails(submit):
+    job = submit("a", tasks=1, gpus=1)
+    task, gpu = Task.objects.get(job=job), Gpu.objects.get(node__name="n0", index=0)
+    with pytest.raises(IntegrityError, match=r"allocation\.mig_instance_id"):
+        with transaction.atomic():
+            write_allocations([(task.pk, gpu.pk, job.pk, CLOCK, 0, 0, 10**9)])
+    assert not Allocation.objects.exists()
+    inst = _mig_instance()
+    assert write_allocations([(task.pk, gpu.pk, job.pk, CLOCK, 0, 0, inst.pk)]) == 1
+    assert Allocation.objects.get().mig_instance_id == inst.pk
+
+
+def test_a_cycle_naming_a_missing_mig_instance_is_rolled_back_whole(submit, monkeypatch):
+    """The cycle's bulk path checks the MIG instances its allocations name (allocations.check_mig_instances, in its
+    pipeline): one that names no instance fails the cycle, nothing of it is left."""
+    a, b = submit("a", tasks=1, gpus=1), submit("b", tasks=1, gpus=1)
+    rows_for = store._rows_for
+
+    def missing_instance(binding, *args):
+        allocations, tasks = rows_for(binding, *args)
+        if binding.job_id == b.pk:
+            allocations = [(*row[:6], 10**9) for row in allocations]
+        return allocations, tasks
+
+    monkeypatch.setattr(store, "_rows_for", missing_instance)
+    _fails_whole(a, b, r"allocation\.mig_instance_id")
+
+
+@pytest.mark.parametrize("what", ["actor", "queue", "node"])
+def test_an_event_naming_a_missing_actor_queue_or_node_fails(cluster, what):
+    from django.contrib.auth import get_user_model
+
+    from gpuplatform.models import Queue
+
+    real = {"actor": lambda: get_user_model().objects.create(username="auditor").pk,
+            "queue": lambda: Queue.objects.get(name="alpha").pk,
+            "node": lambda: Node.objects.get(name="n0").pk}[what]()
+    before = Event.objects.count()
+    with pytest.raises(IntegrityError, match=f"event.{what}_id"):
+        with transaction.atomic():
+            audit.record_events([{"time": CLOCK, "kind": "x", "message": "ok", f"{what}_id": real},
+                                 {"time": CLOCK, "kind": "x", "message": "no such row", f"{what}_id": 10**9}])
+    with pytest.raises(IntegrityError, match=f"event.{what}_id"):
+        with transaction.atomic():
+            if what == "actor":
+                audit.record_event("x", "no such user", actor=get_user_model()(pk=10**9))
+            else:
+                audit.record_event("x", "no such row", **{f"{what}_id": 10**9})
+    assert Event.objects.count() == before
+    audit.record_events([{"time": CLOCK, "kind": "x", "message": "ok", f"{what}_id": real}])
+    audit.record_event("y", "ok", **({"actor": get_user_model().objects.get(pk=real)} if what == "actor"
+                                      else {f"{what}_id": real}))
+    assert Event.objects.filter(kind__in=("x", "y"), **{f"{what}_id": real}).count() == 2
+
+
+@pytest.mark.services
+@pytest.mark.postgresql("the triggers are PostgreSQL's")
+@pytest.mark.parametrize("what", ["actor", "queue", "node", "mig_instance"])
+def test_the_database_refuses_deleting_a_row_an_event_or_allocation_names(submit, what):
+    """PostgreSQL (migration 0033_deferred_fk): a raw DELETE (or re-keying) of a user, queue or node an Event names, of
+    a MIG instance an allocation names, fails at the deferred trigger, as the foreign key did; Django's delete sets the
+    reference null first and passes."""
+    from django.contrib.auth import get_user_model
+
+    from gpuplatform.models import Queue
+
+    if what == "mig_instance":
+        job = submit("a", tasks=1, gpus=1)
+        inst = _mig_instance()
+        write_allocations([(Task.objects.get(job=job).pk, inst.gpu_id, job.pk, CLOCK, 0, 0, inst.pk)])
+        row, referencing = inst, "gpuplatform_allocation"
+    else:
+        row = {"actor": lambda: get_user_model().objects.create(username="auditor"),
+               "queue": lambda: Queue.objects.create(name="spare-q", team=Queue.objects.get(name="alpha").team),
+               "node": lambda: Node.objects.create(name="spare-n", flavor="H100", gpu_count=0)}[what]()
+        audit.record_event("x", "names it", **{what: row})
+        referencing = "gpuplatform_event"
+    table = row._meta.db_table
+    for sql in (f"DELETE FROM {table} WHERE id = %s", f"UPDATE {table} SET id = {10**9} WHERE id = %s"):
+        with pytest.raises(IntegrityError, match=referencing):
+            with transaction.atomic(), connection.cursor() as cur:
+                cur.execute(sql, [row.pk])
+                cur.execute("SET CONSTRAINTS ALL IMMEDIATE")  # what the commit runs
+        assert type(row).objects.filter(pk=row.pk).exists()
+    row.delete()  # Django's SET_NULL first
+    assert not type(row).objects.filter(pk=row.pk).exists()
+    if what == "mig_instance":
+        assert Allocation.objects.get().mig_instance_id is None
+    else:
+        assert Event.objects.get(kind="x").__dict__[f"{what}_id"] is None

@@ -17,18 +17,22 @@ class Event(models.Model):
     `job` has no foreign-key constraint in the database (migration 0023_e2e9, issue 16: the cycle's 10,000 admission
     Events were 10,000 row-by-row checks): the audit writer, the one writer of Events, checks the job ids of what it
     writes in one statement with the same lock (bulk.lock_keys: FOR KEY SHARE until the transaction ends); a job's
-    deletion still sets it null (Django's on_delete)."""
+    deletion still sets it null (Django's on_delete). Nor do `actor`, `queue` and `node` (migration 0033_deferred_fk:
+    PostgreSQL queued a deferred constraint's check for every row inserted, null or not, and ran the queue at the
+    commit: three per admission Event, ~23 ms of the headline cycle's commit); the audit writer checks the ids it
+    writes (none on an admission) with the same lock, and a deferred trigger on the user, queue and node tables refuses
+    deleting a row an Event still names, as the constraint did (Django's SET_NULL runs first)."""
 
     time = models.DateTimeField(db_index=True)
     kind = models.CharField(max_length=40)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                              db_index=False)
+                              db_index=False, db_constraint=False)
     job = models.ForeignKey("gpuplatform.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="events",
                             db_constraint=False)
     queue = models.ForeignKey("gpuplatform.Queue", null=True, blank=True, on_delete=models.SET_NULL, related_name="events",
-                              db_index=False)
+                              db_index=False, db_constraint=False)
     node = models.ForeignKey("gpuplatform.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="events",
-                             db_index=False)
+                             db_index=False, db_constraint=False)
     cycle = models.PositiveIntegerField(null=True, blank=True)
     message = models.TextField()
     data = models.JSONField(default=dict, blank=True)

@@ -269,7 +269,9 @@ class Allocation(models.Model):
     task and job have no foreign-key constraint in the database (migration 0023_e2e9, issue 16), nor gpu (0024_e2e10):
     the one writer, gpuplatform.allocations.write_allocations, checks them in bulk with the same lock (its docstring);
     job is always the task's job, so it is implied by the task's own foreign key; a GPU named by an allocation cannot
-    be deleted (a deferred constraint trigger, PostgreSQL). on_delete still applies (Django's)."""
+    be deleted (a deferred constraint trigger, PostgreSQL). Nor mig_instance (0033_deferred_fk: PostgreSQL queued its
+    deferred check for every row inserted, null or not, and ran them at the commit): write_allocations checks the
+    instances named, and the instance table has the same trigger. on_delete still applies (Django's)."""
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="allocations", db_constraint=False)
     # no foreign-key constraint either (migration 0024_e2e10): write_allocations checks the GPUs in bulk (FOR KEY
@@ -287,7 +289,7 @@ class Allocation(models.Model):
     # instance the GPU no longer has (re-partitioned) is dropped at registration once no live allocation holds it
     # (services/nodes._sync_mig); a released allocation then keeps its GPU and times, without the instance
     mig_instance = models.ForeignKey("gpuplatform.MigInstance", null=True, blank=True, on_delete=models.SET_NULL,
-                                     related_name="allocations", db_index=False)
+                                     related_name="allocations", db_index=False, db_constraint=False)
 
     class Meta:
         constraints = [

@@ -28,7 +28,7 @@ from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
 from gpuplatform.allocations import (
-    check_gpus, check_nodes, check_updated_tasks, write_allocation_batches, write_allocations,
+    check_gpus, check_mig_instances, check_nodes, check_updated_tasks, write_allocation_batches, write_allocations,
 )
 from gpuplatform.audit import event_rows, record_events
 from gpuplatform.bulk import Many, MissingReference, json_value, rows_many, together, update_rows
@@ -424,9 +424,9 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
     allocations' task and job references are checked by the task update itself (a compare-and-set on each task's
     job, every row counted: allocations.check_updated_tasks), the Events' jobs are the locked ones (audit.record_events'
     locked_jobs), so neither needs a statement of its own; the GPUs and the nodes in one statement each
-    (allocations.check_gpus, check_nodes: migration 0024_e2e10); the foreign keys the database keeps (the
-    allocation's MIG instance, the Event's null actor, queue and node) are checked at the commit, as PostgreSQL
-    defers them (none references a job row, so the job update's new row versions are not locked again there).
+    (allocations.check_gpus, check_nodes: migration 0024_e2e10), the MIG instances named in one more when there are any
+    (check_mig_instances: 0033_deferred_fk). None of these rows has a foreign-key constraint left, so the commit runs
+    no per-row check (PostgreSQL queued one per inserted row for each deferred constraint, null or not).
 
     A task on a node whose executor is a node agent (and whose job has a command) is `bound` until the
     agent reports its process started; any other task (simulated nodes, trace jobs) is `running` at once.
@@ -476,6 +476,7 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
             # allocations' task and job references checked by this statement (allocations.check_updated_tasks)
             placed = batch.update_rows(Task, tasks, ["node_id", "state"], {}, match=("job_id",))
             gpus = check_gpus(allocations, batch)  # allocation.gpu_id and task.node_id (0024_e2e10): FOR KEY SHARE
+            migs = check_mig_instances(allocations, batch)  # allocation.mig_instance_id (0033_deferred_fk)
             nodes = check_nodes({t[1] for t in tasks}, batch)
             batch.update_rows(Job, jobs, ["placement_domain", "placement_tier", "state", "started_at"],
                               bind_fields(clock))
@@ -483,6 +484,7 @@ def _bind_all(bindings, clock: datetime, tasks_by_role, simulated, gpu_ids, cycl
             raise IntegrityError("allocation.task_id / job_id: a task to place is gone or is not of its job")
         check_updated_tasks(allocations, {t[0]: t[3] for t in tasks})
         gpus.check()
+        migs.check()
         nodes.check()
 
     admitted, out, formatted = _overlapped(events, written,
