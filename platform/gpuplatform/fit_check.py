@@ -36,6 +36,16 @@ def never_fits_reason(roles: list[dict], *, topology_mode: str = "none", highest
     never_fits_cpu, never_fits_memory, never_fits_tier, never_fits_domain, ...) or, for GPU shares,
     never_fits_cpu, never_fits_memory, never_fits_mig, never_fits_shared or never_fits_shares; None when the job
     may fit. The code lets a caller name the field at fault (the what-if's `changes[i].flavors`)."""
+    why = _never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa,
+                      extra_nodes=extra_nodes)
+    return why[:2] if why is not None else None
+
+
+def _never_fits(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None,
+                numa: str = "prefer", extra_nodes: tuple = ()) -> tuple[str, str, str | None, str | None] | None:
+    """never_fits_reason as (code, message, role, field): `role` the name of the role at fault when the reason is
+    about one role's own ask (the engine's PendingReason.role), else None; `field` the role's field at fault
+    when the GPU-share rule (_never_fits_shares) says it, else None (refusal_errors maps the code)."""
     sharing = [r for r in roles if r.get("gpu_milli") or r.get("gpu_memory_mib") or r.get("mig_profile")]
     if sharing:
         why = _never_fits_shares(sharing, extra_nodes)
@@ -64,13 +74,13 @@ def never_fits_reason(roles: list[dict], *, topology_mode: str = "none", highest
                                    numa=numa)
     except TopologyError:
         return None  # a broken tree is the cycle's problem to report, not a reason to refuse a job
-    return (reason.code, reason.message) if reason is not None else None
+    return (reason.code, reason.message, reason.role, None) if reason is not None else None
 
 
 def refusal(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None,
             numa: str = "prefer") -> str | None:
     """Submission's refusal of a job that can never fit this cluster ("can never fit this cluster: ..."), or
-    None: what POST /api/v1/jobs/ (services.submit_job) and the reschedule API answer under "roles"."""
+    None (the message refusal_errors files under the field at fault: POST /api/v1/jobs/, the shape check)."""
     why = refusal_reason(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa)
     return why[1] if why is not None else None
 
@@ -88,12 +98,61 @@ def refusal_reason(roles: list[dict], *, topology_mode: str = "none", highest_ti
     return code, message if message.startswith("can never fit") else f"can never fit this cluster: {message}"
 
 
-def _never_fits_shares(roles: list[dict], extra_nodes: tuple = ()) -> tuple[str, str] | None:
+# an engine never-fit code -> the field of the role at fault (job submission's names, "roles[i].<field>"): the one
+# to change (the GPU-share rule, _never_fits_shares, names its own)
+ROLE_FIELDS = {"never_fits_flavor": "flavor", "never_fits_node": "gpus_per_task", "never_fits_numa": "gpus_per_task",
+               "never_fits_cpu": "cpu_milli", "never_fits_memory": "memory_mib", "never_fits_group": "group_size"}
+
+
+def refusal_errors(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None,
+                   numa: str = "prefer", subgroups=None, given: list | None = None) -> dict[str, str] | None:
+    """refusal as ValidationError entries keyed by the field at fault, in the API's one error shape (docs/api.md,
+    "Errors: one shape"), or None when the job may fit. `roles`: the normalised roles (check_job), in the
+    request's order; `given`: the roles as the request gave them (a share asked as `gpus_per_task` 0.5 is
+    named so, not `gpu_fraction`). Only the mapping is here; the rule is the engine's (the reason's code and role):
+    - a role's own ask: `roles[i].gpus_per_task` (a task bigger than every node, or its NUMA nodes),
+      `roles[i].cpu_milli`, `roles[i].memory_mib`, `roles[i].flavor` (no node of it), `roles[i].mig_profile`
+      (no node has it) or `roles[i].mig_count` (none has that many), `roles[i].gpu_fraction` /
+      `roles[i].gpu_memory_mib` (no GPU takes that share), `roles[i].group_size` (a
+      group too big for its tier: `subgroups[k].group_size` when the job's `subgroups` gave it);
+    - a role's minimum that can never be packed at once (CPU, memory, GPUs in a domain, shares): `roles[i].tasks`,
+      or `roles[i].min_available` when the role's minimum is fewer than its tasks;
+    - no domain of the job's tier: `highest_tier`;
+    - the job's roles together (their minimums' sum): `roles`, or the only role's tasks / min_available.
+    (Every refusal was keyed `roles` before, whatever field it was about: a client could not tell which to change.)"""
+    why = _never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa)
+    if why is None:
+        return None
+    code, message, role_name, field = why
+    message = message if message.startswith("can never fit") else f"can never fit this cluster: {message}"
+    if code == "never_fits_tier":
+        return {"highest_tier": message}
+    index = next((i for i, r in enumerate(roles) if r["name"] == role_name), None)
+    if index is None and len(roles) == 1:
+        index = 0  # the job's total is its only role's
+    if index is None:
+        return {"roles": message}
+    role = roles[index]
+    field = field or ROLE_FIELDS.get(code)
+    raw = given[index] if given and index < len(given) and isinstance(given[index], dict) else {}
+    if field == "gpu_fraction" and raw and raw.get("gpu_fraction") is None:
+        field = "gpus_per_task"  # the share was asked as a fraction of gpus_per_task
+    if code == "never_fits_group":
+        for k, sub in enumerate(subgroups or ()):
+            if isinstance(sub, dict) and "group_size" in sub and sub.get(
+                    "role", "worker" if len(roles) == 1 else None) == role["name"]:
+                return {f"subgroups[{k}].group_size": message}
+    elif field is None:  # its minimum, all at once
+        field = "min_available" if role["min_available"] < role["tasks"] else "tasks"
+    return {f"roles[{index}].{field}": message}
+
+
+def _never_fits_shares(roles: list[dict], extra_nodes: tuple = ()) -> tuple[str, str, str, str] | None:
     """A job of GPU shares (scheduler/core/sharing.py) never fits when a task asks more milli-CPU or memory
     than every node of its flavors has (0 = unconstrained), no GPU of an allowed flavor takes
     fractions (mode shared or auto; with the memory asked for) or no node has mig_count instances of the profile.
     An empty cluster refuses nothing. `extra_nodes` (a what-if's added nodes) have exclusive GPUs: they count for
-    CPU and memory only. Returns (code, message) or None."""
+    CPU and memory only. Returns (code, message, the role's name, its field at fault) or None."""
     if not Node.objects.exists():
         return None
     hosts = list(Node.objects.values_list("flavor", "cpu_milli", "memory_mib"))
@@ -107,7 +166,7 @@ def _never_fits_shares(roles: list[dict], extra_nodes: tuple = ()) -> tuple[str,
                 where = "|".join(flavors) + " " if flavors else ""
                 return (f"never_fits_{key.split('_')[0]}",
                         f"role {r['name']}: {want} {unit} per task exceeds every {where}node (largest has "
-                        f"{max(h[index] for h in mine)})")
+                        f"{max(h[index] for h in mine)})", r["name"], key)
         gpus = Gpu.objects.all()
         if flavors:
             gpus = gpus.filter(node__flavor__in=flavors)
@@ -118,7 +177,8 @@ def _never_fits_shares(roles: list[dict], extra_nodes: tuple = ()) -> tuple[str,
                 per_node[node_id] = per_node.get(node_id, 0) + 1
             if max(per_node.values(), default=0) < r["gpus_per_task"]:
                 return ("never_fits_mig", f"role {r['name']}: no node has {r['gpus_per_task']} MIG instance(s) of "
-                        f"profile {r['mig_profile']}" + (f" on {'|'.join(flavors)}" if flavors else ""))
+                        f"profile {r['mig_profile']}" + (f" on {'|'.join(flavors)}" if flavors else ""), r["name"],
+                        "mig_count" if per_node else "mig_profile")  # too few instances, or none of it
             continue
         shareable = gpus.filter(sharing__in=("shared", "auto"))
         if r.get("gpu_memory_mib"):
@@ -126,10 +186,11 @@ def _never_fits_shares(roles: list[dict], extra_nodes: tuple = ()) -> tuple[str,
         if not shareable.exists():
             what = f"{r['gpu_memory_mib']} MiB of memory" if r.get("gpu_memory_mib") else "fractions"
             return ("never_fits_shared", f"role {r['name']}: no GPU in mode shared or auto takes {what}" + (
-                f" on {'|'.join(flavors)}" if flavors else ""))
+                f" on {'|'.join(flavors)}" if flavors else ""), r["name"],
+                "gpu_memory_mib" if r.get("gpu_memory_mib") else "gpu_fraction")
         why = _too_many_shares(r, flavors, list(shareable.values_list("memory_mib", flat=True)))
         if why is not None:
-            return "never_fits_shares", why
+            return "never_fits_shares", why, r["name"], "min_available" if r["min_available"] < r["tasks"] else "tasks"
     return None
 
 

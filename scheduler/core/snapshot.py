@@ -297,11 +297,16 @@ class CycleConfig:
 @dataclass(frozen=True, slots=True)
 class PendingReason:
     """Why a job did not start. `code` is stable for programs; `message` is for people.
-    `terminal` means waiting cannot help (it can never fit this cluster or its queue's limit)."""
+    `terminal` means waiting cannot help (it can never fit this cluster or its queue's limit). `role`: the name
+    of the role whose own ask is at fault, when the reason is about one role (the static feasibility rule's
+    "role w: 16 GPUs per task exceeds every node"); None when it is about the job as a whole. It lets a caller
+    name the field to change (the platform's submission refusal, fit_check.refusal_errors); the cycle's
+    decisions, messages and digests do not read it."""
 
     code: str
     message: str
     terminal: bool = False
+    role: str | None = None
 
 
 # Every PendingReason.code the engine gives (the cycle's, the GPU-sharing pass's and the baselines'), with what it means:

@@ -126,7 +126,7 @@ def test_bad_changes_are_400_naming_the_field(busy, admin, body, field):
     {"kind": "submit", "queue": "alpha", "tasks": 1, "gpus_per_task": 16, "flavors": ["H100"]},
 ])
 def test_a_submit_change_submission_would_refuse_is_a_400_naming_the_field(busy, client_for, change):
-    """16 GPUs per task on 8-GPU nodes: POST /api/v1/jobs/ refuses it ("roles": can never fit this cluster);
+    """16 GPUs per task on 8-GPU nodes: POST /api/v1/jobs/ refuses it ("roles[0].gpus_per_task": can never fit this cluster);
     the what-if answers the same through the same check, not a 200 "can never start" (new-user trial 7, F5),
     filed under the change's own field (new-user trial 14, F13: it said "roles", a field a change lacks)."""
     member = client_for("member")
@@ -138,7 +138,7 @@ def test_a_submit_change_submission_would_refuse_is_a_400_naming_the_field(busy,
     job = member.post("/api/v1/jobs/", {"queue": "alpha", "name": "big", "command": SLEEP,
                                         "roles": [{"name": "w", "tasks": 1, "gpus_per_task": 16}]}, format="json")
     assert job.status_code == 400
-    for message in (job.json()["roles"][0], r.json()[key][0]):
+    for message in (job.json()["roles[0].gpus_per_task"][0], r.json()[key][0]):
         assert message.startswith("can never fit this cluster") and "16 GPUs per task" in message, message
 
 

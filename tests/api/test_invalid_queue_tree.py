@@ -91,11 +91,11 @@ ROWS = {
     "unknown tier": (None, "post", "/api/v1/jobs/", {**_job(), "topology_mode": "hard", "highest_tier": 7},
         "highest_tier", "no such tier"),
     "task bigger than every node (never fits)": (None, "post", "/api/v1/jobs/", _job(gpus_per_task=16),
-        "roles", "never fit"),
+        "roles[0].gpus_per_task", "never fit"),
     "gang bigger than the cluster (never fits)": (None, "post", "/api/v1/jobs/", _job(tasks=13, gpus_per_task=8),
-        "roles", "never fit"),
+        "roles[0].tasks", "never fit"),
     "gang bigger than an NVLink domain under a hard tier-1 cap": (None, "post", "/api/v1/jobs/",
-        {**_job(tasks=5, gpus_per_task=8), "topology_mode": "hard", "highest_tier": 1}, "roles", "never fit"),
+        {**_job(tasks=5, gpus_per_task=8), "topology_mode": "hard", "highest_tier": 1}, "roles[0].tasks", "never fit"),
 }
 
 

@@ -131,8 +131,8 @@ def test_shape_check_on_another_teams_queue_is_forbidden(client_for):
     ([{"tasks": 3, "gpus_per_task": 6, "min_available": 9}], "roles[0].min_available", "must not exceed tasks"),
     ([{"name": "a", "tasks": 1, "gpus_per_task": 6}, {"name": "a", "tasks": 1, "gpus_per_task": 6}], "roles[1].name",
      "duplicate role name"),
-    ([{"tasks": 1, "gpus_per_task": 16}], "roles", "can never fit this cluster"),
-    ([{"tasks": 1, "gpus_per_task": 6, "flavor": "nosuch"}], "roles", "no node of flavor nosuch"),
+    ([{"tasks": 1, "gpus_per_task": 16}], "roles[0].gpus_per_task", "can never fit this cluster"),
+    ([{"tasks": 1, "gpus_per_task": 6, "flavor": "nosuch"}], "roles[0].flavor", "no node of flavor nosuch"),
 ])
 def test_shape_check_refuses_a_shape_submission_would_refuse(client_for, roles, field, words):
     """New-user trial 10, F21: the shape check answered shapes job submission refuses (min_available above tasks,

@@ -30,7 +30,7 @@ def test_a_job_the_nodes_cpu_can_never_hold_is_refused_at_submission(client_for,
     tasks = cpu_nodes // 1000 + 1
     r = _post(api, tasks=tasks, gpus_per_task=0, cpu_milli=1000)
     assert r.status_code == 400, r.content
-    assert r.json()["roles"] == [f"can never fit this cluster: role w: needs {tasks} x 1000 milli-CPU at once, the "
+    assert r.json()["roles[0].tasks"] == [f"can never fit this cluster: role w: needs {tasks} x 1000 milli-CPU at once, the "
                                  f"cluster's nodes hold at most {tasks - 1} such tasks"]
     r = _post(api, tasks=4096, gpus_per_task=0, cpu_milli=1)  # 4096 tasks of 1 milli-CPU on 8000: fits
     assert r.status_code == 201, r.content

@@ -128,8 +128,8 @@ def test_mig_quota_and_fraction_quota_hold_jobs(api, mixed):
     ({"gpus_per_task": 1.5}, "roles[0].gpus_per_task"),
     ({"mig_count": 2}, "roles[0].mig_count"),
     ({"mig_profile": "big"}, "roles[0].mig_profile"),
-    ({"mig_profile": "2g.35gb"}, "roles"),  # no node has that profile: can never fit
-    ({"gpu_memory_mib": 200_000}, "roles"),  # more memory than any shared GPU has
+    ({"mig_profile": "2g.35gb"}, "roles[0].mig_profile"),  # no node has that profile: can never fit
+    ({"gpu_memory_mib": 200_000}, "roles[0].gpu_memory_mib"),  # more memory than any shared GPU has
 ])
 def test_api_refusals_name_the_field(api, role, field):
     from gpuplatform.models import Job
@@ -174,7 +174,7 @@ def test_mixed_roles_one_kind_per_role_still_names_the_field(api):
     assert r.status_code == 400 and "roles[1].mig_profile" in str(r.json()), r.content
     r = api.post("/api/v1/jobs/", {"name": "mix", "queue": "q", "command": "sleep 1", "roles": [
         {"name": "a", "gpus_per_task": 9}, {"name": "b", "gpu_fraction": 0.5}]}, format="json")
-    assert r.status_code == 400 and "roles" in r.json(), r.content  # 9 GPUs in one task never fit the node
+    assert r.status_code == 400 and "roles[0].gpus_per_task" in r.json(), r.content  # 9 GPUs in one task never fit the node
 
 
 def test_set_gpu_sharing_refuses_mig_and_busy_gpus(api):
@@ -375,7 +375,7 @@ def test_fraction_gang_larger_than_the_shared_gpus_is_refused_at_submission(api,
 
     r = submit(api, "huge", role)
     assert r.status_code == 400, r.content
-    assert holds in str(r.json()["roles"]), r.json()
+    assert holds in str(r.json()["roles[0].tasks"]), r.json()
     assert not Job.objects.filter(name="huge").exists()
 
 

@@ -190,7 +190,7 @@ def test_bounds_and_explicit_values_a_fresh_user_tried(submit):
         ({"priority": 2**40}, "priority", "between"),
         ({"time_limit_seconds": 2**63}, "time_limit_seconds", "366 days"),
         ({"roles": [{"name": "w", "tasks": 1, "gpus_per_task": 1, "cpu_milli": 2**63}]}, "roles[0].cpu_milli", "at most"),
-        ({"roles": [{"name": "w", "tasks": 13, "gpus_per_task": 8}]}, "roles", "can never fit"),
+        ({"roles": [{"name": "w", "tasks": 13, "gpus_per_task": 8}]}, "roles[0].tasks", "can never fit"),
     ]
     for kwargs, field, rule in cases:
         try:
@@ -209,14 +209,18 @@ def test_a_task_bigger_than_every_node_on_cpu_or_memory_is_refused_at_submission
     from gpuplatform.models import Job
 
     cases = [
-        ([{"name": "w", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 99_999_999}], "99999999 milli-CPU per task"),
-        ([{"name": "w", "tasks": 1, "gpus_per_task": 1, "memory_mib": 2_147_483_647}], "2147483647 MiB of memory"),
-        ([{"name": "w", "tasks": 1, "gpus_per_task": 1, "gpu_fraction": 0.5, "cpu_milli": 64_001}], "64001 milli-CPU"),
+        ([{"name": "w", "tasks": 1, "gpus_per_task": 0, "cpu_milli": 99_999_999}], "99999999 milli-CPU per task",
+         "cpu_milli"),
+        ([{"name": "w", "tasks": 1, "gpus_per_task": 1, "memory_mib": 2_147_483_647}], "2147483647 MiB of memory",
+         "memory_mib"),
+        ([{"name": "w", "tasks": 1, "gpus_per_task": 1, "gpu_fraction": 0.5, "cpu_milli": 64_001}], "64001 milli-CPU",
+         "cpu_milli"),
     ]
-    for roles, words in cases:
+    for roles, words, field in cases:  # keyed by the field at fault (fit_check.refusal_errors)
         with pytest.raises(services.ValidationError) as exc:
             submit("huge", roles=roles)
-        assert words in exc.value.errors["roles"] and "largest has" in exc.value.errors["roles"], exc.value.errors
+        message = exc.value.errors[f"roles[0].{field}"]
+        assert words in message and "largest has" in message, exc.value.errors
     assert not Job.objects.filter(name="huge").exists()
     assert submit("fits", roles=[{"name": "w", "tasks": 1, "gpus_per_task": 1, "cpu_milli": 64_000,
                                   "memory_mib": 512_000}]).pk

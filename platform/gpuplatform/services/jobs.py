@@ -65,8 +65,8 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     closed or draining queue, not a leaf queue, queue of another team; tasks < 1; gpus_per_task < 0;
     no GPU and no CPU request; min_available outside 1..tasks; duplicate role names; bad topology_mode;
     preferred_tier above highest_tier; a tier no domain of this cluster has ("no such tier in this cluster").
-    A job that can never fit this cluster (the engine's own Capacity rule, fit_check.py) is refused
-    ("roles"); one that fits the cluster but not its queue's limit is accepted and marked never_fits
+    A job that can never fit this cluster (the engine's own Capacity rule, fit_check.py) is refused naming
+    the field at fault ("roles[0].gpus_per_task", "roles[0].tasks", ...: fit_check.refusal_errors); one that fits the cluster but not its queue's limit is accepted and marked never_fits
     by the cycle. Bounds (job_rules.py): at most 4,096 tasks, 64 GPUs per task, priority within int32.
     Rescheduling (docs/rescheduling.md): `migratable` (the job checkpoints on SIGTERM and resumes when
     restarted: the scheduler may move it to defragment the cluster) after `min_run_before_move_seconds`
@@ -96,6 +96,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
     preferred_tier, preferred_errors = resolve_tier(preferred_tier, "preferred_tier")
     if tier_errors or preferred_errors:
         raise ValidationError({**tier_errors, **preferred_errors})
+    given = roles
     roles = check_job(numa=numa, subgroups=subgroups, closed_ancestor=closed_ancestor(queue.pk), team=team, queue=queue, queue_has_children=has_children, name=name, roles=roles,
                       priority=priority, topology_mode=topology_mode, highest_tier=highest_tier,
                       preferred_tier=preferred_tier, time_limit_seconds=time_limit_seconds,
@@ -104,9 +105,11 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
                       completion_role=completion_role or "",
                       container_runtimes=set(Node.objects.exclude(container_runtime="")
                                              .values_list("container_runtime", flat=True).distinct()))
-    why = fit_check.refusal(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa)
+    # keyed by the field at fault ("roles[0].gpus_per_task", "roles[1].cpu_milli", "highest_tier"; fit_check.refusal_errors)
+    why = fit_check.refusal_errors(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa,
+                                   subgroups=subgroups, given=given if isinstance(given, (list, tuple)) else None)
     if why:
-        raise ValidationError({"roles": why})
+        raise ValidationError(why)
     now = submitted_at or clock.now()
     job = Job.objects.create(team=team, queue=queue, submitter=submitter, name=name, external_id=external_id,
                              priority=priority, preemptible=preemptible, topology_mode=topology_mode,

@@ -90,7 +90,7 @@ class Capacity:
                 continue
             if want > max(caps):
                 return PendingReason(code, f"role {role.name}: {want} {unit} per task exceeds every {where} node "
-                                           f"(largest has {max(caps)})", terminal=True)
+                                           f"(largest has {max(caps)})", terminal=True, role=role.name)
         return None
 
     def host_slots(self, role: RoleInfo, flavors: Iterable[str], resource: str | None = None) -> int | None:
@@ -137,14 +137,14 @@ class Capacity:
                 slots = self.host_slots(role, mine, attr) if want else None
                 if slots is not None and slots < need:
                     return PendingReason(code, f"role {role.name}: needs {need} x {want} {unit} at once, {where} "
-                                               f"hold at most {slots} such tasks", terminal=True)
+                                               f"hold at most {slots} such tasks", terminal=True, role=role.name)
             slots = self.host_slots(role, mine)
             if slots is not None and slots < need:
                 asks = " + ".join(f"{v} {u}" for v, u in ((role.gpus_per_task, "GPUs"), (role.cpu_milli, "milli-CPU"),
                                                            (role.memory_mib, "MiB of memory")) if v)
                 return PendingReason("never_fits_host_gang", f"role {role.name}: needs {need} x ({asks}) at once, "
                                      f"{where} hold at most {slots} such tasks (GPUs, milli-CPU and memory "
-                                     f"together)", terminal=True)
+                                     f"together)", terminal=True, role=role.name)
         if len(roles) < 2:
             return None
         for index, (attr, (unit, code)) in enumerate(units.items()):
@@ -218,7 +218,7 @@ class Capacity:
             if role.gpus_per_task > biggest:
                 return PendingReason(
                     "never_fits_node", f"role {role.name}: {role.gpus_per_task} GPUs per task exceeds every {flavor} "
-                    f"node (largest has {biggest})", terminal=True)
+                    f"node (largest has {biggest})", terminal=True, role=role.name)
             # a GPU role's task runs on a node of this flavor; a CPU-only role's on any node it accepts
             host = self.host_never_fits(role, (flavor,) if role.gpus_per_task
                                         else role_flavors(role, self.max_host))
@@ -230,7 +230,7 @@ class Capacity:
                 if role.gpus_per_task > zone:
                     return PendingReason(
                         "never_fits_numa", f"role {role.name}: {role.gpus_per_task} GPUs per task exceed every "
-                        f"{flavor} node's NUMA node (largest holds {zone}; numa: single)", terminal=True)
+                        f"{flavor} node's NUMA node (largest holds {zone}; numa: single)", terminal=True, role=role.name)
         for role in job.roles:
             if role.grouped and role.gpus_per_task:
                 group = min(role.group_size, role.effective_min)
@@ -241,7 +241,8 @@ class Capacity:
                         self.domain_fits(probe, flavor, d) for d in self._maximal_domains(role.group_highest_tier)):
                     return PendingReason(
                         "never_fits_group", f"role {role.name}: a group of {group} tasks x {role.gpus_per_task} "
-                        f"{flavor} GPUs exceeds every tier-{role.group_highest_tier} domain", terminal=True)
+                        f"{flavor} GPUs exceeds every tier-{role.group_highest_tier} domain", terminal=True,
+                        role=role.name)
         domains = self._maximal_domains(cap)
         if not domains:
             return PendingReason("never_fits_tier", f"this cluster has no domain of tier <= {cap}", terminal=True)
@@ -273,7 +274,7 @@ class Capacity:
                                + (f"{hosts}" if scope == "this cluster" else f"at most {hosts}"))
                     else:
                         why = f"room for {role.effective_min} such tasks; the nodes of {scope} hold at most {slots}"
-                    return PendingReason("never_fits_domain", head + why, terminal=True)
+                    return PendingReason("never_fits_domain", head + why, terminal=True, role=role.name)
         if where == "this cluster":  # no domain constraint: the whole cluster is too small (trial 17: "in one
             # domain" for a job with topology_mode none read as a topology rule it had not asked for)
             return PendingReason(
@@ -324,7 +325,7 @@ def mixed_never_fits(capacity: Capacity, job: JobInfo, flavors: Iterable[str], c
         mine = role_flavors(role, present)
         if not mine:
             return PendingReason("never_fits_flavor", f"role {role.name}: no node of flavor "
-                                 f"{'|'.join(role.flavors)} in this cluster", terminal=True)
+                                 f"{'|'.join(role.flavors)} in this cluster", terminal=True, role=role.name)
         alone = replace(job, roles=(role,))
         reasons = [capacity.never_fits(alone, f, cap) for f in sorted(mine)]
         if all(r is not None for r in reasons):

@@ -153,9 +153,10 @@ class ShapeCheckViewSet(viewsets.GenericViewSet):
             tiers=set(Domain.objects.values_list("tier", flat=True).distinct())))
         if errors:
             raise serializers.ValidationError(errors)
-        why = fit_check.refusal(roles, topology_mode=d["topology_mode"], highest_tier=highest_tier)
-        if why:
-            raise serializers.ValidationError({"roles": why})
+        why = fit_check.refusal_errors(roles, topology_mode=d["topology_mode"], highest_tier=highest_tier,
+                                       given=d["roles"])
+        if why:  # keyed by the field at fault, as on submission
+            raise serializers.ValidationError(why)
         queue = Queue.objects.filter(name=d["queue"]).only("team_id").first()
         if queue is None:
             raise serializers.ValidationError({"queue": f"unknown queue {d['queue']!r}"})
