@@ -177,11 +177,11 @@ def settled_until(session: Session, facts, reservations: Reservations, allocatio
       eviction phase's screen, passes no queue's least need at that usage, or `_searched_here`: every waiting job
       it passes failed its victim search on that very state here) and no preemptible job runs below the
       priority of a waiting job (every pending job has one priority, no running preemptible job is below it);
-    - a reservation: no job has a time limit (no EASY shadow), no drain or eviction was made here, and no job
-      refused for lack of room starves before the bound (Reservations.starves_at) while fewer than
-      max_reservations jobs hold GPUs and fewer than max_drains drains are in force (with no eviction releasing
-      GPUs, every holder is a drain: at max_drains, Reservations.closed refuses a starving job a new drain); no
-      requeue backoff ends before it (Allocation.retry_at);
+    - a reservation: no job has a known end (a time limit, or a stopping job's stop deadline: no EASY shadow), no
+      drain or eviction was made here, and no job refused for lack of room starves before the bound
+      (Reservations.starves_at) while fewer than max_reservations jobs hold GPUs and fewer than max_drains drains
+      are in force (with no eviction releasing GPUs, every holder is a drain: at max_drains, Reservations.closed
+      refuses a starving job a new drain); no requeue backoff ends before it (Allocation.retry_at);
     - nothing else: no growth, withdrawal, move, rescheduling, hot spare or eviction in its grace period.
 
     Worked out only after a cycle of the whole-GPU path that started a job while others still wait and gave no job a

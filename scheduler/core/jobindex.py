@@ -19,9 +19,9 @@ Figures (exact, for the last snapshot given):
   highest, highest_pending);
 - live: jobs not pending (the running_jobs metric); moving: jobs not pending with `reserved` (the new places
   of jobs being moved, actions/reschedule.hold_moving);
-- lowest_pending, timed, pending_timed, pending_elastic: the lowest pending priority, the jobs not pending and
-  the pending jobs with a time limit, the pending jobs asking for more tasks than their gang minimum (what a
-  cycle's fixed point rests on: cycle.settled_until);
+- lowest_pending, timed, pending_timed, pending_elastic: the lowest pending priority, the jobs not pending with a
+  time limit (or, stopping, a stop deadline) and the pending jobs with a time limit, the pending jobs asking for
+  more tasks than their gang minimum (what a cycle's fixed point rests on: cycle.settled_until);
 - per node: ready spares (spares.has_spares), and the healthy GPUs of schedulable nodes per flavor
   (plugins.fairshare.schedulable_gpus, when every node is schedulable: else the caller's own pass).
 
@@ -113,7 +113,9 @@ class JobCounts:
         self.evicting = 0  # jobs "preempting" with `evicted_for`
         self.running_queues: dict[str, int] = {}  # queue -> GPUs of its running jobs' tasks (running_gpus per queue)
         self.pending_priorities: dict[int, int] = {}  # priority -> count of pending jobs
-        self.timed = 0  # jobs not pending with a time limit (actions/backfill.shadow_reservation's only input jobs)
+        # jobs not pending with a time limit, or stopping (preempting) with a stop deadline: those with a known end,
+        # actions/backfill.shadow_reservation's only input jobs
+        self.timed = 0
         self.pending_timed = 0  # pending jobs with a time limit
         self.pending_elastic = 0  # pending jobs with a role asking for more tasks than its gang minimum
 
@@ -143,8 +145,8 @@ class JobCounts:
         self.live += sign
         if job.reserved:
             self.moving += sign
-        if job.time_limit is not None:
-            self.timed += sign
+        if job.time_limit is not None or job.state == "preempting" and job.stop_deadline is not None:
+            self.timed += sign  # a known end: backfill.shadow_reservation's input jobs
         if job.state != "running":
             if job.state == "preempting" and job.evicted_for is not None:
                 self.evicting += sign
@@ -189,8 +191,8 @@ class FactTuple(tuple):
     # that went) since that snapshot, in no particular order (plugins.quota's kept running tasks per node); None:
     # not known. Kept only with pending_from
     live_changes: tuple | None = None
-    # how many jobs not pending have a time limit (JobCounts.timed; 0: backfill's shadow finds no end to wait
-    # for without a pass over the jobs); None: not known
+    # how many jobs not pending have a time limit or, stopping, a stop deadline (JobCounts.timed; 0: backfill's
+    # shadow finds no end to wait for without a pass over the jobs); None: not known
     timed: int | None = None
     # (token of the producer's previous snapshot, this snapshot's token, pending jobs that came (in list order),
     # pending jobs that went) since that snapshot: cache.PendingChanges.advance takes them instead of diffing

@@ -4,12 +4,13 @@ Feitelson, IEEE TPDS 2001), and drain reservations for jobs that starve anyway.
 `Reservations` is the cycle's reservation book, used by the allocate action:
 
 - EASY shadow: the first job in order that cannot start for lack of room gets a reservation: running jobs
-  are released, in order of their expected end (start + time_limit), on a Trial until the job fits; that
+  are released, in order of their expected end (start + time_limit; a job being stopped, state "preempting",
+  at the earlier of that and its stop_deadline, when its GPUs come free for sure), on a Trial until the job fits; that
   time is its estimated start and that placement its reserved GPUs. The reserved GPUs that are free now
   are held out of the pool for the rest of the cycle; a later job may use them only if it declares a time
   limit that ends before the reservation starts (`attempt`). Jobs with no time limit never use reserved
-  GPUs. Running jobs without a time limit have no known end, so a reservation behind them cannot be
-  computed (no reservation is made).
+  GPUs. Running jobs without a time limit (and not being stopped by a deadline) have no known end, so a
+  reservation behind them cannot be computed (no reservation is made).
 - Drain: a job that has waited `starvation_seconds` while no EASY shadow exists this cycle gets the GPUs
   it will start on, in the domain quickest to drain, held for it from now on (a Nomination), so smaller
   jobs stop taking them as they free up. At most one new drain per cycle, at most `max_drains` drains in
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from itertools import compress, repeat
-from operator import attrgetter, is_not
+from operator import attrgetter, eq, is_not
 from typing import Callable
 
 from ..jobindex import FactTuple
@@ -38,6 +39,7 @@ BACKFILL = "backfill"  # the hold key of the EASY reservation's GPUs
 ROOM_CODES = {"insufficient_gpus", "no_domain", "no_packing"}  # waiting for GPUs may help: worth a reservation
 DRAIN_CANDIDATES = 4  # domains tried per drain reservation
 _time_limit = attrgetter("time_limit")
+_state = attrgetter("state")
 
 Place = Callable[..., "Binding | PendingReason"]  # Admission.place(job, backfill_open=...)
 
@@ -166,16 +168,28 @@ class Reservations:
 def shadow_reservation(session: Session, job: JobInfo, flavor: str, snapshot: Snapshot
                        ) -> tuple[float, Binding] | None:
     """(estimated start in seconds of cluster time, the placement then), or None when the job fits no
-    time at which running jobs with a time limit have ended. The state is left unchanged."""
+    time at which running jobs with a time limit, and stopping jobs with a stop deadline, have ended. The state is
+    left unchanged."""
     # the jobs with a time limit first (C-level: a trace without limits makes no Python loop over its jobs); a
-    # producer that counts them (FactTuple.timed) says when there is none, without a pass over the jobs
+    # producer that counts them (FactTuple.timed, which counts the stopping jobs with a stop deadline too) says when
+    # there is none, without a pass over the jobs. A job being stopped (state "preempting") frees its GPUs by its
+    # stop_deadline for sure (the forecast reads it too): at the earlier of that and its time limit's end; one
+    # without a time limit has that end alone (before, a stopping job was read as running to its limit, or, without
+    # one, as never ending: the estimate late, or no reservation behind it)
     jobs = snapshot.jobs
     if type(jobs) is FactTuple and jobs.timed == 0:
         return None
     jobs = _not_pending(jobs)
-    timed = compress(jobs, map(is_not, map(_time_limit, jobs), repeat(None)))
-    ends = sorted((j.start_time + j.time_limit, str(j.id), j) for j in timed
-                  if j.state != "pending" and j.start_time is not None)
+    ends = []
+    for j in compress(jobs, map(is_not, map(_time_limit, jobs), repeat(None))):
+        if j.state != "pending" and j.start_time is not None:
+            end = j.start_time + j.time_limit
+            if j.state == "preempting" and j.stop_deadline is not None and j.stop_deadline < end:
+                end = j.stop_deadline
+            ends.append((end, str(j.id), j))
+    ends += [(j.stop_deadline, str(j.id), j) for j in compress(jobs, map(eq, map(_state, jobs), repeat("preempting")))
+             if j.time_limit is None and j.stop_deadline is not None]
+    ends.sort()
     if not ends:
         return None
     state, root = session.state, session.tree.root
