@@ -2,6 +2,8 @@
 estimator, the horizon / never-fits reasons, and agreement with the replay simulator."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from clusterspec.spec import ClusterSpec, DomainSpec, NodeSpec, QueueSpec, Trace, TraceJob
@@ -151,7 +153,12 @@ def test_estimator_levels_median_p90_and_elapsed():
     # conditional on elapsed: a job that already ran 65 s is one of the longer ones
     assert est.estimate("u", "q", 8, elapsed=65).median == 70.0
     # it outlived all its history: it runs on for a while
-    assert est.estimate("u", "q", 8, elapsed=1000).median == 1500.0
+    outlived = est.estimate("u", "q", 8, elapsed=1000)
+    assert outlived.median == 1500.0
+    # and its 90 % bound from the same Pareto tail (median x 2^(1/a) = 1.5, P90 x 10^(1/a) = 1.5^log2(10) = 3.84),
+    # not the median again (new-user trial 23, F3: the "90 %" start of a job behind it equalled its median start)
+    assert outlived.p90 == pytest.approx(1000 * 1.5 ** math.log2(10)) and outlived.p90 > 3800
+    assert est.estimate("u", "q", 8, elapsed=10).p90 >= est.estimate("u", "q", 8, elapsed=10).median
     # the window ages out old run times
     for _ in range(10):
         est.observe("other", "q", 1, 5000)
