@@ -14,8 +14,13 @@ report holding the row and inserting the same attempt (tests/integration/test_ag
 Requeue semantics (DESIGN section 5 and the fault-recovery capability): the gang goes back to pending
 whole, every live allocation is released at once (the same `released_at`), every task back to pending
 with no node, `submitted_at` untouched (the job keeps its place in the order), `attempts` + 1. A requeue
-after a failure (node lost, GPU failed, gang did not start in time) adds a backoff: `not_before` = now +
-min(REQUEUE_BACKOFF_SECONDS * 2**(attempts-1), REQUEUE_BACKOFF_CAP_SECONDS). A requeue at the end of a
+after a failure (node lost, GPU failed, gang did not start in time, a task failed) adds a backoff: `not_before` =
+now + min(REQUEUE_BACKOFF_SECONDS * 2**(n-1), REQUEUE_BACKOFF_CAP_SECONDS), where n counts only the attempts that
+ended in the job's own failure (`own_failures`: restarts whose diagnosis is not a node or platform fault, this one
+included). A platform fault (node or GPU lost, node agent exited, gang start timeout, a task failure diagnosed as
+its node's: `engine.NODE_FAULT_CATEGORIES`) gets the base backoff, n = 1, however many attempts came before; the
+scheduler's own evictions (preempt, reclaim, drain, moves) never count (trial 23: a job reclaimed three times then
+hit by an agent exit waited 8 minutes on an idle cluster). A requeue at the end of a
 preemption grace period (preempt, reclaim, drain) has none: the job did nothing wrong. A fault's requeue of a
 gang with processes still on healthy node agents waits for them (execution.stops.stop_for_fault: the gang is
 preempting meanwhile, trial 20, F10); its backoff then counts from the fault (`backoff_from`).
@@ -33,7 +38,8 @@ from django.utils import timezone
 from . import clock
 from .audit import record_event
 from .diagnosis.attempts import close_attempt, mark_recovered
-from .models import Allocation, Job, Task
+from .diagnosis.engine import NODE_FAULT_CATEGORIES
+from .models import Allocation, Attempt, Job, Task
 from .scheduling.locks import lock_queue_tree
 from .trees import Tree
 from .wording import count
@@ -58,6 +64,15 @@ def backoff_seconds(attempts: int) -> float:
     return min(base * 2 ** max(attempts - 1, 0), cap)
 
 
+def own_failures(job_id) -> int:
+    """How many attempts of the job ended in its own failure: restarted after a task failed (outcome
+    `restarted`) with a diagnosis that is not its node's or the platform's (`engine.NODE_FAULT_CATEGORIES`).
+    Evictions (preempt, reclaim, drain, moves) and platform faults (outcome `requeued`) do not count: the
+    backoff's exponent (module docstring)."""
+    return (Attempt.objects.filter(job_id=job_id, outcome="restarted")
+            .exclude(category__in=NODE_FAULT_CATEGORIES).count())
+
+
 def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
                 from_states=Job.LIVE_STATES,
                 data: dict | None = None, cycle: int | None = None, node=None, actor=None,
@@ -74,8 +89,13 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
     record = close_attempt(job_id, at=at, outcome="restarted" if kind == "restarted" else "requeued", kind=kind,
                            reason=reason, data=data)
     attempts += 1
-    not_before = (max(at, (backoff_from or at) + timedelta(seconds=backoff_seconds(attempts)))
-                  if backoff else None)
+    not_before = None
+    if backoff:
+        # the job's own failure (a restart not laid at its node): exponential in its own failures so far; a platform
+        # fault: the base backoff, whatever came before (module docstring)
+        own = (record is None or record.category not in NODE_FAULT_CATEGORIES) and kind == "restarted"
+        n = max(own_failures(job_id), 1) if own else 1
+        not_before = max(at, (backoff_from or at) + timedelta(seconds=backoff_seconds(n)))
     # a job moved by rescheduling keeps the place held for it (Job.reserved, set while it was preempting)
     keep_hold = old_state == Job.State.PREEMPTING and not backoff
     updated = Job.objects.filter(pk=job_id, state=old_state, attempts=attempts - 1).update(

@@ -278,7 +278,7 @@ NODE_CLOCK_MAX_OFFSET_SECONDS = float(os.environ.get("NODE_CLOCK_MAX_OFFSET_SECO
 # The repair path's validation check (docs/diagnosis.md): an argv the node's agent runs when an admin starts
 # validation without a command of their own (e.g. "dcgmi diag -r 2"); empty = the heartbeat check only.
 NODE_VALIDATION_COMMAND = shlex.split(os.environ.get("NODE_VALIDATION_COMMAND", ""))
-REQUEUE_BACKOFF_SECONDS = float(os.environ.get("REQUEUE_BACKOFF_SECONDS", "60"))  # doubles per attempt
+REQUEUE_BACKOFF_SECONDS = float(os.environ.get("REQUEUE_BACKOFF_SECONDS", "60"))  # doubles per own failure (lifecycle)
 REQUEUE_BACKOFF_CAP_SECONDS = float(os.environ.get("REQUEUE_BACKOFF_CAP_SECONDS", "3600"))
 FAILURE_CHECK_SECONDS = float(os.environ.get("FAILURE_CHECK_SECONDS", "15"))
 # Execution (gpuplatform/execution, docs/execution.md): how often agents poll their assignments, the grace
