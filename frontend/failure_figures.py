@@ -24,7 +24,7 @@ from .states import PALETTE
 
 HARDWARE_OR_NETWORK = ("gpu_hardware", "nccl_network")
 CATEGORY_ORDER = ("gpu_hardware", "cuda_oom", "host_oom", "cuda_error", "storage", "nan_loss", "user_error",
-                  "nccl_network", "nccl_timeout", "platform", "unknown")
+                  "nccl_network", "nccl_timeout", "platform", "cancelled", "unknown")
 DAY_MS = 86_400_000  # a day on a plotly date axis
 NO_FAILED_ATTEMPT = "No failed attempt."  # what the tables say too (_failure_tables.html)
 

@@ -228,7 +228,7 @@ def test_platform_causes_come_from_the_platform():
     for cause, action in expected.items():
         d = engine.diagnose(tasks, rules=RULES, platform={"cause": cause, "text": "x"})
         # a time limit is the user's own (new-user trial 22, F7): user_error, still from the platform's event
-        assert d.category == ("user_error" if cause == "time_limit" else "platform")
+        assert d.category == {"time_limit": "user_error", "cancelled": "cancelled"}.get(cause, "platform")
         assert d.evidence[0]["source"] == "event"
         assert (d.action, d.rule) == (action, f"platform:{cause}"), cause
     assert engine.diagnose(tasks, rules=RULES, platform={"cause": "node_lost", "text": "n1"}).category == "platform"
@@ -253,7 +253,7 @@ def test_every_shipped_rule_cites_its_source_and_the_table_is_versioned():
     table = shipped_rules()
     assert table["version"]
     categories = {r["category"] for r in table["rules"]}
-    assert categories == set(engine.CATEGORIES) - {"platform"}  # unknown: what is known without a cause (a SIGKILL)
+    assert categories == set(engine.CATEGORIES) - set(engine.PLATFORM_ONLY_CATEGORIES)  # unknown: what is known without a cause (a SIGKILL)
     assert all(len(r["source"]) > 20 for r in table["rules"])
     version, health = engine.parse_health_rules(shipped_health_rules())
     assert version and all(len(r.source) > 20 for r in health)
@@ -310,7 +310,7 @@ def test_the_agents_cannot_start_line_is_the_evidence_not_the_bare_exit_status()
 
 
 @pytest.mark.parametrize("cause, action, category", [
-    ("time_limit", "cancel_retries", "user_error"), ("cancelled", "cancel_retries", "platform"),
+    ("time_limit", "cancel_retries", "user_error"), ("cancelled", "cancel_retries", "cancelled"),
     ("preempted", "retry", "platform"), ("gang_start_timeout", "retry", "platform")])
 def test_the_docs_table_gives_the_platform_causes_action(cause, action, category):
     """New-user trial 14, F22: docs/diagnosis.md's table gave the `platform` category the action "retry" while a

@@ -1,7 +1,7 @@
 """New-user trial 22, F7: a job failed by its own time limit was diagnosed `category: platform`, though the user set
 the limit (time_limit_seconds). The platform still stops it, and the evidence is still the platform's own event
 (rule `platform:time_limit`, never logs), but the cause is the user's side: `user_error`, with `cancel_retries`
-(the job ends, as Slurm's TIMEOUT). A cancel, a preemption and a gang start timeout stay `platform`."""
+(the job ends, as Slurm's TIMEOUT). A preemption and a gang start timeout stay `platform`; a cancel is `cancelled` (trial 23)."""
 from __future__ import annotations
 
 from gpuplatform.diagnosis import engine
@@ -18,7 +18,7 @@ def test_a_time_limit_is_the_users_side_and_the_other_platform_stops_are_not():
     assert (d.category, d.rule, d.action) == ("user_error", "platform:time_limit", "cancel_retries")
     assert d.evidence[0]["source"] == "event" and d.node is None
     assert "user_error" not in engine.NODE_FAULT_CATEGORIES  # never charged to the node it ran on
-    for cause in ("cancelled", "preempted", "gang_start_timeout"):
+    for cause in ("preempted", "gang_start_timeout"):
         assert engine.diagnose(tasks, rules=none, platform={"cause": cause, "text": "x"}).category == "platform", cause
 
 

@@ -16,7 +16,9 @@ see docs/diagnosis.md):
 
 1. A platform cause (`platform`: cancelled, preempted, time limit, gang start timeout) names the
    attempt's end: category `platform`, except a time limit, which the user set: `user_error` (rule
-   `platform:time_limit`, the platform's own event, as for the others; new-user trial 22, F7). Node lost and agent
+   `platform:time_limit`, the platform's own event, as for the others; new-user trial 22, F7), and a cancel,
+   which someone asked for and is neither a fault nor the job's error: `cancelled` (rule `platform:cancelled`;
+   new-user trial 23). Node lost and agent
    exited (a task stopped because its node agent exited) are `platform` too, naming their node, unless (2) finds
    hardware.
 2. Hardware first: a `gpu_hardware` match anywhere (a health event of one of the attempt's nodes in the
@@ -49,13 +51,15 @@ from .. import regex_safety
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "CATEGORIES", "ROOT_CATEGORIES", "CONSEQUENCE_CATEGORIES", "NODE_FAULT_CATEGORIES", "PRECEDENCE", "ACTIONS", "HEALTH_ACTIONS",
+    "CATEGORIES", "PLATFORM_ONLY_CATEGORIES", "ROOT_CATEGORIES", "CONSEQUENCE_CATEGORIES", "NODE_FAULT_CATEGORIES", "PRECEDENCE", "ACTIONS", "HEALTH_ACTIONS",
     "HEALTH_SIGNALS", "RuleError", "Rule", "RuleSet", "TaskEvidence", "HealthEvidence", "Diagnosis",
     "parse_rules", "diagnose", "HealthRule", "parse_health_rules", "evaluate_health",
 ]
 
 CATEGORIES = ("cuda_oom", "nccl_timeout", "nccl_network", "gpu_hardware", "cuda_error", "nan_loss", "host_oom",
-              "user_error", "storage", "platform", "unknown")
+              "user_error", "storage", "platform", "cancelled", "unknown")
+# Categories only the platform's own events give (never a rule's: rules read logs and exits)
+PLATFORM_ONLY_CATEGORIES = ("platform", "cancelled")
 # Cause before consequence: the order in which categories win, within one task and across tasks.
 PRECEDENCE = ("gpu_hardware", "cuda_oom", "host_oom", "cuda_error", "storage", "nan_loss", "user_error",
               "nccl_network", "nccl_timeout", "unknown")
@@ -74,9 +78,10 @@ NODE_FAULT_CATEGORIES = frozenset(("gpu_hardware", "nccl_network", "platform"))
 # task ran (its supervisor stopped the task: an agent run with --stop-tasks-on-exit, execution.reports)
 NODE_CAUSES = ("node_lost", "agent_exited")
 # The platform causes the user set in motion: the platform stops the job, but at the user's own request (a time limit
-# is the job's time_limit_seconds, as Slurm's TIMEOUT is the user's). Category of each; the rule stays
-# `platform:<cause>` (the evidence is the platform's own event, never logs).
-USER_CAUSES = {"time_limit": "user_error"}
+# is the job's time_limit_seconds, as Slurm's TIMEOUT is the user's; a cancel was asked for by the job's owner or an
+# admin: neither a fault nor an error, category `cancelled`). Category of each; the rule stays `platform:<cause>`
+# (the evidence is the platform's own event, never logs).
+USER_CAUSES = {"time_limit": "user_error", "cancelled": "cancelled"}
 ACTIONS = ("retry", "exclude_node", "cancel_retries")
 HEALTH_ACTIONS = ("record", "cordon", "drain", "fail_tasks")
 # The signals a health rule may test (units: counts, seconds, booleans).
@@ -189,8 +194,9 @@ def parse_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> RuleSet:
     rules, seen = [], set()
     for order, (where, entry) in enumerate(_entries(table, extra)):
         rid, source, category, action = _check_common(entry, where, seen)
-        if category not in CATEGORIES or category == "platform":
-            raise RuleError(f"{where}.category", f"category must be one of {[c for c in CATEGORIES if c != 'platform']}")
+        if category not in CATEGORIES or category in PLATFORM_ONLY_CATEGORIES:
+            raise RuleError(f"{where}.category", "category must be one of "
+                            + ", ".join(c for c in CATEGORIES if c not in PLATFORM_ONLY_CATEGORIES))
         action = action or "retry"
         if action not in ACTIONS:
             raise RuleError(f"{where}.action", f"action must be one of {list(ACTIONS)}")
@@ -458,7 +464,8 @@ def _by_end(ordered, rules: RuleSet, *, unknown: bool) -> Diagnosis | None:
 LABELS = {"cuda_oom": "CUDA out of memory", "nccl_timeout": "NCCL collective timeout",
           "nccl_network": "NCCL network error", "gpu_hardware": "GPU hardware fault", "cuda_error": "CUDA error",
           "nan_loss": "loss became NaN/inf", "host_oom": "host out of memory", "user_error": "error in the job's code or configuration",
-          "storage": "storage error", "platform": "stopped by the platform", "unknown": "unknown cause"}
+          "storage": "storage error", "platform": "stopped by the platform", "cancelled": "cancelled on request",
+          "unknown": "unknown cause"}
 
 
 def _label(category: str) -> str:
@@ -509,8 +516,9 @@ def parse_health_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> tuple[s
         if action not in HEALTH_ACTIONS:
             raise RuleError(f"{where}.action", f"action must be one of {list(HEALTH_ACTIONS)}")
         category = category or "gpu_hardware"
-        if category not in CATEGORIES:
-            raise RuleError(f"{where}.category", f"category must be one of {list(CATEGORIES)}")
+        if category not in CATEGORIES or category == "cancelled":  # a health signal is never a cancel
+            raise RuleError(f"{where}.category", "category must be one of "
+                            + ", ".join(c for c in CATEGORIES if c != "cancelled"))
         value = e.get("value")
         if e["op"] == "in" and not (isinstance(value, list) and all(isinstance(v, int) for v in value)):
             raise RuleError(f"{where}.value", "op 'in' needs a list of integers")

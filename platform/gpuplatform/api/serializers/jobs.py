@@ -185,7 +185,9 @@ class JobSerializer(ModelSerializer):
         help_text="every ended attempt: [{number, started_at, ended_at, outcome, failed, nodes, gpus, exit_code, "
                   "signal, failed_task, diagnosis, fault_at, recovered_at, recovery_seconds}] (docs/diagnosis.md); "
                   "diagnosis = {category, summary, evidence: [{task, source, line, offset, text}], action, rule, "
-                  "node, task} or null")
+                  "node, task} or null; category one of cuda_oom, nccl_timeout, nccl_network, gpu_hardware, "
+                  "cuda_error, nan_loss, host_oom, user_error, storage, platform (a platform fault or eviction), "
+                  "cancelled (a cancel on request), unknown")
     attempt = serializers.IntegerField(source="attempts", read_only=True,
                                        help_text="the current attempt's number (0-based; the agents' `attempt`)")
     diagnosis = serializers.SerializerMethodField(help_text="the diagnosis of the last failed attempt, or null")
