@@ -149,9 +149,14 @@ def submit_ids(changes: list[dict]) -> dict[int, str]:
     return out
 
 
-def _job(jobs: dict, i: int, change: dict) -> JobInfo:
+def _job(jobs: dict, i: int, change: dict, cancelled: dict | None = None) -> JobInfo:
+    """The job a change names; `cancelled`: job id -> index of the earlier change that cancelled it (new-user trial
+    23: a job cancelled twice was refused as "no pending or running job 44", though it was one until changes[0])."""
     job = jobs.get(change.get("job"))
     if job is None:
+        if change.get("job") in (cancelled or {}):
+            raise WhatIfError(i, "job", f"job {change.get('job')!r} is already cancelled by "
+                                        f"changes[{cancelled[change.get('job')]}]")
         raise WhatIfError(i, "job", f"no pending or running job {change.get('job')!r}")
     return job
 
@@ -182,6 +187,7 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
                                     memory_used=max(0, n.memory_used - (role.memory_mib if role else 0)))
 
     ids = submit_ids(changes)
+    cancelled: dict = {}  # job id -> the change that cancelled it
     for i, ch in enumerate(changes):
         kind = ch.get("kind")
         if kind not in KINDS:
@@ -264,14 +270,15 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
                 nodes[name] = NodeInfo(name=name, flavor=str(ch.get("flavor") or default_flavor),
                                        gpus=gpus, domain=dom)
         elif kind == "set_priority":
-            job = _job(jobs, i, ch)
+            job = _job(jobs, i, ch, cancelled)
             jobs[job.id] = replace(job, priority=int(ch["priority"]))
         elif kind == "cancel":
-            job = _job(jobs, i, ch)
+            job = _job(jobs, i, ch, cancelled)
             if job.state != "pending":
                 free(job)
             del jobs[job.id]
             removed.append(job.id)
+            cancelled[job.id] = i
     changed = Snapshot(nodes=tuple(nodes.values()), domains=snapshot.domains, queues=tuple(queues.values()),
                        jobs=tuple(jobs.values()), now=snapshot.now)
     return changed, hypothetical, removed, drained
