@@ -79,7 +79,14 @@ def never(job) -> str:
     return never_words(_get(job, "pending_reason_code"))
 
 
+TIME_WORDS = ("at the next cycle", "in about ")
+
+
 @register.simple_tag
-def estimate(job) -> str:
-    return estimate_words(_get(job, "estimated_start"), _get(job, "estimated_start_p90"),
-                          _get(job, "estimate_note") or "", _get(job, "estimated_at"), clock.now())
+def estimate(job, lead: str = "") -> str:
+    """{% estimate job %}: estimate_words of a job; `lead` ("estimated ", the jobs list) goes before a time only,
+    never before "no estimate: ...", "estimate pending: ..." or "overdue: ..." (new-user trial 23: the list read
+    "estimated no estimate: can never start: ...")."""
+    words = estimate_words(_get(job, "estimated_start"), _get(job, "estimated_start_p90"),
+                           _get(job, "estimate_note") or "", _get(job, "estimated_at"), clock.now())
+    return lead + words if words.startswith(TIME_WORDS) else words

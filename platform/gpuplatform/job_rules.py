@@ -13,6 +13,7 @@ import shlex
 
 from .names import MAX_CHARS, NAME_HELP, NAME_PATTERN, NAME_RE, control_character_error, name_error  # noqa: F401 (re-exported)
 from .inputs import text_control_error
+from .wording import one_of
 
 ROLE_FIELDS = ("name", "tasks", "gpus_per_task", "cpu_milli", "memory_mib", "min_available", "flavor",
                "command", "env", "working_dir", "image", "group_size", "group_highest_tier", "topology_mode",
@@ -125,7 +126,7 @@ def _check_group(raw: dict, role: dict, f: str, errors: dict[str, str]) -> None:
     """Set role's group_size / group_highest_tier / group_mode from the raw role's keys (rules in ROLE_FIELDS)."""
     mode = raw.get("topology_mode")
     if mode is not None and mode not in TOPOLOGY_MODES:
-        errors[f + "topology_mode"] = f"topology_mode must be one of {TOPOLOGY_MODES}"
+        errors[f + "topology_mode"] = f"topology_mode must be one of {one_of(TOPOLOGY_MODES)}"
         return
     given = "group_highest_tier" if raw.get("group_highest_tier") is not None else "highest_tier"
     tier, errs = resolve_tier(raw.get(given), f + given)
@@ -324,7 +325,7 @@ def check_placement_and_limit(*, topology_mode, highest_tier, preferred_tier, ti
     tier 5 of a 3-tier cluster and a 10^12 s limit were forecast). Tiers already resolved (resolve_tier)."""
     errors: dict[str, str] = {}
     if topology_mode not in TOPOLOGY_MODES:
-        errors["topology_mode"] = f"topology_mode must be one of {TOPOLOGY_MODES}"
+        errors["topology_mode"] = f"topology_mode must be one of {one_of(TOPOLOGY_MODES)}"
     elif topology_mode == "hard" and highest_tier is None:
         errors["highest_tier"] = "a hard topology constraint needs highest_tier (the highest tier it may span)"
     for key, tier in (("highest_tier", highest_tier), ("preferred_tier", preferred_tier)):
@@ -357,7 +358,7 @@ def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, t
     out, role_errors = check_roles(roles)
     errors.update(role_errors)
     if numa not in NUMA_POLICIES:
-        errors["numa"] = f"numa must be one of {NUMA_POLICIES}"
+        errors["numa"] = f"numa must be one of {one_of(NUMA_POLICIES)}"
     for i, role in enumerate(out):
         tier = role.get("group_highest_tier")
         key = f"roles[{i}].group_highest_tier"

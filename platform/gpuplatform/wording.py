@@ -6,3 +6,14 @@ from __future__ import annotations
 def count(n, noun: str, plural: str | None = None) -> str:
     """`n` and `noun`, plural unless n is exactly 1 (a fraction such as 0.5 or 1.5 is plural: "0.5 GPUs")."""
     return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
+def one_of(values) -> str:
+    """The allowed values of a field, as a message lists them: "open, closing, closed, draining" (new-user trial
+    23: messages read Python's list repr, "one of ['open', 'closing', 'closed', 'draining']")."""
+    return ", ".join(str(v) for v in values)
+
+
+def quota_words(guarantee, quota, limit) -> str:
+    """A quota's three numbers, named: "guarantee 0, quota 3, no limit" (trial 23: an Event read "0/3/None")."""
+    return f"guarantee {guarantee}, quota {quota}, " + ("no limit" if limit is None else f"limit {limit}")

@@ -58,7 +58,11 @@ class IsNodeAgent(BasePermission):
     message = "only platform admins and node agents may report nodes"
 
     def has_permission(self, request, view) -> bool:
-        return is_node_agent(request.user)
+        if is_node_agent(request.user):
+            return True
+        if getattr(view, "action", None) == "assignments":  # a read, not a report (new-user trial 23)
+            self.message = "only platform admins and node agents may read a node's assignments"
+        return False
 
 
 class IsNodeAgentForNode(IsNodeAgent):

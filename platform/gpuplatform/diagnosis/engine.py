@@ -199,7 +199,7 @@ def parse_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> RuleSet:
                             + ", ".join(c for c in CATEGORIES if c not in PLATFORM_ONLY_CATEGORIES))
         action = action or "retry"
         if action not in ACTIONS:
-            raise RuleError(f"{where}.action", f"action must be one of {list(ACTIONS)}")
+            raise RuleError(f"{where}.action", f"action must be one of {', '.join(ACTIONS)}")
         pattern, when = entry.get("pattern"), entry.get("when")
         if bool(pattern) == bool(when):
             raise RuleError(where, "a rule has exactly one of 'pattern' and 'when'")
@@ -510,11 +510,11 @@ def parse_health_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> tuple[s
     for order, (where, e) in enumerate(_entries(table, extra)):
         rid, source, category, action = _check_common(e, where, seen)
         if e.get("signal") not in HEALTH_SIGNALS:
-            raise RuleError(f"{where}.signal", f"signal must be one of {list(HEALTH_SIGNALS)}")
+            raise RuleError(f"{where}.signal", f"signal must be one of {', '.join(HEALTH_SIGNALS)}")
         if e.get("op") not in _OPS:
-            raise RuleError(f"{where}.op", f"op must be one of {list(_OPS)}")
+            raise RuleError(f"{where}.op", f"op must be one of {', '.join(_OPS)}")
         if action not in HEALTH_ACTIONS:
-            raise RuleError(f"{where}.action", f"action must be one of {list(HEALTH_ACTIONS)}")
+            raise RuleError(f"{where}.action", f"action must be one of {', '.join(HEALTH_ACTIONS)}")
         category = category or "gpu_hardware"
         if category not in CATEGORIES or category == "cancelled":  # a health signal is never a cancel
             raise RuleError(f"{where}.category", "category must be one of "

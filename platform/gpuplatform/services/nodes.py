@@ -20,6 +20,7 @@ from ..lifecycle import evict_jobs_on_nodes
 from ..models import Allocation, Event, Gpu, MigInstance, Node
 from ..names import name_error
 from ..scheduling.locks import lock_name
+from ..wording import one_of
 from . import node_states
 from .base import request_cycle_on_commit
 
@@ -83,7 +84,7 @@ def _check_gpus(gpus: list[dict]) -> dict[str, str]:
         elif uuid:
             uuids[uuid_key(uuid)] = (i, uuid)
         if g.get("health", "healthy") not in Gpu.Health.values:
-            errors[f"gpus[{i}].health"] = f"health must be one of {Gpu.Health.values}"
+            errors[f"gpus[{i}].health"] = f"health must be one of {one_of(Gpu.Health.values)}"
         memory = g.get("memory_mib")
         if memory is not None and (not isinstance(memory, int) or isinstance(memory, bool) or memory < 0):
             errors[f"gpus[{i}].memory_mib"] = "memory_mib must be a whole number of MiB >= 0"
@@ -382,7 +383,7 @@ def register_node(name: str, *, flavor: str, gpus: list[dict], cpu_milli: int = 
         errors["memory_mib"] = "memory_mib must be an integer >= 0"
     errors.update(_check_gpus(gpus))
     if executor is not None and executor not in Node.Executor.values:
-        errors["executor"] = f"executor must be one of {Node.Executor.values}"
+        errors["executor"] = f"executor must be one of {one_of(Node.Executor.values)}"
     if runtime not in (None, "", "docker", "podman"):
         errors["runtime"] = "runtime must be docker, podman or empty"
     if address is not None and (not isinstance(address, str) or len(address) > 200):

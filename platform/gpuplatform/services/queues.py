@@ -17,6 +17,7 @@ from ..models.tenancy import canonical_key
 from ..names import name_error
 from ..errors import ValidationError
 from .base import lock_queue_tree, raise_if, request_cycle_on_commit, resolve_queue
+from ..wording import one_of, quota_words
 
 __all__ = ["create_queue", "update_queue", "set_quota", "delete_queue", "queue_grace_error", "queue_weight_error",
            "QUEUE_NAME_RULE", "queue_named", "queue_name_taken", "queue_clashes",
@@ -107,7 +108,7 @@ def create_queue(name: str, parent=None, team: Team | None = None, weight: float
     if queue_weight_error(weight):
         errors["weight"] = queue_weight_error(weight)
     if state not in Queue.State.values:
-        errors["state"] = f"state must be one of {Queue.State.values}"
+        errors["state"] = f"state must be one of {one_of(Queue.State.values)}"
     if queue_grace_error(preemption_grace_seconds):
         errors["preemption_grace_seconds"] = queue_grace_error(preemption_grace_seconds)
     if team is not None and not Team.objects.filter(pk=team.pk).exists():  # deleted (delete_team) since it was read
@@ -182,7 +183,7 @@ def update_queue(queue: Queue, *, parent=..., weight: float | None = None, state
         changes["weight"] = weight
     if state is not None:
         if state not in Queue.State.values:
-            errors["state"] = f"state must be one of {Queue.State.values}"
+            errors["state"] = f"state must be one of {one_of(Queue.State.values)}"
         elif state == Queue.State.CLOSED:
             state = Queue.State.CLOSING  # closed only once its last job has ended: close_idle_queues below
         changes["state"] = state
@@ -232,7 +233,7 @@ def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int 
         locked = Quota.objects.select_for_update().filter(queue=queue, flavor=flavor).first()
         if locked is None or quota_version(locked) != expected_version:
             raise _stale("quota", "no such quota" if locked is None else
-                         f"guarantee {locked.guarantee}, quota {locked.quota}, limit {locked.limit}")
+                         quota_words(locked.guarantee, locked.quota, locked.limit))
     case = flavor_case_error(flavor, queue)
     if case:
         raise ValidationError({"flavor": case})
@@ -242,7 +243,7 @@ def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int 
         return Quota.objects.get(queue=queue, flavor=flavor)
     row, _ = Quota.objects.update_or_create(queue=queue, flavor=flavor,
                                             defaults={"guarantee": guarantee, "quota": quota, "limit": limit})
-    record_event("quota_changed", f"quota of {queue.name}/{flavor}: {guarantee}/{quota}/{limit}", actor=actor,
+    record_event("quota_changed", f"quota of {queue.name}/{flavor}: {quota_words(guarantee, quota, limit)}", actor=actor,
                  queue=queue, data={"flavor": flavor, "old": list(old) if old else None,
                                     "new": [guarantee, quota, limit]})
     request_cycle_on_commit()

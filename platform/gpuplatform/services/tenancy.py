@@ -12,6 +12,7 @@ from ..models import Membership, Team
 from ..models.tenancy import TEAM_KEY_FIELDS, canonical_key
 from ..names import name_error
 from ..scheduling.locks import lock_name, lock_queue_tree
+from ..wording import one_of
 from .base import raise_if
 
 __all__ = ["create_team", "update_team", "delete_team", "add_member", "remove_member", "delete_user",
@@ -261,7 +262,7 @@ def add_member(team: Team, user, role: str = "member", *, actor=None, existing: 
     ("user"), the team's last admin demoted ("role"). The user's row is locked (FOR NO KEY UPDATE) after the team's
     members lock, delete_user's order (its teams' members locks, then the user's row): an account deleted at the
     same time is deleted before this reads it (then "user") or after this commits (then with this membership)."""
-    raise_if({} if role in Membership.Role.values else {"role": f"role must be one of {Membership.Role.values}"})
+    raise_if({} if role in Membership.Role.values else {"role": f"role must be one of {one_of(Membership.Role.values)}"})
     lock_team_members(team.pk)
     users = get_user_model().objects.select_for_update(no_key=True)
     if users.filter(pk=user.pk).values_list("pk", flat=True).first() is None:
