@@ -24,7 +24,7 @@ from gpuplatform import dashboard_queries as dq
 from gpuplatform import access, queries
 from gpuplatform.api.filters import refuse_unknown_params
 from gpuplatform.borrowing import borrowed
-from gpuplatform.inputs import html_only, text_bad_request, whole_number
+from gpuplatform.inputs import INT64_MAX, html_only, text_bad_request, whole_number
 from gpuplatform.models import Queue, Team
 
 from . import dashboard_figures as dfig
@@ -244,9 +244,11 @@ def _topology_params(request) -> dict:
     number)."""
     job = request.GET.get("job") or None
     if job is not None:  # ASCII digits (the one number parser; '\u00b2'.isdigit() was a 500 at int())
-        number = whole_number(job) if len(job) <= 18 else None
+        number = whole_number(job)
         if number is None or number < 1:
             raise BadParam("job", f"must be a job id (a positive whole number), got {job[:40]!r}")
+        if number > INT64_MAX:  # a whole number, out of the ids' range: say so (new-user trial 23)
+            raise BadParam("job", f"must be at most {INT64_MAX}, got {job[:40]}{'...' if len(job) > 40 else ''}")
         job = number
     zoom = request.GET.get("zoom") or None
     # Domain names are public too (the page lists them all): a zoom naming none is a 400 naming it, not a page
