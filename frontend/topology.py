@@ -22,6 +22,7 @@ from operator import itemgetter
 
 from gpuplatform.borrowing import BORROWED_DEFINITION, borrowed_gpu_ids
 from gpuplatform.trees import Tree
+from scheduler.core.domain_tree import is_node_domain
 
 from .figures import plain
 from .states import GPU_STATE_COLORS
@@ -152,7 +153,12 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
         if not filtering or c[3]:
             totals[c[1]] += 1
     borrowed_total = sum(1 for c in cells if c[0][0] in borrowed and (not filtering or c[3]))
-    level = "gpus" if zoom_row is not None and len(cells) <= gpu_cell_limit else "domains"
+    # Nodes without a domain ("node:<name>", the local mode's every node) have no NVLink domain to draw as a
+    # column: shown on their own (no labelled domain among the cells), they get the zoomed view's one square per
+    # GPU grouped by node, as a zoom into a domain does, not one unlabelled column per node under "(no leaf)"
+    # (new-user trial 23: "4 GPUs shown" over 2 nameless squares)
+    own_nodes_only = bool(cells) and all(is_node_domain(str(c[0][7])) for c in cells)
+    level = "gpus" if (zoom_row is not None or own_nodes_only) and len(cells) <= gpu_cell_limit else "domains"
     build = _gpu_level if level == "gpus" else _domain_level
     figure, rows = build(cells, by_id, visible_team_ids, filtering, shares or {}, live)
     path = [{"name": by_id[d][1], "tier": by_id[d][2]} for d in reversed(tree.ancestors(zoom_row[0]))] if zoom_row else []

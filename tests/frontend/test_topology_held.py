@@ -20,8 +20,10 @@ def test_topology_totals_count_held_gpus_apart_from_free(held_world):
     assert topo["totals"]["free"] == numbers["free_gpus"] == sample.free_gpus == 0
     assert topo["totals"]["held"] == numbers["held_gpus"] == sample.held_gpus == 2
     assert topo["totals"]["running"] + topo["totals"]["borrowed"] == sample.allocated_gpus
-    # the map's cells count the same way: the domain column and its trace, and one square per GPU zoomed in
-    assert sum(r["held"] for r in topo["rows"]) == 2 and sum(r["free"] for r in topo["rows"]) == 0
+    # the map's cells count the same way: one square per GPU (nodes without a domain: per GPU at the top level too,
+    # trial 23) and its trace, and zoomed in
+    assert topo["level"] == "gpus"
+    assert [r["state"] for r in topo["rows"]].count("held") == 2 and not any(r["state"] == "free" for r in topo["rows"])
     held_trace = next(t for t in topo["figure"]["data"] if t["name"].startswith("held"))
     assert held_trace["name"] == "held (2)"
     zoomed = client.get("/topology.json?zoom=node:n1").json()
