@@ -88,10 +88,12 @@ def test_fractional_job_shows_its_share_on_the_map_zoomed_to_its_node(browser, l
     page.wait_for_selector("#topology .hoverlayer .hovertext")
     assert "notebook" in page.text_content("#topology .hoverlayer")
     p.shot("topology-shared-hover")
-    # from the whole cluster, a click on the node's column zooms to it, and "Show" then keeps that zoom
+    # from the whole cluster (nodes without a domain: one square per GPU under each node's name, trial 23), a click
+    # on a free GPU of the node zooms to it, and "Show" then keeps that zoom
     page = p.go("/topology/")
-    page.wait_for_selector("#topology[data-level=domains] .main-svg")
-    page.evaluate("document.getElementById('topology').emit('plotly_click', {points: [{customdata: 'node:mixed'}]})")
+    page.wait_for_selector("#topology[data-level=gpus] .main-svg")
+    page.evaluate("document.getElementById('topology').emit('plotly_click', {points: [{customdata: [null, 'node:mixed']}]})")
+    page.wait_for_function("location.search.includes('zoom=node%3Amixed')")
     page.wait_for_selector("#topology[data-level=gpus]")
     page.click("#topology-filters button[type=submit]")
     page.wait_for_selector("#topology[data-level=gpus] .main-svg")
