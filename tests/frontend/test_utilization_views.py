@@ -33,3 +33,35 @@ def test_nodes_page_marks_and_filters_spares(client, world):
     assert 'data-node="node-b"' in page and 'data-node="node-a"' not in page and ">spare</span>" in page
     everyone = client.get("/nodes/").content.decode()
     assert 'data-node="node-a"' in everyone and everyone.count(">spare</span>") == 1
+
+
+def test_held_definition_agrees_with_its_share(client, world, monkeypatch):
+    """Trial 23: the held row read '(not measured yet: 0)' beside a 0.1 % share. The text says 'none measured' only
+    when the held GPU-hours are 0."""
+    from frontend import views_utilization
+    from scheduler.core.gpu_hours import BUCKETS
+
+    real = views_utilization.utilization
+
+    def with_held(held):
+        def fake(*args, **kwargs):
+            res = real(*args, **kwargs)
+            row = {b: 0.0 for b in BUCKETS} | {"capacity": 1.0, "effective_utilization": 0.0, "held": held}
+            return {**res, "rows": [{**(res["rows"][0] if res["rows"] else {}), **row}]}
+        return fake
+
+    client.force_login(world["admin"])
+    monkeypatch.setattr(views_utilization, "utilization", with_held(0.00069))
+    held = {b["key"]: b for b in views_utilization._payload(_request(client, world))["buckets"]}["held"]
+    assert held["share"] == 0.1 and "none measured" not in held["definition"] and "not measured" not in held["definition"]
+    monkeypatch.setattr(views_utilization, "utilization", with_held(0.0))
+    held = {b["key"]: b for b in views_utilization._payload(_request(client, world))["buckets"]}["held"]
+    assert held["share"] == 0.0 and "none measured in this window: 0" in held["definition"]
+
+
+def _request(client, world):
+    from django.test import RequestFactory
+
+    request = RequestFactory().get("/utilization/data.json")
+    request.user = world["admin"]
+    return request
