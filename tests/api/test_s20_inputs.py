@@ -328,3 +328,11 @@ def test_the_admin_team_form_refuses_them_too(users, description, bad, at):
     form = TeamForm(data={"name": "ws-admin", "slug": "ws-admin", "description": "  \n"})
     assert form.is_valid(), form.errors
     assert form.cleaned_data["description"] == ""
+
+
+def test_the_nodes_page_refuses_a_page_past_its_last(page):
+    """Trial 23: `/nodes/?page=99` answered 200 with page 1's nodes (Paginator.get_page's fallback) while `?page=0`
+    was a 400: a page past the last is the same 400, naming the range."""
+    r = page.get("/nodes/?page=99")
+    assert r.status_code == 400 and "page: a page number is a whole number from 1 to 1" in r.content.decode()
+    assert page.get("/nodes/?page=1").status_code == 200
