@@ -304,12 +304,14 @@ class JobFilterSet(df.FilterSet):
                                                                  "preempting job that will end cancelled / otherwise")
     submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
     submitted_before = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
-    name = df.CharFilter(lookup_expr="icontains")
+    name = df.CharFilter(lookup_expr="exact", help_text="the job's name, exact (as external_id)")
+    name__contains = df.CharFilter(field_name="name", lookup_expr="icontains",
+                                   help_text="a substring of the job's name, case-insensitive")
     never_fits = StrictBooleanFilter(help_text="true: only jobs that can never fit; false: only the others")
 
     class Meta:
         model = Job
-        fields = ["team", "queue", "submitter", "state", "never_fits", "name", "external_id"]
+        fields = ["team", "queue", "submitter", "state", "never_fits", "name", "name__contains", "external_id"]
 
 
 class IdFilter(df.Filter):
