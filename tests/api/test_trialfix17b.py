@@ -128,7 +128,7 @@ def test_a_blank_filter_is_a_400_on_every_list(admin, url, param):
 
 @pytest.mark.django_db
 def test_filled_filters_and_the_jobs_page_with_empty_fields_still_work(admin, jobs, client_for, users):
-    assert admin.get("/api/v1/jobs/?team=alpha&name=alpha").json()["count"] == 1
+    assert admin.get("/api/v1/jobs/?team=alpha&name__contains=alpha").json()["count"] == 1
     # trial 20, F3: an empty state item, a boolean's or the paging's empty value are a 400 too (they were "any" and
     # the defaults): tests/api/test_s20_inputs.py
     for query in ("state=pending&state=", "never_fits=", "limit=&ordering="):
