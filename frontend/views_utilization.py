@@ -18,7 +18,7 @@ from gpuplatform import access, clock
 from gpuplatform.inputs import html_only
 from gpuplatform.models import Node, Queue, Team
 from gpuplatform.telemetry import idle_allocations
-from gpuplatform.utilization import top_jobs_lost_to_failure, utilization
+from gpuplatform.utilization import records_since, top_jobs_lost_to_failure, utilization
 from scheduler.core.gpu_hours import BUCKETS
 
 from .figures import _layout
@@ -26,6 +26,17 @@ from .views_dashboards import _json_view, data_response, page_team, query_errors
 
 WINDOWS = {"6h": timedelta(hours=6), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 BINS = 48
+MIN_STEP_SECONDS = 60.0  # the finest bin the page draws (the API's own step=60)
+
+
+def ledger_step(since, until) -> float:
+    """The page's bin in seconds: the span the ledger has records for, split in BINS, at least MIN_STEP_SECONDS.
+    utilization() starts at the last workload reset when that is inside the window (records_since), so a step taken
+    from the whole window put a demo's first minutes into one bin: one x point, an empty chart (trial 23, F5)."""
+    start = records_since()
+    if start is not None and since < start < until:
+        since = start
+    return max(MIN_STEP_SECONDS, (until - since).total_seconds() / BINS)
 BUCKET_LABELS = {
     "useful": ("useful", "#2ca02c", "allocated to a running task whose work was kept"),
     "idle_allocated": ("idle allocated", "#bcbd22", "running, but the GPUs sat under the idle threshold "
@@ -101,7 +112,7 @@ def _payload(request) -> dict:
     f = _filters(request, team_ids)
     now = clock.now()
     since = now - WINDOWS[f["window"]]
-    step = WINDOWS[f["window"]].total_seconds() / BINS
+    step = ledger_step(since, now)
     limit = team_ids if f["queue"] or f["team"] else None
     res = utilization("cluster", since, now, team_ids=limit, flavor=f["flavor"] or None, queue=f["queue"] or None,
                       team=f["team"] or None, step=step)

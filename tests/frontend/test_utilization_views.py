@@ -65,3 +65,21 @@ def _request(client, world):
     request = RequestFactory().get("/utilization/data.json")
     request.user = world["admin"]
     return request
+
+
+def test_a_young_ledger_is_drawn_over_its_own_span(client, world):
+    """Trial 23, F5: eleven minutes after a demo's workload reset the 24 h window's chart had ONE x point (bins of
+    30 min from the window, while the ledger starts at the reset). The page's bins now split the span the ledger has
+    records for (at least 60 s each): several points, each one bin apart."""
+    from datetime import datetime, timedelta
+
+    from gpuplatform import audit, clock
+
+    now = clock.now()
+    audit.record_event("workload_reset", "demo workload reset", time=now - timedelta(minutes=11))
+    client.force_login(world["admin"])
+    payload = client.get("/utilization/data.json").json()
+    xs = payload["figures"]["ledger"]["data"][0]["x"]
+    assert len(xs) >= 10, xs
+    times = [datetime.fromisoformat(str(x).replace("Z", "+00:00")) for x in xs[:2]]
+    assert (times[1] - times[0]).total_seconds() >= 60
