@@ -1,17 +1,15 @@
 """The domain tree (HyperNodes) as index arrays, built from a Snapshot (cache.ClusterStatic keeps it, with
 the other indexes of the cluster's shape, while the cluster is unchanged).
 
-Nodes hang off their lowest-tier domain. A node without a domain (a rack not yet labelled, or every node
-of a cluster with no domains at all, the local mode's) is a tier-1 domain of its own, named
-`node_domain(name)` ("node:<name>"): its GPUs are one scale-up unit, so an unconstrained job that fits one
-node is placed best-fit among them and the labelled domains alike (a one-task job: the tightest node of
-either kind, session._node_fit_first), while no gang spans two of them under a tier-1 limit. When the
-snapshot's domains do not form a single tree over every node (no domains at all, several roots, or nodes
-without a domain), a synthetic root named `ROOT_NAME` is added one tier above the highest tier, so every
-node is inside exactly one chain node -> lowest domain -> ... -> root. A cluster with no domains is thus
-two tiers: tier 1, each node its own domain, and tier 2, `ROOT_NAME` over them all (the API's domain tree,
-the topology map, the tiers a job may name and the metrics read the same; new-user trial 23: the local mode
-was one tier-2 domain to the engine and one tier-1 domain per node to the pages).
+Nodes hang off their lowest-tier domain. In a cluster with a topology, a node without a domain (a rack
+not yet labelled) is a tier-1 domain of its own, named `node_domain(name)` ("node:<name>"): its GPUs are
+one scale-up unit, so an unconstrained job that fits one node is placed best-fit among them and the
+labelled domains alike (a one-task job: the tightest node of either kind, session._node_fit_first), while no gang spans
+two of them under a tier-1 limit. A cluster with no domains at all (the local mode's) is one tier-1
+domain, the synthetic root. When the snapshot's domains do not form a
+single tree over every node (no domains at all, several roots, or nodes without a domain), a synthetic
+root named `ROOT_NAME` is added one tier above the highest tier, so every node is inside exactly one
+chain node -> lowest domain -> ... -> root.
 """
 from __future__ import annotations
 
@@ -71,7 +69,7 @@ def build_tree(snapshot: Snapshot) -> DomainTree:
     top = max(tiers, default=0)
     own: dict[int, int] = {}  # node index -> the tier-1 domain of a node without a domain
     for k, node in enumerate(snapshot.nodes):
-        if node.domain is None:
+        if node.domain is None and snapshot.domains:
             name = node_domain(node.name)
             if name in index:
                 raise TopologyError(f"domain {name}: the name is kept for node {node.name}, which has no domain")
