@@ -19,7 +19,9 @@ What a job runs (docs/execution.md): `--command` is one line split like a shell 
 is everything after `--`; `--env NAME=VALUE` may be repeated; `--time-limit` is in seconds. With `--file`,
 these flags and the job's own (--name, --queue, --team, --priority, --no-preempt, --topology, --highest-tier,
 --numa), when given, override the file's fields; the role flags (--role, --tasks, --gpus, --cpu-milli, --memory-mib,
---min-available, --flavor, --group-size, --group-tier) are refused with it (exit 2): set roles in the file. `logs` prints a task's combined stdout/stderr (the
+--min-available, --flavor, --group-size, --group-tier) are refused with it (exit 2): set roles in the file. A value JSON
+cannot carry is refused naming its path (exit 2): an unquoted YAML date (`name: 2024-01-01`: quote it) and a
+non-finite number (`tasks: .inf`, JSON `NaN`). `logs` prints a task's combined stdout/stderr (the
 first task unless `--task`); `--follow` keeps polling every 2 s until the task has ended. With nothing to show,
 `logs` says why on stderr (not started yet, no output, or a simulated job or node that runs no process, which
 --follow does not wait for) and exits 0, as `list` does with no jobs.
@@ -50,7 +52,9 @@ sends it back in If-Match, so it fails (412) rather than overwrite a change made
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import math
 import os
 import re
 import shlex
@@ -220,7 +224,42 @@ def read_body(path: str) -> dict:
         raise UsageError(f"{path} is empty (expected one object: the job)")
     if not isinstance(body, dict):
         raise UsageError(f"{path} must hold one object (the job), not {type(body).__name__}")
+    check_json_values(body, "YAML" if yaml_file else "JSON")
     return body
+
+
+def check_json_values(body: dict, reader: str) -> None:
+    """Refuse a value the API's JSON cannot carry, naming its path (`name`, `env.RUN_DATE`, `roles[0].tasks`),
+    before anything is sent: a YAML date or timestamp (`name: 2024-01-01`; json.dumps raised a TypeError,
+    a traceback, new-user trial 23), a !!binary or !!set value, and a non-finite number (YAML .inf / .nan,
+    JSON Infinity / NaN: the server's parse error named no field). Raises UsageError."""
+    stack = [(body, "")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            items = []
+            for key, item in value.items():
+                if isinstance(key, YamlDate):
+                    raise UsageError(f"{where or 'the file'}: {reader} read the key {key} as a {key.kind}; "
+                                     f"quote it ('{key}')")
+                items.append((item, f"{where}.{key}" if where else str(key)))
+            stack.extend(reversed(items))  # the first in the file is reported first
+        elif isinstance(value, list):
+            stack.extend(reversed([(item, f"{where}[{i}]") for i, item in enumerate(value)]))
+        elif isinstance(value, YamlDate):
+            raise UsageError(f"{where}: {reader} read {value} as a {value.kind}; quote it ('{value}')")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise UsageError(f"{where}: must be a finite number ({reader} read {_spelling(value, reader)})")
+        elif isinstance(value, (bytes, set)):
+            kind = "binary data (!!binary)" if isinstance(value, bytes) else "a set (!!set)"
+            raise UsageError(f"{where}: {reader} read {kind}, which JSON cannot carry: give text or a list")
+
+
+def _spelling(value: float, reader: str) -> str:
+    if math.isnan(value):
+        return ".nan" if reader == "YAML" else "NaN"
+    sign = "-" if value < 0 else ""
+    return f"{sign}.inf" if reader == "YAML" else f"{sign}Infinity"
 
 
 def _unique_keys(pairs: list) -> dict:
@@ -250,7 +289,23 @@ def _unique_key_loader():
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+        def construct_yaml_timestamp(self, node):
+            value = super().construct_yaml_timestamp(node)
+            return YamlDate(node.value, "date and time" if isinstance(value, datetime.datetime) else "date")
+
+    UniqueKeyLoader.add_constructor("tag:yaml.org,2002:timestamp", UniqueKeyLoader.construct_yaml_timestamp)
     return UniqueKeyLoader
+
+
+class YamlDate:
+    """A scalar YAML 1.1 reads as a date or timestamp (`2024-01-01`, `2024-01-01T10:00:00Z`), kept as written so
+    check_json_values can quote it back; JSON cannot carry it (the user meant a string)."""
+
+    def __init__(self, text: str, kind: str):
+        self.text, self.kind = text, kind
+
+    def __str__(self) -> str:
+        return self.text
 
 
 def parse_env(pairs: list[str] | None) -> dict[str, str]:

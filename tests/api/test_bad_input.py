@@ -425,6 +425,21 @@ def test_an_infinite_number_is_refused_on_its_own_path(api, jobs, field):
     assert r.status_code == 400 and r.json() == {f"roles[0].{field}": ["must be a finite number"]}, r.content
 
 
+@pytest.mark.parametrize("spelling", ["Infinity", "-Infinity", "NaN"])
+def test_infinity_and_nan_literals_are_refused_on_their_path(api, jobs, spelling):
+    """New-user trial 23: `"tasks": Infinity` (not JSON) was `non_field_errors: JSON parse error - Out of range float
+    values are not JSON compliant: 'Infinity'`, naming no field; it is refused on its path as 1e999 is."""
+    from gpuplatform.models import Job
+
+    before = Job.objects.count()
+    body = '{"name": "j", "queue": "alpha", "command": "echo", "roles": [{"tasks": ' + spelling + ', "gpus_per_task": 1}]}'
+    r = api.generic("POST", "/api/v1/jobs/", body, content_type="application/json")
+    assert r.status_code == 400 and r.json() == {"roles[0].tasks": ["must be a finite number"]}, r.content
+    r = api.generic("POST", "/api/v1/jobs/", '{"priority": ' + spelling + "}", content_type="application/json")
+    assert r.status_code == 400 and r.json() == {"priority": ["must be a finite number"]}, r.content
+    assert Job.objects.count() == before
+
+
 def test_an_integral_float_is_a_whole_number_and_the_words_say_so(api, jobs):
     """New-user trial 12, F8: `"tasks": 1.0`, `1e0` and `"priority": -1e2` are taken (on purpose: a number with no
     fraction), while the refusal of 1.5 said "a JSON integer"; the words are "a whole number" now."""

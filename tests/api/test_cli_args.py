@@ -174,6 +174,38 @@ def test_bad_files_are_clear_errors(api, tmp_path, capsys, name, text, message):
     assert message in err and err.startswith("gpuctl submit: ") and "Traceback" not in err
 
 
+@pytest.mark.parametrize("name, text, message", [
+    # new-user trial 23: a YAML date was a TypeError traceback from json.dumps; .inf a parse error naming no field
+    ("d.yaml", "queue: demo\nname: 2024-01-01\ncommand: sleep 1\nroles:\n  - name: w\n    tasks: 1\n",
+     "name: YAML read 2024-01-01 as a date; quote it ('2024-01-01')"),
+    ("e.yaml", "name: x\nenv: {RUN_DATE: 2024-01-01}\n", "env.RUN_DATE: YAML read 2024-01-01 as a date; quote it"),
+    ("t.yml", "name: x\nroles: [{name: w, env: {AT: 2024-01-01T10:00:00Z}}]\n",
+     "roles[0].env.AT: YAML read 2024-01-01T10:00:00Z as a date and time; quote it ('2024-01-01T10:00:00Z')"),
+    ("k.yaml", "name: x\nenv: {2024-01-01: a}\n", "env: YAML read the key 2024-01-01 as a date; quote it"),
+    ("inf.yaml", "name: x\nroles:\n  - name: w\n    tasks: .inf\n",
+     "roles[0].tasks: must be a finite number (YAML read .inf)"),
+    ("nan.yaml", "name: x\nroles:\n  - {name: a, tasks: 1}\n  - {name: w, gpus_per_task: .nan}\n",
+     "roles[1].gpus_per_task: must be a finite number (YAML read .nan)"),
+    ("inf.json", '{"name": "x", "priority": -Infinity}', "priority: must be a finite number (JSON read -Infinity)"),
+    ("nan.json", '{"name": "x", "roles": [{"tasks": NaN}]}', "roles[0].tasks: must be a finite number (JSON read NaN)"),
+    ("bin.yaml", "name: x\nimage: !!binary aGk=\n", "image: YAML read binary data (!!binary)"),
+])
+def test_values_json_cannot_carry_are_refused_naming_their_path(api, tmp_path, capsys, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    assert cli.main([*API, "submit", "--file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpuctl submit: ") and message in err and "Traceback" not in err, err
+    assert api.calls == []  # nothing sent
+
+
+def test_a_quoted_date_is_a_string(api, tmp_path, capsys):
+    path = tmp_path / "q.yaml"
+    path.write_text("name: '2024-01-01'\nenv: {RUN_DATE: \"2024-01-01\"}\n")
+    assert cli.main([*API, "submit", "--file", str(path)]) == 0, capsys.readouterr().err
+    assert sent_body(api) == {"name": "2024-01-01", "env": {"RUN_DATE": "2024-01-01"}}
+
+
 def log_api(pages_by_offset, job=None):
     """answers: the job (GET /api/v1/jobs/7/), and log pages looked up by the offset asked for (None = none)."""
     def answer(method, path, params):

@@ -10,7 +10,9 @@ Python converts (sys.get_int_max_str_digits(), 4300) is a 400 on its path too, s
 the message named no field and told the user to change an interpreter setting). A non-finite number is refused on
 its own path (`roles[0].gpus_per_task`: trial 12, F5), and so is a NUL (`roles[1].name`, `command[2]`, `env.A`; a
 NUL in a key: the key without it), as the fields' own errors are (new-user trial 13: a NUL anywhere in `roles` was
-reported on `roles`). Nesting too deep is reported on the request field (its path would be as deep)."""
+reported on `roles`). `NaN`, `Infinity` and `-Infinity` (not JSON; DRF's STRICT_JSON refused them with a parse error
+naming no field: new-user trial 23) are read as the non-finite numbers they spell, so they are refused on their path
+as `1e999` is. Nesting too deep is reported on the request field (its path would be as deep)."""
 from __future__ import annotations
 
 import codecs
@@ -21,7 +23,6 @@ from django.conf import settings
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
 from rest_framework.exceptions import ValidationError
-from rest_framework.utils.json import strict_constant  # NaN / Infinity are not JSON (DRF's STRICT_JSON)
 
 from ..inputs import FINITE_MESSAGE, NUL_MESSAGE, InputError, api_path, check_value, oversized_paths, top_field
 
@@ -30,7 +31,7 @@ class JSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:  # DRF's JSONParser.parse, with the duplicate-key check
-            data = _load(codecs.getreader(encoding)(stream), parse_constant=strict_constant)
+            data = _load(codecs.getreader(encoding)(stream), parse_constant=float)
         except _DuplicateKey as exc:
             raise ValidationError({exc.path: ["given twice in one JSON object: send each field once"]}) from None
         except _TooLong as exc:
