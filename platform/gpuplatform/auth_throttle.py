@@ -30,7 +30,6 @@ from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.authtoken.serializers import AuthTokenSerializer
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -127,6 +126,30 @@ _TOKEN_RESPONSE = inline_serializer("IssuedToken", {
     "expiry": serializers.DateTimeField(help_text="when it stops working (API_TOKEN_TTL_DAYS after issue)")})
 
 
+def _password_checked(view, request, serializer_class):
+    """The lock-out-counted password check both token endpoints share: take_attempt before the check, the count
+    given back for a request refused for its shape (no password checked) and for a right password. Returns
+    (user, None), or (None, the refusal: 429 + Retry-After while locked out, 400 naming the fault)."""
+    data = request.data if hasattr(request.data, "get") else {}  # a JSON list or scalar: a 400 below
+    username = str(data.get("username", ""))
+    wait = take_attempt(request, username)
+    if wait:
+        return None, Response({"detail": LOCKED_MESSAGE}, status=status.HTTP_429_TOO_MANY_REQUESTS,
+                              headers={"Retry-After": str(wait)})
+    serializer = serializer_class(data=data, context={"request": request, "view": view})
+    try:
+        valid = serializer.is_valid()
+    except BaseException:
+        give_back(request, username)
+        raise
+    if not valid:
+        if not serializer.credentials_checked:  # refused for its shape, not a wrong password: no attempt
+            give_back(request, username)
+        return None, Response(serializer.errors, status=status.HTTP_400_BAD_REQUEST)
+    record_success(request, username)
+    return serializer.validated_data["user"], None
+
+
 class ThrottledObtainAuthToken(APIView):
     """POST username + password -> {"token", "expiry"}: a NEW token each time (services.issue_api_token:
     stored hashed, shown only in this response, valid API_TOKEN_TTL_DAYS); 400 for wrong credentials, an unknown
@@ -144,26 +167,11 @@ class ThrottledObtainAuthToken(APIView):
     @extend_schema(request=StrictAuthTokenSerializer, responses={200: _TOKEN_RESPONSE, 400: OpenApiResponse(
         description="wrong username or password"), 429: OpenApiResponse(description="locked out; see Retry-After")})
     def post(self, request, *args, **kwargs):
-        data = request.data if hasattr(request.data, "get") else {}  # a JSON list or scalar: a 400 below
-        username = str(data.get("username", ""))
-        wait = take_attempt(request, username)
-        if wait:
-            return Response({"detail": LOCKED_MESSAGE}, status=status.HTTP_429_TOO_MANY_REQUESTS,
-                            headers={"Retry-After": str(wait)})
-        serializer = self.get_serializer(data=data)
-        try:
-            valid = serializer.is_valid()
-        except BaseException:
-            give_back(request, username)
-            raise
-        if not valid:
-            if not serializer.credentials_checked:  # refused for its shape, not a wrong password: no attempt
-                give_back(request, username)
-            return Response(serializer.errors, status=status.HTTP_400_BAD_REQUEST)
-        record_success(request, username)
+        user, refusal = _password_checked(self, request, self.serializer_class)
+        if refusal is not None:
+            return refusal
         from .services import issue_api_token
 
-        user = serializer.validated_data["user"]
         token, expiry = issue_api_token(user, actor=user)
         return Response({"token": token, "expiry": expiry})
 
@@ -173,23 +181,63 @@ class RevokeTokensSerializer(Serializer):
                                    help_text="revoke every token of the user, not only this one")
 
 
+PASSWORD_REVOKE_ALL = ("with a username and password, send all=true: every token of the user is revoked (to revoke "
+                       "one token, send that token in Authorization instead)")
+
+
+class RevokeWithPasswordSerializer(StrictAuthTokenSerializer):
+    """username + password + all=true: the revoke endpoint's sign-in for a user without a working token (one who
+    holds API_TOKENS_PER_USER and kept none: new-user trial 23, locked out, since revoking needed a token). The
+    `all` rule is checked before the password, so leaving it out is no sign-in attempt."""
+
+    all = serializers.BooleanField(required=False, default=False, help_text="must be true: every token of the user")
+
+    def validate(self, attrs):
+        if not attrs.get("all"):
+            raise serializers.ValidationError({"all": [PASSWORD_REVOKE_ALL]})
+        return super().validate(attrs)
+
+
 class RevokeAuthToken(APIView):
     """POST (authenticated with a token) -> 204: that token stops working at once. With `{"all": true}`:
-    every token of the user (services.revoke_api_tokens). A session (browser) user may only revoke all."""
+    every token of the user (services.revoke_api_tokens). A session (browser) user may only revoke all.
+    Without a token, the username and password the token endpoint takes, with all=true, revoke every token of
+    that user: counted toward the same lock-out as the token endpoint and the login page (a wrong password counts;
+    429 + Retry-After once locked out), so a user who holds API_TOKENS_PER_USER tokens and has lost them all is
+    never locked out of the API."""
 
-    permission_classes = (IsAuthenticated,)
+    permission_classes = ()
     throttle_classes = ()
 
-    @extend_schema(request=RevokeTokensSerializer, responses={204: OpenApiResponse(description="revoked"), 400: (
-        OpenApiResponse(description="an unknown field, `all` given twice or not a boolean, or a session request "
-                                    "without all=true"))})
+    @extend_schema(request=inline_serializer("RevokeTokens", {
+        "all": serializers.BooleanField(required=False, default=False, help_text=(
+            "revoke every token of the user, not only the one sent (needed with username and password)")),
+        "username": serializers.CharField(required=False, help_text="without a token: the user's name, with password"),
+        "password": serializers.CharField(required=False, help_text="without a token: the user's password "
+                                          "(counted toward the sign-in lock-out, as at auth-token/)")}),
+        responses={204: OpenApiResponse(description="revoked"), 400: (
+        OpenApiResponse(description="an unknown field, `all` given twice or not a boolean, a session request "
+                                    "without all=true, or a wrong username or password")),
+        401: OpenApiResponse(description="no token, session, or username and password"),
+        429: OpenApiResponse(description="locked out (a username and password); see Retry-After")})
     def post(self, request, *args, **kwargs):
         from knox.models import AuthToken
+        from rest_framework.exceptions import NotAuthenticated
 
         from .errors import ValidationError
         from .services import revoke_api_tokens
 
-        body = RevokeTokensSerializer(data=request.data if hasattr(request.data, "get") else {})
+        data = request.data if hasattr(request.data, "get") else {}
+        if not request.user.is_authenticated and ("username" in data or "password" in data):
+            user, refusal = _password_checked(self, request, RevokeWithPasswordSerializer)
+            if refusal is not None:
+                return refusal
+            revoke_api_tokens(user, actor=user)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        if not request.user.is_authenticated:
+            raise NotAuthenticated("Authentication credentials were not provided: a token (Authorization: Token ...), "
+                                   "or the username and password with all=true")
+        body = RevokeTokensSerializer(data=data)
         body.is_valid(raise_exception=True)  # unknown fields, a key given twice, a non-boolean: 400 naming it
         everything = body.validated_data["all"]
         if not everything and not isinstance(request.auth, AuthToken):

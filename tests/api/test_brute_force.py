@@ -71,6 +71,41 @@ def test_token_endpoint_success_answers_a_token_and_keeps_the_windows_failures(u
         assert api.post("/api/v1/auth-token/", {"username": "mike", "password": "pw"}).status_code == 429
 
 
+def test_revoking_with_a_password_counts_toward_the_same_lock_out(users, limits, monkeypatch):
+    """New-user trial 23: the revoke endpoint takes a username and password (all=true) for a user without a
+    token; its wrong passwords count with the token endpoint's and the login page's, and a locked-out request is
+    refused before any password is checked. all=true left out is no sign-in attempt (refused before the check)."""
+    api = APIClient()
+    for _ in range(7):
+        assert api.post("/api/v1/auth-token/revoke/", {"username": "mike", "password": "wrong"}).status_code == 400
+    for _ in range(3):
+        r = api.post("/api/v1/auth-token/revoke/", {"username": "mike", "password": "wrong", "all": "true"})
+        assert r.status_code == 400
+    for _ in range(2):
+        assert api.post("/api/v1/auth-token/", {"username": "mike", "password": "wrong"}).status_code == 400
+    token = api.post("/api/v1/auth-token/", {"username": "mike", "password": "pw"})  # 5 failures: still in
+    assert token.status_code == 429, token.content
+    hashed = []
+    monkeypatch.setattr("django.contrib.auth.backends.ModelBackend.authenticate", lambda *a, **k: hashed.append(1))
+    r = api.post("/api/v1/auth-token/revoke/", {"username": "mike", "password": "pw", "all": "true"})
+    assert r.status_code == 429 and r["Retry-After"] and "too many" in r.json()["detail"]
+    assert hashed == []
+
+
+def test_failed_sign_ins_elsewhere_lock_the_password_revoke_out(users, limits):
+    from gpuplatform import services
+
+    services.issue_api_token(users["member"])
+    api = APIClient()
+    for _ in range(5):
+        assert api.post("/accounts/login/", {"username": "mike", "password": "wrong"}).status_code == 200
+    r = api.post("/api/v1/auth-token/revoke/", {"username": "mike", "password": "pw", "all": "true"})
+    assert r.status_code == 429
+    from knox.models import AuthToken
+
+    assert AuthToken.objects.filter(user=users["member"]).count() == 1
+
+
 def test_one_address_spraying_many_usernames_is_locked_out(users, limits):
     api = APIClient(REMOTE_ADDR="10.1.2.3")
     for i in range(8):

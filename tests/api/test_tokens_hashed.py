@@ -151,3 +151,35 @@ def test_a_user_holds_at_most_api_tokens_per_user(users, settings):
     assert with_token(tokens[1]).post("/api/v1/auth-token/revoke/", {}, format="json").status_code == 204
     assert APIClient().post("/api/v1/auth-token/", login, format="json").status_code == 200
     assert AuthToken.objects.filter(user=users["member"]).count() == 3
+
+
+def test_a_user_at_the_cap_without_a_token_revokes_them_with_the_password(users, settings):
+    """New-user trial 23: at API_TOKENS_PER_USER the refusal said to revoke one, but revoking needed a token (the
+    username and password answered 401): a user who kept none was locked out of the API. The revoke endpoint
+    takes the username, password and all=true (the refusal shows how); the cap stays."""
+    settings.API_TOKENS_PER_USER = 3
+    login = {"username": "mike", "password": "pw"}
+    tokens = [APIClient().post("/api/v1/auth-token/", login).json()["token"] for _ in range(3)]
+    r = APIClient().post("/api/v1/auth-token/", login)
+    message = r.json()["user"][0]
+    assert r.status_code == 400 and "-d username=mike -d password=... -d all=true" in message, message
+    assert "/api/v1/auth-token/revoke/" in message
+    # all=true left out: a 400 saying to send it, nothing revoked
+    r = APIClient().post("/api/v1/auth-token/revoke/", login)
+    assert r.status_code == 400 and "all=true" in r.json()["all"][0], r.content
+    r = APIClient().post("/api/v1/auth-token/revoke/", {**login, "password": "wrong", "all": "true"})
+    assert r.status_code == 400 and "non_field_errors" in r.json(), r.content
+    assert AuthToken.objects.filter(user=users["member"]).count() == 3
+    r = APIClient().post("/api/v1/auth-token/revoke/", {**login, "all": "true"})  # form-encoded, as curl -d sends
+    assert r.status_code == 204, r.content
+    assert all(with_token(t).get("/api/v1/me/").status_code == 401 for t in tokens)
+    assert not AuthToken.objects.filter(user=users["member"]).exists()
+    assert Event.objects.filter(kind="api_token_revoked", actor=users["member"]).count() == 1
+    assert APIClient().post("/api/v1/auth-token/", login).status_code == 200
+    # JSON too; another user's tokens are untouched
+    other, _ = services.issue_api_token(users["viewer"])
+    r = APIClient().post("/api/v1/auth-token/revoke/", {**login, "all": True}, format="json")
+    assert r.status_code == 204 and with_token(other).get("/api/v1/me/").status_code == 200
+    # neither a token nor a password: 401 saying what is needed
+    r = APIClient().post("/api/v1/auth-token/revoke/", {"all": True}, format="json")
+    assert r.status_code == 401 and "username and password" in r.json()["detail"], r.content

@@ -4,7 +4,8 @@ A token is 64 hex characters (256 random bits). The database keeps its SHA-512 d
 characters (`token_key`, the lookup index), never the token itself: the caller sees it once, when it is
 issued (the token endpoint's response, `manage.py agent_token`, the admin's "TOKEN ..." message). A user
 may hold several (one per script or machine); each is revoked alone (`revoke_api_tokens(user, token=...)`,
-`POST /api/v1/auth-token/revoke/` with the token itself, the admin's "Auth tokens") or all together.
+`POST /api/v1/auth-token/revoke/` with the token itself, the admin's "Auth tokens") or all together (the same
+endpoint with the username, password and all=true: a user who holds the cap and kept no token is never locked out).
 
 Lifetimes: API_TOKEN_TTL_DAYS (default 30) for tokens a person asks for, AGENT_TOKEN_TTL_DAYS (default 365)
 for node-agent tokens. An expired token is refused (401) and deleted on its next use (knox.auth). A user
@@ -50,7 +51,11 @@ def issue_api_token(user, *, ttl: timedelta | None = None, actor=None, purpose: 
     limit = int(getattr(settings, "API_TOKENS_PER_USER", 20))
     if AuthToken.objects.filter(user=user).count() >= limit:
         raise ValidationError({"user": f"{user} already holds {limit} unexpired tokens (API_TOKENS_PER_USER): "
-                                       f"revoke one (POST /api/v1/auth-token/revoke/) or reuse it"})
+                                       f"reuse one, or revoke one (POST /api/v1/auth-token/revoke/ with it in "
+                                       f"Authorization: Token ...), or revoke all of them with your username and "
+                                       f"password (curl -X POST "
+                                       f"$GPUCTL_API/api/v1/auth-token/revoke/ -d username={user} -d password=... "
+                                       f"-d all=true)"})
     instance, token = AuthToken.objects.create(user=user, expiry=ttl)
     record_event("api_token_issued", f"{purpose} token issued to {user}, expires {instance.expiry:%Y-%m-%d %H:%M} UTC",
                  actor=actor, data={"user": str(user), "id": instance.digest[:12], "purpose": purpose,
