@@ -38,7 +38,10 @@ exit code 4; job 34 failed: task worker[0] exited with code 4 [diagnosis unknown
 again as "cancelling" or "stopping (<what it ends as>)"; `--state cancelling` / `--state stopping` list them
 (the API's filter takes these words).
 
-The job table (`list`, `get`, `submit`, `cancel`) fits its last column (NODES / POSITION REASON) to the terminal's
+The job table's last column shows a running job's nodes; a pending job's queue position, estimated start ("starts in
+about 2 h 10 m (90 %: 5 h)", counted from the forecast's time, or why there is none) and reason; an ended job's nodes
+and how it ended ("exit code 1: task worker[0] exited with code 1").
+The job table (`list`, `get`, `submit`, `cancel`) fits its last column (NODES / POSITION START REASON / END) to the terminal's
 width (COLUMNS, else the terminal's own), cutting it with "..." only on a terminal; piped or redirected it is
 never cut, nor with `-o wide` (or `--wide`).
 
@@ -167,13 +170,77 @@ def _job_line(j: dict) -> list:
         where = f"cluster {j['cluster']}" if j.get("cluster") else (j.get("reason") or "")
         prio = (j.get("spec") or {}).get("priority", 0)
         return [j["id"], j["name"], j["team"], j["queue"], j["state"], j["gpus"], prio, where]
-    place = f"#{j['position']} " if j.get("position") is not None else ""
-    where = ",".join(j.get("nodes") or []) or (f"{place}{j['pending_reason']}" if j["state"] == "pending" else "")
+    where = ",".join(j.get("nodes") or [])
+    if j["state"] == "pending" and not where:
+        place = f"#{j['position']} " if j.get("position") is not None else ""
+        where = place + "; ".join(w for w in (_estimate(j), j.get("pending_reason") or "") if w)
+    elif j["state"] in ENDED_STATES:
+        where = "; ".join(w for w in (where, _end(j)) if w)
     gpus = j["gpus"]
     req = j.get("gpu_request") or ""
     if req and req != str(gpus):  # a share, memory or MIG request: the GPU-equivalents and what was asked
         gpus = f"{gpus} ({req})"
     return [j["id"], j["name"], j["team"], j["queue"], _state(j), gpus, j["priority"], where]
+
+
+ENDED_STATES = ("succeeded", "failed", "cancelled")  # Job.FINAL_STATES
+
+
+def _when(text: str | None):
+    """An API time ("2026-12-04T15:30:00Z") as an aware datetime, or None (absent or unreadable)."""
+    try:
+        return datetime.datetime.fromisoformat(text) if text else None
+    except (TypeError, ValueError):
+        return None
+
+
+def duration_words(seconds: float) -> str:
+    """2 h 10 m, 45 m, 3 d 4 h: the pages' wording (frontend/templatetags/forecast.py duration_words)."""
+    minutes = max(0, int(round(seconds / 60.0)))
+    days, rest = divmod(minutes, 1440)
+    hours, mins = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h" if hours else f"{days} d"
+    if hours:
+        return f"{hours} h {mins} m" if mins else f"{hours} h"
+    return f"{mins} m"
+
+
+def _estimate(j: dict) -> str:
+    """A pending job's estimated start in the pages' words, counted from the forecast's own time (`estimated_at`,
+    the cluster clock's, refreshed every cycle of the forecast): "starts in about 2 h 10 m (90 %: 5 h)", "starts at
+    the next cycle"; without an estimate, why ("no estimate: ...", "estimate pending: ..."); "never starts" for a
+    job refused for good (its reason says why). "" for an answer without the forecast's fields (a federated job).
+    New-user trial 23: the README says every pending job shows an estimated start, and gpuctl showed none."""
+    if j.get("never_fits"):
+        return "never starts"
+    if "estimated_start" not in j:
+        return ""
+    start, at = _when(j.get("estimated_start")), _when(j.get("estimated_at"))
+    if start is None:
+        note = j.get("estimate_note") or ""
+        return note if not note or note.startswith("estimate pending") else f"no estimate: {note}"
+    if at is None:
+        return f"starts at about {start:%Y-%m-%d %H:%M %Z}".rstrip()
+    lead = (start - at).total_seconds()
+    text = "starts at the next cycle" if lead < 60 else f"starts in about {duration_words(lead)}"
+    p90 = _when(j.get("estimated_start_p90"))
+    if p90 is not None and (p90 - start).total_seconds() >= 60:
+        text += f" (90 %: {duration_words((p90 - at).total_seconds())})"
+    elif p90 is None and j.get("estimated_start_p90", "") is None:
+        text += " (90 %: beyond the horizon)"
+    return text
+
+
+def _end(j: dict) -> str:
+    """How an ended job ended: "exit code 1: task worker[0] exited with code 1", "signal 9: ...", the end reason
+    alone (a cancel, a success), or "" (new-user trial 23: only --json or the logs showed it)."""
+    codes = []
+    if j.get("exit_code") is not None:
+        codes.append(f"exit code {j['exit_code']}")
+    if j.get("exit_signal"):
+        codes.append(f"signal {j['exit_signal']}")
+    return ": ".join(w for w in (", ".join(codes), j.get("end_reason") or "") if w)
 
 
 def _state(j: dict) -> str:
@@ -187,7 +254,9 @@ def _state(j: dict) -> str:
     return j["state"]
 
 
-JOB_HEADER = ["ID", "NAME", "TEAM", "QUEUE", "STATE", "GPUS", "PRIO", "NODES / POSITION REASON"]
+# the last column: a running job's nodes; a pending job's queue position, estimated start and reason; an ended
+# job's nodes and how it ended (exit code, signal, end reason)
+JOB_HEADER = ["ID", "NAME", "TEAM", "QUEUE", "STATE", "GPUS", "PRIO", "NODES / POSITION START REASON / END"]
 
 
 def read_body(path: str) -> dict:

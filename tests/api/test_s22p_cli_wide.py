@@ -81,3 +81,47 @@ def test_output_json_is_the_apis_answer(monkeypatch):
 
     body = "\n".join(run(monkeypatch, ["get", "7", "-o", "json"], tty=True, columns=40))
     assert json.loads(body) == JOB
+
+
+@pytest.mark.parametrize("fields, shown", [
+    # new-user trial 23: the README says every pending job shows an estimated start; gpuctl showed only the reason
+    ({"estimated_start": "2026-12-04T15:30:00Z", "estimated_start_p90": "2026-12-04T18:20:00Z",
+      "estimated_at": "2026-12-04T13:20:00Z", "estimate_note": "median"},
+     "#1 starts in about 2 h 10 m (90 %: 5 h); " + REASON),
+    ({"estimated_start": "2026-12-04T13:20:30+00:00", "estimated_start_p90": None,
+      "estimated_at": "2026-12-04T13:20:00+00:00", "estimate_note": ""},
+     "#1 starts at the next cycle (90 %: beyond the horizon); " + REASON),
+    ({"estimated_start": None, "estimated_start_p90": None, "estimated_at": None,
+      "estimate_note": "past the forecast's horizon (24 h)"}, "#1 no estimate: past the forecast's horizon (24 h); "),
+    ({"estimated_start": None, "estimate_note": "estimate pending: the next forecast, within 60 s, gives one"},
+     "#1 estimate pending: the next forecast, within 60 s, gives one; "),
+    ({"estimated_start": None, "estimate_note": "can never start", "never_fits": True}, "#1 never starts; "),
+])
+def test_a_pending_job_shows_its_estimated_start_before_its_reason(monkeypatch, fields, shown):
+    monkeypatch.setitem(globals(), "JOB", {**JOB, **fields})
+    for argv in (["list"], ["get", "7"]):
+        lines = run(monkeypatch, argv, tty=False)
+        assert lines[0].endswith("NODES / POSITION START REASON / END")
+        assert lines[1].endswith(shown if shown.endswith(REASON) else shown + REASON), lines[1]
+
+
+@pytest.mark.parametrize("fields, shown", [
+    # new-user trial 23: `gpuctl get 3` printed `3 failer demo demo failed 1 0 local-0`, no exit code nor end reason
+    ({"state": "failed", "nodes": ["local-0"], "exit_code": 1, "exit_signal": None,
+      "end_reason": "task w[0] exited with code 1"}, "failed  1     0     local-0; exit code 1: task w[0] exited with code 1"),
+    ({"state": "failed", "nodes": ["local-0", "local-1"], "exit_code": None, "exit_signal": 9,
+      "end_reason": "task w[1] was killed"}, "local-0,local-1; signal 9: task w[1] was killed"),
+    ({"state": "cancelled", "nodes": [], "exit_code": None, "exit_signal": None,
+      "end_reason": "cancelled by mike: wrong data"}, "cancelled  1     0     cancelled by mike: wrong data"),
+    ({"state": "succeeded", "nodes": ["n0"], "exit_code": 0, "exit_signal": None, "end_reason": ""},
+     "n0; exit code 0"),
+])
+def test_an_ended_job_shows_how_it_ended(monkeypatch, fields, shown):
+    monkeypatch.setitem(globals(), "JOB", {**JOB, "position": None, "pending_reason": "", **fields})
+    for argv in (["list"], ["get", "7"]):
+        lines = run(monkeypatch, argv, tty=False)
+        assert lines[1].endswith(shown), lines[1]
+    long = {**JOB, "position": None, "pending_reason": "", **fields, "end_reason": "x" * 300}
+    monkeypatch.setitem(globals(), "JOB", long)
+    lines = run(monkeypatch, ["get", "7"], tty=True, columns=100)  # still fit to the terminal
+    assert len(lines[1]) == 100 and lines[1].endswith("...")
