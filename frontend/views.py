@@ -7,7 +7,6 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
@@ -22,6 +21,7 @@ from gpuplatform.event_visibility import redacted
 from gpuplatform.gpu_request import from_milli, gpu_request, job_gpus
 from gpuplatform.inputs import html_only, whole_number
 from gpuplatform.federation.manager import is_manager, visible_federated_jobs
+from gpuplatform.login import login_required
 from gpuplatform.models import IdleAllocation, Job
 from gpuplatform.telemetry import task_summary
 

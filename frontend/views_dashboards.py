@@ -11,7 +11,6 @@ from functools import lru_cache, wraps
 from pathlib import Path
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseNotFound, JsonResponse
 
 from scheduler.core.domain_tree import is_node_domain, node_domain
@@ -25,6 +24,7 @@ from gpuplatform import access, queries
 from gpuplatform.api.filters import refuse_unknown_params
 from gpuplatform.borrowing import borrowed
 from gpuplatform.inputs import INT64_MAX, html_only, text_bad_request, whole_number
+from gpuplatform.login import login_required
 from gpuplatform.models import Queue, Team
 
 from . import dashboard_figures as dfig

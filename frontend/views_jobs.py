@@ -7,7 +7,6 @@ import re
 from datetime import datetime, timezone as dt_timezone
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -18,6 +17,7 @@ from gpuplatform import access, dashboard_queries, queries, services
 from gpuplatform.federation.manager import is_manager, submit_as
 from gpuplatform.api.filters import REPEATED
 from gpuplatform.inputs import html_only, renders_form_errors
+from gpuplatform.login import login_required
 from gpuplatform.models import Domain, Job, Team
 
 from .conditional import login_required_json

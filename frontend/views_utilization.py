@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta, timezone
 from urllib.parse import urlencode
 
-from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.http import HttpResponseBadRequest, JsonResponse
 from django.shortcuts import render
@@ -16,6 +15,7 @@ from django.views.decorators.http import require_safe
 
 from gpuplatform import access, clock
 from gpuplatform.inputs import html_only
+from gpuplatform.login import login_required
 from gpuplatform.models import Node, Queue, Team
 from gpuplatform.telemetry import idle_allocations
 from gpuplatform.utilization import records_since, top_jobs_lost_to_failure, utilization

@@ -1,6 +1,6 @@
 """The /federation/ page: every member cluster with its synced state and the age of its last sync, and the
 federated jobs the viewer may see (where each went, and why)."""
-from django.contrib.auth.decorators import login_required
+from ..login import login_required
 from django.shortcuts import render
 from django.utils import timezone
 
