@@ -14,20 +14,11 @@ from datetime import datetime
 from django import template
 
 from gpuplatform import clock
+from gpuplatform.wording import duration_words
 
 register = template.Library()
 
 
-def duration_words(seconds: float) -> str:
-    """2 h 10 m, 45 m, 3 d 4 h: two units at most, rounded to the minute."""
-    minutes = max(0, int(round(seconds / 60.0)))
-    days, rest = divmod(minutes, 1440)
-    hours, mins = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h" if hours else f"{days} d"
-    if hours:
-        return f"{hours} h {mins} m" if mins else f"{hours} h"
-    return f"{mins} m"
 
 
 def estimate_words(start: datetime | None, p90: datetime | None, note: str, estimated_at: datetime | None,

@@ -68,6 +68,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from .wording import duration_words
+
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # job_rules.ENV_NAME; the server checks the rest
 MAX_ENV_NAME_CHARS = 256  # job_rules.MAX_ENV_NAME_CHARS (the CLI imports nothing of the server)
 LOG_POLL_SECONDS = 2.0
@@ -194,16 +196,6 @@ def _when(text: str | None):
         return None
 
 
-def duration_words(seconds: float) -> str:
-    """2 h 10 m, 45 m, 3 d 4 h: the pages' wording (frontend/templatetags/forecast.py duration_words)."""
-    minutes = max(0, int(round(seconds / 60.0)))
-    days, rest = divmod(minutes, 1440)
-    hours, mins = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h" if hours else f"{days} d"
-    if hours:
-        return f"{hours} h {mins} m" if mins else f"{hours} h"
-    return f"{mins} m"
 
 
 def _estimate(j: dict) -> str:

@@ -17,3 +17,15 @@ def one_of(values) -> str:
 def quota_words(guarantee, quota, limit) -> str:
     """A quota's three numbers, named: "guarantee 0, quota 3, no limit" (trial 23: an Event read "0/3/None")."""
     return f"guarantee {guarantee}, quota {quota}, " + ("no limit" if limit is None else f"limit {limit}")
+
+
+def duration_words(seconds: float) -> str:
+    """2 h 10 m, 45 m, 3 d 4 h: two units at most, rounded to the minute (the pages' and gpuctl's one wording)."""
+    minutes = max(0, int(round(seconds / 60.0)))
+    days, rest = divmod(minutes, 1440)
+    hours, mins = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h" if hours else f"{days} d"
+    if hours:
+        return f"{hours} h {mins} m" if mins else f"{hours} h"
+    return f"{mins} m"
