@@ -31,12 +31,9 @@ def record_event(kind: str, message: str, *, actor=None, job=None, queue=None, n
     jid = job.pk if job is not None else job_id
     qid = queue.pk if queue is not None else queue_id
     nid = node.pk if node is not None else node_id
-    # the foreign keys' checks (models.events.Event): one statement per id given
-    for model, key, what in ((Job, jid, "event.job_id"), (get_user_model(), actor.pk if actor is not None else None,
-                                                          "event.actor_id"),
-                             (Queue, qid, "event.queue_id"), (Node, nid, "event.node_id")):
-        if key is not None:
-            bulk.lock_keys(model, [key], what=what)
+    # the foreign keys' checks (models.events.Event), as record_events' rows are checked: one statement per id given
+    ids = {"job_id": jid, "queue_id": qid, "node_id": nid, "actor_id": actor.pk if actor is not None else None}
+    check_jobs([tuple(ids.get(f) for f in EVENT_FIELDS)])
     return Event.objects.create(kind=kind, message=message, actor=actor, job=job, queue=queue, node=node,
                                 job_id=jid, queue_id=qid, node_id=nid,
                                 data=data or {}, time=time or clock.now(), cycle=cycle)
