@@ -280,9 +280,10 @@ def job_estimate(request):
         return JsonResponse({"errors": {"queue": exc.message}}, status=403)
     except WhatIfError as exc:
         # the form's own field names (new-user trial 14, F1 / F13: a time limit past 366 days was filed under
-        # "time_limit", a field the form does not have): time_limit_minutes, roles-0-gpu_fraction
-        field = "time_limit_minutes" if exc.field == "time_limit" else re.sub(r"^roles\[(\d+)\]\.", r"roles-\1-",
-                                                                              exc.field)
+        # "time_limit", a field the form does not have): time_limit_minutes, roles-0-gpu_fraction, roles-1-flavor
+        # (the what-if's roles[1].flavors: the form's flavor box, "A|B")
+        field = "time_limit_minutes" if exc.field == "time_limit" else re.sub(
+            r"^roles\[(\d+)\]\.(?:(flavor)s$)?", r"roles-\1-\2", exc.field)
         return JsonResponse({"errors": {field: exc.message}}, status=400)
     mine = next(j for j in answer["jobs"] if j["hypothetical"])["after"]
     parse = datetime.fromisoformat

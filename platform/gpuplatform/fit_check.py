@@ -105,11 +105,14 @@ ROLE_FIELDS = {"never_fits_flavor": "flavor", "never_fits_node": "gpus_per_task"
 
 
 def refusal_errors(roles: list[dict], *, topology_mode: str = "none", highest_tier: int | None = None,
-                   numa: str = "prefer", subgroups=None, given: list | None = None) -> dict[str, str] | None:
+                   numa: str = "prefer", subgroups=None, given: list | None = None,
+                   extra_nodes: tuple = ()) -> dict[str, str] | None:
     """refusal as ValidationError entries keyed by the field at fault, in the API's one error shape (docs/api.md,
     "Errors: one shape"), or None when the job may fit. `roles`: the normalised roles (check_job), in the
     request's order; `given`: the roles as the request gave them (a share asked as `gpus_per_task` 0.5 is
-    named so, not `gpu_fraction`). Only the mapping is here; the rule is the engine's (the reason's code and role):
+    named so, not `gpu_fraction`); `extra_nodes`: a what-if's added nodes, as refusal_reason takes them (the
+    what-if's submit changes with roles: scheduling.forecast.submit_roles). Only the mapping is here; the rule is
+    the engine's (the reason's code and role):
     - a role's own ask: `roles[i].gpus_per_task` (a task bigger than every node, or its NUMA nodes),
       `roles[i].cpu_milli`, `roles[i].memory_mib`, `roles[i].flavor` (no node of it), `roles[i].mig_profile`
       (no node has it) or `roles[i].mig_count` (none has that many), `roles[i].gpu_fraction` /
@@ -120,7 +123,8 @@ def refusal_errors(roles: list[dict], *, topology_mode: str = "none", highest_ti
     - no domain of the job's tier: `highest_tier`;
     - the job's roles together (their minimums' sum): `roles`, or the only role's tasks / min_available.
     (Every refusal was keyed `roles` before, whatever field it was about: a client could not tell which to change.)"""
-    why = _never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa)
+    why = _never_fits(roles, topology_mode=topology_mode, highest_tier=highest_tier, numa=numa,
+                      extra_nodes=extra_nodes)
     if why is None:
         return None
     code, message, role_name, field = why

@@ -375,12 +375,22 @@ def submit_roles(changes: list[dict]) -> list[dict]:
         # as POST /api/v1/jobs/ answers, through the same check (fit_check), not an answer that it "can never
         # start" (docs/forecast.md; new-user trial 7, F5). The cluster is the one the what-if's add_nodes changes
         # build (new-user trial 14, F4), and the error names the change's own field (F13: it said "roles").
-        why = fit_check.refusal_reason([{**r, "flavor": "|".join(f)} if f else r for r, f in zip(roles, flavors)],
-                                       topology_mode=ch.get("topology_mode") or "none",
-                                       highest_tier=ch.get("highest_tier"), extra_nodes=extra)
-        if why:
-            code, message = why
-            raise WhatIfError(i, "roles" if given else _never_fits_field(code, ch), message)
+        # A change with roles is keyed as job submission keys it, by the role field at fault
+        # (fit_check.refusal_errors: "roles[1].gpus_per_task"; "roles" only for the roles together), its
+        # flavors under the change's own name for them ("roles[0].flavors").
+        placed = [{**r, "flavor": "|".join(f)} if f else r for r, f in zip(roles, flavors)]
+        where = dict(topology_mode=ch.get("topology_mode") or "none", highest_tier=ch.get("highest_tier"),
+                     extra_nodes=extra)
+        if given:
+            errors = fit_check.refusal_errors(placed, given=raw, **where)
+            if errors:
+                field, message = next(iter(errors.items()))
+                raise WhatIfError(i, field + "s" if field.endswith("].flavor") else field, message)
+        else:
+            why = fit_check.refusal_reason(placed, **where)
+            if why:
+                code, message = why
+                raise WhatIfError(i, _never_fits_field(code, ch), message)
         specs = [{"name": r["name"], "tasks": r["tasks"], "gpus_per_task": r["gpus_per_task"],
                   "min_available": r["min_available"], "flavors": f, "cpu_milli": r["cpu_milli"],
                   "memory_mib": r["memory_mib"], "gpu_milli": r["gpu_milli"], "gpu_memory_mib": r["gpu_memory_mib"],
