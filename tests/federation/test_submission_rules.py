@@ -33,21 +33,50 @@ def test_manager_refuses_at_submission_a_job_no_synced_member_could_ever_hold(cl
     for door in ("/api/v1/jobs/", "/api/v1/federation/jobs/"):
         r = member.post(door, {**JOB, "roles": _roles(2, 8)}, format="json")  # 16 GPUs
         assert r.status_code == 400, r.content
-        msg = r.json()["roles"][0] if isinstance(r.json()["roles"], list) else r.json()["roles"]
+        msg = r.json()["roles[0].gpus_per_task"]  # no member holds one task of 8 (keyed as on submission, 6b6f0e8)
+        msg = msg[0] if isinstance(msg, list) else msg
         assert "needs 16 GPUs" in msg and "east: H100: needs 16 GPUs, the cluster has 4" in msg, msg
         assert "west:" in msg
     r = member.post("/api/v1/jobs/", {**JOB, "roles": _roles(1, 4, flavor="A100")}, format="json")
-    assert r.status_code == 400 and "none of the job's flavors A100" in str(r.json()["roles"])
+    assert r.status_code == 400 and "none of the job's flavors A100" in str(r.json()["roles[0].flavor"])
     r = member.post("/api/v1/jobs/", {**JOB, "cluster_selector": {"region": "mars"}}, format="json")
     assert r.status_code == 400 and "region=mars" in str(r.json()["cluster_selector"])
     assert FederatedJob.objects.count() == before  # nothing stored for a refused job
     members["west"].state = summary(total=32, free=32)
     dispatch.run_round(client_for=factory)
     r = member.post("/api/v1/jobs/", {**JOB, "roles": _roles(2, 8), "clusters": ["east"]}, format="json")
-    assert r.status_code == 400 and "east:" in str(r.json()["roles"])  # the only cluster it allows is too small
+    assert r.status_code == 400 and "east:" in str(r.json()["roles[0].gpus_per_task"])  # the only one it allows
     ok = member.post("/api/v1/jobs/", {**JOB, "roles": _roles(2, 8)}, format="json")  # west could hold it
     assert ok.status_code == 201, ok.content
     assert ok.json()["reason"] == "waiting for the federation's next dispatch round"
+
+
+@pytest.mark.parametrize("roles, key, words", [
+    ([{"name": "a", "tasks": 1, "gpus_per_task": 1}, {"name": "b", "tasks": 1, "gpus_per_task": 16}],
+     "roles[1].gpus_per_task", "a task of 16 GPUs fits no node (at most 8)"),
+    ([{"name": "a", "tasks": 1, "gpus_per_task": 12}, {"name": "b", "tasks": 1, "gpus_per_task": 16}],
+     "roles[0].gpus_per_task", "a task of 16 GPUs fits no node"),  # the first role too big for every node
+    ([{"name": "a", "tasks": 1, "gpus_per_task": 1}, {"name": "b", "tasks": 1, "gpus_per_task": 1, "flavor": "A100"}],
+     "roles[1].flavor", "none of the job's flavors A100"),
+    (_roles(5, 8), "roles[0].tasks", "needs 40 GPUs, the cluster has 32"),
+    ([{"name": "a", "tasks": 3, "gpus_per_task": 8}, {"name": "b", "tasks": 2, "gpus_per_task": 8}], "roles",
+     "needs 40 GPUs, the cluster has 32"),  # the roles together
+    # not one task of 16 fits (the GPUs in all neither: the message gives each member's first rule)
+    ([{"name": "a", "tasks": 5, "gpus_per_task": 16}], "roles[0].gpus_per_task", "needs 80 GPUs, the cluster has 32"),
+])
+def test_a_job_no_member_could_hold_is_keyed_by_the_role_field_at_fault(client_for, members, factory, roles, key,
+                                                                        words):
+    """As a single cluster keys a job that can never fit it (POST /api/v1/jobs/, fit_check.refusal_errors:
+    roles[1].gpus_per_task, roles[0].flavor, roles[0].tasks; `roles` when the roles together are at fault), the
+    manager keys its refusal by the field that, changed alone, lets a member hold the job (it was `roles`
+    whatever it was about). Each member: 32 H100 GPUs, nodes of 8. Nothing is stored."""
+    dispatch.run_round(client_for=factory)
+    before = FederatedJob.objects.count()
+    r = client_for("member").post("/api/v1/jobs/", {**JOB, "roles": roles}, format="json")
+    assert r.status_code == 400 and list(r.json()) == [key], r.content
+    message = r.json()[key][0] if isinstance(r.json()[key], list) else r.json()[key]
+    assert message.startswith("can never fit any member cluster: ") and words in message, message
+    assert FederatedJob.objects.count() == before
 
 
 def test_before_any_member_synced_the_job_is_accepted_with_a_truthful_reason(client_for, members, settings):

@@ -233,11 +233,14 @@ def views(clusters) -> list[policy.ClusterView]:
             for c in clusters]
 
 
-def never_fits(job: FederatedJob, members=None) -> tuple[dict[str, str] | None, list[str]]:
+def never_fits(job: FederatedJob, members=None, request: policy.JobRequest | None = None
+               ) -> tuple[dict[str, str] | None, list[str]]:
     """Could any member ever hold `job`, by the members' last summaries (flavors, node sizes, total GPUs,
     tier domains; scheduler.core.federation.never_fits)? Returns (reasons, unknown): `reasons` {member:
     why} when none could, else None; `unknown` the members (of the job's `clusters`, when it names some)
-    that have not reported any GPU yet -- while one has not, nothing is refused (it may hold the job)."""
+    that have not reported any GPU yet -- while one has not, nothing is refused (it may hold the job).
+    `request`: the job's request to ask about instead of request_for(job) (the manager asks again with one
+    field changed to tell which field is at fault: manager._never_fits_field)."""
     members = list(MemberCluster.objects.all()) if members is None else list(members)
     if job.clusters:
         members = [c for c in members if c.name in job.clusters]
@@ -245,7 +248,7 @@ def never_fits(job: FederatedJob, members=None) -> tuple[dict[str, str] | None, 
     if unknown or not members:
         return None, unknown
     capacity = [policy.view_from_summary(c.name, c.summary, labels=c.labels) for c in members]
-    return policy.never_fits(request_for(job), capacity), unknown
+    return policy.never_fits(request or request_for(job), capacity), unknown
 
 
 def _federation_cap(queue: str) -> int | None:

@@ -192,9 +192,38 @@ def require_manager(field: str = "detail") -> None:
         raise ValidationError({field: NOT_MANAGER})
 
 
-def _never_fits_or_reason(job: FederatedJob) -> str:
-    """Refuse (ValidationError naming the field) a job no registered member could ever hold, by their last
-    summaries (dispatch.never_fits); else the truthful reason it waits with."""
+def _never_fits_field(job: FederatedJob, roles: list[dict], members: list) -> str:
+    """The role field a job no member can ever hold is refused under, as job submission keys a job that can never
+    fit its cluster (fit_check.refusal_errors), told by the dispatcher's own rule (dispatch.never_fits, asked again
+    about an eased request; the rule is not copied here), in submission's order: `roles[j].flavor` when a member
+    could hold the job on another flavor (the first role naming one); `roles[j].gpus_per_task` when no member
+    could hold even one task of role j (the first such role; its flavor when another flavor would hold it);
+    else the GPUs in all (or in one domain of its tier): `roles[0].tasks` for the only role, `roles` for the roles
+    together. `roles`: the normalised roles (check_job), in the request's order."""
+    from dataclasses import replace
+
+    from .dispatch import never_fits, request_for
+
+    request = request_for(job)
+    flavor = next((f"roles[{j}].flavor" for j, r in enumerate(roles) if r.get("flavor")), "roles")
+
+    def fits(**eased) -> bool:
+        return never_fits(job, members, request=replace(request, **eased))[0] is None
+
+    if request.flavors and fits(flavors=()):
+        return flavor
+    for j, r in enumerate(roles):
+        one = r["gpus_per_task"]
+        if one and not fits(gpus=one, task_gpus=one):  # not even one task of this role
+            return flavor if request.flavors and fits(gpus=one, task_gpus=one, flavors=()) else \
+                f"roles[{j}].gpus_per_task"
+    return "roles[0].tasks" if len(roles) == 1 else "roles"
+
+
+def _never_fits_or_reason(job: FederatedJob, roles: list[dict]) -> str:
+    """Refuse (ValidationError naming the field: `clusters`, `cluster_selector`, else the role field at fault,
+    _never_fits_field) a job no registered member could ever hold, by their last summaries (dispatch.never_fits);
+    else the truthful reason it waits with. `roles`: the job's normalised roles (check_job)."""
     from scheduler.core import federation as policy
     from .dispatch import never_fits, request_for
 
@@ -203,7 +232,8 @@ def _never_fits_or_reason(job: FederatedJob) -> str:
     if reasons:
         why = set(reasons.values())
         field = ("clusters" if job.clusters and why == {"not in the job's clusters"} else
-                 "cluster_selector" if all(w.startswith("label ") for w in why) else "roles")
+                 "cluster_selector" if all(w.startswith("label ") for w in why) else
+                 _never_fits_field(job, roles, members))
         raise ValidationError({field: "can never fit any member cluster: "
                                       + policy.never_fits_message(request_for(job), reasons)})
     if not members:
@@ -274,7 +304,7 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
         highest_tier=resolve_tier(d["highest_tier"], "highest_tier")[0] if d["topology_mode"] == "hard" else None,
         clusters=clusters, cluster_selector=selector, data_site=data_site,
         restartable=restartable or bool(d["migratable"]))
-    job.reason = _never_fits_or_reason(job)
+    job.reason = _never_fits_or_reason(job, roles)
     job.save()
     shown, request = gpu_figures(roles)
     what = count(shown, "GPU") if all(p.isdigit() for p in request.split("+")) else f"{shown} GPU-equivalents ({request})"
