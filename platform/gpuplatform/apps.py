@@ -1,4 +1,11 @@
 from django.apps import AppConfig
+from django.contrib.admin.apps import AdminConfig as DjangoAdminConfig
+
+
+class AdminConfig(DjangoAdminConfig):
+    """django.contrib.admin with login.AdminSite as its site (the sign-in redirect the pages use)."""
+
+    default_site = "gpuplatform.login.AdminSite"
 
 
 class GpuPlatformConfig(AppConfig):

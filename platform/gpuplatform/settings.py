@@ -22,7 +22,7 @@ ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "gpuplatform.apps.AdminConfig",  # django.contrib.admin, its sign-in redirect the pages' (login.AdminSite)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
