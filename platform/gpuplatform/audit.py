@@ -4,7 +4,7 @@ Events (tests/platform/test_layers.py checks the source). Call inside the caller
 
 event.job_id has no foreign-key constraint in the database (migration 0023_e2e9), nor event.actor_id, queue_id and
 node_id (0033_deferred_fk): both writers check the ids they write (bulk.lock_keys: one statement per column that names
-any, FOR KEY SHARE, IntegrityError when a row is missing); null ids need none.
+any, FOR KEY SHARE, IntegrityError when a row is missing; all in one round trip, bulk.together); null ids need none.
 """
 from __future__ import annotations
 
@@ -73,11 +73,15 @@ def check_jobs(rows, locked_jobs=frozenset()) -> None:
     """The foreign-key checks for the rows record_events wrote (migrations 0023_e2e9, 0033_deferred_fk): every job
     id named is a Job row, locked FOR KEY SHARE until the transaction ends (one statement; none when every job id named
     is in `locked_jobs`, rows the caller holds locked already: record_events); likewise every actor, queue and node id
-    named (one statement per column that names any; the cycle's admissions name none). Raises IntegrityError."""
+    named (one statement per column that names any; the cycle's admissions name none). The statements go in one round
+    trip (bulk.together: a pipeline inside a transaction on PostgreSQL; one by one elsewhere); their answers are read
+    in that order, so the error is the one the statements run one by one raised. Raises IntegrityError
+    (bulk.MissingReference naming the column)."""
     raw = rows.rows if isinstance(rows, bulk.CopyRows) else rows
-    bulk.lock_keys(Job, [r[_JOB_AT] for r in raw if r[_JOB_AT] is not None and r[_JOB_AT] not in locked_jobs],
-                   what="event.job_id")
-    for at, model, what in _OTHER_KEYS:
-        ids = {r[at] for r in raw if r[at] is not None}
-        if ids:
-            bulk.lock_keys(model or get_user_model(), ids, what=what)
+    with bulk.together() as batch:
+        checks = [batch.lock_keys(Job, [r[_JOB_AT] for r in raw if r[_JOB_AT] is not None
+                                        and r[_JOB_AT] not in locked_jobs], what="event.job_id")]
+        checks += [batch.lock_keys(model or get_user_model(), {r[at] for r in raw if r[at] is not None}, what=what)
+                   for at, model, what in _OTHER_KEYS]
+    for check in checks:
+        check.check()

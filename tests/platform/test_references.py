@@ -412,3 +412,39 @@ def test_the_database_refuses_deleting_a_row_an_event_or_allocation_names(submit
         assert Allocation.objects.get().mig_instance_id is None
     else:
         assert Event.objects.get(kind="x").__dict__[f"{what}_id"] is None
+
+
+@pytest.mark.services
+@pytest.mark.postgresql("the pipeline and row locks: PostgreSQL")
+@pytest.mark.django_db(transaction=True)
+def test_an_events_checks_go_in_one_round_trip_and_lock_their_rows(cluster, monkeypatch):
+    """record_event naming a job, a queue, a node and an actor checks the four ids in one round trip (bulk.together's
+    pipeline: it was one statement, and one round trip, per id), each row locked FOR KEY SHARE until the commit as
+    before; with two ids missing the error names the first column checked (event.job_id), as before."""
+    import psycopg
+    from django.contrib.auth import get_user_model
+
+    from gpuplatform import bulk
+    from gpuplatform.models import Queue
+
+    job, _, _ = _one_gpu_job()
+    queue, node = Queue.objects.get(name="alpha"), Node.objects.get(name="n0")
+    actor = get_user_model().objects.create(username="auditor")
+    runs, alone = [], []
+    real_run, real_lock = bulk.Together.run, bulk.lock_keys
+    monkeypatch.setattr(bulk.Together, "run", lambda self: (runs.append(len(self.queued)), real_run(self))[1])
+    monkeypatch.setattr(bulk, "lock_keys", lambda *a, **k: (alone.append(a), real_lock(*a, **k))[1])
+    params = connection.get_connection_params()
+    with transaction.atomic():
+        audit.record_event("x", "names four rows", job=job, queue=queue, node=node, actor=actor)
+        assert runs == [4] and alone == []  # four statements, one pipeline
+        with psycopg.connect(**{k: v for k, v in params.items() if k in ("dbname", "user", "password", "host", "port")},
+                             autocommit=True) as other:
+            for table, pk in (("gpuplatform_job", job.pk), ("gpuplatform_queue", queue.pk),
+                              ("gpuplatform_node", node.pk), (get_user_model()._meta.db_table, actor.pk)):
+                with pytest.raises(psycopg.errors.LockNotAvailable):
+                    other.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE NOWAIT", [pk])
+    with pytest.raises(IntegrityError, match=r"^event\.job_id"):
+        with transaction.atomic():
+            audit.record_event("x", "two missing", job_id=10**9, node_id=10**9, queue=queue)
+    assert Event.objects.filter(kind="x").count() == 1
