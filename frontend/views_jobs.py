@@ -18,7 +18,7 @@ from gpuplatform.federation.manager import is_manager, submit_as
 from gpuplatform.api.filters import REPEATED
 from gpuplatform.inputs import html_only, renders_form_errors
 from gpuplatform.login import login_required
-from gpuplatform.models import Domain, Job, Team
+from gpuplatform.models import Job, Team
 
 from .conditional import login_required_json
 from .forms import JobForm, RoleFormSet, apply_service_errors
@@ -27,7 +27,7 @@ from .forms import JobForm, RoleFormSet, apply_service_errors
 def _form_kwargs(user) -> dict:
     # Closed and draining queues stay in the list: the service answers why they take no jobs.
     queues = [(q.name, q.team.name) for q in access.submit_queues(user)]
-    tiers = sorted(set(Domain.objects.values_list("tier", flat=True)))
+    tiers = sorted(queries.cluster_tiers())  # the engine's tiers, as submission checks them
     return {"teams": list(access.submit_teams(user).values_list("name", flat=True)), "queues": queues, "tiers": tiers}
 
 

@@ -335,6 +335,30 @@ def domain_tree(rows=None) -> Tree:
     return Tree(rows, key=itemgetter(0), parent=itemgetter(3))
 
 
+def cluster_tiers() -> set[int]:
+    """The tiers of this cluster as the engine sees them (scheduler.core.domain_tree.build_tree): the domains'
+    tiers, tier 1 when a node has no domain (it is a tier-1 domain of its own, "node:<name>"), and the tier of
+    the synthetic root ("cluster", one above the top) when the domains do not form one tree over every node.
+    A cluster with no domains at all (the local mode) is tiers {1, 2}. The tiers a job may name (submission,
+    the what-if, the reschedule check) and the submit form's tier choices read them, so they are the tiers the
+    placement, the largest runnable job and the topology map show (new-user trial 23: "tiers: none" in local
+    mode while every job was placed at "cluster (tier 2)")."""
+    from scheduler.core import DomainInfo, NodeInfo, Snapshot, TopologyError
+    from scheduler.core.domain_tree import build_tree
+
+    domains = tuple(DomainInfo(n, t, p) for n, t, p in Domain.objects.values_list("name", "tier", "parent__name"))
+    one_per_domain: dict = {}  # the tiers depend on which domains hold nodes, not on how many
+    for name, domain in Node.objects.order_by("name").values_list("name", "domain__name"):
+        one_per_domain.setdefault(domain, name)
+    nodes = tuple(NodeInfo(name=name, flavor="", gpus=0, domain=domain) for domain, name in one_per_domain.items())
+    if not nodes:
+        return {d.tier for d in domains}
+    try:
+        return set(build_tree(Snapshot(nodes=nodes, domains=domains)).tier_levels)
+    except TopologyError:  # a broken tree: the cycle reports it; the domains' own tiers meanwhile
+        return {d.tier for d in domains}
+
+
 def queue_tree(queues=None) -> Tree:
     """The queue tree over `queues` (Queue objects, e.g. the ones a user sees); default: every queue as a
     dict (id, name, parent_id, team_name, weight, state, recent_usage: decayed GPUs per flavor), children by

@@ -36,6 +36,7 @@ from .actions.reclaim import anyone_borrowing, reclaim_may_help
 from .actions.grow import grow
 from .actions.reschedule import due as reschedule_due, hold_moving, reschedule
 from .cache import ClusterStatic, EngineCache, PendingChanges
+from .domain_tree import label_bindings
 from .jobindex import FactTuple
 from .metrics import cluster_metrics, metrics_by_group
 from .plugins.fairshare import cycle_fair_shares, fair_shares, pending_demand, schedulable_gpus
@@ -74,6 +75,9 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig | None = None, *, cache: E
         raise
     if not whole_only and cache is not None:
         cache.settle()  # the capacity the cycle's ClusterState worked on, back to the cache (EngineCache.lend)
+    if not whole_only and not snapshot.domains and result.bindings:  # a cluster without domains (domain_tree)
+        static = cache.static_for(snapshot) if cache is not None else ClusterStatic(snapshot)
+        result.bindings = label_bindings(static.tree, static.node_index, result.bindings)
     return result
 
 

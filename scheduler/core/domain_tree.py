@@ -1,15 +1,22 @@
 """The domain tree (HyperNodes) as index arrays, built from a Snapshot (cache.ClusterStatic keeps it, with
 the other indexes of the cluster's shape, while the cluster is unchanged).
 
-Nodes hang off their lowest-tier domain. In a cluster with a topology, a node without a domain (a rack
-not yet labelled) is a tier-1 domain of its own, named `node_domain(name)` ("node:<name>"): its GPUs are
-one scale-up unit, so an unconstrained job that fits one node is placed best-fit among them and the
-labelled domains alike (a one-task job: the tightest node of either kind, session._node_fit_first), while no gang spans
-two of them under a tier-1 limit. A cluster with no domains at all (the local mode's) is one tier-1
-domain, the synthetic root. When the snapshot's domains do not form a
-single tree over every node (no domains at all, several roots, or nodes without a domain), a synthetic
-root named `ROOT_NAME` is added one tier above the highest tier, so every node is inside exactly one
-chain node -> lowest domain -> ... -> root.
+Nodes hang off their lowest-tier domain. A node without a domain (a rack not yet labelled, or every node
+of a cluster with no domains at all, the local mode's) is a tier-1 domain of its own, named
+`node_domain(name)` ("node:<name>"): its GPUs are one scale-up unit, so an unconstrained job that fits one
+node is placed best-fit among them and the labelled domains alike (a one-task job: the tightest node of
+either kind, session._node_fit_first), while no gang spans two of them under a tier-1 limit. When the
+snapshot's domains do not form a single tree over every node (no domains at all, several roots, or nodes
+without a domain), a synthetic root named `ROOT_NAME` is added one tier above the highest tier, so every
+node is inside exactly one chain node -> lowest domain -> ... -> root. A cluster with no domains is thus
+two tiers: tier 1, each node its own domain, and tier 2, `ROOT_NAME` over them all (the API's domain tree,
+the topology map, the tiers a job may name and the metrics read the same; new-user trial 23: the local mode
+was one tier-2 domain to the engine and one tier-1 domain per node to the pages). Such a tree is
+`no_topology`: its tier 1 is there for the jobs that name it (highest_tier, preferred_tier,
+group_highest_tier: inside one node) and for the metrics (domain completeness counts the nodes); a job
+that names no tier is placed over the whole cluster as when the cluster was one domain
+(Session.tier_levels), and its Binding names the lowest domain that holds its tasks
+(label_bindings: `node:<name>` (tier 1) when one node holds it).
 """
 from __future__ import annotations
 
@@ -48,6 +55,7 @@ class DomainTree:
     tier_levels: list[int]  # distinct tiers, ascending
     by_tier: dict[int, list[int]]  # tier -> domain indices of exactly that tier
     index: dict[str, int]
+    no_topology: bool = False  # no domains at all: tier 1 is the nodes' own domains (module docstring)
 
     @property
     def top_tier(self) -> int:
@@ -69,7 +77,7 @@ def build_tree(snapshot: Snapshot) -> DomainTree:
     top = max(tiers, default=0)
     own: dict[int, int] = {}  # node index -> the tier-1 domain of a node without a domain
     for k, node in enumerate(snapshot.nodes):
-        if node.domain is None and snapshot.domains:
+        if node.domain is None:
             name = node_domain(node.name)
             if name in index:
                 raise TopologyError(f"domain {name}: the name is kept for node {node.name}, which has no domain")
@@ -132,7 +140,8 @@ def build_tree(snapshot: Snapshot) -> DomainTree:
         by_tier.setdefault(t, []).append(i)
     return DomainTree(names=names, tiers=tiers, parent=parent, children=children, direct_nodes=direct_nodes,
                       nodes_under=nodes_under, node_chain=node_chain, root=root,
-                      tier_levels=sorted(by_tier), by_tier=by_tier, index=index)
+                      tier_levels=sorted(by_tier), by_tier=by_tier, index=index,
+                      no_topology=not snapshot.domains)
 
 
 def common_domain(tree: DomainTree, nodes: list[int]) -> int:
@@ -143,3 +152,25 @@ def common_domain(tree: DomainTree, nodes: list[int]) -> int:
     for k in nodes[1:]:
         common.intersection_update(tree.node_chain[k])
     return min(common, key=lambda d: (tree.tiers[d], tree.names[d]))
+
+
+def label_bindings(tree: DomainTree, node_index: dict[str, int], bindings: list) -> list:
+    """`bindings` (a list of Binding) with each whole-GPU binding of a `no_topology` tree named by the lowest
+    domain holding its tasks (common_domain): a job placed over the whole cluster that landed on one node is
+    "node:<name>" (tier 1), not the root. Other trees and sharing's bindings (domain "") as they are. Returns
+    a new list when one changed, else `bindings`."""
+    if not tree.no_topology:
+        return bindings
+    from dataclasses import replace
+
+    root_name = tree.names[tree.root]
+    out = None
+    for i, b in enumerate(bindings):
+        if b.domain != root_name or not b.tasks:
+            continue
+        d = common_domain(tree, sorted({node_index[p.node] for p in b.tasks}))
+        if d != tree.root:
+            if out is None:
+                out = list(bindings)
+            out[i] = replace(b, domain=tree.names[d], tier=tree.tiers[d])
+    return bindings if out is None else out

@@ -282,9 +282,15 @@ class Session:
         if levels is None:
             tree = self.tree
             levels = [t for t in tree.tier_levels if t <= cap] if self.config.topology else [tree.top_tier]
+            if tree.no_topology and cap >= tree.top_tier:
+                # no domains at all: a job naming no tier below the root is placed over the whole cluster, as
+                # when the cluster was one domain (its nodes' own tier-1 domains serve the jobs that name tier 1)
+                levels = [tree.top_tier]
             self._levels[cap] = levels
         preferred = job.preferred_tier
         if preferred is not None and self.config.topology:
+            if self.tree.no_topology:  # a preferred tier 1 (one node) is searched first, as the tree has it
+                levels = [t for t in self.tree.tier_levels if t <= cap]
             upward = [t for t in levels if t >= preferred]
             if upward:
                 return upward

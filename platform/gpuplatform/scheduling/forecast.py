@@ -226,7 +226,7 @@ def check_submit_changes(user, changes: list[dict]) -> None:
     from ..services.jobs import check_submit_priority
 
     from ..job_rules import check_placement_and_limit, resolve_tier
-    from ..models import Domain
+    from .. import queries
     tiers = None
     for i, ch in enumerate(changes):
         if ch.get("kind") != "submit":
@@ -244,7 +244,7 @@ def check_submit_changes(user, changes: list[dict]) -> None:
             except ValidationError as exc:
                 raise WhatIfError(i, "priority", exc.errors["priority"]) from None
         if tiers is None:
-            tiers = set(Domain.objects.values_list("tier", flat=True).distinct())
+            tiers = queries.cluster_tiers()
         tier, errors = resolve_tier(ch.get("highest_tier"), "highest_tier")  # a name ("leaf") as on submission
         if errors:
             raise WhatIfError(i, "highest_tier", errors["highest_tier"])

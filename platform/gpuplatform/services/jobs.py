@@ -8,14 +8,14 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from .. import clock, fit_check
+from .. import clock, fit_check, queries
 from ..audit import record_event
 from ..errors import ValidationError
 from ..execution import stop_job
 from ..gpu_request import gpu_equivalents, gpu_request, job_gpus
 from ..job_rules import check_job, resolve_tier
 from ..lifecycle import closed_ancestor, end_job
-from ..models import Domain, Job, JobRole, Node, Queue, Task, Team
+from ..models import Job, JobRole, Node, Queue, Task, Team
 from ..names import control_character_error
 from .base import lock_queue_tree, request_cycle_on_commit, resolve_queue
 from ..wording import count
@@ -90,7 +90,7 @@ def submit_job(*, team: Team, queue, name: str, roles: list[dict], priority: int
         queue.refresh_from_db(fields=["state", "parent"])  # as of the lock (a close committed since it was loaded)
     except Queue.DoesNotExist:
         raise ValidationError({"queue": f"unknown queue {queue.name!r} (deleted)"}) from None
-    tiers = set(Domain.objects.values_list("tier", flat=True).distinct())
+    tiers = queries.cluster_tiers()  # the engine's tiers: a domainless node is tier 1 (local mode: 1 and 2)
     has_children = Queue.objects.filter(parent=queue).exists()
     highest_tier, tier_errors = resolve_tier(highest_tier, "highest_tier")
     preferred_tier, preferred_errors = resolve_tier(preferred_tier, "preferred_tier")

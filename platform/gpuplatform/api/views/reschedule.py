@@ -136,7 +136,7 @@ class ShapeCheckViewSet(viewsets.GenericViewSet):
 
         from ... import fit_check
         from ...job_rules import check_placement_and_limit, check_roles, resolve_tier
-        from ...models import Domain
+        from ... import queries
 
         body = ShapeCheckSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -150,7 +150,7 @@ class ShapeCheckViewSet(viewsets.GenericViewSet):
         highest_tier, tier_errors = resolve_tier(d["highest_tier"], "highest_tier")
         errors.update(tier_errors or check_placement_and_limit(
             topology_mode=d["topology_mode"], highest_tier=highest_tier, preferred_tier=None, time_limit_seconds=None,
-            tiers=set(Domain.objects.values_list("tier", flat=True).distinct())))
+            tiers=queries.cluster_tiers()))
         if errors:
             raise serializers.ValidationError(errors)
         why = fit_check.refusal_errors(roles, topology_mode=d["topology_mode"], highest_tier=highest_tier,
