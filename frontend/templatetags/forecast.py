@@ -14,7 +14,7 @@ from datetime import datetime
 from django import template
 
 from gpuplatform import clock
-from gpuplatform.wording import duration_words
+from gpuplatform.wording import duration_words, lead_words
 
 register = template.Library()
 
@@ -35,7 +35,7 @@ def estimate_words(start: datetime | None, p90: datetime | None, note: str, esti
         # with its age, rather than "at the next cycle" next to a time already gone (new-user trial 7, F7).
         age = f", forecast {duration_words((now - estimated_at).total_seconds())} ago" if estimated_at else ""
         return f"overdue: was due {duration_words(-lead)} ago (estimate out of date{age})"
-    text = "at the next cycle" if lead < 60 else f"in about {duration_words(lead)}"
+    text = lead_words(lead)
     if p90 is not None and (p90 - start).total_seconds() >= 60:
         text += f" (90 %: {duration_words((p90 - now).total_seconds())})"
     elif p90 is None:

@@ -68,7 +68,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .wording import duration_words
+from .wording import duration_words, lead_words
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # job_rules.ENV_NAME; the server checks the rest
 MAX_ENV_NAME_CHARS = 256  # job_rules.MAX_ENV_NAME_CHARS (the CLI imports nothing of the server)
@@ -215,7 +215,7 @@ def _estimate(j: dict) -> str:
     if at is None:
         return f"starts at about {start:%Y-%m-%d %H:%M %Z}".rstrip()
     lead = (start - at).total_seconds()
-    text = "starts at the next cycle" if lead < 60 else f"starts in about {duration_words(lead)}"
+    text = f"starts {lead_words(lead)}"
     p90 = _when(j.get("estimated_start_p90"))
     if p90 is not None and (p90 - start).total_seconds() >= 60:
         text += f" (90 %: {duration_words((p90 - at).total_seconds())})"

@@ -29,3 +29,19 @@ def duration_words(seconds: float) -> str:
     if hours:
         return f"{hours} h {mins} m" if mins else f"{hours} h"
     return f"{mins} m"
+
+
+# a start this close (seconds) is "at the next cycle": cycles run every SCHEDULER_CYCLE_SECONDS (5 by default) or sooner
+NEXT_CYCLE_S = 5
+
+
+def lead_words(seconds: float) -> str:
+    """When something due in `seconds` (from the forecast's time) happens: "at the next cycle" within NEXT_CYCLE_S,
+    "in about 35 s" under a minute, else "in about 2 h 10 m" (duration_words). The pages' estimate tag and gpuctl
+    read it (new-user trial 24, F4: a job held by its requeue backoff for 35 s more read "at the next cycle" while
+    cycles ran every second, next to "retries at" that time)."""
+    if seconds < NEXT_CYCLE_S:
+        return "at the next cycle"
+    if seconds < 60:
+        return f"in about {int(round(seconds))} s"
+    return f"in about {duration_words(seconds)}"

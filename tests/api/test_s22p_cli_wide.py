@@ -90,6 +90,9 @@ def test_output_json_is_the_apis_answer(monkeypatch):
      "#1 starts in about 2 h 10 m (90 %: 5 h); " + REASON),
     ({"estimated_start": "2026-12-04T13:20:30+00:00", "estimated_start_p90": None,
       "estimated_at": "2026-12-04T13:20:00+00:00", "estimate_note": ""},
+     "#1 starts in about 30 s (90 %: beyond the horizon); " + REASON),  # trial 24, F4: it said "at the next cycle"
+    ({"estimated_start": "2026-12-04T13:20:03+00:00", "estimated_start_p90": None,
+      "estimated_at": "2026-12-04T13:20:00+00:00", "estimate_note": ""},
      "#1 starts at the next cycle (90 %: beyond the horizon); " + REASON),
     ({"estimated_start": None, "estimated_start_p90": None, "estimated_at": None,
       "estimate_note": "past the forecast's horizon (24 h)"}, "#1 no estimate: past the forecast's horizon (24 h); "),
