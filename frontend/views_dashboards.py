@@ -13,7 +13,7 @@ from pathlib import Path
 from django.conf import settings
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseNotFound, JsonResponse
 
-from scheduler.core.domain_tree import is_node_domain, node_domain
+from scheduler.core.domain_tree import ROOT_NAME, is_node_domain, node_domain
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.cache import never_cache
@@ -251,6 +251,11 @@ def _topology_params(request) -> dict:
             raise BadParam("job", f"must be at most {INT64_MAX}, got {job[:40]}{'...' if len(job) > 40 else ''}")
         job = number
     zoom = request.GET.get("zoom") or None
+    if zoom in (ROOT_NAME, f"{ROOT_NAME}-root") and not zoom_exists(zoom):
+        # the engine's synthetic root, which a job placed across the top domains (or across the nodes of a cluster
+        # without domains) names: the whole map, not a 400 (new-user trial 24, F2: ?zoom=cluster of the job's own
+        # "cluster (tier 2)" was "no domain named 'cluster'")
+        zoom = None
     # Domain names are public too (the page lists them all): a zoom naming none is a 400 naming it, not a page
     # whose map then fails to load (new-user trial 10, F11)
     if zoom is not None and not zoom_exists(zoom):

@@ -60,3 +60,21 @@ def test_the_submit_form_offers_the_engines_tiers(local, client, django_user_mod
     client.force_login(django_user_model.objects.get(username="ops"))
     page = client.get("/jobs/new/").content.decode()
     assert '<option value="1">' in page and '<option value="2">' in page
+
+
+def test_the_topology_map_takes_the_engines_root_as_the_whole_map(local, client, django_user_model):
+    """A job across the nodes of a cluster without domains is placed in 'cluster (tier 2)': ?zoom=cluster is the
+    whole map, not a 400 (new-user trial 24, F2); a name that is neither a domain nor the root is still a 400."""
+    from gpuplatform.models import Job
+    from gpuplatform.scheduling import store
+
+    job = submit(local, "wide", roles=[{"tasks": 2, "gpus_per_task": 2}]).json()
+    store.run_cycle_once(clock=CLOCK)
+    job = Job.objects.get(pk=job["id"])
+    assert (job.placement_domain, job.placement_tier) == ("cluster", 2)
+    client.force_login(django_user_model.objects.get(username="ops"))
+    whole = client.get("/topology.json").json()
+    zoomed = client.get("/topology.json?zoom=cluster")
+    assert zoomed.status_code == 200 and zoomed.json() == whole
+    assert client.get("/topology/?zoom=cluster").status_code == 200
+    assert client.get("/topology.json?zoom=nowhere").status_code == 400
