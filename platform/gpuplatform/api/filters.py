@@ -314,6 +314,12 @@ class JobFilterSet(df.FilterSet):
         fields = ["team", "queue", "submitter", "state", "never_fits", "name", "name__contains", "external_id"]
 
 
+def id_range_messages(what: str) -> dict[str, str]:
+    """The API's words for an id out of a BigAutoField's range (1 .. 2**63 - 1): IdFilter's, and a request body's
+    field naming an object by id (the what-if's changes[i].job), so a too-large id reads the same everywhere."""
+    return {"min_value": f"a {what} id is 1 or more", "max_value": f"no {what} has an id that large"}
+
+
 class IdFilter(df.Filter):
     """An object's id: a whole number from 1 (a BigAutoField's range). A word is "an id is a whole number",
     not django-filter's "Select a valid choice. That choice is not one of the available choices." (new-user
@@ -325,9 +331,7 @@ class IdFilter(df.Filter):
     def __init__(self, *args, what: str = "object", **kwargs):
         kwargs.setdefault("min_value", 1)
         kwargs.setdefault("max_value", 2**63 - 1)
-        kwargs.setdefault("error_messages", {"invalid": f"a {what} id is a whole number",
-                                             "min_value": f"a {what} id is 1 or more",
-                                             "max_value": f"no {what} has an id that large"})
+        kwargs.setdefault("error_messages", {"invalid": f"a {what} id is a whole number", **id_range_messages(what)})
         super().__init__(*args, **kwargs)
 
 

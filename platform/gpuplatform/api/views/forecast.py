@@ -14,8 +14,10 @@ from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
+from ...inputs import INT64_MAX
 from ...models import Job
 from ...scheduling.forecast import WhatIfDenied, what_if_live
+from ..filters import id_range_messages
 from ..serializers.base import Serializer
 from ..serializers.fields import FiniteFloatField, count_field, quota_field, weight_field
 from ..serializers.jobs import GpusPerTaskField, TierField
@@ -79,7 +81,10 @@ class ChangeSerializer(Serializer):
                                                f"request's add_nodes changes")
     gpus = serializers.IntegerField(required=False, min_value=1, max_value=64)
     domain = serializers.CharField(required=False, max_length=200)
-    job = serializers.IntegerField(required=False, min_value=1)
+    # a job id: a BigAutoField's range, in the API's words for an id past it (filters.id_range_messages: a 20-digit
+    # id is "no job has an id that large", as ?job= says; new-user trial 24, F5)
+    job = serializers.IntegerField(required=False, min_value=1, max_value=INT64_MAX,
+                                   error_messages=id_range_messages("job"))
 
     def validate(self, attrs):
         kind = attrs["kind"]

@@ -1,0 +1,30 @@
+"""POST /api/v1/forecast/ naming a job that does not exist (new-user trial 24, F5): a member was answered 403 "you
+may ask about your own teams' jobs only" (an admin: 400 "no pending or running job ..."), and a 20-digit id went
+through as any other. Both now get the same 400 on changes[i].job; an id past 64 bits is the API's "no job has an
+id that large" (the events filter's words); another team's job that exists keeps the member's 403."""
+from __future__ import annotations
+
+import pytest
+
+from tests.api.test_forecast_api import URL, busy  # noqa: F401  (fixture)
+
+
+@pytest.mark.parametrize("kind", ["cancel", "set_priority"])
+def test_a_job_that_does_not_exist_is_the_same_400_for_a_member_and_an_admin(busy, admin, client_for, kind):
+    member = client_for("member")
+    for job, message in ((123456, "no pending or running job 123456"),
+                         (9223372036854775807, "no pending or running job 9223372036854775807"),
+                         (99999999999999999999, "no job has an id that large")):
+        change = {"kind": kind, "job": job, **({"priority": 1} if kind == "set_priority" else {})}
+        for client in (member, admin):
+            r = client.post(URL, {"changes": [change]}, format="json")
+            assert r.status_code == 400, r.content
+            assert r.json() == {"changes[0].job": [message]}
+
+
+def test_another_teams_job_that_exists_is_still_a_403_for_a_member(busy, client_for):
+    r = client_for("member").post(URL, {"changes": [{"kind": "cancel", "job": busy["other"].pk}]}, format="json")
+    assert r.status_code == 403, r.content
+    assert r.json() == {"detail": "changes[0]: you may ask about your own teams' jobs only"}
+    r = client_for("member").post(URL, {"changes": [{"kind": "cancel", "job": 0}]}, format="json")
+    assert r.status_code == 400 and r.json() == {"changes[0].job": ["a job id is 1 or more"]}, r.content
