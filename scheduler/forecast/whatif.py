@@ -198,6 +198,9 @@ def apply_changes(snapshot: Snapshot, changes: list[dict]) -> tuple[Snapshot, li
                 raise WhatIfError(i, "queue", f"no queue {ch.get('queue')!r}")
         if kind == "submit":
             jid = ids[i]
+            if jid in hypothetical:  # another submit change's (new-user trial 24, F5b: it read "a job's id")
+                first = next(k for k in range(i) if ids.get(k) == jid)
+                raise WhatIfError(i, "id", f"{jid!r} is already the id of changes[{first}]")
             if jid in jobs:
                 raise WhatIfError(i, "id", f"{jid!r} is already a job's id")
             for f in ch.get("flavors") or ():

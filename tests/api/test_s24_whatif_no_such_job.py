@@ -28,3 +28,11 @@ def test_another_teams_job_that_exists_is_still_a_403_for_a_member(busy, client_
     assert r.json() == {"detail": "changes[0]: you may ask about your own teams' jobs only"}
     r = client_for("member").post(URL, {"changes": [{"kind": "cancel", "job": 0}]}, format="json")
     assert r.status_code == 400 and r.json() == {"changes[0].job": ["a job id is 1 or more"]}, r.content
+
+
+def test_two_submit_changes_with_one_id_name_the_change_that_has_it(busy, client_for):
+    """F5b: the second read "'a' is already a job's id"; no job has it, changes[0] does."""
+    submit = {"kind": "submit", "id": "a", "queue": "alpha", "tasks": 1}
+    r = client_for("member").post(URL, {"changes": [submit, submit]}, format="json")
+    assert r.status_code == 400, r.content
+    assert r.json() == {"changes[1].id": ["'a' is already the id of changes[0]"]}
