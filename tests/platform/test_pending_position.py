@@ -43,11 +43,30 @@ def test_positions_follow_the_engines_order_not_priority_or_submission(cluster):
         [("beta-late", 1, 1), ("alpha-urgent", 2, 1), ("alpha-old", 3, 2)]
 
 
-def test_jobs_in_backoff_come_last_and_a_job_that_leaves_pending_loses_its_place(submit):
+def test_a_job_in_backoff_keeps_its_place_and_a_job_that_leaves_pending_loses_its_place(submit):
+    """a (submitted first) waits out its requeue backoff; the cycle considered c, then b: a stands before them, as it
+    is considered again in its place once the backoff ends (new-user trial 24, F3: it was put last, #3, and started
+    first). A job submitted after every considered one still goes after them."""
     a, b, c = submit("a"), submit("b"), submit("c")
-    result = CycleResult(pending={a.pk: PendingReason("backoff", "requeued"), c.pk: PendingReason("no_fit", "full"),
-                                  b.pk: PendingReason("no_fit", "full")})
+    d = submit("d")
+    result = CycleResult(pending={a.pk: PendingReason("backoff", "requeued"), d.pk: PendingReason("backoff", "requeued"),
+                                  c.pk: PendingReason("no_fit", "full"), b.pk: PendingReason("no_fit", "full")})
     store.apply_result(result, clock=T0, cycle_number=1)
-    assert positions() == {"c": (1, 1), "b": (2, 2), "a": (3, 3)}
+    assert positions() == {"a": (1, 1), "c": (2, 2), "b": (3, 3), "d": (4, 4)}
     services.cancel_job(Job.objects.get(pk=b.pk))
     assert Job.objects.filter(pk=b.pk).values_list("pending_position", "queue_position").get() == (None, None)
+
+
+def test_a_job_in_backoff_stands_at_its_queues_turn_of_the_fair_share_walk(cluster):
+    """beta's considered job comes first in the walk, then alpha's; alpha's job in backoff (higher priority than its
+    considered one) stands at alpha's turn, before it, not before beta's job; without fair share (FIFO) the queue's
+    order is submission alone, so the later-submitted job in backoff stands after it."""
+    old = _submit("alpha", "alpha-old", 8, at=0)
+    urgent = _submit("alpha", "alpha-urgent", 8, priority=20, at=30)
+    beta = _submit("beta", "beta-late", 8, at=40)
+    result = CycleResult(pending={urgent.pk: PendingReason("backoff", "requeued"),
+                                  beta.pk: PendingReason("no_fit", "full"), old.pk: PendingReason("no_fit", "full")})
+    store.apply_result(result, clock=T0 + timedelta(seconds=50), cycle_number=1)
+    assert positions() == {"beta-late": (1, 1), "alpha-urgent": (2, 1), "alpha-old": (3, 2)}
+    store.apply_result(result, clock=T0 + timedelta(seconds=60), cycle_number=2, fair_share=False)
+    assert positions() == {"beta-late": (1, 1), "alpha-old": (2, 1), "alpha-urgent": (3, 2)}

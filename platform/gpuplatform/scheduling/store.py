@@ -41,6 +41,7 @@ from gpuplatform.models import (
 from gpuplatform.scheduling import evict, release, samples, usage_decay
 from gpuplatform.scheduling.evict import decode_reserved, encode_reserved, releasing_id, releasing_job  # noqa: F401 (re-exported)
 from scheduler.core.cache import EngineCache
+from scheduler.core.plugins.quota import in_queue_places, queue_order_key
 from scheduler.core.snapshot import (
     CycleResult, DomainInfo, JobInfo, MigInstance as MigInfo, NodeInfo, QueueInfo, QuotaInfo, RoleInfo, Snapshot, TaskPlacement,
 )
@@ -671,10 +672,11 @@ def reserve_cycle(number: int, **fields) -> SchedulerCycle:
 
 
 def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, started_at: datetime | None = None,
-                 duration_ms: float = 0.0) -> ApplyStats:
+                 duration_ms: float = 0.0, fair_share: bool = True) -> ApplyStats:
     """Write one cycle's decisions, its SchedulerCycle row and its samples, in one transaction.
     Stale bindings are skipped (ApplyStats.stale_skipped, logged at INFO) and the rest commits.
-    `clock`: cluster time of the cycle; `started_at`: wall time it began; `duration_ms`: wall time so far."""
+    `clock`: cluster time of the cycle; `started_at`: wall time it began; `duration_ms`: wall time so far;
+    `fair_share`: the cycle's CycleConfig.fair_share (the queues' order of the pending positions: _update_pending)."""
     stats = ApplyStats()
     job_ids = [b.job_id for b in result.bindings]
     node_names = sorted({p.node for b in result.bindings for p in b.tasks})
@@ -738,7 +740,7 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
         evict.apply_holds(result, clock=clock, cycle_number=cycle_number, stale=stale)
         evict.apply_withdrawals(result, clock=clock, cycle_number=cycle_number)
         _apply_growths(result.growths, clock=clock, cycle_number=cycle_number, stats=stats)
-        stats.pending_updated = _update_pending(result)
+        stats.pending_updated = _update_pending(result, fair_share=fair_share)
         SchedulerCycle.objects.filter(pk=row.pk).update(
             duration_ms=duration_ms, timings=dict(result.timings), binds=stats.binds, evictions=stats.evictions,
             pending=len(result.pending), stale_skipped=stats.stale_skipped)
@@ -748,32 +750,52 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
     return stats
 
 
-def pending_order(result: CycleResult) -> list:
-    """The pending jobs in the order the engine considered them. CycleResult.pending lists every job that
-    did not start in that order (holders of GPUs freed for them first, then the fair-share walk over the
-    queues), after the jobs still in their requeue backoff, which the cycle did not consider: those go
-    last, in their in-queue order."""
+def pending_order(result: CycleResult, jobs: dict | None = None, *, fair_share: bool = True) -> list:
+    """The pending jobs in the order they stand. CycleResult.pending lists every job that did not start in the order
+    the engine considered them (holders of GPUs freed for them first, then the fair-share walk over the queues),
+    after the jobs still in their requeue backoff, which the cycle did not consider: each of those stands where its
+    queue's order puts it (scheduler.core.plugins.quota.in_queue_places: before the first considered job of its queue
+    that comes after it), as it is considered again once its backoff ends. `jobs`: {job id: (queue id, priority,
+    submitted_at)} of the jobs still there (a job missing is left out); None: the backoff jobs last."""
     considered = [j for j, r in result.pending.items() if r.code != "backoff"]
-    return considered + [j for j, r in result.pending.items() if r.code == "backoff"]
+    waiting = [j for j, r in result.pending.items() if r.code == "backoff"]
+    if jobs is None or not waiting:
+        return considered + waiting
+    considered = [j for j in considered if j in jobs]
+    waiting = [j for j in waiting if j in jobs]
+    key_of = {j: queue_order_key(_OrderKey(jobs[j][1], jobs[j][2].timestamp(), j), fair_share)
+              for j in considered + waiting}
+    return in_queue_places(considered, waiting, key_of, {j: jobs[j][0] for j in key_of})
 
 
-def _update_pending(result: CycleResult) -> int:
+@dataclass(frozen=True, slots=True)
+class _OrderKey:
+    """What queue_order_key reads of a job (JobInfo's fields of the same names)."""
+    priority: int
+    submit_time: float
+    id: int
+
+
+def _update_pending(result: CycleResult, *, fair_share: bool = True) -> int:
     """Write, for every job still pending, why it waits (pending_reason: the words, pending_reason_code: the engine's
     code, never_fits) and where it stands:
     pending_position among all pending jobs and queue_position among its queue's, in the engine's order
-    (pending_order). The API and the pages read these; nothing recomputes the order. A compare-and-set on
-    the state: a job that left pending meanwhile is not touched. Returns the jobs updated."""
-    order = pending_order(result)
-    queue_of = dict(Job.objects.filter(pk__any=Many(order)).values_list("id", "queue_id"))
+    (pending_order: a job in its requeue backoff in its queue's place). The API and the pages read these; nothing
+    recomputes the order. A compare-and-set on the state: a job that left pending meanwhile is not touched. Returns
+    the jobs updated. `fair_share`: the cycle's CycleConfig.fair_share (the queue's order: queue_order_key)."""
+    jobs = {jid: rest for jid, *rest in Job.objects.filter(pk__any=Many(list(result.pending))).values_list(
+        "id", "queue_id", "priority", "submitted_at")}
+    order = pending_order(result, jobs, fair_share=fair_share)
     per_queue: dict = defaultdict(int)
     rows = []
     for job_id in order:
-        if job_id not in queue_of:
+        if job_id not in jobs:
             continue  # gone meanwhile
-        per_queue[queue_of[job_id]] += 1
+        queue = jobs[job_id][0]
+        per_queue[queue] += 1
         reason = result.pending[job_id]
         rows.append((job_id, reason.message[:500], reason.code[:40], bool(reason.terminal), len(rows) + 1,
-                     per_queue[queue_of[job_id]]))
+                     per_queue[queue]))
     return update_rows(Job, rows, ["pending_reason", "pending_reason_code", "never_fits", "pending_position",
                                    "queue_position"], {}, where={"state": "pending"})
 
@@ -836,7 +858,7 @@ def run_cycle_once(*, clock: datetime | None = None, config=None, detect: bool =
                 result = run_cycle(snapshot, config, cache=ENGINE_CACHE)
                 result.timings.setdefault("snapshot_ms", (t1 - t0) * 1000)
                 stats = apply_result(result, clock=clock, cycle_number=number, started_at=wall,
-                                     duration_ms=(_time.perf_counter() - t0) * 1000)
+                                     duration_ms=(_time.perf_counter() - t0) * 1000, fair_share=config.fair_share)
                 usage_decay.record(result.metrics.get("queue_usage", {}), clock, config)
         except Exception:
             log.exception("scheduling cycle %s failed", number)

@@ -533,3 +533,33 @@ def borrow_refusal(tree: QueueTree, queue: str, key: str, need: float, within: t
 def job_order_key(job: JobInfo) -> tuple:
     """Within a queue: higher priority first, then earlier (original) submission, then id."""
     return (-job.priority, job.submit_time, str(job.id))
+
+
+def queue_order_key(job, fair_share: bool = True) -> tuple:
+    """A job's place in its queue's order as the allocate walk takes it (_QueueOrder.job_key): job_order_key with
+    fair share, else first come first served (submission, then id). `job`: anything with priority, submit_time
+    (seconds) and id."""
+    return job_order_key(job) if fair_share else (job.submit_time, str(job.id))
+
+
+def in_queue_places(considered: list, waiting: list, key_of: dict, queue_of: dict) -> list:
+    """The pending jobs in one order: `considered` (job ids, in the order a cycle considered them) with each job of
+    `waiting` (ids the cycle did not consider: in their requeue backoff) where it stands in its queue, just before
+    the first considered job of its queue that comes after it in the queue's order (`key_of`: job id ->
+    queue_order_key; `queue_of`: job id -> queue), else after every considered job, in that order. A job waiting
+    out a backoff is considered again, in its place, once the backoff ends (new-user trial 24, F3: put last, a job
+    requeued after a node was lost read #2 behind a job submitted after it, and started first)."""
+    places: dict = defaultdict(list)  # queue -> [(key, position in considered)]
+    for i, job in enumerate(considered):
+        places[queue_of[job]].append((key_of[job], i))
+    before: dict = defaultdict(list)  # position in considered -> the waiting jobs placed just before it
+    last = []
+    for job in sorted(waiting, key=key_of.__getitem__):
+        key = key_of[job]
+        spot = next((i for k, i in places.get(queue_of[job], ()) if k > key), None)
+        (last if spot is None else before[spot]).append(job)
+    out = []
+    for i, job in enumerate(considered):
+        out.extend(before.get(i, ()))
+        out.append(job)
+    return out + last
