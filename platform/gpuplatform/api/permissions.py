@@ -95,7 +95,8 @@ class JobPermission(BasePermission):
             if can_manage_team(request.user, obj.team_id):
                 return True
             # the rule itself (new-user trial 8, F13: "you may not change jobs of this team" to a member who
-            # may cancel the job); checked before the body, as every object permission is (403 before 400)
+            # may cancel the job); checked after the body (JobViewSet.partial_update), so a body that is no
+            # priority change is the 400 everyone gets (new-user trial 24, F7)
             self.message = (f"changing a job's priority needs a team admin of {obj.team.name} (or a platform "
                             f"admin); members may submit and cancel its jobs")
             return False

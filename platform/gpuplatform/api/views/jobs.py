@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 
@@ -194,9 +195,15 @@ class JobViewSet(IdempotentCreateMixin, mixins.ListModelMixin, mixins.RetrieveMo
             self._federated("retrieve").get_object()  # 404 for a job the user may not see, as GET
             raise services.ValidationError({"priority": "a federated job's priority is set at submission and cannot "
                                                         "be changed at the manager (cancel it and submit it again)"})
-        job = self.get_object()  # JobPermission: the team's admins (or platform admins) only
+        # The job as GET finds it (404 for one the user may not see), then the body, then JobPermission (the team's
+        # admins or platform admins): a body that is no priority change ({"name": ...}, a priority that is not a
+        # whole number in range) is the same 400 for a member as for an admin, and the 403 is for a valid priority
+        # change the user may not make (new-user trial 24, F7: a member's unknown field was that 403)
+        job = get_object_or_404(self.filter_queryset(self.get_queryset()),
+                                **{self.lookup_field: self.kwargs[self.lookup_url_kwarg or self.lookup_field]})
         body = JobUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        self.check_object_permissions(request, job)
         services.set_job_priority(job, body.validated_data["priority"], actor=request.user)
         return Response(self._job_data(job.pk))
 
