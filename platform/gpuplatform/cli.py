@@ -46,7 +46,8 @@ width (COLUMNS, else the terminal's own), cutting it with "..." only on a termin
 never cut, nor with `-o wide` (or `--wide`).
 
 `--json` (or `-o json`) prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
-are printed), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON), 3
+are printed; `submit` names the flag that filled a field first: `--gpus (roles[0].gpu_fraction): ...`, while a
+--file body's own fields keep the API's names), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON), 3
 `logs --follow` saw the task or its job fail (as `srun` exits non-zero), 4 `logs --follow` saw the job
 cancelled (its task, stopped by the cancel, reads "cancelled"), 130 interrupted. set-quota changes only the values given (the others keep theirs; a new quota starts at
 guarantee 0, quota 0, no limit; no value at all is a usage error), reads the quota's ETag and
@@ -444,27 +445,51 @@ ROLE_FLAGS = (("--role", "role"), ("--tasks", "tasks"), ("--gpus", "gpus"), ("--
               ("--group-tier", "group_tier"))
 
 
-def submit_body(a) -> dict:
+# the job flags given over a --file body: (dest, the body's key, the flag)
+JOB_FLAGS = (("name", "name", "--name"), ("queue", "queue", "--queue"), ("team", "team", "--team"),
+             ("priority", "priority", "--priority"), ("topology", "topology_mode", "--topology"),
+             ("numa", "numa", "--numa"))
+# the run fields exec_fields fills -> their flag (the command's: run_flags)
+RUN_FLAGS = {"env": "--env", "max_restarts": "--max-restarts", "time_limit_seconds": "--time-limit",
+             "working_dir": "--workdir", "image": "--image", "completion_role": "--completion-role"}
+
+
+def run_flags(a, run: dict) -> dict[str, str]:
+    """The API field -> gpuctl flag of each run field exec_fields filled (`run`)."""
+    flags = {key: RUN_FLAGS[key] for key in run if key in RUN_FLAGS}
+    if "command" in run:
+        flags["command"] = "--command" if a.command_line is not None else "the argv after --"
+    return flags
+
+
+def submit_body(a, flags: dict | None = None) -> dict:
     """The POST /api/v1/jobs/ body from the submit flags, or from --file with the run flags and the job
     flags (--name, --queue, --team, --priority, --no-preempt, --interruptible, --topology, --highest-tier, --numa) given over
-    it. Raises UsageError for bad or missing flags, and for a role flag (ROLE_FLAGS) given with --file."""
+    it. Raises UsageError for bad or missing flags, and for a role flag (ROLE_FLAGS) given with --file.
+    `flags`, when given, is filled with the API field -> flag of each field a flag filled (the one-role form's
+    fields, defaults too; over --file, the flags given): flag_keys names the flag in the API's errors."""
+    flags = {} if flags is None else flags
     run = exec_fields(a)
+    flags.update(run_flags(a, run))
     if a.file:
         shape = [flag for flag, dest in ROLE_FLAGS if getattr(a, dest) is not None]
         if shape:  # the file's roles are a list: which one a flag would change is ambiguous
             raise UsageError(f"{', '.join(shape)} cannot be combined with --file (set the roles in the file)")
         body = read_body(a.file)
         body.update(run)
-        for dest, key in (("name", "name"), ("queue", "queue"), ("team", "team"), ("priority", "priority"),
-                          ("topology", "topology_mode"), ("numa", "numa")):
+        for dest, key, flag in JOB_FLAGS:
             if getattr(a, dest) is not None:
                 body[key] = getattr(a, dest)
+                flags[key] = flag
         if a.highest_tier is not None:
             body["highest_tier"] = _tier_arg(a.highest_tier)
+            flags["highest_tier"] = "--highest-tier"
         if a.no_preempt:
             body["preemptible"] = False
+            flags["preemptible"] = "--no-preempt"
         if a.interruptible:
             body["interruptible"] = True
+            flags["interruptible"] = "--interruptible"
         return body
     if not (a.queue and a.name):
         raise UsageError("--queue and --name are required (or --file)")
@@ -495,11 +520,42 @@ def submit_body(a) -> dict:
         body["preemptible"] = False
     if a.interruptible:
         body["interruptible"] = True
+    # every field of this form comes from a flag (or its default): the role's, then the job's
+    flags.update({f"roles[0].{key}": flag for key, flag in ROLE_FIELD_FLAGS.items() if key in role})
+    flags.update({key: flag for _, key, flag in JOB_FLAGS if key in body})
+    flags.update({key: flag for key, flag in (("highest_tier", "--highest-tier"), ("preemptible", "--no-preempt"),
+                                              ("interruptible", "--interruptible")) if key in body})
     return body
 
 
+# the one-role form's role fields -> the flag that fills them
+ROLE_FIELD_FLAGS = {"name": "--role", "tasks": "--tasks", "gpus_per_task": "--gpus", "gpu_fraction": "--gpus",
+                    "flavor": "--flavor", "min_available": "--min-available", "cpu_milli": "--cpu-milli",
+                    "memory_mib": "--memory-mib", "group_size": "--group-size", "group_highest_tier": "--group-tier"}
+
+
+def flag_keys(body, flags: dict[str, str]):
+    """An API error body with each key about a field gpuctl filled from a flag named by that flag first,
+    "--gpus (roles[0].gpu_fraction)": the user typed --gpus, not a field (new-user trial 24, F6). A key inside
+    such a field ("env.RANK", "command[0]") is named by its flag too; the others (a --file body's own fields,
+    "roles", "detail") stay the API's."""
+    if not isinstance(body, dict) or not flags:
+        return body
+    out = {}
+    for key, problems in body.items():
+        flag = next((f for field, f in flags.items()
+                     if key == field or str(key).startswith((f"{field}.", f"{field}["))), None)
+        out[f"{flag} ({key})" if flag else key] = problems
+    return out
+
+
 def cmd_submit(client: Client, a) -> object:
-    job, _ = client.request("POST", "/api/v1/jobs/", submit_body(a))
+    flags: dict[str, str] = {}
+    body = submit_body(a, flags)
+    try:
+        job, _ = client.request("POST", "/api/v1/jobs/", body)
+    except ApiError as exc:
+        raise ApiError(exc.status, flag_keys(exc.body, flags)) from None
     return job
 
 
