@@ -14,7 +14,7 @@ from datetime import datetime
 from django import template
 
 from gpuplatform import clock
-from gpuplatform.wording import duration_words, lead_words
+from gpuplatform.wording import LEAD_WORDS, start_words
 
 register = template.Library()
 
@@ -29,18 +29,7 @@ def estimate_words(start: datetime | None, p90: datetime | None, note: str, esti
 
             return pending_note()
         return f"no estimate: {note}"
-    lead = (start - now).total_seconds()
-    if lead <= -60:
-        # An estimate the cluster clock has passed (the demo's clock runs 600x between two forecasts): say so,
-        # with its age, rather than "at the next cycle" next to a time already gone (new-user trial 7, F7).
-        age = f", forecast {duration_words((now - estimated_at).total_seconds())} ago" if estimated_at else ""
-        return f"overdue: was due {duration_words(-lead)} ago (estimate out of date{age})"
-    text = lead_words(lead)
-    if p90 is not None and (p90 - start).total_seconds() >= 60:
-        text += f" (90 %: {duration_words((p90 - now).total_seconds())})"
-    elif p90 is None:
-        text += " (90 %: beyond the horizon)"
-    return text
+    return start_words(start, p90, now, estimated_at)
 
 
 def _get(job, name):
@@ -70,7 +59,7 @@ def never(job) -> str:
     return never_words(_get(job, "pending_reason_code"))
 
 
-TIME_WORDS = ("at the next cycle", "in about ")
+TIME_WORDS = LEAD_WORDS
 
 
 @register.simple_tag

@@ -69,7 +69,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .wording import duration_words, lead_words
+from .wording import LEAD_WORDS, start_words
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # job_rules.ENV_NAME; the server checks the rest
 MAX_ENV_NAME_CHARS = 256  # job_rules.MAX_ENV_NAME_CHARS (the CLI imports nothing of the server)
@@ -107,6 +107,8 @@ def api_base(url: str) -> str:
 class Client:
     def __init__(self, base: str, token: str, timeout: float = 30.0):
         self.base, self.token, self.timeout = base.rstrip("/"), token, timeout
+        self.cluster_time = None  # the cluster's clock in the last answer that gave it (X-Cluster-Time), aware
+
 
     def request(self, method: str, path: str, body=None, headers: dict | None = None) -> tuple[object, dict]:
         url = path if path.startswith("http") else f"{self.base}{path}"
@@ -121,6 +123,7 @@ class Client:
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 raw = resp.read()
+                self.cluster_time = _when(resp.headers.get("X-Cluster-Time")) or self.cluster_time
                 return (json.loads(raw) if raw else None), dict(resp.headers)
         except urllib.error.HTTPError as exc:
             raw = exc.read()
@@ -168,7 +171,9 @@ def table_width(a, stream=None) -> int | None:
     return shutil.get_terminal_size().columns
 
 
-def _job_line(j: dict) -> list:
+def _job_line(j: dict, now=None) -> list:
+    """One row of the job table; `now`: the cluster's clock as the API gave it (Client.cluster_time), what a pending
+    job's estimated start is counted from (None: from the forecast's own time)."""
     if "generation" in j:  # a federated job (gpuctl against a federation manager): where it went, or why not yet
         where = f"cluster {j['cluster']}" if j.get("cluster") else (j.get("reason") or "")
         prio = (j.get("spec") or {}).get("priority", 0)
@@ -176,7 +181,7 @@ def _job_line(j: dict) -> list:
     where = ",".join(j.get("nodes") or [])
     if j["state"] == "pending" and not where:
         place = f"#{j['position']} " if j.get("position") is not None else ""
-        where = place + "; ".join(w for w in (_estimate(j), j.get("pending_reason") or "") if w)
+        where = place + "; ".join(w for w in (_estimate(j, now), j.get("pending_reason") or "") if w)
     elif j["state"] in ENDED_STATES:
         where = "; ".join(w for w in (where, _end(j)) if w)
     gpus = j["gpus"]
@@ -199,12 +204,14 @@ def _when(text: str | None):
 
 
 
-def _estimate(j: dict) -> str:
-    """A pending job's estimated start in the pages' words, counted from the forecast's own time (`estimated_at`,
-    the cluster clock's, refreshed every cycle of the forecast): "starts in about 2 h 10 m (90 %: 5 h)", "starts at
-    the next cycle"; without an estimate, why ("no estimate: ...", "estimate pending: ..."); "never starts" for a
-    job refused for good (its reason says why). "" for an answer without the forecast's fields (a federated job).
-    New-user trial 23: the README says every pending job shows an estimated start, and gpuctl showed none."""
+def _estimate(j: dict, now=None) -> str:
+    """A pending job's estimated start in the pages' words (wording.start_words), counted from the cluster's clock as
+    the API answered (`now`: X-Cluster-Time, as the pages count from clock.now()), else from the forecast's own time
+    (`estimated_at`): "starts in about 2 h 10 m (90 %: 5 h)", "starts at the next cycle", "overdue: was due ...";
+    without an estimate, why ("no estimate: ...", "estimate pending: ..."); "never starts" for a job refused for good
+    (its reason says why). "" for an answer without the forecast's fields (a federated job). New-user trial 23: the
+    README says every pending job shows an estimated start, and gpuctl showed none; re-check 24, R1: it counted from
+    the forecast's time while the page counted down."""
     if j.get("never_fits"):
         return "never starts"
     if "estimated_start" not in j:
@@ -213,16 +220,13 @@ def _estimate(j: dict) -> str:
     if start is None:
         note = j.get("estimate_note") or ""
         return note if not note or note.startswith("estimate pending") else f"no estimate: {note}"
-    if at is None:
+    if now is None and at is None:
         return f"starts at about {start:%Y-%m-%d %H:%M %Z}".rstrip()
-    lead = (start - at).total_seconds()
-    text = f"starts {lead_words(lead)}"
     p90 = _when(j.get("estimated_start_p90"))
-    if p90 is not None and (p90 - start).total_seconds() >= 60:
-        text += f" (90 %: {duration_words((p90 - at).total_seconds())})"
-    elif p90 is None and j.get("estimated_start_p90", "") is None:
-        text += " (90 %: beyond the horizon)"
-    return text
+    if p90 is None and j.get("estimated_start_p90", "") is not None:
+        p90 = start  # not given (an older answer): no bound shown
+    words = start_words(start, p90, now or at, at)
+    return f"starts {words}" if words.startswith(LEAD_WORDS) else words
 
 
 def _end(j: dict) -> str:
@@ -768,18 +772,18 @@ def cmd_set_sharing(client: Client, a) -> object:
     return client.request("POST", f"/api/v1/nodes/{urllib.parse.quote(a.node, safe='')}/sharing/", body)[0]
 
 
-def _print(result, a, command: str) -> None:
+def _print(result, a, command: str, now=None) -> None:
     if command == "logs":
         return  # printed as it arrived
     if a.json:
         print(json.dumps(result, indent=2))
     elif command == "list":
-        print(_table([_job_line(j) for j in result["results"]], JOB_HEADER, table_width(a)))
+        print(_table([_job_line(j, now) for j in result["results"]], JOB_HEADER, table_width(a)))
         if result.get("next"):
             print(f"... {result['count']} jobs in all, {result.get('shown', len(result['results']))} shown: "
                   f"--limit N for more, --all for every one (or filter with --state / --queue / --team)")
     elif command in ("submit", "get", "cancel"):
-        print(_table([_job_line(result)], JOB_HEADER, table_width(a)))
+        print(_table([_job_line(result, now)], JOB_HEADER, table_width(a)))
     elif command == "set-sharing":
         print(f"{result['name']}: " + ", ".join(f"GPU {g['index']} {g['sharing']}" for g in result["gpus"]))
     elif command == "set-quota":
@@ -949,7 +953,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpuctl: the answer from {a.api} is not JSON (is it the platform's API address?)", file=sys.stderr)
         return 2
     try:
-        _print(result, a, a.command)
+        _print(result, a, a.command, getattr(client, "cluster_time", None))
         sys.stdout.flush()
     except BrokenPipeError:  # gpuctl list | head -5
         return _reader_left()

@@ -38,10 +38,32 @@ NEXT_CYCLE_S = 5
 def lead_words(seconds: float) -> str:
     """When something due in `seconds` (from the forecast's time) happens: "at the next cycle" within NEXT_CYCLE_S,
     "in about 35 s" under a minute, else "in about 2 h 10 m" (duration_words). The pages' estimate tag and gpuctl
-    read it (new-user trial 24, F4: a job held by its requeue backoff for 35 s more read "at the next cycle" while
+    read it, both counting from the cluster's clock (gpuctl: the API's X-Cluster-Time) (new-user trial 24, F4: a job held by its requeue backoff for 35 s more read "at the next cycle" while
     cycles ran every second, next to "retries at" that time)."""
     if seconds < NEXT_CYCLE_S:
         return "at the next cycle"
-    if seconds < 60:
+    if round(seconds) < 60:  # 59.6 s is "1 m", not "60 s"
         return f"in about {int(round(seconds))} s"
     return f"in about {duration_words(seconds)}"
+
+
+# the words start_words begins a time with (a page puts "estimated " before them, gpuctl "starts ")
+LEAD_WORDS = ("at the next cycle", "in about ")
+
+
+def start_words(start, p90, now, estimated_at=None) -> str:
+    """An estimated start (aware datetimes: `start`, its 90 % bound `p90` or None past the horizon) in words, counted
+    from the cluster's clock `now`: "in about 2 h 10 m (90 %: 5 h)", "at the next cycle (90 %: beyond the horizon)"
+    (lead_words), or "overdue: was due 7 h ago (estimate out of date, forecast 8 h ago)" once the clock has passed it
+    by a minute (new-user trial 7, F7: the demo's clock runs 600x between two forecasts). The pages' estimate tag and
+    gpuctl read it (new-user re-check 24, R1: gpuctl counted from the forecast's time and the page from now)."""
+    lead = (start - now).total_seconds()
+    if lead <= -60:
+        age = f", forecast {duration_words((now - estimated_at).total_seconds())} ago" if estimated_at else ""
+        return f"overdue: was due {duration_words(-lead)} ago (estimate out of date{age})"
+    text = lead_words(lead)
+    if p90 is not None and (p90 - start).total_seconds() >= 60:
+        text += f" (90 %: {duration_words((p90 - now).total_seconds())})"
+    elif p90 is None:
+        text += " (90 %: beyond the horizon)"
+    return text

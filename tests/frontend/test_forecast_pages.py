@@ -6,7 +6,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from frontend.templatetags.forecast import duration_words, estimate_words
+from frontend.templatetags.forecast import estimate_words
+from gpuplatform.wording import duration_words
 from gpuplatform import clock
 from gpuplatform.models import Job
 from tests.frontend.conftest import T0

@@ -24,3 +24,35 @@ def test_the_pages_say_the_seconds_of_a_backoff_about_to_end():
     start = NOW + timedelta(seconds=35)
     assert estimate_words(start, NOW + timedelta(minutes=2), "", NOW, NOW) == "in about 35 s (90 %: 2 m)"
     assert estimate_words(NOW + timedelta(seconds=2), None, "", NOW, NOW) == "at the next cycle (90 %: beyond the horizon)"
+
+
+def test_59_6_seconds_is_a_minute_not_60_s():
+    assert lead_words(59.6) == "in about 1 m" and lead_words(59.4) == "in about 59 s"
+
+
+def test_gpuctl_counts_from_the_clusters_clock_as_the_page_does():
+    """New-user re-check 24, R1: gpuctl counted from the forecast's time (estimated_at, a minute old) and showed "in
+    about 60 s" while the page, counting from now, went 27 s, 23 s, ...; with the API's X-Cluster-Time both say the
+    same, and an estimate the clock has passed by a minute is "overdue" in both."""
+    from gpuplatform.cli import _estimate
+
+    job = {"estimated_start": (NOW + timedelta(seconds=60)).isoformat(), "estimated_start_p90": None,
+           "estimated_at": NOW.isoformat(), "estimate_note": ""}
+    later = NOW + timedelta(seconds=33)
+    page = estimate_words(NOW + timedelta(seconds=60), None, "", NOW, later)
+    assert page == "in about 27 s (90 %: beyond the horizon)"
+    assert _estimate(job, later) == "starts " + page
+    assert _estimate(job) == "starts in about 1 m (90 %: beyond the horizon)"  # an older server: the forecast's time
+    gone = NOW + timedelta(hours=2)
+    assert _estimate(job, gone) == estimate_words(NOW + timedelta(seconds=60), None, "", NOW, gone) \
+        == "overdue: was due 1 h 59 m ago (estimate out of date, forecast 2 h ago)"
+
+
+def test_the_jobs_api_answers_with_the_clusters_clock(client, django_user_model):
+    from gpuplatform import clock
+
+    client.force_login(django_user_model.objects.create_user("u", password="pw"))
+    for path in ("/api/v1/jobs/", "/api/v1/jobs/999/"):
+        r = client.get(path)
+        sent = datetime.fromisoformat(r["X-Cluster-Time"])
+        assert abs((clock.now() - sent).total_seconds()) < 5, (path, r.status_code)
