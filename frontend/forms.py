@@ -156,8 +156,9 @@ class JobForm(TextRuleForm, forms.Form):
         self.fields["queue"].choices = [("", "choose a queue")] + [(q, f"{q} ({t})") for q, t in queues]
         self.queue_teams = dict(queues)
         tier_choices = [("", "—")] + [(str(t), f"tier {t}") for t in tiers]
-        self.fields["highest_tier"].choices = tier_choices
-        self.fields["preferred_tier"].choices = tier_choices
+        for name in ("highest_tier", "preferred_tier"):
+            self.fields[name].choices = tier_choices
+            self.fields[name].error_messages["invalid_choice"] = rules.no_such_tier("%(value)s", tiers)
         self.env_lines: dict[str, int] = {}  # env name -> its line in the textarea (for the service's errors)
 
     def clean_command(self) -> list[str]:
@@ -214,6 +215,7 @@ class RoleForm(TextRuleForm, forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["flavor"].choices = [("", "any")] + [(f, f) for f in flavors]
         self.fields["group_highest_tier"].choices = [("", "—")] + [(str(t), f"tier {t}") for t in tiers]
+        self.fields["group_highest_tier"].error_messages["invalid_choice"] = rules.no_such_tier("%(value)s", tiers)
         for f in self.fields.values():
             f.widget.attrs.setdefault("class", "role-input")
 

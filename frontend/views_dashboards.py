@@ -307,9 +307,9 @@ def topology(request):
     except Http404 as exc:
         return HttpResponseNotFound(str(exc), content_type="text/plain; charset=utf-8")
     domains = [{"name": d[1], "tier": d[2]} for d in sorted(dq.domains(), key=lambda d: (-d[2], d[1]))]
-    zoom = params["zoom"]
-    if zoom and is_node_domain(zoom) and not any(d["name"] == zoom for d in domains):
-        domains.append({"name": zoom, "tier": 1})  # a node without a domain, zoomed to: listed so "Show" keeps it
+    # and each node without a domain, the tier-1 domain it is for placement (node:<name>): the map and its zoom know
+    # them, the list offered only the whole cluster in the local mode (new-user re-check 24, R4)
+    domains += [{"name": node_domain(n), "tier": 1} for n in dq.domainless_nodes()]
     return render(request, "frontend/topology.html", {
         "params": {k: v or "" for k, v in params.items()},
         "domains": domains,

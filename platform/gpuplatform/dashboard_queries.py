@@ -36,6 +36,11 @@ def topology_gpus(domain_ids: set[int] | None = None, flavor: str | None = None)
                                           "node__flavor", "node__domain_id"))
 
 
+def domainless_nodes() -> list[str]:
+    """The names of the nodes without a domain, by name (each a tier-1 domain of its own, "node:<name>")."""
+    return list(Node.objects.filter(domain__isnull=True).order_by("name").values_list("name", flat=True))
+
+
 def domainless_node_exists(name: str) -> bool:
     """Whether a node of that name exists and has no domain."""
     return Node.objects.filter(name=name, domain__isnull=True).exists()

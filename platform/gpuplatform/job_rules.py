@@ -317,6 +317,12 @@ def submit_queue_error(queue, *, has_children: bool, team=None, closed_ancestor:
     return None
 
 
+def no_such_tier(tier, tiers) -> str:
+    """A tier the cluster has not: "no such tier in this cluster: 3 (tiers: [1, 2])" (`tiers`: the engine's,
+    queries.cluster_tiers). The API, gpuctl and the submit form say it in these words."""
+    return f"no such tier in this cluster: {tier} (tiers: {sorted(tiers) or 'none'})"
+
+
 def check_placement_and_limit(*, topology_mode, highest_tier, preferred_tier, time_limit_seconds, tiers: set[int],
                               time_limit_field: str = "time_limit_seconds") -> dict[str, str]:
     """A job's topology (topology_mode, highest_tier and preferred_tier: tiers this cluster has) and time limit
@@ -334,7 +340,7 @@ def check_placement_and_limit(*, topology_mode, highest_tier, preferred_tier, ti
         if not _is_int(tier) or tier < 1 or tier > MAX_TIER:
             errors[key] = f"{key} must be a tier number from 1 to {MAX_TIER}"
         elif tier not in tiers:
-            errors[key] = f"no such tier in this cluster: {tier} (tiers: {sorted(tiers) or 'none'})"
+            errors[key] = no_such_tier(tier, tiers)
     if (key := "preferred_tier") not in errors and "highest_tier" not in errors and highest_tier is not None \
             and preferred_tier is not None and preferred_tier > highest_tier:
         errors[key] = f"preferred_tier ({preferred_tier}) must not be above highest_tier ({highest_tier})"
@@ -363,7 +369,7 @@ def check_job(*, team, queue, queue_has_children: bool, name, roles, priority, t
         tier = role.get("group_highest_tier")
         key = f"roles[{i}].group_highest_tier"
         if _is_int(tier) and key not in errors and tier not in tiers:
-            errors[key] = f"no such tier in this cluster: {tier} (tiers: {sorted(tiers) or 'none'})"
+            errors[key] = no_such_tier(tier, tiers)
     if not any(k.startswith("roles") for k in errors):
         errors.update(check_execution(out, command=command, env=env, working_dir=working_dir, image=image,
                                       max_restarts=max_restarts, completion_role=completion_role,

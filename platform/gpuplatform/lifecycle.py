@@ -43,6 +43,7 @@ from .models import Allocation, Attempt, Job, Task
 from .scheduling.locks import lock_queue_tree
 from .trees import Tree
 from .wording import count
+from scheduler.core.snapshot import utc_iso
 
 # What a node reported about a task's process in the attempt that ended (cleared when the gang is requeued).
 TASK_RUN_RESET = {"pid": None, "started_at": None, "ended_at": None, "exit_code": None, "exit_signal": None,
@@ -112,7 +113,9 @@ def requeue_job(job_id, *, at: datetime, kind: str, reason: str, backoff: bool,
                                               **TASK_RUN_RESET)
     record_event(
         kind, f"{name} requeued whole ({reason}); attempt {attempts}, {count(released, 'GPU')} released"
-              + (f", retries after {not_before:%H:%M:%S}" if not_before else ""),
+              # the engine's words and time for it (the pending reason's "retries at <ISO>", new-user re-check 24, R4: the
+              # Event cut the time to HH:MM:SS, the reason rounded it to the second)
+              + (f", retries at {utc_iso(not_before.timestamp())}" if not_before else ""),
         time=at, job_id=job_id, queue_id=queue_id, node=node, actor=actor, cycle=cycle,
         data={"from": old_state, "attempts": attempts, "released_gpus": released, "reason": reason,
               "not_before": not_before.isoformat() if not_before else None, **(data or {})})
@@ -184,7 +187,8 @@ def report_task_running(task: Task, *, at: datetime | None = None, actor=None) -
             state=Job.State.RUNNING, started_at=at, updated_at=timezone.now()):
         name, queue_id = Job.objects.filter(pk=job_id).values_list("name", "queue_id").first()
         n = Task.objects.filter(job_id=job_id, state=Task.State.RUNNING).count()
-        record_event("running", f"{name}: all {n} tasks running", time=at, job_id=job_id, queue_id=queue_id,
+        words = "its task" if n == 1 else f"all {n} tasks"  # not "all 1 tasks" (new-user re-check 24, R4)
+        record_event("running", f"{name}: {words} running", time=at, job_id=job_id, queue_id=queue_id,
                      actor=actor, data={"tasks": n})
         mark_recovered(job_id, at)
     return True

@@ -78,3 +78,22 @@ def test_the_topology_map_takes_the_engines_root_as_the_whole_map(local, client,
     assert zoomed.status_code == 200 and zoomed.json() == whole
     assert client.get("/topology/?zoom=cluster").status_code == 200
     assert client.get("/topology.json?zoom=nowhere").status_code == 400
+
+
+def test_the_form_names_the_tiers_and_the_map_lists_the_nodes_own_domains(local, client, django_user_model):
+    """New-user re-check 24: R5, a tier the form does not offer is refused in the API's words (it was Django's
+    "Select a valid choice"); R4, the topology page's zoom list offers each node's own domain (only "whole cluster"
+    before) and the 'running' Event of a one-task job says "its task running", not "all 1 tasks running"."""
+    client.force_login(django_user_model.objects.get(username="ops"))
+    page = client.post("/jobs/new/", {"name": "x", "queue": "q", "topology_mode": "hard", "highest_tier": "3"})
+    assert "no such tier in this cluster: 3 (tiers: [1, 2])" in page.content.decode()
+    topo = client.get("/topology/").content.decode()
+    assert '<option value="node:local-0" >node:local-0 (tier 1)</option>' in topo.replace("  ", " ")
+    from gpuplatform import lifecycle
+    from gpuplatform.models import Event, Job, Node, Task
+
+    job = Job.objects.get(pk=submit(local, "one").json()["id"])
+    Job.objects.filter(pk=job.pk).update(state="admitted")
+    Task.objects.filter(job=job).update(state="bound", node=Node.objects.get(name="local-0"))
+    assert lifecycle.report_task_running(Task.objects.get(job=job), at=CLOCK)
+    assert Event.objects.get(job=job, kind="running").message == "one: its task running"

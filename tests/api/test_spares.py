@@ -148,7 +148,7 @@ def test_a_gang_whose_node_is_lost_restarts_on_the_spare_in_the_same_pass(jobs, 
     ev = Event.objects.get(kind="restarted_on_spare", job=job)
     assert ev.data["swap"] == {"n0": "n3"} and ev.time == now
     requeued = Event.objects.get(kind="requeued_after_failure", job=job)  # newuser2 item 9: no retry time
-    assert "retries after" not in requeued.message and requeued.message.endswith("restarted at once on spare n3")
+    assert "retries at" not in requeued.message and requeued.message.endswith("restarted at once on spare n3")
     assert requeued.data["not_before"] is None and job.not_before is None
     from gpuplatform.models import Attempt
 
@@ -170,7 +170,7 @@ def test_without_a_fitting_spare_the_gang_waits_for_the_cycle(jobs, at):  # noqa
     job = Job.objects.get(pk=jobs["own"].pk)
     assert job.state == "pending" and not Event.objects.filter(kind="restarted_on_spare").exists()
     assert Node.objects.get(name="n3").spare is True
-    assert "retries after" in Event.objects.get(kind="requeued_after_failure", job=job).message  # it waits
+    assert "retries at" in Event.objects.get(kind="requeued_after_failure", job=job).message  # it waits
 
 
 def test_a_fatal_xid_in_a_heartbeat_restarts_the_gang_on_the_spare_in_that_request(jobs, at):  # noqa: F811

@@ -158,7 +158,7 @@ def restart_on_spare(job_id, placement, failed_nodes, *, at: datetime, actor=Non
 
 def _say_restarted(job_id, at: datetime, spare_names: list[str]) -> None:
     """The requeue's Event, written a moment ago in this transaction by the failure path (lifecycle.requeue_job)
-    with "retries after HH:MM:SS", says instead that the gang restarted at once on the spare(s): it did not
+    with "retries at <ISO time>", says instead that the gang restarted at once on the spare(s): it did not
     wait for a retry. The job's retry time goes too (it is running)."""
     from gpuplatform.models import Event
 
@@ -167,7 +167,7 @@ def _say_restarted(job_id, at: datetime, spare_names: list[str]) -> None:
           .only("pk", "message", "data").first())
     if ev is None:
         return
-    head = ev.message.split(", retries after ")[0]
+    head = ev.message.split(", retries at ")[0]
     ev.message = f"{head}, restarted at once on spare {', '.join(spare_names)}"
     ev.data = {**(ev.data or {}), "not_before": None, "spares": spare_names}
     ev.save(update_fields=["message", "data"])
