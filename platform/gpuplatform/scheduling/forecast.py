@@ -191,11 +191,13 @@ class WhatIfDenied(Exception):
 def check_what_if_access(user, changes: list[dict]) -> None:
     """Team members may ask about their own teams' jobs (priority, cancel) and hypothetical submissions to
     their teams' queues; quotas, limits, weights and nodes are for platform admins. Raises WhatIfDenied.
-    A job change naming no job at all is not denied: the engine's what-if refuses it as it refuses an admin's
-    ("no pending or running job 123456", a 400 on changes[i].job; new-user trial 24, F5: a member was told 403
-    "your own teams' jobs only" for a job that does not exist). Another team's job that exists stays a 403."""
+    A job change naming a job the user cannot see, none such or another team's (unknown and invisible read the same,
+    as the jobs API's 404), is refused as the engine's what-if refuses an unknown job for an admin ("no pending or
+    running job 123456", WhatIfError: a 400 on changes[i].job; new-user trial 24, F5: a member was told 403 "your own
+    teams' jobs only" for a job that does not exist); a job of a team the user only views is the 403."""
     from gpuplatform import access
     from gpuplatform.models import Queue
+    from scheduler.forecast.whatif import WhatIfError
 
     admin = access.is_platform_admin(user)
     for i, ch in enumerate(changes):
@@ -203,8 +205,10 @@ def check_what_if_access(user, changes: list[dict]) -> None:
         if kind in ADMIN_KINDS and not admin:
             raise WhatIfDenied(i, f"{kind} is for platform admins")
         if kind in JOB_KINDS and not admin:
-            team = Job.objects.filter(pk=ch.get("job")).values_list("team_id", flat=True).first()
-            if team is not None and not access.can_submit(user, team):
+            team = access.visible_jobs(user).filter(pk=ch.get("job")).values_list("team_id", flat=True).first()
+            if team is None:
+                raise WhatIfError(i, "job", f"no pending or running job {ch.get('job')!r}")
+            if not access.can_submit(user, team):
                 raise WhatIfDenied(i, "you may ask about your own teams' jobs only")
         if kind == "submit" and not admin:
             team = Queue.objects.filter(name=ch.get("queue")).values_list("team_id", flat=True).first()
