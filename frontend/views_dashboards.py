@@ -13,7 +13,7 @@ from pathlib import Path
 from django.conf import settings
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseNotFound, JsonResponse
 
-from scheduler.core.domain_tree import ROOT_NAME, is_node_domain, node_domain
+from scheduler.core.domain_tree import is_node_domain, node_domain, root_name
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.cache import never_cache
@@ -251,7 +251,7 @@ def _topology_params(request) -> dict:
             raise BadParam("job", f"must be at most {INT64_MAX}, got {job[:40]}{'...' if len(job) > 40 else ''}")
         job = number
     zoom = request.GET.get("zoom") or None
-    if zoom in (ROOT_NAME, f"{ROOT_NAME}-root") and not zoom_exists(zoom):
+    if zoom is not None and not zoom_exists(zoom) and zoom == root_name({d[1] for d in dq.domains()}):
         # the engine's synthetic root, which a job placed across the top domains (or across the nodes of a cluster
         # without domains) names: the whole map, not a 400 (new-user trial 24, F2: ?zoom=cluster of the job's own
         # "cluster (tier 2)" was "no domain named 'cluster'")

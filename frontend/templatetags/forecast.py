@@ -19,8 +19,6 @@ from gpuplatform.wording import LEAD_WORDS, start_words
 register = template.Library()
 
 
-
-
 def estimate_words(start: datetime | None, p90: datetime | None, note: str, estimated_at: datetime | None,
                    now: datetime) -> str:
     if start is None:
@@ -59,9 +57,6 @@ def never(job) -> str:
     return never_words(_get(job, "pending_reason_code"))
 
 
-TIME_WORDS = LEAD_WORDS
-
-
 @register.simple_tag
 def estimate(job, lead: str = "") -> str:
     """{% estimate job %}: estimate_words of a job; `lead` ("estimated ", the jobs list) goes before a time only,
@@ -69,4 +64,4 @@ def estimate(job, lead: str = "") -> str:
     "estimated no estimate: can never start: ...")."""
     words = estimate_words(_get(job, "estimated_start"), _get(job, "estimated_start_p90"),
                            _get(job, "estimate_note") or "", _get(job, "estimated_at"), clock.now())
-    return lead + words if words.startswith(TIME_WORDS) else words
+    return lead + words if words.startswith(LEAD_WORDS) else words

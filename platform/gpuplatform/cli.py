@@ -39,7 +39,7 @@ again as "cancelling" or "stopping (<what it ends as>)"; `--state cancelling` / 
 (the API's filter takes these words).
 
 The job table's last column shows a running job's nodes; a pending job's queue position, estimated start ("starts in
-about 2 h 10 m (90 %: 5 h)", counted from the forecast's time, or why there is none) and reason; an ended job's nodes
+about 2 h 10 m (90 %: 5 h)", counted from the cluster's clock, or why there is none) and reason; an ended job's nodes
 and how it ended ("exit code 1: task worker[0] exited with code 1").
 The job table (`list`, `get`, `submit`, `cancel`) fits its last column (NODES / POSITION START REASON / END) to the terminal's
 width (COLUMNS, else the terminal's own), cutting it with "..." only on a terminal; piped or redirected it is
@@ -108,7 +108,6 @@ class Client:
     def __init__(self, base: str, token: str, timeout: float = 30.0):
         self.base, self.token, self.timeout = base.rstrip("/"), token, timeout
         self.cluster_time = None  # the cluster's clock in the last answer that gave it (X-Cluster-Time), aware
-
 
     def request(self, method: str, path: str, body=None, headers: dict | None = None) -> tuple[object, dict]:
         url = path if path.startswith("http") else f"{self.base}{path}"
@@ -200,8 +199,6 @@ def _when(text: str | None):
         return datetime.datetime.fromisoformat(text) if text else None
     except (TypeError, ValueError):
         return None
-
-
 
 
 def _estimate(j: dict, now=None) -> str:

@@ -36,10 +36,10 @@ NEXT_CYCLE_S = 5
 
 
 def lead_words(seconds: float) -> str:
-    """When something due in `seconds` (from the forecast's time) happens: "at the next cycle" within NEXT_CYCLE_S,
-    "in about 35 s" under a minute, else "in about 2 h 10 m" (duration_words). The pages' estimate tag and gpuctl
-    read it, both counting from the cluster's clock (gpuctl: the API's X-Cluster-Time) (new-user trial 24, F4: a job held by its requeue backoff for 35 s more read "at the next cycle" while
-    cycles ran every second, next to "retries at" that time)."""
+    """When something due in `seconds` (from the cluster's clock) happens: "at the next cycle" within NEXT_CYCLE_S,
+    "in about 35 s" under a minute, else "in about 2 h 10 m" (duration_words); start_words reads it (new-user trial
+    24, F4: a job held by its requeue backoff for 35 s more read "at the next cycle" while cycles ran every second,
+    next to "retries at" that time)."""
     if seconds < NEXT_CYCLE_S:
         return "at the next cycle"
     if round(seconds) < 60:  # 59.6 s is "1 m", not "60 s"

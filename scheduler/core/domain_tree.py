@@ -20,12 +20,18 @@ that names no tier is placed over the whole cluster as when the cluster was one 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .snapshot import Snapshot
 
 ROOT_NAME = "cluster"
 NODE_DOMAIN_PREFIX = "node:"
+
+
+def root_name(domain_names) -> str:
+    """The name of the synthetic root build_tree adds over `domain_names` (the domains' and nodes' own names):
+    ROOT_NAME, or "cluster-root" when a domain is named ROOT_NAME."""
+    return ROOT_NAME if ROOT_NAME not in domain_names else f"{ROOT_NAME}-root"
 
 
 def node_domain(node_name: str) -> str:
@@ -91,7 +97,7 @@ def build_tree(snapshot: Snapshot) -> DomainTree:
         root = roots[0]
     else:
         root = len(names)
-        names.append(ROOT_NAME if ROOT_NAME not in index else f"{ROOT_NAME}-root")
+        names.append(root_name(index))
         tiers.append(max(top, 1) + 1)
         parent.append(-1)
         for r in roots:
@@ -161,8 +167,6 @@ def label_bindings(tree: DomainTree, node_index: dict[str, int], bindings: list)
     a new list when one changed, else `bindings`."""
     if not tree.no_topology:
         return bindings
-    from dataclasses import replace
-
     root_name = tree.names[tree.root]
     out = None
     for i, b in enumerate(bindings):

@@ -229,7 +229,7 @@ class Session:
         self.capacity = Capacity(state, cache)
         self.holds = Holds(state)
         self.nominated: dict = {}  # job id -> tasks held for it after this cycle (CycleResult.nominations)
-        self._levels: dict[int, list[int]] = {}  # tier cap -> the tiers up to it, ascending
+        self._levels: dict[int, tuple] = {}  # tier cap -> (the tiers searched, every tier up to it), ascending
         self._numa_known: bool | None = None  # whether any node reports its GPUs' NUMA layout (computed once)
         # GPU shares in this cycle (sharing._Walk: place(job), complete(job, binding) for a mixed job's whole-GPU
         # part, `mixed` ids): the allocate walk places sharing jobs through it; None: no sharing in this cycle
@@ -278,20 +278,18 @@ class Session:
 
     def _tier_levels(self, job: JobInfo, cap: int) -> list[int]:
         """tier_levels with the job's tier cap already known (the list may be shared: read only)."""
-        levels = self._levels.get(cap)
-        if levels is None:
+        kept = self._levels.get(cap)
+        if kept is None:
             tree = self.tree
-            levels = [t for t in tree.tier_levels if t <= cap] if self.config.topology else [tree.top_tier]
-            if tree.no_topology and cap >= tree.top_tier:
-                # no domains at all: a job naming no tier below the root is placed over the whole cluster, as
-                # when the cluster was one domain (its nodes' own tier-1 domains serve the jobs that name tier 1)
-                levels = [tree.top_tier]
-            self._levels[cap] = levels
+            every = [t for t in tree.tier_levels if t <= cap] if self.config.topology else [tree.top_tier]
+            # no domains at all: a job naming no tier below the root is placed over the whole cluster, as when the
+            # cluster was one domain; its nodes' own tier-1 domains serve the jobs that name tier 1 (a preferred
+            # tier 1 is searched first, from every level)
+            kept = self._levels[cap] = ([tree.top_tier] if tree.no_topology and cap >= tree.top_tier else every, every)
+        levels, every = kept
         preferred = job.preferred_tier
         if preferred is not None and self.config.topology:
-            if self.tree.no_topology:  # a preferred tier 1 (one node) is searched first, as the tree has it
-                levels = [t for t in self.tree.tier_levels if t <= cap]
-            upward = [t for t in levels if t >= preferred]
+            upward = [t for t in every if t >= preferred]
             if upward:
                 return upward
         return levels

@@ -46,7 +46,7 @@ from ..jobindex import tally
 from ..plugins.fairshare import EPS, dominant_share, usage_offset
 from ..plugins.feasibility import mixed_never_fits
 from ..plugins.predicates import flavor_plans, role_flavors
-from ..plugins.quota import INF, borrow_refusal, job_order_key, never_within_quota
+from ..plugins.quota import INF, borrow_refusal, job_order_key, never_within_quota, queue_order_key
 from ..session import Session
 from ..snapshot import Binding, JobInfo, PendingReason, TaskPlacement, utc_iso
 from .backfill import BACKFILL, ROOM_CODES, Reservations
@@ -696,7 +696,7 @@ class _QueueOrder:
         self._shares_at: dict[str, tuple[int, float]] = {}  # queue -> (QueueTree.version, share)
 
     def job_key(self, job: JobInfo) -> tuple:
-        return job_order_key(job) if self.config.fair_share else (job.submit_time, str(job.id))
+        return queue_order_key(job, self.config.fair_share)
 
     def share(self, q: str) -> float:
         """The queue's dominant share (of its fair share, or of its quota without shares), recomputed only
