@@ -407,6 +407,43 @@ class DatabaseUnavailableMiddleware:
         return None
 
 
+class PageRefusalMiddleware:
+    """A page action the user may not take (a viewer's cancel, a submit without a team, a non-admin's move: a
+    page view's `PermissionDenied`) is the 403 page in the site's layout with the refusal's sentence
+    (templates/403.html, `permission_denied_page`), not Django's blank '<h1>403 Forbidden</h1><p></p>'; the log
+    has one line, not a Traceback, as an expected refusal is no error (new-user trial 25, A). The REST API
+    keeps DRF's JSON 403 (DRF answers its own PermissionDenied; anything else under /api/ is left to Django)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        from django.core.exceptions import PermissionDenied
+
+        if not isinstance(exception, PermissionDenied) or request.path.startswith("/api/"):
+            return None
+        log.info("refused %s %s for %s: %s", request.method, request.path,
+                 getattr(getattr(request, "user", None), "username", "") or "anonymous", exception)
+        return permission_denied_page(request, exception)
+
+
+def permission_denied_page(request, exception=None) -> HttpResponse:
+    """The 403 page (templates/403.html): the refusal's sentence, and a link back to the page the action sits
+    under (/jobs/7/cancel/ -> /jobs/7/, /fragmentation/move/ -> /fragmentation/, /jobs/new/ -> /jobs/).
+    Also handler403, for a PermissionDenied raised outside a view (JSON {"detail": ...} under /api/)."""
+    from django.template import loader
+
+    reason = str(exception or "") or "You may not do this."
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": reason}, status=403)
+    back = request.path.rstrip("/").rsplit("/", 1)[0] + "/"
+    body = loader.render_to_string("403.html", {"reason": reason, "back": back}, request=request)
+    return HttpResponse(body, status=403)
+
+
 class MethodNotAllowedMiddleware:
     """A 405 says what is allowed and why in its body, as the REST API does: Django's require_GET / require_safe /
     require_POST answer an empty body (only the Allow header). JSON (`{"detail": "Method \"PUT\" not

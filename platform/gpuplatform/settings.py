@@ -51,6 +51,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "gpuplatform.inputs.PageRefusalMiddleware",  # a page's PermissionDenied -> the 403 page with its reason
 ]
 
 ROOT_URLCONF = "gpuplatform.urls"

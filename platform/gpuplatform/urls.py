@@ -24,4 +24,5 @@ urlpatterns = [
 ]
 
 handler404 = "gpuplatform.inputs.page_not_found"  # JSON {"detail": ...} under /api/ (inputs.py)
+handler403 = "gpuplatform.inputs.permission_denied_page"  # the 403 page with its reason (inputs.py)
 handler500 = "gpuplatform.inputs.server_error"  # a lost database -> 503 JSON + Retry-After (inputs.py)
