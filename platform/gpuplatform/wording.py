@@ -67,3 +67,9 @@ def start_words(start, p90, now, estimated_at=None) -> str:
     elif p90 is None:
         text += " (90 %: beyond the horizon)"
     return text
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 102nd."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

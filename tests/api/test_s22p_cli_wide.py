@@ -52,7 +52,7 @@ def run(monkeypatch, argv, *, tty: bool, columns: int | None = None) -> list[str
 @pytest.mark.parametrize("argv", [["list"], ["get", "7"]])
 def test_piped_table_is_never_cut(monkeypatch, argv):
     lines = run(monkeypatch, argv, tty=False, columns=80)  # COLUMNS says 80, but a pipe reads whole lines
-    assert lines[1].endswith("#1 " + REASON)
+    assert lines[1].endswith("1st in queue: " + REASON)
 
 
 @pytest.mark.parametrize("argv", [["list"], ["get", "7"]])
@@ -65,7 +65,7 @@ def test_wide_terminal_shows_the_whole_reason(monkeypatch, argv):
 def test_narrow_terminal_cuts_the_reason_to_its_width_and_says_so(monkeypatch):
     lines = run(monkeypatch, ["list"], tty=True, columns=100)
     assert all(len(line) <= 100 for line in lines) and len(lines[1]) == 100
-    assert lines[1].endswith("...") and "#1 pending: the gang's task" in lines[1]
+    assert lines[1].endswith("...") and "1st in queue: pending: the gang's task" in lines[1]
 
 
 @pytest.mark.parametrize("flag", [["-o", "wide"], ["--wide"], ["--output", "wide"]])
@@ -87,18 +87,18 @@ def test_output_json_is_the_apis_answer(monkeypatch):
     # new-user trial 23: the README says every pending job shows an estimated start; gpuctl showed only the reason
     ({"estimated_start": "2026-12-04T15:30:00Z", "estimated_start_p90": "2026-12-04T18:20:00Z",
       "estimated_at": "2026-12-04T13:20:00Z", "estimate_note": "median"},
-     "#1 starts in about 2 h 10 m (90 %: 5 h); " + REASON),
+     "1st in queue: starts in about 2 h 10 m (90 %: 5 h); " + REASON),
     ({"estimated_start": "2026-12-04T13:20:30+00:00", "estimated_start_p90": None,
       "estimated_at": "2026-12-04T13:20:00+00:00", "estimate_note": ""},
-     "#1 starts in about 30 s (90 %: beyond the horizon); " + REASON),  # trial 24, F4: it said "at the next cycle"
+     "1st in queue: starts in about 30 s (90 %: beyond the horizon); " + REASON),  # trial 24, F4: it said "at the next cycle"
     ({"estimated_start": "2026-12-04T13:20:03+00:00", "estimated_start_p90": None,
       "estimated_at": "2026-12-04T13:20:00+00:00", "estimate_note": ""},
-     "#1 starts at the next cycle (90 %: beyond the horizon); " + REASON),
+     "1st in queue: starts at the next cycle (90 %: beyond the horizon); " + REASON),
     ({"estimated_start": None, "estimated_start_p90": None, "estimated_at": None,
-      "estimate_note": "past the forecast's horizon (24 h)"}, "#1 no estimate: past the forecast's horizon (24 h); "),
+      "estimate_note": "past the forecast's horizon (24 h)"}, "1st in queue: no estimate: past the forecast's horizon (24 h); "),
     ({"estimated_start": None, "estimate_note": "estimate pending: the next forecast, within 60 s, gives one"},
-     "#1 estimate pending: the next forecast, within 60 s, gives one; "),
-    ({"estimated_start": None, "estimate_note": "can never start", "never_fits": True}, "#1 never starts; "),
+     "1st in queue: estimate pending: the next forecast, within 60 s, gives one; "),
+    ({"estimated_start": None, "estimate_note": "can never start", "never_fits": True}, "1st in queue: never starts; "),
 ])
 def test_a_pending_job_shows_its_estimated_start_before_its_reason(monkeypatch, fields, shown):
     monkeypatch.setitem(globals(), "JOB", {**JOB, **fields})

@@ -1,0 +1,27 @@
+"""gpuctl's last column for a pending job (new-user trial 25): the reason once, not twice (F1: a no-estimate
+note's "(last reason: ...)" repeated the pending reason next to it); an assumed run time said (F2: "starts in about
+1 h" hid the note "run time from no history yet (1 h assumed)"); a retry time counted from the cluster's clock like
+every other time of the column (F3: "attempt 1 retries at 2026-12-04T17:04:23Z"); the queue position in words
+(F6: "#2" read as job 2, the pages' "A #19"). The API's fields are unchanged: display only."""
+from datetime import datetime, timedelta, timezone as tz
+
+from gpuplatform.cli import _estimate, _job_line
+
+NOW = datetime(2026, 12, 4, 17, 3, 43, tzinfo=tz.utc)
+REASON = "needs 4 H200 GPUs at once; 2 free (+2 on nodes taking no work now: h-3 draining)"
+
+
+def _pending(**fields) -> dict:
+    job = {"id": 7, "name": "big", "team": "a", "queue": "a", "state": "pending", "gpus": 4, "priority": 0,
+           "nodes": [], "position": 2, "pending_reason": REASON, "estimated_start": None,
+           "estimated_start_p90": None, "estimate_note": "", "estimated_at": NOW.isoformat()}
+    job.update(fields)
+    return job
+
+
+def test_the_queue_position_is_not_written_as_an_id():
+    for position, words in ((1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"),
+                            (21, "21st"), (112, "112th")):
+        cell = _job_line(_pending(position=position), NOW)[-1]
+        assert cell.startswith(f"{words} in queue: ") and "#" not in cell, cell
+    assert _job_line(_pending(position=None), NOW)[-1] == REASON  # before the first cycle
