@@ -69,7 +69,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .wording import LEAD_WORDS, ordinal, start_words
+from .wording import LEAD_WORDS, no_estimate_words, ordinal, start_words
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # job_rules.ENV_NAME; the server checks the rest
 MAX_ENV_NAME_CHARS = 256  # job_rules.MAX_ENV_NAME_CHARS (the CLI imports nothing of the server)
@@ -216,7 +216,7 @@ def _estimate(j: dict, now=None) -> str:
         return ""
     start, at = _when(j.get("estimated_start")), _when(j.get("estimated_at"))
     if start is None:
-        note = j.get("estimate_note") or ""
+        note = no_estimate_words(j.get("estimate_note") or "", j.get("pending_reason"))
         return note if not note or note.startswith("estimate pending") else f"no estimate: {note}"
     if now is None and at is None:
         return f"starts at about {start:%Y-%m-%d %H:%M %Z}".rstrip()

@@ -69,6 +69,22 @@ def start_words(start, p90, now, estimated_at=None) -> str:
     return text
 
 
+_LAST_REASON = " (last reason: "
+
+
+def no_estimate_words(note: str, reason: str | None) -> str:
+    """A no-estimate note (Job.estimate_note) shown next to the job's pending reason, without the note's
+    "(last reason: ...)" when that reason is the one shown (new-user trial 25, F1: gpuctl's cell read "no estimate:
+    not started within the 168 h horizon (last reason: needs 4 H200 GPUs at once; ...); needs 4 H200 GPUs at once;
+    ..."). A last reason that differs from the current one stays (the forecast saw another)."""
+    at = note.find(_LAST_REASON)
+    if at < 0 or not reason:
+        return note
+    last = note[at + len(_LAST_REASON):]
+    last = last[:-1] if last.endswith(")") else last  # the note is cut at 300 characters: maybe no ")"
+    return note[:at] if last and last in reason else note
+
+
 def ordinal(n: int) -> str:
     """1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 102nd."""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")

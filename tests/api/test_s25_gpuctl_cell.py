@@ -19,6 +19,25 @@ def _pending(**fields) -> dict:
     return job
 
 
+def test_a_no_estimate_cell_gives_the_reason_once():
+    job = _pending(estimate_note=f"not started within the 168 h horizon (last reason: {REASON})")
+    cell = _job_line(job, NOW)[-1]
+    assert cell.count("needs 4 H200 GPUs at once") == 1, cell
+    assert cell == f"2nd in queue: no estimate: not started within the 168 h horizon; {REASON}"
+
+
+def test_a_last_reason_other_than_the_current_one_stays():
+    note = "not started within the 168 h horizon (last reason: needs 4 H200 GPUs in one tier-1 domain)"
+    assert _estimate(_pending(estimate_note=note), NOW) == f"no estimate: {note}"
+
+
+def test_a_cut_note_still_loses_the_repeated_reason():
+    note = f"nothing that is running or queued frees room for it (last reason: {REASON})"[:90]
+    long_reason = REASON + " and much more"
+    job = _pending(estimate_note=note, pending_reason=long_reason)
+    assert _estimate(job, NOW) == "no estimate: nothing that is running or queued frees room for it"
+
+
 def test_the_queue_position_is_not_written_as_an_id():
     for position, words in ((1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"),
                             (21, "21st"), (112, "112th")):
