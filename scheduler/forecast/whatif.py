@@ -584,13 +584,18 @@ def what_if(snapshot: Snapshot, changes: list[dict], estimate: Callable[[JobInfo
                          "mean_wait_after_s": _mean(st["a"]), "change_s": _mean(st["d"]),
                          "no_start_before": st["no_start_before"], "no_start_after": st["no_start_after"],
                          "hypothetical": st["hypothetical"]}
+    # Each side is compared with the WHOLE other run: `evictions` are the after-run's (drains included) that the
+    # before-run does not make, `avoided` the before-run's that the after-run does not make. `avoided` was taken
+    # against `evictions` (the after-run's evictions less those both runs make), so every eviction both runs made
+    # read as avoided: a what-if that changed nothing (no change, or a weight set to its value) listed all the
+    # forecast's evictions (7 to 12 on the Philly demo) as avoided beside "evictions": 0 and no job moved.
+    all_after = [(snapshot.now, j, "drain", None) for j in drained] + list(info_a["evictions"])
     seen = {(victim, rule) for _, victim, rule, _ in info_b["evictions"]}
     out.evictions = [(snapshot.now, j, "drain", None) for j in drained]
     out.evictions += [e for e in info_a["evictions"] if (e[1], e[2]) not in seen]
-    seen_after = {(victim, rule) for _, victim, rule, _ in out.evictions}
+    seen_after = {(victim, rule) for _, victim, rule, _ in all_after}
     out.avoided = [e for e in info_b["evictions"] if (e[1], e[2]) not in seen_after]
     out.eviction_why = explain_evictions(out.evictions, info_b["evictions"], info_a["evictions"], hypothetical)
-    all_after = [(snapshot.now, j, "drain", None) for j in drained] + list(info_a["evictions"])
     old_nodes = {n.name: n for n in snapshot.nodes}
     added = [n.name for n in changed.nodes if n.name not in old_nodes]
     drained_nodes = [n.name for n in changed.nodes if n.name in old_nodes and n.state != old_nodes[n.name].state]

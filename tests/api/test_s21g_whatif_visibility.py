@@ -12,7 +12,10 @@ def test_a_member_sees_only_the_queues_the_queues_api_shows_it(busy, client_for)
     member = client_for("member")  # team alpha; beta (another team's queue) has a job waiting
     listed = {q["name"] for q in member.get("/api/v1/queues/").json()["results"]}
     assert "beta" not in listed and "alpha" in listed
-    for body in (SUBMIT, {"changes": []}):
+    # a change that changes nothing: the forecast as it is (a what-if without a change is a 400, trial 25)
+    noop = {"changes": [{"kind": "set_priority", "job": busy["own"].pk,
+                         "priority": busy["own"].priority}]}
+    for body in (SUBMIT, noop):
         r = member.post(URL, body, format="json")
         assert r.status_code == 200, r.content
         answer = r.json()
@@ -43,7 +46,9 @@ def test_an_eviction_in_favour_of_another_teams_job_does_not_name_it(busy, clien
         return out
 
     monkeypatch.setattr(whatif, "what_if", with_eviction)
-    [ev] = client_for("member").post(URL, {"changes": []}, format="json").json()["evictions"]
+    noop = {"changes": [{"kind": "set_priority", "job": busy["own"].pk,
+                         "priority": busy["own"].priority}]}  # changes nothing
+    [ev] = client_for("member").post(URL, noop, format="json").json()["evictions"]
     assert ev["job"] == busy["own"].pk and ev["rule"] == "reclaim" and ev["beneficiary"] is None
-    [ev] = admin.post(URL, {"changes": []}, format="json").json()["evictions"]
+    [ev] = admin.post(URL, noop, format="json").json()["evictions"]
     assert ev["beneficiary"] == busy["other"].pk

@@ -58,7 +58,9 @@ def test_a_members_why_never_names_another_teams_job(busy, client_for, admin, mo
         return out
 
     monkeypatch.setattr(whatif, "what_if", moved)
-    answer = client_for("member").post(URL, {"changes": []}, format="json").json()
+    noop = {"changes": [{"kind": "set_priority", "job": busy["own"].pk,
+                         "priority": busy["own"].priority}]}  # changes nothing
+    answer = client_for("member").post(URL, noop, format="json").json()
     why = by_name(answer)["alpha-wait"]["why"]
     assert (why["moved"], why["cause"], why["job"]) == ("later", "taken", None)
     assert why["text"] == "starts later: a job of another team takes the GPUs it would start on in 10 min"
@@ -68,7 +70,7 @@ def test_a_members_why_never_names_another_teams_job(busy, client_for, admin, mo
     assert "beta-wait" not in str(answer) and str(other) not in [str(ev["beneficiary"]), str(why["job"])]
     assert ev["text"] == (f"job {own} (alpha-wait) is evicted (reclaim) for a job of another team, a knock-on of the "
                           f"schedule the change moves; without the change a job of another team is evicted instead")
-    answer = admin.post(URL, {"changes": []}, format="json").json()
+    answer = admin.post(URL, noop, format="json").json()
     why = by_name(answer)["alpha-wait"]["why"]
     assert why["job"] == other and f"job {other} (beta-wait) takes" in why["text"]
     [ev] = answer["evictions"]

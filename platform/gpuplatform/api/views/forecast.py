@@ -111,8 +111,12 @@ class ChangeSerializer(Serializer):
 
 
 class WhatIfSerializer(Serializer):
-    changes = ChangeSerializer(many=True, allow_empty=True, max_length=MAX_CHANGES, error_messages={
-        "max_length": f"at most {MAX_CHANGES} changes per what-if (ask several what-ifs)"})
+    # at least one change: a what-if of none is the forecast as it is (each job's estimated_start), with nothing
+    # to compare (a new-user trial read {"changes": []} as a question and its answer as evictions it avoided)
+    changes = ChangeSerializer(many=True, allow_empty=False, max_length=MAX_CHANGES, error_messages={
+        "max_length": f"at most {MAX_CHANGES} changes per what-if (ask several what-ifs)",
+        "empty": "give at least one change (without one the what-if is the forecast as it is: each pending job's "
+                 "estimated_start on the jobs API)"})
 
     def validate(self, attrs):
         added = 0
