@@ -20,14 +20,16 @@ register = template.Library()
 
 
 def estimate_words(start: datetime | None, p90: datetime | None, note: str, estimated_at: datetime | None,
-                   now: datetime) -> str:
+                   now: datetime, basis: bool = True) -> str:
+    """The words of the estimate tag; `basis` False leaves out "run time assumed: no history" (wording.basis_words)
+    where the page shows the note whole next to it (the job page)."""
     if start is None:
         if not note:  # not forecast since it was submitted or requeued (a bind clears the note, a requeue the start)
             from gpuplatform.scheduling.forecast import pending_note
 
             return pending_note()
         return f"no estimate: {note}"
-    return start_words(start, p90, now, estimated_at)
+    return start_words(start, p90, now, estimated_at, basis=note if basis else "")
 
 
 def _get(job, name):
@@ -58,10 +60,10 @@ def never(job) -> str:
 
 
 @register.simple_tag
-def estimate(job, lead: str = "") -> str:
+def estimate(job, lead: str = "", basis: bool = True) -> str:
     """{% estimate job %}: estimate_words of a job; `lead` ("estimated ", the jobs list) goes before a time only,
     never before "no estimate: ...", "estimate pending: ..." or "overdue: ..." (new-user trial 23: the list read
     "estimated no estimate: can never start: ...")."""
     words = estimate_words(_get(job, "estimated_start"), _get(job, "estimated_start_p90"),
-                           _get(job, "estimate_note") or "", _get(job, "estimated_at"), clock.now())
+                           _get(job, "estimate_note") or "", _get(job, "estimated_at"), clock.now(), basis)
     return lead + words if words.startswith(LEAD_WORDS) else words

@@ -223,7 +223,7 @@ def _estimate(j: dict, now=None) -> str:
     p90 = _when(j.get("estimated_start_p90"))
     if p90 is None and j.get("estimated_start_p90", "") is not None:
         p90 = start  # not given (an older answer): no bound shown
-    words = start_words(start, p90, now or at, at)
+    words = start_words(start, p90, now or at, at, basis=j.get("estimate_note") or "")
     return f"starts {words}" if words.startswith(LEAD_WORDS) else words
 
 

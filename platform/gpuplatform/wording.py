@@ -51,12 +51,14 @@ def lead_words(seconds: float) -> str:
 LEAD_WORDS = ("at the next cycle", "in about ")
 
 
-def start_words(start, p90, now, estimated_at=None) -> str:
+def start_words(start, p90, now, estimated_at=None, basis: str = "") -> str:
     """An estimated start (aware datetimes: `start`, its 90 % bound `p90` or None past the horizon) in words, counted
     from the cluster's clock `now`: "in about 2 h 10 m (90 %: 5 h)", "at the next cycle (90 %: beyond the horizon)"
     (lead_words), or "overdue: was due 7 h ago (estimate out of date, forecast 8 h ago)" once the clock has passed it
     by a minute (new-user trial 7, F7: the demo's clock runs 600x between two forecasts). The pages' estimate tag and
-    gpuctl read it (new-user re-check 24, R1: gpuctl counted from the forecast's time and the page from now)."""
+    gpuctl read it (new-user re-check 24, R1: gpuctl counted from the forecast's time and the page from now).
+    `basis`: the estimate's note (Job.estimate_note); a run time assumed for want of history is said in the
+    parenthesis, "in about 1 h (run time assumed: no history)" (basis_words; new-user trial 25, F2)."""
     lead = (start - now).total_seconds()
     if lead <= -60:
         age = f", forecast {duration_words((now - estimated_at).total_seconds())} ago" if estimated_at else ""
@@ -66,7 +68,22 @@ def start_words(start, p90, now, estimated_at=None) -> str:
         text += f" (90 %: {duration_words((p90 - now).total_seconds())})"
     elif p90 is None:
         text += " (90 %: beyond the horizon)"
+    brief = basis_words(basis)
+    if brief:
+        text = text[:-1] + f"; {brief})" if text.endswith(")") else text + f" ({brief})"
     return text
+
+
+# the forecast's estimate_note for a job whose run time has no history to come from (scheduling.forecast.SOURCES)
+NO_HISTORY = "no history yet"
+
+
+def basis_words(note: str | None) -> str:
+    """What an estimate rests on, briefly, when a person should know it: "run time assumed: no history" for a
+    start estimated with the estimator's default run time (the note "run time from no history yet (1 h assumed)");
+    "" for one estimated from history (the note says whose; the job page and --json show it whole). New-user trial
+    25, F2: gpuctl's "starts in about 1 h" hid that the hour was assumed."""
+    return "run time assumed: no history" if note and NO_HISTORY in note else ""
 
 
 _LAST_REASON = " (last reason: "

@@ -38,6 +38,17 @@ def test_a_cut_note_still_loses_the_repeated_reason():
     assert _estimate(job, NOW) == "no estimate: nothing that is running or queued frees room for it"
 
 
+def test_an_assumed_run_time_is_said():
+    start = NOW + timedelta(hours=1)
+    job = _pending(estimated_start=start.isoformat(), estimated_start_p90=start.isoformat(),
+                   estimate_note="run time from no history yet (1 h assumed)")
+    assert _estimate(job, NOW) == "starts in about 1 h (run time assumed: no history)"
+    job["estimated_start_p90"] = (start + timedelta(hours=1)).isoformat()
+    assert _estimate(job, NOW) == "starts in about 1 h (90 %: 2 h; run time assumed: no history)"
+    job["estimate_note"] = "run time from the queue's recent jobs (12 jobs)"  # from history: nothing added
+    assert _estimate(job, NOW) == "starts in about 1 h (90 %: 2 h)"
+
+
 def test_the_queue_position_is_not_written_as_an_id():
     for position, words in ((1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"),
                             (21, "21st"), (112, "112th")):

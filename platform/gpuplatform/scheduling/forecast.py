@@ -27,6 +27,7 @@ from gpuplatform.bulk import update_rows
 from gpuplatform.models import Job, JobRole, Queue
 from gpuplatform.scheduling import usage_decay
 from gpuplatform.scheduling.locks import single_flight
+from gpuplatform.wording import NO_HISTORY
 from scheduler.forecast import RuntimeEstimator, forecast_start
 
 log = logging.getLogger("gpuplatform.scheduling.forecast")
@@ -35,7 +36,7 @@ _last_info = [-INFO_EVERY_SECONDS]  # time.monotonic() of the last one
 FORECAST_LOCK_KEY = 0x6770_7566_6363  # "gpufcc": the forecast's own advisory lock
 SOURCES = {"time_limit": "its time limit", "user_shape": "the submitter's recent jobs of this size",
            "queue": "the queue's recent jobs", "cluster": "the cluster's recent jobs",
-           "default": "no history yet (1 h assumed)"}
+           "default": f"{NO_HISTORY} (1 h assumed)"}  # wording.basis_words reads it: "run time assumed: no history"
 
 
 def setting(name: str, default: float) -> float:
