@@ -14,7 +14,7 @@ from datetime import datetime
 from django import template
 
 from gpuplatform import clock
-from gpuplatform.wording import LEAD_WORDS, start_words
+from gpuplatform.wording import LEAD_WORDS, reason_words, start_words
 
 register = template.Library()
 
@@ -57,6 +57,13 @@ def never_words(code: str | None) -> str:
 def never(job) -> str:
     """{% never job %}: never_words of a pending-list row or a Job (its `pending_reason_code`)."""
     return never_words(_get(job, "pending_reason_code"))
+
+
+@register.filter
+def relative_times(reason: str | None) -> str:
+    """{{ job.pending_reason|relative_times }}: the reason's times counted from the cluster's clock, as gpuctl shows
+    it ("attempt 1 retries in about 40 s", not "... retries at 2026-12-04T17:04:23Z": wording.reason_words)."""
+    return reason_words(reason, clock.now())
 
 
 @register.simple_tag

@@ -69,7 +69,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .wording import LEAD_WORDS, no_estimate_words, ordinal, start_words
+from .wording import LEAD_WORDS, no_estimate_words, ordinal, reason_words, start_words
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # job_rules.ENV_NAME; the server checks the rest
 MAX_ENV_NAME_CHARS = 256  # job_rules.MAX_ENV_NAME_CHARS (the CLI imports nothing of the server)
@@ -181,7 +181,9 @@ def _job_line(j: dict, now=None) -> list:
     if j["state"] == "pending" and not where:
         # the place in its queue in words: "#2" read as a job's id, which the pages write "A #19" (trial 25, F6)
         place = f"{ordinal(j['position'])} in queue: " if j.get("position") is not None else ""
-        where = place + "; ".join(w for w in (_estimate(j, now), j.get("pending_reason") or "") if w)
+        # a time in the reason counted from the cluster's clock (an older server sends none: the time as given)
+        reason = reason_words(j.get("pending_reason") or "", now)
+        where = place + "; ".join(w for w in (_estimate(j, now), reason) if w)
     elif j["state"] in ENDED_STATES:
         where = "; ".join(w for w in (where, _end(j)) if w)
     gpus = j["gpus"]

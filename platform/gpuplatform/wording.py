@@ -2,6 +2,9 @@
 "1 GPUs" and "1 node(s)")."""
 from __future__ import annotations
 
+import re
+from datetime import datetime, timezone
+
 
 def count(n, noun: str, plural: str | None = None) -> str:
     """`n` and `noun`, plural unless n is exactly 1 (a fraction such as 0.5 or 1.5 is plural: "0.5 GPUs")."""
@@ -100,6 +103,26 @@ def no_estimate_words(note: str, reason: str | None) -> str:
     last = note[at + len(_LAST_REASON):]
     last = last[:-1] if last.endswith(")") else last  # the note is cut at 300 characters: maybe no ")"
     return note[:at] if last and last in reason else note
+
+
+# an engine reason's time (scheduler.core.snapshot.utc_iso): "retries at 2026-12-04T17:04:23Z", "starts at
+# 2026-12-04T17:04:23Z at the earliest" (scheduler.core.actions.allocate.backoff_reason)
+_AT_ISO = re.compile(r"\bat (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+
+
+def reason_words(reason: str | None, now) -> str:
+    """A pending reason for display, its times counted from the cluster's clock `now` (an aware datetime) as every
+    other time of the column is: "attempt 1 retries at 2026-12-04T17:04:23Z" reads "attempt 1 retries in about
+    40 s" (lead_words; "at the next cycle" once due). The engine's words and the API's pending_reason are unchanged
+    (replay digests pin them); gpuctl and the pages show this (new-user trial 25, F3). `now` None: as given."""
+    if not reason or now is None:
+        return reason or ""
+
+    def relative(m) -> str:
+        when = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        return lead_words((when - now).total_seconds())
+
+    return _AT_ISO.sub(relative, reason)
 
 
 def ordinal(n: int) -> str:

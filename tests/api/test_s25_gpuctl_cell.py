@@ -49,6 +49,20 @@ def test_an_assumed_run_time_is_said():
     assert _estimate(job, NOW) == "starts in about 1 h (90 %: 2 h)"
 
 
+def test_a_retry_time_is_counted_from_the_clusters_clock():
+    reason = "requeued after attempt 0; attempt 1 retries at 2026-12-04T17:04:23Z"
+    start = NOW + timedelta(seconds=40)
+    job = _pending(pending_reason=reason, position=1, estimated_start=start.isoformat(),
+                   estimated_start_p90=start.isoformat(), estimate_note="run time from its time limit")
+    assert _job_line(job, NOW)[-1] == ("1st in queue: starts in about 40 s; "
+                                       "requeued after attempt 0; attempt 1 retries in about 40 s")
+    later = _job_line(job, NOW + timedelta(seconds=38))[-1]
+    assert later.endswith("attempt 1 retries at the next cycle"), later
+    first = "waiting for its first attempt; starts at 2026-12-04T19:04:23Z at the earliest"
+    assert _job_line(_pending(pending_reason=first), NOW)[-1].endswith(
+        "queue: waiting for its first attempt; starts in about 2 h 1 m at the earliest")
+
+
 def test_the_queue_position_is_not_written_as_an_id():
     for position, words in ((1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"),
                             (21, "21st"), (112, "112th")):

@@ -13,6 +13,7 @@ from gpuplatform.models import Job
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 12, 4, 17, 3, 43, tzinfo=tz.utc)
+RETRY = "requeued after attempt 0; attempt 1 retries at 2026-12-04T17:04:23Z"
 
 
 @pytest.fixture
@@ -26,6 +27,16 @@ def _pending(world, **fields):
     job = world["jobs"]["blue-pending"]
     Job.objects.filter(pk=job.pk).update(**fields)
     return job
+
+
+def test_the_pages_count_a_retry_time_from_the_clusters_clock(client, world, cluster_clock):
+    job = _pending(world, pending_reason=RETRY)
+    client.force_login(world["admin"])
+    for path in ("/jobs/", "/queueing/", f"/jobs/{job.pk}/"):
+        html = client.get(path).content.decode()
+        assert "attempt 1 retries in about 40 s" in html, path
+        assert "retries at 2026-12-04T17:04:23Z" not in html, path
+    assert client.get(f"/api/v1/jobs/{job.pk}/").json()["pending_reason"].endswith(RETRY)  # the API: the engine's words
 
 
 def test_the_pages_say_a_run_time_was_assumed(client, world, cluster_clock):
