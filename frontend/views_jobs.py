@@ -163,17 +163,18 @@ def _shape_warning(request, job, roles: list[dict], data: dict) -> None:
     packs, with the estimated start of both (scheduling/advice.shape_check), as a warning on the next page."""
     from gpuplatform.scheduling.advice import shape_check
 
-    def when(value):
+    def when(a, key):
+        value = a["estimated_start"][key]
         if value is None:
-            return "unknown"
+            return f"unknown ({a['no_estimate'][key]})"
         return "now" if value == "now" else datetime.fromtimestamp(float(value), tz=dt_timezone.utc).strftime("%H:%M UTC")
 
     for a in shape_check(roles=roles, queue=job.queue.name, topology_mode=data["topology_mode"],
                          highest_tier=data.get("highest_tier")):
         s = a["suggested"]
         messages.warning(request, f"Shape: role {a['role']}: {a['message']}. Estimated start as asked: "
-                                  f"{when(a['estimated_start']['asked'])}; as {s['tasks']} x {s['gpus_per_task']}: "
-                                  f"{when(a['estimated_start']['suggested'])}.")
+                                  f"{when(a, 'asked')}; as {s['tasks']} x {s['gpus_per_task']}: "
+                                  f"{when(a, 'suggested')}.")
 
 
 @login_required

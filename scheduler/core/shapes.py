@@ -6,10 +6,12 @@ nearest shape that packs.
 A role of `tasks` x `gpus_per_task` GPUs on nodes of `node_gpus` GPUs places node_gpus // gpus_per_task
 tasks per node, so each node it fills strands node_gpus mod gpus_per_task GPUs that no task of the job can
 use (6 GPUs per task on 8-GPU nodes strand 2 per node; 64 GPUs asked as 9 x 7 strand 1 on each of 9
-nodes). The nearest packing shape keeps the job's total GPUs (rounded up to what packs):
-  - a job of at least one node's worth: whole nodes, ceil(total / node_gpus) x node_gpus (9 x 7 -> 8 x 8);
-  - a smaller one: one task of the smallest divisor of node_gpus holding the total (1 x 6 -> 1 x 8), or
-    tasks of the largest divisor not above gpus_per_task when that asks fewer extra GPUs (2 x 3 -> 3 x 2).
+nodes). The nearest packing shape keeps the job's total GPUs, rounded up to what packs, by the fewest extra GPUs among:
+  - whole nodes, ceil(total / node_gpus) x node_gpus, for a job of at least one node's worth (9 x 7 -> 8 x 8);
+  - one task of the smallest divisor of node_gpus holding the total, for a smaller one (1 x 6 -> 1 x 8);
+  - tasks of the largest divisor of node_gpus not above gpus_per_task (2 x 3 -> 3 x 2; 3 x 3 -> 5 x 2, 10 GPUs,
+    where whole nodes would ask 16: new-user trial 25).
+On a tie the larger tasks win (whole nodes first), so 9 x 7 -> 8 x 8 and not 16 x 4.
 A shape that fills no node (1 x 3 on 8-GPU nodes leaves 5 GPUs others can use) strands nothing.
 Pure: no I/O. Units: GPUs, tasks.
 """
@@ -54,14 +56,15 @@ def steer(tasks: int, gpus_per_task: int, node_gpus: int) -> ShapeAdvice | None:
     nodes = math.ceil(tasks / per_node)
     total = tasks * gpus_per_task
     stranded = full_nodes * left
-    if total >= node_gpus:
-        suggested = (math.ceil(total / node_gpus), node_gpus)
-    else:
-        below = max(d for d in _divisors(node_gpus) if d <= gpus_per_task)
-        split = (math.ceil(total / below), below)
-        above = min(d for d in _divisors(node_gpus) if d >= total)
-        suggested = split if split[0] * split[1] - total < above - total else (1, above)
+    divisors = _divisors(node_gpus)
+    below = max(d for d in divisors if d <= gpus_per_task)
+    # the candidates, larger tasks first: min() keeps the first of equal extra GPUs
+    candidates = [(math.ceil(total / node_gpus), node_gpus) if total >= node_gpus
+                  else (1, min(d for d in divisors if d >= total)), (math.ceil(total / below), below)]
+    suggested = min(candidates, key=lambda c: c[0] * c[1] - total)
+    more = suggested[0] * suggested[1] - total
     message = (f"{tasks} x {gpus_per_task} GPUs on {node_gpus}-GPU nodes fits {per_node} task(s) per node and "
                f"strands {left} GPU(s) on each node it fills ({stranded} on {nodes} node(s)); "
-               f"{suggested[0]} x {suggested[1]} packs the nodes")
+               f"{suggested[0]} x {suggested[1]} packs the nodes "
+               f"({suggested[0] * suggested[1]} GPUs, {f'{more} more than the {total} asked' if more else 'as asked'})")
     return ShapeAdvice(tasks, gpus_per_task, node_gpus, left, nodes, stranded, suggested, message)

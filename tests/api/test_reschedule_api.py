@@ -91,12 +91,40 @@ def test_shape_check_suggests_the_packing_shape_with_both_estimated_starts(clien
     r = c.post("/api/v1/shape-check/", {"queue": "alpha", "roles": [{"tasks": 2, "gpus_per_task": 6}]}, format="json")
     assert r.status_code == 200, r.content
     [a] = r.data
-    assert a["suggested"] == {"tasks": 2, "gpus_per_task": 8} and a["stranded_per_node"] == 2 and a["node_gpus"] == 8
+    # 12 GPUs: 3 x 4 packs the 8-GPU nodes as asked (whole nodes, 2 x 8, would ask 4 more)
+    assert a["suggested"] == {"tasks": 3, "gpus_per_task": 4} and a["stranded_per_node"] == 2 and a["node_gpus"] == 8
+    assert "3 x 4 packs the nodes (12 GPUs, as asked)" in a["message"]
     assert a["estimated_start"] == {"asked": "now", "suggested": "now"}  # an empty cluster: both start at once
+    assert a["no_estimate"] == {"asked": None, "suggested": None}
     r = c.post("/api/v1/shape-check/", {"queue": "alpha", "roles": [{"tasks": 2, "gpus_per_task": 8}]}, format="json")
     assert r.status_code == 200 and r.data == []
     r = c.post("/api/v1/shape-check/", {"queue": "nope", "roles": [{"tasks": 1, "gpus_per_task": 6}]}, format="json")
     assert r.status_code == 400 and "queue" in r.data
+
+
+def test_shape_check_suggests_the_fewest_extra_gpus_and_says_why_a_start_is_unknown(client_for):
+    """New-user trial 25, F5: 3 x 3 (9 GPUs) was told 2 x 8 (16 GPUs) without the total, though 5 x 2 (10) packs
+    the 8-GPU nodes too; and a null estimated start came with no reason. On a full cluster (every GPU bound) the
+    shape cannot start now and the cycle gives it no estimate (no job holds a time limit): `no_estimate` says why."""
+    team, queue = Team.objects.get(name="alpha"), Queue.objects.get(name="alpha")
+    now = clock.now()
+    for node in ("n0", "n1", "n2", "n3"):
+        job = services.submit_job(command=SLEEP, team=team, queue=queue, name=f"fill-{node}",
+                                  roles=[{"name": "worker", "tasks": 1, "gpus_per_task": 8}],
+                                  submitted_at=now - timedelta(hours=1))
+        store.apply_result(CycleResult(bindings=[Binding(job.pk, (TaskPlacement("worker", 0, node, tuple(range(8))),),
+                                                         "nvl", 1)]),
+                           clock=now - timedelta(hours=1), cycle_number=SchedulerCycle.objects.count() + 1)
+    c = client_for("member")
+    r = c.post("/api/v1/shape-check/", {"queue": "alpha", "roles": [{"tasks": 3, "gpus_per_task": 3}]}, format="json")
+    assert r.status_code == 200, r.content
+    [a] = r.data
+    assert a["suggested"] == {"tasks": 5, "gpus_per_task": 2}
+    assert "5 x 2 packs the nodes (10 GPUs, 1 more than the 9 asked)" in a["message"]
+    assert a["estimated_start"] == {"asked": None, "suggested": None}
+    for key in ("asked", "suggested"):
+        why = a["no_estimate"][key]
+        assert why and "free" in why and why.endswith("the cycle estimates only the job it reserves room for"), why
 
 
 def test_shape_check_on_mixed_node_sizes_judges_the_nodes_that_hold_a_task(client_for):

@@ -118,7 +118,7 @@ def test_the_shape_check_takes_a_share_and_answers_for_the_whole_gpu_roles(admin
     r = admin.post("/api/v1/shape-check/", {"queue": "alpha", "roles": roles}, format="json")
     assert r.status_code == 200, r.content
     [a] = r.json()
-    assert a["role"] == "t" and a["suggested"] == {"tasks": 2, "gpus_per_task": 8}
+    assert a["role"] == "t" and a["suggested"] == {"tasks": 3, "gpus_per_task": 4}  # 12 GPUs as asked
     assert a["estimated_start"] == {"asked": "now", "suggested": "now"}
     r = admin.post("/api/v1/shape-check/", {"queue": "alpha", "roles": [{"tasks": 1, "gpus_per_task": 0.0015}]},
                    format="json")

@@ -14,6 +14,9 @@ from scheduler.core.shapes import steer
     ((4, 6), 8, (3, 8), 8),
     ((2, 3), 8, (3, 2), 2),   # small job: split into tasks that divide the node
     ((5, 3), 4, (4, 4), 5),   # 4-GPU nodes (GB200-style)
+    ((3, 3), 8, (5, 2), 2),   # new-user trial 25: 10 GPUs as 5 x 2, not 16 as 2 x 8
+    ((3, 6), 8, (5, 4), 6),   # 20 GPUs as 5 x 4, not 24 as 3 x 8
+    ((2, 6), 8, (3, 4), 4),   # 12 GPUs as asked
 ])
 def test_stranding_shapes_get_the_nearest_packing_shape(shape, node, suggested, stranded):
     advice = steer(*shape, node)
@@ -34,3 +37,10 @@ def test_suggestion_packs_and_keeps_at_least_the_gpus(tasks, gpt, node):
     t, g = advice.suggested
     assert node % g == 0 and t * g >= tasks * gpt  # it packs, and asks no fewer GPUs
     assert t * g - tasks * gpt < node  # the nearest: less than one node's worth more
+    total = tasks * gpt
+    below = max(d for d in range(1, gpt + 1) if node % d == 0)
+    # no fewer-GPU packing among the candidates: tasks of the largest divisor below the task, whole nodes
+    assert t * g <= -(-total // below) * below
+    if total >= node:
+        assert t * g <= -(-total // node) * node
+    assert f"({t * g} GPUs, " in advice.message

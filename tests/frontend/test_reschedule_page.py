@@ -57,7 +57,7 @@ def test_submit_form_takes_migration_fields_and_warns_about_a_stranding_shape(cl
     job = Job.objects.get(name="six")
     assert (job.migratable, job.min_run_before_move_seconds, job.checkpoint_grace_seconds) == (True, 600, 90)
     html = r.content.decode()
-    assert "strands 2 GPU(s) on each node it fills" in html and "as 2 x 8: now" in html
+    assert "strands 2 GPU(s) on each node it fills" in html and "as 3 x 4: now" in html and "(12 GPUs, as asked)" in html
     bad = dict(form, name="bad", checkpoint_grace_seconds="0")
     r = client.post("/jobs/new/", bad)
     assert r.status_code == 200 and not Job.objects.filter(name="bad").exists()

@@ -38,7 +38,7 @@ def shape_check(*, roles: list[dict], queue: str, topology_mode: str = "none", h
     tasks strand GPUs on the nodes it may use (of the flavors it accepts, with room for one of its tasks: the node size
     holding most of their GPUs),
     {role, stranded_per_node, stranded, suggested: {tasks, gpus_per_task}, message, estimated_start:
-    {asked, suggested}}. The estimated starts are the engine's what-if on the cluster now: "now" when the
+    {asked, suggested}, no_estimate: {asked, suggested}} (no_estimate: why a start is None, else None). The estimated starts are the engine's what-if on the cluster now: "now" when the
     job would start in this cycle, else the backfill reservation's estimate (epoch seconds) when it is the
     first job waiting for room, else None (unknown: the engine reserves for one job at a time).
     roles: [{name, tasks, gpus_per_task, min_available?, flavor?, gpu_milli?, gpu_memory_mib?, mig_profile?}] as
@@ -68,20 +68,35 @@ def shape_check(*, roles: list[dict], queue: str, topology_mode: str = "none", h
         advice = steer(tasks, gpt, max(sizes, key=lambda g: (sizes[g], g)))
         if advice is None:
             continue
-        starts = {}
+        starts, whys = {}, {}
         for key, (t, g) in (("asked", (tasks, gpt)), ("suggested", advice.suggested)):
             shaped = [dict(x) for x in roles]
             shaped[i] = {**roles[i], "tasks": t, "gpus_per_task": g, "min_available": t}
-            starts[key] = _estimated_start(snapshot, shaped, queue, topology_mode, highest_tier, JobInfo, RoleInfo)
+            starts[key], whys[key] = _estimated_start(snapshot, shaped, queue, topology_mode, highest_tier, JobInfo,
+                                                      RoleInfo)
         out.append({"role": r.get("name") or f"role{i}", "stranded_per_node": advice.stranded_per_node,
                     "stranded": advice.stranded, "node_gpus": advice.node_gpus,
                     "suggested": {"tasks": advice.suggested[0], "gpus_per_task": advice.suggested[1]},
-                    "message": advice.message, "estimated_start": starts})
+                    "message": advice.message, "estimated_start": starts, "no_estimate": whys})
     return out
 
 
+NO_ESTIMATE = "no start estimate: the cycle estimates only the job it reserves room for"
+
+
 def _estimated_start(snapshot, roles, queue, topology_mode, highest_tier, JobInfo, RoleInfo):
-    """The what-if start of one hypothetical job (see shape_check): "now", epoch seconds, or None."""
+    """The what-if start of one hypothetical job (see shape_check) and why there is none: ("now", None), (epoch
+    seconds, None), or (None, "<why it does not start now>; no start estimate: ...") (new-user trial 25: a null
+    estimate came with no reason)."""
+    start, reason = _probe(snapshot, roles, queue, topology_mode, highest_tier, JobInfo, RoleInfo)
+    if start is not None:
+        return start, None
+    return None, f"{reason.message}; {NO_ESTIMATE}" if reason is not None else NO_ESTIMATE
+
+
+def _probe(snapshot, roles, queue, topology_mode, highest_tier, JobInfo, RoleInfo):
+    """One engine cycle with the hypothetical job added: ("now", None) when it starts, else (the backfill estimate
+    in epoch seconds or None, its PendingReason or None)."""
     role_infos = tuple(RoleInfo(str(r.get("name") or f"role{k}"), int(r["tasks"]), int(r["gpus_per_task"]),
                                 int(r.get("min_available") or r["tasks"]), int(r.get("cpu_milli") or 0),
                                 int(r.get("memory_mib") or 0),
@@ -94,5 +109,5 @@ def _estimated_start(snapshot, roles, queue, topology_mode, highest_tier, JobInf
     result = run_cycle(replace(snapshot, jobs=(*snapshot.jobs, probe), cycle=1),
                        replace(usage_decay.default_config(), reschedule=False, preemption=False, reclaim=False))
     if any(b.job_id == "shape-check" for b in result.bindings):
-        return "now"
-    return result.estimated_start.get("shape-check")
+        return "now", None
+    return result.estimated_start.get("shape-check"), result.pending.get("shape-check")

@@ -109,6 +109,11 @@ class ShapeStartSerializer(Serializer):
     suggested = serializers.CharField(allow_null=True)
 
 
+class ShapeNoEstimateSerializer(Serializer):
+    asked = serializers.CharField(allow_null=True, help_text="why estimated_start.asked is null (null when it is not)")
+    suggested = serializers.CharField(allow_null=True)
+
+
 class ShapeAdviceSerializer(Serializer):
     role = serializers.CharField()
     node_gpus = serializers.IntegerField()
@@ -117,6 +122,7 @@ class ShapeAdviceSerializer(Serializer):
     suggested = ShapeSuggestionSerializer()
     message = serializers.CharField()
     estimated_start = ShapeStartSerializer()
+    no_estimate = ShapeNoEstimateSerializer()
 
 
 class ShapeCheckViewSet(viewsets.GenericViewSet):
