@@ -74,8 +74,13 @@ class ChangeSerializer(Serializer):
     quota = quota_field("quota", required=False)
     limit = quota_field("limit", required=False, allow_null=True)
     weight = weight_field(required=False)
+    # drain_nodes' nodes: the bounds in a sentence naming the change (new-user trial 25, F4: "nodes": [] read DRF's
+    # "Ensure this field has at least 1 elements.")
     nodes = serializers.ListField(child=serializers.CharField(max_length=200), required=False, min_length=1,
-                                  max_length=10000)
+                                  max_length=10000, error_messages={
+                                      "min_length": "drain_nodes needs at least one node: give at least one node "
+                                                    "name in nodes",
+                                      "max_length": "drain_nodes takes at most {max_length} nodes per change"})
     count = serializers.IntegerField(required=False, min_value=1, max_value=MAX_ADDED_NODES,
                                      help_text=f"add_nodes: nodes to add; at most {MAX_ADDED_NODES} in all the "
                                                f"request's add_nodes changes")
