@@ -35,6 +35,9 @@ GPU_CELL_LIMIT = 2400     # zoomed views up to this many GPUs draw one square pe
 WRAP = 48                 # columns before a row of blocks wraps
 UNIT_PX = 24              # pixels per row unit
 
+# which moment the map shows (topology.json's `moment`, after the totals on the page): the live database
+MOMENT = "live: GPUs as they are now (the cluster page's cards are the last cycle's sample)"
+
 
 def natural_key(name: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name or "")]
@@ -162,7 +165,11 @@ def topology_payload(*, domains, gpus, allocations: dict[int, int], jobs, quotas
     build = _gpu_level if level == "gpus" else _domain_level
     figure, rows = build(cells, by_id, visible_team_ids, filtering, shares or {}, live)
     path = [{"name": by_id[d][1], "tier": by_id[d][2]} for d in reversed(tree.ancestors(zoom_row[0]))] if zoom_row else []
-    return {"level": level, "zoom": path[-1] if path else None, "path": path, "totals": totals,
+    # `moment`: the map and its totals are the live database, not a cycle's sample as the cluster page's cards
+    # (numbers.sample_moment there): the two free counts differ between cycles (new-user trial 25, F7). No clock
+    # time here: the body would change at every poll and never be a 304 (conditional.py)
+    return {"moment": MOMENT,
+            "level": level, "zoom": path[-1] if path else None, "path": path, "totals": totals,
             "borrowed_gpus": borrowed_total, "gpus": len(cells),
             "shown_gpus": sum(totals.values()), "filters": {"team": team or "", "job": job or ""},
             "borrowed_definition": BORROWED_DEFINITION, "figure": figure, "rows": rows}

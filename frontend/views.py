@@ -4,6 +4,7 @@ Reads come from gpuplatform.queries, figures from frontend.figures; views only g
 """
 from __future__ import annotations
 
+from datetime import timezone as dt_timezone
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
@@ -59,6 +60,14 @@ def shared_apart_text(apart: dict) -> str:
             f"rate; the queue table's used counts them")
 
 
+def sample_moment(sample) -> str:
+    """Which moment the sample's figures show: "at cycle 12, 2026-12-04 17:03:40 UTC" (the cluster clock's time of
+    the cycle's sample), "no cycle yet" without one."""
+    if sample is None:
+        return "no cycle yet"
+    return f"at cycle {sample.cycle}, {sample.time.astimezone(dt_timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+
+
 def _numbers(sample, totals: dict) -> dict:
     """The headline numbers, formatted once for both the page and metrics.json."""
     return {
@@ -71,6 +80,10 @@ def _numbers(sample, totals: dict) -> dict:
         "schedulable_gpus": sample.schedulable_gpus if sample else None,
         # the cycle the sample figures above come from (the queue table's rows are live: new-user trial 8, F3)
         "sample_cycle": sample.cycle if sample else None,
+        # and when, in words beside the figures: the topology page's totals are live, so the two pages' free counts
+        # differ between cycles (new-user trial 25, F7); "live" is what topology.json's `moment` says
+        "sample_time": sample.time.isoformat() if sample else None,
+        "sample_moment": sample_moment(sample),
         "shared_apart": shared_apart_text(queries.shared_apart()),  # live, as the queue table
         "effective_utilization": _effective_today(),
         **{f"jobs_{k}": v for k, v in totals.items()},

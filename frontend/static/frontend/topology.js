@@ -54,6 +54,8 @@
       totals.textContent = (p.filters.team || p.filters.job)
         ? p.shown_gpus + " of " + p.gpus + " GPUs match the filter: " + counts + " (the legend counts every GPU on the map)"
         : p.gpus + " GPUs shown · " + counts;
+      // live, not a cycle's sample as the cluster page's cards (new-user trial 25, F7)
+      if (p.moment) totals.textContent += " · " + p.moment;
     }
     if (!bound) {
       bound = true;
