@@ -31,12 +31,21 @@ hang every failed job's diagnosis. `problem(pattern)` returns the rule a pattern
   bounded repeat (`\\d{1,6}`) or a possessive one (`\\d++`) ends the run. A group holding just one repeat
   (`(\\d+)`) counts as that repeat.
 
+Alternatives are judged as written. re's parser moves a prefix all of them share out of the alternation and
+merges one-character alternatives into a set (`(a|ab)*c` is parsed as `(a(?:|b))*c`, `(a|[ab])+` as `([ab])+`),
+so the pattern is read here by a private copy of that parser which keeps each alternation as it is
+(`_as_written`): `(a|ab)*c`, `(?:ab|ac)+` and `(a|[ab])+` are refused like `(a|a)*b` (new-user trial 25, B: `(a|ab)*c`
+was accepted, and took 30 s on a line of 30,000 a's with re.search).
+
 The check is a static judgement of the pattern, not a proof: it refuses some safe patterns (`(?:ab|a)+`, whose
 alternatives start alike: write `(?>ab|a)+` or `(?:ab?)+`), and polynomial patterns that are not a run of
-adjacent repeats (`\\w+a\\w+a\\w+b`, whose repeats are separated by a character they match) pass it.
+adjacent repeats (`\\w+a\\w+a\\w+b`, whose repeats are separated by a character they match) pass it. An admin's
+rule is also searched with a time limit (diagnosis/engine.py, LINE_SEARCH_SECONDS of the search's CPU time per line):
+a quadratic search that passes this check, such as `(?:ab?)*c` on a long line of a's, is cut off there.
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 from functools import lru_cache
 import re._constants as C  # noqa: N812
@@ -86,7 +95,7 @@ def problem(pattern: str, flags: int = 0) -> str | None:
         return f"not a valid regular expression here: groups are nested at most {MAX_DEPTH} deep"
     try:
         re.compile(pattern, flags)
-        parsed = sre_parse.parse(pattern, flags)
+        parsed = _as_written.parse(pattern, flags)
     except re.error as exc:
         return f"not a valid regular expression: {exc}"
     except (RecursionError, OverflowError, ValueError, MemoryError) as exc:
@@ -99,6 +108,36 @@ def problem(pattern: str, flags: int = 0) -> str | None:
     except RecursionError:
         return f"not a valid regular expression here: groups are nested at most {MAX_DEPTH} deep"
     return None
+
+
+def _parser_as_written():
+    """A private copy of re's parser (re._parser, not the one re uses) whose alternations stay as written: its
+    `_parse_sub` neither moves the alternatives' common prefix out (`a|ab` -> `a(?:|b)`) nor merges one-character
+    alternatives into a set (`a|a` -> `[a]`), so the judgement sees the alternatives the admin wrote (module
+    docstring). Everything else is re's own code; the constants are re's (the same objects)."""
+    spec = importlib.util.find_spec("re._parser")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def _parse_sub(source, state, verbose, nested):
+        items = []
+        while True:
+            items.append(module._parse(source, state, verbose, nested + 1, not nested and not items))
+            if not source.match("|"):
+                break
+            if not nested:
+                verbose = state.flags & C.SRE_FLAG_VERBOSE
+        if len(items) == 1:
+            return items[0]
+        subpattern = module.SubPattern(state)
+        subpattern.append((C.BRANCH, (None, items)))
+        return subpattern
+
+    module._parse_sub = _parse_sub
+    return module
+
+
+_as_written = _parser_as_written()
 
 
 def _nesting(pattern: str) -> int:
