@@ -748,17 +748,22 @@ def cmd_set_quota(client: Client, a) -> object:
                          "change; GET /api/v1/quotas/?queue=...&flavor=... shows the current ones)")
     found, _ = client.get("/api/v1/quotas/", queue=a.queue, flavor=a.flavor)
     limit = None if a.no_limit else a.limit
-    if not found["results"]:
-        body = {"queue": a.queue, "flavor": a.flavor, "guarantee": a.guarantee or 0, "quota": a.quota or 0,
-                "limit": limit}
-        return client.request("POST", "/api/v1/quotas/", body)[0]
-    url = f"/api/v1/quotas/{found['results'][0]['id']}/"
-    current, headers = client.request("GET", url)
-    etag = headers.get("ETag") or headers.get("Etag")
-    body = {k: v for k, v in (("guarantee", a.guarantee), ("quota", a.quota)) if v is not None}
-    if a.no_limit or a.limit is not None:
-        body["limit"] = limit
-    return client.request("PATCH", url, body, headers={"If-Match": etag})[0]
+    # a refused value is named by its flag first, "--quota (quota): ..." (as submit's: flag_keys; trial 25)
+    flags = {"guarantee": "--guarantee", "quota": "--quota", "limit": "--no-limit" if a.no_limit else "--limit"}
+    try:
+        if not found["results"]:
+            body = {"queue": a.queue, "flavor": a.flavor, "guarantee": a.guarantee or 0, "quota": a.quota or 0,
+                    "limit": limit}
+            return client.request("POST", "/api/v1/quotas/", body)[0]
+        url = f"/api/v1/quotas/{found['results'][0]['id']}/"
+        current, headers = client.request("GET", url)
+        etag = headers.get("ETag") or headers.get("Etag")
+        body = {k: v for k, v in (("guarantee", a.guarantee), ("quota", a.quota)) if v is not None}
+        if a.no_limit or a.limit is not None:
+            body["limit"] = limit
+        return client.request("PATCH", url, body, headers={"If-Match": etag})[0]
+    except ApiError as exc:
+        raise ApiError(exc.status, flag_keys(exc.body, flags)) from None
 
 
 def cmd_set_sharing(client: Client, a) -> object:

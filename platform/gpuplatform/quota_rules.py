@@ -170,56 +170,150 @@ def effective_limit(queue_id: int | None, flavor: str) -> int | None:
     return None
 
 
+class _Claims:
+    """What each queue claims of one flavor in its parent's sum, the engine's rule (scheduler/core/plugins/quota.py,
+    QueueTree._claimed; docs/quotas.md): its quota row for the flavor; 0 when it has quota rows, none for the
+    flavor (it deserves none of it to hand down); a queue with no quota row at all (a grouping node) what its
+    children claim, recursively. Built from two queries (queue trees are small), then `change` applies the quota
+    change or move being checked: queue `queue_id` (None: a new one) under `parent_id`, with `quota` for the flavor
+    (None: its rows as they are, for a move)."""
+
+    NEW = "new queue"
+
+    def __init__(self, flavor: str):
+        self.flavor = flavor
+        self.parent: dict = dict(Queue.objects.values_list("id", "parent_id"))
+        self.has_rows: set = set()
+        self.quota: dict = {}
+        for qid, f, q in Quota.objects.values_list("queue_id", "flavor", "quota"):
+            self.has_rows.add(qid)
+            if f == flavor:
+                self.quota[qid] = q
+        self._kids = None
+
+    def change(self, queue_id: int | None, parent_id: int | None, quota: int | None):
+        key = self.NEW if queue_id is None else queue_id
+        self.parent[key] = parent_id
+        if quota is not None:
+            self.has_rows.add(key)
+            self.quota[key] = quota
+        self._kids = None
+        return key
+
+    def kids(self, queue_id) -> list:
+        if self._kids is None:
+            self._kids = {}
+            for q, p in self.parent.items():
+                self._kids.setdefault(p, []).append(q)
+        return self._kids.get(queue_id, [])
+
+    def claimed(self, queue_id, seen: frozenset = frozenset()) -> int:
+        if queue_id in self.has_rows:
+            return self.quota.get(queue_id, 0)
+        if queue_id in seen:  # a loop (never stored: makes_cycle is checked first)
+            return 0
+        return sum(self.claimed(c, seen | {queue_id}) for c in self.kids(queue_id))
+
+    def children_claim(self, queue_id) -> int:
+        """The sum of `queue_id`'s children's claims (None: the root queues')."""
+        return sum(self.claimed(c) for c in self.kids(queue_id))
+
+    def summing_level(self, parent_id) -> tuple[int | None, list]:
+        """The level whose sum a child of `parent_id` counts in: the nearest ancestor from `parent_id` up that has a
+        quota row (None: the root queues' sum, against the cluster), and the grouping nodes passed on the way."""
+        passed, seen = [], set()
+        while parent_id is not None and parent_id not in self.has_rows and parent_id not in seen:
+            seen.add(parent_id)
+            passed.append(parent_id)
+            parent_id = self.parent.get(parent_id)
+        return parent_id, passed
+
+
+def _names(ids) -> dict:
+    return dict(Queue.objects.filter(pk__in=list(ids)).values_list("id", "name"))
+
+
+def _passed_words(passed: list, where: str) -> str:
+    """'(g has no quota: it claims its children's quotas in root's sum)' for the grouping nodes a sum went through."""
+    if not passed:
+        return ""
+    names = _names(passed)
+    listed = ", ".join(names.get(q, str(q)) for q in passed)
+    verb = "has no quota: it claims its" if len(passed) == 1 else "have no quota: each claims its"
+    return f" ({listed} {verb} children's quotas in {where})"
+
+
+def _sum_rule(claims: _Claims, parent_id: int | None, flavor: str, new_claim: int, old_claim: int,
+              field: str) -> dict[str, str]:
+    """The children's-sum rule upward for a claim of `new_claim` (was `old_claim`) under `parent_id`, `claims` holding
+    the change: checked at the nearest ancestor with a quota row (through grouping nodes, which claim their
+    children's quotas), or among the root queues against the cluster when every ancestor is a grouping node. Only
+    a change that raises the sum is refused (check_against_tree)."""
+    level, passed = claims.summing_level(parent_id)
+    if level is None:  # every ancestor a grouping node (or a root queue itself): the root queues' sum
+        return check_root_capacity(None, flavor, new_claim, "", old_claim, claims=claims, field=field, passed=passed)
+    bound = claims.quota.get(level, 0)  # a level with quotas, none for this flavor, deserves none to hand down
+    total = claims.children_claim(level)
+    if total <= bound or new_claim <= old_claim:
+        return {}
+    if not passed:
+        return {field: f"children's quotas would sum to {total}, above the parent queue's quota ({bound}) for {flavor}"}
+    name = _names([level]).get(level, str(level))
+    why = _passed_words(passed, f"{name}'s sum")
+    return {field: f"children's quotas would sum to {total} under queue {name}, the nearest ancestor with a quota, "
+                   f"above its quota ({bound}) for {flavor}{why}"}
+
+
 def check_against_tree(queue_id: int | None, parent_id: int | None, flavor: str, quota: int,
                        limit: int | None, prefix: str = "", current: int | None = None) -> dict[str, str]:
     """Rules linking one queue's (flavor) quota to its parent and children.
 
     - the child's limit must not be above the parent's (effective) limit;
-    - the children's quotas (siblings + this one) must not sum above the parent's quota, when the parent
-      has a quota for this flavor;
-    - for an existing queue: its children's quotas must not sum above its new quota, and no child's limit
-      may be above its new limit.
+    - the children's quotas (siblings + this one) must not sum above the parent's quota; a parent with no quota
+      row at all (a grouping node) claims its children's quotas in its own parent's sum, so the sum is checked at
+      the nearest ancestor with a quota row (a row for another flavor only: quota 0 of this one), or among the
+      root queues against the cluster (check_root_capacity) when there is none: at every level, as the engine
+      sums them (_Claims; new-user trial 25: a child of a grouping node took any quota);
+    - for an existing queue: its children's quotas (a grouping child's children's, recursively) must not sum above
+      its new quota, and no child's limit may be above its new limit.
 
     `current`: the queue's quota row for the flavor as it is now, when the change is to that row in place (None: a
-    new row, or a queue moving there, checked as new). The rules then refuse only a change that moves a sum the
-    wrong way: on a tree that already breaks one (nodes that left under the root queues' quotas, or rows written
-    before the queue tree's lock), a cut toward the rule, or a new queue with quota 0, is not refused for the
-    others' excess (new-user trial 16, F4).
+    new row, or a queue moving there, checked as new; a grouping node's first row counts from what its children
+    claimed). The rules then refuse only a change that moves a sum the wrong way: on a tree that already breaks
+    one (nodes that left under the root queues' quotas, or rows written before the queue tree's lock), a cut
+    toward the rule, or a new queue with quota 0, is not refused for the others' excess (new-user trial 16, F4).
     """
     errors: dict[str, str] = {}
+    claims = _Claims(flavor)
+    old_claim = current or 0
+    if current is None and queue_id is not None and queue_id not in claims.has_rows and \
+            claims.parent.get(queue_id) == parent_id:
+        old_claim = claims.claimed(queue_id)  # a grouping node's first row: it claimed its children's quotas
+    key = claims.change(queue_id, parent_id, quota)
     if parent_id is not None:
         parent_limit = effective_limit(parent_id, flavor)
         if parent_limit is not None and limit is not None and limit > parent_limit:
             errors[f"{prefix}limit"] = f"limit ({limit}) is above the parent queue's limit ({parent_limit})"
-        parent_quota = Quota.objects.filter(queue_id=parent_id, flavor=flavor).values_list("quota", flat=True).first()
-        if parent_quota is None and Quota.objects.filter(queue_id=parent_id).exists():
-            parent_quota = 0  # a parent with quotas, none for this flavor, deserves none of it to hand down
-        if parent_quota is not None:
-            siblings = Quota.objects.filter(queue__parent_id=parent_id, flavor=flavor)
-            if queue_id is not None:
-                siblings = siblings.exclude(queue_id=queue_id)
-            total = (siblings.aggregate(s=Sum("quota"))["s"] or 0) + quota
-            if total > parent_quota and quota > (current or 0):
-                errors[f"{prefix}quota"] = (f"children's quotas would sum to {total}, above the parent queue's "
-                                            f"quota ({parent_quota}) for {flavor}")
-    else:
-        errors.update(check_root_capacity(queue_id, flavor, quota, prefix, current))
+    errors.update(_sum_rule(claims, parent_id, flavor, quota, old_claim, f"{prefix}quota"))
     if queue_id is not None:
-        children = Quota.objects.filter(queue__parent_id=queue_id, flavor=flavor)
-        child_sum = children.aggregate(s=Sum("quota"))["s"] or 0
+        child_sum = claims.children_claim(key)
         if child_sum > quota and (current is None or quota < current):
             errors[f"{prefix}quota"] = f"quota ({quota}) is below the sum of the children's quotas ({child_sum})"
-        if limit is not None and children.filter(limit__gt=limit).exists():
+        if limit is not None and Quota.objects.filter(queue__parent_id=queue_id, flavor=flavor,
+                                                      limit__gt=limit).exists():
             errors[f"{prefix}limit"] = f"limit ({limit}) is below a child queue's limit"
     return errors
 
 
 def check_root_capacity(queue_id: int | None, flavor: str, quota: int, prefix: str = "",
-                        current: int | None = None) -> dict[str, str]:
+                        current: int | None = None, *, claims: _Claims | None = None, field: str | None = None,
+                        passed: list = ()) -> dict[str, str]:
     """Root queues share the cluster: their quotas for a flavor must not sum above the GPUs of that flavor, or for
     a MIG resource "<flavor>/mig-<profile>" above its instances (checked once nodes are registered; a cluster
-    being set up has none yet). `current`: this queue's root quota now; a quota not above it is not refused
-    (see check_against_tree)."""
+    being set up has none yet). A root queue with no quota row (a grouping node) counts what its children claim
+    (_Claims). `current`: this queue's claim now; a claim not above it is not refused (see check_against_tree).
+    `claims`: the tree with the change applied (None: root queue `queue_id` given `quota`); `passed`: the grouping
+    nodes a child's claim went up through, named in the message."""
     from .models import Node
 
     if not Node.objects.exists():
@@ -231,13 +325,14 @@ def check_root_capacity(queue_id: int | None, flavor: str, quota: int, prefix: s
         capacity = MigInstance.objects.filter(gpu__node__flavor=model, profile=profile).count()
     else:
         capacity = Node.objects.filter(flavor=flavor).aggregate(s=Sum("gpu_count"))["s"] or 0
-    roots = Quota.objects.filter(queue__parent__isnull=True, flavor=flavor)
-    if queue_id is not None:
-        roots = roots.exclude(queue_id=queue_id)
-    total = (roots.aggregate(s=Sum("quota"))["s"] or 0) + quota
+    if claims is None:
+        claims = _Claims(flavor)
+        claims.change(queue_id, None, quota)
+    total = claims.children_claim(None)
     if total > capacity and quota > (current or 0):
         what = f"the cluster's {capacity} {flavor} GPUs" if capacity else f"the cluster, which has no {flavor} GPUs"
-        return {f"{prefix}quota": f"root queues' quotas would sum to {total}, above {what}"}
+        why = _passed_words(list(passed), "the root queues' sum")
+        return {field or f"{prefix}quota": f"root queues' quotas would sum to {total}, above {what}{why}"}
     return {}
 
 
@@ -267,7 +362,8 @@ def check_parent(queue: Queue, parent: Queue | None, field: str = "parent") -> d
     """Every quota rule that depends on a queue's parent, for moving existing `queue` (with its quotas and its
     subtree) under `parent` (None = make it a root): per flavor of its quotas, the tree rules of a quota change
     at the new place (check_against_tree: its limit within the parent's limit, the children's quotas within
-    the parent's quota, root queues within the cluster), and no limit in its subtree above the new parent's
+    the parent's quota, root queues within the cluster; a queue with no quota row brings what its children claim,
+    as the engine sums it: _Claims), and no limit in its subtree above the new parent's
     (effective) limit. The one re-parent check of services.update_queue (the queue API's PATCH / PUT `parent`,
     the admin's queue form), so a move cannot build a tree a quota change would be refused for (new-user
     trial 11, F2). Reported on `field`, naming the rule; empty when the parent does not change."""
@@ -280,6 +376,17 @@ def check_parent(queue: Queue, parent: Queue | None, field: str = "parent") -> d
         errors = check_against_tree(queue.pk, parent_id, flavor, quota, limit)
         if errors:
             return {field: f"moving {queue.name} {where} breaks a quota rule: {next(iter(errors.values()))}"}
+    if not Quota.objects.filter(queue_id=queue.pk).exists():  # a grouping node brings what its children claim
+        flavors = (Quota.objects.filter(queue_id__in=subtree_ids(queue.pk)).order_by("flavor")
+                   .values_list("flavor", flat=True).distinct())
+        for flavor in flavors:
+            claims = _Claims(flavor)
+            claims.change(queue.pk, parent_id, None)
+            claim = claims.claimed(queue.pk)
+            errors = _sum_rule(claims, parent_id, flavor, claim, 0, field) if claim else {}
+            if errors:
+                return {field: f"moving {queue.name} {where} breaks a quota rule: {errors[field]} ({queue.name} has "
+                               f"no quota: it claims its children's {claim})"}
     if parent_id is not None:
         below = (Quota.objects.filter(queue_id__in=subtree_ids(queue.pk), limit__isnull=False)
                  .values_list("flavor", "limit", "queue__name").order_by("flavor", "-limit"))
