@@ -3,12 +3,12 @@
 A client sends `Idempotency-Key: <1-200 visible ASCII characters, no comma>` (once) with a POST that creates (a job, a queue,
 a quota, a team, a membership, a node registration). The key is remembered per user for
 IDEMPOTENCY_KEY_TTL_SECONDS (default 86,400 s = one day) together with the request's fingerprint (method,
-path, canonical JSON body) and the response:
+path, canonical JSON of the parsed body: the same values form-encoded or as JSON are one request) and the response:
 
 - the same key and the same request again -> the first response (same status and body, so the same id),
   with the header `Idempotent-Replayed: true`; nothing new is stored;
-- the same key with a different request (another body or endpoint) -> 409 `{"Idempotency-Key": [...]}`;
-  nothing is stored;
+- the same key with a different request -> 409 `{"Idempotency-Key": [...]}` naming the endpoint it was used
+  for ("another endpoint", or "with another body" on the same one); nothing is stored;
 - a request that failed (any non-2xx answer) is not remembered: fix it and retry with the same key.
 
 The key row is written in the same transaction as the object it created; two concurrent requests with one
@@ -59,12 +59,41 @@ class _Replay(Exception):
         self.response = response
 
 
+def _canonical(value):
+    """The parsed value as a form could carry it: a number or boolean as its JSON text (5 -> "5", true ->
+    "true"), so the same values sent form-encoded and as JSON compare equal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
 def fingerprint(request) -> str:
+    """sha256 of the method, the path and the canonical JSON of the parsed body (request.data), not of its bytes:
+    the same values sent form-encoded and then as JSON are the same request (new-user trial 25, C: a membership
+    sent both ways with one key was a 409 "with another body"). A form field given once is its value, not a
+    one-item list; numbers and booleans compare as their text (_canonical)."""
     data = request.data
     if hasattr(data, "lists"):  # a QueryDict (form post)
-        data = {k: v for k, v in data.lists() if k != "csrfmiddlewaretoken"}
-    body = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+        data = {k: v[0] if len(v) == 1 else v for k, v in data.lists() if k != "csrfmiddlewaretoken"}
+    body = json.dumps(_canonical(data), sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(f"{request.method} {request.path}\n{body}".encode()).hexdigest()
+
+
+def conflict_words(key: str, row: IdempotencyKey, method: str, path: str) -> str:
+    """The 409's sentence: the endpoint the key was used for when it is another one, "with another body" only
+    when the endpoint is the same (new-user trial 25, C: a key reused on another endpoint read "(POST
+    /api/v1/jobs/ with another body)", as if the body were the difference)."""
+    if (row.method, row.path) != (method, path[:500]):
+        what = f"for a different request ({row.method} {row.path}, another endpoint)"
+    else:
+        what = f"for a different request ({row.method} {row.path} with another body)"
+    return f"key {key!r} was used {what} in the last {int(ttl().total_seconds())} s; use a new key for a new request"
 
 
 def _replay(row: IdempotencyKey) -> Response:
@@ -111,9 +140,7 @@ class IdempotentCreateMixin:
         row = IdempotencyKey.objects.filter(user=request.user, key=key, created_at__gte=timezone.now() - ttl()).first()
         if row is not None:
             if row.fingerprint != fp:
-                raise IdempotencyConflict({HEADER: [
-                    f"key {key!r} was used for a different request ({row.method} {row.path} with another body) "
-                    f"in the last {int(ttl().total_seconds())} s; use a new key for a new request"]})
+                raise IdempotencyConflict({HEADER: [conflict_words(key, row, request.method, request.path)]})
             raise _Replay(_replay(row))
         self._idem = (key, fp)
 
