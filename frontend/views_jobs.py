@@ -3,11 +3,17 @@ services as the REST API (services.submit_job, services.cancel_job) and the same
 (access.can_submit: a member or admin of the job's team, or a platform admin)."""
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import uuid
 from datetime import datetime, timezone as dt_timezone
+from functools import wraps
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -31,10 +37,60 @@ def _form_kwargs(user) -> dict:
     return {"teams": list(access.submit_teams(user).values_list("name", flat=True)), "queues": queues, "tiers": tiers}
 
 
+FORM_TOKEN = "submit_token"  # the submit form's one-time token (a hidden field)
+_TOKEN = re.compile(r"[0-9a-f]{32}")
+
+
+def new_form_token() -> str:
+    return uuid.uuid4().hex
+
+
+def once_per_form_token(view):
+    """A submit form posted twice with its one-time token (a double click, a resent POST) submits once: the second
+    POST waits for the first (the token's lock, api.idempotency's store: IdempotencyKey "form:<token>", per user,
+    IDEMPOTENCY_KEY_TTL_SECONDS) and is sent where the first one went (its job's page), with a line saying nothing
+    new was submitted, as the API replays a POST with the same Idempotency-Key (new-user trial 25, D: two POSTs of
+    one /jobs/new/ form made two jobs). The same token with other values (the form changed after going back) is
+    the form again with an error and a fresh token: submitting that creates. A POST without a token (a script)
+    behaves as before."""
+    from gpuplatform.api.idempotency import ttl
+    from gpuplatform.models import IdempotencyKey
+    from gpuplatform.scheduling.locks import lock_name
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        token = request.POST.get(FORM_TOKEN, "") if request.method == "POST" else ""
+        if not _TOKEN.fullmatch(token) or not request.user.is_authenticated:
+            return view(request, *args, **kwargs)
+        key = f"form:{token}"
+        fields = {k: v for k, v in request.POST.lists() if k not in ("csrfmiddlewaretoken", FORM_TOKEN)}
+        fp = hashlib.sha256(f"POST {request.path}\n{json.dumps(fields, sort_keys=True)}".encode()).hexdigest()
+        with transaction.atomic():
+            lock_name("idempotency", f"{request.user.pk}:{key}")
+            row = IdempotencyKey.objects.filter(user=request.user, key=key,
+                                                created_at__gte=timezone.now() - ttl()).first()
+            if row is not None:
+                if row.fingerprint == fp and row.path == request.path:
+                    messages.info(request, "This form was already submitted; nothing new was submitted. "
+                                           "Its job is shown here.")
+                    return redirect(row.body["location"])
+                request.form_submitted_before = row.body.get("location") or row.path
+                return view(request, *args, **kwargs)
+            response = view(request, *args, **kwargs)
+            if response.status_code == 302 and getattr(request, "form_created", False):
+                IdempotencyKey.objects.filter(user=request.user, key=key).delete()  # an expired row of this key
+                IdempotencyKey.objects.create(user=request.user, key=key, fingerprint=fp, method="POST",
+                                              path=request.path[:500], status=302,
+                                              body={"location": response["Location"]}, created_at=timezone.now())
+            return response
+    return wrapped
+
+
 @renders_form_errors  # a NUL in a field comes back as that field's error on the form (inputs.py)
 @login_required
 @require_http_methods(["GET", "POST"])
 @html_only("POST /api/v1/jobs/ (the REST API; gpuctl submit)")
+@once_per_form_token
 def job_new(request):
     kwargs = _form_kwargs(request.user)
     manager = is_manager()
@@ -50,13 +106,19 @@ def job_new(request):
         for key in sorted(k for k, values in request.POST.lists() if len(values) > 1):
             form.add_error(None, f"{key}: {REPEATED}")
             valid = False
+        earlier = getattr(request, "form_submitted_before", None)
+        if earlier:  # this form's token already submitted other values (once_per_form_token)
+            form.add_error(None, f"This form was already submitted (see {earlier}) with other values; nothing was "
+                                 f"submitted now. Submit it again to submit these values as a new job.")
+            valid = False
         if valid:
             data = form.cleaned_data
             team = Team.objects.get(name=data["team"])
             minutes = data.get("time_limit_minutes")
             if manager:
                 return _submit_federated(request, form, roles, team, data, minutes) or render(
-                    request, "frontend/job_form.html", {"form": form, "roles": roles, "queue_teams": dict(kwargs["queues"])})
+                    request, "frontend/job_form.html", {"form": form, "roles": roles, "queue_teams": dict(kwargs["queues"]),
+                                                        FORM_TOKEN: new_form_token()})
             try:
                 job = services.submit_job(
                     team=team, queue=data["queue"], name=data["name"], roles=[f.role() for f in roles.forms],
@@ -72,6 +134,7 @@ def job_new(request):
             except services.ValidationError as exc:
                 apply_service_errors(exc.errors, form, roles)
             else:
+                request.form_created = True  # once_per_form_token remembers where this token's submit went
                 messages.success(request, f"Job {job.name} submitted to queue {job.queue.name}.")
                 _shape_warning(request, job, [f.role() for f in roles.forms], data)
                 return redirect("frontend:job-detail", pk=job.pk)
@@ -80,7 +143,7 @@ def job_new(request):
         form = JobForm(initial={"team": team, "queue": queue}, **kwargs)
         roles = RoleFormSet(prefix="roles", form_kwargs={"flavors": flavors, "tiers": kwargs.get("tiers", ())})
     return render(request, "frontend/job_form.html", {
-        "form": form, "roles": roles, "queue_teams": dict(kwargs["queues"]),
+        "form": form, "roles": roles, "queue_teams": dict(kwargs["queues"]), FORM_TOKEN: new_form_token(),
     })  # an invalid form comes back with 200, like Django's FormView (a 400 page is a console error)
 
 
@@ -136,6 +199,7 @@ def _submit_federated(request, form, roles, team, data: dict, minutes):
     except services.ValidationError as exc:
         apply_service_errors(exc.errors, form, roles)
         return None
+    request.form_created = True
     messages.success(request, f"Job {job.name} submitted to the federation (queue {job.queue}); the dispatcher "
                               f"places it on a member cluster.")
     return redirect(reverse("federation") + f"#fed-job-{job.pk}")
