@@ -9,6 +9,7 @@ from operator import itemgetter
 
 from django.db.models import Sum
 
+from scheduler.core.plugins.quota import claimed
 from scheduler.forecast.variants import quota_error
 
 from .models import Queue, Quota
@@ -172,7 +173,7 @@ def effective_limit(queue_id: int | None, flavor: str) -> int | None:
 
 class _Claims:
     """What each queue claims of one flavor in its parent's sum, the engine's rule (scheduler/core/plugins/quota.py,
-    QueueTree._claimed; docs/quotas.md): its quota row for the flavor; 0 when it has quota rows, none for the
+    claimed; docs/quotas.md): its quota row for the flavor; 0 when it has quota rows, none for the
     flavor (it deserves none of it to hand down); a queue with no quota row at all (a grouping node) what its
     children claim, recursively. Built from two queries (queue trees are small), then `change` applies the quota
     change or move being checked: queue `queue_id` (None: a new one) under `parent_id`, with `quota` for the flavor
@@ -207,12 +208,12 @@ class _Claims:
                 self._kids.setdefault(p, []).append(q)
         return self._kids.get(queue_id, [])
 
-    def claimed(self, queue_id, seen: frozenset = frozenset()) -> int:
-        if queue_id in self.has_rows:
-            return self.quota.get(queue_id, 0)
-        if queue_id in seen:  # a loop (never stored: makes_cycle is checked first)
-            return 0
-        return sum(self.claimed(c, seen | {queue_id}) for c in self.kids(queue_id))
+    def claimed(self, queue_id) -> int:
+        """The engine's rule, scheduler.core.plugins.quota.claimed, on this tree."""
+        return claimed(queue_id, self._quota_of, self.kids)
+
+    def _quota_of(self, queue_id) -> int | None:
+        return self.quota.get(queue_id, 0) if queue_id in self.has_rows else None
 
     def children_claim(self, queue_id) -> int:
         """The sum of `queue_id`'s children's claims (None: the root queues')."""

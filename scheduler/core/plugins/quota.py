@@ -134,6 +134,21 @@ def least_limit(queues: dict[str, QueueInfo], chain, flavor: str) -> tuple[float
     return best, who
 
 
+def claimed(queue, quota_of, children_of, seen: frozenset = frozenset()) -> float:
+    """What `queue`'s quota claims of one flavor in its parent's sum (GPUs): its quota, 0 when it has quotas for other
+    flavors only, and for a grouping node (a queue with no quota for any flavor) what its children claim, recursively.
+    The one rule behind the engine's entitlements (QueueTree) and the platform's quota-sum checks
+    (gpuplatform.quota_rules). quota_of(q): q's quota of the flavor (0 as above), None for a grouping node;
+    children_of(q): q's children (any hashable ids). A queue met again below itself (a loop) claims 0."""
+    own = quota_of(queue)
+    if own is not None:
+        return own
+    if queue in seen:
+        return 0
+    seen = seen | {queue}
+    return sum(claimed(c, quota_of, children_of, seen) for c in children_of(queue))
+
+
 class QueueTree:
     def __init__(self, snapshot: Snapshot, static=None, facts=None, memo: dict | None = None):
         """static: the snapshot's domain_tree.ClusterStatic, when the caller has it (saves two node scans).
@@ -389,11 +404,8 @@ class QueueTree:
         return kids.get(name, [])
 
     def _claimed(self, name: str, flavor: str) -> float:
-        """What a queue's quota claims of its parent's entitlement (a grouping node: its children's)."""
-        own = self._quota(name, flavor)
-        if own is not None:
-            return own
-        return sum(self._claimed(c, flavor) for c in self._children(name))
+        """What a queue's quota claims of its parent's entitlement (a grouping node: its children's): `claimed`."""
+        return claimed(name, lambda q: self._quota(q, flavor), self._children)
 
     def entitlement(self, queue: str, flavor: str) -> float:
         """GPUs of `flavor` the queue deserves (module docstring): a top-level queue its quota (a grouping
