@@ -208,6 +208,10 @@ def _submit_federated(request, form, roles, team, data: dict, minutes):
 @login_required
 @require_POST
 def job_cancel(request, pk: int):
+    """The job page's "Cancel job" button. On a federation manager (no local jobs) pk is a federated job's, as
+    on /jobs/<pk>/ and /api/v1/jobs/<pk>/cancel/: the Cancel button of its row on /federation/ posts here."""
+    if is_manager():
+        return _federated_job_cancel(request, pk)
     job = queries.job_detail(request.user, pk)
     if job is None:
         raise Http404("No such job, or not one of your teams' jobs.")
@@ -220,6 +224,26 @@ def job_cancel(request, pk: int):
     else:
         messages.success(request, f"Job {job.name} cancelled.")
     return redirect("frontend:job-detail", pk=job.pk)
+
+
+def _federated_job_cancel(request, pk: int):
+    """Cancel a federated job from the federation page: the API's rule (members and admins of its team,
+    access.can_submit) and the API's service (federation.manager.cancel_federated_job, which stops the
+    worker's copy too), then back to the job's row with a message."""
+    from gpuplatform.federation.manager import cancel_federated_job, visible_federated_jobs
+
+    job = visible_federated_jobs(request.user).filter(pk=pk).first()
+    if job is None:
+        raise Http404("No such federated job, or not one of your teams' jobs.")
+    if not can_act(request.user, job):
+        raise PermissionDenied("Only members and admins of the job's team may cancel it.")
+    try:
+        cancel_federated_job(job, actor=request.user, reason=f"cancelled in the browser by {request.user}")
+    except services.ValidationError as exc:
+        messages.error(request, "; ".join(str(v) for v in exc.errors.values()))
+    else:
+        messages.success(request, f"Job {job.name} cancelled; its copy on the member cluster is stopped too.")
+    return redirect(reverse("federation") + f"#fed-job-{job.pk}")
 
 
 def _shape_warning(request, job, roles: list[dict], data: dict) -> None:
