@@ -20,6 +20,7 @@ from django.utils import timezone
 from .. import access
 from ..audit import record_event
 from ..errors import ValidationError
+from ..inputs import text_rule_error
 from ..job_rules import MAX_TIER, check_job, resolve_tier
 from ..models import FederatedJob, MemberCluster, Queue
 from ..names import control_character_error
@@ -46,7 +47,18 @@ def _check_labels(labels, field: str = "labels") -> dict:
             raise ValidationError({field: f"label name {k!r}: letters, digits, '_', '.', '-', '/', at most 63"})
         if not isinstance(v, str) or len(v) > 100:
             raise ValidationError({f"{field}.{k}": "a string of at most 100 characters"})
+        _check_one_line(f"{field}.{k}", v)
     return dict(labels)
+
+
+def _check_one_line(field: str, value: str) -> None:
+    """The API's text rule for one-line text (inputs.text_rule_error, one_line: a job's or a team's name follows it)
+    on a federation field the jobs serializer does not read (`data_site`, a label value): a control character, a
+    newline or an invisible format character is the same 400 as on any other text field, text of only white space
+    too ("a\\u0007b" as a data_site was stored and dispatched: new-user trial 25)."""
+    refused = text_rule_error(value, one_line=True)
+    if refused:
+        raise ValidationError({field: refused[0]})
 
 
 CLUSTER_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -270,6 +282,7 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
     data_site = "" if fed.get("data_site") is None else fed["data_site"]
     if not isinstance(data_site, str) or len(data_site) > 100:
         raise ValidationError({"data_site": "a string of at most 100 characters"})
+    _check_one_line("data_site", data_site)
     restartable = fed.get("restartable", False)
     if not isinstance(restartable, bool):
         raise ValidationError({"restartable": "true or false"})
