@@ -143,7 +143,25 @@ def cluster(request):
     if errors:
         return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
                                       content_type="text/plain; charset=utf-8")
+    if is_manager():  # no nodes of its own: every figure here would read 0; say so and lead to /federation/
+        return render(request, "frontend/cluster.html", {"federation": _federation_counts()})
     return render(request, "frontend/cluster.html", _cluster_context(request))
+
+
+def _federation_counts() -> dict:
+    """A federation manager's cluster page: its member clusters and its federated jobs now (every team's, as the
+    cluster page counts every team's jobs: numbers only, no job details). new-user trial 25, federation 2: the
+    page read '0 running · 0 pending' and quota 0 of 8 while a federated job ran on a member."""
+    from django.db.models import Count
+
+    from gpuplatform.models import FederatedJob, MemberCluster
+
+    states = dict(FederatedJob.objects.values_list("state").annotate(n=Count("pk")).values_list("state", "n"))
+    return {"clusters": MemberCluster.objects.count(),
+            "healthy": MemberCluster.objects.filter(state=MemberCluster.State.HEALTHY).count(),
+            "running": states.get("running", 0),
+            "pending": sum(states.get(s, 0) for s in ("pending", "dispatching", "dispatched")),
+            "lost": states.get("lost", 0)}
 
 
 @never_cache
