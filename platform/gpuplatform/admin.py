@@ -32,7 +32,7 @@ from django.urls import reverse
 
 from . import quota_rules, services
 from .admin_services import ServiceAdmin
-from .inputs import TextRuleForm
+from .inputs import TextRuleForm, error_text
 from .names import name_error
 from .services.tenancy import TEAM_DESCRIPTION_MAX, team_clashes, team_description_error
 from .models import (
@@ -461,6 +461,9 @@ def unmark_spare(node, *, actor=None) -> bool:
     return _set_spare(node, False, actor)
 
 
+NODE_LABELS_RULE = "labels must be a JSON object of name: value, e.g. {\"zone\": \"a\"}"
+
+
 class NodeForm(NameRuleForm):
     """The one name rule (names.py) on the admin's node form: a node every per-node URL can name (new-user trial
     13, F2). A node registered before the rule under a name that breaks it is renamed here (its agent is then
@@ -492,9 +495,12 @@ class NodeForm(NameRuleForm):
         from .api.serializers.cluster import NodeRegisterSerializer
 
         value = self.cleaned_data.get("labels")
+        if not isinstance(value, dict):  # DRF's words ('Expected a dictionary of items but got type "list".')
+            raise forms.ValidationError(NODE_LABELS_RULE)  # name the rule of the admin's JSON box instead
         check = NodeRegisterSerializer(data={"labels": value}, partial=True)
         if not check.is_valid() and "labels" in check.errors:
-            raise forms.ValidationError(f"labels: {check.errors['labels']}")
+            # plain text, never the repr of DRF's ErrorDetail list (new-user trial 25h, 2)
+            raise forms.ValidationError(f"labels: {error_text(check.errors['labels'])}")
         return value
 
 

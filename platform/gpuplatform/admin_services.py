@@ -16,7 +16,7 @@ import logging
 from django.contrib import admin
 
 from .errors import ValidationError
-from .inputs import TextRuleForm
+from .inputs import TextRuleForm, error_text
 
 log = logging.getLogger("gpuplatform.admin")
 
@@ -50,6 +50,7 @@ class ServiceAdmin(admin.ModelAdmin):
             def clean(self):
                 data = super().clean()
                 for field, message in errors.items():
+                    message = error_text(message)  # a serializer's ErrorDetail list as its text
                     if field in self.fields and not self.fields[field].widget.is_hidden:  # (a hidden field's
                         # error would not show: the form's `version` goes above the form)
                         self.add_error(field, message)

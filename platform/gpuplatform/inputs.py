@@ -169,18 +169,42 @@ def text_rule_error(text: str, *, one_line: bool = False, blank: str | None = BL
     return None
 
 
+def error_text(detail) -> str:
+    """An error as plain text for a page: a message as it is; DRF's error detail (ErrorDetail, which is text, in
+    lists and dicts: a serializer's `errors`) as its messages, "; "-joined, a dict's as "key: message". A form error
+    built from such a structure showed its Python repr (new-user trial 25h, 2: "labels: [ErrorDetail(string='Expected
+    a dictionary ...', code='not_a_dict')]" on the admin's node page)."""
+    if isinstance(detail, dict):
+        return "; ".join(f"{key}: {error_text(value)}" if key not in ("__all__", "non_field_errors")
+                         else error_text(value) for key, value in detail.items())
+    if isinstance(detail, (list, tuple)):
+        return "; ".join(error_text(item) for item in detail)
+    return str(detail)
+
+
 class TextRuleForm:
     """Mixin of a Django form (the admin's, the job form's): each of its text fields follows the API's text rule
     (text_rule_error) on the value as typed, before Django trims it, and shows the refusal on the field (trial 22,
     F3: the queue form trimmed "alpha\n" to "alpha" silently). A field named in ONE_LINE_FIELDS is one line.
     Left out: `text_rule_exempt` (a field that applies the rule itself in its own words: a team's description),
-    passwords, hidden fields, and a value holding a NUL (Django's own error for it, as the input guard's)."""
+    passwords, hidden fields, and a value holding a NUL (Django's own error for it, as the input guard's).
+    An error added to the form (add_error: a service's refusal, a serializer's errors) is plain text (error_text),
+    never a repr of DRF's ErrorDetail lists."""
 
     text_rule_exempt: tuple[str, ...] = ()
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         apply_text_rule(self, exempt=self.text_rule_exempt)
+
+    def add_error(self, field, error):
+        from django import forms
+
+        if isinstance(error, dict) and field is None:  # {field: message}: Django files each under its field
+            error = {key: error_text(value) for key, value in error.items()}
+        elif not isinstance(error, forms.ValidationError):
+            error = error_text(error)
+        super().add_error(field, error)
 
 
 def apply_text_rule(form, *, exempt=()) -> None:
