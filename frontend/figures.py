@@ -46,6 +46,15 @@ def _layout(title: str, *, yaxis: dict | None = None, **extra) -> dict:
     return layout
 
 
+def with_empty_state(figure: dict, sentence: str) -> dict:
+    """Mark a figure none of whose traces has a point with `empty` (the sentence shown instead of its chart:
+    poll.js, gpuplatformApplyFigure), so no page draws plotly's empty axes, e.g. a made-up 'Jan 2000 ... Nov
+    2000' date axis (new-user trial 25, federation 2). Returns the figure."""
+    if not any(len(t.get(k) or ()) for t in figure.get("data") or () for k in ("x", "y", "values")):
+        figure["empty"] = sentence
+    return figure
+
+
 def rates_figure(samples: Sequence[Mapping]) -> dict:
     """Allocation rate and fragmentation rate (percent) over the cluster clock, from cluster samples."""
     x = [_iso(s["time"]) for s in samples]
@@ -63,8 +72,10 @@ def rates_figure(samples: Sequence[Mapping]) -> dict:
             "hovertemplate": "%{y:.1f}%<extra>fragmentation</extra>",
         },
     ]
-    return {"data": data, "layout": _layout("Allocation and fragmentation rate",
-                                            yaxis={"range": [0, 100], "ticksuffix": "%", "rangemode": "normal"})}
+    return with_empty_state(
+        {"data": data, "layout": _layout("Allocation and fragmentation rate",
+                                         yaxis={"range": [0, 100], "ticksuffix": "%", "rangemode": "normal"})},
+        "No data yet: the allocation and fragmentation rates start with the first scheduling cycle's sample.")
 
 
 def allocation_figure(samples: Sequence[Mapping]) -> dict:
@@ -114,7 +125,9 @@ def queue_usage_figure(rows: Iterable[Mapping], *, max_queues: int = 16) -> dict
             "y": [as_gpus(sum(per_queue[q].get(t, 0) for q in rest)) for t in x],
             "stackgroup": "used", "line": {"width": 0.5, "color": "#a0aec0"},
         })
-    return {"data": data, "layout": _layout("GPUs used per queue", yaxis={"title": {"text": "GPUs"}}, height=320)}
+    return with_empty_state(
+        {"data": data, "layout": _layout("GPUs used per queue", yaxis={"title": {"text": "GPUs"}}, height=320)},
+        "No data yet: the GPUs used per queue start with the first scheduling cycle's sample.")
 
 
 def team_jobs_figure(counts: Sequence) -> dict:
@@ -137,4 +150,4 @@ def team_jobs_figure(counts: Sequence) -> dict:
                      barmode="stack", height=max(220, 24 * len(teams) + 90))
     layout["xaxis"] = {"title": {"text": "jobs"}, "gridcolor": "#edf2f7", "rangemode": "tozero"}
     layout["margin"] = {"l": 80, "r": 10, "t": 36, "b": 36}
-    return {"data": data, "layout": layout}
+    return with_empty_state({"data": data, "layout": layout}, "No running or pending jobs now.")

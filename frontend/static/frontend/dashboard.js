@@ -13,21 +13,7 @@
     var fits = true;
     Object.keys(figs).forEach(function (key) {
       var el = document.getElementById("fig-" + key);
-      if (el && figs[key].empty) {  // no data yet: say so instead of drawing empty 0-1 axes
-        if (el.dataset.empty !== figs[key].empty) {
-          Plotly.purge(el);
-          el.innerHTML = "";
-          var p = document.createElement("p");
-          p.className = "empty-state muted";
-          p.textContent = figs[key].empty;
-          el.appendChild(p);
-          el.dataset.empty = figs[key].empty;
-          el.dataset.points = 0;
-        }
-      } else if (el && figs[key].extend && el.dataset.empty) {
-        fits = false;  // new points for a chart that shows its empty state: ask for the whole figure
-      } else if (el) {
-        if (el.dataset.empty) { el.innerHTML = ""; delete el.dataset.empty; }
+      if (el) {  // an empty figure's note, or its chart: poll.js (gpuplatformApplyFigure)
         if (!window.gpuplatformApplyFigure(el, figs[key], config)) { fits = false; return; }
         el.dataset.points = (el.data || []).reduce(function (n, t) { return n + ((t.x || t.y || []).length); }, 0);
       }

@@ -71,8 +71,28 @@ window.gpuplatformSince = function (base, initialFigures) {
 // Draw one polled figure into `el`: a whole figure with Plotly.react; a `since` answer's new points with
 // Plotly.extendTraces (keeping the figure's window of `points`). Returns false when the new points do not
 // fit what is drawn (other traces: a queue appeared): the caller asks for everything next time.
+// A figure with no data yet carries `empty` (its sentence, frontend/figures.py: with_empty_state): that note is
+// shown instead of plotly's empty axes (a made-up "Jan 2000" date axis); new points for such a chart ask for the
+// whole figure. Every polled page's charts (cluster, dashboards) are drawn here.
 window.gpuplatformApplyFigure = function (el, fig, config) {
   "use strict";
+  if (fig.empty) {
+    if (el.dataset.empty !== fig.empty) {
+      if (typeof Plotly !== "undefined") Plotly.purge(el);
+      el.innerHTML = "";
+      var note = document.createElement("p");
+      note.className = "empty-state muted";
+      note.textContent = fig.empty;
+      el.appendChild(note);
+      el.dataset.empty = fig.empty;
+    }
+    return true;
+  }
+  if (el.dataset.empty) {
+    if (fig.extend) return false;  // new points for a chart that shows its empty state: ask for the whole figure
+    el.innerHTML = "";
+    delete el.dataset.empty;
+  }
   if (!fig.extend) { Plotly.react(el, fig.data, fig.layout, config); return true; }
   var drawn = el.data || [];
   if (drawn.length !== fig.names.length) return false;
