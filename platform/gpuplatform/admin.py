@@ -31,7 +31,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 
 from . import quota_rules, services
-from .admin_services import ServiceAdmin
+from .admin_services import ServiceAdmin, StoredTitleAdmin
 from .inputs import TextRuleForm, error_text
 from .names import name_error
 from .services.tenancy import TEAM_DESCRIPTION_MAX, team_clashes, team_description_error
@@ -341,7 +341,10 @@ class QuotaForm(VersionedForm):
         g, q, lim = data.get("guarantee"), data.get("quota"), data.get("limit")
         if queue is None or not flavor or g is None or q is None:
             return data
-        errors = quota_rules.check_quota(queue, flavor, g, q, lim)
+        # on a change, a rule between two values is on the one the form changed (check_triple): a limit set below the
+        # stored quota is the limit's error, not the untouched quota's (new-user trial 25h, 3)
+        changed = set(self.changed_data) & {"guarantee", "quota", "limit"} if self.instance.pk else None
+        errors = quota_rules.check_quota(queue, flavor, g, q, lim, changed)
         for field, message in errors.items():
             self.add_error(field if field in self.fields else None, message)
         return data
@@ -505,7 +508,7 @@ class NodeForm(NameRuleForm):
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(StoredTitleAdmin):
     form = NodeForm
     list_filter = ("state", "spare", "flavor", "domain__tier")
     search_fields = ("name",)

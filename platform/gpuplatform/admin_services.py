@@ -23,7 +23,22 @@ log = logging.getLogger("gpuplatform.admin")
 _REFUSAL = "_gpuplatform_service_refusal"
 
 
-class ServiceAdmin(admin.ModelAdmin):
+class StoredTitleAdmin(admin.ModelAdmin):
+    """A change page shown again with errors names the row as it is stored, not as the refused form left it:
+    Django titles the page and its breadcrumb with str() of the form's instance, which the form has already set
+    to the values it refuses (new-user trial 25h, 3: a quota 0/14 with limit 5 refused was titled
+    "Error: 103959/philly-gpu: 0/14/5", as if the limit had been stored)."""
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        form = context.get("adminform").form if context.get("adminform") is not None else None
+        if change and obj is not None and obj.pk is not None and form is not None and form.errors:
+            stored = self.model._default_manager.filter(pk=obj.pk).first()
+            if stored is not None:
+                context["subtitle"], context["original"] = str(stored), stored
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
+
+
+class ServiceAdmin(StoredTitleAdmin):
     """A ModelAdmin whose save_model calls a service that may raise services.ValidationError."""
 
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
