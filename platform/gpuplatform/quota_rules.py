@@ -257,12 +257,17 @@ def _sum_rule(claims: _Claims, parent_id: int | None, flavor: str, new_claim: in
     total = claims.children_claim(level)
     if total <= bound or new_claim <= old_claim:
         return {}
-    if not passed:
-        return {field: f"children's quotas would sum to {total}, above the parent queue's quota ({bound}) for {flavor}"}
     name = _names([level]).get(level, str(level))
+    # what to do about it (new-user trial 25h, 4: with the children's quotas already summing to the parent's, as the
+    # demo's teams do, every increase was refused with no way out named); the API, gpuctl, the admin and the
+    # queues page's what-if all show this message
+    hint = f": lower another queue's quota first, or raise {name}'s"
+    if not passed:
+        return {field: f"children's quotas would sum to {total}, above the parent queue's quota ({bound}) for "
+                       f"{flavor}{hint}"}
     why = _passed_words(passed, f"{name}'s sum")
     return {field: f"children's quotas would sum to {total} under queue {name}, the nearest ancestor with a quota, "
-                   f"above its quota ({bound}) for {flavor}{why}"}
+                   f"above its quota ({bound}) for {flavor}{why}{hint}"}
 
 
 def check_against_tree(queue_id: int | None, parent_id: int | None, flavor: str, quota: int,

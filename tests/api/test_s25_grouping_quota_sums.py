@@ -128,7 +128,7 @@ def test_deeper_nesting_of_grouping_nodes_is_summed_at_every_level():
     message = _refused(lambda: services.create_queue("c", parent="b", quotas={FLAVOR: (0, 15, None)}),
                        f"quotas[{FLAVOR}].quota", "children's quotas would sum to 625 under queue root",
                        "above its quota (624) for philly-gpu", "(b, a have no quota: each claims its children's quotas")
-    assert message.endswith("in root's sum)")
+    assert message.endswith("in root's sum): lower another queue's quota first, or raise root's")  # the hint last
     c = services.create_queue("c", parent="b", quotas={FLAVOR: (0, 14, None)})  # 610 + 14 = 624
     _refused(lambda: services.set_quota(c, FLAVOR, 0, 15, None), "quota", "sum to 625 under queue root")
     _refused(lambda: services.create_queue("b2", parent="a", quotas={FLAVOR: (0, 1, None)}),

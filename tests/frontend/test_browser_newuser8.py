@@ -33,7 +33,7 @@ def test_quota_try_shows_the_quota_rules_refusal_in_the_forms_words(browser, liv
     # root 128 = red 48 + blue 32 + room 48: red at 100 sums the children to 132 (F2: the what-if forecast it)
     status = _try(page, quota="100")
     assert status == ("cannot try this: quota: children's quotas would sum to 132, above the parent queue's "
-                      "quota (128) for H100"), status
+                      "quota (128) for H100: lower another queue's quota first, or raise root's"), status
     assert page.locator("#quota-try-result").is_hidden()
     # F9: "abc" is not a whole number (it was sent as null: "changes[0].quota: This field may not be null.")
     status = _try(page, guarantee="-1", quota="abc")
