@@ -3,8 +3,6 @@ services as the REST API (services.submit_job, services.cancel_job) and the same
 (access.can_submit: a member or admin of the job's team, or a platform admin)."""
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import uuid
 from datetime import datetime, timezone as dt_timezone
@@ -53,9 +51,8 @@ def once_per_form_token(view):
     one /jobs/new/ form made two jobs). The same token with other values (the form changed after going back) is
     the form again with an error and a fresh token: submitting that creates. A POST without a token (a script)
     behaves as before."""
-    from gpuplatform.api.idempotency import ttl
+    from gpuplatform.api.idempotency import data_fingerprint, live_row
     from gpuplatform.models import IdempotencyKey
-    from gpuplatform.scheduling.locks import lock_name
 
     @wraps(view)
     def wrapped(request, *args, **kwargs):
@@ -63,12 +60,9 @@ def once_per_form_token(view):
         if not _TOKEN.fullmatch(token) or not request.user.is_authenticated:
             return view(request, *args, **kwargs)
         key = f"form:{token}"
-        fields = {k: v for k, v in request.POST.lists() if k not in ("csrfmiddlewaretoken", FORM_TOKEN)}
-        fp = hashlib.sha256(f"POST {request.path}\n{json.dumps(fields, sort_keys=True)}".encode()).hexdigest()
+        fp = data_fingerprint("POST", request.path, request.POST, skip=(FORM_TOKEN,))
         with transaction.atomic():
-            lock_name("idempotency", f"{request.user.pk}:{key}")
-            row = IdempotencyKey.objects.filter(user=request.user, key=key,
-                                                created_at__gte=timezone.now() - ttl()).first()
+            row = live_row(request.user, key)
             if row is not None:
                 if row.fingerprint == fp and row.path == request.path:
                     messages.info(request, "This form was already submitted; nothing new was submitted. "

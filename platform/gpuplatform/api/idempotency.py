@@ -78,11 +78,24 @@ def fingerprint(request) -> str:
     the same values sent form-encoded and then as JSON are the same request (new-user trial 25, C: a membership
     sent both ways with one key was a 409 "with another body"). A form field given once is its value, not a
     one-item list; numbers and booleans compare as their text (_canonical)."""
-    data = request.data
+    return data_fingerprint(request.method, request.path, request.data)
+
+
+def data_fingerprint(method: str, path: str, data, skip: tuple[str, ...] = ()) -> str:
+    """fingerprint's sha256 of `data` (a parsed body: a QueryDict's fields, the CSRF token and `skip` left out, or
+    JSON), for a caller holding no DRF request (the submit form's one-time token, frontend.views_jobs)."""
     if hasattr(data, "lists"):  # a QueryDict (form post)
-        data = {k: v[0] if len(v) == 1 else v for k, v in data.lists() if k != "csrfmiddlewaretoken"}
+        left_out = ("csrfmiddlewaretoken", *skip)
+        data = {k: v[0] if len(v) == 1 else v for k, v in data.lists() if k not in left_out}
     body = json.dumps(_canonical(data), sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(f"{request.method} {request.path}\n{body}".encode()).hexdigest()
+    return hashlib.sha256(f"{method} {path}\n{body}".encode()).hexdigest()
+
+
+def live_row(user, key: str) -> IdempotencyKey | None:
+    """Take `key`'s lock for `user` (held to the transaction's commit: one key's requests one at a time) and return
+    its row still within the TTL, or None. Inside a transaction."""
+    lock_name("idempotency", f"{user.pk}:{key}")
+    return IdempotencyKey.objects.filter(user=user, key=key, created_at__gte=timezone.now() - ttl()).first()
 
 
 def conflict_words(key: str, row: IdempotencyKey, method: str, path: str) -> str:
@@ -136,8 +149,7 @@ class IdempotentCreateMixin:
         # one key's requests one at a time (dispatch's transaction holds the lock to its commit): a retry sent while
         # the first is still running waits, then reads its row and replays it, rather than running the handler and
         # answering its "already exists" (new-user trial 16b, F1)
-        lock_name("idempotency", f"{request.user.pk}:{key}")
-        row = IdempotencyKey.objects.filter(user=request.user, key=key, created_at__gte=timezone.now() - ttl()).first()
+        row = live_row(request.user, key)
         if row is not None:
             if row.fingerprint != fp:
                 raise IdempotencyConflict({HEADER: [conflict_words(key, row, request.method, request.path)]})
