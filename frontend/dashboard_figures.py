@@ -51,7 +51,7 @@ def watermark_figure(queue: str, samples: Sequence[Mapping], *, height: int = 24
     layout["showlegend"] = False
     layout["hovermode"] = "x unified"
     figure = {"data": data, "layout": layout}
-    if not samples:  # an empty state instead of empty 0-1 axes (dashboard.js shows the message)
+    if not samples:  # an empty state instead of empty 0-1 axes (poll.js's gpuplatformApplyFigure shows the message)
         figure["empty"] = (f"No usage recorded for queue {queue} yet: its chart starts with the next scheduling "
                            f"cycle that samples it.")
     return figure
