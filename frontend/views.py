@@ -156,12 +156,13 @@ def _federation_counts() -> dict:
 
     from gpuplatform.models import FederatedJob, MemberCluster
 
-    states = dict(FederatedJob.objects.values_list("state").annotate(n=Count("pk")).values_list("state", "n"))
-    return {"clusters": MemberCluster.objects.count(),
-            "healthy": MemberCluster.objects.filter(state=MemberCluster.State.HEALTHY).count(),
-            "running": states.get("running", 0),
-            "pending": sum(states.get(s, 0) for s in ("pending", "dispatching", "dispatched")),
-            "lost": states.get("lost", 0)}
+    with queries.one_snapshot():  # one moment for the page and for metrics.json's `federation`
+        states = dict(FederatedJob.objects.values_list("state").annotate(n=Count("pk")).values_list("state", "n"))
+        return {"clusters": MemberCluster.objects.count(),
+                "healthy": MemberCluster.objects.filter(state=MemberCluster.State.HEALTHY).count(),
+                "running": states.get("running", 0),
+                "pending": sum(states.get(s, 0) for s in ("pending", "dispatching", "dispatched")),
+                "lost": states.get("lost", 0)}
 
 
 @never_cache
@@ -171,7 +172,10 @@ def _federation_counts() -> dict:
 def cluster_metrics(request):
     """What the cluster page polls: the numbers, table fragments and the figure dicts; `cursor` and, with
     ?since=<cursor>, only the charts' new points (frontend/delta.py; a malformed `since` is a 400, and so is any
-    other parameter or one given twice: views_dashboards.query_errors; it has no `table`)."""
+    other parameter or one given twice: views_dashboards.query_errors; it has no `table`). `federation_manager`
+    says whether this instance is a federation manager (no nodes of its own: the local keys read 0 there, kept so a
+    poller reads the same shape); on one, `federation` is what its cluster page shows instead: the member clusters
+    and the federated jobs now (_federation_counts)."""
     from .views_dashboards import query_errors, table_error
 
     errors = query_errors(request, ("since",))
@@ -198,7 +202,10 @@ def cluster_metrics(request):
             "queues": render_to_string("frontend/_queue_usage.html", ctx, request=request),
         },
         "figures": ctx["figures"],
+        "federation_manager": is_manager(),
     }
+    if payload["federation_manager"]:
+        payload["federation"] = _federation_counts()
     try:
         return JsonResponse(with_since(request, payload))
     except BadSince as exc:
