@@ -184,7 +184,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["gpuplatform.api.parsers.JSONParser", "rest_framework.parsers.FormParser",
                                "rest_framework.parsers.MultiPartParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "knox.auth.TokenAuthentication",  # scripts, CI, the node agent (first: 401 + WWW-Authenticate)
+        # knox's, with a token that is not UTF-8 refused as any wrong one (api/authentication.py). Scripts, CI,
+        # the node agent; first, so a 401 carries its WWW-Authenticate
+        "gpuplatform.api.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",  # the browser (CSRF enforced)
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
