@@ -39,8 +39,12 @@ Every report carries the job's attempt: a report for another attempt, for a task
 repeat of one already applied is refused (accepted False, with the reason) and changes nothing (a "started" repeated
 with the same pid is accepted, changing nothing). The end of a
 task released with its job's end (its process outlived the job's stop deadline) is kept on the task once
-(exit_code / exit_signal / end_message: the SIGKILL of a time limit or a cancel), nothing else changes. Times are
-the server's (cluster) clock.
+(exit_code / exit_signal / end_message: the SIGKILL of a time limit or a cancel), nothing else changes.
+
+Times are the server's (cluster) clock, never the agent's: a task's `ended_at` is when the platform counted it ended,
+the arrival of its agent's report of the end, or, when its job ended first (the stop's deadline passed: its GPUs
+were released then), the job's `finished_at`; a job finishes no earlier than the last of its tasks ended
+(stops.finalize_stop), so finished_at >= every task's ended_at (new-user trial 26, F8).
 """
 from __future__ import annotations
 
@@ -99,7 +103,8 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         if job_id is None:
             return False, f"unknown task {task_id}"
         job = (Job.objects.select_for_update(no_key=True).filter(pk=job_id)
-               .values("state", "attempts", "name", "restarts", "max_restarts", "completion_role", "stop_target")
+               .values("state", "attempts", "name", "restarts", "max_restarts", "completion_role", "stop_target",
+                       "finished_at")
                .first())
         task = Task.objects.filter(pk=task_id).values("state", "node_id", "role__name", "index", "exit_code",
                                                       "exit_signal", "end_message").first()
@@ -119,9 +124,13 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
             # F19: such tasks showed exit_signal null and no end message).
             if (event in ("exited", "lost") and task["state"] == Task.State.RELEASED and task["exit_code"] is None
                     and task["exit_signal"] is None and not task["end_message"]):
-                Task.objects.filter(pk=task_id).update(  # ended_at: when it was seen to end, unless the end set it
+                # ended_at: the job's end, when the platform counted it ended and released its GPUs (unless an
+                # end set it before), never this later report's arrival: a task does not end after its job
+                # (new-user trial 26, F8: finished_at 46.760, the task's SIGKILL report 46.918)
+                seen = min(at, job["finished_at"]) if job["finished_at"] else at
+                Task.objects.filter(pk=task_id).update(
                     exit_code=exit_code, exit_signal=signal, end_message=(message or how)[:200],
-                    ended_at=Coalesce(F("ended_at"), Value(at)))
+                    ended_at=Coalesce(F("ended_at"), Value(seen)))
                 # the job and its attempt carry the same exit (a time limit's SIGKILL: trial 21, F12)
                 refresh_attempt_exit(job_id, attempt)
                 return True, ""

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db.models import F, Q
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from django.conf import settings
@@ -110,7 +110,8 @@ def stop_job(job_id, *, at: datetime, target: str, reason: str, kind: str, grace
 
 def finalize_stop(job_id, *, at: datetime, cycle: int | None = None) -> bool:
     """A preempting job whose processes are gone (or whose deadline passed) becomes what its stop_target
-    says: requeued, restarted (with backoff), or ended with its GPUs released. False when not preempting."""
+    says: requeued, restarted (with backoff), or ended with its GPUs released (finished_at `at`, or the last of its
+    tasks' ended_at when that is later). False when not preempting."""
     row = Job.objects.filter(pk=job_id, state=Job.State.PREEMPTING).values_list(
         "stop_target", "stop_reason", "name", "restarts", "max_restarts", "preempt_deadline").first()
     if row is None:
@@ -129,6 +130,10 @@ def finalize_stop(job_id, *, at: datetime, cycle: int | None = None) -> bool:
     if target == "recover":
         return _requeue_recovered(job_id, at=at, reason=reason, deadline=deadline, cycle=cycle)
     state = FINAL_TARGETS[target]
+    # a job does not finish before its last task ended: a cycle's clock, read before its release step, can be
+    # behind the arrival of a report committed since (reports.py; new-user trial 26, F8)
+    last = Task.objects.filter(job_id=job_id).aggregate(last=Max("ended_at"))["last"]
+    at = max(at, last) if last is not None else at
     return end_job(job_id, state, at=at, kind=state if state != Job.State.CANCELLED else "cancelled",
                    message=f"{name} {state}: {reason}" if reason else f"{name} {state}", reason=reason,
                    task_state=Task.State.RELEASED, cycle=cycle, from_states=(Job.State.PREEMPTING,))
