@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 __all__ = ["ProcessExecutor", "ExecutorError", "task_env", "container_argv", "container_name", "ProcStat",
            "proc_stat", "scan_proc", "descendants", "SUPERVISOR", "RUNTIMES", "SECRET_NAMES", "SECRET_PREFIXES",
-           "AGENT_EXITED", "agent_gone_message", "agent_exited_stop_message"]
+           "AGENT_EXITED", "agent_gone_message", "agent_exited_stop_message", "decode_output"]
 
 log = logging.getLogger("gpuplatform.agent.executor")
 
@@ -309,6 +309,19 @@ def _shares_fit(want: dict, held: list[dict]) -> bool:
         memory += mem
         total = total or tot
     return milli <= 1000 and (not total or memory <= total)
+
+
+# each byte Python's surrogateescape gives for a byte that is not part of a valid UTF-8 character (U+DC80-U+DCFF),
+# and NUL (a PostgreSQL text column holds none), becomes one "?"
+_NOT_TEXT = {0: "?", **{c: "?" for c in range(0xDC80, 0xDD00)}}
+
+
+def decode_output(raw: bytes) -> str:
+    """A task's output bytes as the text the control plane stores (docs/execution.md, "Logs"): UTF-8, each byte that
+    is not part of a valid UTF-8 character, and NUL, one "?". One byte for one: len(result.encode()) == len(raw), so
+    the server's offsets and `size` count the task's own bytes (new-user trial 26, F7: U+FFFD, three bytes for one
+    or two, made 14 bytes written 21 stored, and the next chunk, at the file's offset, overlapped them)."""
+    return raw.decode("utf-8", errors="surrogateescape").translate(_NOT_TEXT)
 
 
 def _trim_utf8_tail(raw: bytes) -> bytes:
@@ -894,9 +907,10 @@ class ProcessExecutor:
                       if not m.get("refused") and self._log_size(k) > m.get("log_offset", 0))
 
     def log_chunk(self, key: Key, max_bytes: int = 65536) -> tuple[int, int, str]:
-        """(offset, end, text): the output.log bytes [offset, end) not shipped yet, at most `max_bytes`, decoded
-        as UTF-8 with replacement, with len(text.encode()) <= max_bytes. While the task runs, a trailing
-        incomplete UTF-8 sequence is held back for the next call. (offset, offset, "") when nothing is new.
+        """(offset, end, text): the output.log bytes [offset, end) not shipped yet, at most `max_bytes`, as
+        decode_output makes them text (a "?" for each byte that is not UTF-8, and for NUL), so len(text.encode()) ==
+        end - offset. While the task runs, a trailing incomplete UTF-8 sequence is held back for the next call (it
+        may be completed). (offset, offset, "") when nothing is new.
         Raises KeyError for a key this executor does not track."""
         m = self._meta[tuple(key)]
         off = int(m.get("log_offset", 0))
@@ -910,11 +924,7 @@ class ProcessExecutor:
             raw = _trim_utf8_tail(raw)
         elif len(raw) == max_bytes:
             raw = _trim_utf8_tail(raw) or raw
-        text = raw.decode("utf-8", errors="replace")
-        while len(text.encode()) > max_bytes and len(raw) > 1:  # a replacement character takes 3 bytes
-            raw = raw[:max(1, len(raw) - (len(text.encode()) - max_bytes))]
-            text = raw.decode("utf-8", errors="replace")
-        return off, off + len(raw), text
+        return off, off + len(raw), decode_output(raw)
 
     def read_logs(self, key: Key, max_bytes: int = 65536) -> tuple[int, str]:
         """(offset, text): the task's output not shipped yet (see log_chunk), starting at byte `offset` of its
