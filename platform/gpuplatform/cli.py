@@ -22,7 +22,8 @@ these flags and the job's own (--name, --queue, --team, --priority, --no-preempt
 --min-available, --flavor, --group-size, --group-tier) are refused with it (exit 2): set roles in the file. A value JSON
 cannot carry is refused naming its path (exit 2): an unquoted YAML date (`name: 2024-01-01`: quote it) and a
 non-finite number (`tasks: .inf`, JSON `NaN`). `logs` prints a task's combined stdout/stderr (the
-first task unless `--task`); `--follow` keeps polling every 2 s until the task has ended. With nothing to show,
+first task unless `--task`; the job's current attempt unless `--attempt`); `--follow` keeps polling every 2 s until
+the task has ended, going on with a restarted gang's new attempt ("--- worker-0: attempt 1 ---"). With nothing to show,
 `logs` says why on stderr (not started yet, no output, or a simulated job or node that runs no process, which
 --follow does not wait for) and exits 0, as `list` does with no jobs.
 
@@ -685,13 +686,18 @@ def cmd_logs(client: Client, a, out=None, err=None) -> None:
         if offset < page["size"]:
             continue  # more is there already
         if a.follow and page.get("complete"):
-            return _follow_end(client, a.id, page, err, raw=getattr(a, "raw", False))
+            if _follow_end(client, a.id, page, err, raw=getattr(a, "raw", False),
+                           asked=a.attempt is not None) is RESTARTED:
+                _sleep(LOG_POLL_SECONDS)
+                continue  # the gang was restarted: the next read is the new attempt (its line above)
+            return None
         if not a.follow or page.get("complete") or page.get("expect_output") is False:
             return None  # (no process runs this task: following it would wait for ever)
         _sleep(LOG_POLL_SECONDS)
 
 
 JOB_ENDED = ("succeeded", "failed", "cancelled")
+RESTARTED = object()  # _follow_end: the followed attempt ended and the job runs a new one, which --follow follows
 END_WAIT_POLLS = 5  # LOG_POLL_SECONDS each: a gang's end follows its first failed task within its stop grace
 
 
@@ -705,20 +711,31 @@ def _task_end(t: dict, job_state: str | None = None) -> str:
     return ", ".join(x for x in (state, how) if x)
 
 
-def _follow_end(client: Client, job_id, page: dict, err, raw: bool = False) -> None:
+def _follow_end(client: Client, job_id, page: dict, err, raw: bool = False, asked: bool = False):
     """--follow saw the task end: say on stderr how the task and its job ended (new-user trial 13, F20: a job
     that exited with code 4 printed nothing and gpuctl exited 0), waiting up to END_WAIT_POLLS polls for the
     job to end when the task did not succeed. Raises Unsuccessful (exit status 3) when the task or the job
-    failed, Cancelled (exit status 4) when the job was cancelled and its task did not fail."""
+    failed, Cancelled (exit status 4) when the job was cancelled and its task did not fail. When the job has
+    gone on to a later attempt than the one read (a restart, a requeue) and lives: returns RESTARTED (nothing
+    said) unless that attempt was asked for (--attempt), whose end is then the read's own `state` (failed or
+    released), not the task's in the new attempt (new-user trial 26, F3: "worker-0 ended: running")."""
     for polls in range(END_WAIT_POLLS + 1):
         job, _ = client.get(f"/api/v1/jobs/{job_id}/")
         task = next((t for t in job.get("tasks") or [] if t.get("id") == page.get("task")), None) or {}
+        moved_on = isinstance(job.get("attempt"), int) and job["attempt"] > page.get("attempt", job["attempt"])
         if (job.get("state") in JOB_ENDED or task.get("state") == "succeeded" or polls == END_WAIT_POLLS
-                or job.get("state") == "pending"):
+                or job.get("state") == "pending" or moved_on):
             break
         _sleep(LOG_POLL_SECONDS)
     state = job.get("state") or "unknown"
-    line = f"gpuctl logs: {page.get('name') or page.get('task')} ended: {_task_end(task, state)}; job {job_id} {state}"
+    if moved_on:
+        if not asked and state not in JOB_ENDED:
+            return RESTARTED
+        task = {"state": page.get("state")}  # the attempt read ended; the job's task runs a later one
+    name = page.get("name") or page.get("task")
+    if moved_on:
+        name = f"{name} (attempt {page.get('attempt')})"
+    line = f"gpuctl logs: {name} ended: {_task_end(task, state)}; job {job_id} {state}"
     if job.get("end_reason"):
         line += f": {job['end_reason']}"
     elif state not in JOB_ENDED:

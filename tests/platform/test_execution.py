@@ -789,9 +789,10 @@ def test_a_chunk_far_past_the_stored_end_is_refused_even_after_the_job_ended(run
     assert log(t0, 1027, "last words\n") == (True, "", 1038)  # the attempt's last lines, contiguous: still taken
 
 
-def test_log_reads_default_to_the_last_attempt_that_logged(submit, agents):
-    """After a restart, before the new attempt has printed anything, the default read shows the attempt that
-    failed (its output explains the restart), not an empty page."""
+def test_log_reads_default_to_the_current_attempt_and_name_the_one_that_logged(submit, agents):
+    """After a restart, before the new attempt has printed anything, the default read is that attempt (new-user
+    trial 26, F3: serving the failed one, complete, ended `gpuctl logs --follow` at once), and its note says where
+    the failed attempt's output is (it explains the restart); asked for, attempt 0 is served."""
     job = submit("gang", tasks=1, gpus=8, max_restarts=1)
     bind(job, ("n0", EIGHT))
     start_all(job)
@@ -801,6 +802,9 @@ def test_log_reads_default_to_the_last_attempt_that_logged(submit, agents):
     job.refresh_from_db()
     assert (job.state, job.attempts) == ("pending", 1)
     page = execution.read_log(Task.objects.get(pk=task.pk))
+    assert (page["attempt"], page["data"], page["complete"]) == (1, "", False)
+    assert "attempt 0 has 16 bytes of output: ask for attempt=0" in page["note"]
+    page = execution.read_log(Task.objects.get(pk=task.pk), attempt=0)
     assert (page["attempt"], page["data"], page["complete"]) == (0, "Traceback: boom\n", True)
     assert log(task, 16, "last words", attempt=0, node=Node.objects.get(name="n0"))[0]  # late lines of the old attempt
     assert execution.read_log(Task.objects.get(pk=task.pk), attempt=1)["data"] == ""

@@ -147,23 +147,24 @@ def _char_cut(raw: bytes, begin: int, end: int, *, whole: bool) -> int:
 
 def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: int | None = None) -> dict:
     """Up to `limit` bytes (capped at the read limit) of `task`'s output from byte `offset`, of `attempt`
-    (default: the job's current one, or the last one that logged). Returns {task, name, attempt, offset
+    (default: the job's current one, even before it has logged anything). Returns {task, name, attempt, offset
     (where the returned data starts: `offset`, or the first byte kept when it was trimmed, or the stored end when
     `offset` is past it), next_offset, size (bytes stored so far), trimmed (output before
     `offset` is gone), data, complete (the task attempt has ended and nothing more is stored), state (the
     task's state in that attempt: now, for the current attempt ("pending" before it is placed, so a reader can say
     "no log yet" rather than "running"); for a past attempt, "failed" when its task was the one that failed it
     (Attempt.failed_task), else "released": the attempt ended, whatever the task runs now), note (why nothing is
-    stored, when nothing is: not started yet, no output yet, or no process runs this task; "" otherwise),
+    stored, when nothing is: not started yet, no output yet, or no process runs this task, and where an earlier
+    attempt's output is when one logged; "" otherwise),
     expect_output (false when no process runs the task, a simulated job or node: nothing will come)}."""
     limits = log_limits()
     limit = min(max(int(limit or limits["read"]), 1), limits["read"])
     job_attempt = Job.objects.filter(pk=task.job_id).values_list("attempts", flat=True).first() or 0
     if attempt is None:
+        # the job's current attempt, even while it has printed nothing: serving the last attempt that logged (a
+        # restarted gang's failed attempt, complete) made `gpuctl logs --follow` end at once while the job ran on
+        # (new-user trial 26, F3); the note names the earlier attempt's output instead (_earlier_output)
         attempt = job_attempt
-        if not TaskLog.objects.filter(task=task, attempt=attempt).exists():
-            logged = TaskLog.objects.filter(task=task).aggregate(a=Max("attempt"))["a"]
-            attempt = job_attempt if logged is None else logged  # attempt 0 is an attempt too
     chunks = TaskLog.objects.filter(task=task, attempt=attempt)
     end = chunks.aggregate(e=Max("offset"))["e"]
     size = 0
@@ -206,10 +207,25 @@ def read_log(task: Task, *, attempt: int | None = None, offset: int = 0, limit: 
                   .values_list("failed_task", flat=True).first())
         state = Task.State.FAILED if failed == f"{task.role.name}[{task.index}]" else Task.State.RELEASED
     note, expect_output = _no_output_note(task, name, ended=ended) if size == 0 else ("", True)
+    if size == 0 and expect_output:
+        note += _earlier_output(task, attempt)
     return {"task": task.pk, "name": name, "attempt": attempt, "offset": start,
             "next_offset": at, "size": size, "trimmed": bool(trimmed),
             "data": b"".join(parts).decode("utf-8", errors="replace"), "complete": bool(ended and at >= size),
             "state": state, "note": note, "expect_output": expect_output}
+
+
+def _earlier_output(task: Task, attempt: int) -> str:
+    """What read_log's note adds when `attempt` of `task` has no output but an earlier attempt logged some: where
+    that output is ("; attempt 0 has 16 bytes of output: ask for attempt=0"), since a restarted gang's failed attempt
+    usually explains the restart; "" when none did."""
+    earlier = (TaskLog.objects.filter(task=task, attempt__lt=attempt).values("attempt")
+               .annotate(n=Sum("size")).order_by("-attempt").first())
+    if not earlier:
+        return ""
+    number = earlier["attempt"]
+    return (f"; attempt {number} has {earlier['n']} bytes of output: ask for attempt={number} "
+            f"(gpuctl logs {task.job_id} --attempt {number})")
 
 
 def _no_output_note(task: Task, name: str, *, ended: bool) -> tuple[str, bool]:
