@@ -47,17 +47,21 @@ test-fast: install
 # The demo is the embedded default: SQLite (DEMO_DB) and the in-process loop (no broker, REDIS_URL empty),
 # whatever DATABASE_URL / REDIS_URL the shell has (a production DATABASE_URL in the shell is never cleared by a
 # demo); another database: DEMO_DB=... (the demo's messages name it: DEMO_DB_VARIABLE). Options: $(PY) manage.py demo --help.
+# Every demo recipe `exec`s the demo: it is make's own child, with no shell in between, so make stopped alone stops
+# it, its agents and their tasks: make passes its SIGTERM on to its child (to the shell only, before: the demo ran
+# on under pid 1, new-user trial 26, F2); a demo started by make also stops when make dies (SIGKILL) or gets SIGINT
+# or SIGHUP without passing it on (manage.py demo: follow_make). Ctrl-C reaches both, as before.
 DEMO_DB ?= sqlite:///$(CURDIR)/db.sqlite3
 DEMO_ARGS ?=
 demo: install
-	DATABASE_URL='$(DEMO_DB)' DEMO_DB_VARIABLE=DEMO_DB REDIS_URL= $(PY) manage.py demo $(DEMO_ARGS)
+	DATABASE_URL='$(DEMO_DB)' DEMO_DB_VARIABLE=DEMO_DB REDIS_URL= exec $(PY) manage.py demo $(DEMO_ARGS)
 
 # Local mode: the product for real on this machine (web, cycle and LOCAL_AGENTS node agents that run the
 # jobs' commands as processes), on its own SQLite file. `make demo-local LOCAL_AGENTS=3`.
 DEMO_LOCAL_DB ?= sqlite:///$(CURDIR)/db-local.sqlite3
 LOCAL_AGENTS ?= 2
 demo-local: install
-	DATABASE_URL='$(DEMO_LOCAL_DB)' DEMO_DB_VARIABLE=DEMO_LOCAL_DB REDIS_URL= $(PY) manage.py demo --local-agents $(LOCAL_AGENTS) $(DEMO_ARGS)
+	DATABASE_URL='$(DEMO_LOCAL_DB)' DEMO_DB_VARIABLE=DEMO_LOCAL_DB REDIS_URL= exec $(PY) manage.py demo --local-agents $(LOCAL_AGENTS) $(DEMO_ARGS)
 
 # Federation on loopback (docs/federation.md): a manager on 8000 (db-federation.sqlite3) and FEDERATION_WORKERS
 # local-mode workers on 8001.. (each its own database under .demo-federation/).
@@ -65,7 +69,7 @@ DEMO_FEDERATION_DB ?= sqlite:///$(CURDIR)/db-federation.sqlite3
 FEDERATION_WORKERS ?= 2
 .PHONY: demo-federation
 demo-federation: install
-	DATABASE_URL='$(DEMO_FEDERATION_DB)' DEMO_DB_VARIABLE=DEMO_FEDERATION_DB REDIS_URL= $(PY) manage.py demo --federation $(FEDERATION_WORKERS) $(DEMO_ARGS)
+	DATABASE_URL='$(DEMO_FEDERATION_DB)' DEMO_DB_VARIABLE=DEMO_FEDERATION_DB REDIS_URL= exec $(PY) manage.py demo --federation $(FEDERATION_WORKERS) $(DEMO_ARGS)
 
 # Benchmarks (benchmarks/RESULTS.md): quick = CI settings, under 3 minutes; full = the recorded figures.
 # The optional `bench` extra brings OR-Tools (optimum_gap); PostgreSQL parts skip when no server answers.
@@ -105,7 +109,7 @@ slurm:
 # The product over a private two-node Slurm on this machine (web, cycle, Slurm backend; db-slurm.sqlite3).
 DEMO_SLURM_DB ?= sqlite:///$(CURDIR)/db-slurm.sqlite3
 demo-slurm: install slurm
-	DATABASE_URL='$(DEMO_SLURM_DB)' DEMO_DB_VARIABLE=DEMO_SLURM_DB REDIS_URL= $(PY) manage.py demo --slurm $(DEMO_ARGS)
+	DATABASE_URL='$(DEMO_SLURM_DB)' DEMO_DB_VARIABLE=DEMO_SLURM_DB REDIS_URL= exec $(PY) manage.py demo --slurm $(DEMO_ARGS)
 
 # plotly.js's strict bundle (no eval: the Content-Security-Policy has no 'unsafe-eval') is committed under
 # frontend/static/vendor/; after upgrading the plotly package, fetch the same plotly.js version's bundle.

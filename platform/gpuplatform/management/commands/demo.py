@@ -11,7 +11,7 @@
    the trace has running there come in at once with their remaining run time): every tick the
    TraceFeeder submits the jobs that have arrived and finishes the ones whose trace duration has
    elapsed, then one scheduling cycle runs at the simulated time (gpuplatform.scheduling.store.run_cycle_once).
-   Until Ctrl-C (or SIGTERM), or --duration-seconds.
+   Until Ctrl-C (or SIGTERM), or --duration-seconds; started by make (`make demo`), also when make stops (follow_make).
 
 Local mode, `python manage.py demo --local-agents N` (`make demo-local`): the product for real on this
 machine instead of the trace replay. Wall clock; the web server, the scheduling loop (in-process) and N
@@ -341,6 +341,113 @@ def local_stop_message(what: str, live: int | None, left: list[int]) -> str:
             f"docs/execution.md)")
 
 
+# -- a demo that make started stops with make -----------------------------------------------------------
+
+MAKE_NAMES = ("make", "gmake")
+# The signals on which GNU make sets its handler back to SIG_DFL and waits for its children without passing the
+# signal on (a terminal's Ctrl-C reaches them through the process group); SIGTERM it passes on to them itself.
+MAKE_WAITING_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+STOP_SIGNALS = frozenset(int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT))
+PR_SET_PDEATHSIG = 1
+MAKE_WATCH_SECONDS = 0.5
+
+
+def caught_signals(pid: int) -> set[int] | None:
+    """The signals process `pid` has a handler for (/proc/<pid>/status, SigCgt); None when it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    mask = int(line.split()[1], 16)
+                    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def started_by_make() -> int | None:
+    """make's pid when make itself started this process (the Makefile's demo recipes `exec` the demo), else None:
+    run from a shell, interactive or not (it must not stop because its shell does something), or by another
+    program (a federation demo's worker: its manager), or where there is no /proc."""
+    ppid = os.getppid()
+    try:
+        with open(f"/proc/{ppid}/comm") as fh:
+            name = fh.read().strip()
+    except OSError:
+        return None
+    return ppid if name in MAKE_NAMES else None
+
+
+def follow_make(say) -> threading.Thread | None:
+    """A demo that make started stops when make stops, however make alone is stopped (new-user trial 26, F2: `kill
+    -TERM <make's pid>` left the demo, its agents and their tasks running under pid 1; a SIGINT to make alone did
+    nothing). Call it in the main thread, first. Each way ends in the demo's own clean stop (its handlers of SIGTERM
+    and SIGINT), which stops its agents and their tasks and says whether anything still runs:
+
+    - SIGTERM: make passes it on to its child, this process (the recipes' `exec`);
+    - make's death, SIGKILL included: the kernel sends this process SIGTERM (prctl PR_SET_PDEATHSIG; it follows the
+      thread that forked this process, make's only one). make already gone before the prctl: SIGTERM at once;
+    - SIGINT, SIGHUP or SIGQUIT to make alone: make sets the signal's handler back to SIG_DFL and waits for this
+      process, passing nothing on; a thread sees the handler gone from /proc/<make>/status and, once the demo's
+      stop handlers are set (a set-up is not cut short), sends this process SIGINT: it stops as on Ctrl-C.
+
+    A stop signal this process got itself (Ctrl-C reaches the whole process group; make's SIGTERM) is the demo's own
+    stop: the thread, told by signal.set_wakeup_fd, steps aside, so no second signal cuts that stop short. Returns
+    the thread, or None when make did not start this process (or not on Linux, or not the main thread)."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    make = started_by_make()
+    if make is None:
+        return None
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # the thread below still sees make go
+    caught = caught_signals(make)
+    if os.getppid() != make or caught is None:  # make ended before the prctl: nothing will signal its death
+        os.kill(os.getpid(), signal.SIGTERM)
+        return None
+    watched = {int(s) for s in MAKE_WAITING_SIGNALS} & caught
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+
+    def got_own_stop_signal(timeout: float) -> bool:
+        import select
+
+        if not select.select([wake_r], [], [], timeout)[0]:
+            return False
+        try:
+            return bool(STOP_SIGNALS & set(os.read(wake_r, 512)))
+        except BlockingIOError:
+            return False
+
+    def watch() -> None:
+        why = None
+        while True:
+            if got_own_stop_signal(MAKE_WATCH_SECONDS):
+                return  # the demo stops on a signal of its own
+            if why is None:
+                now = caught_signals(make) if os.getppid() == make else None
+                if now is None:
+                    why = f"make (pid {make}) is gone"
+                elif watched - now:
+                    name = signal.Signals(min(watched - now)).name
+                    why = f"make (pid {make}) got {name} and waits for the demo to end"
+                continue  # one more look for the demo's own signal (Ctrl-C reaches both at once)
+            if callable(signal.getsignal(signal.SIGTERM)):  # the demo's stop handlers are set: its set-up is done
+                say(f"{why}: stopping the demo as Ctrl-C does")
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    thread = threading.Thread(target=watch, name="demo-follow-make", daemon=True)
+    thread.start()
+    return thread
+
+
 class Command(BaseCommand):
     help = "Run the demo: migrate, load the Philly cluster, create users, serve the pages, replay the trace."
 
@@ -480,6 +587,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         self._held = None
+        follow_make(self._say)  # started by make (the Makefile's demo targets): stop with make (new-user trial 26, F2)
         try:
             return self._handle(**opts)
         finally:
