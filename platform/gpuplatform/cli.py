@@ -48,7 +48,10 @@ never cut, nor with `-o wide` (or `--wide`).
 
 `--json` (or `-o json`) prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
 are printed; `submit` names the flag that filled a field first: `--gpus (roles[0].gpu_fraction): ...`, while a
---file body's own fields keep the API's names), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON), 3
+--file body's own fields keep the API's names), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON;
+an address (GPUCTL_API / --api) that is not an http:// or https:// URL in printable ASCII with a host and a port from 1
+to 65535, or a token (GPUCTL_TOKEN / --token) that is not printable ASCII without spaces, is refused before any
+request, naming where it came from and the rule), 3
 `logs --follow` saw the task or its job fail (as `srun` exits non-zero), 4 `logs --follow` saw the job
 cancelled (its task, stopped by the cancel, reads "cancelled"), 130 interrupted. set-quota changes only the values given (the others keep theirs; a new quota starts at
 guarantee 0, quota 0, no limit; no value at all is a usage error), reads the quota's ETag and
@@ -103,6 +106,68 @@ def api_base(url: str) -> str:
     """The server's address from GPUCTL_API / --api: a trailing /api/v1 (a natural thing to set, the API's own
     path) is dropped, since every request path already starts with it (new-user trial 7, F12)."""
     return re.sub(r"/api/v1/*$", "", url.rstrip("/"))
+
+
+DEFAULT_API = "http://127.0.0.1:8000"
+
+
+def setting(given: str | None, flag: str, variable: str, default: str) -> tuple[str, str]:
+    """(where a setting came from: `flag`, `variable` or "default", its value): the flag when given, else the
+    environment variable when set, else `default`."""
+    if given is not None:
+        return flag, given
+    if variable in os.environ:
+        return variable, os.environ[variable]
+    return "default", default
+
+
+def _odd_character(text: str, allowed) -> str:
+    """'' when every character of `text` passes `allowed`, else what the first that does not is and where
+    ("a newline at character 3"), never the text itself (a token is a secret)."""
+    for i, ch in enumerate(text, 1):
+        if not allowed(ch):
+            what = ({"\n": "a newline", "\r": "a carriage return", "\t": "a tab", " ": "a space"}.get(ch)
+                    or (f"the control character U+{ord(ch):04X}" if ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0
+                        else f"the non-ASCII character U+{ord(ch):04X}"))
+            return f"{what} at character {i}"
+    return ""
+
+
+def api_problem(url: str, source: str) -> str:
+    """'' when `url` (GPUCTL_API / --api, named by `source`) is an address gpuctl can send requests to, else a
+    sentence naming `source` and the rule it breaks: an http:// or https:// URL in printable ASCII with a host
+    and, when given, a port from 1 to 65535 (urllib raised on the rest: an unclosed IPv6 bracket, a port that is
+    not a number, a space or control character; and port 99999 read as "Connection refused")."""
+    name = f"{source} {url!r}" if source != "default" else f"the default API address {url!r}"
+    if not url.startswith(("http://", "https://")):
+        return (f"{name}: the API address must start with http:// or https:// (e.g. {DEFAULT_API}; set "
+                f"GPUCTL_API or pass --api)")
+    odd = _odd_character(url, lambda ch: "!" <= ch <= "~")
+    if odd:
+        return f"{name}: a URL is printable ASCII with no spaces (percent-encode the rest), not {odd}"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        if "port" in str(exc).lower():
+            return f"{name}: the port must be a number from 1 to 65535"
+        return f"{name}: not a valid URL ({exc}; an IPv6 address is written in brackets: http://[::1]:8000)"
+    if not parts.hostname:
+        return f"{name}: the URL has no host (e.g. {DEFAULT_API})"
+    if port == 0:
+        return f"{name}: the port must be a number from 1 to 65535"
+    return ""
+
+
+def token_problem(token: str, source: str) -> str:
+    """'' when `token` (GPUCTL_TOKEN / --token, named by `source`) can be sent in the Authorization header, else
+    a sentence naming `source` and the rule: printable ASCII with no spaces, as the platform issues tokens (a
+    newline in it was a traceback, "Invalid header value"). The token itself is never shown."""
+    odd = _odd_character(token, lambda ch: "!" <= ch <= "~")
+    if odd:
+        return (f"{source}: a token is printable ASCII with no spaces (as POST /api/v1/auth-token/ issues them), "
+                f"not {odd}")
+    return ""
 
 
 class Client:
@@ -828,9 +893,8 @@ def _gpus_arg(text: str) -> int | float:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpuctl", description="GPU platform command-line client (REST API).")
-    p.add_argument("--api", default=os.environ.get("GPUCTL_API", "http://127.0.0.1:8000"),
-                   help="API base URL (env GPUCTL_API)")
-    p.add_argument("--token", default=os.environ.get("GPUCTL_TOKEN", ""), help="API token (env GPUCTL_TOKEN)")
+    p.add_argument("--api", help=f"API base URL (env GPUCTL_API; default {DEFAULT_API})")
+    p.add_argument("--token", help="API token (env GPUCTL_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the API's JSON answers")
     sub = p.add_subparsers(dest="command", required=True)
     # --json is accepted after the subcommand too (`gpuctl list --json`): SUPPRESS keeps a --json given
@@ -933,9 +997,11 @@ def main(argv: list[str] | None = None) -> int:
         a = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse printed the usage and the problem (or --help)
         return exc.code if isinstance(exc.code, int) else 2
-    if not a.api.startswith(("http://", "https://")):
-        print(f"gpuctl: the API address must start with http:// or https:// (got {a.api!r}; set GPUCTL_API)",
-              file=sys.stderr)
+    a.api_from, a.api = setting(a.api, "--api", "GPUCTL_API", DEFAULT_API)
+    a.token_from, a.token = setting(a.token, "--token", "GPUCTL_TOKEN", "")
+    problem = api_problem(a.api, a.api_from) or token_problem(a.token, a.token_from)
+    if problem:  # once, for every command: a bad address or token was a traceback (new-user trial 26, F4)
+        print(f"gpuctl: {problem}", file=sys.stderr)
         return 2
     output = getattr(a, "output", None)
     a.wide = getattr(a, "wide", False) or output == "wide"
