@@ -122,7 +122,9 @@ def test_job_time_limit_enforced():
     assert report(task, "exited", 631, signal=9) == (True, "")
     task.refresh_from_db()
     assert (task.state, task.exit_code, task.exit_signal) == ("released", None, 9)
-    assert task.end_message == "was killed by signal 9 (SIGKILL)" and task.ended_at == at(631)  # when it was seen
+    # ended when the platform counted it ended, the job's end, not the report's later arrival: a task does not end
+    # after its job (new-user trial 26, F8)
+    assert task.end_message == "was killed by signal 9 (SIGKILL)" and task.ended_at == at(630) == capped.finished_at
     assert Job.objects.get(pk=capped.pk).state == "failed" and Job.objects.get(pk=capped.pk).finished_at == at(630)
     ok, why = report(task, "exited", 632, signal=9)  # once: a repeat is refused and changes nothing
     assert not ok and "already ended" in why
