@@ -53,6 +53,7 @@ from django.db import close_old_connections, connection, transaction
 
 from gpuplatform.management import options
 from gpuplatform.management.demo_hold import DatabaseHold, database_variable, demo_database
+from gpuplatform.wording import count
 
 log = logging.getLogger("gpuplatform.demo")
 
@@ -70,15 +71,20 @@ DEFAULT_CLUSTER = "philly"
 PROGRESS_SECONDS = 10.0  # wall seconds between two progress lines of the trace replay
 
 
-def workload_counts_text() -> str:
-    """"pending P, running R, finished F": the jobs in the database by state (finished = succeeded + failed +
-    cancelled; a kept workload's earlier jobs included). The one source of the replay's progress lines and of its
-    last line, so that their figures agree (new-user trial 21, F17)."""
+def job_state_counts() -> dict[str, int]:
+    """{state: number of jobs} of the jobs in the database (a kept workload's earlier jobs included)."""
     from django.db.models import Count
 
     from gpuplatform.models import Job
 
-    counts = dict(Job.objects.values("state").annotate(n=Count("id")).order_by().values_list("state", "n"))
+    return dict(Job.objects.values("state").annotate(n=Count("id")).order_by().values_list("state", "n"))
+
+
+def workload_counts_text() -> str:
+    """"pending P, running R, finished F": the jobs in the database by state (finished = succeeded + failed +
+    cancelled; a kept workload's earlier jobs included). The one source of the replay's progress lines and of its
+    last line, so that their figures agree (new-user trial 21, F17)."""
+    counts = job_state_counts()
     finished = sum(counts.get(s, 0) for s in ("succeeded", "failed", "cancelled"))
     return f"pending {counts.get('pending', 0)}, running {counts.get('running', 0)}, finished {finished}"
 
@@ -326,14 +332,31 @@ def submit_hint_lines(api: str, command: str, *, tasks: int, gpus: int, name: st
     return lines
 
 
-def local_stop_message(what: str, live: int | None, left: list[int]) -> str:
+# The jobs not finished when a demo stops, in this order, each state in the words of the stop line.
+UNFINISHED_JOB_WORDS = (("running", "running"), ("admitted", "admitted"), ("preempting", "stopping"),
+                        ("pending", "pending"))
+
+
+def unfinished_jobs_text(counts: dict[str, int]) -> str:
+    """What the jobs not finished were, by state (`counts`: job_state_counts): "1 job stopping, 1 pending", "2 jobs
+    running", "no job live or pending" (new-user trial 26, F9: "(1 job(s) were still live ...)" for one job stopping
+    and another pending)."""
+    parts = [(counts[state], words) for state, words in UNFINISHED_JOB_WORDS if counts.get(state)]
+    if not parts:
+        return "no job live or pending"
+    (n, words), rest = parts[0], parts[1:]
+    return ", ".join([f"{count(n, 'job')} {words}"] + [f"{m} {w}" for m, w in rest])
+
+
+def local_stop_message(what: str, jobs: dict[str, int] | None, left: list[int]) -> str:
     """The last line of a demo that ran agents: whether every process it started is gone, as checked
-    (`left`: the pids still running). `live`: the jobs still live, or None to leave them out."""
-    jobs = f"{live} job(s) were still live" if live is not None else ""
+    (`left`: the pids still running). `jobs`: the jobs by state (job_state_counts), or None to leave them out."""
+    jobs = unfinished_jobs_text(jobs) if jobs is not None else ""
     if left:
         pids = " ".join(map(str, left[:20])) + (" ..." if len(left) > 20 else "")
-        return (f"{what} stopped{f' ({jobs})' if jobs else ''}; {len(left)} process(es) it started still run: "
-                f"pid {pids} (kill them with kill -9)")
+        runs = "runs" if len(left) == 1 else "run"
+        return (f"{what} stopped{f' ({jobs})' if jobs else ''}; {count(len(left), 'process', 'processes')} it "
+                f"started still {runs}: pid {pids} (kill {'it' if len(left) == 1 else 'them'} with kill -9)")
     # what the check cannot see is said, not claimed (trial 19b, F14: a process that escaped within one poll ran on
     # after "every process ... is gone")
     return (f"{what} stopped ({jobs + '; ' if jobs else ''}every process it started is gone, checked; out of its "
@@ -937,18 +960,20 @@ class Command(BaseCommand):
             still = local.stop()  # what of this Slurm's nodes still runs after its sweep (trial 19, F12)
             server.shutdown()
             server.server_close()
-            live = Job.objects.filter(state__in=Job.LIVE_STATES).count()
+            jobs = job_state_counts()
+            live = sum(jobs.get(state, 0) for state in Job.LIVE_STATES)
             killed = len(getattr(local, "killed", ()) or ())
             left = (f"{len(still)} process(es) of its nodes STILL RUN: {'; '.join(still[:5])}" if still else
                     "every process of its nodes is gone, checked"
                     + (f" ({killed} left over by Slurm were killed)" if killed else ""))
-            self._say(f"Slurm demo stopped ({live} job(s) were still live; Slurm cancelled their jobs; {left})")
+            cancelled = f"; Slurm cancelled the Slurm {'job' if live == 1 else 'jobs'} of the live ones" if live else ""
+            self._say(f"Slurm demo stopped ({unfinished_jobs_text(jobs)}{cancelled}; {left})")
 
     def run_local(self, opts) -> None:
         from django.utils import timezone
 
         from gpuplatform.agent.local import start_agents, stop_agents
-        from gpuplatform.models import Job, Node
+        from gpuplatform.models import Node
         from gpuplatform.scheduling.tasks import run_loop
 
         if opts["no_server"]:
@@ -1050,5 +1075,4 @@ class Command(BaseCommand):
             loop.join(timeout=10)
             server.shutdown()
             server.server_close()
-            live = Job.objects.filter(state__in=Job.LIVE_STATES).count()
-            self._say(local_stop_message("local demo", live, left))
+            self._say(local_stop_message("local demo", job_state_counts(), left))
