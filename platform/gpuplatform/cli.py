@@ -1021,6 +1021,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {field}: {problem}", file=sys.stderr)
         else:
             print(f"  {exc.body}", file=sys.stderr)
+        if exc.status == 401 and not a.token:  # "Authentication credentials were not provided." (trial 26, F9)
+            print(f"  no API token was given: set GPUCTL_TOKEN or pass --token; POST {api_base(a.api)}/api/v1/"
+                  f"auth-token/ with -d username=... -d password=... issues one (README, gpuctl), or the admin does",
+                  file=sys.stderr)
         return 1
     except UsageError as exc:
         print(f"gpuctl {a.command}: {exc}", file=sys.stderr)
@@ -1035,7 +1039,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # gpuctl logs 42 | head
         return _reader_left()
     except (urllib.error.URLError, OSError) as exc:
-        print(f"gpuctl: cannot reach {a.api}: {getattr(exc, 'reason', None) or exc}", file=sys.stderr)
+        default = (" (the default address: GPUCTL_API is not set and no --api given)" if a.api_from == "default"
+                   else "")  # new-user trial 26, F9: the default was not said to be one
+        print(f"gpuctl: cannot reach {a.api}: {getattr(exc, 'reason', None) or exc}{default}", file=sys.stderr)
         return 2
     except json.JSONDecodeError:
         print(f"gpuctl: the answer from {a.api} is not JSON (is it the platform's API address?)", file=sys.stderr)
