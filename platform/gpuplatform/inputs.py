@@ -142,8 +142,11 @@ BLANK_TEXT = ("must not be only white space: give a value, or leave the field ou
               "empty)")
 BLANK_FORM_TEXT = "must not be only white space: give a value, or leave the field empty"
 # Text fields that are one line wherever they are, in the API and the web forms: names (names.py: jobs, roles,
-# queues, teams, nodes, member clusters). "alpha\n" was trimmed to "alpha" and taken (trial 22, F3).
-ONE_LINE_FIELDS = frozenset({"name"})
+# queues, teams, nodes, member clusters). "alpha\n" was trimmed to "alpha" and taken (trial 22, F3). A job's
+# external id, working directory and image, and the names of other things a body refers to (a queue, its parent, a
+# flavor, a MIG profile, the completion role): "/tmp\n", "\t/tmp" and "a\n" were trimmed and taken (trial 26, F5).
+ONE_LINE_FIELDS = frozenset({"name", "external_id", "working_dir", "image", "queue", "parent", "flavor", "mig_profile",
+                             "completion_role"})
 
 
 def one_line_error(text: str) -> str | None:
@@ -161,6 +164,8 @@ def text_rule_error(text: str, *, one_line: bool = False, blank: str | None = BL
     Free text: text_control_error (TEXT_RULE, code "control"); one-line text (ONE_LINE_FIELDS): one_line_error
     (ONE_LINE_RULE); then text of only white space (`blank`, code "blank"; None: not checked). None when the text
     follows it."""
+    if one_line and blank is not None and text and not text.strip() and text_control_error(text) is None:
+        return blank, "blank"  # only spaces, newlines, tabs: say so first ("\n" in a one-line field is that too)
     where = one_line_error(text) if one_line else text_control_error(text)
     if where:
         return (ONE_LINE_RULE if one_line else TEXT_RULE) + where, "control"

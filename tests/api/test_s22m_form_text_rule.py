@@ -10,7 +10,7 @@ import re
 import pytest
 from django.contrib.auth import get_user_model
 
-from gpuplatform.inputs import ONE_LINE_RULE, TEXT_RULE
+from gpuplatform.inputs import ONE_LINE_RULE
 from gpuplatform.models import Job, Queue, Team
 
 pytestmark = pytest.mark.django_db
@@ -82,7 +82,8 @@ def _job_form(**extra):
 
 @pytest.mark.parametrize("field, value, rule", [("name", "j1\n", ONE_LINE_RULE + "'\\n' at character 3"),
                                                 ("roles-0-name", "worker\n", ONE_LINE_RULE + "'\\n' at character 7"),
-                                                ("image", "nvcr.io/x\u202e:1", TEXT_RULE + "'\\u202e' at character 10"),
+                                                ("image", "nvcr.io/x\u202e:1",
+                                                 ONE_LINE_RULE + "'\\u202e' at character 10"),
                                                 ("image", " \n", "must not be only white space: give a value, or "
                                                                  "leave the field empty")])
 def test_the_job_form_refuses_what_the_api_refuses_on_the_field(client, users, field, value, rule):

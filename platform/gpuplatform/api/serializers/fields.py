@@ -132,9 +132,9 @@ def make_text_fields_strict() -> None:
       trace importers' rule, 400 "<field>: must be text without control characters ...: '\\u202e' at character 3".
       A name (inputs.ONE_LINE_FIELDS; a field's `one_line` says it for another) is one line: no newline or tab
       either (inputs.ONE_LINE_RULE; "alpha\\n" was trimmed to "alpha" and taken: trial 22, F3), then its name rule
-      (names.py). Other one-line fields keep their stricter rules on top (a working directory, an external id:
-      names.control_character_error, which takes no newline or tab either). The web forms apply the same rule
-      (inputs.TextRuleForm);
+      (names.py). So are a job's external id, working directory and image and the names a body refers to (also in
+      ONE_LINE_FIELDS: "/tmp\\n" was trimmed to "/tmp" before the services' names.control_character_error saw it,
+      trial 26, F5); their stricter rules stay on top. The web forms apply the same rule (inputs.TextRuleForm);
     - a value of only white space ("\\n", " ") is a 400 (BLANK_TEXT), never trimmed to "" as if it had been left
       empty (a `working_dir` of "\\n" was stored as the task's own directory). "" stays what the field takes.
 
