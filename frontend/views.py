@@ -24,6 +24,7 @@ from gpuplatform.inputs import html_only, whole_number
 from gpuplatform.federation.manager import is_manager, visible_federated_jobs
 from gpuplatform.login import login_required
 from gpuplatform.models import IdleAllocation, Job
+from gpuplatform.scheduling.forecast import shown_estimate
 from gpuplatform.telemetry import task_summary
 
 from . import figures, job_paging, job_run
@@ -392,6 +393,7 @@ def job_detail(request, pk: int):
         r["gpu_use"] = use.get(r["task"].pk)
     return render(request, "frontend/job_detail.html", {
         "job": job,
+        "shown": shown_estimate(job),  # its one start estimate: the cycle's reservation or the forecast's (trial 26, F6)
         "diagnosis": diagnosis,
         "highlight": diagnosis["highlight"] if diagnosis else None,
         "attempts": job_run.attempt_rows(job),

@@ -68,9 +68,13 @@ def relative_times(reason: str | None) -> str:
 
 @register.simple_tag
 def estimate(job, lead: str = "", basis: bool = True) -> str:
-    """{% estimate job %}: estimate_words of a job; `lead` ("estimated ", the jobs list) goes before a time only,
+    """{% estimate job %}: estimate_words of a job's shown estimate (scheduling.forecast.shown_estimate: the last
+    cycle's reservation start when it holds GPUs for the job, else the forecast's); `lead` ("estimated ", the jobs list) goes before a time only,
     never before "no estimate: ...", "estimate pending: ..." or "overdue: ..." (new-user trial 23: the list read
     "estimated no estimate: can never start: ...")."""
-    words = estimate_words(_get(job, "estimated_start"), _get(job, "estimated_start_p90"),
-                           _get(job, "estimate_note") or "", _get(job, "estimated_at"), clock.now(), basis)
+    from gpuplatform.scheduling.forecast import shown_estimate
+
+    shown = shown_estimate(job)  # the last cycle's reservation over the forecast's (new-user trial 26, F6)
+    words = estimate_words(shown["estimated_start"], shown["estimated_start_p90"], shown["estimate_note"],
+                           shown["estimated_at"], clock.now(), basis)
     return lead + words if words.startswith(LEAD_WORDS) else words

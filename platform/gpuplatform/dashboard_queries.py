@@ -260,11 +260,14 @@ def pending_jobs() -> list[dict]:
                 .order_by(F("pending_position").asc(nulls_last=True), "submitted_at", "id").values(
         "id", "name", "team_id", "queue_id", "priority", "submitted_at", "pending_reason", "pending_reason_code",
         "estimated_start", "estimated_start_p90", "estimate_note", "estimated_at", "never_fits", "reserved",
-        position=queries.pending_queue_position(), overall_position=F("pending_position"),
+        "reservation_start", position=queries.pending_queue_position(), overall_position=F("pending_position"),
         team_name=F("team__name"), queue_name=F("queue__name")))
     milli = dict(JobRole.objects.filter(job__state=Job.State.PENDING).values("job_id")
                  .annotate(n=Sum(queries.role_gpu_milli(gpu_memory=shared_gpu_memory()))).order_by()
                  .values_list("job_id", "n"))
+    from .scheduling.forecast import shown_estimate
+
     for r in rows:
         r["gpus"] = from_milli(milli.get(r["id"]) or 0)
+        r.update(shown_estimate(r))  # the cycle's reservation over the forecast's, as the API (trial 26, F6)
     return rows

@@ -33,6 +33,7 @@ from .. import access, services
 from ..api.idempotency import IdempotentCreateMixin
 from ..api.serializers import JobCancelSerializer, JobSubmitSerializer, LogQuerySerializer
 from ..models import Job, Queue
+from ..scheduling.forecast import shown_estimate
 
 FEDERATION_MANAGER_GROUP = "federation-managers"
 PREFIX = "fed:"
@@ -71,7 +72,7 @@ def _job_row(job: Job) -> dict:
     return {"id": job.pk, "external_id": job.external_id, "state": job.state, "name": job.name,
             "queue": job.queue.name if job.queue_id else None, "pending_reason": job.pending_reason,
             "started_at": job.started_at, "finished_at": job.finished_at,
-            "estimated_start": job.estimated_start}
+            "estimated_start": shown_estimate(job)["estimated_start"]}  # the API's (new-user trial 26, F6)
 
 
 def _fed_job(pk) -> Job:

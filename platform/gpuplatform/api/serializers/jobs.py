@@ -139,6 +139,16 @@ class TaskSerializer(ModelSerializer):
         return f"{task.role.name}-{task.index}"
 
 
+class ShownEstimateTime(serializers.DateTimeField):
+    """A job's estimate time as every page shows it (scheduling.forecast.shown_estimate: the last cycle's reservation
+    over the forecast's, new-user trial 26, F6); read-only."""
+
+    def get_attribute(self, job):
+        from ...scheduling.forecast import shown_estimate
+
+        return shown_estimate(job)[self.source]
+
+
 class JobSerializer(ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -156,20 +166,23 @@ class JobSerializer(ModelSerializer):
                                         help_text="1-based place among its queue's pending jobs in the order the "
                                                   "last scheduling cycle considered them; null unless pending, and "
                                                   "until the first cycle after submission")
-    estimated_start = serializers.DateTimeField(
+    estimated_start = ShownEstimateTime(
         read_only=True, allow_null=True,
-        help_text="pending jobs: when the forecast (the scheduling engine run forward from the live cluster, "
-                  "docs/forecast.md) starts it with median run times; null = no estimate (see estimate_note)")
-    estimated_start_p90 = serializers.DateTimeField(
+        help_text="pending jobs: the last scheduling cycle's reservation start when it holds GPUs for the job (the "
+                  "time its pending_reason names), else when the forecast (the scheduling engine run forward from the "
+                  "live cluster, docs/forecast.md) starts it with median run times; null = no estimate (see "
+                  "estimate_note)")
+    estimated_start_p90 = ShownEstimateTime(
         read_only=True, allow_null=True,
-        help_text="the same when every job runs to its estimator's 90th percentile (a pessimistic start); "
-                  "null when that is past the horizon")
+        help_text="the same when every job runs to its estimator's 90th percentile (a pessimistic start; a "
+                  "reservation's start is already the latest); null when that is past the horizon")
     estimate_note = serializers.SerializerMethodField(
         help_text="which run-time estimator the job's own estimate came from, or, with no estimate, why (horizon "
                   "passed, can never start, ...); a pending job the forecast has not seen yet (just submitted or "
-                  "requeued): \"estimate pending: the next forecast, within 60 s, gives one\"")
-    estimated_at = serializers.DateTimeField(read_only=True, allow_null=True,
-                                             help_text="cluster time of the snapshot the forecast ran from")
+                  "requeued): \"estimate pending: the next forecast, within 60 s, gives one\"; a job the last "
+                  "scheduling cycle holds GPUs for: \"reserved by the last scheduling cycle: ...\"")
+    estimated_at = ShownEstimateTime(read_only=True, allow_null=True,
+                                     help_text="cluster time of the snapshot the forecast ran from")
     reserved = serializers.JSONField(read_only=True, allow_null=True,
                                      help_text="GPUs held for this pending job until it starts: [[role, index, node, "
                                                "[gpu indices]], ...] (an eviction's beneficiary, or a starving job's "
@@ -233,11 +246,9 @@ class JobSerializer(ModelSerializer):
         return f"{stall}; {job.pending_reason}" if stall else job.pending_reason
 
     def get_estimate_note(self, job) -> str:
-        if job.state != Job.State.PENDING or job.estimated_start is not None or job.estimate_note:
-            return job.estimate_note
-        from gpuplatform.scheduling.forecast import pending_note
+        from gpuplatform.scheduling.forecast import shown_estimate
 
-        return pending_note()
+        return shown_estimate(job)["estimate_note"]
 
     def get_diagnosis(self, job) -> dict | None:
         failed = [a for a in self._attempt_rows(job) if a.failed and a.diagnosis]
