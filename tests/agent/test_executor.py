@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuplatform.agent.executor import (ExecutorError, ProcessExecutor, _trim_utf8_tail, container_argv,
+from gpuplatform.agent.executor import (ExecutorError, ProcessExecutor, trim_utf8_tail, container_argv,
                                         container_name, task_env)
 from gpuplatform.agent.inventory import demo_copies, read_nvidia_smi_xml
 from tests.agent.proc_helpers import (assignment, gone, live_in_group_or_session, read_int, wait_ended,
@@ -246,7 +246,7 @@ def test_log_chunks_never_split_a_character(ex):
     assert ex.log_chunk((15, 0), max_bytes=2) == (0, 1, "a")  # "é" is 2 bytes: held for the next chunk
     ex.ack_logs((15, 0), 1)
     assert ex.log_chunk((15, 0), max_bytes=2) == (1, 3, "é")
-    assert _trim_utf8_tail(b"x\xe2\x82") == b"x" and _trim_utf8_tail(b"x\xe2\x82\xac") == b"x\xe2\x82\xac"
+    assert trim_utf8_tail(b"x\xe2\x82") == b"x" and trim_utf8_tail(b"x\xe2\x82\xac") == b"x\xe2\x82\xac"
 
 
 def test_done_task_leaves_memory_but_keeps_its_state(ex):

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 
 __all__ = ["ProcessExecutor", "ExecutorError", "task_env", "container_argv", "container_name", "ProcStat",
            "proc_stat", "scan_proc", "descendants", "SUPERVISOR", "RUNTIMES", "SECRET_NAMES", "SECRET_PREFIXES",
-           "AGENT_EXITED", "agent_gone_message", "agent_exited_stop_message", "decode_output"]
+           "AGENT_EXITED", "agent_gone_message", "agent_exited_stop_message", "decode_output",
+           "trim_utf8_tail"]
 
 log = logging.getLogger("gpuplatform.agent.executor")
 
@@ -324,7 +325,7 @@ def decode_output(raw: bytes) -> str:
     return raw.decode("utf-8", errors="surrogateescape").translate(_NOT_TEXT)
 
 
-def _trim_utf8_tail(raw: bytes) -> bytes:
+def trim_utf8_tail(raw: bytes) -> bytes:
     """`raw` without a trailing incomplete UTF-8 sequence (at most 3 bytes are dropped)."""
     for back in range(1, min(4, len(raw)) + 1):
         b = raw[-back]
@@ -921,9 +922,9 @@ class ProcessExecutor:
         except OSError:
             return off, off, ""
         if raw and m.get("result") is None:
-            raw = _trim_utf8_tail(raw)
+            raw = trim_utf8_tail(raw)
         elif len(raw) == max_bytes:
-            raw = _trim_utf8_tail(raw) or raw
+            raw = trim_utf8_tail(raw) or raw
         return off, off + len(raw), decode_output(raw)
 
     def read_logs(self, key: Key, max_bytes: int = 65536) -> tuple[int, str]:

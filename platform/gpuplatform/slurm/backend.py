@@ -42,6 +42,7 @@ from django.db import transaction
 from django.db.models import F, Max
 
 from .. import clock
+from ..agent.executor import decode_output, trim_utf8_tail
 from ..allocations import check_nodes, write_allocations
 from ..audit import record_event, record_events
 from ..execution import append_log, master_port, node_assignments, report_task_event, stop_job
@@ -493,11 +494,14 @@ class SlurmBackend:
             f.seek(stored)
             raw = f.read(LOG_CHUNK)
         if len(raw) == LOG_CHUNK:
-            raw = _whole_chars(raw)  # never split a UTF-8 character: its rest comes with the next chunk
-        data = raw.decode("utf-8", errors="replace")
-        if len(data.encode("utf-8")) != len(raw):  # invalid UTF-8: one "?" per byte keeps the offsets the file's
-            data = "".join(chr(b) if b < 128 else "?" for b in raw)
-        ok, _, _ = append_log(node, task_id=t["task"], attempt=t["attempt"], offset=stored, data=data, at=self._now)
+            # never split a UTF-8 character: its rest comes with the next chunk (a chunk of only a broken tail is
+            # sent as it is, each byte a "?")
+            raw = trim_utf8_tail(raw) or raw
+        # the node agent's byte rule (agent.executor.decode_output): each byte that is not part of a UTF-8
+        # character, and NUL, one "?", so the stored offsets count the file's bytes and the valid text around a bad
+        # byte is kept
+        ok, _, _ = append_log(node, task_id=t["task"], attempt=t["attempt"], offset=stored, data=decode_output(raw),
+                              at=self._now)
         if ok:
             stats.log_bytes += len(raw)
 
@@ -677,18 +681,6 @@ class SlurmBackend:
             return []
         self._topology_refused = None
         return plan.lines()
-
-
-def _whole_chars(raw: bytes) -> bytes:
-    """`raw` without an incomplete UTF-8 sequence at its end."""
-    i = len(raw) - 1
-    while i >= 0 and len(raw) - i <= 4 and raw[i] & 0xC0 == 0x80:
-        i -= 1
-    if i >= 0 and raw[i] >= 0xC0:
-        need = 2 if raw[i] < 0xE0 else 3 if raw[i] < 0xF0 else 4
-        if len(raw) - i < need:
-            return raw[:i]
-    return raw
 
 
 def _job_nodes(sj: SlurmJob | None, comp: dict | None, tasks) -> list[str]:
