@@ -4,7 +4,8 @@ snapshot memo as cycle_scale.py's first run), each traced step's wall, this thre
 CPU (/proc/<backend pid>/stat: same machine).
 
     BENCH_DB=<db> WORLD=headline REPS=3 python benchmarks/e2e10_prof.py
-    PROFILE=apply|snapshot|cycle: cProfile of that phase on the last run (top 30 by tottime)
+    PROFILE=apply|snapshot|cycle: cProfile of that phase on the last run (top TOP=30 by SORT=tottime; SORT=cumulative
+    for inclusive times)
 
 Steps are inclusive (a step called inside another is counted in both); "commit" is the apply transaction's commit.
 """
@@ -117,7 +118,7 @@ def main() -> None:
             for k, (w, c, s, n) in acc.items():
                 print(f"    {k:28s} x{n:<3d} wall {w:.3f}  client {c:.3f}  server {s:.3f}")
         if prof["p"] is not None:
-            pstats.Stats(prof["p"]).sort_stats("tottime").print_stats(30)
+            pstats.Stats(prof["p"]).sort_stats(os.environ.get("SORT", "tottime")).print_stats(int(os.environ.get("TOP", "30")))
         print("medians of runs 2..:")
         rest = runs[1:] or runs
         keys = list(rest[-1][1])
