@@ -14,6 +14,8 @@
     gpuctl set-quota alpha H100 --guarantee 8 --quota 32 [--limit 64 | --no-limit]
     gpuctl submit --queue alpha --name small --tasks 2 --gpus 0.5 -- python3 serve.py   # half of one shared GPU each
     gpuctl set-sharing node-01 shared [--gpus 3,4]   # exclusive | shared | auto (platform admins)
+    gpuctl queues                          # the queues you may see: parent, team, weight, state, use, quotas
+    gpuctl nodes [--flavor H100] [--state ready]   # every node: flavor, state, GPUs, in use, unhealthy, domain
 
 What a job runs (docs/execution.md): `--command` is one line split like a shell would (shlex), or the argv
 is everything after `--`; `--env NAME=VALUE` may be repeated; `--time-limit` is in seconds. With `--file`,
@@ -46,7 +48,17 @@ The job table (`list`, `get`, `submit`, `cancel`) fits its last column (NODES / 
 width (COLUMNS, else the terminal's own), cutting it with "..." only on a terminal; piped or redirected it is
 never cut, nor with `-o wide` (or `--wide`).
 
-`--json` (or `-o json`) prints the API's answers as they are. Exit status: 0 ok, 1 refused by the API (the field errors
+`queues` (as `sinfo -s` / `sacctmgr show assoc` / `kubectl get clusterqueue`) prints one line per queue you may see
+from GET /api/v1/queues/ (parent, team, weight, state, each flavor's guarantee/quota/limit, "none" for no limit of its
+own) and the live usage of GET /api/v1/cluster-metrics/current/ (GPU-equivalents in use, running and pending jobs,
+GPU-equivalents pending: an inner queue's are its subtree's; "-" where the API gives none, as for the platform's inner
+queues to a user who is not a platform admin). `nodes` (as `sinfo -N`) prints one line per node from GET
+/api/v1/nodes/ (--flavor / --state: the API's filters): its flavor, state, GPUs, GPU-equivalents in use, its unhealthy
+GPUs by index (gpu3,gpu5), its domain, and why it is in its state. Both follow the API's pages; with none to show they say
+so on stderr and exit 0.
+
+`--json` (or `-o json`) prints the API's answers as they are (`nodes`: every page's results in one list; `queues`:
+the queues' list, with the usage rows as `usage` and the clock they were read at as `usage_time`). Exit status: 0 ok, 1 refused by the API (the field errors
 are printed; `submit` names the flag that filled a field first: `--gpus (roles[0].gpu_fraction): ...`, while a
 --file body's own fields keep the API's names), 2 bad usage or the API unreachable (or not at that address: an answer that is not JSON;
 an address (GPUCTL_API / --api) that is not an http:// or https:// URL in printable ASCII with a host and a port from 1
@@ -650,6 +662,64 @@ def cmd_list(client: Client, a) -> object:
             "shown": len(rows)}
 
 
+def all_pages(client: Client, path: str, **params) -> dict:
+    """Every row of a short list (queues, nodes: limit/offset pages of at most PAGE_MAX), following the API's
+    `next` links: {"count", "next": null, "previous": null, "results": [every row]}."""
+    page, _ = client.get(path, limit=PAGE_MAX, **params)
+    rows = list(page["results"])
+    while page.get("next"):
+        page, _ = client.request("GET", page["next"])
+        rows += page["results"]
+    return {"count": page.get("count", len(rows)), "next": None, "previous": None, "results": rows}
+
+
+def cmd_queues(client: Client, a) -> object:
+    """The queues the caller may see (GET /api/v1/queues/) with their live usage as GET
+    /api/v1/cluster-metrics/current/ gives it (`usage`: its `queues` rows; `usage_time`: its `queues_time`)."""
+    result = all_pages(client, "/api/v1/queues/")
+    current, _ = client.request("GET", "/api/v1/cluster-metrics/current/")
+    result["usage"], result["usage_time"] = current.get("queues") or [], current.get("queues_time")
+    return result
+
+
+def cmd_nodes(client: Client, a) -> object:
+    """Every node (GET /api/v1/nodes/), or those of --flavor / --state (the API's own filters)."""
+    return all_pages(client, "/api/v1/nodes/", flavor=a.flavor, state=a.state)
+
+
+QUEUE_HEADER = ["NAME", "PARENT", "TEAM", "WEIGHT", "STATE", "USED", "RUNNING", "PENDING", "PENDING-GPUS",
+                "QUOTAS (FLAVOR GUARANTEE/QUOTA/LIMIT)"]
+NODE_HEADER = ["NAME", "FLAVOR", "STATE", "GPUS", "USED", "UNHEALTHY", "DOMAIN", "REASON"]
+
+
+def _shown(value) -> str:
+    """A figure as the API gave it; "-" where it gave none (a blank cell would shift the columns for awk)."""
+    return "-" if value is None or value == "" else str(value)
+
+
+def _queue_line(q: dict, usage: dict | None) -> list:
+    """One row of the queue table: the queue as GET /api/v1/queues/ gives it, and its row of
+    cluster-metrics/current's `queues` (None: the API gives this caller no usage for it: every figure "-")."""
+    u = usage or {}
+    quotas = ", ".join(f"{x['flavor']} {x['guarantee']}/{x['quota']}/{'none' if x['limit'] is None else x['limit']}"
+                       for x in q.get("quotas") or [])
+    return [q["name"], _shown(q.get("parent")), _shown(q.get("team")), _shown(q.get("weight")), q["state"],
+            _shown(u.get("used")), _shown(u.get("running_jobs")), _shown(u.get("pending_jobs")),
+            _shown(u.get("pending_demand")), quotas or "none set"]
+
+
+def _node_line(n: dict) -> list:
+    """One row of the node table, from the node as GET /api/v1/nodes/ gives it: UNHEALTHY names the GPUs whose
+    `health` is not healthy by index ("gpu3,gpu5": one word, so `awk` still finds DOMAIN as the 7th); REASON is why the node is in its state (and a hot spare's mark)."""
+    sick = [f"gpu{g['index']}" for g in n.get("gpus") or [] if g.get("health") != "healthy"]
+    reason = "; ".join(w for w in ("hot spare" if n.get("spare") else "", n.get("state_reason") or "",
+                                   n.get("health_reason") if n.get("health_reason") != n.get("state_reason") else "")
+                       if w)
+    return [n["name"], _shown(n.get("flavor")), n["state"], _shown(n.get("gpu_count")),
+            _shown(n.get("allocated_gpus")), ",".join(sick) or "-", _shown(n.get("domain")),
+            reason]
+
+
 def cmd_get(client: Client, a) -> object:
     return client.get(f"/api/v1/jobs/{a.id}/")[0]
 
@@ -871,6 +941,19 @@ def _print(result, a, command: str, now=None) -> None:
                   f"--limit N for more, --all for every one (or filter with --state / --queue / --team)")
     elif command in ("submit", "get", "cancel"):
         print(_table([_job_line(result, now)], JOB_HEADER, table_width(a)))
+    elif command == "queues":
+        if not result["results"]:  # nothing to show: said on stderr, exit 0 (as `logs` with no output)
+            print("gpuctl queues: no queues you may see", file=sys.stderr)
+            return
+        usage = {u["queue"]: u for u in result.get("usage") or []}
+        print(_table([_queue_line(q, usage.get(q["name"])) for q in result["results"]], QUEUE_HEADER,
+                     table_width(a)))
+    elif command == "nodes":
+        if not result["results"]:
+            given = [f"{k} {v}" for k, v in (("flavor", a.flavor), ("state", a.state)) if v is not None]
+            print("gpuctl nodes: no nodes" + (f" with {' and '.join(given)}" if given else ""), file=sys.stderr)
+            return
+        print(_table([_node_line(n) for n in result["results"]], NODE_HEADER, table_width(a)))
     elif command == "set-sharing":
         print(f"{result['name']}: " + ", ".join(f"GPU {g['index']} {g['sharing']}" for g in result["gpus"]))
     elif command == "set-quota":
@@ -983,11 +1066,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("node")
     s.add_argument("mode", choices=["exclusive", "shared", "auto"])
     s.add_argument("--gpus", help="GPU indexes, e.g. 3,4 (default: every GPU of the node not in MIG mode)")
+
+    sub.add_parser("queues", parents=[common], help="the queues you may see: parent, team, weight, state, GPUs in "
+                   "use, running and pending jobs, quotas per flavor",
+                   description="One line per queue (GET /api/v1/queues/) with its live usage (GET /api/v1/"
+                               "cluster-metrics/current/: an inner queue's figures are its subtree's; '-' where the "
+                               "API gives none). QUOTAS: each flavor's guarantee/quota/limit in GPUs.")
+
+    s = sub.add_parser("nodes", parents=[common], help="the nodes: flavor, state, GPUs, GPUs in use, unhealthy "
+                       "GPUs, domain", description="One line per node (GET /api/v1/nodes/). USED: GPU-equivalents "
+                       "held by live allocations; UNHEALTHY: the GPUs whose health is not healthy, by index (gpu3,gpu5).")
+    s.add_argument("--flavor", help="only the nodes of this GPU flavor, e.g. H100")
+    s.add_argument("--state", help="only the nodes in this state: ready, cordoned, draining, not_ready, in_repair, "
+                   "validating")
     return p
 
 
 COMMANDS = {"submit": cmd_submit, "list": cmd_list, "get": cmd_get, "logs": cmd_logs, "cancel": cmd_cancel,
-            "set-quota": cmd_set_quota, "set-sharing": cmd_set_sharing}
+            "set-quota": cmd_set_quota, "set-sharing": cmd_set_sharing, "queues": cmd_queues, "nodes": cmd_nodes}
 
 
 def main(argv: list[str] | None = None) -> int:
