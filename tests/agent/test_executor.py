@@ -53,7 +53,8 @@ def test_env_exit_zero_and_secrets_removed(ex, monkeypatch):
     assert "CUDA_VISIBLE_DEVICES=GPU-aaa" in out and "USER_VAR=x y" in out and "KEEP_ME=overlaid" in out
     assert "DATABASE_URL" not in out and "DJANGO_SECRET_KEY" not in out and "GPUPLATFORM_AGENT_TOKEN" not in out
     assert f"cwd={ex.task_dir((1, 0))}" in out  # working_dir "" = the task's own directory
-    assert json.loads((Path(ex.task_dir((1, 0))) / "exit.json").read_text()) == {"exit_code": 0}
+    status = json.loads((Path(ex.task_dir((1, 0))) / "exit.json").read_text())
+    assert isinstance(status.pop("ended_at"), float) and status == {"exit_code": 0}  # ended_at: session 27
 
 
 def test_task_env_strips_secrets():
@@ -67,8 +68,10 @@ def test_exit_code_reported_once_then_events_acknowledged(ex):
     pid = ex.meta((2, 0))["pid"]
     assert wait_ended(ex, [(2, 0)])[(2, 0)]["exit_code"] == 3
     assert ex.poll() == []  # reported by poll() once
-    assert ex.unreported() == [{"task": 2, "attempt": 0, "event": "started", "pid": pid},
-                               {"task": 2, "attempt": 0, "event": "exited", "exit_code": 3, "signal": None}]
+    events = ex.unreported()
+    assert isinstance(events[1].pop("time"), float)  # when it ended (session 27: test_s27_task_end_time)
+    assert events == [{"task": 2, "attempt": 0, "event": "started", "pid": pid},
+                      {"task": 2, "attempt": 0, "event": "exited", "exit_code": 3, "signal": None}]
     ex.mark_reported((2, 0), "started")
     ex.mark_reported((2, 0), "exited")
     assert ex.unreported() == []
@@ -115,7 +118,9 @@ def test_sigterm_ignored_gets_sigkill_at_deadline(ex):
     rec = wait_ended(ex, [(6, 0)])[(6, 0)]
     assert 0.8 <= time.monotonic() - t0 < 3
     assert (rec["exit_code"], rec["signal"]) == (None, 9)
-    assert ex.unreported()[-1] == {"task": 6, "attempt": 0, "event": "exited", "exit_code": None, "signal": 9}
+    end = ex.unreported()[-1]
+    assert isinstance(end.pop("time"), float)
+    assert end == {"task": 6, "attempt": 0, "event": "exited", "exit_code": None, "signal": 9}
     assert all(gone(p) for p in pids) and ex.alive_pids((6, 0)) == []
 
 
@@ -309,7 +314,9 @@ def test_fraction_waits_when_memory_is_full_or_the_gpu_is_held_whole(ex):
 def test_image_without_runtime_ends_with_125(ex):
     assert ex.start(assignment(20, "echo hi", image="nvcr.io/nvidia/pytorch:25.01-py3")) == "ended"
     assert "no container runtime" in log_of(ex, (20, 0))
-    assert ex.unreported() == [{"task": 20, "attempt": 0, "event": "exited", "exit_code": 125, "signal": None}]
+    events = ex.unreported()
+    assert len(events) == 1 and isinstance(events[0].pop("time"), float)
+    assert events == [{"task": 20, "attempt": 0, "event": "exited", "exit_code": 125, "signal": None}]
     assert ex.poll() == [] and ex.live_keys() == [] and ex.start(assignment(20, "x")) == "exists"
 
 

@@ -61,6 +61,7 @@ def test_the_supervisor_records_that_it_stopped_the_task_because_its_agent_went(
     agent.wait()
     assert sup.wait(timeout=15) == 0
     exit_json = json.loads((task_dir / "exit.json").read_text())
+    assert isinstance(exit_json.pop("ended_at"), float), exit_json  # when it ended (session 27)
     assert exit_json == {**end, "agent_gone": agent.pid}, exit_json
     log = (task_dir / "output.log").read_text()
     assert f"[gpuplatform] the agent (pid {agent.pid}) is gone: stopping the task" in log
@@ -75,7 +76,8 @@ def test_a_task_that_ends_on_its_own_while_its_agent_runs_has_no_agent_gone(tmp_
     sup = _supervise(task_dir, agent, "sleep 0.3; exit 3")
     procs.append(sup)
     assert sup.wait(timeout=15) == 0
-    assert json.loads((task_dir / "exit.json").read_text()) == {"exit_code": 3}
+    assert {k: v for k, v in json.loads((task_dir / "exit.json").read_text()).items() if k != "ended_at"} == {
+        "exit_code": 3}
     assert agent.poll() is None
 
 
@@ -108,7 +110,8 @@ def test_the_next_agent_reports_such_a_task_lost_with_the_cause_agent_exited(tmp
     wait_for(lambda: (task_dir / "exit.json").exists() and not _under(task_dir), 10, "the supervisor's stop")
     sup = json.loads((task_dir / "supervisor.json").read_text())["pid"]
     wait_for(lambda: gone(sup), 5, "the supervisor to exit")
-    assert json.loads((task_dir / "exit.json").read_text()) == {"signal": 15, "agent_gone": agent.pid}
+    assert {k: v for k, v in json.loads((task_dir / "exit.json").read_text()).items() if k != "ended_at"} == {
+        "signal": 15, "agent_gone": agent.pid}
 
     ex = ProcessExecutor(str(work), supervisor_grace=0.5)
     ended = {(r["task"], r["attempt"]): r for r in ex.recover()}
@@ -117,6 +120,8 @@ def test_the_next_agent_reports_such_a_task_lost_with_the_cause_agent_exited(tmp
     assert rec["lost"] == (f"the node agent (pid {agent.pid}) exited while the task ran; its supervisor stopped the "
                            "task (the agent runs with --stop-tasks-on-exit): it ended with signal 15 (SIGTERM)"), rec
     lost = [e for e in ex.unreported() if e["event"] == "lost"]
-    assert lost == [{"task": 7, "attempt": 0, "event": "lost", "message": rec["lost"], "cause": AGENT_EXITED}]
+    ended_at = json.loads((task_dir / "exit.json").read_text())["ended_at"]  # the supervisor's (session 27)
+    assert lost == [{"task": 7, "attempt": 0, "event": "lost", "message": rec["lost"], "cause": AGENT_EXITED,
+                     "time": ended_at}]
     assert not [e for e in ex.unreported() if e["event"] == "exited"]
 

@@ -101,7 +101,8 @@ def _stop_with_cause(ex, tmp_path) -> None:
     assert ex.stop(key, time.monotonic() + 5, cause=AGENT_EXITED)
     ended = wait_ended(ex, [key], timeout=10)
     rec = ended[key]
-    assert json.loads((tmp_path / "w" / "tasks" / "5-0" / "exit.json").read_text()) == {"exit_code": 143}
+    status = json.loads((tmp_path / "w" / "tasks" / "5-0" / "exit.json").read_text())
+    assert isinstance(status.pop("ended_at"), float) and status == {"exit_code": 143}  # ended_at: session 27
     assert rec["exit_code"] is None and rec["signal"] is None and rec["cause"] == AGENT_EXITED, rec
     assert rec["lost"].endswith("it ended with exit code 143"), rec
     # a plain stop (a cancel) still reports the task's own end
@@ -128,4 +129,5 @@ def test_the_supervisor_marks_agent_gone_when_the_task_ends_after_the_agent_went
     os.killpg(sup.pid, signal.SIGTERM)  # the task's group (the supervisor ignores it): the sleep dies at once
     assert sup.wait(timeout=15) == 0
     exit_json = json.loads((task_dir / "exit.json").read_text())
+    assert isinstance(exit_json.pop("ended_at"), float), exit_json  # when it ended (session 27)
     assert exit_json == {"signal": 15, "agent_gone": agent.pid}, exit_json

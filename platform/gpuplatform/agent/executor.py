@@ -7,7 +7,8 @@ Each task attempt gets a state directory `work_dir/tasks/<task>-<attempt>/` hold
     meta.json        the executor's record (below), written atomically on every change
     output.log       the task's combined stdout + stderr (appended by the supervisor)
     exit.json        {"exit_code": n} or {"signal": s}, written by the supervisor when the task ended; with
-                     "agent_gone": pid when it stopped the task because the agent it watched exited (--watch)
+                     "agent_gone": pid when it stopped the task because the agent it watched exited (--watch), and
+                     "ended_at": when the task's last process ended (epoch s; supervisors before it: absent)
     supervisor.json  {"pid", "start_time", "boot_id"} written by the supervisor as it starts
     supervisor.log   the supervisor's own stderr (empty unless it crashed)
 
@@ -15,8 +16,9 @@ meta.json: {"task", "attempt", "job", "role", "index", "gpus": [{"index", "uuid"
 "share_milli", "share_memory_mib", "memory_mib"], "image", "container",
 "pid" (the supervisor, leader of its own process group and session; null until started), "start_time"
 (the supervisor's start time in clock ticks since boot, from /proc/<pid>/stat: guards against pid reuse),
-"boot_id", "started_at" (epoch s), "started_reported", "result" (null while running, else {"exit_code": n},
-{"signal": s} or {"lost": message}, the last with "cause": AGENT_EXITED for a task stopped because its watched agent
+"boot_id", "started_at" (epoch s), "ended_at" (epoch s: when the task ended, exit.json's "ended_at", else when
+this executor found it ended; reported as the end's "time"), "started_reported", "result" (null while running,
+else {"exit_code": n}, {"signal": s} or {"lost": message}, the last with "cause": AGENT_EXITED for a task stopped because its watched agent
 exited), "exited_reported", "log_offset" (bytes of output.log shipped),
 "stop" (null, or {"deadline": time.monotonic() value, "boot_id", "requested_at" (epoch s), "killed",
 "container_killed"}), "refused" (absent, or the control plane's reason for refusing the attempt's "started" report:
@@ -560,8 +562,9 @@ class ProcessExecutor:
     def _end_now(self, key: Key, code: int, why: str) -> str:
         with open(self._path(key, "output.log"), "ab") as fh:
             fh.write(f"[gpuplatform] {why}\n".encode())
-        _write_json(self._path(key, "exit.json"), {"exit_code": code})
-        self._meta[key]["result"] = {"exit_code": code}
+        now = time.time()
+        _write_json(self._path(key, "exit.json"), {"exit_code": code, "ended_at": now})
+        self._meta[key].update(result={"exit_code": code}, ended_at=now)
         self._save(key)
         log.warning("task %s-%s ended at once (exit code %d): %s", *key, code, why)
         return "ended"
@@ -723,7 +726,7 @@ class ProcessExecutor:
             else:
                 rc = None
             m["result"] = self._result_of(key, rc)
-            m["ended_at"] = time.time()
+            m["ended_at"] = self._end_time(key)
             self._save(key)
             self._signal(key, signal.SIGKILL)  # leftovers in its process group / session, if any
             self._seen.pop(key, None)
@@ -753,6 +756,20 @@ class ProcessExecutor:
         r = self._meta[key]["result"]
         return {"task": key[0], "attempt": key[1], "exit_code": r.get("exit_code"), "signal": r.get("signal"),
                 "lost": r.get("lost"), "cause": r.get("cause")}
+
+    def _end_time(self, key: Key) -> float:
+        """When the task ended (epoch s, this node's clock): exit.json's "ended_at" (the supervisor's, when the task's
+        last process was reaped), else now (its supervisor died or is gone without one: found now, at the latest), never
+        before its start nor after now."""
+        now = time.time()
+        data = _read_json(self._path(key, "exit.json"))
+        t = data.get("ended_at") if data is not None else None
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or t != t or not 0 < t <= now:
+            return now
+        started = self._meta[key].get("started_at")
+        if isinstance(started, (int, float)) and not isinstance(started, bool) and t < started:
+            return float(started)
+        return float(t)
 
     def _result_of(self, key: Key, rc: int | None) -> dict:
         m = self._meta[key]
@@ -839,7 +856,7 @@ class ProcessExecutor:
                 m["result"] = {"signal": int(signal.SIGKILL)}
             else:
                 m["result"] = {"lost": LOST_ON_RESTART}
-            m["ended_at"] = time.time()
+            m["ended_at"] = self._end_time(key)
             self._save(key)
             if m.get("pid"):
                 self._signal(key, signal.SIGKILL)
@@ -851,7 +868,9 @@ class ProcessExecutor:
         """Report events not yet acknowledged, in order (a task's "started" before its end), in the shape of
         the reports call's "tasks": {"task", "attempt", "event": "started", "pid"}, {..., "event": "exited",
         "exit_code": int | None, "signal": int | None} or {..., "event": "lost", "message": str} (and "cause":
-        AGENT_EXITED for a task stopped because its agent exited; absent otherwise)."""
+        AGENT_EXITED for a task stopped because its agent exited; absent otherwise). An end carries "time": when the
+        task ended (meta "ended_at", epoch seconds on this node's clock; absent when unknown): the server counts the
+        task ended then, not when this report arrives."""
         out = []
         for key in sorted(self._meta):
             m = self._meta[key]
@@ -860,11 +879,14 @@ class ProcessExecutor:
                 out.append({**base, "event": "started", "pid": m["pid"]})
             r = m.get("result")
             if r is not None and not m.get("exited_reported"):
+                t = m.get("ended_at")
+                when = {"time": float(t)} if isinstance(t, (int, float)) and not isinstance(t, bool) else {}
                 if "lost" in r:
                     cause = {"cause": r["cause"]} if r.get("cause") else {}  # sent only when known
-                    out.append({**base, "event": "lost", "message": r["lost"], **cause})
+                    out.append({**base, "event": "lost", "message": r["lost"], **cause, **when})
                 else:
-                    out.append({**base, "event": "exited", "exit_code": r.get("exit_code"), "signal": r.get("signal")})
+                    out.append({**base, "event": "exited", "exit_code": r.get("exit_code"), "signal": r.get("signal"),
+                                **when})
         return out
 
     def mark_reported(self, key: Key, event: str) -> None:

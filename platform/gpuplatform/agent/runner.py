@@ -47,6 +47,7 @@ __all__ = ["AgentLoop", "primary_address", "parse_server_time", "LOG_CHUNK_BYTES
 
 NEVER_STARTED = "stopped before it started on this node"
 CAUSE = "cause"  # the optional field of a lost report older servers do not take (refused_fields)
+TIME = "time"  # the optional field of an end's report (when the task ended, node clock) older servers do not take
 # a "run" assignment of a task the server no longer counts as waiting to start (`state` not "bound") that this agent
 # has no record of: started here before and the record lost (another work directory, a wiped one), or started by
 # another agent. Started now it would run a second copy of the attempt (new-user trial 21, F4).
@@ -150,6 +151,7 @@ class AgentLoop:
         self.never_started: dict = {}
         self.told_never_started: set = set()  # ... and already reported as such
         self.send_cause = True  # False once the server refused a lost report's `cause` (an older server)
+        self.send_time = True  # False once the server refused an end's `time` (an older server: the arrival counts)
 
     @property
     def registered(self) -> bool:
@@ -342,6 +344,8 @@ class AgentLoop:
                 return True
             if not self.send_cause:
                 events = [{k: v for k, v in e.items() if k != CAUSE} for e in events]
+            if not self.send_time:
+                events = [{k: v for k, v in e.items() if k != TIME} for e in events]
             try:
                 answer = post_json(self.urls["reports"], self.token, {"tasks": events, "logs": logs},
                                    timeout=self.timeout)
@@ -351,6 +355,12 @@ class AgentLoop:
                     self.send_cause = False
                     log.warning("the control plane does not take a lost report's cause (an older server: %s); "
                                 "lost reports go without it from now on", exc)
+                    continue  # the same events again, without it
+                if (exc.status in (400, 422) and self.send_time and any(TIME in e for e in events)
+                        and TIME in refused_fields(exc.body)):
+                    self.send_time = False
+                    log.warning("the control plane does not take the time of a task's end (an older server: %s); "
+                                "ends go without it from now on (the server counts them ended when they arrive)", exc)
                     continue  # the same events again, without it
                 if exc.status in (400, 422):
                     log.error("reports refused as malformed, dropped (%d events, %d log chunks): %s",

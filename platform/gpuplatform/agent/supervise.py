@@ -26,7 +26,10 @@ It must not import anything from gpuplatform (fast start, no Django or Celery). 
    and now: when one grew it writes "[gpuplatform] the kernel's OOM killer killed N process(es) ... while the
    task ran" into output.log. The diagnosis reads either as host_oom; without them nothing is written: a
    SIGKILL alone is no proof of an out-of-memory kill (a user's `kill -9`, a watchdog, `timeout -s KILL`);
-7. writes TASKDIR/exit.json atomically, {"exit_code": n} or {"signal": s}, and exits 0.
+7. writes TASKDIR/exit.json atomically, {"exit_code": n} or {"signal": s} with "ended_at": the time (epoch seconds,
+   this node's clock) the task's last process ended (ARGV's process and what was left of its tree reaped: its GPUs
+   free), and exits 0. The agent reports that time as the task's end (executor.unreported: "time"), however late it
+   reports (its poll, a cut-off from the server, a restart that adopts the task).
 
 With --watch PID:START (an agent started with --stop-tasks-on-exit: the local demo's agents), it also checks
 every WATCH_SECONDS that the process PID, started at START clock ticks since boot (so a reused pid is not
@@ -374,11 +377,12 @@ def main(argv: list[str] | None = None) -> int:
                 _log_line(log_fh, f"cannot start {command[0]!r}: working directory {cwd!r}: {exc.strerror or exc}")
             else:
                 _log_line(log_fh, f"cannot start {command[0]!r}: {exc.strerror or exc}")
-            _write_json(exit_path, {"exit_code": code})
+            _write_json(exit_path, {"exit_code": code, "ended_at": time.time()})
             return 0
         result = _wait_child(child.pid, watch, grace, log_fh, task_dir)
         child.returncode = 0  # reaped by us: keep Popen from waiting on it again
         _cleanup(grace, task_dir)
+        result["ended_at"] = time.time()  # the tree is gone: the task's end (the OOM look below is the supervisor's)
         if result.get("signal") == signal.SIGKILL or result.get("exit_code") == 128 + signal.SIGKILL:
             kernel = _kernel_oom_line(child.pid, _kmsg_records()) if result.get("signal") else None
             line = f"kernel log: {kernel[:400]}" if kernel else _oom_line(oom_before, _oom_counters())

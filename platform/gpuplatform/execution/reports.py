@@ -41,15 +41,26 @@ with the same pid is accepted, changing nothing). The end of a
 task released with its job's end (its process outlived the job's stop deadline) is kept on the task once
 (exit_code / exit_signal / end_message: the SIGKILL of a time limit or a cancel), nothing else changes.
 
-Times are the server's (cluster) clock, never the agent's: a task's `ended_at` is when the platform counted it ended,
-the arrival of its agent's report of the end, or, when its job ended first (the stop's deadline passed: its GPUs
-were released then), the job's `finished_at`; a job finishes no earlier than the last of its tasks ended
-(stops.finalize_stop), so finished_at >= every task's ended_at (new-user trial 26, F8).
+Times are the server's (cluster) clock. A task's `ended_at` is when its process ended: an "exited" / "lost" report's
+`node_time` (the API's `time`: the node's clock, epoch seconds, when the task's last process ended) moved onto the
+server's clock by the node's measured offset (Node.clock_offset_seconds, node minus server, as the heartbeat
+measures it and telemetry applies it: server = node - offset), then clamped: never after the report's arrival
+(`at`), never before the task's start (started_at, else its attempt's binding). A node without a usable offset (None:
+no heartbeat time, or one beyond NODE_CLOCK_MAX_OFFSET_SECONDS) has its time taken as it is when it lies within
+NODE_CLOCK_MAX_OFFSET_SECONDS of the arrival, else the arrival counts (`task_end_time`). A report without a time (agents
+before the field) ends the task at its arrival, as before. An agent reports late (its poll, a cut-off, a restart
+that adopted the task): the end it says is kept, not the delay (session 27). When the task was the job's last process
+on a node agent, the job ends (finished_at, its GPUs' released_at) at that end too; while other processes of the
+gang live, what the report starts now (a failed gang's stop, its survivors' grace; a success's stop of the other
+roles) counts from the arrival. When its job ended first (the stop's deadline passed: its GPUs were released then),
+the task's `ended_at` is no later than the job's `finished_at`; a job finishes no earlier than the last of its tasks
+ended (stops.finalize_stop), so finished_at >= every task's ended_at (new-user trial 26, F8).
 """
 from __future__ import annotations
 
+import math
 import signal as _signal
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 from django.db import transaction
 from django.db.models import F, Value
@@ -61,9 +72,10 @@ from ..diagnosis.attempts import diagnose_now, refresh_attempt_exit, reuse_evide
 from ..lifecycle import release_tasks, report_task_running
 from ..models import Job, Node, Task
 from ..models.cluster import lost_node_q
-from .stops import _finalize_if_idle, end_lost_tasks, fault_grace_seconds, stop_for_fault, stop_job
+from .stops import (_finalize_if_idle, end_lost_tasks, fault_grace_seconds, live_agent_tasks, stop_for_fault,
+                    stop_job)
 
-__all__ = ["EVENTS", "LOST_CAUSES", "AGENT_EXITED", "report_task_event", "describe_exit"]
+__all__ = ["EVENTS", "LOST_CAUSES", "AGENT_EXITED", "report_task_event", "describe_exit", "task_end_time"]
 
 EVENTS = ("started", "exited", "lost")
 AGENT_EXITED = "agent_exited"  # a lost task's supervisor stopped it because its node agent exited (module docstring)
@@ -86,12 +98,40 @@ def describe_exit(exit_code: int | None, signal: int | None, message: str = "") 
     return "was lost" + (f" ({message})" if message else "")
 
 
+def task_end_time(node_time: float | None, *, offset: float | None, at: datetime,
+                  start: datetime | None = None) -> datetime:
+    """The server-clock time a task's process ended (module docstring): `node_time` (epoch seconds on the node's
+    clock; None or not finite: `at`) minus the node's clock `offset` (node minus server); without an offset, the node's
+    time as it is when within NODE_CLOCK_MAX_OFFSET_SECONDS of `at`, else `at`. Clamped to [start, at]."""
+    from django.conf import settings
+
+    if node_time is None or isinstance(node_time, bool) or not math.isfinite(node_time):
+        return at
+    if offset is not None and math.isfinite(offset):
+        node_time -= offset
+    else:
+        bound = float(getattr(settings, "NODE_CLOCK_MAX_OFFSET_SECONDS", 366 * 86400))
+        if abs(node_time - at.timestamp()) > bound:
+            return at
+    try:
+        end = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=node_time)
+    except OverflowError:
+        return at
+    end = min(end, at)
+    if start is not None and start <= at:
+        end = max(end, start)
+    return end
+
+
 def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int | None = None,
                       exit_code: int | None = None, signal: int | None = None, message: str = "",
-                      cause: str = "", at: datetime | None = None, actor=None) -> tuple[bool, str]:
+                      cause: str = "", at: datetime | None = None, node_time: float | None = None,
+                      actor=None) -> tuple[bool, str]:
     """Apply one report of `node`'s agent. Returns (accepted, detail); detail says why it was refused.
-    `cause`: a lost report's known cause (LOST_CAUSES; "" unknown). Raises ValueError for an unknown event or
-    cause, or a cause on another event (the API validates before calling)."""
+    `cause`: a lost report's known cause (LOST_CAUSES; "" unknown). `at`: its arrival (default: the cluster clock);
+    `node_time`: an exited / lost report's time of the process's end on the node's clock (epoch seconds; None: not
+    said, the arrival counts), see task_end_time. Raises ValueError for an unknown event or cause, or a cause on
+    another event (the API validates before calling)."""
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}")
     if cause and (cause not in LOST_CAUSES or event != "lost"):
@@ -107,7 +147,8 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
                        "finished_at")
                .first())
         task = Task.objects.filter(pk=task_id).values("state", "node_id", "role__name", "index", "exit_code",
-                                                      "exit_signal", "end_message").first()
+                                                      "exit_signal", "end_message", "started_at",
+                                                      "job__bound_at").first()
         if job["attempts"] != attempt:
             return False, f"attempt {attempt} is over: the job is on attempt {job['attempts']}"
         if task["node_id"] != node.pk:
@@ -116,6 +157,10 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
         if event == "started":
             return _started(task_id, task, pid, at, actor)
         failed = event == "lost" or signal is not None or exit_code != 0
+        # when the process ended (module docstring): the node's time on the server's clock, within [start, arrival]
+        offset = (Node.objects.filter(pk=node.pk).values_list("clock_offset_seconds", flat=True).first()
+                  if node_time is not None else None)
+        end = task_end_time(node_time, offset=offset, at=at, start=task["started_at"] or task["job__bound_at"])
         how = describe_exit(exit_code, signal, message) if event == "exited" else describe_exit(None, None, message)
         if task["state"] not in Task.ON_NODE_STATES:
             # A task released with its job's end (a cancel, a time limit, a failed gang: the job ends at its stop
@@ -127,7 +172,7 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
                 # ended_at: the job's end, when the platform counted it ended and released its GPUs (unless an
                 # end set it before), never this later report's arrival: a task does not end after its job
                 # (new-user trial 26, F8: finished_at 46.760, the task's SIGKILL report 46.918)
-                seen = min(at, job["finished_at"]) if job["finished_at"] else at
+                seen = min(end, job["finished_at"]) if job["finished_at"] else end
                 Task.objects.filter(pk=task_id).update(
                     exit_code=exit_code, exit_signal=signal, end_message=(message or how)[:200],
                     ended_at=Coalesce(F("ended_at"), Value(seen)))
@@ -135,36 +180,39 @@ def report_task_event(node, *, task_id: int, attempt: int, event: str, pid: int 
                 refresh_attempt_exit(job_id, attempt)
                 return True, ""
             return False, f"task {label} already ended ({task['state']})"
-        if task["state"] == Task.State.RELEASING:  # an evicted surplus task has gone: its GPUs are free now
-            release_tasks([task_id], at=at)
+        if task["state"] == Task.State.RELEASING:  # an evicted surplus task has gone: its GPUs are free since its end
+            release_tasks([task_id], at=end)
             return True, ""
         if cause == AGENT_EXITED:
             # stopped by its supervisor because its node agent exited: the platform's fault, not the task's failure
             # (diagnosed platform:agent_exited, the gang requeued without a restart spent): `released` with the
             # agent's words, as a lost node's tasks are (stops.end_lost_tasks), never `failed` (trial 22, F5)
-            state, end = Task.State.RELEASED, message or how
+            state, words = Task.State.RELEASED, message or how
         elif job["state"] == Job.State.PREEMPTING and (job["stop_target"] or "requeue") in RELEASING_STOPS:
             # A task stopped by its job's cancel or eviction (SIGTERM, exit 143, SIGKILL at the deadline) did not
             # fail: it is released, as the tasks the stop's end releases are (new-user trial 14, F11: it read
             # "failed"; an evicted gang's tasks still did). So is a survivor of a fault stopped toward a restart or a
             # recovery (trial 20, F10): the fault was another task's or its node's
-            state, end = Task.State.RELEASED, message or how
+            state, words = Task.State.RELEASED, message or how
         else:
-            state, end = Task.State.FAILED if failed else Task.State.SUCCEEDED, message or how
+            state, words = Task.State.FAILED if failed else Task.State.SUCCEEDED, message or how
         Task.objects.filter(pk=task_id).update(
-            state=state, ended_at=at, exit_code=exit_code, exit_signal=signal, end_message=end[:200])
+            state=state, ended_at=end, exit_code=exit_code, exit_signal=signal, end_message=words[:200])
+        # the job's step: at the task's end when it was the gang's last process on a node agent (the job ends then:
+        # finished_at, its GPUs' release), else at the arrival (a stop of the survivors counts its grace from now)
+        when = end if end != at and not live_agent_tasks(job_id).exists() else at
         with reuse_evidence():  # the failure's preview and the attempt's close read the evidence once
             if job["state"] in Job.ACTIVE_STATES:
                 unstarted = _unstarted_on_lost_nodes(job_id, at) if failed and not cause else []
                 if cause == AGENT_EXITED:
-                    _requeue_for_agent_exit(job_id, job, task, label, node.name, message, at, actor)
+                    _requeue_for_agent_exit(job_id, job, task, label, node.name, message, when, actor)
                 elif unstarted:
                     _requeue_for_lost_node(job_id, job, label, how, exit_code, signal, unstarted, at, actor)
                 elif failed:
-                    _fail_gang(job_id, job, label, how, exit_code, signal, at, actor)
+                    _fail_gang(job_id, job, label, how, exit_code, signal, when, actor)
                 else:
-                    _maybe_succeed(job_id, job, at, actor)
-            _finalize_if_idle(job_id, at=at)
+                    _maybe_succeed(job_id, job, when, actor)
+            _finalize_if_idle(job_id, at=when)
     return True, ""
 
 

@@ -1,3 +1,4 @@
+import math
 from datetime import timezone as dt_timezone
 
 from django.core.validators import ProhibitNullCharactersValidator
@@ -10,6 +11,22 @@ from ...models import Domain, Gpu, Node
 from ...services.nodes import MAX_GPU_INDEX
 from .base import ModelSerializer, Serializer
 from .fields import count_field
+
+MAX_EPOCH_SECONDS = 253402300799  # 9999-12-31T23:59:59Z, the last second a date-time holds
+
+
+class EpochSecondsField(serializers.FloatField):
+    """A number of epoch seconds: finite, 0 to MAX_EPOCH_SECONDS; never true / false (DRF takes them as 1.0 / 0.0), and
+    never NaN or infinity (a string "nan" passes DRF's FloatField and its range checks)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            self.fail("invalid")
+        value = super().to_internal_value(data)
+        if not math.isfinite(value) or not 0 <= value <= MAX_EPOCH_SECONDS:
+            raise serializers.ValidationError(f"out of range: epoch seconds from 0 to {MAX_EPOCH_SECONDS}",
+                                              code="out_of_range")
+        return value
 
 
 class DomainSerializer(ModelSerializer):
@@ -210,6 +227,12 @@ class TaskReportSerializer(Serializer):
                                     help_text="a lost report's known cause: agent_exited (the task's supervisor "
                                               "stopped it because its node agent exited; the platform's fault). "
                                               "Absent or '': unknown (agents before this field send none)")
+    time = EpochSecondsField(required=False, allow_null=True, default=None,
+                             help_text="an exited / lost report's time of the process's end on the node's clock, "
+                                       "epoch seconds (the clock the heartbeat's `time` reads): the task's end, moved "
+                                       "onto the server's clock by the node's clock offset and clamped to [the task's "
+                                       "start, this report's arrival] (docs/execution.md). Absent or null: the "
+                                       "arrival counts; ignored on a started report")
 
     def validate(self, attrs):
         if attrs["event"] == "exited" and (attrs["exit_code"] is None) == (attrs["signal"] is None):

@@ -231,7 +231,9 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
         for r in d["tasks"]:
             ok, detail = execution.report_task_event(node, task_id=r["task"], attempt=r["attempt"], event=r["event"],
                                                      pid=r["pid"], exit_code=r["exit_code"], signal=r["signal"],
-                                                     message=r["message"], cause=r["cause"], actor=request.user)
+                                                     message=r["message"], cause=r["cause"],
+                                                     node_time=r["time"] if r["event"] != "started" else None,
+                                                     actor=request.user)
             tasks.append({"task": r["task"], "attempt": r["attempt"], "event": r["event"], "accepted": ok,
                           "detail": detail})
         if any(t["accepted"] and t["event"] != "started" for t in tasks):
