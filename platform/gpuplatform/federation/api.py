@@ -35,15 +35,13 @@ def submit_response(request) -> Response:
     """Submit `request.data` to the federation and answer 201 with the FederatedJob (Location: its
     /api/v1/federation/jobs/<id>/). Shared by POST /api/v1/federation/jobs/ and, on a manager, POST
     /api/v1/jobs/: the body is first checked by the jobs API's JobSubmitSerializer, so a bad field gets the
-    same 400 shape ({"roles[0].tasks": [...]}) as on a worker; then manager.submit_as (queue, team, rights).
+    same 400 shape ({"roles[0].tasks": [...]}) as on a worker, and an unknown key's 400 lists the fields a manager
+    takes, the federation's included (manager.submit_serializer); then manager.submit_as (queue, team, rights).
     Idempotency-Key is the caller viewset's (IdempotentCreateMixin)."""
-    from ..api.serializers import JobSubmitSerializer
-
     body = request.data if isinstance(request.data, dict) else None
     if body is None:
         raise ValidationError({"body": "a JSON object"})
-    JobSubmitSerializer(data={k: v for k, v in body.items() if k not in manager.FED_FIELDS}).is_valid(
-        raise_exception=True)
+    manager.submit_serializer()(data={k: v for k, v in body.items()}).is_valid(raise_exception=True)
     job = manager.submit_as(user=request.user, body=dict(body))
     return Response(FederatedJobSerializer(job).data, status=status.HTTP_201_CREATED,
                     headers={"Location": f"/api/v1/federation/jobs/{job.pk}/"})

@@ -10,6 +10,7 @@ Raises gpuplatform.errors.ValidationError naming the field for bad input. Dispat
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from django.conf import settings
@@ -36,6 +37,21 @@ def is_manager() -> bool:
     return getattr(settings, "FEDERATION_ROLE", "worker") == "manager"
 
 FED_FIELDS = ("clusters", "cluster_selector", "data_site", "restartable")
+
+
+@functools.cache
+def submit_serializer():
+    """The serializer a manager checks a job body with: the jobs API's JobSubmitSerializer, which also lets
+    through the federation's own FED_FIELDS (checked by submit_federated_job) and names them among the accepted
+    fields when it refuses an unknown key. Without them the list read "name, external_id, ..., subgroups" on a
+    manager, which takes `clusters` as well (new-user trial 27)."""
+    from ..api.serializers import JobSubmitSerializer
+
+    return type("FederatedSubmitSerializer", (JobSubmitSerializer,), {
+        "__module__": __name__, "extra_fields": (*JobSubmitSerializer.extra_fields, *FED_FIELDS),
+        "__doc__": "A job body on a federation manager: JobSubmitSerializer's fields plus FED_FIELDS."})
+
+
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$")
 
 
@@ -260,8 +276,6 @@ def _never_fits_or_reason(job: FederatedJob, roles: list[dict]) -> str:
 def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
     """Validate `body` as the jobs API does (JobSubmitSerializer) plus the federation fields, check the
     manager's queue belongs to `team`, and store the job pending at the manager (the dispatcher places it)."""
-    from ..api.serializers import JobSubmitSerializer
-
     require_manager()
     if not isinstance(body, dict):
         raise ValidationError({"body": "a JSON object"})
@@ -288,7 +302,7 @@ def submit_federated_job(*, team, body: dict, submitter=None) -> FederatedJob:
         raise ValidationError({"restartable": "true or false"})
     # external_id is the manager's own on a member copy (FederatedJob.external_id) and is not kept in `spec`, but
     # it is checked as a worker checks it: a bad one is a 400 here too
-    ser = JobSubmitSerializer(data={**spec, **({"external_id": body["external_id"]} if "external_id" in body else {})})
+    ser = submit_serializer()(data={**spec, **({"external_id": body["external_id"]} if "external_id" in body else {})})
     if not ser.is_valid():
         field, msgs = next(iter(ser.errors.items()))
         raise ValidationError({field: str(msgs[0] if isinstance(msgs, list) else msgs)})

@@ -2,9 +2,10 @@
 
 `StrictFieldsMixin.to_internal_value` compares the keys of the incoming mapping with the serializer's
 writable fields (plus `ignored_fields`, keys a client may send that the API knows and deliberately does not
-store) and raises a ValidationError naming each unknown key. A nested serializer (a role inside a job, a GPU
-inside a node report) is a serializer too, so the rule holds at every level; the error path then names the
-nesting, e.g. `roles[0].gpu` (see api/exceptions.py for the one error shape).
+store, and `extra_fields`, keys the endpoint checks itself outside the serializer) and raises a ValidationError
+naming each unknown key and listing those accepted. A nested serializer (a role inside a job, a GPU inside a node
+report) is a serializer too, so the rule holds at every level; the error path then names the nesting, e.g.
+`roles[0].gpu` (see api/exceptions.py for the one error shape).
 
 Every serializer under api/serializers/ derives from `Serializer` or `ModelSerializer` below;
 tests/api/test_error_shape.py fails if one does not.
@@ -77,11 +78,18 @@ def _repeated_form_keys(serializer, data) -> dict:
 
 
 class StrictFieldsMixin:
-    """Refuse unknown keys with 400 ({"<key>": ["unknown field; accepted: ..."]}). Read-only fields count as
-    unknown in a request body (they are set by the server). In a form-encoded body a key given more than once
-    is refused too ({"<key>": ["given more than once: send it once"]}), as a JSON body's is by the parser."""
+    """Refuse unknown keys with 400 ({"<key>": ["unknown field; accepted fields: ..."]}). Read-only fields count
+    as unknown in a request body (they are set by the server). In a form-encoded body a key given more than once
+    is refused too ({"<key>": ["given more than once: send it once"]}), as a JSON body's is by the parser.
+
+    The accepted fields the message lists are exactly the keys let through: the writable fields, then
+    `ignored_fields` (known, deliberately not stored), then `extra_fields` (keys the endpoint takes and checks
+    itself, outside this serializer: a federation manager's `clusters`, `cluster_selector`, ... on a job,
+    federation.api.FederatedSubmitSerializer). A serializer extended with keys of its own names them in one of
+    the two, so the list never leaves out a field the endpoint takes (new-user trial 27)."""
 
     ignored_fields: tuple[str, ...] = ()
+    extra_fields: tuple[str, ...] = ()
 
     def to_internal_value(self, data):
         if isinstance(data, Mapping):
@@ -89,10 +97,11 @@ class StrictFieldsMixin:
             if form:
                 raise serializers.ValidationError(form)
             writable = [name for name, f in self.fields.items() if not f.read_only]
-            allowed = set(writable) | set(self.ignored_fields) | _TRANSPORT_KEYS
+            listed = list(dict.fromkeys([*writable, *self.ignored_fields, *self.extra_fields]))
+            allowed = set(listed) | _TRANSPORT_KEYS
             unknown = sorted(str(k) for k in data.keys() if k not in allowed)
             if unknown:
-                accepted = ", ".join(writable) or "none"
+                accepted = ", ".join(listed) or "none"
                 raise serializers.ValidationError(
                     {key: [f"unknown field (not dropped: the request is refused); accepted fields: {accepted}"]
                      for key in unknown})

@@ -6,6 +6,7 @@ The live cluster is forecast as it is and with the listed changes applied, in me
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers, status
@@ -37,11 +38,23 @@ REQUIRED = {
     "set_priority": ("job", "priority"),
     "cancel": ("job",),
 }
+# the fields each kind takes: `kind`, its REQUIRED ones, then its optional ones (any other is refused naming the kind)
+KIND_FIELDS = {kind: ("kind", *req, *{
+    "submit": ("id", "gpus_per_task", "min_available", "priority", "time_limit", "topology_mode", "highest_tier",
+               "flavors", "gpu_fraction", "gpu_memory_mib", "mig_profile", "mig_count", "cpu_milli", "memory_mib",
+               "preemptible", "interruptible"),
+    "set_quota": ("guarantee", "quota", "limit"), "add_nodes": ("flavor", "domain")}.get(kind, ()))
+    for kind, req in REQUIRED.items()}
+
+
+def not_of_kind(kind: str) -> str:
+    """A field the change's kind does not take, and what that kind takes instead."""
+    return f"not a field of kind {kind} (a {kind} change takes {', '.join(KIND_FIELDS[kind][1:])})"
 
 
 class ChangeSerializer(Serializer):
     """One change. `kind` says which; each kind needs its own fields (REQUIRED) and takes no others'
-    (a key no kind has is refused by the strict base)."""
+    (KIND_FIELDS; a key no kind has is refused by the strict base)."""
 
     kind = serializers.ChoiceField(choices=list(REQUIRED))
     id = serializers.CharField(required=False, max_length=100, help_text="submit: the hypothetical job's name")
@@ -91,6 +104,19 @@ class ChangeSerializer(Serializer):
     job = serializers.IntegerField(required=False, min_value=1, max_value=INT64_MAX,
                                    error_messages=id_range_messages("job"))
 
+    def to_internal_value(self, data):
+        # which fields the kind takes is checked before any field's type: {"kind": "submit", "job": {...}} read
+        # "job: must be a whole number, not an object", as if a job id were what it lacked, while "job": 5 read
+        # "not a field of kind submit" (new-user trial 27). A key no kind has is left to the strict base's
+        # "unknown field" (which lists every field).
+        if isinstance(data, Mapping):
+            kind = data.get("kind")
+            if isinstance(kind, str) and kind in KIND_FIELDS and all(k in self.fields for k in data):
+                extra = sorted(k for k in data if k not in KIND_FIELDS[kind])
+                if extra:
+                    raise serializers.ValidationError({f: [not_of_kind(kind)] for f in extra})
+        return super().to_internal_value(data)
+
     def validate(self, attrs):
         kind = attrs["kind"]
         missing = [f for f in REQUIRED[kind] if f not in attrs]
@@ -104,14 +130,9 @@ class ChangeSerializer(Serializer):
                 raise serializers.ValidationError({"nodes": [
                     f"drain_nodes names {', '.join(repr(n) for n in twice[:5])}{', ...' if len(twice) > 5 else ''} "
                     f"more than once: name each node once"]})
-        allowed = set(REQUIRED[kind]) | {"kind"} | {
-            "submit": {"id", "gpus_per_task", "min_available", "priority", "time_limit", "topology_mode",
-                       "highest_tier", "flavors", "gpu_fraction", "gpu_memory_mib", "mig_profile", "mig_count",
-                       "cpu_milli", "memory_mib", "preemptible", "interruptible"},
-            "set_quota": {"guarantee", "quota", "limit"}, "add_nodes": {"flavor", "domain"}}.get(kind, set())
-        extra = sorted(set(attrs) - allowed)
+        extra = sorted(set(attrs) - set(KIND_FIELDS[kind]))  # (to_internal_value refuses these first)
         if extra:
-            raise serializers.ValidationError({f: [f"not a field of kind {kind}"] for f in extra})
+            raise serializers.ValidationError({f: [not_of_kind(kind)] for f in extra})
         return attrs
 
 
