@@ -3,7 +3,8 @@
 1. migrate the database (SQLite by default; WAL mode so the pages read while the loop writes);
 2. load the Philly cluster through the importer registry and services.load_cluster_spec, unless loaded;
 3. create the platform admin and one user per team (username = team name), print how to log in;
-4. clear the previous demo's workload (jobs, events, samples, cycles; the cluster and users stay), or with --keep
+4. clear the previous demo's workload (jobs, those submitted by hand included, their events, samples, cycles, and in
+   the trace demo the earlier runs' other events; the cluster, its state and users stay), or with --keep
    continue it from its cluster clock (no trace job submitted twice). Every check that can refuse (the port
    first, then another demo running on the same database: DatabaseHold) comes before this step;
 5. serve the pages on 127.0.0.1:8000 in a thread (Django's WSGI server, threaded, no autoreload);
@@ -13,13 +14,13 @@
    elapsed, then one scheduling cycle runs at the simulated time (gpuplatform.scheduling.store.run_cycle_once).
    Until Ctrl-C (or SIGTERM), or --duration-seconds; started by make (`make demo`), also when make stops (follow_make).
 
-Local mode, `python manage.py demo --local-agents N` (`make demo-local`): the product for real on this
-machine instead of the trace replay. Wall clock; the web server, the scheduling loop (in-process) and N
-node agents (real `gpu_agent` processes on loopback, each a node with --gpus-per-agent GPUs copied from the
-recorded H200 dump, or the real NVML with --real-gpus) that start, watch and stop the tasks the cycle
-binds; a team `demo` with a queue of that many GPUs; it prints how to submit the 2-task rendezvous example
-(examples/rendezvous.py). It refuses a database that holds a simulated cluster (use another DATABASE_URL:
-`make demo-local` uses db-local.sqlite3).
+Local mode, `python manage.py demo --local-agents N` (`make demo-local`; N from 1 to MAX_LOCAL_AGENTS, 64: each
+agent is a process): the product for real on this machine instead of the trace replay. Wall clock; the web
+server, the scheduling loop (in-process) and N node agents (real `gpu_agent` processes on loopback, each a node
+with --gpus-per-agent GPUs copied from the recorded H200 dump, or the real NVML with --real-gpus) that start,
+watch and stop the tasks the cycle binds; a team `demo` with a queue of that many GPUs; it prints how to submit
+the 2-task rendezvous example (examples/rendezvous.py). It refuses a database that holds a simulated cluster
+(use another DATABASE_URL: `make demo-local` uses db-local.sqlite3).
 
 Slurm mode, `python manage.py demo --slurm` (`make demo-slurm`): the same, with a private local Slurm of two
 nodes (gpuplatform.slurm.local: munged, slurmctld and two `slurmd -N`, 2 GPU GRES each on placeholder device
@@ -37,6 +38,7 @@ import argparse
 import logging
 import os
 import secrets
+import shlex
 import signal
 import sys
 import threading
@@ -66,6 +68,10 @@ BUSY_FRACTION = 1.0
 DEFAULT_TICK = 0.5  # wall seconds between two scheduling cycles (at least)
 MAX_STEP = 1800.0  # a tick never advances the cluster clock by more than 30 simulated minutes
 DEFAULT_CLUSTER = "philly"
+# --local-agents' bound, as --gpus-per-agent's (new-user trial 27: it had none, and each agent is a process of its
+# own: a `manage.py gpu_agent` of about 85 MB that polls the server every second, so LOCAL_AGENTS=100000 tried to
+# start 100,000 of them). 64 agents of up to 64 GPUs each are 4,096 GPUs on one machine, already about 5 GB of agents.
+MAX_LOCAL_AGENTS = 64
 
 
 PROGRESS_SECONDS = 10.0  # wall seconds between two progress lines of the trace replay
@@ -103,6 +109,18 @@ def _start_day(text: str) -> float:
     return value
 
 
+def _local_agents(text: str) -> int:
+    """--local-agents N: 1 to MAX_LOCAL_AGENTS, in options.integer's words. 0 is refused, not taken as "no local
+    mode": the option selects local mode (`make demo-local LOCAL_AGENTS=0` quietly ran the trace replay, and loaded
+    the simulated cluster into db-local.sqlite3, where every later `make demo-local` then refused; new-user trial 27).
+    Leaving the option out runs the trace replay."""
+    try:
+        return options.integer(1, MAX_LOCAL_AGENTS)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (local mode runs N node agents, one process each; leave "
+                                         f"--local-agents out for the trace replay, `make demo`)") from None
+
+
 def _password(text: str) -> str:
     """--password: the demo users' password, not empty or blank (new-user trial 15, F8: `--password ''` was ignored
     without a word and random passwords printed)."""
@@ -111,10 +129,16 @@ def _password(text: str) -> str:
     return text
 
 
-def _reset_workload(at: datetime | None = None) -> dict:
+def _reset_workload(at: datetime | None = None, *, events_after: datetime | None = None) -> dict:
     """Forget the previous demo run's workload; the cluster, teams, queues and users stay. A `workload_reset` Event
     at `at` (the new run's cluster clock; default now) marks where the GPU-hour ledger's records start again
     (gpuplatform.utilization: before it, the deleted run's busy hours would read as free: trial 19, F18).
+
+    `events_after` (the trace demo: the trace's t = 0, where its set-up's events are stamped): every other Event
+    dated after it goes too, the earlier runs' (nodes cordoned or uncordoned, quotas changed, earlier resets ...):
+    the replay's clock starts again at each run, so they stood above the new run's events in the newest-first list
+    until the replay caught up (new-user trial 27). The nodes, queues and quotas keep the state those events record.
+    Returns {"jobs": jobs cleared (the trace's and those submitted by hand), "events": those other events cleared}.
 
     Housekeeping of the demo's own replayed data, not a platform action, so it is not a service."""
     from gpuplatform.audit import record_event
@@ -136,6 +160,11 @@ def _reset_workload(at: datetime | None = None) -> dict:
         Allocation.objects.all().delete()
         # The jobs' and the cycles' events go; the audit of teams, queues, quotas and users stays.
         Event.objects.filter(Q(job__isnull=False) | Q(cycle__isnull=False)).delete()
+        counts["events"] = 0
+        if events_after is not None:
+            later = Event.objects.filter(time__gt=events_after)
+            later.filter(kind="workload_reset").delete()  # the cleared runs' own marks: not counted
+            counts["events"] = later.delete()[0]
         Job.objects.all().delete()  # cascades to roles and tasks
         QueueSample.objects.all().delete()
         ClusterSample.objects.all().delete()
@@ -156,6 +185,18 @@ def _kept_clock() -> datetime | None:
              Job.objects.aggregate(t=Max("submitted_at"))["t"]]
     times = [t for t in times if t is not None]
     return max(times) if times else None
+
+
+def cleared_text(cleared: dict) -> str:
+    """The trace demo's line about what a restart without --keep cleared (`cleared`: _reset_workload's counts): every
+    job, those submitted by hand included, and the earlier runs' other events (new-user trial 27)."""
+    jobs, events = cleared["jobs"], cleared.get("events", 0)
+    text = (f"previous demo workload cleared: {count(jobs, 'job')} (the trace's and any submitted by hand) with their "
+            f"events, samples and cycles")
+    if events:
+        text += (f", and {count(events, 'other event')} of earlier runs (nodes cordoned, quotas changed ...: the "
+                 f"nodes, queues and quotas keep that state), so the events list starts with this run's")
+    return text + " (--keep continues the workload instead)"
 
 
 class _QuietHandler:
@@ -232,9 +273,11 @@ DEMO_TOKENS_KEPT = 5
 
 def token_line(api: str, password: str, variable: str = "GPUCTL_TOKEN", *, export: bool = True) -> str:
     """The shell line the demos print to get user demo's API token into `variable`; on a refusal it prints the
-    server's answer and the line's status is 1 (the variable is set only with a token)."""
-    fetch = (f"{variable}=$(curl -s -X POST {api}/api/v1/auth-token/ -d username=demo -d password={password} "
-             f"| {TOKEN_FROM_ANSWER})")
+    server's answer and the line's status is 1 (the variable is set only with a token). The password is shell-quoted
+    and form-encoded by curl (--data-urlencode), so any password pastes as it is: one with a space, a `;`, `$(...)`,
+    `&` or `%` (new-user trial 27: DEMO_PASSWORD='p w;echo INJECTED' made the pasted line run `echo INJECTED`)."""
+    fetch = (f"{variable}=$(curl -s -X POST {shlex.quote(api + '/api/v1/auth-token/')} -d username=demo "
+             f"--data-urlencode {shlex.quote('password=' + password)} | {TOKEN_FROM_ANSWER})")
     return f"  {fetch} && export {variable}" if export else f"  {fetch}"
 
 
@@ -320,13 +363,15 @@ def demo_submit_queue() -> tuple[str | None, str]:
 
 def submit_hint_lines(api: str, command: str, *, tasks: int, gpus: int, name: str) -> list[str]:
     """The `gpuctl submit` line(s) of a demo's banner for an open queue of team demo (demo_submit_queue); when no
-    such queue exists, how to reopen queue demo instead of a command that would be refused."""
+    such queue exists, how to reopen queue demo instead of a command that would be refused. The queue and the
+    command are shell-quoted (shlex.quote), so the line pastes as printed whatever they hold."""
     queue, note = demo_submit_queue()
     if queue is None:
         return [f"  no queue of team demo takes jobs now: {note}; reopen it as admin in the web admin (Queues) or with",
                 f"  curl -X PATCH -H \"Authorization: Token $ADMIN_TOKEN\" -H 'Content-Type: application/json' "
                 f"{api}/api/v1/queues/demo/ -d '{{\"state\": \"open\"}}'"]
-    lines = [f"  gpuctl submit --queue {queue} --name {name} --tasks {tasks} --gpus {gpus} --command '{command}'"]
+    lines = [f"  gpuctl submit --queue {shlex.quote(queue)} --name {shlex.quote(name)} --tasks {tasks} --gpus {gpus} "
+             f"--command {shlex.quote(command)}"]
     if note:
         lines.append(f"  (queue {queue}, of team demo: {note})")
     return lines
@@ -509,9 +554,10 @@ class Command(BaseCommand):
         parser.add_argument("--keep", action="store_true",
                             help="keep the previous run's jobs and samples and continue from its cluster clock (the trace's "
                                  "later arrivals only; no trace job is submitted twice) instead of starting clean")
-        parser.add_argument("--local-agents", type=options.integer(0), default=0, metavar="N",
-                            help="local mode: run N node agents on this machine that run the jobs for real "
-                                 "(no trace replay; see the module docstring)")
+        parser.add_argument("--local-agents", type=_local_agents, default=0, metavar="N",
+                            help=f"local mode: run N node agents on this machine, 1 to {MAX_LOCAL_AGENTS} (a process "
+                                 f"each), that run the jobs for real (no trace replay; see the module docstring). "
+                                 f"Left out: the trace replay")
         parser.add_argument("--slurm", action="store_true",
                             help="run over a private local Slurm of two nodes (needs root and `make slurm`)")
         parser.add_argument("--gpus-per-agent", type=options.integer(1, 64), default=2, metavar="K",
@@ -649,8 +695,11 @@ class Command(BaseCommand):
         opts["password"] = self._demo_password(opts["password"])
         if opts["scale"] is not None and (opts["cluster"] or DEFAULT_CLUSTER) != "philly":
             raise CommandError(f"--scale applies to the philly cluster only, not --cluster {opts['cluster']}")
-        if opts["local_agents"] < 0 or opts["gpus_per_agent"] < 1 or opts["gpus_per_agent"] > 64:
-            raise CommandError("--local-agents must be >= 0 and --gpus-per-agent from 1 to 64")
+        # (the parser's types refuse these first; call_command's keyword options skip them)
+        if not 0 <= opts["local_agents"] <= MAX_LOCAL_AGENTS or not 1 <= opts["gpus_per_agent"] <= 64:
+            raise CommandError(f"--local-agents must be from 1 to {MAX_LOCAL_AGENTS} (0: left out, the trace replay) "
+                               f"and --gpus-per-agent from 1 to 64, got --local-agents {opts['local_agents']} "
+                               f"--gpus-per-agent {opts['gpus_per_agent']}")
         if opts["federation"] < 0 or opts["federation"] and opts["port"] + opts["federation"] > 65535:
             raise CommandError(f"--federation N serves its workers on --port + 1 .. --port + N: N must be >= 0 and "
                                f"--port + N at most 65535, got --port {opts['port']} --federation {opts['federation']}")
@@ -712,9 +761,9 @@ class Command(BaseCommand):
                         raise CommandError(f"trace {trace.name} has no job after replay day {start_day:g}")
                 start = resume or feeder.start
                 if not opts["keep"]:
-                    cleared = _reset_workload(start)
-                    if cleared["jobs"]:
-                        self._say(f"previous demo workload cleared ({cleared['jobs']} jobs)")
+                    cleared = _reset_workload(start, events_after=epoch)
+                    if cleared["jobs"] or cleared["events"]:
+                        self._say(cleared_text(cleared))
                 users = self._users(opts["password"])
             finally:
                 cluster_clock.use(None)
@@ -947,7 +996,7 @@ class Command(BaseCommand):
                   token_line(api, users[1][1]),
                   *submit_hint_lines(api, 'bash -c "echo rank $RANK on $SLURMD_NODENAME; sleep 60"', tasks=2, gpus=2,
                                      name="hello"),
-                  f"  SLURM_CONF={local.conf} squeue       # the Slurm job; its id is on the job page",
+                  f"  SLURM_CONF={shlex.quote(str(local.conf))} squeue   # the Slurm job; its id is on the job page",
                   "Ctrl-C stops the server, the backend and the local Slurm (its jobs are cancelled).", "=" * 72, ""]
         self._say("\n".join(lines))
         try:
@@ -1030,7 +1079,8 @@ class Command(BaseCommand):
         lines += ["", "Submit a 2-task gang that rendezvous over TCP (Jobs > Submit, or):",
                   f"  export GPUCTL_API={api}",
                   token_line(api, users[1][1]),
-                  *submit_hint_lines(api, f"{sys.executable} {example} --sleep 60", tasks=2, gpus=1, name="rendezvous"),
+                  *submit_hint_lines(api, f"{shlex.quote(sys.executable)} {shlex.quote(str(example))} --sleep 60",
+                                     tasks=2, gpus=1, name="rendezvous"),
                   "  gpuctl logs <job id> --follow       # its rank 0 output; gpuctl cancel <id> stops it",
                   "Ctrl-C stops the server, the agents and every task they run.", "=" * 72, ""]
         self._say("\n".join(lines))
