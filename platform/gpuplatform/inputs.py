@@ -8,11 +8,15 @@
 - a query parameter whose name or value holds a NUL -> 400 `{"<param>": ["NUL characters are not accepted"]}`
   (an HTML page's: the same 400 in text, "<param>: NUL characters are not accepted", as a page names any bad
   parameter);
-- on the REST API (`/api/...`) and the pages' JSON endpoints (`*.json`), a query parameter sent empty or only
-  whitespace (`?limit=`, `?state=`, `?task=%20`) -> 400 `{"<param>": [EMPTY_MESSAGE]}`, each such parameter
-  named: one rule for every parameter of every endpoint (docs/api.md, "Query parameters"), so a script whose
-  variable is unset never gets the default (every job, the first task's log) as though it had asked for it. The
-  HTML pages are left out on purpose: their GET forms send every field, the empty ones meaning "no filter";
+- on the REST API's own endpoints (`/api/v1/...`) and the pages' JSON endpoints (`*.json`), a query parameter sent
+  empty or only whitespace (`?limit=`, `?state=`, `?task=%20`) -> 400 `{"<param>": [EMPTY_MESSAGE]}`, each such
+  parameter named: one rule for every parameter of every endpoint (docs/api.md, "Query parameters"), so a script
+  whose variable is unset never gets the default (every job, the first task's log) as though it had asked for it.
+  Left out on purpose (takes_no_blank_params): the HTML pages, whose GET forms send every field, the empty ones
+  meaning "no filter"; the admin and the static files; and the library views mounted beside the API
+  (drf-spectacular's `/api/schema/`, `/api/docs/`, `/api/redoc/`), which speak their own protocol: Swagger UI's
+  page loads its start-up script as `/api/docs/?script=`, and refusing that empty parameter left the docs page
+  blank (session 27);
 - a form body (url-encoded or multipart: the admin, the browser forms, `curl -d` / `-F`) with a NUL in a name or value -> 400 naming
   the field, unless the view is marked `@renders_form_errors`: a page whose form refuses a NUL itself
   (Django's form fields do) re-renders the form with the error next to the field, never a JSON 400.
@@ -96,10 +100,20 @@ def blank_params(query) -> dict[str, list[str]]:
     return {name: [EMPTY_MESSAGE] for name in sorted(query) if any(not v.strip() for v in query.getlist(name))}
 
 
+# The prefix of the REST API's own endpoints (gpuplatform.api.urls, federation included). Everything else under
+# /api/ is a library's view (drf-spectacular's schema, Swagger UI and ReDoc) with its own query protocol, where an
+# empty parameter can be meaningful: SpectacularSwaggerSplitView serves the page's script at `?script=` (empty on
+# purpose), and a 400 there was a blank /api/docs/ in a real browser (session 27).
+API_OWN_PREFIX = "/api/v1/"
+
+
 def takes_no_blank_params(path: str) -> bool:
-    """The paths under the empty-parameter rule: the REST API and the pages' JSON endpoints (not the HTML pages,
-    whose forms send empty fields, nor the admin's, whose search box does)."""
-    return path.startswith("/api/") or (path.endswith(".json") and not path.startswith(("/admin/", "/static/")))
+    """The paths under the empty-parameter rule: the REST API's own endpoints (API_OWN_PREFIX) and the pages' JSON
+    endpoints. Not the HTML pages, whose forms send empty fields, nor the admin's, whose search box does, nor the
+    static files, nor the library views under /api/ outside API_OWN_PREFIX (the schema and its docs pages)."""
+    if path.startswith(API_OWN_PREFIX):
+        return True
+    return path.endswith(".json") and not path.startswith(("/admin/", "/static/", "/api/"))
 
 
 # A character free text may not hold (text_control_error): Cc (C0, DEL, C1 including U+0085), the line and
