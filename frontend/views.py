@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.http import Http404, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -138,12 +138,11 @@ def _cluster_numbers(request) -> dict:
 @require_safe
 @html_only("/cluster/metrics.json (this page's numbers and charts)", "/api/v1/cluster-metrics/ (the REST API)")
 def cluster(request):
-    from .views_dashboards import query_errors
+    from .views_dashboards import page_bad_request, query_errors
 
     errors = query_errors(request, page=True)  # an unknown or repeated parameter: a 400 naming it (page_takes)
     if errors:
-        return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
-                                      content_type="text/plain; charset=utf-8")
+        return page_bad_request(request, errors)
     if is_manager():  # no nodes of its own: every figure here would read 0; say so and lead to /federation/
         return render(request, "frontend/cluster.html", {"federation": _federation_counts()})
     return render(request, "frontend/cluster.html", _cluster_context(request))
@@ -367,12 +366,11 @@ def state_history(job, events) -> list[dict]:
 @require_safe
 @html_only("/api/v1/jobs/{pk}/ (the REST API; its log: /api/v1/jobs/{pk}/logs/)")
 def job_detail(request, pk: int):
-    from .views_dashboards import query_errors
+    from .views_dashboards import page_bad_request, query_errors
 
     errors = query_errors(request, page=True)  # it reads no parameter: one given is a 400 naming it (trial 14, F14)
     if errors:
-        return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()),
-                                      content_type="text/plain; charset=utf-8")
+        return page_bad_request(request, errors)
     if is_manager():  # a federated job: its row on /federation/ (where it went, why, its state)
         if not visible_federated_jobs(request.user).filter(pk=pk).exists():
             raise Http404("No such federated job, or not one of your teams' jobs.")

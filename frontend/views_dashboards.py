@@ -11,7 +11,7 @@ from functools import lru_cache, wraps
 from pathlib import Path
 
 from django.conf import settings
-from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseNotFound, JsonResponse
+from django.http import Http404, HttpResponse, HttpResponseNotFound, JsonResponse
 
 from scheduler.core.domain_tree import is_node_domain, node_domain, root_name
 from django.shortcuts import render
@@ -137,6 +137,21 @@ def takes_params(*known):
     return decorate
 
 
+def page_bad_request(request, errors: dict[str, list[str]]) -> HttpResponse:
+    """A dashboard page's 400 naming its bad parameters: to a browser (Accept names text/html) a page in the site's
+    layout with the same words and its navigation (new-user trial 27: a bare line of text, no way back, and the
+    browser's /favicon.ico 404); to anything else (curl, scripts) the text as before (inputs.text_bad_request)."""
+    from django.utils.cache import patch_vary_headers
+
+    if "text/html" not in request.headers.get("Accept", ""):
+        response = text_bad_request(errors)
+    else:
+        message = "; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items())
+        response = render(request, "frontend/bad_request.html", {"message": message}, status=400)
+    patch_vary_headers(response, ["Accept"])
+    return response
+
+
 def page_takes(*known):
     """Decorator of an HTML page: a query parameter it does not read, or one given twice, is a 400 naming it in
     text, as the topology, nodes and jobs pages answer (new-user trial 14, F14: /?foo=1 and /queues/?foo=1 were
@@ -146,7 +161,7 @@ def page_takes(*known):
         def wrapped(request, *args, **kwargs):
             errors = query_errors(request, known, page=True)
             if errors:
-                return text_bad_request(errors)
+                return page_bad_request(request, errors)
             return fn(request, *args, **kwargs)
         return wrapped
     return decorate
@@ -297,11 +312,11 @@ def topology(request):
     # utilization page answer (new-user trial 10, F11: the page took ?foo=1 and ?team=a&team=b silently)
     errors = query_errors(request, TOPOLOGY_PARAMS, page=True)
     if errors:
-        return text_bad_request(errors)
+        return page_bad_request(request, errors)
     try:
         params = _topology_params(request)
     except BadParam as exc:
-        return HttpResponseBadRequest(f"{exc.param}: {exc}", content_type="text/plain; charset=utf-8")
+        return page_bad_request(request, {exc.param: [str(exc)]})
     try:  # a job the user may not see (or none such) is a 404 with topology.json's words, in text as the 400s
         check_job_visible(request.user, params["job"])
     except Http404 as exc:

@@ -37,6 +37,7 @@
   }
 
   function render(p) {
+    if (!el.isConnected) return;  // removed by live.js (the job page's map once its job ended)
     last = p;
     Plotly.react(el, p.figure.data, p.figure.layout, config);
     el.dataset.level = p.level;
@@ -111,5 +112,9 @@
     });
   }
   load();
-  setInterval(function () { if (!document.hidden) load(); }, interval);
+  // Polling stops when the map is gone: live.js removes the job page's map once the job ended (as a reload shows).
+  var timer = setInterval(function () {
+    if (!el.isConnected) { clearInterval(timer); return; }
+    if (!document.hidden) load();
+  }, interval);
 })();
