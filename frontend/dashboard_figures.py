@@ -21,7 +21,7 @@ def _line(name, x, y, color, **extra) -> dict:
             "hovertemplate": "%{y}<extra>" + name + "</extra>", **extra}
 
 
-def watermark_figure(queue: str, samples: Sequence[Mapping], *, height: int = 240) -> dict:
+def watermark_figure(queue: str, samples: Sequence[Mapping], *, height: int = 360) -> dict:
     """One queue over time: used GPUs split into within-quota and borrowed (above quota, stacked), the GPUs
     held (reserved) for its jobs that have not started, stacked on top, against guarantee, quota, limit,
     pending demand and the engine's fair share."""
@@ -35,20 +35,29 @@ def watermark_figure(queue: str, samples: Sequence[Mapping], *, height: int = 24
               stackgroup="used", line={"width": 0.5}),
         _line("held (reserved, not started)", x, [int(s.get("held") or 0) for s in samples], SERIES_COLORS["held"],
               stackgroup="used", line={"width": 0.5}),
-        _line("guarantee", x, [s["guarantee"] for s in samples], SERIES_COLORS["guarantee"], line={"dash": "dot"}),
-        _line("quota", x, quota, SERIES_COLORS["quota"]),
-        _line("limit", x, [s["limit"] for s in samples], SERIES_COLORS["limit"], line={"dash": "dash"}),
-        _line("pending demand", x, [as_gpus(s["pending_demand"]) for s in samples], SERIES_COLORS["pending_demand"],
-              line={"dash": "dashdot"}),
+        # The lines often coincide (quota = limit = fair share): each has its own dash and a width that narrows in
+        # drawing order (WATERMARK_LINES), so a later, thinner line runs inside an earlier, wider one and both show;
+        # the legend names them (session 27: four lines on top of each other, no legend)
+        *(_line(name, x, values, SERIES_COLORS[key], line={"dash": dash, "width": width})
+          for name, key, dash, width, values in (
+              ("quota", "quota", "solid", 4, quota),
+              ("limit", "limit", "dash", 2.5, [s["limit"] for s in samples]),
+              ("guarantee", "guarantee", "longdash", 2, [s["guarantee"] for s in samples]),
+              ("pending demand", "pending_demand", "dashdot", 1.5, [as_gpus(s["pending_demand"]) for s in samples]))),
     ]
     if any(s.get("fair_share") is not None for s in samples):
         data.append(_line("fair share", x, [None if s.get("fair_share") is None else round(s["fair_share"], 2)
-                                            for s in samples], SERIES_COLORS["fair_share"], line={"dash": "dot"}))
+                                            for s in samples], SERIES_COLORS["fair_share"],
+                          line={"dash": "dot", "width": 1.5}))
     layout = _layout(plain(queue), yaxis={"title": {"text": "GPUs"}}, height=height)
     layout["margin"] = {"l": 44, "r": 8, "t": 30, "b": 28}
     layout["xaxis"] = {**layout["xaxis"], "automargin": True}  # date labels are never clipped
     layout["yaxis"] = {**layout["yaxis"], "automargin": True}
-    layout["showlegend"] = False
+    # the legend below the plot (clear of the two-line date labels), two entries a row: Plotly widens the bottom margin
+    # for it; one entry a row made it taller than the chart (a scroll bar) on the page's small cards
+    layout["showlegend"] = True
+    layout["legend"] = {"orientation": "h", "x": 0, "xanchor": "left", "y": -0.3, "yanchor": "top",
+                        "entrywidth": 0.5, "entrywidthmode": "fraction", "font": {"size": 10}, "traceorder": "normal"}
     layout["hovermode"] = "x unified"
     figure = {"data": data, "layout": layout}
     if not samples:  # an empty state instead of empty 0-1 axes (poll.js's gpuplatformApplyFigure shows the message)
@@ -141,15 +150,29 @@ def job_size(row: Mapping) -> str:
     return size_bucket(row["gpus"])
 
 
+# the wait charts' unit: the first whose limit the longest wait is under (the table's human durations read "1s",
+# "12m", "3h 5m": the axis reads in the same kind of unit, never 100µ hours, session 27)
+WAIT_UNITS = (("seconds", 1.0, 120.0), ("minutes", 60.0, 2 * 3600.0), ("hours", 3600.0, float("inf")))
+
+
+def wait_unit(max_seconds: float | None) -> tuple[str, float]:
+    """(unit name, seconds per unit) for waits whose longest is `max_seconds`: seconds under 2 minutes, minutes
+    under 2 hours, else hours (hours when there is no wait at all)."""
+    if max_seconds is None:
+        return "hours", 3600.0
+    return next((name, per) for name, per, limit in WAIT_UNITS if max_seconds < limit)
+
+
 def wait_figures(rows: Sequence[Mapping], *, max_teams: int = 20) -> dict:
-    """Wait-time distributions (hours, box plots of precomputed quartiles, whiskers at min / max):
-    'by_size' (the replay report's job size buckets, scheduler.sim.report.SIZE_BUCKETS: "0" = CPU-only
-    jobs) and 'by_team'."""
+    """Wait-time distributions (box plots of precomputed quartiles, whiskers at min / max) in the unit that fits
+    the longest wait (wait_unit: seconds, minutes or hours; the y axis says which): 'by_size' (the replay report's
+    job size buckets, scheduler.sim.report.SIZE_BUCKETS: "0" = CPU-only jobs) and 'by_team'."""
+    unit, per = wait_unit(max((r["wait_seconds"] for r in rows), default=None))
     by_size, by_team = defaultdict(list), defaultdict(list)
     for r in rows:
-        hours = round(r["wait_seconds"] / 3600, 4)
-        by_size[job_size(r)].append(hours)
-        by_team[r["team"]].append(hours)
+        value = round(r["wait_seconds"] / per, 4)
+        by_size[job_size(r)].append(value)
+        by_team[r["team"]].append(value)
     labels = [label for label, _, _ in SIZE_BUCKETS if label in by_size]
     size_data = [_box(f"{b} ({len(by_size[b])})", by_size[b], PALETTE[i % len(PALETTE)]) for i, b in enumerate(labels)]
     teams = sorted(by_team, key=lambda t: -len(by_team[t]))[:max_teams]
@@ -158,7 +181,8 @@ def wait_figures(rows: Sequence[Mapping], *, max_teams: int = 20) -> dict:
     out = {}
     for key, data, title in (("by_size", size_data, "Wait time by job size (GPUs)"),
                              ("by_team", team_data, "Wait time by team")):
-        layout = _layout(title, yaxis={"title": {"text": "hours"}})  # linear: zero waits are common
+        # linear: zero waits are common; no SI prefixes on the ticks (they read 100µ for 0.0001)
+        layout = _layout(title, yaxis={"title": {"text": f"wait ({unit})"}, "exponentformat": "none"})
         layout["xaxis"] = {"type": "category", "gridcolor": "#edf2f7"}
         layout["showlegend"] = False
         out[key] = {"data": data, "layout": layout}

@@ -68,16 +68,25 @@ def _filters(request, team_ids) -> dict:
     }
 
 
-def utilization_figure(series: list[dict], step: float) -> dict:
-    """Stacked area of the buckets (mean GPUs in each bin = GPU-hours / bin hours) and the effective
-    utilization line (right axis, percent)."""
+def mean_gpus(point: dict, key: str) -> float | None:
+    """A bin's mean GPUs in `key` (a bucket or "capacity"): its GPU-hours over the hours of the bin that have data
+    (utilization()'s "hours": the window and the nodes' capacity cover them), None for a bin with none. Over the full
+    step, the bin still in progress (and a first one that starts at a node's registration) read as the cluster
+    emptying: 2.1 of 4 GPUs half a bin in (session 27)."""
+    hours = point.get("hours") or 0.0
+    return round(point[key] / hours, 3) if hours > 1e-9 else None
+
+
+def utilization_figure(series: list[dict], step: float | None = None) -> dict:
+    """Stacked area of the buckets (mean GPUs in each bin = GPU-hours / the bin's covered hours, mean_gpus: the
+    stack sums to the cluster's GPUs in every bin, the last one still in progress included) and the effective
+    utilization line (right axis, percent). `step` is unused (kept for callers)."""
     x = [s["time"] for s in series]
-    hours = step / 3600.0
     data = []
     for b in ("down",) + tuple(b for b in BUCKETS if b != "down"):
         label, color, _ = BUCKET_LABELS[b]
         data.append({"type": "scatter", "mode": "lines", "name": label, "x": x, "stackgroup": "gpus",
-                     "y": [round(s[b] / hours, 3) for s in series], "line": {"width": 0.5, "color": color},
+                     "y": [mean_gpus(s, b) for s in series], "line": {"width": 0.5, "color": color},
                      "fillcolor": color, "hovertemplate": "%{y:.1f} GPUs<extra>" + label + "</extra>"})
     eff = [None if s["capacity"] - s["down"] <= 1e-9 else round(100 * s["useful"] / (s["capacity"] - s["down"]), 2)
            for s in series]
@@ -87,7 +96,7 @@ def utilization_figure(series: list[dict], step: float) -> dict:
     # The left axis spans [0, capacity] (the most GPUs of any bin), so the right axis' 100 % is the capacity
     # and the line sits at its share of the stack (new-user report 7, F9: an auto-ranged left axis put
     # 84.5 % above the 84.5 %-high useful area).
-    capacity = max((s["capacity"] / hours for s in series), default=0.0) if hours > 0 else 0.0
+    capacity = max((c for s in series if (c := mean_gpus(s, "capacity")) is not None), default=0.0)
     yaxis = {"title": {"text": "GPUs (mean per bin)"}}
     if capacity > 0:
         yaxis.update({"range": [0, round(capacity, 3)], "autorange": False})
@@ -127,10 +136,14 @@ def _payload(request) -> dict:
             "effective_utilization": eff, "telemetry": res["telemetry"], "since": res["since"], "until": res["until"],
             "idle": idle_allocations(team_ids, now=now, limit=10),
             "lost": top_jobs_lost_to_failure(since, now, team_ids=team_ids), "effective_definition": EFFECTIVE,
-            "rows": [{"time": s["time"], **{b: round(s[b], 4) for b in BUCKETS}, "capacity": round(s["capacity"], 4)}
+            "rows": [{"time": s["time"], **{b: round(s[b], 4) for b in BUCKETS}, "capacity": round(s["capacity"], 4),
+                      "hours": round(s["hours"], 6), **{f"{b}_gpus": mean_gpus(s, b) for b in BUCKETS}}
                      for s in series]}
 
 
+# the CSV of data.json: each bin's GPU-hours per bucket and capacity, the hours of the bin that have data (the last
+# bin is still in progress) and the chart's values, each bucket's mean GPUs over those hours (mean_gpus)
+ROW_COLUMNS = ("time", *BUCKETS, "capacity", "hours", *(f"{b}_gpus" for b in BUCKETS))
 PARAMS = ("window", "flavor", "queue", "team")  # the page's filters (it passes its own query to data.json)
 
 
@@ -155,7 +168,7 @@ def utilization_json(request):
     html = render_to_string("frontend/_utilization_tables.html", p, request=request)
     return data_response(request, {"figures": p["figures"], "latest": {"effective_utilization": p["effective_utilization"]},
                                    "html": {"utilization-tables": html}}, p["rows"], "utilization",
-                         columns={None: ("time", *BUCKETS, "capacity")})
+                         columns={None: ROW_COLUMNS})
 
 
 @login_required

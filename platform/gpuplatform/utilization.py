@@ -29,7 +29,9 @@ The window starts no earlier than `records_since()` (the last demo workload rese
 would read as free): the answer's `since` says where it started.
 
 Returns {"scope", "since", "until", "rows": [{"key", "capacity", each bucket (GPU-hours),
-"effective_utilization"}], "series": {key: [{"time", buckets...}]} (when step), "telemetry": whether any GPU
+"effective_utilization"}], "series": {key: [{"time", buckets..., "capacity", "hours"}]} (when step; "hours": how
+much of the bin the window and the nodes' capacity cover, so a bin's mean GPUs is its GPU-hours / "hours", not / the
+step: the last bin is still in progress, the first may start at a node's registration), "telemetry": whether any GPU
 telemetry covers the window (False: idle_allocated cannot be measured and pages say "no telemetry")}.
 `team_ids` (None = all): restricts queue / team / job scopes and the job lists to those teams.
 """
@@ -317,6 +319,9 @@ def utilization(scope: str, since: datetime, until: datetime, *, team_ids=None, 
     if records is not None and since < records < until_eff:
         since = records
     cap, down, info = _node_spans(since, until_eff, flavor)
+    # the time the (flavor's) nodes had GPUs at all: a bin's mean GPUs is over the part of it covered (the last bin is
+    # still in progress, the first may start at a node's registration), never over its full width (session 27)
+    covered = _union([(sp.start, sp.end) for sp in cap])
     if queue or team or team_ids is not None:  # holds of the jobs shown only; spares belong to no team
         ids = None if team_ids is None else {str(t) for t in team_ids}
         down = [sp for sp in down if sp.bucket != "held" or (
@@ -335,12 +340,19 @@ def utilization(scope: str, since: datetime, until: datetime, *, team_ids=None, 
         res = gpu_hours.compute(cap, use, _waiting(since, until_eff), since=_ts(since), until=_ts(until_eff),
                                 scope=scope, step=step)
     rows = [{"key": key, **t.hours()} for key, t in sorted(res.totals.items())]
+    u = _ts(until_eff)
     series = {key: [{"time": datetime.fromtimestamp(t0, tz=since.tzinfo).isoformat(), **{b: v / 3600.0 for b, v in
                                                                                        t.buckets.items()},
-                     "capacity": t.capacity / 3600.0} for t0, t in bins] for key, bins in res.series.items()}
+                     "capacity": t.capacity / 3600.0, "hours": _covered(covered, t0, min(t0 + step, u)) / 3600.0}
+                    for t0, t in bins] for key, bins in res.series.items()}
     has_telemetry = GpuSample.objects.filter(time__gte=since, time__lt=until_eff).exists()
     return {"scope": scope, "since": since, "until": until_eff, "rows": rows, "series": series,
             "telemetry": has_telemetry}
+
+
+def _covered(ivs: list, a: float, b: float) -> float:
+    """Seconds of [a, b) inside the merged intervals `ivs`."""
+    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in ivs)
 
 
 def records_since() -> datetime | None:
