@@ -48,6 +48,12 @@ __all__ = ["AgentLoop", "primary_address", "parse_server_time", "LOG_CHUNK_BYTES
 NEVER_STARTED = "stopped before it started on this node"
 CAUSE = "cause"  # the optional field of a lost report older servers do not take (refused_fields)
 TIME = "time"  # the optional field of an end's report (when the task ended, node clock) older servers do not take
+# the optional report fields an older server refuses: (field, the loop's flag, what it is, what happens without it)
+OPTIONAL_FIELDS = (
+    (CAUSE, "send_cause", "a lost report's cause", "lost reports go without it from now on"),
+    (TIME, "send_time", "the time of a task's end",
+     "ends go without it from now on (the server counts them ended when they arrive)"),
+)
 # a "run" assignment of a task the server no longer counts as waiting to start (`state` not "bound") that this agent
 # has no record of: started here before and the record lost (another work directory, a wiped one), or started by
 # another agent. Started now it would run a second copy of the attempt (new-user trial 21, F4).
@@ -342,25 +348,14 @@ class AgentLoop:
             events = [e for e in events if e["event"] == "started" or (e["task"], e["attempt"]) not in full]
             if not events and not logs:
                 return True
-            if not self.send_cause:
-                events = [{k: v for k, v in e.items() if k != CAUSE} for e in events]
-            if not self.send_time:
-                events = [{k: v for k, v in e.items() if k != TIME} for e in events]
+            left_out = {f for f, flag, _, _ in OPTIONAL_FIELDS if not getattr(self, flag)}
+            if left_out:
+                events = [{k: v for k, v in e.items() if k not in left_out} for e in events]
             try:
                 answer = post_json(self.urls["reports"], self.token, {"tasks": events, "logs": logs},
                                    timeout=self.timeout)
             except AgentError as exc:
-                if (exc.status in (400, 422) and self.send_cause and any(CAUSE in e for e in events)
-                        and CAUSE in refused_fields(exc.body)):
-                    self.send_cause = False
-                    log.warning("the control plane does not take a lost report's cause (an older server: %s); "
-                                "lost reports go without it from now on", exc)
-                    continue  # the same events again, without it
-                if (exc.status in (400, 422) and self.send_time and any(TIME in e for e in events)
-                        and TIME in refused_fields(exc.body)):
-                    self.send_time = False
-                    log.warning("the control plane does not take the time of a task's end (an older server: %s); "
-                                "ends go without it from now on (the server counts them ended when they arrive)", exc)
+                if self._drop_refused_field(exc, events):
                     continue  # the same events again, without it
                 if exc.status in (400, 422):
                     log.error("reports refused as malformed, dropped (%d events, %d log chunks): %s",
@@ -373,6 +368,19 @@ class AgentLoop:
             if not full and not (held & set(ex.pending_logs())):
                 return True
         return True
+
+    def _drop_refused_field(self, exc: AgentError, events: list[dict]) -> bool:
+        """True when `exc` is the server refusing an optional field these events carry (OPTIONAL_FIELDS: an older
+        server): that field is left out of every report from now on (logged once); False for any other error."""
+        if exc.status not in (400, 422):
+            return False
+        refused = refused_fields(exc.body)
+        for field, flag, what, after in OPTIONAL_FIELDS:
+            if getattr(self, flag) and field in refused and any(field in e for e in events):
+                setattr(self, flag, False)
+                log.warning("the control plane does not take %s (an older server: %s); %s", what, exc, after)
+                return True
+        return False
 
     def _apply_report_answer(self, events: list[dict], chunks: dict, answer: dict) -> None:
         ex = self.executor
