@@ -182,6 +182,16 @@ def token_problem(token: str, source: str) -> str:
     return ""
 
 
+def refused_token_hint(source: str, base: str) -> str:
+    """What to do when the server answered 401 to a token that was sent (knox's "Invalid token."): where the token
+    came from (`source`: --token or GPUCTL_TOKEN), why a server refuses one, and README's sign-in line for a new
+    one at `base`. The token itself is never shown."""
+    where = "given with --token" if source == "--token" else f"in {source}"
+    return (f"the server refused the token {where}: revoked, expired, or issued by another server or an earlier "
+            f"demo database; a new one: curl -X POST {base}/api/v1/auth-token/ -d username=... --data-urlencode "
+            f"'password=...' (README, gpuctl), or the admin issues one")
+
+
 class Client:
     def __init__(self, base: str, token: str, timeout: float = 30.0):
         self.base, self.token, self.timeout = base.rstrip("/"), token, timeout
@@ -1121,6 +1131,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  no API token was given: set GPUCTL_TOKEN or pass --token; POST {api_base(a.api)}/api/v1/"
                   f"auth-token/ with -d username=... -d password=... issues one (README, gpuctl), or the admin does",
                   file=sys.stderr)
+        elif exc.status == 401:  # a token was sent and refused: "Invalid token." alone said not what to do (s27)
+            print(f"  {refused_token_hint(a.token_from, api_base(a.api))}", file=sys.stderr)
         return 1
     except UsageError as exc:
         print(f"gpuctl {a.command}: {exc}", file=sys.stderr)
