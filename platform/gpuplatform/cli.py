@@ -1129,8 +1129,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {exc.body}", file=sys.stderr)
         if exc.status == 401 and not a.token:  # "Authentication credentials were not provided." (trial 26, F9)
             print(f"  no API token was given: set GPUCTL_TOKEN or pass --token; POST {api_base(a.api)}/api/v1/"
-                  f"auth-token/ with -d username=... -d password=... issues one (README, gpuctl), or the admin does",
-                  file=sys.stderr)
+                  f"auth-token/ with -d username=... --data-urlencode 'password=...' issues one (README, gpuctl), or "
+                  f"the admin does", file=sys.stderr)
         elif exc.status == 401:  # a token was sent and refused: "Invalid token." alone said not what to do (s27)
             print(f"  {refused_token_hint(a.token_from, api_base(a.api))}", file=sys.stderr)
         return 1

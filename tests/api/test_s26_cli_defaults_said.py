@@ -45,6 +45,6 @@ def test_no_token_says_how_to_give_one(monkeypatch, capsys):
     assert capsys.readouterr().err == (
         "gpuctl: refused (HTTP 401)\n  detail: Authentication credentials were not provided.\n"
         "  no API token was given: set GPUCTL_TOKEN or pass --token; POST http://gpu.example:8000/api/v1/auth-token/ "
-        "with -d username=... -d password=... issues one (README, gpuctl), or the admin does\n")
+        "with -d username=... --data-urlencode 'password=...' issues one (README, gpuctl), or the admin does\n")
     assert cli.main(["--api", "http://gpu.example:8000", "--token", "abc", "list"]) == 1  # a token sent: refused as is
     assert "no API token was given" not in capsys.readouterr().err

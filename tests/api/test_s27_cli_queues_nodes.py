@@ -153,7 +153,7 @@ def test_no_token_is_refused_as_every_command_is(gpuctl, cluster, live_server):
         assert err == (
             "gpuctl: refused (HTTP 401)\n  detail: Authentication credentials were not provided.\n"
             f"  no API token was given: set GPUCTL_TOKEN or pass --token; POST {live_server.url}/api/v1/auth-token/ "
-            "with -d username=... -d password=... issues one (README, gpuctl), or the admin does\n")
+            "with -d username=... --data-urlencode 'password=...' issues one (README, gpuctl), or the admin does\n")
 
 
 def test_bad_usage_is_argparses_exit_2(capsys):

@@ -95,7 +95,7 @@ def test_no_token_still_gets_the_no_token_hint(gpuctl, users, live_server):
         assert err == (
             "gpuctl: refused (HTTP 401)\n  detail: Authentication credentials were not provided.\n"
             f"  no API token was given: set GPUCTL_TOKEN or pass --token; POST {live_server.url}/api/v1/auth-token/ "
-            "with -d username=... -d password=... issues one (README, gpuctl), or the admin does\n")
+            "with -d username=... --data-urlencode 'password=...' issues one (README, gpuctl), or the admin does\n")
         assert "refused the token" not in err
 
 
