@@ -136,10 +136,14 @@ def fail_gpu_tasks(node: Node, indices: list, *, at: datetime, reason: str) -> l
 # ----------------------------------------------------------------------------------------- repair path
 @transaction.atomic
 def start_repair(node: Node, *, actor=None, reason: str = "", at: datetime | None = None) -> Node:
-    """cordoned | draining -> in_repair. Raises ValidationError("state") from any other state."""
+    """cordoned | draining -> in_repair, once no job holds the node's GPUs. Raises ValidationError("state") from any
+    other state, and while a live allocation holds one of its GPUs (services/nodes.refuse_while_gpus_held: drain
+    first, or wait for the jobs to end)."""
     from ..services import node_states
+    from ..services.nodes import refuse_while_gpus_held
 
     at = at or clock.now()
+    refuse_while_gpus_held(node, Node.State.IN_REPAIR)
     if not node_states.transition(node, Node.State.IN_REPAIR, reason=reason or "repair started", actor=actor, at=at):
         raise ValidationError({"state": f"node {node.name} changed meanwhile; try again"})
     Node.objects.filter(pk=node.pk).update(health_since=at, **({"health_reason": reason[:300]} if reason else {}))
@@ -150,12 +154,15 @@ def start_repair(node: Node, *, actor=None, reason: str = "", at: datetime | Non
 def start_validation(node: Node, *, actor=None, check_command: list | None = None, at: datetime | None = None) -> Node:
     """in_repair -> validating. Without a check command (none given and no NODE_VALIDATION_COMMAND setting)
     the node's next heartbeat is checked (validation_check); with one, the node's agent runs it and posts
-    the result (agent/validation.py), and record_validation decides. Raises ValidationError("state")."""
+    the result (agent/validation.py), and record_validation decides. Raises ValidationError("state"), also while a
+    job holds one of the node's GPUs (services/nodes.refuse_while_gpus_held: the check runs on them)."""
     from ..services import node_states
+    from ..services.nodes import refuse_while_gpus_held
 
     at = at or clock.now()
     if check_command is not None and not (isinstance(check_command, list) and all(isinstance(a, str) for a in check_command)):
         raise ValidationError({"check_command": "check_command must be a list of strings (argv)"})
+    refuse_while_gpus_held(node, Node.State.VALIDATING)
     if not node_states.transition(node, Node.State.VALIDATING, reason="validation started", actor=actor, at=at):
         raise ValidationError({"state": f"node {node.name} changed meanwhile; try again"})
     command = check_command or list(getattr(settings, "NODE_VALIDATION_COMMAND", None) or [])

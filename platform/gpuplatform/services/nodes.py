@@ -25,7 +25,7 @@ from . import node_states
 from .base import request_cycle_on_commit
 
 __all__ = ["register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node", "set_spare",
-           "set_gpu_sharing", "set_node_gpu_sharing", "uuid_key"]
+           "set_gpu_sharing", "set_node_gpu_sharing", "uuid_key", "refuse_while_gpus_held"]
 MIG_FIELDS = ("uuid", "profile", "memory_mib", "slices")
 
 
@@ -834,6 +834,49 @@ def drain_node(node: Node, *, actor=None, reason: str = "", at: datetime | None 
 def uncordon_node(node: Node, *, actor=None, reason: str = "") -> Node:
     """Return a cordoned or draining node to ready. Raises ValidationError("state") otherwise."""
     return _set_node_state(node, Node.State.READY, actor, reason)
+
+
+# An admin's repair and validation (diagnosis/health.start_repair, start_validation: the API's .../repair/ and
+# .../validate/, the admin's actions) wait until no job holds the node's GPUs (session 27: a cordoned node with a
+# 3-GPU job went in_repair, then validating, and its check ran beside the job; the documented check, dcgmi diag -r 2,
+# is a GPU diagnostic). Not the platform's own moves: a failed validation (validating -> in_repair) stays automatic.
+GPUS_HELD_RULE = {Node.State.IN_REPAIR: "a node goes into repair only once no job holds its GPUs (drained or empty)",
+                  Node.State.VALIDATING: "a node is validated only once no job holds its GPUs (its check, e.g. "
+                                         "dcgmi diag, runs on them)"}
+GPUS_HELD_NAMED = 3  # jobs named in the refusal; "and N more" for the rest
+
+
+def refuse_while_gpus_held(node: Node, to: str) -> None:
+    """Raise ValidationError("state") when an admin's move of `node` to `to` (in_repair or validating) would find a
+    job holding the node's GPUs: a live allocation (released_at null) on one of them, whatever the job's state. The
+    message names the rule, the jobs (id and name, GPUS_HELD_NAMED of them) and what to do: drain the node first
+    (its jobs are stopped with grace and requeued) and repair it once they have stopped, or wait for them to end or
+    cancel them. A move the state machine refuses anyway (a ready node sent to repair) is left to it
+    (node_states.transition says why); so is any `to` this rule does not name."""
+    rule = GPUS_HELD_RULE.get(to)
+    state = Node.objects.filter(pk=node.pk).values_list("state", flat=True).first()
+    if rule is None or (state, to) not in node_states.TRANSITIONS:
+        return
+    live = Allocation.objects.filter(gpu__node_id=node.pk, released_at__isnull=True)
+    jobs = sorted(set(live.values_list("job_id", "job__name")))
+    if not jobs:
+        return
+    gpus = live.values("gpu_id").distinct().count()
+    named = ", ".join(f"{pk} ({name})" if name else str(pk) for pk, name in jobs[:GPUS_HELD_NAMED])
+    more = f" and {len(jobs) - GPUS_HELD_NAMED} more" if len(jobs) > GPUS_HELD_NAMED else ""
+    one = len(jobs) == 1
+    held = (f"node {node.name} is {state} and {gpus} of its GPUs are held by {len(jobs)} live "
+            f"{'job' if one else 'jobs'}: {'job' if one else 'jobs'} {named}{more}")
+    the_jobs = "the job" if one else "the jobs"
+    cancel = f"cancel {'it' if one else 'them'} (POST /api/v1/jobs/{{id}}/cancel/)"
+    if state == Node.State.CORDONED:
+        todo = (f"drain it first (POST /api/v1/nodes/{node.name}/drain/: its jobs are stopped with grace and "
+                f"requeued) and start the repair once they have stopped, or wait for {the_jobs} to end, or {cancel}")
+    elif state == Node.State.DRAINING:
+        todo = f"it is draining: start the repair once its jobs have stopped (their grace), or {cancel}"
+    else:
+        todo = f"wait for {the_jobs} to end, or {cancel}, then validate it"
+    raise ValidationError({"state": f"{held}; {rule}: {todo}"})
 
 
 @transaction.atomic
