@@ -342,7 +342,7 @@ def test_validation_does_not_count_a_gpu_kept_as_not_reported_as_missing(_fast, 
     from tests.api.test_trialfix18b import _run_one_on
 
     job, held = _run_one_on("n0", users, gpus=N)
-    services.cancel_job(job)
+    services.finish_job(job)  # its GPUs released: a node goes into repair only once no job holds them (s27)
     gone = copy.deepcopy(nvml.dump)
     gone["gpus"] = gone["gpus"][:N - 1]
     nvml.dump = gone

@@ -92,6 +92,9 @@ def test_failure_page_without_failed_attempts_says_so_instead_of_empty_charts(br
 
 def test_nodes_page_filters_by_health_and_shows_reason_and_since(browser, live_server, cluster):
     services.cordon_node(Node.objects.get(name="n000"))
+    # a node goes into repair only once no job holds its GPUs (s27): its jobs end first
+    for job in Job.objects.filter(allocations__gpu__node__name="n000", allocations__released_at__isnull=True).distinct():
+        services.finish_job(job)
     services.start_repair(Node.objects.get(name="n000"), reason="XID 79 on GPU 3: reseat")
     p = Page(browser, live_server.url)
     login(p)
