@@ -383,7 +383,7 @@ def test_an_event_naming_a_missing_actor_queue_or_node_fails(cluster, what):
 def test_the_database_refuses_deleting_a_row_an_event_or_allocation_names(submit, what):
     """PostgreSQL (migration 0033_deferred_fk): a raw DELETE (or re-keying) of a user, queue or node an Event names, of
     a MIG instance an allocation names, fails at the deferred trigger, as the foreign key did; Django's delete sets the
-    reference null first and passes."""
+    reference null first and passes (a user an Event names: Django's PROTECT refuses it, session 27)."""
     from django.contrib.auth import get_user_model
 
     from gpuplatform.models import Queue
@@ -406,6 +406,11 @@ def test_the_database_refuses_deleting_a_row_an_event_or_allocation_names(submit
                 cur.execute(sql, [row.pk])
                 cur.execute("SET CONSTRAINTS ALL IMMEDIATE")  # what the commit runs
         assert type(row).objects.filter(pk=row.pk).exists()
+    if what == "actor":  # session 27 (migration 0034): an Event's actor is PROTECTed, deactivated rather than deleted
+        with pytest.raises(ProtectedError):
+            row.delete()
+        assert Event.objects.get(kind="x").actor_id == row.pk
+        return
     row.delete()  # Django's SET_NULL first
     assert not type(row).objects.filter(pk=row.pk).exists()
     if what == "mig_instance":

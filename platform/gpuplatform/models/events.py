@@ -21,11 +21,14 @@ class Event(models.Model):
     PostgreSQL queued a deferred constraint's check for every row inserted, null or not, and ran the queue at the
     commit: three per admission Event, ~23 ms of the headline cycle's commit); the audit writer checks the ids it
     writes (none on an admission) with the same lock, and a deferred trigger on the user, queue and node tables refuses
-    deleting a row an Event still names, as the constraint did (Django's SET_NULL runs first)."""
+    deleting a row an Event still names, as the constraint did (Django's SET_NULL runs first for a queue or node; a
+    user an Event names is refused by Django's PROTECT before that: the account is deactivated instead)."""
 
     time = models.DateTimeField(db_index=True)
     kind = models.CharField(max_length=40)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+    # PROTECT (migration 0034_user_history_protect): the audit log keeps who did what; an account an Event names is
+    # deactivated, not deleted (Django's collector refuses first, the deferred trigger is the raw SQL's backstop)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
                               db_index=False, db_constraint=False)
     job = models.ForeignKey("gpuplatform.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="events",
                             db_constraint=False)

@@ -77,7 +77,8 @@ class FederatedJob(models.Model):
     name = models.CharField(max_length=200)
     team = models.ForeignKey("gpuplatform.Team", on_delete=models.PROTECT, related_name="federated_jobs")
     queue = models.CharField(max_length=100)
-    submitter = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+    # PROTECT, as Job.submitter (migration 0034_user_history_protect): who submitted it is history, kept
+    submitter = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
                                   related_name="federated_jobs")
     spec = models.JSONField(help_text="the worker's job submission body (POST /api/v1/jobs/), without external_id")
     gpus = models.PositiveIntegerField(default=0)

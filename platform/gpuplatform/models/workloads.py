@@ -63,8 +63,10 @@ class Job(models.Model):
     team = models.ForeignKey("gpuplatform.Team", on_delete=models.PROTECT, related_name="jobs", db_index=False)
     queue = models.ForeignKey("gpuplatform.Queue", on_delete=models.PROTECT, related_name="jobs")
     # indexed only where set (the partial index below, migration 0025_e2eschema): null on every job a trace replay or
-    # a benchmark submits, and the cycle rewrites every started job's row (one index entry less per start there)
-    submitter = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+    # a benchmark submits, and the cycle rewrites every started job's row (one index entry less per start there).
+    # PROTECT (migration 0034_user_history_protect, session 27): an account that submitted a job is deactivated, not
+    # deleted (SET_NULL emptied it, and the job, its Events and ?submitter= lost who submitted it)
+    submitter = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
                                   db_index=False)
     name = models.CharField(max_length=200)
     external_id = models.CharField(max_length=100, blank=True, help_text="id in an imported trace")
