@@ -29,7 +29,6 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import admin as auth_admin, get_user_model
 from django.db import transaction
-from django.db.models import ProtectedError
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.html import format_html
@@ -256,31 +255,6 @@ class MembershipAdmin(ServiceDeleteMixin, ServiceAdmin):
         obj.pk = saved.pk
 
 
-def _user_history(user) -> str:
-    """What `user` did that the audit trail keeps (PROTECT: migration 0034), in words, or "" when nothing."""
-    from .models import FederatedJob
-
-    counts = ((Job.objects.filter(submitter=user).count(), "job(s) submitted"),
-              (FederatedJob.objects.filter(submitter=user).count(), "federated job(s) submitted"),
-              (Event.objects.filter(actor=user).count(), "audit event(s) naming them as actor"))
-    return ", ".join(f"{n} {what}" for n, what in counts if n)
-
-
-def _refusal(user, history: str) -> str:
-    return (f"{user.get_username()} cannot be deleted: the audit trail keeps who did what ({history}). Deactivate "
-            f"the account instead: untick \u201cActive\u201d on its change page (sign-in and its API tokens are "
-            f"refused from then on; its jobs and events keep naming it)")
-
-
-def _delete_user(user, *, actor=None):
-    """services.delete_user; a user given history after the delete page's check (Django's PROTECT refused it, nothing
-    deleted) is refused as a message like the page's, never a 500."""
-    try:
-        return services.delete_user(user, actor=actor)
-    except ProtectedError:
-        raise services.ValidationError({"user": _refusal(user, _user_history(user) or "history")}) from None
-
-
 class UserAdmin(ServiceDeleteMixin, auth_admin.UserAdmin):
     """Django's UserAdmin (its forms, password change, lists and filters), but an account is deleted through
     services.delete_user, from its delete page and from the list's "delete selected" action: a team's last admin is
@@ -290,15 +264,15 @@ class UserAdmin(ServiceDeleteMixin, auth_admin.UserAdmin):
     protected object naming the history and saying to deactivate the account instead (session 27: the delete emptied
     the job's submitter and the Event's actor, and the page had listed only the token and the membership)."""
 
-    delete_service = staticmethod(_delete_user)
+    delete_service = staticmethod(services.delete_user)
 
     def get_deleted_objects(self, objs, request):
         """The delete page's (and "delete selected"'s) list: a user with history is a protected object, named with
         what they did and how to deactivate them, without listing every Event (an admin can name thousands); the
         page then deletes nothing, as for any protected object. Without history: Django's own list."""
-        protected = [format_html('{} (<a href="{}">change page</a>)', _refusal(user, history),
-                                 self._url("change", user.pk))
-                     for user in objs if (history := _user_history(user))]
+        protected = [format_html('{} (<a href="{}">change page</a>)',
+                                 services.history_refusal(user.get_username(), history), self._url("change", user.pk))
+                     for user in objs if (history := services.user_history(user))]
         if protected:
             return [], {}, set(), protected
         return super().get_deleted_objects(objs, request)

@@ -35,8 +35,9 @@ def test_a_user_who_submitted_a_job_is_not_deleted_and_the_job_keeps_its_submitt
     assert Event.objects.filter(job=job, kind="submitted").exists()
     with pytest.raises(ProtectedError):
         bob.delete()
-    with pytest.raises(ProtectedError):
+    with pytest.raises(services.ValidationError) as exc:  # the service's own rule, before PROTECT would refuse it
         services.delete_user(bob, actor=users["staff"])
+    assert "bob cannot be deleted" in str(exc.value) and "1 job(s) submitted" in str(exc.value), exc.value
     assert not Event.objects.filter(kind="user_deleted").exists()  # delete_user's transaction rolled back
     assert get_user_model().objects.filter(pk=bob.pk).exists() and Membership.objects.filter(user=bob).exists()
     job.refresh_from_db()
@@ -96,12 +97,23 @@ def test_a_user_without_history_is_still_deleted_with_memberships_and_tokens(use
     assert Event.objects.filter(kind="user_deleted", data__user="vera").exists()
 
 
-def test_history_added_after_the_page_check_is_a_refusal_message_not_a_500(users, jobs):
+def test_history_added_after_the_page_check_is_a_refusal_message_not_a_500(users, jobs, monkeypatch):
     from gpuplatform.admin import UserAdmin
+    from gpuplatform.services import tenancy
 
+    # the history written between the service's check and the delete (a submit at the same moment): PROTECT refuses
+    # the delete, and the service answers with the same refusal, nothing deleted
+    real, calls = tenancy.user_history, []
+
+    def history_unseen_at_first(user):
+        calls.append(user.pk)
+        return "" if len(calls) == 1 else real(user)
+
+    monkeypatch.setattr(tenancy, "user_history", history_unseen_at_first)
     with pytest.raises(services.ValidationError) as exc:
         UserAdmin.delete_service(users["other"], actor=users["staff"])
     assert "bob cannot be deleted" in str(exc.value) and "Deactivate" in str(exc.value)
+    assert get_user_model().objects.filter(pk=users["other"].pk).exists()
 
 
 def test_a_deactivated_users_token_is_refused_and_sign_in_too(users, jobs):

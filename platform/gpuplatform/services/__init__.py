@@ -38,13 +38,15 @@ from .rules import save_diagnosis_rule, save_health_rule
 from .queues import (QUEUE_NAME_RULE, create_queue, delete_queue, queue_clashes, queue_grace_error, queue_name_taken,
                      queue_named, queue_version, queue_weight_error, quota_version, set_quota, update_queue)
 from .reschedule import request_moves
-from .tenancy import add_member, create_team, delete_team, delete_user, remove_member, update_team
+from .tenancy import (add_member, create_team, delete_team, delete_user, history_refusal, remove_member,
+                      update_team, user_history)
 from .tokens import issue_api_token, revoke_api_tokens
 from .topology import TopologyPlan, apply_topology, plan_topology, topology_from_db
 
 __all__ = [
     "ValidationError", "request_cycle_on_commit", "lock_queue_tree",
-    "create_team", "update_team", "delete_team", "add_member", "remove_member", "delete_user",
+    "create_team", "update_team", "delete_team", "add_member", "remove_member", "delete_user", "user_history",
+    "history_refusal",
     "QUEUE_NAME_RULE", "queue_clashes", "queue_name_taken", "queue_named",
     "create_queue", "update_queue", "set_quota", "delete_queue", "queue_grace_error", "queue_weight_error",
     "queue_version", "quota_version",

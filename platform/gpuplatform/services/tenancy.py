@@ -306,9 +306,30 @@ def remove_member(membership: Membership, *, actor=None) -> bool:
 
 
 @transaction.atomic
+def user_history(user) -> str:
+    """What `user` did that the audit trail keeps (delete_user refuses it: PROTECT, migration 0034), in words ("2
+    job(s) submitted, 5 audit event(s) naming them as actor"), or "" when nothing."""
+    from ..models import Event, FederatedJob, Job
+
+    counts = ((Job.objects.filter(submitter=user).count(), "job(s) submitted"),
+              (FederatedJob.objects.filter(submitter=user).count(), "federated job(s) submitted"),
+              (Event.objects.filter(actor=user).count(), "audit event(s) naming them as actor"))
+    return ", ".join(f"{n} {what}" for n, what in counts if n)
+
+
+def history_refusal(name: str, history: str) -> str:
+    """delete_user's refusal of a user with history (user_history's words) and what to do instead."""
+    return (f"{name} cannot be deleted: the audit trail keeps who did what ({history}). Deactivate the account "
+            f"instead: untick \u201cActive\u201d on its change page (sign-in and its API tokens are refused from then on; "
+            f"its jobs and events keep naming it)")
+
+
 def delete_user(user, *, actor=None) -> bool:
-    """Delete a user account; its memberships go with it (its jobs stay with their team, the submitter emptied; its
-    events stay, the actor emptied; its API tokens go). Event "user_deleted" {"user", "teams": {slug: role}}.
+    """Delete a user account with no history; its memberships and API tokens go with it. Event "user_deleted"
+    {"user", "teams": {slug: role}}. A user with history (a job or federated job submitted, an Event naming them as
+    actor: user_history) is never deleted: ValidationError ("user") saying so and to deactivate the account instead
+    (the foreign keys are PROTECT, migration 0034: the delete had emptied the job's submitter and the Event's actor,
+    session 27).
     Returns False, writing nothing, when the account is gone already (a concurrent delete came first). Raises
     ValidationError ("user") when the user is the last admin of a team, naming every such team: a team that has
     an admin keeps one (_refuse_last_admin), and deleting the account removed its memberships without asking
@@ -335,11 +356,17 @@ def delete_user(user, *, actor=None) -> bool:
             .exclude(pk=row.pk).exists()):
         raise_if({"user": f"{name} is the last platform admin (staff or superuser): make another first"})
     _refuse_last_admin_of(row)
+    history = user_history(row)
+    if history:
+        raise_if({"user": history_refusal(name, history)})
     teams = dict(Membership.objects.filter(user=row).order_by("team__slug").values_list("team__slug", "role"))
     # recorded before the delete: the Event's actor may be this user (its own account), emptied with the others
     record_event("user_deleted", f"user {name} deleted ({len(teams)} membership(s) with it)", actor=actor,
                  data={"user": name, "teams": teams})
-    row.delete()
+    try:
+        row.delete()
+    except ProtectedError:  # history written after the check above (a submit at the same moment): nothing deleted
+        raise_if({"user": history_refusal(name, user_history(row) or "history")})
     return True
 
 
