@@ -29,7 +29,7 @@ from gpuplatform.models import Queue, Team
 
 from . import dashboard_figures as dfig
 from .conditional import conditional_json, login_required_json
-from .delta import BadSince, with_since
+from .delta import BadSince, parse_since, with_since
 from .states import GPU_STATE_COLORS
 from .topology import BORROWED_DEFINITION, TOPOLOGY_COLUMNS, topology_payload
 
@@ -61,10 +61,16 @@ def data_response(request, payload: dict, rows: list[dict], name: str, tables: d
     empty CSV is its header row, never a one-column "empty" (new-user trial 11, F16); a table given no header is a
     programming error (KeyError). JSON carries `cursor` and, with ?since=<cursor>, only the time-series figures'
     new points (frontend/delta.py). A malformed `since`, a `format` other than json / csv or a `table` this
-    endpoint does not have is a 400 naming the parameter and what it takes (never the default silently)."""
+    endpoint does not have is a 400 naming the parameter and what it takes (never the default silently), in every
+    form: the CSV and a table's rows, which carry every row whatever `since`, refuse a malformed one as the JSON
+    does, with its words (`/queues/data.json?format=csv&since=garbage` answered 200 with the CSV; session 27)."""
     fmt, table = request.GET.get("format", "json"), request.GET.get("table")
     if fmt not in FORMATS:
         return JsonResponse({"format": [f"must be one of {', '.join(FORMATS)}"]}, status=400)
+    try:
+        parse_since(request.GET.get("since"))
+    except BadSince as exc:
+        return JsonResponse({"since": [str(exc)]}, status=400)
     if table is not None:
         if table not in (tables or {}):
             return JsonResponse(table_error(table, tables), status=400)

@@ -37,6 +37,7 @@ see docs/diagnosis.md):
 from __future__ import annotations
 
 import logging
+import math
 import re
 import re._parser as sre_parse
 import time
@@ -53,7 +54,8 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "CATEGORIES", "PLATFORM_ONLY_CATEGORIES", "ROOT_CATEGORIES", "CONSEQUENCE_CATEGORIES", "NODE_FAULT_CATEGORIES", "PRECEDENCE", "ACTIONS", "HEALTH_ACTIONS",
     "HEALTH_SIGNALS", "RuleError", "Rule", "RuleSet", "TaskEvidence", "HealthEvidence", "Diagnosis",
-    "parse_rules", "diagnose", "HealthRule", "parse_health_rules", "evaluate_health",
+    "parse_rules", "diagnose", "HealthRule", "parse_health_rules", "evaluate_health", "health_rule_problems",
+    "HEALTH_SIGNAL_UNITS",
 ]
 
 CATEGORIES = ("cuda_oom", "nccl_timeout", "nccl_network", "gpu_hardware", "cuda_error", "nan_loss", "host_oom",
@@ -501,6 +503,56 @@ class HealthRule:
         return _OPS[self.op](signals[self.signal], self.value)
 
 
+# What each signal counts (HEALTH_SIGNALS): none is ever negative, so a rule comparing one with a value below 0
+# is refused (a rule that can never fire, or always fires, is a mistake, not a rule; admin report, session 27).
+HEALTH_SIGNAL_UNITS = {"xid": "an XID number", "ecc_dbe_volatile": "a count of errors",
+                       "row_remap_failure": "true/false (a count of 0 or 1)",
+                       "thermal_slowdown_seconds": "a duration in seconds", "power_slowdown_seconds": "a duration in seconds",
+                       "nvlink_down": "a count of links", "heartbeat_lost_seconds": "a duration in seconds",
+                       "gpu_missing": "a count of GPUs", "repeat_offender_jobs": "a count of jobs"}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def health_rule_problems(e: Mapping) -> dict[str, str]:
+    """Every problem of a health rule entry's signal, op, action, category and value at once ({field: message},
+    in that order; {} when none): parse_health_rules raises the first, the API and services.save_health_rule
+    name them all. A field that is None is judged as absent. `gt` / `ge` take a number (not true/false; "default"
+    for heartbeat_lost_seconds), `in` a non-empty list of whole numbers, and no number compared with a signal
+    (a count, a duration, an XID number) is below 0."""
+    problems: dict[str, str] = {}
+    signal, op, value = e.get("signal"), e.get("op"), e.get("value")
+    if signal not in HEALTH_SIGNALS:
+        problems["signal"] = f"signal must be one of {', '.join(HEALTH_SIGNALS)}"
+        signal = None
+    if op not in _OPS:
+        problems["op"] = f"op must be one of {', '.join(_OPS)}"
+    if e.get("action") not in HEALTH_ACTIONS:
+        problems["action"] = f"action must be one of {', '.join(HEALTH_ACTIONS)}"
+    category = e.get("category") or "gpu_hardware"
+    if category not in CATEGORIES or category == "cancelled":  # a health signal is never a cancel
+        problems["category"] = "category must be one of " + ", ".join(c for c in CATEGORIES if c != "cancelled")
+    heartbeat = signal == "heartbeat_lost_seconds"
+    if op == "in":
+        if not (isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                          for v in value)):
+            problems["value"] = ("op 'in' needs a non-empty list of whole numbers, e.g. [48, 79]"
+                                 + (" (an empty list never matches)" if value == [] else ""))
+    elif op in ("gt", "ge") and not _is_number(value) and not (heartbeat and value == "default"):
+        problems["value"] = f"op {op!r} needs a number" + (
+            ", not true/false" if isinstance(value, bool) else "") + (
+            " (or \"default\": the platform's heartbeat settings)" if heartbeat else "")
+    if "value" not in problems and op in ("gt", "ge", "eq", "in") and signal is not None:
+        below = [v for v in (value if op == "in" and isinstance(value, list) else [value])
+                 if _is_number(v) and v < 0]
+        if below:
+            problems["value"] = (f"{signal} is {HEALTH_SIGNAL_UNITS[signal]}, never below 0: "
+                                 f"a value of {below[0]} is not one (give 0 or more)")
+    return problems
+
+
 def parse_health_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> tuple[str, tuple[HealthRule, ...]]:
     """(version, rules) from {"version", "rules": [{id, signal, op, value, action, source, category?}]}
     plus `extra` entries. A `heartbeat_lost_seconds` rule may have value "default": the platform resolves
@@ -509,23 +561,11 @@ def parse_health_rules(table: Mapping, extra: Iterable[Mapping] = ()) -> tuple[s
     out, seen = [], set()
     for order, (where, e) in enumerate(_entries(table, extra)):
         rid, source, category, action = _check_common(e, where, seen)
-        if e.get("signal") not in HEALTH_SIGNALS:
-            raise RuleError(f"{where}.signal", f"signal must be one of {', '.join(HEALTH_SIGNALS)}")
-        if e.get("op") not in _OPS:
-            raise RuleError(f"{where}.op", f"op must be one of {', '.join(_OPS)}")
-        if action not in HEALTH_ACTIONS:
-            raise RuleError(f"{where}.action", f"action must be one of {', '.join(HEALTH_ACTIONS)}")
-        category = category or "gpu_hardware"
-        if category not in CATEGORIES or category == "cancelled":  # a health signal is never a cancel
-            raise RuleError(f"{where}.category", "category must be one of "
-                            + ", ".join(c for c in CATEGORIES if c != "cancelled"))
-        value = e.get("value")
-        if e["op"] == "in" and not (isinstance(value, list) and all(isinstance(v, int) for v in value)):
-            raise RuleError(f"{where}.value", "op 'in' needs a list of integers")
-        default_ok = e["signal"] == "heartbeat_lost_seconds" and value == "default"
-        if e["op"] in ("gt", "ge") and not isinstance(value, (int, float)) and not default_ok:
-            raise RuleError(f"{where}.value", f"op {e['op']!r} needs a number" + (
-                " (or \"default\": the platform's heartbeat settings)" if e["signal"] == "heartbeat_lost_seconds" else ""))
+        problems = health_rule_problems(e)
+        if problems:
+            key, message = next(iter(problems.items()))
+            raise RuleError(f"{where}.{key}", message)
+        value, category = e.get("value"), category or "gpu_hardware"
         out.append(HealthRule(rid, e["signal"], e["op"], value, action, source.strip(), category, order))
     return str(table.get("version", "")), tuple(out)
 
