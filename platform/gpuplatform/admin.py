@@ -12,7 +12,9 @@
   teams list and on their pages (services.tenancy.team_clashes).
 - Quotas stored before the flavor letter-case rule (`h200` next to the nodes' `H200`) are a warning on the quotas
   and queues lists and on such a row's page (quota_rules.case_variant_quotas).
-- User: Django's UserAdmin, but deleted through services.delete_user (refused, as a message, for a team's last admin).
+- User: Django's UserAdmin, but deleted through services.delete_user (refused, as a message, for a team's last admin),
+  and "Active" changed through services.tenancy.set_user_active (audited as "user_deactivated" / "user_reactivated";
+  the last active platform admin is not deactivated).
   A user with history (a job or federated job submitted, an Event naming them as actor) is never deleted (PROTECT,
   migration 0034): the delete page says so, with the counts, and to deactivate the account instead (Active unticked).
 - Node: renamed and moved between domains here; what its registration reports (GPUs, flavor, CPU, memory) is shown,
@@ -37,7 +39,8 @@ from . import quota_rules, services
 from .admin_services import ServiceAdmin, StoredTitleAdmin
 from .inputs import TextRuleForm, error_text
 from .names import name_error
-from .services.tenancy import TEAM_DESCRIPTION_MAX, team_clashes, team_description_error
+from .services.tenancy import (TEAM_DESCRIPTION_MAX, deactivation_refusal, set_user_active, team_clashes,
+                               team_description_error)
 from .models import (
     Allocation, Attempt, ClusterSample, DiagnosisRule, HealthRule, Domain, Event, Gpu, Job, JobRole, Membership, Node, Queue, QueueSample, Quota,
     SchedulerCycle, Task, Team,
@@ -255,6 +258,19 @@ class MembershipAdmin(ServiceDeleteMixin, ServiceAdmin):
         obj.pk = saved.pk
 
 
+class UserChangeForm(auth_admin.UserChangeForm):
+    """Django's user change form, but unticking "Active" on the last active platform admin (staff or superuser) is an
+    error on "Active", in delete_user's words for deleting one (set_user_active checks it again under its locks)."""
+
+    def clean(self):
+        data = super().clean()
+        if "is_active" in self.fields and self.instance.pk is not None and data.get("is_active") is False:
+            refused = deactivation_refusal(self.instance)
+            if refused:
+                self.add_error("is_active", refused)
+        return data
+
+
 class UserAdmin(ServiceDeleteMixin, auth_admin.UserAdmin):
     """Django's UserAdmin (its forms, password change, lists and filters), but an account is deleted through
     services.delete_user, from its delete page and from the list's "delete selected" action: a team's last admin is
@@ -265,6 +281,22 @@ class UserAdmin(ServiceDeleteMixin, auth_admin.UserAdmin):
     the job's submitter and the Event's actor, and the page had listed only the token and the membership)."""
 
     delete_service = staticmethod(services.delete_user)
+    form = UserChangeForm
+
+    def save_model(self, request, obj, form, change):
+        """A change of "Active" goes through services.tenancy.set_user_active: audited ("user_deactivated" /
+        "user_reactivated", the admin as actor; session 27: a deactivation recorded no Event) and refused for the
+        last active platform admin; the form's other fields are then saved as Django does."""
+        if change and "is_active" in getattr(form, "cleaned_data", {}):
+            set_user_active(obj, obj.is_active, actor=request.user)
+        super().save_model(request, obj, form, change)
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except services.ValidationError as exc:  # set_user_active's refusal after the form's check (a race): nothing
+            self.message_user(request, f"not saved: {exc}", messages.ERROR)  # saved (the page's transaction)
+            return redirect(self._url("change", object_id) if object_id else self._url("changelist"))
 
     def get_deleted_objects(self, objs, request):
         """The delete page's (and "delete selected"'s) list: a user with history is a protected object, named with

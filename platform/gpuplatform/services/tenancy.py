@@ -16,6 +16,7 @@ from ..wording import one_of
 from .base import raise_if
 
 __all__ = ["create_team", "update_team", "delete_team", "add_member", "remove_member", "delete_user",
+           "set_user_active", "deactivation_refusal",
            "TEAM_DESCRIPTION_MAX", "team_description_error", "team_name_taken", "TEAM_NAME_RULE", "team_named",
            "team_clashes"]
 
@@ -339,8 +340,7 @@ def delete_user(user, *, actor=None) -> bool:
     User = get_user_model()
     _lock_teams_of(user)
     if user.is_staff or user.is_superuser:  # the platform admins' rows, in one order, before this one's (no deadlock)
-        list(User.objects.select_for_update().filter(Q(is_staff=True) | Q(is_superuser=True)).order_by("pk")
-             .values_list("pk", flat=True))
+        _lock_platform_admins()
     row = User.objects.select_for_update().filter(pk=user.pk).first()
     if row is None:
         return False
@@ -351,10 +351,7 @@ def delete_user(user, *, actor=None) -> bool:
     # administer the platform after it)
     if actor is not None and getattr(actor, "pk", None) == row.pk:
         raise_if({"user": f"{name}: you cannot delete your own account (another platform admin can)"})
-    if (row.is_active and (row.is_staff or row.is_superuser)
-            and not User.objects.filter(Q(is_staff=True) | Q(is_superuser=True), is_active=True)
-            .exclude(pk=row.pk).exists()):
-        raise_if({"user": f"{name} is the last platform admin (staff or superuser): make another first"})
+    _refuse_last_platform_admin(row)
     _refuse_last_admin_of(row)
     history = user_history(row)
     if history:
@@ -367,6 +364,69 @@ def delete_user(user, *, actor=None) -> bool:
         row.delete()
     except ProtectedError:  # history written after the check above (a submit at the same moment): nothing deleted
         raise_if({"user": history_refusal(name, user_history(row) or "history")})
+    return True
+
+
+def _lock_platform_admins() -> None:
+    """The platform admins' rows (staff or superuser), in one order, locked until the transaction ends: a delete or a
+    deactivation of one of them takes these before its own row (no deadlock), so two at once cannot both pass
+    _refuse_last_platform_admin."""
+    list(get_user_model().objects.select_for_update().filter(Q(is_staff=True) | Q(is_superuser=True)).order_by("pk")
+         .values_list("pk", flat=True))
+
+
+def _last_platform_admin_error(row) -> str:
+    """The words refusing to delete or deactivate `row` (as stored) when it is the last active platform admin (staff
+    or superuser: nobody could administer the platform after it), or ""."""
+    User = get_user_model()
+    if (row.is_active and (row.is_staff or row.is_superuser)
+            and not User.objects.filter(Q(is_staff=True) | Q(is_superuser=True), is_active=True)
+            .exclude(pk=row.pk).exists()):
+        return f"{row.get_username()} is the last platform admin (staff or superuser): make another first"
+    return ""
+
+
+def _refuse_last_platform_admin(row) -> None:
+    """ValidationError ("user") with _last_platform_admin_error's words (delete_user, set_user_active; `row` locked,
+    after _lock_platform_admins)."""
+    message = _last_platform_admin_error(row)
+    if message:
+        raise_if({"user": message})
+
+
+def deactivation_refusal(user) -> str:
+    """set_user_active's refusal of deactivating `user`, read without locks (the admin's form shows it on "Active"
+    before saving; set_user_active checks it again under its locks), or ""."""
+    row = get_user_model().objects.filter(pk=user.pk).first()
+    return _last_platform_admin_error(row) if row is not None else ""
+
+
+@transaction.atomic
+def set_user_active(user, active: bool, *, actor=None) -> bool:
+    """Deactivate (active=False) or reactivate a user account: the way to retire an account with history, which is
+    never deleted (delete_user). Event "user_deactivated" / "user_reactivated" {"user"}, its actor the admin (session
+    27: unticking "Active" on the admin's user page recorded nothing, so deactivations were missing from the audit
+    log). Refused (ValidationError "user"), as delete_user refuses deleting one, when the user is the last active
+    platform admin (staff or superuser), under the same lock of the platform admins' rows. Returns False, writing
+    nothing, when the account is gone or already so (no Event for a save that did not change it). Writes only
+    is_active; a form saving the other fields saves them itself."""
+    User = get_user_model()
+    active = bool(active)
+    _lock_platform_admins()  # (whoever the user: `user` may be a stale object, its stored row staff)
+    row = User.objects.select_for_update().filter(pk=user.pk).first()
+    if row is None or row.is_active == active:
+        return False
+    name = row.get_username()
+    if not active:
+        _refuse_last_platform_admin(row)
+    User.objects.filter(pk=row.pk).update(is_active=active)
+    user.is_active = active
+    if active:
+        record_event("user_reactivated", f"user {name} reactivated (sign-in and API tokens accepted again)",
+                     actor=actor, data={"user": name})
+    else:
+        record_event("user_deactivated", f"user {name} deactivated (sign-in and API tokens refused; its jobs and "
+                                          f"events keep naming it)", actor=actor, data={"user": name})
     return True
 
 
