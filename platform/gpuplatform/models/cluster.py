@@ -138,6 +138,13 @@ class Gpu(models.Model):
     out_of_service = models.CharField(max_length=16, choices=OutOfService.choices, default=OutOfService.NO,
                                       blank=True)
 
+    # An admin's fence (services.nodes.set_gpu_fence, POST /api/v1/nodes/<name>/gpus/<index>/fence/): the GPU is not
+    # offered to new jobs (the scheduler's snapshot counts it unhealthy) whatever its agent reports; a job running on
+    # it keeps it, as on a cordoned node. `health` / `health_reason` stay the agent's last report (what an unfence
+    # returns to); the API shows a fenced GPU's health as unhealthy with the fence reason.
+    fenced = models.BooleanField(default=False, help_text="fenced by an admin: no new work, whatever its agent reports")
+    fence_reason = models.CharField(max_length=200, blank=True, help_text="why an admin fenced it")
+
     class Sharing(models.TextChoices):
         """How the GPU takes work (scheduler/core/sharing.py, DESIGN section 12)."""
 
@@ -155,6 +162,14 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}/gpu{self.index}"
+
+    @property
+    def effective_health(self) -> tuple[str, str]:
+        """(health, reason) as the platform acts on it: a fenced GPU is unhealthy with its fence reason, else its
+        agent's (or registration's) health."""
+        if self.fenced:
+            return self.Health.UNHEALTHY, self.fence_reason
+        return self.health, self.health_reason
 
 
 class MigInstance(models.Model):

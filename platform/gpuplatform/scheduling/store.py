@@ -169,7 +169,8 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
             # a hot spare (NodeInfo.spare) takes only interruptible jobs (scheduler/core/spares.py)
             (Node.objects.all(), ("id", "name", "flavor", "gpu_count", "cpu_milli", "memory_mib", "domain__name",
                                   "state", "spare")),
-            (Gpu.objects.all(), ("node_id", "index", "numa_node", "health", "sharing", "memory_mib")),
+            # a GPU an admin fenced counts unhealthy here: no new work (services.nodes.set_gpu_fence)
+            (Gpu.objects.all(), ("node_id", "index", "numa_node", "health", "sharing", "memory_mib", "fenced")),
             (MigInstance.objects.all(), ("gpu__node_id", "gpu__index", "uuid", "profile", "memory_mib", "slices")),
             (Task.objects.filter(job__state__in=Job.LIVE_STATES, state__in=Task.ON_NODE_STATES, node__isnull=False),
              ("id", "job_id", "role__name", "index", "node__name", "node_id", "role__cpu_milli", "role__memory_mib",
@@ -201,9 +202,9 @@ def build_snapshot(now: float | None = None, *, cycle: int = 0, memo: SnapshotMe
     unhealthy: dict[int, set[int]] = defaultdict(set)
     modes: dict[int, dict[int, str]] = defaultdict(dict)  # GPU sharing (scheduler/core/sharing.py)
     gpu_mem: dict[int, int] = {}
-    for node_id, idx, numa_node, health, sharing, memory in gpus:
+    for node_id, idx, numa_node, health, sharing, memory, fenced in gpus:
         numa[node_id][idx] = numa_node if numa_node is not None else 0
-        if health != "healthy":
+        if health != "healthy" or fenced:
             unhealthy[node_id].add(idx)
         if sharing != "exclusive":
             modes[node_id][idx] = sharing
@@ -587,7 +588,8 @@ def _apply_growths(growths, *, clock: datetime, cycle_number: int, stats: ApplyS
                     node = Node.objects.filter(name=p.node, state="ready").values_list("id", "executor").first()
                     if task is None or node is None:
                         raise _Stale(f"task {p.role}[{p.index}] or node {p.node} no longer available")
-                    gpus = dict(Gpu.objects.filter(node_id=node[0], index__in=p.gpus, health="healthy")
+                    gpus = dict(Gpu.objects.filter(node_id=node[0], index__in=p.gpus, health="healthy",
+                                                       fenced=False)
                                 .values_list("index", "id"))
                     if len(gpus) != len(p.gpus):
                         raise _Stale(f"a GPU of {p.node} is unhealthy or unknown")
@@ -698,7 +700,8 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
                  .order_by("pk"), ("id", "excluded_nodes")),
                 (Task.objects.filter(job_id__any=Many(job_ids), state="pending").order_by("role_id", "index"),
                  ("id", "job_id", "role__name", "job__simulated")),
-                (Gpu.objects.filter(node__name__any=Many(node_names), node__state="ready", health="healthy"),
+                (Gpu.objects.filter(node__name__any=Many(node_names), node__state="ready", health="healthy",
+                                    fenced=False),
                  ("id", "index", "node_id", "node__name")),
                 (Node.objects.filter(name__any=Many(node_names), state="ready"), ("id", "name", "executor")),
                 (MigInstance.objects.filter(gpu__node__name__any=Many(node_names)),

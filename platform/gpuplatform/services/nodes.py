@@ -25,7 +25,7 @@ from . import node_states
 from .base import request_cycle_on_commit
 
 __all__ = ["register_node", "record_heartbeat", "cordon_node", "drain_node", "uncordon_node", "set_spare",
-           "set_gpu_sharing", "set_node_gpu_sharing", "uuid_key", "refuse_while_gpus_held"]
+           "set_gpu_sharing", "set_node_gpu_sharing", "set_gpu_fence", "uuid_key", "refuse_while_gpus_held"]
 MIG_FIELDS = ("uuid", "profile", "memory_mib", "slices")
 
 
@@ -201,6 +201,41 @@ def set_gpu_sharing(node: Node, index: int, sharing: str, *, actor=None) -> Gpu:
     Gpu.objects.filter(pk=gpu.pk).update(sharing=sharing)
     record_event("gpu_sharing", f"{gpu}: sharing {old} -> {sharing}", actor=actor, node=node,
                  data={"index": index, "from": old, "to": sharing})
+    request_cycle_on_commit()
+    gpu.refresh_from_db()
+    return gpu
+
+
+@transaction.atomic
+def set_gpu_fence(node: Node, index: int, fenced: bool, *, reason: str = "", actor=None) -> Gpu:
+    """An admin's fence of GPU `index` of `node` (fenced=True) or its end (False): one GPU out of service without
+    cordoning its node (a flapping ECC, a fan). A fenced GPU is not offered to new jobs (the scheduler's snapshot
+    counts it unhealthy) and the API shows it unhealthy with `reason`, whatever its agent's heartbeats report: they
+    keep updating the stored health (the agent's view), which is what an unfence returns to. As a cordon, a job
+    running on it keeps it (failure detection reads the agent's health, not the fence). Audited: a `gpu_fenced` /
+    `gpu_unfenced` Event; fencing a fenced GPU again only updates its reason, unfencing an unfenced one changes
+    nothing (no Event). Raises ValidationError: "reason" (fencing without one), "index" (no such GPU)."""
+    reason = (reason or "").strip()[:200]
+    if fenced and not reason:
+        raise ValidationError({"reason": "say why the GPU is fenced (it is shown as its health reason)"})
+    gpu = Gpu.objects.select_for_update().filter(node=node, index=index).first()
+    if gpu is None:
+        raise ValidationError({"index": f"node {node.name} has no GPU {index}"})
+    if not fenced and not gpu.fenced:
+        return gpu
+    if fenced and gpu.fenced and gpu.fence_reason == reason:
+        return gpu
+    Gpu.objects.filter(pk=gpu.pk).update(fenced=fenced, fence_reason=reason if fenced else "")
+    who = getattr(actor, "username", "") or "an admin"
+    if fenced:
+        message = f"{gpu}: fenced by {who} ({reason}); no new work, running work keeps it"
+    else:
+        message = (f"{gpu}: unfenced by {who}" + (f" ({reason})" if reason else "")
+                   + f"; health as its agent last reported: {gpu.health}"
+                   + (f" ({gpu.health_reason})" if gpu.health_reason else ""))
+    record_event("gpu_fenced" if fenced else "gpu_unfenced", message, actor=actor, node=node,
+                 data={"index": index, "reason": reason, "previous_reason": gpu.fence_reason,
+                       "agent_health": gpu.health, "agent_health_reason": gpu.health_reason})
     request_cycle_on_commit()
     gpu.refresh_from_db()
     return gpu

@@ -47,10 +47,23 @@ class DomainTreeSerializer(Serializer):
 
 
 class GpuSerializer(ModelSerializer):
+    """A GPU. `health` / `health_reason` are as the platform acts on them: a GPU an admin fenced (`fenced`) is
+    unhealthy with the fence reason whatever its agent reports (Gpu.effective_health)."""
+
+    health = serializers.SerializerMethodField(help_text="healthy | unhealthy (a fenced GPU: unhealthy)")
+    health_reason = serializers.SerializerMethodField(help_text="why it is unhealthy (a fenced GPU: the fence reason)")
+
     class Meta:
         model = Gpu
-        fields = ["index", "uuid", "numa_node", "health", "health_reason", "out_of_service", "sharing", "memory_mib"]
+        fields = ["index", "uuid", "numa_node", "health", "health_reason", "fenced", "out_of_service", "sharing",
+                  "memory_mib"]
         read_only_fields = fields
+
+    def get_health(self, gpu) -> str:
+        return gpu.effective_health[0]
+
+    def get_health_reason(self, gpu) -> str:
+        return gpu.effective_health[1]
 
 
 class NodeSerializer(ModelSerializer):
@@ -84,6 +97,12 @@ class NodeSerializer(ModelSerializer):
 
 class NodeActionSerializer(Serializer):
     reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+
+
+class GpuFenceSerializer(Serializer):
+    """Fence a GPU (docs/operations.md, "Fencing one GPU"): `reason`, required, is what its health reason shows."""
+
+    reason = serializers.CharField(max_length=200)
 
 
 class NodeSpareSerializer(Serializer):

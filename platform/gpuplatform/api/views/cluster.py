@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
@@ -14,9 +14,11 @@ from scheduler.core.domain_tree import node_domain
 
 from ... import execution, queries, services
 from ...models import Domain, Node, NodeAgentScope
+from ...services import nodes as nodes_service
 from ..filters import DomainFilterSet, NodeFilterSet, refuse_unknown_params
 from ..idempotency import IdempotentCreateMixin
 from ..permissions import IsNodeAgentForNode, IsPlatformAdminOrReadOnly, node_scope_allows
+from ..serializers.cluster import GpuFenceSerializer
 from ..serializers import (
     DomainSerializer, DomainTreeSerializer, HeartbeatSerializer, NodeActionSerializer, NodeGpuSharingSerializer,
     NodeRegisterSerializer,
@@ -141,6 +143,32 @@ class NodeViewSet(IdempotentCreateMixin, viewsets.ReadOnlyModelViewSet):
         auto; `gpus` omitted: every GPU not in MIG mode). All or none; each change is an audited `gpu_sharing`
         Event. Admins only; 400 naming the field for a GPU in use, in MIG mode or unknown."""
         return self._transition(request, services.set_node_gpu_sharing, NodeGpuSharingSerializer)
+
+    def _fence(self, request, index, fenced: bool) -> Response:
+        node = self.get_object()
+        # 404 for a GPU index the node does not have (as for an unknown node); the service's "index" error is a race
+        if int(index) > nodes_service.MAX_GPU_INDEX or not node.gpus.filter(index=int(index)).exists():
+            raise NotFound(f"node {node.name} has no GPU {index}")
+        body = (GpuFenceSerializer if fenced else NodeActionSerializer)(data=request.data)
+        body.is_valid(raise_exception=True)
+        nodes_service.set_gpu_fence(node, int(index), fenced, reason=body.validated_data["reason"],
+                                    actor=request.user)
+        return self._node_response(node)
+
+    @extend_schema(request=GpuFenceSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"], url_path=r"gpus/(?P<index>[0-9]{1,6})/fence")
+    def fence(self, request, name=None, index=None):
+        """Fence one GPU ({"reason": "flapping ECC"}, required): it is not offered to new jobs and shows unhealthy
+        with the reason whatever its agent's heartbeats say; a job running on it keeps it, as on a cordoned node.
+        Admins only; 404 for an unknown node or GPU index; an audited `gpu_fenced` Event."""
+        return self._fence(request, index, True)
+
+    @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"], url_path=r"gpus/(?P<index>[0-9]{1,6})/unfence")
+    def unfence(self, request, name=None, index=None):
+        """End a GPU's fence: its health is again what its agent last reported. Admins only; an audited
+        `gpu_unfenced` Event (none when it was not fenced)."""
+        return self._fence(request, index, False)
 
     @extend_schema(request=NodeValidateSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
