@@ -250,6 +250,46 @@ def set_quota(queue: Queue, flavor: str, guarantee: int, quota: int, limit: int 
     return row
 
 
+def quota_use(queue: Queue, flavor: str) -> int | float:
+    """GPUs (GPU-equivalents: a 0.25 share counts 0.25) of `flavor` that `queue` and the queues below it hold now
+    (their live allocations on nodes of that flavor), as the engine charges a queue's usage up its chain
+    (scheduler.core.plugins.quota) and the queues page counts `used`."""
+    from django.db.models import Sum
+
+    from ..gpu_request import from_milli
+    from ..models import Allocation
+    from ..queries import allocation_gpu_milli
+
+    milli = (Allocation.objects.filter(released_at__isnull=True, job__queue_id__in=quota_rules.subtree_ids(queue.pk),
+                                       gpu__node__flavor=flavor)
+             .aggregate(n=Sum(allocation_gpu_milli()))["n"])
+    return from_milli(milli or 0)
+
+
+def quota_note(row: Quota) -> str | None:
+    """The quota API's `quota_note` (session 27, an admin's trial): a quota or limit set below what the queue uses
+    now is accepted (its running jobs keep their GPUs, as in Kueue and Volcano) and said, in the engine's terms
+    (docs/quotas.md, "What a queue may do"): a limit evicts nothing, it stops the queue's (and its subtree's) new
+    jobs and growth on that flavor until use + request fits (QueueTree.headroom); the GPUs above the quota are
+    borrowed, which other queues' jobs within their own entitlement may take back (reclaim), never below the
+    guarantee. None when the queue uses no more than its quota (and a MIG resource, counted in instances)."""
+    if "/mig-" in row.flavor:
+        return None
+    used = quota_use(row.queue, row.flavor)
+    if used <= row.quota:
+        return None
+    name, flavor = row.queue.name, row.flavor
+    parts = [f"queue {name} (with the queues below it) uses {used:g} {flavor} GPUs"]
+    if row.limit is not None and used > row.limit:
+        parts[0] += (f", above its limit of {row.limit}: its running jobs keep them (a limit evicts nothing); no new "
+                     f"job of it or of a queue below it starts on {flavor}, nor does an elastic job grow there, until "
+                     f"their use plus the job's request is within the limit")
+    parts.append(f"the {used - row.quota:g} above its quota of {row.quota} are borrowed (unless its parent leaves "
+                 f"quota unassigned that it is entitled to: docs/quotas.md): a job of another queue within its own "
+                 f"entitlement may take them back (reclaim), never below this queue's guarantee of {row.guarantee}")
+    return "; ".join(parts)
+
+
 @transaction.atomic
 def delete_queue(queue: Queue, *, actor=None) -> None:
     """Delete an empty leaf queue and its quotas. Raises ValidationError naming the rule: the queue has

@@ -22,6 +22,23 @@ class QuotaSerializer(ModelSerializer):
         validators = []  # (queue, flavor) uniqueness is checked by the view with a clear message
 
 
+class QuotaChangedSerializer(QuotaSerializer):
+    """The answer to POST /api/v1/quotas/ and PATCH / PUT /api/v1/quotas/<id>/: the quota, plus `quota_note` when the
+    queue uses more of the flavor now than its quota (services.queues.quota_note). Response only (absent otherwise)."""
+
+    quota_note = serializers.CharField(
+        required=False,
+        help_text="only when the queue (with the queues below it) uses more GPUs of the flavor now than the quota, or "
+                  "the limit, allows: the change is accepted and its running jobs keep their GPUs; says what the "
+                  "scheduler does then (above the limit: no new job of the queue or below it starts, and none grows, "
+                  "on that flavor until use plus request fits; above the quota: borrowed, reclaimable by other "
+                  "queues, never below the guarantee)")
+
+    class Meta(QuotaSerializer.Meta):
+        fields = QuotaSerializer.Meta.fields + ["quota_note"]
+        read_only_fields = QuotaSerializer.Meta.fields
+
+
 class QuotaUpdateSerializer(Serializer):
     guarantee = quota_field("guarantee")
     quota = quota_field("quota")

@@ -9,7 +9,9 @@ from ..filters import QueueFilterSet, QuotaFilterSet, refuse_unknown_params
 from ..idempotency import IdempotentCreateMixin
 from ..permissions import IsPlatformAdminOrReadOnly
 from ..serializers import QueueCreateSerializer, QueueSerializer, QueueTreeSerializer, QueueUpdateSerializer, QuotaSerializer
-from ..serializers.queues import QueueChangedSerializer, QueueReplaceSerializer, QuotaUpdateSerializer
+from ..serializers.queues import (QueueChangedSerializer, QueueReplaceSerializer, QuotaChangedSerializer,
+                                  QuotaUpdateSerializer)
+from ...services.queues import quota_note
 from .base import IF_MATCH, ETagMixin, atomic
 
 
@@ -116,20 +118,20 @@ class QuotaViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
         where = access.queue_visibility(self.request.user, prefix="queue__")
         return qs if where is None else qs.filter(where)
 
-    @extend_schema(request=QuotaSerializer, responses={201: QuotaSerializer})
+    @extend_schema(request=QuotaSerializer, responses={201: QuotaChangedSerializer})
     def create(self, request):
         body = QuotaSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
         row = services.set_quota(d["queue"], d["flavor"], d["guarantee"], d["quota"], d["limit"], actor=request.user,
                                  create=True)
-        return self.with_etag(Response(QuotaSerializer(row).data, status=status.HTTP_201_CREATED), row)
+        return self.with_etag(Response(_with_quota_note(row), status=status.HTTP_201_CREATED), row)
 
-    @extend_schema(request=QuotaUpdateSerializer, responses={200: QuotaSerializer}, parameters=[IF_MATCH])
+    @extend_schema(request=QuotaUpdateSerializer, responses={200: QuotaChangedSerializer}, parameters=[IF_MATCH])
     def update(self, request, pk=None):
         return self._update(request, partial=False)
 
-    @extend_schema(request=QuotaUpdateSerializer, responses={200: QuotaSerializer}, parameters=[IF_MATCH])
+    @extend_schema(request=QuotaUpdateSerializer, responses={200: QuotaChangedSerializer}, parameters=[IF_MATCH])
     def partial_update(self, request, pk=None):
         return self._update(request, partial=True)
 
@@ -143,7 +145,17 @@ class QuotaViewSet(IdempotentCreateMixin, ETagMixin, mixins.ListModelMixin, mixi
             row = services.set_quota(row.queue, row.flavor, d.get("guarantee", row.guarantee), d.get("quota", row.quota),
                                      d["limit"] if "limit" in d else row.limit, actor=request.user,
                                      changed=set(d))
-        return self.with_etag(Response(QuotaSerializer(row).data), row)
+        return self.with_etag(Response(_with_quota_note(row)), row)
+
+
+def _with_quota_note(row) -> dict:
+    """The quota's answer, plus `quota_note` when its queue uses more of the flavor than the quota (or the limit)
+    now allows (services.queues.quota_note: accepted, running jobs keep their GPUs; what the engine does then)."""
+    data = QuotaSerializer(row).data
+    note = quota_note(row)
+    if note:
+        data["quota_note"] = note
+    return data
 
 
 def _quota_path(key: str, index: dict[str, int]) -> str:
