@@ -720,11 +720,15 @@ def _queue_line(q: dict, usage: dict | None) -> list:
 
 def _node_line(n: dict) -> list:
     """One row of the node table, from the node as GET /api/v1/nodes/ gives it: UNHEALTHY names the GPUs whose
-    `health` is not healthy by index ("gpu3,gpu5": one word, so `awk` still finds DOMAIN as the 7th); REASON is why the node is in its state (and a hot spare's mark)."""
+    `health` is not healthy by index ("gpu3,gpu5": one word, so `awk` still finds DOMAIN as the 7th); REASON is why the
+    node takes no work, by the nodes page's rule (models.Node.out_of_service_reason: a not_ready node's move reason,
+    else its health reason, else the reason it entered its state unless it is ready; none for a ready node without a
+    health reason), and a hot spare's mark. Session 27, an admin's trial: a ready node showed its stale last reason
+    ("check /bin/true: exit 0; output:", "returned to ready by admin") where the nodes page showed none."""
     sick = [f"gpu{g['index']}" for g in n.get("gpus") or [] if g.get("health") != "healthy"]
-    reason = "; ".join(w for w in ("hot spare" if n.get("spare") else "", n.get("state_reason") or "",
-                                   n.get("health_reason") if n.get("health_reason") != n.get("state_reason") else "")
-                       if w)
+    state, moved, health = n.get("state"), n.get("state_reason") or "", n.get("health_reason") or ""
+    why = moved if state == "not_ready" and moved else health or (moved if state != "ready" else "")
+    reason = "; ".join(w for w in ("hot spare" if n.get("spare") else "", why) if w)
     return [n["name"], _shown(n.get("flavor")), n["state"], _shown(n.get("gpu_count")),
             _shown(n.get("allocated_gpus")), ",".join(sick) or "-", _shown(n.get("domain")),
             reason]
