@@ -163,6 +163,13 @@ class Gpu(models.Model):
     def __str__(self) -> str:
         return f"{self.node.name}/gpu{self.index}"
 
+    @classmethod
+    def usable(cls) -> Q:
+        """The GPUs the platform offers new work: healthy as their agent reports and not fenced by an admin. The one
+        condition of the apply's and the growths' re-checks and the hot-spare restart (~Gpu.usable(): unhealthy as
+        the platform acts on it); the snapshot reads both columns and applies the same rule row by row."""
+        return Q(health=cls.Health.HEALTHY, fenced=False)
+
     @property
     def effective_health(self) -> tuple[str, str]:
         """(health, reason) as the platform acts on it: a fenced GPU is unhealthy with its fence reason, else its

@@ -71,8 +71,7 @@ def _plan(job_id, placement, failed_names) -> SpareRestart | None:
         if node_id in spare_ids:
             holders[jid].append(TaskPlacement("task", len(holders[jid]), name, (idx,)))
     # unhealthy as the platform acts on it: the agent's report, or fenced by an admin (services.set_gpu_fence)
-    for node_id, idx in (Gpu.objects.filter(Q(fenced=True) | ~Q(health=Gpu.Health.HEALTHY), node_id__in=ids)
-                         .values_list("node_id", "index")):
+    for node_id, idx in Gpu.objects.filter(~Gpu.usable(), node_id__in=ids).values_list("node_id", "index"):
         bad[node_id].add(idx)
     infos = [NodeInfo(name=n.name, flavor=n.flavor, gpus=n.gpu_count, state=n.state, spare=n.spare,
                       used=frozenset(used[n.pk]), unhealthy=frozenset(bad[n.pk])) for n in nodes]
@@ -123,8 +122,7 @@ def restart_on_spare(job_id, placement, failed_nodes, *, at: datetime, actor=Non
             for nid, name, executor in Node.objects.filter(name__in=names, state=Node.State.READY).values_list(
                     "id", "name", "executor"):
                 gpu_ids[name] = {"id": nid, "gpus": {}, "agent": executor == Node.Executor.AGENT}
-            for gid, idx, name in Gpu.objects.filter(node__name__in=names, health=Gpu.Health.HEALTHY,
-                                                       fenced=False).values_list(
+            for gid, idx, name in Gpu.objects.filter(Gpu.usable(), node__name__in=names).values_list(
                     "id", "index", "node__name"):
                 if name in gpu_ids:
                     gpu_ids[name]["gpus"][idx] = gid

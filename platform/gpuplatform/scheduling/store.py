@@ -588,8 +588,7 @@ def _apply_growths(growths, *, clock: datetime, cycle_number: int, stats: ApplyS
                     node = Node.objects.filter(name=p.node, state="ready").values_list("id", "executor").first()
                     if task is None or node is None:
                         raise _Stale(f"task {p.role}[{p.index}] or node {p.node} no longer available")
-                    gpus = dict(Gpu.objects.filter(node_id=node[0], index__in=p.gpus, health="healthy",
-                                                       fenced=False)
+                    gpus = dict(Gpu.objects.filter(Gpu.usable(), node_id=node[0], index__in=p.gpus)
                                 .values_list("index", "id"))
                     if len(gpus) != len(p.gpus):
                         raise _Stale(f"a GPU of {p.node} is unhealthy or unknown")
@@ -700,8 +699,7 @@ def apply_result(result: CycleResult, *, clock: datetime, cycle_number: int, sta
                  .order_by("pk"), ("id", "excluded_nodes")),
                 (Task.objects.filter(job_id__any=Many(job_ids), state="pending").order_by("role_id", "index"),
                  ("id", "job_id", "role__name", "job__simulated")),
-                (Gpu.objects.filter(node__name__any=Many(node_names), node__state="ready", health="healthy",
-                                    fenced=False),
+                (Gpu.objects.filter(Gpu.usable(), node__name__any=Many(node_names), node__state="ready"),
                  ("id", "index", "node_id", "node__name")),
                 (Node.objects.filter(name__any=Many(node_names), state="ready"), ("id", "name", "executor")),
                 (MigInstance.objects.filter(gpu__node__name__any=Many(node_names)),
