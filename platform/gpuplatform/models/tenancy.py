@@ -3,7 +3,7 @@ import unicodedata
 from django.conf import settings
 from django.db import models, transaction
 
-__all__ = ["Team", "Membership", "canonical_key", "TEAM_KEY_FIELDS", "TEAM_NAME_SEPARATORS"]
+__all__ = ["Team", "Membership", "canonical_key", "name_meant", "TEAM_KEY_FIELDS", "TEAM_NAME_SEPARATORS"]
 
 # The canonical key of a team's name and of its slug (canonical_key), stored on its row so that a clash of keys
 # between two teams (services.tenancy._team_clash) is a few indexed lookups, not a read of every team
@@ -22,6 +22,19 @@ def canonical_key(value) -> str:
         return ""
     folded = unicodedata.normalize("NFKC", value).casefold()
     return "".join(c for c in folded if c not in TEAM_NAME_SEPARATORS and not c.isspace())
+
+
+def name_meant(rows, name) -> str | None:
+    """The `name` field of the row among queryset `rows` that `name` means by the canonical-key rule (canonical_key),
+    or None: the row of that exact name, else the first by id whose key is `name`'s. Reads every row's name (for
+    the few rows of a kind: queues, health and diagnosis rules; services.queues.queue_named, services.rules.rule_named)."""
+    if not isinstance(name, str):
+        return None
+    if rows.filter(name=name).exists():
+        return name
+    key = canonical_key(name)
+    return next((other for other in rows.order_by("pk").values_list("name", flat=True)
+                 if canonical_key(other) == key), None) if key else None
 
 
 class TeamQuerySet(models.QuerySet):

@@ -13,7 +13,7 @@ from .. import quota_rules
 from ..audit import record_event
 from ..lifecycle import close_idle_queues, closed_ancestor
 from ..models import Job, Queue, Quota, Team
-from ..models.tenancy import canonical_key
+from ..models.tenancy import canonical_key, name_meant
 from ..names import name_error
 from ..errors import ValidationError
 from .base import lock_queue_tree, raise_if, request_cycle_on_commit, resolve_queue
@@ -35,13 +35,7 @@ def queue_named(name) -> str | None:
     """The name of the queue that `name` means by the queue name rule (QUEUE_NAME_RULE), or None: the queue of that
     exact name, else the first by id whose canonical key is `name`'s. Reads every queue's name (queues are few, and
     create_queue calls it under the queue tree's lock, which every queue write holds: no two creates interleave)."""
-    if not isinstance(name, str):
-        return None
-    if Queue.objects.filter(name=name).exists():
-        return name
-    key = canonical_key(name)
-    return next((other for other in Queue.objects.order_by("pk").values_list("name", flat=True)
-                 if canonical_key(other) == key), None) if key else None
+    return name_meant(Queue.objects.all(), name)
 
 
 def queue_name_taken(holder: str) -> str:

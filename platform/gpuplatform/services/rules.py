@@ -9,7 +9,7 @@ from ..audit import record_event
 from ..diagnosis import engine, tables
 from ..errors import ValidationError
 from ..models import DiagnosisRule, HealthRule
-from ..models.tenancy import canonical_key
+from ..models.tenancy import canonical_key, name_meant
 from ..scheduling.locks import lock_name
 
 __all__ = ["save_diagnosis_rule", "save_health_rule", "rule_named", "rule_name_taken", "RULE_NAME_RULE",
@@ -26,15 +26,8 @@ BOTH_GIVEN = "a rule has exactly one of `pattern` and `when`: leave out one of t
 
 def rule_named(model, name, *, exclude=None) -> str | None:
     """The name of the `model` rule (other than pk `exclude`) that `name` means by RULE_NAME_RULE, or None: the one
-    of that exact name, else the first by id whose canonical key is `name`'s."""
-    if not isinstance(name, str):
-        return None
-    rows = model.objects.exclude(pk=exclude) if exclude is not None else model.objects.all()
-    if rows.filter(name=name).exists():
-        return name
-    key = canonical_key(name)
-    return next((other for other in rows.order_by("pk").values_list("name", flat=True)
-                 if canonical_key(other) == key), None) if key else None
+    of that exact name, else the first by id whose canonical key is `name`'s (models.tenancy.name_meant)."""
+    return name_meant(model.objects.exclude(pk=exclude) if exclude is not None else model.objects.all(), name)
 
 
 def rule_name_taken(noun: str, holder: str) -> str:
